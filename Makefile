@@ -1,0 +1,93 @@
+# libmtls — build, test, install, benchmark, demo.
+#   make demo     build, then run the end-to-end demo (private PKI, store, mTLS server + client)
+#   make test     everything: Swift tests, C tests against the installed header, Python, e2e, limbo
+#   make bench    benchmarks, each printed as a ratio against a raw OpenSSL C baseline
+#   make install PREFIX=/usr/local
+SHELL := /bin/bash
+PREFIX ?= /usr/local
+CONFIG ?= release
+VERSION := 0.1.0
+PYTHON ?= python3
+SWIFT ?= swift
+OUT := $(CURDIR)/out
+TEST_PREFIX := $(OUT)/prefix
+LIMBO ?= $(CURDIR)/../shared/limbo
+
+.PHONY: all deps build build-debug build-release install test test-swift test-c test-python test-e2e test-limbo bench demo clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps build-$(CONFIG)
+
+build-debug:
+	$(SWIFT) build -c debug --build-tests
+
+build-release:
+	$(SWIFT) build -c release
+
+# Installs the library (with SONAME symlinks), header, pkg-config file and the mtls command.
+install: build
+	@bin=$$($(SWIFT) build -c $(CONFIG) --show-bin-path) && \
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin && \
+	install -m 0755 $$bin/libmtls.so $(DESTDIR)$(PREFIX)/lib/libmtls.so.$(VERSION) && \
+	ln -sf libmtls.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libmtls.so.0 && \
+	ln -sf libmtls.so.0 $(DESTDIR)$(PREFIX)/lib/libmtls.so && \
+	install -m 0755 $$bin/mtls-cli $(DESTDIR)$(PREFIX)/bin/mtls && \
+	install -m 0644 include/mtls.h $(DESTDIR)$(PREFIX)/include/mtls.h && \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' pkgconfig/mtls.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mtls.pc && \
+	echo "installed libmtls $(VERSION) ($(CONFIG)) into $(DESTDIR)$(PREFIX)"
+
+# One debug build serves every test stage: Swift tests, the installed C ABI, Python, e2e.
+test: deps
+	$(MAKE) --no-print-directory build-debug
+	$(MAKE) --no-print-directory test-swift
+	$(MAKE) --no-print-directory install CONFIG=debug PREFIX=$(TEST_PREFIX) DESTDIR=
+	$(MAKE) --no-print-directory test-c test-limbo test-python test-e2e
+
+test-swift:
+	$(SWIFT) test -c debug --skip-build
+
+# C programs compiled against the installed header through pkg-config, run with no
+# LD_LIBRARY_PATH.
+test-c:
+	@mkdir -p $(OUT)/c && set -e; \
+	export PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig; \
+	for src in Tests/c/*.c; do \
+	  exe=$(OUT)/c/$$(basename $$src .c); \
+	  cc -std=c11 -Wall -Wextra -Werror -o $$exe $$src $$(pkg-config --cflags --libs mtls); \
+	  echo "== $$exe"; env -u LD_LIBRARY_PATH MTLS_TEST_TMP=$(OUT)/c $$exe; \
+	done; \
+	for src in Tests/c/*.cpp; do [ -e "$$src" ] || continue; \
+	  exe=$(OUT)/c/$$(basename $$src .cpp)-cpp; \
+	  c++ -std=c++17 -Wall -Wextra -Werror -o $$exe $$src $$(pkg-config --cflags --libs mtls); \
+	  echo "== $$exe"; env -u LD_LIBRARY_PATH $$exe; \
+	done
+
+test-python:
+	cd bindings/python && MTLS_LIBRARY=$(TEST_PREFIX)/lib/libmtls.so PYTHONPATH=src \
+	  $(PYTHON) -m pytest -q tests
+
+test-e2e:
+	MTLS_CLI=$(TEST_PREFIX)/bin/mtls MTLS_PREFIX=$(TEST_PREFIX) MTLS_LIBRARY=$(TEST_PREFIX)/lib/libmtls.so \
+	  PYTHONPATH=bindings/python/src $(PYTHON) -m pytest -q Tests/e2e
+
+# x509-limbo conformance: zero false accepts and at least 195 of 208 passing.
+test-limbo:
+	@if [ -x $(TEST_PREFIX)/bin/mtls ] && $(TEST_PREFIX)/bin/mtls limbo --help >/dev/null 2>&1; then \
+	  $(TEST_PREFIX)/bin/mtls limbo < $(LIMBO)/limbo.json > $(OUT)/limbo-results.json && \
+	  $(PYTHON) scripts/check-limbo.py $(LIMBO) $(OUT)/limbo-results.json; \
+	else echo "test-limbo: mtls limbo is not built yet" >&2; exit 1; fi
+
+bench: deps
+	$(SWIFT) build -c release
+	$(MAKE) --no-print-directory install CONFIG=release PREFIX=$(OUT)/bench-prefix DESTDIR=
+	MTLS_PREFIX=$(OUT)/bench-prefix $(PYTHON) bench/run.py
+
+demo: deps build-release
+	@bash scripts/demo.sh "$$($(SWIFT) build -c release --show-bin-path)/mtls-cli"
+
+clean:
+	rm -rf .build $(OUT)

@@ -1,0 +1,50 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// libmtls: the Swift core (MTLS), its C ABI (CMTLS → libmtls.so) and the `mtls` command line.
+let package = Package(
+    name: "libmtls",
+    products: [
+        // libmtls.so: the C ABI. SONAME and the export list are set in the linker settings below.
+        .library(name: "mtls", type: .dynamic, targets: ["CMTLS"]),
+        .library(name: "MTLS", targets: ["MTLS"]),
+        // The command line. SwiftPM cannot have a product named like the library; `make install`
+        // installs it as `bin/mtls`.
+        .executable(name: "mtls-cli", targets: ["mtlscli"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl",
+                       providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CP11Kit", pkgConfig: "p11-kit-1",
+                       providers: [.apt(["libp11-kit-dev"])]),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3",
+                       providers: [.apt(["libsqlite3-dev"])]),
+        .target(
+            name: "MTLS",
+            dependencies: ["COpenSSL", "CP11Kit", "CSQLite"]
+        ),
+        .target(
+            name: "CMTLS",
+            dependencies: ["MTLS"],
+            linkerSettings: [
+                .unsafeFlags([
+                    "-Xlinker", "-soname=libmtls.so.0",
+                    "-Xlinker", "--version-script=\(Context.packageDirectory)/Sources/CMTLS/libmtls.map",
+                    "-Xlinker", "-rpath=$ORIGIN",
+                ]),
+            ]
+        ),
+        .executableTarget(
+            name: "mtlscli",
+            dependencies: ["MTLS", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            path: "Sources/mtls"
+        ),
+        .testTarget(name: "MTLSTests", dependencies: ["MTLS"]),
+    ],
+    // Swift 5 mode: the core is mostly C interop over OpenSSL objects whose thread safety is
+    // stated per type in the docs; Sendable conformances are declared where they hold.
+    swiftLanguageModes: [.v5]
+)

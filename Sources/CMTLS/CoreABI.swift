@@ -1,0 +1,55 @@
+// Library-wide C functions: version, error texts, freeing what the library allocated.
+import MTLS
+#if canImport(Glibc)
+import Glibc
+#endif
+
+private let versionString: UnsafeMutablePointer<CChar> = strdup(MTLSVersion.string)!
+
+/// `const char *mtls_version(void)`
+@_cdecl("mtls_version")
+public func mtls_version() -> UnsafePointer<CChar> { UnsafePointer(versionString) }
+
+/// `int mtls_version_number(void)`
+@_cdecl("mtls_version_number")
+public func mtls_version_number() -> Int32 { Int32(MTLSVersion.number) }
+
+private let errorTexts: [Int32: UnsafeMutablePointer<CChar>] = {
+    var d: [Int32: UnsafeMutablePointer<CChar>] = [0: strdup("ok")!]
+    for (code, _, text) in MTLSError.Code.all { d[code.rawValue] = strdup(text)! }
+    return d
+}()
+private let unknownErrorText: UnsafeMutablePointer<CChar> = strdup("unknown error code")!
+private let errorNames: [Int32: UnsafeMutablePointer<CChar>] = {
+    var d: [Int32: UnsafeMutablePointer<CChar>] = [0: strdup("ok")!]
+    for (code, name, _) in MTLSError.Code.all { d[code.rawValue] = strdup(name)! }
+    return d
+}()
+
+/// `const char *mtls_strerror(int code)`
+@_cdecl("mtls_strerror")
+public func mtls_strerror(_ code: Int32) -> UnsafePointer<CChar> {
+    UnsafePointer(errorTexts[code] ?? unknownErrorText)
+}
+
+/// `const char *mtls_error_name(int code)`
+@_cdecl("mtls_error_name")
+public func mtls_error_name(_ code: Int32) -> UnsafePointer<CChar> {
+    UnsafePointer(errorNames[code] ?? unknownErrorText)
+}
+
+private let noErrorText: UnsafeMutablePointer<CChar> = strdup("")!
+
+/// `const char *mtls_last_error(void)`
+@_cdecl("mtls_last_error")
+public func mtls_last_error() -> UnsafePointer<CChar> {
+    lastErrorMessage().map { UnsafePointer($0) } ?? UnsafePointer(noErrorText)
+}
+
+/// `void mtls_string_free(char *s)`
+@_cdecl("mtls_string_free")
+public func mtls_string_free(_ s: UnsafeMutablePointer<CChar>?) { free(s) }
+
+/// `void mtls_bytes_free(uint8_t *b)`
+@_cdecl("mtls_bytes_free")
+public func mtls_bytes_free(_ b: UnsafeMutablePointer<UInt8>?) { free(b) }

@@ -1,0 +1,113 @@
+#ifndef MTLS_COPENSSL_SHIM_H
+#define MTLS_COPENSSL_SHIM_H
+/* The OpenSSL 3 headers libmtls uses, plus static inline wrappers for what the Swift importer
+   cannot see: function-like macros (stacks, SSL_CTX_set_*), and casts. Add wrappers here, named
+   mtls_ossl_*, rather than re-implementing a macro in Swift. */
+#include <openssl/asn1.h>
+#include <openssl/bio.h>
+#include <openssl/bn.h>
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/ec.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/kdf.h>
+#include <openssl/objects.h>
+#include <openssl/ocsp.h>
+#include <openssl/params.h>
+#include <openssl/pem.h>
+#include <openssl/pkcs12.h>
+#include <openssl/pkcs7.h>
+#include <openssl/provider.h>
+#include <openssl/rand.h>
+#include <openssl/rsa.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
+
+/* ---- stacks ---- */
+static inline int mtls_ossl_sk_X509_num(const STACK_OF(X509) *sk) { return sk_X509_num(sk); }
+static inline X509 *mtls_ossl_sk_X509_value(const STACK_OF(X509) *sk, int i) { return sk_X509_value(sk, i); }
+static inline STACK_OF(X509) *mtls_ossl_sk_X509_new_null(void) { return sk_X509_new_null(); }
+static inline int mtls_ossl_sk_X509_push(STACK_OF(X509) *sk, X509 *x) { return sk_X509_push(sk, x); }
+static inline void mtls_ossl_sk_X509_free(STACK_OF(X509) *sk) { sk_X509_free(sk); }
+static inline void mtls_ossl_sk_X509_pop_free(STACK_OF(X509) *sk) { sk_X509_pop_free(sk, X509_free); }
+static inline X509 *mtls_ossl_sk_X509_shift(STACK_OF(X509) *sk) { return sk_X509_shift(sk); }
+
+static inline int mtls_ossl_sk_X509_CRL_num(const STACK_OF(X509_CRL) *sk) { return sk_X509_CRL_num(sk); }
+static inline X509_CRL *mtls_ossl_sk_X509_CRL_value(const STACK_OF(X509_CRL) *sk, int i) { return sk_X509_CRL_value(sk, i); }
+static inline STACK_OF(X509_CRL) *mtls_ossl_sk_X509_CRL_new_null(void) { return sk_X509_CRL_new_null(); }
+static inline int mtls_ossl_sk_X509_CRL_push(STACK_OF(X509_CRL) *sk, X509_CRL *x) { return sk_X509_CRL_push(sk, x); }
+static inline void mtls_ossl_sk_X509_CRL_pop_free(STACK_OF(X509_CRL) *sk) { sk_X509_CRL_pop_free(sk, X509_CRL_free); }
+
+static inline int mtls_ossl_sk_GENERAL_NAME_num(const GENERAL_NAMES *sk) { return sk_GENERAL_NAME_num(sk); }
+static inline GENERAL_NAME *mtls_ossl_sk_GENERAL_NAME_value(const GENERAL_NAMES *sk, int i) { return sk_GENERAL_NAME_value(sk, i); }
+static inline void mtls_ossl_GENERAL_NAMES_free(GENERAL_NAMES *gens) { GENERAL_NAMES_free(gens); }
+
+static inline int mtls_ossl_sk_ASN1_OBJECT_num(const STACK_OF(ASN1_OBJECT) *sk) { return sk_ASN1_OBJECT_num(sk); }
+static inline ASN1_OBJECT *mtls_ossl_sk_ASN1_OBJECT_value(const STACK_OF(ASN1_OBJECT) *sk, int i) { return sk_ASN1_OBJECT_value(sk, i); }
+static inline void mtls_ossl_EXTENDED_KEY_USAGE_free(EXTENDED_KEY_USAGE *e) { EXTENDED_KEY_USAGE_free(e); }
+
+static inline int mtls_ossl_sk_X509_NAME_num(const STACK_OF(X509_NAME) *sk) { return sk_X509_NAME_num(sk); }
+static inline X509_NAME *mtls_ossl_sk_X509_NAME_value(const STACK_OF(X509_NAME) *sk, int i) { return sk_X509_NAME_value(sk, i); }
+
+static inline int mtls_ossl_sk_X509_EXTENSION_num(const STACK_OF(X509_EXTENSION) *sk) { return sk_X509_EXTENSION_num(sk); }
+static inline X509_EXTENSION *mtls_ossl_sk_X509_EXTENSION_value(const STACK_OF(X509_EXTENSION) *sk, int i) { return sk_X509_EXTENSION_value(sk, i); }
+
+static inline int mtls_ossl_sk_PKCS12_SAFEBAG_num(const STACK_OF(PKCS12_SAFEBAG) *sk) { return sk_PKCS12_SAFEBAG_num(sk); }
+static inline PKCS12_SAFEBAG *mtls_ossl_sk_PKCS12_SAFEBAG_value(const STACK_OF(PKCS12_SAFEBAG) *sk, int i) { return sk_PKCS12_SAFEBAG_value(sk, i); }
+static inline void mtls_ossl_sk_PKCS12_SAFEBAG_pop_free(STACK_OF(PKCS12_SAFEBAG) *sk) { sk_PKCS12_SAFEBAG_pop_free(sk, PKCS12_SAFEBAG_free); }
+static inline STACK_OF(PKCS12_SAFEBAG) *mtls_ossl_sk_PKCS12_SAFEBAG_new_null(void) { return sk_PKCS12_SAFEBAG_new_null(); }
+static inline int mtls_ossl_sk_PKCS12_SAFEBAG_push(STACK_OF(PKCS12_SAFEBAG) *sk, PKCS12_SAFEBAG *b) { return sk_PKCS12_SAFEBAG_push(sk, b); }
+
+static inline int mtls_ossl_sk_PKCS7_num(const STACK_OF(PKCS7) *sk) { return sk_PKCS7_num(sk); }
+static inline PKCS7 *mtls_ossl_sk_PKCS7_value(const STACK_OF(PKCS7) *sk, int i) { return sk_PKCS7_value(sk, i); }
+static inline void mtls_ossl_sk_PKCS7_pop_free(STACK_OF(PKCS7) *sk) { sk_PKCS7_pop_free(sk, PKCS7_free); }
+static inline STACK_OF(PKCS7) *mtls_ossl_sk_PKCS7_new_null(void) { return sk_PKCS7_new_null(); }
+static inline int mtls_ossl_sk_PKCS7_push(STACK_OF(PKCS7) *sk, PKCS7 *p) { return sk_PKCS7_push(sk, p); }
+
+static inline int mtls_ossl_sk_X509_OBJECT_num(const STACK_OF(X509_OBJECT) *sk) { return sk_X509_OBJECT_num(sk); }
+static inline X509_OBJECT *mtls_ossl_sk_X509_OBJECT_value(const STACK_OF(X509_OBJECT) *sk, int i) { return sk_X509_OBJECT_value(sk, i); }
+
+/* PKCS#7 bundle accessors (macros in pkcs7.h). */
+static inline int mtls_ossl_PKCS7_type_is_signed(const PKCS7 *p7) { return PKCS7_type_is_signed(p7); }
+static inline STACK_OF(X509) *mtls_ossl_PKCS7_signed_certs(const PKCS7 *p7) {
+    return (p7 && p7->d.sign) ? p7->d.sign->cert : NULL;
+}
+
+/* ---- SSL_CTX / SSL macros ---- */
+static inline int mtls_ossl_SSL_CTX_set_min_proto_version(SSL_CTX *ctx, int v) { return (int)SSL_CTX_set_min_proto_version(ctx, v); }
+static inline int mtls_ossl_SSL_CTX_set_max_proto_version(SSL_CTX *ctx, int v) { return (int)SSL_CTX_set_max_proto_version(ctx, v); }
+static inline int mtls_ossl_SSL_set_tlsext_host_name(SSL *s, const char *name) { return (int)SSL_set_tlsext_host_name(s, name); }
+static inline int mtls_ossl_SSL_CTX_set0_chain(SSL_CTX *ctx, STACK_OF(X509) *sk) { return (int)SSL_CTX_set0_chain(ctx, sk); }
+static inline int mtls_ossl_SSL_CTX_set1_chain(SSL_CTX *ctx, STACK_OF(X509) *sk) { return (int)SSL_CTX_set1_chain(ctx, sk); }
+static inline int mtls_ossl_SSL_set1_chain(SSL *s, STACK_OF(X509) *sk) { return (int)SSL_set1_chain(s, sk); }
+static inline long mtls_ossl_SSL_CTX_set_session_cache_mode(SSL_CTX *ctx, long m) { return SSL_CTX_set_session_cache_mode(ctx, m); }
+static inline long mtls_ossl_SSL_CTX_set_options(SSL_CTX *ctx, uint64_t o) { return (long)SSL_CTX_set_options(ctx, o); }
+static inline long mtls_ossl_SSL_set_mode(SSL *s, long m) { return SSL_set_mode(s, m); }
+static inline long mtls_ossl_SSL_CTX_set_mode(SSL_CTX *ctx, long m) { return SSL_CTX_set_mode(ctx, m); }
+static inline int mtls_ossl_SSL_CTX_set_ecdh_auto(SSL_CTX *ctx) { (void)ctx; return 1; }
+static inline int mtls_ossl_SSL_get_peer_signature_type_nid(SSL *s, int *nid) { return SSL_get_peer_signature_type_nid(s, nid); }
+static inline long mtls_ossl_SSL_get_extms_support(SSL *s) { return SSL_get_extms_support(s); }
+static inline int mtls_ossl_SSL_CTX_set_tlsext_servername_callback(SSL_CTX *ctx, int (*cb)(SSL *, int *, void *)) {
+    return (int)SSL_CTX_set_tlsext_servername_callback(ctx, cb);
+}
+static inline int mtls_ossl_SSL_CTX_set_tlsext_servername_arg(SSL_CTX *ctx, void *arg) { return (int)SSL_CTX_set_tlsext_servername_arg(ctx, arg); }
+
+/* ---- BIO macros ---- */
+static inline long mtls_ossl_BIO_get_mem_data(BIO *b, char **pp) { return BIO_get_mem_data(b, pp); }
+static inline int mtls_ossl_BIO_set_close(BIO *b, long c) { return (int)BIO_set_close(b, c); }
+
+/* ---- misc ---- */
+/* RFC 2253/4514 name printing, without escaping UTF-8 bytes. */
+static inline unsigned long mtls_ossl_XN_FLAG_RFC2253_UTF8(void) { return XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB; }
+static inline void mtls_ossl_OPENSSL_free(void *p) { OPENSSL_free(p); }
+static inline void *mtls_ossl_OPENSSL_malloc(size_t n) { return OPENSSL_malloc(n); }
+static inline void mtls_ossl_OPENSSL_cleanse(void *p, size_t n) { OPENSSL_cleanse(p, n); }
+static inline int mtls_ossl_EVP_PKEY_CTX_set_rsa_keygen_bits(EVP_PKEY_CTX *ctx, int bits) { return EVP_PKEY_CTX_set_rsa_keygen_bits(ctx, bits); }
+static inline int mtls_ossl_EVP_PKEY_CTX_set_ec_paramgen_curve_nid(EVP_PKEY_CTX *ctx, int nid) { return EVP_PKEY_CTX_set_ec_paramgen_curve_nid(ctx, nid); }
+static inline const unsigned char *mtls_ossl_ASN1_STRING_get0_data(const ASN1_STRING *s) { return ASN1_STRING_get0_data(s); }
+static inline int mtls_ossl_X509_get_version(const X509 *x) { return (int)X509_get_version(x); }
+
+#endif

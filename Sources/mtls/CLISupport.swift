@@ -1,0 +1,58 @@
+import ArgumentParser
+import Foundation
+import MTLS
+
+/// Output helpers shared by every command: JSON, one-line errors, exit codes.
+enum CLI {
+    /// Prints `object` as JSON on stdout (sorted keys, so output is stable).
+    static func printJSON(_ object: Any) {
+        let data = try! JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+        print(String(decoding: data, as: UTF8.self))
+    }
+
+    /// Writes one line to stderr, prefixed with `mtls: `.
+    static func printError(_ message: String) {
+        FileHandle.standardError.write(Data("mtls: \(message)\n".utf8))
+    }
+
+    /// RFC 3339 UTC text of a date (`2026-11-21T05:35:56Z`).
+    static func rfc3339(_ date: Date) -> String {
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime]
+        f.timeZone = TimeZone(identifier: "UTC")
+        return f.string(from: date)
+    }
+
+    /// Parses RFC 3339 text.
+    static func parseRFC3339(_ text: String) throws -> Date {
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime]
+        if let d = f.date(from: text) { return d }
+        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        if let d = f.date(from: text) { return d }
+        throw ValidationError("not an RFC 3339 time: \(text)")
+    }
+
+    /// Reads a secret (password, PIN) from a file: the first line, without its line ending.
+    static func readSecretFile(_ path: String) throws -> SecretBytes {
+        var bytes = try FileIO.read(path, limit: 64 * 1024)
+        defer { SecretBytes.wipe(&bytes) }
+        var end = bytes.firstIndex(of: UInt8(ascii: "\n")) ?? bytes.count
+        if end > 0, bytes[end - 1] == UInt8(ascii: "\r") { end -= 1 }
+        return SecretBytes(Array(bytes[0..<end]))
+    }
+
+    /// Reports `error` on stderr in one line and exits with status 1.
+    static func fail(_ error: Error) -> ExitCode {
+        if let e = error as? MTLSError { printError(e.message) } else { printError("\(error)") }
+        return ExitCode(1)
+    }
+}
+
+extension SecretBytes {
+    static func wipe(_ bytes: inout [UInt8]) {
+        bytes.withUnsafeMutableBufferPointer { p in
+            for i in p.indices { p[i] = 0 }
+        }
+    }
+}

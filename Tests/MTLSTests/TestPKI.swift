@@ -1,0 +1,31 @@
+import Foundation
+
+/// Helpers for tests that make their own certificates at run time.
+enum TestPKI {
+    /// A new empty directory under the system temp dir.
+    static func tempDir() throws -> String {
+        let path = NSTemporaryDirectory() + "mtls-test-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    /// Runs a shell command; throws with its stderr when it fails.
+    @discardableResult
+    static func sh(_ command: String) throws -> String {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/bin/bash")
+        p.arguments = ["-c", command]
+        let out = Pipe(), err = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        try p.run()
+        let o = out.fileHandleForReading.readDataToEndOfFile()
+        let e = err.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        guard p.terminationStatus == 0 else {
+            throw NSError(domain: "sh", code: Int(p.terminationStatus),
+                          userInfo: [NSLocalizedDescriptionKey: "\(command): \(String(decoding: e, as: UTF8.self))"])
+        }
+        return String(decoding: o, as: UTF8.self)
+    }
+}

@@ -1,0 +1,7 @@
+"""libmtls for Python: mutual-TLS identities, trust and connections, over the C ABI (ctypes)."""
+from ._lib import lib as _lib
+from .errors import MTLSError  # noqa: F401
+from . import errors  # noqa: F401
+from .certificate import Certificate  # noqa: F401
+
+__version__ = _lib.mtls_version().decode()

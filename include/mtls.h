@@ -1,0 +1,207 @@
+/*
+ * mtls.h — libmtls, mutual-TLS client identities for Linux programs.
+ *
+ * Conventions (every declaration below follows them):
+ *  - Objects are opaque handles. Each has a *_free function (and shared ones a *_ref);
+ *    *_free(NULL) does nothing.
+ *  - Fallible functions return int: MTLS_OK (0) or a negative MTLS_E_* code. Results are
+ *    written through out-parameters, which are set only on success unless stated otherwise.
+ *  - mtls_strerror(code) is a static text for a code; mtls_last_error() is the detailed message
+ *    of the last failure on the calling thread (read it right after the failing call).
+ *  - Every pointer argument is checked: NULL where a value is required, or a buffer of the
+ *    wrong size, gives MTLS_E_INVALID_ARGUMENT, never a crash.
+ *  - Strings in and out are UTF-8 and NUL-terminated; binary data is (const uint8_t *, size_t).
+ *    A `char **out` string is allocated by the library and freed by the caller with
+ *    mtls_string_free(); a `uint8_t **out` buffer with mtls_bytes_free().
+ *  - Thread safety: certificates, identities, policies and stores may be shared by threads;
+ *    a connection is used by one thread at a time. Each type states it below.
+ */
+#ifndef MTLS_H
+#define MTLS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define MTLS_EXTERN __attribute__((visibility("default"))) extern
+#else
+#define MTLS_EXTERN extern
+#endif
+
+/* ======================================================================================
+ * Version
+ * ====================================================================================== */
+
+#define MTLS_VERSION_MAJOR 0
+#define MTLS_VERSION_MINOR 1
+#define MTLS_VERSION_PATCH 0
+#define MTLS_VERSION_NUMBER (MTLS_VERSION_MAJOR * 10000 + MTLS_VERSION_MINOR * 100 + MTLS_VERSION_PATCH)
+#define MTLS_VERSION_STRING "0.1.0"
+
+/* The runtime version as "MAJOR.MINOR.PATCH". Static storage; never free it. */
+MTLS_EXTERN const char *mtls_version(void);
+/* The runtime version as MTLS_VERSION_NUMBER would compute it. */
+MTLS_EXTERN int mtls_version_number(void);
+
+/* ======================================================================================
+ * Errors. The numbers are stable: codes are only ever added, never renumbered or removed.
+ * ====================================================================================== */
+
+typedef enum mtls_status {
+    MTLS_OK = 0,
+    /* general */
+    MTLS_E_INVALID_ARGUMENT = -1,   /* a NULL pointer, a bad size, an out-of-range index */
+    MTLS_E_NO_MEMORY = -2,
+    MTLS_E_INTERNAL = -3,
+    MTLS_E_IO = -4,                 /* a file could not be read or written */
+    MTLS_E_PARSE = -5,              /* certificate, policy or other input not understood */
+    MTLS_E_BUFFER_TOO_SMALL = -6,
+    MTLS_E_NOT_FOUND = -7,          /* no such file, label, object */
+    /* PKCS#12 and keys */
+    MTLS_E_BAD_PASSWORD = -10,
+    MTLS_E_CORRUPT = -11,           /* corrupt or truncated data */
+    MTLS_E_NOT_PKCS12 = -12,
+    MTLS_E_NO_IDENTITY = -13,       /* no private key with a matching certificate */
+    MTLS_E_UNSUPPORTED = -14,       /* unsupported algorithm; the message names it */
+    MTLS_E_KEY_MISMATCH = -15,      /* the private key does not match the certificate */
+    MTLS_E_LIMIT = -16,             /* input size or KDF iteration count over a safety limit */
+    /* store */
+    MTLS_E_DUPLICATE = -20,
+    MTLS_E_BAD_SECRET = -21,
+    MTLS_E_NOT_A_STORE = -22,
+    MTLS_E_SCHEMA_TOO_NEW = -23,
+    MTLS_E_LOCKED = -24,
+    MTLS_E_READ_ONLY = -25,
+    MTLS_E_DISK_FULL = -26,
+    /* trust */
+    MTLS_E_INVALID_POLICY = -30,
+    MTLS_E_UNTRUSTED = -31,
+    /* connections */
+    MTLS_E_CONNECT = -40,
+    MTLS_E_TIMEOUT = -41,
+    MTLS_E_HANDSHAKE = -42,
+    MTLS_E_PEER_ALERT = -43,
+    MTLS_E_WANT_READ = -44,
+    MTLS_E_WANT_WRITE = -45,
+    MTLS_E_CLOSED = -46,
+    MTLS_E_NO_MATCHING_IDENTITY = -47,
+    /* PKCS#11 tokens */
+    MTLS_E_TOKEN = -50,
+    MTLS_E_PIN_INCORRECT = -51,
+    MTLS_E_PIN_LOCKED = -52,
+    MTLS_E_TOKEN_NOT_PRESENT = -53,
+    MTLS_E_TOKEN_REMOVED = -54,
+    MTLS_E_BAD_URI = -55,
+    MTLS_E_PIN_REQUIRED = -56
+} mtls_status;
+
+/* A static English text for a code (unknown codes give "unknown error code"). Never free it. */
+MTLS_EXTERN const char *mtls_strerror(int code);
+/* The stable snake_case name of a code ("bad_password"), as used in JSON output. Static. */
+MTLS_EXTERN const char *mtls_error_name(int code);
+/* The detailed message of the last failed call on this thread, or "" if none. The pointer is
+ * owned by the library and valid until the next failing call on the same thread. */
+MTLS_EXTERN const char *mtls_last_error(void);
+
+/* Free a string the library returned through a `char **` out-parameter. NULL is a no-op. */
+MTLS_EXTERN void mtls_string_free(char *s);
+/* Free a buffer the library returned through a `uint8_t **` out-parameter. NULL is a no-op. */
+MTLS_EXTERN void mtls_bytes_free(uint8_t *b);
+
+/* ======================================================================================
+ * Certificates. An mtls_cert is immutable and reference counted: share it across threads
+ * freely; each mtls_cert_ref needs one mtls_cert_free.
+ * ====================================================================================== */
+
+typedef struct mtls_cert mtls_cert;
+
+/* Parse the first certificate of DER, PEM (one or many) or PKCS#7 data into *out.
+ * Free *out with mtls_cert_free. MTLS_E_PARSE when there is no certificate. */
+MTLS_EXTERN int mtls_cert_parse(const uint8_t *data, size_t len, mtls_cert **out);
+/* Parse every certificate of DER, PEM or PKCS#7 data into a new array of *count handles.
+ * Free the array and its handles with mtls_cert_list_free(*out, *count). */
+MTLS_EXTERN int mtls_cert_list_parse(const uint8_t *data, size_t len, mtls_cert ***out, size_t *count);
+/* Same as mtls_cert_list_parse, reading the file at `path`. */
+MTLS_EXTERN int mtls_cert_list_load(const char *path, mtls_cert ***out, size_t *count);
+/* Free an array from mtls_cert_list_* and every handle in it. NULL is a no-op. */
+MTLS_EXTERN void mtls_cert_list_free(mtls_cert **list, size_t count);
+/* Add a reference; returns `cert` (NULL gives NULL). Free each reference with mtls_cert_free. */
+MTLS_EXTERN mtls_cert *mtls_cert_ref(mtls_cert *cert);
+/* Drop a reference. NULL is a no-op. */
+MTLS_EXTERN void mtls_cert_free(mtls_cert *cert);
+
+/* The DER bytes. *data is owned by the certificate and valid while the handle lives. */
+MTLS_EXTERN int mtls_cert_der(const mtls_cert *cert, const uint8_t **data, size_t *len);
+/* The PEM text. Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_cert_pem(const mtls_cert *cert, char **out);
+/* Subject / issuer as RFC 4514 text; the subject's CN (or the whole subject) as a summary;
+ * the serial number as lowercase hex. Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_cert_subject(const mtls_cert *cert, char **out);
+MTLS_EXTERN int mtls_cert_issuer(const mtls_cert *cert, char **out);
+MTLS_EXTERN int mtls_cert_subject_summary(const mtls_cert *cert, char **out);
+MTLS_EXTERN int mtls_cert_serial_hex(const mtls_cert *cert, char **out);
+/* SHA-256 of the DER as 64 lowercase hex digits; SHA-256 of the SubjectPublicKeyInfo as hex and
+ * as the pin form "sha256/BASE64". Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_cert_sha256_hex(const mtls_cert *cert, char **out);
+MTLS_EXTERN int mtls_cert_spki_sha256_hex(const mtls_cert *cert, char **out);
+MTLS_EXTERN int mtls_cert_spki_pin(const mtls_cert *cert, char **out);
+/* SHA-256 of the DER into the caller's buffer of out_len >= 32 bytes
+ * (MTLS_E_BUFFER_TOO_SMALL otherwise). */
+MTLS_EXTERN int mtls_cert_sha256(const mtls_cert *cert, uint8_t *out, size_t out_len);
+/* Validity as seconds since the Unix epoch (UTC). */
+MTLS_EXTERN int mtls_cert_validity(const mtls_cert *cert, int64_t *not_before, int64_t *not_after);
+
+/* Subject alternative name kinds. */
+#define MTLS_SAN_DNS 1
+#define MTLS_SAN_IP 2
+#define MTLS_SAN_EMAIL 3
+#define MTLS_SAN_URI 4
+/* Number of SANs (DNS, IP, email, URI), and the index-th one: *kind is an MTLS_SAN_* value and
+ * *value its text (IP addresses in inet_ntop form). Free *value with mtls_string_free. */
+MTLS_EXTERN int mtls_cert_san_count(const mtls_cert *cert, size_t *count);
+MTLS_EXTERN int mtls_cert_san(const mtls_cert *cert, size_t index, int *kind, char **value);
+/* Key type: *name is "rsa2048", "p256", "p384", "p521", "ed25519"...; *bits its size.
+ * Free *name with mtls_string_free. */
+MTLS_EXTERN int mtls_cert_key_type(const mtls_cert *cert, char **name, int *bits);
+/* basicConstraints: *present 0/1, *is_ca 0/1, *path_len -1 when absent. */
+MTLS_EXTERN int mtls_cert_basic_constraints(const mtls_cert *cert, int *present, int *is_ca, int *path_len);
+/* keyUsage bits (0x80 digitalSignature, 0x40 nonRepudiation, 0x20 keyEncipherment,
+ * 0x10 dataEncipherment, 0x08 keyAgreement, 0x04 keyCertSign, 0x02 cRLSign). */
+MTLS_EXTERN int mtls_cert_key_usage(const mtls_cert *cert, int *present, unsigned int *bits);
+/* Extended key usages as dotted OIDs ("1.3.6.1.5.5.7.3.2" is clientAuth).
+ * Free *oid with mtls_string_free. */
+MTLS_EXTERN int mtls_cert_eku_count(const mtls_cert *cert, size_t *count);
+MTLS_EXTERN int mtls_cert_eku(const mtls_cert *cert, size_t index, char **oid);
+
+/* ======================================================================================
+ * Identities and PKCS#12 (issue: foundation)
+ * ====================================================================================== */
+
+/* ======================================================================================
+ * Trust policies and evaluation (issue: trust)
+ * ====================================================================================== */
+
+/* ======================================================================================
+ * Credential store (issue: store)
+ * ====================================================================================== */
+
+/* ======================================================================================
+ * Connections (issue: connections)
+ * ====================================================================================== */
+
+/* ======================================================================================
+ * PKCS#11 tokens
+ * ====================================================================================== */
+
+/* ======================================================================================
+ * Issuing: a private PKI (issue: pki)
+ * ====================================================================================== */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MTLS_H */

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the system packages libmtls needs to build, test, benchmark and demo, when missing.
+# Runs apt-get as root (or through sudo); does nothing when everything is present.
+set -euo pipefail
+pkgs=(
+  pkg-config libssl-dev openssl libp11-kit-dev p11-kit libsqlite3-dev sqlite3
+  softhsm2 opensc gnutls-bin nginx-light curl libcurl4-openssl-dev
+  python3 python3-pip ca-certificates
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Python test tools (PyPI): pytest, and cryptography as one of the PKCS#12 producers.
+PY=${PYTHON:-python3}
+$PY - <<'PYEOF' || $PY -m pip install -q pytest cryptography
+import pytest, cryptography  # noqa: F401
+PYEOF
+command -v keytool >/dev/null || echo "install-deps: note: keytool (JDK) not found; Java keystore producer tests need it" >&2
+true
