@@ -40,6 +40,14 @@ public final class TLSConnection: @unchecked Sendable {
     /// available, so they are spelled out), ``MTLSError/Code/peerAlert`` (the server refused us,
     /// with its alert), ``MTLSError/Code/noMatchingIdentity``, ``MTLSError/Code/handshake``.
     public static func connect(host: String, port: UInt16, options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
+        let conn = try open(host: host, port: port, options: options)
+        if !options.nonBlocking { try conn.handshake() }
+        return conn
+    }
+
+    /// Connects the socket and prepares TLS without starting the handshake; ``handshake()``
+    /// runs it. Lets the caller read ``evaluation`` and ``peerChain`` when the handshake fails.
+    public static func open(host: String, port: UInt16, options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
         guard !host.isEmpty else { throw MTLSError(.invalidArgument, "host must not be empty") }
         let fd = try Socket.connect(host: host, port: port, deadline: Deadline(seconds: options.connectTimeout))
         let conn: TLSConnection
@@ -49,7 +57,6 @@ public final class TLSConnection: @unchecked Sendable {
             Glibc.close(fd)
             throw error
         }
-        if !options.nonBlocking { try conn.handshake() }
         return conn
     }
 
@@ -214,9 +221,12 @@ public final class TLSConnection: @unchecked Sendable {
 
     /// Reads up to `buffer.count` bytes; returns 0 when the peer closed the connection.
     public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        try read(into: buffer, deadline: Deadline(seconds: ioTimeout))
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer, deadline: Deadline) throws -> Int {
         try handshake()
         guard buffer.count > 0 else { return 0 }
-        let deadline = Deadline(seconds: ioTimeout)
         while true {
             OpenSSLErrorQueue.clear()
             var n = 0
@@ -237,9 +247,11 @@ public final class TLSConnection: @unchecked Sendable {
     }
 
     /// Reads up to `maxLength` bytes (empty when the peer closed the connection).
-    public func read(maxLength: Int = 16384) throws -> [UInt8] {
+    /// `timeout` (seconds) overrides the options' I/O timeout for this call.
+    public func read(maxLength: Int = 16384, timeout: Double? = nil) throws -> [UInt8] {
         var buf = [UInt8](repeating: 0, count: max(maxLength, 1))
-        let n = try buf.withUnsafeMutableBytes { try read(into: $0) }
+        let deadline = Deadline(seconds: timeout ?? ioTimeout)
+        let n = try buf.withUnsafeMutableBytes { try read(into: $0, deadline: deadline) }
         return Array(buf[0..<n])
     }
 
@@ -345,6 +357,7 @@ public final class TLSConnection: @unchecked Sendable {
 
     /// The chain the peer presented, leaf first, as sent.
     public var peerChain: [Certificate] {
+        if SSL_get0_peer_certificate(ssl) == nil { return state.presentedChain }
         var out: [Certificate] = []
         if let leaf = peerCertificate { out.append(leaf) }
         if let sk = SSL_get_peer_cert_chain(ssl) {

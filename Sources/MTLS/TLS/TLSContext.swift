@@ -37,6 +37,8 @@ final class TLSHandshakeState {
     var validationName: String?
     /// Our evaluation of the peer's chain, from inside OpenSSL's verification.
     var evaluation: TrustResult?
+    /// The chain the peer presented, as our verification saw it (kept even when it failed).
+    var presentedChain: [Certificate] = []
     /// The alert the peer sent us, in OpenSSL's words ("certificate required").
     var receivedAlert: String?
     /// The alert we sent.
@@ -273,6 +275,7 @@ final class TLSContext: @unchecked Sendable {
                 if chain.first != c { chain.append(c) }
             }
         }
+        state.presentedChain = chain
         let result = config.policy.evaluate(chain: chain, host: state.validationName, purpose: config.purpose, at: nil)
         state.evaluation = result
         if result.trusted {

@@ -94,3 +94,20 @@ public struct TLSServerOptions: @unchecked Sendable {
 
     public init(identity: Identity) { self.identity = identity }
 }
+
+extension ClientIdentity {
+    /// The identity in a PKCS#12 file (its first private key).
+    public static func pkcs12(path: String, password: SecretBytes?) throws -> ClientIdentity {
+        .identity(try PKCS12.load(path: path, password: password).requireIdentity())
+    }
+
+    /// The identity stored under `label`.
+    public static func stored(label: String, in store: CredentialStore) throws -> ClientIdentity {
+        .identity(try store.identity(label: label))
+    }
+
+    /// Automatic choice among every identity in `store` (see ``automatic(_:)``).
+    public static func automatic(from store: CredentialStore) throws -> ClientIdentity {
+        .automatic(try store.identities())
+    }
+}
