@@ -44,6 +44,8 @@ static inline void mtls_ossl_sk_X509_CRL_pop_free(STACK_OF(X509_CRL) *sk) { sk_X
 static inline int mtls_ossl_sk_GENERAL_NAME_num(const GENERAL_NAMES *sk) { return sk_GENERAL_NAME_num(sk); }
 static inline GENERAL_NAME *mtls_ossl_sk_GENERAL_NAME_value(const GENERAL_NAMES *sk, int i) { return sk_GENERAL_NAME_value(sk, i); }
 static inline void mtls_ossl_GENERAL_NAMES_free(GENERAL_NAMES *gens) { GENERAL_NAMES_free(gens); }
+static inline GENERAL_NAMES *mtls_ossl_GENERAL_NAMES_new(void) { return GENERAL_NAMES_new(); }
+static inline int mtls_ossl_sk_GENERAL_NAME_push(GENERAL_NAMES *sk, GENERAL_NAME *g) { return sk_GENERAL_NAME_push(sk, g); }
 
 static inline int mtls_ossl_sk_ASN1_OBJECT_num(const STACK_OF(ASN1_OBJECT) *sk) { return sk_ASN1_OBJECT_num(sk); }
 static inline ASN1_OBJECT *mtls_ossl_sk_ASN1_OBJECT_value(const STACK_OF(ASN1_OBJECT) *sk, int i) { return sk_ASN1_OBJECT_value(sk, i); }
