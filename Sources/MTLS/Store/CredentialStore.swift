@@ -1,0 +1,546 @@
+internal import COpenSSL
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A labeled credential store in one SQLite file: identities (private key sealed at rest, leaf,
+/// chain), certificates, and references to token identities.
+///
+/// - Private keys are sealed with AES-256-GCM under a random data key, with the item's class and
+///   label as associated data; the data key is wrapped by a key derived once per open from the
+///   store secret (scrypt, parameters kept in the file). Nothing secret is written in the clear,
+///   so the WAL and any journal hold only ciphertext.
+/// - The file is in WAL mode with `synchronous=FULL`; writes take the write lock up front and
+///   wait up to the busy timeout for other connections (threads or processes).
+/// - Safe to share across threads: calls are serialised on one connection. Open one store per
+///   process or per thread as you like; several processes may use one file at once.
+public final class CredentialStore: @unchecked Sendable {
+    /// Options for opening a store.
+    public struct Options: Sendable {
+        /// How long to wait for another connection's lock before failing with
+        /// ``MTLSError/Code/locked``, in milliseconds.
+        public var busyTimeoutMilliseconds: Int32 = 10_000
+        /// Create the store (and its directory, mode 0700) when the file does not exist.
+        public var create = true
+        /// scrypt parameters for a new store (an existing store keeps the ones in its file).
+        public var kdf = StoreKDFParameters.default
+        /// How many decoded identities to keep in memory.
+        public var identityCacheSize = 1024
+
+        public init() {}
+    }
+
+    /// The schema version this library writes. Older files are migrated on open.
+    public static let schemaVersion = 2
+    /// SQLite `application_id` of a libmtls store ("mTLS").
+    static let applicationID: Int64 = 0x6D54_4C53
+    private static let dataKeyAAD = Array("libmtls-store/data-key/v1".utf8)
+
+    /// The file's path.
+    public let path: String
+    private let db: SQLiteDatabase
+    private let lock = StoreLock()
+    private var dataKey: SecretBytes
+    private let options: Options
+    private var cache: [Int64: (generation: Int64, identity: Identity)] = [:]
+
+    /// Opens the store at `path`, creating it (mode 0600, directory 0700) when it does not exist.
+    ///
+    /// Throws ``MTLSError/Code/badSecret`` for a wrong secret (nothing is written),
+    /// ``MTLSError/Code/notAStore`` for a file that is not a libmtls store,
+    /// ``MTLSError/Code/schemaTooNew`` for a store from a newer libmtls,
+    /// ``MTLSError/Code/readOnly`` when the location cannot be written,
+    /// ``MTLSError/Code/locked`` when another user holds the store beyond the busy timeout.
+    public init(path: String, secret: StoreSecret, options: Options = Options()) throws {
+        guard !path.isEmpty else { throw MTLSError(.invalidArgument, "the store path is empty") }
+        self.path = path
+        self.options = options
+        try CredentialStore.prepareFile(path, create: options.create)
+        db = try SQLiteDatabase(path: path, create: false)
+        try db.setBusyTimeout(milliseconds: options.busyTimeoutMilliseconds)
+        dataKey = SecretBytes([])
+        try db.execute("PRAGMA secure_delete=ON; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON")
+        dataKey = try openOrInitialise(secret: secret)
+    }
+
+    /// Closes the connection and wipes the data key. Further calls fail with
+    /// ``MTLSError/Code/invalidArgument``. Also done on deinit.
+    public func close() {
+        lock.with {
+            db.close()
+            dataKey = SecretBytes([])
+            cache.removeAll()
+        }
+    }
+
+    // MARK: opening
+
+    /// Creates the directory (0700) and the file (0600) if needed, so that SQLite (which gives
+    /// its WAL and shared-memory files the main file's mode) never creates anything wider.
+    private static func prepareFile(_ path: String, create: Bool) throws {
+        if access(path, F_OK) == 0 { return }
+        guard create else { throw MTLSError(.notFound, "no store at \(path)") }
+        let dir = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
+        try makeDirectories(dir.isEmpty ? "/" : dir)
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        if fd < 0 {
+            let err = errno
+            if err == EEXIST { return }
+            throw fileError(err, "cannot create the store \(path)")
+        }
+        Glibc.close(fd)
+    }
+
+    private static func makeDirectories(_ dir: String) throws {
+        var st = stat()
+        if stat(dir, &st) == 0 { return }
+        if let slash = dir.lastIndex(of: "/"), slash != dir.startIndex {
+            try makeDirectories(String(dir[..<slash]))
+        }
+        if mkdir(dir, 0o700) != 0 && errno != EEXIST {
+            throw fileError(errno, "cannot create the directory \(dir)")
+        }
+    }
+
+    private static func fileError(_ err: Int32, _ what: String) -> MTLSError {
+        let text = "\(what): \(String(cString: strerror(err)))"
+        switch err {
+        case EACCES, EROFS, EPERM: return MTLSError(.readOnly, text)
+        case ENOSPC, EDQUOT: return MTLSError(.diskFull, text)
+        default: return MTLSError(.io, text)
+        }
+    }
+
+    private enum FileState { case empty, store(version: Int64) }
+
+    private func fileState() throws -> FileState {
+        let appID = try db.integer("PRAGMA application_id")
+        let version = try db.integer("PRAGMA user_version")
+        if appID == CredentialStore.applicationID { return .store(version: version) }
+        let objects = try db.integer("SELECT count(*) FROM sqlite_master")
+        if appID == 0 && objects == 0 && version == 0 { return .empty }
+        throw MTLSError(.notAStore, "\(path) is an SQLite database but not a libmtls store")
+    }
+
+    private func openOrInitialise(secret: StoreSecret) throws -> SecretBytes {
+        if case .store(let version) = try fileState() {
+            return try unlockExisting(secret: secret, version: version)
+        }
+        // A new store: derive outside the write lock (scrypt takes a while), then initialise
+        // unless another process got there first.
+        let salt = try StoreCrypto.random(16)
+        let newKey = try StoreCrypto.newKey()
+        let kek = try StoreCrypto.deriveKEK(secret, salt: salt, parameters: options.kdf)
+        let wrapped = try StoreCrypto.seal(newKey, key: kek, aad: CredentialStore.dataKeyAAD)
+        _ = try db.text("PRAGMA journal_mode=WAL")
+        let created: Bool = try db.writeTransaction {
+            guard case .empty = try fileState() else { return false }
+            for step in CredentialStore.migrations { try db.execute(step) }
+            try db.execute("PRAGMA application_id=\(CredentialStore.applicationID); PRAGMA user_version=\(CredentialStore.schemaVersion)")
+            try writeSecretHeader(secret: secret, salt: salt, parameters: options.kdf, wrapped: wrapped)
+            return true
+        }
+        if created { return newKey }
+        guard case .store(let version) = try fileState() else {
+            throw MTLSError(.internal, "the store was neither created nor found")
+        }
+        return try unlockExisting(secret: secret, version: version)
+    }
+
+    private func writeSecretHeader(secret: StoreSecret, salt: [UInt8], parameters: StoreKDFParameters, wrapped: [UInt8]) throws {
+        let put = try db.statement("INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)")
+        try put.bind(.text("kdf"), .text(secret.kind)).run()
+        try db.statement("INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)")
+            .bind(.text("kdf_params"), .text("\(parameters.logN),\(parameters.r),\(parameters.p)")).run()
+        try db.statement("INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)").bind(.text("salt"), .blob(salt)).run()
+        try db.statement("INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)").bind(.text("wrapped_key"), .blob(wrapped)).run()
+    }
+
+    private struct SecretHeader {
+        var kind: String
+        var parameters: StoreKDFParameters
+        var salt: [UInt8]
+        var wrapped: [UInt8]
+    }
+
+    private func readSecretHeader() throws -> SecretHeader {
+        var values: [String: SQLiteDatabase.Value] = [:]
+        let s = try db.statement("SELECT name, value FROM meta")
+        while try s.step() {
+            guard let name = s.text(0) else { continue }
+            values[name] = name == "salt" || name == "wrapped_key" ? .blob(s.blob(1)) : .text(s.text(1) ?? "")
+        }
+        guard case .text(let kind)? = values["kdf"], case .text(let params)? = values["kdf_params"],
+              case .blob(let salt)? = values["salt"], case .blob(let wrapped)? = values["wrapped_key"] else {
+            throw MTLSError(.notAStore, "\(path) has no libmtls store header")
+        }
+        let p = params.split(separator: ",").compactMap { Int($0) }
+        guard p.count == 3 else { throw MTLSError(.corrupt, "the store header's KDF parameters are unreadable") }
+        return SecretHeader(kind: kind, parameters: StoreKDFParameters(logN: p[0], r: p[1], p: p[2]), salt: salt, wrapped: wrapped)
+    }
+
+    private func unlockExisting(secret: StoreSecret, version: Int64) throws -> SecretBytes {
+        guard version <= CredentialStore.schemaVersion else {
+            throw MTLSError(.schemaTooNew, "\(path) has schema version \(version); this libmtls reads up to \(CredentialStore.schemaVersion)")
+        }
+        let header = try db.readTransaction { try readSecretHeader() }
+        guard header.kind == secret.kind else {
+            throw MTLSError(.badSecret, header.kind == "key"
+                            ? "wrong store secret: this store is opened with a 32-byte key, not a passphrase"
+                            : "wrong store secret: this store is opened with a passphrase, not a 32-byte key")
+        }
+        let kek = try StoreCrypto.deriveKEK(secret, salt: header.salt, parameters: header.parameters)
+        guard let key = try StoreCrypto.open(header.wrapped, key: kek, aad: CredentialStore.dataKeyAAD) else {
+            throw MTLSError(.badSecret, "wrong store secret for \(path)")
+        }
+        if version < CredentialStore.schemaVersion { try migrate() }
+        return key
+    }
+
+    /// Schema steps: `migrations[i]` takes a store from version `i` to `i + 1`.
+    static let migrations: [String] = [
+        """
+        CREATE TABLE meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
+        CREATE TABLE items (
+            id INTEGER PRIMARY KEY,
+            class INTEGER NOT NULL,
+            label TEXT NOT NULL,
+            subject TEXT NOT NULL,
+            subject_cn TEXT,
+            issuer TEXT NOT NULL,
+            not_after INTEGER NOT NULL,
+            leaf_sha256 TEXT NOT NULL,
+            chain_sha256 TEXT NOT NULL,
+            leaf BLOB NOT NULL,
+            chain BLOB NOT NULL,
+            sealed_key BLOB,
+            token_uri TEXT,
+            generation INTEGER NOT NULL,
+            created INTEGER NOT NULL,
+            modified INTEGER NOT NULL,
+            UNIQUE (class, label)
+        );
+        """,
+        """
+        CREATE INDEX items_leaf_sha256 ON items(leaf_sha256);
+        CREATE INDEX items_subject ON items(subject);
+        CREATE INDEX items_subject_cn ON items(subject_cn);
+        """,
+    ]
+
+    /// Brings an older store to ``schemaVersion`` in one transaction.
+    private func migrate() throws {
+        try db.writeTransaction {
+            let version = Int(try db.integer("PRAGMA user_version"))
+            guard version < CredentialStore.schemaVersion else { return }
+            for step in CredentialStore.migrations[version...] { try db.execute(step) }
+            try db.execute("PRAGMA user_version=\(CredentialStore.schemaVersion)")
+        }
+    }
+
+    // MARK: putting items
+
+    private static func aad(_ itemClass: StoreItemClass, _ label: String) -> [UInt8] {
+        Array("libmtls-store/item/v1\u{0}\(itemClass.rawValue)\u{0}\(label)".utf8)
+    }
+
+    private func checkLabel(_ label: String) throws {
+        guard !label.isEmpty, label.utf8.count <= 1024, !label.utf8.contains(0) else {
+            throw MTLSError(.invalidArgument, "a label must be 1 to 1024 bytes of UTF-8 without NUL")
+        }
+    }
+
+    /// Stores `identity` under `label`. Without `replace`, an existing identity with that label is
+    /// ``MTLSError/Code/duplicate``; with it, the old item is swapped for the new one in one
+    /// transaction (readers see one or the other, never neither).
+    public func putIdentity(_ identity: Identity, label: String, replace: Bool = false) throws {
+        try checkLabel(label)
+        let sealed = try StoreCrypto.seal(try StoreCrypto.pkcs8(identity.privateKey), key: lock.with { dataKey },
+                                          aad: CredentialStore.aad(.identity, label))
+        try put(.identity, label: label, leaf: identity.leaf, chain: identity.chain, sealedKey: sealed, tokenURI: nil, replace: replace)
+    }
+
+    /// Stores a certificate under `label` (``StoreItemClass/certificate``).
+    public func putCertificate(_ certificate: Certificate, label: String, replace: Bool = false) throws {
+        try checkLabel(label)
+        try put(.certificate, label: label, leaf: certificate, chain: [], sealedKey: nil, tokenURI: nil, replace: replace)
+    }
+
+    /// Stores a reference to a token identity: the `pkcs11:` URI of its key, its certificate and
+    /// optionally the chain above it. `chain` may be unordered; it is ordered leaf → root.
+    public func putTokenIdentity(uri: String, certificate: Certificate, chain: [Certificate] = [],
+                                 label: String, replace: Bool = false) throws {
+        try checkLabel(label)
+        guard uri.hasPrefix("pkcs11:") else { throw MTLSError(.badURI, "a token identity's URI must start with pkcs11: (got \"\(uri)\")") }
+        let (path, _) = Identity.buildChain(from: certificate, using: chain.filter { $0 != certificate })
+        try put(.tokenIdentity, label: label, leaf: certificate, chain: path, sealedKey: nil, tokenURI: uri, replace: replace)
+    }
+
+    private func put(_ itemClass: StoreItemClass, label: String, leaf: Certificate, chain: [Certificate],
+                     sealedKey: [UInt8]?, tokenURI: String?, replace: Bool) throws {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let generation = Int64.random(in: 1...Int64.max)
+        let chainDER = chain.flatMap { $0.der }
+        let sql = """
+            INSERT INTO items (class, label, subject, subject_cn, issuer, not_after, leaf_sha256, chain_sha256,
+                               leaf, chain, sealed_key, token_uri, generation, created, modified)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14)
+            """ + (replace ? """
+             ON CONFLICT (class, label) DO UPDATE SET subject=excluded.subject, subject_cn=excluded.subject_cn,
+                issuer=excluded.issuer, not_after=excluded.not_after, leaf_sha256=excluded.leaf_sha256,
+                chain_sha256=excluded.chain_sha256, leaf=excluded.leaf, chain=excluded.chain,
+                sealed_key=excluded.sealed_key, token_uri=excluded.token_uri, generation=excluded.generation,
+                modified=excluded.modified
+            """ : "")
+        let notAfter = Int64(leaf.notAfter.timeIntervalSince1970)
+        try lock.with {
+            do {
+                try db.writeTransaction {
+                    try db.statement(sql).bind(
+                        .int(Int64(itemClass.rawValue)), .text(label), .text(leaf.subject),
+                        leaf.commonName.map { .text($0) } ?? .null, .text(leaf.issuer), .int(notAfter),
+                        .text(leaf.sha256Hex), .text(chain.map(\.sha256Hex).joined(separator: ",")),
+                        .blob(leaf.der), .blob(chainDER), sealedKey.map { .blob($0) } ?? .null,
+                        tokenURI.map { .text($0) } ?? .null, .int(generation), .int(now)
+                    ).run()
+                }
+            } catch let e as MTLSError where e.code == .duplicate {
+                throw MTLSError(.duplicate, "an item of class \(itemClass.name) labelled \"\(label)\" already exists (replace it to overwrite)")
+            }
+        }
+    }
+
+    // MARK: getting items
+
+    /// The identity stored under `label`, decrypted. Throws ``MTLSError/Code/notFound``.
+    ///
+    /// Decoded identities are cached per row and generation: a replace by any connection (in
+    /// this process or another) changes the generation, so a stale identity is never returned.
+    public func identity(label: String) throws -> Identity {
+        try lock.with {
+            let s = try db.statement("SELECT id, generation, leaf, chain, sealed_key FROM items WHERE class = 1 AND label = ?")
+            defer { s.reset() }
+            s.bind(.text(label))
+            guard try s.step() else { throw MTLSError(.notFound, "no identity labelled \"\(label)\" in the store") }
+            return try decodeIdentity(s, label: label)
+        }
+    }
+
+    /// Decodes the current row of a statement selecting `id, generation, leaf, chain, sealed_key`.
+    /// Called with the lock held.
+    private func decodeIdentity(_ s: SQLiteDatabase.Statement, label: String) throws -> Identity {
+        let id = s.int64(0), generation = s.int64(1)
+        if let hit = cache[id], hit.generation == generation { return hit.identity }
+        let leaf = try Certificate(der: s.blob(2))
+        let chain = try CredentialStore.splitDER(s.blob(3))
+        guard let plain = try StoreCrypto.open(s.blob(4), key: dataKey, aad: CredentialStore.aad(.identity, label)) else {
+            throw MTLSError(.corrupt, "the sealed key of \"\(label)\" does not authenticate: it was altered or moved from another row")
+        }
+        let key = try StoreCrypto.privateKey(pkcs8: plain)
+        let identity = try Identity(privateKey: key, leaf: leaf, certificates: chain, friendlyName: label)
+        if cache.count >= max(options.identityCacheSize, 1) { cache.remove(at: cache.startIndex) }
+        if options.identityCacheSize > 0 { cache[id] = (generation, identity) }
+        return identity
+    }
+
+    /// Every stored identity (decrypted), in label order — the candidates for automatic
+    /// identity selection. Token references are not included (see ``tokenIdentities()``).
+    public func identities() throws -> [Identity] {
+        try lock.with {
+            try db.readTransaction {
+                let s = try db.statement("SELECT id, generation, leaf, chain, sealed_key, label FROM items WHERE class = 1 ORDER BY label")
+                defer { s.reset() }
+                var out: [Identity] = []
+                while try s.step() { out.append(try decodeIdentity(s, label: s.text(5) ?? "")) }
+                return out
+            }
+        }
+    }
+
+    /// The certificate stored under `label` (class certificate). Throws ``MTLSError/Code/notFound``.
+    public func certificate(label: String) throws -> Certificate {
+        try lock.with {
+            let s = try db.statement("SELECT leaf FROM items WHERE class = 2 AND label = ?")
+            defer { s.reset() }
+            s.bind(.text(label))
+            guard try s.step() else { throw MTLSError(.notFound, "no certificate labelled \"\(label)\" in the store") }
+            return try Certificate(der: s.blob(0))
+        }
+    }
+
+    /// The token identity reference stored under `label`. Throws ``MTLSError/Code/notFound``.
+    public func tokenIdentity(label: String) throws -> StoreTokenReference {
+        try lock.with {
+            let s = try db.statement("SELECT token_uri, leaf, chain FROM items WHERE class = 3 AND label = ?")
+            defer { s.reset() }
+            s.bind(.text(label))
+            guard try s.step() else { throw MTLSError(.notFound, "no token identity labelled \"\(label)\" in the store") }
+            return StoreTokenReference(label: label, uri: s.text(0) ?? "", certificate: try Certificate(der: s.blob(1)),
+                                       chain: try CredentialStore.splitDER(s.blob(2)))
+        }
+    }
+
+    /// Every token identity reference, in label order.
+    public func tokenIdentities() throws -> [StoreTokenReference] {
+        try list(itemClass: .tokenIdentity).map { try tokenIdentity(label: $0.label) }
+    }
+
+    /// Splits concatenated DER certificates.
+    static func splitDER(_ blob: [UInt8]) throws -> [Certificate] {
+        var out: [Certificate] = []
+        try blob.withUnsafeBufferPointer { buf in
+            guard let base = buf.baseAddress else { return }
+            var p: UnsafePointer<UInt8>? = base
+            while let cur = p, cur < base + buf.count {
+                guard let x = d2i_X509(nil, &p, base + buf.count - cur) else {
+                    throw MTLSError.openSSL(.corrupt, "a stored chain certificate cannot be decoded")
+                }
+                out.append(try Certificate(takingOwnership: x))
+            }
+        }
+        return out
+    }
+
+    // MARK: metadata
+
+    private static let infoColumns = "label, class, subject, issuer, not_after, leaf_sha256, chain_sha256, token_uri, created, modified"
+
+    private static func info(_ s: SQLiteDatabase.Statement) -> StoreItemInfo {
+        let chain = s.text(6) ?? ""
+        return StoreItemInfo(
+            label: s.text(0) ?? "", itemClass: StoreItemClass(rawValue: Int32(s.int64(1))) ?? .certificate,
+            subject: s.text(2) ?? "", issuer: s.text(3) ?? "",
+            notAfter: Date(timeIntervalSince1970: Double(s.int64(4))), leafSHA256: s.text(5) ?? "",
+            chainSHA256: chain.isEmpty ? [] : chain.split(separator: ",").map(String.init),
+            tokenURI: s.isNull(7) ? nil : s.text(7),
+            created: Date(timeIntervalSince1970: Double(s.int64(8)) / 1000),
+            modified: Date(timeIntervalSince1970: Double(s.int64(9)) / 1000))
+    }
+
+    private func infos(_ sql: String, _ values: SQLiteDatabase.Value...) throws -> [StoreItemInfo] {
+        try lock.with {
+            let s = try db.statement("SELECT \(CredentialStore.infoColumns) FROM items \(sql)")
+            defer { s.reset() }
+            s.bind(values: values)
+            var out: [StoreItemInfo] = []
+            while try s.step() { out.append(CredentialStore.info(s)) }
+            return out
+        }
+    }
+
+    /// Metadata of the item labelled `label` in `itemClass`, or — with no class — of the first
+    /// match in the order identity, certificate, token identity. Decrypts nothing.
+    /// Throws ``MTLSError/Code/notFound``.
+    public func info(label: String, itemClass: StoreItemClass? = nil) throws -> StoreItemInfo {
+        let found: [StoreItemInfo]
+        if let itemClass {
+            found = try infos("WHERE class = ? AND label = ?", .int(Int64(itemClass.rawValue)), .text(label))
+        } else {
+            found = try infos("WHERE label = ? ORDER BY class", .text(label))
+        }
+        guard let first = found.first else {
+            throw MTLSError(.notFound, "no \(itemClass?.name ?? "item") labelled \"\(label)\" in the store")
+        }
+        return first
+    }
+
+    /// Metadata of every item (or every item of one class), ordered by label then class.
+    public func list(itemClass: StoreItemClass? = nil) throws -> [StoreItemInfo] {
+        if let itemClass { return try infos("WHERE class = ? ORDER BY label", .int(Int64(itemClass.rawValue))) }
+        return try infos("ORDER BY label, class")
+    }
+
+    /// Items whose leaf certificate has this SHA-256 fingerprint (hex, any case, colons allowed).
+    public func find(sha256 fingerprint: String) throws -> [StoreItemInfo] {
+        let hex = fingerprint.lowercased().filter { $0 != ":" }
+        guard hex.count == 64, hex.allSatisfy({ $0.isHexDigit }) else {
+            throw MTLSError(.invalidArgument, "a SHA-256 fingerprint is 64 hex digits (got \"\(fingerprint)\")")
+        }
+        return try infos("WHERE leaf_sha256 = ? ORDER BY label, class", .text(hex))
+    }
+
+    /// Items whose leaf subject is `subject` (RFC 4514 text, exactly as ``StoreItemInfo/subject``
+    /// shows it) or whose subject common name is `subject`.
+    public func find(subject: String) throws -> [StoreItemInfo] {
+        try infos("WHERE subject = ?1 OR subject_cn = ?1 ORDER BY label, class", .text(subject))
+    }
+
+    // MARK: deleting
+
+    /// Deletes the item labelled `label` in `itemClass`, or with no class every item with that
+    /// label. Returns how many were deleted; throws ``MTLSError/Code/notFound`` when none.
+    @discardableResult
+    public func delete(label: String, itemClass: StoreItemClass? = nil) throws -> Int {
+        let n: Int = try lock.with {
+            try db.writeTransaction {
+                if let itemClass {
+                    try db.statement("DELETE FROM items WHERE class = ? AND label = ?")
+                        .bind(.int(Int64(itemClass.rawValue)), .text(label)).run()
+                } else {
+                    try db.statement("DELETE FROM items WHERE label = ?").bind(.text(label)).run()
+                }
+                return db.changes
+            }
+        }
+        guard n > 0 else { throw MTLSError(.notFound, "no \(itemClass?.name ?? "item") labelled \"\(label)\" in the store") }
+        return n
+    }
+
+    /// Deletes every item of a class; returns how many.
+    @discardableResult
+    public func deleteAll(itemClass: StoreItemClass) throws -> Int {
+        try lock.with {
+            try db.writeTransaction {
+                try db.statement("DELETE FROM items WHERE class = ?").bind(.int(Int64(itemClass.rawValue))).run()
+                return db.changes
+            }
+        }
+    }
+
+    // MARK: the secret
+
+    /// Re-wraps the data key under a key derived from `newSecret` (with `kdf` for a passphrase),
+    /// in one transaction. Items are not re-encrypted: the data key does not change.
+    public func changeSecret(to newSecret: StoreSecret, kdf: StoreKDFParameters? = nil) throws {
+        let parameters = kdf ?? options.kdf
+        let salt = try StoreCrypto.random(16)
+        let kek = try StoreCrypto.deriveKEK(newSecret, salt: salt, parameters: parameters)
+        try lock.with {
+            let wrapped = try StoreCrypto.seal(dataKey, key: kek, aad: CredentialStore.dataKeyAAD)
+            try db.writeTransaction {
+                try writeSecretHeader(secret: newSecret, salt: salt, parameters: parameters, wrapped: wrapped)
+            }
+        }
+    }
+
+    /// The scrypt parameters in the store's header (nil when opened with a raw key).
+    public func kdfParameters() throws -> StoreKDFParameters? {
+        try lock.with {
+            let h = try db.readTransaction { try readSecretHeader() }
+            return h.kind == "scrypt" ? h.parameters : nil
+        }
+    }
+
+    // MARK: for tests
+
+    /// Runs raw SQL on the store's connection (tests simulate corruption, full disks, locks).
+    func _testExecute(_ sql: String) throws { try lock.with { try db.execute(sql) } }
+    /// One integer from raw SQL (tests).
+    func _testInteger(_ sql: String) throws -> Int64 { try lock.with { try db.integer(sql) } }
+}
+
+/// A mutex for the store's connection.
+final class StoreLock: @unchecked Sendable {
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t> = .allocate(capacity: 1)
+    init() { pthread_mutex_init(mutex, nil) }
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+    func with<T>(_ body: () throws -> T) rethrows -> T {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body()
+    }
+}

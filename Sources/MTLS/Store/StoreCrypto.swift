@@ -1,0 +1,198 @@
+internal import COpenSSL
+import FoundationEssentials
+
+/// The secret that opens a ``CredentialStore``: a passphrase (stretched with scrypt), or a
+/// 32-byte random key kept in a file (used directly as the key-encryption key).
+public enum StoreSecret: Sendable {
+    /// A passphrase; the store derives its key-encryption key with scrypt.
+    case passphrase(SecretBytes)
+    /// A 32-byte key, for example from a key file made with `head -c 32 /dev/urandom`.
+    case key(SecretBytes)
+
+    /// Reads a secret file: exactly 32 bytes is a raw key; anything else is a passphrase (its
+    /// first line, without the line ending).
+    public static func load(path: String) throws -> StoreSecret {
+        var bytes = try FileIO.read(path, limit: 64 * 1024)
+        defer { SecretBytes.wipe(&bytes) }
+        if bytes.count == StoreCrypto.keyLength { return .key(SecretBytes(bytes)) }
+        var end = bytes.firstIndex(of: UInt8(ascii: "\n")) ?? bytes.count
+        if end > 0, bytes[end - 1] == UInt8(ascii: "\r") { end -= 1 }
+        guard end > 0 else { throw MTLSError(.invalidArgument, "the store secret file \(path) is empty") }
+        return .passphrase(SecretBytes(Array(bytes[0..<end])))
+    }
+
+    var kind: String {
+        switch self {
+        case .passphrase: return "scrypt"
+        case .key: return "key"
+        }
+    }
+}
+
+/// scrypt cost parameters, written in the store's header so that a store opens with the
+/// parameters it was made with.
+public struct StoreKDFParameters: Hashable, Sendable {
+    /// log2 of scrypt's N (CPU/memory cost).
+    public var logN: Int
+    /// scrypt's r (block size).
+    public var r: Int
+    /// scrypt's p (parallelism).
+    public var p: Int
+
+    public init(logN: Int, r: Int, p: Int) {
+        self.logN = logN
+        self.r = r
+        self.p = p
+    }
+
+    /// The default: N = 2^17, r = 8, p = 1 (128 MiB, OWASP's recommended scrypt setting).
+    public static let `default` = StoreKDFParameters(logN: 17, r: 8, p: 1)
+    /// A cheap setting for tests only (N = 2^10): never use it for a real store.
+    public static let testing = StoreKDFParameters(logN: 10, r: 8, p: 1)
+
+    /// Memory scrypt needs for these parameters, in bytes.
+    var memory: UInt64 { 128 * UInt64(r) * (UInt64(1) << UInt64(logN) + UInt64(p) + 2) }
+
+    /// Refuses parameters a hostile or damaged header could use to make opening hang or
+    /// exhaust memory (N ≤ 2^22, r ≤ 32, p ≤ 16, ≤ 1 GiB).
+    func validate() throws {
+        guard (1...22).contains(logN), (1...32).contains(r), (1...16).contains(p), memory <= 1 << 30 else {
+            throw MTLSError(.limitExceeded, "scrypt parameters N=2^\(logN) r=\(r) p=\(p) are outside libmtls's limits")
+        }
+    }
+
+    public var description: String { "scrypt N=2^\(logN) r=\(r) p=\(p)" }
+}
+
+/// AES-256-GCM sealing and scrypt, through OpenSSL in libmtls's own library context.
+enum StoreCrypto {
+    static let keyLength = 32
+    static let nonceLength = 12
+    static let tagLength = 16
+
+    /// Random bytes from OpenSSL's DRBG.
+    static func random(_ count: Int) throws -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: count)
+        guard RAND_bytes_ex(LibraryContext.shared.ctx, &out, count, 0) == 1 else {
+            throw MTLSError.openSSL(.internal, "cannot get random bytes")
+        }
+        return out
+    }
+
+    /// A fresh random data key.
+    static func newKey() throws -> SecretBytes {
+        let k = try random(keyLength)
+        return SecretBytes(consume k)
+    }
+
+    /// Derives the key-encryption key from `secret` and `salt`.
+    static func deriveKEK(_ secret: StoreSecret, salt: [UInt8], parameters: StoreKDFParameters) throws -> SecretBytes {
+        switch secret {
+        case .key(let key):
+            guard key.count == keyLength else {
+                throw MTLSError(.invalidArgument, "a store key must be \(keyLength) bytes, not \(key.count)")
+            }
+            return SecretBytes(key.storage)
+        case .passphrase(let pass):
+            guard pass.count > 0 else { throw MTLSError(.invalidArgument, "the store passphrase is empty") }
+            try parameters.validate()
+            var out = [UInt8](repeating: 0, count: keyLength)
+            let ok = pass.withBytes { p in
+                p.withMemoryRebound(to: CChar.self) { c in
+                    EVP_PBE_scrypt_ex(c.baseAddress!, c.count, salt, salt.count,
+                                      UInt64(1) << UInt64(parameters.logN), UInt64(parameters.r), UInt64(parameters.p),
+                                      parameters.memory + (1 << 20), &out, out.count, LibraryContext.shared.ctx, nil)
+                }
+            }
+            guard ok == 1 else {
+                SecretBytes.wipe(&out)
+                throw MTLSError.openSSL(.internal, "scrypt failed")
+            }
+            return SecretBytes(consume out)
+        }
+    }
+
+    private static let cipher: OpaquePointer? = EVP_CIPHER_fetch(LibraryContext.shared.ctx, "AES-256-GCM", nil)
+
+    /// Seals `plaintext` under `key` with AES-256-GCM and a random nonce: nonce ‖ ciphertext ‖ tag.
+    static func seal(_ plaintext: SecretBytes, key: SecretBytes, aad: [UInt8]) throws -> [UInt8] {
+        guard let cipher, let ctx = EVP_CIPHER_CTX_new() else { throw MTLSError.openSSL(.internal, "AES-256-GCM is unavailable") }
+        defer { EVP_CIPHER_CTX_free(ctx) }
+        let nonce = try random(nonceLength)
+        var out = [UInt8](repeating: 0, count: nonceLength + plaintext.count + tagLength)
+        out.replaceSubrange(0..<nonceLength, with: nonce)
+        let ok: Bool = key.withBytes { k in
+            out.withUnsafeMutableBufferPointer { o in
+                var n: Int32 = 0
+                guard EVP_EncryptInit_ex2(ctx, cipher, k.baseAddress, nonce, nil) == 1 else { return false }
+                if !aad.isEmpty {
+                    guard EVP_EncryptUpdate(ctx, nil, &n, aad, Int32(aad.count)) == 1 else { return false }
+                }
+                let body = o.baseAddress! + nonceLength
+                guard plaintext.withBytes({ EVP_EncryptUpdate(ctx, body, &n, $0.baseAddress, Int32($0.count)) }) == 1,
+                      EVP_EncryptFinal_ex(ctx, body + Int(n), &n) == 1 else { return false }
+                return EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, Int32(tagLength), body + plaintext.count) == 1
+            }
+        }
+        guard ok else { throw MTLSError.openSSL(.internal, "AES-256-GCM sealing failed") }
+        return out
+    }
+
+    /// Opens what ``seal(_:key:aad:)`` made. Returns nil when authentication fails (wrong key,
+    /// wrong associated data, or altered bytes).
+    static func open(_ sealed: [UInt8], key: SecretBytes, aad: [UInt8]) throws -> SecretBytes? {
+        guard sealed.count >= nonceLength + tagLength else { return nil }
+        guard let cipher, let ctx = EVP_CIPHER_CTX_new() else { throw MTLSError.openSSL(.internal, "AES-256-GCM is unavailable") }
+        defer { EVP_CIPHER_CTX_free(ctx) }
+        let bodyCount = sealed.count - nonceLength - tagLength
+        var plain = [UInt8](repeating: 0, count: max(bodyCount, 1))
+        let ok: Bool = key.withBytes { k in
+            sealed.withUnsafeBufferPointer { s in
+                plain.withUnsafeMutableBufferPointer { out in
+                    var n: Int32 = 0
+                    let base = s.baseAddress!
+                    guard EVP_DecryptInit_ex2(ctx, cipher, k.baseAddress, base, nil) == 1 else { return false }
+                    if !aad.isEmpty {
+                        guard EVP_DecryptUpdate(ctx, nil, &n, aad, Int32(aad.count)) == 1 else { return false }
+                    }
+                    guard EVP_DecryptUpdate(ctx, out.baseAddress, &n, base + nonceLength, Int32(bodyCount)) == 1 else { return false }
+                    let tag = UnsafeMutableRawPointer(mutating: base + nonceLength + bodyCount)
+                    guard EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, Int32(tagLength), tag) == 1 else { return false }
+                    return EVP_DecryptFinal_ex(ctx, out.baseAddress! + Int(n), &n) == 1
+                }
+            }
+        }
+        OpenSSLErrorQueue.clear()
+        guard ok else {
+            SecretBytes.wipe(&plain)
+            return nil
+        }
+        if plain.count != bodyCount { plain.removeAll() }
+        return SecretBytes(consume plain)
+    }
+
+    // MARK: private keys as PKCS#8 DER, only ever held in wiped buffers
+
+    /// The key's unencrypted PKCS#8 DER, for sealing.
+    static func pkcs8(_ key: PrivateKey) throws -> SecretBytes {
+        guard key.tokenURI == nil else { throw MTLSError(.unsupported, "a token key cannot be exported; store a token reference instead") }
+        guard let p8 = EVP_PKEY2PKCS8(key.pkey) else { throw MTLSError.openSSL(.unsupported, "cannot encode the private key as PKCS#8") }
+        defer { PKCS8_PRIV_KEY_INFO_free(p8) }
+        guard let der = derEncode({ i2d_PKCS8_PRIV_KEY_INFO(p8, $0) }) else {
+            throw MTLSError.openSSL(.internal, "cannot encode the private key as PKCS#8")
+        }
+        return SecretBytes(consume der)
+    }
+
+    /// A private key from unencrypted PKCS#8 DER.
+    static func privateKey(pkcs8 der: SecretBytes) throws -> PrivateKey {
+        let pkey: OpaquePointer? = der.withBytes { buf in
+            var p: UnsafePointer<UInt8>? = buf.baseAddress
+            guard let p8 = d2i_PKCS8_PRIV_KEY_INFO(nil, &p, buf.count) else { return nil }
+            defer { PKCS8_PRIV_KEY_INFO_free(p8) }
+            return EVP_PKCS82PKEY_ex(p8, LibraryContext.shared.ctx, nil)
+        }
+        guard let pkey else { throw MTLSError.openSSL(.corrupt, "the stored private key cannot be decoded") }
+        return PrivateKey(takingOwnership: pkey)
+    }
+}

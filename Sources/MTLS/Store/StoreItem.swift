@@ -1,0 +1,64 @@
+import FoundationEssentials
+
+/// The class of a stored item. A label is unique within a class.
+public enum StoreItemClass: Int32, CaseIterable, Sendable, CustomStringConvertible {
+    /// A private key (sealed at rest) with its leaf certificate and chain.
+    case identity = 1
+    /// A certificate on its own, for example a pinned server root.
+    case certificate = 2
+    /// A reference to an identity whose key lives on a PKCS#11 token: its URI and certificate.
+    case tokenIdentity = 3
+
+    /// The stable name used in JSON and on the command line.
+    public var name: String {
+        switch self {
+        case .identity: return "identity"
+        case .certificate: return "certificate"
+        case .tokenIdentity: return "token-identity"
+        }
+    }
+
+    /// The class named `name` (`"identity"`, `"certificate"`, `"token-identity"`).
+    public init?(name: String) {
+        guard let c = Self.allCases.first(where: { $0.name == name }) else { return nil }
+        self = c
+    }
+
+    public var description: String { name }
+}
+
+/// What the store knows about an item without decrypting anything.
+public struct StoreItemInfo: Hashable, Sendable {
+    /// The item's label, unique within its class.
+    public let label: String
+    /// The item's class.
+    public let itemClass: StoreItemClass
+    /// The leaf certificate's subject (RFC 4514).
+    public let subject: String
+    /// The leaf certificate's issuer (RFC 4514).
+    public let issuer: String
+    /// The leaf certificate's notAfter.
+    public let notAfter: Date
+    /// Lowercase hex SHA-256 of the leaf certificate's DER.
+    public let leafSHA256: String
+    /// Lowercase hex SHA-256 of each chain certificate above the leaf, leaf's issuer first.
+    public let chainSHA256: [String]
+    /// The PKCS#11 URI of a token identity's key; nil for other classes.
+    public let tokenURI: String?
+    /// When the label was first stored.
+    public let created: Date
+    /// When the item was last put (replace updates this, not ``created``).
+    public let modified: Date
+}
+
+/// A stored reference to an identity whose private key stays on a PKCS#11 token.
+public struct StoreTokenReference: Sendable {
+    /// The item's label.
+    public let label: String
+    /// The RFC 7512 `pkcs11:` URI of the private key (or of the token object pair).
+    public let uri: String
+    /// The identity's leaf certificate.
+    public let certificate: Certificate
+    /// Issuers above the leaf, leaf's issuer first.
+    public let chain: [Certificate]
+}

@@ -1,0 +1,355 @@
+import Foundation
+import XCTest
+@testable import MTLS
+
+/// A root → intermediate → leaf PKI made with the openssl CLI, with EC P-256 keys.
+struct StorePKI {
+    let dir: String
+    let root: Certificate
+    let intermediate: Certificate
+
+    init() throws {
+        dir = try TestPKI.tempDir()
+        try TestPKI.sh("""
+            cd \(dir) && \
+            openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout root.key -out root.pem -subj '/CN=Store Root' -days 30 -addext 'basicConstraints=critical,CA:TRUE' -addext 'keyUsage=critical,keyCertSign,cRLSign' 2>/dev/null && \
+            openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout int.key -out int.csr -subj '/CN=Store Intermediate' 2>/dev/null && \
+            printf 'basicConstraints=critical,CA:TRUE,pathlen:0\\nkeyUsage=critical,keyCertSign,cRLSign\\n' > ca.ext && \
+            openssl x509 -req -in int.csr -CA root.pem -CAkey root.key -CAcreateserial -out int.pem -days 30 -extfile ca.ext 2>/dev/null
+            """)
+        root = try Certificate.load(path: "\(dir)/root.pem")[0]
+        intermediate = try Certificate.load(path: "\(dir)/int.pem")[0]
+    }
+
+    /// A new client identity named `cn`, issued by the intermediate; also writes `<cn>.key`
+    /// (PEM), `<cn>.p8` (PKCS#8 DER) and `<cn>.pem` in the directory.
+    func identity(_ cn: String) throws -> Identity {
+        try TestPKI.sh("""
+            cd \(dir) && \
+            openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout '\(cn).key' -out '\(cn).csr' -subj '/CN=\(cn)' 2>/dev/null && \
+            openssl x509 -req -in '\(cn).csr' -CA int.pem -CAkey int.key -CAcreateserial -out '\(cn).pem' -days 10 2>/dev/null && \
+            openssl pkcs8 -topk8 -nocrypt -in '\(cn).key' -outform DER -out '\(cn).p8'
+            """)
+        let p8 = try [UInt8](Data(contentsOf: URL(fileURLWithPath: "\(dir)/\(cn).p8")))
+        let key = try StoreCrypto.privateKey(pkcs8: SecretBytes(p8))
+        let leaf = try Certificate.load(path: "\(dir)/\(cn).pem")[0]
+        // Unordered on purpose: the identity orders its chain.
+        return try Identity(privateKey: key, leaf: leaf, certificates: [root, intermediate])
+    }
+}
+
+final class CredentialStoreTests: XCTestCase {
+    static let secret = StoreSecret.passphrase(SecretBytes("correct horse battery staple"))
+
+    static func options(busyTimeout: Int32 = 10_000) -> CredentialStore.Options {
+        var o = CredentialStore.Options()
+        o.kdf = .testing
+        o.busyTimeoutMilliseconds = busyTimeout
+        return o
+    }
+
+    func open(_ path: String, _ secret: StoreSecret = secret, busyTimeout: Int32 = 10_000) throws -> CredentialStore {
+        try CredentialStore(path: path, secret: secret, options: Self.options(busyTimeout: busyTimeout))
+    }
+
+    func assertCode(_ code: MTLSError.Code, file: StaticString = #filePath, line: UInt = #line, _ body: () throws -> Void) {
+        XCTAssertThrowsError(try body(), file: file, line: line) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, code, "\(e)", file: file, line: line)
+        }
+    }
+
+    func testPutIdentityThenGetReturnsKeyLeafAndOrderedChain() throws {
+        let pki = try StorePKI()
+        let alice = try pki.identity("alice")
+        let store = try open("\(pki.dir)/s/store.db")
+        try store.putIdentity(alice, label: "alice")
+        let back = try open("\(pki.dir)/s/store.db").identity(label: "alice")
+        XCTAssertEqual(back.leaf, alice.leaf)
+        XCTAssertEqual(back.chain, [pki.intermediate, pki.root])
+        XCTAssertTrue(back.privateKey.matches(alice.leaf))
+        XCTAssertEqual(back.friendlyName, "alice")
+    }
+
+    func testNewStoreFileAndDirectoryAreOwnerOnlyAndInWALMode() throws {
+        let pki = try StorePKI()
+        let path = "\(pki.dir)/new/dir/store.db"
+        let store = try open(path)
+        try store.putIdentity(try pki.identity("a"), label: "a")
+        for p in [path, path + "-wal", path + "-shm"] {
+            let mode = try FileManager.default.attributesOfItem(atPath: p)[.posixPermissions] as! Int
+            XCTAssertEqual(mode & 0o077, 0, "\(p) has mode \(String(mode, radix: 8))")
+        }
+        let dirMode = try FileManager.default.attributesOfItem(atPath: "\(pki.dir)/new/dir")[.posixPermissions] as! Int
+        XCTAssertEqual(dirMode, 0o700)
+        XCTAssertEqual(try store._testInteger("SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1)
+        XCTAssertEqual(try store._testInteger("PRAGMA user_version"), Int64(CredentialStore.schemaVersion))
+    }
+
+    func testPuttingAnExistingLabelIsDuplicateUnlessReplacing() throws {
+        let pki = try StorePKI()
+        let (a, b) = (try pki.identity("a"), try pki.identity("b"))
+        let store = try open("\(pki.dir)/store.db")
+        try store.putIdentity(a, label: "client")
+        let before = try store.info(label: "client")
+        assertCode(.duplicate) { try store.putIdentity(b, label: "client") }
+        XCTAssertEqual(try store.identity(label: "client").leaf, a.leaf)
+        Thread.sleep(forTimeInterval: 0.01)
+        try store.putIdentity(b, label: "client", replace: true)
+        XCTAssertEqual(try store.identity(label: "client").leaf, b.leaf)
+        let after = try store.info(label: "client")
+        XCTAssertEqual(after.created, before.created)
+        XCTAssertGreaterThan(after.modified, before.modified)
+        XCTAssertEqual(try store.list().count, 1)
+    }
+
+    func testLabelsAreUniquePerClass() throws {
+        let pki = try StorePKI()
+        let store = try open("\(pki.dir)/store.db")
+        let a = try pki.identity("a")
+        try store.putIdentity(a, label: "server")
+        try store.putCertificate(pki.root, label: "server")
+        try store.putTokenIdentity(uri: "pkcs11:token=t;object=k", certificate: a.leaf, chain: [pki.root, pki.intermediate], label: "server")
+        assertCode(.duplicate) { try store.putCertificate(pki.intermediate, label: "server") }
+        XCTAssertEqual(try store.list().map(\.itemClass), [.identity, .certificate, .tokenIdentity])
+        XCTAssertEqual(try store.certificate(label: "server"), pki.root)
+        let ref = try store.tokenIdentity(label: "server")
+        XCTAssertEqual(ref.uri, "pkcs11:token=t;object=k")
+        XCTAssertEqual(ref.chain, [pki.intermediate, pki.root])
+        XCTAssertEqual(try store.info(label: "server", itemClass: .tokenIdentity).tokenURI, "pkcs11:token=t;object=k")
+        assertCode(.badURI) { try store.putTokenIdentity(uri: "file:///x", certificate: a.leaf, label: "x") }
+        assertCode(.invalidArgument) { try store.putCertificate(pki.root, label: "") }
+    }
+
+    func testListFindAndDeleteUseMetadataOnly() throws {
+        let pki = try StorePKI()
+        let store = try open("\(pki.dir)/store.db")
+        let a = try pki.identity("alice"), b = try pki.identity("bob")
+        try store.putIdentity(a, label: "alice")
+        try store.putIdentity(b, label: "bob")
+        try store.putCertificate(pki.root, label: "root")
+        let list = try store.list()
+        XCTAssertEqual(list.map(\.label), ["alice", "bob", "root"])
+        let alice = list[0]
+        XCTAssertEqual(alice.subject, a.leaf.subject)
+        XCTAssertEqual(alice.issuer, pki.intermediate.subject)
+        XCTAssertEqual(alice.leafSHA256, a.leaf.sha256Hex)
+        XCTAssertEqual(alice.chainSHA256, [pki.intermediate.sha256Hex, pki.root.sha256Hex])
+        XCTAssertEqual(alice.notAfter, a.leaf.notAfter)
+        XCTAssertEqual(try store.list(itemClass: .certificate).map(\.label), ["root"])
+        XCTAssertEqual(try store.find(sha256: b.leaf.sha256Hex.uppercased()).map(\.label), ["bob"])
+        XCTAssertEqual(try store.find(sha256: String(repeating: "0", count: 64)), [])
+        assertCode(.invalidArgument) { _ = try store.find(sha256: "abc") }
+        XCTAssertEqual(try store.find(subject: "bob").map(\.label), ["bob"])
+        XCTAssertEqual(try store.find(subject: pki.root.subject).map(\.label), ["root"])
+        XCTAssertEqual(try store.delete(label: "bob"), 1)
+        assertCode(.notFound) { try store.delete(label: "bob") }
+        assertCode(.notFound) { _ = try store.identity(label: "bob") }
+        assertCode(.notFound) { _ = try store.certificate(label: "alice") }
+        assertCode(.notFound) { _ = try store.info(label: "nobody") }
+        XCTAssertEqual(try store.deleteAll(itemClass: .identity), 1)
+        XCTAssertEqual(try store.list().map(\.label), ["root"])
+    }
+
+    func testWrongSecretIsBadSecretAndLeavesTheFileUntouched() throws {
+        let pki = try StorePKI()
+        let path = "\(pki.dir)/store.db"
+        try open(path).putIdentity(try pki.identity("a"), label: "a")
+        let before = try Data(contentsOf: URL(fileURLWithPath: path))
+        assertCode(.badSecret) { _ = try self.open(path, .passphrase(SecretBytes("wrong"))) }
+        assertCode(.badSecret) { _ = try self.open(path, .key(SecretBytes([UInt8](repeating: 7, count: 32)))) }
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: path)), before)
+        XCTAssertEqual(try open(path).list().count, 1)
+    }
+
+    func testKeyFileSecretAndChangingTheSecret() throws {
+        let pki = try StorePKI()
+        let path = "\(pki.dir)/store.db"
+        let keyFile = "\(pki.dir)/store.key"
+        try TestPKI.sh("head -c 32 /dev/urandom > \(keyFile)")
+        let key = try StoreSecret.load(path: keyFile)
+        guard case .key = key else { return XCTFail("a 32-byte file is a raw key") }
+        let store = try open(path, key)
+        XCTAssertNil(try store.kdfParameters())
+        try store.putIdentity(try pki.identity("a"), label: "a")
+        try store.changeSecret(to: .passphrase(SecretBytes("new passphrase")), kdf: .testing)
+        XCTAssertEqual(try store.kdfParameters(), .testing)
+        assertCode(.badSecret) { _ = try self.open(path, key) }
+        let reopened = try open(path, .passphrase(SecretBytes("new passphrase")))
+        XCTAssertTrue(try reopened.identity(label: "a").privateKey.matches(try store.identity(label: "a").leaf))
+        try "line one\nline two\n".write(toFile: "\(pki.dir)/pass.txt", atomically: true, encoding: .utf8)
+        guard case .passphrase(let p) = try StoreSecret.load(path: "\(pki.dir)/pass.txt") else { return XCTFail() }
+        XCTAssertEqual(p.count, "line one".utf8.count)
+    }
+
+    func testDefaultKDFMeetsTheBar() {
+        let d = StoreKDFParameters.default
+        XCTAssertGreaterThanOrEqual(d.logN, 17)
+        XCTAssertGreaterThanOrEqual(d.r, 8)
+        assertCode(.limitExceeded) { try StoreKDFParameters(logN: 40, r: 8, p: 1).validate() }
+    }
+
+    func testAFileThatIsNotAStoreIsNotAStore() throws {
+        let dir = try TestPKI.tempDir()
+        try Data("this is not an sqlite file at all, just text that is long enough".utf8).write(to: URL(fileURLWithPath: "\(dir)/text.db"))
+        assertCode(.notAStore) { _ = try self.open("\(dir)/text.db") }
+        try TestPKI.sh("sqlite3 \(dir)/other.db 'CREATE TABLE t(x)'")
+        assertCode(.notAStore) { _ = try self.open("\(dir)/other.db") }
+        var o = Self.options()
+        o.create = false
+        XCTAssertThrowsError(try CredentialStore(path: "\(dir)/missing.db", secret: Self.secret, options: o)) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .notFound)
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: "\(dir)/missing.db"))
+    }
+
+    func testNewerSchemaIsSchemaTooNew() throws {
+        let dir = try TestPKI.tempDir()
+        try open("\(dir)/store.db")._testExecute("PRAGMA user_version=99")
+        assertCode(.schemaTooNew) { _ = try self.open("\(dir)/store.db") }
+    }
+
+    func testOlderSchemaIsMigratedOnOpen() throws {
+        let dir = try TestPKI.tempDir()
+        let old = try open("\(dir)/store.db")
+        try old._testExecute("DROP INDEX items_leaf_sha256; DROP INDEX items_subject; DROP INDEX items_subject_cn; PRAGMA user_version=1")
+        old.close()
+        let store = try open("\(dir)/store.db")
+        XCTAssertEqual(try store._testInteger("PRAGMA user_version"), 2)
+        XCTAssertEqual(try store._testInteger("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'items_%'"), 3)
+    }
+
+    func testReadOnlyLocationIsReadOnly() throws {
+        assertCode(.readOnly) { _ = try self.open("/sys/mtls-store-test.db") }
+        let dir = try TestPKI.tempDir()
+        let path = "\(dir)/store.db"
+        try open(path).putCertificate(try StorePKI().root, label: "root")
+        guard (try? TestPKI.sh("chattr +i \(path)")) != nil else { return }
+        defer { _ = try? TestPKI.sh("chattr -i \(path)") }
+        XCTAssertThrowsError(try open(path).putCertificate(try StorePKI().root, label: "r2")) { e in
+            XCTAssertTrue([.readOnly, .io].contains((e as? MTLSError)?.code), "\(e)")
+        }
+    }
+
+    func testFullDiskIsDiskFullAndLosesNothing() throws {
+        let pki = try StorePKI()
+        let store = try open("\(pki.dir)/store.db")
+        try store.putIdentity(try pki.identity("a"), label: "a")
+        let pages = try store._testInteger("PRAGMA page_count")
+        try store._testExecute("PRAGMA max_page_count=\(pages)")
+        var failed = false
+        for i in 0..<50 where !failed {
+            do { try store.putIdentity(try pki.identity("x\(i)"), label: "x\(i)") } catch let e as MTLSError {
+                XCTAssertEqual(e.code, .diskFull, "\(e)")
+                failed = true
+            }
+        }
+        XCTAssertTrue(failed)
+        XCTAssertTrue(try store.identity(label: "a").privateKey.matches(try store.identity(label: "a").leaf))
+        XCTAssertEqual(try store._testInteger("SELECT count(*) FROM pragma_integrity_check WHERE integrity_check = 'ok'"), 1)
+    }
+
+    func testLockHeldBeyondTheBusyTimeoutIsLocked() throws {
+        let pki = try StorePKI()
+        let path = "\(pki.dir)/store.db"
+        let holder = try open(path)
+        let waiter = try open(path, busyTimeout: 100)
+        try holder._testExecute("BEGIN IMMEDIATE")
+        assertCode(.locked) { try waiter.putCertificate(pki.root, label: "root") }
+        try holder._testExecute("COMMIT")
+        try waiter.putCertificate(pki.root, label: "root")
+    }
+
+    func testSealedKeyMovedToAnotherLabelDoesNotOpen() throws {
+        let pki = try StorePKI()
+        let store = try open("\(pki.dir)/store.db")
+        try store.putIdentity(try pki.identity("a"), label: "a")
+        try store.putIdentity(try pki.identity("b"), label: "b")
+        try store._testExecute("UPDATE items SET sealed_key = (SELECT sealed_key FROM items WHERE label = 'a'), leaf = (SELECT leaf FROM items WHERE label = 'a') WHERE label = 'b'")
+        let fresh = try open("\(pki.dir)/store.db")
+        assertCode(.corrupt) { _ = try fresh.identity(label: "b") }
+        XCTAssertNoThrow(try fresh.identity(label: "a"))
+    }
+
+    func testNoPrivateKeyByteIsWrittenInTheClear() throws {
+        let pki = try StorePKI()
+        let path = "\(pki.dir)/store.db"
+        let store = try open(path)
+        var names: [String] = []
+        for i in 0..<5 {
+            let name = "scan\(i)"
+            try store.putIdentity(try pki.identity(name), label: name, replace: true)
+            names.append(name)
+        }
+        try store.putIdentity(try pki.identity("scan0"), label: "scan0", replace: true) // a replaced row too
+        var files: [Data] = []
+        for suffix in ["", "-wal", "-journal", "-shm"] where FileManager.default.fileExists(atPath: path + suffix) {
+            files.append(try Data(contentsOf: URL(fileURLWithPath: path + suffix)))
+        }
+        XCTAssertGreaterThanOrEqual(files.count, 2)
+        for name in names {
+            let p8 = try Data(contentsOf: URL(fileURLWithPath: "\(pki.dir)/\(name).p8"))
+            let pem = try String(contentsOfFile: "\(pki.dir)/\(name).key", encoding: .utf8)
+            let body = pem.split(separator: "\n").filter { !$0.hasPrefix("-----") }.joined()
+            // The private scalar, as openssl prints it.
+            let text = try TestPKI.sh("openssl pkey -in \(pki.dir)/\(name).key -noout -text")
+            let privHex = text.components(separatedBy: "priv:")[1].components(separatedBy: "pub:")[0]
+                .filter { $0.isHexDigit }
+            var scalar = Data(stride(from: 0, to: privHex.count, by: 2).map {
+                UInt8(privHex[privHex.index(privHex.startIndex, offsetBy: $0)..<privHex.index(privHex.startIndex, offsetBy: $0 + 2)], radix: 16)!
+            })
+            if scalar.count > 32 { scalar = scalar.suffix(32) }
+            for f in files {
+                XCTAssertNil(f.range(of: p8))
+                XCTAssertNil(f.range(of: scalar))
+                XCTAssertNil(f.range(of: Data(body.utf8.prefix(40))))
+                XCTAssertNil(f.range(of: Data("PRIVATE KEY".utf8)))
+            }
+        }
+    }
+
+    func testReplaceByAnotherConnectionInvalidatesTheCache() throws {
+        let pki = try StorePKI()
+        let path = "\(pki.dir)/store.db"
+        let reader = try open(path), writer = try open(path)
+        let a = try pki.identity("a"), b = try pki.identity("b")
+        try writer.putIdentity(a, label: "x")
+        XCTAssertEqual(try reader.identity(label: "x").leaf, a.leaf)
+        XCTAssertTrue(try reader.identity(label: "x") === reader.identity(label: "x"))
+        try writer.putIdentity(b, label: "x", replace: true)
+        XCTAssertEqual(try reader.identity(label: "x").leaf, b.leaf)
+        XCTAssertEqual(try reader.identities().map(\.leaf), [b.leaf])
+    }
+
+    func testEightThreadsWritingSameAndDifferentLabelsLoseNothing() throws {
+        let pki = try StorePKI()
+        let path = "\(pki.dir)/store.db"
+        let ids = try (0..<4).map { try pki.identity("t\($0)") }
+        let shared = try open(path)
+        let errors = ErrorBox()
+        DispatchQueue.concurrentPerform(iterations: 8) { t in
+            do {
+                // Half the threads share one handle, half open their own connection.
+                let store = t % 2 == 0 ? shared : try self.open(path)
+                for i in 0..<20 {
+                    try store.putIdentity(ids[(t + i) % 4], label: "thread\(t)-\(i)")
+                    try store.putIdentity(ids[i % 4], label: "same", replace: true)
+                    let got = try store.identity(label: "same")
+                    XCTAssertTrue(ids.contains { $0.leaf == got.leaf })
+                    _ = try store.list()
+                }
+            } catch { errors.append(error) }
+        }
+        XCTAssertEqual(errors.all.map { "\($0)" }, [])
+        XCTAssertEqual(try shared.list().count, 8 * 20 + 1)
+        for t in 0..<8 { for i in 0..<20 {
+            XCTAssertEqual(try shared.identity(label: "thread\(t)-\(i)").leaf, ids[(t + i) % 4].leaf)
+        } }
+    }
+}
+
+final class ErrorBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var errors: [Error] = []
+    func append(_ e: Error) { lock.lock(); errors.append(e); lock.unlock() }
+    var all: [Error] { lock.lock(); defer { lock.unlock() }; return errors }
+}
