@@ -181,6 +181,93 @@ MTLS_EXTERN int mtls_cert_eku(const mtls_cert *cert, size_t index, char **oid);
  * Identities and PKCS#12 (issue: foundation)
  * ====================================================================================== */
 
+/* An mtls_identity is a private key with its leaf certificate and the chain above it, ordered
+ * leaf -> root by building it. Immutable and reference counted: share it across threads
+ * freely; each mtls_identity_ref needs one mtls_identity_free. The private key never leaves
+ * the library in the clear. */
+typedef struct mtls_identity mtls_identity;
+
+/* Add a reference; returns `identity` (NULL gives NULL). */
+MTLS_EXTERN mtls_identity *mtls_identity_ref(mtls_identity *identity);
+/* Drop a reference. NULL is a no-op. */
+MTLS_EXTERN void mtls_identity_free(mtls_identity *identity);
+/* Make an identity from PEM text: `cert_pem` holds the leaf and, in any order, its chain;
+ * `key_pem` a PKCS#8, encrypted PKCS#8 or traditional RSA/EC private key; `password` decrypts
+ * an encrypted key (NULL when it is not encrypted). Free *out with mtls_identity_free.
+ * MTLS_E_KEY_MISMATCH when no certificate matches the key, MTLS_E_BAD_PASSWORD for a missing
+ * or wrong key password, MTLS_E_PARSE for unreadable PEM. */
+MTLS_EXTERN int mtls_identity_from_pem(const char *cert_pem, const char *key_pem, const char *password,
+                                       mtls_identity **out);
+/* The leaf certificate: a new reference, free *out with mtls_cert_free. */
+MTLS_EXTERN int mtls_identity_leaf(const mtls_identity *identity, mtls_cert **out);
+/* Number of certificates above the leaf, and the index-th one (0 issued the leaf; the last is
+ * the root when the chain is complete). *out is a new reference: free it with mtls_cert_free.
+ * MTLS_E_INVALID_ARGUMENT for an index >= count. */
+MTLS_EXTERN int mtls_identity_chain_count(const mtls_identity *identity, size_t *count);
+MTLS_EXTERN int mtls_identity_chain_get(const mtls_identity *identity, size_t index, mtls_cert **out);
+/* The PKCS#12 friendly name (UTF-8). *out is set to NULL, with MTLS_OK, when there is none;
+ * otherwise free it with mtls_string_free. */
+MTLS_EXTERN int mtls_identity_friendly_name(const mtls_identity *identity, char **out);
+/* The PKCS#12 local key id bytes. *out = NULL and *len = 0, with MTLS_OK, when there is none;
+ * otherwise free *out with mtls_bytes_free. */
+MTLS_EXTERN int mtls_identity_local_key_id(const mtls_identity *identity, uint8_t **out, size_t *len);
+/* The private key's type ("rsa2048", "p256", "p384", "p521", "ed25519"...) and size in bits.
+ * Free *name with mtls_string_free. */
+MTLS_EXTERN int mtls_identity_key_type(const mtls_identity *identity, char **name, int *bits);
+
+/* Flags of mtls_identity_chain_check. */
+#define MTLS_CHAIN_VERIFIED 0x1         /* OpenSSL verified leaf -> root with the chain's own root */
+#define MTLS_CHAIN_COMPLETE 0x2         /* the chain ends with a self-signed root */
+#define MTLS_CHAIN_SIGNATURES_OK 0x4    /* every signature verifies with its issuer's key */
+#define MTLS_CHAIN_WITHIN_VALIDITY 0x8  /* every certificate is valid now */
+/* A basic X.509 evaluation of the identity's own chain (no host name, no system trust store),
+ * computed on the first call and kept: *flags gets MTLS_CHAIN_* bits; *openssl_code (may be
+ * NULL) OpenSSL's X509_V_* result, 0 when verified; *message (may be NULL) OpenSSL's text for
+ * it, freed with mtls_string_free. */
+MTLS_EXTERN int mtls_identity_chain_check(const mtls_identity *identity, unsigned int *flags, int *openssl_code,
+                                          char **message);
+
+/* An mtls_pkcs12 is the immutable result of a PKCS#12 import: one identity per private key in
+ * the file (matched to its certificate by local key id, then by public key) and every
+ * certificate in the file. Safe to share across threads for reading. */
+typedef struct mtls_pkcs12 mtls_pkcs12;
+
+/* Import a PKCS#12 (.p12/.pfx) file from memory. `password` is UTF-8; NULL means "no
+ * password", which is NOT the empty password "" (files made with one do not open with the
+ * other; the error message says which one the file wants). All schemes: PBES2 AES-CBC with
+ * PBKDF2-HMAC-SHA1/256/512, SHA1-3DES, SHA1-RC2-40/128 (through the legacy provider of
+ * libmtls's own OpenSSL library context; the program's default context is not touched),
+ * unencrypted bags, SHA-1/256/512 MACs or no MAC. Free *out with mtls_pkcs12_free.
+ * Errors: MTLS_E_BAD_PASSWORD, MTLS_E_CORRUPT (truncated or damaged), MTLS_E_NOT_PKCS12,
+ * MTLS_E_UNSUPPORTED (the message names the algorithm), MTLS_E_KEY_MISMATCH (a key with no
+ * matching certificate), MTLS_E_NO_IDENTITY (a key with no certificate at all),
+ * MTLS_E_LIMIT_EXCEEDED (input over 16 MiB, more than 1,000,000 iterations in one KDF or MAC or
+ * 4,000,000 in the whole file; checked before any KDF runs). A certificate-only file imports
+ * with zero identities. */
+MTLS_EXTERN int mtls_pkcs12_import(const uint8_t *data, size_t len, const char *password, mtls_pkcs12 **out);
+/* Same as mtls_pkcs12_import, reading the file at `path`. */
+MTLS_EXTERN int mtls_pkcs12_load(const char *path, const char *password, mtls_pkcs12 **out);
+/* Free an import result. Identities and certificates taken from it stay valid. NULL is a no-op. */
+MTLS_EXTERN void mtls_pkcs12_free(mtls_pkcs12 *p12);
+/* Number of identities, and the index-th one (file order): a new reference, free *out with
+ * mtls_identity_free. MTLS_E_NO_IDENTITY when the file holds none, MTLS_E_INVALID_ARGUMENT for
+ * another index >= count. */
+MTLS_EXTERN int mtls_pkcs12_identity_count(const mtls_pkcs12 *p12, size_t *count);
+MTLS_EXTERN int mtls_pkcs12_identity(const mtls_pkcs12 *p12, size_t index, mtls_identity **out);
+/* Number of certificates in the file (leaves and chains included), and the index-th one (file
+ * order): a new reference, free *out with mtls_cert_free. */
+MTLS_EXTERN int mtls_pkcs12_cert_count(const mtls_pkcs12 *p12, size_t *count);
+MTLS_EXTERN int mtls_pkcs12_cert(const mtls_pkcs12 *p12, size_t index, mtls_cert **out);
+
+/* Flags of mtls_pkcs12_export. */
+#define MTLS_PKCS12_MODERN 0x0  /* AES-256-CBC, PBKDF2-HMAC-SHA256, HMAC-SHA256 MAC (default) */
+#define MTLS_PKCS12_LEGACY 0x1  /* SHA1-3DES for keys and certificates, HMAC-SHA1 MAC */
+/* Export an identity (key, leaf and its whole chain) as a PKCS#12 file protected by `password`
+ * (required; "" is allowed). `friendly_name` NULL keeps the identity's own. Free *out with
+ * mtls_bytes_free. MTLS_E_UNSUPPORTED for a key that lives on a token. */
+MTLS_EXTERN int mtls_pkcs12_export(const mtls_identity *identity, const char *password, int flags,
+                                   const char *friendly_name, uint8_t **out, size_t *len);
+
 /* ======================================================================================
  * Trust policies and evaluation (issue: trust)
  * ====================================================================================== */
@@ -337,6 +424,79 @@ MTLS_EXTERN int mtls_ssl_ctx_configure(void *ssl_ctx, const mtls_identity *ident
 /* ======================================================================================
  * Issuing: a private PKI (issue: pki)
  * ====================================================================================== */
+
+/* Make a small private PKI: a root CA, intermediates (path length 0), server certificates
+ * (serverAuth, DNS/IP names) and client certificates (clientAuth), CRLs, and .p12 files.
+ * OpenSSL builds and signs (SHA-256; Ed25519 keys sign with pure EdDSA); serials are random
+ * 128-bit. Profiles: root CA:TRUE + keyCertSign/cRLSign + SKI, 20 years; intermediate
+ * CA:TRUE pathlen:0 + AKI/SKI, 10 years; server/client CA:FALSE, digitalSignature
+ * (+keyEncipherment for RSA servers), AKI/SKI, 3 years. A certificate never outlives its
+ * issuer (a longer validity is shortened). notBefore is 5 minutes before `now`.
+ *
+ * An mtls_issued is an issued certificate with its private key and its chain (leaf first).
+ * Immutable and reference counted: share it across threads; each mtls_issued_ref needs one
+ * mtls_issued_free. */
+typedef struct mtls_issued mtls_issued;
+
+/* Profiles for mtls_pki_issue. */
+#define MTLS_PROFILE_ROOT 1          /* made by mtls_pki_root only */
+#define MTLS_PROFILE_INTERMEDIATE 2
+#define MTLS_PROFILE_SERVER 3
+#define MTLS_PROFILE_CLIENT 4
+
+/* Options for a new certificate. Versioned: fill with mtls_issue_options_init, then set
+ * fields. The strings and arrays are read during the call only. */
+#define MTLS_ISSUE_OPTIONS_VERSION 1
+typedef struct mtls_issue_options {
+    unsigned int version;              /* MTLS_ISSUE_OPTIONS_VERSION */
+    const char *key_type;              /* "ec-p256" (NULL: the default), "ec-p384", "rsa-2048",
+                                          "rsa-3072", "rsa-4096", "ed25519" */
+    int validity_days;                 /* 0: the profile's default */
+    int64_t now;                       /* issuing time, Unix seconds; 0: the current time */
+    const char *const *dns_names;      /* subjectAltName DNS names (servers; `*.` allowed) */
+    size_t dns_count;
+    const char *const *ip_addresses;   /* subjectAltName IPv4/IPv6 literals (servers) */
+    size_t ip_count;
+} mtls_issue_options;
+
+/* Fill *opts with the defaults of `version` (MTLS_ISSUE_OPTIONS_VERSION). */
+MTLS_EXTERN int mtls_issue_options_init(mtls_issue_options *opts, unsigned int version);
+/* Make a self-signed root CA named `name` (its CN, 1-64 characters) with a new key.
+ * `opts` may be NULL for the defaults. Free *out with mtls_issued_free. */
+MTLS_EXTERN int mtls_pki_root(const char *name, const mtls_issue_options *opts, mtls_issued **out);
+/* Issue an MTLS_PROFILE_INTERMEDIATE, _SERVER or _CLIENT certificate named `name` from the CA
+ * `issuer`, with a new key. A server needs at least one DNS name or IP address. Errors:
+ * MTLS_E_INVALID_ARGUMENT (bad name, DNS name or IP; issuer not a CA or path length 0).
+ * Free *out with mtls_issued_free. */
+MTLS_EXTERN int mtls_pki_issue(const mtls_issued *issuer, int profile, const char *name,
+                               const mtls_issue_options *opts, mtls_issued **out);
+/* Load a certificate (and its chain: PEM, DER or PKCS#7 at cert_path) with its private key
+ * (PEM at key_path; key_password NULL when it is not encrypted), e.g. a CA made by `mtls pki`.
+ * MTLS_E_BAD_PASSWORD, MTLS_E_KEY_MISMATCH, MTLS_E_NOT_FOUND. Free *out with mtls_issued_free. */
+MTLS_EXTERN int mtls_pki_load(const char *cert_path, const char *key_path, const char *key_password,
+                              mtls_issued **out);
+/* Add a reference; returns `issued` (NULL gives NULL). */
+MTLS_EXTERN mtls_issued *mtls_issued_ref(mtls_issued *issued);
+/* Drop a reference. NULL is a no-op. */
+MTLS_EXTERN void mtls_issued_free(mtls_issued *issued);
+/* The certificate, as a new reference: free *out with mtls_cert_free. */
+MTLS_EXTERN int mtls_issued_cert(const mtls_issued *issued, mtls_cert **out);
+/* The certificate then its chain up to the root, as PEM. Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_issued_chain_pem(const mtls_issued *issued, char **out);
+/* The private key as PEM: encrypted PKCS#8 (AES-256-CBC, PBKDF2) with `password`, or an
+ * unencrypted PKCS#8 "PRIVATE KEY" when password is NULL (write it to an owner-only file).
+ * Free *out with mtls_string_free after wiping it. */
+MTLS_EXTERN int mtls_issued_key_pem(const mtls_issued *issued, const char *password, char **out);
+/* A PKCS#12 file with the key, the certificate and the whole chain, friendly name = the CN:
+ * AES-256 with a SHA-256 MAC, or with legacy != 0 3DES with a SHA-1 MAC for old consumers.
+ * `password` is required (may be ""). Free *out with mtls_bytes_free. */
+MTLS_EXTERN int mtls_issued_export_p12(const mtls_issued *issued, const char *password, int legacy,
+                                       uint8_t **out, size_t *out_len);
+/* A v2 CRL signed by the CA `ca` listing `count` serial numbers (hex, as mtls_cert_serial_hex
+ * gives them), with CRL number `number`, thisUpdate `now` (0: the current time) and nextUpdate
+ * validity_days later (0: 30). DER in *der; free it with mtls_bytes_free. */
+MTLS_EXTERN int mtls_pki_crl(const mtls_issued *ca, const char *const *revoked_serials, size_t count,
+                             uint64_t number, int validity_days, int64_t now, uint8_t **der, size_t *der_len);
 
 #ifdef __cplusplus
 }
