@@ -298,7 +298,6 @@ MTLS_EXTERN int mtls_pkcs12_export(const mtls_identity *identity, const char *pa
  * asked for; the message lists them), MTLS_E_TIMEOUT, MTLS_E_CONNECT (refused, unreachable, no
  * such host), MTLS_E_HANDSHAKE (anything else, with OpenSSL's words). */
 
-typedef struct mtls_identity mtls_identity;        /* see "Identities" */
 typedef struct mtls_policy mtls_policy;            /* see "Trust policies" */
 typedef struct mtls_trust_result mtls_trust_result; /* see "Trust policies" */
 typedef struct mtls_conn mtls_conn;

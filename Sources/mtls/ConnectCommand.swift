@@ -52,23 +52,25 @@ struct IdentityOptions: ParsableArguments {
     }
 }
 
-/// The trust options shared by connect (server policy) and serve (client policy).
+/// The trust options shared by connect (server policy) and serve (client policy), built the way
+/// `mtls verify` builds them.
 enum PolicyBuilder {
-    static func policy(file: String?, anchors: [String], anchorsOnly: Bool, pins: [String]) throws -> TrustPolicy {
-        if file != nil || !pins.isEmpty {
-            throw MTLSError(.unsupported, "--policy and --pin need the trust module, which this build does not have yet")
+    static func policy(file: String?, anchors: [String], anchorsOnly: Bool, pins: [String], host: String?) throws -> TrustPolicy {
+        let p = try file.map { try TrustPolicy.load(path: $0) } ?? TrustPolicy()
+        for a in anchors { for c in try Certificate.load(path: a) { p.addAnchor(c) } }
+        if anchorsOnly { p.anchorsOnly = true }
+        if !pins.isEmpty {
+            p.addHostRule(HostRule(pattern: try HostPattern(host ?? ""), pins: try pins.map { try SPKIPin($0) }))
         }
-        let certs = try anchors.flatMap { try Certificate.load(path: $0) }
-        return TrustPolicy(anchors: certs, anchorsOnly: anchorsOnly || !certs.isEmpty)
+        return p
     }
 
+    /// `{"trusted", "kind", "reasons"}`, as `mtls verify` writes them.
     static func json(_ result: TrustResult?) -> Any {
         guard let result else { return NSNull() }
-        return [
-            "trusted": result.trusted,
-            "kind": result.kind.rawValue,
-            "reasons": result.reasons.map { ["code": $0.code, "cert_index": $0.certIndex, "message": $0.message] as [String: Any] },
-        ] as [String: Any]
+        var o = TrustJSON.object(result)
+        o.removeValue(forKey: "chain")
+        return o
     }
 
     static func summary(_ result: TrustResult?) -> String {
@@ -143,7 +145,8 @@ struct ConnectCommand: ParsableCommand {
             let (host, port) = try Self.splitHostPort(target)
             var o = TLSClientOptions()
             o.identity = try identityOptions.clientIdentity()
-            o.policy = try PolicyBuilder.policy(file: policy, anchors: anchor, anchorsOnly: anchorsOnly, pins: pin)
+            o.policy = try PolicyBuilder.policy(file: policy, anchors: anchor, anchorsOnly: anchorsOnly, pins: pin,
+                                                host: verifyAs ?? host)
             o.validationName = verifyAs
             o.serverName = sni
             o.alpn = alpn
@@ -241,7 +244,8 @@ struct ServeCommand: ParsableCommand {
                 throw ValidationError("serve needs --identity (or --cert and --key)")
             }
             var o = TLSServerOptions(identity: identity)
-            o.clientPolicy = try PolicyBuilder.policy(file: policy, anchors: clientAnchor, anchorsOnly: true, pins: [])
+            o.clientPolicy = try PolicyBuilder.policy(file: policy, anchors: clientAnchor, anchorsOnly: !clientAnchor.isEmpty,
+                                                      pins: [], host: nil)
             o.clientAuthentication = requireClientCert ? .require : (clientAnchor.isEmpty && policy == nil ? .none : .optional)
             o.alpn = alpn
             o.handshakeTimeout = 10

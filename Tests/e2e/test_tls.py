@@ -362,7 +362,7 @@ def test_python_clients_against_mtls_serve(pki, mtls_server):
 # ---- automatic identity selection among a store's identities
 
 def test_automatic_identity_picks_the_one_the_server_asks_for(pki, peers, tmp_path):
-    if run_cli("store", "import", "--help").returncode != 0:
+    if "  store" not in run_cli("--help").stdout:
         pytest.skip("mtls store is not built")
     store, secret = tmp_path / "s.db", tmp_path / "secret"
     secret.write_text("store secret\n")

@@ -210,7 +210,7 @@ public final class TLSConnection: @unchecked Sendable {
     /// One line listing an evaluation's reasons.
     static func describe(_ result: TrustResult) -> String {
         if result.reasons.isEmpty { return result.trusted ? "trusted" : "not trusted" }
-        return result.reasons.map { "\($0.message) [\($0.code), certificate \($0.certIndex)]" }.joined(separator: "; ")
+        return result.reasons.map { r in "\(r.message) [\(r.code)" + (r.certIndex.map { ", certificate \($0)" } ?? "") + "]" }.joined(separator: "; ")
     }
 
     // MARK: I/O
