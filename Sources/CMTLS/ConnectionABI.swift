@@ -87,7 +87,7 @@ private func clientOptions(_ p: UnsafeRawPointer?) throws -> TLSClientOptions {
         let list = try require(c.candidates, "candidates")
         o.identity = .automatic(try (0..<c.candidateCount).map { try handle(list[$0], Identity.self, "candidates[\($0)]") })
     }
-    if let policy = c.policy { o.policy = try handle(policy, TrustPolicy.self, "policy") }
+    if let policy = c.policy { o.policyHandle = try handle(policy, TrustPolicyHandle.self, "policy") }
     return o
 }
 
@@ -271,7 +271,7 @@ public func mtls_listener_new(_ address: UnsafePointer<CChar>?, _ port: UInt16, 
             throw invalid("client_auth must be MTLS_CLIENT_AUTH_NONE, _OPTIONAL or _REQUIRE, not \(c.clientAuth)")
         }
         o.clientAuthentication = auth
-        if let p = c.clientPolicy { o.clientPolicy = try handle(p, TrustPolicy.self, "opts->client_policy") }
+        if let p = c.clientPolicy { o.clientPolicyHandle = try handle(p, TrustPolicyHandle.self, "opts->client_policy") }
         o.alpn = alpnList(c.alpn)
         o.minVersion = try tlsVersion(c.minTLS, "min_tls")
         o.maxVersion = try tlsVersion(c.maxTLS, "max_tls")
@@ -315,8 +315,12 @@ public func mtls_ssl_ctx_configure(_ sslCtx: UnsafeMutableRawPointer?, _ identit
     abiCall {
         let ctx = try require(sslCtx, "ssl_ctx")
         let id = try identity.map { try handle($0, Identity.self, "identity") }
-        let p = try policy.map { try handle($0, TrustPolicy.self, "policy") }
-        try SSLContextConfiguration.configure(sslContext: ctx, identity: id, policy: p,
-                                              purpose: acceptsClients != 0 ? .clientAuth : .serverAuth)
+        let purpose: TrustPurpose = acceptsClients != 0 ? .clientAuth : .serverAuth
+        if let policy {
+            try SSLContextConfiguration.configure(sslContext: ctx, identity: id,
+                                                  policyHandle: try handle(policy, TrustPolicyHandle.self, "policy"), purpose: purpose)
+        } else {
+            try SSLContextConfiguration.configure(sslContext: ctx, identity: id, policy: nil, purpose: purpose)
+        }
     }
 }

@@ -104,7 +104,9 @@ public final class TLSConnection: @unchecked Sendable {
             let key = "\(bareHost)|\(port)|\(sni ?? "")|\(state.validationName ?? "")"
             state.sessionCache = context.sessions
             state.sessionKey = key
-            if let (session, _) = context.sessions.lookup(key) {
+            let stamp = SessionCache.stamp(context.config.policy.current)
+            state.policyStamp = stamp
+            if let (session, _) = context.sessions.lookup(key, policy: stamp) {
                 _ = SSL_set_session(ssl, session)
                 SSL_SESSION_free(session)
             }
@@ -171,7 +173,8 @@ public final class TLSConnection: @unchecked Sendable {
             }
         }
         isHandshakeComplete = true
-        if SSL_session_reused(ssl) == 1, let key = state.sessionKey, let (s, evaluation) = context.sessions.lookup(key) {
+        if SSL_session_reused(ssl) == 1, let key = state.sessionKey, let stamp = state.policyStamp,
+           let (s, evaluation) = context.sessions.lookup(key, policy: stamp) {
             SSL_SESSION_free(s)
             state.evaluation = evaluation
         }

@@ -8,13 +8,14 @@ import Glibc
 /// client picks. Kept alive by the `SSL_CTX` itself (ex_data, released when it is freed), so it
 /// also serves contexts that belong to the application (``TLSContext/configure(sslContext:identity:policy:purpose:)``).
 final class TLSContextConfig {
-    let policy: TrustPolicy
+    /// Read at each verification, so a replaced policy applies to the next handshake.
+    let policy: TrustPolicyHandle
     let purpose: TrustPurpose
     let identity: ClientIdentity
     /// Server side: ALPN protocols in wire format (length-prefixed), kept at a stable address.
     let alpnWire: UnsafeMutableBufferPointer<UInt8>?
 
-    init(policy: TrustPolicy, purpose: TrustPurpose, identity: ClientIdentity, serverALPN: [String]) throws {
+    init(policy: TrustPolicyHandle, purpose: TrustPurpose, identity: ClientIdentity, serverALPN: [String]) throws {
         self.policy = policy
         self.purpose = purpose
         self.identity = identity
@@ -50,6 +51,8 @@ final class TLSHandshakeState {
     /// Where this connection's session is cached, and under which key.
     var sessionCache: SessionCache?
     var sessionKey: String?
+    /// The policy version the session cache entry must match (see ``SessionCache/stamp(_:)``).
+    var policyStamp: String?
 
     init() {}
 
@@ -124,7 +127,7 @@ final class TLSContext: @unchecked Sendable {
         let ctx = try newContext()
         do {
             try setVersions(ctx, options.minVersion, options.maxVersion)
-            let config = try TLSContextConfig(policy: options.policy ?? TLSContext.defaultPolicy(), purpose: .serverAuth,
+            let config = try TLSContextConfig(policy: options.policySource, purpose: .serverAuth,
                                               identity: options.identity, serverALPN: [])
             var explicit: Identity? = nil
             if case .identity(let id) = options.identity { explicit = id }
@@ -149,7 +152,7 @@ final class TLSContext: @unchecked Sendable {
         let ctx = try newContext()
         do {
             try setVersions(ctx, options.minVersion, options.maxVersion)
-            let config = try TLSContextConfig(policy: options.clientPolicy ?? TLSContext.defaultPolicy(), purpose: .clientAuth,
+            let config = try TLSContextConfig(policy: options.clientPolicySource, purpose: .clientAuth,
                                               identity: .none, serverALPN: options.alpn)
             let mode: Int32
             switch options.clientAuthentication {
@@ -159,7 +162,7 @@ final class TLSContext: @unchecked Sendable {
             }
             try install(on: ctx, config: config, identity: options.identity, verifyMode: mode)
             if options.clientAuthentication != .none {
-                let names = options.clientCANames ?? TLSContext.anchors(of: options.clientPolicy)
+                let names = options.clientCANames ?? options.clientPolicySource.current.anchors
                 if !names.isEmpty, let sk = mtls_ossl_sk_X509_NAME_new_null() {
                     for c in names { _ = mtls_ossl_sk_X509_NAME_push_dup(sk, X509_get_subject_name(c.x509)) }
                     SSL_CTX_set_client_CA_list(ctx, sk) // takes ownership
@@ -193,9 +196,9 @@ final class TLSContext: @unchecked Sendable {
     /// context makes client connections, `.clientAuth` when it accepts clients — then client
     /// certificates are requested but not required). The configuration lives as long as the
     /// context; calling again replaces it.
-    static func configure(sslContext ctx: OpaquePointer, identity: Identity?, policy: TrustPolicy?,
+    static func configure(sslContext ctx: OpaquePointer, identity: Identity?, policy: TrustPolicyHandle?,
                           purpose: TrustPurpose) throws {
-        let config = try TLSContextConfig(policy: policy ?? defaultPolicy(), purpose: purpose,
+        let config = try TLSContextConfig(policy: policy ?? TrustPolicyHandle(TrustPolicy()), purpose: purpose,
                                           identity: identity.map { .identity($0) } ?? .none, serverALPN: [])
         try install(on: ctx, config: config, identity: identity, verifyMode: SSL_VERIFY_PEER)
     }
@@ -243,11 +246,6 @@ final class TLSContext: @unchecked Sendable {
         return sk
     }
 
-    /// Policy used when the caller gives none: the system trust store, names checked.
-    static func defaultPolicy() -> TrustPolicy { TrustPolicy() }
-
-    static func anchors(of policy: TrustPolicy?) -> [Certificate] { policy?.anchors ?? [] }
-
     // MARK: verification
 
     /// OpenSSL's whole-chain verification, replaced: the presented chain goes to the library's
@@ -276,7 +274,9 @@ final class TLSContext: @unchecked Sendable {
             }
         }
         state.presentedChain = chain
-        let result = config.policy.evaluate(chain: chain, host: state.validationName, purpose: config.purpose, at: nil)
+        let policy = config.policy.current
+        if state.policyStamp != nil { state.policyStamp = SessionCache.stamp(policy) }
+        let result = policy.evaluate(chain: chain, host: state.validationName, purpose: config.purpose, at: nil)
         state.evaluation = result
         if result.trusted {
             X509_STORE_CTX_set_error(store, X509_V_OK)
@@ -326,7 +326,9 @@ final class TLSContext: @unchecked Sendable {
         case .identity(let id): key += "|id:\(ObjectIdentifier(id).hashValue)"; keep.append(id)
         case .automatic(let ids): key += "|auto:" + ids.map { "\(ObjectIdentifier($0).hashValue)" }.joined(separator: ","); keep += ids as [AnyObject]
         }
-        if let p = options.policy { key += "|policy:\(ObjectIdentifier(p).hashValue)"; keep.append(p) } else { key += "|default" }
+        if let h = options.policyHandle { key += "|handle:\(ObjectIdentifier(h).hashValue)"; keep.append(h) }
+        else if let p = options.policy { key += "|policy:\(ObjectIdentifier(p).hashValue)"; keep.append(p) }
+        else { key += "|default" }
         return try cacheLock.withLock {
             if let (c, _) = clientContexts[key] { return c }
             let c = try client(options)
@@ -354,43 +356,48 @@ final class Lock: @unchecked Sendable {
 /// evaluation of the full handshake that made it (a resumed handshake carries no certificate).
 final class SessionCache: @unchecked Sendable {
     private let lock = Lock()
-    private var entries: [String: (OpaquePointer, TrustResult?)] = [:]
+    /// Each session remembers the evaluation made for it and the policy version that made it.
+    private var entries: [String: (session: OpaquePointer, evaluation: TrustResult?, policy: String)] = [:]
 
-    deinit { for (s, _) in entries.values { SSL_SESSION_free(s) } }
+    deinit { for e in entries.values { SSL_SESSION_free(e.session) } }
 
-    /// A new reference to the cached session for `key`, with its evaluation.
-    func lookup(_ key: String) -> (OpaquePointer, TrustResult?)? {
+    /// A new reference to the cached session for `key`, with its evaluation, if it was
+    /// established under the policy version `policy` (a changed policy means a full handshake).
+    func lookup(_ key: String, policy: String) -> (OpaquePointer, TrustResult?)? {
         lock.withLock {
-            guard let (s, e) = entries[key] else { return nil }
-            SSL_SESSION_up_ref(s)
-            return (s, e)
+            guard let e = entries[key], e.policy == policy else { return nil }
+            SSL_SESSION_up_ref(e.session)
+            return (e.session, e.evaluation)
         }
     }
 
     /// Keeps `session` (taking the caller's reference) for `key`.
-    func store(_ key: String, _ session: OpaquePointer, _ evaluation: TrustResult?) {
+    func store(_ key: String, _ session: OpaquePointer, _ evaluation: TrustResult?, policy: String) {
         lock.withLock {
-            if let (old, _) = entries[key] { SSL_SESSION_free(old) }
+            if let old = entries[key] { SSL_SESSION_free(old.session) }
             if entries.count >= 1024 {
-                for (s, _) in entries.values { SSL_SESSION_free(s) }
+                for e in entries.values { SSL_SESSION_free(e.session) }
                 entries.removeAll()
             }
-            entries[key] = (session, evaluation)
+            entries[key] = (session, evaluation, policy)
         }
     }
 
     func remove(_ key: String) {
         lock.withLock {
-            if let (old, _) = entries.removeValue(forKey: key) { SSL_SESSION_free(old) }
+            if let old = entries.removeValue(forKey: key) { SSL_SESSION_free(old.session) }
         }
     }
+
+    /// Identifies the policy version in force: the policy object and its version number.
+    static func stamp(_ policy: TrustPolicy) -> String { "\(ObjectIdentifier(policy).hashValue)-\(policy.version)" }
 
     /// OpenSSL's new-session callback: TLS 1.2 sessions after the handshake, TLS 1.3 tickets
     /// whenever they arrive. Returns 1 when the cache took the reference.
     static func newSessionCallback(_ ssl: OpaquePointer?, _ session: OpaquePointer?) -> Int32 {
         guard let session, let state = TLSHandshakeState.of(ssl), let cache = state.sessionCache,
-              let key = state.sessionKey, SSL_SESSION_is_resumable(session) == 1 else { return 0 }
-        cache.store(key, session, state.evaluation)
+              let key = state.sessionKey, let stamp = state.policyStamp, SSL_SESSION_is_resumable(session) == 1 else { return 0 }
+        cache.store(key, session, state.evaluation, policy: stamp)
         return 1
     }
 }

@@ -51,6 +51,9 @@ public struct TLSClientOptions: @unchecked Sendable {
     /// How the server is judged. `nil` uses a default policy (the system trust store, name check
     /// against ``validationName``).
     public var policy: TrustPolicy?
+    /// A replaceable policy: each handshake evaluates with the policy in force when it runs.
+    /// Takes precedence over ``policy``.
+    public var policyHandle: TrustPolicyHandle?
     /// Reuse TLS sessions (TLS 1.3 tickets, TLS 1.2 sessions) for the same host, port, names,
     /// identity and policy.
     public var sessionResumption = true
@@ -60,6 +63,10 @@ public struct TLSClientOptions: @unchecked Sendable {
     public var nonBlocking = false
 
     public init() {}
+
+    var policySource: TrustPolicyHandle {
+        policyHandle ?? TrustPolicyHandle(policy ?? TrustPolicy())
+    }
 }
 
 /// Whether a server asks clients for a certificate.
@@ -81,6 +88,8 @@ public struct TLSServerOptions: @unchecked Sendable {
     /// How client certificates are judged (purpose clientAuth, no name check). Pin one
     /// customer's intermediate as its anchor to accept only that customer's clients.
     public var clientPolicy: TrustPolicy?
+    /// A replaceable client policy; takes precedence over ``clientPolicy``.
+    public var clientPolicyHandle: TrustPolicyHandle?
     /// The CA names sent in the CertificateRequest, so clients can pick their identity. Defaults
     /// to the subjects of ``clientPolicy``'s anchors.
     public var clientCANames: [Certificate]?
@@ -93,6 +102,10 @@ public struct TLSServerOptions: @unchecked Sendable {
     public var ioTimeout: Double? = nil
 
     public init(identity: Identity) { self.identity = identity }
+
+    var clientPolicySource: TrustPolicyHandle {
+        clientPolicyHandle ?? TrustPolicyHandle(clientPolicy ?? TrustPolicy())
+    }
 }
 
 extension ClientIdentity {
