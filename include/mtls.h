@@ -216,8 +216,8 @@ MTLS_EXTERN int mtls_policy_load(const char *path, mtls_policy **out);
 MTLS_EXTERN int mtls_policy_from_json(const char *json, mtls_policy **out);
 /* Frees the policy. NULL is a no-op. Evaluations running on other threads finish first. */
 MTLS_EXTERN void mtls_policy_free(mtls_policy *policy);
-/* Atomically puts a copy of `from` in force in `policy` (new pins, new anchors) while other
- * threads evaluate; `from` stays owned by the caller. */
+/* Atomically puts a copy of `from`'s settings in force in `policy` (new pins, new anchors) while
+ * other threads evaluate; `policy` keeps its report callback. `from` stays owned by the caller. */
 MTLS_EXTERN int mtls_policy_replace(mtls_policy *policy, const mtls_policy *from);
 /* Adds an anchor (root, intermediate or the peer's own certificate). The policy keeps its own
  * reference to `cert`. */

@@ -93,7 +93,7 @@ public func mtls_policy_free(_ p: OpaquePointer?) { releaseHandle(p, TrustPolicy
 public func mtls_policy_replace(_ p: OpaquePointer?, _ from: OpaquePointer?) -> Int32 {
     abiCall {
         let target = try handle(p, TrustPolicyHandle.self, "policy")
-        target.replace(try policy(from).copy())
+        target.replaceSettings(from: try policy(from))
     }
 }
 

@@ -225,6 +225,16 @@ public final class TrustPolicyHandle: @unchecked Sendable {
     /// Puts `newPolicy` in force for every evaluation that starts from now on.
     public func replace(_ newPolicy: TrustPolicy) { policy.withLock { $0 = newPolicy } }
 
+    /// Puts a copy of `newPolicy`'s settings in force, keeping the current report handler (the
+    /// application's callback outlives policy updates).
+    public func replaceSettings(from newPolicy: TrustPolicy) {
+        let copy = newPolicy.copy()
+        policy.withLock { current in
+            copy.reportHandler = current.reportHandler
+            current = copy
+        }
+    }
+
     /// Evaluates with the policy in force now.
     public func evaluate(chain: [Certificate], host: String?, purpose: TrustPurpose? = nil, at: Date? = nil) -> TrustResult {
         current.evaluate(chain: chain, host: host, purpose: purpose, at: at)
