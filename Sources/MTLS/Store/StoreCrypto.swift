@@ -55,7 +55,7 @@ public struct StoreKDFParameters: Hashable, Sendable {
 
     /// Refuses parameters a hostile or damaged header could use to make opening hang or
     /// exhaust memory (N ≤ 2^22, r ≤ 32, p ≤ 16, ≤ 1 GiB).
-    func validate() throws {
+    public func validate() throws {
         guard (1...22).contains(logN), (1...32).contains(r), (1...16).contains(p), memory <= 1 << 30 else {
             throw MTLSError(.limitExceeded, "scrypt parameters N=2^\(logN) r=\(r) p=\(p) are outside libmtls's limits")
         }
