@@ -324,6 +324,79 @@ MTLS_EXTERN int mtls_store_change_secret(mtls_store *store, const uint8_t *secre
  * Issuing: a private PKI (issue: pki)
  * ====================================================================================== */
 
+/* Make a small private PKI: a root CA, intermediates (path length 0), server certificates
+ * (serverAuth, DNS/IP names) and client certificates (clientAuth), CRLs, and .p12 files.
+ * OpenSSL builds and signs (SHA-256; Ed25519 keys sign with pure EdDSA); serials are random
+ * 128-bit. Profiles: root CA:TRUE + keyCertSign/cRLSign + SKI, 20 years; intermediate
+ * CA:TRUE pathlen:0 + AKI/SKI, 10 years; server/client CA:FALSE, digitalSignature
+ * (+keyEncipherment for RSA servers), AKI/SKI, 3 years. A certificate never outlives its
+ * issuer (a longer validity is shortened). notBefore is 5 minutes before `now`.
+ *
+ * An mtls_issued is an issued certificate with its private key and its chain (leaf first).
+ * Immutable and reference counted: share it across threads; each mtls_issued_ref needs one
+ * mtls_issued_free. */
+typedef struct mtls_issued mtls_issued;
+
+/* Profiles for mtls_pki_issue. */
+#define MTLS_PROFILE_ROOT 1          /* made by mtls_pki_root only */
+#define MTLS_PROFILE_INTERMEDIATE 2
+#define MTLS_PROFILE_SERVER 3
+#define MTLS_PROFILE_CLIENT 4
+
+/* Options for a new certificate. Versioned: fill with mtls_issue_options_init, then set
+ * fields. The strings and arrays are read during the call only. */
+#define MTLS_ISSUE_OPTIONS_VERSION 1
+typedef struct mtls_issue_options {
+    unsigned int version;              /* MTLS_ISSUE_OPTIONS_VERSION */
+    const char *key_type;              /* "ec-p256" (NULL: the default), "ec-p384", "rsa-2048",
+                                          "rsa-3072", "rsa-4096", "ed25519" */
+    int validity_days;                 /* 0: the profile's default */
+    int64_t now;                       /* issuing time, Unix seconds; 0: the current time */
+    const char *const *dns_names;      /* subjectAltName DNS names (servers; `*.` allowed) */
+    size_t dns_count;
+    const char *const *ip_addresses;   /* subjectAltName IPv4/IPv6 literals (servers) */
+    size_t ip_count;
+} mtls_issue_options;
+
+/* Fill *opts with the defaults of `version` (MTLS_ISSUE_OPTIONS_VERSION). */
+MTLS_EXTERN int mtls_issue_options_init(mtls_issue_options *opts, unsigned int version);
+/* Make a self-signed root CA named `name` (its CN, 1-64 characters) with a new key.
+ * `opts` may be NULL for the defaults. Free *out with mtls_issued_free. */
+MTLS_EXTERN int mtls_pki_root(const char *name, const mtls_issue_options *opts, mtls_issued **out);
+/* Issue an MTLS_PROFILE_INTERMEDIATE, _SERVER or _CLIENT certificate named `name` from the CA
+ * `issuer`, with a new key. A server needs at least one DNS name or IP address. Errors:
+ * MTLS_E_INVALID_ARGUMENT (bad name, DNS name or IP; issuer not a CA or path length 0).
+ * Free *out with mtls_issued_free. */
+MTLS_EXTERN int mtls_pki_issue(const mtls_issued *issuer, int profile, const char *name,
+                               const mtls_issue_options *opts, mtls_issued **out);
+/* Load a certificate (and its chain: PEM, DER or PKCS#7 at cert_path) with its private key
+ * (PEM at key_path; key_password NULL when it is not encrypted), e.g. a CA made by `mtls pki`.
+ * MTLS_E_BAD_PASSWORD, MTLS_E_KEY_MISMATCH, MTLS_E_NOT_FOUND. Free *out with mtls_issued_free. */
+MTLS_EXTERN int mtls_pki_load(const char *cert_path, const char *key_path, const char *key_password,
+                              mtls_issued **out);
+/* Add a reference; returns `issued` (NULL gives NULL). */
+MTLS_EXTERN mtls_issued *mtls_issued_ref(mtls_issued *issued);
+/* Drop a reference. NULL is a no-op. */
+MTLS_EXTERN void mtls_issued_free(mtls_issued *issued);
+/* The certificate, as a new reference: free *out with mtls_cert_free. */
+MTLS_EXTERN int mtls_issued_cert(const mtls_issued *issued, mtls_cert **out);
+/* The certificate then its chain up to the root, as PEM. Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_issued_chain_pem(const mtls_issued *issued, char **out);
+/* The private key as PEM: encrypted PKCS#8 (AES-256-CBC, PBKDF2) with `password`, or an
+ * unencrypted PKCS#8 "PRIVATE KEY" when password is NULL (write it to an owner-only file).
+ * Free *out with mtls_string_free after wiping it. */
+MTLS_EXTERN int mtls_issued_key_pem(const mtls_issued *issued, const char *password, char **out);
+/* A PKCS#12 file with the key, the certificate and the whole chain, friendly name = the CN:
+ * AES-256 with a SHA-256 MAC, or with legacy != 0 3DES with a SHA-1 MAC for old consumers.
+ * `password` is required (may be ""). Free *out with mtls_bytes_free. */
+MTLS_EXTERN int mtls_issued_export_p12(const mtls_issued *issued, const char *password, int legacy,
+                                       uint8_t **out, size_t *out_len);
+/* A v2 CRL signed by the CA `ca` listing `count` serial numbers (hex, as mtls_cert_serial_hex
+ * gives them), with CRL number `number`, thisUpdate `now` (0: the current time) and nextUpdate
+ * validity_days later (0: 30). DER in *der; free it with mtls_bytes_free. */
+MTLS_EXTERN int mtls_pki_crl(const mtls_issued *ca, const char *const *revoked_serials, size_t count,
+                             uint64_t number, int validity_days, int64_t now, uint8_t **der, size_t *der_len);
+
 #ifdef __cplusplus
 }
 #endif

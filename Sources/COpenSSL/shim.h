@@ -44,6 +44,8 @@ static inline void mtls_ossl_sk_X509_CRL_pop_free(STACK_OF(X509_CRL) *sk) { sk_X
 static inline int mtls_ossl_sk_GENERAL_NAME_num(const GENERAL_NAMES *sk) { return sk_GENERAL_NAME_num(sk); }
 static inline GENERAL_NAME *mtls_ossl_sk_GENERAL_NAME_value(const GENERAL_NAMES *sk, int i) { return sk_GENERAL_NAME_value(sk, i); }
 static inline void mtls_ossl_GENERAL_NAMES_free(GENERAL_NAMES *gens) { GENERAL_NAMES_free(gens); }
+static inline GENERAL_NAMES *mtls_ossl_GENERAL_NAMES_new(void) { return GENERAL_NAMES_new(); }
+static inline int mtls_ossl_sk_GENERAL_NAME_push(GENERAL_NAMES *sk, GENERAL_NAME *g) { return sk_GENERAL_NAME_push(sk, g); }
 
 static inline int mtls_ossl_sk_ASN1_OBJECT_num(const STACK_OF(ASN1_OBJECT) *sk) { return sk_ASN1_OBJECT_num(sk); }
 static inline ASN1_OBJECT *mtls_ossl_sk_ASN1_OBJECT_value(const STACK_OF(ASN1_OBJECT) *sk, int i) { return sk_ASN1_OBJECT_value(sk, i); }
@@ -109,5 +111,27 @@ static inline int mtls_ossl_EVP_PKEY_CTX_set_rsa_keygen_bits(EVP_PKEY_CTX *ctx, 
 static inline int mtls_ossl_EVP_PKEY_CTX_set_ec_paramgen_curve_nid(EVP_PKEY_CTX *ctx, int nid) { return EVP_PKEY_CTX_set_ec_paramgen_curve_nid(ctx, nid); }
 static inline const unsigned char *mtls_ossl_ASN1_STRING_get0_data(const ASN1_STRING *s) { return ASN1_STRING_get0_data(s); }
 static inline int mtls_ossl_X509_get_version(const X509 *x) { return (int)X509_get_version(x); }
+
+/* ---- trust evaluation (Sources/MTLS/Trust) ---- */
+static inline int mtls_ossl_sk_GENERAL_SUBTREE_num(const STACK_OF(GENERAL_SUBTREE) *sk) { return sk_GENERAL_SUBTREE_num(sk); }
+static inline GENERAL_SUBTREE *mtls_ossl_sk_GENERAL_SUBTREE_value(const STACK_OF(GENERAL_SUBTREE) *sk, int i) { return sk_GENERAL_SUBTREE_value(sk, i); }
+static inline int mtls_ossl_sk_ACCESS_DESCRIPTION_num(const STACK_OF(ACCESS_DESCRIPTION) *sk) { return sk_ACCESS_DESCRIPTION_num(sk); }
+static inline void mtls_ossl_sk_X509_CRL_free(STACK_OF(X509_CRL) *sk) { sk_X509_CRL_free(sk); }
+static inline void mtls_ossl_X509_STORE_CTX_set_app_data(X509_STORE_CTX *ctx, void *p) { X509_STORE_CTX_set_app_data(ctx, p); }
+/* ---- PKCS#12 inspection (libmtls reads KDF parameters before running any KDF) ---- */
+static inline int mtls_ossl_PKCS7_type_nid(const PKCS7 *p7) { return p7 ? OBJ_obj2nid(p7->type) : NID_undef; }
+/* The content-encryption algorithm of an encryptedData PKCS#7, or NULL. */
+static inline const X509_ALGOR *mtls_ossl_PKCS7_encrypted_algor(const PKCS7 *p7) {
+    if (!p7 || OBJ_obj2nid(p7->type) != NID_pkcs7_encrypted || !p7->d.encrypted || !p7->d.encrypted->enc_data) return NULL;
+    return p7->d.encrypted->enc_data->algorithm;
+}
+static inline PBEPARAM *mtls_ossl_PBEPARAM_unpack(const ASN1_TYPE *t) { return t ? ASN1_TYPE_unpack_sequence(ASN1_ITEM_rptr(PBEPARAM), t) : NULL; }
+static inline PBE2PARAM *mtls_ossl_PBE2PARAM_unpack(const ASN1_TYPE *t) { return t ? ASN1_TYPE_unpack_sequence(ASN1_ITEM_rptr(PBE2PARAM), t) : NULL; }
+static inline PBKDF2PARAM *mtls_ossl_PBKDF2PARAM_unpack(const ASN1_TYPE *t) { return t ? ASN1_TYPE_unpack_sequence(ASN1_ITEM_rptr(PBKDF2PARAM), t) : NULL; }
+static inline SCRYPT_PARAMS *mtls_ossl_SCRYPT_PARAMS_unpack(const ASN1_TYPE *t) { return t ? ASN1_TYPE_unpack_sequence(ASN1_ITEM_rptr(SCRYPT_PARAMS), t) : NULL; }
+/* The OCTET STRING inside an ASN1_TYPE (a bag's localKeyID attribute), or NULL. */
+static inline const ASN1_OCTET_STRING *mtls_ossl_ASN1_TYPE_octet_string(const ASN1_TYPE *t) {
+    return (t && t->type == V_ASN1_OCTET_STRING) ? t->value.octet_string : NULL;
+}
 
 #endif

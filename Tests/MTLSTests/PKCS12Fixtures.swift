@@ -24,7 +24,7 @@ struct P12Fixture {
     /// Runs `openssl pkcs12 -export` with extra arguments; the output path is returned.
     func opensslP12(_ args: String, password: String = "pw", name: String = "out.p12") throws -> String {
         let out = "\(dir)/\(name)"
-        try TestPKI.sh("cd \(dir) && printf '%s' '\(password)' > pass.txt && openssl pkcs12 -export -inkey leaf.key -in leaf.pem -certfile chain.pem -name 'my id' -passout file:pass.txt \(args) -out \(out)")
+        try TestPKI.sh("cd \(dir) && openssl pkcs12 -export -inkey leaf.key -in leaf.pem -certfile chain.pem -name 'my id' -passout 'pass:\(password)' \(args) -out \(out)")
         return out
     }
 

@@ -1,4 +1,5 @@
 internal import COpenSSL
+import Synchronization
 
 /// A private key with its leaf certificate and the chain above it, ordered leaf → root.
 /// Immutable; safe to share across threads.
@@ -16,6 +17,8 @@ public final class Identity: @unchecked Sendable {
     public let friendlyName: String?
     /// The PKCS#12 local key id, if any.
     public let localKeyID: [UInt8]?
+    /// ``chainEvaluation`` once computed.
+    let evaluationCache = Mutex<BasicChainEvaluation?>(nil)
 
     /// Makes an identity; `certificates` may be in any order and may include unrelated ones.
     /// Throws ``MTLSError/Code/keyMismatch`` when the key does not belong to `leaf`.

@@ -1,0 +1,217 @@
+// mtls_issued and mtls_pki_*: issuing a private PKI. Argument conversion only; the profiles
+// live in Sources/MTLS/Issuing.
+import FoundationEssentials
+import MTLS
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The C `mtls_issue_options` struct, version 1. Keep in step with include/mtls.h.
+public struct mtls_issue_options_v1 {
+    var version: UInt32
+    var key_type: UnsafePointer<CChar>?
+    var validity_days: Int32
+    var now: Int64
+    var dns_names: UnsafePointer<UnsafePointer<CChar>?>?
+    var dns_count: Int
+    var ip_addresses: UnsafePointer<UnsafePointer<CChar>?>?
+    var ip_count: Int
+}
+
+private let issueOptionsVersion: UInt32 = 1
+
+/// The converted options.
+private struct IssueOptions {
+    var keySpec = KeySpec.ecP256
+    var days: Int?
+    var now = Date()
+    var dns: [String] = []
+    var ips: [String] = []
+
+    init(_ p: UnsafeRawPointer?) throws {
+        guard let p else { return }
+        let o = p.assumingMemoryBound(to: mtls_issue_options_v1.self).pointee
+        guard o.version == issueOptionsVersion else {
+            throw MTLSError(.invalidArgument, "mtls_issue_options version \(o.version) is not supported (this libmtls knows version \(issueOptionsVersion)); call mtls_issue_options_init")
+        }
+        if let k = o.key_type { keySpec = try KeySpec(issuingName: String(cString: k)) }
+        if o.validity_days < 0 { throw MTLSError(.invalidArgument, "validity_days must not be negative") }
+        if o.validity_days > 0 { days = Int(o.validity_days) }
+        if o.now != 0 { now = Date(timeIntervalSince1970: TimeInterval(o.now)) }
+        dns = try Self.strings(o.dns_names, o.dns_count, "dns_names")
+        ips = try Self.strings(o.ip_addresses, o.ip_count, "ip_addresses")
+    }
+
+    static func strings(_ p: UnsafePointer<UnsafePointer<CChar>?>?, _ n: Int, _ name: String) throws -> [String] {
+        guard n > 0 else { return [] }
+        let p = try require(p, name)
+        return try (0..<n).map { try string(p[$0], "\(name)[\($0)]") }
+    }
+}
+
+/// The profile constants of the header (`MTLS_PROFILE_*`).
+private func profile(_ value: Int32) throws -> CertificateProfile {
+    switch value {
+    case 2: return .intermediate
+    case 3: return .server
+    case 4: return .client
+    case 1: throw MTLSError(.invalidArgument, "a root is made with mtls_pki_root, not issued")
+    default: throw MTLSError(.invalidArgument, "unknown profile \(value) (use MTLS_PROFILE_INTERMEDIATE, _SERVER or _CLIENT)")
+    }
+}
+
+private func secret(_ p: UnsafePointer<CChar>?) -> SecretBytes? {
+    p.map { SecretBytes(Array(UnsafeBufferPointer(start: UnsafeRawPointer($0).assumingMemoryBound(to: UInt8.self), count: strlen($0)))) }
+}
+
+/// `int mtls_issue_options_init(mtls_issue_options *opts, unsigned int version)`
+@_cdecl("mtls_issue_options_init")
+public func mtls_issue_options_init(_ opts: UnsafeMutableRawPointer?, _ version: UInt32) -> Int32 {
+    abiCall {
+        let opts = try require(opts, "opts")
+        guard version == issueOptionsVersion else {
+            throw MTLSError(.invalidArgument, "mtls_issue_options version \(version) is not supported")
+        }
+        opts.assumingMemoryBound(to: mtls_issue_options_v1.self).pointee = mtls_issue_options_v1(
+            version: version, key_type: nil, validity_days: 0, now: 0, dns_names: nil, dns_count: 0,
+            ip_addresses: nil, ip_count: 0)
+    }
+}
+
+/// `int mtls_pki_root(const char *name, const mtls_issue_options *opts, mtls_issued **out)`
+@_cdecl("mtls_pki_root")
+public func mtls_pki_root(_ name: UnsafePointer<CChar>?, _ opts: UnsafeRawPointer?,
+                          _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let name = try string(name, "name")
+        let o = try IssueOptions(opts)
+        let key = try PrivateKey.generate(o.keySpec)
+        let ca = try CertificateAuthority.makeRoot(commonName: name, key: key, validityDays: o.days, now: o.now)
+        out.pointee = retainHandle(try Identity(privateKey: key, leaf: ca.certificate))
+    }
+}
+
+/// `int mtls_pki_issue(const mtls_issued *issuer, int profile, const char *name,
+///                     const mtls_issue_options *opts, mtls_issued **out)`
+@_cdecl("mtls_pki_issue")
+public func mtls_pki_issue(_ issuer: OpaquePointer?, _ profileValue: Int32, _ name: UnsafePointer<CChar>?,
+                           _ opts: UnsafeRawPointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let issuer = try handle(issuer, Identity.self, "issuer")
+        let p = try profile(profileValue)
+        let name = try string(name, "name")
+        let o = try IssueOptions(opts)
+        let ca = try CertificateAuthority(certificate: issuer.leaf, privateKey: issuer.privateKey)
+        let key = try PrivateKey.generate(o.keySpec)
+        let cert = try ca.issue(CertificateRequest(profile: p, commonName: name, dnsNames: o.dns, ipAddresses: o.ips,
+                                                   validityDays: o.days), for: key, now: o.now)
+        out.pointee = retainHandle(try Identity(privateKey: key, leaf: cert, certificates: issuer.allCertificates))
+    }
+}
+
+/// `int mtls_pki_load(const char *cert_path, const char *key_path, const char *key_password,
+///                    mtls_issued **out)`
+@_cdecl("mtls_pki_load")
+public func mtls_pki_load(_ certPath: UnsafePointer<CChar>?, _ keyPath: UnsafePointer<CChar>?,
+                          _ password: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let certs = try Certificate.load(path: try string(certPath, "cert_path"))
+        let key = try PrivateKey(pem: try FileIO.read(try string(keyPath, "key_path"), limit: 1 << 20), password: secret(password))
+        guard let leaf = certs.first(where: { key.matches($0) }) else {
+            throw MTLSError(.keyMismatch, "the private key matches no certificate in the file")
+        }
+        out.pointee = retainHandle(try Identity(privateKey: key, leaf: leaf, certificates: certs))
+    }
+}
+
+/// `mtls_issued *mtls_issued_ref(mtls_issued *issued)`
+@_cdecl("mtls_issued_ref")
+public func mtls_issued_ref(_ issued: OpaquePointer?) -> OpaquePointer? { refHandle(issued, Identity.self) }
+
+/// `void mtls_issued_free(mtls_issued *issued)`
+@_cdecl("mtls_issued_free")
+public func mtls_issued_free(_ issued: OpaquePointer?) { releaseHandle(issued, Identity.self) }
+
+/// `int mtls_issued_cert(const mtls_issued *issued, mtls_cert **out)`
+@_cdecl("mtls_issued_cert")
+public func mtls_issued_cert(_ issued: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        out.pointee = retainHandle(try handle(issued, Identity.self, "issued").leaf)
+    }
+}
+
+/// `int mtls_issued_chain_pem(const mtls_issued *issued, char **out)`
+@_cdecl("mtls_issued_chain_pem")
+public func mtls_issued_chain_pem(_ issued: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        try require(out, "out").pointee = nil
+        try putString(try handle(issued, Identity.self, "issued").allCertificates.map(\.pem).joined(), out)
+    }
+}
+
+/// `int mtls_issued_key_pem(const mtls_issued *issued, const char *password, char **out)`
+@_cdecl("mtls_issued_key_pem")
+public func mtls_issued_key_pem(_ issued: OpaquePointer?, _ password: UnsafePointer<CChar>?,
+                                _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let pem = try handle(issued, Identity.self, "issued").privateKey.pemFile(password: secret(password))
+        try pem.withBytes { buf in
+            guard let mem = malloc(buf.count + 1)?.assumingMemoryBound(to: CChar.self) else {
+                throw MTLSError(.noMemory, "out of memory")
+            }
+            buf.withMemoryRebound(to: CChar.self) { mem.update(from: $0.baseAddress!, count: buf.count) }
+            mem[buf.count] = 0
+            out.pointee = mem
+        }
+    }
+}
+
+/// `int mtls_issued_export_p12(const mtls_issued *issued, const char *password, int legacy,
+///                             uint8_t **out, size_t *out_len)`
+@_cdecl("mtls_issued_export_p12")
+public func mtls_issued_export_p12(_ issued: OpaquePointer?, _ password: UnsafePointer<CChar>?, _ legacy: Int32,
+                                   _ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
+                                   _ outLen: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        try require(out, "out").pointee = nil
+        try require(outLen, "out_len").pointee = 0
+        let identity = try handle(issued, Identity.self, "issued")
+        let pw = try require(secret(password), "password")
+        let bytes = try PKCS12.export(identity, password: pw, options: PKCS12ExportOptions(
+            scheme: legacy != 0 ? .legacy : .modern, friendlyName: identity.leaf.commonName))
+        try putBytes(bytes, out, outLen)
+    }
+}
+
+/// `int mtls_pki_crl(const mtls_issued *ca, const char *const *revoked_serials, size_t count,
+///                   uint64_t number, int validity_days, int64_t now, uint8_t **der, size_t *der_len)`
+@_cdecl("mtls_pki_crl")
+public func mtls_pki_crl(_ ca: OpaquePointer?, _ serials: UnsafePointer<UnsafePointer<CChar>?>?, _ count: Int,
+                         _ number: UInt64, _ validityDays: Int32, _ now: Int64,
+                         _ der: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
+                         _ derLen: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        try require(der, "der").pointee = nil
+        try require(derLen, "der_len").pointee = 0
+        let identity = try handle(ca, Identity.self, "ca")
+        let authority = try CertificateAuthority(certificate: identity.leaf, privateKey: identity.privateKey)
+        let when = now != 0 ? Date(timeIntervalSince1970: TimeInterval(now)) : Date()
+        let list = try (count > 0 ? (0..<count).map { i -> Revocation in
+            let s = try string(try require(serials, "revoked_serials")[i], "revoked_serials[\(i)]")
+            return Revocation(serialHex: s, date: when)
+        } : [])
+        let bytes = try authority.makeCRL(revocations: list, number: number,
+                                          validityDays: validityDays > 0 ? Int(validityDays) : 30, now: when)
+        try putBytes(bytes, der, derLen)
+    }
+}

@@ -1,0 +1,235 @@
+internal import COpenSSL
+import FoundationEssentials
+
+/// A certificate authority that can issue: its certificate and its private key.
+///
+/// OpenSSL builds and signs every certificate (`X509_new_ex` in libmtls's own library context,
+/// X509v3 extensions, `X509_sign` with SHA-256, or pure EdDSA for Ed25519 keys); this type only
+/// decides what goes in, following ``CertificateProfile``. Immutable; safe to share across
+/// threads.
+public final class CertificateAuthority: @unchecked Sendable {
+    /// The CA's certificate.
+    public let certificate: Certificate
+    /// The CA's private key.
+    public let privateKey: PrivateKey
+
+    /// Wraps an existing CA. Throws ``MTLSError/Code/keyMismatch`` when the key does not belong
+    /// to the certificate, and ``MTLSError/Code/invalidArgument`` when the certificate is not a
+    /// CA allowed to sign certificates.
+    public init(certificate: Certificate, privateKey: PrivateKey) throws {
+        guard privateKey.matches(certificate) else {
+            throw MTLSError(.keyMismatch, "the private key does not match the CA certificate \"\(certificate.subjectSummary)\"")
+        }
+        guard certificate.basicConstraints?.isCA == true else {
+            throw MTLSError(.invalidArgument, "\"\(certificate.subjectSummary)\" is not a CA certificate (basicConstraints CA:TRUE missing)")
+        }
+        if let ku = certificate.keyUsage, !ku.contains(.keyCertSign) {
+            throw MTLSError(.invalidArgument, "\"\(certificate.subjectSummary)\" may not sign certificates (keyUsage lacks keyCertSign)")
+        }
+        self.certificate = certificate
+        self.privateKey = privateKey
+    }
+
+    /// Makes a self-signed root CA for `key`.
+    /// - Parameters:
+    ///   - commonName: the root's `CN`.
+    ///   - validityDays: lifetime; nil for 20 years.
+    ///   - now: the issuing time (injectable for tests); `notBefore` is set 5 minutes earlier to
+    ///     absorb clock skew between machines.
+    public static func makeRoot(commonName: String, key: PrivateKey, validityDays: Int? = nil,
+                                now: Date = Date()) throws -> CertificateAuthority {
+        let request = CertificateRequest(profile: .root, commonName: commonName, validityDays: validityDays)
+        try request.validate()
+        let cert = try CertificateBuilder.build(request, subjectKey: key, issuer: nil, signingKey: key, now: now)
+        return try CertificateAuthority(certificate: cert, privateKey: key)
+    }
+
+    /// Issues a certificate for the public half of `key` following `request.profile`.
+    ///
+    /// Refuses to make a root here (use ``makeRoot(commonName:key:validityDays:now:)``), and
+    /// refuses an intermediate below a CA whose path length is 0, since no verifier would accept
+    /// what it issued.
+    public func issue(_ request: CertificateRequest, for key: PrivateKey, now: Date = Date()) throws -> Certificate {
+        try request.validate()
+        switch request.profile {
+        case .root:
+            throw MTLSError(.invalidArgument, "a root is self-signed: use makeRoot, not issue")
+        case .intermediate:
+            if let pathLength = certificate.basicConstraints?.pathLength, pathLength == 0 {
+                throw MTLSError(.invalidArgument, "\"\(certificate.subjectSummary)\" has path length 0: it cannot issue another CA")
+            }
+        case .server, .client:
+            break
+        }
+        guard now < certificate.notAfter else {
+            throw MTLSError(.invalidArgument, "the CA \"\(certificate.subjectSummary)\" expired at \(certificate.notAfter)")
+        }
+        return try CertificateBuilder.build(request, subjectKey: key, issuer: certificate,
+                                            signingKey: privateKey, now: now)
+    }
+
+    /// Issues an intermediate CA (path length 0) for `key`, ready to issue leaves.
+    public func issueIntermediate(commonName: String, key: PrivateKey, validityDays: Int? = nil,
+                                  now: Date = Date()) throws -> CertificateAuthority {
+        let cert = try issue(CertificateRequest(profile: .intermediate, commonName: commonName,
+                                                validityDays: validityDays), for: key, now: now)
+        return try CertificateAuthority(certificate: cert, privateKey: key)
+    }
+}
+
+/// Builds one X.509 v3 certificate with OpenSSL.
+enum CertificateBuilder {
+    /// `notBefore` is this much before the issuing time, for clock skew.
+    static let backdate: TimeInterval = 300
+
+    static func build(_ request: CertificateRequest, subjectKey: PrivateKey, issuer: Certificate?,
+                      signingKey: PrivateKey, now: Date) throws -> Certificate {
+        guard let x = X509_new_ex(LibraryContext.shared.ctx, nil) else {
+            throw MTLSError.openSSL(.noMemory, "X509_new_ex failed")
+        }
+        var owned: OpaquePointer? = x
+        defer { if let owned { X509_free(owned) } }
+
+        guard X509_set_version(x, Int(X509_VERSION_3)) == 1 else { throw MTLSError.openSSL(.internal, "cannot set the version") }
+        try setRandomSerial(x)
+
+        // Subject: CN only. The issuer name is copied from the issuer's subject, byte for byte,
+        // so that chain building matches names exactly.
+        guard let name = X509_NAME_new() else { throw MTLSError.openSSL(.noMemory, "X509_NAME_new failed") }
+        defer { X509_NAME_free(name) }
+        let cn = Array(request.commonName.utf8)
+        guard X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, cn, Int32(cn.count), -1, 0) == 1,
+              X509_set_subject_name(x, name) == 1 else {
+            throw MTLSError.openSSL(.invalidArgument, "cannot use \"\(request.commonName)\" as a name")
+        }
+        let issuerName = issuer.map { X509_get_subject_name($0.x509) } ?? X509_get_subject_name(x)
+        guard X509_set_issuer_name(x, issuerName) == 1 else { throw MTLSError.openSSL(.internal, "cannot set the issuer name") }
+
+        // Validity, shortened to the issuer's own expiry.
+        let notBefore = now.addingTimeInterval(-backdate)
+        var notAfter = now.addingTimeInterval(TimeInterval(request.validityDays ?? request.profile.defaultValidityDays) * 86400)
+        if let issuer, notAfter > issuer.notAfter { notAfter = issuer.notAfter }
+        try setTime(x, notBefore, X509_set1_notBefore)
+        try setTime(x, notAfter, X509_set1_notAfter)
+
+        guard X509_set_pubkey(x, subjectKey.pkey) == 1 else { throw MTLSError.openSSL(.invalidArgument, "cannot use the subject's public key") }
+
+        // Extensions. The issuer context must point at the certificate being built for a root
+        // (SKI and AKI both come from its own key) and at the issuer otherwise.
+        var v3 = X509V3_CTX()
+        X509V3_set_ctx(&v3, issuer?.x509 ?? x, x, nil, nil, 0)
+        let rsaLeaf: Bool
+        if case .rsa = subjectKey.keyType { rsaLeaf = true } else { rsaLeaf = false }
+        var extensions: [(Int32, String)] = []
+        switch request.profile {
+        case .root:
+            extensions = [(NID_basic_constraints, "critical,CA:TRUE"),
+                          (NID_key_usage, "critical,keyCertSign,cRLSign"),
+                          (NID_subject_key_identifier, "hash")]
+        case .intermediate:
+            extensions = [(NID_basic_constraints, "critical,CA:TRUE,pathlen:0"),
+                          (NID_key_usage, "critical,keyCertSign,cRLSign"),
+                          (NID_subject_key_identifier, "hash"),
+                          (NID_authority_key_identifier, "keyid:always")]
+        case .server:
+            extensions = [(NID_basic_constraints, "critical,CA:FALSE"),
+                          (NID_key_usage, rsaLeaf ? "critical,digitalSignature,keyEncipherment" : "critical,digitalSignature"),
+                          (NID_ext_key_usage, "serverAuth"),
+                          (NID_subject_key_identifier, "hash"),
+                          (NID_authority_key_identifier, "keyid:always")]
+        case .client:
+            extensions = [(NID_basic_constraints, "critical,CA:FALSE"),
+                          (NID_key_usage, "critical,digitalSignature"),
+                          (NID_ext_key_usage, "clientAuth"),
+                          (NID_subject_key_identifier, "hash"),
+                          (NID_authority_key_identifier, "keyid:always")]
+        }
+        for (nid, value) in extensions {
+            guard let ext = X509V3_EXT_nconf_nid(nil, &v3, nid, value) else {
+                throw MTLSError.openSSL(.internal, "cannot make the \(String(cString: OBJ_nid2sn(nid))) extension")
+            }
+            defer { X509_EXTENSION_free(ext) }
+            guard X509_add_ext(x, ext, -1) == 1 else { throw MTLSError.openSSL(.internal, "cannot add an extension") }
+        }
+        try addSubjectAltNames(x, dns: request.dnsNames, ips: request.ipAddresses)
+
+        try sign(x, with: signingKey)
+        owned = nil
+        return try Certificate(takingOwnership: x)
+    }
+
+    /// A random positive 128-bit serial number (RFC 5280 allows up to 20 octets).
+    static func setRandomSerial(_ x: OpaquePointer) throws {
+        guard let serial = randomSerial() else { throw MTLSError.openSSL(.internal, "cannot make a serial number") }
+        defer { ASN1_INTEGER_free(serial) }
+        guard X509_set_serialNumber(x, serial) == 1 else { throw MTLSError.openSSL(.internal, "cannot set the serial number") }
+    }
+
+    static func randomSerial() -> UnsafeMutablePointer<ASN1_INTEGER>? {
+        var bytes = [UInt8](repeating: 0, count: 16)
+        repeat {
+            guard RAND_bytes_ex(LibraryContext.shared.ctx, &bytes, bytes.count, 0) == 1 else { return nil }
+        } while bytes.allSatisfy { $0 == 0 }
+        guard let bn = BN_bin2bn(bytes, Int32(bytes.count), nil) else { return nil }
+        defer { BN_free(bn) }
+        return BN_to_ASN1_INTEGER(bn, nil)
+    }
+
+    static func setTime(_ x: OpaquePointer, _ date: Date,
+                        _ set: (OpaquePointer?, UnsafePointer<ASN1_TIME>?) -> Int32) throws {
+        guard let t = ASN1_TIME_set(nil, time_t(date.timeIntervalSince1970.rounded(.down))) else {
+            throw MTLSError.openSSL(.invalidArgument, "cannot encode the time \(date)")
+        }
+        defer { ASN1_TIME_free(t) }
+        guard set(x, t) == 1 else { throw MTLSError.openSSL(.internal, "cannot set the validity") }
+    }
+
+    /// Builds the subjectAltName from typed values (never from a text the user could extend
+    /// with another name through a comma).
+    static func addSubjectAltNames(_ x: OpaquePointer, dns: [String], ips: [String]) throws {
+        guard !dns.isEmpty || !ips.isEmpty else { return }
+        guard let names = mtls_ossl_GENERAL_NAMES_new() else { throw MTLSError.openSSL(.noMemory, "GENERAL_NAMES_new failed") }
+        defer { mtls_ossl_GENERAL_NAMES_free(names) }
+        func push(_ type: Int32, _ bytes: [UInt8], ia5: Bool) throws {
+            guard let gen = GENERAL_NAME_new() else { throw MTLSError.openSSL(.noMemory, "GENERAL_NAME_new failed") }
+            guard let value = ia5 ? ASN1_IA5STRING_new() : ASN1_OCTET_STRING_new(),
+                  ASN1_STRING_set(value, bytes, Int32(bytes.count)) == 1 else {
+                GENERAL_NAME_free(gen)
+                throw MTLSError.openSSL(.noMemory, "cannot make a subjectAltName entry")
+            }
+            GENERAL_NAME_set0_value(gen, type, UnsafeMutableRawPointer(value))
+            guard mtls_ossl_sk_GENERAL_NAME_push(names, gen) > 0 else {
+                GENERAL_NAME_free(gen)
+                throw MTLSError.openSSL(.noMemory, "cannot add a subjectAltName entry")
+            }
+        }
+        for name in dns { try push(GEN_DNS, Array(name.utf8), ia5: true) }
+        for ip in ips {
+            guard let bytes = IPAddress.bytes(ip) else { throw MTLSError(.invalidArgument, "not an IP address: \"\(ip)\"") }
+            try push(GEN_IPADD, bytes, ia5: false)
+        }
+        guard X509_add1_ext_i2d(x, NID_subject_alt_name, UnsafeMutableRawPointer(names), 0, UInt(X509V3_ADD_DEFAULT)) == 1 else {
+            throw MTLSError.openSSL(.internal, "cannot add the subjectAltName extension")
+        }
+    }
+
+    /// The digest to sign with: SHA-256, except for EdDSA keys, which hash internally.
+    static func signingDigest(for key: PrivateKey) throws -> OpaquePointer? {
+        switch key.keyType {
+        case .ed25519, .ed448: return nil
+        default:
+            guard let md = EVP_MD_fetch(LibraryContext.shared.ctx, "SHA256", nil) else {
+                throw MTLSError.openSSL(.unsupported, "SHA-256 is not available")
+            }
+            return md
+        }
+    }
+
+    static func sign(_ x: OpaquePointer, with key: PrivateKey) throws {
+        let md = try signingDigest(for: key)
+        defer { if let md { EVP_MD_free(md) } }
+        guard X509_sign(x, key.pkey, md) > 0 else {
+            throw MTLSError.openSSL(.internal, "cannot sign the certificate with the \(key.keyType.shortName) key")
+        }
+    }
+}

@@ -1,0 +1,316 @@
+internal import COpenSSL
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A private PKI kept in one folder, as `mtls pki` makes it:
+///
+/// ```
+/// D/root/cert.pem                      the root CA certificate (0644)
+/// D/root/key.pem                       its private key (0600; encrypted with a key password)
+/// D/ca/<ca>/cert.pem, key.pem          an intermediate CA (<ca> is its name as a slug:
+///                                       "Customer A" → customer-a)
+/// D/ca/<ca>/chain.pem                  the intermediate, then the root
+/// D/ca/<ca>/revoked.txt                revocations: "<serial hex> <unix time> <reason>" per line
+/// D/ca/<ca>/crl.pem, crl-number        the latest CRL and its number
+/// D/ca/<ca>/issued/<name>/cert.pem     a server or client certificate issued by <ca>
+/// D/ca/<ca>/issued/<name>/key.pem      its private key (0600)
+/// D/ca/<ca>/issued/<name>/chain.pem    the leaf, the intermediate, the root
+/// ```
+///
+/// Each item is written in a temporary folder beside its final place and renamed into place
+/// once complete, so an interrupted command never leaves half an item behind. Not safe for two
+/// processes changing the same folder at once.
+public struct PKIDirectory: Sendable {
+    /// The folder.
+    public let path: String
+
+    public init(path: String) { self.path = path }
+
+    /// The root's folder, `D/root`.
+    public var rootPath: String { path + "/root" }
+    /// An intermediate's folder, `D/ca/<slug>`.
+    public func caPath(_ name: String) throws -> String { path + "/ca/" + (try PKIDirectory.slug(name)) }
+
+    /// One certificate and key written in the folder.
+    public struct Item: Sendable {
+        /// The key, the certificate, and the chain above it.
+        public let identity: Identity
+        /// The item's folder.
+        public let directory: String
+        public var certificatePath: String { directory + "/cert.pem" }
+        public var keyPath: String { directory + "/key.pem" }
+        public var chainPath: String { directory + "/chain.pem" }
+    }
+
+    // MARK: Making things
+
+    /// Makes the root CA: `D/root/{cert.pem,key.pem}`. Fails with ``MTLSError/Code/duplicate``
+    /// if the folder already has a root.
+    public func initRoot(commonName: String, keySpec: KeySpec = .ecP256, validityDays: Int? = nil,
+                         keyPassword: SecretBytes? = nil, now: Date = Date()) throws -> Item {
+        try Self.makeDirectories(path)
+        guard !Self.exists(rootPath) else {
+            throw MTLSError(.duplicate, "\(path) already has a root CA (\(rootPath))")
+        }
+        let key = try PrivateKey.generate(keySpec)
+        let ca = try CertificateAuthority.makeRoot(commonName: commonName, key: key, validityDays: validityDays, now: now)
+        let identity = try Identity(privateKey: key, leaf: ca.certificate)
+        try Self.writeItem(identity, at: rootPath, keyPassword: keyPassword, chain: false)
+        return Item(identity: identity, directory: rootPath)
+    }
+
+    /// Makes an intermediate CA (path length 0) under the root: `D/ca/<slug>/`.
+    public func makeIntermediate(commonName: String, keySpec: KeySpec = .ecP256, validityDays: Int? = nil,
+                                 keyPassword: SecretBytes? = nil, now: Date = Date()) throws -> Item {
+        let dir = try caPath(commonName)
+        guard !Self.exists(dir) else {
+            throw MTLSError(.duplicate, "an intermediate named \"\(commonName)\" already exists (\(dir))")
+        }
+        let root = try loadRoot(keyPassword: keyPassword)
+        let key = try PrivateKey.generate(keySpec)
+        let ca = try root.issueIntermediate(commonName: commonName, key: key, validityDays: validityDays, now: now)
+        let identity = try Identity(privateKey: key, leaf: ca.certificate, certificates: [root.certificate])
+        try Self.makeDirectories(path + "/ca")
+        try Self.writeItem(identity, at: dir, keyPassword: keyPassword, chain: true)
+        return Item(identity: identity, directory: dir)
+    }
+
+    /// Issues a server or client certificate from the intermediate `caName`:
+    /// `D/ca/<ca>/issued/<slug of the common name>/`.
+    public func issue(_ request: CertificateRequest, caName: String, keySpec: KeySpec = .ecP256,
+                      keyPassword: SecretBytes? = nil, now: Date = Date()) throws -> Item {
+        guard request.profile == .server || request.profile == .client else {
+            throw MTLSError(.invalidArgument, "only server and client certificates are issued from an intermediate")
+        }
+        try request.validate()
+        let caDir = try caPath(caName)
+        let dir = caDir + "/issued/" + (try Self.slug(request.commonName))
+        guard !Self.exists(dir) else {
+            throw MTLSError(.duplicate, "\"\(request.commonName)\" was already issued by \"\(caName)\" (\(dir))")
+        }
+        let (ca, chain) = try loadIntermediate(caName, keyPassword: keyPassword)
+        let key = try PrivateKey.generate(keySpec)
+        let leaf = try ca.issue(request, for: key, now: now)
+        let identity = try Identity(privateKey: key, leaf: leaf, certificates: chain)
+        try Self.makeDirectories(caDir + "/issued")
+        try Self.writeItem(identity, at: dir, keyPassword: keyPassword, chain: true)
+        return Item(identity: identity, directory: dir)
+    }
+
+    /// Removes an item this folder just wrote (when a later step of the same command failed).
+    public func discard(_ item: Item) {
+        let tmp = item.directory + ".discard-\(getpid())"
+        if rename(item.directory, tmp) == 0 { Self.removeTree(tmp) }
+    }
+
+    // MARK: Loading
+
+    /// The root CA with its key.
+    public func loadRoot(keyPassword: SecretBytes?) throws -> CertificateAuthority {
+        guard Self.exists(rootPath + "/cert.pem") else {
+            throw MTLSError(.notFound, "\(path) has no root CA: run `mtls pki init --dir \(path) --name ...` first")
+        }
+        return try Self.loadCA(at: rootPath, keyPassword: keyPassword)
+    }
+
+    /// An intermediate CA with its key, and the chain above it (intermediate, root).
+    public func loadIntermediate(_ name: String, keyPassword: SecretBytes?) throws -> (CertificateAuthority, [Certificate]) {
+        let dir = try caPath(name)
+        guard Self.exists(dir + "/cert.pem") else {
+            let known = intermediateNames()
+            throw MTLSError(.notFound, "no intermediate named \"\(name)\" in \(path)"
+                + (known.isEmpty ? "" : " (there is: \(known.joined(separator: ", ")))"))
+        }
+        let ca = try Self.loadCA(at: dir, keyPassword: keyPassword)
+        let chain = try Certificate.load(path: dir + "/chain.pem")
+        return (ca, chain)
+    }
+
+    /// The common names of the intermediates in the folder, sorted.
+    public func intermediateNames() -> [String] {
+        Self.list(path + "/ca").compactMap { slug in
+            (try? Certificate.load(path: path + "/ca/" + slug + "/cert.pem"))?.first?.subjectSummary
+        }.sorted()
+    }
+
+    /// Loads an issued leaf certificate (`D/ca/<ca>/issued/<name>/cert.pem`).
+    public func issuedCertificate(caName: String, name: String) throws -> Certificate {
+        let file = try caPath(caName) + "/issued/" + (try Self.slug(name)) + "/cert.pem"
+        guard Self.exists(file) else { throw MTLSError(.notFound, "\"\(caName)\" issued nothing named \"\(name)\" (\(file) is missing)") }
+        return try Certificate.load(path: file)[0]
+    }
+
+    // MARK: Revocation
+
+    /// The revocations recorded for intermediate `caName`.
+    public func revocations(caName: String) throws -> [Revocation] {
+        let file = try caPath(caName) + "/revoked.txt"
+        guard Self.exists(file) else { return [] }
+        let text = String(decoding: try FileIO.read(file), as: UTF8.self)
+        return try text.split(separator: "\n").enumerated().map { (n, line) in
+            let f = line.split(separator: " ").map(String.init)
+            guard f.count >= 2, let t = Int64(f[1]) else {
+                throw MTLSError(.parse, "\(file): line \(n + 1) is not \"<serial hex> <unix time> [reason]\"")
+            }
+            let reason = f.count > 2 ? Revocation.Reason(name: f[2]) : nil
+            return Revocation(serialHex: f[0], date: Date(timeIntervalSince1970: TimeInterval(t)), reason: reason)
+        }
+    }
+
+    /// Records that `certificate` (issued by `caName`) is revoked, then writes a new CRL.
+    /// Revoking twice is an error (``MTLSError/Code/duplicate``).
+    @discardableResult
+    public func revoke(_ certificate: Certificate, caName: String, reason: Revocation.Reason? = nil,
+                       crlValidityDays: Int = 30, keyPassword: SecretBytes?, now: Date = Date()) throws -> (path: String, der: [UInt8]) {
+        let (ca, _) = try loadIntermediate(caName, keyPassword: keyPassword)
+        let signedByCA = X509_verify(certificate.x509, X509_get0_pubkey(ca.certificate.x509)) == 1
+        OpenSSLErrorQueue.clear()
+        guard certificate.issuerNameDER == ca.certificate.subjectNameDER, signedByCA else {
+            throw MTLSError(.invalidArgument, "\"\(certificate.subjectSummary)\" was not issued by \"\(caName)\"")
+        }
+        var list = try revocations(caName: caName)
+        guard !list.contains(where: { $0.serialHex == certificate.serialHex }) else {
+            throw MTLSError(.duplicate, "\"\(certificate.subjectSummary)\" (serial \(certificate.serialHex)) is already revoked")
+        }
+        list.append(Revocation(serialHex: certificate.serialHex, date: now, reason: reason))
+        // The CRL is made before anything is written, so a failure leaves both files as they were.
+        let crl = try nextCRL(ca, caName: caName, revocations: list, validityDays: crlValidityDays, now: now)
+        let text = list.map { "\($0.serialHex) \(Int64($0.date.timeIntervalSince1970))" + ($0.reason.map { " \($0.name)" } ?? "") }
+            .joined(separator: "\n") + "\n"
+        try FileIO.writeAtomically(try caPath(caName) + "/revoked.txt", Array(text.utf8), mode: 0o644)
+        try writeCRL(crl, caName: caName)
+        return (try caPath(caName) + "/crl.pem", crl.der)
+    }
+
+    /// Writes a new CRL for `caName` with the recorded revocations (`D/ca/<ca>/crl.pem`) and
+    /// returns its path and DER.
+    @discardableResult
+    public func makeCRL(caName: String, validityDays: Int = 30, keyPassword: SecretBytes?,
+                        now: Date = Date()) throws -> (path: String, der: [UInt8]) {
+        let (ca, _) = try loadIntermediate(caName, keyPassword: keyPassword)
+        let crl = try nextCRL(ca, caName: caName, revocations: try revocations(caName: caName), validityDays: validityDays, now: now)
+        try writeCRL(crl, caName: caName)
+        return (try caPath(caName) + "/crl.pem", crl.der)
+    }
+
+    private func nextCRL(_ ca: CertificateAuthority, caName: String, revocations: [Revocation],
+                         validityDays: Int, now: Date) throws -> (der: [UInt8], number: UInt64) {
+        let numberFile = try caPath(caName) + "/crl-number"
+        var number: UInt64 = 1
+        if Self.exists(numberFile) {
+            let text = String(decoding: try FileIO.read(numberFile, limit: 64), as: UTF8.self)
+            guard let n = UInt64(text.filter { !$0.isWhitespace }) else {
+                throw MTLSError(.parse, "\(numberFile) does not hold a number")
+            }
+            number = n + 1
+        }
+        return (try ca.makeCRL(revocations: revocations, number: number, validityDays: validityDays, now: now), number)
+    }
+
+    private func writeCRL(_ crl: (der: [UInt8], number: UInt64), caName: String) throws {
+        let dir = try caPath(caName)
+        try FileIO.writeAtomically(dir + "/crl.pem", Array(CertificateAuthority.crlPEM(crl.der).utf8), mode: 0o644)
+        try FileIO.writeAtomically(dir + "/crl-number", Array("\(crl.number)\n".utf8), mode: 0o644)
+    }
+
+    // MARK: Files
+
+    /// A name as a folder name: lowercase ASCII letters and digits, other runs turned into one
+    /// `-` ("Customer A" → `customer-a`, "api.example.com" → `api.example.com`).
+    public static func slug(_ name: String) throws -> String {
+        var out = ""
+        for s in name.lowercased().unicodeScalars {
+            if (s >= "a" && s <= "z") || (s >= "0" && s <= "9") || s == "." || s == "_" {
+                out.unicodeScalars.append(s)
+            } else if !out.hasSuffix("-") {
+                out.append("-")
+            }
+        }
+        while out.hasPrefix("-") || out.hasPrefix(".") { out.removeFirst() }
+        while out.hasSuffix("-") { out.removeLast() }
+        guard !out.isEmpty else {
+            throw MTLSError(.invalidArgument, "\"\(name)\" has no letters or digits to name a folder with")
+        }
+        return out
+    }
+
+    static func loadCA(at dir: String, keyPassword: SecretBytes?) throws -> CertificateAuthority {
+        let cert = try Certificate.load(path: dir + "/cert.pem")[0]
+        let keyFile = dir + "/key.pem"
+        let pem = try FileIO.read(keyFile, limit: 1 << 20)
+        let key: PrivateKey
+        do { key = try PrivateKey(pem: pem, password: keyPassword) } catch let e as MTLSError where e.code == .badPassword {
+            throw MTLSError(.badPassword, keyPassword == nil
+                ? "\(keyFile) is encrypted: give the key password (--key-password-file)"
+                : "wrong key password for \(keyFile)")
+        }
+        return try CertificateAuthority(certificate: cert, privateKey: key)
+    }
+
+    /// Writes cert.pem, key.pem (0600) and, for `chain`, chain.pem into a temporary folder
+    /// beside `dir`, then renames it to `dir`.
+    static func writeItem(_ identity: Identity, at dir: String, keyPassword: SecretBytes?, chain: Bool) throws {
+        let tmp = dir + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        guard mkdir(tmp, 0o700) == 0 else {
+            throw MTLSError(errno == ENOSPC ? .diskFull : .io, "cannot create \(tmp): \(String(cString: strerror(errno)))")
+        }
+        var done = false
+        defer { if !done { removeTree(tmp) } }
+        let keyPEM = try identity.privateKey.pemFile(password: keyPassword)
+        try keyPEM.withBytes { try FileIO.writeAtomically(tmp + "/key.pem", Array($0), mode: 0o600) }
+        try FileIO.writeAtomically(tmp + "/cert.pem", Array(identity.leaf.pem.utf8), mode: 0o644)
+        if chain {
+            try FileIO.writeAtomically(tmp + "/chain.pem", Array(identity.allCertificates.map(\.pem).joined().utf8), mode: 0o644)
+        }
+        _ = chmod(tmp, 0o755)
+        guard rename(tmp, dir) == 0 else {
+            throw MTLSError(errno == EEXIST || errno == ENOTEMPTY ? .duplicate : .io,
+                            "cannot move \(tmp) to \(dir): \(String(cString: strerror(errno)))")
+        }
+        done = true
+    }
+
+    static func exists(_ p: String) -> Bool {
+        var st = stat()
+        return stat(p, &st) == 0
+    }
+
+    static func makeDirectories(_ p: String) throws {
+        var built = p.hasPrefix("/") ? "" : "."
+        for part in p.split(separator: "/") {
+            built += "/" + part
+            if mkdir(built, 0o755) != 0 && errno != EEXIST {
+                throw MTLSError(.io, "cannot create \(built): \(String(cString: strerror(errno)))")
+            }
+        }
+        var st = stat()
+        guard stat(p, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR else {
+            throw MTLSError(.io, "\(p) is not a folder")
+        }
+    }
+
+    static func list(_ dir: String) -> [String] {
+        guard let d = opendir(dir) else { return [] }
+        defer { closedir(d) }
+        var names: [String] = []
+        while let e = readdir(d) {
+            let name = withUnsafePointer(to: e.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } }
+            if !name.hasPrefix(".") && !name.contains(".tmp-") { names.append(name) }
+        }
+        return names
+    }
+
+    /// Removes a temporary folder made by ``writeItem`` (flat: files only).
+    static func removeTree(_ dir: String) {
+        if let d = opendir(dir) {
+            while let e = readdir(d) {
+                let name = withUnsafePointer(to: e.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } }
+                if name != "." && name != ".." { unlink(dir + "/" + name) }
+            }
+            closedir(d)
+        }
+        rmdir(dir)
+    }
+}

@@ -1,0 +1,278 @@
+import ArgumentParser
+import Foundation
+import MTLS
+
+/// `mtls pki init | intermediate | issue server | issue client | revoke | crl`: a private PKI in
+/// one folder (the layout is documented on ``PKIDirectory``).
+struct PKICommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pki",
+        abstract: "Make a private PKI: a root, per-customer intermediates, server and client certificates, CRLs.",
+        discussion: """
+        Layout of the folder (--dir):
+          root/cert.pem, root/key.pem                 the root CA
+          ca/<ca>/cert.pem, key.pem, chain.pem        an intermediate ("Customer A" -> ca/customer-a)
+          ca/<ca>/revoked.txt, crl.pem, crl-number    its revocations and latest CRL
+          ca/<ca>/issued/<name>/cert.pem, key.pem, chain.pem   certificates it issued
+        Private keys are written 0600, and encrypted (PKCS#8, AES-256) when --key-password-file is
+        given; the same file then unlocks the CA keys for later commands.
+        """,
+        subcommands: [Init.self, Intermediate.self, Issue.self, Revoke.self, CRL.self])
+
+    /// Options every pki command takes.
+    struct Common: ParsableArguments {
+        @Option(help: "The PKI folder.") var dir: String
+        @Option(help: "File with the password that encrypts new private keys and unlocks the CA keys.")
+        var keyPasswordFile: String?
+        @Flag(help: "Machine-readable output.") var json = false
+
+        func keyPassword() throws -> SecretBytes? {
+            try keyPasswordFile.map(CLI.readSecretFile)
+        }
+    }
+
+    /// Options for anything that makes a key and a certificate.
+    struct KeyOptions: ParsableArguments {
+        @Option(help: "Key kind: \(KeySpec.issuingNames.joined(separator: " | ")).") var key = "ec-p256"
+        @Option(help: "Validity in days (default: root 20 years, intermediate 10, server and client 3).") var days: Int?
+
+        func spec() throws -> KeySpec { try KeySpec(issuingName: key) }
+    }
+
+    struct Init: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Make the root CA of a new PKI folder.")
+        @OptionGroup var common: Common
+        @Option(help: "The root's name (its CN), e.g. \"Example Root\".") var name: String
+        @OptionGroup var keyOptions: KeyOptions
+
+        func run() throws {
+            try PKIOutput.reporting(json: common.json) {
+                let spec = try keyOptions.spec()
+                let password = try common.keyPassword()
+                PKIOutput.progress(spec, json: common.json)
+                let item = try PKIDirectory(path: common.dir).initRoot(
+                    commonName: name, keySpec: spec, validityDays: keyOptions.days, keyPassword: password)
+                PKIOutput.report("Made root CA", kind: "root", item: item, ca: nil, p12: nil,
+                                 encrypted: password != nil, json: common.json)
+            }
+        }
+    }
+
+    struct Intermediate: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Make an intermediate CA (one per customer) under the root.")
+        @OptionGroup var common: Common
+        @Option(help: "The intermediate's name (its CN), e.g. \"Customer A\".") var name: String
+        @OptionGroup var keyOptions: KeyOptions
+
+        func run() throws {
+            try PKIOutput.reporting(json: common.json) {
+                let spec = try keyOptions.spec()
+                let password = try common.keyPassword()
+                PKIOutput.progress(spec, json: common.json)
+                let item = try PKIDirectory(path: common.dir).makeIntermediate(
+                    commonName: name, keySpec: spec, validityDays: keyOptions.days, keyPassword: password)
+                PKIOutput.report("Made intermediate CA", kind: "intermediate", item: item, ca: nil, p12: nil,
+                                 encrypted: password != nil, json: common.json)
+            }
+        }
+    }
+
+    struct Issue: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Issue a server or client certificate from an intermediate.",
+            subcommands: [Server.self, Client.self])
+
+        /// Options of both `issue` commands.
+        struct IssueOptions: ParsableArguments {
+            @Option(help: "The issuing intermediate's name, e.g. \"Customer A\".") var ca: String
+            @Option(help: "Also write a PKCS#12 file with the key, the certificate and the whole chain.") var p12: String?
+            @Option(help: "File with the PKCS#12 password (needed with --p12).") var passwordFile: String?
+            @Flag(help: "Make the PKCS#12 file with 3DES and a SHA-1 MAC, for old consumers.") var legacy = false
+
+            func validate() throws {
+                if p12 != nil && passwordFile == nil { throw ValidationError("--p12 needs --password-file") }
+                if p12 == nil && (passwordFile != nil || legacy) { throw ValidationError("--password-file and --legacy go with --p12") }
+            }
+        }
+
+        static func run(_ request: CertificateRequest, common: Common, keyOptions: KeyOptions, options: IssueOptions) throws {
+            try PKIOutput.reporting(json: common.json) {
+                let spec = try keyOptions.spec()
+                let keyPassword = try common.keyPassword()
+                // Everything that can be checked is checked before anything is written.
+                let p12Password = try options.passwordFile.map(CLI.readSecretFile)
+                if let out = options.p12, FileManager.default.fileExists(atPath: out) {
+                    throw MTLSError(.duplicate, "\(out) already exists")
+                }
+                PKIOutput.progress(spec, json: common.json)
+                let pki = PKIDirectory(path: common.dir)
+                let item = try pki.issue(request, caName: options.ca, keySpec: spec, keyPassword: keyPassword)
+                if let out = options.p12, let p12Password {
+                    do {
+                                                let bytes = try PKCS12.export(item.identity, password: p12Password,
+                                                      options: PKCS12ExportOptions(scheme: options.legacy ? .legacy : .modern,
+                                                                                   friendlyName: request.commonName))
+                        try FileIO.writeAtomically(out, bytes, mode: 0o600)
+                    } catch {
+                        pki.discard(item) // no certificate on disk without the .p12 that was asked for
+                        throw error
+                    }
+                }
+                PKIOutput.report("Issued \(request.profile.rawValue) certificate", kind: request.profile.rawValue, item: item,
+                                 ca: options.ca, p12: options.p12.map { ($0, options.legacy) },
+                                 encrypted: keyPassword != nil, json: common.json)
+            }
+        }
+
+        struct Server: ParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Issue a server certificate (serverAuth, DNS and IP names).")
+            @OptionGroup var common: Common
+            @OptionGroup var options: IssueOptions
+            @Option(parsing: .singleValue, help: "A DNS name for the certificate (repeat for more).") var dns: [String] = []
+            @Option(parsing: .singleValue, help: "An IP address for the certificate (repeat for more).") var ip: [String] = []
+            @Option(help: "The certificate's name (CN); default: the first DNS name or IP.") var name: String?
+            @OptionGroup var keyOptions: KeyOptions
+
+            func validate() throws {
+                if dns.isEmpty && ip.isEmpty { throw ValidationError("give at least one --dns NAME or --ip ADDRESS") }
+            }
+
+            func run() throws {
+                let cn = name ?? dns.first ?? ip[0]
+                try Issue.run(CertificateRequest(profile: .server, commonName: cn, dnsNames: dns, ipAddresses: ip,
+                                                 validityDays: keyOptions.days),
+                              common: common, keyOptions: keyOptions, options: options)
+            }
+        }
+
+        struct Client: ParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Issue a client certificate (clientAuth).")
+            @OptionGroup var common: Common
+            @OptionGroup var options: IssueOptions
+            @Option(help: "The client's name (its CN), e.g. \"alice\".") var name: String
+            @OptionGroup var keyOptions: KeyOptions
+
+            func run() throws {
+                try Issue.run(CertificateRequest(profile: .client, commonName: name, validityDays: keyOptions.days),
+                              common: common, keyOptions: keyOptions, options: options)
+            }
+        }
+    }
+
+    struct Revoke: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Revoke a certificate an intermediate issued, and write its new CRL.")
+        @OptionGroup var common: Common
+        @Option(help: "The issuing intermediate's name.") var ca: String
+        @Option(help: "The name the certificate was issued under.") var name: String?
+        @Option(help: "The certificate file to revoke.") var cert: String?
+        @Option(help: "Reason: \(Revocation.Reason.allCases.map(\.name).joined(separator: ", ")).") var reason: String?
+        @Option(help: "Days until the CRL's nextUpdate.") var crlDays = 30
+
+        func validate() throws {
+            if (name == nil) == (cert == nil) { throw ValidationError("give exactly one of --name or --cert") }
+        }
+
+        func run() throws {
+            try PKIOutput.reporting(json: common.json) {
+                let pki = PKIDirectory(path: common.dir)
+                let reasonValue = try reason.map { r -> Revocation.Reason in
+                    guard let v = Revocation.Reason(name: r) else {
+                        throw MTLSError(.invalidArgument, "unknown reason \"\(r)\" (use one of \(Revocation.Reason.allCases.map(\.name).joined(separator: ", ")))")
+                    }
+                    return v
+                }
+                let target = try cert.map { try Certificate.load(path: $0)[0] }
+                    ?? pki.issuedCertificate(caName: ca, name: name!)
+                let (path, der) = try pki.revoke(target, caName: ca, reason: reasonValue, crlValidityDays: crlDays,
+                                                 keyPassword: try common.keyPassword())
+                if common.json {
+                    CLI.printJSON(["revoked": target.subjectSummary, "serial": target.serialHex,
+                                   "reason": reasonValue?.name as Any? ?? NSNull(), "crl": path, "crl_size": der.count])
+                } else {
+                    print("\(PKIOutput.ok)Revoked \"\(target.subjectSummary)\" (serial \(target.serialHex))")
+                    print("  CRL: \(path)")
+                }
+            }
+        }
+    }
+
+    struct CRL: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "crl", abstract: "Write a fresh CRL for an intermediate (ca/<ca>/crl.pem).")
+        @OptionGroup var common: Common
+        @Option(help: "The intermediate's name.") var ca: String
+        @Option(help: "Days until the CRL's nextUpdate.") var days = 30
+        @Option(help: "Also copy the CRL (PEM) to this file.") var out: String?
+
+        func run() throws {
+            try PKIOutput.reporting(json: common.json) {
+                let pki = PKIDirectory(path: common.dir)
+                let (path, der) = try pki.makeCRL(caName: ca, validityDays: days, keyPassword: try common.keyPassword())
+                if let out {
+                    try FileIO.writeAtomically(out, Array(CertificateAuthority.crlPEM(der).utf8), mode: 0o644)
+                }
+                let count = try pki.revocations(caName: ca).count
+                if common.json {
+                    CLI.printJSON(["crl": path, "out": out as Any? ?? NSNull(), "revoked_count": count])
+                } else {
+                    print("\(PKIOutput.ok)Wrote the CRL of \"\(ca)\" (\(count) revoked): \(path)")
+                    if let out { print("  copy: \(out)") }
+                }
+            }
+        }
+    }
+}
+
+/// Output shared by the pki commands.
+enum PKIOutput {
+    /// A green check mark on a terminal, nothing otherwise.
+    static var ok: String { isatty(1) == 1 ? "\u{1B}[32m✓\u{1B}[0m " : "" }
+
+    /// Runs `body`; on failure prints `{"error", "message"}` (with --json) and one line on stderr,
+    /// then exits 1.
+    static func reporting(json: Bool, _ body: () throws -> Void) throws {
+        do { try body() } catch let e as ValidationError {
+            throw e
+        } catch {
+            if json {
+                CLI.printJSON(["error": (error as? MTLSError)?.code.name ?? "internal",
+                               "message": (error as? MTLSError)?.message ?? "\(error)"])
+            }
+            throw CLI.fail(error)
+        }
+    }
+
+    /// Says so on stderr before a key generation that may take seconds.
+    static func progress(_ spec: KeySpec, json: Bool) {
+        guard spec.isSlowToGenerate else { return }
+        FileHandle.standardError.write(Data("mtls: generating an \(spec.issuingName) key, this can take a few seconds...\n".utf8))
+    }
+
+    static func report(_ what: String, kind: String, item: PKIDirectory.Item, ca: String?,
+                       p12: (path: String, legacy: Bool)?, encrypted: Bool, json: Bool) {
+        let c = item.identity.leaf
+        let hasChain = kind != "root"
+        if json {
+            CLI.printJSON([
+                "kind": kind, "subject": c.subject, "name": c.subjectSummary, "issuer": c.issuer,
+                "ca": ca as Any? ?? NSNull(), "serial": c.serialHex, "key_type": c.keyType.shortName,
+                "not_before": CLI.rfc3339(c.notBefore), "not_after": CLI.rfc3339(c.notAfter),
+                "sans": c.subjectAltNames.map(\.description), "sha256": c.sha256Hex, "spki_pin": c.spkiPin,
+                "cert": item.certificatePath, "key": item.keyPath, "key_encrypted": encrypted,
+                "chain": hasChain ? item.chainPath : NSNull(), "p12": p12?.path as Any? ?? NSNull(),
+            ])
+            return
+        }
+        print("\(ok)\(what) \"\(c.subjectSummary)\"" + (ca.map { " from \"\($0)\"" } ?? ""))
+        print("  certificate: \(item.certificatePath)")
+        print("  key:         \(item.keyPath) (\(c.keyType.shortName), 0600, \(encrypted ? "encrypted" : "not encrypted"))")
+        if hasChain { print("  chain:       \(item.chainPath)") }
+        if let p12 { print("  PKCS#12:     \(p12.path) (\(p12.legacy ? "legacy 3DES/SHA-1" : "AES-256/SHA-256"), friendly name \"\(c.subjectSummary)\")") }
+        let sans = c.subjectAltNames
+        if !sans.isEmpty { print("  names:       \(sans.map(\.description).joined(separator: ", "))") }
+        print("  valid until: \(CLI.rfc3339(c.notAfter))")
+        print("  SHA-256:     \(c.sha256Hex)")
+        print("  SPKI pin:    \(c.spkiPin)")
+    }
+}

@@ -1,0 +1,179 @@
+"""Issuing a private PKI: root, intermediates, server and client certificates, .p12, CRLs."""
+import ctypes
+
+from ._lib import fn, take_string, c_void_pp, c_size_p
+from .certificate import Certificate
+from .errors import check
+from ._lib import lib
+
+MTLS_ISSUE_OPTIONS_VERSION = 1
+PROFILE_INTERMEDIATE, PROFILE_SERVER, PROFILE_CLIENT = 2, 3, 4
+KEY_TYPES = ("ec-p256", "ec-p384", "rsa-2048", "rsa-3072", "rsa-4096", "ed25519")
+
+
+class _IssueOptions(ctypes.Structure):
+    # typedef struct mtls_issue_options { ... } mtls_issue_options;  (version 1)
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("key_type", ctypes.c_char_p),
+        ("validity_days", ctypes.c_int),
+        ("now", ctypes.c_int64),
+        ("dns_names", ctypes.POINTER(ctypes.c_char_p)),
+        ("dns_count", ctypes.c_size_t),
+        ("ip_addresses", ctypes.POINTER(ctypes.c_char_p)),
+        ("ip_count", ctypes.c_size_t),
+    ]
+
+
+_opts_p = ctypes.POINTER(_IssueOptions)
+# int mtls_issue_options_init(mtls_issue_options *opts, unsigned int version)
+fn("mtls_issue_options_init", ctypes.c_int, _opts_p, ctypes.c_uint)
+# int mtls_pki_root(const char *name, const mtls_issue_options *opts, mtls_issued **out)
+fn("mtls_pki_root", ctypes.c_int, ctypes.c_char_p, _opts_p, c_void_pp)
+# int mtls_pki_issue(const mtls_issued *issuer, int profile, const char *name,
+#                    const mtls_issue_options *opts, mtls_issued **out)
+fn("mtls_pki_issue", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, _opts_p, c_void_pp)
+# int mtls_pki_load(const char *cert_path, const char *key_path, const char *key_password, mtls_issued **out)
+fn("mtls_pki_load", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, c_void_pp)
+# mtls_issued *mtls_issued_ref(mtls_issued *issued)
+fn("mtls_issued_ref", ctypes.c_void_p, ctypes.c_void_p)
+# void mtls_issued_free(mtls_issued *issued)
+fn("mtls_issued_free", None, ctypes.c_void_p)
+# int mtls_issued_cert(const mtls_issued *issued, mtls_cert **out)
+fn("mtls_issued_cert", ctypes.c_int, ctypes.c_void_p, c_void_pp)
+# int mtls_issued_chain_pem(const mtls_issued *issued, char **out)
+fn("mtls_issued_chain_pem", ctypes.c_int, ctypes.c_void_p, c_void_pp)
+# int mtls_issued_key_pem(const mtls_issued *issued, const char *password, char **out)
+fn("mtls_issued_key_pem", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, c_void_pp)
+# int mtls_issued_export_p12(const mtls_issued *issued, const char *password, int legacy,
+#                            uint8_t **out, size_t *out_len)
+fn("mtls_issued_export_p12", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int,
+   ctypes.POINTER(ctypes.POINTER(ctypes.c_uint8)), c_size_p)
+# int mtls_pki_crl(const mtls_issued *ca, const char *const *revoked_serials, size_t count,
+#                  uint64_t number, int validity_days, int64_t now, uint8_t **der, size_t *der_len)
+fn("mtls_pki_crl", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
+   ctypes.c_uint64, ctypes.c_int, ctypes.c_int64, ctypes.POINTER(ctypes.POINTER(ctypes.c_uint8)), c_size_p)
+
+
+def _options(key_type=None, days=None, now=None, dns=(), ips=()):
+    o = _IssueOptions()
+    check(lib.mtls_issue_options_init(ctypes.byref(o), MTLS_ISSUE_OPTIONS_VERSION))
+    if key_type is not None:
+        o.key_type = key_type.encode()
+    if days is not None:
+        o.validity_days = int(days)
+    if now is not None:
+        o.now = int(now)
+    dns_arr = (ctypes.c_char_p * len(dns))(*[d.encode() for d in dns])
+    ip_arr = (ctypes.c_char_p * len(ips))(*[i.encode() for i in ips])
+    o.dns_names, o.dns_count = ctypes.cast(dns_arr, ctypes.POINTER(ctypes.c_char_p)), len(dns)
+    o.ip_addresses, o.ip_count = ctypes.cast(ip_arr, ctypes.POINTER(ctypes.c_char_p)), len(ips)
+    o._keep = (dns_arr, ip_arr)  # the arrays must live as long as the struct
+    return o
+
+
+def _take_bytes(p, n):
+    try:
+        return ctypes.string_at(p, n.value)
+    finally:
+        lib.mtls_bytes_free(p)
+
+
+class IssuedCertificate:
+    """A certificate made by libmtls with its private key and chain (wraps mtls_issued).
+
+    Make a root with IssuedCertificate.root(...), then issue from it:
+
+        root = IssuedCertificate.root("Example Root")
+        customer = root.issue_intermediate("Customer A")
+        server = customer.issue_server("api.example.com", dns=["api.example.com"], ips=["127.0.0.1"])
+        alice = customer.issue_client("alice")
+        open("alice.p12", "wb").write(alice.export_p12("secret"))
+
+    `key_type` is one of KEY_TYPES; `days` the validity (None: the profile's default); `now` a
+    fixed issuing time in Unix seconds (None: the current time).
+    """
+
+    def __init__(self, _handle):
+        self._h = _handle
+
+    @classmethod
+    def root(cls, name, key_type=None, days=None, now=None):
+        out = ctypes.c_void_p()
+        check(lib.mtls_pki_root(name.encode(), ctypes.byref(_options(key_type, days, now)), ctypes.byref(out)))
+        return cls(out.value)
+
+    @classmethod
+    def load(cls, cert_path, key_path, key_password=None):
+        """A certificate with its chain (cert_path) and its PEM key, e.g. a CA made by `mtls pki`."""
+        out = ctypes.c_void_p()
+        check(lib.mtls_pki_load(str(cert_path).encode(), str(key_path).encode(),
+                                key_password.encode() if key_password is not None else None, ctypes.byref(out)))
+        return cls(out.value)
+
+    def _issue(self, profile, name, **kw):
+        out = ctypes.c_void_p()
+        check(lib.mtls_pki_issue(self._h, profile, name.encode(), ctypes.byref(_options(**kw)), ctypes.byref(out)))
+        return IssuedCertificate(out.value)
+
+    def issue_intermediate(self, name, key_type=None, days=None, now=None):
+        return self._issue(PROFILE_INTERMEDIATE, name, key_type=key_type, days=days, now=now)
+
+    def issue_server(self, name, dns=(), ips=(), key_type=None, days=None, now=None):
+        return self._issue(PROFILE_SERVER, name, key_type=key_type, days=days, now=now, dns=list(dns), ips=list(ips))
+
+    def issue_client(self, name, key_type=None, days=None, now=None):
+        return self._issue(PROFILE_CLIENT, name, key_type=key_type, days=days, now=now)
+
+    @property
+    def certificate(self) -> Certificate:
+        out = ctypes.c_void_p()
+        check(lib.mtls_issued_cert(self._h, ctypes.byref(out)))
+        return Certificate(out.value)
+
+    @property
+    def chain_pem(self) -> str:
+        """The certificate then its chain up to the root, as PEM."""
+        out = ctypes.c_void_p()
+        check(lib.mtls_issued_chain_pem(self._h, ctypes.byref(out)))
+        return take_string(out)
+
+    def key_pem(self, password=None) -> str:
+        """The private key as PEM: encrypted PKCS#8 with a password, unencrypted without."""
+        out = ctypes.c_void_p()
+        check(lib.mtls_issued_key_pem(self._h, password.encode() if password is not None else None, ctypes.byref(out)))
+        return take_string(out)
+
+    def export_p12(self, password, legacy=False) -> bytes:
+        """A .p12 with the key, the certificate and the whole chain (friendly name: the CN)."""
+        p, n = ctypes.POINTER(ctypes.c_uint8)(), ctypes.c_size_t()
+        check(lib.mtls_issued_export_p12(self._h, password.encode(), 1 if legacy else 0, ctypes.byref(p), ctypes.byref(n)))
+        return _take_bytes(p, n)
+
+    def crl(self, revoked_serials=(), number=1, days=None, now=None) -> bytes:
+        """A DER CRL signed by this CA listing the serials (hex, as Certificate.serial_hex)."""
+        arr = (ctypes.c_char_p * len(revoked_serials))(*[s.encode() for s in revoked_serials])
+        p, n = ctypes.POINTER(ctypes.c_uint8)(), ctypes.c_size_t()
+        check(lib.mtls_pki_crl(self._h, arr, len(revoked_serials), number, days or 0, now or 0,
+                               ctypes.byref(p), ctypes.byref(n)))
+        return _take_bytes(p, n)
+
+    def close(self):
+        if self._h:
+            lib.mtls_issued_free(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return f"<IssuedCertificate {self.certificate.subject_summary}>"
