@@ -64,8 +64,9 @@ def test_import_get_list_find_delete_export(pki, tmp_path):
         assert st.get_certificate("ca").sha256_hex == ca.sha256_hex
         uri, cert = st.get_token_identity("hsm")
         assert uri == "pkcs11:token=t;object=k" and cert.sha256_hex == ca.sha256_hex
-        assert len(st.identities()) == 2
-        st.get_identity("bob")
+        assert [i.leaf.subject for i in st.identities()] == ["CN=alice", "CN=bob"]
+        assert st.get_identity("bob").leaf.subject == "CN=bob"
+        assert len(st.get_identity("bob").chain) == 1
         with pytest.raises(errors.NotFound):
             st.get_identity("nobody")
         p12 = st.export_p12("alice", "out")

@@ -6,6 +6,7 @@ from typing import List, Optional
 
 from ._lib import lib, fn, take_string, c_void_pp, c_size_p, c_uint8_p
 from .certificate import Certificate
+from .pkcs12 import Identity
 from .errors import check
 
 IDENTITY, CERTIFICATE, TOKEN_IDENTITY = 1, 2, 3
@@ -91,45 +92,8 @@ fn("mtls_store_export_p12", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctyp
 fn("mtls_store_change_secret", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int)
 
 
-def _identity_class():
-    """The package's Identity wrapper (mtls_identity), when the identity module exists."""
-    try:
-        from .identity import Identity
-        return Identity
-    except ImportError:
-        return _IdentityHandle
-
-
-class _IdentityHandle:
-    """A bare mtls_identity handle, used until the identity module provides accessors."""
-
-    def __init__(self, handle):
-        self._h = handle
-
-    def close(self):
-        if self._h:
-            free = getattr(lib, "mtls_identity_free", None)
-            if free is not None:
-                free.argtypes = [ctypes.c_void_p]
-                free.restype = None
-                free(self._h)
-            self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
 def _wrap_identity(handle):
-    return _identity_class()(handle)
+    return Identity(handle)
 
 
 def _secret(secret):
@@ -280,18 +244,10 @@ class Store:
         """Every stored identity (decrypted), in label order."""
         out, n = c_void_pp(), ctypes.c_size_t()
         check(lib.mtls_store_identities(self._h, ctypes.byref(out), ctypes.byref(n)))
-        ref = getattr(lib, "mtls_identity_ref", None)
-        if ref is not None:
-            ref.argtypes, ref.restype = [ctypes.c_void_p], ctypes.c_void_p
-            try:
-                return [_wrap_identity(ref(out[i])) for i in range(n.value)]
-            finally:
-                lib.mtls_store_identity_list_free(out, n)
-        # No ref function: the wrappers take over the array's references; free the array alone
-        # (malloc'ed, like every buffer mtls_bytes_free releases).
-        result = [_wrap_identity(out[i]) for i in range(n.value)]
-        lib.mtls_bytes_free(ctypes.cast(out, ctypes.c_void_p))
-        return result
+        try:
+            return [Identity(lib.mtls_identity_ref(out[i])) for i in range(n.value)]
+        finally:
+            lib.mtls_store_identity_list_free(out, n)
 
     # metadata
     def _items(self, func, *args):
