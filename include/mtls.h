@@ -181,6 +181,93 @@ MTLS_EXTERN int mtls_cert_eku(const mtls_cert *cert, size_t index, char **oid);
  * Identities and PKCS#12 (issue: foundation)
  * ====================================================================================== */
 
+/* An mtls_identity is a private key with its leaf certificate and the chain above it, ordered
+ * leaf -> root by building it. Immutable and reference counted: share it across threads
+ * freely; each mtls_identity_ref needs one mtls_identity_free. The private key never leaves
+ * the library in the clear. */
+typedef struct mtls_identity mtls_identity;
+
+/* Add a reference; returns `identity` (NULL gives NULL). */
+MTLS_EXTERN mtls_identity *mtls_identity_ref(mtls_identity *identity);
+/* Drop a reference. NULL is a no-op. */
+MTLS_EXTERN void mtls_identity_free(mtls_identity *identity);
+/* Make an identity from PEM text: `cert_pem` holds the leaf and, in any order, its chain;
+ * `key_pem` a PKCS#8, encrypted PKCS#8 or traditional RSA/EC private key; `password` decrypts
+ * an encrypted key (NULL when it is not encrypted). Free *out with mtls_identity_free.
+ * MTLS_E_KEY_MISMATCH when no certificate matches the key, MTLS_E_BAD_PASSWORD for a missing
+ * or wrong key password, MTLS_E_PARSE for unreadable PEM. */
+MTLS_EXTERN int mtls_identity_from_pem(const char *cert_pem, const char *key_pem, const char *password,
+                                       mtls_identity **out);
+/* The leaf certificate: a new reference, free *out with mtls_cert_free. */
+MTLS_EXTERN int mtls_identity_leaf(const mtls_identity *identity, mtls_cert **out);
+/* Number of certificates above the leaf, and the index-th one (0 issued the leaf; the last is
+ * the root when the chain is complete). *out is a new reference: free it with mtls_cert_free.
+ * MTLS_E_INVALID_ARGUMENT for an index >= count. */
+MTLS_EXTERN int mtls_identity_chain_count(const mtls_identity *identity, size_t *count);
+MTLS_EXTERN int mtls_identity_chain_get(const mtls_identity *identity, size_t index, mtls_cert **out);
+/* The PKCS#12 friendly name (UTF-8). *out is set to NULL, with MTLS_OK, when there is none;
+ * otherwise free it with mtls_string_free. */
+MTLS_EXTERN int mtls_identity_friendly_name(const mtls_identity *identity, char **out);
+/* The PKCS#12 local key id bytes. *out = NULL and *len = 0, with MTLS_OK, when there is none;
+ * otherwise free *out with mtls_bytes_free. */
+MTLS_EXTERN int mtls_identity_local_key_id(const mtls_identity *identity, uint8_t **out, size_t *len);
+/* The private key's type ("rsa2048", "p256", "p384", "p521", "ed25519"...) and size in bits.
+ * Free *name with mtls_string_free. */
+MTLS_EXTERN int mtls_identity_key_type(const mtls_identity *identity, char **name, int *bits);
+
+/* Flags of mtls_identity_chain_check. */
+#define MTLS_CHAIN_VERIFIED 0x1         /* OpenSSL verified leaf -> root with the chain's own root */
+#define MTLS_CHAIN_COMPLETE 0x2         /* the chain ends with a self-signed root */
+#define MTLS_CHAIN_SIGNATURES_OK 0x4    /* every signature verifies with its issuer's key */
+#define MTLS_CHAIN_WITHIN_VALIDITY 0x8  /* every certificate is valid now */
+/* A basic X.509 evaluation of the identity's own chain (no host name, no system trust store),
+ * computed on the first call and kept: *flags gets MTLS_CHAIN_* bits; *openssl_code (may be
+ * NULL) OpenSSL's X509_V_* result, 0 when verified; *message (may be NULL) OpenSSL's text for
+ * it, freed with mtls_string_free. */
+MTLS_EXTERN int mtls_identity_chain_check(const mtls_identity *identity, unsigned int *flags, int *openssl_code,
+                                          char **message);
+
+/* An mtls_pkcs12 is the immutable result of a PKCS#12 import: one identity per private key in
+ * the file (matched to its certificate by local key id, then by public key) and every
+ * certificate in the file. Safe to share across threads for reading. */
+typedef struct mtls_pkcs12 mtls_pkcs12;
+
+/* Import a PKCS#12 (.p12/.pfx) file from memory. `password` is UTF-8; NULL means "no
+ * password", which is NOT the empty password "" (files made with one do not open with the
+ * other; the error message says which one the file wants). All schemes: PBES2 AES-CBC with
+ * PBKDF2-HMAC-SHA1/256/512, SHA1-3DES, SHA1-RC2-40/128 (through the legacy provider of
+ * libmtls's own OpenSSL library context; the program's default context is not touched),
+ * unencrypted bags, SHA-1/256/512 MACs or no MAC. Free *out with mtls_pkcs12_free.
+ * Errors: MTLS_E_BAD_PASSWORD, MTLS_E_CORRUPT (truncated or damaged), MTLS_E_NOT_PKCS12,
+ * MTLS_E_UNSUPPORTED (the message names the algorithm), MTLS_E_KEY_MISMATCH (a key with no
+ * matching certificate), MTLS_E_NO_IDENTITY (a key with no certificate at all),
+ * MTLS_E_LIMIT_EXCEEDED (input over 16 MiB, more than 1,000,000 iterations in one KDF or MAC or
+ * 4,000,000 in the whole file; checked before any KDF runs). A certificate-only file imports
+ * with zero identities. */
+MTLS_EXTERN int mtls_pkcs12_import(const uint8_t *data, size_t len, const char *password, mtls_pkcs12 **out);
+/* Same as mtls_pkcs12_import, reading the file at `path`. */
+MTLS_EXTERN int mtls_pkcs12_load(const char *path, const char *password, mtls_pkcs12 **out);
+/* Free an import result. Identities and certificates taken from it stay valid. NULL is a no-op. */
+MTLS_EXTERN void mtls_pkcs12_free(mtls_pkcs12 *p12);
+/* Number of identities, and the index-th one (file order): a new reference, free *out with
+ * mtls_identity_free. MTLS_E_NO_IDENTITY when the file holds none, MTLS_E_INVALID_ARGUMENT for
+ * another index >= count. */
+MTLS_EXTERN int mtls_pkcs12_identity_count(const mtls_pkcs12 *p12, size_t *count);
+MTLS_EXTERN int mtls_pkcs12_identity(const mtls_pkcs12 *p12, size_t index, mtls_identity **out);
+/* Number of certificates in the file (leaves and chains included), and the index-th one (file
+ * order): a new reference, free *out with mtls_cert_free. */
+MTLS_EXTERN int mtls_pkcs12_cert_count(const mtls_pkcs12 *p12, size_t *count);
+MTLS_EXTERN int mtls_pkcs12_cert(const mtls_pkcs12 *p12, size_t index, mtls_cert **out);
+
+/* Flags of mtls_pkcs12_export. */
+#define MTLS_PKCS12_MODERN 0x0  /* AES-256-CBC, PBKDF2-HMAC-SHA256, HMAC-SHA256 MAC (default) */
+#define MTLS_PKCS12_LEGACY 0x1  /* SHA1-3DES for keys and certificates, HMAC-SHA1 MAC */
+/* Export an identity (key, leaf and its whole chain) as a PKCS#12 file protected by `password`
+ * (required; "" is allowed). `friendly_name` NULL keeps the identity's own. Free *out with
+ * mtls_bytes_free. MTLS_E_UNSUPPORTED for a key that lives on a token. */
+MTLS_EXTERN int mtls_pkcs12_export(const mtls_identity *identity, const char *password, int flags,
+                                   const char *friendly_name, uint8_t **out, size_t *len);
+
 /* ======================================================================================
  * Trust policies and evaluation (issue: trust)
  * ====================================================================================== */
@@ -290,6 +377,128 @@ MTLS_EXTERN int mtls_trust_result_matched_pin(const mtls_trust_result *result, c
 /* ======================================================================================
  * Credential store (issue: store)
  * ====================================================================================== */
+
+/* A labeled credential store: one SQLite file (WAL) holding identities (private key sealed with
+ * AES-256-GCM at rest, leaf, chain), certificates and references to token identities, each under
+ * a label unique within its class. The store secret (a passphrase stretched with scrypt, or a
+ * 32-byte key) unwraps the data key once per open.
+ *
+ * Thread safety: an mtls_store may be shared by threads (calls are serialised on its
+ * connection); several processes may open the same file at once. An mtls_store_item is
+ * immutable and may be read from any thread. */
+typedef struct mtls_store mtls_store;
+typedef struct mtls_store_item mtls_store_item;
+
+/* Item classes. MTLS_STORE_ANY (0) is accepted where a class filter is optional. */
+#define MTLS_STORE_ANY 0
+#define MTLS_STORE_IDENTITY 1
+#define MTLS_STORE_CERTIFICATE 2
+#define MTLS_STORE_TOKEN_IDENTITY 3
+
+/* Kinds of store secret. */
+#define MTLS_STORE_SECRET_PASSPHRASE 1 /* any bytes; stretched with scrypt */
+#define MTLS_STORE_SECRET_KEY 2        /* exactly 32 random bytes; used as the wrapping key */
+
+/* Options for mtls_store_open. Initialise with mtls_store_options_init, then change fields. */
+#define MTLS_STORE_OPTIONS_VERSION 1
+typedef struct mtls_store_options {
+    unsigned int version; /* MTLS_STORE_OPTIONS_VERSION */
+    int busy_timeout_ms;  /* wait for other users' locks this long, then MTLS_E_LOCKED (10000) */
+    int create;           /* create the file (0600) and its directory (0700) if missing (1) */
+    int kdf_log_n;        /* scrypt N = 2^kdf_log_n for a new store or a new secret (17) */
+    int kdf_r;            /* scrypt r (8) */
+    int kdf_p;            /* scrypt p (1) */
+} mtls_store_options;
+
+/* Fill *opts with the defaults above. MTLS_E_INVALID_ARGUMENT for an unknown version. */
+MTLS_EXTERN int mtls_store_options_init(mtls_store_options *opts, unsigned int version);
+
+/* Open (or create) the store at `path` with a secret of `secret_kind`. `opts` may be NULL for
+ * the defaults. The secret is copied and the caller's copy may be wiped right after.
+ * Errors: MTLS_E_BAD_SECRET (nothing is written), MTLS_E_NOT_A_STORE, MTLS_E_SCHEMA_TOO_NEW,
+ * MTLS_E_READ_ONLY, MTLS_E_LOCKED, MTLS_E_NOT_FOUND (no file and opts->create == 0).
+ * Close *out with mtls_store_close. */
+MTLS_EXTERN int mtls_store_open(const char *path, const uint8_t *secret, size_t secret_len, int secret_kind,
+                                const mtls_store_options *opts, mtls_store **out);
+/* Same, reading the secret from a file: exactly 32 bytes is a key, anything else a passphrase
+ * (its first line). */
+MTLS_EXTERN int mtls_store_open_secret_file(const char *path, const char *secret_file,
+                                            const mtls_store_options *opts, mtls_store **out);
+/* Close the store, wipe its data key and free the handle. NULL is a no-op. Identities and
+ * certificates obtained from the store stay valid (they hold their own references). */
+MTLS_EXTERN void mtls_store_close(mtls_store *store);
+
+/* Put an item under `label` (1..1024 bytes of UTF-8). With replace == 0 an existing label of
+ * the same class gives MTLS_E_DUPLICATE; with replace != 0 the old item is swapped for the new
+ * one in one transaction. MTLS_E_LOCKED, MTLS_E_DISK_FULL, MTLS_E_READ_ONLY leave the store
+ * unchanged. The handles passed in are not consumed. */
+MTLS_EXTERN int mtls_store_put_identity(mtls_store *store, const char *label, const mtls_identity *identity, int replace);
+MTLS_EXTERN int mtls_store_put_cert(mtls_store *store, const char *label, const mtls_cert *cert, int replace);
+/* A token identity reference: the key's `pkcs11:` URI (MTLS_E_BAD_URI otherwise), its
+ * certificate, and optionally `chain_count` chain certificates in any order (chain may be NULL
+ * when chain_count is 0). */
+MTLS_EXTERN int mtls_store_put_token_identity(mtls_store *store, const char *label, const char *uri,
+                                              const mtls_cert *cert, mtls_cert *const *chain,
+                                              size_t chain_count, int replace);
+/* Import the single identity of a PKCS#12 file under `label`. `password` NULL means "no
+ * password" (not the empty password). PKCS#12 errors are those of the PKCS#12 functions
+ * (MTLS_E_BAD_PASSWORD...). `out` may be NULL; otherwise *out receives the imported identity
+ * (free with mtls_identity_free). */
+MTLS_EXTERN int mtls_store_import_p12(mtls_store *store, const char *label, const uint8_t *data, size_t len,
+                                      const char *password, int replace, mtls_identity **out);
+
+/* Get an item by label. MTLS_E_NOT_FOUND when absent. Free *out with mtls_identity_free /
+ * mtls_cert_free; *uri with mtls_string_free. */
+MTLS_EXTERN int mtls_store_get_identity(mtls_store *store, const char *label, mtls_identity **out);
+MTLS_EXTERN int mtls_store_get_cert(mtls_store *store, const char *label, mtls_cert **out);
+MTLS_EXTERN int mtls_store_get_token_identity(mtls_store *store, const char *label, char **uri, mtls_cert **cert);
+/* Every stored identity, decrypted, in label order (token references excluded).
+ * Free with mtls_store_identity_list_free(*out, *count). */
+MTLS_EXTERN int mtls_store_identities(mtls_store *store, mtls_identity ***out, size_t *count);
+MTLS_EXTERN void mtls_store_identity_list_free(mtls_identity **list, size_t count);
+
+/* Metadata without decrypting anything. mtls_store_item_info: the item labelled `label` in
+ * `item_class` (MTLS_STORE_ANY: identity first, then certificate, then token identity).
+ * mtls_store_list: every item of `item_class` (or MTLS_STORE_ANY), by label.
+ * mtls_store_find_sha256: items whose leaf's SHA-256 is `sha256_hex` (64 hex digits, any case,
+ * colons allowed). mtls_store_find_subject: items whose leaf subject (RFC 4514) or subject CN
+ * equals `subject`. Free *out with mtls_store_item_free, arrays with
+ * mtls_store_item_list_free(*out, *count). */
+MTLS_EXTERN int mtls_store_item_info(mtls_store *store, const char *label, int item_class, mtls_store_item **out);
+MTLS_EXTERN int mtls_store_list(mtls_store *store, int item_class, mtls_store_item ***out, size_t *count);
+MTLS_EXTERN int mtls_store_find_sha256(mtls_store *store, const char *sha256_hex, mtls_store_item ***out, size_t *count);
+MTLS_EXTERN int mtls_store_find_subject(mtls_store *store, const char *subject, mtls_store_item ***out, size_t *count);
+MTLS_EXTERN void mtls_store_item_free(mtls_store_item *item);
+MTLS_EXTERN void mtls_store_item_list_free(mtls_store_item **list, size_t count);
+
+/* Item accessors. Returned strings are owned by the item and valid until it is freed; NULL for
+ * a NULL item (and for the token URI of a non-token item). Times are seconds since the Unix
+ * epoch; numbers are 0 for a NULL item. mtls_store_item_chain_sha256 is NULL out of range. */
+MTLS_EXTERN const char *mtls_store_item_label(const mtls_store_item *item);
+MTLS_EXTERN int mtls_store_item_class(const mtls_store_item *item);
+MTLS_EXTERN const char *mtls_store_item_subject(const mtls_store_item *item);
+MTLS_EXTERN const char *mtls_store_item_issuer(const mtls_store_item *item);
+MTLS_EXTERN const char *mtls_store_item_leaf_sha256(const mtls_store_item *item);
+MTLS_EXTERN const char *mtls_store_item_token_uri(const mtls_store_item *item);
+MTLS_EXTERN int64_t mtls_store_item_not_after(const mtls_store_item *item);
+MTLS_EXTERN int64_t mtls_store_item_created(const mtls_store_item *item);
+MTLS_EXTERN int64_t mtls_store_item_modified(const mtls_store_item *item);
+MTLS_EXTERN size_t mtls_store_item_chain_count(const mtls_store_item *item);
+MTLS_EXTERN const char *mtls_store_item_chain_sha256(const mtls_store_item *item, size_t index);
+
+/* Delete the item labelled `label` in `item_class` (MTLS_STORE_ANY: every class).
+ * MTLS_E_NOT_FOUND when nothing matched. `deleted` may be NULL. */
+MTLS_EXTERN int mtls_store_delete(mtls_store *store, const char *label, int item_class, size_t *deleted);
+/* Delete every item of `item_class` (not MTLS_STORE_ANY). `deleted` may be NULL. */
+MTLS_EXTERN int mtls_store_delete_class(mtls_store *store, int item_class, size_t *deleted);
+/* Export the identity labelled `label` as PKCS#12 protected by `password` (required): AES-256
+ * with a SHA-256 MAC, or with legacy != 0 3DES with a SHA-1 MAC for old consumers. The label
+ * is the friendly name. Free *out with mtls_bytes_free. */
+MTLS_EXTERN int mtls_store_export_p12(mtls_store *store, const char *label, const char *password, int legacy,
+                                      uint8_t **out, size_t *out_len);
+/* Re-wrap the data key under a new secret (scrypt parameters from the open options), in one
+ * transaction. Other open handles keep working; the next open needs the new secret. */
+MTLS_EXTERN int mtls_store_change_secret(mtls_store *store, const uint8_t *secret, size_t secret_len, int secret_kind);
 
 /* ======================================================================================
  * Connections (issue: connections)
