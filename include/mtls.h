@@ -522,7 +522,6 @@ MTLS_EXTERN int mtls_store_change_secret(mtls_store *store, const uint8_t *secre
  * asked for; the message lists them), MTLS_E_TIMEOUT, MTLS_E_CONNECT (refused, unreachable, no
  * such host), MTLS_E_HANDSHAKE (anything else, with OpenSSL's words). */
 
-typedef struct mtls_policy mtls_policy;            /* see "Trust policies" */
 typedef struct mtls_conn mtls_conn;
 typedef struct mtls_listener mtls_listener;
 
@@ -581,6 +580,10 @@ MTLS_EXTERN int mtls_conn_fd(const mtls_conn *conn, int *fd);
 /* The chain the peer presented, leaf first (also after a failed handshake, when our evaluation
  * rejected it). Free with mtls_cert_list_free(*out, *count). */
 MTLS_EXTERN int mtls_conn_peer_chain(const mtls_conn *conn, mtls_cert ***out, size_t *count);
+/* Our evaluation of the peer's chain (for a resumed session: the one made when the session was
+ * established; also after a failed handshake when our evaluation rejected the peer); *out is
+ * NULL when the peer sent no certificate. Free *out with mtls_trust_result_free. */
+MTLS_EXTERN int mtls_conn_evaluation(const mtls_conn *conn, mtls_trust_result **out);
 /* The ALPN protocol agreed on; *out is NULL when none. Free *out with mtls_string_free. */
 MTLS_EXTERN int mtls_conn_alpn(const mtls_conn *conn, char **out);
 /* "TLSv1.2" or "TLSv1.3" (MTLS_E_INVALID_ARGUMENT before the handshake). Free with mtls_string_free. */

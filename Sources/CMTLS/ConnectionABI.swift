@@ -324,3 +324,13 @@ public func mtls_ssl_ctx_configure(_ sslCtx: UnsafeMutableRawPointer?, _ identit
         }
     }
 }
+
+/// `int mtls_conn_evaluation(const mtls_conn *conn, mtls_trust_result **out)`
+@_cdecl("mtls_conn_evaluation")
+public func mtls_conn_evaluation(_ conn: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let c = try handle(conn, TLSConnection.self, "conn")
+        let out = try require(out, "out")
+        out.pointee = c.evaluation.map { retainHandle(TrustResultBox($0)) }
+    }
+}
