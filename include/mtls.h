@@ -181,6 +181,93 @@ MTLS_EXTERN int mtls_cert_eku(const mtls_cert *cert, size_t index, char **oid);
  * Identities and PKCS#12 (issue: foundation)
  * ====================================================================================== */
 
+/* An mtls_identity is a private key with its leaf certificate and the chain above it, ordered
+ * leaf -> root by building it. Immutable and reference counted: share it across threads
+ * freely; each mtls_identity_ref needs one mtls_identity_free. The private key never leaves
+ * the library in the clear. */
+typedef struct mtls_identity mtls_identity;
+
+/* Add a reference; returns `identity` (NULL gives NULL). */
+MTLS_EXTERN mtls_identity *mtls_identity_ref(mtls_identity *identity);
+/* Drop a reference. NULL is a no-op. */
+MTLS_EXTERN void mtls_identity_free(mtls_identity *identity);
+/* Make an identity from PEM text: `cert_pem` holds the leaf and, in any order, its chain;
+ * `key_pem` a PKCS#8, encrypted PKCS#8 or traditional RSA/EC private key; `password` decrypts
+ * an encrypted key (NULL when it is not encrypted). Free *out with mtls_identity_free.
+ * MTLS_E_KEY_MISMATCH when no certificate matches the key, MTLS_E_BAD_PASSWORD for a missing
+ * or wrong key password, MTLS_E_PARSE for unreadable PEM. */
+MTLS_EXTERN int mtls_identity_from_pem(const char *cert_pem, const char *key_pem, const char *password,
+                                       mtls_identity **out);
+/* The leaf certificate: a new reference, free *out with mtls_cert_free. */
+MTLS_EXTERN int mtls_identity_leaf(const mtls_identity *identity, mtls_cert **out);
+/* Number of certificates above the leaf, and the index-th one (0 issued the leaf; the last is
+ * the root when the chain is complete). *out is a new reference: free it with mtls_cert_free.
+ * MTLS_E_INVALID_ARGUMENT for an index >= count. */
+MTLS_EXTERN int mtls_identity_chain_count(const mtls_identity *identity, size_t *count);
+MTLS_EXTERN int mtls_identity_chain_get(const mtls_identity *identity, size_t index, mtls_cert **out);
+/* The PKCS#12 friendly name (UTF-8). *out is set to NULL, with MTLS_OK, when there is none;
+ * otherwise free it with mtls_string_free. */
+MTLS_EXTERN int mtls_identity_friendly_name(const mtls_identity *identity, char **out);
+/* The PKCS#12 local key id bytes. *out = NULL and *len = 0, with MTLS_OK, when there is none;
+ * otherwise free *out with mtls_bytes_free. */
+MTLS_EXTERN int mtls_identity_local_key_id(const mtls_identity *identity, uint8_t **out, size_t *len);
+/* The private key's type ("rsa2048", "p256", "p384", "p521", "ed25519"...) and size in bits.
+ * Free *name with mtls_string_free. */
+MTLS_EXTERN int mtls_identity_key_type(const mtls_identity *identity, char **name, int *bits);
+
+/* Flags of mtls_identity_chain_check. */
+#define MTLS_CHAIN_VERIFIED 0x1         /* OpenSSL verified leaf -> root with the chain's own root */
+#define MTLS_CHAIN_COMPLETE 0x2         /* the chain ends with a self-signed root */
+#define MTLS_CHAIN_SIGNATURES_OK 0x4    /* every signature verifies with its issuer's key */
+#define MTLS_CHAIN_WITHIN_VALIDITY 0x8  /* every certificate is valid now */
+/* A basic X.509 evaluation of the identity's own chain (no host name, no system trust store),
+ * computed on the first call and kept: *flags gets MTLS_CHAIN_* bits; *openssl_code (may be
+ * NULL) OpenSSL's X509_V_* result, 0 when verified; *message (may be NULL) OpenSSL's text for
+ * it, freed with mtls_string_free. */
+MTLS_EXTERN int mtls_identity_chain_check(const mtls_identity *identity, unsigned int *flags, int *openssl_code,
+                                          char **message);
+
+/* An mtls_pkcs12 is the immutable result of a PKCS#12 import: one identity per private key in
+ * the file (matched to its certificate by local key id, then by public key) and every
+ * certificate in the file. Safe to share across threads for reading. */
+typedef struct mtls_pkcs12 mtls_pkcs12;
+
+/* Import a PKCS#12 (.p12/.pfx) file from memory. `password` is UTF-8; NULL means "no
+ * password", which is NOT the empty password "" (files made with one do not open with the
+ * other; the error message says which one the file wants). All schemes: PBES2 AES-CBC with
+ * PBKDF2-HMAC-SHA1/256/512, SHA1-3DES, SHA1-RC2-40/128 (through the legacy provider of
+ * libmtls's own OpenSSL library context; the program's default context is not touched),
+ * unencrypted bags, SHA-1/256/512 MACs or no MAC. Free *out with mtls_pkcs12_free.
+ * Errors: MTLS_E_BAD_PASSWORD, MTLS_E_CORRUPT (truncated or damaged), MTLS_E_NOT_PKCS12,
+ * MTLS_E_UNSUPPORTED (the message names the algorithm), MTLS_E_KEY_MISMATCH (a key with no
+ * matching certificate), MTLS_E_NO_IDENTITY (a key with no certificate at all),
+ * MTLS_E_LIMIT_EXCEEDED (input over 16 MiB, more than 1,000,000 iterations in one KDF or MAC or
+ * 4,000,000 in the whole file; checked before any KDF runs). A certificate-only file imports
+ * with zero identities. */
+MTLS_EXTERN int mtls_pkcs12_import(const uint8_t *data, size_t len, const char *password, mtls_pkcs12 **out);
+/* Same as mtls_pkcs12_import, reading the file at `path`. */
+MTLS_EXTERN int mtls_pkcs12_load(const char *path, const char *password, mtls_pkcs12 **out);
+/* Free an import result. Identities and certificates taken from it stay valid. NULL is a no-op. */
+MTLS_EXTERN void mtls_pkcs12_free(mtls_pkcs12 *p12);
+/* Number of identities, and the index-th one (file order): a new reference, free *out with
+ * mtls_identity_free. MTLS_E_NO_IDENTITY when the file holds none, MTLS_E_INVALID_ARGUMENT for
+ * another index >= count. */
+MTLS_EXTERN int mtls_pkcs12_identity_count(const mtls_pkcs12 *p12, size_t *count);
+MTLS_EXTERN int mtls_pkcs12_identity(const mtls_pkcs12 *p12, size_t index, mtls_identity **out);
+/* Number of certificates in the file (leaves and chains included), and the index-th one (file
+ * order): a new reference, free *out with mtls_cert_free. */
+MTLS_EXTERN int mtls_pkcs12_cert_count(const mtls_pkcs12 *p12, size_t *count);
+MTLS_EXTERN int mtls_pkcs12_cert(const mtls_pkcs12 *p12, size_t index, mtls_cert **out);
+
+/* Flags of mtls_pkcs12_export. */
+#define MTLS_PKCS12_MODERN 0x0  /* AES-256-CBC, PBKDF2-HMAC-SHA256, HMAC-SHA256 MAC (default) */
+#define MTLS_PKCS12_LEGACY 0x1  /* SHA1-3DES for keys and certificates, HMAC-SHA1 MAC */
+/* Export an identity (key, leaf and its whole chain) as a PKCS#12 file protected by `password`
+ * (required; "" is allowed). `friendly_name` NULL keeps the identity's own. Free *out with
+ * mtls_bytes_free. MTLS_E_UNSUPPORTED for a key that lives on a token. */
+MTLS_EXTERN int mtls_pkcs12_export(const mtls_identity *identity, const char *password, int flags,
+                                   const char *friendly_name, uint8_t **out, size_t *len);
+
 /* ======================================================================================
  * Trust policies and evaluation (issue: trust)
  * ====================================================================================== */

@@ -1,0 +1,590 @@
+internal import COpenSSL
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a policy check sees: the chain OpenSSL built (leaf first), the purpose, the name the leaf
+/// must carry, and the policy's settings.
+struct CheckContext {
+    let chain: [OpaquePointer]
+    let purpose: TrustPurpose
+    let reference: PeerHost?
+    let settings: TrustPolicy.Settings
+    /// Whether the last certificate of ``chain`` is a trust anchor (so its own signature, which
+    /// nobody verifies, is not judged).
+    let topIsAnchor: Bool
+    let crls: [RevocationList]
+
+    /// Indexes of certificates that issued another one of the chain.
+    var issuerIndexes: Range<Int> { 1..<max(1, chain.count) }
+    /// The leaf is itself the anchor (a pinned self-signed server or client certificate).
+    var leafIsAnchor: Bool { chain.count == 1 && topIsAnchor }
+}
+
+/// One of libmtls's checks on top of OpenSSL's path validation: the webpki-grade rules OpenSSL
+/// does not apply (serial numbers, key identifiers, EKU presence, SAN syntax, key strength,
+/// malformed name constraints...). Each has a name and produces reasons with its own code.
+/// Every evaluation runs all of them (the model is swift-certificates' `VerifierPolicy`).
+struct ChainCheck: Sendable {
+    /// A short name for documentation and tests.
+    let name: String
+    let run: @Sendable (CheckContext) -> [TrustReason]
+
+    static let all: [ChainCheck] = [
+        .version, .serialNumber, .names, .validityEncoding, .extensionSyntax, .authorityKeyIdentifier,
+        .subjectKeyIdentifier, .basicConstraints, .leafIsNotCA, .extendedKeyUsage, .subjectAltName,
+        .referenceName, .keyStrength, .signatureAlgorithm, .nameConstraints, .policyConstraints,
+        .authorityInformationAccess, .revocationLists, .commonNameInSAN, .chainDepth,
+    ]
+
+    /// A server certificate's common name, when it is a DNS name or IP address, is one of its
+    /// SANs exactly (CA/B Forum BR 7.1.4.3; the IP in its canonical text form).
+    static let commonNameInSAN = ChainCheck(name: "common_name_in_san") { ctx in
+        guard ctx.purpose == .serverAuth, let leaf = ctx.chain.first, !ctx.leafIsAnchor else { return [] }
+        let name = X509_get_subject_name(leaf)
+        var texts: [String] = []
+        var pos: Int32 = -1
+        while true {
+            pos = X509_NAME_get_index_by_NID(name, NID_commonName, pos)
+            if pos < 0 { break }
+            guard let entry = X509_NAME_get_entry(name, pos) else { break }
+            texts.append(String(decoding: Certificate.bytes(X509_NAME_ENTRY_get_data(entry)), as: UTF8.self))
+        }
+        let sans = decodedSANs(leaf) ?? []
+        var allowed: Set<String> = []
+        for n in sans {
+            switch n {
+            case .dns(let d): allowed.insert(d)
+            case .ip(let b): if let t = IPAddress.text(b) { allowed.insert(t) }
+            default: break
+            }
+        }
+        return texts.compactMap { cn in
+            let looksLikeHost = ((cn.contains(".") || cn.contains(":")) && !cn.contains(" ")) || IPAddress.parseLoose(cn) != nil
+            guard looksLikeHost, !allowed.contains(cn) else { return nil }
+            return reason(C.commonNameMismatch, 0, "common name \(cn) is not one of the subject alternative names")
+        }
+    }
+
+    /// At most the policy's number of intermediates, not counting self-issued ones (RFC 5280
+    /// 6.1: a self-issued certificate is not a new step).
+    static let chainDepth = ChainCheck(name: "chain_depth") { ctx in
+        guard let max = ctx.settings.maxChainDepth, ctx.chain.count > 2 else { return [] }
+        let intermediates = ctx.chain[1..<(ctx.chain.count - 1)].filter {
+            X509_NAME_cmp(X509_get_issuer_name($0), X509_get_subject_name($0)) != 0
+        }.count
+        return intermediates > max
+            ? [reason(C.chainTooLong, nil, "\(intermediates) intermediate certificates, more than the policy's \(max)")] : []
+    }
+
+    private static func reason(_ code: String, _ index: Int?, _ message: String) -> TrustReason {
+        TrustReason(code: code, certIndex: index, message: message)
+    }
+    typealias C = TrustReason.Code
+
+    /// Only X.509 v3 certificates.
+    static let version = ChainCheck(name: "version") { ctx in
+        ctx.chain.enumerated().compactMap { i, x in
+            mtls_ossl_X509_get_version(x) == 2 ? nil : reason(C.versionUnsupported, i, "certificate is not X.509 version 3")
+        }
+    }
+
+    /// RFC 5280 4.1.2.2: positive, non-zero, at most 20 octets. The anchor is exempt (trusted as
+    /// configured).
+    static let serialNumber = ChainCheck(name: "serial_number") { ctx in
+        ctx.chain.enumerated().compactMap { i, x in
+            if ctx.topIsAnchor && i == ctx.chain.count - 1 && i > 0 { return nil }
+            guard let s = X509_get0_serialNumber(x) else { return reason(C.serialNumberInvalid, i, "no serial number") }
+            let bytes = Certificate.bytes(UnsafeMutablePointer(mutating: s))
+            if s.pointee.type == V_ASN1_NEG_INTEGER { return reason(C.serialNumberInvalid, i, "serial number is negative") }
+            if bytes.allSatisfy({ $0 == 0 }) { return reason(C.serialNumberInvalid, i, "serial number is zero") }
+            let encoded = bytes.count + ((bytes.first ?? 0) & 0x80 != 0 ? 1 : 0)
+            if encoded > 20 { return reason(C.serialNumberInvalid, i, "serial number is longer than 20 octets") }
+            return nil
+        }
+    }
+
+    /// Every certificate names its issuer; every issuing certificate names its subject.
+    static let names = ChainCheck(name: "names") { ctx in
+        var out: [TrustReason] = []
+        for (i, x) in ctx.chain.enumerated() {
+            if X509_NAME_entry_count(X509_get_issuer_name(x)) == 0 { out.append(reason(C.emptyName, i, "issuer name is empty")) }
+            if i > 0, X509_NAME_entry_count(X509_get_subject_name(x)) == 0 {
+                out.append(reason(C.emptyName, i, "CA certificate has an empty subject name"))
+            }
+        }
+        return out
+    }
+
+    /// RFC 5280 4.1.2.5: UTCTime `YYMMDDHHMMSSZ` or GeneralizedTime `YYYYMMDDHHMMSSZ`, no
+    /// fractions, no offsets.
+    static let validityEncoding = ChainCheck(name: "validity_encoding") { ctx in
+        ctx.chain.enumerated().compactMap { i, x in
+            for t in [X509_get0_notBefore(x), X509_get0_notAfter(x)] {
+                guard let t else { return reason(C.validityEncoding, i, "missing validity date") }
+                let b = Certificate.bytes(UnsafeMutablePointer(mutating: t))
+                let want = t.pointee.type == V_ASN1_UTCTIME ? 13 : 15
+                let digits = b.dropLast().allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
+                if b.count != want || b.last != UInt8(ascii: "Z") || !digits {
+                    return reason(C.validityEncoding, i, "validity date is not in RFC 5280 form")
+                }
+            }
+            return nil
+        }
+    }
+
+    /// Extensions appear at most once, and the ones libmtls knows decode.
+    static let extensionSyntax = ChainCheck(name: "extension_syntax") { ctx in
+        var out: [TrustReason] = []
+        for (i, x) in ctx.chain.enumerated() {
+            var seen: [String] = []
+            for e in 0..<X509_get_ext_count(x) {
+                guard let ext = X509_get_ext(x, e), let obj = X509_EXTENSION_get_object(ext) else { continue }
+                let oid = Certificate.oidText(obj)
+                if seen.contains(oid) { out.append(reason(C.extensionInvalid, i, "extension \(oid) appears twice")) }
+                seen.append(oid)
+                if !extensionDecodes(ext) { out.append(reason(C.extensionInvalid, i, "extension \(oid) is malformed")) }
+            }
+        }
+        return out
+    }
+
+    /// AKI: never critical; present on every certificate not issued by itself; on a self-signed
+    /// certificate, if present, only a keyIdentifier equal to its SKI.
+    static let authorityKeyIdentifier = ChainCheck(name: "authority_key_identifier") { ctx in
+        var out: [TrustReason] = []
+        for (i, x) in ctx.chain.enumerated() {
+            let (present, critical) = extensionPresence(x, NID_authority_key_identifier)
+            if critical { out.append(reason(C.akiInvalid, i, "authority key identifier is critical")) }
+            let selfIssued = X509_NAME_cmp(X509_get_issuer_name(x), X509_get_subject_name(x)) == 0
+            if !present {
+                if !selfIssued { out.append(reason(C.akiMissing, i, "no authority key identifier")) }
+                continue
+            }
+            // A self-issued anchor (a root); self-issued intermediates (key rollover) name the old key.
+            if selfIssued && i == ctx.chain.count - 1 {
+                let keyID = X509_get0_authority_key_id(x)
+                if keyID == nil || X509_get0_authority_issuer(x) != nil || X509_get0_authority_serial(x) != nil {
+                    out.append(reason(C.akiInvalid, i, "self-signed certificate's authority key identifier must hold only a key identifier"))
+                } else if let ski = X509_get0_subject_key_id(x), ASN1_OCTET_STRING_cmp(ski, keyID) != 0 {
+                    out.append(reason(C.akiInvalid, i, "authority key identifier differs from the subject key identifier"))
+                }
+            }
+        }
+        return out
+    }
+
+    /// SKI: never critical; present on every CA certificate that issued one of the chain.
+    static let subjectKeyIdentifier = ChainCheck(name: "subject_key_identifier") { ctx in
+        var out: [TrustReason] = []
+        for (i, x) in ctx.chain.enumerated() {
+            let (present, critical) = extensionPresence(x, NID_subject_key_identifier)
+            if critical { out.append(reason(C.skiInvalid, i, "subject key identifier is critical")) }
+            if !present && i > 0 { out.append(reason(C.skiMissing, i, "CA certificate has no subject key identifier")) }
+        }
+        return out
+    }
+
+    /// Every issuer has a critical basicConstraints with cA, and keyCertSign when it has a
+    /// keyUsage.
+    static let basicConstraints = ChainCheck(name: "basic_constraints") { ctx in
+        var out: [TrustReason] = []
+        for i in ctx.issuerIndexes {
+            let x = ctx.chain[i]
+            let (present, critical) = extensionPresence(x, NID_basic_constraints)
+            let flags = X509_get_extension_flags(x)
+            if !present || flags & UInt32(EXFLAG_CA) == 0 {
+                out.append(reason(C.basicConstraintsInvalid, i, "issuing certificate is not marked as a CA (basicConstraints cA)"))
+            } else if !critical {
+                out.append(reason(C.basicConstraintsInvalid, i, "CA certificate's basicConstraints is not critical"))
+            }
+            if flags & UInt32(EXFLAG_KUSAGE) != 0 && X509_get_key_usage(x) & UInt32(KU_KEY_CERT_SIGN) == 0 {
+                out.append(reason(C.notACA, i, "CA certificate's keyUsage lacks keyCertSign"))
+            }
+        }
+        return out
+    }
+
+    /// The leaf is an end entity: not a CA, no keyCertSign (unless it is itself the anchor).
+    static let leafIsNotCA = ChainCheck(name: "leaf_is_not_ca") { ctx in
+        guard let leaf = ctx.chain.first, !ctx.leafIsAnchor else { return [] }
+        let flags = X509_get_extension_flags(leaf)
+        if flags & UInt32(EXFLAG_CA) != 0 && flags & UInt32(EXFLAG_BCONS) != 0 {
+            return [reason(C.caAsLeaf, 0, "the leaf is a CA certificate (basicConstraints cA)")]
+        }
+        if flags & UInt32(EXFLAG_KUSAGE) != 0 && X509_get_key_usage(leaf) & UInt32(KU_KEY_CERT_SIGN) != 0 {
+            return [reason(C.caAsLeaf, 0, "the leaf's keyUsage allows certificate signing")]
+        }
+        return []
+    }
+
+    /// The leaf carries a non-critical EKU naming the purpose (anyExtendedKeyUsage is not
+    /// enough); a self-signed anchor carries no EKU.
+    static let extendedKeyUsage = ChainCheck(name: "extended_key_usage") { ctx in
+        var out: [TrustReason] = []
+        guard let leaf = ctx.chain.first else { return out }
+        let (present, critical) = extensionPresence(leaf, NID_ext_key_usage)
+        if !present {
+            out.append(reason(C.ekuMissing, 0, "the leaf has no extended key usage"))
+        } else {
+            if critical { out.append(reason(C.ekuInvalid, 0, "the leaf's extended key usage is critical")) }
+            if X509_get_extended_key_usage(leaf) & UInt32(XKU_ANYEKU) != 0 {
+                out.append(reason(C.ekuInvalid, 0, "the leaf's extended key usage includes anyExtendedKeyUsage"))
+            }
+            let want = ctx.purpose == .serverAuth ? UInt32(XKU_SSL_SERVER) : UInt32(XKU_SSL_CLIENT)
+            if X509_get_extended_key_usage(leaf) & want == 0 {
+                out.append(reason(C.wrongPurpose, 0, "the leaf's extended key usage does not include \(ctx.purpose == .serverAuth ? "serverAuth" : "clientAuth")"))
+            }
+        }
+        if ctx.chain.count > 1, ctx.topIsAnchor, let top = ctx.chain.last, X509_self_signed(top, 0) == 1,
+           extensionPresence(top, NID_ext_key_usage).present {
+            out.append(reason(C.anchorHasEKU, ctx.chain.count - 1, "the root certificate carries an extended key usage"))
+        }
+        return out
+    }
+
+    /// SANs: decodable, critical exactly when the subject is empty, every entry well formed
+    /// (DNS names LDH with at most a leftmost `*` label, IPs of 4 or 16 bytes, mailboxes).
+    static let subjectAltName = ChainCheck(name: "subject_alt_name") { ctx in
+        var out: [TrustReason] = []
+        for (i, x) in ctx.chain.enumerated() {
+            let (present, critical) = extensionPresence(x, NID_subject_alt_name)
+            let emptySubject = X509_NAME_entry_count(X509_get_subject_name(x)) == 0
+            if !present {
+                if i == 0 && ctx.reference != nil {
+                    out.append(reason(C.sanMissing, 0, "the leaf has no subject alternative name (the common name is never used)"))
+                }
+                continue
+            }
+            if i == 0 && critical && !emptySubject {
+                out.append(reason(C.sanInvalid, i, "subject alternative name is critical although the subject is not empty"))
+            }
+            if !critical && emptySubject {
+                out.append(reason(C.sanInvalid, i, "subject is empty and the subject alternative name is not critical"))
+            }
+            guard let names = decodedSANs(x) else {
+                out.append(reason(C.sanInvalid, i, "subject alternative name is malformed"))
+                continue
+            }
+            if names.isEmpty { out.append(reason(C.sanInvalid, i, "subject alternative name is empty")) }
+            for n in names {
+                switch n {
+                case .dns(let d) where !HostName.isValidSANName(d):
+                    out.append(reason(C.sanInvalid, i, "malformed DNS name in subject alternative name: \(d)"))
+                case .ip(let b) where b.count != 4 && b.count != 16:
+                    out.append(reason(C.sanInvalid, i, "IP address in subject alternative name is \(b.count) bytes"))
+                case .email(let m) where !isValidMailbox(m):
+                    out.append(reason(C.sanInvalid, i, "malformed email address in subject alternative name"))
+                default: break
+                }
+            }
+        }
+        return out
+    }
+
+    /// The name connected to is a valid host name, and no wildcard matching it covers a whole
+    /// public suffix (`*.co.uk`).
+    static let referenceName = ChainCheck(name: "reference_name") { ctx in
+        guard let ref = ctx.reference, let name = ref.name else { return [] }
+        if !HostName.isValidReferenceName(name) {
+            return [reason(C.invalidHost, nil, "\(name) is not a valid host name")]
+        }
+        guard let leaf = ctx.chain.first, let names = decodedSANs(leaf) else { return [] }
+        let parent = name.split(separator: ".", maxSplits: 1).dropFirst().first.map(String.init) ?? ""
+        for case .dns(let d) in names where d.hasPrefix("*.") {
+            let base = String(d.dropFirst(2)).lowercased()
+            if base == parent && PublicSuffixList.shared.isPublicSuffix(base) {
+                return [reason(C.wildcardPublicSuffix, 0, "wildcard \(d) covers the public suffix \(base)")]
+            }
+        }
+        return []
+    }
+
+    /// RSA of at least the policy's minimum and a multiple of 8 bits; EC only on P-256/384/521
+    /// with a named curve; Ed25519/Ed448; no DSA.
+    static let keyStrength = ChainCheck(name: "key_strength") { ctx in
+        ctx.chain.enumerated().compactMap { i, x in
+            guard let pkey = X509_get0_pubkey(x) else {
+                OpenSSLErrorQueue.clear()
+                return reason(C.keyForbidden, i, "public key cannot be decoded")
+            }
+            let bits = Int(EVP_PKEY_get_bits(pkey))
+            switch EVP_PKEY_get_base_id(pkey) {
+            case EVP_PKEY_RSA, EVP_PKEY_RSA_PSS:
+                if bits < ctx.settings.minimumRSABits { return reason(C.weakKey, i, "RSA key of \(bits) bits (minimum \(ctx.settings.minimumRSABits))") }
+                if bits % 8 != 0 { return reason(C.weakKey, i, "RSA key size \(bits) is not a multiple of 8") }
+            case EVP_PKEY_EC:
+                var explicit: Int32 = 0
+                if EVP_PKEY_get_int_param(pkey, OSSL_PKEY_PARAM_EC_DECODED_FROM_EXPLICIT_PARAMS, &explicit) == 1, explicit != 0 {
+                    return reason(C.keyForbidden, i, "EC key with explicit curve parameters")
+                }
+                var buf = [CChar](repeating: 0, count: 80)
+                var len = 0
+                let curve = EVP_PKEY_get_group_name(pkey, &buf, buf.count, &len) == 1 ? String(cString: buf) : ""
+                OpenSSLErrorQueue.clear()
+                guard ["prime256v1", "secp384r1", "secp521r1"].contains(curve) else {
+                    return reason(C.keyForbidden, i, "EC curve \(curve.isEmpty ? "unknown" : curve) is not allowed")
+                }
+                if bits < ctx.settings.minimumECBits { return reason(C.weakKey, i, "EC key of \(bits) bits (minimum \(ctx.settings.minimumECBits))") }
+            case EVP_PKEY_ED25519, EVP_PKEY_ED448:
+                break
+            default:
+                let n = EVP_PKEY_get0_type_name(pkey).map { String(cString: $0) } ?? "unknown"
+                return reason(C.keyForbidden, i, "\(n) keys are not allowed")
+            }
+            return nil
+        }
+    }
+
+    /// The outer and inner signature algorithms agree; no banned digest (MD5, SHA-1) in a
+    /// signature that is verified (a trust anchor's self-signature is not).
+    static let signatureAlgorithm = ChainCheck(name: "signature_algorithm") { ctx in
+        var out: [TrustReason] = []
+        for (i, x) in ctx.chain.enumerated() {
+            var sig: UnsafePointer<ASN1_BIT_STRING>? = nil
+            var outer: UnsafePointer<X509_ALGOR>? = nil
+            X509_get0_signature(&sig, &outer, x)
+            if let outer, let inner = X509_get0_tbs_sigalg(x), X509_ALGOR_cmp(outer, inner) != 0 {
+                out.append(reason(C.signatureAlgorithmMismatch, i, "signature algorithm differs from the one in the signed data"))
+            }
+            if ctx.topIsAnchor && i == ctx.chain.count - 1 { continue }
+            var md: Int32 = 0, pk: Int32 = 0, secbits: Int32 = 0
+            var flags: UInt32 = 0
+            if X509_get_signature_info(x, &md, &pk, &secbits, &flags) == 1, md != NID_undef,
+               let sn = OBJ_nid2sn(md) {
+                let name = String(cString: sn).lowercased()
+                if ctx.settings.bannedSignatureDigests.contains(name) {
+                    out.append(reason(C.weakSignature, i, "signed with \(name.uppercased()), which the policy bans"))
+                }
+            }
+            OpenSSLErrorQueue.clear()
+        }
+        return out
+    }
+
+    /// Name constraints: only on CA certificates, critical, not empty, with well-formed bases;
+    /// and a wildcard SAN must not reach into an excluded subtree or out of the permitted ones
+    /// (OpenSSL compares the wildcard as a literal string).
+    static let nameConstraints = ChainCheck(name: "name_constraints") { ctx in
+        var out: [TrustReason] = []
+        let leafNames = ctx.chain.first.flatMap(decodedSANs) ?? []
+        let wildcards: [String] = leafNames.compactMap {
+            if case .dns(let d) = $0, d.hasPrefix("*.") { return String(d.dropFirst(2)).lowercased() }
+            return nil
+        }
+        for (i, x) in ctx.chain.enumerated() {
+            let (present, critical) = extensionPresence(x, NID_name_constraints)
+            guard present else { continue }
+            if i == 0 && !ctx.leafIsAnchor && X509_get_extension_flags(x) & UInt32(EXFLAG_CA) == 0 {
+                out.append(reason(C.nameConstraintsInvalid, i, "name constraints on an end-entity certificate"))
+                continue
+            }
+            if !critical { out.append(reason(C.nameConstraintsInvalid, i, "name constraints extension is not critical")) }
+            var crit: Int32 = 0
+            guard let raw = X509_get_ext_d2i(x, NID_name_constraints, &crit, nil) else {
+                OpenSSLErrorQueue.clear()
+                out.append(reason(C.nameConstraintsInvalid, i, "name constraints are malformed"))
+                continue
+            }
+            let nc = raw.assumingMemoryBound(to: NAME_CONSTRAINTS.self)
+            defer { NAME_CONSTRAINTS_free(nc) }
+            let permitted = subtrees(nc.pointee.permittedSubtrees)
+            let excluded = subtrees(nc.pointee.excludedSubtrees)
+            if permitted.isEmpty && excluded.isEmpty {
+                out.append(reason(C.nameConstraintsInvalid, i, "name constraints without any subtree"))
+            }
+            for base in permitted + excluded {
+                if let problem = malformedBase(base) { out.append(reason(C.nameConstraintsInvalid, i, problem)) }
+            }
+            for w in wildcards {
+                for case .dns(let e) in excluded {
+                    let ex = normalizedDNSBase(e)
+                    if ex.hasSuffix("." + w), !ex.dropLast(w.count + 1).contains(".") {
+                        out.append(reason(C.nameConstraintViolation, 0, "wildcard *.\(w) covers the excluded subtree \(ex)"))
+                    }
+                }
+                let permittedDNS = permitted.compactMap { b -> String? in if case .dns(let d) = b { return normalizedDNSBase(d) }; return nil }
+                if !permittedDNS.isEmpty && !permittedDNS.contains(where: { $0.isEmpty || w == $0 || w.hasSuffix("." + $0) }) {
+                    out.append(reason(C.nameConstraintViolation, 0, "wildcard *.\(w) reaches outside the permitted subtrees"))
+                }
+            }
+        }
+        return out
+    }
+
+    /// policyConstraints must be critical (RFC 5280 4.2.1.11).
+    static let policyConstraints = ChainCheck(name: "policy_constraints") { ctx in
+        ctx.chain.enumerated().compactMap { i, x in
+            let (present, critical) = extensionPresence(x, NID_policy_constraints)
+            return present && !critical ? reason(C.policyConstraintsInvalid, i, "policy constraints extension is not critical") : nil
+        }
+    }
+
+    /// authorityInfoAccess must not be critical (RFC 5280 4.2.2.1).
+    static let authorityInformationAccess = ChainCheck(name: "authority_information_access") { ctx in
+        ctx.chain.enumerated().compactMap { i, x in
+            let (present, critical) = extensionPresence(x, NID_info_access)
+            return present && critical ? reason(C.aiaInvalid, i, "authority information access is critical") : nil
+        }
+    }
+
+    /// CRLs that apply to the chain carry a non-critical CRL number (RFC 5280 5.2.3).
+    static let revocationLists = ChainCheck(name: "revocation_lists") { ctx in
+        var out: [TrustReason] = []
+        for crl in ctx.crls {
+            guard let index = ctx.chain.firstIndex(where: { X509_NAME_cmp(X509_CRL_get_issuer(crl.crl), X509_get_issuer_name($0)) == 0 }) else { continue }
+            let pos = X509_CRL_get_ext_by_NID(crl.crl, NID_crl_number, -1)
+            if pos < 0 {
+                out.append(reason(C.crlInvalid, index, "the CRL has no CRL number"))
+            } else if let ext = X509_CRL_get_ext(crl.crl, pos), X509_EXTENSION_get_critical(ext) != 0 {
+                out.append(reason(C.crlInvalid, index, "the CRL's CRL number is critical"))
+            }
+        }
+        return out
+    }
+
+    // MARK: Helpers
+
+    /// Whether the extension is present, and critical.
+    static func extensionPresence(_ x: OpaquePointer, _ nid: Int32) -> (present: Bool, critical: Bool) {
+        let pos = X509_get_ext_by_NID(x, nid, -1)
+        guard pos >= 0, let ext = X509_get_ext(x, pos) else { return (false, false) }
+        return (true, X509_EXTENSION_get_critical(ext) != 0)
+    }
+
+    /// Whether an extension OpenSSL knows decodes (unknown ones are OpenSSL's business when critical).
+    static func extensionDecodes(_ ext: OpaquePointer) -> Bool {
+        guard let method = X509V3_EXT_get(ext) else { OpenSSLErrorQueue.clear(); return true }
+        guard let p = X509V3_EXT_d2i(ext) else { OpenSSLErrorQueue.clear(); return false }
+        if let it = method.pointee.it {
+            ASN1_item_free(OpaquePointer(p), it())
+        } else if let free = method.pointee.ext_free {
+            free(p)
+        }
+        return true
+    }
+
+    enum Name {
+        case dns(String)
+        case ip([UInt8])
+        case email(String)
+        case other
+    }
+
+    /// The SAN entries, or nil when the extension is present but does not decode.
+    static func decodedSANs(_ x: OpaquePointer) -> [Name]? {
+        var crit: Int32 = 0
+        guard let raw = X509_get_ext_d2i(x, NID_subject_alt_name, &crit, nil) else {
+            OpenSSLErrorQueue.clear()
+            return crit == -1 ? [] : nil
+        }
+        let gens = OpaquePointer(raw)
+        defer { mtls_ossl_GENERAL_NAMES_free(gens) }
+        return (0..<mtls_ossl_sk_GENERAL_NAME_num(gens)).map { generalName(mtls_ossl_sk_GENERAL_NAME_value(gens, $0)) }
+    }
+
+    static func generalName(_ g: UnsafeMutablePointer<GENERAL_NAME>?) -> Name {
+        guard let g else { return .other }
+        switch g.pointee.type {
+        case GEN_DNS: return .dns(String(decoding: Certificate.bytes(g.pointee.d.dNSName), as: UTF8.self))
+        case GEN_IPADD: return .ip(Certificate.bytes(g.pointee.d.iPAddress))
+        case GEN_EMAIL: return .email(String(decoding: Certificate.bytes(g.pointee.d.rfc822Name), as: UTF8.self))
+        default: return .other
+        }
+    }
+
+    static func subtrees(_ sk: OpaquePointer?) -> [Name] {
+        guard let sk else { return [] }
+        return (0..<mtls_ossl_sk_GENERAL_SUBTREE_num(sk)).map { i in
+            generalName(mtls_ossl_sk_GENERAL_SUBTREE_value(sk, i)?.pointee.base)
+        }
+    }
+
+    static func normalizedDNSBase(_ s: String) -> String {
+        let l = s.lowercased()
+        return l.hasPrefix(".") ? String(l.dropFirst()) : l
+    }
+
+    /// Why a name-constraint base is malformed, or nil.
+    static func malformedBase(_ n: Name) -> String? {
+        switch n {
+        case .dns(let d):
+            if d.isEmpty { return nil }
+            if !HostName.isValidReferenceName(d) || d.hasSuffix(".") { return "malformed DNS name constraint: \(d)" }
+        case .ip(let b):
+            guard b.count == 8 || b.count == 32 else { return "IP name constraint of \(b.count) bytes" }
+            let mask = b[(b.count / 2)...]
+            var seenZero = false
+            for byte in mask {
+                for bit in (0..<8).reversed() {
+                    let set = byte & (1 << bit) != 0
+                    if set && seenZero { return "IP name constraint with a non-contiguous mask" }
+                    if !set { seenZero = true }
+                }
+            }
+        case .email(let m):
+            if m.isEmpty { return "empty email name constraint" }
+            if m.contains("@") { if !isValidMailbox(m) { return "malformed email name constraint" } }
+            else if !HostName.isValidReferenceName(m.hasPrefix(".") ? String(m.dropFirst()) : m) {
+                return "malformed email domain name constraint: \(m)"
+            }
+        case .other: break
+        }
+        return nil
+    }
+
+    /// `local@domain` with a printable local part and a valid domain.
+    static func isValidMailbox(_ m: String) -> Bool {
+        let parts = m.split(separator: "@", omittingEmptySubsequences: false)
+        guard parts.count == 2, !parts[0].isEmpty else { return false }
+        guard parts[0].utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) else { return false }
+        return HostName.isValidReferenceName(String(parts[1]))
+    }
+}
+
+/// The public suffix list (`/usr/share/publicsuffix`, Debian package `publicsuffix`), read once.
+/// When the file is missing no name is a public suffix.
+final class PublicSuffixList: Sendable {
+    static let shared = PublicSuffixList()
+    private let rules: Set<String>
+    private let exceptions: Set<String>
+
+    private init() {
+        var rules = Set<String>(), exceptions = Set<String>()
+        for path in ["/usr/share/publicsuffix/public_suffix_list.dat", "/usr/share/publicsuffix/effective_tld_names.dat"] {
+            guard let bytes = try? FileIO.read(path, limit: 16 << 20) else { continue }
+            for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") {
+                let l = trimmedASCII(String(line)).lowercased()
+                if l.isEmpty || l.hasPrefix("//") { continue }
+                if l.hasPrefix("!") { exceptions.insert(String(l.dropFirst())) } else { rules.insert(l) }
+            }
+            break
+        }
+        self.rules = rules
+        self.exceptions = exceptions
+    }
+
+    /// Whether `name` (lowercase, no trailing dot) is a public suffix.
+    func isPublicSuffix(_ name: String) -> Bool {
+        if exceptions.contains(name) { return false }
+        if rules.contains(name) { return true }
+        if let dot = name.firstIndex(of: ".") {
+            return rules.contains("*." + name[name.index(after: dot)...])
+        }
+        // A single label is a top-level domain.
+        return true
+    }
+}
+
+extension IPAddress {
+    /// Parses every textual IP form a resolver accepts (`inet_aton`: hex, octal, short forms;
+    /// `inet_pton` for IPv6), to recognise an IP written in a common name.
+    static func parseLoose(_ text: String) -> [UInt8]? {
+        var v4 = in_addr()
+        if inet_aton(text, &v4) != 0 { return withUnsafeBytes(of: v4.s_addr) { Array($0) } }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, text, &v6) == 1 { return withUnsafeBytes(of: v6) { Array($0) } }
+        return nil
+    }
+}

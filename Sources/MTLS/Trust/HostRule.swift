@@ -1,0 +1,214 @@
+import FoundationEssentials
+
+/// An SPKI pin: the SHA-256 of a certificate's DER SubjectPublicKeyInfo, written
+/// `sha256/BASE64` (the form of RFC 7469 and of ``Certificate/spkiPin``).
+public struct SPKIPin: Hashable, Sendable, CustomStringConvertible {
+    /// The 32-byte digest.
+    public let sha256: [UInt8]
+
+    /// Parses `sha256/BASE64`. Throws ``MTLSError/Code/invalidPolicy`` for anything else.
+    public init(_ text: String) throws {
+        let t = trimmedASCII(text)
+        guard t.lowercased().hasPrefix("sha256/") else {
+            throw MTLSError(.invalidPolicy, "pin must be written sha256/BASE64: \(text)")
+        }
+        guard let d = Data(base64Encoded: String(t.dropFirst(7))), d.count == 32 else {
+            throw MTLSError(.invalidPolicy, "pin is not the base64 of a 32-byte SHA-256 digest: \(text)")
+        }
+        sha256 = Array(d)
+    }
+
+    /// The pin of a certificate's public key.
+    public init(certificate: Certificate) { sha256 = certificate.spkiSHA256 }
+
+    /// `sha256/BASE64`.
+    public var description: String { "sha256/" + Data(sha256).base64EncodedString() }
+}
+
+/// The host a rule applies to: `name.example`, `*.example` (one more label), `**.example` (one
+/// or more labels), an IP literal (`192.0.2.7`, `2001:db8::7`, `[2001:db8::7]`), each optionally
+/// followed by `:port`. Names compare case-insensitively, IP addresses by their bytes.
+public struct HostPattern: Hashable, Sendable, CustomStringConvertible {
+    enum Kind: Hashable, Sendable {
+        case exact(String)
+        case ip([UInt8])
+        case oneLabel(String)   // suffix without the leading dot
+        case anyDepth(String)
+    }
+    let kind: Kind
+    /// The port the pattern is limited to, if any.
+    public let port: Int?
+    /// The pattern as written.
+    public let text: String
+
+    public init(_ text: String) throws {
+        self.text = text
+        let (hostPart, port) = try Self.splitPort(trimmedASCII(text))
+        self.port = port
+        guard !hostPart.isEmpty else { throw MTLSError(.invalidPolicy, "empty host pattern") }
+        if let ip = IPAddress.bytes(hostPart) {
+            kind = .ip(ip)
+        } else if hostPart.hasPrefix("**.") {
+            kind = .anyDepth(try Self.name(String(hostPart.dropFirst(3)), text))
+        } else if hostPart.hasPrefix("*.") {
+            kind = .oneLabel(try Self.name(String(hostPart.dropFirst(2)), text))
+        } else {
+            kind = .exact(try Self.name(hostPart, text))
+        }
+    }
+
+    public var description: String { text }
+
+    private static func name(_ s: String, _ whole: String) throws -> String {
+        let n = s.lowercased().hasSuffix(".") ? String(s.lowercased().dropLast()) : s.lowercased()
+        guard HostName.isValidReferenceName(n) else {
+            throw MTLSError(.invalidPolicy, "invalid host pattern: \(whole)")
+        }
+        return n
+    }
+
+    /// Splits `host:port`, `[v6]:port`, `[v6]`, or a bare IPv6 literal.
+    static func splitPort(_ s: String) throws -> (String, Int?) {
+        if s.hasPrefix("[") {
+            guard let close = s.firstIndex(of: "]") else { throw MTLSError(.invalidPolicy, "unterminated [ in \(s)") }
+            let host = String(s[s.index(after: s.startIndex)..<close])
+            let rest = s[s.index(after: close)...]
+            if rest.isEmpty { return (host, nil) }
+            guard rest.hasPrefix(":"), let p = Int(rest.dropFirst()), (1...65535).contains(p) else {
+                throw MTLSError(.invalidPolicy, "bad port in \(s)")
+            }
+            return (host, p)
+        }
+        let colons = s.filter { $0 == ":" }.count
+        if colons == 1, let i = s.lastIndex(of: ":") {
+            guard let p = Int(s[s.index(after: i)...]), (1...65535).contains(p) else {
+                throw MTLSError(.invalidPolicy, "bad port in \(s)")
+            }
+            return (String(s[..<i]), p)
+        }
+        return (s, nil)
+    }
+
+    /// How specific the pattern is; the highest matching one wins. Exact names and IPs beat
+    /// wildcards, longer suffixes beat shorter ones, a port beats no port.
+    var specificity: Int {
+        let base: Int
+        switch kind {
+        case .exact, .ip: base = 3_000_000
+        case .oneLabel(let s): base = 2_000_000 + 1000 * s.split(separator: ".").count
+        case .anyDepth(let s): base = 1_000_000 + 1000 * s.split(separator: ".").count
+        }
+        return base + (port == nil ? 0 : 1)
+    }
+
+    /// Whether the pattern covers `host` (already normalised: lowercase name without a trailing
+    /// dot, or IP bytes) on `port`.
+    func matches(name: String?, ip: [UInt8]?, port: Int?) -> Bool {
+        if let p = self.port, p != port { return false }
+        switch kind {
+        case .ip(let b): return ip == b
+        case .exact(let n): return name == n
+        case .oneLabel(let suffix):
+            guard let name, name.hasSuffix("." + suffix) else { return false }
+            return !name.dropLast(suffix.count + 1).contains(".")
+        case .anyDepth(let suffix):
+            guard let name else { return false }
+            return name.hasSuffix("." + suffix) && name.count > suffix.count + 1
+        }
+    }
+}
+
+/// What happens once a rule's pins have expired.
+public enum PinExpiryBehavior: String, Sendable {
+    /// Pins are no longer checked (the chain and name checks still apply).
+    case stopEnforcing = "stop_enforcing"
+    /// Every evaluation under the rule fails with `pin_expired` until the policy is updated.
+    case failClosed = "fail_closed"
+}
+
+/// Whether a rule's pin failures fail the evaluation or are only reported.
+public enum PinEnforcement: String, Sendable {
+    case enforce
+    /// The failure goes to the policy's report handler and the evaluation goes on.
+    case reportOnly = "report_only"
+}
+
+/// A per-host override of the policy's defaults.
+public struct HostRule: Sendable {
+    /// The hosts the rule applies to.
+    public var pattern: HostPattern
+    /// Validate the certificate as this DNS name or IP address instead of the connected host
+    /// (for connecting by IP to a server whose certificate names it).
+    public var verifyAs: String?
+    /// Skip the name check entirely (chain, EKU and pins still apply).
+    public var skipNameCheck: Bool
+    /// The rule's own anchors; nil uses the policy's.
+    public var anchors: [Certificate]?
+    /// Whether the rule ignores the system store; nil uses the policy's.
+    public var anchorsOnly: Bool?
+    /// SPKI pins; one must match a certificate of the built chain (any depth).
+    public var pins: [SPKIPin]
+    /// When the pins stop being valid, if ever.
+    public var pinsExpire: Date?
+    /// What happens after ``pinsExpire``.
+    public var afterExpiry: PinExpiryBehavior
+    /// Enforce pin failures, or only report them.
+    public var enforcement: PinEnforcement
+
+    public init(pattern: HostPattern, verifyAs: String? = nil, skipNameCheck: Bool = false,
+                anchors: [Certificate]? = nil, anchorsOnly: Bool? = nil, pins: [SPKIPin] = [],
+                pinsExpire: Date? = nil, afterExpiry: PinExpiryBehavior = .stopEnforcing,
+                enforcement: PinEnforcement = .enforce) {
+        self.pattern = pattern
+        self.verifyAs = verifyAs
+        self.skipNameCheck = skipNameCheck
+        self.anchors = anchors
+        self.anchorsOnly = anchorsOnly
+        self.pins = pins
+        self.pinsExpire = pinsExpire
+        self.afterExpiry = afterExpiry
+        self.enforcement = enforcement
+    }
+
+    /// Load-time warnings (a single pin has no backup).
+    public var warnings: [String] {
+        pins.count == 1
+            ? ["host rule \(pattern.text): only one pin and no backup pin; a key change will lock clients out"]
+            : []
+    }
+}
+
+/// Host name syntax (RFC 1123 LDH labels) shared by patterns, reference names and SAN checks.
+enum HostName {
+    /// A name a client may connect to: LDH labels of 1–63 characters, no leading or trailing
+    /// hyphen, 253 characters at most, not all-numeric at the top.
+    static func isValidReferenceName(_ name: String) -> Bool {
+        let n = name.hasSuffix(".") ? String(name.dropLast()) : name
+        guard !n.isEmpty, n.utf8.count <= 253 else { return false }
+        let labels = n.split(separator: ".", omittingEmptySubsequences: false)
+        for l in labels where !isLDHLabel(Substring(l)) { return false }
+        return true
+    }
+
+    static func isLDHLabel(_ l: Substring) -> Bool {
+        guard !l.isEmpty, l.utf8.count <= 63, l.first != "-", l.last != "-" else { return false }
+        return l.utf8.allSatisfy { c in
+            (c >= 0x61 && c <= 0x7a) || (c >= 0x41 && c <= 0x5a) || (c >= 0x30 && c <= 0x39) || c == 0x2d
+        }
+    }
+
+    /// A DNS name as it may appear in a SAN: a reference name, optionally with `*` as the whole
+    /// leftmost label.
+    static func isValidSANName(_ name: String) -> Bool {
+        if name.hasPrefix("*.") { return isValidReferenceName(String(name.dropFirst(2))) && !name.hasSuffix(".") }
+        return isValidReferenceName(name) && !name.hasSuffix(".")
+    }
+}
+
+/// `s` without leading and trailing ASCII spaces and tabs.
+func trimmedASCII(_ s: String) -> String {
+    var sub = Substring(s)
+    while let f = sub.first, f == " " || f == "\t" || f == "\n" || f == "\r" { sub = sub.dropFirst() }
+    while let l = sub.last, l == " " || l == "\t" || l == "\n" || l == "\r" { sub = sub.dropLast() }
+    return String(sub)
+}

@@ -1,0 +1,338 @@
+internal import COpenSSL
+import FoundationEssentials
+
+extension TrustPolicy {
+    /// Decides whether `chain` (the peer's certificates, leaf first; the rest may be unordered,
+    /// incomplete or padded with unrelated certificates) is trusted for `host` under this policy.
+    ///
+    /// - Parameters:
+    ///   - host: the DNS name or IP address connected to, optionally with `:port` (`[v6]:port`
+    ///     for IPv6); it selects the host rule and, unless a rule says otherwise, is the name the
+    ///     certificate must carry. nil: no name check, and only port-less default settings apply.
+    ///   - purpose: server or client authentication; nil uses the policy's ``purpose``.
+    ///   - at: the evaluation time; nil uses the policy's ``time`` or else now.
+    ///
+    /// Path building and signature checks are OpenSSL's `X509_verify_cert`; the checks OpenSSL
+    /// does not make are libmtls's ``ChainCheck``s, applied to the chain OpenSSL built. Never
+    /// throws: every problem is a ``TrustReason``.
+    public func evaluate(chain: [Certificate], host: String?, purpose: TrustPurpose? = nil, at: Date? = nil) -> TrustResult {
+        let snapshotResult = Result { try snapshot() }
+        guard case .success(let (settings, compiled, version)) = snapshotResult else {
+            if case .failure(let e) = snapshotResult {
+                let r = TrustReason(code: TrustReason.Code.verificationError, certIndex: nil, message: "\(e)")
+                return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
+            }
+            fatalError("unreachable")
+        }
+        let purpose = purpose ?? settings.purpose
+        let time = Date(timeIntervalSince1970: ((at ?? settings.time ?? Date()).timeIntervalSince1970).rounded(.down))
+        guard !chain.isEmpty else {
+            let r = TrustReason(code: TrustReason.Code.emptyChain, certIndex: nil, message: "no certificate was presented")
+            return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
+        }
+        let target = PeerHost(host)
+        let rule = settings.hostRules
+            .filter { $0.pattern.matches(name: target.name, ip: target.ip, port: target.port) }
+            .max { $0.pattern.specificity < $1.pattern.specificity }
+
+        let key = EvaluationCache.Key(chain: chain.map(\.der), host: host ?? "", purpose: purpose,
+                                      version: version, second: Int64(time.timeIntervalSince1970))
+        let result: TrustResult
+        if let cached = cache.lookup(key) {
+            result = cached
+        } else {
+            let evaluation = Evaluation(settings: settings, compiled: compiled, chain: chain, target: target,
+                                        rule: rule, purpose: purpose, time: time)
+            result = evaluation.run()
+            cache.store(key, result, stableUntil: evaluation.stableWindow)
+        }
+        if let rule, rule.enforcement == .reportOnly, let handler = settings.reportHandler {
+            let reported = result.reasons.filter { $0.code == TrustReason.Code.pinMismatch || $0.code == TrustReason.Code.pinExpired }
+            if !reported.isEmpty {
+                handler(TrustReport(host: host, rule: rule.pattern.text, reasons: reported, chain: result.chain))
+            }
+        }
+        return result
+    }
+}
+
+/// The host as given to an evaluation, split into name or IP and port.
+struct PeerHost {
+    var name: String?
+    var ip: [UInt8]?
+    var port: Int?
+    var text: String?
+
+    init(_ host: String?) {
+        guard let host, !host.isEmpty else { return }
+        let (h, p) = (try? HostPattern.splitPort(host)) ?? (host, nil)
+        port = p
+        text = h
+        if let b = IPAddress.bytes(h) { ip = b } else {
+            let n = h.lowercased()
+            name = n.hasSuffix(".") ? String(n.dropLast()) : n
+        }
+    }
+}
+
+/// One evaluation: OpenSSL path validation, then the policy layer, then pins.
+struct Evaluation {
+    let settings: TrustPolicy.Settings
+    let compiled: CompiledPolicy
+    let chain: [Certificate]
+    let target: PeerHost
+    let rule: HostRule?
+    let purpose: TrustPurpose
+    let time: Date
+
+    /// The name (or IP) the certificate must carry, or nil for no name check.
+    var reference: PeerHost? {
+        if settings.nameCheck == .none || rule?.skipNameCheck == true { return nil }
+        if let v = rule?.verifyAs { return PeerHost(v) }
+        return target.text == nil ? nil : target
+    }
+
+    /// The interval during which the answer cannot change (no validity boundary of any involved
+    /// certificate, pin expiry or CRL date falls inside it), filled in by ``run()``.
+    var stableWindow: ClosedRange<Date>? {
+        var lo = Date.distantPast, hi = Date.distantFuture
+        func edge(_ d: Date) {
+            if d <= time { lo = max(lo, d) } else { hi = min(hi, d) }
+        }
+        for c in chain { edge(c.notBefore); edge(c.notAfter.addingTimeInterval(1)) }
+        for a in settings.anchors { edge(a.notBefore); edge(a.notAfter.addingTimeInterval(1)) }
+        if let e = rule?.pinsExpire { edge(e) }
+        if !settings.crls.isEmpty { return nil }
+        return lo...hi.addingTimeInterval(-1)
+    }
+
+    /// Evaluates; when the chain OpenSSL built fails, retries a few times without one of the
+    /// presented intermediates of that chain, so that a valid alternative path (a cross-signed
+    /// intermediate, a second root) is found. OpenSSL builds every path; this only hides
+    /// candidates from it. Bounded: at most ``maxAlternatives`` extra attempts.
+    func run() -> TrustResult {
+        let first = attempt(untrusted: Array(chain.dropFirst()))
+        if first.trusted || chain.count < 3 { return first }
+        var tried = 0
+        let presented = Set(chain.dropFirst().map { ObjectIdentifier($0) })
+        for candidate in first.chain.dropFirst() where presented.contains(ObjectIdentifier(candidate)) {
+            if tried == Self.maxAlternatives { break }
+            tried += 1
+            let alternative = attempt(untrusted: chain.dropFirst().filter { $0 !== candidate })
+            if alternative.trusted { return alternative }
+        }
+        return first
+    }
+
+    static let maxAlternatives = 3
+
+    private func attempt(untrusted: [Certificate]) -> TrustResult {
+        var reasons: [TrustReason] = []
+        let ref = reference
+        let built = verifyWithOpenSSL(untrustedCerts: untrusted, reference: ref, reasons: &reasons)
+        let x509s = built.map(\.x509)
+        let ctx = CheckContext(chain: x509s, purpose: purpose, reference: ref, settings: settings,
+                               topIsAnchor: reasons.isEmpty || built.count > 0 && isAnchor(built.last!),
+                               crls: settings.crls)
+        for check in ChainCheck.all {
+            reasons.append(contentsOf: check.run(ctx))
+        }
+        var matchedPin: String? = nil
+        if let rule, !rule.pins.isEmpty {
+            let (pin, pinReasons) = checkPins(rule, built)
+            matchedPin = pin
+            reasons.append(contentsOf: pinReasons)
+        }
+        // De-duplicate (OpenSSL may report one error more than once), keep order.
+        var seen = Set<TrustReason>()
+        reasons = reasons.filter { seen.insert($0).inserted }
+        let enforced = reasons.filter { r in
+            !(rule?.enforcement == .reportOnly && (r.code == TrustReason.Code.pinMismatch || r.code == TrustReason.Code.pinExpired))
+        }
+        let kind: TrustResultKind
+        if enforced.isEmpty { kind = .proceed }
+        else if enforced.allSatisfy({ TrustReason.recoverableCodes.contains($0.code) }) { kind = .recoverableFailure }
+        else { kind = .fatalFailure }
+        return TrustResult(trusted: enforced.isEmpty, kind: kind, reasons: reasons, chain: built,
+                           matchedRule: rule?.pattern.text, matchedPin: matchedPin)
+    }
+
+    private func isAnchor(_ c: Certificate) -> Bool {
+        compiled.anchorDigests.contains(c.sha256) || c.isSelfSigned
+    }
+
+    private func checkPins(_ rule: HostRule, _ built: [Certificate]) -> (String?, [TrustReason]) {
+        if let exp = rule.pinsExpire, time >= exp {
+            switch rule.afterExpiry {
+            case .stopEnforcing: return (nil, [])
+            case .failClosed:
+                return (nil, [TrustReason(code: TrustReason.Code.pinExpired, certIndex: nil,
+                                          message: "the pins of host rule \(rule.pattern.text) expired and the rule fails closed")])
+            }
+        }
+        let pins = Set(rule.pins.map(\.sha256))
+        for c in built {
+            let d = c.spkiSHA256
+            if pins.contains(d) { return (SPKIPin(certificate: c).description, []) }
+        }
+        return (nil, [TrustReason(code: TrustReason.Code.pinMismatch, certIndex: nil,
+                                  message: "no certificate of the built chain matches a pin of host rule \(rule.pattern.text)")])
+    }
+
+    /// Runs `X509_verify_cert` with every error collected, and returns the chain it built.
+    private func verifyWithOpenSSL(untrustedCerts: [Certificate], reference: PeerHost?, reasons: inout [TrustReason]) -> [Certificate] {
+        let store = rule.flatMap { compiled.ruleStores[$0.pattern.text] } ?? compiled.defaultStore
+        guard let ctx = X509_STORE_CTX_new_ex(LibraryContext.shared.ctx, nil) else {
+            reasons.append(TrustReason(code: TrustReason.Code.verificationError, certIndex: nil, message: "out of memory"))
+            return []
+        }
+        defer { X509_STORE_CTX_free(ctx) }
+        let untrusted = mtls_ossl_sk_X509_new_null()!
+        defer { mtls_ossl_sk_X509_free(untrusted) }  // borrowed references: not popped
+        for c in untrustedCerts { _ = mtls_ossl_sk_X509_push(untrusted, c.x509) }
+        guard X509_STORE_CTX_init(ctx, store, chain[0].x509, untrusted) == 1 else {
+            reasons.append(TrustReason(code: TrustReason.Code.verificationError, certIndex: nil,
+                                       message: MTLSError.openSSL(.internal, "X509_STORE_CTX_init failed").message))
+            return []
+        }
+        let param = X509_STORE_CTX_get0_param(ctx)!
+        var flags = UInt(X509_V_FLAG_X509_STRICT | X509_V_FLAG_PARTIAL_CHAIN)
+        if let crls = compiled.crlStack {
+            flags |= UInt(X509_V_FLAG_CRL_CHECK)
+            if settings.checkCRLsForWholeChain { flags |= UInt(X509_V_FLAG_CRL_CHECK_ALL) }
+            X509_STORE_CTX_set0_crls(ctx, crls)
+        }
+        X509_VERIFY_PARAM_set_flags(param, flags)
+        X509_VERIFY_PARAM_set_time(param, time_t(time.timeIntervalSince1970))
+        _ = X509_STORE_CTX_set_purpose(ctx, purpose == .serverAuth ? X509_PURPOSE_SSL_SERVER : X509_PURPOSE_SSL_CLIENT)
+        // Depth is counted by the policy layer (self-issued certificates do not count); OpenSSL's
+        // own limit only bounds the search.
+        if let d = settings.maxChainDepth { X509_VERIFY_PARAM_set_depth(param, Int32(min(2 * d + 2, 100))) }
+        X509_VERIFY_PARAM_set_hostflags(param, UInt32(X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS | X509_CHECK_FLAG_NEVER_CHECK_SUBJECT))
+        if let reference {
+            if let ip = reference.ip {
+                _ = X509_VERIFY_PARAM_set1_ip(param, ip, ip.count)
+            } else if let name = reference.name {
+                _ = X509_VERIFY_PARAM_set1_host(param, name, name.utf8.count)
+            }
+        }
+        let collector = VerifyErrorCollector()
+        X509_STORE_CTX_set_verify_cb(ctx, collectVerifyErrors)
+        let unmanaged = Unmanaged.passRetained(collector)
+        _ = X509_STORE_CTX_set_ex_data(ctx, 0, unmanaged.toOpaque())
+        let ok = X509_verify_cert(ctx)
+        _ = X509_STORE_CTX_set_ex_data(ctx, 0, nil)
+        unmanaged.release()
+        if ok != 1 && collector.errors.isEmpty {
+            let err = X509_STORE_CTX_get_error(ctx)
+            collector.errors.append((err == 0 ? X509_V_ERR_UNSPECIFIED : err, X509_STORE_CTX_get_error_depth(ctx)))
+        }
+        OpenSSLErrorQueue.clear()
+        let builtX509 = X509_STORE_CTX_get0_chain(ctx)
+        for (err, depth) in collector.errors {
+            // RFC 5280 4.1.2.5: a certificate is valid through its notAfter second; OpenSSL
+            // counts that second as expired.
+            if err == X509_V_ERR_CERT_HAS_EXPIRED, let builtX509, depth < mtls_ossl_sk_X509_num(builtX509),
+               let na = X509_get0_notAfter(mtls_ossl_sk_X509_value(builtX509, depth)) {
+                var t = time_t(time.timeIntervalSince1970)
+                if X509_cmp_time(na, &t) == 0 || Certificate.date(na) >= time { continue }
+            }
+            // A CA without keyUsage is acceptable (RFC 5280 allows it for CRL-less use, and
+            // OpenSSL accepts it outside strict mode); keyCertSign is checked when it is present.
+            if err == X509_V_ERR_CA_CERT_MISSING_KEY_USAGE { continue }
+            reasons.append(Self.reason(openSSLError: err, depth: Int(depth)))
+        }
+        // The built chain, mapped back to the caller's certificate objects where possible.
+        var built: [Certificate] = []
+        if let sk = X509_STORE_CTX_get0_chain(ctx) {
+            for i in 0..<mtls_ossl_sk_X509_num(sk) {
+                let x = mtls_ossl_sk_X509_value(sk, i)!
+                if let c = chain.first(where: { $0.x509 == x }) ?? settings.anchors.first(where: { $0.x509 == x })
+                    ?? rule?.anchors?.first(where: { $0.x509 == x }) {
+                    built.append(c)
+                } else if let c = try? Certificate(borrowing: x) {
+                    built.append(c)
+                }
+            }
+        }
+        return built.isEmpty ? [chain[0]] : built
+    }
+
+    /// Maps an OpenSSL verification error to a reason.
+    static func reason(openSSLError err: Int32, depth: Int) -> TrustReason {
+        typealias C = TrustReason.Code
+        let code: String
+        switch err {
+        case X509_V_ERR_CERT_HAS_EXPIRED: code = C.expired
+        case X509_V_ERR_CERT_NOT_YET_VALID: code = C.notYetValid
+        case X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH, X509_V_ERR_EMAIL_MISMATCH: code = C.nameMismatch
+        case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT, X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN, X509_V_ERR_CERT_UNTRUSTED,
+             X509_V_ERR_CERT_REJECTED:
+            code = C.untrustedRoot
+        case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT, X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY,
+             X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
+            code = C.unknownIssuer
+        case X509_V_ERR_CERT_SIGNATURE_FAILURE, X509_V_ERR_UNABLE_TO_DECRYPT_CERT_SIGNATURE,
+             X509_V_ERR_UNABLE_TO_DECODE_ISSUER_PUBLIC_KEY, X509_V_ERR_NO_ISSUER_PUBLIC_KEY,
+             X509_V_ERR_UNSUPPORTED_SIGNATURE_ALGORITHM:
+            code = C.badSignature
+        case X509_V_ERR_SIGNATURE_ALGORITHM_MISMATCH, X509_V_ERR_SIGNATURE_ALGORITHM_INCONSISTENCY:
+            code = C.signatureAlgorithmMismatch
+        case X509_V_ERR_CERT_REVOKED: code = C.revoked
+        case X509_V_ERR_UNABLE_TO_GET_CRL, X509_V_ERR_UNABLE_TO_GET_CRL_ISSUER: code = C.crlUnavailable
+        case X509_V_ERR_UNABLE_TO_DECRYPT_CRL_SIGNATURE, X509_V_ERR_CRL_SIGNATURE_FAILURE, X509_V_ERR_CRL_NOT_YET_VALID,
+             X509_V_ERR_CRL_HAS_EXPIRED, X509_V_ERR_ERROR_IN_CRL_LAST_UPDATE_FIELD, X509_V_ERR_ERROR_IN_CRL_NEXT_UPDATE_FIELD,
+             X509_V_ERR_KEYUSAGE_NO_CRL_SIGN, X509_V_ERR_UNHANDLED_CRITICAL_CRL_EXTENSION, X509_V_ERR_DIFFERENT_CRL_SCOPE,
+             X509_V_ERR_CRL_PATH_VALIDATION_ERROR:
+            code = C.crlInvalid
+        case X509_V_ERR_INVALID_PURPOSE: code = C.wrongPurpose
+        case X509_V_ERR_INVALID_CA, X509_V_ERR_KEYUSAGE_NO_CERTSIGN, X509_V_ERR_INVALID_NON_CA: code = C.notACA
+        case X509_V_ERR_PATH_LENGTH_EXCEEDED: code = C.pathLengthExceeded
+        case X509_V_ERR_CERT_CHAIN_TOO_LONG, X509_V_ERR_PATH_LOOP: code = C.chainTooLong
+        case X509_V_ERR_PERMITTED_VIOLATION, X509_V_ERR_EXCLUDED_VIOLATION, X509_V_ERR_SUBTREE_MINMAX,
+             X509_V_ERR_UNSUPPORTED_CONSTRAINT_TYPE, X509_V_ERR_UNSUPPORTED_CONSTRAINT_SYNTAX,
+             X509_V_ERR_UNSUPPORTED_NAME_SYNTAX:
+            code = C.nameConstraintViolation
+        case X509_V_ERR_UNHANDLED_CRITICAL_EXTENSION: code = C.unhandledCriticalExtension
+        case X509_V_ERR_EE_KEY_TOO_SMALL, X509_V_ERR_CA_KEY_TOO_SMALL: code = C.weakKey
+        case X509_V_ERR_EC_KEY_EXPLICIT_PARAMS: code = C.keyForbidden
+        case X509_V_ERR_CA_MD_TOO_WEAK: code = C.weakSignature
+        case X509_V_ERR_INVALID_POLICY_EXTENSION, X509_V_ERR_NO_EXPLICIT_POLICY: code = C.policyViolation
+        case X509_V_ERR_MISSING_AUTHORITY_KEY_IDENTIFIER: code = C.akiMissing
+        case X509_V_ERR_AUTHORITY_KEY_IDENTIFIER_CRITICAL, X509_V_ERR_AKID_SKID_MISMATCH,
+             X509_V_ERR_AKID_ISSUER_SERIAL_MISMATCH:
+            code = C.akiInvalid
+        case X509_V_ERR_MISSING_SUBJECT_KEY_IDENTIFIER: code = C.skiMissing
+        case X509_V_ERR_SUBJECT_KEY_IDENTIFIER_CRITICAL: code = C.skiInvalid
+        case X509_V_ERR_ISSUER_NAME_EMPTY, X509_V_ERR_SUBJECT_NAME_EMPTY: code = C.emptyName
+        case X509_V_ERR_EMPTY_SUBJECT_ALT_NAME, X509_V_ERR_EMPTY_SUBJECT_SAN_NOT_CRITICAL: code = C.sanInvalid
+        case X509_V_ERR_CA_BCONS_NOT_CRITICAL, X509_V_ERR_PATHLEN_INVALID_FOR_NON_CA,
+             X509_V_ERR_PATHLEN_WITHOUT_KU_KEY_CERT_SIGN, X509_V_ERR_KU_KEY_CERT_SIGN_INVALID_FOR_NON_CA,
+             X509_V_ERR_CA_CERT_MISSING_KEY_USAGE:
+            code = C.basicConstraintsInvalid
+        case X509_V_ERR_EXTENSIONS_REQUIRE_VERSION_3: code = C.versionUnsupported
+        case X509_V_ERR_INVALID_EXTENSION, X509_V_ERR_UNSUPPORTED_EXTENSION_FEATURE,
+             X509_V_ERR_ERROR_IN_CERT_NOT_BEFORE_FIELD, X509_V_ERR_ERROR_IN_CERT_NOT_AFTER_FIELD:
+            code = C.malformedCertificate
+        default: code = C.verificationError
+        }
+        let text = X509_verify_cert_error_string(Int(err)).map { String(cString: $0) } ?? "error \(err)"
+        return TrustReason(code: code, certIndex: depth, message: "\(text) (OpenSSL error \(err))")
+    }
+}
+
+/// The errors OpenSSL reported during one `X509_verify_cert`.
+final class VerifyErrorCollector {
+    var errors: [(Int32, Int32)] = []
+}
+
+/// OpenSSL verify callback: records each error with its depth and lets verification go on, so
+/// every reason is reported rather than only the first.
+private let collectVerifyErrors: @convention(c) (Int32, OpaquePointer?) -> Int32 = { ok, ctx in
+    guard ok == 0, let ctx, let p = X509_STORE_CTX_get_ex_data(ctx, 0) else { return ok == 0 ? 0 : 1 }
+    let collector = Unmanaged<VerifyErrorCollector>.fromOpaque(p).takeUnretainedValue()
+    let err = X509_STORE_CTX_get_error(ctx)
+    let depth = X509_STORE_CTX_get_error_depth(ctx)
+    if !collector.errors.contains(where: { $0 == err && $1 == depth }) { collector.errors.append((err, depth)) }
+    return 1
+}

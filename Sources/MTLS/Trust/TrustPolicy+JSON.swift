@@ -1,0 +1,176 @@
+import FoundationEssentials
+
+/// A JSON value, for reading policy files strictly (unknown keys are errors, not ignored).
+enum JSONValue: Decodable {
+    case null, bool(Bool), number(Double), string(String), array([JSONValue]), object([String: JSONValue])
+
+    init(from decoder: Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        if c.decodeNil() { self = .null }
+        else if let b = try? c.decode(Bool.self) { self = .bool(b) }
+        else if let n = try? c.decode(Double.self) { self = .number(n) }
+        else if let s = try? c.decode(String.self) { self = .string(s) }
+        else if let a = try? c.decode([JSONValue].self) { self = .array(a) }
+        else { self = .object(try c.decode([String: JSONValue].self)) }
+    }
+}
+
+/// Reads the policy file format documented in README.md ("Trust policies").
+struct PolicyFileReader {
+    /// Relative certificate and CRL paths are resolved against this directory.
+    let baseDirectory: String?
+
+    func error(_ m: String) -> MTLSError { MTLSError(.invalidPolicy, "policy: \(m)") }
+
+    func object(_ v: JSONValue, _ what: String, allowed: Set<String>) throws -> [String: JSONValue] {
+        guard case .object(let o) = v else { throw error("\(what) must be an object") }
+        if let bad = o.keys.sorted().first(where: { !allowed.contains($0) }) {
+            throw error("unknown key \"\(bad)\" in \(what)")
+        }
+        return o
+    }
+    func string(_ v: JSONValue?, _ key: String) throws -> String? {
+        switch v {
+        case nil, .null?: return nil
+        case .string(let s)?: return s
+        default: throw error("\(key) must be a string")
+        }
+    }
+    func bool(_ v: JSONValue?, _ key: String) throws -> Bool? {
+        switch v {
+        case nil, .null?: return nil
+        case .bool(let b)?: return b
+        default: throw error("\(key) must be true or false")
+        }
+    }
+    func int(_ v: JSONValue?, _ key: String) throws -> Int? {
+        switch v {
+        case nil, .null?: return nil
+        case .number(let n)? where n == n.rounded() && n >= 0 && n < 1e9: return Int(n)
+        default: throw error("\(key) must be a non-negative integer")
+        }
+    }
+    func strings(_ v: JSONValue?, _ key: String) throws -> [String]? {
+        switch v {
+        case nil, .null?: return nil
+        case .array(let a)?: return try a.map { try string($0, key) ?? "" }
+        case .string(let s)?: return [s]
+        default: throw error("\(key) must be a list of strings")
+        }
+    }
+    func date(_ v: JSONValue?, _ key: String) throws -> Date? {
+        guard let s = try string(v, key) else { return nil }
+        return try parseRFC3339(s, key)
+    }
+    func parseRFC3339(_ s: String, _ key: String) throws -> Date {
+        if let d = try? Date.ISO8601FormatStyle().parse(s) { return d }
+        if let d = try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(s) { return d }
+        throw error("\(key) is not an RFC 3339 time: \(s)")
+    }
+    func path(_ p: String) -> String {
+        if p.hasPrefix("/") || baseDirectory == nil { return p }
+        return baseDirectory! + "/" + p
+    }
+    /// Anchors: file paths or inline PEM.
+    func certificates(_ v: JSONValue?, _ key: String) throws -> [Certificate]? {
+        guard let list = try strings(v, key) else { return nil }
+        return try list.flatMap { item -> [Certificate] in
+            do {
+                if item.contains("-----BEGIN") { return try Certificate.parseAll(Array(item.utf8)) }
+                return try Certificate.load(path: path(item))
+            } catch let e as MTLSError {
+                throw error("\(key): \(e.message)")
+            }
+        }
+    }
+
+    static let policyKeys: Set<String> = [
+        "version", "anchors", "anchors_only", "system_ca_file", "system_ca_dir", "purpose", "name_check",
+        "min_rsa_bits", "min_ec_bits", "banned_signature_digests", "crls", "crl_check_all", "time",
+        "max_chain_depth", "hosts",
+    ]
+    static let ruleKeys: Set<String> = [
+        "host", "verify_as", "skip_name_check", "anchors", "anchors_only", "pins", "pins_expire", "after_expiry",
+        "enforcement",
+    ]
+
+    func read(_ root: JSONValue) throws -> TrustPolicy {
+        let o = try object(root, "the policy", allowed: Self.policyKeys)
+        if let v = try int(o["version"], "version"), v != 1 { throw error("unsupported version \(v) (this libmtls reads 1)") }
+        let p = TrustPolicy()
+        if let a = try certificates(o["anchors"], "anchors") { p.anchors = a }
+        if let b = try bool(o["anchors_only"], "anchors_only") { p.anchorsOnly = b }
+        if let f = try string(o["system_ca_file"], "system_ca_file") { p.systemCAFile = path(f) }
+        if let d = try string(o["system_ca_dir"], "system_ca_dir") { p.systemCADirectory = path(d) }
+        if let s = try string(o["purpose"], "purpose") {
+            guard let v = TrustPurpose(rawValue: s) else { throw error("purpose must be \"server\" or \"client\"") }
+            p.purpose = v
+        }
+        if let s = try string(o["name_check"], "name_check") {
+            guard let v = NameCheck(rawValue: s) else { throw error("name_check must be \"ssl\" or \"none\"") }
+            p.nameCheck = v
+        }
+        if let n = try int(o["min_rsa_bits"], "min_rsa_bits") { p.minimumRSABits = n }
+        if let n = try int(o["min_ec_bits"], "min_ec_bits") { p.minimumECBits = n }
+        if let l = try strings(o["banned_signature_digests"], "banned_signature_digests") { p.bannedSignatureDigests = Set(l) }
+        if let l = try strings(o["crls"], "crls") {
+            p.crls = try l.flatMap { f -> [RevocationList] in
+                do { return try RevocationList.load(path: path(f)) } catch let e as MTLSError { throw error("crls: \(e.message)") }
+            }
+        }
+        if let b = try bool(o["crl_check_all"], "crl_check_all") { p.checkCRLsForWholeChain = b }
+        if let t = try date(o["time"], "time") { p.time = t }
+        if let d = try int(o["max_chain_depth"], "max_chain_depth") { p.maxChainDepth = d }
+        if let hosts = o["hosts"] {
+            guard case .array(let list) = hosts else { throw error("hosts must be a list") }
+            var rules: [HostRule] = []
+            for (i, h) in list.enumerated() {
+                let r = try object(h, "hosts[\(i)]", allowed: Self.ruleKeys)
+                guard let pattern = try string(r["host"], "host") else { throw error("hosts[\(i)] has no \"host\"") }
+                var rule = HostRule(pattern: try HostPattern(pattern))
+                rule.verifyAs = try string(r["verify_as"], "verify_as")
+                rule.skipNameCheck = try bool(r["skip_name_check"], "skip_name_check") ?? false
+                rule.anchors = try certificates(r["anchors"], "hosts[\(i)].anchors")
+                rule.anchorsOnly = try bool(r["anchors_only"], "anchors_only")
+                rule.pins = try (strings(r["pins"], "pins") ?? []).map { try SPKIPin($0) }
+                rule.pinsExpire = try date(r["pins_expire"], "pins_expire")
+                if let s = try string(r["after_expiry"], "after_expiry") {
+                    guard let v = PinExpiryBehavior(rawValue: s) else { throw error("after_expiry must be \"stop_enforcing\" or \"fail_closed\"") }
+                    rule.afterExpiry = v
+                }
+                if let s = try string(r["enforcement"], "enforcement") {
+                    guard let v = PinEnforcement(rawValue: s) else { throw error("enforcement must be \"enforce\" or \"report_only\"") }
+                    rule.enforcement = v
+                }
+                if rules.contains(where: { $0.pattern.text.lowercased() == pattern.lowercased() }) {
+                    throw error("host \(pattern) appears twice")
+                }
+                rules.append(rule)
+            }
+            p.hostRules = rules
+        }
+        return p
+    }
+}
+
+extension TrustPolicy {
+    /// Reads a policy from JSON text (format in README.md, "Trust policies"). Relative file
+    /// names are resolved against `baseDirectory` (the current directory when nil). Throws
+    /// ``MTLSError/Code/invalidPolicy`` with the offending key for anything malformed.
+    public convenience init(json: [UInt8], baseDirectory: String? = nil) throws {
+        let root: JSONValue
+        do { root = try JSONDecoder().decode(JSONValue.self, from: Data(json)) } catch {
+            throw MTLSError(.invalidPolicy, "policy: not valid JSON")
+        }
+        let read = try PolicyFileReader(baseDirectory: baseDirectory).read(root)
+        self.init()
+        copySettings(from: read)
+    }
+
+    /// Reads a policy file; relative paths in it are resolved against the file's directory.
+    public static func load(path: String) throws -> TrustPolicy {
+        let bytes = try FileIO.read(path)
+        let dir: String? = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : nil
+        return try TrustPolicy(json: bytes, baseDirectory: dir.map { $0.isEmpty ? "/" : $0 })
+    }
+}

@@ -1,0 +1,290 @@
+internal import COpenSSL
+import FoundationEssentials
+import Synchronization
+
+/// How the peer's name is checked.
+public enum NameCheck: String, Sendable {
+    /// SSL policy: the host (DNS name with RFC 6125 wildcard rules, or IP address against IP
+    /// SANs) must match a subject alternative name. Never the common name.
+    case ssl
+    /// Basic X.509 policy: no name check.
+    case none
+}
+
+/// A certificate revocation list read from a file, parsed once.
+public final class RevocationList: @unchecked Sendable {
+    let crl: OpaquePointer
+    /// The DER encoding.
+    public let der: [UInt8]
+
+    init(takingOwnership crl: OpaquePointer) throws {
+        self.crl = crl
+        guard let der = derEncode({ i2d_X509_CRL(crl, $0) }) else {
+            X509_CRL_free(crl)
+            throw MTLSError.openSSL(.parse, "cannot encode CRL")
+        }
+        self.der = der
+    }
+
+    deinit { X509_CRL_free(crl) }
+
+    /// Parses every CRL in `data` (PEM `X509 CRL` blocks, or one DER CRL).
+    public static func parseAll(_ data: [UInt8]) throws -> [RevocationList] {
+        guard !data.isEmpty else { throw MTLSError(.parse, "empty CRL data") }
+        if Certificate.looksLikePEM(data) {
+            let bio = try MemoryBIO(copying: data)
+            var out: [RevocationList] = []
+            while let c = PEM_read_bio_X509_CRL(bio.bio, nil, nil, nil) {
+                out.append(try RevocationList(takingOwnership: c))
+            }
+            OpenSSLErrorQueue.clear()
+            guard !out.isEmpty else { throw MTLSError(.parse, "PEM input holds no X509 CRL block") }
+            return out
+        }
+        let crl = data.withUnsafeBufferPointer { buf -> OpaquePointer? in
+            var p: UnsafePointer<UInt8>? = buf.baseAddress
+            return d2i_X509_CRL(nil, &p, buf.count)
+        }
+        guard let crl else { throw MTLSError.openSSL(.parse, "not a CRL (neither PEM nor DER)") }
+        return [try RevocationList(takingOwnership: crl)]
+    }
+
+    /// Reads a file of CRLs.
+    public static func load(path: String) throws -> [RevocationList] { try parseAll(FileIO.read(path)) }
+}
+
+/// A trust policy: anchors, name checking, host rules with pins, key and signature strength,
+/// CRLs and an optional fixed time. Evaluate a peer with
+/// ``evaluate(chain:host:purpose:at:)``.
+///
+/// Thread safety: every property can be read and changed from any thread, also while other
+/// threads evaluate; each evaluation sees one consistent version of the policy. The parsed
+/// anchors and OpenSSL stores are built once per version, on the first evaluation after a change.
+public final class TrustPolicy: @unchecked Sendable {
+    /// The policy's settings, changed together under one lock.
+    struct Settings {
+        var anchors: [Certificate] = []
+        var anchorsOnly = false
+        var systemCAFile: String? = nil
+        var systemCADirectory: String? = nil
+        var purpose: TrustPurpose = .serverAuth
+        var nameCheck: NameCheck = .ssl
+        var hostRules: [HostRule] = []
+        var minimumRSABits = 2048
+        var minimumECBits = 256
+        var bannedSignatureDigests: Set<String> = ["md5", "sha1"]
+        var crls: [RevocationList] = []
+        var checkCRLsForWholeChain = false
+        var time: Date? = nil
+        var maxChainDepth: Int? = nil
+        var reportHandler: (@Sendable (TrustReport) -> Void)? = nil
+        var warnings: [String] = []
+    }
+
+    private let state: Mutex<(settings: Settings, version: UInt64, compiled: CompiledPolicy?)>
+    /// Recent evaluations of this policy (see ``EvaluationCache``).
+    let cache = EvaluationCache()
+
+    /// A policy with the given defaults. Anchors are added to the system store unless
+    /// `anchorsOnly` is true.
+    public init(anchors: [Certificate] = [], anchorsOnly: Bool = false, purpose: TrustPurpose = .serverAuth,
+                nameCheck: NameCheck = .ssl, hostRules: [HostRule] = [], minimumRSABits: Int = 2048,
+                minimumECBits: Int = 256, bannedSignatureDigests: Set<String> = ["md5", "sha1"],
+                crls: [RevocationList] = [], time: Date? = nil, maxChainDepth: Int? = nil) {
+        var s = Settings()
+        s.anchors = anchors
+        s.anchorsOnly = anchorsOnly
+        s.purpose = purpose
+        s.nameCheck = nameCheck
+        s.hostRules = hostRules
+        s.minimumRSABits = minimumRSABits
+        s.minimumECBits = minimumECBits
+        s.bannedSignatureDigests = Set(bannedSignatureDigests.map { $0.lowercased() })
+        s.crls = crls
+        s.time = time
+        s.maxChainDepth = maxChainDepth
+        s.warnings = hostRules.flatMap(\.warnings)
+        state = Mutex((s, 1, nil))
+    }
+
+    // MARK: Settings
+
+    fileprivate func readSetting<T>(_ read: (Settings) -> T) -> T { state.withLock { read($0.settings) } }
+    fileprivate func changeSetting(_ change: (inout Settings) throws -> Void) rethrows {
+        try state.withLock { st in
+            try change(&st.settings)
+            st.version &+= 1
+            st.compiled = nil
+        }
+    }
+
+    /// The anchors: roots, intermediates or leaf certificates; each is an origin of trust.
+    public var anchors: [Certificate] { get { readSetting(\.anchors) } set { changeSetting { $0.anchors = newValue } } }
+    /// Adds one anchor.
+    public func addAnchor(_ cert: Certificate) { changeSetting { $0.anchors.append(cert) } }
+    /// True: only ``anchors`` are trusted. False: anchors are added to the system store.
+    public var anchorsOnly: Bool { get { readSetting(\.anchorsOnly) } set { changeSetting { $0.anchorsOnly = newValue } } }
+    /// A CA file used as the system store instead of OpenSSL's default (`/etc/ssl/certs`).
+    public var systemCAFile: String? { get { readSetting(\.systemCAFile) } set { changeSetting { $0.systemCAFile = newValue } } }
+    /// A hashed CA directory used as the system store instead of OpenSSL's default.
+    public var systemCADirectory: String? {
+        get { readSetting(\.systemCADirectory) } set { changeSetting { $0.systemCADirectory = newValue } }
+    }
+    /// The purpose used when an evaluation does not name one.
+    public var purpose: TrustPurpose { get { readSetting(\.purpose) } set { changeSetting { $0.purpose = newValue } } }
+    /// The name check.
+    public var nameCheck: NameCheck { get { readSetting(\.nameCheck) } set { changeSetting { $0.nameCheck = newValue } } }
+    /// Per-host rules; the most specific matching one applies.
+    public var hostRules: [HostRule] {
+        get { readSetting(\.hostRules) }
+        set { changeSetting { $0.hostRules = newValue; $0.warnings = newValue.flatMap(\.warnings) } }
+    }
+    /// Adds a host rule. A rule with the same pattern replaces the old one.
+    public func addHostRule(_ rule: HostRule) {
+        changeSetting { s in
+            s.hostRules.removeAll { $0.pattern.text.lowercased() == rule.pattern.text.lowercased() }
+            s.hostRules.append(rule)
+            s.warnings = s.hostRules.flatMap(\.warnings)
+        }
+    }
+    /// Smallest accepted RSA modulus, in bits (default 2048). RSA sizes must also be a multiple of 8.
+    public var minimumRSABits: Int { get { readSetting(\.minimumRSABits) } set { changeSetting { $0.minimumRSABits = newValue } } }
+    /// Smallest accepted elliptic curve, in bits (default 256: P-256, P-384, P-521, Ed25519).
+    public var minimumECBits: Int { get { readSetting(\.minimumECBits) } set { changeSetting { $0.minimumECBits = newValue } } }
+    /// Digests not accepted in certificate signatures (lowercase OpenSSL names; default md5, sha1).
+    public var bannedSignatureDigests: Set<String> {
+        get { readSetting(\.bannedSignatureDigests) }
+        set { changeSetting { $0.bannedSignatureDigests = Set(newValue.map { $0.lowercased() }) } }
+    }
+    /// CRLs to check revocation against. With CRLs, the leaf must be covered by one.
+    public var crls: [RevocationList] { get { readSetting(\.crls) } set { changeSetting { $0.crls = newValue } } }
+    /// Require a CRL for every certificate of the chain, not only the leaf.
+    public var checkCRLsForWholeChain: Bool {
+        get { readSetting(\.checkCRLsForWholeChain) } set { changeSetting { $0.checkCRLsForWholeChain = newValue } }
+    }
+    /// A fixed evaluation time (for tests and audits); nil uses the current time.
+    public var time: Date? { get { readSetting(\.time) } set { changeSetting { $0.time = newValue } } }
+    /// The most intermediate CA certificates allowed between the leaf and the anchor.
+    public var maxChainDepth: Int? { get { readSetting(\.maxChainDepth) } set { changeSetting { $0.maxChainDepth = newValue } } }
+    /// Called when a report-only rule would have failed an evaluation. Called on the evaluating
+    /// thread; it must not evaluate with this policy.
+    public var reportHandler: (@Sendable (TrustReport) -> Void)? {
+        get { readSetting(\.reportHandler) } set { changeSetting { $0.reportHandler = newValue } }
+    }
+    /// Warnings found while loading (a host rule with a single pin...).
+    public var warnings: [String] { readSetting(\.warnings) }
+    /// Grows by one on every change; evaluations cached under an older version are never used.
+    public var version: UInt64 { state.withLock { $0.version } }
+
+    /// Copies this policy (settings only, no cache or compiled state).
+    public func copy() -> TrustPolicy {
+        let p = TrustPolicy()
+        p.copySettings(from: self)
+        return p
+    }
+
+    func copySettings(from other: TrustPolicy) {
+        let s = other.readSetting { $0 }
+        changeSetting { $0 = s }
+    }
+
+    /// The settings and their compiled form, building it if needed.
+    func snapshot() throws -> (Settings, CompiledPolicy, UInt64) {
+        try state.withLock { st in
+            if let c = st.compiled { return (st.settings, c, st.version) }
+            let c = try CompiledPolicy(st.settings)
+            st.compiled = c
+            return (st.settings, c, st.version)
+        }
+    }
+}
+
+/// A policy that can be swapped for a new one atomically while other threads evaluate (new
+/// pins, new anchors). Evaluations that started with the old policy finish with it.
+public final class TrustPolicyHandle: @unchecked Sendable {
+    private let policy: Mutex<TrustPolicy>
+
+    public init(_ policy: TrustPolicy) { self.policy = Mutex(policy) }
+
+    /// The policy in force now.
+    public var current: TrustPolicy { policy.withLock { $0 } }
+
+    /// Puts `newPolicy` in force for every evaluation that starts from now on.
+    public func replace(_ newPolicy: TrustPolicy) { policy.withLock { $0 = newPolicy } }
+
+    /// Evaluates with the policy in force now.
+    public func evaluate(chain: [Certificate], host: String?, purpose: TrustPurpose? = nil, at: Date? = nil) -> TrustResult {
+        current.evaluate(chain: chain, host: host, purpose: purpose, at: at)
+    }
+}
+
+/// The OpenSSL objects a policy version needs, built once: one X509_STORE per distinct anchor set
+/// (the policy's, and each rule's own), and the CRL stack.
+final class CompiledPolicy: @unchecked Sendable {
+    /// The store for the policy's default anchors.
+    let defaultStore: OpaquePointer
+    /// Stores for rules with their own anchors, by rule pattern text.
+    let ruleStores: [String: OpaquePointer]
+    /// The CRLs as an OpenSSL stack (owning references), or nil.
+    let crlStack: OpaquePointer?
+    /// SHA-256 digests of all anchor certificates (the anchor check of the policy layer).
+    let anchorDigests: Set<[UInt8]>
+
+    init(_ s: TrustPolicy.Settings) throws {
+        var stores: [OpaquePointer] = []
+        func makeStore(anchors: [Certificate], anchorsOnly: Bool) throws -> OpaquePointer {
+            guard let store = X509_STORE_new() else { throw MTLSError.openSSL(.noMemory, "X509_STORE_new failed") }
+            stores.append(store)
+            for a in anchors where X509_STORE_add_cert(store, a.x509) != 1 {
+                // A duplicate anchor is not an error.
+                OpenSSLErrorQueue.clear()
+            }
+            if !anchorsOnly {
+                let ctx = LibraryContext.shared.ctx
+                if s.systemCAFile != nil || s.systemCADirectory != nil {
+                    if let f = s.systemCAFile, X509_STORE_load_file_ex(store, f, ctx, nil) != 1 {
+                        throw MTLSError.openSSL(.invalidPolicy, "cannot load the CA file \(f)")
+                    }
+                    if let d = s.systemCADirectory, X509_STORE_load_path(store, d) != 1 {
+                        throw MTLSError.openSSL(.invalidPolicy, "cannot use the CA directory \(d)")
+                    }
+                } else {
+                    _ = X509_STORE_set_default_paths_ex(store, ctx, nil)
+                    OpenSSLErrorQueue.clear()
+                }
+            }
+            return store
+        }
+        do {
+            defaultStore = try makeStore(anchors: s.anchors, anchorsOnly: s.anchorsOnly)
+            var rs: [String: OpaquePointer] = [:]
+            for r in s.hostRules where r.anchors != nil || r.anchorsOnly != nil {
+                rs[r.pattern.text] = try makeStore(anchors: r.anchors ?? s.anchors,
+                                                   anchorsOnly: r.anchorsOnly ?? s.anchorsOnly)
+            }
+            ruleStores = rs
+        } catch {
+            stores.forEach { X509_STORE_free($0) }
+            throw error
+        }
+        if s.crls.isEmpty {
+            crlStack = nil
+        } else {
+            let sk = mtls_ossl_sk_X509_CRL_new_null()!
+            for c in s.crls {
+                X509_CRL_up_ref(c.crl)
+                _ = mtls_ossl_sk_X509_CRL_push(sk, c.crl)
+            }
+            crlStack = sk
+        }
+        var digests = Set(s.anchors.map(\.sha256))
+        for r in s.hostRules { for a in r.anchors ?? [] { digests.insert(a.sha256) } }
+        anchorDigests = digests
+    }
+
+    deinit {
+        X509_STORE_free(defaultStore)
+        ruleStores.values.forEach { X509_STORE_free($0) }
+        if let crlStack { mtls_ossl_sk_X509_CRL_pop_free(crlStack) }
+    }
+}

@@ -1,0 +1,156 @@
+import ArgumentParser
+import Foundation
+import MTLS
+
+/// `mtls verify`: evaluates a chain with a trust policy.
+struct VerifyCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "verify",
+        abstract: "Decide whether a certificate chain is trusted (exit status 1 when it is not)."
+    )
+
+    @Argument(help: "The peer's chain (PEM, DER or PKCS#7), leaf first.")
+    var chain: String
+    @Option(help: "The host name or IP address (optionally :port) the peer was reached as.")
+    var host: String?
+    @Option(help: "server or client.")
+    var purpose: String?
+    @Option(help: "A trust policy JSON file (see README, \"Trust policies\").")
+    var policy: String?
+    @Option(name: .customLong("anchor"), help: "A file of anchor certificates (repeatable).")
+    var anchors: [String] = []
+    @Flag(help: "Trust only the anchors, not the system store.")
+    var anchorsOnly = false
+    @Option(name: .customLong("pin"), help: "An SPKI pin sha256/BASE64 for the host (repeatable).")
+    var pins: [String] = []
+    @Option(help: "Evaluation time, RFC 3339.")
+    var at: String?
+    @Flag(help: "Print the evaluation as JSON.")
+    var json = false
+
+    func run() throws {
+        let result: TrustResult
+        do {
+            let certs = try Certificate.load(path: chain)
+            let p = try policy.map { try TrustPolicy.load(path: $0) } ?? TrustPolicy()
+            for a in anchors { for c in try Certificate.load(path: a) { p.addAnchor(c) } }
+            if anchorsOnly { p.anchorsOnly = true }
+            if !pins.isEmpty {
+                let pattern = try HostPattern(PeerHostText.hostOnly(host ?? "") ?? "")
+                p.addHostRule(HostRule(pattern: pattern, pins: try pins.map { try SPKIPin($0) }))
+            }
+            var purposeValue: TrustPurpose? = nil
+            if let purpose {
+                guard let v = TrustPurpose(rawValue: purpose) else { throw ValidationError("--purpose must be server or client") }
+                purposeValue = v
+            }
+            let time = try at.map { try CLI.parseRFC3339($0) }
+            if !json { for w in p.warnings { CLI.printError("warning: \(w)") } }
+            result = p.evaluate(chain: certs, host: host, purpose: purposeValue, at: time)
+        } catch let e as ValidationError {
+            throw e
+        } catch {
+            throw CLI.fail(error)
+        }
+        if json {
+            CLI.printJSON(TrustJSON.object(result))
+        } else {
+            print(result.trusted ? "trusted" : "NOT trusted (\(result.kind.rawValue))")
+            for r in result.reasons { print("  \(r)") }
+            for (i, c) in result.chain.enumerated() { print("  [\(i)] \(c.subjectSummary)  sha256=\(c.sha256Hex)") }
+            if let r = result.matchedRule { print("  rule: \(r)") }
+            if let p = result.matchedPin { print("  pin: \(p)") }
+        }
+        if !result.trusted { throw ExitCode(1) }
+    }
+}
+
+/// The JSON form of an evaluation, shared by `verify`, `connect` and `limbo`.
+enum TrustJSON {
+    static func object(_ r: TrustResult) -> [String: Any] {
+        [
+            "trusted": r.trusted,
+            "kind": r.kind.rawValue,
+            "reasons": r.reasons.map { reason -> [String: Any] in
+                ["code": reason.code, "cert_index": reason.certIndex.map { $0 as Any } ?? NSNull(), "message": reason.message]
+            },
+            "chain": r.chain.map(\.sha256Hex),
+        ]
+    }
+}
+
+/// Host text helpers for the CLI.
+enum PeerHostText {
+    /// `host` without a `:port` suffix.
+    static func hostOnly(_ host: String) -> String? {
+        if host.isEmpty { return nil }
+        if host.hasPrefix("[") { return host }
+        if host.filter({ $0 == ":" }).count == 1, let i = host.lastIndex(of: ":") { return String(host[..<i]) }
+        return host
+    }
+}
+
+/// `mtls limbo`: runs an x509-limbo suite through libmtls's evaluator.
+struct LimboCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "limbo",
+        abstract: "Read an x509-limbo suite (limbo.json) on stdin, write a LimboResult JSON on stdout."
+    )
+
+    func run() throws {
+        let input = FileHandle.standardInput.readDataToEndOfFile()
+        guard let suite = try JSONSerialization.jsonObject(with: input) as? [String: Any],
+              let cases = suite["testcases"] as? [[String: Any]] else {
+            throw CLI.fail(MTLSError(.parse, "stdin is not an x509-limbo suite"))
+        }
+        var results: [[String: Any]] = []
+        for tc in cases {
+            let (actual, context) = Self.evaluate(tc)
+            results.append(["id": tc["id"] as? String ?? "", "actual_result": actual, "context": context])
+        }
+        CLI.printJSON(["version": 1, "harness": "libmtls-\(MTLSVersion.string)", "results": results])
+    }
+
+    /// Evaluates one testcase from its inputs only (never its id, description or features).
+    static func evaluate(_ tc: [String: Any]) -> (String, String) {
+        let purpose: TrustPurpose
+        switch tc["validation_kind"] as? String {
+        case "SERVER": purpose = .serverAuth
+        case "CLIENT": purpose = .clientAuth
+        default: return ("SKIPPED", "unsupported validation kind")
+        }
+        let ekus = tc["extended_key_usage"] as? [String] ?? []
+        let expressible = ekus.allSatisfy { $0 == (purpose == .serverAuth ? "serverAuth" : "clientAuth") }
+        if !expressible { return ("SKIPPED", "required EKUs other than the purpose's are not expressible in a policy") }
+        var host: String? = nil
+        if let peer = tc["expected_peer_name"] as? [String: Any] {
+            switch peer["kind"] as? String {
+            case "DNS": host = peer["value"] as? String
+            case "IP":
+                guard let v = peer["value"] as? String else { return ("SKIPPED", "bad peer name") }
+                host = v.contains(":") ? "[\(v)]" : v
+            default: return ("SKIPPED", "RFC822 peer names are not supported (mTLS peers are named by DNS or IP)")
+            }
+        }
+        do {
+            func certs(_ key: String) throws -> [Certificate] {
+                try (tc[key] as? [String] ?? []).flatMap { try Certificate.parseAll(Array($0.utf8)) }
+            }
+            guard let leafPEM = tc["peer_certificate"] as? String else { return ("FAILURE", "no peer certificate") }
+            let leaf = try Certificate.parseAll(Array(leafPEM.utf8))
+            let anchors = try certs("trusted_certs")
+            let intermediates = try certs("untrusted_intermediates")
+            let crls = try (tc["crls"] as? [String] ?? []).flatMap { try RevocationList.parseAll(Array($0.utf8)) }
+            var time: Date? = nil
+            if let t = tc["validation_time"] as? String { time = try CLI.parseRFC3339(t) }
+            let policy = TrustPolicy(anchors: anchors, anchorsOnly: true, purpose: purpose,
+                                     nameCheck: host == nil ? .none : .ssl, crls: crls, time: time,
+                                     maxChainDepth: tc["max_chain_depth"] as? Int)
+            let result = policy.evaluate(chain: leaf + intermediates, host: host, purpose: purpose)
+            if result.trusted { return ("SUCCESS", "trusted; chain of \(result.chain.count)") }
+            return ("FAILURE", result.reasons.map(\.description).joined(separator: "; "))
+        } catch {
+            return ("FAILURE", "input rejected: \(error)")
+        }
+    }
+}
