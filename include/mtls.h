@@ -276,6 +276,128 @@ MTLS_EXTERN int mtls_pkcs12_export(const mtls_identity *identity, const char *pa
  * Credential store (issue: store)
  * ====================================================================================== */
 
+/* A labeled credential store: one SQLite file (WAL) holding identities (private key sealed with
+ * AES-256-GCM at rest, leaf, chain), certificates and references to token identities, each under
+ * a label unique within its class. The store secret (a passphrase stretched with scrypt, or a
+ * 32-byte key) unwraps the data key once per open.
+ *
+ * Thread safety: an mtls_store may be shared by threads (calls are serialised on its
+ * connection); several processes may open the same file at once. An mtls_store_item is
+ * immutable and may be read from any thread. */
+typedef struct mtls_store mtls_store;
+typedef struct mtls_store_item mtls_store_item;
+
+/* Item classes. MTLS_STORE_ANY (0) is accepted where a class filter is optional. */
+#define MTLS_STORE_ANY 0
+#define MTLS_STORE_IDENTITY 1
+#define MTLS_STORE_CERTIFICATE 2
+#define MTLS_STORE_TOKEN_IDENTITY 3
+
+/* Kinds of store secret. */
+#define MTLS_STORE_SECRET_PASSPHRASE 1 /* any bytes; stretched with scrypt */
+#define MTLS_STORE_SECRET_KEY 2        /* exactly 32 random bytes; used as the wrapping key */
+
+/* Options for mtls_store_open. Initialise with mtls_store_options_init, then change fields. */
+#define MTLS_STORE_OPTIONS_VERSION 1
+typedef struct mtls_store_options {
+    unsigned int version; /* MTLS_STORE_OPTIONS_VERSION */
+    int busy_timeout_ms;  /* wait for other users' locks this long, then MTLS_E_LOCKED (10000) */
+    int create;           /* create the file (0600) and its directory (0700) if missing (1) */
+    int kdf_log_n;        /* scrypt N = 2^kdf_log_n for a new store or a new secret (17) */
+    int kdf_r;            /* scrypt r (8) */
+    int kdf_p;            /* scrypt p (1) */
+} mtls_store_options;
+
+/* Fill *opts with the defaults above. MTLS_E_INVALID_ARGUMENT for an unknown version. */
+MTLS_EXTERN int mtls_store_options_init(mtls_store_options *opts, unsigned int version);
+
+/* Open (or create) the store at `path` with a secret of `secret_kind`. `opts` may be NULL for
+ * the defaults. The secret is copied and the caller's copy may be wiped right after.
+ * Errors: MTLS_E_BAD_SECRET (nothing is written), MTLS_E_NOT_A_STORE, MTLS_E_SCHEMA_TOO_NEW,
+ * MTLS_E_READ_ONLY, MTLS_E_LOCKED, MTLS_E_NOT_FOUND (no file and opts->create == 0).
+ * Close *out with mtls_store_close. */
+MTLS_EXTERN int mtls_store_open(const char *path, const uint8_t *secret, size_t secret_len, int secret_kind,
+                                const mtls_store_options *opts, mtls_store **out);
+/* Same, reading the secret from a file: exactly 32 bytes is a key, anything else a passphrase
+ * (its first line). */
+MTLS_EXTERN int mtls_store_open_secret_file(const char *path, const char *secret_file,
+                                            const mtls_store_options *opts, mtls_store **out);
+/* Close the store, wipe its data key and free the handle. NULL is a no-op. Identities and
+ * certificates obtained from the store stay valid (they hold their own references). */
+MTLS_EXTERN void mtls_store_close(mtls_store *store);
+
+/* Put an item under `label` (1..1024 bytes of UTF-8). With replace == 0 an existing label of
+ * the same class gives MTLS_E_DUPLICATE; with replace != 0 the old item is swapped for the new
+ * one in one transaction. MTLS_E_LOCKED, MTLS_E_DISK_FULL, MTLS_E_READ_ONLY leave the store
+ * unchanged. The handles passed in are not consumed. */
+MTLS_EXTERN int mtls_store_put_identity(mtls_store *store, const char *label, const mtls_identity *identity, int replace);
+MTLS_EXTERN int mtls_store_put_cert(mtls_store *store, const char *label, const mtls_cert *cert, int replace);
+/* A token identity reference: the key's `pkcs11:` URI (MTLS_E_BAD_URI otherwise), its
+ * certificate, and optionally `chain_count` chain certificates in any order (chain may be NULL
+ * when chain_count is 0). */
+MTLS_EXTERN int mtls_store_put_token_identity(mtls_store *store, const char *label, const char *uri,
+                                              const mtls_cert *cert, mtls_cert *const *chain,
+                                              size_t chain_count, int replace);
+/* Import the single identity of a PKCS#12 file under `label`. `password` NULL means "no
+ * password" (not the empty password). PKCS#12 errors are those of the PKCS#12 functions
+ * (MTLS_E_BAD_PASSWORD...). `out` may be NULL; otherwise *out receives the imported identity
+ * (free with mtls_identity_free). */
+MTLS_EXTERN int mtls_store_import_p12(mtls_store *store, const char *label, const uint8_t *data, size_t len,
+                                      const char *password, int replace, mtls_identity **out);
+
+/* Get an item by label. MTLS_E_NOT_FOUND when absent. Free *out with mtls_identity_free /
+ * mtls_cert_free; *uri with mtls_string_free. */
+MTLS_EXTERN int mtls_store_get_identity(mtls_store *store, const char *label, mtls_identity **out);
+MTLS_EXTERN int mtls_store_get_cert(mtls_store *store, const char *label, mtls_cert **out);
+MTLS_EXTERN int mtls_store_get_token_identity(mtls_store *store, const char *label, char **uri, mtls_cert **cert);
+/* Every stored identity, decrypted, in label order (token references excluded).
+ * Free with mtls_store_identity_list_free(*out, *count). */
+MTLS_EXTERN int mtls_store_identities(mtls_store *store, mtls_identity ***out, size_t *count);
+MTLS_EXTERN void mtls_store_identity_list_free(mtls_identity **list, size_t count);
+
+/* Metadata without decrypting anything. mtls_store_item_info: the item labelled `label` in
+ * `item_class` (MTLS_STORE_ANY: identity first, then certificate, then token identity).
+ * mtls_store_list: every item of `item_class` (or MTLS_STORE_ANY), by label.
+ * mtls_store_find_sha256: items whose leaf's SHA-256 is `sha256_hex` (64 hex digits, any case,
+ * colons allowed). mtls_store_find_subject: items whose leaf subject (RFC 4514) or subject CN
+ * equals `subject`. Free *out with mtls_store_item_free, arrays with
+ * mtls_store_item_list_free(*out, *count). */
+MTLS_EXTERN int mtls_store_item_info(mtls_store *store, const char *label, int item_class, mtls_store_item **out);
+MTLS_EXTERN int mtls_store_list(mtls_store *store, int item_class, mtls_store_item ***out, size_t *count);
+MTLS_EXTERN int mtls_store_find_sha256(mtls_store *store, const char *sha256_hex, mtls_store_item ***out, size_t *count);
+MTLS_EXTERN int mtls_store_find_subject(mtls_store *store, const char *subject, mtls_store_item ***out, size_t *count);
+MTLS_EXTERN void mtls_store_item_free(mtls_store_item *item);
+MTLS_EXTERN void mtls_store_item_list_free(mtls_store_item **list, size_t count);
+
+/* Item accessors. Returned strings are owned by the item and valid until it is freed; NULL for
+ * a NULL item (and for the token URI of a non-token item). Times are seconds since the Unix
+ * epoch; numbers are 0 for a NULL item. mtls_store_item_chain_sha256 is NULL out of range. */
+MTLS_EXTERN const char *mtls_store_item_label(const mtls_store_item *item);
+MTLS_EXTERN int mtls_store_item_class(const mtls_store_item *item);
+MTLS_EXTERN const char *mtls_store_item_subject(const mtls_store_item *item);
+MTLS_EXTERN const char *mtls_store_item_issuer(const mtls_store_item *item);
+MTLS_EXTERN const char *mtls_store_item_leaf_sha256(const mtls_store_item *item);
+MTLS_EXTERN const char *mtls_store_item_token_uri(const mtls_store_item *item);
+MTLS_EXTERN int64_t mtls_store_item_not_after(const mtls_store_item *item);
+MTLS_EXTERN int64_t mtls_store_item_created(const mtls_store_item *item);
+MTLS_EXTERN int64_t mtls_store_item_modified(const mtls_store_item *item);
+MTLS_EXTERN size_t mtls_store_item_chain_count(const mtls_store_item *item);
+MTLS_EXTERN const char *mtls_store_item_chain_sha256(const mtls_store_item *item, size_t index);
+
+/* Delete the item labelled `label` in `item_class` (MTLS_STORE_ANY: every class).
+ * MTLS_E_NOT_FOUND when nothing matched. `deleted` may be NULL. */
+MTLS_EXTERN int mtls_store_delete(mtls_store *store, const char *label, int item_class, size_t *deleted);
+/* Delete every item of `item_class` (not MTLS_STORE_ANY). `deleted` may be NULL. */
+MTLS_EXTERN int mtls_store_delete_class(mtls_store *store, int item_class, size_t *deleted);
+/* Export the identity labelled `label` as PKCS#12 protected by `password` (required): AES-256
+ * with a SHA-256 MAC, or with legacy != 0 3DES with a SHA-1 MAC for old consumers. The label
+ * is the friendly name. Free *out with mtls_bytes_free. */
+MTLS_EXTERN int mtls_store_export_p12(mtls_store *store, const char *label, const char *password, int legacy,
+                                      uint8_t **out, size_t *out_len);
+/* Re-wrap the data key under a new secret (scrypt parameters from the open options), in one
+ * transaction. Other open handles keep working; the next open needs the new secret. */
+MTLS_EXTERN int mtls_store_change_secret(mtls_store *store, const uint8_t *secret, size_t secret_len, int secret_kind);
+
 /* ======================================================================================
  * Connections (issue: connections)
  * ====================================================================================== */
