@@ -15,6 +15,7 @@ struct MTLSCommand: ParsableCommand {
             VerifyCommand.self,
             LimboCommand.self,
             TokenCommand.self,
+            StoreCommand.self,
         ]
     )
 }
