@@ -714,6 +714,9 @@ MTLS_EXTERN int mtls_issued_key_pem(const mtls_issued *issued, const char *passw
  * `password` is required (may be ""). Free *out with mtls_bytes_free. */
 MTLS_EXTERN int mtls_issued_export_p12(const mtls_issued *issued, const char *password, int legacy,
                                        uint8_t **out, size_t *out_len);
+/* The issued certificate, its key and chain as an mtls_identity (for connections, the store,
+ * mtls_pkcs12_export). A new reference: free *out with mtls_identity_free. */
+MTLS_EXTERN int mtls_issued_identity(const mtls_issued *issued, mtls_identity **out);
 /* A v2 CRL signed by the CA `ca` listing `count` serial numbers (hex, as mtls_cert_serial_hex
  * gives them), with CRL number `number`, thisUpdate `now` (0: the current time) and nextUpdate
  * validity_days later (0: 30). DER in *der; free it with mtls_bytes_free. */
