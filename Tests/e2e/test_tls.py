@@ -66,11 +66,11 @@ def peers():
         p.stop()
 
 
-def s_server(pki, peers, server="server", extra=()):
+def s_server(pki, peers, server="server", extra=(), cafile="root.pem"):
     port = free_port()
     args = ["openssl", "s_server", "-accept", f"127.0.0.1:{port}", "-quiet", "-www",
             "-cert", pki(f"{server}.pem"), "-key", pki(f"{server}.key"),
-            "-Verify", "1", "-CAfile", pki("root.pem"), "-verify_return_error", *extra]
+            "-Verify", "1", "-CAfile", pki(cafile), "-verify_return_error", *extra]
     if server in ("server", "server-rsa"):
         args += ["-cert_chain", pki("int-a.pem")]
     p = Peer(args, port)
@@ -370,8 +370,8 @@ def test_automatic_identity_picks_the_one_the_server_asks_for(pki, peers, tmp_pa
         r = run_cli("store", "--store", store, "--secret-file", secret, "import", pki(f"{label}.p12"),
                     "--label", label, "--password-file", pki("password.txt"))
         assert r.returncode == 0, r.stderr
-    # s_server lists the CAs it accepts: customer A's intermediate only.
-    port = s_server(pki, peers, extra=["-client_CAfile", pki("int-a.pem")])
+    # s_server lists the CAs of -CAfile in its CertificateRequest: customer A's intermediate only.
+    port = s_server(pki, peers, cafile="int-a.pem", extra=["-verifyCAfile", pki("root.pem")])
     r = run_cli("connect", f"127.0.0.1:{port}", "--store", store, "--secret-file", secret,
                 "--anchor", pki("root.pem"), "--verify-as", "server.test", "--send", HTTP_GET)
     assert r.returncode == 0, r.stderr
