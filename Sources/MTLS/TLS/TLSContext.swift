@@ -200,16 +200,28 @@ final class TLSContext: @unchecked Sendable {
                           purpose: TrustPurpose) throws {
         let config = try TLSContextConfig(policy: policy ?? TrustPolicyHandle(TrustPolicy()), purpose: purpose,
                                           identity: identity.map { .identity($0) } ?? .none, serverALPN: [])
-        try install(on: ctx, config: config, identity: identity, verifyMode: SSL_VERIFY_PEER)
+        try install(on: ctx, config: config, identity: identity, verifyMode: SSL_VERIFY_PEER, ownContext: false)
     }
 
     /// The common part: identity, verification through our evaluator, alert bookkeeping.
-    private static func install(on ctx: OpaquePointer, config: TLSContextConfig, identity: Identity?, verifyMode: Int32) throws {
+    /// An application's context keeps its own info callback and options.
+    private static func install(on ctx: OpaquePointer, config: TLSContextConfig, identity: Identity?, verifyMode: Int32,
+                                ownContext: Bool = true) throws {
         if let identity { try use(identity, on: ctx) }
         SSL_CTX_set_verify(ctx, verifyMode, nil)
         SSL_CTX_set_cert_verify_callback(ctx, { store, arg in
             TLSContext.verifyCallback(store, arg)
         }, Unmanaged.passUnretained(config).toOpaque())
+        if ownContext { installAlertTracking(ctx) }
+        // The SSL_CTX keeps the configuration alive; a previous one is released.
+        let previous = SSL_CTX_get_ex_data(ctx, TLSExData.ctx)
+        SSL_CTX_set_ex_data(ctx, TLSExData.ctx, Unmanaged.passRetained(config).toOpaque())
+        if let previous { Unmanaged<TLSContextConfig>.fromOpaque(previous).release() }
+    }
+
+    /// Records alerts sent and received, so errors can say which side refused; tolerates a peer
+    /// that closes without close_notify.
+    private static func installAlertTracking(_ ctx: OpaquePointer) {
         SSL_CTX_set_info_callback(ctx) { ssl, where_, value in
             guard (where_ & SSL_CB_ALERT) != 0, (value & 0xff) != 0 /* close_notify */ else { return }
             let state = TLSHandshakeState.of(ssl)
@@ -217,10 +229,6 @@ final class TLSContext: @unchecked Sendable {
             if (where_ & SSL_CB_READ) != 0 { state?.receivedAlert = text } else { state?.sentAlert = text }
         }
         _ = mtls_ossl_SSL_CTX_set_options(ctx, mtls_ossl_SSL_OP_IGNORE_UNEXPECTED_EOF())
-        // The SSL_CTX keeps the configuration alive; a previous one is released.
-        let previous = SSL_CTX_get_ex_data(ctx, TLSExData.ctx)
-        SSL_CTX_set_ex_data(ctx, TLSExData.ctx, Unmanaged.passRetained(config).toOpaque())
-        if let previous { Unmanaged<TLSContextConfig>.fromOpaque(previous).release() }
     }
 
     /// Makes `identity` the context's certificate, key and chain.
