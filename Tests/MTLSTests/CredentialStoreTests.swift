@@ -102,6 +102,18 @@ final class CredentialStoreTests: XCTestCase {
         XCTAssertEqual(try store.list().count, 1)
     }
 
+    func testPutIdentitiesWritesAllOrNothing() throws {
+        let pki = try StorePKI()
+        let store = try open("\(pki.dir)/store.db")
+        let a = try pki.identity("a"), b = try pki.identity("b")
+        try store.putIdentities([("one", a), ("two", b)])
+        assertCode(.duplicate) { try store.putIdentities([("three", a), ("two", a)]) }
+        XCTAssertEqual(try store.list().map(\.label), ["one", "two"])
+        try store.putIdentities([("three", a), ("two", a)], replace: true)
+        XCTAssertEqual(try store.identity(label: "two").leaf, a.leaf)
+        XCTAssertEqual(try store.list().count, 3)
+    }
+
     func testLabelsAreUniquePerClass() throws {
         let pki = try StorePKI()
         let store = try open("\(pki.dir)/store.db")
