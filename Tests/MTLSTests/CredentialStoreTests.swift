@@ -355,6 +355,22 @@ final class CredentialStoreTests: XCTestCase {
         XCTAssertEqual(try reader.identities().map(\.leaf), [b.leaf])
     }
 
+    func testSmallIdentityCacheEvictsButAlwaysReturnsTheRightIdentity() throws {
+        let pki = try StorePKI()
+        var o = Self.options()
+        o.identityCacheSize = 4
+        let store = try CredentialStore(path: "\(pki.dir)/store.db", secret: Self.secret, options: o)
+        let ids = try (0..<3).map { try pki.identity("c\($0)") }
+        try store.putIdentities((0..<10).map { ("l\($0)", ids[$0 % 3]) })
+        for round in 0..<3 {
+            for i in (0..<10).reversed() where (i + round) % 2 == 0 || round == 2 {
+                XCTAssertEqual(try store.identity(label: "l\(i)").leaf, ids[i % 3].leaf)
+            }
+        }
+        let first = try store.identity(label: "l9")
+        XCTAssertTrue(first === (try store.identity(label: "l9")))
+    }
+
     func testEightThreadsWritingSameAndDifferentLabelsLoseNothing() throws {
         let pki = try StorePKI()
         let path = "\(pki.dir)/store.db"

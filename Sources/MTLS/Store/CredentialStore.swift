@@ -43,7 +43,15 @@ public final class CredentialStore: @unchecked Sendable {
     private let lock = StoreLock()
     private var dataKey: SecretBytes
     private let options: Options
-    private var cache: [Int64: (generation: Int64, identity: Identity)] = [:]
+    private var cache: [Int64: CachedIdentity] = [:]
+    private var cacheClock: UInt64 = 0
+
+    /// A decoded identity, valid while its row's generation is unchanged.
+    private struct CachedIdentity {
+        var generation: Int64
+        var identity: Identity
+        var lastUse: UInt64
+    }
 
     /// Opens the store at `path`, creating it (mode 0600, directory 0700) when it does not exist.
     ///
@@ -363,7 +371,11 @@ public final class CredentialStore: @unchecked Sendable {
     /// Called with the lock held.
     private func decodeIdentity(_ s: SQLiteDatabase.Statement, label: String) throws -> Identity {
         let id = s.int64(0), generation = s.int64(1)
-        if let hit = cache[id], hit.generation == generation { return hit.identity }
+        cacheClock &+= 1
+        if let hit = cache[id], hit.generation == generation {
+            cache[id]!.lastUse = cacheClock
+            return hit.identity
+        }
         let leaf = try Certificate(der: s.blob(2))
         let chain = try CredentialStore.splitDER(s.blob(3))
         guard let plain = try StoreCrypto.open(s.blob(4), key: dataKey, aad: CredentialStore.aad(.identity, label)) else {
@@ -372,8 +384,14 @@ public final class CredentialStore: @unchecked Sendable {
         // Pass the wiped buffer itself (no copy) to the decoder.
         let key = try PrivateKey(pkcs8DER: plain.storage)
         let identity = try Identity(privateKey: key, leaf: leaf, certificates: chain, friendlyName: label)
-        if cache.count >= max(options.identityCacheSize, 1) { cache.remove(at: cache.startIndex) }
-        if options.identityCacheSize > 0 { cache[id] = (generation, identity) }
+        if options.identityCacheSize > 0 {
+            if cache.count >= options.identityCacheSize {
+                // Drop the least recently used quarter at once, so eviction stays cheap.
+                let keep = cache.sorted { $0.value.lastUse > $1.value.lastUse }.prefix(options.identityCacheSize * 3 / 4)
+                cache = Dictionary(uniqueKeysWithValues: keep.map { ($0.key, $0.value) })
+            }
+            cache[id] = CachedIdentity(generation: generation, identity: identity, lastUse: cacheClock)
+        }
         return identity
     }
 
