@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 @testable import MTLS
 
@@ -184,6 +185,22 @@ final class PKCS12Tests: XCTestCase {
         XCTAssertTrue(c.identities.isEmpty)
         XCTAssertEqual(c.certificates.count, 3)
         expectCode(.noIdentity) { _ = try c.requireIdentity() }
+    }
+
+    func testConcurrentImportsOfLegacyFilesFromManyThreads() throws {
+        let f = try P12Fixture.make()
+        let legacy = try bytes(of: f.opensslP12("-legacy", name: "legacy.p12"))
+        let modern = try bytes(of: f.opensslP12("", name: "modern.p12"))
+        let failures = Mutex(0)
+        DispatchQueue.concurrentPerform(iterations: 16) { i in
+            do {
+                let c = try PKCS12.parse(i % 2 == 0 ? legacy : modern, password: SecretBytes("pw"))
+                if c.identities.count != 1 || !c.identities[0].chainEvaluation.verified { failures.withLock { $0 += 1 } }
+            } catch {
+                failures.withLock { $0 += 1 }
+            }
+        }
+        XCTAssertEqual(failures.withLock { $0 }, 0)
     }
 
     // MARK: export
