@@ -272,6 +272,108 @@ MTLS_EXTERN int mtls_pkcs12_export(const mtls_identity *identity, const char *pa
  * Trust policies and evaluation (issue: trust)
  * ====================================================================================== */
 
+/* A trust policy: anchors, name checking, host rules with SPKI pins, key and signature strength,
+ * CRLs, an optional fixed time. Thread safety: a policy may be changed (including replaced with
+ * mtls_policy_replace) from any thread while other threads evaluate with it; each evaluation
+ * sees one consistent version. Path validation is OpenSSL's X509_verify_cert; libmtls adds
+ * webpki-grade checks, each with its own reason code (README.md, "Trust policies"). */
+typedef struct mtls_policy mtls_policy;
+/* The result of mtls_evaluate. Immutable; safe to read from any thread. */
+typedef struct mtls_trust_result mtls_trust_result;
+
+/* Purposes for mtls_evaluate. */
+#define MTLS_PURPOSE_DEFAULT 0 /* the policy's purpose (server unless the policy file says) */
+#define MTLS_PURPOSE_SERVER 1  /* the peer is a TLS server: serverAuth EKU */
+#define MTLS_PURPOSE_CLIENT 2  /* the peer is a TLS client: clientAuth EKU */
+/* Result kinds (mtls_trust_result_kind). */
+#define MTLS_TRUST_PROCEED 0
+#define MTLS_TRUST_RECOVERABLE_FAILURE 1 /* expiry, name mismatch, unknown root */
+#define MTLS_TRUST_FATAL_FAILURE 2       /* bad signature, revoked, pin mismatch, malformed... */
+/* What happens after a host rule's pins expire (mtls_policy_set_pin_expiry). */
+#define MTLS_PIN_STOP_ENFORCING 0
+#define MTLS_PIN_FAIL_CLOSED 1
+
+/* A new policy with defaults: system trust store, server purpose, name check on, RSA >= 2048,
+ * EC P-256/P-384/P-521, no MD5/SHA-1 signatures. Free *out with mtls_policy_free. */
+MTLS_EXTERN int mtls_policy_new(mtls_policy **out);
+/* Reads a policy JSON file (format in README.md); relative paths in it are resolved against
+ * the file's folder. MTLS_E_INVALID_POLICY names the offending key. Free with mtls_policy_free. */
+MTLS_EXTERN int mtls_policy_load(const char *path, mtls_policy **out);
+/* Same as mtls_policy_load from JSON text (relative paths: the current directory). */
+MTLS_EXTERN int mtls_policy_from_json(const char *json, mtls_policy **out);
+/* Frees the policy. NULL is a no-op. Evaluations running on other threads finish first. */
+MTLS_EXTERN void mtls_policy_free(mtls_policy *policy);
+/* Atomically puts a copy of `from`'s settings in force in `policy` (new pins, new anchors) while
+ * other threads evaluate; `policy` keeps its report callback. `from` stays owned by the caller. */
+MTLS_EXTERN int mtls_policy_replace(mtls_policy *policy, const mtls_policy *from);
+/* Adds an anchor (root, intermediate or the peer's own certificate). The policy keeps its own
+ * reference to `cert`. */
+MTLS_EXTERN int mtls_policy_add_anchor(mtls_policy *policy, const mtls_cert *cert);
+/* Non-zero: trust only the anchors. Zero (default): anchors are added to the system store. */
+MTLS_EXTERN int mtls_policy_set_anchors_only(mtls_policy *policy, int anchors_only);
+/* Non-zero (default): check the host against the SANs. Zero: basic X.509 policy, no name check. */
+MTLS_EXTERN int mtls_policy_set_name_check(mtls_policy *policy, int enabled);
+/* A fixed evaluation time in seconds since 1970; 0 returns to "now". */
+MTLS_EXTERN int mtls_policy_set_time(mtls_policy *policy, int64_t unix_time);
+/* Adds the CRLs of a PEM or DER file; with CRLs the leaf must be covered by one. */
+MTLS_EXTERN int mtls_policy_add_crl_file(mtls_policy *policy, const char *path);
+
+/* Host rules. `pattern`: "name.example", "*.example" (one label), "**.example" (any depth),
+ * an IP literal, each optionally with ":port". The most specific matching rule applies. Each
+ * function below creates the rule when it does not exist yet. */
+/* Sets the rule's verify-as name (NULL: the connected host) and whether to skip the name check. */
+MTLS_EXTERN int mtls_policy_add_host_rule(mtls_policy *policy, const char *pattern, const char *verify_as,
+                                          int skip_name_check);
+/* Adds an anchor of the rule's own; `anchors_only` non-zero ignores the system store for the rule. */
+MTLS_EXTERN int mtls_policy_add_rule_anchor(mtls_policy *policy, const char *pattern, const mtls_cert *cert,
+                                            int anchors_only);
+/* Adds an SPKI pin "sha256/BASE64"; one pin must match a certificate of the built chain. A rule
+ * with a single pin gets a warning (no backup pin): see mtls_policy_warning. */
+MTLS_EXTERN int mtls_policy_add_pin(mtls_policy *policy, const char *pattern, const char *pin);
+/* Pins expire at `expires` (seconds since 1970; 0: never); then MTLS_PIN_STOP_ENFORCING or
+ * MTLS_PIN_FAIL_CLOSED. */
+MTLS_EXTERN int mtls_policy_set_pin_expiry(mtls_policy *policy, const char *pattern, int64_t expires,
+                                           int after_expiry);
+/* Non-zero: pin failures under the rule are reported to the report callback, not enforced. */
+MTLS_EXTERN int mtls_policy_set_report_only(mtls_policy *policy, const char *pattern, int report_only);
+/* Called once per unenforced failure of a report-only rule, on the evaluating thread. Strings
+ * are valid only during the call. */
+typedef void (*mtls_trust_report_cb)(const char *host, const char *rule, const char *code, const char *message,
+                                     void *userdata);
+/* Sets (or with cb NULL, clears) the report callback. `destroy(userdata)`, if not NULL, runs when
+ * the callback is replaced or the policy is freed. */
+MTLS_EXTERN int mtls_policy_set_report_callback(mtls_policy *policy, mtls_trust_report_cb cb, void *userdata,
+                                                void (*destroy)(void *userdata));
+/* Load-time warnings. Free each *out with mtls_string_free. */
+MTLS_EXTERN int mtls_policy_warning_count(const mtls_policy *policy, size_t *count);
+MTLS_EXTERN int mtls_policy_warning(const mtls_policy *policy, size_t index, char **out);
+
+/* Evaluates `certs` (count >= 1, leaf first; the rest may be unordered or padded) for `host`
+ * (DNS name or IP, optionally ":port"; NULL: no name check) with `purpose` (MTLS_PURPOSE_*), at
+ * `at` (seconds since 1970; 0: the policy's time or now). Returns MTLS_OK whenever an evaluation
+ * was made, trusted or not: read the verdict from *out, and free it with mtls_trust_result_free.
+ * Recent evaluations are cached per policy version; the cache never changes an answer. */
+MTLS_EXTERN int mtls_evaluate(mtls_policy *policy, mtls_cert *const *certs, size_t count, const char *host,
+                              int purpose, int64_t at, mtls_trust_result **out);
+/* Frees a result. NULL is a no-op. */
+MTLS_EXTERN void mtls_trust_result_free(mtls_trust_result *result);
+/* *trusted = 1 when the peer is trusted, else 0. */
+MTLS_EXTERN int mtls_trust_result_trusted(const mtls_trust_result *result, int *trusted);
+/* *kind = MTLS_TRUST_PROCEED, _RECOVERABLE_FAILURE or _FATAL_FAILURE. */
+MTLS_EXTERN int mtls_trust_result_kind(const mtls_trust_result *result, int *kind);
+/* Reasons: stable snake_case codes ("expired", "name_mismatch", "pin_mismatch"...), the index in
+ * the built chain of the certificate concerned (-1: the chain as a whole), and a message.
+ * `cert_index` and `message` may be NULL. The strings are owned by the result and valid until it
+ * is freed. */
+MTLS_EXTERN int mtls_trust_result_reason_count(const mtls_trust_result *result, size_t *count);
+MTLS_EXTERN int mtls_trust_result_reason(const mtls_trust_result *result, size_t index, const char **code,
+                                         int *cert_index, const char **message);
+/* The chain that was built, leaf first, as new references: free with mtls_cert_list_free. */
+MTLS_EXTERN int mtls_trust_result_chain(const mtls_trust_result *result, mtls_cert ***out, size_t *count);
+/* The matching host rule's pattern and the matching pin, or NULL; owned by the result. */
+MTLS_EXTERN int mtls_trust_result_matched_rule(const mtls_trust_result *result, const char **rule);
+MTLS_EXTERN int mtls_trust_result_matched_pin(const mtls_trust_result *result, const char **pin);
+
 /* ======================================================================================
  * Credential store (issue: store)
  * ====================================================================================== */
@@ -477,6 +579,9 @@ MTLS_EXTERN int mtls_issued_key_pem(const mtls_issued *issued, const char *passw
  * `password` is required (may be ""). Free *out with mtls_bytes_free. */
 MTLS_EXTERN int mtls_issued_export_p12(const mtls_issued *issued, const char *password, int legacy,
                                        uint8_t **out, size_t *out_len);
+/* The issued certificate, its key and chain as an mtls_identity (for connections, the store,
+ * mtls_pkcs12_export). A new reference: free *out with mtls_identity_free. */
+MTLS_EXTERN int mtls_issued_identity(const mtls_issued *issued, mtls_identity **out);
 /* A v2 CRL signed by the CA `ca` listing `count` serial numbers (hex, as mtls_cert_serial_hex
  * gives them), with CRL number `number`, thisUpdate `now` (0: the current time) and nextUpdate
  * validity_days later (0: 30). DER in *der; free it with mtls_bytes_free. */
