@@ -59,10 +59,9 @@ public final class PKCS11Modules: @unchecked Sendable {
     /// module cannot be loaded or initialised.
     public init(modulePath: String? = nil) throws {
         if let modulePath {
-            if !modulePath.contains("/") || access(modulePath, F_OK) != 0 {
-                if modulePath.contains("/") {
-                    throw MTLSError(.notFound, "no PKCS#11 module at \(modulePath)")
-                }
+            // A bare file name is looked up in p11-kit's module directory.
+            if modulePath.contains("/"), access(modulePath, F_OK) != 0 {
+                throw MTLSError(.notFound, "no PKCS#11 module at \(modulePath)")
             }
             guard let m = p11_kit_module_load(modulePath, 0) else {
                 throw MTLSError(.token, "cannot load the PKCS#11 module \(modulePath)" + Self.p11KitMessage())
