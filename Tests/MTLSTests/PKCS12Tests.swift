@@ -239,6 +239,23 @@ final class PKCS12Tests: XCTestCase {
         expectCode(.badPassword) { _ = try PKCS12.parse(der, password: nil) }
     }
 
+    func testExportRoundTripsEveryKeyType() throws {
+        for spec in [KeySpec.ecP256, .ecP384, .ed25519, .rsa(bits: 2048)] {
+            let f = try P12Fixture.make()
+            // A new leaf for a generated key, issued by the fixture's intermediate.
+            let key = try PrivateKey.generate(spec)
+            try FileIO.writeAtomically("\(f.dir)/gen.key", Array(try key.encryptedPEM(password: SecretBytes("k")).utf8))
+            try TestPKI.sh("cd \(f.dir) && openssl req -new -key gen.key -passin pass:k -subj '/CN=gen' -out gen.csr && openssl x509 -req -in gen.csr -CA int.pem -CAkey int.key -CAcreateserial -days 5 -out gen.pem 2>/dev/null")
+            let id = try Identity(certificatePEM: bytes(of: "\(f.dir)/gen.pem") + bytes(of: "\(f.dir)/chain.pem"),
+                                  keyPEM: bytes(of: "\(f.dir)/gen.key"), password: SecretBytes("k"))
+            XCTAssertEqual(id.chain.count, 2)
+            let back = try PKCS12.parse(try PKCS12.export(id, password: SecretBytes("pw")), password: SecretBytes("pw"))
+            XCTAssertEqual(back.identities.first?.privateKey.keyType, key.keyType)
+            XCTAssertEqual(back.identities.first?.chain, id.chain)
+            XCTAssertTrue(back.identities.first?.chainEvaluation.verified ?? false)
+        }
+    }
+
     // MARK: bad input, one code each
 
     func testDamagedAndForeignInputsGiveDistinctCodes() throws {
