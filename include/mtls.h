@@ -181,17 +181,463 @@ MTLS_EXTERN int mtls_cert_eku(const mtls_cert *cert, size_t index, char **oid);
  * Identities and PKCS#12 (issue: foundation)
  * ====================================================================================== */
 
+/* An mtls_identity is a private key with its leaf certificate and the chain above it, ordered
+ * leaf -> root by building it. Immutable and reference counted: share it across threads
+ * freely; each mtls_identity_ref needs one mtls_identity_free. The private key never leaves
+ * the library in the clear. */
+typedef struct mtls_identity mtls_identity;
+
+/* Add a reference; returns `identity` (NULL gives NULL). */
+MTLS_EXTERN mtls_identity *mtls_identity_ref(mtls_identity *identity);
+/* Drop a reference. NULL is a no-op. */
+MTLS_EXTERN void mtls_identity_free(mtls_identity *identity);
+/* Make an identity from PEM text: `cert_pem` holds the leaf and, in any order, its chain;
+ * `key_pem` a PKCS#8, encrypted PKCS#8 or traditional RSA/EC private key; `password` decrypts
+ * an encrypted key (NULL when it is not encrypted). Free *out with mtls_identity_free.
+ * MTLS_E_KEY_MISMATCH when no certificate matches the key, MTLS_E_BAD_PASSWORD for a missing
+ * or wrong key password, MTLS_E_PARSE for unreadable PEM. */
+MTLS_EXTERN int mtls_identity_from_pem(const char *cert_pem, const char *key_pem, const char *password,
+                                       mtls_identity **out);
+/* The leaf certificate: a new reference, free *out with mtls_cert_free. */
+MTLS_EXTERN int mtls_identity_leaf(const mtls_identity *identity, mtls_cert **out);
+/* Number of certificates above the leaf, and the index-th one (0 issued the leaf; the last is
+ * the root when the chain is complete). *out is a new reference: free it with mtls_cert_free.
+ * MTLS_E_INVALID_ARGUMENT for an index >= count. */
+MTLS_EXTERN int mtls_identity_chain_count(const mtls_identity *identity, size_t *count);
+MTLS_EXTERN int mtls_identity_chain_get(const mtls_identity *identity, size_t index, mtls_cert **out);
+/* The PKCS#12 friendly name (UTF-8). *out is set to NULL, with MTLS_OK, when there is none;
+ * otherwise free it with mtls_string_free. */
+MTLS_EXTERN int mtls_identity_friendly_name(const mtls_identity *identity, char **out);
+/* The PKCS#12 local key id bytes. *out = NULL and *len = 0, with MTLS_OK, when there is none;
+ * otherwise free *out with mtls_bytes_free. */
+MTLS_EXTERN int mtls_identity_local_key_id(const mtls_identity *identity, uint8_t **out, size_t *len);
+/* The private key's type ("rsa2048", "p256", "p384", "p521", "ed25519"...) and size in bits.
+ * Free *name with mtls_string_free. */
+MTLS_EXTERN int mtls_identity_key_type(const mtls_identity *identity, char **name, int *bits);
+
+/* Flags of mtls_identity_chain_check. */
+#define MTLS_CHAIN_VERIFIED 0x1         /* OpenSSL verified leaf -> root with the chain's own root */
+#define MTLS_CHAIN_COMPLETE 0x2         /* the chain ends with a self-signed root */
+#define MTLS_CHAIN_SIGNATURES_OK 0x4    /* every signature verifies with its issuer's key */
+#define MTLS_CHAIN_WITHIN_VALIDITY 0x8  /* every certificate is valid now */
+/* A basic X.509 evaluation of the identity's own chain (no host name, no system trust store),
+ * computed on the first call and kept: *flags gets MTLS_CHAIN_* bits; *openssl_code (may be
+ * NULL) OpenSSL's X509_V_* result, 0 when verified; *message (may be NULL) OpenSSL's text for
+ * it, freed with mtls_string_free. */
+MTLS_EXTERN int mtls_identity_chain_check(const mtls_identity *identity, unsigned int *flags, int *openssl_code,
+                                          char **message);
+
+/* An mtls_pkcs12 is the immutable result of a PKCS#12 import: one identity per private key in
+ * the file (matched to its certificate by local key id, then by public key) and every
+ * certificate in the file. Safe to share across threads for reading. */
+typedef struct mtls_pkcs12 mtls_pkcs12;
+
+/* Import a PKCS#12 (.p12/.pfx) file from memory. `password` is UTF-8; NULL means "no
+ * password", which is NOT the empty password "" (files made with one do not open with the
+ * other; the error message says which one the file wants). All schemes: PBES2 AES-CBC with
+ * PBKDF2-HMAC-SHA1/256/512, SHA1-3DES, SHA1-RC2-40/128 (through the legacy provider of
+ * libmtls's own OpenSSL library context; the program's default context is not touched),
+ * unencrypted bags, SHA-1/256/512 MACs or no MAC. Free *out with mtls_pkcs12_free.
+ * Errors: MTLS_E_BAD_PASSWORD, MTLS_E_CORRUPT (truncated or damaged), MTLS_E_NOT_PKCS12,
+ * MTLS_E_UNSUPPORTED (the message names the algorithm), MTLS_E_KEY_MISMATCH (a key with no
+ * matching certificate), MTLS_E_NO_IDENTITY (a key with no certificate at all),
+ * MTLS_E_LIMIT_EXCEEDED (input over 16 MiB, more than 1,000,000 iterations in one KDF or MAC or
+ * 4,000,000 in the whole file; checked before any KDF runs). A certificate-only file imports
+ * with zero identities. */
+MTLS_EXTERN int mtls_pkcs12_import(const uint8_t *data, size_t len, const char *password, mtls_pkcs12 **out);
+/* Same as mtls_pkcs12_import, reading the file at `path`. */
+MTLS_EXTERN int mtls_pkcs12_load(const char *path, const char *password, mtls_pkcs12 **out);
+/* Free an import result. Identities and certificates taken from it stay valid. NULL is a no-op. */
+MTLS_EXTERN void mtls_pkcs12_free(mtls_pkcs12 *p12);
+/* Number of identities, and the index-th one (file order): a new reference, free *out with
+ * mtls_identity_free. MTLS_E_NO_IDENTITY when the file holds none, MTLS_E_INVALID_ARGUMENT for
+ * another index >= count. */
+MTLS_EXTERN int mtls_pkcs12_identity_count(const mtls_pkcs12 *p12, size_t *count);
+MTLS_EXTERN int mtls_pkcs12_identity(const mtls_pkcs12 *p12, size_t index, mtls_identity **out);
+/* Number of certificates in the file (leaves and chains included), and the index-th one (file
+ * order): a new reference, free *out with mtls_cert_free. */
+MTLS_EXTERN int mtls_pkcs12_cert_count(const mtls_pkcs12 *p12, size_t *count);
+MTLS_EXTERN int mtls_pkcs12_cert(const mtls_pkcs12 *p12, size_t index, mtls_cert **out);
+
+/* Flags of mtls_pkcs12_export. */
+#define MTLS_PKCS12_MODERN 0x0  /* AES-256-CBC, PBKDF2-HMAC-SHA256, HMAC-SHA256 MAC (default) */
+#define MTLS_PKCS12_LEGACY 0x1  /* SHA1-3DES for keys and certificates, HMAC-SHA1 MAC */
+/* Export an identity (key, leaf and its whole chain) as a PKCS#12 file protected by `password`
+ * (required; "" is allowed). `friendly_name` NULL keeps the identity's own. Free *out with
+ * mtls_bytes_free. MTLS_E_UNSUPPORTED for a key that lives on a token. */
+MTLS_EXTERN int mtls_pkcs12_export(const mtls_identity *identity, const char *password, int flags,
+                                   const char *friendly_name, uint8_t **out, size_t *len);
+
 /* ======================================================================================
  * Trust policies and evaluation (issue: trust)
  * ====================================================================================== */
+
+/* A trust policy: anchors, name checking, host rules with SPKI pins, key and signature strength,
+ * CRLs, an optional fixed time. Thread safety: a policy may be changed (including replaced with
+ * mtls_policy_replace) from any thread while other threads evaluate with it; each evaluation
+ * sees one consistent version. Path validation is OpenSSL's X509_verify_cert; libmtls adds
+ * webpki-grade checks, each with its own reason code (README.md, "Trust policies"). */
+typedef struct mtls_policy mtls_policy;
+/* The result of mtls_evaluate. Immutable; safe to read from any thread. */
+typedef struct mtls_trust_result mtls_trust_result;
+
+/* Purposes for mtls_evaluate. */
+#define MTLS_PURPOSE_DEFAULT 0 /* the policy's purpose (server unless the policy file says) */
+#define MTLS_PURPOSE_SERVER 1  /* the peer is a TLS server: serverAuth EKU */
+#define MTLS_PURPOSE_CLIENT 2  /* the peer is a TLS client: clientAuth EKU */
+/* Result kinds (mtls_trust_result_kind). */
+#define MTLS_TRUST_PROCEED 0
+#define MTLS_TRUST_RECOVERABLE_FAILURE 1 /* expiry, name mismatch, unknown root */
+#define MTLS_TRUST_FATAL_FAILURE 2       /* bad signature, revoked, pin mismatch, malformed... */
+/* What happens after a host rule's pins expire (mtls_policy_set_pin_expiry). */
+#define MTLS_PIN_STOP_ENFORCING 0
+#define MTLS_PIN_FAIL_CLOSED 1
+
+/* A new policy with defaults: system trust store, server purpose, name check on, RSA >= 2048,
+ * EC P-256/P-384/P-521, no MD5/SHA-1 signatures. Free *out with mtls_policy_free. */
+MTLS_EXTERN int mtls_policy_new(mtls_policy **out);
+/* Reads a policy JSON file (format in README.md); relative paths in it are resolved against
+ * the file's folder. MTLS_E_INVALID_POLICY names the offending key. Free with mtls_policy_free. */
+MTLS_EXTERN int mtls_policy_load(const char *path, mtls_policy **out);
+/* Same as mtls_policy_load from JSON text (relative paths: the current directory). */
+MTLS_EXTERN int mtls_policy_from_json(const char *json, mtls_policy **out);
+/* Frees the policy. NULL is a no-op. Evaluations running on other threads finish first. */
+MTLS_EXTERN void mtls_policy_free(mtls_policy *policy);
+/* Atomically puts a copy of `from`'s settings in force in `policy` (new pins, new anchors) while
+ * other threads evaluate; `policy` keeps its report callback. `from` stays owned by the caller. */
+MTLS_EXTERN int mtls_policy_replace(mtls_policy *policy, const mtls_policy *from);
+/* Adds an anchor (root, intermediate or the peer's own certificate). The policy keeps its own
+ * reference to `cert`. */
+MTLS_EXTERN int mtls_policy_add_anchor(mtls_policy *policy, const mtls_cert *cert);
+/* Non-zero: trust only the anchors. Zero (default): anchors are added to the system store. */
+MTLS_EXTERN int mtls_policy_set_anchors_only(mtls_policy *policy, int anchors_only);
+/* Non-zero (default): check the host against the SANs. Zero: basic X.509 policy, no name check. */
+MTLS_EXTERN int mtls_policy_set_name_check(mtls_policy *policy, int enabled);
+/* A fixed evaluation time in seconds since 1970; 0 returns to "now". */
+MTLS_EXTERN int mtls_policy_set_time(mtls_policy *policy, int64_t unix_time);
+/* Adds the CRLs of a PEM or DER file; with CRLs the leaf must be covered by one. */
+MTLS_EXTERN int mtls_policy_add_crl_file(mtls_policy *policy, const char *path);
+
+/* Host rules. `pattern`: "name.example", "*.example" (one label), "**.example" (any depth),
+ * an IP literal, each optionally with ":port". The most specific matching rule applies. Each
+ * function below creates the rule when it does not exist yet. */
+/* Sets the rule's verify-as name (NULL: the connected host) and whether to skip the name check. */
+MTLS_EXTERN int mtls_policy_add_host_rule(mtls_policy *policy, const char *pattern, const char *verify_as,
+                                          int skip_name_check);
+/* Adds an anchor of the rule's own; `anchors_only` non-zero ignores the system store for the rule. */
+MTLS_EXTERN int mtls_policy_add_rule_anchor(mtls_policy *policy, const char *pattern, const mtls_cert *cert,
+                                            int anchors_only);
+/* Adds an SPKI pin "sha256/BASE64"; one pin must match a certificate of the built chain. A rule
+ * with a single pin gets a warning (no backup pin): see mtls_policy_warning. */
+MTLS_EXTERN int mtls_policy_add_pin(mtls_policy *policy, const char *pattern, const char *pin);
+/* Pins expire at `expires` (seconds since 1970; 0: never); then MTLS_PIN_STOP_ENFORCING or
+ * MTLS_PIN_FAIL_CLOSED. */
+MTLS_EXTERN int mtls_policy_set_pin_expiry(mtls_policy *policy, const char *pattern, int64_t expires,
+                                           int after_expiry);
+/* Non-zero: pin failures under the rule are reported to the report callback, not enforced. */
+MTLS_EXTERN int mtls_policy_set_report_only(mtls_policy *policy, const char *pattern, int report_only);
+/* Called once per unenforced failure of a report-only rule, on the evaluating thread. Strings
+ * are valid only during the call. */
+typedef void (*mtls_trust_report_cb)(const char *host, const char *rule, const char *code, const char *message,
+                                     void *userdata);
+/* Sets (or with cb NULL, clears) the report callback. `destroy(userdata)`, if not NULL, runs when
+ * the callback is replaced or the policy is freed. */
+MTLS_EXTERN int mtls_policy_set_report_callback(mtls_policy *policy, mtls_trust_report_cb cb, void *userdata,
+                                                void (*destroy)(void *userdata));
+/* Load-time warnings. Free each *out with mtls_string_free. */
+MTLS_EXTERN int mtls_policy_warning_count(const mtls_policy *policy, size_t *count);
+MTLS_EXTERN int mtls_policy_warning(const mtls_policy *policy, size_t index, char **out);
+
+/* Evaluates `certs` (count >= 1, leaf first; the rest may be unordered or padded) for `host`
+ * (DNS name or IP, optionally ":port"; NULL: no name check) with `purpose` (MTLS_PURPOSE_*), at
+ * `at` (seconds since 1970; 0: the policy's time or now). Returns MTLS_OK whenever an evaluation
+ * was made, trusted or not: read the verdict from *out, and free it with mtls_trust_result_free.
+ * Recent evaluations are cached per policy version; the cache never changes an answer. */
+MTLS_EXTERN int mtls_evaluate(mtls_policy *policy, mtls_cert *const *certs, size_t count, const char *host,
+                              int purpose, int64_t at, mtls_trust_result **out);
+/* Frees a result. NULL is a no-op. */
+MTLS_EXTERN void mtls_trust_result_free(mtls_trust_result *result);
+/* *trusted = 1 when the peer is trusted, else 0. */
+MTLS_EXTERN int mtls_trust_result_trusted(const mtls_trust_result *result, int *trusted);
+/* *kind = MTLS_TRUST_PROCEED, _RECOVERABLE_FAILURE or _FATAL_FAILURE. */
+MTLS_EXTERN int mtls_trust_result_kind(const mtls_trust_result *result, int *kind);
+/* Reasons: stable snake_case codes ("expired", "name_mismatch", "pin_mismatch"...), the index in
+ * the built chain of the certificate concerned (-1: the chain as a whole), and a message.
+ * `cert_index` and `message` may be NULL. The strings are owned by the result and valid until it
+ * is freed. */
+MTLS_EXTERN int mtls_trust_result_reason_count(const mtls_trust_result *result, size_t *count);
+MTLS_EXTERN int mtls_trust_result_reason(const mtls_trust_result *result, size_t index, const char **code,
+                                         int *cert_index, const char **message);
+/* The chain that was built, leaf first, as new references: free with mtls_cert_list_free. */
+MTLS_EXTERN int mtls_trust_result_chain(const mtls_trust_result *result, mtls_cert ***out, size_t *count);
+/* The matching host rule's pattern and the matching pin, or NULL; owned by the result. */
+MTLS_EXTERN int mtls_trust_result_matched_rule(const mtls_trust_result *result, const char **rule);
+MTLS_EXTERN int mtls_trust_result_matched_pin(const mtls_trust_result *result, const char **pin);
 
 /* ======================================================================================
  * Credential store (issue: store)
  * ====================================================================================== */
 
+/* A labeled credential store: one SQLite file (WAL) holding identities (private key sealed with
+ * AES-256-GCM at rest, leaf, chain), certificates and references to token identities, each under
+ * a label unique within its class. The store secret (a passphrase stretched with scrypt, or a
+ * 32-byte key) unwraps the data key once per open.
+ *
+ * Thread safety: an mtls_store may be shared by threads (calls are serialised on its
+ * connection); several processes may open the same file at once. An mtls_store_item is
+ * immutable and may be read from any thread. */
+typedef struct mtls_store mtls_store;
+typedef struct mtls_store_item mtls_store_item;
+
+/* Item classes. MTLS_STORE_ANY (0) is accepted where a class filter is optional. */
+#define MTLS_STORE_ANY 0
+#define MTLS_STORE_IDENTITY 1
+#define MTLS_STORE_CERTIFICATE 2
+#define MTLS_STORE_TOKEN_IDENTITY 3
+
+/* Kinds of store secret. */
+#define MTLS_STORE_SECRET_PASSPHRASE 1 /* any bytes; stretched with scrypt */
+#define MTLS_STORE_SECRET_KEY 2        /* exactly 32 random bytes; used as the wrapping key */
+
+/* Options for mtls_store_open. Initialise with mtls_store_options_init, then change fields. */
+#define MTLS_STORE_OPTIONS_VERSION 1
+typedef struct mtls_store_options {
+    unsigned int version; /* MTLS_STORE_OPTIONS_VERSION */
+    int busy_timeout_ms;  /* wait for other users' locks this long, then MTLS_E_LOCKED (10000) */
+    int create;           /* create the file (0600) and its directory (0700) if missing (1) */
+    int kdf_log_n;        /* scrypt N = 2^kdf_log_n for a new store or a new secret (17) */
+    int kdf_r;            /* scrypt r (8) */
+    int kdf_p;            /* scrypt p (1) */
+} mtls_store_options;
+
+/* Fill *opts with the defaults above. MTLS_E_INVALID_ARGUMENT for an unknown version. */
+MTLS_EXTERN int mtls_store_options_init(mtls_store_options *opts, unsigned int version);
+
+/* Open (or create) the store at `path` with a secret of `secret_kind`. `opts` may be NULL for
+ * the defaults. The secret is copied and the caller's copy may be wiped right after.
+ * Errors: MTLS_E_BAD_SECRET (nothing is written), MTLS_E_NOT_A_STORE, MTLS_E_SCHEMA_TOO_NEW,
+ * MTLS_E_READ_ONLY, MTLS_E_LOCKED, MTLS_E_NOT_FOUND (no file and opts->create == 0).
+ * Close *out with mtls_store_close. */
+MTLS_EXTERN int mtls_store_open(const char *path, const uint8_t *secret, size_t secret_len, int secret_kind,
+                                const mtls_store_options *opts, mtls_store **out);
+/* Same, reading the secret from a file: exactly 32 bytes is a key, anything else a passphrase
+ * (its first line). */
+MTLS_EXTERN int mtls_store_open_secret_file(const char *path, const char *secret_file,
+                                            const mtls_store_options *opts, mtls_store **out);
+/* Close the store, wipe its data key and free the handle. NULL is a no-op. Identities and
+ * certificates obtained from the store stay valid (they hold their own references). */
+MTLS_EXTERN void mtls_store_close(mtls_store *store);
+
+/* Put an item under `label` (1..1024 bytes of UTF-8). With replace == 0 an existing label of
+ * the same class gives MTLS_E_DUPLICATE; with replace != 0 the old item is swapped for the new
+ * one in one transaction. MTLS_E_LOCKED, MTLS_E_DISK_FULL, MTLS_E_READ_ONLY leave the store
+ * unchanged. The handles passed in are not consumed. */
+MTLS_EXTERN int mtls_store_put_identity(mtls_store *store, const char *label, const mtls_identity *identity, int replace);
+MTLS_EXTERN int mtls_store_put_cert(mtls_store *store, const char *label, const mtls_cert *cert, int replace);
+/* A token identity reference: the key's `pkcs11:` URI (MTLS_E_BAD_URI otherwise), its
+ * certificate, and optionally `chain_count` chain certificates in any order (chain may be NULL
+ * when chain_count is 0). */
+MTLS_EXTERN int mtls_store_put_token_identity(mtls_store *store, const char *label, const char *uri,
+                                              const mtls_cert *cert, mtls_cert *const *chain,
+                                              size_t chain_count, int replace);
+/* Import the single identity of a PKCS#12 file under `label`. `password` NULL means "no
+ * password" (not the empty password). PKCS#12 errors are those of the PKCS#12 functions
+ * (MTLS_E_BAD_PASSWORD...). `out` may be NULL; otherwise *out receives the imported identity
+ * (free with mtls_identity_free). */
+MTLS_EXTERN int mtls_store_import_p12(mtls_store *store, const char *label, const uint8_t *data, size_t len,
+                                      const char *password, int replace, mtls_identity **out);
+
+/* Get an item by label. MTLS_E_NOT_FOUND when absent. Free *out with mtls_identity_free /
+ * mtls_cert_free; *uri with mtls_string_free. */
+MTLS_EXTERN int mtls_store_get_identity(mtls_store *store, const char *label, mtls_identity **out);
+MTLS_EXTERN int mtls_store_get_cert(mtls_store *store, const char *label, mtls_cert **out);
+MTLS_EXTERN int mtls_store_get_token_identity(mtls_store *store, const char *label, char **uri, mtls_cert **cert);
+/* Every stored identity, decrypted, in label order (token references excluded).
+ * Free with mtls_store_identity_list_free(*out, *count). */
+MTLS_EXTERN int mtls_store_identities(mtls_store *store, mtls_identity ***out, size_t *count);
+MTLS_EXTERN void mtls_store_identity_list_free(mtls_identity **list, size_t count);
+
+/* Metadata without decrypting anything. mtls_store_item_info: the item labelled `label` in
+ * `item_class` (MTLS_STORE_ANY: identity first, then certificate, then token identity).
+ * mtls_store_list: every item of `item_class` (or MTLS_STORE_ANY), by label.
+ * mtls_store_find_sha256: items whose leaf's SHA-256 is `sha256_hex` (64 hex digits, any case,
+ * colons allowed). mtls_store_find_subject: items whose leaf subject (RFC 4514) or subject CN
+ * equals `subject`. Free *out with mtls_store_item_free, arrays with
+ * mtls_store_item_list_free(*out, *count). */
+MTLS_EXTERN int mtls_store_item_info(mtls_store *store, const char *label, int item_class, mtls_store_item **out);
+MTLS_EXTERN int mtls_store_list(mtls_store *store, int item_class, mtls_store_item ***out, size_t *count);
+MTLS_EXTERN int mtls_store_find_sha256(mtls_store *store, const char *sha256_hex, mtls_store_item ***out, size_t *count);
+MTLS_EXTERN int mtls_store_find_subject(mtls_store *store, const char *subject, mtls_store_item ***out, size_t *count);
+MTLS_EXTERN void mtls_store_item_free(mtls_store_item *item);
+MTLS_EXTERN void mtls_store_item_list_free(mtls_store_item **list, size_t count);
+
+/* Item accessors. Returned strings are owned by the item and valid until it is freed; NULL for
+ * a NULL item (and for the token URI of a non-token item). Times are seconds since the Unix
+ * epoch; numbers are 0 for a NULL item. mtls_store_item_chain_sha256 is NULL out of range. */
+MTLS_EXTERN const char *mtls_store_item_label(const mtls_store_item *item);
+MTLS_EXTERN int mtls_store_item_class(const mtls_store_item *item);
+MTLS_EXTERN const char *mtls_store_item_subject(const mtls_store_item *item);
+MTLS_EXTERN const char *mtls_store_item_issuer(const mtls_store_item *item);
+MTLS_EXTERN const char *mtls_store_item_leaf_sha256(const mtls_store_item *item);
+MTLS_EXTERN const char *mtls_store_item_token_uri(const mtls_store_item *item);
+MTLS_EXTERN int64_t mtls_store_item_not_after(const mtls_store_item *item);
+MTLS_EXTERN int64_t mtls_store_item_created(const mtls_store_item *item);
+MTLS_EXTERN int64_t mtls_store_item_modified(const mtls_store_item *item);
+MTLS_EXTERN size_t mtls_store_item_chain_count(const mtls_store_item *item);
+MTLS_EXTERN const char *mtls_store_item_chain_sha256(const mtls_store_item *item, size_t index);
+
+/* Delete the item labelled `label` in `item_class` (MTLS_STORE_ANY: every class).
+ * MTLS_E_NOT_FOUND when nothing matched. `deleted` may be NULL. */
+MTLS_EXTERN int mtls_store_delete(mtls_store *store, const char *label, int item_class, size_t *deleted);
+/* Delete every item of `item_class` (not MTLS_STORE_ANY). `deleted` may be NULL. */
+MTLS_EXTERN int mtls_store_delete_class(mtls_store *store, int item_class, size_t *deleted);
+/* Export the identity labelled `label` as PKCS#12 protected by `password` (required): AES-256
+ * with a SHA-256 MAC, or with legacy != 0 3DES with a SHA-1 MAC for old consumers. The label
+ * is the friendly name. Free *out with mtls_bytes_free. */
+MTLS_EXTERN int mtls_store_export_p12(mtls_store *store, const char *label, const char *password, int legacy,
+                                      uint8_t **out, size_t *out_len);
+/* Re-wrap the data key under a new secret (scrypt parameters from the open options), in one
+ * transaction. Other open handles keep working; the next open needs the new secret. */
+MTLS_EXTERN int mtls_store_change_secret(mtls_store *store, const uint8_t *secret, size_t secret_len, int secret_kind);
+
 /* ======================================================================================
  * Connections (issue: connections)
  * ====================================================================================== */
+
+/* Mutual-TLS connections over OpenSSL's libssl. The peer's certificate is judged by the same
+ * evaluator as the Trust section's functions, called from inside OpenSSL's verification: a
+ * connection and an evaluation can never disagree.
+ *
+ * Three names are kept apart on a client: the address connected to (host), the SNI sent
+ * (options.sni) and the name the server certificate is validated as (options.verify_as).
+ *
+ * Thread safety: an mtls_conn is used by one thread at a time. An mtls_listener may be accepted
+ * on from several threads. Connections made with the same identity, policy and versions share
+ * one OpenSSL context and its session cache, safely across threads.
+ *
+ * Errors say which side failed: MTLS_E_UNTRUSTED (our evaluation rejected the peer; the message
+ * lists the reasons), MTLS_E_PEER_ALERT (the peer refused us: "certificate required", "unknown
+ * CA"...; with TLS 1.3 a server's refusal of our certificate arrives on the first read),
+ * MTLS_E_NO_MATCHING_IDENTITY (automatic selection found no identity for the CA names the server
+ * asked for; the message lists them), MTLS_E_TIMEOUT, MTLS_E_CONNECT (refused, unreachable, no
+ * such host), MTLS_E_HANDSHAKE (anything else, with OpenSSL's words). */
+
+typedef struct mtls_conn mtls_conn;
+typedef struct mtls_listener mtls_listener;
+
+#define MTLS_TLS_1_2 12
+#define MTLS_TLS_1_3 13
+
+#define MTLS_CONN_OPTIONS_VERSION 1
+/* Client options. Always fill with mtls_conn_options_init first, then change fields: fields are
+ * only ever added at the end, with a new version. Pointers are borrowed for the duration of the
+ * call that takes the options (the connection keeps its own references). */
+typedef struct mtls_conn_options {
+    unsigned int version;           /* MTLS_CONN_OPTIONS_VERSION */
+    const char *sni;                /* NULL: the host when it is a DNS name, none for an IP; "": none */
+    const char *verify_as;          /* name or IP the server certificate must match; NULL: host */
+    const char *alpn;               /* protocols to offer, comma-separated ("h2,http/1.1"); NULL: none */
+    int min_tls;                    /* MTLS_TLS_1_2 (default) or MTLS_TLS_1_3 */
+    int max_tls;                    /* MTLS_TLS_1_3 (default) or MTLS_TLS_1_2 */
+    int connect_timeout_ms;         /* 0: 30 s; negative: no limit */
+    int handshake_timeout_ms;       /* 0: 30 s; negative: no limit */
+    int io_timeout_ms;              /* per read or write; 0 or negative: no limit */
+    int non_blocking;               /* 1: connect returns before the handshake; handshake, read and
+                                       write return MTLS_E_WANT_READ / MTLS_E_WANT_WRITE: poll
+                                       mtls_conn_fd and call again */
+    int no_session_resumption;      /* 1: never resume (default 0: resume sessions for the same
+                                       host, port, names, identity and policy) */
+    mtls_identity *identity;        /* the identity to present; NULL: none, or automatic below */
+    mtls_identity *const *candidates; /* with identity NULL: choose among these by the server's */
+    size_t candidate_count;         /*   CertificateRequest (CA names, validity, clientAuth, key type) */
+    mtls_policy *policy;            /* how the server is judged; NULL: system trust store, name check */
+} mtls_conn_options;
+
+/* Fill *opts with the defaults of `version` (MTLS_CONN_OPTIONS_VERSION). */
+MTLS_EXTERN int mtls_conn_options_init(mtls_conn_options *opts, unsigned int version);
+/* Connect to host (DNS name, IPv4 or IPv6 literal) and port, and complete the handshake (unless
+ * opts->non_blocking). opts may be NULL for the defaults. Free *out with mtls_conn_free. */
+MTLS_EXTERN int mtls_conn_connect(const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out);
+/* Connect the socket only; mtls_conn_handshake runs the handshake. Use this to read the
+ * evaluation and the peer chain of a handshake that failed. Free *out with mtls_conn_free. */
+MTLS_EXTERN int mtls_conn_open(const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out);
+/* Run TLS over a connected socket the caller owns (the caller closes it after mtls_conn_free;
+ * it is switched to non-blocking mode). host and port name the server for SNI, validation and
+ * the session cache. Handshakes unless opts->non_blocking. Free *out with mtls_conn_free. */
+MTLS_EXTERN int mtls_conn_wrap_fd(int fd, const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out);
+/* Run or continue the handshake (MTLS_OK once complete; later calls do nothing). */
+MTLS_EXTERN int mtls_conn_handshake(mtls_conn *conn);
+/* Read up to len bytes into buf; *n is the count, 0 when the peer closed the connection. */
+MTLS_EXTERN int mtls_conn_read(mtls_conn *conn, uint8_t *buf, size_t len, size_t *n);
+/* Write len bytes; blocking connections write them all, non-blocking ones may write part (*n). */
+MTLS_EXTERN int mtls_conn_write(mtls_conn *conn, const uint8_t *buf, size_t len, size_t *n);
+/* Send close_notify. The socket stays open until mtls_conn_free. */
+MTLS_EXTERN int mtls_conn_shutdown(mtls_conn *conn);
+/* Close (close_notify, then the socket if the connection owns it) and free. NULL is a no-op. */
+MTLS_EXTERN void mtls_conn_free(mtls_conn *conn);
+/* The socket, for poll()/epoll in non-blocking mode. Owned by the connection. */
+MTLS_EXTERN int mtls_conn_fd(const mtls_conn *conn, int *fd);
+/* The chain the peer presented, leaf first (also after a failed handshake, when our evaluation
+ * rejected it). Free with mtls_cert_list_free(*out, *count). */
+MTLS_EXTERN int mtls_conn_peer_chain(const mtls_conn *conn, mtls_cert ***out, size_t *count);
+/* Our evaluation of the peer's chain (for a resumed session: the one made when the session was
+ * established; also after a failed handshake when our evaluation rejected the peer); *out is
+ * NULL when the peer sent no certificate. Free *out with mtls_trust_result_free. */
+MTLS_EXTERN int mtls_conn_evaluation(const mtls_conn *conn, mtls_trust_result **out);
+/* The ALPN protocol agreed on; *out is NULL when none. Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_conn_alpn(const mtls_conn *conn, char **out);
+/* "TLSv1.2" or "TLSv1.3" (MTLS_E_INVALID_ARGUMENT before the handshake). Free with mtls_string_free. */
+MTLS_EXTERN int mtls_conn_tls_version(const mtls_conn *conn, char **out);
+/* *resumed = 1 when the handshake resumed an earlier session. */
+MTLS_EXTERN int mtls_conn_resumed(const mtls_conn *conn, int *resumed);
+/* The identity we presented (the chosen one, with automatic selection); *out is NULL when none.
+ * Free *out with mtls_identity_free. */
+MTLS_EXTERN int mtls_conn_presented_identity(const mtls_conn *conn, mtls_identity **out);
+
+#define MTLS_CLIENT_AUTH_NONE 0      /* do not ask clients for a certificate */
+#define MTLS_CLIENT_AUTH_OPTIONAL 1  /* ask; accept clients without one (not untrusted ones) */
+#define MTLS_CLIENT_AUTH_REQUIRE 2   /* ask, and refuse clients without one (default) */
+
+#define MTLS_LISTENER_OPTIONS_VERSION 1
+/* Server options; fill with mtls_listener_options_init first. Pointers are borrowed for the
+ * duration of mtls_listener_new (the listener keeps its own references). */
+typedef struct mtls_listener_options {
+    unsigned int version;           /* MTLS_LISTENER_OPTIONS_VERSION */
+    int client_auth;                /* MTLS_CLIENT_AUTH_* */
+    mtls_identity *identity;        /* the server's identity (required) */
+    mtls_policy *client_policy;     /* how clients are judged (no name check); its anchors, e.g. one
+                                       customer's intermediate, are the CA names sent to clients.
+                                       NULL: the system trust store */
+    const char *alpn;               /* protocols accepted, comma-separated, preferred first */
+    int min_tls, max_tls;           /* as in mtls_conn_options */
+    int handshake_timeout_ms;       /* per accepted client; 0: 30 s; negative: no limit */
+    int io_timeout_ms;              /* per read or write on accepted connections; 0: no limit */
+} mtls_listener_options;
+
+/* Fill *opts with the defaults of `version` (MTLS_LISTENER_OPTIONS_VERSION). */
+MTLS_EXTERN int mtls_listener_options_init(mtls_listener_options *opts, unsigned int version);
+/* Listen on address ("127.0.0.1", "::1"; NULL: every IPv4 address) and port (0: an ephemeral
+ * port, see mtls_listener_port). Free *out with mtls_listener_free. */
+MTLS_EXTERN int mtls_listener_new(const char *address, uint16_t port, const mtls_listener_options *opts,
+                                  mtls_listener **out);
+/* The port listened on. */
+MTLS_EXTERN int mtls_listener_port(const mtls_listener *listener, uint16_t *port);
+/* Wait up to timeout_ms (negative: forever) for a client and run its handshake. A rejected client
+ * gives an error saying why (MTLS_E_UNTRUSTED with our evaluation's reasons, or no certificate
+ * when one is required; MTLS_E_PEER_ALERT). Free *out with mtls_conn_free. */
+MTLS_EXTERN int mtls_listener_accept(mtls_listener *listener, int timeout_ms, mtls_conn **out);
+/* Stop listening and free. Accepted connections live on. NULL is a no-op. */
+MTLS_EXTERN void mtls_listener_free(mtls_listener *listener);
+
+/* Bring your own SSL_CTX: configure an OpenSSL SSL_CTX * the application owns (passed as void *,
+ * e.g. from libcurl's CURLOPT_SSL_CTX_FUNCTION) to present `identity` (NULL: none) and to judge
+ * peers with `policy` (NULL: system trust store) through libmtls's evaluator. accepts_clients 0:
+ * the context connects to servers (validated as the name set with SSL_set1_host, else the SNI);
+ * 1: it accepts clients (certificates requested, no name check). The context keeps its own
+ * references to identity and policy until it is freed; calling again replaces them. */
+MTLS_EXTERN int mtls_ssl_ctx_configure(void *ssl_ctx, const mtls_identity *identity, const mtls_policy *policy,
+                                       int accepts_clients);
+
 
 /* ======================================================================================
  * PKCS#11 tokens
@@ -268,6 +714,9 @@ MTLS_EXTERN int mtls_issued_key_pem(const mtls_issued *issued, const char *passw
  * `password` is required (may be ""). Free *out with mtls_bytes_free. */
 MTLS_EXTERN int mtls_issued_export_p12(const mtls_issued *issued, const char *password, int legacy,
                                        uint8_t **out, size_t *out_len);
+/* The issued certificate, its key and chain as an mtls_identity (for connections, the store,
+ * mtls_pkcs12_export). A new reference: free *out with mtls_identity_free. */
+MTLS_EXTERN int mtls_issued_identity(const mtls_issued *issued, mtls_identity **out);
 /* A v2 CRL signed by the CA `ca` listing `count` serial numbers (hex, as mtls_cert_serial_hex
  * gives them), with CRL number `number`, thisUpdate `now` (0: the current time) and nextUpdate
  * validity_days later (0: 30). DER in *der; free it with mtls_bytes_free. */

@@ -215,3 +215,14 @@ public func mtls_pki_crl(_ ca: OpaquePointer?, _ serials: UnsafePointer<UnsafePo
         try putBytes(bytes, der, derLen)
     }
 }
+
+/// `int mtls_issued_identity(const mtls_issued *issued, mtls_identity **out)`
+@_cdecl("mtls_issued_identity")
+public func mtls_issued_identity(_ issued: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        // Both handles box the same immutable Identity; the new one holds its own reference.
+        out.pointee = retainHandle(try handle(issued, Identity.self, "issued"))
+    }
+}

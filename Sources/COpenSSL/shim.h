@@ -97,6 +97,20 @@ static inline int mtls_ossl_SSL_CTX_set_tlsext_servername_callback(SSL_CTX *ctx,
 }
 static inline int mtls_ossl_SSL_CTX_set_tlsext_servername_arg(SSL_CTX *ctx, void *arg) { return (int)SSL_CTX_set_tlsext_servername_arg(ctx, arg); }
 
+/* ---- connections (TLS) ---- */
+static inline int mtls_ossl_SSL_get_ex_new_index(CRYPTO_EX_free *free_func) { return SSL_get_ex_new_index(0, NULL, NULL, NULL, free_func); }
+static inline int mtls_ossl_SSL_CTX_get_ex_new_index(CRYPTO_EX_free *free_func) { return SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, free_func); }
+static inline int mtls_ossl_sk_X509_NAME_push_dup(STACK_OF(X509_NAME) *sk, const X509_NAME *n) {
+    X509_NAME *d = X509_NAME_dup(n);
+    if (d == NULL) return 0;
+    if (!sk_X509_NAME_push(sk, d)) { X509_NAME_free(d); return 0; }
+    return 1;
+}
+static inline uint64_t mtls_ossl_SSL_OP_NO_TICKET(void) { return SSL_OP_NO_TICKET; }
+static inline uint64_t mtls_ossl_SSL_OP_IGNORE_UNEXPECTED_EOF(void) { return SSL_OP_IGNORE_UNEXPECTED_EOF; }
+static inline STACK_OF(X509_NAME) *mtls_ossl_sk_X509_NAME_new_null(void) { return sk_X509_NAME_new_null(); }
+static inline void mtls_ossl_sk_X509_NAME_pop_free(STACK_OF(X509_NAME) *sk) { sk_X509_NAME_pop_free(sk, X509_NAME_free); }
+
 /* ---- BIO macros ---- */
 static inline long mtls_ossl_BIO_get_mem_data(BIO *b, char **pp) { return BIO_get_mem_data(b, pp); }
 static inline int mtls_ossl_BIO_set_close(BIO *b, long c) { return (int)BIO_set_close(b, c); }

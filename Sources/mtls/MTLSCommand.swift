@@ -8,6 +8,16 @@ struct MTLSCommand: ParsableCommand {
         commandName: "mtls",
         abstract: "Mutual-TLS client identities, trust and connections (libmtls \(MTLSVersion.string)).",
         version: MTLSVersion.string,
-        subcommands: [CertCommand.self, PKICommand.self, VerifyCommand.self, LimboCommand.self]
+        subcommands: [
+            CertCommand.self,
+            P12Command.self,
+            PKICommand.self,
+            VerifyCommand.self,
+            LimboCommand.self,
+            TokenCommand.self,
+            StoreCommand.self,
+            ConnectCommand.self,
+            ServeCommand.self,
+        ]
     )
 }

@@ -31,7 +31,7 @@ struct StorePKI {
             openssl pkcs8 -topk8 -nocrypt -in '\(cn).key' -outform DER -out '\(cn).p8'
             """)
         let p8 = try [UInt8](Data(contentsOf: URL(fileURLWithPath: "\(dir)/\(cn).p8")))
-        let key = try StoreCrypto.privateKey(pkcs8: SecretBytes(p8))
+        let key = try PrivateKey(pkcs8DER: p8)
         let leaf = try Certificate.load(path: "\(dir)/\(cn).pem")[0]
         // Unordered on purpose: the identity orders its chain.
         return try Identity(privateKey: key, leaf: leaf, certificates: [root, intermediate])
@@ -305,6 +305,29 @@ final class CredentialStoreTests: XCTestCase {
                 XCTAssertNil(f.range(of: Data("PRIVATE KEY".utf8)))
             }
         }
+    }
+
+    func testImportPKCS12UnderALabelAndExportItBack() throws {
+        let pki = try StorePKI()
+        let a = try pki.identity("p12user")
+        try TestPKI.sh("cd \(pki.dir) && cat int.pem root.pem > chain.pem && openssl pkcs12 -export -inkey p12user.key -in p12user.pem -certfile chain.pem -passout pass:pw -out p12user.p12")
+        let data = try [UInt8](Data(contentsOf: URL(fileURLWithPath: "\(pki.dir)/p12user.p12")))
+        let store = try open("\(pki.dir)/store.db")
+        assertCode(.badPassword) { try store.importPKCS12(data, password: SecretBytes("nope"), label: "u") }
+        XCTAssertEqual(try store.list(), [])
+        try store.importPKCS12(data, password: SecretBytes("pw"), label: "u")
+        assertCode(.duplicate) { try store.importPKCS12(data, password: SecretBytes("pw"), label: "u") }
+        try store.importPKCS12(data, password: SecretBytes("pw"), label: "u", replace: true)
+        XCTAssertEqual(try store.identity(label: "u").chain, [pki.intermediate, pki.root])
+        let exported = try store.exportPKCS12(label: "u", password: SecretBytes("out"))
+        let back = try PKCS12.parse(exported, password: SecretBytes("out")).requireIdentity()
+        XCTAssertEqual(back.leaf, a.leaf)
+        XCTAssertEqual(back.chain.count, 2)
+        try Data(exported).write(to: URL(fileURLWithPath: "\(pki.dir)/out.p12"))
+        XCTAssertTrue(try TestPKI.sh("openssl pkcs12 -in \(pki.dir)/out.p12 -passin pass:out -nokeys -info 2>&1").contains("friendlyName: u"))
+        let legacy = try store.exportPKCS12(label: "u", password: SecretBytes("out"), options: .legacy)
+        XCTAssertTrue(try PKCS12.parse(legacy, password: SecretBytes("out")).requireIdentity().privateKey.matches(a.leaf))
+        assertCode(.notFound) { _ = try store.exportPKCS12(label: "nope", password: SecretBytes("x")) }
     }
 
     func testReplaceByAnotherConnectionInvalidatesTheCache() throws {

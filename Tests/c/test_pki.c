@@ -147,6 +147,15 @@ int main(void) {
     CHECK_OK(mtls_issued_export_p12(server, "", 1, &p12, &p12_len));
     CHECK(p12_len > 0); mtls_bytes_free(p12);
 
+    /* as an mtls_identity */
+    mtls_identity *ident = NULL;
+    CHECK_RC(mtls_issued_identity(NULL, &ident), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_issued_identity(client, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_issued_identity(client, &ident));
+    size_t chain_count = 0;
+    CHECK_OK(mtls_identity_chain_count(ident, &chain_count)); CHECK(chain_count == 2);
+    mtls_identity_free(ident);
+
     /* CRL */
     uint8_t *der = NULL; size_t der_len = 0;
     const char *serials[] = {serial};

@@ -256,7 +256,7 @@ public final class CredentialStore: @unchecked Sendable {
     /// transaction (readers see one or the other, never neither).
     public func putIdentity(_ identity: Identity, label: String, replace: Bool = false) throws {
         try checkLabel(label)
-        let sealed = try StoreCrypto.seal(try StoreCrypto.pkcs8(identity.privateKey), key: lock.with { dataKey },
+        let sealed = try StoreCrypto.seal(try identity.privateKey.pkcs8DER(), key: lock.with { dataKey },
                                           aad: CredentialStore.aad(.identity, label))
         try put(.identity, label: label, leaf: identity.leaf, chain: identity.chain, sealedKey: sealed, tokenURI: nil, replace: replace)
     }
@@ -337,7 +337,8 @@ public final class CredentialStore: @unchecked Sendable {
         guard let plain = try StoreCrypto.open(s.blob(4), key: dataKey, aad: CredentialStore.aad(.identity, label)) else {
             throw MTLSError(.corrupt, "the sealed key of \"\(label)\" does not authenticate: it was altered or moved from another row")
         }
-        let key = try StoreCrypto.privateKey(pkcs8: plain)
+        // Pass the wiped buffer itself (no copy) to the decoder.
+        let key = try PrivateKey(pkcs8DER: plain.storage)
         let identity = try Identity(privateKey: key, leaf: leaf, certificates: chain, friendlyName: label)
         if cache.count >= max(options.identityCacheSize, 1) { cache.remove(at: cache.startIndex) }
         if options.identityCacheSize > 0 { cache[id] = (generation, identity) }

@@ -55,7 +55,7 @@ public struct StoreKDFParameters: Hashable, Sendable {
 
     /// Refuses parameters a hostile or damaged header could use to make opening hang or
     /// exhaust memory (N ≤ 2^22, r ≤ 32, p ≤ 16, ≤ 1 GiB).
-    func validate() throws {
+    public func validate() throws {
         guard (1...22).contains(logN), (1...32).contains(r), (1...16).contains(p), memory <= 1 << 30 else {
             throw MTLSError(.limitExceeded, "scrypt parameters N=2^\(logN) r=\(r) p=\(p) are outside libmtls's limits")
         }
@@ -169,30 +169,5 @@ enum StoreCrypto {
         }
         if plain.count != bodyCount { plain.removeAll() }
         return SecretBytes(consume plain)
-    }
-
-    // MARK: private keys as PKCS#8 DER, only ever held in wiped buffers
-
-    /// The key's unencrypted PKCS#8 DER, for sealing.
-    static func pkcs8(_ key: PrivateKey) throws -> SecretBytes {
-        guard key.tokenURI == nil else { throw MTLSError(.unsupported, "a token key cannot be exported; store a token reference instead") }
-        guard let p8 = EVP_PKEY2PKCS8(key.pkey) else { throw MTLSError.openSSL(.unsupported, "cannot encode the private key as PKCS#8") }
-        defer { PKCS8_PRIV_KEY_INFO_free(p8) }
-        guard let der = derEncode({ i2d_PKCS8_PRIV_KEY_INFO(p8, $0) }) else {
-            throw MTLSError.openSSL(.internal, "cannot encode the private key as PKCS#8")
-        }
-        return SecretBytes(consume der)
-    }
-
-    /// A private key from unencrypted PKCS#8 DER.
-    static func privateKey(pkcs8 der: SecretBytes) throws -> PrivateKey {
-        let pkey: OpaquePointer? = der.withBytes { buf in
-            var p: UnsafePointer<UInt8>? = buf.baseAddress
-            guard let p8 = d2i_PKCS8_PRIV_KEY_INFO(nil, &p, buf.count) else { return nil }
-            defer { PKCS8_PRIV_KEY_INFO_free(p8) }
-            return EVP_PKCS82PKEY_ex(p8, LibraryContext.shared.ctx, nil)
-        }
-        guard let pkey else { throw MTLSError.openSSL(.corrupt, "the stored private key cannot be decoded") }
-        return PrivateKey(takingOwnership: pkey)
     }
 }

@@ -147,6 +147,19 @@ public final class TrustPolicy: @unchecked Sendable {
             s.warnings = s.hostRules.flatMap(\.warnings)
         }
     }
+    /// Changes the rule whose pattern is `pattern` (as written, case-insensitive), creating it
+    /// first when there is none. Throws ``MTLSError/Code/invalidPolicy`` for a malformed pattern.
+    public func updateHostRule(_ pattern: String, _ change: (inout HostRule) throws -> Void) throws {
+        let parsed = try HostPattern(pattern)
+        try changeSetting { s in
+            let i = s.hostRules.firstIndex { $0.pattern.text.lowercased() == pattern.lowercased() }
+            var rule = i.map { s.hostRules[$0] } ?? HostRule(pattern: parsed)
+            try change(&rule)
+            if let i { s.hostRules[i] = rule } else { s.hostRules.append(rule) }
+            s.warnings = s.hostRules.flatMap(\.warnings)
+        }
+    }
+
     /// Smallest accepted RSA modulus, in bits (default 2048). RSA sizes must also be a multiple of 8.
     public var minimumRSABits: Int { get { readSetting(\.minimumRSABits) } set { changeSetting { $0.minimumRSABits = newValue } } }
     /// Smallest accepted elliptic curve, in bits (default 256: P-256, P-384, P-521, Ed25519).
@@ -211,6 +224,16 @@ public final class TrustPolicyHandle: @unchecked Sendable {
 
     /// Puts `newPolicy` in force for every evaluation that starts from now on.
     public func replace(_ newPolicy: TrustPolicy) { policy.withLock { $0 = newPolicy } }
+
+    /// Puts a copy of `newPolicy`'s settings in force, keeping the current report handler (the
+    /// application's callback outlives policy updates).
+    public func replaceSettings(from newPolicy: TrustPolicy) {
+        let copy = newPolicy.copy()
+        policy.withLock { current in
+            copy.reportHandler = current.reportHandler
+            current = copy
+        }
+    }
 
     /// Evaluates with the policy in force now.
     public func evaluate(chain: [Certificate], host: String?, purpose: TrustPurpose? = nil, at: Date? = nil) -> TrustResult {

@@ -41,6 +41,13 @@ def test_client_p12_carries_key_chain_and_friendly_name(chain):
     assert p12.cert.friendly_name == b"alice"
 
 
+def test_issued_certificate_is_an_identity(chain):
+    _, inter = chain
+    ident = inter.issue_client("erin", now=NOW).identity
+    assert isinstance(ident, mtls.Identity)
+    assert ident.leaf.subject == "CN=erin"
+
+
 def test_key_pem_is_encrypted_with_a_password(chain):
     root, _ = chain
     enc = root.key_pem("kp")

@@ -49,6 +49,8 @@ fn("mtls_issued_key_pem", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, c_void
 #                            uint8_t **out, size_t *out_len)
 fn("mtls_issued_export_p12", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int,
    ctypes.POINTER(ctypes.POINTER(ctypes.c_uint8)), c_size_p)
+# int mtls_issued_identity(const mtls_issued *issued, mtls_identity **out)
+fn("mtls_issued_identity", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 # int mtls_pki_crl(const mtls_issued *ca, const char *const *revoked_serials, size_t count,
 #                  uint64_t number, int validity_days, int64_t now, uint8_t **der, size_t *der_len)
 fn("mtls_pki_crl", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
@@ -137,6 +139,14 @@ class IssuedCertificate:
         out = ctypes.c_void_p()
         check(lib.mtls_issued_chain_pem(self._h, ctypes.byref(out)))
         return take_string(out)
+
+    @property
+    def identity(self):
+        """The certificate, key and chain as an mtls.Identity (for the store and connections)."""
+        from .pkcs12 import Identity
+        out = ctypes.c_void_p()
+        check(lib.mtls_issued_identity(self._h, ctypes.byref(out)))
+        return Identity(out.value)
 
     def key_pem(self, password=None) -> str:
         """The private key as PEM: encrypted PKCS#8 with a password, unencrypted without."""

@@ -1,0 +1,221 @@
+// mtls_identity and mtls_pkcs12: identities, PKCS#12 import and export.
+import MTLS
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The object behind an `mtls_pkcs12` handle: an immutable import result.
+final class PKCS12Handle {
+    let contents: PKCS12Contents
+    init(_ contents: PKCS12Contents) { self.contents = contents }
+}
+
+/// A C password argument: NULL is "no password", "" the empty password.
+private func password(_ p: UnsafePointer<CChar>?) -> SecretBytes? {
+    guard let p else { return nil }
+    return SecretBytes(Array(UnsafeRawBufferPointer(start: p, count: strlen(p))))
+}
+
+/// `mtls_identity *mtls_identity_ref(mtls_identity *identity)`
+@_cdecl("mtls_identity_ref")
+public func mtls_identity_ref(_ identity: OpaquePointer?) -> OpaquePointer? { refHandle(identity, Identity.self) }
+
+/// `void mtls_identity_free(mtls_identity *identity)`
+@_cdecl("mtls_identity_free")
+public func mtls_identity_free(_ identity: OpaquePointer?) { releaseHandle(identity, Identity.self) }
+
+/// `int mtls_identity_from_pem(const char *cert_pem, const char *key_pem, const char *password, mtls_identity **out)`
+@_cdecl("mtls_identity_from_pem")
+public func mtls_identity_from_pem(_ certPEM: UnsafePointer<CChar>?, _ keyPEM: UnsafePointer<CChar>?,
+                                   _ pass: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let certs = Array(try string(certPEM, "cert_pem").utf8)
+        let key = Array(try string(keyPEM, "key_pem").utf8)
+        out.pointee = retainHandle(try Identity(certificatePEM: certs, keyPEM: key, password: password(pass)))
+    }
+}
+
+/// `int mtls_identity_leaf(const mtls_identity *identity, mtls_cert **out)`
+@_cdecl("mtls_identity_leaf")
+public func mtls_identity_leaf(_ identity: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let id = try handle(identity, Identity.self, "identity")
+        try require(out, "out").pointee = retainHandle(id.leaf)
+    }
+}
+
+/// `int mtls_identity_chain_count(const mtls_identity *identity, size_t *count)`
+@_cdecl("mtls_identity_chain_count")
+public func mtls_identity_chain_count(_ identity: OpaquePointer?, _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        let id = try handle(identity, Identity.self, "identity")
+        try require(count, "count").pointee = id.chain.count
+    }
+}
+
+/// `int mtls_identity_chain_get(const mtls_identity *identity, size_t index, mtls_cert **out)`
+@_cdecl("mtls_identity_chain_get")
+public func mtls_identity_chain_get(_ identity: OpaquePointer?, _ index: Int, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let id = try handle(identity, Identity.self, "identity")
+        let out = try require(out, "out")
+        guard index >= 0, index < id.chain.count else {
+            throw invalid("index \(index) is out of range (the chain has \(id.chain.count) certificates)")
+        }
+        out.pointee = retainHandle(id.chain[index])
+    }
+}
+
+/// `int mtls_identity_friendly_name(const mtls_identity *identity, char **out)`
+@_cdecl("mtls_identity_friendly_name")
+public func mtls_identity_friendly_name(_ identity: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        let id = try handle(identity, Identity.self, "identity")
+        let out = try require(out, "out")
+        out.pointee = nil
+        if let name = id.friendlyName { try putString(name, out) }
+    }
+}
+
+/// `int mtls_identity_local_key_id(const mtls_identity *identity, uint8_t **out, size_t *len)`
+@_cdecl("mtls_identity_local_key_id")
+public func mtls_identity_local_key_id(_ identity: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
+                                       _ len: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        let id = try handle(identity, Identity.self, "identity")
+        let out = try require(out, "out"), len = try require(len, "len")
+        out.pointee = nil
+        len.pointee = 0
+        if let kid = id.localKeyID { try putBytes(kid, out, len) }
+    }
+}
+
+/// `int mtls_identity_key_type(const mtls_identity *identity, char **name, int *bits)`
+@_cdecl("mtls_identity_key_type")
+public func mtls_identity_key_type(_ identity: OpaquePointer?, _ name: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
+                                   _ bits: UnsafeMutablePointer<Int32>?) -> Int32 {
+    abiCall {
+        let id = try handle(identity, Identity.self, "identity")
+        let bits = try require(bits, "bits")
+        let type = id.privateKey.keyType
+        try putString(type.shortName, name)
+        bits.pointee = Int32(type.bits)
+    }
+}
+
+/// `int mtls_identity_chain_check(const mtls_identity *identity, unsigned int *flags, int *openssl_code, char **message)`
+@_cdecl("mtls_identity_chain_check")
+public func mtls_identity_chain_check(_ identity: OpaquePointer?, _ flags: UnsafeMutablePointer<UInt32>?,
+                                      _ code: UnsafeMutablePointer<Int32>?,
+                                      _ message: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        let id = try handle(identity, Identity.self, "identity")
+        let flags = try require(flags, "flags")
+        let e = id.chainEvaluation
+        var f: UInt32 = 0
+        if e.verified { f |= 1 }
+        if e.reachesSelfSignedRoot { f |= 2 }
+        if e.signaturesValid { f |= 4 }
+        if e.withinValidity { f |= 8 }
+        if let message { try putString(e.message, message) }
+        flags.pointee = f
+        code?.pointee = e.openSSLCode
+    }
+}
+
+/// `int mtls_pkcs12_import(const uint8_t *data, size_t len, const char *password, mtls_pkcs12 **out)`
+@_cdecl("mtls_pkcs12_import")
+public func mtls_pkcs12_import(_ data: UnsafePointer<UInt8>?, _ len: Int, _ pass: UnsafePointer<CChar>?,
+                               _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let input = try bytes(data, len, "data")
+        out.pointee = retainHandle(PKCS12Handle(try PKCS12.parse(input, password: password(pass))))
+    }
+}
+
+/// `int mtls_pkcs12_load(const char *path, const char *password, mtls_pkcs12 **out)`
+@_cdecl("mtls_pkcs12_load")
+public func mtls_pkcs12_load(_ path: UnsafePointer<CChar>?, _ pass: UnsafePointer<CChar>?,
+                             _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let path = try string(path, "path")
+        out.pointee = retainHandle(PKCS12Handle(try PKCS12.load(path: path, password: password(pass))))
+    }
+}
+
+/// `void mtls_pkcs12_free(mtls_pkcs12 *p12)`
+@_cdecl("mtls_pkcs12_free")
+public func mtls_pkcs12_free(_ p12: OpaquePointer?) { releaseHandle(p12, PKCS12Handle.self) }
+
+/// `int mtls_pkcs12_identity_count(const mtls_pkcs12 *p12, size_t *count)`
+@_cdecl("mtls_pkcs12_identity_count")
+public func mtls_pkcs12_identity_count(_ p12: OpaquePointer?, _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        let h = try handle(p12, PKCS12Handle.self, "p12")
+        try require(count, "count").pointee = h.contents.identities.count
+    }
+}
+
+/// `int mtls_pkcs12_identity(const mtls_pkcs12 *p12, size_t index, mtls_identity **out)`
+@_cdecl("mtls_pkcs12_identity")
+public func mtls_pkcs12_identity(_ p12: OpaquePointer?, _ index: Int, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let h = try handle(p12, PKCS12Handle.self, "p12")
+        let out = try require(out, "out")
+        let ids = h.contents.identities
+        guard index >= 0, index < ids.count else {
+            if ids.isEmpty { throw MTLSError(.noIdentity, "the PKCS#12 file holds no identity (certificates only)") }
+            throw invalid("index \(index) is out of range (the file has \(ids.count) identities)")
+        }
+        out.pointee = retainHandle(ids[index])
+    }
+}
+
+/// `int mtls_pkcs12_cert_count(const mtls_pkcs12 *p12, size_t *count)`
+@_cdecl("mtls_pkcs12_cert_count")
+public func mtls_pkcs12_cert_count(_ p12: OpaquePointer?, _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        let h = try handle(p12, PKCS12Handle.self, "p12")
+        try require(count, "count").pointee = h.contents.certificates.count
+    }
+}
+
+/// `int mtls_pkcs12_cert(const mtls_pkcs12 *p12, size_t index, mtls_cert **out)`
+@_cdecl("mtls_pkcs12_cert")
+public func mtls_pkcs12_cert(_ p12: OpaquePointer?, _ index: Int, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let h = try handle(p12, PKCS12Handle.self, "p12")
+        let out = try require(out, "out")
+        let certs = h.contents.certificates
+        guard index >= 0, index < certs.count else {
+            throw invalid("index \(index) is out of range (the file has \(certs.count) certificates)")
+        }
+        out.pointee = retainHandle(certs[index])
+    }
+}
+
+/// `int mtls_pkcs12_export(const mtls_identity *identity, const char *password, int flags,
+///                         const char *friendly_name, uint8_t **out, size_t *len)`
+@_cdecl("mtls_pkcs12_export")
+public func mtls_pkcs12_export(_ identity: OpaquePointer?, _ pass: UnsafePointer<CChar>?, _ flags: Int32,
+                               _ friendlyName: UnsafePointer<CChar>?,
+                               _ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
+                               _ len: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        let id = try handle(identity, Identity.self, "identity")
+        let out = try require(out, "out"), len = try require(len, "len")
+        out.pointee = nil
+        len.pointee = 0
+        let pw = try require(password(pass), "password")
+        guard flags & ~1 == 0 else { throw invalid("unknown flags 0x\(String(flags, radix: 16))") }
+        var options: PKCS12ExportOptions = flags & 1 != 0 ? .legacy : .modern
+        options.friendlyName = optionalString(friendlyName)
+        try putBytes(try PKCS12.export(id, password: pw, options: options), out, len)
+    }
+}

@@ -1,0 +1,401 @@
+// mtls_store and mtls_store_item: the labeled credential store.
+import MTLS
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The C layout of `mtls_store_options` (all 4-byte fields, so Swift and C agree).
+struct StoreOptionsC {
+    var version: UInt32
+    var busyTimeoutMs: Int32
+    var create: Int32
+    var kdfLogN: Int32
+    var kdfR: Int32
+    var kdfP: Int32
+}
+
+let MTLS_STORE_OPTIONS_VERSION: UInt32 = 1
+
+private func options(_ p: UnsafeRawPointer?) throws -> CredentialStore.Options {
+    var o = CredentialStore.Options()
+    guard let p else { return o }
+    let c = p.assumingMemoryBound(to: StoreOptionsC.self).pointee
+    guard c.version == MTLS_STORE_OPTIONS_VERSION else {
+        throw invalid("mtls_store_options.version is \(c.version); initialise it with mtls_store_options_init")
+    }
+    o.busyTimeoutMilliseconds = max(c.busyTimeoutMs, 0)
+    o.create = c.create != 0
+    o.kdf = StoreKDFParameters(logN: Int(c.kdfLogN), r: Int(c.kdfR), p: Int(c.kdfP))
+    try o.kdf.validate()
+    return o
+}
+
+private func secret(_ p: UnsafePointer<UInt8>?, _ len: Int, _ kind: Int32) throws -> StoreSecret {
+    // The array built from C memory becomes the SecretBytes' own storage: no unwiped copy.
+    switch kind {
+    case 1: return .passphrase(SecretBytes(try bytes(p, len, "secret")))
+    case 2: return .key(SecretBytes(try bytes(p, len, "secret")))
+    default: throw invalid("secret_kind must be MTLS_STORE_SECRET_PASSPHRASE or MTLS_STORE_SECRET_KEY")
+    }
+}
+
+/// A NUL-terminated password as secret bytes (copied straight from C memory, no String).
+private func secretString(_ p: UnsafePointer<CChar>) -> SecretBytes {
+    SecretBytes(Array(UnsafeRawBufferPointer(start: p, count: strlen(p))))
+}
+
+private func itemClass(_ c: Int32, allowAny: Bool) throws -> StoreItemClass? {
+    if c == 0 && allowAny { return nil }
+    guard let k = StoreItemClass(rawValue: c) else { throw invalid("item_class \(c) is not an MTLS_STORE_* class") }
+    return k
+}
+
+/// `int mtls_store_options_init(mtls_store_options *opts, unsigned int version)`
+@_cdecl("mtls_store_options_init")
+public func mtls_store_options_init(_ opts: UnsafeMutableRawPointer?, _ version: UInt32) -> Int32 {
+    abiCall {
+        let p = try require(opts, "opts")
+        guard version == MTLS_STORE_OPTIONS_VERSION else { throw invalid("unknown mtls_store_options version \(version)") }
+        let d = CredentialStore.Options()
+        p.assumingMemoryBound(to: StoreOptionsC.self).pointee = StoreOptionsC(
+            version: version, busyTimeoutMs: d.busyTimeoutMilliseconds, create: d.create ? 1 : 0,
+            kdfLogN: Int32(d.kdf.logN), kdfR: Int32(d.kdf.r), kdfP: Int32(d.kdf.p))
+    }
+}
+
+/// `int mtls_store_open(const char *path, const uint8_t *secret, size_t secret_len, int secret_kind,
+///                      const mtls_store_options *opts, mtls_store **out)`
+@_cdecl("mtls_store_open")
+public func mtls_store_open(_ path: UnsafePointer<CChar>?, _ secretData: UnsafePointer<UInt8>?, _ secretLen: Int,
+                            _ secretKind: Int32, _ opts: UnsafeRawPointer?,
+                            _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let store = try CredentialStore(path: try string(path, "path"), secret: try secret(secretData, secretLen, secretKind),
+                                        options: try options(opts))
+        out.pointee = retainHandle(store)
+    }
+}
+
+/// `int mtls_store_open_secret_file(const char *path, const char *secret_file, const mtls_store_options *opts,
+///                                  mtls_store **out)`
+@_cdecl("mtls_store_open_secret_file")
+public func mtls_store_open_secret_file(_ path: UnsafePointer<CChar>?, _ secretFile: UnsafePointer<CChar>?,
+                                        _ opts: UnsafeRawPointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let s = try StoreSecret.load(path: try string(secretFile, "secret_file"))
+        out.pointee = retainHandle(try CredentialStore(path: try string(path, "path"), secret: s, options: try options(opts)))
+    }
+}
+
+/// `void mtls_store_close(mtls_store *store)`
+@_cdecl("mtls_store_close")
+public func mtls_store_close(_ store: OpaquePointer?) {
+    guard let store else { return }
+    Unmanaged<CredentialStore>.fromOpaque(UnsafeRawPointer(store)).takeUnretainedValue().close()
+    releaseHandle(store, CredentialStore.self)
+}
+
+/// `int mtls_store_put_identity(mtls_store *store, const char *label, const mtls_identity *identity, int replace)`
+@_cdecl("mtls_store_put_identity")
+public func mtls_store_put_identity(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?, _ identity: OpaquePointer?,
+                                    _ replace: Int32) -> Int32 {
+    abiCall {
+        let s = try handle(store, CredentialStore.self, "store")
+        try s.putIdentity(try handle(identity, Identity.self, "identity"), label: try string(label, "label"), replace: replace != 0)
+    }
+}
+
+/// `int mtls_store_put_cert(mtls_store *store, const char *label, const mtls_cert *cert, int replace)`
+@_cdecl("mtls_store_put_cert")
+public func mtls_store_put_cert(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?, _ cert: OpaquePointer?,
+                                _ replace: Int32) -> Int32 {
+    abiCall {
+        let s = try handle(store, CredentialStore.self, "store")
+        try s.putCertificate(try handle(cert, Certificate.self, "cert"), label: try string(label, "label"), replace: replace != 0)
+    }
+}
+
+/// `int mtls_store_put_token_identity(mtls_store *store, const char *label, const char *uri, const mtls_cert *cert,
+///                                    mtls_cert *const *chain, size_t chain_count, int replace)`
+@_cdecl("mtls_store_put_token_identity")
+public func mtls_store_put_token_identity(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?, _ uri: UnsafePointer<CChar>?,
+                                          _ cert: OpaquePointer?, _ chain: UnsafePointer<OpaquePointer?>?, _ chainCount: Int,
+                                          _ replace: Int32) -> Int32 {
+    abiCall {
+        let s = try handle(store, CredentialStore.self, "store")
+        var certs: [Certificate] = []
+        if chainCount > 0 {
+            let list = try require(chain, "chain")
+            for i in 0..<chainCount { certs.append(try handle(list[i], Certificate.self, "chain[\(i)]")) }
+        }
+        try s.putTokenIdentity(uri: try string(uri, "uri"), certificate: try handle(cert, Certificate.self, "cert"),
+                               chain: certs, label: try string(label, "label"), replace: replace != 0)
+    }
+}
+
+/// `int mtls_store_import_p12(mtls_store *store, const char *label, const uint8_t *data, size_t len,
+///                            const char *password, int replace, mtls_identity **out)`
+@_cdecl("mtls_store_import_p12")
+public func mtls_store_import_p12(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?, _ data: UnsafePointer<UInt8>?,
+                                  _ len: Int, _ password: UnsafePointer<CChar>?, _ replace: Int32,
+                                  _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        out?.pointee = nil
+        let s = try handle(store, CredentialStore.self, "store")
+        let pw = password.map(secretString)
+        let identity = try s.importPKCS12(try bytes(data, len, "data"), password: pw, label: try string(label, "label"),
+                                          replace: replace != 0)
+        out?.pointee = retainHandle(identity)
+    }
+}
+
+/// `int mtls_store_get_identity(mtls_store *store, const char *label, mtls_identity **out)`
+@_cdecl("mtls_store_get_identity")
+public func mtls_store_get_identity(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?,
+                                    _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        out.pointee = retainHandle(try handle(store, CredentialStore.self, "store").identity(label: try string(label, "label")))
+    }
+}
+
+/// `int mtls_store_get_cert(mtls_store *store, const char *label, mtls_cert **out)`
+@_cdecl("mtls_store_get_cert")
+public func mtls_store_get_cert(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?,
+                                _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        out.pointee = retainHandle(try handle(store, CredentialStore.self, "store").certificate(label: try string(label, "label")))
+    }
+}
+
+/// `int mtls_store_get_token_identity(mtls_store *store, const char *label, char **uri, mtls_cert **cert)`
+@_cdecl("mtls_store_get_token_identity")
+public func mtls_store_get_token_identity(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?,
+                                          _ uri: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
+                                          _ cert: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let uriOut = try require(uri, "uri"), certOut = try require(cert, "cert")
+        uriOut.pointee = nil
+        certOut.pointee = nil
+        let ref = try handle(store, CredentialStore.self, "store").tokenIdentity(label: try string(label, "label"))
+        try putString(ref.uri, uriOut)
+        certOut.pointee = retainHandle(ref.certificate)
+    }
+}
+
+/// `int mtls_store_identities(mtls_store *store, mtls_identity ***out, size_t *count)`
+@_cdecl("mtls_store_identities")
+public func mtls_store_identities(_ store: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
+                                  _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        try require(out, "out").pointee = nil
+        try require(count, "count").pointee = 0
+        try putHandles(try handle(store, CredentialStore.self, "store").identities(), out, count)
+    }
+}
+
+/// `void mtls_store_identity_list_free(mtls_identity **list, size_t count)`
+@_cdecl("mtls_store_identity_list_free")
+public func mtls_store_identity_list_free(_ list: UnsafeMutablePointer<OpaquePointer?>?, _ count: Int) {
+    freeHandles(list, count, Identity.self)
+}
+
+// MARK: item metadata
+
+/// The C view of a ``StoreItemInfo``: its strings kept as C strings for the handle's lifetime.
+final class StoreItemHandle {
+    let info: StoreItemInfo
+    let label, subject, issuer, leafSHA256: UnsafeMutablePointer<CChar>
+    let tokenURI: UnsafeMutablePointer<CChar>?
+    let chain: [UnsafeMutablePointer<CChar>]
+
+    init(_ info: StoreItemInfo) {
+        self.info = info
+        label = strdup(info.label)
+        subject = strdup(info.subject)
+        issuer = strdup(info.issuer)
+        leafSHA256 = strdup(info.leafSHA256)
+        tokenURI = info.tokenURI.map { strdup($0) }
+        chain = info.chainSHA256.map { strdup($0) }
+    }
+
+    deinit {
+        free(label); free(subject); free(issuer); free(leafSHA256); free(tokenURI)
+        chain.forEach { free($0) }
+    }
+}
+
+private func item(_ p: OpaquePointer?) -> StoreItemHandle? {
+    p.map { Unmanaged<StoreItemHandle>.fromOpaque(UnsafeRawPointer($0)).takeUnretainedValue() }
+}
+
+/// `int mtls_store_item_info(mtls_store *store, const char *label, int item_class, mtls_store_item **out)`
+@_cdecl("mtls_store_item_info")
+public func mtls_store_item_info(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?, _ cls: Int32,
+                                 _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let s = try handle(store, CredentialStore.self, "store")
+        let info = try s.info(label: try string(label, "label"), itemClass: try itemClass(cls, allowAny: true))
+        out.pointee = retainHandle(StoreItemHandle(info))
+    }
+}
+
+private func putItems(_ infos: [StoreItemInfo], _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
+                      _ count: UnsafeMutablePointer<Int>?) throws {
+    try putHandles(infos.map(StoreItemHandle.init), out, count)
+}
+
+/// `int mtls_store_list(mtls_store *store, int item_class, mtls_store_item ***out, size_t *count)`
+@_cdecl("mtls_store_list")
+public func mtls_store_list(_ store: OpaquePointer?, _ cls: Int32, _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
+                            _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        try require(out, "out").pointee = nil
+        try require(count, "count").pointee = 0
+        let s = try handle(store, CredentialStore.self, "store")
+        try putItems(try s.list(itemClass: try itemClass(cls, allowAny: true)), out, count)
+    }
+}
+
+/// `int mtls_store_find_sha256(mtls_store *store, const char *sha256_hex, mtls_store_item ***out, size_t *count)`
+@_cdecl("mtls_store_find_sha256")
+public func mtls_store_find_sha256(_ store: OpaquePointer?, _ hex: UnsafePointer<CChar>?,
+                                   _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
+                                   _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        try require(out, "out").pointee = nil
+        try require(count, "count").pointee = 0
+        let s = try handle(store, CredentialStore.self, "store")
+        try putItems(try s.find(sha256: try string(hex, "sha256_hex")), out, count)
+    }
+}
+
+/// `int mtls_store_find_subject(mtls_store *store, const char *subject, mtls_store_item ***out, size_t *count)`
+@_cdecl("mtls_store_find_subject")
+public func mtls_store_find_subject(_ store: OpaquePointer?, _ subject: UnsafePointer<CChar>?,
+                                    _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
+                                    _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        try require(out, "out").pointee = nil
+        try require(count, "count").pointee = 0
+        let s = try handle(store, CredentialStore.self, "store")
+        try putItems(try s.find(subject: try string(subject, "subject")), out, count)
+    }
+}
+
+/// `void mtls_store_item_free(mtls_store_item *item)`
+@_cdecl("mtls_store_item_free")
+public func mtls_store_item_free(_ p: OpaquePointer?) { releaseHandle(p, StoreItemHandle.self) }
+
+/// `void mtls_store_item_list_free(mtls_store_item **list, size_t count)`
+@_cdecl("mtls_store_item_list_free")
+public func mtls_store_item_list_free(_ list: UnsafeMutablePointer<OpaquePointer?>?, _ count: Int) {
+    freeHandles(list, count, StoreItemHandle.self)
+}
+
+/// `const char *mtls_store_item_label(const mtls_store_item *item)`
+@_cdecl("mtls_store_item_label")
+public func mtls_store_item_label(_ p: OpaquePointer?) -> UnsafePointer<CChar>? { item(p).map { UnsafePointer($0.label) } }
+
+/// `int mtls_store_item_class(const mtls_store_item *item)`
+@_cdecl("mtls_store_item_class")
+public func mtls_store_item_class(_ p: OpaquePointer?) -> Int32 { item(p)?.info.itemClass.rawValue ?? 0 }
+
+/// `const char *mtls_store_item_subject(const mtls_store_item *item)`
+@_cdecl("mtls_store_item_subject")
+public func mtls_store_item_subject(_ p: OpaquePointer?) -> UnsafePointer<CChar>? { item(p).map { UnsafePointer($0.subject) } }
+
+/// `const char *mtls_store_item_issuer(const mtls_store_item *item)`
+@_cdecl("mtls_store_item_issuer")
+public func mtls_store_item_issuer(_ p: OpaquePointer?) -> UnsafePointer<CChar>? { item(p).map { UnsafePointer($0.issuer) } }
+
+/// `const char *mtls_store_item_leaf_sha256(const mtls_store_item *item)`
+@_cdecl("mtls_store_item_leaf_sha256")
+public func mtls_store_item_leaf_sha256(_ p: OpaquePointer?) -> UnsafePointer<CChar>? { item(p).map { UnsafePointer($0.leafSHA256) } }
+
+/// `const char *mtls_store_item_token_uri(const mtls_store_item *item)`
+@_cdecl("mtls_store_item_token_uri")
+public func mtls_store_item_token_uri(_ p: OpaquePointer?) -> UnsafePointer<CChar>? { item(p)?.tokenURI.map { UnsafePointer($0) } }
+
+/// `int64_t mtls_store_item_not_after(const mtls_store_item *item)`
+@_cdecl("mtls_store_item_not_after")
+public func mtls_store_item_not_after(_ p: OpaquePointer?) -> Int64 { item(p).map { Int64($0.info.notAfter.timeIntervalSince1970) } ?? 0 }
+
+/// `int64_t mtls_store_item_created(const mtls_store_item *item)`
+@_cdecl("mtls_store_item_created")
+public func mtls_store_item_created(_ p: OpaquePointer?) -> Int64 { item(p).map { Int64($0.info.created.timeIntervalSince1970) } ?? 0 }
+
+/// `int64_t mtls_store_item_modified(const mtls_store_item *item)`
+@_cdecl("mtls_store_item_modified")
+public func mtls_store_item_modified(_ p: OpaquePointer?) -> Int64 { item(p).map { Int64($0.info.modified.timeIntervalSince1970) } ?? 0 }
+
+/// `size_t mtls_store_item_chain_count(const mtls_store_item *item)`
+@_cdecl("mtls_store_item_chain_count")
+public func mtls_store_item_chain_count(_ p: OpaquePointer?) -> Int { item(p)?.chain.count ?? 0 }
+
+/// `const char *mtls_store_item_chain_sha256(const mtls_store_item *item, size_t index)`
+@_cdecl("mtls_store_item_chain_sha256")
+public func mtls_store_item_chain_sha256(_ p: OpaquePointer?, _ index: Int) -> UnsafePointer<CChar>? {
+    guard let it = item(p), index >= 0, index < it.chain.count else { return nil }
+    return UnsafePointer(it.chain[index])
+}
+
+// MARK: deleting, exporting, the secret
+
+/// `int mtls_store_delete(mtls_store *store, const char *label, int item_class, size_t *deleted)`
+@_cdecl("mtls_store_delete")
+public func mtls_store_delete(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?, _ cls: Int32,
+                              _ deleted: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        deleted?.pointee = 0
+        let s = try handle(store, CredentialStore.self, "store")
+        let n = try s.delete(label: try string(label, "label"), itemClass: try itemClass(cls, allowAny: true))
+        deleted?.pointee = n
+    }
+}
+
+/// `int mtls_store_delete_class(mtls_store *store, int item_class, size_t *deleted)`
+@_cdecl("mtls_store_delete_class")
+public func mtls_store_delete_class(_ store: OpaquePointer?, _ cls: Int32, _ deleted: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        deleted?.pointee = 0
+        let s = try handle(store, CredentialStore.self, "store")
+        let n = try s.deleteAll(itemClass: try itemClass(cls, allowAny: false)!)
+        deleted?.pointee = n
+    }
+}
+
+/// `int mtls_store_export_p12(mtls_store *store, const char *label, const char *password, int legacy,
+///                            uint8_t **out, size_t *out_len)`
+@_cdecl("mtls_store_export_p12")
+public func mtls_store_export_p12(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?, _ password: UnsafePointer<CChar>?,
+                                  _ legacy: Int32, _ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
+                                  _ outLen: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        try require(out, "out").pointee = nil
+        try require(outLen, "out_len").pointee = 0
+        let s = try handle(store, CredentialStore.self, "store")
+        let pw = secretString(try require(password, "password"))
+        let p12 = try s.exportPKCS12(label: try string(label, "label"), password: pw, options: legacy != 0 ? .legacy : .modern)
+        try putBytes(p12, out, outLen)
+    }
+}
+
+/// `int mtls_store_change_secret(mtls_store *store, const uint8_t *secret, size_t secret_len, int secret_kind)`
+@_cdecl("mtls_store_change_secret")
+public func mtls_store_change_secret(_ store: OpaquePointer?, _ secretData: UnsafePointer<UInt8>?, _ secretLen: Int,
+                                     _ secretKind: Int32) -> Int32 {
+    abiCall {
+        let s = try handle(store, CredentialStore.self, "store")
+        try s.changeSecret(to: try secret(secretData, secretLen, secretKind))
+    }
+}

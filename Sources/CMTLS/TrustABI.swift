@@ -1,0 +1,322 @@
+// mtls_policy and mtls_trust_result: trust policies and evaluation.
+import MTLS
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A ``TrustResult`` with its strings kept as C strings for the result's lifetime.
+final class TrustResultBox {
+    let result: TrustResult
+    let codes: [UnsafeMutablePointer<CChar>]
+    let messages: [UnsafeMutablePointer<CChar>]
+    let rule: UnsafeMutablePointer<CChar>?
+    let pin: UnsafeMutablePointer<CChar>?
+
+    init(_ r: TrustResult) {
+        result = r
+        codes = r.reasons.map { strdup($0.code)! }
+        messages = r.reasons.map { strdup($0.message)! }
+        rule = r.matchedRule.map { strdup($0)! }
+        pin = r.matchedPin.map { strdup($0)! }
+    }
+
+    deinit {
+        (codes + messages).forEach { free($0) }
+        free(rule)
+        free(pin)
+    }
+}
+
+/// Calls a C report callback; the userdata's destroy function runs when the policy lets go.
+public final class ReportCallbackBox: @unchecked Sendable {
+    public typealias Callback = @convention(c) (UnsafePointer<CChar>?, UnsafePointer<CChar>?, UnsafePointer<CChar>?,
+                                         UnsafePointer<CChar>?, UnsafeMutableRawPointer?) -> Void
+    let callback: Callback
+    let userdata: UnsafeMutableRawPointer?
+    let destroy: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?
+
+    init(_ callback: Callback, _ userdata: UnsafeMutableRawPointer?, _ destroy: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?) {
+        self.callback = callback
+        self.userdata = userdata
+        self.destroy = destroy
+    }
+
+    func report(_ r: TrustReport) {
+        for reason in r.reasons {
+            callback(r.host, r.rule, reason.code, reason.message, userdata)
+        }
+    }
+
+    deinit { destroy?(userdata) }
+}
+
+private func policy(_ p: OpaquePointer?) throws -> TrustPolicy {
+    try handle(p, TrustPolicyHandle.self, "policy").current
+}
+
+/// `int mtls_policy_new(mtls_policy **out)`
+@_cdecl("mtls_policy_new")
+public func mtls_policy_new(_ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = retainHandle(TrustPolicyHandle(TrustPolicy()))
+    }
+}
+
+/// `int mtls_policy_load(const char *path, mtls_policy **out)`
+@_cdecl("mtls_policy_load")
+public func mtls_policy_load(_ path: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        out.pointee = retainHandle(TrustPolicyHandle(try TrustPolicy.load(path: try string(path, "path"))))
+    }
+}
+
+/// `int mtls_policy_from_json(const char *json, mtls_policy **out)`
+@_cdecl("mtls_policy_from_json")
+public func mtls_policy_from_json(_ json: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        out.pointee = retainHandle(TrustPolicyHandle(try TrustPolicy(json: Array(try string(json, "json").utf8))))
+    }
+}
+
+/// `void mtls_policy_free(mtls_policy *policy)`
+@_cdecl("mtls_policy_free")
+public func mtls_policy_free(_ p: OpaquePointer?) { releaseHandle(p, TrustPolicyHandle.self) }
+
+/// `int mtls_policy_replace(mtls_policy *policy, const mtls_policy *from)`
+@_cdecl("mtls_policy_replace")
+public func mtls_policy_replace(_ p: OpaquePointer?, _ from: OpaquePointer?) -> Int32 {
+    abiCall {
+        let target = try handle(p, TrustPolicyHandle.self, "policy")
+        target.replaceSettings(from: try policy(from))
+    }
+}
+
+/// `int mtls_policy_add_anchor(mtls_policy *policy, const mtls_cert *cert)`
+@_cdecl("mtls_policy_add_anchor")
+public func mtls_policy_add_anchor(_ p: OpaquePointer?, _ cert: OpaquePointer?) -> Int32 {
+    abiCall { try policy(p).addAnchor(try handle(cert, Certificate.self, "cert")) }
+}
+
+/// `int mtls_policy_set_anchors_only(mtls_policy *policy, int anchors_only)`
+@_cdecl("mtls_policy_set_anchors_only")
+public func mtls_policy_set_anchors_only(_ p: OpaquePointer?, _ on: Int32) -> Int32 {
+    abiCall { try policy(p).anchorsOnly = on != 0 }
+}
+
+/// `int mtls_policy_set_name_check(mtls_policy *policy, int enabled)`
+@_cdecl("mtls_policy_set_name_check")
+public func mtls_policy_set_name_check(_ p: OpaquePointer?, _ on: Int32) -> Int32 {
+    abiCall { try policy(p).nameCheck = on != 0 ? .ssl : .none }
+}
+
+/// `int mtls_policy_set_time(mtls_policy *policy, int64_t unix_time)`
+@_cdecl("mtls_policy_set_time")
+public func mtls_policy_set_time(_ p: OpaquePointer?, _ t: Int64) -> Int32 {
+    abiCall { try policy(p).time = t == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(t)) }
+}
+
+/// `int mtls_policy_add_crl_file(mtls_policy *policy, const char *path)`
+@_cdecl("mtls_policy_add_crl_file")
+public func mtls_policy_add_crl_file(_ p: OpaquePointer?, _ path: UnsafePointer<CChar>?) -> Int32 {
+    abiCall {
+        let pol = try policy(p)
+        pol.crls = pol.crls + (try RevocationList.load(path: try string(path, "path")))
+    }
+}
+
+/// `int mtls_policy_add_host_rule(mtls_policy *policy, const char *pattern, const char *verify_as, int skip_name_check)`
+@_cdecl("mtls_policy_add_host_rule")
+public func mtls_policy_add_host_rule(_ p: OpaquePointer?, _ pattern: UnsafePointer<CChar>?,
+                                      _ verifyAs: UnsafePointer<CChar>?, _ skip: Int32) -> Int32 {
+    abiCall {
+        let v = optionalString(verifyAs)
+        try policy(p).updateHostRule(try string(pattern, "pattern")) { r in
+            r.verifyAs = v
+            r.skipNameCheck = skip != 0
+        }
+    }
+}
+
+/// `int mtls_policy_add_rule_anchor(mtls_policy *policy, const char *pattern, const mtls_cert *cert, int anchors_only)`
+@_cdecl("mtls_policy_add_rule_anchor")
+public func mtls_policy_add_rule_anchor(_ p: OpaquePointer?, _ pattern: UnsafePointer<CChar>?,
+                                        _ cert: OpaquePointer?, _ anchorsOnly: Int32) -> Int32 {
+    abiCall {
+        let c = try handle(cert, Certificate.self, "cert")
+        try policy(p).updateHostRule(try string(pattern, "pattern")) { r in
+            r.anchors = (r.anchors ?? []) + [c]
+            r.anchorsOnly = anchorsOnly != 0
+        }
+    }
+}
+
+/// `int mtls_policy_add_pin(mtls_policy *policy, const char *pattern, const char *pin)`
+@_cdecl("mtls_policy_add_pin")
+public func mtls_policy_add_pin(_ p: OpaquePointer?, _ pattern: UnsafePointer<CChar>?, _ pin: UnsafePointer<CChar>?) -> Int32 {
+    abiCall {
+        let parsed = try SPKIPin(try string(pin, "pin"))
+        try policy(p).updateHostRule(try string(pattern, "pattern")) { r in
+            if !r.pins.contains(parsed) { r.pins.append(parsed) }
+        }
+    }
+}
+
+/// `int mtls_policy_set_pin_expiry(mtls_policy *policy, const char *pattern, int64_t expires, int after_expiry)`
+@_cdecl("mtls_policy_set_pin_expiry")
+public func mtls_policy_set_pin_expiry(_ p: OpaquePointer?, _ pattern: UnsafePointer<CChar>?, _ expires: Int64,
+                                       _ after: Int32) -> Int32 {
+    abiCall {
+        guard after == 0 || after == 1 else { throw invalid("after_expiry must be MTLS_PIN_STOP_ENFORCING or MTLS_PIN_FAIL_CLOSED") }
+        try policy(p).updateHostRule(try string(pattern, "pattern")) { r in
+            r.pinsExpire = expires == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(expires))
+            r.afterExpiry = after == 1 ? .failClosed : .stopEnforcing
+        }
+    }
+}
+
+/// `int mtls_policy_set_report_only(mtls_policy *policy, const char *pattern, int report_only)`
+@_cdecl("mtls_policy_set_report_only")
+public func mtls_policy_set_report_only(_ p: OpaquePointer?, _ pattern: UnsafePointer<CChar>?, _ on: Int32) -> Int32 {
+    abiCall {
+        try policy(p).updateHostRule(try string(pattern, "pattern")) { r in r.enforcement = on != 0 ? .reportOnly : .enforce }
+    }
+}
+
+/// `int mtls_policy_set_report_callback(mtls_policy *policy, mtls_trust_report_cb cb, void *userdata, void (*destroy)(void *))`
+@_cdecl("mtls_policy_set_report_callback")
+public func mtls_policy_set_report_callback(_ p: OpaquePointer?, _ cb: ReportCallbackBox.Callback?,
+                                            _ userdata: UnsafeMutableRawPointer?,
+                                            _ destroy: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?) -> Int32 {
+    abiCall {
+        let pol = try policy(p)
+        guard let cb else { pol.reportHandler = nil; return }
+        let box = ReportCallbackBox(cb, userdata, destroy)
+        pol.reportHandler = { box.report($0) }
+    }
+}
+
+/// `int mtls_policy_warning_count(const mtls_policy *policy, size_t *count)`
+@_cdecl("mtls_policy_warning_count")
+public func mtls_policy_warning_count(_ p: OpaquePointer?, _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall { try require(count, "count").pointee = try policy(p).warnings.count }
+}
+
+/// `int mtls_policy_warning(const mtls_policy *policy, size_t index, char **out)`
+@_cdecl("mtls_policy_warning")
+public func mtls_policy_warning(_ p: OpaquePointer?, _ index: Int, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        try require(out, "out").pointee = nil
+        let w = try policy(p).warnings
+        guard index >= 0 && index < w.count else { throw invalid("index \(index) out of range (\(w.count) warnings)") }
+        try putString(w[index], out)
+    }
+}
+
+/// `int mtls_evaluate(mtls_policy *policy, mtls_cert *const *certs, size_t count, const char *host, int purpose, int64_t at, mtls_trust_result **out)`
+@_cdecl("mtls_evaluate")
+public func mtls_evaluate(_ p: OpaquePointer?, _ certs: UnsafePointer<OpaquePointer?>?, _ count: Int,
+                          _ host: UnsafePointer<CChar>?, _ purpose: Int32, _ at: Int64,
+                          _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let h = try handle(p, TrustPolicyHandle.self, "policy")
+        let certs = try require(certs, "certs")
+        guard count > 0 else { throw invalid("count must be at least 1") }
+        let chain = try (0..<count).map { try handle(certs[$0], Certificate.self, "certs[\($0)]") }
+        let purposeValue: TrustPurpose?
+        switch purpose {
+        case 0: purposeValue = nil
+        case 1: purposeValue = .serverAuth
+        case 2: purposeValue = .clientAuth
+        default: throw invalid("purpose must be MTLS_PURPOSE_DEFAULT, _SERVER or _CLIENT")
+        }
+        let result = h.evaluate(chain: chain, host: optionalString(host), purpose: purposeValue,
+                                at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)))
+        out.pointee = retainHandle(TrustResultBox(result))
+    }
+}
+
+private func result(_ r: OpaquePointer?) throws -> TrustResultBox { try handle(r, TrustResultBox.self, "result") }
+
+/// `void mtls_trust_result_free(mtls_trust_result *result)`
+@_cdecl("mtls_trust_result_free")
+public func mtls_trust_result_free(_ r: OpaquePointer?) { releaseHandle(r, TrustResultBox.self) }
+
+/// `int mtls_trust_result_trusted(const mtls_trust_result *result, int *trusted)`
+@_cdecl("mtls_trust_result_trusted")
+public func mtls_trust_result_trusted(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<Int32>?) -> Int32 {
+    abiCall { try require(out, "trusted").pointee = try result(r).result.trusted ? 1 : 0 }
+}
+
+/// `int mtls_trust_result_kind(const mtls_trust_result *result, int *kind)`
+@_cdecl("mtls_trust_result_kind")
+public func mtls_trust_result_kind(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<Int32>?) -> Int32 {
+    abiCall {
+        let k: Int32
+        switch try result(r).result.kind {
+        case .proceed: k = 0
+        case .recoverableFailure: k = 1
+        case .fatalFailure: k = 2
+        }
+        try require(out, "kind").pointee = k
+    }
+}
+
+/// `int mtls_trust_result_reason_count(const mtls_trust_result *result, size_t *count)`
+@_cdecl("mtls_trust_result_reason_count")
+public func mtls_trust_result_reason_count(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall { try require(out, "count").pointee = try result(r).result.reasons.count }
+}
+
+/// `int mtls_trust_result_reason(const mtls_trust_result *result, size_t index, const char **code, int *cert_index, const char **message)`
+@_cdecl("mtls_trust_result_reason")
+public func mtls_trust_result_reason(_ r: OpaquePointer?, _ index: Int, _ code: UnsafeMutablePointer<UnsafePointer<CChar>?>?,
+                                     _ certIndex: UnsafeMutablePointer<Int32>?,
+                                     _ message: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        let box = try result(r)
+        let code = try require(code, "code")
+        guard index >= 0 && index < box.codes.count else {
+            throw invalid("index \(index) out of range (\(box.codes.count) reasons)")
+        }
+        code.pointee = UnsafePointer(box.codes[index])
+        certIndex?.pointee = box.result.reasons[index].certIndex.map { Int32($0) } ?? -1
+        message?.pointee = UnsafePointer(box.messages[index])
+    }
+}
+
+/// `int mtls_trust_result_chain(const mtls_trust_result *result, mtls_cert ***out, size_t *count)`
+@_cdecl("mtls_trust_result_chain")
+public func mtls_trust_result_chain(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
+                                    _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        try require(out, "out").pointee = nil
+        try require(count, "count").pointee = 0
+        try putHandles(try result(r).result.chain, out, count)
+    }
+}
+
+/// `int mtls_trust_result_matched_rule(const mtls_trust_result *result, const char **rule)`
+@_cdecl("mtls_trust_result_matched_rule")
+public func mtls_trust_result_matched_rule(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        let b = try result(r)
+        try require(out, "rule").pointee = b.rule.map { UnsafePointer($0) }
+    }
+}
+
+/// `int mtls_trust_result_matched_pin(const mtls_trust_result *result, const char **pin)`
+@_cdecl("mtls_trust_result_matched_pin")
+public func mtls_trust_result_matched_pin(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        let b = try result(r)
+        try require(out, "pin").pointee = b.pin.map { UnsafePointer($0) }
+    }
+}

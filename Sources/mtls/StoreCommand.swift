@@ -1,0 +1,236 @@
+import ArgumentParser
+import Foundation
+import MTLS
+
+/// `mtls store [--store PATH] [--secret-file F] import|add-cert|add-token|list|show|delete|export|change-secret`
+struct StoreCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "store",
+        abstract: "Keep identities, certificates and token references in an encrypted store under labels.",
+        discussion: """
+            The store is one SQLite file: --store, else $MTLS_STORE, else $XDG_DATA_HOME/mtls/store.db \
+            (~/.local/share/mtls/store.db). Its secret comes from --secret-file, else \
+            $MTLS_STORE_SECRET_FILE: a file of exactly 32 bytes is a raw key, anything else a passphrase \
+            (its first line).
+            """,
+        subcommands: [Import.self, AddCert.self, AddToken.self, List.self, Show.self, Delete.self, Export.self,
+                      ChangeSecret.self]
+    )
+
+    // Declared here too so that `mtls store --store P --secret-file F list` parses: ArgumentParser
+    // decodes every command on the path from the same arguments, so the subcommand sees them.
+    @OptionGroup var location: Location
+
+    /// Options every store subcommand takes.
+    struct Location: ParsableArguments {
+        @Option(name: .customLong("store"), help: "The store file (default: $MTLS_STORE, then $XDG_DATA_HOME/mtls/store.db).")
+        var store: String?
+        @Option(name: .customLong("secret-file"), help: "File holding the store secret (default: $MTLS_STORE_SECRET_FILE).")
+        var secretFile: String?
+        @Option(name: .customLong("kdf-log-n"), help: ArgumentHelp("scrypt cost of a new store, for tests only.", visibility: .hidden))
+        var kdfLogN: Int?
+
+        var path: String {
+            if let store { return store }
+            let env = ProcessInfo.processInfo.environment
+            if let s = env["MTLS_STORE"], !s.isEmpty { return s }
+            let data = env["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+                ?? ((env["HOME"] ?? NSHomeDirectory()) + "/.local/share")
+            return data + "/mtls/store.db"
+        }
+
+        /// Opens the store, creating it when `create`.
+        func open(create: Bool = true) throws -> CredentialStore {
+            guard let file = secretFile ?? ProcessInfo.processInfo.environment["MTLS_STORE_SECRET_FILE"].flatMap({ $0.isEmpty ? nil : $0 }) else {
+                throw MTLSError(.invalidArgument, "the store secret is needed: pass --secret-file F or set MTLS_STORE_SECRET_FILE")
+            }
+            var options = CredentialStore.Options()
+            options.create = create
+            if let kdfLogN { options.kdf.logN = kdfLogN }
+            return try CredentialStore(path: path, secret: try StoreSecret.load(path: file), options: options)
+        }
+    }
+
+    static func itemClass(_ name: String?) throws -> StoreItemClass? {
+        guard let name else { return nil }
+        guard let c = StoreItemClass(name: name) else {
+            throw ValidationError("--class must be identity, certificate or token-identity")
+        }
+        return c
+    }
+
+    static func json(_ info: StoreItemInfo) -> [String: Any] {
+        ["label": info.label, "class": info.itemClass.name, "subject": info.subject, "issuer": info.issuer,
+         "not_after": CLI.rfc3339(info.notAfter), "leaf_sha256": info.leafSHA256]
+    }
+
+    /// Runs `body`, turning a failure into one line on stderr (and a JSON error when asked).
+    static func run(json: Bool = false, _ body: () throws -> Void) throws {
+        do { try body() } catch let e as ValidationError { throw e } catch {
+            if json { CLI.printJSON(["error": (error as? MTLSError)?.code.name ?? "internal", "message": "\(error)"]) }
+            throw CLI.fail(error)
+        }
+    }
+
+    struct Import: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Import a PKCS#12 file's identity under a label.")
+        @OptionGroup var location: Location
+        @Argument(help: "The .p12 / .pfx file.") var file: String
+        @Option(help: "The label to store it under.") var label: String
+        @Option(name: .customLong("password-file"), help: "File whose first line is the PKCS#12 password (none: no password).")
+        var passwordFile: String?
+        @Option(name: .customLong("friendly-name"), help: "Pick this identity from a file that holds several.")
+        var friendlyName: String?
+        @Flag(help: "Replace an identity already stored under the label.") var replace = false
+
+        func run() throws {
+            try StoreCommand.run {
+                let password = try passwordFile.map(CLI.readSecretFile)
+                let data = try FileIO.read(file, limit: PKCS12.maxInputSize)
+                let store = try location.open()
+                let identity = try store.importPKCS12(data, password: password, label: label, replace: replace,
+                                                      friendlyName: friendlyName)
+                print("imported \"\(label)\": \(identity.leaf.subject) (\(identity.leaf.sha256Hex))")
+            }
+        }
+    }
+
+    struct AddCert: ParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "add-cert", abstract: "Store a certificate (for example a pinned root) under a label.")
+        @OptionGroup var location: Location
+        @Argument(help: "A DER, PEM or PKCS#7 file; its first certificate is stored.") var file: String
+        @Option(help: "The label to store it under.") var label: String
+        @Flag(help: "Replace a certificate already stored under the label.") var replace = false
+
+        func run() throws {
+            try StoreCommand.run {
+                let cert = try Certificate.load(path: file)[0]
+                try location.open().putCertificate(cert, label: label, replace: replace)
+                print("stored certificate \"\(label)\": \(cert.subject) (\(cert.sha256Hex))")
+            }
+        }
+    }
+
+    struct AddToken: ParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "add-token", abstract: "Store a reference to an identity on a PKCS#11 token.")
+        @OptionGroup var location: Location
+        @Argument(help: "The pkcs11: URI of the token's private key.") var uri: String
+        @Option(help: "The label to store it under.") var label: String
+        @Option(help: "The identity's certificate, with its chain after it (PEM, DER or PKCS#7).") var cert: String?
+        @Flag(help: "Replace a token identity already stored under the label.") var replace = false
+
+        func run() throws {
+            try StoreCommand.run {
+                guard let cert else {
+                    throw MTLSError(.invalidArgument, "--cert is needed: the certificate that goes with \(uri)")
+                }
+                let certs = try Certificate.load(path: cert)
+                try location.open().putTokenIdentity(uri: uri, certificate: certs[0], chain: Array(certs.dropFirst()),
+                                                     label: label, replace: replace)
+                print("stored token identity \"\(label)\": \(uri)")
+            }
+        }
+    }
+
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List stored items (nothing is decrypted).")
+        @OptionGroup var location: Location
+        @Option(name: .customLong("class"), help: "Only this class: identity, certificate or token-identity.") var itemClass: String?
+        @Flag(help: "Machine-readable output.") var json = false
+
+        func run() throws {
+            let cls = try StoreCommand.itemClass(itemClass)
+            try StoreCommand.run(json: json) {
+                let items = try location.open().list(itemClass: cls)
+                if json { return CLI.printJSON(items.map(StoreCommand.json)) }
+                for i in items {
+                    print("\(i.label)\t\(i.itemClass.name)\t\(i.subject)\tuntil \(CLI.rfc3339(i.notAfter))")
+                }
+            }
+        }
+    }
+
+    struct Show: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show one stored item's metadata.")
+        @OptionGroup var location: Location
+        @Argument(help: "The label.") var label: String
+        @Option(name: .customLong("class"), help: "The item's class when the label is used by several.") var itemClass: String?
+        @Flag(help: "Machine-readable output.") var json = false
+
+        func run() throws {
+            let cls = try StoreCommand.itemClass(itemClass)
+            try StoreCommand.run(json: json) {
+                let i = try location.open(create: false).info(label: label, itemClass: cls)
+                var o = StoreCommand.json(i)
+                o["chain"] = i.chainSHA256
+                o["created"] = CLI.rfc3339(i.created)
+                o["modified"] = CLI.rfc3339(i.modified)
+                o["token_uri"] = i.tokenURI as Any? ?? NSNull()
+                if json { return CLI.printJSON(o) }
+                print("Label:       \(i.label)")
+                print("Class:       \(i.itemClass.name)")
+                print("Subject:     \(i.subject)")
+                print("Issuer:      \(i.issuer)")
+                print("Not after:   \(CLI.rfc3339(i.notAfter))")
+                print("SHA-256:     \(i.leafSHA256)")
+                for c in i.chainSHA256 { print("Chain:       \(c)") }
+                if let uri = i.tokenURI { print("Token URI:   \(uri)") }
+                print("Created:     \(CLI.rfc3339(i.created))")
+                print("Modified:    \(CLI.rfc3339(i.modified))")
+            }
+        }
+    }
+
+    struct Delete: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Delete the items under a label.")
+        @OptionGroup var location: Location
+        @Argument(help: "The label.") var label: String
+        @Option(name: .customLong("class"), help: "Only the item of this class.") var itemClass: String?
+
+        func run() throws {
+            let cls = try StoreCommand.itemClass(itemClass)
+            try StoreCommand.run {
+                let n = try location.open(create: false).delete(label: label, itemClass: cls)
+                print("deleted \(n) item\(n == 1 ? "" : "s") labelled \"\(label)\"")
+            }
+        }
+    }
+
+    struct Export: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Export a stored identity to a PKCS#12 file.")
+        @OptionGroup var location: Location
+        @Argument(help: "The identity's label.") var label: String
+        @Option(help: "The .p12 file to write (mode 0600).") var out: String
+        @Option(name: .customLong("password-file"), help: "File whose first line is the new file's password.") var passwordFile: String?
+        @Flag(help: "3DES and a SHA-1 MAC, for consumers that accept nothing newer.") var legacy = false
+
+        func run() throws {
+            try StoreCommand.run {
+                guard let passwordFile else {
+                    throw MTLSError(.invalidArgument, "--password-file is needed: an exported key is always password-protected")
+                }
+                let p12 = try location.open(create: false).exportPKCS12(
+                    label: label, password: try CLI.readSecretFile(passwordFile), options: legacy ? .legacy : .modern)
+                try FileIO.writeAtomically(out, p12)
+                print("exported \"\(label)\" to \(out)")
+            }
+        }
+    }
+
+    struct ChangeSecret: ParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "change-secret", abstract: "Protect the store with a new secret.")
+        @OptionGroup var location: Location
+        @Option(name: .customLong("new-secret-file"), help: "File holding the new secret (32 bytes: a key; else a passphrase).")
+        var newSecretFile: String
+
+        func run() throws {
+            try StoreCommand.run {
+                let store = try location.open(create: false)
+                var kdf = StoreKDFParameters.default
+                if let n = location.kdfLogN { kdf.logN = n }
+                try store.changeSecret(to: try StoreSecret.load(path: newSecretFile), kdf: kdf)
+                print("the store secret was changed")
+            }
+        }
+    }
+}

@@ -1,0 +1,88 @@
+import ArgumentParser
+import Foundation
+import MTLS
+
+/// `mtls token list | objects`: PKCS#11 tokens and what they hold, through p11-kit.
+struct TokenCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "token",
+        abstract: "List PKCS#11 tokens (smart cards, USB tokens, HSMs) and their certificates and keys.",
+        discussion: """
+        Without --module, every module registered with p11-kit is loaded (see pkcs11.conf(5)).
+        Each token and object is shown with its RFC 7512 pkcs11: URI, usable as --identity.
+        """,
+        subcommands: [List.self, Objects.self])
+
+    struct ModuleOptions: ParsableArguments {
+        @Option(help: "A PKCS#11 module file (e.g. /usr/lib/softhsm/libsofthsm2.so) instead of p11-kit's registered modules.")
+        var module: String?
+        @Flag(help: "Machine-readable output.") var json = false
+    }
+
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the tokens present, with their pkcs11: URIs.")
+        @OptionGroup var options: ModuleOptions
+
+        func run() throws {
+            try PKIOutput.reporting(json: options.json) {
+                let tokens = try PKCS11Modules(modulePath: options.module).tokens()
+                if options.json {
+                    CLI.printJSON(tokens.map(TokenCommand.json))
+                    return
+                }
+                if tokens.isEmpty { print("no token present"); return }
+                for t in tokens {
+                    print("\(t.label)  (\(t.manufacturer) \(t.model), serial \(t.serial))")
+                    print("  module: \(t.moduleName)\(t.modulePath.map { " (\($0))" } ?? ""), slot \(t.slotID): \(t.slotDescription)")
+                    print("  login:  \(t.loginRequired ? "PIN required" : "no PIN")\(t.userPINLocked ? ", PIN LOCKED" : "")")
+                    print("  uri:    \(t.uri)")
+                }
+            }
+        }
+    }
+
+    struct Objects: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List the certificates and keys on the tokens (private keys need the PIN).")
+        @OptionGroup var options: ModuleOptions
+        @Option(help: "Only the tokens matching this pkcs11: URI.") var token: String?
+        @Option(help: "File with the user PIN (first line); logs in so private keys are listed.") var pinFile: String?
+
+        func run() throws {
+            try PKIOutput.reporting(json: options.json) {
+                let pin = try pinFile.map(CLI.readSecretFile)
+                let modules = try PKCS11Modules(modulePath: options.module)
+                let objects = try modules.objects(tokenURI: token, pin: pin)
+                if options.json {
+                    CLI.printJSON(objects.map { o -> [String: Any] in
+                        [
+                            "class": o.kind.rawValue, "label": o.label as Any? ?? NSNull(),
+                            "id": o.id.map { String(format: "%02x", $0) }.joined(),
+                            "uri": o.uri, "token": o.token.label, "token_uri": o.token.uri,
+                            "subject": o.certificate?.subject as Any? ?? NSNull(),
+                            "sha256": o.certificate?.sha256Hex as Any? ?? NSNull(),
+                        ]
+                    })
+                    return
+                }
+                if objects.isEmpty { print("no objects" + (pin == nil ? " (give --pin-file to see private keys)" : "")) }
+                var lastToken = ""
+                for o in objects {
+                    if o.token.uri != lastToken { print("token \(o.token.label): \(o.token.uri)"); lastToken = o.token.uri }
+                    let id = o.id.map { String(format: "%02x", $0) }.joined()
+                    print("  \(o.kind.rawValue) \"\(o.label ?? "")\" id=\(id)" + (o.certificate.map { "  \($0.subject)" } ?? ""))
+                    print("    \(o.uri)")
+                }
+            }
+        }
+    }
+
+    static func json(_ t: TokenInfo) -> [String: Any] {
+        [
+            "module": t.moduleName, "module_path": t.modulePath as Any? ?? NSNull(), "slot_id": t.slotID,
+            "slot": t.slotDescription, "label": t.label, "manufacturer": t.manufacturer, "model": t.model,
+            "serial": t.serial, "login_required": t.loginRequired, "user_pin_initialized": t.userPINInitialized,
+            "user_pin_locked": t.userPINLocked, "uri": t.uri,
+        ]
+    }
+}

@@ -1,0 +1,362 @@
+import Foundation
+import XCTest
+@testable import MTLS
+
+/// Trust evaluation: every policy feature and failure reason, on chains made at run time by
+/// Tests/fixtures/make-trust-pki.sh (valid from now for 30 days), evaluated at fixed times.
+final class TrustTests: XCTestCase {
+    static var dir = ""
+    /// One day after the certificates were made: inside every validity period.
+    static let now = Date().addingTimeInterval(86_400)
+
+    override class func setUp() {
+        super.setUp()
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("fixtures/make-trust-pki.sh").path
+        dir = try! TestPKI.tempDir()
+        try! TestPKI.sh("'\(script)' '\(dir)'")
+    }
+
+    func certs(_ name: String) throws -> [Certificate] { try Certificate.load(path: "\(Self.dir)/\(name)") }
+    func cert(_ name: String) throws -> Certificate { try certs(name)[0] }
+
+    func policy(anchors: [String] = ["root.pem"], anchorsOnly: Bool = true) throws -> TrustPolicy {
+        TrustPolicy(anchors: try anchors.map { try cert($0) }, anchorsOnly: anchorsOnly, time: Self.now)
+    }
+
+    func assertTrusted(_ r: TrustResult, file: StaticString = #filePath, line: UInt = #line) {
+        XCTAssertTrue(r.trusted, "reasons: \(r.reasons)", file: file, line: line)
+        XCTAssertEqual(r.kind, .proceed, file: file, line: line)
+    }
+
+    func assertFails(_ r: TrustResult, _ code: String, kind: TrustResultKind? = nil, index: Int?? = nil,
+                     file: StaticString = #filePath, line: UInt = #line) {
+        XCTAssertFalse(r.trusted, file: file, line: line)
+        XCTAssertTrue(r.reasonCodes.contains(code), "wanted \(code), got \(r.reasons)", file: file, line: line)
+        if let kind { XCTAssertEqual(r.kind, kind, file: file, line: line) }
+        if let index {
+            XCTAssertTrue(r.reasons.contains { $0.code == code && $0.certIndex == index }, "\(code) at \(String(describing: index)): \(r.reasons)",
+                          file: file, line: line)
+        }
+    }
+
+    // MARK: Chains and anchors
+
+    func testPinnedRootTrustsChainAndBuildsItToTheRoot() throws {
+        let r = try policy().evaluate(chain: certs("chain.pem"), host: "server.test")
+        assertTrusted(r)
+        XCTAssertEqual(r.chain.map(\.subjectSummary), ["server.test", "Test Intermediate", "Test Root"])
+        XCTAssertNil(r.matchedRule)
+    }
+
+    func testRSAChainIsTrusted() throws {
+        assertTrusted(try policy(anchors: ["rsa-root.pem"]).evaluate(chain: certs("rsa-chain.pem"), host: "server.test"))
+    }
+
+    func testUnorderedPaddedChainIsTolerated() throws {
+        let padded = try [cert("server.pem"), cert("other-root.pem"), cert("client.pem"), cert("inter.pem")]
+        assertTrusted(try policy().evaluate(chain: padded, host: "server.test"))
+    }
+
+    func testIncompleteChainIsUnknownIssuer() throws {
+        assertFails(try policy().evaluate(chain: [cert("server.pem")], host: "server.test"),
+                    TrustReason.Code.unknownIssuer, kind: .recoverableFailure, index: 0)
+    }
+
+    func testUntrustedRootFails() throws {
+        let r = try policy(anchors: ["other-root.pem"]).evaluate(chain: certs("chain.pem"), host: "server.test")
+        XCTAssertFalse(r.trusted)
+        XCTAssertEqual(r.kind, .recoverableFailure)
+    }
+
+    func testPinnedIntermediateAcceptsChainWithoutRoot() throws {
+        let r = try policy(anchors: ["inter.pem"]).evaluate(chain: certs("chain.pem"), host: "server.test")
+        assertTrusted(r)
+        XCTAssertEqual(r.chain.count, 2)
+    }
+
+    func testPinnedSelfSignedLeafIsTrusted() throws {
+        let r = try policy(anchors: ["selfsigned.pem"]).evaluate(chain: certs("selfsigned.pem"), host: "server.test")
+        assertTrusted(r)
+        XCTAssertEqual(r.chain.count, 1)
+    }
+
+    func testSelfSignedLeafWithoutAnchorIsUntrustedRoot() throws {
+        assertFails(try policy().evaluate(chain: certs("selfsigned.pem"), host: "server.test"), TrustReason.Code.untrustedRoot)
+    }
+
+    func testAnchorsOnlyOffAddsAnchorsToTheSystemStore() throws {
+        let p = try policy(anchorsOnly: false)
+        assertTrusted(p.evaluate(chain: try certs("chain.pem"), host: "server.test"))
+        // Without anchors, only the system store counts, and it does not know the test root...
+        let none = TrustPolicy(time: Self.now)
+        XCTAssertFalse(none.evaluate(chain: try certs("chain.pem"), host: "server.test").trusted)
+        // ...unless the system store is a CA file that holds it.
+        none.systemCAFile = "\(Self.dir)/root.pem"
+        assertTrusted(none.evaluate(chain: try certs("chain.pem"), host: "server.test"))
+        none.anchorsOnly = true
+        XCTAssertFalse(none.evaluate(chain: try certs("chain.pem"), host: "server.test").trusted)
+    }
+
+    func testEmptyChainIsFatal() throws {
+        assertFails(try policy().evaluate(chain: [], host: "server.test"), TrustReason.Code.emptyChain, kind: .fatalFailure)
+    }
+
+    // MARK: Time
+
+    func testExpiredIsRecoverable() throws {
+        let r = try policy().evaluate(chain: certs("chain.pem"), host: "server.test", at: Date().addingTimeInterval(60 * 86_400))
+        assertFails(r, TrustReason.Code.expired, kind: .recoverableFailure, index: 0)
+    }
+
+    func testNotYetValidIsRecoverable() throws {
+        let r = try policy().evaluate(chain: certs("chain.pem"), host: "server.test", at: Date().addingTimeInterval(-2 * 86_400))
+        assertFails(r, TrustReason.Code.notYetValid, kind: .recoverableFailure)
+    }
+
+    // MARK: Names
+
+    func testWrongHostIsNameMismatch() throws {
+        assertFails(try policy().evaluate(chain: certs("chain.pem"), host: "other.test"), TrustReason.Code.nameMismatch,
+                    kind: .recoverableFailure, index: 0)
+    }
+
+    func testWildcardMatchesExactlyOneLabel() throws {
+        let p = try policy()
+        let chain = try certs("chain.pem")
+        assertTrusted(p.evaluate(chain: chain, host: "a.wild.test"))
+        XCTAssertFalse(p.evaluate(chain: chain, host: "b.a.wild.test").trusted)
+        XCTAssertFalse(p.evaluate(chain: chain, host: "wild.test").trusted)
+    }
+
+    func testIPAddressMatchesIPSANOnly() throws {
+        let p = try policy()
+        let chain = try certs("chain.pem")
+        assertTrusted(p.evaluate(chain: chain, host: "127.0.0.1"))
+        assertTrusted(p.evaluate(chain: chain, host: "127.0.0.1:8443"))
+        assertFails(p.evaluate(chain: chain, host: "127.0.0.2"), TrustReason.Code.nameMismatch)
+    }
+
+    func testInvalidHostNameIsRejected() throws {
+        assertFails(try policy().evaluate(chain: certs("chain.pem"), host: "server_x.test"), TrustReason.Code.invalidHost)
+    }
+
+    func testNoHostMeansNoNameCheck() throws {
+        assertTrusted(try policy().evaluate(chain: certs("chain.pem"), host: nil))
+    }
+
+    // MARK: Host rules
+
+    func testVerifyAsValidatesTheCertificateNameWhenConnectingByIP() throws {
+        let p = try policy()
+        p.addHostRule(HostRule(pattern: try HostPattern("10.0.0.9"), verifyAs: "server.test"))
+        let r = p.evaluate(chain: try certs("chain.pem"), host: "10.0.0.9")
+        assertTrusted(r)
+        XCTAssertEqual(r.matchedRule, "10.0.0.9")
+        XCTAssertFalse(p.evaluate(chain: try certs("chain.pem"), host: "10.0.0.8").trusted)
+    }
+
+    func testSkipNameCheckStillChecksChainAndEKU() throws {
+        let p = try policy()
+        p.addHostRule(HostRule(pattern: try HostPattern("*.internal"), skipNameCheck: true))
+        assertTrusted(p.evaluate(chain: try certs("chain.pem"), host: "db.internal"))
+        assertFails(p.evaluate(chain: try certs("client-chain.pem"), host: "db.internal"), TrustReason.Code.wrongPurpose)
+        let other = try policy(anchors: ["other-root.pem"])
+        other.addHostRule(HostRule(pattern: try HostPattern("*.internal"), skipNameCheck: true))
+        XCTAssertFalse(other.evaluate(chain: try certs("chain.pem"), host: "db.internal").trusted)
+    }
+
+    func testRuleWithOwnAnchorsOverridesDefault() throws {
+        let p = try policy(anchors: ["other-root.pem"])
+        p.addHostRule(HostRule(pattern: try HostPattern("server.test"), anchors: [try cert("root.pem")], anchorsOnly: true))
+        assertTrusted(p.evaluate(chain: try certs("chain.pem"), host: "server.test"))
+        XCTAssertFalse(p.evaluate(chain: try certs("chain.pem"), host: "a.wild.test").trusted)
+    }
+
+    func testMostSpecificRuleWins() throws {
+        let p = try policy()
+        let wrong = try SPKIPin(certificate: cert("other-root.pem"))
+        p.hostRules = [
+            HostRule(pattern: try HostPattern("**.test"), pins: [wrong]),
+            HostRule(pattern: try HostPattern("*.wild.test"), pins: [wrong]),
+            HostRule(pattern: try HostPattern("a.wild.test"), skipNameCheck: false),
+            HostRule(pattern: try HostPattern("a.wild.test:443"), pins: [wrong]),
+        ]
+        XCTAssertEqual(p.evaluate(chain: try certs("chain.pem"), host: "a.wild.test").matchedRule, "a.wild.test")
+        XCTAssertEqual(p.evaluate(chain: try certs("chain.pem"), host: "a.wild.test:443").matchedRule, "a.wild.test:443")
+        XCTAssertEqual(p.evaluate(chain: try certs("chain.pem"), host: "b.wild.test").matchedRule, "*.wild.test")
+        XCTAssertEqual(p.evaluate(chain: try certs("chain.pem"), host: "server.test").matchedRule, "**.test")
+        XCTAssertTrue(p.evaluate(chain: try certs("chain.pem"), host: "a.wild.test").trusted)
+    }
+
+    func testHostPatternSyntax() throws {
+        XCTAssertThrowsError(try HostPattern("bad host"))
+        XCTAssertThrowsError(try HostPattern("x.test:99999"))
+        XCTAssertNoThrow(try HostPattern("[2001:db8::1]:443"))
+        XCTAssertNoThrow(try HostPattern("2001:db8::1"))
+        XCTAssertTrue(try HostPattern("**.example.com").matches(name: "a.b.example.com", ip: nil, port: nil))
+        XCTAssertFalse(try HostPattern("*.example.com").matches(name: "a.b.example.com", ip: nil, port: nil))
+        XCTAssertFalse(try HostPattern("*.example.com").matches(name: "example.com", ip: nil, port: nil))
+    }
+
+    // MARK: Pins
+
+    func testPinAtAnyDepthMatches() throws {
+        for name in ["server.pem", "inter.pem", "root.pem"] {
+            let p = try policy()
+            let pin = try SPKIPin(cert(name).spkiPin)
+            p.addHostRule(HostRule(pattern: try HostPattern("server.test"), pins: [try SPKIPin(certificate: cert("other-root.pem")), pin]))
+            let r = p.evaluate(chain: try certs("chain.pem"), host: "server.test")
+            assertTrusted(r)
+            XCTAssertEqual(r.matchedPin, pin.description)
+            XCTAssertEqual(r.matchedRule, "server.test")
+        }
+    }
+
+    func testPinMismatchIsFatal() throws {
+        let p = try policy()
+        p.addHostRule(HostRule(pattern: try HostPattern("server.test"), pins: [try SPKIPin(certificate: cert("other-root.pem"))]))
+        assertFails(p.evaluate(chain: try certs("chain.pem"), host: "server.test"), TrustReason.Code.pinMismatch, kind: .fatalFailure)
+        XCTAssertEqual(p.warnings.count, 1, "a single pin has no backup")
+    }
+
+    func testExpiredPinsStopEnforcingOrFailClosed() throws {
+        let expired = Self.now.addingTimeInterval(-3600)
+        let p = try policy()
+        p.addHostRule(HostRule(pattern: try HostPattern("server.test"), pins: [try SPKIPin(certificate: cert("other-root.pem"))],
+                               pinsExpire: expired, afterExpiry: .stopEnforcing))
+        assertTrusted(p.evaluate(chain: try certs("chain.pem"), host: "server.test"))
+        try p.updateHostRule("server.test") { $0.afterExpiry = .failClosed }
+        assertFails(p.evaluate(chain: try certs("chain.pem"), host: "server.test"), TrustReason.Code.pinExpired, kind: .fatalFailure)
+        // Before the expiry the pins are enforced.
+        try p.updateHostRule("server.test") { $0.pinsExpire = Self.now.addingTimeInterval(3600) }
+        assertFails(p.evaluate(chain: try certs("chain.pem"), host: "server.test"), TrustReason.Code.pinMismatch)
+    }
+
+    func testReportOnlyPinCallsHandlerAndProceeds() throws {
+        let p = try policy()
+        p.addHostRule(HostRule(pattern: try HostPattern("server.test"), pins: [try SPKIPin(certificate: cert("other-root.pem"))],
+                               enforcement: .reportOnly))
+        let reports = LockedBox<[TrustReport]>([])
+        p.reportHandler = { r in reports.mutate { $0.append(r) } }
+        let r = p.evaluate(chain: try certs("chain.pem"), host: "server.test")
+        XCTAssertTrue(r.trusted)
+        XCTAssertEqual(r.kind, .proceed)
+        XCTAssertEqual(reports.value.count, 1)
+        XCTAssertEqual(reports.value.first?.rule, "server.test")
+        XCTAssertEqual(reports.value.first?.reasons.map(\.code), [TrustReason.Code.pinMismatch])
+    }
+
+    func testMalformedPinIsRejected() {
+        XCTAssertThrowsError(try SPKIPin("sha1/abc")) { XCTAssertEqual(($0 as? MTLSError)?.code, .invalidPolicy) }
+        XCTAssertThrowsError(try SPKIPin("sha256/bm90IDMyIGJ5dGVz"))
+    }
+
+    // MARK: Purpose, constraints, strength, revocation
+
+    func testMissingServerAuthEKU() throws {
+        assertFails(try policy().evaluate(chain: certs("client-chain.pem"), host: "client.test", purpose: .serverAuth),
+                    TrustReason.Code.wrongPurpose, kind: .fatalFailure, index: 0)
+        assertFails(try policy().evaluate(chain: certs("noeku-chain.pem"), host: "server.test"), TrustReason.Code.ekuMissing)
+    }
+
+    func testClientPurposeNeedsClientAuthEKU() throws {
+        assertTrusted(try policy().evaluate(chain: certs("client-chain.pem"), host: nil, purpose: .clientAuth))
+        assertFails(try policy().evaluate(chain: certs("chain.pem"), host: nil, purpose: .clientAuth), TrustReason.Code.wrongPurpose)
+    }
+
+    func testPathLengthViolation() throws {
+        assertFails(try policy().evaluate(chain: certs("deep-chain.pem"), host: "server.test"),
+                    TrustReason.Code.pathLengthExceeded, kind: .fatalFailure)
+    }
+
+    func testWeakKeyIsRejected() throws {
+        assertFails(try policy().evaluate(chain: certs("weak-chain.pem"), host: "server.test"), TrustReason.Code.weakKey, index: 0)
+        let lenient = try policy()
+        lenient.minimumRSABits = 1024
+        assertTrusted(lenient.evaluate(chain: try certs("weak-chain.pem"), host: "server.test"))
+    }
+
+    func testSHA1SignatureIsRejected() throws {
+        assertFails(try policy().evaluate(chain: certs("sha1-chain.pem"), host: "server.test"), TrustReason.Code.weakSignature, index: 0)
+    }
+
+    func testRevokedByCRL() throws {
+        let p = try policy()
+        p.crls = try RevocationList.load(path: "\(Self.dir)/revoked.crl")
+        assertFails(p.evaluate(chain: try certs("chain.pem"), host: "server.test"), TrustReason.Code.revoked, kind: .fatalFailure, index: 0)
+        p.crls = try RevocationList.load(path: "\(Self.dir)/empty.crl")
+        assertTrusted(p.evaluate(chain: try certs("chain.pem"), host: "server.test"))
+    }
+
+    // MARK: Policy files
+
+    func testPolicyFileWithRulesPinsAndRelativeAnchors() throws {
+        let pin = try cert("inter.pem").spkiPin, backup = try cert("other-root.pem").spkiPin
+        let json = """
+        {"version": 1, "anchors": ["root.pem"], "anchors_only": true, "time": "\(ISO8601DateFormatter().string(from: Self.now))",
+         "hosts": [{"host": "10.1.2.3:8443", "verify_as": "server.test", "pins": ["\(pin)", "\(backup)"],
+                    "pins_expire": "2099-01-01T00:00:00Z", "after_expiry": "fail_closed", "enforcement": "enforce"},
+                   {"host": "*.corp.test", "skip_name_check": true}]}
+        """
+        let path = "\(Self.dir)/policy.json"
+        try json.write(toFile: path, atomically: true, encoding: .utf8)
+        let p = try TrustPolicy.load(path: path)
+        XCTAssertTrue(p.warnings.isEmpty)
+        let r = p.evaluate(chain: try certs("chain.pem"), host: "10.1.2.3:8443")
+        assertTrusted(r)
+        XCTAssertEqual(r.matchedPin, pin)
+        XCTAssertEqual(r.matchedRule, "10.1.2.3:8443")
+        assertTrusted(p.evaluate(chain: try certs("chain.pem"), host: "x.corp.test"))
+    }
+
+    func testPolicyFileErrorsNameTheKey() {
+        for (json, word) in [("{\"anchor\": []}", "anchor"), ("{\"hosts\": [{\"host\": \"a\", \"pins\": [\"md5/x\"]}]}", "sha256"),
+                             ("not json", "JSON"), ("{\"purpose\": \"both\"}", "purpose"), ("{\"version\": 2}", "version")] {
+            XCTAssertThrowsError(try TrustPolicy(json: Array(json.utf8))) { e in
+                XCTAssertEqual((e as? MTLSError)?.code, .invalidPolicy)
+                XCTAssertTrue("\(e)".contains(word), "\(e)")
+            }
+        }
+    }
+
+    // MARK: Cache and replacement
+
+    func testCacheNeverChangesAnAnswer() throws {
+        let p = try policy()
+        p.time = nil
+        let chain = try certs("chain.pem")
+        let first = p.evaluate(chain: chain, host: "server.test", at: Self.now)
+        let second = p.evaluate(chain: chain, host: "server.test", at: Self.now)
+        XCTAssertEqual(first.trusted, second.trusted)
+        // Same chain, later time past notAfter: the cached answer is not reused.
+        XCTAssertFalse(p.evaluate(chain: chain, host: "server.test", at: Date().addingTimeInterval(40 * 86_400)).trusted)
+        // A policy change invalidates cached answers.
+        p.addHostRule(HostRule(pattern: try HostPattern("server.test"), pins: [try SPKIPin(certificate: cert("other-root.pem"))]))
+        XCTAssertFalse(p.evaluate(chain: chain, host: "server.test", at: Self.now).trusted)
+    }
+
+    func testPolicyHandleReplacesAtomicallyWhileEvaluating() throws {
+        let good = try policy()
+        let bad = try policy(anchors: ["other-root.pem"])
+        let handle = TrustPolicyHandle(good)
+        let chain = try certs("chain.pem")
+        DispatchQueue.concurrentPerform(iterations: 200) { i in
+            if i % 10 == 0 { handle.replace(i % 20 == 0 ? bad : good) }
+            _ = handle.evaluate(chain: chain, host: "server.test")
+        }
+        handle.replace(good)
+        assertTrusted(handle.evaluate(chain: chain, host: "server.test"))
+        handle.replace(bad)
+        XCTAssertFalse(handle.evaluate(chain: chain, host: "server.test").trusted)
+    }
+}
+
+/// A value shared with a @Sendable closure in a test.
+final class LockedBox<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: T
+    init(_ v: T) { stored = v }
+    var value: T { lock.lock(); defer { lock.unlock() }; return stored }
+    func mutate(_ f: (inout T) -> Void) { lock.lock(); f(&stored); lock.unlock() }
+}

@@ -1,0 +1,266 @@
+/* The credential store's C ABI: every function, its errors, and NULL arguments. */
+#include "test_support.h"
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const uint8_t PASS[] = "store passphrase";
+#define PASS_LEN (sizeof PASS - 1)
+
+static mtls_store_options test_options(void) {
+    mtls_store_options o;
+    if (mtls_store_options_init(&o, MTLS_STORE_OPTIONS_VERSION) != MTLS_OK) exit(1);
+    o.kdf_log_n = 10; /* cheap scrypt for tests; the default is 17 */
+    return o;
+}
+
+int main(void) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    char dir[512], cmd[8192], path[600], p12path[600], certpath[600], keyfile[600], sha[65];
+    snprintf(dir, sizeof dir, "%s/store-c-%d", tmp, (int)getpid());
+    snprintf(cmd, sizeof cmd,
+             "rm -rf %1$s && mkdir -p %1$s && cd %1$s && "
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem "
+             "-subj '/CN=C Store CA' -days 5 -addext 'basicConstraints=critical,CA:TRUE' 2>/dev/null && "
+             "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout c.key -out c.csr -subj '/CN=c-client' 2>/dev/null && "
+             "openssl x509 -req -in c.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out c.pem -days 5 2>/dev/null && "
+             "openssl pkcs12 -export -inkey c.key -in c.pem -certfile ca.pem -passout pass:pw -out c.p12 && "
+             "head -c 32 /dev/urandom > store.key",
+             dir);
+    t_sh(cmd);
+    snprintf(path, sizeof path, "%s/sub/store.db", dir);
+    snprintf(p12path, sizeof p12path, "%s/c.p12", dir);
+    snprintf(certpath, sizeof certpath, "%s/ca.pem", dir);
+    snprintf(keyfile, sizeof keyfile, "%s/store.key", dir);
+    size_t p12len, calen;
+    uint8_t *p12 = t_read_file(p12path, &p12len);
+    uint8_t *capem = t_read_file(certpath, &calen);
+    mtls_cert *ca = NULL;
+    CHECK_OK(mtls_cert_parse(capem, calen, &ca));
+
+    /* options */
+    mtls_store_options o;
+    CHECK_RC(mtls_store_options_init(NULL, MTLS_STORE_OPTIONS_VERSION), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_options_init(&o, 99), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_store_options_init(&o, MTLS_STORE_OPTIONS_VERSION));
+    CHECK(o.kdf_log_n == 17 && o.kdf_r == 8 && o.kdf_p == 1 && o.create == 1 && o.busy_timeout_ms > 0);
+    o = test_options();
+
+    /* open: NULL arguments, bad kinds, then a new store (0600 in a 0700 directory) */
+    mtls_store *store = NULL;
+    CHECK_RC(mtls_store_open(NULL, PASS, PASS_LEN, MTLS_STORE_SECRET_PASSPHRASE, &o, &store), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_open(path, NULL, 5, MTLS_STORE_SECRET_PASSPHRASE, &o, &store), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_open(path, PASS, PASS_LEN, 7, &o, &store), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_open(path, PASS, PASS_LEN, MTLS_STORE_SECRET_PASSPHRASE, &o, NULL), MTLS_E_INVALID_ARGUMENT);
+    mtls_store_options bad = o; bad.version = 0;
+    CHECK_RC(mtls_store_open(path, PASS, PASS_LEN, MTLS_STORE_SECRET_PASSPHRASE, &bad, &store), MTLS_E_INVALID_ARGUMENT);
+    bad = o; bad.kdf_log_n = 60;
+    CHECK_RC(mtls_store_open(path, PASS, PASS_LEN, MTLS_STORE_SECRET_PASSPHRASE, &bad, &store), MTLS_E_LIMIT);
+    bad = o; bad.create = 0;
+    CHECK_RC(mtls_store_open(path, PASS, PASS_LEN, MTLS_STORE_SECRET_PASSPHRASE, &bad, &store), MTLS_E_NOT_FOUND);
+    CHECK(store == NULL);
+    CHECK_OK(mtls_store_open(path, PASS, PASS_LEN, MTLS_STORE_SECRET_PASSPHRASE, &o, &store));
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
+    snprintf(cmd, sizeof cmd, "%s/sub", dir);
+    CHECK(stat(cmd, &st) == 0 && (st.st_mode & 0777) == 0700);
+
+    /* import a .p12 under a label */
+    mtls_identity *id = NULL;
+    CHECK_RC(mtls_store_import_p12(NULL, "client", p12, p12len, "pw", 0, &id), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_import_p12(store, NULL, p12, p12len, "pw", 0, &id), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_import_p12(store, "client", NULL, 10, "pw", 0, &id), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_import_p12(store, "client", p12, p12len, "wrong", 0, &id), MTLS_E_BAD_PASSWORD);
+    CHECK_OK(mtls_store_import_p12(store, "client", p12, p12len, "pw", 0, NULL));
+    CHECK_RC(mtls_store_import_p12(store, "client", p12, p12len, "pw", 0, &id), MTLS_E_DUPLICATE);
+    CHECK(id == NULL);
+    CHECK_OK(mtls_store_import_p12(store, "client", p12, p12len, "pw", 1, &id));
+    CHECK(id != NULL);
+
+    /* put identity / certificate / token reference */
+    CHECK_RC(mtls_store_put_identity(NULL, "copy", id, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_put_identity(store, NULL, id, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_put_identity(store, "copy", NULL, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_put_identity(store, "", id, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_store_put_identity(store, "copy", id, 0));
+    CHECK_RC(mtls_store_put_identity(store, "copy", id, 0), MTLS_E_DUPLICATE);
+    CHECK_RC(mtls_store_put_cert(NULL, "ca", ca, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_put_cert(store, NULL, ca, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_put_cert(store, "ca", NULL, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_store_put_cert(store, "ca", ca, 0));
+    CHECK_RC(mtls_store_put_cert(store, "ca", ca, 0), MTLS_E_DUPLICATE);
+    CHECK_OK(mtls_store_put_cert(store, "ca", ca, 1));
+    mtls_cert *chain[1] = { ca };
+    CHECK_RC(mtls_store_put_token_identity(NULL, "tok", "pkcs11:token=t", ca, chain, 1, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_put_token_identity(store, NULL, "pkcs11:token=t", ca, chain, 1, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_put_token_identity(store, "tok", NULL, ca, chain, 1, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_put_token_identity(store, "tok", "pkcs11:token=t", NULL, chain, 1, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_put_token_identity(store, "tok", "pkcs11:token=t", ca, NULL, 1, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_put_token_identity(store, "tok", "http://x", ca, NULL, 0, 0), MTLS_E_BAD_URI);
+    CHECK_OK(mtls_store_put_token_identity(store, "tok", "pkcs11:token=t;object=k", ca, NULL, 0, 0));
+    CHECK_OK(mtls_store_put_token_identity(store, "tok", "pkcs11:token=t;object=k2", ca, chain, 1, 1));
+
+    /* get */
+    mtls_identity *got = NULL;
+    CHECK_RC(mtls_store_get_identity(NULL, "client", &got), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_get_identity(store, NULL, &got), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_get_identity(store, "client", NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_get_identity(store, "nobody", &got), MTLS_E_NOT_FOUND);
+    CHECK_OK(mtls_store_get_identity(store, "client", &got));
+    CHECK(got != NULL);
+    mtls_cert *c = NULL;
+    CHECK_RC(mtls_store_get_cert(NULL, "ca", &c), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_get_cert(store, NULL, &c), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_get_cert(store, "ca", NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_get_cert(store, "client", &c), MTLS_E_NOT_FOUND);
+    CHECK_OK(mtls_store_get_cert(store, "ca", &c));
+    char *s = NULL, *s2 = NULL;
+    CHECK_OK(mtls_cert_sha256_hex(c, &s)); CHECK_OK(mtls_cert_sha256_hex(ca, &s2));
+    CHECK(strcmp(s, s2) == 0); mtls_string_free(s); mtls_string_free(s2);
+    mtls_cert_free(c);
+    char *uri = NULL;
+    CHECK_RC(mtls_store_get_token_identity(NULL, "tok", &uri, &c), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_get_token_identity(store, NULL, &uri, &c), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_get_token_identity(store, "tok", NULL, &c), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_get_token_identity(store, "tok", &uri, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_get_token_identity(store, "ca", &uri, &c), MTLS_E_NOT_FOUND);
+    CHECK_OK(mtls_store_get_token_identity(store, "tok", &uri, &c));
+    CHECK(strcmp(uri, "pkcs11:token=t;object=k2") == 0);
+    mtls_string_free(uri); mtls_cert_free(c);
+    mtls_identity **ids = NULL; size_t nids = 0;
+    CHECK_RC(mtls_store_identities(NULL, &ids, &nids), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_identities(store, NULL, &nids), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_identities(store, &ids, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_store_identities(store, &ids, &nids));
+    CHECK(nids == 2);
+    mtls_store_identity_list_free(ids, nids);
+    mtls_store_identity_list_free(NULL, 0);
+
+    /* metadata: info, list, find, accessors */
+    mtls_store_item *item = NULL;
+    CHECK_RC(mtls_store_item_info(NULL, "client", MTLS_STORE_ANY, &item), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_item_info(store, NULL, MTLS_STORE_ANY, &item), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_item_info(store, "client", MTLS_STORE_ANY, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_item_info(store, "client", 42, &item), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_item_info(store, "client", MTLS_STORE_CERTIFICATE, &item), MTLS_E_NOT_FOUND);
+    CHECK_OK(mtls_store_item_info(store, "client", MTLS_STORE_ANY, &item));
+    CHECK(strcmp(mtls_store_item_label(item), "client") == 0);
+    CHECK(mtls_store_item_class(item) == MTLS_STORE_IDENTITY);
+    CHECK(strcmp(mtls_store_item_subject(item), "CN=c-client") == 0);
+    CHECK(strcmp(mtls_store_item_issuer(item), "CN=C Store CA") == 0);
+    CHECK(strlen(mtls_store_item_leaf_sha256(item)) == 64);
+    snprintf(sha, sizeof sha, "%s", mtls_store_item_leaf_sha256(item));
+    CHECK(mtls_store_item_token_uri(item) == NULL);
+    CHECK(mtls_store_item_not_after(item) > mtls_store_item_created(item));
+    CHECK(mtls_store_item_modified(item) >= mtls_store_item_created(item));
+    CHECK(mtls_store_item_created(item) > 1700000000);
+    CHECK(mtls_store_item_chain_count(item) == 1);
+    CHECK(strlen(mtls_store_item_chain_sha256(item, 0)) == 64);
+    CHECK(mtls_store_item_chain_sha256(item, 1) == NULL);
+    mtls_store_item_free(item);
+    mtls_store_item_free(NULL);
+    /* NULL items */
+    CHECK(mtls_store_item_label(NULL) == NULL && mtls_store_item_subject(NULL) == NULL);
+    CHECK(mtls_store_item_issuer(NULL) == NULL && mtls_store_item_leaf_sha256(NULL) == NULL);
+    CHECK(mtls_store_item_token_uri(NULL) == NULL && mtls_store_item_chain_sha256(NULL, 0) == NULL);
+    CHECK(mtls_store_item_class(NULL) == 0 && mtls_store_item_not_after(NULL) == 0);
+    CHECK(mtls_store_item_created(NULL) == 0 && mtls_store_item_modified(NULL) == 0);
+    CHECK(mtls_store_item_chain_count(NULL) == 0);
+    CHECK_OK(mtls_store_item_info(store, "tok", MTLS_STORE_TOKEN_IDENTITY, &item));
+    CHECK(strcmp(mtls_store_item_token_uri(item), "pkcs11:token=t;object=k2") == 0);
+    mtls_store_item_free(item);
+
+    mtls_store_item **items = NULL; size_t n = 0;
+    CHECK_RC(mtls_store_list(NULL, MTLS_STORE_ANY, &items, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_list(store, MTLS_STORE_ANY, NULL, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_list(store, MTLS_STORE_ANY, &items, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_list(store, 9, &items, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_store_list(store, MTLS_STORE_ANY, &items, &n));
+    CHECK(n == 4);
+    CHECK(strcmp(mtls_store_item_label(items[0]), "ca") == 0);
+    mtls_store_item_list_free(items, n);
+    mtls_store_item_list_free(NULL, 0);
+    CHECK_OK(mtls_store_list(store, MTLS_STORE_IDENTITY, &items, &n));
+    CHECK(n == 2);
+    mtls_store_item_list_free(items, n);
+
+    CHECK_RC(mtls_store_find_sha256(NULL, sha, &items, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_find_sha256(store, NULL, &items, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_find_sha256(store, sha, NULL, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_find_sha256(store, sha, &items, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_find_sha256(store, "not hex", &items, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_store_find_sha256(store, sha, &items, &n));
+    CHECK(n == 2); /* "client" and "copy" hold the same leaf */
+    mtls_store_item_list_free(items, n);
+    CHECK_RC(mtls_store_find_subject(NULL, "c-client", &items, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_find_subject(store, NULL, &items, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_find_subject(store, "c-client", NULL, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_find_subject(store, "c-client", &items, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_store_find_subject(store, "CN=C Store CA", &items, &n));
+    CHECK(n == 2); /* the certificate and the token reference's leaf */
+    mtls_store_item_list_free(items, n);
+
+    /* export */
+    uint8_t *out = NULL; size_t outlen = 0;
+    CHECK_RC(mtls_store_export_p12(NULL, "client", "pw2", 0, &out, &outlen), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_export_p12(store, NULL, "pw2", 0, &out, &outlen), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_export_p12(store, "client", NULL, 0, &out, &outlen), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_export_p12(store, "client", "pw2", 0, NULL, &outlen), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_export_p12(store, "client", "pw2", 0, &out, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_export_p12(store, "nobody", "pw2", 0, &out, &outlen), MTLS_E_NOT_FOUND);
+    CHECK_OK(mtls_store_export_p12(store, "client", "pw2", 1, &out, &outlen));
+    CHECK(outlen > 100);
+    mtls_bytes_free(out);
+    CHECK_OK(mtls_store_export_p12(store, "client", "pw2", 0, &out, &outlen));
+    snprintf(cmd, sizeof cmd, "%s/out.p12", dir);
+    FILE *f = fopen(cmd, "wb"); fwrite(out, 1, outlen, f); fclose(f);
+    mtls_bytes_free(out);
+    snprintf(cmd, sizeof cmd, "openssl pkcs12 -in %s/out.p12 -passin pass:pw2 -nokeys -info 2>&1 | grep -q 'friendlyName: client'", dir);
+    t_sh(cmd);
+
+    /* delete */
+    size_t deleted = 99;
+    CHECK_RC(mtls_store_delete(NULL, "copy", MTLS_STORE_ANY, &deleted), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_delete(store, NULL, MTLS_STORE_ANY, &deleted), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_delete(store, "copy", 5, &deleted), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_store_delete(store, "copy", MTLS_STORE_IDENTITY, &deleted));
+    CHECK(deleted == 1);
+    CHECK_RC(mtls_store_delete(store, "copy", MTLS_STORE_ANY, NULL), MTLS_E_NOT_FOUND);
+    CHECK_RC(mtls_store_delete_class(NULL, MTLS_STORE_TOKEN_IDENTITY, &deleted), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_delete_class(store, MTLS_STORE_ANY, &deleted), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_store_delete_class(store, MTLS_STORE_TOKEN_IDENTITY, &deleted));
+    CHECK(deleted == 1);
+    CHECK_OK(mtls_store_delete_class(store, MTLS_STORE_TOKEN_IDENTITY, NULL));
+
+    /* change the secret to a 32-byte key file; the old passphrase is then a bad secret */
+    size_t klen; uint8_t *key = t_read_file(keyfile, &klen);
+    CHECK(klen == 32);
+    CHECK_RC(mtls_store_change_secret(NULL, key, klen, MTLS_STORE_SECRET_KEY), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_change_secret(store, NULL, 32, MTLS_STORE_SECRET_KEY), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_change_secret(store, key, 31, MTLS_STORE_SECRET_KEY), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_store_change_secret(store, key, klen, MTLS_STORE_SECRET_KEY));
+    mtls_store_close(store);
+    mtls_store_close(NULL);
+    CHECK_RC(mtls_store_open(path, PASS, PASS_LEN, MTLS_STORE_SECRET_PASSPHRASE, &o, &store), MTLS_E_BAD_SECRET);
+    CHECK_RC(mtls_store_open_secret_file(NULL, keyfile, &o, &store), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_open_secret_file(path, NULL, &o, &store), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_open_secret_file(path, keyfile, &o, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_open_secret_file(path, "/nonexistent/key", &o, &store), MTLS_E_NOT_FOUND);
+    CHECK_OK(mtls_store_open_secret_file(path, keyfile, NULL, &store));
+    CHECK_OK(mtls_store_get_cert(store, "ca", &c));
+    mtls_cert_free(c);
+    mtls_store_close(store);
+
+    /* not a store */
+    CHECK_RC(mtls_store_open(p12path, PASS, PASS_LEN, MTLS_STORE_SECRET_PASSPHRASE, &o, &store), MTLS_E_NOT_A_STORE);
+    /* read-only location */
+    CHECK_RC(mtls_store_open("/sys/mtls-c-test.db", PASS, PASS_LEN, MTLS_STORE_SECRET_PASSPHRASE, &o, &store), MTLS_E_READ_ONLY);
+
+    /* Identity handles come from the identity section of the ABI. */
+    mtls_identity_free(id);
+    mtls_identity_free(got);
+    mtls_cert_free(ca);
+    free(p12); free(capem); free(key);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    t_sh(cmd);
+    DONE();
+}

@@ -1,0 +1,292 @@
+/* Trust policies and evaluation through the installed C ABI: every mtls_policy_* /
+ * mtls_trust_result_* / mtls_evaluate function, NULL arguments included. The PKI is made at
+ * run time by Tests/fixtures/make-trust-pki.sh. */
+#include "test_support.h"
+#include <time.h>
+
+static char dir[512];
+static const char *path(const char *name) {
+    static char buf[4][600];
+    static int n = 0;
+    n = (n + 1) % 4;
+    snprintf(buf[n], sizeof buf[n], "%s/%s", dir, name);
+    return buf[n];
+}
+
+static int reports = 0, destroyed = 0;
+static void on_report(const char *host, const char *rule, const char *code, const char *message, void *userdata) {
+    (void)message;
+    CHECK(userdata == &reports);
+    CHECK(host && strcmp(host, "server.test") == 0);
+    CHECK(rule && strcmp(rule, "server.test") == 0);
+    CHECK(code && strcmp(code, "pin_mismatch") == 0);
+    reports++;
+}
+static void on_destroy(void *userdata) { CHECK(userdata == &reports); destroyed++; }
+
+/* Loads a chain file; the caller frees with mtls_cert_list_free. */
+static mtls_cert **chain_of(const char *name, size_t *count) {
+    mtls_cert **list = NULL;
+    CHECK_OK(mtls_cert_list_load(path(name), &list, count));
+    return list;
+}
+
+static int has_reason(const mtls_trust_result *r, const char *want, int *index) {
+    size_t n = 0;
+    CHECK_OK(mtls_trust_result_reason_count(r, &n));
+    for (size_t i = 0; i < n; i++) {
+        const char *code = NULL, *message = NULL;
+        int idx = -2;
+        CHECK_OK(mtls_trust_result_reason(r, i, &code, &idx, &message));
+        CHECK(message != NULL && idx >= -1);
+        if (strcmp(code, want) == 0) { if (index) *index = idx; return 1; }
+    }
+    return 0;
+}
+
+static mtls_trust_result *eval(mtls_policy *p, const char *chain, const char *host, int purpose) {
+    size_t n = 0;
+    mtls_cert **certs = chain_of(chain, &n);
+    mtls_trust_result *r = NULL;
+    CHECK_OK(mtls_evaluate(p, certs, n, host, purpose, 0, &r));
+    mtls_cert_list_free(certs, n);
+    return r;
+}
+
+static int trusted(const mtls_trust_result *r) {
+    int t = -1;
+    CHECK_OK(mtls_trust_result_trusted(r, &t));
+    return t;
+}
+
+int main(void) {
+    const char *tmp = getenv("MTLS_TEST_TMP");
+    snprintf(dir, sizeof dir, "%s/trust-pki", tmp ? tmp : "/tmp");
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && Tests/fixtures/make-trust-pki.sh '%s'", dir, dir);
+    t_sh(cmd);
+    int64_t now = (int64_t)time(NULL) + 86400;
+
+    /* Constructors and NULL arguments. */
+    mtls_policy *p = NULL, *q = NULL;
+    CHECK_RC(mtls_policy_new(NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_policy_new(&p));
+    CHECK_RC(mtls_policy_load(NULL, &q), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_load(path("nope.json"), NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK(mtls_policy_load(path("nope.json"), &q) != MTLS_OK && q == NULL);
+    CHECK_RC(mtls_policy_from_json(NULL, &q), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_from_json("{}", NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_from_json("{\"bogus\": 1}", &q), MTLS_E_INVALID_POLICY);
+    CHECK(strstr(mtls_last_error(), "bogus") != NULL);
+    mtls_policy_free(NULL);
+    mtls_trust_result_free(NULL);
+
+    size_t n = 0;
+    mtls_cert **root = chain_of("root.pem", &n);
+    mtls_cert **other = chain_of("other-root.pem", &n);
+    mtls_cert **inter = chain_of("inter.pem", &n);
+    CHECK_RC(mtls_policy_add_anchor(NULL, root[0]), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_add_anchor(p, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_policy_add_anchor(p, root[0]));
+    CHECK_RC(mtls_policy_set_anchors_only(NULL, 1), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_policy_set_anchors_only(p, 1));
+    CHECK_RC(mtls_policy_set_time(NULL, now), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_policy_set_time(p, now));
+    CHECK_RC(mtls_policy_set_name_check(NULL, 1), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_policy_set_name_check(p, 1));
+
+    /* A trusted evaluation, its chain, kind, rule and pin. */
+    mtls_trust_result *r = eval(p, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
+    CHECK(trusted(r) == 1);
+    int kind = -1;
+    CHECK_OK(mtls_trust_result_kind(r, &kind));
+    CHECK(kind == MTLS_TRUST_PROCEED);
+    size_t reasons = 9;
+    CHECK_OK(mtls_trust_result_reason_count(r, &reasons));
+    CHECK(reasons == 0);
+    mtls_cert **built = NULL;
+    size_t built_n = 0;
+    CHECK_OK(mtls_trust_result_chain(r, &built, &built_n));
+    CHECK(built_n == 3);
+    char *subject = NULL;
+    CHECK_OK(mtls_cert_subject_summary(built[2], &subject));
+    CHECK(strcmp(subject, "Test Root") == 0);
+    mtls_string_free(subject);
+    mtls_cert_list_free(built, built_n);
+    const char *rule = "x", *pin = "x";
+    CHECK_OK(mtls_trust_result_matched_rule(r, &rule));
+    CHECK(rule == NULL);
+    CHECK_OK(mtls_trust_result_matched_pin(r, &pin));
+    CHECK(pin == NULL);
+    /* NULL and out-of-range arguments on results. */
+    int t = 0;
+    CHECK_RC(mtls_trust_result_trusted(NULL, &t), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_trust_result_trusted(r, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_trust_result_kind(NULL, &kind), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_trust_result_kind(r, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_trust_result_reason_count(NULL, &reasons), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_trust_result_reason_count(r, NULL), MTLS_E_INVALID_ARGUMENT);
+    const char *code = NULL;
+    CHECK_RC(mtls_trust_result_reason(r, 0, &code, NULL, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_trust_result_reason(NULL, 0, &code, NULL, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_trust_result_chain(NULL, &built, &built_n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_trust_result_chain(r, NULL, &built_n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_trust_result_chain(r, &built, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_trust_result_matched_rule(NULL, &rule), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_trust_result_matched_rule(r, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_trust_result_matched_pin(NULL, &pin), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_trust_result_matched_pin(r, NULL), MTLS_E_INVALID_ARGUMENT);
+    mtls_trust_result_free(r);
+
+    /* mtls_evaluate argument checks. */
+    size_t cn = 0;
+    mtls_cert **chain = chain_of("chain.pem", &cn);
+    CHECK_RC(mtls_evaluate(NULL, chain, cn, "server.test", 0, 0, &r), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_evaluate(p, NULL, cn, "server.test", 0, 0, &r), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_evaluate(p, chain, 0, "server.test", 0, 0, &r), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_evaluate(p, chain, cn, "server.test", 7, 0, &r), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_evaluate(p, chain, cn, "server.test", 0, 0, NULL), MTLS_E_INVALID_ARGUMENT);
+    mtls_cert *with_null[2] = { chain[0], NULL };
+    CHECK_RC(mtls_evaluate(p, with_null, 2, "server.test", 0, 0, &r), MTLS_E_INVALID_ARGUMENT);
+    /* Wrong host: recoverable name mismatch on the leaf; expired at a later time. */
+    CHECK_OK(mtls_evaluate(p, chain, cn, "other.test", MTLS_PURPOSE_DEFAULT, 0, &r));
+    int idx = -5;
+    CHECK(trusted(r) == 0 && has_reason(r, "name_mismatch", &idx) && idx == 0);
+    CHECK_OK(mtls_trust_result_kind(r, &kind));
+    CHECK(kind == MTLS_TRUST_RECOVERABLE_FAILURE);
+    mtls_trust_result_free(r);
+    CHECK_OK(mtls_evaluate(p, chain, cn, "server.test", MTLS_PURPOSE_SERVER, now + 60 * 86400, &r));
+    CHECK(trusted(r) == 0 && has_reason(r, "expired", NULL));
+    mtls_trust_result_free(r);
+    /* Client purpose on a server certificate. */
+    r = eval(p, "chain.pem", NULL, MTLS_PURPOSE_CLIENT);
+    CHECK(trusted(r) == 0 && has_reason(r, "wrong_purpose", NULL));
+    mtls_trust_result_free(r);
+    r = eval(p, "client-chain.pem", NULL, MTLS_PURPOSE_CLIENT);
+    CHECK(trusted(r) == 1);
+    mtls_trust_result_free(r);
+
+    /* Host rules: verify-as, skip name check, own anchors. */
+    CHECK_RC(mtls_policy_add_host_rule(NULL, "10.0.0.9", "server.test", 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_add_host_rule(p, NULL, "server.test", 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_add_host_rule(p, "bad host", NULL, 0), MTLS_E_INVALID_POLICY);
+    CHECK_OK(mtls_policy_add_host_rule(p, "10.0.0.9", "server.test", 0));
+    CHECK_OK(mtls_policy_add_host_rule(p, "*.internal", NULL, 1));
+    r = eval(p, "chain.pem", "10.0.0.9", 0);
+    CHECK(trusted(r) == 1);
+    CHECK_OK(mtls_trust_result_matched_rule(r, &rule));
+    CHECK(rule && strcmp(rule, "10.0.0.9") == 0);
+    mtls_trust_result_free(r);
+    r = eval(p, "chain.pem", "db.internal", 0);
+    CHECK(trusted(r) == 1);
+    mtls_trust_result_free(r);
+    CHECK_RC(mtls_policy_add_rule_anchor(NULL, "x.test", other[0], 1), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_add_rule_anchor(p, NULL, other[0], 1), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_add_rule_anchor(p, "x.test", NULL, 1), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_policy_add_rule_anchor(p, "*.wild.test", other[0], 1));
+    r = eval(p, "chain.pem", "a.wild.test", 0);
+    CHECK(trusted(r) == 0);
+    mtls_trust_result_free(r);
+
+    /* Pins: mismatch (single pin warns), match on the intermediate, expiry, report-only. */
+    char *other_pin = NULL, *inter_pin = NULL;
+    CHECK_OK(mtls_cert_spki_pin(other[0], &other_pin));
+    CHECK_OK(mtls_cert_spki_pin(inter[0], &inter_pin));
+    CHECK_RC(mtls_policy_add_pin(NULL, "server.test", other_pin), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_add_pin(p, NULL, other_pin), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_add_pin(p, "server.test", NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_add_pin(p, "server.test", "sha256/short"), MTLS_E_INVALID_POLICY);
+    CHECK_OK(mtls_policy_add_pin(p, "server.test", other_pin));
+    size_t warnings = 0;
+    CHECK_RC(mtls_policy_warning_count(NULL, &warnings), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_warning_count(p, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_policy_warning_count(p, &warnings));
+    CHECK(warnings == 1);
+    char *warning = NULL;
+    CHECK_RC(mtls_policy_warning(NULL, 0, &warning), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_warning(p, 0, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_warning(p, 5, &warning), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_policy_warning(p, 0, &warning));
+    CHECK(strstr(warning, "backup") != NULL);
+    mtls_string_free(warning);
+    r = eval(p, "chain.pem", "server.test", 0);
+    CHECK(trusted(r) == 0 && has_reason(r, "pin_mismatch", NULL));
+    CHECK_OK(mtls_trust_result_kind(r, &kind));
+    CHECK(kind == MTLS_TRUST_FATAL_FAILURE);
+    mtls_trust_result_free(r);
+
+    CHECK_RC(mtls_policy_set_report_only(NULL, "server.test", 1), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_set_report_only(p, NULL, 1), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_policy_set_report_only(p, "server.test", 1));
+    CHECK_RC(mtls_policy_set_report_callback(NULL, on_report, &reports, on_destroy), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_policy_set_report_callback(p, on_report, &reports, on_destroy));
+    r = eval(p, "chain.pem", "server.test", 0);
+    CHECK(trusted(r) == 1 && reports == 1);
+    mtls_trust_result_free(r);
+    CHECK_OK(mtls_policy_set_report_only(p, "server.test", 0));
+
+    CHECK_RC(mtls_policy_set_pin_expiry(NULL, "server.test", now - 10, MTLS_PIN_STOP_ENFORCING), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_set_pin_expiry(p, NULL, now - 10, MTLS_PIN_STOP_ENFORCING), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_set_pin_expiry(p, "server.test", now - 10, 9), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_policy_set_pin_expiry(p, "server.test", now - 10, MTLS_PIN_STOP_ENFORCING));
+    r = eval(p, "chain.pem", "server.test", 0);
+    CHECK(trusted(r) == 1);
+    mtls_trust_result_free(r);
+    CHECK_OK(mtls_policy_set_pin_expiry(p, "server.test", now - 10, MTLS_PIN_FAIL_CLOSED));
+    r = eval(p, "chain.pem", "server.test", 0);
+    CHECK(trusted(r) == 0 && has_reason(r, "pin_expired", NULL));
+    mtls_trust_result_free(r);
+    CHECK_OK(mtls_policy_set_pin_expiry(p, "server.test", 0, MTLS_PIN_STOP_ENFORCING));
+    CHECK_OK(mtls_policy_add_pin(p, "server.test", inter_pin));
+    r = eval(p, "chain.pem", "server.test", 0);
+    CHECK(trusted(r) == 1);
+    CHECK_OK(mtls_trust_result_matched_pin(r, &pin));
+    CHECK(pin && strcmp(pin, inter_pin) == 0);
+    mtls_trust_result_free(r);
+
+    /* CRLs. */
+    CHECK_RC(mtls_policy_add_crl_file(NULL, path("revoked.crl")), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_add_crl_file(p, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK(mtls_policy_add_crl_file(p, path("missing.crl")) != MTLS_OK);
+
+    /* Policy JSON and atomic replacement. */
+    char json[2048];
+    snprintf(json, sizeof json, "{\"anchors\": [\"%s\"], \"anchors_only\": true}", path("other-root.pem"));
+    CHECK_OK(mtls_policy_from_json(json, &q));
+    CHECK_RC(mtls_policy_replace(NULL, q), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_replace(p, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_policy_replace(p, q));
+    CHECK(destroyed == 0);
+    r = eval(p, "chain.pem", "server.test", 0);
+    CHECK(trusted(r) == 0);
+    mtls_trust_result_free(r);
+    mtls_policy_free(q);
+    snprintf(json, sizeof json, "%s/policy.json", dir);
+    FILE *f = fopen(json, "w");
+    CHECK(f != NULL);
+    fprintf(f, "{\"anchors\": [\"root.pem\"], \"anchors_only\": true, \"crls\": [\"revoked.crl\"]}");
+    fclose(f);
+    size_t json_len = 0;
+    uint8_t *text = t_read_file(json, &json_len);
+    text[json_len] = 0;
+    CHECK(mtls_policy_from_json((const char *)text, &q) != MTLS_OK); /* relative paths: not from here */
+    free(text);
+    CHECK_OK(mtls_policy_load(json, &q));
+    CHECK_OK(mtls_policy_set_time(q, now));
+    r = eval(q, "chain.pem", "server.test", 0);
+    CHECK(trusted(r) == 0 && has_reason(r, "revoked", &idx) && idx == 0);
+    mtls_trust_result_free(r);
+    CHECK_OK(mtls_policy_add_crl_file(q, path("empty.crl")));
+    mtls_policy_free(q);
+
+    CHECK_OK(mtls_policy_set_report_callback(p, NULL, NULL, NULL));
+    mtls_policy_free(p);
+    CHECK(destroyed == 1);
+    mtls_string_free(other_pin);
+    mtls_string_free(inter_pin);
+    mtls_cert_list_free(chain, cn);
+    mtls_cert_list_free(root, 1);
+    mtls_cert_list_free(other, 1);
+    mtls_cert_list_free(inter, 1);
+    DONE();
+}

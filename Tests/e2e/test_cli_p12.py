@@ -1,0 +1,115 @@
+"""`mtls p12 inspect --json` against files made by openssl and keytool at run time."""
+import hashlib
+import json
+import subprocess
+
+import pytest
+
+
+def sh(cmd, cwd):
+    subprocess.run(cmd, shell=True, check=True, cwd=cwd, capture_output=True)
+
+
+@pytest.fixture
+def pki(tmp_path):
+    sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout root.key -out root.pem "
+       "-subj '/CN=E2E Root' -days 5 && "
+       "openssl req -newkey rsa:2048 -nodes -keyout leaf.key -out leaf.csr -subj '/CN=e2e.client/O=T' && "
+       "openssl x509 -req -in leaf.csr -CA root.pem -CAkey root.key -CAcreateserial -out leaf.pem -days 5 && "
+       "openssl x509 -in leaf.pem -outform DER -out leaf.der && "
+       "openssl pkcs12 -export -inkey leaf.key -in leaf.pem -certfile root.pem -name 'e2e id' -passout pass:pw -out id.p12 && "
+       "openssl pkcs12 -export -inkey leaf.key -in leaf.pem -certfile root.pem -passout pass: -out empty.p12 && "
+       "openssl pkcs12 -export -nokeys -in root.pem -passout pass:pw -out certs.p12 && "
+       "printf 'pw\\n' > pw.txt && : > empty.txt",
+       tmp_path)
+    return tmp_path
+
+
+def test_inspect_json_has_exactly_the_documented_keys(pki, cli):
+    r = cli("p12", "inspect", pki / "id.p12", "--password-file", pki / "pw.txt", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out) == {"identities", "certificates"}
+    [ident] = out["identities"]
+    assert set(ident) == {"key_type", "leaf_sha256", "leaf_subject_cn", "chain_count", "friendly_name"}
+    assert ident["key_type"] == "rsa2048"
+    assert ident["leaf_sha256"] == hashlib.sha256((pki / "leaf.der").read_bytes()).hexdigest()
+    assert ident["leaf_subject_cn"] == "e2e.client"
+    assert ident["chain_count"] == 1
+    assert ident["friendly_name"] == "e2e id"
+    assert len(out["certificates"]) == 2
+    assert all({"sha256", "subject"} <= set(c) for c in out["certificates"])
+    assert ident["leaf_sha256"] in [c["sha256"] for c in out["certificates"]]
+
+
+def test_empty_password_file_no_password_and_environment(pki, cli):
+    r = cli("p12", "inspect", pki / "empty.p12", "--password-file", pki / "empty.txt", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["identities"][0]["friendly_name"] is None
+    r = cli("p12", "inspect", pki / "empty.p12", "--no-password", "--json")
+    assert r.returncode != 0
+    assert json.loads(r.stdout)["error"] == "bad_password"
+    import os
+    env_run = subprocess.run([os.environ.get("MTLS_CLI", "mtls"), "p12", "inspect", str(pki / "id.p12"), "--json"],
+                             capture_output=True, text=True, env={**os.environ, "MTLS_P12_PASSWORD": "pw"})
+    assert env_run.returncode == 0, env_run.stderr
+    r = cli("p12", "inspect", pki / "id.p12", "--json")  # no password source at all
+    assert r.returncode != 0 and json.loads(r.stdout)["error"] == "bad_password"
+
+
+def test_certificate_only_file_lists_certificates(pki, cli):
+    r = cli("p12", "inspect", pki / "certs.p12", "--password-file", pki / "pw.txt", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["identities"] == [] and len(out["certificates"]) == 1
+
+
+@pytest.mark.parametrize("damage,code", [
+    ("wrong_password", "bad_password"),
+    ("truncated", "corrupt"),
+    ("pem", "not_pkcs12"),
+    ("empty", "not_pkcs12"),
+    ("random", "not_pkcs12"),
+])
+def test_failures_give_the_error_object_and_nonzero_exit(pki, cli, damage, code):
+    data = (pki / "id.p12").read_bytes()
+    target = pki / "bad.p12"
+    password = pki / "pw.txt"
+    if damage == "wrong_password":
+        target.write_bytes(data)
+        (pki / "wrong.txt").write_text("nope\n")
+        password = pki / "wrong.txt"
+    elif damage == "truncated":
+        target.write_bytes(data[: len(data) // 2])
+    elif damage == "pem":
+        target.write_bytes((pki / "leaf.pem").read_bytes())
+    elif damage == "empty":
+        target.write_bytes(b"")
+    else:
+        target.write_bytes(bytes(range(256)) * 8)
+    r = cli("p12", "inspect", target, "--password-file", password, "--json")
+    assert r.returncode != 0
+    out = json.loads(r.stdout)
+    assert set(out) == {"error", "message"}
+    assert out["error"] == code, out
+    assert out["message"]
+    r = cli("p12", "inspect", target, "--password-file", password)
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_java_keystore_with_two_entries(tmp_path, cli):
+    for alias, alg in (("alice", "-keyalg EC -groupname secp384r1"), ("bob", "-keyalg RSA -keysize 2048")):
+        sh(f"keytool -genkeypair -keystore ks.p12 -storetype PKCS12 -storepass changeit -alias {alias} {alg} "
+           f"-dname CN={alias} -validity 5", tmp_path)
+    (tmp_path / "pw.txt").write_text("changeit")
+    r = cli("p12", "inspect", tmp_path / "ks.p12", "--password-file", tmp_path / "pw.txt", "--json")
+    assert r.returncode == 0, r.stderr
+    ids = json.loads(r.stdout)["identities"]
+    assert [(i["friendly_name"], i["key_type"], i["leaf_subject_cn"]) for i in ids] == \
+        [("alice", "p384", "alice"), ("bob", "rsa2048", "bob")]
+
+
+def test_text_output(pki, cli):
+    r = cli("p12", "inspect", pki / "id.p12", "--password-file", pki / "pw.txt")
+    assert r.returncode == 0, r.stderr
+    assert "Identity #1 \"e2e id\"" in r.stdout and "Chain check:   verified" in r.stdout

@@ -1,0 +1,133 @@
+"""`mtls store ...` end to end: import, add-cert, add-token, list, show, delete, export, errors."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import CLI
+
+FAST = ["--kdf-log-n", "10"]  # hidden test-only scrypt cost; the default is 2^17
+
+
+def sh(cmd, cwd):
+    subprocess.run(cmd, shell=True, cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def pki(tmp_path):
+    sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem "
+       "-subj '/CN=E2E Store CA' -days 5 -addext 'basicConstraints=critical,CA:TRUE' && "
+       "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout c.key -out c.csr -subj '/CN=e2e-client' && "
+       "openssl x509 -req -in c.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out c.pem -days 5 && "
+       "openssl pkcs12 -export -inkey c.key -in c.pem -certfile ca.pem -passout pass:pw -out c.p12 && "
+       "echo pw > pw.txt && echo 'store passphrase' > secret.txt && echo out > outpw.txt", tmp_path)
+    return tmp_path
+
+
+def store(pki, *args, env=None):
+    base = [CLI, "store", "--store", str(pki / "st" / "store.db"), "--secret-file", str(pki / "secret.txt"), *FAST]
+    return subprocess.run([*base, *map(str, args)], capture_output=True, text=True, timeout=60, env=env)
+
+
+def fingerprint(pki, name):
+    return subprocess.run(["openssl", "x509", "-in", str(pki / name), "-outform", "DER"], capture_output=True,
+                          check=True).stdout
+
+
+def sha256_hex(pki, name):
+    import hashlib
+    return hashlib.sha256(fingerprint(pki, name)).hexdigest()
+
+
+def test_import_list_show_export_delete(pki):
+    r = store(pki, "import", pki / "c.p12", "--label", "client", "--password-file", pki / "pw.txt")
+    assert r.returncode == 0, r.stderr
+    r = store(pki, "add-cert", pki / "ca.pem", "--label", "root")
+    assert r.returncode == 0, r.stderr
+    r = store(pki, "add-token", "pkcs11:token=t;object=k", "--label", "hsm", "--cert", pki / "c.pem")
+    assert r.returncode == 0, r.stderr
+
+    r = store(pki, "list", "--json")
+    assert r.returncode == 0, r.stderr
+    items = json.loads(r.stdout)
+    assert [(i["label"], i["class"]) for i in items] == [("client", "identity"), ("hsm", "token-identity"),
+                                                         ("root", "certificate")]
+    client = items[0]
+    assert set(client) == {"label", "class", "subject", "issuer", "not_after", "leaf_sha256"}
+    assert client["subject"] == "CN=e2e-client" and client["issuer"] == "CN=E2E Store CA"
+    assert client["leaf_sha256"] == sha256_hex(pki, "c.pem")
+    assert client["not_after"].endswith("Z") and "T" in client["not_after"]
+
+    r = store(pki, "show", "client", "--json")
+    assert r.returncode == 0, r.stderr
+    shown = json.loads(r.stdout)
+    assert shown["chain"] == [sha256_hex(pki, "ca.pem")]
+    assert {k: shown[k] for k in client} == client
+
+    r = store(pki, "export", "client", "--out", pki / "out.p12", "--password-file", pki / "outpw.txt")
+    assert r.returncode == 0, r.stderr
+    assert os.stat(pki / "out.p12").st_mode & 0o077 == 0
+    out = subprocess.run(["openssl", "pkcs12", "-in", str(pki / "out.p12"), "-passin", "pass:out", "-nodes"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "PRIVATE KEY" in out.stdout and "friendlyName: client" in out.stdout
+    r = store(pki, "export", "client", "--out", pki / "legacy.p12", "--password-file", pki / "outpw.txt", "--legacy")
+    assert r.returncode == 0, r.stderr
+    info = subprocess.run(["openssl", "pkcs12", "-in", str(pki / "legacy.p12"), "-passin", "pass:out", "-info",
+                           "-noout", "-legacy"], capture_output=True, text=True)
+    assert "TripleDES" in info.stderr + info.stdout and "sha1" in (info.stderr + info.stdout).lower()
+
+    r = store(pki, "delete", "hsm")
+    assert r.returncode == 0, r.stderr
+    r = store(pki, "list")
+    assert r.returncode == 0 and "hsm" not in r.stdout and "client" in r.stdout
+
+
+def test_errors_are_one_line_and_non_zero(pki):
+    assert store(pki, "import", pki / "c.p12", "--label", "c", "--password-file", pki / "pw.txt").returncode == 0
+    cases = [
+        (store(pki, "import", pki / "c.p12", "--label", "c", "--password-file", pki / "pw.txt"), "already exists"),
+        (store(pki, "import", pki / "c.p12", "--label", "d", "--password-file", pki / "outpw.txt"), ""),
+        (store(pki, "show", "nobody"), "nobody"),
+        (store(pki, "delete", "nobody"), "nobody"),
+        (store(pki, "export", "nobody", "--out", pki / "x.p12", "--password-file", pki / "pw.txt"), "nobody"),
+        (store(pki, "add-token", "http://not-pkcs11", "--label", "t", "--cert", pki / "c.pem"), "pkcs11:"),
+        (store(pki, "add-cert", pki / "pw.txt", "--label", "bad"), ""),
+    ]
+    for r, text in cases:
+        assert r.returncode != 0, r
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and text in lines[0], r.stderr
+    r = store(pki, "import", pki / "c.p12", "--label", "c", "--password-file", pki / "pw.txt", "--replace")
+    assert r.returncode == 0, r.stderr
+    r = store(pki, "show", "nobody", "--json")
+    assert r.returncode != 0 and json.loads(r.stdout)["error"] == "not_found"
+
+    (pki / "wrong.txt").write_text("wrong\n")
+    r = subprocess.run([CLI, "store", "--store", str(pki / "st" / "store.db"), "--secret-file", str(pki / "wrong.txt"),
+                        "list"], capture_output=True, text=True)
+    assert r.returncode != 0 and "wrong store secret" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = subprocess.run([CLI, "store", "--store", str(pki / "c.p12"), "--secret-file", str(pki / "secret.txt"), "list"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "not a libmtls store" in r.stderr
+
+
+def test_environment_defaults_and_xdg_path(pki):
+    env = dict(os.environ)
+    env.pop("MTLS_STORE", None)
+    env["MTLS_STORE_SECRET_FILE"] = str(pki / "secret.txt")
+    env["XDG_DATA_HOME"] = str(pki / "xdg")
+    r = subprocess.run([CLI, "store", *FAST, "add-cert", str(pki / "ca.pem"), "--label", "root"], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    db = pki / "xdg" / "mtls" / "store.db"
+    assert db.exists() and os.stat(db).st_mode & 0o077 == 0
+    assert os.stat(db.parent).st_mode & 0o777 == 0o700
+    env["MTLS_STORE"] = str(pki / "env.db")
+    r = subprocess.run([CLI, "store", *FAST, "add-cert", str(pki / "ca.pem"), "--label", "root"], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert (pki / "env.db").exists()
+    env.pop("MTLS_STORE_SECRET_FILE")
+    r = subprocess.run([CLI, "store", "list"], capture_output=True, text=True, env=env)
+    assert r.returncode != 0 and "secret" in r.stderr

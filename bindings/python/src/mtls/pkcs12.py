@@ -1,0 +1,214 @@
+"""Identities and PKCS#12 import/export (mtls_identity, mtls_pkcs12)."""
+import ctypes
+
+from ._lib import lib, fn, take_string, c_void_pp, c_size_p, c_int_p, c_uint8_p
+from .certificate import Certificate
+from .errors import check
+
+# mtls_identity *mtls_identity_ref(mtls_identity *identity)
+fn("mtls_identity_ref", ctypes.c_void_p, ctypes.c_void_p)
+# void mtls_identity_free(mtls_identity *identity)
+fn("mtls_identity_free", None, ctypes.c_void_p)
+# int mtls_identity_from_pem(const char *cert_pem, const char *key_pem, const char *password, mtls_identity **out)
+fn("mtls_identity_from_pem", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, c_void_pp)
+# int mtls_identity_leaf(const mtls_identity *identity, mtls_cert **out)
+fn("mtls_identity_leaf", ctypes.c_int, ctypes.c_void_p, c_void_pp)
+# int mtls_identity_chain_count(const mtls_identity *identity, size_t *count)
+fn("mtls_identity_chain_count", ctypes.c_int, ctypes.c_void_p, c_size_p)
+# int mtls_identity_chain_get(const mtls_identity *identity, size_t index, mtls_cert **out)
+fn("mtls_identity_chain_get", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, c_void_pp)
+# int mtls_identity_friendly_name(const mtls_identity *identity, char **out)
+fn("mtls_identity_friendly_name", ctypes.c_int, ctypes.c_void_p, c_void_pp)
+# int mtls_identity_local_key_id(const mtls_identity *identity, uint8_t **out, size_t *len)
+fn("mtls_identity_local_key_id", ctypes.c_int, ctypes.c_void_p, c_void_pp, c_size_p)
+# int mtls_identity_key_type(const mtls_identity *identity, char **name, int *bits)
+fn("mtls_identity_key_type", ctypes.c_int, ctypes.c_void_p, c_void_pp, c_int_p)
+# int mtls_identity_chain_check(const mtls_identity *identity, unsigned int *flags, int *openssl_code, char **message)
+fn("mtls_identity_chain_check", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint), c_int_p, c_void_pp)
+# int mtls_pkcs12_import(const uint8_t *data, size_t len, const char *password, mtls_pkcs12 **out)
+fn("mtls_pkcs12_import", ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, c_void_pp)
+# int mtls_pkcs12_load(const char *path, const char *password, mtls_pkcs12 **out)
+fn("mtls_pkcs12_load", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, c_void_pp)
+# void mtls_pkcs12_free(mtls_pkcs12 *p12)
+fn("mtls_pkcs12_free", None, ctypes.c_void_p)
+# int mtls_pkcs12_identity_count(const mtls_pkcs12 *p12, size_t *count)
+fn("mtls_pkcs12_identity_count", ctypes.c_int, ctypes.c_void_p, c_size_p)
+# int mtls_pkcs12_identity(const mtls_pkcs12 *p12, size_t index, mtls_identity **out)
+fn("mtls_pkcs12_identity", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, c_void_pp)
+# int mtls_pkcs12_cert_count(const mtls_pkcs12 *p12, size_t *count)
+fn("mtls_pkcs12_cert_count", ctypes.c_int, ctypes.c_void_p, c_size_p)
+# int mtls_pkcs12_cert(const mtls_pkcs12 *p12, size_t index, mtls_cert **out)
+fn("mtls_pkcs12_cert", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, c_void_pp)
+# int mtls_pkcs12_export(const mtls_identity *identity, const char *password, int flags,
+#                        const char *friendly_name, uint8_t **out, size_t *len)
+fn("mtls_pkcs12_export", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+   c_void_pp, c_size_p)
+
+#: mtls_identity_chain_check flags
+CHAIN_VERIFIED, CHAIN_COMPLETE, CHAIN_SIGNATURES_OK, CHAIN_WITHIN_VALIDITY = 0x1, 0x2, 0x4, 0x8
+#: mtls_pkcs12_export flags
+PKCS12_MODERN, PKCS12_LEGACY = 0x0, 0x1
+
+
+def _password(password):
+    """None stays None ("no password"); str is UTF-8 encoded; bytes pass through."""
+    if password is None:
+        return None
+    return password.encode("utf-8") if isinstance(password, str) else bytes(password)
+
+
+def _take_bytes(p, n):
+    if not p.value:
+        return None
+    try:
+        return ctypes.string_at(p.value, n.value)
+    finally:
+        lib.mtls_bytes_free(p)
+
+
+class ChainCheck:
+    """The basic X.509 evaluation of an identity's own chain (see mtls_identity_chain_check)."""
+
+    def __init__(self, flags, openssl_code, message):
+        self.verified = bool(flags & CHAIN_VERIFIED)
+        self.complete = bool(flags & CHAIN_COMPLETE)
+        self.signatures_ok = bool(flags & CHAIN_SIGNATURES_OK)
+        self.within_validity = bool(flags & CHAIN_WITHIN_VALIDITY)
+        self.openssl_code = openssl_code
+        self.message = message
+
+    def __repr__(self):
+        return f"<ChainCheck verified={self.verified} {self.message!r}>"
+
+
+class Identity:
+    """A private key with its leaf certificate and chain (wraps an mtls_identity handle)."""
+
+    def __init__(self, _handle):
+        self._h = _handle
+
+    @classmethod
+    def from_pem(cls, cert_pem, key_pem, password=None) -> "Identity":
+        """An identity from PEM text: the leaf and its chain, and the (possibly encrypted) key."""
+        as_bytes = (lambda v: v.encode() if isinstance(v, str) else bytes(v))
+        out = ctypes.c_void_p()
+        check(lib.mtls_identity_from_pem(as_bytes(cert_pem), as_bytes(key_pem), _password(password),
+                                         ctypes.byref(out)))
+        return cls(out.value)
+
+    @property
+    def leaf(self) -> Certificate:
+        out = ctypes.c_void_p()
+        check(lib.mtls_identity_leaf(self._h, ctypes.byref(out)))
+        return Certificate(out.value)
+
+    @property
+    def chain(self) -> list:
+        """Certificates above the leaf, issuer first, root last."""
+        n = ctypes.c_size_t()
+        check(lib.mtls_identity_chain_count(self._h, ctypes.byref(n)))
+        out = []
+        for i in range(n.value):
+            c = ctypes.c_void_p()
+            check(lib.mtls_identity_chain_get(self._h, i, ctypes.byref(c)))
+            out.append(Certificate(c.value))
+        return out
+
+    @property
+    def friendly_name(self):
+        out = ctypes.c_void_p()
+        check(lib.mtls_identity_friendly_name(self._h, ctypes.byref(out)))
+        return take_string(out)
+
+    @property
+    def local_key_id(self):
+        p, n = ctypes.c_void_p(), ctypes.c_size_t()
+        check(lib.mtls_identity_local_key_id(self._h, ctypes.byref(p), ctypes.byref(n)))
+        return _take_bytes(p, n)
+
+    @property
+    def key_type(self):
+        """('p256', 256), ('rsa2048', 2048), ..."""
+        name, bits = ctypes.c_void_p(), ctypes.c_int()
+        check(lib.mtls_identity_key_type(self._h, ctypes.byref(name), ctypes.byref(bits)))
+        return take_string(name), bits.value
+
+    @property
+    def chain_check(self) -> ChainCheck:
+        flags, code, msg = ctypes.c_uint(), ctypes.c_int(), ctypes.c_void_p()
+        check(lib.mtls_identity_chain_check(self._h, ctypes.byref(flags), ctypes.byref(code), ctypes.byref(msg)))
+        return ChainCheck(flags.value, code.value, take_string(msg))
+
+    def export_pkcs12(self, password, legacy=False, friendly_name=None) -> bytes:
+        """The identity as a PKCS#12 file: AES-256/SHA-256 by default, 3DES/SHA-1 with legacy=True."""
+        if password is None:
+            raise ValueError("export needs a password (the empty string is allowed)")
+        p, n = ctypes.c_void_p(), ctypes.c_size_t()
+        check(lib.mtls_pkcs12_export(self._h, _password(password), PKCS12_LEGACY if legacy else PKCS12_MODERN,
+                                     friendly_name.encode() if friendly_name is not None else None,
+                                     ctypes.byref(p), ctypes.byref(n)))
+        return _take_bytes(p, n)
+
+    def close(self):
+        if self._h:
+            lib.mtls_identity_free(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return f"<Identity {self.leaf.subject_summary} key={self.key_type[0]} name={self.friendly_name!r}>"
+
+
+class PKCS12:
+    """The result of a PKCS#12 import: .identities and .certificates (both in file order)."""
+
+    def __init__(self, identities, certificates):
+        self.identities = identities
+        self.certificates = certificates
+
+    @classmethod
+    def _from_handle(cls, h):
+        try:
+            n = ctypes.c_size_t()
+            check(lib.mtls_pkcs12_identity_count(h, ctypes.byref(n)))
+            ids = []
+            for i in range(n.value):
+                out = ctypes.c_void_p()
+                check(lib.mtls_pkcs12_identity(h, i, ctypes.byref(out)))
+                ids.append(Identity(out.value))
+            check(lib.mtls_pkcs12_cert_count(h, ctypes.byref(n)))
+            certs = []
+            for i in range(n.value):
+                out = ctypes.c_void_p()
+                check(lib.mtls_pkcs12_cert(h, i, ctypes.byref(out)))
+                certs.append(Certificate(out.value))
+            return cls(ids, certs)
+        finally:
+            lib.mtls_pkcs12_free(h)
+
+    @classmethod
+    def parse(cls, data: bytes, password=None) -> "PKCS12":
+        """Imports PKCS#12 bytes. password=None is "no password", distinct from ""."""
+        out = ctypes.c_void_p()
+        check(lib.mtls_pkcs12_import(bytes(data), len(data), _password(password), ctypes.byref(out)))
+        return cls._from_handle(out.value)
+
+    @classmethod
+    def load(cls, path, password=None) -> "PKCS12":
+        out = ctypes.c_void_p()
+        check(lib.mtls_pkcs12_load(str(path).encode(), _password(password), ctypes.byref(out)))
+        return cls._from_handle(out.value)
+
+    def __repr__(self):
+        return f"<PKCS12 {len(self.identities)} identities, {len(self.certificates)} certificates>"

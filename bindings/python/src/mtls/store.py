@@ -1,0 +1,300 @@
+"""The labeled credential store (mtls_store)."""
+import ctypes
+import datetime
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from ._lib import lib, fn, take_string, c_void_pp, c_size_p, c_uint8_p
+from .certificate import Certificate
+from .pkcs12 import Identity
+from .errors import check
+
+IDENTITY, CERTIFICATE, TOKEN_IDENTITY = 1, 2, 3
+_CLASS_NAMES = {IDENTITY: "identity", CERTIFICATE: "certificate", TOKEN_IDENTITY: "token-identity"}
+_CLASS_BY_NAME = {v: k for k, v in _CLASS_NAMES.items()}
+SECRET_PASSPHRASE, SECRET_KEY = 1, 2
+
+
+class StoreOptions(ctypes.Structure):
+    """mtls_store_options (version 1)."""
+    _fields_ = [("version", ctypes.c_uint), ("busy_timeout_ms", ctypes.c_int), ("create", ctypes.c_int),
+                ("kdf_log_n", ctypes.c_int), ("kdf_r", ctypes.c_int), ("kdf_p", ctypes.c_int)]
+
+
+_opts_p = ctypes.POINTER(StoreOptions)
+_items_pp = ctypes.POINTER(c_void_pp)
+
+# int mtls_store_options_init(mtls_store_options *opts, unsigned int version)
+fn("mtls_store_options_init", ctypes.c_int, _opts_p, ctypes.c_uint)
+# int mtls_store_open(const char *path, const uint8_t *secret, size_t secret_len, int secret_kind,
+#                     const mtls_store_options *opts, mtls_store **out)
+fn("mtls_store_open", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, _opts_p, c_void_pp)
+# int mtls_store_open_secret_file(const char *path, const char *secret_file, const mtls_store_options *opts,
+#                                 mtls_store **out)
+fn("mtls_store_open_secret_file", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, _opts_p, c_void_pp)
+# void mtls_store_close(mtls_store *store)
+fn("mtls_store_close", None, ctypes.c_void_p)
+# int mtls_store_put_identity(mtls_store *store, const char *label, const mtls_identity *identity, int replace)
+fn("mtls_store_put_identity", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int)
+# int mtls_store_put_cert(mtls_store *store, const char *label, const mtls_cert *cert, int replace)
+fn("mtls_store_put_cert", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int)
+# int mtls_store_put_token_identity(mtls_store *store, const char *label, const char *uri, const mtls_cert *cert,
+#                                   mtls_cert *const *chain, size_t chain_count, int replace)
+fn("mtls_store_put_token_identity", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p,
+   c_void_pp, ctypes.c_size_t, ctypes.c_int)
+# int mtls_store_import_p12(mtls_store *store, const char *label, const uint8_t *data, size_t len,
+#                           const char *password, int replace, mtls_identity **out)
+fn("mtls_store_import_p12", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t,
+   ctypes.c_char_p, ctypes.c_int, c_void_pp)
+# int mtls_store_get_identity(mtls_store *store, const char *label, mtls_identity **out)
+fn("mtls_store_get_identity", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, c_void_pp)
+# int mtls_store_get_cert(mtls_store *store, const char *label, mtls_cert **out)
+fn("mtls_store_get_cert", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, c_void_pp)
+# int mtls_store_get_token_identity(mtls_store *store, const char *label, char **uri, mtls_cert **cert)
+fn("mtls_store_get_token_identity", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, c_void_pp, c_void_pp)
+# int mtls_store_identities(mtls_store *store, mtls_identity ***out, size_t *count)
+fn("mtls_store_identities", ctypes.c_int, ctypes.c_void_p, _items_pp, c_size_p)
+# void mtls_store_identity_list_free(mtls_identity **list, size_t count)
+fn("mtls_store_identity_list_free", None, c_void_pp, ctypes.c_size_t)
+# int mtls_store_item_info(mtls_store *store, const char *label, int item_class, mtls_store_item **out)
+fn("mtls_store_item_info", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, c_void_pp)
+# int mtls_store_list(mtls_store *store, int item_class, mtls_store_item ***out, size_t *count)
+fn("mtls_store_list", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, _items_pp, c_size_p)
+# int mtls_store_find_sha256(mtls_store *store, const char *sha256_hex, mtls_store_item ***out, size_t *count)
+fn("mtls_store_find_sha256", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, _items_pp, c_size_p)
+# int mtls_store_find_subject(mtls_store *store, const char *subject, mtls_store_item ***out, size_t *count)
+fn("mtls_store_find_subject", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, _items_pp, c_size_p)
+# void mtls_store_item_free(mtls_store_item *item)
+fn("mtls_store_item_free", None, ctypes.c_void_p)
+# void mtls_store_item_list_free(mtls_store_item **list, size_t count)
+fn("mtls_store_item_list_free", None, c_void_pp, ctypes.c_size_t)
+for _name in ("label", "subject", "issuer", "leaf_sha256", "token_uri"):
+    # const char *mtls_store_item_<field>(const mtls_store_item *item)
+    fn(f"mtls_store_item_{_name}", ctypes.c_char_p, ctypes.c_void_p)
+# int mtls_store_item_class(const mtls_store_item *item)
+fn("mtls_store_item_class", ctypes.c_int, ctypes.c_void_p)
+for _name in ("not_after", "created", "modified"):
+    # int64_t mtls_store_item_<time>(const mtls_store_item *item)
+    fn(f"mtls_store_item_{_name}", ctypes.c_int64, ctypes.c_void_p)
+# size_t mtls_store_item_chain_count(const mtls_store_item *item)
+fn("mtls_store_item_chain_count", ctypes.c_size_t, ctypes.c_void_p)
+# const char *mtls_store_item_chain_sha256(const mtls_store_item *item, size_t index)
+fn("mtls_store_item_chain_sha256", ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
+# int mtls_store_delete(mtls_store *store, const char *label, int item_class, size_t *deleted)
+fn("mtls_store_delete", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, c_size_p)
+# int mtls_store_delete_class(mtls_store *store, int item_class, size_t *deleted)
+fn("mtls_store_delete_class", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, c_size_p)
+# int mtls_store_export_p12(mtls_store *store, const char *label, const char *password, int legacy,
+#                           uint8_t **out, size_t *out_len)
+fn("mtls_store_export_p12", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int,
+   ctypes.POINTER(c_uint8_p), c_size_p)
+# int mtls_store_change_secret(mtls_store *store, const uint8_t *secret, size_t secret_len, int secret_kind)
+fn("mtls_store_change_secret", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int)
+
+
+def _wrap_identity(handle):
+    return Identity(handle)
+
+
+def _secret(secret):
+    """(bytes, kind) from a str/bytes passphrase or a StoreKey."""
+    if isinstance(secret, StoreKey):
+        return secret.key, SECRET_KEY
+    if isinstance(secret, str):
+        secret = secret.encode("utf-8")
+    return bytes(secret), SECRET_PASSPHRASE
+
+
+class StoreKey:
+    """A 32-byte raw store key (as opposed to a passphrase)."""
+
+    def __init__(self, key: bytes):
+        if len(key) != 32:
+            raise ValueError("a store key is 32 bytes")
+        self.key = bytes(key)
+
+
+def _time(t):
+    return datetime.datetime.fromtimestamp(t, tz=datetime.timezone.utc)
+
+
+@dataclass(frozen=True)
+class StoreItem:
+    """Metadata of a stored item (nothing decrypted)."""
+    label: str
+    item_class: str  # "identity" | "certificate" | "token-identity"
+    subject: str
+    issuer: str
+    not_after: datetime.datetime
+    leaf_sha256: str
+    chain_sha256: List[str] = field(default_factory=list)
+    token_uri: Optional[str] = None
+    created: Optional[datetime.datetime] = None
+    modified: Optional[datetime.datetime] = None
+
+    @classmethod
+    def _from_handle(cls, h):
+        def s(name):
+            v = getattr(lib, f"mtls_store_item_{name}")(h)
+            return v.decode("utf-8") if v is not None else None
+        n = lib.mtls_store_item_chain_count(h)
+        return cls(label=s("label"), item_class=_CLASS_NAMES[lib.mtls_store_item_class(h)], subject=s("subject"),
+                   issuer=s("issuer"), not_after=_time(lib.mtls_store_item_not_after(h)), leaf_sha256=s("leaf_sha256"),
+                   chain_sha256=[lib.mtls_store_item_chain_sha256(h, i).decode() for i in range(n)],
+                   token_uri=s("token_uri"), created=_time(lib.mtls_store_item_created(h)),
+                   modified=_time(lib.mtls_store_item_modified(h)))
+
+
+def _class_code(item_class):
+    if item_class is None:
+        return 0
+    if isinstance(item_class, int):
+        return item_class
+    return _CLASS_BY_NAME[item_class]
+
+
+def _b(s):
+    return s.encode("utf-8") if isinstance(s, str) else s
+
+
+class Store:
+    """A labeled credential store file. Safe to share across threads; use as a context manager.
+
+    ``secret`` is a passphrase (str or bytes) or a :class:`StoreKey`. ``kdf_log_n`` sets scrypt's
+    cost for a new store (default 17; tests may use 10)."""
+
+    def __init__(self, path, secret=None, *, secret_file=None, create=True, busy_timeout_ms=None,
+                 kdf_log_n=None, kdf_r=None, kdf_p=None):
+        opts = StoreOptions()
+        check(lib.mtls_store_options_init(ctypes.byref(opts), 1))
+        opts.create = 1 if create else 0
+        if busy_timeout_ms is not None:
+            opts.busy_timeout_ms = busy_timeout_ms
+        if kdf_log_n is not None:
+            opts.kdf_log_n = kdf_log_n
+        if kdf_r is not None:
+            opts.kdf_r = kdf_r
+        if kdf_p is not None:
+            opts.kdf_p = kdf_p
+        out = ctypes.c_void_p()
+        if secret_file is not None:
+            check(lib.mtls_store_open_secret_file(_b(str(path)), _b(str(secret_file)), ctypes.byref(opts),
+                                                  ctypes.byref(out)))
+        else:
+            data, kind = _secret(secret if secret is not None else b"")
+            check(lib.mtls_store_open(_b(str(path)), data, len(data), kind, ctypes.byref(opts), ctypes.byref(out)))
+        self._h = out.value
+
+    def close(self):
+        """Closes the store and wipes its data key."""
+        if getattr(self, "_h", None):
+            lib.mtls_store_close(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # putting
+    def put_identity(self, label, identity, replace=False):
+        check(lib.mtls_store_put_identity(self._h, _b(label), identity._h, int(replace)))
+
+    def put_certificate(self, label, cert: Certificate, replace=False):
+        check(lib.mtls_store_put_cert(self._h, _b(label), cert._h, int(replace)))
+
+    def put_token_identity(self, label, uri, cert: Certificate, chain=(), replace=False):
+        arr = (ctypes.c_void_p * max(len(chain), 1))(*[c._h for c in chain])
+        check(lib.mtls_store_put_token_identity(self._h, _b(label), _b(uri), cert._h,
+                                                ctypes.cast(arr, c_void_pp) if chain else None, len(chain),
+                                                int(replace)))
+
+    def import_p12(self, label, data: bytes, password=None, replace=False):
+        """Imports a .p12's identity under ``label`` and returns it. password None = no password."""
+        out = ctypes.c_void_p()
+        check(lib.mtls_store_import_p12(self._h, _b(label), data, len(data),
+                                        None if password is None else _b(password), int(replace), ctypes.byref(out)))
+        return _wrap_identity(out.value)
+
+    # getting
+    def get_identity(self, label):
+        out = ctypes.c_void_p()
+        check(lib.mtls_store_get_identity(self._h, _b(label), ctypes.byref(out)))
+        return _wrap_identity(out.value)
+
+    def get_certificate(self, label) -> Certificate:
+        out = ctypes.c_void_p()
+        check(lib.mtls_store_get_cert(self._h, _b(label), ctypes.byref(out)))
+        return Certificate(out.value)
+
+    def get_token_identity(self, label):
+        """(uri, Certificate)."""
+        uri, cert = ctypes.c_void_p(), ctypes.c_void_p()
+        check(lib.mtls_store_get_token_identity(self._h, _b(label), ctypes.byref(uri), ctypes.byref(cert)))
+        return take_string(uri), Certificate(cert.value)
+
+    def identities(self):
+        """Every stored identity (decrypted), in label order."""
+        out, n = c_void_pp(), ctypes.c_size_t()
+        check(lib.mtls_store_identities(self._h, ctypes.byref(out), ctypes.byref(n)))
+        try:
+            return [Identity(lib.mtls_identity_ref(out[i])) for i in range(n.value)]
+        finally:
+            lib.mtls_store_identity_list_free(out, n)
+
+    # metadata
+    def _items(self, func, *args):
+        out, n = c_void_pp(), ctypes.c_size_t()
+        check(func(self._h, *args, ctypes.byref(out), ctypes.byref(n)))
+        try:
+            return [StoreItem._from_handle(out[i]) for i in range(n.value)]
+        finally:
+            lib.mtls_store_item_list_free(out, n)
+
+    def info(self, label, item_class=None) -> StoreItem:
+        out = ctypes.c_void_p()
+        check(lib.mtls_store_item_info(self._h, _b(label), _class_code(item_class), ctypes.byref(out)))
+        try:
+            return StoreItem._from_handle(out.value)
+        finally:
+            lib.mtls_store_item_free(out)
+
+    def list(self, item_class=None) -> List[StoreItem]:
+        return self._items(lib.mtls_store_list, _class_code(item_class))
+
+    def find_sha256(self, hex_fingerprint) -> List[StoreItem]:
+        return self._items(lib.mtls_store_find_sha256, _b(hex_fingerprint))
+
+    def find_subject(self, subject) -> List[StoreItem]:
+        return self._items(lib.mtls_store_find_subject, _b(subject))
+
+    # deleting, exporting, the secret
+    def delete(self, label, item_class=None) -> int:
+        n = ctypes.c_size_t()
+        check(lib.mtls_store_delete(self._h, _b(label), _class_code(item_class), ctypes.byref(n)))
+        return n.value
+
+    def delete_class(self, item_class) -> int:
+        n = ctypes.c_size_t()
+        check(lib.mtls_store_delete_class(self._h, _class_code(item_class), ctypes.byref(n)))
+        return n.value
+
+    def export_p12(self, label, password, legacy=False) -> bytes:
+        out, n = c_uint8_p(), ctypes.c_size_t()
+        check(lib.mtls_store_export_p12(self._h, _b(label), _b(password), int(legacy), ctypes.byref(out),
+                                        ctypes.byref(n)))
+        try:
+            return ctypes.string_at(out, n.value)
+        finally:
+            lib.mtls_bytes_free(out)
+
+    def change_secret(self, secret):
+        data, kind = _secret(secret)
+        check(lib.mtls_store_change_secret(self._h, data, len(data), kind))

@@ -1,0 +1,247 @@
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import mtls
+from mtls import errors
+from mtls.store import Store, StoreKey
+
+KDF = {"kdf_log_n": 10}  # cheap scrypt for tests; the default is 2^17
+
+
+def sh(cmd, cwd):
+    subprocess.run(cmd, shell=True, cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """A CA and two client identities as .p12 files (password "pw")."""
+    d = tmp_path_factory.mktemp("store-pki")
+    sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem "
+       "-subj '/CN=Py Store CA' -days 5 -addext 'basicConstraints=critical,CA:TRUE'", d)
+    for name in ("alice", "bob"):
+        sh(f"openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout {name}.key -out {name}.csr "
+           f"-subj '/CN={name}' && openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+           f"-out {name}.pem -days 5 && openssl pkcs12 -export -inkey {name}.key -in {name}.pem -certfile ca.pem "
+           f"-passout pass:pw -out {name}.p12", d)
+    return d
+
+
+def sha256_of(pem_path):
+    return mtls.Certificate.load(str(pem_path))[0].sha256_hex
+
+
+def test_import_get_list_find_delete_export(pki, tmp_path):
+    path = tmp_path / "s" / "store.db"
+    with Store(path, "secret", **KDF) as st:
+        with pytest.raises(errors.BadPassword):
+            st.import_p12("alice", (pki / "alice.p12").read_bytes(), "nope")
+        st.import_p12("alice", (pki / "alice.p12").read_bytes(), "pw")
+        with pytest.raises(errors.Duplicate):
+            st.import_p12("alice", (pki / "bob.p12").read_bytes(), "pw")
+        st.import_p12("bob", (pki / "bob.p12").read_bytes(), "pw")
+        ca = mtls.Certificate.load(str(pki / "ca.pem"))[0]
+        st.put_certificate("ca", ca)
+        st.put_token_identity("hsm", "pkcs11:token=t;object=k", ca)
+        items = st.list()
+        assert [(i.label, i.item_class) for i in items] == [
+            ("alice", "identity"), ("bob", "identity"), ("ca", "certificate"), ("hsm", "token-identity")]
+        alice = st.info("alice")
+        assert alice.subject == "CN=alice" and alice.issuer == "CN=Py Store CA"
+        assert alice.leaf_sha256 == sha256_of(pki / "alice.pem")
+        assert alice.chain_sha256 == [ca.sha256_hex]
+        assert alice.token_uri is None and alice.created <= alice.modified
+        assert [i.label for i in st.find_sha256(alice.leaf_sha256)] == ["alice"]
+        assert [i.label for i in st.find_subject("bob")] == ["bob"]
+        assert st.get_certificate("ca").sha256_hex == ca.sha256_hex
+        uri, cert = st.get_token_identity("hsm")
+        assert uri == "pkcs11:token=t;object=k" and cert.sha256_hex == ca.sha256_hex
+        assert [i.leaf.subject for i in st.identities()] == ["CN=alice", "CN=bob"]
+        assert st.get_identity("bob").leaf.subject == "CN=bob"
+        assert len(st.get_identity("bob").chain) == 1
+        with pytest.raises(errors.NotFound):
+            st.get_identity("nobody")
+        p12 = st.export_p12("alice", "out")
+        (tmp_path / "out.p12").write_bytes(p12)
+        sh("openssl pkcs12 -in out.p12 -passin pass:out -nokeys -info 2>&1 | grep -q 'friendlyName: alice'", tmp_path)
+        assert st.delete("bob") == 1
+        with pytest.raises(errors.NotFound):
+            st.delete("bob")
+        assert st.delete_class("token-identity") == 1
+        assert [i.label for i in st.list()] == ["alice", "ca"]
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    assert oct(os.stat(path.parent).st_mode & 0o777) == "0o700"
+
+
+def test_errors_bad_secret_not_a_store_schema_too_new(pki, tmp_path):
+    path = tmp_path / "store.db"
+    with Store(path, "right", **KDF) as st:
+        st.put_certificate("ca", mtls.Certificate.load(str(pki / "ca.pem"))[0])
+    before = path.read_bytes()
+    with pytest.raises(errors.BadSecret):
+        Store(path, "wrong", **KDF)
+    with pytest.raises(errors.BadSecret):
+        Store(path, StoreKey(b"k" * 32), **KDF)
+    assert path.read_bytes() == before
+    with pytest.raises(errors.NotAStore):
+        Store(pki / "alice.p12", "x", **KDF)
+    with pytest.raises(errors.NotFound):
+        Store(tmp_path / "missing.db", "x", create=False, **KDF)
+    with pytest.raises(errors.ReadOnly):
+        Store("/sys/mtls-py-store.db", "x", **KDF)
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version=42")
+    db.close()
+    with pytest.raises(errors.SchemaTooNew):
+        Store(path, "right", **KDF)
+
+
+def test_change_secret_to_a_key_file(pki, tmp_path):
+    path, keyfile = tmp_path / "store.db", tmp_path / "store.key"
+    keyfile.write_bytes(os.urandom(32))
+    with Store(path, "old", **KDF) as st:
+        st.import_p12("alice", (pki / "alice.p12").read_bytes(), "pw")
+        st.change_secret(StoreKey(keyfile.read_bytes()))
+    with pytest.raises(errors.BadSecret):
+        Store(path, "old", **KDF)
+    with Store(path, secret_file=keyfile) as st:
+        assert st.info("alice").item_class == "identity"
+
+
+def test_locked_beyond_the_busy_timeout(pki, tmp_path):
+    path = tmp_path / "store.db"
+    Store(path, "s", **KDF).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with Store(path, "s", busy_timeout_ms=100, **KDF) as st:
+            with pytest.raises(errors.Locked):
+                st.put_certificate("ca", mtls.Certificate.load(str(pki / "ca.pem"))[0])
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def test_plaintext_scan_of_db_wal_and_journal(pki, tmp_path):
+    path = tmp_path / "store.db"
+    with Store(path, "s", **KDF) as st:
+        for i in range(3):
+            for name in ("alice", "bob"):
+                st.import_p12(f"{name}{i}", (pki / f"{name}.p12").read_bytes(), "pw", replace=True)
+        files = [p for p in (path, tmp_path / "store.db-wal", tmp_path / "store.db-journal") if p.exists()]
+        assert len(files) >= 2
+        blobs = [p.read_bytes() for p in files]
+    for name in ("alice", "bob"):
+        der = subprocess.run(["openssl", "pkcs8", "-topk8", "-nocrypt", "-outform", "DER", "-in", str(pki / f"{name}.key")],
+                             check=True, capture_output=True).stdout
+        text = subprocess.run(["openssl", "pkey", "-in", str(pki / f"{name}.key"), "-noout", "-text"],
+                              check=True, capture_output=True, text=True).stdout
+        priv = bytes.fromhex("".join(c for c in text.split("priv:")[1].split("pub:")[0] if c in "0123456789abcdef"))
+        priv = priv[-32:]
+        pem_body = "".join(l for l in (pki / f"{name}.key").read_text().splitlines() if not l.startswith("-----"))
+        for blob in blobs:
+            assert der not in blob
+            assert priv not in blob
+            assert pem_body[:40].encode() not in blob
+            assert b"PRIVATE KEY" not in blob
+
+
+CHILD = textwrap.dedent("""
+    import sys
+    from mtls.store import Store
+    path, a, b = sys.argv[1:4]
+    data = [open(a, "rb").read(), open(b, "rb").read()]
+    st = Store(path, "crash", kdf_log_n=10)
+    print("ready", flush=True)
+    i = 0
+    while True:
+        st.import_p12("same", data[i % 2], "pw", replace=True)
+        st.import_p12("other%d" % (i % 50), data[(i + 1) % 2], "pw", replace=True)
+        i += 1
+""")
+
+
+def child_env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return env
+
+
+def test_sigkill_during_replace_100_times_leaves_old_or_new(pki, tmp_path):
+    path = tmp_path / "store.db"
+    with Store(path, "crash", **KDF) as st:
+        st.import_p12("same", (pki / "alice.p12").read_bytes(), "pw")
+    allowed = {sha256_of(pki / "alice.pem"), sha256_of(pki / "bob.pem")}
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    rng = random.Random(4)
+    for round_ in range(100):
+        child = subprocess.Popen([sys.executable, str(script), str(path), str(pki / "alice.p12"), str(pki / "bob.p12")],
+                                 stdout=subprocess.PIPE, env=child_env())
+        assert child.stdout.readline().strip() == b"ready", f"round {round_}: child did not start"
+        time.sleep(rng.uniform(0.0, 0.15))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+        with Store(path, "crash", **KDF) as st:
+            assert st.info("same").leaf_sha256 in allowed
+            st.get_identity("same").close()
+        db = sqlite3.connect(path)
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        db.close()
+
+
+WORKER = textwrap.dedent("""
+    import sys, threading
+    from mtls.store import Store
+    path, a, b, proc = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    data = [open(a, "rb").read(), open(b, "rb").read()]
+    st = Store(path, "conc", kdf_log_n=10)
+    errors = []
+    def work(t):
+        try:
+            own = Store(path, "conc", kdf_log_n=10) if t % 2 else st
+            for i in range(8):
+                own.import_p12("p%d-t%d-%d" % (proc, t, i), data[(t + i) % 2], "pw")
+                own.import_p12("same", data[i % 2], "pw", replace=True)
+                own.get_identity("same").close()
+                own.list()
+        except Exception as e:
+            errors.append(repr(e))
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    print("\\n".join(errors) if errors else "ok")
+    sys.exit(1 if errors else 0)
+""")
+
+
+def test_four_processes_and_eight_threads_lose_nothing(pki, tmp_path):
+    path = tmp_path / "store.db"
+    Store(path, "conc", **KDF).close()
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    procs = [subprocess.Popen([sys.executable, str(script), str(path), str(pki / "alice.p12"), str(pki / "bob.p12"),
+                               str(p)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=child_env())
+             for p in range(4)]
+    outs = [p.communicate(timeout=300)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, outs
+    alice, bob = sha256_of(pki / "alice.pem"), sha256_of(pki / "bob.pem")
+    with Store(path, "conc", **KDF) as st:
+        items = {i.label: i for i in st.list()}
+        assert len(items) == 4 * 8 * 8 + 1
+        for p in range(4):
+            for t in range(8):
+                for i in range(8):
+                    assert items[f"p{p}-t{t}-{i}"].leaf_sha256 == (alice, bob)[(t + i) % 2]
+        assert items["same"].leaf_sha256 in (alice, bob)
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
