@@ -56,7 +56,7 @@ final class TokenTests: XCTestCase {
     }
 
     func testListShowsTheTokensWithTheirURIs() throws {
-        let tokens = try Token.list(modulePath: module)
+        let tokens = try PKCS11Modules(modulePath: module).tokens()
         XCTAssertEqual(Set(tokens.map(\.label)), ["mtls-test", "mtls-spare", "mtls-empty"])
         let t = try XCTUnwrap(tokens.first { $0.label == "mtls-test" })
         XCTAssertTrue(t.uri.hasPrefix("pkcs11:"))
@@ -68,18 +68,18 @@ final class TokenTests: XCTestCase {
 
     func testRegisteredModulesIncludeSoftHSM() throws {
         // Debian registers SoftHSM2 with p11-kit (/usr/share/p11-kit/modules/softhsm2.module).
-        let tokens = try Token.list()
+        let tokens = try PKCS11Modules().tokens()
         try XCTSkipIf(tokens.isEmpty, "no p11-kit module registration for SoftHSM2 here")
         XCTAssertTrue(tokens.contains { $0.label == "mtls-test" })
     }
 
     func testObjectsListCertificatesAndWithThePINPrivateKeys() throws {
-        let publicOnly = try Token.objects(modulePath: module, uri: "pkcs11:token=mtls-test")
+        let publicOnly = try PKCS11Modules(modulePath: module).objects(tokenURI: "pkcs11:token=mtls-test")
         XCTAssertEqual(Set(publicOnly.filter { $0.kind == .certificate }.compactMap(\.label)),
                        ["rsa-client", "ec-client", "p384-client", "ca"])
         XCTAssertTrue(publicOnly.filter { $0.kind == .privateKey }.isEmpty, "private keys are private objects")
 
-        let all = try Token.objects(modulePath: module, uri: "pkcs11:token=mtls-test", pin: SoftHSMFixture.pin)
+        let all = try PKCS11Modules(modulePath: module).objects(tokenURI: "pkcs11:token=mtls-test", pin: SoftHSMFixture.pin)
         let keys = all.filter { $0.kind == .privateKey }
         XCTAssertEqual(Set(keys.compactMap(\.label)), ["rsa-client", "ec-client", "p384-client"])
         XCTAssertEqual(keys.first { $0.label == "rsa-client" }?.keyType, "rsa2048")

@@ -30,8 +30,12 @@ final class PKCS11Module: @unchecked Sendable {
         p11_kit_module_release(functions)
     }
 
-    /// Loads and initialises the module file at `path`.
+    /// Loads and initialises the module file at `path` (a bare file name is looked up in
+    /// p11-kit's module directory).
     static func load(path: String) throws -> PKCS11Module {
+        if path.contains("/"), access(path, F_OK) != 0 {
+            throw MTLSError(.notFound, "no PKCS#11 module at \(path)")
+        }
         guard let m = p11_kit_module_load(path, 0) else {
             throw MTLSError(.token, "cannot load the PKCS#11 module \(path)\(p11KitMessage())")
         }

@@ -31,7 +31,7 @@ extension Token {
             for slot in try m.slotsWithToken() {
                 guard let info = try? m.tokenInfo(slot), matcher.matches(token: info),
                       let slotInfo = try? m.slotInfo(slot), matcher.matches(slot: slotInfo) else { continue }
-                let token = try Token(module: m, slot: slot)
+                guard let token = try TokenInfo(module: m, slot: slot) else { continue }
                 tokensSeen.append(token.label)
                 let session = try PKCS11Session(module: m, slot: slot)
                 if let identity = try identity(on: session, token: token, uri: uri, pin: pin, pinCallback: pinCallback) {
@@ -46,7 +46,7 @@ extension Token {
     }
 
     /// The identity on one token, or nil when the token has no matching certificate.
-    private static func identity(on session: PKCS11Session, token: Token, uri: PKCS11URI, pin: SecretBytes?,
+    private static func identity(on session: PKCS11Session, token: TokenInfo, uri: PKCS11URI, pin: SecretBytes?,
                                  pinCallback: TokenPINCallback?) throws -> Identity? {
         var selector: [PKCS11Attribute] = []
         if let id = uri.id { selector.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_ID), id)) }
@@ -129,7 +129,7 @@ extension Token {
     }
 
     /// Logs in with the first PIN available (see ``identity(uri:modulePath:pin:pinCallback:)``).
-    private static func login(session: PKCS11Session, token: Token, uri: PKCS11URI, pin: SecretBytes?,
+    private static func login(session: PKCS11Session, token: TokenInfo, uri: PKCS11URI, pin: SecretBytes?,
                               pinCallback: TokenPINCallback?) throws {
         if token.userPINLocked {
             throw MTLSError(.pinLocked, "the user PIN of token \"\(token.label)\" is locked")
