@@ -355,6 +355,13 @@ MTLS_EXTERN int mtls_policy_warning(const mtls_policy *policy, size_t index, cha
  * Recent evaluations are cached per policy version; the cache never changes an answer. */
 MTLS_EXTERN int mtls_evaluate(mtls_policy *policy, mtls_cert *const *certs, size_t count, const char *host,
                               int purpose, int64_t at, mtls_trust_result **out);
+/* Same as mtls_evaluate with the certificates as DER (`ders[i]`, `lens[i]` bytes), as they come off
+ * the wire: a chain evaluated recently under the same policy version is answered from the cache
+ * without being parsed. MTLS_E_PARSE when a certificate does not parse. */
+MTLS_EXTERN int mtls_evaluate_der(mtls_policy *policy, const uint8_t *const *ders, const size_t *lens, size_t count,
+                                  const char *host, int purpose, int64_t at, mtls_trust_result **out);
+/* Non-zero (default): remember recent evaluations. Zero: evaluate every time (for benchmarks). */
+MTLS_EXTERN int mtls_policy_set_cache(mtls_policy *policy, int enabled);
 /* Frees a result. NULL is a no-op. */
 MTLS_EXTERN void mtls_trust_result_free(mtls_trust_result *result);
 /* *trusted = 1 when the peer is trusted, else 0. */
