@@ -27,7 +27,8 @@ final class TokenTests: XCTestCase {
     var module: String { SoftHSMFixture.module }
 
     override func setUpWithError() throws {
-        _ = SoftHSMFixture.dir
+        // Other tests point SoftHSM elsewhere; modules read it when initialised (per test here).
+        setenv("SOFTHSM2_CONF", SoftHSMFixture.dir + "/softhsm2.conf", 1)
         try XCTSkipUnless(FileManager.default.fileExists(atPath: module), "SoftHSM2 is not installed")
     }
 
