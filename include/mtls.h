@@ -355,6 +355,13 @@ MTLS_EXTERN int mtls_policy_warning(const mtls_policy *policy, size_t index, cha
  * Recent evaluations are cached per policy version; the cache never changes an answer. */
 MTLS_EXTERN int mtls_evaluate(mtls_policy *policy, mtls_cert *const *certs, size_t count, const char *host,
                               int purpose, int64_t at, mtls_trust_result **out);
+/* Same as mtls_evaluate with the certificates as DER (`ders[i]`, `lens[i]` bytes), as they come off
+ * the wire: a chain evaluated recently under the same policy version is answered from the cache
+ * without being parsed. MTLS_E_PARSE when a certificate does not parse. */
+MTLS_EXTERN int mtls_evaluate_der(mtls_policy *policy, const uint8_t *const *ders, const size_t *lens, size_t count,
+                                  const char *host, int purpose, int64_t at, mtls_trust_result **out);
+/* Non-zero (default): remember recent evaluations. Zero: evaluate every time (for benchmarks). */
+MTLS_EXTERN int mtls_policy_set_cache(mtls_policy *policy, int enabled);
 /* Frees a result. NULL is a no-op. */
 MTLS_EXTERN void mtls_trust_result_free(mtls_trust_result *result);
 /* *trusted = 1 when the peer is trusted, else 0. */
@@ -506,6 +513,141 @@ MTLS_EXTERN int mtls_store_change_secret(mtls_store *store, const uint8_t *secre
 /* ======================================================================================
  * Connections (issue: connections)
  * ====================================================================================== */
+
+/* Mutual-TLS connections over OpenSSL's libssl. The peer's certificate is judged by the same
+ * evaluator as the Trust section's functions, called from inside OpenSSL's verification: a
+ * connection and an evaluation can never disagree.
+ *
+ * Three names are kept apart on a client: the address connected to (host), the SNI sent
+ * (options.sni) and the name the server certificate is validated as (options.verify_as).
+ *
+ * Thread safety: an mtls_conn is used by one thread at a time. An mtls_listener may be accepted
+ * on from several threads. Connections made with the same identity, policy and versions share
+ * one OpenSSL context and its session cache, safely across threads.
+ *
+ * Errors say which side failed: MTLS_E_UNTRUSTED (our evaluation rejected the peer; the message
+ * lists the reasons), MTLS_E_PEER_ALERT (the peer refused us: "certificate required", "unknown
+ * CA"...; with TLS 1.3 a server's refusal of our certificate arrives on the first read),
+ * MTLS_E_NO_MATCHING_IDENTITY (automatic selection found no identity for the CA names the server
+ * asked for; the message lists them), MTLS_E_TIMEOUT, MTLS_E_CONNECT (refused, unreachable, no
+ * such host), MTLS_E_HANDSHAKE (anything else, with OpenSSL's words). */
+
+typedef struct mtls_conn mtls_conn;
+typedef struct mtls_listener mtls_listener;
+
+#define MTLS_TLS_1_2 12
+#define MTLS_TLS_1_3 13
+
+#define MTLS_CONN_OPTIONS_VERSION 1
+/* Client options. Always fill with mtls_conn_options_init first, then change fields: fields are
+ * only ever added at the end, with a new version. Pointers are borrowed for the duration of the
+ * call that takes the options (the connection keeps its own references). */
+typedef struct mtls_conn_options {
+    unsigned int version;           /* MTLS_CONN_OPTIONS_VERSION */
+    const char *sni;                /* NULL: the host when it is a DNS name, none for an IP; "": none */
+    const char *verify_as;          /* name or IP the server certificate must match; NULL: host */
+    const char *alpn;               /* protocols to offer, comma-separated ("h2,http/1.1"); NULL: none */
+    int min_tls;                    /* MTLS_TLS_1_2 (default) or MTLS_TLS_1_3 */
+    int max_tls;                    /* MTLS_TLS_1_3 (default) or MTLS_TLS_1_2 */
+    int connect_timeout_ms;         /* 0: 30 s; negative: no limit */
+    int handshake_timeout_ms;       /* 0: 30 s; negative: no limit */
+    int io_timeout_ms;              /* per read or write; 0 or negative: no limit */
+    int non_blocking;               /* 1: connect returns before the handshake; handshake, read and
+                                       write return MTLS_E_WANT_READ / MTLS_E_WANT_WRITE: poll
+                                       mtls_conn_fd and call again */
+    int no_session_resumption;      /* 1: never resume (default 0: resume sessions for the same
+                                       host, port, names, identity and policy) */
+    mtls_identity *identity;        /* the identity to present; NULL: none, or automatic below */
+    mtls_identity *const *candidates; /* with identity NULL: choose among these by the server's */
+    size_t candidate_count;         /*   CertificateRequest (CA names, validity, clientAuth, key type) */
+    mtls_policy *policy;            /* how the server is judged; NULL: system trust store, name check */
+} mtls_conn_options;
+
+/* Fill *opts with the defaults of `version` (MTLS_CONN_OPTIONS_VERSION). */
+MTLS_EXTERN int mtls_conn_options_init(mtls_conn_options *opts, unsigned int version);
+/* Connect to host (DNS name, IPv4 or IPv6 literal) and port, and complete the handshake (unless
+ * opts->non_blocking). opts may be NULL for the defaults. Free *out with mtls_conn_free. */
+MTLS_EXTERN int mtls_conn_connect(const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out);
+/* Connect the socket only; mtls_conn_handshake runs the handshake. Use this to read the
+ * evaluation and the peer chain of a handshake that failed. Free *out with mtls_conn_free. */
+MTLS_EXTERN int mtls_conn_open(const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out);
+/* Run TLS over a connected socket the caller owns (the caller closes it after mtls_conn_free;
+ * it is switched to non-blocking mode). host and port name the server for SNI, validation and
+ * the session cache. Handshakes unless opts->non_blocking. Free *out with mtls_conn_free. */
+MTLS_EXTERN int mtls_conn_wrap_fd(int fd, const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out);
+/* Run or continue the handshake (MTLS_OK once complete; later calls do nothing). */
+MTLS_EXTERN int mtls_conn_handshake(mtls_conn *conn);
+/* Read up to len bytes into buf; *n is the count, 0 when the peer closed the connection. */
+MTLS_EXTERN int mtls_conn_read(mtls_conn *conn, uint8_t *buf, size_t len, size_t *n);
+/* Write len bytes; blocking connections write them all, non-blocking ones may write part (*n). */
+MTLS_EXTERN int mtls_conn_write(mtls_conn *conn, const uint8_t *buf, size_t len, size_t *n);
+/* Send close_notify. The socket stays open until mtls_conn_free. */
+MTLS_EXTERN int mtls_conn_shutdown(mtls_conn *conn);
+/* Close (close_notify, then the socket if the connection owns it) and free. NULL is a no-op. */
+MTLS_EXTERN void mtls_conn_free(mtls_conn *conn);
+/* The socket, for poll()/epoll in non-blocking mode. Owned by the connection. */
+MTLS_EXTERN int mtls_conn_fd(const mtls_conn *conn, int *fd);
+/* The chain the peer presented, leaf first (also after a failed handshake, when our evaluation
+ * rejected it). Free with mtls_cert_list_free(*out, *count). */
+MTLS_EXTERN int mtls_conn_peer_chain(const mtls_conn *conn, mtls_cert ***out, size_t *count);
+/* Our evaluation of the peer's chain (for a resumed session: the one made when the session was
+ * established; also after a failed handshake when our evaluation rejected the peer); *out is
+ * NULL when the peer sent no certificate. Free *out with mtls_trust_result_free. */
+MTLS_EXTERN int mtls_conn_evaluation(const mtls_conn *conn, mtls_trust_result **out);
+/* The ALPN protocol agreed on; *out is NULL when none. Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_conn_alpn(const mtls_conn *conn, char **out);
+/* "TLSv1.2" or "TLSv1.3" (MTLS_E_INVALID_ARGUMENT before the handshake). Free with mtls_string_free. */
+MTLS_EXTERN int mtls_conn_tls_version(const mtls_conn *conn, char **out);
+/* *resumed = 1 when the handshake resumed an earlier session. */
+MTLS_EXTERN int mtls_conn_resumed(const mtls_conn *conn, int *resumed);
+/* The identity we presented (the chosen one, with automatic selection); *out is NULL when none.
+ * Free *out with mtls_identity_free. */
+MTLS_EXTERN int mtls_conn_presented_identity(const mtls_conn *conn, mtls_identity **out);
+
+#define MTLS_CLIENT_AUTH_NONE 0      /* do not ask clients for a certificate */
+#define MTLS_CLIENT_AUTH_OPTIONAL 1  /* ask; accept clients without one (not untrusted ones) */
+#define MTLS_CLIENT_AUTH_REQUIRE 2   /* ask, and refuse clients without one (default) */
+
+#define MTLS_LISTENER_OPTIONS_VERSION 1
+/* Server options; fill with mtls_listener_options_init first. Pointers are borrowed for the
+ * duration of mtls_listener_new (the listener keeps its own references). */
+typedef struct mtls_listener_options {
+    unsigned int version;           /* MTLS_LISTENER_OPTIONS_VERSION */
+    int client_auth;                /* MTLS_CLIENT_AUTH_* */
+    mtls_identity *identity;        /* the server's identity (required) */
+    mtls_policy *client_policy;     /* how clients are judged (no name check); its anchors, e.g. one
+                                       customer's intermediate, are the CA names sent to clients.
+                                       NULL: the system trust store */
+    const char *alpn;               /* protocols accepted, comma-separated, preferred first */
+    int min_tls, max_tls;           /* as in mtls_conn_options */
+    int handshake_timeout_ms;       /* per accepted client; 0: 30 s; negative: no limit */
+    int io_timeout_ms;              /* per read or write on accepted connections; 0: no limit */
+} mtls_listener_options;
+
+/* Fill *opts with the defaults of `version` (MTLS_LISTENER_OPTIONS_VERSION). */
+MTLS_EXTERN int mtls_listener_options_init(mtls_listener_options *opts, unsigned int version);
+/* Listen on address ("127.0.0.1", "::1"; NULL: every IPv4 address) and port (0: an ephemeral
+ * port, see mtls_listener_port). Free *out with mtls_listener_free. */
+MTLS_EXTERN int mtls_listener_new(const char *address, uint16_t port, const mtls_listener_options *opts,
+                                  mtls_listener **out);
+/* The port listened on. */
+MTLS_EXTERN int mtls_listener_port(const mtls_listener *listener, uint16_t *port);
+/* Wait up to timeout_ms (negative: forever) for a client and run its handshake. A rejected client
+ * gives an error saying why (MTLS_E_UNTRUSTED with our evaluation's reasons, or no certificate
+ * when one is required; MTLS_E_PEER_ALERT). Free *out with mtls_conn_free. */
+MTLS_EXTERN int mtls_listener_accept(mtls_listener *listener, int timeout_ms, mtls_conn **out);
+/* Stop listening and free. Accepted connections live on. NULL is a no-op. */
+MTLS_EXTERN void mtls_listener_free(mtls_listener *listener);
+
+/* Bring your own SSL_CTX: configure an OpenSSL SSL_CTX * the application owns (passed as void *,
+ * e.g. from libcurl's CURLOPT_SSL_CTX_FUNCTION) to present `identity` (NULL: none) and to judge
+ * peers with `policy` (NULL: system trust store) through libmtls's evaluator. accepts_clients 0:
+ * the context connects to servers (validated as the name set with SSL_set1_host, else the SNI);
+ * 1: it accepts clients (certificates requested, no name check). The context keeps its own
+ * references to identity and policy until it is freed; calling again replaces them. */
+MTLS_EXTERN int mtls_ssl_ctx_configure(void *ssl_ctx, const mtls_identity *identity, const mtls_policy *policy,
+                                       int accepts_clients);
+
 
 /* ======================================================================================
  * PKCS#11 tokens

@@ -16,6 +16,8 @@ struct MTLSCommand: ParsableCommand {
             LimboCommand.self,
             TokenCommand.self,
             StoreCommand.self,
+            ConnectCommand.self,
+            ServeCommand.self,
         ]
     )
 }

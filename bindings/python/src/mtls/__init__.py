@@ -6,5 +6,6 @@ from .certificate import Certificate  # noqa: F401
 from .store import Store, StoreItem, StoreKey  # noqa: F401
 from .pkcs12 import Identity, PKCS12, ChainCheck  # noqa: F401
 from .pki import IssuedCertificate  # noqa: F401
+from .trust import Policy, TrustResult, TrustReason  # noqa: F401
 
 __version__ = _lib.mtls_version().decode()

@@ -1,0 +1,336 @@
+// mtls_conn, mtls_listener, mtls_ssl_ctx_configure: mutual-TLS connections.
+import MTLS
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Mirror of `mtls_conn_options` (include/mtls.h, version 1). Field order and types match the C
+/// declaration one for one, so the layout is the same.
+struct ConnOptionsV1 {
+    var version: UInt32
+    var sni: UnsafePointer<CChar>?
+    var verifyAs: UnsafePointer<CChar>?
+    var alpn: UnsafePointer<CChar>?
+    var minTLS: Int32
+    var maxTLS: Int32
+    var connectTimeoutMS: Int32
+    var handshakeTimeoutMS: Int32
+    var ioTimeoutMS: Int32
+    var nonBlocking: Int32
+    var noSessionResumption: Int32
+    var identity: OpaquePointer?
+    var candidates: UnsafePointer<OpaquePointer?>?
+    var candidateCount: Int
+    var policy: OpaquePointer?
+}
+
+/// Mirror of `mtls_listener_options` (version 1).
+struct ListenerOptionsV1 {
+    var version: UInt32
+    var clientAuth: Int32
+    var identity: OpaquePointer?
+    var clientPolicy: OpaquePointer?
+    var alpn: UnsafePointer<CChar>?
+    var minTLS: Int32
+    var maxTLS: Int32
+    var handshakeTimeoutMS: Int32
+    var ioTimeoutMS: Int32
+}
+
+private func tlsVersion(_ v: Int32, _ name: String) throws -> TLSVersion {
+    switch v {
+    case 12: return .tls12
+    case 13: return .tls13
+    default: throw invalid("\(name) must be MTLS_TLS_1_2 (12) or MTLS_TLS_1_3 (13), not \(v)")
+    }
+}
+
+/// Milliseconds from C (0: the default, negative: no limit) to seconds.
+private func seconds(_ ms: Int32, default d: Double?) -> Double? {
+    if ms == 0 { return d }
+    if ms < 0 { return nil }
+    return Double(ms) / 1000
+}
+
+private func alpnList(_ p: UnsafePointer<CChar>?) -> [String] {
+    guard let s = optionalString(p) else { return [] }
+    return s.split(separator: ",").map { String($0).trimmingCharacters(in: " ") }.filter { !$0.isEmpty }
+}
+
+private extension String {
+    func trimmingCharacters(in set: Character) -> String {
+        var s = Substring(self)
+        while s.first == set { s = s.dropFirst() }
+        while s.last == set { s = s.dropLast() }
+        return String(s)
+    }
+}
+
+private func clientOptions(_ p: UnsafeRawPointer?) throws -> TLSClientOptions {
+    var o = TLSClientOptions()
+    guard let p else { return o }
+    let c = p.load(as: ConnOptionsV1.self)
+    guard c.version == 1 else { throw invalid("mtls_conn_options version \(c.version) is not supported (1 is); use mtls_conn_options_init") }
+    o.serverName = optionalString(c.sni)
+    o.validationName = optionalString(c.verifyAs)
+    o.alpn = alpnList(c.alpn)
+    o.minVersion = try tlsVersion(c.minTLS, "min_tls")
+    o.maxVersion = try tlsVersion(c.maxTLS, "max_tls")
+    o.connectTimeout = seconds(c.connectTimeoutMS, default: 30)
+    o.handshakeTimeout = seconds(c.handshakeTimeoutMS, default: 30)
+    o.ioTimeout = seconds(c.ioTimeoutMS, default: nil)
+    o.nonBlocking = c.nonBlocking != 0
+    o.sessionResumption = c.noSessionResumption == 0
+    if let id = c.identity {
+        o.identity = .identity(try handle(id, Identity.self, "identity"))
+    } else if c.candidateCount > 0 {
+        let list = try require(c.candidates, "candidates")
+        o.identity = .automatic(try (0..<c.candidateCount).map { try handle(list[$0], Identity.self, "candidates[\($0)]") })
+    }
+    if let policy = c.policy { o.policyHandle = try handle(policy, TrustPolicyHandle.self, "policy") }
+    return o
+}
+
+/// `int mtls_conn_options_init(mtls_conn_options *opts, unsigned int version)`
+@_cdecl("mtls_conn_options_init")
+public func mtls_conn_options_init(_ opts: UnsafeMutableRawPointer?, _ version: UInt32) -> Int32 {
+    abiCall {
+        let opts = try require(opts, "opts")
+        guard version == 1 else { throw invalid("mtls_conn_options version \(version) is not supported (1 is)") }
+        opts.storeBytes(of: ConnOptionsV1(version: 1, sni: nil, verifyAs: nil, alpn: nil, minTLS: 12, maxTLS: 13,
+                                          connectTimeoutMS: 0, handshakeTimeoutMS: 0, ioTimeoutMS: 0, nonBlocking: 0,
+                                          noSessionResumption: 0, identity: nil, candidates: nil, candidateCount: 0,
+                                          policy: nil), as: ConnOptionsV1.self)
+    }
+}
+
+/// `int mtls_conn_connect(const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out)`
+@_cdecl("mtls_conn_connect")
+public func mtls_conn_connect(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ opts: UnsafeRawPointer?,
+                              _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let conn = try TLSConnection.connect(host: try string(host, "host"), port: port, options: try clientOptions(opts))
+        out.pointee = retainHandle(conn)
+    }
+}
+
+/// `int mtls_conn_open(const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out)`
+@_cdecl("mtls_conn_open")
+public func mtls_conn_open(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ opts: UnsafeRawPointer?,
+                           _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let conn = try TLSConnection.open(host: try string(host, "host"), port: port, options: try clientOptions(opts))
+        out.pointee = retainHandle(conn)
+    }
+}
+
+/// `int mtls_conn_wrap_fd(int fd, const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out)`
+@_cdecl("mtls_conn_wrap_fd")
+public func mtls_conn_wrap_fd(_ fd: Int32, _ host: UnsafePointer<CChar>?, _ port: UInt16, _ opts: UnsafeRawPointer?,
+                              _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let conn = try TLSConnection.wrap(fileDescriptor: fd, host: try string(host, "host"), port: port,
+                                          options: try clientOptions(opts))
+        out.pointee = retainHandle(conn)
+    }
+}
+
+/// `int mtls_conn_handshake(mtls_conn *conn)`
+@_cdecl("mtls_conn_handshake")
+public func mtls_conn_handshake(_ conn: OpaquePointer?) -> Int32 {
+    abiCall { try handle(conn, TLSConnection.self, "conn").handshake() }
+}
+
+/// `int mtls_conn_read(mtls_conn *conn, uint8_t *buf, size_t len, size_t *n)`
+@_cdecl("mtls_conn_read")
+public func mtls_conn_read(_ conn: OpaquePointer?, _ buf: UnsafeMutablePointer<UInt8>?, _ len: Int,
+                           _ n: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        let c = try handle(conn, TLSConnection.self, "conn")
+        let n = try require(n, "n")
+        n.pointee = 0
+        let buf = try require(buf, "buf")
+        n.pointee = try c.read(into: UnsafeMutableRawBufferPointer(start: buf, count: len))
+    }
+}
+
+/// `int mtls_conn_write(mtls_conn *conn, const uint8_t *buf, size_t len, size_t *n)`
+@_cdecl("mtls_conn_write")
+public func mtls_conn_write(_ conn: OpaquePointer?, _ buf: UnsafePointer<UInt8>?, _ len: Int,
+                            _ n: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        let c = try handle(conn, TLSConnection.self, "conn")
+        let n = try require(n, "n")
+        n.pointee = 0
+        if len == 0 { return }
+        let buf = try require(buf, "buf")
+        n.pointee = try c.write(UnsafeRawBufferPointer(start: buf, count: len))
+    }
+}
+
+/// `int mtls_conn_shutdown(mtls_conn *conn)`
+@_cdecl("mtls_conn_shutdown")
+public func mtls_conn_shutdown(_ conn: OpaquePointer?) -> Int32 {
+    abiCall { try handle(conn, TLSConnection.self, "conn").shutdown() }
+}
+
+/// `void mtls_conn_free(mtls_conn *conn)`
+@_cdecl("mtls_conn_free")
+public func mtls_conn_free(_ conn: OpaquePointer?) {
+    guard let conn else { return }
+    (try? handle(conn, TLSConnection.self, "conn"))?.close()
+    releaseHandle(conn, TLSConnection.self)
+}
+
+/// `int mtls_conn_fd(const mtls_conn *conn, int *fd)`
+@_cdecl("mtls_conn_fd")
+public func mtls_conn_fd(_ conn: OpaquePointer?, _ fd: UnsafeMutablePointer<Int32>?) -> Int32 {
+    abiCall { try require(fd, "fd").pointee = try handle(conn, TLSConnection.self, "conn").fileDescriptor }
+}
+
+/// `int mtls_conn_peer_chain(const mtls_conn *conn, mtls_cert ***out, size_t *count)`
+@_cdecl("mtls_conn_peer_chain")
+public func mtls_conn_peer_chain(_ conn: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
+                                 _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        try require(out, "out").pointee = nil
+        try require(count, "count").pointee = 0
+        try putHandles(try handle(conn, TLSConnection.self, "conn").peerChain, out, count)
+    }
+}
+
+/// `int mtls_conn_alpn(const mtls_conn *conn, char **out)`
+@_cdecl("mtls_conn_alpn")
+public func mtls_conn_alpn(_ conn: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        let c = try handle(conn, TLSConnection.self, "conn")
+        let out = try require(out, "out")
+        out.pointee = nil
+        if let alpn = c.alpn { try putString(alpn, out) }
+    }
+}
+
+/// `int mtls_conn_tls_version(const mtls_conn *conn, char **out)`
+@_cdecl("mtls_conn_tls_version")
+public func mtls_conn_tls_version(_ conn: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        let c = try handle(conn, TLSConnection.self, "conn")
+        try require(out, "out").pointee = nil
+        guard c.isHandshakeComplete else { throw invalid("the handshake has not completed") }
+        try putString(c.tlsVersion, out)
+    }
+}
+
+/// `int mtls_conn_resumed(const mtls_conn *conn, int *resumed)`
+@_cdecl("mtls_conn_resumed")
+public func mtls_conn_resumed(_ conn: OpaquePointer?, _ resumed: UnsafeMutablePointer<Int32>?) -> Int32 {
+    abiCall { try require(resumed, "resumed").pointee = try handle(conn, TLSConnection.self, "conn").isResumed ? 1 : 0 }
+}
+
+/// `int mtls_conn_presented_identity(const mtls_conn *conn, mtls_identity **out)`
+@_cdecl("mtls_conn_presented_identity")
+public func mtls_conn_presented_identity(_ conn: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let c = try handle(conn, TLSConnection.self, "conn")
+        let out = try require(out, "out")
+        out.pointee = c.presentedIdentity.map { retainHandle($0) }
+    }
+}
+
+// MARK: listener
+
+/// `int mtls_listener_options_init(mtls_listener_options *opts, unsigned int version)`
+@_cdecl("mtls_listener_options_init")
+public func mtls_listener_options_init(_ opts: UnsafeMutableRawPointer?, _ version: UInt32) -> Int32 {
+    abiCall {
+        let opts = try require(opts, "opts")
+        guard version == 1 else { throw invalid("mtls_listener_options version \(version) is not supported (1 is)") }
+        opts.storeBytes(of: ListenerOptionsV1(version: 1, clientAuth: 2, identity: nil, clientPolicy: nil, alpn: nil,
+                                              minTLS: 12, maxTLS: 13, handshakeTimeoutMS: 0, ioTimeoutMS: 0),
+                        as: ListenerOptionsV1.self)
+    }
+}
+
+/// `int mtls_listener_new(const char *address, uint16_t port, const mtls_listener_options *opts, mtls_listener **out)`
+@_cdecl("mtls_listener_new")
+public func mtls_listener_new(_ address: UnsafePointer<CChar>?, _ port: UInt16, _ opts: UnsafeRawPointer?,
+                              _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let c = try require(opts, "opts").load(as: ListenerOptionsV1.self)
+        guard c.version == 1 else { throw invalid("mtls_listener_options version \(c.version) is not supported (1 is)") }
+        var o = TLSServerOptions(identity: try handle(c.identity, Identity.self, "opts->identity"))
+        guard let auth = ClientAuthentication(rawValue: Int(c.clientAuth)) else {
+            throw invalid("client_auth must be MTLS_CLIENT_AUTH_NONE, _OPTIONAL or _REQUIRE, not \(c.clientAuth)")
+        }
+        o.clientAuthentication = auth
+        if let p = c.clientPolicy { o.clientPolicyHandle = try handle(p, TrustPolicyHandle.self, "opts->client_policy") }
+        o.alpn = alpnList(c.alpn)
+        o.minVersion = try tlsVersion(c.minTLS, "min_tls")
+        o.maxVersion = try tlsVersion(c.maxTLS, "max_tls")
+        o.handshakeTimeout = seconds(c.handshakeTimeoutMS, default: 30)
+        o.ioTimeout = seconds(c.ioTimeoutMS, default: nil)
+        out.pointee = retainHandle(try TLSListener(address: optionalString(address), port: port, options: o))
+    }
+}
+
+/// `int mtls_listener_port(const mtls_listener *listener, uint16_t *port)`
+@_cdecl("mtls_listener_port")
+public func mtls_listener_port(_ listener: OpaquePointer?, _ port: UnsafeMutablePointer<UInt16>?) -> Int32 {
+    abiCall { try require(port, "port").pointee = try handle(listener, TLSListener.self, "listener").port }
+}
+
+/// `int mtls_listener_accept(mtls_listener *listener, int timeout_ms, mtls_conn **out)`
+@_cdecl("mtls_listener_accept")
+public func mtls_listener_accept(_ listener: OpaquePointer?, _ timeoutMS: Int32, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let l = try handle(listener, TLSListener.self, "listener")
+        let out = try require(out, "out")
+        out.pointee = nil
+        out.pointee = retainHandle(try l.accept(timeout: timeoutMS < 0 ? nil : Double(timeoutMS) / 1000))
+    }
+}
+
+/// `void mtls_listener_free(mtls_listener *listener)`
+@_cdecl("mtls_listener_free")
+public func mtls_listener_free(_ listener: OpaquePointer?) {
+    guard let listener else { return }
+    (try? handle(listener, TLSListener.self, "listener"))?.close()
+    releaseHandle(listener, TLSListener.self)
+}
+
+// MARK: bring your own SSL_CTX
+
+/// `int mtls_ssl_ctx_configure(void *ssl_ctx, const mtls_identity *identity, const mtls_policy *policy, int accepts_clients)`
+@_cdecl("mtls_ssl_ctx_configure")
+public func mtls_ssl_ctx_configure(_ sslCtx: UnsafeMutableRawPointer?, _ identity: OpaquePointer?, _ policy: OpaquePointer?,
+                                   _ acceptsClients: Int32) -> Int32 {
+    abiCall {
+        let ctx = try require(sslCtx, "ssl_ctx")
+        let id = try identity.map { try handle($0, Identity.self, "identity") }
+        let purpose: TrustPurpose = acceptsClients != 0 ? .clientAuth : .serverAuth
+        if let policy {
+            try SSLContextConfiguration.configure(sslContext: ctx, identity: id,
+                                                  policyHandle: try handle(policy, TrustPolicyHandle.self, "policy"), purpose: purpose)
+        } else {
+            try SSLContextConfiguration.configure(sslContext: ctx, identity: id, policy: nil, purpose: purpose)
+        }
+    }
+}
+
+/// `int mtls_conn_evaluation(const mtls_conn *conn, mtls_trust_result **out)`
+@_cdecl("mtls_conn_evaluation")
+public func mtls_conn_evaluation(_ conn: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let c = try handle(conn, TLSConnection.self, "conn")
+        let out = try require(out, "out")
+        out.pointee = c.evaluation.map { retainHandle(TrustResultBox($0)) }
+    }
+}

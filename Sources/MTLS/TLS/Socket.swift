@@ -1,0 +1,185 @@
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A point in time on the monotonic clock after which an operation gives up.
+struct Deadline {
+    private let end: Double?
+
+    /// No deadline when `seconds` is nil or not positive.
+    init(seconds: Double?) {
+        if let seconds, seconds > 0 { end = Deadline.now() + seconds } else { end = nil }
+    }
+
+    static func now() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+
+    /// Milliseconds left for poll(2): -1 for no deadline, 0 once expired.
+    var pollTimeout: Int32 {
+        guard let end else { return -1 }
+        let left = end - Deadline.now()
+        return left <= 0 ? 0 : Int32(min(left * 1000 + 1, Double(Int32.max)))
+    }
+}
+
+/// Plain TCP sockets under the TLS layer: resolve, connect with a timeout, listen, wait.
+enum Socket {
+    /// Resolves `host` (a DNS name or an IPv4/IPv6 literal, with or without brackets) and connects
+    /// to the first address that answers. The socket is returned non-blocking.
+    static func connect(host: String, port: UInt16, deadline: Deadline) throws -> Int32 {
+        let name = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_flags = AI_ADDRCONFIG | AI_NUMERICSERV
+        var list: UnsafeMutablePointer<addrinfo>? = nil
+        let rc = getaddrinfo(name, String(port), &hints, &list)
+        if rc != 0 {
+            // AI_ADDRCONFIG hides loopback-only families on hosts without a configured address.
+            hints.ai_flags = AI_NUMERICSERV
+            let rc2 = getaddrinfo(name, String(port), &hints, &list)
+            guard rc2 == 0 else {
+                throw MTLSError(.connect, "cannot resolve \(name): \(String(cString: gai_strerror(rc2)))")
+            }
+        }
+        defer { freeaddrinfo(list) }
+        var lastError = "no address"
+        var timedOut = false
+        var ai = list
+        while let a = ai {
+            defer { ai = a.pointee.ai_next }
+            let fd = socket(a.pointee.ai_family, a.pointee.ai_socktype | Int32(SOCK_CLOEXEC.rawValue), a.pointee.ai_protocol)
+            guard fd >= 0 else { lastError = String(cString: strerror(errno)); continue }
+            setNonBlocking(fd, true)
+            setNoDelay(fd)
+            let address = describe(a.pointee.ai_addr, a.pointee.ai_addrlen)
+            if Glibc.connect(fd, a.pointee.ai_addr, a.pointee.ai_addrlen) == 0 { return fd }
+            if errno != EINPROGRESS {
+                lastError = "\(address): \(String(cString: strerror(errno)))"
+                close(fd); continue
+            }
+            var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+            let n = poll(&p, 1, deadline.pollTimeout)
+            if n == 0 {
+                lastError = "\(address): no answer"; timedOut = true
+                close(fd); continue
+            }
+            var soError: Int32 = 0
+            var len = socklen_t(MemoryLayout<Int32>.size)
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &soError, &len)
+            if n < 0 || soError != 0 {
+                lastError = "\(address): \(String(cString: strerror(n < 0 ? errno : soError)))"
+                close(fd); continue
+            }
+            return fd
+        }
+        if timedOut { throw MTLSError(.timeout, "connecting to \(host) port \(port) timed out (\(lastError))") }
+        throw MTLSError(.connect, "cannot connect to \(host) port \(port): \(lastError)")
+    }
+
+    /// Binds and listens on `address` ("" or nil for every IPv4 address, "::" for IPv6) and
+    /// `port` (0 picks a free port). Returns the socket and the bound port.
+    static func listen(address: String?, port: UInt16, backlog: Int32 = 128) throws -> (Int32, UInt16) {
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV
+        var list: UnsafeMutablePointer<addrinfo>? = nil
+        let host = (address?.isEmpty ?? true) ? "0.0.0.0" : address!
+        let rc = getaddrinfo(host, String(port), &hints, &list)
+        guard rc == 0, let a = list else {
+            throw MTLSError(.connect, "cannot resolve listen address \(host): \(String(cString: gai_strerror(rc)))")
+        }
+        defer { freeaddrinfo(list) }
+        let fd = socket(a.pointee.ai_family, a.pointee.ai_socktype | Int32(SOCK_CLOEXEC.rawValue), a.pointee.ai_protocol)
+        guard fd >= 0 else { throw MTLSError(.io, "socket: \(String(cString: strerror(errno)))") }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        guard bind(fd, a.pointee.ai_addr, a.pointee.ai_addrlen) == 0 else {
+            let e = errno; close(fd)
+            throw MTLSError(.connect, "cannot bind \(host) port \(port): \(String(cString: strerror(e)))")
+        }
+        guard Glibc.listen(fd, backlog) == 0 else {
+            let e = errno; close(fd)
+            throw MTLSError(.connect, "cannot listen on \(host) port \(port): \(String(cString: strerror(e)))")
+        }
+        var storage = sockaddr_storage()
+        var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let bound = withUnsafeMutablePointer(to: &storage) { p -> UInt16 in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+            if p.pointee.ss_family == sa_family_t(AF_INET6) {
+                return p.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) }
+            }
+            return p.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) }
+        }
+        return (fd, bound)
+    }
+
+    /// Accepts one connection, waiting up to the deadline. Returns the socket and the peer's
+    /// address as text.
+    static func accept(_ listener: Int32, deadline: Deadline) throws -> (Int32, String) {
+        while true {
+            var storage = sockaddr_storage()
+            var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let fd = withUnsafeMutablePointer(to: &storage) { p in
+                p.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.accept(listener, $0, &len) }
+            }
+            if fd >= 0 {
+                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+                setNoDelay(fd)
+                let text = withUnsafePointer(to: &storage) { p in
+                    p.withMemoryRebound(to: sockaddr.self, capacity: 1) { describe($0, len) }
+                }
+                return (fd, text)
+            }
+            switch errno {
+            case EINTR, ECONNABORTED: continue
+            case EAGAIN: try wait(listener, forWriting: false, deadline: deadline, what: "accept")
+            default: throw MTLSError(.io, "accept: \(String(cString: strerror(errno)))")
+            }
+        }
+    }
+
+    /// Waits until `fd` is readable (or writable), or throws ``MTLSError/Code/timeout``.
+    static func wait(_ fd: Int32, forWriting: Bool, deadline: Deadline, what: String) throws {
+        var p = pollfd(fd: fd, events: Int16(forWriting ? POLLOUT : POLLIN), revents: 0)
+        while true {
+            let n = poll(&p, 1, deadline.pollTimeout)
+            if n > 0 { return }
+            if n == 0 { throw MTLSError(.timeout, "\(what) timed out") }
+            if errno != EINTR { throw MTLSError(.io, "poll: \(String(cString: strerror(errno)))") }
+        }
+    }
+
+    static func setNonBlocking(_ fd: Int32, _ on: Bool) {
+        let flags = fcntl(fd, F_GETFL)
+        _ = fcntl(fd, F_SETFL, on ? flags | O_NONBLOCK : flags & ~O_NONBLOCK)
+    }
+
+    static func isNonBlocking(_ fd: Int32) -> Bool { (fcntl(fd, F_GETFL) & O_NONBLOCK) != 0 }
+
+    static func setNoDelay(_ fd: Int32) {
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    /// "127.0.0.1:443" or "[::1]:443".
+    static func describe(_ sa: UnsafePointer<sockaddr>?, _ len: socklen_t) -> String {
+        guard let sa else { return "?" }
+        var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
+        var serv = [CChar](repeating: 0, count: Int(NI_MAXSERV))
+        guard getnameinfo(sa, len, &host, socklen_t(host.count), &serv, socklen_t(serv.count),
+                          NI_NUMERICHOST | NI_NUMERICSERV) == 0 else { return "?" }
+        let h = String(cString: host)
+        return h.contains(":") ? "[\(h)]:\(String(cString: serv))" : "\(h):\(String(cString: serv))"
+    }
+
+    /// Whether `host` is an IPv4 or IPv6 literal (brackets allowed).
+    static func isIPLiteral(_ host: String) -> Bool {
+        let name = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        var buf = [UInt8](repeating: 0, count: 16)
+        return inet_pton(AF_INET, name, &buf) == 1 || inet_pton(AF_INET6, name, &buf) == 1
+    }
+}

@@ -1,0 +1,408 @@
+internal import COpenSSL
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One mutual-TLS connection, client or server side, over OpenSSL's libssl.
+///
+/// Used by one thread at a time. Blocking by default, each step bounded by the options'
+/// timeouts; in non-blocking mode, ``handshake()``, ``read(into:)`` and ``write(_:)`` throw
+/// ``MTLSError/Code/wantRead`` or ``MTLSError/Code/wantWrite``: wait for ``fileDescriptor`` to
+/// be readable or writable and call again.
+public final class TLSConnection: @unchecked Sendable {
+    let ssl: OpaquePointer
+    let context: TLSContext
+    let state: TLSHandshakeState
+    /// The socket under the connection.
+    public let fileDescriptor: Int32
+    private let ownsFileDescriptor: Bool
+    /// True on the accepting side.
+    public let isServer: Bool
+    /// The host connected to (client) or the client's address (server).
+    public let peerAddress: String
+    private let nonBlocking: Bool
+    private let handshakeTimeout: Double?
+    private let ioTimeout: Double?
+    private var handshakeDeadline: Deadline?
+    private var closed = false
+    /// Whether the handshake has finished.
+    public private(set) var isHandshakeComplete = false
+
+    // MARK: making connections
+
+    /// Connects to `host` (a DNS name or an IPv4/IPv6 literal) on `port` and, unless
+    /// `options.nonBlocking`, completes the handshake.
+    ///
+    /// Errors: ``MTLSError/Code/connect`` (refused, unreachable, no such host),
+    /// ``MTLSError/Code/timeout``, ``MTLSError/Code/untrusted`` (our evaluation of the server
+    /// failed; the message has its reasons and ``evaluation`` on the error's connection is not
+    /// available, so they are spelled out), ``MTLSError/Code/peerAlert`` (the server refused us,
+    /// with its alert), ``MTLSError/Code/noMatchingIdentity``, ``MTLSError/Code/handshake``.
+    public static func connect(host: String, port: UInt16, options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
+        let conn = try open(host: host, port: port, options: options)
+        if !options.nonBlocking { try conn.handshake() }
+        return conn
+    }
+
+    /// Connects the socket and prepares TLS without starting the handshake; ``handshake()``
+    /// runs it. Lets the caller read ``evaluation`` and ``peerChain`` when the handshake fails.
+    public static func open(host: String, port: UInt16, options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
+        guard !host.isEmpty else { throw MTLSError(.invalidArgument, "host must not be empty") }
+        let fd = try Socket.connect(host: host, port: port, deadline: Deadline(seconds: options.connectTimeout))
+        let conn: TLSConnection
+        do {
+            conn = try TLSConnection(clientFD: fd, owned: true, host: host, port: port, options: options)
+        } catch {
+            Glibc.close(fd)
+            throw error
+        }
+        return conn
+    }
+
+    /// Runs TLS over a connected socket the caller owns (the caller closes it after this
+    /// connection is closed). `host` and `port` name the server for SNI, validation and the
+    /// session cache. The socket is switched to non-blocking mode.
+    public static func wrap(fileDescriptor fd: Int32, host: String, port: UInt16 = 0,
+                            options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
+        guard fd >= 0 else { throw MTLSError(.invalidArgument, "file descriptor \(fd) is not valid") }
+        let conn = try TLSConnection(clientFD: fd, owned: false, host: host, port: port, options: options)
+        if !options.nonBlocking { try conn.handshake() }
+        return conn
+    }
+
+    private init(clientFD fd: Int32, owned: Bool, host: String, port: UInt16, options: TLSClientOptions) throws {
+        context = try TLSContext.sharedClient(options)
+        guard let ssl = SSL_new(context.ctx) else { throw MTLSError.openSSL(.noMemory, "cannot create a TLS connection") }
+        self.ssl = ssl
+        fileDescriptor = fd
+        ownsFileDescriptor = owned
+        isServer = false
+        peerAddress = host
+        nonBlocking = options.nonBlocking
+        handshakeTimeout = options.handshakeTimeout
+        ioTimeout = options.ioTimeout
+        state = TLSHandshakeState()
+        state.attach(to: ssl)
+        let bareHost = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        state.validationName = options.validationName ?? bareHost
+        if case .identity(let id) = options.identity { state.presentedIdentity = id }
+        Socket.setNonBlocking(fd, true)
+        guard SSL_set_fd(ssl, fd) == 1 else { throw MTLSError.openSSL(.internal, "cannot attach the socket") }
+        _ = mtls_ossl_SSL_set_mode(ssl, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
+        let sni: String? = options.serverName.map { $0.isEmpty ? nil : $0 } ?? (Socket.isIPLiteral(bareHost) ? nil : bareHost)
+        if let sni, mtls_ossl_SSL_set_tlsext_host_name(ssl, sni) != 1 {
+            throw MTLSError.openSSL(.invalidArgument, "cannot send \"\(sni)\" as the server name")
+        }
+        if !options.alpn.isEmpty {
+            let wire = try ALPN.wire(options.alpn)
+            guard SSL_set_alpn_protos(ssl, wire, UInt32(wire.count)) == 0 else {
+                throw MTLSError.openSSL(.invalidArgument, "cannot set ALPN protocols")
+            }
+        }
+        if options.sessionResumption {
+            let key = "\(bareHost)|\(port)|\(sni ?? "")|\(state.validationName ?? "")"
+            state.sessionCache = context.sessions
+            state.sessionKey = key
+            let stamp = SessionCache.stamp(context.config.policy.current)
+            state.policyStamp = stamp
+            if let (session, _) = context.sessions.lookup(key, policy: stamp) {
+                _ = SSL_set_session(ssl, session)
+                SSL_SESSION_free(session)
+            }
+        }
+        SSL_set_connect_state(ssl)
+    }
+
+    /// The server side of an accepted socket (owned by the connection).
+    init(serverFD fd: Int32, peer: String, context: TLSContext, options: TLSServerOptions) throws {
+        self.context = context
+        guard let ssl = SSL_new(context.ctx) else { throw MTLSError.openSSL(.noMemory, "cannot create a TLS connection") }
+        self.ssl = ssl
+        fileDescriptor = fd
+        ownsFileDescriptor = true
+        isServer = true
+        peerAddress = peer
+        nonBlocking = false
+        handshakeTimeout = options.handshakeTimeout
+        ioTimeout = options.ioTimeout
+        state = TLSHandshakeState()
+        state.attach(to: ssl)
+        state.validationName = nil // clients are not name-checked
+        state.presentedIdentity = options.identity
+        Socket.setNonBlocking(fd, true)
+        guard SSL_set_fd(ssl, fd) == 1 else { throw MTLSError.openSSL(.internal, "cannot attach the socket") }
+        _ = mtls_ossl_SSL_set_mode(ssl, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
+        SSL_set_accept_state(ssl)
+    }
+
+    deinit {
+        SSL_free(ssl)
+        if ownsFileDescriptor, !closed { Glibc.close(fileDescriptor) }
+    }
+
+    // MARK: handshake
+
+    /// Runs (or, in non-blocking mode, continues) the handshake. Does nothing once complete.
+    public func handshake() throws {
+        if isHandshakeComplete { return }
+        try ensureOpen()
+        if handshakeDeadline == nil { handshakeDeadline = Deadline(seconds: handshakeTimeout) }
+        while true {
+            OpenSSLErrorQueue.clear()
+            let r = SSL_do_handshake(ssl)
+            if r == 1 { break }
+            let err = SSL_get_error(ssl, r)
+            switch err {
+            case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
+                let writing = err == SSL_ERROR_WANT_WRITE
+                if nonBlocking {
+                    throw MTLSError(writing ? .wantWrite : .wantRead, "the handshake is waiting for the socket")
+                }
+                do {
+                    try Socket.wait(fileDescriptor, forWriting: writing, deadline: handshakeDeadline!, what: "TLS handshake with \(peerAddress)")
+                } catch let e as MTLSError where e.code == .timeout {
+                    if let key = state.sessionKey { state.sessionCache?.remove(key) }
+                    throw e
+                }
+            default:
+                let e = handshakeError(err)
+                // A failed handshake must not resume later without a fresh evaluation.
+                if let key = state.sessionKey { state.sessionCache?.remove(key) }
+                throw e
+            }
+        }
+        isHandshakeComplete = true
+        if SSL_session_reused(ssl) == 1, let key = state.sessionKey, let stamp = state.policyStamp,
+           let (s, evaluation) = context.sessions.lookup(key, policy: stamp) {
+            SSL_SESSION_free(s)
+            state.evaluation = evaluation
+        }
+    }
+
+    private var peerRole: String { isServer ? "client" : "server" }
+
+    /// Says which side failed and why.
+    private func handshakeError(_ err: Int32) -> MTLSError {
+        if let names = state.unmatchedCANames {
+            OpenSSLErrorQueue.clear()
+            let list = names.isEmpty ? "(no CA names)" : names.map { "\"\($0)\"" }.joined(separator: ", ")
+            return MTLSError(.noMatchingIdentity, "no identity matches the server's certificate request; it accepts certificates from: \(list)")
+        }
+        if let evaluation = state.evaluation, !evaluation.trusted {
+            OpenSSLErrorQueue.clear()
+            return MTLSError(.untrusted, "our evaluation rejected the \(peerRole)'s certificate: \(TLSConnection.describe(evaluation))")
+        }
+        if let alert = state.receivedAlert {
+            OpenSSLErrorQueue.clear()
+            return MTLSError(.peerAlert, "the \(peerRole) refused the handshake with alert \"\(alert)\"")
+        }
+        if isServer, state.sentAlert != nil, SSL_get0_peer_certificate(ssl) == nil,
+           (SSL_get_verify_mode(ssl) & SSL_VERIFY_FAIL_IF_NO_PEER_CERT) != 0 {
+            OpenSSLErrorQueue.clear()
+            return MTLSError(.untrusted, "the client presented no certificate, and one is required")
+        }
+        if err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN {
+            let stack = OpenSSLErrorQueue.drain()
+            return MTLSError(.handshake, "the \(peerRole) closed the connection during the TLS handshake" + (stack.isEmpty ? "" : ": " + stack.joined(separator: "; ")))
+        }
+        let sent = state.sentAlert.map { " (we sent alert \"\($0)\")" } ?? ""
+        return MTLSError.openSSL(.handshake, "TLS handshake with \(peerAddress) failed\(sent)")
+    }
+
+    /// One line listing an evaluation's reasons.
+    static func describe(_ result: TrustResult) -> String {
+        if result.reasons.isEmpty { return result.trusted ? "trusted" : "not trusted" }
+        return result.reasons.map { r in "\(r.message) [\(r.code)" + (r.certIndex.map { ", certificate \($0)" } ?? "") + "]" }.joined(separator: "; ")
+    }
+
+    // MARK: I/O
+
+    private func ensureOpen() throws {
+        if closed { throw MTLSError(.closed, "the connection is closed") }
+    }
+
+    /// Reads up to `buffer.count` bytes; returns 0 when the peer closed the connection.
+    public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        try read(into: buffer, deadline: Deadline(seconds: ioTimeout))
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer, deadline: Deadline) throws -> Int {
+        try handshake()
+        guard buffer.count > 0 else { return 0 }
+        while true {
+            OpenSSLErrorQueue.clear()
+            var n = 0
+            let r = SSL_read_ex(ssl, buffer.baseAddress, buffer.count, &n)
+            if r == 1 { return n }
+            let err = SSL_get_error(ssl, r)
+            switch err {
+            case SSL_ERROR_ZERO_RETURN:
+                return 0
+            case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
+                let writing = err == SSL_ERROR_WANT_WRITE
+                if nonBlocking { throw MTLSError(writing ? .wantWrite : .wantRead, "the read is waiting for the socket") }
+                try Socket.wait(fileDescriptor, forWriting: writing, deadline: deadline, what: "reading from \(peerAddress)")
+            default:
+                throw ioError(err, "reading from")
+            }
+        }
+    }
+
+    /// Reads up to `maxLength` bytes (empty when the peer closed the connection).
+    /// `timeout` (seconds) overrides the options' I/O timeout for this call.
+    public func read(maxLength: Int = 16384, timeout: Double? = nil) throws -> [UInt8] {
+        var buf = [UInt8](repeating: 0, count: max(maxLength, 1))
+        let deadline = Deadline(seconds: timeout ?? ioTimeout)
+        let n = try buf.withUnsafeMutableBytes { try read(into: $0, deadline: deadline) }
+        return Array(buf[0..<n])
+    }
+
+    /// Writes bytes. Blocking mode writes them all and returns the count; non-blocking mode
+    /// may write part and returns how much.
+    @discardableResult
+    public func write(_ bytes: UnsafeRawBufferPointer) throws -> Int {
+        try handshake()
+        let deadline = Deadline(seconds: ioTimeout)
+        var off = 0
+        while off < bytes.count {
+            OpenSSLErrorQueue.clear()
+            var n = 0
+            let r = SSL_write_ex(ssl, bytes.baseAddress! + off, bytes.count - off, &n)
+            if r == 1 {
+                off += n
+                if nonBlocking { return off }
+                continue
+            }
+            let err = SSL_get_error(ssl, r)
+            switch err {
+            case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
+                let writing = err == SSL_ERROR_WANT_WRITE
+                if nonBlocking {
+                    if off > 0 { return off }
+                    throw MTLSError(writing ? .wantWrite : .wantRead, "the write is waiting for the socket")
+                }
+                try Socket.wait(fileDescriptor, forWriting: writing, deadline: deadline, what: "writing to \(peerAddress)")
+            default:
+                throw ioError(err, "writing to")
+            }
+        }
+        return off
+    }
+
+    /// Writes bytes (see ``write(_:)-(UnsafeRawBufferPointer)``).
+    @discardableResult
+    public func write(_ bytes: [UInt8]) throws -> Int {
+        try bytes.withUnsafeBytes { try write($0) }
+    }
+
+    private func ioError(_ err: Int32, _ verb: String) -> MTLSError {
+        if let alert = state.receivedAlert {
+            OpenSSLErrorQueue.clear()
+            // TLS 1.3: a server that rejects our certificate says so after our handshake ended.
+            return MTLSError(.peerAlert, "the \(peerRole) closed the connection with alert \"\(alert)\"")
+        }
+        if err == SSL_ERROR_SYSCALL {
+            let e = errno
+            OpenSSLErrorQueue.clear()
+            if e == EPIPE || e == ECONNRESET { return MTLSError(.closed, "the \(peerRole) reset the connection") }
+            return MTLSError(.io, "\(verb) \(peerAddress): \(String(cString: strerror(e)))")
+        }
+        return MTLSError.openSSL(.io, "\(verb) \(peerAddress) failed")
+    }
+
+    /// Sends close_notify (once); the socket stays open until ``close()``.
+    public func shutdown() throws {
+        guard !closed, isHandshakeComplete else { return }
+        OpenSSLErrorQueue.clear()
+        let r = SSL_shutdown(ssl)
+        if r < 0 {
+            let err = SSL_get_error(ssl, r)
+            if nonBlocking, err == SSL_ERROR_WANT_WRITE { throw MTLSError(.wantWrite, "shutdown is waiting for the socket") }
+            OpenSSLErrorQueue.clear()
+        }
+    }
+
+    /// Sends close_notify if possible and closes the socket (if the connection owns it).
+    public func close() {
+        guard !closed else { return }
+        if isHandshakeComplete { _ = SSL_shutdown(ssl) }
+        OpenSSLErrorQueue.clear()
+        closed = true
+        if ownsFileDescriptor { Glibc.close(fileDescriptor) }
+    }
+
+    /// Closes after a failed handshake without losing the alert we sent: a close with unread
+    /// input makes the kernel send a reset, which can discard the alert before the peer reads
+    /// it. So: stop writing, drain what the peer still sends (briefly), then close.
+    func closeAfterRejecting() {
+        guard !closed else { return }
+        closed = true
+        OpenSSLErrorQueue.clear()
+        guard ownsFileDescriptor else { return }
+        Glibc.shutdown(fileDescriptor, Int32(SHUT_WR))
+        let deadline = Deadline(seconds: 0.5)
+        var buf = [UInt8](repeating: 0, count: 4096)
+        while (try? Socket.wait(fileDescriptor, forWriting: false, deadline: deadline, what: "drain")) != nil {
+            let n = buf.withUnsafeMutableBytes { Glibc.read(fileDescriptor, $0.baseAddress, $0.count) }
+            if n <= 0, !(n < 0 && (errno == EAGAIN || errno == EINTR)) { break }
+        }
+        Glibc.close(fileDescriptor)
+    }
+
+    // MARK: what was negotiated
+
+    /// The peer's certificate, if it sent one.
+    public var peerCertificate: Certificate? {
+        guard let x = SSL_get0_peer_certificate(ssl) else { return nil }
+        return try? Certificate(borrowing: x)
+    }
+
+    /// The chain the peer presented, leaf first, as sent.
+    public var peerChain: [Certificate] {
+        if SSL_get0_peer_certificate(ssl) == nil { return state.presentedChain }
+        var out: [Certificate] = []
+        if let leaf = peerCertificate { out.append(leaf) }
+        if let sk = SSL_get_peer_cert_chain(ssl) {
+            for i in 0..<mtls_ossl_sk_X509_num(sk) {
+                guard let x = mtls_ossl_sk_X509_value(sk, i), let c = try? Certificate(borrowing: x) else { continue }
+                if out.first != c { out.append(c) }
+            }
+        }
+        return out
+    }
+
+    /// Our evaluation of the peer's chain (for a resumed session, the one made when the session
+    /// was established). Nil when the peer sent no certificate.
+    public var evaluation: TrustResult? { state.evaluation }
+
+    /// The ALPN protocol agreed on, if any.
+    public var alpn: String? {
+        var p: UnsafePointer<UInt8>? = nil
+        var n: UInt32 = 0
+        SSL_get0_alpn_selected(ssl, &p, &n)
+        guard let p, n > 0 else { return nil }
+        return String(decoding: UnsafeBufferPointer(start: p, count: Int(n)), as: UTF8.self)
+    }
+
+    /// "TLSv1.2" or "TLSv1.3".
+    public var tlsVersion: String { String(cString: SSL_get_version(ssl)) }
+
+    /// The negotiated cipher suite's name.
+    public var cipherSuite: String? {
+        guard let c = SSL_get_current_cipher(ssl) else { return nil }
+        return String(cString: SSL_CIPHER_get_name(c))
+    }
+
+    /// Whether the handshake resumed an earlier session.
+    public var isResumed: Bool { SSL_session_reused(ssl) == 1 }
+
+    /// The identity we presented (for automatic selection, the one chosen), if any.
+    public var presentedIdentity: Identity? {
+        if !isServer, SSL_get_certificate(ssl) == nil { return nil }
+        return state.presentedIdentity
+    }
+
+    /// The alert the peer sent, if any ("certificate required").
+    public var receivedAlert: String? { state.receivedAlert }
+}

@@ -1,0 +1,79 @@
+internal import COpenSSL
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A TLS server socket: listens on an address and port and accepts clients with the server's
+/// identity and its client policy. ``accept(timeout:)`` may be called from several threads.
+public final class TLSListener: @unchecked Sendable {
+    /// The port listened on (the one the system picked when 0 was asked for).
+    public let port: UInt16
+    /// The listening socket.
+    public let fileDescriptor: Int32
+    let context: TLSContext
+    let options: TLSServerOptions
+    private var closed = false
+    private let lock = Lock()
+
+    /// Listens on `address` (nil: every IPv4 address; "127.0.0.1", "::1"...) and `port` (0 for
+    /// an ephemeral port).
+    public init(address: String? = nil, port: UInt16 = 0, options: TLSServerOptions) throws {
+        context = try TLSContext.server(options)
+        self.options = options
+        (fileDescriptor, self.port) = try Socket.listen(address: address, port: port)
+        Socket.setNonBlocking(fileDescriptor, true)
+    }
+
+    deinit { close() }
+
+    /// Waits for a client (up to `timeout` seconds; nil waits forever) and runs the handshake.
+    /// Throws when the client is rejected — the error says why (``MTLSError/Code/untrusted``
+    /// with our evaluation's reasons, no certificate when one is required, the client's alert).
+    public func accept(timeout: Double? = nil) throws -> TLSConnection {
+        let (fd, peer) = try Socket.accept(fileDescriptor, deadline: Deadline(seconds: timeout))
+        let conn: TLSConnection
+        do {
+            conn = try TLSConnection(serverFD: fd, peer: peer, context: context, options: options)
+        } catch {
+            Glibc.close(fd)
+            throw error
+        }
+        do {
+            try conn.handshake()
+        } catch let e as MTLSError {
+            conn.closeAfterRejecting()
+            throw MTLSError(e.code, "client \(peer): \(e.message)")
+        }
+        return conn
+    }
+
+    /// Stops listening.
+    public func close() {
+        lock.withLock {
+            guard !closed else { return }
+            closed = true
+            Glibc.close(fileDescriptor)
+        }
+    }
+}
+
+/// Configuring an OpenSSL `SSL_CTX` that belongs to the application (or to libcurl, through
+/// `CURLOPT_SSL_CTX_FUNCTION`).
+public enum SSLContextConfiguration {
+    /// Makes `sslContext` (an `SSL_CTX *`) present `identity` and judge its peers with `policy`
+    /// through libmtls's evaluator. `purpose` is `.serverAuth` for a context that connects to
+    /// servers, `.clientAuth` for one that accepts clients. The validation name is the one the
+    /// application set on each `SSL` (`SSL_set1_host`), else its SNI.
+    public static func configure(sslContext: UnsafeMutableRawPointer, identity: Identity?, policy: TrustPolicy?,
+                                 purpose: TrustPurpose = .serverAuth) throws {
+        try TLSContext.configure(sslContext: OpaquePointer(sslContext), identity: identity,
+                                 policy: policy.map { TrustPolicyHandle($0) }, purpose: purpose)
+    }
+
+    /// Same, with a replaceable policy: each handshake uses the policy in force when it runs.
+    public static func configure(sslContext: UnsafeMutableRawPointer, identity: Identity?, policyHandle: TrustPolicyHandle,
+                                 purpose: TrustPurpose = .serverAuth) throws {
+        try TLSContext.configure(sslContext: OpaquePointer(sslContext), identity: identity, policy: policyHandle, purpose: purpose)
+    }
+}

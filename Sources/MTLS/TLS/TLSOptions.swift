@@ -1,0 +1,126 @@
+import FoundationEssentials
+
+/// A TLS protocol version libmtls speaks.
+public enum TLSVersion: Int, Sendable, Comparable, CustomStringConvertible {
+    case tls12 = 12
+    case tls13 = 13
+
+    /// OpenSSL's name for the version ("TLSv1.2", "TLSv1.3").
+    public var description: String { self == .tls12 ? "TLSv1.2" : "TLSv1.3" }
+
+    public static func < (a: TLSVersion, b: TLSVersion) -> Bool { a.rawValue < b.rawValue }
+}
+
+/// Which client certificate to present.
+public enum ClientIdentity: @unchecked Sendable {
+    /// Present no certificate.
+    case none
+    /// Always present this identity.
+    case identity(Identity)
+    /// Choose among these identities by the server's CertificateRequest: the first one whose
+    /// chain reaches a CA name the server listed, that is currently valid, allows clientAuth and
+    /// whose key can make a signature the server accepts. When none fits, the handshake stops
+    /// with ``MTLSError/Code/noMatchingIdentity`` naming the CAs the server asked for.
+    case automatic([Identity])
+}
+
+/// How a TLS client connects: names, versions, ALPN, timeouts, identity and trust.
+///
+/// Three names are kept apart: the address connected to (the `host` given to
+/// ``TLSConnection/connect(host:port:options:)``), the SNI sent (``serverName``) and the name the
+/// server certificate is validated as (``validationName``).
+public struct TLSClientOptions: @unchecked Sendable {
+    /// SNI to send. `nil` (the default) sends the host when it is a DNS name and nothing when it
+    /// is an IP address; `""` sends none.
+    public var serverName: String?
+    /// The name or IP the server's certificate must match; `nil` means the host connected to.
+    /// The policy's host rules (`verify-as`) apply on top of this name.
+    public var validationName: String?
+    /// ALPN protocols to offer, most preferred first.
+    public var alpn: [String] = []
+    /// Lowest and highest TLS versions (defaults 1.2 and 1.3).
+    public var minVersion: TLSVersion = .tls12
+    public var maxVersion: TLSVersion = .tls13
+    /// Seconds allowed for the TCP connect, the TLS handshake and each read or write; nil or 0
+    /// waits forever.
+    public var connectTimeout: Double? = 30
+    public var handshakeTimeout: Double? = 30
+    public var ioTimeout: Double? = nil
+    /// The identity to present.
+    public var identity: ClientIdentity = .none
+    /// How the server is judged. `nil` uses a default policy (the system trust store, name check
+    /// against ``validationName``).
+    public var policy: TrustPolicy?
+    /// A replaceable policy: each handshake evaluates with the policy in force when it runs.
+    /// Takes precedence over ``policy``.
+    public var policyHandle: TrustPolicyHandle?
+    /// Reuse TLS sessions (TLS 1.3 tickets, TLS 1.2 sessions) for the same host, port, names,
+    /// identity and policy.
+    public var sessionResumption = true
+    /// Non-blocking mode for event loops: handshake, read and write return
+    /// ``MTLSError/Code/wantRead`` / ``MTLSError/Code/wantWrite`` instead of waiting; call again
+    /// when the socket is ready.
+    public var nonBlocking = false
+
+    public init() {}
+
+    var policySource: TrustPolicyHandle {
+        policyHandle ?? TrustPolicyHandle(policy ?? TrustPolicy())
+    }
+}
+
+/// Whether a server asks clients for a certificate.
+public enum ClientAuthentication: Int, Sendable {
+    /// Do not ask.
+    case none = 0
+    /// Ask; a client without a certificate is accepted, one with an untrusted certificate is not.
+    case optional = 1
+    /// Ask, and refuse clients that present none.
+    case require = 2
+}
+
+/// How a ``TLSListener`` accepts clients.
+public struct TLSServerOptions: @unchecked Sendable {
+    /// The server's own identity (required).
+    public var identity: Identity
+    /// Whether a client certificate is requested or required.
+    public var clientAuthentication: ClientAuthentication = .require
+    /// How client certificates are judged (purpose clientAuth, no name check). Pin one
+    /// customer's intermediate as its anchor to accept only that customer's clients.
+    public var clientPolicy: TrustPolicy?
+    /// A replaceable client policy; takes precedence over ``clientPolicy``.
+    public var clientPolicyHandle: TrustPolicyHandle?
+    /// The CA names sent in the CertificateRequest, so clients can pick their identity. Defaults
+    /// to the subjects of ``clientPolicy``'s anchors.
+    public var clientCANames: [Certificate]?
+    /// ALPN protocols the server accepts, most preferred first.
+    public var alpn: [String] = []
+    public var minVersion: TLSVersion = .tls12
+    public var maxVersion: TLSVersion = .tls13
+    /// Seconds allowed for each accepted client's handshake, and for reads and writes.
+    public var handshakeTimeout: Double? = 30
+    public var ioTimeout: Double? = nil
+
+    public init(identity: Identity) { self.identity = identity }
+
+    var clientPolicySource: TrustPolicyHandle {
+        clientPolicyHandle ?? TrustPolicyHandle(clientPolicy ?? TrustPolicy())
+    }
+}
+
+extension ClientIdentity {
+    /// The identity in a PKCS#12 file (its first private key).
+    public static func pkcs12(path: String, password: SecretBytes?) throws -> ClientIdentity {
+        .identity(try PKCS12.load(path: path, password: password).requireIdentity())
+    }
+
+    /// The identity stored under `label`.
+    public static func stored(label: String, in store: CredentialStore) throws -> ClientIdentity {
+        .identity(try store.identity(label: label))
+    }
+
+    /// Automatic choice among every identity in `store` (see ``automatic(_:)``).
+    public static func automatic(from store: CredentialStore) throws -> ClientIdentity {
+        .automatic(try store.identities())
+    }
+}

@@ -1,0 +1,300 @@
+import ArgumentParser
+import Foundation
+import MTLS
+
+/// Where a command's identity comes from: a .p12 file, a store label, PEM files, or (with a
+/// store and no --identity) automatic choice among the store's identities.
+struct IdentityOptions: ParsableArguments {
+    @Option(help: "The identity to present: a store label, a FILE.p12, or a pkcs11: URI.") var identity: String?
+    @Option(help: "File with the .p12 password (first line).") var passwordFile: String?
+    @Option(help: "File with the token PIN (first line).") var pinFile: String?
+    @Option(help: "Certificate PEM file (leaf first, then its chain), with --key.") var cert: String?
+    @Option(help: "Private key PEM file, with --cert (encrypted keys use --password-file).") var key: String?
+    @Option(help: "The credential store (default $MTLS_STORE).") var store: String?
+    @Option(help: "File with the store secret (default $MTLS_STORE_SECRET_FILE).") var secretFile: String?
+
+    func openStore() throws -> CredentialStore? {
+        let env = ProcessInfo.processInfo.environment
+        guard let path = store ?? env["MTLS_STORE"] else { return nil }
+        guard let secretPath = secretFile ?? env["MTLS_STORE_SECRET_FILE"] else {
+            throw ValidationError("--store needs --secret-file (or MTLS_STORE_SECRET_FILE)")
+        }
+        return try CredentialStore(path: path, secret: try StoreSecret.load(path: secretPath))
+    }
+
+    /// The identity for a client: explicit, or automatic among the store's identities.
+    func clientIdentity() throws -> ClientIdentity {
+        if let id = try explicitIdentity() { return .identity(id) }
+        if let store = try openStore() { return try .automatic(from: store) }
+        return .none
+    }
+
+    func explicitIdentity() throws -> Identity? {
+        let password = try passwordFile.map(CLI.readSecretFile)
+        if let cert, let key {
+            let certs = try Certificate.load(path: cert)
+            let pk = try PrivateKey(pem: try FileIO.read(key), password: password)
+            return try Identity(privateKey: pk, leaf: certs[0], certificates: Array(certs.dropFirst()))
+        }
+        if cert != nil || key != nil { throw ValidationError("--cert and --key go together") }
+        guard let identity else { return nil }
+        if PKCS11URI.isPKCS11URI(identity) {
+            // The key stays on the token; the PIN comes from --pin-file or the URI (pin-value/pin-source).
+            return try Token.identity(uri: identity, pin: try pinFile.map(CLI.readSecretFile))
+        }
+        let lower = identity.lowercased()
+        if lower.hasSuffix(".p12") || lower.hasSuffix(".pfx") || FileManager.default.fileExists(atPath: identity) {
+            return try PKCS12.load(path: identity, password: password).requireIdentity()
+        }
+        guard let store = try openStore() else {
+            throw ValidationError("\(identity) is not a file; a store label needs --store and --secret-file")
+        }
+        do {
+            return try store.identity(label: identity)
+        } catch let e as MTLSError where e.code == .notFound {
+            // A token identity stored under the label (`mtls store add-token`).
+            guard let reference = try? store.tokenIdentity(label: identity) else { throw e }
+            return try Token.identity(uri: reference.uri, pin: try pinFile.map(CLI.readSecretFile))
+        }
+    }
+}
+
+/// The trust options shared by connect (server policy) and serve (client policy), built the way
+/// `mtls verify` builds them.
+enum PolicyBuilder {
+    static func policy(file: String?, anchors: [String], anchorsOnly: Bool, pins: [String], host: String?) throws -> TrustPolicy {
+        let p = try file.map { try TrustPolicy.load(path: $0) } ?? TrustPolicy()
+        for a in anchors { for c in try Certificate.load(path: a) { p.addAnchor(c) } }
+        if anchorsOnly { p.anchorsOnly = true }
+        if !pins.isEmpty {
+            p.addHostRule(HostRule(pattern: try HostPattern(host ?? ""), pins: try pins.map { try SPKIPin($0) }))
+        }
+        return p
+    }
+
+    /// `{"trusted", "kind", "reasons"}`, as `mtls verify` writes them.
+    static func json(_ result: TrustResult?) -> Any {
+        guard let result else { return NSNull() }
+        var o = TrustJSON.object(result)
+        o.removeValue(forKey: "chain")
+        return o
+    }
+
+    static func summary(_ result: TrustResult?) -> String {
+        guard let result else { return "no certificate" }
+        if result.trusted { return "trusted" }
+        return "untrusted: " + result.reasons.map { "\($0.message) [\($0.code)]" }.joined(separator: "; ")
+    }
+}
+
+/// Turns `\r`, `\n`, `\t` and `\\` escapes into the characters.
+func unescape(_ s: String) -> String {
+    var out = ""
+    var it = s.makeIterator()
+    while let c = it.next() {
+        guard c == "\\", let n = it.next() else { out.append(c); continue }
+        switch n {
+        case "n": out.append("\n")
+        case "r": out.append("\r")
+        case "t": out.append("\t")
+        case "\\": out.append("\\")
+        default: out.append("\\"); out.append(n)
+        }
+    }
+    return out
+}
+
+/// `mtls connect HOST:PORT`: handshake, optional request, peer chain and evaluation.
+struct ConnectCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "connect",
+        abstract: "Connect to a TLS server with a client identity; print the server's chain and our evaluation.")
+
+    @Argument(help: "HOST:PORT (a DNS name, an IPv4 address or [IPv6]).") var target: String
+    @OptionGroup var identityOptions: IdentityOptions
+    @Option(help: "A trust policy JSON file.") var policy: String?
+    @Option(help: "A pinned anchor (root, intermediate or the server's own certificate); repeatable.") var anchor: [String] = []
+    @Flag(help: "Trust only the anchors given, not the system store.") var anchorsOnly = false
+    @Option(help: "Validate the server's certificate as this name instead of HOST.") var verifyAs: String?
+    @Option(help: "The SNI to send (default HOST when it is a name; \"\" for none).") var sni: String?
+    @Option(help: "An SPKI pin sha256/BASE64; repeatable.") var pin: [String] = []
+    @Option(help: "ALPN protocol to offer; repeatable.") var alpn: [String] = []
+    @Option(help: "Lowest TLS version: 1.2 or 1.3.") var tlsMin: String = "1.2"
+    @Option(help: "Highest TLS version: 1.2 or 1.3.") var tlsMax: String = "1.3"
+    @Option(help: "Seconds allowed for connect, handshake and each read.") var timeout: Double = 10
+    @Option(help: "Text to send after the handshake (\\r \\n escapes allowed); the reply is printed.") var send: String?
+    @Flag(help: "Machine-readable output.") var json = false
+
+    static func version(_ s: String) throws -> TLSVersion {
+        switch s {
+        case "1.2", "tls1.2", "TLSv1.2": return .tls12
+        case "1.3", "tls1.3", "TLSv1.3": return .tls13
+        default: throw ValidationError("TLS version must be 1.2 or 1.3, not \(s)")
+        }
+    }
+
+    static func splitHostPort(_ target: String) throws -> (String, UInt16) {
+        guard let colon = target.lastIndex(of: ":"), let port = UInt16(target[target.index(after: colon)...]), port > 0 else {
+            throw ValidationError("expected HOST:PORT, got \(target)")
+        }
+        var host = String(target[..<colon])
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { throw ValidationError("expected HOST:PORT, got \(target)") }
+        return (host, port)
+    }
+
+    func run() throws {
+        var out: [String: Any] = ["connected": false, "tls_version": NSNull(), "alpn": NSNull(), "peer_chain": [String](),
+                                  "evaluation": NSNull(), "error": NSNull(), "response": NSNull()]
+        var conn: TLSConnection?
+        var failure: Error?
+        do {
+            let (host, port) = try Self.splitHostPort(target)
+            var o = TLSClientOptions()
+            o.identity = try identityOptions.clientIdentity()
+            o.policy = try PolicyBuilder.policy(file: policy, anchors: anchor, anchorsOnly: anchorsOnly, pins: pin,
+                                                host: verifyAs ?? host)
+            o.validationName = verifyAs
+            o.serverName = sni
+            o.alpn = alpn
+            o.minVersion = try Self.version(tlsMin)
+            o.maxVersion = try Self.version(tlsMax)
+            o.connectTimeout = timeout
+            o.handshakeTimeout = timeout
+            let c = try TLSConnection.open(host: host, port: port, options: o)
+            conn = c
+            try c.handshake()
+            var response: [UInt8] = []
+            if let send {
+                try c.write(Array(unescape(send).utf8))
+                response = try readReply(c, idle: timeout)
+                out["response"] = String(decoding: response, as: UTF8.self)
+            } else if c.tlsVersion == "TLSv1.3" {
+                // A TLS 1.3 server judges our certificate after our side of the handshake is
+                // done; give its verdict (an alert, or session tickets) a moment to arrive.
+                response = try readReply(c, idle: 0.3)
+                if !response.isEmpty { out["response"] = String(decoding: response, as: UTF8.self) }
+            }
+            out["connected"] = true
+            c.close()
+        } catch {
+            failure = error
+            out["error"] = (error as? MTLSError)?.message ?? "\(error)"
+        }
+        if let c = conn {
+            out["peer_chain"] = c.peerChain.map(\.sha256Hex)
+            out["evaluation"] = PolicyBuilder.json(c.evaluation)
+            if c.isHandshakeComplete {
+                out["tls_version"] = c.tlsVersion
+                out["alpn"] = c.alpn ?? NSNull()
+            }
+        }
+        if json {
+            CLI.printJSON(out)
+        } else {
+            printHuman(out, conn)
+        }
+        if let failure {
+            if !json { throw CLI.fail(failure) }
+            throw ExitCode(1)
+        }
+    }
+
+    /// Reads until the peer closes or stays quiet for `idle` seconds after the last data.
+    func readReply(_ c: TLSConnection, idle: Double) throws -> [UInt8] {
+        var all: [UInt8] = []
+        while true {
+            let chunk: [UInt8]
+            do {
+                chunk = try c.read(maxLength: 65536, timeout: idle)
+            } catch let e as MTLSError where e.code == .timeout {
+                return all
+            }
+            if chunk.isEmpty { return all }
+            all += chunk
+        }
+    }
+
+    func printHuman(_ out: [String: Any], _ conn: TLSConnection?) {
+        if let c = conn {
+            for (i, cert) in c.peerChain.enumerated() {
+                print("peer[\(i)] \(cert.subject)  sha256=\(cert.sha256Hex)")
+            }
+            print("evaluation: \(PolicyBuilder.summary(c.evaluation))")
+            if c.isHandshakeComplete {
+                print("connected: \(c.tlsVersion), alpn \(c.alpn ?? "none"), \(c.isResumed ? "resumed" : "full handshake")"
+                      + (c.presentedIdentity.map { ", presented \($0.leaf.subjectSummary)" } ?? ", no client certificate"))
+            }
+        }
+        if let r = out["response"] as? String { print(r, terminator: r.hasSuffix("\n") ? "" : "\n") }
+    }
+}
+
+/// `mtls serve`: a small TLS echo / HTTP server that reports each client.
+struct ServeCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Run a small mutual-TLS echo/HTTP test server; print one line per client with its evaluation.")
+
+    @Option(help: "Address to listen on.") var address: String = "127.0.0.1"
+    @Option(help: "Port to listen on (0 picks one; the first line printed says which).") var port: UInt16 = 0
+    @OptionGroup var identityOptions: IdentityOptions
+    @Option(help: "An anchor for client certificates (e.g. one customer's intermediate); repeatable.") var clientAnchor: [String] = []
+    @Option(help: "A trust policy JSON file for clients.") var policy: String?
+    @Flag(help: "Refuse clients without a certificate.") var requireClientCert = false
+    @Option(help: "ALPN protocol to accept; repeatable.") var alpn: [String] = []
+    @Option(help: "Stop after this many clients (default: run until killed).") var count: Int?
+
+    func run() throws {
+        do {
+            guard let identity = try identityOptions.explicitIdentity() else {
+                throw ValidationError("serve needs --identity (or --cert and --key)")
+            }
+            var o = TLSServerOptions(identity: identity)
+            o.clientPolicy = try PolicyBuilder.policy(file: policy, anchors: clientAnchor, anchorsOnly: !clientAnchor.isEmpty,
+                                                      pins: [], host: nil)
+            o.clientAuthentication = requireClientCert ? .require : (clientAnchor.isEmpty && policy == nil ? .none : .optional)
+            o.alpn = alpn
+            o.handshakeTimeout = 10
+            o.ioTimeout = 10
+            let listener = try TLSListener(address: address, port: port, options: o)
+            print("listening on \(address):\(listener.port)")
+            fflush(stdout)
+            var served = 0
+            while count.map({ served < $0 }) ?? true {
+                served += 1
+                let conn: TLSConnection
+                do {
+                    conn = try listener.accept()
+                } catch let e as MTLSError {
+                    print("rejected \(e.message) [\(e.code.name)]")
+                    fflush(stdout)
+                    continue
+                }
+                let subject = conn.peerCertificate?.subject ?? "(no certificate)"
+                print("accepted \(conn.peerAddress) \(conn.tlsVersion) client \(subject): \(PolicyBuilder.summary(conn.evaluation))")
+                fflush(stdout)
+                Thread.detachNewThread { Self.serve(conn) }
+            }
+        } catch {
+            throw CLI.fail(error)
+        }
+    }
+
+    static func serve(_ c: TLSConnection) {
+        defer { c.close() }
+        var first = true
+        while let data = try? c.read(maxLength: 65536), !data.isEmpty {
+            if first, let text = String(bytes: data.prefix(8), encoding: .utf8),
+               ["GET ", "POST ", "HEAD ", "PUT "].contains(where: { text.hasPrefix($0) }) {
+                let who = c.peerCertificate?.subjectSummary ?? "anonymous"
+                let body = "hello \(who)\n"
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n"
+                _ = try? c.write(Array((head + body).utf8))
+                return
+            }
+            first = false
+            guard (try? c.write(data)) != nil else { return }
+        }
+    }
+}

@@ -1,0 +1,281 @@
+import Foundation
+import XCTest
+@testable import MTLS
+
+/// Connections against real peers on 127.0.0.1: `openssl s_server` and libmtls's own listener.
+final class TLSConnectionTests: XCTestCase {
+    static var pkiDir: String = ""
+
+    override class func setUp() {
+        super.setUp()
+        let dir = NSTemporaryDirectory() + "mtls-tls-pki-\(getpid())"
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("scripts/test-pki.sh").path
+        _ = try? TestPKI.sh("'\(script)' '\(dir)'")
+        pkiDir = dir
+    }
+
+    func path(_ name: String) -> String { Self.pkiDir + "/" + name }
+    func cert(_ name: String) throws -> Certificate { try Certificate.load(path: path(name + ".pem"))[0] }
+    func identity(_ name: String, chain: [String] = ["int-a"]) throws -> Identity {
+        let key = try PrivateKey(pem: FileIO.read(path(name + ".key")), password: nil)
+        return try Identity(privateKey: key, leaf: cert(name), certificates: chain.map { try cert($0) })
+    }
+    func policy(_ anchors: [String]) throws -> TrustPolicy {
+        TrustPolicy(anchors: try anchors.map { try cert($0) }, anchorsOnly: true)
+    }
+
+    static func freePort() -> UInt16 {
+        let (fd, port) = try! Socket.listen(address: "127.0.0.1", port: 0)
+        close(fd)
+        return port
+    }
+
+    /// Starts `openssl s_server` and waits until it accepts connections.
+    func startSServer(_ args: String, port: UInt16) throws -> Process {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/bin/bash")
+        p.arguments = ["-c", "exec openssl s_server -accept 127.0.0.1:\(port) -naccept 20 -quiet \(args)"]
+        p.standardInput = Pipe()
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        for _ in 0..<100 {
+            if let fd = try? Socket.connect(host: "127.0.0.1", port: port, deadline: Deadline(seconds: 1)) { close(fd); return p }
+            usleep(50_000)
+        }
+        p.terminate()
+        throw MTLSError(.connect, "s_server did not start")
+    }
+
+    func sserverArgs(_ server: String = "server") -> String {
+        "-cert \(path(server + ".pem")) -key \(path(server + ".key")) -cert_chain \(path("int-a.pem")) " +
+            "-Verify 2 -CAfile \(path("root.pem")) -verify_return_error -www"
+    }
+
+    func clientOptions(identity: Identity?, anchors: [String] = ["root"]) throws -> TLSClientOptions {
+        var o = TLSClientOptions()
+        o.identity = identity.map { .identity($0) } ?? .none
+        o.policy = try policy(anchors)
+        o.validationName = "server.test"
+        o.handshakeTimeout = 10
+        o.ioTimeout = 10
+        return o
+    }
+
+    func testClientPresentsIdentityToOpenSSLServerAndResumes() throws {
+        for version in [TLSVersion.tls12, .tls13] {
+            let port = Self.freePort()
+            let server = try startSServer(sserverArgs(), port: port)
+            defer { server.terminate() }
+            var o = try clientOptions(identity: identity("client-a"))
+            o.minVersion = version; o.maxVersion = version
+            for round in 0..<3 {
+                let c = try TLSConnection.connect(host: "127.0.0.1", port: port, options: o)
+                XCTAssertEqual(c.tlsVersion, version.description)
+                XCTAssertEqual(c.evaluation?.trusted, true)
+                XCTAssertEqual(c.peerCertificate?.commonName, "server.test")
+                try c.write(Array("GET / HTTP/1.0\r\n\r\n".utf8))
+                var response: [UInt8] = []
+                while true { let b = try c.read(maxLength: 4096); if b.isEmpty { break }; response += b }
+                XCTAssertTrue(String(decoding: response, as: UTF8.self).contains("200 ok"), "round \(round)")
+                if round > 0 { XCTAssertTrue(c.isResumed, "\(version) round \(round) should resume") }
+                XCTAssertEqual(c.evaluation?.trusted, true)
+                c.close()
+            }
+        }
+    }
+
+    func testPinnedIntermediateAndLeafAccepted() throws {
+        let port = Self.freePort()
+        let server = try startSServer(sserverArgs(), port: port)
+        defer { server.terminate() }
+        for anchors in [["int-a"], ["server"]] {
+            var o = try clientOptions(identity: identity("client-a-rsa"), anchors: anchors)
+            o.sessionResumption = false
+            let c = try TLSConnection.connect(host: "127.0.0.1", port: port, options: o)
+            XCTAssertEqual(c.evaluation?.trusted, true)
+            c.close()
+        }
+    }
+
+    func testUntrustedServerIsRejectedWithOurReasons() throws {
+        let port = Self.freePort()
+        let server = try startSServer(sserverArgs(), port: port)
+        defer { server.terminate() }
+        let o = try clientOptions(identity: identity("client-a"), anchors: ["other-root"])
+        XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: port, options: o)) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .untrusted, "\(e)")
+        }
+    }
+
+    func testWrongValidationNameIsRejected() throws {
+        let port = Self.freePort()
+        let server = try startSServer(sserverArgs(), port: port)
+        defer { server.terminate() }
+        var o = try clientOptions(identity: identity("client-a"))
+        o.validationName = nil // validates as 127.0.0.1, which the certificate does not name
+        XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: port, options: o)) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .untrusted, "\(e)")
+        }
+    }
+
+    func testServerRejectingOurCertificateIsAPeerAlert() throws {
+        for version in [TLSVersion.tls12, .tls13] {
+            let port = Self.freePort()
+            let server = try startSServer(sserverArgs(), port: port)
+            defer { server.terminate() }
+            var o = try clientOptions(identity: identity("client-c", chain: ["int-c"]))
+            o.minVersion = version; o.maxVersion = version
+            do {
+                let c = try TLSConnection.connect(host: "127.0.0.1", port: port, options: o)
+                try c.write(Array("GET / HTTP/1.0\r\n\r\n".utf8))
+                _ = try c.read()
+                XCTFail("\(version): the server should have refused us")
+            } catch let e as MTLSError {
+                XCTAssertEqual(e.code, .peerAlert, "\(version): \(e)")
+                XCTAssertTrue(e.message.contains("unknown CA") || e.message.contains("certificate"), e.message)
+            }
+        }
+    }
+
+    func testRefusedAndTimeout() throws {
+        let port = Self.freePort()
+        XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: port)) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .connect)
+        }
+        // A listener that never answers the handshake.
+        let (fd, silent) = try Socket.listen(address: "127.0.0.1", port: 0)
+        defer { close(fd) }
+        var o = TLSClientOptions()
+        o.handshakeTimeout = 0.3
+        XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: silent, options: o)) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .timeout)
+        }
+    }
+
+    // MARK: libmtls server
+
+    func startListener(require: ClientAuthentication = .require, clientAnchors: [String] = ["int-a"]) throws -> TLSListener {
+        var so = TLSServerOptions(identity: try identity("server"))
+        so.clientAuthentication = require
+        so.clientPolicy = try policy(clientAnchors)
+        so.alpn = ["echo/1"]
+        so.handshakeTimeout = 10
+        return try TLSListener(address: "127.0.0.1", port: 0, options: so)
+    }
+
+    /// Accepts one client in the background and returns what happened.
+    func acceptOne(_ listener: TLSListener) -> () -> Result<(String?, Bool?, String?), Error> {
+        var result: Result<(String?, Bool?, String?), Error> = .failure(MTLSError(.timeout, "not run"))
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            result = Result {
+                let c = try listener.accept(timeout: 10)
+                defer { c.close() }
+                let got = try c.read()
+                try c.write(got)
+                return (c.peerCertificate?.commonName, c.evaluation?.trusted, c.alpn)
+            }
+            done.signal()
+        }
+        return { done.wait(); return result }
+    }
+
+    func testListenerAcceptsRightCustomerAndRejectsOthers() throws {
+        let listener = try startListener()
+        // Right intermediate.
+        var wait = acceptOne(listener)
+        var o = try clientOptions(identity: identity("client-a"))
+        o.alpn = ["echo/1"]
+        let c = try TLSConnection.connect(host: "127.0.0.1", port: listener.port, options: o)
+        XCTAssertEqual(c.alpn, "echo/1")
+        try c.write(Array("ping".utf8))
+        XCTAssertEqual(String(decoding: try c.read(), as: UTF8.self), "ping")
+        c.close()
+        let (cn, trusted, alpn) = try wait().get()
+        XCTAssertEqual(cn, "client-a"); XCTAssertEqual(trusted, true); XCTAssertEqual(alpn, "echo/1")
+
+        // Another customer's intermediate, and no certificate at all.
+        for id in [try identity("client-b", chain: ["int-b"]), nil] {
+            wait = acceptOne(listener)
+            var o = try clientOptions(identity: id)
+            o.sessionResumption = false
+            do {
+                let c = try TLSConnection.connect(host: "127.0.0.1", port: listener.port, options: o)
+                try c.write(Array("ping".utf8))
+                _ = try c.read()
+                XCTFail("client should have been refused")
+            } catch let e as MTLSError {
+                XCTAssertEqual(e.code, .peerAlert, "\(e)")
+            }
+            XCTAssertThrowsError(try wait().get()) { e in
+                XCTAssertEqual((e as? MTLSError)?.code, .untrusted, "\(e)")
+            }
+        }
+    }
+
+    func testAutomaticSelectionPicksIdentityByServerCAList() throws {
+        let listener = try startListener()
+        let wait = acceptOne(listener)
+        var o = try clientOptions(identity: nil)
+        let candidates = [try identity("client-c", chain: ["int-c"]), try identity("client-b", chain: ["int-b"]), try identity("client-a")]
+        o.identity = .automatic(candidates)
+        let c = try TLSConnection.connect(host: "127.0.0.1", port: listener.port, options: o)
+        XCTAssertEqual(c.presentedIdentity?.leaf.commonName, "client-a")
+        try c.write(Array("x".utf8))
+        _ = try c.read()
+        c.close()
+        XCTAssertEqual(try wait().get().0, "client-a")
+
+        // None fits: the error names the CA the server asked for.
+        let wait2 = acceptOne(listener)
+        o.identity = .automatic(Array(candidates.prefix(2)))
+        XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: listener.port, options: o)) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .noMatchingIdentity)
+            XCTAssertTrue("\(e)".contains("Customer A CA"), "\(e)")
+        }
+        _ = wait2()
+    }
+
+    func testNonBlockingHandshakeReportsWants() throws {
+        let listener = try startListener()
+        let wait = acceptOne(listener)
+        var o = try clientOptions(identity: identity("client-a"))
+        o.nonBlocking = true
+        o.sessionResumption = false
+        let c = try TLSConnection.connect(host: "127.0.0.1", port: listener.port, options: o)
+        var wants = 0
+        XCTAssertFalse(c.isHandshakeComplete)
+        while !c.isHandshakeComplete {
+            do {
+                try c.handshake()
+            } catch let e as MTLSError {
+                XCTAssertTrue(e.code == .wantRead || e.code == .wantWrite, "\(e)")
+                wants += 1
+                var p = pollfd(fd: c.fileDescriptor, events: Int16(e.code == .wantRead ? POLLIN : POLLOUT), revents: 0)
+                _ = poll(&p, 1, 5000)
+            }
+        }
+        _ = wants // a loaded machine may finish in one call; the silent peer below always waits
+        let (silentFD, silentPort) = try Socket.listen(address: "127.0.0.1", port: 0)
+        defer { close(silentFD) }
+        let waiting = try TLSConnection.connect(host: "127.0.0.1", port: silentPort, options: o)
+        XCTAssertThrowsError(try waiting.handshake()) { e in XCTAssertEqual((e as? MTLSError)?.code, .wantRead) }
+        XCTAssertEqual(c.evaluation?.trusted, true)
+        var sent = false
+        var got: [UInt8] = []
+        while got.isEmpty {
+            do {
+                if !sent { try c.write(Array("nb".utf8)); sent = true }
+                got = try c.read()
+            } catch let e as MTLSError where e.code == .wantRead || e.code == .wantWrite {
+                var p = pollfd(fd: c.fileDescriptor, events: Int16(POLLIN), revents: 0)
+                _ = poll(&p, 1, 5000)
+            }
+        }
+        XCTAssertEqual(got, Array("nb".utf8))
+        c.close()
+        _ = try wait().get()
+    }
+}

@@ -1,0 +1,313 @@
+/* Connections through the C ABI: client, listener, automatic identity, non-blocking, a wrapped
+ * socket, a bring-your-own SSL_CTX, errors; every function with NULL arguments too. */
+#define _GNU_SOURCE
+#include "test_support.h"
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static char pki[512];
+
+static char *text_file(const char *name) {
+    char path[1024]; size_t len;
+    snprintf(path, sizeof path, "%s/%s", pki, name);
+    uint8_t *b = t_read_file(path, &len);
+    b[len] = 0;
+    return (char *)b;
+}
+
+static mtls_identity *identity(const char *name, const char *intermediate) {
+    char certname[128], keyname[128], both[16384];
+    snprintf(certname, sizeof certname, "%s.pem", name);
+    snprintf(keyname, sizeof keyname, "%s.key", name);
+    char *cert = text_file(certname), *key = text_file(keyname), *inter = text_file(intermediate);
+    snprintf(both, sizeof both, "%s%s", cert, inter);
+    mtls_identity *id = NULL;
+    CHECK_OK(mtls_identity_from_pem(both, key, NULL, &id));
+    free(cert); free(key); free(inter);
+    return id;
+}
+
+static mtls_policy *anchored(const char *anchor) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", pki, anchor);
+    mtls_cert **certs = NULL; size_t n = 0;
+    CHECK_OK(mtls_cert_list_load(path, &certs, &n));
+    mtls_policy *p = NULL;
+    CHECK_OK(mtls_policy_new(&p));
+    CHECK_OK(mtls_policy_add_anchor(p, certs[0]));
+    CHECK_OK(mtls_policy_set_anchors_only(p, 1));
+    mtls_cert_list_free(certs, n);
+    return p;
+}
+
+/* The server side: accepts `count` clients, echoing each one's first message; records codes. */
+struct server { mtls_listener *listener; int count; int codes[8]; char cn[8][64]; };
+
+static void *serve(void *arg) {
+    struct server *s = arg;
+    for (int i = 0; i < s->count; i++) {
+        mtls_conn *c = NULL;
+        s->codes[i] = mtls_listener_accept(s->listener, 10000, &c);
+        if (s->codes[i] != MTLS_OK) continue;
+        mtls_trust_result *ev = NULL;
+        int trusted = 0;
+        if (mtls_conn_evaluation(c, &ev) == MTLS_OK && ev) mtls_trust_result_trusted(ev, &trusted);
+        mtls_trust_result_free(ev);
+        mtls_cert **chain = NULL; size_t n = 0;
+        if (mtls_conn_peer_chain(c, &chain, &n) == MTLS_OK && n > 0) {
+            char *cn = NULL;
+            mtls_cert_subject_summary(chain[0], &cn);
+            snprintf(s->cn[i], sizeof s->cn[i], "%s%s", cn ? cn : "", trusted ? "" : "(untrusted)");
+            mtls_string_free(cn);
+        }
+        mtls_cert_list_free(chain, n);
+        uint8_t buf[256]; size_t got = 0, put = 0;
+        if (mtls_conn_read(c, buf, sizeof buf, &got) == MTLS_OK && got > 0) mtls_conn_write(c, buf, got, &put);
+        mtls_conn_shutdown(c);
+        mtls_conn_free(c);
+    }
+    return NULL;
+}
+
+static void echo_once(mtls_conn *c) {
+    size_t n = 0;
+    CHECK_OK(mtls_conn_write(c, (const uint8_t *)"ping", 4, &n));
+    CHECK(n == 4);
+    uint8_t buf[16];
+    CHECK_OK(mtls_conn_read(c, buf, sizeof buf, &n));
+    CHECK(n == 4 && memcmp(buf, "ping", 4) == 0);
+}
+
+int main(void) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    char cmd[2048];
+    snprintf(pki, sizeof pki, "%s/tls-pki", tmp);
+    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
+    t_sh(cmd);
+
+    mtls_identity *server_id = identity("server", "int-a.pem");
+    mtls_identity *client_a = identity("client-a", "int-a.pem");
+    mtls_identity *client_b = identity("client-b", "int-b.pem");
+    mtls_policy *server_policy = anchored("root.pem");   /* how clients judge the server */
+    mtls_policy *client_policy = anchored("int-a.pem");  /* customer A's clients only */
+
+    /* ---- options */
+    mtls_conn_options o;
+    CHECK_RC(mtls_conn_options_init(NULL, MTLS_CONN_OPTIONS_VERSION), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_options_init(&o, 99), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_conn_options_init(&o, MTLS_CONN_OPTIONS_VERSION));
+    CHECK(o.version == MTLS_CONN_OPTIONS_VERSION && o.min_tls == MTLS_TLS_1_2 && o.max_tls == MTLS_TLS_1_3);
+    o.verify_as = "server.test";
+    o.identity = client_a;
+    o.policy = server_policy;
+    o.alpn = "echo/1, http/1.1";
+    o.handshake_timeout_ms = 10000;
+    o.io_timeout_ms = 10000;
+
+    mtls_listener_options lo;
+    CHECK_RC(mtls_listener_options_init(NULL, MTLS_LISTENER_OPTIONS_VERSION), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_listener_options_init(&lo, 7), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
+    CHECK(lo.client_auth == MTLS_CLIENT_AUTH_REQUIRE);
+    mtls_listener *l = NULL;
+    CHECK_RC(mtls_listener_new("127.0.0.1", 0, &lo, &l), MTLS_E_INVALID_ARGUMENT); /* no identity */
+    CHECK(l == NULL);
+    lo.identity = server_id;
+    lo.client_policy = client_policy;
+    lo.alpn = "echo/1";
+    lo.client_auth = 9;
+    CHECK_RC(mtls_listener_new("127.0.0.1", 0, &lo, &l), MTLS_E_INVALID_ARGUMENT);
+    lo.client_auth = MTLS_CLIENT_AUTH_REQUIRE;
+    CHECK_RC(mtls_listener_new("127.0.0.1", 0, NULL, &l), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_listener_new("127.0.0.1", 0, &lo, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &l));
+    uint16_t port = 0;
+    CHECK_RC(mtls_listener_port(NULL, &port), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_listener_port(l, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_listener_port(l, &port));
+    CHECK(port > 0);
+    mtls_conn *none = NULL;
+    CHECK_RC(mtls_listener_accept(NULL, 0, &none), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_listener_accept(l, 0, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_listener_accept(l, 10, &none), MTLS_E_TIMEOUT);
+
+    /* The server accepts: A (blocking), A (wrapped fd), A (non-blocking), A (automatic), then
+     * refuses B (another customer's intermediate). */
+    struct server srv = { .listener = l, .count = 5 };
+    pthread_t th;
+    pthread_create(&th, NULL, serve, &srv);
+
+    /* ---- blocking client */
+    mtls_conn *c = NULL;
+    CHECK_RC(mtls_conn_connect(NULL, port, &o, &c), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_connect("127.0.0.1", port, &o, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_conn_connect("127.0.0.1", port, &o, &c));
+    char *s = NULL;
+    CHECK_OK(mtls_conn_tls_version(c, &s)); CHECK(strcmp(s, "TLSv1.3") == 0); mtls_string_free(s);
+    CHECK_RC(mtls_conn_tls_version(NULL, &s), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_tls_version(c, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_conn_alpn(c, &s)); CHECK(s && strcmp(s, "echo/1") == 0); mtls_string_free(s);
+    CHECK_RC(mtls_conn_alpn(NULL, &s), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_alpn(c, NULL), MTLS_E_INVALID_ARGUMENT);
+    int resumed = -1;
+    CHECK_OK(mtls_conn_resumed(c, &resumed)); CHECK(resumed == 0);
+    CHECK_RC(mtls_conn_resumed(NULL, &resumed), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_resumed(c, NULL), MTLS_E_INVALID_ARGUMENT);
+    int fd = -1;
+    CHECK_OK(mtls_conn_fd(c, &fd)); CHECK(fd >= 0);
+    CHECK_RC(mtls_conn_fd(NULL, &fd), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_fd(c, NULL), MTLS_E_INVALID_ARGUMENT);
+    mtls_cert **chain = NULL; size_t n = 0;
+    CHECK_OK(mtls_conn_peer_chain(c, &chain, &n)); CHECK(n == 2);
+    CHECK_OK(mtls_cert_subject_summary(chain[0], &s)); CHECK(strcmp(s, "server.test") == 0); mtls_string_free(s);
+    mtls_cert_list_free(chain, n);
+    CHECK_RC(mtls_conn_peer_chain(NULL, &chain, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_peer_chain(c, NULL, &n), MTLS_E_INVALID_ARGUMENT);
+    mtls_trust_result *ev = NULL;
+    int trusted = 0;
+    CHECK_OK(mtls_conn_evaluation(c, &ev)); CHECK(ev != NULL);
+    CHECK_OK(mtls_trust_result_trusted(ev, &trusted)); CHECK(trusted == 1);
+    mtls_trust_result_free(ev);
+    CHECK_RC(mtls_conn_evaluation(NULL, &ev), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_evaluation(c, NULL), MTLS_E_INVALID_ARGUMENT);
+    mtls_identity *presented = NULL;
+    CHECK_OK(mtls_conn_presented_identity(c, &presented)); CHECK(presented != NULL);
+    mtls_identity_free(presented);
+    CHECK_RC(mtls_conn_presented_identity(NULL, &presented), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_presented_identity(c, NULL), MTLS_E_INVALID_ARGUMENT);
+    uint8_t buf[16];
+    CHECK_RC(mtls_conn_write(NULL, (const uint8_t *)"x", 1, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_write(c, NULL, 1, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_write(c, (const uint8_t *)"x", 1, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_read(NULL, buf, sizeof buf, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_read(c, NULL, sizeof buf, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_read(c, buf, sizeof buf, NULL), MTLS_E_INVALID_ARGUMENT);
+    echo_once(c);
+    CHECK_OK(mtls_conn_read(c, buf, sizeof buf, &n)); CHECK(n == 0); /* the server closed */
+    CHECK_RC(mtls_conn_shutdown(NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_conn_shutdown(c));
+    CHECK_RC(mtls_conn_handshake(NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_conn_handshake(c)); /* already done */
+    mtls_conn_free(c);
+    mtls_conn_free(NULL);
+
+    /* ---- a socket the caller owns */
+    int sock = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    CHECK(connect(sock, (struct sockaddr *)&sa, sizeof sa) == 0);
+    CHECK_RC(mtls_conn_wrap_fd(-1, "127.0.0.1", port, &o, &c), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_wrap_fd(sock, NULL, port, &o, &c), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_wrap_fd(sock, "127.0.0.1", port, &o, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_conn_wrap_fd(sock, "127.0.0.1", port, &o, &c));
+    echo_once(c);
+    mtls_conn_free(c);
+    CHECK(close(sock) == 0); /* still ours to close */
+
+    /* ---- non-blocking */
+    o.non_blocking = 1;
+    CHECK_OK(mtls_conn_connect("127.0.0.1", port, &o, &c));
+    int rc, rounds = 0;
+    CHECK_OK(mtls_conn_fd(c, &fd));
+    while ((rc = mtls_conn_handshake(c)) != MTLS_OK) {
+        CHECK(rc == MTLS_E_WANT_READ || rc == MTLS_E_WANT_WRITE);
+        struct pollfd p = { .fd = fd, .events = rc == MTLS_E_WANT_READ ? POLLIN : POLLOUT };
+        poll(&p, 1, 5000);
+        CHECK(++rounds < 100);
+    }
+    CHECK_OK(mtls_conn_write(c, (const uint8_t *)"ping", 4, &n));
+    while ((rc = mtls_conn_read(c, buf, sizeof buf, &n)) == MTLS_E_WANT_READ) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        poll(&p, 1, 5000);
+    }
+    CHECK_OK(rc); CHECK(n == 4);
+    mtls_conn_free(c);
+    o.non_blocking = 0;
+
+    /* ---- automatic identity: B does not match the server's CA list, A does */
+    mtls_identity *candidates[2] = { client_b, client_a };
+    o.identity = NULL;
+    o.candidates = candidates;
+    o.candidate_count = 2;
+    CHECK_OK(mtls_conn_connect("127.0.0.1", port, &o, &c));
+    CHECK_OK(mtls_conn_presented_identity(c, &presented));
+    mtls_cert *leaf = NULL;
+    CHECK_OK(mtls_identity_leaf(presented, &leaf));
+    CHECK_OK(mtls_cert_subject_summary(leaf, &s)); CHECK(strcmp(s, "client-a") == 0); mtls_string_free(s);
+    mtls_cert_free(leaf); mtls_identity_free(presented);
+    echo_once(c);
+    mtls_conn_free(c);
+    o.candidates = NULL; o.candidate_count = 0;
+
+    /* ---- another customer's client: the server refuses it (TLS 1.3: on our first read) */
+    o.identity = client_b;
+    CHECK_OK(mtls_conn_connect("127.0.0.1", port, &o, &c));
+    CHECK_OK(mtls_conn_write(c, (const uint8_t *)"ping", 4, &n));
+    CHECK_RC(mtls_conn_read(c, buf, sizeof buf, &n), MTLS_E_PEER_ALERT);
+    CHECK(strstr(mtls_last_error(), "alert") != NULL);
+    mtls_conn_free(c);
+    o.identity = client_a;
+
+    pthread_join(th, NULL);
+    for (int i = 0; i < 4; i++) { CHECK_OK(srv.codes[i]); CHECK(strcmp(srv.cn[i], "client-a") == 0); }
+    CHECK_RC(srv.codes[4], MTLS_E_UNTRUSTED);
+    mtls_listener_free(l);
+    mtls_listener_free(NULL);
+
+    /* ---- errors: refused, untrusted (with the evaluation after a failed handshake), options */
+    CHECK_RC(mtls_conn_connect("127.0.0.1", port, &o, &c), MTLS_E_CONNECT);
+    lo.client_auth = MTLS_CLIENT_AUTH_NONE;
+    CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &l));
+    CHECK_OK(mtls_listener_port(l, &port));
+    struct server srv2 = { .listener = l, .count = 1 };
+    pthread_create(&th, NULL, serve, &srv2);
+    mtls_policy *wrong = anchored("other-root.pem");
+    o.policy = wrong;
+    CHECK_RC(mtls_conn_open(NULL, port, &o, &c), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_open("127.0.0.1", port, &o, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_conn_open("127.0.0.1", port, &o, &c));
+    CHECK_RC(mtls_conn_handshake(c), MTLS_E_UNTRUSTED);
+    CHECK(strstr(mtls_last_error(), "our evaluation") != NULL);
+    CHECK_OK(mtls_conn_evaluation(c, &ev)); CHECK(ev != NULL);
+    CHECK_OK(mtls_trust_result_trusted(ev, &trusted)); CHECK(trusted == 0);
+    size_t reasons = 0;
+    CHECK_OK(mtls_trust_result_reason_count(ev, &reasons)); CHECK(reasons > 0);
+    mtls_trust_result_free(ev);
+    CHECK_OK(mtls_conn_peer_chain(c, &chain, &n)); CHECK(n == 2); mtls_cert_list_free(chain, n);
+    mtls_conn_free(c);
+    pthread_join(th, NULL);
+    mtls_listener_free(l);
+    o.policy = server_policy;
+    o.min_tls = 11;
+    CHECK_RC(mtls_conn_connect("127.0.0.1", port, &o, &c), MTLS_E_INVALID_ARGUMENT);
+    o.min_tls = MTLS_TLS_1_2;
+    o.version = 2;
+    CHECK_RC(mtls_conn_connect("127.0.0.1", port, &o, &c), MTLS_E_INVALID_ARGUMENT);
+
+    /* ---- bring your own SSL_CTX (OpenSSL reached through dlopen: this test links only libmtls) */
+    void *libssl = dlopen("libssl.so.3", RTLD_NOW);
+    CHECK(libssl != NULL);
+    void *(*tls_method)(void) = (void *(*)(void))dlsym(libssl, "TLS_method");
+    void *(*ctx_new)(const void *) = (void *(*)(const void *))dlsym(libssl, "SSL_CTX_new");
+    void (*ctx_free)(void *) = (void (*)(void *))dlsym(libssl, "SSL_CTX_free");
+    CHECK(tls_method && ctx_new && ctx_free);
+    void *ctx = ctx_new(tls_method());
+    CHECK(ctx != NULL);
+    CHECK_RC(mtls_ssl_ctx_configure(NULL, client_a, server_policy, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_ssl_ctx_configure(ctx, client_a, server_policy, 0));
+    CHECK_OK(mtls_ssl_ctx_configure(ctx, NULL, NULL, 1)); /* replaces the first configuration */
+    ctx_free(ctx);
+
+    mtls_policy_free(wrong);
+    mtls_policy_free(server_policy);
+    mtls_policy_free(client_policy);
+    mtls_identity_free(server_id);
+    mtls_identity_free(client_a);
+    mtls_identity_free(client_b);
+    DONE();
+}

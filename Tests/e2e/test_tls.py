@@ -1,0 +1,378 @@
+"""Connections end to end: the mtls CLI as a client against openssl s_server, nginx and Python's
+ssl server, and `mtls serve` against openssl s_client, curl and Python ssl clients. Every peer is
+started here on 127.0.0.1 (ephemeral ports) and stopped after."""
+import json
+import os
+import socket
+import ssl
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import free_port, run_cli
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PKI_SCRIPT = os.path.join(HERE, "..", "..", "scripts", "test-pki.sh")
+HTTP_GET = "GET / HTTP/1.0\\r\\nHost: server.test\\r\\n\\r\\n"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tls-pki")
+    subprocess.run([PKI_SCRIPT, str(d)], check=True)
+    return lambda name: str(d / name)
+
+
+def wait_port(port, proc=None, timeout=10):
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"peer exited early: {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port}")
+
+
+class Peer:
+    """A peer process started by a test and always stopped."""
+
+    def __init__(self, args, port, **kw):
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, **kw)
+        self.port = port
+        wait_port(port, self.proc)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.stdout.read() if self.proc.stdout else ""
+
+
+@pytest.fixture
+def peers():
+    started = []
+    yield started
+    for p in started:
+        p.stop()
+
+
+def s_server(pki, peers, server="server", extra=(), cafile="root.pem"):
+    port = free_port()
+    args = ["openssl", "s_server", "-accept", f"127.0.0.1:{port}", "-quiet", "-www",
+            "-cert", pki(f"{server}.pem"), "-key", pki(f"{server}.key"),
+            "-Verify", "1", "-CAfile", pki(cafile), "-verify_return_error", *extra]
+    if server in ("server", "server-rsa"):
+        args += ["-cert_chain", pki("int-a.pem")]
+    p = Peer(args, port)
+    peers.append(p)
+    return port
+
+
+def connect(pki, port, *args, identity="client-a", anchor="root", host="127.0.0.1"):
+    cmd = ["connect", f"{host}:{port}", "--json", "--timeout", "5"]
+    if identity:
+        cmd += ["--identity", pki(f"{identity}.p12"), "--password-file", pki("password.txt")]
+    if anchor:
+        cmd += ["--anchor", pki(f"{anchor}.pem"), "--anchors-only"]
+    r = run_cli(*cmd, *args)
+    try:
+        out = json.loads(r.stdout)
+    except ValueError:
+        raise AssertionError(f"no JSON: {r.stdout!r} {r.stderr!r}")
+    assert set(out) == {"connected", "tls_version", "alpn", "peer_chain", "evaluation", "error", "response"}
+    assert (r.returncode == 0) == out["connected"], (r.returncode, out)
+    return out
+
+
+# ---- libmtls client -> openssl s_server -Verify 1
+
+@pytest.mark.parametrize("version", ["1.2", "1.3"])
+@pytest.mark.parametrize("identity", ["client-a", "client-a-rsa"])
+def test_client_to_s_server_tls_versions_and_key_types(pki, peers, version, identity):
+    port = s_server(pki, peers)
+    out = connect(pki, port, "--verify-as", "server.test", "--tls-min", version, "--tls-max", version,
+                  "--send", HTTP_GET, identity=identity)
+    assert out["connected"], out
+    assert out["tls_version"] == f"TLSv{version}"
+    assert out["evaluation"]["trusted"] is True and out["evaluation"]["kind"] == "proceed"
+    assert "200 ok" in out["response"]
+    assert len(out["peer_chain"]) == 2
+
+
+def test_client_to_rsa_server(pki, peers):
+    port = s_server(pki, peers, server="server-rsa")
+    out = connect(pki, port, "--verify-as", "server.test", "--send", HTTP_GET)
+    assert out["connected"] and "200 ok" in out["response"], out
+
+
+@pytest.mark.parametrize("anchor", ["root", "int-a", "server"])
+def test_pinned_root_intermediate_or_leaf(pki, peers, anchor):
+    port = s_server(pki, peers)
+    out = connect(pki, port, "--verify-as", "server.test", anchor=anchor)
+    assert out["connected"], out
+    assert out["evaluation"]["trusted"] is True
+
+
+def test_connect_by_ip_validates_as_dns_name(pki, peers):
+    port = s_server(pki, peers)
+    assert connect(pki, port, "--verify-as", "server.test")["connected"]
+    out = connect(pki, port)  # validated as 127.0.0.1, which the certificate does not name
+    assert not out["connected"]
+    assert out["evaluation"]["trusted"] is False
+    assert out["evaluation"]["reasons"], out
+
+
+def test_connect_by_name_sends_sni(pki, peers):
+    port = s_server(pki, peers)
+    out = connect(pki, port, host="localhost")
+    assert out["connected"], out
+
+
+def test_untrusted_server_is_refused_with_reasons(pki, peers):
+    port = s_server(pki, peers, server="other-server")
+    out = connect(pki, port, "--verify-as", "server.test")
+    assert not out["connected"]
+    assert out["evaluation"]["trusted"] is False and out["evaluation"]["reasons"]
+    assert "our evaluation" in out["error"]
+    assert len(out["peer_chain"]) == 1
+
+
+def test_wrong_pin_is_refused(pki, peers):
+    port = s_server(pki, peers)
+    wrong = "sha256/" + "A" * 43 + "="
+    out = connect(pki, port, "--verify-as", "server.test", "--pin", wrong)
+    assert not out["connected"]
+    assert out["evaluation"]["trusted"] is False
+    assert any("pin" in r["code"] for r in out["evaluation"]["reasons"]), out
+
+
+@pytest.mark.parametrize("version", ["1.2", "1.3"])
+def test_server_rejecting_our_certificate_is_the_peers_alert(pki, peers, version):
+    port = s_server(pki, peers)
+    out = connect(pki, port, "--verify-as", "server.test", "--tls-max", version, "--tls-min", version,
+                  identity="client-c")
+    assert not out["connected"]
+    assert "alert" in out["error"], out
+    assert out["evaluation"]["trusted"] is True  # we trusted the server; it refused us
+
+
+def test_no_certificate_when_server_requires_one(pki, peers):
+    port = s_server(pki, peers)
+    out = connect(pki, port, "--verify-as", "server.test", identity=None)
+    assert not out["connected"]
+    assert "alert" in out["error"], out
+
+
+def test_refused_connection(pki):
+    out = connect(pki, free_port())
+    assert not out["connected"] and "connect" in out["error"]
+
+
+# ---- libmtls client -> nginx with ssl_verify_client on
+
+@pytest.fixture
+def nginx(pki, tmp_path, peers):
+    port = free_port()
+    prefix = tmp_path / "nginx"
+    (prefix / "logs").mkdir(parents=True)
+    conf = prefix / "nginx.conf"
+    conf.write_text(f"""
+error_log {prefix}/logs/error.log;
+pid {prefix}/nginx.pid;
+events {{ worker_connections 64; }}
+http {{
+  access_log off;
+  client_body_temp_path {prefix}/body; proxy_temp_path {prefix}/proxy;
+  fastcgi_temp_path {prefix}/fcgi; uwsgi_temp_path {prefix}/uwsgi; scgi_temp_path {prefix}/scgi;
+  server {{
+    listen 127.0.0.1:{port} ssl;
+    server_name server.test;
+    ssl_certificate {pki('server-chain.pem')};
+    ssl_certificate_key {pki('server.key')};
+    ssl_client_certificate {pki('root.pem')};
+    ssl_verify_client on;
+    ssl_verify_depth 2;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    location / {{ return 200 "hello $ssl_client_s_dn\\n"; }}
+  }}
+}}
+""")
+    peers.append(Peer(["nginx", "-c", str(conf), "-p", str(prefix), "-g", "daemon off; master_process off;"], port))
+    return port
+
+
+@pytest.mark.parametrize("version", ["1.2", "1.3"])
+def test_client_to_nginx_verify_client_on(pki, nginx, version):
+    out = connect(pki, nginx, "--verify-as", "server.test", "--tls-min", version, "--tls-max", version,
+                  "--send", HTTP_GET)
+    assert out["connected"], out
+    assert "200 OK" in out["response"] and "CN=client-a" in out["response"], out
+
+
+def test_nginx_refuses_certificate_from_another_root(pki, nginx):
+    out = connect(pki, nginx, "--verify-as", "server.test", "--send", HTTP_GET, identity="client-c")
+    # nginx finishes the handshake and answers 400 (or drops the connection).
+    assert not out["connected"] or "400" in (out["response"] or ""), out
+
+
+# ---- libmtls client -> Python ssl server requiring a client certificate
+
+def python_tls_server(pki, version=None):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(pki("server-chain.pem"), pki("server.key"))
+    ctx.load_verify_locations(pki("root.pem"))
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    if version:
+        ctx.minimum_version = ctx.maximum_version = version
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    port = sock.getsockname()[1]
+    seen = []
+
+    def serve():
+        sock.settimeout(15)
+        try:
+            raw, _ = sock.accept()
+            with ctx.wrap_socket(raw, server_side=True) as s:
+                seen.append(dict(x[0] for x in s.getpeercert()["subject"]))
+                data = s.recv(1024)
+                s.sendall(b"python says " + data)
+        except Exception as e:  # noqa: BLE001 - reported to the test
+            seen.append(e)
+        finally:
+            sock.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return port, seen, t
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+def test_client_to_python_ssl_server(pki, version):
+    port, seen, t = python_tls_server(pki, version)
+    out = connect(pki, port, "--verify-as", "server.test", "--send", "hi")
+    t.join(10)
+    assert out["connected"], out
+    assert out["response"] == "python says hi"
+    assert seen and seen[0]["commonName"] == "client-a"
+
+
+def test_python_ssl_server_rejects_other_customer_root(pki):
+    port, seen, t = python_tls_server(pki)
+    out = connect(pki, port, "--verify-as", "server.test", "--send", "hi", identity="client-c")
+    t.join(10)
+    assert not out["connected"], out
+    assert isinstance(seen[0], ssl.SSLError)
+
+
+# ---- clients -> mtls serve
+
+@pytest.fixture
+def mtls_server(pki, peers):
+    """`mtls serve` accepting customer A's clients only (anchor: its intermediate)."""
+    port = free_port()
+    p = Peer([os.environ.get("MTLS_CLI", "mtls"), "serve", "--port", str(port), "--identity", pki("server.p12"),
+              "--password-file", pki("password.txt"), "--client-anchor", pki("int-a.pem"),
+              "--require-client-cert"], port)
+    peers.append(p)
+    return p
+
+
+def server_log(p):
+    return p.stop()
+
+
+def s_client(pki, port, *args, data=b"hello\n"):
+    return subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-servername", "server.test",
+                           "-CAfile", pki("root.pem"), "-verify_return_error", "-quiet", *args],
+                          input=data, capture_output=True, timeout=20)
+
+
+def test_s_client_from_right_intermediate_is_accepted(pki, mtls_server):
+    r = s_client(pki, mtls_server.port, "-cert", pki("client-a.pem"), "-key", pki("client-a.key"),
+                 "-cert_chain", pki("int-a.pem"))
+    assert b"hello" in r.stdout, r
+    log = server_log(mtls_server)
+    assert "accepted" in log and "CN=client-a" in log and "trusted" in log, log
+
+
+def test_s_client_from_other_customer_is_rejected(pki, mtls_server):
+    r = s_client(pki, mtls_server.port, "-cert", pki("client-b.pem"), "-key", pki("client-b.key"),
+                 "-cert_chain", pki("int-b.pem"))
+    assert b"hello" not in r.stdout
+    log = server_log(mtls_server)
+    assert "rejected" in log and "untrusted" in log, log
+
+
+def test_s_client_without_certificate_is_rejected(pki, mtls_server):
+    r = s_client(pki, mtls_server.port)
+    assert b"hello" not in r.stdout
+    assert "no certificate" in server_log(mtls_server)
+
+
+def curl(pki, port, *args):
+    return subprocess.run(["curl", "-sS", "--max-time", "10", "--cacert", pki("root.pem"),
+                           "--resolve", f"server.test:{port}:127.0.0.1", f"https://server.test:{port}/", *args],
+                          capture_output=True, text=True)
+
+
+def test_curl_with_client_cert(pki, mtls_server):
+    r = curl(pki, mtls_server.port, "--cert", pki("client-a-chain.pem"), "--key", pki("client-a.key"))
+    assert r.returncode == 0 and r.stdout == "hello client-a\n", r
+
+
+def test_curl_other_customer_and_no_cert_rejected(pki, mtls_server):
+    assert curl(pki, mtls_server.port, "--cert", pki("client-b-chain.pem"), "--key", pki("client-b.key")).returncode != 0
+    assert curl(pki, mtls_server.port).returncode != 0
+    log = server_log(mtls_server)
+    assert log.count("[untrusted]") == 2, log
+
+
+def python_client(pki, port, identity):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(pki("root.pem"))
+    if identity:
+        ctx.load_cert_chain(pki(f"{identity}-chain.pem"), pki(f"{identity}.key"))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="server.test") as s:
+            s.sendall(b"ping")
+            return s.recv(100)
+
+
+def test_python_clients_against_mtls_serve(pki, mtls_server):
+    assert python_client(pki, mtls_server.port, "client-a") == b"ping"
+    for identity in ("client-b", None):
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            python_client(pki, mtls_server.port, identity)
+    log = server_log(mtls_server)
+    assert log.count("accepted") == 1 and log.count("[untrusted]") == 2, log
+
+
+# ---- automatic identity selection among a store's identities
+
+def test_automatic_identity_picks_the_one_the_server_asks_for(pki, peers, tmp_path):
+    if "  store" not in run_cli("--help").stdout:
+        pytest.skip("mtls store is not built")
+    store, secret = tmp_path / "s.db", tmp_path / "secret"
+    secret.write_text("store secret\n")
+    for label in ("client-c", "client-b", "client-a"):
+        r = run_cli("store", "--store", store, "--secret-file", secret, "import", pki(f"{label}.p12"),
+                    "--label", label, "--password-file", pki("password.txt"))
+        assert r.returncode == 0, r.stderr
+    # s_server lists the CAs of -CAfile in its CertificateRequest: customer A's intermediate only.
+    port = s_server(pki, peers, cafile="int-a.pem", extra=["-verifyCAfile", pki("root.pem")])
+    r = run_cli("connect", f"127.0.0.1:{port}", "--store", store, "--secret-file", secret,
+                "--anchor", pki("root.pem"), "--verify-as", "server.test", "--send", HTTP_GET)
+    assert r.returncode == 0, r.stderr
+    assert "presented client-a" in r.stdout, r.stdout

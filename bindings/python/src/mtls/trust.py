@@ -1,0 +1,293 @@
+"""Trust policies and evaluation: anchors, host rules, SPKI pins, and mtls_evaluate."""
+import ctypes
+import datetime
+from dataclasses import dataclass
+from typing import Callable, List, Optional
+
+from ._lib import lib, fn, take_string, c_void_pp, c_size_p, c_int_p
+from .certificate import Certificate
+from .errors import check
+
+PURPOSE_DEFAULT, PURPOSE_SERVER, PURPOSE_CLIENT = 0, 1, 2
+_PURPOSES = {None: PURPOSE_DEFAULT, "server": PURPOSE_SERVER, "client": PURPOSE_CLIENT}
+_KINDS = {0: "proceed", 1: "recoverable_failure", 2: "fatal_failure"}
+PIN_STOP_ENFORCING, PIN_FAIL_CLOSED = 0, 1
+
+# typedef void (*mtls_trust_report_cb)(const char *host, const char *rule, const char *code,
+#                                      const char *message, void *userdata)
+REPORT_CB = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p)
+DESTROY_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+c_char_pp = ctypes.POINTER(ctypes.c_char_p)
+
+# int mtls_policy_new(mtls_policy **out)
+fn("mtls_policy_new", ctypes.c_int, c_void_pp)
+# int mtls_policy_load(const char *path, mtls_policy **out)
+fn("mtls_policy_load", ctypes.c_int, ctypes.c_char_p, c_void_pp)
+# int mtls_policy_from_json(const char *json, mtls_policy **out)
+fn("mtls_policy_from_json", ctypes.c_int, ctypes.c_char_p, c_void_pp)
+# void mtls_policy_free(mtls_policy *policy)
+fn("mtls_policy_free", None, ctypes.c_void_p)
+# int mtls_policy_replace(mtls_policy *policy, const mtls_policy *from)
+fn("mtls_policy_replace", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+# int mtls_policy_add_anchor(mtls_policy *policy, const mtls_cert *cert)
+fn("mtls_policy_add_anchor", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+# int mtls_policy_set_anchors_only(mtls_policy *policy, int anchors_only)
+fn("mtls_policy_set_anchors_only", ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
+# int mtls_policy_set_name_check(mtls_policy *policy, int enabled)
+fn("mtls_policy_set_name_check", ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
+# int mtls_policy_set_time(mtls_policy *policy, int64_t unix_time)
+fn("mtls_policy_set_time", ctypes.c_int, ctypes.c_void_p, ctypes.c_int64)
+# int mtls_policy_add_crl_file(mtls_policy *policy, const char *path)
+fn("mtls_policy_add_crl_file", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)
+# int mtls_policy_add_host_rule(mtls_policy *policy, const char *pattern, const char *verify_as, int skip_name_check)
+fn("mtls_policy_add_host_rule", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int)
+# int mtls_policy_add_rule_anchor(mtls_policy *policy, const char *pattern, const mtls_cert *cert, int anchors_only)
+fn("mtls_policy_add_rule_anchor", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int)
+# int mtls_policy_add_pin(mtls_policy *policy, const char *pattern, const char *pin)
+fn("mtls_policy_add_pin", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
+# int mtls_policy_set_pin_expiry(mtls_policy *policy, const char *pattern, int64_t expires, int after_expiry)
+fn("mtls_policy_set_pin_expiry", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int)
+# int mtls_policy_set_report_only(mtls_policy *policy, const char *pattern, int report_only)
+fn("mtls_policy_set_report_only", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int)
+# int mtls_policy_set_report_callback(mtls_policy *policy, mtls_trust_report_cb cb, void *userdata, void (*destroy)(void *))
+fn("mtls_policy_set_report_callback", ctypes.c_int, ctypes.c_void_p, REPORT_CB, ctypes.c_void_p, DESTROY_CB)
+# int mtls_policy_warning_count(const mtls_policy *policy, size_t *count)
+fn("mtls_policy_warning_count", ctypes.c_int, ctypes.c_void_p, c_size_p)
+# int mtls_policy_warning(const mtls_policy *policy, size_t index, char **out)
+fn("mtls_policy_warning", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, c_void_pp)
+# int mtls_evaluate(mtls_policy *policy, mtls_cert *const *certs, size_t count, const char *host, int purpose,
+#                   int64_t at, mtls_trust_result **out)
+fn("mtls_evaluate", ctypes.c_int, ctypes.c_void_p, c_void_pp, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_int,
+   ctypes.c_int64, c_void_pp)
+# int mtls_evaluate_der(mtls_policy *policy, const uint8_t *const *ders, const size_t *lens, size_t count,
+#                       const char *host, int purpose, int64_t at, mtls_trust_result **out)
+fn("mtls_evaluate_der", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), c_size_p, ctypes.c_size_t,
+   ctypes.c_char_p, ctypes.c_int, ctypes.c_int64, c_void_pp)
+# int mtls_policy_set_cache(mtls_policy *policy, int enabled)
+fn("mtls_policy_set_cache", ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
+# void mtls_trust_result_free(mtls_trust_result *result)
+fn("mtls_trust_result_free", None, ctypes.c_void_p)
+# int mtls_trust_result_trusted(const mtls_trust_result *result, int *trusted)
+fn("mtls_trust_result_trusted", ctypes.c_int, ctypes.c_void_p, c_int_p)
+# int mtls_trust_result_kind(const mtls_trust_result *result, int *kind)
+fn("mtls_trust_result_kind", ctypes.c_int, ctypes.c_void_p, c_int_p)
+# int mtls_trust_result_reason_count(const mtls_trust_result *result, size_t *count)
+fn("mtls_trust_result_reason_count", ctypes.c_int, ctypes.c_void_p, c_size_p)
+# int mtls_trust_result_reason(const mtls_trust_result *result, size_t index, const char **code, int *cert_index,
+#                              const char **message)
+fn("mtls_trust_result_reason", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, c_char_pp, c_int_p, c_char_pp)
+# int mtls_trust_result_chain(const mtls_trust_result *result, mtls_cert ***out, size_t *count)
+fn("mtls_trust_result_chain", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(c_void_pp), c_size_p)
+# int mtls_trust_result_matched_rule(const mtls_trust_result *result, const char **rule)
+fn("mtls_trust_result_matched_rule", ctypes.c_int, ctypes.c_void_p, c_char_pp)
+# int mtls_trust_result_matched_pin(const mtls_trust_result *result, const char **pin)
+fn("mtls_trust_result_matched_pin", ctypes.c_int, ctypes.c_void_p, c_char_pp)
+
+
+def _b(s):
+    return None if s is None else s.encode("utf-8")
+
+
+def _unix(t) -> int:
+    if t is None:
+        return 0
+    if isinstance(t, datetime.datetime):
+        return int(t.timestamp())
+    return int(t)
+
+
+@dataclass(frozen=True)
+class TrustReason:
+    """One reason an evaluation failed: a stable code, the certificate index (None: the whole
+    chain) and a message."""
+    code: str
+    cert_index: Optional[int]
+    message: str
+
+
+@dataclass(frozen=True)
+class TrustResult:
+    """The verdict of Policy.evaluate."""
+    trusted: bool
+    kind: str
+    reasons: List[TrustReason]
+    chain: List[Certificate]
+    matched_rule: Optional[str]
+    matched_pin: Optional[str]
+
+    @property
+    def codes(self) -> List[str]:
+        return [r.code for r in self.reasons]
+
+
+def _read_result(h) -> TrustResult:
+    t, k, n = ctypes.c_int(), ctypes.c_int(), ctypes.c_size_t()
+    check(lib.mtls_trust_result_trusted(h, ctypes.byref(t)))
+    check(lib.mtls_trust_result_kind(h, ctypes.byref(k)))
+    check(lib.mtls_trust_result_reason_count(h, ctypes.byref(n)))
+    reasons = []
+    for i in range(n.value):
+        code, msg, idx = ctypes.c_char_p(), ctypes.c_char_p(), ctypes.c_int()
+        check(lib.mtls_trust_result_reason(h, i, ctypes.byref(code), ctypes.byref(idx), ctypes.byref(msg)))
+        reasons.append(TrustReason(code.value.decode(), None if idx.value < 0 else idx.value, msg.value.decode()))
+    out, count = c_void_pp(), ctypes.c_size_t()
+    check(lib.mtls_trust_result_chain(h, ctypes.byref(out), ctypes.byref(count)))
+    try:
+        chain = [Certificate(lib.mtls_cert_ref(out[i])) for i in range(count.value)]
+    finally:
+        lib.mtls_cert_list_free(out, count)
+    rule, pin = ctypes.c_char_p(), ctypes.c_char_p()
+    check(lib.mtls_trust_result_matched_rule(h, ctypes.byref(rule)))
+    check(lib.mtls_trust_result_matched_pin(h, ctypes.byref(pin)))
+    return TrustResult(bool(t.value), _KINDS[k.value], reasons, chain,
+                       rule.value.decode() if rule.value else None, pin.value.decode() if pin.value else None)
+
+
+class Policy:
+    """A trust policy (wraps an mtls_policy handle). Thread-safe: it may be changed or replaced
+    while other threads evaluate with it."""
+
+    def __init__(self, _handle=None):
+        if _handle is None:
+            out = ctypes.c_void_p()
+            check(lib.mtls_policy_new(ctypes.byref(out)))
+            _handle = out.value
+        self._h = _handle
+        self._callback = None  # keeps the ctypes thunk alive
+        self._pending = None   # an exception raised inside the report callback
+
+    @classmethod
+    def load(cls, path: str) -> "Policy":
+        """Reads a policy JSON file (README.md, "Trust policies")."""
+        out = ctypes.c_void_p()
+        check(lib.mtls_policy_load(_b(str(path)), ctypes.byref(out)))
+        return cls(out.value)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Policy":
+        out = ctypes.c_void_p()
+        check(lib.mtls_policy_from_json(_b(text), ctypes.byref(out)))
+        return cls(out.value)
+
+    def add_anchor(self, cert: Certificate):
+        check(lib.mtls_policy_add_anchor(self._h, cert._h))
+
+    def set_anchors_only(self, on: bool = True):
+        check(lib.mtls_policy_set_anchors_only(self._h, int(on)))
+
+    def set_name_check(self, on: bool = True):
+        check(lib.mtls_policy_set_name_check(self._h, int(on)))
+
+    def set_time(self, t):
+        """A fixed evaluation time (datetime or Unix seconds); None returns to now."""
+        check(lib.mtls_policy_set_time(self._h, _unix(t)))
+
+    def set_cache(self, on: bool = True):
+        """Remember recent evaluations (default). The cache never changes an answer."""
+        check(lib.mtls_policy_set_cache(self._h, int(on)))
+
+    def add_crl_file(self, path: str):
+        check(lib.mtls_policy_add_crl_file(self._h, _b(str(path))))
+
+    def add_host_rule(self, pattern: str, verify_as: Optional[str] = None, skip_name_check: bool = False):
+        check(lib.mtls_policy_add_host_rule(self._h, _b(pattern), _b(verify_as), int(skip_name_check)))
+
+    def add_rule_anchor(self, pattern: str, cert: Certificate, anchors_only: bool = True):
+        check(lib.mtls_policy_add_rule_anchor(self._h, _b(pattern), cert._h, int(anchors_only)))
+
+    def add_pin(self, pattern: str, pin: str):
+        check(lib.mtls_policy_add_pin(self._h, _b(pattern), _b(pin)))
+
+    def set_pin_expiry(self, pattern: str, expires, fail_closed: bool = False):
+        check(lib.mtls_policy_set_pin_expiry(self._h, _b(pattern), _unix(expires),
+                                             PIN_FAIL_CLOSED if fail_closed else PIN_STOP_ENFORCING))
+
+    def set_report_only(self, pattern: str, on: bool = True):
+        check(lib.mtls_policy_set_report_only(self._h, _b(pattern), int(on)))
+
+    def set_report_callback(self, callback: Optional[Callable[[str, str, str, str], None]]):
+        """callback(host, rule, code, message) for each unenforced failure of a report-only rule.
+        An exception it raises is re-raised by the evaluate() call that triggered it."""
+        if callback is None:
+            self._callback = None
+            check(lib.mtls_policy_set_report_callback(self._h, REPORT_CB(), None, DESTROY_CB()))
+            return
+
+        def thunk(host, rule, code, message, _userdata):
+            try:
+                callback(*(v.decode() if v else None for v in (host, rule, code, message)))
+            except BaseException as e:  # noqa: BLE001 - re-raised after the C call returns
+                self._pending = e
+        self._callback = REPORT_CB(thunk)
+        check(lib.mtls_policy_set_report_callback(self._h, self._callback, None, DESTROY_CB()))
+
+    @property
+    def warnings(self) -> List[str]:
+        n = ctypes.c_size_t()
+        check(lib.mtls_policy_warning_count(self._h, ctypes.byref(n)))
+        out = []
+        for i in range(n.value):
+            p = ctypes.c_void_p()
+            check(lib.mtls_policy_warning(self._h, i, ctypes.byref(p)))
+            out.append(take_string(p))
+        return out
+
+    def replace(self, other: "Policy"):
+        """Atomically puts a copy of `other`'s settings in force; the report callback stays."""
+        check(lib.mtls_policy_replace(self._h, other._h))
+
+    def evaluate(self, chain: List[Certificate], host: Optional[str] = None, purpose: Optional[str] = None,
+                 at=None) -> TrustResult:
+        """Evaluates `chain` (leaf first) for `host` ("name", "1.2.3.4", "name:port"); purpose
+        "server" or "client" (None: the policy's); at: datetime or Unix seconds (None: now)."""
+        if purpose not in _PURPOSES:
+            raise ValueError("purpose must be 'server', 'client' or None")
+        arr = (ctypes.c_void_p * len(chain))(*[c._h for c in chain])
+        out = ctypes.c_void_p()
+        self._pending = None
+        check(lib.mtls_evaluate(self._h, ctypes.cast(arr, c_void_pp), len(chain), _b(host), _PURPOSES[purpose],
+                                _unix(at), ctypes.byref(out)))
+        try:
+            if self._pending is not None:
+                e, self._pending = self._pending, None
+                raise e
+            return _read_result(out.value)
+        finally:
+            lib.mtls_trust_result_free(out.value)
+
+    def evaluate_der(self, ders: List[bytes], host: Optional[str] = None, purpose: Optional[str] = None,
+                     at=None) -> TrustResult:
+        """Same as evaluate() with DER certificates; a recently seen chain is answered from the
+        cache without parsing."""
+        if purpose not in _PURPOSES:
+            raise ValueError("purpose must be 'server', 'client' or None")
+        arr = (ctypes.c_char_p * len(ders))(*ders)
+        lens = (ctypes.c_size_t * len(ders))(*[len(d) for d in ders])
+        out = ctypes.c_void_p()
+        self._pending = None
+        check(lib.mtls_evaluate_der(self._h, arr, lens, len(ders), _b(host), _PURPOSES[purpose], _unix(at),
+                                    ctypes.byref(out)))
+        try:
+            if self._pending is not None:
+                e, self._pending = self._pending, None
+                raise e
+            return _read_result(out.value)
+        finally:
+            lib.mtls_trust_result_free(out.value)
+
+    def close(self):
+        if self._h:
+            lib.mtls_policy_free(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,143 @@
+"""Trust policies and evaluation through the C ABI, on a PKI made at run time."""
+import pathlib
+import subprocess
+import time
+
+import pytest
+
+import mtls
+from mtls import errors
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "Tests" / "fixtures" / "make-trust-pki.sh"
+NOW = int(time.time()) + 86400
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    d = tmp_path_factory.mktemp("trust-pki")
+    subprocess.run([str(SCRIPT), str(d)], check=True, capture_output=True)
+    return d
+
+
+def certs(pki, name):
+    return mtls.Certificate.load(str(pki / name))
+
+
+def pinned_root_policy(pki):
+    p = mtls.Policy()
+    p.add_anchor(certs(pki, "root.pem")[0])
+    p.set_anchors_only(True)
+    p.set_time(NOW)
+    return p
+
+
+def test_pinned_root_trusts_chain_and_builds_it(pki):
+    with pinned_root_policy(pki) as p:
+        r = p.evaluate(certs(pki, "chain.pem"), host="server.test")
+        assert r.trusted and r.kind == "proceed" and r.reasons == []
+        assert [c.subject_summary for c in r.chain] == ["server.test", "Test Intermediate", "Test Root"]
+
+
+def test_wrong_host_is_recoverable_name_mismatch(pki):
+    r = pinned_root_policy(pki).evaluate(certs(pki, "chain.pem"), host="other.test")
+    assert not r.trusted and r.kind == "recoverable_failure"
+    assert mtls.TrustReason("name_mismatch", 0, r.reasons[0].message) in r.reasons
+
+
+def test_expired_at_later_time(pki):
+    r = pinned_root_policy(pki).evaluate(certs(pki, "chain.pem"), host="server.test", at=NOW + 60 * 86400)
+    assert "expired" in r.codes
+
+
+def test_client_purpose(pki):
+    p = pinned_root_policy(pki)
+    assert p.evaluate(certs(pki, "client-chain.pem"), purpose="client").trusted
+    assert "wrong_purpose" in p.evaluate(certs(pki, "chain.pem"), purpose="client").codes
+    with pytest.raises(ValueError):
+        p.evaluate(certs(pki, "chain.pem"), purpose="both")
+
+
+def test_verify_as_and_pins(pki):
+    p = pinned_root_policy(pki)
+    inter_pin = certs(pki, "inter.pem")[0].spki_pin
+    p.add_host_rule("10.0.0.9", verify_as="server.test")
+    p.add_pin("10.0.0.9", certs(pki, "other-root.pem")[0].spki_pin)
+    assert len(p.warnings) == 1
+    r = p.evaluate(certs(pki, "chain.pem"), host="10.0.0.9")
+    assert not r.trusted and r.kind == "fatal_failure" and "pin_mismatch" in r.codes
+    p.add_pin("10.0.0.9", inter_pin)
+    assert p.warnings == []
+    r = p.evaluate(certs(pki, "chain.pem"), host="10.0.0.9")
+    assert r.trusted and r.matched_rule == "10.0.0.9" and r.matched_pin == inter_pin
+
+
+def test_report_only_calls_back_and_reraises(pki):
+    p = pinned_root_policy(pki)
+    p.add_pin("server.test", certs(pki, "other-root.pem")[0].spki_pin)
+    p.set_report_only("server.test")
+    seen = []
+    p.set_report_callback(lambda host, rule, code, message: seen.append((host, rule, code)))
+    assert p.evaluate(certs(pki, "chain.pem"), host="server.test").trusted
+    assert seen == [("server.test", "server.test", "pin_mismatch")]
+
+    def boom(*_):
+        raise RuntimeError("from the callback")
+    p.set_report_callback(boom)
+    with pytest.raises(RuntimeError, match="from the callback"):
+        p.evaluate(certs(pki, "chain.pem"), host="server.test")
+    p.set_report_callback(None)
+    assert p.evaluate(certs(pki, "chain.pem"), host="server.test").trusted
+
+
+def test_pin_expiry_fail_closed(pki):
+    p = pinned_root_policy(pki)
+    p.add_pin("server.test", certs(pki, "other-root.pem")[0].spki_pin)
+    p.set_pin_expiry("server.test", NOW - 10)
+    assert p.evaluate(certs(pki, "chain.pem"), host="server.test").trusted
+    p.set_pin_expiry("server.test", NOW - 10, fail_closed=True)
+    assert "pin_expired" in p.evaluate(certs(pki, "chain.pem"), host="server.test").codes
+
+
+def test_crl_and_rule_anchor_and_skip_name_check(pki):
+    p = pinned_root_policy(pki)
+    p.add_host_rule("*.internal", skip_name_check=True)
+    assert p.evaluate(certs(pki, "chain.pem"), host="db.internal").trusted
+    p.add_rule_anchor("*.wild.test", certs(pki, "other-root.pem")[0])
+    assert not p.evaluate(certs(pki, "chain.pem"), host="a.wild.test").trusted
+    p.add_crl_file(str(pki / "revoked.crl"))
+    r = p.evaluate(certs(pki, "chain.pem"), host="server.test")
+    assert mtls.TrustReason("revoked", 0, next(x.message for x in r.reasons if x.code == "revoked")) in r.reasons
+
+
+def test_policy_file_and_replace(pki):
+    (pki / "p.json").write_text('{"anchors": ["root.pem"], "anchors_only": true}')
+    p = mtls.Policy.load(str(pki / "p.json"))
+    p.set_time(NOW)
+    assert p.evaluate(certs(pki, "chain.pem"), host="server.test").trusted
+    other = mtls.Policy.from_json('{"anchors_only": true}')
+    p.replace(other)
+    assert not p.evaluate(certs(pki, "chain.pem"), host="server.test").trusted
+
+
+def test_errors(pki):
+    with pytest.raises(errors.InvalidPolicy, match="nope"):
+        mtls.Policy.from_json('{"nope": 1}')
+    p = mtls.Policy()
+    with pytest.raises(errors.InvalidPolicy):
+        p.add_pin("server.test", "md5/abc")
+    with pytest.raises(errors.InvalidArgument):
+        p.evaluate([])
+    p.close()
+    p.close()
+
+
+def test_evaluate_der_cached_and_uncached(pki):
+    p = pinned_root_policy(pki)
+    ders = [c.der for c in certs(pki, "chain.pem")]
+    for cache in (False, True):
+        p.set_cache(cache)
+        for _ in range(2):
+            assert p.evaluate_der(ders, host="server.test").trusted
+            assert "name_mismatch" in p.evaluate_der(ders, host="x.test").codes
+    with pytest.raises(errors.ParseError):
+        p.evaluate_der([b"junk"], host="server.test")
