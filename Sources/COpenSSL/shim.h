@@ -129,9 +129,6 @@ static inline int mtls_ossl_X509_get_version(const X509 *x) { return (int)X509_g
 /* ---- trust evaluation (Sources/MTLS/Trust) ---- */
 static inline int mtls_ossl_sk_GENERAL_SUBTREE_num(const STACK_OF(GENERAL_SUBTREE) *sk) { return sk_GENERAL_SUBTREE_num(sk); }
 static inline GENERAL_SUBTREE *mtls_ossl_sk_GENERAL_SUBTREE_value(const STACK_OF(GENERAL_SUBTREE) *sk, int i) { return sk_GENERAL_SUBTREE_value(sk, i); }
-static inline int mtls_ossl_sk_ACCESS_DESCRIPTION_num(const STACK_OF(ACCESS_DESCRIPTION) *sk) { return sk_ACCESS_DESCRIPTION_num(sk); }
-static inline void mtls_ossl_sk_X509_CRL_free(STACK_OF(X509_CRL) *sk) { sk_X509_CRL_free(sk); }
-static inline void mtls_ossl_X509_STORE_CTX_set_app_data(X509_STORE_CTX *ctx, void *p) { X509_STORE_CTX_set_app_data(ctx, p); }
 /* ---- PKCS#12 inspection (libmtls reads KDF parameters before running any KDF) ---- */
 static inline int mtls_ossl_PKCS7_type_nid(const PKCS7 *p7) { return p7 ? OBJ_obj2nid(p7->type) : NID_undef; }
 /* The content-encryption algorithm of an encryptedData PKCS#7, or NULL. */
