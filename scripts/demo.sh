@@ -83,14 +83,19 @@ done
 [ -n "$port" ] || die "the server did not say which port it listens on"
 ok "server listening on 127.0.0.1:$port"
 
-# Prints the server's log lines that appeared since the last call.
+# Prints the server's log lines that appeared since the last call; keeps the last "rejected"
+# reason in $server_reason.
 seen=1
+server_reason=
 server_view() {
     sleep 0.3
-    local total
+    local total new
     total=$(wc -l < server.log)
+    server_reason=
     if [ "$total" -gt "$seen" ]; then
-        sed -n "$((seen + 1)),${total}p" server.log | sed 's/^/    server: /'
+        new=$(sed -n "$((seen + 1)),${total}p" server.log)
+        printf '%s\n' "$new" | sed 's/^/    server: /'
+        server_reason=$(printf '%s\n' "$new" | sed -n 's/^rejected client [^ ]*: //p' | tail -1)
         seen=$total
     fi
 }
@@ -128,7 +133,7 @@ d = json.load(sys.stdin)
 ev = d.get("evaluation") or {}
 rs = [r["code"] + ": " + r["message"] for r in ev.get("reasons", [])]
 print("; ".join(rs) or d.get("error") or "refused")' 2>/dev/null || echo "refused")
-    ok "refused ($what): $reason"
+    ok "refused ($what): $reason${server_reason:+ | server: $server_reason}"
 }
 
 step "5. Refusal: the server's key does not match the pinned SPKI hash"

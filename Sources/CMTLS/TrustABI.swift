@@ -230,16 +230,43 @@ public func mtls_evaluate(_ p: OpaquePointer?, _ certs: UnsafePointer<OpaquePoin
         let certs = try require(certs, "certs")
         guard count > 0 else { throw invalid("count must be at least 1") }
         let chain = try (0..<count).map { try handle(certs[$0], Certificate.self, "certs[\($0)]") }
-        let purposeValue: TrustPurpose?
-        switch purpose {
-        case 0: purposeValue = nil
-        case 1: purposeValue = .serverAuth
-        case 2: purposeValue = .clientAuth
-        default: throw invalid("purpose must be MTLS_PURPOSE_DEFAULT, _SERVER or _CLIENT")
-        }
+        let purposeValue = try purposeArgument(purpose)
         let result = h.evaluate(chain: chain, host: optionalString(host), purpose: purposeValue,
                                 at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)))
         out.pointee = retainHandle(TrustResultBox(result))
+    }
+}
+
+/// `int mtls_evaluate_der(mtls_policy *policy, const uint8_t *const *ders, const size_t *lens, size_t count, const char *host, int purpose, int64_t at, mtls_trust_result **out)`
+@_cdecl("mtls_evaluate_der")
+public func mtls_evaluate_der(_ p: OpaquePointer?, _ ders: UnsafePointer<UnsafePointer<UInt8>?>?, _ lens: UnsafePointer<Int>?,
+                              _ count: Int, _ host: UnsafePointer<CChar>?, _ purpose: Int32, _ at: Int64,
+                              _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let h = try handle(p, TrustPolicyHandle.self, "policy")
+        let ders = try require(ders, "ders"), lens = try require(lens, "lens")
+        guard count > 0 else { throw invalid("count must be at least 1") }
+        let chain = try (0..<count).map { try bytes(ders[$0], lens[$0], "ders[\($0)]") }
+        let result = try h.current.evaluate(derChain: chain, host: optionalString(host), purpose: try purposeArgument(purpose),
+                                            at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)))
+        out.pointee = retainHandle(TrustResultBox(result))
+    }
+}
+
+/// `int mtls_policy_set_cache(mtls_policy *policy, int enabled)`
+@_cdecl("mtls_policy_set_cache")
+public func mtls_policy_set_cache(_ p: OpaquePointer?, _ on: Int32) -> Int32 {
+    abiCall { try policy(p).evaluationCacheEnabled = on != 0 }
+}
+
+private func purposeArgument(_ purpose: Int32) throws -> TrustPurpose? {
+    switch purpose {
+    case 0: return nil
+    case 1: return .serverAuth
+    case 2: return .clientAuth
+    default: throw invalid("purpose must be MTLS_PURPOSE_DEFAULT, _SERVER or _CLIENT")
     }
 }
 

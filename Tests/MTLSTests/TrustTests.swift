@@ -336,6 +336,21 @@ final class TrustTests: XCTestCase {
         XCTAssertFalse(p.evaluate(chain: chain, host: "server.test", at: Self.now).trusted)
     }
 
+    func testDERChainEvaluationMatchesParsedEvaluation() throws {
+        let p = try policy()
+        let ders = try certs("chain.pem").map(\.der)
+        for cache in [false, true] {
+            p.evaluationCacheEnabled = cache
+            for _ in 0..<2 {
+                assertTrusted(try p.evaluate(derChain: ders, host: "server.test"))
+                assertFails(try p.evaluate(derChain: ders, host: "x.test"), TrustReason.Code.nameMismatch)
+            }
+        }
+        XCTAssertThrowsError(try p.evaluate(derChain: [[1, 2, 3]], host: "server.test")) {
+            XCTAssertEqual(($0 as? MTLSError)?.code, .parse)
+        }
+    }
+
     func testPolicyHandleReplacesAtomicallyWhileEvaluating() throws {
         let good = try policy()
         let bad = try policy(anchors: ["other-root.pem"])

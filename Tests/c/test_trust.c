@@ -148,6 +148,33 @@ int main(void) {
     CHECK_RC(mtls_evaluate(p, chain, cn, "server.test", 0, 0, NULL), MTLS_E_INVALID_ARGUMENT);
     mtls_cert *with_null[2] = { chain[0], NULL };
     CHECK_RC(mtls_evaluate(p, with_null, 2, "server.test", 0, 0, &r), MTLS_E_INVALID_ARGUMENT);
+    /* DER input, cached and uncached, with its argument checks. */
+    const uint8_t *ders[3];
+    size_t lens[3];
+    for (size_t i = 0; i < cn && i < 3; i++) CHECK_OK(mtls_cert_der(chain[i], &ders[i], &lens[i]));
+    CHECK_RC(mtls_evaluate_der(NULL, ders, lens, cn, "server.test", 0, 0, &r), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_evaluate_der(p, NULL, lens, cn, "server.test", 0, 0, &r), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_evaluate_der(p, ders, NULL, cn, "server.test", 0, 0, &r), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_evaluate_der(p, ders, lens, 0, "server.test", 0, 0, &r), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_evaluate_der(p, ders, lens, cn, "server.test", 9, 0, &r), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_evaluate_der(p, ders, lens, cn, "server.test", 0, 0, NULL), MTLS_E_INVALID_ARGUMENT);
+    const uint8_t junk[4] = { 1, 2, 3, 4 };
+    const uint8_t *bad_ders[1] = { junk };
+    size_t bad_lens[1] = { sizeof junk };
+    CHECK_RC(mtls_evaluate_der(p, bad_ders, bad_lens, 1, "server.test", 0, 0, &r), MTLS_E_PARSE);
+    CHECK_RC(mtls_policy_set_cache(NULL, 0), MTLS_E_INVALID_ARGUMENT);
+    for (int cache = 0; cache <= 1; cache++) {
+        CHECK_OK(mtls_policy_set_cache(p, cache));
+        for (int round = 0; round < 2; round++) {
+            CHECK_OK(mtls_evaluate_der(p, ders, lens, cn, "server.test", MTLS_PURPOSE_SERVER, 0, &r));
+            CHECK(trusted(r) == 1);
+            mtls_trust_result_free(r);
+            CHECK_OK(mtls_evaluate_der(p, ders, lens, cn, "wrong.test", MTLS_PURPOSE_SERVER, 0, &r));
+            CHECK(trusted(r) == 0 && has_reason(r, "name_mismatch", NULL));
+            mtls_trust_result_free(r);
+        }
+    }
+
     /* Wrong host: recoverable name mismatch on the leaf; expired at a later time. */
     CHECK_OK(mtls_evaluate(p, chain, cn, "other.test", MTLS_PURPOSE_DEFAULT, 0, &r));
     int idx = -5;

@@ -16,6 +16,20 @@ extension TrustPolicy {
     /// does not make are libmtls's ``ChainCheck``s, applied to the chain OpenSSL built. Never
     /// throws: every problem is a ``TrustReason``.
     public func evaluate(chain: [Certificate], host: String?, purpose: TrustPurpose? = nil, at: Date? = nil) -> TrustResult {
+        // Parsing cannot fail: the certificates are already parsed.
+        (try? evaluate(ders: chain.map(\.der), parse: { chain }, host: host, purpose: purpose, at: at))!
+    }
+
+    /// Same as ``evaluate(chain:host:purpose:at:)`` for certificates given as DER, as they come
+    /// off the wire. A chain evaluated recently under the same policy version is answered from
+    /// the cache without being parsed at all. Throws ``MTLSError/Code/parse`` when a certificate
+    /// does not parse (and is not in the cache).
+    public func evaluate(derChain: [[UInt8]], host: String?, purpose: TrustPurpose? = nil, at: Date? = nil) throws -> TrustResult {
+        try evaluate(ders: derChain, parse: { try derChain.map { try Certificate(der: $0) } }, host: host, purpose: purpose, at: at)
+    }
+
+    private func evaluate(ders: [[UInt8]], parse: () throws -> [Certificate], host: String?, purpose: TrustPurpose?,
+                          at: Date?) throws -> TrustResult {
         let snapshotResult = Result { try snapshot() }
         guard case .success(let (settings, compiled, version)) = snapshotResult else {
             if case .failure(let e) = snapshotResult {
@@ -26,7 +40,7 @@ extension TrustPolicy {
         }
         let purpose = purpose ?? settings.purpose
         let time = Date(timeIntervalSince1970: ((at ?? settings.time ?? Date()).timeIntervalSince1970).rounded(.down))
-        guard !chain.isEmpty else {
+        guard !ders.isEmpty else {
             let r = TrustReason(code: TrustReason.Code.emptyChain, certIndex: nil, message: "no certificate was presented")
             return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
         }
@@ -35,16 +49,17 @@ extension TrustPolicy {
             .filter { $0.pattern.matches(name: target.name, ip: target.ip, port: target.port) }
             .max { $0.pattern.specificity < $1.pattern.specificity }
 
-        let key = EvaluationCache.Key(chain: chain.map(\.der), host: host ?? "", purpose: purpose,
+        let key = EvaluationCache.Key(chain: ders, host: host ?? "", purpose: purpose,
                                       version: version, second: Int64(time.timeIntervalSince1970))
         let result: TrustResult
-        if let cached = cache.lookup(key) {
+        if settings.cacheEnabled, let cached = cache.lookup(key) {
             result = cached
         } else {
+            let chain = try parse()
             let evaluation = Evaluation(settings: settings, compiled: compiled, chain: chain, target: target,
                                         rule: rule, purpose: purpose, time: time)
             result = evaluation.run()
-            cache.store(key, result, stableUntil: evaluation.stableWindow)
+            if settings.cacheEnabled { cache.store(key, result, stableUntil: evaluation.stableWindow(built: result.chain)) }
         }
         if let rule, rule.enforcement == .reportOnly, let handler = settings.reportHandler {
             let reported = result.reasons.filter { $0.code == TrustReason.Code.pinMismatch || $0.code == TrustReason.Code.pinExpired }
@@ -92,17 +107,20 @@ struct Evaluation {
         return target.text == nil ? nil : target
     }
 
-    /// The interval during which the answer cannot change (no validity boundary of any involved
-    /// certificate, pin expiry or CRL date falls inside it), filled in by ``run()``.
-    var stableWindow: ClosedRange<Date>? {
+    /// The interval around the evaluation time in which the answer cannot change: no validity
+    /// boundary of a presented, built or configured anchor certificate and no pin expiry falls
+    /// inside it. nil (do not cache) with CRLs, whose own dates would matter too.
+    func stableWindow(built: [Certificate]) -> ClosedRange<Date>? {
+        if !settings.crls.isEmpty { return nil }
         var lo = Date.distantPast, hi = Date.distantFuture
         func edge(_ d: Date) {
             if d <= time { lo = max(lo, d) } else { hi = min(hi, d) }
         }
-        for c in chain { edge(c.notBefore); edge(c.notAfter.addingTimeInterval(1)) }
-        for a in settings.anchors { edge(a.notBefore); edge(a.notAfter.addingTimeInterval(1)) }
+        for c in chain + built + settings.anchors + (rule?.anchors ?? []) {
+            edge(c.notBefore)
+            edge(c.notAfter.addingTimeInterval(1))
+        }
         if let e = rule?.pinsExpire { edge(e) }
-        if !settings.crls.isEmpty { return nil }
         return lo...hi.addingTimeInterval(-1)
     }
 

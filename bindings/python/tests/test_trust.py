@@ -129,3 +129,15 @@ def test_errors(pki):
         p.evaluate([])
     p.close()
     p.close()
+
+
+def test_evaluate_der_cached_and_uncached(pki):
+    p = pinned_root_policy(pki)
+    ders = [c.der for c in certs(pki, "chain.pem")]
+    for cache in (False, True):
+        p.set_cache(cache)
+        for _ in range(2):
+            assert p.evaluate_der(ders, host="server.test").trusted
+            assert "name_mismatch" in p.evaluate_der(ders, host="x.test").codes
+    with pytest.raises(errors.ParseError):
+        p.evaluate_der([b"junk"], host="server.test")

@@ -59,6 +59,12 @@ fn("mtls_policy_warning", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, c_void
 #                   int64_t at, mtls_trust_result **out)
 fn("mtls_evaluate", ctypes.c_int, ctypes.c_void_p, c_void_pp, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_int,
    ctypes.c_int64, c_void_pp)
+# int mtls_evaluate_der(mtls_policy *policy, const uint8_t *const *ders, const size_t *lens, size_t count,
+#                       const char *host, int purpose, int64_t at, mtls_trust_result **out)
+fn("mtls_evaluate_der", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), c_size_p, ctypes.c_size_t,
+   ctypes.c_char_p, ctypes.c_int, ctypes.c_int64, c_void_pp)
+# int mtls_policy_set_cache(mtls_policy *policy, int enabled)
+fn("mtls_policy_set_cache", ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
 # void mtls_trust_result_free(mtls_trust_result *result)
 fn("mtls_trust_result_free", None, ctypes.c_void_p)
 # int mtls_trust_result_trusted(const mtls_trust_result *result, int *trusted)
@@ -176,6 +182,10 @@ class Policy:
         """A fixed evaluation time (datetime or Unix seconds); None returns to now."""
         check(lib.mtls_policy_set_time(self._h, _unix(t)))
 
+    def set_cache(self, on: bool = True):
+        """Remember recent evaluations (default). The cache never changes an answer."""
+        check(lib.mtls_policy_set_cache(self._h, int(on)))
+
     def add_crl_file(self, path: str):
         check(lib.mtls_policy_add_crl_file(self._h, _b(str(path))))
 
@@ -237,6 +247,26 @@ class Policy:
         self._pending = None
         check(lib.mtls_evaluate(self._h, ctypes.cast(arr, c_void_pp), len(chain), _b(host), _PURPOSES[purpose],
                                 _unix(at), ctypes.byref(out)))
+        try:
+            if self._pending is not None:
+                e, self._pending = self._pending, None
+                raise e
+            return _read_result(out.value)
+        finally:
+            lib.mtls_trust_result_free(out.value)
+
+    def evaluate_der(self, ders: List[bytes], host: Optional[str] = None, purpose: Optional[str] = None,
+                     at=None) -> TrustResult:
+        """Same as evaluate() with DER certificates; a recently seen chain is answered from the
+        cache without parsing."""
+        if purpose not in _PURPOSES:
+            raise ValueError("purpose must be 'server', 'client' or None")
+        arr = (ctypes.c_char_p * len(ders))(*ders)
+        lens = (ctypes.c_size_t * len(ders))(*[len(d) for d in ders])
+        out = ctypes.c_void_p()
+        self._pending = None
+        check(lib.mtls_evaluate_der(self._h, arr, lens, len(ders), _b(host), _PURPOSES[purpose], _unix(at),
+                                    ctypes.byref(out)))
         try:
             if self._pending is not None:
                 e, self._pending = self._pending, None
