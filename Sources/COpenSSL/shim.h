@@ -129,9 +129,6 @@ static inline int mtls_ossl_X509_get_version(const X509 *x) { return (int)X509_g
 /* ---- trust evaluation (Sources/MTLS/Trust) ---- */
 static inline int mtls_ossl_sk_GENERAL_SUBTREE_num(const STACK_OF(GENERAL_SUBTREE) *sk) { return sk_GENERAL_SUBTREE_num(sk); }
 static inline GENERAL_SUBTREE *mtls_ossl_sk_GENERAL_SUBTREE_value(const STACK_OF(GENERAL_SUBTREE) *sk, int i) { return sk_GENERAL_SUBTREE_value(sk, i); }
-static inline int mtls_ossl_sk_ACCESS_DESCRIPTION_num(const STACK_OF(ACCESS_DESCRIPTION) *sk) { return sk_ACCESS_DESCRIPTION_num(sk); }
-static inline void mtls_ossl_sk_X509_CRL_free(STACK_OF(X509_CRL) *sk) { sk_X509_CRL_free(sk); }
-static inline void mtls_ossl_X509_STORE_CTX_set_app_data(X509_STORE_CTX *ctx, void *p) { X509_STORE_CTX_set_app_data(ctx, p); }
 /* ---- PKCS#12 inspection (libmtls reads KDF parameters before running any KDF) ---- */
 static inline int mtls_ossl_PKCS7_type_nid(const PKCS7 *p7) { return p7 ? OBJ_obj2nid(p7->type) : NID_undef; }
 /* The content-encryption algorithm of an encryptedData PKCS#7, or NULL. */
@@ -146,6 +143,25 @@ static inline SCRYPT_PARAMS *mtls_ossl_SCRYPT_PARAMS_unpack(const ASN1_TYPE *t) 
 /* The OCTET STRING inside an ASN1_TYPE (a bag's localKeyID attribute), or NULL. */
 static inline const ASN1_OCTET_STRING *mtls_ossl_ASN1_TYPE_octet_string(const ASN1_TYPE *t) {
     return (t && t->type == V_ASN1_OCTET_STRING) ? t->value.octet_string : NULL;
+}
+
+
+/* ---- PKCS#11 token keys (Sources/MTLS/Tokens) ----
+   A token key is a legacy RSA / EC_KEY object whose method's private operations call the token;
+   OpenSSL 3.0 routes such "foreign" keys through its legacy EVP_PKEY methods, also inside a TLS
+   handshake. These are the macros of that API. */
+static inline int mtls_ossl_RSA_get_ex_new_index(CRYPTO_EX_free *free_func) {
+    return CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_RSA, 0, NULL, NULL, NULL, free_func);
+}
+static inline int mtls_ossl_EC_KEY_get_ex_new_index(CRYPTO_EX_free *free_func) {
+    return CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_EC_KEY, 0, NULL, NULL, NULL, free_func);
+}
+static inline int mtls_ossl_EVP_PKEY_assign_RSA(EVP_PKEY *pkey, RSA *rsa) { return EVP_PKEY_assign_RSA(pkey, rsa); }
+static inline int mtls_ossl_EVP_PKEY_assign_EC_KEY(EVP_PKEY *pkey, EC_KEY *ec) { return EVP_PKEY_assign_EC_KEY(pkey, ec); }
+/* Puts `message` on the calling thread's OpenSSL error queue (what a failed token signature
+   reports to the TLS stack). */
+static inline void mtls_ossl_raise_message(const char *message) {
+    ERR_raise_data(ERR_LIB_USER, ERR_R_OPERATION_FAIL, "%s", message);
 }
 
 #endif

@@ -38,8 +38,9 @@ struct IdentityOptions: ParsableArguments {
         }
         if cert != nil || key != nil { throw ValidationError("--cert and --key go together") }
         guard let identity else { return nil }
-        if identity.hasPrefix("pkcs11:") {
-            throw MTLSError(.unsupported, "token identities (pkcs11: URIs) are not available in this build")
+        if PKCS11URI.isPKCS11URI(identity) {
+            // The key stays on the token; the PIN comes from --pin-file or the URI (pin-value/pin-source).
+            return try Token.identity(uri: identity, pin: try pinFile.map(CLI.readSecretFile))
         }
         let lower = identity.lowercased()
         if lower.hasSuffix(".p12") || lower.hasSuffix(".pfx") || FileManager.default.fileExists(atPath: identity) {
@@ -48,7 +49,13 @@ struct IdentityOptions: ParsableArguments {
         guard let store = try openStore() else {
             throw ValidationError("\(identity) is not a file; a store label needs --store and --secret-file")
         }
-        return try store.identity(label: identity)
+        do {
+            return try store.identity(label: identity)
+        } catch let e as MTLSError where e.code == .notFound {
+            // A token identity stored under the label (`mtls store add-token`).
+            guard let reference = try? store.tokenIdentity(label: identity) else { throw e }
+            return try Token.identity(uri: reference.uri, pin: try pinFile.map(CLI.readSecretFile))
+        }
     }
 }
 

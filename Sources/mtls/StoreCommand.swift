@@ -116,15 +116,20 @@ struct StoreCommand: ParsableCommand {
         @OptionGroup var location: Location
         @Argument(help: "The pkcs11: URI of the token's private key.") var uri: String
         @Option(help: "The label to store it under.") var label: String
-        @Option(help: "The identity's certificate, with its chain after it (PEM, DER or PKCS#7).") var cert: String?
+        @Option(help: "The identity's certificate, with its chain after it (PEM, DER or PKCS#7); read from the token when omitted.") var cert: String?
+        @Option(help: "File with the token PIN (first line), to read the identity from the token.") var pinFile: String?
         @Flag(help: "Replace a token identity already stored under the label.") var replace = false
 
         func run() throws {
             try StoreCommand.run {
-                guard let cert else {
-                    throw MTLSError(.invalidArgument, "--cert is needed: the certificate that goes with \(uri)")
+                var certs: [Certificate]
+                if let cert {
+                    certs = try Certificate.load(path: cert)
+                } else {
+                    // The certificate (and any CA certificates) stored on the token with the key.
+                    let identity = try Token.identity(uri: uri, pin: try pinFile.map(CLI.readSecretFile))
+                    certs = identity.allCertificates
                 }
-                let certs = try Certificate.load(path: cert)
                 try location.open().putTokenIdentity(uri: uri, certificate: certs[0], chain: Array(certs.dropFirst()),
                                                      label: label, replace: replace)
                 print("stored token identity \"\(label)\": \(uri)")

@@ -36,19 +36,18 @@ struct VerifyCommand: ParsableCommand {
             for a in anchors { for c in try Certificate.load(path: a) { p.addAnchor(c) } }
             if anchorsOnly { p.anchorsOnly = true }
             if !pins.isEmpty {
+                guard host != nil else { throw MTLSError(.invalidArgument, "--pin needs --host (pins belong to a host rule)") }
                 let pattern = try HostPattern(PeerHostText.hostOnly(host ?? "") ?? "")
                 p.addHostRule(HostRule(pattern: pattern, pins: try pins.map { try SPKIPin($0) }))
             }
             var purposeValue: TrustPurpose? = nil
             if let purpose {
-                guard let v = TrustPurpose(rawValue: purpose) else { throw ValidationError("--purpose must be server or client") }
+                guard let v = TrustPurpose(rawValue: purpose) else { throw MTLSError(.invalidArgument, "--purpose must be server or client") }
                 purposeValue = v
             }
             let time = try at.map { try CLI.parseRFC3339($0) }
             if !json { for w in p.warnings { CLI.printError("warning: \(w)") } }
             result = p.evaluate(chain: certs, host: host, purpose: purposeValue, at: time)
-        } catch let e as ValidationError {
-            throw e
         } catch {
             throw CLI.fail(error)
         }

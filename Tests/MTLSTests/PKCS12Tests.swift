@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 @testable import MTLS
 
@@ -186,6 +187,22 @@ final class PKCS12Tests: XCTestCase {
         expectCode(.noIdentity) { _ = try c.requireIdentity() }
     }
 
+    func testConcurrentImportsOfLegacyFilesFromManyThreads() throws {
+        let f = try P12Fixture.make()
+        let legacy = try bytes(of: f.opensslP12("-legacy", name: "legacy.p12"))
+        let modern = try bytes(of: f.opensslP12("", name: "modern.p12"))
+        let failures = Mutex(0)
+        DispatchQueue.concurrentPerform(iterations: 16) { i in
+            do {
+                let c = try PKCS12.parse(i % 2 == 0 ? legacy : modern, password: SecretBytes("pw"))
+                if c.identities.count != 1 || !c.identities[0].chainEvaluation.verified { failures.withLock { $0 += 1 } }
+            } catch {
+                failures.withLock { $0 += 1 }
+            }
+        }
+        XCTAssertEqual(failures.withLock { $0 }, 0)
+    }
+
     // MARK: export
 
     func testExportRoundTripsModernAndLegacyWithChainAndName() throws {
@@ -220,6 +237,23 @@ final class PKCS12Tests: XCTestCase {
         let der = try PKCS12.export(id, password: SecretBytes(""))
         XCTAssertEqual(try PKCS12.parse(der, password: SecretBytes("")).identities.count, 1)
         expectCode(.badPassword) { _ = try PKCS12.parse(der, password: nil) }
+    }
+
+    func testExportRoundTripsEveryKeyType() throws {
+        for spec in [KeySpec.ecP256, .ecP384, .ed25519, .rsa(bits: 2048)] {
+            let f = try P12Fixture.make()
+            // A new leaf for a generated key, issued by the fixture's intermediate.
+            let key = try PrivateKey.generate(spec)
+            try FileIO.writeAtomically("\(f.dir)/gen.key", Array(try key.encryptedPEM(password: SecretBytes("k")).utf8))
+            try TestPKI.sh("cd \(f.dir) && openssl req -new -key gen.key -passin pass:k -subj '/CN=gen' -out gen.csr && openssl x509 -req -in gen.csr -CA int.pem -CAkey int.key -CAcreateserial -days 5 -out gen.pem 2>/dev/null")
+            let id = try Identity(certificatePEM: bytes(of: "\(f.dir)/gen.pem") + bytes(of: "\(f.dir)/chain.pem"),
+                                  keyPEM: bytes(of: "\(f.dir)/gen.key"), password: SecretBytes("k"))
+            XCTAssertEqual(id.chain.count, 2)
+            let back = try PKCS12.parse(try PKCS12.export(id, password: SecretBytes("pw")), password: SecretBytes("pw"))
+            XCTAssertEqual(back.identities.first?.privateKey.keyType, key.keyType)
+            XCTAssertEqual(back.identities.first?.chain, id.chain)
+            XCTAssertTrue(back.identities.first?.chainEvaluation.verified ?? false)
+        }
     }
 
     // MARK: bad input, one code each
@@ -303,6 +337,30 @@ final class PKCS12Tests: XCTestCase {
             XCTAssertEqual(e.code, .unsupported, e.message)
             XCTAssertTrue(e.message.contains("2.16.840.1.101.3.4.1.127"), e.message)
         }
+    }
+
+    func testEveryDamagedVariantFailsWithAPKCS12Code() throws {
+        let f = try P12Fixture.make()
+        let good = try bytes(of: f.opensslP12("-iter 16", name: "fast.p12")) // cheap KDFs: many variants
+        let allowed: Set<MTLSError.Code> = [.corrupt, .badPassword, .notPKCS12, .unsupported, .limitExceeded,
+                                             .keyMismatch, .noIdentity]
+        var seen: [MTLSError.Code: Int] = [:]
+        var variants: [[UInt8]] = stride(from: 0, to: good.count, by: 7).map { Array(good.prefix($0)) }
+        for i in stride(from: 0, to: good.count, by: 3) {
+            var v = good
+            v[i] ^= 0xFF
+            variants.append(v)
+        }
+        for v in variants {
+            do {
+                _ = try PKCS12.parse(v, password: SecretBytes("pw"))
+                seen[.init(rawValue: 0), default: 0] += 1
+            } catch let e as MTLSError {
+                XCTAssertTrue(allowed.contains(e.code), "\(e.code): \(e.message)")
+                seen[e.code, default: 0] += 1
+            }
+        }
+        XCTAssertGreaterThan(seen[.corrupt] ?? 0, 0)
     }
 
     private func find(_ needle: [UInt8], in hay: [UInt8], from: Int = 0) -> Int? {

@@ -72,12 +72,11 @@ extension PrivateKey {
             throw MTLSError.openSSL(.unsupported, "cannot encode the private key as PKCS#8")
         }
         defer { PKCS8_PRIV_KEY_INFO_free(p8) }
-        guard var der = derEncode({ i2d_PKCS8_PRIV_KEY_INFO(p8, $0) }) else {
+        guard let der = derEncode({ i2d_PKCS8_PRIV_KEY_INFO(p8, $0) }) else {
             throw MTLSError.openSSL(.internal, "cannot encode the private key as PKCS#8")
         }
-        let secret = SecretBytes(der)
-        SecretBytes.wipe(&der)
-        return secret
+        // SecretBytes takes over this very buffer (no copy is made), and wipes it on release.
+        return SecretBytes(der)
     }
 
     /// The key as an `ENCRYPTED PRIVATE KEY` PEM block: PKCS#8 with PBES2, AES-256-CBC and

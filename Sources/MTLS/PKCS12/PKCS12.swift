@@ -9,6 +9,7 @@ public struct PKCS12Contents: Sendable {
     /// Every certificate in the file, in file order.
     public let certificates: [Certificate]
 
+    /// Wraps identities and certificates (for callers that assemble contents themselves).
     public init(identities: [Identity], certificates: [Certificate]) {
         self.identities = identities
         self.certificates = certificates

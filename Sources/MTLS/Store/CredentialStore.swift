@@ -272,7 +272,7 @@ public final class CredentialStore: @unchecked Sendable {
     public func putTokenIdentity(uri: String, certificate: Certificate, chain: [Certificate] = [],
                                  label: String, replace: Bool = false) throws {
         try checkLabel(label)
-        guard uri.hasPrefix("pkcs11:") else { throw MTLSError(.badURI, "a token identity's URI must start with pkcs11: (got \"\(uri)\")") }
+        _ = try PKCS11URI(uri)  // ``MTLSError/Code/badURI`` for anything that is not a valid pkcs11: URI
         let (path, _) = Identity.buildChain(from: certificate, using: chain.filter { $0 != certificate })
         try put(.tokenIdentity, label: label, leaf: certificate, chain: path, sealedKey: nil, tokenURI: uri, replace: replace)
     }

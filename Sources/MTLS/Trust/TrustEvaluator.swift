@@ -59,7 +59,7 @@ extension TrustPolicy {
             let evaluation = Evaluation(settings: settings, compiled: compiled, chain: chain, target: target,
                                         rule: rule, purpose: purpose, time: time)
             result = evaluation.run()
-            if settings.cacheEnabled { cache.store(key, result, stableUntil: evaluation.stableWindow) }
+            if settings.cacheEnabled { cache.store(key, result, stableUntil: evaluation.stableWindow(built: result.chain)) }
         }
         if let rule, rule.enforcement == .reportOnly, let handler = settings.reportHandler {
             let reported = result.reasons.filter { $0.code == TrustReason.Code.pinMismatch || $0.code == TrustReason.Code.pinExpired }
@@ -107,17 +107,20 @@ struct Evaluation {
         return target.text == nil ? nil : target
     }
 
-    /// The interval during which the answer cannot change (no validity boundary of any involved
-    /// certificate, pin expiry or CRL date falls inside it), filled in by ``run()``.
-    var stableWindow: ClosedRange<Date>? {
+    /// The interval around the evaluation time in which the answer cannot change: no validity
+    /// boundary of a presented, built or configured anchor certificate and no pin expiry falls
+    /// inside it. nil (do not cache) with CRLs, whose own dates would matter too.
+    func stableWindow(built: [Certificate]) -> ClosedRange<Date>? {
+        if !settings.crls.isEmpty { return nil }
         var lo = Date.distantPast, hi = Date.distantFuture
         func edge(_ d: Date) {
             if d <= time { lo = max(lo, d) } else { hi = min(hi, d) }
         }
-        for c in chain { edge(c.notBefore); edge(c.notAfter.addingTimeInterval(1)) }
-        for a in settings.anchors { edge(a.notBefore); edge(a.notAfter.addingTimeInterval(1)) }
+        for c in chain + built + settings.anchors + (rule?.anchors ?? []) {
+            edge(c.notBefore)
+            edge(c.notAfter.addingTimeInterval(1))
+        }
         if let e = rule?.pinsExpire { edge(e) }
-        if !settings.crls.isEmpty { return nil }
         return lo...hi.addingTimeInterval(-1)
     }
 

@@ -1,0 +1,277 @@
+internal import CP11Kit
+import FoundationEssentials
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One PKCS#11 module loaded and initialised through p11-kit, finalised and released when the
+/// last object using it (a listing, a session, a token key) goes away.
+///
+/// p11-kit "manages" the module: each load gets its own virtual function list and p11-kit
+/// reference-counts the real module's `C_Initialize`/`C_Finalize`, so libmtls never finalises a
+/// module under another user in the same process. Thread-safe (PKCS#11 modules loaded by
+/// p11-kit are initialised for multi-threaded use).
+final class PKCS11Module: @unchecked Sendable {
+    let functions: UnsafeMutablePointer<CK_FUNCTION_LIST>
+    /// p11-kit's name for the module (the registration file's name, e.g. `softhsm2`), if any.
+    let name: String?
+    /// The module's shared-object path, if p11-kit knows it.
+    let path: String?
+
+    private init(taking functions: UnsafeMutablePointer<CK_FUNCTION_LIST>) {
+        self.functions = functions
+        name = p11_kit_module_get_name(functions).map { p in defer { free(p) }; return String(cString: p) }
+        path = p11_kit_module_get_filename(functions).map { p in defer { free(p) }; return String(cString: p) }
+    }
+
+    deinit {
+        _ = p11_kit_module_finalize(functions)
+        p11_kit_module_release(functions)
+    }
+
+    /// Loads and initialises the module file at `path` (a bare file name is looked up in
+    /// p11-kit's module directory).
+    static func load(path: String) throws -> PKCS11Module {
+        if path.contains("/"), access(path, F_OK) != 0 {
+            throw MTLSError(.notFound, "no PKCS#11 module at \(path)")
+        }
+        guard let m = p11_kit_module_load(path, 0) else {
+            throw MTLSError(.token, "cannot load the PKCS#11 module \(path)\(p11KitMessage())")
+        }
+        let rv = p11_kit_module_initialize(m)
+        guard rv == CKR_OK else {
+            p11_kit_module_release(m)
+            throw PKCS11.error(rv, "cannot initialise the PKCS#11 module \(path)")
+        }
+        return PKCS11Module(taking: m)
+    }
+
+    /// Loads and initialises every module registered with p11-kit (pkcs11.conf(5)) that is
+    /// enabled for this program. A module that fails to initialise is skipped by p11-kit.
+    static func loadRegistered() throws -> [PKCS11Module] {
+        guard let list = p11_kit_modules_load_and_initialize(0) else {
+            throw MTLSError(.token, "cannot load the PKCS#11 modules registered with p11-kit\(p11KitMessage())")
+        }
+        defer { free(list) }
+        var modules: [PKCS11Module] = []
+        var i = 0
+        while let m = list[i] {
+            modules.append(PKCS11Module(taking: m))
+            i += 1
+        }
+        return modules
+    }
+
+    /// The module at `path`, or else the one a URI names (`module-path`, `module-name`), or
+    /// else every registered module.
+    static func candidates(path: String?, uri: PKCS11URI?) throws -> [PKCS11Module] {
+        if let path { return [try load(path: path)] }
+        if let p = uri?.modulePath { return [try load(path: p)] }
+        let all = try loadRegistered()
+        if let name = uri?.moduleName {
+            let named = all.filter { m in m.name == name || m.path?.split(separator: "/").last.map(String.init) == name }
+            if named.isEmpty {
+                throw MTLSError(.tokenNotPresent, "no PKCS#11 module named \"\(name)\" is registered with p11-kit")
+            }
+            return named
+        }
+        return all
+    }
+
+    /// Slots that hold a token.
+    func slotsWithToken() throws -> [CK_SLOT_ID] {
+        let f = functions.pointee
+        var count: CK_ULONG = 0
+        var rv = f.C_GetSlotList(CK_BBOOL(CK_TRUE), nil, &count)
+        guard rv == CKR_OK else { throw PKCS11.error(rv, "C_GetSlotList") }
+        if count == 0 { return [] }
+        var slots = [CK_SLOT_ID](repeating: 0, count: Int(count))
+        rv = f.C_GetSlotList(CK_BBOOL(CK_TRUE), &slots, &count)
+        guard rv == CKR_OK else { throw PKCS11.error(rv, "C_GetSlotList") }
+        return Array(slots.prefix(Int(count)))
+    }
+
+    func tokenInfo(_ slot: CK_SLOT_ID) throws -> CK_TOKEN_INFO {
+        var info = CK_TOKEN_INFO()
+        let rv = functions.pointee.C_GetTokenInfo(slot, &info)
+        guard rv == CKR_OK else { throw PKCS11.error(rv, "C_GetTokenInfo") }
+        return info
+    }
+
+    func slotInfo(_ slot: CK_SLOT_ID) throws -> CK_SLOT_INFO {
+        var info = CK_SLOT_INFO()
+        let rv = functions.pointee.C_GetSlotInfo(slot, &info)
+        guard rv == CKR_OK else { throw PKCS11.error(rv, "C_GetSlotInfo") }
+        return info
+    }
+
+    func moduleInfo() -> CK_INFO? {
+        var info = CK_INFO()
+        return functions.pointee.C_GetInfo(&info) == CKR_OK ? info : nil
+    }
+
+    private static func p11KitMessage() -> String {
+        p11_kit_message().map { ": " + String(cString: $0) } ?? ""
+    }
+}
+
+/// A read-only session on one token. PKCS#11 forbids using one session from two threads at
+/// once, so every operation holds ``lock``; the session is closed when the last user (a token
+/// key, a listing) releases it. Keeps its module loaded.
+final class PKCS11Session: @unchecked Sendable {
+    let module: PKCS11Module
+    let slot: CK_SLOT_ID
+    let handle: CK_SESSION_HANDLE
+    let lock = Mutex<Void>(())
+
+    init(module: PKCS11Module, slot: CK_SLOT_ID) throws {
+        self.module = module
+        self.slot = slot
+        var h: CK_SESSION_HANDLE = 0
+        let rv = module.functions.pointee.C_OpenSession(slot, CK_FLAGS(CKF_SERIAL_SESSION), nil, nil, &h)
+        guard rv == CKR_OK else { throw PKCS11.error(rv, "cannot open a session on the token") }
+        handle = h
+    }
+
+    deinit { _ = module.functions.pointee.C_CloseSession(handle) }
+
+    var f: CK_FUNCTION_LIST { module.functions.pointee }
+
+    /// Logs the user in. `pin == nil` uses the token's protected authentication path (a PIN
+    /// pad). Being logged in already (by this or another session of the application) is fine.
+    func login(pin: SecretBytes?) throws {
+        let rv: CK_RV = lock.withLock { _ in
+            if let pin {
+                return pin.withBytes { p in
+                    f.C_Login(handle, CK_USER_TYPE(CKU_USER), UnsafeMutablePointer(mutating: p.baseAddress), CK_ULONG(p.count))
+                }
+            }
+            return f.C_Login(handle, CK_USER_TYPE(CKU_USER), nil, 0)
+        }
+        guard rv == CKR_OK || rv == CKR_USER_ALREADY_LOGGED_IN else {
+            throw PKCS11.error(rv, "cannot log in to the token")
+        }
+    }
+
+    /// Handles of the objects matching `template` (at most `limit`).
+    func findObjects(_ template: [PKCS11Attribute], limit: Int = 256) throws -> [CK_OBJECT_HANDLE] {
+        try lock.withLock { _ in
+            try PKCS11Attribute.withTemplate(template) { t, n in
+                var rv = f.C_FindObjectsInit(handle, t, n)
+                guard rv == CKR_OK else { throw PKCS11.error(rv, "C_FindObjectsInit") }
+                defer { _ = f.C_FindObjectsFinal(handle) }
+                var out: [CK_OBJECT_HANDLE] = []
+                var batch = [CK_OBJECT_HANDLE](repeating: 0, count: 32)
+                while out.count < limit {
+                    var got: CK_ULONG = 0
+                    rv = f.C_FindObjects(handle, &batch, CK_ULONG(batch.count), &got)
+                    guard rv == CKR_OK else { throw PKCS11.error(rv, "C_FindObjects") }
+                    if got == 0 { break }
+                    out += batch.prefix(Int(got))
+                }
+                return out
+            }
+        }
+    }
+
+    /// One attribute's value, or nil when the object does not have it (or it is sensitive).
+    func attribute(_ object: CK_OBJECT_HANDLE, _ type: CK_ATTRIBUTE_TYPE) throws -> [UInt8]? {
+        try lock.withLock { _ in
+            var a = CK_ATTRIBUTE(type: type, pValue: nil, ulValueLen: 0)
+            var rv = f.C_GetAttributeValue(handle, object, &a, 1)
+            if rv == CKR_ATTRIBUTE_TYPE_INVALID || rv == CKR_ATTRIBUTE_SENSITIVE { return nil }
+            guard rv == CKR_OK else { throw PKCS11.error(rv, "C_GetAttributeValue") }
+            if a.ulValueLen == CK_ULONG.max { return nil }
+            var value = [UInt8](repeating: 0, count: Int(a.ulValueLen))
+            if value.isEmpty { return [] }
+            rv = value.withUnsafeMutableBytes { p in
+                a.pValue = p.baseAddress
+                return f.C_GetAttributeValue(handle, object, &a, 1)
+            }
+            guard rv == CKR_OK else { throw PKCS11.error(rv, "C_GetAttributeValue") }
+            return Array(value.prefix(Int(a.ulValueLen)))
+        }
+    }
+
+    func ulongAttribute(_ object: CK_OBJECT_HANDLE, _ type: CK_ATTRIBUTE_TYPE) throws -> CK_ULONG? {
+        guard let v = try attribute(object, type), v.count == MemoryLayout<CK_ULONG>.size else { return nil }
+        return v.withUnsafeBytes { $0.loadUnaligned(as: CK_ULONG.self) }
+    }
+
+    /// Signs `input` with `mechanism` and the private key `key` (`C_SignInit` + `C_Sign`).
+    func sign(key: CK_OBJECT_HANDLE, mechanism: CK_MECHANISM_TYPE, input: UnsafeBufferPointer<UInt8>,
+              maxLength: Int) throws -> [UInt8] {
+        try lock.withLock { _ in
+            var mech = CK_MECHANISM(mechanism: mechanism, pParameter: nil, ulParameterLen: 0)
+            var rv = f.C_SignInit(handle, &mech, key)
+            guard rv == CKR_OK else { throw PKCS11.error(rv, "C_SignInit on the token key") }
+            var out = [UInt8](repeating: 0, count: maxLength)
+            var len = CK_ULONG(maxLength)
+            rv = f.C_Sign(handle, UnsafeMutablePointer(mutating: input.baseAddress), CK_ULONG(input.count), &out, &len)
+            guard rv == CKR_OK else { throw PKCS11.error(rv, "C_Sign on the token") }
+            return Array(out.prefix(Int(len)))
+        }
+    }
+
+    /// Closes every session of the application on this token (test hook: what a removed token
+    /// looks like to the open sessions).
+    func closeAllSessions() { _ = f.C_CloseAllSessions(slot) }
+}
+
+/// One attribute of a search template.
+struct PKCS11Attribute {
+    let type: CK_ATTRIBUTE_TYPE
+    let value: [UInt8]
+
+    static func ulong(_ type: CK_ATTRIBUTE_TYPE, _ v: CK_ULONG) -> PKCS11Attribute {
+        withUnsafeBytes(of: v) { PKCS11Attribute(type: type, value: Array($0)) }
+    }
+
+    static func bytes(_ type: CK_ATTRIBUTE_TYPE, _ v: [UInt8]) -> PKCS11Attribute {
+        PKCS11Attribute(type: type, value: v)
+    }
+
+    /// Runs `body` with a C template pointing at the attributes' bytes.
+    static func withTemplate<T>(_ attrs: [PKCS11Attribute],
+                                _ body: (UnsafeMutablePointer<CK_ATTRIBUTE>?, CK_ULONG) throws -> T) throws -> T {
+        // Copies live until the end of the call.
+        let buffers = attrs.map { a -> UnsafeMutableRawBufferPointer in
+            let b = UnsafeMutableRawBufferPointer.allocate(byteCount: max(a.value.count, 1), alignment: 8)
+            a.value.withUnsafeBytes { if $0.count > 0 { b.copyMemory(from: $0) } }
+            return b
+        }
+        defer { buffers.forEach { $0.deallocate() } }
+        var template = zip(attrs, buffers).map { a, b in
+            CK_ATTRIBUTE(type: a.type, pValue: b.baseAddress, ulValueLen: CK_ULONG(a.value.count))
+        }
+        return try template.withUnsafeMutableBufferPointer { try body($0.baseAddress, CK_ULONG($0.count)) }
+    }
+}
+
+/// PKCS#11 return values as libmtls errors.
+enum PKCS11 {
+    /// p11-kit's text for a return value (`"The PIN is incorrect"`), with its CKR_ number.
+    static func text(_ rv: CK_RV) -> String {
+        let t = p11_kit_strerror(rv).map { String(cString: $0) } ?? "error"
+        return "\(t) (CKR 0x\(String(rv, radix: 16)))"
+    }
+
+    /// The ``MTLSError`` for a PKCS#11 return value: its own code for PIN, presence and removal
+    /// problems, ``MTLSError/Code/token`` otherwise.
+    static func error(_ rv: CK_RV, _ what: String) -> MTLSError {
+        MTLSError(code(rv), "\(what): \(text(rv))")
+    }
+
+    static func code(_ rv: CK_RV) -> MTLSError.Code {
+        switch rv {
+        case CK_RV(CKR_PIN_INCORRECT), CK_RV(CKR_PIN_INVALID), CK_RV(CKR_PIN_LEN_RANGE): return .pinIncorrect
+        case CK_RV(CKR_PIN_LOCKED), CK_RV(CKR_PIN_EXPIRED): return .pinLocked
+        case CK_RV(CKR_TOKEN_NOT_PRESENT), CK_RV(CKR_TOKEN_NOT_RECOGNIZED), CK_RV(CKR_SLOT_ID_INVALID): return .tokenNotPresent
+        case CK_RV(CKR_DEVICE_REMOVED), CK_RV(CKR_SESSION_HANDLE_INVALID), CK_RV(CKR_SESSION_CLOSED): return .tokenRemoved
+        case CK_RV(CKR_USER_NOT_LOGGED_IN), CK_RV(CKR_USER_PIN_NOT_INITIALIZED): return .pinRequired
+        case CK_RV(CKR_HOST_MEMORY): return .noMemory
+        default: return .token
+        }
+    }
+}

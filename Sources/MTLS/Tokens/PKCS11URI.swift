@@ -1,0 +1,172 @@
+internal import CP11Kit
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An RFC 7512 `pkcs11:` URI, parsed by p11-kit: which token (`token`, `manufacturer`, `model`,
+/// `serial`), which object (`object` = CKA_LABEL, `id` = CKA_ID, `type`), and where the PIN and
+/// the module come from (`pin-value`, `pin-source`, `module-path`, `module-name`).
+/// Immutable; safe to share across threads.
+public struct PKCS11URI: Sendable, CustomStringConvertible {
+    /// The kinds of object a URI's `type` attribute names.
+    public enum ObjectType: String, Sendable {
+        case certificate = "cert"
+        case privateKey = "private"
+        case publicKey = "public"
+        case secretKey = "secret-key"
+        case data
+    }
+
+    /// The text the URI was parsed from.
+    public let text: String
+    /// Token attributes (CK_TOKEN_INFO's label, manufacturerID, model, serialNumber).
+    public let token: String?
+    public let manufacturer: String?
+    public let model: String?
+    public let serial: String?
+    /// Object attributes: CKA_LABEL, CKA_ID and CKA_CLASS.
+    public let object: String?
+    public let id: [UInt8]?
+    public let type: ObjectType?
+    /// The PIN given in the URI itself (`pin-value`), and a file to read it from (`pin-source`,
+    /// a path or a `file:` URI).
+    public let pinValue: String?
+    public let pinSource: String?
+    /// The module to load (`module-path`), or the p11-kit registration to use (`module-name`).
+    public let modulePath: String?
+    public let moduleName: String?
+
+    public var description: String { text }
+
+    /// Parses `text`. Throws ``MTLSError/Code/badURI`` when it is not a `pkcs11:` URI, has bad
+    /// syntax or percent-encoding, or an attribute p11-kit does not know (which would
+    /// otherwise match nothing without saying why).
+    public init(_ text: String) throws {
+        let parsed = try P11KitURI(text)
+        self.text = text
+        func tokenField<T>(_ keyPath: KeyPath<CK_TOKEN_INFO, T>) -> String? {
+            guard let info = p11_kit_uri_get_token_info(parsed.uri) else { return nil }
+            var field = info.pointee[keyPath: keyPath]
+            return PKCS11Text.padded(&field).nilIfEmpty
+        }
+        token = tokenField(\.label)
+        manufacturer = tokenField(\.manufacturerID)
+        model = tokenField(\.model)
+        serial = tokenField(\.serialNumber)
+        object = parsed.attribute(CK_ATTRIBUTE_TYPE(CKA_LABEL)).map { String(decoding: $0, as: UTF8.self) }
+        id = parsed.attribute(CK_ATTRIBUTE_TYPE(CKA_ID))
+        if let cls = parsed.attribute(CK_ATTRIBUTE_TYPE(CKA_CLASS)), cls.count == MemoryLayout<CK_ULONG>.size {
+            switch cls.withUnsafeBytes({ $0.loadUnaligned(as: CK_ULONG.self) }) {
+            case CK_ULONG(CKO_CERTIFICATE): type = .certificate
+            case CK_ULONG(CKO_PRIVATE_KEY): type = .privateKey
+            case CK_ULONG(CKO_PUBLIC_KEY): type = .publicKey
+            case CK_ULONG(CKO_SECRET_KEY): type = .secretKey
+            default: type = .data
+            }
+        } else {
+            type = nil
+        }
+        pinValue = p11_kit_uri_get_pin_value(parsed.uri).map { String(cString: $0) }
+        pinSource = p11_kit_uri_get_pin_source(parsed.uri).map { String(cString: $0) }
+        modulePath = p11_kit_uri_get_module_path(parsed.uri).map { String(cString: $0) }
+        moduleName = p11_kit_uri_get_module_name(parsed.uri).map { String(cString: $0) }
+    }
+
+    /// Whether `text` looks like a PKCS#11 URI (to tell it from a label or a file name).
+    public static func isPKCS11URI(_ text: String) -> Bool {
+        text.lowercased().hasPrefix("pkcs11:")
+    }
+}
+
+/// Owns a `P11KitUri`.
+final class P11KitURI {
+    let uri: OpaquePointer
+
+    init(_ text: String) throws {
+        guard PKCS11URI.isPKCS11URI(text) else {
+            throw MTLSError(.badURI, "not a PKCS#11 URI (it must start with \"pkcs11:\"): \(text)")
+        }
+        guard let uri = p11_kit_uri_new() else { throw MTLSError(.noMemory, "p11_kit_uri_new failed") }
+        let rc = p11_kit_uri_parse(text, P11KitUriType(rawValue: P11_KIT_URI_FOR_ANY.rawValue), uri)
+        guard rc == P11_KIT_URI_OK.rawValue else {
+            p11_kit_uri_free(uri)
+            let why = p11_kit_uri_message(rc).map { String(cString: $0) } ?? "bad syntax"
+            throw MTLSError(.badURI, "invalid PKCS#11 URI \"\(text)\": \(why)")
+        }
+        if p11_kit_uri_any_unrecognized(uri) != 0 {
+            p11_kit_uri_free(uri)
+            throw MTLSError(.badURI, "invalid PKCS#11 URI \"\(text)\": it has an attribute p11-kit does not know")
+        }
+        self.uri = uri
+    }
+
+    /// An empty URI, to be filled and formatted.
+    init() throws {
+        guard let uri = p11_kit_uri_new() else { throw MTLSError(.noMemory, "p11_kit_uri_new failed") }
+        self.uri = uri
+    }
+
+    deinit { p11_kit_uri_free(uri) }
+
+    func attribute(_ type: CK_ATTRIBUTE_TYPE) -> [UInt8]? {
+        guard let a = p11_kit_uri_get_attribute(uri, type) else { return nil }
+        guard let v = a.pointee.pValue, a.pointee.ulValueLen > 0 else { return [] }
+        return Array(UnsafeRawBufferPointer(start: v, count: Int(a.pointee.ulValueLen)))
+    }
+
+    func setAttribute(_ type: CK_ATTRIBUTE_TYPE, _ value: [UInt8]) {
+        var copy = value
+        copy.withUnsafeMutableBytes { p in
+            var a = CK_ATTRIBUTE(type: type, pValue: p.baseAddress, ulValueLen: CK_ULONG(p.count))
+            _ = p11_kit_uri_set_attribute(uri, &a)
+        }
+    }
+
+    func matches(token info: CK_TOKEN_INFO) -> Bool {
+        var info = info
+        return p11_kit_uri_match_token_info(uri, &info) == 1
+    }
+
+    func matches(module info: CK_INFO?) -> Bool {
+        guard var info else { return true }
+        return p11_kit_uri_match_module_info(uri, &info) == 1
+    }
+
+    func matches(slot info: CK_SLOT_INFO) -> Bool {
+        var info = info
+        return p11_kit_uri_match_slot_info(uri, &info) == 1
+    }
+
+    /// The URI of a token, or of an object on it (`label`/`id`/`cls` given).
+    static func format(token: CK_TOKEN_INFO, label: String? = nil, id: [UInt8]? = nil,
+                       cls: CK_OBJECT_CLASS? = nil) throws -> String {
+        let u = try P11KitURI()
+        p11_kit_uri_get_token_info(u.uri).pointee = token
+        if let label { u.setAttribute(CK_ATTRIBUTE_TYPE(CKA_LABEL), Array(label.utf8)) }
+        if let id { u.setAttribute(CK_ATTRIBUTE_TYPE(CKA_ID), id) }
+        if let cls { u.setAttribute(CK_ATTRIBUTE_TYPE(CKA_CLASS), withUnsafeBytes(of: cls) { Array($0) }) }
+        let type = (label == nil && id == nil && cls == nil) ? P11_KIT_URI_FOR_TOKEN : P11_KIT_URI_FOR_OBJECT_ON_TOKEN
+        var s: UnsafeMutablePointer<CChar>? = nil
+        guard p11_kit_uri_format(u.uri, type, &s) == P11_KIT_URI_OK.rawValue, let s else {
+            throw MTLSError(.internal, "p11_kit_uri_format failed")
+        }
+        defer { free(s) }
+        return String(cString: s)
+    }
+}
+
+/// PKCS#11's fixed-size, blank-padded text fields.
+enum PKCS11Text {
+    static func padded<T>(_ field: inout T) -> String {
+        withUnsafeBytes(of: &field) { p in
+            var bytes = Array(p)
+            while let last = bytes.last, last == 0x20 || last == 0 { bytes.removeLast() }
+            return String(decoding: bytes, as: UTF8.self)
+        }
+    }
+}
+
+fileprivate extension String {
+    var nilIfEmpty: String? { isEmpty ? nil : self }
+}

@@ -1,0 +1,21 @@
+internal import COpenSSL
+internal import CP11Kit
+import FoundationEssentials
+
+/// Identities whose private key stays on a PKCS#11 token (see ``Token/identity(uri:modulePath:pin:pinCallback:)``);
+/// ``PKCS11Modules`` lists tokens and their objects.
+public enum Token {}
+
+/// Called when a token needs the user PIN. Returns the PIN, or nil to give up
+/// (``MTLSError/Code/pinRequired``). May throw to abort with its own error.
+public typealias TokenPINCallback = (_ request: TokenPINRequest) throws -> SecretBytes?
+
+/// What a PIN callback is told.
+public struct TokenPINRequest: Sendable {
+    /// The token's label and URI.
+    public let tokenLabel: String
+    public let tokenURI: String
+    /// The token says some wrong PINs were entered, or that the next wrong one locks it.
+    public let countLow: Bool
+    public let finalTry: Bool
+}

@@ -1,0 +1,324 @@
+import Foundation
+import XCTest
+import COpenSSL
+import CP11Kit
+@testable import MTLS
+
+/// SoftHSM2 tokens made once per test process by scripts/softhsm-token.sh (keys generated on
+/// the token: no software copy exists, so a signature that verifies was made by the token).
+enum SoftHSMFixture {
+    static let dir: String = {
+        let dir = try! TestPKI.tempDir()
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../scripts/softhsm-token.sh").standardized.path
+        try! TestPKI.sh("'\(script)' '\(dir)'")
+        // SoftHSM reads its configuration when the module is initialised.
+        setenv("SOFTHSM2_CONF", dir + "/softhsm2.conf", 1)
+        return dir
+    }()
+    static var module: String {
+        (try? String(contentsOfFile: dir + "/module", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+            ?? "/usr/lib/softhsm/libsofthsm2.so"
+    }
+    static let pin = SecretBytes("1234")
+}
+
+final class TokenTests: XCTestCase {
+    var module: String { SoftHSMFixture.module }
+
+    override func setUpWithError() throws {
+        // Other tests point SoftHSM elsewhere; modules read it when initialised (per test here).
+        setenv("SOFTHSM2_CONF", SoftHSMFixture.dir + "/softhsm2.conf", 1)
+        try XCTSkipUnless(FileManager.default.fileExists(atPath: module), "SoftHSM2 is not installed")
+    }
+
+    func testURIParsesTokenObjectIdTypeAndPINAttributes() throws {
+        let uri = try PKCS11URI("pkcs11:token=My%20Token;object=client;id=%01%02;type=private;manufacturer=ACME;serial=42?pin-value=1234&module-path=/usr/lib/x.so")
+        XCTAssertEqual(uri.token, "My Token")
+        XCTAssertEqual(uri.object, "client")
+        XCTAssertEqual(uri.id, [1, 2])
+        XCTAssertEqual(uri.type, .privateKey)
+        XCTAssertEqual(uri.manufacturer, "ACME")
+        XCTAssertEqual(uri.serial, "42")
+        XCTAssertEqual(uri.pinValue, "1234")
+        XCTAssertEqual(uri.modulePath, "/usr/lib/x.so")
+        let source = try PKCS11URI("pkcs11:token=T?pin-source=file:/tmp/pin")
+        XCTAssertEqual(source.pinSource, "file:/tmp/pin")
+        XCTAssertNil(source.pinValue)
+    }
+
+    func testBadURIsAreRejectedWithBadURI() {
+        for text in ["https://example.com", "pkcs11:token=%zz", "pkcs11:id=%0", "token=T", ""] {
+            XCTAssertThrowsError(try PKCS11URI(text), text) { XCTAssertEqual(($0 as? MTLSError)?.code, .badURI, text) }
+            XCTAssertThrowsError(try Token.identity(uri: text, modulePath: module), text) {
+                XCTAssertEqual(($0 as? MTLSError)?.code, .badURI, text)
+            }
+        }
+    }
+
+    func testListShowsTheTokensWithTheirURIs() throws {
+        let tokens = try PKCS11Modules(modulePath: module).tokens()
+        XCTAssertEqual(Set(tokens.map(\.label)), ["mtls-test", "mtls-spare", "mtls-empty"])
+        let t = try XCTUnwrap(tokens.first { $0.label == "mtls-test" })
+        XCTAssertTrue(t.uri.hasPrefix("pkcs11:"))
+        XCTAssertTrue(t.uri.contains("token=mtls-test"))
+        XCTAssertTrue(t.loginRequired)
+        XCTAssertEqual(t.manufacturer, "SoftHSM project")
+        XCTAssertEqual(try PKCS11URI(t.uri).token, "mtls-test")
+    }
+
+    func testRegisteredModulesIncludeSoftHSM() throws {
+        // Debian registers SoftHSM2 with p11-kit (/usr/share/p11-kit/modules/softhsm2.module).
+        let tokens = try PKCS11Modules().tokens()
+        try XCTSkipIf(tokens.isEmpty, "no p11-kit module registration for SoftHSM2 here")
+        XCTAssertTrue(tokens.contains { $0.label == "mtls-test" })
+    }
+
+    func testObjectsListCertificatesAndWithThePINPrivateKeys() throws {
+        let publicOnly = try PKCS11Modules(modulePath: module).objects(tokenURI: "pkcs11:token=mtls-test")
+        XCTAssertEqual(Set(publicOnly.filter { $0.kind == .certificate }.compactMap(\.label)),
+                       ["rsa-client", "ec-client", "p384-client", "ca"])
+        XCTAssertTrue(publicOnly.filter { $0.kind == .privateKey }.isEmpty, "private keys are private objects")
+
+        let all = try PKCS11Modules(modulePath: module).objects(tokenURI: "pkcs11:token=mtls-test", pin: SoftHSMFixture.pin)
+        let keys = all.filter { $0.kind == .privateKey }
+        XCTAssertEqual(Set(keys.compactMap(\.label)), ["rsa-client", "ec-client", "p384-client"])
+        XCTAssertEqual(keys.first { $0.label == "rsa-client" }?.keyType, "rsa2048")
+        XCTAssertEqual(keys.first { $0.label == "p384-client" }?.keyType, "p384")
+        let cert = try XCTUnwrap(all.first { $0.kind == .certificate && $0.label == "ec-client" })
+        XCTAssertEqual(cert.id, [2])
+        XCTAssertEqual(cert.certificate?.subjectSummary, "token ec-client")
+        let uri = try PKCS11URI(cert.uri)
+        XCTAssertEqual(uri.object, "ec-client")
+        XCTAssertEqual(uri.id, [2])
+        XCTAssertEqual(uri.type, .certificate)
+        XCTAssertEqual(uri.token, "mtls-test")
+    }
+
+    func testIdentityFromURIMatchesCertificateAndKeyByID() throws {
+        let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=%02", modulePath: module, pin: SoftHSMFixture.pin)
+        XCTAssertEqual(identity.leaf.subjectSummary, "token ec-client")
+        XCTAssertEqual(identity.privateKey.keyType.shortName, "p256")
+        XCTAssertEqual(identity.chain.map(\.subjectSummary), ["libmtls token test CA"], "the CA stored on the token completes the chain")
+        let keyURI = try XCTUnwrap(identity.privateKey.tokenURI)
+        XCTAssertEqual(try PKCS11URI(keyURI).type, .privateKey)
+        XCTAssertEqual(try PKCS11URI(keyURI).id, [2])
+        XCTAssertEqual(identity.friendlyName, "ec-client")
+    }
+
+    func testIdentityByObjectLabelWithPINFromURIAndFromPINSource() throws {
+        let a = try Token.identity(uri: "pkcs11:token=mtls-test;object=rsa-client?pin-value=1234", modulePath: module)
+        XCTAssertEqual(a.leaf.subjectSummary, "token rsa-client")
+        let b = try Token.identity(uri: "pkcs11:token=mtls-test;object=p384-client;type=private?pin-source=file:\(SoftHSMFixture.dir)/pin",
+                                   modulePath: module)
+        XCTAssertEqual(b.privateKey.keyType.shortName, "p384")
+        let c = try Token.identity(uri: "pkcs11:token=mtls-test;object=ec-client?module-path=\(module)", pin: SoftHSMFixture.pin)
+        XCTAssertEqual(c.leaf.subjectSummary, "token ec-client")
+    }
+
+    func testPINCallbackIsAskedWithTheTokenLabel() throws {
+        var asked: [String] = []
+        let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=%01", modulePath: module) { request in
+            asked.append(request.tokenLabel)
+            return SoftHSMFixture.pin
+        }
+        XCTAssertEqual(asked, ["mtls-test"])
+        XCTAssertEqual(identity.leaf.subjectSummary, "token rsa-client")
+        XCTAssertThrowsError(try Token.identity(uri: "pkcs11:token=mtls-test;id=%01", modulePath: module) { _ in nil }) {
+            XCTAssertEqual(($0 as? MTLSError)?.code, .pinRequired)
+        }
+    }
+
+    func testTokenSignaturesVerifyWithTheCertificateKey() throws {
+        for (id, padding) in [("%01", RSA_PKCS1_PADDING), ("%01", RSA_PKCS1_PSS_PADDING), ("%02", 0), ("%03", 0)] {
+            let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=\(id)", modulePath: module, pin: SoftHSMFixture.pin)
+            let context = try XCTUnwrap(TokenKey.context(of: identity.privateKey))
+            let message = Array("libmtls token test \(id) \(padding)".utf8)
+            let signature = try sign(message, with: identity.privateKey.pkey, padding: padding)
+            XCTAssertEqual(context.signatureCount.load(ordering: .relaxed), 1, "signed on the token")
+            XCTAssertTrue(try verify(message, signature, with: X509_get0_pubkey(identity.leaf.x509)!, padding: padding), "\(id) \(padding)")
+        }
+    }
+
+    func testWrongPINIsPinIncorrect() throws {
+        XCTAssertThrowsError(try Token.identity(uri: "pkcs11:token=mtls-spare;object=spare", modulePath: module, pin: SecretBytes("0000"))) {
+            XCTAssertEqual(($0 as? MTLSError)?.code, .pinIncorrect, "\($0)")
+        }
+    }
+
+    func testMissingPINIsPinRequired() throws {
+        XCTAssertThrowsError(try Token.identity(uri: "pkcs11:token=mtls-spare;object=spare", modulePath: module)) {
+            XCTAssertEqual(($0 as? MTLSError)?.code, .pinRequired, "\($0)")
+        }
+    }
+
+    func testMissingTokenLabelIsTokenNotPresent() throws {
+        XCTAssertThrowsError(try Token.identity(uri: "pkcs11:token=no-such-token;id=%01", modulePath: module, pin: SoftHSMFixture.pin)) {
+            XCTAssertEqual(($0 as? MTLSError)?.code, .tokenNotPresent, "\($0)")
+        }
+    }
+
+    func testMissingObjectIsNotFoundAndAmbiguousURIIsBadURI() throws {
+        XCTAssertThrowsError(try Token.identity(uri: "pkcs11:token=mtls-test;id=%99", modulePath: module, pin: SoftHSMFixture.pin)) {
+            XCTAssertEqual(($0 as? MTLSError)?.code, .notFound, "\($0)")
+        }
+        XCTAssertThrowsError(try Token.identity(uri: "pkcs11:token=mtls-empty", modulePath: module, pin: SoftHSMFixture.pin)) {
+            XCTAssertEqual(($0 as? MTLSError)?.code, .notFound, "\($0)")
+        }
+        XCTAssertThrowsError(try Token.identity(uri: "pkcs11:token=mtls-test", modulePath: module, pin: SoftHSMFixture.pin)) {
+            XCTAssertEqual(($0 as? MTLSError)?.code, .badURI, "\($0)")
+        }
+    }
+
+    func testClosedSessionsReportTokenRemovedOnSign() throws {
+        let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=%02", modulePath: module, pin: SoftHSMFixture.pin)
+        let context = try XCTUnwrap(TokenKey.context(of: identity.privateKey))
+        context.session.closeAllSessions()
+        XCTAssertThrowsError(try context.sign(mechanism: CK_MECHANISM_TYPE(CKM_ECDSA), input: UnsafeBufferPointer(start: [UInt8](repeating: 1, count: 32), count: 32), maxLength: 64)) {
+            XCTAssertEqual(($0 as? MTLSError)?.code, .tokenRemoved, "\($0)")
+        }
+    }
+
+    func testPKCS11ReturnValuesMapToTheirOwnCodes() {
+        XCTAssertEqual(PKCS11.code(CK_RV(CKR_PIN_INCORRECT)), .pinIncorrect)
+        XCTAssertEqual(PKCS11.code(CK_RV(CKR_PIN_LOCKED)), .pinLocked)
+        XCTAssertEqual(PKCS11.code(CK_RV(CKR_TOKEN_NOT_PRESENT)), .tokenNotPresent)
+        XCTAssertEqual(PKCS11.code(CK_RV(CKR_DEVICE_REMOVED)), .tokenRemoved)
+        XCTAssertEqual(PKCS11.code(CK_RV(CKR_SESSION_HANDLE_INVALID)), .tokenRemoved)
+        XCTAssertEqual(PKCS11.code(CK_RV(CKR_USER_NOT_LOGGED_IN)), .pinRequired)
+        XCTAssertEqual(PKCS11.code(CK_RV(CKR_FUNCTION_FAILED)), .token)
+    }
+
+    /// The proof that TLS signs on the token: `openssl s_server -Verify 1 -verify_return_error`
+    /// accepts a client whose key exists only on the token, for RSA (PKCS#1 v1.5 in TLS 1.2,
+    /// RSA-PSS in TLS 1.2 and 1.3) and ECDSA P-256/P-384, with a TLS context made the way
+    /// libmtls makes them (in its own library context).
+    func testTLSHandshakesSignOnTheToken() throws {
+        let cases: [(id: String, version: Int32, clientSigalgs: String?, expectSig: Int32)] = [
+            ("%01", TLS1_2_VERSION, "RSA+SHA256", NID_rsaEncryption),
+            ("%01", TLS1_2_VERSION, nil, NID_rsassaPss),
+            ("%01", TLS1_3_VERSION, nil, NID_rsassaPss),
+            ("%02", TLS1_2_VERSION, nil, NID_X9_62_id_ecPublicKey),
+            ("%02", TLS1_3_VERSION, nil, NID_X9_62_id_ecPublicKey),
+            ("%03", TLS1_3_VERSION, nil, NID_X9_62_id_ecPublicKey),
+        ]
+        for c in cases {
+            let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=\(c.id)", modulePath: module, pin: SoftHSMFixture.pin)
+            let context = try XCTUnwrap(TokenKey.context(of: identity.privateKey))
+            let server = try SServer(dir: SoftHSMFixture.dir, clientSigalgs: c.clientSigalgs)
+            let result: (Int32, Int32)
+            do { result = try handshake(port: server.port, identity: identity, version: c.version) } catch {
+                XCTFail("\(error)\n\(server.finish())"); continue
+            }
+            let (version, sigNID) = result
+            let serverLog = server.finish()
+            let what = "\(c.id) \(c.version) \(c.clientSigalgs ?? "")"
+            XCTAssertEqual(version, c.version, what)
+            XCTAssertEqual(sigNID, c.expectSig, what)
+            XCTAssertGreaterThanOrEqual(context.signatureCount.load(ordering: .relaxed), 1, "the token signed: \(what)")
+            XCTAssertTrue(serverLog.contains("subject=CN = token"), "s_server saw the client certificate: \(what)\n\(serverLog)")
+        }
+    }
+
+    /// `openssl s_server` on a free port, requiring a client certificate from the test CA.
+    final class SServer {
+        let process = Process()
+        let output = Pipe()
+        /// Kept open: s_server quits when its stdin ends.
+        let input = Pipe()
+        var port: UInt16 = 0
+        var log = ""
+
+        init(dir: String, clientSigalgs: String?) throws {
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+            process.arguments = ["s_server", "-accept", "127.0.0.1:0", "-naccept", "1", "-cert", dir + "/server.pem",
+                                 "-key", dir + "/server.key", "-CAfile", dir + "/ca.pem", "-Verify", "1",
+                                 "-verify_return_error"] + (clientSigalgs.map { ["-client_sigalgs", $0] } ?? [])
+            process.standardOutput = output
+            process.standardError = output
+            process.standardInput = input
+            try process.run()
+            let handle = output.fileHandleForReading
+            while port == 0 {
+                let data = handle.availableData
+                if data.isEmpty { throw MTLSError(.connect, "s_server exited: \(log)") }
+                log += String(decoding: data, as: UTF8.self)
+                if let line = log.split(separator: "\n").first(where: { $0.hasPrefix("ACCEPT ") }),
+                   let p = line.split(separator: ":").last.flatMap({ UInt16($0) }) {
+                    port = p
+                }
+            }
+        }
+
+        /// Waits (up to 10 s) for the server to print what the client sent, then stops it.
+        func finish() -> String {
+            let handle = output.fileHandleForReading
+            let deadline = Date().addingTimeInterval(10)
+            while !log.contains("ping"), Date() < deadline {
+                let data = handle.availableData
+                if data.isEmpty { break }
+                log += String(decoding: data, as: UTF8.self)
+            }
+            process.terminate()
+            process.waitUntilExit()
+            log += String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
+            return log
+        }
+    }
+
+    /// A TLS client handshake with raw OpenSSL in libmtls's library context; returns the
+    /// negotiated version and the NID of the signature type the client used.
+    private func handshake(port: UInt16, identity: Identity, version: Int32) throws -> (Int32, Int32) {
+        let ctx = try XCTUnwrap(SSL_CTX_new_ex(LibraryContext.shared.ctx, nil, TLS_client_method()))
+        defer { SSL_CTX_free(ctx) }
+        _ = mtls_ossl_SSL_CTX_set_min_proto_version(ctx, version)
+        _ = mtls_ossl_SSL_CTX_set_max_proto_version(ctx, version)
+        XCTAssertEqual(SSL_CTX_use_certificate(ctx, identity.leaf.x509), 1)
+        XCTAssertEqual(SSL_CTX_use_PrivateKey(ctx, identity.privateKey.pkey), 1, "\(OpenSSLErrorQueue.drain())")
+        XCTAssertEqual(SSL_CTX_load_verify_locations(ctx, SoftHSMFixture.dir + "/ca.pem", nil), 1)
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nil)
+        let ssl = try XCTUnwrap(SSL_new(ctx))
+        defer { SSL_free(ssl) }
+        let bio = try XCTUnwrap(BIO_new_connect("127.0.0.1:\(port)"))
+        SSL_set_bio(ssl, bio, bio)
+        let rc = SSL_connect(ssl)
+        guard rc == 1 else {
+            throw MTLSError.openSSL(.handshake, "handshake failed (SSL_connect \(rc), SSL_get_error \(SSL_get_error(ssl, rc)), errno \(errno))")
+        }
+        // TLS 1.3 sends the client's CertificateVerify after the server's Finished: a round trip
+        // makes sure the server has processed (and accepted) it.
+        let ping = Array("ping\n".utf8)
+        XCTAssertEqual(SSL_write(ssl, ping, Int32(ping.count)), Int32(ping.count))
+        var nid: Int32 = 0
+        _ = SSL_get_signature_type_nid(ssl, &nid)
+        let v = SSL_version(ssl)
+        _ = SSL_shutdown(ssl)
+        return (v, nid)
+    }
+
+    // MARK: helpers (raw OpenSSL, so the proof does not depend on libmtls's own code)
+
+    private func sign(_ message: [UInt8], with pkey: OpaquePointer, padding: Int32) throws -> [UInt8] {
+        let md = EVP_MD_CTX_new()!
+        defer { EVP_MD_CTX_free(md) }
+        var pctx: OpaquePointer? = nil
+        XCTAssertEqual(EVP_DigestSignInit(md, &pctx, EVP_sha256(), nil, pkey), 1)
+        if padding != 0 { XCTAssertEqual(EVP_PKEY_CTX_set_rsa_padding(pctx, padding), 1) }
+        var len = 0
+        XCTAssertEqual(EVP_DigestSign(md, nil, &len, message, message.count), 1)
+        var sig = [UInt8](repeating: 0, count: len)
+        guard EVP_DigestSign(md, &sig, &len, message, message.count) == 1 else {
+            throw MTLSError.openSSL(.token, "EVP_DigestSign failed")
+        }
+        return Array(sig.prefix(len))
+    }
+
+    private func verify(_ message: [UInt8], _ sig: [UInt8], with pkey: OpaquePointer, padding: Int32) throws -> Bool {
+        let md = EVP_MD_CTX_new()!
+        defer { EVP_MD_CTX_free(md) }
+        var pctx: OpaquePointer? = nil
+        XCTAssertEqual(EVP_DigestVerifyInit(md, &pctx, EVP_sha256(), nil, pkey), 1)
+        if padding != 0 { XCTAssertEqual(EVP_PKEY_CTX_set_rsa_padding(pctx, padding), 1) }
+        return EVP_DigestVerify(md, sig, sig.count, message, message.count) == 1
+    }
+}
