@@ -440,6 +440,9 @@ MTLS_EXTERN void mtls_store_close(mtls_store *store);
  * one in one transaction. MTLS_E_LOCKED, MTLS_E_DISK_FULL, MTLS_E_READ_ONLY leave the store
  * unchanged. The handles passed in are not consumed. */
 MTLS_EXTERN int mtls_store_put_identity(mtls_store *store, const char *label, const mtls_identity *identity, int replace);
+/* Put `count` identities under `count` labels in one transaction: all, or on any error none. */
+MTLS_EXTERN int mtls_store_put_identities(mtls_store *store, const char *const *labels,
+                                          mtls_identity *const *identities, size_t count, int replace);
 MTLS_EXTERN int mtls_store_put_cert(mtls_store *store, const char *label, const mtls_cert *cert, int replace);
 /* A token identity reference: the key's `pkcs11:` URI (MTLS_E_BAD_URI otherwise), its
  * certificate, and optionally `chain_count` chain certificates in any order (chain may be NULL
