@@ -110,6 +110,7 @@ def test_stored_token_identity_connects_by_label(hsm, tmp_path):
 @pytest.mark.parametrize("identity, pin, text", [
     ("pkcs11:token=mtls-spare;object=spare", "bad-pin", "wrong PIN"),
     ("pkcs11:token=mtls-spare;object=spare", None, "needs a PIN"),
+    ("pkcs11:token=mtls-locked;object=locked", "pin", "is locked"),
     ("pkcs11:token=no-such-token;id=%01", "pin", "no token present matches"),
     ("pkcs11:token=mtls-test;id=%77", "pin", "no certificate matching"),
     ("pkcs11:token=%zz", "pin", "invalid PKCS#11 URI"),
