@@ -339,6 +339,30 @@ final class PKCS12Tests: XCTestCase {
         }
     }
 
+    func testEveryDamagedVariantFailsWithAPKCS12Code() throws {
+        let f = try P12Fixture.make()
+        let good = try bytes(of: f.opensslP12("-iter 16", name: "fast.p12")) // cheap KDFs: many variants
+        let allowed: Set<MTLSError.Code> = [.corrupt, .badPassword, .notPKCS12, .unsupported, .limitExceeded,
+                                             .keyMismatch, .noIdentity]
+        var seen: [MTLSError.Code: Int] = [:]
+        var variants: [[UInt8]] = stride(from: 0, to: good.count, by: 7).map { Array(good.prefix($0)) }
+        for i in stride(from: 0, to: good.count, by: 3) {
+            var v = good
+            v[i] ^= 0xFF
+            variants.append(v)
+        }
+        for v in variants {
+            do {
+                _ = try PKCS12.parse(v, password: SecretBytes("pw"))
+                seen[.init(rawValue: 0), default: 0] += 1
+            } catch let e as MTLSError {
+                XCTAssertTrue(allowed.contains(e.code), "\(e.code): \(e.message)")
+                seen[e.code, default: 0] += 1
+            }
+        }
+        XCTAssertGreaterThan(seen[.corrupt] ?? 0, 0)
+    }
+
     private func find(_ needle: [UInt8], in hay: [UInt8], from: Int = 0) -> Int? {
         guard hay.count >= needle.count, from <= hay.count - needle.count else { return nil }
         for i in from...(hay.count - needle.count) where hay[i] == needle[0] {

@@ -52,6 +52,8 @@ struct PKCS12Reader {
         /// The MAC verified, so the password is right and any later failure means damage.
         var macVerified = false
         var decryptedSomething = false
+        /// The first item that did not decrypt while nothing had decrypted yet.
+        var failedDecryption: String?
     }
 
     func read() throws -> PKCS12Contents {
@@ -109,6 +111,12 @@ struct PKCS12Reader {
         for i in 0..<mtls_ossl_sk_PKCS7_num(safes) {
             guard let p7 = mtls_ossl_sk_PKCS7_value(safes, i) else { continue }
             try readAuthenticatedSafe(p7, index: Int(i), pass: pass, passLen: passLen, state: state)
+        }
+        if let what = state.failedDecryption {
+            // Nothing decrypted with this password: it is the wrong one.
+            throw MTLSError(.badPassword, password == nil
+                ? "cannot decrypt \(what) without a password (the file may need one, possibly the empty password)"
+                : "wrong password: cannot decrypt \(what)")
         }
         if state.macFailed {
             // Nothing could tell a wrong password from damage (no encrypted item).
@@ -195,10 +203,11 @@ struct PKCS12Reader {
             guard let alg = mtls_ossl_PKCS7_encrypted_algor(p7) else {
                 throw MTLSError(.corrupt, "PKCS#12 encrypted content #\(index + 1) has no algorithm")
             }
-            try checkPBE(alg, what: "encrypted content #\(index + 1)", state: state)
+            try checkPBEOrDamage(alg, what: "encrypted content #\(index + 1)", state: state)
             let b = PKCS12_unpack_p7encdata(p7, pass, passLen)
-            try decryptionOutcome(succeeded: b != nil, what: "encrypted content #\(index + 1)", state: state)
-            bags = b!
+            guard try decryptionOutcome(succeeded: b != nil, what: "encrypted content #\(index + 1)", state: state),
+                  let b else { return }
+            bags = b
         case NID_pkcs7_enveloped:
             throw MTLSError(.unsupported, "PKCS#12 content #\(index + 1) is public-key encrypted (envelopedData), which is not supported")
         default:
@@ -237,11 +246,12 @@ struct PKCS12Reader {
             var alg: UnsafePointer<X509_ALGOR>? = nil
             X509_SIG_get0(sig, &alg, nil)
             guard let alg else { throw MTLSError(.corrupt, "shrouded key bag #\(number) has no algorithm") }
-            try checkPBE(alg, what: "the private key (bag #\(number))", state: state)
+            try checkPBEOrDamage(alg, what: "the private key (bag #\(number))", state: state)
             let p8 = PKCS12_decrypt_skey_ex(bag, pass, passLen, LibraryContext.shared.ctx, nil)
-            try decryptionOutcome(succeeded: p8 != nil, what: "the private key (bag #\(number))", state: state)
+            guard try decryptionOutcome(succeeded: p8 != nil, what: "the private key (bag #\(number))", state: state),
+                  let p8 else { return }
             defer { PKCS8_PRIV_KEY_INFO_free(p8) }
-            try addKey(p8!, bag: bag, number: number, state: state)
+            try addKey(p8, bag: bag, number: number, state: state)
         case NID_certBag:
             guard PKCS12_SAFEBAG_get_bag_nid(bag) == NID_x509Certificate else { return } // SDSI: ignored
             guard let x = PKCS12_SAFEBAG_get1_cert(bag) else {
@@ -268,28 +278,43 @@ struct PKCS12Reader {
                                    friendlyName: Self.friendlyName(bag), localKeyID: Self.localKeyID(bag)))
     }
 
-    /// Classifies a decryption result. With a MAC that failed, the first decryption decides
-    /// between a wrong password and damage; with a verified MAC, a failure is damage; with no
-    /// MAC, a failure before anything decrypted is a wrong password.
-    private func decryptionOutcome(succeeded: Bool, what: String, state: State) throws {
+    /// Classifies a decryption result; returns whether the item decrypted (the caller skips it
+    /// otherwise). Anything that decrypts proves the password right, so a failed MAC or another
+    /// item that does not decrypt means damage. With a verified MAC any failure is damage.
+    /// Failures with nothing decrypted so far are remembered: if nothing decrypts by the end of
+    /// the file, the password is wrong (reported by the caller). A wrong password thus costs one
+    /// KDF per encrypted item, never more.
+    private func decryptionOutcome(succeeded: Bool, what: String, state: State) throws -> Bool {
         if succeeded {
+            OpenSSLErrorQueue.clear()
             if state.macFailed {
                 throw MTLSError(.corrupt, "the PKCS#12 MAC does not verify although the password decrypts \(what): the file is damaged")
             }
+            if let failed = state.failedDecryption {
+                throw MTLSError(.corrupt, "\(failed) does not decrypt although the password decrypts \(what): the file is damaged")
+            }
             state.decryptedSomething = true
-            OpenSSLErrorQueue.clear()
-            return
+            return true
         }
         if state.macVerified || state.decryptedSomething {
             throw MTLSError.openSSL(.corrupt, "cannot decrypt \(what) although the password is right: the file is damaged")
         }
         OpenSSLErrorQueue.clear()
-        throw MTLSError(.badPassword, password == nil
-            ? "cannot decrypt \(what) without a password (the file may need one, possibly the empty password)"
-            : "wrong password: cannot decrypt \(what)")
+        if state.failedDecryption == nil { state.failedDecryption = what }
+        return false
     }
 
     // MARK: Algorithms and limits
+
+    /// ``checkPBE(_:what:state:)``, except that an unknown algorithm under a MAC that did not
+    /// verify is most likely a damaged byte in its OID, and is reported as damage.
+    private func checkPBEOrDamage(_ alg: UnsafePointer<X509_ALGOR>, what: String, state: State) throws {
+        do {
+            try checkPBE(alg, what: what, state: state)
+        } catch let e as MTLSError where e.code == .unsupported && state.macFailed {
+            throw MTLSError(.corrupt, "the PKCS#12 MAC does not verify and \(e.message): the file is damaged (or the password is wrong)")
+        }
+    }
 
     /// Checks a password-based encryption algorithm before it runs: known scheme, available
     /// cipher and PRF (RC2 and DES need the legacy provider), and iteration count within limits.
