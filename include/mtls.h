@@ -440,6 +440,9 @@ MTLS_EXTERN void mtls_store_close(mtls_store *store);
  * one in one transaction. MTLS_E_LOCKED, MTLS_E_DISK_FULL, MTLS_E_READ_ONLY leave the store
  * unchanged. The handles passed in are not consumed. */
 MTLS_EXTERN int mtls_store_put_identity(mtls_store *store, const char *label, const mtls_identity *identity, int replace);
+/* Put `count` identities under `count` labels in one transaction: all, or on any error none. */
+MTLS_EXTERN int mtls_store_put_identities(mtls_store *store, const char *const *labels,
+                                          mtls_identity *const *identities, size_t count, int replace);
 MTLS_EXTERN int mtls_store_put_cert(mtls_store *store, const char *label, const mtls_cert *cert, int replace);
 /* A token identity reference: the key's `pkcs11:` URI (MTLS_E_BAD_URI otherwise), its
  * certificate, and optionally `chain_count` chain certificates in any order (chain may be NULL
@@ -649,6 +652,108 @@ MTLS_EXTERN int mtls_ssl_ctx_configure(void *ssl_ctx, const mtls_identity *ident
 /* ======================================================================================
  * PKCS#11 tokens
  * ====================================================================================== */
+
+/* Tokens (smart cards, USB tokens, HSMs) are reached through p11-kit: either every module
+ * registered with p11-kit (pkcs11.conf(5); pass module_path NULL) or one module file
+ * (module_path, e.g. "/usr/lib/softhsm/libsofthsm2.so"). Tokens and objects are named by
+ * RFC 7512 "pkcs11:" URIs. A module is initialised while something made from it is alive (a
+ * listing call, or a token identity) and finalised after.
+ *
+ * Errors of this section: MTLS_E_BAD_URI (syntax, unknown attribute, or a URI that matches
+ * several certificates), MTLS_E_TOKEN_NOT_PRESENT (no token matches), MTLS_E_NOT_FOUND (no such
+ * module file, certificate or key), MTLS_E_PIN_REQUIRED, MTLS_E_PIN_INCORRECT,
+ * MTLS_E_PIN_LOCKED, MTLS_E_TOKEN_REMOVED (also reported by a TLS handshake whose token went
+ * away), MTLS_E_TOKEN (anything else the module reports; mtls_last_error() has its CKR_ code).
+ *
+ * An mtls_token (a listed token) and an mtls_token_object (a listed certificate or key) are
+ * immutable snapshots, reference counted: share them across threads; each *_ref needs one
+ * *_free. */
+typedef struct mtls_token mtls_token;
+typedef struct mtls_token_object mtls_token_object;
+
+/* Flags of mtls_token_flags and of the PIN callback. */
+#define MTLS_TOKEN_LOGIN_REQUIRED 0x01       /* private objects need the user PIN */
+#define MTLS_TOKEN_PIN_LOCKED 0x02           /* the user PIN is locked */
+#define MTLS_TOKEN_PIN_COUNT_LOW 0x04        /* wrong PINs were entered */
+#define MTLS_TOKEN_PIN_FINAL_TRY 0x08        /* the next wrong PIN locks the token */
+#define MTLS_TOKEN_PROTECTED_AUTH_PATH 0x10  /* the token has its own PIN pad */
+#define MTLS_TOKEN_USER_PIN_INITIALIZED 0x20
+
+/* The initialised tokens present in the module at module_path (NULL: every registered module),
+ * as a new array of *count handles. Free it with mtls_token_list_free(*out, *count).
+ * Thread-safe. */
+MTLS_EXTERN int mtls_token_list(const char *module_path, mtls_token ***out, size_t *count);
+/* Free an array from mtls_token_list and every handle in it. NULL is a no-op. */
+MTLS_EXTERN void mtls_token_list_free(mtls_token **list, size_t count);
+/* Add a reference; returns `token` (NULL gives NULL). */
+MTLS_EXTERN mtls_token *mtls_token_ref(mtls_token *token);
+/* Drop a reference. NULL is a no-op. */
+MTLS_EXTERN void mtls_token_free(mtls_token *token);
+/* The token's label, RFC 7512 URI, manufacturer, model, serial number, p11-kit module name and
+ * module file. Free *out with mtls_string_free; mtls_token_module_path sets *out to NULL when
+ * p11-kit does not know the file. */
+MTLS_EXTERN int mtls_token_label(const mtls_token *token, char **out);
+MTLS_EXTERN int mtls_token_uri(const mtls_token *token, char **out);
+MTLS_EXTERN int mtls_token_manufacturer(const mtls_token *token, char **out);
+MTLS_EXTERN int mtls_token_model(const mtls_token *token, char **out);
+MTLS_EXTERN int mtls_token_serial(const mtls_token *token, char **out);
+MTLS_EXTERN int mtls_token_module_name(const mtls_token *token, char **out);
+MTLS_EXTERN int mtls_token_module_path(const mtls_token *token, char **out);
+/* The PKCS#11 slot id of the token in its module. */
+MTLS_EXTERN int mtls_token_slot(const mtls_token *token, unsigned long *slot_id);
+/* MTLS_TOKEN_* flags, as the token reported them when listed. */
+MTLS_EXTERN int mtls_token_flags(const mtls_token *token, unsigned int *flags);
+
+/* Kinds of token objects. */
+#define MTLS_TOKEN_OBJECT_CERT 1
+#define MTLS_TOKEN_OBJECT_PRIVATE_KEY 2
+#define MTLS_TOKEN_OBJECT_PUBLIC_KEY 3
+/* The certificates and keys on the tokens matching token_uri (NULL: every token) of the module
+ * at module_path (NULL: every registered module). With a `pin` (NUL-terminated; NULL for
+ * none), logs in first so private keys are listed too. Free the array with
+ * mtls_token_object_list_free(*out, *count). MTLS_E_TOKEN_NOT_PRESENT when no token matches. */
+MTLS_EXTERN int mtls_token_objects(const char *module_path, const char *token_uri, const char *pin,
+                                   mtls_token_object ***out, size_t *count);
+/* Free an array from mtls_token_objects and every handle in it. NULL is a no-op. */
+MTLS_EXTERN void mtls_token_object_list_free(mtls_token_object **list, size_t count);
+/* Add a reference; returns `object` (NULL gives NULL). */
+MTLS_EXTERN mtls_token_object *mtls_token_object_ref(mtls_token_object *object);
+/* Drop a reference. NULL is a no-op. */
+MTLS_EXTERN void mtls_token_object_free(mtls_token_object *object);
+/* *kind is an MTLS_TOKEN_OBJECT_* value. */
+MTLS_EXTERN int mtls_token_object_kind(const mtls_token_object *object, int *kind);
+/* CKA_LABEL (*out NULL when the object has none), the object's RFC 7512 URI, and its key type
+ * ("rsa2048", "p256"...; *out NULL when unknown). Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_token_object_label(const mtls_token_object *object, char **out);
+MTLS_EXTERN int mtls_token_object_uri(const mtls_token_object *object, char **out);
+MTLS_EXTERN int mtls_token_object_key_type(const mtls_token_object *object, char **out);
+/* CKA_ID (possibly empty), which ties a key to its certificate. Free *out with mtls_bytes_free. */
+MTLS_EXTERN int mtls_token_object_id(const mtls_token_object *object, uint8_t **out, size_t *len);
+/* The certificate of a certificate object: a new reference, free with mtls_cert_free.
+ * MTLS_E_NOT_FOUND for a key or an unreadable certificate. */
+MTLS_EXTERN int mtls_token_object_cert(const mtls_token_object *object, mtls_cert **out);
+/* The token the object is on: a new handle, free with mtls_token_free. */
+MTLS_EXTERN int mtls_token_object_token(const mtls_token_object *object, mtls_token **out);
+
+/* Asked for the user PIN of a token (token_label and token_uri, valid during the call; flags:
+ * MTLS_TOKEN_PIN_COUNT_LOW, MTLS_TOKEN_PIN_FINAL_TRY). Write the PIN, NUL-terminated, into
+ * `pin` (pin_size bytes; libmtls wipes the buffer afterwards) and return 0; return non-zero to
+ * give up (the call then fails with MTLS_E_PIN_REQUIRED). Called on the calling thread, during
+ * mtls_identity_from_pkcs11 only, at most once; it is not kept. */
+typedef int (*mtls_pin_cb)(void *userdata, const char *token_label, const char *token_uri, unsigned int flags,
+                           char *pin, size_t pin_size);
+/* The identity a pkcs11: URI names: the certificate it matches (by object= / id=, the chain from
+ * the other certificates on the token) and the private key with the same CKA_ID. The key never
+ * leaves the token: TLS handshakes with this identity sign on the token (RSA PKCS#1 v1.5,
+ * RSA-PSS, ECDSA). The PIN comes from pin_cb (NULL: none asked), else the URI's pin-value or
+ * pin-source (a file); the module from the URI's module-path or module-name, else every
+ * registered module. The identity keeps a session with the token open (and the user logged in)
+ * until it and every connection using it are freed. Free *out with mtls_identity_free; share it
+ * across threads (signatures on one token are serialised). */
+MTLS_EXTERN int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, void *userdata, mtls_identity **out);
+/* The pkcs11: URI of the identity's private key when it lives on a token; *out NULL for a key in
+ * memory. Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_identity_token_uri(const mtls_identity *identity, char **out);
 
 /* ======================================================================================
  * Issuing: a private PKI (issue: pki)

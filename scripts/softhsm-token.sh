@@ -18,6 +18,10 @@
 #                "ca" (certificate only)
 #   mtls-spare:  id 01 "spare" P-256 (for wrong-PIN tests, so "mtls-test" is never touched)
 #   mtls-empty:  no objects
+#   mtls-locked: id 01 "locked" P-256, and the token reports its user PIN locked. SoftHSM2 never
+#                locks a PIN itself (wrong PINs only set CKF_USER_PIN_COUNT_LOW, and its C_Login
+#                ignores CKF_USER_PIN_LOCKED), so the flag is set in its token file, as a token
+#                that did lock would report it.
 set -euo pipefail
 DIR=${1:?usage: softhsm-token.sh DIR}
 mkdir -p "$DIR/tokens"
@@ -36,7 +40,7 @@ echo "$MODULE" > "$DIR/module"
 
 p11() { pkcs11-tool --module "$MODULE" "$@" >/dev/null 2>"$DIR/p11.err" || { cat "$DIR/p11.err" >&2; exit 1; }; }
 
-for t in mtls-test mtls-spare mtls-empty; do
+for t in mtls-test mtls-spare mtls-empty mtls-locked; do
     softhsm2-util --init-token --free --label "$t" --pin 1234 --so-pin 5678 >/dev/null
 done
 
@@ -70,6 +74,20 @@ token_identity mtls-test 01 rsa-client rsa:2048 rsa
 token_identity mtls-test 02 ec-client EC:prime256v1 ec
 token_identity mtls-test 03 p384-client EC:secp384r1 p384
 token_identity mtls-spare 01 spare EC:prime256v1 spare
+token_identity mtls-locked 01 locked EC:prime256v1 locked
 openssl x509 -in ca.pem -outform DER -out ca.der
 p11 --token-label mtls-test --login --pin 1234 --write-object ca.der --type cert --id ff --label ca
+# Mark mtls-locked's user PIN locked: CKA_OS_TOKENFLAGS (0x8000534b, an 8-byte big-endian
+# CK_ULONG after its type tag) |= CKF_USER_PIN_LOCKED (0x40000).
+python3 - "$(grep -l mtls-locked tokens/*/token.object)" <<'PY'
+import sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+tag = bytes.fromhex("000000008000534b0000000000000002")
+at = data.find(tag) + len(tag)
+assert at >= len(tag), "token flags not found in " + path
+flags = int.from_bytes(data[at:at + 8], "big") | 0x40000
+data[at:at + 8] = flags.to_bytes(8, "big")
+open(path, "wb").write(data)
+PY
 rm -f placeholder.key placeholder.csr server.csr p11.err ./*.pub.pem

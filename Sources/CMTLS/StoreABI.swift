@@ -109,6 +109,24 @@ public func mtls_store_put_identity(_ store: OpaquePointer?, _ label: UnsafePoin
     }
 }
 
+/// `int mtls_store_put_identities(mtls_store *store, const char *const *labels,
+///                                mtls_identity *const *identities, size_t count, int replace)`
+@_cdecl("mtls_store_put_identities")
+public func mtls_store_put_identities(_ store: OpaquePointer?, _ labels: UnsafePointer<UnsafePointer<CChar>?>?,
+                                      _ identities: UnsafePointer<OpaquePointer?>?, _ count: Int, _ replace: Int32) -> Int32 {
+    abiCall {
+        let s = try handle(store, CredentialStore.self, "store")
+        var items: [(label: String, identity: Identity)] = []
+        if count > 0 {
+            let l = try require(labels, "labels"), ids = try require(identities, "identities")
+            for i in 0..<count {
+                items.append((try string(l[i], "labels[\(i)]"), try handle(ids[i], Identity.self, "identities[\(i)]")))
+            }
+        }
+        try s.putIdentities(items, replace: replace != 0)
+    }
+}
+
 /// `int mtls_store_put_cert(mtls_store *store, const char *label, const mtls_cert *cert, int replace)`
 @_cdecl("mtls_store_put_cert")
 public func mtls_store_put_cert(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?, _ cert: OpaquePointer?,

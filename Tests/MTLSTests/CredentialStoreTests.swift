@@ -102,6 +102,18 @@ final class CredentialStoreTests: XCTestCase {
         XCTAssertEqual(try store.list().count, 1)
     }
 
+    func testPutIdentitiesWritesAllOrNothing() throws {
+        let pki = try StorePKI()
+        let store = try open("\(pki.dir)/store.db")
+        let a = try pki.identity("a"), b = try pki.identity("b")
+        try store.putIdentities([("one", a), ("two", b)])
+        assertCode(.duplicate) { try store.putIdentities([("three", a), ("two", a)]) }
+        XCTAssertEqual(try store.list().map(\.label), ["one", "two"])
+        try store.putIdentities([("three", a), ("two", a)], replace: true)
+        XCTAssertEqual(try store.identity(label: "two").leaf, a.leaf)
+        XCTAssertEqual(try store.list().count, 3)
+    }
+
     func testLabelsAreUniquePerClass() throws {
         let pki = try StorePKI()
         let store = try open("\(pki.dir)/store.db")
@@ -341,6 +353,22 @@ final class CredentialStoreTests: XCTestCase {
         try writer.putIdentity(b, label: "x", replace: true)
         XCTAssertEqual(try reader.identity(label: "x").leaf, b.leaf)
         XCTAssertEqual(try reader.identities().map(\.leaf), [b.leaf])
+    }
+
+    func testSmallIdentityCacheEvictsButAlwaysReturnsTheRightIdentity() throws {
+        let pki = try StorePKI()
+        var o = Self.options()
+        o.identityCacheSize = 4
+        let store = try CredentialStore(path: "\(pki.dir)/store.db", secret: Self.secret, options: o)
+        let ids = try (0..<3).map { try pki.identity("c\($0)") }
+        try store.putIdentities((0..<10).map { ("l\($0)", ids[$0 % 3]) })
+        for round in 0..<3 {
+            for i in (0..<10).reversed() where (i + round) % 2 == 0 || round == 2 {
+                XCTAssertEqual(try store.identity(label: "l\(i)").leaf, ids[i % 3].leaf)
+            }
+        }
+        let first = try store.identity(label: "l9")
+        XCTAssertTrue(first === (try store.identity(label: "l9")))
     }
 
     func testEightThreadsWritingSameAndDifferentLabelsLoseNothing() throws {

@@ -58,7 +58,7 @@ final class TokenTests: XCTestCase {
 
     func testListShowsTheTokensWithTheirURIs() throws {
         let tokens = try PKCS11Modules(modulePath: module).tokens()
-        XCTAssertEqual(Set(tokens.map(\.label)), ["mtls-test", "mtls-spare", "mtls-empty"])
+        XCTAssertEqual(Set(tokens.map(\.label)), ["mtls-test", "mtls-spare", "mtls-empty", "mtls-locked"])
         let t = try XCTUnwrap(tokens.first { $0.label == "mtls-test" })
         XCTAssertTrue(t.uri.hasPrefix("pkcs11:"))
         XCTAssertTrue(t.uri.contains("token=mtls-test"))
@@ -143,6 +143,14 @@ final class TokenTests: XCTestCase {
     func testWrongPINIsPinIncorrect() throws {
         XCTAssertThrowsError(try Token.identity(uri: "pkcs11:token=mtls-spare;object=spare", modulePath: module, pin: SecretBytes("0000"))) {
             XCTAssertEqual(($0 as? MTLSError)?.code, .pinIncorrect, "\($0)")
+        }
+    }
+
+    func testLockedPINIsPinLockedWithoutTryingThePIN() throws {
+        let locked = try XCTUnwrap(PKCS11Modules(modulePath: module).tokens().first { $0.label == "mtls-locked" })
+        XCTAssertTrue(locked.userPINLocked)
+        XCTAssertThrowsError(try Token.identity(uri: "pkcs11:token=mtls-locked;object=locked", modulePath: module, pin: SoftHSMFixture.pin)) {
+            XCTAssertEqual(($0 as? MTLSError)?.code, .pinLocked, "\($0)")
         }
     }
 

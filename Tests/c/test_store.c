@@ -83,6 +83,17 @@ int main(void) {
     CHECK_RC(mtls_store_put_identity(store, "", id, 0), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_store_put_identity(store, "copy", id, 0));
     CHECK_RC(mtls_store_put_identity(store, "copy", id, 0), MTLS_E_DUPLICATE);
+    const char *labels[2] = { "batch1", "batch2" };
+    mtls_identity *batch[2] = { id, id };
+    CHECK_RC(mtls_store_put_identities(NULL, labels, batch, 2, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_put_identities(store, NULL, batch, 2, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_put_identities(store, labels, NULL, 2, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_store_put_identities(store, NULL, NULL, 0, 0));
+    CHECK_OK(mtls_store_put_identities(store, labels, batch, 2, 0));
+    CHECK_RC(mtls_store_put_identities(store, labels, batch, 2, 0), MTLS_E_DUPLICATE);
+    CHECK_OK(mtls_store_put_identities(store, labels, batch, 2, 1));
+    CHECK_OK(mtls_store_delete(store, "batch1", MTLS_STORE_IDENTITY, NULL));
+    CHECK_OK(mtls_store_delete(store, "batch2", MTLS_STORE_IDENTITY, NULL));
     CHECK_RC(mtls_store_put_cert(NULL, "ca", ca, 0), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_put_cert(store, NULL, ca, 0), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_put_cert(store, "ca", NULL, 0), MTLS_E_INVALID_ARGUMENT);

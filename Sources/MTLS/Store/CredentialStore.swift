@@ -43,7 +43,15 @@ public final class CredentialStore: @unchecked Sendable {
     private let lock = StoreLock()
     private var dataKey: SecretBytes
     private let options: Options
-    private var cache: [Int64: (generation: Int64, identity: Identity)] = [:]
+    private var cache: [Int64: CachedIdentity] = [:]
+    private var cacheClock: UInt64 = 0
+
+    /// A decoded identity, valid while its row's generation is unchanged.
+    private struct CachedIdentity {
+        var generation: Int64
+        var identity: Identity
+        var lastUse: UInt64
+    }
 
     /// Opens the store at `path`, creating it (mode 0600, directory 0700) when it does not exist.
     ///
@@ -261,6 +269,20 @@ public final class CredentialStore: @unchecked Sendable {
         try put(.identity, label: label, leaf: identity.leaf, chain: identity.chain, sealedKey: sealed, tokenURI: nil, replace: replace)
     }
 
+    /// Stores several identities in one transaction: all of them, or (on any error, such as a
+    /// duplicate label without `replace`) none.
+    public func putIdentities(_ items: [(label: String, identity: Identity)], replace: Bool = false) throws {
+        let key = lock.with { dataKey }
+        let rows: [Row] = try items.map { item in
+            try checkLabel(item.label)
+            let sealed = try StoreCrypto.seal(try item.identity.privateKey.pkcs8DER(), key: key,
+                                              aad: CredentialStore.aad(.identity, item.label))
+            return Row(itemClass: .identity, label: item.label, leaf: item.identity.leaf, chain: item.identity.chain,
+                       sealedKey: sealed, tokenURI: nil)
+        }
+        try put(rows, replace: replace)
+    }
+
     /// Stores a certificate under `label` (``StoreItemClass/certificate``).
     public func putCertificate(_ certificate: Certificate, label: String, replace: Bool = false) throws {
         try checkLabel(label)
@@ -277,11 +299,24 @@ public final class CredentialStore: @unchecked Sendable {
         try put(.tokenIdentity, label: label, leaf: certificate, chain: path, sealedKey: nil, tokenURI: uri, replace: replace)
     }
 
+    /// One row to write.
+    private struct Row {
+        var itemClass: StoreItemClass
+        var label: String
+        var leaf: Certificate
+        var chain: [Certificate]
+        var sealedKey: [UInt8]?
+        var tokenURI: String?
+    }
+
     private func put(_ itemClass: StoreItemClass, label: String, leaf: Certificate, chain: [Certificate],
                      sealedKey: [UInt8]?, tokenURI: String?, replace: Bool) throws {
+        try put([Row(itemClass: itemClass, label: label, leaf: leaf, chain: chain, sealedKey: sealedKey, tokenURI: tokenURI)],
+                replace: replace)
+    }
+
+    private func put(_ rows: [Row], replace: Bool) throws {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        let generation = Int64.random(in: 1...Int64.max)
-        let chainDER = chain.flatMap { $0.der }
         let sql = """
             INSERT INTO items (class, label, subject, subject_cn, issuer, not_after, leaf_sha256, chain_sha256,
                                leaf, chain, sealed_key, token_uri, generation, created, modified)
@@ -293,20 +328,25 @@ public final class CredentialStore: @unchecked Sendable {
                 sealed_key=excluded.sealed_key, token_uri=excluded.token_uri, generation=excluded.generation,
                 modified=excluded.modified
             """ : "")
-        let notAfter = Int64(leaf.notAfter.timeIntervalSince1970)
         try lock.with {
+            var current = rows.first
             do {
                 try db.writeTransaction {
-                    try db.statement(sql).bind(
-                        .int(Int64(itemClass.rawValue)), .text(label), .text(leaf.subject),
-                        leaf.commonName.map { .text($0) } ?? .null, .text(leaf.issuer), .int(notAfter),
-                        .text(leaf.sha256Hex), .text(chain.map(\.sha256Hex).joined(separator: ",")),
-                        .blob(leaf.der), .blob(chainDER), sealedKey.map { .blob($0) } ?? .null,
-                        tokenURI.map { .text($0) } ?? .null, .int(generation), .int(now)
-                    ).run()
+                    for row in rows {
+                        current = row
+                        let leaf = row.leaf
+                        try db.statement(sql).bind(
+                            .int(Int64(row.itemClass.rawValue)), .text(row.label), .text(leaf.subject),
+                            leaf.commonName.map { .text($0) } ?? .null, .text(leaf.issuer),
+                            .int(Int64(leaf.notAfter.timeIntervalSince1970)),
+                            .text(leaf.sha256Hex), .text(row.chain.map(\.sha256Hex).joined(separator: ",")),
+                            .blob(leaf.der), .blob(row.chain.flatMap { $0.der }), row.sealedKey.map { .blob($0) } ?? .null,
+                            row.tokenURI.map { .text($0) } ?? .null, .int(Int64.random(in: 1...Int64.max)), .int(now)
+                        ).run()
+                    }
                 }
             } catch let e as MTLSError where e.code == .duplicate {
-                throw MTLSError(.duplicate, "an item of class \(itemClass.name) labelled \"\(label)\" already exists (replace it to overwrite)")
+                throw MTLSError(.duplicate, "an item of class \(current?.itemClass.name ?? "?") labelled \"\(current?.label ?? "")\" already exists (replace it to overwrite)")
             }
         }
     }
@@ -331,7 +371,11 @@ public final class CredentialStore: @unchecked Sendable {
     /// Called with the lock held.
     private func decodeIdentity(_ s: SQLiteDatabase.Statement, label: String) throws -> Identity {
         let id = s.int64(0), generation = s.int64(1)
-        if let hit = cache[id], hit.generation == generation { return hit.identity }
+        cacheClock &+= 1
+        if let hit = cache[id], hit.generation == generation {
+            cache[id]!.lastUse = cacheClock
+            return hit.identity
+        }
         let leaf = try Certificate(der: s.blob(2))
         let chain = try CredentialStore.splitDER(s.blob(3))
         guard let plain = try StoreCrypto.open(s.blob(4), key: dataKey, aad: CredentialStore.aad(.identity, label)) else {
@@ -340,8 +384,14 @@ public final class CredentialStore: @unchecked Sendable {
         // Pass the wiped buffer itself (no copy) to the decoder.
         let key = try PrivateKey(pkcs8DER: plain.storage)
         let identity = try Identity(privateKey: key, leaf: leaf, certificates: chain, friendlyName: label)
-        if cache.count >= max(options.identityCacheSize, 1) { cache.remove(at: cache.startIndex) }
-        if options.identityCacheSize > 0 { cache[id] = (generation, identity) }
+        if options.identityCacheSize > 0 {
+            if cache.count >= options.identityCacheSize {
+                // Drop the least recently used quarter at once, so eviction stays cheap.
+                let keep = cache.sorted { $0.value.lastUse > $1.value.lastUse }.prefix(options.identityCacheSize * 3 / 4)
+                cache = Dictionary(uniqueKeysWithValues: keep.map { ($0.key, $0.value) })
+            }
+            cache[id] = CachedIdentity(generation: generation, identity: identity, lastUse: cacheClock)
+        }
         return identity
     }
 

@@ -65,6 +65,12 @@ def test_import_get_list_find_delete_export(pki, tmp_path):
         uri, cert = st.get_token_identity("hsm")
         assert uri == "pkcs11:token=t;object=k" and cert.sha256_hex == ca.sha256_hex
         assert [i.leaf.subject for i in st.identities()] == ["CN=alice", "CN=bob"]
+        st.put_identities([("x1", st.get_identity("alice")), ("x2", st.get_identity("bob"))])
+        with pytest.raises(errors.Duplicate):
+            st.put_identities([("x3", st.get_identity("alice")), ("x2", st.get_identity("bob"))])
+        assert st.delete("x1") == 1 and st.delete("x2") == 1
+        with pytest.raises(errors.NotFound):
+            st.delete("x3")
         assert st.get_identity("bob").leaf.subject == "CN=bob"
         assert len(st.get_identity("bob").chain) == 1
         with pytest.raises(errors.NotFound):

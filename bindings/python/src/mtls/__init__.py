@@ -7,5 +7,6 @@ from .store import Store, StoreItem, StoreKey  # noqa: F401
 from .pkcs12 import Identity, PKCS12, ChainCheck  # noqa: F401
 from .pki import IssuedCertificate  # noqa: F401
 from .trust import Policy, TrustResult, TrustReason  # noqa: F401
+from .tokens import Token, TokenObject, list_tokens, token_objects, identity_from_pkcs11  # noqa: F401
 
 __version__ = _lib.mtls_version().decode()

@@ -115,6 +115,12 @@ class Identity:
         return out
 
     @property
+    def token_uri(self):
+        """The pkcs11: URI of the private key when it lives on a token, else None."""
+        from .tokens import identity_token_uri
+        return identity_token_uri(self)
+
+    @property
     def friendly_name(self):
         out = ctypes.c_void_p()
         check(lib.mtls_identity_friendly_name(self._h, ctypes.byref(out)))

@@ -36,6 +36,10 @@ fn("mtls_store_open_secret_file", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p
 fn("mtls_store_close", None, ctypes.c_void_p)
 # int mtls_store_put_identity(mtls_store *store, const char *label, const mtls_identity *identity, int replace)
 fn("mtls_store_put_identity", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int)
+# int mtls_store_put_identities(mtls_store *store, const char *const *labels,
+#                               mtls_identity *const *identities, size_t count, int replace)
+fn("mtls_store_put_identities", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), c_void_pp,
+   ctypes.c_size_t, ctypes.c_int)
 # int mtls_store_put_cert(mtls_store *store, const char *label, const mtls_cert *cert, int replace)
 fn("mtls_store_put_cert", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int)
 # int mtls_store_put_token_identity(mtls_store *store, const char *label, const char *uri, const mtls_cert *cert,
@@ -206,6 +210,13 @@ class Store:
     # putting
     def put_identity(self, label, identity, replace=False):
         check(lib.mtls_store_put_identity(self._h, _b(label), identity._h, int(replace)))
+
+    def put_identities(self, items, replace=False):
+        """Puts [(label, identity)] in one transaction: all or none."""
+        items = list(items)
+        labels = (ctypes.c_char_p * max(len(items), 1))(*[_b(l) for l, _ in items])
+        ids = (ctypes.c_void_p * max(len(items), 1))(*[i._h for _, i in items])
+        check(lib.mtls_store_put_identities(self._h, labels, ctypes.cast(ids, c_void_pp), len(items), int(replace)))
 
     def put_certificate(self, label, cert: Certificate, replace=False):
         check(lib.mtls_store_put_cert(self._h, _b(label), cert._h, int(replace)))

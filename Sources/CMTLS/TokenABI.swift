@@ -1,0 +1,288 @@
+// mtls_token, mtls_token_object and mtls_identity_from_pkcs11: PKCS#11 tokens through p11-kit.
+import MTLS
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An `mtls_token` handle: one listed token (immutable).
+final class TokenHandle {
+    let info: TokenInfo
+    init(_ info: TokenInfo) { self.info = info }
+}
+
+/// An `mtls_token_object` handle: one listed object (immutable).
+final class TokenObjectHandle {
+    let object: TokenObject
+    init(_ object: TokenObject) { self.object = object }
+}
+
+private let MTLS_TOKEN_LOGIN_REQUIRED: UInt32 = 0x01
+private let MTLS_TOKEN_PIN_LOCKED: UInt32 = 0x02
+private let MTLS_TOKEN_PIN_COUNT_LOW: UInt32 = 0x04
+private let MTLS_TOKEN_PIN_FINAL_TRY: UInt32 = 0x08
+private let MTLS_TOKEN_PROTECTED_AUTH_PATH: UInt32 = 0x10
+private let MTLS_TOKEN_USER_PIN_INITIALIZED: UInt32 = 0x20
+
+// MARK: tokens
+
+/// `int mtls_token_list(const char *module_path, mtls_token ***out, size_t *count)`
+@_cdecl("mtls_token_list")
+public func mtls_token_list(_ modulePath: UnsafePointer<CChar>?,
+                            _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
+                            _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        try require(out, "out").pointee = nil
+        try require(count, "count").pointee = 0
+        let tokens = try PKCS11Modules(modulePath: optionalString(modulePath)).tokens()
+        try putHandles(tokens.map(TokenHandle.init), out, count)
+    }
+}
+
+/// `void mtls_token_list_free(mtls_token **list, size_t count)`
+@_cdecl("mtls_token_list_free")
+public func mtls_token_list_free(_ list: UnsafeMutablePointer<OpaquePointer?>?, _ count: Int) {
+    freeHandles(list, count, TokenHandle.self)
+}
+
+/// `mtls_token *mtls_token_ref(mtls_token *token)`
+@_cdecl("mtls_token_ref")
+public func mtls_token_ref(_ token: OpaquePointer?) -> OpaquePointer? { refHandle(token, TokenHandle.self) }
+
+/// `void mtls_token_free(mtls_token *token)`
+@_cdecl("mtls_token_free")
+public func mtls_token_free(_ token: OpaquePointer?) { releaseHandle(token, TokenHandle.self) }
+
+private func tokenString(_ token: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
+                         _ field: (TokenInfo) -> String?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        if let value = field(try handle(token, TokenHandle.self, "token").info) { try putString(value, out) }
+    }
+}
+
+/// `int mtls_token_label(const mtls_token *token, char **out)`
+@_cdecl("mtls_token_label")
+public func mtls_token_label(_ t: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    tokenString(t, out) { $0.label }
+}
+
+/// `int mtls_token_uri(const mtls_token *token, char **out)`
+@_cdecl("mtls_token_uri")
+public func mtls_token_uri(_ t: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    tokenString(t, out) { $0.uri }
+}
+
+/// `int mtls_token_manufacturer(const mtls_token *token, char **out)`
+@_cdecl("mtls_token_manufacturer")
+public func mtls_token_manufacturer(_ t: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    tokenString(t, out) { $0.manufacturer }
+}
+
+/// `int mtls_token_model(const mtls_token *token, char **out)`
+@_cdecl("mtls_token_model")
+public func mtls_token_model(_ t: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    tokenString(t, out) { $0.model }
+}
+
+/// `int mtls_token_serial(const mtls_token *token, char **out)`
+@_cdecl("mtls_token_serial")
+public func mtls_token_serial(_ t: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    tokenString(t, out) { $0.serial }
+}
+
+/// `int mtls_token_module_name(const mtls_token *token, char **out)`
+@_cdecl("mtls_token_module_name")
+public func mtls_token_module_name(_ t: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    tokenString(t, out) { $0.moduleName }
+}
+
+/// `int mtls_token_module_path(const mtls_token *token, char **out)`
+@_cdecl("mtls_token_module_path")
+public func mtls_token_module_path(_ t: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    tokenString(t, out) { $0.modulePath }
+}
+
+/// `int mtls_token_slot(const mtls_token *token, unsigned long *slot_id)`
+@_cdecl("mtls_token_slot")
+public func mtls_token_slot(_ t: OpaquePointer?, _ slot: UnsafeMutablePointer<UInt>?) -> Int32 {
+    abiCall {
+        let info = try handle(t, TokenHandle.self, "token").info
+        try require(slot, "slot_id").pointee = info.slotID
+    }
+}
+
+/// `int mtls_token_flags(const mtls_token *token, unsigned int *flags)`
+@_cdecl("mtls_token_flags")
+public func mtls_token_flags(_ t: OpaquePointer?, _ flags: UnsafeMutablePointer<UInt32>?) -> Int32 {
+    abiCall {
+        let info = try handle(t, TokenHandle.self, "token").info
+        let flags = try require(flags, "flags")
+        var f: UInt32 = 0
+        if info.loginRequired { f |= MTLS_TOKEN_LOGIN_REQUIRED }
+        if info.userPINLocked { f |= MTLS_TOKEN_PIN_LOCKED }
+        if info.userPINCountLow { f |= MTLS_TOKEN_PIN_COUNT_LOW }
+        if info.userPINFinalTry { f |= MTLS_TOKEN_PIN_FINAL_TRY }
+        if info.protectedAuthenticationPath { f |= MTLS_TOKEN_PROTECTED_AUTH_PATH }
+        if info.userPINInitialized { f |= MTLS_TOKEN_USER_PIN_INITIALIZED }
+        flags.pointee = f
+    }
+}
+
+// MARK: objects
+
+/// `int mtls_token_objects(const char *module_path, const char *token_uri, const char *pin, mtls_token_object ***out, size_t *count)`
+@_cdecl("mtls_token_objects")
+public func mtls_token_objects(_ modulePath: UnsafePointer<CChar>?, _ tokenURI: UnsafePointer<CChar>?,
+                               _ pin: UnsafePointer<CChar>?,
+                               _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
+                               _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        try require(out, "out").pointee = nil
+        try require(count, "count").pointee = 0
+        let secret = pin.map { p in SecretBytes(Array(UnsafeBufferPointer(start: UnsafeRawPointer(p).assumingMemoryBound(to: UInt8.self), count: strlen(p)))) }
+        let objects = try PKCS11Modules(modulePath: optionalString(modulePath)).objects(tokenURI: optionalString(tokenURI), pin: secret)
+        try putHandles(objects.map(TokenObjectHandle.init), out, count)
+    }
+}
+
+/// `void mtls_token_object_list_free(mtls_token_object **list, size_t count)`
+@_cdecl("mtls_token_object_list_free")
+public func mtls_token_object_list_free(_ list: UnsafeMutablePointer<OpaquePointer?>?, _ count: Int) {
+    freeHandles(list, count, TokenObjectHandle.self)
+}
+
+/// `mtls_token_object *mtls_token_object_ref(mtls_token_object *object)`
+@_cdecl("mtls_token_object_ref")
+public func mtls_token_object_ref(_ o: OpaquePointer?) -> OpaquePointer? { refHandle(o, TokenObjectHandle.self) }
+
+/// `void mtls_token_object_free(mtls_token_object *object)`
+@_cdecl("mtls_token_object_free")
+public func mtls_token_object_free(_ o: OpaquePointer?) { releaseHandle(o, TokenObjectHandle.self) }
+
+/// `int mtls_token_object_kind(const mtls_token_object *object, int *kind)`
+@_cdecl("mtls_token_object_kind")
+public func mtls_token_object_kind(_ o: OpaquePointer?, _ kind: UnsafeMutablePointer<Int32>?) -> Int32 {
+    abiCall {
+        let object = try handle(o, TokenObjectHandle.self, "object").object
+        let kind = try require(kind, "kind")
+        switch object.kind {
+        case .certificate: kind.pointee = 1
+        case .privateKey: kind.pointee = 2
+        case .publicKey: kind.pointee = 3
+        }
+    }
+}
+
+private func objectString(_ o: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
+                          _ field: (TokenObject) -> String?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        if let value = field(try handle(o, TokenObjectHandle.self, "object").object) { try putString(value, out) }
+    }
+}
+
+/// `int mtls_token_object_label(const mtls_token_object *object, char **out)`
+@_cdecl("mtls_token_object_label")
+public func mtls_token_object_label(_ o: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    objectString(o, out) { $0.label }
+}
+
+/// `int mtls_token_object_uri(const mtls_token_object *object, char **out)`
+@_cdecl("mtls_token_object_uri")
+public func mtls_token_object_uri(_ o: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    objectString(o, out) { $0.uri }
+}
+
+/// `int mtls_token_object_key_type(const mtls_token_object *object, char **out)`
+@_cdecl("mtls_token_object_key_type")
+public func mtls_token_object_key_type(_ o: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    objectString(o, out) { $0.keyType }
+}
+
+/// `int mtls_token_object_id(const mtls_token_object *object, uint8_t **out, size_t *len)`
+@_cdecl("mtls_token_object_id")
+public func mtls_token_object_id(_ o: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
+                                 _ len: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        let object = try handle(o, TokenObjectHandle.self, "object").object
+        try putBytes(object.id, out, len)
+    }
+}
+
+/// `int mtls_token_object_cert(const mtls_token_object *object, mtls_cert **out)`
+@_cdecl("mtls_token_object_cert")
+public func mtls_token_object_cert(_ o: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let object = try handle(o, TokenObjectHandle.self, "object").object
+        let out = try require(out, "out")
+        out.pointee = nil
+        guard let cert = object.certificate else {
+            throw MTLSError(.notFound, "the token object \(object.uri) is not a certificate libmtls can read")
+        }
+        out.pointee = retainHandle(cert)
+    }
+}
+
+/// `int mtls_token_object_token(const mtls_token_object *object, mtls_token **out)`
+@_cdecl("mtls_token_object_token")
+public func mtls_token_object_token(_ o: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let object = try handle(o, TokenObjectHandle.self, "object").object
+        let out = try require(out, "out")
+        out.pointee = retainHandle(TokenHandle(object.token))
+    }
+}
+
+// MARK: identities on tokens
+
+/// `typedef int (*mtls_pin_cb)(void *userdata, const char *token_label, const char *token_uri,
+///                             unsigned int flags, char *pin, size_t pin_size)`
+public typealias mtls_pin_cb = @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, UnsafePointer<CChar>?,
+                                               UInt32, UnsafeMutablePointer<CChar>?, Int) -> Int32
+
+/// `int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, void *userdata, mtls_identity **out)`
+@_cdecl("mtls_identity_from_pkcs11")
+public func mtls_identity_from_pkcs11(_ uri: UnsafePointer<CChar>?, _ pinCallback: mtls_pin_cb?,
+                                      _ userdata: UnsafeMutableRawPointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let text = try string(uri, "uri")
+        let callback: TokenPINCallback? = pinCallback.map { cb in
+            { request in
+                // The buffer the application writes the PIN into; wiped before it is freed.
+                let size = 1024
+                let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)
+                buffer.initialize(repeating: 0, count: size)
+                defer {
+                    explicit_bzero(buffer, size)
+                    buffer.deallocate()
+                }
+                var flags: UInt32 = 0
+                if request.countLow { flags |= MTLS_TOKEN_PIN_COUNT_LOW }
+                if request.finalTry { flags |= MTLS_TOKEN_PIN_FINAL_TRY }
+                let rc = request.tokenLabel.withCString { label in
+                    request.tokenURI.withCString { tokenURI in cb(userdata, label, tokenURI, flags, buffer, size) }
+                }
+                guard rc == 0 else { return nil }
+                buffer[size - 1] = 0
+                let n = strlen(buffer)
+                return SecretBytes(Array(UnsafeBufferPointer(start: UnsafeRawPointer(buffer).assumingMemoryBound(to: UInt8.self), count: n)))
+            }
+        }
+        out.pointee = retainHandle(try Token.identity(uri: text, pinCallback: callback))
+    }
+}
+
+/// `int mtls_identity_token_uri(const mtls_identity *identity, char **out)`
+@_cdecl("mtls_identity_token_uri")
+public func mtls_identity_token_uri(_ identity: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        let id = try handle(identity, Identity.self, "identity")
+        let out = try require(out, "out")
+        out.pointee = nil
+        if let uri = id.privateKey.tokenURI { try putString(uri, out) }
+    }
+}

@@ -1,0 +1,283 @@
+/* PKCS#11 tokens through the C ABI: every function, NULL arguments, the token errors, and a TLS
+ * 1.2 and 1.3 handshake against openssl s_server whose client key exists only on a SoftHSM2
+ * token (made by scripts/softhsm-token.sh in a temporary folder). */
+#define _DEFAULT_SOURCE
+#include "test_support.h"
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int pin_calls = 0;
+
+/* A PIN callback that answers with the string in userdata (NULL: gives up). */
+static int give_pin(void *userdata, const char *label, const char *uri, unsigned int flags, char *pin, size_t size) {
+    (void)flags;
+    pin_calls++;
+    CHECK(label != NULL && strncmp(label, "mtls-", 5) == 0);
+    CHECK(uri != NULL && strncmp(uri, "pkcs11:", 7) == 0);
+    CHECK(size >= 256);
+    if (userdata == NULL) return 1;
+    snprintf(pin, size, "%s", (const char *)userdata);
+    return 0;
+}
+
+/* Starts `openssl s_server` requiring a client certificate from the test CA; returns its pid
+ * and the port it listens on. */
+static pid_t start_server(const char *dir, const char *tls_flag, int *port) {
+    char cmd[4096], portfile[600];
+    snprintf(portfile, sizeof portfile, "%s/sserver.out", dir);
+    unlink(portfile); /* the previous server's port must not be read */
+    snprintf(cmd, sizeof cmd,
+             "exec openssl s_server -accept 127.0.0.1:0 -naccept 1 %s -cert %s/server.pem -key %s/server.key "
+             "-CAfile %s/ca.pem -Verify 1 -verify_return_error > %s 2>&1",
+             tls_flag, dir, dir, dir, portfile);
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* stdin stays open (s_server quits at its end) until the test kills the server. */
+        dup2(fds[0], 0);
+        close(fds[1]);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[0]);
+    for (int i = 0; i < 200; i++) {
+        FILE *f = fopen(portfile, "r");
+        char line[256];
+        while (f && fgets(line, sizeof line, f)) {
+            char *colon = strrchr(line, ':');
+            if (strncmp(line, "ACCEPT ", 7) == 0 && colon) { *port = atoi(colon + 1); fclose(f); return pid; }
+        }
+        if (f) fclose(f);
+        usleep(50 * 1000);
+    }
+    fprintf(stderr, "s_server did not start\n");
+    exit(1);
+}
+
+static void handshake(const char *dir, mtls_identity *identity, int tls, const char *tls_flag) {
+    int port = 0;
+    pid_t server = start_server(dir, tls_flag, &port);
+    mtls_policy *policy = NULL;
+    mtls_cert **ca = NULL;
+    size_t n = 0;
+    char path[2048];
+    snprintf(path, sizeof path, "%s/ca.pem", dir);
+    CHECK_OK(mtls_cert_list_load(path, &ca, &n));
+    CHECK_OK(mtls_policy_new(&policy));
+    CHECK_OK(mtls_policy_add_anchor(policy, ca[0]));
+    CHECK_OK(mtls_policy_set_anchors_only(policy, 1));
+    mtls_conn_options opts;
+    CHECK_OK(mtls_conn_options_init(&opts, MTLS_CONN_OPTIONS_VERSION));
+    opts.identity = identity;
+    opts.policy = policy;
+    opts.min_tls = opts.max_tls = tls;
+    opts.io_timeout_ms = 1000; /* s_server does not answer: the read below times out */
+    mtls_conn *conn = NULL;
+    CHECK_OK(mtls_conn_connect("127.0.0.1", (uint16_t)port, &opts, &conn));
+    char *version = NULL;
+    CHECK_OK(mtls_conn_tls_version(conn, &version));
+    CHECK(strcmp(version, tls == MTLS_TLS_1_3 ? "TLSv1.3" : "TLSv1.2") == 0);
+    mtls_string_free(version);
+    /* A round trip: with TLS 1.3 the server judges our certificate after its Finished. */
+    size_t wrote = 0, got = 0;
+    CHECK_OK(mtls_conn_write(conn, (const uint8_t *)"ping\n", 5, &wrote));
+    uint8_t buf[64];
+    int rc = mtls_conn_read(conn, buf, sizeof buf, &got);
+    CHECK(rc == MTLS_OK || rc == MTLS_E_TIMEOUT || rc == MTLS_E_CLOSED);
+    mtls_conn_free(conn);
+    usleep(200 * 1000);
+    kill(server, SIGTERM);
+    waitpid(server, NULL, 0);
+    snprintf(path, sizeof path, "grep -q 'subject=CN = token' %s/sserver.out && grep -q ping %s/sserver.out", dir, dir);
+    t_sh(path);
+    mtls_policy_free(policy);
+    mtls_cert_list_free(ca, n);
+}
+
+int main(void) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    char dir[512], cmd[4096], conf[600], module[600], uri[4096];
+    if (access("/usr/lib/softhsm/libsofthsm2.so", F_OK) != 0) { printf("SoftHSM2 not installed: skipped\n"); return 0; }
+    snprintf(dir, sizeof dir, "%s/tokens-c-%d", tmp, (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf %s && scripts/softhsm-token.sh %s", dir, dir);
+    t_sh(cmd);
+    snprintf(conf, sizeof conf, "%s/softhsm2.conf", dir);
+    setenv("SOFTHSM2_CONF", conf, 1);
+    snprintf(module, sizeof module, "/usr/lib/softhsm/libsofthsm2.so");
+
+    /* ---- tokens ---- */
+    mtls_token **tokens = NULL;
+    size_t count = 0;
+    CHECK_RC(mtls_token_list(module, NULL, &count), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_list(module, &tokens, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_list("/nonexistent/module.so", &tokens, &count), MTLS_E_NOT_FOUND);
+    CHECK_OK(mtls_token_list(module, &tokens, &count));
+    CHECK(count == 4);
+    mtls_token *test = NULL;
+    for (size_t i = 0; i < count; i++) {
+        char *label = NULL;
+        CHECK_OK(mtls_token_label(tokens[i], &label));
+        if (strcmp(label, "mtls-test") == 0) test = mtls_token_ref(tokens[i]);
+        mtls_string_free(label);
+    }
+    mtls_token_list_free(tokens, count);
+    CHECK(test != NULL);
+    char *s = NULL;
+    CHECK_OK(mtls_token_uri(test, &s));
+    CHECK(strncmp(s, "pkcs11:", 7) == 0 && strstr(s, "token=mtls-test") != NULL);
+    mtls_string_free(s);
+    CHECK_OK(mtls_token_manufacturer(test, &s)); CHECK(strcmp(s, "SoftHSM project") == 0); mtls_string_free(s);
+    CHECK_OK(mtls_token_model(test, &s)); CHECK(strcmp(s, "SoftHSM v2") == 0); mtls_string_free(s);
+    CHECK_OK(mtls_token_serial(test, &s)); CHECK(strlen(s) > 0); mtls_string_free(s);
+    CHECK_OK(mtls_token_module_name(test, &s)); CHECK(strlen(s) > 0); mtls_string_free(s);
+    CHECK_OK(mtls_token_module_path(test, &s)); CHECK(s == NULL || strstr(s, "softhsm") != NULL); mtls_string_free(s);
+    unsigned long slot = 0;
+    CHECK_OK(mtls_token_slot(test, &slot));
+    unsigned int flags = 0;
+    CHECK_OK(mtls_token_flags(test, &flags));
+    CHECK((flags & MTLS_TOKEN_LOGIN_REQUIRED) && (flags & MTLS_TOKEN_USER_PIN_INITIALIZED) && !(flags & MTLS_TOKEN_PIN_LOCKED));
+    CHECK_RC(mtls_token_label(NULL, &s), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_label(test, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_uri(NULL, &s), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_manufacturer(NULL, &s), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_model(NULL, &s), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_serial(NULL, &s), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_module_name(NULL, &s), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_module_path(NULL, &s), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_slot(NULL, &slot), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_slot(test, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_flags(NULL, &flags), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_flags(test, NULL), MTLS_E_INVALID_ARGUMENT);
+    mtls_token_free(test);
+    mtls_token_free(NULL);
+    mtls_token_list_free(NULL, 0);
+    CHECK(mtls_token_ref(NULL) == NULL);
+
+    /* ---- objects ---- */
+    mtls_token_object **objs = NULL;
+    CHECK_RC(mtls_token_objects(module, "pkcs11:token=mtls-test", NULL, NULL, &count), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_objects(module, "pkcs11:token=mtls-test", NULL, &objs, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_objects(module, "pkcs11:token=absent", NULL, &objs, &count), MTLS_E_TOKEN_NOT_PRESENT);
+    CHECK_RC(mtls_token_objects(module, "pkcs11:token=%zz", NULL, &objs, &count), MTLS_E_BAD_URI);
+    CHECK_RC(mtls_token_objects(module, "pkcs11:token=mtls-spare", "0000", &objs, &count), MTLS_E_PIN_INCORRECT);
+    CHECK_OK(mtls_token_objects(module, "pkcs11:token=mtls-test", "1234", &objs, &count));
+    int certs = 0, keys = 0;
+    mtls_token_object *ec_cert = NULL;
+    for (size_t i = 0; i < count; i++) {
+        int kind = 0;
+        char *label = NULL;
+        CHECK_OK(mtls_token_object_kind(objs[i], &kind));
+        CHECK_OK(mtls_token_object_label(objs[i], &label));
+        if (kind == MTLS_TOKEN_OBJECT_CERT) certs++;
+        if (kind == MTLS_TOKEN_OBJECT_PRIVATE_KEY) keys++;
+        if (kind == MTLS_TOKEN_OBJECT_CERT && label && strcmp(label, "ec-client") == 0) ec_cert = mtls_token_object_ref(objs[i]);
+        if (kind == MTLS_TOKEN_OBJECT_PRIVATE_KEY && label && strcmp(label, "rsa-client") == 0) {
+            char *kt = NULL;
+            CHECK_OK(mtls_token_object_key_type(objs[i], &kt));
+            CHECK(kt && strcmp(kt, "rsa2048") == 0);
+            mtls_string_free(kt);
+            mtls_cert *none = NULL;
+            CHECK_RC(mtls_token_object_cert(objs[i], &none), MTLS_E_NOT_FOUND);
+        }
+        mtls_string_free(label);
+    }
+    CHECK(certs == 4 && keys == 3 && ec_cert != NULL);
+    mtls_token_object_list_free(objs, count);
+    uint8_t *id = NULL;
+    size_t id_len = 0;
+    CHECK_OK(mtls_token_object_id(ec_cert, &id, &id_len));
+    CHECK(id_len == 1 && id[0] == 2);
+    mtls_bytes_free(id);
+    CHECK_OK(mtls_token_object_uri(ec_cert, &s));
+    CHECK(strstr(s, "id=%02") && strstr(s, "type=cert") && strstr(s, "object=ec-client"));
+    mtls_string_free(s);
+    mtls_cert *cert = NULL;
+    CHECK_OK(mtls_token_object_cert(ec_cert, &cert));
+    CHECK_OK(mtls_cert_subject_summary(cert, &s));
+    CHECK(strcmp(s, "token ec-client") == 0);
+    mtls_string_free(s);
+    mtls_cert_free(cert);
+    CHECK_OK(mtls_token_object_token(ec_cert, &test));
+    CHECK_OK(mtls_token_label(test, &s)); CHECK(strcmp(s, "mtls-test") == 0); mtls_string_free(s);
+    mtls_token_free(test);
+    int kind = 0;
+    CHECK_RC(mtls_token_object_kind(NULL, &kind), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_object_kind(ec_cert, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_object_label(NULL, &s), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_object_uri(NULL, &s), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_object_key_type(NULL, &s), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_object_id(NULL, &id, &id_len), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_object_id(ec_cert, NULL, &id_len), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_object_cert(NULL, &cert), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_object_cert(ec_cert, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_object_token(NULL, &test), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_token_object_token(ec_cert, NULL), MTLS_E_INVALID_ARGUMENT);
+    mtls_token_object_free(ec_cert);
+    mtls_token_object_free(NULL);
+    mtls_token_object_list_free(NULL, 0);
+    CHECK(mtls_token_object_ref(NULL) == NULL);
+
+    /* ---- identities ---- */
+    mtls_identity *identity = NULL;
+    CHECK_RC(mtls_identity_from_pkcs11(NULL, NULL, NULL, &identity), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_identity_from_pkcs11("pkcs11:token=mtls-test;id=%01", NULL, NULL, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_identity_from_pkcs11("https://example.com/", NULL, NULL, &identity), MTLS_E_BAD_URI);
+    snprintf(uri, sizeof uri, "pkcs11:token=no-such-token;id=%%01?module-path=%s", module);
+    CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, "1234", &identity), MTLS_E_TOKEN_NOT_PRESENT);
+    snprintf(uri, sizeof uri, "pkcs11:token=mtls-spare;object=spare?module-path=%s", module);
+    CHECK_RC(mtls_identity_from_pkcs11(uri, NULL, NULL, &identity), MTLS_E_PIN_REQUIRED);
+    CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, NULL, &identity), MTLS_E_PIN_REQUIRED);
+    CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, "0000", &identity), MTLS_E_PIN_INCORRECT);
+    CHECK(strstr(mtls_last_error(), "mtls-spare") != NULL);
+    snprintf(uri, sizeof uri, "pkcs11:token=mtls-locked;object=locked?module-path=%s", module);
+    CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, "1234", &identity), MTLS_E_PIN_LOCKED);
+    snprintf(uri, sizeof uri, "pkcs11:token=mtls-test;id=%%99?module-path=%s", module);
+    CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, "1234", &identity), MTLS_E_NOT_FOUND);
+    CHECK(identity == NULL);
+
+    /* RSA, PIN from the callback; registered modules (Debian registers SoftHSM2 with p11-kit)
+       or the module path in the URI. */
+    pin_calls = 0;
+    snprintf(uri, sizeof uri, "pkcs11:token=mtls-test;object=rsa-client?module-path=%s", module);
+    CHECK_OK(mtls_identity_from_pkcs11(uri, give_pin, "1234", &identity));
+    CHECK(pin_calls == 1);
+    CHECK_OK(mtls_identity_token_uri(identity, &s));
+    CHECK(s && strstr(s, "type=private") && strstr(s, "id=%01"));
+    mtls_string_free(s);
+    mtls_cert *leaf = NULL;
+    CHECK_OK(mtls_identity_leaf(identity, &leaf));
+    CHECK_OK(mtls_cert_subject_summary(leaf, &s));
+    CHECK(strcmp(s, "token rsa-client") == 0);
+    mtls_string_free(s);
+    mtls_cert_free(leaf);
+    CHECK_RC(mtls_identity_token_uri(NULL, &s), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_identity_token_uri(identity, NULL), MTLS_E_INVALID_ARGUMENT);
+    handshake(dir, identity, MTLS_TLS_1_2, "-tls1_2");
+    handshake(dir, identity, MTLS_TLS_1_3, "-tls1_3");
+    mtls_identity_free(identity);
+
+    /* EC P-256, PIN from the URI's pin-source. */
+    snprintf(uri, sizeof uri, "pkcs11:token=mtls-test;id=%%02?module-path=%s&pin-source=file:%s/pin", module, dir);
+    CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, &identity));
+    handshake(dir, identity, MTLS_TLS_1_2, "-tls1_2");
+    handshake(dir, identity, MTLS_TLS_1_3, "-tls1_3");
+    mtls_identity_free(identity);
+
+    /* A key in memory has no token URI. */
+    snprintf(cmd, sizeof cmd, "%s/server.pem", dir);
+    size_t cert_len = 0, key_len = 0;
+    uint8_t *cert_pem = t_read_file(cmd, &cert_len);
+    snprintf(cmd, sizeof cmd, "%s/server.key", dir);
+    uint8_t *key_pem = t_read_file(cmd, &key_len);
+    cert_pem[cert_len] = 0;
+    key_pem[key_len] = 0;
+    CHECK_OK(mtls_identity_from_pem((const char *)cert_pem, (const char *)key_pem, NULL, &identity));
+    CHECK_OK(mtls_identity_token_uri(identity, &s));
+    CHECK(s == NULL);
+    mtls_identity_free(identity);
+    free(cert_pem);
+    free(key_pem);
+    DONE();
+}

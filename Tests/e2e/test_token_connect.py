@@ -1,0 +1,131 @@
+"""`mtls connect --identity pkcs11:URI` against `openssl s_server -Verify 1`, with client keys that
+were generated on a SoftHSM2 token (scripts/softhsm-token.sh): the handshake can only succeed if
+the token signed. TLS 1.2 and 1.3, RSA (PKCS#1 v1.5 and PSS) and ECDSA P-256/P-384; token
+identities kept in the store; wrong PIN, missing PIN, missing token, bad URI."""
+import json
+import os
+import pathlib
+import subprocess
+import time
+
+import pytest
+
+from conftest import run_cli
+
+MODULE = "/usr/lib/softhsm/libsofthsm2.so"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "softhsm-token.sh"
+pytestmark = pytest.mark.skipif(not os.path.exists(MODULE), reason="SoftHSM2 is not installed")
+
+
+@pytest.fixture(scope="module")
+def hsm(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hsm-connect")
+    subprocess.run([str(SCRIPT), str(d)], check=True)
+    (d / "bad-pin").write_text("0000\n")
+    old = os.environ.get("SOFTHSM2_CONF")
+    os.environ["SOFTHSM2_CONF"] = str(d / "softhsm2.conf")
+    yield d
+    if old is None:
+        os.environ.pop("SOFTHSM2_CONF", None)
+    else:
+        os.environ["SOFTHSM2_CONF"] = old
+
+
+class SServer:
+    """openssl s_server on a free port that requires a client certificate from the test CA."""
+
+    def __init__(self, d, *extra):
+        self.p = subprocess.Popen(
+            ["openssl", "s_server", "-accept", "127.0.0.1:0", "-naccept", "1", "-cert", d / "server.pem",
+             "-key", d / "server.key", "-CAfile", d / "ca.pem", "-Verify", "1", "-verify_return_error", *extra],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.log = ""
+        while True:
+            line = self.p.stdout.readline()
+            if not line:
+                raise RuntimeError("s_server exited: " + self.log)
+            self.log += line
+            if line.startswith("ACCEPT "):
+                self.port = int(line.rsplit(":", 1)[1])
+                break
+
+    def finish(self):
+        try:
+            out, _ = self.p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            out, _ = self.p.communicate()
+        return self.log + out
+
+
+def connect(d, server, identity, *args):
+    return run_cli("connect", f"127.0.0.1:{server.port}", "--identity", identity, "--anchor", d / "ca.pem",
+                   "--anchors-only", "--send", "hello from the token\\n", "--timeout", "2", "--json", *args)
+
+
+@pytest.mark.parametrize("uri, tls, server_args", [
+    ("pkcs11:token=mtls-test;object=rsa-client", "1.2", ["-client_sigalgs", "RSA+SHA256"]),  # PKCS#1 v1.5
+    ("pkcs11:token=mtls-test;object=rsa-client", "1.2", []),                                # RSA-PSS
+    ("pkcs11:token=mtls-test;object=rsa-client", "1.3", []),                                # RSA-PSS
+    ("pkcs11:token=mtls-test;id=%02", "1.2", []),                                           # ECDSA P-256
+    ("pkcs11:token=mtls-test;id=%02", "1.3", []),
+    ("pkcs11:token=mtls-test;id=%03;type=private", "1.3", []),                              # ECDSA P-384
+])
+def test_handshake_signs_on_the_token(hsm, uri, tls, server_args):
+    server = SServer(hsm, *server_args)
+    r = connect(hsm, server, uri, "--pin-file", hsm / "pin", "--tls-min", tls, "--tls-max", tls)
+    log = server.finish()
+    assert r.returncode == 0, r.stdout + r.stderr + log
+    out = json.loads(r.stdout)
+    assert out["connected"] and out["tls_version"] == f"TLSv{tls}"
+    assert out["evaluation"]["trusted"]
+    # s_server accepted the client certificate (verify_return_error) and read our request.
+    assert "subject=CN = token" in log and "hello from the token" in log, log
+
+
+def test_pin_in_the_uri_and_registered_modules(hsm):
+    server = SServer(hsm)
+    r = connect(hsm, server, f"pkcs11:token=mtls-test;id=%02?pin-source=file:{hsm}/pin")
+    server.finish()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["connected"]
+
+
+def test_stored_token_identity_connects_by_label(hsm, tmp_path):
+    store = ["--store", tmp_path / "store.db", "--secret-file", tmp_path / "secret"]
+    (tmp_path / "secret").write_text("store secret\n")
+    r = run_cli("store", *store, "add-token", "pkcs11:token=mtls-test;object=ec-client;type=private",
+                "--label", "card", "--pin-file", hsm / "pin")
+    assert r.returncode == 0, r.stderr
+    r = run_cli("store", *store, "list", "--json")
+    item = next(i for i in json.loads(r.stdout) if i["label"] == "card")
+    assert item["class"] == "token-identity" and item["subject"] == "CN=token ec-client"
+    server = SServer(hsm)
+    r = connect(hsm, server, "card", *store, "--pin-file", hsm / "pin")
+    log = server.finish()
+    assert r.returncode == 0, r.stdout + r.stderr + log
+    assert "subject=CN = token ec-client" in log
+
+
+@pytest.mark.parametrize("identity, pin, text", [
+    ("pkcs11:token=mtls-spare;object=spare", "bad-pin", "wrong PIN"),
+    ("pkcs11:token=mtls-spare;object=spare", None, "needs a PIN"),
+    ("pkcs11:token=mtls-locked;object=locked", "pin", "is locked"),
+    ("pkcs11:token=no-such-token;id=%01", "pin", "no token present matches"),
+    ("pkcs11:token=mtls-test;id=%77", "pin", "no certificate matching"),
+    ("pkcs11:token=%zz", "pin", "invalid PKCS#11 URI"),
+])
+def test_token_failures_say_what_happened(hsm, identity, pin, text):
+    args = ["--pin-file", hsm / pin] if pin else []
+    r = run_cli("connect", "127.0.0.1:9", "--identity", identity, "--json", *args)
+    assert r.returncode != 0
+    out = json.loads(r.stdout)
+    assert not out["connected"] and text in out["error"], out
+
+
+def test_objects_show_keys_generated_on_the_token(hsm):
+    r = run_cli("token", "objects", "--module", MODULE, "--token", "pkcs11:token=mtls-test", "--pin-file",
+                hsm / "pin", "--json")
+    assert r.returncode == 0, r.stderr
+    keys = sorted(o["label"] for o in json.loads(r.stdout) if o["class"] == "private-key")
+    assert keys == ["ec-client", "p384-client", "rsa-client"]

@@ -1,0 +1,248 @@
+"""PKCS#11 tokens through p11-kit (mtls_token, mtls_token_object, mtls_identity_from_pkcs11).
+
+    import mtls
+    for t in mtls.list_tokens():                      # every module registered with p11-kit
+        print(t.label, t.uri)
+    ident = mtls.identity_from_pkcs11("pkcs11:token=MyCard;id=%01", pin="1234")
+    # or pin=lambda label, uri, flags: getpass.getpass(f"PIN for {label}: ")
+
+The identity's private key never leaves the token: TLS handshakes sign on it.
+"""
+import ctypes
+
+from ._lib import lib, fn, take_string, c_void_pp, c_size_p, c_int_p
+from .certificate import Certificate
+from .errors import check, PinRequired
+from .pkcs12 import Identity, _take_bytes
+
+# int mtls_token_list(const char *module_path, mtls_token ***out, size_t *count)
+fn("mtls_token_list", ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(c_void_pp), c_size_p)
+# void mtls_token_list_free(mtls_token **list, size_t count)
+fn("mtls_token_list_free", None, c_void_pp, ctypes.c_size_t)
+# mtls_token *mtls_token_ref(mtls_token *token)
+fn("mtls_token_ref", ctypes.c_void_p, ctypes.c_void_p)
+# void mtls_token_free(mtls_token *token)
+fn("mtls_token_free", None, ctypes.c_void_p)
+for _name in ("label", "uri", "manufacturer", "model", "serial", "module_name", "module_path"):
+    # int mtls_token_<field>(const mtls_token *token, char **out)
+    fn(f"mtls_token_{_name}", ctypes.c_int, ctypes.c_void_p, c_void_pp)
+# int mtls_token_slot(const mtls_token *token, unsigned long *slot_id)
+fn("mtls_token_slot", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_ulong))
+# int mtls_token_flags(const mtls_token *token, unsigned int *flags)
+fn("mtls_token_flags", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint))
+# int mtls_token_objects(const char *module_path, const char *token_uri, const char *pin,
+#                        mtls_token_object ***out, size_t *count)
+fn("mtls_token_objects", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+   ctypes.POINTER(c_void_pp), c_size_p)
+# void mtls_token_object_list_free(mtls_token_object **list, size_t count)
+fn("mtls_token_object_list_free", None, c_void_pp, ctypes.c_size_t)
+# mtls_token_object *mtls_token_object_ref(mtls_token_object *object)
+fn("mtls_token_object_ref", ctypes.c_void_p, ctypes.c_void_p)
+# void mtls_token_object_free(mtls_token_object *object)
+fn("mtls_token_object_free", None, ctypes.c_void_p)
+# int mtls_token_object_kind(const mtls_token_object *object, int *kind)
+fn("mtls_token_object_kind", ctypes.c_int, ctypes.c_void_p, c_int_p)
+for _name in ("label", "uri", "key_type"):
+    # int mtls_token_object_<field>(const mtls_token_object *object, char **out)
+    fn(f"mtls_token_object_{_name}", ctypes.c_int, ctypes.c_void_p, c_void_pp)
+# int mtls_token_object_id(const mtls_token_object *object, uint8_t **out, size_t *len)
+fn("mtls_token_object_id", ctypes.c_int, ctypes.c_void_p, c_void_pp, c_size_p)
+# int mtls_token_object_cert(const mtls_token_object *object, mtls_cert **out)
+fn("mtls_token_object_cert", ctypes.c_int, ctypes.c_void_p, c_void_pp)
+# int mtls_token_object_token(const mtls_token_object *object, mtls_token **out)
+fn("mtls_token_object_token", ctypes.c_int, ctypes.c_void_p, c_void_pp)
+
+# typedef int (*mtls_pin_cb)(void *userdata, const char *token_label, const char *token_uri,
+#                            unsigned int flags, char *pin, size_t pin_size)
+PIN_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint,
+                          ctypes.POINTER(ctypes.c_char), ctypes.c_size_t)
+# int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, void *userdata, mtls_identity **out)
+fn("mtls_identity_from_pkcs11", ctypes.c_int, ctypes.c_char_p, PIN_CB, ctypes.c_void_p, c_void_pp)
+# int mtls_identity_token_uri(const mtls_identity *identity, char **out)
+fn("mtls_identity_token_uri", ctypes.c_int, ctypes.c_void_p, c_void_pp)
+
+#: mtls_token_flags bits (also the `flags` a PIN callback gets)
+TOKEN_LOGIN_REQUIRED, TOKEN_PIN_LOCKED, TOKEN_PIN_COUNT_LOW, TOKEN_PIN_FINAL_TRY = 0x01, 0x02, 0x04, 0x08
+TOKEN_PROTECTED_AUTH_PATH, TOKEN_USER_PIN_INITIALIZED = 0x10, 0x20
+_KINDS = {1: "certificate", 2: "private-key", 3: "public-key"}
+
+
+def _enc(s):
+    if s is None:
+        return None
+    return s.encode("utf-8") if isinstance(s, str) else bytes(s)
+
+
+class _Handle:
+    _free = None
+
+    def __init__(self, handle):
+        self._h = handle
+
+    def close(self):
+        if self._h:
+            type(self)._free(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
+
+
+class Token(_Handle):
+    """A token present in a slot (an immutable snapshot taken when listed)."""
+    _free = staticmethod(lib.mtls_token_free)
+
+    def _string(self, name):
+        out = ctypes.c_void_p()
+        check(getattr(lib, f"mtls_token_{name}")(self._h, ctypes.byref(out)))
+        return take_string(out)
+
+    label = property(lambda self: self._string("label"))
+    uri = property(lambda self: self._string("uri"), doc="The token's RFC 7512 pkcs11: URI.")
+    manufacturer = property(lambda self: self._string("manufacturer"))
+    model = property(lambda self: self._string("model"))
+    serial = property(lambda self: self._string("serial"))
+    module_name = property(lambda self: self._string("module_name"))
+    module_path = property(lambda self: self._string("module_path"))
+
+    @property
+    def slot_id(self) -> int:
+        out = ctypes.c_ulong()
+        check(lib.mtls_token_slot(self._h, ctypes.byref(out)))
+        return out.value
+
+    @property
+    def flags(self) -> int:
+        out = ctypes.c_uint()
+        check(lib.mtls_token_flags(self._h, ctypes.byref(out)))
+        return out.value
+
+    login_required = property(lambda self: bool(self.flags & TOKEN_LOGIN_REQUIRED))
+    pin_locked = property(lambda self: bool(self.flags & TOKEN_PIN_LOCKED))
+
+    def __repr__(self):
+        return f"<Token {self.label!r} {self.uri}>"
+
+
+class TokenObject(_Handle):
+    """A certificate or key on a token (an immutable snapshot taken when listed)."""
+    _free = staticmethod(lib.mtls_token_object_free)
+
+    def _string(self, name):
+        out = ctypes.c_void_p()
+        check(getattr(lib, f"mtls_token_object_{name}")(self._h, ctypes.byref(out)))
+        return take_string(out)
+
+    label = property(lambda self: self._string("label"))
+    uri = property(lambda self: self._string("uri"), doc="The object's RFC 7512 pkcs11: URI.")
+    key_type = property(lambda self: self._string("key_type"))
+
+    @property
+    def kind(self) -> str:
+        """"certificate", "private-key" or "public-key"."""
+        out = ctypes.c_int()
+        check(lib.mtls_token_object_kind(self._h, ctypes.byref(out)))
+        return _KINDS[out.value]
+
+    @property
+    def id(self) -> bytes:
+        """CKA_ID, which ties a key to its certificate."""
+        p, n = ctypes.c_void_p(), ctypes.c_size_t()
+        check(lib.mtls_token_object_id(self._h, ctypes.byref(p), ctypes.byref(n)))
+        return _take_bytes(p, n) or b""
+
+    @property
+    def certificate(self):
+        """The certificate of a certificate object, else None."""
+        if self.kind != "certificate":
+            return None
+        out = ctypes.c_void_p()
+        check(lib.mtls_token_object_cert(self._h, ctypes.byref(out)))
+        return Certificate(out.value)
+
+    @property
+    def token(self) -> Token:
+        out = ctypes.c_void_p()
+        check(lib.mtls_token_object_token(self._h, ctypes.byref(out)))
+        return Token(out.value)
+
+    def __repr__(self):
+        return f"<TokenObject {self.kind} {self.label!r} {self.uri}>"
+
+
+def _handles(arr, n, cls):
+    """Takes a reference to each handle of a C array, then frees the array."""
+    try:
+        ref = lib.mtls_token_ref if cls is Token else lib.mtls_token_object_ref
+        return [cls(ref(arr[i])) for i in range(n.value)]
+    finally:
+        (lib.mtls_token_list_free if cls is Token else lib.mtls_token_object_list_free)(arr, n)
+
+
+def list_tokens(module=None) -> list:
+    """The tokens present in `module` (a PKCS#11 .so path), or in every module registered with p11-kit."""
+    arr, n = c_void_pp(), ctypes.c_size_t()
+    check(lib.mtls_token_list(_enc(module), ctypes.byref(arr), ctypes.byref(n)))
+    return _handles(arr, n, Token)
+
+
+def token_objects(module=None, token_uri=None, pin=None) -> list:
+    """The certificates and keys on the tokens matching `token_uri`; with `pin`, private keys too."""
+    arr, n = c_void_pp(), ctypes.c_size_t()
+    check(lib.mtls_token_objects(_enc(module), _enc(token_uri), _enc(pin), ctypes.byref(arr), ctypes.byref(n)))
+    return _handles(arr, n, TokenObject)
+
+
+def identity_from_pkcs11(uri, pin=None) -> Identity:
+    """The identity a pkcs11: URI names; its private key stays on the token.
+
+    `pin`: None (the URI's pin-value / pin-source, or no PIN), a str/bytes PIN, or a callable
+    `pin(token_label, token_uri, flags) -> str | bytes | None` (None gives up: PinRequired).
+    An exception raised by the callable is re-raised here.
+    """
+    raised = []
+
+    def answer(_userdata, label, token_uri, flags, buf, size):
+        try:
+            value = pin(label.decode(), token_uri.decode(), flags) if callable(pin) else pin
+            if value is None:
+                return 1
+            value = _enc(value)
+            if len(value) >= size:
+                raise ValueError("PIN too long")
+            ctypes.memmove(buf, value, len(value))
+            buf[len(value)] = b"\0"
+            return 0
+        except BaseException as e:  # re-raised after the C call returns
+            raised.append(e)
+            return 1
+
+    callback = PIN_CB(answer) if pin is not None else PIN_CB()
+    out = ctypes.c_void_p()
+    rc = lib.mtls_identity_from_pkcs11(_enc(uri), callback, None, ctypes.byref(out))
+    if raised:
+        if out.value:
+            lib.mtls_identity_free(out)
+        raise raised[0]
+    check(rc)
+    return Identity(out.value)
+
+
+def identity_token_uri(identity) -> "str | None":
+    """The pkcs11: URI of the identity's private key when it lives on a token, else None."""
+    out = ctypes.c_void_p()
+    check(lib.mtls_identity_token_uri(identity._h, ctypes.byref(out)))
+    return take_string(out)
+
+
+__all__ = ["Token", "TokenObject", "list_tokens", "token_objects", "identity_from_pkcs11",
+           "identity_token_uri", "PinRequired"]

@@ -1,0 +1,111 @@
+"""PKCS#11 tokens through the Python bindings, against SoftHSM2 tokens made in a temporary folder
+by scripts/softhsm-token.sh (keys generated on the token)."""
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+import mtls
+from mtls import errors
+
+MODULE = "/usr/lib/softhsm/libsofthsm2.so"
+SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "softhsm-token.sh"
+
+pytestmark = pytest.mark.skipif(not os.path.exists(MODULE), reason="SoftHSM2 is not installed")
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory):
+    d = tmp_path_factory.mktemp("softhsm")
+    subprocess.run([str(SCRIPT), str(d)], check=True)
+    old = os.environ.get("SOFTHSM2_CONF")
+    os.environ["SOFTHSM2_CONF"] = str(d / "softhsm2.conf")
+    yield d
+    if old is None:
+        os.environ.pop("SOFTHSM2_CONF", None)
+    else:
+        os.environ["SOFTHSM2_CONF"] = old
+
+
+def test_list_tokens_gives_labels_uris_and_flags(tokens):
+    listed = mtls.list_tokens(MODULE)
+    assert sorted(t.label for t in listed) == ["mtls-empty", "mtls-locked", "mtls-spare", "mtls-test"]
+    t = next(t for t in listed if t.label == "mtls-test")
+    assert t.uri.startswith("pkcs11:") and "token=mtls-test" in t.uri
+    assert t.manufacturer == "SoftHSM project" and t.model == "SoftHSM v2" and t.serial
+    assert t.login_required and not t.pin_locked
+    assert next(t for t in listed if t.label == "mtls-locked").pin_locked
+    assert isinstance(t.slot_id, int) and t.module_name
+
+
+def test_registered_modules_are_used_without_a_module_path(tokens):
+    assert "mtls-test" in [t.label for t in mtls.list_tokens()]
+
+
+def test_objects_need_the_pin_for_private_keys(tokens):
+    public = mtls.token_objects(MODULE, "pkcs11:token=mtls-test")
+    assert {o.kind for o in public} == {"certificate", "public-key"}
+    everything = mtls.token_objects(MODULE, "pkcs11:token=mtls-test", pin="1234")
+    keys = {o.label: o for o in everything if o.kind == "private-key"}
+    assert set(keys) == {"rsa-client", "ec-client", "p384-client"}
+    assert keys["p384-client"].key_type == "p384" and keys["p384-client"].id == b"\x03"
+    assert keys["rsa-client"].certificate is None
+    cert = next(o for o in everything if o.kind == "certificate" and o.label == "ec-client")
+    assert cert.certificate.subject_summary == "token ec-client"
+    assert "type=cert" in cert.uri and "id=%02" in cert.uri
+    assert cert.token.label == "mtls-test"
+
+
+def test_identity_from_uri_with_a_pin(tokens):
+    ident = mtls.identity_from_pkcs11(f"pkcs11:token=mtls-test;id=%02?module-path={MODULE}", pin="1234")
+    assert ident.leaf.subject_summary == "token ec-client"
+    assert [c.subject_summary for c in ident.chain] == ["libmtls token test CA"]
+    assert "type=private" in ident.token_uri
+    ident.close()
+
+
+def test_identity_pin_callback_is_told_the_token(tokens):
+    asked = []
+
+    def pin(label, uri, flags):
+        asked.append((label, uri.startswith("pkcs11:")))
+        return "1234"
+
+    ident = mtls.identity_from_pkcs11(f"pkcs11:token=mtls-test;object=rsa-client?module-path={MODULE}", pin=pin)
+    assert asked == [("mtls-test", True)]
+    assert ident.key_type[0] == "rsa2048"
+
+
+def test_identity_pin_from_the_uri_pin_source(tokens):
+    ident = mtls.identity_from_pkcs11(
+        f"pkcs11:token=mtls-test;object=p384-client?module-path={MODULE}&pin-source=file:{tokens}/pin")
+    assert ident.key_type[0] == "p384"
+
+
+def test_exception_in_pin_callback_is_re_raised(tokens):
+    def pin(label, uri, flags):
+        raise KeyError("no PIN for you")
+
+    with pytest.raises(KeyError):
+        mtls.identity_from_pkcs11(f"pkcs11:token=mtls-spare;object=spare?module-path={MODULE}", pin=pin)
+
+
+@pytest.mark.parametrize("uri, pin, exc", [
+    ("pkcs11:token=mtls-spare;object=spare?module-path=" + MODULE, "0000", errors.PinIncorrect),
+    ("pkcs11:token=mtls-spare;object=spare?module-path=" + MODULE, None, errors.PinRequired),
+    ("pkcs11:token=mtls-spare;object=spare?module-path=" + MODULE, lambda *a: None, errors.PinRequired),
+    ("pkcs11:token=mtls-locked;object=locked?module-path=" + MODULE, "1234", errors.PinLocked),
+    ("pkcs11:token=absent;id=%01?module-path=" + MODULE, "1234", errors.TokenNotPresent),
+    ("pkcs11:token=mtls-test;id=%77?module-path=" + MODULE, "1234", errors.NotFound),
+    ("pkcs11:token=%zz", "1234", errors.BadURI),
+    ("https://example.com/", None, errors.BadURI),
+])
+def test_token_errors_have_their_own_exceptions(tokens, uri, pin, exc):
+    with pytest.raises(exc):
+        mtls.identity_from_pkcs11(uri, pin=pin)
+
+
+def test_in_memory_identity_has_no_token_uri(tokens):
+    ident = mtls.Identity.from_pem((tokens / "server.pem").read_text(), (tokens / "server.key").read_text())
+    assert ident.token_uri is None
