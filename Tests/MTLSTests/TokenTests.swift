@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import COpenSSL
 import CP11Kit
+import Synchronization
 @testable import MTLS
 
 /// SoftHSM2 tokens made once per test process by scripts/softhsm-token.sh (keys generated on
@@ -58,7 +59,7 @@ final class TokenTests: XCTestCase {
 
     func testListShowsTheTokensWithTheirURIs() throws {
         let tokens = try PKCS11Modules(modulePath: module).tokens()
-        XCTAssertEqual(Set(tokens.map(\.label)), ["mtls-test", "mtls-spare", "mtls-empty"])
+        XCTAssertEqual(Set(tokens.map(\.label)), ["mtls-test", "mtls-spare", "mtls-empty", "mtls-locked"])
         let t = try XCTUnwrap(tokens.first { $0.label == "mtls-test" })
         XCTAssertTrue(t.uri.hasPrefix("pkcs11:"))
         XCTAssertTrue(t.uri.contains("token=mtls-test"))
@@ -140,9 +141,37 @@ final class TokenTests: XCTestCase {
         }
     }
 
+    /// One token identity shared by several threads: signatures are serialised on its session
+    /// (PKCS#11 forbids concurrent use of a session) and every one verifies.
+    func testConcurrentSignaturesOnOneTokenKeyAllVerify() throws {
+        let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=%02", modulePath: module, pin: SoftHSMFixture.pin)
+        let context = try XCTUnwrap(TokenKey.context(of: identity.privateKey))
+        let failures = Atomic<Int>(0)
+        DispatchQueue.concurrentPerform(iterations: 4) { thread in
+            for i in 0..<10 {
+                let message = Array("thread \(thread) signature \(i)".utf8)
+                guard let sig = try? self.sign(message, with: identity.privateKey.pkey, padding: 0),
+                      (try? self.verify(message, sig, with: X509_get0_pubkey(identity.leaf.x509)!, padding: 0)) == true else {
+                    failures.add(1, ordering: .relaxed)
+                    continue
+                }
+            }
+        }
+        XCTAssertEqual(failures.load(ordering: .relaxed), 0)
+        XCTAssertEqual(context.signatureCount.load(ordering: .relaxed), 40)
+    }
+
     func testWrongPINIsPinIncorrect() throws {
         XCTAssertThrowsError(try Token.identity(uri: "pkcs11:token=mtls-spare;object=spare", modulePath: module, pin: SecretBytes("0000"))) {
             XCTAssertEqual(($0 as? MTLSError)?.code, .pinIncorrect, "\($0)")
+        }
+    }
+
+    func testLockedPINIsPinLockedWithoutTryingThePIN() throws {
+        let locked = try XCTUnwrap(PKCS11Modules(modulePath: module).tokens().first { $0.label == "mtls-locked" })
+        XCTAssertTrue(locked.userPINLocked)
+        XCTAssertThrowsError(try Token.identity(uri: "pkcs11:token=mtls-locked;object=locked", modulePath: module, pin: SoftHSMFixture.pin)) {
+            XCTAssertEqual(($0 as? MTLSError)?.code, .pinLocked, "\($0)")
         }
     }
 
