@@ -85,7 +85,9 @@ public final class TLSConnection: @unchecked Sendable {
         state = TLSHandshakeState()
         state.attach(to: ssl)
         let bareHost = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
-        state.validationName = options.validationName ?? bareHost
+        // The evaluator takes "host:port" so that host rules written with a port apply.
+        state.validationName = options.validationName
+            ?? (port == 0 ? bareHost : (bareHost.contains(":") ? "[\(bareHost)]:\(port)" : "\(bareHost):\(port)"))
         if case .identity(let id) = options.identity { state.presentedIdentity = id }
         if !owned { Socket.setNonBlocking(fd, true) } // our own sockets are made non-blocking
         guard SSL_set_fd(ssl, fd) == 1 else { throw MTLSError.openSSL(.internal, "cannot attach the socket") }
