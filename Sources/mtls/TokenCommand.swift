@@ -62,6 +62,7 @@ struct TokenCommand: ParsableCommand {
                             "uri": o.uri, "token": o.token.label, "token_uri": o.token.uri,
                             "subject": o.certificate?.subject as Any? ?? NSNull(),
                             "sha256": o.certificate?.sha256Hex as Any? ?? NSNull(),
+                            "key_type": o.keyType as Any? ?? NSNull(),
                         ]
                     })
                     return

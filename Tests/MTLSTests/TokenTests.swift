@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import COpenSSL
 import CP11Kit
+import Synchronization
 @testable import MTLS
 
 /// SoftHSM2 tokens made once per test process by scripts/softhsm-token.sh (keys generated on
@@ -138,6 +139,26 @@ final class TokenTests: XCTestCase {
             XCTAssertEqual(context.signatureCount.load(ordering: .relaxed), 1, "signed on the token")
             XCTAssertTrue(try verify(message, signature, with: X509_get0_pubkey(identity.leaf.x509)!, padding: padding), "\(id) \(padding)")
         }
+    }
+
+    /// One token identity shared by several threads: signatures are serialised on its session
+    /// (PKCS#11 forbids concurrent use of a session) and every one verifies.
+    func testConcurrentSignaturesOnOneTokenKeyAllVerify() throws {
+        let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=%02", modulePath: module, pin: SoftHSMFixture.pin)
+        let context = try XCTUnwrap(TokenKey.context(of: identity.privateKey))
+        let failures = Atomic<Int>(0)
+        DispatchQueue.concurrentPerform(iterations: 4) { thread in
+            for i in 0..<10 {
+                let message = Array("thread \(thread) signature \(i)".utf8)
+                guard let sig = try? self.sign(message, with: identity.privateKey.pkey, padding: 0),
+                      (try? self.verify(message, sig, with: X509_get0_pubkey(identity.leaf.x509)!, padding: 0)) == true else {
+                    failures.add(1, ordering: .relaxed)
+                    continue
+                }
+            }
+        }
+        XCTAssertEqual(failures.load(ordering: .relaxed), 0)
+        XCTAssertEqual(context.signatureCount.load(ordering: .relaxed), 40)
     }
 
     func testWrongPINIsPinIncorrect() throws {
