@@ -5,7 +5,7 @@ import MTLS
 /// Where a command's identity comes from: a .p12 file, a store label, PEM files, or (with a
 /// store and no --identity) automatic choice among the store's identities.
 struct IdentityOptions: ParsableArguments {
-    @Option(help: "The identity to present: a store label, a FILE.p12, or a pkcs11: URI.") var identity: String?
+    @Option(help: "The identity to present: a store label, a FILE.p12, or a pkcs11: URI (with --pin-file).") var identity: String?
     @Option(help: "File with the .p12 password (first line).") var passwordFile: String?
     @Option(help: "File with the token PIN (first line).") var pinFile: String?
     @Option(help: "Certificate PEM file (leaf first, then its chain), with --key.") var cert: String?

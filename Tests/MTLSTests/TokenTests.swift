@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import COpenSSL
 import CP11Kit
+import Synchronization
 @testable import MTLS
 
 /// SoftHSM2 tokens made once per test process by scripts/softhsm-token.sh (keys generated on
@@ -58,7 +59,7 @@ final class TokenTests: XCTestCase {
 
     func testListShowsTheTokensWithTheirURIs() throws {
         let tokens = try PKCS11Modules(modulePath: module).tokens()
-        XCTAssertEqual(Set(tokens.map(\.label)), ["mtls-test", "mtls-spare", "mtls-empty"])
+        XCTAssertEqual(Set(tokens.map(\.label)), ["mtls-test", "mtls-spare", "mtls-empty", "mtls-locked"])
         let t = try XCTUnwrap(tokens.first { $0.label == "mtls-test" })
         XCTAssertTrue(t.uri.hasPrefix("pkcs11:"))
         XCTAssertTrue(t.uri.contains("token=mtls-test"))
@@ -140,9 +141,37 @@ final class TokenTests: XCTestCase {
         }
     }
 
+    /// One token identity shared by several threads: signatures are serialised on its session
+    /// (PKCS#11 forbids concurrent use of a session) and every one verifies.
+    func testConcurrentSignaturesOnOneTokenKeyAllVerify() throws {
+        let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=%02", modulePath: module, pin: SoftHSMFixture.pin)
+        let context = try XCTUnwrap(TokenKey.context(of: identity.privateKey))
+        let failures = Atomic<Int>(0)
+        DispatchQueue.concurrentPerform(iterations: 4) { thread in
+            for i in 0..<10 {
+                let message = Array("thread \(thread) signature \(i)".utf8)
+                guard let sig = try? self.sign(message, with: identity.privateKey.pkey, padding: 0),
+                      (try? self.verify(message, sig, with: X509_get0_pubkey(identity.leaf.x509)!, padding: 0)) == true else {
+                    failures.add(1, ordering: .relaxed)
+                    continue
+                }
+            }
+        }
+        XCTAssertEqual(failures.load(ordering: .relaxed), 0)
+        XCTAssertEqual(context.signatureCount.load(ordering: .relaxed), 40)
+    }
+
     func testWrongPINIsPinIncorrect() throws {
         XCTAssertThrowsError(try Token.identity(uri: "pkcs11:token=mtls-spare;object=spare", modulePath: module, pin: SecretBytes("0000"))) {
             XCTAssertEqual(($0 as? MTLSError)?.code, .pinIncorrect, "\($0)")
+        }
+    }
+
+    func testLockedPINIsPinLockedWithoutTryingThePIN() throws {
+        let locked = try XCTUnwrap(PKCS11Modules(modulePath: module).tokens().first { $0.label == "mtls-locked" })
+        XCTAssertTrue(locked.userPINLocked)
+        XCTAssertThrowsError(try Token.identity(uri: "pkcs11:token=mtls-locked;object=locked", modulePath: module, pin: SoftHSMFixture.pin)) {
+            XCTAssertEqual(($0 as? MTLSError)?.code, .pinLocked, "\($0)")
         }
     }
 
@@ -177,6 +206,39 @@ final class TokenTests: XCTestCase {
         XCTAssertThrowsError(try context.sign(mechanism: CK_MECHANISM_TYPE(CKM_ECDSA), input: UnsafeBufferPointer(start: [UInt8](repeating: 1, count: 32), count: 32), maxLength: 64)) {
             XCTAssertEqual(($0 as? MTLSError)?.code, .tokenRemoved, "\($0)")
         }
+    }
+
+    /// libmtls's own TLS client with a token identity, then the token "removed" (every session
+    /// closed): the next handshake fails with tokenRemoved, not a generic handshake error.
+    func testTLSConnectionSignsOnTheTokenAndReportsARemovedToken() throws {
+        let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=%01", modulePath: module, pin: SoftHSMFixture.pin)
+        let context = try XCTUnwrap(TokenKey.context(of: identity.privateKey))
+        var options = TLSClientOptions()
+        options.identity = .identity(identity)
+        let policy = TrustPolicy()
+        policy.addAnchor(try Certificate.load(path: SoftHSMFixture.dir + "/ca.pem")[0])
+        policy.anchorsOnly = true
+        options.policy = policy
+        options.sessionResumption = false
+        options.handshakeTimeout = 10
+        for version in [TLSVersion.tls12, .tls13] {
+            options.minVersion = version
+            options.maxVersion = version
+            let server = try SServer(dir: SoftHSMFixture.dir, clientSigalgs: nil)
+            let before = context.signatureCount.load(ordering: .relaxed)
+            let conn = try TLSConnection.connect(host: "127.0.0.1", port: server.port, options: options)
+            _ = try conn.write(Array("ping\n".utf8))
+            conn.close()
+            let log = server.finish()
+            XCTAssertEqual(context.signatureCount.load(ordering: .relaxed), before + 1, "\(version)")
+            XCTAssertTrue(log.contains("subject=CN = token rsa-client"), log)
+        }
+        context.session.closeAllSessions()
+        let server = try SServer(dir: SoftHSMFixture.dir, clientSigalgs: nil)
+        XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: server.port, options: options)) {
+            XCTAssertEqual(($0 as? MTLSError)?.code, .tokenRemoved, "\($0)")
+        }
+        _ = server.finish()
     }
 
     func testPKCS11ReturnValuesMapToTheirOwnCodes() {

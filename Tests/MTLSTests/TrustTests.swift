@@ -289,6 +289,16 @@ final class TrustTests: XCTestCase {
         assertTrusted(p.evaluate(chain: try certs("chain.pem"), host: "server.test"))
     }
 
+    func testPolicyLayerChecksHaveTheirOwnCodes() throws {
+        let p = try policy()
+        assertFails(p.evaluate(chain: try certs("cn-chain.pem"), host: "server.test"), TrustReason.Code.commonNameMismatch, index: 0)
+        assertFails(p.evaluate(chain: try certs("caleaf-chain.pem"), host: "server.test"), TrustReason.Code.caAsLeaf, index: 0)
+        assertFails(p.evaluate(chain: try certs("nosan-chain.pem"), host: "server.test"), TrustReason.Code.sanMissing, index: 0)
+        // A client certificate's common name is a person or device, not a host: not checked.
+        assertTrusted(p.evaluate(chain: try certs("client-chain.pem"), host: nil, purpose: .clientAuth))
+        XCTAssertEqual(Set(ChainCheck.all.map(\.name)).count, ChainCheck.all.count)
+    }
+
     // MARK: Policy files
 
     func testPolicyFileWithRulesPinsAndRelativeAnchors() throws {

@@ -13,7 +13,7 @@ static int pin_calls = 0;
 static int give_pin(void *userdata, const char *label, const char *uri, unsigned int flags, char *pin, size_t size) {
     (void)flags;
     pin_calls++;
-    CHECK(label != NULL && (strcmp(label, "mtls-test") == 0 || strcmp(label, "mtls-spare") == 0));
+    CHECK(label != NULL && strncmp(label, "mtls-", 5) == 0);
     CHECK(uri != NULL && strncmp(uri, "pkcs11:", 7) == 0);
     CHECK(size >= 256);
     if (userdata == NULL) return 1;
@@ -114,7 +114,7 @@ int main(void) {
     CHECK_RC(mtls_token_list(module, &tokens, NULL), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_token_list("/nonexistent/module.so", &tokens, &count), MTLS_E_NOT_FOUND);
     CHECK_OK(mtls_token_list(module, &tokens, &count));
-    CHECK(count == 3);
+    CHECK(count == 4);
     mtls_token *test = NULL;
     for (size_t i = 0; i < count; i++) {
         char *label = NULL;
@@ -231,6 +231,8 @@ int main(void) {
     CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, NULL, &identity), MTLS_E_PIN_REQUIRED);
     CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, "0000", &identity), MTLS_E_PIN_INCORRECT);
     CHECK(strstr(mtls_last_error(), "mtls-spare") != NULL);
+    snprintf(uri, sizeof uri, "pkcs11:token=mtls-locked;object=locked?module-path=%s", module);
+    CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, "1234", &identity), MTLS_E_PIN_LOCKED);
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-test;id=%%99?module-path=%s", module);
     CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, "1234", &identity), MTLS_E_NOT_FOUND);
     CHECK(identity == NULL);

@@ -110,6 +110,7 @@ def test_stored_token_identity_connects_by_label(hsm, tmp_path):
 @pytest.mark.parametrize("identity, pin, text", [
     ("pkcs11:token=mtls-spare;object=spare", "bad-pin", "wrong PIN"),
     ("pkcs11:token=mtls-spare;object=spare", None, "needs a PIN"),
+    ("pkcs11:token=mtls-locked;object=locked", "pin", "is locked"),
     ("pkcs11:token=no-such-token;id=%01", "pin", "no token present matches"),
     ("pkcs11:token=mtls-test;id=%77", "pin", "no certificate matching"),
     ("pkcs11:token=%zz", "pin", "invalid PKCS#11 URI"),
@@ -128,3 +129,22 @@ def test_objects_show_keys_generated_on_the_token(hsm):
     assert r.returncode == 0, r.stderr
     keys = sorted(o["label"] for o in json.loads(r.stdout) if o["class"] == "private-key")
     assert keys == ["ec-client", "p384-client", "rsa-client"]
+
+
+@pytest.mark.parametrize("tls", ["1.2", "1.3"])
+def test_serve_with_a_token_server_key(hsm, tls):
+    """mtls serve whose server key is on the token; curl checks the server against the test CA."""
+    p = subprocess.Popen([os.environ.get("MTLS_CLI", "mtls"), "serve", "--identity",
+                          "pkcs11:token=mtls-spare;object=tls-server", "--pin-file", str(hsm / "pin")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        assert line.startswith("listening on 127.0.0.1:"), line + p.stderr.read()
+        port = int(line.rsplit(":", 1)[1])
+        r = subprocess.run(["curl", "-sS", "--cacert", str(hsm / "ca.pem"), f"--tlsv{tls}", "--tls-max", tls,
+                            f"https://127.0.0.1:{port}/"], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == "hello anonymous\n"
+    finally:
+        p.kill()
+        p.wait()

@@ -105,7 +105,12 @@ struct PKCS12Reader {
         }
 
         guard let safes = PKCS12_unpack_authsafes(p12) else {
-            throw MTLSError.openSSL(.unsupported, "the PKCS#12 contents are not password-integrity data (public-key integrity mode is not supported)")
+            // signedData contents (public-key integrity mode) carry no MAC; anything else that
+            // does not decode is damage.
+            if OpenSSLErrorQueue.peekLastReason() == PKCS12_R_CONTENT_TYPE_NOT_DATA && !state.macFailed {
+                throw MTLSError.openSSL(.unsupported, "the PKCS#12 contents are not password-integrity data (public-key integrity mode is not supported)")
+            }
+            throw MTLSError.openSSL(.corrupt, "the PKCS#12 contents cannot be decoded: the file is damaged")
         }
         defer { mtls_ossl_sk_PKCS7_pop_free(safes) }
         for i in 0..<mtls_ossl_sk_PKCS7_num(safes) {

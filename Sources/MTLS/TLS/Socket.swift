@@ -34,15 +34,21 @@ enum Socket {
         let name = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_flags = AI_ADDRCONFIG | AI_NUMERICSERV
         var list: UnsafeMutablePointer<addrinfo>? = nil
-        let rc = getaddrinfo(name, String(port), &hints, &list)
-        if rc != 0 {
-            // AI_ADDRCONFIG hides loopback-only families on hosts without a configured address.
-            hints.ai_flags = AI_NUMERICSERV
-            let rc2 = getaddrinfo(name, String(port), &hints, &list)
-            guard rc2 == 0 else {
-                throw MTLSError(.connect, "cannot resolve \(name): \(String(cString: gai_strerror(rc2)))")
+        if isIPLiteral(name) {
+            // No lookup, and no AI_ADDRCONFIG (which asks the kernel for interfaces every call).
+            hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV
+            let rc = getaddrinfo(name, String(port), &hints, &list)
+            guard rc == 0 else { throw MTLSError(.connect, "bad address \(name): \(String(cString: gai_strerror(rc)))") }
+        } else {
+            hints.ai_flags = AI_ADDRCONFIG | AI_NUMERICSERV
+            if getaddrinfo(name, String(port), &hints, &list) != 0 {
+                // AI_ADDRCONFIG hides loopback-only families on hosts without a configured address.
+                hints.ai_flags = AI_NUMERICSERV
+                let rc2 = getaddrinfo(name, String(port), &hints, &list)
+                guard rc2 == 0 else {
+                    throw MTLSError(.connect, "cannot resolve \(name): \(String(cString: gai_strerror(rc2)))")
+                }
             }
         }
         defer { freeaddrinfo(list) }
@@ -55,7 +61,7 @@ enum Socket {
             guard fd >= 0 else { lastError = String(cString: strerror(errno)); continue }
             setNonBlocking(fd, true)
             setNoDelay(fd)
-            let address = describe(a.pointee.ai_addr, a.pointee.ai_addrlen)
+            var address: String { describe(a.pointee.ai_addr, a.pointee.ai_addrlen) }
             if Glibc.connect(fd, a.pointee.ai_addr, a.pointee.ai_addrlen) == 0 { return fd }
             if errno != EINPROGRESS {
                 lastError = "\(address): \(String(cString: strerror(errno)))"

@@ -52,7 +52,7 @@ final class TLSHandshakeState {
     var sessionCache: SessionCache?
     var sessionKey: String?
     /// The policy version the session cache entry must match (see ``SessionCache/stamp(_:)``).
-    var policyStamp: String?
+    var policyStamp: SessionCache.PolicyStamp?
 
     init() {}
 
@@ -200,16 +200,28 @@ final class TLSContext: @unchecked Sendable {
                           purpose: TrustPurpose) throws {
         let config = try TLSContextConfig(policy: policy ?? TrustPolicyHandle(TrustPolicy()), purpose: purpose,
                                           identity: identity.map { .identity($0) } ?? .none, serverALPN: [])
-        try install(on: ctx, config: config, identity: identity, verifyMode: SSL_VERIFY_PEER)
+        try install(on: ctx, config: config, identity: identity, verifyMode: SSL_VERIFY_PEER, ownContext: false)
     }
 
     /// The common part: identity, verification through our evaluator, alert bookkeeping.
-    private static func install(on ctx: OpaquePointer, config: TLSContextConfig, identity: Identity?, verifyMode: Int32) throws {
+    /// An application's context keeps its own info callback and options.
+    private static func install(on ctx: OpaquePointer, config: TLSContextConfig, identity: Identity?, verifyMode: Int32,
+                                ownContext: Bool = true) throws {
         if let identity { try use(identity, on: ctx) }
         SSL_CTX_set_verify(ctx, verifyMode, nil)
         SSL_CTX_set_cert_verify_callback(ctx, { store, arg in
             TLSContext.verifyCallback(store, arg)
         }, Unmanaged.passUnretained(config).toOpaque())
+        if ownContext { installAlertTracking(ctx) }
+        // The SSL_CTX keeps the configuration alive; a previous one is released.
+        let previous = SSL_CTX_get_ex_data(ctx, TLSExData.ctx)
+        SSL_CTX_set_ex_data(ctx, TLSExData.ctx, Unmanaged.passRetained(config).toOpaque())
+        if let previous { Unmanaged<TLSContextConfig>.fromOpaque(previous).release() }
+    }
+
+    /// Records alerts sent and received, so errors can say which side refused; tolerates a peer
+    /// that closes without close_notify.
+    private static func installAlertTracking(_ ctx: OpaquePointer) {
         SSL_CTX_set_info_callback(ctx) { ssl, where_, value in
             guard (where_ & SSL_CB_ALERT) != 0, (value & 0xff) != 0 /* close_notify */ else { return }
             let state = TLSHandshakeState.of(ssl)
@@ -217,10 +229,6 @@ final class TLSContext: @unchecked Sendable {
             if (where_ & SSL_CB_READ) != 0 { state?.receivedAlert = text } else { state?.sentAlert = text }
         }
         _ = mtls_ossl_SSL_CTX_set_options(ctx, mtls_ossl_SSL_OP_IGNORE_UNEXPECTED_EOF())
-        // The SSL_CTX keeps the configuration alive; a previous one is released.
-        let previous = SSL_CTX_get_ex_data(ctx, TLSExData.ctx)
-        SSL_CTX_set_ex_data(ctx, TLSExData.ctx, Unmanaged.passRetained(config).toOpaque())
-        if let previous { Unmanaged<TLSContextConfig>.fromOpaque(previous).release() }
     }
 
     /// Makes `identity` the context's certificate, key and chain.
@@ -314,26 +322,34 @@ final class TLSContext: @unchecked Sendable {
     // MARK: shared client contexts
 
     private static let cacheLock = Lock()
-    nonisolated(unsafe) private static var clientContexts: [String: (TLSContext, [AnyObject])] = [:]
+    nonisolated(unsafe) private static var clientContexts: [ContextKey: (TLSContext, [AnyObject])] = [:]
+
+    /// What makes two client contexts the same: versions, identity (or candidates) and policy,
+    /// by object identity. The objects are kept alive with the context, so no identity is reused.
+    private struct ContextKey: Hashable {
+        var minVersion: Int, maxVersion: Int
+        var automatic: Bool
+        var identities: [ObjectIdentifier]
+        var policy: ObjectIdentifier?
+    }
 
     /// The client context for `options`, shared by every connection with the same identity,
-    /// policy, versions and ALPN, so that handshakes reuse one `SSL_CTX` and its sessions.
+    /// policy and versions, so that handshakes reuse one `SSL_CTX` and its sessions.
     static func sharedClient(_ options: TLSClientOptions) throws -> TLSContext {
         var keep: [AnyObject] = []
-        var key = "\(options.minVersion.rawValue)-\(options.maxVersion.rawValue)"
+        var key = ContextKey(minVersion: options.minVersion.rawValue, maxVersion: options.maxVersion.rawValue,
+                             automatic: false, identities: [], policy: nil)
         switch options.identity {
-        case .none: key += "|none"
-        case .identity(let id): key += "|id:\(ObjectIdentifier(id).hashValue)"; keep.append(id)
-        case .automatic(let ids): key += "|auto:" + ids.map { "\(ObjectIdentifier($0).hashValue)" }.joined(separator: ","); keep += ids as [AnyObject]
+        case .none: break
+        case .identity(let id): key.identities = [ObjectIdentifier(id)]; keep.append(id)
+        case .automatic(let ids): key.automatic = true; key.identities = ids.map(ObjectIdentifier.init); keep += ids as [AnyObject]
         }
-        if let h = options.policyHandle { key += "|handle:\(ObjectIdentifier(h).hashValue)"; keep.append(h) }
-        else if let p = options.policy { key += "|policy:\(ObjectIdentifier(p).hashValue)"; keep.append(p) }
-        else { key += "|default" }
+        if let h = options.policyHandle { key.policy = ObjectIdentifier(h); keep.append(h) }
+        else if let p = options.policy { key.policy = ObjectIdentifier(p); keep.append(p) }
         return try cacheLock.withLock {
             if let (c, _) = clientContexts[key] { return c }
             let c = try client(options)
             if clientContexts.count >= 64 { clientContexts.removeAll() }
-            // The key objects are kept alive with the context so their identities are not reused.
             clientContexts[key] = (c, keep)
             return c
         }
@@ -357,13 +373,13 @@ final class Lock: @unchecked Sendable {
 final class SessionCache: @unchecked Sendable {
     private let lock = Lock()
     /// Each session remembers the evaluation made for it and the policy version that made it.
-    private var entries: [String: (session: OpaquePointer, evaluation: TrustResult?, policy: String)] = [:]
+    private var entries: [String: (session: OpaquePointer, evaluation: TrustResult?, policy: PolicyStamp)] = [:]
 
     deinit { for e in entries.values { SSL_SESSION_free(e.session) } }
 
     /// A new reference to the cached session for `key`, with its evaluation, if it was
     /// established under the policy version `policy` (a changed policy means a full handshake).
-    func lookup(_ key: String, policy: String) -> (OpaquePointer, TrustResult?)? {
+    func lookup(_ key: String, policy: PolicyStamp) -> (OpaquePointer, TrustResult?)? {
         lock.withLock {
             guard let e = entries[key], e.policy == policy else { return nil }
             SSL_SESSION_up_ref(e.session)
@@ -372,7 +388,7 @@ final class SessionCache: @unchecked Sendable {
     }
 
     /// Keeps `session` (taking the caller's reference) for `key`.
-    func store(_ key: String, _ session: OpaquePointer, _ evaluation: TrustResult?, policy: String) {
+    func store(_ key: String, _ session: OpaquePointer, _ evaluation: TrustResult?, policy: PolicyStamp) {
         lock.withLock {
             if let old = entries[key] { SSL_SESSION_free(old.session) }
             if entries.count >= 1024 {
@@ -390,7 +406,14 @@ final class SessionCache: @unchecked Sendable {
     }
 
     /// Identifies the policy version in force: the policy object and its version number.
-    static func stamp(_ policy: TrustPolicy) -> String { "\(ObjectIdentifier(policy).hashValue)-\(policy.version)" }
+    /// (The policy is held, so its address cannot be reused by another while the entry lives.)
+    struct PolicyStamp: Equatable {
+        var policy: TrustPolicy
+        var version: UInt64
+        static func == (a: PolicyStamp, b: PolicyStamp) -> Bool { a.policy === b.policy && a.version == b.version }
+    }
+
+    static func stamp(_ policy: TrustPolicy) -> PolicyStamp { PolicyStamp(policy: policy, version: policy.version) }
 
     /// OpenSSL's new-session callback: TLS 1.2 sessions after the handshake, TLS 1.3 tickets
     /// whenever they arrive. Returns 1 when the cache took the reference.

@@ -41,6 +41,8 @@ public struct HostPattern: Hashable, Sendable, CustomStringConvertible {
     /// The pattern as written.
     public let text: String
 
+    /// Parses a pattern. Throws ``MTLSError/Code/invalidPolicy`` for anything that is not a host
+    /// name, a wildcard pattern or an IP literal, or for a bad port.
     public init(_ text: String) throws {
         self.text = text
         let (hostPart, port) = try Self.splitPort(trimmedASCII(text))

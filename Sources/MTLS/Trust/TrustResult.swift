@@ -26,6 +26,7 @@ public struct TrustReason: Sendable, Hashable, CustomStringConvertible {
     /// A sentence for people.
     public let message: String
 
+    /// A reason with its code, certificate index (nil: the whole chain) and message.
     public init(code: String, certIndex: Int?, message: String) {
         self.code = code
         self.certIndex = certIndex
@@ -127,6 +128,7 @@ public struct TrustResult: Sendable {
     /// The pin (`sha256/BASE64`) that matched a certificate of the built chain, if any.
     public let matchedPin: String?
 
+    /// A result as the evaluator makes it (public for tests and wrappers).
     public init(trusted: Bool, kind: TrustResultKind, reasons: [TrustReason], chain: [Certificate],
                 matchedRule: String?, matchedPin: String?) {
         self.trusted = trusted

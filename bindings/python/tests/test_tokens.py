@@ -30,11 +30,12 @@ def tokens(tmp_path_factory):
 
 def test_list_tokens_gives_labels_uris_and_flags(tokens):
     listed = mtls.list_tokens(MODULE)
-    assert sorted(t.label for t in listed) == ["mtls-empty", "mtls-spare", "mtls-test"]
+    assert sorted(t.label for t in listed) == ["mtls-empty", "mtls-locked", "mtls-spare", "mtls-test"]
     t = next(t for t in listed if t.label == "mtls-test")
     assert t.uri.startswith("pkcs11:") and "token=mtls-test" in t.uri
     assert t.manufacturer == "SoftHSM project" and t.model == "SoftHSM v2" and t.serial
     assert t.login_required and not t.pin_locked
+    assert next(t for t in listed if t.label == "mtls-locked").pin_locked
     assert isinstance(t.slot_id, int) and t.module_name
 
 
@@ -94,6 +95,7 @@ def test_exception_in_pin_callback_is_re_raised(tokens):
     ("pkcs11:token=mtls-spare;object=spare?module-path=" + MODULE, "0000", errors.PinIncorrect),
     ("pkcs11:token=mtls-spare;object=spare?module-path=" + MODULE, None, errors.PinRequired),
     ("pkcs11:token=mtls-spare;object=spare?module-path=" + MODULE, lambda *a: None, errors.PinRequired),
+    ("pkcs11:token=mtls-locked;object=locked?module-path=" + MODULE, "1234", errors.PinLocked),
     ("pkcs11:token=absent;id=%01?module-path=" + MODULE, "1234", errors.TokenNotPresent),
     ("pkcs11:token=mtls-test;id=%77?module-path=" + MODULE, "1234", errors.NotFound),
     ("pkcs11:token=%zz", "1234", errors.BadURI),

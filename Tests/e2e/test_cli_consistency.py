@@ -1,0 +1,71 @@
+"""Every mtls command behaves the same way: --help works, and a bad input (missing file, wrong
+password, unknown label, bad URI, bad address) gives one line on stderr and a non-zero exit."""
+import pytest
+
+from conftest import run_cli
+
+COMMANDS = [
+    ["cert"], ["cert", "show"], ["p12"], ["p12", "inspect"], ["pki"], ["pki", "init"], ["pki", "intermediate"],
+    ["pki", "issue"], ["pki", "issue", "server"], ["pki", "issue", "client"], ["pki", "revoke"], ["pki", "crl"],
+    ["store"], ["store", "import"], ["store", "add-cert"], ["store", "add-token"], ["store", "list"],
+    ["store", "show"], ["store", "delete"], ["store", "export"], ["verify"], ["limbo"], ["connect"], ["serve"],
+    ["token"], ["token", "list"], ["token", "objects"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_command_has_help(command):
+    r = run_cli(*command, "--help")
+    assert r.returncode == 0, r.stderr
+    assert "USAGE:" in r.stdout
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    (d / "pw").write_text("right\n")
+    (d / "wrong").write_text("wrong\n")
+    (d / "secret").write_text("store-secret\n")
+    (d / "junk").write_bytes(b"not a certificate or anything else\n")
+    pki = d / "pki"
+    for args in (["init", "--name", "R"], ["intermediate", "--name", "C"],
+                 ["issue", "client", "--ca", "C", "--name", "c", "--p12", d / "c.p12", "--password-file", d / "pw"]):
+        assert run_cli("pki", *args, "--dir", pki).returncode == 0
+    assert run_cli("store", "--store", d / "s.db", "--secret-file", d / "secret", "add-cert",
+                   pki / "root" / "cert.pem", "--label", "root").returncode == 0
+    return d
+
+
+BAD = [
+    ("cert show: missing file", ["cert", "show", "{d}/missing.pem"]),
+    ("cert show: not a certificate", ["cert", "show", "{d}/junk"]),
+    ("p12 inspect: wrong password", ["p12", "inspect", "{d}/c.p12", "--password-file", "{d}/wrong"]),
+    ("p12 inspect: missing file", ["p12", "inspect", "{d}/missing.p12", "--password-file", "{d}/pw"]),
+    ("p12 inspect: not pkcs12", ["p12", "inspect", "{d}/junk", "--no-password"]),
+    ("verify: missing file", ["verify", "{d}/missing.pem"]),
+    ("verify: bad policy file", ["verify", "{d}/pki/root/cert.pem", "--policy", "{d}/junk"]),
+    ("store: wrong secret", ["store", "--store", "{d}/s.db", "--secret-file", "{d}/wrong", "list"]),
+    ("store: unknown label", ["store", "--store", "{d}/s.db", "--secret-file", "{d}/secret", "show", "nope"]),
+    ("store: import wrong password", ["store", "--store", "{d}/s.db", "--secret-file", "{d}/secret", "import",
+                                      "{d}/c.p12", "--label", "x", "--password-file", "{d}/wrong"]),
+    ("store: add-token bad uri", ["store", "--store", "{d}/s.db", "--secret-file", "{d}/secret", "add-token",
+                                  "pkcs11:token=%zz", "--label", "t"]),
+    ("connect: bad address", ["connect", "nohostport"]),
+    ("connect: refused", ["connect", "127.0.0.1:1"]),
+    ("connect: missing identity file", ["connect", "127.0.0.1:1", "--identity", "{d}/missing.p12",
+                                        "--password-file", "{d}/pw"]),
+    ("serve: missing identity", ["serve", "--identity", "{d}/missing.p12", "--password-file", "{d}/pw"]),
+    ("pki: missing folder", ["pki", "intermediate", "--dir", "{d}/nowhere", "--name", "X"]),
+    ("pki: unknown intermediate", ["pki", "issue", "client", "--dir", "{d}/pki", "--ca", "Nope", "--name", "x"]),
+    ("token: bad uri", ["token", "objects", "--token", "pkcs11:token=%zz"]),
+    ("token: missing module", ["token", "list", "--module", "/nonexistent/module.so"]),
+]
+
+
+@pytest.mark.parametrize("name, args", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_gives_one_line_and_a_non_zero_exit(files, name, args):
+    r = run_cli(*[a.format(d=files) for a in args], timeout=30)
+    assert r.returncode != 0, r.stdout
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr and "Fatal error" not in r.stderr

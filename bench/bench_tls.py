@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Full and resumed mutual-TLS handshakes per second from one thread: libmtls's client against a
+raw OpenSSL C client, both in one C program (bench/c/tls_bench.c), against a raw OpenSSL C server
+started here. TLS 1.2 and 1.3, P-256 and RSA-2048. Prints each row as a ratio (target >= 0.90x)."""
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PREFIX = os.environ.get("MTLS_PREFIX", os.path.join(ROOT, "out", "bench-prefix"))
+SECONDS = float(os.environ.get("MTLS_BENCH_SECONDS", "6"))
+TARGET = 0.90
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port):
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"bench server on {port} did not start")
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="mtls-bench-tls-")
+    pki = os.path.join(work, "pki")
+    subprocess.run([os.path.join(ROOT, "scripts", "test-pki.sh"), pki], check=True)
+    p = lambda n: os.path.join(pki, n)  # noqa: E731
+    exe = os.path.join(work, "tls_bench")
+    env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(PREFIX, "lib", "pkgconfig"))
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "mtls", "openssl"], env=env, check=True,
+                           capture_output=True, text=True).stdout.split()
+    subprocess.run(["cc", "-O2", "-std=c11", "-Wall", "-o", exe, os.path.join(HERE, "c", "tls_bench.c"), *flags],
+                   check=True)
+    rows, below = [], []
+    for key, server, client in (("P-256", "server", "client-a"), ("RSA-2048", "server-rsa", "client-a-rsa")):
+        port = free_port()
+        srv = subprocess.Popen([exe, "server", str(port), p(f"{server}-chain.pem"), p(f"{server}.key"), p("root.pem")])
+        try:
+            wait_port(port)
+            for version in ("13", "12"):
+                for mode in ("full", "resumed"):
+                    r = subprocess.run([exe, "client", str(port), version, mode, p(f"{client}.pem"), p(f"{client}.key"),
+                                        p("int-a.pem"), p("root.pem"), str(SECONDS)],
+                                       capture_output=True, text=True, env=dict(os.environ, LD_LIBRARY_PATH=""))
+                    if r.returncode != 0:
+                        print(r.stdout, r.stderr, file=sys.stderr)
+                        raise SystemExit(f"tls_bench client failed: {key} TLS {version} {mode}")
+                    raw, mtls, ratio = r.stdout.split()
+                    name = f"TLS 1.{version[1]} {key:8} {mode:7}"
+                    rows.append((name, float(raw), float(mtls), float(ratio)))
+                    print(f"  {name}  raw OpenSSL {float(raw):7.0f}/s  libmtls {float(mtls):7.0f}/s  "
+                          f"ratio {float(ratio):.2f}x" + ("" if float(ratio) >= TARGET else "  (below 0.90x)"),
+                          flush=True)
+                    if float(ratio) < TARGET:
+                        below.append(name)
+        finally:
+            srv.terminate()
+            srv.wait()
+    print(f"tls: {len(rows) - len(below)}/{len(rows)} rows at or above {TARGET:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

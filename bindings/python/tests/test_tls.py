@@ -1,0 +1,168 @@
+"""Connections through the C ABI from Python: a libmtls listener and client on 127.0.0.1, made
+with a PKI generated at run time (scripts/test-pki.sh)."""
+import ctypes
+import ctypes.util
+import pathlib
+import socket
+import subprocess
+import threading
+
+import pytest
+
+import mtls
+from mtls import errors
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "test-pki.sh"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tls-pki")
+    subprocess.run([str(SCRIPT), str(d)], check=True, capture_output=True)
+    return d
+
+
+def identity(pki, name, intermediate="int-a"):
+    chain = (pki / f"{name}.pem").read_text() + (pki / f"{intermediate}.pem").read_text()
+    return mtls.Identity.from_pem(chain, (pki / f"{name}.key").read_text())
+
+
+def anchored(pki, anchor):
+    p = mtls.Policy()
+    p.add_anchor(mtls.Certificate.load(str(pki / anchor))[0])
+    p.set_anchors_only(True)
+    return p
+
+
+@pytest.fixture
+def server(pki):
+    """A listener for customer A's clients; yields (port, results), results filled per client."""
+    listener = mtls.Listener(identity(pki, "server"), client_policy=anchored(pki, "int-a.pem"), alpn=["echo/1"])
+    results = []
+
+    def run(count):
+        for _ in range(count):
+            try:
+                with listener.accept(timeout=10) as c:
+                    results.append((c.peer_chain[0].subject_summary, c.evaluation.trusted, c.alpn, c.tls_version))
+                    c.write(c.read())
+            except mtls.MTLSError as e:
+                results.append(e)
+
+    threads = []
+
+    def start(count=1):
+        t = threading.Thread(target=run, args=(count,), daemon=True)
+        t.start()
+        threads.append(t)
+        return listener.port
+
+    yield start, results
+    for t in threads:
+        t.join(15)
+    listener.close()
+
+
+def client(pki, port, **kw):
+    kw.setdefault("identity", identity(pki, "client-a"))
+    kw.setdefault("policy", anchored(pki, "root.pem"))
+    kw.setdefault("verify_as", "server.test")
+    kw.setdefault("handshake_timeout", 10)
+    return mtls.Connection.connect("127.0.0.1", port, **kw)
+
+
+def test_client_and_listener_agree(pki, server):
+    start, results = server
+    port = start()
+    with client(pki, port, alpn=["echo/1"]) as c:
+        assert c.tls_version == "TLSv1.3" and c.alpn == "echo/1" and not c.resumed
+        assert [x.subject_summary for x in c.peer_chain] == ["server.test", "Customer A CA"]
+        ev = c.evaluation
+        assert ev.trusted and ev.kind == "proceed"
+        assert c.presented_identity.leaf.subject_summary == "client-a"
+        assert c.write(b"ping") == 4
+        assert c.read() == b"ping"
+        assert c.fileno() >= 0
+        c.shutdown()
+    assert results[0] == ("client-a", True, "echo/1", "TLSv1.3")
+
+
+def test_tls12_and_wrapped_socket(pki, server):
+    start, results = server
+    port = start()
+    sock = socket.create_connection(("127.0.0.1", port))
+    with mtls.Connection.wrap(sock, "127.0.0.1", port, identity=identity(pki, "client-a"),
+                              policy=anchored(pki, "root.pem"), verify_as="server.test", max_tls="1.2") as c:
+        assert c.tls_version == "TLSv1.2"
+        c.write(b"x")
+        assert c.read() == b"x"
+    sock.close()
+
+
+def test_other_customer_is_refused_by_the_server(pki, server):
+    start, results = server
+    port = start()
+    with client(pki, port, identity=identity(pki, "client-b", "int-b")) as c:
+        c.write(b"ping")
+        with pytest.raises(errors.PeerAlert):
+            c.read()
+    for _ in range(100):
+        if results:
+            break
+        threading.Event().wait(0.05)
+    assert isinstance(results[0], errors.Untrusted)
+
+
+def test_automatic_identity_chooses_by_ca_list(pki, server):
+    start, results = server
+    port = start()
+    with client(pki, port, identity=None,
+                candidates=[identity(pki, "client-c", "int-c"), identity(pki, "client-a")]) as c:
+        assert c.presented_identity.leaf.subject_summary == "client-a"
+        c.write(b"auto")
+        assert c.read() == b"auto"
+
+
+def test_no_matching_identity_names_the_cas(pki, server):
+    start, results = server
+    port = start()
+    with pytest.raises(errors.NoMatchingIdentity, match="Customer A CA"):
+        client(pki, port, identity=None, candidates=[identity(pki, "client-c", "int-c")])
+
+
+def test_untrusted_server_keeps_the_evaluation(pki, server):
+    start, results = server
+    port = start()
+    c = client(pki, port, policy=anchored(pki, "other-root.pem"), handshake=False)
+    with pytest.raises(errors.Untrusted, match="our evaluation"):
+        c.handshake()
+    assert c.evaluation.trusted is False and c.evaluation.reasons
+    assert len(c.peer_chain) == 2
+    c.close()
+
+
+def test_refused_and_bad_arguments(pki):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(errors.ConnectError):
+        mtls.Connection.connect("127.0.0.1", port)
+    with pytest.raises(ValueError):
+        mtls.Connection.connect("127.0.0.1", port, min_tls="1.1")
+    with pytest.raises(ValueError):
+        mtls.Listener(identity(pki, "server"), client_auth="sometimes")
+
+
+def test_configure_an_openssl_ssl_ctx(pki):
+    libssl = ctypes.CDLL(ctypes.util.find_library("ssl"))
+    libssl.TLS_method.restype = ctypes.c_void_p
+    libssl.SSL_CTX_new.restype = ctypes.c_void_p
+    libssl.SSL_CTX_new.argtypes = [ctypes.c_void_p]
+    libssl.SSL_CTX_free.argtypes = [ctypes.c_void_p]
+    ctx = libssl.SSL_CTX_new(libssl.TLS_method())
+    try:
+        mtls.configure_ssl_ctx(ctx, identity(pki, "client-a"), anchored(pki, "root.pem"))
+        with pytest.raises(errors.InvalidArgument):
+            mtls.configure_ssl_ctx(None)
+    finally:
+        libssl.SSL_CTX_free(ctx)
