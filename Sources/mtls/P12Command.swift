@@ -47,7 +47,12 @@ struct P12Command: ParsableCommand {
 
         private func password() throws -> SecretBytes? {
             if noPassword { return nil }
-            if let passwordFile { return try CLI.readSecretFile(passwordFile) }
+            if let passwordFile {
+                do { return try CLI.readSecretFile(passwordFile) } catch {
+                    // Reported as a password problem, not as a problem with the PKCS#12 file.
+                    throw MTLSError(.badPassword, "cannot read the password file: \((error as? MTLSError)?.message ?? "\(error)")")
+                }
+            }
             if let env = ProcessInfo.processInfo.environment["MTLS_P12_PASSWORD"] { return SecretBytes(env) }
             throw MTLSError(.badPassword, "a password is needed: give --password-file FILE, set MTLS_P12_PASSWORD, or say --no-password")
         }

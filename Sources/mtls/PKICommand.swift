@@ -10,12 +10,13 @@ struct PKICommand: ParsableCommand {
         abstract: "Make a private PKI: a root, per-customer intermediates, server and client certificates, CRLs.",
         discussion: """
         Layout of the folder (--dir):
-          root/cert.pem, root/key.pem                 the root CA
-          ca/<ca>/cert.pem, key.pem, chain.pem        an intermediate ("Customer A" -> ca/customer-a)
-          ca/<ca>/revoked.txt, crl.pem, crl-number    its revocations and latest CRL
-          ca/<ca>/issued/<name>/cert.pem, key.pem, chain.pem   certificates it issued
-        Private keys are written 0600, and encrypted (PKCS#8, AES-256) when --key-password-file is
-        given; the same file then unlocks the CA keys for later commands.
+          root/cert.pem, key.pem       the root CA
+          ca/<ca>/cert.pem, key.pem    an intermediate ("Customer A": ca/customer-a)
+          ca/<ca>/chain.pem            the intermediate, then the root
+          ca/<ca>/revoked.txt, crl.pem its revocations and latest CRL
+          ca/<ca>/issued/<name>/       cert.pem, key.pem, chain.pem it issued
+        Private keys are written 0600, encrypted (PKCS#8, AES-256) with
+        --key-password-file; the same file unlocks the CA keys later.
         """,
         subcommands: [Init.self, Intermediate.self, Issue.self, Revoke.self, CRL.self])
 

@@ -8,8 +8,9 @@ struct TokenCommand: ParsableCommand {
         commandName: "token",
         abstract: "List PKCS#11 tokens (smart cards, USB tokens, HSMs) and their certificates and keys.",
         discussion: """
-        Without --module, every module registered with p11-kit is loaded (see pkcs11.conf(5)).
-        Each token and object is shown with its RFC 7512 pkcs11: URI, usable as --identity.
+        Without --module, the modules registered with p11-kit are loaded
+        (pkcs11.conf(5)). Each token and object is shown with its RFC 7512
+        pkcs11: URI, usable as --identity.
         """,
         subcommands: [List.self, Objects.self])
 

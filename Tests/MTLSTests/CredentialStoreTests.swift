@@ -280,6 +280,12 @@ final class CredentialStoreTests: XCTestCase {
         let fresh = try open("\(pki.dir)/store.db")
         assertCode(.corrupt) { _ = try fresh.identity(label: "b") }
         XCTAssertNoThrow(try fresh.identity(label: "a"))
+        // Swapping only the certificates is caught too: they are bound into the associated data.
+        try store.putIdentity(try pki.identity("c"), label: "c")
+        try store._testExecute("UPDATE items SET leaf = (SELECT leaf FROM items WHERE label = 'a') WHERE label = 'c'")
+        assertCode(.corrupt) { _ = try self.open("\(pki.dir)/store.db").identity(label: "c") }
+        try store._testExecute("UPDATE items SET chain = x'' WHERE label = 'a'")
+        assertCode(.corrupt) { _ = try self.open("\(pki.dir)/store.db").identity(label: "a") }
     }
 
     func testNoPrivateKeyByteIsWrittenInTheClear() throws {

@@ -178,6 +178,18 @@ final class PKCS12Tests: XCTestCase {
         }
     }
 
+    func testScryptKeyBagImportsAndHostileScryptParametersAreALimit() throws {
+        let f = try P12Fixture.make()
+        let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("fixtures/make_scrypt_p12.c").path
+        try TestPKI.sh("cd \(f.dir) && cc -o make_scrypt_p12 \(source) $(pkg-config --cflags --libs libcrypto) && ./make_scrypt_p12 leaf.key leaf.pem pw 1024 8 1 scrypt.p12 && ./make_scrypt_p12 leaf.key leaf.pem pw 2 1024 1 hostile.p12")
+        let c = try PKCS12.load(path: "\(f.dir)/scrypt.p12", password: SecretBytes("pw"))
+        XCTAssertEqual(c.identities.first?.friendlyName, "scrypt id")
+        XCTAssertEqual(c.identities.first?.leaf, try f.leaf)
+        expectCode(.badPassword) { _ = try PKCS12.load(path: "\(f.dir)/scrypt.p12", password: SecretBytes("x")) }
+        expectCode(.limitExceeded) { _ = try PKCS12.load(path: "\(f.dir)/hostile.p12", password: SecretBytes("pw")) }
+    }
+
     func testCertificateOnlyFileHasNoIdentities() throws {
         let f = try P12Fixture.make()
         try TestPKI.sh("cd \(f.dir) && openssl pkcs12 -export -nokeys -in leaf.pem -certfile chain.pem -passout pass:pw -out certs.p12")

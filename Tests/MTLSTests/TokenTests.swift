@@ -117,6 +117,14 @@ final class TokenTests: XCTestCase {
         XCTAssertEqual(c.leaf.subjectSummary, "token ec-client")
     }
 
+    func testURINamingTheKeyFindsTheCertificateByTheKeyID() throws {
+        let identity = try Token.identity(uri: "pkcs11:token=mtls-spare;object=spare-key;type=private", modulePath: module,
+                                          pin: SoftHSMFixture.pin)
+        XCTAssertEqual(identity.friendlyName, "spare-cert")
+        XCTAssertEqual(identity.localKeyID, [3])
+        XCTAssertEqual(try PKCS11URI(try XCTUnwrap(identity.privateKey.tokenURI)).object, "spare-key")
+    }
+
     func testPINCallbackIsAskedWithTheTokenLabel() throws {
         var asked: [String] = []
         let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=%01", modulePath: module) { request in
@@ -206,6 +214,39 @@ final class TokenTests: XCTestCase {
         XCTAssertThrowsError(try context.sign(mechanism: CK_MECHANISM_TYPE(CKM_ECDSA), input: UnsafeBufferPointer(start: [UInt8](repeating: 1, count: 32), count: 32), maxLength: 64)) {
             XCTAssertEqual(($0 as? MTLSError)?.code, .tokenRemoved, "\($0)")
         }
+    }
+
+    /// libmtls's own TLS client with a token identity, then the token "removed" (every session
+    /// closed): the next handshake fails with tokenRemoved, not a generic handshake error.
+    func testTLSConnectionSignsOnTheTokenAndReportsARemovedToken() throws {
+        let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=%01", modulePath: module, pin: SoftHSMFixture.pin)
+        let context = try XCTUnwrap(TokenKey.context(of: identity.privateKey))
+        var options = TLSClientOptions()
+        options.identity = .identity(identity)
+        let policy = TrustPolicy()
+        policy.addAnchor(try Certificate.load(path: SoftHSMFixture.dir + "/ca.pem")[0])
+        policy.anchorsOnly = true
+        options.policy = policy
+        options.sessionResumption = false
+        options.handshakeTimeout = 10
+        for version in [TLSVersion.tls12, .tls13] {
+            options.minVersion = version
+            options.maxVersion = version
+            let server = try SServer(dir: SoftHSMFixture.dir, clientSigalgs: nil)
+            let before = context.signatureCount.load(ordering: .relaxed)
+            let conn = try TLSConnection.connect(host: "127.0.0.1", port: server.port, options: options)
+            _ = try conn.write(Array("ping\n".utf8))
+            conn.close()
+            let log = server.finish()
+            XCTAssertEqual(context.signatureCount.load(ordering: .relaxed), before + 1, "\(version)")
+            XCTAssertTrue(log.contains("subject=CN = token rsa-client"), log)
+        }
+        context.session.closeAllSessions()
+        let server = try SServer(dir: SoftHSMFixture.dir, clientSigalgs: nil)
+        XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: server.port, options: options)) {
+            XCTAssertEqual(($0 as? MTLSError)?.code, .tokenRemoved, "\($0)")
+        }
+        _ = server.finish()
     }
 
     func testPKCS11ReturnValuesMapToTheirOwnCodes() {

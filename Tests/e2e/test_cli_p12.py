@@ -55,6 +55,10 @@ def test_empty_password_file_no_password_and_environment(pki, cli):
     assert env_run.returncode == 0, env_run.stderr
     r = cli("p12", "inspect", pki / "id.p12", "--json")  # no password source at all
     assert r.returncode != 0 and json.loads(r.stdout)["error"] == "bad_password"
+    r = cli("p12", "inspect", pki / "id.p12", "--password-file", pki / "missing.txt", "--json")
+    assert r.returncode != 0 and json.loads(r.stdout)["error"] == "bad_password"
+    r = cli("p12", "inspect", pki / "missing.p12", "--password-file", pki / "pw.txt", "--json")
+    assert r.returncode != 0 and json.loads(r.stdout)["error"] == "not_pkcs12"
 
 
 def test_certificate_only_file_lists_certificates(pki, cli):

@@ -36,6 +36,19 @@ public final class Identity: @unchecked Sendable {
         self.localKeyID = localKeyID
     }
 
+    /// Rebuilds an identity that libmtls itself checked and stored: the key matched `leaf` and
+    /// `orderedChain` was built leaf → root when it was put, and the store's AEAD authenticates
+    /// that neither changed since. Skips the key match and the chain building (the costly part
+    /// of loading). Not for anything read from outside.
+    init(verifiedStoredKey privateKey: PrivateKey, leaf: Certificate, orderedChain: [Certificate], friendlyName: String?) {
+        self.privateKey = privateKey
+        self.leaf = leaf
+        self.chain = orderedChain
+        self.extraCertificates = []
+        self.friendlyName = friendlyName
+        self.localKeyID = nil
+    }
+
     /// Orders `pool` into the issuer path above `leaf` (OpenSSL's `X509_check_issued` decides
     /// each link: names, AKI/SKI and key usage), stopping at a self-issued certificate or when
     /// no issuer is found. Returns the path and what was left over.

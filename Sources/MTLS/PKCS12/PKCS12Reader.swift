@@ -10,7 +10,7 @@ public enum PKCS12Limits {
     public static let maxIterations = 1_000_000
     /// The most iterations accepted for a whole file: the MAC and every encrypted item together.
     public static let maxTotalIterations = 4_000_000
-    /// The highest scrypt cost parameter N accepted (2^20).
+    /// The highest scrypt cost parameter N accepted (2^20); r is limited to 32 and p to 16.
     public static let maxScryptCost = 1 << 20
     /// The most safe bags accepted in one file (keys, certificates and others together).
     public static let maxBags = 10_000
@@ -368,8 +368,12 @@ struct PKCS12Reader {
                 }
                 defer { SCRYPT_PARAMS_free(s) }
                 let n = ASN1_INTEGER_get(s.pointee.costParameter)
-                guard n > 0, n <= PKCS12Limits.maxScryptCost else {
-                    throw MTLSError(.limitExceeded, "scrypt cost \(n) for \(what) exceeds the limit of \(PKCS12Limits.maxScryptCost)")
+                let r = ASN1_INTEGER_get(s.pointee.blockSize)
+                let p = ASN1_INTEGER_get(s.pointee.parallelizationParameter)
+                OpenSSLErrorQueue.clear()
+                // Time grows with N * r * p: bound each.
+                guard n > 0, n <= PKCS12Limits.maxScryptCost, (1...32).contains(r), (1...16).contains(p) else {
+                    throw MTLSError(.limitExceeded, "scrypt parameters N=\(n) r=\(r) p=\(p) for \(what) exceed the limits (N <= \(PKCS12Limits.maxScryptCost), r <= 32, p <= 16)")
                 }
                 try charge(Int(n), what: what, state: state)
             default:

@@ -249,8 +249,11 @@ public final class CredentialStore: @unchecked Sendable {
 
     // MARK: putting items
 
-    private static func aad(_ itemClass: StoreItemClass, _ label: String) -> [UInt8] {
-        Array("libmtls-store/item/v1\u{0}\(itemClass.rawValue)\u{0}\(label)".utf8)
+    /// The associated data a sealed key is bound to: its row's class and label, and the SHA-256
+    /// of the stored leaf and chain DER, so that neither the key nor its certificates can be
+    /// moved or swapped without the key failing to open.
+    private static func aad(_ itemClass: StoreItemClass, _ label: String, leafDER: [UInt8], chainDER: [UInt8]) -> [UInt8] {
+        Array("libmtls-store/item/v1\u{0}\(itemClass.rawValue)\u{0}\(label)\u{0}".utf8) + Encoding.sha256(leafDER + chainDER)
     }
 
     private func checkLabel(_ label: String) throws {
@@ -265,7 +268,8 @@ public final class CredentialStore: @unchecked Sendable {
     public func putIdentity(_ identity: Identity, label: String, replace: Bool = false) throws {
         try checkLabel(label)
         let sealed = try StoreCrypto.seal(try identity.privateKey.pkcs8DER(), key: lock.with { dataKey },
-                                          aad: CredentialStore.aad(.identity, label))
+                                          aad: CredentialStore.aad(.identity, label, leafDER: identity.leaf.der,
+                                                                   chainDER: identity.chain.flatMap { $0.der }))
         try put(.identity, label: label, leaf: identity.leaf, chain: identity.chain, sealedKey: sealed, tokenURI: nil, replace: replace)
     }
 
@@ -276,7 +280,8 @@ public final class CredentialStore: @unchecked Sendable {
         let rows: [Row] = try items.map { item in
             try checkLabel(item.label)
             let sealed = try StoreCrypto.seal(try item.identity.privateKey.pkcs8DER(), key: key,
-                                              aad: CredentialStore.aad(.identity, item.label))
+                                              aad: CredentialStore.aad(.identity, item.label, leafDER: item.identity.leaf.der,
+                                                                       chainDER: item.identity.chain.flatMap { $0.der }))
             return Row(itemClass: .identity, label: item.label, leaf: item.identity.leaf, chain: item.identity.chain,
                        sealedKey: sealed, tokenURI: nil)
         }
@@ -376,14 +381,16 @@ public final class CredentialStore: @unchecked Sendable {
             cache[id]!.lastUse = cacheClock
             return hit.identity
         }
-        let leaf = try Certificate(der: s.blob(2))
-        let chain = try CredentialStore.splitDER(s.blob(3))
-        guard let plain = try StoreCrypto.open(s.blob(4), key: dataKey, aad: CredentialStore.aad(.identity, label)) else {
-            throw MTLSError(.corrupt, "the sealed key of \"\(label)\" does not authenticate: it was altered or moved from another row")
+        let leafDER = s.blob(2), chainDER = s.blob(3)
+        guard let plain = try StoreCrypto.open(s.blob(4), key: dataKey,
+                                               aad: CredentialStore.aad(.identity, label, leafDER: leafDER, chainDER: chainDER)) else {
+            throw MTLSError(.corrupt, "the sealed key of \"\(label)\" does not authenticate: it or its certificates were altered or moved from another row")
         }
         // Pass the wiped buffer itself (no copy) to the decoder.
         let key = try PrivateKey(pkcs8DER: plain.storage)
-        let identity = try Identity(privateKey: key, leaf: leaf, certificates: chain, friendlyName: label)
+        // The AEAD just authenticated key, leaf and ordered chain together, as checked at put time.
+        let identity = Identity(verifiedStoredKey: key, leaf: try Certificate(der: leafDER),
+                                orderedChain: try CredentialStore.splitDER(chainDER), friendlyName: label)
         if options.identityCacheSize > 0 {
             if cache.count >= options.identityCacheSize {
                 // Drop the least recently used quarter at once, so eviction stays cheap.

@@ -186,6 +186,11 @@ public final class TLSConnection: @unchecked Sendable {
 
     /// Says which side failed and why.
     private func handshakeError(_ err: Int32) -> MTLSError {
+        // A token key that could not sign (token removed, login lost...) says so with its own code.
+        if let tokenFailure = TokenKey.takeFailure() {
+            OpenSSLErrorQueue.clear()
+            return MTLSError(tokenFailure.code, "TLS handshake with \(peerAddress) failed: \(tokenFailure.message)")
+        }
         if let names = state.unmatchedCANames {
             OpenSSLErrorQueue.clear()
             let list = names.isEmpty ? "(no CA names)" : names.map { "\"\($0)\"" }.joined(separator: ", ")

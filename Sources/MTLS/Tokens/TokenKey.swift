@@ -104,10 +104,20 @@ enum TokenKey {
         }
     }
 
-    /// Reports a failed token operation to OpenSSL (it becomes part of the TLS error).
+    /// Reports a failed token operation to OpenSSL (it becomes part of the TLS error) and keeps
+    /// it for ``takeFailure()`` on this thread.
     fileprivate static func report(_ error: Error) {
-        let text = (error as? MTLSError).map { "\($0.message) [\($0.code.name)]" } ?? "\(error)"
-        mtls_ossl_raise_message(text)
+        let failure = (error as? MTLSError) ?? MTLSError(.token, "\(error)")
+        mtls_ossl_raise_message("\(failure.message) [\(failure.code.name)]")
+        FailureSlot.set(failure)
+    }
+
+    /// The token failure behind the OpenSSL error now at the front of this thread's queue, if
+    /// there is one (a TLS handshake uses it so a removed token is ``MTLSError/Code/tokenRemoved``,
+    /// a lost login ``MTLSError/Code/pinRequired``..., not a generic handshake error). Clears it.
+    static func takeFailure() -> MTLSError? {
+        guard let failure = FailureSlot.take() else { return nil }
+        return ERR_GET_LIB(ERR_peek_error()) == ERR_LIB_USER ? failure : nil
     }
 
     fileprivate static func context(rsa: OpaquePointer?) -> TokenKeyContext? {
@@ -118,6 +128,29 @@ enum TokenKey {
     fileprivate static func context(ec: OpaquePointer?) -> TokenKeyContext? {
         guard let ec, let p = EC_KEY_get_ex_data(ec, ecContextIndex) else { return nil }
         return Unmanaged<TokenKeyContext>.fromOpaque(p).takeUnretainedValue()
+    }
+}
+
+/// The last token failure on each thread (signature hooks cannot throw through OpenSSL).
+private enum FailureSlot {
+    final class Box { let error: MTLSError; init(_ e: MTLSError) { error = e } }
+    static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        pthread_key_create(&key) { p in
+            if let p { Unmanaged<Box>.fromOpaque(p).release() }
+        }
+        return key
+    }()
+
+    static func set(_ error: MTLSError) {
+        _ = take()
+        pthread_setspecific(key, Unmanaged.passRetained(Box(error)).toOpaque())
+    }
+
+    static func take() -> MTLSError? {
+        guard let p = pthread_getspecific(key) else { return nil }
+        pthread_setspecific(key, nil)
+        return Unmanaged<Box>.fromOpaque(p).takeRetainedValue().error
     }
 }
 

@@ -69,3 +69,21 @@ def test_export_round_trip_and_from_pem(pki):
         mtls.Identity.from_pem((pki / "root.pem").read_bytes(), (pki / "leaf.key").read_bytes())
     with ident:
         pass
+
+
+def test_legacy_import_leaves_the_host_openssl_context_alone(pki):
+    """The legacy provider (RC2, MD4...) lives only in libmtls's own OpenSSL context: Python's
+    hashlib, which shares the process's default context, still cannot make MD4 afterwards."""
+    import hashlib
+
+    def md4_available():
+        try:
+            hashlib.new("md4")
+            return True
+        except ValueError:
+            return False
+
+    before = md4_available()
+    p = mtls.PKCS12.parse((pki / "legacy.p12").read_bytes(), "pw")   # RC2-40 certificates
+    assert len(p.identities) == 1
+    assert md4_available() == before
