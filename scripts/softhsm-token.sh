@@ -17,7 +17,8 @@
 #   mtls-test:   id 01 "rsa-client" RSA 2048, id 02 "ec-client" P-256, id 03 "p384-client" P-384,
 #                "ca" (certificate only)
 #   mtls-spare:  id 01 "spare" P-256 (for wrong-PIN tests, so "mtls-test" is never touched),
-#                id 02 "tls-server" P-256 with a serverAuth certificate for 127.0.0.1/localhost
+#                id 02 "tls-server" P-256 with a serverAuth certificate for 127.0.0.1/localhost,
+#                id 03 P-256 key labelled "spare-key" whose certificate is labelled "spare-cert"
 #   mtls-empty:  no objects
 #   mtls-locked: id 01 "locked" P-256, and the token reports its user PIN locked. SoftHSM2 never
 #                locks a PIN itself (wrong PINs only set CKF_USER_PIN_COUNT_LOW, and its C_Login
@@ -58,10 +59,10 @@ openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout serv
 openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -extfile server.ext -days 30 \
     -out server.pem 2>/dev/null
 
-# token_identity TOKEN ID LABEL KEYTYPE FILE [EXTFILE]: key pair generated on the token, certificate
-# (clientAuth unless EXTFILE says otherwise) stored beside it.
+# token_identity TOKEN ID LABEL KEYTYPE FILE [EXTFILE [CERTLABEL]]: key pair generated on the token,
+# certificate (clientAuth unless EXTFILE says otherwise; labelled LABEL unless CERTLABEL) beside it.
 token_identity() {
-    local token=$1 id=$2 label=$3 keytype=$4 file=$5 ext=${6:-client.ext}
+    local token=$1 id=$2 label=$3 keytype=$4 file=$5 ext=${6:-client.ext} certlabel=${7:-$3}
     p11 --token-label "$token" --login --pin 1234 --keypairgen --key-type "$keytype" --id "$id" --label "$label"
     # (gnutls's p11tool: pkcs11-tool 0.23 cannot export P-384 public keys)
     GNUTLS_PIN=1234 p11tool --provider "$MODULE" --login --export-pubkey \
@@ -70,13 +71,14 @@ token_identity() {
     openssl x509 -req -in placeholder.csr -CA ca.pem -CAkey ca.key -CAcreateserial -force_pubkey "$file.pub.pem" \
         -subj "/CN=token $label" -extfile "$ext" -days 30 -out "$file.pem" 2>/dev/null
     openssl x509 -in "$file.pem" -outform DER -out "$file.der"
-    p11 --token-label "$token" --login --pin 1234 --write-object "$file.der" --type cert --id "$id" --label "$label"
+    p11 --token-label "$token" --login --pin 1234 --write-object "$file.der" --type cert --id "$id" --label "$certlabel"
 }
 token_identity mtls-test 01 rsa-client rsa:2048 rsa
 token_identity mtls-test 02 ec-client EC:prime256v1 ec
 token_identity mtls-test 03 p384-client EC:secp384r1 p384
 token_identity mtls-spare 01 spare EC:prime256v1 spare
 token_identity mtls-spare 02 tls-server EC:prime256v1 tls-server server.ext
+token_identity mtls-spare 03 spare-key EC:prime256v1 spare3 client.ext spare-cert
 token_identity mtls-locked 01 locked EC:prime256v1 locked
 openssl x509 -in ca.pem -outform DER -out ca.der
 p11 --token-label mtls-test --login --pin 1234 --write-object ca.der --type cert --id ff --label ca

@@ -117,6 +117,14 @@ final class TokenTests: XCTestCase {
         XCTAssertEqual(c.leaf.subjectSummary, "token ec-client")
     }
 
+    func testURINamingTheKeyFindsTheCertificateByTheKeyID() throws {
+        let identity = try Token.identity(uri: "pkcs11:token=mtls-spare;object=spare-key;type=private", modulePath: module,
+                                          pin: SoftHSMFixture.pin)
+        XCTAssertEqual(identity.friendlyName, "spare-cert")
+        XCTAssertEqual(identity.localKeyID, [3])
+        XCTAssertEqual(try PKCS11URI(try XCTUnwrap(identity.privateKey.tokenURI)).object, "spare-key")
+    }
+
     func testPINCallbackIsAskedWithTheTokenLabel() throws {
         var asked: [String] = []
         let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=%01", modulePath: module) { request in

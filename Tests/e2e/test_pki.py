@@ -237,6 +237,9 @@ def test_bad_inputs_give_one_line_and_write_nothing(tmp_path):
     kp = tmp_path / "kp"
     kp.write_text("key-pass\n")
     fails_cleanly(d, "pki", "intermediate", "--dir", d, "--name", "A", expect="has no root CA")
+    fails_cleanly(d, "pki", "init", "--dir", d, "--name", "", expect="1 to 64 characters")
+    fails_cleanly(d, "pki", "init", "--dir", d, "--name", "R", "--days", "0", expect="validity")
+    assert not d.exists()
     ok("pki", "init", "--dir", d, "--name", "Root", "--key-password-file", kp)
     assert "ENCRYPTED PRIVATE KEY" in (d / "root" / "key.pem").read_text()
     fails_cleanly(d, "pki", "init", "--dir", d, "--name", "Root", expect="already has a root")

@@ -50,13 +50,14 @@ public struct PKIDirectory: Sendable {
     /// if the folder already has a root.
     public func initRoot(commonName: String, keySpec: KeySpec = .ecP256, validityDays: Int? = nil,
                          keyPassword: SecretBytes? = nil, now: Date = Date()) throws -> Item {
-        try Self.makeDirectories(path)
         guard !Self.exists(rootPath) else {
             throw MTLSError(.duplicate, "\(path) already has a root CA (\(rootPath))")
         }
+        // Everything that can fail on bad input fails before the folder is made.
         let key = try PrivateKey.generate(keySpec)
         let ca = try CertificateAuthority.makeRoot(commonName: commonName, key: key, validityDays: validityDays, now: now)
         let identity = try Identity(privateKey: key, leaf: ca.certificate)
+        try Self.makeDirectories(path)
         try Self.writeItem(identity, at: rootPath, keyPassword: keyPassword, chain: false)
         return Item(identity: identity, directory: rootPath)
     }

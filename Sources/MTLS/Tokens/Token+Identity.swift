@@ -67,6 +67,17 @@ extension Token {
             try logIn()
             certs = try session.findObjects(certTemplate)
         }
+        if certs.isEmpty, !selector.isEmpty {
+            // The URI may name the key by a label its certificate does not share: find the key,
+            // then the certificate with the key's CKA_ID.
+            if token.loginRequired { try logIn() }
+            let keys = try session.findObjects(selector + [.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(CKO_PRIVATE_KEY))])
+            if keys.count == 1, let keyID = try session.attribute(keys[0], CK_ATTRIBUTE_TYPE(CKA_ID)), !keyID.isEmpty {
+                certs = try session.findObjects([.bytes(CK_ATTRIBUTE_TYPE(CKA_ID), keyID),
+                                                 .ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(CKO_CERTIFICATE)),
+                                                 .ulong(CK_ATTRIBUTE_TYPE(CKA_CERTIFICATE_TYPE), CK_ULONG(CKC_X_509))])
+            }
+        }
         if certs.isEmpty { return nil }
         guard certs.count == 1 else {
             let labels = try certs.map { h in
@@ -95,7 +106,8 @@ extension Token {
         guard let key = keys.first else {
             throw MTLSError(.notFound, "no private key with the id \(Encoding.hex(id)) of certificate \"\(leaf.subjectSummary)\" on token \"\(token.label)\"")
         }
-        let keyURI = try P11KitURI.format(token: try session.module.tokenInfo(session.slot), label: certLabel,
+        let keyLabel = try session.attribute(key, CK_ATTRIBUTE_TYPE(CKA_LABEL)).map { String(decoding: $0, as: UTF8.self) }
+        let keyURI = try P11KitURI.format(token: try session.module.tokenInfo(session.slot), label: keyLabel,
                                           id: id.isEmpty ? nil : id, cls: CK_OBJECT_CLASS(CKO_PRIVATE_KEY))
         guard let publicKey = X509_get0_pubkey(leaf.x509) else {
             throw MTLSError.openSSL(.parse, "cannot read the public key of \"\(leaf.subjectSummary)\"")
