@@ -88,8 +88,12 @@ ok "server listening on 127.0.0.1:$port"
 seen=1
 server_reason=
 server_view() {
-    sleep 0.3
     local total new
+    # The server logs each client as soon as its handshake ends; give it up to 5 s under load.
+    for _ in $(seq 1 50); do
+        [ "$(wc -l < server.log)" -gt "$seen" ] && break
+        sleep 0.1
+    done
     total=$(wc -l < server.log)
     server_reason=
     if [ "$total" -gt "$seen" ]; then
