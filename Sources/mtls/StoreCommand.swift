@@ -27,6 +27,8 @@ struct StoreCommand: ParsableCommand {
         var store: String?
         @Option(name: .customLong("secret-file"), help: "File holding the store secret (default: $MTLS_STORE_SECRET_FILE).")
         var secretFile: String?
+        @Option(name: .customLong("busy-timeout"), help: "Milliseconds to wait for another user's lock before failing (default 10000).")
+        var busyTimeout: Int32?
         @Option(name: .customLong("kdf-log-n"), help: ArgumentHelp("scrypt cost of a new store, for tests only.", visibility: .hidden))
         var kdfLogN: Int?
 
@@ -47,6 +49,7 @@ struct StoreCommand: ParsableCommand {
             var options = CredentialStore.Options()
             options.create = create
             if let kdfLogN { options.kdf.logN = kdfLogN }
+            if let busyTimeout { options.busyTimeoutMilliseconds = max(busyTimeout, 0) }
             return try CredentialStore(path: path, secret: try StoreSecret.load(path: file), options: options)
         }
     }

@@ -1,4 +1,5 @@
 /* The credential store's C ABI: every function, its errors, and NULL arguments. */
+#define _DEFAULT_SOURCE
 #include "test_support.h"
 #include <sys/stat.h>
 #include <unistd.h>
@@ -260,6 +261,30 @@ int main(void) {
     CHECK_OK(mtls_store_get_cert(store, "ca", &c));
     mtls_cert_free(c);
     mtls_store_close(store);
+
+    /* locked beyond the busy timeout: another process holds the write lock */
+    char flag[700];
+    snprintf(flag, sizeof flag, "%s/locked.flag", dir);
+    snprintf(cmd, sizeof cmd,
+             "python3 -c \"import sqlite3, time; c = sqlite3.connect('%s', isolation_level=None); "
+             "c.execute('BEGIN IMMEDIATE'); open('%s', 'w').close(); time.sleep(3); c.execute('ROLLBACK')\" &",
+             path, flag);
+    t_sh(cmd);
+    for (int i = 0; i < 100 && access(flag, F_OK) != 0; i++) usleep(50000);
+    mtls_store_options quick = o; quick.busy_timeout_ms = 100;
+    CHECK_OK(mtls_store_open_secret_file(path, keyfile, &quick, &store));
+    CHECK_RC(mtls_store_put_cert(store, "ca2", ca, 0), MTLS_E_LOCKED);
+    mtls_store_close(store);
+    /* a wait long enough for the holder to finish succeeds */
+    quick.busy_timeout_ms = 10000;
+    CHECK_OK(mtls_store_open_secret_file(path, keyfile, &quick, &store));
+    CHECK_OK(mtls_store_put_cert(store, "ca2", ca, 0));
+    mtls_store_close(store);
+
+    /* a store written by a newer libmtls */
+    snprintf(cmd, sizeof cmd, "sqlite3 %s 'PRAGMA user_version=99'", path);
+    t_sh(cmd);
+    CHECK_RC(mtls_store_open_secret_file(path, keyfile, &o, &store), MTLS_E_SCHEMA_TOO_NEW);
 
     /* not a store */
     CHECK_RC(mtls_store_open(p12path, PASS, PASS_LEN, MTLS_STORE_SECRET_PASSPHRASE, &o, &store), MTLS_E_NOT_A_STORE);

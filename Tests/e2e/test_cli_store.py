@@ -112,6 +112,26 @@ def test_errors_are_one_line_and_non_zero(pki):
     assert r.returncode != 0 and "not a libmtls store" in r.stderr
 
 
+def test_store_level_errors_schema_read_only_locked(pki):
+    import sqlite3
+    assert store(pki, "add-cert", pki / "ca.pem", "--label", "root").returncode == 0
+    db = pki / "st" / "store.db"
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        r = store(pki, "--busy-timeout", "100", "add-cert", pki / "ca.pem", "--label", "root2")
+        assert r.returncode != 0 and "locked" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    finally:
+        holder.execute("ROLLBACK")
+    holder.execute("PRAGMA user_version=77")
+    holder.close()
+    r = store(pki, "list")
+    assert r.returncode != 0 and "schema version 77" in r.stderr
+    r = subprocess.run([CLI, "store", "--store", "/sys/mtls-e2e.db", "--secret-file", str(pki / "secret.txt"), "list"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "Permission denied" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
 def test_environment_defaults_and_xdg_path(pki):
     env = dict(os.environ)
     env.pop("MTLS_STORE", None)

@@ -109,3 +109,43 @@ def test_token_errors_have_their_own_exceptions(tokens, uri, pin, exc):
 def test_in_memory_identity_has_no_token_uri(tokens):
     ident = mtls.Identity.from_pem((tokens / "server.pem").read_text(), (tokens / "server.key").read_text())
     assert ident.token_uri is None
+
+
+@pytest.mark.parametrize("key_id, tls", [("01", "1.2"), ("01", "1.3"), ("02", "1.3"), ("03", "1.2")])
+def test_connection_signs_on_the_token_for_a_python_ssl_server(tokens, key_id, tls):
+    """Python's own ssl server requires a client certificate from the test CA: the handshake
+    only succeeds if the token (the only holder of the key) signed."""
+    import socket
+    import ssl
+    import threading
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(tokens / "server.pem", tokens / "server.key")
+    ctx.load_verify_locations(tokens / "ca.pem")
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    listener = socket.create_server(("127.0.0.1", 0))
+    seen = {}
+
+    def serve():
+        raw, _ = listener.accept()
+        with ctx.wrap_socket(raw, server_side=True) as s:
+            seen["subject"] = dict(x[0] for x in s.getpeercert()["subject"])["commonName"]
+            seen["version"] = s.version()
+            seen["data"] = s.recv(64)
+            s.sendall(b"pong")
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    ident = mtls.identity_from_pkcs11(f"pkcs11:token=mtls-test;id=%{key_id}?module-path={MODULE}", pin="1234")
+    policy = mtls.Policy()
+    policy.add_anchor(mtls.Certificate.load(str(tokens / "ca.pem"))[0])
+    policy.set_anchors_only(True)
+    conn = mtls.tls.Connection.connect("127.0.0.1", listener.getsockname()[1], identity=ident, policy=policy,
+                                       min_tls=tls, max_tls=tls, io_timeout=10)
+    conn.write(b"ping")
+    assert conn.read(4) == b"pong"
+    conn.close()
+    t.join(10)
+    listener.close()
+    assert seen["subject"] == ident.leaf.subject_summary and seen["data"] == b"ping"
+    assert seen["version"] == f"TLSv{tls}"
