@@ -107,6 +107,14 @@ final class TokenTests: XCTestCase {
         XCTAssertEqual(identity.friendlyName, "ec-client")
     }
 
+    func testTokenKeyIsNeverExported() throws {
+        let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=%01", modulePath: module, pin: SoftHSMFixture.pin)
+        XCTAssertThrowsError(try identity.privateKey.pkcs8DER()) { XCTAssertEqual(($0 as? MTLSError)?.code, .unsupported) }
+        XCTAssertThrowsError(try PKCS12.export(identity, password: SecretBytes("pw"))) {
+            XCTAssertEqual(($0 as? MTLSError)?.code, .unsupported)
+        }
+    }
+
     func testIdentityByObjectLabelWithPINFromURIAndFromPINSource() throws {
         let a = try Token.identity(uri: "pkcs11:token=mtls-test;object=rsa-client?pin-value=1234", modulePath: module)
         XCTAssertEqual(a.leaf.subjectSummary, "token rsa-client")

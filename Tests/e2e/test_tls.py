@@ -421,3 +421,21 @@ def test_curl_example_with_stored_identity(pki, peers, curl_fetch, tmp_path):
                         f"https://server.test:{port}/"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "<HTML>" in r.stdout and "BEGIN CERTIFICATE" in r.stdout
+
+
+def test_policy_file_host_rule_verify_as_and_pin(pki, peers, tmp_path):
+    port = s_server(pki, peers)
+    pin = run_cli("cert", "show", pki("int-a.pem"), "--json")
+    spki = json.loads(pin.stdout)[0]["spki_pin"] if pin.returncode == 0 else None
+    rule = {"host": f"127.0.0.1:{port}", "verify_as": "server.test"}
+    if spki:
+        rule["pins"] = [spki, "sha256/" + "B" * 43 + "="]
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"version": 1, "anchors": [pki("root.pem")], "anchors_only": True, "hosts": [rule]}))
+    out = connect(pki, port, "--policy", policy, anchor=None)
+    assert out["connected"], out
+    # The same rule for another port does not apply: validated as 127.0.0.1, refused.
+    rule["host"] = f"127.0.0.1:{port + 1}"
+    policy.write_text(json.dumps({"version": 1, "anchors": [pki("root.pem")], "anchors_only": True, "hosts": [rule]}))
+    out = connect(pki, port, "--policy", policy, anchor=None)
+    assert not out["connected"] and out["evaluation"]["trusted"] is False
