@@ -208,6 +208,8 @@ final class TLSConnectionTests: XCTestCase {
                 XCTFail("client should have been refused")
             } catch let e as MTLSError {
                 XCTAssertEqual(e.code, .peerAlert, "\(e)")
+                // Our listener says why: the chain does not reach its anchor, or no certificate.
+                XCTAssertTrue(e.message.contains(id == nil ? "certificate required" : "unknown CA"), e.message)
             }
             XCTAssertThrowsError(try wait().get()) { e in
                 XCTAssertEqual((e as? MTLSError)?.code, .untrusted, "\(e)")
