@@ -11,7 +11,8 @@ PYTHON ?= python3
 SWIFT ?= swift
 OUT := $(CURDIR)/out
 TEST_PREFIX := $(OUT)/prefix
-LIMBO ?= $(CURDIR)/../shared/limbo
+# The x509-limbo suite lives in shared/, beside the checkout (git-common-dir finds it from a worktree too).
+LIMBO ?= $(abspath $(shell git rev-parse --git-common-dir 2>/dev/null || echo .git)/../../shared/limbo)
 
 .PHONY: all deps build build-debug build-release install test test-swift test-c test-python test-e2e test-limbo bench demo clean
 

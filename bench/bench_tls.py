@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Full and resumed mutual-TLS handshakes per second from one thread: libmtls's client against a
-raw OpenSSL C client, both in one C program (bench/c/tls_bench.c), against a raw OpenSSL C server
+raw OpenSSL C client, both in one C program (bench/c/bench_tls.c), against a raw OpenSSL C server
 started here. TLS 1.2 and 1.3, P-256 and RSA-2048. Prints each row as a ratio (target >= 0.90x)."""
 import os
 import socket
@@ -37,11 +37,11 @@ def main():
     pki = os.path.join(work, "pki")
     subprocess.run([os.path.join(ROOT, "scripts", "test-pki.sh"), pki], check=True)
     p = lambda n: os.path.join(pki, n)  # noqa: E731
-    exe = os.path.join(work, "tls_bench")
+    exe = os.path.join(work, "bench_tls")
     env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(PREFIX, "lib", "pkgconfig"))
     flags = subprocess.run(["pkg-config", "--cflags", "--libs", "mtls", "openssl"], env=env, check=True,
                            capture_output=True, text=True).stdout.split()
-    subprocess.run(["cc", "-O2", "-std=c11", "-Wall", "-o", exe, os.path.join(HERE, "c", "tls_bench.c"), *flags],
+    subprocess.run(["cc", "-O2", "-std=c11", "-Wall", "-o", exe, os.path.join(HERE, "c", "bench_tls.c"), *flags],
                    check=True)
     rows, below = [], []
     for key, server, client in (("P-256", "server", "client-a"), ("RSA-2048", "server-rsa", "client-a-rsa")):
@@ -56,7 +56,7 @@ def main():
                                        capture_output=True, text=True, env=dict(os.environ, LD_LIBRARY_PATH=""))
                     if r.returncode != 0:
                         print(r.stdout, r.stderr, file=sys.stderr)
-                        raise SystemExit(f"tls_bench client failed: {key} TLS {version} {mode}")
+                        raise SystemExit(f"bench_tls client failed: {key} TLS {version} {mode}")
                     raw, mtls, ratio = r.stdout.split()
                     name = f"TLS 1.{version[1]} {key:8} {mode:7}"
                     rows.append((name, float(raw), float(mtls), float(ratio)))

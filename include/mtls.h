@@ -552,9 +552,10 @@ typedef struct mtls_conn_options {
     int connect_timeout_ms;         /* 0: 30 s; negative: no limit */
     int handshake_timeout_ms;       /* 0: 30 s; negative: no limit */
     int io_timeout_ms;              /* per read or write; 0 or negative: no limit */
-    int non_blocking;               /* 1: connect returns before the handshake; handshake, read and
-                                       write return MTLS_E_WANT_READ / MTLS_E_WANT_WRITE: poll
-                                       mtls_conn_fd and call again */
+    int non_blocking;               /* 1: connect returns before the handshake (the TCP connect
+                                       itself still waits, up to connect_timeout_ms); handshake,
+                                       read and write return MTLS_E_WANT_READ / MTLS_E_WANT_WRITE:
+                                       poll mtls_conn_fd and call again */
     int no_session_resumption;      /* 1: never resume (default 0: resume sessions for the same
                                        host, port, names, identity and policy) */
     mtls_identity *identity;        /* the identity to present; NULL: none, or automatic below */
@@ -632,7 +633,9 @@ MTLS_EXTERN int mtls_listener_new(const char *address, uint16_t port, const mtls
                                   mtls_listener **out);
 /* The port listened on. */
 MTLS_EXTERN int mtls_listener_port(const mtls_listener *listener, uint16_t *port);
-/* Wait up to timeout_ms (negative: forever) for a client and run its handshake. A rejected client
+/* Wait up to timeout_ms (negative: forever) for a client and run its handshake. Every client
+ * gets a full handshake (the listener issues no session tickets), so every client certificate
+ * is evaluated. A rejected client
  * gives an error saying why (MTLS_E_UNTRUSTED with our evaluation's reasons, or no certificate
  * when one is required; MTLS_E_PEER_ALERT). Free *out with mtls_conn_free. */
 MTLS_EXTERN int mtls_listener_accept(mtls_listener *listener, int timeout_ms, mtls_conn **out);

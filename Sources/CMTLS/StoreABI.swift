@@ -267,21 +267,23 @@ public func mtls_store_item_info(_ store: OpaquePointer?, _ label: UnsafePointer
     }
 }
 
-private func putItems(_ infos: [StoreItemInfo], _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
-                      _ count: UnsafeMutablePointer<Int>?) throws {
-    try putHandles(infos.map(StoreItemHandle.init), out, count)
+/// The shape every item-array function shares: check the out-parameters, run `query` on the
+/// store, hand out the items.
+private func storeItems(_ store: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
+                        _ count: UnsafeMutablePointer<Int>?, _ query: (CredentialStore) throws -> [StoreItemInfo]) -> Int32 {
+    abiCall {
+        try require(out, "out").pointee = nil
+        try require(count, "count").pointee = 0
+        let infos = try query(try handle(store, CredentialStore.self, "store"))
+        try putHandles(infos.map(StoreItemHandle.init), out, count)
+    }
 }
 
 /// `int mtls_store_list(mtls_store *store, int item_class, mtls_store_item ***out, size_t *count)`
 @_cdecl("mtls_store_list")
 public func mtls_store_list(_ store: OpaquePointer?, _ cls: Int32, _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
                             _ count: UnsafeMutablePointer<Int>?) -> Int32 {
-    abiCall {
-        try require(out, "out").pointee = nil
-        try require(count, "count").pointee = 0
-        let s = try handle(store, CredentialStore.self, "store")
-        try putItems(try s.list(itemClass: try itemClass(cls, allowAny: true)), out, count)
-    }
+    storeItems(store, out, count) { try $0.list(itemClass: try itemClass(cls, allowAny: true)) }
 }
 
 /// `int mtls_store_find_sha256(mtls_store *store, const char *sha256_hex, mtls_store_item ***out, size_t *count)`
@@ -289,12 +291,7 @@ public func mtls_store_list(_ store: OpaquePointer?, _ cls: Int32, _ out: Unsafe
 public func mtls_store_find_sha256(_ store: OpaquePointer?, _ hex: UnsafePointer<CChar>?,
                                    _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
                                    _ count: UnsafeMutablePointer<Int>?) -> Int32 {
-    abiCall {
-        try require(out, "out").pointee = nil
-        try require(count, "count").pointee = 0
-        let s = try handle(store, CredentialStore.self, "store")
-        try putItems(try s.find(sha256: try string(hex, "sha256_hex")), out, count)
-    }
+    storeItems(store, out, count) { try $0.find(sha256: try string(hex, "sha256_hex")) }
 }
 
 /// `int mtls_store_find_subject(mtls_store *store, const char *subject, mtls_store_item ***out, size_t *count)`
@@ -302,12 +299,7 @@ public func mtls_store_find_sha256(_ store: OpaquePointer?, _ hex: UnsafePointer
 public func mtls_store_find_subject(_ store: OpaquePointer?, _ subject: UnsafePointer<CChar>?,
                                     _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
                                     _ count: UnsafeMutablePointer<Int>?) -> Int32 {
-    abiCall {
-        try require(out, "out").pointee = nil
-        try require(count, "count").pointee = 0
-        let s = try handle(store, CredentialStore.self, "store")
-        try putItems(try s.find(subject: try string(subject, "subject")), out, count)
-    }
+    storeItems(store, out, count) { try $0.find(subject: try string(subject, "subject")) }
 }
 
 /// `void mtls_store_item_free(mtls_store_item *item)`

@@ -18,7 +18,7 @@ struct PKICommand: ParsableCommand {
         Private keys are written 0600, encrypted (PKCS#8, AES-256) with
         --key-password-file; the same file unlocks the CA keys later.
         """,
-        subcommands: [Init.self, Intermediate.self, Issue.self, Revoke.self, CRL.self])
+        subcommands: [Init.self, Intermediate.self, Issue.self, Revoke.self, CRL.self, List.self])
 
     /// Options every pki command takes.
     struct Common: ParsableArguments {
@@ -193,6 +193,43 @@ struct PKICommand: ParsableCommand {
                 } else {
                     print("\(PKIOutput.ok)Revoked \"\(target.subjectSummary)\" (serial \(target.serialHex))")
                     print("  CRL: \(path)")
+                }
+            }
+        }
+    }
+
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List the folder's certificates: root, intermediates, what each issued, revocations.")
+        @Option(help: "The PKI folder.") var dir: String
+        @Flag(help: "Machine-readable output.") var json = false
+
+        func run() throws {
+            try PKIOutput.reporting(json: json) {
+                let entries = try PKIDirectory(path: dir).inventory()
+                if json {
+                    CLI.printJSON(entries.map { e -> [String: Any] in
+                        let c = e.certificate
+                        return [
+                            "kind": e.profile.rawValue, "name": c.subjectSummary, "ca": e.caName as Any? ?? NSNull(),
+                            "serial": c.serialHex, "not_after": CLI.rfc3339(c.notAfter), "sha256": c.sha256Hex,
+                            "sans": c.subjectAltNames.map(\.description), "cert": e.path,
+                            "revoked": e.revocation != nil,
+                            "revoked_at": e.revocation.map { CLI.rfc3339($0.date) } as Any? ?? NSNull(),
+                            "reason": e.revocation?.reason?.name as Any? ?? NSNull(),
+                        ]
+                    })
+                    return
+                }
+                for e in entries {
+                    let c = e.certificate
+                    let indent = e.profile == .root ? "" : e.profile == .intermediate ? "  " : "    "
+                    var line = "\(indent)\(e.profile.rawValue) \"\(c.subjectSummary)\"  until \(CLI.rfc3339(c.notAfter))"
+                    if !c.subjectAltNames.isEmpty { line += "  " + c.subjectAltNames.map(\.description).joined(separator: ", ") }
+                    if let r = e.revocation {
+                        line += "  REVOKED \(CLI.rfc3339(r.date))" + (r.reason.map { " (\($0.name))" } ?? "")
+                    }
+                    print(line)
                 }
             }
         }

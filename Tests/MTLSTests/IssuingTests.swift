@@ -134,6 +134,10 @@ final class IssuingTests: XCTestCase {
         _ = try pki.makeIntermediate(commonName: "Customer B")
         let carol = try pki.issue(CertificateRequest(profile: .client, commonName: "carol"), caName: "Customer B")
         expectCode(.invalidArgument) { try pki.revoke(carol.identity.leaf, caName: "Customer A", keyPassword: nil) }
+        let inventory = try pki.inventory()
+        XCTAssertEqual(inventory.map { "\($0.profile.rawValue):\($0.certificate.subjectSummary):\($0.revocation != nil)" },
+                       ["root:Root:false", "intermediate:Customer A:false", "client:alice:true", "client:bob:false",
+                        "intermediate:Customer B:false", "client:carol:false"])
     }
 
     func testFolderKeysAre0600AndEncryptedWithAPassword() throws {

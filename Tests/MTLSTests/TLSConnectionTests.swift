@@ -208,11 +208,29 @@ final class TLSConnectionTests: XCTestCase {
                 XCTFail("client should have been refused")
             } catch let e as MTLSError {
                 XCTAssertEqual(e.code, .peerAlert, "\(e)")
+                // Our listener says why: the chain does not reach its anchor, or no certificate.
+                XCTAssertTrue(e.message.contains(id == nil ? "certificate required" : "unknown CA"), e.message)
             }
             XCTAssertThrowsError(try wait().get()) { e in
                 XCTAssertEqual((e as? MTLSError)?.code, .untrusted, "\(e)")
             }
         }
+    }
+
+    func testIPv6AddressWithValidationNameAndNoSNI() throws {
+        var so = TLSServerOptions(identity: try identity("server"))
+        so.clientPolicy = try policy(["int-a"])
+        let listener: TLSListener
+        do { listener = try TLSListener(address: "::1", port: 0, options: so) } catch { throw XCTSkip("no IPv6 loopback: \(error)") }
+        let wait = acceptOne(listener)
+        var o = try clientOptions(identity: identity("client-a"))
+        o.serverName = "" // none
+        let c = try TLSConnection.connect(host: "[::1]", port: listener.port, options: o)
+        XCTAssertEqual(c.evaluation?.trusted, true)
+        try c.write(Array("v6".utf8))
+        XCTAssertEqual(try c.read(), Array("v6".utf8))
+        c.close()
+        XCTAssertEqual(try wait().get().0, "client-a")
     }
 
     func testAutomaticSelectionPicksIdentityByServerCAList() throws {

@@ -7,6 +7,7 @@ from conftest import run_cli
 COMMANDS = [
     ["cert"], ["cert", "show"], ["p12"], ["p12", "inspect"], ["pki"], ["pki", "init"], ["pki", "intermediate"],
     ["pki", "issue"], ["pki", "issue", "server"], ["pki", "issue", "client"], ["pki", "revoke"], ["pki", "crl"],
+    ["pki", "list"],
     ["store"], ["store", "import"], ["store", "add-cert"], ["store", "add-token"], ["store", "list"],
     ["store", "show"], ["store", "delete"], ["store", "export"], ["verify"], ["limbo"], ["connect"], ["serve"],
     ["token"], ["token", "list"], ["token", "objects"],
@@ -56,6 +57,7 @@ BAD = [
                                         "--password-file", "{d}/pw"]),
     ("serve: missing identity", ["serve", "--identity", "{d}/missing.p12", "--password-file", "{d}/pw"]),
     ("pki: missing folder", ["pki", "intermediate", "--dir", "{d}/nowhere", "--name", "X"]),
+    ("pki list: missing folder", ["pki", "list", "--dir", "{d}/nowhere"]),
     ("pki: unknown intermediate", ["pki", "issue", "client", "--dir", "{d}/pki", "--ca", "Nope", "--name", "x"]),
     ("token: bad uri", ["token", "objects", "--token", "pkcs11:token=%zz"]),
     ("token: missing module", ["token", "list", "--module", "/nonexistent/module.so"]),

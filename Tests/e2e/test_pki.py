@@ -216,6 +216,11 @@ def test_revoke_and_crl(pki, tmp_path):
     assert "BEGIN X509 CRL" in (tmp_path / "copy.crl").read_text()
     r = run_cli("pki", "revoke", "--dir", d, "--ca", "Customer A", "--name", "bob")
     assert r.returncode != 0 and "already revoked" in r.stderr
+    listing = json.loads(ok("pki", "list", "--dir", d, "--json").stdout)
+    assert [(e["kind"], e["name"], e["ca"], e["revoked"]) for e in listing] == [
+        ("root", "R", None, False), ("intermediate", "Customer A", None, False), ("client", "bob", "Customer A", True)]
+    assert listing[2]["reason"] == "superseded"
+    assert "REVOKED" in ok("pki", "list", "--dir", d).stdout
 
 
 def snapshot(d):

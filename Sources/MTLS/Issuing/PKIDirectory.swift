@@ -143,6 +143,44 @@ public struct PKIDirectory: Sendable {
         return try Certificate.load(path: file)[0]
     }
 
+    /// One certificate of the folder, as ``inventory()`` lists it.
+    public struct Entry: Sendable {
+        /// Root, intermediate, or (from its EKU) server or client.
+        public let profile: CertificateProfile
+        /// The issuing intermediate's name, for server and client certificates.
+        public let caName: String?
+        public let certificate: Certificate
+        /// The certificate file.
+        public let path: String
+        /// Its revocation, when the issuing intermediate recorded one.
+        public let revocation: Revocation?
+    }
+
+    /// Every certificate in the folder: the root, then each intermediate followed by what it
+    /// issued, sorted by name. Throws ``MTLSError/Code/notFound`` when the folder has no root.
+    public func inventory() throws -> [Entry] {
+        let rootFile = rootPath + "/cert.pem"
+        guard Self.exists(rootFile) else {
+            throw MTLSError(.notFound, "\(path) has no root CA: run `mtls pki init --dir \(path) --name ...` first")
+        }
+        var out = [Entry(profile: .root, caName: nil, certificate: try Certificate.load(path: rootFile)[0],
+                         path: rootFile, revocation: nil)]
+        for slug in Self.list(path + "/ca").sorted() {
+            let dir = path + "/ca/" + slug
+            guard let ca = try? Certificate.load(path: dir + "/cert.pem")[0] else { continue }
+            out.append(Entry(profile: .intermediate, caName: nil, certificate: ca, path: dir + "/cert.pem", revocation: nil))
+            let revoked = try revocations(caName: ca.subjectSummary)
+            for name in Self.list(dir + "/issued").sorted() {
+                let file = dir + "/issued/" + name + "/cert.pem"
+                guard let leaf = try? Certificate.load(path: file)[0] else { continue }
+                let profile: CertificateProfile = (leaf.extendedKeyUsages ?? []).contains(ExtendedKeyUsage.serverAuth) ? .server : .client
+                out.append(Entry(profile: profile, caName: ca.subjectSummary, certificate: leaf, path: file,
+                                 revocation: revoked.first { $0.serialHex == leaf.serialHex }))
+            }
+        }
+        return out
+    }
+
     // MARK: Revocation
 
     /// The revocations recorded for intermediate `caName`.

@@ -28,6 +28,7 @@ public final class CredentialStore: @unchecked Sendable {
         /// How many decoded identities to keep in memory.
         public var identityCacheSize = 1024
 
+        /// The defaults: 10 s busy timeout, create, ``StoreKDFParameters/default``, 1,024 cached identities.
         public init() {}
     }
 
@@ -476,9 +477,20 @@ public final class CredentialStore: @unchecked Sendable {
             modified: Date(timeIntervalSince1970: Double(s.int64(9)) / 1000))
     }
 
+    /// The metadata queries, spelled out once so that a lookup neither builds nor hashes a long
+    /// string more than needed (find by label is the hot path).
+    private enum InfoQuery {
+        static let byClassAndLabel = "SELECT \(infoColumns) FROM items WHERE class = ? AND label = ?"
+        static let byLabel = "SELECT \(infoColumns) FROM items WHERE label = ? ORDER BY class"
+        static let byClass = "SELECT \(infoColumns) FROM items WHERE class = ? ORDER BY label"
+        static let all = "SELECT \(infoColumns) FROM items ORDER BY label, class"
+        static let bySHA256 = "SELECT \(infoColumns) FROM items WHERE leaf_sha256 = ? ORDER BY label, class"
+        static let bySubject = "SELECT \(infoColumns) FROM items WHERE subject = ?1 OR subject_cn = ?1 ORDER BY label, class"
+    }
+
     private func infos(_ sql: String, _ values: SQLiteDatabase.Value...) throws -> [StoreItemInfo] {
         try lock.with {
-            let s = try db.statement("SELECT \(CredentialStore.infoColumns) FROM items \(sql)")
+            let s = try db.statement(sql)
             defer { s.reset() }
             s.bind(values: values)
             var out: [StoreItemInfo] = []
@@ -493,9 +505,9 @@ public final class CredentialStore: @unchecked Sendable {
     public func info(label: String, itemClass: StoreItemClass? = nil) throws -> StoreItemInfo {
         let found: [StoreItemInfo]
         if let itemClass {
-            found = try infos("WHERE class = ? AND label = ?", .int(Int64(itemClass.rawValue)), .text(label))
+            found = try infos(InfoQuery.byClassAndLabel, .int(Int64(itemClass.rawValue)), .text(label))
         } else {
-            found = try infos("WHERE label = ? ORDER BY class", .text(label))
+            found = try infos(InfoQuery.byLabel, .text(label))
         }
         guard let first = found.first else {
             throw MTLSError(.notFound, "no \(itemClass?.name ?? "item") labelled \"\(label)\" in the store")
@@ -505,8 +517,8 @@ public final class CredentialStore: @unchecked Sendable {
 
     /// Metadata of every item (or every item of one class), ordered by label then class.
     public func list(itemClass: StoreItemClass? = nil) throws -> [StoreItemInfo] {
-        if let itemClass { return try infos("WHERE class = ? ORDER BY label", .int(Int64(itemClass.rawValue))) }
-        return try infos("ORDER BY label, class")
+        if let itemClass { return try infos(InfoQuery.byClass, .int(Int64(itemClass.rawValue))) }
+        return try infos(InfoQuery.all)
     }
 
     /// Items whose leaf certificate has this SHA-256 fingerprint (hex, any case, colons allowed).
@@ -515,13 +527,13 @@ public final class CredentialStore: @unchecked Sendable {
         guard hex.count == 64, hex.allSatisfy({ $0.isHexDigit }) else {
             throw MTLSError(.invalidArgument, "a SHA-256 fingerprint is 64 hex digits (got \"\(fingerprint)\")")
         }
-        return try infos("WHERE leaf_sha256 = ? ORDER BY label, class", .text(hex))
+        return try infos(InfoQuery.bySHA256, .text(hex))
     }
 
     /// Items whose leaf subject is `subject` (RFC 4514 text, exactly as ``StoreItemInfo/subject``
     /// shows it) or whose subject common name is `subject`.
     public func find(subject: String) throws -> [StoreItemInfo] {
-        try infos("WHERE subject = ?1 OR subject_cn = ?1 ORDER BY label, class", .text(subject))
+        try infos(InfoQuery.bySubject, .text(subject))
     }
 
     // MARK: deleting

@@ -32,58 +32,69 @@ enum Socket {
     /// to the first address that answers. The socket is returned non-blocking.
     static func connect(host: String, port: UInt16, deadline: Deadline) throws -> Int32 {
         let name = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        if let literal = IPSocketAddress(name, port: port) {
+            // An IP literal needs no resolver.
+            return try literal.withSockaddr { sa, len in
+                try connectOne(sa, len, family: literal.family, host: host, port: port, deadline: deadline)
+            }
+        }
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         var list: UnsafeMutablePointer<addrinfo>? = nil
-        if isIPLiteral(name) {
-            // No lookup, and no AI_ADDRCONFIG (which asks the kernel for interfaces every call).
-            hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV
-            let rc = getaddrinfo(name, String(port), &hints, &list)
-            guard rc == 0 else { throw MTLSError(.connect, "bad address \(name): \(String(cString: gai_strerror(rc)))") }
-        } else {
-            hints.ai_flags = AI_ADDRCONFIG | AI_NUMERICSERV
-            if getaddrinfo(name, String(port), &hints, &list) != 0 {
-                // AI_ADDRCONFIG hides loopback-only families on hosts without a configured address.
-                hints.ai_flags = AI_NUMERICSERV
-                let rc2 = getaddrinfo(name, String(port), &hints, &list)
-                guard rc2 == 0 else {
-                    throw MTLSError(.connect, "cannot resolve \(name): \(String(cString: gai_strerror(rc2)))")
-                }
+        hints.ai_flags = AI_ADDRCONFIG | AI_NUMERICSERV
+        if getaddrinfo(name, String(port), &hints, &list) != 0 {
+            // AI_ADDRCONFIG hides loopback-only families on hosts without a configured address.
+            hints.ai_flags = AI_NUMERICSERV
+            let rc2 = getaddrinfo(name, String(port), &hints, &list)
+            guard rc2 == 0 else {
+                throw MTLSError(.connect, "cannot resolve \(name): \(String(cString: gai_strerror(rc2)))")
             }
         }
         defer { freeaddrinfo(list) }
-        var lastError = "no address"
-        var timedOut = false
+        var errors: [MTLSError] = []
         var ai = list
         while let a = ai {
             defer { ai = a.pointee.ai_next }
-            let fd = socket(a.pointee.ai_family, a.pointee.ai_socktype | Int32(SOCK_CLOEXEC.rawValue), a.pointee.ai_protocol)
-            guard fd >= 0 else { lastError = String(cString: strerror(errno)); continue }
-            setNonBlocking(fd, true)
-            setNoDelay(fd)
-            var address: String { describe(a.pointee.ai_addr, a.pointee.ai_addrlen) }
-            if Glibc.connect(fd, a.pointee.ai_addr, a.pointee.ai_addrlen) == 0 { return fd }
-            if errno != EINPROGRESS {
-                lastError = "\(address): \(String(cString: strerror(errno)))"
-                close(fd); continue
+            do {
+                return try connectOne(a.pointee.ai_addr, a.pointee.ai_addrlen, family: a.pointee.ai_family,
+                                      host: host, port: port, deadline: deadline)
+            } catch let e as MTLSError {
+                errors.append(e)
             }
-            var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-            let n = poll(&p, 1, deadline.pollTimeout)
-            if n == 0 {
-                lastError = "\(address): no answer"; timedOut = true
-                close(fd); continue
-            }
-            var soError: Int32 = 0
-            var len = socklen_t(MemoryLayout<Int32>.size)
-            getsockopt(fd, SOL_SOCKET, SO_ERROR, &soError, &len)
-            if n < 0 || soError != 0 {
-                lastError = "\(address): \(String(cString: strerror(n < 0 ? errno : soError)))"
-                close(fd); continue
-            }
-            return fd
         }
-        if timedOut { throw MTLSError(.timeout, "connecting to \(host) port \(port) timed out (\(lastError))") }
-        throw MTLSError(.connect, "cannot connect to \(host) port \(port): \(lastError)")
+        if let timeout = errors.first(where: { $0.code == .timeout }), errors.allSatisfy({ $0.code == .timeout }) { throw timeout }
+        throw errors.first { $0.code != .timeout } ?? MTLSError(.connect, "cannot connect to \(host) port \(port): no address")
+    }
+
+    /// Connects a new non-blocking socket to one address, within the deadline.
+    private static func connectOne(_ sa: UnsafePointer<sockaddr>, _ len: socklen_t, family: Int32, host: String,
+                                   port: UInt16, deadline: Deadline) throws -> Int32 {
+        let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        guard fd >= 0 else { throw MTLSError(.connect, "socket: \(String(cString: strerror(errno)))") }
+        setNoDelay(fd)
+        if Glibc.connect(fd, sa, len) == 0 { return fd }
+        var address: String { describe(sa, len) }
+        if errno != EINPROGRESS {
+            let e = errno
+            close(fd)
+            throw MTLSError(.connect, "cannot connect to \(host) port \(port) (\(address)): \(String(cString: strerror(e)))")
+        }
+        var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+        var n: Int32
+        repeat { n = poll(&p, 1, deadline.pollTimeout) } while n < 0 && errno == EINTR
+        if n == 0 {
+            close(fd)
+            throw MTLSError(.timeout, "connecting to \(host) port \(port) (\(address)) timed out")
+        }
+        var soError: Int32 = 0
+        var slen = socklen_t(MemoryLayout<Int32>.size)
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &soError, &slen)
+        if n < 0 || soError != 0 {
+            let e = n < 0 ? errno : soError
+            close(fd)
+            throw MTLSError(.connect, "cannot connect to \(host) port \(port) (\(address)): \(String(cString: strerror(e)))")
+        }
+        return fd
     }
 
     /// Binds and listens on `address` ("" or nil for every IPv4 address, "::" for IPv6) and
@@ -187,5 +198,38 @@ enum Socket {
         let name = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
         var buf = [UInt8](repeating: 0, count: 16)
         return inet_pton(AF_INET, name, &buf) == 1 || inet_pton(AF_INET6, name, &buf) == 1
+    }
+}
+
+/// An IPv4 or IPv6 literal with a port, as a socket address (no resolver involved).
+struct IPSocketAddress {
+    private var storage = sockaddr_storage()
+    let family: Int32
+    let length: socklen_t
+
+    init?(_ text: String, port: UInt16) {
+        var v4 = sockaddr_in()
+        if inet_pton(AF_INET, text, &v4.sin_addr) == 1 {
+            v4.sin_family = sa_family_t(AF_INET)
+            v4.sin_port = port.bigEndian
+            family = AF_INET
+            length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            withUnsafeMutableBytes(of: &storage) { $0.storeBytes(of: v4, as: sockaddr_in.self) }
+            return
+        }
+        var v6 = sockaddr_in6()
+        guard inet_pton(AF_INET6, text, &v6.sin6_addr) == 1 else { return nil }
+        v6.sin6_family = sa_family_t(AF_INET6)
+        v6.sin6_port = port.bigEndian
+        family = AF_INET6
+        length = socklen_t(MemoryLayout<sockaddr_in6>.size)
+        withUnsafeMutableBytes(of: &storage) { $0.storeBytes(of: v6, as: sockaddr_in6.self) }
+    }
+
+    func withSockaddr<T>(_ body: (UnsafePointer<sockaddr>, socklen_t) throws -> T) rethrows -> T {
+        var copy = storage
+        return try withUnsafePointer(to: &copy) { p in
+            try p.withMemoryRebound(to: sockaddr.self, capacity: 1) { try body($0, length) }
+        }
     }
 }

@@ -85,9 +85,11 @@ public final class TLSConnection: @unchecked Sendable {
         state = TLSHandshakeState()
         state.attach(to: ssl)
         let bareHost = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
-        state.validationName = options.validationName ?? bareHost
+        // The evaluator takes "host:port" so that host rules written with a port apply.
+        state.validationName = options.validationName
+            ?? (port == 0 ? bareHost : (bareHost.contains(":") ? "[\(bareHost)]:\(port)" : "\(bareHost):\(port)"))
         if case .identity(let id) = options.identity { state.presentedIdentity = id }
-        Socket.setNonBlocking(fd, true)
+        if !owned { Socket.setNonBlocking(fd, true) } // our own sockets are made non-blocking
         guard SSL_set_fd(ssl, fd) == 1 else { throw MTLSError.openSSL(.internal, "cannot attach the socket") }
         _ = mtls_ossl_SSL_set_mode(ssl, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
         let sni: String? = options.serverName.map { $0.isEmpty ? nil : $0 } ?? (Socket.isIPLiteral(bareHost) ? nil : bareHost)

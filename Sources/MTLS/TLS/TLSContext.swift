@@ -225,10 +225,22 @@ final class TLSContext: @unchecked Sendable {
         SSL_CTX_set_info_callback(ctx) { ssl, where_, value in
             guard (where_ & SSL_CB_ALERT) != 0, (value & 0xff) != 0 /* close_notify */ else { return }
             let state = TLSHandshakeState.of(ssl)
-            let text = String(cString: SSL_alert_desc_string_long(value))
+            let text = TLSContext.alertText(value & 0xff)
             if (where_ & SSL_CB_READ) != 0 { state?.receivedAlert = text } else { state?.sentAlert = text }
         }
         _ = mtls_ossl_SSL_CTX_set_options(ctx, mtls_ossl_SSL_OP_IGNORE_UNEXPECTED_EOF())
+    }
+
+    /// An alert's description in OpenSSL's words, with the TLS 1.3 alerts OpenSSL 3.0 has no
+    /// text for.
+    static func alertText(_ description: Int32) -> String {
+        switch description {
+        case 109: return "missing extension"
+        case 115: return "unknown PSK identity"
+        case 116: return "certificate required"
+        case 120: return "no application protocol"
+        default: return String(cString: SSL_alert_desc_string_long(description))
+        }
     }
 
     /// Makes `identity` the context's certificate, key and chain.
@@ -297,11 +309,13 @@ final class TLSContext: @unchecked Sendable {
     /// The X.509 error code that makes OpenSSL send the most telling alert for a failed
     /// evaluation ("unknown CA", "certificate expired", "bad certificate").
     static func x509Error(for result: TrustResult) -> Int32 {
-        let codes = result.reasons.map { $0.code.lowercased() }
-        if codes.contains(where: { $0.contains("expired") }) { return X509_V_ERR_CERT_HAS_EXPIRED }
-        if codes.contains(where: { $0.contains("name") || $0.contains("host") || $0.contains("pin") }) {
-            return X509_V_ERR_CERT_REJECTED
-        }
+        typealias C = TrustReason.Code
+        let codes = Set(result.reasons.map(\.code))
+        if !codes.isDisjoint(with: [C.pinMismatch, C.pinExpired]) { return X509_V_ERR_CERT_REJECTED }
+        if !codes.isDisjoint(with: [C.expired, C.notYetValid]) { return X509_V_ERR_CERT_HAS_EXPIRED }
+        if codes.contains(C.revoked) { return X509_V_ERR_CERT_REVOKED }
+        if !codes.isDisjoint(with: [C.wrongPurpose, C.ekuMissing, C.ekuInvalid]) { return X509_V_ERR_INVALID_PURPOSE }
+        if codes.contains(C.nameMismatch) { return X509_V_ERR_HOSTNAME_MISMATCH }
         return X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY
     }
 
