@@ -46,7 +46,7 @@ struct TokenCommand: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "List the certificates and keys on the tokens (private keys need the PIN).")
         @OptionGroup var options: ModuleOptions
-        @Option(help: "Only the tokens matching this pkcs11: URI.") var token: String?
+        @Option(help: "Only the tokens, and the objects (type=, object=, id=), matching this pkcs11: URI.") var token: String?
         @Option(help: "File with the user PIN (first line); logs in so private keys are listed.") var pinFile: String?
 
         func run() throws {

@@ -86,6 +86,10 @@ final class TokenTests: XCTestCase {
         XCTAssertEqual(Set(keys.compactMap(\.label)), ["rsa-client", "ec-client", "p384-client"])
         XCTAssertEqual(keys.first { $0.label == "rsa-client" }?.keyType, "rsa2048")
         XCTAssertEqual(keys.first { $0.label == "p384-client" }?.keyType, "p384")
+        let onlyKeyTwo = try PKCS11Modules(modulePath: module).objects(tokenURI: "pkcs11:token=mtls-test;id=%02;type=private",
+                                                                        pin: SoftHSMFixture.pin)
+        XCTAssertEqual(onlyKeyTwo.map(\.label), ["ec-client"])
+        XCTAssertEqual(onlyKeyTwo.map(\.kind), [.privateKey])
         let cert = try XCTUnwrap(all.first { $0.kind == .certificate && $0.label == "ec-client" })
         XCTAssertEqual(cert.id, [2])
         XCTAssertEqual(cert.certificate?.subjectSummary, "token ec-client")

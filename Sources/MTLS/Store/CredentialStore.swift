@@ -28,6 +28,7 @@ public final class CredentialStore: @unchecked Sendable {
         /// How many decoded identities to keep in memory.
         public var identityCacheSize = 1024
 
+        /// The defaults: 10 s busy timeout, create, ``StoreKDFParameters/default``, 1,024 cached identities.
         public init() {}
     }
 

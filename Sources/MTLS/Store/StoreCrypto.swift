@@ -31,7 +31,7 @@ public enum StoreSecret: Sendable {
 
 /// scrypt cost parameters, written in the store's header so that a store opens with the
 /// parameters it was made with.
-public struct StoreKDFParameters: Hashable, Sendable {
+public struct StoreKDFParameters: Hashable, Sendable, CustomStringConvertible {
     /// log2 of scrypt's N (CPU/memory cost).
     public var logN: Int
     /// scrypt's r (block size).
@@ -39,6 +39,7 @@ public struct StoreKDFParameters: Hashable, Sendable {
     /// scrypt's p (parallelism).
     public var p: Int
 
+    /// scrypt with N = 2^`logN`, block size `r` and parallelism `p` (checked when used).
     public init(logN: Int, r: Int, p: Int) {
         self.logN = logN
         self.r = r
@@ -61,6 +62,7 @@ public struct StoreKDFParameters: Hashable, Sendable {
         }
     }
 
+    /// "scrypt N=2^17 r=8 p=1".
     public var description: String { "scrypt N=2^\(logN) r=\(r) p=\(p)" }
 }
 

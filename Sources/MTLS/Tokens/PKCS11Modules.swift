@@ -77,7 +77,8 @@ public final class PKCS11Modules: @unchecked Sendable {
         try modules.flatMap { m in try m.slotsWithToken().compactMap { try TokenInfo(module: m, slot: $0) } }
     }
 
-    /// The certificates and keys of the tokens matching `tokenURI` (every token when nil).
+    /// The certificates and keys of the tokens matching `tokenURI` (every token when nil), and
+    /// matching its `type`, `object` and `id` when it has them.
     /// With a `pin`, logs in first so that private objects (private keys) are listed too; the
     /// login lasts as long as the module stays loaded (PKCS#11 logins belong to the application,
     /// so logging out here would also log out token identities in use).
@@ -99,7 +100,7 @@ public final class PKCS11Modules: @unchecked Sendable {
                         throw MTLSError(e.code, "cannot log in to token \"\(token.label)\": \(e.message)")
                     }
                 }
-                out += try objects(on: session, token: token)
+                out += try objects(on: session, token: token, filter: filter)
             }
         }
         if !found {
@@ -108,7 +109,7 @@ public final class PKCS11Modules: @unchecked Sendable {
         return out
     }
 
-    private func objects(on session: PKCS11Session, token: TokenInfo) throws -> [TokenObject] {
+    private func objects(on session: PKCS11Session, token: TokenInfo, filter: P11KitURI?) throws -> [TokenObject] {
         let info = try session.module.tokenInfo(session.slot)
         var out: [TokenObject] = []
         for (cls, kind) in [(CKO_CERTIFICATE, TokenObject.Kind.certificate), (CKO_PRIVATE_KEY, .privateKey),
@@ -116,6 +117,7 @@ public final class PKCS11Modules: @unchecked Sendable {
             for h in try session.findObjects([.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(cls))]) {
                 let label = try session.attribute(h, CK_ATTRIBUTE_TYPE(CKA_LABEL)).map { String(decoding: $0, as: UTF8.self) }
                 let id = try session.attribute(h, CK_ATTRIBUTE_TYPE(CKA_ID)) ?? []
+                if let filter, !filter.matches(objectClass: CK_OBJECT_CLASS(cls), label: label, id: id) { continue }
                 var certificate: Certificate? = nil
                 var keyType: String? = nil
                 if kind == .certificate {

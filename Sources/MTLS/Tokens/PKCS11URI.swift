@@ -138,6 +138,15 @@ final class P11KitURI {
         return p11_kit_uri_match_slot_info(uri, &info) == 1
     }
 
+    /// Whether an object with these CKA_CLASS, CKA_LABEL and CKA_ID matches the URI's object
+    /// attributes (`type`, `object`, `id`); a URI without them matches every object.
+    func matches(objectClass: CK_OBJECT_CLASS, label: String?, id: [UInt8]) -> Bool {
+        var attrs: [PKCS11Attribute] = [.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(objectClass)),
+                                        .bytes(CK_ATTRIBUTE_TYPE(CKA_ID), id)]
+        if let label { attrs.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_LABEL), Array(label.utf8))) }
+        return (try? PKCS11Attribute.withTemplate(attrs) { t, n in p11_kit_uri_match_attributes(uri, t, n) == 1 }) ?? false
+    }
+
     /// The URI of a token, or of an object on it (`label`/`id`/`cls` given).
     static func format(token: CK_TOKEN_INFO, label: String? = nil, id: [UInt8]? = nil,
                        cls: CK_OBJECT_CLASS? = nil) throws -> String {

@@ -251,3 +251,35 @@ def test_four_processes_and_eight_threads_lose_nothing(pki, tmp_path):
         assert items["same"].leaf_sha256 in (alice, bob)
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A 512 KiB tmpfs, to fill up for real (needs root; skipped otherwise)."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k,mode=0700", "tmpfs", str(mnt)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_full_disk_is_disk_full_and_loses_nothing(pki, tiny_fs):
+    path = tiny_fs / "store.db"
+    stored = []
+    with Store(path, "s", **KDF) as st:
+        with pytest.raises(errors.DiskFull):
+            for i in range(2000):
+                st.import_p12(f"id{i}", (pki / ("alice.p12", "bob.p12")[i % 2]).read_bytes(), "pw")
+                stored.append(i)
+        assert len(stored) > 10
+        # Everything stored before the failure is intact, and the store still reads.
+        for i in stored[:: max(len(stored) // 20, 1)]:
+            assert st.get_identity(f"id{i}").leaf.subject == ("CN=alice", "CN=bob")[i % 2]
+        assert len(st.list()) == len(stored)
+    with Store(path, "s", **KDF) as st:
+        assert len(st.list()) == len(stored)
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    db.close()
