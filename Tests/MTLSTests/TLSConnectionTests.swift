@@ -156,6 +156,12 @@ final class TLSConnectionTests: XCTestCase {
         XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: silent, options: o)) { e in
             XCTAssertEqual((e as? MTLSError)?.code, .timeout)
         }
+        // Bad options after the socket connected: an error, the socket closed once.
+        var bad = TLSClientOptions()
+        bad.alpn = [""]
+        XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: silent, options: bad)) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .invalidArgument)
+        }
     }
 
     // MARK: libmtls server
