@@ -83,6 +83,10 @@ final class TLSConnectionTests: XCTestCase {
                 XCTAssertEqual(c.evaluation?.trusted, true)
                 c.close()
             }
+            TLSConnection.clearSessionCache()
+            let fresh = try TLSConnection.connect(host: "127.0.0.1", port: port, options: o)
+            XCTAssertFalse(fresh.isResumed, "a cleared cache means a full handshake")
+            fresh.close()
         }
     }
 

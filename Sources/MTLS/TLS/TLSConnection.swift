@@ -143,6 +143,14 @@ public final class TLSConnection: @unchecked Sendable {
         if ownsFileDescriptor, !closed { Glibc.close(fileDescriptor) }
     }
 
+    /// Forgets every cached TLS session and the shared OpenSSL contexts behind them (with their
+    /// references to identities, whose keys are then freed once the caller drops them too).
+    /// libmtls keeps the contexts of the 16 most recent (identity, policy, versions)
+    /// combinations so that repeated connections resume their sessions.
+    public static func clearSessionCache() {
+        TLSContext.clearSharedClients()
+    }
+
     // MARK: handshake
 
     /// Runs (or, in non-blocking mode, continues) the handshake. Does nothing once complete.
