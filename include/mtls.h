@@ -605,6 +605,13 @@ MTLS_EXTERN int mtls_conn_resumed(const mtls_conn *conn, int *resumed);
  * Free *out with mtls_identity_free. */
 MTLS_EXTERN int mtls_conn_presented_identity(const mtls_conn *conn, mtls_identity **out);
 
+/* Forget every cached TLS session and the OpenSSL contexts behind them. libmtls keeps the
+ * contexts of the 16 most recent (identity or candidates, policy, versions) combinations, each
+ * with its session cache, so repeated connections resume; they hold references to their
+ * identities (and keys) until cleared or evicted. Open connections are not affected.
+ * Thread-safe. */
+MTLS_EXTERN void mtls_conn_cache_clear(void);
+
 #define MTLS_CLIENT_AUTH_NONE 0      /* do not ask clients for a certificate */
 #define MTLS_CLIENT_AUTH_OPTIONAL 1  /* ask; accept clients without one (not untrusted ones) */
 #define MTLS_CLIENT_AUTH_REQUIRE 2   /* ask, and refuse clients without one (default) */

@@ -334,3 +334,9 @@ public func mtls_conn_evaluation(_ conn: OpaquePointer?, _ out: UnsafeMutablePoi
         out.pointee = c.evaluation.map { retainHandle(TrustResultBox($0)) }
     }
 }
+
+/// `void mtls_conn_cache_clear(void)`
+@_cdecl("mtls_conn_cache_clear")
+public func mtls_conn_cache_clear() {
+    TLSConnection.clearSessionCache()
+}

@@ -83,6 +83,10 @@ final class TLSConnectionTests: XCTestCase {
                 XCTAssertEqual(c.evaluation?.trusted, true)
                 c.close()
             }
+            TLSConnection.clearSessionCache()
+            let fresh = try TLSConnection.connect(host: "127.0.0.1", port: port, options: o)
+            XCTAssertFalse(fresh.isResumed, "a cleared cache means a full handshake")
+            fresh.close()
         }
     }
 
@@ -151,6 +155,12 @@ final class TLSConnectionTests: XCTestCase {
         o.handshakeTimeout = 0.3
         XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: silent, options: o)) { e in
             XCTAssertEqual((e as? MTLSError)?.code, .timeout)
+        }
+        // Bad options after the socket connected: an error, the socket closed once.
+        var bad = TLSClientOptions()
+        bad.alpn = [""]
+        XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: silent, options: bad)) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .invalidArgument)
         }
     }
 

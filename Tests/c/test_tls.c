@@ -303,6 +303,7 @@ int main(void) {
     CHECK_OK(mtls_ssl_ctx_configure(ctx, NULL, NULL, 1)); /* replaces the first configuration */
     ctx_free(ctx);
 
+    mtls_conn_cache_clear(); /* drops the shared contexts and their references to identities */
     mtls_policy_free(wrong);
     mtls_policy_free(server_policy);
     mtls_policy_free(client_policy);

@@ -151,3 +151,25 @@ def test_environment_defaults_and_xdg_path(pki):
     env.pop("MTLS_STORE_SECRET_FILE")
     r = subprocess.run([CLI, "store", "list"], capture_output=True, text=True, env=env)
     assert r.returncode != 0 and "secret" in r.stderr
+
+
+def test_full_disk_is_one_line_and_keeps_what_was_stored(pki, tmp_path):
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        base = [CLI, "store", "--store", str(mnt / "store.db"), "--secret-file", str(pki / "secret.txt"), *FAST]
+        stored = 0
+        for i in range(500):
+            r = subprocess.run([*base, "import", str(pki / "c.p12"), "--label", f"c{i}", "--password-file",
+                                str(pki / "pw.txt")], capture_output=True, text=True)
+            if r.returncode != 0:
+                break
+            stored += 1
+        assert r.returncode != 0 and "disk is full" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert stored > 5
+        r = subprocess.run([*base, "list", "--json"], capture_output=True, text=True)
+        assert r.returncode == 0 and len(json.loads(r.stdout)) == stored
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)

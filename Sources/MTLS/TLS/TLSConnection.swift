@@ -84,34 +84,40 @@ public final class TLSConnection: @unchecked Sendable {
         ioTimeout = options.ioTimeout
         state = TLSHandshakeState()
         state.attach(to: ssl)
-        let bareHost = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
-        // The evaluator takes "host:port" so that host rules written with a port apply.
-        state.validationName = options.validationName
-            ?? (port == 0 ? bareHost : (bareHost.contains(":") ? "[\(bareHost)]:\(port)" : "\(bareHost):\(port)"))
-        if case .identity(let id) = options.identity { state.presentedIdentity = id }
-        if !owned { Socket.setNonBlocking(fd, true) } // our own sockets are made non-blocking
-        guard SSL_set_fd(ssl, fd) == 1 else { throw MTLSError.openSSL(.internal, "cannot attach the socket") }
-        _ = mtls_ossl_SSL_set_mode(ssl, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
-        let sni: String? = options.serverName.map { $0.isEmpty ? nil : $0 } ?? (Socket.isIPLiteral(bareHost) ? nil : bareHost)
-        if let sni, mtls_ossl_SSL_set_tlsext_host_name(ssl, sni) != 1 {
-            throw MTLSError.openSSL(.invalidArgument, "cannot send \"\(sni)\" as the server name")
-        }
-        if !options.alpn.isEmpty {
-            let wire = try ALPN.wire(options.alpn)
-            guard SSL_set_alpn_protos(ssl, wire, UInt32(wire.count)) == 0 else {
-                throw MTLSError.openSSL(.invalidArgument, "cannot set ALPN protocols")
+        // On failure the caller closes the socket; the deinit must not close it again.
+        do {
+            let bareHost = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+            // The evaluator takes "host:port" so that host rules written with a port apply.
+            state.validationName = options.validationName
+                ?? (port == 0 ? bareHost : (bareHost.contains(":") ? "[\(bareHost)]:\(port)" : "\(bareHost):\(port)"))
+            if case .identity(let id) = options.identity { state.presentedIdentity = id }
+            if !owned { Socket.setNonBlocking(fd, true) } // our own sockets are made non-blocking
+            guard SSL_set_fd(ssl, fd) == 1 else { throw MTLSError.openSSL(.internal, "cannot attach the socket") }
+            _ = mtls_ossl_SSL_set_mode(ssl, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
+            let sni: String? = options.serverName.map { $0.isEmpty ? nil : $0 } ?? (Socket.isIPLiteral(bareHost) ? nil : bareHost)
+            if let sni, mtls_ossl_SSL_set_tlsext_host_name(ssl, sni) != 1 {
+                throw MTLSError.openSSL(.invalidArgument, "cannot send \"\(sni)\" as the server name")
             }
-        }
-        if options.sessionResumption {
-            let key = "\(bareHost)|\(port)|\(sni ?? "")|\(state.validationName ?? "")"
-            state.sessionCache = context.sessions
-            state.sessionKey = key
-            let stamp = SessionCache.stamp(context.config.policy.current)
-            state.policyStamp = stamp
-            if let (session, _) = context.sessions.lookup(key, policy: stamp) {
-                _ = SSL_set_session(ssl, session)
-                SSL_SESSION_free(session)
+            if !options.alpn.isEmpty {
+                let wire = try ALPN.wire(options.alpn)
+                guard SSL_set_alpn_protos(ssl, wire, UInt32(wire.count)) == 0 else {
+                    throw MTLSError.openSSL(.invalidArgument, "cannot set ALPN protocols")
+                }
             }
+            if options.sessionResumption {
+                let key = "\(bareHost)|\(port)|\(sni ?? "")|\(state.validationName ?? "")"
+                state.sessionCache = context.sessions
+                state.sessionKey = key
+                let stamp = SessionCache.stamp(context.config.policy.current)
+                state.policyStamp = stamp
+                if let (session, _) = context.sessions.lookup(key, policy: stamp) {
+                    _ = SSL_set_session(ssl, session)
+                    SSL_SESSION_free(session)
+                }
+            }
+        } catch {
+            closed = true
+            throw error
         }
         SSL_set_connect_state(ssl)
     }
@@ -133,7 +139,10 @@ public final class TLSConnection: @unchecked Sendable {
         state.validationName = nil // clients are not name-checked
         state.presentedIdentity = options.identity
         Socket.setNonBlocking(fd, true)
-        guard SSL_set_fd(ssl, fd) == 1 else { throw MTLSError.openSSL(.internal, "cannot attach the socket") }
+        guard SSL_set_fd(ssl, fd) == 1 else {
+            closed = true // the caller closes the socket
+            throw MTLSError.openSSL(.internal, "cannot attach the socket")
+        }
         _ = mtls_ossl_SSL_set_mode(ssl, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
         SSL_set_accept_state(ssl)
     }
@@ -141,6 +150,14 @@ public final class TLSConnection: @unchecked Sendable {
     deinit {
         SSL_free(ssl)
         if ownsFileDescriptor, !closed { Glibc.close(fileDescriptor) }
+    }
+
+    /// Forgets every cached TLS session and the shared OpenSSL contexts behind them (with their
+    /// references to identities, whose keys are then freed once the caller drops them too).
+    /// libmtls keeps the contexts of the 16 most recent (identity, policy, versions)
+    /// combinations so that repeated connections resume their sessions.
+    public static func clearSessionCache() {
+        TLSContext.clearSharedClients()
     }
 
     // MARK: handshake

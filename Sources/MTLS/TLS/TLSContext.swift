@@ -363,10 +363,25 @@ final class TLSContext: @unchecked Sendable {
         return try cacheLock.withLock {
             if let (c, _) = clientContexts[key] { return c }
             let c = try client(options)
-            if clientContexts.count >= 64 { clientContexts.removeAll() }
+            // Bounded: a program that makes a new identity or policy per connection does not
+            // keep every old key alive here (contexts hold their identity's key).
+            if clientContexts.count >= maxSharedContexts { clientContexts.removeAll() }
             clientContexts[key] = (c, keep)
             return c
         }
+    }
+
+    static let maxSharedContexts = 16
+
+    /// Drops every shared client context with its session cache (and its references to
+    /// identities and policies). Connections still open keep theirs.
+    static func clearSharedClients() {
+        let dropped = cacheLock.withLock { () -> [ContextKey: (TLSContext, [AnyObject])] in
+            let all = clientContexts
+            clientContexts.removeAll()
+            return all
+        }
+        _ = dropped // released outside the lock
     }
 }
 

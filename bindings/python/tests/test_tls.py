@@ -153,6 +153,19 @@ def test_refused_and_bad_arguments(pki):
         mtls.Listener(identity(pki, "server"), client_auth="sometimes")
 
 
+def test_clear_session_cache_then_connect_again(pki, server):
+    start, results = server
+    port = start(2)
+    with client(pki, port) as c:
+        c.write(b"1")
+        assert c.read() == b"1"
+    mtls.tls.clear_session_cache()
+    with client(pki, port) as c:
+        assert not c.resumed
+        c.write(b"2")
+        assert c.read() == b"2"
+
+
 def test_configure_an_openssl_ssl_ctx(pki):
     libssl = ctypes.CDLL(ctypes.util.find_library("ssl"))
     libssl.TLS_method.restype = ctypes.c_void_p

@@ -86,6 +86,8 @@ fn("mtls_conn_tls_version", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 fn("mtls_conn_resumed", ctypes.c_int, ctypes.c_void_p, c_int_p)
 # int mtls_conn_presented_identity(const mtls_conn *conn, mtls_identity **out)
 fn("mtls_conn_presented_identity", ctypes.c_int, ctypes.c_void_p, c_void_pp)
+# void mtls_conn_cache_clear(void)
+fn("mtls_conn_cache_clear", None)
 # int mtls_listener_options_init(mtls_listener_options *opts, unsigned int version)
 fn("mtls_listener_options_init", ctypes.c_int, _lopts_p, ctypes.c_uint)
 # int mtls_listener_new(const char *address, uint16_t port, const mtls_listener_options *opts, mtls_listener **out)
@@ -337,3 +339,9 @@ def configure_ssl_ctx(ssl_ctx: int, identity: Optional[Identity] = None, policy:
     judge peers with `policy` through libmtls's evaluator."""
     check(lib.mtls_ssl_ctx_configure(ssl_ctx, identity._h if identity else None, policy._h if policy else None,
                                      int(accepts_clients)))
+
+
+def clear_session_cache():
+    """Forgets every cached TLS session and the shared OpenSSL contexts (and their references to
+    identities) behind them; open connections are not affected."""
+    lib.mtls_conn_cache_clear()
