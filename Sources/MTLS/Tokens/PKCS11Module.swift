@@ -194,6 +194,41 @@ final class PKCS11Session: @unchecked Sendable {
         }
     }
 
+    /// Several attributes of one object in one call (a second one only when a value is larger
+    /// than `guess` bytes); an attribute the object lacks (or hides) is absent from the result.
+    func attributes(_ object: CK_OBJECT_HANDLE, _ types: [CK_ATTRIBUTE_TYPE], guess: Int = 4096) throws -> [CK_ATTRIBUTE_TYPE: [UInt8]] {
+        try lock.withLock { _ in
+            var sizes = [Int](repeating: guess, count: types.count)
+            for attempt in 0..<2 {
+                let buffers = sizes.map { UnsafeMutableRawBufferPointer.allocate(byteCount: max($0, 1), alignment: 8) }
+                defer { buffers.forEach { $0.deallocate() } }
+                var template = zip(types, buffers).map { t, b in
+                    CK_ATTRIBUTE(type: t, pValue: b.baseAddress, ulValueLen: CK_ULONG(b.count))
+                }
+                let rv = f.C_GetAttributeValue(handle, object, &template, CK_ULONG(template.count))
+                if rv == CKR_BUFFER_TOO_SMALL, attempt == 0 {
+                    // Ask for the sizes, then read again.
+                    var query = types.map { CK_ATTRIBUTE(type: $0, pValue: nil, ulValueLen: 0) }
+                    let q = f.C_GetAttributeValue(handle, object, &query, CK_ULONG(query.count))
+                    guard q == CKR_OK || q == CKR_ATTRIBUTE_TYPE_INVALID || q == CKR_ATTRIBUTE_SENSITIVE else {
+                        throw PKCS11.error(q, "C_GetAttributeValue")
+                    }
+                    sizes = query.map { $0.ulValueLen == CK_ULONG.max ? 0 : Int($0.ulValueLen) }
+                    continue
+                }
+                guard rv == CKR_OK || rv == CKR_ATTRIBUTE_TYPE_INVALID || rv == CKR_ATTRIBUTE_SENSITIVE else {
+                    throw PKCS11.error(rv, "C_GetAttributeValue")
+                }
+                var out: [CK_ATTRIBUTE_TYPE: [UInt8]] = [:]
+                for (a, b) in zip(template, buffers) where a.ulValueLen != CK_ULONG.max && Int(a.ulValueLen) <= b.count {
+                    out[a.type] = Array(UnsafeRawBufferPointer(rebasing: b.prefix(Int(a.ulValueLen))))
+                }
+                return out
+            }
+            throw MTLSError(.token, "C_GetAttributeValue kept asking for a larger buffer")
+        }
+    }
+
     func ulongAttribute(_ object: CK_OBJECT_HANDLE, _ type: CK_ATTRIBUTE_TYPE) throws -> CK_ULONG? {
         guard let v = try attribute(object, type), v.count == MemoryLayout<CK_ULONG>.size else { return nil }
         return v.withUnsafeBytes { $0.loadUnaligned(as: CK_ULONG.self) }

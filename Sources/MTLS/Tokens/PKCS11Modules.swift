@@ -163,9 +163,14 @@ extension TokenInfo {
     init?(module m: PKCS11Module, slot: CK_SLOT_ID) throws {
         let info: CK_TOKEN_INFO
         do { info = try m.tokenInfo(slot) } catch let e as MTLSError where e.code == .tokenNotPresent { return nil }
+        try self.init(module: m, slot: slot, info: info, slotInfo: try m.slotInfo(slot))
+    }
+
+    /// The same, from the token and slot information already read.
+    init?(module m: PKCS11Module, slot: CK_SLOT_ID, info: CK_TOKEN_INFO, slotInfo: CK_SLOT_INFO) throws {
         guard info.flags & CK_FLAGS(CKF_TOKEN_INITIALIZED) != 0 else { return nil }
         var tokenInfo = info
-        var slotInfo = try m.slotInfo(slot)
+        var slotInfo = slotInfo
         func has(_ f: some BinaryInteger) -> Bool { info.flags & CK_FLAGS(f) != 0 }
         self.init(
             moduleName: m.name ?? m.path.map { String($0.split(separator: "/").last ?? "module") } ?? "module",

@@ -30,11 +30,12 @@ extension Token {
             guard matcher.matches(module: m.moduleInfo()) else { continue }
             for slot in try m.slotsWithToken() {
                 guard let info = try? m.tokenInfo(slot), matcher.matches(token: info),
-                      let slotInfo = try? m.slotInfo(slot), matcher.matches(slot: slotInfo) else { continue }
-                guard let token = try TokenInfo(module: m, slot: slot) else { continue }
+                      let slotInfo = try? m.slotInfo(slot), matcher.matches(slot: slotInfo),
+                      let token = try TokenInfo(module: m, slot: slot, info: info, slotInfo: slotInfo) else { continue }
                 tokensSeen.append(token.label)
                 let session = try PKCS11Session(module: m, slot: slot)
-                if let identity = try identity(on: session, token: token, uri: uri, pin: pin, pinCallback: pinCallback) {
+                if let identity = try identity(on: session, token: token, info: info, uri: uri, pin: pin,
+                                               pinCallback: pinCallback) {
                     return identity
                 }
             }
@@ -45,90 +46,127 @@ extension Token {
         throw MTLSError(.notFound, "no certificate matching \(describeObject(uri)) on token \(tokensSeen.map { "\"\($0)\"" }.joined(separator: ", "))")
     }
 
-    /// The identity on one token, or nil when the token has no matching certificate.
-    private static func identity(on session: PKCS11Session, token: TokenInfo, uri: PKCS11URI, pin: SecretBytes?,
-                                 pinCallback: TokenPINCallback?) throws -> Identity? {
-        var selector: [PKCS11Attribute] = []
-        if let id = uri.id { selector.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_ID), id)) }
-        if let label = uri.object { selector.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_LABEL), Array(label.utf8))) }
-        let certTemplate = selector + [.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(CKO_CERTIFICATE)),
-                                       .ulong(CK_ATTRIBUTE_TYPE(CKA_CERTIFICATE_TYPE), CK_ULONG(CKC_X_509))]
+    /// An X.509 certificate object on a token, with the attributes that select it.
+    private struct TokenCertificate {
+        let handle: CK_OBJECT_HANDLE
+        let id: [UInt8]
+        let label: String?
+        let der: [UInt8]?
+        /// CKA_SUBJECT and CKA_ISSUER: the DER names, to pick chain candidates without parsing
+        /// every certificate (OpenSSL 3's d2i_X509 is not cheap).
+        let subject: [UInt8]?
+        let issuer: [UInt8]?
+    }
 
-        // Certificates are usually public objects; log in first only when a PIN is at hand or the
-        // certificate is not visible without it.
+    /// Every X.509 certificate on the token, read with one search and one attribute call each
+    /// (tokens are slow at both; the leaf and the chain come from the same list).
+    private static func certificates(on session: PKCS11Session) throws -> [TokenCertificate] {
+        let types = [CK_ATTRIBUTE_TYPE(CKA_ID), CK_ATTRIBUTE_TYPE(CKA_LABEL), CK_ATTRIBUTE_TYPE(CKA_VALUE),
+                     CK_ATTRIBUTE_TYPE(CKA_SUBJECT), CK_ATTRIBUTE_TYPE(CKA_ISSUER)]
+        return try session.findObjects([.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(CKO_CERTIFICATE)),
+                                        .ulong(CK_ATTRIBUTE_TYPE(CKA_CERTIFICATE_TYPE), CK_ULONG(CKC_X_509))])
+            .map { h in
+                let a = try session.attributes(h, types)
+                return TokenCertificate(handle: h, id: a[types[0]] ?? [],
+                                        label: a[types[1]].map { String(decoding: $0, as: UTF8.self) }, der: a[types[2]],
+                                        subject: a[types[3]], issuer: a[types[4]])
+            }
+    }
+
+    /// The identity on one token, or nil when the token has no matching certificate.
+    private static func identity(on session: PKCS11Session, token: TokenInfo, info: CK_TOKEN_INFO, uri: PKCS11URI,
+                                 pin: SecretBytes?, pinCallback: TokenPINCallback?) throws -> Identity? {
+        // Certificates are usually public objects; log in first only when the certificate is not
+        // visible without it, or for the key.
         var loggedIn = false
         func logIn() throws {
-            guard !loggedIn else { return }
+            guard !loggedIn, token.loginRequired else { return }
             try login(session: session, token: token, uri: uri, pin: pin, pinCallback: pinCallback)
             loggedIn = true
         }
-        var certs = try session.findObjects(certTemplate)
+        func selected(_ all: [TokenCertificate]) -> [TokenCertificate] {
+            all.filter { c in (uri.id.map { $0 == c.id } ?? true) && (uri.object.map { $0 == c.label } ?? true) }
+        }
+        var all = try certificates(on: session)
+        var certs = selected(all)
         if certs.isEmpty && token.loginRequired {
             try logIn()
-            certs = try session.findObjects(certTemplate)
+            all = try certificates(on: session)
+            certs = selected(all)
         }
-        if certs.isEmpty, !selector.isEmpty {
+        if certs.isEmpty, uri.id != nil || uri.object != nil {
             // The URI may name the key by a label its certificate does not share: find the key,
             // then the certificate with the key's CKA_ID.
-            if token.loginRequired { try logIn() }
-            let keys = try session.findObjects(selector + [.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(CKO_PRIVATE_KEY))])
+            try logIn()
+            var selector: [PKCS11Attribute] = [.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(CKO_PRIVATE_KEY))]
+            if let id = uri.id { selector.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_ID), id)) }
+            if let label = uri.object { selector.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_LABEL), Array(label.utf8))) }
+            let keys = try session.findObjects(selector)
             if keys.count == 1, let keyID = try session.attribute(keys[0], CK_ATTRIBUTE_TYPE(CKA_ID)), !keyID.isEmpty {
-                certs = try session.findObjects([.bytes(CK_ATTRIBUTE_TYPE(CKA_ID), keyID),
-                                                 .ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(CKO_CERTIFICATE)),
-                                                 .ulong(CK_ATTRIBUTE_TYPE(CKA_CERTIFICATE_TYPE), CK_ULONG(CKC_X_509))])
+                certs = all.filter { $0.id == keyID }
             }
         }
         if certs.isEmpty { return nil }
         guard certs.count == 1 else {
-            let labels = try certs.map { h in
-                try session.attribute(h, CK_ATTRIBUTE_TYPE(CKA_LABEL)).map { "\"" + String(decoding: $0, as: UTF8.self) + "\"" } ?? "(no label)"
-            }
+            let labels = certs.map { $0.label.map { "\"\($0)\"" } ?? "(no label)" }
             throw MTLSError(.badURI, "\(uri.text) matches \(certs.count) certificates on token \"\(token.label)\" (\(labels.joined(separator: ", "))); add id= or object= to choose one")
         }
-        guard let der = try session.attribute(certs[0], CK_ATTRIBUTE_TYPE(CKA_VALUE)) else {
+        let chosen = certs[0]
+        guard let der = chosen.der else {
             throw MTLSError(.token, "the certificate \(describeObject(uri)) on token \"\(token.label)\" has no value")
         }
         let leaf = try Certificate(der: der)
-        let id = try session.attribute(certs[0], CK_ATTRIBUTE_TYPE(CKA_ID)) ?? []
-        let certLabel = try session.attribute(certs[0], CK_ATTRIBUTE_TYPE(CKA_LABEL)).map { String(decoding: $0, as: UTF8.self) }
+        let id = chosen.id
 
         // The private key with the certificate's CKA_ID (its label when it has no ID).
-        if token.loginRequired { try logIn() }
+        try logIn()
         var keyTemplate: [PKCS11Attribute] = [.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(CKO_PRIVATE_KEY))]
         if !id.isEmpty {
             keyTemplate.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_ID), id))
-        } else if let certLabel {
+        } else if let certLabel = chosen.label {
             keyTemplate.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_LABEL), Array(certLabel.utf8)))
         } else {
             throw MTLSError(.notFound, "the certificate \"\(leaf.subjectSummary)\" on token \"\(token.label)\" has neither CKA_ID nor label to find its private key by")
         }
-        let keys = try session.findObjects(keyTemplate)
-        guard let key = keys.first else {
+        guard let key = try session.findObjects(keyTemplate, limit: 1).first else {
             throw MTLSError(.notFound, "no private key with the id \(Encoding.hex(id)) of certificate \"\(leaf.subjectSummary)\" on token \"\(token.label)\"")
         }
-        let keyLabel = try session.attribute(key, CK_ATTRIBUTE_TYPE(CKA_LABEL)).map { String(decoding: $0, as: UTF8.self) }
-        let keyURI = try P11KitURI.format(token: try session.module.tokenInfo(session.slot), label: keyLabel,
-                                          id: id.isEmpty ? nil : id, cls: CK_OBJECT_CLASS(CKO_PRIVATE_KEY))
+        let keyAttributes = try session.attributes(key, [CK_ATTRIBUTE_TYPE(CKA_LABEL), CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)], guess: 256)
+        let keyLabel = keyAttributes[CK_ATTRIBUTE_TYPE(CKA_LABEL)].map { String(decoding: $0, as: UTF8.self) }
+        let keyURI = try P11KitURI.format(token: info, label: keyLabel, id: id.isEmpty ? nil : id,
+                                          cls: CK_OBJECT_CLASS(CKO_PRIVATE_KEY))
         guard let publicKey = X509_get0_pubkey(leaf.x509) else {
             throw MTLSError.openSSL(.parse, "cannot read the public key of \"\(leaf.subjectSummary)\"")
         }
-        try checkKeyType(session: session, key: key, certificateKey: publicKey, leaf: leaf)
+        try checkKeyType(keyAttributes[CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)], certificateKey: publicKey, leaf: leaf)
         let context = TokenKeyContext(session: session, key: key, uri: keyURI)
         let pkey = try TokenKey.make(publicKey: publicKey, context: context)
         let privateKey = PrivateKey(takingOwnership: pkey, tokenURI: keyURI)
 
-        // Other certificates on the token (a CA chain stored with the key) help build the chain.
-        let others = try session.findObjects([.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(CKO_CERTIFICATE))])
-            .filter { $0 != certs[0] }
-            .compactMap { try session.attribute($0, CK_ATTRIBUTE_TYPE(CKA_VALUE)).flatMap { try? Certificate(der: $0) } }
-        return try Identity(privateKey: privateKey, leaf: leaf, certificates: others, friendlyName: certLabel,
+        // Other certificates on the token (a CA chain stored with the key) help build the chain:
+        // those whose subject is an issuer on the leaf's path, and any whose names are unknown.
+        var others: [Certificate] = []
+        var remaining = all.filter { $0.handle != chosen.handle }
+        func parse(_ c: TokenCertificate) { if let der = c.der, let cert = try? Certificate(der: der) { others.append(cert) } }
+        remaining.removeAll { c in
+            guard c.subject == nil || c.issuer == nil else { return false }
+            parse(c)
+            return true
+        }
+        var wanted = chosen.issuer
+        while let name = wanted, let i = remaining.firstIndex(where: { $0.subject == name }) {
+            let issuer = remaining.remove(at: i)
+            parse(issuer)
+            wanted = issuer.issuer == issuer.subject ? nil : issuer.issuer
+        }
+        return try Identity(privateKey: privateKey, leaf: leaf, certificates: others, friendlyName: chosen.label,
                             localKeyID: id.isEmpty ? nil : id)
     }
 
     /// The token key must be the same kind as the certificate's (RSA, EC).
-    private static func checkKeyType(session: PKCS11Session, key: CK_OBJECT_HANDLE, certificateKey: OpaquePointer,
-                                     leaf: Certificate) throws {
-        guard let kt = try session.ulongAttribute(key, CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)) else { return }
+    private static func checkKeyType(_ value: [UInt8]?, certificateKey: OpaquePointer, leaf: Certificate) throws {
+        guard let value, value.count == MemoryLayout<CK_ULONG>.size else { return }
+        let kt = value.withUnsafeBytes { $0.loadUnaligned(as: CK_ULONG.self) }
         let expected: CK_ULONG
         switch EVP_PKEY_get_base_id(certificateKey) {
         case EVP_PKEY_RSA: expected = CK_ULONG(CKK_RSA)

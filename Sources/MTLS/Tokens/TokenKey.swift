@@ -49,18 +49,11 @@ enum TokenKey {
     /// A new `EVP_PKEY` (one reference, owned by the caller) with `publicKey`'s public half
     /// and private operations signed on the token through `context`.
     static func make(publicKey: OpaquePointer, context: TokenKeyContext) throws -> OpaquePointer {
-        // A fresh legacy key object from the DER: the certificate's own EVP_PKEY caches a legacy
-        // copy that must not get our method.
-        var der: UnsafeMutablePointer<UInt8>? = nil
-        let n = i2d_PUBKEY(publicKey, &der)
-        guard n > 0, let der else { throw MTLSError.openSSL(.internal, "cannot encode the certificate's public key") }
-        defer { mtls_ossl_OPENSSL_free(der) }
         guard let pkey = EVP_PKEY_new() else { throw MTLSError(.noMemory, "EVP_PKEY_new failed") }
         let ctx = Unmanaged.passRetained(context).toOpaque()
-        var p: UnsafePointer<UInt8>? = UnsafePointer(der)
         switch EVP_PKEY_get_base_id(publicKey) {
         case EVP_PKEY_RSA:
-            guard let rsa = d2i_RSA_PUBKEY(nil, &p, Int(n)) else { break }
+            guard let rsa = legacyRSA(publicKey) else { break }
             guard RSA_set_method(rsa, tokenRSAMethod) == 1, RSA_set_ex_data(rsa, rsaContextIndex, ctx) == 1 else {
                 RSA_free(rsa)
                 break
@@ -70,7 +63,7 @@ enum TokenKey {
             OpenSSLErrorQueue.clear()
             return pkey
         case EVP_PKEY_EC:
-            guard let ec = d2i_EC_PUBKEY(nil, &p, Int(n)) else { break }
+            guard let ec = legacyEC(publicKey) else { break }
             guard EC_KEY_set_method(ec, tokenECMethod) == 1, EC_KEY_set_ex_data(ec, ecContextIndex, ctx) == 1 else {
                 EC_KEY_free(ec)
                 break
@@ -88,6 +81,42 @@ enum TokenKey {
         Unmanaged<TokenKeyContext>.fromOpaque(ctx).release()
         EVP_PKEY_free(pkey)
         throw MTLSError.openSSL(.internal, "cannot make the OpenSSL key object for the token key")
+    }
+
+    // A fresh legacy key object with the certificate key's public half, built from its parameters
+    // (the certificate's own EVP_PKEY caches a legacy copy that must not get our method, and
+    // re-decoding the DER would go through OpenSSL 3's slow decoder lookup).
+
+    private static func legacyRSA(_ publicKey: OpaquePointer) -> OpaquePointer? {
+        var n: OpaquePointer? = nil, e: OpaquePointer? = nil
+        guard EVP_PKEY_get_bn_param(publicKey, "n", &n) == 1, EVP_PKEY_get_bn_param(publicKey, "e", &e) == 1,
+              let rsa = RSA_new() else {
+            BN_free(n); BN_free(e)
+            return nil
+        }
+        guard RSA_set0_key(rsa, n, e, nil) == 1 else {
+            BN_free(n); BN_free(e); RSA_free(rsa)
+            return nil
+        }
+        return rsa
+    }
+
+    private static func legacyEC(_ publicKey: OpaquePointer) -> OpaquePointer? {
+        var name = [CChar](repeating: 0, count: 80)
+        var nameLength = 0
+        guard EVP_PKEY_get_utf8_string_param(publicKey, "group", &name, name.count, &nameLength) == 1 else { return nil }
+        var nid = OBJ_sn2nid(name)
+        if nid == NID_undef { nid = EC_curve_nist2nid(name) }
+        var length = 0
+        guard nid != NID_undef, EVP_PKEY_get_octet_string_param(publicKey, "encoded-pub-key", nil, 0, &length) == 1,
+              let ec = EC_KEY_new_by_curve_name(nid) else { return nil }
+        var point = [UInt8](repeating: 0, count: length)
+        guard EVP_PKEY_get_octet_string_param(publicKey, "encoded-pub-key", &point, point.count, &length) == 1,
+              EC_KEY_oct2key(ec, point, length, nil) == 1 else {
+            EC_KEY_free(ec)
+            return nil
+        }
+        return ec
     }
 
     /// The token context of a key made by ``make(publicKey:context:)``, nil for other keys.
