@@ -552,10 +552,11 @@ typedef struct mtls_conn_options {
     int connect_timeout_ms;         /* 0: 30 s; negative: no limit */
     int handshake_timeout_ms;       /* 0: 30 s; negative: no limit */
     int io_timeout_ms;              /* per read or write; 0 or negative: no limit */
-    int non_blocking;               /* 1: connect returns before the handshake (the TCP connect
-                                       itself still waits, up to connect_timeout_ms); handshake,
-                                       read and write return MTLS_E_WANT_READ / MTLS_E_WANT_WRITE:
-                                       poll mtls_conn_fd and call again */
+    int non_blocking;               /* 1: connect returns at once, with the TCP connect under way
+                                       (a DNS name is still resolved first); handshake, read and
+                                       write return MTLS_E_WANT_READ / MTLS_E_WANT_WRITE: poll
+                                       mtls_conn_fd and call again. A failed TCP connect is
+                                       MTLS_E_CONNECT from mtls_conn_handshake. */
     int no_session_resumption;      /* 1: never resume (default 0: resume sessions for the same
                                        host, port, names, identity and policy) */
     mtls_identity *identity;        /* the identity to present; NULL: none, or automatic below */

@@ -30,12 +30,16 @@ struct Deadline {
 enum Socket {
     /// Resolves `host` (a DNS name or an IPv4/IPv6 literal, with or without brackets) and connects
     /// to the first address that answers. The socket is returned non-blocking.
-    static func connect(host: String, port: UInt16, deadline: Deadline) throws -> Int32 {
+    ///
+    /// With `waitForConnection` false the first address's connect is started and the socket
+    /// returned at once, still connecting (see ``finishConnect(_:host:port:)``).
+    static func connect(host: String, port: UInt16, deadline: Deadline, waitForConnection: Bool = true) throws -> Int32 {
         let name = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
         if let literal = IPSocketAddress(name, port: port) {
             // An IP literal needs no resolver.
             return try literal.withSockaddr { sa, len in
-                try connectOne(sa, len, family: literal.family, host: host, port: port, deadline: deadline)
+                try connectOne(sa, len, family: literal.family, host: host, port: port, deadline: deadline,
+                               wait: waitForConnection)
             }
         }
         var hints = addrinfo()
@@ -57,7 +61,7 @@ enum Socket {
             defer { ai = a.pointee.ai_next }
             do {
                 return try connectOne(a.pointee.ai_addr, a.pointee.ai_addrlen, family: a.pointee.ai_family,
-                                      host: host, port: port, deadline: deadline)
+                                      host: host, port: port, deadline: deadline, wait: waitForConnection)
             } catch let e as MTLSError {
                 errors.append(e)
             }
@@ -68,7 +72,7 @@ enum Socket {
 
     /// Connects a new non-blocking socket to one address, within the deadline.
     private static func connectOne(_ sa: UnsafePointer<sockaddr>, _ len: socklen_t, family: Int32, host: String,
-                                   port: UInt16, deadline: Deadline) throws -> Int32 {
+                                   port: UInt16, deadline: Deadline, wait: Bool) throws -> Int32 {
         let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw MTLSError(.connect, "socket: \(String(cString: strerror(errno)))") }
         setNoDelay(fd)
@@ -79,6 +83,7 @@ enum Socket {
             close(fd)
             throw MTLSError(.connect, "cannot connect to \(host) port \(port) (\(address)): \(String(cString: strerror(e)))")
         }
+        if !wait { return fd }
         var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
         var n: Int32
         repeat { n = poll(&p, 1, deadline.pollTimeout) } while n < 0 && errno == EINTR
@@ -95,6 +100,20 @@ enum Socket {
             throw MTLSError(.connect, "cannot connect to \(host) port \(port) (\(address)): \(String(cString: strerror(e)))")
         }
         return fd
+    }
+
+    /// For a socket from `connect(..., waitForConnection: false)`: false while the TCP connect
+    /// is still under way, true once it succeeded; throws ``MTLSError/Code/connect`` when it failed.
+    static func finishConnect(_ fd: Int32, host: String, port: UInt16) throws -> Bool {
+        var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+        guard poll(&p, 1, 0) > 0 else { return false }
+        var soError: Int32 = 0
+        var len = socklen_t(MemoryLayout<Int32>.size)
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &soError, &len)
+        if soError != 0 {
+            throw MTLSError(.connect, "cannot connect to \(host) port \(port): \(String(cString: strerror(soError)))")
+        }
+        return true
     }
 
     /// Binds and listens on `address` ("" or nil for every IPv4 address, "::" for IPv6) and

@@ -28,6 +28,9 @@ public final class TLSConnection: @unchecked Sendable {
     private var closed = false
     /// Whether the handshake has finished.
     public private(set) var isHandshakeComplete = false
+    /// Non-blocking connect: the TCP connect may still be under way when the handshake starts.
+    private var connecting = false
+    private var connectPort: UInt16 = 0
 
     // MARK: making connections
 
@@ -49,7 +52,8 @@ public final class TLSConnection: @unchecked Sendable {
     /// runs it. Lets the caller read ``evaluation`` and ``peerChain`` when the handshake fails.
     public static func open(host: String, port: UInt16, options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
         guard !host.isEmpty else { throw MTLSError(.invalidArgument, "host must not be empty") }
-        let fd = try Socket.connect(host: host, port: port, deadline: Deadline(seconds: options.connectTimeout))
+        let fd = try Socket.connect(host: host, port: port, deadline: Deadline(seconds: options.connectTimeout),
+                                    waitForConnection: !options.nonBlocking)
         let conn: TLSConnection
         do {
             conn = try TLSConnection(clientFD: fd, owned: true, host: host, port: port, options: options)
@@ -57,6 +61,8 @@ public final class TLSConnection: @unchecked Sendable {
             Glibc.close(fd)
             throw error
         }
+        conn.connecting = options.nonBlocking
+        conn.connectPort = port
         return conn
     }
 
@@ -166,6 +172,12 @@ public final class TLSConnection: @unchecked Sendable {
     public func handshake() throws {
         if isHandshakeComplete { return }
         try ensureOpen()
+        if connecting {
+            guard try Socket.finishConnect(fileDescriptor, host: peerAddress, port: connectPort) else {
+                throw MTLSError(.wantWrite, "the TCP connection is still being established")
+            }
+            connecting = false
+        }
         if handshakeDeadline == nil { handshakeDeadline = Deadline(seconds: handshakeTimeout) }
         while true {
             OpenSSLErrorQueue.clear()

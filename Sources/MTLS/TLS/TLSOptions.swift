@@ -57,9 +57,10 @@ public struct TLSClientOptions: @unchecked Sendable {
     /// Reuse TLS sessions (TLS 1.3 tickets, TLS 1.2 sessions) for the same host, port, names,
     /// identity and policy.
     public var sessionResumption = true
-    /// Non-blocking mode for event loops: handshake, read and write return
-    /// ``MTLSError/Code/wantRead`` / ``MTLSError/Code/wantWrite`` instead of waiting; call again
-    /// when the socket is ready.
+    /// Non-blocking mode for event loops: connect returns with the TCP connect under way (a DNS
+    /// name is still resolved first); handshake, read and write throw ``MTLSError/Code/wantRead``
+    /// / ``MTLSError/Code/wantWrite`` instead of waiting: call again when the socket is ready. A
+    /// failed TCP connect is ``MTLSError/Code/connect`` from ``TLSConnection/handshake()``.
     public var nonBlocking = false
 
     public init() {}
