@@ -456,3 +456,14 @@ def test_python_example_client(pki, peers):
                         "--anchor", pki("other-root.pem"), "--verify-as", "server.test"],
                        capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 1 and "untrusted" in r.stderr, r.stderr
+
+
+def test_sni_is_kept_apart_from_address_and_validation_name(pki, peers):
+    # s_server answers SNI "alt.test" with the RSA certificate, anything else with the EC one.
+    port = s_server(pki, peers, extra=["-servername", "alt.test", "-cert2", pki("server-rsa.pem"),
+                                       "-key2", pki("server-rsa.key")])
+    sha = lambda name: json.loads(run_cli("cert", "show", pki(name), "--json").stdout)[0]["sha256"]  # noqa: E731
+    by_sni = connect(pki, port, "--sni", "alt.test", "--verify-as", "server.test", anchor="root")
+    assert by_sni["peer_chain"][0] == sha("server-rsa.pem"), by_sni
+    by_ip = connect(pki, port, "--verify-as", "server.test")  # an IP address: no SNI sent
+    assert by_ip["peer_chain"][0] == sha("server.pem"), by_ip
