@@ -84,7 +84,9 @@ struct TokenCommand: ParsableCommand {
             "module": t.moduleName, "module_path": t.modulePath as Any? ?? NSNull(), "slot_id": t.slotID,
             "slot": t.slotDescription, "label": t.label, "manufacturer": t.manufacturer, "model": t.model,
             "serial": t.serial, "login_required": t.loginRequired, "user_pin_initialized": t.userPINInitialized,
-            "user_pin_locked": t.userPINLocked, "uri": t.uri,
+            "user_pin_locked": t.userPINLocked, "user_pin_count_low": t.userPINCountLow,
+            "user_pin_final_try": t.userPINFinalTry, "protected_authentication_path": t.protectedAuthenticationPath,
+            "uri": t.uri,
         ]
     }
 }
