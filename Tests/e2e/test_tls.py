@@ -524,3 +524,29 @@ def test_serve_count_serves_the_last_client_fully(pki):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_automatic_identity_matches_the_curve_to_the_servers_tls13_schemes(pki, peers, tmp_path):
+    # A P-384 identity of customer A, stored under a label that sorts before client-a (P-256).
+    d = tmp_path
+    subprocess.run(
+        f"openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-384 -out p384.key && "
+        f"openssl req -new -key p384.key -subj '/CN=client-p384' -out p384.csr && "
+        f"printf 'extendedKeyUsage=clientAuth\\n' > p384.ext && "
+        f"openssl x509 -req -in p384.csr -CA {pki('int-a.pem')} -CAkey {pki('int-a.key')} -CAcreateserial "
+        f"-days 5 -sha384 -extfile p384.ext -out p384.pem && "
+        f"openssl pkcs12 -export -inkey p384.key -in p384.pem -certfile {pki('client-a-cas.pem')} "
+        f"-passout pass:pw -out p384.p12",
+        shell=True, cwd=d, check=True, capture_output=True)
+    store, secret = d / "s.db", d / "secret"
+    secret.write_text("store secret\n")
+    for label, p12 in (("a-p384", str(d / "p384.p12")), ("b-p256", pki("client-a.p12"))):
+        r = run_cli("store", "--store", store, "--secret-file", secret, "import", p12, "--label", label,
+                    "--password-file", pki("password.txt"))
+        assert r.returncode == 0, r.stderr
+    for sigalg, chosen in (("ECDSA+SHA256", "client-a"), ("ECDSA+SHA384", "client-p384")):
+        port = s_server(pki, peers, extra=["-tls1_3", "-client_sigalgs", sigalg])
+        r = run_cli("connect", f"127.0.0.1:{port}", "--store", store, "--secret-file", secret,
+                    "--anchor", pki("root.pem"), "--verify-as", "server.test", "--send", HTTP_GET)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"presented {chosen}" in r.stdout, r.stdout
