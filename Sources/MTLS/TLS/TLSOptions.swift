@@ -114,8 +114,10 @@ public struct TLSClientOptions: @unchecked Sendable {
     /// Reuse TLS sessions (TLS 1.3 tickets, TLS 1.2 sessions) for the same host, port, names,
     /// identity and policy.
     public var sessionResumption = true
-    /// Non-blocking mode for event loops: connect returns with the TCP connect under way (a DNS
-    /// name is still resolved first); handshake, read and write throw ``MTLSError/Code/wantRead``
+    /// Non-blocking mode for event loops: connect returns with the TCP connect under way (but a
+    /// DNS name is first resolved with a blocking `getaddrinfo`: to never block, connect to an IP
+    /// literal with ``serverName`` and ``validationName`` set to the name, or wrap a socket you
+    /// connected yourself); handshake, read and write throw ``MTLSError/Code/wantRead``
     /// / ``MTLSError/Code/wantWrite`` instead of waiting: call again when the socket is ready. A
     /// failed TCP connect is ``MTLSError/Code/connect`` from ``TLSConnection/handshake()``.
     public var nonBlocking = false
