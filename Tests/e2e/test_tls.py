@@ -550,3 +550,33 @@ def test_automatic_identity_matches_the_curve_to_the_servers_tls13_schemes(pki, 
                     "--anchor", pki("root.pem"), "--verify-as", "server.test", "--send", HTTP_GET)
         assert r.returncode == 0, r.stdout + r.stderr
         assert f"presented {chosen}" in r.stdout, r.stdout
+
+
+# ---- examples/connect.c: a plain C client (p12, pinned anchor, connect, send, evaluation)
+
+@pytest.fixture(scope="module")
+def connect_example(tmp_path_factory):
+    prefix = os.environ["MTLS_PREFIX"]
+    exe = str(tmp_path_factory.mktemp("connect-example") / "connect")
+    env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(prefix, "lib", "pkgconfig"))
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "mtls"], env=env, check=True,
+                           capture_output=True, text=True).stdout.split()
+    subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o", exe,
+                    os.path.join(HERE, "..", "..", "examples", "connect.c"), *flags], check=True)
+    return exe
+
+
+def test_connect_example_against_mtls_serve(pki, mtls_server, connect_example):
+    args = [connect_example, "--p12", pki("client-a.p12"), "--password-file", pki("password.txt"),
+            "--verify-as", "server.test", "--send", HTTP_GET]
+    r = subprocess.run(args + ["--anchor", pki("root.pem"), "127.0.0.1", str(mtls_server.port)],
+                       capture_output=True, text=True, timeout=30, env=dict(os.environ, LD_LIBRARY_PATH=""))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "evaluation: trusted" in r.stdout and "connected: TLSv1.3" in r.stdout, r.stdout
+    assert "peer[0] CN=server.test" in r.stdout and r.stdout.endswith("hello client-a\n"), r.stdout
+    # Another anchor: our evaluation refuses the server, and the example prints why.
+    r = subprocess.run(args + ["--anchor", pki("other-root.pem"), "127.0.0.1", str(mtls_server.port)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "hello" not in r.stdout, r.stdout + r.stderr
+    assert "evaluation: untrusted" in r.stdout and "  reason " in r.stdout, r.stdout
+    assert "handshake:" in r.stderr and "(untrusted)" in r.stderr, r.stderr
