@@ -11,7 +11,8 @@ struct StoreCommand: ParsableCommand {
             The store is one SQLite file: --store, else $MTLS_STORE, else $XDG_DATA_HOME/mtls/store.db \
             (~/.local/share/mtls/store.db). Its secret comes from --secret-file, else \
             $MTLS_STORE_SECRET_FILE: a file of exactly 32 bytes is a raw key, anything else a passphrase \
-            (its first line).
+            (its first line). Only import, add-cert and add-token create a missing store; the other \
+            commands fail with "no store at PATH".
             """,
         subcommands: [Import.self, AddCert.self, AddToken.self, List.self, Show.self, Delete.self, Export.self,
                       ChangeSecret.self]
