@@ -295,3 +295,28 @@ def test_unencrypted_keys_are_written_with_one_warning_and_the_environment_encry
         assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
     assert "ENCRYPTED PRIVATE KEY" in (e / "root" / "key.pem").read_text()
     assert "ENCRYPTED PRIVATE KEY" in (e / "ca" / "a" / "issued" / "c" / "key.pem").read_text()
+
+
+def test_serve_takes_a_stored_intermediate_as_client_anchor(pki, tmp_path):
+    store = ["--store", tmp_path / "s.db", "--secret-file", tmp_path / "secret"]
+    (tmp_path / "secret").write_text("store secret\n")
+    ok("store", *store, "add-cert", pki.inter, "--label", "customer-a")
+    srv = subprocess.Popen([CLI, "serve", "--port", "0", "--cert", str(pki.server / "chain.pem"),
+                            "--key", str(pki.server / "key.pem"), *map(str, store),
+                            "--client-anchor", "customer-a", "--require-client-cert", "--count", "2"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        first = srv.stdout.readline()
+        assert first.startswith("listening on "), first + srv.stdout.read()
+        port = first.strip().rsplit(":", 1)[1]
+        good = run_cli("connect", f"127.0.0.1:{port}", "--identity", pki.base / "alice.p12", "--password-file", pki.pw,
+                       "--anchor", pki.root, "--anchors-only", "--send", "GET / HTTP/1.0\r\n\r\n")
+        assert good.returncode == 0 and "hello alice" in good.stdout, good.stdout + good.stderr
+        bad = run_cli("connect", f"127.0.0.1:{port}", "--cert", pki.mallory / "cert.pem", "--key",
+                      pki.mallory / "key.pem", "--anchor", pki.root, "--anchors-only", "--send", "GET / HTTP/1.0\r\n\r\n")
+        assert "hello" not in bad.stdout
+        log = srv.communicate(timeout=30)[0]
+        assert "accepted" in log and "CN=alice" in log and "rejected client" in log, log
+    finally:
+        srv.kill()
+        srv.wait()
