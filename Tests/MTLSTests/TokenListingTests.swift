@@ -8,7 +8,9 @@ final class TokenListingTests: XCTestCase {
 
     /// A token "swift-test" (user PIN 1234) holding a client key and certificate under id 07.
     func makeToken() throws -> (dir: String, leaf: Certificate) {
-        try XCTSkipUnless(FileManager.default.fileExists(atPath: Self.module), "SoftHSM2 is not installed")
+        guard FileManager.default.fileExists(atPath: Self.module) else {
+            throw MTLSError(.notFound, "SoftHSM2 is not installed at \(Self.module): run scripts/install-deps.sh")
+        }
         let dir = try TestPKI.tempDir()
         try FileManager.default.createDirectory(atPath: dir + "/tokens", withIntermediateDirectories: true)
         try "directories.tokendir = \(dir)/tokens\nobjectstore.backend = file\nlog.level = ERROR\n"
