@@ -556,7 +556,10 @@ typedef struct mtls_conn_options {
     int handshake_timeout_ms;       /* 0: 30 s; negative: no limit */
     int io_timeout_ms;              /* per read or write; 0 or negative: no limit */
     int non_blocking;               /* 1: connect returns at once, with the TCP connect under way
-                                       (a DNS name is still resolved first); handshake, read and
+                                       (but a DNS name is first resolved with a BLOCKING
+                                       getaddrinfo: to never block, pass an IP literal with sni
+                                       and verify_as set to the name, or connect the socket
+                                       yourself and use mtls_conn_wrap_fd); handshake, read and
                                        write return MTLS_E_WANT_READ / MTLS_E_WANT_WRITE: poll
                                        mtls_conn_fd and call again. A failed TCP connect is
                                        MTLS_E_CONNECT from mtls_conn_handshake. */
@@ -564,7 +567,10 @@ typedef struct mtls_conn_options {
                                        host, port, names, identity and policy) */
     mtls_identity *identity;        /* the identity to present; NULL: none, or automatic below */
     mtls_identity *const *candidates; /* with identity NULL: choose among these by the server's */
-    size_t candidate_count;         /*   CertificateRequest (CA names, validity, clientAuth, key type) */
+    size_t candidate_count;         /*   CertificateRequest (CA names, validity, clientAuth, key type,
+                                         and in TLS 1.3 an EC key's curve against the server's
+                                         ECDSA schemes); token identities (mtls_token_identity)
+                                         may be candidates too */
     mtls_policy *policy;            /* how the server is judged; NULL: system trust store, name check */
 } mtls_conn_options;
 

@@ -19,13 +19,19 @@ struct IdentityOptions: ParsableArguments {
         guard let secretPath = secretFile ?? env["MTLS_STORE_SECRET_FILE"] else {
             throw ValidationError("--store needs --secret-file (or MTLS_STORE_SECRET_FILE)")
         }
-        return try CredentialStore(path: path, secret: try StoreSecret.load(path: secretPath))
+        // Reading only: a wrong path is an error, never a new empty store.
+        var options = CredentialStore.Options()
+        options.create = false
+        return try CredentialStore(path: path, secret: try StoreSecret.load(path: secretPath), options: options)
     }
 
     /// The identity for a client: explicit, or automatic among the store's identities.
     func clientIdentity() throws -> ClientIdentity {
         if let id = try explicitIdentity() { return .identity(id) }
-        if let store = try openStore() { return try .automatic(from: store) }
+        if let store = try openStore() {
+            // Stored identities and token identities (PIN: --pin-file, else the URI's pin-value/pin-source).
+            return try .automatic(from: store, tokenPIN: try pinFile.map(CLI.readSecretFile))
+        }
         return .none
     }
 
@@ -261,6 +267,10 @@ struct ServeCommand: ParsableCommand {
             print("listening on \(address):\(listener.port)")
             fflush(stdout)
             var served = 0
+            // Each client is served on its own thread; with --count the last ones must be served
+            // to the end (reply sent, connection shut down) before the process exits.
+            let serving = DispatchGroup()
+            defer { serving.wait() }
             while count.map({ served < $0 }) ?? true {
                 served += 1
                 let conn: TLSConnection
@@ -274,7 +284,11 @@ struct ServeCommand: ParsableCommand {
                 let subject = conn.peerCertificate?.subject ?? "(no certificate)"
                 print("accepted \(conn.peerAddress) \(conn.tlsVersion) client \(subject): \(PolicyBuilder.summary(conn.evaluation))")
                 fflush(stdout)
-                Thread.detachNewThread { Self.serve(conn) }
+                serving.enter()
+                Thread.detachNewThread {
+                    Self.serve(conn)
+                    serving.leave()
+                }
             }
         } catch {
             throw CLI.fail(error)

@@ -41,8 +41,9 @@ struct StoreCommand: ParsableCommand {
             return data + "/mtls/store.db"
         }
 
-        /// Opens the store, creating it when `create`.
-        func open(create: Bool = true) throws -> CredentialStore {
+        /// Opens the store. Only commands that add items pass `create`: a command that reads a
+        /// store whose path is wrong must say so, not make an empty one there.
+        func open(create: Bool = false) throws -> CredentialStore {
             guard let file = secretFile ?? ProcessInfo.processInfo.environment["MTLS_STORE_SECRET_FILE"].flatMap({ $0.isEmpty ? nil : $0 }) else {
                 throw MTLSError(.invalidArgument, "the store secret is needed: pass --secret-file F or set MTLS_STORE_SECRET_FILE")
             }
@@ -90,7 +91,7 @@ struct StoreCommand: ParsableCommand {
             try StoreCommand.run {
                 let password = try passwordFile.map(CLI.readSecretFile)
                 let data = try FileIO.read(file, limit: PKCS12.maxInputSize)
-                let store = try location.open()
+                let store = try location.open(create: true)
                 let identity = try store.importPKCS12(data, password: password, label: label, replace: replace,
                                                       friendlyName: friendlyName)
                 print("imported \"\(label)\": \(identity.leaf.subject) (\(identity.leaf.sha256Hex))")
@@ -108,7 +109,7 @@ struct StoreCommand: ParsableCommand {
         func run() throws {
             try StoreCommand.run {
                 let cert = try Certificate.load(path: file)[0]
-                try location.open().putCertificate(cert, label: label, replace: replace)
+                try location.open(create: true).putCertificate(cert, label: label, replace: replace)
                 print("stored certificate \"\(label)\": \(cert.subject) (\(cert.sha256Hex))")
             }
         }
@@ -133,7 +134,7 @@ struct StoreCommand: ParsableCommand {
                     let identity = try Token.identity(uri: uri, pin: try pinFile.map(CLI.readSecretFile))
                     certs = identity.allCertificates
                 }
-                try location.open().putTokenIdentity(uri: uri, certificate: certs[0], chain: Array(certs.dropFirst()),
+                try location.open(create: true).putTokenIdentity(uri: uri, certificate: certs[0], chain: Array(certs.dropFirst()),
                                                      label: label, replace: replace)
                 print("stored token identity \"\(label)\": \(uri)")
             }
@@ -168,7 +169,7 @@ struct StoreCommand: ParsableCommand {
         func run() throws {
             let cls = try StoreCommand.itemClass(itemClass)
             try StoreCommand.run(json: json) {
-                let i = try location.open(create: false).info(label: label, itemClass: cls)
+                let i = try location.open().info(label: label, itemClass: cls)
                 var o = StoreCommand.json(i)
                 o["chain"] = i.chainSHA256
                 o["created"] = CLI.rfc3339(i.created)
@@ -198,7 +199,7 @@ struct StoreCommand: ParsableCommand {
         func run() throws {
             let cls = try StoreCommand.itemClass(itemClass)
             try StoreCommand.run {
-                let n = try location.open(create: false).delete(label: label, itemClass: cls)
+                let n = try location.open().delete(label: label, itemClass: cls)
                 print("deleted \(n) item\(n == 1 ? "" : "s") labelled \"\(label)\"")
             }
         }
@@ -217,7 +218,7 @@ struct StoreCommand: ParsableCommand {
                 guard let passwordFile else {
                     throw MTLSError(.invalidArgument, "--password-file is needed: an exported key is always password-protected")
                 }
-                let p12 = try location.open(create: false).exportPKCS12(
+                let p12 = try location.open().exportPKCS12(
                     label: label, password: try CLI.readSecretFile(passwordFile), options: legacy ? .legacy : .modern)
                 try FileIO.writeAtomically(out, p12)
                 print("exported \"\(label)\" to \(out)")
@@ -233,7 +234,7 @@ struct StoreCommand: ParsableCommand {
 
         func run() throws {
             try StoreCommand.run {
-                let store = try location.open(create: false)
+                let store = try location.open()
                 var kdf = StoreKDFParameters.default
                 if let n = location.kdfLogN { kdf.logN = n }
                 try store.changeSecret(to: try StoreSecret.load(path: newSecretFile), kdf: kdf)

@@ -2,8 +2,49 @@
 import os
 import socket
 import subprocess
+import sys
 
 import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_PREFIX = os.path.join(REPO, "out", "prefix")
+
+
+def _default_to_repo_prefix():
+    """Outside `make test-e2e` (which sets them), MTLS_PREFIX, MTLS_CLI and MTLS_LIBRARY default to
+    what `make install CONFIG=debug PREFIX=$PWD/out/prefix` put in the repository's out/prefix, so
+    `pytest Tests/e2e/test_x.py` tests this checkout, not whatever `mtls` is on PATH."""
+    prefix = os.environ.get("MTLS_PREFIX") or DEFAULT_PREFIX
+    defaults = {"MTLS_PREFIX": prefix, "MTLS_CLI": os.path.join(prefix, "bin", "mtls"),
+                "MTLS_LIBRARY": os.path.join(prefix, "lib", "libmtls.so")}
+    missing = [f"{name}={path}" for name, path in defaults.items()
+               if not os.environ.get(name) and not os.path.exists(path)]
+    if missing:
+        raise RuntimeError("libmtls is not installed where the e2e tests look for it (" + ", ".join(missing)
+                           + "): run `make install CONFIG=debug PREFIX=$PWD/out/prefix DESTDIR=` in "
+                           + REPO + ", or set MTLS_PREFIX, MTLS_CLI and MTLS_LIBRARY")
+    for name, path in defaults.items():
+        if not os.environ.get(name):
+            os.environ[name] = path
+    # The Python binding of this checkout, for tests that import it or run the README's example.
+    src = os.path.join(REPO, "bindings", "python", "src")
+    if src not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
+        sys.path.insert(0, src)
+
+
+# At import, before any test module reads the variables.
+try:
+    _default_to_repo_prefix()
+    _SETUP_ERROR = None
+except RuntimeError as e:
+    _SETUP_ERROR = str(e)
+
+
+def pytest_configure(config):
+    if _SETUP_ERROR:
+        pytest.exit(_SETUP_ERROR, returncode=4)
+
 
 CLI = os.environ.get("MTLS_CLI", "mtls")
 

@@ -127,8 +127,8 @@ def test_store_level_errors_schema_read_only_locked(pki):
     holder.close()
     r = store(pki, "list")
     assert r.returncode != 0 and "schema version 77" in r.stderr
-    r = subprocess.run([CLI, "store", "--store", "/sys/mtls-e2e.db", "--secret-file", str(pki / "secret.txt"), "list"],
-                       capture_output=True, text=True)
+    r = subprocess.run([CLI, "store", "--store", "/sys/mtls-e2e.db", "--secret-file", str(pki / "secret.txt"),
+                        "add-cert", str(pki / "ca.pem"), "--label", "root"], capture_output=True, text=True)
     assert r.returncode != 0 and "Permission denied" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
@@ -173,3 +173,45 @@ def test_full_disk_is_one_line_and_keeps_what_was_stored(pki, tmp_path):
         assert r.returncode == 0 and len(json.loads(r.stdout)) == stored
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+@pytest.mark.parametrize("args", [["list"], ["list", "--json"], ["show", "client"], ["delete", "client"],
+                                  ["export", "client", "--out", "x.p12", "--password-file", "outpw.txt"]],
+                         ids=["list", "list-json", "show", "delete", "export"])
+def test_reading_a_missing_store_fails_and_creates_nothing(pki, args):
+    missing = pki / "typo" / "store.db"
+    r = subprocess.run([CLI, "store", "--store", str(missing), "--secret-file", str(pki / "secret.txt"),
+                        *[str(pki / a) if a.endswith((".p12", ".txt")) else a for a in args]],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0, r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no store at" in lines[0] and str(missing) in lines[0], r.stderr
+    assert not missing.exists() and not missing.parent.exists()
+
+
+def test_connect_with_a_missing_store_fails_and_creates_nothing(pki):
+    missing = pki / "typo.db"
+    for extra in ([], ["--identity", "client"]):
+        r = subprocess.run([CLI, "connect", "127.0.0.1:1", "--store", str(missing), "--secret-file",
+                            str(pki / "secret.txt"), *extra], capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0
+        assert "no store at" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        r = subprocess.run([CLI, "connect", "127.0.0.1:1", "--store", str(missing), "--secret-file",
+                            str(pki / "secret.txt"), "--json", *extra], capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "no store at" in json.loads(r.stdout)["error"]
+    assert not missing.exists()
+
+
+def test_serve_with_a_label_in_a_missing_store_fails_and_creates_nothing(pki):
+    missing = pki / "typo.db"
+    r = subprocess.run([CLI, "serve", "--port", "0", "--identity", "server", "--store", str(missing),
+                        "--secret-file", str(pki / "secret.txt")], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "no store at" in r.stderr, r.stderr
+    assert not missing.exists()
+
+
+def test_only_adding_commands_create_the_store(pki):
+    assert store(pki, "add-cert", pki / "ca.pem", "--label", "root").returncode == 0
+    assert (pki / "st" / "store.db").exists()
+    r = store(pki, "list", "--json")
+    assert r.returncode == 0 and [i["label"] for i in json.loads(r.stdout)] == ["root"], r

@@ -48,6 +48,24 @@ class Peer:
         self.port = port
         wait_port(port, self.proc)
 
+        self.seen = ""
+
+    def output_until(self, done, timeout=30):
+        """The peer's output so far, read until `done(output)` holds, the peer exits or `timeout`
+        seconds pass — a verdict is waited for, not raced against a fixed sleep."""
+        import select
+        fd = self.proc.stdout.fileno()
+        end = time.time() + timeout
+        while not done(self.seen) and time.time() < end:
+            ready, _, _ = select.select([fd], [], [], max(0.0, end - time.time()))
+            if not ready:
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            self.seen += chunk.decode(errors="replace")
+        return self.seen
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -56,7 +74,9 @@ class Peer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        return self.proc.stdout.read() if self.proc.stdout else ""
+        rest = self.proc.stdout.read() if self.proc.stdout else ""
+        self.seen += rest or ""
+        return self.seen
 
 
 @pytest.fixture
@@ -290,9 +310,18 @@ def mtls_server(pki, peers):
     return p
 
 
-def server_log(p):
-    time.sleep(1)  # the server prints each verdict after closing with the client
+def server_log(p, done):
+    """The server's log once `done(log)` holds: it prints each verdict after closing with the
+    client, which the client may see first (the port probe of wait_port adds a "rejected" line
+    of its own)."""
+    p.output_until(done)
     return p.stop()
+
+
+def verdicts(log, word):
+    """The server's verdict lines that start with `word` ("accepted", "rejected") and are about a
+    client that got as far as presenting a certificate or refusing one (not the port probe)."""
+    return [line for line in log.splitlines() if line.startswith(word) and "closed the connection" not in line]
 
 
 def s_client(pki, port, *args, data=b"hello\n"):
@@ -305,7 +334,7 @@ def test_s_client_from_right_intermediate_is_accepted(pki, mtls_server):
     r = s_client(pki, mtls_server.port, "-cert", pki("client-a.pem"), "-key", pki("client-a.key"),
                  "-cert_chain", pki("int-a.pem"))
     assert b"hello" in r.stdout, r
-    log = server_log(mtls_server)
+    log = server_log(mtls_server, lambda log: verdicts(log, "accepted"))
     assert "accepted" in log and "CN=client-a" in log and "trusted" in log, log
 
 
@@ -313,14 +342,17 @@ def test_s_client_from_other_customer_is_rejected(pki, mtls_server):
     r = s_client(pki, mtls_server.port, "-cert", pki("client-b.pem"), "-key", pki("client-b.key"),
                  "-cert_chain", pki("int-b.pem"))
     assert b"hello" not in r.stdout
-    log = server_log(mtls_server)
-    assert "rejected" in log and "untrusted" in log, log
+    log = server_log(mtls_server, lambda log: verdicts(log, "rejected"))
+    # Rejected by our evaluation (the other customer's intermediate is not the client anchor),
+    # not merely disconnected.
+    [line] = verdicts(log, "rejected")
+    assert "our evaluation rejected the client's certificate" in line and line.endswith("[untrusted]"), log
 
 
 def test_s_client_without_certificate_is_rejected(pki, mtls_server):
     r = s_client(pki, mtls_server.port)
     assert b"hello" not in r.stdout
-    assert "no certificate" in server_log(mtls_server)
+    assert "no certificate" in server_log(mtls_server, lambda log: "no certificate" in log)
 
 
 def curl(pki, port, *args):
@@ -337,7 +369,7 @@ def test_curl_with_client_cert(pki, mtls_server):
 def test_curl_other_customer_and_no_cert_rejected(pki, mtls_server):
     assert curl(pki, mtls_server.port, "--cert", pki("client-b-chain.pem"), "--key", pki("client-b.key")).returncode != 0
     assert curl(pki, mtls_server.port).returncode != 0
-    log = server_log(mtls_server)
+    log = server_log(mtls_server, lambda log: log.count("[untrusted]") >= 2)
     assert log.count("[untrusted]") == 2, log
 
 
@@ -357,7 +389,7 @@ def test_python_clients_against_mtls_serve(pki, mtls_server):
     for identity in ("client-b", None):
         with pytest.raises((ssl.SSLError, ConnectionError)):
             python_client(pki, mtls_server.port, identity)
-    log = server_log(mtls_server)
+    log = server_log(mtls_server, lambda log: log.count("accepted") >= 1 and log.count("[untrusted]") >= 2)
     assert log.count("accepted") == 1 and log.count("[untrusted]") == 2, log
 
 
@@ -480,3 +512,84 @@ def test_sni_is_kept_apart_from_address_and_validation_name(pki, peers):
     assert by_sni["peer_chain"][0] == sha("server-rsa.pem"), by_sni
     by_ip = connect(pki, port, "--verify-as", "server.test")  # an IP address: no SNI sent
     assert by_ip["peer_chain"][0] == sha("server.pem"), by_ip
+
+
+# ---- mtls serve --count N: the last client is served to the end before the server exits
+
+def test_serve_count_serves_the_last_client_fully(pki):
+    p = subprocess.Popen([os.environ.get("MTLS_CLI", "mtls"), "serve", "--port", "0", "--count", "2",
+                          "--identity", pki("server.p12"), "--password-file", pki("password.txt"),
+                          "--client-anchor", pki("int-a.pem"), "--require-client-cert"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = p.stdout.readline()
+        assert first.startswith("listening on 127.0.0.1:"), first
+        port = int(first.rsplit(":", 1)[1])
+        # An echo client that takes its time: the server must still answer it and close cleanly.
+        assert python_client(pki, port, "client-a") == b"ping"
+        out = connect(pki, port, "--verify-as", "server.test", "--send", HTTP_GET)
+        assert out["connected"], out
+        assert out["response"].startswith("HTTP/1.1 200 OK") and out["response"].endswith("hello client-a\n"), out
+        assert p.wait(20) == 0, p.stderr.read()
+        log = p.stdout.read()
+        assert log.count("accepted") == 2, log
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_automatic_identity_matches_the_curve_to_the_servers_tls13_schemes(pki, peers, tmp_path):
+    # A P-384 identity of customer A, stored under a label that sorts before client-a (P-256).
+    d = tmp_path
+    subprocess.run(
+        f"openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-384 -out p384.key && "
+        f"openssl req -new -key p384.key -subj '/CN=client-p384' -out p384.csr && "
+        f"printf 'extendedKeyUsage=clientAuth\\n' > p384.ext && "
+        f"openssl x509 -req -in p384.csr -CA {pki('int-a.pem')} -CAkey {pki('int-a.key')} -CAcreateserial "
+        f"-days 5 -sha384 -extfile p384.ext -out p384.pem && "
+        f"openssl pkcs12 -export -inkey p384.key -in p384.pem -certfile {pki('client-a-cas.pem')} "
+        f"-passout pass:pw -out p384.p12",
+        shell=True, cwd=d, check=True, capture_output=True)
+    store, secret = d / "s.db", d / "secret"
+    secret.write_text("store secret\n")
+    for label, p12 in (("a-p384", str(d / "p384.p12")), ("b-p256", pki("client-a.p12"))):
+        r = run_cli("store", "--store", store, "--secret-file", secret, "import", p12, "--label", label,
+                    "--password-file", pki("password.txt"))
+        assert r.returncode == 0, r.stderr
+    for sigalg, chosen in (("ECDSA+SHA256", "client-a"), ("ECDSA+SHA384", "client-p384")):
+        port = s_server(pki, peers, extra=["-tls1_3", "-client_sigalgs", sigalg])
+        r = run_cli("connect", f"127.0.0.1:{port}", "--store", store, "--secret-file", secret,
+                    "--anchor", pki("root.pem"), "--verify-as", "server.test", "--send", HTTP_GET)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"presented {chosen}" in r.stdout, r.stdout
+
+
+# ---- examples/connect.c: a plain C client (p12, pinned anchor, connect, send, evaluation)
+
+@pytest.fixture(scope="module")
+def connect_example(tmp_path_factory):
+    prefix = os.environ["MTLS_PREFIX"]
+    exe = str(tmp_path_factory.mktemp("connect-example") / "connect")
+    env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(prefix, "lib", "pkgconfig"))
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "mtls"], env=env, check=True,
+                           capture_output=True, text=True).stdout.split()
+    subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o", exe,
+                    os.path.join(HERE, "..", "..", "examples", "connect.c"), *flags], check=True)
+    return exe
+
+
+def test_connect_example_against_mtls_serve(pki, mtls_server, connect_example):
+    args = [connect_example, "--p12", pki("client-a.p12"), "--password-file", pki("password.txt"),
+            "--verify-as", "server.test", "--send", HTTP_GET]
+    r = subprocess.run(args + ["--anchor", pki("root.pem"), "127.0.0.1", str(mtls_server.port)],
+                       capture_output=True, text=True, timeout=30, env=dict(os.environ, LD_LIBRARY_PATH=""))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "evaluation: trusted" in r.stdout and "connected: TLSv1.3" in r.stdout, r.stdout
+    assert "peer[0] CN=server.test" in r.stdout and r.stdout.endswith("hello client-a\n"), r.stdout
+    # Another anchor: our evaluation refuses the server, and the example prints why.
+    r = subprocess.run(args + ["--anchor", pki("other-root.pem"), "127.0.0.1", str(mtls_server.port)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "hello" not in r.stdout, r.stdout + r.stderr
+    assert "evaluation: untrusted" in r.stdout and "  reason " in r.stdout, r.stdout
+    assert "handshake:" in r.stderr and "(untrusted)" in r.stderr, r.stderr

@@ -148,3 +148,50 @@ def test_serve_with_a_token_server_key(hsm, tls):
     finally:
         p.kill()
         p.wait()
+
+
+def auto_store(hsm, tmp_path, *tokens):
+    """A store holding only token identities: (label, URI) pairs."""
+    store = ["--store", tmp_path / "store.db", "--secret-file", tmp_path / "secret"]
+    (tmp_path / "secret").write_text("store secret\n")
+    for label, uri in tokens:
+        r = run_cli("store", *store, "add-token", uri, "--label", label, "--pin-file", hsm / "pin")
+        assert r.returncode == 0, r.stderr
+    return store
+
+
+def connect_automatic(hsm, server, store, *args):
+    return run_cli("connect", f"127.0.0.1:{server.port}", *store, "--anchor", hsm / "ca.pem", "--anchors-only",
+                   "--send", "hello from the token\\n", "--timeout", "2", "--json", *args)
+
+
+def test_automatic_selection_includes_stored_token_identities(hsm, tmp_path):
+    store = auto_store(hsm, tmp_path, ("card", "pkcs11:token=mtls-test;object=ec-client;type=private"))
+    server = SServer(hsm)
+    r = connect_automatic(hsm, server, store, "--pin-file", hsm / "pin")
+    log = server.finish()
+    assert r.returncode == 0, r.stdout + r.stderr + log
+    assert "subject=CN = token ec-client" in log and "hello from the token" in log, log
+
+
+def test_automatic_token_identity_with_a_wrong_pin_says_so(hsm, tmp_path):
+    store = auto_store(hsm, tmp_path, ("card", "pkcs11:token=mtls-test;object=ec-client;type=private"))
+    server = SServer(hsm)
+    r = connect_automatic(hsm, server, store, "--pin-file", hsm / "bad-pin")
+    server.p.kill()
+    server.finish()
+    assert r.returncode != 0
+    assert "wrong PIN" in json.loads(r.stdout)["error"], r.stdout
+
+
+@pytest.mark.parametrize("sigalg, chosen", [("ECDSA+SHA256", "ec-client"), ("ECDSA+SHA384", "p384-client")])
+def test_automatic_selection_matches_the_curve_to_the_servers_tls13_schemes(hsm, tmp_path, sigalg, chosen):
+    # Both identities chain to the CA the server lists; in TLS 1.3 ecdsa_secp256r1_sha256 can only
+    # be made with a P-256 key and ecdsa_secp384r1_sha384 with a P-384 key.
+    store = auto_store(hsm, tmp_path, ("a-p384", "pkcs11:token=mtls-test;id=%03;type=private"),
+                       ("b-p256", "pkcs11:token=mtls-test;object=ec-client;type=private"))
+    server = SServer(hsm, "-tls1_3", "-client_sigalgs", sigalg)
+    r = connect_automatic(hsm, server, store, "--pin-file", hsm / "pin")
+    log = server.finish()
+    assert r.returncode == 0, r.stdout + r.stderr + log
+    assert f"subject=CN = token {chosen}" in log, log

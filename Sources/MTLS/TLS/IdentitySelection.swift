@@ -11,29 +11,50 @@ enum IdentitySelection {
         var caNameTexts: [String]
         /// OpenSSL key-type NIDs of the signature schemes the server accepts (empty: unknown).
         var signatureKeyTypes: Set<Int32>
+        /// The TLS SignatureScheme code points (RFC 8446 4.2.3) both sides accept (empty: unknown).
+        var signatureSchemes: Set<UInt16> = []
+        /// TLS 1.3 was negotiated: an ECDSA scheme then names its curve.
+        var tls13 = false
     }
 
-    /// The first identity in `candidates` that fits `request` at `now`.
-    static func choose(_ candidates: [Identity], for request: Request, now: Date = Date()) -> Identity? {
-        candidates.first { fits($0, request, now) }
+    /// The TLS 1.3 ECDSA scheme that signs with a key on the curve of `bits` (P-256, P-384, P-521).
+    static func ecdsaScheme(curveBits bits: Int32) -> UInt16? {
+        switch bits {
+        case 256: return 0x0403  // ecdsa_secp256r1_sha256
+        case 384: return 0x0503  // ecdsa_secp384r1_sha384
+        case 521: return 0x0603  // ecdsa_secp521r1_sha512
+        default: return nil
+        }
     }
 
-    static func fits(_ identity: Identity, _ request: Request, _ now: Date) -> Bool {
-        let leaf = identity.leaf
+    /// The candidates that fit `request` at `now`, in their order.
+    static func fitting(_ candidates: [IdentityCandidate], for request: Request, now: Date = Date()) -> [IdentityCandidate] {
+        candidates.filter { fits(leaf: $0.leaf, certificates: $0.allCertificates, request, now) }
+    }
+
+    static func fits(leaf: Certificate, certificates: [Certificate], _ request: Request, _ now: Date) -> Bool {
         guard leaf.notBefore <= now, now <= leaf.notAfter else { return false }
         if let ekus = leaf.extendedKeyUsages, !ekus.contains(ExtendedKeyUsage.clientAuth), !ekus.contains(ExtendedKeyUsage.any) {
             return false
         }
+        // The leaf's public key is the private key's (a token key included).
+        guard let pkey = X509_get0_pubkey(leaf.x509) else { return false }
+        let base = EVP_PKEY_get_base_id(pkey)
         if !request.signatureKeyTypes.isEmpty {
-            let base = EVP_PKEY_get_base_id(identity.privateKey.pkey)
             let usable: Set<Int32> = base == EVP_PKEY_RSA ? [EVP_PKEY_RSA, EVP_PKEY_RSA_PSS] : [base]
             if usable.isDisjoint(with: request.signatureKeyTypes) { return false }
+        }
+        // TLS 1.3 binds each ECDSA scheme to one curve: a P-384 key cannot answer a server that
+        // accepts only ecdsa_secp256r1_sha256 (OpenSSL would then send no certificate at all).
+        if request.tls13, base == EVP_PKEY_EC, !request.signatureSchemes.isEmpty {
+            guard let scheme = ecdsaScheme(curveBits: EVP_PKEY_get_bits(pkey)),
+                  request.signatureSchemes.contains(scheme) else { return false }
         }
         if request.caNames.isEmpty { return true }
         // The server names the CAs it trusts: some certificate on our path must be issued by, or
         // be, one of them (a server pinning an intermediate lists the intermediate).
         let names = Set(request.caNames)
-        return identity.allCertificates.contains { names.contains($0.issuerNameDER) || names.contains($0.subjectNameDER) }
+        return certificates.contains { names.contains($0.issuerNameDER) || names.contains($0.subjectNameDER) }
     }
 
     /// Reads the CertificateRequest from OpenSSL's view of `ssl`.
@@ -46,36 +67,62 @@ enum IdentitySelection {
                 req.caNameTexts.append(Certificate.rfc4514(name))
             }
         }
-        let n = SSL_get_sigalgs(ssl, -1, nil, nil, nil, nil, nil)
-        if n > 0 {
+        req.tls13 = SSL_version(ssl) == TLS1_3_VERSION
+        // The schemes both sides accept when OpenSSL has worked them out, else the server's list.
+        typealias Getter = (OpaquePointer, Int32, UnsafeMutablePointer<Int32>?, UnsafeMutablePointer<UInt8>?,
+                            UnsafeMutablePointer<UInt8>?) -> Int32
+        let shared: Getter = { SSL_get_shared_sigalgs($0, $1, $2, nil, nil, $3, $4) }
+        let peer: Getter = { SSL_get_sigalgs($0, $1, $2, nil, nil, $3, $4) }
+        for get in [shared, peer] {
+            let n = get(ssl, -1, nil, nil, nil)
+            guard n > 0 else { continue }
             for i in 0..<n {
                 var sign: Int32 = 0
-                if SSL_get_sigalgs(ssl, i, &sign, nil, nil, nil, nil) > 0, sign != 0 { req.signatureKeyTypes.insert(sign) }
+                var rsig: UInt8 = 0, rhash: UInt8 = 0
+                guard get(ssl, i, &sign, &rsig, &rhash) > 0 else { continue }
+                if sign != 0 { req.signatureKeyTypes.insert(sign) }
+                req.signatureSchemes.insert(UInt16(rhash) << 8 | UInt16(rsig))
             }
+            break
         }
         return req
     }
 
-    /// OpenSSL's certificate callback on a client with ``ClientIdentity/automatic(_:)``: called
-    /// when the server asks for a certificate; installs the chosen identity on the `SSL`.
+    /// OpenSSL's certificate callback on a client with automatic selection: called when the
+    /// server asks for a certificate; installs the chosen identity on the `SSL`.
     static func certificateCallback(_ ssl: OpaquePointer?, _ arg: UnsafeMutableRawPointer?) -> Int32 {
         guard let ssl, let arg else { return 0 }
         let config = Unmanaged<TLSContextConfig>.fromOpaque(arg).takeUnretainedValue()
-        guard case .automatic(let candidates) = config.identity else { return 1 }
+        guard let candidates = config.candidates else { return 1 }
         // The callback also runs when no certificate was requested; nothing to choose then.
         guard SSL_get0_peer_certificate(ssl) != nil || SSL_get_client_CA_list(ssl) != nil || SSL_get_sigalgs(ssl, -1, nil, nil, nil, nil, nil) > 0 else { return 1 }
         let req = request(of: ssl)
         let state = TLSHandshakeState.of(ssl)
-        guard let chosen = choose(candidates, for: req) else {
+        let fitting = fitting(candidates, for: req)
+        if fitting.isEmpty {
             state?.unmatchedCANames = req.caNameTexts
             return 0
         }
-        guard SSL_use_certificate(ssl, chosen.leaf.x509) == 1,
-              SSL_use_PrivateKey(ssl, chosen.privateKey.pkey) == 1,
-              let sk = try? TLSContext.chainStack(chosen) else { return 0 }
-        defer { mtls_ossl_sk_X509_free(sk) }
-        guard mtls_ossl_SSL_set1_chain(ssl, sk) == 1 else { return 0 }
-        state?.presentedIdentity = chosen
-        return 1
+        var firstError: MTLSError?
+        for candidate in fitting {
+            let chosen: Identity
+            do {
+                chosen = try candidate.identity()
+            } catch {
+                if firstError == nil {
+                    firstError = error as? MTLSError ?? MTLSError(.internal, "\(error)")
+                }
+                continue
+            }
+            guard SSL_use_certificate(ssl, chosen.leaf.x509) == 1,
+                  SSL_use_PrivateKey(ssl, chosen.privateKey.pkey) == 1,
+                  let sk = try? TLSContext.chainStack(chosen) else { return 0 }
+            defer { mtls_ossl_sk_X509_free(sk) }
+            guard mtls_ossl_SSL_set1_chain(ssl, sk) == 1 else { return 0 }
+            state?.presentedIdentity = chosen
+            return 1
+        }
+        state?.selectionError = firstError
+        return 0
     }
 }

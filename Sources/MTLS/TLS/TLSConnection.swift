@@ -220,6 +220,10 @@ public final class TLSConnection: @unchecked Sendable {
             OpenSSLErrorQueue.clear()
             return MTLSError(tokenFailure.code, "TLS handshake with \(peerAddress) failed: \(tokenFailure.message)")
         }
+        if let e = state.selectionError {
+            OpenSSLErrorQueue.clear()
+            return MTLSError(e.code, "TLS handshake with \(peerAddress) failed: the identity chosen for the server's certificate request cannot be used: \(e.message)")
+        }
         if let names = state.unmatchedCANames {
             OpenSSLErrorQueue.clear()
             let list = names.isEmpty ? "(no CA names)" : names.map { "\"\($0)\"" }.joined(separator: ", ")

@@ -12,6 +12,8 @@ final class TLSContextConfig {
     let policy: TrustPolicyHandle
     let purpose: TrustPurpose
     let identity: ClientIdentity
+    /// Client side, automatic selection: the identities to choose from.
+    let candidates: [IdentityCandidate]?
     /// Server side: ALPN protocols in wire format (length-prefixed), kept at a stable address.
     let alpnWire: UnsafeMutableBufferPointer<UInt8>?
 
@@ -19,6 +21,7 @@ final class TLSContextConfig {
         self.policy = policy
         self.purpose = purpose
         self.identity = identity
+        candidates = identity.selectionCandidates
         if serverALPN.isEmpty {
             alpnWire = nil
         } else {
@@ -46,6 +49,8 @@ final class TLSHandshakeState {
     var sentAlert: String?
     /// Set when automatic selection found no identity: the CA names the server asked for.
     var unmatchedCANames: [String]?
+    /// Set when automatic selection chose identities but none could be loaded (a token's PIN...).
+    var selectionError: MTLSError?
     /// The identity presented (explicit or chosen automatically).
     var presentedIdentity: Identity?
     /// Where this connection's session is cached, and under which key.
@@ -132,7 +137,7 @@ final class TLSContext: @unchecked Sendable {
             var explicit: Identity? = nil
             if case .identity(let id) = options.identity { explicit = id }
             try install(on: ctx, config: config, identity: explicit, verifyMode: SSL_VERIFY_PEER)
-            if case .automatic = options.identity {
+            if config.candidates != nil {
                 SSL_CTX_set_cert_cb(ctx, { ssl, arg in IdentitySelection.certificateCallback(ssl, arg) },
                                     Unmanaged.passUnretained(config).toOpaque())
             }
@@ -359,6 +364,7 @@ final class TLSContext: @unchecked Sendable {
         case .none: break
         case .identity(let id): key.identities = [ObjectIdentifier(id)]; keep.append(id)
         case .automatic(let ids): key.automatic = true; key.identities = ids.map(ObjectIdentifier.init); keep += ids as [AnyObject]
+        case .candidates(let cs): key.automatic = true; key.identities = cs.map(ObjectIdentifier.init); keep += cs as [AnyObject]
         }
         if let h = options.policyHandle { key.policy = ObjectIdentifier(h); keep.append(h) }
         else if let p = options.policy { key.policy = ObjectIdentifier(p); keep.append(p) }

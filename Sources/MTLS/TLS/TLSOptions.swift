@@ -22,6 +22,63 @@ public enum ClientIdentity: @unchecked Sendable {
     /// whose key can make a signature the server accepts. When none fits, the handshake stops
     /// with ``MTLSError/Code/noMatchingIdentity`` naming the CAs the server asked for.
     case automatic([Identity])
+    /// Like ``automatic(_:)``, among candidates whose private key is loaded only once chosen
+    /// (token identities held in a store: the token is opened, and logged in to, only when the
+    /// server's request picks them). A chosen candidate that cannot be loaded (wrong PIN, token
+    /// absent) gives way to the next that fits; when none loads, the handshake fails with the
+    /// first candidate's error.
+    case candidates([IdentityCandidate])
+
+    /// The candidates for automatic selection, or nil for `.none` / `.identity`.
+    var selectionCandidates: [IdentityCandidate]? {
+        switch self {
+        case .none, .identity: return nil
+        case .automatic(let ids): return ids.map { IdentityCandidate($0) }
+        case .candidates(let cs): return cs
+        }
+    }
+}
+
+/// An identity automatic selection may choose: its certificates are known up front, its private
+/// key is loaded (once) when it is chosen.
+public final class IdentityCandidate: @unchecked Sendable {
+    /// The leaf certificate.
+    public let leaf: Certificate
+    /// The issuers above the leaf, leaf's issuer first (as far as they are known).
+    public let chain: [Certificate]
+    private let load: () throws -> Identity
+    private var loaded: Identity?
+    private let lock = Lock()
+
+    /// A candidate whose identity is already loaded.
+    public init(_ identity: Identity) {
+        leaf = identity.leaf
+        chain = identity.chain
+        loaded = identity
+        load = { identity }
+    }
+
+    /// A token identity held in a store: chosen by its stored certificates; when chosen, the
+    /// key is found on the token with ``Token/identity(uri:modulePath:pin:pinCallback:)``
+    /// (PIN: `pin`, else `pinCallback`, else the URI's pin-value/pin-source).
+    public init(token reference: StoreTokenReference, pin: SecretBytes? = nil, pinCallback: TokenPINCallback? = nil) {
+        leaf = reference.certificate
+        chain = reference.chain
+        load = { try Token.identity(uri: reference.uri, pin: pin, pinCallback: pinCallback) }
+    }
+
+    /// The identity, loaded on first use and kept (a token identity keeps its session).
+    public func identity() throws -> Identity {
+        try lock.withLock {
+            if let loaded { return loaded }
+            let id = try load()
+            loaded = id
+            return id
+        }
+    }
+
+    /// Leaf first, then the chain.
+    var allCertificates: [Certificate] { [leaf] + chain }
 }
 
 /// How a TLS client connects: names, versions, ALPN, timeouts, identity and trust.
@@ -57,8 +114,10 @@ public struct TLSClientOptions: @unchecked Sendable {
     /// Reuse TLS sessions (TLS 1.3 tickets, TLS 1.2 sessions) for the same host, port, names,
     /// identity and policy.
     public var sessionResumption = true
-    /// Non-blocking mode for event loops: connect returns with the TCP connect under way (a DNS
-    /// name is still resolved first); handshake, read and write throw ``MTLSError/Code/wantRead``
+    /// Non-blocking mode for event loops: connect returns with the TCP connect under way (but a
+    /// DNS name is first resolved with a blocking `getaddrinfo`: to never block, connect to an IP
+    /// literal with ``serverName`` and ``validationName`` set to the name, or wrap a socket you
+    /// connected yourself); handshake, read and write throw ``MTLSError/Code/wantRead``
     /// / ``MTLSError/Code/wantWrite`` instead of waiting: call again when the socket is ready. A
     /// failed TCP connect is ``MTLSError/Code/connect`` from ``TLSConnection/handshake()``.
     public var nonBlocking = false
@@ -120,8 +179,14 @@ extension ClientIdentity {
         .identity(try store.identity(label: label))
     }
 
-    /// Automatic choice among every identity in `store` (see ``automatic(_:)``).
-    public static func automatic(from store: CredentialStore) throws -> ClientIdentity {
-        .automatic(try store.identities())
+    /// Automatic choice among every identity in `store` and every token identity it refers to
+    /// (see ``candidates(_:)``): stored identities first, then token identities, each in label
+    /// order. A token identity's PIN is `tokenPIN`, else `pinCallback`, else its URI's
+    /// pin-value/pin-source.
+    public static func automatic(from store: CredentialStore, tokenPIN: SecretBytes? = nil,
+                                 pinCallback: TokenPINCallback? = nil) throws -> ClientIdentity {
+        let stored = try store.identities().map { IdentityCandidate($0) }
+        let tokens = try store.tokenIdentities().map { IdentityCandidate(token: $0, pin: tokenPIN, pinCallback: pinCallback) }
+        return .candidates(stored + tokens)
     }
 }
