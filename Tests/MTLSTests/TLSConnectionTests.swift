@@ -266,6 +266,41 @@ final class TLSConnectionTests: XCTestCase {
         _ = wait2()
     }
 
+    func testAutomaticSelectionLoadsATokenCandidateOnlyWhenChosenAndFallsBackWhenItCannotLoad() throws {
+        let listener = try startListener()
+        // Token references whose token does not exist: loading one fails.
+        let missingToken = "pkcs11:token=mtls-no-such-token;object=key?module-path=/nonexistent/mtls-module.so"
+        func tokenCandidate(_ name: String, chain: [String]) throws -> IdentityCandidate {
+            IdentityCandidate(token: StoreTokenReference(label: name, uri: missingToken, certificate: try cert(name),
+                                                         chain: try chain.map { try cert($0) }))
+        }
+        let otherCustomer = try tokenCandidate("client-c", chain: ["int-c"])
+        let brokenA = try tokenCandidate("client-a", chain: ["int-a"])
+        let fileA = try identity("client-a")
+
+        // The broken token candidate fits first, cannot load, and gives way to the file identity.
+        let wait = acceptOne(listener)
+        var o = try clientOptions(identity: nil)
+        o.identity = .candidates([otherCustomer, brokenA, IdentityCandidate(fileA)])
+        let c = try TLSConnection.connect(host: "127.0.0.1", port: listener.port, options: o)
+        XCTAssertTrue(c.presentedIdentity === fileA)
+        try c.write(Array("x".utf8))
+        _ = try c.read()
+        c.close()
+        XCTAssertEqual(try wait().get().0, "client-a")
+
+        // Only the broken one fits: the handshake fails with the token's error, not "no match".
+        let wait2 = acceptOne(listener)
+        o.identity = .candidates([otherCustomer, brokenA])
+        XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: listener.port, options: o)) { e in
+            let code = (e as? MTLSError)?.code
+            XCTAssertNotNil(code)
+            XCTAssertNotEqual(code, .noMatchingIdentity, "\(e)")
+            XCTAssertTrue("\(e)".contains("the identity chosen for the server's certificate request cannot be used"), "\(e)")
+        }
+        _ = wait2()
+    }
+
     func testNonBlockingHandshakeReportsWants() throws {
         let listener = try startListener()
         let wait = acceptOne(listener)

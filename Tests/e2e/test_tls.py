@@ -553,16 +553,19 @@ def test_automatic_identity_matches_the_curve_to_the_servers_tls13_schemes(pki, 
         shell=True, cwd=d, check=True, capture_output=True)
     store, secret = d / "s.db", d / "secret"
     secret.write_text("store secret\n")
-    for label, p12 in (("a-p384", str(d / "p384.p12")), ("b-p256", pki("client-a.p12"))):
+    for label, p12 in (("a-p384", str(d / "p384.p12")), ("a-rsa", pki("client-a-rsa.p12")),
+                       ("b-p256", pki("client-a.p12"))):
         r = run_cli("store", "--store", store, "--secret-file", secret, "import", p12, "--label", label,
                     "--password-file", pki("password.txt"))
         assert r.returncode == 0, r.stderr
-    for sigalg, chosen in (("ECDSA+SHA256", "client-a"), ("ECDSA+SHA384", "client-p384")):
+    # RSA signs in TLS 1.3 only with PSS: rsa_pkcs1_sha256 in the server's list is not enough.
+    for sigalg, chosen in (("ECDSA+SHA256", "client-a"), ("ECDSA+SHA384", "client-p384"),
+                           ("RSA+SHA256:ECDSA+SHA256", "client-a"), ("RSA-PSS+SHA256", "client-a-rsa")):
         port = s_server(pki, peers, extra=["-tls1_3", "-client_sigalgs", sigalg])
         r = run_cli("connect", f"127.0.0.1:{port}", "--store", store, "--secret-file", secret,
                     "--anchor", pki("root.pem"), "--verify-as", "server.test", "--send", HTTP_GET)
         assert r.returncode == 0, r.stdout + r.stderr
-        assert f"presented {chosen}" in r.stdout, r.stdout
+        assert f"presented {chosen}\n" in r.stdout, r.stdout  # the line ends with the chosen name
 
 
 # ---- examples/connect.c: a plain C client (p12, pinned anchor, connect, send, evaluation)

@@ -50,6 +50,12 @@ enum IdentitySelection {
             guard let scheme = ecdsaScheme(curveBits: EVP_PKEY_get_bits(pkey)),
                   request.signatureSchemes.contains(scheme) else { return false }
         }
+        // TLS 1.3 signs CertificateVerify with RSA only as RSA-PSS: a server that lists only
+        // rsa_pkcs1_* schemes (valid there for certificate signatures) cannot be answered by an RSA key.
+        if request.tls13, base == EVP_PKEY_RSA, !request.signatureSchemes.isEmpty,
+           request.signatureSchemes.isDisjoint(with: [0x0804, 0x0805, 0x0806]) {  // rsa_pss_rsae_sha256/384/512
+            return false
+        }
         if request.caNames.isEmpty { return true }
         // The server names the CAs it trusts: some certificate on our path must be issued by, or
         // be, one of them (a server pinning an intermediate lists the intermediate).
