@@ -70,6 +70,14 @@ func releaseHandle<T: AnyObject>(_ p: OpaquePointer?, _ type: T.Type) {
     Unmanaged<T>.fromOpaque(UnsafeRawPointer(p)).release()
 }
 
+/// Closes the object behind a handle with `close` (so its socket or file goes at once, whatever
+/// other references live), then drops the reference the handle holds. NULL is a no-op.
+func closeHandle<T: AnyObject>(_ p: OpaquePointer?, _ type: T.Type, _ close: (T) -> Void) {
+    guard let p else { return }
+    close(Unmanaged<T>.fromOpaque(UnsafeRawPointer(p)).takeUnretainedValue())
+    releaseHandle(p, type)
+}
+
 /// Adds a reference to a handle and returns it (for `*_ref` functions).
 func refHandle<T: AnyObject>(_ p: OpaquePointer?, _ type: T.Type) -> OpaquePointer? {
     guard let p else { return nil }
@@ -102,11 +110,40 @@ func putString(_ s: String, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CCh
     out.pointee = copy
 }
 
-/// Writes a malloc'ed copy of `b` to `out`/`outLen` (freed with `mtls_bytes_free`).
-func putBytes(_ b: [UInt8], _ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
-              _ outLen: UnsafeMutablePointer<Int>?) throws {
+/// Writes a new handle to the object `make` returns to `out`. `out` is NULL first, so it stays
+/// NULL whenever an argument check or `make` throws.
+func putHandle<T: AnyObject>(_ out: UnsafeMutablePointer<OpaquePointer?>?, _ make: () throws -> T) throws {
     let out = try require(out, "out")
-    let outLen = try require(outLen, "out_len")
+    out.pointee = nil
+    out.pointee = retainHandle(try make())
+}
+
+/// Writes the string `value` returns as ``putString`` does, or NULL when it returns nil (an
+/// absent optional field). `out` is NULL first, so it stays NULL whenever `value` throws.
+func putOptionalString(_ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
+                       _ value: () throws -> String?) throws {
+    try require(out, "out").pointee = nil
+    if let s = try value() { try putString(s, out) }
+}
+
+/// The element at a C `index` argument, or `MTLS_E_INVALID_ARGUMENT` naming the range.
+func element<T>(_ items: [T], _ index: Int, _ what: String) throws -> T {
+    guard index >= 0, index < items.count else {
+        throw invalid("index \(index) is out of range (there are \(items.count) \(what))")
+    }
+    return items[index]
+}
+
+/// Writes a malloc'ed copy of the bytes `value` returns to `out`/`outLen` (freed with
+/// `mtls_bytes_free`), or NULL and 0 when it returns nil. Both are cleared first, so they stay
+/// NULL and 0 whenever `value` throws. `names` are the C parameter names, for the error message.
+func putBytes(_ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?, _ outLen: UnsafeMutablePointer<Int>?,
+              names: (String, String) = ("out", "out_len"), _ value: () throws -> [UInt8]?) throws {
+    let out = try require(out, names.0)
+    let outLen = try require(outLen, names.1)
+    out.pointee = nil
+    outLen.pointee = 0
+    guard let b = try value() else { return }
     guard let mem = malloc(max(b.count, 1))?.assumingMemoryBound(to: UInt8.self) else {
         throw MTLSError(.noMemory, "out of memory")
     }
@@ -124,12 +161,16 @@ func copyInto(_ b: [UInt8], _ out: UnsafeMutablePointer<UInt8>?, _ outLen: Int) 
     b.withUnsafeBufferPointer { out.update(from: $0.baseAddress!, count: b.count) }
 }
 
-/// Writes a malloc'ed array of handles (each holding one reference) to `out`/`count`; freed
-/// with the matching `*_list_free`.
-func putHandles<T: AnyObject>(_ objects: [T], _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
-                              _ count: UnsafeMutablePointer<Int>?) throws {
+/// Writes a malloc'ed array of handles to the objects `make` returns (each holding one
+/// reference) to `out`/`count`; freed with the matching `*_list_free`. Both are cleared first,
+/// so they stay NULL and 0 whenever `make` throws.
+func putHandles<T: AnyObject>(_ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
+                              _ count: UnsafeMutablePointer<Int>?, _ make: () throws -> [T]) throws {
     let out = try require(out, "out")
     let count = try require(count, "count")
+    out.pointee = nil
+    count.pointee = 0
+    let objects = try make()
     guard let mem = malloc(max(objects.count, 1) * MemoryLayout<OpaquePointer?>.stride)?
         .assumingMemoryBound(to: OpaquePointer?.self) else { throw MTLSError(.noMemory, "out of memory") }
     for (i, o) in objects.enumerated() { (mem + i).initialize(to: retainHandle(o)) }

@@ -5,10 +5,7 @@ import MTLS
 @_cdecl("mtls_cert_parse")
 public func mtls_cert_parse(_ data: UnsafePointer<UInt8>?, _ len: Int, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        let certs = try Certificate.parseAll(try bytes(data, len, "data"))
-        out.pointee = retainHandle(certs[0])
+        try putHandle(out) { try Certificate.parseAll(try bytes(data, len, "data"))[0] }
     }
 }
 
@@ -18,9 +15,7 @@ public func mtls_cert_list_parse(_ data: UnsafePointer<UInt8>?, _ len: Int,
                                  _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
                                  _ count: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
-        try require(out, "out").pointee = nil
-        try require(count, "count").pointee = 0
-        try putHandles(try Certificate.parseAll(try bytes(data, len, "data")), out, count)
+        try putHandles(out, count) { try Certificate.parseAll(try bytes(data, len, "data")) }
     }
 }
 
@@ -30,9 +25,7 @@ public func mtls_cert_list_load(_ path: UnsafePointer<CChar>?,
                                 _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
                                 _ count: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
-        try require(out, "out").pointee = nil
-        try require(count, "count").pointee = 0
-        try putHandles(try Certificate.load(path: try string(path, "path")), out, count)
+        try putHandles(out, count) { try Certificate.load(path: try string(path, "path")) }
     }
 }
 
@@ -150,8 +143,7 @@ public func mtls_cert_san(_ cert: OpaquePointer?, _ index: Int, _ kind: UnsafeMu
     abiCall {
         let sans = try handle(cert, Certificate.self, "cert").subjectAltNames
         let kind = try require(kind, "kind")
-        guard index < sans.count else { throw invalid("index \(index) is out of range (\(sans.count) names)") }
-        switch sans[index] {
+        switch try element(sans, index, "names") {
         case .dns(let v): kind.pointee = 1; try putString(v, value)
         case .ip(let v): kind.pointee = 2; try putString(v, value)
         case .email(let v): kind.pointee = 3; try putString(v, value)
@@ -207,8 +199,6 @@ public func mtls_cert_eku_count(_ cert: OpaquePointer?, _ count: UnsafeMutablePo
 @_cdecl("mtls_cert_eku")
 public func mtls_cert_eku(_ cert: OpaquePointer?, _ index: Int, _ oid: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
     abiCall {
-        let ekus = try handle(cert, Certificate.self, "cert").extendedKeyUsages ?? []
-        guard index < ekus.count else { throw invalid("index \(index) is out of range (\(ekus.count) EKUs)") }
-        try putString(ekus[index], oid)
+        try putString(try element(try handle(cert, Certificate.self, "cert").extendedKeyUsages ?? [], index, "EKUs"), oid)
     }
 }

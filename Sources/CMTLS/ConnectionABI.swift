@@ -109,10 +109,7 @@ public func mtls_conn_options_init(_ opts: UnsafeMutableRawPointer?, _ version: 
 public func mtls_conn_connect(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ opts: UnsafeRawPointer?,
                               _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        let conn = try TLSConnection.connect(host: try string(host, "host"), port: port, options: try clientOptions(opts))
-        out.pointee = retainHandle(conn)
+        try putHandle(out) { try TLSConnection.connect(host: try string(host, "host"), port: port, options: try clientOptions(opts)) }
     }
 }
 
@@ -121,10 +118,7 @@ public func mtls_conn_connect(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ o
 public func mtls_conn_open(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ opts: UnsafeRawPointer?,
                            _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        let conn = try TLSConnection.open(host: try string(host, "host"), port: port, options: try clientOptions(opts))
-        out.pointee = retainHandle(conn)
+        try putHandle(out) { try TLSConnection.open(host: try string(host, "host"), port: port, options: try clientOptions(opts)) }
     }
 }
 
@@ -133,11 +127,9 @@ public func mtls_conn_open(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ opts
 public func mtls_conn_wrap_fd(_ fd: Int32, _ host: UnsafePointer<CChar>?, _ port: UInt16, _ opts: UnsafeRawPointer?,
                               _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        let conn = try TLSConnection.wrap(fileDescriptor: fd, host: try string(host, "host"), port: port,
-                                          options: try clientOptions(opts))
-        out.pointee = retainHandle(conn)
+        try putHandle(out) {
+            try TLSConnection.wrap(fileDescriptor: fd, host: try string(host, "host"), port: port, options: try clientOptions(opts))
+        }
     }
 }
 
@@ -182,11 +174,7 @@ public func mtls_conn_shutdown(_ conn: OpaquePointer?) -> Int32 {
 
 /// `void mtls_conn_free(mtls_conn *conn)`
 @_cdecl("mtls_conn_free")
-public func mtls_conn_free(_ conn: OpaquePointer?) {
-    guard let conn else { return }
-    (try? handle(conn, TLSConnection.self, "conn"))?.close()
-    releaseHandle(conn, TLSConnection.self)
-}
+public func mtls_conn_free(_ conn: OpaquePointer?) { closeHandle(conn, TLSConnection.self) { $0.close() } }
 
 /// `int mtls_conn_fd(const mtls_conn *conn, int *fd)`
 @_cdecl("mtls_conn_fd")
@@ -199,9 +187,7 @@ public func mtls_conn_fd(_ conn: OpaquePointer?, _ fd: UnsafeMutablePointer<Int3
 public func mtls_conn_peer_chain(_ conn: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
                                  _ count: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
-        try require(out, "out").pointee = nil
-        try require(count, "count").pointee = 0
-        try putHandles(try handle(conn, TLSConnection.self, "conn").peerChain, out, count)
+        try putHandles(out, count) { try handle(conn, TLSConnection.self, "conn").peerChain }
     }
 }
 
@@ -209,10 +195,7 @@ public func mtls_conn_peer_chain(_ conn: OpaquePointer?, _ out: UnsafeMutablePoi
 @_cdecl("mtls_conn_alpn")
 public func mtls_conn_alpn(_ conn: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
     abiCall {
-        let c = try handle(conn, TLSConnection.self, "conn")
-        let out = try require(out, "out")
-        out.pointee = nil
-        if let alpn = c.alpn { try putString(alpn, out) }
+        try putOptionalString(out) { try handle(conn, TLSConnection.self, "conn").alpn }
     }
 }
 
@@ -262,22 +245,22 @@ public func mtls_listener_options_init(_ opts: UnsafeMutableRawPointer?, _ versi
 public func mtls_listener_new(_ address: UnsafePointer<CChar>?, _ port: UInt16, _ opts: UnsafeRawPointer?,
                               _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        let c = try require(opts, "opts").load(as: ListenerOptionsV1.self)
-        guard c.version == 1 else { throw invalid("mtls_listener_options version \(c.version) is not supported (1 is)") }
-        var o = TLSServerOptions(identity: try handle(c.identity, Identity.self, "opts->identity"))
-        guard let auth = ClientAuthentication(rawValue: Int(c.clientAuth)) else {
-            throw invalid("client_auth must be MTLS_CLIENT_AUTH_NONE, _OPTIONAL or _REQUIRE, not \(c.clientAuth)")
+        try putHandle(out) {
+            let c = try require(opts, "opts").load(as: ListenerOptionsV1.self)
+            guard c.version == 1 else { throw invalid("mtls_listener_options version \(c.version) is not supported (1 is)") }
+            var o = TLSServerOptions(identity: try handle(c.identity, Identity.self, "opts->identity"))
+            guard let auth = ClientAuthentication(rawValue: Int(c.clientAuth)) else {
+                throw invalid("client_auth must be MTLS_CLIENT_AUTH_NONE, _OPTIONAL or _REQUIRE, not \(c.clientAuth)")
+            }
+            o.clientAuthentication = auth
+            if let p = c.clientPolicy { o.clientPolicyHandle = try handle(p, TrustPolicyHandle.self, "opts->client_policy") }
+            o.alpn = alpnList(c.alpn)
+            o.minVersion = try tlsVersion(c.minTLS, "min_tls")
+            o.maxVersion = try tlsVersion(c.maxTLS, "max_tls")
+            o.handshakeTimeout = seconds(c.handshakeTimeoutMS, default: 30)
+            o.ioTimeout = seconds(c.ioTimeoutMS, default: nil)
+            return try TLSListener(address: optionalString(address), port: port, options: o)
         }
-        o.clientAuthentication = auth
-        if let p = c.clientPolicy { o.clientPolicyHandle = try handle(p, TrustPolicyHandle.self, "opts->client_policy") }
-        o.alpn = alpnList(c.alpn)
-        o.minVersion = try tlsVersion(c.minTLS, "min_tls")
-        o.maxVersion = try tlsVersion(c.maxTLS, "max_tls")
-        o.handshakeTimeout = seconds(c.handshakeTimeoutMS, default: 30)
-        o.ioTimeout = seconds(c.ioTimeoutMS, default: nil)
-        out.pointee = retainHandle(try TLSListener(address: optionalString(address), port: port, options: o))
     }
 }
 
@@ -291,20 +274,15 @@ public func mtls_listener_port(_ listener: OpaquePointer?, _ port: UnsafeMutable
 @_cdecl("mtls_listener_accept")
 public func mtls_listener_accept(_ listener: OpaquePointer?, _ timeoutMS: Int32, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let l = try handle(listener, TLSListener.self, "listener")
-        let out = try require(out, "out")
-        out.pointee = nil
-        out.pointee = retainHandle(try l.accept(timeout: timeoutMS < 0 ? nil : Double(timeoutMS) / 1000))
+        try putHandle(out) {
+            try handle(listener, TLSListener.self, "listener").accept(timeout: timeoutMS < 0 ? nil : Double(timeoutMS) / 1000)
+        }
     }
 }
 
 /// `void mtls_listener_free(mtls_listener *listener)`
 @_cdecl("mtls_listener_free")
-public func mtls_listener_free(_ listener: OpaquePointer?) {
-    guard let listener else { return }
-    (try? handle(listener, TLSListener.self, "listener"))?.close()
-    releaseHandle(listener, TLSListener.self)
-}
+public func mtls_listener_free(_ listener: OpaquePointer?) { closeHandle(listener, TLSListener.self) { $0.close() } }
 
 // MARK: bring your own SSL_CTX
 

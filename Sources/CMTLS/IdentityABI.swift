@@ -29,11 +29,11 @@ public func mtls_identity_free(_ identity: OpaquePointer?) { releaseHandle(ident
 public func mtls_identity_from_pem(_ certPEM: UnsafePointer<CChar>?, _ keyPEM: UnsafePointer<CChar>?,
                                    _ pass: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        let certs = Array(try string(certPEM, "cert_pem").utf8)
-        let key = Array(try string(keyPEM, "key_pem").utf8)
-        out.pointee = retainHandle(try Identity(certificatePEM: certs, keyPEM: key, password: password(pass)))
+        try putHandle(out) {
+            let certs = Array(try string(certPEM, "cert_pem").utf8)
+            let key = Array(try string(keyPEM, "key_pem").utf8)
+            return try Identity(certificatePEM: certs, keyPEM: key, password: password(pass))
+        }
     }
 }
 
@@ -59,12 +59,7 @@ public func mtls_identity_chain_count(_ identity: OpaquePointer?, _ count: Unsaf
 @_cdecl("mtls_identity_chain_get")
 public func mtls_identity_chain_get(_ identity: OpaquePointer?, _ index: Int, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let id = try handle(identity, Identity.self, "identity")
-        let out = try require(out, "out")
-        guard index >= 0, index < id.chain.count else {
-            throw invalid("index \(index) is out of range (the chain has \(id.chain.count) certificates)")
-        }
-        out.pointee = retainHandle(id.chain[index])
+        try putHandle(out) { try element(try handle(identity, Identity.self, "identity").chain, index, "certificates in the chain") }
     }
 }
 
@@ -72,10 +67,7 @@ public func mtls_identity_chain_get(_ identity: OpaquePointer?, _ index: Int, _ 
 @_cdecl("mtls_identity_friendly_name")
 public func mtls_identity_friendly_name(_ identity: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
     abiCall {
-        let id = try handle(identity, Identity.self, "identity")
-        let out = try require(out, "out")
-        out.pointee = nil
-        if let name = id.friendlyName { try putString(name, out) }
+        try putOptionalString(out) { try handle(identity, Identity.self, "identity").friendlyName }
     }
 }
 
@@ -84,11 +76,7 @@ public func mtls_identity_friendly_name(_ identity: OpaquePointer?, _ out: Unsaf
 public func mtls_identity_local_key_id(_ identity: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
                                        _ len: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
-        let id = try handle(identity, Identity.self, "identity")
-        let out = try require(out, "out"), len = try require(len, "len")
-        out.pointee = nil
-        len.pointee = 0
-        if let kid = id.localKeyID { try putBytes(kid, out, len) }
+        try putBytes(out, len, names: ("out", "len")) { try handle(identity, Identity.self, "identity").localKeyID }
     }
 }
 
@@ -130,10 +118,10 @@ public func mtls_identity_chain_check(_ identity: OpaquePointer?, _ flags: Unsaf
 public func mtls_pkcs12_import(_ data: UnsafePointer<UInt8>?, _ len: Int, _ pass: UnsafePointer<CChar>?,
                                _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        let input = try bytes(data, len, "data")
-        out.pointee = retainHandle(PKCS12Handle(try PKCS12.parse(input, password: password(pass))))
+        try putHandle(out) {
+            let input = try bytes(data, len, "data")
+            return PKCS12Handle(try PKCS12.parse(input, password: password(pass)))
+        }
     }
 }
 
@@ -142,10 +130,10 @@ public func mtls_pkcs12_import(_ data: UnsafePointer<UInt8>?, _ len: Int, _ pass
 public func mtls_pkcs12_load(_ path: UnsafePointer<CChar>?, _ pass: UnsafePointer<CChar>?,
                              _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        let path = try string(path, "path")
-        out.pointee = retainHandle(PKCS12Handle(try PKCS12.load(path: path, password: password(pass))))
+        try putHandle(out) {
+            let path = try string(path, "path")
+            return PKCS12Handle(try PKCS12.load(path: path, password: password(pass)))
+        }
     }
 }
 
@@ -166,14 +154,11 @@ public func mtls_pkcs12_identity_count(_ p12: OpaquePointer?, _ count: UnsafeMut
 @_cdecl("mtls_pkcs12_identity")
 public func mtls_pkcs12_identity(_ p12: OpaquePointer?, _ index: Int, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let h = try handle(p12, PKCS12Handle.self, "p12")
-        let out = try require(out, "out")
-        let ids = h.contents.identities
-        guard index >= 0, index < ids.count else {
+        try putHandle(out) {
+            let ids = try handle(p12, PKCS12Handle.self, "p12").contents.identities
             if ids.isEmpty { throw MTLSError(.noIdentity, "the PKCS#12 file holds no identity (certificates only)") }
-            throw invalid("index \(index) is out of range (the file has \(ids.count) identities)")
+            return try element(ids, index, "identities in the file")
         }
-        out.pointee = retainHandle(ids[index])
     }
 }
 
@@ -190,13 +175,7 @@ public func mtls_pkcs12_cert_count(_ p12: OpaquePointer?, _ count: UnsafeMutable
 @_cdecl("mtls_pkcs12_cert")
 public func mtls_pkcs12_cert(_ p12: OpaquePointer?, _ index: Int, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let h = try handle(p12, PKCS12Handle.self, "p12")
-        let out = try require(out, "out")
-        let certs = h.contents.certificates
-        guard index >= 0, index < certs.count else {
-            throw invalid("index \(index) is out of range (the file has \(certs.count) certificates)")
-        }
-        out.pointee = retainHandle(certs[index])
+        try putHandle(out) { try element(try handle(p12, PKCS12Handle.self, "p12").contents.certificates, index, "certificates in the file") }
     }
 }
 
@@ -208,14 +187,13 @@ public func mtls_pkcs12_export(_ identity: OpaquePointer?, _ pass: UnsafePointer
                                _ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
                                _ len: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
-        let id = try handle(identity, Identity.self, "identity")
-        let out = try require(out, "out"), len = try require(len, "len")
-        out.pointee = nil
-        len.pointee = 0
-        let pw = try require(password(pass), "password")
-        guard flags & ~1 == 0 else { throw invalid("unknown flags 0x\(String(flags, radix: 16))") }
-        var options: PKCS12ExportOptions = flags & 1 != 0 ? .legacy : .modern
-        options.friendlyName = optionalString(friendlyName)
-        try putBytes(try PKCS12.export(id, password: pw, options: options), out, len)
+        try putBytes(out, len, names: ("out", "len")) {
+            let id = try handle(identity, Identity.self, "identity")
+            let pw = try require(password(pass), "password")
+            guard flags & ~1 == 0 else { throw invalid("unknown flags 0x\(String(flags, radix: 16))") }
+            var options: PKCS12ExportOptions = flags & 1 != 0 ? .legacy : .modern
+            options.friendlyName = optionalString(friendlyName)
+            return try PKCS12.export(id, password: pw, options: options)
+        }
     }
 }

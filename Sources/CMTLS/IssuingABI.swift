@@ -83,13 +83,13 @@ public func mtls_issue_options_init(_ opts: UnsafeMutableRawPointer?, _ version:
 public func mtls_pki_root(_ name: UnsafePointer<CChar>?, _ opts: UnsafeRawPointer?,
                           _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        let name = try string(name, "name")
-        let o = try IssueOptions(opts)
-        let key = try PrivateKey.generate(o.keySpec)
-        let ca = try CertificateAuthority.makeRoot(commonName: name, key: key, validityDays: o.days, now: o.now)
-        out.pointee = retainHandle(try Identity(privateKey: key, leaf: ca.certificate))
+        try putHandle(out) {
+            let name = try string(name, "name")
+            let o = try IssueOptions(opts)
+            let key = try PrivateKey.generate(o.keySpec)
+            let ca = try CertificateAuthority.makeRoot(commonName: name, key: key, validityDays: o.days, now: o.now)
+            return try Identity(privateKey: key, leaf: ca.certificate)
+        }
     }
 }
 
@@ -99,17 +99,17 @@ public func mtls_pki_root(_ name: UnsafePointer<CChar>?, _ opts: UnsafeRawPointe
 public func mtls_pki_issue(_ issuer: OpaquePointer?, _ profileValue: Int32, _ name: UnsafePointer<CChar>?,
                            _ opts: UnsafeRawPointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        let issuer = try handle(issuer, Identity.self, "issuer")
-        let p = try profile(profileValue)
-        let name = try string(name, "name")
-        let o = try IssueOptions(opts)
-        let ca = try CertificateAuthority(certificate: issuer.leaf, privateKey: issuer.privateKey)
-        let key = try PrivateKey.generate(o.keySpec)
-        let cert = try ca.issue(CertificateRequest(profile: p, commonName: name, dnsNames: o.dns, ipAddresses: o.ips,
-                                                   validityDays: o.days), for: key, now: o.now)
-        out.pointee = retainHandle(try Identity(privateKey: key, leaf: cert, certificates: issuer.allCertificates))
+        try putHandle(out) {
+            let issuer = try handle(issuer, Identity.self, "issuer")
+            let p = try profile(profileValue)
+            let name = try string(name, "name")
+            let o = try IssueOptions(opts)
+            let ca = try CertificateAuthority(certificate: issuer.leaf, privateKey: issuer.privateKey)
+            let key = try PrivateKey.generate(o.keySpec)
+            let cert = try ca.issue(CertificateRequest(profile: p, commonName: name, dnsNames: o.dns, ipAddresses: o.ips,
+                                                       validityDays: o.days), for: key, now: o.now)
+            return try Identity(privateKey: key, leaf: cert, certificates: issuer.allCertificates)
+        }
     }
 }
 
@@ -119,14 +119,14 @@ public func mtls_pki_issue(_ issuer: OpaquePointer?, _ profileValue: Int32, _ na
 public func mtls_pki_load(_ certPath: UnsafePointer<CChar>?, _ keyPath: UnsafePointer<CChar>?,
                           _ password: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        let certs = try Certificate.load(path: try string(certPath, "cert_path"))
-        let key = try PrivateKey(pem: try FileIO.read(try string(keyPath, "key_path"), limit: 1 << 20), password: secret(password))
-        guard let leaf = certs.first(where: { key.matches($0) }) else {
-            throw MTLSError(.keyMismatch, "the private key matches no certificate in the file")
+        try putHandle(out) {
+            let certs = try Certificate.load(path: try string(certPath, "cert_path"))
+            let key = try PrivateKey(pem: try FileIO.read(try string(keyPath, "key_path"), limit: 1 << 20), password: secret(password))
+            guard let leaf = certs.first(where: { key.matches($0) }) else {
+                throw MTLSError(.keyMismatch, "the private key matches no certificate in the file")
+            }
+            return try Identity(privateKey: key, leaf: leaf, certificates: certs)
         }
-        out.pointee = retainHandle(try Identity(privateKey: key, leaf: leaf, certificates: certs))
     }
 }
 
@@ -142,9 +142,7 @@ public func mtls_issued_free(_ issued: OpaquePointer?) { releaseHandle(issued, I
 @_cdecl("mtls_issued_cert")
 public func mtls_issued_cert(_ issued: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        out.pointee = retainHandle(try handle(issued, Identity.self, "issued").leaf)
+        try putHandle(out) { try handle(issued, Identity.self, "issued").leaf }
     }
 }
 
@@ -183,13 +181,12 @@ public func mtls_issued_export_p12(_ issued: OpaquePointer?, _ password: UnsafeP
                                    _ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
                                    _ outLen: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
-        try require(out, "out").pointee = nil
-        try require(outLen, "out_len").pointee = 0
-        let identity = try handle(issued, Identity.self, "issued")
-        let pw = try require(secret(password), "password")
-        let bytes = try PKCS12.export(identity, password: pw, options: PKCS12ExportOptions(
-            scheme: legacy != 0 ? .legacy : .modern, friendlyName: identity.leaf.commonName))
-        try putBytes(bytes, out, outLen)
+        try putBytes(out, outLen) {
+            let identity = try handle(issued, Identity.self, "issued")
+            let pw = try require(secret(password), "password")
+            return try PKCS12.export(identity, password: pw, options: PKCS12ExportOptions(
+                scheme: legacy != 0 ? .legacy : .modern, friendlyName: identity.leaf.commonName))
+        }
     }
 }
 
@@ -201,18 +198,17 @@ public func mtls_pki_crl(_ ca: OpaquePointer?, _ serials: UnsafePointer<UnsafePo
                          _ der: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
                          _ derLen: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
-        try require(der, "der").pointee = nil
-        try require(derLen, "der_len").pointee = 0
-        let identity = try handle(ca, Identity.self, "ca")
-        let authority = try CertificateAuthority(certificate: identity.leaf, privateKey: identity.privateKey)
-        let when = now != 0 ? Date(timeIntervalSince1970: TimeInterval(now)) : Date()
-        let list = try (count > 0 ? (0..<count).map { i -> Revocation in
-            let s = try string(try require(serials, "revoked_serials")[i], "revoked_serials[\(i)]")
-            return Revocation(serialHex: s, date: when)
-        } : [])
-        let bytes = try authority.makeCRL(revocations: list, number: number,
-                                          validityDays: validityDays > 0 ? Int(validityDays) : 30, now: when)
-        try putBytes(bytes, der, derLen)
+        try putBytes(der, derLen, names: ("der", "der_len")) {
+            let identity = try handle(ca, Identity.self, "ca")
+            let authority = try CertificateAuthority(certificate: identity.leaf, privateKey: identity.privateKey)
+            let when = now != 0 ? Date(timeIntervalSince1970: TimeInterval(now)) : Date()
+            let list = try (count > 0 ? (0..<count).map { i -> Revocation in
+                let s = try string(try require(serials, "revoked_serials")[i], "revoked_serials[\(i)]")
+                return Revocation(serialHex: s, date: when)
+            } : [])
+            return try authority.makeCRL(revocations: list, number: number,
+                                         validityDays: validityDays > 0 ? Int(validityDays) : 30, now: when)
+        }
     }
 }
 
@@ -220,9 +216,9 @@ public func mtls_pki_crl(_ ca: OpaquePointer?, _ serials: UnsafePointer<UnsafePo
 @_cdecl("mtls_issued_identity")
 public func mtls_issued_identity(_ issued: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        // Both handles box the same immutable Identity; the new one holds its own reference.
-        out.pointee = retainHandle(try handle(issued, Identity.self, "issued"))
+        try putHandle(out) {
+            // Both handles box the same immutable Identity; the new one holds its own reference.
+            return try handle(issued, Identity.self, "issued")
+        }
     }
 }

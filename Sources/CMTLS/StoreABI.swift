@@ -70,11 +70,10 @@ public func mtls_store_open(_ path: UnsafePointer<CChar>?, _ secretData: UnsafeP
                             _ secretKind: Int32, _ opts: UnsafeRawPointer?,
                             _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        let store = try CredentialStore(path: try string(path, "path"), secret: try secret(secretData, secretLen, secretKind),
-                                        options: try options(opts))
-        out.pointee = retainHandle(store)
+        try putHandle(out) {
+            try CredentialStore(path: try string(path, "path"), secret: try secret(secretData, secretLen, secretKind),
+                                options: try options(opts))
+        }
     }
 }
 
@@ -84,20 +83,16 @@ public func mtls_store_open(_ path: UnsafePointer<CChar>?, _ secretData: UnsafeP
 public func mtls_store_open_secret_file(_ path: UnsafePointer<CChar>?, _ secretFile: UnsafePointer<CChar>?,
                                         _ opts: UnsafeRawPointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        let s = try StoreSecret.load(path: try string(secretFile, "secret_file"))
-        out.pointee = retainHandle(try CredentialStore(path: try string(path, "path"), secret: s, options: try options(opts)))
+        try putHandle(out) {
+            let s = try StoreSecret.load(path: try string(secretFile, "secret_file"))
+            return try CredentialStore(path: try string(path, "path"), secret: s, options: try options(opts))
+        }
     }
 }
 
 /// `void mtls_store_close(mtls_store *store)`
 @_cdecl("mtls_store_close")
-public func mtls_store_close(_ store: OpaquePointer?) {
-    guard let store else { return }
-    Unmanaged<CredentialStore>.fromOpaque(UnsafeRawPointer(store)).takeUnretainedValue().close()
-    releaseHandle(store, CredentialStore.self)
-}
+public func mtls_store_close(_ store: OpaquePointer?) { closeHandle(store, CredentialStore.self) { $0.close() } }
 
 /// `int mtls_store_put_identity(mtls_store *store, const char *label, const mtls_identity *identity, int replace)`
 @_cdecl("mtls_store_put_identity")
@@ -176,9 +171,7 @@ public func mtls_store_import_p12(_ store: OpaquePointer?, _ label: UnsafePointe
 public func mtls_store_get_identity(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?,
                                     _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        out.pointee = retainHandle(try handle(store, CredentialStore.self, "store").identity(label: try string(label, "label")))
+        try putHandle(out) { try handle(store, CredentialStore.self, "store").identity(label: try string(label, "label")) }
     }
 }
 
@@ -187,9 +180,7 @@ public func mtls_store_get_identity(_ store: OpaquePointer?, _ label: UnsafePoin
 public func mtls_store_get_cert(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?,
                                 _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        out.pointee = retainHandle(try handle(store, CredentialStore.self, "store").certificate(label: try string(label, "label")))
+        try putHandle(out) { try handle(store, CredentialStore.self, "store").certificate(label: try string(label, "label")) }
     }
 }
 
@@ -213,9 +204,7 @@ public func mtls_store_get_token_identity(_ store: OpaquePointer?, _ label: Unsa
 public func mtls_store_identities(_ store: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
                                   _ count: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
-        try require(out, "out").pointee = nil
-        try require(count, "count").pointee = 0
-        try putHandles(try handle(store, CredentialStore.self, "store").identities(), out, count)
+        try putHandles(out, count) { try handle(store, CredentialStore.self, "store").identities() }
     }
 }
 
@@ -259,11 +248,11 @@ private func item(_ p: OpaquePointer?) -> StoreItemHandle? {
 public func mtls_store_item_info(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?, _ cls: Int32,
                                  _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        let s = try handle(store, CredentialStore.self, "store")
-        let info = try s.info(label: try string(label, "label"), itemClass: try itemClass(cls, allowAny: true))
-        out.pointee = retainHandle(StoreItemHandle(info))
+        try putHandle(out) {
+            let s = try handle(store, CredentialStore.self, "store")
+            let info = try s.info(label: try string(label, "label"), itemClass: try itemClass(cls, allowAny: true))
+            return StoreItemHandle(info)
+        }
     }
 }
 
@@ -272,10 +261,7 @@ public func mtls_store_item_info(_ store: OpaquePointer?, _ label: UnsafePointer
 private func storeItems(_ store: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
                         _ count: UnsafeMutablePointer<Int>?, _ query: (CredentialStore) throws -> [StoreItemInfo]) -> Int32 {
     abiCall {
-        try require(out, "out").pointee = nil
-        try require(count, "count").pointee = 0
-        let infos = try query(try handle(store, CredentialStore.self, "store"))
-        try putHandles(infos.map(StoreItemHandle.init), out, count)
+        try putHandles(out, count) { try query(try handle(store, CredentialStore.self, "store")).map(StoreItemHandle.init) }
     }
 }
 
@@ -391,12 +377,11 @@ public func mtls_store_export_p12(_ store: OpaquePointer?, _ label: UnsafePointe
                                   _ legacy: Int32, _ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
                                   _ outLen: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
-        try require(out, "out").pointee = nil
-        try require(outLen, "out_len").pointee = 0
-        let s = try handle(store, CredentialStore.self, "store")
-        let pw = secretString(try require(password, "password"))
-        let p12 = try s.exportPKCS12(label: try string(label, "label"), password: pw, options: legacy != 0 ? .legacy : .modern)
-        try putBytes(p12, out, outLen)
+        try putBytes(out, outLen) {
+            let s = try handle(store, CredentialStore.self, "store")
+            let pw = secretString(try require(password, "password"))
+            return try s.exportPKCS12(label: try string(label, "label"), password: pw, options: legacy != 0 ? .legacy : .modern)
+        }
     }
 }
 

@@ -31,10 +31,7 @@ public func mtls_token_list(_ modulePath: UnsafePointer<CChar>?,
                             _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
                             _ count: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
-        try require(out, "out").pointee = nil
-        try require(count, "count").pointee = 0
-        let tokens = try PKCS11Modules(modulePath: optionalString(modulePath)).tokens()
-        try putHandles(tokens.map(TokenHandle.init), out, count)
+        try putHandles(out, count) { try PKCS11Modules(modulePath: optionalString(modulePath)).tokens().map(TokenHandle.init) }
     }
 }
 
@@ -55,9 +52,7 @@ public func mtls_token_free(_ token: OpaquePointer?) { releaseHandle(token, Toke
 private func tokenString(_ token: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
                          _ field: (TokenInfo) -> String?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        if let value = field(try handle(token, TokenHandle.self, "token").info) { try putString(value, out) }
+        try putOptionalString(out) { field(try handle(token, TokenHandle.self, "token").info) }
     }
 }
 
@@ -138,11 +133,11 @@ public func mtls_token_objects(_ modulePath: UnsafePointer<CChar>?, _ tokenURI: 
                                _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
                                _ count: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
-        try require(out, "out").pointee = nil
-        try require(count, "count").pointee = 0
-        let secret = pin.map { p in SecretBytes(Array(UnsafeBufferPointer(start: UnsafeRawPointer(p).assumingMemoryBound(to: UInt8.self), count: strlen(p)))) }
-        let objects = try PKCS11Modules(modulePath: optionalString(modulePath)).objects(tokenURI: optionalString(tokenURI), pin: secret)
-        try putHandles(objects.map(TokenObjectHandle.init), out, count)
+        try putHandles(out, count) {
+            let secret = pin.map { p in SecretBytes(Array(UnsafeBufferPointer(start: UnsafeRawPointer(p).assumingMemoryBound(to: UInt8.self), count: strlen(p)))) }
+            let objects = try PKCS11Modules(modulePath: optionalString(modulePath)).objects(tokenURI: optionalString(tokenURI), pin: secret)
+            return objects.map(TokenObjectHandle.init)
+        }
     }
 }
 
@@ -177,9 +172,7 @@ public func mtls_token_object_kind(_ o: OpaquePointer?, _ kind: UnsafeMutablePoi
 private func objectString(_ o: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
                           _ field: (TokenObject) -> String?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        if let value = field(try handle(o, TokenObjectHandle.self, "object").object) { try putString(value, out) }
+        try putOptionalString(out) { field(try handle(o, TokenObjectHandle.self, "object").object) }
     }
 }
 
@@ -206,8 +199,7 @@ public func mtls_token_object_key_type(_ o: OpaquePointer?, _ out: UnsafeMutable
 public func mtls_token_object_id(_ o: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
                                  _ len: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
-        let object = try handle(o, TokenObjectHandle.self, "object").object
-        try putBytes(object.id, out, len)
+        try putBytes(out, len, names: ("out", "len")) { try handle(o, TokenObjectHandle.self, "object").object.id }
     }
 }
 
@@ -216,12 +208,12 @@ public func mtls_token_object_id(_ o: OpaquePointer?, _ out: UnsafeMutablePointe
 public func mtls_token_object_cert(_ o: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         let object = try handle(o, TokenObjectHandle.self, "object").object
-        let out = try require(out, "out")
-        out.pointee = nil
-        guard let cert = object.certificate else {
-            throw MTLSError(.notFound, "the token object \(object.uri) is not a certificate libmtls can read")
+        try putHandle(out) {
+            guard let cert = object.certificate else {
+                throw MTLSError(.notFound, "the token object \(object.uri) is not a certificate libmtls can read")
+            }
+            return cert
         }
-        out.pointee = retainHandle(cert)
     }
 }
 
@@ -247,32 +239,34 @@ public typealias mtls_pin_cb = @convention(c) (UnsafeMutableRawPointer?, UnsafeP
 public func mtls_identity_from_pkcs11(_ uri: UnsafePointer<CChar>?, _ pinCallback: mtls_pin_cb?,
                                       _ userdata: UnsafeMutableRawPointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        let text = try string(uri, "uri")
-        let callback: TokenPINCallback? = pinCallback.map { cb in
-            { request in
-                // The buffer the application writes the PIN into; wiped before it is freed.
-                let size = 1024
-                let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)
-                buffer.initialize(repeating: 0, count: size)
-                defer {
-                    explicit_bzero(buffer, size)
-                    buffer.deallocate()
-                }
-                var flags: UInt32 = 0
-                if request.countLow { flags |= MTLS_TOKEN_PIN_COUNT_LOW }
-                if request.finalTry { flags |= MTLS_TOKEN_PIN_FINAL_TRY }
-                let rc = request.tokenLabel.withCString { label in
-                    request.tokenURI.withCString { tokenURI in cb(userdata, label, tokenURI, flags, buffer, size) }
-                }
-                guard rc == 0 else { return nil }
-                buffer[size - 1] = 0
-                let n = strlen(buffer)
-                return SecretBytes(Array(UnsafeBufferPointer(start: UnsafeRawPointer(buffer).assumingMemoryBound(to: UInt8.self), count: n)))
-            }
+        try putHandle(out) {
+            try Token.identity(uri: try string(uri, "uri"), pinCallback: pinCallback.map { pinAdapter($0, userdata) })
         }
-        out.pointee = retainHandle(try Token.identity(uri: text, pinCallback: callback))
+    }
+}
+
+/// A core PIN callback that asks the application's C callback, through a buffer it writes the
+/// PIN into.
+private func pinAdapter(_ cb: mtls_pin_cb, _ userdata: UnsafeMutableRawPointer?) -> TokenPINCallback {
+    { request in
+        // The buffer the application writes the PIN into; wiped before it is freed.
+        let size = 1024
+        let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)
+        buffer.initialize(repeating: 0, count: size)
+        defer {
+            explicit_bzero(buffer, size)
+            buffer.deallocate()
+        }
+        var flags: UInt32 = 0
+        if request.countLow { flags |= MTLS_TOKEN_PIN_COUNT_LOW }
+        if request.finalTry { flags |= MTLS_TOKEN_PIN_FINAL_TRY }
+        let rc = request.tokenLabel.withCString { label in
+            request.tokenURI.withCString { tokenURI in cb(userdata, label, tokenURI, flags, buffer, size) }
+        }
+        guard rc == 0 else { return nil }
+        buffer[size - 1] = 0
+        let n = strlen(buffer)
+        return SecretBytes(Array(UnsafeBufferPointer(start: UnsafeRawPointer(buffer).assumingMemoryBound(to: UInt8.self), count: n)))
     }
 }
 
@@ -280,9 +274,6 @@ public func mtls_identity_from_pkcs11(_ uri: UnsafePointer<CChar>?, _ pinCallbac
 @_cdecl("mtls_identity_token_uri")
 public func mtls_identity_token_uri(_ identity: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
     abiCall {
-        let id = try handle(identity, Identity.self, "identity")
-        let out = try require(out, "out")
-        out.pointee = nil
-        if let uri = id.privateKey.tokenURI { try putString(uri, out) }
+        try putOptionalString(out) { try handle(identity, Identity.self, "identity").privateKey.tokenURI }
     }
 }

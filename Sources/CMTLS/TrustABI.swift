@@ -68,9 +68,7 @@ public func mtls_policy_new(_ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int
 @_cdecl("mtls_policy_load")
 public func mtls_policy_load(_ path: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        out.pointee = retainHandle(TrustPolicyHandle(try TrustPolicy.load(path: try string(path, "path"))))
+        try putHandle(out) { TrustPolicyHandle(try TrustPolicy.load(path: try string(path, "path"))) }
     }
 }
 
@@ -78,9 +76,7 @@ public func mtls_policy_load(_ path: UnsafePointer<CChar>?, _ out: UnsafeMutable
 @_cdecl("mtls_policy_from_json")
 public func mtls_policy_from_json(_ json: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        out.pointee = retainHandle(TrustPolicyHandle(try TrustPolicy(json: Array(try string(json, "json").utf8))))
+        try putHandle(out) { TrustPolicyHandle(try TrustPolicy(json: Array(try string(json, "json").utf8))) }
     }
 }
 
@@ -212,9 +208,7 @@ public func mtls_policy_warning_count(_ p: OpaquePointer?, _ count: UnsafeMutabl
 public func mtls_policy_warning(_ p: OpaquePointer?, _ index: Int, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
     abiCall {
         try require(out, "out").pointee = nil
-        let w = try policy(p).warnings
-        guard index >= 0 && index < w.count else { throw invalid("index \(index) out of range (\(w.count) warnings)") }
-        try putString(w[index], out)
+        try putString(try element(try policy(p).warnings, index, "warnings"), out)
     }
 }
 
@@ -224,16 +218,16 @@ public func mtls_evaluate(_ p: OpaquePointer?, _ certs: UnsafePointer<OpaquePoin
                           _ host: UnsafePointer<CChar>?, _ purpose: Int32, _ at: Int64,
                           _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        let h = try handle(p, TrustPolicyHandle.self, "policy")
-        let certs = try require(certs, "certs")
-        guard count > 0 else { throw invalid("count must be at least 1") }
-        let chain = try (0..<count).map { try handle(certs[$0], Certificate.self, "certs[\($0)]") }
-        let purposeValue = try purposeArgument(purpose)
-        let result = h.evaluate(chain: chain, host: optionalString(host), purpose: purposeValue,
-                                at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)))
-        out.pointee = retainHandle(TrustResultBox(result))
+        try putHandle(out) {
+            let h = try handle(p, TrustPolicyHandle.self, "policy")
+            let certs = try require(certs, "certs")
+            guard count > 0 else { throw invalid("count must be at least 1") }
+            let chain = try (0..<count).map { try handle(certs[$0], Certificate.self, "certs[\($0)]") }
+            let purposeValue = try purposeArgument(purpose)
+            let result = h.evaluate(chain: chain, host: optionalString(host), purpose: purposeValue,
+                                    at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)))
+            return TrustResultBox(result)
+        }
     }
 }
 
@@ -243,15 +237,15 @@ public func mtls_evaluate_der(_ p: OpaquePointer?, _ ders: UnsafePointer<UnsafeP
                               _ count: Int, _ host: UnsafePointer<CChar>?, _ purpose: Int32, _ at: Int64,
                               _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        let h = try handle(p, TrustPolicyHandle.self, "policy")
-        let ders = try require(ders, "ders"), lens = try require(lens, "lens")
-        guard count > 0 else { throw invalid("count must be at least 1") }
-        let chain = try (0..<count).map { try bytes(ders[$0], lens[$0], "ders[\($0)]") }
-        let result = try h.current.evaluate(derChain: chain, host: optionalString(host), purpose: try purposeArgument(purpose),
-                                            at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)))
-        out.pointee = retainHandle(TrustResultBox(result))
+        try putHandle(out) {
+            let h = try handle(p, TrustPolicyHandle.self, "policy")
+            let ders = try require(ders, "ders"), lens = try require(lens, "lens")
+            guard count > 0 else { throw invalid("count must be at least 1") }
+            let chain = try (0..<count).map { try bytes(ders[$0], lens[$0], "ders[\($0)]") }
+            let result = try h.current.evaluate(derChain: chain, host: optionalString(host), purpose: try purposeArgument(purpose),
+                                                at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)))
+            return TrustResultBox(result)
+        }
     }
 }
 
@@ -310,10 +304,7 @@ public func mtls_trust_result_reason(_ r: OpaquePointer?, _ index: Int, _ code: 
     abiCall {
         let box = try result(r)
         let code = try require(code, "code")
-        guard index >= 0 && index < box.codes.count else {
-            throw invalid("index \(index) out of range (\(box.codes.count) reasons)")
-        }
-        code.pointee = UnsafePointer(box.codes[index])
+        code.pointee = UnsafePointer(try element(box.codes, index, "reasons"))
         certIndex?.pointee = box.result.reasons[index].certIndex.map { Int32($0) } ?? -1
         message?.pointee = UnsafePointer(box.messages[index])
     }
@@ -324,9 +315,7 @@ public func mtls_trust_result_reason(_ r: OpaquePointer?, _ index: Int, _ code: 
 public func mtls_trust_result_chain(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
                                     _ count: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
-        try require(out, "out").pointee = nil
-        try require(count, "count").pointee = 0
-        try putHandles(try result(r).result.chain, out, count)
+        try putHandles(out, count) { try result(r).result.chain }
     }
 }
 

@@ -42,17 +42,25 @@ enum CLI {
         return SecretBytes(Array(bytes[0..<end]))
     }
 
+    /// The stable snake_case name of a failure for `--json` output (`internal` for anything that
+    /// is not an ``MTLSError``).
+    static func errorName(_ error: Error) -> String { (error as? MTLSError)?.code.name ?? "internal" }
+
+    /// Runs `body` and returns its value. Any failure but a usage error is reported as
+    /// `{"error", "message"}` on stdout when `json` (named by `errorName`) and in one line on
+    /// stderr, then the command exits 1; usage errors go on to ArgumentParser.
+    @discardableResult
+    static func reporting<T>(json: Bool = false, errorName: (Error) -> String = CLI.errorName,
+                             _ body: () throws -> T) throws -> T {
+        do { return try body() } catch let e as ValidationError { throw e } catch {
+            if json { printJSON(["error": errorName(error), "message": (error as? MTLSError)?.message ?? "\(error)"]) }
+            throw fail(error)
+        }
+    }
+
     /// Reports `error` on stderr in one line and exits with status 1.
     static func fail(_ error: Error) -> ExitCode {
         if let e = error as? MTLSError { printError(e.message) } else { printError("\(error)") }
         return ExitCode(1)
-    }
-}
-
-extension SecretBytes {
-    static func wipe(_ bytes: inout [UInt8]) {
-        bytes.withUnsafeMutableBufferPointer { p in
-            for i in p.indices { p[i] = 0 }
-        }
     }
 }

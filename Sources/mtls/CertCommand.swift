@@ -15,11 +15,7 @@ struct CertCommand: ParsableCommand {
         @Flag(help: "Machine-readable output.") var json = false
 
         func run() throws {
-            let certs: [Certificate]
-            do { certs = try Certificate.load(path: file) } catch {
-                if json { CLI.printJSON(["error": (error as? MTLSError)?.code.name ?? "internal", "message": "\(error)"]) }
-                throw CLI.fail(error)
-            }
+            let certs = try CLI.reporting(json: json) { try Certificate.load(path: file) }
             if json {
                 CLI.printJSON(certs.map(CertJSON.object))
             } else {

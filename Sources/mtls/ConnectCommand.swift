@@ -10,7 +10,7 @@ struct IdentityOptions: ParsableArguments {
     @Option(help: "File with the token PIN (first line).") var pinFile: String?
     @Option(help: "Certificate PEM file (leaf first, then its chain), with --key.") var cert: String?
     @Option(help: "Private key PEM file, with --cert (encrypted keys use --password-file).") var key: String?
-    @Option(help: "The credential store (default $MTLS_STORE).") var store: String?
+    @Option(help: "The credential store (default $MTLS_STORE); must exist. Without --identity, a client chooses among its identities and token identities.") var store: String?
     @Option(help: "File with the store secret (default $MTLS_STORE_SECRET_FILE).") var secretFile: String?
 
     func openStore() throws -> CredentialStore? {

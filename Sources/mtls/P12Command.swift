@@ -29,14 +29,8 @@ struct P12Command: ParsableCommand {
         }
 
         func run() throws {
-            let contents: PKCS12Contents
-            do {
-                contents = try PKCS12.load(path: file, password: try password())
-            } catch {
-                if json {
-                    CLI.printJSON(["error": P12JSON.errorName(error), "message": (error as? MTLSError)?.message ?? "\(error)"])
-                }
-                throw CLI.fail(error)
+            let contents = try CLI.reporting(json: json, errorName: P12JSON.errorName) {
+                try PKCS12.load(path: file, password: try password())
             }
             if json {
                 CLI.printJSON(P12JSON.object(contents))

@@ -47,14 +47,8 @@ struct PKICommand: ParsableCommand {
         @OptionGroup var keyOptions: KeyOptions
 
         func run() throws {
-            try PKIOutput.reporting(json: common.json) {
-                let spec = try keyOptions.spec()
-                let password = try common.keyPassword()
-                PKIOutput.progress(spec, json: common.json)
-                let item = try PKIDirectory(path: common.dir).initRoot(
-                    commonName: name, keySpec: spec, validityDays: keyOptions.days, keyPassword: password)
-                PKIOutput.report("Made root CA", kind: "root", item: item, ca: nil, p12: nil,
-                                 encrypted: password != nil, json: common.json)
+            try makeCA("Made root CA", kind: "root", common: common, keyOptions: keyOptions) { pki, spec, password in
+                try pki.initRoot(commonName: name, keySpec: spec, validityDays: keyOptions.days, keyPassword: password)
             }
         }
     }
@@ -66,15 +60,22 @@ struct PKICommand: ParsableCommand {
         @OptionGroup var keyOptions: KeyOptions
 
         func run() throws {
-            try PKIOutput.reporting(json: common.json) {
-                let spec = try keyOptions.spec()
-                let password = try common.keyPassword()
-                PKIOutput.progress(spec, json: common.json)
-                let item = try PKIDirectory(path: common.dir).makeIntermediate(
-                    commonName: name, keySpec: spec, validityDays: keyOptions.days, keyPassword: password)
-                PKIOutput.report("Made intermediate CA", kind: "intermediate", item: item, ca: nil, p12: nil,
-                                 encrypted: password != nil, json: common.json)
+            try makeCA("Made intermediate CA", kind: "intermediate", common: common, keyOptions: keyOptions) { pki, spec, password in
+                try pki.makeIntermediate(commonName: name, keySpec: spec, validityDays: keyOptions.days, keyPassword: password)
             }
+        }
+    }
+
+    /// What `init` and `intermediate` share: read the key options and the key password, make the
+    /// CA with `make`, report it.
+    static func makeCA(_ done: String, kind: String, common: Common, keyOptions: KeyOptions,
+                       _ make: (PKIDirectory, KeySpec, SecretBytes?) throws -> PKIDirectory.Item) throws {
+        try CLI.reporting(json: common.json) {
+            let spec = try keyOptions.spec()
+            let password = try common.keyPassword()
+            PKIOutput.progress(spec, json: common.json)
+            let item = try make(PKIDirectory(path: common.dir), spec, password)
+            PKIOutput.report(done, kind: kind, item: item, ca: nil, p12: nil, encrypted: password != nil, json: common.json)
         }
     }
 
@@ -97,7 +98,7 @@ struct PKICommand: ParsableCommand {
         }
 
         static func run(_ request: CertificateRequest, common: Common, keyOptions: KeyOptions, options: IssueOptions) throws {
-            try PKIOutput.reporting(json: common.json) {
+            try CLI.reporting(json: common.json) {
                 let spec = try keyOptions.spec()
                 let keyPassword = try common.keyPassword()
                 // Everything that can be checked is checked before anything is written.
@@ -110,7 +111,7 @@ struct PKICommand: ParsableCommand {
                 let item = try pki.issue(request, caName: options.ca, keySpec: spec, keyPassword: keyPassword)
                 if let out = options.p12, let p12Password {
                     do {
-                                                let bytes = try PKCS12.export(item.identity, password: p12Password,
+                        let bytes = try PKCS12.export(item.identity, password: p12Password,
                                                       options: PKCS12ExportOptions(scheme: options.legacy ? .legacy : .modern,
                                                                                    friendlyName: request.commonName))
                         try FileIO.writeAtomically(out, bytes, mode: 0o600)
@@ -175,7 +176,7 @@ struct PKICommand: ParsableCommand {
         }
 
         func run() throws {
-            try PKIOutput.reporting(json: common.json) {
+            try CLI.reporting(json: common.json) {
                 let pki = PKIDirectory(path: common.dir)
                 let reasonValue = try reason.map { r -> Revocation.Reason in
                     guard let v = Revocation.Reason(name: r) else {
@@ -205,7 +206,7 @@ struct PKICommand: ParsableCommand {
         @Flag(help: "Machine-readable output.") var json = false
 
         func run() throws {
-            try PKIOutput.reporting(json: json) {
+            try CLI.reporting(json: json) {
                 let entries = try PKIDirectory(path: dir).inventory()
                 if json {
                     CLI.printJSON(entries.map { e -> [String: Any] in
@@ -244,7 +245,7 @@ struct PKICommand: ParsableCommand {
         @Option(help: "Also copy the CRL (PEM) to this file.") var out: String?
 
         func run() throws {
-            try PKIOutput.reporting(json: common.json) {
+            try CLI.reporting(json: common.json) {
                 let pki = PKIDirectory(path: common.dir)
                 let (path, der) = try pki.makeCRL(caName: ca, validityDays: days, keyPassword: try common.keyPassword())
                 if let out {
@@ -266,20 +267,6 @@ struct PKICommand: ParsableCommand {
 enum PKIOutput {
     /// A green check mark on a terminal, nothing otherwise.
     static var ok: String { isatty(1) == 1 ? "\u{1B}[32m✓\u{1B}[0m " : "" }
-
-    /// Runs `body`; on failure prints `{"error", "message"}` (with --json) and one line on stderr,
-    /// then exits 1.
-    static func reporting(json: Bool, _ body: () throws -> Void) throws {
-        do { try body() } catch let e as ValidationError {
-            throw e
-        } catch {
-            if json {
-                CLI.printJSON(["error": (error as? MTLSError)?.code.name ?? "internal",
-                               "message": (error as? MTLSError)?.message ?? "\(error)"])
-            }
-            throw CLI.fail(error)
-        }
-    }
 
     /// Says so on stderr before a key generation that may take seconds.
     static func progress(_ spec: KeySpec, json: Bool) {

@@ -11,7 +11,8 @@ struct StoreCommand: ParsableCommand {
             The store is one SQLite file: --store, else $MTLS_STORE, else $XDG_DATA_HOME/mtls/store.db \
             (~/.local/share/mtls/store.db). Its secret comes from --secret-file, else \
             $MTLS_STORE_SECRET_FILE: a file of exactly 32 bytes is a raw key, anything else a passphrase \
-            (its first line).
+            (its first line). Only import, add-cert and add-token create a missing store; the other \
+            commands fail with "no store at PATH".
             """,
         subcommands: [Import.self, AddCert.self, AddToken.self, List.self, Show.self, Delete.self, Export.self,
                       ChangeSecret.self]
@@ -68,14 +69,6 @@ struct StoreCommand: ParsableCommand {
          "not_after": CLI.rfc3339(info.notAfter), "leaf_sha256": info.leafSHA256]
     }
 
-    /// Runs `body`, turning a failure into one line on stderr (and a JSON error when asked).
-    static func run(json: Bool = false, _ body: () throws -> Void) throws {
-        do { try body() } catch let e as ValidationError { throw e } catch {
-            if json { CLI.printJSON(["error": (error as? MTLSError)?.code.name ?? "internal", "message": "\(error)"]) }
-            throw CLI.fail(error)
-        }
-    }
-
     struct Import: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Import a PKCS#12 file's identity under a label.")
         @OptionGroup var location: Location
@@ -88,7 +81,7 @@ struct StoreCommand: ParsableCommand {
         @Flag(help: "Replace an identity already stored under the label.") var replace = false
 
         func run() throws {
-            try StoreCommand.run {
+            try CLI.reporting {
                 let password = try passwordFile.map(CLI.readSecretFile)
                 let data = try FileIO.read(file, limit: PKCS12.maxInputSize)
                 let store = try location.open(create: true)
@@ -107,7 +100,7 @@ struct StoreCommand: ParsableCommand {
         @Flag(help: "Replace a certificate already stored under the label.") var replace = false
 
         func run() throws {
-            try StoreCommand.run {
+            try CLI.reporting {
                 let cert = try Certificate.load(path: file)[0]
                 try location.open(create: true).putCertificate(cert, label: label, replace: replace)
                 print("stored certificate \"\(label)\": \(cert.subject) (\(cert.sha256Hex))")
@@ -125,7 +118,7 @@ struct StoreCommand: ParsableCommand {
         @Flag(help: "Replace a token identity already stored under the label.") var replace = false
 
         func run() throws {
-            try StoreCommand.run {
+            try CLI.reporting {
                 var certs: [Certificate]
                 if let cert {
                     certs = try Certificate.load(path: cert)
@@ -149,7 +142,7 @@ struct StoreCommand: ParsableCommand {
 
         func run() throws {
             let cls = try StoreCommand.itemClass(itemClass)
-            try StoreCommand.run(json: json) {
+            try CLI.reporting(json: json) {
                 let items = try location.open().list(itemClass: cls)
                 if json { return CLI.printJSON(items.map(StoreCommand.json)) }
                 for i in items {
@@ -168,7 +161,7 @@ struct StoreCommand: ParsableCommand {
 
         func run() throws {
             let cls = try StoreCommand.itemClass(itemClass)
-            try StoreCommand.run(json: json) {
+            try CLI.reporting(json: json) {
                 let i = try location.open().info(label: label, itemClass: cls)
                 var o = StoreCommand.json(i)
                 o["chain"] = i.chainSHA256
@@ -198,7 +191,7 @@ struct StoreCommand: ParsableCommand {
 
         func run() throws {
             let cls = try StoreCommand.itemClass(itemClass)
-            try StoreCommand.run {
+            try CLI.reporting {
                 let n = try location.open().delete(label: label, itemClass: cls)
                 print("deleted \(n) item\(n == 1 ? "" : "s") labelled \"\(label)\"")
             }
@@ -214,7 +207,7 @@ struct StoreCommand: ParsableCommand {
         @Flag(help: "3DES and a SHA-1 MAC, for consumers that accept nothing newer.") var legacy = false
 
         func run() throws {
-            try StoreCommand.run {
+            try CLI.reporting {
                 guard let passwordFile else {
                     throw MTLSError(.invalidArgument, "--password-file is needed: an exported key is always password-protected")
                 }
@@ -233,7 +226,7 @@ struct StoreCommand: ParsableCommand {
         var newSecretFile: String
 
         func run() throws {
-            try StoreCommand.run {
+            try CLI.reporting {
                 let store = try location.open()
                 var kdf = StoreKDFParameters.default
                 if let n = location.kdfLogN { kdf.logN = n }

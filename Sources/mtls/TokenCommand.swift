@@ -25,7 +25,7 @@ struct TokenCommand: ParsableCommand {
         @OptionGroup var options: ModuleOptions
 
         func run() throws {
-            try PKIOutput.reporting(json: options.json) {
+            try CLI.reporting(json: options.json) {
                 let tokens = try PKCS11Modules(modulePath: options.module).tokens()
                 if options.json {
                     CLI.printJSON(tokens.map(TokenCommand.json))
@@ -50,7 +50,7 @@ struct TokenCommand: ParsableCommand {
         @Option(help: "File with the user PIN (first line); logs in so private keys are listed.") var pinFile: String?
 
         func run() throws {
-            try PKIOutput.reporting(json: options.json) {
+            try CLI.reporting(json: options.json) {
                 let pin = try pinFile.map(CLI.readSecretFile)
                 let modules = try PKCS11Modules(modulePath: options.module)
                 let objects = try modules.objects(tokenURI: token, pin: pin)

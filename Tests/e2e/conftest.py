@@ -1,4 +1,5 @@
 """Shared fixtures for end-to-end tests: the installed mtls CLI, temp dirs, free ports."""
+import contextlib
 import os
 import socket
 import subprocess
@@ -47,6 +48,28 @@ def pytest_configure(config):
 
 
 CLI = os.environ.get("MTLS_CLI", "mtls")
+SOFTHSM_MODULE = "/usr/lib/softhsm/libsofthsm2.so"
+needs_softhsm = pytest.mark.skipif(not os.path.exists(SOFTHSM_MODULE), reason="SoftHSM2 is not installed")
+
+
+def sh(cmd, cwd):
+    """Runs a shell command in `cwd` quietly; raises if it fails (for making test files)."""
+    subprocess.run(cmd, shell=True, cwd=cwd, check=True, capture_output=True)
+
+
+@contextlib.contextmanager
+def softhsm_conf(conf):
+    """SOFTHSM2_CONF=conf in this process (the library and the CLI read it) for the block, then
+    back to what it was."""
+    old = os.environ.get("SOFTHSM2_CONF")
+    os.environ["SOFTHSM2_CONF"] = str(conf)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("SOFTHSM2_CONF", None)
+        else:
+            os.environ["SOFTHSM2_CONF"] = old
 
 
 def free_port():

@@ -5,9 +5,7 @@ import subprocess
 
 import pytest
 
-
-def sh(cmd, cwd):
-    subprocess.run(cmd, shell=True, check=True, cwd=cwd, capture_output=True)
+from conftest import sh
 
 
 @pytest.fixture

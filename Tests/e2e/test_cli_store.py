@@ -5,13 +5,9 @@ import subprocess
 
 import pytest
 
-from conftest import CLI
+from conftest import CLI, sh
 
 FAST = ["--kdf-log-n", "10"]  # hidden test-only scrypt cost; the default is 2^17
-
-
-def sh(cmd, cwd):
-    subprocess.run(cmd, shell=True, cwd=cwd, check=True, capture_output=True)
 
 
 @pytest.fixture

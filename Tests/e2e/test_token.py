@@ -5,10 +5,9 @@ import subprocess
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, SOFTHSM_MODULE as MODULE, needs_softhsm, softhsm_conf
 
-MODULE = "/usr/lib/softhsm/libsofthsm2.so"
-pytestmark = pytest.mark.skipif(not os.path.exists(MODULE), reason="SoftHSM2 is not installed")
+pytestmark = needs_softhsm
 
 
 @pytest.fixture(scope="module")
@@ -36,13 +35,8 @@ def token(tmp_path_factory):
            "--type", kind, "--id", "42", "--label", "token-user")
     (d / "pin").write_text("1234\n")
     (d / "bad-pin").write_text("0000\n")
-    old = os.environ.get("SOFTHSM2_CONF")
-    os.environ["SOFTHSM2_CONF"] = str(conf)
-    yield d
-    if old is None:
-        del os.environ["SOFTHSM2_CONF"]
-    else:
-        os.environ["SOFTHSM2_CONF"] = old
+    with softhsm_conf(conf):
+        yield d
 
 
 def test_list_shows_the_token_with_its_uri(token):

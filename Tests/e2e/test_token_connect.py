@@ -10,11 +10,10 @@ import time
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, SOFTHSM_MODULE as MODULE, needs_softhsm, softhsm_conf
 
-MODULE = "/usr/lib/softhsm/libsofthsm2.so"
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "softhsm-token.sh"
-pytestmark = pytest.mark.skipif(not os.path.exists(MODULE), reason="SoftHSM2 is not installed")
+pytestmark = needs_softhsm
 
 
 @pytest.fixture(scope="module")
@@ -22,13 +21,8 @@ def hsm(tmp_path_factory):
     d = tmp_path_factory.mktemp("hsm-connect")
     subprocess.run([str(SCRIPT), str(d)], check=True)
     (d / "bad-pin").write_text("0000\n")
-    old = os.environ.get("SOFTHSM2_CONF")
-    os.environ["SOFTHSM2_CONF"] = str(d / "softhsm2.conf")
-    yield d
-    if old is None:
-        os.environ.pop("SOFTHSM2_CONF", None)
-    else:
-        os.environ["SOFTHSM2_CONF"] = old
+    with softhsm_conf(d / "softhsm2.conf"):
+        yield d
 
 
 class SServer:

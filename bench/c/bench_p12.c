@@ -10,17 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "bench_support.h"
 
 static void run_mtls(const uint8_t *data, size_t len, const char *pw) {
     mtls_pkcs12 *p12 = NULL;
@@ -67,11 +57,11 @@ int main(int argc, char **argv) {
         /* alternate which goes first so drift affects both equally */
         for (int side = 0; side < 2; side++) {
             int mtls_now = (r + side) % 2 == 0;
-            double t0 = now();
+            double t0 = bench_now();
             for (int i = 0; i < batch; i++) {
                 if (mtls_now) run_mtls(data, (size_t)n, pw); else run_openssl(data, (size_t)n, pw);
             }
-            double dt = (now() - t0) / batch;
+            double dt = (bench_now() - t0) / batch;
             if (mtls_now) tm[r] = dt; else to[r] = dt;
         }
     }
@@ -79,9 +69,9 @@ int main(int argc, char **argv) {
        load from other processes on a shared machine hits them alike and cancels out. */
     double *ratios = calloc((size_t)rounds, sizeof *ratios);
     for (int r = 0; r < rounds; r++) ratios[r] = tm[r] / to[r];
-    qsort(ratios, (size_t)rounds, sizeof *ratios, cmp);
-    qsort(tm, (size_t)rounds, sizeof *tm, cmp);
-    qsort(to, (size_t)rounds, sizeof *to, cmp);
+    qsort(ratios, (size_t)rounds, sizeof *ratios, bench_cmp_double);
+    qsort(tm, (size_t)rounds, sizeof *tm, bench_cmp_double);
+    qsort(to, (size_t)rounds, sizeof *to, bench_cmp_double);
     printf("{\"mtls_ms\": %.4f, \"openssl_ms\": %.4f, \"ratio\": %.4f}\n", tm[rounds / 2] * 1e3, to[rounds / 2] * 1e3,
            ratios[rounds / 2]);
     free(tm); free(to); free(ratios); free(data);

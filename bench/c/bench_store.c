@@ -15,12 +15,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "bench_support.h"
 
 static void die(const char *what, int rc) {
     fprintf(stderr, "bench_store: %s failed: %d %s (%s)\n", what, rc, mtls_error_name(rc), mtls_last_error());
@@ -93,7 +88,7 @@ int main(int argc, char **argv) {
     mtls_store_options opts;
     OK(mtls_store_options_init(&opts, MTLS_STORE_OPTIONS_VERSION));
     mtls_store *store = NULL;
-    double t0 = now();
+    double t0 = bench_now();
     OK(mtls_store_open(path, secret, sizeof secret - 1, MTLS_STORE_SECRET_PASSPHRASE, &opts, &store));
     enum { BATCH = 5000 };
     char (*labels)[32] = malloc(BATCH * 32);
@@ -109,7 +104,7 @@ int main(int argc, char **argv) {
         OK(mtls_store_put_identities(store, lp, ip, m, 1));
     }
     printf("store: %ld identities (leaf + intermediate + root, EC P-256; %ld distinct), populated in %.1f s\n",
-           n, k, now() - t0);
+           n, k, bench_now() - t0);
 
     /* 1. find by label, metadata only, vs a raw SQLite prepared lookup of the same columns */
     sqlite3 *raw = NULL;
@@ -120,15 +115,15 @@ int main(int argc, char **argv) {
     const int lookups = 200000;
     double best_lib = 1e9, best_raw = 1e9;
     for (int round = 0; round < 3; round++) {
-        t0 = now();
+        t0 = bench_now();
         for (int i = 0; i < lookups; i++) {
             label_of(label, sizeof label, (long)(next_rand() % (unsigned long long)n));
             mtls_store_item *item = NULL;
             OK(mtls_store_item_info(store, label, MTLS_STORE_IDENTITY, &item));
             mtls_store_item_free(item);
         }
-        double l = (now() - t0) / lookups;
-        t0 = now();
+        double l = (bench_now() - t0) / lookups;
+        t0 = bench_now();
         for (int i = 0; i < lookups; i++) {
             label_of(label, sizeof label, (long)(next_rand() % (unsigned long long)n));
             sqlite3_bind_text(st, 1, label, -1, SQLITE_STATIC);
@@ -140,7 +135,7 @@ int main(int argc, char **argv) {
             free(a); free(b); free(c); free(d);
             sqlite3_reset(st);
         }
-        double r = (now() - t0) / lookups;
+        double r = (bench_now() - t0) / lookups;
         if (l < best_lib) best_lib = l;
         if (r < best_raw) best_raw = r;
     }
@@ -150,7 +145,7 @@ int main(int argc, char **argv) {
 
     /* 2. whole identity load (decrypt + decode key and chain) vs raw OpenSSL decoding */
     const int cold = 20000, warm = 200000;
-    t0 = now();
+    t0 = bench_now();
     for (int i = 0; i < cold; i++) {
         long j = (long)(next_rand() % (unsigned long long)n);
         label_of(label, sizeof label, j);
@@ -158,40 +153,40 @@ int main(int argc, char **argv) {
         OK(mtls_store_get_identity(store, label, &id));
         mtls_identity_free(id);
     }
-    double lib_cold = (now() - t0) / cold;
-    t0 = now();
+    double lib_cold = (bench_now() - t0) / cold;
+    t0 = bench_now();
     for (int i = 0; i < cold; i++) raw_decode(&raws[(next_rand() % (unsigned long long)n) % (unsigned long long)k]);
-    double raw_dec = (now() - t0) / cold;
+    double raw_dec = (bench_now() - t0) / cold;
     row("identity load, uncached (random of all)", lib_cold, raw_dec, "us", 1e6, "(SQLite + AES-GCM + decode)");
     /* warm: 512 labels, within the store's cache of decoded identities */
     for (int i = 0; i < 512; i++) { label_of(label, sizeof label, i); mtls_identity *id; OK(mtls_store_get_identity(store, label, &id)); mtls_identity_free(id); }
-    t0 = now();
+    t0 = bench_now();
     for (int i = 0; i < warm; i++) {
         label_of(label, sizeof label, (long)(next_rand() % 512));
         mtls_identity *id = NULL;
         OK(mtls_store_get_identity(store, label, &id));
         mtls_identity_free(id);
     }
-    double lib_warm = (now() - t0) / warm;
+    double lib_warm = (bench_now() - t0) / warm;
     row("identity load, cached (512 labels)", lib_warm, raw_dec, "us", 1e6,
         lib_warm <= 1.25 * raw_dec ? "target <= 1.25x: PASS" : "target <= 1.25x: FAIL");
     mtls_store_close(store);
 
     /* 3. open: scrypt dominates */
     const int opens = 5;
-    t0 = now();
+    t0 = bench_now();
     for (int i = 0; i < opens; i++) {
         OK(mtls_store_open(path, secret, sizeof secret - 1, MTLS_STORE_SECRET_PASSPHRASE, &opts, &store));
         mtls_store_close(store);
     }
-    double lib_open = (now() - t0) / opens;
+    double lib_open = (bench_now() - t0) / opens;
     unsigned char out[32], salt[16] = {0};
-    t0 = now();
+    t0 = bench_now();
     for (int i = 0; i < opens; i++) {
         if (EVP_PBE_scrypt((const char *)secret, sizeof secret - 1, salt, sizeof salt, 1ULL << opts.kdf_log_n,
                            (uint64_t)opts.kdf_r, (uint64_t)opts.kdf_p, 1ULL << 30, out, sizeof out) != 1) return 1;
     }
-    double raw_open = (now() - t0) / opens;
+    double raw_open = (bench_now() - t0) / opens;
     char name[128];
     snprintf(name, sizeof name, "open (scrypt N=2^%d r=%d p=%d)", opts.kdf_log_n, opts.kdf_r, opts.kdf_p);
     row(name, lib_open, raw_open, "ms", 1e3, "(raw = the scrypt call alone)");
@@ -199,9 +194,9 @@ int main(int argc, char **argv) {
     /* 4. replace with full durability, vs a raw SQLite update of a same-size row */
     OK(mtls_store_open(path, secret, sizeof secret - 1, MTLS_STORE_SECRET_PASSPHRASE, &opts, &store));
     const int replaces = 200;
-    t0 = now();
+    t0 = bench_now();
     for (int i = 0; i < replaces; i++) OK(mtls_store_put_identity(store, "id-000000", ids[i % k], 1));
-    double lib_rep = (now() - t0) / replaces;
+    double lib_rep = (bench_now() - t0) / replaces;
     mtls_store_close(store);
     snprintf(file, sizeof file, "%s/raw.db", dir);
     unlink(file);
@@ -212,7 +207,7 @@ int main(int argc, char **argv) {
     sqlite3_prepare_v2(raw, "UPDATE t SET gen = ?, data = ? WHERE label = 'x'", -1, &st, NULL);
     size_t blob_len = raws[0].leaf_len + int_len + root_len + raws[0].p8_len + 200;
     uint8_t *blob = calloc(1, blob_len);
-    t0 = now();
+    t0 = bench_now();
     for (int i = 0; i < replaces; i++) {
         sqlite3_exec(raw, "BEGIN IMMEDIATE", NULL, NULL, NULL);
         blob[0] = (uint8_t)i;
@@ -222,7 +217,7 @@ int main(int argc, char **argv) {
         sqlite3_reset(st);
         sqlite3_exec(raw, "COMMIT", NULL, NULL, NULL);
     }
-    double raw_rep = (now() - t0) / replaces;
+    double raw_rep = (bench_now() - t0) / replaces;
     sqlite3_finalize(st);
     sqlite3_close(raw);
     row("replace (WAL, synchronous=FULL)", lib_rep, raw_rep, "ms", 1e3, "(raw = durable UPDATE of a same-size row)");

@@ -21,17 +21,12 @@
 #include <time.h>
 #include <unistd.h>
 #include <mtls.h>
+#include "bench_support.h"
 
 static void die(const char *what) {
     fprintf(stderr, "bench_tls: %s\n", what);
     ERR_print_errors_fp(stderr);
     exit(1);
-}
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 static int server(int port, const char *chain, const char *key, const char *client_ca) {
@@ -179,14 +174,14 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 20; i++) { raw_handshake(port, resume); mtls_handshake(port, resume, &resumed); }
     /* Handshakes alternate one by one (raw, libmtls, raw, ...), each timed on its own, so both
      * clients see the same machine load; the rate is handshakes over the summed time. */
-    double t_raw = 0, t_mtls = 0, start = now();
+    double t_raw = 0, t_mtls = 0, start = bench_now();
     long total_mtls = 0, total_raw = 0; resumed = 0; raw_reused = 0;
-    while (now() - start < seconds) {
-        double t0 = now();
+    while (bench_now() - start < seconds) {
+        double t0 = bench_now();
         raw_handshake(port, resume);
-        double t1 = now();
+        double t1 = bench_now();
         mtls_handshake(port, resume, &resumed);
-        double t2 = now();
+        double t2 = bench_now();
         t_raw += t1 - t0; t_mtls += t2 - t1;
         total_raw++; total_mtls++;
     }

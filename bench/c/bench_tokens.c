@@ -12,17 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "bench_support.h"
 
 static void die(const char *what, unsigned long rv) {
     fprintf(stderr, "%s failed: 0x%lx\n", what, rv);
@@ -104,16 +94,16 @@ int main(int argc, char **argv) {
     run_mtls(uri); /* warm up both paths (dlopen, provider loading) */
     run_raw(module, label, id, pin);
     for (int r = 0; r < rounds; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         run_mtls(uri);
-        double t1 = now();
+        double t1 = bench_now();
         run_raw(module, label, id, pin);
-        double t2 = now();
+        double t2 = bench_now();
         tm[r] = t1 - t0;
         to[r] = t2 - t1;
     }
-    qsort(tm, (size_t)rounds, sizeof *tm, cmp);
-    qsort(to, (size_t)rounds, sizeof *to, cmp);
+    qsort(tm, (size_t)rounds, sizeof *tm, bench_cmp_double);
+    qsort(to, (size_t)rounds, sizeof *to, bench_cmp_double);
     double m = tm[rounds / 2] * 1e3, o = to[rounds / 2] * 1e3;
     printf("{\"mtls_ms\": %.4f, \"raw_ms\": %.4f, \"ratio\": %.4f}\n", m, o, m / o);
     free(tm);

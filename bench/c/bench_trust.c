@@ -11,12 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "bench_support.h"
 
 static unsigned char *der_of(const char *dir, const char *name, size_t *len) {
     char path[1024];
@@ -74,11 +69,11 @@ static int mtls_once(void) {
 static double rate(int (*fn)(void), double seconds) {
     for (int i = 0; i < 20; i++) if (!fn()) { fprintf(stderr, "evaluation failed: %s\n", mtls_last_error()); exit(1); }
     long n = 0;
-    double start = now_s(), end = start + seconds, t;
+    double start = bench_now(), end = start + seconds, t;
     do {
         for (int i = 0; i < 20; i++) if (!fn()) { fprintf(stderr, "evaluation failed\n"); exit(1); }
         n += 20;
-        t = now_s();
+        t = bench_now();
     } while (t < end);
     return n / (t - start);
 }

@@ -42,7 +42,7 @@ public final class SecretBytes: @unchecked Sendable {
 
     /// Overwrites an array's bytes in place with zeros (through OPENSSL_cleanse, which the
     /// compiler may not optimise away).
-    static func wipe(_ bytes: inout [UInt8]) {
+    public static func wipe(_ bytes: inout [UInt8]) {
         bytes.withUnsafeMutableBytes { p in
             if let base = p.baseAddress { mtls_ossl_OPENSSL_cleanse(base, p.count) }
         }

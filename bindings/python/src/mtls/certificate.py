@@ -1,32 +1,28 @@
 """Certificates."""
 import ctypes
 from ._lib import lib, take_string, c_uint8_p
+from ._handle import _Handle, out_handle, out_string, out_value, out_indexed, out_list
 from .errors import check
 
 
-class Certificate:
+class Certificate(_Handle):
     """An X.509 certificate (immutable; wraps an mtls_cert handle)."""
-
-    def __init__(self, _handle):
-        self._h = _handle
+    _free = "mtls_cert_free"
 
     @classmethod
     def parse(cls, data: bytes) -> "Certificate":
         """The first certificate in DER, PEM or PKCS#7 data."""
-        out = ctypes.c_void_p()
-        check(lib.mtls_cert_parse(data, len(data), ctypes.byref(out)))
-        return cls(out.value)
+        return cls(out_handle(lib.mtls_cert_parse, data, len(data)))
 
     @classmethod
     def parse_all(cls, data: bytes) -> list:
         """Every certificate in DER, PEM or PKCS#7 data."""
-        out = ctypes.POINTER(ctypes.c_void_p)()
-        n = ctypes.c_size_t()
-        check(lib.mtls_cert_list_parse(data, len(data), ctypes.byref(out), ctypes.byref(n)))
-        try:
-            return [cls(lib.mtls_cert_ref(out[i])) for i in range(n.value)]
-        finally:
-            lib.mtls_cert_list_free(out, n)
+        return cls._list(lib.mtls_cert_list_parse, data, len(data))
+
+    @classmethod
+    def _list(cls, func, *args) -> list:
+        """The certificates of an `mtls_cert ***out, size_t *count` call (freed with mtls_cert_list_free)."""
+        return out_list(func, *args, item=lambda h: cls(lib.mtls_cert_ref(h)), free=lib.mtls_cert_list_free)
 
     @classmethod
     def load(cls, path: str) -> list:
@@ -34,9 +30,7 @@ class Certificate:
             return cls.parse_all(f.read())
 
     def _str(self, name):
-        out = ctypes.c_void_p()
-        check(getattr(lib, f"mtls_cert_{name}")(self._h, ctypes.byref(out)))
-        return take_string(out)
+        return out_string(getattr(lib, f"mtls_cert_{name}"), self._h)
 
     @property
     def der(self) -> bytes:
@@ -64,11 +58,9 @@ class Certificate:
     @property
     def subject_alt_names(self):
         """[(kind, value)] with kind in 'DNS', 'IP', 'email', 'URI'."""
-        n = ctypes.c_size_t()
-        check(lib.mtls_cert_san_count(self._h, ctypes.byref(n)))
         kinds = {1: "DNS", 2: "IP", 3: "email", 4: "URI"}
         out = []
-        for i in range(n.value):
+        for i in range(out_value(ctypes.c_size_t, lib.mtls_cert_san_count, self._h)):
             k, v = ctypes.c_int(), ctypes.c_void_p()
             check(lib.mtls_cert_san(self._h, i, ctypes.byref(k), ctypes.byref(v)))
             out.append((kinds[k.value], take_string(v)))
@@ -83,31 +75,7 @@ class Certificate:
 
     @property
     def extended_key_usages(self):
-        n = ctypes.c_size_t()
-        check(lib.mtls_cert_eku_count(self._h, ctypes.byref(n)))
-        out = []
-        for i in range(n.value):
-            v = ctypes.c_void_p()
-            check(lib.mtls_cert_eku(self._h, i, ctypes.byref(v)))
-            out.append(take_string(v))
-        return out
-
-    def close(self):
-        if self._h:
-            lib.mtls_cert_free(self._h)
-            self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+        return out_indexed(lib.mtls_cert_eku_count, lib.mtls_cert_eku, self._h, take_string)
 
     def __eq__(self, other):
         return isinstance(other, Certificate) and self.der == other.der

@@ -1,7 +1,8 @@
 """Identities and PKCS#12 import/export (mtls_identity, mtls_pkcs12)."""
 import ctypes
 
-from ._lib import lib, fn, take_string, c_void_pp, c_size_p, c_int_p, c_uint8_p
+from ._lib import lib, fn, take_string, c_void_pp, c_size_p, c_int_p
+from ._handle import _Handle, utf8, out_handle, out_string, out_bytes, out_indexed
 from .certificate import Certificate
 from .errors import check
 
@@ -50,20 +51,6 @@ CHAIN_VERIFIED, CHAIN_COMPLETE, CHAIN_SIGNATURES_OK, CHAIN_WITHIN_VALIDITY = 0x1
 PKCS12_MODERN, PKCS12_LEGACY = 0x0, 0x1
 
 
-def _password(password):
-    """None stays None ("no password"); str is UTF-8 encoded; bytes pass through."""
-    if password is None:
-        return None
-    return password.encode("utf-8") if isinstance(password, str) else bytes(password)
-
-
-def _take_bytes(p, n):
-    if not p.value:
-        return None
-    try:
-        return ctypes.string_at(p.value, n.value)
-    finally:
-        lib.mtls_bytes_free(p)
 
 
 class ChainCheck:
@@ -81,38 +68,24 @@ class ChainCheck:
         return f"<ChainCheck verified={self.verified} {self.message!r}>"
 
 
-class Identity:
+class Identity(_Handle):
     """A private key with its leaf certificate and chain (wraps an mtls_identity handle)."""
-
-    def __init__(self, _handle):
-        self._h = _handle
+    _free = "mtls_identity_free"
 
     @classmethod
     def from_pem(cls, cert_pem, key_pem, password=None) -> "Identity":
         """An identity from PEM text: the leaf and its chain, and the (possibly encrypted) key."""
-        as_bytes = (lambda v: v.encode() if isinstance(v, str) else bytes(v))
-        out = ctypes.c_void_p()
-        check(lib.mtls_identity_from_pem(as_bytes(cert_pem), as_bytes(key_pem), _password(password),
-                                         ctypes.byref(out)))
-        return cls(out.value)
+        return cls(out_handle(lib.mtls_identity_from_pem, utf8(cert_pem), utf8(key_pem), utf8(password)))
 
     @property
     def leaf(self) -> Certificate:
-        out = ctypes.c_void_p()
-        check(lib.mtls_identity_leaf(self._h, ctypes.byref(out)))
-        return Certificate(out.value)
+        return Certificate(out_handle(lib.mtls_identity_leaf, self._h))
 
     @property
     def chain(self) -> list:
         """Certificates above the leaf, issuer first, root last."""
-        n = ctypes.c_size_t()
-        check(lib.mtls_identity_chain_count(self._h, ctypes.byref(n)))
-        out = []
-        for i in range(n.value):
-            c = ctypes.c_void_p()
-            check(lib.mtls_identity_chain_get(self._h, i, ctypes.byref(c)))
-            out.append(Certificate(c.value))
-        return out
+        return out_indexed(lib.mtls_identity_chain_count, lib.mtls_identity_chain_get, self._h,
+                           lambda p: Certificate(p.value))
 
     @property
     def token_uri(self):
@@ -122,15 +95,11 @@ class Identity:
 
     @property
     def friendly_name(self):
-        out = ctypes.c_void_p()
-        check(lib.mtls_identity_friendly_name(self._h, ctypes.byref(out)))
-        return take_string(out)
+        return out_string(lib.mtls_identity_friendly_name, self._h)
 
     @property
     def local_key_id(self):
-        p, n = ctypes.c_void_p(), ctypes.c_size_t()
-        check(lib.mtls_identity_local_key_id(self._h, ctypes.byref(p), ctypes.byref(n)))
-        return _take_bytes(p, n)
+        return out_bytes(lib.mtls_identity_local_key_id, self._h)
 
     @property
     def key_type(self):
@@ -149,28 +118,8 @@ class Identity:
         """The identity as a PKCS#12 file: AES-256/SHA-256 by default, 3DES/SHA-1 with legacy=True."""
         if password is None:
             raise ValueError("export needs a password (the empty string is allowed)")
-        p, n = ctypes.c_void_p(), ctypes.c_size_t()
-        check(lib.mtls_pkcs12_export(self._h, _password(password), PKCS12_LEGACY if legacy else PKCS12_MODERN,
-                                     friendly_name.encode() if friendly_name is not None else None,
-                                     ctypes.byref(p), ctypes.byref(n)))
-        return _take_bytes(p, n)
-
-    def close(self):
-        if self._h:
-            lib.mtls_identity_free(self._h)
-            self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+        return out_bytes(lib.mtls_pkcs12_export, self._h, utf8(password),
+                         PKCS12_LEGACY if legacy else PKCS12_MODERN, utf8(friendly_name))
 
     def __repr__(self):
         return f"<Identity {self.leaf.subject_summary} key={self.key_type[0]} name={self.friendly_name!r}>"
@@ -186,35 +135,21 @@ class PKCS12:
     @classmethod
     def _from_handle(cls, h):
         try:
-            n = ctypes.c_size_t()
-            check(lib.mtls_pkcs12_identity_count(h, ctypes.byref(n)))
-            ids = []
-            for i in range(n.value):
-                out = ctypes.c_void_p()
-                check(lib.mtls_pkcs12_identity(h, i, ctypes.byref(out)))
-                ids.append(Identity(out.value))
-            check(lib.mtls_pkcs12_cert_count(h, ctypes.byref(n)))
-            certs = []
-            for i in range(n.value):
-                out = ctypes.c_void_p()
-                check(lib.mtls_pkcs12_cert(h, i, ctypes.byref(out)))
-                certs.append(Certificate(out.value))
-            return cls(ids, certs)
+            return cls(out_indexed(lib.mtls_pkcs12_identity_count, lib.mtls_pkcs12_identity, h,
+                                   lambda p: Identity(p.value)),
+                       out_indexed(lib.mtls_pkcs12_cert_count, lib.mtls_pkcs12_cert, h,
+                                   lambda p: Certificate(p.value)))
         finally:
             lib.mtls_pkcs12_free(h)
 
     @classmethod
     def parse(cls, data: bytes, password=None) -> "PKCS12":
         """Imports PKCS#12 bytes. password=None is "no password", distinct from ""."""
-        out = ctypes.c_void_p()
-        check(lib.mtls_pkcs12_import(bytes(data), len(data), _password(password), ctypes.byref(out)))
-        return cls._from_handle(out.value)
+        return cls._from_handle(out_handle(lib.mtls_pkcs12_import, bytes(data), len(data), utf8(password)))
 
     @classmethod
     def load(cls, path, password=None) -> "PKCS12":
-        out = ctypes.c_void_p()
-        check(lib.mtls_pkcs12_load(str(path).encode(), _password(password), ctypes.byref(out)))
-        return cls._from_handle(out.value)
+        return cls._from_handle(out_handle(lib.mtls_pkcs12_load, utf8(str(path)), utf8(password)))
 
     def __repr__(self):
         return f"<PKCS12 {len(self.identities)} identities, {len(self.certificates)} certificates>"

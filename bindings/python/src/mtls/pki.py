@@ -1,10 +1,10 @@
 """Issuing a private PKI: root, intermediates, server and client certificates, .p12, CRLs."""
 import ctypes
 
-from ._lib import fn, take_string, c_void_pp, c_size_p
+from ._lib import lib, fn, c_void_pp, c_size_p
+from ._handle import _Handle, utf8, out_handle, out_string, out_bytes
 from .certificate import Certificate
 from .errors import check
-from ._lib import lib
 
 MTLS_ISSUE_OPTIONS_VERSION = 1
 PROFILE_INTERMEDIATE, PROFILE_SERVER, PROFILE_CLIENT = 2, 3, 4
@@ -47,14 +47,13 @@ fn("mtls_issued_chain_pem", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 fn("mtls_issued_key_pem", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, c_void_pp)
 # int mtls_issued_export_p12(const mtls_issued *issued, const char *password, int legacy,
 #                            uint8_t **out, size_t *out_len)
-fn("mtls_issued_export_p12", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int,
-   ctypes.POINTER(ctypes.POINTER(ctypes.c_uint8)), c_size_p)
+fn("mtls_issued_export_p12", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, c_void_pp, c_size_p)
 # int mtls_issued_identity(const mtls_issued *issued, mtls_identity **out)
 fn("mtls_issued_identity", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 # int mtls_pki_crl(const mtls_issued *ca, const char *const *revoked_serials, size_t count,
 #                  uint64_t number, int validity_days, int64_t now, uint8_t **der, size_t *der_len)
 fn("mtls_pki_crl", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
-   ctypes.c_uint64, ctypes.c_int, ctypes.c_int64, ctypes.POINTER(ctypes.POINTER(ctypes.c_uint8)), c_size_p)
+   ctypes.c_uint64, ctypes.c_int, ctypes.c_int64, c_void_pp, c_size_p)
 
 
 def _options(key_type=None, days=None, now=None, dns=(), ips=()):
@@ -74,14 +73,7 @@ def _options(key_type=None, days=None, now=None, dns=(), ips=()):
     return o
 
 
-def _take_bytes(p, n):
-    try:
-        return ctypes.string_at(p, n.value)
-    finally:
-        lib.mtls_bytes_free(p)
-
-
-class IssuedCertificate:
+class IssuedCertificate(_Handle):
     """A certificate made by libmtls with its private key and chain (wraps mtls_issued).
 
     Make a root with IssuedCertificate.root(...), then issue from it:
@@ -96,27 +88,20 @@ class IssuedCertificate:
     fixed issuing time in Unix seconds (None: the current time).
     """
 
-    def __init__(self, _handle):
-        self._h = _handle
+    _free = "mtls_issued_free"
 
     @classmethod
     def root(cls, name, key_type=None, days=None, now=None):
-        out = ctypes.c_void_p()
-        check(lib.mtls_pki_root(name.encode(), ctypes.byref(_options(key_type, days, now)), ctypes.byref(out)))
-        return cls(out.value)
+        return cls(out_handle(lib.mtls_pki_root, name.encode(), ctypes.byref(_options(key_type, days, now))))
 
     @classmethod
     def load(cls, cert_path, key_path, key_password=None):
         """A certificate with its chain (cert_path) and its PEM key, e.g. a CA made by `mtls pki`."""
-        out = ctypes.c_void_p()
-        check(lib.mtls_pki_load(str(cert_path).encode(), str(key_path).encode(),
-                                key_password.encode() if key_password is not None else None, ctypes.byref(out)))
-        return cls(out.value)
+        return cls(out_handle(lib.mtls_pki_load, utf8(str(cert_path)), utf8(str(key_path)), utf8(key_password)))
 
     def _issue(self, profile, name, **kw):
-        out = ctypes.c_void_p()
-        check(lib.mtls_pki_issue(self._h, profile, name.encode(), ctypes.byref(_options(**kw)), ctypes.byref(out)))
-        return IssuedCertificate(out.value)
+        return IssuedCertificate(out_handle(lib.mtls_pki_issue, self._h, profile, name.encode(),
+                                            ctypes.byref(_options(**kw))))
 
     def issue_intermediate(self, name, key_type=None, days=None, now=None):
         return self._issue(PROFILE_INTERMEDIATE, name, key_type=key_type, days=days, now=now)
@@ -129,61 +114,31 @@ class IssuedCertificate:
 
     @property
     def certificate(self) -> Certificate:
-        out = ctypes.c_void_p()
-        check(lib.mtls_issued_cert(self._h, ctypes.byref(out)))
-        return Certificate(out.value)
+        return Certificate(out_handle(lib.mtls_issued_cert, self._h))
 
     @property
     def chain_pem(self) -> str:
         """The certificate then its chain up to the root, as PEM."""
-        out = ctypes.c_void_p()
-        check(lib.mtls_issued_chain_pem(self._h, ctypes.byref(out)))
-        return take_string(out)
+        return out_string(lib.mtls_issued_chain_pem, self._h)
 
     @property
     def identity(self):
         """The certificate, key and chain as an mtls.Identity (for the store and connections)."""
         from .pkcs12 import Identity
-        out = ctypes.c_void_p()
-        check(lib.mtls_issued_identity(self._h, ctypes.byref(out)))
-        return Identity(out.value)
+        return Identity(out_handle(lib.mtls_issued_identity, self._h))
 
     def key_pem(self, password=None) -> str:
         """The private key as PEM: encrypted PKCS#8 with a password, unencrypted without."""
-        out = ctypes.c_void_p()
-        check(lib.mtls_issued_key_pem(self._h, password.encode() if password is not None else None, ctypes.byref(out)))
-        return take_string(out)
+        return out_string(lib.mtls_issued_key_pem, self._h, utf8(password))
 
     def export_p12(self, password, legacy=False) -> bytes:
         """A .p12 with the key, the certificate and the whole chain (friendly name: the CN)."""
-        p, n = ctypes.POINTER(ctypes.c_uint8)(), ctypes.c_size_t()
-        check(lib.mtls_issued_export_p12(self._h, password.encode(), 1 if legacy else 0, ctypes.byref(p), ctypes.byref(n)))
-        return _take_bytes(p, n)
+        return out_bytes(lib.mtls_issued_export_p12, self._h, password.encode(), 1 if legacy else 0)
 
     def crl(self, revoked_serials=(), number=1, days=None, now=None) -> bytes:
         """A DER CRL signed by this CA listing the serials (hex, as Certificate.serial_hex)."""
         arr = (ctypes.c_char_p * len(revoked_serials))(*[s.encode() for s in revoked_serials])
-        p, n = ctypes.POINTER(ctypes.c_uint8)(), ctypes.c_size_t()
-        check(lib.mtls_pki_crl(self._h, arr, len(revoked_serials), number, days or 0, now or 0,
-                               ctypes.byref(p), ctypes.byref(n)))
-        return _take_bytes(p, n)
-
-    def close(self):
-        if self._h:
-            lib.mtls_issued_free(self._h)
-            self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+        return out_bytes(lib.mtls_pki_crl, self._h, arr, len(revoked_serials), number, days or 0, now or 0)
 
     def __repr__(self):
         return f"<IssuedCertificate {self.certificate.subject_summary}>"

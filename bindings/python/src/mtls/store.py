@@ -4,7 +4,8 @@ import datetime
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from ._lib import lib, fn, take_string, c_void_pp, c_size_p, c_uint8_p
+from ._lib import lib, fn, take_string, c_void_pp, c_size_p
+from ._handle import _Handle, utf8, out_handle, out_bytes, out_value, out_list
 from .certificate import Certificate
 from .pkcs12 import Identity
 from .errors import check
@@ -91,13 +92,9 @@ fn("mtls_store_delete_class", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, c_siz
 # int mtls_store_export_p12(mtls_store *store, const char *label, const char *password, int legacy,
 #                           uint8_t **out, size_t *out_len)
 fn("mtls_store_export_p12", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int,
-   ctypes.POINTER(c_uint8_p), c_size_p)
+   c_void_pp, c_size_p)
 # int mtls_store_change_secret(mtls_store *store, const uint8_t *secret, size_t secret_len, int secret_kind)
 fn("mtls_store_change_secret", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int)
-
-
-def _wrap_identity(handle):
-    return Identity(handle)
 
 
 def _secret(secret):
@@ -157,15 +154,12 @@ def _class_code(item_class):
     return _CLASS_BY_NAME[item_class]
 
 
-def _b(s):
-    return s.encode("utf-8") if isinstance(s, str) else s
-
-
-class Store:
+class Store(_Handle):
     """A labeled credential store file. Safe to share across threads; use as a context manager.
 
     ``secret`` is a passphrase (str or bytes) or a :class:`StoreKey`. ``kdf_log_n`` sets scrypt's
     cost for a new store (default 17; tests may use 10)."""
+    _free = "mtls_store_close"
 
     def __init__(self, path, secret=None, *, secret_file=None, create=True, busy_timeout_ms=None,
                  kdf_log_n=None, kdf_r=None, kdf_p=None):
@@ -180,131 +174,89 @@ class Store:
             opts.kdf_r = kdf_r
         if kdf_p is not None:
             opts.kdf_p = kdf_p
-        out = ctypes.c_void_p()
         if secret_file is not None:
-            check(lib.mtls_store_open_secret_file(_b(str(path)), _b(str(secret_file)), ctypes.byref(opts),
-                                                  ctypes.byref(out)))
+            h = out_handle(lib.mtls_store_open_secret_file, utf8(str(path)), utf8(str(secret_file)), ctypes.byref(opts))
         else:
             data, kind = _secret(secret if secret is not None else b"")
-            check(lib.mtls_store_open(_b(str(path)), data, len(data), kind, ctypes.byref(opts), ctypes.byref(out)))
-        self._h = out.value
+            h = out_handle(lib.mtls_store_open, utf8(str(path)), data, len(data), kind, ctypes.byref(opts))
+        super().__init__(h)
 
     def close(self):
         """Closes the store and wipes its data key."""
-        if getattr(self, "_h", None):
-            lib.mtls_store_close(self._h)
-            self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+        super().close()
 
     # putting
     def put_identity(self, label, identity, replace=False):
-        check(lib.mtls_store_put_identity(self._h, _b(label), identity._h, int(replace)))
+        check(lib.mtls_store_put_identity(self._h, utf8(label), identity._h, int(replace)))
 
     def put_identities(self, items, replace=False):
         """Puts [(label, identity)] in one transaction: all or none."""
         items = list(items)
-        labels = (ctypes.c_char_p * max(len(items), 1))(*[_b(l) for l, _ in items])
+        labels = (ctypes.c_char_p * max(len(items), 1))(*[utf8(l) for l, _ in items])
         ids = (ctypes.c_void_p * max(len(items), 1))(*[i._h for _, i in items])
         check(lib.mtls_store_put_identities(self._h, labels, ctypes.cast(ids, c_void_pp), len(items), int(replace)))
 
     def put_certificate(self, label, cert: Certificate, replace=False):
-        check(lib.mtls_store_put_cert(self._h, _b(label), cert._h, int(replace)))
+        check(lib.mtls_store_put_cert(self._h, utf8(label), cert._h, int(replace)))
 
     def put_token_identity(self, label, uri, cert: Certificate, chain=(), replace=False):
         arr = (ctypes.c_void_p * max(len(chain), 1))(*[c._h for c in chain])
-        check(lib.mtls_store_put_token_identity(self._h, _b(label), _b(uri), cert._h,
+        check(lib.mtls_store_put_token_identity(self._h, utf8(label), utf8(uri), cert._h,
                                                 ctypes.cast(arr, c_void_pp) if chain else None, len(chain),
                                                 int(replace)))
 
     def import_p12(self, label, data: bytes, password=None, replace=False):
         """Imports a .p12's identity under ``label`` and returns it. password None = no password."""
-        out = ctypes.c_void_p()
-        check(lib.mtls_store_import_p12(self._h, _b(label), data, len(data),
-                                        None if password is None else _b(password), int(replace), ctypes.byref(out)))
-        return _wrap_identity(out.value)
+        return Identity(out_handle(lib.mtls_store_import_p12, self._h, utf8(label), data, len(data), utf8(password),
+                                   int(replace)))
 
     # getting
     def get_identity(self, label):
-        out = ctypes.c_void_p()
-        check(lib.mtls_store_get_identity(self._h, _b(label), ctypes.byref(out)))
-        return _wrap_identity(out.value)
+        return Identity(out_handle(lib.mtls_store_get_identity, self._h, utf8(label)))
 
     def get_certificate(self, label) -> Certificate:
-        out = ctypes.c_void_p()
-        check(lib.mtls_store_get_cert(self._h, _b(label), ctypes.byref(out)))
-        return Certificate(out.value)
+        return Certificate(out_handle(lib.mtls_store_get_cert, self._h, utf8(label)))
 
     def get_token_identity(self, label):
         """(uri, Certificate)."""
         uri, cert = ctypes.c_void_p(), ctypes.c_void_p()
-        check(lib.mtls_store_get_token_identity(self._h, _b(label), ctypes.byref(uri), ctypes.byref(cert)))
+        check(lib.mtls_store_get_token_identity(self._h, utf8(label), ctypes.byref(uri), ctypes.byref(cert)))
         return take_string(uri), Certificate(cert.value)
 
     def identities(self):
         """Every stored identity (decrypted), in label order."""
-        out, n = c_void_pp(), ctypes.c_size_t()
-        check(lib.mtls_store_identities(self._h, ctypes.byref(out), ctypes.byref(n)))
-        try:
-            return [Identity(lib.mtls_identity_ref(out[i])) for i in range(n.value)]
-        finally:
-            lib.mtls_store_identity_list_free(out, n)
+        return out_list(lib.mtls_store_identities, self._h, item=lambda h: Identity(lib.mtls_identity_ref(h)),
+                        free=lib.mtls_store_identity_list_free)
 
     # metadata
     def _items(self, func, *args):
-        out, n = c_void_pp(), ctypes.c_size_t()
-        check(func(self._h, *args, ctypes.byref(out), ctypes.byref(n)))
-        try:
-            return [StoreItem._from_handle(out[i]) for i in range(n.value)]
-        finally:
-            lib.mtls_store_item_list_free(out, n)
+        return out_list(func, self._h, *args, item=StoreItem._from_handle, free=lib.mtls_store_item_list_free)
 
     def info(self, label, item_class=None) -> StoreItem:
-        out = ctypes.c_void_p()
-        check(lib.mtls_store_item_info(self._h, _b(label), _class_code(item_class), ctypes.byref(out)))
+        h = out_handle(lib.mtls_store_item_info, self._h, utf8(label), _class_code(item_class))
         try:
-            return StoreItem._from_handle(out.value)
+            return StoreItem._from_handle(h)
         finally:
-            lib.mtls_store_item_free(out)
+            lib.mtls_store_item_free(h)
 
     def list(self, item_class=None) -> List[StoreItem]:
         return self._items(lib.mtls_store_list, _class_code(item_class))
 
     def find_sha256(self, hex_fingerprint) -> List[StoreItem]:
-        return self._items(lib.mtls_store_find_sha256, _b(hex_fingerprint))
+        return self._items(lib.mtls_store_find_sha256, utf8(hex_fingerprint))
 
     def find_subject(self, subject) -> List[StoreItem]:
-        return self._items(lib.mtls_store_find_subject, _b(subject))
+        return self._items(lib.mtls_store_find_subject, utf8(subject))
 
     # deleting, exporting, the secret
     def delete(self, label, item_class=None) -> int:
-        n = ctypes.c_size_t()
-        check(lib.mtls_store_delete(self._h, _b(label), _class_code(item_class), ctypes.byref(n)))
-        return n.value
+        return out_value(ctypes.c_size_t, lib.mtls_store_delete, self._h, utf8(label), _class_code(item_class))
 
     def delete_class(self, item_class) -> int:
-        n = ctypes.c_size_t()
-        check(lib.mtls_store_delete_class(self._h, _class_code(item_class), ctypes.byref(n)))
-        return n.value
+        return out_value(ctypes.c_size_t, lib.mtls_store_delete_class, self._h, _class_code(item_class))
 
     def export_p12(self, label, password, legacy=False) -> bytes:
-        out, n = c_uint8_p(), ctypes.c_size_t()
-        check(lib.mtls_store_export_p12(self._h, _b(label), _b(password), int(legacy), ctypes.byref(out),
-                                        ctypes.byref(n)))
-        try:
-            return ctypes.string_at(out, n.value)
-        finally:
-            lib.mtls_bytes_free(out)
+        return out_bytes(lib.mtls_store_export_p12, self._h, utf8(label), utf8(password), int(legacy))
 
     def change_secret(self, secret):
         data, kind = _secret(secret)

@@ -3,7 +3,8 @@ OpenSSL SSL_CTX the application owns. Over the C ABI's "Connections" section."""
 import ctypes
 from typing import List, Optional, Sequence
 
-from ._lib import lib, fn, take_string, c_void_pp, c_size_p, c_int_p
+from ._lib import lib, fn, c_void_pp, c_size_p, c_int_p
+from ._handle import _Handle, utf8, out_handle, out_string, out_value
 from .certificate import Certificate
 from .errors import check
 from .pkcs12 import Identity
@@ -102,10 +103,6 @@ fn("mtls_listener_free", None, ctypes.c_void_p)
 fn("mtls_ssl_ctx_configure", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
 
 
-def _b(s):
-    return s.encode() if isinstance(s, str) else s
-
-
 def _ms(seconds):
     """Seconds (None: the library default) to the C convention (0: default, -1: no limit)."""
     if seconds is None:
@@ -125,8 +122,8 @@ def _client_options(identity, candidates, policy, verify_as, sni, alpn, min_tls,
                     handshake_timeout, io_timeout, resume, non_blocking):
     o = ConnOptions()
     check(lib.mtls_conn_options_init(ctypes.byref(o), CONN_OPTIONS_VERSION))
-    o.sni, o.verify_as = _b(sni), _b(verify_as)
-    o.alpn = _b(",".join(alpn)) if alpn else None
+    o.sni, o.verify_as = utf8(sni), utf8(verify_as)
+    o.alpn = utf8(",".join(alpn)) if alpn else None
     o.min_tls, o.max_tls = _version(min_tls), _version(max_tls)
     o.connect_timeout_ms, o.handshake_timeout_ms = _ms(connect_timeout), _ms(handshake_timeout)
     o.io_timeout_ms = _ms(io_timeout)
@@ -143,15 +140,13 @@ def _client_options(identity, candidates, policy, verify_as, sni, alpn, min_tls,
     return o, keep
 
 
-class Connection:
+class Connection(_Handle):
     """One mutual-TLS connection (wraps an mtls_conn). Use from one thread at a time.
 
     Errors are MTLSError subclasses that say which side failed: Untrusted (our evaluation
     rejected the peer), PeerAlert (the peer refused us), NoMatchingIdentity, Timeout,
     ConnectError, HandshakeError; WantRead/WantWrite in non-blocking mode."""
-
-    def __init__(self, _handle):
-        self._h = _handle
+    _free = "mtls_conn_free"
 
     @classmethod
     def connect(cls, host: str, port: int, *, identity: Optional[Identity] = None,
@@ -166,11 +161,10 @@ class Connection:
         evaluation readable."""
         o, keep = _client_options(identity, candidates, policy, verify_as, sni, alpn, min_tls, max_tls,
                                   connect_timeout, handshake_timeout, io_timeout, resume, non_blocking)
-        out = ctypes.c_void_p()
-        f = lib.mtls_conn_connect if handshake else lib.mtls_conn_open
-        check(f(_b(host), int(port), ctypes.byref(o), ctypes.byref(out)))
+        h = out_handle(lib.mtls_conn_connect if handshake else lib.mtls_conn_open, utf8(host), int(port),
+                       ctypes.byref(o))
         del keep
-        return cls(out.value)
+        return cls(h)
 
     @classmethod
     def wrap(cls, fd: int, host: str, port: int = 0, **kw) -> "Connection":
@@ -184,10 +178,9 @@ class Connection:
                                   kw.pop("resume", True), kw.pop("non_blocking", False))
         if kw:
             raise TypeError(f"unknown options: {', '.join(kw)}")
-        out = ctypes.c_void_p()
-        check(lib.mtls_conn_wrap_fd(int(fd), _b(host), int(port), ctypes.byref(o), ctypes.byref(out)))
+        h = out_handle(lib.mtls_conn_wrap_fd, int(fd), utf8(host), int(port), ctypes.byref(o))
         del keep
-        return cls(out.value)
+        return cls(h)
 
     def handshake(self):
         """Runs or continues the handshake (non-blocking: raises WantRead/WantWrite)."""
@@ -202,88 +195,55 @@ class Connection:
 
     def write(self, data: bytes) -> int:
         """Writes data (all of it, unless non-blocking); returns the count written."""
-        data = _b(data)
-        n = ctypes.c_size_t()
-        check(lib.mtls_conn_write(self._h, data, len(data), ctypes.byref(n)))
-        return n.value
+        data = utf8(data)
+        return out_value(ctypes.c_size_t, lib.mtls_conn_write, self._h, data, len(data))
 
     def shutdown(self):
         """Sends close_notify."""
         check(lib.mtls_conn_shutdown(self._h))
 
     def fileno(self) -> int:
-        fd = ctypes.c_int()
-        check(lib.mtls_conn_fd(self._h, ctypes.byref(fd)))
-        return fd.value
+        return out_value(ctypes.c_int, lib.mtls_conn_fd, self._h)
 
     @property
     def peer_chain(self) -> List[Certificate]:
         """The chain the peer presented, leaf first."""
-        out, n = c_void_pp(), ctypes.c_size_t()
-        check(lib.mtls_conn_peer_chain(self._h, ctypes.byref(out), ctypes.byref(n)))
-        try:
-            return [Certificate(lib.mtls_cert_ref(out[i])) for i in range(n.value)]
-        finally:
-            lib.mtls_cert_list_free(out, n)
+        return Certificate._list(lib.mtls_conn_peer_chain, self._h)
 
     @property
     def evaluation(self) -> Optional[TrustResult]:
         """Our evaluation of the peer's chain (None when it sent no certificate)."""
-        out = ctypes.c_void_p()
-        check(lib.mtls_conn_evaluation(self._h, ctypes.byref(out)))
-        if not out.value:
+        h = out_handle(lib.mtls_conn_evaluation, self._h)
+        if not h:
             return None
         try:
-            return _read_result(out.value)
+            return _read_result(h)
         finally:
-            lib.mtls_trust_result_free(out.value)
+            lib.mtls_trust_result_free(h)
 
     @property
     def alpn(self) -> Optional[str]:
-        out = ctypes.c_void_p()
-        check(lib.mtls_conn_alpn(self._h, ctypes.byref(out)))
-        return take_string(out)
+        return out_string(lib.mtls_conn_alpn, self._h)
 
     @property
     def tls_version(self) -> str:
-        out = ctypes.c_void_p()
-        check(lib.mtls_conn_tls_version(self._h, ctypes.byref(out)))
-        return take_string(out)
+        return out_string(lib.mtls_conn_tls_version, self._h)
 
     @property
     def resumed(self) -> bool:
-        r = ctypes.c_int()
-        check(lib.mtls_conn_resumed(self._h, ctypes.byref(r)))
-        return bool(r.value)
+        return bool(out_value(ctypes.c_int, lib.mtls_conn_resumed, self._h))
 
     @property
     def presented_identity(self) -> Optional[Identity]:
         """The identity we presented (with automatic selection, the one chosen)."""
-        out = ctypes.c_void_p()
-        check(lib.mtls_conn_presented_identity(self._h, ctypes.byref(out)))
-        return Identity(out.value) if out.value else None
-
-    def close(self):
-        if self._h:
-            lib.mtls_conn_free(self._h)
-            self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
+        h = out_handle(lib.mtls_conn_presented_identity, self._h)
+        return Identity(h) if h else None
 
 
-class Listener:
+class Listener(_Handle):
     """A TLS server socket (wraps an mtls_listener): accepts clients with the server identity
     and judges their certificates with `client_policy` (no name check)."""
+    _free = "mtls_listener_free"
 
     def __init__(self, identity: Identity, *, address: Optional[str] = "127.0.0.1", port: int = 0,
                  client_auth: str = "require", client_policy: Optional[Policy] = None, alpn: Sequence[str] = (),
@@ -295,42 +255,20 @@ class Listener:
         o.client_auth = CLIENT_AUTH[client_auth]
         o.identity = identity._h
         o.client_policy = client_policy._h if client_policy is not None else None
-        o.alpn = _b(",".join(alpn)) if alpn else None
+        o.alpn = utf8(",".join(alpn)) if alpn else None
         o.min_tls, o.max_tls = _version(min_tls), _version(max_tls)
         o.handshake_timeout_ms, o.io_timeout_ms = _ms(handshake_timeout), _ms(io_timeout)
-        out = ctypes.c_void_p()
-        check(lib.mtls_listener_new(_b(address), int(port), ctypes.byref(o), ctypes.byref(out)))
-        self._h = out.value
+        super().__init__(out_handle(lib.mtls_listener_new, utf8(address), int(port), ctypes.byref(o)))
 
     @property
     def port(self) -> int:
-        p = ctypes.c_uint16()
-        check(lib.mtls_listener_port(self._h, ctypes.byref(p)))
-        return p.value
+        return out_value(ctypes.c_uint16, lib.mtls_listener_port, self._h)
 
     def accept(self, timeout: Optional[float] = None) -> Connection:
         """Waits for a client (timeout in seconds; None: forever) and runs its handshake. A
         rejected client raises (Untrusted with our reasons, PeerAlert...)."""
-        out = ctypes.c_void_p()
-        check(lib.mtls_listener_accept(self._h, -1 if timeout is None else int(timeout * 1000), ctypes.byref(out)))
-        return Connection(out.value)
-
-    def close(self):
-        if self._h:
-            lib.mtls_listener_free(self._h)
-            self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
+        return Connection(out_handle(lib.mtls_listener_accept, self._h,
+                                     -1 if timeout is None else int(timeout * 1000)))
 
 
 def configure_ssl_ctx(ssl_ctx: int, identity: Optional[Identity] = None, policy: Optional[Policy] = None,

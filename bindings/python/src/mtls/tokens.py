@@ -10,10 +10,11 @@ The identity's private key never leaves the token: TLS handshakes sign on it.
 """
 import ctypes
 
-from ._lib import lib, fn, take_string, c_void_pp, c_size_p, c_int_p
+from ._lib import lib, fn, c_void_pp, c_size_p, c_int_p
+from ._handle import _Handle, utf8, out_handle, out_string, out_bytes, out_value, out_list
 from .certificate import Certificate
 from .errors import check, PinRequired
-from .pkcs12 import Identity, _take_bytes
+from .pkcs12 import Identity
 
 # int mtls_token_list(const char *module_path, mtls_token ***out, size_t *count)
 fn("mtls_token_list", ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(c_void_pp), c_size_p)
@@ -67,44 +68,12 @@ TOKEN_PROTECTED_AUTH_PATH, TOKEN_USER_PIN_INITIALIZED = 0x10, 0x20
 _KINDS = {1: "certificate", 2: "private-key", 3: "public-key"}
 
 
-def _enc(s):
-    if s is None:
-        return None
-    return s.encode("utf-8") if isinstance(s, str) else bytes(s)
-
-
-class _Handle:
-    _free = None
-
-    def __init__(self, handle):
-        self._h = handle
-
-    def close(self):
-        if self._h:
-            type(self)._free(self._h)
-            self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the library may be gone
-            pass
-
-
 class Token(_Handle):
     """A token present in a slot (an immutable snapshot taken when listed)."""
-    _free = staticmethod(lib.mtls_token_free)
+    _free = "mtls_token_free"
 
     def _string(self, name):
-        out = ctypes.c_void_p()
-        check(getattr(lib, f"mtls_token_{name}")(self._h, ctypes.byref(out)))
-        return take_string(out)
+        return out_string(getattr(lib, f"mtls_token_{name}"), self._h)
 
     label = property(lambda self: self._string("label"))
     uri = property(lambda self: self._string("uri"), doc="The token's RFC 7512 pkcs11: URI.")
@@ -116,15 +85,11 @@ class Token(_Handle):
 
     @property
     def slot_id(self) -> int:
-        out = ctypes.c_ulong()
-        check(lib.mtls_token_slot(self._h, ctypes.byref(out)))
-        return out.value
+        return out_value(ctypes.c_ulong, lib.mtls_token_slot, self._h)
 
     @property
     def flags(self) -> int:
-        out = ctypes.c_uint()
-        check(lib.mtls_token_flags(self._h, ctypes.byref(out)))
-        return out.value
+        return out_value(ctypes.c_uint, lib.mtls_token_flags, self._h)
 
     login_required = property(lambda self: bool(self.flags & TOKEN_LOGIN_REQUIRED))
     pin_locked = property(lambda self: bool(self.flags & TOKEN_PIN_LOCKED))
@@ -135,12 +100,10 @@ class Token(_Handle):
 
 class TokenObject(_Handle):
     """A certificate or key on a token (an immutable snapshot taken when listed)."""
-    _free = staticmethod(lib.mtls_token_object_free)
+    _free = "mtls_token_object_free"
 
     def _string(self, name):
-        out = ctypes.c_void_p()
-        check(getattr(lib, f"mtls_token_object_{name}")(self._h, ctypes.byref(out)))
-        return take_string(out)
+        return out_string(getattr(lib, f"mtls_token_object_{name}"), self._h)
 
     label = property(lambda self: self._string("label"))
     uri = property(lambda self: self._string("uri"), doc="The object's RFC 7512 pkcs11: URI.")
@@ -149,57 +112,38 @@ class TokenObject(_Handle):
     @property
     def kind(self) -> str:
         """"certificate", "private-key" or "public-key"."""
-        out = ctypes.c_int()
-        check(lib.mtls_token_object_kind(self._h, ctypes.byref(out)))
-        return _KINDS[out.value]
+        return _KINDS[out_value(ctypes.c_int, lib.mtls_token_object_kind, self._h)]
 
     @property
     def id(self) -> bytes:
         """CKA_ID, which ties a key to its certificate."""
-        p, n = ctypes.c_void_p(), ctypes.c_size_t()
-        check(lib.mtls_token_object_id(self._h, ctypes.byref(p), ctypes.byref(n)))
-        return _take_bytes(p, n) or b""
+        return out_bytes(lib.mtls_token_object_id, self._h) or b""
 
     @property
     def certificate(self):
         """The certificate of a certificate object, else None."""
         if self.kind != "certificate":
             return None
-        out = ctypes.c_void_p()
-        check(lib.mtls_token_object_cert(self._h, ctypes.byref(out)))
-        return Certificate(out.value)
+        return Certificate(out_handle(lib.mtls_token_object_cert, self._h))
 
     @property
     def token(self) -> Token:
-        out = ctypes.c_void_p()
-        check(lib.mtls_token_object_token(self._h, ctypes.byref(out)))
-        return Token(out.value)
+        return Token(out_handle(lib.mtls_token_object_token, self._h))
 
     def __repr__(self):
         return f"<TokenObject {self.kind} {self.label!r} {self.uri}>"
 
 
-def _handles(arr, n, cls):
-    """Takes a reference to each handle of a C array, then frees the array."""
-    try:
-        ref = lib.mtls_token_ref if cls is Token else lib.mtls_token_object_ref
-        return [cls(ref(arr[i])) for i in range(n.value)]
-    finally:
-        (lib.mtls_token_list_free if cls is Token else lib.mtls_token_object_list_free)(arr, n)
-
-
 def list_tokens(module=None) -> list:
     """The tokens present in `module` (a PKCS#11 .so path), or in every module registered with p11-kit."""
-    arr, n = c_void_pp(), ctypes.c_size_t()
-    check(lib.mtls_token_list(_enc(module), ctypes.byref(arr), ctypes.byref(n)))
-    return _handles(arr, n, Token)
+    return out_list(lib.mtls_token_list, utf8(module), item=lambda h: Token(lib.mtls_token_ref(h)),
+                    free=lib.mtls_token_list_free)
 
 
 def token_objects(module=None, token_uri=None, pin=None) -> list:
     """The certificates and keys on the tokens matching `token_uri`; with `pin`, private keys too."""
-    arr, n = c_void_pp(), ctypes.c_size_t()
-    check(lib.mtls_token_objects(_enc(module), _enc(token_uri), _enc(pin), ctypes.byref(arr), ctypes.byref(n)))
-    return _handles(arr, n, TokenObject)
+    return out_list(lib.mtls_token_objects, utf8(module), utf8(token_uri), utf8(pin),
+                    item=lambda h: TokenObject(lib.mtls_token_object_ref(h)), free=lib.mtls_token_object_list_free)
 
 
 def identity_from_pkcs11(uri, pin=None) -> Identity:
@@ -216,7 +160,7 @@ def identity_from_pkcs11(uri, pin=None) -> Identity:
             value = pin(label.decode(), token_uri.decode(), flags) if callable(pin) else pin
             if value is None:
                 return 1
-            value = _enc(value)
+            value = utf8(value)
             if len(value) >= size:
                 raise ValueError("PIN too long")
             ctypes.memmove(buf, value, len(value))
@@ -228,7 +172,7 @@ def identity_from_pkcs11(uri, pin=None) -> Identity:
 
     callback = PIN_CB(answer) if pin is not None else PIN_CB()
     out = ctypes.c_void_p()
-    rc = lib.mtls_identity_from_pkcs11(_enc(uri), callback, None, ctypes.byref(out))
+    rc = lib.mtls_identity_from_pkcs11(utf8(uri), callback, None, ctypes.byref(out))
     if raised:
         if out.value:
             lib.mtls_identity_free(out)
@@ -239,9 +183,7 @@ def identity_from_pkcs11(uri, pin=None) -> Identity:
 
 def identity_token_uri(identity) -> "str | None":
     """The pkcs11: URI of the identity's private key when it lives on a token, else None."""
-    out = ctypes.c_void_p()
-    check(lib.mtls_identity_token_uri(identity._h, ctypes.byref(out)))
-    return take_string(out)
+    return out_string(lib.mtls_identity_token_uri, identity._h)
 
 
 __all__ = ["Token", "TokenObject", "list_tokens", "token_objects", "identity_from_pkcs11",

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional
 
 from ._lib import lib, fn, take_string, c_void_pp, c_size_p, c_int_p
+from ._handle import _Handle, utf8, out_handle, out_value, out_indexed
 from .certificate import Certificate
 from .errors import check
 
@@ -84,10 +85,6 @@ fn("mtls_trust_result_matched_rule", ctypes.c_int, ctypes.c_void_p, c_char_pp)
 fn("mtls_trust_result_matched_pin", ctypes.c_int, ctypes.c_void_p, c_char_pp)
 
 
-def _b(s):
-    return None if s is None else s.encode("utf-8")
-
-
 def _unix(t) -> int:
     if t is None:
         return 0
@@ -121,53 +118,38 @@ class TrustResult:
 
 
 def _read_result(h) -> TrustResult:
-    t, k, n = ctypes.c_int(), ctypes.c_int(), ctypes.c_size_t()
-    check(lib.mtls_trust_result_trusted(h, ctypes.byref(t)))
-    check(lib.mtls_trust_result_kind(h, ctypes.byref(k)))
-    check(lib.mtls_trust_result_reason_count(h, ctypes.byref(n)))
+    trusted = out_value(ctypes.c_int, lib.mtls_trust_result_trusted, h)
+    kind = out_value(ctypes.c_int, lib.mtls_trust_result_kind, h)
     reasons = []
-    for i in range(n.value):
+    for i in range(out_value(ctypes.c_size_t, lib.mtls_trust_result_reason_count, h)):
         code, msg, idx = ctypes.c_char_p(), ctypes.c_char_p(), ctypes.c_int()
         check(lib.mtls_trust_result_reason(h, i, ctypes.byref(code), ctypes.byref(idx), ctypes.byref(msg)))
         reasons.append(TrustReason(code.value.decode(), None if idx.value < 0 else idx.value, msg.value.decode()))
-    out, count = c_void_pp(), ctypes.c_size_t()
-    check(lib.mtls_trust_result_chain(h, ctypes.byref(out), ctypes.byref(count)))
-    try:
-        chain = [Certificate(lib.mtls_cert_ref(out[i])) for i in range(count.value)]
-    finally:
-        lib.mtls_cert_list_free(out, count)
-    rule, pin = ctypes.c_char_p(), ctypes.c_char_p()
-    check(lib.mtls_trust_result_matched_rule(h, ctypes.byref(rule)))
-    check(lib.mtls_trust_result_matched_pin(h, ctypes.byref(pin)))
-    return TrustResult(bool(t.value), _KINDS[k.value], reasons, chain,
-                       rule.value.decode() if rule.value else None, pin.value.decode() if pin.value else None)
+    chain = Certificate._list(lib.mtls_trust_result_chain, h)
+    rule = out_value(ctypes.c_char_p, lib.mtls_trust_result_matched_rule, h)
+    pin = out_value(ctypes.c_char_p, lib.mtls_trust_result_matched_pin, h)
+    return TrustResult(bool(trusted), _KINDS[kind], reasons, chain,
+                       rule.decode() if rule else None, pin.decode() if pin else None)
 
 
-class Policy:
+class Policy(_Handle):
     """A trust policy (wraps an mtls_policy handle). Thread-safe: it may be changed or replaced
     while other threads evaluate with it."""
+    _free = "mtls_policy_free"
 
     def __init__(self, _handle=None):
-        if _handle is None:
-            out = ctypes.c_void_p()
-            check(lib.mtls_policy_new(ctypes.byref(out)))
-            _handle = out.value
-        self._h = _handle
+        super().__init__(_handle if _handle is not None else out_handle(lib.mtls_policy_new))
         self._callback = None  # keeps the ctypes thunk alive
         self._pending = None   # an exception raised inside the report callback
 
     @classmethod
     def load(cls, path: str) -> "Policy":
         """Reads a policy JSON file (README.md, "Trust policies")."""
-        out = ctypes.c_void_p()
-        check(lib.mtls_policy_load(_b(str(path)), ctypes.byref(out)))
-        return cls(out.value)
+        return cls(out_handle(lib.mtls_policy_load, utf8(str(path))))
 
     @classmethod
     def from_json(cls, text: str) -> "Policy":
-        out = ctypes.c_void_p()
-        check(lib.mtls_policy_from_json(_b(text), ctypes.byref(out)))
-        return cls(out.value)
+        return cls(out_handle(lib.mtls_policy_from_json, utf8(text)))
 
     def add_anchor(self, cert: Certificate):
         check(lib.mtls_policy_add_anchor(self._h, cert._h))
@@ -187,23 +169,23 @@ class Policy:
         check(lib.mtls_policy_set_cache(self._h, int(on)))
 
     def add_crl_file(self, path: str):
-        check(lib.mtls_policy_add_crl_file(self._h, _b(str(path))))
+        check(lib.mtls_policy_add_crl_file(self._h, utf8(str(path))))
 
     def add_host_rule(self, pattern: str, verify_as: Optional[str] = None, skip_name_check: bool = False):
-        check(lib.mtls_policy_add_host_rule(self._h, _b(pattern), _b(verify_as), int(skip_name_check)))
+        check(lib.mtls_policy_add_host_rule(self._h, utf8(pattern), utf8(verify_as), int(skip_name_check)))
 
     def add_rule_anchor(self, pattern: str, cert: Certificate, anchors_only: bool = True):
-        check(lib.mtls_policy_add_rule_anchor(self._h, _b(pattern), cert._h, int(anchors_only)))
+        check(lib.mtls_policy_add_rule_anchor(self._h, utf8(pattern), cert._h, int(anchors_only)))
 
     def add_pin(self, pattern: str, pin: str):
-        check(lib.mtls_policy_add_pin(self._h, _b(pattern), _b(pin)))
+        check(lib.mtls_policy_add_pin(self._h, utf8(pattern), utf8(pin)))
 
     def set_pin_expiry(self, pattern: str, expires, fail_closed: bool = False):
-        check(lib.mtls_policy_set_pin_expiry(self._h, _b(pattern), _unix(expires),
+        check(lib.mtls_policy_set_pin_expiry(self._h, utf8(pattern), _unix(expires),
                                              PIN_FAIL_CLOSED if fail_closed else PIN_STOP_ENFORCING))
 
     def set_report_only(self, pattern: str, on: bool = True):
-        check(lib.mtls_policy_set_report_only(self._h, _b(pattern), int(on)))
+        check(lib.mtls_policy_set_report_only(self._h, utf8(pattern), int(on)))
 
     def set_report_callback(self, callback: Optional[Callable[[str, str, str, str], None]]):
         """callback(host, rule, code, message) for each unenforced failure of a report-only rule.
@@ -223,14 +205,7 @@ class Policy:
 
     @property
     def warnings(self) -> List[str]:
-        n = ctypes.c_size_t()
-        check(lib.mtls_policy_warning_count(self._h, ctypes.byref(n)))
-        out = []
-        for i in range(n.value):
-            p = ctypes.c_void_p()
-            check(lib.mtls_policy_warning(self._h, i, ctypes.byref(p)))
-            out.append(take_string(p))
-        return out
+        return out_indexed(lib.mtls_policy_warning_count, lib.mtls_policy_warning, self._h, take_string)
 
     def replace(self, other: "Policy"):
         """Atomically puts a copy of `other`'s settings in force; the report callback stays."""
@@ -245,17 +220,8 @@ class Policy:
         if purpose not in _PURPOSES:
             raise ValueError("purpose must be 'server', 'client' or None")
         arr = (ctypes.c_void_p * len(chain))(*[c._h for c in chain])
-        out = ctypes.c_void_p()
-        self._pending = None
-        check(lib.mtls_evaluate(self._h, ctypes.cast(arr, c_void_pp), len(chain), _b(host), _PURPOSES[purpose],
-                                _unix(at), ctypes.byref(out)))
-        try:
-            if self._pending is not None:
-                e, self._pending = self._pending, None
-                raise e
-            return _read_result(out.value)
-        finally:
-            lib.mtls_trust_result_free(out.value)
+        return self._verdict(lib.mtls_evaluate, ctypes.cast(arr, c_void_pp), len(chain), utf8(host),
+                             _PURPOSES[purpose], _unix(at))
 
     def evaluate_der(self, ders: List[bytes], host: Optional[str] = None, purpose: Optional[str] = None,
                      at=None) -> TrustResult:
@@ -265,31 +231,17 @@ class Policy:
             raise ValueError("purpose must be 'server', 'client' or None")
         arr = (ctypes.c_char_p * len(ders))(*ders)
         lens = (ctypes.c_size_t * len(ders))(*[len(d) for d in ders])
-        out = ctypes.c_void_p()
+        return self._verdict(lib.mtls_evaluate_der, arr, lens, len(ders), utf8(host), _PURPOSES[purpose], _unix(at))
+
+    def _verdict(self, evaluate, *args) -> TrustResult:
+        """Runs one evaluation call, re-raises what the report callback raised during it, and
+        reads then frees the result."""
         self._pending = None
-        check(lib.mtls_evaluate_der(self._h, arr, lens, len(ders), _b(host), _PURPOSES[purpose], _unix(at),
-                                    ctypes.byref(out)))
+        h = out_handle(evaluate, self._h, *args)
         try:
             if self._pending is not None:
                 e, self._pending = self._pending, None
                 raise e
-            return _read_result(out.value)
+            return _read_result(h)
         finally:
-            lib.mtls_trust_result_free(out.value)
-
-    def close(self):
-        if self._h:
-            lib.mtls_policy_free(self._h)
-            self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+            lib.mtls_trust_result_free(h)
