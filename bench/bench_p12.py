@@ -7,8 +7,9 @@ import subprocess
 import sys
 import tempfile
 
+from _cbench import build
+
 TARGET = 1.10
-here = os.path.dirname(os.path.abspath(__file__))
 prefix = os.environ.get("MTLS_PREFIX")
 if not prefix:
     sys.exit("MTLS_PREFIX must point at an installed libmtls (make bench sets it)")
@@ -19,12 +20,7 @@ def sh(cmd, cwd):
 
 
 with tempfile.TemporaryDirectory(prefix="mtls-bench-p12-") as tmp:
-    env = {**os.environ, "PKG_CONFIG_PATH": os.path.join(prefix, "lib", "pkgconfig")}
-    flags = subprocess.run("pkg-config --cflags --libs mtls openssl", shell=True, check=True, env=env,
-                           capture_output=True, text=True).stdout.split()
-    exe = os.path.join(tmp, "bench_p12")
-    subprocess.run(["cc", "-O2", "-std=c11", "-Wall", "-o", exe, os.path.join(here, "c", "bench_p12.c"), *flags],
-                   check=True)
+    exe = build("bench_p12", tmp, prefix, pkgs=["openssl"])
     sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout root.key -out root.pem "
        "-subj '/CN=Bench Root' -days 5 && "
        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout int.key -out int.csr -subj '/CN=Bench Int' && "

@@ -6,15 +6,11 @@ import subprocess
 import sys
 import tempfile
 
-here = os.path.dirname(os.path.abspath(__file__))
+from _cbench import build
+
 prefix = os.environ.get("MTLS_PREFIX")
 if not prefix:
     sys.exit("bench_pki: set MTLS_PREFIX to an installed libmtls")
-env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(prefix, "lib", "pkgconfig"))
-flags = subprocess.run(["pkg-config", "--cflags", "--libs", "mtls", "libcrypto"], env=env, check=True,
-                       capture_output=True, text=True).stdout.split()
 with tempfile.TemporaryDirectory() as d:
-    exe = os.path.join(d, "bench_pki")
-    subprocess.run(["cc", "-O2", "-std=c11", "-Wall", "-Werror", "-D_POSIX_C_SOURCE=200809L", "-o", exe,
-                    os.path.join(here, "c", "bench_pki.c"), *flags], check=True)
+    exe = build("bench_pki", d, prefix, pkgs=["libcrypto"])
     sys.exit(subprocess.run([exe, *sys.argv[1:]]).returncode)

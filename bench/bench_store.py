@@ -10,7 +10,8 @@ import subprocess
 import sys
 import tempfile
 
-here = os.path.dirname(os.path.abspath(__file__))
+from _cbench import build
+
 prefix = os.environ.get("MTLS_PREFIX")
 if not prefix:
     sys.exit("bench_store: set MTLS_PREFIX to an installed libmtls (make bench does)")
@@ -39,11 +40,7 @@ try:
     sh(script, work)
 
     env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(prefix, "lib", "pkgconfig"))
-    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "mtls"], env=env, check=True, capture_output=True,
-                           text=True).stdout.split()
-    exe = os.path.join(work, "bench_store")
-    subprocess.run(["cc", "-O2", "-std=c11", "-Wall", "-o", exe, os.path.join(here, "c", "bench_store.c"), *flags,
-                    "-lsqlite3", "-lcrypto"], check=True)
+    exe = build("bench_store", work, prefix, libs=["-lsqlite3", "-lcrypto"])
     r = subprocess.run([exe, work, str(n), str(k)], env={k_: v for k_, v in env.items() if k_ != "LD_LIBRARY_PATH"})
     sys.exit(r.returncode)
 finally:

@@ -9,6 +9,8 @@ import sys
 import tempfile
 import time
 
+from _cbench import build
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PREFIX = os.environ.get("MTLS_PREFIX", os.path.join(ROOT, "out", "bench-prefix"))
@@ -37,12 +39,7 @@ def main():
     pki = os.path.join(work, "pki")
     subprocess.run([os.path.join(ROOT, "scripts", "test-pki.sh"), pki], check=True)
     p = lambda n: os.path.join(pki, n)  # noqa: E731
-    exe = os.path.join(work, "bench_tls")
-    env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(PREFIX, "lib", "pkgconfig"))
-    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "mtls", "openssl"], env=env, check=True,
-                           capture_output=True, text=True).stdout.split()
-    subprocess.run(["cc", "-O2", "-std=c11", "-Wall", "-o", exe, os.path.join(HERE, "c", "bench_tls.c"), *flags],
-                   check=True)
+    exe = build("bench_tls", work, PREFIX, pkgs=["openssl"])
     rows, below = [], []
     for key, server, client in (("P-256", "server", "client-a"), ("RSA-2048", "server-rsa", "client-a-rsa")):
         port = free_port()

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import tempfile
 
+from _cbench import build
+
 TARGET = 1.25
 MODULE = "/usr/lib/softhsm/libsofthsm2.so"
 here = os.path.dirname(os.path.abspath(__file__))
@@ -20,12 +22,7 @@ if not os.path.exists(MODULE):
     sys.exit(0)
 
 with tempfile.TemporaryDirectory(prefix="mtls-bench-tokens-") as tmp:
-    env = {**os.environ, "PKG_CONFIG_PATH": os.path.join(prefix, "lib", "pkgconfig")}
-    flags = subprocess.run("pkg-config --cflags --libs mtls openssl p11-kit-1", shell=True, check=True, env=env,
-                           capture_output=True, text=True).stdout.split()
-    exe = os.path.join(tmp, "bench_tokens")
-    subprocess.run(["cc", "-O2", "-std=c11", "-Wall", "-o", exe, os.path.join(here, "c", "bench_tokens.c"), *flags],
-                   check=True)
+    exe = build("bench_tokens", tmp, prefix, pkgs=["openssl", "p11-kit-1"])
     subprocess.run([os.path.join(here, "..", "scripts", "softhsm-token.sh"), tmp], check=True, capture_output=True)
     run_env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     run_env["SOFTHSM2_CONF"] = os.path.join(tmp, "softhsm2.conf")

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import tempfile
 
+from _cbench import build
+
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
 prefix = os.environ.get("MTLS_PREFIX")
@@ -16,12 +18,7 @@ if not prefix:
 with tempfile.TemporaryDirectory() as tmp:
     pki = os.path.join(tmp, "pki")
     subprocess.run([os.path.join(root, "Tests", "fixtures", "make-trust-pki.sh"), pki], check=True, capture_output=True)
-    env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(prefix, "lib", "pkgconfig"))
-    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "mtls", "libcrypto"], env=env, capture_output=True,
-                           text=True, check=True).stdout.split()
-    exe = os.path.join(tmp, "bench_trust")
-    subprocess.run(["cc", "-O2", "-std=c11", "-Wall", "-o", exe, os.path.join(here, "c", "bench_trust.c"), *flags],
-                   check=True)
+    exe = build("bench_trust", tmp, prefix, pkgs=["libcrypto"])
     for variant in ("", "rsa-"):
         r = subprocess.run([exe, pki, variant], env={k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"})
         if r.returncode != 0:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The libmtls demo (`make demo`): in a temporary folder, make a private PKI, keep the client's
 # identity and the pinned root in a store, run a mutual-TLS server that accepts only one
-# customer's clients, connect to it by IP while validating the server as its DNS name, then show
-# the refusals that matter. Usage: scripts/demo.sh [PATH-TO-mtls]
+# customer's clients, connect to it by IP while validating the server as its DNS name (its
+# certificate names only that DNS name), pinning the root kept in the store, then show the
+# refusals that matter. Usage: scripts/demo.sh [PATH-TO-mtls]
 #
 # Every step prints a line starting with "  => " saying what happened; the test
 # (Tests/e2e/test_demo.py) reads those lines.
@@ -14,6 +15,8 @@ if ! command -v "$MTLS" >/dev/null 2>&1; then
     exit 1
 fi
 MTLS=$(command -v "$MTLS")
+# The demo works in a temporary folder: a relative path must be made absolute first.
+case $MTLS in /*) ;; */*) MTLS=$(cd "$(dirname "$MTLS")" && pwd)/$(basename "$MTLS") ;; esac
 
 if [ -t 1 ]; then bold=$'\033[1m'; green=$'\033[32m'; red=$'\033[31m'; off=$'\033[0m'; else bold= green= red= off=; fi
 step() { printf '\n%s==> %s%s\n' "$bold" "$*" "$off"; }
@@ -42,18 +45,22 @@ echo "${bold}libmtls demo${off} — working in $work (removed at the end)"
 umask 077
 printf 'demo-p12-password\n' > p12.pw
 printf 'demo-store-secret\n' > store.secret
+# The CA and leaf keys in pki/ are encrypted with this password (mtls pki reads the file named
+# by MTLS_PKI_KEY_PASSWORD_FILE when --key-password-file is not given).
+printf 'demo-key-password\n' > pki-key.pw
+export MTLS_PKI_KEY_PASSWORD_FILE="$work/pki-key.pw"
 HOST=api.customer-a.internal
 
 step "1. A private PKI: root, an intermediate per customer, a server and a client certificate"
 quiet pki init --dir pki --name "Demo Root" || die "pki init failed"
-ok "root CA made: pki/root/cert.pem"
+ok "root CA made: pki/root/cert.pem (keys encrypted with pki-key.pw)"
 quiet pki intermediate --dir pki --name "Customer A" || die "pki intermediate failed"
 ok "intermediate for Customer A: pki/ca/customer-a/"
 quiet pki intermediate --dir pki --name "Customer B" || die "pki intermediate failed"
 ok "intermediate for Customer B: pki/ca/customer-b/"
-run pki issue server --dir pki --ca "Customer A" --dns "$HOST" --ip 127.0.0.1 \
+run pki issue server --dir pki --ca "Customer A" --dns "$HOST" \
     --p12 server.p12 --password-file p12.pw || die "pki issue server failed"
-ok "server certificate for $HOST and 127.0.0.1, packaged in server.p12"
+ok "server certificate for $HOST only (no IP address in it), packaged in server.p12"
 quiet pki issue client --dir pki --ca "Customer A" --name alice --p12 alice.p12 --password-file p12.pw \
     || die "pki issue client failed"
 ok "client certificate 'alice' from Customer A, packaged in alice.p12 (key + chain)"
@@ -104,9 +111,10 @@ server_view() {
     fi
 }
 
-connect_args=(127.0.0.1:"$port" --verify-as "$HOST" --anchor pki/root/cert.pem --anchors-only)
+# The anchor is the root stored under 'demo-root' (a label, since a store is given), not the file.
+connect_args=(127.0.0.1:"$port" --verify-as "$HOST" --anchor demo-root --anchors-only)
 
-step "4. Connect by 127.0.0.1 as 'alice' (from the store), validating the server as $HOST, root pinned, anchors only"
+step "4. Connect by 127.0.0.1 as 'alice' (from the store), validating the server as $HOST, stored root 'demo-root' pinned, anchors only"
 if run connect "${connect_args[@]}" --identity alice --send 'GET / HTTP/1.0\r\n\r\n'; then
     server_view
     grep -q "accepted .*CN=alice" server.log || die "the server did not report alice"
@@ -140,17 +148,22 @@ print("; ".join(rs) or d.get("error") or "refused")' 2>/dev/null || echo "refuse
     ok "refused ($what): $reason${server_reason:+ | server: $server_reason}"
 }
 
-step "5. Refusal: the server's key does not match the pinned SPKI hash"
+step "5. Refusal: the same connection without --verify-as (127.0.0.1 is not a name in the certificate)"
+expect_refusal "name mismatch" 127.0.0.1:"$port" --anchor demo-root --anchors-only --identity alice
+
+step "6. Refusal: the server's key does not match the pinned SPKI hash"
 expect_refusal "wrong pin" "${connect_args[@]}" --identity alice \
     --pin sha256/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=
 
-step "6. Refusal: a client from another customer (mallory, issued by Customer B)"
+step "7. Refusal: a client from another customer (mallory, issued by Customer B)"
 expect_refusal "client from another customer" "${connect_args[@]}" --identity mallory.p12 --password-file p12.pw \
     --send 'GET / HTTP/1.0\r\n\r\n'
 
-step "7. Refusal: no client certificate"
+step "8. Refusal: no client certificate"
+# No store here (with one, a client picks a stored identity): the root is pinned from its file.
 ( unset MTLS_STORE MTLS_STORE_SECRET_FILE
-  expect_refusal "no client certificate" "${connect_args[@]}" --send 'GET / HTTP/1.0\r\n\r\n' )
+  expect_refusal "no client certificate" 127.0.0.1:"$port" --verify-as "$HOST" --anchor pki/root/cert.pem \
+      --anchors-only --send 'GET / HTTP/1.0\r\n\r\n' )
 
 step "Done in $((SECONDS - start)) s; cleaning up $work"
 ok "demo finished"

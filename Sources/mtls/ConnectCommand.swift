@@ -13,13 +13,16 @@ struct IdentityOptions: ParsableArguments {
     @Option(help: "The credential store (default $MTLS_STORE); must exist. Without --identity, a client chooses among its identities and token identities.") var store: String?
     @Option(help: "File with the store secret (default $MTLS_STORE_SECRET_FILE).") var secretFile: String?
 
-    func openStore() throws -> CredentialStore? {
+    func openStore() throws -> CredentialStore? { try Self.openExistingStore(path: store, secretFile: secretFile) }
+
+    /// The store at `path` (default `MTLS_STORE`), or nil when none is given. Reading only: a
+    /// wrong path is an error, never a new empty store.
+    static func openExistingStore(path: String?, secretFile: String?) throws -> CredentialStore? {
         let env = ProcessInfo.processInfo.environment
-        guard let path = store ?? env["MTLS_STORE"] else { return nil }
+        guard let path = path ?? env["MTLS_STORE"] else { return nil }
         guard let secretPath = secretFile ?? env["MTLS_STORE_SECRET_FILE"] else {
             throw ValidationError("--store needs --secret-file (or MTLS_STORE_SECRET_FILE)")
         }
-        // Reading only: a wrong path is an error, never a new empty store.
         var options = CredentialStore.Options()
         options.create = false
         return try CredentialStore(path: path, secret: try StoreSecret.load(path: secretPath), options: options)
@@ -38,9 +41,7 @@ struct IdentityOptions: ParsableArguments {
     func explicitIdentity() throws -> Identity? {
         let password = try passwordFile.map(CLI.readSecretFile)
         if let cert, let key {
-            let certs = try Certificate.load(path: cert)
-            let pk = try PrivateKey(pem: try FileIO.read(key), password: password)
-            return try Identity(privateKey: pk, leaf: certs[0], certificates: Array(certs.dropFirst()))
+            return try Identity(certificatePath: cert, keyPath: key, password: password)
         }
         if cert != nil || key != nil { throw ValidationError("--cert and --key go together") }
         guard let identity else { return nil }
@@ -68,14 +69,45 @@ struct IdentityOptions: ParsableArguments {
 /// The trust options shared by connect (server policy) and serve (client policy), built the way
 /// `mtls verify` builds them.
 enum PolicyBuilder {
-    static func policy(file: String?, anchors: [String], anchorsOnly: Bool, pins: [String], host: String?) throws -> TrustPolicy {
+    static func policy(file: String?, anchors: [String], anchorsOnly: Bool, pins: [String], host: String?,
+                       store: () throws -> CredentialStore?) throws -> TrustPolicy {
         let p = try file.map { try TrustPolicy.load(path: $0) } ?? TrustPolicy()
-        for a in anchors { for c in try Certificate.load(path: a) { p.addAnchor(c) } }
+        for c in try anchorCertificates(anchors, store: store) { p.addAnchor(c) }
         if anchorsOnly { p.anchorsOnly = true }
         if !pins.isEmpty {
             p.addHostRule(HostRule(pattern: try HostPattern(host ?? ""), pins: try pins.map { try SPKIPin($0) }))
         }
         return p
+    }
+
+    /// The certificates `--anchor` names: `store:LABEL` is a certificate stored under LABEL; a
+    /// path that exists is a file of certificates; anything else is a stored label when a store
+    /// is given (so the root `mtls store add-cert` saved can be pinned), else a missing file.
+    /// `store` opens the store (nil when none is given); it is called only if a label needs it.
+    static func anchorCertificates(_ anchors: [String], store: () throws -> CredentialStore?) throws -> [Certificate] {
+        var opened: CredentialStore??
+        func theStore() throws -> CredentialStore? {
+            if let opened { return opened }
+            let s = try store()
+            opened = .some(s)
+            return s
+        }
+        var out: [Certificate] = []
+        for a in anchors {
+            if a.hasPrefix("store:") {
+                guard let s = try theStore() else {
+                    throw MTLSError(.invalidArgument, "--anchor \(a) needs a store: give --store and --secret-file (or MTLS_STORE and MTLS_STORE_SECRET_FILE)")
+                }
+                out.append(try s.certificate(label: String(a.dropFirst("store:".count))))
+            } else if !FileManager.default.fileExists(atPath: a), let s = try theStore() {
+                do { out.append(try s.certificate(label: a)) } catch let e as MTLSError where e.code == .notFound {
+                    throw MTLSError(.notFound, "--anchor \(a): no such file, and no certificate labelled \"\(a)\" in the store")
+                }
+            } else {
+                out.append(contentsOf: try Certificate.load(path: a))
+            }
+        }
+        return out
     }
 
     /// `{"trusted", "kind", "reasons"}`, as `mtls verify` writes them.
@@ -119,7 +151,7 @@ struct ConnectCommand: ParsableCommand {
     @Argument(help: "HOST:PORT (a DNS name, an IPv4 address or [IPv6]).") var target: String
     @OptionGroup var identityOptions: IdentityOptions
     @Option(help: "A trust policy JSON file.") var policy: String?
-    @Option(help: "A pinned anchor (root, intermediate or the server's own certificate); repeatable.") var anchor: [String] = []
+    @Option(help: "A pinned anchor (root, intermediate or the server's own certificate): a file, or a certificate stored under a label (LABEL with a store, or store:LABEL); repeatable.") var anchor: [String] = []
     @Flag(help: "Trust only the anchors given, not the system store.") var anchorsOnly = false
     @Option(help: "Validate the server's certificate as this name instead of HOST.") var verifyAs: String?
     @Option(help: "The SNI to send (default HOST when it is a name; \"\" for none).") var sni: String?
@@ -159,7 +191,7 @@ struct ConnectCommand: ParsableCommand {
             var o = TLSClientOptions()
             o.identity = try identityOptions.clientIdentity()
             o.policy = try PolicyBuilder.policy(file: policy, anchors: anchor, anchorsOnly: anchorsOnly, pins: pin,
-                                                host: verifyAs ?? host)
+                                                host: verifyAs ?? host, store: identityOptions.openStore)
             o.validationName = verifyAs
             o.serverName = sni
             o.alpn = alpn
@@ -245,7 +277,7 @@ struct ServeCommand: ParsableCommand {
     @Option(help: "Address to listen on.") var address: String = "127.0.0.1"
     @Option(help: "Port to listen on (0 picks one; the first line printed says which).") var port: UInt16 = 0
     @OptionGroup var identityOptions: IdentityOptions
-    @Option(help: "An anchor for client certificates (e.g. one customer's intermediate); repeatable.") var clientAnchor: [String] = []
+    @Option(help: "An anchor for client certificates (e.g. one customer's intermediate): a file, or a stored certificate's label (LABEL with a store, or store:LABEL); repeatable.") var clientAnchor: [String] = []
     @Option(help: "A trust policy JSON file for clients.") var policy: String?
     @Flag(help: "Refuse clients without a certificate.") var requireClientCert = false
     @Option(help: "ALPN protocol to accept; repeatable.") var alpn: [String] = []
@@ -258,7 +290,7 @@ struct ServeCommand: ParsableCommand {
             }
             var o = TLSServerOptions(identity: identity)
             o.clientPolicy = try PolicyBuilder.policy(file: policy, anchors: clientAnchor, anchorsOnly: !clientAnchor.isEmpty,
-                                                      pins: [], host: nil)
+                                                      pins: [], host: nil, store: identityOptions.openStore)
             o.clientAuthentication = requireClientCert ? .require : (clientAnchor.isEmpty && policy == nil ? .none : .optional)
             o.alpn = alpn
             o.handshakeTimeout = 10

@@ -42,9 +42,9 @@ struct P12Command: ParsableCommand {
         private func password() throws -> SecretBytes? {
             if noPassword { return nil }
             if let passwordFile {
-                do { return try CLI.readSecretFile(passwordFile) } catch {
-                    // Reported as a password problem, not as a problem with the PKCS#12 file.
-                    throw MTLSError(.badPassword, "cannot read the password file: \((error as? MTLSError)?.message ?? "\(error)")")
+                do { return try CLI.readSecretFile(passwordFile) } catch let e as MTLSError {
+                    // A file problem keeps its own code (not_found, io): the password was never tried.
+                    throw MTLSError(e.code, "cannot read the password file: \(e.message)")
                 }
             }
             if let env = ProcessInfo.processInfo.environment["MTLS_P12_PASSWORD"] { return SecretBytes(env) }
@@ -70,19 +70,20 @@ enum P12JSON {
         ]
     }
 
-    /// The `error` value: one of the names DESIGN.md lists for `p12 inspect`. Codes outside
-    /// that list are folded into the nearest one (a limit is an unsupported file; a file that
-    /// cannot be read is not a PKCS#12 file); the message keeps the detail.
+    /// The `error` value. Failures of the PKCS#12 content keep the names DESIGN.md fixes for
+    /// `p12 inspect` (a limit is an unsupported file, an unparsable structure a corrupt one);
+    /// anything else — a missing or unreadable file, a usage error — is named by its own
+    /// `MTLSError` code (`not_found`, `io`, `invalid_argument`), as every other command names it.
     static func errorName(_ error: Error) -> String {
-        guard let e = error as? MTLSError else { return "corrupt" }
+        guard let e = error as? MTLSError else { return CLI.errorName(error) }
         switch e.code {
-        case .badPassword, .invalidArgument: return "bad_password"
-        case .corrupt: return "corrupt"
+        case .badPassword: return "bad_password"
+        case .corrupt, .parse: return "corrupt"
+        case .notPKCS12: return "not_pkcs12"
         case .noIdentity: return "no_identity"
         case .unsupported, .limitExceeded: return "unsupported"
         case .keyMismatch: return "key_mismatch"
-        case .parse: return "corrupt"
-        default: return "not_pkcs12"
+        default: return e.code.name
         }
     }
 

@@ -23,12 +23,19 @@ struct PKICommand: ParsableCommand {
     /// Options every pki command takes.
     struct Common: ParsableArguments {
         @Option(help: "The PKI folder.") var dir: String
-        @Option(help: "File with the password that encrypts new private keys and unlocks the CA keys.")
+        @Option(help: "File with the password that encrypts new private keys and unlocks the CA keys (default: $MTLS_PKI_KEY_PASSWORD_FILE; without either, keys are written unencrypted, 0600, with a warning).")
         var keyPasswordFile: String?
         @Flag(help: "Machine-readable output.") var json = false
 
+        /// The key password: --key-password-file, else the file named by `MTLS_PKI_KEY_PASSWORD_FILE`.
         func keyPassword() throws -> SecretBytes? {
-            try keyPasswordFile.map(CLI.readSecretFile)
+            let env = ProcessInfo.processInfo.environment["MTLS_PKI_KEY_PASSWORD_FILE"].flatMap { $0.isEmpty ? nil : $0 }
+            return try (keyPasswordFile ?? env).map(CLI.readSecretFile)
+        }
+
+        /// Unencrypted keys are allowed (the documented command lines rely on it) but never silent.
+        static func warnUnencrypted(_ keyPath: String) {
+            CLI.printError("warning: \(keyPath) is written unencrypted (0600); give --key-password-file FILE or set MTLS_PKI_KEY_PASSWORD_FILE to encrypt new keys")
         }
     }
 
@@ -75,6 +82,7 @@ struct PKICommand: ParsableCommand {
             let password = try common.keyPassword()
             PKIOutput.progress(spec, json: common.json)
             let item = try make(PKIDirectory(path: common.dir), spec, password)
+            if password == nil { Common.warnUnencrypted(item.keyPath) }
             PKIOutput.report(done, kind: kind, item: item, ca: nil, p12: nil, encrypted: password != nil, json: common.json)
         }
     }
@@ -120,6 +128,7 @@ struct PKICommand: ParsableCommand {
                         throw error
                     }
                 }
+                if keyPassword == nil { Common.warnUnencrypted(item.keyPath) }
                 PKIOutput.report("Issued \(request.profile.rawValue) certificate", kind: request.profile.rawValue, item: item,
                                  ca: options.ca, p12: options.p12.map { ($0, options.legacy) },
                                  encrypted: keyPassword != nil, json: common.json)

@@ -54,6 +54,25 @@ struct StoreCommand: ParsableCommand {
             if let busyTimeout { options.busyTimeoutMilliseconds = max(busyTimeout, 0) }
             return try CredentialStore(path: path, secret: try StoreSecret.load(path: file), options: options)
         }
+
+        /// Runs `body` with the store, creating it if needed; when `body` fails on a store this
+        /// call created, the new file (and its WAL/SHM) is removed: a failed add leaves nothing
+        /// half-made behind.
+        func adding<T>(_ body: (CredentialStore) throws -> T) throws -> T {
+            let folder = (path as NSString).deletingLastPathComponent
+            let existed = FileManager.default.fileExists(atPath: path)
+            let folderExisted = folder.isEmpty || FileManager.default.fileExists(atPath: folder)
+            do {
+                return try body(try open(create: true))
+            } catch {
+                if !existed {
+                    for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+                    // The folder the store would have lived in, only if this call made it and it is empty.
+                    if !folderExisted { _ = rmdir(folder) }
+                }
+                throw error
+            }
+        }
     }
 
     static func itemClass(_ name: String?) throws -> StoreItemClass? {
@@ -84,9 +103,9 @@ struct StoreCommand: ParsableCommand {
             try CLI.reporting {
                 let password = try passwordFile.map(CLI.readSecretFile)
                 let data = try FileIO.read(file, limit: PKCS12.maxInputSize)
-                let store = try location.open(create: true)
-                let identity = try store.importPKCS12(data, password: password, label: label, replace: replace,
-                                                      friendlyName: friendlyName)
+                let identity = try location.adding { store in
+                    try store.importPKCS12(data, password: password, label: label, replace: replace, friendlyName: friendlyName)
+                }
                 print("imported \"\(label)\": \(identity.leaf.subject) (\(identity.leaf.sha256Hex))")
             }
         }
@@ -102,7 +121,7 @@ struct StoreCommand: ParsableCommand {
         func run() throws {
             try CLI.reporting {
                 let cert = try Certificate.load(path: file)[0]
-                try location.open(create: true).putCertificate(cert, label: label, replace: replace)
+                try location.adding { try $0.putCertificate(cert, label: label, replace: replace) }
                 print("stored certificate \"\(label)\": \(cert.subject) (\(cert.sha256Hex))")
             }
         }
@@ -127,8 +146,9 @@ struct StoreCommand: ParsableCommand {
                     let identity = try Token.identity(uri: uri, pin: try pinFile.map(CLI.readSecretFile))
                     certs = identity.allCertificates
                 }
-                try location.open(create: true).putTokenIdentity(uri: uri, certificate: certs[0], chain: Array(certs.dropFirst()),
-                                                     label: label, replace: replace)
+                try location.adding {
+                    try $0.putTokenIdentity(uri: uri, certificate: certs[0], chain: Array(certs.dropFirst()), label: label, replace: replace)
+                }
                 print("stored token identity \"\(label)\": \(uri)")
             }
         }

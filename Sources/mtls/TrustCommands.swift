@@ -17,8 +17,12 @@ struct VerifyCommand: ParsableCommand {
     var purpose: String?
     @Option(help: "A trust policy JSON file (see README, \"Trust policies\").")
     var policy: String?
-    @Option(name: .customLong("anchor"), help: "A file of anchor certificates (repeatable).")
+    @Option(name: .customLong("anchor"), help: "A file of anchor certificates, or a stored certificate's label (LABEL with --store, or store:LABEL); repeatable.")
     var anchors: [String] = []
+    @Option(help: "A credential store holding anchors named by label (default $MTLS_STORE); must exist.")
+    var store: String?
+    @Option(help: "File with the store secret (default $MTLS_STORE_SECRET_FILE).")
+    var secretFile: String?
     @Flag(help: "Trust only the anchors, not the system store.")
     var anchorsOnly = false
     @Option(name: .customLong("pin"), help: "An SPKI pin sha256/BASE64 for the host (repeatable).")
@@ -33,7 +37,10 @@ struct VerifyCommand: ParsableCommand {
         do {
             let certs = try Certificate.load(path: chain)
             let p = try policy.map { try TrustPolicy.load(path: $0) } ?? TrustPolicy()
-            for a in anchors { for c in try Certificate.load(path: a) { p.addAnchor(c) } }
+            let anchorCerts = try PolicyBuilder.anchorCertificates(anchors) {
+                try IdentityOptions.openExistingStore(path: store, secretFile: secretFile)
+            }
+            for c in anchorCerts { p.addAnchor(c) }
             if anchorsOnly { p.anchorsOnly = true }
             if !pins.isEmpty {
                 guard host != nil else { throw MTLSError(.invalidArgument, "--pin needs --host (pins belong to a host rule)") }

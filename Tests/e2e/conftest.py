@@ -49,7 +49,20 @@ def pytest_configure(config):
 
 CLI = os.environ.get("MTLS_CLI", "mtls")
 SOFTHSM_MODULE = "/usr/lib/softhsm/libsofthsm2.so"
-needs_softhsm = pytest.mark.skipif(not os.path.exists(SOFTHSM_MODULE), reason="SoftHSM2 is not installed")
+INSTALL_HINT = "run scripts/install-deps.sh (as root), which installs every tool the tests need"
+
+
+def require_tool(found, what):
+    """Fails (never skips) when a tool the tests need is missing: a skip would stand in for a feature."""
+    assert found, f"{what} is not installed: {INSTALL_HINT}"
+
+
+@pytest.fixture
+def softhsm_installed():
+    require_tool(os.path.exists(SOFTHSM_MODULE), f"SoftHSM2 ({SOFTHSM_MODULE})")
+
+
+needs_softhsm = pytest.mark.usefixtures("softhsm_installed")
 
 
 def sh(cmd, cwd):

@@ -1,5 +1,7 @@
 """Every mtls command behaves the same way: --help works, and a bad input (missing file, wrong
 password, unknown label, bad URI, bad address) gives one line on stderr and a non-zero exit."""
+import json
+
 import pytest
 
 from conftest import run_cli
@@ -9,7 +11,7 @@ COMMANDS = [
     ["pki", "issue"], ["pki", "issue", "server"], ["pki", "issue", "client"], ["pki", "revoke"], ["pki", "crl"],
     ["pki", "list"],
     ["store"], ["store", "import"], ["store", "add-cert"], ["store", "add-token"], ["store", "list"],
-    ["store", "show"], ["store", "delete"], ["store", "export"], ["verify"], ["limbo"], ["connect"], ["serve"],
+    ["store", "show"], ["store", "delete"], ["store", "export"], ["store", "change-secret"], ["verify"], ["limbo"], ["connect"], ["serve"],
     ["token"], ["token", "list"], ["token", "objects"],
 ]
 
@@ -61,6 +63,15 @@ BAD = [
     ("pki: unknown intermediate", ["pki", "issue", "client", "--dir", "{d}/pki", "--ca", "Nope", "--name", "x"]),
     ("token: bad uri", ["token", "objects", "--token", "pkcs11:token=%zz"]),
     ("token: missing module", ["token", "list", "--module", "/nonexistent/module.so"]),
+    # Usage errors ArgumentParser finds: one line too, not its Error/Usage/See block.
+    ("pki issue server: no --dns or --ip", ["pki", "issue", "server", "--dir", "{d}/pki", "--ca", "C", "--name", "s"]),
+    ("pki issue client: --p12 without --password-file", ["pki", "issue", "client", "--dir", "{d}/pki", "--ca", "C",
+                                                         "--name", "y", "--p12", "{d}/y.p12"]),
+    ("p12 inspect: --password-file with --no-password", ["p12", "inspect", "{d}/c.p12", "--password-file", "{d}/pw",
+                                                         "--no-password", "--json"]),
+    ("token objects: URI given positionally", ["token", "objects", "pkcs11:token=x"]),
+    ("unknown option", ["cert", "show", "{d}/junk", "--no-such-option"]),
+    ("missing argument", ["cert", "show"]),
 ]
 
 
@@ -70,4 +81,15 @@ def test_bad_input_gives_one_line_and_a_non_zero_exit(files, name, args):
     assert r.returncode != 0, r.stdout
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, r.stderr
-    assert "Traceback" not in r.stderr and "Fatal error" not in r.stderr
+    assert lines[0].startswith("mtls: "), r.stderr
+    assert "Traceback" not in r.stderr and "Fatal error" not in r.stderr and "Usage:" not in r.stderr
+    if "--json" in args:
+        out = json.loads(r.stdout)
+        assert set(out) == {"error", "message"} and out["message"], r.stdout
+
+
+def test_help_and_version_are_unchanged():
+    r = run_cli("--version")
+    assert r.returncode == 0 and r.stdout.strip() and not r.stderr
+    r = run_cli("pki", "issue", "server", "--help")
+    assert r.returncode == 0 and "USAGE:" in r.stdout and "--dns" in r.stdout

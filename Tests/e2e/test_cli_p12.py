@@ -53,10 +53,23 @@ def test_empty_password_file_no_password_and_environment(pki, cli):
     assert env_run.returncode == 0, env_run.stderr
     r = cli("p12", "inspect", pki / "id.p12", "--json")  # no password source at all
     assert r.returncode != 0 and json.loads(r.stdout)["error"] == "bad_password"
+    # File problems are named by their own code, as `cert show` names them; the PKCS#12 names
+    # are for the file's content.
     r = cli("p12", "inspect", pki / "id.p12", "--password-file", pki / "missing.txt", "--json")
-    assert r.returncode != 0 and json.loads(r.stdout)["error"] == "bad_password"
+    assert r.returncode != 0 and json.loads(r.stdout)["error"] == "not_found"
     r = cli("p12", "inspect", pki / "missing.p12", "--password-file", pki / "pw.txt", "--json")
-    assert r.returncode != 0 and json.loads(r.stdout)["error"] == "not_pkcs12"
+    assert r.returncode != 0 and json.loads(r.stdout)["error"] == "not_found"
+    r = cli("cert", "show", pki / "missing.p12", "--json")
+    assert r.returncode != 0 and json.loads(r.stdout)["error"] == "not_found"
+
+
+def test_usage_error_with_json_is_one_error_object(pki, cli):
+    r = cli("p12", "inspect", pki / "id.p12", "--password-file", pki / "pw.txt", "--no-password", "--json")
+    assert r.returncode != 0
+    out = json.loads(r.stdout)
+    assert out["error"] == "invalid_argument" and "--no-password" in out["message"]
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("mtls: ") and "mtls p12 inspect --help" in lines[0], r.stderr
 
 
 def test_certificate_only_file_lists_certificates(pki, cli):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import free_port, run_cli
+from conftest import CLI, free_port, require_tool, run_cli
 
 
 def ok(*args):
@@ -139,8 +139,8 @@ def test_client_certificate_used_as_server_certificate_fails_the_handshake(pki):
         srv.wait()
 
 
-@pytest.mark.skipif(not shutil.which("nginx"), reason="nginx not installed")
 def test_nginx_accepts_the_customer_client_and_refuses_others(pki, tmp_path):
+    require_tool(shutil.which("nginx"), "nginx")
     port = free_port()
     (tmp_path / "logs").mkdir()
     client_ca = tmp_path / "client-ca.pem"
@@ -275,3 +275,48 @@ def test_bad_inputs_give_one_line_and_write_nothing(tmp_path):
     for cmd in (["pki"], ["pki", "init"], ["pki", "intermediate"], ["pki", "issue", "server"],
                 ["pki", "issue", "client"], ["pki", "revoke"], ["pki", "crl"]):
         assert run_cli(*cmd, "--help").returncode == 0
+
+
+def test_unencrypted_keys_are_written_with_one_warning_and_the_environment_encrypts_them(tmp_path):
+    d = tmp_path / "plain"
+    r = run_cli("pki", "init", "--dir", d, "--name", "Root")
+    assert r.returncode == 0, r.stderr
+    warnings = [l for l in r.stderr.splitlines() if "warning" in l]
+    assert len(warnings) == 1 and "unencrypted" in warnings[0] and "--key-password-file" in warnings[0] \
+        and "MTLS_PKI_KEY_PASSWORD_FILE" in warnings[0] and str(d / "root" / "key.pem") in warnings[0], r.stderr
+    assert "ENCRYPTED" not in (d / "root" / "key.pem").read_text()
+    # MTLS_PKI_KEY_PASSWORD_FILE is the default --key-password-file: encrypted, no warning.
+    (tmp_path / "kp").write_text("key-pass\n")
+    env = dict(os.environ, MTLS_PKI_KEY_PASSWORD_FILE=str(tmp_path / "kp"))
+    e = tmp_path / "enc"
+    for args in (["init", "--name", "Root"], ["intermediate", "--name", "A"],
+                 ["issue", "client", "--ca", "A", "--name", "c"]):
+        r = subprocess.run([CLI, "pki", *args, "--dir", str(e)], capture_output=True, text=True, env=env)
+        assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    assert "ENCRYPTED PRIVATE KEY" in (e / "root" / "key.pem").read_text()
+    assert "ENCRYPTED PRIVATE KEY" in (e / "ca" / "a" / "issued" / "c" / "key.pem").read_text()
+
+
+def test_serve_takes_a_stored_intermediate_as_client_anchor(pki, tmp_path):
+    store = ["--store", tmp_path / "s.db", "--secret-file", tmp_path / "secret"]
+    (tmp_path / "secret").write_text("store secret\n")
+    ok("store", *store, "add-cert", pki.inter, "--label", "customer-a")
+    srv = subprocess.Popen([CLI, "serve", "--port", "0", "--cert", str(pki.server / "chain.pem"),
+                            "--key", str(pki.server / "key.pem"), *map(str, store),
+                            "--client-anchor", "customer-a", "--require-client-cert", "--count", "2"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        first = srv.stdout.readline()
+        assert first.startswith("listening on "), first + srv.stdout.read()
+        port = first.strip().rsplit(":", 1)[1]
+        good = run_cli("connect", f"127.0.0.1:{port}", "--identity", pki.base / "alice.p12", "--password-file", pki.pw,
+                       "--anchor", pki.root, "--anchors-only", "--send", "GET / HTTP/1.0\r\n\r\n")
+        assert good.returncode == 0 and "hello alice" in good.stdout, good.stdout + good.stderr
+        bad = run_cli("connect", f"127.0.0.1:{port}", "--cert", pki.mallory / "cert.pem", "--key",
+                      pki.mallory / "key.pem", "--anchor", pki.root, "--anchors-only", "--send", "GET / HTTP/1.0\r\n\r\n")
+        assert "hello" not in bad.stdout
+        log = srv.communicate(timeout=30)[0]
+        assert "accepted" in log and "CN=alice" in log and "rejected client" in log, log
+    finally:
+        srv.kill()
+        srv.wait()

@@ -12,7 +12,12 @@ from mtls import errors
 MODULE = "/usr/lib/softhsm/libsofthsm2.so"
 SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "softhsm-token.sh"
 
-pytestmark = pytest.mark.skipif(not os.path.exists(MODULE), reason="SoftHSM2 is not installed")
+
+
+@pytest.fixture(autouse=True)
+def softhsm_installed():
+    # Not a skip: a test that needs a tool fails without it (scripts/install-deps.sh installs it).
+    assert os.path.exists(MODULE), f"SoftHSM2 is not installed at {MODULE}: run scripts/install-deps.sh"
 
 
 @pytest.fixture(scope="module")
