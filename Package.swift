@@ -42,7 +42,8 @@ let package = Package(
             dependencies: ["MTLS", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Sources/mtls"
         ),
-        .testTarget(name: "MTLSTests", dependencies: ["MTLS"]),
+        // COpenSSL: tests drive an application-owned SSL_CTX (bring your own context) directly.
+        .testTarget(name: "MTLSTests", dependencies: ["MTLS", "COpenSSL"]),
     ],
     // Swift 5 mode: the core is mostly C interop over OpenSSL objects whose thread safety is
     // stated per type in the docs; Sendable conformances are declared where they hold.

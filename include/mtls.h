@@ -349,8 +349,11 @@ MTLS_EXTERN int mtls_policy_warning_count(const mtls_policy *policy, size_t *cou
 MTLS_EXTERN int mtls_policy_warning(const mtls_policy *policy, size_t index, char **out);
 
 /* Evaluates `certs` (count >= 1, leaf first; the rest may be unordered or padded) for `host`
- * (DNS name or IP, optionally ":port"; NULL: no name check) with `purpose` (MTLS_PURPOSE_*), at
- * `at` (seconds since 1970; 0: the policy's time or now). Returns MTLS_OK whenever an evaluation
+ * (DNS name or IP, optionally ":port") with `purpose` (MTLS_PURPOSE_*), at `at` (seconds since
+ * 1970; 0: the policy's time or now). host NULL gives no name to check: a server evaluated under
+ * a policy whose name check is on is then untrusted with reason "no_peer_name" (fail closed);
+ * for no name check, turn it off with mtls_policy_set_name_check(policy, 0). Returns MTLS_OK
+ * whenever an evaluation
  * was made, trusted or not: read the verdict from *out, and free it with mtls_trust_result_free.
  * Recent evaluations are cached per policy version; the cache never changes an answer. */
 MTLS_EXTERN int mtls_evaluate(mtls_policy *policy, mtls_cert *const *certs, size_t count, const char *host,
@@ -659,9 +662,14 @@ MTLS_EXTERN void mtls_listener_free(mtls_listener *listener);
 /* Bring your own SSL_CTX: configure an OpenSSL SSL_CTX * the application owns (passed as void *,
  * e.g. from libcurl's CURLOPT_SSL_CTX_FUNCTION) to present `identity` (NULL: none) and to judge
  * peers with `policy` (NULL: system trust store) through libmtls's evaluator. accepts_clients 0:
- * the context connects to servers (validated as the name set with SSL_set1_host, else the SNI);
- * 1: it accepts clients (certificates requested, no name check). The context keeps its own
- * references to identity and policy until it is freed; calling again replaces them. */
+ * the context connects to servers, validated as the name set on each SSL with SSL_set1_host (or
+ * X509_VERIFY_PARAM_set1_ip_asc), else the SNI (SSL_set_tlsext_host_name; libcurl sends the URL's
+ * host as SNI, except an IP address).
+ * Fail closed: an SSL with neither is refused in the handshake (libmtls's reason "no_peer_name";
+ * SSL_get_verify_result gives X509_V_ERR_HOSTNAME_MISMATCH) unless the policy's name check is off
+ * (mtls_policy_set_name_check(policy, 0)). 1: it accepts clients (certificates requested,
+ * no name check). The context keeps its own references to identity and policy until it is
+ * freed; calling again replaces them. */
 MTLS_EXTERN int mtls_ssl_ctx_configure(void *ssl_ctx, const mtls_identity *identity, const mtls_policy *policy,
                                        int accepts_clients);
 

@@ -120,12 +120,8 @@ public func mtls_pki_load(_ certPath: UnsafePointer<CChar>?, _ keyPath: UnsafePo
                           _ password: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
-            let certs = try Certificate.load(path: try string(certPath, "cert_path"))
-            let key = try PrivateKey(pem: try FileIO.read(try string(keyPath, "key_path"), limit: 1 << 20), password: secret(password))
-            guard let leaf = certs.first(where: { key.matches($0) }) else {
-                throw MTLSError(.keyMismatch, "the private key matches no certificate in the file")
-            }
-            return try Identity(privateKey: key, leaf: leaf, certificates: certs)
+            try Identity(certificatePath: try string(certPath, "cert_path"),
+                         keyPath: try string(keyPath, "key_path"), password: secret(password))
         }
     }
 }

@@ -41,9 +41,7 @@ struct IdentityOptions: ParsableArguments {
     func explicitIdentity() throws -> Identity? {
         let password = try passwordFile.map(CLI.readSecretFile)
         if let cert, let key {
-            let certs = try Certificate.load(path: cert)
-            let pk = try PrivateKey(pem: try FileIO.read(key), password: password)
-            return try Identity(privateKey: pk, leaf: certs[0], certificates: Array(certs.dropFirst()))
+            return try Identity(certificatePath: cert, keyPath: key, password: password)
         }
         if cert != nil || key != nil { throw ValidationError("--cert and --key go together") }
         guard let identity else { return nil }

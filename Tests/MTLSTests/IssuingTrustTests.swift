@@ -24,7 +24,9 @@ final class IssuingTrustTests: XCTestCase {
         XCTAssertTrue(clientPolicy.evaluate(chain: [server, a.certificate], host: "127.0.0.1", at: later).trusted)
         XCTAssertFalse(clientPolicy.evaluate(chain: [server, a.certificate], host: "other.internal", at: later).trusted)
         // A client certificate presented as a server certificate is refused.
-        XCTAssertFalse(clientPolicy.evaluate(chain: [alice, a.certificate], host: nil, purpose: .serverAuth, at: later).trusted)
+        let aliceAsServer = clientPolicy.evaluate(chain: [alice, a.certificate], host: "api.a.internal", purpose: .serverAuth, at: later)
+        XCTAssertFalse(aliceAsServer.trusted)
+        XCTAssertTrue(aliceAsServer.reasonCodes.contains(TrustReason.Code.wrongPurpose), "\(aliceAsServer.reasons)")
 
         // The server's view: only Customer A's intermediate is an anchor.
         let serverPolicy = TrustPolicy(anchors: [a.certificate], anchorsOnly: true, purpose: .clientAuth, nameCheck: .none)

@@ -226,8 +226,11 @@ final class TokenTests: XCTestCase {
         let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=%02", modulePath: module, pin: SoftHSMFixture.pin)
         let context = try XCTUnwrap(TokenKey.context(of: identity.privateKey))
         context.session.closeAllSessions()
-        XCTAssertThrowsError(try context.sign(mechanism: CK_MECHANISM_TYPE(CKM_ECDSA), input: UnsafeBufferPointer(start: [UInt8](repeating: 1, count: 32), count: 32), maxLength: 64)) {
-            XCTAssertEqual(($0 as? MTLSError)?.code, .tokenRemoved, "\($0)")
+        let digest = [UInt8](repeating: 1, count: 32)
+        try digest.withUnsafeBufferPointer { input in
+            XCTAssertThrowsError(try context.sign(mechanism: CK_MECHANISM_TYPE(CKM_ECDSA), input: input, maxLength: 64)) {
+                XCTAssertEqual(($0 as? MTLSError)?.code, .tokenRemoved, "\($0)")
+            }
         }
     }
 

@@ -141,8 +141,19 @@ final class TrustTests: XCTestCase {
         assertFails(try policy().evaluate(chain: certs("chain.pem"), host: "server_x.test"), TrustReason.Code.invalidHost)
     }
 
-    func testNoHostMeansNoNameCheck() throws {
-        assertTrusted(try policy().evaluate(chain: certs("chain.pem"), host: nil))
+    func testNoHostUnderSSLNameCheckFailsClosedAsNoPeerName() throws {
+        let r = try policy().evaluate(chain: certs("chain.pem"), host: nil)
+        assertFails(r, TrustReason.Code.noPeerName, kind: .fatalFailure, index: .some(nil))
+        XCTAssertEqual(r.reasonCodes, [TrustReason.Code.noPeerName], "the chain itself is fine")
+        XCTAssertTrue(r.reasons[0].message.contains("name check none"), r.reasons[0].message)
+        // A client is never name-checked: no name is needed.
+        assertTrusted(try policy().evaluate(chain: certs("client-chain.pem"), host: nil, purpose: .clientAuth))
+    }
+
+    func testNoHostWithNameCheckNoneIsAnExplicitNoNameCheck() throws {
+        let p = try policy()
+        p.nameCheck = .none
+        assertTrusted(p.evaluate(chain: try certs("chain.pem"), host: nil))
     }
 
     // MARK: Host rules
@@ -263,6 +274,27 @@ final class TrustTests: XCTestCase {
     func testClientPurposeNeedsClientAuthEKU() throws {
         assertTrusted(try policy().evaluate(chain: certs("client-chain.pem"), host: nil, purpose: .clientAuth))
         assertFails(try policy().evaluate(chain: certs("chain.pem"), host: nil, purpose: .clientAuth), TrustReason.Code.wrongPurpose)
+    }
+
+    func testOneFailureIsOneReasonWithTheMoreInformativeMessage() throws {
+        // OpenSSL (error 26) and libmtls's EKU check both see the missing clientAuth on the leaf.
+        let r = try policy().evaluate(chain: certs("chain.pem"), host: nil, purpose: .clientAuth)
+        let wrong = r.reasons.filter { $0.code == TrustReason.Code.wrongPurpose && $0.certIndex == 0 }
+        XCTAssertEqual(wrong.count, 1, "\(r.reasons)")
+        XCTAssertTrue(wrong.first?.message.contains("clientAuth") == true, "\(wrong)")
+        let pairs = r.reasons.map { "\($0.code)@\(String(describing: $0.certIndex))" }
+        XCTAssertEqual(pairs.count, Set(pairs).count, "\(r.reasons)")
+    }
+
+    func testDeduplicationKeepsFirstPositionAndPolicyMessage() {
+        let openSSL = [TrustReason(code: "wrong_purpose", certIndex: 0, message: "unsuitable certificate purpose (OpenSSL error 26)"),
+                       TrustReason(code: "expired", certIndex: 1, message: "certificate has expired (OpenSSL error 10)"),
+                       TrustReason(code: "expired", certIndex: 1, message: "again")]
+        let policy = [TrustReason(code: "wrong_purpose", certIndex: 0, message: "the leaf's EKU lacks clientAuth"),
+                      TrustReason(code: "wrong_purpose", certIndex: 1, message: "another certificate")]
+        let merged = Evaluation.deduplicated(openSSL: openSSL, policy: policy)
+        XCTAssertEqual(merged.map(\.message), ["the leaf's EKU lacks clientAuth", "certificate has expired (OpenSSL error 10)",
+                                               "another certificate"])
     }
 
     func testPathLengthViolation() throws {

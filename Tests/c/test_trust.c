@@ -192,6 +192,15 @@ int main(void) {
     r = eval(p, "client-chain.pem", NULL, MTLS_PURPOSE_CLIENT);
     CHECK(trusted(r) == 1);
     mtls_trust_result_free(r);
+    /* A server with no host under a name check fails closed; no name check must be asked for. */
+    r = eval(p, "chain.pem", NULL, MTLS_PURPOSE_SERVER);
+    CHECK(trusted(r) == 0 && has_reason(r, "no_peer_name", NULL));
+    mtls_trust_result_free(r);
+    CHECK_OK(mtls_policy_set_name_check(p, 0));
+    r = eval(p, "chain.pem", NULL, MTLS_PURPOSE_SERVER);
+    CHECK(trusted(r) == 1);
+    mtls_trust_result_free(r);
+    CHECK_OK(mtls_policy_set_name_check(p, 1));
 
     /* Host rules: verify-as, skip name check, own anchors. */
     CHECK_RC(mtls_policy_add_host_rule(NULL, "10.0.0.9", "server.test", 0), MTLS_E_INVALID_ARGUMENT);

@@ -43,6 +43,30 @@ def test_verify_json_name_mismatch_exits_nonzero(cli, pki):
     assert isinstance(out["reasons"][0]["message"], str)
 
 
+def test_verify_wrong_purpose_is_listed_once_per_certificate(cli, pki):
+    # OpenSSL (error 26) and libmtls's EKU check both see it: one failure, one reason.
+    r = cli("verify", pki / "chain.pem", "--purpose", "client", "--anchor", pki / "root.pem",
+            "--anchors-only", "--at", AT, "--json")
+    assert r.returncode != 0
+    reasons = json.loads(r.stdout)["reasons"]
+    wrong = [x for x in reasons if x["code"] == "wrong_purpose" and x["cert_index"] == 0]
+    assert len(wrong) == 1, reasons
+    assert "clientAuth" in wrong[0]["message"], reasons
+    pairs = [(x["code"], x["cert_index"]) for x in reasons]
+    assert len(pairs) == len(set(pairs)), reasons
+
+
+def test_verify_without_host_checks_no_name(cli, pki):
+    # Without --host, `mtls verify` asks for no name check explicitly, even with a policy file
+    # whose name check is on; the library would otherwise fail closed with no_peer_name.
+    (pki / "ssl-policy.json").write_text(json.dumps({"anchors": ["root.pem"], "anchors_only": True,
+                                                      "name_check": "ssl"}))
+    for extra in (["--anchor", pki / "root.pem", "--anchors-only"], ["--policy", pki / "ssl-policy.json"]):
+        r = cli("verify", pki / "chain.pem", *extra, "--at", AT, "--json")
+        assert r.returncode == 0, r.stdout
+        assert json.loads(r.stdout)["reasons"] == []
+
+
 def test_verify_pins_and_purpose_and_policy_file(cli, pki):
     inter_pin = subprocess.run(
         f"openssl x509 -in {pki / 'inter.pem'} -pubkey -noout | openssl pkey -pubin -outform DER "

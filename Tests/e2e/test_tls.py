@@ -398,16 +398,29 @@ def test_python_clients_against_mtls_serve(pki, mtls_server):
 def test_automatic_identity_picks_the_one_the_server_asks_for(pki, peers, tmp_path):
     store, secret = tmp_path / "s.db", tmp_path / "secret"
     secret.write_text("store secret\n")
-    for label in ("client-c", "client-b", "client-a"):
-        r = run_cli("store", "--store", store, "--secret-file", secret, "import", pki(f"{label}.p12"),
+    # The store lists identities in label order: the right one (client-a) is labelled to come
+    # LAST, after client-b, which the server would also accept (its chain reaches root.pem), so
+    # taking the first candidate or any acceptable one is caught.
+    labels = {"a-customer-c": "client-c", "b-customer-b": "client-b", "z-customer-a": "client-a"}
+    for label, name in labels.items():
+        r = run_cli("store", "--store", store, "--secret-file", secret, "import", pki(f"{name}.p12"),
                     "--label", label, "--password-file", pki("password.txt"))
         assert r.returncode == 0, r.stderr
+    listed = json.loads(run_cli("store", "--store", store, "--secret-file", secret, "list", "--json").stdout)
+    assert [i["label"] for i in listed] == sorted(labels), listed  # client-a really is the last candidate
     # s_server lists the CAs of -CAfile in its CertificateRequest: customer A's intermediate only.
     port = s_server(pki, peers, cafile="int-a.pem", extra=["-verifyCAfile", pki("root.pem")])
     r = run_cli("connect", f"127.0.0.1:{port}", "--store", store, "--secret-file", secret,
                 "--anchor", pki("root.pem"), "--verify-as", "server.test", "--send", HTTP_GET)
     assert r.returncode == 0, r.stderr
     assert "presented client-a" in r.stdout, r.stdout
+
+    # The server's view: s_server -www prints the certificate the client presented.
+    def pem_body(name):
+        return "".join(open(pki(f"{name}.pem")).read().split("-----")[2].split())
+    seen = "".join(r.stdout.split("-----BEGIN CERTIFICATE-----", 1)[1].split("-----END")[0].split())
+    assert seen == pem_body("client-a"), r.stdout
+    assert seen not in (pem_body("client-b"), pem_body("client-c"))
 
 
 # ---- examples/curl_fetch.c: libcurl with CURLOPT_SSL_CTX_FUNCTION -> mtls_ssl_ctx_configure

@@ -14,4 +14,11 @@ extension Identity {
         }
         try self.init(privateKey: key, leaf: leaf, certificates: certificates)
     }
+
+    /// Makes an identity from PEM files: a certificate file (leaf and, in any order, the
+    /// certificates above it) and a key file (keys are small: anything over 1 MiB is refused).
+    public convenience init(certificatePath: String, keyPath: String, password: SecretBytes? = nil) throws {
+        try self.init(certificatePEM: try FileIO.read(certificatePath),
+                      keyPEM: try FileIO.read(keyPath, limit: 1 << 20), password: password)
+    }
 }

@@ -283,7 +283,9 @@ final class TLSContext: @unchecked Sendable {
         if let s = TLSHandshakeState.of(ssl) {
             state = s
         } else {
-            // A context the application owns: the name comes from what it set on the SSL.
+            // A context the application owns: the name comes from what it set on the SSL. None
+            // set is not "no name check": the evaluator refuses the server with no_peer_name
+            // unless the policy's name check is off or a host rule decides the name.
             state = TLSHandshakeState()
             if let ssl {
                 state.validationName = config.purpose == .serverAuth ? applicationHostName(ssl) : nil
@@ -320,7 +322,7 @@ final class TLSContext: @unchecked Sendable {
         if !codes.isDisjoint(with: [C.expired, C.notYetValid]) { return X509_V_ERR_CERT_HAS_EXPIRED }
         if codes.contains(C.revoked) { return X509_V_ERR_CERT_REVOKED }
         if !codes.isDisjoint(with: [C.wrongPurpose, C.ekuMissing, C.ekuInvalid]) { return X509_V_ERR_INVALID_PURPOSE }
-        if codes.contains(C.nameMismatch) { return X509_V_ERR_HOSTNAME_MISMATCH }
+        if !codes.isDisjoint(with: [C.nameMismatch, C.noPeerName]) { return X509_V_ERR_HOSTNAME_MISMATCH }
         return X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY
     }
 

@@ -8,7 +8,9 @@ extension TrustPolicy {
     /// - Parameters:
     ///   - host: the DNS name or IP address connected to, optionally with `:port` (`[v6]:port`
     ///     for IPv6); it selects the host rule and, unless a rule says otherwise, is the name the
-    ///     certificate must carry. nil: no name check, and only port-less default settings apply.
+    ///     certificate must carry. nil: no host rule applies, and a server evaluated under a
+    ///     policy whose ``TrustPolicy/nameCheck`` is `.ssl` is untrusted with reason
+    ///     `no_peer_name` (fail closed); for no name check, use a policy with `.none`.
     ///   - purpose: server or client authentication; nil uses the policy's ``purpose``.
     ///   - at: the evaluation time; nil uses the policy's ``time`` or else now.
     ///
@@ -144,26 +146,35 @@ struct Evaluation {
 
     static let maxAlternatives = 3
 
+    /// A server must be checked against a name under the SSL name check; with no name given the
+    /// check would silently not happen, so the evaluation fails instead.
+    var missingPeerName: TrustReason? {
+        guard purpose == .serverAuth, settings.nameCheck == .ssl, target.text == nil else { return nil }
+        return TrustReason(code: TrustReason.Code.noPeerName, certIndex: nil,
+                           message: "no host name or IP address to check the server certificate against: " +
+                               "set one (SSL_set1_host or SNI on an application's SSL, the host or verify-as of " +
+                               "an evaluation or connection) or use a policy with name check none")
+    }
+
     private func attempt(untrusted: [Certificate]) -> TrustResult {
-        var reasons: [TrustReason] = []
+        var openSSLReasons: [TrustReason] = []
         let ref = reference
-        let built = verifyWithOpenSSL(untrustedCerts: untrusted, reference: ref, reasons: &reasons)
+        let built = verifyWithOpenSSL(untrustedCerts: untrusted, reference: ref, reasons: &openSSLReasons)
         let x509s = built.map(\.x509)
         let ctx = CheckContext(chain: x509s, purpose: purpose, reference: ref, settings: settings,
-                               topIsAnchor: reasons.isEmpty || built.count > 0 && isAnchor(built.last!),
+                               topIsAnchor: openSSLReasons.isEmpty || built.count > 0 && isAnchor(built.last!),
                                crls: settings.crls)
+        var policyReasons: [TrustReason] = missingPeerName.map { [$0] } ?? []
         for check in ChainCheck.all {
-            reasons.append(contentsOf: check.run(ctx))
+            policyReasons.append(contentsOf: check.run(ctx))
         }
         var matchedPin: String? = nil
         if let rule, !rule.pins.isEmpty {
             let (pin, pinReasons) = checkPins(rule, built)
             matchedPin = pin
-            reasons.append(contentsOf: pinReasons)
+            policyReasons.append(contentsOf: pinReasons)
         }
-        // De-duplicate (OpenSSL may report one error more than once), keep order.
-        var seen = Set<TrustReason>()
-        reasons = reasons.filter { seen.insert($0).inserted }
+        let reasons = Self.deduplicated(openSSL: openSSLReasons, policy: policyReasons)
         let enforced = reasons.filter { r in
             !(rule?.enforcement == .reportOnly && (r.code == TrustReason.Code.pinMismatch || r.code == TrustReason.Code.pinExpired))
         }
@@ -173,6 +184,26 @@ struct Evaluation {
         else { kind = .fatalFailure }
         return TrustResult(trusted: enforced.isEmpty, kind: kind, reasons: reasons, chain: built,
                            matchedRule: rule?.pattern.text, matchedPin: matchedPin)
+    }
+
+    /// One reason per failure: OpenSSL and the policy layer may both report the same problem for
+    /// the same certificate (an EKU without the purpose is OpenSSL's error 26 and libmtls's EKU
+    /// check). Reasons with the same code and certificate index are merged at the place of the
+    /// first, keeping the policy layer's message (it names what is wrong) over OpenSSL's generic one.
+    static func deduplicated(openSSL: [TrustReason], policy: [TrustReason]) -> [TrustReason] {
+        struct Key: Hashable { let code: String; let certIndex: Int? }
+        var out: [(reason: TrustReason, isPolicy: Bool)] = []
+        var position: [Key: Int] = [:]
+        for (r, isPolicy) in openSSL.map({ ($0, false) }) + policy.map({ ($0, true) }) {
+            let key = Key(code: r.code, certIndex: r.certIndex)
+            guard let i = position[key] else {
+                position[key] = out.count
+                out.append((r, isPolicy))
+                continue
+            }
+            if isPolicy && !out[i].isPolicy { out[i] = (r, true) }
+        }
+        return out.map(\.reason)
     }
 
     private func isAnchor(_ c: Certificate) -> Bool {

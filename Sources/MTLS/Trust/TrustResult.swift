@@ -89,6 +89,9 @@ public struct TrustReason: Sendable, Hashable, CustomStringConvertible {
         public static let pinMismatch = "pin_mismatch"
         public static let pinExpired = "pin_expired"
         public static let emptyChain = "empty_chain"
+        /// A server was evaluated under a policy that checks names, but no name or IP to check
+        /// it against was given (fatal: fail closed rather than skip the check silently).
+        public static let noPeerName = "no_peer_name"
     }
 
     /// Codes whose failure a user could reasonably override or that time may fix: expiry, a name

@@ -44,6 +44,14 @@ def test_wrong_host_is_recoverable_name_mismatch(pki):
     assert mtls.TrustReason("name_mismatch", 0, r.reasons[0].message) in r.reasons
 
 
+def test_no_host_fails_closed_unless_name_check_is_off(pki):
+    p = pinned_root_policy(pki)
+    r = p.evaluate(certs(pki, "chain.pem"))  # a server, a name check, and no name to check
+    assert not r.trusted and r.kind == "fatal_failure" and r.codes == ["no_peer_name"]
+    p.set_name_check(False)
+    assert p.evaluate(certs(pki, "chain.pem")).trusted
+
+
 def test_expired_at_later_time(pki):
     r = pinned_root_policy(pki).evaluate(certs(pki, "chain.pem"), host="server.test", at=NOW + 60 * 86400)
     assert "expired" in r.codes

@@ -214,7 +214,9 @@ class Policy(_Handle):
     def evaluate(self, chain: List[Certificate], host: Optional[str] = None, purpose: Optional[str] = None,
                  at=None) -> TrustResult:
         """Evaluates `chain` (leaf first) for `host` ("name", "1.2.3.4", "name:port"); purpose
-        "server" or "client" (None: the policy's); at: datetime or Unix seconds (None: now)."""
+        "server" or "client" (None: the policy's); at: datetime or Unix seconds (None: now).
+        host None under a policy that checks names makes a server untrusted ("no_peer_name");
+        for no name check, call set_name_check(False) on the policy first."""
         if purpose not in _PURPOSES:
             raise ValueError("purpose must be 'server', 'client' or None")
         arr = (ctypes.c_void_p * len(chain))(*[c._h for c in chain])
