@@ -690,7 +690,7 @@ MTLS_EXTERN int mtls_ssl_ctx_configure(void *ssl_ctx, const mtls_identity *ident
  * MTLS_E_PIN_LOCKED, MTLS_E_TOKEN_REMOVED (also reported by a TLS handshake whose token went
  * away), MTLS_E_TOKEN (anything else the module reports; mtls_last_error() has its CKR_ code).
  *
- * An mtls_token (a listed token) and an mtls_token_object (a listed certificate or key) are
+ * A listed token (mtls_token) and a listed certificate or key (mtls_token_object) are
  * immutable snapshots, reference counted: share them across threads; each *_ref needs one
  * *_free. */
 typedef struct mtls_token mtls_token;
@@ -851,8 +851,8 @@ MTLS_EXTERN int mtls_issued_key_pem(const mtls_issued *issued, const char *passw
  * `password` is required (may be ""). Free *out with mtls_bytes_free. */
 MTLS_EXTERN int mtls_issued_export_p12(const mtls_issued *issued, const char *password, int legacy,
                                        uint8_t **out, size_t *out_len);
-/* The issued certificate, its key and chain as an mtls_identity (for connections, the store,
- * mtls_pkcs12_export). A new reference: free *out with mtls_identity_free. */
+/* The issued certificate, its key and chain as an identity handle, for connections, the store
+ * and mtls_pkcs12_export. A new reference: free *out with mtls_identity_free. */
 MTLS_EXTERN int mtls_issued_identity(const mtls_issued *issued, mtls_identity **out);
 /* A v2 CRL signed by the CA `ca` listing `count` serial numbers (hex, as mtls_cert_serial_hex
  * gives them), with CRL number `number`, thisUpdate `now` (0: the current time) and nextUpdate
