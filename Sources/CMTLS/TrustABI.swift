@@ -158,7 +158,7 @@ public func mtls_policy_add_pin(_ p: OpaquePointer?, _ pattern: UnsafePointer<CC
     abiCall {
         let parsed = try SPKIPin(try string(pin, "pin"))
         try policy(p).updateHostRule(try string(pattern, "pattern")) { r in
-            if !r.pins.contains(parsed) { r.pins.append(parsed) }
+            r.addPin(parsed)
         }
     }
 }

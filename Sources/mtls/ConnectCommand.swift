@@ -75,7 +75,10 @@ enum PolicyBuilder {
         for c in try anchorCertificates(anchors, store: store) { p.addAnchor(c) }
         if anchorsOnly { p.anchorsOnly = true }
         if !pins.isEmpty {
-            p.addHostRule(HostRule(pattern: try HostPattern(host ?? ""), pins: try pins.map { try SPKIPin($0) }))
+            guard let pinHost = host.flatMap(PeerHostText.hostOnly) else {
+                throw MTLSError(.invalidArgument, "--pin needs --host (pins belong to a host rule)")
+            }
+            p.addHostRule(HostRule(pattern: try HostPattern(pinHost), pins: try pins.map { try SPKIPin($0) }))
         }
         return p
     }

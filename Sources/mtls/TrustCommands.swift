@@ -36,16 +36,8 @@ struct VerifyCommand: ParsableCommand {
         let result: TrustResult
         do {
             let certs = try Certificate.load(path: chain)
-            let p = try policy.map { try TrustPolicy.load(path: $0) } ?? TrustPolicy()
-            let anchorCerts = try PolicyBuilder.anchorCertificates(anchors) {
+            let p = try PolicyBuilder.policy(file: policy, anchors: anchors, anchorsOnly: anchorsOnly, pins: pins, host: host) {
                 try IdentityOptions.openExistingStore(path: store, secretFile: secretFile)
-            }
-            for c in anchorCerts { p.addAnchor(c) }
-            if anchorsOnly { p.anchorsOnly = true }
-            if !pins.isEmpty {
-                guard host != nil else { throw MTLSError(.invalidArgument, "--pin needs --host (pins belong to a host rule)") }
-                let pattern = try HostPattern(PeerHostText.hostOnly(host ?? "") ?? "")
-                p.addHostRule(HostRule(pattern: pattern, pins: try pins.map { try SPKIPin($0) }))
             }
             var purposeValue: TrustPurpose? = nil
             if let purpose {

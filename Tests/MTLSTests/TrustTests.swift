@@ -231,6 +231,16 @@ final class TrustTests: XCTestCase {
         XCTAssertEqual(p.warnings.count, 1, "a single pin has no backup")
     }
 
+    func testRepeatedPinIsNoBackupPin() throws {
+        let pin = try SPKIPin(certificate: cert("other-root.pem"))
+        var rule = HostRule(pattern: try HostPattern("server.test"), pins: [pin, pin])
+        XCTAssertEqual(rule.warnings.count, 1, "the same pin twice is still a single pin")
+        rule.addPin(pin)
+        XCTAssertEqual(rule.pins, [pin, pin], "addPin does not add a pin the rule already has")
+        rule.addPin(try SPKIPin(certificate: cert("root.pem")))
+        XCTAssertTrue(rule.warnings.isEmpty)
+    }
+
     func testExpiredPinsStopEnforcingOrFailClosed() throws {
         let expired = Self.now.addingTimeInterval(-3600)
         let p = try policy()

@@ -172,9 +172,14 @@ public struct HostRule: Sendable {
         self.enforcement = enforcement
     }
 
-    /// Load-time warnings (a single pin has no backup).
+    /// Adds a pin unless the rule already has it (a repeated pin is no backup pin).
+    public mutating func addPin(_ pin: SPKIPin) {
+        if !pins.contains(pin) { pins.append(pin) }
+    }
+
+    /// Load-time warnings (a single distinct pin has no backup).
     public var warnings: [String] {
-        pins.count == 1
+        Set(pins).count == 1
             ? ["host rule \(pattern.text): only one pin and no backup pin; a key change will lock clients out"]
             : []
     }
