@@ -14,7 +14,7 @@ TEST_PREFIX := $(OUT)/prefix
 # The x509-limbo suite lives in shared/, beside the checkout (git-common-dir finds it from a worktree too).
 LIMBO ?= $(abspath $(shell git rev-parse --git-common-dir 2>/dev/null || echo .git)/../../shared/limbo)
 
-.PHONY: all deps build build-debug build-release install test test-swift test-c test-python test-e2e test-limbo bench demo clean
+.PHONY: all deps build build-debug build-release install test test-swift test-abi test-c test-python test-e2e test-limbo bench demo clean
 
 all: build
 
@@ -46,10 +46,17 @@ test: deps
 	$(MAKE) --no-print-directory build-debug
 	$(MAKE) --no-print-directory test-swift
 	$(MAKE) --no-print-directory install CONFIG=debug PREFIX=$(TEST_PREFIX) DESTDIR=
-	$(MAKE) --no-print-directory test-c test-limbo test-python test-e2e
+	$(MAKE) --no-print-directory test-abi test-c test-limbo test-python test-e2e
 
 test-swift:
 	$(SWIFT) test -c debug --skip-build
+
+# The header is the only definition of the C ABI: every declared function is exported with the
+# same parameter count as its Swift definition (and nothing else is exported), and the Python
+# ctypes structures have the header's sizes and offsets.
+test-abi:
+	$(PYTHON) scripts/check-abi.py exports $(TEST_PREFIX)/include/mtls.h $(TEST_PREFIX)/lib/libmtls.so Sources
+	$(PYTHON) scripts/check-abi.py layout $(TEST_PREFIX)/include/mtls.h bindings/python/src $(TEST_PREFIX)/lib/libmtls.so
 
 # C programs compiled against the installed header through pkg-config, run with no
 # LD_LIBRARY_PATH.

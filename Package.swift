@@ -22,13 +22,15 @@ let package = Package(
                        providers: [.apt(["libp11-kit-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3",
                        providers: [.apt(["libsqlite3-dev"])]),
+        // include/mtls.h as a module: the C ABI layer uses the header's own types.
+        .systemLibrary(name: "CMTLSHeader"),
         .target(
             name: "MTLS",
             dependencies: ["COpenSSL", "CP11Kit", "CSQLite"]
         ),
         .target(
             name: "CMTLS",
-            dependencies: ["MTLS"],
+            dependencies: ["MTLS", "CMTLSHeader"],
             linkerSettings: [
                 .unsafeFlags([
                     "-Xlinker", "-soname=libmtls.so.0",

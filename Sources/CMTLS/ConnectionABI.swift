@@ -1,41 +1,9 @@
 // mtls_conn, mtls_listener, mtls_ssl_ctx_configure: mutual-TLS connections.
 import MTLS
+import CMTLSHeader
 #if canImport(Glibc)
 import Glibc
 #endif
-
-/// Mirror of `mtls_conn_options` (include/mtls.h, version 1). Field order and types match the C
-/// declaration one for one, so the layout is the same.
-struct ConnOptionsV1 {
-    var version: UInt32
-    var sni: UnsafePointer<CChar>?
-    var verifyAs: UnsafePointer<CChar>?
-    var alpn: UnsafePointer<CChar>?
-    var minTLS: Int32
-    var maxTLS: Int32
-    var connectTimeoutMS: Int32
-    var handshakeTimeoutMS: Int32
-    var ioTimeoutMS: Int32
-    var nonBlocking: Int32
-    var noSessionResumption: Int32
-    var identity: OpaquePointer?
-    var candidates: UnsafePointer<OpaquePointer?>?
-    var candidateCount: Int
-    var policy: OpaquePointer?
-}
-
-/// Mirror of `mtls_listener_options` (version 1).
-struct ListenerOptionsV1 {
-    var version: UInt32
-    var clientAuth: Int32
-    var identity: OpaquePointer?
-    var clientPolicy: OpaquePointer?
-    var alpn: UnsafePointer<CChar>?
-    var minTLS: Int32
-    var maxTLS: Int32
-    var handshakeTimeoutMS: Int32
-    var ioTimeoutMS: Int32
-}
 
 private func tlsVersion(_ v: Int32, _ name: String) throws -> TLSVersion {
     switch v {
@@ -66,26 +34,26 @@ private extension String {
     }
 }
 
-private func clientOptions(_ p: UnsafeRawPointer?) throws -> TLSClientOptions {
+private func clientOptions(_ p: UnsafePointer<mtls_conn_options>?) throws -> TLSClientOptions {
     var o = TLSClientOptions()
     guard let p else { return o }
-    let c = p.load(as: ConnOptionsV1.self)
+    let c = p.pointee
     guard c.version == 1 else { throw invalid("mtls_conn_options version \(c.version) is not supported (1 is); use mtls_conn_options_init") }
     o.serverName = optionalString(c.sni)
-    o.validationName = optionalString(c.verifyAs)
+    o.validationName = optionalString(c.verify_as)
     o.alpn = alpnList(c.alpn)
-    o.minVersion = try tlsVersion(c.minTLS, "min_tls")
-    o.maxVersion = try tlsVersion(c.maxTLS, "max_tls")
-    o.connectTimeout = seconds(c.connectTimeoutMS, default: 30)
-    o.handshakeTimeout = seconds(c.handshakeTimeoutMS, default: 30)
-    o.ioTimeout = seconds(c.ioTimeoutMS, default: nil)
-    o.nonBlocking = c.nonBlocking != 0
-    o.sessionResumption = c.noSessionResumption == 0
+    o.minVersion = try tlsVersion(c.min_tls, "min_tls")
+    o.maxVersion = try tlsVersion(c.max_tls, "max_tls")
+    o.connectTimeout = seconds(c.connect_timeout_ms, default: 30)
+    o.handshakeTimeout = seconds(c.handshake_timeout_ms, default: 30)
+    o.ioTimeout = seconds(c.io_timeout_ms, default: nil)
+    o.nonBlocking = c.non_blocking != 0
+    o.sessionResumption = c.no_session_resumption == 0
     if let id = c.identity {
         o.identity = .identity(try handle(id, Identity.self, "identity"))
-    } else if c.candidateCount > 0 {
+    } else if c.candidate_count > 0 {
         let list = try require(c.candidates, "candidates")
-        o.identity = .automatic(try (0..<c.candidateCount).map { try handle(list[$0], Identity.self, "candidates[\($0)]") })
+        o.identity = .automatic(try (0..<c.candidate_count).map { try handle(list[$0], Identity.self, "candidates[\($0)]") })
     }
     if let policy = c.policy { o.policyHandle = try handle(policy, TrustPolicyHandle.self, "policy") }
     return o
@@ -93,20 +61,21 @@ private func clientOptions(_ p: UnsafeRawPointer?) throws -> TLSClientOptions {
 
 /// `int mtls_conn_options_init(mtls_conn_options *opts, unsigned int version)`
 @_cdecl("mtls_conn_options_init")
-public func mtls_conn_options_init(_ opts: UnsafeMutableRawPointer?, _ version: UInt32) -> Int32 {
+public func mtls_conn_options_init(_ opts: UnsafeMutablePointer<mtls_conn_options>?, _ version: UInt32) -> Int32 {
     abiCall {
         let opts = try require(opts, "opts")
         guard version == 1 else { throw invalid("mtls_conn_options version \(version) is not supported (1 is)") }
-        opts.storeBytes(of: ConnOptionsV1(version: 1, sni: nil, verifyAs: nil, alpn: nil, minTLS: 12, maxTLS: 13,
-                                          connectTimeoutMS: 0, handshakeTimeoutMS: 0, ioTimeoutMS: 0, nonBlocking: 0,
-                                          noSessionResumption: 0, identity: nil, candidates: nil, candidateCount: 0,
-                                          policy: nil), as: ConnOptionsV1.self)
+        var o = mtls_conn_options()  // zero: NULL pointers, 0 timeouts (the defaults), no flags
+        o.version = 1
+        o.min_tls = MTLS_TLS_1_2
+        o.max_tls = MTLS_TLS_1_3
+        opts.pointee = o
     }
 }
 
 /// `int mtls_conn_connect(const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out)`
 @_cdecl("mtls_conn_connect")
-public func mtls_conn_connect(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ opts: UnsafeRawPointer?,
+public func mtls_conn_connect(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ opts: UnsafePointer<mtls_conn_options>?,
                               _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) { try TLSConnection.connect(host: try string(host, "host"), port: port, options: try clientOptions(opts)) }
@@ -115,7 +84,7 @@ public func mtls_conn_connect(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ o
 
 /// `int mtls_conn_open(const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out)`
 @_cdecl("mtls_conn_open")
-public func mtls_conn_open(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ opts: UnsafeRawPointer?,
+public func mtls_conn_open(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ opts: UnsafePointer<mtls_conn_options>?,
                            _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) { try TLSConnection.open(host: try string(host, "host"), port: port, options: try clientOptions(opts)) }
@@ -124,7 +93,7 @@ public func mtls_conn_open(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ opts
 
 /// `int mtls_conn_wrap_fd(int fd, const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out)`
 @_cdecl("mtls_conn_wrap_fd")
-public func mtls_conn_wrap_fd(_ fd: Int32, _ host: UnsafePointer<CChar>?, _ port: UInt16, _ opts: UnsafeRawPointer?,
+public func mtls_conn_wrap_fd(_ fd: Int32, _ host: UnsafePointer<CChar>?, _ port: UInt16, _ opts: UnsafePointer<mtls_conn_options>?,
                               _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
@@ -230,35 +199,38 @@ public func mtls_conn_presented_identity(_ conn: OpaquePointer?, _ out: UnsafeMu
 
 /// `int mtls_listener_options_init(mtls_listener_options *opts, unsigned int version)`
 @_cdecl("mtls_listener_options_init")
-public func mtls_listener_options_init(_ opts: UnsafeMutableRawPointer?, _ version: UInt32) -> Int32 {
+public func mtls_listener_options_init(_ opts: UnsafeMutablePointer<mtls_listener_options>?, _ version: UInt32) -> Int32 {
     abiCall {
         let opts = try require(opts, "opts")
         guard version == 1 else { throw invalid("mtls_listener_options version \(version) is not supported (1 is)") }
-        opts.storeBytes(of: ListenerOptionsV1(version: 1, clientAuth: 2, identity: nil, clientPolicy: nil, alpn: nil,
-                                              minTLS: 12, maxTLS: 13, handshakeTimeoutMS: 0, ioTimeoutMS: 0),
-                        as: ListenerOptionsV1.self)
+        var o = mtls_listener_options()
+        o.version = 1
+        o.client_auth = MTLS_CLIENT_AUTH_REQUIRE
+        o.min_tls = MTLS_TLS_1_2
+        o.max_tls = MTLS_TLS_1_3
+        opts.pointee = o
     }
 }
 
 /// `int mtls_listener_new(const char *address, uint16_t port, const mtls_listener_options *opts, mtls_listener **out)`
 @_cdecl("mtls_listener_new")
-public func mtls_listener_new(_ address: UnsafePointer<CChar>?, _ port: UInt16, _ opts: UnsafeRawPointer?,
+public func mtls_listener_new(_ address: UnsafePointer<CChar>?, _ port: UInt16, _ opts: UnsafePointer<mtls_listener_options>?,
                               _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
-            let c = try require(opts, "opts").load(as: ListenerOptionsV1.self)
+            let c = try require(opts, "opts").pointee
             guard c.version == 1 else { throw invalid("mtls_listener_options version \(c.version) is not supported (1 is)") }
             var o = TLSServerOptions(identity: try handle(c.identity, Identity.self, "opts->identity"))
-            guard let auth = ClientAuthentication(rawValue: Int(c.clientAuth)) else {
-                throw invalid("client_auth must be MTLS_CLIENT_AUTH_NONE, _OPTIONAL or _REQUIRE, not \(c.clientAuth)")
+            guard let auth = ClientAuthentication(rawValue: Int(c.client_auth)) else {
+                throw invalid("client_auth must be MTLS_CLIENT_AUTH_NONE, _OPTIONAL or _REQUIRE, not \(c.client_auth)")
             }
             o.clientAuthentication = auth
-            if let p = c.clientPolicy { o.clientPolicyHandle = try handle(p, TrustPolicyHandle.self, "opts->client_policy") }
+            if let p = c.client_policy { o.clientPolicyHandle = try handle(p, TrustPolicyHandle.self, "opts->client_policy") }
             o.alpn = alpnList(c.alpn)
-            o.minVersion = try tlsVersion(c.minTLS, "min_tls")
-            o.maxVersion = try tlsVersion(c.maxTLS, "max_tls")
-            o.handshakeTimeout = seconds(c.handshakeTimeoutMS, default: 30)
-            o.ioTimeout = seconds(c.ioTimeoutMS, default: nil)
+            o.minVersion = try tlsVersion(c.min_tls, "min_tls")
+            o.maxVersion = try tlsVersion(c.max_tls, "max_tls")
+            o.handshakeTimeout = seconds(c.handshake_timeout_ms, default: 30)
+            o.ioTimeout = seconds(c.io_timeout_ms, default: nil)
             return try TLSListener(address: optionalString(address), port: port, options: o)
         }
     }

@@ -2,23 +2,12 @@
 // live in Sources/MTLS/Issuing.
 import FoundationEssentials
 import MTLS
+import CMTLSHeader
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// The C `mtls_issue_options` struct, version 1. Keep in step with include/mtls.h.
-public struct mtls_issue_options_v1 {
-    var version: UInt32
-    var key_type: UnsafePointer<CChar>?
-    var validity_days: Int32
-    var now: Int64
-    var dns_names: UnsafePointer<UnsafePointer<CChar>?>?
-    var dns_count: Int
-    var ip_addresses: UnsafePointer<UnsafePointer<CChar>?>?
-    var ip_count: Int
-}
-
-private let issueOptionsVersion: UInt32 = 1
+private let issueOptionsVersion = UInt32(MTLS_ISSUE_OPTIONS_VERSION)
 
 /// The converted options.
 private struct IssueOptions {
@@ -28,9 +17,9 @@ private struct IssueOptions {
     var dns: [String] = []
     var ips: [String] = []
 
-    init(_ p: UnsafeRawPointer?) throws {
+    init(_ p: UnsafePointer<mtls_issue_options>?) throws {
         guard let p else { return }
-        let o = p.assumingMemoryBound(to: mtls_issue_options_v1.self).pointee
+        let o = p.pointee
         guard o.version == issueOptionsVersion else {
             throw MTLSError(.invalidArgument, "mtls_issue_options version \(o.version) is not supported (this libmtls knows version \(issueOptionsVersion)); call mtls_issue_options_init")
         }
@@ -66,21 +55,21 @@ private func secret(_ p: UnsafePointer<CChar>?) -> SecretBytes? {
 
 /// `int mtls_issue_options_init(mtls_issue_options *opts, unsigned int version)`
 @_cdecl("mtls_issue_options_init")
-public func mtls_issue_options_init(_ opts: UnsafeMutableRawPointer?, _ version: UInt32) -> Int32 {
+public func mtls_issue_options_init(_ opts: UnsafeMutablePointer<mtls_issue_options>?, _ version: UInt32) -> Int32 {
     abiCall {
         let opts = try require(opts, "opts")
         guard version == issueOptionsVersion else {
             throw MTLSError(.invalidArgument, "mtls_issue_options version \(version) is not supported")
         }
-        opts.assumingMemoryBound(to: mtls_issue_options_v1.self).pointee = mtls_issue_options_v1(
-            version: version, key_type: nil, validity_days: 0, now: 0, dns_names: nil, dns_count: 0,
-            ip_addresses: nil, ip_count: 0)
+        var o = mtls_issue_options()  // zero: every field takes its default
+        o.version = version
+        opts.pointee = o
     }
 }
 
 /// `int mtls_pki_root(const char *name, const mtls_issue_options *opts, mtls_issued **out)`
 @_cdecl("mtls_pki_root")
-public func mtls_pki_root(_ name: UnsafePointer<CChar>?, _ opts: UnsafeRawPointer?,
+public func mtls_pki_root(_ name: UnsafePointer<CChar>?, _ opts: UnsafePointer<mtls_issue_options>?,
                           _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
@@ -97,7 +86,7 @@ public func mtls_pki_root(_ name: UnsafePointer<CChar>?, _ opts: UnsafeRawPointe
 ///                     const mtls_issue_options *opts, mtls_issued **out)`
 @_cdecl("mtls_pki_issue")
 public func mtls_pki_issue(_ issuer: OpaquePointer?, _ profileValue: Int32, _ name: UnsafePointer<CChar>?,
-                           _ opts: UnsafeRawPointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+                           _ opts: UnsafePointer<mtls_issue_options>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
             let issuer = try handle(issuer, Identity.self, "issuer")

@@ -1,31 +1,20 @@
 // mtls_store and mtls_store_item: the labeled credential store.
 import MTLS
+import CMTLSHeader
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// The C layout of `mtls_store_options` (all 4-byte fields, so Swift and C agree).
-struct StoreOptionsC {
-    var version: UInt32
-    var busyTimeoutMs: Int32
-    var create: Int32
-    var kdfLogN: Int32
-    var kdfR: Int32
-    var kdfP: Int32
-}
-
-let MTLS_STORE_OPTIONS_VERSION: UInt32 = 1
-
-private func options(_ p: UnsafeRawPointer?) throws -> CredentialStore.Options {
+private func options(_ p: UnsafePointer<mtls_store_options>?) throws -> CredentialStore.Options {
     var o = CredentialStore.Options()
     guard let p else { return o }
-    let c = p.assumingMemoryBound(to: StoreOptionsC.self).pointee
-    guard c.version == MTLS_STORE_OPTIONS_VERSION else {
+    let c = p.pointee
+    guard c.version == UInt32(MTLS_STORE_OPTIONS_VERSION) else {
         throw invalid("mtls_store_options.version is \(c.version); initialise it with mtls_store_options_init")
     }
-    o.busyTimeoutMilliseconds = max(c.busyTimeoutMs, 0)
+    o.busyTimeoutMilliseconds = max(c.busy_timeout_ms, 0)
     o.create = c.create != 0
-    o.kdf = StoreKDFParameters(logN: Int(c.kdfLogN), r: Int(c.kdfR), p: Int(c.kdfP))
+    o.kdf = StoreKDFParameters(logN: Int(c.kdf_log_n), r: Int(c.kdf_r), p: Int(c.kdf_p))
     try o.kdf.validate()
     return o
 }
@@ -52,14 +41,19 @@ private func itemClass(_ c: Int32, allowAny: Bool) throws -> StoreItemClass? {
 
 /// `int mtls_store_options_init(mtls_store_options *opts, unsigned int version)`
 @_cdecl("mtls_store_options_init")
-public func mtls_store_options_init(_ opts: UnsafeMutableRawPointer?, _ version: UInt32) -> Int32 {
+public func mtls_store_options_init(_ opts: UnsafeMutablePointer<mtls_store_options>?, _ version: UInt32) -> Int32 {
     abiCall {
         let p = try require(opts, "opts")
-        guard version == MTLS_STORE_OPTIONS_VERSION else { throw invalid("unknown mtls_store_options version \(version)") }
+        guard version == UInt32(MTLS_STORE_OPTIONS_VERSION) else { throw invalid("unknown mtls_store_options version \(version)") }
         let d = CredentialStore.Options()
-        p.assumingMemoryBound(to: StoreOptionsC.self).pointee = StoreOptionsC(
-            version: version, busyTimeoutMs: d.busyTimeoutMilliseconds, create: d.create ? 1 : 0,
-            kdfLogN: Int32(d.kdf.logN), kdfR: Int32(d.kdf.r), kdfP: Int32(d.kdf.p))
+        var c = mtls_store_options()
+        c.version = version
+        c.busy_timeout_ms = d.busyTimeoutMilliseconds
+        c.create = d.create ? 1 : 0
+        c.kdf_log_n = Int32(d.kdf.logN)
+        c.kdf_r = Int32(d.kdf.r)
+        c.kdf_p = Int32(d.kdf.p)
+        p.pointee = c
     }
 }
 
@@ -67,7 +61,7 @@ public func mtls_store_options_init(_ opts: UnsafeMutableRawPointer?, _ version:
 ///                      const mtls_store_options *opts, mtls_store **out)`
 @_cdecl("mtls_store_open")
 public func mtls_store_open(_ path: UnsafePointer<CChar>?, _ secretData: UnsafePointer<UInt8>?, _ secretLen: Int,
-                            _ secretKind: Int32, _ opts: UnsafeRawPointer?,
+                            _ secretKind: Int32, _ opts: UnsafePointer<mtls_store_options>?,
                             _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
@@ -81,7 +75,7 @@ public func mtls_store_open(_ path: UnsafePointer<CChar>?, _ secretData: UnsafeP
 ///                                  mtls_store **out)`
 @_cdecl("mtls_store_open_secret_file")
 public func mtls_store_open_secret_file(_ path: UnsafePointer<CChar>?, _ secretFile: UnsafePointer<CChar>?,
-                                        _ opts: UnsafeRawPointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+                                        _ opts: UnsafePointer<mtls_store_options>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
             let s = try StoreSecret.load(path: try string(secretFile, "secret_file"))
