@@ -111,8 +111,26 @@ struct LimboCommand: ParsableCommand {
         CLI.printJSON(["version": 1, "harness": "libmtls-\(MTLSVersion.string)", "results": results])
     }
 
-    /// Evaluates one testcase from its inputs only (never its id, description or features).
+    /// Evaluates one testcase from its inputs only (never its id, description or expected
+    /// result). Features are used the way x509-limbo means them, to skip what a validator
+    /// deliberately does differently: "rfc5280-incompatible-with-webpki" cases, where libmtls
+    /// follows webpki, "pedantic-rfc5280" (an ambiguous reading libmtls does not take: an
+    /// anchor is trusted as configured, so it needs no authority key identifier), and
+    /// "pedantic-webpki-eku" cases whose leaf has no extendedKeyUsage
+    /// (CA/B Forum 7.1.2.7.6 requires one; libmtls follows RFC 5280 and webpki: a leaf without
+    /// the extension is good for every purpose, as private CAs and `openssl req -x509` make them).
     static func evaluate(_ tc: [String: Any]) -> (String, String) {
+        let features = tc["features"] as? [String] ?? []
+        if features.contains("rfc5280-incompatible-with-webpki") {
+            return ("SKIPPED", "feature rfc5280-incompatible-with-webpki: libmtls follows webpki where the two differ")
+        }
+        if features.contains("pedantic-rfc5280") {
+            return ("SKIPPED", "feature pedantic-rfc5280: an ambiguous reading of RFC 5280 libmtls does not take (a trust anchor is trusted as configured)")
+        }
+        if features.contains("pedantic-webpki-eku"), let pem = tc["peer_certificate"] as? String,
+           let leaf = try? Certificate.parseAll(Array(pem.utf8)).first, leaf.extendedKeyUsages == nil {
+            return ("SKIPPED", "feature pedantic-webpki-eku on a leaf without extendedKeyUsage: libmtls follows RFC 5280 (good for every purpose)")
+        }
         let purpose: TrustPurpose
         switch tc["validation_kind"] as? String {
         case "SERVER": purpose = .serverAuth
