@@ -20,8 +20,11 @@ struct PathBuilder {
 
     /// At most this many `X509_verify_cert` runs after the first.
     static let maxVerifications = 20
-    /// At most this many issuer comparisons.
+    /// At most this many issuer comparisons (name and key identifier, no cryptography).
     static let maxIssuerChecks = 2_000
+    /// At most this many signature checks (OpenSSL's `X509_verify`) to drop candidates whose key
+    /// did not sign the certificate before a whole verification is spent on them.
+    static let maxSignatureChecks = 64
     /// Paths longer than this (leaf included) are not followed.
     static let maxPathLength = 8
 
@@ -43,6 +46,19 @@ struct PathBuilder {
         var best = first
         var verifications = 0
         var issuerChecks = 0
+        var signatureChecks = 0
+        var signatureOK: [Pair: Bool] = [:]
+        /// Whether pool[i]'s key signed `cert` (OpenSSL's check), within the budget.
+        func signed(_ i: Int, _ cert: Certificate, _ certKey: [UInt8]) -> Bool {
+            let key = Pair(issuer: i, subject: certKey)
+            if let known = signatureOK[key] { return known }
+            guard signatureChecks < Self.maxSignatureChecks else { return false }
+            signatureChecks += 1
+            let ok = X509_get0_pubkey(pool[i].x509).map { X509_verify(cert.x509, $0) == 1 } ?? false
+            OpenSSLErrorQueue.clear()
+            signatureOK[key] = ok
+            return ok
+        }
         var triedFullStore: Set<[[UInt8]]> = []
 
         func consider(_ r: TrustResult) -> Bool {
@@ -59,6 +75,12 @@ struct PathBuilder {
                 if issuerChecks >= Self.maxIssuerChecks { break }
                 issuerChecks += 1
                 if X509_check_issued(pool[i].x509, current.x509) == X509_V_OK { issuers.append(i) }
+            }
+            let currentKey = path.last.map { poolDigests[$0] } ?? leaf.sha256
+            // Only issuers whose key really signed the certificate; when the signature budget is
+            // spent, the rest stay candidates and OpenSSL judges them.
+            if signatureChecks < Self.maxSignatureChecks {
+                issuers = issuers.filter { signed($0, current, currentKey) || signatureChecks >= Self.maxSignatureChecks }
             }
             OpenSSLErrorQueue.clear()
             // Currently valid issuers first, self-signed non-anchors last.
@@ -88,6 +110,11 @@ struct PathBuilder {
         }
         _ = visit([])
         return best
+    }
+
+    struct Pair: Hashable {
+        let issuer: Int
+        let subject: [UInt8]
     }
 
     /// Lower is better: a chain that reached an anchor, then the fewest reasons.
