@@ -513,6 +513,20 @@ MTLS_EXTERN int mtls_store_export_p12(mtls_store *store, const char *label, cons
  * transaction. Other open handles keep working; the next open needs the new secret. */
 MTLS_EXTERN int mtls_store_change_secret(mtls_store *store, const uint8_t *secret, size_t secret_len, int secret_kind);
 
+/* The identity a user names, resolved the way the mtls command line's --identity is:
+ *  - key_path non-NULL: `name` is a PEM file with the certificate (leaf first, then its chain)
+ *    and key_path the PEM private key (`password` for an encrypted key);
+ *  - a "pkcs11:" URI: the token identity it names (PIN: `pin`, else the URI's pin-source);
+ *  - a file (a name ending in .p12/.pfx, or any file that exists): PKCS#12, opened with
+ *    `password` (NULL and "" both mean no password; both encodings are tried);
+ *  - anything else: a label in `store` (a stored identity, else a stored token identity, opened
+ *    with `pin`); MTLS_E_INVALID_ARGUMENT when `store` is NULL, MTLS_E_NOT_FOUND when the store
+ *    has no such label.
+ * password, pin, key_path and store may be NULL; password and pin are copied and may be wiped
+ * right after the call. Free *out with mtls_identity_free. */
+MTLS_EXTERN int mtls_identity_resolve(const char *name, const char *key_path, const char *password,
+                                      const char *pin, mtls_store *store, mtls_identity **out);
+
 /* ======================================================================================
  * Connections (issue: connections)
  * ====================================================================================== */
