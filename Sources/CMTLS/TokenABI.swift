@@ -134,7 +134,7 @@ public func mtls_token_objects(_ modulePath: UnsafePointer<CChar>?, _ tokenURI: 
                                _ count: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
         try putHandles(out, count) {
-            let secret = pin.map { p in SecretBytes(Array(UnsafeBufferPointer(start: UnsafeRawPointer(p).assumingMemoryBound(to: UInt8.self), count: strlen(p)))) }
+            let secret = secretBytes(pin)
             let objects = try PKCS11Modules(modulePath: optionalString(modulePath)).objects(tokenURI: optionalString(tokenURI), pin: secret)
             return objects.map(TokenObjectHandle.init)
         }
@@ -269,8 +269,7 @@ private func pinAdapter(_ cb: mtls_pin_cb, _ userdata: UnsafeMutableRawPointer?)
         }
         guard rc == 0 else { return nil }
         buffer[size - 1] = 0
-        let n = strlen(buffer)
-        return SecretBytes(Array(UnsafeBufferPointer(start: UnsafeRawPointer(buffer).assumingMemoryBound(to: UInt8.self), count: n)))
+        return secretBytes(buffer)
     }
 }
 

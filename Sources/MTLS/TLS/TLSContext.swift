@@ -95,8 +95,7 @@ final class PeerBox {
     init(_ peer: TrustPeer) { self.peer = peer }
 }
 
-/// ALPN protocol lists.
-enum ALPN {
+extension ALPN {
     /// The wire form: each protocol prefixed by its length.
     static func wire(_ protocols: [String]) throws -> [UInt8] {
         var out: [UInt8] = []
