@@ -156,8 +156,21 @@ struct Evaluation {
     func run() -> TrustResult {
         let first = attempt(untrusted: Array(chain.dropFirst()), store: store)
         if first.trusted { return first }
+        // A problem of the leaf itself (its name, dates, EKU, key...) fails every path: no search.
+        if first.reasons.contains(where: { ($0.certIndex == 0 || $0.certIndex == nil) && Self.pathIndependentCodes.contains($0.code) }) {
+            return first
+        }
         return PathBuilder(evaluation: self, first: first).search()
     }
+
+    /// Reasons about the leaf that no other path can change.
+    static let pathIndependentCodes: Set<String> = {
+        typealias C = TrustReason.Code
+        return [C.nameMismatch, C.noPeerName, C.invalidHost, C.expired, C.notYetValid, C.wrongPurpose, C.ekuInvalid,
+                C.sanMissing, C.sanInvalid, C.caAsLeaf, C.commonNameMismatch, C.weakKey, C.keyForbidden,
+                C.serialNumberInvalid, C.versionUnsupported, C.validityEncoding, C.extensionInvalid,
+                C.wildcardPublicSuffix, C.emptyChain, C.invalidPolicy]
+    }()
 
     /// A server must be checked against a name under the SSL name check; with no name given the
     /// check would silently not happen, so the evaluation fails instead.
