@@ -378,7 +378,10 @@ final class TrustTests: XCTestCase {
         let id = try Identity(privateKey: key, leaf: cert("server.pem"), certificates: [cert("inter.pem"), cert("root.pem")])
         let first = id.chainEvaluation
         XCTAssertTrue(first.verified)
-        XCTAssertEqual(id.nextValidityBoundary(after: first.evaluatedAt), try cert("server.pem").notAfter.addingTimeInterval(1))
+        // All three were made just now for 30 days: the first to expire ends the window.
+        let ends = try ["server.pem", "inter.pem", "root.pem"].map { try cert($0).notAfter.addingTimeInterval(1) }
+        XCTAssertEqual(id.nextValidityBoundary(after: first.evaluatedAt), ends.min())
+        XCTAssertEqual(id.nextValidityBoundary(after: ends.max()!), Date.distantFuture)
         XCTAssertEqual(id.chainEvaluation.evaluatedAt, first.evaluatedAt) // cached inside the window
     }
 
