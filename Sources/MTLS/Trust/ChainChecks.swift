@@ -43,8 +43,8 @@ struct ChainCheck: Sendable {
     /// a host's short name, its parent domain or one of its addresses there. What is refused is a
     /// CN that names *another* host of the same kind as the SANs, or the same one spelled
     /// differently (CA/B Forum BR 7.1.4.3, RFC 6125 6.4.4): a host-like CN when the leaf has
-    /// DNS SANs must be one of them byte for byte, a domain one of them is under, or a name a
-    /// wildcard SAN covers; an IP-like CN when the leaf has IP SANs must be one of them in
+    /// DNS SANs must be one of them byte for byte, a domain one of them is under or one under
+    /// one of them, or a name a wildcard SAN covers; an IP-like CN when the leaf has IP SANs must be one of them in
     /// canonical text. A CN unlike every SAN kind, or not host-like (spaces, no dot), is free.
     static let commonNameConsistency = ChainCheck(name: "common_name_consistency") { ctx in
         guard ctx.purpose == .serverAuth, let leaf = ctx.chain.first, !ctx.leafIsAnchor else { return [] }
@@ -74,7 +74,7 @@ struct ChainCheck: Sendable {
             }
             guard cn.contains("."), !dnsNames.isEmpty else { return nil }
             let consistent = dnsNames.contains { d in
-                if d == cn || d.hasSuffix("." + cn) { return true }
+                if d == cn || d.hasSuffix("." + cn) || cn.hasSuffix("." + d) { return true }
                 if d.hasPrefix("*.") {
                     let base = String(d.dropFirst(2))
                     if cn == base || base.hasSuffix("." + cn) { return true }
