@@ -147,3 +147,23 @@ def test_verify_common_name_is_not_a_name(tpki):
                 "--anchors-only", "--json")
     assert r.returncode != 0
     assert "name_constraint_violation" in [x["code"] for x in json.loads(r.stdout)["reasons"]]
+
+
+def test_verify_selects_the_rule_by_host_and_port_and_merges_pins(tpki, tmp_path):
+    policy = tmp_path / "p.json"
+    policy.write_text(json.dumps({"version": 1, "anchors": [str(tpki / "root.pem")], "anchors_only": True,
+                                  "hosts": [{"host": "10.0.0.5:8443", "verify_as": "server.test"}]}))
+    base = ["verify", tpki / "chain.pem", "--policy", policy, "--json"]
+    r = run_cli(*base, "--host", "10.0.0.5:8443")
+    assert r.returncode == 0, r.stdout
+    assert json.loads(r.stdout)["rule"]["host"] == "10.0.0.5:8443"
+    # --pin lands on that rule (not on a new rule for the host alone), keeping its verify_as.
+    r = run_cli(*base, "--host", "10.0.0.5:8443", "--pin", WRONG_PINS[0])
+    out = json.loads(r.stdout)
+    assert r.returncode != 0 and [x["code"] for x in out["reasons"]] == ["pin_mismatch"], out
+    assert out["rule"]["verify_as"] == "server.test" and out["rule"]["pins"] == [WRONG_PINS[0]]
+    # Another port: the rule does not apply; --verify-as gives the name to check.
+    r = run_cli(*base, "--host", "10.0.0.5:9443", "--verify-as", "server.test")
+    assert r.returncode == 0 and json.loads(r.stdout)["rule"] is None, r.stdout
+    r = run_cli(*base, "--host", "10.0.0.5:9443")
+    assert r.returncode != 0 and "name_mismatch" in [x["code"] for x in json.loads(r.stdout)["reasons"]]
