@@ -533,7 +533,14 @@ MTLS_EXTERN int mtls_store_change_secret(mtls_store *store, const uint8_t *secre
  * CA"...; with TLS 1.3 a server's refusal of our certificate arrives on the first read),
  * MTLS_E_NO_MATCHING_IDENTITY (automatic selection found no identity for the CA names the server
  * asked for; the message lists them), MTLS_E_TIMEOUT, MTLS_E_CONNECT (refused, unreachable, no
- * such host), MTLS_E_HANDSHAKE (anything else, with OpenSSL's words). */
+ * such host), MTLS_E_HANDSHAKE (anything else, with OpenSSL's words).
+ *
+ * Signals: the library never raises SIGPIPE, whatever the program's SIGPIPE disposition. Every
+ * socket write it makes — client and server, blocking and non-blocking, the handshake, data and
+ * close_notify, on its own sockets and on one given to mtls_conn_wrap_fd — uses send(2) with
+ * MSG_NOSIGNAL, so a peer that hung up is MTLS_E_PEER_ALERT (its alert, when it sent one first)
+ * or MTLS_E_CLOSED, never a dead process. The library does not change signal dispositions or
+ * masks; the program's own writes to a wrapped socket remain the program's business. */
 
 typedef struct mtls_conn mtls_conn;
 typedef struct mtls_listener mtls_listener;

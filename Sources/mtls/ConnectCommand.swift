@@ -186,7 +186,8 @@ struct ConnectCommand: ParsableCommand {
 
     func run() throws {
         var out: [String: Any] = ["connected": false, "tls_version": NSNull(), "alpn": NSNull(), "peer_chain": [String](),
-                                  "evaluation": NSNull(), "error": NSNull(), "response": NSNull()]
+                                  "evaluation": NSNull(), "error": NSNull(), "error_code": NSNull(), "side": NSNull(),
+                                  "response": NSNull()]
         var conn: TLSConnection?
         var failure: Error?
         do {
@@ -221,6 +222,8 @@ struct ConnectCommand: ParsableCommand {
         } catch {
             failure = error
             out["error"] = (error as? MTLSError)?.message ?? "\(error)"
+            out["error_code"] = (error as? MTLSError)?.code.name ?? MTLSError.Code.invalidArgument.name
+            out["side"] = Self.failingSide(error, conn).rawValue
         }
         if let c = conn {
             out["peer_chain"] = c.peerChain.map(\.sha256Hex)
@@ -239,6 +242,16 @@ struct ConnectCommand: ParsableCommand {
             if !json { throw CLI.fail(failure) }
             throw ExitCode(1)
         }
+    }
+
+    /// Who failed or refused: the connection knows for handshake and I/O errors; before there
+    /// is one, a server that cannot be reached is the server's side, anything else (options,
+    /// identity, policy, name resolution) ours.
+    static func failingSide(_ error: Error, _ conn: TLSConnection?) -> TLSSide {
+        if let side = conn?.failureSide { return side }
+        guard let e = error as? MTLSError else { return .client }
+        if (e.code == .connect && !e.message.hasPrefix("cannot resolve")) || e.code == .timeout { return .server }
+        return .client
     }
 
     /// Reads until the peer closes or stays quiet for `idle` seconds after the last data.
