@@ -113,15 +113,20 @@ public func mtls_token_flags(_ t: OpaquePointer?, _ flags: UnsafeMutablePointer<
     abiCall {
         let info = try handle(t, TokenHandle.self, "token").info
         let flags = try require(flags, "flags")
-        var f: UInt32 = 0
-        if info.loginRequired { f |= MTLS_TOKEN_LOGIN_REQUIRED }
-        if info.userPINLocked { f |= MTLS_TOKEN_PIN_LOCKED }
-        if info.userPINCountLow { f |= MTLS_TOKEN_PIN_COUNT_LOW }
-        if info.userPINFinalTry { f |= MTLS_TOKEN_PIN_FINAL_TRY }
-        if info.protectedAuthenticationPath { f |= MTLS_TOKEN_PROTECTED_AUTH_PATH }
-        if info.userPINInitialized { f |= MTLS_TOKEN_USER_PIN_INITIALIZED }
-        flags.pointee = f
+        flags.pointee = flagBits(info)
     }
+}
+
+/// A token's flags as MTLS_TOKEN_* bits.
+private func flagBits(_ info: TokenInfo) -> UInt32 {
+    var f: UInt32 = 0
+    if info.loginRequired { f |= MTLS_TOKEN_LOGIN_REQUIRED }
+    if info.userPINLocked { f |= MTLS_TOKEN_PIN_LOCKED }
+    if info.userPINCountLow { f |= MTLS_TOKEN_PIN_COUNT_LOW }
+    if info.userPINFinalTry { f |= MTLS_TOKEN_PIN_FINAL_TRY }
+    if info.protectedAuthenticationPath { f |= MTLS_TOKEN_PROTECTED_AUTH_PATH }
+    if info.userPINInitialized { f |= MTLS_TOKEN_USER_PIN_INITIALIZED }
+    return f
 }
 
 // MARK: objects
@@ -257,9 +262,7 @@ private func pinAdapter(_ cb: mtls_pin_cb, _ userdata: UnsafeMutableRawPointer?)
             explicit_bzero(buffer, size)
             buffer.deallocate()
         }
-        var flags: UInt32 = 0
-        if request.countLow { flags |= MTLS_TOKEN_PIN_COUNT_LOW }
-        if request.finalTry { flags |= MTLS_TOKEN_PIN_FINAL_TRY }
+        let flags = flagBits(request.token)
         let rc = request.tokenLabel.withCString { label in
             request.tokenURI.withCString { tokenURI in cb(userdata, label, tokenURI, flags, buffer, size) }
         }

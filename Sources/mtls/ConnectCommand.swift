@@ -8,6 +8,7 @@ struct IdentityOptions: ParsableArguments {
     @Option(help: "The identity to present: a store label, a FILE.p12, or a pkcs11: URI (with --pin-file).") var identity: String?
     @Option(help: "File with the .p12 password (first line).") var passwordFile: String?
     @Option(help: "File with the token PIN (first line).") var pinFile: String?
+    @Flag(help: "Send the PIN file's PIN even when the token says the next wrong PIN locks it.") var allowFinalTry = false
     @Option(help: "Certificate PEM file (leaf first, then its chain), with --key.") var cert: String?
     @Option(help: "Private key PEM file, with --cert (encrypted keys use --password-file).") var key: String?
     @Option(help: "The credential store (default $MTLS_STORE); must exist. Without --identity, a client chooses among its identities and token identities.") var store: String?
@@ -47,7 +48,7 @@ struct IdentityOptions: ParsableArguments {
         guard let identity else { return nil }
         if PKCS11URI.isPKCS11URI(identity) {
             // The key stays on the token; the PIN comes from --pin-file or the URI (pin-value/pin-source).
-            return try Token.identity(uri: identity, pin: try pinFile.map(CLI.readSecretFile))
+            return try Token.identity(uri: identity, pin: try pinFile.map(CLI.readSecretFile), allowFinalTry: allowFinalTry)
         }
         let lower = identity.lowercased()
         if lower.hasSuffix(".p12") || lower.hasSuffix(".pfx") || FileManager.default.fileExists(atPath: identity) {
@@ -61,7 +62,7 @@ struct IdentityOptions: ParsableArguments {
         } catch let e as MTLSError where e.code == .notFound {
             // A token identity stored under the label (`mtls store add-token`).
             guard let reference = try? store.tokenIdentity(label: identity) else { throw e }
-            return try Token.identity(uri: reference.uri, pin: try pinFile.map(CLI.readSecretFile))
+            return try Token.identity(reference: reference, pin: try pinFile.map(CLI.readSecretFile), allowFinalTry: allowFinalTry)
         }
     }
 }

@@ -59,12 +59,12 @@ public final class IdentityCandidate: @unchecked Sendable {
     }
 
     /// A token identity held in a store: chosen by its stored certificates; when chosen, the
-    /// key is found on the token with ``Token/identity(uri:modulePath:pin:pinCallback:)``
+    /// key is found on the token with ``Token/identity(reference:modulePath:pin:pinCallback:allowFinalTry:)``
     /// (PIN: `pin`, else `pinCallback`, else the URI's pin-value/pin-source).
     public init(token reference: StoreTokenReference, pin: SecretBytes? = nil, pinCallback: TokenPINCallback? = nil) {
         leaf = reference.certificate
         chain = reference.chain
-        load = { try Token.identity(uri: reference.uri, pin: pin, pinCallback: pinCallback) }
+        load = { try Token.identity(reference: reference, pin: pin, pinCallback: pinCallback) }
     }
 
     /// The identity, loaded on first use and kept (a token identity keeps its session).
