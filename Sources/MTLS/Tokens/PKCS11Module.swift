@@ -125,11 +125,13 @@ final class PKCS11Session: @unchecked Sendable {
     let handle: CK_SESSION_HANDLE
     let lock = Mutex<Void>(())
 
-    init(module: PKCS11Module, slot: CK_SLOT_ID) throws {
+    /// `readWrite` for sessions that create objects (key generation, certificate import).
+    init(module: PKCS11Module, slot: CK_SLOT_ID, readWrite: Bool = false) throws {
         self.module = module
         self.slot = slot
         var h: CK_SESSION_HANDLE = 0
-        let rv = module.functions.pointee.C_OpenSession(slot, CK_FLAGS(CKF_SERIAL_SESSION), nil, nil, &h)
+        let flags = CK_FLAGS(CKF_SERIAL_SESSION) | (readWrite ? CK_FLAGS(CKF_RW_SESSION) : 0)
+        let rv = module.functions.pointee.C_OpenSession(slot, flags, nil, nil, &h)
         guard rv == CKR_OK else { throw PKCS11.error(rv, "cannot open a session on the token") }
         handle = h
     }
@@ -249,6 +251,35 @@ final class PKCS11Session: @unchecked Sendable {
         }
     }
 
+    /// Generates a key pair on the token (`C_GenerateKeyPair`); returns (public, private).
+    func generateKeyPair(mechanism: CK_MECHANISM_TYPE, publicTemplate: [PKCS11Attribute],
+                         privateTemplate: [PKCS11Attribute]) throws -> (CK_OBJECT_HANDLE, CK_OBJECT_HANDLE) {
+        try lock.withLock { _ in
+            try PKCS11Attribute.withTemplate(publicTemplate) { pub, pubCount in
+                try PKCS11Attribute.withTemplate(privateTemplate) { priv, privCount in
+                    var mech = CK_MECHANISM(mechanism: mechanism, pParameter: nil, ulParameterLen: 0)
+                    var publicKey: CK_OBJECT_HANDLE = 0
+                    var privateKey: CK_OBJECT_HANDLE = 0
+                    let rv = f.C_GenerateKeyPair(handle, &mech, pub, pubCount, priv, privCount, &publicKey, &privateKey)
+                    guard rv == CKR_OK else { throw PKCS11.error(rv, "C_GenerateKeyPair") }
+                    return (publicKey, privateKey)
+                }
+            }
+        }
+    }
+
+    /// Creates an object on the token (`C_CreateObject`).
+    func createObject(_ template: [PKCS11Attribute]) throws -> CK_OBJECT_HANDLE {
+        try lock.withLock { _ in
+            try PKCS11Attribute.withTemplate(template) { t, n in
+                var object: CK_OBJECT_HANDLE = 0
+                let rv = f.C_CreateObject(handle, t, n, &object)
+                guard rv == CKR_OK else { throw PKCS11.error(rv, "C_CreateObject") }
+                return object
+            }
+        }
+    }
+
     /// Closes every session of the application on this token (test hook: what a removed token
     /// looks like to the open sessions).
     func closeAllSessions() { _ = f.C_CloseAllSessions(slot) }
@@ -265,6 +296,10 @@ struct PKCS11Attribute {
 
     static func bytes(_ type: CK_ATTRIBUTE_TYPE, _ v: [UInt8]) -> PKCS11Attribute {
         PKCS11Attribute(type: type, value: v)
+    }
+
+    static func bool(_ type: CK_ATTRIBUTE_TYPE, _ v: Bool) -> PKCS11Attribute {
+        PKCS11Attribute(type: type, value: [v ? 1 : 0])
     }
 
     /// Runs `body` with a C template pointing at the attributes' bytes.

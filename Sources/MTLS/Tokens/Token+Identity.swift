@@ -90,7 +90,7 @@ extension Token {
 
     /// Whether the token shows, without a login, an object the URI names (a certificate or a
     /// key with its `id`/`object`; any certificate or key when it names none).
-    private static func holdsVisibly(_ session: PKCS11Session, uri: PKCS11URI, stored: StoreTokenReference?) throws -> Bool {
+    static func holdsVisibly(_ session: PKCS11Session, uri: PKCS11URI, stored: StoreTokenReference?) throws -> Bool {
         var template: [PKCS11Attribute] = []
         if let id = uri.id { template.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_ID), id)) }
         if let label = uri.object { template.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_LABEL), Array(label.utf8))) }
@@ -225,7 +225,7 @@ extension Token {
     }
 
     /// The token key must be the same kind as the certificate's (RSA, EC).
-    private static func checkKeyType(_ value: [UInt8]?, certificateKey: OpaquePointer, leaf: Certificate) throws {
+    static func checkKeyType(_ value: [UInt8]?, certificateKey: OpaquePointer, leaf: Certificate) throws {
         guard let value, value.count == MemoryLayout<CK_ULONG>.size else { return }
         let kt = value.withUnsafeBytes { $0.loadUnaligned(as: CK_ULONG.self) }
         let expected: CK_ULONG
@@ -241,7 +241,7 @@ extension Token {
 
     /// Logs in with the first PIN available (see ``identity(uri:modulePath:pin:pinCallback:allowFinalTry:)``),
     /// under ``TokenLogin``'s rules.
-    private static func login(session: PKCS11Session, token known: TokenInfo, plan: PINPlan) throws {
+    static func login(session: PKCS11Session, token known: TokenInfo, plan: PINPlan) throws {
         let token = TokenLogin.freshInfo(session, fallback: known)
         if token.userPINLocked {
             throw MTLSError(.pinLocked, "the user PIN of token \"\(token.label)\" is locked")
@@ -342,7 +342,7 @@ extension Token {
         return SecretBytes(Array(bytes[0..<end]))
     }
 
-    private static func describeToken(_ uri: PKCS11URI) -> String {
+    static func describeToken(_ uri: PKCS11URI) -> String {
         var parts: [String] = []
         if let t = uri.token { parts.append("token=\"\(t)\"") }
         if let s = uri.serial { parts.append("serial=\(s)") }
@@ -351,7 +351,7 @@ extension Token {
         return parts.isEmpty ? "the URI" : parts.joined(separator: " ")
     }
 
-    private static func describeObject(_ uri: PKCS11URI) -> String {
+    static func describeObject(_ uri: PKCS11URI) -> String {
         var parts: [String] = []
         if let o = uri.object { parts.append("object=\"\(o)\"") }
         if let id = uri.id { parts.append("id=\(Encoding.hex(id))") }
