@@ -787,6 +787,29 @@ MTLS_EXTERN int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, v
  * memory. Free *out with mtls_string_free. */
 MTLS_EXTERN int mtls_identity_token_uri(const mtls_identity *identity, char **out);
 
+/* Enrollment on a token (PIN as for mtls_identity_from_pkcs11: pin_cb, else the URI's pin-value
+ * or pin-source; a static PIN the token refused is not sent again until it changes, and none is
+ * sent to a token at its final try: MTLS_E_PIN_LOCKED). The PIN callback, if any, is called on
+ * the calling thread during the call only and is not kept. */
+/* Generate a key pair on the token the URI names (token=... and object=LABEL and/or id=%XX...):
+ * key_type "ec-p256", "ec-p384", "rsa2048", "rsa3072" or "ed25519"; the private key sensitive,
+ * never extractable, for signing, with CKA_ID from id= (random when absent) and CKA_LABEL from
+ * object=. *key_uri is the new private key's URI; free it with mtls_string_free.
+ * MTLS_E_DUPLICATE when the token has a key with that id or label; MTLS_E_UNSUPPORTED when the
+ * token cannot make that type. */
+MTLS_EXTERN int mtls_token_keygen(const char *uri, const char *key_type, mtls_pin_cb pin_cb, void *userdata,
+                                  char **key_uri);
+/* A PKCS#10 certificate signing request for the token key the URI names, with `subject`
+ * ("CN=alice", "CN=alice,O=Example"), signed on the token. *csr_pem (PEM) is freed with
+ * mtls_string_free. */
+MTLS_EXTERN int mtls_token_csr(const char *uri, const char *subject, mtls_pin_cb pin_cb, void *userdata, char **csr_pem);
+/* Write `cert` onto the token beside the private key the URI names (same CKA_ID; label from the
+ * URI's object=, else the key's). MTLS_E_KEY_MISMATCH when it is not that key's certificate,
+ * MTLS_E_DUPLICATE when it is already there. *cert_uri (may be NULL) receives the certificate
+ * object's URI; free it with mtls_string_free. */
+MTLS_EXTERN int mtls_token_import_cert(const char *uri, const mtls_cert *cert, mtls_pin_cb pin_cb, void *userdata,
+                                       char **cert_uri);
+
 /* ======================================================================================
  * Issuing: a private PKI (issue: pki)
  * ====================================================================================== */
@@ -836,6 +859,13 @@ MTLS_EXTERN int mtls_pki_root(const char *name, const mtls_issue_options *opts, 
  * Free *out with mtls_issued_free. */
 MTLS_EXTERN int mtls_pki_issue(const mtls_issued *issuer, int profile, const char *name,
                                const mtls_issue_options *opts, mtls_issued **out);
+/* Sign a certificate signing request (PEM or DER, csr_len bytes) as an MTLS_PROFILE_SERVER or
+ * _CLIENT certificate from the CA `issuer`: the same profiles as mtls_pki_issue, the key stays
+ * with its owner (e.g. on a token). The CSR's self-signature must verify (MTLS_E_CORRUPT
+ * otherwise; MTLS_E_PARSE for data that is not a CSR). `name` is the CN (NULL: the CSR's CN);
+ * opts gives validity, DNS and IP names (its key_type is ignored). Free *out with mtls_cert_free. */
+MTLS_EXTERN int mtls_pki_sign_csr(const mtls_issued *issuer, int profile, const uint8_t *csr, size_t csr_len,
+                                  const char *name, const mtls_issue_options *opts, mtls_cert **out);
 /* Load a certificate (and its chain: PEM, DER or PKCS#7 at cert_path) with its private key
  * (PEM at key_path; key_password NULL when it is not encrypted), e.g. a CA made by `mtls pki`.
  * MTLS_E_BAD_PASSWORD, MTLS_E_KEY_MISMATCH, MTLS_E_NOT_FOUND. Free *out with mtls_issued_free. */

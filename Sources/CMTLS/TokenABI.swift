@@ -280,3 +280,50 @@ public func mtls_identity_token_uri(_ identity: OpaquePointer?, _ out: UnsafeMut
         try putOptionalString(out) { try handle(identity, Identity.self, "identity").privateKey.tokenURI }
     }
 }
+
+// MARK: enrollment
+
+/// `int mtls_token_keygen(const char *uri, const char *key_type, mtls_pin_cb pin_cb, void *userdata,
+///                        char **key_uri)`
+@_cdecl("mtls_token_keygen")
+public func mtls_token_keygen(_ uri: UnsafePointer<CChar>?, _ keyType: UnsafePointer<CChar>?, _ pinCallback: mtls_pin_cb?,
+                              _ userdata: UnsafeMutableRawPointer?,
+                              _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        let uri = try string(uri, "uri")
+        let name = try string(keyType, "key_type")
+        _ = try require(out, "key_uri")
+        guard let type = TokenKeyType(rawValue: name) else {
+            throw MTLSError(.invalidArgument, "unknown key type \"\(name)\" (use \(TokenKeyType.allCases.map(\.rawValue).joined(separator: ", ")))")
+        }
+        try putString(try Token.generateKey(uri: uri, type: type, pinCallback: pinCallback.map { pinAdapter($0, userdata) }), out)
+    }
+}
+
+/// `int mtls_token_csr(const char *uri, const char *subject, mtls_pin_cb pin_cb, void *userdata, char **csr_pem)`
+@_cdecl("mtls_token_csr")
+public func mtls_token_csr(_ uri: UnsafePointer<CChar>?, _ subject: UnsafePointer<CChar>?, _ pinCallback: mtls_pin_cb?,
+                           _ userdata: UnsafeMutableRawPointer?,
+                           _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        let uri = try string(uri, "uri")
+        let subject = try string(subject, "subject")
+        _ = try require(out, "csr_pem")
+        let csr = try Token.makeCSR(uri: uri, subject: subject, pinCallback: pinCallback.map { pinAdapter($0, userdata) })
+        try putString(csr.pem, out)
+    }
+}
+
+/// `int mtls_token_import_cert(const char *uri, const mtls_cert *cert, mtls_pin_cb pin_cb, void *userdata,
+///                             char **cert_uri)`
+@_cdecl("mtls_token_import_cert")
+public func mtls_token_import_cert(_ uri: UnsafePointer<CChar>?, _ cert: OpaquePointer?, _ pinCallback: mtls_pin_cb?,
+                                   _ userdata: UnsafeMutableRawPointer?,
+                                   _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        let uri = try string(uri, "uri")
+        let certificate = try handle(cert, Certificate.self, "cert")
+        let certURI = try Token.importCertificate(certificate, uri: uri, pinCallback: pinCallback.map { pinAdapter($0, userdata) })
+        if out != nil { try putString(certURI, out) }
+    }
+}

@@ -67,10 +67,10 @@ extension Token {
         }
         let (session, token, info) = try openToken(uri: uri, text: text, modulePath: modulePath, readWrite: true, requireObject: false)
         try requireLogin(session, token, uri: uri, pin: pin, pinCallback: pinCallback, allowFinalTry: allowFinalTry)
-        var existing: [PKCS11Attribute] = [.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(CKO_PRIVATE_KEY))]
-        if let id = uri.id { existing.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_ID), id)) }
-        if try !session.findObjects(existing, limit: 1).isEmpty {
-            throw MTLSError(.duplicate, "token \"\(token.label)\" already has a private key with id \(Encoding.hex(uri.id ?? []))")
+        if let id = uri.id,
+           try !session.findObjects([.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(CKO_PRIVATE_KEY)),
+                                     .bytes(CK_ATTRIBUTE_TYPE(CKA_ID), id)], limit: 1).isEmpty {
+            throw MTLSError(.duplicate, "token \"\(token.label)\" already has a private key with id \(Encoding.hex(id))")
         }
         if let label = uri.object,
            try !session.findObjects([.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(CKO_PRIVATE_KEY)),
