@@ -781,7 +781,13 @@ typedef int (*mtls_pin_cb)(void *userdata, const char *token_label, const char *
  * pin-source (a file); the module from the URI's module-path or module-name, else every
  * registered module. The identity keeps a session with the token open (and the user logged in)
  * until it and every connection using it are freed. Free *out with mtls_identity_free; share it
- * across threads (signatures on one token are serialised). */
+ * across threads (signatures on one token are serialised).
+ * A token removed while the identity is loaded makes the next handshake fail with
+ * MTLS_E_TOKEN_REMOVED; once it is back, the next handshake opens a new session, logs in again
+ * (with the URI's pin-value or pin-source; pin_cb is not kept, so an identity whose PIN came from
+ * the callback must be made again) and works, without restarting the program. The identity also
+ * works in a fork()ed child: the first signature there initialises the module again (PKCS#11
+ * requires C_Initialize in the child) and opens the child's own session. */
 MTLS_EXTERN int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, void *userdata, mtls_identity **out);
 /* The pkcs11: URI of the identity's private key when it lives on a token; *out NULL for a key in
  * memory. Free *out with mtls_string_free. */

@@ -128,6 +128,8 @@ extension Token {
         defer { EVP_PKEY_free(publicKey) }
         let keyURI = try P11KitURI.format(token: info, label: label, id: id.isEmpty ? nil : id, cls: CK_OBJECT_CLASS(CKO_PRIVATE_KEY))
         let context = TokenKeyContext(session: session, key: key, uri: keyURI)
+        reconnect(session, token: token, key: key, id: id, label: label,
+                  plan: PINPlan(pin: pin, callback: pinCallback, uri: uri, allowFinalTry: allowFinalTry))
         return PrivateKey(takingOwnership: try TokenKey.make(publicKey: publicKey, context: context), tokenURI: keyURI)
     }
 

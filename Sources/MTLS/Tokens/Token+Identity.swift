@@ -164,7 +164,7 @@ extension Token {
         if certs.isEmpty, let stored {
             // A key with no certificate object on the token: the stored certificate is its leaf.
             return try storedIdentity(on: session, token: token, info: info, uri: uri, stored: stored, others: all,
-                                      logIn: logIn)
+                                      plan: plan, logIn: logIn)
         }
         if certs.isEmpty { return nil }
         guard certs.count == 1 else {
@@ -200,6 +200,7 @@ extension Token {
         }
         try checkKeyType(keyAttributes[CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)], certificateKey: publicKey, leaf: leaf)
         let context = TokenKeyContext(session: session, key: key, uri: keyURI)
+        reconnect(session, token: token, key: key, id: id, label: keyLabel, plan: plan)
         let pkey = try TokenKey.make(publicKey: publicKey, context: context)
         let privateKey = PrivateKey(takingOwnership: pkey, tokenURI: keyURI)
 
@@ -267,7 +268,7 @@ extension Token {
     /// key the URI names (by `id`/`object`; the only private key when it names neither), with
     /// the stored certificate as its leaf, proved to belong together by a signature.
     private static func storedIdentity(on session: PKCS11Session, token: TokenInfo, info: CK_TOKEN_INFO, uri: PKCS11URI,
-                                       stored: StoreTokenReference, others: [TokenCertificate],
+                                       stored: StoreTokenReference, others: [TokenCertificate], plan: PINPlan,
                                        logIn: () throws -> Void) throws -> Identity? {
         try logIn()
         var selector: [PKCS11Attribute] = [.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(CKO_PRIVATE_KEY))]
@@ -290,6 +291,7 @@ extension Token {
         }
         try checkKeyType(attributes[CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)], certificateKey: publicKey, leaf: leaf)
         let context = TokenKeyContext(session: session, key: key, uri: keyURI)
+        reconnect(session, token: token, key: key, id: id, label: keyLabel, plan: plan)
         let pkey = try TokenKey.make(publicKey: publicKey, context: context)
         let privateKey = PrivateKey(takingOwnership: pkey, tokenURI: keyURI)
         // The key's public half is the certificate's by construction; only a signature shows the
@@ -298,6 +300,19 @@ extension Token {
         let tokenCertificates = others.compactMap { c in c.der.flatMap { try? Certificate(der: $0) } }
         return try Identity(privateKey: privateKey, leaf: leaf, certificates: stored.chain + tokenCertificates,
                             friendlyName: keyLabel, localKeyID: id.isEmpty ? nil : id)
+    }
+
+    /// Lets the key's session come back after the token was removed and reinserted, or in a
+    /// fork()ed child: the same token, the key by its id and label, a login with the static PIN
+    /// source the identity was made with (a callback is not called again: it may be gone).
+    static func reconnect(_ session: PKCS11Session, token: TokenInfo, key: CK_OBJECT_HANDLE, id: [UInt8], label: String?,
+                          plan: PINPlan) {
+        let staticPlan = PINPlan(pin: plan.pin, callback: nil, uri: plan.uri, allowFinalTry: plan.allowFinalTry)
+        session.reconnection = TokenReconnection(tokenLabel: token.label, serial: token.serial, keyHandle: key, keyID: id,
+                                                 keyLabel: id.isEmpty ? label : nil) { s in
+            guard token.loginRequired else { return }
+            try login(session: s, token: token, plan: staticPlan)
+        }
     }
 
     /// Signs a random message with the token key and verifies it with the certificate's public
