@@ -178,7 +178,7 @@ MTLS_EXTERN int mtls_cert_eku_count(const mtls_cert *cert, size_t *count);
 MTLS_EXTERN int mtls_cert_eku(const mtls_cert *cert, size_t index, char **oid);
 
 /* ======================================================================================
- * Identities and PKCS#12 (issue: foundation)
+ * Identities and PKCS#12
  * ====================================================================================== */
 
 /* An mtls_identity is a private key with its leaf certificate and the chain above it, ordered
@@ -241,7 +241,7 @@ typedef struct mtls_pkcs12 mtls_pkcs12;
  * Errors: MTLS_E_BAD_PASSWORD, MTLS_E_CORRUPT (truncated or damaged), MTLS_E_NOT_PKCS12,
  * MTLS_E_UNSUPPORTED (the message names the algorithm), MTLS_E_KEY_MISMATCH (a key with no
  * matching certificate), MTLS_E_NO_IDENTITY (a key with no certificate at all),
- * MTLS_E_LIMIT_EXCEEDED (input over 16 MiB, more than 1,000,000 iterations in one KDF or MAC or
+ * MTLS_E_LIMIT (input over 16 MiB, more than 1,000,000 iterations in one KDF or MAC or
  * 4,000,000 in the whole file; checked before any KDF runs). A certificate-only file imports
  * with zero identities. */
 MTLS_EXTERN int mtls_pkcs12_import(const uint8_t *data, size_t len, const char *password, mtls_pkcs12 **out);
@@ -269,7 +269,7 @@ MTLS_EXTERN int mtls_pkcs12_export(const mtls_identity *identity, const char *pa
                                    const char *friendly_name, uint8_t **out, size_t *len);
 
 /* ======================================================================================
- * Trust policies and evaluation (issue: trust)
+ * Trust policies and evaluation
  * ====================================================================================== */
 
 /* A trust policy: anchors, name checking, host rules with SPKI pins, key and signature strength,
@@ -385,7 +385,7 @@ MTLS_EXTERN int mtls_trust_result_matched_rule(const mtls_trust_result *result, 
 MTLS_EXTERN int mtls_trust_result_matched_pin(const mtls_trust_result *result, const char **pin);
 
 /* ======================================================================================
- * Credential store (issue: store)
+ * Credential store
  * ====================================================================================== */
 
 /* A labeled credential store: one SQLite file (WAL) holding identities (private key sealed with
@@ -513,8 +513,22 @@ MTLS_EXTERN int mtls_store_export_p12(mtls_store *store, const char *label, cons
  * transaction. Other open handles keep working; the next open needs the new secret. */
 MTLS_EXTERN int mtls_store_change_secret(mtls_store *store, const uint8_t *secret, size_t secret_len, int secret_kind);
 
+/* The identity a user names, resolved the way the mtls command line's --identity is:
+ *  - key_path non-NULL: `name` is a PEM file with the certificate (leaf first, then its chain)
+ *    and key_path the PEM private key (`password` for an encrypted key);
+ *  - a "pkcs11:" URI: the token identity it names (PIN: `pin`, else the URI's pin-source);
+ *  - a file (a name ending in .p12/.pfx, or any file that exists): PKCS#12, opened with
+ *    `password` (NULL and "" both mean no password; both encodings are tried);
+ *  - anything else: a label in `store` (a stored identity, else a stored token identity, opened
+ *    with `pin`); MTLS_E_INVALID_ARGUMENT when `store` is NULL, MTLS_E_NOT_FOUND when the store
+ *    has no such label.
+ * password, pin, key_path and store may be NULL; password and pin are copied and may be wiped
+ * right after the call. Free *out with mtls_identity_free. */
+MTLS_EXTERN int mtls_identity_resolve(const char *name, const char *key_path, const char *password,
+                                      const char *pin, mtls_store *store, mtls_identity **out);
+
 /* ======================================================================================
- * Connections (issue: connections)
+ * Connections
  * ====================================================================================== */
 
 /* Mutual-TLS connections over OpenSSL's libssl. The peer's certificate is judged by the same
@@ -817,7 +831,7 @@ MTLS_EXTERN int mtls_token_import_cert(const char *uri, const mtls_cert *cert, m
                                        char **cert_uri);
 
 /* ======================================================================================
- * Issuing: a private PKI (issue: pki)
+ * Issuing: a private PKI
  * ====================================================================================== */
 
 /* Make a small private PKI: a root CA, intermediates (path length 0), server certificates

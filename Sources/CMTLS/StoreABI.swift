@@ -28,11 +28,6 @@ private func secret(_ p: UnsafePointer<UInt8>?, _ len: Int, _ kind: Int32) throw
     }
 }
 
-/// A NUL-terminated password as secret bytes (copied straight from C memory, no String).
-private func secretString(_ p: UnsafePointer<CChar>) -> SecretBytes {
-    SecretBytes(Array(UnsafeRawBufferPointer(start: p, count: strlen(p))))
-}
-
 private func itemClass(_ c: Int32, allowAny: Bool) throws -> StoreItemClass? {
     if c == 0 && allowAny { return nil }
     guard let k = StoreItemClass(rawValue: c) else { throw invalid("item_class \(c) is not an MTLS_STORE_* class") }
@@ -153,7 +148,7 @@ public func mtls_store_import_p12(_ store: OpaquePointer?, _ label: UnsafePointe
     abiCall {
         out?.pointee = nil
         let s = try handle(store, CredentialStore.self, "store")
-        let pw = password.map(secretString)
+        let pw = secretBytes(password)
         let identity = try s.importPKCS12(try bytes(data, len, "data"), password: pw, label: try string(label, "label"),
                                           replace: replace != 0)
         out?.pointee = retainHandle(identity)
@@ -373,7 +368,7 @@ public func mtls_store_export_p12(_ store: OpaquePointer?, _ label: UnsafePointe
     abiCall {
         try putBytes(out, outLen) {
             let s = try handle(store, CredentialStore.self, "store")
-            let pw = secretString(try require(password, "password"))
+            let pw = try require(secretBytes(password), "password")
             return try s.exportPKCS12(label: try string(label, "label"), password: pw, options: legacy != 0 ? .legacy : .modern)
         }
     }
