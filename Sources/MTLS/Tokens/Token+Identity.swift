@@ -131,7 +131,8 @@ extension Token {
         guard let key = try session.findObjects(keyTemplate, limit: 1).first else {
             throw MTLSError(.notFound, "no private key with the id \(Encoding.hex(id)) of certificate \"\(leaf.subjectSummary)\" on token \"\(token.label)\"")
         }
-        let keyAttributes = try session.attributes(key, [CK_ATTRIBUTE_TYPE(CKA_LABEL), CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)], guess: 256)
+        let keyAttributes = try session.attributes(key, [CK_ATTRIBUTE_TYPE(CKA_LABEL), CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE),
+                                                         CK_ATTRIBUTE_TYPE(CKA_ALWAYS_AUTHENTICATE)], guess: 256)
         let keyLabel = keyAttributes[CK_ATTRIBUTE_TYPE(CKA_LABEL)].map { String(decoding: $0, as: UTF8.self) }
         let keyURI = try P11KitURI.format(token: info, label: keyLabel, id: id.isEmpty ? nil : id,
                                           cls: CK_OBJECT_CLASS(CKO_PRIVATE_KEY))
@@ -139,7 +140,23 @@ extension Token {
             throw MTLSError.openSSL(.parse, "cannot read the public key of \"\(leaf.subjectSummary)\"")
         }
         try checkKeyType(keyAttributes[CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)], certificateKey: publicKey, leaf: leaf)
-        let context = TokenKeyContext(session: session, key: key, uri: keyURI)
+        // A CKA_ALWAYS_AUTHENTICATE key needs a context-specific login before each signature,
+        // with the PIN from the same sources as the user login (a callback is asked each time).
+        var contextPIN: (() throws -> SecretBytes?)? = nil
+        if keyAttributes[CK_ATTRIBUTE_TYPE(CKA_ALWAYS_AUTHENTICATE)]?.first ?? 0 != 0 {
+            let tokenLabel = token.label, tokenURI = token.uri
+            contextPIN = {
+                if let pin { return pin }
+                if let pinCallback {
+                    return try pinCallback(TokenPINRequest(tokenLabel: tokenLabel, tokenURI: tokenURI,
+                                                           countLow: false, finalTry: false))
+                }
+                if let v = uri.pinValue { return SecretBytes(v) }
+                if let source = uri.pinSource { return try readPINSource(source) }
+                return nil
+            }
+        }
+        let context = TokenKeyContext(session: session, key: key, uri: keyURI, contextPIN: contextPIN)
         let pkey = try TokenKey.make(publicKey: publicKey, context: context)
         let privateKey = PrivateKey(takingOwnership: pkey, tokenURI: keyURI)
 
@@ -163,7 +180,7 @@ extension Token {
                             localKeyID: id.isEmpty ? nil : id)
     }
 
-    /// The token key must be the same kind as the certificate's (RSA, EC).
+    /// The token key must be the same kind as the certificate's (RSA, EC, Ed25519).
     private static func checkKeyType(_ value: [UInt8]?, certificateKey: OpaquePointer, leaf: Certificate) throws {
         guard let value, value.count == MemoryLayout<CK_ULONG>.size else { return }
         let kt = value.withUnsafeBytes { $0.loadUnaligned(as: CK_ULONG.self) }
@@ -171,6 +188,7 @@ extension Token {
         switch EVP_PKEY_get_base_id(certificateKey) {
         case EVP_PKEY_RSA: expected = CK_ULONG(CKK_RSA)
         case EVP_PKEY_EC: expected = CK_ULONG(CKK_EC)
+        case EVP_PKEY_ED25519: expected = CK_ULONG(CKK_EC_EDWARDS)
         default: return  // TokenKey.make reports the unsupported type
         }
         guard kt == expected else {
