@@ -166,6 +166,18 @@ enum TokenKey {
         return schemes.joined(separator: ":")
     }
 
+    /// Every TLS signature scheme libmtls accepts from a peer, in OpenSSL's names (what a server
+    /// with a token key still offers for client signatures).
+    static let allSignatureSchemes = "ecdsa_secp256r1_sha256:ecdsa_secp384r1_sha384:ecdsa_secp521r1_sha512:ed25519:ed448:rsa_pss_pss_sha256:rsa_pss_pss_sha384:rsa_pss_pss_sha512:rsa_pss_rsae_sha256:rsa_pss_rsae_sha384:rsa_pss_rsae_sha512:rsa_pkcs1_sha256:rsa_pkcs1_sha384:rsa_pkcs1_sha512"
+
+    /// The TLS SignatureScheme code points (RFC 8446 4.2.3) of OpenSSL's scheme names.
+    static let schemeCodes: [String: UInt16] = [
+        "rsa_pkcs1_sha256": 0x0401, "rsa_pkcs1_sha384": 0x0501, "rsa_pkcs1_sha512": 0x0601,
+        "ecdsa_secp256r1_sha256": 0x0403, "ecdsa_secp384r1_sha384": 0x0503, "ecdsa_secp521r1_sha512": 0x0603,
+        "rsa_pss_rsae_sha256": 0x0804, "rsa_pss_rsae_sha384": 0x0805, "rsa_pss_rsae_sha512": 0x0806,
+        "ed25519": 0x0807,
+    ]
+
     /// Reports a failed token operation to OpenSSL (it becomes part of the TLS error) and keeps
     /// it for ``takeFailure()`` on this thread.
     fileprivate static func report(_ error: Error) {
