@@ -215,6 +215,12 @@ static int run_sign(int argc, char **argv) {
     memset(input, 0x5a, sizeof input);
     if (kt == CKK_RSA) { mech.mechanism = CKM_RSA_PKCS_PSS; mech.pParameter = &pss; mech.ulParameterLen = sizeof pss; }
     else if (kt == CKK_EC_EDWARDS) { mech.mechanism = CKM_EDDSA; input_len = sizeof input; }
+    else {
+        /* ecdsa_secp384r1_sha384 signs a SHA-384 hash (P-384's CKA_EC_PARAMS is the 7-byte OID). */
+        unsigned char params[64];
+        CK_ATTRIBUTE pa = {CKA_EC_PARAMS, params, sizeof params};
+        if (f->C_GetAttributeValue(session, key, &pa, 1) == CKR_OK && pa.ulValueLen == 7) input_len = 48;
+    }
 
     double *th = calloc((size_t)rounds, sizeof *th), *tr = calloc((size_t)rounds, sizeof *tr);
     char target[64];
