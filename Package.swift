@@ -8,9 +8,9 @@ let package = Package(
         // libmtls.so: the C ABI. SONAME and the export list are set in the linker settings below.
         .library(name: "mtls", type: .dynamic, targets: ["CMTLS"]),
         .library(name: "MTLS", targets: ["MTLS"]),
-        // The command line. SwiftPM cannot have a product named like the library; `make install`
-        // installs it as `bin/mtls`.
-        .executable(name: "mtls-cli", targets: ["mtlscli"]),
+        // The command line: folder, target and product are all `mtls-cli` (SwiftPM cannot have a
+        // product named like the library); `make install` installs it as `bin/mtls`.
+        .executable(name: "mtls-cli", targets: ["mtls-cli"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -33,6 +33,7 @@ let package = Package(
         .target(
             name: "CMTLS",
             dependencies: ["MTLS", "CMTLSHeader"],
+            exclude: ["libmtls.map"],
             linkerSettings: [
                 .unsafeFlags([
                     "-Xlinker", "-soname=libmtls.so.0",
@@ -42,14 +43,15 @@ let package = Package(
             ]
         ),
         .executableTarget(
-            name: "mtlscli",
-            dependencies: ["MTLS", .product(name: "ArgumentParser", package: "swift-argument-parser")],
-            path: "Sources/mtls"
+            name: "mtls-cli",
+            dependencies: ["MTLS", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
         // COpenSSL: tests drive an application-owned SSL_CTX (bring your own context) directly.
-        .testTarget(name: "MTLSTests", dependencies: ["MTLS", "COpenSSL"]),
+        // The tests share fixtures through static state and threads: they stay in the Swift 5
+        // language mode, while everything that ships is checked in Swift 6 mode.
+        .testTarget(name: "MTLSTests", dependencies: ["MTLS", "COpenSSL"],
+                    swiftSettings: [.swiftLanguageMode(.v5)]),
     ],
-    // Swift 5 mode: the core is mostly C interop over OpenSSL objects whose thread safety is
-    // stated per type in the docs; Sendable conformances are declared where they hold.
-    swiftLanguageModes: [.v5]
+    // Swift 6 language mode: complete concurrency checking for the library, its C ABI and the CLI.
+    swiftLanguageModes: [.v6]
 )

@@ -134,7 +134,7 @@ public func mtls_token_objects(_ modulePath: UnsafePointer<CChar>?, _ tokenURI: 
                                _ count: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
         try putHandles(out, count) {
-            let secret = pin.map { p in SecretBytes(Array(UnsafeBufferPointer(start: UnsafeRawPointer(p).assumingMemoryBound(to: UInt8.self), count: strlen(p)))) }
+            let secret = secretBytes(pin)
             let objects = try PKCS11Modules(modulePath: optionalString(modulePath)).objects(tokenURI: optionalString(tokenURI), pin: secret)
             return objects.map(TokenObjectHandle.init)
         }
@@ -248,7 +248,11 @@ public func mtls_identity_from_pkcs11(_ uri: UnsafePointer<CChar>?, _ pinCallbac
 /// A core PIN callback that asks the application's C callback, through a buffer it writes the
 /// PIN into.
 private func pinAdapter(_ cb: mtls_pin_cb, _ userdata: UnsafeMutableRawPointer?) -> TokenPINCallback {
-    { request in
+    // Core PIN callbacks are @Sendable (a token may ask again on a handshake thread); this one
+    // is used only during the C call that registered it (see mtls_pin_cb in the header), and
+    // its user data is handed back to the application untouched.
+    nonisolated(unsafe) let userdata = userdata
+    return { request in
         // The buffer the application writes the PIN into; wiped before it is freed.
         let size = 1024
         let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)
@@ -265,8 +269,7 @@ private func pinAdapter(_ cb: mtls_pin_cb, _ userdata: UnsafeMutableRawPointer?)
         }
         guard rc == 0 else { return nil }
         buffer[size - 1] = 0
-        let n = strlen(buffer)
-        return SecretBytes(Array(UnsafeBufferPointer(start: UnsafeRawPointer(buffer).assumingMemoryBound(to: UInt8.self), count: n)))
+        return secretBytes(buffer)
     }
 }
 

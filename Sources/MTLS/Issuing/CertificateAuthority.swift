@@ -7,7 +7,7 @@ import FoundationEssentials
 /// X509v3 extensions, `X509_sign` with SHA-256, or pure EdDSA for Ed25519 keys); this type only
 /// decides what goes in, following ``CertificateProfile``. Immutable; safe to share across
 /// threads.
-public final class CertificateAuthority: @unchecked Sendable {
+public final class CertificateAuthority: Sendable {
     /// The CA's certificate.
     public let certificate: Certificate
     /// The CA's private key.
@@ -74,6 +74,28 @@ public final class CertificateAuthority: @unchecked Sendable {
         let cert = try issue(CertificateRequest(profile: .intermediate, commonName: commonName,
                                                 validityDays: validityDays), for: key, now: now)
         return try CertificateAuthority(certificate: cert, privateKey: key)
+    }
+}
+
+extension CertificateAuthority {
+    /// A new root CA with a new key, as an identity (key + self-signed certificate): the step
+    /// `mtls pki init` and `mtls_pki_root` share.
+    public static func newRoot(commonName: String, keySpec: KeySpec = .ecP256, validityDays: Int? = nil,
+                               now: Date = Date()) throws -> Identity {
+        let key = try PrivateKey.generate(keySpec)
+        let ca = try makeRoot(commonName: commonName, key: key, validityDays: validityDays, now: now)
+        return try Identity(privateKey: key, leaf: ca.certificate)
+    }
+
+    /// Issues `request` to a new key made here, as an identity carrying this CA's chain:
+    /// `chain` is what is known above this CA (its own certificate first or not at all; both
+    /// are accepted, the identity orders them). The step `mtls pki intermediate|issue` and
+    /// `mtls_pki_issue` share.
+    public func issueWithNewKey(_ request: CertificateRequest, keySpec: KeySpec = .ecP256, chain: [Certificate] = [],
+                                now: Date = Date()) throws -> Identity {
+        let key = try PrivateKey.generate(keySpec)
+        let leaf = try issue(request, for: key, now: now)
+        return try Identity(privateKey: key, leaf: leaf, certificates: [certificate] + chain.filter { $0 != certificate })
     }
 }
 

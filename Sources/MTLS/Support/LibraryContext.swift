@@ -7,6 +7,7 @@ internal import CMTLSProvider
 /// by old PKCS#12 files) is loaded only into this context, libmtls's provider for PKCS#11 token
 /// keys only into a second context of its own (``tokenKeys``), and the TLS contexts libmtls makes
 /// are created in this one (`SSL_CTX_new_ex`).
+/// Sendable: `OSSL_LIB_CTX` is thread-safe, and `ctx`/`hasLegacy`/`tokenKeys` never change after `init`.
 final class LibraryContext: @unchecked Sendable {
     /// The shared context, created on first use. OpenSSL's library contexts are thread-safe.
     static let shared = LibraryContext()

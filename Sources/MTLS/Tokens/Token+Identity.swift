@@ -3,6 +3,14 @@ internal import CP11Kit
 import FoundationEssentials
 
 extension Token {
+    /// The identity a store keeps under a label (`mtls store add-token`): the key and
+    /// certificates on the token that `reference.uri` names. The PIN comes as for
+    /// ``identity(uri:modulePath:pin:pinCallback:)``.
+    public static func identity(reference: StoreTokenReference, pin: SecretBytes? = nil,
+                                pinCallback: TokenPINCallback? = nil) throws -> Identity {
+        try identity(uri: reference.uri, pin: pin, pinCallback: pinCallback)
+    }
+
     /// The identity a `pkcs11:` URI names: the certificate it matches (by `object`/`id`) and
     /// the private key with the same CKA_ID on the same token. The private key never leaves the
     /// token: the identity's ``PrivateKey`` signs through the token (its ``PrivateKey/tokenURI``

@@ -178,7 +178,7 @@ struct PKICommand: ParsableCommand {
         @Option(help: "The name the certificate was issued under.") var name: String?
         @Option(help: "The certificate file to revoke.") var cert: String?
         @Option(help: "Reason: \(Revocation.Reason.allCases.map(\.name).joined(separator: ", ")).") var reason: String?
-        @Option(help: "Days until the CRL's nextUpdate.") var crlDays = 30
+        @Option(help: "Days until the CRL's nextUpdate.") var crlDays = CertificateAuthority.defaultCRLValidityDays
 
         func validate() throws {
             if (name == nil) == (cert == nil) { throw ValidationError("give exactly one of --name or --cert") }
@@ -250,7 +250,7 @@ struct PKICommand: ParsableCommand {
             commandName: "crl", abstract: "Write a fresh CRL for an intermediate (ca/<ca>/crl.pem).")
         @OptionGroup var common: Common
         @Option(help: "The intermediate's name.") var ca: String
-        @Option(help: "Days until the CRL's nextUpdate.") var days = 30
+        @Option(help: "Days until the CRL's nextUpdate.") var days = CertificateAuthority.defaultCRLValidityDays
         @Option(help: "Also copy the CRL (PEM) to this file.") var out: String?
 
         func run() throws {

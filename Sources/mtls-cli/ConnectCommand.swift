@@ -15,17 +15,28 @@ struct IdentityOptions: ParsableArguments {
 
     func openStore() throws -> CredentialStore? { try Self.openExistingStore(path: store, secretFile: secretFile) }
 
-    /// The store at `path` (default `MTLS_STORE`), or nil when none is given. Reading only: a
-    /// wrong path is an error, never a new empty store.
+    /// The store at `path`, else at the default location (``CredentialStore/defaultPath(environment:)``),
+    /// or nil when none is given and none is at the default location. Reading only: a wrong
+    /// path is an error, never a new empty store.
     static func openExistingStore(path: String?, secretFile: String?) throws -> CredentialStore? {
         let env = ProcessInfo.processInfo.environment
-        guard let path = path ?? env["MTLS_STORE"] else { return nil }
-        guard let secretPath = secretFile ?? env["MTLS_STORE_SECRET_FILE"] else {
+        let secretPath = secretFile ?? CredentialStore.defaultSecretFile(environment: env)
+        let named = path ?? env["MTLS_STORE"].flatMap { $0.isEmpty ? nil : $0 }
+        let storePath: String
+        if let named {
+            storePath = named
+        } else {
+            // The default location counts only when it holds a store and a secret is set.
+            let fallback = CredentialStore.defaultPath(environment: env)
+            guard secretPath != nil, FileManager.default.fileExists(atPath: fallback) else { return nil }
+            storePath = fallback
+        }
+        guard let secretPath else {
             throw ValidationError("--store needs --secret-file (or MTLS_STORE_SECRET_FILE)")
         }
         var options = CredentialStore.Options()
         options.create = false
-        return try CredentialStore(path: path, secret: try StoreSecret.load(path: secretPath), options: options)
+        return try CredentialStore(path: storePath, secret: try StoreSecret.load(path: secretPath), options: options)
     }
 
     /// The identity for a client: explicit, or automatic among the store's identities.
@@ -39,30 +50,10 @@ struct IdentityOptions: ParsableArguments {
     }
 
     func explicitIdentity() throws -> Identity? {
-        let password = try passwordFile.map(CLI.readSecretFile)
-        if let cert, let key {
-            return try Identity(certificatePath: cert, keyPath: key, password: password)
-        }
-        if cert != nil || key != nil { throw ValidationError("--cert and --key go together") }
-        guard let identity else { return nil }
-        if PKCS11URI.isPKCS11URI(identity) {
-            // The key stays on the token; the PIN comes from --pin-file or the URI (pin-value/pin-source).
-            return try Token.identity(uri: identity, pin: try pinFile.map(CLI.readSecretFile))
-        }
-        let lower = identity.lowercased()
-        if lower.hasSuffix(".p12") || lower.hasSuffix(".pfx") || FileManager.default.fileExists(atPath: identity) {
-            return try PKCS12.load(path: identity, password: password).requireIdentity()
-        }
-        guard let store = try openStore() else {
-            throw ValidationError("\(identity) is not a file; a store label needs --store and --secret-file")
-        }
-        do {
-            return try store.identity(label: identity)
-        } catch let e as MTLSError where e.code == .notFound {
-            // A token identity stored under the label (`mtls store add-token`).
-            guard let reference = try? store.tokenIdentity(label: identity) else { throw e }
-            return try Token.identity(uri: reference.uri, pin: try pinFile.map(CLI.readSecretFile))
-        }
+        if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
+        guard let name = cert ?? identity else { return nil }
+        return try Identity.resolve(name, keyPath: key, password: try passwordFile.map(CLI.readSecretFile),
+                                    pin: try pinFile.map(CLI.readSecretFile), openStore: openStore)
     }
 }
 
@@ -300,7 +291,7 @@ struct ServeCommand: ParsableCommand {
             o.ioTimeout = 10
             let listener = try TLSListener(address: address, port: port, options: o)
             print("listening on \(address):\(listener.port)")
-            fflush(stdout)
+            fflush(nil)  // all streams: Swift 6 does not let code touch the C global `stdout`
             var served = 0
             // Each client is served on its own thread; with --count the last ones must be served
             // to the end (reply sent, connection shut down) before the process exits.
@@ -313,15 +304,18 @@ struct ServeCommand: ParsableCommand {
                     conn = try listener.accept()
                 } catch let e as MTLSError {
                     print("rejected \(e.message) [\(e.code.name)]")
-                    fflush(stdout)
+                    fflush(nil)
                     continue
                 }
                 let subject = conn.peerCertificate?.subject ?? "(no certificate)"
                 print("accepted \(conn.peerAddress) \(conn.tlsVersion) client \(subject): \(PolicyBuilder.summary(conn.evaluation))")
-                fflush(stdout)
+                fflush(nil)
                 serving.enter()
+                // The connection moves to the serving thread: this loop never touches it again
+                // (a connection is used by one thread at a time, so it is not Sendable).
+                nonisolated(unsafe) let handedOver = conn
                 Thread.detachNewThread {
-                    Self.serve(conn)
+                    Self.serve(handedOver)
                     serving.leave()
                 }
             }
