@@ -143,6 +143,23 @@ final class TokenTests: XCTestCase {
         }
     }
 
+    /// What enrollment needs from the provider: OpenSSL signs an X.509 request with the token key
+    /// (X509_REQ_sign asks the signature for its AlgorithmIdentifier), and the request verifies
+    /// with the certificate's public key: RSA (sha256WithRSAEncryption), ECDSA, Ed25519.
+    func testCertificateRequestsAreSignedOnTheToken() throws {
+        for (uri, md) in [("pkcs11:token=mtls-test;id=%01", EVP_sha256()), ("pkcs11:token=mtls-test;id=%03", EVP_sha384()),
+                          ("pkcs11:token=mtls-spare;id=%07", nil)] {
+            let identity = try Token.identity(uri: uri, modulePath: module, pin: SoftHSMFixture.pin)
+            let context = try XCTUnwrap(TokenKey.context(of: identity.privateKey))
+            let req = try XCTUnwrap(X509_REQ_new())
+            defer { X509_REQ_free(req) }
+            XCTAssertEqual(X509_REQ_set_pubkey(req, X509_get0_pubkey(identity.leaf.x509)), 1)
+            XCTAssertGreaterThan(X509_REQ_sign(req, identity.privateKey.pkey, md), 0, "\(uri): \(OpenSSLErrorQueue.drain())")
+            XCTAssertEqual(context.signatureCount.load(ordering: .relaxed), 1, uri)
+            XCTAssertEqual(X509_REQ_verify(req, X509_get0_pubkey(identity.leaf.x509)), 1, uri)
+        }
+    }
+
     /// The host program's default OpenSSL context never gets libmtls's provider; libmtls's own
     /// context (where its TLS contexts live) does not either: it has a context of its own.
     func testProviderIsOnlyInItsOwnLibraryContext() throws {
