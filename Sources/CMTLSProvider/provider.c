@@ -161,6 +161,20 @@ static const OSSL_PARAM *ed25519_import_types(int selection) {
     return (selection & OSSL_KEYMGMT_SELECT_PUBLIC_KEY) != 0 ? types : NULL;
 }
 
+/* Only the public half, for encoders (a certificate request's SubjectPublicKeyInfo): a selection
+   with the private key is refused, which is also what keeps OpenSSL from moving the key to another
+   provider for a signature (it exports with every part selected). */
+static int key_export(void *keydata, int selection, OSSL_CALLBACK *cb, void *cbarg) {
+    token_key *k = keydata;
+    if (k == NULL || k->pub == NULL || cb == NULL) return 0;
+    if ((selection & OSSL_KEYMGMT_SELECT_PRIVATE_KEY) != 0) return 0;
+    OSSL_PARAM *params = NULL;
+    if (EVP_PKEY_todata(k->pub, EVP_PKEY_PUBLIC_KEY, &params) != 1) return 0;
+    int ok = cb(params, cbarg);
+    OSSL_PARAM_free(params);
+    return ok;
+}
+
 /* bits, security-bits, max-size, default/mandatory digest, group, public key...: the public
    half answers; the token reference is ours. */
 static int key_get_params(void *keydata, OSSL_PARAM params[]) {
@@ -206,6 +220,8 @@ static const char *ed25519_operation_name(int id) { return id == OSSL_OP_SIGNATU
         {OSSL_FUNC_KEYMGMT_MATCH, (void (*)(void))key_match},                                      \
         {OSSL_FUNC_KEYMGMT_IMPORT, (void (*)(void))key_import},                                    \
         {OSSL_FUNC_KEYMGMT_IMPORT_TYPES, (void (*)(void))prefix##_import_types},                   \
+        {OSSL_FUNC_KEYMGMT_EXPORT, (void (*)(void))key_export},                                    \
+        {OSSL_FUNC_KEYMGMT_EXPORT_TYPES, (void (*)(void))prefix##_import_types},                   \
         {OSSL_FUNC_KEYMGMT_GET_PARAMS, (void (*)(void))key_get_params},                            \
         {OSSL_FUNC_KEYMGMT_GETTABLE_PARAMS, (void (*)(void))key_gettable_params},                  \
         {OSSL_FUNC_KEYMGMT_QUERY_OPERATION_NAME, (void (*)(void))prefix##_operation_name},         \
@@ -628,6 +644,9 @@ HIDDEN int mtlsp_load(OSSL_LIB_CTX *key_libctx, OSSL_LIB_CTX *main_libctx, const
     callbacks = *cb;
     public_libctx = main_libctx;
     if (!OSSL_PROVIDER_add_builtin(key_libctx, MTLSP_NAME, provider_init)) return 0;
+    /* OpenSSL's "base" provider (encoders and decoders only: no key management, no signature)
+       writes the keys' public halves (SubjectPublicKeyInfo of a certificate request). */
+    if (OSSL_PROVIDER_load(key_libctx, "base") == NULL) return 0;
     return OSSL_PROVIDER_load(key_libctx, MTLSP_NAME) != NULL;
 }
 

@@ -7,8 +7,9 @@
  * and RSA-PSS, ECDSA, Ed25519. Each signature is made by the Swift core's sign callback (C_Sign
  * on the token's session). It is loaded only into an OSSL_LIB_CTX of libmtls's own that has no
  * other provider; the host program's default context never sees it. A key object holds the token reference (retained through the
- * callbacks) and the key's public half as an OpenSSL public key; it has no export function, so
- * OpenSSL can never move the key to another provider (which could not sign with it). */
+ * callbacks) and the key's public half as an OpenSSL public key; it exports the public half only
+ * (never a selection with the private key), so OpenSSL can never move the key to another
+ * provider for a signature (which could not sign with it). */
 #include <stddef.h>
 #include <openssl/evp.h>
 
@@ -32,7 +33,8 @@ typedef struct {
 } mtlsp_callbacks;
 
 /* Registers the provider with `key_libctx` (OSSL_PROVIDER_add_builtin) and loads it there:
-   a library context of libmtls's own that holds this provider alone, so no fetch but those for
+   a library context of libmtls's own that holds this provider and OpenSSL's "base" provider
+   (encoders only) alone, so no fetch but those for
    the token keys themselves ever finds its algorithms (OpenSSL fetches a key's signature from the
    key's own provider when no other provider can take the key). Public keys and digests come from
    `main_libctx`. The callbacks are process-wide and set once. Returns 1 on success. */

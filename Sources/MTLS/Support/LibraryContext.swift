@@ -16,7 +16,8 @@ final class LibraryContext: @unchecked Sendable {
     /// Whether the legacy provider could be loaded (it ships in Debian's libssl3).
     let hasLegacy: Bool
     /// The library context of libmtls's provider for PKCS#11 token keys (`Sources/CMTLSProvider`),
-    /// where it is the only provider; nil if it could not be loaded.
+    /// where it is the only provider with keys or signatures (OpenSSL's "base" provider, encoders
+    /// only, writes their public halves); nil if it could not be loaded.
     let tokenKeys: OpaquePointer?
 
     private init() {

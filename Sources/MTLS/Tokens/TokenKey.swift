@@ -23,13 +23,13 @@ final class TokenKeyContext: @unchecked Sendable {
     let mechanisms: Set<CK_MECHANISM_TYPE>
     /// Set for a `CKA_ALWAYS_AUTHENTICATE` key: the PIN for the login before each signature
     /// (asked each time, so a PIN callback is asked per signature).
-    let contextPIN: (() throws -> SecretBytes?)?
+    let contextPIN: (@Sendable () throws -> SecretBytes?)?
     /// Signatures made on the token so far (what tests use to prove the token signed).
     let signatureCount = Atomic<Int>(0)
     /// Context-specific logins made so far.
     let contextLoginCount = Atomic<Int>(0)
 
-    init(session: PKCS11Session, key: CK_OBJECT_HANDLE, uri: String, contextPIN: (() throws -> SecretBytes?)? = nil) {
+    init(session: PKCS11Session, key: CK_OBJECT_HANDLE, uri: String, contextPIN: (@Sendable () throws -> SecretBytes?)? = nil) {
         self.session = session
         self.key = key
         self.uri = uri
@@ -57,34 +57,11 @@ final class TokenKeyContext: @unchecked Sendable {
             if pin == nil { throw MTLSError(.pinRequired, "token key \(uri) needs its PIN for each signature (CKA_ALWAYS_AUTHENTICATE), and none was given") }
         }
         do {
-            let signature: [UInt8] = try session.lock.withLock { _ in
-                let f = session.f
-                var mech = CK_MECHANISM(mechanism: mechanism, pParameter: parameter?.baseAddress,
-                                        ulParameterLen: CK_ULONG(parameter?.count ?? 0))
-                var rv = f.C_SignInit(session.handle, &mech, key)
-                guard rv == CKR_OK else { throw PKCS11.error(rv, "C_SignInit on the token key") }
-                if let pin {
-                    rv = pin.withBytes { p in
-                        f.C_Login(session.handle, CK_USER_TYPE(CKU_CONTEXT_SPECIFIC),
-                                  UnsafeMutablePointer(mutating: p.baseAddress), CK_ULONG(p.count))
-                    }
-                    guard rv == CKR_OK else {
-                        // End the signing operation the token still has open (a C_Sign that
-                        // fails other than for the buffer size terminates it).
-                        var scratch = [UInt8](repeating: 0, count: maxLength)
-                        var scratchLength = CK_ULONG(maxLength)
-                        _ = f.C_Sign(session.handle, UnsafeMutablePointer(mutating: input.baseAddress), CK_ULONG(input.count),
-                                     &scratch, &scratchLength)
-                        throw PKCS11.error(rv, "context-specific login for the signature")
-                    }
-                    contextLoginCount.add(1, ordering: .relaxed)
-                }
-                var out = [UInt8](repeating: 0, count: maxLength)
-                var len = CK_ULONG(maxLength)
-                rv = f.C_Sign(session.handle, UnsafeMutablePointer(mutating: input.baseAddress), CK_ULONG(input.count), &out, &len)
-                guard rv == CKR_OK else { throw PKCS11.error(rv, "C_Sign on the token") }
-                return Array(out.prefix(Int(len)))
-            }
+            // The session reopens itself when the token went away and is back (or in a fork()ed
+            // child): see PKCS11Session.sign.
+            let signature = try session.sign(key: key, mechanism: mechanism, parameter: parameter, contextPIN: pin,
+                                             input: input, maxLength: maxLength)
+            if pin != nil { contextLoginCount.add(1, ordering: .relaxed) }
             signatureCount.add(1, ordering: .relaxed)
             return signature
         } catch let e as MTLSError {
@@ -123,7 +100,7 @@ final class TokenKeyContext: @unchecked Sendable {
 /// library context of libmtls's own, ``LibraryContext/tokenKeys``): its key management holds the token reference and the public half, and its
 /// signature operations (RSA PKCS#1 v1.5 and PSS, ECDSA, Ed25519) call ``TokenKeyContext/sign``
 /// through the callbacks below. OpenSSL's TLS stack signs with such a key like any other, TLS 1.2
-/// and 1.3. The key cannot be exported: the provider has no export function.
+/// and 1.3. The private half cannot be exported: the provider exports only the public half.
 enum TokenKey {
     /// A new `EVP_PKEY` (one reference, owned by the caller) with `publicKey`'s public half
     /// and private operations signed on the token through `context`.
