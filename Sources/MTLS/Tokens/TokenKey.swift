@@ -19,8 +19,9 @@ final class TokenKeyContext: @unchecked Sendable {
     let key: CK_OBJECT_HANDLE
     /// The key's URI, for messages.
     let uri: String
-    /// The token's mechanisms (C_GetMechanismList): they decide the TLS signature schemes offered.
-    let mechanisms: Set<CK_MECHANISM_TYPE>
+    /// The token's mechanisms (C_GetMechanismList, asked when a TLS context is set up, not when
+    /// the identity is opened): they decide the TLS signature schemes offered.
+    var mechanisms: Set<CK_MECHANISM_TYPE> { Self.mechanisms(session) }
     /// Set for a `CKA_ALWAYS_AUTHENTICATE` key: the PIN for the login before each signature
     /// (asked each time, so a PIN callback is asked per signature).
     let contextPIN: (@Sendable () throws -> SecretBytes?)?
@@ -34,7 +35,6 @@ final class TokenKeyContext: @unchecked Sendable {
         self.key = key
         self.uri = uri
         self.contextPIN = contextPIN
-        mechanisms = Self.mechanisms(session)
     }
 
     private static func mechanisms(_ session: PKCS11Session) -> Set<CK_MECHANISM_TYPE> {
@@ -72,6 +72,7 @@ final class TokenKeyContext: @unchecked Sendable {
     /// The TLS signature schemes (OpenSSL's names) this key can make with the token's
     /// mechanisms, for a key of OpenSSL type `keyType`.
     func signatureSchemes(keyType: Int32) -> [String] {
+        let mechanisms = self.mechanisms
         var out: [String] = []
         switch keyType {
         case EVP_PKEY_RSA:
