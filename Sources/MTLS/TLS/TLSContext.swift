@@ -238,7 +238,7 @@ final class TLSContext: @unchecked Sendable {
     /// An application's context keeps its own info callback and options.
     private static func install(on ctx: OpaquePointer, config: TLSContextConfig, identity: Identity?, verifyMode: Int32,
                                 ownContext: Bool = true) throws {
-        if let identity { try use(identity, on: ctx) }
+        if let identity { try use(identity, on: ctx, server: config.purpose == .clientAuth) }
         SSL_CTX_set_verify(ctx, verifyMode, nil)
         SSL_CTX_set_cert_verify_callback(ctx, { store, arg in
             TLSContext.verifyCallback(store, arg)
@@ -274,8 +274,23 @@ final class TLSContext: @unchecked Sendable {
         }
     }
 
-    /// Makes `identity` the context's certificate, key and chain.
-    private static func use(_ identity: Identity, on ctx: OpaquePointer) throws {
+    /// Makes `identity` the context's certificate, key and chain. A token key signs only with
+    /// the schemes its token has mechanisms for (``TokenKeyContext/signatureSchemes(keyType:)``).
+    private static func use(_ identity: Identity, on ctx: OpaquePointer, server: Bool) throws {
+        if let schemes = try TokenKey.signatureAlgorithms(identity.privateKey) {
+            // A client chooses its CertificateVerify scheme from its "client sigalgs" (its
+            // ClientHello list stays whole); a server from its own list, while its
+            // CertificateRequest keeps offering every scheme for the client's signature.
+            func set(_ command: Int32, _ list: String) -> Bool {
+                list.withCString { SSL_CTX_ctrl(ctx, command, 0, UnsafeMutableRawPointer(mutating: $0)) == 1 }
+            }
+            let ok = server
+                ? set(SSL_CTRL_SET_SIGALGS_LIST, schemes) && set(SSL_CTRL_SET_CLIENT_SIGALGS_LIST, TokenKey.allSignatureSchemes)
+                : set(SSL_CTRL_SET_CLIENT_SIGALGS_LIST, schemes)
+            guard ok else {
+                throw MTLSError.openSSL(.unsupported, "OpenSSL refused the signature schemes of token key \(identity.privateKey.tokenURI ?? ""): \(schemes)")
+            }
+        }
         guard SSL_CTX_use_certificate(ctx, identity.leaf.x509) == 1 else {
             throw MTLSError.openSSL(.handshake, "cannot use the certificate \"\(identity.leaf.subjectSummary)\"")
         }
