@@ -233,16 +233,19 @@ MTLS_EXTERN int mtls_identity_chain_check(const mtls_identity *identity, unsigne
 typedef struct mtls_pkcs12 mtls_pkcs12;
 
 /* Import a PKCS#12 (.p12/.pfx) file from memory. `password` is UTF-8; NULL means "no
- * password", which is NOT the empty password "" (files made with one do not open with the
- * other; the error message says which one the file wants). All schemes: PBES2 AES-CBC with
+ * password", which PKCS#12 encodes differently from the empty password "": given either, both
+ * are tried (as OpenSSL's PKCS12_parse does), and mtls_pkcs12_password_encoding tells which
+ * one opened the file. All schemes: PBES2 AES-CBC with
  * PBKDF2-HMAC-SHA1/256/512, SHA1-3DES, SHA1-RC2-40/128 (through the legacy provider of
  * libmtls's own OpenSSL library context; the program's default context is not touched),
  * unencrypted bags, SHA-1/256/512 MACs or no MAC. Free *out with mtls_pkcs12_free.
  * Errors: MTLS_E_BAD_PASSWORD, MTLS_E_CORRUPT (truncated or damaged), MTLS_E_NOT_PKCS12,
  * MTLS_E_UNSUPPORTED (the message names the algorithm), MTLS_E_KEY_MISMATCH (a key with no
  * matching certificate), MTLS_E_NO_IDENTITY (a key with no certificate at all),
- * MTLS_E_LIMIT (input over 16 MiB, more than 1,000,000 iterations in one KDF or MAC or
- * 4,000,000 in the whole file; checked before any KDF runs). A certificate-only file imports
+ * MTLS_E_LIMIT (input over 16 MiB, more than 256 encrypted items, more than 1,000,000 units of
+ * KDF work in one KDF or MAC or 4,000,000 in the whole file, where a PBKDF2 iteration is one unit
+ * and scrypt costs N*r*p; every item visible before decryption is charged before any KDF runs).
+ * Friendly names are decoded from BMPString to UTF-8 exactly. A certificate-only file imports
  * with zero identities. */
 MTLS_EXTERN int mtls_pkcs12_import(const uint8_t *data, size_t len, const char *password, mtls_pkcs12 **out);
 /* Same as mtls_pkcs12_import, reading the file at `path`. */
@@ -258,6 +261,9 @@ MTLS_EXTERN int mtls_pkcs12_identity(const mtls_pkcs12 *p12, size_t index, mtls_
  * order): a new reference, free *out with mtls_cert_free. */
 MTLS_EXTERN int mtls_pkcs12_cert_count(const mtls_pkcs12 *p12, size_t *count);
 MTLS_EXTERN int mtls_pkcs12_cert(const mtls_pkcs12 *p12, size_t index, mtls_cert **out);
+/* Which password encoding opened the file: "given" (a non-empty password), "empty" (the empty
+ * password) or "absent" (no password). *out is a static string: do not free it. */
+MTLS_EXTERN int mtls_pkcs12_password_encoding(const mtls_pkcs12 *p12, const char **out);
 
 /* Flags of mtls_pkcs12_export. */
 #define MTLS_PKCS12_MODERN 0x0  /* AES-256-CBC, PBKDF2-HMAC-SHA256, HMAC-SHA256 MAC (default) */
