@@ -56,6 +56,18 @@ int main(void) {
     CHECK_RC(mtls_pkcs12_cert(p12, 0, NULL), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_pkcs12_cert(p12, 2, &c), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_pkcs12_cert(p12, 1, &c)); mtls_cert_free(c);
+    const char *encoding = NULL;
+    CHECK_RC(mtls_pkcs12_password_encoding(NULL, &encoding), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_pkcs12_password_encoding(p12, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_pkcs12_password_encoding(p12, &encoding)); CHECK(strcmp(encoding, "given") == 0);
+    {   /* written with "", opened with no password: both encodings are tried */
+        size_t elen; uint8_t *eder = make_p12("-passout pass:", "empty-c.p12", &elen);
+        mtls_pkcs12 *e = NULL;
+        CHECK_OK(mtls_pkcs12_import(eder, elen, NULL, &e));
+        CHECK_OK(mtls_pkcs12_password_encoding(e, &encoding)); CHECK(strcmp(encoding, "empty") == 0);
+        mtls_pkcs12_free(e);
+        free(eder);
+    }
 
     mtls_identity *id = NULL;
     CHECK_RC(mtls_pkcs12_identity(NULL, 0, &id), MTLS_E_INVALID_ARGUMENT);
