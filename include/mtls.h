@@ -398,6 +398,10 @@ MTLS_EXTERN int mtls_trust_result_matched_pin(const mtls_trust_result *result, c
  * AES-256-GCM at rest, leaf, chain), certificates and references to token identities, each under
  * a label unique within its class. The store secret (a passphrase stretched with scrypt, or a
  * 32-byte key) unwraps the data key once per open.
+ * Every row is authenticated under a key derived from the data key (class, label, generation and
+ * every column a decision depends on) and checked on every read: a row written by someone who
+ * could edit the file but does not know the secret is MTLS_E_CORRUPT naming its label ("tampered
+ * or damaged") and is never used. A token URI's pin-value is never stored (it is removed).
  *
  * Thread safety: an mtls_store may be shared by threads (calls are serialised on its
  * connection); several processes may open the same file at once. An mtls_store_item is
@@ -436,10 +440,15 @@ MTLS_EXTERN int mtls_store_options_init(mtls_store_options *opts, unsigned int v
  * Close *out with mtls_store_close. */
 MTLS_EXTERN int mtls_store_open(const char *path, const uint8_t *secret, size_t secret_len, int secret_kind,
                                 const mtls_store_options *opts, mtls_store **out);
-/* Same, reading the secret from a file: exactly 32 bytes is a key, anything else a passphrase
- * (its first line). */
+/* Same, reading a passphrase from a file: always a passphrase, stretched with scrypt whatever its
+ * length (a 32-byte file too); the passphrase is the file's first line, its line ending ("\n" or
+ * "\r\n") dropped. */
 MTLS_EXTERN int mtls_store_open_secret_file(const char *path, const char *secret_file,
                                             const mtls_store_options *opts, mtls_store **out);
+/* Same, reading a raw key from a file of exactly 32 bytes (MTLS_STORE_SECRET_KEY); any other
+ * length is MTLS_E_INVALID_ARGUMENT. */
+MTLS_EXTERN int mtls_store_open_key_file(const char *path, const char *key_file,
+                                         const mtls_store_options *opts, mtls_store **out);
 /* Close the store, wipe its data key and free the handle. NULL is a no-op. Identities and
  * certificates obtained from the store stay valid (they hold their own references). */
 MTLS_EXTERN void mtls_store_close(mtls_store *store);

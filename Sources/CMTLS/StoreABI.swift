@@ -79,6 +79,19 @@ public func mtls_store_open_secret_file(_ path: UnsafePointer<CChar>?, _ secretF
     }
 }
 
+/// `int mtls_store_open_key_file(const char *path, const char *key_file, const mtls_store_options *opts,
+///                               mtls_store **out)`
+@_cdecl("mtls_store_open_key_file")
+public func mtls_store_open_key_file(_ path: UnsafePointer<CChar>?, _ keyFile: UnsafePointer<CChar>?,
+                                     _ opts: UnsafePointer<mtls_store_options>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        try putHandle(out) {
+            let s = try StoreSecret.loadKey(path: try string(keyFile, "key_file"))
+            return try CredentialStore(path: try string(path, "path"), secret: s, options: try options(opts))
+        }
+    }
+}
+
 /// `void mtls_store_close(mtls_store *store)`
 @_cdecl("mtls_store_close")
 public func mtls_store_close(_ store: OpaquePointer?) { closeHandle(store, CredentialStore.self) { $0.close() } }

@@ -20,7 +20,7 @@ struct IdentityOptions: ParsableArguments {
     /// path is an error, never a new empty store.
     static func openExistingStore(path: String?, secretFile: String?) throws -> CredentialStore? {
         let env = ProcessInfo.processInfo.environment
-        let secretPath = secretFile ?? CredentialStore.defaultSecretFile(environment: env)
+        let secretSource = try CredentialStore.secretSource(secretFile: secretFile, keyFile: nil, environment: env)
         let named = path ?? env["MTLS_STORE"].flatMap { $0.isEmpty ? nil : $0 }
         let storePath: String
         if let named {
@@ -28,15 +28,15 @@ struct IdentityOptions: ParsableArguments {
         } else {
             // The default location counts only when it holds a store and a secret is set.
             let fallback = CredentialStore.defaultPath(environment: env)
-            guard secretPath != nil, FileManager.default.fileExists(atPath: fallback) else { return nil }
+            guard secretSource != nil, FileManager.default.fileExists(atPath: fallback) else { return nil }
             storePath = fallback
         }
-        guard let secretPath else {
-            throw ValidationError("--store needs --secret-file (or MTLS_STORE_SECRET_FILE)")
+        guard let secretSource else {
+            throw ValidationError("--store needs --secret-file (or MTLS_STORE_SECRET_FILE or MTLS_STORE_KEY_FILE)")
         }
         var options = CredentialStore.Options()
         options.create = false
-        return try CredentialStore(path: storePath, secret: try StoreSecret.load(path: secretPath), options: options)
+        return try CredentialStore(path: storePath, secret: try secretSource.load(), options: options)
     }
 
     /// The identity for a client: explicit, or automatic among the store's identities.
