@@ -114,7 +114,7 @@ public func mtls_store_put_identities(_ store: OpaquePointer?, _ labels: UnsafeP
     abiCall {
         let s = try handle(store, CredentialStore.self, "store")
         var items: [(label: String, identity: Identity)] = []
-        if count > 0 {
+        if try size(count, "count") > 0 {
             let l = try require(labels, "labels"), ids = try require(identities, "identities")
             for i in 0..<count {
                 items.append((try string(l[i], "labels[\(i)]"), try handle(ids[i], Identity.self, "identities[\(i)]")))
@@ -242,7 +242,7 @@ final class StoreItemHandle {
 }
 
 private func item(_ p: OpaquePointer?) -> StoreItemHandle? {
-    p.map { Unmanaged<StoreItemHandle>.fromOpaque(UnsafeRawPointer($0)).takeUnretainedValue() }
+    try? typedObject(p, StoreItemHandle.self, "item")
 }
 
 /// `int mtls_store_item_info(mtls_store *store, const char *label, int item_class, mtls_store_item **out)`
