@@ -112,9 +112,11 @@ MTLS_EXTERN const char *mtls_error_name(int code);
  * owned by the library and valid until the next failing call on the same thread. */
 MTLS_EXTERN const char *mtls_last_error(void);
 
-/* Free a string the library returned through a `char **` out-parameter. NULL is a no-op. */
+/* Free a string the library returned through a `char **` out-parameter; it is zeroed first (it may
+ * hold a private key). NULL is a no-op. */
 MTLS_EXTERN void mtls_string_free(char *s);
-/* Free a buffer the library returned through a `uint8_t **` out-parameter. NULL is a no-op. */
+/* Free a buffer the library returned through a `uint8_t **` out-parameter; it is zeroed first.
+ * NULL is a no-op. */
 MTLS_EXTERN void mtls_bytes_free(uint8_t *b);
 
 /* ======================================================================================
@@ -454,6 +456,11 @@ MTLS_EXTERN int mtls_store_open_secret_file(const char *path, const char *secret
  * length is MTLS_E_INVALID_ARGUMENT. */
 MTLS_EXTERN int mtls_store_open_key_file(const char *path, const char *key_file,
                                          const mtls_store_options *opts, mtls_store **out);
+/* Allow (allow != 0) or refuse (0, the default) stored token URIs whose module-path names a
+ * PKCS#11 module that p11-kit has not registered (pkcs11.conf(5)), for this open store. Refused,
+ * such a token identity is MTLS_E_INVALID_ARGUMENT when read: a store row can name a shared
+ * object to be loaded into the program. */
+MTLS_EXTERN int mtls_store_allow_module_paths(mtls_store *store, int allow);
 /* Close the store, wipe its data key and free the handle. NULL is a no-op. Identities and
  * certificates obtained from the store stay valid (they hold their own references). */
 MTLS_EXTERN void mtls_store_close(mtls_store *store);

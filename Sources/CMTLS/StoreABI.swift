@@ -92,6 +92,12 @@ public func mtls_store_open_key_file(_ path: UnsafePointer<CChar>?, _ keyFile: U
     }
 }
 
+/// `int mtls_store_allow_module_paths(mtls_store *store, int allow)`
+@_cdecl("mtls_store_allow_module_paths")
+public func mtls_store_allow_module_paths(_ store: OpaquePointer?, _ allow: Int32) -> Int32 {
+    abiCall { try handle(store, CredentialStore.self, "store").allowUnregisteredModulePaths(allow != 0) }
+}
+
 /// `void mtls_store_close(mtls_store *store)`
 @_cdecl("mtls_store_close")
 public func mtls_store_close(_ store: OpaquePointer?) { closeHandle(store, CredentialStore.self) { $0.close() } }

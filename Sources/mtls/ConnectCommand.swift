@@ -12,15 +12,21 @@ struct IdentityOptions: ParsableArguments {
     @Option(help: "Private key PEM file, with --cert (encrypted keys use --password-file).") var key: String?
     @Option(help: "The credential store (default $MTLS_STORE); must exist. Without --identity, a client chooses among its identities and token identities.") var store: String?
     @Option(help: "File with the store secret (default $MTLS_STORE_SECRET_FILE).") var secretFile: String?
+    @Option(help: "File with a raw 32-byte store key, instead of --secret-file (default $MTLS_STORE_KEY_FILE).") var keyFile: String?
+    @Flag(name: .customLong("allow-module-path"), help: "Honour a stored token URI's module-path even when p11-kit has not registered that module.")
+    var allowModulePath = false
 
-    func openStore() throws -> CredentialStore? { try Self.openExistingStore(path: store, secretFile: secretFile) }
+    func openStore() throws -> CredentialStore? {
+        try Self.openExistingStore(path: store, secretFile: secretFile, keyFile: keyFile, allowModulePath: allowModulePath)
+    }
 
     /// The store at `path`, else at the default location (``CredentialStore/defaultPath(environment:)``),
     /// or nil when none is given and none is at the default location. Reading only: a wrong
     /// path is an error, never a new empty store.
-    static func openExistingStore(path: String?, secretFile: String?) throws -> CredentialStore? {
+    static func openExistingStore(path: String?, secretFile: String?, keyFile: String? = nil,
+                                  allowModulePath: Bool = false) throws -> CredentialStore? {
         let env = ProcessInfo.processInfo.environment
-        let secretSource = try CredentialStore.secretSource(secretFile: secretFile, keyFile: nil, environment: env)
+        let secretSource = try CredentialStore.secretSource(secretFile: secretFile, keyFile: keyFile, environment: env)
         let named = path ?? env["MTLS_STORE"].flatMap { $0.isEmpty ? nil : $0 }
         let storePath: String
         if let named {
@@ -36,6 +42,7 @@ struct IdentityOptions: ParsableArguments {
         }
         var options = CredentialStore.Options()
         options.create = false
+        options.allowUnregisteredModulePaths = allowModulePath
         return try CredentialStore(path: storePath, secret: try secretSource.load(), options: options)
     }
 

@@ -31,6 +31,8 @@ struct StoreCommand: ParsableCommand {
         var secretFile: String?
         @Option(name: .customLong("key-file"), help: "File holding a raw 32-byte store key, instead of a passphrase (default: $MTLS_STORE_KEY_FILE).")
         var keyFile: String?
+        @Flag(name: .customLong("allow-module-path"), help: "Honour a stored token URI's module-path even when p11-kit has not registered that module.")
+        var allowModulePath = false
         @Option(name: .customLong("busy-timeout"), help: "Milliseconds to wait for another user's lock before failing (default 10000).")
         var busyTimeout: Int32?
         @Option(name: .customLong("kdf-log-n"), help: ArgumentHelp("scrypt cost of a new store, for tests only.", visibility: .hidden))
@@ -48,6 +50,7 @@ struct StoreCommand: ParsableCommand {
             options.create = create
             if let kdfLogN { options.kdf.logN = kdfLogN }
             if let busyTimeout { options.busyTimeoutMilliseconds = max(busyTimeout, 0) }
+            options.allowUnregisteredModulePaths = allowModulePath
             return try CredentialStore(path: path, secret: try source.load(), options: options)
         }
 

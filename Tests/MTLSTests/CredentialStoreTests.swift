@@ -300,6 +300,26 @@ final class CredentialStoreTests: XCTestCase {
         assertCode(.corrupt) { _ = try fresh.tokenIdentities() }
     }
 
+    func testStoredModulePathMustBeRegisteredWithP11KitOrAllowed() throws {
+        let pki = try StorePKI()
+        let a = try pki.identity("a")
+        let store = try open("\(pki.dir)/store.db")
+        try store.putTokenIdentity(uri: "pkcs11:token=t;object=k?module-path=/tmp/evil-module.so", certificate: a.leaf, label: "evil")
+        XCTAssertThrowsError(try store.tokenIdentity(label: "evil")) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .invalidArgument)
+            XCTAssertTrue((e as? MTLSError)?.message.contains("not a PKCS#11 module registered with p11-kit") ?? false, "\(e)")
+        }
+        assertCode(.invalidArgument) { _ = try store.tokenIdentities() }
+        store.allowUnregisteredModulePaths(true)
+        XCTAssertEqual(try store.tokenIdentity(label: "evil").uri, "pkcs11:token=t;object=k?module-path=/tmp/evil-module.so")
+        store.allowUnregisteredModulePaths(false)
+        // SoftHSM2's module, registered with p11-kit by its Debian package, is honoured.
+        let registered = StoreModulePolicy.registeredModulePaths()
+        let softhsm = try XCTUnwrap(registered.first { $0.contains("softhsm") }, "\(registered)")
+        try store.putTokenIdentity(uri: "pkcs11:token=t;object=k?module-path=\(softhsm)", certificate: a.leaf, label: "hsm")
+        XCTAssertNoThrow(try store.tokenIdentity(label: "hsm"))
+    }
+
     func testVersion2StoreMigratesOnFirstOpenAndKeepsItsRows() throws {
         let pki = try StorePKI()
         let path = "\(pki.dir)/store.db"

@@ -141,6 +141,18 @@ int main(void) {
     CHECK_OK(mtls_store_get_token_identity(store, "tok", &uri, &c));
     CHECK(strcmp(uri, "pkcs11:token=t;object=k2") == 0);
     mtls_string_free(uri); mtls_cert_free(c);
+    /* a PIN is never stored; a module-path p11-kit has not registered is refused unless allowed */
+    CHECK_OK(mtls_store_put_token_identity(store, "tokpin", "pkcs11:token=t;object=k?pin-value=987654&module-path=/nonexistent/evil.so",
+                                           ca, NULL, 0, 0));
+    CHECK_RC(mtls_store_get_token_identity(store, "tokpin", &uri, &c), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "module-path") != NULL);
+    CHECK_RC(mtls_store_allow_module_paths(NULL, 1), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_store_allow_module_paths(store, 1));
+    CHECK_OK(mtls_store_get_token_identity(store, "tokpin", &uri, &c));
+    CHECK(strstr(uri, "pin-value") == NULL && strstr(uri, "987654") == NULL);
+    mtls_string_free(uri); mtls_cert_free(c);
+    CHECK_OK(mtls_store_allow_module_paths(store, 0));
+    { size_t deleted_pin = 0; CHECK_OK(mtls_store_delete(store, "tokpin", MTLS_STORE_TOKEN_IDENTITY, &deleted_pin)); }
     mtls_identity **ids = NULL; size_t nids = 0;
     CHECK_RC(mtls_store_identities(NULL, &ids, &nids), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_identities(store, NULL, &nids), MTLS_E_INVALID_ARGUMENT);

@@ -35,6 +35,9 @@ public final class CredentialStore: @unchecked Sendable {
         public var kdf = StoreKDFParameters.default
         /// How many decoded identities to keep in memory.
         public var identityCacheSize = 1024
+        /// Honour a stored token URI's `module-path` even when it names a module p11-kit has not
+        /// registered (off: such a reference is refused with ``MTLSError/Code/invalidArgument``).
+        public var allowUnregisteredModulePaths = false
 
         /// The defaults: 10 s busy timeout, create, ``StoreKDFParameters/default``, 1,024 cached identities.
         public init() {}
@@ -52,7 +55,7 @@ public final class CredentialStore: @unchecked Sendable {
     private let lock = Mutex<Void>(())
     private var dataKey: SecretBytes
     private var rowAuth: StoreRowAuthenticator?
-    private let options: Options
+    private var options: Options
     private var cache: [Int64: CachedIdentity] = [:]
     private var cacheClock: UInt64 = 0
 
@@ -106,7 +109,7 @@ public final class CredentialStore: @unchecked Sendable {
     private static func prepareFile(_ path: String, create: Bool) throws {
         if access(path, F_OK) == 0 { return }
         guard create else { throw MTLSError(.notFound, "no store at \(path)") }
-        let dir = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
+        let dir = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
         try makeDirectories(dir.isEmpty ? "/" : dir)
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         if fd < 0 {
@@ -522,7 +525,9 @@ public final class CredentialStore: @unchecked Sendable {
             let cert = try Certificate(der: s.blob(RowQuery.leaf))
             let chain = try CredentialStore.splitDER(s.blob(RowQuery.chain))
             try checkBlobs(info, leaf: cert, chain: chain)
-            return StoreTokenReference(label: label, uri: info.tokenURI ?? "", certificate: cert, chain: chain)
+            let reference = StoreTokenReference(label: label, uri: info.tokenURI ?? "", certificate: cert, chain: chain)
+            try StoreModulePolicy.check(reference, allowUnregistered: options.allowUnregisteredModulePaths)
+            return reference
         }
     }
 
@@ -590,7 +595,7 @@ public final class CredentialStore: @unchecked Sendable {
     private static func info(_ s: SQLiteDatabase.Statement) -> StoreItemInfo {
         let chain = s.text(6) ?? ""
         return StoreItemInfo(
-            label: s.text(0) ?? "", itemClass: StoreItemClass(rawValue: Int32(s.int64(1))) ?? .certificate,
+            label: s.text(0) ?? "", itemClass: StoreItemClass(rawValue: Int32(truncatingIfNeeded: s.int64(1))) ?? .certificate,
             subject: s.text(2) ?? "", issuer: s.text(3) ?? "",
             notAfter: Date(timeIntervalSince1970: Double(s.int64(4))), leafSHA256: s.text(5) ?? "",
             chainSHA256: chain.isEmpty ? [] : chain.split(separator: ",").map(String.init),
@@ -712,6 +717,12 @@ public final class CredentialStore: @unchecked Sendable {
             let h = try db.readTransaction { try readSecretHeader() }
             return h.kind == "scrypt" ? h.parameters : nil
         }
+    }
+
+    /// Allows (or stops allowing) stored token URIs whose `module-path` names a module p11-kit
+    /// has not registered, for this open store (see ``Options/allowUnregisteredModulePaths``).
+    public func allowUnregisteredModulePaths(_ allow: Bool) {
+        lock.withLock { _ in options.allowUnregisteredModulePaths = allow }
     }
 
     // MARK: for tests
