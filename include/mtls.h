@@ -12,7 +12,7 @@
  *    wrong size, gives MTLS_E_INVALID_ARGUMENT, never a crash.
  *  - A size or count above SSIZE_MAX is MTLS_E_INVALID_ARGUMENT.
  *  - Every handle carries a type tag checked on entry: a handle of another type, or one already
- *    freed, is MTLS_E_INVALID_ARGUMENT (and a no-op for the *_free/*_close functions). This is a
+ *    freed, is MTLS_E_INVALID_ARGUMENT (and a no-op for the free and close functions). This is a
  *    best effort, not a guarantee: a freed handle is caught until its memory is reused, and a
  *    pointer libmtls never returned is undefined behaviour.
  *  - Strings in and out are UTF-8 and NUL-terminated; binary data is (const uint8_t *, size_t).

@@ -132,7 +132,12 @@ int main(void) {
         CHECK_OK(mtls_pkcs12_export(id, "", schemes[i], "renamed", &out, &out_len));
         CHECK(out_len > 500);
         mtls_pkcs12 *back = NULL;
-        CHECK_RC(mtls_pkcs12_import(out, out_len, NULL, &back), MTLS_E_BAD_PASSWORD);
+        /* written with "": opens with no password too, and says so */
+        CHECK_OK(mtls_pkcs12_import(out, out_len, NULL, &back));
+        const char *enc = NULL;
+        CHECK_OK(mtls_pkcs12_password_encoding(back, &enc)); CHECK(strcmp(enc, "empty") == 0);
+        mtls_pkcs12_free(back); back = NULL;
+        CHECK_RC(mtls_pkcs12_import(out, out_len, "x", &back), MTLS_E_BAD_PASSWORD);
         CHECK_OK(mtls_pkcs12_import(out, out_len, "", &back));
         mtls_identity *bid = NULL;
         CHECK_OK(mtls_pkcs12_identity(back, 0, &bid));
