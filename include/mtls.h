@@ -272,7 +272,7 @@ MTLS_EXTERN int mtls_pkcs12_cert(const mtls_pkcs12 *p12, size_t index, mtls_cert
  * password) or "absent" (no password). *out is a static string: do not free it. */
 MTLS_EXTERN int mtls_pkcs12_password_encoding(const mtls_pkcs12 *p12, const char **out);
 
-/* Flags of mtls_pkcs12_export. */
+/* Flags of mtls_pkcs12_export, mtls_store_export_p12 and mtls_issued_export_p12. */
 #define MTLS_PKCS12_MODERN 0x0  /* AES-256-CBC, PBKDF2-HMAC-SHA256, HMAC-SHA256 MAC (default) */
 #define MTLS_PKCS12_LEGACY 0x1  /* SHA1-3DES for keys and certificates, HMAC-SHA1 MAC */
 /* Export an identity (key, leaf and its whole chain) as a PKCS#12 file protected by `password`
@@ -531,10 +531,10 @@ MTLS_EXTERN const char *mtls_store_item_chain_sha256(const mtls_store_item *item
 MTLS_EXTERN int mtls_store_delete(mtls_store *store, const char *label, int item_class, size_t *deleted);
 /* Delete every item of `item_class` (not MTLS_STORE_ANY). `deleted` may be NULL. */
 MTLS_EXTERN int mtls_store_delete_class(mtls_store *store, int item_class, size_t *deleted);
-/* Export the identity labelled `label` as PKCS#12 protected by `password` (required): AES-256
- * with a SHA-256 MAC, or with legacy != 0 3DES with a SHA-1 MAC for old consumers. The label
- * is the friendly name. Free *out with mtls_bytes_free. */
-MTLS_EXTERN int mtls_store_export_p12(mtls_store *store, const char *label, const char *password, int legacy,
+/* Export the identity labelled `label` as PKCS#12 protected by `password` (required), with
+ * `flags` MTLS_PKCS12_MODERN (AES-256, SHA-256 MAC) or MTLS_PKCS12_LEGACY (3DES, SHA-1 MAC, for
+ * old consumers). The label is the friendly name. Free *out with mtls_bytes_free. */
+MTLS_EXTERN int mtls_store_export_p12(mtls_store *store, const char *label, const char *password, int flags,
                                       uint8_t **out, size_t *out_len);
 /* Re-wrap the data key under a new secret (scrypt parameters from the open options), in one
  * transaction. Other open handles keep working; the next open needs the new secret. */
@@ -596,29 +596,31 @@ typedef struct mtls_conn_options {
     int connect_timeout_ms;         /* 0: 30 s; negative: no limit */
     int handshake_timeout_ms;       /* 0: 30 s; negative: no limit */
     int io_timeout_ms;              /* per read or write; 0 or negative: no limit */
-    int non_blocking;               /* 1: connect returns at once, with the TCP connect under way
-                                       (but a DNS name is first resolved with a BLOCKING
-                                       getaddrinfo: to never block, pass an IP literal with sni
-                                       and verify_as set to the name, or connect the socket
-                                       yourself and use mtls_conn_wrap_fd); handshake, read and
-                                       write return MTLS_E_WANT_READ / MTLS_E_WANT_WRITE: poll
-                                       mtls_conn_fd and call again. A failed TCP connect is
-                                       MTLS_E_CONNECT from mtls_conn_handshake. */
-    int no_session_resumption;      /* 1: never resume (default 0: resume sessions for the same
-                                       host, port, names, identity and policy) */
+    int non_blocking;               /* 1: non-blocking mode (see mtls_conn_connect) */
+    int no_session_resumption;      /* 1: never resume (0: resume sessions for the same host,
+                                       port, names, identity and policy) */
     mtls_identity *identity;        /* the identity to present; NULL: none, or automatic below */
-    mtls_identity *const *candidates; /* with identity NULL: choose among these by the server's */
-    size_t candidate_count;         /*   CertificateRequest (CA names, validity, clientAuth, key type,
-                                         and in TLS 1.3 an EC key's curve against the server's
-                                         ECDSA schemes); token identities (mtls_token_identity)
-                                         may be candidates too */
+    mtls_identity *const *candidates; /* with identity NULL: choose among these (see below) */
+    size_t candidate_count;
     mtls_policy *policy;            /* how the server is judged; NULL: system trust store, name check */
 } mtls_conn_options;
 
 /* Fill *opts with the defaults of `version` (MTLS_CONN_OPTIONS_VERSION). */
 MTLS_EXTERN int mtls_conn_options_init(mtls_conn_options *opts, unsigned int version);
 /* Connect to host (DNS name, IPv4 or IPv6 literal) and port, and complete the handshake (unless
- * opts->non_blocking). opts may be NULL for the defaults. Free *out with mtls_conn_free. */
+ * opts->non_blocking). opts may be NULL for the defaults. Free *out with mtls_conn_free.
+ *
+ * Non-blocking mode (opts->non_blocking = 1): the call returns at once, with the TCP connect
+ * under way; mtls_conn_handshake, mtls_conn_read and mtls_conn_write return MTLS_E_WANT_READ /
+ * MTLS_E_WANT_WRITE: poll mtls_conn_fd and call again. A failed TCP connect is MTLS_E_CONNECT
+ * from mtls_conn_handshake. A DNS name is still resolved first with a BLOCKING getaddrinfo: to
+ * never block, pass an IP literal with sni and verify_as set to the name, or connect the socket
+ * yourself and use mtls_conn_wrap_fd.
+ *
+ * Automatic identity (opts->identity NULL, opts->candidates non-empty): the candidate presented
+ * is chosen by the server's CertificateRequest: CA names, validity, clientAuth, key type, and in
+ * TLS 1.3 an EC key's curve against the server's ECDSA schemes. Token identities
+ * (mtls_token_identity) may be candidates too. */
 MTLS_EXTERN int mtls_conn_connect(const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out);
 /* Connect the socket only; mtls_conn_handshake runs the handshake. Use this to read the
  * evaluation and the peer chain of a handshake that failed. Free *out with mtls_conn_free. */
@@ -887,10 +889,10 @@ MTLS_EXTERN int mtls_issued_chain_pem(const mtls_issued *issued, char **out);
  * unencrypted PKCS#8 "PRIVATE KEY" when password is NULL (write it to an owner-only file).
  * Free *out with mtls_string_free after wiping it. */
 MTLS_EXTERN int mtls_issued_key_pem(const mtls_issued *issued, const char *password, char **out);
-/* A PKCS#12 file with the key, the certificate and the whole chain, friendly name = the CN:
- * AES-256 with a SHA-256 MAC, or with legacy != 0 3DES with a SHA-1 MAC for old consumers.
+/* A PKCS#12 file with the key, the certificate and the whole chain, friendly name = the CN,
+ * with `flags` MTLS_PKCS12_MODERN or MTLS_PKCS12_LEGACY (as mtls_pkcs12_export).
  * `password` is required (may be ""). Free *out with mtls_bytes_free. */
-MTLS_EXTERN int mtls_issued_export_p12(const mtls_issued *issued, const char *password, int legacy,
+MTLS_EXTERN int mtls_issued_export_p12(const mtls_issued *issued, const char *password, int flags,
                                        uint8_t **out, size_t *out_len);
 /* The issued certificate, its key and chain as an identity handle, for connections, the store
  * and mtls_pkcs12_export. A new reference: free *out with mtls_identity_free. */

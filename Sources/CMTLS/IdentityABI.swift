@@ -184,8 +184,7 @@ public func mtls_pkcs12_export(_ identity: OpaquePointer?, _ pass: UnsafePointer
         try putBytes(out, len, names: ("out", "len")) {
             let id = try handle(identity, Identity.self, "identity")
             let pw = try require(secretBytes(pass), "password")
-            guard flags & ~1 == 0 else { throw invalid("unknown flags 0x\(String(flags, radix: 16))") }
-            var options: PKCS12ExportOptions = flags & 1 != 0 ? .legacy : .modern
+            var options = try pkcs12ExportOptions(flags)
             options.friendlyName = optionalString(friendlyName)
             return try PKCS12.export(id, password: pw, options: options)
         }
@@ -221,4 +220,11 @@ public func mtls_pkcs12_password_encoding(_ p12: OpaquePointer?, _ out: UnsafeMu
         }
         out.pointee = UnsafeRawPointer(name.utf8Start).assumingMemoryBound(to: CChar.self)
     }
+}
+
+/// The export options the `MTLS_PKCS12_*` flags name (every mtls_*_export_p12 function takes
+/// them); unknown bits are an invalid argument.
+func pkcs12ExportOptions(_ flags: Int32) throws -> PKCS12ExportOptions {
+    guard flags & ~1 == 0 else { throw invalid("unknown PKCS#12 export flags 0x\(String(flags, radix: 16))") }
+    return flags & 1 != 0 ? .legacy : .modern
 }

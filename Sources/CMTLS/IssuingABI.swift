@@ -151,18 +151,19 @@ public func mtls_issued_key_pem(_ issued: OpaquePointer?, _ password: UnsafePoin
     }
 }
 
-/// `int mtls_issued_export_p12(const mtls_issued *issued, const char *password, int legacy,
+/// `int mtls_issued_export_p12(const mtls_issued *issued, const char *password, int flags,
 ///                             uint8_t **out, size_t *out_len)`
 @_cdecl("mtls_issued_export_p12")
-public func mtls_issued_export_p12(_ issued: OpaquePointer?, _ password: UnsafePointer<CChar>?, _ legacy: Int32,
+public func mtls_issued_export_p12(_ issued: OpaquePointer?, _ password: UnsafePointer<CChar>?, _ flags: Int32,
                                    _ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
                                    _ outLen: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
         try putBytes(out, outLen) {
             let identity = try handle(issued, Identity.self, "issued")
             let pw = try require(secretBytes(password), "password")
-            return try PKCS12.export(identity, password: pw, options: PKCS12ExportOptions(
-                scheme: legacy != 0 ? .legacy : .modern, friendlyName: identity.leaf.commonName))
+            var options = try pkcs12ExportOptions(flags)
+            options.friendlyName = identity.leaf.commonName
+            return try PKCS12.export(identity, password: pw, options: options)
         }
     }
 }

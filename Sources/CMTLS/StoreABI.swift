@@ -378,17 +378,17 @@ public func mtls_store_delete_class(_ store: OpaquePointer?, _ cls: Int32, _ del
     }
 }
 
-/// `int mtls_store_export_p12(mtls_store *store, const char *label, const char *password, int legacy,
+/// `int mtls_store_export_p12(mtls_store *store, const char *label, const char *password, int flags,
 ///                            uint8_t **out, size_t *out_len)`
 @_cdecl("mtls_store_export_p12")
 public func mtls_store_export_p12(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?, _ password: UnsafePointer<CChar>?,
-                                  _ legacy: Int32, _ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
+                                  _ flags: Int32, _ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
                                   _ outLen: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
         try putBytes(out, outLen) {
             let s = try handle(store, CredentialStore.self, "store")
             let pw = try require(secretBytes(password), "password")
-            return try s.exportPKCS12(label: try string(label, "label"), password: pw, options: legacy != 0 ? .legacy : .modern)
+            return try s.exportPKCS12(label: try string(label, "label"), password: pw, options: try pkcs12ExportOptions(flags))
         }
     }
 }
