@@ -570,15 +570,13 @@ public final class CredentialStore: @unchecked Sendable {
     /// The metadata of the current row after checking its tag; ``MTLSError/Code/corrupt``
     /// naming the label when it does not authenticate. Called with the lock held.
     private func authenticatedInfo(_ s: SQLiteDatabase.Statement) throws -> StoreItemInfo {
-        let label = s.text(0) ?? ""
         let classValue = s.int64(1)
-        let fields = StoreRowAuthenticator.RowFields(
-            itemClass: classValue, label: label, subject: s.text(2) ?? "", subjectCN: s.isNull(RowQuery.subjectCN) ? nil : s.text(RowQuery.subjectCN),
-            issuer: s.text(3) ?? "", notAfter: s.int64(4), leafSHA256: s.text(5) ?? "", chainSHA256: s.text(6) ?? "",
-            tokenURI: s.isNull(7) ? nil : s.text(7), generation: s.int64(RowQuery.generation))
         guard let itemClass = StoreItemClass(rawValue: Int32(truncatingIfNeeded: classValue)),
               Int64(itemClass.rawValue) == classValue,
-              try authenticator().verify(fields, stored: s.isNull(RowQuery.mac) ? [] : s.blob(RowQuery.mac)) else {
+              try authenticator().verifyRow(s, itemClass: 1, label: 0, subject: 2, subjectCN: RowQuery.subjectCN, issuer: 3,
+                                            notAfter: 4, leafSHA256: 5, chainSHA256: 6, tokenURI: 7,
+                                            generation: RowQuery.generation, mac: RowQuery.mac) else {
+            let label = s.text(0) ?? ""
             let what = StoreItemClass(rawValue: Int32(truncatingIfNeeded: classValue))?.name ?? "item"
             throw MTLSError(.corrupt, "the stored \(what) \"\(label)\" is tampered or damaged: its row does not authenticate under the store's key; it is not used (delete it and store it again)")
         }
