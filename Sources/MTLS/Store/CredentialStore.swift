@@ -456,14 +456,15 @@ public final class CredentialStore: @unchecked Sendable {
     /// Decodes the current row of a statement selecting ``RowQuery/columns`` then `leaf, chain,
     /// sealed_key`, after authenticating it. Called with the lock held.
     private func decodeIdentity(_ s: SQLiteDatabase.Statement) throws -> Identity {
-        let info = try authenticatedInfo(s)
-        let label = info.label
+        try authenticate(s)
         let id = s.int64(RowQuery.id), generation = s.int64(RowQuery.generation)
         cacheClock &+= 1
         if let hit = cache[id], hit.generation == generation {
             cache[id]?.lastUse = cacheClock
             return hit.identity
         }
+        let info = CredentialStore.info(s)
+        let label = info.label
         let leafDER = s.blob(RowQuery.leaf), chainDER = s.blob(RowQuery.chain)
         let leaf = try Certificate(der: leafDER), chain = try CredentialStore.splitDER(chainDER)
         try checkBlobs(info, leaf: leaf, chain: chain)
@@ -570,6 +571,12 @@ public final class CredentialStore: @unchecked Sendable {
     /// The metadata of the current row after checking its tag; ``MTLSError/Code/corrupt``
     /// naming the label when it does not authenticate. Called with the lock held.
     private func authenticatedInfo(_ s: SQLiteDatabase.Statement) throws -> StoreItemInfo {
+        try authenticate(s)
+        return CredentialStore.info(s)
+    }
+
+    /// Checks the current row's tag (see ``authenticatedInfo(_:)``) without decoding it.
+    private func authenticate(_ s: SQLiteDatabase.Statement) throws {
         let classValue = s.int64(1)
         guard let itemClass = StoreItemClass(rawValue: Int32(truncatingIfNeeded: classValue)),
               Int64(itemClass.rawValue) == classValue,
@@ -580,7 +587,6 @@ public final class CredentialStore: @unchecked Sendable {
             let what = StoreItemClass(rawValue: Int32(truncatingIfNeeded: classValue))?.name ?? "item"
             throw MTLSError(.corrupt, "the stored \(what) \"\(label)\" is tampered or damaged: its row does not authenticate under the store's key; it is not used (delete it and store it again)")
         }
-        return CredentialStore.info(s)
     }
 
     /// Checks the leaf and chain read from a row against the fingerprints its tag covers.
