@@ -10,6 +10,11 @@
  *    of the last failure on the calling thread (read it right after the failing call).
  *  - Every pointer argument is checked: NULL where a value is required, or a buffer of the
  *    wrong size, gives MTLS_E_INVALID_ARGUMENT, never a crash.
+ *  - A size or count above SSIZE_MAX is MTLS_E_INVALID_ARGUMENT.
+ *  - Every handle carries a type tag checked on entry: a handle of another type, or one already
+ *    freed, is MTLS_E_INVALID_ARGUMENT (and a no-op for the free and close functions). This is a
+ *    best effort, not a guarantee: a freed handle is caught until its memory is reused, and a
+ *    pointer libmtls never returned is undefined behaviour.
  *  - Strings in and out are UTF-8 and NUL-terminated; binary data is (const uint8_t *, size_t).
  *    A `char **out` string is allocated by the library and freed by the caller with
  *    mtls_string_free(); a `uint8_t **out` buffer with mtls_bytes_free().
@@ -107,9 +112,11 @@ MTLS_EXTERN const char *mtls_error_name(int code);
  * owned by the library and valid until the next failing call on the same thread. */
 MTLS_EXTERN const char *mtls_last_error(void);
 
-/* Free a string the library returned through a `char **` out-parameter. NULL is a no-op. */
+/* Free a string the library returned through a `char **` out-parameter; it is zeroed first (it may
+ * hold a private key). NULL is a no-op. */
 MTLS_EXTERN void mtls_string_free(char *s);
-/* Free a buffer the library returned through a `uint8_t **` out-parameter. NULL is a no-op. */
+/* Free a buffer the library returned through a `uint8_t **` out-parameter; it is zeroed first.
+ * NULL is a no-op. */
 MTLS_EXTERN void mtls_bytes_free(uint8_t *b);
 
 /* ======================================================================================
@@ -233,16 +240,19 @@ MTLS_EXTERN int mtls_identity_chain_check(const mtls_identity *identity, unsigne
 typedef struct mtls_pkcs12 mtls_pkcs12;
 
 /* Import a PKCS#12 (.p12/.pfx) file from memory. `password` is UTF-8; NULL means "no
- * password", which is NOT the empty password "" (files made with one do not open with the
- * other; the error message says which one the file wants). All schemes: PBES2 AES-CBC with
+ * password", which PKCS#12 encodes differently from the empty password "": given either, both
+ * are tried (as OpenSSL's PKCS12_parse does), and mtls_pkcs12_password_encoding tells which
+ * one opened the file. All schemes: PBES2 AES-CBC with
  * PBKDF2-HMAC-SHA1/256/512, SHA1-3DES, SHA1-RC2-40/128 (through the legacy provider of
  * libmtls's own OpenSSL library context; the program's default context is not touched),
  * unencrypted bags, SHA-1/256/512 MACs or no MAC. Free *out with mtls_pkcs12_free.
  * Errors: MTLS_E_BAD_PASSWORD, MTLS_E_CORRUPT (truncated or damaged), MTLS_E_NOT_PKCS12,
  * MTLS_E_UNSUPPORTED (the message names the algorithm), MTLS_E_KEY_MISMATCH (a key with no
  * matching certificate), MTLS_E_NO_IDENTITY (a key with no certificate at all),
- * MTLS_E_LIMIT (input over 16 MiB, more than 1,000,000 iterations in one KDF or MAC or
- * 4,000,000 in the whole file; checked before any KDF runs). A certificate-only file imports
+ * MTLS_E_LIMIT (input over 16 MiB, more than 256 encrypted items, more than 1,000,000 units of
+ * KDF work in one KDF or MAC or 4,000,000 in the whole file, where a PBKDF2 iteration is one unit
+ * and scrypt costs N*r*p; every item visible before decryption is charged before any KDF runs).
+ * Friendly names are decoded from BMPString to UTF-8 exactly. A certificate-only file imports
  * with zero identities. */
 MTLS_EXTERN int mtls_pkcs12_import(const uint8_t *data, size_t len, const char *password, mtls_pkcs12 **out);
 /* Same as mtls_pkcs12_import, reading the file at `path`. */
@@ -258,6 +268,9 @@ MTLS_EXTERN int mtls_pkcs12_identity(const mtls_pkcs12 *p12, size_t index, mtls_
  * order): a new reference, free *out with mtls_cert_free. */
 MTLS_EXTERN int mtls_pkcs12_cert_count(const mtls_pkcs12 *p12, size_t *count);
 MTLS_EXTERN int mtls_pkcs12_cert(const mtls_pkcs12 *p12, size_t index, mtls_cert **out);
+/* Which password encoding opened the file: "given" (a non-empty password), "empty" (the empty
+ * password) or "absent" (no password). *out is a static string: do not free it. */
+MTLS_EXTERN int mtls_pkcs12_password_encoding(const mtls_pkcs12 *p12, const char **out);
 
 /* Flags of mtls_pkcs12_export, mtls_store_export_p12 and mtls_issued_export_p12. */
 #define MTLS_PKCS12_MODERN 0x0  /* AES-256-CBC, PBKDF2-HMAC-SHA256, HMAC-SHA256 MAC (default) */
@@ -411,6 +424,10 @@ MTLS_EXTERN int mtls_trust_result_matched_pin(const mtls_trust_result *result, c
  * AES-256-GCM at rest, leaf, chain), certificates and references to token identities, each under
  * a label unique within its class. The store secret (a passphrase stretched with scrypt, or a
  * 32-byte key) unwraps the data key once per open.
+ * Every row is authenticated under a key derived from the data key (class, label, generation and
+ * every column a decision depends on) and checked on every read: a row written by someone who
+ * could edit the file but does not know the secret is MTLS_E_CORRUPT naming its label ("tampered
+ * or damaged") and is never used. A token URI's pin-value is never stored (it is removed).
  *
  * Thread safety: an mtls_store may be shared by threads (calls are serialised on its
  * connection); several processes may open the same file at once. An mtls_store_item is
@@ -449,10 +466,20 @@ MTLS_EXTERN int mtls_store_options_init(mtls_store_options *opts, unsigned int v
  * Close *out with mtls_store_close. */
 MTLS_EXTERN int mtls_store_open(const char *path, const uint8_t *secret, size_t secret_len, int secret_kind,
                                 const mtls_store_options *opts, mtls_store **out);
-/* Same, reading the secret from a file: exactly 32 bytes is a key, anything else a passphrase
- * (its first line). */
+/* Same, reading a passphrase from a file: always a passphrase, stretched with scrypt whatever its
+ * length (a 32-byte file too); the passphrase is the file's first line, its line ending ("\n" or
+ * "\r\n") dropped. */
 MTLS_EXTERN int mtls_store_open_secret_file(const char *path, const char *secret_file,
                                             const mtls_store_options *opts, mtls_store **out);
+/* Same, reading a raw key from a file of exactly 32 bytes (MTLS_STORE_SECRET_KEY); any other
+ * length is MTLS_E_INVALID_ARGUMENT. */
+MTLS_EXTERN int mtls_store_open_key_file(const char *path, const char *key_file,
+                                         const mtls_store_options *opts, mtls_store **out);
+/* Allow (allow != 0) or refuse (0, the default) stored token URIs whose module-path names a
+ * PKCS#11 module that p11-kit has not registered (pkcs11.conf(5)), for this open store. Refused,
+ * such a token identity is MTLS_E_INVALID_ARGUMENT when read: a store row can name a shared
+ * object to be loaded into the program. */
+MTLS_EXTERN int mtls_store_allow_module_paths(mtls_store *store, int allow);
 /* Close the store, wipe its data key and free the handle. NULL is a no-op. Identities and
  * certificates obtained from the store stay valid (they hold their own references). */
 MTLS_EXTERN void mtls_store_close(mtls_store *store);

@@ -53,35 +53,93 @@ func require<T>(_ p: T?, _ name: String) throws -> T {
 
 // MARK: handles
 
+/// What a C handle points to: a tag word marking a live libmtls handle, then the object. The
+/// handle's references are the box's; the box holds the object. A handle of the wrong type, or
+/// one already freed, is caught on entry (best effort: a freed handle is caught until its memory
+/// is reused, and a pointer libmtls never made is read as if it were a box).
+final class HandleBox {
+    /// First stored property, so it sits right after the object header (see ``tagOffset``).
+    var tag: UInt64
+    let object: AnyObject
+
+    static let liveTag: UInt64 = 0x6D74_6C73_2D68_646C // "mtls-hdl"
+    static let deadTag: UInt64 = 0x6465_6164_2D68_646C // "dead-hdl"
+    /// Offset of ``tag`` from the start of the object: a Swift class instance starts with its
+    /// isa pointer and reference counts (two words). Checked once at first use.
+    static let tagOffset: Int = {
+        let probe = HandleBox(NSNullMarker())
+        let raw = UnsafeRawPointer(Unmanaged.passUnretained(probe).toOpaque())
+        let offset = 2 * MemoryLayout<UInt>.stride
+        precondition(raw.load(fromByteOffset: offset, as: UInt64.self) == liveTag, "HandleBox layout")
+        return withExtendedLifetime(probe) { offset }
+    }()
+
+    init(_ object: AnyObject) {
+        tag = HandleBox.liveTag
+        self.object = object
+    }
+
+    deinit { tag = HandleBox.deadTag }
+
+    /// The box behind `p`, or nil when `p` does not carry the live tag.
+    static func live(_ p: OpaquePointer) -> HandleBox? {
+        let raw = UnsafeRawPointer(p)
+        guard raw.load(fromByteOffset: tagOffset, as: UInt64.self) == liveTag else { return nil }
+        return Unmanaged<HandleBox>.fromOpaque(raw).takeUnretainedValue()
+    }
+}
+
+/// A placeholder object for the layout probe.
+private final class NSNullMarker {}
+
 /// Turns a Swift object into an opaque C handle holding one reference.
 func retainHandle<T: AnyObject>(_ object: T) -> OpaquePointer {
-    OpaquePointer(Unmanaged.passRetained(object).toOpaque())
+    OpaquePointer(Unmanaged.passRetained(HandleBox(object)).toOpaque())
+}
+
+/// The object behind a handle, or an error naming the argument: NULL, not a live libmtls handle
+/// (freed, or never made by libmtls), or a handle of another type.
+func typedObject<T: AnyObject>(_ p: OpaquePointer?, _ type: T.Type, _ name: String) throws -> T {
+    guard let p else { throw invalid("\(name) must not be NULL") }
+    guard let box = HandleBox.live(p) else {
+        throw invalid("\(name) is not a live libmtls handle (it was freed, or was not made by libmtls)")
+    }
+    guard let object = box.object as? T else {
+        throw invalid("\(name) is a handle of the wrong type (\(Swift.type(of: box.object)), not \(T.self))")
+    }
+    return object
 }
 
 /// Borrows the object behind a handle (no reference change).
 func handle<T: AnyObject>(_ p: OpaquePointer?, _ type: T.Type, _ name: String) throws -> T {
-    guard let p else { throw invalid("\(name) must not be NULL") }
-    return Unmanaged<T>.fromOpaque(UnsafeRawPointer(p)).takeUnretainedValue()
+    try typedObject(p, type, name)
 }
 
-/// Drops the reference a handle holds. NULL is a no-op.
+/// Drops the reference a handle holds. NULL, a freed handle or one of another type is a no-op
+/// (best effort; the last error says why).
 func releaseHandle<T: AnyObject>(_ p: OpaquePointer?, _ type: T.Type) {
     guard let p else { return }
-    Unmanaged<T>.fromOpaque(UnsafeRawPointer(p)).release()
+    do { _ = try typedObject(p, type, "handle") } catch {
+        setLastError("\(error)")
+        return
+    }
+    Unmanaged<HandleBox>.fromOpaque(UnsafeRawPointer(p)).release()
 }
 
 /// Closes the object behind a handle with `close` (so its socket or file goes at once, whatever
-/// other references live), then drops the reference the handle holds. NULL is a no-op.
+/// other references live), then drops the reference the handle holds. NULL is a no-op, and so
+/// is a freed handle or one of another type.
 func closeHandle<T: AnyObject>(_ p: OpaquePointer?, _ type: T.Type, _ close: (T) -> Void) {
-    guard let p else { return }
-    close(Unmanaged<T>.fromOpaque(UnsafeRawPointer(p)).takeUnretainedValue())
+    guard let p, let object = try? typedObject(p, type, "handle") else { return }
+    close(object)
     releaseHandle(p, type)
 }
 
-/// Adds a reference to a handle and returns it (for `*_ref` functions).
+/// Adds a reference to a handle and returns it (for `*_ref` functions); NULL for NULL, a freed
+/// handle or one of another type.
 func refHandle<T: AnyObject>(_ p: OpaquePointer?, _ type: T.Type) -> OpaquePointer? {
-    guard let p else { return nil }
-    _ = Unmanaged<T>.fromOpaque(UnsafeRawPointer(p)).retain()
+    guard let p, (try? typedObject(p, type, "handle")) != nil else { return nil }
+    _ = Unmanaged<HandleBox>.fromOpaque(UnsafeRawPointer(p)).retain()
     return p
 }
 
@@ -106,8 +164,16 @@ func secretBytes(_ p: UnsafePointer<CChar>?) -> SecretBytes? {
 }
 
 func bytes(_ p: UnsafePointer<UInt8>?, _ len: Int, _ name: String) throws -> [UInt8] {
+    let len = try size(len, "the length of \(name)")
     if len == 0 { return [] }
     return Array(UnsafeBufferPointer(start: try require(p, name), count: len))
+}
+
+/// A C `size_t` argument (a count or a length), which Swift sees as `Int`: one above
+/// `SSIZE_MAX` arrives negative and is ``MTLSError/Code/invalidArgument``, never a trap.
+func size(_ n: Int, _ name: String) throws -> Int {
+    guard n >= 0 else { throw invalid("\(name) (\(UInt(bitPattern: n))) is above SSIZE_MAX") }
+    return n
 }
 
 /// Writes a malloc'ed copy of `s` to `out` (freed by the caller with `mtls_string_free`).
@@ -162,6 +228,7 @@ func putBytes(_ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?, _ outL
 /// Copies `b` into a caller's fixed-size buffer, which must be exactly `b.count` bytes or more.
 func copyInto(_ b: [UInt8], _ out: UnsafeMutablePointer<UInt8>?, _ outLen: Int) throws {
     let out = try require(out, "out")
+    let outLen = try size(outLen, "out_len")
     guard outLen >= b.count else {
         throw MTLSError(.bufferTooSmall, "buffer of \(outLen) bytes is too small: \(b.count) needed")
     }
@@ -187,7 +254,7 @@ func putHandles<T: AnyObject>(_ out: UnsafeMutablePointer<UnsafeMutablePointer<O
 
 /// Releases an array made by ``putHandles``.
 func freeHandles<T: AnyObject>(_ list: UnsafeMutablePointer<OpaquePointer?>?, _ count: Int, _ type: T.Type) {
-    guard let list else { return }
+    guard let list, count >= 0 else { return }
     for i in 0..<count { releaseHandle(list[i], type) }
     free(list)
 }

@@ -5,7 +5,12 @@ import MTLS
 @_cdecl("mtls_cert_parse")
 public func mtls_cert_parse(_ data: UnsafePointer<UInt8>?, _ len: Int, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        try putHandle(out) { try Certificate.parseAll(try bytes(data, len, "data"))[0] }
+        try putHandle(out) {
+            guard let first = try Certificate.parseAll(try bytes(data, len, "data")).first else {
+                throw MTLSError(.parse, "no certificate in the data")
+            }
+            return first
+        }
     }
 }
 

@@ -107,7 +107,7 @@ public func mtls_conn_read(_ conn: OpaquePointer?, _ buf: UnsafeMutablePointer<U
         let n = try require(n, "n")
         n.pointee = 0
         let buf = try require(buf, "buf")
-        n.pointee = try c.read(into: UnsafeMutableRawBufferPointer(start: buf, count: len))
+        n.pointee = try c.read(into: UnsafeMutableRawBufferPointer(start: buf, count: try size(len, "len")))
     }
 }
 
@@ -119,7 +119,7 @@ public func mtls_conn_write(_ conn: OpaquePointer?, _ buf: UnsafePointer<UInt8>?
         let c = try handle(conn, TLSConnection.self, "conn")
         let n = try require(n, "n")
         n.pointee = 0
-        if len == 0 { return }
+        if try size(len, "len") == 0 { return }
         let buf = try require(buf, "buf")
         n.pointee = try c.write(UnsafeRawBufferPointer(start: buf, count: len))
     }

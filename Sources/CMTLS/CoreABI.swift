@@ -50,8 +50,20 @@ public func mtls_last_error() -> UnsafePointer<CChar> {
 
 /// `void mtls_string_free(char *s)`
 @_cdecl("mtls_string_free")
-public func mtls_string_free(_ s: UnsafeMutablePointer<CChar>?) { free(s) }
+public func mtls_string_free(_ s: UnsafeMutablePointer<CChar>?) { wipeAndFree(s) }
 
 /// `void mtls_bytes_free(uint8_t *b)`
 @_cdecl("mtls_bytes_free")
-public func mtls_bytes_free(_ b: UnsafeMutablePointer<UInt8>?) { free(b) }
+public func mtls_bytes_free(_ b: UnsafeMutablePointer<UInt8>?) { wipeAndFree(b) }
+
+/// glibc's malloc_usable_size(3) (malloc.h is not part of the Glibc module).
+@_silgen_name("malloc_usable_size")
+private func libmtls_malloc_usable_size(_ p: UnsafeMutableRawPointer?) -> Int
+
+/// Frees a buffer the library allocated after zeroing all of it: such buffers may hold private
+/// keys (PEM, PKCS#12 with a weak password) or other secrets.
+private func wipeAndFree<T>(_ p: UnsafeMutablePointer<T>?) {
+    guard let p else { return }
+    explicit_bzero(p, libmtls_malloc_usable_size(p))
+    free(p)
+}

@@ -206,6 +206,22 @@ public func mtls_identity_resolve(_ name: UnsafePointer<CChar>?, _ keyPath: Unsa
     }
 }
 
+/// `int mtls_pkcs12_password_encoding(const mtls_pkcs12 *p12, const char **out)`
+@_cdecl("mtls_pkcs12_password_encoding")
+public func mtls_pkcs12_password_encoding(_ p12: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let name: StaticString
+        switch try handle(p12, PKCS12Handle.self, "p12").contents.passwordEncoding {
+        case .given: name = "given"
+        case .empty: name = "empty"
+        case .absent: name = "absent"
+        }
+        out.pointee = UnsafeRawPointer(name.utf8Start).assumingMemoryBound(to: CChar.self)
+    }
+}
+
 /// The export options the `MTLS_PKCS12_*` flags name (every mtls_*_export_p12 function takes
 /// them); unknown bits are an invalid argument.
 func pkcs12ExportOptions(_ flags: Int32) throws -> PKCS12ExportOptions {

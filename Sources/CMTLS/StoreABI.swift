@@ -79,6 +79,25 @@ public func mtls_store_open_secret_file(_ path: UnsafePointer<CChar>?, _ secretF
     }
 }
 
+/// `int mtls_store_open_key_file(const char *path, const char *key_file, const mtls_store_options *opts,
+///                               mtls_store **out)`
+@_cdecl("mtls_store_open_key_file")
+public func mtls_store_open_key_file(_ path: UnsafePointer<CChar>?, _ keyFile: UnsafePointer<CChar>?,
+                                     _ opts: UnsafePointer<mtls_store_options>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        try putHandle(out) {
+            let s = try StoreSecret.loadKey(path: try string(keyFile, "key_file"))
+            return try CredentialStore(path: try string(path, "path"), secret: s, options: try options(opts))
+        }
+    }
+}
+
+/// `int mtls_store_allow_module_paths(mtls_store *store, int allow)`
+@_cdecl("mtls_store_allow_module_paths")
+public func mtls_store_allow_module_paths(_ store: OpaquePointer?, _ allow: Int32) -> Int32 {
+    abiCall { try handle(store, CredentialStore.self, "store").allowUnregisteredModulePaths(allow != 0) }
+}
+
 /// `void mtls_store_close(mtls_store *store)`
 @_cdecl("mtls_store_close")
 public func mtls_store_close(_ store: OpaquePointer?) { closeHandle(store, CredentialStore.self) { $0.close() } }
@@ -101,7 +120,7 @@ public func mtls_store_put_identities(_ store: OpaquePointer?, _ labels: UnsafeP
     abiCall {
         let s = try handle(store, CredentialStore.self, "store")
         var items: [(label: String, identity: Identity)] = []
-        if count > 0 {
+        if try size(count, "count") > 0 {
             let l = try require(labels, "labels"), ids = try require(identities, "identities")
             for i in 0..<count {
                 items.append((try string(l[i], "labels[\(i)]"), try handle(ids[i], Identity.self, "identities[\(i)]")))
@@ -229,7 +248,7 @@ final class StoreItemHandle {
 }
 
 private func item(_ p: OpaquePointer?) -> StoreItemHandle? {
-    p.map { Unmanaged<StoreItemHandle>.fromOpaque(UnsafeRawPointer($0)).takeUnretainedValue() }
+    try? typedObject(p, StoreItemHandle.self, "item")
 }
 
 /// `int mtls_store_item_info(mtls_store *store, const char *label, int item_class, mtls_store_item **out)`

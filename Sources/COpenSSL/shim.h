@@ -144,6 +144,9 @@ static inline SCRYPT_PARAMS *mtls_ossl_SCRYPT_PARAMS_unpack(const ASN1_TYPE *t) 
 static inline const ASN1_OCTET_STRING *mtls_ossl_ASN1_TYPE_octet_string(const ASN1_TYPE *t) {
     return (t && t->type == V_ASN1_OCTET_STRING) ? t->value.octet_string : NULL;
 }
+static inline const ASN1_BMPSTRING *mtls_ossl_ASN1_TYPE_bmpstring(const ASN1_TYPE *t) {
+    return (t && t->type == V_ASN1_BMPSTRING) ? t->value.bmpstring : NULL;
+}
 
 
 /* ---- PKCS#11 token keys (Sources/MTLS/Tokens; the keys belong to Sources/CMTLSProvider) ---- */

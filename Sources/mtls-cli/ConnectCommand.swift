@@ -13,15 +13,21 @@ struct IdentityOptions: ParsableArguments {
     @Option(help: "Private key PEM file, with --cert (encrypted keys use --password-file).") var key: String?
     @Option(help: "The credential store (default $MTLS_STORE); must exist. Without --identity, a client chooses among its identities and token identities.") var store: String?
     @Option(help: "File with the store secret (default $MTLS_STORE_SECRET_FILE).") var secretFile: String?
+    @Option(help: "File with a raw 32-byte store key, instead of --secret-file (default $MTLS_STORE_KEY_FILE).") var keyFile: String?
+    @Flag(name: .customLong("allow-module-path"), help: "Honour a stored token URI's module-path even when p11-kit has not registered that module.")
+    var allowModulePath = false
 
-    func openStore() throws -> CredentialStore? { try Self.openExistingStore(path: store, secretFile: secretFile) }
+    func openStore() throws -> CredentialStore? {
+        try Self.openExistingStore(path: store, secretFile: secretFile, keyFile: keyFile, allowModulePath: allowModulePath)
+    }
 
     /// The store at `path`, else at the default location (``CredentialStore/defaultPath(environment:)``),
     /// or nil when none is given and none is at the default location. Reading only: a wrong
     /// path is an error, never a new empty store.
-    static func openExistingStore(path: String?, secretFile: String?) throws -> CredentialStore? {
+    static func openExistingStore(path: String?, secretFile: String?, keyFile: String? = nil,
+                                  allowModulePath: Bool = false) throws -> CredentialStore? {
         let env = ProcessInfo.processInfo.environment
-        let secretPath = secretFile ?? CredentialStore.defaultSecretFile(environment: env)
+        let secretSource = try CredentialStore.secretSource(secretFile: secretFile, keyFile: keyFile, environment: env)
         let named = path ?? env["MTLS_STORE"].flatMap { $0.isEmpty ? nil : $0 }
         let storePath: String
         if let named {
@@ -29,15 +35,16 @@ struct IdentityOptions: ParsableArguments {
         } else {
             // The default location counts only when it holds a store and a secret is set.
             let fallback = CredentialStore.defaultPath(environment: env)
-            guard secretPath != nil, FileManager.default.fileExists(atPath: fallback) else { return nil }
+            guard secretSource != nil, FileManager.default.fileExists(atPath: fallback) else { return nil }
             storePath = fallback
         }
-        guard let secretPath else {
-            throw ValidationError("--store needs --secret-file (or MTLS_STORE_SECRET_FILE)")
+        guard let secretSource else {
+            throw ValidationError("--store needs --secret-file (or MTLS_STORE_SECRET_FILE or MTLS_STORE_KEY_FILE)")
         }
         var options = CredentialStore.Options()
         options.create = false
-        return try CredentialStore(path: storePath, secret: try StoreSecret.load(path: secretPath), options: options)
+        options.allowUnregisteredModulePaths = allowModulePath
+        return try CredentialStore(path: storePath, secret: try secretSource.load(), options: options)
     }
 
     /// The identity for a client: explicit, or automatic among the store's identities.

@@ -13,8 +13,10 @@ struct P12Command: ParsableCommand {
             discussion: """
             The password comes from --password-file (its first line; an empty file is the empty \
             password), or from the MTLS_P12_PASSWORD environment variable. --no-password opens \
-            the file with no password at all, which PKCS#12 distinguishes from the empty \
-            password. One of the three is required.
+            the file with no password at all, which PKCS#12 encodes differently from the empty \
+            password; given either, both encodings are tried (as OpenSSL does) and the JSON key \
+            password_encoding says which one opened the file ("empty" or "absent"; "given" for a \
+            non-empty password). One of the three is required.
             """)
 
         @Argument(help: "The PKCS#12 file.") var file: String
@@ -67,6 +69,8 @@ enum P12JSON {
                 ]
             },
             "certificates": c.certificates.map(CertJSON.object),
+            // Which encoding opened the file: "given", or for no/empty password "empty" or "absent".
+            "password_encoding": c.passwordEncoding.rawValue,
         ]
     }
 

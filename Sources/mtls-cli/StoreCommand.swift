@@ -9,9 +9,10 @@ struct StoreCommand: ParsableCommand {
         abstract: "Keep identities, certificates and token references in an encrypted store under labels.",
         discussion: """
             The store is one SQLite file: --store, else $MTLS_STORE, else $XDG_DATA_HOME/mtls/store.db \
-            (~/.local/share/mtls/store.db). Its secret comes from --secret-file, else \
-            $MTLS_STORE_SECRET_FILE: a file of exactly 32 bytes is a raw key, anything else a passphrase \
-            (its first line). Only import, add-cert and add-token create a missing store; the other \
+            (~/.local/share/mtls/store.db). Its secret is a passphrase from --secret-file (always \
+            stretched with scrypt, whatever its length; its first line, the line ending dropped) or a \
+            raw key of exactly 32 bytes from --key-file; else $MTLS_STORE_KEY_FILE, else \
+            $MTLS_STORE_SECRET_FILE. Only import, add-cert and add-token create a missing store; the other \
             commands fail with "no store at PATH".
             """,
         subcommands: [Import.self, AddCert.self, AddToken.self, List.self, Show.self, Delete.self, Export.self,
@@ -28,6 +29,10 @@ struct StoreCommand: ParsableCommand {
         var store: String?
         @Option(name: .customLong("secret-file"), help: "File holding the store secret (default: $MTLS_STORE_SECRET_FILE).")
         var secretFile: String?
+        @Option(name: .customLong("key-file"), help: "File holding a raw 32-byte store key, instead of a passphrase (default: $MTLS_STORE_KEY_FILE).")
+        var keyFile: String?
+        @Flag(name: .customLong("allow-module-path"), help: "Honour a stored token URI's module-path even when p11-kit has not registered that module.")
+        var allowModulePath = false
         @Option(name: .customLong("busy-timeout"), help: "Milliseconds to wait for another user's lock before failing (default 10000).")
         var busyTimeout: Int32?
         @Option(name: .customLong("kdf-log-n"), help: ArgumentHelp("scrypt cost of a new store, for tests only.", visibility: .hidden))
@@ -38,14 +43,15 @@ struct StoreCommand: ParsableCommand {
         /// Opens the store. Only commands that add items pass `create`: a command that reads a
         /// store whose path is wrong must say so, not make an empty one there.
         func open(create: Bool = false) throws -> CredentialStore {
-            guard let file = secretFile ?? CredentialStore.defaultSecretFile() else {
-                throw MTLSError(.invalidArgument, "the store secret is needed: pass --secret-file F or set MTLS_STORE_SECRET_FILE")
+            guard let source = try CredentialStore.secretSource(secretFile: secretFile, keyFile: keyFile) else {
+                throw MTLSError(.invalidArgument, "the store secret is needed: pass --secret-file F (a passphrase) or --key-file F (a 32-byte key), or set MTLS_STORE_SECRET_FILE or MTLS_STORE_KEY_FILE")
             }
             var options = CredentialStore.Options()
             options.create = create
             if let kdfLogN { options.kdf.logN = kdfLogN }
             if let busyTimeout { options.busyTimeoutMilliseconds = max(busyTimeout, 0) }
-            return try CredentialStore(path: path, secret: try StoreSecret.load(path: file), options: options)
+            options.allowUnregisteredModulePaths = allowModulePath
+            return try CredentialStore(path: path, secret: try source.load(), options: options)
         }
 
         /// Runs `body` with the store, creating it if needed; when `body` fails on a store this
@@ -139,10 +145,14 @@ struct StoreCommand: ParsableCommand {
                     let identity = try Token.identity(uri: uri, pin: try pinFile.map(CLI.readSecretFile))
                     certs = identity.allCertificates
                 }
-                try location.adding {
-                    try $0.putTokenIdentity(uri: uri, certificate: certs[0], chain: Array(certs.dropFirst()), label: label, replace: replace)
+                guard let leaf = certs.first else { throw MTLSError(.noIdentity, "no certificate for the token identity") }
+                let stored = try location.adding {
+                    try $0.putTokenIdentity(uri: uri, certificate: leaf, chain: Array(certs.dropFirst()), label: label, replace: replace)
                 }
-                print("stored token identity \"\(label)\": \(uri)")
+                if stored.pinValueRemoved {
+                    CLI.printError("warning: the URI's pin-value was not stored (a PIN is never kept in the store); use pin-source=FILE or --pin-file when connecting")
+                }
+                print("stored token identity \"\(label)\": \(stored.storedURI)")
             }
         }
     }
@@ -235,15 +245,24 @@ struct StoreCommand: ParsableCommand {
     struct ChangeSecret: ParsableCommand {
         static let configuration = CommandConfiguration(commandName: "change-secret", abstract: "Protect the store with a new secret.")
         @OptionGroup var location: Location
-        @Option(name: .customLong("new-secret-file"), help: "File holding the new secret (32 bytes: a key; else a passphrase).")
-        var newSecretFile: String
+        @Option(name: .customLong("new-secret-file"), help: "File holding the new passphrase (first line).")
+        var newSecretFile: String?
+        @Option(name: .customLong("new-key-file"), help: "File holding a new raw 32-byte key, instead of a passphrase.")
+        var newKeyFile: String?
+
+        func validate() throws {
+            if (newSecretFile == nil) == (newKeyFile == nil) {
+                throw ValidationError("give exactly one of --new-secret-file and --new-key-file")
+            }
+        }
 
         func run() throws {
             try CLI.reporting {
                 let store = try location.open()
                 var kdf = StoreKDFParameters.default
                 if let n = location.kdfLogN { kdf.logN = n }
-                try store.changeSecret(to: try StoreSecret.load(path: newSecretFile), kdf: kdf)
+                let secret = try newKeyFile.map(StoreSecret.loadKey(path:)) ?? StoreSecret.load(path: newSecretFile ?? "")
+                try store.changeSecret(to: secret, kdf: kdf)
                 print("the store secret was changed")
             }
         }

@@ -178,8 +178,11 @@ final class CredentialStoreTests: XCTestCase {
         let path = "\(pki.dir)/store.db"
         let keyFile = "\(pki.dir)/store.key"
         try TestPKI.sh("head -c 32 /dev/urandom > \(keyFile)")
-        let key = try StoreSecret.load(path: keyFile)
-        guard case .key = key else { return XCTFail("a 32-byte file is a raw key") }
+        let key = try StoreSecret.loadKey(path: keyFile)
+        guard case .key = key else { return XCTFail("a key file is a raw key") }
+        // The same file read as a passphrase file is a passphrase: chosen explicitly, never by length.
+        guard case .passphrase = try StoreSecret.load(path: keyFile) else { return XCTFail("a secret file is always a passphrase") }
+        assertCode(.invalidArgument) { _ = try StoreSecret.loadKey(path: "\(pki.dir)/root.pem") }
         let store = try open(path, key)
         XCTAssertNil(try store.kdfParameters())
         try store.putIdentity(try pki.identity("a"), label: "a")
@@ -214,6 +217,130 @@ final class CredentialStoreTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: "\(dir)/missing.db"))
     }
 
+    func testAThirtyTwoBytePassphraseFileIsStretched() throws {
+        let dir = try TestPKI.tempDir()
+        // 31 characters and a newline: exactly 32 bytes, and still a passphrase.
+        try "0123456789012345678901234567890\n".write(toFile: "\(dir)/pass.txt", atomically: true, encoding: .utf8)
+        let secret = try StoreSecret.load(path: "\(dir)/pass.txt")
+        guard case .passphrase(let p) = secret else { return XCTFail("a 32-byte passphrase file must be stretched") }
+        XCTAssertEqual(p.count, 31)
+        let store = try open("\(dir)/store.db", secret)
+        XCTAssertEqual(try store.kdfParameters(), .testing)
+        XCTAssertEqual(try store._testText("SELECT value FROM meta WHERE name = 'kdf'"), "scrypt")
+        // The environment chooses the kind by variable, explicit flags over the environment.
+        let env = ["MTLS_STORE_KEY_FILE": "/k", "MTLS_STORE_SECRET_FILE": "/s"]
+        XCTAssertEqual(try CredentialStore.secretSource(secretFile: nil, keyFile: nil, environment: env), .keyFile("/k"))
+        XCTAssertEqual(try CredentialStore.secretSource(secretFile: "/p", keyFile: nil, environment: env), .passphraseFile("/p"))
+        XCTAssertEqual(try CredentialStore.secretSource(secretFile: nil, keyFile: nil, environment: ["MTLS_STORE_SECRET_FILE": "/s"]), .passphraseFile("/s"))
+        assertCode(.invalidArgument) { _ = try CredentialStore.secretSource(secretFile: "/a", keyFile: "/b") }
+    }
+
+    func testNegativeOrOutOfRangeSchemaVersionIsCorruptNotATrap() throws {
+        let dir = try TestPKI.tempDir()
+        try open("\(dir)/store.db")._testExecute("PRAGMA user_version=-1")
+        assertCode(.corrupt) { _ = try self.open("\(dir)/store.db") }
+        try TestPKI.sh("sqlite3 \(dir)/store.db 'PRAGMA user_version=-2147483648'")
+        assertCode(.corrupt) { _ = try self.open("\(dir)/store.db") }
+    }
+
+    func testSwappedCertificateRowIsRefused() throws {
+        let pki = try StorePKI()
+        let store = try open("\(pki.dir)/store.db")
+        try store.putCertificate(pki.root, label: "anchor")
+        try store.putIdentity(try pki.identity("a"), label: "a")
+        // An attacker's root, written through sqlite3 into the anchor row (no secret needed).
+        try TestPKI.sh("cd \(pki.dir) && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout evil.key -out evil.pem -subj '/CN=Store Root' -days 30 2>/dev/null && openssl x509 -in evil.pem -outform DER -out evil.der")
+        let evil = try Certificate.load(path: "\(pki.dir)/evil.pem")[0]
+        try TestPKI.sh("sqlite3 \(pki.dir)/store.db \"UPDATE items SET leaf = readfile('\(pki.dir)/evil.der') WHERE label = 'anchor'\"")
+        let fresh = try open("\(pki.dir)/store.db")
+        XCTAssertThrowsError(try fresh.certificate(label: "anchor")) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .corrupt)
+            XCTAssertTrue((e as? MTLSError)?.message.contains("\"anchor\" is tampered or damaged") ?? false, "\(e)")
+        }
+        // ... and with the metadata changed to match it.
+        try TestPKI.sh("sqlite3 \(pki.dir)/store.db \"UPDATE items SET leaf_sha256 = '\(evil.sha256Hex)' WHERE label = 'anchor'\"")
+        assertCode(.corrupt) { _ = try fresh.certificate(label: "anchor") }
+        assertCode(.corrupt) { _ = try fresh.info(label: "anchor") }
+        // A whole row copied from another store (rows authenticate under their own store's key).
+        let other = try open("\(pki.dir)/other.db")
+        try other.putCertificate(evil, label: "anchor")
+        other.close()
+        try TestPKI.sh("sqlite3 \(pki.dir)/store.db \"ATTACH '\(pki.dir)/other.db' AS o; DELETE FROM items WHERE label = 'anchor'; INSERT INTO items SELECT * FROM o.items WHERE label = 'anchor'\"")
+        assertCode(.corrupt) { _ = try fresh.certificate(label: "anchor") }
+        assertCode(.corrupt) { _ = try fresh.list() }
+        // Other rows are unaffected, and deleting the bad row needs no read.
+        XCTAssertNoThrow(try fresh.identity(label: "a"))
+        XCTAssertEqual(try fresh.delete(label: "anchor"), 1)
+        XCTAssertEqual(try fresh.list().map(\.label), ["a"])
+    }
+
+    func testEditedTokenRowIsRefusedAndNoPINIsStored() throws {
+        let pki = try StorePKI()
+        let a = try pki.identity("a")
+        let store = try open("\(pki.dir)/store.db")
+        let r = try store.putTokenIdentity(uri: "pkcs11:token=t;object=k?pin-source=file:/run/pin&pin-value=123456", certificate: a.leaf,
+                                           chain: [pki.root, pki.intermediate], label: "tok")
+        XCTAssertTrue(r.pinValueRemoved)
+        XCTAssertEqual(r.storedURI, "pkcs11:token=t;object=k?pin-source=file:/run/pin")
+        XCTAssertEqual(try store.tokenIdentity(label: "tok").uri, "pkcs11:token=t;object=k?pin-source=file:/run/pin")
+        XCTAssertEqual(CredentialStore.strippingPINValue("pkcs11:token=t?pin-value=1").uri, "pkcs11:token=t")
+        XCTAssertFalse(CredentialStore.strippingPINValue("pkcs11:token=t;object=pin-value").stripped)
+        store.close()
+        // No PIN anywhere in the file (WAL checkpointed by the close).
+        let file = try [UInt8](Data(contentsOf: URL(fileURLWithPath: "\(pki.dir)/store.db")))
+        let pin = Array("123456".utf8)
+        XCTAssertFalse((0...(file.count - pin.count)).contains { Array(file[$0..<($0 + pin.count)]) == pin }, "the PIN is in the file")
+        // module-path edited in through sqlite3: refused on read.
+        try TestPKI.sh("sqlite3 \(pki.dir)/store.db \"UPDATE items SET token_uri = 'pkcs11:token=t;object=k?module-path=/tmp/evil.so' WHERE label = 'tok'\"")
+        let fresh = try open("\(pki.dir)/store.db")
+        XCTAssertThrowsError(try fresh.tokenIdentity(label: "tok")) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .corrupt)
+            XCTAssertTrue((e as? MTLSError)?.message.contains("\"tok\"") ?? false, "\(e)")
+        }
+        assertCode(.corrupt) { _ = try fresh.tokenIdentities() }
+    }
+
+    func testStoredModulePathMustBeRegisteredWithP11KitOrAllowed() throws {
+        let pki = try StorePKI()
+        let a = try pki.identity("a")
+        let store = try open("\(pki.dir)/store.db")
+        try store.putTokenIdentity(uri: "pkcs11:token=t;object=k?module-path=/tmp/evil-module.so", certificate: a.leaf, label: "evil")
+        XCTAssertThrowsError(try store.tokenIdentity(label: "evil")) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .invalidArgument)
+            XCTAssertTrue((e as? MTLSError)?.message.contains("not a PKCS#11 module registered with p11-kit") ?? false, "\(e)")
+        }
+        assertCode(.invalidArgument) { _ = try store.tokenIdentities() }
+        store.allowUnregisteredModulePaths(true)
+        XCTAssertEqual(try store.tokenIdentity(label: "evil").uri, "pkcs11:token=t;object=k?module-path=/tmp/evil-module.so")
+        store.allowUnregisteredModulePaths(false)
+        // SoftHSM2's module, registered with p11-kit by its Debian package, is honoured.
+        let registered = StoreModulePolicy.registeredModulePaths()
+        let softhsm = try XCTUnwrap(registered.first { $0.contains("softhsm") }, "\(registered)")
+        try store.putTokenIdentity(uri: "pkcs11:token=t;object=k?module-path=\(softhsm)", certificate: a.leaf, label: "hsm")
+        XCTAssertNoThrow(try store.tokenIdentity(label: "hsm"))
+    }
+
+    func testVersion2StoreMigratesOnFirstOpenAndKeepsItsRows() throws {
+        let pki = try StorePKI()
+        let path = "\(pki.dir)/store.db"
+        let store = try open(path)
+        try store.putIdentity(try pki.identity("a"), label: "a")
+        try store.putCertificate(pki.root, label: "root")
+        try store.putTokenIdentity(uri: "pkcs11:token=t;object=k", certificate: pki.intermediate, label: "tok")
+        store.close()
+        // Make it what libmtls 2 wrote: no tag column, and a PIN in a token URI.
+        try TestPKI.sh("sqlite3 \(path) \"UPDATE items SET token_uri = 'pkcs11:token=t;object=k?pin-value=4242'; ALTER TABLE items DROP COLUMN mac; PRAGMA user_version=2\"")
+        let migrated = try open(path)
+        XCTAssertEqual(try migrated._testInteger("PRAGMA user_version"), 3)
+        XCTAssertNoThrow(try migrated.identity(label: "a"))
+        XCTAssertEqual(try migrated.certificate(label: "root"), pki.root)
+        XCTAssertEqual(try migrated.tokenIdentity(label: "tok").uri, "pkcs11:token=t;object=k")
+        XCTAssertEqual(try migrated.list().count, 3)
+        // After the migration an untagged row is refused.
+        try migrated._testExecute("UPDATE items SET mac = NULL WHERE label = 'root'")
+        assertCode(.corrupt) { _ = try migrated.certificate(label: "root") }
+    }
+
     func testNewerSchemaIsSchemaTooNew() throws {
         let dir = try TestPKI.tempDir()
         try open("\(dir)/store.db")._testExecute("PRAGMA user_version=99")
@@ -223,10 +350,10 @@ final class CredentialStoreTests: XCTestCase {
     func testOlderSchemaIsMigratedOnOpen() throws {
         let dir = try TestPKI.tempDir()
         let old = try open("\(dir)/store.db")
-        try old._testExecute("DROP INDEX items_leaf_sha256; DROP INDEX items_subject; DROP INDEX items_subject_cn; PRAGMA user_version=1")
+        try old._testExecute("DROP INDEX items_leaf_sha256; DROP INDEX items_subject; DROP INDEX items_subject_cn; ALTER TABLE items DROP COLUMN mac; PRAGMA user_version=1")
         old.close()
         let store = try open("\(dir)/store.db")
-        XCTAssertEqual(try store._testInteger("PRAGMA user_version"), 2)
+        XCTAssertEqual(try store._testInteger("PRAGMA user_version"), 3)
         XCTAssertEqual(try store._testInteger("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'items_%'"), 3)
     }
 

@@ -71,11 +71,20 @@ final class PKCS12Tests: XCTestCase {
         try assertIdentity(try PKCS12.load(path: open, password: SecretBytes("")), of: f, keyType: "p256")
     }
 
-    func testEmptyNonASCIIAndAbsentPasswordsAreDistinct() throws {
+    func testEmptyAndAbsentPasswordsOpenEachOthersFilesAndSayWhichOpened() throws {
         let f = try P12Fixture.make()
-        let empty = try f.opensslP12("", password: "", name: "empty.p12")
-        try assertIdentity(try PKCS12.load(path: empty, password: SecretBytes("")), of: f, keyType: "p256")
-        expectCode(.badPassword) { _ = try PKCS12.load(path: empty, password: nil) }
+        // OpenSSL with "" (PBES2 and the legacy PKCS#12 PBE, whose two encodings differ).
+        for (args, name) in [("", "empty.p12"), ("-legacy", "empty-legacy.p12")] {
+            let empty = try f.opensslP12(args, password: "", name: name)
+            let given = try PKCS12.load(path: empty, password: SecretBytes(""))
+            try assertIdentity(given, of: f, keyType: "p256")
+            XCTAssertEqual(given.passwordEncoding, .empty)
+            let none = try PKCS12.load(path: empty, password: nil)
+            try assertIdentity(none, of: f, keyType: "p256")
+            XCTAssertEqual(none.passwordEncoding, .empty, name)
+            expectCode(.badPassword) { _ = try PKCS12.load(path: empty, password: SecretBytes("x")) }
+        }
+        XCTAssertEqual(try PKCS12.load(path: f.opensslP12("", name: "pw.p12"), password: SecretBytes("pw")).passwordEncoding, .given)
 
         let unicode = "pässwörd-日本"
         let u = try f.opensslP12("", password: unicode, name: "unicode.p12")
@@ -106,10 +115,14 @@ final class PKCS12Tests: XCTestCase {
         "
         """)
         try assertIdentity(try PKCS12.load(path: nullPW, password: nil), of: f, keyType: "p256")
-        expectCode(.badPassword) { _ = try PKCS12.load(path: nullPW, password: SecretBytes("")) }
+        XCTAssertEqual(try PKCS12.load(path: nullPW, password: nil).passwordEncoding, .absent)
+        let nullWithEmpty = try PKCS12.load(path: nullPW, password: SecretBytes(""))
+        try assertIdentity(nullWithEmpty, of: f, keyType: "p256")
+        XCTAssertEqual(nullWithEmpty.passwordEncoding, .absent)
+        expectCode(.badPassword) { _ = try PKCS12.load(path: nullPW, password: SecretBytes("pw")) }
 
         // Python cryptography with NoEncryption: unencrypted bags under a MAC keyed with the
-        // empty password. The error for "no password" says which one the file wants.
+        // empty password; it opens with no password too.
         let none = "\(f.dir)/none.p12"
         try TestPKI.sh("""
         cd \(f.dir) && python3 -c "
@@ -122,10 +135,90 @@ final class PKCS12Tests: XCTestCase {
         "
         """)
         try assertIdentity(try PKCS12.load(path: none, password: SecretBytes("")), of: f, keyType: "p256")
-        XCTAssertThrowsError(try PKCS12.load(path: none, password: nil)) { e in
-            XCTAssertEqual((e as? MTLSError)?.code, .badPassword)
-            XCTAssertTrue((e as? MTLSError)?.message.contains("empty password") ?? false, "\(e)")
+        let noneWithNil = try PKCS12.load(path: none, password: nil)
+        try assertIdentity(noneWithNil, of: f, keyType: "p256")
+        XCTAssertEqual(noneWithNil.passwordEncoding, .empty)
+    }
+
+    func testNonASCIIFriendlyNamesDecodeExactly() throws {
+        let f = try P12Fixture.make()
+        for name in ["Zoë's clé ☺", "emoji 😀 𝄞 ok"] {
+            let quoted = "'" + name.replacingOccurrences(of: "'", with: "'\\''") + "'"
+            let path = "\(f.dir)/fn.p12"
+            // OpenSSL's command line writes BMP characters only (it refuses a non-BMP -name).
+            let bmp = name.unicodeScalars.allSatisfy { $0.value <= 0xFFFF }
+            try TestPKI.sh("cd \(f.dir) && openssl pkcs12 -export -inkey leaf.key -in leaf.pem -certfile chain.pem -name \(bmp ? quoted : "'my id'") -passout pass:pw -out \(path)")
+            if bmp { XCTAssertEqual(try PKCS12.load(path: path, password: SecretBytes("pw")).identities.first?.friendlyName, name) }
+            try FileIO.writeAtomically("\(f.dir)/py.py", Array("""
+            import sys
+            from cryptography.hazmat.primitives.serialization import pkcs12, load_pem_private_key, BestAvailableEncryption
+            from cryptography import x509
+            k = load_pem_private_key(open('leaf.key','rb').read(), None)
+            c = x509.load_pem_x509_certificate(open('leaf.pem','rb').read())
+            open('py.p12','wb').write(pkcs12.serialize_key_and_certificates(sys.argv[1].encode(), k, c, None, BestAvailableEncryption(b'pw')))
+            """.utf8))
+            try TestPKI.sh("cd \(f.dir) && python3 py.py \(quoted)")
+            XCTAssertEqual(try PKCS12.load(path: "\(f.dir)/py.p12", password: SecretBytes("pw")).identities.first?.friendlyName, name)
+            // Our own export round-trips a BMP name; a non-BMP one is a clear error, not a crash.
+            let id = try PKCS12.load(path: "\(f.dir)/py.p12", password: SecretBytes("pw")).identities[0]
+            if bmp {
+                XCTAssertEqual(try PKCS12.parse(try PKCS12.export(id, password: SecretBytes("pw")), password: SecretBytes("pw")).identities.first?.friendlyName, name)
+            } else {
+                expectCode(.invalidArgument) { _ = try PKCS12.export(id, password: SecretBytes("pw")) }
+            }
         }
+        // BMPString decoding: surrogate pairs join, unpaired surrogates are refused.
+        XCTAssertEqual(PKCS12Reader.decodeBMPString([0xD8, 0x3D, 0xDE, 0x00]), "😀")
+        XCTAssertNil(PKCS12Reader.decodeBMPString([0xD8, 0x3D, 0x00, 0x41]))
+        XCTAssertNil(PKCS12Reader.decodeBMPString([0x00]))
+        XCTAssertEqual(PKCS12Reader.decodeBMPString([0x00, 0x5A, 0x00, 0xEB, 0x00, 0x00]), "Zë")
+    }
+
+    func testManyScryptItemsFailOnTheBudgetBeforeAnyKDFRuns() throws {
+        let f = try P12Fixture.make()
+        let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("fixtures/make_hostile_p12.c").path
+        try TestPKI.sh("cd \(f.dir) && cc -o make_hostile_p12 \(source) $(pkg-config --cflags --libs libcrypto) && ./make_hostile_p12 leaf.key leaf.pem pw 1000 4096 32 16 hostile.p12 && ./make_hostile_p12 leaf.key leaf.pem pw 40 16384 8 1 budget.p12 && ./make_hostile_p12 leaf.key leaf.pem pw 300 2 1 1 many.p12 && ./make_hostile_p12 leaf.key leaf.pem pw 2 1024 8 1 fine.p12")
+        // ~1,000 bags of N=4096 r=32 p=16 (2^21 units each), no MAC: refused whatever the
+        // password, before the first scrypt runs (the bound is structural, so no timing here).
+        for pw in [SecretBytes("pw"), SecretBytes("wrong"), nil] {
+            expectCode(.limitExceeded) { _ = try PKCS12.load(path: "\(f.dir)/hostile.p12", password: pw) }
+        }
+        // 40 items of N=2^14 r=8 (131,072 units each) are within the per-item limit but 5.2 M
+        // together is above the file's 4 M budget.
+        XCTAssertThrowsError(try PKCS12.load(path: "\(f.dir)/budget.p12", password: SecretBytes("pw"))) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .limitExceeded)
+            XCTAssertTrue((e as? MTLSError)?.message.contains("in total") ?? false, "\(e)")
+        }
+        // 300 cheap items: over the item cap.
+        XCTAssertThrowsError(try PKCS12.load(path: "\(f.dir)/many.p12", password: SecretBytes("pw"))) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .limitExceeded)
+            XCTAssertTrue((e as? MTLSError)?.message.contains("encrypted items") ?? false, "\(e)")
+        }
+        // Two such items are an ordinary file (two keys, one certificate: one identity each).
+        XCTAssertEqual(try PKCS12.load(path: "\(f.dir)/fine.p12", password: SecretBytes("pw")).identities.count, 2)
+    }
+
+    func testDamagedMACImportsFreeEverythingTheyDecrypted() throws {
+        let f = try P12Fixture.make()
+        // One-iteration KDFs and MAC keep 20,000 imports quick; the MAC digest is damaged.
+        var der = try bytes(of: f.opensslP12("-noiter -nomaciter -macalg sha256", name: "cheap.p12"))
+        XCTAssertEqual(try PKCS12.parse(der, password: SecretBytes("pw")).identities.count, 1)
+        // ... 04 20 <32-byte digest> 04 08 <salt> (no iteration count: 1 is the default)
+        let digestAt = der.count - 10 - 32
+        XCTAssertEqual(Array(der[(digestAt - 2)..<digestAt]), [0x04, 0x20])
+        der[digestAt + 5] ^= 0x01
+        let pw = SecretBytes("pw")
+        func rssKB() -> Int {
+            let statm = (try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8)) ?? "0 0"
+            return (Int(statm.split(separator: " ")[1]) ?? 0) * Int(sysconf(Int32(_SC_PAGESIZE))) / 1024
+        }
+        for _ in 0..<2_000 { expectCode(.corrupt) { _ = try PKCS12.parse(der, password: pw) } }
+        let before = rssKB()
+        for _ in 0..<20_000 { _ = try? PKCS12.parse(der, password: pw) }
+        let grown = rssKB() - before
+        // The leak was about 25 MB over 20,000 imports; allow generous noise but not that.
+        XCTAssertLessThan(grown, 8 * 1024, "RSS grew by \(grown) KB over 20,000 damaged-MAC imports")
     }
 
     func testPythonCryptographyFiles() throws {
@@ -245,10 +338,10 @@ final class PKCS12Tests: XCTestCase {
                 XCTAssertFalse(info.contains("AES"), info)
             }
         }
-        // The empty password round-trips too, and stays distinct from no password.
+        // The empty password round-trips too, and the file opens with no password as well.
         let der = try PKCS12.export(id, password: SecretBytes(""))
         XCTAssertEqual(try PKCS12.parse(der, password: SecretBytes("")).identities.count, 1)
-        expectCode(.badPassword) { _ = try PKCS12.parse(der, password: nil) }
+        XCTAssertEqual(try PKCS12.parse(der, password: nil).passwordEncoding, .empty)
     }
 
     func testExportRoundTripsEveryKeyType() throws {

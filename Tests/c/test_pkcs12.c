@@ -56,6 +56,18 @@ int main(void) {
     CHECK_RC(mtls_pkcs12_cert(p12, 0, NULL), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_pkcs12_cert(p12, 2, &c), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_pkcs12_cert(p12, 1, &c)); mtls_cert_free(c);
+    const char *encoding = NULL;
+    CHECK_RC(mtls_pkcs12_password_encoding(NULL, &encoding), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_pkcs12_password_encoding(p12, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_pkcs12_password_encoding(p12, &encoding)); CHECK(strcmp(encoding, "given") == 0);
+    {   /* written with "", opened with no password: both encodings are tried */
+        size_t elen; uint8_t *eder = make_p12("-passout pass:", "empty-c.p12", &elen);
+        mtls_pkcs12 *e = NULL;
+        CHECK_OK(mtls_pkcs12_import(eder, elen, NULL, &e));
+        CHECK_OK(mtls_pkcs12_password_encoding(e, &encoding)); CHECK(strcmp(encoding, "empty") == 0);
+        mtls_pkcs12_free(e);
+        free(eder);
+    }
 
     mtls_identity *id = NULL;
     CHECK_RC(mtls_pkcs12_identity(NULL, 0, &id), MTLS_E_INVALID_ARGUMENT);
@@ -120,7 +132,12 @@ int main(void) {
         CHECK_OK(mtls_pkcs12_export(id, "", schemes[i], "renamed", &out, &out_len));
         CHECK(out_len > 500);
         mtls_pkcs12 *back = NULL;
-        CHECK_RC(mtls_pkcs12_import(out, out_len, NULL, &back), MTLS_E_BAD_PASSWORD);
+        /* written with "": opens with no password too, and says so */
+        CHECK_OK(mtls_pkcs12_import(out, out_len, NULL, &back));
+        const char *enc = NULL;
+        CHECK_OK(mtls_pkcs12_password_encoding(back, &enc)); CHECK(strcmp(enc, "empty") == 0);
+        mtls_pkcs12_free(back); back = NULL;
+        CHECK_RC(mtls_pkcs12_import(out, out_len, "x", &back), MTLS_E_BAD_PASSWORD);
         CHECK_OK(mtls_pkcs12_import(out, out_len, "", &back));
         mtls_identity *bid = NULL;
         CHECK_OK(mtls_pkcs12_identity(back, 0, &bid));

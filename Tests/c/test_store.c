@@ -3,6 +3,8 @@
 #include "test_support.h"
 #include <sys/stat.h>
 #include <unistd.h>
+#include <limits.h>
+#include <stdint.h>
 
 static const uint8_t PASS[] = "store passphrase";
 #define PASS_LEN (sizeof PASS - 1)
@@ -37,6 +39,7 @@ int main(void) {
     uint8_t *capem = t_read_file(certpath, &calen);
     mtls_cert *ca = NULL;
     CHECK_OK(mtls_cert_parse(capem, calen, &ca));
+    mtls_cert *c2 = NULL;
 
     /* options */
     mtls_store_options o;
@@ -138,6 +141,18 @@ int main(void) {
     CHECK_OK(mtls_store_get_token_identity(store, "tok", &uri, &c));
     CHECK(strcmp(uri, "pkcs11:token=t;object=k2") == 0);
     mtls_string_free(uri); mtls_cert_free(c);
+    /* a PIN is never stored; a module-path p11-kit has not registered is refused unless allowed */
+    CHECK_OK(mtls_store_put_token_identity(store, "tokpin", "pkcs11:token=t;object=k?pin-value=987654&module-path=/nonexistent/evil.so",
+                                           ca, NULL, 0, 0));
+    CHECK_RC(mtls_store_get_token_identity(store, "tokpin", &uri, &c), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "module-path") != NULL);
+    CHECK_RC(mtls_store_allow_module_paths(NULL, 1), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_store_allow_module_paths(store, 1));
+    CHECK_OK(mtls_store_get_token_identity(store, "tokpin", &uri, &c));
+    CHECK(strstr(uri, "pin-value") == NULL && strstr(uri, "987654") == NULL);
+    mtls_string_free(uri); mtls_cert_free(c);
+    CHECK_OK(mtls_store_allow_module_paths(store, 0));
+    { size_t deleted_pin = 0; CHECK_OK(mtls_store_delete(store, "tokpin", MTLS_STORE_TOKEN_IDENTITY, &deleted_pin)); }
     mtls_identity **ids = NULL; size_t nids = 0;
     CHECK_RC(mtls_store_identities(NULL, &ids, &nids), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_identities(store, NULL, &nids), MTLS_E_INVALID_ARGUMENT);
@@ -253,11 +268,15 @@ int main(void) {
     mtls_store_close(store);
     mtls_store_close(NULL);
     CHECK_RC(mtls_store_open(path, PASS, PASS_LEN, MTLS_STORE_SECRET_PASSPHRASE, &o, &store), MTLS_E_BAD_SECRET);
-    CHECK_RC(mtls_store_open_secret_file(NULL, keyfile, &o, &store), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_store_open_secret_file(path, NULL, &o, &store), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_store_open_secret_file(path, keyfile, &o, NULL), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_store_open_secret_file(path, "/nonexistent/key", &o, &store), MTLS_E_NOT_FOUND);
-    CHECK_OK(mtls_store_open_secret_file(path, keyfile, NULL, &store));
+    CHECK_RC(mtls_store_open_key_file(NULL, keyfile, &o, &store), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_open_key_file(path, NULL, &o, &store), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_open_key_file(path, keyfile, &o, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_open_key_file(path, "/nonexistent/key", &o, &store), MTLS_E_NOT_FOUND);
+    CHECK_RC(mtls_store_open_key_file(path, certpath, &o, &store), MTLS_E_INVALID_ARGUMENT); /* not 32 bytes */
+    /* the same 32 bytes as a secret file are a passphrase (stretched), so not this store's key */
+    CHECK_RC(mtls_store_open_secret_file(path, keyfile, &o, &store), MTLS_E_BAD_SECRET);
+    CHECK(strstr(mtls_last_error(), "key") != NULL);
+    CHECK_OK(mtls_store_open_key_file(path, keyfile, NULL, &store));
     CHECK_OK(mtls_store_get_cert(store, "ca", &c));
     mtls_cert_free(c);
     mtls_store_close(store);
@@ -272,19 +291,51 @@ int main(void) {
     t_sh(cmd);
     for (int i = 0; i < 100 && access(flag, F_OK) != 0; i++) usleep(50000);
     mtls_store_options quick = o; quick.busy_timeout_ms = 100;
-    CHECK_OK(mtls_store_open_secret_file(path, keyfile, &quick, &store));
+    CHECK_OK(mtls_store_open_key_file(path, keyfile, &quick, &store));
     CHECK_RC(mtls_store_put_cert(store, "ca2", ca, 0), MTLS_E_LOCKED);
     mtls_store_close(store);
     /* a wait long enough for the holder to finish succeeds */
     quick.busy_timeout_ms = 10000;
-    CHECK_OK(mtls_store_open_secret_file(path, keyfile, &quick, &store));
+    CHECK_OK(mtls_store_open_key_file(path, keyfile, &quick, &store));
     CHECK_OK(mtls_store_put_cert(store, "ca2", ca, 0));
     mtls_store_close(store);
+
+    /* an attacker's root written into the "ca" row with sqlite3: refused, naming the label */
+    snprintf(cmd, sizeof cmd, "cd %1$s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
+             "-keyout evil.key -out evil.pem -subj '/CN=C Store CA' -days 5 2>/dev/null && "
+             "openssl x509 -in evil.pem -outform DER -out evil.der && "
+             "sqlite3 %2$s \"UPDATE items SET leaf = readfile('evil.der') WHERE label = 'ca'\"", dir, path);
+    t_sh(cmd);
+    CHECK_OK(mtls_store_open_key_file(path, keyfile, &o, &store));
+    CHECK_RC(mtls_store_get_cert(store, "ca", &c), MTLS_E_CORRUPT);
+    CHECK(strstr(mtls_last_error(), "\"ca\" is tampered or damaged") != NULL);
+    CHECK(c == NULL);
+    CHECK_OK(mtls_store_get_cert(store, "ca2", &c));
+
+    /* C ABI edges: a size above SSIZE_MAX, a handle of the wrong type, a freed handle */
+    CHECK_RC(mtls_store_import_p12(store, "big", p12, (size_t)SSIZE_MAX + 1, "pw", 0, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "SSIZE_MAX") != NULL);
+    CHECK_RC(mtls_cert_parse(capem, SIZE_MAX, &c2), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_store_put_cert(store, "x", (const mtls_cert *)store, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "wrong type") != NULL);
+    CHECK_RC(mtls_store_get_cert((mtls_store *)c, "ca2", &c2), MTLS_E_INVALID_ARGUMENT);
+    mtls_cert *freed = NULL;
+    CHECK_OK(mtls_cert_parse(capem, calen, &freed));
+    mtls_cert_free(freed);
+    CHECK_RC(mtls_store_put_cert(store, "x", freed, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "not a live libmtls handle") != NULL);
+    mtls_cert_free(c);
+    mtls_store_close(store);
+
+    /* a damaged schema version (negative) is corrupt, not a crash */
+    snprintf(cmd, sizeof cmd, "sqlite3 %s 'PRAGMA user_version=-1'", path);
+    t_sh(cmd);
+    CHECK_RC(mtls_store_open_key_file(path, keyfile, &o, &store), MTLS_E_CORRUPT);
 
     /* a store written by a newer libmtls */
     snprintf(cmd, sizeof cmd, "sqlite3 %s 'PRAGMA user_version=99'", path);
     t_sh(cmd);
-    CHECK_RC(mtls_store_open_secret_file(path, keyfile, &o, &store), MTLS_E_SCHEMA_TOO_NEW);
+    CHECK_RC(mtls_store_open_key_file(path, keyfile, &o, &store), MTLS_E_SCHEMA_TOO_NEW);
 
     /* not a store */
     CHECK_RC(mtls_store_open(p12path, PASS, PASS_LEN, MTLS_STORE_SECRET_PASSPHRASE, &o, &store), MTLS_E_NOT_A_STORE);

@@ -253,3 +253,71 @@ def test_a_stored_certificate_is_an_anchor_by_label(pki):
     r = subprocess.run([CLI, "verify", str(pki / "c.pem"), "--anchor", "store:root"], capture_output=True, text=True,
                        env=env)
     assert r.returncode != 0 and "needs a store" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_pin_value_is_never_stored_or_printed(pki):
+    r = store(pki, "add-token", "pkcs11:token=t;object=k?pin-source=file:/run/pin&pin-value=31415926",
+              "--label", "hsm", "--cert", pki / "c.pem")
+    assert r.returncode == 0, r.stderr
+    assert "31415926" not in r.stdout + r.stderr
+    assert "warning:" in r.stderr and "pin-value" in r.stderr
+    assert "pkcs11:token=t;object=k?pin-source=file:/run/pin" in r.stdout
+    for args in (["show", "hsm"], ["show", "hsm", "--json"], ["list", "--json"]):
+        r = store(pki, *args)
+        assert r.returncode == 0, r.stderr
+        assert "31415926" not in r.stdout
+    assert json.loads(store(pki, "show", "hsm", "--json").stdout)["token_uri"] == \
+        "pkcs11:token=t;object=k?pin-source=file:/run/pin"
+    # Nothing of the PIN in the file (or its WAL).
+    for f in (pki / "st").iterdir():
+        assert b"31415926" not in f.read_bytes(), f
+
+
+def test_tampered_rows_are_refused_by_label(pki):
+    assert store(pki, "add-cert", pki / "ca.pem", "--label", "root").returncode == 0
+    assert store(pki, "add-token", "pkcs11:token=t;object=k", "--label", "hsm", "--cert", pki / "c.pem").returncode == 0
+    sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout evil.key -out evil.pem "
+       "-subj '/CN=E2E Store CA' -days 5 && openssl x509 -in evil.pem -outform DER -out evil.der", pki)
+    db = pki / "st" / "store.db"
+    # The attacker's root in place of the pinned one: mtls verify --anchor LABEL never trusts it
+    # (the certificate does not match the row's authenticated fingerprint).
+    sh(f"sqlite3 {db} \"UPDATE items SET leaf = readfile('evil.der') WHERE label = 'root'\"", pki)
+    r = subprocess.run([CLI, "verify", pki / "c.pem", "--store", db, "--secret-file", pki / "secret.txt",
+                        "--anchor", "root", "--anchors-only"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and '"root" is tampered or damaged' in r.stdout + r.stderr, r
+    # ... and with the row's fingerprint changed to match, or a token URI edited: every read of
+    # the row, metadata included, refuses it.
+    evil_sha = subprocess.run("openssl x509 -in evil.pem -outform DER | sha256sum", shell=True, cwd=pki,
+                              capture_output=True, text=True, check=True).stdout.split()[0]
+    sh(f"sqlite3 {db} \"UPDATE items SET leaf_sha256 = '{evil_sha}' WHERE label = 'root'; "
+       f"UPDATE items SET token_uri = 'pkcs11:token=t;object=k?module-path=/tmp/evil.so' WHERE label = 'hsm'\"", pki)
+    for label in ("root", "hsm"):
+        r = store(pki, "show", label, "--json")
+        assert r.returncode != 0
+        out = json.loads(r.stdout)
+        assert out["error"] == "corrupt" and f'"{label}" is tampered or damaged' in out["message"], out
+
+
+def test_secret_file_is_a_passphrase_and_key_file_a_key(pki, tmp_path):
+    key = tmp_path / "store.key"
+    key.write_bytes(os.urandom(32))
+    db = tmp_path / "k" / "store.db"
+    base = [CLI, "store", "--store", str(db), *FAST]
+    r = subprocess.run([*base, "--key-file", str(key), "add-cert", str(pki / "ca.pem"), "--label", "root"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([*base, "--secret-file", str(key), "list"], capture_output=True, text=True)
+    assert r.returncode != 0 and "wrong store secret" in r.stderr and "--key-file" in r.stderr
+    r = subprocess.run([*base, "list"], capture_output=True, text=True, env={**os.environ, "MTLS_STORE_KEY_FILE": str(key)})
+    assert r.returncode == 0 and "root" in r.stdout, r.stderr
+    r = subprocess.run([*base, "--key-file", str(key), "--secret-file", str(key), "list"], capture_output=True, text=True)
+    assert r.returncode != 0 and "not both" in r.stderr
+    # A passphrase of exactly 32 bytes with its newline is stretched (a passphrase store).
+    pw = tmp_path / "pw.txt"
+    pw.write_text("0123456789012345678901234567890\n")
+    db2 = tmp_path / "p" / "store.db"
+    r = subprocess.run([CLI, "store", "--store", str(db2), "--secret-file", str(pw), *FAST, "add-cert",
+                        str(pki / "ca.pem"), "--label", "root"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(["sqlite3", str(db2), "SELECT value FROM meta WHERE name = 'kdf'"], capture_output=True, text=True)
+    assert r.stdout.strip() == "scrypt"

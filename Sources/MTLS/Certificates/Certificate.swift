@@ -155,7 +155,8 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
             throw MTLSError(.parse, "PKCS#7 data is not a certificate bundle (signedData)")
         }
         return try (0..<mtls_ossl_sk_X509_num(sk)).map { i in
-            try Certificate(borrowing: mtls_ossl_sk_X509_value(sk, i)!)
+            guard let x = mtls_ossl_sk_X509_value(sk, i) else { throw MTLSError(.parse, "PKCS#7 certificate #\(i + 1) is missing") }
+            return try Certificate(borrowing: x)
         }
     }
 

@@ -43,14 +43,13 @@ extension Identity {
         let withinValidity = path.allSatisfy {
             X509_cmp_time(X509_get0_notBefore($0.x509), &t) <= 0 && X509_cmp_time(X509_get0_notAfter($0.x509), &t) >= 0
         }
-        let root = path.last!
-        let reachesRoot = root.isSelfSigned
+        let reachesRoot = path.last?.isSelfSigned ?? false
 
         var code = Int32(X509_V_ERR_UNSPECIFIED)
         var depth: Int32 = -1
         if let store = X509_STORE_new() {
             defer { X509_STORE_free(store) }
-            if reachesRoot { _ = X509_STORE_add_cert(store, root.x509) }
+            if reachesRoot, let root = path.last { _ = X509_STORE_add_cert(store, root.x509) }
             let untrusted = mtls_ossl_sk_X509_new_null()
             defer { mtls_ossl_sk_X509_free(untrusted) }
             for c in chain.dropLast(reachesRoot ? 1 : 0) { _ = mtls_ossl_sk_X509_push(untrusted, c.x509) }

@@ -8,11 +8,16 @@ public struct PKCS12Contents: Sendable {
     public let identities: [Identity]
     /// Every certificate in the file, in file order.
     public let certificates: [Certificate]
+    /// Which password encoding opened the file: the password given, or — when none or the
+    /// empty one was given — the empty password or no password (whichever worked; both are
+    /// tried, as OpenSSL's `PKCS12_parse` does).
+    public let passwordEncoding: PKCS12PasswordEncoding
 
     /// Wraps identities and certificates (for callers that assemble contents themselves).
-    public init(identities: [Identity], certificates: [Certificate]) {
+    public init(identities: [Identity], certificates: [Certificate], passwordEncoding: PKCS12PasswordEncoding = .given) {
         self.identities = identities
         self.certificates = certificates
+        self.passwordEncoding = passwordEncoding
     }
 
     /// The first identity, for callers that need one. Throws ``MTLSError/Code/noIdentity``
@@ -23,6 +28,16 @@ public struct PKCS12Contents: Sendable {
         }
         return first
     }
+}
+
+/// The password encoding that opened a PKCS#12 file (see ``PKCS12Contents/passwordEncoding``).
+public enum PKCS12PasswordEncoding: String, Sendable {
+    /// The non-empty password given.
+    case given
+    /// The empty password (a BMPString holding only its terminating zero).
+    case empty
+    /// No password at all (the PKCS#12 NULL password).
+    case absent
 }
 
 /// How ``PKCS12/export(_:password:options:)`` protects the file.
@@ -62,7 +77,8 @@ public enum PKCS12 {
     public static let maxInputSize = FileIO.maxReadSize
 
     /// Parses a PKCS#12 file. `password: nil` means "no password" (the PKCS#12 NULL password),
-    /// which is not the same as the empty password.
+    /// which is not the same encoding as the empty password; given either, the other is tried
+    /// too, and ``PKCS12Contents/passwordEncoding`` tells which one opened the file.
     public static func parse(_ data: [UInt8], password: SecretBytes?) throws -> PKCS12Contents {
         try PKCS12Reader(data: data, password: password).read()
     }

@@ -8,10 +8,16 @@ public enum PKCS12Limits {
     /// The highest iteration count accepted for one KDF or MAC: 1,000,000 (above the 600,000
     /// OWASP recommends for PBKDF2-SHA256; common producers use 2,048 to 100,000).
     public static let maxIterations = 1_000_000
-    /// The most iterations accepted for a whole file: the MAC and every encrypted item together.
+    /// The KDF work budget of a whole file, in PBKDF2 iterations: the MAC and every encrypted
+    /// item together. A scrypt item costs N·r·p (one unit of scrypt work takes about as long as
+    /// one PBKDF2-HMAC-SHA256 iteration). Every item visible before decryption is charged before
+    /// any KDF runs, so a hostile file fails without doing its work.
     public static let maxTotalIterations = 4_000_000
-    /// The highest scrypt cost parameter N accepted (2^20); r is limited to 32 and p to 16.
+    /// The highest scrypt cost parameter N accepted (2^20); r is limited to 32 and p to 16, and
+    /// N·r·p counts against ``maxIterations`` and ``maxTotalIterations``.
     public static let maxScryptCost = 1 << 20
+    /// The most password-encrypted items (encrypted contents and shrouded key bags) in one file.
+    public static let maxEncryptedItems = 256
     /// The most safe bags accepted in one file (keys, certificates and others together).
     public static let maxBags = 10_000
 }
@@ -19,9 +25,11 @@ public enum PKCS12Limits {
 /// Reads a PKCS#12 file bag by bag (OpenSSL's `PKCS12_parse` keeps one key only).
 ///
 /// Password semantics: `nil` is the PKCS#12 "no password" (an absent BMPString), the empty
-/// password is a BMPString holding only the terminating zero; files made with one do not open
-/// with the other. OpenSSL does every decryption, MAC and KDF; this type only walks the
-/// structure, checks limits and algorithm availability, and classifies failures.
+/// password is a BMPString holding only the terminating zero. Producers disagree on which one
+/// "no password" means, so (as OpenSSL's `PKCS12_parse` does) a file given either is tried with
+/// the other too, and ``PKCS12Contents/passwordEncoding`` says which opened it. OpenSSL does
+/// every decryption, MAC and KDF; this type only walks the structure, checks limits and
+/// algorithm availability, and classifies failures.
 struct PKCS12Reader {
     let data: [UInt8]
     let password: SecretBytes?
@@ -40,12 +48,26 @@ struct PKCS12Reader {
         let localKeyID: [UInt8]?
     }
 
+    /// The KDF work charged for one file, over every password encoding tried.
+    private final class Budget {
+        var iterationsUsed = 0
+        var encryptedItems = 0
+        /// Every item visible without decrypting (the MAC, encrypted contents, shrouded key bags
+        /// in plain contents) was charged up front.
+        var prescanned = false
+    }
+
     /// Running state of one read.
     private final class State {
+        let budget: Budget
+        init(budget: Budget) { self.budget = budget }
         var keys: [KeyEntry] = []
         var certs: [CertEntry] = []
         var bagCount = 0
-        var iterationsUsed = 0
+        /// Items inside decrypted contents were not visible to the prescan and are charged as met.
+        var insideEncrypted = false
+        /// Charging is off while the walk meets items the prescan already charged.
+        var charging: Bool { !budget.prescanned || insideEncrypted }
         /// The MAC was present and did not verify: the first decryption decides between a
         /// wrong password (it fails too) and corrupt data (it succeeds).
         var macFailed = false
@@ -69,24 +91,44 @@ struct PKCS12Reader {
             if password.withBytes({ $0.contains(0) }) {
                 throw MTLSError(.invalidArgument, "a PKCS#12 password cannot contain a NUL byte")
             }
+            guard password.count <= Int(Int32.max) else {
+                throw MTLSError(.limitExceeded, "a PKCS#12 password of \(password.count) bytes is too long")
+            }
             pw.reserveCapacity(password.count + 1)
             password.withBytes { for b in $0 { pw.append(CChar(bitPattern: b)) } }
+            pw.append(0)
+        } else {
             pw.append(0)
         }
         defer { pw.withUnsafeMutableBytes { if let b = $0.baseAddress { mtls_ossl_OPENSSL_cleanse(b, $0.count) } } }
 
+        let budget = Budget()
         return try pw.withUnsafeBufferPointer { buf in
-            let pass = password == nil ? nil : buf.baseAddress
             let passLen = Int32(password?.count ?? 0)
             return try LibraryContext.shared.asThreadDefault {
-                try read(pass: pass, passLen: passLen)
+                guard passLen == 0 else {
+                    return try read(pass: buf.baseAddress, passLen: passLen, encoding: .given, budget: budget)
+                }
+                // No password or the empty one: try the encoding asked for, then the other.
+                let first: PKCS12PasswordEncoding = password == nil ? .absent : .empty
+                let second: PKCS12PasswordEncoding = password == nil ? .empty : .absent
+                do {
+                    return try read(pass: first == .absent ? nil : buf.baseAddress, passLen: 0, encoding: first, budget: budget)
+                } catch let e as MTLSError where e.code == .badPassword {
+                    do {
+                        return try read(pass: second == .absent ? nil : buf.baseAddress, passLen: 0, encoding: second, budget: budget)
+                    } catch let e2 as MTLSError where e2.code == .badPassword {
+                        throw MTLSError(.badPassword, "\(e.message) (tried both no password and the empty password)")
+                    }
+                }
             }
         }
     }
 
     // MARK: Structure
 
-    private func read(pass: UnsafePointer<CChar>?, passLen: Int32) throws -> PKCS12Contents {
+    private func read(pass: UnsafePointer<CChar>?, passLen: Int32, encoding: PKCS12PasswordEncoding,
+                      budget: Budget) throws -> PKCS12Contents {
         defer { OpenSSLErrorQueue.clear() }
         let (p12Opt, consumed) = data.withUnsafeBufferPointer { buf -> (OpaquePointer?, Int) in
             var p: UnsafePointer<UInt8>? = buf.baseAddress
@@ -99,8 +141,15 @@ struct PKCS12Reader {
             throw MTLSError(.corrupt, "\(data.count - consumed) bytes of trailing data after the PKCS#12 structure")
         }
 
-        let state = State()
-        if PKCS12_mac_present(p12) == 1 {
+        let state = State(budget: budget)
+        let hasMAC = PKCS12_mac_present(p12) == 1
+        if !budget.prescanned {
+            // Charge everything visible before any KDF or MAC runs.
+            if hasMAC { try chargeMAC(p12, state: state) }
+            try prescan(p12, state: state)
+            budget.prescanned = true
+        }
+        if hasMAC {
             try checkMAC(p12, pass: pass, passLen: passLen, state: state)
         }
 
@@ -119,15 +168,70 @@ struct PKCS12Reader {
         }
         if let what = state.failedDecryption {
             // Nothing decrypted with this password: it is the wrong one.
-            throw MTLSError(.badPassword, password == nil
-                ? "cannot decrypt \(what) without a password (the file may need one, possibly the empty password)"
+            throw MTLSError(.badPassword, password == nil || password?.count == 0
+                ? "cannot decrypt \(what) without a password (the file needs one)"
                 : "wrong password: cannot decrypt \(what)")
         }
         if state.macFailed {
             // Nothing could tell a wrong password from damage (no encrypted item).
             throw MTLSError(.badPassword, "the PKCS#12 MAC does not verify: wrong password (or a damaged file)")
         }
-        return try assemble(state)
+        return try assemble(state, encoding: encoding)
+    }
+
+    /// Charges the MAC's iterations (before it is verified).
+    private func chargeMAC(_ p12: OpaquePointer, state: State) throws {
+        var iterInt: UnsafePointer<ASN1_INTEGER>? = nil
+        PKCS12_get0_mac(nil, nil, nil, &iterInt, p12)
+        // An absent iteration count means 1 (RFC 7292).
+        let iterations = try iterInt.map { try Self.iterationCount($0, what: "MAC") } ?? 1
+        try charge(iterations, what: "MAC", item: false, state: state)
+    }
+
+    /// Charges every encrypted item visible without decrypting (encrypted contents and
+    /// shrouded key bags in plain contents, nested ones included) against the file's budget and
+    /// item cap, before any KDF runs. Only limits are reported here; unsupported or damaged
+    /// items are reported by the walk, in file order, as before.
+    private func prescan(_ p12: OpaquePointer, state: State) throws {
+        guard let safes = PKCS12_unpack_authsafes(p12) else { OpenSSLErrorQueue.clear(); return }
+        defer { mtls_ossl_sk_PKCS7_pop_free(safes) }
+        func chargeAlgorithm(_ alg: UnsafePointer<X509_ALGOR>, what: String) throws {
+            do { try checkPBE(alg, what: what, state: state) } catch let e as MTLSError where e.code == .limitExceeded {
+                throw e
+            } catch {
+                OpenSSLErrorQueue.clear()
+            }
+        }
+        func scanBags(_ bags: OpaquePointer, depth: Int) throws {
+            guard depth < 8 else { return }
+            for i in 0..<mtls_ossl_sk_PKCS12_SAFEBAG_num(bags) {
+                guard let bag = mtls_ossl_sk_PKCS12_SAFEBAG_value(bags, i) else { continue }
+                switch PKCS12_SAFEBAG_get_nid(bag) {
+                case NID_pkcs8ShroudedKeyBag:
+                    guard let sig = PKCS12_SAFEBAG_get0_pkcs8(bag) else { continue }
+                    var alg: UnsafePointer<X509_ALGOR>? = nil
+                    X509_SIG_get0(sig, &alg, nil)
+                    if let alg { try chargeAlgorithm(alg, what: "a private key") }
+                case NID_safeContentsBag:
+                    if let inner = PKCS12_SAFEBAG_get0_safes(bag) { try scanBags(inner, depth: depth + 1) }
+                default:
+                    continue
+                }
+            }
+        }
+        for i in 0..<mtls_ossl_sk_PKCS7_num(safes) {
+            guard let p7 = mtls_ossl_sk_PKCS7_value(safes, i) else { continue }
+            switch mtls_ossl_PKCS7_type_nid(p7) {
+            case NID_pkcs7_data:
+                guard let bags = PKCS12_unpack_p7data(p7) else { OpenSSLErrorQueue.clear(); continue }
+                defer { mtls_ossl_sk_PKCS12_SAFEBAG_pop_free(bags) }
+                try scanBags(bags, depth: 0)
+            case NID_pkcs7_encrypted:
+                if let alg = mtls_ossl_PKCS7_encrypted_algor(p7) { try chargeAlgorithm(alg, what: "encrypted content #\(i + 1)") }
+            default:
+                continue
+            }
+        }
     }
 
     /// The error for bytes `d2i_PKCS12` rejects: damage when they start like a PKCS#12 PFX
@@ -159,11 +263,7 @@ struct PKCS12Reader {
 
     private func checkMAC(_ p12: OpaquePointer, pass: UnsafePointer<CChar>?, passLen: Int32, state: State) throws {
         var macAlg: UnsafePointer<X509_ALGOR>? = nil
-        var iterInt: UnsafePointer<ASN1_INTEGER>? = nil
-        PKCS12_get0_mac(nil, &macAlg, nil, &iterInt, p12)
-        // An absent iteration count means 1 (RFC 7292).
-        let iterations = try iterInt.map { try Self.iterationCount($0, what: "MAC") } ?? 1
-        try charge(iterations, what: "MAC", state: state)
+        PKCS12_get0_mac(nil, &macAlg, nil, nil, p12)
         var mdObj: OpaquePointer? = nil
         if let macAlg { X509_ALGOR_get0(&mdObj, nil, nil, macAlg) }
         let mdNID = mdObj.map { OBJ_obj2nid($0) } ?? NID_undef
@@ -178,18 +278,19 @@ struct PKCS12Reader {
         OpenSSLErrorQueue.clear()
         // "No password" and the empty password are different PKCS#12 inputs, but PBES2 derives
         // the same key from both: a file made with one would decrypt with the other and look
-        // damaged. Tell the caller which one it needs instead.
+        // damaged. When the other encoding verifies, this one is simply wrong (the caller then
+        // tries the other).
         if passLen == 0 {
             var empty: CChar = 0
             let otherVerifies = pass == nil
                 ? PKCS12_verify_mac(p12, &empty, 0) == 1
                 : PKCS12_verify_mac(p12, nil, 0) == 1
+            OpenSSLErrorQueue.clear()
             if otherVerifies {
                 throw MTLSError(.badPassword, pass == nil
-                    ? "wrong password: the file is protected with the empty password, not with no password"
-                    : "wrong password: the file is protected with no password (NULL), not with the empty password")
+                    ? "the file is protected with the empty password, not with no password"
+                    : "the file is protected with no password (NULL), not with the empty password")
             }
-            OpenSSLErrorQueue.clear()
         }
         state.macFailed = true
     }
@@ -210,9 +311,17 @@ struct PKCS12Reader {
             }
             try checkPBEOrDamage(alg, what: "encrypted content #\(index + 1)", state: state)
             let b = PKCS12_unpack_p7encdata(p7, pass, passLen)
-            guard try decryptionOutcome(succeeded: b != nil, what: "encrypted content #\(index + 1)", state: state),
-                  let b else { return }
-            bags = b
+            // Decrypted bags are freed on every path, the throwing ones included.
+            guard let b else {
+                _ = try decryptionOutcome(succeeded: false, what: "encrypted content #\(index + 1)", state: state)
+                return
+            }
+            defer { mtls_ossl_sk_PKCS12_SAFEBAG_pop_free(b) }
+            _ = try decryptionOutcome(succeeded: true, what: "encrypted content #\(index + 1)", state: state)
+            state.insideEncrypted = true
+            defer { state.insideEncrypted = false }
+            try readBags(b, pass: pass, passLen: passLen, state: state, depth: 0)
+            return
         case NID_pkcs7_enveloped:
             throw MTLSError(.unsupported, "PKCS#12 content #\(index + 1) is public-key encrypted (envelopedData), which is not supported")
         default:
@@ -253,9 +362,14 @@ struct PKCS12Reader {
             guard let alg else { throw MTLSError(.corrupt, "shrouded key bag #\(number) has no algorithm") }
             try checkPBEOrDamage(alg, what: "the private key (bag #\(number))", state: state)
             let p8 = PKCS12_decrypt_skey_ex(bag, pass, passLen, LibraryContext.shared.ctx, nil)
-            guard try decryptionOutcome(succeeded: p8 != nil, what: "the private key (bag #\(number))", state: state),
-                  let p8 else { return }
+            // The decrypted key is freed (OpenSSL clears a PKCS#8 key's bytes when it frees it) on
+            // every path, the throwing ones included.
+            guard let p8 else {
+                _ = try decryptionOutcome(succeeded: false, what: "the private key (bag #\(number))", state: state)
+                return
+            }
             defer { PKCS8_PRIV_KEY_INFO_free(p8) }
+            _ = try decryptionOutcome(succeeded: true, what: "the private key (bag #\(number))", state: state)
             try addKey(p8, bag: bag, number: number, state: state)
         case NID_certBag:
             guard PKCS12_SAFEBAG_get_bag_nid(bag) == NID_x509Certificate else { return } // SDSI: ignored
@@ -361,7 +475,7 @@ struct PKCS12Reader {
                 }
                 EVP_MD_free(md)
                 let iterations = try Self.iterationCount(kdf.pointee.iter, what: what)
-                try charge(iterations, what: what, state: state)
+                try charge(iterations, what: what, item: true, state: state)
             case NID_id_scrypt:
                 guard let s = mtls_ossl_SCRYPT_PARAMS_unpack(pbe2.pointee.keyfunc.pointee.parameter) else {
                     throw MTLSError(.corrupt, "bad scrypt parameters for \(what)")
@@ -375,7 +489,7 @@ struct PKCS12Reader {
                 guard n > 0, n <= PKCS12Limits.maxScryptCost, (1...32).contains(r), (1...16).contains(p) else {
                     throw MTLSError(.limitExceeded, "scrypt parameters N=\(n) r=\(r) p=\(p) for \(what) exceed the limits (N <= \(PKCS12Limits.maxScryptCost), r <= 32, p <= 16)")
                 }
-                try charge(Int(n), what: what, state: state)
+                try charge(Int(n) * Int(r) * Int(p), what: what, item: true, state: state)
             default:
                 throw MTLSError(.unsupported, "unsupported PBES2 key derivation \(Self.name(kdfObj)) for \(what)")
             }
@@ -401,17 +515,27 @@ struct PKCS12Reader {
         }
         defer { PBEPARAM_free(pbe) }
         let iterations = try Self.iterationCount(pbe.pointee.iter, what: what)
-        try charge(iterations, what: what, state: state)
+        try charge(iterations, what: what, item: true, state: state)
     }
 
-    /// Counts `iterations` against the per-algorithm and the per-file limits.
-    private func charge(_ iterations: Int, what: String, state: State) throws {
+    /// Counts `iterations` (or scrypt's N·r·p) against the per-algorithm and the per-file
+    /// limits, and an encrypted `item` against the item cap. Items the prescan charged are not
+    /// charged again by the walk.
+    private func charge(_ iterations: Int, what: String, item: Bool, state: State) throws {
         guard iterations <= PKCS12Limits.maxIterations else {
-            throw MTLSError(.limitExceeded, "\(what) uses \(iterations) iterations, above the limit of \(PKCS12Limits.maxIterations)")
+            throw MTLSError(.limitExceeded, "\(what) needs \(iterations) units of KDF work, above the limit of \(PKCS12Limits.maxIterations) per item")
         }
-        state.iterationsUsed += iterations
-        guard state.iterationsUsed <= PKCS12Limits.maxTotalIterations else {
-            throw MTLSError(.limitExceeded, "the PKCS#12 file needs more than \(PKCS12Limits.maxTotalIterations) KDF iterations in total")
+        guard state.charging else { return }
+        let budget = state.budget
+        if item {
+            budget.encryptedItems += 1
+            guard budget.encryptedItems <= PKCS12Limits.maxEncryptedItems else {
+                throw MTLSError(.limitExceeded, "the PKCS#12 file has more than \(PKCS12Limits.maxEncryptedItems) encrypted items")
+            }
+        }
+        budget.iterationsUsed += iterations
+        guard budget.iterationsUsed <= PKCS12Limits.maxTotalIterations else {
+            throw MTLSError(.limitExceeded, "the PKCS#12 file needs more than \(PKCS12Limits.maxTotalIterations) units of KDF work in total (PBKDF2 iterations and scrypt N·r·p)")
         }
     }
 
@@ -431,10 +555,38 @@ struct PKCS12Reader {
 
     // MARK: Attributes and names
 
+    /// The friendlyName attribute, decoded from its BMPString (UTF-16 big-endian, surrogate
+    /// pairs included) to exact UTF-8; nil when absent or not valid UTF-16.
     private static func friendlyName(_ bag: OpaquePointer) -> String? {
-        guard let p = PKCS12_get_friendlyname(bag) else { return nil }
-        defer { mtls_ossl_OPENSSL_free(p) }
-        return String(cString: p)
+        guard let s = mtls_ossl_ASN1_TYPE_bmpstring(PKCS12_SAFEBAG_get0_attr(bag, NID_friendlyName)) else { return nil }
+        let n = Int(ASN1_STRING_length(s))
+        guard n > 0, n % 2 == 0, let d = mtls_ossl_ASN1_STRING_get0_data(s) else { return nil }
+        return decodeBMPString(Array(UnsafeBufferPointer(start: d, count: n)))
+    }
+
+    /// UTF-16BE bytes to a String, refusing unpaired surrogates (nil) rather than guessing.
+    /// A trailing NUL some producers add is dropped.
+    static func decodeBMPString(_ bytes: [UInt8]) -> String? {
+        guard bytes.count % 2 == 0 else { return nil }
+        var units: [UInt16] = []
+        units.reserveCapacity(bytes.count / 2)
+        var i = 0
+        while i + 1 < bytes.count {
+            units.append(UInt16(bytes[i]) << 8 | UInt16(bytes[i + 1]))
+            i += 2
+        }
+        while units.last == 0 { units.removeLast() }
+        var out = String.UnicodeScalarView()
+        var it = units.makeIterator()
+        var decoder = UTF16()
+        loop: while true {
+            switch decoder.decode(&it) {
+            case .scalarValue(let v): out.append(v)
+            case .emptyInput: break loop
+            case .error: return nil
+            }
+        }
+        return out.isEmpty ? nil : String(out)
     }
 
     private static func localKeyID(_ bag: OpaquePointer) -> [UInt8]? {
@@ -465,7 +617,7 @@ struct PKCS12Reader {
 
     /// Pairs every key with its certificate (first by localKeyID, then by public key) and
     /// builds one identity per key, in file order.
-    private func assemble(_ state: State) throws -> PKCS12Contents {
+    private func assemble(_ state: State, encoding: PKCS12PasswordEncoding) throws -> PKCS12Contents {
         let certificates = state.certs.map(\.cert)
         var identities: [Identity] = []
         for (n, k) in state.keys.enumerated() {
@@ -490,6 +642,6 @@ struct PKCS12Reader {
                                         localKeyID: k.localKeyID ?? leafEntry.localKeyID)
             identities.append(identity)
         }
-        return PKCS12Contents(identities: identities, certificates: certificates)
+        return PKCS12Contents(identities: identities, certificates: certificates, passwordEncoding: encoding)
     }
 }

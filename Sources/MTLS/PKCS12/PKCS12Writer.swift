@@ -37,6 +37,11 @@ struct PKCS12Writer {
         pw.append(0)
         defer { pw.withUnsafeMutableBytes { mtls_ossl_OPENSSL_cleanse($0.baseAddress, $0.count) } }
         let name = options.friendlyName ?? identity.friendlyName
+        if let name, name.unicodeScalars.contains(where: { $0.value > 0xFFFF }) {
+            // OpenSSL 3.0's PKCS12_create encodes the name to a BMPString and refuses characters
+            // outside the BMP (reading such names works).
+            throw MTLSError(.invalidArgument, "the friendly name \"\(name)\" has characters outside the Basic Multilingual Plane, which PKCS#12 export cannot write; choose another name")
+        }
         let iter = Int32(options.iterations)
         let der: [UInt8]? = try pw.withUnsafeMutableBufferPointer { pwBuf -> [UInt8]? in
             let p12 = ctx.asThreadDefault { () -> OpaquePointer? in

@@ -12,6 +12,13 @@ import Glibc
 ///   label as associated data; the data key is wrapped by a key derived once per open from the
 ///   store secret (scrypt, parameters kept in the file). Nothing secret is written in the clear,
 ///   so the WAL and any journal hold only ciphertext.
+/// - Every row (identity, certificate, token reference) carries an HMAC-SHA256, under a key
+///   derived from the data key, of its class, label, generation and every column a decision
+///   depends on (subject, issuer, expiry, fingerprints, token URI); the leaf and chain blobs are
+///   checked against the authenticated fingerprints when read. A row that does not authenticate
+///   is ``MTLSError/Code/corrupt`` naming its label, and is never used.
+/// - Token URIs are stored without `pin-value` (stripped on put, with a warning the caller can
+///   show; `pin-source` stays).
 /// - The file is in WAL mode with `synchronous=FULL`; writes take the write lock up front and
 ///   wait up to the busy timeout for other connections (threads or processes).
 /// - Safe to share across threads: calls are serialised on one connection. Open one store per
@@ -28,13 +35,16 @@ public final class CredentialStore: @unchecked Sendable {
         public var kdf = StoreKDFParameters.default
         /// How many decoded identities to keep in memory.
         public var identityCacheSize = 1024
+        /// Honour a stored token URI's `module-path` even when it names a module p11-kit has not
+        /// registered (off: such a reference is refused with ``MTLSError/Code/invalidArgument``).
+        public var allowUnregisteredModulePaths = false
 
         /// The defaults: 10 s busy timeout, create, ``StoreKDFParameters/default``, 1,024 cached identities.
         public init() {}
     }
 
     /// The schema version this library writes. Older files are migrated on open.
-    public static let schemaVersion = 2
+    public static let schemaVersion = 3
     /// SQLite `application_id` of a libmtls store ("mTLS").
     static let applicationID: Int64 = 0x6D54_4C53
     private static let dataKeyAAD = Array("libmtls-store/data-key/v1".utf8)
@@ -44,7 +54,8 @@ public final class CredentialStore: @unchecked Sendable {
     private let db: SQLiteDatabase
     private let lock = Mutex<Void>(())
     private var dataKey: SecretBytes
-    private let options: Options
+    private var rowAuth: StoreRowAuthenticator?
+    private var options: Options
     private var cache: [Int64: CachedIdentity] = [:]
     private var cacheClock: UInt64 = 0
 
@@ -71,8 +82,14 @@ public final class CredentialStore: @unchecked Sendable {
         try db.setBusyTimeout(milliseconds: options.busyTimeoutMilliseconds)
         dataKey = SecretBytes([])
         try db.execute("PRAGMA secure_delete=ON; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON")
-        dataKey = try openOrInitialise(secret: secret)
+        let key = try openOrInitialise(secret: secret)
+        dataKey = key
+        rowAuth = try StoreRowAuthenticator(dataKey: key)
+        if migrationPending { try migrate() }
     }
+
+    /// Set by ``unlockExisting(secret:version:)`` when the file is older than ``schemaVersion``.
+    private var migrationPending = false
 
     /// Closes the connection and wipes the data key. Further calls fail with
     /// ``MTLSError/Code/invalidArgument``. Also done on deinit.
@@ -80,6 +97,7 @@ public final class CredentialStore: @unchecked Sendable {
         lock.withLock { _ in
             db.close()
             dataKey = SecretBytes([])
+            rowAuth = nil
             cache.removeAll()
         }
     }
@@ -91,7 +109,7 @@ public final class CredentialStore: @unchecked Sendable {
     private static func prepareFile(_ path: String, create: Bool) throws {
         if access(path, F_OK) == 0 { return }
         guard create else { throw MTLSError(.notFound, "no store at \(path)") }
-        let dir = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
+        let dir = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
         try makeDirectories(dir.isEmpty ? "/" : dir)
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         if fd < 0 {
@@ -194,17 +212,21 @@ public final class CredentialStore: @unchecked Sendable {
         guard version <= CredentialStore.schemaVersion else {
             throw MTLSError(.schemaTooNew, "\(path) has schema version \(version); this libmtls reads up to \(CredentialStore.schemaVersion)")
         }
+        // Version 0 is an empty file and 1 the first schema; anything below is damage.
+        guard version >= 1 else {
+            throw MTLSError(.corrupt, "\(path) has an invalid schema version \(version): the store file is damaged")
+        }
         let header = try db.readTransaction { try readSecretHeader() }
         guard header.kind == secret.kind else {
             throw MTLSError(.badSecret, header.kind == "key"
-                            ? "wrong store secret: this store is opened with a 32-byte key, not a passphrase"
-                            : "wrong store secret: this store is opened with a passphrase, not a 32-byte key")
+                            ? "wrong store secret: this store is opened with a 32-byte key (--key-file), not a passphrase"
+                            : "wrong store secret: this store is opened with a passphrase (--secret-file), not a 32-byte key")
         }
         let kek = try StoreCrypto.deriveKEK(secret, salt: header.salt, parameters: header.parameters)
         guard let key = try StoreCrypto.open(header.wrapped, key: kek, aad: CredentialStore.dataKeyAAD) else {
             throw MTLSError(.badSecret, "wrong store secret for \(path)")
         }
-        if version < CredentialStore.schemaVersion { try migrate() }
+        if version < CredentialStore.schemaVersion { migrationPending = true }
         return key
     }
 
@@ -237,16 +259,60 @@ public final class CredentialStore: @unchecked Sendable {
         CREATE INDEX items_subject ON items(subject);
         CREATE INDEX items_subject_cn ON items(subject_cn);
         """,
+        // Version 3: every row authenticated (the tags of existing rows are written by migrate()).
+        """
+        ALTER TABLE items ADD COLUMN mac BLOB;
+        """,
     ]
 
-    /// Brings an older store to ``schemaVersion`` in one transaction.
+    /// Brings an older store to ``schemaVersion`` in one transaction, on the first open with the
+    /// secret: schema steps, then a tag for every row (the rows of an older store are trusted
+    /// once, here) and `pin-value` removed from stored token URIs.
     private func migrate() throws {
-        try db.writeTransaction {
-            let version = Int(try db.integer("PRAGMA user_version"))
-            guard version < CredentialStore.schemaVersion else { return }
-            for step in CredentialStore.migrations[version...] { try db.execute(step) }
-            try db.execute("PRAGMA user_version=\(CredentialStore.schemaVersion)")
+        try lock.withLock { _ in
+            try db.writeTransaction {
+                let version = try db.integer("PRAGMA user_version")
+                guard version < Int64(CredentialStore.schemaVersion) else { return }
+                guard version >= 1, Int(version) < CredentialStore.migrations.count else {
+                    throw MTLSError(.corrupt, "\(path) has an invalid schema version \(version): the store file is damaged")
+                }
+                for step in CredentialStore.migrations[Int(version)...] { try db.execute(step) }
+                var rows: [(id: Int64, fields: StoreRowAuthenticator.RowFields, uri: String?)] = []
+                let s = try db.statement("SELECT id, class, label, subject, subject_cn, issuer, not_after, leaf_sha256, chain_sha256, token_uri, generation FROM items")
+                defer { s.reset() }
+                while try s.step() {
+                    let uri = s.isNull(9) ? nil : s.text(9).map { CredentialStore.strippingPINValue($0).uri }
+                    rows.append((s.int64(0), StoreRowAuthenticator.RowFields(
+                        itemClass: s.int64(1), label: s.text(2) ?? "", subject: s.text(3) ?? "",
+                        subjectCN: s.isNull(4) ? nil : s.text(4), issuer: s.text(5) ?? "", notAfter: s.int64(6),
+                        leafSHA256: s.text(7) ?? "", chainSHA256: s.text(8) ?? "", tokenURI: uri, generation: s.int64(10)), uri))
+                }
+                s.reset()
+                let auth = try authenticator()
+                for row in rows {
+                    try db.statement("UPDATE items SET mac = ?, token_uri = ? WHERE id = ?")
+                        .bind(.blob(try auth.tag(row.fields)), row.uri.map { .text($0) } ?? .null, .int(row.id)).run()
+                }
+                try db.execute("PRAGMA user_version=\(CredentialStore.schemaVersion)")
+            }
         }
+        migrationPending = false
+    }
+
+    private func authenticator() throws -> StoreRowAuthenticator {
+        guard let rowAuth else { throw MTLSError(.invalidArgument, "the store is closed") }
+        return rowAuth
+    }
+
+    /// `uri` without its `pin-value` query attribute, and whether it had one. A PIN is never
+    /// stored; `pin-source` (a file the PIN is read from) stays.
+    public static func strippingPINValue(_ uri: String) -> (uri: String, stripped: Bool) {
+        guard let q = uri.firstIndex(of: "?") else { return (uri, false) }
+        let query = uri[uri.index(after: q)...].split(separator: "&", omittingEmptySubsequences: false)
+        let kept = query.filter { !$0.lowercased().hasPrefix("pin-value=") && $0.lowercased() != "pin-value" }
+        guard kept.count != query.count else { return (uri, false) }
+        let base = String(uri[..<q])
+        return (kept.isEmpty ? base : base + "?" + kept.joined(separator: "&"), true)
     }
 
     // MARK: putting items
@@ -298,12 +364,17 @@ public final class CredentialStore: @unchecked Sendable {
 
     /// Stores a reference to a token identity: the `pkcs11:` URI of its key, its certificate and
     /// optionally the chain above it. `chain` may be unordered; it is ordered leaf → root.
+    /// A `pin-value` in the URI is never stored: it is removed, and the result says so (and
+    /// gives the URI as stored) so that the caller can warn; `pin-source` stays.
+    @discardableResult
     public func putTokenIdentity(uri: String, certificate: Certificate, chain: [Certificate] = [],
-                                 label: String, replace: Bool = false) throws {
+                                 label: String, replace: Bool = false) throws -> (storedURI: String, pinValueRemoved: Bool) {
         try checkLabel(label)
         _ = try PKCS11URI(uri)  // ``MTLSError/Code/badURI`` for anything that is not a valid pkcs11: URI
+        let (stored, removed) = CredentialStore.strippingPINValue(uri)
         let (path, _) = Identity.buildChain(from: certificate, using: chain.filter { $0 != certificate })
-        try put(.tokenIdentity, label: label, leaf: certificate, chain: path, sealedKey: nil, tokenURI: uri, replace: replace)
+        try put(.tokenIdentity, label: label, leaf: certificate, chain: path, sealedKey: nil, tokenURI: stored, replace: replace)
+        return (stored, removed)
     }
 
     /// One row to write.
@@ -326,29 +397,37 @@ public final class CredentialStore: @unchecked Sendable {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let sql = """
             INSERT INTO items (class, label, subject, subject_cn, issuer, not_after, leaf_sha256, chain_sha256,
-                               leaf, chain, sealed_key, token_uri, generation, created, modified)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14)
+                               leaf, chain, sealed_key, token_uri, generation, created, modified, mac)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15)
             """ + (replace ? """
              ON CONFLICT (class, label) DO UPDATE SET subject=excluded.subject, subject_cn=excluded.subject_cn,
                 issuer=excluded.issuer, not_after=excluded.not_after, leaf_sha256=excluded.leaf_sha256,
                 chain_sha256=excluded.chain_sha256, leaf=excluded.leaf, chain=excluded.chain,
                 sealed_key=excluded.sealed_key, token_uri=excluded.token_uri, generation=excluded.generation,
-                modified=excluded.modified
+                modified=excluded.modified, mac=excluded.mac
             """ : "")
         try lock.withLock { _ in
             var current = rows.first
             do {
                 try db.writeTransaction {
+                    let auth = try authenticator()
                     for row in rows {
                         current = row
                         let leaf = row.leaf
+                        let generation = Int64.random(in: 1...Int64.max)
+                        let notAfter = Int64(leaf.notAfter.timeIntervalSince1970)
+                        let chainSHA = row.chain.map(\.sha256Hex).joined(separator: ",")
+                        let tag = try auth.tag(StoreRowAuthenticator.RowFields(
+                            itemClass: Int64(row.itemClass.rawValue), label: row.label, subject: leaf.subject,
+                            subjectCN: leaf.commonName, issuer: leaf.issuer, notAfter: notAfter, leafSHA256: leaf.sha256Hex,
+                            chainSHA256: chainSHA, tokenURI: row.tokenURI, generation: generation))
                         try db.statement(sql).bind(
                             .int(Int64(row.itemClass.rawValue)), .text(row.label), .text(leaf.subject),
                             leaf.commonName.map { .text($0) } ?? .null, .text(leaf.issuer),
-                            .int(Int64(leaf.notAfter.timeIntervalSince1970)),
-                            .text(leaf.sha256Hex), .text(row.chain.map(\.sha256Hex).joined(separator: ",")),
+                            .int(notAfter),
+                            .text(leaf.sha256Hex), .text(chainSHA),
                             .blob(leaf.der), .blob(row.chain.flatMap { $0.der }), row.sealedKey.map { .blob($0) } ?? .null,
-                            row.tokenURI.map { .text($0) } ?? .null, .int(Int64.random(in: 1...Int64.max)), .int(now)
+                            row.tokenURI.map { .text($0) } ?? .null, .int(generation), .int(now), .blob(tag)
                         ).run()
                     }
                 }
@@ -366,33 +445,37 @@ public final class CredentialStore: @unchecked Sendable {
     /// this process or another) changes the generation, so a stale identity is never returned.
     public func identity(label: String) throws -> Identity {
         try lock.withLock { _ in
-            let s = try db.statement("SELECT id, generation, leaf, chain, sealed_key FROM items WHERE class = 1 AND label = ?")
+            let s = try db.statement(RowQuery.identityByLabel)
             defer { s.reset() }
             s.bind(.text(label))
             guard try s.step() else { throw MTLSError(.notFound, "no identity labelled \"\(label)\" in the store") }
-            return try decodeIdentity(s, label: label)
+            return try decodeIdentity(s)
         }
     }
 
-    /// Decodes the current row of a statement selecting `id, generation, leaf, chain, sealed_key`.
-    /// Called with the lock held.
-    private func decodeIdentity(_ s: SQLiteDatabase.Statement, label: String) throws -> Identity {
-        let id = s.int64(0), generation = s.int64(1)
+    /// Decodes the current row of a statement selecting ``RowQuery/columns`` then `leaf, chain,
+    /// sealed_key`, after authenticating it. Called with the lock held.
+    private func decodeIdentity(_ s: SQLiteDatabase.Statement) throws -> Identity {
+        try authenticate(s)
+        let id = s.int64(RowQuery.id), generation = s.int64(RowQuery.generation)
         cacheClock &+= 1
         if let hit = cache[id], hit.generation == generation {
-            cache[id]!.lastUse = cacheClock
+            cache[id]?.lastUse = cacheClock
             return hit.identity
         }
-        let leafDER = s.blob(2), chainDER = s.blob(3)
-        guard let plain = try StoreCrypto.open(s.blob(4), key: dataKey,
+        let info = CredentialStore.info(s)
+        let label = info.label
+        let leafDER = s.blob(RowQuery.leaf), chainDER = s.blob(RowQuery.chain)
+        let leaf = try Certificate(der: leafDER), chain = try CredentialStore.splitDER(chainDER)
+        try checkBlobs(info, leaf: leaf, chain: chain)
+        guard let plain = try StoreCrypto.open(s.blob(RowQuery.sealedKey), key: dataKey,
                                                aad: CredentialStore.aad(.identity, label, leafDER: leafDER, chainDER: chainDER)) else {
             throw MTLSError(.corrupt, "the sealed key of \"\(label)\" does not authenticate: it or its certificates were altered or moved from another row")
         }
         // Pass the wiped buffer itself (no copy) to the decoder.
         let key = try PrivateKey(pkcs8DER: plain.storage)
         // The AEAD just authenticated key, leaf and ordered chain together, as checked at put time.
-        let identity = Identity(verifiedStoredKey: key, leaf: try Certificate(der: leafDER),
-                                orderedChain: try CredentialStore.splitDER(chainDER), friendlyName: label)
+        let identity = Identity(verifiedStoredKey: key, leaf: leaf, orderedChain: chain, friendlyName: label)
         if options.identityCacheSize > 0 {
             if cache.count >= options.identityCacheSize {
                 // Drop the least recently used quarter at once, so eviction stays cheap.
@@ -409,10 +492,10 @@ public final class CredentialStore: @unchecked Sendable {
     public func identities() throws -> [Identity] {
         try lock.withLock { _ in
             try db.readTransaction {
-                let s = try db.statement("SELECT id, generation, leaf, chain, sealed_key, label FROM items WHERE class = 1 ORDER BY label")
+                let s = try db.statement(RowQuery.allIdentities)
                 defer { s.reset() }
                 var out: [Identity] = []
-                while try s.step() { out.append(try decodeIdentity(s, label: s.text(5) ?? "")) }
+                while try s.step() { out.append(try decodeIdentity(s)) }
                 return out
             }
         }
@@ -421,23 +504,31 @@ public final class CredentialStore: @unchecked Sendable {
     /// The certificate stored under `label` (class certificate). Throws ``MTLSError/Code/notFound``.
     public func certificate(label: String) throws -> Certificate {
         try lock.withLock { _ in
-            let s = try db.statement("SELECT leaf FROM items WHERE class = 2 AND label = ?")
+            let s = try db.statement(RowQuery.certificateByLabel)
             defer { s.reset() }
             s.bind(.text(label))
             guard try s.step() else { throw MTLSError(.notFound, "no certificate labelled \"\(label)\" in the store") }
-            return try Certificate(der: s.blob(0))
+            let info = try authenticatedInfo(s)
+            let cert = try Certificate(der: s.blob(RowQuery.leaf))
+            try checkBlobs(info, leaf: cert, chain: [])
+            return cert
         }
     }
 
     /// The token identity reference stored under `label`. Throws ``MTLSError/Code/notFound``.
     public func tokenIdentity(label: String) throws -> StoreTokenReference {
         try lock.withLock { _ in
-            let s = try db.statement("SELECT token_uri, leaf, chain FROM items WHERE class = 3 AND label = ?")
+            let s = try db.statement(RowQuery.tokenByLabel)
             defer { s.reset() }
             s.bind(.text(label))
             guard try s.step() else { throw MTLSError(.notFound, "no token identity labelled \"\(label)\" in the store") }
-            return StoreTokenReference(label: label, uri: s.text(0) ?? "", certificate: try Certificate(der: s.blob(1)),
-                                       chain: try CredentialStore.splitDER(s.blob(2)))
+            let info = try authenticatedInfo(s)
+            let cert = try Certificate(der: s.blob(RowQuery.leaf))
+            let chain = try CredentialStore.splitDER(s.blob(RowQuery.chain))
+            try checkBlobs(info, leaf: cert, chain: chain)
+            let reference = StoreTokenReference(label: label, uri: info.tokenURI ?? "", certificate: cert, chain: chain)
+            try StoreModulePolicy.check(reference, allowUnregistered: options.allowUnregisteredModulePaths)
+            return reference
         }
     }
 
@@ -464,12 +555,51 @@ public final class CredentialStore: @unchecked Sendable {
 
     // MARK: metadata
 
-    private static let infoColumns = "label, class, subject, issuer, not_after, leaf_sha256, chain_sha256, token_uri, created, modified"
+    private static let infoColumns = "label, class, subject, issuer, not_after, leaf_sha256, chain_sha256, token_uri, created, modified, subject_cn, generation, mac, id"
+
+    /// Column positions of ``infoColumns`` and of the blobs the reading queries add after them.
+    private enum RowQuery {
+        static let subjectCN: Int32 = 10, generation: Int32 = 11, mac: Int32 = 12, id: Int32 = 13
+        static let leaf: Int32 = 14, chain: Int32 = 15, sealedKey: Int32 = 16
+        static let blobs = "\(infoColumns), leaf, chain, sealed_key"
+        static let identityByLabel = "SELECT \(blobs) FROM items WHERE class = 1 AND label = ?"
+        static let allIdentities = "SELECT \(blobs) FROM items WHERE class = 1 ORDER BY label"
+        static let certificateByLabel = "SELECT \(blobs) FROM items WHERE class = 2 AND label = ?"
+        static let tokenByLabel = "SELECT \(blobs) FROM items WHERE class = 3 AND label = ?"
+    }
+
+    /// The metadata of the current row after checking its tag; ``MTLSError/Code/corrupt``
+    /// naming the label when it does not authenticate. Called with the lock held.
+    private func authenticatedInfo(_ s: SQLiteDatabase.Statement) throws -> StoreItemInfo {
+        try authenticate(s)
+        return CredentialStore.info(s)
+    }
+
+    /// Checks the current row's tag (see ``authenticatedInfo(_:)``) without decoding it.
+    private func authenticate(_ s: SQLiteDatabase.Statement) throws {
+        let classValue = s.int64(1)
+        guard let itemClass = StoreItemClass(rawValue: Int32(truncatingIfNeeded: classValue)),
+              Int64(itemClass.rawValue) == classValue,
+              try authenticator().verifyRow(s, itemClass: 1, label: 0, subject: 2, subjectCN: RowQuery.subjectCN, issuer: 3,
+                                            notAfter: 4, leafSHA256: 5, chainSHA256: 6, tokenURI: 7,
+                                            generation: RowQuery.generation, mac: RowQuery.mac) else {
+            let label = s.text(0) ?? ""
+            let what = StoreItemClass(rawValue: Int32(truncatingIfNeeded: classValue))?.name ?? "item"
+            throw MTLSError(.corrupt, "the stored \(what) \"\(label)\" is tampered or damaged: its row does not authenticate under the store's key; it is not used (delete it and store it again)")
+        }
+    }
+
+    /// Checks the leaf and chain read from a row against the fingerprints its tag covers.
+    private func checkBlobs(_ info: StoreItemInfo, leaf: Certificate, chain: [Certificate]) throws {
+        guard leaf.sha256Hex == info.leafSHA256, chain.map(\.sha256Hex) == info.chainSHA256 else {
+            throw MTLSError(.corrupt, "the stored \(info.itemClass.name) \"\(info.label)\" is tampered or damaged: its certificates do not match its authenticated fingerprints; it is not used")
+        }
+    }
 
     private static func info(_ s: SQLiteDatabase.Statement) -> StoreItemInfo {
         let chain = s.text(6) ?? ""
         return StoreItemInfo(
-            label: s.text(0) ?? "", itemClass: StoreItemClass(rawValue: Int32(s.int64(1))) ?? .certificate,
+            label: s.text(0) ?? "", itemClass: StoreItemClass(rawValue: Int32(truncatingIfNeeded: s.int64(1))) ?? .certificate,
             subject: s.text(2) ?? "", issuer: s.text(3) ?? "",
             notAfter: Date(timeIntervalSince1970: Double(s.int64(4))), leafSHA256: s.text(5) ?? "",
             chainSHA256: chain.isEmpty ? [] : chain.split(separator: ",").map(String.init),
@@ -495,7 +625,7 @@ public final class CredentialStore: @unchecked Sendable {
             defer { s.reset() }
             s.bind(values: values)
             var out: [StoreItemInfo] = []
-            while try s.step() { out.append(CredentialStore.info(s)) }
+            while try s.step() { out.append(try authenticatedInfo(s)) }
             return out
         }
     }
@@ -593,10 +723,18 @@ public final class CredentialStore: @unchecked Sendable {
         }
     }
 
+    /// Allows (or stops allowing) stored token URIs whose `module-path` names a module p11-kit
+    /// has not registered, for this open store (see ``Options/allowUnregisteredModulePaths``).
+    public func allowUnregisteredModulePaths(_ allow: Bool) {
+        lock.withLock { _ in options.allowUnregisteredModulePaths = allow }
+    }
+
     // MARK: for tests
 
     /// Runs raw SQL on the store's connection (tests simulate corruption, full disks, locks).
     func _testExecute(_ sql: String) throws { try lock.withLock { _ in try db.execute(sql) } }
+    /// One text value from raw SQL (tests).
+    func _testText(_ sql: String) throws -> String? { try lock.withLock { _ in try db.text(sql) } }
     /// One integer from raw SQL (tests).
     func _testInteger(_ sql: String) throws -> Int64 { try lock.withLock { _ in try db.integer(sql) } }
 }

@@ -204,6 +204,15 @@ final class SQLiteDatabase {
             while try step() {}
         }
 
+        /// The raw bytes of a text or blob column, without a copy (valid only inside `body`);
+        /// nil for NULL.
+        func withColumnBytes<T>(_ col: Int32, _ body: (UnsafeRawBufferPointer?) throws -> T) rethrows -> T {
+            if sqlite3_column_type(stmt, col) == SQLITE_NULL { return try body(nil) }
+            let p = sqlite3_column_blob(stmt, col)
+            let n = Int(sqlite3_column_bytes(stmt, col))
+            return try body(UnsafeRawBufferPointer(start: p, count: p == nil ? 0 : n))
+        }
+
         func isNull(_ col: Int32) -> Bool { sqlite3_column_type(stmt, col) == SQLITE_NULL }
         func int64(_ col: Int32) -> Int64 { sqlite3_column_int64(stmt, col) }
         func text(_ col: Int32) -> String? {

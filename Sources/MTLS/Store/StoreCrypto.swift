@@ -9,16 +9,29 @@ public enum StoreSecret: Sendable {
     /// A 32-byte key, for example from a key file made with `head -c 32 /dev/urandom`.
     case key(SecretBytes)
 
-    /// Reads a secret file: exactly 32 bytes is a raw key; anything else is a passphrase (its
-    /// first line, without the line ending).
+    /// Reads a passphrase file: always a passphrase, stretched with scrypt, whatever its length
+    /// (a 32-byte file too: a raw key is chosen explicitly with ``loadKey(path:)``). The
+    /// passphrase is the file's first line: its line ending (`\n` or `\r\n`) is dropped, so a
+    /// file written with `echo` works. An empty first line is ``MTLSError/Code/invalidArgument``.
     public static func load(path: String) throws -> StoreSecret {
         var bytes = try FileIO.read(path, limit: 64 * 1024)
         defer { SecretBytes.wipe(&bytes) }
-        if bytes.count == StoreCrypto.keyLength { return .key(SecretBytes(bytes)) }
         var end = bytes.firstIndex(of: UInt8(ascii: "\n")) ?? bytes.count
         if end > 0, bytes[end - 1] == UInt8(ascii: "\r") { end -= 1 }
         guard end > 0 else { throw MTLSError(.invalidArgument, "the store secret file \(path) is empty") }
         return .passphrase(SecretBytes(Array(bytes[0..<end])))
+    }
+
+    /// Reads a key file: exactly 32 bytes (for example from `head -c 32 /dev/urandom`), used as
+    /// the key-encryption key without stretching. Any other length is
+    /// ``MTLSError/Code/invalidArgument``.
+    public static func loadKey(path: String) throws -> StoreSecret {
+        var bytes = try FileIO.read(path, limit: 64 * 1024)
+        defer { SecretBytes.wipe(&bytes) }
+        guard bytes.count == StoreCrypto.keyLength else {
+            throw MTLSError(.invalidArgument, "the store key file \(path) holds \(bytes.count) bytes; a key file holds exactly \(StoreCrypto.keyLength) random bytes (use a passphrase file for anything else)")
+        }
+        return .key(SecretBytes(bytes))
     }
 
     var kind: String {

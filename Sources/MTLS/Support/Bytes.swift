@@ -57,6 +57,10 @@ final class MemoryBIO {
     /// A read-only BIO over a copy of `bytes`.
     init(copying bytes: [UInt8]) throws {
         guard let b = BIO_new(BIO_s_mem()) else { throw MTLSError(.noMemory, "BIO_new failed") }
+        guard bytes.count <= Int(Int32.max) else {
+            BIO_free(b)
+            throw MTLSError(.limitExceeded, "input of \(bytes.count) bytes is too large")
+        }
         bio = b
         if !bytes.isEmpty {
             let n = bytes.withUnsafeBytes { BIO_write(b, $0.baseAddress, Int32($0.count)) }

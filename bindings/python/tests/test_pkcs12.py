@@ -87,3 +87,15 @@ def test_legacy_import_leaves_the_host_openssl_context_alone(pki):
     p = mtls.PKCS12.parse((pki / "legacy.p12").read_bytes(), "pw")   # RC2-40 certificates
     assert len(p.identities) == 1
     assert md4_available() == before
+
+
+def test_empty_and_absent_passwords_open_each_others_files(pki):
+    for args, name in (("", "empty.p12"), ("-legacy", "empty-legacy.p12")):
+        sh(f"openssl pkcs12 -export -inkey leaf.key -in leaf.pem -certfile root.pem -name 'Zoë ☺' -passout pass: {args} -out {name}", pki)
+        for password in (None, ""):
+            p = mtls.PKCS12.load(pki / name, password)
+            assert p.password_encoding == "empty"
+            assert p.identities[0].friendly_name == "Zoë ☺"
+        with pytest.raises(errors.BadPassword):
+            mtls.PKCS12.load(pki / name, "x")
+    assert mtls.PKCS12.load(pki / "id.p12", "pw").password_encoding == "given"

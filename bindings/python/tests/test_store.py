@@ -118,7 +118,10 @@ def test_change_secret_to_a_key_file(pki, tmp_path):
         st.change_secret(StoreKey(keyfile.read_bytes()))
     with pytest.raises(errors.BadSecret):
         Store(path, "old", **KDF)
-    with Store(path, secret_file=keyfile) as st:
+    # A secret file is always a passphrase, even of 32 bytes: the key file is named as such.
+    with pytest.raises(errors.BadSecret):
+        Store(path, secret_file=keyfile)
+    with Store(path, key_file=keyfile) as st:
         assert st.info("alice").item_class == "identity"
 
 

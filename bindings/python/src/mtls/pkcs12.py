@@ -40,6 +40,8 @@ fn("mtls_pkcs12_identity", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, c_voi
 fn("mtls_pkcs12_cert_count", ctypes.c_int, ctypes.c_void_p, c_size_p)
 # int mtls_pkcs12_cert(const mtls_pkcs12 *p12, size_t index, mtls_cert **out)
 fn("mtls_pkcs12_cert", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, c_void_pp)
+# int mtls_pkcs12_password_encoding(const mtls_pkcs12 *p12, const char **out)
+fn("mtls_pkcs12_password_encoding", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p))
 # int mtls_pkcs12_export(const mtls_identity *identity, const char *password, int flags,
 #                        const char *friendly_name, uint8_t **out, size_t *len)
 fn("mtls_pkcs12_export", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
@@ -128,23 +130,30 @@ class Identity(_Handle):
 class PKCS12:
     """The result of a PKCS#12 import: .identities and .certificates (both in file order)."""
 
-    def __init__(self, identities, certificates):
+    def __init__(self, identities, certificates, password_encoding="given"):
         self.identities = identities
         self.certificates = certificates
+        #: Which password encoding opened the file: "given", or for None/"" "empty" or "absent"
+        #: (both are tried, as OpenSSL does).
+        self.password_encoding = password_encoding
 
     @classmethod
     def _from_handle(cls, h):
         try:
+            encoding = ctypes.c_char_p()
+            check(lib.mtls_pkcs12_password_encoding(h, ctypes.byref(encoding)))
             return cls(out_indexed(lib.mtls_pkcs12_identity_count, lib.mtls_pkcs12_identity, h,
                                    lambda p: Identity(p.value)),
                        out_indexed(lib.mtls_pkcs12_cert_count, lib.mtls_pkcs12_cert, h,
-                                   lambda p: Certificate(p.value)))
+                                   lambda p: Certificate(p.value)),
+                       encoding.value.decode())
         finally:
             lib.mtls_pkcs12_free(h)
 
     @classmethod
     def parse(cls, data: bytes, password=None) -> "PKCS12":
-        """Imports PKCS#12 bytes. password=None is "no password", distinct from ""."""
+        """Imports PKCS#12 bytes. password=None is "no password" and "" the empty password: given
+        either, both encodings are tried, and .password_encoding says which opened the file."""
         return cls._from_handle(out_handle(lib.mtls_pkcs12_import, bytes(data), len(data), utf8(password)))
 
     @classmethod

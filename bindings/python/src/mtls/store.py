@@ -33,6 +33,8 @@ fn("mtls_store_open", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_s
 # int mtls_store_open_secret_file(const char *path, const char *secret_file, const mtls_store_options *opts,
 #                                 mtls_store **out)
 fn("mtls_store_open_secret_file", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, _opts_p, c_void_pp)
+# int mtls_store_open_key_file(const char *path, const char *key_file, const mtls_store_options *opts, mtls_store **out)
+fn("mtls_store_open_key_file", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, _opts_p, c_void_pp)
 # void mtls_store_close(mtls_store *store)
 fn("mtls_store_close", None, ctypes.c_void_p)
 # int mtls_store_put_identity(mtls_store *store, const char *label, const mtls_identity *identity, int replace)
@@ -161,7 +163,7 @@ class Store(_Handle):
     cost for a new store (default 17; tests may use 10)."""
     _free = "mtls_store_close"
 
-    def __init__(self, path, secret=None, *, secret_file=None, create=True, busy_timeout_ms=None,
+    def __init__(self, path, secret=None, *, secret_file=None, key_file=None, create=True, busy_timeout_ms=None,
                  kdf_log_n=None, kdf_r=None, kdf_p=None):
         opts = StoreOptions()
         check(lib.mtls_store_options_init(ctypes.byref(opts), 1))
@@ -174,7 +176,10 @@ class Store(_Handle):
             opts.kdf_r = kdf_r
         if kdf_p is not None:
             opts.kdf_p = kdf_p
-        if secret_file is not None:
+        if key_file is not None:
+            # A raw 32-byte key file; ``secret_file`` is always a passphrase file.
+            h = out_handle(lib.mtls_store_open_key_file, utf8(str(path)), utf8(str(key_file)), ctypes.byref(opts))
+        elif secret_file is not None:
             h = out_handle(lib.mtls_store_open_secret_file, utf8(str(path)), utf8(str(secret_file)), ctypes.byref(opts))
         else:
             data, kind = _secret(secret if secret is not None else b"")
