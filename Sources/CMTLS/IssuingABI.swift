@@ -180,10 +180,11 @@ public func mtls_pki_crl(_ ca: OpaquePointer?, _ serials: UnsafePointer<UnsafePo
             let identity = try handle(ca, Identity.self, "ca")
             let authority = try CertificateAuthority(certificate: identity.leaf, privateKey: identity.privateKey)
             let when = now != 0 ? Date(timeIntervalSince1970: TimeInterval(now)) : Date()
-            let list = try (try size(count, "count") > 0 ? (0..<count).map { i -> Revocation in
+            let n = try size(count, "count")
+            let list = n == 0 ? [] : try (0..<n).map { i -> Revocation in
                 let s = try string(try require(serials, "revoked_serials")[i], "revoked_serials[\(i)]")
                 return Revocation(serialHex: s, date: when)
-            } : [])
+            }
             return try authority.makeCRL(revocations: list, number: number,
                                          validityDays: validityDays > 0 ? Int(validityDays) : nil, now: when)
         }
