@@ -37,12 +37,18 @@ let package = Package(
                     "-Xlinker", "-soname=libmtls.so.0",
                     "-Xlinker", "--version-script=\(Context.packageDirectory)/Sources/CMTLS/libmtls.map",
                     "-Xlinker", "-rpath=$ORIGIN",
+                    "-static-stdlib",
                 ]),
             ]
         ),
         .executableTarget(
             name: "mtls-cli",
-            dependencies: ["MTLS", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: ["MTLS", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            // The Swift runtime and Foundation linked in, so the command needs only Debian's own
+            // libraries at run time. Static Foundation's autolink entries miss the archives
+            // named here; lld finds them in any order.
+            linkerSettings: [.unsafeFlags(["-static-stdlib", "-use-ld=lld", "-lCoreFoundation", "-l_FoundationCollections",
+                                           "-l_FoundationICU", "-l_FoundationCShims", "-lFoundationInternationalization"])]
         ),
         // COpenSSL: tests drive an application-owned SSL_CTX (bring your own context) directly.
         // The tests share fixtures through static state and threads: they stay in the Swift 5
