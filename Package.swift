@@ -26,7 +26,7 @@ let package = Package(
         .systemLibrary(name: "CMTLSHeader"),
         .target(
             name: "MTLS",
-            dependencies: ["COpenSSL", "CP11Kit", "CSQLite"]
+            dependencies: ["COpenSSL", "CP11Kit", "CSQLite", "CMTLSHeader"]
         ),
         .target(
             name: "CMTLS",
@@ -36,8 +36,12 @@ let package = Package(
                 .unsafeFlags([
                     "-Xlinker", "-soname=libmtls.so.0",
                     "-Xlinker", "--version-script=\(Context.packageDirectory)/Sources/CMTLS/libmtls.map",
-                    "-Xlinker", "-rpath=$ORIGIN",
-                    "-static-stdlib",
+                    // The Swift runtime linked in: the library needs only Debian's own libraries.
+                    // Static FoundationEssentials' autolink entries miss the archives named here
+                    // (lld finds them in any order), and -z defs makes a missing one a link error
+                    // rather than a library that fails to load.
+                    "-static-stdlib", "-use-ld=lld", "-l_FoundationCollections", "-l_FoundationCShims",
+                    "-Xlinker", "-z", "-Xlinker", "defs",
                 ]),
             ]
         ),
