@@ -552,7 +552,14 @@ MTLS_EXTERN int mtls_identity_resolve(const char *name, const char *key_path, co
  * CA"...; with TLS 1.3 a server's refusal of our certificate arrives on the first read),
  * MTLS_E_NO_MATCHING_IDENTITY (automatic selection found no identity for the CA names the server
  * asked for; the message lists them), MTLS_E_TIMEOUT, MTLS_E_CONNECT (refused, unreachable, no
- * such host), MTLS_E_HANDSHAKE (anything else, with OpenSSL's words). */
+ * such host), MTLS_E_HANDSHAKE (anything else, with OpenSSL's words).
+ *
+ * Signals: the library never raises SIGPIPE, whatever the program's SIGPIPE disposition. Every
+ * socket write it makes — client and server, blocking and non-blocking, the handshake, data and
+ * close_notify, on its own sockets and on one given to mtls_conn_wrap_fd — uses send(2) with
+ * MSG_NOSIGNAL, so a peer that hung up is MTLS_E_PEER_ALERT (its alert, when it sent one first)
+ * or MTLS_E_CLOSED, never a dead process. The library does not change signal dispositions or
+ * masks; the program's own writes to a wrapped socket remain the program's business. */
 
 typedef struct mtls_conn mtls_conn;
 typedef struct mtls_listener mtls_listener;
@@ -795,11 +802,40 @@ typedef int (*mtls_pin_cb)(void *userdata, const char *token_label, const char *
  * pin-source (a file); the module from the URI's module-path or module-name, else every
  * registered module. The identity keeps a session with the token open (and the user logged in)
  * until it and every connection using it are freed. Free *out with mtls_identity_free; share it
- * across threads (signatures on one token are serialised). */
+ * across threads (signatures on one token are serialised).
+ * A token removed while the identity is loaded makes the next handshake fail with
+ * MTLS_E_TOKEN_REMOVED; once it is back, the next handshake opens a new session, logs in again
+ * (with the URI's pin-value or pin-source; pin_cb is not kept, so an identity whose PIN came from
+ * the callback must be made again) and works, without restarting the program. The identity also
+ * works in a fork()ed child: the first signature there initialises the module again (PKCS#11
+ * requires C_Initialize in the child) and opens the child's own session. */
 MTLS_EXTERN int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, void *userdata, mtls_identity **out);
 /* The pkcs11: URI of the identity's private key when it lives on a token; *out NULL for a key in
  * memory. Free *out with mtls_string_free. */
 MTLS_EXTERN int mtls_identity_token_uri(const mtls_identity *identity, char **out);
+
+/* Enrollment on a token (PIN as for mtls_identity_from_pkcs11: pin_cb, else the URI's pin-value
+ * or pin-source; a static PIN the token refused is not sent again until it changes, and none is
+ * sent to a token at its final try: MTLS_E_PIN_LOCKED). The PIN callback, if any, is called on
+ * the calling thread during the call only and is not kept. */
+/* Generate a key pair on the token the URI names (token=... and object=LABEL and/or id=%XX...):
+ * key_type "ec-p256", "ec-p384", "rsa2048", "rsa3072" or "ed25519"; the private key sensitive,
+ * never extractable, for signing, with CKA_ID from id= (random when absent) and CKA_LABEL from
+ * object=. *key_uri is the new private key's URI; free it with mtls_string_free.
+ * MTLS_E_DUPLICATE when the token has a key with that id or label; MTLS_E_UNSUPPORTED when the
+ * token cannot make that type. */
+MTLS_EXTERN int mtls_token_keygen(const char *uri, const char *key_type, mtls_pin_cb pin_cb, void *userdata,
+                                  char **key_uri);
+/* A PKCS#10 certificate signing request for the token key the URI names, with `subject`
+ * ("CN=alice", "CN=alice,O=Example"), signed on the token. *csr_pem (PEM) is freed with
+ * mtls_string_free. */
+MTLS_EXTERN int mtls_token_csr(const char *uri, const char *subject, mtls_pin_cb pin_cb, void *userdata, char **csr_pem);
+/* Write `cert` onto the token beside the private key the URI names (same CKA_ID; label from the
+ * URI's object=, else the key's). MTLS_E_KEY_MISMATCH when it is not that key's certificate,
+ * MTLS_E_DUPLICATE when it is already there. *cert_uri (may be NULL) receives the certificate
+ * object's URI; free it with mtls_string_free. */
+MTLS_EXTERN int mtls_token_import_cert(const char *uri, const mtls_cert *cert, mtls_pin_cb pin_cb, void *userdata,
+                                       char **cert_uri);
 
 /* ======================================================================================
  * Issuing: a private PKI
@@ -850,6 +886,13 @@ MTLS_EXTERN int mtls_pki_root(const char *name, const mtls_issue_options *opts, 
  * Free *out with mtls_issued_free. */
 MTLS_EXTERN int mtls_pki_issue(const mtls_issued *issuer, int profile, const char *name,
                                const mtls_issue_options *opts, mtls_issued **out);
+/* Sign a certificate signing request (PEM or DER, csr_len bytes) as an MTLS_PROFILE_SERVER or
+ * _CLIENT certificate from the CA `issuer`: the same profiles as mtls_pki_issue, the key stays
+ * with its owner (e.g. on a token). The CSR's self-signature must verify (MTLS_E_CORRUPT
+ * otherwise; MTLS_E_PARSE for data that is not a CSR). `name` is the CN (NULL: the CSR's CN);
+ * opts gives validity, DNS and IP names (its key_type is ignored). Free *out with mtls_cert_free. */
+MTLS_EXTERN int mtls_pki_sign_csr(const mtls_issued *issuer, int profile, const uint8_t *csr, size_t csr_len,
+                                  const char *name, const mtls_issue_options *opts, mtls_cert **out);
 /* Load a certificate (and its chain: PEM, DER or PKCS#7 at cert_path) with its private key
  * (PEM at key_path; key_password NULL when it is not encrypted), e.g. a CA made by `mtls pki`.
  * MTLS_E_BAD_PASSWORD, MTLS_E_KEY_MISMATCH, MTLS_E_NOT_FOUND. Free *out with mtls_issued_free. */

@@ -200,3 +200,25 @@ public func mtls_issued_identity(_ issued: OpaquePointer?, _ out: UnsafeMutableP
         }
     }
 }
+
+/// `int mtls_pki_sign_csr(const mtls_issued *issuer, int profile, const uint8_t *csr, size_t csr_len,
+///                        const char *name, const mtls_issue_options *opts, mtls_cert **out)`
+@_cdecl("mtls_pki_sign_csr")
+public func mtls_pki_sign_csr(_ issuer: OpaquePointer?, _ profileValue: Int32, _ csr: UnsafePointer<UInt8>?, _ csrLength: Int,
+                              _ name: UnsafePointer<CChar>?, _ opts: UnsafePointer<mtls_issue_options>?,
+                              _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        try putHandle(out) {
+            let issuer = try handle(issuer, Identity.self, "issuer")
+            let p = try profile(profileValue)
+            let request = try CertificateSigningRequest(data: try bytes(csr, csrLength, "csr"))
+            let o = try IssueOptions(opts)
+            guard let cn = optionalString(name) ?? request.commonName else {
+                throw MTLSError(.invalidArgument, "the CSR has no CN: give a name")
+            }
+            let ca = try CertificateAuthority(certificate: issuer.leaf, privateKey: issuer.privateKey)
+            return try ca.issue(CertificateRequest(profile: p, commonName: cn, dnsNames: o.dns, ipAddresses: o.ips,
+                                                   validityDays: o.days), csr: request, now: o.now)
+        }
+    }
+}

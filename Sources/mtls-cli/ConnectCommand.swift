@@ -8,6 +8,7 @@ struct IdentityOptions: ParsableArguments {
     @Option(help: "The identity to present: a store label, a FILE.p12, or a pkcs11: URI (with --pin-file).") var identity: String?
     @Option(help: "File with the .p12 password (first line).") var passwordFile: String?
     @Option(help: "File with the token PIN (first line).") var pinFile: String?
+    @Flag(help: "Send the PIN file's PIN even when the token says the next wrong PIN locks it.") var allowFinalTry = false
     @Option(help: "Certificate PEM file (leaf first, then its chain), with --key.") var cert: String?
     @Option(help: "Private key PEM file, with --cert (encrypted keys use --password-file).") var key: String?
     @Option(help: "The credential store (default $MTLS_STORE); must exist. Without --identity, a client chooses among its identities and token identities.") var store: String?
@@ -53,7 +54,7 @@ struct IdentityOptions: ParsableArguments {
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
         guard let name = cert ?? identity else { return nil }
         return try Identity.resolve(name, keyPath: key, password: try passwordFile.map(CLI.readSecretFile),
-                                    pin: try pinFile.map(CLI.readSecretFile), openStore: openStore)
+                                    pin: try pinFile.map(CLI.readSecretFile), allowFinalTry: allowFinalTry, openStore: openStore)
     }
 }
 
@@ -177,7 +178,8 @@ struct ConnectCommand: ParsableCommand {
 
     func run() throws {
         var out: [String: Any] = ["connected": false, "tls_version": NSNull(), "alpn": NSNull(), "peer_chain": [String](),
-                                  "evaluation": NSNull(), "error": NSNull(), "response": NSNull()]
+                                  "evaluation": NSNull(), "error": NSNull(), "error_code": NSNull(), "side": NSNull(),
+                                  "response": NSNull()]
         var conn: TLSConnection?
         var failure: Error?
         do {
@@ -212,6 +214,8 @@ struct ConnectCommand: ParsableCommand {
         } catch {
             failure = error
             out["error"] = (error as? MTLSError)?.message ?? "\(error)"
+            out["error_code"] = (error as? MTLSError)?.code.name ?? MTLSError.Code.invalidArgument.name
+            out["side"] = Self.failingSide(error, conn).rawValue
         }
         if let c = conn {
             out["peer_chain"] = c.peerChain.map(\.sha256Hex)
@@ -230,6 +234,16 @@ struct ConnectCommand: ParsableCommand {
             if !json { throw CLI.fail(failure) }
             throw ExitCode(1)
         }
+    }
+
+    /// Who failed or refused: the connection knows for handshake and I/O errors; before there
+    /// is one, a server that cannot be reached is the server's side, anything else (options,
+    /// identity, policy, name resolution) ours.
+    static func failingSide(_ error: Error, _ conn: TLSConnection?) -> TLSSide {
+        if let side = conn?.failureSide { return side }
+        guard let e = error as? MTLSError else { return .client }
+        if (e.code == .connect && !e.message.hasPrefix("cannot resolve")) || e.code == .timeout { return .server }
+        return .client
     }
 
     /// Reads until the peer closes or stays quiet for `idle` seconds after the last data.

@@ -11,22 +11,27 @@ extension Identity {
     /// - otherwise a label in `store`: a stored identity, else a stored token identity (opened
     ///   with `pin`).
     ///
+    /// `allowFinalTry`: send `pin` even to a token at its final PIN try (see
+    /// ``Token/identity(uri:modulePath:pin:pinCallback:allowFinalTry:)``).
+    ///
     /// Errors: those of each source; ``MTLSError/Code/invalidArgument`` for a label with no
     /// store; ``MTLSError/Code/notFound`` for a label the store does not hold.
     public static func resolve(_ name: String, keyPath: String? = nil, password: SecretBytes? = nil,
-                               pin: SecretBytes? = nil, store: CredentialStore? = nil) throws -> Identity {
-        try resolve(name, keyPath: keyPath, password: password, pin: pin, openStore: { store })
+                               pin: SecretBytes? = nil, allowFinalTry: Bool = false,
+                               store: CredentialStore? = nil) throws -> Identity {
+        try resolve(name, keyPath: keyPath, password: password, pin: pin, allowFinalTry: allowFinalTry, openStore: { store })
     }
 
-    /// Same as ``resolve(_:keyPath:password:pin:store:)``, with a store that is opened (by
+    /// Same as ``resolve(_:keyPath:password:pin:allowFinalTry:store:)``, with a store that is opened (by
     /// `openStore`, which may return nil for "no store") only when `name` is a label.
     public static func resolve(_ name: String, keyPath: String? = nil, password: SecretBytes? = nil,
-                               pin: SecretBytes? = nil, openStore: () throws -> CredentialStore?) throws -> Identity {
+                               pin: SecretBytes? = nil, allowFinalTry: Bool = false,
+                               openStore: () throws -> CredentialStore?) throws -> Identity {
         if let keyPath {
             return try Identity(certificatePath: name, keyPath: keyPath, password: password)
         }
         if PKCS11URI.isPKCS11URI(name) {
-            return try Token.identity(uri: name, pin: pin)
+            return try Token.identity(uri: name, pin: pin, allowFinalTry: allowFinalTry)
         }
         let lower = name.lowercased()
         if lower.hasSuffix(".p12") || lower.hasSuffix(".pfx") || FileManager.default.fileExists(atPath: name) {
@@ -40,7 +45,7 @@ extension Identity {
         } catch let e as MTLSError where e.code == .notFound {
             // A token identity stored under the label (`mtls store add-token`).
             guard let reference = try? store.tokenIdentity(label: name) else { throw e }
-            return try Token.identity(reference: reference, pin: pin)
+            return try Token.identity(reference: reference, pin: pin, allowFinalTry: allowFinalTry)
         }
     }
 }

@@ -68,6 +68,24 @@ public final class CertificateAuthority: Sendable {
                                             signingKey: privateKey, now: now)
     }
 
+    /// Issues a server or client certificate for the key of a certificate signing request
+    /// whose self-signature verifies (the subject proved it holds the key). The profile,
+    /// names and lifetime come from `request` (as for ``issue(_:for:now:)``), never from the
+    /// CSR's own extensions.
+    public func issue(_ request: CertificateRequest, csr: CertificateSigningRequest, now: Date = Date()) throws -> Certificate {
+        try request.validate()
+        guard request.profile == .server || request.profile == .client else {
+            throw MTLSError(.invalidArgument, "a CSR is signed as a server or client certificate, not \(request.profile.rawValue)")
+        }
+        try csr.verifySelfSignature()
+        guard now < certificate.notAfter else {
+            throw MTLSError(.invalidArgument, "the CA \"\(certificate.subjectSummary)\" expired at \(certificate.notAfter)")
+        }
+        return try csr.withPublicKey { key in
+            try CertificateBuilder.build(request, subjectPublicKey: key, issuer: certificate, signingKey: privateKey, now: now)
+        }
+    }
+
     /// Issues an intermediate CA (path length 0) for `key`, ready to issue leaves.
     public func issueIntermediate(commonName: String, key: PrivateKey, validityDays: Int? = nil,
                                   now: Date = Date()) throws -> CertificateAuthority {
@@ -106,6 +124,12 @@ enum CertificateBuilder {
 
     static func build(_ request: CertificateRequest, subjectKey: PrivateKey, issuer: Certificate?,
                       signingKey: PrivateKey, now: Date) throws -> Certificate {
+        try build(request, subjectPublicKey: subjectKey.pkey, issuer: issuer, signingKey: signingKey, now: now)
+    }
+
+    /// The same for a public key alone (a CSR's).
+    static func build(_ request: CertificateRequest, subjectPublicKey: OpaquePointer, issuer: Certificate?,
+                      signingKey: PrivateKey, now: Date) throws -> Certificate {
         guard let x = X509_new_ex(LibraryContext.shared.ctx, nil) else {
             throw MTLSError.openSSL(.noMemory, "X509_new_ex failed")
         }
@@ -134,14 +158,14 @@ enum CertificateBuilder {
         try setTime(x, notBefore, X509_set1_notBefore)
         try setTime(x, notAfter, X509_set1_notAfter)
 
-        guard X509_set_pubkey(x, subjectKey.pkey) == 1 else { throw MTLSError.openSSL(.invalidArgument, "cannot use the subject's public key") }
+        guard X509_set_pubkey(x, subjectPublicKey) == 1 else { throw MTLSError.openSSL(.invalidArgument, "cannot use the subject's public key") }
 
         // Extensions. The issuer context must point at the certificate being built for a root
         // (SKI and AKI both come from its own key) and at the issuer otherwise.
         var v3 = X509V3_CTX()
         X509V3_set_ctx(&v3, issuer?.x509 ?? x, x, nil, nil, 0)
         let rsaLeaf: Bool
-        if case .rsa = subjectKey.keyType { rsaLeaf = true } else { rsaLeaf = false }
+        if case .rsa = KeyType(pkey: subjectPublicKey) { rsaLeaf = true } else { rsaLeaf = false }
         var extensions: [(Int32, String)] = []
         switch request.profile {
         case .root:

@@ -96,6 +96,43 @@ public struct PKIDirectory: Sendable {
         return Item(identity: identity, directory: dir)
     }
 
+    /// Signs a certificate signing request as a server or client certificate from the
+    /// intermediate `caName` (the profiles of ``issue(_:caName:keySpec:keyPassword:now:)``; the
+    /// CSR's self-signature must verify). The subject's key stays wherever it is: the folder
+    /// keeps `D/ca/<ca>/issued/<slug of the common name>/cert.pem` and `chain.pem` (leaf,
+    /// intermediate, root) so the certificate can be listed and revoked like the others.
+    /// Returns the certificate and the chain above it.
+    public func sign(_ csr: CertificateSigningRequest, request: CertificateRequest, caName: String,
+                     keyPassword: SecretBytes? = nil, now: Date = Date()) throws -> (Certificate, [Certificate]) {
+        guard request.profile == .server || request.profile == .client else {
+            throw MTLSError(.invalidArgument, "only server and client certificates are issued from an intermediate")
+        }
+        try request.validate()
+        let caDir = try caPath(caName)
+        let dir = caDir + "/issued/" + (try Self.slug(request.commonName))
+        guard !Self.exists(dir) else {
+            throw MTLSError(.duplicate, "\"\(request.commonName)\" was already issued by \"\(caName)\" (\(dir))")
+        }
+        let (ca, chain) = try loadIntermediate(caName, keyPassword: keyPassword)
+        let leaf = try ca.issue(request, csr: csr, now: now)
+        try Self.makeDirectories(caDir + "/issued")
+        let tmp = dir + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        guard mkdir(tmp, 0o700) == 0 else {
+            throw MTLSError(errno == ENOSPC ? .diskFull : .io, "cannot create \(tmp): \(String(cString: strerror(errno)))")
+        }
+        do {
+            try FileIO.writeAtomically(tmp + "/cert.pem", Array(leaf.pem.utf8), mode: 0o644)
+            try FileIO.writeAtomically(tmp + "/chain.pem", Array(([leaf] + chain).map(\.pem).joined().utf8), mode: 0o644)
+            guard rename(tmp, dir) == 0 else {
+                throw MTLSError(.io, "cannot create \(dir): \(String(cString: strerror(errno)))")
+            }
+        } catch {
+            Self.removeTree(tmp)
+            throw error
+        }
+        return (leaf, chain)
+    }
+
     /// Removes an item this folder just wrote (when a later step of the same command failed).
     public func discard(_ item: Item) {
         let tmp = item.directory + ".discard-\(getpid())"

@@ -78,7 +78,7 @@ public final class IdentityCandidate: Sendable {
     }
 
     /// A token identity held in a store: chosen by its stored certificates; when chosen, the
-    /// key is found on the token with ``Token/identity(uri:modulePath:pin:pinCallback:)``
+    /// key is found on the token with ``Token/identity(reference:modulePath:pin:pinCallback:allowFinalTry:)``
     /// (PIN: `pin`, else `pinCallback`, else the URI's pin-value/pin-source).
     public init(token reference: StoreTokenReference, pin: SecretBytes? = nil, pinCallback: TokenPINCallback? = nil) {
         leaf = reference.certificate
