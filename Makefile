@@ -14,10 +14,13 @@ TEST_PREFIX := $(OUT)/prefix
 # The x509-limbo suite lives in shared/, beside the checkout (git-common-dir finds it from a worktree too).
 LIMBO ?= $(abspath $(shell git rev-parse --git-common-dir 2>/dev/null || echo .git)/../../shared/limbo)
 
-.PHONY: deb wheel test-packaging
+.PHONY: deb wheel print-version
 .PHONY: all deps build build-debug build-release install test test-swift test-abi test-c test-python test-e2e test-limbo bench demo clean
 
 all: build
+
+print-version:
+	@echo $(VERSION)
 
 deps:
 	@scripts/install-deps.sh

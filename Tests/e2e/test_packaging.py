@@ -184,3 +184,33 @@ def test_debian_packages_install_build_run_and_purge_clean(pki, s_server, tmp_pa
     for n in names:
         status = subprocess.run(["dpkg-query", "-W", "-f=${Status}", n], capture_output=True, text=True).stdout
         assert "installed" not in status.replace("not-installed", ""), (n, status)
+
+
+def test_every_version_agrees_with_the_header():
+    """The version is written once (include/mtls.h's macros); everything else derives from it or
+    is checked here: pyproject.toml, the Makefile, mtls.pc, the library, the CLI, the packages."""
+    import re
+    import tomllib
+    version = subprocess.run([os.path.join(REPO, "scripts", "version.sh")], check=True, capture_output=True,
+                             text=True).stdout.strip()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version), version
+    with open(os.path.join(REPO, "bindings", "python", "pyproject.toml"), "rb") as f:
+        assert tomllib.load(f)["project"]["version"] == version, "bindings/python/pyproject.toml"
+    make = subprocess.run(["make", "-s", "--no-print-directory", "-C", REPO, "print-version"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    assert make == version, "Makefile VERSION"
+    pc = subprocess.run(["pkg-config", "--modversion", "mtls"], check=True, capture_output=True, text=True,
+                        env={**os.environ, "PKG_CONFIG_PATH": os.path.join(PREFIX, "lib", "pkgconfig")}).stdout
+    assert pc.strip() == version, "mtls.pc"
+    cli = subprocess.run([os.path.join(PREFIX, "bin", "mtls"), "--version"], check=True, capture_output=True,
+                         text=True).stdout
+    assert cli.strip() == version, "mtls --version"
+    import ctypes
+    lib = ctypes.CDLL(os.path.join(PREFIX, "lib", "libmtls.so"))
+    lib.mtls_version.restype = ctypes.c_char_p
+    assert lib.mtls_version().decode() == version, "mtls_version()"
+    assert os.path.realpath(os.path.join(PREFIX, "lib", "libmtls.so")).endswith(f"libmtls.so.{version}")
+    for deb in artifacts("deb/*.deb", "Debian packages"):
+        assert os.path.basename(deb).split("_")[1] == f"{version}-1", deb
+    wheel = artifacts("wheel/mtls-*.whl", "wheel")[-1]
+    assert os.path.basename(wheel).startswith(f"mtls-{version}-py3-none-"), wheel
