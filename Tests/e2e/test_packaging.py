@@ -83,19 +83,31 @@ def wheel_venv(tmp_path_factory):
     wheel = artifacts("wheel/mtls-*-py3-none-*.whl", "wheel")[-1]
     venv = tmp_path_factory.mktemp("wheel-venv") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-deps", wheel], check=True)
+    # Without PYTHONPATH: pip would take the source tree's bindings (an egg-info there) as installed.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-deps", wheel],
+                   check=True, env=env)
     return venv
 
 
 WHEEL_CLIENT = textwrap.dedent("""
-    import sys, mtls
+    import os, sys, mtls
     pki, port = sys.argv[1], int(sys.argv[2])
-    identity = mtls.Identity.from_pkcs12(open(pki + "/client-a.p12", "rb").read(), "pw")
-    policy = mtls.Policy(anchors=[mtls.Certificate.load(pki + "/root.pem")], anchors_only=True)
-    with mtls.connect("127.0.0.1", port, identity=identity, policy=policy, verify_as="server.test") as conn:
+    identity = mtls.PKCS12.load(pki + "/client-a.p12", "pw").identities[0]
+    policy = mtls.Policy()
+    policy.add_anchor(mtls.Certificate.load(pki + "/root.pem")[0])
+    policy.set_anchors_only(True)
+    conn = mtls.Connection.connect("127.0.0.1", port, identity=identity, policy=policy, verify_as="server.test",
+                                   handshake_timeout=10)
+    try:
         conn.write(b"GET / HTTP/1.0\\r\\n\\r\\n")
         reply = conn.read(4096)
+    finally:
+        conn.close()
     assert mtls.__file__.startswith(sys.prefix), mtls.__file__  # the wheel's package, not the source tree
+    # the library inside the wheel, found beside the package with no MTLS_LIBRARY
+    loaded = sys.modules["mtls._lib"].lib._name
+    assert loaded == os.path.join(os.path.dirname(mtls.__file__), "libmtls.so"), loaded
     print("wheel", mtls.__version__, reply.split(b"\\r\\n")[0].decode())
 """)
 
