@@ -51,7 +51,7 @@ test: deps
 	$(MAKE) --no-print-directory build-debug
 	$(MAKE) --no-print-directory test-swift
 	$(MAKE) --no-print-directory install CONFIG=debug PREFIX=$(TEST_PREFIX) DESTDIR=
-	$(MAKE) --no-print-directory deb wheel CONFIG=debug
+	$(MAKE) --no-print-directory deb wheel CONFIG=debug DPKG_DEB_ARGS=-z1
 	$(MAKE) --no-print-directory test-abi test-c test-limbo test-python test-e2e
 
 test-swift:
@@ -59,7 +59,7 @@ test-swift:
 
 # Debian packages (libmtls0, libmtls-dev, mtls) in out/deb/, made with debhelper's tools.
 deb: build
-	scripts/make-deb.sh "$$($(SWIFT) build -c $(CONFIG) --show-bin-path)" $(OUT)
+	DPKG_DEB_ARGS="$(DPKG_DEB_ARGS)" scripts/make-deb.sh "$$($(SWIFT) build -c $(CONFIG) --show-bin-path)" $(OUT)
 
 # The Python wheel with the self-contained libmtls.so inside, in out/wheel/.
 wheel: build

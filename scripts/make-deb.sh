@@ -52,5 +52,6 @@ dh_missing --fail-missing
 dh_installdeb
 dh_gencontrol
 dh_md5sums
-dh_builddeb --destdir="$out/deb"
+# DPKG_DEB_ARGS reaches dpkg-deb (make test passes -z1: xz at its fastest level for the test packages).
+dh_builddeb --destdir="$out/deb" -- ${DPKG_DEB_ARGS:-}
 ls -1 "$out/deb"/*.deb
