@@ -159,7 +159,9 @@ def identity_from_pkcs11(uri, pin=None) -> Identity:
 
     `pin`: None (the URI's pin-value / pin-source, or no PIN), a str/bytes PIN, or a callable
     `pin(token_label, token_uri, flags) -> str | bytes | None` (None gives up: PinRequired).
-    An exception raised by the callable is re-raised here.
+    An exception raised by the callable is re-raised here. For a key marked
+    CKA_ALWAYS_AUTHENTICATE the PIN is asked again before each signature (during handshakes);
+    keep the identity alive while connections use it.
     """
     raised = []
 
@@ -186,7 +188,11 @@ def identity_from_pkcs11(uri, pin=None) -> Identity:
             lib.mtls_identity_free(out)
         raise raised[0]
     check(rc)
-    return Identity(out.value)
+    identity = Identity(out.value)
+    # A CKA_ALWAYS_AUTHENTICATE key asks the callback again before each signature, for as long as
+    # the identity lives: the ctypes callback must live as long.
+    identity._pin_callback = callback
+    return identity
 
 
 def _with_pin(pin, call):
