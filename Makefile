@@ -6,7 +6,7 @@
 SHELL := /bin/bash
 PREFIX ?= /usr/local
 CONFIG ?= release
-VERSION := 0.1.0
+VERSION := $(shell scripts/version.sh)
 PYTHON ?= python3
 SWIFT ?= swift
 OUT := $(CURDIR)/out
@@ -14,9 +14,13 @@ TEST_PREFIX := $(OUT)/prefix
 # The x509-limbo suite lives in shared/, beside the checkout (git-common-dir finds it from a worktree too).
 LIMBO ?= $(abspath $(shell git rev-parse --git-common-dir 2>/dev/null || echo .git)/../../shared/limbo)
 
+.PHONY: deb wheel print-version
 .PHONY: all deps build build-debug build-release install test test-swift test-abi test-c test-python test-e2e test-limbo bench demo clean
 
 all: build
+
+print-version:
+	@echo $(VERSION)
 
 deps:
 	@scripts/install-deps.sh
@@ -38,7 +42,8 @@ install: build
 	ln -sf libmtls.so.0 $(DESTDIR)$(PREFIX)/lib/libmtls.so && \
 	install -m 0755 $$bin/mtls-cli $(DESTDIR)$(PREFIX)/bin/mtls && \
 	install -m 0644 include/mtls.h $(DESTDIR)$(PREFIX)/include/mtls.h && \
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' pkgconfig/mtls.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mtls.pc && \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$${prefix}/lib|' -e 's|@RPATH@|-Wl,-rpath,$${libdir} |' \
+	    -e 's|@VERSION@|$(VERSION)|' pkgconfig/mtls.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mtls.pc && \
 	echo "installed libmtls $(VERSION) ($(CONFIG)) into $(DESTDIR)$(PREFIX)"
 
 # One debug build serves every test stage: Swift tests, the installed C ABI, Python, e2e.
@@ -46,10 +51,19 @@ test: deps
 	$(MAKE) --no-print-directory build-debug
 	$(MAKE) --no-print-directory test-swift
 	$(MAKE) --no-print-directory install CONFIG=debug PREFIX=$(TEST_PREFIX) DESTDIR=
+	$(MAKE) --no-print-directory deb wheel CONFIG=debug DPKG_DEB_ARGS=-z1
 	$(MAKE) --no-print-directory test-abi test-c test-limbo test-python test-e2e
 
 test-swift:
 	$(SWIFT) test -c debug --skip-build
+
+# Debian packages (libmtls0, libmtls-dev, mtls) in out/deb/, made with debhelper's tools.
+deb: build
+	DPKG_DEB_ARGS="$(DPKG_DEB_ARGS)" scripts/make-deb.sh "$$($(SWIFT) build -c $(CONFIG) --show-bin-path)" $(OUT)
+
+# The Python wheel with the self-contained libmtls.so inside, in out/wheel/.
+wheel: build
+	PYTHON=$(PYTHON) scripts/make-wheel.sh "$$($(SWIFT) build -c $(CONFIG) --show-bin-path)" $(OUT)
 
 # The header is the only definition of the C ABI: every declared function is exported with the
 # same parameter count as its Swift definition (and nothing else is exported), and the Python
@@ -70,8 +84,8 @@ test-c:
 	done; \
 	for src in Tests/c/*.cpp; do [ -e "$$src" ] || continue; \
 	  exe=$(OUT)/c/$$(basename $$src .cpp)-cpp; \
-	  c++ -std=c++17 -Wall -Wextra -Werror -o $$exe $$src $$(pkg-config --cflags --libs mtls); \
-	  echo "== $$exe"; env -u LD_LIBRARY_PATH $$exe; \
+	  c++ -std=c++17 -Wall -Wextra -Werror -pedantic -o $$exe $$src $$(pkg-config --cflags --libs mtls); \
+	  echo "== $$exe"; env -u LD_LIBRARY_PATH MTLS_TEST_TMP=$(OUT)/c $$exe; \
 	done
 
 test-python:
@@ -79,7 +93,7 @@ test-python:
 	  $(PYTHON) -m pytest -q tests
 
 test-e2e:
-	MTLS_CLI=$(TEST_PREFIX)/bin/mtls MTLS_PREFIX=$(TEST_PREFIX) MTLS_LIBRARY=$(TEST_PREFIX)/lib/libmtls.so \
+	MTLS_OUT=$(OUT) MTLS_CLI=$(TEST_PREFIX)/bin/mtls MTLS_PREFIX=$(TEST_PREFIX) MTLS_LIBRARY=$(TEST_PREFIX)/lib/libmtls.so \
 	  PYTHONPATH=bindings/python/src $(PYTHON) -m pytest -q Tests/e2e
 
 # x509-limbo conformance: zero false accepts and at least 203 of 208 passing.

@@ -28,7 +28,7 @@ let package = Package(
         .target(name: "CMTLSProvider", linkerSettings: [.linkedLibrary("crypto")]),
         .target(
             name: "MTLS",
-            dependencies: ["COpenSSL", "CP11Kit", "CSQLite", "CMTLSProvider"]
+            dependencies: ["COpenSSL", "CP11Kit", "CSQLite", "CMTLSProvider", "CMTLSHeader"]
         ),
         .target(
             name: "CMTLS",
@@ -38,13 +38,23 @@ let package = Package(
                 .unsafeFlags([
                     "-Xlinker", "-soname=libmtls.so.0",
                     "-Xlinker", "--version-script=\(Context.packageDirectory)/Sources/CMTLS/libmtls.map",
-                    "-Xlinker", "-rpath=$ORIGIN",
+                    // The Swift runtime linked in: the library needs only Debian's own libraries.
+                    // Static FoundationEssentials' autolink entries miss the archives named here
+                    // (lld finds them in any order), and -z defs makes a missing one a link error
+                    // rather than a library that fails to load.
+                    "-static-stdlib", "-use-ld=lld", "-l_FoundationCollections", "-l_FoundationCShims",
+                    "-Xlinker", "-z", "-Xlinker", "defs",
                 ]),
             ]
         ),
         .executableTarget(
             name: "mtls-cli",
-            dependencies: ["MTLS", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: ["MTLS", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            // The Swift runtime and Foundation linked in, so the command needs only Debian's own
+            // libraries at run time. Static Foundation's autolink entries miss the archives
+            // named here; lld finds them in any order.
+            linkerSettings: [.unsafeFlags(["-static-stdlib", "-use-ld=lld", "-lCoreFoundation", "-l_FoundationCollections",
+                                           "-l_FoundationICU", "-l_FoundationCShims", "-lFoundationInternationalization"])]
         ),
         // COpenSSL: tests drive an application-owned SSL_CTX (bring your own context) directly.
         // The tests share fixtures through static state and threads: they stay in the Swift 5

@@ -41,11 +41,16 @@ extern "C" {
  * Version
  * ====================================================================================== */
 
+/* The version is written here and nowhere else: the library, the command line, the packages
+ * and mtls.pc take it from these three macros. */
 #define MTLS_VERSION_MAJOR 0
 #define MTLS_VERSION_MINOR 1
 #define MTLS_VERSION_PATCH 0
 #define MTLS_VERSION_NUMBER (MTLS_VERSION_MAJOR * 10000 + MTLS_VERSION_MINOR * 100 + MTLS_VERSION_PATCH)
-#define MTLS_VERSION_STRING "0.1.0"
+#define MTLS_STRINGIFY_(x) #x
+#define MTLS_STRINGIFY(x) MTLS_STRINGIFY_(x)
+#define MTLS_VERSION_STRING \
+    MTLS_STRINGIFY(MTLS_VERSION_MAJOR) "." MTLS_STRINGIFY(MTLS_VERSION_MINOR) "." MTLS_STRINGIFY(MTLS_VERSION_PATCH)
 
 /* The runtime version as "MAJOR.MINOR.PATCH". Static storage; never free it. */
 MTLS_EXTERN const char *mtls_version(void);

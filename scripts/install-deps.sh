@@ -7,6 +7,7 @@ pkgs=(
   softhsm2 opensc gnutls-bin nginx-light curl libcurl4-openssl-dev
   python3 python3-pip ca-certificates
   publicsuffix
+  debhelper dpkg-dev lintian help2man chrpath fakeroot binutils util-linux python3-venv
 )
 missing=()
 for p in "${pkgs[@]}"; do

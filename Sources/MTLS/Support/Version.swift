@@ -1,8 +1,10 @@
-/// libmtls's version. Keep in step with `MTLS_VERSION_*` in include/mtls.h.
+internal import CMTLSHeader
+
+/// libmtls's version: the `MTLS_VERSION_*` macros of include/mtls.h, the one place it is written.
 public enum MTLSVersion {
-    public static let major = 0
-    public static let minor = 1
-    public static let patch = 0
+    public static let major = Int(MTLS_VERSION_MAJOR)
+    public static let minor = Int(MTLS_VERSION_MINOR)
+    public static let patch = Int(MTLS_VERSION_PATCH)
     public static var string: String { "\(major).\(minor).\(patch)" }
     /// `major * 10000 + minor * 100 + patch`, like `MTLS_VERSION_NUMBER`.
     public static var number: Int { major * 10000 + minor * 100 + patch }
