@@ -37,7 +37,7 @@ def main():
         ap.error("give --p12, or --store, --secret-file and --label")
 
     policy = mtls.Policy()
-    for anchor in mtls.Certificate.load(args.anchor):
+    for anchor in mtls.Certificate.load_all(args.anchor):
         policy.add_anchor(anchor)
     policy.set_anchors_only(True)
 

@@ -340,8 +340,11 @@ MTLS_EXTERN int mtls_policy_set_report_only(mtls_policy *policy, const char *pat
  * are valid only during the call. */
 typedef void (*mtls_trust_report_cb)(const char *host, const char *rule, const char *code, const char *message,
                                      void *userdata);
-/* Sets (or with cb NULL, clears) the report callback. `destroy(userdata)`, if not NULL, runs when
- * the callback is replaced or the policy is freed. */
+/* Sets (or with cb NULL, clears) the report callback. `destroy(userdata)`, if not NULL, runs once,
+ * when the last object holding the callback lets it go: the callback is replaced or cleared and
+ * no policy copy, connection, listener or SSL_CTX configured with this policy still holds it. The
+ * policy may outlive mtls_policy_free inside those objects and still call `cb`, so userdata must
+ * stay valid until `destroy` runs (on whichever thread frees the last holder). */
 MTLS_EXTERN int mtls_policy_set_report_callback(mtls_policy *policy, mtls_trust_report_cb cb, void *userdata,
                                                 void (*destroy)(void *userdata));
 /* Load-time warnings. Free each *out with mtls_string_free. */
@@ -764,7 +767,10 @@ MTLS_EXTERN int mtls_token_object_token(const mtls_token_object *object, mtls_to
  * MTLS_TOKEN_PIN_COUNT_LOW, MTLS_TOKEN_PIN_FINAL_TRY). Write the PIN, NUL-terminated, into
  * `pin` (pin_size bytes; libmtls wipes the buffer afterwards) and return 0; return non-zero to
  * give up (the call then fails with MTLS_E_PIN_REQUIRED). Called on the calling thread, during
- * mtls_identity_from_pkcs11 only, at most once; it is not kept. */
+ * mtls_identity_from_pkcs11 only, at most once; it is not kept: `destroy(userdata)`, if not
+ * NULL, runs exactly once before mtls_identity_from_pkcs11 returns, whatever it returns (like every
+ * libmtls callback registration, which releases its userdata through `destroy` when the last
+ * object holding the callback goes away). */
 typedef int (*mtls_pin_cb)(void *userdata, const char *token_label, const char *token_uri, unsigned int flags,
                            char *pin, size_t pin_size);
 /* The identity a pkcs11: URI names: the certificate it matches (by object= / id=, the chain from
@@ -775,7 +781,8 @@ typedef int (*mtls_pin_cb)(void *userdata, const char *token_label, const char *
  * registered module. The identity keeps a session with the token open (and the user logged in)
  * until it and every connection using it are freed. Free *out with mtls_identity_free; share it
  * across threads (signatures on one token are serialised). */
-MTLS_EXTERN int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, void *userdata, mtls_identity **out);
+MTLS_EXTERN int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, void *userdata,
+                                          void (*destroy)(void *userdata), mtls_identity **out);
 /* The pkcs11: URI of the identity's private key when it lives on a token; *out NULL for a key in
  * memory. Free *out with mtls_string_free. */
 MTLS_EXTERN int mtls_identity_token_uri(const mtls_identity *identity, char **out);

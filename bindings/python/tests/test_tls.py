@@ -29,7 +29,7 @@ def identity(pki, name, intermediate="int-a"):
 
 def anchored(pki, anchor):
     p = mtls.Policy()
-    p.add_anchor(mtls.Certificate.load(str(pki / anchor))[0])
+    p.add_anchor(mtls.Certificate.load(str(pki / anchor)))
     p.set_anchors_only(True)
     return p
 

@@ -143,7 +143,7 @@ def test_connection_signs_on_the_token_for_a_python_ssl_server(tokens, key_id, t
     t.start()
     ident = mtls.identity_from_pkcs11(f"pkcs11:token=mtls-test;id=%{key_id}?module-path={MODULE}", pin="1234")
     policy = mtls.Policy()
-    policy.add_anchor(mtls.Certificate.load(str(tokens / "ca.pem"))[0])
+    policy.add_anchor(mtls.Certificate.load(str(tokens / "ca.pem")))
     policy.set_anchors_only(True)
     conn = mtls.tls.Connection.connect("127.0.0.1", listener.getsockname()[1], identity=ident, policy=policy,
                                        min_tls=tls, max_tls=tls, io_timeout=10)

@@ -1,14 +1,15 @@
 """The labeled credential store (mtls_store)."""
 import ctypes
 import datetime
+import os
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Union
 
 from ._lib import lib, fn, take_string, c_void_pp, c_size_p
 from ._handle import _Handle, utf8, out_handle, out_bytes, out_value, out_list
 from .certificate import Certificate
 from .pkcs12 import Identity
-from .errors import check
+from .errors import check, InvalidArgument, NotFound
 
 IDENTITY, CERTIFICATE, TOKEN_IDENTITY = 1, 2, 3
 _CLASS_NAMES = {IDENTITY: "identity", CERTIFICATE: "certificate", TOKEN_IDENTITY: "token-identity"}
@@ -106,6 +107,13 @@ def _secret(secret):
     return bytes(secret), SECRET_PASSPHRASE
 
 
+class _NoSuchLabel(NotFound, KeyError):
+    """store[label] for a label the store does not hold: mtls.NotFound and KeyError."""
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class StoreKey:
     """A 32-byte raw store key (as opposed to a passphrase)."""
 
@@ -161,8 +169,13 @@ class Store(_Handle):
     cost for a new store (default 17; tests may use 10)."""
     _free = "mtls_store_close"
 
-    def __init__(self, path, secret=None, *, secret_file=None, create=True, busy_timeout_ms=None,
-                 kdf_log_n=None, kdf_r=None, kdf_p=None):
+    def __init__(self, path: "Union[str, os.PathLike[str]]", secret: "Union[None, str, bytes, StoreKey]" = None, *,
+                 secret_file: "Union[None, str, os.PathLike[str]]" = None, create: bool = True,
+                 busy_timeout_ms: Optional[int] = None, kdf_log_n: Optional[int] = None, kdf_r: Optional[int] = None,
+                 kdf_p: Optional[int] = None, insecure_no_secret: bool = False) -> None:
+        if secret is None and secret_file is None and not insecure_no_secret:
+            raise InvalidArgument("Store(path) needs secret= or secret_file=; a store protected by the empty "
+                                  "passphrase is Store(path, insecure_no_secret=True)", InvalidArgument.code)
         opts = StoreOptions()
         check(lib.mtls_store_options_init(ctypes.byref(opts), 1))
         opts.create = 1 if create else 0
@@ -205,12 +218,35 @@ class Store(_Handle):
                                                 ctypes.cast(arr, c_void_pp) if chain else None, len(chain),
                                                 int(replace)))
 
-    def import_p12(self, label, data: bytes, password=None, replace=False):
+    def import_pkcs12(self, label: str, data: bytes, password: "Union[None, str, bytes]" = None,
+                      replace: bool = False) -> Identity:
         """Imports a .p12's identity under ``label`` and returns it. password None = no password."""
         return Identity(out_handle(lib.mtls_store_import_p12, self._h, utf8(label), data, len(data), utf8(password),
                                    int(replace)))
 
     # getting
+    def __getitem__(self, label: str) -> "Union[Identity, Certificate]":
+        """The item stored under `label`: an Identity (a token identity is opened on its token,
+        with the PIN its URI names), else a Certificate. KeyError (also mtls.NotFound) if none."""
+        try:
+            item = self.info(label)
+        except NotFound as e:
+            raise _NoSuchLabel(f"no item labelled {label!r} in the store", NotFound.code) from e
+        if item.item_class == "identity":
+            return self.get_identity(label)
+        if item.item_class == "token-identity":
+            from .tokens import identity_from_pkcs11
+            uri, _ = self.get_token_identity(label)
+            return identity_from_pkcs11(uri)
+        return self.get_certificate(label)
+
+    def __contains__(self, label: object) -> bool:
+        try:
+            self.info(str(label))
+            return True
+        except NotFound:
+            return False
+
     def get_identity(self, label):
         return Identity(out_handle(lib.mtls_store_get_identity, self._h, utf8(label)))
 
@@ -255,7 +291,7 @@ class Store(_Handle):
     def delete_class(self, item_class) -> int:
         return out_value(ctypes.c_size_t, lib.mtls_store_delete_class, self._h, _class_code(item_class))
 
-    def export_p12(self, label, password, legacy=False) -> bytes:
+    def export_pkcs12(self, label: str, password: "Union[str, bytes]", legacy: bool = False) -> bytes:
         return out_bytes(lib.mtls_store_export_p12, self._h, utf8(label), utf8(password), int(legacy))
 
     def change_secret(self, secret):
