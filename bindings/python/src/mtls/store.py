@@ -107,6 +107,11 @@ def _secret(secret):
     return bytes(secret), SECRET_PASSPHRASE
 
 
+#: The passphrase of a store opened with insecure_no_secret=True: public, so such a store's
+#: contents are as good as unencrypted (libmtls refuses an empty passphrase). For tests and demos.
+INSECURE_NO_SECRET = b"mtls: insecure store with no secret"
+
+
 class _NoSuchLabel(NotFound, KeyError):
     """store[label] for a label the store does not hold: mtls.NotFound and KeyError."""
 
@@ -165,8 +170,11 @@ def _class_code(item_class):
 class Store(_Handle):
     """A labeled credential store file. Safe to share across threads; use as a context manager.
 
-    ``secret`` is a passphrase (str or bytes) or a :class:`StoreKey`. ``kdf_log_n`` sets scrypt's
-    cost for a new store (default 17; tests may use 10)."""
+    ``secret`` is a passphrase (str or bytes) or a :class:`StoreKey`; or ``secret_file`` names a
+    passphrase file. With neither, opening is an error unless ``insecure_no_secret=True`` (the store
+    is then protected by a public passphrase, INSECURE_NO_SECRET: anyone may open it).
+    ``kdf_log_n`` sets scrypt's cost for a new store (default 17; tests may use 10).
+    ``store[label]`` is the Identity (or Certificate) stored under ``label``."""
     _free = "mtls_store_close"
 
     def __init__(self, path: "Union[str, os.PathLike[str]]", secret: "Union[None, str, bytes, StoreKey]" = None, *,
@@ -174,8 +182,8 @@ class Store(_Handle):
                  busy_timeout_ms: Optional[int] = None, kdf_log_n: Optional[int] = None, kdf_r: Optional[int] = None,
                  kdf_p: Optional[int] = None, insecure_no_secret: bool = False) -> None:
         if secret is None and secret_file is None and not insecure_no_secret:
-            raise InvalidArgument("Store(path) needs secret= or secret_file=; a store protected by the empty "
-                                  "passphrase is Store(path, insecure_no_secret=True)", InvalidArgument.code)
+            raise InvalidArgument("Store(path) needs secret= or secret_file=; a store anyone may open "
+                                  "(a public passphrase) is Store(path, insecure_no_secret=True)", InvalidArgument.code)
         opts = StoreOptions()
         check(lib.mtls_store_options_init(ctypes.byref(opts), 1))
         opts.create = 1 if create else 0
@@ -190,7 +198,7 @@ class Store(_Handle):
         if secret_file is not None:
             h = out_handle(lib.mtls_store_open_secret_file, utf8(str(path)), utf8(str(secret_file)), ctypes.byref(opts))
         else:
-            data, kind = _secret(secret if secret is not None else b"")
+            data, kind = _secret(secret if secret is not None else INSECURE_NO_SECRET)
             h = out_handle(lib.mtls_store_open, utf8(str(path)), data, len(data), kind, ctypes.byref(opts))
         super().__init__(h)
 

@@ -129,7 +129,7 @@ class ConnectOptions:
     identity: presented (an Identity; mtls.connect also takes a store label or a pkcs11: URI);
     candidates: identities to choose from by the server's CA list (instead of identity);
     policy: judges the server (None: the system trust store); verify_as: validate the server as
-    this name (None: the policy's verify_as, else the host); sni: the name sent (None: the host
+    this name (None: the policy's verify_as for this host, else the host); sni: the name sent (None: the host
     if it is a name); alpn: protocols offered; min_tls/max_tls: "1.2" or "1.3"; timeouts in
     seconds (None: the library's default, inf: none); resume: TLS session resumption;
     non_blocking: WantRead/WantWrite instead of waiting."""
@@ -152,12 +152,14 @@ class ConnectOptions:
         their handles."""
         o = ConnOptions()
         check(lib.mtls_conn_options_init(ctypes.byref(o), CONN_OPTIONS_VERSION))
-        verify_as = self.verify_as
         if self.policy is not None:
-            self.policy._prepare(host)
-            if verify_as is None:
-                verify_as = self.policy.verify_as
-        o.sni, o.verify_as = utf8(self.sni), utf8(verify_as)
+            # The evaluator judges the connection under the name it validates: verify_as when
+            # given, else the host (its rule then carries the policy's verify_as and pins).
+            if self.verify_as is not None:
+                self.policy._prepare(self.verify_as, as_itself=True)
+            else:
+                self.policy._prepare(host)
+        o.sni, o.verify_as = utf8(self.sni), utf8(self.verify_as)
         o.alpn = utf8(",".join(self.alpn)) if self.alpn else None
         o.min_tls, o.max_tls = _version(self.min_tls), _version(self.max_tls)
         o.connect_timeout_ms, o.handshake_timeout_ms = _ms(self.connect_timeout), _ms(self.handshake_timeout)

@@ -294,9 +294,10 @@ class Policy(_Handle):
         """The name every host is validated as (the constructor's verify_as)."""
         return self._default_verify_as
 
-    def _prepare(self, host: Optional[str]) -> None:
+    def _prepare(self, host: Optional[str], as_itself: bool = False) -> None:
         """Puts the policy-wide verify_as and pins in force for `host` (a rule of its own, added
-        once), unless a host rule names it."""
+        once), unless a host rule names it. as_itself: `host` is already the name to validate
+        (a connection's explicit verify_as), so the rule carries the pins only."""
         if host is None or (self._default_verify_as is None and not self._default_pins):
             return
         key = host.lower()
@@ -305,7 +306,7 @@ class Policy(_Handle):
         with self._lock:
             if key in self._ruled:
                 return
-            self.add_host_rule(host, self._default_verify_as)
+            self.add_host_rule(host, None if as_itself else self._default_verify_as)
             for pin in self._default_pins:
                 self.add_pin(host, pin)
 
