@@ -31,6 +31,7 @@ let package = Package(
         .target(
             name: "CMTLS",
             dependencies: ["MTLS", "CMTLSHeader"],
+            exclude: ["libmtls.map"],
             linkerSettings: [
                 .unsafeFlags([
                     "-Xlinker", "-soname=libmtls.so.0",
@@ -45,9 +46,11 @@ let package = Package(
             path: "Sources/mtls"
         ),
         // COpenSSL: tests drive an application-owned SSL_CTX (bring your own context) directly.
-        .testTarget(name: "MTLSTests", dependencies: ["MTLS", "COpenSSL"]),
+        // The tests share fixtures through static state and threads; they stay in the Swift 5
+        // language mode while everything that ships is checked in Swift 6 mode.
+        .testTarget(name: "MTLSTests", dependencies: ["MTLS", "COpenSSL"],
+                    swiftSettings: [.swiftLanguageMode(.v5)]),
     ],
-    // Swift 5 mode: the core is mostly C interop over OpenSSL objects whose thread safety is
-    // stated per type in the docs; Sendable conformances are declared where they hold.
-    swiftLanguageModes: [.v5]
+    // Swift 6 language mode: complete concurrency checking for the library, its C ABI and the CLI.
+    swiftLanguageModes: [.v6]
 )

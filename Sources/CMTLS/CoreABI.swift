@@ -4,7 +4,9 @@ import MTLS
 import Glibc
 #endif
 
-private let versionString: UnsafeMutablePointer<CChar> = strdup(MTLSVersion.string)!
+// The C strings below are made once, on first use, and never written or freed afterwards, so
+// every thread may read them: `nonisolated(unsafe)` says so to the compiler.
+nonisolated(unsafe) private let versionString: UnsafeMutablePointer<CChar> = strdup(MTLSVersion.string)!
 
 /// `const char *mtls_version(void)`
 @_cdecl("mtls_version")
@@ -14,13 +16,13 @@ public func mtls_version() -> UnsafePointer<CChar> { UnsafePointer(versionString
 @_cdecl("mtls_version_number")
 public func mtls_version_number() -> Int32 { Int32(MTLSVersion.number) }
 
-private let errorTexts: [Int32: UnsafeMutablePointer<CChar>] = {
+nonisolated(unsafe) private let errorTexts: [Int32: UnsafeMutablePointer<CChar>] = {
     var d: [Int32: UnsafeMutablePointer<CChar>] = [0: strdup("ok")!]
     for (code, _, text) in MTLSError.Code.all { d[code.rawValue] = strdup(text)! }
     return d
 }()
-private let unknownErrorText: UnsafeMutablePointer<CChar> = strdup("unknown error code")!
-private let errorNames: [Int32: UnsafeMutablePointer<CChar>] = {
+nonisolated(unsafe) private let unknownErrorText: UnsafeMutablePointer<CChar> = strdup("unknown error code")!
+nonisolated(unsafe) private let errorNames: [Int32: UnsafeMutablePointer<CChar>] = {
     var d: [Int32: UnsafeMutablePointer<CChar>] = [0: strdup("ok")!]
     for (code, name, _) in MTLSError.Code.all { d[code.rawValue] = strdup(name)! }
     return d
@@ -38,7 +40,7 @@ public func mtls_error_name(_ code: Int32) -> UnsafePointer<CChar> {
     UnsafePointer(errorNames[code] ?? unknownErrorText)
 }
 
-private let noErrorText: UnsafeMutablePointer<CChar> = strdup("")!
+nonisolated(unsafe) private let noErrorText: UnsafeMutablePointer<CChar> = strdup("")!
 
 /// `const char *mtls_last_error(void)`
 @_cdecl("mtls_last_error")

@@ -253,7 +253,11 @@ public func mtls_identity_from_pkcs11(_ uri: UnsafePointer<CChar>?, _ pinCallbac
 /// A core PIN callback that asks the application's C callback, through a buffer it writes the
 /// PIN into.
 private func pinAdapter(_ cb: mtls_pin_cb, _ userdata: UnsafeMutableRawPointer?) -> TokenPINCallback {
-    { request in
+    // Core PIN callbacks are @Sendable (a token may ask again on a handshake thread); this one
+    // is used only during the C call that registered it (see mtls_pin_cb in the header), and
+    // its user data is handed back to the application untouched.
+    nonisolated(unsafe) let userdata = userdata
+    return { request in
         // The buffer the application writes the PIN into; wiped before it is freed.
         let size = 1024
         let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)

@@ -300,7 +300,7 @@ struct ServeCommand: ParsableCommand {
             o.ioTimeout = 10
             let listener = try TLSListener(address: address, port: port, options: o)
             print("listening on \(address):\(listener.port)")
-            fflush(stdout)
+            fflush(nil)  // all streams: Swift 6 does not let code touch the C global `stdout`
             var served = 0
             // Each client is served on its own thread; with --count the last ones must be served
             // to the end (reply sent, connection shut down) before the process exits.
@@ -313,15 +313,18 @@ struct ServeCommand: ParsableCommand {
                     conn = try listener.accept()
                 } catch let e as MTLSError {
                     print("rejected \(e.message) [\(e.code.name)]")
-                    fflush(stdout)
+                    fflush(nil)
                     continue
                 }
                 let subject = conn.peerCertificate?.subject ?? "(no certificate)"
                 print("accepted \(conn.peerAddress) \(conn.tlsVersion) client \(subject): \(PolicyBuilder.summary(conn.evaluation))")
-                fflush(stdout)
+                fflush(nil)
                 serving.enter()
+                // The connection moves to the serving thread: this loop never touches it again
+                // (a connection is used by one thread at a time, so it is not Sendable).
+                nonisolated(unsafe) let handedOver = conn
                 Thread.detachNewThread {
-                    Self.serve(conn)
+                    Self.serve(handedOver)
                     serving.leave()
                 }
             }

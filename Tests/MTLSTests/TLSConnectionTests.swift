@@ -177,19 +177,20 @@ final class TLSConnectionTests: XCTestCase {
 
     /// Accepts one client in the background and returns what happened.
     func acceptOne(_ listener: TLSListener) -> () -> Result<(String?, Bool?, String?), Error> {
-        var result: Result<(String?, Bool?, String?), Error> = .failure(MTLSError(.timeout, "not run"))
+        let result = LockedBox<Result<(String?, Bool?, String?), Error>>(.failure(MTLSError(.timeout, "not run")))
         let done = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
-            result = Result {
+            let r = Result {
                 let c = try listener.accept(timeout: 10)
                 defer { c.close() }
                 let got = try c.read()
                 try c.write(got)
                 return (c.peerCertificate?.commonName, c.evaluation?.trusted, c.alpn)
             }
+            result.mutate { $0 = r }
             done.signal()
         }
-        return { done.wait(); return result }
+        return { done.wait(); return result.value }
     }
 
     func testListenerAcceptsRightCustomerAndRejectsOthers() throws {

@@ -141,12 +141,12 @@ final class TokenTests: XCTestCase {
     }
 
     func testPINCallbackIsAskedWithTheTokenLabel() throws {
-        var asked: [String] = []
+        let asked = LockedBox<[String]>([])
         let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=%01", modulePath: module) { request in
-            asked.append(request.tokenLabel)
+            asked.mutate { $0.append(request.tokenLabel) }
             return SoftHSMFixture.pin
         }
-        XCTAssertEqual(asked, ["mtls-test"])
+        XCTAssertEqual(asked.value, ["mtls-test"])
         XCTAssertEqual(identity.leaf.subjectSummary, "token rsa-client")
         XCTAssertThrowsError(try Token.identity(uri: "pkcs11:token=mtls-test;id=%01", modulePath: module) { _ in nil }) {
             XCTAssertEqual(($0 as? MTLSError)?.code, .pinRequired)

@@ -71,7 +71,7 @@ public enum KeyType: Hashable, Sendable, CustomStringConvertible {
         case EVP_PKEY_EC:
             var buf = [CChar](repeating: 0, count: 80)
             var len = 0
-            let curve = EVP_PKEY_get_group_name(pkey, &buf, buf.count, &len) == 1 ? String(cString: buf) : "unknown"
+            let curve = EVP_PKEY_get_group_name(pkey, &buf, buf.count, &len) == 1 ? String(cBuffer: buf) : "unknown"
             self = .ec(curve: curve, bits: bits)
         case EVP_PKEY_ED25519: self = .ed25519
         case EVP_PKEY_ED448: self = .ed448
@@ -295,7 +295,7 @@ extension Certificate {
     static func oidText(_ obj: OpaquePointer) -> String {
         var buf = [CChar](repeating: 0, count: 128)
         let n = OBJ_obj2txt(&buf, Int32(buf.count), obj, 1)
-        return n > 0 ? String(cString: buf) : ""
+        return n > 0 ? String(cBuffer: buf) : ""
     }
 
     static func bytes(_ s: UnsafeMutablePointer<ASN1_STRING>?) -> [UInt8] {
@@ -321,8 +321,8 @@ public enum IPAddress {
     public static func text(_ bytes: [UInt8]) -> String? {
         var buf = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
         switch bytes.count {
-        case 4: return bytes.withUnsafeBytes { inet_ntop(AF_INET, $0.baseAddress, &buf, socklen_t(buf.count)) }.map { _ in String(cString: buf) }
-        case 16: return bytes.withUnsafeBytes { inet_ntop(AF_INET6, $0.baseAddress, &buf, socklen_t(buf.count)) }.map { _ in String(cString: buf) }
+        case 4: return bytes.withUnsafeBytes { inet_ntop(AF_INET, $0.baseAddress, &buf, socklen_t(buf.count)) }.map { _ in String(cBuffer: buf) }
+        case 16: return bytes.withUnsafeBytes { inet_ntop(AF_INET6, $0.baseAddress, &buf, socklen_t(buf.count)) }.map { _ in String(cBuffer: buf) }
         default: return nil
         }
     }

@@ -5,6 +5,7 @@ import FoundationEssentials
 ///
 /// Owns one OpenSSL `X509` and frees it on deinit (the model is swift-nio-ssl's
 /// `NIOSSLCertificate`). Parse with ``init(der:)`` or ``Certificate/parseAll(_:)``.
+/// Sendable: the `X509` is never changed after parsing, and OpenSSL allows concurrent reads.
 public final class Certificate: @unchecked Sendable, Hashable, CustomStringConvertible {
     /// The OpenSSL object. Owned by this instance; never freed by anyone else.
     let x509: OpaquePointer

@@ -3,7 +3,7 @@ import Synchronization
 
 /// A private key with its leaf certificate and the chain above it, ordered leaf → root.
 /// Immutable; safe to share across threads.
-public final class Identity: @unchecked Sendable {
+public final class Identity: Sendable {
     /// The private key (in memory or on a token).
     public let privateKey: PrivateKey
     /// The certificate whose public key matches ``privateKey``.

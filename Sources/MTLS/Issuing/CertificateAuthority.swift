@@ -7,7 +7,7 @@ import FoundationEssentials
 /// X509v3 extensions, `X509_sign` with SHA-256, or pure EdDSA for Ed25519 keys); this type only
 /// decides what goes in, following ``CertificateProfile``. Immutable; safe to share across
 /// threads.
-public final class CertificateAuthority: @unchecked Sendable {
+public final class CertificateAuthority: Sendable {
     /// The CA's certificate.
     public let certificate: Certificate
     /// The CA's private key.

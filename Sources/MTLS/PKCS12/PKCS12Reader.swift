@@ -451,10 +451,10 @@ struct PKCS12Reader {
         let nid = OBJ_obj2nid(obj)
         if nid != NID_undef, let ln = OBJ_nid2ln(nid) {
             OBJ_obj2txt(&buf, Int32(buf.count), obj, 1)
-            return "\(String(cString: ln)) (\(String(cString: buf)))"
+            return "\(String(cString: ln)) (\(String(cBuffer: buf)))"
         }
         OBJ_obj2txt(&buf, Int32(buf.count), obj, 1)
-        return "OID \(String(cString: buf))"
+        return "OID \(String(cBuffer: buf))"
     }
     static func name(_ nid: Int32) -> String {
         guard nid != NID_undef, let sn = OBJ_nid2sn(nid) else { return "(unknown)" }

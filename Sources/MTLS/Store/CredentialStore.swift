@@ -1,5 +1,6 @@
 internal import COpenSSL
 import FoundationEssentials
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -41,7 +42,7 @@ public final class CredentialStore: @unchecked Sendable {
     /// The file's path.
     public let path: String
     private let db: SQLiteDatabase
-    private let lock = StoreLock()
+    private let lock = Mutex<Void>(())
     private var dataKey: SecretBytes
     private let options: Options
     private var cache: [Int64: CachedIdentity] = [:]
@@ -76,7 +77,7 @@ public final class CredentialStore: @unchecked Sendable {
     /// Closes the connection and wipes the data key. Further calls fail with
     /// ``MTLSError/Code/invalidArgument``. Also done on deinit.
     public func close() {
-        lock.with {
+        lock.withLock { _ in
             db.close()
             dataKey = SecretBytes([])
             cache.removeAll()
@@ -268,7 +269,7 @@ public final class CredentialStore: @unchecked Sendable {
     /// transaction (readers see one or the other, never neither).
     public func putIdentity(_ identity: Identity, label: String, replace: Bool = false) throws {
         try checkLabel(label)
-        let sealed = try StoreCrypto.seal(try identity.privateKey.pkcs8DER(), key: lock.with { dataKey },
+        let sealed = try StoreCrypto.seal(try identity.privateKey.pkcs8DER(), key: lock.withLock { _ in dataKey },
                                           aad: CredentialStore.aad(.identity, label, leafDER: identity.leaf.der,
                                                                    chainDER: identity.chain.flatMap { $0.der }))
         try put(.identity, label: label, leaf: identity.leaf, chain: identity.chain, sealedKey: sealed, tokenURI: nil, replace: replace)
@@ -277,7 +278,7 @@ public final class CredentialStore: @unchecked Sendable {
     /// Stores several identities in one transaction: all of them, or (on any error, such as a
     /// duplicate label without `replace`) none.
     public func putIdentities(_ items: [(label: String, identity: Identity)], replace: Bool = false) throws {
-        let key = lock.with { dataKey }
+        let key = lock.withLock { _ in dataKey }
         let rows: [Row] = try items.map { item in
             try checkLabel(item.label)
             let sealed = try StoreCrypto.seal(try item.identity.privateKey.pkcs8DER(), key: key,
@@ -334,7 +335,7 @@ public final class CredentialStore: @unchecked Sendable {
                 sealed_key=excluded.sealed_key, token_uri=excluded.token_uri, generation=excluded.generation,
                 modified=excluded.modified
             """ : "")
-        try lock.with {
+        try lock.withLock { _ in
             var current = rows.first
             do {
                 try db.writeTransaction {
@@ -364,7 +365,7 @@ public final class CredentialStore: @unchecked Sendable {
     /// Decoded identities are cached per row and generation: a replace by any connection (in
     /// this process or another) changes the generation, so a stale identity is never returned.
     public func identity(label: String) throws -> Identity {
-        try lock.with {
+        try lock.withLock { _ in
             let s = try db.statement("SELECT id, generation, leaf, chain, sealed_key FROM items WHERE class = 1 AND label = ?")
             defer { s.reset() }
             s.bind(.text(label))
@@ -406,7 +407,7 @@ public final class CredentialStore: @unchecked Sendable {
     /// Every stored identity (decrypted), in label order — the candidates for automatic
     /// identity selection. Token references are not included (see ``tokenIdentities()``).
     public func identities() throws -> [Identity] {
-        try lock.with {
+        try lock.withLock { _ in
             try db.readTransaction {
                 let s = try db.statement("SELECT id, generation, leaf, chain, sealed_key, label FROM items WHERE class = 1 ORDER BY label")
                 defer { s.reset() }
@@ -419,7 +420,7 @@ public final class CredentialStore: @unchecked Sendable {
 
     /// The certificate stored under `label` (class certificate). Throws ``MTLSError/Code/notFound``.
     public func certificate(label: String) throws -> Certificate {
-        try lock.with {
+        try lock.withLock { _ in
             let s = try db.statement("SELECT leaf FROM items WHERE class = 2 AND label = ?")
             defer { s.reset() }
             s.bind(.text(label))
@@ -430,7 +431,7 @@ public final class CredentialStore: @unchecked Sendable {
 
     /// The token identity reference stored under `label`. Throws ``MTLSError/Code/notFound``.
     public func tokenIdentity(label: String) throws -> StoreTokenReference {
-        try lock.with {
+        try lock.withLock { _ in
             let s = try db.statement("SELECT token_uri, leaf, chain FROM items WHERE class = 3 AND label = ?")
             defer { s.reset() }
             s.bind(.text(label))
@@ -489,7 +490,7 @@ public final class CredentialStore: @unchecked Sendable {
     }
 
     private func infos(_ sql: String, _ values: SQLiteDatabase.Value...) throws -> [StoreItemInfo] {
-        try lock.with {
+        try lock.withLock { _ in
             let s = try db.statement(sql)
             defer { s.reset() }
             s.bind(values: values)
@@ -542,7 +543,7 @@ public final class CredentialStore: @unchecked Sendable {
     /// label. Returns how many were deleted; throws ``MTLSError/Code/notFound`` when none.
     @discardableResult
     public func delete(label: String, itemClass: StoreItemClass? = nil) throws -> Int {
-        let n: Int = try lock.with {
+        let n: Int = try lock.withLock { _ in
             try db.writeTransaction {
                 if let itemClass {
                     try db.statement("DELETE FROM items WHERE class = ? AND label = ?")
@@ -560,7 +561,7 @@ public final class CredentialStore: @unchecked Sendable {
     /// Deletes every item of a class; returns how many.
     @discardableResult
     public func deleteAll(itemClass: StoreItemClass) throws -> Int {
-        try lock.with {
+        try lock.withLock { _ in
             try db.writeTransaction {
                 try db.statement("DELETE FROM items WHERE class = ?").bind(.int(Int64(itemClass.rawValue))).run()
                 return db.changes
@@ -576,7 +577,7 @@ public final class CredentialStore: @unchecked Sendable {
         let parameters = kdf ?? options.kdf
         let salt = try StoreCrypto.random(16)
         let kek = try StoreCrypto.deriveKEK(newSecret, salt: salt, parameters: parameters)
-        try lock.with {
+        try lock.withLock { _ in
             let wrapped = try StoreCrypto.seal(dataKey, key: kek, aad: CredentialStore.dataKeyAAD)
             try db.writeTransaction {
                 try writeSecretHeader(secret: newSecret, salt: salt, parameters: parameters, wrapped: wrapped)
@@ -586,7 +587,7 @@ public final class CredentialStore: @unchecked Sendable {
 
     /// The scrypt parameters in the store's header (nil when opened with a raw key).
     public func kdfParameters() throws -> StoreKDFParameters? {
-        try lock.with {
+        try lock.withLock { _ in
             let h = try db.readTransaction { try readSecretHeader() }
             return h.kind == "scrypt" ? h.parameters : nil
         }
@@ -595,22 +596,8 @@ public final class CredentialStore: @unchecked Sendable {
     // MARK: for tests
 
     /// Runs raw SQL on the store's connection (tests simulate corruption, full disks, locks).
-    func _testExecute(_ sql: String) throws { try lock.with { try db.execute(sql) } }
+    func _testExecute(_ sql: String) throws { try lock.withLock { _ in try db.execute(sql) } }
     /// One integer from raw SQL (tests).
-    func _testInteger(_ sql: String) throws -> Int64 { try lock.with { try db.integer(sql) } }
+    func _testInteger(_ sql: String) throws -> Int64 { try lock.withLock { _ in try db.integer(sql) } }
 }
 
-/// A mutex for the store's connection.
-final class StoreLock: @unchecked Sendable {
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t> = .allocate(capacity: 1)
-    init() { pthread_mutex_init(mutex, nil) }
-    deinit {
-        pthread_mutex_destroy(mutex)
-        mutex.deallocate()
-    }
-    func with<T>(_ body: () throws -> T) rethrows -> T {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        return try body()
-    }
-}

@@ -114,7 +114,9 @@ enum StoreCrypto {
         }
     }
 
-    private static let cipher: OpaquePointer? = EVP_CIPHER_fetch(LibraryContext.shared.ctx, "AES-256-GCM", nil)
+    // A fetched EVP_CIPHER is immutable and may be used from any thread (OpenSSL 3 threading
+    // docs); it is fetched once and never freed.
+    nonisolated(unsafe) private static let cipher: OpaquePointer? = EVP_CIPHER_fetch(LibraryContext.shared.ctx, "AES-256-GCM", nil)
 
     /// Seals `plaintext` under `key` with AES-256-GCM and a random nonce: nonce ‖ ciphertext ‖ tag.
     static func seal(_ plaintext: SecretBytes, key: SecretBytes, aad: [UInt8]) throws -> [UInt8] {

@@ -23,6 +23,7 @@ enum Encoding {
 }
 
 /// A buffer of secret bytes (passwords, PINs, key material) that is wiped when released.
+/// Sendable: the bytes are written only by `init` and by the wipe in `deinit`.
 public final class SecretBytes: @unchecked Sendable {
     private(set) var storage: [UInt8]
 
@@ -90,4 +91,13 @@ func derEncode(_ encode: (UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?) -
         return encode(&p)
     }
     return written == n ? out : nil
+}
+
+extension String {
+    /// The text of a C buffer that holds a NUL-terminated string (or fills the buffer without a
+    /// NUL); invalid UTF-8 is repaired, never trapped on.
+    init(cBuffer buffer: [CChar]) {
+        let end = buffer.firstIndex(of: 0) ?? buffer.endIndex
+        self = String(decoding: buffer[..<end].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
 }

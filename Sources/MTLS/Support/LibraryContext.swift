@@ -5,6 +5,7 @@ internal import COpenSSL
 /// The host program's default context is never touched: the legacy provider (RC2, 3DES, needed
 /// by old PKCS#12 files) is loaded only into this context, and the TLS contexts libmtls makes
 /// are created in it (`SSL_CTX_new_ex`).
+/// Sendable: `OSSL_LIB_CTX` is thread-safe, and `ctx`/`hasLegacy` never change after `init`.
 final class LibraryContext: @unchecked Sendable {
     /// The shared context, created on first use. OpenSSL's library contexts are thread-safe.
     static let shared = LibraryContext()

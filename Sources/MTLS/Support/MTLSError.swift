@@ -146,7 +146,7 @@ enum OpenSSLErrorQueue {
             if e == 0 { break }
             var buf = [CChar](repeating: 0, count: 256)
             ERR_error_string_n(e, &buf, buf.count)
-            var text = String(cString: buf)
+            var text = String(cBuffer: buf)
             if let data, (flags & ERR_TXT_STRING) != 0, data.pointee != 0 {
                 text += " (\(String(cString: data)))"
             }

@@ -144,7 +144,7 @@ enum Socket {
         var storage = sockaddr_storage()
         var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
         let bound = withUnsafeMutablePointer(to: &storage) { p -> UInt16 in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+            _ = p.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
             if p.pointee.ss_family == sa_family_t(AF_INET6) {
                 return p.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) }
             }
@@ -208,8 +208,8 @@ enum Socket {
         var serv = [CChar](repeating: 0, count: Int(NI_MAXSERV))
         guard getnameinfo(sa, len, &host, socklen_t(host.count), &serv, socklen_t(serv.count),
                           NI_NUMERICHOST | NI_NUMERICSERV) == 0 else { return "?" }
-        let h = String(cString: host)
-        return h.contains(":") ? "[\(h)]:\(String(cString: serv))" : "\(h):\(String(cString: serv))"
+        let h = String(cBuffer: host)
+        return h.contains(":") ? "[\(h)]:\(String(cBuffer: serv))" : "\(h):\(String(cBuffer: serv))"
     }
 
     /// Whether `host` is an IPv4 or IPv6 literal (brackets allowed).

@@ -10,7 +10,7 @@ import Glibc
 /// timeouts; in non-blocking mode, ``handshake()``, ``read(into:)`` and ``write(_:)`` throw
 /// ``MTLSError/Code/wantRead`` or ``MTLSError/Code/wantWrite``: wait for ``fileDescriptor`` to
 /// be readable or writable and call again.
-public final class TLSConnection: @unchecked Sendable {
+public final class TLSConnection {
     let ssl: OpaquePointer
     let context: TLSContext
     let state: TLSHandshakeState

@@ -1,4 +1,5 @@
 internal import COpenSSL
+import Synchronization
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
@@ -342,7 +343,7 @@ final class TLSContext: @unchecked Sendable {
 
     // MARK: shared client contexts
 
-    private static let cacheLock = Lock()
+    private static let cacheLock = Mutex<Void>(())
     nonisolated(unsafe) private static var clientContexts: [ContextKey: (TLSContext, [AnyObject])] = [:]
 
     /// What makes two client contexts the same: versions, identity (or candidates) and policy,
@@ -368,7 +369,7 @@ final class TLSContext: @unchecked Sendable {
         }
         if let h = options.policyHandle { key.policy = ObjectIdentifier(h); keep.append(h) }
         else if let p = options.policy { key.policy = ObjectIdentifier(p); keep.append(p) }
-        return try cacheLock.withLock {
+        return try cacheLock.withLock { _ in
             if let (c, _) = clientContexts[key] { return c }
             let c = try client(options)
             // Bounded: a program that makes a new identity or policy per connection does not
@@ -384,7 +385,7 @@ final class TLSContext: @unchecked Sendable {
     /// Drops every shared client context with its session cache (and its references to
     /// identities and policies). Connections still open keep theirs.
     static func clearSharedClients() {
-        let dropped = cacheLock.withLock { () -> [ContextKey: (TLSContext, [AnyObject])] in
+        let dropped = cacheLock.withLock { _ -> [ContextKey: (TLSContext, [AnyObject])] in
             let all = clientContexts
             clientContexts.removeAll()
             return all
@@ -393,31 +394,25 @@ final class TLSContext: @unchecked Sendable {
     }
 }
 
-/// A pthread mutex.
-final class Lock: @unchecked Sendable {
-    private var mutex = pthread_mutex_t()
-    init() { pthread_mutex_init(&mutex, nil) }
-    deinit { pthread_mutex_destroy(&mutex) }
-    func withLock<T>(_ body: () throws -> T) rethrows -> T {
-        pthread_mutex_lock(&mutex)
-        defer { pthread_mutex_unlock(&mutex) }
-        return try body()
-    }
-}
-
 /// Client sessions for resumption, keyed by host, port, names and identity; each remembers the
 /// evaluation of the full handshake that made it (a resumed handshake carries no certificate).
-final class SessionCache: @unchecked Sendable {
-    private let lock = Lock()
-    /// Each session remembers the evaluation made for it and the policy version that made it.
-    private var entries: [String: (session: OpaquePointer, evaluation: TrustResult?, policy: PolicyStamp)] = [:]
+final class SessionCache: Sendable {
+    /// A cached session with the evaluation made for it and the policy version that made it.
+    /// An established `SSL_SESSION` is reference counted and not changed again, and OpenSSL lets
+    /// threads resume from one session at once: sharing the pointer is safe.
+    private struct Entry: @unchecked Sendable {
+        var session: OpaquePointer
+        var evaluation: TrustResult?
+        var policy: PolicyStamp
+    }
+    private let entries = Mutex<[String: Entry]>([:])
 
-    deinit { for e in entries.values { SSL_SESSION_free(e.session) } }
+    deinit { entries.withLock { for e in $0.values { SSL_SESSION_free(e.session) } } }
 
     /// A new reference to the cached session for `key`, with its evaluation, if it was
     /// established under the policy version `policy` (a changed policy means a full handshake).
     func lookup(_ key: String, policy: PolicyStamp) -> (OpaquePointer, TrustResult?)? {
-        lock.withLock {
+        entries.withLock { entries in
             guard let e = entries[key], e.policy == policy else { return nil }
             SSL_SESSION_up_ref(e.session)
             return (e.session, e.evaluation)
@@ -426,18 +421,18 @@ final class SessionCache: @unchecked Sendable {
 
     /// Keeps `session` (taking the caller's reference) for `key`.
     func store(_ key: String, _ session: OpaquePointer, _ evaluation: TrustResult?, policy: PolicyStamp) {
-        lock.withLock {
+        entries.withLock { entries in
             if let old = entries[key] { SSL_SESSION_free(old.session) }
             if entries.count >= 1024 {
                 for e in entries.values { SSL_SESSION_free(e.session) }
                 entries.removeAll()
             }
-            entries[key] = (session, evaluation, policy)
+            entries[key] = Entry(session: session, evaluation: evaluation, policy: policy)
         }
     }
 
     func remove(_ key: String) {
-        lock.withLock {
+        entries.withLock { entries in
             if let old = entries.removeValue(forKey: key) { SSL_SESSION_free(old.session) }
         }
     }

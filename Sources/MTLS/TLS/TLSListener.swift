@@ -1,4 +1,5 @@
 internal import COpenSSL
+import Synchronization
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
@@ -6,15 +7,14 @@ import Glibc
 
 /// A TLS server socket: listens on an address and port and accepts clients with the server's
 /// identity and its client policy. ``accept(timeout:)`` may be called from several threads.
-public final class TLSListener: @unchecked Sendable {
+public final class TLSListener: Sendable {
     /// The port listened on (the one the system picked when 0 was asked for).
     public let port: UInt16
     /// The listening socket.
     public let fileDescriptor: Int32
     let context: TLSContext
     let options: TLSServerOptions
-    private var closed = false
-    private let lock = Lock()
+    private let closed = Mutex(false)
 
     /// Listens on `address` (nil: every IPv4 address; "127.0.0.1", "::1"...) and `port` (0 for
     /// an ephemeral port).
@@ -50,7 +50,7 @@ public final class TLSListener: @unchecked Sendable {
 
     /// Stops listening.
     public func close() {
-        lock.withLock {
+        closed.withLock { closed in
             guard !closed else { return }
             closed = true
             Glibc.close(fileDescriptor)

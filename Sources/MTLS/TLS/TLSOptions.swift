@@ -1,3 +1,4 @@
+import Synchronization
 import FoundationEssentials
 
 /// A TLS protocol version libmtls speaks.
@@ -12,7 +13,7 @@ public enum TLSVersion: Int, Sendable, Comparable, CustomStringConvertible {
 }
 
 /// Which client certificate to present.
-public enum ClientIdentity: @unchecked Sendable {
+public enum ClientIdentity: Sendable {
     /// Present no certificate.
     case none
     /// Always present this identity.
@@ -41,20 +42,20 @@ public enum ClientIdentity: @unchecked Sendable {
 
 /// An identity automatic selection may choose: its certificates are known up front, its private
 /// key is loaded (once) when it is chosen.
-public final class IdentityCandidate: @unchecked Sendable {
+public final class IdentityCandidate: Sendable {
     /// The leaf certificate.
     public let leaf: Certificate
     /// The issuers above the leaf, leaf's issuer first (as far as they are known).
     public let chain: [Certificate]
-    private let load: () throws -> Identity
-    private var loaded: Identity?
-    private let lock = Lock()
+    private let load: @Sendable () throws -> Identity
+    /// The identity once loaded; the lock is held while loading, so it is loaded once.
+    private let loaded: Mutex<Identity?>
 
     /// A candidate whose identity is already loaded.
     public init(_ identity: Identity) {
         leaf = identity.leaf
         chain = identity.chain
-        loaded = identity
+        loaded = Mutex(identity)
         load = { identity }
     }
 
@@ -64,12 +65,13 @@ public final class IdentityCandidate: @unchecked Sendable {
     public init(token reference: StoreTokenReference, pin: SecretBytes? = nil, pinCallback: TokenPINCallback? = nil) {
         leaf = reference.certificate
         chain = reference.chain
+        loaded = Mutex(nil)
         load = { try Token.identity(uri: reference.uri, pin: pin, pinCallback: pinCallback) }
     }
 
     /// The identity, loaded on first use and kept (a token identity keeps its session).
     public func identity() throws -> Identity {
-        try lock.withLock {
+        try loaded.withLock { loaded in
             if let loaded { return loaded }
             let id = try load()
             loaded = id
@@ -86,7 +88,7 @@ public final class IdentityCandidate: @unchecked Sendable {
 /// Three names are kept apart: the address connected to (the `host` given to
 /// ``TLSConnection/connect(host:port:options:)``), the SNI sent (``serverName``) and the name the
 /// server certificate is validated as (``validationName``).
-public struct TLSClientOptions: @unchecked Sendable {
+public struct TLSClientOptions: Sendable {
     /// SNI to send. `nil` (the default) sends the host when it is a DNS name and nothing when it
     /// is an IP address; `""` sends none.
     public var serverName: String?
@@ -140,7 +142,7 @@ public enum ClientAuthentication: Int, Sendable {
 }
 
 /// How a ``TLSListener`` accepts clients.
-public struct TLSServerOptions: @unchecked Sendable {
+public struct TLSServerOptions: Sendable {
     /// The server's own identity (required).
     public var identity: Identity
     /// Whether a client certificate is requested or required.

@@ -57,7 +57,7 @@ public struct TokenObject: Sendable {
 /// (`p11_kit_modules_load_and_initialize`), or one module file (`p11_kit_module_load`).
 /// Modules are initialised when this object is made and finalised when it and every token
 /// identity made from it are released. Use from one thread at a time.
-public final class PKCS11Modules: @unchecked Sendable {
+public final class PKCS11Modules {
     let modules: [PKCS11Module]
 
     /// Loads `modulePath` (a PKCS#11 `.so`, or a bare file name looked up in p11-kit's module

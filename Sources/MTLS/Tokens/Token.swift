@@ -8,7 +8,7 @@ public enum Token {}
 
 /// Called when a token needs the user PIN. Returns the PIN, or nil to give up
 /// (``MTLSError/Code/pinRequired``). May throw to abort with its own error.
-public typealias TokenPINCallback = (_ request: TokenPINRequest) throws -> SecretBytes?
+public typealias TokenPINCallback = @Sendable (_ request: TokenPINRequest) throws -> SecretBytes?
 
 /// What a PIN callback is told.
 public struct TokenPINRequest: Sendable {

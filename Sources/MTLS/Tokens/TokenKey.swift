@@ -194,7 +194,7 @@ private let ecContextIndex: Int32 = mtls_ossl_EC_KEY_get_ex_new_index { _, ptr, 
 }
 
 /// OpenSSL's RSA method with the private operations replaced.
-private let tokenRSAMethod: OpaquePointer = {
+nonisolated(unsafe) private let tokenRSAMethod: OpaquePointer = {
     guard let m = RSA_meth_dup(RSA_PKCS1_OpenSSL()) else { fatalError("libmtls: RSA_meth_dup failed") }
     _ = RSA_meth_set1_name(m, "libmtls PKCS#11 token key")
     _ = RSA_meth_set_flags(m, RSA_meth_get_flags(m) | RSA_METHOD_FLAG_NO_CHECK)
@@ -234,7 +234,7 @@ private let tokenRSAMethod: OpaquePointer = {
 
 /// OpenSSL's EC_KEY method with ECDSA signing replaced (`sign` stays OpenSSL's, which calls
 /// `sign_sig` and DER-encodes the result).
-private let tokenECMethod: OpaquePointer = {
+nonisolated(unsafe) private let tokenECMethod: OpaquePointer = {
     guard let m = EC_KEY_METHOD_new(EC_KEY_OpenSSL()) else { fatalError("libmtls: EC_KEY_METHOD_new failed") }
     typealias Sign = @convention(c) (Int32, UnsafePointer<UInt8>?, Int32, UnsafeMutablePointer<UInt8>?,
                                      UnsafeMutablePointer<UInt32>?, OpaquePointer?, OpaquePointer?, OpaquePointer?) -> Int32

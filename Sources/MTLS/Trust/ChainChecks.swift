@@ -321,7 +321,7 @@ struct ChainCheck: Sendable {
                 }
                 var buf = [CChar](repeating: 0, count: 80)
                 var len = 0
-                let curve = EVP_PKEY_get_group_name(pkey, &buf, buf.count, &len) == 1 ? String(cString: buf) : ""
+                let curve = EVP_PKEY_get_group_name(pkey, &buf, buf.count, &len) == 1 ? String(cBuffer: buf) : ""
                 OpenSSLErrorQueue.clear()
                 guard ["prime256v1", "secp384r1", "secp521r1"].contains(curve) else {
                     return reason(C.keyForbidden, i, "EC curve \(curve.isEmpty ? "unknown" : curve) is not allowed")

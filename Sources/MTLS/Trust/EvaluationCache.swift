@@ -8,7 +8,7 @@ import Synchronization
 /// the purpose, the policy version and a time bucket, and is used only while the evaluation time
 /// stays inside the window in which no validity date of an involved certificate and no pin
 /// expiry falls. Evaluations with CRLs are not cached. Thread-safe.
-final class EvaluationCache: @unchecked Sendable {
+final class EvaluationCache: Sendable {
     struct Key: Hashable {
         let chain: [[UInt8]]
         let host: String

@@ -12,6 +12,7 @@ public enum NameCheck: String, Sendable {
 }
 
 /// A certificate revocation list read from a file, parsed once.
+/// Sendable: the `X509_CRL` is only read after parsing.
 public final class RevocationList: @unchecked Sendable {
     let crl: OpaquePointer
     /// The DER encoding.
@@ -60,7 +61,7 @@ public final class RevocationList: @unchecked Sendable {
 /// Thread safety: every property can be read and changed from any thread, also while other
 /// threads evaluate; each evaluation sees one consistent version of the policy. The parsed
 /// anchors and OpenSSL stores are built once per version, on the first evaluation after a change.
-public final class TrustPolicy: @unchecked Sendable {
+public final class TrustPolicy: Sendable {
     /// The policy's settings, changed together under one lock.
     struct Settings {
         var anchors: [Certificate] = []
@@ -220,7 +221,7 @@ public final class TrustPolicy: @unchecked Sendable {
 
 /// A policy that can be swapped for a new one atomically while other threads evaluate (new
 /// pins, new anchors). Evaluations that started with the old policy finish with it.
-public final class TrustPolicyHandle: @unchecked Sendable {
+public final class TrustPolicyHandle: Sendable {
     private let policy: Mutex<TrustPolicy>
 
     public init(_ policy: TrustPolicy) { self.policy = Mutex(policy) }
@@ -248,7 +249,8 @@ public final class TrustPolicyHandle: @unchecked Sendable {
 }
 
 /// The OpenSSL objects a policy version needs, built once: one X509_STORE per distinct anchor set
-/// (the policy's, and each rule's own), and the CRL stack.
+/// (the policy's, and each rule's own), and the CRL stack. Sendable: they are built in `init`
+/// and only read afterwards (X509_STORE lookups are thread-safe in OpenSSL 3).
 final class CompiledPolicy: @unchecked Sendable {
     /// The store for the policy's default anchors.
     let defaultStore: OpaquePointer
