@@ -234,12 +234,15 @@ public func mtls_token_object_token(_ o: OpaquePointer?, _ out: UnsafeMutablePoi
 public typealias mtls_pin_cb = @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, UnsafePointer<CChar>?,
                                                UInt32, UnsafeMutablePointer<CChar>?, Int) -> Int32
 
+/// `void (*destroy)(void *userdata)`: releases a callback's userdata.
+public typealias mtls_destroy_cb = @convention(c) (UnsafeMutableRawPointer?) -> Void
+
 /// `int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, void *userdata, void (*destroy)(void *),
 ///                                mtls_identity **out)`
 @_cdecl("mtls_identity_from_pkcs11")
 public func mtls_identity_from_pkcs11(_ uri: UnsafePointer<CChar>?, _ pinCallback: mtls_pin_cb?,
                                       _ userdata: UnsafeMutableRawPointer?,
-                                      _ destroy: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?,
+                                      _ destroy: mtls_destroy_cb?,
                                       _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     // The callback is not kept past this call: its userdata is released once, on every path.
     defer { destroy?(userdata) }

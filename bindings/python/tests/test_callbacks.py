@@ -128,3 +128,4 @@ def test_pin_callback_exception_is_reraised_and_released(tokens):
     ident = mtls.identity_from_pkcs11(uri, pin=lambda label, uri, flags: asked.append(label) or "1234")
     assert asked == ["mtls-test"] and ident.token_uri
     assert _callbacks.live_count() == base
+    ident.close()  # logs out of the shared test token for the tests after this one

@@ -156,6 +156,10 @@ def test_token_identity_through_requests_and_httpx(pki, tokens, start_nginx):
     with httpx.Client(transport=mtls.httpx.Transport(identity=ident, policy=pinned(pki))) as client:
         r = client.get(srv.url + "/")
         assert r.status_code == 200 and "CN=token ec-client" in r.text, r.text
+    # Log out of the shared test token for the tests after this one: the identities and the
+    # cached TLS contexts that hold them go.
+    ident.close()
+    mtls.clear_session_cache()
 
 
 # ---- names a user meets first

@@ -3,7 +3,7 @@ import ctypes
 import datetime
 import os
 from dataclasses import dataclass, field
-from typing import List, Optional, Union
+from typing import Iterable, List, Optional, Tuple, Union
 
 from ._lib import lib, fn, take_string, c_void_pp, c_size_p
 from ._handle import _Handle, utf8, out_handle, out_bytes, out_value, out_list
@@ -202,22 +202,22 @@ class Store(_Handle):
             h = out_handle(lib.mtls_store_open, utf8(str(path)), data, len(data), kind, ctypes.byref(opts))
         super().__init__(h)
 
-    def close(self):
+    def close(self) -> None:
         """Closes the store and wipes its data key."""
         super().close()
 
     # putting
-    def put_identity(self, label, identity, replace=False):
+    def put_identity(self, label: str, identity: Identity, replace: bool = False) -> None:
         check(lib.mtls_store_put_identity(self._h, utf8(label), identity._h, int(replace)))
 
-    def put_identities(self, items, replace=False):
+    def put_identities(self, items: "Iterable[Tuple[str, Identity]]", replace: bool = False) -> None:
         """Puts [(label, identity)] in one transaction: all or none."""
         items = list(items)
         labels = (ctypes.c_char_p * max(len(items), 1))(*[utf8(l) for l, _ in items])
         ids = (ctypes.c_void_p * max(len(items), 1))(*[i._h for _, i in items])
         check(lib.mtls_store_put_identities(self._h, labels, ctypes.cast(ids, c_void_pp), len(items), int(replace)))
 
-    def put_certificate(self, label, cert: Certificate, replace=False):
+    def put_certificate(self, label: str, cert: Certificate, replace: bool = False) -> None:
         check(lib.mtls_store_put_cert(self._h, utf8(label), cert._h, int(replace)))
 
     def put_token_identity(self, label, uri, cert: Certificate, chain=(), replace=False):
@@ -255,19 +255,19 @@ class Store(_Handle):
         except NotFound:
             return False
 
-    def get_identity(self, label):
+    def get_identity(self, label: str) -> Identity:
         return Identity(out_handle(lib.mtls_store_get_identity, self._h, utf8(label)))
 
     def get_certificate(self, label) -> Certificate:
         return Certificate(out_handle(lib.mtls_store_get_cert, self._h, utf8(label)))
 
-    def get_token_identity(self, label):
+    def get_token_identity(self, label: str) -> "Tuple[Optional[str], Certificate]":
         """(uri, Certificate)."""
         uri, cert = ctypes.c_void_p(), ctypes.c_void_p()
         check(lib.mtls_store_get_token_identity(self._h, utf8(label), ctypes.byref(uri), ctypes.byref(cert)))
         return take_string(uri), Certificate(cert.value)
 
-    def identities(self):
+    def identities(self) -> List[Identity]:
         """Every stored identity (decrypted), in label order."""
         return out_list(lib.mtls_store_identities, self._h, item=lambda h: Identity(lib.mtls_identity_ref(h)),
                         free=lib.mtls_store_identity_list_free)
@@ -302,6 +302,6 @@ class Store(_Handle):
     def export_pkcs12(self, label: str, password: "Union[str, bytes]", legacy: bool = False) -> bytes:
         return out_bytes(lib.mtls_store_export_p12, self._h, utf8(label), utf8(password), int(legacy))
 
-    def change_secret(self, secret):
+    def change_secret(self, secret: "Union[str, bytes, StoreKey]") -> None:
         data, kind = _secret(secret)
         check(lib.mtls_store_change_secret(self._h, data, len(data), kind))

@@ -107,7 +107,7 @@ fn("mtls_listener_free", None, ctypes.c_void_p)
 fn("mtls_ssl_ctx_configure", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
 
 
-def _ms(seconds):
+def _ms(seconds: Optional[float]) -> int:
     """Seconds (None: the library default) to the C convention (0: default, -1: no limit)."""
     if seconds is None:
         return 0
@@ -116,7 +116,7 @@ def _ms(seconds):
     return max(1, int(seconds * 1000))
 
 
-def _version(v):
+def _version(v: Union[str, int]) -> int:
     if v not in _VERSIONS:
         raise ValueError("TLS version must be '1.2' or '1.3'")
     return _VERSIONS[v]
@@ -326,7 +326,7 @@ def configure_ssl_ctx(ssl_ctx: int, identity: Optional[Identity] = None, policy:
                                      int(accepts_clients)))
 
 
-def clear_session_cache():
+def clear_session_cache() -> None:
     """Forgets every cached TLS session and the shared OpenSSL contexts (and their references to
     identities) behind them; open connections are not affected."""
     lib.mtls_conn_cache_clear()

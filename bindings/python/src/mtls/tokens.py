@@ -124,7 +124,7 @@ class TokenObject(_Handle):
         return out_bytes(lib.mtls_token_object_id, self._h) or b""
 
     @property
-    def certificate(self):
+    def certificate(self) -> Optional[Certificate]:
         """The certificate of a certificate object, else None."""
         if self.kind != "certificate":
             return None
