@@ -239,9 +239,9 @@ int main(void) {
     destroyed = 0;
     CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, "0000", count_destroy, &identity), MTLS_E_PIN_INCORRECT);
     CHECK(destroyed == 1); /* released on failure too */
+    CHECK(strstr(mtls_last_error(), "mtls-spare") != NULL);
     CHECK_RC(mtls_identity_from_pkcs11(NULL, give_pin, "1234", count_destroy, &identity), MTLS_E_INVALID_ARGUMENT);
     CHECK(destroyed == 2);
-    CHECK(strstr(mtls_last_error(), "mtls-spare") != NULL);
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-locked;object=locked?module-path=%s", module);
     CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, "1234", count_destroy, &identity), MTLS_E_PIN_LOCKED);
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-test;id=%%99?module-path=%s", module);
