@@ -1,7 +1,8 @@
 #define _POSIX_C_SOURCE 200809L
 /* The C side of bench_python.py's "evaluation from Python vs from C" row: the same evaluation
  * Python's Policy.evaluate makes (a policy trusting only ROOT, the chain LEAF + INTERMEDIATE as
- * mtls_cert handles, host HOST), N times through mtls_evaluate, cached and uncached. Prints two
+ * mtls_cert handles, host HOST, reading the verdict), N times through mtls_evaluate, cached and
+ * uncached. Prints two
  * numbers: nanoseconds per call cached, then uncached (medians of 5 runs).
  * Usage: bench_python_eval ROOT.pem LEAF.pem INTERMEDIATE.pem HOST N */
 #include <mtls.h>
@@ -29,6 +30,11 @@ static double per_call_ns(mtls_policy *policy, mtls_cert *const *chain, const ch
             mtls_trust_result *res = NULL;
             if (mtls_evaluate(policy, chain, 2, host, MTLS_PURPOSE_SERVER, 0, &res) != MTLS_OK) {
                 fprintf(stderr, "evaluate: %s\n", mtls_last_error());
+                exit(2);
+            }
+            int trusted = 0;
+            if (mtls_trust_result_trusted(res, &trusted) != MTLS_OK || !trusted) {
+                fprintf(stderr, "not trusted\n");
                 exit(2);
             }
             mtls_trust_result_free(res);

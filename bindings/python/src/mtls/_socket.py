@@ -15,6 +15,7 @@ class TLSSocket:
 
     def __init__(self, conn: Connection) -> None:
         self.connection = conn
+        self._fd = conn.fileno()  # fixed for the connection's life; select() asks often
         self._timeout: Optional[float] = None
         self._io_refs = 0
         self._closed = False
@@ -81,9 +82,7 @@ class TLSSocket:
 
     # socket odds and ends the HTTP clients call
     def fileno(self) -> int:
-        if self.connection._h is None:
-            return -1
-        return self.connection.fileno()
+        return -1 if self.connection._h is None else self._fd
 
     def settimeout(self, timeout: Optional[float]) -> None:
         # The connection's I/O timeout is fixed when it is made (the pool's timeout); kept here

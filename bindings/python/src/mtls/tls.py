@@ -261,12 +261,7 @@ class Connection(_Handle):
     def evaluation(self) -> Optional[TrustResult]:
         """Our evaluation of the peer's chain (None when it sent no certificate)."""
         h = out_handle(lib.mtls_conn_evaluation, self._h)
-        if not h:
-            return None
-        try:
-            return _read_result(h)
-        finally:
-            lib.mtls_trust_result_free(h)
+        return _read_result(h) if h else None
 
     @property
     def alpn(self) -> Optional[str]:

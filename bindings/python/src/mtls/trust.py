@@ -1,6 +1,7 @@
 """Trust policies and evaluation: anchors, host rules, SPKI pins, and mtls_evaluate."""
 import ctypes
 import datetime
+import functools
 import os
 import threading
 from dataclasses import dataclass
@@ -105,34 +106,57 @@ class TrustReason:
     message: str
 
 
-@dataclass(frozen=True)
-class TrustResult:
-    """The verdict of Policy.evaluate."""
-    trusted: bool
-    kind: str
-    reasons: List[TrustReason]
-    chain: List[Certificate]
-    matched_rule: Optional[str]
-    matched_pin: Optional[str]
+class TrustResult(_Handle):
+    """The verdict of an evaluation (wraps an mtls_trust_result; immutable). Each attribute is
+    read from libmtls when first asked for: an evaluation whose caller looks only at ``trusted``
+    costs no more calls than that."""
+    _free = "mtls_trust_result_free"
+
+    @functools.cached_property
+    def trusted(self) -> bool:
+        return bool(out_value(ctypes.c_int, lib.mtls_trust_result_trusted, self._h))
+
+    @functools.cached_property
+    def kind(self) -> str:
+        """"proceed", "recoverable_failure" or "fatal_failure"."""
+        return _KINDS[out_value(ctypes.c_int, lib.mtls_trust_result_kind, self._h)]
+
+    @functools.cached_property
+    def reasons(self) -> List[TrustReason]:
+        out = []
+        for i in range(out_value(ctypes.c_size_t, lib.mtls_trust_result_reason_count, self._h)):
+            code, msg, idx = ctypes.c_char_p(), ctypes.c_char_p(), ctypes.c_int()
+            check(lib.mtls_trust_result_reason(self._h, i, ctypes.byref(code), ctypes.byref(idx), ctypes.byref(msg)))
+            out.append(TrustReason(code.value.decode(), None if idx.value < 0 else idx.value, msg.value.decode()))
+        return out
+
+    @functools.cached_property
+    def chain(self) -> List[Certificate]:
+        """The chain libmtls built, leaf to anchor."""
+        return Certificate._list(lib.mtls_trust_result_chain, self._h)
+
+    @functools.cached_property
+    def matched_rule(self) -> Optional[str]:
+        rule = out_value(ctypes.c_char_p, lib.mtls_trust_result_matched_rule, self._h)
+        return rule.decode() if rule else None
+
+    @functools.cached_property
+    def matched_pin(self) -> Optional[str]:
+        pin = out_value(ctypes.c_char_p, lib.mtls_trust_result_matched_pin, self._h)
+        return pin.decode() if pin else None
 
     @property
     def codes(self) -> List[str]:
         return [r.code for r in self.reasons]
 
+    def __repr__(self) -> str:
+        return (f"TrustResult(trusted={self.trusted}, kind={self.kind!r}, reasons={self.reasons!r}, "
+                f"matched_rule={self.matched_rule!r}, matched_pin={self.matched_pin!r})")
+
 
 def _read_result(h: Optional[int]) -> TrustResult:
-    trusted = out_value(ctypes.c_int, lib.mtls_trust_result_trusted, h)
-    kind = out_value(ctypes.c_int, lib.mtls_trust_result_kind, h)
-    reasons = []
-    for i in range(out_value(ctypes.c_size_t, lib.mtls_trust_result_reason_count, h)):
-        code, msg, idx = ctypes.c_char_p(), ctypes.c_char_p(), ctypes.c_int()
-        check(lib.mtls_trust_result_reason(h, i, ctypes.byref(code), ctypes.byref(idx), ctypes.byref(msg)))
-        reasons.append(TrustReason(code.value.decode(), None if idx.value < 0 else idx.value, msg.value.decode()))
-    chain = Certificate._list(lib.mtls_trust_result_chain, h)
-    rule = out_value(ctypes.c_char_p, lib.mtls_trust_result_matched_rule, h)
-    pin = out_value(ctypes.c_char_p, lib.mtls_trust_result_matched_pin, h)
-    return TrustResult(bool(trusted), _KINDS[kind], reasons, chain,
-                       rule.decode() if rule else None, pin.decode() if pin else None)
+    """A TrustResult that owns the result handle `h`."""
+    return TrustResult(h)
 
 
 @dataclass
@@ -363,9 +387,6 @@ class Policy(_Handle):
         thread (see errors.check), and reads then frees the result."""
         out = ctypes.c_void_p()
         rc = evaluate(self._h, *args, ctypes.byref(out))
-        try:
-            check(rc)
-            return _read_result(out.value)
-        finally:
-            if out.value:
-                lib.mtls_trust_result_free(out)
+        result = TrustResult(out.value)  # owns the handle from here, whatever happens next
+        check(rc)
+        return result
