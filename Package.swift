@@ -8,9 +8,9 @@ let package = Package(
         // libmtls.so: the C ABI. SONAME and the export list are set in the linker settings below.
         .library(name: "mtls", type: .dynamic, targets: ["CMTLS"]),
         .library(name: "MTLS", targets: ["MTLS"]),
-        // The command line. SwiftPM cannot have a product named like the library; `make install`
-        // installs it as `bin/mtls`.
-        .executable(name: "mtls-cli", targets: ["mtlscli"]),
+        // The command line: folder, target and product are all `mtls-cli` (SwiftPM cannot have a
+        // product named like the library); `make install` installs it as `bin/mtls`.
+        .executable(name: "mtls-cli", targets: ["mtls-cli"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -41,13 +41,12 @@ let package = Package(
             ]
         ),
         .executableTarget(
-            name: "mtlscli",
-            dependencies: ["MTLS", .product(name: "ArgumentParser", package: "swift-argument-parser")],
-            path: "Sources/mtls"
+            name: "mtls-cli",
+            dependencies: ["MTLS", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
         // COpenSSL: tests drive an application-owned SSL_CTX (bring your own context) directly.
-        // The tests share fixtures through static state and threads; they stay in the Swift 5
-        // language mode while everything that ships is checked in Swift 6 mode.
+        // The tests share fixtures through static state and threads: they stay in the Swift 5
+        // language mode, while everything that ships is checked in Swift 6 mode.
         .testTarget(name: "MTLSTests", dependencies: ["MTLS", "COpenSSL"],
                     swiftSettings: [.swiftLanguageMode(.v5)]),
     ],

@@ -178,7 +178,7 @@ MTLS_EXTERN int mtls_cert_eku_count(const mtls_cert *cert, size_t *count);
 MTLS_EXTERN int mtls_cert_eku(const mtls_cert *cert, size_t index, char **oid);
 
 /* ======================================================================================
- * Identities and PKCS#12 (issue: foundation)
+ * Identities and PKCS#12
  * ====================================================================================== */
 
 /* An mtls_identity is a private key with its leaf certificate and the chain above it, ordered
@@ -241,7 +241,7 @@ typedef struct mtls_pkcs12 mtls_pkcs12;
  * Errors: MTLS_E_BAD_PASSWORD, MTLS_E_CORRUPT (truncated or damaged), MTLS_E_NOT_PKCS12,
  * MTLS_E_UNSUPPORTED (the message names the algorithm), MTLS_E_KEY_MISMATCH (a key with no
  * matching certificate), MTLS_E_NO_IDENTITY (a key with no certificate at all),
- * MTLS_E_LIMIT_EXCEEDED (input over 16 MiB, more than 1,000,000 iterations in one KDF or MAC or
+ * MTLS_E_LIMIT (input over 16 MiB, more than 1,000,000 iterations in one KDF or MAC or
  * 4,000,000 in the whole file; checked before any KDF runs). A certificate-only file imports
  * with zero identities. */
 MTLS_EXTERN int mtls_pkcs12_import(const uint8_t *data, size_t len, const char *password, mtls_pkcs12 **out);
@@ -259,7 +259,7 @@ MTLS_EXTERN int mtls_pkcs12_identity(const mtls_pkcs12 *p12, size_t index, mtls_
 MTLS_EXTERN int mtls_pkcs12_cert_count(const mtls_pkcs12 *p12, size_t *count);
 MTLS_EXTERN int mtls_pkcs12_cert(const mtls_pkcs12 *p12, size_t index, mtls_cert **out);
 
-/* Flags of mtls_pkcs12_export. */
+/* Flags of mtls_pkcs12_export, mtls_store_export_p12 and mtls_issued_export_p12. */
 #define MTLS_PKCS12_MODERN 0x0  /* AES-256-CBC, PBKDF2-HMAC-SHA256, HMAC-SHA256 MAC (default) */
 #define MTLS_PKCS12_LEGACY 0x1  /* SHA1-3DES for keys and certificates, HMAC-SHA1 MAC */
 /* Export an identity (key, leaf and its whole chain) as a PKCS#12 file protected by `password`
@@ -269,7 +269,7 @@ MTLS_EXTERN int mtls_pkcs12_export(const mtls_identity *identity, const char *pa
                                    const char *friendly_name, uint8_t **out, size_t *len);
 
 /* ======================================================================================
- * Trust policies and evaluation (issue: trust)
+ * Trust policies and evaluation
  * ====================================================================================== */
 
 /* A trust policy: anchors, name checking, host rules with SPKI pins, key and signature strength,
@@ -388,7 +388,7 @@ MTLS_EXTERN int mtls_trust_result_matched_rule(const mtls_trust_result *result, 
 MTLS_EXTERN int mtls_trust_result_matched_pin(const mtls_trust_result *result, const char **pin);
 
 /* ======================================================================================
- * Credential store (issue: store)
+ * Credential store
  * ====================================================================================== */
 
 /* A labeled credential store: one SQLite file (WAL) holding identities (private key sealed with
@@ -507,17 +507,31 @@ MTLS_EXTERN const char *mtls_store_item_chain_sha256(const mtls_store_item *item
 MTLS_EXTERN int mtls_store_delete(mtls_store *store, const char *label, int item_class, size_t *deleted);
 /* Delete every item of `item_class` (not MTLS_STORE_ANY). `deleted` may be NULL. */
 MTLS_EXTERN int mtls_store_delete_class(mtls_store *store, int item_class, size_t *deleted);
-/* Export the identity labelled `label` as PKCS#12 protected by `password` (required): AES-256
- * with a SHA-256 MAC, or with legacy != 0 3DES with a SHA-1 MAC for old consumers. The label
- * is the friendly name. Free *out with mtls_bytes_free. */
-MTLS_EXTERN int mtls_store_export_p12(mtls_store *store, const char *label, const char *password, int legacy,
+/* Export the identity labelled `label` as PKCS#12 protected by `password` (required), with
+ * `flags` MTLS_PKCS12_MODERN (AES-256, SHA-256 MAC) or MTLS_PKCS12_LEGACY (3DES, SHA-1 MAC, for
+ * old consumers). The label is the friendly name. Free *out with mtls_bytes_free. */
+MTLS_EXTERN int mtls_store_export_p12(mtls_store *store, const char *label, const char *password, int flags,
                                       uint8_t **out, size_t *out_len);
 /* Re-wrap the data key under a new secret (scrypt parameters from the open options), in one
  * transaction. Other open handles keep working; the next open needs the new secret. */
 MTLS_EXTERN int mtls_store_change_secret(mtls_store *store, const uint8_t *secret, size_t secret_len, int secret_kind);
 
+/* The identity a user names, resolved the way the mtls command line's --identity is:
+ *  - key_path non-NULL: `name` is a PEM file with the certificate (leaf first, then its chain)
+ *    and key_path the PEM private key (`password` for an encrypted key);
+ *  - a "pkcs11:" URI: the token identity it names (PIN: `pin`, else the URI's pin-source);
+ *  - a file (a name ending in .p12/.pfx, or any file that exists): PKCS#12, opened with
+ *    `password` (NULL and "" both mean no password; both encodings are tried);
+ *  - anything else: a label in `store` (a stored identity, else a stored token identity, opened
+ *    with `pin`); MTLS_E_INVALID_ARGUMENT when `store` is NULL, MTLS_E_NOT_FOUND when the store
+ *    has no such label.
+ * password, pin, key_path and store may be NULL; password and pin are copied and may be wiped
+ * right after the call. Free *out with mtls_identity_free. */
+MTLS_EXTERN int mtls_identity_resolve(const char *name, const char *key_path, const char *password,
+                                      const char *pin, mtls_store *store, mtls_identity **out);
+
 /* ======================================================================================
- * Connections (issue: connections)
+ * Connections
  * ====================================================================================== */
 
 /* Mutual-TLS connections over OpenSSL's libssl. The peer's certificate is judged by the same
@@ -536,7 +550,14 @@ MTLS_EXTERN int mtls_store_change_secret(mtls_store *store, const uint8_t *secre
  * CA"...; with TLS 1.3 a server's refusal of our certificate arrives on the first read),
  * MTLS_E_NO_MATCHING_IDENTITY (automatic selection found no identity for the CA names the server
  * asked for; the message lists them), MTLS_E_TIMEOUT, MTLS_E_CONNECT (refused, unreachable, no
- * such host), MTLS_E_HANDSHAKE (anything else, with OpenSSL's words). */
+ * such host), MTLS_E_HANDSHAKE (anything else, with OpenSSL's words).
+ *
+ * Signals: the library never raises SIGPIPE, whatever the program's SIGPIPE disposition. Every
+ * socket write it makes — client and server, blocking and non-blocking, the handshake, data and
+ * close_notify, on its own sockets and on one given to mtls_conn_wrap_fd — uses send(2) with
+ * MSG_NOSIGNAL, so a peer that hung up is MTLS_E_PEER_ALERT (its alert, when it sent one first)
+ * or MTLS_E_CLOSED, never a dead process. The library does not change signal dispositions or
+ * masks; the program's own writes to a wrapped socket remain the program's business. */
 
 typedef struct mtls_conn mtls_conn;
 typedef struct mtls_listener mtls_listener;
@@ -558,29 +579,31 @@ typedef struct mtls_conn_options {
     int connect_timeout_ms;         /* 0: 30 s; negative: no limit */
     int handshake_timeout_ms;       /* 0: 30 s; negative: no limit */
     int io_timeout_ms;              /* per read or write; 0 or negative: no limit */
-    int non_blocking;               /* 1: connect returns at once, with the TCP connect under way
-                                       (but a DNS name is first resolved with a BLOCKING
-                                       getaddrinfo: to never block, pass an IP literal with sni
-                                       and verify_as set to the name, or connect the socket
-                                       yourself and use mtls_conn_wrap_fd); handshake, read and
-                                       write return MTLS_E_WANT_READ / MTLS_E_WANT_WRITE: poll
-                                       mtls_conn_fd and call again. A failed TCP connect is
-                                       MTLS_E_CONNECT from mtls_conn_handshake. */
-    int no_session_resumption;      /* 1: never resume (default 0: resume sessions for the same
-                                       host, port, names, identity and policy) */
+    int non_blocking;               /* 1: non-blocking mode (see mtls_conn_connect) */
+    int no_session_resumption;      /* 1: never resume (0: resume sessions for the same host,
+                                       port, names, identity and policy) */
     mtls_identity *identity;        /* the identity to present; NULL: none, or automatic below */
-    mtls_identity *const *candidates; /* with identity NULL: choose among these by the server's */
-    size_t candidate_count;         /*   CertificateRequest (CA names, validity, clientAuth, key type,
-                                         and in TLS 1.3 an EC key's curve against the server's
-                                         ECDSA schemes); token identities (mtls_token_identity)
-                                         may be candidates too */
+    mtls_identity *const *candidates; /* with identity NULL: choose among these (see below) */
+    size_t candidate_count;
     mtls_policy *policy;            /* how the server is judged; NULL: system trust store, name check */
 } mtls_conn_options;
 
 /* Fill *opts with the defaults of `version` (MTLS_CONN_OPTIONS_VERSION). */
 MTLS_EXTERN int mtls_conn_options_init(mtls_conn_options *opts, unsigned int version);
 /* Connect to host (DNS name, IPv4 or IPv6 literal) and port, and complete the handshake (unless
- * opts->non_blocking). opts may be NULL for the defaults. Free *out with mtls_conn_free. */
+ * opts->non_blocking). opts may be NULL for the defaults. Free *out with mtls_conn_free.
+ *
+ * Non-blocking mode (opts->non_blocking = 1): the call returns at once, with the TCP connect
+ * under way; mtls_conn_handshake, mtls_conn_read and mtls_conn_write return MTLS_E_WANT_READ /
+ * MTLS_E_WANT_WRITE: poll mtls_conn_fd and call again. A failed TCP connect is MTLS_E_CONNECT
+ * from mtls_conn_handshake. A DNS name is still resolved first with a BLOCKING getaddrinfo: to
+ * never block, pass an IP literal with sni and verify_as set to the name, or connect the socket
+ * yourself and use mtls_conn_wrap_fd.
+ *
+ * Automatic identity (opts->identity NULL, opts->candidates non-empty): the candidate presented
+ * is chosen by the server's CertificateRequest: CA names, validity, clientAuth, key type, and in
+ * TLS 1.3 an EC key's curve against the server's ECDSA schemes. Token identities
+ * (mtls_token_identity) may be candidates too. */
 MTLS_EXTERN int mtls_conn_connect(const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out);
 /* Connect the socket only; mtls_conn_handshake runs the handshake. Use this to read the
  * evaluation and the peer chain of a handshake that failed. Free *out with mtls_conn_free. */
@@ -780,15 +803,44 @@ typedef int (*mtls_pin_cb)(void *userdata, const char *token_label, const char *
  * pin-source (a file); the module from the URI's module-path or module-name, else every
  * registered module. The identity keeps a session with the token open (and the user logged in)
  * until it and every connection using it are freed. Free *out with mtls_identity_free; share it
- * across threads (signatures on one token are serialised). */
+ * across threads (signatures on one token are serialised).
+ * A token removed while the identity is loaded makes the next handshake fail with
+ * MTLS_E_TOKEN_REMOVED; once it is back, the next handshake opens a new session, logs in again
+ * (with the URI's pin-value or pin-source; pin_cb is not kept, so an identity whose PIN came from
+ * the callback must be made again) and works, without restarting the program. The identity also
+ * works in a fork()ed child: the first signature there initialises the module again (PKCS#11
+ * requires C_Initialize in the child) and opens the child's own session. */
 MTLS_EXTERN int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, void *userdata,
                                           void (*destroy)(void *userdata), mtls_identity **out);
 /* The pkcs11: URI of the identity's private key when it lives on a token; *out NULL for a key in
  * memory. Free *out with mtls_string_free. */
 MTLS_EXTERN int mtls_identity_token_uri(const mtls_identity *identity, char **out);
 
+/* Enrollment on a token (PIN as for mtls_identity_from_pkcs11: pin_cb, else the URI's pin-value
+ * or pin-source; a static PIN the token refused is not sent again until it changes, and none is
+ * sent to a token at its final try: MTLS_E_PIN_LOCKED). The PIN callback, if any, is called on
+ * the calling thread during the call only and is not kept. */
+/* Generate a key pair on the token the URI names (token=... and object=LABEL and/or id=%XX...):
+ * key_type "ec-p256", "ec-p384", "rsa2048", "rsa3072" or "ed25519"; the private key sensitive,
+ * never extractable, for signing, with CKA_ID from id= (random when absent) and CKA_LABEL from
+ * object=. *key_uri is the new private key's URI; free it with mtls_string_free.
+ * MTLS_E_DUPLICATE when the token has a key with that id or label; MTLS_E_UNSUPPORTED when the
+ * token cannot make that type. */
+MTLS_EXTERN int mtls_token_keygen(const char *uri, const char *key_type, mtls_pin_cb pin_cb, void *userdata,
+                                  char **key_uri);
+/* A PKCS#10 certificate signing request for the token key the URI names, with `subject`
+ * ("CN=alice", "CN=alice,O=Example"), signed on the token. *csr_pem (PEM) is freed with
+ * mtls_string_free. */
+MTLS_EXTERN int mtls_token_csr(const char *uri, const char *subject, mtls_pin_cb pin_cb, void *userdata, char **csr_pem);
+/* Write `cert` onto the token beside the private key the URI names (same CKA_ID; label from the
+ * URI's object=, else the key's). MTLS_E_KEY_MISMATCH when it is not that key's certificate,
+ * MTLS_E_DUPLICATE when it is already there. *cert_uri (may be NULL) receives the certificate
+ * object's URI; free it with mtls_string_free. */
+MTLS_EXTERN int mtls_token_import_cert(const char *uri, const mtls_cert *cert, mtls_pin_cb pin_cb, void *userdata,
+                                       char **cert_uri);
+
 /* ======================================================================================
- * Issuing: a private PKI (issue: pki)
+ * Issuing: a private PKI
  * ====================================================================================== */
 
 /* Make a small private PKI: a root CA, intermediates (path length 0), server certificates
@@ -836,6 +888,13 @@ MTLS_EXTERN int mtls_pki_root(const char *name, const mtls_issue_options *opts, 
  * Free *out with mtls_issued_free. */
 MTLS_EXTERN int mtls_pki_issue(const mtls_issued *issuer, int profile, const char *name,
                                const mtls_issue_options *opts, mtls_issued **out);
+/* Sign a certificate signing request (PEM or DER, csr_len bytes) as an MTLS_PROFILE_SERVER or
+ * _CLIENT certificate from the CA `issuer`: the same profiles as mtls_pki_issue, the key stays
+ * with its owner (e.g. on a token). The CSR's self-signature must verify (MTLS_E_CORRUPT
+ * otherwise; MTLS_E_PARSE for data that is not a CSR). `name` is the CN (NULL: the CSR's CN);
+ * opts gives validity, DNS and IP names (its key_type is ignored). Free *out with mtls_cert_free. */
+MTLS_EXTERN int mtls_pki_sign_csr(const mtls_issued *issuer, int profile, const uint8_t *csr, size_t csr_len,
+                                  const char *name, const mtls_issue_options *opts, mtls_cert **out);
 /* Load a certificate (and its chain: PEM, DER or PKCS#7 at cert_path) with its private key
  * (PEM at key_path; key_password NULL when it is not encrypted), e.g. a CA made by `mtls pki`.
  * MTLS_E_BAD_PASSWORD, MTLS_E_KEY_MISMATCH, MTLS_E_NOT_FOUND. Free *out with mtls_issued_free. */
@@ -853,10 +912,10 @@ MTLS_EXTERN int mtls_issued_chain_pem(const mtls_issued *issued, char **out);
  * unencrypted PKCS#8 "PRIVATE KEY" when password is NULL (write it to an owner-only file).
  * Free *out with mtls_string_free after wiping it. */
 MTLS_EXTERN int mtls_issued_key_pem(const mtls_issued *issued, const char *password, char **out);
-/* A PKCS#12 file with the key, the certificate and the whole chain, friendly name = the CN:
- * AES-256 with a SHA-256 MAC, or with legacy != 0 3DES with a SHA-1 MAC for old consumers.
+/* A PKCS#12 file with the key, the certificate and the whole chain, friendly name = the CN,
+ * with `flags` MTLS_PKCS12_MODERN or MTLS_PKCS12_LEGACY (as mtls_pkcs12_export).
  * `password` is required (may be ""). Free *out with mtls_bytes_free. */
-MTLS_EXTERN int mtls_issued_export_p12(const mtls_issued *issued, const char *password, int legacy,
+MTLS_EXTERN int mtls_issued_export_p12(const mtls_issued *issued, const char *password, int flags,
                                        uint8_t **out, size_t *out_len);
 /* The issued certificate, its key and chain as an identity handle, for connections, the store
  * and mtls_pkcs12_export. A new reference: free *out with mtls_identity_free. */

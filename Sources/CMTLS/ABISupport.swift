@@ -98,6 +98,13 @@ func optionalString(_ p: UnsafePointer<CChar>?) -> String? {
 }
 
 /// A `(const uint8_t *, size_t)` argument. NULL with a zero length is an empty buffer.
+/// A C string that holds a secret (password, PIN) as secret bytes, copied straight from C
+/// memory (no Swift String, whose copies cannot be wiped). NULL is nil ("none"), "" is empty.
+func secretBytes(_ p: UnsafePointer<CChar>?) -> SecretBytes? {
+    guard let p else { return nil }
+    return SecretBytes(Array(UnsafeRawBufferPointer(start: p, count: strlen(p))))
+}
+
 func bytes(_ p: UnsafePointer<UInt8>?, _ len: Int, _ name: String) throws -> [UInt8] {
     if len == 0 { return [] }
     return Array(UnsafeBufferPointer(start: try require(p, name), count: len))

@@ -21,17 +21,7 @@ private func seconds(_ ms: Int32, default d: Double?) -> Double? {
 }
 
 private func alpnList(_ p: UnsafePointer<CChar>?) -> [String] {
-    guard let s = optionalString(p) else { return [] }
-    return s.split(separator: ",").map { String($0).trimmingCharacters(in: " ") }.filter { !$0.isEmpty }
-}
-
-private extension String {
-    func trimmingCharacters(in set: Character) -> String {
-        var s = Substring(self)
-        while s.first == set { s = s.dropFirst() }
-        while s.last == set { s = s.dropLast() }
-        return String(s)
-    }
+    optionalString(p).map(ALPN.protocols(commaSeparated:)) ?? []
 }
 
 private func clientOptions(_ p: UnsafePointer<mtls_conn_options>?) throws -> TLSClientOptions {

@@ -10,12 +10,6 @@ final class PKCS12Handle {
     init(_ contents: PKCS12Contents) { self.contents = contents }
 }
 
-/// A C password argument: NULL is "no password", "" the empty password.
-private func password(_ p: UnsafePointer<CChar>?) -> SecretBytes? {
-    guard let p else { return nil }
-    return SecretBytes(Array(UnsafeRawBufferPointer(start: p, count: strlen(p))))
-}
-
 /// `mtls_identity *mtls_identity_ref(mtls_identity *identity)`
 @_cdecl("mtls_identity_ref")
 public func mtls_identity_ref(_ identity: OpaquePointer?) -> OpaquePointer? { refHandle(identity, Identity.self) }
@@ -32,7 +26,7 @@ public func mtls_identity_from_pem(_ certPEM: UnsafePointer<CChar>?, _ keyPEM: U
         try putHandle(out) {
             let certs = Array(try string(certPEM, "cert_pem").utf8)
             let key = Array(try string(keyPEM, "key_pem").utf8)
-            return try Identity(certificatePEM: certs, keyPEM: key, password: password(pass))
+            return try Identity(certificatePEM: certs, keyPEM: key, password: secretBytes(pass))
         }
     }
 }
@@ -120,7 +114,7 @@ public func mtls_pkcs12_import(_ data: UnsafePointer<UInt8>?, _ len: Int, _ pass
     abiCall {
         try putHandle(out) {
             let input = try bytes(data, len, "data")
-            return PKCS12Handle(try PKCS12.parse(input, password: password(pass)))
+            return PKCS12Handle(try PKCS12.parse(input, password: secretBytes(pass)))
         }
     }
 }
@@ -132,7 +126,7 @@ public func mtls_pkcs12_load(_ path: UnsafePointer<CChar>?, _ pass: UnsafePointe
     abiCall {
         try putHandle(out) {
             let path = try string(path, "path")
-            return PKCS12Handle(try PKCS12.load(path: path, password: password(pass)))
+            return PKCS12Handle(try PKCS12.load(path: path, password: secretBytes(pass)))
         }
     }
 }
@@ -189,11 +183,32 @@ public func mtls_pkcs12_export(_ identity: OpaquePointer?, _ pass: UnsafePointer
     abiCall {
         try putBytes(out, len, names: ("out", "len")) {
             let id = try handle(identity, Identity.self, "identity")
-            let pw = try require(password(pass), "password")
-            guard flags & ~1 == 0 else { throw invalid("unknown flags 0x\(String(flags, radix: 16))") }
-            var options: PKCS12ExportOptions = flags & 1 != 0 ? .legacy : .modern
+            let pw = try require(secretBytes(pass), "password")
+            var options = try pkcs12ExportOptions(flags)
             options.friendlyName = optionalString(friendlyName)
             return try PKCS12.export(id, password: pw, options: options)
         }
     }
+}
+
+/// `int mtls_identity_resolve(const char *name, const char *key_path, const char *password,
+///                            const char *pin, mtls_store *store, mtls_identity **out)`
+@_cdecl("mtls_identity_resolve")
+public func mtls_identity_resolve(_ name: UnsafePointer<CChar>?, _ keyPath: UnsafePointer<CChar>?,
+                                  _ password: UnsafePointer<CChar>?, _ pin: UnsafePointer<CChar>?,
+                                  _ store: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        try putHandle(out) {
+            let store = try store.map { try handle($0, CredentialStore.self, "store") }
+            return try Identity.resolve(try string(name, "name"), keyPath: optionalString(keyPath),
+                                        password: secretBytes(password), pin: secretBytes(pin), store: store)
+        }
+    }
+}
+
+/// The export options the `MTLS_PKCS12_*` flags name (every mtls_*_export_p12 function takes
+/// them); unknown bits are an invalid argument.
+func pkcs12ExportOptions(_ flags: Int32) throws -> PKCS12ExportOptions {
+    guard flags & ~1 == 0 else { throw invalid("unknown PKCS#12 export flags 0x\(String(flags, radix: 16))") }
+    return flags & 1 != 0 ? .legacy : .modern
 }

@@ -49,10 +49,6 @@ private func profile(_ value: Int32) throws -> CertificateProfile {
     }
 }
 
-private func secret(_ p: UnsafePointer<CChar>?) -> SecretBytes? {
-    p.map { SecretBytes(Array(UnsafeBufferPointer(start: UnsafeRawPointer($0).assumingMemoryBound(to: UInt8.self), count: strlen($0)))) }
-}
-
 /// `int mtls_issue_options_init(mtls_issue_options *opts, unsigned int version)`
 @_cdecl("mtls_issue_options_init")
 public func mtls_issue_options_init(_ opts: UnsafeMutablePointer<mtls_issue_options>?, _ version: UInt32) -> Int32 {
@@ -75,9 +71,7 @@ public func mtls_pki_root(_ name: UnsafePointer<CChar>?, _ opts: UnsafePointer<m
         try putHandle(out) {
             let name = try string(name, "name")
             let o = try IssueOptions(opts)
-            let key = try PrivateKey.generate(o.keySpec)
-            let ca = try CertificateAuthority.makeRoot(commonName: name, key: key, validityDays: o.days, now: o.now)
-            return try Identity(privateKey: key, leaf: ca.certificate)
+            return try CertificateAuthority.newRoot(commonName: name, keySpec: o.keySpec, validityDays: o.days, now: o.now)
         }
     }
 }
@@ -94,10 +88,8 @@ public func mtls_pki_issue(_ issuer: OpaquePointer?, _ profileValue: Int32, _ na
             let name = try string(name, "name")
             let o = try IssueOptions(opts)
             let ca = try CertificateAuthority(certificate: issuer.leaf, privateKey: issuer.privateKey)
-            let key = try PrivateKey.generate(o.keySpec)
-            let cert = try ca.issue(CertificateRequest(profile: p, commonName: name, dnsNames: o.dns, ipAddresses: o.ips,
-                                                       validityDays: o.days), for: key, now: o.now)
-            return try Identity(privateKey: key, leaf: cert, certificates: issuer.allCertificates)
+            return try ca.issueWithNewKey(CertificateRequest(profile: p, commonName: name, dnsNames: o.dns, ipAddresses: o.ips,
+                                                             validityDays: o.days), keySpec: o.keySpec, chain: issuer.chain, now: o.now)
         }
     }
 }
@@ -110,7 +102,7 @@ public func mtls_pki_load(_ certPath: UnsafePointer<CChar>?, _ keyPath: UnsafePo
     abiCall {
         try putHandle(out) {
             try Identity(certificatePath: try string(certPath, "cert_path"),
-                         keyPath: try string(keyPath, "key_path"), password: secret(password))
+                         keyPath: try string(keyPath, "key_path"), password: secretBytes(password))
         }
     }
 }
@@ -147,7 +139,7 @@ public func mtls_issued_key_pem(_ issued: OpaquePointer?, _ password: UnsafePoin
     abiCall {
         let out = try require(out, "out")
         out.pointee = nil
-        let pem = try handle(issued, Identity.self, "issued").privateKey.pemFile(password: secret(password))
+        let pem = try handle(issued, Identity.self, "issued").privateKey.pemFile(password: secretBytes(password))
         try pem.withBytes { buf in
             guard let mem = malloc(buf.count + 1)?.assumingMemoryBound(to: CChar.self) else {
                 throw MTLSError(.noMemory, "out of memory")
@@ -159,18 +151,19 @@ public func mtls_issued_key_pem(_ issued: OpaquePointer?, _ password: UnsafePoin
     }
 }
 
-/// `int mtls_issued_export_p12(const mtls_issued *issued, const char *password, int legacy,
+/// `int mtls_issued_export_p12(const mtls_issued *issued, const char *password, int flags,
 ///                             uint8_t **out, size_t *out_len)`
 @_cdecl("mtls_issued_export_p12")
-public func mtls_issued_export_p12(_ issued: OpaquePointer?, _ password: UnsafePointer<CChar>?, _ legacy: Int32,
+public func mtls_issued_export_p12(_ issued: OpaquePointer?, _ password: UnsafePointer<CChar>?, _ flags: Int32,
                                    _ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
                                    _ outLen: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
         try putBytes(out, outLen) {
             let identity = try handle(issued, Identity.self, "issued")
-            let pw = try require(secret(password), "password")
-            return try PKCS12.export(identity, password: pw, options: PKCS12ExportOptions(
-                scheme: legacy != 0 ? .legacy : .modern, friendlyName: identity.leaf.commonName))
+            let pw = try require(secretBytes(password), "password")
+            var options = try pkcs12ExportOptions(flags)
+            options.friendlyName = identity.leaf.commonName
+            return try PKCS12.export(identity, password: pw, options: options)
         }
     }
 }
@@ -192,7 +185,7 @@ public func mtls_pki_crl(_ ca: OpaquePointer?, _ serials: UnsafePointer<UnsafePo
                 return Revocation(serialHex: s, date: when)
             } : [])
             return try authority.makeCRL(revocations: list, number: number,
-                                         validityDays: validityDays > 0 ? Int(validityDays) : 30, now: when)
+                                         validityDays: validityDays > 0 ? Int(validityDays) : nil, now: when)
         }
     }
 }
@@ -204,6 +197,28 @@ public func mtls_issued_identity(_ issued: OpaquePointer?, _ out: UnsafeMutableP
         try putHandle(out) {
             // Both handles box the same immutable Identity; the new one holds its own reference.
             return try handle(issued, Identity.self, "issued")
+        }
+    }
+}
+
+/// `int mtls_pki_sign_csr(const mtls_issued *issuer, int profile, const uint8_t *csr, size_t csr_len,
+///                        const char *name, const mtls_issue_options *opts, mtls_cert **out)`
+@_cdecl("mtls_pki_sign_csr")
+public func mtls_pki_sign_csr(_ issuer: OpaquePointer?, _ profileValue: Int32, _ csr: UnsafePointer<UInt8>?, _ csrLength: Int,
+                              _ name: UnsafePointer<CChar>?, _ opts: UnsafePointer<mtls_issue_options>?,
+                              _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        try putHandle(out) {
+            let issuer = try handle(issuer, Identity.self, "issuer")
+            let p = try profile(profileValue)
+            let request = try CertificateSigningRequest(data: try bytes(csr, csrLength, "csr"))
+            let o = try IssueOptions(opts)
+            guard let cn = optionalString(name) ?? request.commonName else {
+                throw MTLSError(.invalidArgument, "the CSR has no CN: give a name")
+            }
+            let ca = try CertificateAuthority(certificate: issuer.leaf, privateKey: issuer.privateKey)
+            return try ca.issue(CertificateRequest(profile: p, commonName: cn, dnsNames: o.dns, ipAddresses: o.ips,
+                                                   validityDays: o.days), csr: request, now: o.now)
         }
     }
 }

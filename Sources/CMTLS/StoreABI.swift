@@ -28,11 +28,6 @@ private func secret(_ p: UnsafePointer<UInt8>?, _ len: Int, _ kind: Int32) throw
     }
 }
 
-/// A NUL-terminated password as secret bytes (copied straight from C memory, no String).
-private func secretString(_ p: UnsafePointer<CChar>) -> SecretBytes {
-    SecretBytes(Array(UnsafeRawBufferPointer(start: p, count: strlen(p))))
-}
-
 private func itemClass(_ c: Int32, allowAny: Bool) throws -> StoreItemClass? {
     if c == 0 && allowAny { return nil }
     guard let k = StoreItemClass(rawValue: c) else { throw invalid("item_class \(c) is not an MTLS_STORE_* class") }
@@ -153,7 +148,7 @@ public func mtls_store_import_p12(_ store: OpaquePointer?, _ label: UnsafePointe
     abiCall {
         out?.pointee = nil
         let s = try handle(store, CredentialStore.self, "store")
-        let pw = password.map(secretString)
+        let pw = secretBytes(password)
         let identity = try s.importPKCS12(try bytes(data, len, "data"), password: pw, label: try string(label, "label"),
                                           replace: replace != 0)
         out?.pointee = retainHandle(identity)
@@ -364,17 +359,17 @@ public func mtls_store_delete_class(_ store: OpaquePointer?, _ cls: Int32, _ del
     }
 }
 
-/// `int mtls_store_export_p12(mtls_store *store, const char *label, const char *password, int legacy,
+/// `int mtls_store_export_p12(mtls_store *store, const char *label, const char *password, int flags,
 ///                            uint8_t **out, size_t *out_len)`
 @_cdecl("mtls_store_export_p12")
 public func mtls_store_export_p12(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?, _ password: UnsafePointer<CChar>?,
-                                  _ legacy: Int32, _ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
+                                  _ flags: Int32, _ out: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?,
                                   _ outLen: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
         try putBytes(out, outLen) {
             let s = try handle(store, CredentialStore.self, "store")
-            let pw = secretString(try require(password, "password"))
-            return try s.exportPKCS12(label: try string(label, "label"), password: pw, options: legacy != 0 ? .legacy : .modern)
+            let pw = try require(secretBytes(password), "password")
+            return try s.exportPKCS12(label: try string(label, "label"), password: pw, options: try pkcs12ExportOptions(flags))
         }
     }
 }

@@ -113,15 +113,20 @@ public func mtls_token_flags(_ t: OpaquePointer?, _ flags: UnsafeMutablePointer<
     abiCall {
         let info = try handle(t, TokenHandle.self, "token").info
         let flags = try require(flags, "flags")
-        var f: UInt32 = 0
-        if info.loginRequired { f |= MTLS_TOKEN_LOGIN_REQUIRED }
-        if info.userPINLocked { f |= MTLS_TOKEN_PIN_LOCKED }
-        if info.userPINCountLow { f |= MTLS_TOKEN_PIN_COUNT_LOW }
-        if info.userPINFinalTry { f |= MTLS_TOKEN_PIN_FINAL_TRY }
-        if info.protectedAuthenticationPath { f |= MTLS_TOKEN_PROTECTED_AUTH_PATH }
-        if info.userPINInitialized { f |= MTLS_TOKEN_USER_PIN_INITIALIZED }
-        flags.pointee = f
+        flags.pointee = flagBits(info)
     }
+}
+
+/// A token's flags as MTLS_TOKEN_* bits.
+private func flagBits(_ info: TokenInfo) -> UInt32 {
+    var f: UInt32 = 0
+    if info.loginRequired { f |= MTLS_TOKEN_LOGIN_REQUIRED }
+    if info.userPINLocked { f |= MTLS_TOKEN_PIN_LOCKED }
+    if info.userPINCountLow { f |= MTLS_TOKEN_PIN_COUNT_LOW }
+    if info.userPINFinalTry { f |= MTLS_TOKEN_PIN_FINAL_TRY }
+    if info.protectedAuthenticationPath { f |= MTLS_TOKEN_PROTECTED_AUTH_PATH }
+    if info.userPINInitialized { f |= MTLS_TOKEN_USER_PIN_INITIALIZED }
+    return f
 }
 
 // MARK: objects
@@ -134,7 +139,7 @@ public func mtls_token_objects(_ modulePath: UnsafePointer<CChar>?, _ tokenURI: 
                                _ count: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
         try putHandles(out, count) {
-            let secret = pin.map { p in SecretBytes(Array(UnsafeBufferPointer(start: UnsafeRawPointer(p).assumingMemoryBound(to: UInt8.self), count: strlen(p)))) }
+            let secret = secretBytes(pin)
             let objects = try PKCS11Modules(modulePath: optionalString(modulePath)).objects(tokenURI: optionalString(tokenURI), pin: secret)
             return objects.map(TokenObjectHandle.init)
         }
@@ -269,16 +274,13 @@ private func pinAdapter(_ cb: mtls_pin_cb, _ userdata: UnsafeMutableRawPointer?)
             explicit_bzero(buffer, size)
             buffer.deallocate()
         }
-        var flags: UInt32 = 0
-        if request.countLow { flags |= MTLS_TOKEN_PIN_COUNT_LOW }
-        if request.finalTry { flags |= MTLS_TOKEN_PIN_FINAL_TRY }
+        let flags = flagBits(request.token)
         let rc = request.tokenLabel.withCString { label in
             request.tokenURI.withCString { tokenURI in cb(userdata, label, tokenURI, flags, buffer, size) }
         }
         guard rc == 0 else { return nil }
         buffer[size - 1] = 0
-        let n = strlen(buffer)
-        return SecretBytes(Array(UnsafeBufferPointer(start: UnsafeRawPointer(buffer).assumingMemoryBound(to: UInt8.self), count: n)))
+        return secretBytes(buffer)
     }
 }
 
@@ -287,5 +289,52 @@ private func pinAdapter(_ cb: mtls_pin_cb, _ userdata: UnsafeMutableRawPointer?)
 public func mtls_identity_token_uri(_ identity: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
     abiCall {
         try putOptionalString(out) { try handle(identity, Identity.self, "identity").privateKey.tokenURI }
+    }
+}
+
+// MARK: enrollment
+
+/// `int mtls_token_keygen(const char *uri, const char *key_type, mtls_pin_cb pin_cb, void *userdata,
+///                        char **key_uri)`
+@_cdecl("mtls_token_keygen")
+public func mtls_token_keygen(_ uri: UnsafePointer<CChar>?, _ keyType: UnsafePointer<CChar>?, _ pinCallback: mtls_pin_cb?,
+                              _ userdata: UnsafeMutableRawPointer?,
+                              _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        let uri = try string(uri, "uri")
+        let name = try string(keyType, "key_type")
+        _ = try require(out, "key_uri")
+        guard let type = TokenKeyType(rawValue: name) else {
+            throw MTLSError(.invalidArgument, "unknown key type \"\(name)\" (use \(TokenKeyType.allCases.map(\.rawValue).joined(separator: ", ")))")
+        }
+        try putString(try Token.generateKey(uri: uri, type: type, pinCallback: pinCallback.map { pinAdapter($0, userdata) }), out)
+    }
+}
+
+/// `int mtls_token_csr(const char *uri, const char *subject, mtls_pin_cb pin_cb, void *userdata, char **csr_pem)`
+@_cdecl("mtls_token_csr")
+public func mtls_token_csr(_ uri: UnsafePointer<CChar>?, _ subject: UnsafePointer<CChar>?, _ pinCallback: mtls_pin_cb?,
+                           _ userdata: UnsafeMutableRawPointer?,
+                           _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        let uri = try string(uri, "uri")
+        let subject = try string(subject, "subject")
+        _ = try require(out, "csr_pem")
+        let csr = try Token.makeCSR(uri: uri, subject: subject, pinCallback: pinCallback.map { pinAdapter($0, userdata) })
+        try putString(csr.pem, out)
+    }
+}
+
+/// `int mtls_token_import_cert(const char *uri, const mtls_cert *cert, mtls_pin_cb pin_cb, void *userdata,
+///                             char **cert_uri)`
+@_cdecl("mtls_token_import_cert")
+public func mtls_token_import_cert(_ uri: UnsafePointer<CChar>?, _ cert: OpaquePointer?, _ pinCallback: mtls_pin_cb?,
+                                   _ userdata: UnsafeMutableRawPointer?,
+                                   _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        let uri = try string(uri, "uri")
+        let certificate = try handle(cert, Certificate.self, "cert")
+        let certURI = try Token.importCertificate(certificate, uri: uri, pinCallback: pinCallback.map { pinAdapter($0, userdata) })
+        if out != nil { try putString(certURI, out) }
     }
 }

@@ -222,20 +222,28 @@ final class TokenTests: XCTestCase {
         }
     }
 
-    func testClosedSessionsReportTokenRemovedOnSign() throws {
+    /// A lost session on a token that is still there comes back (new session, login, key found
+    /// again by its id); a session that cannot come back reports tokenRemoved. (A real removal,
+    /// the token's files moved away and back, is tested in Tests/c/test_token_field.c.)
+    func testLostSessionComesBackAndOtherwiseIsTokenRemoved() throws {
         let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=%02", modulePath: module, pin: SoftHSMFixture.pin)
         let context = try XCTUnwrap(TokenKey.context(of: identity.privateKey))
         context.session.closeAllSessions()
         let digest = [UInt8](repeating: 1, count: 32)
         try digest.withUnsafeBufferPointer { input in
+            let signature = try context.sign(mechanism: CK_MECHANISM_TYPE(CKM_ECDSA), input: input, maxLength: 64)
+            XCTAssertEqual(signature.count, 64)
+            context.session.reconnection = nil
+            context.session.closeAllSessions()
             XCTAssertThrowsError(try context.sign(mechanism: CK_MECHANISM_TYPE(CKM_ECDSA), input: input, maxLength: 64)) {
                 XCTAssertEqual(($0 as? MTLSError)?.code, .tokenRemoved, "\($0)")
             }
         }
     }
 
-    /// libmtls's own TLS client with a token identity, then the token "removed" (every session
-    /// closed): the next handshake fails with tokenRemoved, not a generic handshake error.
+    /// libmtls's own TLS client with a token identity; every session closed under it: the next
+    /// handshake reconnects; a session that cannot come back fails with tokenRemoved, not a
+    /// generic handshake error.
     func testTLSConnectionSignsOnTheTokenAndReportsARemovedToken() throws {
         let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=%01", modulePath: module, pin: SoftHSMFixture.pin)
         let context = try XCTUnwrap(TokenKey.context(of: identity.privateKey))
@@ -259,8 +267,17 @@ final class TokenTests: XCTestCase {
             XCTAssertEqual(context.signatureCount.load(ordering: .relaxed), before + 1, "\(version)")
             XCTAssertTrue(log.contains("subject=CN = token rsa-client"), log)
         }
+        // Every session closed under the identity, the token still there: the next handshake
+        // reconnects and signs.
         context.session.closeAllSessions()
-        let server = try SServer(dir: SoftHSMFixture.dir, clientSigalgs: nil)
+        var server = try SServer(dir: SoftHSMFixture.dir, clientSigalgs: nil)
+        let again = try TLSConnection.connect(host: "127.0.0.1", port: server.port, options: options)
+        again.close()
+        _ = server.finish()
+        // A session that cannot come back: the handshake says tokenRemoved, not a generic failure.
+        context.session.reconnection = nil
+        context.session.closeAllSessions()
+        server = try SServer(dir: SoftHSMFixture.dir, clientSigalgs: nil)
         XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: server.port, options: options)) {
             XCTAssertEqual(($0 as? MTLSError)?.code, .tokenRemoved, "\($0)")
         }

@@ -18,7 +18,7 @@ static int t_passed = 0;
 #define DONE() do { printf("%d passed, 0 failed\n", t_passed); return 0; } while (0)
 
 /* Reads a whole file into a malloc'ed buffer. */
-static uint8_t *t_read_file(const char *path, size_t *len) {
+static inline uint8_t *t_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) { fprintf(stderr, "cannot open %s\n", path); exit(1); }
     fseek(f, 0, SEEK_END); long n = ftell(f); fseek(f, 0, SEEK_SET);
@@ -28,7 +28,7 @@ static uint8_t *t_read_file(const char *path, size_t *len) {
 }
 
 /* Runs a shell command; fails the test if it does not exit 0. */
-static void t_sh(const char *cmd) {
+static inline void t_sh(const char *cmd) {
     if (system(cmd) != 0) { fprintf(stderr, "command failed: %s\n", cmd); exit(1); }
 }
 #endif

@@ -110,8 +110,12 @@ def connect(pki, port, *args, identity="client-a", anchor="root", host="127.0.0.
         out = json.loads(r.stdout)
     except ValueError:
         raise AssertionError(f"no JSON: {r.stdout!r} {r.stderr!r}")
-    assert set(out) == {"connected", "tls_version", "alpn", "peer_chain", "evaluation", "error", "response"}
+    assert set(out) == {"connected", "tls_version", "alpn", "peer_chain", "evaluation", "error", "error_code",
+                        "side", "response"}
     assert (r.returncode == 0) == out["connected"], (r.returncode, out)
+    # error_code and side come with error, and only with it
+    assert (out["error"] is None) == (out["error_code"] is None) == (out["side"] is None), out
+    assert out["side"] in (None, "client", "server"), out
     return out
 
 
@@ -165,6 +169,7 @@ def test_untrusted_server_is_refused_with_reasons(pki, peers):
     assert not out["connected"]
     assert out["evaluation"]["trusted"] is False and out["evaluation"]["reasons"]
     assert "our evaluation" in out["error"]
+    assert out["error_code"] == "untrusted" and out["side"] == "client", out
     assert len(out["peer_chain"]) == 1
 
 
@@ -184,6 +189,7 @@ def test_server_rejecting_our_certificate_is_the_peers_alert(pki, peers, version
                   identity="client-c")
     assert not out["connected"]
     assert "alert" in out["error"], out
+    assert out["error_code"] == "peer_alert" and out["side"] == "server", out
     assert out["evaluation"]["trusted"] is True  # we trusted the server; it refused us
 
 
@@ -192,11 +198,22 @@ def test_no_certificate_when_server_requires_one(pki, peers):
     out = connect(pki, port, "--verify-as", "server.test", identity=None)
     assert not out["connected"]
     assert 'alert "certificate required"' in out["error"], out
+    assert out["error_code"] == "peer_alert" and out["side"] == "server", out
 
 
 def test_refused_connection(pki):
     out = connect(pki, free_port())
     assert not out["connected"] and "connect" in out["error"]
+    assert out["error_code"] == "connect" and out["side"] == "server", out
+
+
+def test_bad_identity_file_is_the_clients_error(pki, tmp_path):
+    (tmp_path / "wrong.txt").write_text("not the password\n")
+    r = run_cli("connect", f"127.0.0.1:{free_port()}", "--json", "--identity", pki("client-a.p12"),
+                "--password-file", tmp_path / "wrong.txt")
+    out = json.loads(r.stdout)
+    assert r.returncode != 0 and not out["connected"]
+    assert out["error_code"] == "bad_password" and out["side"] == "client", out
 
 
 # ---- libmtls client -> nginx with ssl_verify_client on

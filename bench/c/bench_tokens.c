@@ -21,7 +21,7 @@ static void die(const char *what, unsigned long rv) {
 
 static void run_mtls(const char *uri) {
     mtls_identity *id = NULL;
-    if (mtls_identity_from_pkcs11(uri, NULL, NULL, &id) != MTLS_OK) {
+    if (mtls_identity_from_pkcs11(uri, NULL, NULL, NULL, &id) != MTLS_OK) {
         fprintf(stderr, "mtls_identity_from_pkcs11: %s\n", mtls_last_error());
         exit(1);
     }

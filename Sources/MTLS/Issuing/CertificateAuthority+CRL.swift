@@ -52,11 +52,15 @@ public struct Revocation: Hashable, Sendable {
 }
 
 extension CertificateAuthority {
+    /// Days from a CRL's thisUpdate to its nextUpdate when the caller does not say.
+    public static let defaultCRLValidityDays = 30
+
     /// Issues a CRL (v2, signed like certificates) listing `revocations`, with a CRL number, an
-    /// authority key identifier, `thisUpdate` = `now` and `nextUpdate` `validityDays` later.
-    /// Returns the DER encoding.
-    public func makeCRL(revocations: [Revocation], number: UInt64, validityDays: Int = 30,
+    /// authority key identifier, `thisUpdate` = `now` and `nextUpdate` `validityDays` later
+    /// (nil: ``defaultCRLValidityDays``). Returns the DER encoding.
+    public func makeCRL(revocations: [Revocation], number: UInt64, validityDays: Int? = nil,
                         now: Date = Date()) throws -> [UInt8] {
+        let validityDays = validityDays ?? Self.defaultCRLValidityDays
         guard (1...3660).contains(validityDays) else {
             throw MTLSError(.invalidArgument, "CRL validity must be between 1 and 3660 days (got \(validityDays))")
         }

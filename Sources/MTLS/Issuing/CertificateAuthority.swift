@@ -68,6 +68,24 @@ public final class CertificateAuthority: Sendable {
                                             signingKey: privateKey, now: now)
     }
 
+    /// Issues a server or client certificate for the key of a certificate signing request
+    /// whose self-signature verifies (the subject proved it holds the key). The profile,
+    /// names and lifetime come from `request` (as for ``issue(_:for:now:)``), never from the
+    /// CSR's own extensions.
+    public func issue(_ request: CertificateRequest, csr: CertificateSigningRequest, now: Date = Date()) throws -> Certificate {
+        try request.validate()
+        guard request.profile == .server || request.profile == .client else {
+            throw MTLSError(.invalidArgument, "a CSR is signed as a server or client certificate, not \(request.profile.rawValue)")
+        }
+        try csr.verifySelfSignature()
+        guard now < certificate.notAfter else {
+            throw MTLSError(.invalidArgument, "the CA \"\(certificate.subjectSummary)\" expired at \(certificate.notAfter)")
+        }
+        return try csr.withPublicKey { key in
+            try CertificateBuilder.build(request, subjectPublicKey: key, issuer: certificate, signingKey: privateKey, now: now)
+        }
+    }
+
     /// Issues an intermediate CA (path length 0) for `key`, ready to issue leaves.
     public func issueIntermediate(commonName: String, key: PrivateKey, validityDays: Int? = nil,
                                   now: Date = Date()) throws -> CertificateAuthority {
@@ -77,12 +95,40 @@ public final class CertificateAuthority: Sendable {
     }
 }
 
+extension CertificateAuthority {
+    /// A new root CA with a new key, as an identity (key + self-signed certificate): the step
+    /// `mtls pki init` and `mtls_pki_root` share.
+    public static func newRoot(commonName: String, keySpec: KeySpec = .ecP256, validityDays: Int? = nil,
+                               now: Date = Date()) throws -> Identity {
+        let key = try PrivateKey.generate(keySpec)
+        let ca = try makeRoot(commonName: commonName, key: key, validityDays: validityDays, now: now)
+        return try Identity(privateKey: key, leaf: ca.certificate)
+    }
+
+    /// Issues `request` to a new key made here, as an identity carrying this CA's chain:
+    /// `chain` is what is known above this CA (its own certificate first or not at all; both
+    /// are accepted, the identity orders them). The step `mtls pki intermediate|issue` and
+    /// `mtls_pki_issue` share.
+    public func issueWithNewKey(_ request: CertificateRequest, keySpec: KeySpec = .ecP256, chain: [Certificate] = [],
+                                now: Date = Date()) throws -> Identity {
+        let key = try PrivateKey.generate(keySpec)
+        let leaf = try issue(request, for: key, now: now)
+        return try Identity(privateKey: key, leaf: leaf, certificates: [certificate] + chain.filter { $0 != certificate })
+    }
+}
+
 /// Builds one X.509 v3 certificate with OpenSSL.
 enum CertificateBuilder {
     /// `notBefore` is this much before the issuing time, for clock skew.
     static let backdate: TimeInterval = 300
 
     static func build(_ request: CertificateRequest, subjectKey: PrivateKey, issuer: Certificate?,
+                      signingKey: PrivateKey, now: Date) throws -> Certificate {
+        try build(request, subjectPublicKey: subjectKey.pkey, issuer: issuer, signingKey: signingKey, now: now)
+    }
+
+    /// The same for a public key alone (a CSR's).
+    static func build(_ request: CertificateRequest, subjectPublicKey: OpaquePointer, issuer: Certificate?,
                       signingKey: PrivateKey, now: Date) throws -> Certificate {
         guard let x = X509_new_ex(LibraryContext.shared.ctx, nil) else {
             throw MTLSError.openSSL(.noMemory, "X509_new_ex failed")
@@ -112,14 +158,14 @@ enum CertificateBuilder {
         try setTime(x, notBefore, X509_set1_notBefore)
         try setTime(x, notAfter, X509_set1_notAfter)
 
-        guard X509_set_pubkey(x, subjectKey.pkey) == 1 else { throw MTLSError.openSSL(.invalidArgument, "cannot use the subject's public key") }
+        guard X509_set_pubkey(x, subjectPublicKey) == 1 else { throw MTLSError.openSSL(.invalidArgument, "cannot use the subject's public key") }
 
         // Extensions. The issuer context must point at the certificate being built for a root
         // (SKI and AKI both come from its own key) and at the issuer otherwise.
         var v3 = X509V3_CTX()
         X509V3_set_ctx(&v3, issuer?.x509 ?? x, x, nil, nil, 0)
         let rsaLeaf: Bool
-        if case .rsa = subjectKey.keyType { rsaLeaf = true } else { rsaLeaf = false }
+        if case .rsa = KeyType(pkey: subjectPublicKey) { rsaLeaf = true } else { rsaLeaf = false }
         var extensions: [(Int32, String)] = []
         switch request.profile {
         case .root:

@@ -54,9 +54,8 @@ public struct PKIDirectory: Sendable {
             throw MTLSError(.duplicate, "\(path) already has a root CA (\(rootPath))")
         }
         // Everything that can fail on bad input fails before the folder is made.
-        let key = try PrivateKey.generate(keySpec)
-        let ca = try CertificateAuthority.makeRoot(commonName: commonName, key: key, validityDays: validityDays, now: now)
-        let identity = try Identity(privateKey: key, leaf: ca.certificate)
+        let identity = try CertificateAuthority.newRoot(commonName: commonName, keySpec: keySpec,
+                                                        validityDays: validityDays, now: now)
         try Self.makeDirectories(path)
         try Self.writeItem(identity, at: rootPath, keyPassword: keyPassword, chain: false)
         return Item(identity: identity, directory: rootPath)
@@ -70,9 +69,8 @@ public struct PKIDirectory: Sendable {
             throw MTLSError(.duplicate, "an intermediate named \"\(commonName)\" already exists (\(dir))")
         }
         let root = try loadRoot(keyPassword: keyPassword)
-        let key = try PrivateKey.generate(keySpec)
-        let ca = try root.issueIntermediate(commonName: commonName, key: key, validityDays: validityDays, now: now)
-        let identity = try Identity(privateKey: key, leaf: ca.certificate, certificates: [root.certificate])
+        let identity = try root.issueWithNewKey(CertificateRequest(profile: .intermediate, commonName: commonName,
+                                                                   validityDays: validityDays), keySpec: keySpec, now: now)
         try Self.makeDirectories(path + "/ca")
         try Self.writeItem(identity, at: dir, keyPassword: keyPassword, chain: true)
         return Item(identity: identity, directory: dir)
@@ -92,12 +90,47 @@ public struct PKIDirectory: Sendable {
             throw MTLSError(.duplicate, "\"\(request.commonName)\" was already issued by \"\(caName)\" (\(dir))")
         }
         let (ca, chain) = try loadIntermediate(caName, keyPassword: keyPassword)
-        let key = try PrivateKey.generate(keySpec)
-        let leaf = try ca.issue(request, for: key, now: now)
-        let identity = try Identity(privateKey: key, leaf: leaf, certificates: chain)
+        let identity = try ca.issueWithNewKey(request, keySpec: keySpec, chain: chain, now: now)
         try Self.makeDirectories(caDir + "/issued")
         try Self.writeItem(identity, at: dir, keyPassword: keyPassword, chain: true)
         return Item(identity: identity, directory: dir)
+    }
+
+    /// Signs a certificate signing request as a server or client certificate from the
+    /// intermediate `caName` (the profiles of ``issue(_:caName:keySpec:keyPassword:now:)``; the
+    /// CSR's self-signature must verify). The subject's key stays wherever it is: the folder
+    /// keeps `D/ca/<ca>/issued/<slug of the common name>/cert.pem` and `chain.pem` (leaf,
+    /// intermediate, root) so the certificate can be listed and revoked like the others.
+    /// Returns the certificate and the chain above it.
+    public func sign(_ csr: CertificateSigningRequest, request: CertificateRequest, caName: String,
+                     keyPassword: SecretBytes? = nil, now: Date = Date()) throws -> (Certificate, [Certificate]) {
+        guard request.profile == .server || request.profile == .client else {
+            throw MTLSError(.invalidArgument, "only server and client certificates are issued from an intermediate")
+        }
+        try request.validate()
+        let caDir = try caPath(caName)
+        let dir = caDir + "/issued/" + (try Self.slug(request.commonName))
+        guard !Self.exists(dir) else {
+            throw MTLSError(.duplicate, "\"\(request.commonName)\" was already issued by \"\(caName)\" (\(dir))")
+        }
+        let (ca, chain) = try loadIntermediate(caName, keyPassword: keyPassword)
+        let leaf = try ca.issue(request, csr: csr, now: now)
+        try Self.makeDirectories(caDir + "/issued")
+        let tmp = dir + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        guard mkdir(tmp, 0o700) == 0 else {
+            throw MTLSError(errno == ENOSPC ? .diskFull : .io, "cannot create \(tmp): \(String(cString: strerror(errno)))")
+        }
+        do {
+            try FileIO.writeAtomically(tmp + "/cert.pem", Array(leaf.pem.utf8), mode: 0o644)
+            try FileIO.writeAtomically(tmp + "/chain.pem", Array(([leaf] + chain).map(\.pem).joined().utf8), mode: 0o644)
+            guard rename(tmp, dir) == 0 else {
+                throw MTLSError(.io, "cannot create \(dir): \(String(cString: strerror(errno)))")
+            }
+        } catch {
+            Self.removeTree(tmp)
+            throw error
+        }
+        return (leaf, chain)
     }
 
     /// Removes an item this folder just wrote (when a later step of the same command failed).
@@ -202,7 +235,7 @@ public struct PKIDirectory: Sendable {
     /// Revoking twice is an error (``MTLSError/Code/duplicate``).
     @discardableResult
     public func revoke(_ certificate: Certificate, caName: String, reason: Revocation.Reason? = nil,
-                       crlValidityDays: Int = 30, keyPassword: SecretBytes?, now: Date = Date()) throws -> (path: String, der: [UInt8]) {
+                       crlValidityDays: Int = CertificateAuthority.defaultCRLValidityDays, keyPassword: SecretBytes?, now: Date = Date()) throws -> (path: String, der: [UInt8]) {
         let (ca, _) = try loadIntermediate(caName, keyPassword: keyPassword)
         let signedByCA = X509_verify(certificate.x509, X509_get0_pubkey(ca.certificate.x509)) == 1
         OpenSSLErrorQueue.clear()
@@ -226,7 +259,7 @@ public struct PKIDirectory: Sendable {
     /// Writes a new CRL for `caName` with the recorded revocations (`D/ca/<ca>/crl.pem`) and
     /// returns its path and DER.
     @discardableResult
-    public func makeCRL(caName: String, validityDays: Int = 30, keyPassword: SecretBytes?,
+    public func makeCRL(caName: String, validityDays: Int = CertificateAuthority.defaultCRLValidityDays, keyPassword: SecretBytes?,
                         now: Date = Date()) throws -> (path: String, der: [UInt8]) {
         let (ca, _) = try loadIntermediate(caName, keyPassword: keyPassword)
         let crl = try nextCRL(ca, caName: caName, revocations: try revocations(caName: caName), validityDays: validityDays, now: now)

@@ -4,6 +4,11 @@ import FoundationEssentials
 import Glibc
 #endif
 
+/// The two ends of a TLS connection.
+public enum TLSSide: String, Sendable {
+    case client, server
+}
+
 /// One mutual-TLS connection, client or server side, over OpenSSL's libssl.
 ///
 /// Used by one thread at a time. Blocking by default, each step bounded by the options'
@@ -28,6 +33,10 @@ public final class TLSConnection {
     private var closed = false
     /// Whether the handshake has finished.
     public private(set) var isHandshakeComplete = false
+    /// After a failed handshake, read or write: the side that failed or refused — the peer when
+    /// it sent an alert, hung up or did not answer in time; this side when our evaluation, our
+    /// identity or our token stopped it.
+    public private(set) var failureSide: TLSSide?
     /// Non-blocking connect: the TCP connect may still be under way when the handshake starts.
     private var connecting = false
     private var connectPort: UInt16 = 0
@@ -98,7 +107,7 @@ public final class TLSConnection {
                 ?? (port == 0 ? bareHost : (bareHost.contains(":") ? "[\(bareHost)]:\(port)" : "\(bareHost):\(port)"))
             if case .identity(let id) = options.identity { state.presentedIdentity = id }
             if !owned { Socket.setNonBlocking(fd, true) } // our own sockets are made non-blocking
-            guard SSL_set_fd(ssl, fd) == 1 else { throw MTLSError.openSSL(.internal, "cannot attach the socket") }
+            try SocketBIO.attach(ssl, fd: fd)
             _ = mtls_ossl_SSL_set_mode(ssl, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
             let sni: String? = options.serverName.map { $0.isEmpty ? nil : $0 } ?? (Socket.isIPLiteral(bareHost) ? nil : bareHost)
             if let sni, mtls_ossl_SSL_set_tlsext_host_name(ssl, sni) != 1 {
@@ -145,9 +154,9 @@ public final class TLSConnection {
         state.validationName = nil // clients are not name-checked
         state.presentedIdentity = options.identity
         Socket.setNonBlocking(fd, true)
-        guard SSL_set_fd(ssl, fd) == 1 else {
+        do { try SocketBIO.attach(ssl, fd: fd) } catch {
             closed = true // the caller closes the socket
-            throw MTLSError.openSSL(.internal, "cannot attach the socket")
+            throw error
         }
         _ = mtls_ossl_SSL_set_mode(ssl, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
         SSL_set_accept_state(ssl)
@@ -194,10 +203,12 @@ public final class TLSConnection {
                     try Socket.wait(fileDescriptor, forWriting: writing, deadline: handshakeDeadline!, what: "TLS handshake with \(peerAddress)")
                 } catch let e as MTLSError where e.code == .timeout {
                     if let key = state.sessionKey { state.sessionCache?.remove(key) }
+                    failureSide = peerSide
                     throw e
                 }
             default:
                 let e = handshakeError(err)
+                failureSide = side(of: e)
                 // A failed handshake must not resume later without a fresh evaluation.
                 if let key = state.sessionKey { state.sessionCache?.remove(key) }
                 throw e
@@ -212,6 +223,17 @@ public final class TLSConnection {
     }
 
     private var peerRole: String { isServer ? "client" : "server" }
+    private var peerSide: TLSSide { isServer ? .client : .server }
+    private var ownSide: TLSSide { isServer ? .server : .client }
+
+    /// Who failed, from the code of a handshake or I/O error made by this connection.
+    private func side(of error: MTLSError) -> TLSSide {
+        switch error.code {
+        case .peerAlert, .closed, .timeout, .connect: return peerSide
+        case .handshake where state.sentAlert == nil && state.receivedAlert == nil: return peerSide
+        default: return ownSide
+        }
+    }
 
     /// Says which side failed and why.
     private func handshakeError(_ err: Int32) -> MTLSError {
@@ -275,6 +297,7 @@ public final class TLSConnection {
             var n = 0
             let r = SSL_read_ex(ssl, buffer.baseAddress, buffer.count, &n)
             if r == 1 { return n }
+            let cause = errno
             let err = SSL_get_error(ssl, r)
             switch err {
             case SSL_ERROR_ZERO_RETURN:
@@ -282,9 +305,16 @@ public final class TLSConnection {
             case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
                 let writing = err == SSL_ERROR_WANT_WRITE
                 if nonBlocking { throw MTLSError(writing ? .wantWrite : .wantRead, "the read is waiting for the socket") }
-                try Socket.wait(fileDescriptor, forWriting: writing, deadline: deadline, what: "reading from \(peerAddress)")
+                do {
+                    try Socket.wait(fileDescriptor, forWriting: writing, deadline: deadline, what: "reading from \(peerAddress)")
+                } catch let e as MTLSError {
+                    failureSide = side(of: e)
+                    throw e
+                }
             default:
-                throw ioError(err, "reading from")
+                let e = ioError(err, cause, "reading from")
+                failureSide = side(of: e)
+                throw e
             }
         }
     }
@@ -314,6 +344,7 @@ public final class TLSConnection {
                 if nonBlocking { return off }
                 continue
             }
+            let cause = errno
             let err = SSL_get_error(ssl, r)
             switch err {
             case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
@@ -322,12 +353,33 @@ public final class TLSConnection {
                     if off > 0 { return off }
                     throw MTLSError(writing ? .wantWrite : .wantRead, "the write is waiting for the socket")
                 }
-                try Socket.wait(fileDescriptor, forWriting: writing, deadline: deadline, what: "writing to \(peerAddress)")
+                do {
+                    try Socket.wait(fileDescriptor, forWriting: writing, deadline: deadline, what: "writing to \(peerAddress)")
+                } catch let e as MTLSError {
+                    failureSide = side(of: e)
+                    throw e
+                }
             default:
-                throw ioError(err, "writing to")
+                if err == SSL_ERROR_SYSCALL, state.receivedAlert == nil, cause == EPIPE || cause == ECONNRESET {
+                    collectPendingAlert()
+                }
+                let e = ioError(err, cause, "writing to")
+                failureSide = side(of: e)
+                throw e
             }
         }
         return off
+    }
+
+    /// After a write found the connection gone: the peer often said why first (TLS 1.3: a server
+    /// that refuses our certificate sends its alert after our handshake ended), and the alert may
+    /// still wait in the socket's receive buffer. One non-blocking read picks it up.
+    private func collectPendingAlert() {
+        var byte: UInt8 = 0
+        var n = 0
+        OpenSSLErrorQueue.clear()
+        _ = SSL_read_ex(ssl, &byte, 1, &n)
+        OpenSSLErrorQueue.clear()
     }
 
     /// Writes bytes (see ``write(_:)-(UnsafeRawBufferPointer)``).
@@ -336,15 +388,17 @@ public final class TLSConnection {
         try bytes.withUnsafeBytes { try write($0) }
     }
 
-    private func ioError(_ err: Int32, _ verb: String) -> MTLSError {
+    /// `cause` is errno as the failed call left it.
+    private func ioError(_ err: Int32, _ cause: Int32, _ verb: String) -> MTLSError {
         if let alert = state.receivedAlert {
             OpenSSLErrorQueue.clear()
             // TLS 1.3: a server that rejects our certificate says so after our handshake ended.
             return MTLSError(.peerAlert, "the \(peerRole) closed the connection with alert \"\(alert)\"")
         }
         if err == SSL_ERROR_SYSCALL {
-            let e = errno
+            let e = cause
             OpenSSLErrorQueue.clear()
+            if e == 0 { return MTLSError(.closed, "the \(peerRole) closed the connection without close_notify") }
             if e == EPIPE || e == ECONNRESET { return MTLSError(.closed, "the \(peerRole) reset the connection") }
             return MTLSError(.io, "\(verb) \(peerAddress): \(String(cString: strerror(e)))")
         }

@@ -84,8 +84,7 @@ enum TLSExData {
     }
 }
 
-/// ALPN protocol lists.
-enum ALPN {
+extension ALPN {
     /// The wire form: each protocol prefixed by its length.
     static func wire(_ protocols: [String]) throws -> [UInt8] {
         var out: [UInt8] = []

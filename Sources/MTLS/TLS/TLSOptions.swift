@@ -12,6 +12,24 @@ public enum TLSVersion: Int, Sendable, Comparable, CustomStringConvertible {
     public static func < (a: TLSVersion, b: TLSVersion) -> Bool { a.rawValue < b.rawValue }
 }
 
+/// ALPN protocol lists: as applications write them, and on the wire (TLSContext.swift).
+public enum ALPN {
+    /// The protocols of a comma-separated list, preferred first (`"h2, http/1.1"`): blanks
+    /// around names and empty entries are dropped.
+    public static func protocols(commaSeparated list: String) -> [String] {
+        list.split(separator: ",").map { $0.trimmingBlanks() }.filter { !$0.isEmpty }
+    }
+}
+
+private extension Substring {
+    func trimmingBlanks() -> String {
+        var s = self
+        while s.first == " " || s.first == "\t" { s = s.dropFirst() }
+        while s.last == " " || s.last == "\t" { s = s.dropLast() }
+        return String(s)
+    }
+}
+
 /// Which client certificate to present.
 public enum ClientIdentity: Sendable {
     /// Present no certificate.
@@ -60,13 +78,13 @@ public final class IdentityCandidate: Sendable {
     }
 
     /// A token identity held in a store: chosen by its stored certificates; when chosen, the
-    /// key is found on the token with ``Token/identity(uri:modulePath:pin:pinCallback:)``
+    /// key is found on the token with ``Token/identity(reference:modulePath:pin:pinCallback:allowFinalTry:)``
     /// (PIN: `pin`, else `pinCallback`, else the URI's pin-value/pin-source).
     public init(token reference: StoreTokenReference, pin: SecretBytes? = nil, pinCallback: TokenPINCallback? = nil) {
         leaf = reference.certificate
         chain = reference.chain
         loaded = Mutex(nil)
-        load = { try Token.identity(uri: reference.uri, pin: pin, pinCallback: pinCallback) }
+        load = { try Token.identity(reference: reference, pin: pin, pinCallback: pinCallback) }
     }
 
     /// The identity, loaded on first use and kept (a token identity keeps its session).

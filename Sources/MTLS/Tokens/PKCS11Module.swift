@@ -1,3 +1,4 @@
+internal import COpenSSL
 internal import CP11Kit
 import FoundationEssentials
 import Synchronization
@@ -121,15 +122,27 @@ final class PKCS11Module: @unchecked Sendable {
 /// key, a listing) releases it. Keeps its module loaded.
 final class PKCS11Session: @unchecked Sendable {
     let module: PKCS11Module
-    let slot: CK_SLOT_ID
-    let handle: CK_SESSION_HANDLE
+    /// The slot and session handle; they change only when ``reconnect()`` replaces a session
+    /// lost to a removed token or a fork (under ``lock``).
+    private(set) var slot: CK_SLOT_ID
+    private(set) var handle: CK_SESSION_HANDLE
     let lock = Mutex<Void>(())
+    /// How to find the token and the key again (set for token keys); nil: no reconnection.
+    var reconnection: TokenReconnection?
+    /// Key handles of the first session → the same keys in the current one.
+    private var keyHandles: [CK_OBJECT_HANDLE: CK_OBJECT_HANDLE] = [:]
+    /// The process the session belongs to: a fork()ed child must initialise the module again.
+    private var owner = getpid()
+    /// One reconnection at a time.
+    private let reconnecting = Mutex<Void>(())
 
-    init(module: PKCS11Module, slot: CK_SLOT_ID) throws {
+    /// `readWrite` for sessions that create objects (key generation, certificate import).
+    init(module: PKCS11Module, slot: CK_SLOT_ID, readWrite: Bool = false) throws {
         self.module = module
         self.slot = slot
         var h: CK_SESSION_HANDLE = 0
-        let rv = module.functions.pointee.C_OpenSession(slot, CK_FLAGS(CKF_SERIAL_SESSION), nil, nil, &h)
+        let flags = CK_FLAGS(CKF_SERIAL_SESSION) | (readWrite ? CK_FLAGS(CKF_RW_SESSION) : 0)
+        let rv = module.functions.pointee.C_OpenSession(slot, flags, nil, nil, &h)
         guard rv == CKR_OK else { throw PKCS11.error(rv, "cannot open a session on the token") }
         handle = h
     }
@@ -235,23 +248,166 @@ final class PKCS11Session: @unchecked Sendable {
     }
 
     /// Signs `input` with `mechanism` and the private key `key` (`C_SignInit` + `C_Sign`).
+    ///
+    /// A token key survives its token going away: when the session or the key is gone (the token
+    /// was removed, the module lost its state) or the process is a fork()ed child of the one that
+    /// opened the session, the session is reopened on the same token (found by serial and label,
+    /// re-initialising the module when it no longer lists it), the user logged in again and the
+    /// key found again by its CKA_ID, then the signature retried once. While the token stays
+    /// away this throws ``MTLSError/Code/tokenRemoved``; the next signature after it is back works.
     func sign(key: CK_OBJECT_HANDLE, mechanism: CK_MECHANISM_TYPE, input: UnsafeBufferPointer<UInt8>,
               maxLength: Int) throws -> [UInt8] {
-        try lock.withLock { _ in
+        if reconnection != nil, lock.withLock({ _ in owner != getpid() }) {
+            try reconnectOrReportRemoved(after: "the process was forked")
+        }
+        let (rv, signature) = signOnce(key: key, mechanism: mechanism, input: input, maxLength: maxLength)
+        if rv == CKR_OK { return signature }
+        guard reconnection != nil, PKCS11.isLostSession(rv) else { throw PKCS11.error(rv, "C_Sign on the token") }
+        try reconnectOrReportRemoved(after: PKCS11.text(rv))
+        let (again, retried) = signOnce(key: key, mechanism: mechanism, input: input, maxLength: maxLength)
+        guard again == CKR_OK else { throw PKCS11.error(again, "C_Sign on the token") }
+        return retried
+    }
+
+    private func signOnce(key: CK_OBJECT_HANDLE, mechanism: CK_MECHANISM_TYPE, input: UnsafeBufferPointer<UInt8>,
+                          maxLength: Int) -> (CK_RV, [UInt8]) {
+        lock.withLock { _ in
+            let current = keyHandles[key] ?? key
             var mech = CK_MECHANISM(mechanism: mechanism, pParameter: nil, ulParameterLen: 0)
-            var rv = f.C_SignInit(handle, &mech, key)
-            guard rv == CKR_OK else { throw PKCS11.error(rv, "C_SignInit on the token key") }
+            var rv = f.C_SignInit(handle, &mech, current)
+            guard rv == CKR_OK else { return (rv, []) }
             var out = [UInt8](repeating: 0, count: maxLength)
             var len = CK_ULONG(maxLength)
             rv = f.C_Sign(handle, UnsafeMutablePointer(mutating: input.baseAddress), CK_ULONG(input.count), &out, &len)
-            guard rv == CKR_OK else { throw PKCS11.error(rv, "C_Sign on the token") }
-            return Array(out.prefix(Int(len)))
+            guard rv == CKR_OK else { return (rv, []) }
+            return (rv, Array(out.prefix(Int(len))))
+        }
+    }
+
+    private func reconnectOrReportRemoved(after cause: String) throws {
+        do {
+            try reconnect()
+        } catch let e as MTLSError {
+            let label = reconnection?.tokenLabel ?? "?"
+            switch e.code {
+            case .pinIncorrect, .pinLocked, .pinRequired:
+                throw MTLSError(e.code, "token \"\(label)\" came back but cannot be logged in to again: \(e.message)")
+            default:
+                throw MTLSError(.tokenRemoved, "token \"\(label)\" was removed (\(cause)) and is not back: \(e.message)")
+            }
+        }
+    }
+
+    /// Opens a new session on the token (see ``sign(key:mechanism:input:maxLength:)``): first
+    /// as the module stands, then, if that fails, with the module initialised afresh (a module
+    /// that kept a stale view of the removed token, or a fork()ed child, where PKCS#11 requires
+    /// C_Initialize again).
+    func reconnect() throws {
+        guard let reconnection else { throw MTLSError(.tokenRemoved, "the token session was lost") }
+        // The module may use OpenSSL itself (SoftHSM does, and its C_Initialize leaves entries on
+        // this thread's error queue): only libmtls's own errors may reach the TLS error.
+        ERR_set_mark()
+        defer { ERR_pop_to_mark() }
+        try reconnecting.withLock { _ in
+            let forked = lock.withLock { _ in owner != getpid() }
+            if !forked, (try? reopen(reconnection, reinitialise: false)) != nil { return }
+            try reopen(reconnection, reinitialise: true)
+        }
+    }
+
+    private func reopen(_ reconnection: TokenReconnection, reinitialise: Bool) throws {
+        lock.withLock { _ in _ = f.C_CloseSession(handle) }
+        if reinitialise {
+            _ = p11_kit_module_finalize(module.functions)
+            let rv = p11_kit_module_initialize(module.functions)
+            guard rv == CKR_OK || rv == CKR_CRYPTOKI_ALREADY_INITIALIZED else {
+                throw PKCS11.error(rv, "cannot initialise the PKCS#11 module again")
+            }
+        }
+        guard let slot = try findSlot(reconnection) else { throw MTLSError(.tokenNotPresent, "no slot holds the token") }
+        var h: CK_SESSION_HANDLE = 0
+        let rv = f.C_OpenSession(slot, CK_FLAGS(CKF_SERIAL_SESSION), nil, nil, &h)
+        guard rv == CKR_OK else { throw PKCS11.error(rv, "cannot open a session on the token") }
+        lock.withLock { _ in
+            self.slot = slot
+            self.handle = h
+            self.owner = getpid()
+        }
+        try reconnection.logIn(self)
+        var template: [PKCS11Attribute] = [.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(CKO_PRIVATE_KEY))]
+        if !reconnection.keyID.isEmpty { template.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_ID), reconnection.keyID)) }
+        if let label = reconnection.keyLabel { template.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_LABEL), Array(label.utf8))) }
+        guard let key = try findObjects(template, limit: 1).first else {
+            throw MTLSError(.notFound, "the key is no longer on the token")
+        }
+        lock.withLock { _ in keyHandles[reconnection.keyHandle] = key }
+    }
+
+    /// The slot whose token is the one `reconnection` names, or nil.
+    private func findSlot(_ reconnection: TokenReconnection) throws -> CK_SLOT_ID? {
+        for slot in try module.slotsWithToken() {
+            guard var info = try? module.tokenInfo(slot) else { continue }
+            if PKCS11Text.padded(&info.serialNumber) == reconnection.serial, PKCS11Text.padded(&info.label) == reconnection.tokenLabel {
+                return slot
+            }
+        }
+        return nil
+    }
+
+    /// Generates a key pair on the token (`C_GenerateKeyPair`); returns (public, private).
+    func generateKeyPair(mechanism: CK_MECHANISM_TYPE, publicTemplate: [PKCS11Attribute],
+                         privateTemplate: [PKCS11Attribute]) throws -> (CK_OBJECT_HANDLE, CK_OBJECT_HANDLE) {
+        try lock.withLock { _ in
+            try PKCS11Attribute.withTemplate(publicTemplate) { pub, pubCount in
+                try PKCS11Attribute.withTemplate(privateTemplate) { priv, privCount in
+                    var mech = CK_MECHANISM(mechanism: mechanism, pParameter: nil, ulParameterLen: 0)
+                    var publicKey: CK_OBJECT_HANDLE = 0
+                    var privateKey: CK_OBJECT_HANDLE = 0
+                    let rv = f.C_GenerateKeyPair(handle, &mech, pub, pubCount, priv, privCount, &publicKey, &privateKey)
+                    guard rv == CKR_OK else { throw PKCS11.error(rv, "C_GenerateKeyPair") }
+                    return (publicKey, privateKey)
+                }
+            }
+        }
+    }
+
+    /// Creates an object on the token (`C_CreateObject`).
+    func createObject(_ template: [PKCS11Attribute]) throws -> CK_OBJECT_HANDLE {
+        try lock.withLock { _ in
+            try PKCS11Attribute.withTemplate(template) { t, n in
+                var object: CK_OBJECT_HANDLE = 0
+                let rv = f.C_CreateObject(handle, t, n, &object)
+                guard rv == CKR_OK else { throw PKCS11.error(rv, "C_CreateObject") }
+                return object
+            }
         }
     }
 
     /// Closes every session of the application on this token (test hook: what a removed token
     /// looks like to the open sessions).
     func closeAllSessions() { _ = f.C_CloseAllSessions(slot) }
+}
+
+/// What a token key's session needs to come back (see ``PKCS11Session/sign(key:mechanism:input:maxLength:)``):
+/// the token by serial and label, the key by CKA_ID and label, and a login with the PIN source
+/// the identity was made with (a static one; a PIN callback is not called again).
+final class TokenReconnection: @unchecked Sendable {
+    let tokenLabel: String
+    let serial: String
+    let keyHandle: CK_OBJECT_HANDLE
+    let keyID: [UInt8]
+    let keyLabel: String?
+    let logIn: (PKCS11Session) throws -> Void
+
+    init(tokenLabel: String, serial: String, keyHandle: CK_OBJECT_HANDLE, keyID: [UInt8], keyLabel: String?,
+         logIn: @escaping (PKCS11Session) throws -> Void) {
+        self.tokenLabel = tokenLabel
+        self.serial = serial
+        self.keyHandle = keyHandle
+        self.keyID = keyID
+        self.keyLabel = keyLabel
+        self.logIn = logIn
+    }
 }
 
 /// One attribute of a search template.
@@ -265,6 +421,10 @@ struct PKCS11Attribute {
 
     static func bytes(_ type: CK_ATTRIBUTE_TYPE, _ v: [UInt8]) -> PKCS11Attribute {
         PKCS11Attribute(type: type, value: v)
+    }
+
+    static func bool(_ type: CK_ATTRIBUTE_TYPE, _ v: Bool) -> PKCS11Attribute {
+        PKCS11Attribute(type: type, value: [v ? 1 : 0])
     }
 
     /// Runs `body` with a C template pointing at the attributes' bytes.
@@ -296,6 +456,15 @@ enum PKCS11 {
     /// problems, ``MTLSError/Code/token`` otherwise.
     static func error(_ rv: CK_RV, _ what: String) -> MTLSError {
         MTLSError(code(rv), "\(what): \(text(rv))")
+    }
+
+    /// Return values that say the session, the login or the key is gone (a removed token, a
+    /// module that lost its state, a fork()ed child): a reconnection may bring them back.
+    static func isLostSession(_ rv: CK_RV) -> Bool {
+        [CKR_DEVICE_REMOVED, CKR_SESSION_HANDLE_INVALID, CKR_SESSION_CLOSED, CKR_TOKEN_NOT_PRESENT,
+         CKR_TOKEN_NOT_RECOGNIZED, CKR_OBJECT_HANDLE_INVALID, CKR_KEY_HANDLE_INVALID, CKR_USER_NOT_LOGGED_IN,
+         CKR_CRYPTOKI_NOT_INITIALIZED, CKR_DEVICE_ERROR, CKR_SLOT_ID_INVALID, CKR_GENERAL_ERROR]
+            .map { CK_RV($0) }.contains(rv)
     }
 
     static func code(_ rv: CK_RV) -> MTLSError.Code {

@@ -13,37 +13,92 @@ extension Token {
     /// The module is the one at `modulePath`, else the URI's `module-path`/`module-name`, else
     /// every module registered with p11-kit.
     ///
+    /// PIN safety: the PIN goes only to the token that holds the object (when the URI matches
+    /// several tokens, the one that shows it without a login; when none does, the URI must name
+    /// the token); a static PIN (`pin`, `pin-value`, `pin-source`) the token refused is not sent
+    /// again while it is unchanged; a static PIN is not sent to a token at its final try unless
+    /// `allowFinalTry` (``MTLSError/Code/pinLocked``). The callback is told the token's flags.
+    ///
     /// Errors: ``MTLSError/Code/badURI`` (syntax, or a URI that matches several certificates),
     /// ``MTLSError/Code/tokenNotPresent`` (no token matches), ``MTLSError/Code/notFound``
     /// (no such certificate or key), ``MTLSError/Code/pinRequired``, ``MTLSError/Code/pinIncorrect``,
     /// ``MTLSError/Code/pinLocked``, ``MTLSError/Code/tokenRemoved``, ``MTLSError/Code/token``
     /// (anything else the module reports), ``MTLSError/Code/keyMismatch``.
     public static func identity(uri text: String, modulePath: String? = nil, pin: SecretBytes? = nil,
-                                pinCallback: TokenPINCallback? = nil) throws -> Identity {
+                                pinCallback: TokenPINCallback? = nil, allowFinalTry: Bool = false) throws -> Identity {
+        try identity(uri: text, stored: nil, modulePath: modulePath, pin: pin, pinCallback: pinCallback,
+                     allowFinalTry: allowFinalTry)
+    }
+
+    /// The identity of a token reference held in a store (`mtls store add-token`): the key is
+    /// found on the token by the reference's URI; the certificate is the token's when it has
+    /// one, else the stored certificate; the chain presented after the leaf is built from the
+    /// stored chain and the other certificates on the token. PIN and errors as
+    /// ``identity(uri:modulePath:pin:pinCallback:allowFinalTry:)``.
+    public static func identity(reference: StoreTokenReference, modulePath: String? = nil, pin: SecretBytes? = nil,
+                                pinCallback: TokenPINCallback? = nil, allowFinalTry: Bool = false) throws -> Identity {
+        try identity(uri: reference.uri, stored: reference, modulePath: modulePath, pin: pin, pinCallback: pinCallback,
+                     allowFinalTry: allowFinalTry)
+    }
+
+    /// How the PIN for one lookup is found, and the rules for sending it.
+    struct PINPlan {
+        let pin: SecretBytes?
+        let callback: TokenPINCallback?
+        let uri: PKCS11URI
+        let allowFinalTry: Bool
+    }
+
+    private static func identity(uri text: String, stored: StoreTokenReference?, modulePath: String?, pin: SecretBytes?,
+                                 pinCallback: TokenPINCallback?, allowFinalTry: Bool) throws -> Identity {
         let uri = try PKCS11URI(text)
         let matcher = try P11KitURI(text)
         if let t = uri.type, t != .certificate, t != .privateKey {
             throw MTLSError(.badURI, "an identity URI names a certificate or a private key, not type=\(t.rawValue): \(text)")
         }
-        var tokensSeen: [String] = []
+        let plan = PINPlan(pin: pin, callback: pinCallback, uri: uri, allowFinalTry: allowFinalTry)
+        var candidates: [(session: PKCS11Session, token: TokenInfo, info: CK_TOKEN_INFO)] = []
         for m in try PKCS11Module.candidates(path: modulePath, uri: uri) {
             guard matcher.matches(module: m.moduleInfo()) else { continue }
             for slot in try m.slotsWithToken() {
                 guard let info = try? m.tokenInfo(slot), matcher.matches(token: info),
                       let slotInfo = try? m.slotInfo(slot), matcher.matches(slot: slotInfo),
                       let token = try TokenInfo(module: m, slot: slot, info: info, slotInfo: slotInfo) else { continue }
-                tokensSeen.append(token.label)
-                let session = try PKCS11Session(module: m, slot: slot)
-                if let identity = try identity(on: session, token: token, info: info, uri: uri, pin: pin,
-                                               pinCallback: pinCallback) {
-                    return identity
-                }
+                candidates.append((try PKCS11Session(module: m, slot: slot), token, info))
             }
         }
-        if tokensSeen.isEmpty {
+        if candidates.isEmpty {
             throw MTLSError(.tokenNotPresent, "no token present matches \(describeToken(uri)) (\(text))")
         }
-        throw MTLSError(.notFound, "no certificate matching \(describeObject(uri)) on token \(tokensSeen.map { "\"\($0)\"" }.joined(separator: ", "))")
+        // The PIN goes only to a token that holds the object: with several tokens, the ones that
+        // show it before any login; with one, that one (its objects may be private).
+        var targets = candidates
+        if candidates.count > 1 {
+            targets = try candidates.filter { try holdsVisibly($0.session, uri: uri, stored: stored) }
+            if targets.isEmpty {
+                let names = candidates.map { "\"\($0.token.label)\"" }.joined(separator: ", ")
+                throw MTLSError(.notFound, "none of the tokens \(names) shows \(describeObject(uri)) without a login, and the URI matches all of them: add token= (or serial=) to the URI so that the PIN goes only to the token that holds it")
+            }
+        }
+        for c in targets {
+            if let identity = try identity(on: c.session, token: c.token, info: c.info, uri: uri, plan: plan, stored: stored) {
+                return identity
+            }
+        }
+        throw MTLSError(.notFound, "no certificate matching \(describeObject(uri)) on token \(targets.map { "\"\($0.token.label)\"" }.joined(separator: ", "))")
+    }
+
+    /// Whether the token shows, without a login, an object the URI names (a certificate or a
+    /// key with its `id`/`object`; any certificate or key when it names none).
+    static func holdsVisibly(_ session: PKCS11Session, uri: PKCS11URI, stored: StoreTokenReference?) throws -> Bool {
+        var template: [PKCS11Attribute] = []
+        if let id = uri.id { template.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_ID), id)) }
+        if let label = uri.object { template.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_LABEL), Array(label.utf8))) }
+        if !template.isEmpty { return try !session.findObjects(template, limit: 1).isEmpty }
+        for cls in [CKO_CERTIFICATE, CKO_PRIVATE_KEY, CKO_PUBLIC_KEY] {
+            if try !session.findObjects([.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(cls))], limit: 1).isEmpty { return true }
+        }
+        return false
     }
 
     /// An X.509 certificate object on a token, with the attributes that select it.
@@ -75,13 +130,13 @@ extension Token {
 
     /// The identity on one token, or nil when the token has no matching certificate.
     private static func identity(on session: PKCS11Session, token: TokenInfo, info: CK_TOKEN_INFO, uri: PKCS11URI,
-                                 pin: SecretBytes?, pinCallback: TokenPINCallback?) throws -> Identity? {
+                                 plan: PINPlan, stored: StoreTokenReference?) throws -> Identity? {
         // Certificates are usually public objects; log in first only when the certificate is not
         // visible without it, or for the key.
         var loggedIn = false
         func logIn() throws {
             guard !loggedIn, token.loginRequired else { return }
-            try login(session: session, token: token, uri: uri, pin: pin, pinCallback: pinCallback)
+            try login(session: session, token: token, plan: plan)
             loggedIn = true
         }
         func selected(_ all: [TokenCertificate]) -> [TokenCertificate] {
@@ -105,6 +160,11 @@ extension Token {
             if keys.count == 1, let keyID = try session.attribute(keys[0], CK_ATTRIBUTE_TYPE(CKA_ID)), !keyID.isEmpty {
                 certs = all.filter { $0.id == keyID }
             }
+        }
+        if certs.isEmpty, let stored {
+            // A key with no certificate object on the token: the stored certificate is its leaf.
+            return try storedIdentity(on: session, token: token, info: info, uri: uri, stored: stored, others: all,
+                                      plan: plan, logIn: logIn)
         }
         if certs.isEmpty { return nil }
         guard certs.count == 1 else {
@@ -140,12 +200,14 @@ extension Token {
         }
         try checkKeyType(keyAttributes[CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)], certificateKey: publicKey, leaf: leaf)
         let context = TokenKeyContext(session: session, key: key, uri: keyURI)
+        reconnect(session, token: token, key: key, id: id, label: keyLabel, plan: plan)
         let pkey = try TokenKey.make(publicKey: publicKey, context: context)
         let privateKey = PrivateKey(takingOwnership: pkey, tokenURI: keyURI)
 
         // Other certificates on the token (a CA chain stored with the key) help build the chain:
-        // those whose subject is an issuer on the leaf's path, and any whose names are unknown.
-        var others: [Certificate] = []
+        // those whose subject is an issuer on the leaf's path, and any whose names are unknown;
+        // a stored reference adds its stored chain.
+        var others: [Certificate] = stored?.chain ?? []
         var remaining = all.filter { $0.handle != chosen.handle }
         func parse(_ c: TokenCertificate) { if let der = c.der, let cert = try? Certificate(der: der) { others.append(cert) } }
         remaining.removeAll { c in
@@ -164,7 +226,7 @@ extension Token {
     }
 
     /// The token key must be the same kind as the certificate's (RSA, EC).
-    private static func checkKeyType(_ value: [UInt8]?, certificateKey: OpaquePointer, leaf: Certificate) throws {
+    static func checkKeyType(_ value: [UInt8]?, certificateKey: OpaquePointer, leaf: Certificate) throws {
         guard let value, value.count == MemoryLayout<CK_ULONG>.size else { return }
         let kt = value.withUnsafeBytes { $0.loadUnaligned(as: CK_ULONG.self) }
         let expected: CK_ULONG
@@ -178,31 +240,106 @@ extension Token {
         }
     }
 
-    /// Logs in with the first PIN available (see ``identity(uri:modulePath:pin:pinCallback:)``).
-    private static func login(session: PKCS11Session, token: TokenInfo, uri: PKCS11URI, pin: SecretBytes?,
-                              pinCallback: TokenPINCallback?) throws {
+    /// Logs in with the first PIN available (see ``identity(uri:modulePath:pin:pinCallback:allowFinalTry:)``),
+    /// under ``TokenLogin``'s rules.
+    static func login(session: PKCS11Session, token known: TokenInfo, plan: PINPlan) throws {
+        let token = TokenLogin.freshInfo(session, fallback: known)
         if token.userPINLocked {
             throw MTLSError(.pinLocked, "the user PIN of token \"\(token.label)\" is locked")
         }
-        var chosen = pin
-        if chosen == nil, let pinCallback {
-            chosen = try pinCallback(TokenPINRequest(tokenLabel: token.label, tokenURI: token.uri,
-                                                     countLow: token.userPINCountLow, finalTry: token.userPINFinalTry))
+        var chosen = plan.pin
+        var origin = PINOrigin.given
+        if chosen == nil, let callback = plan.callback {
+            origin = .callback
+            chosen = try callback(TokenPINRequest(tokenLabel: token.label, tokenURI: token.uri,
+                                                  countLow: token.userPINCountLow, finalTry: token.userPINFinalTry,
+                                                  token: token))
             if chosen == nil { throw MTLSError(.pinRequired, "no PIN was given for token \"\(token.label)\"") }
         }
-        if chosen == nil, let v = uri.pinValue { chosen = SecretBytes(v) }
-        if chosen == nil, let source = uri.pinSource { chosen = try readPINSource(source) }
+        if chosen == nil, let v = plan.uri.pinValue { chosen = SecretBytes(v); origin = .uriValue }
+        if chosen == nil, let source = plan.uri.pinSource { chosen = try readPINSource(source); origin = .uriSource(source) }
         if chosen == nil && !token.protectedAuthenticationPath {
             throw MTLSError(.pinRequired, "token \"\(token.label)\" needs a PIN (give one, a PIN callback, or pin-value/pin-source in the URI)")
         }
-        do {
-            try session.login(pin: chosen)
-        } catch let e as MTLSError {
-            switch e.code {
-            case .pinIncorrect: throw MTLSError(.pinIncorrect, "wrong PIN for token \"\(token.label)\": \(e.message)")
-            case .pinLocked: throw MTLSError(.pinLocked, "the user PIN of token \"\(token.label)\" is locked: \(e.message)")
-            default: throw e
-            }
+        try TokenLogin.logIn(session: session, token: token, pin: chosen, origin: origin, allowFinalTry: plan.allowFinalTry)
+    }
+
+    /// The identity of a stored reference whose key has no certificate object on the token: the
+    /// key the URI names (by `id`/`object`; the only private key when it names neither), with
+    /// the stored certificate as its leaf, proved to belong together by a signature.
+    private static func storedIdentity(on session: PKCS11Session, token: TokenInfo, info: CK_TOKEN_INFO, uri: PKCS11URI,
+                                       stored: StoreTokenReference, others: [TokenCertificate], plan: PINPlan,
+                                       logIn: () throws -> Void) throws -> Identity? {
+        try logIn()
+        var selector: [PKCS11Attribute] = [.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(CKO_PRIVATE_KEY))]
+        if let id = uri.id { selector.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_ID), id)) }
+        if let label = uri.object { selector.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_LABEL), Array(label.utf8))) }
+        let keys = try session.findObjects(selector, limit: 2)
+        guard let key = keys.first else { return nil }
+        guard keys.count == 1 else {
+            throw MTLSError(.badURI, "\(uri.text) matches several private keys on token \"\(token.label)\"; add id= or object= to choose one")
+        }
+        let leaf = stored.certificate
+        let attributes = try session.attributes(key, [CK_ATTRIBUTE_TYPE(CKA_LABEL), CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE),
+                                                      CK_ATTRIBUTE_TYPE(CKA_ID)], guess: 256)
+        let keyLabel = attributes[CK_ATTRIBUTE_TYPE(CKA_LABEL)].map { String(decoding: $0, as: UTF8.self) }
+        let id = attributes[CK_ATTRIBUTE_TYPE(CKA_ID)] ?? []
+        let keyURI = try P11KitURI.format(token: info, label: keyLabel, id: id.isEmpty ? nil : id,
+                                          cls: CK_OBJECT_CLASS(CKO_PRIVATE_KEY))
+        guard let publicKey = X509_get0_pubkey(leaf.x509) else {
+            throw MTLSError.openSSL(.parse, "cannot read the public key of \"\(leaf.subjectSummary)\"")
+        }
+        try checkKeyType(attributes[CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)], certificateKey: publicKey, leaf: leaf)
+        let context = TokenKeyContext(session: session, key: key, uri: keyURI)
+        reconnect(session, token: token, key: key, id: id, label: keyLabel, plan: plan)
+        let pkey = try TokenKey.make(publicKey: publicKey, context: context)
+        let privateKey = PrivateKey(takingOwnership: pkey, tokenURI: keyURI)
+        // The key's public half is the certificate's by construction; only a signature shows the
+        // token key is the certificate's key.
+        try proveKey(privateKey, belongsTo: leaf, tokenLabel: token.label)
+        let tokenCertificates = others.compactMap { c in c.der.flatMap { try? Certificate(der: $0) } }
+        return try Identity(privateKey: privateKey, leaf: leaf, certificates: stored.chain + tokenCertificates,
+                            friendlyName: keyLabel, localKeyID: id.isEmpty ? nil : id)
+    }
+
+    /// Lets the key's session come back after the token was removed and reinserted, or in a
+    /// fork()ed child: the same token, the key by its id and label, a login with the static PIN
+    /// source the identity was made with (a callback is not called again: it may be gone).
+    static func reconnect(_ session: PKCS11Session, token: TokenInfo, key: CK_OBJECT_HANDLE, id: [UInt8], label: String?,
+                          plan: PINPlan) {
+        let staticPlan = PINPlan(pin: plan.pin, callback: nil, uri: plan.uri, allowFinalTry: plan.allowFinalTry)
+        session.reconnection = TokenReconnection(tokenLabel: token.label, serial: token.serial, keyHandle: key, keyID: id,
+                                                 keyLabel: id.isEmpty ? label : nil) { s in
+            guard token.loginRequired else { return }
+            try login(session: s, token: token, plan: staticPlan)
+        }
+    }
+
+    /// Signs a random message with the token key and verifies it with the certificate's public
+    /// key: ``MTLSError/Code/keyMismatch`` when the key is another.
+    static func proveKey(_ key: PrivateKey, belongsTo leaf: Certificate, tokenLabel: String) throws {
+        guard let publicKey = X509_get0_pubkey(leaf.x509) else {
+            throw MTLSError.openSSL(.parse, "cannot read the public key of \"\(leaf.subjectSummary)\"")
+        }
+        var message = [UInt8](repeating: 0, count: 32)
+        _ = RAND_bytes(&message, 32)
+        let digest = EVP_PKEY_get_base_id(publicKey) == EVP_PKEY_ED25519 ? nil : EVP_sha256()
+        guard let signing = EVP_MD_CTX_new() else { throw MTLSError(.noMemory, "EVP_MD_CTX_new failed") }
+        defer { EVP_MD_CTX_free(signing) }
+        var signature = [UInt8](repeating: 0, count: 1024)
+        var length = signature.count
+        OpenSSLErrorQueue.clear()
+        guard EVP_DigestSignInit(signing, nil, digest, nil, key.pkey) == 1,
+              EVP_DigestSign(signing, &signature, &length, message, message.count) == 1 else {
+            if let failure = TokenKey.takeFailure() { throw failure }
+            throw MTLSError.openSSL(.token, "the key on token \"\(tokenLabel)\" cannot sign")
+        }
+        guard let verifying = EVP_MD_CTX_new() else { throw MTLSError(.noMemory, "EVP_MD_CTX_new failed") }
+        defer { EVP_MD_CTX_free(verifying) }
+        guard EVP_DigestVerifyInit(verifying, nil, digest, nil, publicKey) == 1,
+              EVP_DigestVerify(verifying, signature, length, message, message.count) == 1 else {
+            OpenSSLErrorQueue.clear()
+            throw MTLSError(.keyMismatch, "the key on token \"\(tokenLabel)\" is not the key of the certificate \"\(leaf.subjectSummary)\"")
         }
     }
 
@@ -220,7 +357,7 @@ extension Token {
         return SecretBytes(Array(bytes[0..<end]))
     }
 
-    private static func describeToken(_ uri: PKCS11URI) -> String {
+    static func describeToken(_ uri: PKCS11URI) -> String {
         var parts: [String] = []
         if let t = uri.token { parts.append("token=\"\(t)\"") }
         if let s = uri.serial { parts.append("serial=\(s)") }
@@ -229,7 +366,7 @@ extension Token {
         return parts.isEmpty ? "the URI" : parts.joined(separator: " ")
     }
 
-    private static func describeObject(_ uri: PKCS11URI) -> String {
+    static func describeObject(_ uri: PKCS11URI) -> String {
         var parts: [String] = []
         if let o = uri.object { parts.append("object=\"\(o)\"") }
         if let id = uri.id { parts.append("id=\(Encoding.hex(id))") }

@@ -2,7 +2,7 @@ internal import COpenSSL
 internal import CP11Kit
 import FoundationEssentials
 
-/// Identities whose private key stays on a PKCS#11 token (see ``Token/identity(uri:modulePath:pin:pinCallback:)``);
+/// Identities whose private key stays on a PKCS#11 token (see ``Token/identity(uri:modulePath:pin:pinCallback:allowFinalTry:)``);
 /// ``PKCS11Modules`` lists tokens and their objects.
 public enum Token {}
 
@@ -18,4 +18,7 @@ public struct TokenPINRequest: Sendable {
     /// The token says some wrong PINs were entered, or that the next wrong one locks it.
     public let countLow: Bool
     public let finalTry: Bool
+    /// The token as it is at the time of asking, with all its flags (locked, login required,
+    /// PIN pad, PIN initialised...).
+    public let token: TokenInfo
 }

@@ -50,6 +50,10 @@ fn("mtls_issued_key_pem", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, c_void
 fn("mtls_issued_export_p12", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, c_void_pp, c_size_p)
 # int mtls_issued_identity(const mtls_issued *issued, mtls_identity **out)
 fn("mtls_issued_identity", ctypes.c_int, ctypes.c_void_p, c_void_pp)
+# int mtls_pki_sign_csr(const mtls_issued *issuer, int profile, const uint8_t *csr, size_t csr_len,
+#                       const char *name, const mtls_issue_options *opts, mtls_cert **out)
+fn("mtls_pki_sign_csr", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
+   ctypes.c_char_p, ctypes.c_void_p, c_void_pp)
 # int mtls_pki_crl(const mtls_issued *ca, const char *const *revoked_serials, size_t count,
 #                  uint64_t number, int validity_days, int64_t now, uint8_t **der, size_t *der_len)
 fn("mtls_pki_crl", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
@@ -111,6 +115,19 @@ class IssuedCertificate(_Handle):
 
     def issue_client(self, name, key_type=None, days=None, now=None):
         return self._issue(PROFILE_CLIENT, name, key_type=key_type, days=days, now=now)
+
+    def sign_csr(self, csr, profile="client", name=None, dns=(), ips=(), days=None, now=None) -> Certificate:
+        """Signs a certificate signing request (PEM str/bytes or DER bytes) as a "client" or
+        "server" certificate (the profiles of issue_client/issue_server; the key stays with its
+        owner, e.g. on a token). The CSR's self-signature must verify. `name`: the CN (None: the
+        CSR's)."""
+        data = csr.encode() if isinstance(csr, str) else bytes(csr)
+        value = {"client": PROFILE_CLIENT, "server": PROFILE_SERVER}.get(profile)
+        if value is None:
+            raise ValueError('profile must be "client" or "server"')
+        options = _options(days=days, now=now, dns=list(dns), ips=list(ips))
+        return Certificate(out_handle(lib.mtls_pki_sign_csr, self._h, value, data, len(data), utf8(name),
+                                      ctypes.byref(options)))
 
     @property
     def certificate(self) -> Certificate:

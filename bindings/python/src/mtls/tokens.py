@@ -66,6 +66,14 @@ fn("mtls_identity_from_pkcs11", ctypes.c_int, ctypes.c_char_p, PIN_CB, ctypes.c_
 # int mtls_identity_token_uri(const mtls_identity *identity, char **out)
 fn("mtls_identity_token_uri", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 
+# int mtls_token_keygen(const char *uri, const char *key_type, mtls_pin_cb pin_cb, void *userdata, char **key_uri)
+fn("mtls_token_keygen", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, PIN_CB, ctypes.c_void_p, c_void_pp)
+# int mtls_token_csr(const char *uri, const char *subject, mtls_pin_cb pin_cb, void *userdata, char **csr_pem)
+fn("mtls_token_csr", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, PIN_CB, ctypes.c_void_p, c_void_pp)
+# int mtls_token_import_cert(const char *uri, const mtls_cert *cert, mtls_pin_cb pin_cb, void *userdata,
+#                            char **cert_uri)
+fn("mtls_token_import_cert", ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, PIN_CB, ctypes.c_void_p, c_void_pp)
+
 #: mtls_token_flags bits (also the `flags` a PIN callback gets)
 TOKEN_LOGIN_REQUIRED, TOKEN_PIN_LOCKED, TOKEN_PIN_COUNT_LOW, TOKEN_PIN_FINAL_TRY = 0x01, 0x02, 0x04, 0x08
 TOKEN_PROTECTED_AUTH_PATH, TOKEN_USER_PIN_INITIALIZED = 0x10, 0x20
@@ -200,10 +208,63 @@ def identity_from_pkcs11(uri: str, pin: PinSource = None) -> Identity:
     return Identity(out.value)
 
 
+def _with_pin(pin, call):
+    """Runs call(callback) with a PIN callback made from `pin` (as identity_from_pkcs11 takes
+    it); re-raises what the callable raised."""
+    raised = []
+
+    def answer(_userdata, label, token_uri, flags, buf, size):
+        try:
+            value = pin(label.decode(), token_uri.decode(), flags) if callable(pin) else pin
+            if value is None:
+                return 1
+            value = utf8(value)
+            if len(value) >= size:
+                raise ValueError("PIN too long")
+            ctypes.memmove(buf, value, len(value))
+            buf[len(value)] = b"\0"
+            return 0
+        except BaseException as e:  # re-raised after the C call returns
+            raised.append(e)
+            return 1
+
+    callback = PIN_CB(answer) if pin is not None else PIN_CB()
+    try:
+        result = call(callback)
+    except Exception:
+        if raised:
+            raise raised[0]
+        raise
+    if raised:
+        raise raised[0]
+    return result
+
+
+#: key types for generate_key
+TOKEN_KEY_TYPES = ("ec-p256", "ec-p384", "rsa2048", "rsa3072", "ed25519")
+
+
+def generate_key(uri, key_type="ec-p256", pin=None) -> str:
+    """Generates a key pair on the token the URI names (object=LABEL and/or id=%XX): sensitive,
+    never extractable. Returns the private key's pkcs11: URI. `pin` as for identity_from_pkcs11."""
+    return _with_pin(pin, lambda cb: out_string(lib.mtls_token_keygen, utf8(uri), utf8(key_type), cb, None))
+
+
+def make_csr(uri, subject, pin=None) -> str:
+    """A PEM certificate signing request for the token key the URI names, signed on the token."""
+    return _with_pin(pin, lambda cb: out_string(lib.mtls_token_csr, utf8(uri), utf8(subject), cb, None))
+
+
+def import_certificate(uri, certificate, pin=None) -> str:
+    """Writes `certificate` (a Certificate) onto the token beside the key the URI names (same
+    CKA_ID). Returns the certificate object's pkcs11: URI."""
+    return _with_pin(pin, lambda cb: out_string(lib.mtls_token_import_cert, utf8(uri), certificate._h, cb, None))
+
+
 def identity_token_uri(identity: Identity) -> Optional[str]:
     """The pkcs11: URI of the identity's private key when it lives on a token, else None."""
     return out_string(lib.mtls_identity_token_uri, identity._h)
 
 
 __all__ = ["Token", "TokenObject", "list_tokens", "token_objects", "identity_from_pkcs11",
-           "identity_token_uri", "PinRequired"]
+           "identity_token_uri", "PinRequired", "generate_key", "make_csr", "import_certificate", "TOKEN_KEY_TYPES"]

@@ -12,7 +12,7 @@ struct TokenCommand: ParsableCommand {
         (pkcs11.conf(5)). Each token and object is shown with its RFC 7512
         pkcs11: URI, usable as --identity.
         """,
-        subcommands: [List.self, Objects.self])
+        subcommands: [List.self, Objects.self, Keygen.self, CSR.self, ImportCert.self])
 
     struct ModuleOptions: ParsableArguments {
         @Option(help: "A PKCS#11 module file (e.g. /usr/lib/softhsm/libsofthsm2.so) instead of p11-kit's registered modules.")
@@ -88,5 +88,83 @@ struct TokenCommand: ParsableCommand {
             "user_pin_final_try": t.userPINFinalTry, "protected_authentication_path": t.protectedAuthenticationPath,
             "uri": t.uri,
         ]
+    }
+}
+
+/// `mtls token keygen | csr | import-cert`: enrolling a key made on the token.
+extension TokenCommand {
+    /// The options every enrollment command takes.
+    struct EnrollOptions: ParsableArguments {
+        @Option(help: "File with the token's user PIN (first line).") var pinFile: String?
+        @Option(help: "A PKCS#11 module file instead of p11-kit's registered modules.") var module: String?
+        @Flag(help: "Send the PIN file's PIN even when the token says the next wrong PIN locks it.") var allowFinalTry = false
+        @Flag(help: "Machine-readable output.") var json = false
+
+        func pin() throws -> SecretBytes? { try pinFile.map(CLI.readSecretFile) }
+    }
+
+    struct Keygen: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Generate a key pair on the token: sensitive, never extractable; CKA_ID and label from the URI's id= and object=.")
+        @Argument(help: "pkcs11: URI naming the token and the new key (object=LABEL and/or id=%XX...).") var uri: String
+        @Option(help: "ec-p256, ec-p384, rsa2048, rsa3072 or ed25519.") var type: String = "ec-p256"
+        @OptionGroup var options: EnrollOptions
+
+        func run() throws {
+            try CLI.reporting(json: options.json) {
+                guard let keyType = TokenKeyType(rawValue: type) else {
+                    throw MTLSError(.invalidArgument, "unknown key type \"\(type)\" (use \(TokenKeyType.allCases.map(\.rawValue).joined(separator: ", ")))")
+                }
+                let keyURI = try Token.generateKey(uri: uri, type: keyType, modulePath: options.module, pin: try options.pin(),
+                                                   allowFinalTry: options.allowFinalTry)
+                if options.json { CLI.printJSON(["key_uri": keyURI, "type": keyType.rawValue]) } else { print("generated \(keyType.rawValue) key \(keyURI)") }
+            }
+        }
+    }
+
+    struct CSR: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "csr", abstract: "Make a certificate signing request signed by a token key (the signature is made on the token).")
+        @Argument(help: "pkcs11: URI of the key.") var uri: String
+        @Option(help: "The subject, e.g. \"CN=alice\" or \"CN=alice,O=Example\".") var subject: String
+        @Option(help: "Where to write the CSR (PEM); default: standard output.") var out: String?
+        @OptionGroup var options: EnrollOptions
+
+        func run() throws {
+            try CLI.reporting(json: options.json) {
+                let csr = try Token.makeCSR(uri: uri, subject: subject, modulePath: options.module, pin: try options.pin(),
+                                            allowFinalTry: options.allowFinalTry)
+                if let out {
+                    if FileManager.default.fileExists(atPath: out) { throw MTLSError(.duplicate, "\(out) already exists") }
+                    try FileIO.writeAtomically(out, Array(csr.pem.utf8), mode: 0o644)
+                }
+                if options.json {
+                    CLI.printJSON(["csr": out ?? csr.pem, "subject_cn": csr.commonName as Any? ?? NSNull(),
+                                   "key_type": csr.keyType?.shortName as Any? ?? NSNull()])
+                } else if out == nil {
+                    print(csr.pem, terminator: "")
+                } else {
+                    print("wrote \(out!) for \(subject)")
+                }
+            }
+        }
+    }
+
+    struct ImportCert: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "import-cert", abstract: "Write a certificate onto the token beside its key (same CKA_ID).")
+        @Argument(help: "pkcs11: URI of the key the certificate is for.") var uri: String
+        @Option(help: "The certificate (PEM or DER; the first one is written).") var cert: String
+        @OptionGroup var options: EnrollOptions
+
+        func run() throws {
+            try CLI.reporting(json: options.json) {
+                let certificates = try Certificate.load(path: cert)
+                guard let leaf = certificates.first else { throw MTLSError(.parse, "\(cert) holds no certificate") }
+                let certURI = try Token.importCertificate(leaf, uri: uri, modulePath: options.module, pin: try options.pin(),
+                                                          allowFinalTry: options.allowFinalTry)
+                if options.json { CLI.printJSON(["cert_uri": certURI, "subject": leaf.subject]) } else { print("wrote \(leaf.subjectSummary) as \(certURI)") }
+            }
+        }
     }
 }

@@ -8,6 +8,7 @@ struct IdentityOptions: ParsableArguments {
     @Option(help: "The identity to present: a store label, a FILE.p12, or a pkcs11: URI (with --pin-file).") var identity: String?
     @Option(help: "File with the .p12 password (first line).") var passwordFile: String?
     @Option(help: "File with the token PIN (first line).") var pinFile: String?
+    @Flag(help: "Send the PIN file's PIN even when the token says the next wrong PIN locks it.") var allowFinalTry = false
     @Option(help: "Certificate PEM file (leaf first, then its chain), with --key.") var cert: String?
     @Option(help: "Private key PEM file, with --cert (encrypted keys use --password-file).") var key: String?
     @Option(help: "The credential store (default $MTLS_STORE); must exist. Without --identity, a client chooses among its identities and token identities.") var store: String?
@@ -15,17 +16,28 @@ struct IdentityOptions: ParsableArguments {
 
     func openStore() throws -> CredentialStore? { try Self.openExistingStore(path: store, secretFile: secretFile) }
 
-    /// The store at `path` (default `MTLS_STORE`), or nil when none is given. Reading only: a
-    /// wrong path is an error, never a new empty store.
+    /// The store at `path`, else at the default location (``CredentialStore/defaultPath(environment:)``),
+    /// or nil when none is given and none is at the default location. Reading only: a wrong
+    /// path is an error, never a new empty store.
     static func openExistingStore(path: String?, secretFile: String?) throws -> CredentialStore? {
         let env = ProcessInfo.processInfo.environment
-        guard let path = path ?? env["MTLS_STORE"] else { return nil }
-        guard let secretPath = secretFile ?? env["MTLS_STORE_SECRET_FILE"] else {
+        let secretPath = secretFile ?? CredentialStore.defaultSecretFile(environment: env)
+        let named = path ?? env["MTLS_STORE"].flatMap { $0.isEmpty ? nil : $0 }
+        let storePath: String
+        if let named {
+            storePath = named
+        } else {
+            // The default location counts only when it holds a store and a secret is set.
+            let fallback = CredentialStore.defaultPath(environment: env)
+            guard secretPath != nil, FileManager.default.fileExists(atPath: fallback) else { return nil }
+            storePath = fallback
+        }
+        guard let secretPath else {
             throw ValidationError("--store needs --secret-file (or MTLS_STORE_SECRET_FILE)")
         }
         var options = CredentialStore.Options()
         options.create = false
-        return try CredentialStore(path: path, secret: try StoreSecret.load(path: secretPath), options: options)
+        return try CredentialStore(path: storePath, secret: try StoreSecret.load(path: secretPath), options: options)
     }
 
     /// The identity for a client: explicit, or automatic among the store's identities.
@@ -39,30 +51,10 @@ struct IdentityOptions: ParsableArguments {
     }
 
     func explicitIdentity() throws -> Identity? {
-        let password = try passwordFile.map(CLI.readSecretFile)
-        if let cert, let key {
-            return try Identity(certificatePath: cert, keyPath: key, password: password)
-        }
-        if cert != nil || key != nil { throw ValidationError("--cert and --key go together") }
-        guard let identity else { return nil }
-        if PKCS11URI.isPKCS11URI(identity) {
-            // The key stays on the token; the PIN comes from --pin-file or the URI (pin-value/pin-source).
-            return try Token.identity(uri: identity, pin: try pinFile.map(CLI.readSecretFile))
-        }
-        let lower = identity.lowercased()
-        if lower.hasSuffix(".p12") || lower.hasSuffix(".pfx") || FileManager.default.fileExists(atPath: identity) {
-            return try PKCS12.load(path: identity, password: password).requireIdentity()
-        }
-        guard let store = try openStore() else {
-            throw ValidationError("\(identity) is not a file; a store label needs --store and --secret-file")
-        }
-        do {
-            return try store.identity(label: identity)
-        } catch let e as MTLSError where e.code == .notFound {
-            // A token identity stored under the label (`mtls store add-token`).
-            guard let reference = try? store.tokenIdentity(label: identity) else { throw e }
-            return try Token.identity(uri: reference.uri, pin: try pinFile.map(CLI.readSecretFile))
-        }
+        if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
+        guard let name = cert ?? identity else { return nil }
+        return try Identity.resolve(name, keyPath: key, password: try passwordFile.map(CLI.readSecretFile),
+                                    pin: try pinFile.map(CLI.readSecretFile), allowFinalTry: allowFinalTry, openStore: openStore)
     }
 }
 
@@ -186,7 +178,8 @@ struct ConnectCommand: ParsableCommand {
 
     func run() throws {
         var out: [String: Any] = ["connected": false, "tls_version": NSNull(), "alpn": NSNull(), "peer_chain": [String](),
-                                  "evaluation": NSNull(), "error": NSNull(), "response": NSNull()]
+                                  "evaluation": NSNull(), "error": NSNull(), "error_code": NSNull(), "side": NSNull(),
+                                  "response": NSNull()]
         var conn: TLSConnection?
         var failure: Error?
         do {
@@ -221,6 +214,8 @@ struct ConnectCommand: ParsableCommand {
         } catch {
             failure = error
             out["error"] = (error as? MTLSError)?.message ?? "\(error)"
+            out["error_code"] = (error as? MTLSError)?.code.name ?? MTLSError.Code.invalidArgument.name
+            out["side"] = Self.failingSide(error, conn).rawValue
         }
         if let c = conn {
             out["peer_chain"] = c.peerChain.map(\.sha256Hex)
@@ -239,6 +234,16 @@ struct ConnectCommand: ParsableCommand {
             if !json { throw CLI.fail(failure) }
             throw ExitCode(1)
         }
+    }
+
+    /// Who failed or refused: the connection knows for handshake and I/O errors; before there
+    /// is one, a server that cannot be reached is the server's side, anything else (options,
+    /// identity, policy, name resolution) ours.
+    static func failingSide(_ error: Error, _ conn: TLSConnection?) -> TLSSide {
+        if let side = conn?.failureSide { return side }
+        guard let e = error as? MTLSError else { return .client }
+        if (e.code == .connect && !e.message.hasPrefix("cannot resolve")) || e.code == .timeout { return .server }
+        return .client
     }
 
     /// Reads until the peer closes or stays quiet for `idle` seconds after the last data.

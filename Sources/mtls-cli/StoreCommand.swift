@@ -33,19 +33,12 @@ struct StoreCommand: ParsableCommand {
         @Option(name: .customLong("kdf-log-n"), help: ArgumentHelp("scrypt cost of a new store, for tests only.", visibility: .hidden))
         var kdfLogN: Int?
 
-        var path: String {
-            if let store { return store }
-            let env = ProcessInfo.processInfo.environment
-            if let s = env["MTLS_STORE"], !s.isEmpty { return s }
-            let data = env["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 }
-                ?? ((env["HOME"] ?? NSHomeDirectory()) + "/.local/share")
-            return data + "/mtls/store.db"
-        }
+        var path: String { store ?? CredentialStore.defaultPath() }
 
         /// Opens the store. Only commands that add items pass `create`: a command that reads a
         /// store whose path is wrong must say so, not make an empty one there.
         func open(create: Bool = false) throws -> CredentialStore {
-            guard let file = secretFile ?? ProcessInfo.processInfo.environment["MTLS_STORE_SECRET_FILE"].flatMap({ $0.isEmpty ? nil : $0 }) else {
+            guard let file = secretFile ?? CredentialStore.defaultSecretFile() else {
                 throw MTLSError(.invalidArgument, "the store secret is needed: pass --secret-file F or set MTLS_STORE_SECRET_FILE")
             }
             var options = CredentialStore.Options()

@@ -18,7 +18,7 @@ struct PKICommand: ParsableCommand {
         Private keys are written 0600, encrypted (PKCS#8, AES-256) with
         --key-password-file; the same file unlocks the CA keys later.
         """,
-        subcommands: [Init.self, Intermediate.self, Issue.self, Revoke.self, CRL.self, List.self])
+        subcommands: [Init.self, Intermediate.self, Issue.self, Sign.self, Revoke.self, CRL.self, List.self])
 
     /// Options every pki command takes.
     struct Common: ParsableArguments {
@@ -170,6 +170,70 @@ struct PKICommand: ParsableCommand {
         }
     }
 
+    /// `mtls pki sign server|client --ca NAME --csr FILE --out FILE`: a certificate for a key
+    /// kept elsewhere (a token), from its certificate signing request.
+    struct Sign: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Sign a certificate signing request (the key stays where it is, e.g. on a token).",
+            subcommands: [Server.self, Client.self])
+
+        struct SignOptions: ParsableArguments {
+            @Option(help: "The issuing intermediate's name.") var ca: String
+            @Option(help: "The certificate signing request (PEM or DER); its self-signature must verify.") var csr: String
+            @Option(help: "Where to write the certificate (PEM; then its chain up to the root).") var out: String
+            @Option(help: "Validity in days (default 3 years, never past the intermediate's).") var days: Int?
+            @Option(help: "The certificate's name (CN); default: the CSR's CN.") var name: String?
+        }
+
+        static func run(_ profile: CertificateProfile, dns: [String], ip: [String], common: Common, options: SignOptions) throws {
+            try CLI.reporting(json: common.json) {
+                if FileManager.default.fileExists(atPath: options.out) { throw MTLSError(.duplicate, "\(options.out) already exists") }
+                let csr = try CertificateSigningRequest(path: options.csr)
+                guard let cn = options.name ?? csr.commonName ?? dns.first ?? ip.first else {
+                    throw MTLSError(.invalidArgument, "the CSR has no CN: give --name")
+                }
+                let request = CertificateRequest(profile: profile, commonName: cn, dnsNames: dns, ipAddresses: ip,
+                                                 validityDays: options.days)
+                let pki = PKIDirectory(path: common.dir)
+                let (leaf, chain) = try pki.sign(csr, request: request, caName: options.ca, keyPassword: try common.keyPassword())
+                try FileIO.writeAtomically(options.out, Array(([leaf] + chain).map(\.pem).joined().utf8), mode: 0o644)
+                if common.json {
+                    CLI.printJSON(["kind": profile.rawValue, "subject": leaf.subject, "name": leaf.subjectSummary, "issuer": leaf.issuer,
+                                   "ca": options.ca, "serial": leaf.serialHex, "key_type": leaf.keyType.shortName,
+                                   "not_after": CLI.rfc3339(leaf.notAfter), "sans": leaf.subjectAltNames.map(\.description),
+                                   "sha256": leaf.sha256Hex, "spki_pin": leaf.spkiPin, "cert": options.out])
+                } else {
+                    print("\(PKIOutput.ok)Signed \(profile.rawValue) certificate \"\(leaf.subjectSummary)\" from \"\(options.ca)\" (\(leaf.keyType.shortName) key from \(options.csr))")
+                    print("  certificate: \(options.out) (with its chain)")
+                    print("  valid until: \(CLI.rfc3339(leaf.notAfter))")
+                    print("  SHA-256:     \(leaf.sha256Hex)")
+                }
+            }
+        }
+
+        struct Server: ParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Sign a CSR as a server certificate (serverAuth, DNS and IP names).")
+            @OptionGroup var common: Common
+            @OptionGroup var options: SignOptions
+            @Option(parsing: .singleValue, help: "A DNS name for the certificate (repeat for more).") var dns: [String] = []
+            @Option(parsing: .singleValue, help: "An IP address for the certificate (repeat for more).") var ip: [String] = []
+
+            func validate() throws {
+                if dns.isEmpty && ip.isEmpty { throw ValidationError("give at least one --dns NAME or --ip ADDRESS") }
+            }
+
+            func run() throws { try Sign.run(.server, dns: dns, ip: ip, common: common, options: options) }
+        }
+
+        struct Client: ParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Sign a CSR as a client certificate (clientAuth).")
+            @OptionGroup var common: Common
+            @OptionGroup var options: SignOptions
+
+            func run() throws { try Sign.run(.client, dns: [], ip: [], common: common, options: options) }
+        }
+    }
+
     struct Revoke: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Revoke a certificate an intermediate issued, and write its new CRL.")
@@ -178,7 +242,7 @@ struct PKICommand: ParsableCommand {
         @Option(help: "The name the certificate was issued under.") var name: String?
         @Option(help: "The certificate file to revoke.") var cert: String?
         @Option(help: "Reason: \(Revocation.Reason.allCases.map(\.name).joined(separator: ", ")).") var reason: String?
-        @Option(help: "Days until the CRL's nextUpdate.") var crlDays = 30
+        @Option(help: "Days until the CRL's nextUpdate.") var crlDays = CertificateAuthority.defaultCRLValidityDays
 
         func validate() throws {
             if (name == nil) == (cert == nil) { throw ValidationError("give exactly one of --name or --cert") }
@@ -250,7 +314,7 @@ struct PKICommand: ParsableCommand {
             commandName: "crl", abstract: "Write a fresh CRL for an intermediate (ca/<ca>/crl.pem).")
         @OptionGroup var common: Common
         @Option(help: "The intermediate's name.") var ca: String
-        @Option(help: "Days until the CRL's nextUpdate.") var days = 30
+        @Option(help: "Days until the CRL's nextUpdate.") var days = CertificateAuthority.defaultCRLValidityDays
         @Option(help: "Also copy the CRL (PEM) to this file.") var out: String?
 
         func run() throws {

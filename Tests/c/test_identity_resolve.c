@@ -1,0 +1,74 @@
+/* mtls_identity_resolve: one name, every source a user can give (PEM pair, .p12, store label),
+ * and the errors for what is missing. */
+#include "test_support.h"
+#include <unistd.h>
+
+static void expect_cn(mtls_identity *id, const char *cn) {
+    mtls_cert *leaf = NULL;
+    char *subject = NULL;
+    CHECK_OK(mtls_identity_leaf(id, &leaf));
+    CHECK_OK(mtls_cert_subject(leaf, &subject));
+    CHECK(strstr(subject, cn) != NULL);
+    mtls_string_free(subject);
+    mtls_cert_free(leaf);
+}
+
+int main(void) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    char dir[512], cmd[4096], pem[600], key[600], p12[600], missing[600], storepath[600];
+    snprintf(dir, sizeof dir, "%s/resolve-c-%d", tmp, (int)getpid());
+    snprintf(cmd, sizeof cmd,
+             "rm -rf %1$s && mkdir -p %1$s && cd %1$s && "
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout c.key -out c.pem "
+             "-subj '/CN=resolve-client' -days 5 2>/dev/null && "
+             "openssl pkcs12 -export -inkey c.key -in c.pem -passout pass:pw -out c.p12",
+             dir);
+    t_sh(cmd);
+    snprintf(pem, sizeof pem, "%s/c.pem", dir);
+    snprintf(key, sizeof key, "%s/c.key", dir);
+    snprintf(p12, sizeof p12, "%s/c.p12", dir);
+    snprintf(missing, sizeof missing, "%s/nothing.p12", dir);
+    snprintf(storepath, sizeof storepath, "%s/store.db", dir);
+
+    mtls_identity *id = NULL;
+    /* arguments */
+    CHECK_RC(mtls_identity_resolve(NULL, NULL, NULL, NULL, NULL, &id), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_identity_resolve(p12, NULL, "pw", NULL, NULL, NULL), MTLS_E_INVALID_ARGUMENT);
+
+    /* a certificate and key pair */
+    CHECK_OK(mtls_identity_resolve(pem, key, NULL, NULL, NULL, &id));
+    expect_cn(id, "resolve-client");
+    mtls_identity_free(id);
+    id = NULL;
+
+    /* a .p12 file, its password right and wrong; a .p12 name that is not there */
+    CHECK_OK(mtls_identity_resolve(p12, NULL, "pw", NULL, NULL, &id));
+    expect_cn(id, "resolve-client");
+    mtls_identity *none = NULL;
+    CHECK_RC(mtls_identity_resolve(p12, NULL, "wrong", NULL, NULL, &none), MTLS_E_BAD_PASSWORD);
+    CHECK_RC(mtls_identity_resolve(missing, NULL, "pw", NULL, NULL, &none), MTLS_E_NOT_FOUND);
+    CHECK(none == NULL);
+
+    /* a label: needs a store; found in it; unknown */
+    mtls_identity *found = NULL;
+    CHECK_RC(mtls_identity_resolve("alice", NULL, NULL, NULL, NULL, &found), MTLS_E_INVALID_ARGUMENT);
+    mtls_store_options o;
+    CHECK_OK(mtls_store_options_init(&o, MTLS_STORE_OPTIONS_VERSION));
+    o.kdf_log_n = 10;
+    mtls_store *store = NULL;
+    const uint8_t secret[] = "resolve secret";
+    CHECK_OK(mtls_store_open(storepath, secret, sizeof secret - 1, MTLS_STORE_SECRET_PASSPHRASE, &o, &store));
+    CHECK_OK(mtls_store_put_identity(store, "alice", id, 0));
+    CHECK_OK(mtls_identity_resolve("alice", NULL, NULL, NULL, store, &found));
+    expect_cn(found, "resolve-client");
+    mtls_identity_free(found);
+    found = NULL;
+    CHECK_RC(mtls_identity_resolve("bob", NULL, NULL, NULL, store, &found), MTLS_E_NOT_FOUND);
+    CHECK(found == NULL);
+
+    mtls_store_close(store);
+    mtls_identity_free(id);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    t_sh(cmd);
+    DONE();
+}

@@ -1,0 +1,125 @@
+/* Token identities in the field, through the C ABI, on SoftHSM2 tokens made here by
+ * scripts/softhsm-token.sh: a token removed while the identity is loaded (its directory moved
+ * away) gives MTLS_E_TOKEN_REMOVED on the next handshake and works again, in the same process,
+ * once it is back; an identity loaded before fork() signs in the child (which must initialise
+ * the module again) and in the parent after it. Every handshake is against openssl s_server
+ * requiring a client certificate, so it succeeds only if the token signed. */
+#define _DEFAULT_SOURCE
+#include "test_support.h"
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[400];
+
+static pid_t start_server(int *port) {
+    char cmd[4096], portfile[600];
+    snprintf(portfile, sizeof portfile, "%s/sserver.out", dir);
+    unlink(portfile);
+    snprintf(cmd, sizeof cmd,
+             "exec openssl s_server -accept 127.0.0.1:0 -naccept 1 -cert %s/server.pem -key %s/server.key "
+             "-CAfile %s/ca.pem -Verify 1 -verify_return_error > %s 2>&1", dir, dir, dir, portfile);
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[0], 0);
+        close(fds[1]);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[0]);
+    for (int i = 0; i < 200; i++) {
+        FILE *f = fopen(portfile, "r");
+        char line[256];
+        while (f && fgets(line, sizeof line, f)) {
+            char *colon = strrchr(line, ':');
+            if (strncmp(line, "ACCEPT ", 7) == 0 && colon) { *port = atoi(colon + 1); fclose(f); return pid; }
+        }
+        if (f) fclose(f);
+        usleep(50 * 1000);
+    }
+    fprintf(stderr, "s_server did not start\n");
+    exit(1);
+}
+
+static mtls_policy *policy;
+
+/* One handshake with `identity` (TLS 1.2, where the client signs inside the handshake);
+ * returns its status. */
+static int handshake(mtls_identity *identity) {
+    int port = 0;
+    pid_t server = start_server(&port);
+    mtls_conn_options opts;
+    CHECK_OK(mtls_conn_options_init(&opts, MTLS_CONN_OPTIONS_VERSION));
+    opts.identity = identity;
+    opts.policy = policy;
+    opts.max_tls = MTLS_TLS_1_2;
+    opts.no_session_resumption = 1;
+    opts.handshake_timeout_ms = 10000;
+    mtls_conn *conn = NULL;
+    int rc = mtls_conn_connect("127.0.0.1", (uint16_t)port, &opts, &conn);
+    mtls_conn_free(conn);
+    usleep(100 * 1000);
+    kill(server, SIGTERM);
+    waitpid(server, NULL, 0);
+    return rc;
+}
+
+int main(void) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    char cmd[2048], conf[600], uri[1500];
+    snprintf(dir, sizeof dir, "%s/field-hsm", tmp);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && scripts/softhsm-token.sh %s", dir, dir);
+    t_sh(cmd);
+    snprintf(conf, sizeof conf, "%s/softhsm2.conf", dir);
+    setenv("SOFTHSM2_CONF", conf, 1);
+    mtls_cert **ca = NULL;
+    size_t n = 0;
+    snprintf(cmd, sizeof cmd, "%s/ca.pem", dir);
+    CHECK_OK(mtls_cert_list_load(cmd, &ca, &n));
+    CHECK_OK(mtls_policy_new(&policy));
+    CHECK_OK(mtls_policy_add_anchor(policy, ca[0]));
+    CHECK_OK(mtls_policy_set_anchors_only(policy, 1));
+    mtls_cert_list_free(ca, n);
+
+    /* The PIN from a file named in the URI: a static source libmtls may use again to log in
+     * after the token comes back. */
+    snprintf(uri, sizeof uri, "pkcs11:token=mtls-test;id=%%02?module-path=/usr/lib/softhsm/libsofthsm2.so&pin-source=file:%s/pin", dir);
+    mtls_identity *id = NULL;
+    CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, NULL, &id));
+    CHECK_OK(handshake(id));
+
+    /* ---- the token goes away while the identity is loaded */
+    snprintf(cmd, sizeof cmd, "cd %s && t=$(dirname $(grep -l mtls-test tokens/*/token.object)) && mv $t away && echo $t > away.name", dir);
+    t_sh(cmd);
+    CHECK_RC(handshake(id), MTLS_E_TOKEN_REMOVED);
+    CHECK(strstr(mtls_last_error(), "mtls-test") != NULL);
+    CHECK_RC(handshake(id), MTLS_E_TOKEN_REMOVED); /* still away: still removed, no crash */
+    /* ---- and comes back: the same identity works, no restart */
+    snprintf(cmd, sizeof cmd, "cd %s && mv away $(cat away.name)", dir);
+    t_sh(cmd);
+    CHECK_OK(handshake(id));
+    CHECK_OK(handshake(id));
+
+    /* ---- fork(): the child signs with the identity its parent loaded */
+    fflush(stdout);
+    fflush(stderr);
+    pid_t child = fork();
+    if (child == 0) {
+        int rc = handshake(id);
+        if (rc != MTLS_OK) fprintf(stderr, "child: %d %s\n", rc, mtls_last_error());
+        _exit(rc == MTLS_OK ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* the parent's identity still works after its child used it */
+    CHECK_OK(handshake(id));
+
+    mtls_identity_free(id);
+    mtls_conn_cache_clear();
+    mtls_policy_free(policy);
+    (void)t_read_file;
+    DONE();
+}
