@@ -1,6 +1,7 @@
 """Shared fixtures of the Python tests: the connection test PKI (scripts/test-pki.sh), SoftHSM2
 tokens (scripts/softhsm-token.sh), and nginx requiring client certificates, each made in a
 temporary folder and, for nginx, started on 127.0.0.1 (an ephemeral port) and stopped after."""
+import gc
 import os
 import pathlib
 import shutil
@@ -47,14 +48,30 @@ def anchored(pki: pathlib.Path, anchor: str) -> mtls.Policy:
 
 
 @pytest.fixture(scope="session")
-def tokens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pathlib.Path]:
-    """SoftHSM2 tokens (scripts/softhsm-token.sh; user PIN 1234), SOFTHSM2_CONF set meanwhile."""
+def token_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The SoftHSM2 tokens of scripts/softhsm-token.sh (user PIN 1234), made once."""
     require_tool(os.path.exists(SOFTHSM_MODULE), f"SoftHSM2 ({SOFTHSM_MODULE})")
     d = tmp_path_factory.mktemp("softhsm")
     subprocess.run([str(TOKEN_SCRIPT), str(d)], check=True, capture_output=True)
+    return d
+
+
+def _release_token_sessions() -> None:
+    """Drops what keeps a token session (and the module with the SOFTHSM2_CONF it read) alive:
+    identities held by collected objects and by cached TLS contexts."""
+    gc.collect()
+    mtls.clear_session_cache()
+
+
+@pytest.fixture
+def tokens(token_dir: pathlib.Path) -> Iterator[pathlib.Path]:
+    """token_dir, with SOFTHSM2_CONF naming it during the test (other tests make tokens of their
+    own: the module reads its configuration again once no session holds it)."""
+    _release_token_sessions()
     old = os.environ.get("SOFTHSM2_CONF")
-    os.environ["SOFTHSM2_CONF"] = str(d / "softhsm2.conf")
-    yield d
+    os.environ["SOFTHSM2_CONF"] = str(token_dir / "softhsm2.conf")
+    yield token_dir
+    _release_token_sessions()
     if old is None:
         os.environ.pop("SOFTHSM2_CONF", None)
     else:
