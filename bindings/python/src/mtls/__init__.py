@@ -21,8 +21,8 @@ from .store import Store, StoreItem, StoreKey
 from .pkcs12 import Identity, PKCS12, ChainCheck
 from .pki import IssuedCertificate
 from .trust import Policy, HostRule, TrustResult, TrustReason
-from .tls import (Connection, ConnectOptions, Listener, configure_ssl_ctx, clear_session_cache, connect,
-                  resolve_identity)
+from .tls import (Connection, ConnectOptions, Listener, configure_ssl_ctx, set_ssl_peer, set_ssl_ctx_peer,
+                  clear_session_cache, connect, resolve_identity)
 from .tokens import Token, TokenObject, list_tokens, token_objects, identity_from_pkcs11
 
 __version__: str = _lib.mtls_version().decode()
@@ -36,7 +36,7 @@ __all__ = [
     "TokenNotPresent", "TokenRemoved", "BadURI", "PinRequired",
     "Certificate", "Store", "StoreItem", "StoreKey", "Identity", "PKCS12", "ChainCheck", "IssuedCertificate",
     "Policy", "HostRule", "TrustResult", "TrustReason", "Connection", "ConnectOptions", "Listener",
-    "configure_ssl_ctx", "clear_session_cache", "connect", "resolve_identity", "Token", "TokenObject",
+    "configure_ssl_ctx", "set_ssl_peer", "set_ssl_ctx_peer", "clear_session_cache", "connect", "resolve_identity", "Token", "TokenObject",
     "list_tokens", "token_objects", "identity_from_pkcs11", "__version__",
 ]
 

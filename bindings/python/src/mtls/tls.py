@@ -105,6 +105,10 @@ fn("mtls_listener_accept", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, c_void_p
 fn("mtls_listener_free", None, ctypes.c_void_p)
 # int mtls_ssl_ctx_configure(void *ssl_ctx, const mtls_identity *identity, const mtls_policy *policy, int accepts_clients)
 fn("mtls_ssl_ctx_configure", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
+# int mtls_ssl_set_peer(void *ssl, const char *host, uint16_t port, const char *verify_as)
+fn("mtls_ssl_set_peer", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint16, ctypes.c_char_p)
+# int mtls_ssl_ctx_set_peer(void *ssl_ctx, const char *host, uint16_t port, const char *verify_as)
+fn("mtls_ssl_ctx_set_peer", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint16, ctypes.c_char_p)
 
 
 def _ms(seconds: Optional[float]) -> int:
@@ -153,12 +157,9 @@ class ConnectOptions:
         o = ConnOptions()
         check(lib.mtls_conn_options_init(ctypes.byref(o), CONN_OPTIONS_VERSION))
         if self.policy is not None:
-            # The evaluator judges the connection under the name it validates: verify_as when
-            # given, else the host (its rule then carries the policy's verify_as and pins).
-            if self.verify_as is not None:
-                self.policy._prepare(self.verify_as, as_itself=True)
-            else:
-                self.policy._prepare(host)
+            # Host rules are chosen by the host (never by verify_as): the host's rule carries the
+            # policy's pins, and its verify_as unless the connection names one itself.
+            self.policy._prepare(host, as_itself=self.verify_as is not None)
         o.sni, o.verify_as = utf8(self.sni), utf8(self.verify_as)
         o.alpn = utf8(",".join(self.alpn)) if self.alpn else None
         o.min_tls, o.max_tls = _version(self.min_tls), _version(self.max_tls)
@@ -319,6 +320,17 @@ def configure_ssl_ctx(ssl_ctx: int, identity: Optional[Identity] = None, policy:
     judge peers with `policy` through libmtls's evaluator."""
     check(lib.mtls_ssl_ctx_configure(ssl_ctx, identity._h if identity else None, policy._h if policy else None,
                                      int(accepts_clients)))
+
+
+def set_ssl_peer(ssl: int, host: str, port: int = 0, verify_as: Optional[str] = None) -> None:
+    """Tells libmtls the peer an OpenSSL SSL* (an address) made from a configured context reaches:
+    its host and port choose the host rule, verify_as (None: the host) the name checked."""
+    check(lib.mtls_ssl_set_peer(ssl, utf8(host), int(port), utf8(verify_as)))
+
+
+def set_ssl_ctx_peer(ssl_ctx: int, host: str, port: int = 0, verify_as: Optional[str] = None) -> None:
+    """Same for every SSL made from the SSL_CTX* that was not given a peer of its own."""
+    check(lib.mtls_ssl_ctx_set_peer(ssl_ctx, utf8(host), int(port), utf8(verify_as)))
 
 
 def clear_session_cache() -> None:
