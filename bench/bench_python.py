@@ -206,6 +206,7 @@ def leak_rows(pki, tmp):
     chain = [mtls.Certificate.from_pem(pem), mtls.Certificate.load(f"{pki}/int-a.pem")]
     root = mtls.Certificate.load(f"{pki}/root.pem")
     policy = mtls.Policy(anchors=[root])
+    clients = mtls.Policy(anchors=chain[1:])  # a listener's clients: customer A's intermediate
     key = mtls.StoreKey(b"k" * 32)
     store = mtls.Store(f"{tmp}/s.db", key)
     store.put_identity("alice", ident)
@@ -226,7 +227,7 @@ def leak_rows(pki, tmp):
         ("mtls_store_item (info)", lambda: store.info("alice")),
         ("mtls_conn (wrap, no handshake)", lambda: mtls.Connection.wrap(a, "server.test", 443, identity=ident,
                                                                         policy=policy, non_blocking=True).close()),
-        ("mtls_listener", lambda: mtls.Listener(server).close()),
+        ("mtls_listener", lambda: mtls.Listener(server, client_policy=clients).close()),
         ("mtls_issued (issue a client)", lambda: issuer.issue_client("bench").close()),
     ]
     for name, cycle in cases:

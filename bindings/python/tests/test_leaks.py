@@ -105,8 +105,8 @@ def test_connections_and_listeners(material):
                                                   non_blocking=True).close(), 100_000) < BOUND_KB
     a.close()
     b.close()
-    server = material["server"]
-    assert growth_kb(lambda: mtls.Listener(server).close(), 5_000) < BOUND_KB
+    server, clients = material["server"], mtls.Policy(anchors=material["chain"][1:])
+    assert growth_kb(lambda: mtls.Listener(server, client_policy=clients).close(), 5_000) < BOUND_KB
 
 
 def test_issued_certificates():
