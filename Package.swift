@@ -24,9 +24,11 @@ let package = Package(
                        providers: [.apt(["libsqlite3-dev"])]),
         // include/mtls.h as a module: the C ABI layer uses the header's own types.
         .systemLibrary(name: "CMTLSHeader"),
+        // The OpenSSL 3 provider for PKCS#11 token keys (C: a provider is C dispatch tables).
+        .target(name: "CMTLSProvider", linkerSettings: [.linkedLibrary("crypto")]),
         .target(
             name: "MTLS",
-            dependencies: ["COpenSSL", "CP11Kit", "CSQLite"]
+            dependencies: ["COpenSSL", "CP11Kit", "CSQLite", "CMTLSProvider"]
         ),
         .target(
             name: "CMTLS",

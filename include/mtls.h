@@ -719,8 +719,12 @@ MTLS_EXTERN void mtls_listener_free(mtls_listener *listener);
  * 1: it accepts clients (certificates requested, no name check; the context's own
  * SSL_VERIFY_FAIL_IF_NO_PEER_CERT, SSL_VERIFY_CLIENT_ONCE and SSL_VERIFY_POST_HANDSHAKE are kept;
  * a policy without anchors is MTLS_E_INVALID_POLICY unless
- * mtls_policy_set_system_anchors_for_clients). The context keeps its own references to identity
- * and policy until it is freed; calling again replaces them. */
+ * mtls_policy_set_system_anchors_for_clients). A token identity (mtls_identity_from_pkcs11)
+ * works here too, in a context of OpenSSL's default library context: OpenSSL takes the key's
+ * signature operations from the key's own provider, which stays in libmtls's library context
+ * (nothing is loaded into the application's); the application's context is told to sign only
+ * with the schemes the token has mechanisms for. The context keeps its own references to
+ * identity and policy until it is freed; calling again replaces them. */
 MTLS_EXTERN int mtls_ssl_ctx_configure(void *ssl_ctx, const mtls_identity *identity, const mtls_policy *policy,
                                        int accepts_clients);
 /* Tells libmtls the peer one SSL (an SSL * made from a configured context, passed as void *)
@@ -826,16 +830,23 @@ MTLS_EXTERN int mtls_token_object_token(const mtls_token_object *object, mtls_to
  * MTLS_TOKEN_PIN_COUNT_LOW, MTLS_TOKEN_PIN_FINAL_TRY). Write the PIN, NUL-terminated, into
  * `pin` (pin_size bytes; libmtls wipes the buffer afterwards) and return 0; return non-zero to
  * give up (the call then fails with MTLS_E_PIN_REQUIRED). Called on the calling thread, during
- * mtls_identity_from_pkcs11 only, at most once; it is not kept: `destroy(userdata)`, if not
- * NULL, runs exactly once before mtls_identity_from_pkcs11 returns, whatever it returns (like every
- * libmtls callback registration, which releases its userdata through `destroy` when the last
- * object holding the callback goes away). */
+ * mtls_identity_from_pkcs11 only, at most once; it is not kept -- except for a key marked
+ * CKA_ALWAYS_AUTHENTICATE: then it is also called before each signature with that key (on the
+ * thread running the handshake, for the token's context-specific login), for as long as the
+ * identity lives, so `userdata` must stay valid until the identity and its connections are freed.
+ * (A PIN from the URI's pin-value/pin-source serves those logins the same way.)
+ * `destroy(userdata)`, if not NULL, runs exactly once when libmtls no longer holds the callback:
+ * before mtls_identity_from_pkcs11 returns (whatever it returns), or for such a key when the
+ * identity and its connections are freed (like every libmtls callback registration). */
 typedef int (*mtls_pin_cb)(void *userdata, const char *token_label, const char *token_uri, unsigned int flags,
                            char *pin, size_t pin_size);
 /* The identity a pkcs11: URI names: the certificate it matches (by object= / id=, the chain from
  * the other certificates on the token) and the private key with the same CKA_ID. The key never
  * leaves the token: TLS handshakes with this identity sign on the token (RSA PKCS#1 v1.5,
- * RSA-PSS, ECDSA). The PIN comes from pin_cb (NULL: none asked), else the URI's pin-value or
+ * RSA-PSS, ECDSA P-256/P-384, Ed25519), with the TLS signature schemes the token has mechanisms
+ * for (CKM_RSA_PKCS, CKM_RSA_PKCS_PSS, CKM_ECDSA, CKM_EDDSA). The key is an OpenSSL 3 key of
+ * libmtls's own provider ("mtls-token"), which lives in a library context of libmtls's own: the
+ * host program's default OpenSSL context never has it loaded, and the key cannot be exported. The PIN comes from pin_cb (NULL: none asked), else the URI's pin-value or
  * pin-source (a file); the module from the URI's module-path or module-name, else every
  * registered module. The identity keeps a session with the token open (and the user logged in)
  * until it and every connection using it are freed. Free *out with mtls_identity_free; share it

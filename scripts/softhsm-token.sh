@@ -18,7 +18,9 @@
 #                "ca" (certificate only)
 #   mtls-spare:  id 01 "spare" P-256 (for wrong-PIN tests, so "mtls-test" is never touched),
 #                id 02 "tls-server" P-256 with a serverAuth certificate for 127.0.0.1/localhost,
-#                id 03 P-256 key labelled "spare-key" whose certificate is labelled "spare-cert"
+#                id 03 P-256 key labelled "spare-key" whose certificate is labelled "spare-cert",
+#                id 07 "ed-client" Ed25519 (ed.pem), id 08 "always-auth" P-256 marked
+#                CKA_ALWAYS_AUTHENTICATE (always.pem; a context-specific login before each signature)
 #   mtls-empty:  no objects
 #   mtls-locked: id 01 "locked" P-256, and the token reports its user PIN locked. SoftHSM2 never
 #                locks a PIN itself (wrong PINs only set CKF_USER_PIN_COUNT_LOW, and its C_Login
@@ -63,7 +65,8 @@ openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -extfi
 # certificate (clientAuth unless EXTFILE says otherwise; labelled LABEL unless CERTLABEL) beside it.
 token_identity() {
     local token=$1 id=$2 label=$3 keytype=$4 file=$5 ext=${6:-client.ext} certlabel=${7:-$3}
-    p11 --token-label "$token" --login --pin 1234 --keypairgen --key-type "$keytype" --id "$id" --label "$label"
+    # shellcheck disable=SC2086 # KEYGEN_FLAGS: extra pkcs11-tool flags, word-split on purpose
+    p11 --token-label "$token" --login --pin 1234 --keypairgen --key-type "$keytype" --id "$id" --label "$label" ${KEYGEN_FLAGS:-}
     # (gnutls's p11tool: pkcs11-tool 0.23 cannot export P-384 public keys)
     GNUTLS_PIN=1234 p11tool --provider "$MODULE" --login --export-pubkey \
         "pkcs11:token=$token;id=%$id;type=public" --outfile "$file.pub.pem" 2>"$DIR/p11.err" \
@@ -80,6 +83,8 @@ token_identity mtls-spare 01 spare EC:prime256v1 spare
 token_identity mtls-spare 02 tls-server EC:prime256v1 tls-server server.ext
 token_identity mtls-spare 03 spare-key EC:prime256v1 spare3 client.ext spare-cert
 token_identity mtls-locked 01 locked EC:prime256v1 locked
+token_identity mtls-spare 07 ed-client EC:edwards25519 ed
+KEYGEN_FLAGS="--always-auth --usage-sign" token_identity mtls-spare 08 always-auth EC:prime256v1 always
 openssl x509 -in ca.pem -outform DER -out ca.der
 p11 --token-label mtls-test --login --pin 1234 --write-object ca.der --type cert --id ff --label ca
 # Mark mtls-locked's user PIN locked: CKA_OS_TOKENFLAGS (0x8000534b, an 8-byte big-endian

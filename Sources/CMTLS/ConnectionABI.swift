@@ -45,7 +45,7 @@ private func clientOptions(_ p: UnsafePointer<mtls_conn_options>?) throws -> TLS
         let list = try require(c.candidates, "candidates")
         o.identity = .automatic(try (0..<c.candidate_count).map { try handle(list[$0], Identity.self, "candidates[\($0)]") })
     }
-    if let policy = c.policy { o.policyHandle = try handle(policy, TrustPolicyHandle.self, "policy") }
+    if let policy = c.policy { o.policy = try handle(policy, TrustPolicy.self, "policy") }
     return o
 }
 
@@ -215,7 +215,7 @@ public func mtls_listener_new(_ address: UnsafePointer<CChar>?, _ port: UInt16, 
                 throw invalid("client_auth must be MTLS_CLIENT_AUTH_NONE, _OPTIONAL or _REQUIRE, not \(c.client_auth)")
             }
             o.clientAuthentication = auth
-            if let p = c.client_policy { o.clientPolicyHandle = try handle(p, TrustPolicyHandle.self, "opts->client_policy") }
+            if let p = c.client_policy { o.clientPolicy = try handle(p, TrustPolicy.self, "opts->client_policy") }
             o.alpn = alpnList(c.alpn)
             o.minVersion = try tlsVersion(c.min_tls, "min_tls")
             o.maxVersion = try tlsVersion(c.max_tls, "max_tls")
@@ -258,7 +258,7 @@ public func mtls_ssl_ctx_configure(_ sslCtx: UnsafeMutableRawPointer?, _ identit
         let purpose: TrustPurpose = acceptsClients != 0 ? .clientAuth : .serverAuth
         if let policy {
             try SSLContextConfiguration.configure(sslContext: ctx, identity: id,
-                                                  policyHandle: try handle(policy, TrustPolicyHandle.self, "policy"), purpose: purpose)
+                                                  policy: try handle(policy, TrustPolicy.self, "policy"), purpose: purpose)
         } else {
             try SSLContextConfiguration.configure(sslContext: ctx, identity: id, policy: nil, purpose: purpose)
         }

@@ -52,7 +52,7 @@ public final class ReportCallbackBox: @unchecked Sendable {
 }
 
 private func policy(_ p: OpaquePointer?) throws -> TrustPolicy {
-    try handle(p, TrustPolicyHandle.self, "policy").current
+    try handle(p, TrustPolicy.self, "policy")
 }
 
 /// `int mtls_policy_new(mtls_policy **out)`
@@ -60,7 +60,7 @@ private func policy(_ p: OpaquePointer?) throws -> TrustPolicy {
 public func mtls_policy_new(_ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         let out = try require(out, "out")
-        out.pointee = retainHandle(TrustPolicyHandle(TrustPolicy()))
+        out.pointee = retainHandle(TrustPolicy())
     }
 }
 
@@ -68,7 +68,7 @@ public func mtls_policy_new(_ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int
 @_cdecl("mtls_policy_load")
 public func mtls_policy_load(_ path: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        try putHandle(out) { TrustPolicyHandle(try TrustPolicy.load(path: try string(path, "path"))) }
+        try putHandle(out) { try TrustPolicy.load(path: try string(path, "path")) }
     }
 }
 
@@ -76,19 +76,19 @@ public func mtls_policy_load(_ path: UnsafePointer<CChar>?, _ out: UnsafeMutable
 @_cdecl("mtls_policy_from_json")
 public func mtls_policy_from_json(_ json: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        try putHandle(out) { TrustPolicyHandle(try TrustPolicy(json: Array(try string(json, "json").utf8))) }
+        try putHandle(out) { try TrustPolicy(json: Array(try string(json, "json").utf8)) }
     }
 }
 
 /// `void mtls_policy_free(mtls_policy *policy)`
 @_cdecl("mtls_policy_free")
-public func mtls_policy_free(_ p: OpaquePointer?) { releaseHandle(p, TrustPolicyHandle.self) }
+public func mtls_policy_free(_ p: OpaquePointer?) { releaseHandle(p, TrustPolicy.self) }
 
 /// `int mtls_policy_replace(mtls_policy *policy, const mtls_policy *from)`
 @_cdecl("mtls_policy_replace")
 public func mtls_policy_replace(_ p: OpaquePointer?, _ from: OpaquePointer?) -> Int32 {
     abiCall {
-        let target = try handle(p, TrustPolicyHandle.self, "policy")
+        let target = try handle(p, TrustPolicy.self, "policy")
         target.replaceSettings(from: try policy(from))
     }
 }
@@ -219,7 +219,7 @@ public func mtls_evaluate(_ p: OpaquePointer?, _ certs: UnsafePointer<OpaquePoin
                           _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
-            let h = try handle(p, TrustPolicyHandle.self, "policy")
+            let h = try handle(p, TrustPolicy.self, "policy")
             let certs = try require(certs, "certs")
             guard count > 0 else { throw invalid("count must be at least 1") }
             let chain = try (0..<count).map { try handle(certs[$0], Certificate.self, "certs[\($0)]") }
@@ -238,11 +238,11 @@ public func mtls_evaluate_der(_ p: OpaquePointer?, _ ders: UnsafePointer<UnsafeP
                               _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
-            let h = try handle(p, TrustPolicyHandle.self, "policy")
+            let h = try handle(p, TrustPolicy.self, "policy")
             let ders = try require(ders, "ders"), lens = try require(lens, "lens")
             guard count > 0 else { throw invalid("count must be at least 1") }
             let chain = try (0..<count).map { try bytes(ders[$0], lens[$0], "ders[\($0)]") }
-            let result = try h.current.evaluate(derChain: chain, host: optionalString(host), purpose: try purposeArgument(purpose),
+            let result = try h.evaluate(derChain: chain, host: optionalString(host), purpose: try purposeArgument(purpose),
                                                 at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)))
             return TrustResultBox(result)
         }
@@ -344,12 +344,12 @@ public func mtls_evaluate_peer(_ p: OpaquePointer?, _ certs: UnsafePointer<Opaqu
                                _ purpose: Int32, _ at: Int64, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
-            let h = try handle(p, TrustPolicyHandle.self, "policy")
+            let h = try handle(p, TrustPolicy.self, "policy")
             let certs = try require(certs, "certs")
             guard count > 0 else { throw invalid("count must be at least 1") }
             let chain = try (0..<count).map { try handle(certs[$0], Certificate.self, "certs[\($0)]") }
             let peer = TrustPeer(host: optionalString(host), port: port == 0 ? nil : Int(port), verifyAs: optionalString(verifyAs))
-            let result = h.current.evaluate(chain: chain, peer: peer, purpose: try purposeArgument(purpose),
+            let result = h.evaluate(chain: chain, peer: peer, purpose: try purposeArgument(purpose),
                                             at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)))
             return TrustResultBox(result)
         }

@@ -146,18 +146,7 @@ static inline const ASN1_OCTET_STRING *mtls_ossl_ASN1_TYPE_octet_string(const AS
 }
 
 
-/* ---- PKCS#11 token keys (Sources/MTLS/Tokens) ----
-   A token key is a legacy RSA / EC_KEY object whose method's private operations call the token;
-   OpenSSL 3.0 routes such "foreign" keys through its legacy EVP_PKEY methods, also inside a TLS
-   handshake. These are the macros of that API. */
-static inline int mtls_ossl_RSA_get_ex_new_index(CRYPTO_EX_free *free_func) {
-    return CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_RSA, 0, NULL, NULL, NULL, free_func);
-}
-static inline int mtls_ossl_EC_KEY_get_ex_new_index(CRYPTO_EX_free *free_func) {
-    return CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_EC_KEY, 0, NULL, NULL, NULL, free_func);
-}
-static inline int mtls_ossl_EVP_PKEY_assign_RSA(EVP_PKEY *pkey, RSA *rsa) { return EVP_PKEY_assign_RSA(pkey, rsa); }
-static inline int mtls_ossl_EVP_PKEY_assign_EC_KEY(EVP_PKEY *pkey, EC_KEY *ec) { return EVP_PKEY_assign_EC_KEY(pkey, ec); }
+/* ---- PKCS#11 token keys (Sources/MTLS/Tokens; the keys belong to Sources/CMTLSProvider) ---- */
 /* Puts `message` on the calling thread's OpenSSL error queue (what a failed token signature
    reports to the TLS stack). */
 static inline void mtls_ossl_raise_message(const char *message) {

@@ -126,14 +126,14 @@ final class TokenPINSafetyTests: XCTestCase {
     }
 
     func testPINCallbackIsAskedAgainAfterAWrongPIN() throws {
-        var asked = 0
+        let asked = LockedBox(0)
         for _ in 0..<2 {
             XCTAssertThrowsError(try Token.identity(uri: "pkcs11:token=pin-other;object=other-key", modulePath: module) { _ in
-                asked += 1
+                asked.mutate { $0 += 1 }
                 return SecretBytes("4321")
             })
         }
-        XCTAssertEqual(asked, 2, "a person typing a PIN may type it again")
+        XCTAssertEqual(asked.value, 2, "a person typing a PIN may type it again")
     }
 
     func testPINGoesOnlyToTheTokenThatHoldsTheObject() throws {
@@ -168,13 +168,13 @@ final class TokenPINSafetyTests: XCTestCase {
 
     func testPINCallbackIsToldTheTokenFlags() throws {
         try PINSafetyFixture.markFinalTry()
-        var requests: [TokenPINRequest] = []
+        let requests = LockedBox<[TokenPINRequest]>([])
         _ = try Token.identity(uri: "pkcs11:token=pin-final;object=final-key", modulePath: module) { request in
-            requests.append(request)
+            requests.mutate { $0.append(request) }
             return SecretBytes("1234")
         }
-        let request = try XCTUnwrap(requests.first)
-        XCTAssertEqual(requests.count, 1)
+        let request = try XCTUnwrap(requests.value.first)
+        XCTAssertEqual(requests.value.count, 1)
         XCTAssertTrue(request.finalTry)
         XCTAssertTrue(request.token.userPINFinalTry)
         XCTAssertTrue(request.token.loginRequired)

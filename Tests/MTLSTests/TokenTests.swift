@@ -122,6 +122,95 @@ final class TokenTests: XCTestCase {
         }
     }
 
+    /// Below libmtls's own guards, OpenSSL itself cannot get the private half out of a token key:
+    /// the key belongs to libmtls's provider, which has no export, and the private encoders and
+    /// parameter reads find nothing.
+    func testTokenKeyHasNoPrivatePartForOpenSSL() throws {
+        for uri in ["pkcs11:token=mtls-test;id=%01", "pkcs11:token=mtls-test;id=%02", "pkcs11:token=mtls-spare;id=%07"] {
+            let identity = try Token.identity(uri: uri, modulePath: module, pin: SoftHSMFixture.pin)
+            let pkey = identity.privateKey.pkey
+            XCTAssertEqual(String(cString: OSSL_PROVIDER_get0_name(EVP_PKEY_get0_provider(pkey))), "mtls-token", uri)
+            XCTAssertLessThanOrEqual(i2d_PrivateKey(pkey, nil), 0, uri)
+            var params: UnsafeMutablePointer<OSSL_PARAM>? = nil
+            XCTAssertNotEqual(EVP_PKEY_todata(pkey, OSSL_KEYMGMT_SELECT_ALL_PARAMETERS | OSSL_KEYMGMT_SELECT_KEYPAIR, &params), 1, uri)
+            OSSL_PARAM_free(params)
+            var d: OpaquePointer? = nil
+            XCTAssertNotEqual(EVP_PKEY_get_bn_param(pkey, "d", &d), 1, uri)
+            XCTAssertNil(EVP_PKEY_dup(pkey), uri)
+            // The public half is there, and is the certificate's.
+            XCTAssertTrue(identity.privateKey.matches(identity.leaf), uri)
+            OpenSSLErrorQueue.clear()
+        }
+    }
+
+    /// What enrollment needs from the provider: OpenSSL signs an X.509 request with the token key
+    /// (X509_REQ_sign asks the signature for its AlgorithmIdentifier), and the request verifies
+    /// with the certificate's public key: RSA (sha256WithRSAEncryption), ECDSA, Ed25519.
+    func testCertificateRequestsAreSignedOnTheToken() throws {
+        for (uri, md) in [("pkcs11:token=mtls-test;id=%01", EVP_sha256()), ("pkcs11:token=mtls-test;id=%03", EVP_sha384()),
+                          ("pkcs11:token=mtls-spare;id=%07", nil)] {
+            let identity = try Token.identity(uri: uri, modulePath: module, pin: SoftHSMFixture.pin)
+            let context = try XCTUnwrap(TokenKey.context(of: identity.privateKey))
+            let req = try XCTUnwrap(X509_REQ_new())
+            defer { X509_REQ_free(req) }
+            XCTAssertEqual(X509_REQ_set_pubkey(req, X509_get0_pubkey(identity.leaf.x509)), 1)
+            XCTAssertGreaterThan(X509_REQ_sign(req, identity.privateKey.pkey, md), 0, "\(uri): \(OpenSSLErrorQueue.drain())")
+            XCTAssertEqual(context.signatureCount.load(ordering: .relaxed), 1, uri)
+            XCTAssertEqual(X509_REQ_verify(req, X509_get0_pubkey(identity.leaf.x509)), 1, uri)
+        }
+    }
+
+    /// The host program's default OpenSSL context never gets libmtls's provider; libmtls's own
+    /// context (where its TLS contexts live) does not either: it has a context of its own.
+    func testProviderIsOnlyInItsOwnLibraryContext() throws {
+        _ = try Token.identity(uri: "pkcs11:token=mtls-test;id=%02", modulePath: module, pin: SoftHSMFixture.pin)
+        XCTAssertEqual(OSSL_PROVIDER_available(nil, "mtls-token"), 0)
+        XCTAssertEqual(OSSL_PROVIDER_available(LibraryContext.shared.ctx, "mtls-token"), 0)
+        XCTAssertEqual(OSSL_PROVIDER_available(try XCTUnwrap(LibraryContext.shared.tokenKeys), "mtls-token"), 1)
+        // Fetches in libmtls's context get the default provider's algorithms.
+        let sig = try XCTUnwrap(EVP_SIGNATURE_fetch(LibraryContext.shared.ctx, "ECDSA", nil))
+        defer { EVP_SIGNATURE_free(sig) }
+        XCTAssertEqual(String(cString: OSSL_PROVIDER_get0_name(EVP_SIGNATURE_get0_provider(sig))), "default")
+    }
+
+    /// A CKA_ALWAYS_AUTHENTICATE key: SoftHSM refuses C_Sign without the context-specific login,
+    /// and libmtls makes one before each signature, with the PIN from the callback (asked again
+    /// for every signature) or the static PIN.
+    func testAlwaysAuthenticateKeyLogsInBeforeEachSignature() throws {
+        let calls = Atomic<Int>(0)
+        let identity = try Token.identity(uri: "pkcs11:token=mtls-spare;id=%08", modulePath: module) { request in
+            XCTAssertEqual(request.tokenLabel, "mtls-spare")
+            calls.add(1, ordering: .relaxed)
+            return SoftHSMFixture.pin
+        }
+        let context = try XCTUnwrap(TokenKey.context(of: identity.privateKey))
+        XCTAssertNotNil(context.contextPIN)
+        let before = calls.load(ordering: .relaxed)
+        for i in 0..<3 {
+            let message = Array("always \(i)".utf8)
+            let signature = try sign(message, with: identity.privateKey.pkey, padding: 0)
+            XCTAssertTrue(try verify(message, signature, with: X509_get0_pubkey(identity.leaf.x509)!, padding: 0))
+        }
+        XCTAssertEqual(context.contextLoginCount.load(ordering: .relaxed), 3)
+        XCTAssertEqual(calls.load(ordering: .relaxed) - before, 3, "the PIN callback is asked for each signature")
+        // In a TLS handshake, with the PIN given once.
+        let tls = try Token.identity(uri: "pkcs11:token=mtls-spare;id=%08", modulePath: module, pin: SoftHSMFixture.pin)
+        let tlsContext = try XCTUnwrap(TokenKey.context(of: tls.privateKey))
+        for version in [TLS1_2_VERSION, TLS1_3_VERSION] {
+            let server = try SServer(dir: SoftHSMFixture.dir, clientSigalgs: nil)
+            _ = try handshake(port: server.port, identity: tls, version: version)
+            XCTAssertTrue(server.finish().contains("subject=CN = token always-auth"))
+        }
+        XCTAssertEqual(tlsContext.contextLoginCount.load(ordering: .relaxed), 2)
+        // A wrong PIN for the context-specific login is pinIncorrect, not a generic failure.
+        let wrong = try Token.identity(uri: "pkcs11:token=mtls-spare;id=%08", modulePath: module) { _ in
+            calls.add(1, ordering: .relaxed)
+            return calls.load(ordering: .relaxed) <= before + 4 ? SoftHSMFixture.pin : SecretBytes("0000")
+        }
+        XCTAssertThrowsError(try sign(Array("x".utf8), with: wrong.privateKey.pkey, padding: 0))
+        OpenSSLErrorQueue.clear()
+    }
+
     func testIdentityByObjectLabelWithPINFromURIAndFromPINSource() throws {
         let a = try Token.identity(uri: "pkcs11:token=mtls-test;object=rsa-client?pin-value=1234", modulePath: module)
         XCTAssertEqual(a.leaf.subjectSummary, "token rsa-client")
@@ -300,15 +389,18 @@ final class TokenTests: XCTestCase {
     /// libmtls makes them (in its own library context).
     func testTLSHandshakesSignOnTheToken() throws {
         let cases: [(id: String, version: Int32, clientSigalgs: String?, expectSig: Int32)] = [
-            ("%01", TLS1_2_VERSION, "RSA+SHA256", NID_rsaEncryption),
-            ("%01", TLS1_2_VERSION, nil, NID_rsassaPss),
-            ("%01", TLS1_3_VERSION, nil, NID_rsassaPss),
-            ("%02", TLS1_2_VERSION, nil, NID_X9_62_id_ecPublicKey),
-            ("%02", TLS1_3_VERSION, nil, NID_X9_62_id_ecPublicKey),
-            ("%03", TLS1_3_VERSION, nil, NID_X9_62_id_ecPublicKey),
+            ("mtls-test;id=%01", TLS1_2_VERSION, "RSA+SHA256", NID_rsaEncryption),
+            ("mtls-test;id=%01", TLS1_2_VERSION, nil, NID_rsassaPss),
+            ("mtls-test;id=%01", TLS1_3_VERSION, nil, NID_rsassaPss),
+            ("mtls-test;id=%02", TLS1_2_VERSION, nil, NID_X9_62_id_ecPublicKey),
+            ("mtls-test;id=%02", TLS1_3_VERSION, nil, NID_X9_62_id_ecPublicKey),
+            ("mtls-test;id=%03", TLS1_2_VERSION, nil, NID_X9_62_id_ecPublicKey),
+            ("mtls-test;id=%03", TLS1_3_VERSION, nil, NID_X9_62_id_ecPublicKey),
+            ("mtls-spare;id=%07", TLS1_2_VERSION, nil, NID_ED25519),
+            ("mtls-spare;id=%07", TLS1_3_VERSION, nil, NID_ED25519),
         ]
         for c in cases {
-            let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=\(c.id)", modulePath: module, pin: SoftHSMFixture.pin)
+            let identity = try Token.identity(uri: "pkcs11:token=\(c.id)", modulePath: module, pin: SoftHSMFixture.pin)
             let context = try XCTUnwrap(TokenKey.context(of: identity.privateKey))
             let server = try SServer(dir: SoftHSMFixture.dir, clientSigalgs: c.clientSigalgs)
             let result: (Int32, Int32)

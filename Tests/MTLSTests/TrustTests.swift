@@ -507,18 +507,18 @@ final class TrustTests: XCTestCase {
         }
     }
 
-    func testPolicyHandleReplacesAtomicallyWhileEvaluating() throws {
+    func testPolicyReplacesItsSettingsAtomicallyWhileEvaluating() throws {
         let good = try policy()
         let bad = try policy(anchors: ["other-root.pem"])
-        let handle = TrustPolicyHandle(good)
+        let handle = good.copy()
         let chain = try certs("chain.pem")
         DispatchQueue.concurrentPerform(iterations: 200) { i in
-            if i % 10 == 0 { handle.replace(i % 20 == 0 ? bad : good) }
+            if i % 10 == 0 { handle.replaceSettings(from: i % 20 == 0 ? bad : good) }
             _ = handle.evaluate(chain: chain, host: "server.test")
         }
-        handle.replace(good)
+        handle.replaceSettings(from: good)
         assertTrusted(handle.evaluate(chain: chain, host: "server.test"))
-        handle.replace(bad)
+        handle.replaceSettings(from: bad)
         XCTAssertFalse(handle.evaluate(chain: chain, host: "server.test").trusted)
     }
 }

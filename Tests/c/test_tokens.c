@@ -1,8 +1,10 @@
-/* PKCS#11 tokens through the C ABI: every function, NULL arguments, the token errors, and a TLS
- * 1.2 and 1.3 handshake against openssl s_server whose client key exists only on a SoftHSM2
- * token (made by scripts/softhsm-token.sh in a temporary folder). */
+/* PKCS#11 tokens through the C ABI: every function, NULL arguments, the token errors, and TLS
+ * 1.2 and 1.3 handshakes against openssl s_server whose client key (RSA, P-256, Ed25519, a
+ * CKA_ALWAYS_AUTHENTICATE key) exists only on a SoftHSM2 token (made by scripts/softhsm-token.sh
+ * in a temporary folder), also from an application's own SSL_CTX. */
 #define _DEFAULT_SOURCE
 #include "test_support.h"
+#include <dlfcn.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -99,6 +101,75 @@ static void handshake(const char *dir, mtls_identity *identity, int tls, const c
     waitpid(server, NULL, 0);
     snprintf(path, sizeof path, "grep -q 'subject=CN = token' %s/sserver.out && grep -q ping %s/sserver.out", dir, dir);
     t_sh(path);
+    mtls_policy_free(policy);
+    mtls_cert_list_free(ca, n);
+}
+
+/* OpenSSL, reached through dlopen (these tests link only libmtls). */
+static void *ossl(const char *name) {
+    static void *ssl = NULL, *crypto = NULL;
+    if (!ssl) ssl = dlopen("libssl.so.3", RTLD_NOW);
+    if (!crypto) crypto = dlopen("libcrypto.so.3", RTLD_NOW);
+    CHECK(ssl != NULL && crypto != NULL);
+    void *f = dlsym(ssl, name);
+    if (!f) f = dlsym(crypto, name);
+    CHECK(f != NULL);
+    return f;
+}
+
+/* Whether the host's default OpenSSL context has libmtls's token key provider (it must not). */
+static int default_context_has_provider(void) {
+    int (*available)(void *, const char *) = (int (*)(void *, const char *))ossl("OSSL_PROVIDER_available");
+    return available(NULL, "mtls-token");
+}
+
+/* Bring your own SSL_CTX with a token identity: an application SSL_CTX in OpenSSL's default
+ * context, configured by mtls_ssl_ctx_configure, handshakes with s_server, the key signing on
+ * the token through libmtls's provider (in libmtls's own library context). */
+static void byo_handshake(const char *dir, mtls_identity *identity, const char *tls_flag) {
+    void *(*client_method)(void) = (void *(*)(void))ossl("TLS_client_method");
+    void *(*ctx_new)(const void *) = (void *(*)(const void *))ossl("SSL_CTX_new");
+    void (*ctx_free)(void *) = (void (*)(void *))ossl("SSL_CTX_free");
+    void *(*ssl_new)(void *) = (void *(*)(void *))ossl("SSL_new");
+    void (*ssl_free)(void *) = (void (*)(void *))ossl("SSL_free");
+    void *(*bio_connect)(const char *) = (void *(*)(const char *))ossl("BIO_new_connect");
+    void (*set_bio)(void *, void *, void *) = (void (*)(void *, void *, void *))ossl("SSL_set_bio");
+    int (*set1_host)(void *, const char *) = (int (*)(void *, const char *))ossl("SSL_set1_host");
+    int (*ssl_connect)(void *) = (int (*)(void *))ossl("SSL_connect");
+    int (*ssl_write)(void *, const void *, int) = (int (*)(void *, const void *, int))ossl("SSL_write");
+    int (*ssl_shutdown)(void *) = (int (*)(void *))ossl("SSL_shutdown");
+    int port = 0;
+    pid_t server = start_server(dir, tls_flag, &port);
+    mtls_policy *policy = NULL;
+    mtls_cert **ca = NULL;
+    size_t n = 0;
+    char path[2048];
+    snprintf(path, sizeof path, "%s/ca.pem", dir);
+    CHECK_OK(mtls_cert_list_load(path, &ca, &n));
+    CHECK_OK(mtls_policy_new(&policy));
+    CHECK_OK(mtls_policy_add_anchor(policy, ca[0]));
+    CHECK_OK(mtls_policy_set_anchors_only(policy, 1));
+    void *ctx = ctx_new(client_method());
+    CHECK(ctx != NULL);
+    CHECK_OK(mtls_ssl_ctx_configure(ctx, identity, policy, 0));
+    void *ssl = ssl_new(ctx);
+    CHECK(ssl != NULL);
+    snprintf(path, sizeof path, "127.0.0.1:%d", port);
+    void *bio = bio_connect(path);
+    CHECK(bio != NULL);
+    set_bio(ssl, bio, bio);
+    CHECK(set1_host(ssl, "localhost") == 1);
+    CHECK(ssl_connect(ssl) == 1);
+    CHECK(ssl_write(ssl, "ping\n", 5) == 5);
+    usleep(300 * 1000);
+    ssl_shutdown(ssl);
+    ssl_free(ssl);
+    ctx_free(ctx);
+    kill(server, SIGTERM);
+    waitpid(server, NULL, 0);
+    snprintf(path, sizeof path, "grep -q 'subject=CN = token' %s/sserver.out && grep -q ping %s/sserver.out", dir, dir);
+    t_sh(path);
+    CHECK(default_context_has_provider() == 0);
     mtls_policy_free(policy);
     mtls_cert_list_free(ca, n);
 }
@@ -281,6 +352,33 @@ int main(void) {
     handshake(dir, identity, MTLS_TLS_1_2, "-tls1_2");
     handshake(dir, identity, MTLS_TLS_1_3, "-tls1_3");
     mtls_identity_free(identity);
+
+    /* Ed25519 (CKM_EDDSA through libmtls's OpenSSL provider). */
+    snprintf(uri, sizeof uri, "pkcs11:token=mtls-spare;object=ed-client?module-path=%s&pin-value=1234", module);
+    CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, &identity));
+    handshake(dir, identity, MTLS_TLS_1_2, "-tls1_2");
+    handshake(dir, identity, MTLS_TLS_1_3, "-tls1_3");
+    /* The application's own SSL_CTX (OpenSSL's default context) signs with the token key too. */
+    byo_handshake(dir, identity, "-tls1_3");
+    mtls_identity_free(identity);
+    snprintf(uri, sizeof uri, "pkcs11:token=mtls-test;id=%%01?module-path=%s&pin-value=1234", module);
+    CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, &identity));
+    byo_handshake(dir, identity, "-tls1_2");
+    mtls_identity_free(identity);
+
+    /* CKA_ALWAYS_AUTHENTICATE: a context-specific login with the callback's PIN before each
+       signature (the callback is asked once to open the identity, then once per handshake). */
+    pin_calls = 0;
+    snprintf(uri, sizeof uri, "pkcs11:token=mtls-spare;object=always-auth?module-path=%s", module);
+    CHECK_OK(mtls_identity_from_pkcs11(uri, give_pin, "1234", &identity));
+    CHECK(pin_calls == 1);
+    handshake(dir, identity, MTLS_TLS_1_3, "-tls1_3");
+    handshake(dir, identity, MTLS_TLS_1_2, "-tls1_2");
+    CHECK(pin_calls == 3);
+    mtls_identity_free(identity);
+
+    /* libmtls never loads its provider into the host program's default OpenSSL context. */
+    CHECK(default_context_has_provider() == 0);
 
     /* A key in memory has no token URI. */
     snprintf(cmd, sizeof cmd, "%s/server.pem", dir);

@@ -1,6 +1,7 @@
 """`mtls connect --identity pkcs11:URI` against `openssl s_server -Verify 1`, with client keys that
 were generated on a SoftHSM2 token (scripts/softhsm-token.sh): the handshake can only succeed if
-the token signed. TLS 1.2 and 1.3, RSA (PKCS#1 v1.5 and PSS) and ECDSA P-256/P-384; token
+the token signed. TLS 1.2 and 1.3, RSA (PKCS#1 v1.5 and PSS), ECDSA P-256/P-384, Ed25519 and a
+CKA_ALWAYS_AUTHENTICATE key (libmtls's OpenSSL provider), also against gnutls-serv; token
 identities kept in the store; wrong PIN, missing PIN, missing token, bad URI."""
 import json
 import os
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import run_cli, SOFTHSM_MODULE as MODULE, needs_softhsm, softhsm_conf
+from conftest import free_port, run_cli, SOFTHSM_MODULE as MODULE, needs_softhsm, softhsm_conf
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "softhsm-token.sh"
 pytestmark = needs_softhsm
@@ -63,7 +64,12 @@ def connect(d, server, identity, *args):
     ("pkcs11:token=mtls-test;object=rsa-client", "1.3", []),                                # RSA-PSS
     ("pkcs11:token=mtls-test;id=%02", "1.2", []),                                           # ECDSA P-256
     ("pkcs11:token=mtls-test;id=%02", "1.3", []),
-    ("pkcs11:token=mtls-test;id=%03;type=private", "1.3", []),                              # ECDSA P-384
+    ("pkcs11:token=mtls-test;id=%03;type=private", "1.2", []),                              # ECDSA P-384
+    ("pkcs11:token=mtls-test;id=%03;type=private", "1.3", []),
+    ("pkcs11:token=mtls-spare;object=ed-client", "1.2", []),                                # Ed25519 (CKM_EDDSA)
+    ("pkcs11:token=mtls-spare;object=ed-client", "1.3", []),
+    ("pkcs11:token=mtls-spare;object=always-auth", "1.2", []),                              # CKA_ALWAYS_AUTHENTICATE
+    ("pkcs11:token=mtls-spare;object=always-auth", "1.3", []),
 ])
 def test_handshake_signs_on_the_token(hsm, uri, tls, server_args):
     server = SServer(hsm, *server_args)
@@ -75,6 +81,36 @@ def test_handshake_signs_on_the_token(hsm, uri, tls, server_args):
     assert out["evaluation"]["trusted"]
     # s_server accepted the client certificate (verify_return_error) and read our request.
     assert "subject=CN = token" in log and "hello from the token" in log, log
+
+
+@pytest.mark.parametrize("uri", ["pkcs11:token=mtls-test;object=rsa-client", "pkcs11:token=mtls-test;id=%02",
+                                 "pkcs11:token=mtls-test;id=%03;type=private", "pkcs11:token=mtls-spare;object=ed-client"])
+@pytest.mark.parametrize("tls", ["1.2", "1.3"])
+def test_gnutls_server_accepts_token_signatures(hsm, uri, tls):
+    """GnuTLS checks the token's signatures with its own code (RSA: PSS in TLS 1.3, as negotiated
+    in 1.2)."""
+    port = free_port()
+    p = subprocess.Popen(["gnutls-serv", "--port", str(port), "--x509certfile", str(hsm / "server.pem"),
+                          "--x509keyfile", str(hsm / "server.key"), "--x509cafile", str(hsm / "ca.pem"),
+                          "--require-client-cert", "--verify-client-cert",
+                          "--priority", f"NORMAL:-VERS-ALL:+VERS-TLS{tls}"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        log = ""
+        while "listening on IPv4" not in log:
+            line = p.stdout.readline()
+            assert line, "gnutls-serv exited: " + log
+            log += line
+        r = run_cli("connect", f"127.0.0.1:{port}", "--identity", uri, "--pin-file", hsm / "pin", "--anchor",
+                    hsm / "ca.pem", "--anchors-only", "--send", "GET / HTTP/1.0\r\n\r\n", "--timeout", "2",
+                    "--tls-min", tls, "--tls-max", tls, "--json")
+        assert r.returncode == 0, r.stdout + r.stderr + log
+        out = json.loads(r.stdout)
+        assert out["connected"] and out["tls_version"] == f"TLSv{tls}", out
+        assert "GnuTLS" in out["response"], out
+    finally:
+        p.kill()
+        p.wait()
 
 
 def test_pin_in_the_uri_and_registered_modules(hsm):
@@ -123,6 +159,10 @@ def test_objects_show_keys_generated_on_the_token(hsm):
     assert r.returncode == 0, r.stderr
     keys = sorted(o["label"] for o in json.loads(r.stdout) if o["class"] == "private-key")
     assert keys == ["ec-client", "p384-client", "rsa-client"]
+    r = run_cli("token", "objects", "--module", MODULE, "--token", "pkcs11:token=mtls-spare", "--pin-file",
+                hsm / "pin", "--json")
+    keys = sorted(o["label"] for o in json.loads(r.stdout) if o["class"] == "private-key")
+    assert "ed-client" in keys and "always-auth" in keys
 
 
 @pytest.mark.parametrize("tls", ["1.2", "1.3"])

@@ -14,9 +14,7 @@ from test_tls import Peer
 
 pytestmark = needs_softhsm
 
-KEY_TYPES = ["ec-p256", "ec-p384", "rsa2048", "rsa3072",
-             pytest.param("ed25519", marks=pytest.mark.xfail(
-                 strict=True, reason="Ed25519 token signatures need libmtls's OpenSSL provider for token keys"))]
+KEY_TYPES = ["ec-p256", "ec-p384", "rsa2048", "rsa3072", "ed25519"]
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,13 @@
 internal import COpenSSL
+internal import CMTLSProvider
 
 /// libmtls's own OpenSSL library context.
 ///
 /// The host program's default context is never touched: the legacy provider (RC2, 3DES, needed
-/// by old PKCS#12 files) is loaded only into this context, and the TLS contexts libmtls makes
-/// are created in it (`SSL_CTX_new_ex`).
-/// Sendable: `OSSL_LIB_CTX` is thread-safe, and `ctx`/`hasLegacy` never change after `init`.
+/// by old PKCS#12 files) is loaded only into this context, libmtls's provider for PKCS#11 token
+/// keys only into a second context of its own (``tokenKeys``), and the TLS contexts libmtls makes
+/// are created in this one (`SSL_CTX_new_ex`).
+/// Sendable: `OSSL_LIB_CTX` is thread-safe, and `ctx`/`hasLegacy`/`tokenKeys` never change after `init`.
 final class LibraryContext: @unchecked Sendable {
     /// The shared context, created on first use. OpenSSL's library contexts are thread-safe.
     static let shared = LibraryContext()
@@ -13,6 +15,10 @@ final class LibraryContext: @unchecked Sendable {
     let ctx: OpaquePointer
     /// Whether the legacy provider could be loaded (it ships in Debian's libssl3).
     let hasLegacy: Bool
+    /// The library context of libmtls's provider for PKCS#11 token keys (`Sources/CMTLSProvider`),
+    /// where it is the only provider with keys or signatures (OpenSSL's "base" provider, encoders
+    /// only, writes their public halves); nil if it could not be loaded.
+    let tokenKeys: OpaquePointer?
 
     private init() {
         guard let ctx = OSSL_LIB_CTX_new() else {
@@ -22,6 +28,21 @@ final class LibraryContext: @unchecked Sendable {
         // Loading a provider into a context of our own changes nothing for the host program.
         _ = OSSL_PROVIDER_load(ctx, "default")
         hasLegacy = OSSL_PROVIDER_load(ctx, "legacy") != nil
+        // libmtls's provider for PKCS#11 token keys gets a context of its own, where it is the only
+        // provider: it registers the default provider's key type names (so OpenSSL and its TLS
+        // code know the keys), and nothing may fetch those from it but the token keys' own
+        // operations (OpenSSL takes a key's signature from the key's provider, in any context).
+        if let keys = OSSL_LIB_CTX_new() {
+            var callbacks = TokenKey.callbacks
+            if mtlsp_load(keys, ctx, &callbacks) == 1 {
+                tokenKeys = keys
+            } else {
+                OSSL_LIB_CTX_free(keys)
+                tokenKeys = nil
+            }
+        } else {
+            tokenKeys = nil
+        }
         ERR_clear_error()
     }
 

@@ -120,6 +120,13 @@ enum IdentitySelection {
                 }
                 continue
             }
+            // A token key signs only with the schemes of its token's mechanisms: one that has
+            // none the server accepts cannot answer it.
+            if !req.signatureSchemes.isEmpty, let context = TokenKey.context(of: chosen.privateKey) {
+                let codes = context.signatureSchemes(keyType: EVP_PKEY_get_base_id(chosen.privateKey.pkey))
+                    .compactMap { TokenKey.schemeCodes[$0] }
+                if req.signatureSchemes.isDisjoint(with: codes) { continue }
+            }
             guard SSL_use_certificate(ssl, chosen.leaf.x509) == 1,
                   SSL_use_PrivateKey(ssl, chosen.privateKey.pkey) == 1,
                   let sk = try? TLSContext.chainStack(chosen) else { return 0 }

@@ -123,7 +123,7 @@ public final class TLSConnection {
                 let key = "\(bareHost)|\(port)|\(sni ?? "")|\(options.validationName ?? "")"
                 state.sessionCache = context.sessions
                 state.sessionKey = key
-                let stamp = SessionCache.stamp(context.config.policy.current)
+                let stamp = SessionCache.stamp(context.config.policy)
                 state.policyStamp = stamp
                 if let (session, _) = context.sessions.lookup(key, policy: stamp) {
                     _ = SSL_set_session(ssl, session)

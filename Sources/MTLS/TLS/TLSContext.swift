@@ -10,7 +10,7 @@ import Glibc
 /// also serves contexts that belong to the application (``TLSContext/configure(sslContext:identity:policy:purpose:)``).
 final class TLSContextConfig {
     /// Read at each verification, so a replaced policy applies to the next handshake.
-    let policy: TrustPolicyHandle
+    let policy: TrustPolicy
     let purpose: TrustPurpose
     let identity: ClientIdentity
     /// Client side, automatic selection: the identities to choose from.
@@ -18,7 +18,7 @@ final class TLSContextConfig {
     /// Server side: ALPN protocols in wire format (length-prefixed), kept at a stable address.
     let alpnWire: UnsafeMutableBufferPointer<UInt8>?
 
-    init(policy: TrustPolicyHandle, purpose: TrustPurpose, identity: ClientIdentity, serverALPN: [String]) throws {
+    init(policy: TrustPolicy, purpose: TrustPurpose, identity: ClientIdentity, serverALPN: [String]) throws {
         self.policy = policy
         self.purpose = purpose
         self.identity = identity
@@ -176,10 +176,10 @@ final class TLSContext: @unchecked Sendable {
             case .optional: mode = SSL_VERIFY_PEER
             case .require: mode = SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT
             }
-            if options.clientAuthentication != .none { try requireClientAnchors(options.clientPolicySource.current) }
+            if options.clientAuthentication != .none { try requireClientAnchors(options.clientPolicySource) }
             try install(on: ctx, config: config, identity: options.identity, verifyMode: mode)
             if options.clientAuthentication != .none {
-                let names = options.clientCANames ?? options.clientPolicySource.current.anchors
+                let names = options.clientCANames ?? options.clientPolicySource.anchors
                 if !names.isEmpty, let sk = mtls_ossl_sk_X509_NAME_new_null() {
                     for c in names { _ = mtls_ossl_sk_X509_NAME_push_dup(sk, X509_get_subject_name(c.x509)) }
                     SSL_CTX_set_client_CA_list(ctx, sk) // takes ownership
@@ -213,10 +213,10 @@ final class TLSContext: @unchecked Sendable {
     /// context makes client connections, `.clientAuth` when it accepts clients — then client
     /// certificates are requested but not required). The configuration lives as long as the
     /// context; calling again replaces it.
-    static func configure(sslContext ctx: OpaquePointer, identity: Identity?, policy: TrustPolicyHandle?,
+    static func configure(sslContext ctx: OpaquePointer, identity: Identity?, policy: TrustPolicy?,
                           purpose: TrustPurpose) throws {
-        let handle = policy ?? TrustPolicyHandle(TrustPolicy())
-        if purpose == .clientAuth { try requireClientAnchors(handle.current) }
+        let handle = policy ?? TrustPolicy()
+        if purpose == .clientAuth { try requireClientAnchors(handle) }
         let config = try TLSContextConfig(policy: handle, purpose: purpose,
                                           identity: identity.map { .identity($0) } ?? .none, serverALPN: [])
         // The application's own choices (require a client certificate, verify once, post-handshake)
@@ -238,7 +238,7 @@ final class TLSContext: @unchecked Sendable {
     /// An application's context keeps its own info callback and options.
     private static func install(on ctx: OpaquePointer, config: TLSContextConfig, identity: Identity?, verifyMode: Int32,
                                 ownContext: Bool = true) throws {
-        if let identity { try use(identity, on: ctx) }
+        if let identity { try use(identity, on: ctx, server: config.purpose == .clientAuth) }
         SSL_CTX_set_verify(ctx, verifyMode, nil)
         SSL_CTX_set_cert_verify_callback(ctx, { store, arg in
             TLSContext.verifyCallback(store, arg)
@@ -274,8 +274,23 @@ final class TLSContext: @unchecked Sendable {
         }
     }
 
-    /// Makes `identity` the context's certificate, key and chain.
-    private static func use(_ identity: Identity, on ctx: OpaquePointer) throws {
+    /// Makes `identity` the context's certificate, key and chain. A token key signs only with
+    /// the schemes its token has mechanisms for (``TokenKeyContext/signatureSchemes(keyType:)``).
+    private static func use(_ identity: Identity, on ctx: OpaquePointer, server: Bool) throws {
+        if let schemes = try TokenKey.signatureAlgorithms(identity.privateKey) {
+            // A client chooses its CertificateVerify scheme from its "client sigalgs" (its
+            // ClientHello list stays whole); a server from its own list, while its
+            // CertificateRequest keeps offering every scheme for the client's signature.
+            func set(_ command: Int32, _ list: String) -> Bool {
+                list.withCString { SSL_CTX_ctrl(ctx, command, 0, UnsafeMutableRawPointer(mutating: $0)) == 1 }
+            }
+            let ok = server
+                ? set(SSL_CTRL_SET_SIGALGS_LIST, schemes) && set(SSL_CTRL_SET_CLIENT_SIGALGS_LIST, TokenKey.allSignatureSchemes)
+                : set(SSL_CTRL_SET_CLIENT_SIGALGS_LIST, schemes)
+            guard ok else {
+                throw MTLSError.openSSL(.unsupported, "OpenSSL refused the signature schemes of token key \(identity.privateKey.tokenURI ?? ""): \(schemes)")
+            }
+        }
         guard SSL_CTX_use_certificate(ctx, identity.leaf.x509) == 1 else {
             throw MTLSError.openSSL(.handshake, "cannot use the certificate \"\(identity.leaf.subjectSummary)\"")
         }
@@ -334,7 +349,7 @@ final class TLSContext: @unchecked Sendable {
             }
         }
         state.presentedChain = chain
-        let policy = config.policy.current
+        let policy = config.policy
         if state.policyStamp != nil { state.policyStamp = SessionCache.stamp(policy) }
         let result = policy.evaluate(chain: chain, peer: state.peer, purpose: config.purpose, at: nil)
         state.evaluation = result
@@ -399,8 +414,7 @@ final class TLSContext: @unchecked Sendable {
         case .automatic(let ids): key.automatic = true; key.identities = ids.map(ObjectIdentifier.init); keep += ids as [AnyObject]
         case .candidates(let cs): key.automatic = true; key.identities = cs.map(ObjectIdentifier.init); keep += cs as [AnyObject]
         }
-        if let h = options.policyHandle { key.policy = ObjectIdentifier(h); keep.append(h) }
-        else if let p = options.policy { key.policy = ObjectIdentifier(p); keep.append(p) }
+        if let p = options.policy { key.policy = ObjectIdentifier(p); keep.append(p) }
         return try cacheLock.withLock { _ in
             if let (c, _) = clientContexts[key] { return c }
             let c = try client(options)

@@ -67,14 +67,7 @@ public enum SSLContextConfiguration {
     /// application set on each `SSL` (`SSL_set1_host`), else its SNI.
     public static func configure(sslContext: UnsafeMutableRawPointer, identity: Identity?, policy: TrustPolicy?,
                                  purpose: TrustPurpose = .serverAuth) throws {
-        try TLSContext.configure(sslContext: OpaquePointer(sslContext), identity: identity,
-                                 policy: policy.map { TrustPolicyHandle($0) }, purpose: purpose)
-    }
-
-    /// Same, with a replaceable policy: each handshake uses the policy in force when it runs.
-    public static func configure(sslContext: UnsafeMutableRawPointer, identity: Identity?, policyHandle: TrustPolicyHandle,
-                                 purpose: TrustPurpose = .serverAuth) throws {
-        try TLSContext.configure(sslContext: OpaquePointer(sslContext), identity: identity, policy: policyHandle, purpose: purpose)
+        try TLSContext.configure(sslContext: OpaquePointer(sslContext), identity: identity, policy: policy, purpose: purpose)
     }
 }
 

@@ -126,11 +126,9 @@ public struct TLSClientOptions: Sendable {
     /// The identity to present.
     public var identity: ClientIdentity = .none
     /// How the server is judged. `nil` uses a default policy (the system trust store, name check
-    /// against ``validationName``).
+    /// against ``validationName``). Each handshake evaluates with the settings in force when it
+    /// runs (see ``TrustPolicy/replaceSettings(from:)``).
     public var policy: TrustPolicy?
-    /// A replaceable policy: each handshake evaluates with the policy in force when it runs.
-    /// Takes precedence over ``policy``.
-    public var policyHandle: TrustPolicyHandle?
     /// Reuse TLS sessions (TLS 1.3 tickets, TLS 1.2 sessions) for the same host, port, names,
     /// identity and policy.
     public var sessionResumption = true
@@ -144,9 +142,7 @@ public struct TLSClientOptions: Sendable {
 
     public init() {}
 
-    var policySource: TrustPolicyHandle {
-        policyHandle ?? TrustPolicyHandle(policy ?? TrustPolicy())
-    }
+    var policySource: TrustPolicy { policy ?? TrustPolicy() }
 }
 
 /// Whether a server asks clients for a certificate.
@@ -168,8 +164,6 @@ public struct TLSServerOptions: Sendable {
     /// How client certificates are judged (purpose clientAuth, no name check). Pin one
     /// customer's intermediate as its anchor to accept only that customer's clients.
     public var clientPolicy: TrustPolicy?
-    /// A replaceable client policy; takes precedence over ``clientPolicy``.
-    public var clientPolicyHandle: TrustPolicyHandle?
     /// The CA names sent in the CertificateRequest, so clients can pick their identity. Defaults
     /// to the subjects of ``clientPolicy``'s anchors.
     public var clientCANames: [Certificate]?
@@ -183,9 +177,7 @@ public struct TLSServerOptions: Sendable {
 
     public init(identity: Identity) { self.identity = identity }
 
-    var clientPolicySource: TrustPolicyHandle {
-        clientPolicyHandle ?? TrustPolicyHandle(clientPolicy ?? TrustPolicy())
-    }
+    var clientPolicySource: TrustPolicy { clientPolicy ?? TrustPolicy() }
 }
 
 extension ClientIdentity {

@@ -255,32 +255,52 @@ final class PKCS11Session: @unchecked Sendable {
     /// re-initialising the module when it no longer lists it), the user logged in again and the
     /// key found again by its CKA_ID, then the signature retried once. While the token stays
     /// away this throws ``MTLSError/Code/tokenRemoved``; the next signature after it is back works.
-    func sign(key: CK_OBJECT_HANDLE, mechanism: CK_MECHANISM_TYPE, input: UnsafeBufferPointer<UInt8>,
-              maxLength: Int) throws -> [UInt8] {
+    ///
+    /// `parameter`: the mechanism's parameter (CK_RSA_PKCS_PSS_PARAMS...). `contextPIN`: for a
+    /// `CKA_ALWAYS_AUTHENTICATE` key, the PIN of the context-specific login (`C_Login` with
+    /// `CKU_CONTEXT_SPECIFIC`) made between `C_SignInit` and `C_Sign`.
+    func sign(key: CK_OBJECT_HANDLE, mechanism: CK_MECHANISM_TYPE, parameter: UnsafeMutableRawBufferPointer? = nil,
+              contextPIN: SecretBytes? = nil, input: UnsafeBufferPointer<UInt8>, maxLength: Int) throws -> [UInt8] {
         if reconnection != nil, lock.withLock({ _ in owner != getpid() }) {
             try reconnectOrReportRemoved(after: "the process was forked")
         }
-        let (rv, signature) = signOnce(key: key, mechanism: mechanism, input: input, maxLength: maxLength)
+        let (rv, signature, step) = signOnce(key: key, mechanism: mechanism, parameter: parameter, contextPIN: contextPIN,
+                                             input: input, maxLength: maxLength)
         if rv == CKR_OK { return signature }
-        guard reconnection != nil, PKCS11.isLostSession(rv) else { throw PKCS11.error(rv, "C_Sign on the token") }
+        guard reconnection != nil, PKCS11.isLostSession(rv) else { throw PKCS11.error(rv, step) }
         try reconnectOrReportRemoved(after: PKCS11.text(rv))
-        let (again, retried) = signOnce(key: key, mechanism: mechanism, input: input, maxLength: maxLength)
-        guard again == CKR_OK else { throw PKCS11.error(again, "C_Sign on the token") }
+        let (again, retried, retriedStep) = signOnce(key: key, mechanism: mechanism, parameter: parameter,
+                                                     contextPIN: contextPIN, input: input, maxLength: maxLength)
+        guard again == CKR_OK else { throw PKCS11.error(again, retriedStep) }
         return retried
     }
 
-    private func signOnce(key: CK_OBJECT_HANDLE, mechanism: CK_MECHANISM_TYPE, input: UnsafeBufferPointer<UInt8>,
-                          maxLength: Int) -> (CK_RV, [UInt8]) {
+    private func signOnce(key: CK_OBJECT_HANDLE, mechanism: CK_MECHANISM_TYPE, parameter: UnsafeMutableRawBufferPointer?,
+                          contextPIN: SecretBytes?, input: UnsafeBufferPointer<UInt8>,
+                          maxLength: Int) -> (CK_RV, [UInt8], String) {
         lock.withLock { _ in
             let current = keyHandles[key] ?? key
-            var mech = CK_MECHANISM(mechanism: mechanism, pParameter: nil, ulParameterLen: 0)
+            var mech = CK_MECHANISM(mechanism: mechanism, pParameter: parameter?.baseAddress,
+                                    ulParameterLen: CK_ULONG(parameter?.count ?? 0))
             var rv = f.C_SignInit(handle, &mech, current)
-            guard rv == CKR_OK else { return (rv, []) }
+            guard rv == CKR_OK else { return (rv, [], "C_SignInit on the token key") }
             var out = [UInt8](repeating: 0, count: maxLength)
             var len = CK_ULONG(maxLength)
+            if let contextPIN {
+                rv = contextPIN.withBytes { p in
+                    f.C_Login(handle, CK_USER_TYPE(CKU_CONTEXT_SPECIFIC), UnsafeMutablePointer(mutating: p.baseAddress),
+                              CK_ULONG(p.count))
+                }
+                guard rv == CKR_OK else {
+                    // End the signing operation the token still has open (a C_Sign that fails
+                    // other than for the buffer size terminates it).
+                    _ = f.C_Sign(handle, UnsafeMutablePointer(mutating: input.baseAddress), CK_ULONG(input.count), &out, &len)
+                    return (rv, [], "context-specific login for the signature")
+                }
+            }
             rv = f.C_Sign(handle, UnsafeMutablePointer(mutating: input.baseAddress), CK_ULONG(input.count), &out, &len)
-            guard rv == CKR_OK else { return (rv, []) }
-            return (rv, Array(out.prefix(Int(len))))
+            guard rv == CKR_OK else { return (rv, [], "C_Sign on the token") }
+            return (rv, Array(out.prefix(Int(len))), "")
         }
     }
 

@@ -191,7 +191,8 @@ extension Token {
         guard let key = try session.findObjects(keyTemplate, limit: 1).first else {
             throw MTLSError(.notFound, "no private key with the id \(Encoding.hex(id)) of certificate \"\(leaf.subjectSummary)\" on token \"\(token.label)\"")
         }
-        let keyAttributes = try session.attributes(key, [CK_ATTRIBUTE_TYPE(CKA_LABEL), CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)], guess: 256)
+        let keyAttributes = try session.attributes(key, [CK_ATTRIBUTE_TYPE(CKA_LABEL), CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE),
+                                                         CK_ATTRIBUTE_TYPE(CKA_ALWAYS_AUTHENTICATE)], guess: 256)
         let keyLabel = keyAttributes[CK_ATTRIBUTE_TYPE(CKA_LABEL)].map { String(decoding: $0, as: UTF8.self) }
         let keyURI = try P11KitURI.format(token: info, label: keyLabel, id: id.isEmpty ? nil : id,
                                           cls: CK_OBJECT_CLASS(CKO_PRIVATE_KEY))
@@ -199,7 +200,8 @@ extension Token {
             throw MTLSError.openSSL(.parse, "cannot read the public key of \"\(leaf.subjectSummary)\"")
         }
         try checkKeyType(keyAttributes[CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)], certificateKey: publicKey, leaf: leaf)
-        let context = TokenKeyContext(session: session, key: key, uri: keyURI)
+        let context = TokenKeyContext(session: session, key: key, uri: keyURI,
+                                      contextPIN: contextPIN(keyAttributes, token: token, plan: plan))
         reconnect(session, token: token, key: key, id: id, label: keyLabel, plan: plan)
         let pkey = try TokenKey.make(publicKey: publicKey, context: context)
         let privateKey = PrivateKey(takingOwnership: pkey, tokenURI: keyURI)
@@ -225,7 +227,26 @@ extension Token {
                             localKeyID: id.isEmpty ? nil : id)
     }
 
-    /// The token key must be the same kind as the certificate's (RSA, EC).
+    /// Where a `CKA_ALWAYS_AUTHENTICATE` key's PIN comes from for the context-specific login
+    /// before each signature: the same sources as the user login (a callback is asked each
+    /// time); nil for other keys (`attributes` must hold the key's CKA_ALWAYS_AUTHENTICATE).
+    static func contextPIN(_ attributes: [CK_ATTRIBUTE_TYPE: [UInt8]], token: TokenInfo,
+                           plan: PINPlan) -> (@Sendable () throws -> SecretBytes?)? {
+        guard attributes[CK_ATTRIBUTE_TYPE(CKA_ALWAYS_AUTHENTICATE)]?.first ?? 0 != 0 else { return nil }
+        let pin = plan.pin, callback = plan.callback, uri = plan.uri
+        return {
+            if let pin { return pin }
+            if let callback {
+                return try callback(TokenPINRequest(tokenLabel: token.label, tokenURI: token.uri, countLow: false,
+                                                    finalTry: false, token: token))
+            }
+            if let v = uri.pinValue { return SecretBytes(v) }
+            if let source = uri.pinSource { return try readPINSource(source) }
+            return nil
+        }
+    }
+
+    /// The token key must be the same kind as the certificate's (RSA, EC, Ed25519).
     static func checkKeyType(_ value: [UInt8]?, certificateKey: OpaquePointer, leaf: Certificate) throws {
         guard let value, value.count == MemoryLayout<CK_ULONG>.size else { return }
         let kt = value.withUnsafeBytes { $0.loadUnaligned(as: CK_ULONG.self) }
@@ -233,6 +254,7 @@ extension Token {
         switch EVP_PKEY_get_base_id(certificateKey) {
         case EVP_PKEY_RSA: expected = CK_ULONG(CKK_RSA)
         case EVP_PKEY_EC: expected = CK_ULONG(CKK_EC)
+        case EVP_PKEY_ED25519: expected = CK_ULONG(CKK_EC_EDWARDS)
         default: return  // TokenKey.make reports the unsupported type
         }
         guard kt == expected else {
@@ -281,7 +303,8 @@ extension Token {
         }
         let leaf = stored.certificate
         let attributes = try session.attributes(key, [CK_ATTRIBUTE_TYPE(CKA_LABEL), CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE),
-                                                      CK_ATTRIBUTE_TYPE(CKA_ID)], guess: 256)
+                                                      CK_ATTRIBUTE_TYPE(CKA_ID), CK_ATTRIBUTE_TYPE(CKA_ALWAYS_AUTHENTICATE)],
+                                                guess: 256)
         let keyLabel = attributes[CK_ATTRIBUTE_TYPE(CKA_LABEL)].map { String(decoding: $0, as: UTF8.self) }
         let id = attributes[CK_ATTRIBUTE_TYPE(CKA_ID)] ?? []
         let keyURI = try P11KitURI.format(token: info, label: keyLabel, id: id.isEmpty ? nil : id,
@@ -290,7 +313,8 @@ extension Token {
             throw MTLSError.openSSL(.parse, "cannot read the public key of \"\(leaf.subjectSummary)\"")
         }
         try checkKeyType(attributes[CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)], certificateKey: publicKey, leaf: leaf)
-        let context = TokenKeyContext(session: session, key: key, uri: keyURI)
+        let context = TokenKeyContext(session: session, key: key, uri: keyURI,
+                                      contextPIN: contextPIN(attributes, token: token, plan: plan))
         reconnect(session, token: token, key: key, id: id, label: keyLabel, plan: plan)
         let pkey = try TokenKey.make(publicKey: publicKey, context: context)
         let privateKey = PrivateKey(takingOwnership: pkey, tokenURI: keyURI)

@@ -1,137 +1,160 @@
 internal import COpenSSL
 internal import CP11Kit
+internal import CMTLSProvider
 import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// What a token key's private operations need: the session they sign on (which keeps the
-/// module loaded and the user logged in) and the private key object's handle.
+/// module loaded and the user logged in), the private key object's handle, the signature
+/// mechanisms the token has, and (for a `CKA_ALWAYS_AUTHENTICATE` key) where the PIN of the
+/// context-specific login before each signature comes from.
 ///
-/// Owned by the OpenSSL key object (its ex_data holds one reference, dropped when OpenSSL frees
-/// the key), so a TLS context that still holds the `EVP_PKEY` keeps the session open after every
-/// Swift object is gone. Thread-safe: signatures are serialised on the session.
+/// Owned by the OpenSSL key object (libmtls's provider holds one reference, dropped when OpenSSL
+/// frees the key), so a TLS context that still holds the `EVP_PKEY` keeps the session open after
+/// every Swift object is gone. Thread-safe: signatures are serialised on the session.
 final class TokenKeyContext: @unchecked Sendable {
     let session: PKCS11Session
     let key: CK_OBJECT_HANDLE
     /// The key's URI, for messages.
     let uri: String
+    /// The token's mechanisms (C_GetMechanismList, asked when a TLS context is set up, not when
+    /// the identity is opened): they decide the TLS signature schemes offered.
+    var mechanisms: Set<CK_MECHANISM_TYPE> { Self.mechanisms(session) }
+    /// Set for a `CKA_ALWAYS_AUTHENTICATE` key: the PIN for the login before each signature
+    /// (asked each time, so a PIN callback is asked per signature).
+    let contextPIN: (@Sendable () throws -> SecretBytes?)?
     /// Signatures made on the token so far (what tests use to prove the token signed).
     let signatureCount = Atomic<Int>(0)
+    /// Context-specific logins made so far.
+    let contextLoginCount = Atomic<Int>(0)
 
-    init(session: PKCS11Session, key: CK_OBJECT_HANDLE, uri: String) {
+    init(session: PKCS11Session, key: CK_OBJECT_HANDLE, uri: String, contextPIN: (@Sendable () throws -> SecretBytes?)? = nil) {
         self.session = session
         self.key = key
         self.uri = uri
+        self.contextPIN = contextPIN
     }
 
-    /// Signs on the token. Errors name the key and carry the token codes (removed, PIN...).
-    func sign(mechanism: CK_MECHANISM_TYPE, input: UnsafeBufferPointer<UInt8>, maxLength: Int) throws -> [UInt8] {
+    private static func mechanisms(_ session: PKCS11Session) -> Set<CK_MECHANISM_TYPE> {
+        let f = session.f
+        var count: CK_ULONG = 0
+        guard f.C_GetMechanismList(session.slot, nil, &count) == CKR_OK, count > 0 else { return [] }
+        var list = [CK_MECHANISM_TYPE](repeating: 0, count: Int(count))
+        guard f.C_GetMechanismList(session.slot, &list, &count) == CKR_OK else { return [] }
+        return Set(list.prefix(Int(count)))
+    }
+
+    /// Signs on the token: `C_SignInit`, the context-specific login when the key needs one,
+    /// `C_Sign`. Errors name the key and carry the token codes (removed, PIN...).
+    func sign(mechanism: CK_MECHANISM_TYPE, parameter: UnsafeMutableRawBufferPointer? = nil,
+              input: UnsafeBufferPointer<UInt8>, maxLength: Int) throws -> [UInt8] {
+        // The PIN is read before the session is locked (a PIN callback may take its time).
+        var pin: SecretBytes? = nil
+        if let contextPIN {
+            pin = try contextPIN()
+            if pin == nil { throw MTLSError(.pinRequired, "token key \(uri) needs its PIN for each signature (CKA_ALWAYS_AUTHENTICATE), and none was given") }
+        }
         do {
-            let signature = try session.sign(key: key, mechanism: mechanism, input: input, maxLength: maxLength)
+            // The session reopens itself when the token went away and is back (or in a fork()ed
+            // child): see PKCS11Session.sign.
+            let signature = try session.sign(key: key, mechanism: mechanism, parameter: parameter, contextPIN: pin,
+                                             input: input, maxLength: maxLength)
+            if pin != nil { contextLoginCount.add(1, ordering: .relaxed) }
             signatureCount.add(1, ordering: .relaxed)
             return signature
         } catch let e as MTLSError {
             throw MTLSError(e.code, "token key \(uri): \(e.message)")
         }
     }
+
+    /// The TLS signature schemes (OpenSSL's names) this key can make with the token's
+    /// mechanisms, for a key of OpenSSL type `keyType`.
+    func signatureSchemes(keyType: Int32) -> [String] {
+        let mechanisms = self.mechanisms
+        var out: [String] = []
+        switch keyType {
+        case EVP_PKEY_RSA:
+            if mechanisms.contains(CK_MECHANISM_TYPE(CKM_RSA_PKCS_PSS)) {
+                out += ["rsa_pss_rsae_sha256", "rsa_pss_rsae_sha384", "rsa_pss_rsae_sha512"]
+            }
+            if mechanisms.contains(CK_MECHANISM_TYPE(CKM_RSA_PKCS)) {
+                out += ["rsa_pkcs1_sha256", "rsa_pkcs1_sha384", "rsa_pkcs1_sha512"]
+            }
+        case EVP_PKEY_EC:
+            if mechanisms.contains(CK_MECHANISM_TYPE(CKM_ECDSA)) {
+                out += ["ecdsa_secp256r1_sha256", "ecdsa_secp384r1_sha384", "ecdsa_secp521r1_sha512"]
+            }
+        case EVP_PKEY_ED25519:
+            if mechanisms.contains(CK_MECHANISM_TYPE(CKM_EDDSA)) { out.append("ed25519") }
+        default:
+            break
+        }
+        return out
+    }
 }
 
 /// Makes `EVP_PKEY`s whose private operations run on a PKCS#11 token.
 ///
-/// OpenSSL 3.0 treats an RSA or EC_KEY object with a method other than its own as a "foreign"
-/// key and sends every operation on it through the legacy EVP_PKEY methods, which call the
-/// key's method: `RSA_METHOD.rsa_priv_enc` (PKCS#1 v1.5 input arrives as a DigestInfo,
-/// RSA-PSS input arrives already padded, with RSA_NO_PADDING) and `EC_KEY_METHOD.sign_sig`.
-/// That is also the path OpenSSL's TLS stack takes, so TLS 1.2 and 1.3 handshakes sign on the
-/// token without the TLS code knowing. Public operations stay OpenSSL's own.
+/// The keys belong to libmtls's OpenSSL 3 provider (`Sources/CMTLSProvider`, loaded only into a
+/// library context of libmtls's own, ``LibraryContext/tokenKeys``): its key management holds the token reference and the public half, and its
+/// signature operations (RSA PKCS#1 v1.5 and PSS, ECDSA, Ed25519) call ``TokenKeyContext/sign``
+/// through the callbacks below. OpenSSL's TLS stack signs with such a key like any other, TLS 1.2
+/// and 1.3. The private half cannot be exported: the provider exports only the public half.
 enum TokenKey {
     /// A new `EVP_PKEY` (one reference, owned by the caller) with `publicKey`'s public half
     /// and private operations signed on the token through `context`.
     static func make(publicKey: OpaquePointer, context: TokenKeyContext) throws -> OpaquePointer {
-        guard let pkey = EVP_PKEY_new() else { throw MTLSError(.noMemory, "EVP_PKEY_new failed") }
-        let ctx = Unmanaged.passRetained(context).toOpaque()
-        switch EVP_PKEY_get_base_id(publicKey) {
-        case EVP_PKEY_RSA:
-            guard let rsa = legacyRSA(publicKey) else { break }
-            guard RSA_set_method(rsa, tokenRSAMethod) == 1, RSA_set_ex_data(rsa, rsaContextIndex, ctx) == 1 else {
-                RSA_free(rsa)
-                break
-            }
-            // From here the RSA object owns the context reference (released by its ex_data free).
-            guard mtls_ossl_EVP_PKEY_assign_RSA(pkey, rsa) == 1 else { RSA_free(rsa); EVP_PKEY_free(pkey); throw MTLSError.openSSL(.internal, "EVP_PKEY_assign_RSA failed") }
-            OpenSSLErrorQueue.clear()
-            return pkey
-        case EVP_PKEY_EC:
-            guard let ec = legacyEC(publicKey) else { break }
-            guard EC_KEY_set_method(ec, tokenECMethod) == 1, EC_KEY_set_ex_data(ec, ecContextIndex, ctx) == 1 else {
-                EC_KEY_free(ec)
-                break
-            }
-            guard mtls_ossl_EVP_PKEY_assign_EC_KEY(pkey, ec) == 1 else { EC_KEY_free(ec); EVP_PKEY_free(pkey); throw MTLSError.openSSL(.internal, "EVP_PKEY_assign_EC_KEY failed") }
-            OpenSSLErrorQueue.clear()
-            return pkey
-        default:
-            Unmanaged<TokenKeyContext>.fromOpaque(ctx).release()
-            EVP_PKEY_free(pkey)
-            throw MTLSError(.unsupported, "token keys of type \(KeyType(pkey: publicKey).shortName) are not supported (RSA and EC are)")
+        guard let keys = LibraryContext.shared.tokenKeys else {
+            throw MTLSError(.internal, "libmtls's token key provider could not be loaded")
         }
-        // The key object could not take the context: drop the reference it would have held.
-        // (An RSA/EC_KEY freed above after a failed set_ex_data never held it.)
-        Unmanaged<TokenKeyContext>.fromOpaque(ctx).release()
-        EVP_PKEY_free(pkey)
-        throw MTLSError.openSSL(.internal, "cannot make the OpenSSL key object for the token key")
-    }
-
-    // A fresh legacy key object with the certificate key's public half, built from its parameters
-    // (the certificate's own EVP_PKEY caches a legacy copy that must not get our method, and
-    // re-decoding the DER would go through OpenSSL 3's slow decoder lookup).
-
-    private static func legacyRSA(_ publicKey: OpaquePointer) -> OpaquePointer? {
-        var n: OpaquePointer? = nil, e: OpaquePointer? = nil
-        guard EVP_PKEY_get_bn_param(publicKey, "n", &n) == 1, EVP_PKEY_get_bn_param(publicKey, "e", &e) == 1,
-              let rsa = RSA_new() else {
-            BN_free(n); BN_free(e)
-            return nil
+        let type = EVP_PKEY_get_base_id(publicKey)
+        guard type == EVP_PKEY_RSA || type == EVP_PKEY_EC || type == EVP_PKEY_ED25519 else {
+            throw MTLSError(.unsupported, "token keys of type \(KeyType(pkey: publicKey).shortName) are not supported (RSA, EC and Ed25519 are)")
         }
-        guard RSA_set0_key(rsa, n, e, nil) == 1 else {
-            BN_free(n); BN_free(e); RSA_free(rsa)
-            return nil
+        let ref = Unmanaged.passRetained(context).toOpaque()
+        // The key retains its own reference; ours is dropped either way.
+        defer { Unmanaged<TokenKeyContext>.fromOpaque(ref).release() }
+        guard let pkey = mtlsp_make_key(keys, publicKey, ref) else {
+            throw MTLSError.openSSL(.internal, "cannot make the OpenSSL key object for the token key")
         }
-        return rsa
-    }
-
-    private static func legacyEC(_ publicKey: OpaquePointer) -> OpaquePointer? {
-        var name = [CChar](repeating: 0, count: 80)
-        var nameLength = 0
-        guard EVP_PKEY_get_utf8_string_param(publicKey, "group", &name, name.count, &nameLength) == 1 else { return nil }
-        var nid = OBJ_sn2nid(name)
-        if nid == NID_undef { nid = EC_curve_nist2nid(name) }
-        var length = 0
-        guard nid != NID_undef, EVP_PKEY_get_octet_string_param(publicKey, "encoded-pub-key", nil, 0, &length) == 1,
-              let ec = EC_KEY_new_by_curve_name(nid) else { return nil }
-        var point = [UInt8](repeating: 0, count: length)
-        guard EVP_PKEY_get_octet_string_param(publicKey, "encoded-pub-key", &point, point.count, &length) == 1,
-              EC_KEY_oct2key(ec, point, length, nil) == 1 else {
-            EC_KEY_free(ec)
-            return nil
-        }
-        return ec
+        OpenSSLErrorQueue.clear()
+        return pkey
     }
 
     /// The token context of a key made by ``make(publicKey:context:)``, nil for other keys.
     static func context(of key: PrivateKey) -> TokenKeyContext? {
-        switch EVP_PKEY_get_base_id(key.pkey) {
-        case EVP_PKEY_RSA:
-            guard let rsa = EVP_PKEY_get0_RSA(key.pkey), RSA_get_method(rsa) == tokenRSAMethod else { return nil }
-            return context(rsa: rsa)
-        case EVP_PKEY_EC:
-            guard let ec = EVP_PKEY_get0_EC_KEY(key.pkey), EC_KEY_get_method(ec) == tokenECMethod else { return nil }
-            return context(ec: ec)
-        default:
-            return nil
-        }
+        context(pkey: key.pkey)
     }
+
+    static func context(pkey: OpaquePointer) -> TokenKeyContext? {
+        guard let p = mtlsp_key_ref(pkey) else { return nil }
+        return Unmanaged<TokenKeyContext>.fromOpaque(p).takeUnretainedValue()
+    }
+
+    /// The signature schemes (OpenSSL's sigalgs list) `key` can make, or nil when it is not a
+    /// token key (any scheme of its type then).
+    static func signatureAlgorithms(_ key: PrivateKey) throws -> String? {
+        guard let context = context(of: key) else { return nil }
+        let schemes = context.signatureSchemes(keyType: EVP_PKEY_get_base_id(key.pkey))
+        guard !schemes.isEmpty else {
+            throw MTLSError(.unsupported, "the token of key \(context.uri) has no signature mechanism for its \(key.keyType.shortName) key (C_GetMechanismList)")
+        }
+        return schemes.joined(separator: ":")
+    }
+
+    /// Every TLS signature scheme libmtls accepts from a peer, in OpenSSL's names (what a server
+    /// with a token key still offers for client signatures).
+    static let allSignatureSchemes = "ecdsa_secp256r1_sha256:ecdsa_secp384r1_sha384:ecdsa_secp521r1_sha512:ed25519:ed448:rsa_pss_pss_sha256:rsa_pss_pss_sha384:rsa_pss_pss_sha512:rsa_pss_rsae_sha256:rsa_pss_rsae_sha384:rsa_pss_rsae_sha512:rsa_pkcs1_sha256:rsa_pkcs1_sha384:rsa_pkcs1_sha512"
+
+    /// The TLS SignatureScheme code points (RFC 8446 4.2.3) of OpenSSL's scheme names.
+    static let schemeCodes: [String: UInt16] = [
+        "rsa_pkcs1_sha256": 0x0401, "rsa_pkcs1_sha384": 0x0501, "rsa_pkcs1_sha512": 0x0601,
+        "ecdsa_secp256r1_sha256": 0x0403, "ecdsa_secp384r1_sha384": 0x0503, "ecdsa_secp521r1_sha512": 0x0603,
+        "rsa_pss_rsae_sha256": 0x0804, "rsa_pss_rsae_sha384": 0x0805, "rsa_pss_rsae_sha512": 0x0806,
+        "ed25519": 0x0807,
+    ]
 
     /// Reports a failed token operation to OpenSSL (it becomes part of the TLS error) and keeps
     /// it for ``takeFailure()`` on this thread.
@@ -149,18 +172,70 @@ enum TokenKey {
         return ERR_GET_LIB(ERR_peek_error()) == ERR_LIB_USER ? failure : nil
     }
 
-    fileprivate static func context(rsa: OpaquePointer?) -> TokenKeyContext? {
-        guard let rsa, let p = RSA_get_ex_data(rsa, rsaContextIndex) else { return nil }
-        return Unmanaged<TokenKeyContext>.fromOpaque(p).takeUnretainedValue()
+    /// The provider's callbacks (process-wide; the per-key state is the reference they get).
+    static let callbacks = mtlsp_callbacks(
+        sign: { ref, scheme, mdNID, mgf1NID, saltLength, input, inputLength, out, outLength in
+            guard let ref, let out, let outLength else { return 0 }
+            let context = Unmanaged<TokenKeyContext>.fromOpaque(ref).takeUnretainedValue()
+            do {
+                let capacity = outLength.pointee
+                let data = UnsafeBufferPointer(start: input, count: input == nil ? 0 : inputLength)
+                let sig: [UInt8]
+                switch scheme {
+                case Int32(MTLSP_RSA_PKCS):
+                    sig = try context.sign(mechanism: CK_MECHANISM_TYPE(CKM_RSA_PKCS), input: data, maxLength: capacity)
+                case Int32(MTLSP_RSA_PSS):
+                    guard let hash = digestMechanism(mdNID), let mgf = mgf1(mgf1NID), saltLength >= 0 else {
+                        throw MTLSError(.unsupported, "RSA-PSS with this digest is not supported with token keys")
+                    }
+                    var params = CK_RSA_PKCS_PSS_PARAMS(hashAlg: hash, mgf: mgf, sLen: CK_ULONG(saltLength))
+                    sig = try withUnsafeMutableBytes(of: &params) { p in
+                        try context.sign(mechanism: CK_MECHANISM_TYPE(CKM_RSA_PKCS_PSS), parameter: p, input: data, maxLength: capacity)
+                    }
+                case Int32(MTLSP_ECDSA):
+                    sig = try context.sign(mechanism: CK_MECHANISM_TYPE(CKM_ECDSA), input: data, maxLength: capacity)
+                case Int32(MTLSP_EDDSA):
+                    sig = try context.sign(mechanism: CK_MECHANISM_TYPE(CKM_EDDSA), input: data, maxLength: capacity)
+                default:
+                    throw MTLSError(.internal, "unknown token signature scheme \(scheme)")
+                }
+                guard sig.count <= capacity else { throw MTLSError(.token, "the token returned a \(sig.count)-byte signature (at most \(capacity) expected)") }
+                sig.withUnsafeBufferPointer { if let b = $0.baseAddress { out.update(from: b, count: sig.count) } }
+                outLength.pointee = sig.count
+                return 1
+            } catch {
+                TokenKey.report(error)
+                return 0
+            }
+        },
+        retain: { ref in if let ref { _ = Unmanaged<TokenKeyContext>.fromOpaque(ref).retain() } },
+        release: { ref in if let ref { Unmanaged<TokenKeyContext>.fromOpaque(ref).release() } }
+    )
+
+    private static func digestMechanism(_ nid: Int32) -> CK_MECHANISM_TYPE? {
+        switch nid {
+        case NID_sha1: return CK_MECHANISM_TYPE(CKM_SHA_1)
+        case NID_sha224: return CK_MECHANISM_TYPE(CKM_SHA224)
+        case NID_sha256: return CK_MECHANISM_TYPE(CKM_SHA256)
+        case NID_sha384: return CK_MECHANISM_TYPE(CKM_SHA384)
+        case NID_sha512: return CK_MECHANISM_TYPE(CKM_SHA512)
+        default: return nil
+        }
     }
 
-    fileprivate static func context(ec: OpaquePointer?) -> TokenKeyContext? {
-        guard let ec, let p = EC_KEY_get_ex_data(ec, ecContextIndex) else { return nil }
-        return Unmanaged<TokenKeyContext>.fromOpaque(p).takeUnretainedValue()
+    private static func mgf1(_ nid: Int32) -> CK_RSA_PKCS_MGF_TYPE? {
+        switch nid {
+        case NID_sha1: return CK_RSA_PKCS_MGF_TYPE(CKG_MGF1_SHA1)
+        case NID_sha224: return CK_RSA_PKCS_MGF_TYPE(CKG_MGF1_SHA224)
+        case NID_sha256: return CK_RSA_PKCS_MGF_TYPE(CKG_MGF1_SHA256)
+        case NID_sha384: return CK_RSA_PKCS_MGF_TYPE(CKG_MGF1_SHA384)
+        case NID_sha512: return CK_RSA_PKCS_MGF_TYPE(CKG_MGF1_SHA512)
+        default: return nil
+        }
     }
 }
 
-/// The last token failure on each thread (signature hooks cannot throw through OpenSSL).
+/// The last token failure on each thread (signature callbacks cannot throw through OpenSSL).
 private enum FailureSlot {
     final class Box { let error: MTLSError; init(_ e: MTLSError) { error = e } }
     static let key: pthread_key_t = {
@@ -182,93 +257,3 @@ private enum FailureSlot {
         return Unmanaged<Box>.fromOpaque(p).takeRetainedValue().error
     }
 }
-
-// MARK: OpenSSL hooks (process-wide, created once; the per-key state is in ex_data)
-
-/// ex_data slots holding one retained ``TokenKeyContext``, released when OpenSSL frees the key.
-private let rsaContextIndex: Int32 = mtls_ossl_RSA_get_ex_new_index { _, ptr, _, _, _, _ in
-    if let ptr { Unmanaged<TokenKeyContext>.fromOpaque(ptr).release() }
-}
-private let ecContextIndex: Int32 = mtls_ossl_EC_KEY_get_ex_new_index { _, ptr, _, _, _, _ in
-    if let ptr { Unmanaged<TokenKeyContext>.fromOpaque(ptr).release() }
-}
-
-/// OpenSSL's RSA method with the private operations replaced.
-nonisolated(unsafe) private let tokenRSAMethod: OpaquePointer = {
-    guard let m = RSA_meth_dup(RSA_PKCS1_OpenSSL()) else { fatalError("libmtls: RSA_meth_dup failed") }
-    _ = RSA_meth_set1_name(m, "libmtls PKCS#11 token key")
-    _ = RSA_meth_set_flags(m, RSA_meth_get_flags(m) | RSA_METHOD_FLAG_NO_CHECK)
-    _ = RSA_meth_set_priv_enc(m) { flen, from, to, rsa, padding -> Int32 in
-        guard let from, let to, flen >= 0, let context = TokenKey.context(rsa: rsa) else {
-            TokenKey.report(MTLSError(.internal, "token RSA key without its token context"))
-            return -1
-        }
-        let mechanism: CK_MECHANISM_TYPE
-        switch padding {
-        case RSA_PKCS1_PADDING: mechanism = CK_MECHANISM_TYPE(CKM_RSA_PKCS)   // DigestInfo in, PKCS#1 v1.5 on the token
-        case RSA_NO_PADDING: mechanism = CK_MECHANISM_TYPE(CKM_RSA_X_509)     // PSS-encoded block in, raw RSA on the token
-        default:
-            TokenKey.report(MTLSError(.unsupported, "RSA padding \(padding) is not supported with token keys"))
-            return -1
-        }
-        let size = Int(RSA_size(rsa))
-        do {
-            let sig = try context.sign(mechanism: mechanism, input: UnsafeBufferPointer(start: from, count: Int(flen)),
-                                       maxLength: size)
-            guard sig.count <= size else { throw MTLSError(.token, "the token returned a \(sig.count)-byte RSA signature for a \(size)-byte key") }
-            // Left-pad to the modulus size (a token may drop leading zero bytes).
-            memset(to, 0, size - sig.count)
-            sig.withUnsafeBufferPointer { (to + (size - sig.count)).update(from: $0.baseAddress!, count: sig.count) }
-            return Int32(size)
-        } catch {
-            TokenKey.report(error)
-            return -1
-        }
-    }
-    _ = RSA_meth_set_priv_dec(m) { _, _, _, _, _ -> Int32 in
-        TokenKey.report(MTLSError(.unsupported, "decryption with a token key is not supported (only signing)"))
-        return -1
-    }
-    return m
-}()
-
-/// OpenSSL's EC_KEY method with ECDSA signing replaced (`sign` stays OpenSSL's, which calls
-/// `sign_sig` and DER-encodes the result).
-nonisolated(unsafe) private let tokenECMethod: OpaquePointer = {
-    guard let m = EC_KEY_METHOD_new(EC_KEY_OpenSSL()) else { fatalError("libmtls: EC_KEY_METHOD_new failed") }
-    typealias Sign = @convention(c) (Int32, UnsafePointer<UInt8>?, Int32, UnsafeMutablePointer<UInt8>?,
-                                     UnsafeMutablePointer<UInt32>?, OpaquePointer?, OpaquePointer?, OpaquePointer?) -> Int32
-    var sign: Sign? = nil
-    var setup: (@convention(c) (OpaquePointer?, OpaquePointer?, UnsafeMutablePointer<OpaquePointer?>?,
-                                UnsafeMutablePointer<OpaquePointer?>?) -> Int32)? = nil
-    EC_KEY_METHOD_get_sign(m, &sign, &setup, nil)
-    EC_KEY_METHOD_set_sign(m, sign, setup) { dgst, dlen, _, _, ec -> OpaquePointer? in
-        guard let dgst, dlen >= 0, let context = TokenKey.context(ec: ec), let group = EC_KEY_get0_group(ec) else {
-            TokenKey.report(MTLSError(.internal, "token EC key without its token context"))
-            return nil
-        }
-        let fieldBytes = (Int(EC_GROUP_order_bits(group)) + 7) / 8
-        do {
-            // CKM_ECDSA signs the digest as given and returns r || s, each as long as the order.
-            let raw = try context.sign(mechanism: CK_MECHANISM_TYPE(CKM_ECDSA),
-                                       input: UnsafeBufferPointer(start: dgst, count: Int(dlen)),
-                                       maxLength: 2 * fieldBytes + 16)
-            guard !raw.isEmpty, raw.count % 2 == 0 else {
-                throw MTLSError(.token, "the token returned a malformed \(raw.count)-byte ECDSA signature")
-            }
-            let half = raw.count / 2
-            guard let sig = ECDSA_SIG_new() else { throw MTLSError(.noMemory, "ECDSA_SIG_new failed") }
-            let r = raw.withUnsafeBufferPointer { BN_bin2bn($0.baseAddress, Int32(half), nil) }
-            let s = raw.withUnsafeBufferPointer { BN_bin2bn($0.baseAddress! + half, Int32(half), nil) }
-            guard let r, let s, ECDSA_SIG_set0(sig, r, s) == 1 else {
-                BN_free(r); BN_free(s); ECDSA_SIG_free(sig)
-                throw MTLSError(.noMemory, "cannot build the ECDSA signature")
-            }
-            return sig
-        } catch {
-            TokenKey.report(error)
-            return nil
-        }
-    }
-    return m
-}()

@@ -221,6 +221,20 @@ public final class TrustPolicy: Sendable {
         changeSetting { $0 = s }
     }
 
+    /// Puts `other`'s settings in force, in one step, for every evaluation that starts from now
+    /// on (new pins, new anchors), while other threads evaluate: an evaluation that started
+    /// finishes with the settings it started with. This policy's report handler is kept (the
+    /// application's callback outlives policy updates), and its version grows, so cached
+    /// evaluations and resumable sessions of the old settings are not used again.
+    public func replaceSettings(from other: TrustPolicy) {
+        let s = other.readSetting { $0 }
+        changeSetting { current in
+            let handler = current.reportHandler
+            current = s
+            current.reportHandler = handler
+        }
+    }
+
     /// The settings and their compiled form, building it if needed.
     func snapshot() throws -> (Settings, CompiledPolicy, UInt64) {
         try state.withLock { st in
@@ -229,35 +243,6 @@ public final class TrustPolicy: Sendable {
             st.compiled = c
             return (st.settings, c, st.version)
         }
-    }
-}
-
-/// A policy that can be swapped for a new one atomically while other threads evaluate (new
-/// pins, new anchors). Evaluations that started with the old policy finish with it.
-public final class TrustPolicyHandle: Sendable {
-    private let policy: Mutex<TrustPolicy>
-
-    public init(_ policy: TrustPolicy) { self.policy = Mutex(policy) }
-
-    /// The policy in force now.
-    public var current: TrustPolicy { policy.withLock { $0 } }
-
-    /// Puts `newPolicy` in force for every evaluation that starts from now on.
-    public func replace(_ newPolicy: TrustPolicy) { policy.withLock { $0 = newPolicy } }
-
-    /// Puts a copy of `newPolicy`'s settings in force, keeping the current report handler (the
-    /// application's callback outlives policy updates).
-    public func replaceSettings(from newPolicy: TrustPolicy) {
-        let copy = newPolicy.copy()
-        policy.withLock { current in
-            copy.reportHandler = current.reportHandler
-            current = copy
-        }
-    }
-
-    /// Evaluates with the policy in force now.
-    public func evaluate(chain: [Certificate], host: String?, purpose: TrustPurpose? = nil, at: Date? = nil) -> TrustResult {
-        current.evaluate(chain: chain, host: host, purpose: purpose, at: at)
     }
 }
 

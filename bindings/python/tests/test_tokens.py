@@ -102,10 +102,15 @@ def test_in_memory_identity_has_no_token_uri(tokens):
     assert ident.token_uri is None
 
 
-@pytest.mark.parametrize("key_id, tls", [("01", "1.2"), ("01", "1.3"), ("02", "1.3"), ("03", "1.2")])
-def test_connection_signs_on_the_token_for_a_python_ssl_server(tokens, key_id, tls):
+@pytest.mark.parametrize("key, tls", [("mtls-test;id=%01", "1.2"), ("mtls-test;id=%01", "1.3"),
+                                      ("mtls-test;id=%02", "1.3"), ("mtls-test;id=%03", "1.2"),
+                                      ("mtls-spare;id=%07", "1.2"), ("mtls-spare;id=%07", "1.3"),  # Ed25519
+                                      ("mtls-spare;id=%08", "1.3")])  # CKA_ALWAYS_AUTHENTICATE
+def test_connection_signs_on_the_token_for_a_python_ssl_server(tokens, key, tls):
     """Python's own ssl server requires a client certificate from the test CA: the handshake
-    only succeeds if the token (the only holder of the key) signed."""
+    only succeeds if the token (the only holder of the key) signed. The always-authenticate key
+    asks for its PIN again at the signature, after the call that opened it returned."""
+    import gc
     import socket
     import ssl
     import threading
@@ -127,7 +132,10 @@ def test_connection_signs_on_the_token_for_a_python_ssl_server(tokens, key_id, t
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()
-    ident = mtls.identity_from_pkcs11(f"pkcs11:token=mtls-test;id=%{key_id}?module-path={MODULE}", pin="1234")
+    asked = []
+    ident = mtls.identity_from_pkcs11(f"pkcs11:token={key}?module-path={MODULE}",
+                                      pin=lambda label, uri, flags: asked.append(label) or "1234")
+    gc.collect()
     policy = mtls.Policy()
     policy.add_anchor(mtls.Certificate.load(str(tokens / "ca.pem")))
     policy.set_anchors_only(True)
@@ -140,3 +148,4 @@ def test_connection_signs_on_the_token_for_a_python_ssl_server(tokens, key_id, t
     listener.close()
     assert seen["subject"] == ident.leaf.subject_summary and seen["data"] == b"ping"
     assert seen["version"] == f"TLSv{tls}"
+    assert len(asked) == (2 if key.endswith("%08") else 1), asked

@@ -190,7 +190,9 @@ def identity_from_pkcs11(uri: str, pin: PinSource = None) -> Identity:
 
     `pin`: None (the URI's pin-value / pin-source, or no PIN), a str/bytes PIN, or a callable
     `pin(token_label, token_uri, flags) -> str | bytes | None` (None gives up: PinRequired).
-    An exception raised by the callable is re-raised here, on this thread.
+    An exception raised by the callable is re-raised here, on this thread. For a key marked
+    CKA_ALWAYS_AUTHENTICATE the PIN is asked again before each signature (during handshakes):
+    libmtls keeps the callable until the identity and its connections are freed.
     """
     out = ctypes.c_void_p()
     if pin is None:
