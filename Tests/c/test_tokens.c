@@ -355,27 +355,31 @@ int main(void) {
 
     /* Ed25519 (CKM_EDDSA through libmtls's OpenSSL provider). */
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-spare;object=ed-client?module-path=%s&pin-value=1234", module);
-    CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, &identity));
+    CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, NULL, &identity));
     handshake(dir, identity, MTLS_TLS_1_2, "-tls1_2");
     handshake(dir, identity, MTLS_TLS_1_3, "-tls1_3");
     /* The application's own SSL_CTX (OpenSSL's default context) signs with the token key too. */
     byo_handshake(dir, identity, "-tls1_3");
     mtls_identity_free(identity);
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-test;id=%%01?module-path=%s&pin-value=1234", module);
-    CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, &identity));
+    CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, NULL, &identity));
     byo_handshake(dir, identity, "-tls1_2");
     mtls_identity_free(identity);
 
     /* CKA_ALWAYS_AUTHENTICATE: a context-specific login with the callback's PIN before each
        signature (the callback is asked once to open the identity, then once per handshake). */
     pin_calls = 0;
+    destroyed = 0;
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-spare;object=always-auth?module-path=%s", module);
-    CHECK_OK(mtls_identity_from_pkcs11(uri, give_pin, "1234", &identity));
+    CHECK_OK(mtls_identity_from_pkcs11(uri, give_pin, "1234", count_destroy, &identity));
     CHECK(pin_calls == 1);
+    CHECK(destroyed == 0); /* the identity keeps the callback, and so its userdata */
     handshake(dir, identity, MTLS_TLS_1_3, "-tls1_3");
     handshake(dir, identity, MTLS_TLS_1_2, "-tls1_2");
     CHECK(pin_calls == 3);
     mtls_identity_free(identity);
+    mtls_conn_cache_clear(); /* cached contexts may hold the identity too */
+    CHECK(destroyed == 1);
 
     /* libmtls never loads its provider into the host program's default OpenSSL context. */
     CHECK(default_context_has_provider() == 0);
