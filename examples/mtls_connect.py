@@ -29,21 +29,19 @@ def main():
 
     if args.p12:
         password = open(args.password_file).readline().rstrip("\r\n") if args.password_file else None
-        identity = mtls.PKCS12.load(args.p12, password).identities[0]
+        identity = mtls.Identity.load_pkcs12(args.p12, password)
     elif args.store and args.secret_file and args.label:
         with mtls.Store(args.store, secret_file=args.secret_file, create=False) as store:
-            identity = store.get_identity(args.label)
+            identity = store[args.label]
     else:
         ap.error("give --p12, or --store, --secret-file and --label")
 
-    policy = mtls.Policy()
-    for anchor in mtls.Certificate.load(args.anchor):
-        policy.add_anchor(anchor)
-    policy.set_anchors_only(True)
+    # Only the pinned anchor(s); the server is validated as --verify-as (else the host).
+    policy = mtls.Policy(anchors=[args.anchor], anchors_only=True, verify_as=args.verify_as)
 
     try:
-        with mtls.Connection.connect(host.strip("[]"), int(port), identity=identity, policy=policy,
-                                     verify_as=args.verify_as, handshake_timeout=10, io_timeout=10) as conn:
+        with mtls.connect(host.strip("[]"), int(port), identity=identity, policy=policy,
+                          handshake_timeout=10, io_timeout=10) as conn:
             print(f"connected: {conn.tls_version}, resumed: {conn.resumed}")
             for i, cert in enumerate(conn.peer_chain):
                 print(f"  peer[{i}] {cert.subject}")
@@ -56,7 +54,12 @@ def main():
                     break
                 reply += chunk
             sys.stdout.write(reply.decode("utf-8", "replace"))
-    except mtls.MTLSError as e:  # Untrusted, PeerAlert, ConnectError, Timeout...
+    except mtls.TrustError as e:  # our policy refused the server: libmtls's reasons
+        print(f"mtls_connect: {e.name}: {e.message}", file=sys.stderr)
+        for r in e.reasons:
+            print(f"  {r.code}: {r.message}", file=sys.stderr)
+        return 1
+    except mtls.Error as e:  # PeerAlert, ConnectError, Timeout, BadPassword...
         print(f"mtls_connect: {e.name}: {e.message}", file=sys.stderr)
         return 1
     return 0

@@ -362,8 +362,11 @@ MTLS_EXTERN int mtls_policy_set_report_only(mtls_policy *policy, const char *pat
  * are valid only during the call. */
 typedef void (*mtls_trust_report_cb)(const char *host, const char *rule, const char *code, const char *message,
                                      void *userdata);
-/* Sets (or with cb NULL, clears) the report callback. `destroy(userdata)`, if not NULL, runs when
- * the callback is replaced or the policy is freed. */
+/* Sets (or with cb NULL, clears) the report callback. `destroy(userdata)`, if not NULL, runs once,
+ * when the last object holding the callback lets it go: the callback is replaced or cleared and
+ * no policy copy, connection, listener or SSL_CTX configured with this policy still holds it. The
+ * policy may outlive mtls_policy_free inside those objects and still call `cb`, so userdata must
+ * stay valid until `destroy` runs (on whichever thread frees the last holder). */
 MTLS_EXTERN int mtls_policy_set_report_callback(mtls_policy *policy, mtls_trust_report_cb cb, void *userdata,
                                                 void (*destroy)(void *userdata));
 /* Load-time warnings. Free each *out with mtls_string_free. */
@@ -863,7 +866,10 @@ MTLS_EXTERN int mtls_token_object_token(const mtls_token_object *object, mtls_to
  * CKA_ALWAYS_AUTHENTICATE: then it is also called before each signature with that key (on the
  * thread running the handshake, for the token's context-specific login), for as long as the
  * identity lives, so `userdata` must stay valid until the identity and its connections are freed.
- * (A PIN from the URI's pin-value/pin-source serves those logins the same way.) */
+ * (A PIN from the URI's pin-value/pin-source serves those logins the same way.)
+ * `destroy(userdata)`, if not NULL, runs exactly once when libmtls no longer holds the callback:
+ * before mtls_identity_from_pkcs11 returns (whatever it returns), or for such a key when the
+ * identity and its connections are freed (like every libmtls callback registration). */
 typedef int (*mtls_pin_cb)(void *userdata, const char *token_label, const char *token_uri, unsigned int flags,
                            char *pin, size_t pin_size);
 /* The identity a pkcs11: URI names: the certificate it matches (by object= / id=, the chain from
@@ -883,7 +889,8 @@ typedef int (*mtls_pin_cb)(void *userdata, const char *token_label, const char *
  * the callback must be made again) and works, without restarting the program. The identity also
  * works in a fork()ed child: the first signature there initialises the module again (PKCS#11
  * requires C_Initialize in the child) and opens the child's own session. */
-MTLS_EXTERN int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, void *userdata, mtls_identity **out);
+MTLS_EXTERN int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, void *userdata,
+                                          void (*destroy)(void *userdata), mtls_identity **out);
 /* The pkcs11: URI of the identity's private key when it lives on a token; *out NULL for a key in
  * memory. Free *out with mtls_string_free. */
 MTLS_EXTERN int mtls_identity_token_uri(const mtls_identity *identity, char **out);

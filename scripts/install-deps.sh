@@ -20,10 +20,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# Python test tools (PyPI): pytest, and cryptography as one of the PKCS#12 producers.
+# Python test tools (PyPI): pytest, cryptography as one of the PKCS#12 producers, and requests and
+# httpx (the bindings' optional HTTP extras, tested and benchmarked against nginx).
 PY=${PYTHON:-python3}
-$PY - <<'PYEOF' || $PY -m pip install -q pytest cryptography
-import pytest, cryptography  # noqa: F401
+$PY - <<'PYEOF' || $PY -m pip install -q pytest cryptography requests httpx
+import pytest, cryptography, requests, httpx  # noqa: F401
 PYEOF
 command -v keytool >/dev/null || echo "install-deps: note: keytool (JDK) not found; Java keystore producer tests need it" >&2
 true

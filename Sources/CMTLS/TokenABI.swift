@@ -239,25 +239,53 @@ public func mtls_token_object_token(_ o: OpaquePointer?, _ out: UnsafeMutablePoi
 public typealias mtls_pin_cb = @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, UnsafePointer<CChar>?,
                                                UInt32, UnsafeMutablePointer<CChar>?, Int) -> Int32
 
-/// `int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, void *userdata, mtls_identity **out)`
+/// `void (*destroy)(void *userdata)`: releases a callback's userdata.
+public typealias mtls_destroy_cb = @convention(c) (UnsafeMutableRawPointer?) -> Void
+
+/// `int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, void *userdata, void (*destroy)(void *),
+///                                mtls_identity **out)`
 @_cdecl("mtls_identity_from_pkcs11")
 public func mtls_identity_from_pkcs11(_ uri: UnsafePointer<CChar>?, _ pinCallback: mtls_pin_cb?,
-                                      _ userdata: UnsafeMutableRawPointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
-    abiCall {
+                                      _ userdata: UnsafeMutableRawPointer?,
+                                      _ destroy: mtls_destroy_cb?,
+                                      _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    // destroy(userdata) runs once, when the last holder of the callback lets it go: this call, or
+    // an identity whose key asks again before each signature (CKA_ALWAYS_AUTHENTICATE).
+    let box = PinUserdata(userdata, destroy)
+    return abiCall {
         try putHandle(out) {
-            try Token.identity(uri: try string(uri, "uri"), pinCallback: pinCallback.map { pinAdapter($0, userdata) })
+            try Token.identity(uri: try string(uri, "uri"), pinCallback: pinCallback.map { pinAdapter($0, box) })
         }
     }
 }
 
+/// A PIN callback's userdata; the application's destroy function runs when it is released.
+private final class PinUserdata: @unchecked Sendable {
+    let userdata: UnsafeMutableRawPointer?
+    let destroy: mtls_destroy_cb?
+
+    init(_ userdata: UnsafeMutableRawPointer?, _ destroy: mtls_destroy_cb?) {
+        self.userdata = userdata
+        self.destroy = destroy
+    }
+
+    deinit { destroy?(userdata) }
+}
+
 /// A core PIN callback that asks the application's C callback, through a buffer it writes the
 /// PIN into.
-private func pinAdapter(_ cb: mtls_pin_cb, _ userdata: UnsafeMutableRawPointer?) -> TokenPINCallback {
+private func pinAdapter(_ cb: mtls_pin_cb, _ box: PinUserdata) -> TokenPINCallback {
+    pinAdapter(cb, box.userdata, keeping: box)
+}
+
+private func pinAdapter(_ cb: mtls_pin_cb, _ userdata: UnsafeMutableRawPointer?, keeping box: PinUserdata? = nil)
+    -> TokenPINCallback {
     // Core PIN callbacks are @Sendable (a token may ask again on a handshake thread); this one
     // is used only during the C call that registered it (see mtls_pin_cb in the header), and
     // its user data is handed back to the application untouched.
     nonisolated(unsafe) let userdata = userdata
     return { request in
+        _ = box  // the callback holds its userdata (and so delays destroy) for as long as it lives
         // The buffer the application writes the PIN into; wiped before it is freed.
         let size = 1024
         let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)

@@ -94,7 +94,7 @@ int main(void) {
 
     /* ---- the token identity */
     mtls_identity *id = NULL;
-    CHECK_OK(mtls_identity_from_pkcs11(uri, give_pin, pin, &id));
+    CHECK_OK(mtls_identity_from_pkcs11(uri, give_pin, pin, NULL, &id));
     mtls_cert *leaf = NULL;
     CHECK_OK(mtls_identity_leaf(id, &leaf));
     CHECK_OK(mtls_cert_subject_summary(leaf, &s)); CHECK(strcmp(s, "alice") == 0); mtls_string_free(s);

@@ -45,6 +45,16 @@ static mtls_policy *anchored(const char *anchor) {
     return p;
 }
 
+/* A report callback that ignores reports, and the count of its userdata's destroy calls. */
+static int report_destroyed = 0;
+static void ignore_report(const char *host, const char *rule, const char *code, const char *message, void *userdata) {
+    (void)host; (void)rule; (void)code; (void)message; (void)userdata;
+}
+static void count_report_destroy(void *userdata) {
+    CHECK(userdata == &report_destroyed);
+    report_destroyed++;
+}
+
 /* The server side: accepts `count` clients, echoing each one's first message; records codes. */
 struct server { mtls_listener *listener; int count; int codes[8]; char cn[8][64]; };
 
@@ -322,6 +332,26 @@ int main(void) {
     CHECK_OK(mtls_ssl_ctx_set_peer(ctx, "127.0.0.1", 8443, "server.test"));
     CHECK_OK(mtls_ssl_ctx_set_peer(ctx, "server.test", 443, NULL)); /* replaces it */
     ctx_free(ctx);
+
+    /* ---- a report callback lives on inside what holds its policy after mtls_policy_free: its
+       userdata's destroy runs when the last holder (a listener, an SSL_CTX) goes. */
+    mtls_policy *held = anchored("int-a.pem");
+    CHECK_OK(mtls_policy_set_report_callback(held, ignore_report, &report_destroyed, count_report_destroy));
+    mtls_listener_options lo2;
+    CHECK_OK(mtls_listener_options_init(&lo2, MTLS_LISTENER_OPTIONS_VERSION));
+    lo2.identity = server_id;
+    lo2.client_policy = held;
+    mtls_listener *l2 = NULL;
+    CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo2, &l2));
+    void *ctx2 = ctx_new(tls_method());
+    CHECK(ctx2 != NULL);
+    CHECK_OK(mtls_ssl_ctx_configure(ctx2, NULL, held, 1));
+    mtls_policy_free(held);
+    CHECK(report_destroyed == 0);
+    mtls_listener_free(l2);
+    CHECK(report_destroyed == 0); /* the SSL_CTX still holds the policy */
+    ctx_free(ctx2);
+    CHECK(report_destroyed == 1);
 
     mtls_conn_cache_clear(); /* drops the shared contexts and their references to identities */
     mtls_policy_free(wrong);

@@ -87,7 +87,7 @@ int main(void) {
      * after the token comes back. */
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-test;id=%%02?module-path=/usr/lib/softhsm/libsofthsm2.so&pin-source=file:%s/pin", dir);
     mtls_identity *id = NULL;
-    CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, &id));
+    CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, NULL, &id));
     CHECK_OK(handshake(id));
 
     /* ---- the token goes away while the identity is loaded */

@@ -10,6 +10,13 @@
 #include <unistd.h>
 
 static int pin_calls = 0;
+static int destroyed = 0;
+
+/* The destroy function of give_pin's userdata: counts the releases. */
+static void count_destroy(void *userdata) {
+    (void)userdata;
+    destroyed++;
+}
 
 /* A PIN callback that answers with the string in userdata (NULL: gives up). */
 static int give_pin(void *userdata, const char *label, const char *uri, unsigned int flags, char *pin, size_t size) {
@@ -296,28 +303,34 @@ int main(void) {
 
     /* ---- identities ---- */
     mtls_identity *identity = NULL;
-    CHECK_RC(mtls_identity_from_pkcs11(NULL, NULL, NULL, &identity), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_identity_from_pkcs11("pkcs11:token=mtls-test;id=%01", NULL, NULL, NULL), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_identity_from_pkcs11("https://example.com/", NULL, NULL, &identity), MTLS_E_BAD_URI);
+    CHECK_RC(mtls_identity_from_pkcs11(NULL, NULL, NULL, NULL, &identity), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_identity_from_pkcs11("pkcs11:token=mtls-test;id=%01", NULL, NULL, NULL, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_identity_from_pkcs11("https://example.com/", NULL, NULL, NULL, &identity), MTLS_E_BAD_URI);
     snprintf(uri, sizeof uri, "pkcs11:token=no-such-token;id=%%01?module-path=%s", module);
-    CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, "1234", &identity), MTLS_E_TOKEN_NOT_PRESENT);
+    CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, "1234", count_destroy, &identity), MTLS_E_TOKEN_NOT_PRESENT);
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-spare;object=spare?module-path=%s", module);
-    CHECK_RC(mtls_identity_from_pkcs11(uri, NULL, NULL, &identity), MTLS_E_PIN_REQUIRED);
-    CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, NULL, &identity), MTLS_E_PIN_REQUIRED);
-    CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, "0000", &identity), MTLS_E_PIN_INCORRECT);
+    CHECK_RC(mtls_identity_from_pkcs11(uri, NULL, NULL, NULL, &identity), MTLS_E_PIN_REQUIRED);
+    CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, NULL, count_destroy, &identity), MTLS_E_PIN_REQUIRED);
+    destroyed = 0;
+    CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, "0000", count_destroy, &identity), MTLS_E_PIN_INCORRECT);
+    CHECK(destroyed == 1); /* released on failure too */
     CHECK(strstr(mtls_last_error(), "mtls-spare") != NULL);
+    CHECK_RC(mtls_identity_from_pkcs11(NULL, give_pin, "1234", count_destroy, &identity), MTLS_E_INVALID_ARGUMENT);
+    CHECK(destroyed == 2);
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-locked;object=locked?module-path=%s", module);
-    CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, "1234", &identity), MTLS_E_PIN_LOCKED);
+    CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, "1234", count_destroy, &identity), MTLS_E_PIN_LOCKED);
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-test;id=%%99?module-path=%s", module);
-    CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, "1234", &identity), MTLS_E_NOT_FOUND);
+    CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, "1234", count_destroy, &identity), MTLS_E_NOT_FOUND);
     CHECK(identity == NULL);
 
     /* RSA, PIN from the callback; registered modules (Debian registers SoftHSM2 with p11-kit)
        or the module path in the URI. */
     pin_calls = 0;
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-test;object=rsa-client?module-path=%s", module);
-    CHECK_OK(mtls_identity_from_pkcs11(uri, give_pin, "1234", &identity));
+    destroyed = 0;
+    CHECK_OK(mtls_identity_from_pkcs11(uri, give_pin, "1234", count_destroy, &identity));
     CHECK(pin_calls == 1);
+    CHECK(destroyed == 1); /* the PIN callback's userdata is released once, before the call returns */
     CHECK_OK(mtls_identity_token_uri(identity, &s));
     CHECK(s && strstr(s, "type=private") && strstr(s, "id=%01"));
     mtls_string_free(s);
@@ -335,34 +348,38 @@ int main(void) {
 
     /* EC P-256, PIN from the URI's pin-source. */
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-test;id=%%02?module-path=%s&pin-source=file:%s/pin", module, dir);
-    CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, &identity));
+    CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, NULL, &identity));
     handshake(dir, identity, MTLS_TLS_1_2, "-tls1_2");
     handshake(dir, identity, MTLS_TLS_1_3, "-tls1_3");
     mtls_identity_free(identity);
 
     /* Ed25519 (CKM_EDDSA through libmtls's OpenSSL provider). */
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-spare;object=ed-client?module-path=%s&pin-value=1234", module);
-    CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, &identity));
+    CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, NULL, &identity));
     handshake(dir, identity, MTLS_TLS_1_2, "-tls1_2");
     handshake(dir, identity, MTLS_TLS_1_3, "-tls1_3");
     /* The application's own SSL_CTX (OpenSSL's default context) signs with the token key too. */
     byo_handshake(dir, identity, "-tls1_3");
     mtls_identity_free(identity);
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-test;id=%%01?module-path=%s&pin-value=1234", module);
-    CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, &identity));
+    CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, NULL, &identity));
     byo_handshake(dir, identity, "-tls1_2");
     mtls_identity_free(identity);
 
     /* CKA_ALWAYS_AUTHENTICATE: a context-specific login with the callback's PIN before each
        signature (the callback is asked once to open the identity, then once per handshake). */
     pin_calls = 0;
+    destroyed = 0;
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-spare;object=always-auth?module-path=%s", module);
-    CHECK_OK(mtls_identity_from_pkcs11(uri, give_pin, "1234", &identity));
+    CHECK_OK(mtls_identity_from_pkcs11(uri, give_pin, "1234", count_destroy, &identity));
     CHECK(pin_calls == 1);
+    CHECK(destroyed == 0); /* the identity keeps the callback, and so its userdata */
     handshake(dir, identity, MTLS_TLS_1_3, "-tls1_3");
     handshake(dir, identity, MTLS_TLS_1_2, "-tls1_2");
     CHECK(pin_calls == 3);
     mtls_identity_free(identity);
+    mtls_conn_cache_clear(); /* cached contexts may hold the identity too */
+    CHECK(destroyed == 1);
 
     /* libmtls never loads its provider into the host program's default OpenSSL context. */
     CHECK(default_context_has_provider() == 0);

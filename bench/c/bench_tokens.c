@@ -34,7 +34,7 @@ static void die(const char *what, unsigned long rv) {
 
 static void run_mtls(const char *uri) {
     mtls_identity *id = NULL;
-    if (mtls_identity_from_pkcs11(uri, NULL, NULL, &id) != MTLS_OK) {
+    if (mtls_identity_from_pkcs11(uri, NULL, NULL, NULL, &id) != MTLS_OK) {
         fprintf(stderr, "mtls_identity_from_pkcs11: %s\n", mtls_last_error());
         exit(1);
     }
@@ -153,7 +153,7 @@ static int run_sign(int argc, char **argv) {
     char uri[4096];
     snprintf(uri, sizeof uri, "pkcs11:token=%s;id=%%%02x?module-path=%s&pin-value=%s", label, id, module, pin);
     mtls_identity *identity = NULL, *server_identity = NULL;
-    if (mtls_identity_from_pkcs11(uri, NULL, NULL, &identity) != MTLS_OK) die(mtls_last_error(), 0);
+    if (mtls_identity_from_pkcs11(uri, NULL, NULL, NULL, &identity) != MTLS_OK) die(mtls_last_error(), 0);
     char *cert = read_text(dir, "server.pem"), *server_key = read_text(dir, "server.key");
     if (mtls_identity_from_pem(cert, server_key, NULL, &server_identity) != MTLS_OK) die(mtls_last_error(), 0);
     free(cert);

@@ -33,11 +33,11 @@ def test_server_certificate_has_names_and_server_auth(chain):
 def test_client_p12_carries_key_chain_and_friendly_name(chain):
     _, inter = chain
     alice = inter.issue_client("alice", key_type="ec-p384", days=10, now=NOW)
-    key, cert, extra = pkcs12.load_key_and_certificates(alice.export_p12("pw"), b"pw")
+    key, cert, extra = pkcs12.load_key_and_certificates(alice.export_pkcs12("pw"), b"pw")
     assert cert.subject.rfc4514_string() == "CN=alice"
     assert [c.subject.rfc4514_string() for c in extra] == ["CN=Customer P", "CN=Py Root"]
     assert key.key_size == 384
-    p12 = pkcs12.load_pkcs12(alice.export_p12("pw", legacy=True), b"pw")
+    p12 = pkcs12.load_pkcs12(alice.export_pkcs12("pw", legacy=True), b"pw")
     assert p12.cert.friendly_name == b"alice"
 
 

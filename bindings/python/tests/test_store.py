@@ -36,19 +36,19 @@ def pki(tmp_path_factory):
 
 
 def sha256_of(pem_path):
-    return mtls.Certificate.load(str(pem_path))[0].sha256_hex
+    return mtls.Certificate.load(str(pem_path)).sha256_hex
 
 
 def test_import_get_list_find_delete_export(pki, tmp_path):
     path = tmp_path / "s" / "store.db"
     with Store(path, "secret", **KDF) as st:
         with pytest.raises(errors.BadPassword):
-            st.import_p12("alice", (pki / "alice.p12").read_bytes(), "nope")
-        st.import_p12("alice", (pki / "alice.p12").read_bytes(), "pw")
+            st.import_pkcs12("alice", (pki / "alice.p12").read_bytes(), "nope")
+        st.import_pkcs12("alice", (pki / "alice.p12").read_bytes(), "pw")
         with pytest.raises(errors.Duplicate):
-            st.import_p12("alice", (pki / "bob.p12").read_bytes(), "pw")
-        st.import_p12("bob", (pki / "bob.p12").read_bytes(), "pw")
-        ca = mtls.Certificate.load(str(pki / "ca.pem"))[0]
+            st.import_pkcs12("alice", (pki / "bob.p12").read_bytes(), "pw")
+        st.import_pkcs12("bob", (pki / "bob.p12").read_bytes(), "pw")
+        ca = mtls.Certificate.load(str(pki / "ca.pem"))
         st.put_certificate("ca", ca)
         st.put_token_identity("hsm", "pkcs11:token=t;object=k", ca)
         items = st.list()
@@ -75,7 +75,7 @@ def test_import_get_list_find_delete_export(pki, tmp_path):
         assert len(st.get_identity("bob").chain) == 1
         with pytest.raises(errors.NotFound):
             st.get_identity("nobody")
-        p12 = st.export_p12("alice", "out")
+        p12 = st.export_pkcs12("alice", "out")
         (tmp_path / "out.p12").write_bytes(p12)
         sh("openssl pkcs12 -in out.p12 -passin pass:out -nokeys -info 2>&1 | grep -q 'friendlyName: alice'", tmp_path)
         assert st.delete("bob") == 1
@@ -90,7 +90,7 @@ def test_import_get_list_find_delete_export(pki, tmp_path):
 def test_errors_bad_secret_not_a_store_schema_too_new(pki, tmp_path):
     path = tmp_path / "store.db"
     with Store(path, "right", **KDF) as st:
-        st.put_certificate("ca", mtls.Certificate.load(str(pki / "ca.pem"))[0])
+        st.put_certificate("ca", mtls.Certificate.load(str(pki / "ca.pem")))
     before = path.read_bytes()
     with pytest.raises(errors.BadSecret):
         Store(path, "wrong", **KDF)
@@ -114,7 +114,7 @@ def test_change_secret_to_a_key_file(pki, tmp_path):
     path, keyfile = tmp_path / "store.db", tmp_path / "store.key"
     keyfile.write_bytes(os.urandom(32))
     with Store(path, "old", **KDF) as st:
-        st.import_p12("alice", (pki / "alice.p12").read_bytes(), "pw")
+        st.import_pkcs12("alice", (pki / "alice.p12").read_bytes(), "pw")
         st.change_secret(StoreKey(keyfile.read_bytes()))
     with pytest.raises(errors.BadSecret):
         Store(path, "old", **KDF)
@@ -133,7 +133,7 @@ def test_locked_beyond_the_busy_timeout(pki, tmp_path):
     try:
         with Store(path, "s", busy_timeout_ms=100, **KDF) as st:
             with pytest.raises(errors.Locked):
-                st.put_certificate("ca", mtls.Certificate.load(str(pki / "ca.pem"))[0])
+                st.put_certificate("ca", mtls.Certificate.load(str(pki / "ca.pem")))
     finally:
         holder.execute("ROLLBACK")
         holder.close()
@@ -144,7 +144,7 @@ def test_plaintext_scan_of_db_wal_and_journal(pki, tmp_path):
     with Store(path, "s", **KDF) as st:
         for i in range(3):
             for name in ("alice", "bob"):
-                st.import_p12(f"{name}{i}", (pki / f"{name}.p12").read_bytes(), "pw", replace=True)
+                st.import_pkcs12(f"{name}{i}", (pki / f"{name}.p12").read_bytes(), "pw", replace=True)
         files = [p for p in (path, tmp_path / "store.db-wal", tmp_path / "store.db-journal") if p.exists()]
         assert len(files) >= 2
         blobs = [p.read_bytes() for p in files]
@@ -172,8 +172,8 @@ CHILD = textwrap.dedent("""
     print("ready", flush=True)
     i = 0
     while True:
-        st.import_p12("same", data[i % 2], "pw", replace=True)
-        st.import_p12("other%d" % (i % 50), data[(i + 1) % 2], "pw", replace=True)
+        st.import_pkcs12("same", data[i % 2], "pw", replace=True)
+        st.import_pkcs12("other%d" % (i % 50), data[(i + 1) % 2], "pw", replace=True)
         i += 1
 """)
 
@@ -187,7 +187,7 @@ def child_env():
 def test_sigkill_during_replace_100_times_leaves_old_or_new(pki, tmp_path):
     path = tmp_path / "store.db"
     with Store(path, "crash", **KDF) as st:
-        st.import_p12("same", (pki / "alice.p12").read_bytes(), "pw")
+        st.import_pkcs12("same", (pki / "alice.p12").read_bytes(), "pw")
     allowed = {sha256_of(pki / "alice.pem"), sha256_of(pki / "bob.pem")}
     script = tmp_path / "child.py"
     script.write_text(CHILD)
@@ -221,8 +221,8 @@ WORKER = textwrap.dedent("""
         try:
             own = Store(path, "conc", kdf_log_n=10, busy_timeout_ms=60000) if t % 2 else st
             for i in range(8):
-                own.import_p12("p%d-t%d-%d" % (proc, t, i), data[(t + i) % 2], "pw")
-                own.import_p12("same", data[i % 2], "pw", replace=True)
+                own.import_pkcs12("p%d-t%d-%d" % (proc, t, i), data[(t + i) % 2], "pw")
+                own.import_pkcs12("same", data[i % 2], "pw", replace=True)
                 own.get_identity("same").close()
                 own.list()
         except Exception as e:
@@ -276,7 +276,7 @@ def test_full_disk_is_disk_full_and_loses_nothing(pki, tiny_fs):
     with Store(path, "s", **KDF) as st:
         with pytest.raises(errors.DiskFull):
             for i in range(2000):
-                st.import_p12(f"id{i}", (pki / ("alice.p12", "bob.p12")[i % 2]).read_bytes(), "pw")
+                st.import_pkcs12(f"id{i}", (pki / ("alice.p12", "bob.p12")[i % 2]).read_bytes(), "pw")
                 stored.append(i)
         assert len(stored) > 10
         # Everything stored before the failure is intact, and the store still reads.

@@ -12,26 +12,7 @@ import pytest
 import mtls
 from mtls import errors
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "test-pki.sh"
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tls-pki")
-    subprocess.run([str(SCRIPT), str(d)], check=True, capture_output=True)
-    return d
-
-
-def identity(pki, name, intermediate="int-a"):
-    chain = (pki / f"{name}.pem").read_text() + (pki / f"{intermediate}.pem").read_text()
-    return mtls.Identity.from_pem(chain, (pki / f"{name}.key").read_text())
-
-
-def anchored(pki, anchor):
-    p = mtls.Policy()
-    p.add_anchor(mtls.Certificate.load(str(pki / anchor))[0])
-    p.set_anchors_only(True)
-    return p
+from conftest import anchored, identity
 
 
 @pytest.fixture

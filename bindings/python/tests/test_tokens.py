@@ -10,7 +10,6 @@ import mtls
 from mtls import errors
 
 MODULE = "/usr/lib/softhsm/libsofthsm2.so"
-SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "softhsm-token.sh"
 
 
 
@@ -18,19 +17,6 @@ SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "softhsm-toke
 def softhsm_installed():
     # Not a skip: a test that needs a tool fails without it (scripts/install-deps.sh installs it).
     assert os.path.exists(MODULE), f"SoftHSM2 is not installed at {MODULE}: run scripts/install-deps.sh"
-
-
-@pytest.fixture(scope="module")
-def tokens(tmp_path_factory):
-    d = tmp_path_factory.mktemp("softhsm")
-    subprocess.run([str(SCRIPT), str(d)], check=True)
-    old = os.environ.get("SOFTHSM2_CONF")
-    os.environ["SOFTHSM2_CONF"] = str(d / "softhsm2.conf")
-    yield d
-    if old is None:
-        os.environ.pop("SOFTHSM2_CONF", None)
-    else:
-        os.environ["SOFTHSM2_CONF"] = old
 
 
 def test_list_tokens_gives_labels_uris_and_flags(tokens):
@@ -151,7 +137,7 @@ def test_connection_signs_on_the_token_for_a_python_ssl_server(tokens, key, tls)
                                       pin=lambda label, uri, flags: asked.append(label) or "1234")
     gc.collect()
     policy = mtls.Policy()
-    policy.add_anchor(mtls.Certificate.load(str(tokens / "ca.pem"))[0])
+    policy.add_anchor(mtls.Certificate.load(str(tokens / "ca.pem")))
     policy.set_anchors_only(True)
     conn = mtls.tls.Connection.connect("127.0.0.1", listener.getsockname()[1], identity=ident, policy=policy,
                                        min_tls=tls, max_tls=tls, io_timeout=10)

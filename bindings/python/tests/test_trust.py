@@ -20,7 +20,7 @@ def pki(tmp_path_factory):
 
 
 def certs(pki, name):
-    return mtls.Certificate.load(str(pki / name))
+    return mtls.Certificate.load_all(str(pki / name))
 
 
 def pinned_root_policy(pki):
@@ -119,7 +119,7 @@ def test_crl_and_rule_anchor_and_skip_name_check(pki):
 
 def test_policy_file_and_replace(pki):
     (pki / "p.json").write_text('{"anchors": ["root.pem"], "anchors_only": true}')
-    p = mtls.Policy.load(str(pki / "p.json"))
+    p = mtls.Policy.from_file(str(pki / "p.json"))
     p.set_time(NOW)
     assert p.evaluate(certs(pki, "chain.pem"), host="server.test").trusted
     other = mtls.Policy.from_json('{"anchors_only": true}')

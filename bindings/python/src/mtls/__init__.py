@@ -1,13 +1,49 @@
-"""libmtls for Python: mutual-TLS identities, trust and connections, over the C ABI (ctypes)."""
-from ._lib import lib as _lib
-from .errors import MTLSError  # noqa: F401
-from . import errors  # noqa: F401
-from .certificate import Certificate  # noqa: F401
-from .store import Store, StoreItem, StoreKey  # noqa: F401
-from .pkcs12 import Identity, PKCS12, ChainCheck  # noqa: F401
-from .pki import IssuedCertificate  # noqa: F401
-from .trust import Policy, TrustResult, TrustReason  # noqa: F401
-from .tls import Connection, Listener, configure_ssl_ctx, set_ssl_peer, set_ssl_ctx_peer  # noqa: F401
-from .tokens import Token, TokenObject, list_tokens, token_objects, identity_from_pkcs11  # noqa: F401
+"""libmtls for Python: mutual-TLS identities, trust and connections, over the C ABI (ctypes).
 
-__version__ = _lib.mtls_version().decode()
+    import mtls
+    policy = mtls.Policy(anchors=[mtls.Certificate.load("root.pem")], verify_as="api.internal")
+    ident = mtls.Identity.from_pkcs12(open("alice.p12", "rb").read(), "secret")
+    with mtls.connect("10.0.0.7", 8443, identity=ident, policy=policy) as conn: ...
+
+HTTP: mtls.requests.Adapter (requests), mtls.httpx.Transport (httpx), mtls.http.HTTPSConnection
+(http.client, urllib). Errors: mtls.Error and one subclass per libmtls status (mtls.errors)."""
+from ._lib import lib as _lib
+from . import errors
+from .errors import (  # noqa: F401 - the exceptions, importable from the top level
+    Error, MTLSError, TrustError, PinError, IOError_, IOFailure, InvalidArgument, NoMemory, Internal, ParseError,
+    BufferTooSmall, NotFound, BadPassword, Corrupt, NotPKCS12, NoIdentity, Unsupported, KeyMismatch, LimitExceeded,
+    Duplicate, BadSecret, NotAStore, SchemaTooNew, Locked, ReadOnly, DiskFull, InvalidPolicy, Untrusted,
+    ConnectError, Timeout, HandshakeError, PeerAlert, WantRead, WantWrite, Closed, NoMatchingIdentity, TokenError,
+    PinIncorrect, PinLocked, TokenNotPresent, TokenRemoved, BadURI, PinRequired,
+)
+from .certificate import Certificate
+from .store import Store, StoreItem, StoreKey
+from .pkcs12 import Identity, PKCS12, ChainCheck
+from .pki import IssuedCertificate
+from .trust import Policy, HostRule, TrustResult, TrustReason
+from .tls import (Connection, ConnectOptions, Listener, configure_ssl_ctx, set_ssl_peer, set_ssl_ctx_peer,
+                  clear_session_cache, connect, resolve_identity)
+from .tokens import Token, TokenObject, list_tokens, token_objects, identity_from_pkcs11
+
+__version__: str = _lib.mtls_version().decode()
+
+__all__ = [
+    "errors", "Error", "MTLSError", "TrustError", "PinError", "IOError_", "IOFailure", "InvalidArgument", "NoMemory",
+    "Internal", "ParseError", "BufferTooSmall", "NotFound", "BadPassword", "Corrupt", "NotPKCS12", "NoIdentity",
+    "Unsupported", "KeyMismatch", "LimitExceeded", "Duplicate", "BadSecret", "NotAStore", "SchemaTooNew", "Locked",
+    "ReadOnly", "DiskFull", "InvalidPolicy", "Untrusted", "ConnectError", "Timeout", "HandshakeError", "PeerAlert",
+    "WantRead", "WantWrite", "Closed", "NoMatchingIdentity", "TokenError", "PinIncorrect", "PinLocked",
+    "TokenNotPresent", "TokenRemoved", "BadURI", "PinRequired",
+    "Certificate", "Store", "StoreItem", "StoreKey", "Identity", "PKCS12", "ChainCheck", "IssuedCertificate",
+    "Policy", "HostRule", "TrustResult", "TrustReason", "Connection", "ConnectOptions", "Listener",
+    "configure_ssl_ctx", "set_ssl_peer", "set_ssl_ctx_peer", "clear_session_cache", "connect", "resolve_identity", "Token", "TokenObject",
+    "list_tokens", "token_objects", "identity_from_pkcs11", "__version__",
+]
+
+
+def __getattr__(name: str) -> object:
+    """mtls.requests, mtls.httpx and mtls.http load on first use (requests and httpx are optional)."""
+    if name in ("requests", "httpx", "http"):
+        import importlib
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'mtls' has no attribute {name!r}")

@@ -4,9 +4,13 @@ Every C function that can fail returns a status and writes its results through o
 the helpers here make the out-parameter, check the status and take ownership of the result, so
 each binding is one line that names the C function."""
 import ctypes
+from typing import Any, Optional, TypeVar
 
 from ._lib import lib, take_string, c_void_pp
 from .errors import check
+
+
+_H = TypeVar("_H", bound="_Handle")
 
 
 class _Handle:
@@ -14,22 +18,22 @@ class _Handle:
     `with` block, or when collected. A subclass names its C destructor in `_free`."""
     _free = None  # the name of the C function that frees the handle, e.g. "mtls_cert_free"
 
-    def __init__(self, _handle):
+    def __init__(self, _handle: Optional[int]) -> None:
         self._h = _handle
 
-    def close(self):
+    def close(self) -> None:
         # getattr: a constructor that failed before setting _h still reaches __del__
         if getattr(self, "_h", None):
             getattr(lib, self._free)(self._h)
             self._h = None
 
-    def __enter__(self):
+    def __enter__(self: "_H") -> "_H":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown: the library may be gone

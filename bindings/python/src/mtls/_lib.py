@@ -6,19 +6,26 @@ import os
 WRITTEN_FOR = (0, 1)  # the MAJOR.MINOR this module was written against
 
 
-def _load():
-    tried = []
-    candidates = []
+def _candidates() -> "list[str]":
+    """Where libmtls.so is looked for, in order: beside this package (a wheel ships it there),
+    then MTLS_LIBRARY, then the linker's search (ctypes.util.find_library), then the usual
+    install prefixes."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = [os.path.join(here, "libmtls.so"), os.path.join(here, "libmtls.so.0")]
+    out = [c for c in out if os.path.exists(c)]
     env = os.environ.get("MTLS_LIBRARY")
     if env:
-        candidates.append(env)
-    here = os.path.dirname(os.path.abspath(__file__))
-    candidates += [os.path.join(here, "libmtls.so"), os.path.join(here, "libmtls.so.0")]
+        out.append(env)
     found = ctypes.util.find_library("mtls")
     if found:
-        candidates.append(found)
-    candidates += ["libmtls.so.0", "/usr/local/lib/libmtls.so.0", "/usr/lib/libmtls.so.0"]
-    for c in candidates:
+        out.append(found)
+    out += ["libmtls.so.0", "/usr/local/lib/libmtls.so.0", "/usr/lib/libmtls.so.0"]
+    return out
+
+
+def _load() -> ctypes.CDLL:
+    tried = []
+    for c in _candidates():
         try:
             return ctypes.CDLL(c)
         except OSError as e:

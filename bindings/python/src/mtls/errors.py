@@ -1,39 +1,286 @@
-"""One exception class per libmtls status code, under MTLSError."""
+"""The exceptions: one class per libmtls status code, all under :class:`Error`.
+
+Every class is declared here (IDEs and type checkers see them) and also derives from the built-in
+exception that fits where one does, so ``except LookupError`` or ``except TimeoutError`` catch
+libmtls's not-found and timeout too. ``.code`` is the C status, ``.name`` its stable snake_case
+name (``mtls_error_name``), ``.message`` the library's message for this failure.
+
+Exceptions raised inside a Python callback that libmtls calls (a PIN callback, a trust report
+callback) cannot cross the C frames; they are stored for the thread that made the C call and
+re-raised on it when that call returns (see :func:`check`)."""
+import threading
+from typing import TYPE_CHECKING, Dict, List, Optional, Type
+
 from ._lib import lib
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .trust import TrustReason, TrustResult
 
-class MTLSError(Exception):
-    """A libmtls failure: .code (the C status), .name (stable snake_case), .message."""
-    code = -3
-    name = "internal"
 
-    def __init__(self, message, code=None):
+class Error(Exception):
+    """A libmtls failure: ``.code`` (the C status), ``.name`` (stable snake_case), ``.message``."""
+    code: int = -3
+    name: str = "internal"
+
+    def __init__(self, message: str = "", code: Optional[int] = None) -> None:
         super().__init__(message)
         if code is not None:
             self.code = code
         self.message = message
 
 
-_CODES = {
-    -1: "InvalidArgument", -2: "NoMemory", -3: "Internal", -4: "IOError_", -5: "ParseError",
-    -6: "BufferTooSmall", -7: "NotFound", -10: "BadPassword", -11: "Corrupt", -12: "NotPKCS12",
-    -13: "NoIdentity", -14: "Unsupported", -15: "KeyMismatch", -16: "LimitExceeded",
-    -20: "Duplicate", -21: "BadSecret", -22: "NotAStore", -23: "SchemaTooNew", -24: "Locked",
-    -25: "ReadOnly", -26: "DiskFull", -30: "InvalidPolicy", -31: "Untrusted", -40: "ConnectError",
-    -41: "Timeout", -42: "HandshakeError", -43: "PeerAlert", -44: "WantRead", -45: "WantWrite",
-    -46: "Closed", -47: "NoMatchingIdentity", -50: "TokenError", -51: "PinIncorrect",
-    -52: "PinLocked", -53: "TokenNotPresent", -54: "TokenRemoved", -55: "BadURI", -56: "PinRequired",
-}
-BY_CODE = {}
-for _code, _cls in _CODES.items():
-    _t = type(_cls, (MTLSError,), {"code": _code, "name": lib.mtls_error_name(_code).decode()})
-    globals()[_cls] = _t
-    BY_CODE[_code] = _t
+#: The name the first bindings used; the same class.
+MTLSError = Error
 
 
-def check(rc):
-    """Raises the exception for a non-zero status, with the thread's last error message."""
-    if rc == 0:
-        return
-    msg = (lib.mtls_last_error() or b"").decode("utf-8", "replace") or lib.mtls_strerror(rc).decode()
-    raise BY_CODE.get(rc, MTLSError)(msg, rc)
+class InvalidArgument(Error, ValueError):
+    """A NULL or malformed argument, a bad size, an out-of-range index."""
+    code, name = -1, "invalid_argument"
+
+
+class NoMemory(Error, MemoryError):
+    code, name = -2, "no_memory"
+
+
+class Internal(Error):
+    code, name = -3, "internal"
+
+
+class IOFailure(Error, OSError):
+    """A file could not be read or written (``IOError_`` is the same class)."""
+    code, name = -4, "io"
+
+
+IOError_ = IOFailure
+
+
+class ParseError(Error, ValueError):
+    """A certificate, policy or other input was not understood."""
+    code, name = -5, "parse"
+
+
+class BufferTooSmall(Error):
+    code, name = -6, "buffer_too_small"
+
+
+class NotFound(Error, LookupError):
+    """No such file, label or object."""
+    code, name = -7, "not_found"
+
+
+class BadPassword(Error):
+    """A missing or wrong password (PKCS#12, encrypted key)."""
+    code, name = -10, "bad_password"
+
+
+class Corrupt(Error):
+    code, name = -11, "corrupt"
+
+
+class NotPKCS12(Error):
+    code, name = -12, "not_pkcs12"
+
+
+class NoIdentity(Error):
+    code, name = -13, "no_identity"
+
+
+class Unsupported(Error):
+    code, name = -14, "unsupported"
+
+
+class KeyMismatch(Error):
+    code, name = -15, "key_mismatch"
+
+
+class LimitExceeded(Error):
+    code, name = -16, "limit"
+
+
+class Duplicate(Error):
+    code, name = -20, "duplicate"
+
+
+class BadSecret(Error):
+    code, name = -21, "bad_secret"
+
+
+class NotAStore(Error):
+    code, name = -22, "not_a_store"
+
+
+class SchemaTooNew(Error):
+    code, name = -23, "schema_too_new"
+
+
+class Locked(Error):
+    code, name = -24, "locked"
+
+
+class ReadOnly(Error):
+    code, name = -25, "read_only"
+
+
+class DiskFull(Error):
+    code, name = -26, "disk_full"
+
+
+class InvalidPolicy(Error, ValueError):
+    code, name = -30, "invalid_policy"
+
+
+class TrustError(Error):
+    """libmtls's policy refused the peer. ``.evaluation`` is the :class:`~mtls.TrustResult`
+    (None when it could not be read) and ``.reasons`` its reasons (``.codes`` their codes)."""
+    code, name = -31, "untrusted"
+
+    def __init__(self, message: str = "", code: Optional[int] = None,
+                 evaluation: "Optional[TrustResult]" = None) -> None:
+        super().__init__(message, code)
+        self.evaluation = evaluation
+
+    @property
+    def reasons(self) -> "List[TrustReason]":
+        return list(self.evaluation.reasons) if self.evaluation is not None else []
+
+    @property
+    def codes(self) -> List[str]:
+        return [r.code for r in self.reasons]
+
+    def __str__(self) -> str:
+        if self.codes:
+            return f"{self.message} [{', '.join(self.codes)}]"
+        return self.message
+
+
+class Untrusted(TrustError):
+    """MTLS_E_UNTRUSTED: the class raised for that code (a :class:`TrustError`)."""
+    code, name = -31, "untrusted"
+
+
+class ConnectError(Error, ConnectionError):
+    """The TCP connection could not be made."""
+    code, name = -40, "connect"
+
+
+class Timeout(Error, TimeoutError):
+    code, name = -41, "timeout"
+
+
+class HandshakeError(Error):
+    code, name = -42, "handshake"
+
+
+class PeerAlert(Error):
+    """The peer refused us (a TLS alert)."""
+    code, name = -43, "peer_alert"
+
+
+class WantRead(Error, BlockingIOError):
+    code, name = -44, "want_read"
+
+
+class WantWrite(Error, BlockingIOError):
+    code, name = -45, "want_write"
+
+
+class Closed(Error, ConnectionError):
+    """The connection is closed."""
+    code, name = -46, "closed"
+
+
+class NoMatchingIdentity(Error):
+    code, name = -47, "no_matching_identity"
+
+
+class TokenError(Error):
+    code, name = -50, "token"
+
+
+class PinError(TokenError):
+    """The parent of the PIN failures: PinIncorrect, PinLocked, PinRequired."""
+    code, name = -51, "pin_incorrect"
+
+
+class PinIncorrect(PinError):
+    code, name = -51, "pin_incorrect"
+
+
+class PinLocked(PinError):
+    code, name = -52, "pin_locked"
+
+
+class TokenNotPresent(TokenError):
+    code, name = -53, "token_not_present"
+
+
+class TokenRemoved(TokenError):
+    code, name = -54, "token_removed"
+
+
+class BadURI(Error, ValueError):
+    code, name = -55, "bad_uri"
+
+
+class PinRequired(PinError):
+    code, name = -56, "pin_required"
+
+
+_CLASSES: List[Type[Error]] = [
+    InvalidArgument, NoMemory, Internal, IOFailure, ParseError, BufferTooSmall, NotFound, BadPassword, Corrupt,
+    NotPKCS12, NoIdentity, Unsupported, KeyMismatch, LimitExceeded, Duplicate, BadSecret, NotAStore, SchemaTooNew,
+    Locked, ReadOnly, DiskFull, InvalidPolicy, Untrusted, ConnectError, Timeout, HandshakeError, PeerAlert, WantRead,
+    WantWrite, Closed, NoMatchingIdentity, TokenError, PinIncorrect, PinLocked, TokenNotPresent, TokenRemoved, BadURI,
+    PinRequired,
+]
+#: The exception class of each C status code.
+BY_CODE: Dict[int, Type[Error]] = {c.code: c for c in _CLASSES}
+
+
+# ---- exceptions raised inside callbacks, per thread
+
+_pending = threading.local()
+
+
+def stash_callback_exception(e: BaseException) -> None:
+    """Called by a callback thunk (on the thread libmtls called it on, which is the thread of the
+    C call that triggered it): keeps the first exception until that call returns."""
+    if getattr(_pending, "exc", None) is None:
+        _pending.exc = e
+
+
+def take_callback_exception() -> Optional[BaseException]:
+    """The exception a callback raised on this thread since the last check, cleared."""
+    e = getattr(_pending, "exc", None)
+    _pending.exc = None
+    return e
+
+
+def check(rc: int) -> None:
+    """After a C call: re-raises what a callback raised during it on this thread (the C error,
+    if any, becomes its context), then raises the exception for a non-zero status with the
+    thread's last error message."""
+    pending = take_callback_exception()
+    err = None
+    if rc != 0:
+        msg = (lib.mtls_last_error() or b"").decode("utf-8", "replace") or lib.mtls_strerror(rc).decode()
+        err = BY_CODE.get(rc, Error)(msg, rc)
+    if pending is not None:
+        if err is not None:
+            raise pending from err
+        raise pending
+    if err is not None:
+        raise err
+
+
+def _verify_names() -> None:
+    """The names above are libmtls's own (mtls_error_name), checked once at import."""
+    for c in _CLASSES:
+        actual = lib.mtls_error_name(c.code).decode()
+        if actual != c.name:
+            c.name = actual
+
+
+_verify_names()
+
+__all__ = ["Error", "MTLSError", "TrustError", "PinError", "IOError_", "BY_CODE", "check"] + [c.__name__ for c in _CLASSES]

@@ -1,10 +1,12 @@
 """Identities and PKCS#12 import/export (mtls_identity, mtls_pkcs12)."""
 import ctypes
+import os
+from typing import List, Optional, Tuple, Union
 
 from ._lib import lib, fn, take_string, c_void_pp, c_size_p, c_int_p
 from ._handle import _Handle, utf8, out_handle, out_string, out_bytes, out_indexed
 from .certificate import Certificate
-from .errors import check
+from .errors import check, NoIdentity
 
 # mtls_identity *mtls_identity_ref(mtls_identity *identity)
 fn("mtls_identity_ref", ctypes.c_void_p, ctypes.c_void_p)
@@ -75,36 +77,52 @@ class Identity(_Handle):
     _free = "mtls_identity_free"
 
     @classmethod
-    def from_pem(cls, cert_pem, key_pem, password=None) -> "Identity":
+    def from_pem(cls, cert_pem: Union[str, bytes], key_pem: Union[str, bytes],
+                 password: Optional[Union[str, bytes]] = None) -> "Identity":
         """An identity from PEM text: the leaf and its chain, and the (possibly encrypted) key."""
         return cls(out_handle(lib.mtls_identity_from_pem, utf8(cert_pem), utf8(key_pem), utf8(password)))
+
+    @classmethod
+    def from_pkcs12(cls, data: bytes, password: Optional[Union[str, bytes]]) -> "Identity":
+        """The (first) identity of PKCS#12 bytes; the other identities and loose certificates of
+        the file are in :meth:`PKCS12.parse`. A wrong password raises :class:`mtls.BadPassword`."""
+        p12 = PKCS12.parse(data, password)
+        if not p12.identities:
+            raise NoIdentity("the PKCS#12 file holds no identity", NoIdentity.code)
+        return p12.identities[0]
+
+    @classmethod
+    def load_pkcs12(cls, path: "Union[str, os.PathLike[str]]", password: Optional[Union[str, bytes]]) -> "Identity":
+        """Same as from_pkcs12, from a file."""
+        with open(path, "rb") as f:
+            return cls.from_pkcs12(f.read(), password)
 
     @property
     def leaf(self) -> Certificate:
         return Certificate(out_handle(lib.mtls_identity_leaf, self._h))
 
     @property
-    def chain(self) -> list:
+    def chain(self) -> List[Certificate]:
         """Certificates above the leaf, issuer first, root last."""
         return out_indexed(lib.mtls_identity_chain_count, lib.mtls_identity_chain_get, self._h,
                            lambda p: Certificate(p.value))
 
     @property
-    def token_uri(self):
+    def token_uri(self) -> Optional[str]:
         """The pkcs11: URI of the private key when it lives on a token, else None."""
         from .tokens import identity_token_uri
         return identity_token_uri(self)
 
     @property
-    def friendly_name(self):
+    def friendly_name(self) -> Optional[str]:
         return out_string(lib.mtls_identity_friendly_name, self._h)
 
     @property
-    def local_key_id(self):
+    def local_key_id(self) -> Optional[bytes]:
         return out_bytes(lib.mtls_identity_local_key_id, self._h)
 
     @property
-    def key_type(self):
+    def key_type(self) -> Tuple[str, int]:
         """('p256', 256), ('rsa2048', 2048), ..."""
         name, bits = ctypes.c_void_p(), ctypes.c_int()
         check(lib.mtls_identity_key_type(self._h, ctypes.byref(name), ctypes.byref(bits)))
@@ -116,7 +134,8 @@ class Identity(_Handle):
         check(lib.mtls_identity_chain_check(self._h, ctypes.byref(flags), ctypes.byref(code), ctypes.byref(msg)))
         return ChainCheck(flags.value, code.value, take_string(msg))
 
-    def export_pkcs12(self, password, legacy=False, friendly_name=None) -> bytes:
+    def export_pkcs12(self, password: Union[str, bytes], legacy: bool = False,
+                      friendly_name: Optional[str] = None) -> bytes:
         """The identity as a PKCS#12 file: AES-256/SHA-256 by default, 3DES/SHA-1 with legacy=True."""
         if password is None:
             raise ValueError("export needs a password (the empty string is allowed)")
@@ -130,7 +149,8 @@ class Identity(_Handle):
 class PKCS12:
     """The result of a PKCS#12 import: .identities and .certificates (both in file order)."""
 
-    def __init__(self, identities, certificates, password_encoding="given"):
+    def __init__(self, identities: List[Identity], certificates: List[Certificate],
+                 password_encoding: str = "given") -> None:
         self.identities = identities
         self.certificates = certificates
         #: Which password encoding opened the file: "given", or for None/"" "empty" or "absent"
@@ -151,14 +171,15 @@ class PKCS12:
             lib.mtls_pkcs12_free(h)
 
     @classmethod
-    def parse(cls, data: bytes, password=None) -> "PKCS12":
+    def parse(cls, data: bytes, password: Optional[Union[str, bytes]] = None) -> "PKCS12":
         """Imports PKCS#12 bytes. password=None is "no password" and "" the empty password: given
         either, both encodings are tried, and .password_encoding says which opened the file."""
-        return cls._from_handle(out_handle(lib.mtls_pkcs12_import, bytes(data), len(data), utf8(password)))
+        data = bytes(data)
+        return cls._from_handle(out_handle(lib.mtls_pkcs12_import, data, len(data), utf8(password)))
 
     @classmethod
-    def load(cls, path, password=None) -> "PKCS12":
-        return cls._from_handle(out_handle(lib.mtls_pkcs12_load, utf8(str(path)), utf8(password)))
+    def load(cls, path: "Union[str, os.PathLike[str]]", password: Optional[Union[str, bytes]] = None) -> "PKCS12":
+        return cls._from_handle(out_handle(lib.mtls_pkcs12_load, utf8(os.fspath(path)), utf8(password)))
 
     def __repr__(self):
         return f"<PKCS12 {len(self.identities)} identities, {len(self.certificates)} certificates>"

@@ -148,7 +148,7 @@ class IssuedCertificate(_Handle):
         """The private key as PEM: encrypted PKCS#8 with a password, unencrypted without."""
         return out_string(lib.mtls_issued_key_pem, self._h, utf8(password))
 
-    def export_p12(self, password, legacy=False) -> bytes:
+    def export_pkcs12(self, password, legacy=False) -> bytes:
         """A .p12 with the key, the certificate and the whole chain (friendly name: the CN)."""
         return out_bytes(lib.mtls_issued_export_p12, self._h, password.encode(), 1 if legacy else 0)
 

@@ -1,14 +1,15 @@
 """The labeled credential store (mtls_store)."""
 import ctypes
 import datetime
+import os
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Iterable, List, Optional, Tuple, Union
 
 from ._lib import lib, fn, take_string, c_void_pp, c_size_p
 from ._handle import _Handle, utf8, out_handle, out_bytes, out_value, out_list
 from .certificate import Certificate
 from .pkcs12 import Identity
-from .errors import check
+from .errors import check, InvalidArgument, NotFound
 
 IDENTITY, CERTIFICATE, TOKEN_IDENTITY = 1, 2, 3
 _CLASS_NAMES = {IDENTITY: "identity", CERTIFICATE: "certificate", TOKEN_IDENTITY: "token-identity"}
@@ -108,6 +109,18 @@ def _secret(secret):
     return bytes(secret), SECRET_PASSPHRASE
 
 
+#: The passphrase of a store opened with insecure_no_secret=True: public, so such a store's
+#: contents are as good as unencrypted (libmtls refuses an empty passphrase). For tests and demos.
+INSECURE_NO_SECRET = b"mtls: insecure store with no secret"
+
+
+class _NoSuchLabel(NotFound, KeyError):
+    """store[label] for a label the store does not hold: mtls.NotFound and KeyError."""
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class StoreKey:
     """A 32-byte raw store key (as opposed to a passphrase)."""
 
@@ -159,12 +172,22 @@ def _class_code(item_class):
 class Store(_Handle):
     """A labeled credential store file. Safe to share across threads; use as a context manager.
 
-    ``secret`` is a passphrase (str or bytes) or a :class:`StoreKey`. ``kdf_log_n`` sets scrypt's
-    cost for a new store (default 17; tests may use 10)."""
+    ``secret`` is a passphrase (str or bytes) or a :class:`StoreKey`; or ``secret_file`` names a
+    passphrase file (always a passphrase, whatever its length), or ``key_file`` a raw 32-byte key
+    file. With none of them, opening is an error unless ``insecure_no_secret=True`` (the store
+    is then protected by a public passphrase, INSECURE_NO_SECRET: anyone may open it).
+    ``kdf_log_n`` sets scrypt's cost for a new store (default 17; tests may use 10).
+    ``store[label]`` is the Identity (or Certificate) stored under ``label``."""
     _free = "mtls_store_close"
 
-    def __init__(self, path, secret=None, *, secret_file=None, key_file=None, create=True, busy_timeout_ms=None,
-                 kdf_log_n=None, kdf_r=None, kdf_p=None):
+    def __init__(self, path: "Union[str, os.PathLike[str]]", secret: "Union[None, str, bytes, StoreKey]" = None, *,
+                 secret_file: "Union[None, str, os.PathLike[str]]" = None,
+                 key_file: "Union[None, str, os.PathLike[str]]" = None, create: bool = True,
+                 busy_timeout_ms: Optional[int] = None, kdf_log_n: Optional[int] = None, kdf_r: Optional[int] = None,
+                 kdf_p: Optional[int] = None, insecure_no_secret: bool = False) -> None:
+        if secret is None and secret_file is None and key_file is None and not insecure_no_secret:
+            raise InvalidArgument("Store(path) needs secret=, secret_file= or key_file=; a store anyone may open "
+                                  "(a public passphrase) is Store(path, insecure_no_secret=True)", InvalidArgument.code)
         opts = StoreOptions()
         check(lib.mtls_store_options_init(ctypes.byref(opts), 1))
         opts.create = 1 if create else 0
@@ -182,26 +205,26 @@ class Store(_Handle):
         elif secret_file is not None:
             h = out_handle(lib.mtls_store_open_secret_file, utf8(str(path)), utf8(str(secret_file)), ctypes.byref(opts))
         else:
-            data, kind = _secret(secret if secret is not None else b"")
+            data, kind = _secret(secret if secret is not None else INSECURE_NO_SECRET)
             h = out_handle(lib.mtls_store_open, utf8(str(path)), data, len(data), kind, ctypes.byref(opts))
         super().__init__(h)
 
-    def close(self):
+    def close(self) -> None:
         """Closes the store and wipes its data key."""
         super().close()
 
     # putting
-    def put_identity(self, label, identity, replace=False):
+    def put_identity(self, label: str, identity: Identity, replace: bool = False) -> None:
         check(lib.mtls_store_put_identity(self._h, utf8(label), identity._h, int(replace)))
 
-    def put_identities(self, items, replace=False):
+    def put_identities(self, items: "Iterable[Tuple[str, Identity]]", replace: bool = False) -> None:
         """Puts [(label, identity)] in one transaction: all or none."""
         items = list(items)
         labels = (ctypes.c_char_p * max(len(items), 1))(*[utf8(l) for l, _ in items])
         ids = (ctypes.c_void_p * max(len(items), 1))(*[i._h for _, i in items])
         check(lib.mtls_store_put_identities(self._h, labels, ctypes.cast(ids, c_void_pp), len(items), int(replace)))
 
-    def put_certificate(self, label, cert: Certificate, replace=False):
+    def put_certificate(self, label: str, cert: Certificate, replace: bool = False) -> None:
         check(lib.mtls_store_put_cert(self._h, utf8(label), cert._h, int(replace)))
 
     def put_token_identity(self, label, uri, cert: Certificate, chain=(), replace=False):
@@ -210,25 +233,48 @@ class Store(_Handle):
                                                 ctypes.cast(arr, c_void_pp) if chain else None, len(chain),
                                                 int(replace)))
 
-    def import_p12(self, label, data: bytes, password=None, replace=False):
+    def import_pkcs12(self, label: str, data: bytes, password: "Union[None, str, bytes]" = None,
+                      replace: bool = False) -> Identity:
         """Imports a .p12's identity under ``label`` and returns it. password None = no password."""
         return Identity(out_handle(lib.mtls_store_import_p12, self._h, utf8(label), data, len(data), utf8(password),
                                    int(replace)))
 
     # getting
-    def get_identity(self, label):
+    def __getitem__(self, label: str) -> "Union[Identity, Certificate]":
+        """The item stored under `label`: an Identity (a token identity is opened on its token,
+        with the PIN its URI names), else a Certificate. KeyError (also mtls.NotFound) if none."""
+        try:
+            item = self.info(label)
+        except NotFound as e:
+            raise _NoSuchLabel(f"no item labelled {label!r} in the store", NotFound.code) from e
+        if item.item_class == "identity":
+            return self.get_identity(label)
+        if item.item_class == "token-identity":
+            from .tokens import identity_from_pkcs11
+            uri, _ = self.get_token_identity(label)
+            return identity_from_pkcs11(uri)
+        return self.get_certificate(label)
+
+    def __contains__(self, label: object) -> bool:
+        try:
+            self.info(str(label))
+            return True
+        except NotFound:
+            return False
+
+    def get_identity(self, label: str) -> Identity:
         return Identity(out_handle(lib.mtls_store_get_identity, self._h, utf8(label)))
 
     def get_certificate(self, label) -> Certificate:
         return Certificate(out_handle(lib.mtls_store_get_cert, self._h, utf8(label)))
 
-    def get_token_identity(self, label):
+    def get_token_identity(self, label: str) -> "Tuple[Optional[str], Certificate]":
         """(uri, Certificate)."""
         uri, cert = ctypes.c_void_p(), ctypes.c_void_p()
         check(lib.mtls_store_get_token_identity(self._h, utf8(label), ctypes.byref(uri), ctypes.byref(cert)))
         return take_string(uri), Certificate(cert.value)
 
-    def identities(self):
+    def identities(self) -> List[Identity]:
         """Every stored identity (decrypted), in label order."""
         return out_list(lib.mtls_store_identities, self._h, item=lambda h: Identity(lib.mtls_identity_ref(h)),
                         free=lib.mtls_store_identity_list_free)
@@ -260,9 +306,9 @@ class Store(_Handle):
     def delete_class(self, item_class) -> int:
         return out_value(ctypes.c_size_t, lib.mtls_store_delete_class, self._h, _class_code(item_class))
 
-    def export_p12(self, label, password, legacy=False) -> bytes:
+    def export_pkcs12(self, label: str, password: "Union[str, bytes]", legacy: bool = False) -> bytes:
         return out_bytes(lib.mtls_store_export_p12, self._h, utf8(label), utf8(password), int(legacy))
 
-    def change_secret(self, secret):
+    def change_secret(self, secret: "Union[str, bytes, StoreKey]") -> None:
         data, kind = _secret(secret)
         check(lib.mtls_store_change_secret(self._h, data, len(data), kind))

@@ -1,14 +1,18 @@
 """Mutual-TLS connections: Connection (client), Listener (server), and configure_ssl_ctx for an
 OpenSSL SSL_CTX the application owns. Over the C ABI's "Connections" section."""
 import ctypes
-from typing import List, Optional, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 from ._lib import lib, fn, c_void_pp, c_size_p, c_int_p
 from ._handle import _Handle, utf8, out_handle, out_string, out_value
 from .certificate import Certificate
-from .errors import check
+from .errors import check, Error, InvalidArgument, TrustError
 from .pkcs12 import Identity
 from .trust import Policy, TrustResult, _read_result
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .store import Store
 
 TLS_1_2, TLS_1_3 = 12, 13
 _VERSIONS = {"1.2": TLS_1_2, "1.3": TLS_1_3, TLS_1_2: TLS_1_2, TLS_1_3: TLS_1_3}
@@ -66,7 +70,7 @@ fn("mtls_conn_wrap_fd", ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_ui
 # int mtls_conn_handshake(mtls_conn *conn)
 fn("mtls_conn_handshake", ctypes.c_int, ctypes.c_void_p)
 # int mtls_conn_read(mtls_conn *conn, uint8_t *buf, size_t len, size_t *n)
-fn("mtls_conn_read", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, c_size_p)
+fn("mtls_conn_read", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, c_size_p)
 # int mtls_conn_write(mtls_conn *conn, const uint8_t *buf, size_t len, size_t *n)
 fn("mtls_conn_write", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, c_size_p)
 # int mtls_conn_shutdown(mtls_conn *conn)
@@ -107,7 +111,7 @@ fn("mtls_ssl_set_peer", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c
 fn("mtls_ssl_ctx_set_peer", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint16, ctypes.c_char_p)
 
 
-def _ms(seconds):
+def _ms(seconds: Optional[float]) -> int:
     """Seconds (None: the library default) to the C convention (0: default, -1: no limit)."""
     if seconds is None:
         return 0
@@ -116,79 +120,107 @@ def _ms(seconds):
     return max(1, int(seconds * 1000))
 
 
-def _version(v):
+def _version(v: Union[str, int]) -> int:
     if v not in _VERSIONS:
         raise ValueError("TLS version must be '1.2' or '1.3'")
     return _VERSIONS[v]
 
 
-def _client_options(identity, candidates, policy, verify_as, sni, alpn, min_tls, max_tls, connect_timeout,
-                    handshake_timeout, io_timeout, resume, non_blocking):
-    o = ConnOptions()
-    check(lib.mtls_conn_options_init(ctypes.byref(o), CONN_OPTIONS_VERSION))
-    o.sni, o.verify_as = utf8(sni), utf8(verify_as)
-    o.alpn = utf8(",".join(alpn)) if alpn else None
-    o.min_tls, o.max_tls = _version(min_tls), _version(max_tls)
-    o.connect_timeout_ms, o.handshake_timeout_ms = _ms(connect_timeout), _ms(handshake_timeout)
-    o.io_timeout_ms = _ms(io_timeout)
-    o.non_blocking, o.no_session_resumption = int(non_blocking), int(not resume)
-    keep = [identity, candidates, policy]  # alive until the C call that borrows their handles
-    if identity is not None:
-        o.identity = identity._h
-    elif candidates:
-        arr = (ctypes.c_void_p * len(candidates))(*[c._h for c in candidates])
-        keep.append(arr)
-        o.candidates, o.candidate_count = ctypes.cast(arr, ctypes.POINTER(ctypes.c_void_p)), len(candidates)
-    if policy is not None:
-        o.policy = policy._h
-    return o, keep
+@dataclass(frozen=True)
+class ConnectOptions:
+    """The options of a client connection, and their defaults (stated here only).
+
+    identity: presented (an Identity; mtls.connect also takes a store label or a pkcs11: URI);
+    candidates: identities to choose from by the server's CA list (instead of identity);
+    policy: judges the server (None: the system trust store); verify_as: validate the server as
+    this name (None: the policy's verify_as for this host, else the host); sni: the name sent (None: the host
+    if it is a name); alpn: protocols offered; min_tls/max_tls: "1.2" or "1.3"; timeouts in
+    seconds (None: the library's default, inf: none); resume: TLS session resumption;
+    non_blocking: WantRead/WantWrite instead of waiting."""
+    identity: Optional[Identity] = None
+    candidates: Optional[Sequence[Identity]] = None
+    policy: Optional[Policy] = None
+    verify_as: Optional[str] = None
+    sni: Optional[str] = None
+    alpn: Sequence[str] = ()
+    min_tls: Union[str, int] = "1.2"
+    max_tls: Union[str, int] = "1.3"
+    connect_timeout: Optional[float] = None
+    handshake_timeout: Optional[float] = None
+    io_timeout: Optional[float] = None
+    resume: bool = True
+    non_blocking: bool = False
+
+    def to_c(self, host: Optional[str]) -> Tuple[ConnOptions, List[Any]]:
+        """The C structure, and the Python objects that must stay alive while a C call borrows
+        their handles."""
+        o = ConnOptions()
+        check(lib.mtls_conn_options_init(ctypes.byref(o), CONN_OPTIONS_VERSION))
+        if self.policy is not None:
+            # Host rules are chosen by the host (never by verify_as): the host's rule carries the
+            # policy's pins, and its verify_as unless the connection names one itself.
+            self.policy._prepare(host, as_itself=self.verify_as is not None)
+        o.sni, o.verify_as = utf8(self.sni), utf8(self.verify_as)
+        o.alpn = utf8(",".join(self.alpn)) if self.alpn else None
+        o.min_tls, o.max_tls = _version(self.min_tls), _version(self.max_tls)
+        o.connect_timeout_ms, o.handshake_timeout_ms = _ms(self.connect_timeout), _ms(self.handshake_timeout)
+        o.io_timeout_ms = _ms(self.io_timeout)
+        o.non_blocking, o.no_session_resumption = int(self.non_blocking), int(not self.resume)
+        keep: List[Any] = [self.identity, self.candidates, self.policy]
+        if self.identity is not None:
+            o.identity = self.identity._h
+        elif self.candidates:
+            arr = (ctypes.c_void_p * len(self.candidates))(*[c._h for c in self.candidates])
+            keep.append(arr)
+            o.candidates = ctypes.cast(arr, ctypes.POINTER(ctypes.c_void_p))
+            o.candidate_count = len(self.candidates)
+        if self.policy is not None:
+            o.policy = self.policy._h
+        return o, keep
 
 
 class Connection(_Handle):
     """One mutual-TLS connection (wraps an mtls_conn). Use from one thread at a time.
 
-    Errors are MTLSError subclasses that say which side failed: Untrusted (our evaluation
-    rejected the peer), PeerAlert (the peer refused us), NoMatchingIdentity, Timeout,
-    ConnectError, HandshakeError; WantRead/WantWrite in non-blocking mode."""
+    Errors are mtls.Error subclasses that say which side failed: TrustError (our evaluation
+    rejected the peer; mtls.connect attaches the evaluation), PeerAlert (the peer refused us),
+    NoMatchingIdentity, Timeout, ConnectError, HandshakeError; WantRead/WantWrite in
+    non-blocking mode."""
     _free = "mtls_conn_free"
 
     @classmethod
-    def connect(cls, host: str, port: int, *, identity: Optional[Identity] = None,
-                candidates: Optional[Sequence[Identity]] = None, policy: Optional[Policy] = None,
-                verify_as: Optional[str] = None, sni: Optional[str] = None, alpn: Sequence[str] = (),
-                min_tls="1.2", max_tls="1.3", connect_timeout=None, handshake_timeout=None, io_timeout=None,
-                resume: bool = True, non_blocking: bool = False, handshake: bool = True) -> "Connection":
-        """Connects and (unless non_blocking or handshake=False) runs the handshake. `identity`
-        is presented; or, with `candidates`, the one that fits the server's CA list is chosen.
-        `policy` judges the server (None: system trust store). Timeouts are in seconds. With
-        handshake=False, call handshake() yourself: a failed one leaves peer_chain and
-        evaluation readable."""
-        o, keep = _client_options(identity, candidates, policy, verify_as, sni, alpn, min_tls, max_tls,
-                                  connect_timeout, handshake_timeout, io_timeout, resume, non_blocking)
+    def connect(cls, host: str, port: int, *, handshake: bool = True, **options: Any) -> "Connection":
+        """Connects and (unless non_blocking or handshake=False) runs the handshake; `options`
+        are ConnectOptions' fields. With handshake=False, call handshake() yourself: a failed one
+        leaves peer_chain and evaluation readable."""
+        o, keep = ConnectOptions(**options).to_c(host)
         h = out_handle(lib.mtls_conn_connect if handshake else lib.mtls_conn_open, utf8(host), int(port),
                        ctypes.byref(o))
         del keep
         return cls(h)
 
     @classmethod
-    def wrap(cls, fd: int, host: str, port: int = 0, **kw) -> "Connection":
+    def wrap(cls, fd: Union[int, Any], host: str, port: int = 0, **options: Any) -> "Connection":
         """TLS over a connected socket the caller owns (an int fd or a socket object); the caller
-        closes it after this connection. Same keywords as connect() except handshake."""
+        closes it after this connection. `options` are ConnectOptions' fields."""
         fd = fd.fileno() if hasattr(fd, "fileno") else fd
-        o, keep = _client_options(kw.pop("identity", None), kw.pop("candidates", None), kw.pop("policy", None),
-                                  kw.pop("verify_as", None), kw.pop("sni", None), kw.pop("alpn", ()),
-                                  kw.pop("min_tls", "1.2"), kw.pop("max_tls", "1.3"), kw.pop("connect_timeout", None),
-                                  kw.pop("handshake_timeout", None), kw.pop("io_timeout", None),
-                                  kw.pop("resume", True), kw.pop("non_blocking", False))
-        if kw:
-            raise TypeError(f"unknown options: {', '.join(kw)}")
+        o, keep = ConnectOptions(**options).to_c(host)
         h = out_handle(lib.mtls_conn_wrap_fd, int(fd), utf8(host), int(port), ctypes.byref(o))
         del keep
         return cls(h)
 
-    def handshake(self):
-        """Runs or continues the handshake (non-blocking: raises WantRead/WantWrite)."""
-        check(lib.mtls_conn_handshake(self._h))
+    def handshake(self) -> None:
+        """Runs or continues the handshake (non-blocking: raises WantRead/WantWrite). When our
+        policy refuses the server, the TrustError carries the evaluation and its reasons."""
+        try:
+            check(lib.mtls_conn_handshake(self._h))
+        except TrustError as e:
+            if e.evaluation is None:
+                try:
+                    e.evaluation = self.evaluation
+                except Error:
+                    pass
+            raise
 
     def read(self, n: int = 16384) -> bytes:
         """Up to n bytes; b"" when the peer closed the connection."""
@@ -197,12 +229,24 @@ class Connection(_Handle):
         check(lib.mtls_conn_read(self._h, buf, len(buf), ctypes.byref(got)))
         return buf.raw[:got.value]
 
+    def readinto(self, buffer: Any) -> int:
+        """Reads into a writable buffer (bytearray, memoryview); returns the count, 0 when the
+        peer closed the connection."""
+        view = memoryview(buffer).cast("B")
+        n = len(view)
+        if n == 0:
+            return 0
+        c = (ctypes.c_char * n).from_buffer(view)
+        got = ctypes.c_size_t()
+        check(lib.mtls_conn_read(self._h, c, n, ctypes.byref(got)))
+        return got.value
+
     def write(self, data: bytes) -> int:
         """Writes data (all of it, unless non-blocking); returns the count written."""
         data = utf8(data)
         return out_value(ctypes.c_size_t, lib.mtls_conn_write, self._h, data, len(data))
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         """Sends close_notify."""
         check(lib.mtls_conn_shutdown(self._h))
 
@@ -218,12 +262,7 @@ class Connection(_Handle):
     def evaluation(self) -> Optional[TrustResult]:
         """Our evaluation of the peer's chain (None when it sent no certificate)."""
         h = out_handle(lib.mtls_conn_evaluation, self._h)
-        if not h:
-            return None
-        try:
-            return _read_result(h)
-        finally:
-            lib.mtls_trust_result_free(h)
+        return _read_result(h) if h else None
 
     @property
     def alpn(self) -> Optional[str]:
@@ -283,18 +322,76 @@ def configure_ssl_ctx(ssl_ctx: int, identity: Optional[Identity] = None, policy:
                                      int(accepts_clients)))
 
 
-def set_ssl_peer(ssl: int, host: str, port: int = 0, verify_as: Optional[str] = None):
+def set_ssl_peer(ssl: int, host: str, port: int = 0, verify_as: Optional[str] = None) -> None:
     """Tells libmtls the peer an OpenSSL SSL* (an address) made from a configured context reaches:
     its host and port choose the host rule, verify_as (None: the host) the name checked."""
     check(lib.mtls_ssl_set_peer(ssl, utf8(host), int(port), utf8(verify_as)))
 
 
-def set_ssl_ctx_peer(ssl_ctx: int, host: str, port: int = 0, verify_as: Optional[str] = None):
+def set_ssl_ctx_peer(ssl_ctx: int, host: str, port: int = 0, verify_as: Optional[str] = None) -> None:
     """Same for every SSL made from the SSL_CTX* that was not given a peer of its own."""
     check(lib.mtls_ssl_ctx_set_peer(ssl_ctx, utf8(host), int(port), utf8(verify_as)))
 
 
-def clear_session_cache():
+def clear_session_cache() -> None:
     """Forgets every cached TLS session and the shared OpenSSL contexts (and their references to
     identities) behind them; open connections are not affected."""
     lib.mtls_conn_cache_clear()
+
+
+IdentityLike = Union[Identity, str, None]
+
+
+def _default_store() -> "Store":
+    """The store MTLS_STORE names, opened with MTLS_STORE_SECRET_FILE (the mtls CLI's defaults)."""
+    from .store import Store
+    import os
+    path, secret_file = os.environ.get("MTLS_STORE"), os.environ.get("MTLS_STORE_SECRET_FILE")
+    if not path or not secret_file:
+        raise InvalidArgument("an identity given by store label needs store= (a Store), or MTLS_STORE and "
+                              "MTLS_STORE_SECRET_FILE in the environment", InvalidArgument.code)
+    return Store(path, secret_file=secret_file, create=False)
+
+
+def resolve_identity(identity: IdentityLike, store: "Optional[Store]" = None,
+                     pin: "Any" = None) -> Optional[Identity]:
+    """An Identity from what a user may name one by: an Identity, a `pkcs11:` URI (the key stays
+    on the token; `pin` as in identity_from_pkcs11), or the label of an identity in `store` (None:
+    the store MTLS_STORE names, with MTLS_STORE_SECRET_FILE)."""
+    if identity is None or isinstance(identity, Identity):
+        return identity
+    if not isinstance(identity, str):
+        raise TypeError("identity must be an mtls.Identity, a store label or a pkcs11: URI")
+    if identity.startswith("pkcs11:"):
+        from .tokens import identity_from_pkcs11
+        return identity_from_pkcs11(identity, pin)
+    own = store is None
+    st = _default_store() if own else store
+    try:
+        item = st[identity]
+    finally:
+        if own:
+            st.close()
+    if not isinstance(item, Identity):
+        raise InvalidArgument(f"store item {identity!r} is a certificate, not an identity", InvalidArgument.code)
+    return item
+
+
+def connect(host: str, port: int, *, identity: IdentityLike = None, policy: Optional[Policy] = None,
+            verify_as: Optional[str] = None, store: "Optional[Store]" = None, pin: "Any" = None,
+            **options: Any) -> Connection:
+    """A connected, handshaken mutual-TLS client connection. `identity` is an Identity, a store
+    label (in `store`, else MTLS_STORE) or a pkcs11: URI; `policy` judges the server (None: the
+    system store), validated as `verify_as` (None: the policy's verify_as, else `host`); other
+    `options` are ConnectOptions' fields. A refused server raises TrustError with libmtls's
+    evaluation and reasons."""
+    ident = resolve_identity(identity, store, pin)
+    conn = Connection.connect(host, port, identity=ident, policy=policy, verify_as=verify_as, handshake=False,
+                              **options)
+    if not options.get("non_blocking"):
+        try:
+            conn.handshake()
+        except BaseException:
+            conn.close()
+            raise
+    return conn

@@ -9,11 +9,13 @@
 The identity's private key never leaves the token: TLS handshakes sign on it.
 """
 import ctypes
+from typing import Callable, Optional, Union
 
+from . import _callbacks
 from ._lib import lib, fn, c_void_pp, c_size_p, c_int_p
 from ._handle import _Handle, utf8, out_handle, out_string, out_bytes, out_value, out_list
 from .certificate import Certificate
-from .errors import check, PinRequired
+from .errors import check, stash_callback_exception, PinRequired
 from .pkcs12 import Identity
 
 # int mtls_token_list(const char *module_path, mtls_token ***out, size_t *count)
@@ -57,8 +59,10 @@ fn("mtls_token_object_token", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 #                            unsigned int flags, char *pin, size_t pin_size)
 PIN_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint,
                           ctypes.POINTER(ctypes.c_char), ctypes.c_size_t)
-# int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, void *userdata, mtls_identity **out)
-fn("mtls_identity_from_pkcs11", ctypes.c_int, ctypes.c_char_p, PIN_CB, ctypes.c_void_p, c_void_pp)
+# int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, void *userdata, void (*destroy)(void *),
+#                               mtls_identity **out)
+fn("mtls_identity_from_pkcs11", ctypes.c_int, ctypes.c_char_p, PIN_CB, ctypes.c_void_p, _callbacks.DESTROY_CB,
+   c_void_pp)
 # int mtls_identity_token_uri(const mtls_identity *identity, char **out)
 fn("mtls_identity_token_uri", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 
@@ -128,7 +132,7 @@ class TokenObject(_Handle):
         return out_bytes(lib.mtls_token_object_id, self._h) or b""
 
     @property
-    def certificate(self):
+    def certificate(self) -> Optional[Certificate]:
         """The certificate of a certificate object, else None."""
         if self.kind != "certificate":
             return None
@@ -154,45 +158,56 @@ def token_objects(module=None, token_uri=None, pin=None) -> list:
                     item=lambda h: TokenObject(lib.mtls_token_object_ref(h)), free=lib.mtls_token_object_list_free)
 
 
-def identity_from_pkcs11(uri, pin=None) -> Identity:
+PinAnswer = Union[None, str, bytes]
+PinSource = Union[None, str, bytes, Callable[[str, str, int], PinAnswer]]
+
+
+def _pin_thunk(userdata, label, token_uri, flags, buf, size):
+    """The one C PIN callback: asks the Python callable registered under `userdata`. An exception
+    is kept for this thread and re-raised when mtls_identity_from_pkcs11 returns."""
+    try:
+        pin = _callbacks.lookup(userdata)
+        value = pin(label.decode("utf-8", "replace"), token_uri.decode("utf-8", "replace"), flags) \
+            if callable(pin) else pin
+        if value is None:
+            return 1
+        value = utf8(value)
+        if len(value) >= size:
+            raise ValueError("PIN too long")
+        ctypes.memmove(buf, value, len(value))
+        buf[len(value)] = b"\0"
+        return 0
+    except BaseException as e:  # noqa: BLE001 - re-raised after the C call returns
+        stash_callback_exception(e)
+        return 1
+
+
+_PIN = PIN_CB(_pin_thunk)
+
+
+def identity_from_pkcs11(uri: str, pin: PinSource = None) -> Identity:
     """The identity a pkcs11: URI names; its private key stays on the token.
 
     `pin`: None (the URI's pin-value / pin-source, or no PIN), a str/bytes PIN, or a callable
     `pin(token_label, token_uri, flags) -> str | bytes | None` (None gives up: PinRequired).
-    An exception raised by the callable is re-raised here. For a key marked
-    CKA_ALWAYS_AUTHENTICATE the PIN is asked again before each signature (during handshakes);
-    keep the identity alive while connections use it.
+    An exception raised by the callable is re-raised here, on this thread. For a key marked
+    CKA_ALWAYS_AUTHENTICATE the PIN is asked again before each signature (during handshakes):
+    libmtls keeps the callable until the identity and its connections are freed.
     """
-    raised = []
-
-    def answer(_userdata, label, token_uri, flags, buf, size):
-        try:
-            value = pin(label.decode(), token_uri.decode(), flags) if callable(pin) else pin
-            if value is None:
-                return 1
-            value = utf8(value)
-            if len(value) >= size:
-                raise ValueError("PIN too long")
-            ctypes.memmove(buf, value, len(value))
-            buf[len(value)] = b"\0"
-            return 0
-        except BaseException as e:  # re-raised after the C call returns
-            raised.append(e)
-            return 1
-
-    callback = PIN_CB(answer) if pin is not None else PIN_CB()
     out = ctypes.c_void_p()
-    rc = lib.mtls_identity_from_pkcs11(utf8(uri), callback, None, ctypes.byref(out))
-    if raised:
+    if pin is None:
+        rc = lib.mtls_identity_from_pkcs11(utf8(uri), PIN_CB(), None, _callbacks.DESTROY_CB(), ctypes.byref(out))
+    else:
+        # libmtls releases the registration through DESTROY once it is done with the callback.
+        rc = lib.mtls_identity_from_pkcs11(utf8(uri), _PIN, _callbacks.register(pin), _callbacks.DESTROY,
+                                           ctypes.byref(out))
+    try:
+        check(rc)
+    except BaseException:
         if out.value:
             lib.mtls_identity_free(out)
-        raise raised[0]
-    check(rc)
-    identity = Identity(out.value)
-    # A CKA_ALWAYS_AUTHENTICATE key asks the callback again before each signature, for as long as
-    # the identity lives: the ctypes callback must live as long.
-    identity._pin_callback = callback
-    return identity
+        raise
+    return Identity(out.value)
 
 
 def _with_pin(pin, call):
@@ -248,7 +263,7 @@ def import_certificate(uri, certificate, pin=None) -> str:
     return _with_pin(pin, lambda cb: out_string(lib.mtls_token_import_cert, utf8(uri), certificate._h, cb, None))
 
 
-def identity_token_uri(identity) -> "str | None":
+def identity_token_uri(identity: Identity) -> Optional[str]:
     """The pkcs11: URI of the identity's private key when it lives on a token, else None."""
     return out_string(lib.mtls_identity_token_uri, identity._h)
 

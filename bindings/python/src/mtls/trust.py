@@ -1,13 +1,17 @@
 """Trust policies and evaluation: anchors, host rules, SPKI pins, and mtls_evaluate."""
 import ctypes
 import datetime
+import functools
+import os
+import threading
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Union
 
+from . import _callbacks
 from ._lib import lib, fn, take_string, c_void_pp, c_size_p, c_int_p
 from ._handle import _Handle, utf8, out_handle, out_value, out_indexed
 from .certificate import Certificate
-from .errors import check
+from .errors import check, stash_callback_exception
 
 PURPOSE_DEFAULT, PURPOSE_SERVER, PURPOSE_CLIENT = 0, 1, 2
 _PURPOSES = {None: PURPOSE_DEFAULT, "server": PURPOSE_SERVER, "client": PURPOSE_CLIENT}
@@ -17,7 +21,7 @@ PIN_STOP_ENFORCING, PIN_FAIL_CLOSED = 0, 1
 # typedef void (*mtls_trust_report_cb)(const char *host, const char *rule, const char *code,
 #                                      const char *message, void *userdata)
 REPORT_CB = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p)
-DESTROY_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+DESTROY_CB = _callbacks.DESTROY_CB
 c_char_pp = ctypes.POINTER(ctypes.c_char_p)
 
 # int mtls_policy_new(mtls_policy **out)
@@ -91,7 +95,7 @@ fn("mtls_trust_result_matched_rule", ctypes.c_int, ctypes.c_void_p, c_char_pp)
 fn("mtls_trust_result_matched_pin", ctypes.c_int, ctypes.c_void_p, c_char_pp)
 
 
-def _unix(t) -> int:
+def _unix(t: Union[None, int, float, datetime.datetime]) -> int:
     if t is None:
         return 0
     if isinstance(t, datetime.datetime):
@@ -108,124 +112,268 @@ class TrustReason:
     message: str
 
 
-@dataclass(frozen=True)
-class TrustResult:
-    """The verdict of Policy.evaluate."""
-    trusted: bool
-    kind: str
-    reasons: List[TrustReason]
-    chain: List[Certificate]
-    matched_rule: Optional[str]
-    matched_pin: Optional[str]
+class TrustResult(_Handle):
+    """The verdict of an evaluation (wraps an mtls_trust_result; immutable). Each attribute is
+    read from libmtls when first asked for: an evaluation whose caller looks only at ``trusted``
+    costs no more calls than that."""
+    _free = "mtls_trust_result_free"
+
+    @functools.cached_property
+    def trusted(self) -> bool:
+        return bool(out_value(ctypes.c_int, lib.mtls_trust_result_trusted, self._h))
+
+    @functools.cached_property
+    def kind(self) -> str:
+        """"proceed", "recoverable_failure" or "fatal_failure"."""
+        return _KINDS[out_value(ctypes.c_int, lib.mtls_trust_result_kind, self._h)]
+
+    @functools.cached_property
+    def reasons(self) -> List[TrustReason]:
+        out = []
+        for i in range(out_value(ctypes.c_size_t, lib.mtls_trust_result_reason_count, self._h)):
+            code, msg, idx = ctypes.c_char_p(), ctypes.c_char_p(), ctypes.c_int()
+            check(lib.mtls_trust_result_reason(self._h, i, ctypes.byref(code), ctypes.byref(idx), ctypes.byref(msg)))
+            out.append(TrustReason(code.value.decode(), None if idx.value < 0 else idx.value, msg.value.decode()))
+        return out
+
+    @functools.cached_property
+    def chain(self) -> List[Certificate]:
+        """The chain libmtls built, leaf to anchor."""
+        return Certificate._list(lib.mtls_trust_result_chain, self._h)
+
+    @functools.cached_property
+    def matched_rule(self) -> Optional[str]:
+        rule = out_value(ctypes.c_char_p, lib.mtls_trust_result_matched_rule, self._h)
+        return rule.decode() if rule else None
+
+    @functools.cached_property
+    def matched_pin(self) -> Optional[str]:
+        pin = out_value(ctypes.c_char_p, lib.mtls_trust_result_matched_pin, self._h)
+        return pin.decode() if pin else None
 
     @property
     def codes(self) -> List[str]:
         return [r.code for r in self.reasons]
 
+    def __repr__(self) -> str:
+        return (f"TrustResult(trusted={self.trusted}, kind={self.kind!r}, reasons={self.reasons!r}, "
+                f"matched_rule={self.matched_rule!r}, matched_pin={self.matched_pin!r})")
 
-def _read_result(h) -> TrustResult:
-    trusted = out_value(ctypes.c_int, lib.mtls_trust_result_trusted, h)
-    kind = out_value(ctypes.c_int, lib.mtls_trust_result_kind, h)
-    reasons = []
-    for i in range(out_value(ctypes.c_size_t, lib.mtls_trust_result_reason_count, h)):
-        code, msg, idx = ctypes.c_char_p(), ctypes.c_char_p(), ctypes.c_int()
-        check(lib.mtls_trust_result_reason(h, i, ctypes.byref(code), ctypes.byref(idx), ctypes.byref(msg)))
-        reasons.append(TrustReason(code.value.decode(), None if idx.value < 0 else idx.value, msg.value.decode()))
-    chain = Certificate._list(lib.mtls_trust_result_chain, h)
-    rule = out_value(ctypes.c_char_p, lib.mtls_trust_result_matched_rule, h)
-    pin = out_value(ctypes.c_char_p, lib.mtls_trust_result_matched_pin, h)
-    return TrustResult(bool(trusted), _KINDS[kind], reasons, chain,
-                       rule.decode() if rule else None, pin.decode() if pin else None)
+
+def _read_result(h: Optional[int]) -> TrustResult:
+    """A TrustResult that owns the result handle `h`."""
+    return TrustResult(h)
+
+
+@dataclass
+class HostRule:
+    """A host rule (the policy file's `hosts` entries, same names): `host` is `name.example`,
+    `*.example`, `**.example` or an IP literal, each optionally `:port`."""
+    host: str
+    verify_as: Optional[str] = None
+    skip_name_check: bool = False
+    anchors: Sequence[Union[Certificate, str, "os.PathLike[str]"]] = ()
+    anchors_only: bool = True
+    pins: Sequence[str] = ()
+    pins_expire: Union[None, int, datetime.datetime] = None
+    after_expiry: str = "stop_enforcing"
+    enforcement: str = "enforce"
+
+    @classmethod
+    def of(cls, rule: Union["HostRule", Dict[str, Any]]) -> "HostRule":
+        return rule if isinstance(rule, HostRule) else cls(**rule)
+
+
+AnchorLike = Union[Certificate, str, "os.PathLike[str]", bytes]
+ReportCallback = Callable[[str, Optional[str], str, str], None]
+
+
+def _certs(anchor: AnchorLike) -> List[Certificate]:
+    """A Certificate, PEM/DER bytes, or a file name: the certificates it holds."""
+    if isinstance(anchor, Certificate):
+        return [anchor]
+    if isinstance(anchor, (bytes, bytearray)):
+        return Certificate.parse_all(bytes(anchor))
+    return Certificate.load_all(anchor)
+
+
+def _report_thunk(host, rule, code, message, userdata):
+    """The one C report callback: finds the Python callable by its userdata key. An exception is
+    kept for the thread that made the C call and re-raised when that call returns."""
+    try:
+        callback = _callbacks.lookup(userdata)
+        if callback is not None:
+            callback(*(v.decode("utf-8", "replace") if v else None for v in (host, rule, code, message)))
+    except BaseException as e:  # noqa: BLE001 - re-raised after the C call returns
+        stash_callback_exception(e)
+
+
+_REPORT = REPORT_CB(_report_thunk)
 
 
 class Policy(_Handle):
     """A trust policy (wraps an mtls_policy handle). Thread-safe: it may be changed or replaced
-    while other threads evaluate with it."""
+    while other threads evaluate with it.
+
+    ``Policy()`` trusts the system store. ``anchors`` (Certificates, PEM/DER bytes or file names)
+    are trusted too, and with ``anchors_only`` (the default when anchors are given) nothing else.
+    ``verify_as`` and ``pins`` apply to every host this policy judges (the connection's host, or
+    ``evaluate``'s): the certificate is validated as the name ``verify_as`` and one of ``pins``
+    (``sha256/BASE64`` SPKI digests) must match a certificate of the built chain. ``host_rules``
+    (HostRule or dicts with the policy file's keys) refine hosts one by one; a host named by one
+    of them exactly is judged by that rule alone. ``report`` is the report callback (see
+    set_report_callback)."""
     _free = "mtls_policy_free"
 
-    def __init__(self, _handle=None):
+    def __init__(self, anchors: Iterable[AnchorLike] = (), anchors_only: bool = True,
+                 verify_as: Optional[str] = None, pins: Iterable[str] = (),
+                 host_rules: Iterable[Union[HostRule, Dict[str, Any]]] = (), *, name_check: bool = True,
+                 at: Union[None, int, datetime.datetime] = None, crl_files: Iterable[str] = (),
+                 report: Optional[ReportCallback] = None, _handle: Optional[int] = None) -> None:
         super().__init__(_handle if _handle is not None else out_handle(lib.mtls_policy_new))
-        self._callback = None  # keeps the ctypes thunk alive
-        self._pending = None   # an exception raised inside the report callback
+        self._lock = threading.Lock()
+        self._default_verify_as = verify_as
+        self._default_pins = list(pins)
+        self._ruled: Set[str] = set()  # hosts with a rule of their own (given, or added for the defaults)
+        anchors = [c for a in anchors for c in _certs(a)]
+        for c in anchors:
+            self.add_anchor(c)
+        if anchors and anchors_only:
+            self.set_anchors_only(True)
+        if not name_check:
+            self.set_name_check(False)
+        if at is not None:
+            self.set_time(at)
+        for f in crl_files:
+            self.add_crl_file(f)
+        for r in host_rules:
+            self.add_rule(HostRule.of(r))
+        if report is not None:
+            self.set_report_callback(report)
 
     @classmethod
-    def load(cls, path: str) -> "Policy":
+    def _wrap(cls, handle: int) -> "Policy":
+        return cls(_handle=handle)
+
+    @classmethod
+    def from_file(cls, path: "Union[str, os.PathLike[str]]") -> "Policy":
         """Reads a policy JSON file (README.md, "Trust policies")."""
-        return cls(out_handle(lib.mtls_policy_load, utf8(str(path))))
+        return cls._wrap(out_handle(lib.mtls_policy_load, utf8(os.fspath(path))))
 
     @classmethod
     def from_json(cls, text: str) -> "Policy":
-        return cls(out_handle(lib.mtls_policy_from_json, utf8(text)))
+        return cls._wrap(out_handle(lib.mtls_policy_from_json, utf8(text)))
 
-    def add_anchor(self, cert: Certificate):
+    def add_anchor(self, cert: Certificate) -> None:
         check(lib.mtls_policy_add_anchor(self._h, cert._h))
 
-    def set_anchors_only(self, on: bool = True):
+    def set_anchors_only(self, on: bool = True) -> None:
         check(lib.mtls_policy_set_anchors_only(self._h, int(on)))
 
-    def set_name_check(self, on: bool = True):
+    def set_name_check(self, on: bool = True) -> None:
         check(lib.mtls_policy_set_name_check(self._h, int(on)))
 
-    def set_time(self, t):
+    def set_time(self, t: Union[None, int, datetime.datetime]) -> None:
         """A fixed evaluation time (datetime or Unix seconds); None returns to now."""
         check(lib.mtls_policy_set_time(self._h, _unix(t)))
 
-    def set_cache(self, on: bool = True):
+    def set_cache(self, on: bool = True) -> None:
         """Remember recent evaluations (default). The cache never changes an answer."""
         check(lib.mtls_policy_set_cache(self._h, int(on)))
 
-    def add_crl_file(self, path: str):
-        check(lib.mtls_policy_add_crl_file(self._h, utf8(str(path))))
+    def add_crl_file(self, path: "Union[str, os.PathLike[str]]") -> None:
+        check(lib.mtls_policy_add_crl_file(self._h, utf8(os.fspath(path))))
 
-    def add_host_rule(self, pattern: str, verify_as: Optional[str] = None, skip_name_check: bool = False):
+    def add_rule(self, rule: Union[HostRule, Dict[str, Any]]) -> None:
+        """Adds a host rule with everything it says."""
+        r = HostRule.of(rule)
+        if r.enforcement not in ("enforce", "report_only"):
+            raise ValueError("enforcement must be 'enforce' or 'report_only'")
+        if r.after_expiry not in ("stop_enforcing", "fail_closed"):
+            raise ValueError("after_expiry must be 'stop_enforcing' or 'fail_closed'")
+        self.add_host_rule(r.host, r.verify_as, r.skip_name_check)
+        for a in r.anchors:
+            for c in _certs(a):
+                self.add_rule_anchor(r.host, c, r.anchors_only)
+        for pin in r.pins:
+            self.add_pin(r.host, pin)
+        if r.pins_expire is not None:
+            self.set_pin_expiry(r.host, r.pins_expire, fail_closed=r.after_expiry == "fail_closed")
+        if r.enforcement == "report_only":
+            self.set_report_only(r.host, True)
+
+    def add_host_rule(self, pattern: str, verify_as: Optional[str] = None, skip_name_check: bool = False) -> None:
         check(lib.mtls_policy_add_host_rule(self._h, utf8(pattern), utf8(verify_as), int(skip_name_check)))
+        self._ruled.add(pattern.lower())
 
-    def add_rule_anchor(self, pattern: str, cert: Certificate, anchors_only: bool = True):
+    def add_rule_anchor(self, pattern: str, cert: Certificate, anchors_only: bool = True) -> None:
         check(lib.mtls_policy_add_rule_anchor(self._h, utf8(pattern), cert._h, int(anchors_only)))
 
-    def add_pin(self, pattern: str, pin: str):
+    def add_pin(self, pattern: str, pin: str) -> None:
         check(lib.mtls_policy_add_pin(self._h, utf8(pattern), utf8(pin)))
 
-    def set_pin_expiry(self, pattern: str, expires, fail_closed: bool = False):
+    def set_pin_expiry(self, pattern: str, expires: Union[int, datetime.datetime], fail_closed: bool = False) -> None:
         check(lib.mtls_policy_set_pin_expiry(self._h, utf8(pattern), _unix(expires),
                                              PIN_FAIL_CLOSED if fail_closed else PIN_STOP_ENFORCING))
 
-    def set_report_only(self, pattern: str, on: bool = True):
+    def set_report_only(self, pattern: str, on: bool = True) -> None:
         check(lib.mtls_policy_set_report_only(self._h, utf8(pattern), int(on)))
 
-    def set_report_callback(self, callback: Optional[Callable[[str, str, str, str], None]]):
-        """callback(host, rule, code, message) for each unenforced failure of a report-only rule.
-        An exception it raises is re-raised by the evaluate() call that triggered it."""
-        if callback is None:
-            self._callback = None
-            check(lib.mtls_policy_set_report_callback(self._h, REPORT_CB(), None, DESTROY_CB()))
-            return
+    @property
+    def verify_as(self) -> Optional[str]:
+        """The name every host is validated as (the constructor's verify_as)."""
+        return self._default_verify_as
 
-        def thunk(host, rule, code, message, _userdata):
-            try:
-                callback(*(v.decode() if v else None for v in (host, rule, code, message)))
-            except BaseException as e:  # noqa: BLE001 - re-raised after the C call returns
-                self._pending = e
-        self._callback = REPORT_CB(thunk)
-        check(lib.mtls_policy_set_report_callback(self._h, self._callback, None, DESTROY_CB()))
+    def _prepare(self, host: Optional[str], as_itself: bool = False) -> None:
+        """Puts the policy-wide verify_as and pins in force for `host` (a rule of its own, added
+        once), unless a host rule names it. as_itself: the caller gives the name to validate
+        (a connection's own verify_as), so the rule carries the pins only."""
+        if host is None or (self._default_verify_as is None and not self._default_pins):
+            return
+        key = host.lower()
+        if key in self._ruled:
+            return
+        with self._lock:
+            if key in self._ruled:
+                return
+            self.add_host_rule(host, None if as_itself else self._default_verify_as)
+            for pin in self._default_pins:
+                self.add_pin(host, pin)
+
+    def set_report_callback(self, callback: Optional[ReportCallback]) -> None:
+        """callback(host, rule, code, message) for each unenforced failure of a report-only rule,
+        on the thread evaluating. An exception it raises is re-raised on that thread when the
+        libmtls call that evaluated returns (evaluate(), a connection's handshake...).
+
+        libmtls keeps the callable for as long as anything holds this policy: connections,
+        listeners and SSL_CTXs made with it, after this Python object is gone."""
+        if callback is None:
+            check(lib.mtls_policy_set_report_callback(self._h, REPORT_CB(), None, _callbacks.DESTROY_CB()))
+            return
+        key = _callbacks.register(callback)
+        rc = lib.mtls_policy_set_report_callback(self._h, _REPORT, key, _callbacks.DESTROY)
+        if rc != 0:
+            _callbacks.release(key)
+        check(rc)
 
     @property
     def warnings(self) -> List[str]:
         return out_indexed(lib.mtls_policy_warning_count, lib.mtls_policy_warning, self._h, take_string)
 
-    def replace(self, other: "Policy"):
+    def replace(self, other: "Policy") -> None:
         """Atomically puts a copy of `other`'s settings in force; the report callback stays."""
         check(lib.mtls_policy_replace(self._h, other._h))
 
-    def evaluate(self, chain: List[Certificate], host: Optional[str] = None, purpose: Optional[str] = None,
-                 at=None) -> TrustResult:
+    def evaluate(self, chain: Sequence[Certificate], host: Optional[str] = None, purpose: Optional[str] = None,
+                 at: Union[None, int, datetime.datetime] = None) -> TrustResult:
         """Evaluates `chain` (leaf first) for `host` ("name", "1.2.3.4", "name:port"); purpose
         "server" or "client" (None: the policy's); at: datetime or Unix seconds (None: now).
         host None under a policy that checks names makes a server untrusted ("no_peer_name");
-        for no name check, call set_name_check(False) on the policy first."""
+        for no name check, make the policy with name_check=False."""
         if purpose not in _PURPOSES:
             raise ValueError("purpose must be 'server', 'client' or None")
-        arr = (ctypes.c_void_p * len(chain))(*[c._h for c in chain])
+        self._prepare(host)
+        arr = (ctypes.c_void_p * max(len(chain), 1))(*[c._h for c in chain])
         return self._verdict(lib.mtls_evaluate, ctypes.cast(arr, c_void_pp), len(chain), utf8(host),
                              _PURPOSES[purpose], _unix(at))
 
@@ -236,33 +384,31 @@ class Policy(_Handle):
         changes only the name checked."""
         if purpose not in _PURPOSES:
             raise ValueError("purpose must be 'server', 'client' or None")
-        arr = (ctypes.c_void_p * len(chain))(*[c._h for c in chain])
+        self._prepare(host)
+        arr = (ctypes.c_void_p * max(len(chain), 1))(*[c._h for c in chain])
         return self._verdict(lib.mtls_evaluate_peer, ctypes.cast(arr, c_void_pp), len(chain), utf8(host), int(port),
                              utf8(verify_as), _PURPOSES[purpose], _unix(at))
 
-    def set_system_anchors_for_clients(self, on: bool):
+    def set_system_anchors_for_clients(self, on: bool) -> None:
         """True: client certificates may also chain to the system trust store (default False)."""
         check(lib.mtls_policy_set_system_anchors_for_clients(self._h, int(on)))
 
-    def evaluate_der(self, ders: List[bytes], host: Optional[str] = None, purpose: Optional[str] = None,
-                     at=None) -> TrustResult:
+    def evaluate_der(self, ders: Sequence[bytes], host: Optional[str] = None, purpose: Optional[str] = None,
+                     at: Union[None, int, datetime.datetime] = None) -> TrustResult:
         """Same as evaluate() with DER certificates; a recently seen chain is answered from the
         cache without parsing."""
         if purpose not in _PURPOSES:
             raise ValueError("purpose must be 'server', 'client' or None")
-        arr = (ctypes.c_char_p * len(ders))(*ders)
-        lens = (ctypes.c_size_t * len(ders))(*[len(d) for d in ders])
+        self._prepare(host)
+        arr = (ctypes.c_char_p * max(len(ders), 1))(*ders)
+        lens = (ctypes.c_size_t * max(len(ders), 1))(*[len(d) for d in ders])
         return self._verdict(lib.mtls_evaluate_der, arr, lens, len(ders), utf8(host), _PURPOSES[purpose], _unix(at))
 
-    def _verdict(self, evaluate, *args) -> TrustResult:
-        """Runs one evaluation call, re-raises what the report callback raised during it, and
-        reads then frees the result."""
-        self._pending = None
-        h = out_handle(evaluate, self._h, *args)
-        try:
-            if self._pending is not None:
-                e, self._pending = self._pending, None
-                raise e
-            return _read_result(h)
-        finally:
-            lib.mtls_trust_result_free(h)
+    def _verdict(self, evaluate: Any, *args: Any) -> TrustResult:
+        """Runs one evaluation call, re-raises what the report callback raised during it on this
+        thread (see errors.check), and reads then frees the result."""
+        out = ctypes.c_void_p()
+        rc = evaluate(self._h, *args, ctypes.byref(out))
+        result = TrustResult(out.value)  # owns the handle from here, whatever happens next
+        check(rc)
+        return result

@@ -1,0 +1,80 @@
+"""HTTPS over libmtls for the standard library: :class:`HTTPSConnection` (an
+``http.client.HTTPSConnection``) and :class:`HTTPSHandler` (for ``urllib.request``).
+
+    import urllib.request, mtls.http
+    opener = urllib.request.build_opener(mtls.http.HTTPSHandler(identity="alice", policy=policy))
+    opener.open("https://10.0.0.7:8443/").read()
+
+The identity is an :class:`mtls.Identity`, a store label or a ``pkcs11:`` URI; ``policy`` (an
+:class:`mtls.Policy`) judges the server, validated as ``verify_as``. A refused server raises
+:class:`mtls.TrustError` with libmtls's reasons."""
+import http.client
+import socket
+import urllib.request
+from typing import Any, Optional, Tuple
+
+from ._socket import TLSSocket
+from .pkcs12 import Identity
+from .store import Store
+from .tls import IdentityLike, connect, resolve_identity
+from .trust import Policy
+
+
+def timeout_seconds(timeout: Any) -> Optional[float]:
+    """A socket-style timeout (None, a number, or socket's "global default") in seconds or None."""
+    if timeout is None or timeout is socket._GLOBAL_DEFAULT_TIMEOUT:  # type: ignore[attr-defined]
+        return None
+    return float(timeout)
+
+
+class HTTPSConnection(http.client.HTTPSConnection):
+    """``http.client.HTTPSConnection`` whose TLS is libmtls: the client identity is presented
+    and the server judged by ``policy``. Keyword options other than the ones named are
+    :class:`mtls.ConnectOptions` fields (``alpn``, ``min_tls``...)."""
+
+    def __init__(self, host: str, port: Optional[int] = None, *, identity: IdentityLike = None,
+                 policy: Optional[Policy] = None, verify_as: Optional[str] = None, store: Optional[Store] = None,
+                 pin: Any = None, timeout: Any = socket._GLOBAL_DEFAULT_TIMEOUT,  # type: ignore[attr-defined]
+                 source_address: Optional[Tuple[str, int]] = None, blocksize: int = 8192, **options: Any) -> None:
+        # http.client.HTTPConnection's constructor, not HTTPSConnection's (no ssl context to make).
+        http.client.HTTPConnection.__init__(self, host, port, timeout, source_address, blocksize)
+        self.identity: Optional[Identity] = resolve_identity(identity, store, pin)
+        self.policy = policy
+        self.verify_as = verify_as
+        self._options = options
+
+    def connect(self) -> None:
+        if self._tunnel_host:  # type: ignore[attr-defined]
+            raise NotImplementedError("mtls.http.HTTPSConnection does not tunnel through proxies")
+        t = timeout_seconds(self.timeout)
+        options = dict(self._options)
+        if t is not None:
+            options.setdefault("connect_timeout", t)
+            options.setdefault("handshake_timeout", t)
+            options.setdefault("io_timeout", t)
+        conn = connect(self.host, self.port, identity=self.identity, policy=self.policy, verify_as=self.verify_as,
+                       **options)
+        self.sock = TLSSocket(conn)
+
+    @property
+    def connection(self) -> Any:
+        """The mtls.Connection under the current socket (None before connect)."""
+        return self.sock.connection if isinstance(self.sock, TLSSocket) else None
+
+
+class HTTPSHandler(urllib.request.HTTPSHandler):
+    """A ``urllib.request`` handler for https: URLs through :class:`HTTPSConnection`; takes the
+    same keywords."""
+
+    def __init__(self, debuglevel: int = 0, **connection_options: Any) -> None:
+        urllib.request.AbstractHTTPHandler.__init__(self, debuglevel)
+        ident = connection_options.pop("identity", None)
+        store, pin = connection_options.pop("store", None), connection_options.pop("pin", None)
+        connection_options["identity"] = resolve_identity(ident, store, pin)
+        self._options = connection_options
+
+    def https_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(HTTPSConnection, req, **self._options)
+
+
+__all__ = ["HTTPSConnection", "HTTPSHandler"]

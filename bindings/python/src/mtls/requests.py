@@ -1,0 +1,110 @@
+"""requests over libmtls: a transport adapter to mount on a ``requests.Session``.
+
+    import requests, mtls, mtls.requests
+    policy = mtls.Policy(anchors=[mtls.Certificate.load("root.pem")], verify_as="api.internal")
+    s = requests.Session()
+    s.mount("https://", mtls.requests.Adapter(identity="alice", policy=policy))
+    s.get("https://10.0.0.7:8443/status")
+
+Connections are pooled and kept alive per host (urllib3's pool; ``pool_connections``,
+``pool_maxsize`` as for ``requests.adapters.HTTPAdapter``); redirects, chunked bodies and
+streaming work as with requests' own adapter. The identity is an :class:`mtls.Identity`, a store
+label or a ``pkcs11:`` URI (opened once, shared by the pooled connections). TLS is libmtls's
+alone: the server is judged by ``policy`` (requests' ``verify=`` and ``cert=`` are not used), and a
+refused server raises :class:`mtls.TrustError` with libmtls's reasons. Needs the ``requests``
+extra (``pip install mtls[requests]``)."""
+from typing import Any, Dict, Optional
+
+from requests.adapters import DEFAULT_POOLBLOCK, DEFAULT_POOLSIZE, DEFAULT_RETRIES, HTTPAdapter
+from urllib3.connection import HTTPConnection
+from urllib3.connectionpool import HTTPConnectionPool
+from urllib3.poolmanager import SSL_KEYWORDS, PoolManager
+
+from ._socket import TLSSocket
+from .store import Store
+from .tls import IdentityLike, connect, resolve_identity
+from .trust import Policy
+
+
+class _MTLSHTTPConnection(HTTPConnection):
+    """urllib3's HTTP connection over a libmtls TLS connection."""
+    default_port = 443  # type: ignore[assignment]
+
+    def __init__(self, *args: Any, mtls_config: Optional[Dict[str, Any]] = None, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._mtls = dict(mtls_config or {})
+
+    def connect(self) -> None:
+        if self._tunnel_host:
+            raise NotImplementedError("mtls.requests.Adapter does not tunnel through proxies")
+        options = dict(self._mtls)
+        t = self.timeout  # seconds, None, or urllib3's "default" sentinel
+        if isinstance(t, (int, float)) and not isinstance(t, bool):
+            options.setdefault("connect_timeout", float(t))
+            options.setdefault("handshake_timeout", float(t))
+        self.sock = TLSSocket(connect(self.host, self.port, **options))
+        self._has_connected_to_proxy = False
+        self.is_verified = True  # libmtls's policy judged the server, or the connection would not exist
+
+
+class _MTLSConnectionPool(HTTPConnectionPool):
+    scheme = "https"
+    ConnectionCls = _MTLSHTTPConnection  # type: ignore[assignment]
+
+    def __init__(self, host: str, port: Optional[int] = None, *, mtls_config: Dict[str, Any], **kw: Any) -> None:
+        for k in SSL_KEYWORDS:
+            kw.pop(k, None)
+        super().__init__(host, port, **kw)
+        self.conn_kw["mtls_config"] = mtls_config
+
+    def _validate_conn(self, conn: Any) -> None:
+        super()._validate_conn(conn)
+        if conn.is_closed:
+            conn.connect()  # connect (and hand a refused server's TrustError) before the request
+
+
+class _MTLSPoolManager(PoolManager):
+    def __init__(self, mtls_config: Dict[str, Any], **kw: Any) -> None:
+        super().__init__(**kw)
+        self._mtls = mtls_config
+
+    def _new_pool(self, scheme: str, host: str, port: int, request_context: Optional[Dict[str, Any]] = None) -> Any:
+        if scheme != "https":
+            return super()._new_pool(scheme, host, port, request_context)
+        ctx = dict(request_context if request_context is not None else self.connection_pool_kw)
+        for k in ("scheme", "host", "port"):
+            ctx.pop(k, None)
+        return _MTLSConnectionPool(host, port, mtls_config=self._mtls, **ctx)
+
+
+class Adapter(HTTPAdapter):
+    """A ``requests`` transport adapter whose TLS is libmtls (mount it for ``https://``).
+    Keyword options other than the ones named are :class:`mtls.ConnectOptions` fields."""
+
+    def __init__(self, identity: IdentityLike = None, policy: Optional[Policy] = None,
+                 verify_as: Optional[str] = None, *, store: Optional[Store] = None, pin: Any = None,
+                 pool_connections: int = DEFAULT_POOLSIZE, pool_maxsize: int = DEFAULT_POOLSIZE,
+                 max_retries: Any = DEFAULT_RETRIES, pool_block: bool = DEFAULT_POOLBLOCK, **options: Any) -> None:
+        self.identity = resolve_identity(identity, store, pin)
+        self.policy = policy
+        self.verify_as = verify_as
+        self._mtls = dict(options, identity=self.identity, policy=policy, verify_as=verify_as)
+        super().__init__(pool_connections=pool_connections, pool_maxsize=pool_maxsize, max_retries=max_retries,
+                         pool_block=pool_block)
+
+    def init_poolmanager(self, connections: int, maxsize: int, block: bool = DEFAULT_POOLBLOCK,
+                         **pool_kwargs: Any) -> None:
+        self._pool_connections = connections
+        self._pool_maxsize = maxsize
+        self._pool_block = block
+        self.poolmanager = _MTLSPoolManager(self._mtls, num_pools=connections, maxsize=maxsize, block=block,
+                                            **pool_kwargs)
+
+    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
+        """Nothing to set up: libmtls presents the identity and judges the server."""
+
+    def __getstate__(self) -> Dict[str, Any]:
+        raise TypeError("mtls.requests.Adapter holds libmtls handles and cannot be pickled")
+
+
+__all__ = ["Adapter"]

@@ -1,0 +1,194 @@
+"""Shared fixtures of the Python tests: the connection test PKI (scripts/test-pki.sh), SoftHSM2
+tokens (scripts/softhsm-token.sh), and nginx requiring client certificates, each made in a
+temporary folder and, for nginx, started on 127.0.0.1 (an ephemeral port) and stopped after."""
+import gc
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import time
+from typing import Callable, Iterator, List
+
+import pytest
+
+import mtls
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+PKI_SCRIPT = REPO / "scripts" / "test-pki.sh"
+TOKEN_SCRIPT = REPO / "scripts" / "softhsm-token.sh"
+SOFTHSM_MODULE = "/usr/lib/softhsm/libsofthsm2.so"
+INSTALL_HINT = "run scripts/install-deps.sh (as root), which installs every tool the tests need"
+
+
+def require_tool(found: object, what: str) -> None:
+    """Fails (never skips) when a tool the tests need is missing."""
+    assert found, f"{what} is not installed: {INSTALL_HINT}"
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """scripts/test-pki.sh's PKI: root ─ int-a ─ server (DNS:server.test), client-a, client-a-rsa;
+    root ─ int-b ─ client-b; other-root ─ other-server; root-2 ─ int-c ─ client-c. NAME.pem,
+    NAME.key, NAME-chain.pem, NAME.p12 (password "pw")."""
+    d = tmp_path_factory.mktemp("tls-pki")
+    subprocess.run([str(PKI_SCRIPT), str(d)], check=True, capture_output=True)
+    return d
+
+
+def identity(pki: pathlib.Path, name: str, intermediate: str = "int-a") -> mtls.Identity:
+    """NAME's identity with its intermediate, from the PEM files."""
+    chain = (pki / f"{name}.pem").read_text() + (pki / f"{intermediate}.pem").read_text()
+    return mtls.Identity.from_pem(chain, (pki / f"{name}.key").read_text())
+
+
+def anchored(pki: pathlib.Path, anchor: str) -> mtls.Policy:
+    """A policy trusting only the certificate in the file `anchor`."""
+    return mtls.Policy(anchors=[mtls.Certificate.load(pki / anchor)], anchors_only=True)
+
+
+@pytest.fixture(scope="session")
+def token_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The SoftHSM2 tokens of scripts/softhsm-token.sh (user PIN 1234), made once."""
+    require_tool(os.path.exists(SOFTHSM_MODULE), f"SoftHSM2 ({SOFTHSM_MODULE})")
+    d = tmp_path_factory.mktemp("softhsm")
+    subprocess.run([str(TOKEN_SCRIPT), str(d)], check=True, capture_output=True)
+    return d
+
+
+def _release_token_sessions() -> None:
+    """Drops what keeps a token session (and the module with the SOFTHSM2_CONF it read) alive:
+    identities held by collected objects and by cached TLS contexts."""
+    gc.collect()
+    mtls.clear_session_cache()
+
+
+@pytest.fixture
+def tokens(token_dir: pathlib.Path) -> Iterator[pathlib.Path]:
+    """token_dir, with SOFTHSM2_CONF naming it during the test (other tests make tokens of their
+    own: the module reads its configuration again once no session holds it)."""
+    _release_token_sessions()
+    old = os.environ.get("SOFTHSM2_CONF")
+    os.environ["SOFTHSM2_CONF"] = str(token_dir / "softhsm2.conf")
+    yield token_dir
+    _release_token_sessions()
+    if old is None:
+        os.environ.pop("SOFTHSM2_CONF", None)
+    else:
+        os.environ["SOFTHSM2_CONF"] = old
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: "subprocess.Popen[bytes]", timeout: float = 15) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"nginx exited early: {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port}")
+
+
+class Nginx:
+    """nginx on 127.0.0.1:port serving https with `ssl_verify_client on`."""
+
+    def __init__(self, prefix: pathlib.Path, port: int, proc: "subprocess.Popen[bytes]") -> None:
+        self.prefix, self.port, self.proc = prefix, port, proc
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def body_log(self) -> str:
+        """What the /upload location logged: one request body per line."""
+        return (self.prefix / "logs" / "body.log").read_text()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def start_nginx(pki: pathlib.Path, tmp_path: pathlib.Path) -> Iterator[Callable[..., Nginx]]:
+    """start_nginx(client_ca, issuer_dn=None) -> Nginx: requires client certificates issued by
+    `client_ca` (a file: the CA names sent, and trusted together with the test root), and with
+    `issuer_dn` only those whose issuer is that DN (others get 403). Its server certificate is
+    the test PKI's server.test, under root via int-a.
+
+    GET / answers "hello <client DN> conn=<connection serial> req=<request number on it>
+    session=<TLS session id>"; /old redirects to /; POST /upload logs the request body
+    (body_log()); responses to clients accepting gzip are gzipped and chunked."""
+    require_tool(shutil.which("nginx"), "nginx")
+    started: List[Nginx] = []
+
+    def start(client_ca: str, issuer_dn: str = "") -> Nginx:
+        port, backend = free_port(), free_port()
+        prefix = tmp_path / f"nginx-{port}"
+        (prefix / "logs").mkdir(parents=True)
+        check_issuer = f'if ($ssl_client_i_dn != "{issuer_dn}") {{ return 403 "wrong customer\\n"; }}' \
+            if issuer_dn else ""
+        conf = prefix / "nginx.conf"
+        conf.write_text(f"""
+error_log {prefix}/logs/error.log;
+pid {prefix}/nginx.pid;
+events {{ worker_connections 64; }}
+http {{
+  access_log off;
+  log_format body '$request_body';
+  client_body_temp_path {prefix}/body; proxy_temp_path {prefix}/proxy;
+  fastcgi_temp_path {prefix}/fcgi; uwsgi_temp_path {prefix}/uwsgi; scgi_temp_path {prefix}/scgi;
+  keepalive_requests 100000;
+  server {{
+    listen 127.0.0.1:{port} ssl;
+    server_name server.test;
+    ssl_certificate {pki / 'server-chain.pem'};
+    ssl_certificate_key {pki / 'server.key'};
+    ssl_client_certificate {client_ca};
+    ssl_trusted_certificate {pki / 'root.pem'};
+    ssl_verify_client on;
+    ssl_verify_depth 2;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_cache shared:mtls:1m;
+    gzip on; gzip_types text/plain; gzip_min_length 1;
+    absolute_redirect off;
+    default_type text/plain;
+    location / {{
+      {check_issuer}
+      return 200 "hello $ssl_client_s_dn conn=$connection req=$connection_requests session=$ssl_session_id\\n";
+    }}
+    location /old {{ return 302 /; }}
+    location /upload {{
+      client_body_buffer_size 1m; client_max_body_size 1m;
+      access_log {prefix}/logs/body.log body;
+      proxy_http_version 1.1;
+      proxy_pass http://127.0.0.1:{backend}/sink;
+    }}
+  }}
+  server {{
+    listen 127.0.0.1:{backend};
+    location /sink {{ return 200 "stored\\n"; }}
+  }}
+}}
+""")
+        proc = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(prefix), "-g", "daemon off; master_process off;"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        srv = Nginx(prefix, port, proc)
+        started.append(srv)
+        wait_port(port, proc)
+        return srv
+
+    yield start
+    for srv in started:
+        srv.stop()
