@@ -102,7 +102,7 @@ clean:
 	rm -rf .build $(OUT)
 
 # ---- Fuzzing (fuzz/): libFuzzer targets on the C ABI, linked against a libmtls.so built with
-# AddressSanitizer and coverage instrumentation (.build-fuzz). The toolchain's own clang builds
+# AddressSanitizer and libFuzzer coverage (swiftc -sanitize=fuzzer,address; .build-fuzz). The toolchain's own clang builds
 # the targets so the sanitizer runtimes match. `make fuzz` runs each target FUZZ_SECONDS;
 # `make test-fuzz` (a stage of `make test`) runs each 20 s and replays fuzz/regressions/.
 FUZZ_SECONDS ?= 600
@@ -117,7 +117,7 @@ export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 .PHONY: fuzz test-fuzz fuzz-build
 fuzz-build:
 	$(SWIFT) build -c debug --product mtls --scratch-path $(FUZZ_BUILD) \
-	  -Xswiftc -sanitize=address -Xswiftc -sanitize-coverage=edge,inline-8bit-counters,pc-table,trace-cmp
+	  -Xswiftc -sanitize=fuzzer,address
 	@ln -sf libmtls.so $(FUZZ_BUILD)/debug/libmtls.so.0 && mkdir -p $(FUZZ_OUT) && set -e; \
 	for t in $(FUZZ_TARGETS); do \
 	  $(FUZZ_CC) -fuse-ld=lld -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
