@@ -83,7 +83,7 @@ test-e2e:
 	MTLS_CLI=$(TEST_PREFIX)/bin/mtls MTLS_PREFIX=$(TEST_PREFIX) MTLS_LIBRARY=$(TEST_PREFIX)/lib/libmtls.so \
 	  PYTHONPATH=bindings/python/src $(PYTHON) -m pytest -q Tests/e2e
 
-# x509-limbo conformance: zero false accepts and at least 195 of 208 passing.
+# x509-limbo conformance: zero false accepts and at least 203 of 208 passing.
 test-limbo:
 	@if [ -x $(TEST_PREFIX)/bin/mtls ] && $(TEST_PREFIX)/bin/mtls limbo --help >/dev/null 2>&1; then \
 	  $(TEST_PREFIX)/bin/mtls limbo < $(LIMBO)/limbo.json > $(OUT)/limbo-results.json && \

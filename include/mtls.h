@@ -321,7 +321,11 @@ MTLS_EXTERN int mtls_policy_add_crl_file(mtls_policy *policy, const char *path);
 /* Host rules. `pattern`: "name.example", "*.example" (one label), "**.example" (any depth),
  * an IP literal, each optionally with ":port". The most specific matching rule applies. Each
  * function below creates the rule when it does not exist yet. */
-/* Sets the rule's verify-as name (NULL: the connected host) and whether to skip the name check. */
+/* Sets the rule's verify-as name (NULL: the connected host) and whether to skip the name check.
+ * The name check is off only with skip_name_check non-zero: an empty or whitespace verify_as, a
+ * verify_as that is not a host name or IP, or both a verify_as and skip_name_check are
+ * MTLS_E_INVALID_POLICY naming the rule (as are an empty pattern and a pin that is not "sha256/"
+ * followed by 44 base64 characters, in mtls_policy_add_pin and in policy files). */
 MTLS_EXTERN int mtls_policy_add_host_rule(mtls_policy *policy, const char *pattern, const char *verify_as,
                                           int skip_name_check);
 /* Adds an anchor of the rule's own; `anchors_only` non-zero ignores the system store for the rule. */
@@ -363,6 +367,21 @@ MTLS_EXTERN int mtls_evaluate(mtls_policy *policy, mtls_cert *const *certs, size
  * without being parsed. MTLS_E_PARSE when a certificate does not parse. */
 MTLS_EXTERN int mtls_evaluate_der(mtls_policy *policy, const uint8_t *const *ders, const size_t *lens, size_t count,
                                   const char *host, int purpose, int64_t at, mtls_trust_result **out);
+/* Same as mtls_evaluate for the peer given as parts: `host` as the application named it (DNS
+ * name or IP literal, no port; NULL: none), `port` (0: unknown, then only host rules without a
+ * port apply) and `verify_as` (NULL: validate as `host`). Host rules are chosen by host and port,
+ * most specific first (exact host:port, host, wildcards, default), never by verify_as: verify_as
+ * changes only the name checked, so the pins of a rule for "10.0.0.5:8443" hold when the
+ * certificate is validated as "api.example". A rule's own verify_as wins over `verify_as`. */
+MTLS_EXTERN int mtls_evaluate_peer(mtls_policy *policy, mtls_cert *const *certs, size_t count, const char *host,
+                                   uint16_t port, const char *verify_as, int purpose, int64_t at,
+                                   mtls_trust_result **out);
+/* Non-zero: client certificates (purpose client) may chain to the system trust store too. Default
+ * zero: clients are judged by the policy's (and its rules') anchors only, even when anchors_only is
+ * off, and a listener or mtls_ssl_ctx_configure(..., accepts_clients=1) whose client policy has no
+ * anchor is refused with MTLS_E_INVALID_POLICY unless this is set. Policy files:
+ * "system_anchors_for_clients": true. */
+MTLS_EXTERN int mtls_policy_set_system_anchors_for_clients(mtls_policy *policy, int enabled);
 /* Non-zero (default): remember recent evaluations. Zero: evaluate every time (for benchmarks). */
 MTLS_EXTERN int mtls_policy_set_cache(mtls_policy *policy, int enabled);
 /* Frees a result. NULL is a no-op. */
@@ -606,8 +625,10 @@ MTLS_EXTERN int mtls_conn_connect(const char *host, uint16_t port, const mtls_co
  * evaluation and the peer chain of a handshake that failed. Free *out with mtls_conn_free. */
 MTLS_EXTERN int mtls_conn_open(const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out);
 /* Run TLS over a connected socket the caller owns (the caller closes it after mtls_conn_free;
- * it is switched to non-blocking mode). host and port name the server for SNI, validation and
- * the session cache. Handshakes unless opts->non_blocking. Free *out with mtls_conn_free. */
+ * it is switched to non-blocking mode). host and port name the server for SNI, validation, host
+ * rules and the session cache: give the real port, because with port 0 only host rules without a
+ * port apply (a rule for "host:8443" and its pins are then never used). Handshakes unless
+ * opts->non_blocking. Free *out with mtls_conn_free. */
 MTLS_EXTERN int mtls_conn_wrap_fd(int fd, const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out);
 /* Run or continue the handshake (MTLS_OK once complete; later calls do nothing). */
 MTLS_EXTERN int mtls_conn_handshake(mtls_conn *conn);
@@ -690,11 +711,26 @@ MTLS_EXTERN void mtls_listener_free(mtls_listener *listener);
  * host as SNI, except an IP address).
  * Fail closed: an SSL with neither is refused in the handshake (libmtls's reason "no_peer_name";
  * SSL_get_verify_result gives X509_V_ERR_HOSTNAME_MISMATCH) unless the policy's name check is off
- * (mtls_policy_set_name_check(policy, 0)). 1: it accepts clients (certificates requested,
- * no name check). The context keeps its own references to identity and policy until it is
- * freed; calling again replaces them. */
+ * (mtls_policy_set_name_check(policy, 0)). Without mtls_ssl_set_peer / mtls_ssl_ctx_set_peer
+ * libmtls knows no port, so host rules written with a port never apply: tell it the peer.
+ * 1: it accepts clients (certificates requested, no name check; the context's own
+ * SSL_VERIFY_FAIL_IF_NO_PEER_CERT, SSL_VERIFY_CLIENT_ONCE and SSL_VERIFY_POST_HANDSHAKE are kept;
+ * a policy without anchors is MTLS_E_INVALID_POLICY unless
+ * mtls_policy_set_system_anchors_for_clients). The context keeps its own references to identity
+ * and policy until it is freed; calling again replaces them. */
 MTLS_EXTERN int mtls_ssl_ctx_configure(void *ssl_ctx, const mtls_identity *identity, const mtls_policy *policy,
                                        int accepts_clients);
+/* Tells libmtls the peer one SSL (an SSL * made from a configured context, passed as void *)
+ * connects to, before its handshake: `host` as the application named it (DNS name or IP literal,
+ * not empty), `port` (0: unknown, only port-less host rules apply) and `verify_as` (NULL: validate
+ * as `host`). The host and port select the host rule; verify_as changes only the name checked.
+ * The SSL keeps a copy until it is freed; calling again replaces it. */
+MTLS_EXTERN int mtls_ssl_set_peer(void *ssl, const char *host, uint16_t port, const char *verify_as);
+/* Same for every SSL made from `ssl_ctx` that was not given a peer with mtls_ssl_set_peer. Meant
+ * for libcurl, whose CURLOPT_SSL_CTX_FUNCTION sees only the SSL_CTX (libcurl makes one per
+ * connection): call it there with the easy handle's host and port (pass them through
+ * CURLOPT_SSL_CTX_DATA). The context keeps a copy until it is freed; calling again replaces it. */
+MTLS_EXTERN int mtls_ssl_ctx_set_peer(void *ssl_ctx, const char *host, uint16_t port, const char *verify_as);
 
 
 /* ======================================================================================

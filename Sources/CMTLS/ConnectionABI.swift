@@ -280,3 +280,31 @@ public func mtls_conn_evaluation(_ conn: OpaquePointer?, _ out: UnsafeMutablePoi
 public func mtls_conn_cache_clear() {
     TLSConnection.clearSessionCache()
 }
+
+/// `int mtls_ssl_set_peer(void *ssl, const char *host, uint16_t port, const char *verify_as)`
+@_cdecl("mtls_ssl_set_peer")
+public func mtls_ssl_set_peer(_ ssl: UnsafeMutableRawPointer?, _ host: UnsafePointer<CChar>?, _ port: UInt16,
+                              _ verifyAs: UnsafePointer<CChar>?) -> Int32 {
+    abiCall {
+        let s = try require(ssl, "ssl")
+        SSLContextConfiguration.setPeer(ssl: s, try sslPeer(host, port, verifyAs))
+    }
+}
+
+/// `int mtls_ssl_ctx_set_peer(void *ssl_ctx, const char *host, uint16_t port, const char *verify_as)`
+@_cdecl("mtls_ssl_ctx_set_peer")
+public func mtls_ssl_ctx_set_peer(_ ctx: UnsafeMutableRawPointer?, _ host: UnsafePointer<CChar>?, _ port: UInt16,
+                                  _ verifyAs: UnsafePointer<CChar>?) -> Int32 {
+    abiCall {
+        let c = try require(ctx, "ssl_ctx")
+        SSLContextConfiguration.setPeer(sslContext: c, try sslPeer(host, port, verifyAs))
+    }
+}
+
+private func sslPeer(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ verifyAs: UnsafePointer<CChar>?) throws -> TrustPeer {
+    let h = try string(host, "host")
+    guard !h.isEmpty else { throw invalid("host must not be empty") }
+    let v = optionalString(verifyAs)
+    if let v, v.isEmpty { throw invalid("verify_as must be NULL (the host) or a name, not empty") }
+    return TrustPeer(host: h, port: port == 0 ? nil : Int(port), verifyAs: v)
+}

@@ -336,3 +336,28 @@ public func mtls_trust_result_matched_pin(_ r: OpaquePointer?, _ out: UnsafeMuta
         try require(out, "pin").pointee = b.pin.map { UnsafePointer($0) }
     }
 }
+
+/// `int mtls_evaluate_peer(mtls_policy *policy, mtls_cert *const *certs, size_t count, const char *host, uint16_t port, const char *verify_as, int purpose, int64_t at, mtls_trust_result **out)`
+@_cdecl("mtls_evaluate_peer")
+public func mtls_evaluate_peer(_ p: OpaquePointer?, _ certs: UnsafePointer<OpaquePointer?>?, _ count: Int,
+                               _ host: UnsafePointer<CChar>?, _ port: UInt16, _ verifyAs: UnsafePointer<CChar>?,
+                               _ purpose: Int32, _ at: Int64, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        try putHandle(out) {
+            let h = try handle(p, TrustPolicyHandle.self, "policy")
+            let certs = try require(certs, "certs")
+            guard count > 0 else { throw invalid("count must be at least 1") }
+            let chain = try (0..<count).map { try handle(certs[$0], Certificate.self, "certs[\($0)]") }
+            let peer = TrustPeer(host: optionalString(host), port: port == 0 ? nil : Int(port), verifyAs: optionalString(verifyAs))
+            let result = h.current.evaluate(chain: chain, peer: peer, purpose: try purposeArgument(purpose),
+                                            at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)))
+            return TrustResultBox(result)
+        }
+    }
+}
+
+/// `int mtls_policy_set_system_anchors_for_clients(mtls_policy *policy, int enabled)`
+@_cdecl("mtls_policy_set_system_anchors_for_clients")
+public func mtls_policy_set_system_anchors_for_clients(_ p: OpaquePointer?, _ on: Int32) -> Int32 {
+    abiCall { try policy(p).systemAnchorsForClients = on != 0 }
+}

@@ -61,18 +61,58 @@ struct IdentityOptions: ParsableArguments {
 /// The trust options shared by connect (server policy) and serve (client policy), built the way
 /// `mtls verify` builds them.
 enum PolicyBuilder {
-    static func policy(file: String?, anchors: [String], anchorsOnly: Bool, pins: [String], host: String?,
+    /// The policy file (or an empty policy) with the command line's trust options merged into
+    /// the host rule the policy selects for `peer` (its host and port, never the verify-as
+    /// name): `--pin` is added to that rule's pins, `--anchor` to the policy's anchors and to
+    /// the rule's own anchors when it has some, `--anchors-only` to both, and `--verify-as`
+    /// fills the rule's verify-as. Nothing the rule had is replaced and no more specific rule
+    /// can hide the flags: a `--verify-as` that contradicts the rule's is an error. Without a
+    /// rule, pins make one for exactly `host:port`.
+    static func policy(file: String?, anchors: [String], anchorsOnly: Bool, pins: [String], peer: TrustPeer?,
                        store: () throws -> CredentialStore?) throws -> TrustPolicy {
         let p = try file.map { try TrustPolicy.load(path: $0) } ?? TrustPolicy()
-        for c in try anchorCertificates(anchors, store: store) { p.addAnchor(c) }
+        let extra = try anchorCertificates(anchors, store: store)
+        for c in extra { p.addAnchor(c) }
         if anchorsOnly { p.anchorsOnly = true }
-        if !pins.isEmpty {
-            guard let pinHost = host.flatMap(PeerHostText.hostOnly) else {
-                throw MTLSError(.invalidArgument, "--pin needs --host (pins belong to a host rule)")
+        let parsedPins = try pins.map { try SPKIPin($0) }
+        guard let peer, peer.host != nil else {
+            if !pins.isEmpty { throw MTLSError(.invalidArgument, "--pin needs --host (pins belong to a host rule)") }
+            return p
+        }
+        let existing = p.hostRule(for: peer)
+        let needsRule = !parsedPins.isEmpty || (existing != nil && (!extra.isEmpty || anchorsOnly || peer.verifyAs != nil))
+        guard needsRule else { return p }
+        let pattern = existing?.pattern.text ?? peer.description
+        try p.updateHostRule(pattern) { rule in
+            for pin in parsedPins { rule.addPin(pin) }
+            if let own = rule.anchors, !extra.isEmpty { rule.anchors = own + extra }
+            if anchorsOnly, rule.anchorsOnly != nil { rule.anchorsOnly = true }
+            if let v = peer.verifyAs {
+                if rule.skipNameCheck {
+                    throw MTLSError(.invalidArgument, "--verify-as \(v) contradicts host rule \(rule.pattern.text), which skips the name check")
+                }
+                if let mine = rule.verifyAs, mine.lowercased() != v.lowercased() {
+                    throw MTLSError(.invalidArgument, "--verify-as \(v) contradicts host rule \(rule.pattern.text), which verifies as \(mine)")
+                }
+                rule.verifyAs = v
             }
-            p.addHostRule(HostRule(pattern: try HostPattern(pinHost), pins: try pins.map { try SPKIPin($0) }))
         }
         return p
+    }
+
+    /// The host rule that applied, as JSON (null when none).
+    static func ruleJSON(_ policy: TrustPolicy?, _ result: TrustResult?) -> Any {
+        guard let policy, let pattern = result?.matchedRule,
+              let rule = policy.hostRules.first(where: { $0.pattern.text == pattern }) else { return NSNull() }
+        return [
+            "host": rule.pattern.text,
+            "verify_as": rule.verifyAs.map { $0 as Any } ?? NSNull(),
+            "skip_name_check": rule.skipNameCheck,
+            "anchors": rule.anchors.map { $0.map(\.sha256Hex) as Any } ?? NSNull(),
+            "anchors_only": rule.anchorsOnly.map { $0 as Any } ?? NSNull(),
+            "pins": rule.pins.map(\.description),
+            "enforcement": rule.enforcement.rawValue,
+        ] as [String: Any]
     }
 
     /// The certificates `--anchor` names: `store:LABEL` is a certificate stored under LABEL; a
@@ -182,12 +222,17 @@ struct ConnectCommand: ParsableCommand {
                                   "response": NSNull()]
         var conn: TLSConnection?
         var failure: Error?
+        var usedPolicy: TrustPolicy?
         do {
             let (host, port) = try Self.splitHostPort(target)
             var o = TLSClientOptions()
             o.identity = try identityOptions.clientIdentity()
+            // The rule is the one for the peer reached (host and port); --verify-as only changes
+            // the name checked.
+            let peer = TrustPeer(host: host, port: Int(port), verifyAs: verifyAs)
             o.policy = try PolicyBuilder.policy(file: policy, anchors: anchor, anchorsOnly: anchorsOnly, pins: pin,
-                                                host: verifyAs ?? host, store: identityOptions.openStore)
+                                                peer: peer, store: identityOptions.openStore)
+            usedPolicy = o.policy
             o.validationName = verifyAs
             o.serverName = sni
             o.alpn = alpn
@@ -220,6 +265,10 @@ struct ConnectCommand: ParsableCommand {
         if let c = conn {
             out["peer_chain"] = c.peerChain.map(\.sha256Hex)
             out["evaluation"] = PolicyBuilder.json(c.evaluation)
+            if var e = out["evaluation"] as? [String: Any] {
+                e["rule"] = PolicyBuilder.ruleJSON(usedPolicy, c.evaluation)
+                out["evaluation"] = e
+            }
             if c.isHandshakeComplete {
                 out["tls_version"] = c.tlsVersion
                 out["alpn"] = c.alpn ?? NSNull()
@@ -288,6 +337,7 @@ struct ServeCommand: ParsableCommand {
     @Option(help: "An anchor for client certificates (e.g. one customer's intermediate): a file, or a stored certificate's label (LABEL with a store, or store:LABEL); repeatable.") var clientAnchor: [String] = []
     @Option(help: "A trust policy JSON file for clients.") var policy: String?
     @Flag(help: "Refuse clients without a certificate.") var requireClientCert = false
+    @Flag(help: "Also accept client certificates of the system trust store (public CAs); without it clients need --client-anchor or a policy with anchors.") var clientSystemAnchors = false
     @Option(help: "ALPN protocol to accept; repeatable.") var alpn: [String] = []
     @Option(help: "Stop after this many clients (default: run until killed).") var count: Int?
 
@@ -298,7 +348,8 @@ struct ServeCommand: ParsableCommand {
             }
             var o = TLSServerOptions(identity: identity)
             o.clientPolicy = try PolicyBuilder.policy(file: policy, anchors: clientAnchor, anchorsOnly: !clientAnchor.isEmpty,
-                                                      pins: [], host: nil, store: identityOptions.openStore)
+                                                      pins: [], peer: nil, store: identityOptions.openStore)
+            if clientSystemAnchors { o.clientPolicy?.systemAnchorsForClients = true }
             o.clientAuthentication = requireClientCert ? .require : (clientAnchor.isEmpty && policy == nil ? .none : .optional)
             o.alpn = alpn
             o.handshakeTimeout = 10

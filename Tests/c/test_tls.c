@@ -300,7 +300,27 @@ int main(void) {
     CHECK(ctx != NULL);
     CHECK_RC(mtls_ssl_ctx_configure(NULL, client_a, server_policy, 0), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_ssl_ctx_configure(ctx, client_a, server_policy, 0));
-    CHECK_OK(mtls_ssl_ctx_configure(ctx, NULL, NULL, 1)); /* replaces the first configuration */
+    /* A context that accepts clients needs client anchors (never the system store by default). */
+    CHECK_RC(mtls_ssl_ctx_configure(ctx, NULL, NULL, 1), MTLS_E_INVALID_POLICY);
+    CHECK(strstr(mtls_last_error(), "client anchors") != NULL);
+    CHECK_OK(mtls_ssl_ctx_configure(ctx, NULL, client_policy, 1)); /* replaces the first configuration */
+    /* The peer of each SSL (and of every SSL of a context), as libcurl's callback would set it. */
+    void *(*ssl_new)(void *) = (void *(*)(void *))dlsym(libssl, "SSL_new");
+    void (*ssl_free)(void *) = (void (*)(void *))dlsym(libssl, "SSL_free");
+    CHECK(ssl_new && ssl_free);
+    void *ssl = ssl_new(ctx);
+    CHECK(ssl != NULL);
+    CHECK_RC(mtls_ssl_set_peer(NULL, "127.0.0.1", 8443, "server.test"), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_ssl_set_peer(ssl, NULL, 8443, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_ssl_set_peer(ssl, "", 8443, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_ssl_set_peer(ssl, "127.0.0.1", 8443, ""), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_ssl_set_peer(ssl, "127.0.0.1", 8443, "server.test"));
+    CHECK_OK(mtls_ssl_set_peer(ssl, "[::1]", 0, NULL)); /* replaces it */
+    ssl_free(ssl);
+    CHECK_RC(mtls_ssl_ctx_set_peer(NULL, "127.0.0.1", 8443, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_ssl_ctx_set_peer(ctx, NULL, 8443, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_ssl_ctx_set_peer(ctx, "127.0.0.1", 8443, "server.test"));
+    CHECK_OK(mtls_ssl_ctx_set_peer(ctx, "server.test", 443, NULL)); /* replaces it */
     ctx_free(ctx);
 
     mtls_conn_cache_clear(); /* drops the shared contexts and their references to identities */

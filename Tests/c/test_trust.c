@@ -315,6 +315,73 @@ int main(void) {
     CHECK_OK(mtls_policy_add_crl_file(q, path("empty.crl")));
     mtls_policy_free(q);
 
+    /* Trust decisions bound to the peer reached (issue 9). */
+    {
+        static const char wrong1[] = "sha256/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+        static const char wrong2[] = "sha256/BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB=";
+        mtls_policy *pp = NULL;
+        CHECK_OK(mtls_policy_new(&pp));
+        CHECK_OK(mtls_policy_add_anchor(pp, root[0]));
+        CHECK_OK(mtls_policy_set_anchors_only(pp, 1));
+        CHECK_OK(mtls_policy_set_time(pp, now));
+        CHECK_OK(mtls_policy_add_pin(pp, "10.0.0.5:8443", wrong1));
+        CHECK_OK(mtls_policy_add_pin(pp, "10.0.0.5:8443", wrong2));
+        size_t m = 0;
+        mtls_cert **ch = chain_of("chain.pem", &m);
+        mtls_trust_result *rr = NULL;
+        CHECK_RC(mtls_evaluate_peer(NULL, ch, m, "10.0.0.5", 8443, "server.test", 0, 0, &rr), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_evaluate_peer(pp, NULL, m, "10.0.0.5", 8443, "server.test", 0, 0, &rr), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_evaluate_peer(pp, ch, 0, "10.0.0.5", 8443, "server.test", 0, 0, &rr), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_evaluate_peer(pp, ch, m, "10.0.0.5", 8443, "server.test", 0, 0, NULL), MTLS_E_INVALID_ARGUMENT);
+        /* The rule for the address and port reached holds when validating as another name. */
+        CHECK_OK(mtls_evaluate_peer(pp, ch, m, "10.0.0.5", 8443, "server.test", MTLS_PURPOSE_SERVER, 0, &rr));
+        CHECK(trusted(rr) == 0 && has_reason(rr, "pin_mismatch", NULL) && !has_reason(rr, "name_mismatch", NULL));
+        const char *matched = NULL;
+        CHECK_OK(mtls_trust_result_matched_rule(rr, &matched));
+        CHECK(matched && strcmp(matched, "10.0.0.5:8443") == 0);
+        mtls_trust_result_free(rr);
+        /* Another port, or no port (a wrapped socket with port 0): the rule does not apply. */
+        CHECK_OK(mtls_evaluate_peer(pp, ch, m, "10.0.0.5", 9443, "server.test", 0, 0, &rr));
+        CHECK(trusted(rr) == 1);
+        mtls_trust_result_free(rr);
+        CHECK_OK(mtls_evaluate_peer(pp, ch, m, "10.0.0.5", 0, "server.test", 0, 0, &rr));
+        CHECK(trusted(rr) == 1);
+        mtls_trust_result_free(rr);
+        /* The rule's own verify-as with the text form "host:port". */
+        CHECK_OK(mtls_policy_add_host_rule(pp, "10.0.0.5:8443", "server.test", 0));
+        rr = eval(pp, "chain.pem", "10.0.0.5:8443", 0);
+        CHECK(trusted(rr) == 0 && has_reason(rr, "pin_mismatch", NULL) && !has_reason(rr, "name_mismatch", NULL));
+        mtls_trust_result_free(rr);
+        mtls_cert_list_free(ch, m);
+        /* Invalid rules: MTLS_E_INVALID_POLICY naming the rule; the name check is never off by accident. */
+        CHECK_RC(mtls_policy_add_host_rule(pp, "10.0.0.6", "", 0), MTLS_E_INVALID_POLICY);
+        CHECK(strstr(mtls_last_error(), "10.0.0.6") != NULL);
+        CHECK_RC(mtls_policy_add_host_rule(pp, "10.0.0.6", "  ", 0), MTLS_E_INVALID_POLICY);
+        CHECK_RC(mtls_policy_add_host_rule(pp, "", NULL, 0), MTLS_E_INVALID_POLICY);
+        CHECK_RC(mtls_policy_add_host_rule(pp, "10.0.0.6", "server.test", 1), MTLS_E_INVALID_POLICY);
+        CHECK_RC(mtls_policy_add_pin(pp, "10.0.0.6", "sha256/abc"), MTLS_E_INVALID_POLICY);
+        CHECK_RC(mtls_policy_add_pin(pp, "10.0.0.6", "sha256/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=="), MTLS_E_INVALID_POLICY);
+        CHECK_RC(mtls_policy_from_json("{\"hosts\": [{\"host\": \"10.0.0.6\", \"verify_as\": \"\"}]}", &q), MTLS_E_INVALID_POLICY);
+        CHECK(strstr(mtls_last_error(), "10.0.0.6") != NULL);
+        CHECK_OK(mtls_policy_add_host_rule(pp, "10.0.0.6", NULL, 1)); /* said explicitly: fine */
+        /* A leaf without EKU, a CN that is not a name, path building among bad candidates. */
+        rr = eval(pp, "noeku-chain.pem", "server.test", 0);
+        CHECK(trusted(rr) == 1);
+        mtls_trust_result_free(rr);
+        rr = eval(pp, "cnparent-chain.pem", "server.test", 0);
+        CHECK(trusted(rr) == 1);
+        mtls_trust_result_free(rr);
+        CHECK_OK(mtls_policy_set_time(pp, now + 86400)); /* the one-day candidate has expired */
+        rr = eval(pp, "pb-bag.pem", "server.test", 0);
+        CHECK(trusted(rr) == 1);
+        mtls_trust_result_free(rr);
+        /* Clients are judged by the policy's anchors only, unless asked. */
+        CHECK_RC(mtls_policy_set_system_anchors_for_clients(NULL, 1), MTLS_E_INVALID_ARGUMENT);
+        CHECK_OK(mtls_policy_set_system_anchors_for_clients(pp, 1));
+        CHECK_OK(mtls_policy_set_system_anchors_for_clients(pp, 0));
+        mtls_policy_free(pp);
+    }
+
     CHECK_OK(mtls_policy_set_report_callback(p, NULL, NULL, NULL));
     mtls_policy_free(p);
     CHECK(destroyed == 1);

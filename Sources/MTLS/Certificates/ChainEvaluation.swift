@@ -72,15 +72,28 @@ extension Identity {
             certificateIndex: code == X509_V_OK || depth < 0 ? nil : Int(depth), evaluatedAt: time)
     }
 
-    /// The evaluation of the chain, computed on first read and kept (see ``evaluateChain(at:)``).
-    /// Imported PKCS#12 identities carry it; it costs signature checks, so it is not computed
-    /// until someone asks.
+    /// The evaluation of the chain now, computed on first read and kept while it cannot change
+    /// (see ``evaluateChain(at:)``): until a validity date of one of the certificates (a
+    /// notBefore, or the second after a notAfter) is reached, or the clock goes back before the
+    /// cached evaluation. Imported PKCS#12 identities carry it; it costs signature checks, so it
+    /// is not computed until someone asks.
     public var chainEvaluation: BasicChainEvaluation {
-        evaluationCache.withLock { cached in
-            if let cached { return cached }
-            let e = evaluateChain()
+        let now = Date()
+        return evaluationCache.withLock { cached in
+            if let c = cached, now >= c.evaluatedAt, now < nextValidityBoundary(after: c.evaluatedAt) { return c }
+            let e = evaluateChain(at: now)
             cached = e
             return e
         }
+    }
+
+    /// The first instant after `time` at which a certificate of the identity becomes valid or
+    /// stops being valid (distantFuture when none).
+    func nextValidityBoundary(after time: Date) -> Date {
+        var next = Date.distantFuture
+        for c in allCertificates {
+            for d in [c.notBefore, c.notAfter.addingTimeInterval(1)] where d > time && d < next { next = d }
+        }
+        return next
     }
 }

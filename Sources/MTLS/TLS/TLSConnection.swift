@@ -102,14 +102,14 @@ public final class TLSConnection {
         // On failure the caller closes the socket; the deinit must not close it again.
         do {
             let bareHost = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
-            // The evaluator takes "host:port" so that host rules written with a port apply.
-            state.validationName = options.validationName
-                ?? (port == 0 ? bareHost : (bareHost.contains(":") ? "[\(bareHost)]:\(port)" : "\(bareHost):\(port)"))
             if case .identity(let id) = options.identity { state.presentedIdentity = id }
             if !owned { Socket.setNonBlocking(fd, true) } // our own sockets are made non-blocking
             try SocketBIO.attach(ssl, fd: fd)
             _ = mtls_ossl_SSL_set_mode(ssl, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
             let sni: String? = options.serverName.map { $0.isEmpty ? nil : $0 } ?? (Socket.isIPLiteral(bareHost) ? nil : bareHost)
+            // The peer reached: its host and port select the host rule; verify-as changes only
+            // the name checked. Port 0 (a wrapped socket without one): only port-less rules.
+            state.peer = TrustPeer(host: bareHost, port: port == 0 ? nil : Int(port), sni: sni, verifyAs: options.validationName)
             if let sni, mtls_ossl_SSL_set_tlsext_host_name(ssl, sni) != 1 {
                 throw MTLSError.openSSL(.invalidArgument, "cannot send \"\(sni)\" as the server name")
             }
@@ -120,7 +120,7 @@ public final class TLSConnection {
                 }
             }
             if options.sessionResumption {
-                let key = "\(bareHost)|\(port)|\(sni ?? "")|\(state.validationName ?? "")"
+                let key = "\(bareHost)|\(port)|\(sni ?? "")|\(options.validationName ?? "")"
                 state.sessionCache = context.sessions
                 state.sessionKey = key
                 let stamp = SessionCache.stamp(context.config.policy.current)
@@ -151,7 +151,7 @@ public final class TLSConnection {
         ioTimeout = options.ioTimeout
         state = TLSHandshakeState()
         state.attach(to: ssl)
-        state.validationName = nil // clients are not name-checked
+        state.peer = TrustPeer() // clients are not name-checked
         state.presentedIdentity = options.identity
         Socket.setNonBlocking(fd, true)
         do { try SocketBIO.attach(ssl, fd: fd) } catch {

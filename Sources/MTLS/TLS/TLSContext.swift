@@ -38,8 +38,9 @@ final class TLSContextConfig {
 
 /// What one TLS connection's callbacks learn during the handshake, attached to its `SSL`.
 final class TLSHandshakeState {
-    /// The name the peer's certificate is validated as (nil: no name check).
-    var validationName: String?
+    /// The peer as the application reached it (host, port, SNI, verify-as): selects the host
+    /// rule and the name checked. A server's clients have no peer name.
+    var peer = TrustPeer()
     /// Our evaluation of the peer's chain, from inside OpenSSL's verification.
     var evaluation: TrustResult?
     /// The chain the peer presented, as our verification saw it (kept even when it failed).
@@ -82,6 +83,16 @@ enum TLSExData {
     static let ctx: Int32 = mtls_ossl_SSL_CTX_get_ex_new_index { _, ptr, _, _, _, _ in
         if let ptr { Unmanaged<TLSContextConfig>.fromOpaque(ptr).release() }
     }
+    /// The peer an application's `SSL_CTX` connects to (``SSLContextConfiguration/setPeer(sslContext:_:)``).
+    static let ctxPeer: Int32 = mtls_ossl_SSL_CTX_get_ex_new_index { _, ptr, _, _, _, _ in
+        if let ptr { Unmanaged<PeerBox>.fromOpaque(ptr).release() }
+    }
+}
+
+/// A ``TrustPeer`` held by an OpenSSL object's ex_data.
+final class PeerBox {
+    let peer: TrustPeer
+    init(_ peer: TrustPeer) { self.peer = peer }
 }
 
 extension ALPN {
@@ -165,6 +176,7 @@ final class TLSContext: @unchecked Sendable {
             case .optional: mode = SSL_VERIFY_PEER
             case .require: mode = SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT
             }
+            if options.clientAuthentication != .none { try requireClientAnchors(options.clientPolicySource.current) }
             try install(on: ctx, config: config, identity: options.identity, verifyMode: mode)
             if options.clientAuthentication != .none {
                 let names = options.clientCANames ?? options.clientPolicySource.current.anchors
@@ -203,9 +215,23 @@ final class TLSContext: @unchecked Sendable {
     /// context; calling again replaces it.
     static func configure(sslContext ctx: OpaquePointer, identity: Identity?, policy: TrustPolicyHandle?,
                           purpose: TrustPurpose) throws {
-        let config = try TLSContextConfig(policy: policy ?? TrustPolicyHandle(TrustPolicy()), purpose: purpose,
+        let handle = policy ?? TrustPolicyHandle(TrustPolicy())
+        if purpose == .clientAuth { try requireClientAnchors(handle.current) }
+        let config = try TLSContextConfig(policy: handle, purpose: purpose,
                                           identity: identity.map { .identity($0) } ?? .none, serverALPN: [])
-        try install(on: ctx, config: config, identity: identity, verifyMode: SSL_VERIFY_PEER, ownContext: false)
+        // The application's own choices (require a client certificate, verify once, post-handshake)
+        // are kept; libmtls only adds SSL_VERIFY_PEER and its evaluator.
+        let kept = SSL_CTX_get_verify_mode(ctx) & (SSL_VERIFY_FAIL_IF_NO_PEER_CERT | SSL_VERIFY_CLIENT_ONCE | SSL_VERIFY_POST_HANDSHAKE)
+        try install(on: ctx, config: config, identity: identity, verifyMode: SSL_VERIFY_PEER | kept, ownContext: false)
+    }
+
+    /// A server that verifies clients needs anchors for them: it never trusts the system store
+    /// for clients unless the policy says so (``TrustPolicy/systemAnchorsForClients``).
+    static func requireClientAnchors(_ policy: TrustPolicy) throws {
+        guard !policy.hasAnchors, !policy.systemAnchorsForClients else { return }
+        throw MTLSError(.invalidPolicy, "a server that verifies client certificates needs client anchors (the CA that issues " +
+                        "your clients' certificates); to accept clients of the system trust store, say so explicitly " +
+                        "(system_anchors_for_clients / mtls_policy_set_system_anchors_for_clients)")
     }
 
     /// The common part: identity, verification through our evaluator, alert bookkeeping.
@@ -283,12 +309,19 @@ final class TLSContext: @unchecked Sendable {
         if let s = TLSHandshakeState.of(ssl) {
             state = s
         } else {
-            // A context the application owns: the name comes from what it set on the SSL. None
-            // set is not "no name check": the evaluator refuses the server with no_peer_name
-            // unless the policy's name check is off or a host rule decides the name.
+            // A context the application owns that did not call mtls_ssl_set_peer: the host comes
+            // from what it set on the SSL (no port: only port-less rules apply). None set is not
+            // "no name check": the evaluator refuses the server with no_peer_name unless the
+            // policy's name check is off or a host rule decides the name.
             state = TLSHandshakeState()
             if let ssl {
-                state.validationName = config.purpose == .serverAuth ? applicationHostName(ssl) : nil
+                if config.purpose == .serverAuth {
+                    if let p = SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), TLSExData.ctxPeer) {
+                        state.peer = Unmanaged<PeerBox>.fromOpaque(p).takeUnretainedValue().peer
+                    } else {
+                        state.peer = TrustPeer(host: applicationHostName(ssl))
+                    }
+                }
                 state.attach(to: ssl)
             }
         }
@@ -303,7 +336,7 @@ final class TLSContext: @unchecked Sendable {
         state.presentedChain = chain
         let policy = config.policy.current
         if state.policyStamp != nil { state.policyStamp = SessionCache.stamp(policy) }
-        let result = policy.evaluate(chain: chain, host: state.validationName, purpose: config.purpose, at: nil)
+        let result = policy.evaluate(chain: chain, peer: state.peer, purpose: config.purpose, at: nil)
         state.evaluation = result
         if result.trusted {
             X509_STORE_CTX_set_error(store, X509_V_OK)

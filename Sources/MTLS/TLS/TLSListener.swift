@@ -270,3 +270,30 @@ public enum SSLContextConfiguration {
         try TLSContext.configure(sslContext: OpaquePointer(sslContext), identity: identity, policy: policyHandle, purpose: purpose)
     }
 }
+
+extension SSLContextConfiguration {
+    /// Tells libmtls which peer one `SSL` (an `SSL *` made from a configured context) reaches:
+    /// its host and port select the host rule, its verify-as (else its host) is the name checked.
+    /// Call before the handshake. Without it, the host is what the application set with
+    /// `SSL_set1_host` (else its SNI) and there is no port, so only port-less rules apply.
+    public static func setPeer(ssl: UnsafeMutableRawPointer, _ peer: TrustPeer) {
+        let ssl = OpaquePointer(ssl)
+        if let state = TLSHandshakeState.of(ssl) {
+            state.peer = peer
+        } else {
+            let state = TLSHandshakeState()
+            state.peer = peer
+            state.attach(to: ssl)
+        }
+    }
+
+    /// Tells libmtls the peer of every `SSL` made from `sslContext` that was not given one with
+    /// ``setPeer(ssl:_:)`` (for libcurl, whose `CURLOPT_SSL_CTX_FUNCTION` sees only the context,
+    /// which it makes per connection). Replaces a peer set before.
+    public static func setPeer(sslContext: UnsafeMutableRawPointer, _ peer: TrustPeer) {
+        let ctx = OpaquePointer(sslContext)
+        let previous = SSL_CTX_get_ex_data(ctx, TLSExData.ctxPeer)
+        SSL_CTX_set_ex_data(ctx, TLSExData.ctxPeer, Unmanaged.passRetained(PeerBox(peer)).toOpaque())
+        if let previous { Unmanaged<PeerBox>.fromOpaque(previous).release() }
+    }
+}

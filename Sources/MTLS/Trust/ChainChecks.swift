@@ -35,35 +35,55 @@ struct ChainCheck: Sendable {
         .version, .serialNumber, .names, .validityEncoding, .extensionSyntax, .authorityKeyIdentifier,
         .subjectKeyIdentifier, .basicConstraints, .leafIsNotCA, .extendedKeyUsage, .subjectAltName,
         .referenceName, .keyStrength, .signatureAlgorithm, .nameConstraints, .policyConstraints,
-        .authorityInformationAccess, .revocationLists, .commonNameInSAN, .chainDepth,
+        .authorityInformationAccess, .revocationLists, .commonNameConsistency, .chainDepth,
     ]
 
-    /// A server certificate's common name, when it is a DNS name or IP address, is one of its
-    /// SANs exactly (CA/B Forum BR 7.1.4.3; the IP in its canonical text form).
-    static let commonNameInSAN = ChainCheck(name: "common_name_in_san") { ctx in
+    /// The common name is never a name of the peer (the host is matched against the SANs only),
+    /// and a CN that differs from the SANs is no reason to refuse a certificate: private CAs put
+    /// a host's short name, its parent domain or one of its addresses there. What is refused is a
+    /// CN that names *another* host of the same kind as the SANs, or the same one spelled
+    /// differently (CA/B Forum BR 7.1.4.3, RFC 6125 6.4.4): a host-like CN when the leaf has
+    /// DNS SANs must be one of them byte for byte, a domain one of them is under or one under
+    /// one of them, or a name a wildcard SAN covers; an IP-like CN when the leaf has IP SANs must be one of them in
+    /// canonical text. A CN unlike every SAN kind, or not host-like (spaces, no dot), is free.
+    static let commonNameConsistency = ChainCheck(name: "common_name_consistency") { ctx in
         guard ctx.purpose == .serverAuth, let leaf = ctx.chain.first, !ctx.leafIsAnchor else { return [] }
-        let name = X509_get_subject_name(leaf)
+        let subject = X509_get_subject_name(leaf)
         var texts: [String] = []
         var pos: Int32 = -1
         while true {
-            pos = X509_NAME_get_index_by_NID(name, NID_commonName, pos)
+            pos = X509_NAME_get_index_by_NID(subject, NID_commonName, pos)
             if pos < 0 { break }
-            guard let entry = X509_NAME_get_entry(name, pos) else { break }
+            guard let entry = X509_NAME_get_entry(subject, pos) else { break }
             texts.append(String(decoding: Certificate.bytes(X509_NAME_ENTRY_get_data(entry)), as: UTF8.self))
         }
-        let sans = decodedSANs(leaf) ?? []
-        var allowed: Set<String> = []
-        for n in sans {
+        guard !texts.isEmpty else { return [] }
+        var dnsNames: [String] = [], ipTexts: [String] = []
+        for n in decodedSANs(leaf) ?? [] {
             switch n {
-            case .dns(let d): allowed.insert(d)
-            case .ip(let b): if let t = IPAddress.text(b) { allowed.insert(t) }
+            case .dns(let d): dnsNames.append(d)
+            case .ip(let b): if let t = IPAddress.text(b) { ipTexts.append(t) }
             default: break
             }
         }
-        return texts.compactMap { cn in
-            let looksLikeHost = ((cn.contains(".") || cn.contains(":")) && !cn.contains(" ")) || IPAddress.parseLoose(cn) != nil
-            guard looksLikeHost, !allowed.contains(cn) else { return nil }
-            return reason(C.commonNameMismatch, 0, "common name \(cn) is not one of the subject alternative names")
+        return texts.compactMap { cn -> TrustReason? in
+            if cn.contains(" ") || cn.isEmpty { return nil }
+            if IPAddress.parseLoose(cn) != nil {
+                guard !ipTexts.isEmpty, !ipTexts.contains(cn) else { return nil }
+                return reason(C.commonNameMismatch, 0, "common name \(cn) is an IP address that is not one of the IP subject alternative names")
+            }
+            guard cn.contains("."), !dnsNames.isEmpty else { return nil }
+            let consistent = dnsNames.contains { d in
+                if d == cn || d.hasSuffix("." + cn) || cn.hasSuffix("." + d) { return true }
+                if d.hasPrefix("*.") {
+                    let base = String(d.dropFirst(2))
+                    if cn == base || base.hasSuffix("." + cn) { return true }
+                    if cn.hasSuffix("." + base), !cn.dropLast(base.count + 1).contains(".") { return true }
+                }
+                return false
+            }
+            return consistent ? nil
+                : reason(C.commonNameMismatch, 0, "common name \(cn) names another host than the subject alternative names")
         }
     }
 
@@ -159,7 +179,10 @@ struct ChainCheck: Sendable {
             if critical { out.append(reason(C.akiInvalid, i, "authority key identifier is critical")) }
             let selfIssued = X509_NAME_cmp(X509_get_issuer_name(x), X509_get_subject_name(x)) == 0
             if !present {
-                if !selfIssued { out.append(reason(C.akiMissing, i, "no authority key identifier")) }
+                // A trust anchor is trusted as configured (as its serial number is): only a
+                // certificate whose issuer must be found needs the identifier.
+                let isAnchor = ctx.topIsAnchor && i == ctx.chain.count - 1 && i > 0
+                if !selfIssued && !isAnchor { out.append(reason(C.akiMissing, i, "no authority key identifier")) }
                 continue
             }
             // A self-issued anchor (a root); self-issued intermediates (key rollover) name the old key.
@@ -206,7 +229,8 @@ struct ChainCheck: Sendable {
         return out
     }
 
-    /// The leaf is an end entity: not a CA, no keyCertSign (unless it is itself the anchor).
+    /// The leaf is an end entity: not a CA, no keyCertSign (unless it is itself the anchor), as
+    /// webpki has it (a CA certificate used as an end entity is refused).
     static let leafIsNotCA = ChainCheck(name: "leaf_is_not_ca") { ctx in
         guard let leaf = ctx.chain.first, !ctx.leafIsAnchor else { return [] }
         let flags = X509_get_extension_flags(leaf)
@@ -219,15 +243,14 @@ struct ChainCheck: Sendable {
         return []
     }
 
-    /// The leaf carries a non-critical EKU naming the purpose (anyExtendedKeyUsage is not
-    /// enough); a self-signed anchor carries no EKU.
+    /// A leaf without the EKU extension is good for every purpose (RFC 5280 4.2.1.12, OpenSSL,
+    /// webpki); one that has it must name the purpose, non-critically (anyExtendedKeyUsage is
+    /// not enough). A self-signed anchor carries no EKU.
     static let extendedKeyUsage = ChainCheck(name: "extended_key_usage") { ctx in
         var out: [TrustReason] = []
         guard let leaf = ctx.chain.first else { return out }
         let (present, critical) = extensionPresence(leaf, NID_ext_key_usage)
-        if !present {
-            out.append(reason(C.ekuMissing, 0, "the leaf has no extended key usage"))
-        } else {
+        if present {
             if critical { out.append(reason(C.ekuInvalid, 0, "the leaf's extended key usage is critical")) }
             if X509_get_extended_key_usage(leaf) & UInt32(XKU_ANYEKU) != 0 {
                 out.append(reason(C.ekuInvalid, 0, "the leaf's extended key usage includes anyExtendedKeyUsage"))
@@ -363,7 +386,7 @@ struct ChainCheck: Sendable {
         return out
     }
 
-    /// Name constraints: only on CA certificates, critical, not empty, with well-formed bases;
+    /// Name constraints: only on CA certificates, not empty, with well-formed bases;
     /// and a wildcard SAN must not reach into an excluded subtree or out of the permitted ones
     /// (OpenSSL compares the wildcard as a literal string).
     static let nameConstraints = ChainCheck(name: "name_constraints") { ctx in
@@ -380,7 +403,9 @@ struct ChainCheck: Sendable {
                 out.append(reason(C.nameConstraintsInvalid, i, "name constraints on an end-entity certificate"))
                 continue
             }
-            if !critical { out.append(reason(C.nameConstraintsInvalid, i, "name constraints extension is not critical")) }
+            // RFC 5280 asks CAs to mark the extension critical, but a relying party that
+            // understands it applies it either way (webpki does): not critical is no reason to refuse.
+            _ = critical
             var crit: Int32 = 0
             guard let raw = X509_get_ext_d2i(x, NID_name_constraints, &crit, nil) else {
                 OpenSSLErrorQueue.clear()
@@ -389,6 +414,13 @@ struct ChainCheck: Sendable {
             }
             let nc = raw.assumingMemoryBound(to: NAME_CONSTRAINTS.self)
             defer { NAME_CONSTRAINTS_free(nc) }
+            // The common name is never a name of the peer, but one that looks like a DNS name must
+            // satisfy the constraints as a dNSName would (OpenSSL's own CN rule, applied even
+            // though libmtls never matches the host against the CN).
+            if i > 0, let leaf = ctx.chain.first, NAME_CONSTRAINTS_check_CN(leaf, nc) != X509_V_OK {
+                OpenSSLErrorQueue.clear()
+                out.append(reason(C.nameConstraintViolation, 0, "the leaf's common name is outside the name constraints of certificate \(i)"))
+            }
             let permitted = subtrees(nc.pointee.permittedSubtrees)
             let excluded = subtrees(nc.pointee.excludedSubtrees)
             if permitted.isEmpty && excluded.isEmpty {

@@ -12,7 +12,10 @@ public struct SPKIPin: Hashable, Sendable, CustomStringConvertible {
         guard t.lowercased().hasPrefix("sha256/") else {
             throw MTLSError(.invalidPolicy, "pin must be written sha256/BASE64: \(text)")
         }
-        guard let d = Data(base64Encoded: String(t.dropFirst(7))), d.count == 32 else {
+        let b64 = String(t.dropFirst(7))
+        // Exactly the 44-character base64 of 32 bytes (one trailing "="), nothing looser.
+        guard b64.utf8.count == 44, b64.hasSuffix("="), !b64.dropLast().contains("="),
+              let d = Data(base64Encoded: b64), d.count == 32 else {
             throw MTLSError(.invalidPolicy, "pin is not the base64 of a 32-byte SHA-256 digest: \(text)")
         }
         sha256 = Array(d)
@@ -175,6 +178,26 @@ public struct HostRule: Sendable {
     /// Adds a pin unless the rule already has it (a repeated pin is no backup pin).
     public mutating func addPin(_ pin: SPKIPin) {
         if !pins.contains(pin) { pins.append(pin) }
+    }
+
+    /// Checks what a rule must not say: an empty or whitespace verify-as (which would silently
+    /// turn the name check off), a verify-as that is neither a host name nor an IP address, or
+    /// both a verify-as and skip_name_check. Throws ``MTLSError/Code/invalidPolicy`` naming the
+    /// rule. The name check is off only where ``skipNameCheck`` says so.
+    public func validate() throws {
+        if let v = verifyAs {
+            let t = trimmedASCII(v)
+            guard !t.isEmpty else {
+                throw MTLSError(.invalidPolicy, "host rule \(pattern.text): verify_as is empty (to turn the name check off, say skip_name_check: true)")
+            }
+            let bare = t.hasPrefix("[") && t.hasSuffix("]") ? String(t.dropFirst().dropLast()) : t
+            guard t == v, IPAddress.bytes(bare) != nil || HostName.isValidReferenceName(bare) else {
+                throw MTLSError(.invalidPolicy, "host rule \(pattern.text): verify_as \"\(v)\" is not a host name or IP address")
+            }
+            if skipNameCheck {
+                throw MTLSError(.invalidPolicy, "host rule \(pattern.text): both verify_as and skip_name_check; say one")
+            }
+        }
     }
 
     /// Load-time warnings (a single distinct pin has no backup).

@@ -3,42 +3,59 @@ import FoundationEssentials
 
 extension TrustPolicy {
     /// Decides whether `chain` (the peer's certificates, leaf first; the rest may be unordered,
-    /// incomplete or padded with unrelated certificates) is trusted for `host` under this policy.
+    /// incomplete or padded with unrelated certificates) is trusted for `peer` under this policy.
     ///
     /// - Parameters:
-    ///   - host: the DNS name or IP address connected to, optionally with `:port` (`[v6]:port`
-    ///     for IPv6); it selects the host rule and, unless a rule says otherwise, is the name the
-    ///     certificate must carry. nil: no host rule applies, and a server evaluated under a
-    ///     policy whose ``TrustPolicy/nameCheck`` is `.ssl` is untrusted with reason
-    ///     `no_peer_name` (fail closed); for no name check, use a policy with `.none`.
+    ///   - peer: the peer as the application reached it. Its host and port select the host rule
+    ///     (most specific first); the name checked is the rule's verify-as, else the peer's
+    ///     ``TrustPeer/verifyAs``, else its host. No host and no verify-as: no host rule applies,
+    ///     and a server evaluated under a policy whose ``TrustPolicy/nameCheck`` is `.ssl` is
+    ///     untrusted with reason `no_peer_name` (fail closed).
     ///   - purpose: server or client authentication; nil uses the policy's ``purpose``.
     ///   - at: the evaluation time; nil uses the policy's ``time`` or else now.
     ///
-    /// Path building and signature checks are OpenSSL's `X509_verify_cert`; the checks OpenSSL
-    /// does not make are libmtls's ``ChainCheck``s, applied to the chain OpenSSL built. Never
-    /// throws: every problem is a ``TrustReason``.
-    public func evaluate(chain: [Certificate], host: String?, purpose: TrustPurpose? = nil, at: Date? = nil) -> TrustResult {
-        // Parsing cannot fail: the certificates are already parsed.
-        (try? evaluate(ders: chain.map(\.der), parse: { chain }, host: host, purpose: purpose, at: at))!
+    /// Path building and signature checks are OpenSSL's `X509_verify_cert`; when the chain it
+    /// builds first fails, the other candidate paths are tried (``PathBuilder``), each decided by
+    /// OpenSSL. The checks OpenSSL does not make are libmtls's ``ChainCheck``s, applied to each
+    /// chain OpenSSL built. Never throws: every problem is a ``TrustReason``.
+    public func evaluate(chain: [Certificate], peer: TrustPeer, purpose: TrustPurpose? = nil, at: Date? = nil) -> TrustResult {
+        do {
+            return try evaluate(ders: chain.map(\.der), parse: { chain }, peer: peer, purpose: purpose, at: at)
+        } catch {
+            // Unreachable: the certificates are already parsed.
+            let r = TrustReason(code: TrustReason.Code.verificationError, certIndex: nil, message: "\(error)")
+            return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
+        }
     }
 
-    /// Same as ``evaluate(chain:host:purpose:at:)`` for certificates given as DER, as they come
+    /// Same as ``evaluate(chain:peer:purpose:at:)`` with the peer written as text: `host`,
+    /// `host:port`, `[v6]:port` (see ``TrustPeer/init(hostText:)``).
+    public func evaluate(chain: [Certificate], host: String?, purpose: TrustPurpose? = nil, at: Date? = nil) -> TrustResult {
+        evaluate(chain: chain, peer: TrustPeer(hostText: host), purpose: purpose, at: at)
+    }
+
+    /// Same as ``evaluate(chain:peer:purpose:at:)`` for certificates given as DER, as they come
     /// off the wire. A chain evaluated recently under the same policy version is answered from
     /// the cache without being parsed at all. Throws ``MTLSError/Code/parse`` when a certificate
     /// does not parse (and is not in the cache).
-    public func evaluate(derChain: [[UInt8]], host: String?, purpose: TrustPurpose? = nil, at: Date? = nil) throws -> TrustResult {
-        try evaluate(ders: derChain, parse: { try derChain.map { try Certificate(der: $0) } }, host: host, purpose: purpose, at: at)
+    public func evaluate(derChain: [[UInt8]], peer: TrustPeer, purpose: TrustPurpose? = nil, at: Date? = nil) throws -> TrustResult {
+        try evaluate(ders: derChain, parse: { try derChain.map { try Certificate(der: $0) } }, peer: peer, purpose: purpose, at: at)
     }
 
-    private func evaluate(ders: [[UInt8]], parse: () throws -> [Certificate], host: String?, purpose: TrustPurpose?,
+    /// ``evaluate(derChain:peer:purpose:at:)`` with the peer as text (`host[:port]`).
+    public func evaluate(derChain: [[UInt8]], host: String?, purpose: TrustPurpose? = nil, at: Date? = nil) throws -> TrustResult {
+        try evaluate(derChain: derChain, peer: TrustPeer(hostText: host), purpose: purpose, at: at)
+    }
+
+    private func evaluate(ders: [[UInt8]], parse: () throws -> [Certificate], peer: TrustPeer, purpose: TrustPurpose?,
                           at: Date?) throws -> TrustResult {
-        let snapshotResult = Result { try snapshot() }
-        guard case .success(let (settings, compiled, version)) = snapshotResult else {
-            if case .failure(let e) = snapshotResult {
-                let r = TrustReason(code: TrustReason.Code.verificationError, certIndex: nil, message: "\(e)")
-                return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
-            }
-            fatalError("unreachable")
+        let settings: Settings, compiled: CompiledPolicy, version: UInt64
+        do {
+            (settings, compiled, version) = try snapshot()
+        } catch {
+            let code = (error as? MTLSError)?.code == .invalidPolicy ? TrustReason.Code.invalidPolicy : TrustReason.Code.verificationError
+            let r = TrustReason(code: code, certIndex: nil, message: (error as? MTLSError)?.message ?? "\(error)")
+            return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
         }
         let purpose = purpose ?? settings.purpose
         let time = Date(timeIntervalSince1970: ((at ?? settings.time ?? Date()).timeIntervalSince1970).rounded(.down))
@@ -46,19 +63,16 @@ extension TrustPolicy {
             let r = TrustReason(code: TrustReason.Code.emptyChain, certIndex: nil, message: "no certificate was presented")
             return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
         }
-        let target = PeerHost(host)
-        let rule = settings.hostRules
-            .filter { $0.pattern.matches(name: target.name, ip: target.ip, port: target.port) }
-            .max { $0.pattern.specificity < $1.pattern.specificity }
+        let rule = Self.rule(for: peer, in: settings.hostRules)
 
-        let key = EvaluationCache.Key(chain: ders, host: host ?? "", purpose: purpose,
-                                      version: version, second: Int64(time.timeIntervalSince1970))
+        let key = EvaluationCache.Key(chain: ders, host: "\(peer.host ?? "")|\(peer.port ?? 0)|\(peer.verifyAs ?? "")",
+                                      purpose: purpose, version: version, second: Int64(time.timeIntervalSince1970))
         let result: TrustResult
         if settings.cacheEnabled, let cached = cache.lookup(key) {
             result = cached
         } else {
             let chain = try parse()
-            let evaluation = Evaluation(settings: settings, compiled: compiled, chain: chain, target: target,
+            let evaluation = Evaluation(settings: settings, compiled: compiled, chain: chain, peer: peer,
                                         rule: rule, purpose: purpose, time: time)
             result = evaluation.run()
             if settings.cacheEnabled { cache.store(key, result, stableUntil: evaluation.stableWindow(built: result.chain)) }
@@ -66,24 +80,22 @@ extension TrustPolicy {
         if let rule, rule.enforcement == .reportOnly, let handler = settings.reportHandler {
             let reported = result.reasons.filter { $0.code == TrustReason.Code.pinMismatch || $0.code == TrustReason.Code.pinExpired }
             if !reported.isEmpty {
-                handler(TrustReport(host: host, rule: rule.pattern.text, reasons: reported, chain: result.chain))
+                handler(TrustReport(host: peer.host == nil ? nil : peer.description, rule: rule.pattern.text, reasons: reported, chain: result.chain))
             }
         }
         return result
     }
 }
 
-/// The host as given to an evaluation, split into name or IP and port.
+/// A name or IP address a certificate must carry, normalised.
 struct PeerHost {
     var name: String?
     var ip: [UInt8]?
-    var port: Int?
     var text: String?
 
     init(_ host: String?) {
         guard let host, !host.isEmpty else { return }
-        let (h, p) = (try? HostPattern.splitPort(host)) ?? (host, nil)
-        port = p
+        let h = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
         text = h
         if let b = IPAddress.bytes(h) { ip = b } else {
             let n = h.lowercased()
@@ -97,7 +109,7 @@ struct Evaluation {
     let settings: TrustPolicy.Settings
     let compiled: CompiledPolicy
     let chain: [Certificate]
-    let target: PeerHost
+    let peer: TrustPeer
     let rule: HostRule?
     let purpose: TrustPurpose
     let time: Date
@@ -106,7 +118,20 @@ struct Evaluation {
     var reference: PeerHost? {
         if settings.nameCheck == .none || rule?.skipNameCheck == true { return nil }
         if let v = rule?.verifyAs { return PeerHost(v) }
-        return target.text == nil ? nil : target
+        guard let n = peer.nameToValidate, !n.isEmpty else { return nil }
+        return PeerHost(n)
+    }
+
+    /// The anchors that apply: the rule's own, else the policy's.
+    var anchorsInUse: [Certificate] { rule?.anchors ?? settings.anchors }
+    /// The OpenSSL store that applies.
+    var store: OpaquePointer {
+        if purpose == .clientAuth { return rule.flatMap { compiled.clientRuleStores[$0.pattern.text] } ?? compiled.clientDefaultStore }
+        return rule.flatMap { compiled.ruleStores[$0.pattern.text] } ?? compiled.defaultStore
+    }
+    /// Whether the system store is part of ``store``.
+    var usesSystemStore: Bool {
+        !(rule?.anchorsOnly ?? settings.anchorsOnly) && (purpose == .serverAuth || settings.systemAnchorsForClients)
     }
 
     /// The interval around the evaluation time in which the answer cannot change: no validity
@@ -126,40 +151,43 @@ struct Evaluation {
         return lo...hi.addingTimeInterval(-1)
     }
 
-    /// Evaluates; when the chain OpenSSL built fails, retries a few times without one of the
-    /// presented intermediates of that chain, so that a valid alternative path (a cross-signed
-    /// intermediate, a second root) is found. OpenSSL builds every path; this only hides
-    /// candidates from it. Bounded: at most ``maxAlternatives`` extra attempts.
+    /// Evaluates: OpenSSL's first chain, and when it fails, the other candidate paths
+    /// (``PathBuilder``), keeping the best failure's reasons when none is trusted.
     func run() -> TrustResult {
-        let first = attempt(untrusted: Array(chain.dropFirst()))
-        if first.trusted || chain.count < 3 { return first }
-        var tried = 0
-        let presented = Set(chain.dropFirst().map { ObjectIdentifier($0) })
-        for candidate in first.chain.dropFirst() where presented.contains(ObjectIdentifier(candidate)) {
-            if tried == Self.maxAlternatives { break }
-            tried += 1
-            let alternative = attempt(untrusted: chain.dropFirst().filter { $0 !== candidate })
-            if alternative.trusted { return alternative }
+        let first = attempt(untrusted: Array(chain.dropFirst()), store: store)
+        if first.trusted { return first }
+        // A problem of the leaf itself (its name, dates, EKU, key...) fails every path: no search.
+        if first.reasons.contains(where: { ($0.certIndex == 0 || $0.certIndex == nil) && Self.pathIndependentCodes.contains($0.code) }) {
+            return first
         }
-        return first
+        return PathBuilder(evaluation: self, first: first).search()
     }
 
-    static let maxAlternatives = 3
+    /// Reasons about the leaf that no other path can change.
+    static let pathIndependentCodes: Set<String> = {
+        typealias C = TrustReason.Code
+        return [C.nameMismatch, C.noPeerName, C.invalidHost, C.expired, C.notYetValid, C.wrongPurpose, C.ekuInvalid,
+                C.sanMissing, C.sanInvalid, C.caAsLeaf, C.commonNameMismatch, C.weakKey, C.keyForbidden,
+                C.serialNumberInvalid, C.versionUnsupported, C.validityEncoding, C.extensionInvalid,
+                C.wildcardPublicSuffix, C.emptyChain, C.invalidPolicy]
+    }()
 
     /// A server must be checked against a name under the SSL name check; with no name given the
     /// check would silently not happen, so the evaluation fails instead.
     var missingPeerName: TrustReason? {
-        guard purpose == .serverAuth, settings.nameCheck == .ssl, target.text == nil else { return nil }
+        guard purpose == .serverAuth, settings.nameCheck == .ssl, rule?.skipNameCheck != true, reference == nil else { return nil }
         return TrustReason(code: TrustReason.Code.noPeerName, certIndex: nil,
                            message: "no host name or IP address to check the server certificate against: " +
                                "set one (SSL_set1_host or SNI on an application's SSL, the host or verify-as of " +
                                "an evaluation or connection) or use a policy with name check none")
     }
 
-    private func attempt(untrusted: [Certificate]) -> TrustResult {
+    /// One verification: `X509_verify_cert` with exactly `untrusted` as the intermediates it may
+    /// use and `store` as its anchors, then the policy checks and pins on the chain it built.
+    func attempt(untrusted: [Certificate], store: OpaquePointer) -> TrustResult {
         var openSSLReasons: [TrustReason] = []
         let ref = reference
-        let built = verifyWithOpenSSL(untrustedCerts: untrusted, reference: ref, reasons: &openSSLReasons)
+        let built = verifyWithOpenSSL(untrustedCerts: untrusted, store: store, reference: ref, reasons: &openSSLReasons)
         let x509s = built.map(\.x509)
         let ctx = CheckContext(chain: x509s, purpose: purpose, reference: ref, settings: settings,
                                topIsAnchor: openSSLReasons.isEmpty || built.count > 0 && isAnchor(built.last!),
@@ -174,7 +202,7 @@ struct Evaluation {
             matchedPin = pin
             policyReasons.append(contentsOf: pinReasons)
         }
-        let reasons = Self.deduplicated(openSSL: openSSLReasons, policy: policyReasons)
+        let reasons = Self.deduplicated(openSSL: openSSLReasons, policy: policyReasons).map(inPolicyTerms)
         let enforced = reasons.filter { r in
             !(rule?.enforcement == .reportOnly && (r.code == TrustReason.Code.pinMismatch || r.code == TrustReason.Code.pinExpired))
         }
@@ -206,7 +234,27 @@ struct Evaluation {
         return out.map(\.reason)
     }
 
-    private func isAnchor(_ c: Certificate) -> Bool {
+    /// A chain that reaches no anchor says so in the policy's own terms first (which anchors it
+    /// is not issued under: the client anchor "Customer A", the anchors of host rule X), then in
+    /// OpenSSL's.
+    func inPolicyTerms(_ r: TrustReason) -> TrustReason {
+        guard r.code == TrustReason.Code.untrustedRoot || r.code == TrustReason.Code.unknownIssuer else { return r }
+        let anchors = anchorsInUse
+        let only = !usesSystemStore
+        let role = purpose == .clientAuth ? "client anchor" : "anchor"
+        var what: String
+        if anchors.isEmpty {
+            what = only ? "any anchor (the policy has none)" : "a root of the system trust store"
+        } else {
+            let names = anchors.prefix(4).map { "\"\($0.subjectSummary)\"" }.joined(separator: ", ")
+            what = anchors.count == 1 ? "the \(role) \(names)" : "the \(role)s \(names)\(anchors.count > 4 ? ", ..." : "")"
+            if !only { what += " or a root of the system trust store" }
+        }
+        if let rule { what += " (host rule \(rule.pattern.text))" }
+        return TrustReason(code: r.code, certIndex: r.certIndex, message: "not issued under \(what): \(r.message)")
+    }
+
+    func isAnchor(_ c: Certificate) -> Bool {
         compiled.anchorDigests.contains(c.sha256) || c.isSelfSigned
     }
 
@@ -229,8 +277,8 @@ struct Evaluation {
     }
 
     /// Runs `X509_verify_cert` with every error collected, and returns the chain it built.
-    private func verifyWithOpenSSL(untrustedCerts: [Certificate], reference: PeerHost?, reasons: inout [TrustReason]) -> [Certificate] {
-        let store = rule.flatMap { compiled.ruleStores[$0.pattern.text] } ?? compiled.defaultStore
+    private func verifyWithOpenSSL(untrustedCerts: [Certificate], store: OpaquePointer, reference: PeerHost?,
+                                   reasons: inout [TrustReason]) -> [Certificate] {
         guard let ctx = X509_STORE_CTX_new_ex(LibraryContext.shared.ctx, nil) else {
             reasons.append(TrustReason(code: TrustReason.Code.verificationError, certIndex: nil, message: "out of memory"))
             return []

@@ -87,7 +87,7 @@ struct PolicyFileReader {
     static let policyKeys: Set<String> = [
         "version", "anchors", "anchors_only", "system_ca_file", "system_ca_dir", "purpose", "name_check",
         "min_rsa_bits", "min_ec_bits", "banned_signature_digests", "crls", "crl_check_all", "time",
-        "max_chain_depth", "hosts",
+        "max_chain_depth", "hosts", "system_anchors_for_clients",
     ]
     static let ruleKeys: Set<String> = [
         "host", "verify_as", "skip_name_check", "anchors", "anchors_only", "pins", "pins_expire", "after_expiry",
@@ -121,18 +121,23 @@ struct PolicyFileReader {
         if let b = try bool(o["crl_check_all"], "crl_check_all") { p.checkCRLsForWholeChain = b }
         if let t = try date(o["time"], "time") { p.time = t }
         if let d = try int(o["max_chain_depth"], "max_chain_depth") { p.maxChainDepth = d }
+        if let b = try bool(o["system_anchors_for_clients"], "system_anchors_for_clients") { p.systemAnchorsForClients = b }
         if let hosts = o["hosts"] {
             guard case .array(let list) = hosts else { throw error("hosts must be a list") }
             var rules: [HostRule] = []
             for (i, h) in list.enumerated() {
                 let r = try object(h, "hosts[\(i)]", allowed: Self.ruleKeys)
                 guard let pattern = try string(r["host"], "host") else { throw error("hosts[\(i)] has no \"host\"") }
-                var rule = HostRule(pattern: try HostPattern(pattern))
+                let parsedPattern: HostPattern
+                do { parsedPattern = try HostPattern(pattern) } catch let e as MTLSError { throw error("hosts[\(i)]: \(e.message)") }
+                var rule = HostRule(pattern: parsedPattern)
                 rule.verifyAs = try string(r["verify_as"], "verify_as")
                 rule.skipNameCheck = try bool(r["skip_name_check"], "skip_name_check") ?? false
                 rule.anchors = try certificates(r["anchors"], "hosts[\(i)].anchors")
                 rule.anchorsOnly = try bool(r["anchors_only"], "anchors_only")
-                rule.pins = try (strings(r["pins"], "pins") ?? []).map { try SPKIPin($0) }
+                do {
+                    rule.pins = try (strings(r["pins"], "pins") ?? []).map { try SPKIPin($0) }
+                } catch let e as MTLSError { throw error("host rule \(pattern): \(e.message)") }
                 rule.pinsExpire = try date(r["pins_expire"], "pins_expire")
                 if let s = try string(r["after_expiry"], "after_expiry") {
                     guard let v = PinExpiryBehavior(rawValue: s) else { throw error("after_expiry must be \"stop_enforcing\" or \"fail_closed\"") }
@@ -142,6 +147,7 @@ struct PolicyFileReader {
                     guard let v = PinEnforcement(rawValue: s) else { throw error("enforcement must be \"enforce\" or \"report_only\"") }
                     rule.enforcement = v
                 }
+                do { try rule.validate() } catch let e as MTLSError { throw error("hosts[\(i)]: \(e.message)") }
                 if rules.contains(where: { $0.pattern.text.lowercased() == pattern.lowercased() }) {
                     throw error("host \(pattern) appears twice")
                 }

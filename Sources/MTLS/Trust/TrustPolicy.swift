@@ -79,6 +79,7 @@ public final class TrustPolicy: Sendable {
         var time: Date? = nil
         var maxChainDepth: Int? = nil
         var cacheEnabled = true
+        var systemAnchorsForClients = false
         var reportHandler: (@Sendable (TrustReport) -> Void)? = nil
         var warnings: [String] = []
     }
@@ -141,7 +142,9 @@ public final class TrustPolicy: Sendable {
         get { readSetting(\.hostRules) }
         set { changeSetting { $0.hostRules = newValue; $0.warnings = newValue.flatMap(\.warnings) } }
     }
-    /// Adds a host rule. A rule with the same pattern replaces the old one.
+    /// Adds a host rule. A rule with the same pattern replaces the old one. An invalid rule (see
+    /// ``HostRule/validate()``) makes every evaluation fail with `invalid_policy` until it is
+    /// replaced; ``updateHostRule(_:_:)`` refuses it at once instead.
     public func addHostRule(_ rule: HostRule) {
         changeSetting { s in
             s.hostRules.removeAll { $0.pattern.text.lowercased() == rule.pattern.text.lowercased() }
@@ -157,6 +160,7 @@ public final class TrustPolicy: Sendable {
             let i = s.hostRules.firstIndex { $0.pattern.text.lowercased() == pattern.lowercased() }
             var rule = i.map { s.hostRules[$0] } ?? HostRule(pattern: parsed)
             try change(&rule)
+            try rule.validate()
             if let i { s.hostRules[i] = rule } else { s.hostRules.append(rule) }
             s.warnings = s.hostRules.flatMap(\.warnings)
         }
@@ -181,6 +185,15 @@ public final class TrustPolicy: Sendable {
     public var time: Date? { get { readSetting(\.time) } set { changeSetting { $0.time = newValue } } }
     /// The most intermediate CA certificates allowed between the leaf and the anchor.
     public var maxChainDepth: Int? { get { readSetting(\.maxChainDepth) } set { changeSetting { $0.maxChainDepth = newValue } } }
+    /// Whether client certificates (purpose clientAuth) may chain to the system trust store.
+    /// Default false: a server that verifies clients trusts only the anchors it was given, even
+    /// when ``anchorsOnly`` is false, because a public CA's clientAuth certificate says nothing
+    /// about who may use a private service. Turn on only to accept public-CA client certificates.
+    public var systemAnchorsForClients: Bool {
+        get { readSetting(\.systemAnchorsForClients) } set { changeSetting { $0.systemAnchorsForClients = newValue } }
+    }
+    /// Whether the policy has any anchor of its own (its own or a host rule's).
+    public var hasAnchors: Bool { readSetting { !$0.anchors.isEmpty || $0.hostRules.contains { !($0.anchors ?? []).isEmpty } } }
     /// Whether recent evaluations are remembered (default true). The cache never changes an
     /// answer; turning it off only costs time (benchmarks measure the uncached path with it).
     public var evaluationCacheEnabled: Bool {
@@ -254,14 +267,24 @@ public final class TrustPolicyHandle: Sendable {
 final class CompiledPolicy: @unchecked Sendable {
     /// The store for the policy's default anchors.
     let defaultStore: OpaquePointer
+    /// The stores used for client certificates: without the system store unless the policy's
+    /// ``TrustPolicy/systemAnchorsForClients`` says so (the same stores then).
+    let clientDefaultStore: OpaquePointer
+    let clientRuleStores: [String: OpaquePointer]
+    /// Every store above, owned.
+    private let ownedStores: [OpaquePointer]
     /// Stores for rules with their own anchors, by rule pattern text.
     let ruleStores: [String: OpaquePointer]
     /// The CRLs as an OpenSSL stack (owning references), or nil.
     let crlStack: OpaquePointer?
     /// SHA-256 digests of all anchor certificates (the anchor check of the policy layer).
     let anchorDigests: Set<[UInt8]>
+    /// One store per anchor (by SHA-256), holding only that anchor: path building verifies a
+    /// candidate path against exactly the anchor it ends at.
+    let anchorStores: [[UInt8]: OpaquePointer]
 
     init(_ s: TrustPolicy.Settings) throws {
+        for r in s.hostRules { try r.validate() }
         var stores: [OpaquePointer] = []
         func makeStore(anchors: [Certificate], anchorsOnly: Bool) throws -> OpaquePointer {
             guard let store = X509_STORE_new() else { throw MTLSError.openSSL(.noMemory, "X509_STORE_new failed") }
@@ -288,12 +311,23 @@ final class CompiledPolicy: @unchecked Sendable {
         }
         do {
             defaultStore = try makeStore(anchors: s.anchors, anchorsOnly: s.anchorsOnly)
-            var rs: [String: OpaquePointer] = [:]
+            let clientsOnlyAnchors = !s.systemAnchorsForClients
+            clientDefaultStore = clientsOnlyAnchors && !s.anchorsOnly ? try makeStore(anchors: s.anchors, anchorsOnly: true) : defaultStore
+            var rs: [String: OpaquePointer] = [:], crs: [String: OpaquePointer] = [:]
             for r in s.hostRules where r.anchors != nil || r.anchorsOnly != nil {
-                rs[r.pattern.text] = try makeStore(anchors: r.anchors ?? s.anchors,
-                                                   anchorsOnly: r.anchorsOnly ?? s.anchorsOnly)
+                let only = r.anchorsOnly ?? s.anchorsOnly
+                let store = try makeStore(anchors: r.anchors ?? s.anchors, anchorsOnly: only)
+                rs[r.pattern.text] = store
+                crs[r.pattern.text] = clientsOnlyAnchors && !only ? try makeStore(anchors: r.anchors ?? s.anchors, anchorsOnly: true) : store
             }
             ruleStores = rs
+            clientRuleStores = crs
+            var single: [[UInt8]: OpaquePointer] = [:]
+            for a in s.anchors + s.hostRules.flatMap({ $0.anchors ?? [] }) where single[a.sha256] == nil {
+                single[a.sha256] = try makeStore(anchors: [a], anchorsOnly: true)
+            }
+            anchorStores = single
+            ownedStores = stores
         } catch {
             stores.forEach { X509_STORE_free($0) }
             throw error
@@ -314,8 +348,7 @@ final class CompiledPolicy: @unchecked Sendable {
     }
 
     deinit {
-        X509_STORE_free(defaultStore)
-        ruleStores.values.forEach { X509_STORE_free($0) }
+        ownedStores.forEach { X509_STORE_free($0) }
         if let crlStack { mtls_ossl_sk_X509_CRL_pop_free(crlStack) }
     }
 }

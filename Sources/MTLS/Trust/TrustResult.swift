@@ -92,6 +92,8 @@ public struct TrustReason: Sendable, Hashable, CustomStringConvertible {
         /// A server was evaluated under a policy that checks names, but no name or IP to check
         /// it against was given (fatal: fail closed rather than skip the check silently).
         public static let noPeerName = "no_peer_name"
+        /// The policy itself is invalid (a host rule with an empty verify-as...): nothing is trusted.
+        public static let invalidPolicy = "invalid_policy"
     }
 
     /// Codes whose failure a user could reasonably override or that time may fix: expiry, a name

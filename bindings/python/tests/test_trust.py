@@ -149,3 +149,116 @@ def test_evaluate_der_cached_and_uncached(pki):
             assert "name_mismatch" in p.evaluate_der(ders, host="x.test").codes
     with pytest.raises(errors.ParseError):
         p.evaluate_der([b"junk"], host="server.test")
+
+
+# ---- Trust decisions bound to the peer reached (issue 9)
+
+WRONG_PINS = ["sha256/" + "A" * 43 + "=", "sha256/" + "B" * 43 + "="]
+
+
+@pytest.mark.parametrize("pattern", ["10.0.0.5:8443", "10.0.0.5"])
+def test_ip_rule_pins_hold_when_validated_as_another_name(pki, pattern):
+    p = pinned_root_policy(pki)
+    for pin in WRONG_PINS:
+        p.add_pin(pattern, pin)
+    r = p.evaluate_peer(certs(pki, "chain.pem"), "10.0.0.5", 8443, verify_as="server.test")
+    assert not r.trusted and r.codes == ["pin_mismatch"], r.reasons
+    assert r.matched_rule == pattern
+    # Another port: a rule with a port does not apply, the name is still checked as verify-as.
+    r = p.evaluate_peer(certs(pki, "chain.pem"), "10.0.0.5", 9443, verify_as="server.test")
+    assert r.trusted == (pattern != "10.0.0.5")
+
+
+def test_the_text_form_host_port_selects_the_rule_too(pki):
+    p = pinned_root_policy(pki)
+    p.add_host_rule("10.0.0.5:8443", verify_as="server.test")
+    for pin in WRONG_PINS:
+        p.add_pin("10.0.0.5:8443", pin)
+    assert p.evaluate(certs(pki, "chain.pem"), host="10.0.0.5:8443").codes == ["pin_mismatch"]
+
+
+@pytest.mark.parametrize("verify_as", ["", "   "])
+def test_empty_verify_as_is_an_invalid_policy(pki, verify_as):
+    with pytest.raises(errors.InvalidPolicy) as e:
+        pinned_root_policy(pki).add_host_rule("10.0.0.5", verify_as=verify_as)
+    assert "10.0.0.5" in str(e.value)
+    with pytest.raises(errors.InvalidPolicy):
+        mtls.Policy.from_json('{"version": 1, "hosts": [{"host": "10.0.0.5", "verify_as": "%s"}]}' % verify_as)
+
+
+@pytest.mark.parametrize("pin", ["sha256/abc", "sha256/" + "A" * 43 + "==", "sha256/" + "A" * 44 + "="])
+def test_malformed_pin_is_an_invalid_policy(pki, pin):
+    with pytest.raises(errors.InvalidPolicy):
+        pinned_root_policy(pki).add_pin("10.0.0.5", pin)
+
+
+def test_leaf_without_eku_is_good_for_every_purpose(pki):
+    p = pinned_root_policy(pki)
+    assert p.evaluate(certs(pki, "noeku-chain.pem"), host="server.test").trusted
+    p = mtls.Policy()
+    p.add_anchor(certs(pki, "reqx509.pem")[0])
+    p.set_anchors_only(True)
+    assert p.evaluate(certs(pki, "reqx509.pem"), host="server.internal").trusted
+
+
+def test_path_building_finds_the_good_issuer_among_bad_ones(pki):
+    p = pinned_root_policy(pki)
+    p.set_time(NOW + 86400)  # the one-day candidate has expired
+    r = p.evaluate(certs(pki, "pb-bag.pem"), host="server.test")
+    assert r.trusted, r.reasons
+    assert [c.subject_summary for c in r.chain] == ["server.test", "PB Intermediate", "Test Root"]
+
+
+def test_client_certificates_never_chain_to_the_system_store_by_default(pki):
+    # root.pem plays the system trust store; the policy's own anchor is another root.
+    text = '{"version": 1, "anchors": ["%s"], "system_ca_file": "%s"}' % (pki / "other-root.pem", pki / "root.pem")
+    p = mtls.Policy.from_json(text)
+    p.set_time(NOW)
+    assert p.evaluate(certs(pki, "chain.pem"), host="server.test").trusted  # servers: the system store counts
+    r = p.evaluate(certs(pki, "client-chain.pem"), purpose="client")
+    assert not r.trusted and ("untrusted_root" in r.codes or "unknown_issuer" in r.codes), r.reasons
+    assert any('the client anchor "Other Root"' in x.message for x in r.reasons), r.reasons
+    p.set_system_anchors_for_clients(True)
+    assert p.evaluate(certs(pki, "client-chain.pem"), purpose="client").trusted
+
+
+def _tls_server(pki, clients):
+    """A Python ssl server on 127.0.0.1 presenting chain.pem, for `clients` handshakes."""
+    import socket
+    import ssl
+    import threading
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(pki / "chain.pem"), str(pki / "server.key"))
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+
+    def serve():
+        for _ in range(clients):
+            c, _ = srv.accept()
+            try:
+                with ctx.wrap_socket(c, server_side=True) as s:
+                    s.sendall(b"ok")
+            except (OSError, ssl.SSLError):
+                pass
+        srv.close()
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return srv.getsockname()[1], t
+
+
+def test_wrap_fd_with_the_port_applies_the_host_port_rule(pki):
+    import socket
+    port, t = _tls_server(pki, 2)
+    p = pinned_root_policy(pki)
+    for pin in WRONG_PINS:
+        p.add_pin(f"127.0.0.1:{port}", pin)
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        with pytest.raises(errors.Untrusted) as e:
+            mtls.Connection.wrap(sock, "127.0.0.1", port, policy=p, verify_as="server.test")
+        assert "pin" in str(e.value)
+    # Port 0 (documented): only rules without a port apply, so this rule does not.
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        with mtls.Connection.wrap(sock, "127.0.0.1", 0, policy=p, verify_as="server.test") as c:
+            assert c.evaluation.trusted and c.evaluation.matched_rule is None
+    t.join(10)

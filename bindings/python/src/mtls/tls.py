@@ -101,6 +101,10 @@ fn("mtls_listener_accept", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, c_void_p
 fn("mtls_listener_free", None, ctypes.c_void_p)
 # int mtls_ssl_ctx_configure(void *ssl_ctx, const mtls_identity *identity, const mtls_policy *policy, int accepts_clients)
 fn("mtls_ssl_ctx_configure", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
+# int mtls_ssl_set_peer(void *ssl, const char *host, uint16_t port, const char *verify_as)
+fn("mtls_ssl_set_peer", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint16, ctypes.c_char_p)
+# int mtls_ssl_ctx_set_peer(void *ssl_ctx, const char *host, uint16_t port, const char *verify_as)
+fn("mtls_ssl_ctx_set_peer", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint16, ctypes.c_char_p)
 
 
 def _ms(seconds):
@@ -277,6 +281,17 @@ def configure_ssl_ctx(ssl_ctx: int, identity: Optional[Identity] = None, policy:
     judge peers with `policy` through libmtls's evaluator."""
     check(lib.mtls_ssl_ctx_configure(ssl_ctx, identity._h if identity else None, policy._h if policy else None,
                                      int(accepts_clients)))
+
+
+def set_ssl_peer(ssl: int, host: str, port: int = 0, verify_as: Optional[str] = None):
+    """Tells libmtls the peer an OpenSSL SSL* (an address) made from a configured context reaches:
+    its host and port choose the host rule, verify_as (None: the host) the name checked."""
+    check(lib.mtls_ssl_set_peer(ssl, utf8(host), int(port), utf8(verify_as)))
+
+
+def set_ssl_ctx_peer(ssl_ctx: int, host: str, port: int = 0, verify_as: Optional[str] = None):
+    """Same for every SSL made from the SSL_CTX* that was not given a peer of its own."""
+    check(lib.mtls_ssl_ctx_set_peer(ssl_ctx, utf8(host), int(port), utf8(verify_as)))
 
 
 def clear_session_cache():

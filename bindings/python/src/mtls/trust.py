@@ -66,6 +66,12 @@ fn("mtls_evaluate_der", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_c
    ctypes.c_char_p, ctypes.c_int, ctypes.c_int64, c_void_pp)
 # int mtls_policy_set_cache(mtls_policy *policy, int enabled)
 fn("mtls_policy_set_cache", ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
+# int mtls_evaluate_peer(mtls_policy *policy, mtls_cert *const *certs, size_t count, const char *host, uint16_t port,
+#                        const char *verify_as, int purpose, int64_t at, mtls_trust_result **out)
+fn("mtls_evaluate_peer", ctypes.c_int, ctypes.c_void_p, c_void_pp, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_uint16,
+   ctypes.c_char_p, ctypes.c_int, ctypes.c_int64, c_void_pp)
+# int mtls_policy_set_system_anchors_for_clients(mtls_policy *policy, int enabled)
+fn("mtls_policy_set_system_anchors_for_clients", ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
 # void mtls_trust_result_free(mtls_trust_result *result)
 fn("mtls_trust_result_free", None, ctypes.c_void_p)
 # int mtls_trust_result_trusted(const mtls_trust_result *result, int *trusted)
@@ -222,6 +228,21 @@ class Policy(_Handle):
         arr = (ctypes.c_void_p * len(chain))(*[c._h for c in chain])
         return self._verdict(lib.mtls_evaluate, ctypes.cast(arr, c_void_pp), len(chain), utf8(host),
                              _PURPOSES[purpose], _unix(at))
+
+    def evaluate_peer(self, chain: List[Certificate], host: Optional[str], port: int = 0,
+                      verify_as: Optional[str] = None, purpose: Optional[str] = None, at=None) -> TrustResult:
+        """Evaluates `chain` for the peer reached: `host` (name or IP, no port) and `port` (0:
+        unknown, only port-less rules apply) choose the host rule; `verify_as` (None: the host)
+        changes only the name checked."""
+        if purpose not in _PURPOSES:
+            raise ValueError("purpose must be 'server', 'client' or None")
+        arr = (ctypes.c_void_p * len(chain))(*[c._h for c in chain])
+        return self._verdict(lib.mtls_evaluate_peer, ctypes.cast(arr, c_void_pp), len(chain), utf8(host), int(port),
+                             utf8(verify_as), _PURPOSES[purpose], _unix(at))
+
+    def set_system_anchors_for_clients(self, on: bool):
+        """True: client certificates may also chain to the system trust store (default False)."""
+        check(lib.mtls_policy_set_system_anchors_for_clients(self._h, int(on)))
 
     def evaluate_der(self, ders: List[bytes], host: Optional[str] = None, purpose: Optional[str] = None,
                      at=None) -> TrustResult:

@@ -1,0 +1,68 @@
+import FoundationEssentials
+
+/// The peer an evaluation is about, as the application reached it: the host it named (a DNS
+/// name or an IP literal), the port, the SNI it sent, and the name the certificate is validated
+/// as. Host rules are chosen by ``host`` and ``port`` (never by ``verifyAs``); ``verifyAs`` only
+/// changes the name that is checked.
+public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
+    /// The host as the application named it: a DNS name or an IP literal (IPv6 with or without
+    /// brackets), without a port. nil: no host (host rules do not apply).
+    public var host: String?
+    /// The port connected to; nil when unknown (then only rules without a port match).
+    public var port: Int?
+    /// The SNI sent, if any (informational: it selects nothing).
+    public var sni: String?
+    /// The name or IP the certificate must carry instead of ``host``.
+    public var verifyAs: String?
+
+    public init(host: String? = nil, port: Int? = nil, sni: String? = nil, verifyAs: String? = nil) {
+        if let h = host, h.hasPrefix("["), h.hasSuffix("]") { self.host = String(h.dropFirst().dropLast()) } else { self.host = host }
+        if self.host?.isEmpty == true { self.host = nil }
+        self.port = port.flatMap { $0 > 0 ? $0 : nil }
+        self.sni = sni
+        self.verifyAs = verifyAs
+    }
+
+    /// Reads `host`, `host:port`, `[v6]:port`, `[v6]` or a bare IPv6 literal (the text form
+    /// `mtls verify --host` and ``TrustPolicy/evaluate(chain:host:purpose:at:)`` take).
+    public init(hostText: String?) {
+        guard let t = hostText, !t.isEmpty else { self.init(); return }
+        let (h, p) = (try? HostPattern.splitPort(t)) ?? (t, nil)
+        self.init(host: h, port: p)
+    }
+
+    /// The name to validate: ``verifyAs`` when set, else ``host``.
+    public var nameToValidate: String? { verifyAs ?? host }
+
+    /// `host:port` (`[v6]:port`), or the host alone.
+    public var description: String {
+        guard let host else { return "(no host)" }
+        let h = host.contains(":") ? "[\(host)]" : host
+        return port.map { "\(h):\($0)" } ?? h
+    }
+
+    /// The host normalised for rule matching: lowercase name without a trailing dot, or IP bytes.
+    var normalized: (name: String?, ip: [UInt8]?) {
+        guard let host else { return (nil, nil) }
+        if let b = IPAddress.bytes(host) { return (nil, b) }
+        let n = host.lowercased()
+        return (n.hasSuffix(".") ? String(n.dropLast()) : n, nil)
+    }
+}
+
+extension TrustPolicy {
+    /// The host rule that applies to `peer`: the most specific rule matching its host and port
+    /// (exact `host:port`, then the host, then wildcards, longest suffix first), else nil (the
+    /// policy's defaults). ``TrustPeer/verifyAs`` plays no part.
+    public func hostRule(for peer: TrustPeer) -> HostRule? {
+        Self.rule(for: peer, in: hostRules)
+    }
+
+    static func rule(for peer: TrustPeer, in rules: [HostRule]) -> HostRule? {
+        let (name, ip) = peer.normalized
+        guard name != nil || ip != nil else { return nil }
+        return rules
+            .filter { $0.pattern.matches(name: name, ip: ip, port: peer.port) }
+            .max { $0.pattern.specificity < $1.pattern.specificity }
+    }
+}

@@ -1,0 +1,169 @@
+"""Trust decisions bound to the peer reached (issue 9), end to end with the installed CLI, the
+libcurl example and real peers (openssl s_server) on 127.0.0.1: host rules chosen by host and
+port (never by the verify-as name), command-line pins merged into that rule, invalid policies
+refused, path building, servers that never trust the system store for clients by default."""
+import datetime
+import json
+import pathlib
+import subprocess
+
+import pytest
+
+from conftest import free_port, run_cli
+from test_tls import Peer, curl_fetch, peers, pki, s_server, wait_port  # noqa: F401 (fixtures)
+
+TRUST_PKI = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "make-trust-pki.sh"
+# Two days ahead: the one-day certificates of the path-building cases have expired.
+AT2 = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+WRONG_PINS = ["sha256/" + "A" * 43 + "=", "sha256/" + "B" * 43 + "="]
+
+
+@pytest.fixture(scope="module")
+def tpki(tmp_path_factory):
+    d = tmp_path_factory.mktemp("trust-pki")
+    subprocess.run([str(TRUST_PKI), str(d)], check=True, capture_output=True)
+    return d
+
+
+def spki_pin(path):
+    r = run_cli("cert", "show", path, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)[0]["spki_pin"]
+
+
+def connect_json(*args):
+    r = run_cli("connect", *args, "--json", "--timeout", "5")
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        raise AssertionError(f"no JSON: {r.stdout!r} {r.stderr!r}")
+
+
+def identity(pki):
+    return ["--identity", pki("client-a.p12"), "--password-file", pki("password.txt")]
+
+
+def write_policy(tmp_path, pki, rules):
+    p = tmp_path / "policy.json"
+    p.write_text(json.dumps({"version": 1, "anchors": [pki("root.pem")], "anchors_only": True, "hosts": rules}))
+    return p
+
+
+@pytest.mark.parametrize("pattern", ["127.0.0.1:{port}", "127.0.0.1"])
+def test_ip_rule_pins_hold_when_validated_as_another_name(pki, peers, tmp_path, pattern):
+    port = s_server(pki, peers)
+    policy = write_policy(tmp_path, pki, [{"host": pattern.format(port=port), "pins": WRONG_PINS}])
+    out = connect_json(f"127.0.0.1:{port}", *identity(pki), "--policy", policy, "--verify-as", "server.test")
+    assert not out["connected"], out
+    codes = [r["code"] for r in out["evaluation"]["reasons"]]
+    assert codes == ["pin_mismatch"], out
+    assert out["evaluation"]["rule"]["host"] == pattern.format(port=port)
+    # The right pin (the intermediate's) under the same rule: trusted, and --json names the rule.
+    policy = write_policy(tmp_path, pki, [{"host": pattern.format(port=port), "pins": [spki_pin(pki("int-a.pem")), WRONG_PINS[0]]}])
+    out = connect_json(f"127.0.0.1:{port}", *identity(pki), "--policy", policy, "--verify-as", "server.test")
+    assert out["connected"], out
+    assert out["evaluation"]["rule"]["pins"][0] == spki_pin(pki("int-a.pem"))
+
+
+def test_command_line_pin_holds_beside_a_host_port_rule(pki, peers, tmp_path):
+    port = s_server(pki, peers)
+    policy = write_policy(tmp_path, pki, [{"host": f"127.0.0.1:{port}", "verify_as": "server.test"}])
+    out = connect_json(f"127.0.0.1:{port}", *identity(pki), "--policy", policy, "--pin", WRONG_PINS[0])
+    assert not out["connected"] and [r["code"] for r in out["evaluation"]["reasons"]] == ["pin_mismatch"], out
+    # The rule kept its verify_as (no name_mismatch for 127.0.0.1) and gained the pin.
+    out = connect_json(f"127.0.0.1:{port}", *identity(pki), "--policy", policy, "--pin", spki_pin(pki("root.pem")))
+    assert out["connected"], out
+    rule = out["evaluation"]["rule"]
+    assert rule["host"] == f"127.0.0.1:{port}" and rule["verify_as"] == "server.test"
+    assert rule["pins"] == [spki_pin(pki("root.pem"))]
+    # A --verify-as that contradicts the rule's is an error, not silently one or the other.
+    r = run_cli("connect", f"127.0.0.1:{port}", *identity(pki), "--policy", policy, "--verify-as", "other.test")
+    assert r.returncode != 0 and "contradicts host rule" in r.stderr
+
+
+@pytest.mark.parametrize("rule", [{"verify_as": ""}, {"verify_as": "  "}, {"pins": ["sha256/abc"]},
+                                  {"pins": ["sha256/" + "A" * 43 + "=="]}])
+def test_invalid_rules_are_refused_naming_the_rule(pki, tmp_path, tpki, rule):
+    policy = write_policy(tmp_path, pki, [dict(rule, host="10.0.0.5")])
+    r = run_cli("verify", tpki / "chain.pem", "--host", "10.0.0.5", "--policy", policy)
+    assert r.returncode != 0
+    assert "10.0.0.5" in r.stderr and ("verify_as" in r.stderr or "pin" in r.stderr), r.stderr
+    assert "trusted" not in r.stdout
+
+
+def test_curl_example_pins_hold_for_the_ip_and_port_reached(pki, peers, curl_fetch, tmp_path):  # noqa: F811
+    port = s_server(pki, peers)
+    args = [curl_fetch, "--p12", pki("client-a.p12"), "--password-file", pki("password.txt"),
+            "--verify-as", "server.test", f"https://127.0.0.1:{port}/"]
+    policy = write_policy(tmp_path, pki, [{"host": f"127.0.0.1:{port}", "pins": WRONG_PINS}])
+    r = subprocess.run(args + ["--policy", str(policy)], capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "<HTML>" not in r.stdout, r.stdout
+    policy = write_policy(tmp_path, pki, [{"host": f"127.0.0.1:{port}", "pins": [spki_pin(pki("root.pem")), WRONG_PINS[0]]}])
+    r = subprocess.run(args + ["--policy", str(policy)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert "<HTML>" in r.stdout
+
+
+def test_serve_requiring_client_certs_needs_client_anchors(pki):
+    port = free_port()
+    r = run_cli("serve", "--port", str(port), "--identity", pki("server.p12"), "--password-file",
+                pki("password.txt"), "--require-client-cert", "--count", "1", timeout=20)
+    assert r.returncode != 0
+    assert "client anchors" in r.stderr, r.stderr
+
+
+def test_refusal_names_the_anchor_first(pki, peers):
+    port = s_server(pki, peers)
+    out = connect_json(f"127.0.0.1:{port}", *identity(pki), "--anchor", pki("other-root.pem"), "--anchors-only",
+                       "--verify-as", "server.test")
+    assert not out["connected"]
+    messages = [r["message"] for r in out["evaluation"]["reasons"]]
+    assert any(m.startswith('not issued under the anchor "') for m in messages), messages
+
+
+@pytest.mark.parametrize("chain", ["pb-bag.pem", "pb-expired-chain.pem", "pb-wrongeku-chain.pem",
+                                   "pb-notca-chain.pem", "pb-sha1-chain.pem", "pb-nonanchor-chain.pem"])
+def test_verify_builds_the_good_path(tpki, chain):
+    r = run_cli("verify", tpki / chain, "--host", "server.test", "--anchor", tpki / "root.pem",
+                "--anchors-only", "--at", AT2, "--json")
+    assert r.returncode == 0, r.stdout
+    out = json.loads(r.stdout)
+    assert out["trusted"] and len(out["chain"]) == 3
+
+
+def test_verify_accepts_what_openssl_req_x509_makes(tpki):
+    r = run_cli("verify", tpki / "reqx509.pem", "--host", "server.internal", "--anchor", tpki / "reqx509.pem",
+                "--anchors-only", "--json")
+    assert r.returncode == 0, r.stdout
+    subprocess.run(["openssl", "verify", "-CAfile", tpki / "reqx509.pem", tpki / "reqx509.pem"], check=True,
+                   capture_output=True)
+
+
+def test_verify_common_name_is_not_a_name(tpki):
+    r = run_cli("verify", tpki / "cnparent-chain.pem", "--host", "server.test", "--anchor", tpki / "root.pem",
+                "--anchors-only", "--json")
+    assert r.returncode == 0, r.stdout
+    r = run_cli("verify", tpki / "nccn-chain.pem", "--host", "api.allowed.test", "--anchor", tpki / "root.pem",
+                "--anchors-only", "--json")
+    assert r.returncode != 0
+    assert "name_constraint_violation" in [x["code"] for x in json.loads(r.stdout)["reasons"]]
+
+
+def test_verify_selects_the_rule_by_host_and_port_and_merges_pins(tpki, tmp_path):
+    policy = tmp_path / "p.json"
+    policy.write_text(json.dumps({"version": 1, "anchors": [str(tpki / "root.pem")], "anchors_only": True,
+                                  "hosts": [{"host": "10.0.0.5:8443", "verify_as": "server.test"}]}))
+    base = ["verify", tpki / "chain.pem", "--policy", policy, "--json"]
+    r = run_cli(*base, "--host", "10.0.0.5:8443")
+    assert r.returncode == 0, r.stdout
+    assert json.loads(r.stdout)["rule"]["host"] == "10.0.0.5:8443"
+    # --pin lands on that rule (not on a new rule for the host alone), keeping its verify_as.
+    r = run_cli(*base, "--host", "10.0.0.5:8443", "--pin", WRONG_PINS[0])
+    out = json.loads(r.stdout)
+    assert r.returncode != 0 and [x["code"] for x in out["reasons"]] == ["pin_mismatch"], out
+    assert out["rule"]["verify_as"] == "server.test" and out["rule"]["pins"] == [WRONG_PINS[0]]
+    # Another port: the rule does not apply; --verify-as gives the name to check.
+    r = run_cli(*base, "--host", "10.0.0.5:9443", "--verify-as", "server.test")
+    assert r.returncode == 0 and json.loads(r.stdout)["rule"] is None, r.stdout
+    r = run_cli(*base, "--host", "10.0.0.5:9443")
+    assert r.returncode != 0 and "name_mismatch" in [x["code"] for x in json.loads(r.stdout)["reasons"]]
