@@ -53,6 +53,7 @@ test: deps
 	$(MAKE) --no-print-directory install CONFIG=debug PREFIX=$(TEST_PREFIX) DESTDIR=
 	$(MAKE) --no-print-directory deb wheel CONFIG=debug DPKG_DEB_ARGS=-z1
 	$(MAKE) --no-print-directory test-abi test-c test-limbo test-python test-e2e
+	$(MAKE) --no-print-directory test-fuzz
 
 test-swift:
 	$(SWIFT) test -c debug --skip-build
@@ -113,3 +114,53 @@ demo: deps build-release
 
 clean:
 	rm -rf .build $(OUT)
+
+# ---- Fuzzing (fuzz/): libFuzzer targets on the C ABI, linked against a libmtls.so built with
+# AddressSanitizer and libFuzzer coverage (swiftc -sanitize=fuzzer,address; .build-fuzz). The toolchain's own clang builds
+# the targets so the sanitizer runtimes match. `make fuzz` runs each target FUZZ_SECONDS;
+# `make test-fuzz` (a stage of `make test`) runs each 20 s and replays fuzz/regressions/.
+FUZZ_SECONDS ?= 600
+FUZZ_TARGETS := pkcs12 cert policy chain store p11uri tls_client
+FUZZ_CC ?= $(dir $(shell readlink -f $$(command -v $(SWIFT))))clang
+FUZZ_BUILD := $(CURDIR)/.build-fuzz
+FUZZ_OUT := $(OUT)/fuzz
+FUZZ_FLAGS = -max_len=65536 -timeout=25 -rss_limit_mb=4096 -print_final_stats=1
+export ASAN_OPTIONS ?= detect_leaks=1:allocator_may_return_null=1
+export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
+
+.PHONY: fuzz test-fuzz fuzz-build
+fuzz-build:
+	$(SWIFT) build -c debug --product mtls --scratch-path $(FUZZ_BUILD) \
+	  -Xswiftc -sanitize=fuzzer,address
+	@ln -sf libmtls.so $(FUZZ_BUILD)/debug/libmtls.so.0 && mkdir -p $(FUZZ_OUT) && set -e; \
+	for t in $(FUZZ_TARGETS); do \
+	  $(FUZZ_CC) -fuse-ld=lld -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
+	    -DFUZZ_DATA='"$(CURDIR)/fuzz/data"' fuzz/fuzz_$$t.c -o $(FUZZ_OUT)/fuzz_$$t \
+	    -L$(FUZZ_BUILD)/debug -lmtls -Wl,-rpath,$(FUZZ_BUILD)/debug; \
+	done
+
+# Each target: the committed seeds plus what earlier runs found (out/fuzz/corpus-<t>, first
+# directory: new inputs go there), the dictionary when there is one. Log: out/fuzz/<t>.log.
+define fuzz_run
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_OUT)/corpus-$$t $(FUZZ_OUT)/artifacts-$$t; \
+	  dict=; [ -f fuzz/$$t.dict ] && dict=-dict=fuzz/$$t.dict; \
+	  echo "== fuzz_$$t for $(1) s"; \
+	  if ! (cd $(FUZZ_OUT) && ./fuzz_$$t $(FUZZ_FLAGS) $$(sed "s|-dict=|-dict=$(CURDIR)/|" <<< "$$dict") \
+	        -max_total_time=$(1) -artifact_prefix=artifacts-$$t/ corpus-$$t $(CURDIR)/fuzz/corpus/$$t \
+	        > $$t.log 2>&1); then \
+	    tail -60 $(FUZZ_OUT)/$$t.log; echo "fuzz_$$t FAILED: reproducer in $(FUZZ_OUT)/artifacts-$$t" >&2; exit 1; \
+	  fi; \
+	  grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb)|cov: ' $(FUZZ_OUT)/$$t.log | tail -3; \
+	done
+endef
+
+fuzz: fuzz-build
+	$(call fuzz_run,$(FUZZ_SECONDS))
+
+test-fuzz: fuzz-build
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  [ -d fuzz/regressions/$$t ] && [ -n "$$(ls fuzz/regressions/$$t)" ] || continue; \
+	  echo "== regressions of fuzz_$$t"; (cd $(FUZZ_OUT) && ./fuzz_$$t -runs=1 $(CURDIR)/fuzz/regressions/$$t/*); \
+	done
+	$(call fuzz_run,20)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import tempfile
 
-from _cbench import build
+from _cbench import build, row
 
 TARGET = 1.10
 prefix = os.environ.get("MTLS_PREFIX")
@@ -46,4 +46,6 @@ with tempfile.TemporaryDirectory(prefix="mtls-bench-p12-") as tmp:
         worst = max(worst, res["ratio"])
         print(f"p12 import  {label:58s} libmtls {res['mtls_ms']:7.3f} ms  PKCS12_parse {res['openssl_ms']:7.3f} ms"
               f"  ratio {res['ratio']:.3f}", flush=True)
+        row("p12 import", label, res["ratio"], TARGET, mtls=res["mtls_ms"], baseline=res["openssl_ms"], unit="ms",
+            baseline_name="OpenSSL PKCS12_parse", spread=res.get("spread"))
     print(f"p12 import  worst ratio {worst:.3f} (target <= {TARGET:.2f}): {'ok' if worst <= TARGET else 'ABOVE TARGET'}")

@@ -10,7 +10,12 @@ import subprocess
 import sys
 import tempfile
 
-from _cbench import build
+import re
+
+from _cbench import build, row
+
+# issue 4: find by label <= 25 us absolute; identity load <= 1.25x raw decoding.
+TARGETS = {"identity load": 1.25}
 
 prefix = os.environ.get("MTLS_PREFIX")
 if not prefix:
@@ -41,7 +46,19 @@ try:
 
     env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(prefix, "lib", "pkgconfig"))
     exe = build("bench_store", work, prefix, libs=["-lsqlite3", "-lcrypto"])
-    r = subprocess.run([exe, work, str(n), str(k)], env={k_: v for k_, v in env.items() if k_ != "LD_LIBRARY_PATH"})
+    r = subprocess.run([exe, work, str(n), str(k)], env={k_: v for k_, v in env.items() if k_ != "LD_LIBRARY_PATH"},
+                       stdout=subprocess.PIPE, text=True)
+    print(r.stdout, end="", flush=True)
+    for m in re.finditer(r"^(.+?)\s+libmtls\s+([\d.]+) (\S+)\s+raw\s+([\d.]+) \S+\s+ratio\s+([\d.]+)", r.stdout, re.M):
+        name, lib, unit, raw, ratio = m.group(1).strip(), float(m.group(2)), m.group(3), float(m.group(4)), float(m.group(5))
+        if name.startswith("find by label"):
+            # the absolute 25 us target as a cost ratio against this run's raw SQLite lookup
+            target = round(25.0 / raw, 3) if unit == "us" and raw > 0 else None
+            note = "target: <= 25 us absolute"
+        else:
+            target = next((t for k_, t in TARGETS.items() if name.startswith(k_)), None)
+            note = ""
+        row("store", name, ratio, target, mtls=lib, baseline=raw, unit=unit, baseline_name="SQLite / OpenSSL", note=note)
     sys.exit(r.returncode)
 finally:
     shutil.rmtree(work, ignore_errors=True)

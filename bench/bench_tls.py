@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 
-from _cbench import build
+from _cbench import build, throughput_row
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -60,6 +60,8 @@ def main():
                     print(f"  {name}  raw OpenSSL {float(raw):7.0f}/s  libmtls {float(mtls):7.0f}/s  "
                           f"ratio {float(ratio):.2f}x" + ("" if float(ratio) >= TARGET else "  (below 0.90x)"),
                           flush=True)
+                    throughput_row("handshake client", f"TLS 1.{version[1]} {key} {mode}", float(mtls), float(raw),
+                                   TARGET, unit="hs/s", baseline_name="OpenSSL C client")
                     if float(ratio) < TARGET:
                         below.append(name)
         finally:

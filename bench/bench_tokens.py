@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-from _cbench import build
+from _cbench import build, row
 
 TARGET = 1.25
 SIGN_TARGET = 1.10
@@ -42,6 +42,8 @@ with tempfile.TemporaryDirectory(prefix="mtls-bench-tokens-") as tmp:
         worst = max(worst, res["ratio"])
         print(f"token open  {label:30s} libmtls {res['mtls_ms']:8.3f} ms  raw PKCS#11 {res['raw_ms']:8.3f} ms"
               f"  ratio {res['ratio']:.3f}", flush=True)
+        row("token open", label, res["ratio"], TARGET, mtls=res["mtls_ms"], baseline=res["raw_ms"], unit="ms",
+            baseline_name="raw PKCS#11 via p11-kit")
     print(f"token open  worst ratio {worst:.3f} (target <= {TARGET:.2f}): {'ok' if worst <= TARGET else 'ABOVE TARGET'}")
     worst = 0.0
     for token, id_byte, label in (("mtls-test", "01", "RSA-2048 (rsa_pss_rsae_sha256)"),

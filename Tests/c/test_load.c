@@ -1,0 +1,167 @@
+/* A listener under load: one thread calls mtls_listener_accept while 64 client threads connect
+ * (mutual TLS, echo, close) for a bounded number of rounds: no failed handshake, and the
+ * process's memory is flat between the second and the last round. Before that, a client that
+ * connects and then stalls must not hold up the next client (handshakes run concurrently). */
+#define _GNU_SOURCE
+#include "test_support.h"
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define CLIENTS 64
+#define ROUNDS 6
+
+static char pki[512];
+static mtls_identity *client_id;
+static mtls_policy *server_policy;
+static uint16_t port;
+static atomic_int failures, accepted, stop_server;
+
+static mtls_identity *identity(const char *name, const char *intermediate) {
+    char p[1024], both[16384];
+    size_t n;
+    snprintf(p, sizeof p, "%s/%s.pem", pki, name);
+    char *cert = (char *)t_read_file(p, &n); cert[n] = 0;
+    snprintf(p, sizeof p, "%s/%s.key", pki, name);
+    char *key = (char *)t_read_file(p, &n); key[n] = 0;
+    snprintf(p, sizeof p, "%s/%s", pki, intermediate);
+    char *inter = (char *)t_read_file(p, &n); inter[n] = 0;
+    snprintf(both, sizeof both, "%s%s", cert, inter);
+    mtls_identity *id = NULL;
+    CHECK_OK(mtls_identity_from_pem(both, key, NULL, &id));
+    free(cert); free(key); free(inter);
+    return id;
+}
+
+static mtls_policy *anchored(const char *anchor) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", pki, anchor);
+    mtls_cert **certs = NULL; size_t n = 0;
+    CHECK_OK(mtls_cert_list_load(path, &certs, &n));
+    mtls_policy *p = NULL;
+    CHECK_OK(mtls_policy_new(&p));
+    CHECK_OK(mtls_policy_add_anchor(p, certs[0]));
+    CHECK_OK(mtls_policy_set_anchors_only(p, 1));
+    mtls_cert_list_free(certs, n);
+    return p;
+}
+
+/* One accepting thread: every accepted client is echoed once and closed. */
+static void *serve(void *arg) {
+    mtls_listener *l = arg;
+    while (!atomic_load(&stop_server)) {
+        mtls_conn *c = NULL;
+        int rc = mtls_listener_accept(l, 200, &c);
+        if (rc == MTLS_E_TIMEOUT) continue;
+        if (rc != MTLS_OK) {
+            fprintf(stderr, "accept: %s: %s\n", mtls_error_name(rc), mtls_last_error());
+            atomic_fetch_add(&failures, 1);
+            continue;
+        }
+        atomic_fetch_add(&accepted, 1);
+        uint8_t buf[64]; size_t got = 0, put = 0;
+        if (mtls_conn_read(c, buf, sizeof buf, &got) == MTLS_OK && got > 0) mtls_conn_write(c, buf, got, &put);
+        mtls_conn_free(c);
+    }
+    return NULL;
+}
+
+static int one_client(int handshake_ms) {
+    mtls_conn_options o;
+    mtls_conn_options_init(&o, MTLS_CONN_OPTIONS_VERSION);
+    o.verify_as = "server.test";
+    o.identity = client_id;
+    o.policy = server_policy;
+    o.handshake_timeout_ms = handshake_ms;
+    o.io_timeout_ms = 30000;
+    o.no_session_resumption = 1;
+    mtls_conn *c = NULL;
+    int rc = mtls_conn_connect("127.0.0.1", port, &o, &c);
+    if (rc != MTLS_OK) {
+        fprintf(stderr, "client: %s: %s\n", mtls_error_name(rc), mtls_last_error());
+        return rc;
+    }
+    size_t n = 0;
+    uint8_t buf[8];
+    rc = mtls_conn_write(c, (const uint8_t *)"ping", 4, &n);
+    if (rc == MTLS_OK) rc = mtls_conn_read(c, buf, sizeof buf, &n);
+    if (rc == MTLS_OK && (n != 4 || memcmp(buf, "ping", 4) != 0)) rc = MTLS_E_IO;
+    mtls_conn_free(c);
+    return rc;
+}
+
+static void *client_thread(void *arg) {
+    (void)arg;
+    if (one_client(60000) != MTLS_OK) atomic_fetch_add(&failures, 1);
+    return NULL;
+}
+
+static long rss_kb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb;
+}
+
+int main(void) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    char cmd[2048];
+    snprintf(pki, sizeof pki, "%s/load-pki", tmp);
+    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
+    t_sh(cmd);
+    mtls_identity *server_id = identity("server", "int-a.pem");
+    client_id = identity("client-a", "int-a.pem");
+    server_policy = anchored("root.pem");
+    mtls_policy *client_policy = anchored("int-a.pem");
+
+    mtls_listener_options lo;
+    CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
+    lo.identity = server_id;
+    lo.client_policy = client_policy;
+    lo.handshake_timeout_ms = 30000; /* far longer than the next client waits */
+    mtls_listener *l = NULL;
+    CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &l));
+    CHECK_OK(mtls_listener_port(l, &port));
+    pthread_t srv;
+    pthread_create(&srv, NULL, serve, l);
+
+    /* ---- a stalled client does not hold up the next one */
+    int staller = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(connect(staller, (struct sockaddr *)&sa, sizeof sa) == 0);
+    usleep(300 * 1000); /* the listener has picked it up and is waiting for its ClientHello */
+    CHECK_OK(one_client(5000));
+
+    /* ---- 64 concurrent clients, ROUNDS rounds */
+    long rss_after_warmup = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        pthread_t th[CLIENTS];
+        for (int i = 0; i < CLIENTS; i++) CHECK(pthread_create(&th[i], NULL, client_thread, NULL) == 0);
+        for (int i = 0; i < CLIENTS; i++) pthread_join(th[i], NULL);
+        if (round == 1) rss_after_warmup = rss_kb();
+    }
+    long rss_end = rss_kb();
+    printf("load: %d clients x %d rounds, %d accepted, %d failures, RSS %ld kB after round 2, %ld kB at the end\n",
+           CLIENTS, ROUNDS, atomic_load(&accepted), atomic_load(&failures), rss_after_warmup, rss_end);
+    CHECK(atomic_load(&failures) == 0);
+    CHECK(atomic_load(&accepted) == CLIENTS * ROUNDS + 1);
+    /* flat: four more rounds of 64 handshakes may not grow the process by more than 16 MB */
+    CHECK(rss_end - rss_after_warmup < 16 * 1024);
+
+    close(staller);
+    atomic_store(&stop_server, 1);
+    pthread_join(srv, NULL);
+    mtls_listener_free(l);
+    mtls_identity_free(server_id);
+    mtls_identity_free(client_id);
+    mtls_policy_free(server_policy);
+    mtls_policy_free(client_policy);
+    DONE();
+}

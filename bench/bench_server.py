@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Server throughput with 64 concurrent mutual-TLS clients: a libmtls server (mtls_listener,
+bench/c/bench_server.c) against nginx with `ssl_verify_client on`, on the same certificates, the
+same 127.0.0.1 port kind, the same load generator (raw OpenSSL clients: full TLS 1.3 handshake
+with a client certificate, one GET, close) and the same CPUs, measured alternately in one run.
+Row: cost ratio nginx rate / libmtls rate, target <= 1/0.9 (libmtls >= 0.9x nginx)."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from _cbench import build, quartiles, row
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PREFIX = os.environ.get("MTLS_PREFIX", os.path.join(ROOT, "out", "bench-prefix"))
+SECONDS = float(os.environ.get("MTLS_BENCH_SECONDS", "4"))
+ROUNDS = int(os.environ.get("MTLS_BENCH_SERVER_ROUNDS", "3"))
+CLIENTS = 64
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port):
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"bench_server: nothing listens on {port}")
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="mtls-bench-server-")
+    procs = []
+    try:
+        pki = os.path.join(work, "pki")
+        subprocess.run([os.path.join(ROOT, "scripts", "test-pki.sh"), pki], check=True, capture_output=True)
+        p = lambda n: os.path.join(pki, n)  # noqa: E731
+        with open(p("server-full.pem"), "w") as f:
+            f.write(open(p("server.pem")).read() + open(p("int-a.pem")).read())
+        with open(p("client-full.pem"), "w") as f:
+            f.write(open(p("client-a.pem")).read() + open(p("int-a.pem")).read())
+        exe = build("bench_server", work, PREFIX, pkgs=["openssl"], libs=["-lpthread"])
+        cpus = os.cpu_count() or 2
+        env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+        mport, nport = free_port(), free_port()
+        procs.append(subprocess.Popen([exe, "serve", str(mport), p("server-full.pem"), p("server.key"), p("int-a.pem"),
+                                       str(4 * cpus)], env=env))
+        conf = os.path.join(work, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(f"""daemon off; worker_processes {cpus}; pid {work}/nginx.pid; error_log {work}/error.log;
+events {{ worker_connections 1024; }}
+http {{ access_log off; client_body_temp_path {work}; proxy_temp_path {work}; fastcgi_temp_path {work};
+  uwsgi_temp_path {work}; scgi_temp_path {work};
+  server {{ listen 127.0.0.1:{nport} ssl; ssl_certificate {p("server-full.pem")}; ssl_certificate_key {p("server.key")};
+    ssl_protocols TLSv1.3; ssl_session_tickets off; ssl_session_cache off;
+    ssl_client_certificate {p("int-a.pem")}; ssl_verify_client on; ssl_verify_depth 1;
+    keepalive_timeout 0; location / {{ return 200 "ok"; }} }} }}
+""")
+        procs.append(subprocess.Popen([NGINX, "-c", conf, "-e", os.path.join(work, "error.log")]))
+        wait_port(mport)
+        wait_port(nport)
+
+        def load(port):
+            r = subprocess.run([exe, "load", str(port), p("client-full.pem"), p("client-a.key"), p("root.pem"),
+                                str(CLIENTS), str(SECONDS)], env=env, capture_output=True, text=True, check=True)
+            rate, failed = r.stdout.split()
+            if int(failed):
+                raise SystemExit(f"bench_server: {failed} failed requests against port {port}")
+            return float(rate)
+
+        ratios, m_rates, n_rates = [], [], []
+        for _ in range(ROUNDS):  # alternate so both see the same machine load
+            n = load(nport)
+            m = load(mport)
+            n_rates.append(n)
+            m_rates.append(m)
+            ratios.append(n / m)
+            print(f"server 64 clients  nginx {n:8.1f} req/s  libmtls {m:8.1f} req/s  cost {n / m:.2f}x", flush=True)
+        med, spread = quartiles(ratios)
+        row("server throughput 64 clients", "full TLS 1.3 mTLS handshake + GET, 64 clients", med, round(1 / 0.9, 3),
+            mtls=round(quartiles(m_rates)[0], 1), baseline=round(quartiles(n_rates)[0], 1), unit="req/s",
+            baseline_name="nginx ssl_verify_client on", spread=spread)
+    finally:
+        for pr in procs:
+            pr.terminate()
+            try:
+                pr.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pr.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+/* Certificate parsing (DER, PEM, PKCS#7): every certificate of the input, then each accessor
+ * that decodes fields (names, SANs, validity, key, usages, digests, PEM and DER out). */
+#include "fuzz.h"
+
+static void touch(mtls_cert *c) {
+    char *s = NULL;
+    if (mtls_cert_subject(c, &s) == MTLS_OK) mtls_string_free(s);
+    s = NULL;
+    if (mtls_cert_issuer(c, &s) == MTLS_OK) mtls_string_free(s);
+    s = NULL;
+    if (mtls_cert_serial_hex(c, &s) == MTLS_OK) mtls_string_free(s);
+    s = NULL;
+    if (mtls_cert_spki_pin(c, &s) == MTLS_OK) mtls_string_free(s);
+    s = NULL;
+    if (mtls_cert_pem(c, &s) == MTLS_OK) mtls_string_free(s);
+    size_t n = 0;
+    if (mtls_cert_san_count(c, &n) == MTLS_OK)
+        for (size_t i = 0; i < n && i < 64; i++) {
+            int type = 0;
+            s = NULL;
+            if (mtls_cert_san(c, i, &type, &s) == MTLS_OK) mtls_string_free(s);
+        }
+    if (mtls_cert_eku_count(c, &n) == MTLS_OK)
+        for (size_t i = 0; i < n && i < 64; i++) {
+            s = NULL;
+            if (mtls_cert_eku(c, i, &s) == MTLS_OK) mtls_string_free(s);
+        }
+    int64_t nb, na;
+    (void)mtls_cert_validity(c, &nb, &na);
+    int bits = 0, present = 0, ca = 0, plen = 0;
+    unsigned int ku = 0;
+    s = NULL;
+    if (mtls_cert_key_type(c, &s, &bits) == MTLS_OK) mtls_string_free(s);
+    (void)mtls_cert_basic_constraints(c, &present, &ca, &plen);
+    (void)mtls_cert_key_usage(c, &present, &ku);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    mtls_cert **list = NULL;
+    size_t count = 0;
+    if (mtls_cert_list_parse(data, size, &list, &count) == MTLS_OK) {
+        for (size_t i = 0; i < count; i++) touch(list[i]);
+        mtls_cert_list_free(list, count);
+    }
+    mtls_cert *one = NULL;
+    if (mtls_cert_parse(data, size, &one) == MTLS_OK) mtls_cert_free(one);
+    return 0;
+}

@@ -1,0 +1,22 @@
+/* Policy JSON: load, read the warnings, swap it into a live policy (mtls_policy_replace). */
+#include "fuzz.h"
+
+static mtls_policy *live;
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (!live && mtls_policy_new(&live) != MTLS_OK) abort();
+    char *json = fz_cstr(data, size);
+    mtls_policy *p = NULL;
+    if (mtls_policy_from_json(json, &p) == MTLS_OK) {
+        size_t n = 0;
+        if (mtls_policy_warning_count(p, &n) == MTLS_OK)
+            for (size_t i = 0; i < n; i++) {
+                char *w = NULL;
+                if (mtls_policy_warning(p, i, &w) == MTLS_OK) mtls_string_free(w);
+            }
+        (void)mtls_policy_replace(live, p);
+        mtls_policy_free(p);
+    }
+    free(json);
+    return 0;
+}
