@@ -26,6 +26,7 @@ def strip_comments(text):
 
 def split_top(params):
     """Split a parameter list at the commas that are not inside parentheses."""
+    params = params.replace("->", " returns ")  # a Swift function type's arrow is not a bracket
     depth, cur, out = 0, "", []
     for ch in params:
         if ch in "(<[":
