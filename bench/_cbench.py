@@ -57,3 +57,27 @@ def quartiles(values):
         return None, None
     q = lambda f: v[min(len(v) - 1, int(f * (len(v) - 1) + 0.5))]  # noqa: E731
     return q(0.5), q(0.75) - q(0.25)
+
+
+def free_port():
+    """A port nothing listens on now, on 127.0.0.1."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc=None, timeout=10):
+    """Waits until something accepts on 127.0.0.1:port (and `proc`, if given, is still running)."""
+    import socket
+    import time
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the bench server exited early ({proc.returncode})")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")

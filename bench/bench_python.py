@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from _cbench import build
+from _cbench import build, free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -36,11 +36,6 @@ import mtls.requests  # noqa: E402
 
 LEAK_CYCLES = int(os.environ.get("MTLS_BENCH_LEAK_CYCLES", "100000"))
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_nginx(pki, tmp):

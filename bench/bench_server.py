@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 
-from _cbench import build, quartiles, row
+from _cbench import build, free_port, quartiles, row, wait_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -23,20 +23,6 @@ CLIENTS = 64
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port):
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"bench_server: nothing listens on {port}")
 
 
 def main():

@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 
-from _cbench import build, throughput_row
+from _cbench import build, free_port, throughput_row, wait_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -18,20 +18,6 @@ SECONDS = float(os.environ.get("MTLS_BENCH_SECONDS", "6"))
 TARGET = 0.90
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port):
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"bench server on {port} did not start")
 
 
 def main():

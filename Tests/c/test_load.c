@@ -3,7 +3,7 @@
  * process's memory is flat between the second and the last round. Before that, a client that
  * connects and then stalls must not hold up the next client (handshakes run concurrently). */
 #define _GNU_SOURCE
-#include "test_support.h"
+#include "pki_support.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -14,40 +14,10 @@
 #define CLIENTS 64
 #define ROUNDS 6
 
-static char pki[512];
 static mtls_identity *client_id;
 static mtls_policy *server_policy;
 static uint16_t port;
 static atomic_int failures, accepted, stop_server;
-
-static mtls_identity *identity(const char *name, const char *intermediate) {
-    char p[1024], both[16384];
-    size_t n;
-    snprintf(p, sizeof p, "%s/%s.pem", pki, name);
-    char *cert = (char *)t_read_file(p, &n); cert[n] = 0;
-    snprintf(p, sizeof p, "%s/%s.key", pki, name);
-    char *key = (char *)t_read_file(p, &n); key[n] = 0;
-    snprintf(p, sizeof p, "%s/%s", pki, intermediate);
-    char *inter = (char *)t_read_file(p, &n); inter[n] = 0;
-    snprintf(both, sizeof both, "%s%s", cert, inter);
-    mtls_identity *id = NULL;
-    CHECK_OK(mtls_identity_from_pem(both, key, NULL, &id));
-    free(cert); free(key); free(inter);
-    return id;
-}
-
-static mtls_policy *anchored(const char *anchor) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", pki, anchor);
-    mtls_cert **certs = NULL; size_t n = 0;
-    CHECK_OK(mtls_cert_list_load(path, &certs, &n));
-    mtls_policy *p = NULL;
-    CHECK_OK(mtls_policy_new(&p));
-    CHECK_OK(mtls_policy_add_anchor(p, certs[0]));
-    CHECK_OK(mtls_policy_set_anchors_only(p, 1));
-    mtls_cert_list_free(certs, n);
-    return p;
-}
 
 /* One accepting thread: every accepted client is echoed once and closed. */
 static void *serve(void *arg) {

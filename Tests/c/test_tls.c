@@ -1,7 +1,7 @@
 /* Connections through the C ABI: client, listener, automatic identity, non-blocking, a wrapped
  * socket, a bring-your-own SSL_CTX, errors; every function with NULL arguments too. */
 #define _GNU_SOURCE
-#include "test_support.h"
+#include "pki_support.h"
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <netinet/in.h>
@@ -9,41 +9,6 @@
 #include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-static char pki[512];
-
-static char *text_file(const char *name) {
-    char path[1024]; size_t len;
-    snprintf(path, sizeof path, "%s/%s", pki, name);
-    uint8_t *b = t_read_file(path, &len);
-    b[len] = 0;
-    return (char *)b;
-}
-
-static mtls_identity *identity(const char *name, const char *intermediate) {
-    char certname[128], keyname[128], both[16384];
-    snprintf(certname, sizeof certname, "%s.pem", name);
-    snprintf(keyname, sizeof keyname, "%s.key", name);
-    char *cert = text_file(certname), *key = text_file(keyname), *inter = text_file(intermediate);
-    snprintf(both, sizeof both, "%s%s", cert, inter);
-    mtls_identity *id = NULL;
-    CHECK_OK(mtls_identity_from_pem(both, key, NULL, &id));
-    free(cert); free(key); free(inter);
-    return id;
-}
-
-static mtls_policy *anchored(const char *anchor) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", pki, anchor);
-    mtls_cert **certs = NULL; size_t n = 0;
-    CHECK_OK(mtls_cert_list_load(path, &certs, &n));
-    mtls_policy *p = NULL;
-    CHECK_OK(mtls_policy_new(&p));
-    CHECK_OK(mtls_policy_add_anchor(p, certs[0]));
-    CHECK_OK(mtls_policy_set_anchors_only(p, 1));
-    mtls_cert_list_free(certs, n);
-    return p;
-}
 
 /* A report callback that ignores reports, and the count of its userdata's destroy calls. */
 static int report_destroyed = 0;

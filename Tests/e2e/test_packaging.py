@@ -93,17 +93,11 @@ def wheel_venv(tmp_path_factory):
 WHEEL_CLIENT = textwrap.dedent("""
     import os, sys, mtls
     pki, port = sys.argv[1], int(sys.argv[2])
-    identity = mtls.PKCS12.load(pki + "/client-a.p12", "pw").identities[0]
-    policy = mtls.Policy()
-    policy.add_anchor(mtls.Certificate.load(pki + "/root.pem")[0])
-    policy.set_anchors_only(True)
-    conn = mtls.Connection.connect("127.0.0.1", port, identity=identity, policy=policy, verify_as="server.test",
-                                   handshake_timeout=10)
-    try:
-        conn.write(b"GET / HTTP/1.0\\r\\n\\r\\n")
+    identity = mtls.Identity.from_pkcs12(open(pki + "/client-a.p12", "rb").read(), "pw")
+    policy = mtls.Policy(anchors=[mtls.Certificate.load(pki + "/root.pem")], anchors_only=True)
+    with mtls.connect("127.0.0.1", port, identity=identity, policy=policy, verify_as="server.test") as conn:
+        conn.write(b"GET / HTTP/1.0\r\n\r\n")
         reply = conn.read(4096)
-    finally:
-        conn.close()
     assert mtls.__file__.startswith(sys.prefix), mtls.__file__  # the wheel's package, not the source tree
     # the library inside the wheel, found beside the package with no MTLS_LIBRARY
     loaded = sys.modules["mtls._lib"].lib._name
