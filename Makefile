@@ -104,6 +104,39 @@ test-limbo:
 	  $(PYTHON) scripts/check-limbo.py $(LIMBO) $(OUT)/limbo-results.json; \
 	else echo "test-limbo: mtls limbo is not built yet" >&2; exit 1; fi
 
+# ---- Sanitizers. Swift code: --sanitize=address (Swift on Linux has no UBSan mode; UBSan covers
+# the C test programs) or --sanitize=thread, each in its own scratch path; the Swift tests run
+# there, then every Tests/c program is built with the toolchain's clang (same sanitizer runtime)
+# against that library and run. Findings fail the target.
+SWIFT_CLANG ?= $(dir $(realpath $(shell command -v $(SWIFT))))clang
+SAN_C_TESTS ?= $(wildcard Tests/c/*.c)
+comma := ,
+# The toolchain's TSan runtime needs its libdispatch and BlocksRuntime.
+SWIFT_LIBDIR ?= $(abspath $(dir $(SWIFT_CLANG))../lib/swift/linux)
+
+.PHONY: test-asan test-tsan
+
+define san_c_tests
+	@mkdir -p $(OUT)/$(1)/lib $(OUT)/$(1)/c && ln -sf $(CURDIR)/.build-$(1)/debug/libmtls.so $(OUT)/$(1)/lib/libmtls.so.0 && \
+	ln -sf libmtls.so.0 $(OUT)/$(1)/lib/libmtls.so && set -e; \
+	for src in $(SAN_C_TESTS); do exe=$(OUT)/$(1)/c/$$(basename $$src .c); \
+	  rm -f $$exe; $(SWIFT_CLANG) -std=c11 -g -O1 -pthread -fno-omit-frame-pointer $(2) -Iinclude -o $$exe $$src \
+	    -L$(OUT)/$(1)/lib -lmtls -Wl,-rpath,$(OUT)/$(1)/lib 2>&1 | { grep -v "ld.gold: warning: Cannot export local symbol" || true; }; \
+	  test -x $$exe; \
+	  echo "== $(1) $$exe"; env -u LD_LIBRARY_PATH MTLS_TEST_TMP=$(OUT)/$(1)/c $(3) $$exe; done
+endef
+
+test-asan: deps
+	$(SWIFT) build -c debug --build-tests --sanitize=address --scratch-path .build-asan
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 $(SWIFT) test -c debug --skip-build --sanitize=address --scratch-path .build-asan
+	$(call san_c_tests,asan,-fsanitize=address$(comma)undefined -fno-sanitize-recover=undefined,ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+
+test-tsan: deps
+	$(SWIFT) build -c debug --build-tests --sanitize=thread --scratch-path .build-tsan
+	TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/Tests/tsan/suppressions.txt \
+	  $(SWIFT) test -c debug --skip-build --sanitize=thread --scratch-path .build-tsan
+	$(call san_c_tests,tsan,-fsanitize=thread -L$(SWIFT_LIBDIR) -ldispatch -lBlocksRuntime -Wl$(comma)-rpath$(comma)$(SWIFT_LIBDIR),TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/Tests/tsan/suppressions.txt)
+
 bench: deps
 	$(SWIFT) build -c release
 	$(MAKE) --no-print-directory install CONFIG=release PREFIX=$(OUT)/bench-prefix DESTDIR=

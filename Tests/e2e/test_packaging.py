@@ -96,7 +96,7 @@ WHEEL_CLIENT = textwrap.dedent("""
     identity = mtls.Identity.from_pkcs12(open(pki + "/client-a.p12", "rb").read(), "pw")
     policy = mtls.Policy(anchors=[mtls.Certificate.load(pki + "/root.pem")], anchors_only=True)
     with mtls.connect("127.0.0.1", port, identity=identity, policy=policy, verify_as="server.test") as conn:
-        conn.write(b"GET / HTTP/1.0\r\n\r\n")
+        conn.write(b"GET / HTTP/1.0\\r\\n\\r\\n")
         reply = conn.read(4096)
     assert mtls.__file__.startswith(sys.prefix), mtls.__file__  # the wheel's package, not the source tree
     # the library inside the wheel, found beside the package with no MTLS_LIBRARY

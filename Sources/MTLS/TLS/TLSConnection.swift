@@ -259,8 +259,11 @@ public final class TLSConnection {
             OpenSSLErrorQueue.clear()
             return MTLSError(.peerAlert, "the \(peerRole) refused the handshake with alert \"\(alert)\"")
         }
+        // Only OpenSSL's own "no certificate" verdict: any other alert we sent before the client's
+        // Certificate (an oversized or malformed hello...) is reported as what it was.
         if isServer, state.sentAlert != nil, SSL_get0_peer_certificate(ssl) == nil,
-           (SSL_get_verify_mode(ssl) & SSL_VERIFY_FAIL_IF_NO_PEER_CERT) != 0 {
+           (SSL_get_verify_mode(ssl) & SSL_VERIFY_FAIL_IF_NO_PEER_CERT) != 0,
+           OpenSSLErrorQueue.peekLastReason() == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE {
             OpenSSLErrorQueue.clear()
             return MTLSError(.untrusted, "the client presented no certificate, and one is required")
         }
