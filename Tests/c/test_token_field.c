@@ -5,43 +5,12 @@
  * the module again) and in the parent after it. Every handshake is against openssl s_server
  * requiring a client certificate, so it succeeds only if the token signed. */
 #define _DEFAULT_SOURCE
-#include "test_support.h"
+#include "s_server_support.h"
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 static char dir[400];
-
-static pid_t start_server(int *port) {
-    char cmd[4096], portfile[600];
-    snprintf(portfile, sizeof portfile, "%s/sserver.out", dir);
-    unlink(portfile);
-    snprintf(cmd, sizeof cmd,
-             "exec openssl s_server -accept 127.0.0.1:0 -naccept 1 -cert %s/server.pem -key %s/server.key "
-             "-CAfile %s/ca.pem -Verify 1 -verify_return_error > %s 2>&1", dir, dir, dir, portfile);
-    int fds[2];
-    CHECK(pipe(fds) == 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[0], 0);
-        close(fds[1]);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    close(fds[0]);
-    for (int i = 0; i < 200; i++) {
-        FILE *f = fopen(portfile, "r");
-        char line[256];
-        while (f && fgets(line, sizeof line, f)) {
-            char *colon = strrchr(line, ':');
-            if (strncmp(line, "ACCEPT ", 7) == 0 && colon) { *port = atoi(colon + 1); fclose(f); return pid; }
-        }
-        if (f) fclose(f);
-        usleep(50 * 1000);
-    }
-    fprintf(stderr, "s_server did not start\n");
-    exit(1);
-}
 
 static mtls_policy *policy;
 
@@ -49,7 +18,7 @@ static mtls_policy *policy;
  * returns its status. */
 static int handshake(mtls_identity *identity) {
     int port = 0;
-    pid_t server = start_server(&port);
+    pid_t server = start_server(dir, "", &port);
     mtls_conn_options opts;
     CHECK_OK(mtls_conn_options_init(&opts, MTLS_CONN_OPTIONS_VERSION));
     opts.identity = identity;
