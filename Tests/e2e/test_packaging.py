@@ -43,6 +43,14 @@ def test_binaries_need_only_debian_libraries(binary):
     assert not any(TOOLCHAIN in p for p in search), f"{binary} searches the toolchain: {search}"
 
 
+def test_library_leaves_no_symbol_undefined():
+    """Static Swift archives whose autolink entries miss a library would leave symbols for the
+    loader to fail on at the first call: ldd -r resolves every one."""
+    r = subprocess.run(["ldd", "-r", os.path.join(PREFIX, "lib", "libmtls.so")], capture_output=True, text=True)
+    undefined = [l for l in (r.stdout + r.stderr).splitlines() if "undefined symbol" in l]
+    assert r.returncode == 0 and not undefined, undefined[:10]
+
+
 def test_library_exports_only_the_c_abi():
     out = subprocess.run(["nm", "-D", "--defined-only", os.path.join(PREFIX, "lib", "libmtls.so")],
                          check=True, capture_output=True, text=True).stdout
