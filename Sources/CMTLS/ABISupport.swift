@@ -147,7 +147,12 @@ func refHandle<T: AnyObject>(_ p: OpaquePointer?, _ type: T.Type) -> OpaquePoint
 
 /// A NUL-terminated UTF-8 argument.
 func string(_ p: UnsafePointer<CChar>?, _ name: String) throws -> String {
-    String(cString: try require(p, name))
+    // Strings in are UTF-8 (mtls.h): bytes that are not are refused, never repaired into a
+    // different string (a URI or label stored "successfully" but altered).
+    guard let s = String(validatingCString: try require(p, name)) else {
+        throw invalid("\(name) is not valid UTF-8")
+    }
+    return s
 }
 
 /// An optional NUL-terminated UTF-8 argument (NULL → nil).
@@ -155,7 +160,6 @@ func optionalString(_ p: UnsafePointer<CChar>?) -> String? {
     p.map { String(cString: $0) }
 }
 
-/// A `(const uint8_t *, size_t)` argument. NULL with a zero length is an empty buffer.
 /// A C string that holds a secret (password, PIN) as secret bytes, copied straight from C
 /// memory (no Swift String, whose copies cannot be wiped). NULL is nil ("none"), "" is empty.
 func secretBytes(_ p: UnsafePointer<CChar>?) -> SecretBytes? {
@@ -163,6 +167,7 @@ func secretBytes(_ p: UnsafePointer<CChar>?) -> SecretBytes? {
     return SecretBytes(Array(UnsafeRawBufferPointer(start: p, count: strlen(p))))
 }
 
+/// A `(const uint8_t *, size_t)` argument. NULL with a zero length is an empty buffer.
 func bytes(_ p: UnsafePointer<UInt8>?, _ len: Int, _ name: String) throws -> [UInt8] {
     let len = try size(len, "the length of \(name)")
     if len == 0 { return [] }

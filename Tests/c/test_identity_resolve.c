@@ -31,8 +31,10 @@ int main(void) {
     snprintf(storepath, sizeof storepath, "%s/store.db", dir);
 
     mtls_identity *id = NULL;
-    /* arguments */
+    /* arguments; a name that is not UTF-8 is refused, never repaired into another name */
     CHECK_RC(mtls_identity_resolve(NULL, NULL, NULL, NULL, NULL, &id), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_identity_resolve("al\xffice", NULL, NULL, NULL, NULL, &id), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "UTF-8") != NULL);
     CHECK_RC(mtls_identity_resolve(p12, NULL, "pw", NULL, NULL, NULL), MTLS_E_INVALID_ARGUMENT);
 
     /* a certificate and key pair */
@@ -65,6 +67,13 @@ int main(void) {
     found = NULL;
     CHECK_RC(mtls_identity_resolve("bob", NULL, NULL, NULL, store, &found), MTLS_E_NOT_FOUND);
     CHECK(found == NULL);
+
+    /* a token URI that is not UTF-8 is refused, not stored altered (found by fuzzing) */
+    mtls_cert *leaf = NULL;
+    CHECK_OK(mtls_identity_leaf(id, &leaf));
+    CHECK_RC(mtls_store_put_token_identity(store, "tok", "pkcs11:token=t;object=k\xff\xfe", leaf, NULL, 0, 0),
+             MTLS_E_INVALID_ARGUMENT);
+    mtls_cert_free(leaf);
 
     mtls_store_close(store);
     mtls_identity_free(id);
