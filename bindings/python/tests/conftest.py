@@ -107,9 +107,16 @@ class Nginx:
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
-    def body_log(self) -> str:
-        """What the /upload location logged: one request body per line."""
-        return (self.prefix / "logs" / "body.log").read_text()
+    def body_log(self, lines: int = 1, timeout: float = 10) -> str:
+        """What the /upload location logged: one request body per line. nginx writes the log line
+        after it has sent the response, so this waits (up to `timeout`) for `lines` lines."""
+        path = self.prefix / "logs" / "body.log"
+        end = time.monotonic() + timeout
+        while True:
+            text = path.read_text() if path.exists() else ""
+            if len(text.splitlines()) >= lines or time.monotonic() > end:
+                return text
+            time.sleep(0.05)
 
     def stop(self) -> None:
         self.proc.terminate()
