@@ -445,6 +445,25 @@ final class TrustTests: XCTestCase {
         XCTAssertEqual(Set(ChainCheck.all.map(\.name)).count, ChainCheck.all.count)
     }
 
+    /// A CN is not a name of the peer: one from another namespace, another address, a short or
+    /// display name is fine; a SAN spelled another way (case, IP text) is refused.
+    func testCommonNameBesideTheSANs() throws {
+        let p = try policy()
+        for fine in ["bad_example_com", "10_9_9_9", "server", "Server_Test"] {
+            assertTrusted(p.evaluate(chain: try certs("cn-\(fine)-chain.pem"), host: "server.test"))
+            assertTrusted(p.evaluate(chain: try certs("cn-\(fine)-chain.pem"), host: "127.0.0.1"))
+        }
+        for refused in ["SERVER_TEST", "127_000_000_001"] {
+            assertFails(p.evaluate(chain: try certs("cn-\(refused)-chain.pem"), host: "server.test"),
+                        TrustReason.Code.commonNameMismatch, index: 0)
+        }
+        XCTAssertNil(CommonNameRule.conflict("api.other.internal", dnsNames: ["server.test"]))
+        XCTAssertNil(CommonNameRule.conflict("example.com", dnsNames: ["foo.bar.example.com"]))
+        XCTAssertNil(CommonNameRule.conflict("a.example.com", dnsNames: ["*.example.com"]))
+        XCTAssertNotNil(CommonNameRule.conflict("notinsan.example.com", dnsNames: ["valid.example.com"]))
+        XCTAssertNotNil(CommonNameRule.conflict("Example.COM", dnsNames: ["example.com"]))
+    }
+
     // MARK: Policy files
 
     func testPolicyFileWithRulesPinsAndRelativeAnchors() throws {

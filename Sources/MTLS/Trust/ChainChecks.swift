@@ -40,12 +40,18 @@ struct ChainCheck: Sendable {
 
     /// The common name is never a name of the peer (the host is matched against the SANs only),
     /// and a CN that differs from the SANs is no reason to refuse a certificate: private CAs put
-    /// a host's short name, its parent domain or one of its addresses there. What is refused is a
-    /// CN that names *another* host of the same kind as the SANs, or the same one spelled
-    /// differently (CA/B Forum BR 7.1.4.3, RFC 6125 6.4.4): a host-like CN when the leaf has
-    /// DNS SANs must be one of them byte for byte, a domain one of them is under or one under
-    /// one of them, or a name a wildcard SAN covers; an IP-like CN when the leaf has IP SANs must be one of them in
-    /// canonical text. A CN unlike every SAN kind, or not host-like (spaces, no dot), is free.
+    /// a device's own name, a host's short name, its parent domain, an address, or a name from
+    /// another namespace there (RFC 6125 6.4.4). Two shapes are refused on a server leaf with
+    /// SANs, because they are what CA/B Forum BR 7.1.4.3 forbids and what misleads a reader or an
+    /// old CN-matching client about which host the certificate is for:
+    /// - the CN is one of the SANs (the same host or address) spelled differently: other letter
+    ///   case, a non-canonical IP text (leading zeros, hex, uppercase or uncompressed IPv6);
+    /// - a host-like CN names a sibling of a DNS SAN: another host in the same parent domain
+    ///   (`a.example.com` beside `b.example.com`), or the same domain written in Unicode where
+    ///   the SAN has its A-label.
+    /// A CN equal to a SAN byte for byte, a domain above or below one, a name a wildcard SAN
+    /// covers, an address that is not one of the IP SANs, a name unrelated to every SAN, or a CN
+    /// that is not host-like (spaces, no dot) is free.
     static let commonNameConsistency = ChainCheck(name: "common_name_consistency") { ctx in
         guard ctx.purpose == .serverAuth, let leaf = ctx.chain.first, !ctx.leafIsAnchor else { return [] }
         let subject = X509_get_subject_name(leaf)
@@ -58,32 +64,23 @@ struct ChainCheck: Sendable {
             texts.append(String(decoding: Certificate.bytes(X509_NAME_ENTRY_get_data(entry)), as: UTF8.self))
         }
         guard !texts.isEmpty else { return [] }
-        var dnsNames: [String] = [], ipTexts: [String] = []
+        var dnsNames: [String] = [], ips: [[UInt8]] = []
         for n in decodedSANs(leaf) ?? [] {
             switch n {
             case .dns(let d): dnsNames.append(d)
-            case .ip(let b): if let t = IPAddress.text(b) { ipTexts.append(t) }
+            case .ip(let b): ips.append(b)
             default: break
             }
         }
         return texts.compactMap { cn -> TrustReason? in
             if cn.contains(" ") || cn.isEmpty { return nil }
-            if IPAddress.parseLoose(cn) != nil {
-                guard !ipTexts.isEmpty, !ipTexts.contains(cn) else { return nil }
-                return reason(C.commonNameMismatch, 0, "common name \(cn) is an IP address that is not one of the IP subject alternative names")
+            if let address = IPAddress.parseLoose(cn) {
+                guard let san = ips.first(where: { $0 == address }), IPAddress.text(san) != cn else { return nil }
+                return reason(C.commonNameMismatch, 0,
+                              "common name \(cn) is the IP subject alternative name \(IPAddress.text(san) ?? "?") written another way")
             }
-            guard cn.contains("."), !dnsNames.isEmpty else { return nil }
-            let consistent = dnsNames.contains { d in
-                if d == cn || d.hasSuffix("." + cn) || cn.hasSuffix("." + d) { return true }
-                if d.hasPrefix("*.") {
-                    let base = String(d.dropFirst(2))
-                    if cn == base || base.hasSuffix("." + cn) { return true }
-                    if cn.hasSuffix("." + base), !cn.dropLast(base.count + 1).contains(".") { return true }
-                }
-                return false
-            }
-            return consistent ? nil
-                : reason(C.commonNameMismatch, 0, "common name \(cn) names another host than the subject alternative names")
+            guard cn.contains(".") else { return nil }
+            return CommonNameRule.conflict(cn, dnsNames: dnsNames).map { reason(C.commonNameMismatch, 0, $0) }
         }
     }
 
@@ -606,6 +603,37 @@ final class PublicSuffixList: Sendable {
         }
         // A single label is a top-level domain.
         return true
+    }
+}
+
+/// How a host-like common name relates to a leaf's DNS SANs (see `commonNameConsistency`).
+enum CommonNameRule {
+    /// Why `cn` conflicts with the DNS SANs, or nil when it does not.
+    static func conflict(_ cn: String, dnsNames: [String]) -> String? {
+        func related(_ a: String, _ d: String) -> Bool {
+            if a == d || d.hasSuffix("." + a) || a.hasSuffix("." + d) { return true }
+            if d.hasPrefix("*.") {
+                let base = String(d.dropFirst(2))
+                if a == base || base.hasSuffix("." + a) { return true }
+                if a.hasSuffix("." + base), !a.dropLast(base.count + 1).contains(".") { return true }
+            }
+            return false
+        }
+        if dnsNames.contains(where: { related(cn, $0) }) { return nil }
+        let lower = cn.lowercased()
+        if let d = dnsNames.first(where: { related(lower, $0.lowercased()) }) {
+            return "common name \(cn) is the subject alternative name \(d) written another way"
+        }
+        func parent(_ name: String) -> String? {
+            guard let dot = name.firstIndex(of: ".") else { return nil }
+            let rest = name[name.index(after: dot)...]
+            return rest.isEmpty ? nil : String(rest)
+        }
+        guard let cnParent = parent(lower) else { return nil }
+        if let d = dnsNames.first(where: { !$0.hasPrefix("*.") && parent($0.lowercased()) == cnParent }) {
+            return "common name \(cn) names another host than the subject alternative names (\(d) is in the same domain)"
+        }
+        return nil
     }
 }
 
