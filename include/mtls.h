@@ -712,16 +712,25 @@ typedef struct mtls_listener_options {
     unsigned int version;           /* MTLS_LISTENER_OPTIONS_VERSION */
     int client_auth;                /* MTLS_CLIENT_AUTH_* */
     mtls_identity *identity;        /* the server's identity (required) */
-    mtls_policy *client_policy;     /* how clients are judged (no name check); its anchors, e.g. one
-                                       customer's intermediate, are the CA names sent to clients.
-                                       NULL: the system trust store */
+    mtls_policy *client_policy;     /* how clients are judged; see mtls_listener_new */
     const char *alpn;               /* protocols accepted, comma-separated, preferred first */
     int min_tls, max_tls;           /* as in mtls_conn_options */
     int handshake_timeout_ms;       /* per accepted client; 0: 30 s; negative: no limit */
     int io_timeout_ms;              /* per read or write on accepted connections; 0: no limit */
 } mtls_listener_options;
 
-/* Fill *opts with the defaults of `version` (MTLS_LISTENER_OPTIONS_VERSION). */
+/* Fill *opts with the defaults of `version` (MTLS_LISTENER_OPTIONS_VERSION).
+ *
+ * How a listener judges a client (client_policy): the policy's anchors (or, for a client whose
+ * address matches one of its host rules, that rule's anchors and pins) decide, and they are also
+ * the CA names sent to clients. The rule is chosen by the address the client connected from:
+ * "10.0.0.7" or "::1" (an IPv4-mapped address counts as its IPv4 address); the client's source
+ * port selects nothing, so rules written with a port never match a client. A client is not
+ * name-checked against its address; a rule's verify_as, when set, is a name (DNS or IP SAN) the
+ * client's certificate must carry. With client_auth other than MTLS_CLIENT_AUTH_NONE, NULL or a
+ * policy without anchors makes mtls_listener_new fail with MTLS_E_INVALID_POLICY unless
+ * mtls_policy_set_system_anchors_for_clients allows the system store (a client-verifying
+ * listener never trusts it by accident). */
 MTLS_EXTERN int mtls_listener_options_init(mtls_listener_options *opts, unsigned int version);
 /* Listen on address ("127.0.0.1", "::1"; NULL: every IPv4 address) and port (0: an ephemeral
  * port, see mtls_listener_port). Free *out with mtls_listener_free. */
@@ -763,6 +772,9 @@ MTLS_EXTERN int mtls_ssl_ctx_configure(void *ssl_ctx, const mtls_identity *ident
  * connects to, before its handshake: `host` as the application named it (DNS name or IP literal,
  * not empty), `port` (0: unknown, only port-less host rules apply) and `verify_as` (NULL: validate
  * as `host`). The host and port select the host rule; verify_as changes only the name checked.
+ * On a context that accepts clients, `host` is the client's address (it selects the client's
+ * host rule, as for a listener), `port` should be 0, and a client is name-checked only against
+ * `verify_as` or its rule's verify_as, never against its address.
  * The SSL keeps a copy until it is freed; calling again replaces it. */
 MTLS_EXTERN int mtls_ssl_set_peer(void *ssl, const char *host, uint16_t port, const char *verify_as);
 /* Same for every SSL made from `ssl_ctx` that was not given a peer with mtls_ssl_set_peer. Meant

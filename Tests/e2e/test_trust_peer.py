@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from conftest import free_port, run_cli
-from test_tls import Peer, curl_fetch, peers, pki, s_server, wait_port  # noqa: F401 (fixtures)
+from conftest import CLI, free_port, run_cli
+from test_tls import Peer, curl_fetch, peers, pki, s_client, s_server, server_log, verdicts, wait_port  # noqa: F401 (fixtures)
 
 TRUST_PKI = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "make-trust-pki.sh"
 # Two days ahead: the one-day certificates of the path-building cases have expired.
@@ -167,3 +167,30 @@ def test_verify_selects_the_rule_by_host_and_port_and_merges_pins(tpki, tmp_path
     assert r.returncode == 0 and json.loads(r.stdout)["rule"] is None, r.stdout
     r = run_cli(*base, "--host", "10.0.0.5:9443")
     assert r.returncode != 0 and "name_mismatch" in [x["code"] for x in json.loads(r.stdout)["reasons"]]
+
+
+@pytest.mark.parametrize("rule, accepted", [
+    ({"host": "127.0.0.1", "pins": WRONG_PINS}, False),          # the rule for the client's address holds
+    ({"host": "10.9.9.9", "pins": WRONG_PINS}, True),            # another address's rule does not apply
+    ({"host": "127.0.0.1", "pins": ["INT_A"]}, True),             # its pins name the client's CA
+    ({"host": "127.0.0.1", "anchors": ["int-b.pem"]}, False),     # its anchors replace the policy's
+    ({"host": "127.0.0.1", "verify_as": "nobody.test"}, False),  # a name the client must carry
+    ({"host": "127.0.0.1:1", "pins": WRONG_PINS}, True),         # a rule with a port never matches a client
+])
+def test_listener_judges_a_client_by_the_rule_for_its_address(pki, peers, tmp_path, rule, accepted):
+    rule = dict(rule)
+    if rule.get("pins") == ["INT_A"]:
+        rule["pins"] = [spki_pin(pki("int-a.pem"))]
+    if "anchors" in rule:
+        rule["anchors"] = [pki(a) for a in rule["anchors"]]
+    policy = tmp_path / "clients.json"
+    policy.write_text(json.dumps({"version": 1, "anchors": [pki("int-a.pem")], "anchors_only": True, "hosts": [rule]}))
+    port = free_port()
+    server = Peer([CLI, "serve", "--port", str(port), "--identity", pki("server.p12"), "--password-file",
+                      pki("password.txt"), "--policy", str(policy), "--require-client-cert"], port)
+    peers.append(server)
+    r = s_client(pki, port, "-cert", pki("client-a.pem"), "-key", pki("client-a.key"), "-cert_chain", pki("int-a.pem"))
+    word = "accepted" if accepted else "rejected"
+    log = server_log(server, lambda log: verdicts(log, word))
+    assert verdicts(log, word), log
+    assert (b"hello" in r.stdout) == accepted, (r, log)

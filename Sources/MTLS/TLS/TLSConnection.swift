@@ -151,7 +151,7 @@ public final class TLSConnection {
         ioTimeout = options.ioTimeout
         state = TLSHandshakeState()
         state.attach(to: ssl)
-        state.peer = TrustPeer() // clients are not name-checked
+        state.peer = TrustPeer.client(address: peer) // selects the client's rule; never a name it must carry
         state.presentedIdentity = options.identity
         Socket.setNonBlocking(fd, true)
         do { try SocketBIO.attach(ssl, fd: fd) } catch {

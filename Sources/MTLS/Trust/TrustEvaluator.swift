@@ -118,7 +118,9 @@ struct Evaluation {
     var reference: PeerHost? {
         if settings.nameCheck == .none || rule?.skipNameCheck == true { return nil }
         if let v = rule?.verifyAs { return PeerHost(v) }
-        guard let n = peer.nameToValidate, !n.isEmpty else { return nil }
+        // A client is known by the address it came from, which selects its rule; that address
+        // is not a name its certificate must carry. Only a verify-as names a client.
+        guard let n = purpose == .clientAuth ? peer.verifyAs : peer.nameToValidate, !n.isEmpty else { return nil }
         return PeerHost(n)
     }
 

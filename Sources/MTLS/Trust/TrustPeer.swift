@@ -31,6 +31,18 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
         self.init(host: h, port: p)
     }
 
+    /// A client as a server sees it: the address it connected from selects the client's host
+    /// rule (its source port selects nothing: only rules without a port match a client); the
+    /// address is not a name the client's certificate must carry. An IPv4-mapped IPv6 address
+    /// (`::ffff:10.0.0.5`, from a dual-stack socket) is the IPv4 address.
+    public static func client(address: String?) -> TrustPeer {
+        guard var host = TrustPeer(hostText: address).host else { return TrustPeer() }
+        if host.lowercased().hasPrefix("::ffff:"), IPAddress.bytes(String(host.dropFirst(7)))?.count == 4 {
+            host = String(host.dropFirst(7))
+        }
+        return TrustPeer(host: host)
+    }
+
     /// The name to validate: ``verifyAs`` when set, else ``host``.
     public var nameToValidate: String? { verifyAs ?? host }
 
