@@ -333,6 +333,8 @@ final class TrustTests: XCTestCase {
         assertTrusted(try policy().evaluate(chain: certs("ncok-chain.pem"), host: "api.allowed.test"))
         assertFails(try policy().evaluate(chain: certs("nccn-chain.pem"), host: "api.allowed.test"),
                     TrustReason.Code.nameConstraintViolation)
+        // An address in the CN is not a DNS name: DNS constraints leave it (and the IP SAN) alone.
+        assertTrusted(try policy().evaluate(chain: certs("ncipcn-chain.pem"), host: "127.0.0.1"))
     }
 
     func testPathBuildingFindsTheGoodIssuerAmongBadCandidates() throws {

@@ -52,9 +52,9 @@ struct ChainCheck: Sendable {
     /// A CN equal to a SAN byte for byte, a domain above or below one, a name a wildcard SAN
     /// covers, an address that is not one of the IP SANs, a name unrelated to every SAN, or a CN
     /// that is not host-like (spaces, no dot) is free.
-    static let commonNameConsistency = ChainCheck(name: "common_name_consistency") { ctx in
-        guard ctx.purpose == .serverAuth, let leaf = ctx.chain.first, !ctx.leafIsAnchor else { return [] }
-        let subject = X509_get_subject_name(leaf)
+    /// The common names of a certificate's subject, as text.
+    static func commonNames(_ x: OpaquePointer) -> [String] {
+        let subject = X509_get_subject_name(x)
         var texts: [String] = []
         var pos: Int32 = -1
         while true {
@@ -63,6 +63,12 @@ struct ChainCheck: Sendable {
             guard let entry = X509_NAME_get_entry(subject, pos) else { break }
             texts.append(String(decoding: Certificate.bytes(X509_NAME_ENTRY_get_data(entry)), as: UTF8.self))
         }
+        return texts
+    }
+
+    static let commonNameConsistency = ChainCheck(name: "common_name_consistency") { ctx in
+        guard ctx.purpose == .serverAuth, let leaf = ctx.chain.first, !ctx.leafIsAnchor else { return [] }
+        let texts = commonNames(leaf)
         guard !texts.isEmpty else { return [] }
         var dnsNames: [String] = [], ips: [[UInt8]] = []
         for n in decodedSANs(leaf) ?? [] {
@@ -413,8 +419,11 @@ struct ChainCheck: Sendable {
             defer { NAME_CONSTRAINTS_free(nc) }
             // The common name is never a name of the peer, but one that looks like a DNS name must
             // satisfy the constraints as a dNSName would (OpenSSL's own CN rule, applied even
-            // though libmtls never matches the host against the CN).
-            if i > 0, let leaf = ctx.chain.first, NAME_CONSTRAINTS_check_CN(leaf, nc) != X509_V_OK {
+            // though libmtls never matches the host against the CN). An address written in the
+            // CN is not a DNS name (OpenSSL's rule would take "127.0.0.1" for one): it is free.
+            if i > 0, let leaf = ctx.chain.first,
+               !commonNames(leaf).allSatisfy({ IPAddress.parseLoose($0) != nil }),
+               NAME_CONSTRAINTS_check_CN(leaf, nc) != X509_V_OK {
                 OpenSSLErrorQueue.clear()
                 out.append(reason(C.nameConstraintViolation, 0, "the leaf's common name is outside the name constraints of certificate \(i)"))
             }
