@@ -281,7 +281,8 @@ MTLS_EXTERN int mtls_pkcs12_password_encoding(const mtls_pkcs12 *p12, const char
 #define MTLS_PKCS12_MODERN 0x0  /* AES-256-CBC, PBKDF2-HMAC-SHA256, HMAC-SHA256 MAC (default) */
 #define MTLS_PKCS12_LEGACY 0x1  /* SHA1-3DES for keys and certificates, HMAC-SHA1 MAC */
 /* Export an identity (key, leaf and its whole chain) as a PKCS#12 file protected by `password`
- * (required; "" is allowed). `friendly_name` NULL keeps the identity's own. Free *out with
+ * (required; "" is allowed). `friendly_name` NULL keeps the identity's own; any UTF-8 name is written
+ * (characters outside the BMP as UTF-16 surrogate pairs). Free *out with
  * mtls_bytes_free. MTLS_E_UNSUPPORTED for a key that lives on a token. */
 MTLS_EXTERN int mtls_pkcs12_export(const mtls_identity *identity, const char *password, int flags,
                                    const char *friendly_name, uint8_t **out, size_t *len);

@@ -6,7 +6,7 @@ pkgs=(
   pkg-config libssl-dev openssl libp11-kit-dev p11-kit libsqlite3-dev sqlite3
   softhsm2 opensc gnutls-bin nginx-light curl libcurl4-openssl-dev
   python3 python3-pip ca-certificates
-  publicsuffix
+  publicsuffix openjdk-17-jdk-headless
   debhelper dpkg-dev lintian help2man chrpath fakeroot binutils util-linux python3-venv
 )
 missing=()
@@ -26,5 +26,4 @@ PY=${PYTHON:-python3}
 $PY - <<'PYEOF' || $PY -m pip install -q pytest cryptography requests httpx
 import pytest, cryptography, requests, httpx  # noqa: F401
 PYEOF
-command -v keytool >/dev/null || echo "install-deps: note: keytool (JDK) not found; Java keystore producer tests need it" >&2
 true

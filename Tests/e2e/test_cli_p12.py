@@ -1,6 +1,8 @@
 """`mtls p12 inspect --json` against files made by openssl and keytool at run time."""
 import hashlib
 import json
+import pathlib
+import shlex
 import subprocess
 
 import pytest
@@ -133,3 +135,27 @@ def test_text_output(pki, cli):
     r = cli("p12", "inspect", pki / "id.p12", "--password-file", pki / "pw.txt")
     assert r.returncode == 0, r.stderr
     assert "Identity #1 \"e2e id\"" in r.stdout and "Chain check:   verified" in r.stdout
+
+
+JAVA_WRITER = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "java" / "WriteKeyStore.java"
+
+
+@pytest.mark.parametrize("how", ["empty", "null"])
+def test_java_key_store_without_a_password_opens_either_way(pki, cli, how):
+    # java.security.KeyStore writes these: the empty password (MAC and bags under ""), or no
+    # password at all (Java's password-less store: no MAC, the key under an empty char[]). A user
+    # cannot know which encoding a producer used, so no password and "" both open each file.
+    sh("openssl pkcs8 -topk8 -nocrypt -in leaf.key -outform DER -out leaf.pk8", pki)
+    name = "Zoë's clé ☺ 😀"  # Java keeps aliases in lower case
+    flags = "-Dkeystore.pkcs12.macAlgorithm=NONE -Dkeystore.pkcs12.certProtectionAlgorithm=NONE" if how == "null" else ""
+    password = "--null" if how == "null" else "''"
+    sh(f"java {flags} {JAVA_WRITER} java.p12 leaf.pk8 leaf.pem {shlex.quote(name)} {password}", pki)
+    for source in (["--no-password"], ["--password-file", pki / "empty.txt"]):
+        r = cli("p12", "inspect", pki / "java.p12", *source, "--json")
+        assert r.returncode == 0, (source, r.stdout, r.stderr)
+        out = json.loads(r.stdout)
+        assert out["password_encoding"] in ("empty", "absent"), out
+        ident, = out["identities"]
+        assert (ident["friendly_name"], ident["leaf_subject_cn"]) == (name.lower(), "e2e.client"), ident
+    r = cli("p12", "inspect", pki / "java.p12", "--password-file", pki / "pw.txt", "--json")
+    assert r.returncode != 0 and json.loads(r.stdout)["error"] == "bad_password", r.stdout
