@@ -718,6 +718,7 @@ typedef struct mtls_listener_options {
     int min_tls, max_tls;           /* as in mtls_conn_options */
     int handshake_timeout_ms;       /* per accepted client; 0: 30 s; negative: no limit */
     int io_timeout_ms;              /* per read or write on accepted connections; 0: no limit */
+    int no_session_tickets;         /* nonzero: issue no session tickets (see mtls_listener_accept) */
 } mtls_listener_options;
 
 /* Fill *opts with the defaults of `version` (MTLS_LISTENER_OPTIONS_VERSION).
@@ -739,9 +740,13 @@ MTLS_EXTERN int mtls_listener_new(const char *address, uint16_t port, const mtls
                                   mtls_listener **out);
 /* The port listened on. */
 MTLS_EXTERN int mtls_listener_port(const mtls_listener *listener, uint16_t *port);
-/* Wait up to timeout_ms (negative: forever) for a client and run its handshake. Every client
- * gets a full handshake (the listener issues no session tickets), so every client certificate
- * is evaluated. A rejected client
+/* Wait up to timeout_ms (negative: forever) for a client and run its handshake. The listener
+ * issues session tickets (unless no_session_tickets): a returning client resumes without the
+ * certificate work, and the connection reports the evaluation made when its ticket was issued
+ * (mtls_conn_evaluation). A ticket resumes only while the client policy is the version that
+ * judged the client (any change to the policy invalidates every ticket), from the same client
+ * address, and while every certificate of the judged chain is within its validity; otherwise
+ * the client gets a full handshake and a fresh evaluation. A rejected client
  * gives an error saying why (MTLS_E_UNTRUSTED with our evaluation's reasons, or no certificate
  * when one is required; MTLS_E_PEER_ALERT). Free *out with mtls_conn_free. */
 MTLS_EXTERN int mtls_listener_accept(mtls_listener *listener, int timeout_ms, mtls_conn **out);

@@ -221,6 +221,7 @@ public func mtls_listener_new(_ address: UnsafePointer<CChar>?, _ port: UInt16, 
             o.maxVersion = try tlsVersion(c.max_tls, "max_tls")
             o.handshakeTimeout = seconds(c.handshake_timeout_ms, default: 30)
             o.ioTimeout = seconds(c.io_timeout_ms, default: nil)
+            o.sessionTickets = c.no_session_tickets == 0
             return try TLSListener(address: optionalString(address), port: port, options: o)
         }
     }

@@ -108,6 +108,7 @@ static inline int mtls_ossl_sk_X509_NAME_push_dup(STACK_OF(X509_NAME) *sk, const
 }
 static inline uint64_t mtls_ossl_SSL_OP_NO_TICKET(void) { return SSL_OP_NO_TICKET; }
 static inline uint64_t mtls_ossl_SSL_OP_IGNORE_UNEXPECTED_EOF(void) { return SSL_OP_IGNORE_UNEXPECTED_EOF; }
+static inline uint64_t mtls_ossl_SSL_OP_NO_RENEGOTIATION(void) { return SSL_OP_NO_RENEGOTIATION; }
 static inline STACK_OF(X509_NAME) *mtls_ossl_sk_X509_NAME_new_null(void) { return sk_X509_NAME_new_null(); }
 static inline void mtls_ossl_sk_X509_NAME_pop_free(STACK_OF(X509_NAME) *sk) { sk_X509_NAME_pop_free(sk, X509_NAME_free); }
 

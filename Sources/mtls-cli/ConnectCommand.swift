@@ -347,6 +347,7 @@ struct ServeCommand: ParsableCommand {
     @Flag(help: "Also accept client certificates of the system trust store (public CAs); without it clients need --client-anchor or a policy with anchors.") var clientSystemAnchors = false
     @Option(help: "ALPN protocol to accept; repeatable.") var alpn: [String] = []
     @Option(help: "Stop after this many clients (default: run until killed).") var count: Int?
+    @Flag(help: "Issue no session tickets: every client gets a full handshake and a fresh evaluation.") var noSessionTickets = false
 
     func run() throws {
         do {
@@ -359,6 +360,7 @@ struct ServeCommand: ParsableCommand {
             if clientSystemAnchors { o.clientPolicy?.systemAnchorsForClients = true }
             o.clientAuthentication = requireClientCert ? .require : (clientAnchor.isEmpty && policy == nil ? .none : .optional)
             o.alpn = alpn
+            o.sessionTickets = !noSessionTickets
             o.handshakeTimeout = 10
             o.ioTimeout = 10
             let listener = try TLSListener(address: address, port: port, options: o)

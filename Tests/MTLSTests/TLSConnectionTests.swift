@@ -143,6 +143,98 @@ final class TLSConnectionTests: XCTestCase {
         }
     }
 
+    func testRenegotiationIsRefusedBothWays() throws {
+        // A TLS 1.2 server that asks to renegotiate (openssl s_server's "R" command: a new
+        // handshake with a certificate request): our client refuses with a no_renegotiation alert,
+        // the server gives up, and the read ends with its alert at once, well within the timeout.
+        let port = Self.freePort()
+        let q = Process()
+        q.executableURL = URL(fileURLWithPath: "/bin/bash")
+        q.arguments = ["-c", "exec openssl s_server -accept 127.0.0.1:\(port) -tls1_2 -cert \(path("server.pem")) " +
+                       "-key \(path("server.key")) -cert_chain \(path("int-a.pem")) -verify 2 -CAfile \(path("root.pem"))"]
+        let qin = Pipe(), qout = Pipe()
+        q.standardInput = qin
+        q.standardOutput = qout
+        q.standardError = qout
+        try q.run()
+        defer { q.terminate() }
+        var o = try clientOptions(identity: identity("client-a"))
+        o.minVersion = .tls12; o.maxVersion = .tls12
+        o.sessionResumption = false
+        o.ioTimeout = 3
+        var c: TLSConnection?
+        for _ in 0..<100 {
+            if let conn = try? TLSConnection.connect(host: "127.0.0.1", port: port, options: o) { c = conn; break }
+            usleep(50_000)
+        }
+        let conn = try XCTUnwrap(c)
+        try conn.write(Array("hello\n".utf8))
+        usleep(200_000)
+        qin.fileHandleForWriting.write(Data("R\n".utf8))
+        let start = Date()
+        var ended: String = "no end"
+        do {
+            while true {
+                let b = try conn.read()
+                if b.isEmpty { ended = "closed"; break }
+            }
+        } catch let e as MTLSError {
+            ended = "\(e.code.name): \(e.message)"
+        }
+        let took = Date().timeIntervalSince(start)
+        conn.close()
+        q.terminate(); q.waitUntilExit()
+        let log = String(decoding: qout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        XCTAssertLessThan(took, 4.5, ended)
+        XCTAssertTrue(ended.hasPrefix("peer_alert") && ended.contains("handshake failure"), ended)
+        XCTAssertTrue(log.contains("no renegotiation"), "s_server got our no_renegotiation alert: \(log.suffix(400))")
+
+        // A TLS 1.2 client that asks to renegotiate (openssl s_client's "R" command): our
+        // listener refuses it, and the connection ends with a clear error within the timeout.
+        var so = TLSServerOptions(identity: try identity("server"))
+        so.clientPolicy = try policy(["int-a"])
+        so.handshakeTimeout = 5
+        so.ioTimeout = 3
+        let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
+        let box = LockedBox<String>("no end")
+        let served = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            var outcome = "no end"
+            do {
+                let c = try listener.accept(timeout: 10)
+                defer { c.close() }
+                while true { if try c.read().isEmpty { outcome = "closed"; break } }
+            } catch let e as MTLSError {
+                outcome = "\(e.code.name): \(e.message)"
+            } catch {
+                outcome = "\(error)"
+            }
+            box.mutate { $0 = outcome }
+            served.signal()
+        }
+        let cl = Process()
+        cl.executableURL = URL(fileURLWithPath: "/bin/bash")
+        cl.arguments = ["-c", "exec openssl s_client -connect 127.0.0.1:\(listener.port) -tls1_2 -cert \(path("client-a.pem")) " +
+                        "-key \(path("client-a.key")) -cert_chain \(path("int-a.pem")) -CAfile \(path("root.pem"))"]
+        let cin = Pipe(), cout = Pipe()
+        cl.standardInput = cin
+        cl.standardOutput = cout
+        cl.standardError = cout
+        try cl.run()
+        defer { cl.terminate() }
+        usleep(500_000)
+        cin.fileHandleForWriting.write(Data("R\n".utf8))
+        let asked = Date()
+        XCTAssertEqual(served.wait(timeout: .now() + 8), .success, "the listener's connection ended")
+        let serverTook = Date().timeIntervalSince(asked)
+        try? cin.fileHandleForWriting.close()
+        cl.terminate(); cl.waitUntilExit()
+        let clog = String(decoding: cout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        XCTAssertLessThan(serverTook, 4.5, box.value)
+        XCTAssertTrue(box.value.hasPrefix("peer_alert") && box.value.contains("handshake failure"), box.value)
+        XCTAssertTrue(clog.contains("no renegotiation"), "s_client got our no_renegotiation alert: \(clog.suffix(400))")
+    }
+
     func testRefusedAndTimeout() throws {
         let port = Self.freePort()
         XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: port)) { e in
@@ -224,6 +316,71 @@ final class TLSConnectionTests: XCTestCase {
             }
             XCTAssertThrowsError(try wait().get()) { e in
                 XCTAssertEqual((e as? MTLSError)?.code, .untrusted, "\(e)")
+            }
+        }
+    }
+
+    /// One client against `listener`: whether each side saw a resumed session, and whether the
+    /// listener's connection reports a trusted evaluation (or the listener's error).
+    func ticketRound(_ listener: TLSListener, _ o: TLSClientOptions) throws -> (client: Bool, server: Result<(Bool, Bool?), Error>) {
+        let box = LockedBox<Result<(Bool, Bool?), Error>>(.failure(MTLSError(.timeout, "not run")))
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            let r = Result { () throws -> (Bool, Bool?) in
+                let c = try listener.accept(timeout: 10)
+                defer { c.close() }
+                try c.write(try c.read())
+                return (c.isResumed, c.evaluation?.trusted)
+            }
+            box.mutate { $0 = r }
+            done.signal()
+        }
+        var resumed = false
+        if let c = try? TLSConnection.connect(host: "127.0.0.1", port: listener.port, options: o) {
+            if (try? c.write(Array("ping".utf8))) != nil, (try? c.read()) != nil {  // the echo comes after a TLS 1.3 ticket
+                resumed = c.isResumed
+            }
+            c.close()
+        }
+        done.wait()
+        return (resumed, box.value)
+    }
+
+    func testListenerTicketsResumeOnlyUnderThePolicyThatJudgedTheClient() throws {
+        for version in [TLSVersion.tls12, .tls13] {
+            var so = TLSServerOptions(identity: try identity("server"))
+            let clientPolicy = try policy(["int-a"])
+            so.clientPolicy = clientPolicy
+            so.handshakeTimeout = 10
+            so.minVersion = version; so.maxVersion = version
+            let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
+            var o = try clientOptions(identity: identity("client-a"))
+            o.minVersion = version; o.maxVersion = version
+            var r = try ticketRound(listener, o)
+            XCTAssertEqual(try r.server.get().0, false, "\(version): the first connection is a full handshake")
+            r = try ticketRound(listener, o)
+            XCTAssertTrue(r.client, "\(version): a returning client resumes")
+            XCTAssertEqual(try r.server.get().0, true)
+            XCTAssertEqual(try r.server.get().1, true, "\(version): the resumed connection reports the ticket's evaluation")
+            // Any change to the client policy invalidates every ticket: the client is judged again.
+            clientPolicy.replaceSettings(from: try policy(["int-b"]))
+            r = try ticketRound(listener, o)
+            XCTAssertFalse(r.client, "\(version): no resumption under another policy")
+            XCTAssertThrowsError(try r.server.get(), "\(version): the new policy refuses client-a") { e in
+                XCTAssertEqual((e as? MTLSError)?.code, .untrusted, "\(e)")
+            }
+            clientPolicy.replaceSettings(from: try policy(["int-a"]))
+            r = try ticketRound(listener, o)
+            XCTAssertEqual(try r.server.get().0, false, "\(version): judged afresh")
+            XCTAssertEqual(try ticketRound(listener, o).server.get().0, true, "\(version): and its new ticket resumes")
+            // A listener without tickets gives every client a full handshake.
+            so.sessionTickets = false
+            let plain = try TLSListener(address: "127.0.0.1", port: 0, options: so)
+            for _ in 0..<2 {
+                r = try ticketRound(plain, o)
+                XCTAssertFalse(r.client)
+                XCTAssertEqual(try r.server.get().0, false)
+                XCTAssertEqual(try r.server.get().1, true)
             }
         }
     }

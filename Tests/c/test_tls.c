@@ -21,7 +21,7 @@ static void count_report_destroy(void *userdata) {
 }
 
 /* The server side: accepts `count` clients, echoing each one's first message; records codes. */
-struct server { mtls_listener *listener; int count; int codes[8]; char cn[8][64]; };
+struct server { mtls_listener *listener; int count; int codes[8]; char cn[8][64]; int resumed[8]; };
 
 static void *serve(void *arg) {
     struct server *s = arg;
@@ -29,6 +29,7 @@ static void *serve(void *arg) {
         mtls_conn *c = NULL;
         s->codes[i] = mtls_listener_accept(s->listener, 10000, &c);
         if (s->codes[i] != MTLS_OK) continue;
+        mtls_conn_resumed(c, &s->resumed[i]);
         mtls_trust_result *ev = NULL;
         int trusted = 0;
         if (mtls_conn_evaluation(c, &ev) == MTLS_OK && ev) mtls_trust_result_trusted(ev, &trusted);
@@ -89,6 +90,7 @@ int main(void) {
     CHECK_RC(mtls_listener_options_init(&lo, 7), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
     CHECK(lo.client_auth == MTLS_CLIENT_AUTH_REQUIRE);
+    CHECK(lo.no_session_tickets == 0); /* tickets by default */
     mtls_listener *l = NULL;
     CHECK_RC(mtls_listener_new("127.0.0.1", 0, &lo, &l), MTLS_E_INVALID_ARGUMENT); /* no identity */
     CHECK(l == NULL);
@@ -230,6 +232,10 @@ int main(void) {
 
     pthread_join(th, NULL);
     for (int i = 0; i < 4; i++) { CHECK_OK(srv.codes[i]); CHECK(strcmp(srv.cn[i], "client-a") == 0); }
+    /* The first client got a full handshake; client-a came back with its ticket and resumed,
+     * and the listener still reports the evaluation (trusted, its CN) for it. */
+    CHECK(srv.resumed[0] == 0);
+    CHECK(srv.resumed[1] + srv.resumed[2] + srv.resumed[3] >= 1);
     CHECK_RC(srv.codes[4], MTLS_E_UNTRUSTED);
     mtls_listener_free(l);
     mtls_listener_free(NULL);

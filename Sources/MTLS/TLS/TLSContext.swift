@@ -17,6 +17,8 @@ final class TLSContextConfig {
     let candidates: [IdentityCandidate]?
     /// Server side: ALPN protocols in wire format (length-prefixed), kept at a stable address.
     let alpnWire: UnsafeMutableBufferPointer<UInt8>?
+    /// Server side: the evaluations behind the session tickets issued.
+    let tickets = ServerTickets()
 
     init(policy: TrustPolicy, purpose: TrustPurpose, identity: ClientIdentity, serverALPN: [String]) throws {
         self.policy = policy
@@ -197,10 +199,20 @@ final class TLSContext: @unchecked Sendable {
                     return SSL_TLSEXT_ERR_OK
                 }, Unmanaged.passUnretained(config).toOpaque())
             }
-            // Every accepted client is judged by our evaluator: no resumption that would skip it.
+            // No server-side session cache: resumption is by stateless tickets only, which
+            // ServerTickets binds to the client policy version that judged the client.
             _ = mtls_ossl_SSL_CTX_set_session_cache_mode(ctx, Int(SSL_SESS_CACHE_OFF))
-            _ = mtls_ossl_SSL_CTX_set_options(ctx, mtls_ossl_SSL_OP_NO_TICKET())
-            _ = SSL_CTX_set_num_tickets(ctx, 0)
+            if options.sessionTickets {
+                _ = SSL_CTX_set_num_tickets(ctx, 1)
+                var sid = Array("libmtls listener".utf8)
+                _ = SSL_CTX_set_session_id_context(ctx, &sid, UInt32(sid.count))
+                SSL_CTX_set_session_ticket_cb(ctx, { ssl, arg in ServerTickets.generate(ssl, arg) },
+                                              { ssl, session, _, _, status, arg in ServerTickets.decrypt(ssl, session, status, arg) },
+                                              Unmanaged.passUnretained(config).toOpaque())
+            } else {
+                _ = mtls_ossl_SSL_CTX_set_options(ctx, mtls_ossl_SSL_OP_NO_TICKET())
+                _ = SSL_CTX_set_num_tickets(ctx, 0)
+            }
             return TLSContext(ctx: ctx, config: config)
         } catch {
             SSL_CTX_free(ctx)
@@ -251,7 +263,9 @@ final class TLSContext: @unchecked Sendable {
     }
 
     /// Records alerts sent and received, so errors can say which side refused; tolerates a peer
-    /// that closes without close_notify.
+    /// that closes without close_notify; refuses TLS 1.2 renegotiation either way (a peer asking
+    /// for it gets a no_renegotiation alert: the certificate judged at the handshake is the only
+    /// one a connection ever has).
     private static func installAlertTracking(_ ctx: OpaquePointer) {
         SSL_CTX_set_info_callback(ctx) { ssl, where_, value in
             guard (where_ & SSL_CB_ALERT) != 0, (value & 0xff) != 0 /* close_notify */ else { return }
@@ -259,7 +273,7 @@ final class TLSContext: @unchecked Sendable {
             let text = TLSContext.alertText(value & 0xff)
             if (where_ & SSL_CB_READ) != 0 { state?.receivedAlert = text } else { state?.sentAlert = text }
         }
-        _ = mtls_ossl_SSL_CTX_set_options(ctx, mtls_ossl_SSL_OP_IGNORE_UNEXPECTED_EOF())
+        _ = mtls_ossl_SSL_CTX_set_options(ctx, mtls_ossl_SSL_OP_IGNORE_UNEXPECTED_EOF() | mtls_ossl_SSL_OP_NO_RENEGOTIATION())
     }
 
     /// An alert's description in OpenSSL's words, with the TLS 1.3 alerts OpenSSL 3.0 has no
@@ -500,5 +514,101 @@ final class SessionCache: Sendable {
               let key = state.sessionKey, let stamp = state.policyStamp, SSL_SESSION_is_resumable(session) == 1 else { return 0 }
         cache.store(key, session, state.evaluation, policy: stamp)
         return 1
+    }
+}
+
+/// A listener's session tickets. A ticket (encrypted and authenticated by OpenSSL with the
+/// context's own random key) carries the client policy version that judged the client, the
+/// client's address and the number of the evaluation kept here. It resumes only while the
+/// policy has not changed, from the same address, with every certificate of the judged chain
+/// still within its validity; otherwise the client gets a full handshake and a fresh
+/// evaluation. A resumed connection reports the evaluation made for its ticket.
+final class ServerTickets: Sendable {
+    /// How many evaluations are kept; the oldest go first (their tickets then give a full handshake).
+    static let capacity = 4096
+
+    private struct Book {
+        var next: UInt64 = 1
+        var entries: [UInt64: TrustResult] = [:]
+        var order: [UInt64] = []
+        var head = 0
+    }
+    private let book = Mutex(Book())
+
+    private func keep(_ evaluation: TrustResult) -> UInt64 {
+        book.withLock { b in
+            let id = b.next
+            b.next &+= 1
+            b.entries[id] = evaluation
+            b.order.append(id)
+            while b.entries.count > Self.capacity, b.head < b.order.count {
+                b.entries[b.order[b.head]] = nil
+                b.head += 1
+            }
+            if b.head > Self.capacity { b.order.removeFirst(b.head); b.head = 0 }
+            return id
+        }
+    }
+
+    private func evaluation(_ id: UInt64) -> TrustResult? { book.withLock { $0.entries[id] } }
+
+    /// What a ticket carries: "v1 <policy version> <evaluation number> <client address>".
+    private static func appData(version: UInt64, id: UInt64, peer: TrustPeer) -> [UInt8] {
+        Array("v1 \(version) \(id) \(peer.host ?? "-")".utf8)
+    }
+
+    private static func config(_ arg: UnsafeMutableRawPointer?) -> TLSContextConfig? {
+        arg.map { Unmanaged<TLSContextConfig>.fromOpaque($0).takeUnretainedValue() }
+    }
+
+    /// OpenSSL's ticket generation callback: records the evaluation and binds the ticket to it.
+    /// A client whose certificate was not judged trusted gets a ticket that never resumes.
+    static func generate(_ ssl: OpaquePointer?, _ arg: UnsafeMutableRawPointer?) -> Int32 {
+        guard let ssl, let config = config(arg), let state = TLSHandshakeState.of(ssl),
+              let session = SSL_get_session(ssl) else { return 1 }
+        let id: UInt64
+        if let e = state.evaluation {
+            guard e.trusted else { return 1 }
+            id = config.tickets.keep(e)
+        } else {
+            id = 0 // no client certificate (client authentication optional or off)
+        }
+        let data = appData(version: config.policy.version, id: id, peer: state.peer)
+        _ = data.withUnsafeBytes { SSL_SESSION_set1_ticket_appdata(session, $0.baseAddress, $0.count) }
+        return 1
+    }
+
+    /// OpenSSL's ticket decryption callback: resumes only a ticket bound to the policy version
+    /// in force, this client's address and a kept evaluation whose chain is still valid.
+    static func decrypt(_ ssl: OpaquePointer?, _ session: OpaquePointer?, _ status: SSL_TICKET_STATUS,
+                        _ arg: UnsafeMutableRawPointer?) -> SSL_TICKET_RETURN {
+        switch status {
+        case SSL_TICKET_SUCCESS, SSL_TICKET_SUCCESS_RENEW: break
+        case SSL_TICKET_EMPTY, SSL_TICKET_NO_DECRYPT: return SSL_TICKET_RETURN_IGNORE_RENEW
+        default: return SSL_TICKET_RETURN_ABORT
+        }
+        guard let ssl, let session, let config = config(arg), let state = TLSHandshakeState.of(ssl) else {
+            return SSL_TICKET_RETURN_IGNORE_RENEW
+        }
+        var raw: UnsafeMutableRawPointer? = nil
+        var len = 0
+        guard SSL_SESSION_get0_ticket_appdata(session, &raw, &len) == 1, let raw, len > 0, len < 4096 else {
+            return SSL_TICKET_RETURN_IGNORE_RENEW
+        }
+        let got = Array(UnsafeRawBufferPointer(start: raw, count: len))
+        let fields = String(decoding: got, as: UTF8.self).split(separator: " ", maxSplits: 3)
+        guard fields.count == 4, let id = UInt64(fields[2]),
+              got == appData(version: config.policy.version, id: id, peer: state.peer) else {
+            return SSL_TICKET_RETURN_IGNORE_RENEW
+        }
+        if id != 0 {
+            let now = Date()
+            guard let e = config.tickets.evaluation(id), e.trusted,
+                  e.chain.allSatisfy({ $0.notBefore <= now && now <= $0.notAfter }) else {
+                return SSL_TICKET_RETURN_IGNORE_RENEW
+            }
+            state.evaluation = e
+        }
+        return status == SSL_TICKET_SUCCESS ? SSL_TICKET_RETURN_USE : SSL_TICKET_RETURN_USE_RENEW
     }
 }

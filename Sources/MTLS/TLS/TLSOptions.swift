@@ -174,6 +174,10 @@ public struct TLSServerOptions: Sendable {
     /// Seconds allowed for each accepted client's handshake, and for reads and writes.
     public var handshakeTimeout: Double? = 30
     public var ioTimeout: Double? = nil
+    /// Issue session tickets, so a returning client resumes without the certificate work. A
+    /// ticket resumes only under the client policy version that judged the client, from the
+    /// same address, while its chain is valid; otherwise the client gets a full handshake.
+    public var sessionTickets = true
 
     public init(identity: Identity) { self.identity = identity }
 

@@ -160,3 +160,28 @@ def test_configure_an_openssl_ssl_ctx(pki):
             mtls.configure_ssl_ctx(None)
     finally:
         libssl.SSL_CTX_free(ctx)
+
+
+@pytest.mark.parametrize("tickets", [True, False])
+def test_listener_session_tickets(pki, tickets):
+    # A returning client resumes with the listener's ticket (the server still reports the
+    # evaluation its ticket was issued under); without tickets every client is judged afresh.
+    listener = mtls.Listener(identity(pki, "server"), client_policy=anchored(pki, "int-a.pem"), session_tickets=tickets)
+    seen = []
+
+    def run():
+        for _ in range(2):
+            with listener.accept(timeout=10) as c:
+                seen.append((c.resumed, c.evaluation.trusted, c.peer_chain[0].subject_summary))
+                c.write(c.read())
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    policy = anchored(pki, "root.pem")
+    for _ in range(2):
+        with client(pki, listener.port, policy=policy) as c:
+            c.write(b"x")
+            assert c.read() == b"x"
+    t.join(15)
+    listener.close()
+    assert seen == [(False, True, "client-a"), (tickets, True, "client-a")], seen

@@ -54,6 +54,7 @@ class ListenerOptions(ctypes.Structure):
         ("max_tls", ctypes.c_int),
         ("handshake_timeout_ms", ctypes.c_int),
         ("io_timeout_ms", ctypes.c_int),
+        ("no_session_tickets", ctypes.c_int),
     ]
 
 
@@ -290,7 +291,8 @@ class Listener(_Handle):
 
     def __init__(self, identity: Identity, *, address: Optional[str] = "127.0.0.1", port: int = 0,
                  client_auth: str = "require", client_policy: Optional[Policy] = None, alpn: Sequence[str] = (),
-                 min_tls="1.2", max_tls="1.3", handshake_timeout=None, io_timeout=None):
+                 min_tls="1.2", max_tls="1.3", handshake_timeout=None, io_timeout=None,
+                 session_tickets: bool = True):
         if client_auth not in CLIENT_AUTH:
             raise ValueError("client_auth must be 'none', 'optional' or 'require'")
         o = ListenerOptions()
@@ -301,6 +303,7 @@ class Listener(_Handle):
         o.alpn = utf8(",".join(alpn)) if alpn else None
         o.min_tls, o.max_tls = _version(min_tls), _version(max_tls)
         o.handshake_timeout_ms, o.io_timeout_ms = _ms(handshake_timeout), _ms(io_timeout)
+        o.no_session_tickets = 0 if session_tickets else 1
         super().__init__(out_handle(lib.mtls_listener_new, utf8(address), int(port), ctypes.byref(o)))
 
     @property
