@@ -3,6 +3,12 @@
  *
  *   bench_tls server PORT CERT_CHAIN KEY CLIENT_CA         serve until killed
  *   bench_tls client PORT 12|13 full|resumed CERT KEY INTERMEDIATE ROOT SECONDS
+ *   bench_tls serverside RAW_PORT 12|13 full|resumed CERT KEY INTERMEDIATE ROOT SECONDS SERVER_CHAIN SERVER_KEY
+ *
+ * serverside: the server's side of the handshake. A libmtls listener (server identity
+ * SERVER_CHAIN/SERVER_KEY, clients judged against ROOT, session tickets on) runs in this process;
+ * the raw OpenSSL C server of `bench_tls server` listens on RAW_PORT. The same raw OpenSSL C
+ * client (CERT/KEY/INTERMEDIATE) alternates between the two, each with its own session.
  *
  * Each handshake: connect, present the client certificate, verify the server (anchor ROOT, name
  * server.test), write one byte, read one byte (the TLS 1.3 ticket arrives with it), close. The
@@ -13,6 +19,7 @@
 #include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,24 +98,26 @@ static void raw_setup(int version, const char *cert, const char *key, const char
     SSL_CTX_set_session_cache_mode(raw_ctx, SSL_SESS_CACHE_CLIENT);
 }
 
-static void raw_handshake(int port, int resume) {
+static void raw_handshake_with(int port, int resume, SSL_SESSION **session, long *reused) {
     int fd = tcp_connect(port);
     SSL *ssl = SSL_new(raw_ctx);
     SSL_set_fd(ssl, fd);
     SSL_set_tlsext_host_name(ssl, "server.test");
     SSL_set1_host(ssl, "server.test");
-    if (resume && raw_session) SSL_set_session(ssl, raw_session);
+    if (resume && *session) SSL_set_session(ssl, *session);
     char b;
     if (SSL_connect(ssl) != 1 || SSL_write(ssl, "x", 1) != 1 || SSL_read(ssl, &b, 1) != 1) die("raw handshake");
-    raw_reused += SSL_session_reused(ssl);
+    *reused += SSL_session_reused(ssl);
     if (resume) { /* the newest ticket, as libmtls's cache keeps */
-        SSL_SESSION_free(raw_session);
-        raw_session = SSL_get1_session(ssl);
+        SSL_SESSION_free(*session);
+        *session = SSL_get1_session(ssl);
     }
     SSL_shutdown(ssl);
     SSL_free(ssl);
     close(fd);
 }
+
+static void raw_handshake(int port, int resume) { raw_handshake_with(port, resume, &raw_session, &raw_reused); }
 
 /* ---- libmtls client */
 static mtls_conn_options mo;
@@ -158,8 +167,74 @@ static void mtls_handshake(int port, int resume, int *resumed) {
     mtls_conn_free(c);
 }
 
+/* ---- libmtls listener (serverside) */
+static void *listener_loop(void *arg) {
+    mtls_listener *l = arg;
+    for (;;) {
+        mtls_conn *c = NULL;
+        if (mtls_listener_accept(l, -1, &c) != MTLS_OK) continue;
+        uint8_t b; size_t n;
+        if (mtls_conn_read(c, &b, 1, &n) == MTLS_OK && n == 1) mtls_conn_write(c, (const uint8_t *)"y", 1, &n);
+        mtls_conn_shutdown(c);
+        mtls_conn_free(c);
+    }
+    return NULL;
+}
+
+static int serverside(char **argv) {
+    int raw_port = atoi(argv[2]), version = atoi(argv[3]), resume = strcmp(argv[4], "resumed") == 0;
+    double seconds = atof(argv[9]);
+    raw_setup(version, argv[5], argv[6], argv[7], argv[8]);
+    mtls_identity *id = NULL;
+    if (mtls_identity_from_pem(slurp(argv[10]), slurp(argv[11]), NULL, &id) != MTLS_OK) die(mtls_last_error());
+    mtls_cert **anchors = NULL; size_t n = 0;
+    if (mtls_cert_list_load(argv[8], &anchors, &n) != MTLS_OK) die(mtls_last_error());
+    mtls_policy *p = NULL;
+    mtls_policy_new(&p);
+    mtls_policy_add_anchor(p, anchors[0]);
+    mtls_policy_set_anchors_only(p, 1);
+    mtls_cert_list_free(anchors, n);
+    mtls_listener_options lo;
+    mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION);
+    lo.identity = id;
+    lo.client_policy = p;
+    lo.min_tls = lo.max_tls = version == 12 ? MTLS_TLS_1_2 : MTLS_TLS_1_3;
+    mtls_listener *l = NULL;
+    if (mtls_listener_new("127.0.0.1", 0, &lo, &l) != MTLS_OK) die(mtls_last_error());
+    uint16_t mtls_port = 0;
+    mtls_listener_port(l, &mtls_port);
+    pthread_t th;
+    pthread_create(&th, NULL, listener_loop, l);
+    SSL_SESSION *raw_s = NULL, *mtls_s = NULL;
+    long raw_r = 0, mtls_r = 0;
+    for (int i = 0; i < 20; i++) {
+        raw_handshake_with(raw_port, resume, &raw_s, &raw_r);
+        raw_handshake_with(mtls_port, resume, &mtls_s, &mtls_r);
+    }
+    double t_raw = 0, t_mtls = 0, start = bench_now();
+    long total = 0; raw_r = 0; mtls_r = 0;
+    while (bench_now() - start < seconds) {
+        double t0 = bench_now();
+        raw_handshake_with(raw_port, resume, &raw_s, &raw_r);
+        double t1 = bench_now();
+        raw_handshake_with(mtls_port, resume, &mtls_s, &mtls_r);
+        double t2 = bench_now();
+        t_raw += t1 - t0; t_mtls += t2 - t1;
+        total++;
+    }
+    if (resume && (mtls_r < total * 9 / 10 || raw_r < total * 9 / 10)) {
+        fprintf(stderr, "bench_tls: resumed %ld (libmtls listener) and %ld (raw server) of %ld\n", mtls_r, raw_r, total);
+        return 1;
+    }
+    if (!resume && (mtls_r || raw_r)) { fprintf(stderr, "bench_tls: full handshakes resumed\n"); return 1; }
+    double best_raw = total / t_raw, best_mtls = total / t_mtls;
+    printf("%.0f %.0f %.3f\n", best_raw, best_mtls, best_mtls / best_raw);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 6 && strcmp(argv[1], "server") == 0) return server(atoi(argv[2]), argv[3], argv[4], argv[5]);
+    if (argc == 12 && strcmp(argv[1], "serverside") == 0) { signal(SIGPIPE, SIG_IGN); return serverside(argv); }
     if (argc != 10 || strcmp(argv[1], "client") != 0) {
         fprintf(stderr, "usage: bench_tls server PORT CHAIN KEY CLIENT_CA | client PORT 12|13 full|resumed CERT KEY INTER ROOT SECONDS\n");
         return 2;
