@@ -177,9 +177,9 @@ def test_listener_session_tickets(pki, tickets):
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    policy = anchored(pki, "root.pem")
+    policy, me = anchored(pki, "root.pem"), identity(pki, "client-a")  # one client: its session is reused
     for _ in range(2):
-        with client(pki, listener.port, policy=policy) as c:
+        with client(pki, listener.port, policy=policy, identity=me) as c:
             c.write(b"x")
             assert c.read() == b"x"
     t.join(15)
