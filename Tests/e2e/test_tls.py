@@ -384,8 +384,12 @@ def test_curl_with_client_cert(pki, mtls_server):
 
 
 def test_curl_other_customer_and_no_cert_rejected(pki, mtls_server):
-    assert curl(pki, mtls_server.port, "--cert", pki("client-b-chain.pem"), "--key", pki("client-b.key")).returncode != 0
-    assert curl(pki, mtls_server.port).returncode != 0
+    # Each refusal names its cause: the listener's alert reaches curl (exit 56: TLS 1.3 reports it
+    # on the first read).
+    r = curl(pki, mtls_server.port, "--cert", pki("client-b-chain.pem"), "--key", pki("client-b.key"))
+    assert r.returncode == 56 and "alert unknown ca" in r.stderr, r
+    r = curl(pki, mtls_server.port)
+    assert r.returncode == 56 and "alert certificate required" in r.stderr, r
     log = server_log(mtls_server, lambda log: log.count("[untrusted]") >= 2)
     assert log.count("[untrusted]") == 2, log
 
@@ -464,7 +468,8 @@ def test_curl_example_with_p12_and_pinned_root(pki, peers, curl_fetch):
     assert "<HTML>" in r.stdout and "BEGIN CERTIFICATE" in r.stdout  # s_server shows the client's certificate
     # Another anchor: libmtls's evaluator refuses the server inside libcurl's handshake.
     r = subprocess.run(args + ["--anchor", pki("other-root.pem")], capture_output=True, text=True, timeout=30)
-    assert r.returncode != 0 and "<HTML>" not in r.stdout
+    assert r.returncode == 1 and "<HTML>" not in r.stdout, r
+    assert "peer certificate" in r.stderr and "not OK" in r.stderr, r.stderr  # CURLE_PEER_FAILED_VERIFICATION
 
 
 def test_curl_example_with_stored_identity(pki, peers, curl_fetch, tmp_path):
