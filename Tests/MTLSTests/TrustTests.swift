@@ -331,10 +331,15 @@ final class TrustTests: XCTestCase {
     func testCommonNameIsNotANameButObeysNameConstraints() throws {
         assertTrusted(try policy().evaluate(chain: certs("cnparent-chain.pem"), host: "server.test"))
         assertTrusted(try policy().evaluate(chain: certs("ncok-chain.pem"), host: "api.allowed.test"))
-        assertFails(try policy().evaluate(chain: certs("nccn-chain.pem"), host: "api.allowed.test"),
-                    TrustReason.Code.nameConstraintViolation)
+        // With SANs the CN is not a name: a CN outside the constraints is no reason to refuse
+        // (BetterTLS counts refusing it a failure; webpki, Go and pyca accept).
+        assertTrusted(try policy().evaluate(chain: certs("nccn-chain.pem"), host: "api.allowed.test"))
         // An address in the CN is not a DNS name: DNS constraints leave it (and the IP SAN) alone.
         assertTrusted(try policy().evaluate(chain: certs("ncipcn-chain.pem"), host: "127.0.0.1"))
+        // Without SANs, a DNS-like CN is judged by the constraints as a dNSName would be.
+        assertFails(try policy().evaluate(chain: certs("nccnonly-chain.pem"), host: nil, purpose: .clientAuth),
+                    TrustReason.Code.nameConstraintViolation)
+        assertTrusted(try policy().evaluate(chain: certs("nccnonlyok-chain.pem"), host: nil, purpose: .clientAuth))
     }
 
     func testPathBuildingFindsTheGoodIssuerAmongBadCandidates() throws {

@@ -143,7 +143,12 @@ def test_verify_common_name_is_not_a_name(tpki):
     r = run_cli("verify", tpki / "cnparent-chain.pem", "--host", "server.test", "--anchor", tpki / "root.pem",
                 "--anchors-only", "--json")
     assert r.returncode == 0, r.stdout
+    # With SANs, a CN outside the name constraints is not a name and no reason to refuse ...
     r = run_cli("verify", tpki / "nccn-chain.pem", "--host", "api.allowed.test", "--anchor", tpki / "root.pem",
+                "--anchors-only", "--json")
+    assert r.returncode == 0, r.stdout
+    # ... but a client certificate without SANs is judged by its DNS-like CN.
+    r = run_cli("verify", tpki / "nccnonly-chain.pem", "--purpose", "client", "--anchor", tpki / "root.pem",
                 "--anchors-only", "--json")
     assert r.returncode != 0
     assert "name_constraint_violation" in [x["code"] for x in json.loads(r.stdout)["reasons"]]

@@ -417,11 +417,13 @@ struct ChainCheck: Sendable {
             }
             let nc = raw.assumingMemoryBound(to: NAME_CONSTRAINTS.self)
             defer { NAME_CONSTRAINTS_free(nc) }
-            // The common name is never a name of the peer, but one that looks like a DNS name must
-            // satisfy the constraints as a dNSName would (OpenSSL's own CN rule, applied even
-            // though libmtls never matches the host against the CN). An address written in the
-            // CN is not a DNS name (OpenSSL's rule would take "127.0.0.1" for one): it is free.
-            if i > 0, let leaf = ctx.chain.first,
+            // The common name is never a name of the peer. On a leaf without subjectAltName a
+            // DNS-like CN is the only host-like name, and it must satisfy the constraints as a
+            // dNSName would (OpenSSL's CN rule). On a leaf with SANs the CN is not a name at all
+            // (RFC 6125 6.4.4; webpki, Go and pyca ignore it): the constraints judge the SANs only,
+            // and a CN outside them is no reason to refuse. An address written in the CN is not a
+            // DNS name (OpenSSL's rule would take "127.0.0.1" for one).
+            if i > 0, let leaf = ctx.chain.first, !extensionPresence(leaf, NID_subject_alt_name).present,
                !commonNames(leaf).allSatisfy({ IPAddress.parseLoose($0) != nil }),
                NAME_CONSTRAINTS_check_CN(leaf, nc) != X509_V_OK {
                 OpenSSLErrorQueue.clear()
