@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from _cbench import build, free_port
+from _cbench import build, free_port, row, throughput_row
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -138,10 +138,14 @@ def http_rows(pki, tmp):
             base, ours = got["ssl"], got["mtls"]
             print(f"requests GET {label:<27} mtls {ours:8.0f}/s  ssl {base:8.0f}/s  ratio {ours / base:5.2f}x "
                   f"(target >= 1.0x)", flush=True)
+            throughput_row("python https", f"requests GET, {label}", ours, base, 1.0, unit="req/s",
+                           baseline_name="requests + Python ssl")
             if close:
                 nores = got["mtls-noresume"]
                 print(f"requests GET {'  ... without TLS resumption':<27} mtls {nores:8.0f}/s  ssl {base:8.0f}/s  "
                       f"ratio {nores / base:5.2f}x (Python ssl does not resume either)", flush=True)
+                throughput_row("python https", "requests GET, new connection per request, resumption off", nores, base,
+                               1.0, unit="req/s", baseline_name="requests + Python ssl")
         for s in clients.values():
             s.close()
     finally:
@@ -176,6 +180,10 @@ def eval_rows(pki, tmp):
           f"ratio {py_cached / c_cached:5.2f}x (Python's per-call overhead: {(py_cached - c_cached) / 1000:.2f} us)")
     print(f"evaluate from Python, uncached    {py_uncached / 1000:8.2f} us/call  C {c_uncached / 1000:8.2f} us/call  "
           f"ratio {py_uncached / c_uncached:5.2f}x")
+    row("python https", "evaluate a chain from Python, cached", py_cached / c_cached, None,
+        mtls=round(py_cached / 1000, 2), baseline=round(c_cached / 1000, 2), unit="us/call", baseline_name="the same from C")
+    row("python https", "evaluate a chain from Python, uncached", py_uncached / c_uncached, 1.25,
+        mtls=round(py_uncached / 1000, 2), baseline=round(c_uncached / 1000, 2), unit="us/call", baseline_name="the same from C")
 
 
 def rss_kb():

@@ -40,7 +40,10 @@ def main():
         cpus = os.cpu_count() or 2
         env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
         mport, nport = free_port(), free_port()
-        procs.append(subprocess.Popen([exe, "serve", str(mport), p("server-full.pem"), p("server.key"), p("int-a.pem"),
+        # Both servers trust the same root for clients and check the same two signatures
+        # (client-a by int-a, int-a by the root). nginx's OpenSSL needs the chain to end at a
+        # self-signed root (it does not take the intermediate alone as an anchor).
+        procs.append(subprocess.Popen([exe, "serve", str(mport), p("server-full.pem"), p("server.key"), p("root.pem"),
                                        str(4 * cpus)], env=env))
         conf = os.path.join(work, "nginx.conf")
         with open(conf, "w") as f:
@@ -50,7 +53,7 @@ http {{ access_log off; client_body_temp_path {work}; proxy_temp_path {work}; fa
   uwsgi_temp_path {work}; scgi_temp_path {work};
   server {{ listen 127.0.0.1:{nport} ssl; ssl_certificate {p("server-full.pem")}; ssl_certificate_key {p("server.key")};
     ssl_protocols TLSv1.3; ssl_session_tickets off; ssl_session_cache off;
-    ssl_client_certificate {p("int-a.pem")}; ssl_verify_client on; ssl_verify_depth 1;
+    ssl_client_certificate {p("root.pem")}; ssl_verify_client on; ssl_verify_depth 2;
     keepalive_timeout 0; location / {{ return 200 "ok"; }} }} }}
 """)
         procs.append(subprocess.Popen([NGINX, "-c", conf, "-e", os.path.join(work, "error.log")]))
@@ -62,7 +65,8 @@ http {{ access_log off; client_body_temp_path {work}; proxy_temp_path {work}; fa
                                 str(CLIENTS), str(SECONDS)], env=env, capture_output=True, text=True, check=True)
             rate, failed = r.stdout.split()
             if int(failed):
-                raise SystemExit(f"bench_server: {failed} failed requests against port {port}")
+                who = "nginx" if port == nport else "the libmtls listener"
+                raise SystemExit(f"bench_server: {failed} failed requests against {who} (port {port})")
             return float(rate)
 
         ratios, m_rates, n_rates = [], [], []

@@ -193,18 +193,8 @@ extension Token {
         }
         let keyAttributes = try session.attributes(key, [CK_ATTRIBUTE_TYPE(CKA_LABEL), CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE),
                                                          CK_ATTRIBUTE_TYPE(CKA_ALWAYS_AUTHENTICATE)], guess: 256)
-        let keyLabel = keyAttributes[CK_ATTRIBUTE_TYPE(CKA_LABEL)].map { String(decoding: $0, as: UTF8.self) }
-        let keyURI = try P11KitURI.format(token: info, label: keyLabel, id: id.isEmpty ? nil : id,
-                                          cls: CK_OBJECT_CLASS(CKO_PRIVATE_KEY))
-        guard let publicKey = X509_get0_pubkey(leaf.x509) else {
-            throw MTLSError.openSSL(.parse, "cannot read the public key of \"\(leaf.subjectSummary)\"")
-        }
-        try checkKeyType(keyAttributes[CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)], certificateKey: publicKey, leaf: leaf)
-        let context = TokenKeyContext(session: session, key: key, uri: keyURI,
-                                      contextPIN: contextPIN(keyAttributes, token: token, plan: plan))
-        reconnect(session, token: token, key: key, id: id, label: keyLabel, plan: plan)
-        let pkey = try TokenKey.make(publicKey: publicKey, context: context)
-        let privateKey = PrivateKey(takingOwnership: pkey, tokenURI: keyURI)
+        let (privateKey, _) = try signingKey(key, attributes: keyAttributes, id: id, leaf: leaf, session: session,
+                                                    token: token, info: info, plan: plan)
 
         // Other certificates on the token (a CA chain stored with the key) help build the chain:
         // those whose subject is an issuer on the leaf's path, and any whose names are unknown;
@@ -305,8 +295,24 @@ extension Token {
         let attributes = try session.attributes(key, [CK_ATTRIBUTE_TYPE(CKA_LABEL), CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE),
                                                       CK_ATTRIBUTE_TYPE(CKA_ID), CK_ATTRIBUTE_TYPE(CKA_ALWAYS_AUTHENTICATE)],
                                                 guess: 256)
-        let keyLabel = attributes[CK_ATTRIBUTE_TYPE(CKA_LABEL)].map { String(decoding: $0, as: UTF8.self) }
         let id = attributes[CK_ATTRIBUTE_TYPE(CKA_ID)] ?? []
+        let (privateKey, keyLabel) = try signingKey(key, attributes: attributes, id: id, leaf: leaf, session: session,
+                                                    token: token, info: info, plan: plan)
+        // The key's public half is the certificate's by construction; only a signature shows the
+        // token key is the certificate's key.
+        try proveKey(privateKey, belongsTo: leaf, tokenLabel: token.label)
+        let tokenCertificates = others.compactMap { c in c.der.flatMap { try? Certificate(der: $0) } }
+        return try Identity(privateKey: privateKey, leaf: leaf, certificates: stored.chain + tokenCertificates,
+                            friendlyName: keyLabel, localKeyID: id.isEmpty ? nil : id)
+    }
+
+    /// The token key `key` as the private key of `leaf`: its type must match the certificate's
+    /// key; it signs through the token (context-specific login for always-authenticate keys) and
+    /// comes back after the token is removed and reinserted. Returns it with the key's label.
+    private static func signingKey(_ key: CK_OBJECT_HANDLE, attributes: [CK_ATTRIBUTE_TYPE: [UInt8]], id: [UInt8],
+                                   leaf: Certificate, session: PKCS11Session, token: TokenInfo, info: CK_TOKEN_INFO,
+                                   plan: PINPlan) throws -> (PrivateKey, String?) {
+        let keyLabel = attributes[CK_ATTRIBUTE_TYPE(CKA_LABEL)].map { String(decoding: $0, as: UTF8.self) }
         let keyURI = try P11KitURI.format(token: info, label: keyLabel, id: id.isEmpty ? nil : id,
                                           cls: CK_OBJECT_CLASS(CKO_PRIVATE_KEY))
         guard let publicKey = X509_get0_pubkey(leaf.x509) else {
@@ -317,13 +323,7 @@ extension Token {
                                       contextPIN: contextPIN(attributes, token: token, plan: plan))
         reconnect(session, token: token, key: key, id: id, label: keyLabel, plan: plan)
         let pkey = try TokenKey.make(publicKey: publicKey, context: context)
-        let privateKey = PrivateKey(takingOwnership: pkey, tokenURI: keyURI)
-        // The key's public half is the certificate's by construction; only a signature shows the
-        // token key is the certificate's key.
-        try proveKey(privateKey, belongsTo: leaf, tokenLabel: token.label)
-        let tokenCertificates = others.compactMap { c in c.der.flatMap { try? Certificate(der: $0) } }
-        return try Identity(privateKey: privateKey, leaf: leaf, certificates: stored.chain + tokenCertificates,
-                            friendlyName: keyLabel, localKeyID: id.isEmpty ? nil : id)
+        return (PrivateKey(takingOwnership: pkey, tokenURI: keyURI), keyLabel)
     }
 
     /// Lets the key's session come back after the token was removed and reinserted, or in a
