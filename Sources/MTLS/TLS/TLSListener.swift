@@ -9,8 +9,9 @@ import Glibc
 /// identity and its client policy. ``accept(timeout:)`` may be called from several threads.
 ///
 /// Handshakes run concurrently: from the first ``accept(timeout:)`` on, a listener thread accepts
-/// sockets and runs each client's handshake on a thread of its own, so one slow or stalled client
-/// never holds up the others (each is bounded by the handshake timeout). ``accept(timeout:)``
+/// sockets and runs each client's handshake on a thread of its own (a handshake thread that
+/// finished waits, up to ``maxIdleThreads`` of them, for the next client instead of exiting), so
+/// one slow or stalled client never holds up the others (each is bounded by the handshake timeout). ``accept(timeout:)``
 /// returns handshaken clients, and throws for rejected ones, in the order they finish. At most
 /// ``maxPending`` clients are handshaking or waiting to be accepted; beyond that the kernel's
 /// backlog holds them.
@@ -24,6 +25,8 @@ public final class TLSListener: Sendable {
     private let core: ListenerCore
     /// The most clients handshaking or handshaken and not yet accepted at once.
     public static let maxPending = 256
+    /// The most handshake threads kept waiting for the next client.
+    public static let maxIdleThreads = 16
 
     /// Listens on `address` (nil: every IPv4 address; "127.0.0.1", "::1"...) and `port` (0 for
     /// an ephemeral port).
@@ -63,6 +66,9 @@ final class ListenerCore: Sendable {
         var started = false
         var closed = false
         var acceptorRunning = false
+        /// Handshake threads waiting on `workSignal`, and the clients handed to them.
+        var idleThreads = 0
+        var jobs: [(fd: Int32, peer: String)] = []
     }
 
     /// A finished handshake: moved from its handshake thread to the thread that accepts it.
@@ -81,6 +87,10 @@ final class ListenerCore: Sendable {
     /// Readable while finished handshakes are queued (one byte per queued result).
     private let wakeRead: Int32
     private let wakeWrite: Int32
+    /// Posted once for each client handed to an idle handshake thread, and once for each idle
+    /// thread when the listener closes. Allocated once, freed in deinit (no thread holds the
+    /// core then).
+    nonisolated(unsafe) private let workSignal: UnsafeMutablePointer<sem_t>
 
     init(listenFD: Int32, context: TLSContext, options: TLSServerOptions) throws {
         self.listenFD = listenFD
@@ -94,11 +104,15 @@ final class ListenerCore: Sendable {
         }
         wakeRead = fds[0]
         wakeWrite = fds[1]
+        workSignal = .allocate(capacity: 1)
+        sem_init(workSignal, 0, 0)
     }
 
     deinit {
         Glibc.close(wakeRead)
         Glibc.close(wakeWrite)
+        sem_destroy(workSignal)
+        workSignal.deallocate()
     }
 
     func next(deadline: Deadline, timeout: Double?) throws -> TLSConnection {
@@ -120,14 +134,17 @@ final class ListenerCore: Sendable {
     }
 
     func close() {
-        let (wasRunning, dropped): (Bool, [Finished]) = state.withLock { st in
-            guard !st.closed else { return (true, []) }
+        let (wasRunning, dropped, idle): (Bool, [Finished], Int) = state.withLock { st in
+            guard !st.closed else { return (true, [], 0) }
             st.closed = true
             let d = st.ready
             st.ready = []
-            return (st.acceptorRunning, d)
+            let idle = st.idleThreads
+            st.idleThreads = 0
+            return (st.acceptorRunning, d, idle)
         }
         for d in dropped { d.connection = nil }
+        for _ in 0..<idle { sem_post(workSignal) } // idle handshake threads wake, find no client, exit
         // The acceptor thread closes the socket when it stops (it may be polling it now);
         // shutdown wakes it at once and refuses new clients.
         if wasRunning { _ = shutdown(listenFD, Int32(SHUT_RDWR)) } else if dropped.isEmpty { closeListenFD() }
@@ -179,11 +196,36 @@ final class ListenerCore: Sendable {
                 usleep(10_000) // EMFILE and the like: let handshakes finish, then try again
                 continue
             }
-            state.withLock { $0.inFlight += 1 }
             let (fd, peer) = accepted
-            if !Threads.spawn({ [self] in handshake(fd: fd, peer: peer) }) {
+            let handed: Bool = state.withLock { st in
+                st.inFlight += 1
+                guard st.idleThreads > 0 else { return false }
+                st.idleThreads -= 1
+                st.jobs.append((fd, peer))
+                return true
+            }
+            if handed {
+                sem_post(workSignal)
+            } else if !Threads.spawn({ [self] in handshakeThread(fd: fd, peer: peer) }) {
                 handshake(fd: fd, peer: peer) // no thread to spare: handshake on this one
             }
+        }
+    }
+
+    /// A handshake thread: handshakes its client, then waits for the next one while fewer than
+    /// ``TLSListener/maxIdleThreads`` threads wait; exits when the listener closes.
+    private func handshakeThread(fd: Int32, peer: String) {
+        var job: (fd: Int32, peer: String)? = (fd, peer)
+        while let (fd, peer) = job {
+            handshake(fd: fd, peer: peer)
+            let waits: Bool = state.withLock { st in
+                guard !st.closed, st.idleThreads < TLSListener.maxIdleThreads else { return false }
+                st.idleThreads += 1
+                return true
+            }
+            guard waits else { return }
+            while sem_wait(workSignal) != 0 && errno == EINTR {}
+            job = state.withLock { st in st.jobs.isEmpty ? nil : st.jobs.removeFirst() }
         }
     }
 
