@@ -35,40 +35,29 @@ def main():
             wait_port(port)
             for version in ("13", "12"):
                 for mode in ("full", "resumed"):
-                    r = subprocess.run([exe, "client", str(port), version, mode, p(f"{client}.pem"), p(f"{client}.key"),
-                                        p("int-a.pem"), p("root.pem"), str(SECONDS)],
-                                       capture_output=True, text=True, env=dict(os.environ, LD_LIBRARY_PATH=""))
-                    if r.returncode != 0:
-                        print(r.stdout, r.stderr, file=sys.stderr)
-                        raise SystemExit(f"bench_tls client failed: {key} TLS {version} {mode}")
-                    raw, mtls, ratio = r.stdout.split()
-                    name = f"TLS 1.{version[1]} {key:8} {mode:7}"
-                    rows.append((name, float(raw), float(mtls), float(ratio)))
-                    print(f"  {name}  raw OpenSSL {float(raw):7.0f}/s  libmtls {float(mtls):7.0f}/s  "
-                          f"ratio {float(ratio):.2f}x" + ("" if float(ratio) >= TARGET else "  (below 0.90x)"),
-                          flush=True)
-                    throughput_row("handshake client", f"TLS 1.{version[1]} {key} {mode}", float(mtls), float(raw),
-                                   TARGET, unit="hs/s", baseline_name="OpenSSL C client")
-                    if float(ratio) < TARGET:
-                        below.append(name)
-                    # The server's side: the same raw OpenSSL client against a libmtls listener
-                    # and against the raw OpenSSL server.
-                    r = subprocess.run([exe, "serverside", str(port), version, mode, p(f"{client}.pem"), p(f"{client}.key"),
-                                        p("int-a.pem"), p("root.pem"), str(SECONDS), p(f"{server}-chain.pem"), p(f"{server}.key")],
-                                       capture_output=True, text=True, env=dict(os.environ, LD_LIBRARY_PATH=""))
-                    if r.returncode != 0:
-                        print(r.stdout, r.stderr, file=sys.stderr)
-                        raise SystemExit(f"bench_tls serverside failed: {key} TLS {version} {mode}")
-                    raw, mtls, ratio = r.stdout.split()
-                    sname = f"server TLS 1.{version[1]} {key:8} {mode:7}"
-                    rows.append((sname, float(raw), float(mtls), float(ratio)))
-                    print(f"  {sname}  raw OpenSSL {float(raw):7.0f}/s  libmtls listener {float(mtls):7.0f}/s  "
-                          f"ratio {float(ratio):.2f}x" + ("" if float(ratio) >= TARGET else "  (below 0.90x)"),
-                          flush=True)
-                    throughput_row("handshake server", f"TLS 1.{version[1]} {key} {mode}", float(mtls), float(raw),
-                                   TARGET, unit="hs/s", baseline_name="OpenSSL C server")
-                    if float(ratio) < TARGET:
-                        below.append(sname)
+                    common = [str(port), version, mode, p(f"{client}.pem"), p(f"{client}.key"), p("int-a.pem"),
+                              p("root.pem"), str(SECONDS)]
+                    # The client's side: libmtls's client against the raw OpenSSL client. The
+                    # server's side: the same raw OpenSSL client against a libmtls listener and
+                    # against the raw OpenSSL server.
+                    for side, args, group, ours, base in (
+                            ("client", common, "handshake client", "libmtls", "OpenSSL C client"),
+                            ("serverside", common + [p(f"{server}-chain.pem"), p(f"{server}.key")], "handshake server",
+                             "libmtls listener", "OpenSSL C server")):
+                        r = subprocess.run([exe, side, *args], capture_output=True, text=True,
+                                           env=dict(os.environ, LD_LIBRARY_PATH=""))
+                        if r.returncode != 0:
+                            print(r.stdout, r.stderr, file=sys.stderr)
+                            raise SystemExit(f"bench_tls {side} failed: {key} TLS {version} {mode}")
+                        raw, mtls, ratio = (float(x) for x in r.stdout.split())
+                        name = f"{group} TLS 1.{version[1]} {key:8} {mode:7}"
+                        rows.append((name, raw, mtls, ratio))
+                        print(f"  {name}  raw OpenSSL {raw:7.0f}/s  {ours} {mtls:7.0f}/s  ratio {ratio:.2f}x"
+                              + ("" if ratio >= TARGET else "  (below 0.90x)"), flush=True)
+                        throughput_row(group, f"TLS 1.{version[1]} {key} {mode}", mtls, raw, TARGET, unit="hs/s",
+                                       baseline_name=base)
+                        if ratio < TARGET:
+                            below.append(name)
         finally:
             srv.terminate()
             srv.wait()

@@ -143,20 +143,26 @@ final class TLSConnectionTests: XCTestCase {
         }
     }
 
+    /// Runs `openssl ARGS` with its input and (merged) output on pipes.
+    func openssl(_ args: String) throws -> (Process, Pipe, Pipe) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/bin/bash")
+        p.arguments = ["-c", "exec openssl " + args]
+        let input = Pipe(), output = Pipe()
+        p.standardInput = input
+        p.standardOutput = output
+        p.standardError = output
+        try p.run()
+        return (p, input, output)
+    }
+
     func testRenegotiationIsRefusedBothWays() throws {
         // A TLS 1.2 server that asks to renegotiate (openssl s_server's "R" command: a new
         // handshake with a certificate request): our client refuses with a no_renegotiation alert,
         // the server gives up, and the read ends with its alert at once, well within the timeout.
         let port = Self.freePort()
-        let q = Process()
-        q.executableURL = URL(fileURLWithPath: "/bin/bash")
-        q.arguments = ["-c", "exec openssl s_server -accept 127.0.0.1:\(port) -tls1_2 -cert \(path("server.pem")) " +
-                       "-key \(path("server.key")) -cert_chain \(path("int-a.pem")) -verify 2 -CAfile \(path("root.pem"))"]
-        let qin = Pipe(), qout = Pipe()
-        q.standardInput = qin
-        q.standardOutput = qout
-        q.standardError = qout
-        try q.run()
+        let (q, qin, qout) = try openssl("s_server -accept 127.0.0.1:\(port) -tls1_2 -cert \(path("server.pem")) " +
+                                         "-key \(path("server.key")) -cert_chain \(path("int-a.pem")) -verify 2 -CAfile \(path("root.pem"))")
         defer { q.terminate() }
         var o = try clientOptions(identity: identity("client-a"))
         o.minVersion = .tls12; o.maxVersion = .tls12
@@ -211,15 +217,8 @@ final class TLSConnectionTests: XCTestCase {
             box.mutate { $0 = outcome }
             served.signal()
         }
-        let cl = Process()
-        cl.executableURL = URL(fileURLWithPath: "/bin/bash")
-        cl.arguments = ["-c", "exec openssl s_client -connect 127.0.0.1:\(listener.port) -tls1_2 -cert \(path("client-a.pem")) " +
-                        "-key \(path("client-a.key")) -cert_chain \(path("int-a.pem")) -CAfile \(path("root.pem"))"]
-        let cin = Pipe(), cout = Pipe()
-        cl.standardInput = cin
-        cl.standardOutput = cout
-        cl.standardError = cout
-        try cl.run()
+        let (cl, cin, cout) = try openssl("s_client -connect 127.0.0.1:\(listener.port) -tls1_2 -cert \(path("client-a.pem")) " +
+                                          "-key \(path("client-a.key")) -cert_chain \(path("int-a.pem")) -CAfile \(path("root.pem"))")
         defer { cl.terminate() }
         usleep(500_000)
         cin.fileHandleForWriting.write(Data("R\n".utf8))
