@@ -128,7 +128,7 @@ define san_c_tests
 	  rm -f $$exe; $(SWIFT_CLANG) -std=c11 -g -O1 -pthread -fno-omit-frame-pointer $(2) -Iinclude -o $$exe $$src \
 	    -L$(OUT)/$(1)/lib -lmtls -Wl,-rpath,$(OUT)/$(1)/lib 2>&1 | { grep -v "ld.gold: warning: Cannot export local symbol" || true; }; \
 	  test -x $$exe; \
-	  echo "== $(1) $$exe"; env -u LD_LIBRARY_PATH MTLS_TEST_TMP=$(OUT)/$(1)/c $(3) $$exe; done
+	  echo "== $(1) $$exe"; env -u LD_LIBRARY_PATH MTLS_TEST_TMP=$(OUT)/$(1)/c MTLS_TEST_SANITIZER=$(1) $(3) $$exe; done
 endef
 
 test-asan: deps

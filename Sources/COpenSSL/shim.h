@@ -109,6 +109,14 @@ static inline int mtls_ossl_sk_X509_NAME_push_dup(STACK_OF(X509_NAME) *sk, const
 static inline uint64_t mtls_ossl_SSL_OP_NO_TICKET(void) { return SSL_OP_NO_TICKET; }
 static inline uint64_t mtls_ossl_SSL_OP_IGNORE_UNEXPECTED_EOF(void) { return SSL_OP_IGNORE_UNEXPECTED_EOF; }
 static inline uint64_t mtls_ossl_SSL_OP_NO_RENEGOTIATION(void) { return SSL_OP_NO_RENEGOTIATION; }
+
+/* ThreadSanitizer annotations: in a TSan build the runtime defines these and a hand-off made
+ * through a lock TSan cannot see (Swift's Synchronization.Mutex uses futexes directly) is made
+ * visible; elsewhere the weak symbols are absent and the calls do nothing. */
+void __tsan_acquire(void *addr) __attribute__((weak));
+void __tsan_release(void *addr) __attribute__((weak));
+static inline void mtls_tsan_acquire(void *addr) { if (__tsan_acquire) __tsan_acquire(addr); }
+static inline void mtls_tsan_release(void *addr) { if (__tsan_release) __tsan_release(addr); }
 static inline STACK_OF(X509_NAME) *mtls_ossl_sk_X509_NAME_new_null(void) { return sk_X509_NAME_new_null(); }
 static inline void mtls_ossl_sk_X509_NAME_pop_free(STACK_OF(X509_NAME) *sk) { sk_X509_NAME_pop_free(sk, X509_NAME_free); }
 

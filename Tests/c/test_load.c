@@ -122,8 +122,9 @@ int main(void) {
            CLIENTS, ROUNDS, atomic_load(&accepted), atomic_load(&failures), rss_after_warmup, rss_end);
     CHECK(atomic_load(&failures) == 0);
     CHECK(atomic_load(&accepted) == CLIENTS * ROUNDS + 1);
-    /* flat: four more rounds of 64 handshakes may not grow the process by more than 16 MB */
-    CHECK(rss_end - rss_after_warmup < 16 * 1024);
+    /* flat: four more rounds of 64 handshakes may not grow the process by more than 16 MB
+     * (not under a sanitizer: its allocator keeps freed memory and shadow state) */
+    if (!getenv("MTLS_TEST_SANITIZER")) CHECK(rss_end - rss_after_warmup < 16 * 1024);
 
     close(staller);
     atomic_store(&stop_server, 1);

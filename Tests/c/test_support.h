@@ -7,15 +7,17 @@
 #include <string.h>
 #include <mtls.h>
 
+/* Counted atomically: several tests CHECK from more than one thread. */
 static int t_passed = 0;
+#define T_PASS() __atomic_fetch_add(&t_passed, 1, __ATOMIC_RELAXED)
 #define CHECK(cond) do { if (!(cond)) { \
     fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, mtls_last_error()); \
-    exit(1); } t_passed++; } while (0)
+    exit(1); } T_PASS(); } while (0)
 #define CHECK_RC(expr, want) do { int rc_ = (expr); if (rc_ != (want)) { \
     fprintf(stderr, "%s:%d: %s returned %d (%s), wanted %d (last error: %s)\n", __FILE__, __LINE__, #expr, \
-            rc_, mtls_error_name(rc_), (want), mtls_last_error()); exit(1); } t_passed++; } while (0)
+            rc_, mtls_error_name(rc_), (want), mtls_last_error()); exit(1); } T_PASS(); } while (0)
 #define CHECK_OK(expr) CHECK_RC(expr, MTLS_OK)
-#define DONE() do { printf("%d passed, 0 failed\n", t_passed); return 0; } while (0)
+#define DONE() do { printf("%d passed, 0 failed\n", __atomic_load_n(&t_passed, __ATOMIC_RELAXED)); return 0; } while (0)
 
 /* Reads a whole file into a malloc'ed buffer. */
 static inline uint8_t *t_read_file(const char *path, size_t *len) {

@@ -122,6 +122,8 @@ final class ListenerCore: Sendable {
                 (st.ready.isEmpty ? nil : st.ready.removeFirst(), st.closed)
             }
             if let item {
+                // What the handshake thread wrote before queueing the item happened before this.
+                mtls_tsan_acquire(Unmanaged.passUnretained(item).toOpaque())
                 var byte: UInt8 = 0
                 _ = read(wakeRead, &byte, 1)
                 if let c = item.connection { item.connection = nil; return c }
@@ -129,7 +131,15 @@ final class ListenerCore: Sendable {
             }
             if closed { throw MTLSError(.io, "the listener is closed") }
             try Socket.wait(wakeRead, forWriting: false, deadline: deadline, what: "accept")
-            // A wake-up byte whose item another accepting thread took: loop and look again.
+            // Readable. A handshake thread queues its item, then writes its byte; so a byte with
+            // no item queued belongs to an item another accepting thread already took (and whose
+            // own read came before the byte). Drain it, or the next wait would return at once,
+            // forever: a spinning accept that never reaches its deadline.
+            let stray = state.withLock { $0.ready.isEmpty && !$0.closed }
+            if stray {
+                var byte: UInt8 = 0
+                _ = read(wakeRead, &byte, 1)
+            }
         }
     }
 
@@ -249,6 +259,7 @@ final class ListenerCore: Sendable {
         } catch {
             result = Finished(nil, error)
         }
+        mtls_tsan_release(Unmanaged.passUnretained(result).toOpaque())
         let queued: Bool = state.withLock { st in
             st.inFlight -= 1
             guard !st.closed else { return false }
