@@ -133,12 +133,12 @@ endef
 
 test-asan: deps
 	$(SWIFT) build -c debug --build-tests --sanitize=address --scratch-path .build-asan
-	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 $(SWIFT) test -c debug --skip-build --sanitize=address --scratch-path .build-asan
+	MTLS_TEST_SANITIZER=asan ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 $(SWIFT) test -c debug --skip-build --sanitize=address --scratch-path .build-asan
 	$(call san_c_tests,asan,-fsanitize=address$(comma)undefined -fno-sanitize-recover=undefined,ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
 
 test-tsan: deps
 	$(SWIFT) build -c debug --build-tests --sanitize=thread --scratch-path .build-tsan
-	TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/Tests/tsan/suppressions.txt \
+	MTLS_TEST_SANITIZER=tsan TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/Tests/tsan/suppressions.txt \
 	  $(SWIFT) test -c debug --skip-build --sanitize=thread --scratch-path .build-tsan
 	$(call san_c_tests,tsan,-fsanitize=thread -L$(SWIFT_LIBDIR) -ldispatch -lBlocksRuntime -Wl$(comma)-rpath$(comma)$(SWIFT_LIBDIR),TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/Tests/tsan/suppressions.txt)
 

@@ -222,8 +222,11 @@ final class PKCS12Tests: XCTestCase {
         let before = rssKB()
         for _ in 0..<20_000 { _ = try? PKCS12.parse(der, password: pw) }
         let grown = rssKB() - before
-        // The leak was about 25 MB over 20,000 imports; allow generous noise but not that.
-        XCTAssertLessThan(grown, 8 * 1024, "RSS grew by \(grown) KB over 20,000 damaged-MAC imports")
+        // The leak was about 25 MB over 20,000 imports; allow generous noise but not that. Under a
+        // sanitizer (make test-asan/test-tsan) freed memory stays in its quarantine: no bound.
+        if ProcessInfo.processInfo.environment["MTLS_TEST_SANITIZER"] == nil {
+            XCTAssertLessThan(grown, 8 * 1024, "RSS grew by \(grown) KB over 20,000 damaged-MAC imports")
+        }
     }
 
     func testPythonCryptographyFiles() throws {
