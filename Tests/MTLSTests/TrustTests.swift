@@ -502,6 +502,22 @@ final class TrustTests: XCTestCase {
         }
     }
 
+    /// fuzz_policy: deep nesting exhausted the decoder's stack (a crash of the host, not an error).
+    func testDeeplyNestedOrNonUTF8PolicyIsAnErrorNotACrash() {
+        let deep = Array(String(repeating: "[", count: 200_000).utf8) + Array(String(repeating: "]", count: 200_000).utf8)
+        let hidden = Array(#"{"hosts": "#.utf8) + Array(String(repeating: "[", count: 33).utf8)
+        var utf16 = [UInt8](); for u in #"{"version": 1}"#.utf16 { utf16 += [UInt8(u & 0xff), UInt8(u >> 8)] }
+        for (bytes, word) in [(deep, "nested"), (hidden, "nested"), (utf16, "UTF-8"), ([0xff, 0x7b, 0x7d], "UTF-8")] {
+            XCTAssertThrowsError(try TrustPolicy(json: bytes)) { e in
+                XCTAssertEqual((e as? MTLSError)?.code, .invalidPolicy)
+                XCTAssertTrue("\(e)".contains(word), "\(e)")
+            }
+        }
+        // Brackets inside strings do not count; a realistic file is far below the limit.
+        let inString = #"{"system_ca_dir": "/x/"# + String(repeating: "[{", count: 100) + #"\"q"}"#
+        XCTAssertNoThrow(try TrustPolicy(json: Array(inString.utf8)))
+    }
+
     // MARK: Cache and replacement
 
     func testCacheNeverChangesAnAnswer() throws {

@@ -13,6 +13,31 @@ enum JSONValue: Decodable {
         else if let a = try? c.decode([JSONValue].self) { self = .array(a) }
         else { self = .object(try c.decode([String: JSONValue].self)) }
     }
+
+    /// Deepest nesting a policy file may use; the format itself needs 4.
+    static let maximumDepth = 32
+
+    /// The deepest nesting of arrays and objects in `bytes`, brackets inside strings not
+    /// counted. Stops counting once past ``maximumDepth``; malformed text is the decoder's to refuse.
+    static func nestingDepth(_ bytes: [UInt8]) -> Int {
+        var depth = 0, deepest = 0, inString = false, escaped = false
+        for b in bytes {
+            if inString {
+                if escaped { escaped = false } else if b == UInt8(ascii: "\\") { escaped = true } else if b == UInt8(ascii: "\"") { inString = false }
+                continue
+            }
+            switch b {
+            case UInt8(ascii: "\""): inString = true
+            case UInt8(ascii: "["), UInt8(ascii: "{"):
+                depth += 1
+                deepest = max(deepest, depth)
+                if deepest > maximumDepth { return deepest }
+            case UInt8(ascii: "]"), UInt8(ascii: "}"): depth = max(0, depth - 1)
+            default: break
+            }
+        }
+        return deepest
+    }
 }
 
 /// Reads the policy file format documented in README.md ("Trust policies").
@@ -164,6 +189,16 @@ extension TrustPolicy {
     /// names are resolved against `baseDirectory` (the current directory when nil). Throws
     /// ``MTLSError/Code/invalidPolicy`` with the offending key for anything malformed.
     public convenience init(json: [UInt8], baseDirectory: String? = nil) throws {
+        // JSON is UTF-8 (RFC 8259 §8.1); the decoder would also guess UTF-16/32, which the
+        // depth count below could not follow.
+        guard !json.contains(0), String(validating: json, as: UTF8.self) != nil else {
+            throw MTLSError(.invalidPolicy, "policy: not UTF-8 text")
+        }
+        // The decoder recurses once per nesting level: a file of a few kilobytes of "[" would
+        // exhaust the stack and kill the host (found by fuzz_policy). A policy is 4 levels deep.
+        guard JSONValue.nestingDepth(json) <= JSONValue.maximumDepth else {
+            throw MTLSError(.invalidPolicy, "policy: nested more than \(JSONValue.maximumDepth) levels deep")
+        }
         let root: JSONValue
         do { root = try JSONDecoder().decode(JSONValue.self, from: Data(json)) } catch {
             throw MTLSError(.invalidPolicy, "policy: not valid JSON")
