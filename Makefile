@@ -97,16 +97,19 @@ test-e2e:
 	MTLS_OUT=$(OUT) MTLS_CLI=$(TEST_PREFIX)/bin/mtls MTLS_PREFIX=$(TEST_PREFIX) MTLS_LIBRARY=$(TEST_PREFIX)/lib/libmtls.so \
 	  PYTHONPATH=bindings/python/src $(PYTHON) -m pytest -q Tests/e2e
 
-# x509-limbo conformance: zero false accepts and at least 203 of 208 passing; then the BetterTLS
-# name-constraints matrix (8,748 cases, scripts/bettertls-nc.py): every case passing.
+# x509-limbo conformance: zero false accepts and at least 203 of 208 passing; then BetterTLS's
+# name-constraints matrix (8,748 cases) and path-building suite (81 cases), rebuilt by
+# scripts/bettertls.py: every case passing.
 test-limbo:
 	@if [ -x $(TEST_PREFIX)/bin/mtls ] && $(TEST_PREFIX)/bin/mtls limbo --help >/dev/null 2>&1; then \
 	  $(TEST_PREFIX)/bin/mtls limbo < $(LIMBO)/limbo.json > $(OUT)/limbo-results.json && \
 	  $(PYTHON) scripts/check-limbo.py $(LIMBO) $(OUT)/limbo-results.json && \
-	  $(PYTHON) scripts/bettertls-nc.py $(OUT)/bettertls-nc.json && \
-	  $(TEST_PREFIX)/bin/mtls limbo < $(OUT)/bettertls-nc.json > $(OUT)/bettertls-nc-results.json && \
-	  { $(PYTHON) scripts/bettertls-nc.py --score $(OUT)/bettertls-nc.json $(OUT)/bettertls-nc-results.json \
-	      > $(OUT)/bettertls-nc.txt; rc=$$?; tail -20 $(OUT)/bettertls-nc.txt; exit $$rc; }; \
+	  for s in nameconstraints pathbuilding; do \
+	    $(PYTHON) scripts/bettertls.py $$s $(OUT)/bettertls-$$s.json && \
+	    $(TEST_PREFIX)/bin/mtls limbo < $(OUT)/bettertls-$$s.json > $(OUT)/bettertls-$$s-results.json && \
+	    { $(PYTHON) scripts/bettertls.py --score $(OUT)/bettertls-$$s.json $(OUT)/bettertls-$$s-results.json \
+	        > $(OUT)/bettertls-$$s.txt; rc=$$?; tail -20 $(OUT)/bettertls-$$s.txt; [ $$rc = 0 ]; } || exit 1; \
+	  done; \
 	else echo "test-limbo: mtls limbo is not built yet" >&2; exit 1; fi
 
 # ---- Sanitizers. Swift code: --sanitize=address (Swift on Linux has no UBSan mode; UBSan covers
