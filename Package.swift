@@ -57,11 +57,8 @@ let package = Package(
                                            "-l_FoundationICU", "-l_FoundationCShims", "-lFoundationInternationalization"])]
         ),
         // COpenSSL: tests drive an application-owned SSL_CTX (bring your own context) directly.
-        // The tests share fixtures through static state and threads: they stay in the Swift 5
-        // language mode, while everything that ships is checked in Swift 6 mode.
-        .testTarget(name: "MTLSTests", dependencies: ["MTLS", "COpenSSL"],
-                    swiftSettings: [.swiftLanguageMode(.v5)]),
+        .testTarget(name: "MTLSTests", dependencies: ["MTLS", "COpenSSL"]),
     ],
-    // Swift 6 language mode: complete concurrency checking for the library, its C ABI and the CLI.
+    // Swift 6 language mode: complete concurrency checking for the library, its C ABI, the CLI and the tests.
     swiftLanguageModes: [.v6]
 )

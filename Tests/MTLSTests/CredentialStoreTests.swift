@@ -513,7 +513,7 @@ final class CredentialStoreTests: XCTestCase {
         DispatchQueue.concurrentPerform(iterations: 8) { t in
             do {
                 // Half the threads share one handle, half open their own connection.
-                let store = t % 2 == 0 ? shared : try self.open(path)
+                let store = t % 2 == 0 ? shared : try CredentialStore(path: path, secret: Self.secret, options: Self.options(busyTimeout: 10_000))
                 for i in 0..<20 {
                     try store.putIdentity(ids[(t + i) % 4], label: "thread\(t)-\(i)")
                     try store.putIdentity(ids[i % 4], label: "same", replace: true)

@@ -4,15 +4,18 @@ import XCTest
 
 /// Connections against real peers on 127.0.0.1: `openssl s_server` and libmtls's own listener.
 final class TLSConnectionTests: XCTestCase {
-    static var pkiDir: String = ""
-
-    override class func setUp() {
-        super.setUp()
+    /// The connection PKI (scripts/test-pki.sh), made once, on first use.
+    static let pkiDir: String = {
         let dir = NSTemporaryDirectory() + "mtls-tls-pki-\(getpid())"
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("scripts/test-pki.sh").path
         _ = try? TestPKI.sh("'\(script)' '\(dir)'")
-        pkiDir = dir
+        return dir
+    }()
+
+    override class func setUp() {
+        super.setUp()
+        _ = pkiDir
     }
 
     func path(_ name: String) -> String { Self.pkiDir + "/" + name }

@@ -188,8 +188,8 @@ final class TokenTests: XCTestCase {
         let before = calls.load(ordering: .relaxed)
         for i in 0..<3 {
             let message = Array("always \(i)".utf8)
-            let signature = try sign(message, with: identity.privateKey.pkey, padding: 0)
-            XCTAssertTrue(try verify(message, signature, with: X509_get0_pubkey(identity.leaf.x509)!, padding: 0))
+            let signature = try Self.sign(message, with: identity.privateKey.pkey, padding: 0)
+            XCTAssertTrue(try Self.verify(message, signature, with: X509_get0_pubkey(identity.leaf.x509)!, padding: 0))
         }
         XCTAssertEqual(context.contextLoginCount.load(ordering: .relaxed), 3)
         XCTAssertEqual(calls.load(ordering: .relaxed) - before, 3, "the PIN callback is asked for each signature")
@@ -207,7 +207,7 @@ final class TokenTests: XCTestCase {
             calls.add(1, ordering: .relaxed)
             return calls.load(ordering: .relaxed) <= before + 4 ? SoftHSMFixture.pin : SecretBytes("0000")
         }
-        XCTAssertThrowsError(try sign(Array("x".utf8), with: wrong.privateKey.pkey, padding: 0))
+        XCTAssertThrowsError(try Self.sign(Array("x".utf8), with: wrong.privateKey.pkey, padding: 0))
         OpenSSLErrorQueue.clear()
     }
 
@@ -247,9 +247,9 @@ final class TokenTests: XCTestCase {
             let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=\(id)", modulePath: module, pin: SoftHSMFixture.pin)
             let context = try XCTUnwrap(TokenKey.context(of: identity.privateKey))
             let message = Array("libmtls token test \(id) \(padding)".utf8)
-            let signature = try sign(message, with: identity.privateKey.pkey, padding: padding)
+            let signature = try Self.sign(message, with: identity.privateKey.pkey, padding: padding)
             XCTAssertEqual(context.signatureCount.load(ordering: .relaxed), 1, "signed on the token")
-            XCTAssertTrue(try verify(message, signature, with: X509_get0_pubkey(identity.leaf.x509)!, padding: padding), "\(id) \(padding)")
+            XCTAssertTrue(try Self.verify(message, signature, with: X509_get0_pubkey(identity.leaf.x509)!, padding: padding), "\(id) \(padding)")
         }
     }
 
@@ -262,8 +262,8 @@ final class TokenTests: XCTestCase {
         DispatchQueue.concurrentPerform(iterations: 4) { thread in
             for i in 0..<10 {
                 let message = Array("thread \(thread) signature \(i)".utf8)
-                guard let sig = try? self.sign(message, with: identity.privateKey.pkey, padding: 0),
-                      (try? self.verify(message, sig, with: X509_get0_pubkey(identity.leaf.x509)!, padding: 0)) == true else {
+                guard let sig = try? Self.sign(message, with: identity.privateKey.pkey, padding: 0),
+                      (try? Self.verify(message, sig, with: X509_get0_pubkey(identity.leaf.x509)!, padding: 0)) == true else {
                     failures.add(1, ordering: .relaxed)
                     continue
                 }
@@ -495,7 +495,7 @@ final class TokenTests: XCTestCase {
 
     // MARK: helpers (raw OpenSSL, so the proof does not depend on libmtls's own code)
 
-    private func sign(_ message: [UInt8], with pkey: OpaquePointer, padding: Int32) throws -> [UInt8] {
+    private static func sign(_ message: [UInt8], with pkey: OpaquePointer, padding: Int32) throws -> [UInt8] {
         let md = EVP_MD_CTX_new()!
         defer { EVP_MD_CTX_free(md) }
         var pctx: OpaquePointer? = nil
@@ -510,7 +510,7 @@ final class TokenTests: XCTestCase {
         return Array(sig.prefix(len))
     }
 
-    private func verify(_ message: [UInt8], _ sig: [UInt8], with pkey: OpaquePointer, padding: Int32) throws -> Bool {
+    private static func verify(_ message: [UInt8], _ sig: [UInt8], with pkey: OpaquePointer, padding: Int32) throws -> Bool {
         let md = EVP_MD_CTX_new()!
         defer { EVP_MD_CTX_free(md) }
         var pctx: OpaquePointer? = nil

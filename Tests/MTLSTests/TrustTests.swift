@@ -5,16 +5,20 @@ import XCTest
 /// Trust evaluation: every policy feature and failure reason, on chains made at run time by
 /// Tests/fixtures/make-trust-pki.sh (valid from now for 30 days), evaluated at fixed times.
 final class TrustTests: XCTestCase {
-    static var dir = ""
+    /// The fixtures, made once (on first use) for every test of the class.
+    static let dir: String = {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("fixtures/make-trust-pki.sh").path
+        let dir = try! TestPKI.tempDir()
+        try! TestPKI.sh("'\(script)' '\(dir)'")
+        return dir
+    }()
     /// One day after the certificates were made: inside every validity period.
     static let now = Date().addingTimeInterval(86_400)
 
     override class func setUp() {
         super.setUp()
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("fixtures/make-trust-pki.sh").path
-        dir = try! TestPKI.tempDir()
-        try! TestPKI.sh("'\(script)' '\(dir)'")
+        _ = dir
     }
 
     func certs(_ name: String) throws -> [Certificate] { try Certificate.load(path: "\(Self.dir)/\(name)") }
