@@ -29,6 +29,8 @@ final class TrustResultBox {
 }
 
 /// Calls a C report callback; the userdata's destroy function runs when the policy lets go.
+/// Sendable (unchecked: a raw pointer is not): the fields never change, and the header tells the
+/// application that `cb` runs on the evaluating thread with `userdata` as given.
 public final class ReportCallbackBox: @unchecked Sendable {
     public typealias Callback = @convention(c) (UnsafePointer<CChar>?, UnsafePointer<CChar>?, UnsafePointer<CChar>?,
                                          UnsafePointer<CChar>?, UnsafeMutableRawPointer?) -> Void

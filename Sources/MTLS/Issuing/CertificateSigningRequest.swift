@@ -4,6 +4,7 @@ import FoundationEssentials
 /// A PKCS#10 certificate signing request: a subject name and a public key, signed by the
 /// matching private key (in memory or on a token — a token key signs with C_Sign, so the CSR
 /// proves the token holds the key). OpenSSL builds, encodes and verifies it.
+/// Sendable (unchecked: OpaquePointer is not): the `X509_REQ` is never changed after `make`/parsing.
 public final class CertificateSigningRequest: @unchecked Sendable {
     let req: OpaquePointer
 

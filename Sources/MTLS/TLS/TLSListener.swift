@@ -277,7 +277,7 @@ final class ListenerCore: Sendable {
 
 /// Detached threads for the listener (the library starts no other threads).
 enum Threads {
-    private final class Body: @unchecked Sendable {
+    private final class Body: Sendable {
         let run: @Sendable () -> Void
         init(_ run: @escaping @Sendable () -> Void) { self.run = run }
     }

@@ -411,16 +411,16 @@ final class PKCS11Session: @unchecked Sendable {
 /// What a token key's session needs to come back (see ``PKCS11Session/sign(key:mechanism:input:maxLength:)``):
 /// the token by serial and label, the key by CKA_ID and label, and a login with the PIN source
 /// the identity was made with (a static one; a PIN callback is not called again).
-final class TokenReconnection: @unchecked Sendable {
+final class TokenReconnection: Sendable {
     let tokenLabel: String
     let serial: String
     let keyHandle: CK_OBJECT_HANDLE
     let keyID: [UInt8]
     let keyLabel: String?
-    let logIn: (PKCS11Session) throws -> Void
+    let logIn: @Sendable (PKCS11Session) throws -> Void
 
     init(tokenLabel: String, serial: String, keyHandle: CK_OBJECT_HANDLE, keyID: [UInt8], keyLabel: String?,
-         logIn: @escaping (PKCS11Session) throws -> Void) {
+         logIn: @escaping @Sendable (PKCS11Session) throws -> Void) {
         self.tokenLabel = tokenLabel
         self.serial = serial
         self.keyHandle = keyHandle
