@@ -2,8 +2,11 @@
 the way every bench_*.py does: pkg-config for the flags, the same compiler options for all."""
 import os
 import subprocess
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "Tests", "support"))
+from ports import free_port, wait_port  # noqa: E402,F401 (the shared helpers, for the bench_*.py)
 
 
 def build(name, out_dir, prefix, pkgs=(), libs=()):
@@ -59,25 +62,3 @@ def quartiles(values):
     return q(0.5), q(0.75) - q(0.25)
 
 
-def free_port():
-    """A port nothing listens on now, on 127.0.0.1."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, proc=None, timeout=10):
-    """Waits until something accepts on 127.0.0.1:port (and `proc`, if given, is still running)."""
-    import socket
-    import time
-    end = time.time() + timeout
-    while time.time() < end:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"the bench server exited early ({proc.returncode})")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")

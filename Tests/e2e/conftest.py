@@ -1,13 +1,14 @@
 """Shared fixtures for end-to-end tests: the installed mtls CLI, temp dirs, free ports."""
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "Tests", "support"))
+from ports import free_port, wait_port  # noqa: E402,F401 (the shared helpers, for the tests)
 DEFAULT_PREFIX = os.path.join(REPO, "out", "prefix")
 
 
@@ -83,12 +84,6 @@ def softhsm_conf(conf):
             os.environ.pop("SOFTHSM2_CONF", None)
         else:
             os.environ["SOFTHSM2_CONF"] = old
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_cli(*args, check=False, input=None, timeout=60):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import free_port, run_cli
+from conftest import free_port, run_cli, wait_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKI_SCRIPT = os.path.join(HERE, "..", "..", "scripts", "test-pki.sh")
@@ -24,19 +24,6 @@ def pki(tmp_path_factory):
     d = tmp_path_factory.mktemp("tls-pki")
     subprocess.run([PKI_SCRIPT, str(d)], check=True)
     return lambda name: str(d / name)
-
-
-def wait_port(port, proc=None, timeout=10):
-    end = time.time() + timeout
-    while time.time() < end:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"peer exited early: {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on port {port}")
 
 
 class Peer:

@@ -5,8 +5,8 @@ import gc
 import os
 import pathlib
 import shutil
-import socket
 import subprocess
+import sys
 import time
 from typing import Callable, Iterator, List
 
@@ -15,6 +15,8 @@ import pytest
 import mtls
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "Tests" / "support"))
+from ports import free_port, wait_port  # noqa: E402,F401 (the shared helpers, used here and by the tests)
 PKI_SCRIPT = REPO / "scripts" / "test-pki.sh"
 TOKEN_SCRIPT = REPO / "scripts" / "softhsm-token.sh"
 SOFTHSM_MODULE = "/usr/lib/softhsm/libsofthsm2.so"
@@ -76,25 +78,6 @@ def tokens(token_dir: pathlib.Path) -> Iterator[pathlib.Path]:
         os.environ.pop("SOFTHSM2_CONF", None)
     else:
         os.environ["SOFTHSM2_CONF"] = old
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, proc: "subprocess.Popen[bytes]", timeout: float = 15) -> None:
-    end = time.time() + timeout
-    while time.time() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"nginx exited early: {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on port {port}")
 
 
 class Nginx:
