@@ -216,7 +216,7 @@ MTLS_EXTERN int mtls_identity_leaf(const mtls_identity *identity, mtls_cert **ou
  * the root when the chain is complete). *out is a new reference: free it with mtls_cert_free.
  * MTLS_E_INVALID_ARGUMENT for an index >= count. */
 MTLS_EXTERN int mtls_identity_chain_count(const mtls_identity *identity, size_t *count);
-MTLS_EXTERN int mtls_identity_chain_get(const mtls_identity *identity, size_t index, mtls_cert **out);
+MTLS_EXTERN int mtls_identity_chain_cert(const mtls_identity *identity, size_t index, mtls_cert **out);
 /* The PKCS#12 friendly name (UTF-8). *out is set to NULL, with MTLS_OK, when there is none;
  * otherwise free it with mtls_string_free. */
 MTLS_EXTERN int mtls_identity_friendly_name(const mtls_identity *identity, char **out);
@@ -888,8 +888,8 @@ MTLS_EXTERN int mtls_token_object_token(const mtls_token_object *object, mtls_to
  * `destroy(userdata)`, if not NULL, runs exactly once when libmtls no longer holds the callback:
  * before mtls_identity_from_pkcs11 returns (whatever it returns), or for such a key when the
  * identity and its connections are freed (like every libmtls callback registration). */
-typedef int (*mtls_pin_cb)(void *userdata, const char *token_label, const char *token_uri, unsigned int flags,
-                           char *pin, size_t pin_size);
+typedef int (*mtls_pin_cb)(const char *token_label, const char *token_uri, unsigned int flags, char *pin,
+                           size_t pin_size, void *userdata);
 /* The identity a pkcs11: URI names: the certificate it matches (by object= / id=, the chain from
  * the other certificates on the token) and the private key with the same CKA_ID. The key never
  * leaves the token: TLS handshakes with this identity sign on the token (RSA PKCS#1 v1.5,

@@ -49,9 +49,9 @@ public func mtls_identity_chain_count(_ identity: OpaquePointer?, _ count: Unsaf
     }
 }
 
-/// `int mtls_identity_chain_get(const mtls_identity *identity, size_t index, mtls_cert **out)`
-@_cdecl("mtls_identity_chain_get")
-public func mtls_identity_chain_get(_ identity: OpaquePointer?, _ index: Int, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+/// `int mtls_identity_chain_cert(const mtls_identity *identity, size_t index, mtls_cert **out)`
+@_cdecl("mtls_identity_chain_cert")
+public func mtls_identity_chain_cert(_ identity: OpaquePointer?, _ index: Int, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) { try element(try handle(identity, Identity.self, "identity").chain, index, "certificates in the chain") }
     }

@@ -234,10 +234,10 @@ public func mtls_token_object_token(_ o: OpaquePointer?, _ out: UnsafeMutablePoi
 
 // MARK: identities on tokens
 
-/// `typedef int (*mtls_pin_cb)(void *userdata, const char *token_label, const char *token_uri,
-///                             unsigned int flags, char *pin, size_t pin_size)`
-public typealias mtls_pin_cb = @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, UnsafePointer<CChar>?,
-                                               UInt32, UnsafeMutablePointer<CChar>?, Int) -> Int32
+/// `typedef int (*mtls_pin_cb)(const char *token_label, const char *token_uri, unsigned int flags,
+///                             char *pin, size_t pin_size, void *userdata)`
+public typealias mtls_pin_cb = @convention(c) (UnsafePointer<CChar>?, UnsafePointer<CChar>?, UInt32,
+                                               UnsafeMutablePointer<CChar>?, Int, UnsafeMutableRawPointer?) -> Int32
 
 /// `void (*destroy)(void *userdata)`: releases a callback's userdata.
 public typealias mtls_destroy_cb = @convention(c) (UnsafeMutableRawPointer?) -> Void
@@ -260,6 +260,8 @@ public func mtls_identity_from_pkcs11(_ uri: UnsafePointer<CChar>?, _ pinCallbac
 }
 
 /// A PIN callback's userdata; the application's destroy function runs when it is released.
+/// Sendable (unchecked: a raw pointer is not): the fields never change; libmtls only hands
+/// `userdata` back to the application's callback and destroy function.
 private final class PinUserdata: @unchecked Sendable {
     let userdata: UnsafeMutableRawPointer?
     let destroy: mtls_destroy_cb?
@@ -296,7 +298,7 @@ private func pinAdapter(_ cb: mtls_pin_cb, _ userdata: UnsafeMutableRawPointer?,
         }
         let flags = flagBits(request.token)
         let rc = request.tokenLabel.withCString { label in
-            request.tokenURI.withCString { tokenURI in cb(userdata, label, tokenURI, flags, buffer, size) }
+            request.tokenURI.withCString { tokenURI in cb(label, tokenURI, flags, buffer, size, userdata) }
         }
         guard rc == 0 else { return nil }
         buffer[size - 1] = 0

@@ -9,7 +9,7 @@
 static int asked = 0;
 static unsigned int seen_flags = 0;
 
-static int give_pin(void *userdata, const char *label, const char *uri, unsigned int flags, char *pin, size_t size) {
+static int give_pin(const char *label, const char *uri, unsigned int flags, char *pin, size_t size, void *userdata) {
     (void)uri;
     asked++;
     seen_flags = flags;

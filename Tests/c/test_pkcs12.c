@@ -101,10 +101,10 @@ int main(void) {
     CHECK_RC(mtls_identity_chain_count(NULL, &n), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_identity_chain_count(id, NULL), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_identity_chain_count(id, &n)); CHECK(n == 1);
-    CHECK_RC(mtls_identity_chain_get(NULL, 0, &c), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_identity_chain_get(id, 0, NULL), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_identity_chain_get(id, 1, &c), MTLS_E_INVALID_ARGUMENT);
-    CHECK_OK(mtls_identity_chain_get(id, 0, &c));
+    CHECK_RC(mtls_identity_chain_cert(NULL, 0, &c), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_identity_chain_cert(id, 0, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_identity_chain_cert(id, 1, &c), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_identity_chain_cert(id, 0, &c));
     CHECK_OK(mtls_cert_subject_summary(c, &s)); CHECK(strcmp(s, "C Root") == 0); mtls_string_free(s);
     mtls_cert_free(c);
     unsigned int flags = 0; int code = -1;

@@ -19,7 +19,7 @@ static void count_destroy(void *userdata) {
 }
 
 /* A PIN callback that answers with the string in userdata (NULL: gives up). */
-static int give_pin(void *userdata, const char *label, const char *uri, unsigned int flags, char *pin, size_t size) {
+static int give_pin(const char *label, const char *uri, unsigned int flags, char *pin, size_t size, void *userdata) {
     (void)flags;
     pin_calls++;
     CHECK(label != NULL && strncmp(label, "mtls-", 5) == 0);

@@ -18,8 +18,8 @@ fn("mtls_identity_from_pem", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, cty
 fn("mtls_identity_leaf", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 # int mtls_identity_chain_count(const mtls_identity *identity, size_t *count)
 fn("mtls_identity_chain_count", ctypes.c_int, ctypes.c_void_p, c_size_p)
-# int mtls_identity_chain_get(const mtls_identity *identity, size_t index, mtls_cert **out)
-fn("mtls_identity_chain_get", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, c_void_pp)
+# int mtls_identity_chain_cert(const mtls_identity *identity, size_t index, mtls_cert **out)
+fn("mtls_identity_chain_cert", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, c_void_pp)
 # int mtls_identity_friendly_name(const mtls_identity *identity, char **out)
 fn("mtls_identity_friendly_name", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 # int mtls_identity_local_key_id(const mtls_identity *identity, uint8_t **out, size_t *len)
@@ -104,7 +104,7 @@ class Identity(_Handle):
     @property
     def chain(self) -> List[Certificate]:
         """Certificates above the leaf, issuer first, root last."""
-        return out_indexed(lib.mtls_identity_chain_count, lib.mtls_identity_chain_get, self._h,
+        return out_indexed(lib.mtls_identity_chain_count, lib.mtls_identity_chain_cert, self._h,
                            lambda p: Certificate(p.value))
 
     @property

@@ -55,10 +55,10 @@ fn("mtls_token_object_cert", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 # int mtls_token_object_token(const mtls_token_object *object, mtls_token **out)
 fn("mtls_token_object_token", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 
-# typedef int (*mtls_pin_cb)(void *userdata, const char *token_label, const char *token_uri,
-#                            unsigned int flags, char *pin, size_t pin_size)
-PIN_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint,
-                          ctypes.POINTER(ctypes.c_char), ctypes.c_size_t)
+# typedef int (*mtls_pin_cb)(const char *token_label, const char *token_uri, unsigned int flags,
+#                            char *pin, size_t pin_size, void *userdata)
+PIN_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint,
+                          ctypes.POINTER(ctypes.c_char), ctypes.c_size_t, ctypes.c_void_p)
 # int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, void *userdata, void (*destroy)(void *),
 #                               mtls_identity **out)
 fn("mtls_identity_from_pkcs11", ctypes.c_int, ctypes.c_char_p, PIN_CB, ctypes.c_void_p, _callbacks.DESTROY_CB,
@@ -162,7 +162,7 @@ PinAnswer = Union[None, str, bytes]
 PinSource = Union[None, str, bytes, Callable[[str, str, int], PinAnswer]]
 
 
-def _pin_thunk(userdata, label, token_uri, flags, buf, size):
+def _pin_thunk(label, token_uri, flags, buf, size, userdata):
     """The one C PIN callback: asks the Python callable registered under `userdata`. An exception
     is kept for this thread and re-raised when mtls_identity_from_pkcs11 returns."""
     try:
@@ -215,7 +215,7 @@ def _with_pin(pin, call):
     it); re-raises what the callable raised."""
     raised = []
 
-    def answer(_userdata, label, token_uri, flags, buf, size):
+    def answer(label, token_uri, flags, buf, size, _userdata):
         try:
             value = pin(label.decode(), token_uri.decode(), flags) if callable(pin) else pin
             if value is None:
