@@ -1,7 +1,8 @@
 /* Server throughput under 64 concurrent mutual-TLS clients (bench/bench_server.py).
- *   bench_server serve PORT CHAIN KEY CLIENT_CA THREADS
+ *   bench_server serve PORT CHAIN KEY CLIENT_CA THREADS TICKETS
  *       a libmtls server: mtls_listener, THREADS threads accepting; each client gets one
- *       "HTTP/1.1 200" answer to its request and is closed (as the nginx it is compared with).
+ *       "HTTP/1.1 200" answer to its request and is closed (as the nginx it is compared with);
+ *       TICKETS "on" issues session tickets (the listener's default), "off" none.
  *   bench_server load PORT CERT KEY CA CLIENTS SECONDS
  *       the load: CLIENTS threads of raw OpenSSL clients, each a loop of full TLS 1.3 handshakes
  *       with a client certificate, one GET, the answer read; prints completed requests/s. */
@@ -46,7 +47,7 @@ static void *serve_thread(void *arg) {
 }
 
 static int serve(int argc, char **argv) {
-    if (argc != 7) return 2;
+    if (argc != 8) return 2;
     char *chain = slurp(argv[3]), *key = slurp(argv[4]);
     mtls_identity *id = NULL;
     mtls_cert **cas = NULL; size_t n = 0;
@@ -61,6 +62,7 @@ static int serve(int argc, char **argv) {
     o.identity = id;
     o.client_policy = p;
     o.min_tls = MTLS_TLS_1_3;
+    o.no_session_tickets = strcmp(argv[7], "on") != 0;
     mtls_listener *l = NULL;
     if (mtls_listener_new("127.0.0.1", (uint16_t)atoi(argv[2]), &o, &l)) {
         fprintf(stderr, "listen: %s\n", mtls_last_error());
