@@ -8,10 +8,12 @@ import Glibc
 /// A TLS server socket: listens on an address and port and accepts clients with the server's
 /// identity and its client policy. ``accept(timeout:)`` may be called from several threads.
 ///
-/// Handshakes run concurrently: from the first ``accept(timeout:)`` on, a listener thread accepts
-/// sockets and runs each client's handshake on a thread of its own (a handshake thread that
-/// finished waits, up to ``maxIdleThreads`` of them, for the next client instead of exiting), so
-/// one slow or stalled client never holds up the others (each is bounded by the handshake timeout). ``accept(timeout:)``
+/// Handshakes run concurrently: from the first ``accept(timeout:)`` on, the listener's threads
+/// take turns at accepting (leader and followers): the thread that accepts a client hands the
+/// accepting on to a waiting thread (or a new one) and handshakes that client itself, with no
+/// hand-off in between; a thread that finished waits, up to ``maxIdleThreads`` of them, for its
+/// next turn instead of exiting. One slow or stalled client never holds up the others (each is
+/// bounded by the handshake timeout). ``accept(timeout:)``
 /// returns handshaken clients, and throws for rejected ones, in the order they finish. At most
 /// ``maxPending`` clients are handshaking or waiting to be accepted; beyond that the kernel's
 /// backlog holds them.
@@ -53,7 +55,9 @@ public final class TLSListener: Sendable {
         try core.next(deadline: Deadline(seconds: timeout), timeout: timeout)
     }
 
-    /// Stops listening. Clients handshaken and not accepted are closed.
+    /// Stops listening. Clients handshaken and not accepted are closed, handshakes under way are
+    /// cut short, and the listener's threads have ended when this returns (so a program may exit,
+    /// and OpenSSL clean up, right after it).
     public func close() { core.close() }
 }
 
@@ -65,10 +69,23 @@ final class ListenerCore: Sendable {
         var inFlight = 0
         var started = false
         var closed = false
+        /// A thread holds the turn at accepting, or has been handed it: true from the first
+        /// accept until that thread sees the listener closed (and closes the socket).
         var acceptorRunning = false
-        /// Handshake threads waiting on `workSignal`, and the clients handed to them.
+        /// Threads waiting on `workSignal` for their next turn.
         var idleThreads = 0
-        var jobs: [(fd: Int32, peer: String)] = []
+        /// Turns handed to a waiting thread (posted on `workSignal`) and not yet taken.
+        var turnsHanded = 0
+        /// The listener's threads (joinable): running ones, and those that ended on their own
+        /// and are not joined yet (joined at the next thread start, or by close).
+        var threads: [pthread_t] = []
+        var ended: [pthread_t] = []
+        /// Client sockets in a handshake. A thread removes its socket before it closes it, so
+        /// every socket here is open while the lock is held: close shuts them down, cutting
+        /// their handshakes short.
+        var handshaking: Set<Int32> = []
+        /// The thread that closes joins the others; a second close returns at once.
+        var joined = false
     }
 
     /// A finished handshake: moved from its handshake thread to the thread that accepts it.
@@ -87,8 +104,8 @@ final class ListenerCore: Sendable {
     /// Readable while finished handshakes are queued (one byte per queued result).
     private let wakeRead: Int32
     private let wakeWrite: Int32
-    /// Posted once for each client handed to an idle handshake thread, and once for each idle
-    /// thread when the listener closes. Allocated once, freed in deinit (no thread holds the
+    /// Posted once for each turn at accepting handed to a waiting thread, and once for each
+    /// waiting thread when the listener closes. Allocated once, freed in deinit (no thread holds the
     /// core then).
     nonisolated(unsafe) private let workSignal: UnsafeMutablePointer<sem_t>
 
@@ -151,15 +168,34 @@ final class ListenerCore: Sendable {
             st.ready = []
             let idle = st.idleThreads
             st.idleThreads = 0
+            for fd in st.handshaking { _ = shutdown(fd, Int32(SHUT_RDWR)) } // open: see `handshaking`
             return (st.acceptorRunning, d, idle)
         }
         for d in dropped { d.connection = nil }
-        for _ in 0..<idle { sem_post(workSignal) } // idle handshake threads wake, find no client, exit
-        // The acceptor thread closes the socket when it stops (it may be polling it now);
+        for _ in 0..<idle { sem_post(workSignal) } // waiting threads wake, find no turn, exit
+        // The thread holding the turn closes the socket when it stops (it may be polling it now);
         // shutdown wakes it at once and refuses new clients.
-        if wasRunning { _ = shutdown(listenFD, Int32(SHUT_RDWR)) } else if dropped.isEmpty { closeListenFD() }
+        if wasRunning { _ = shutdown(listenFD, Int32(SHUT_RDWR)) } else { closeListenFD() }
         var b: UInt8 = 0
         _ = write(wakeWrite, &b, 1) // wakes accepting threads so they see `closed`
+        // Every thread ends promptly now (no turn, no client: their sockets are shut down); wait
+        // for them, so that none is still inside OpenSSL when the program goes on (or exits).
+        let joiner: Bool = state.withLock { st in
+            guard !st.joined else { return false }
+            st.joined = true
+            return true
+        }
+        guard joiner else { return }
+        while true {
+            let threads: [pthread_t] = state.withLock { st in
+                let t = st.threads + st.ended
+                st.threads = []
+                st.ended = []
+                return t
+            }
+            if threads.isEmpty { break }
+            for t in threads where !(pthread_equal(t, pthread_self()) != 0) { pthread_join(t, nil) }
+        }
     }
 
     private let fdClosed = Mutex(false)
@@ -179,85 +215,137 @@ final class ListenerCore: Sendable {
             return true
         }
         guard start else { return }
-        if !Threads.spawn({ [self] in acceptLoop() }) {
+        if !spawnThread() {
             state.withLock { $0.started = false; $0.acceptorRunning = false }
             throw MTLSError(.io, "cannot start the listener thread")
         }
     }
 
-    private func acceptLoop() {
-        defer {
-            state.withLock { $0.acceptorRunning = false }
-            closeListenFD()
+    /// A listener thread. It starts holding the turn at accepting; when it accepts a client it
+    /// hands the turn on (to a waiting thread, else a new one), handshakes that client, then waits
+    /// for its next turn while fewer than ``TLSListener/maxIdleThreads`` threads wait. The thread
+    /// holding the turn when the listener closes closes the socket; the others just end.
+    private func run() {
+        while true {
+            guard let (fd, peer) = acceptNext() else {
+                state.withLock { $0.acceptorRunning = false }
+                closeListenFD()
+                return
+            }
+            let (closed, handOn): (Bool, Bool) = state.withLock { st in
+                guard !st.closed else { return (true, false) }
+                st.inFlight += 1
+                st.handshaking.insert(fd)
+                guard st.idleThreads > 0 else { return (false, false) }
+                st.idleThreads -= 1
+                st.turnsHanded += 1
+                return (false, true)
+            }
+            if closed {
+                Glibc.close(fd)
+                continue // the next turn sees `closed`
+            }
+            if handOn {
+                sem_post(workSignal)
+            } else if !spawnThread() {
+                handshake(fd: fd, peer: peer) // no thread to spare: handshake here, keep the turn
+                continue
+            }
+            handshake(fd: fd, peer: peer)
+            guard waitForTurn() else {
+                endOnItsOwn()
+                return
+            }
         }
+    }
+
+    /// Starts a listener thread holding the turn at accepting; false when none could be started
+    /// or the listener closed. Joins the threads that ended on their own since the last start.
+    private func spawnThread() -> Bool {
+        let (started, ended): (Bool, [pthread_t]) = state.withLock { st in
+            let ended = st.ended
+            st.ended = []
+            // Started under the lock, so the thread is registered before it can look itself up.
+            guard !st.closed, let t = Threads.spawn({ [self] in run() }) else { return (false, ended) }
+            st.threads.append(t)
+            return (true, ended)
+        }
+        for t in ended { pthread_join(t, nil) } // they have left the lock for good: at most a moment
+        return started
+    }
+
+    /// A thread that ends while the listener is open moves itself to `ended`, to be joined.
+    /// (Once the listener closed, the closing thread has taken it from `threads` and joins it.)
+    private func endOnItsOwn() {
+        state.withLock { st in
+            let me = pthread_self()
+            guard let i = st.threads.firstIndex(where: { pthread_equal($0, me) != 0 }) else { return }
+            st.threads.remove(at: i)
+            st.ended.append(me)
+        }
+    }
+
+    /// Waits for a turn at accepting; false when this thread should end instead (enough threads
+    /// wait already, or the listener closed and the turn, if any, was handed to another thread).
+    private func waitForTurn() -> Bool {
+        let waits: Bool = state.withLock { st in
+            guard !st.closed, st.idleThreads < TLSListener.maxIdleThreads else { return false }
+            st.idleThreads += 1
+            return true
+        }
+        guard waits else { return false }
+        while sem_wait(workSignal) != 0 && errno == EINTR {}
+        // Each post is either a turn (counted in turnsHanded) or a closing listener's wake-up;
+        // which thread takes which does not matter, only that each turn is taken once.
+        return state.withLock { st in
+            guard st.turnsHanded > 0 else { return false }
+            st.turnsHanded -= 1
+            return true
+        }
+    }
+
+    /// The accepting turn: the next client's socket and address, or nil when the listener closed.
+    private func acceptNext() -> (Int32, String)? {
         while true {
             let (closed, full): (Bool, Bool) = state.withLock { st in
                 (st.closed, st.inFlight + st.ready.count >= TLSListener.maxPending)
             }
-            if closed { return }
+            if closed { return nil }
             if full { usleep(10_000); continue }
-            let accepted: (Int32, String)
             do {
-                accepted = try Socket.accept(listenFD, deadline: Deadline(seconds: 0.25))
+                return try Socket.accept(listenFD, deadline: Deadline(seconds: 0.25))
             } catch let e as MTLSError where e.code == .timeout {
                 continue
             } catch {
-                if state.withLock({ $0.closed }) { return }
+                if state.withLock({ $0.closed }) { return nil }
                 usleep(10_000) // EMFILE and the like: let handshakes finish, then try again
-                continue
             }
-            let (fd, peer) = accepted
-            let handed: Bool = state.withLock { st in
-                st.inFlight += 1
-                guard st.idleThreads > 0 else { return false }
-                st.idleThreads -= 1
-                st.jobs.append((fd, peer))
-                return true
-            }
-            if handed {
-                sem_post(workSignal)
-            } else if !Threads.spawn({ [self] in handshakeThread(fd: fd, peer: peer) }) {
-                handshake(fd: fd, peer: peer) // no thread to spare: handshake on this one
-            }
-        }
-    }
-
-    /// A handshake thread: handshakes its client, then waits for the next one while fewer than
-    /// ``TLSListener/maxIdleThreads`` threads wait; exits when the listener closes.
-    private func handshakeThread(fd: Int32, peer: String) {
-        var job: (fd: Int32, peer: String)? = (fd, peer)
-        while let (fd, peer) = job {
-            handshake(fd: fd, peer: peer)
-            let waits: Bool = state.withLock { st in
-                guard !st.closed, st.idleThreads < TLSListener.maxIdleThreads else { return false }
-                st.idleThreads += 1
-                return true
-            }
-            guard waits else { return }
-            while sem_wait(workSignal) != 0 && errno == EINTR {}
-            job = state.withLock { st in st.jobs.isEmpty ? nil : st.jobs.removeFirst() }
         }
     }
 
     private func handshake(fd: Int32, peer: String) {
-        let result: Finished
+        var conn: TLSConnection?
+        var failure: (any Error)?
         do {
-            let conn: TLSConnection
-            do {
-                conn = try TLSConnection(serverFD: fd, peer: peer, context: context, options: options)
-            } catch {
-                Glibc.close(fd)
-                throw error
-            }
-            do {
-                try conn.handshake()
-                result = Finished(conn, nil)
-            } catch let e as MTLSError {
-                conn.closeAfterRejecting()
-                throw MTLSError(e.code, "client \(peer): \(e.message)")
-            }
+            let c = try TLSConnection(serverFD: fd, peer: peer, context: context, options: options)
+            conn = c
+            try c.handshake()
         } catch {
-            result = Finished(nil, error)
+            failure = error
+        }
+        // Out of `handshaking` before the socket can be closed (below, or by the connection).
+        state.withLock { _ = $0.handshaking.remove(fd) }
+        let result: Finished
+        switch (conn, failure) {
+        case (let c?, nil):
+            result = Finished(c, nil)
+        case (let c?, let e as MTLSError):
+            c.closeAfterRejecting()
+            result = Finished(nil, MTLSError(e.code, "client \(peer): \(e.message)"))
+        case (let c, let e):
+            if c == nil { Glibc.close(fd) } // else the connection closes it as it goes
+            conn = nil
+            result = Finished(nil, e ?? MTLSError(.io, "client handshake failed"))
         }
         mtls_tsan_release(Unmanaged.passUnretained(result).toOpaque())
         let queued: Bool = state.withLock { st in
@@ -275,20 +363,20 @@ final class ListenerCore: Sendable {
     }
 }
 
-/// Detached threads for the listener (the library starts no other threads).
+/// Joinable threads for the listener (the library starts no other threads).
 enum Threads {
     private final class Body: Sendable {
         let run: @Sendable () -> Void
         init(_ run: @escaping @Sendable () -> Void) { self.run = run }
     }
 
-    /// Runs `body` on a new detached thread; false when no thread could be created.
-    static func spawn(_ body: @escaping @Sendable () -> Void) -> Bool {
+    /// Runs `body` on a new joinable thread; nil when no thread could be created. The caller
+    /// joins it.
+    static func spawn(_ body: @escaping @Sendable () -> Void) -> pthread_t? {
         let box = Unmanaged.passRetained(Body(body)).toOpaque()
         var attr = pthread_attr_t()
         pthread_attr_init(&attr)
         defer { pthread_attr_destroy(&attr) }
-        pthread_attr_setdetachstate(&attr, Int32(PTHREAD_CREATE_DETACHED))
         pthread_attr_setstacksize(&attr, 512 * 1024)
         var tid = pthread_t()
         let rc = pthread_create(&tid, &attr, { arg in
@@ -298,9 +386,9 @@ enum Threads {
         }, box)
         if rc != 0 {
             Unmanaged<Body>.fromOpaque(box).release()
-            return false
+            return nil
         }
-        return true
+        return tid
     }
 }
 
