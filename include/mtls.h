@@ -750,7 +750,11 @@ MTLS_EXTERN int mtls_listener_port(const mtls_listener *listener, uint16_t *port
  * gives an error saying why (MTLS_E_UNTRUSTED with our evaluation's reasons, or no certificate
  * when one is required; MTLS_E_PEER_ALERT). Free *out with mtls_conn_free. */
 MTLS_EXTERN int mtls_listener_accept(mtls_listener *listener, int timeout_ms, mtls_conn **out);
-/* Stop listening and free. Accepted connections live on. NULL is a no-op. */
+/* Stop listening and free. Accepted connections live on; clients handshaken and not accepted are
+ * closed, and handshakes under way are cut short. The listener's threads (it runs each client's
+ * handshake on a thread of its own, from the first mtls_listener_accept on) have all ended when
+ * this returns, so the program may exit right after it. Do not call it while another thread is
+ * inside mtls_listener_accept on the same listener. NULL is a no-op. */
 MTLS_EXTERN void mtls_listener_free(mtls_listener *listener);
 
 /* Bring your own SSL_CTX: configure an OpenSSL SSL_CTX * the application owns (passed as void *,
