@@ -117,6 +117,11 @@ void __tsan_acquire(void *addr) __attribute__((weak));
 void __tsan_release(void *addr) __attribute__((weak));
 static inline void mtls_tsan_acquire(void *addr) { if (__tsan_acquire) __tsan_acquire(addr); }
 static inline void mtls_tsan_release(void *addr) { if (__tsan_release) __tsan_release(addr); }
+/* Names the calling thread (glibc's pthread_setname_np, which <pthread.h> declares only under
+ * _GNU_SOURCE; at most 15 characters). */
+#include <pthread.h>
+int pthread_setname_np(pthread_t thread, const char *name);
+static inline void mtls_set_thread_name(const char *name) { (void)pthread_setname_np(pthread_self(), name); }
 static inline STACK_OF(X509_NAME) *mtls_ossl_sk_X509_NAME_new_null(void) { return sk_X509_NAME_new_null(); }
 static inline void mtls_ossl_sk_X509_NAME_pop_free(STACK_OF(X509_NAME) *sk) { sk_X509_NAME_pop_free(sk, X509_NAME_free); }
 

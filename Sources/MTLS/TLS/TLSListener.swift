@@ -381,6 +381,7 @@ enum Threads {
         var tid = pthread_t()
         let rc = pthread_create(&tid, &attr, { arg in
             guard let arg else { return nil }
+            mtls_set_thread_name("mtls-listener") // what `top -H` and /proc/<pid>/task/*/comm show
             Unmanaged<Body>.fromOpaque(arg).takeRetainedValue().run()
             return nil
         }, box)
