@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from _cbench import build, free_port, row, throughput_row
+from _cbench import build, free_port, quartiles, row
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -96,9 +96,10 @@ class SSLAdapter(HTTPAdapter):
         pass  # the context above is complete; do not reload CA files per connection
 
 
-def rates(sessions, url, n, close, rounds=5):
-    """Requests per second of each session (a dict), the median of `rounds` rounds; the sessions
-    take turns within each round, so that a change in the machine's load hits them alike."""
+def rates(sessions, url, n, close, rounds=9):
+    """Requests per second of each session (a dict), one figure per round; the sessions take
+    turns within each round, so that a change in the machine's load hits them alike (compare
+    them round by round)."""
     headers = {"Connection": "close"} if close else {}
     for s in sessions.values():
         for _ in range(max(5, n // 20)):
@@ -112,7 +113,7 @@ def rates(sessions, url, n, close, rounds=5):
                 if r.status_code != 200:
                     sys.exit(f"bench_python: HTTP {r.status_code}")
             runs[name].append(n / (time.perf_counter() - t0))
-    return {name: statistics.median(v) for name, v in runs.items()}
+    return runs
 
 
 def http_rows(pki, tmp):
@@ -134,18 +135,18 @@ def http_rows(pki, tmp):
             s.mount("https://", adapter)
             clients[name] = s
         for label, n, close in (("keep-alive", 500, False), ("new connection per request", 100, True)):
-            got = rates(clients, url, n, close)
-            base, ours = got["ssl"], got["mtls"]
-            print(f"requests GET {label:<27} mtls {ours:8.0f}/s  ssl {base:8.0f}/s  ratio {ours / base:5.2f}x "
-                  f"(target >= 1.0x)", flush=True)
-            throughput_row("python https", f"requests GET, {label}", ours, base, 1.0, unit="req/s",
-                           baseline_name="requests + Python ssl")
-            if close:
-                nores = got["mtls-noresume"]
-                print(f"requests GET {'  ... without TLS resumption':<27} mtls {nores:8.0f}/s  ssl {base:8.0f}/s  "
-                      f"ratio {nores / base:5.2f}x (Python ssl does not resume either)", flush=True)
-                throughput_row("python https", "requests GET, new connection per request, resumption off", nores, base,
-                               1.0, unit="req/s", baseline_name="requests + Python ssl")
+            runs = rates(clients, url, n, close)
+            base = statistics.median(runs["ssl"])
+            for name, what in (("mtls", label), ("mtls-noresume", "new connection per request, resumption off")):
+                if name == "mtls-noresume" and not close:
+                    continue
+                ours = statistics.median(runs[name])
+                # the cost ratio of each round (ssl's rate over ours, measured side by side)
+                cost, spread = quartiles([b / m for b, m in zip(runs["ssl"], runs[name])])
+                print(f"requests GET {what:<27} mtls {ours:8.0f}/s  ssl {base:8.0f}/s  cost {cost:5.3f}x "
+                      f"(spread {spread:.3f}, target <= 1.0x)", flush=True)
+                row("python https", f"requests GET, {what}", cost, 1.0, mtls=round(ours, 1), baseline=round(base, 1),
+                    unit="req/s", baseline_name="requests + Python ssl", spread=spread)
         for s in clients.values():
             s.close()
     finally:
