@@ -20,7 +20,7 @@ if not prefix:
 
 with tempfile.TemporaryDirectory() as tmp:
     pki = os.path.join(tmp, "pki")
-    subprocess.run([os.path.join(root, "Tests", "fixtures", "make-trust-pki.sh"), pki], check=True, capture_output=True)
+    subprocess.run([os.path.join(root, "scripts", "test-pki.sh"), "--trust", pki], check=True, capture_output=True)
     exe = build("bench_trust", tmp, prefix, pkgs=["libcrypto"])
     for variant in ("", "rsa-", "bag"):
         r = subprocess.run([exe, pki, variant], env={k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"},

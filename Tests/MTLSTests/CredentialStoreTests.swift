@@ -2,7 +2,8 @@ import Foundation
 import XCTest
 @testable import MTLS
 
-/// A root → intermediate → leaf PKI made with the openssl CLI, with EC P-256 keys.
+/// A root → intermediate PKI with EC P-256 keys (`scripts/test-pki.sh --chain`) and client
+/// identities issued under it on demand (`--leaf`).
 struct StorePKI {
     let dir: String
     let root: Certificate
@@ -10,13 +11,7 @@ struct StorePKI {
 
     init() throws {
         dir = try TestPKI.tempDir()
-        try TestPKI.sh("""
-            cd \(dir) && \
-            openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout root.key -out root.pem -subj '/CN=Store Root' -days 30 -addext 'basicConstraints=critical,CA:TRUE' -addext 'keyUsage=critical,keyCertSign,cRLSign' 2>/dev/null && \
-            openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout int.key -out int.csr -subj '/CN=Store Intermediate' 2>/dev/null && \
-            printf 'basicConstraints=critical,CA:TRUE,pathlen:0\\nkeyUsage=critical,keyCertSign,cRLSign\\n' > ca.ext && \
-            openssl x509 -req -in int.csr -CA root.pem -CAkey root.key -CAcreateserial -out int.pem -days 30 -extfile ca.ext 2>/dev/null
-            """)
+        try TestPKI.make("--chain", dir)
         root = try Certificate.load(path: "\(dir)/root.pem")[0]
         intermediate = try Certificate.load(path: "\(dir)/int.pem")[0]
     }
@@ -24,12 +19,7 @@ struct StorePKI {
     /// A new client identity named `cn`, issued by the intermediate; also writes `<cn>.key`
     /// (PEM), `<cn>.p8` (PKCS#8 DER) and `<cn>.pem` in the directory.
     func identity(_ cn: String) throws -> Identity {
-        try TestPKI.sh("""
-            cd \(dir) && \
-            openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout '\(cn).key' -out '\(cn).csr' -subj '/CN=\(cn)' 2>/dev/null && \
-            openssl x509 -req -in '\(cn).csr' -CA int.pem -CAkey int.key -CAcreateserial -out '\(cn).pem' -days 10 2>/dev/null && \
-            openssl pkcs8 -topk8 -nocrypt -in '\(cn).key' -outform DER -out '\(cn).p8'
-            """)
+        try TestPKI.make("--leaf", dir, cn)
         let p8 = try [UInt8](Data(contentsOf: URL(fileURLWithPath: "\(dir)/\(cn).p8")))
         let key = try PrivateKey(pkcs8DER: p8)
         let leaf = try Certificate.load(path: "\(dir)/\(cn).pem")[0]
@@ -249,8 +239,11 @@ final class CredentialStoreTests: XCTestCase {
         try store.putCertificate(pki.root, label: "anchor")
         try store.putIdentity(try pki.identity("a"), label: "a")
         // An attacker's root, written through sqlite3 into the anchor row (no secret needed).
-        try TestPKI.sh("cd \(pki.dir) && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout evil.key -out evil.pem -subj '/CN=Store Root' -days 30 2>/dev/null && openssl x509 -in evil.pem -outform DER -out evil.der")
-        let evil = try Certificate.load(path: "\(pki.dir)/evil.pem")[0]
+        // (another test PKI's root: the same name, "Test Root", another key)
+        let evilDir = try TestPKI.tempDir()
+        try TestPKI.make("--chain", evilDir)
+        let evil = try Certificate.load(path: "\(evilDir)/root.pem")[0]
+        try Data(evil.der).write(to: URL(fileURLWithPath: "\(pki.dir)/evil.der"))
         try TestPKI.sh("sqlite3 \(pki.dir)/store.db \"UPDATE items SET leaf = readfile('\(pki.dir)/evil.der') WHERE label = 'anchor'\"")
         let fresh = try open("\(pki.dir)/store.db")
         XCTAssertThrowsError(try fresh.certificate(label: "anchor")) { e in

@@ -1,23 +1,13 @@
 import Foundation
 @testable import MTLS
 
-/// A small PKI made with the openssl command line at run time: root → intermediate → leaf.
+/// A small PKI: root → intermediate → client leaf (`scripts/test-pki.sh --chain`).
 struct P12Fixture {
     let dir: String
-    /// Key algorithm arguments for `openssl req -newkey`, e.g. `rsa:2048`, `ec -pkeyopt ec_paramgen_curve:P-256`, `ed25519`.
-    static func make(leafKey: String = "ec -pkeyopt ec_paramgen_curve:P-256", cn: String = "client.example") throws -> P12Fixture {
+    /// `leafKey`: the leaf's key type, `p256`, `p384`, `rsa2048`, `rsa4096` or `ed25519`.
+    static func make(leafKey: String = "p256", cn: String = "client.example") throws -> P12Fixture {
         let dir = try TestPKI.tempDir()
-        try TestPKI.sh("""
-        cd \(dir) && \
-        printf 'basicConstraints=critical,CA:TRUE\\nkeyUsage=critical,keyCertSign,cRLSign\\nsubjectKeyIdentifier=hash\\nauthorityKeyIdentifier=keyid\\n' > ca.ext && \
-        printf 'basicConstraints=critical,CA:FALSE\\nkeyUsage=critical,digitalSignature\\nextendedKeyUsage=clientAuth\\nauthorityKeyIdentifier=keyid\\n' > leaf.ext && \
-        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout root.key -out root.pem -subj '/CN=Test Root' -days 30 -addext 'basicConstraints=critical,CA:TRUE' -addext 'keyUsage=critical,keyCertSign,cRLSign' 2>/dev/null && \
-        openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout int.key -out int.csr -subj '/CN=Test Intermediate' 2>/dev/null && \
-        openssl x509 -req -in int.csr -CA root.pem -CAkey root.key -CAcreateserial -out int.pem -days 30 -extfile ca.ext 2>/dev/null && \
-        openssl req -newkey \(leafKey) -nodes -keyout leaf.key -out leaf.csr -subj '/CN=\(cn)' 2>/dev/null && \
-        openssl x509 -req -in leaf.csr -CA int.pem -CAkey int.key -CAcreateserial -out leaf.pem -days 30 -extfile leaf.ext 2>/dev/null && \
-        cat int.pem root.pem > chain.pem
-        """)
+        try TestPKI.make("--chain", dir, leafKey, cn)
         return P12Fixture(dir: dir)
     }
 

@@ -7,9 +7,7 @@ final class TLSConnectionTests: XCTestCase {
     /// The connection PKI (scripts/test-pki.sh), made once, on first use.
     static let pkiDir: String = {
         let dir = NSTemporaryDirectory() + "mtls-tls-pki-\(getpid())"
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("scripts/test-pki.sh").path
-        _ = try? TestPKI.sh("'\(script)' '\(dir)'")
+        try? TestPKI.make(dir)
         return dir
     }()
 

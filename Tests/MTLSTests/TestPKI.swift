@@ -9,6 +9,14 @@ enum TestPKI {
         return path
     }
 
+    /// Runs scripts/test-pki.sh, the one maker of every suite's test PKI (see its header):
+    /// `make("--trust", dir)`, `make(dir)`, `make("--chain", dir, "rsa2048")`...
+    static func make(_ arguments: String...) throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("scripts/test-pki.sh").path
+        try sh(([script] + arguments).map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " "))
+    }
+
     /// Runs a shell command; throws with its stderr when it fails.
     @discardableResult
     static func sh(_ command: String) throws -> String {

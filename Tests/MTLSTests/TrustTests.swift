@@ -3,14 +3,12 @@ import XCTest
 @testable import MTLS
 
 /// Trust evaluation: every policy feature and failure reason, on chains made at run time by
-/// Tests/fixtures/make-trust-pki.sh (valid from now for 30 days), evaluated at fixed times.
+/// `scripts/test-pki.sh --trust` (valid from now for 30 days), evaluated at fixed times.
 final class TrustTests: XCTestCase {
     /// The fixtures, made once (on first use) for every test of the class.
     static let dir: String = {
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("fixtures/make-trust-pki.sh").path
         let dir = try! TestPKI.tempDir()
-        try! TestPKI.sh("'\(script)' '\(dir)'")
+        try! TestPKI.make("--trust", dir)
         return dir
     }()
     /// One day after the certificates were made: inside every validity period.

@@ -1,6 +1,6 @@
 /* Trust policies and evaluation through the installed C ABI: every mtls_policy_* /
  * mtls_trust_result_* / mtls_evaluate function, NULL arguments included. The PKI is made at
- * run time by Tests/fixtures/make-trust-pki.sh. */
+ * run time by scripts/test-pki.sh --trust. */
 #include "test_support.h"
 #include <time.h>
 
@@ -63,7 +63,7 @@ int main(void) {
     const char *tmp = getenv("MTLS_TEST_TMP");
     snprintf(dir, sizeof dir, "%s/trust-pki", tmp ? tmp : "/tmp");
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && Tests/fixtures/make-trust-pki.sh '%s'", dir, dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && scripts/test-pki.sh --trust '%s'", dir, dir);
     t_sh(cmd);
     int64_t now = (int64_t)time(NULL) + 86400;
 

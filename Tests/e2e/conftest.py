@@ -49,6 +49,9 @@ def pytest_configure(config):
 
 
 CLI = os.environ.get("MTLS_CLI", "mtls")
+# The one maker of every suite's test PKIs (see its header for its shapes).
+TEST_PKI = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts",
+                        "test-pki.sh")
 SOFTHSM_MODULE = "/usr/lib/softhsm/libsofthsm2.so"
 INSTALL_HINT = "run scripts/install-deps.sh (as root), which installs every tool the tests need"
 

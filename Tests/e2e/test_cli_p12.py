@@ -7,15 +7,12 @@ import subprocess
 
 import pytest
 
-from conftest import sh
+from conftest import TEST_PKI, sh
 
 
 @pytest.fixture
 def pki(tmp_path):
-    sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout root.key -out root.pem "
-       "-subj '/CN=E2E Root' -days 5 && "
-       "openssl req -newkey rsa:2048 -nodes -keyout leaf.key -out leaf.csr -subj '/CN=e2e.client/O=T' && "
-       "openssl x509 -req -in leaf.csr -CA root.pem -CAkey root.key -CAcreateserial -out leaf.pem -days 5 && "
+    sh(f"{TEST_PKI} --root . root 'E2E Root' && {TEST_PKI} --leaf . leaf rsa2048 e2e.client root && "
        "openssl x509 -in leaf.pem -outform DER -out leaf.der && "
        "openssl pkcs12 -export -inkey leaf.key -in leaf.pem -certfile root.pem -name 'e2e id' -passout pass:pw -out id.p12 && "
        "openssl pkcs12 -export -inkey leaf.key -in leaf.pem -certfile root.pem -passout pass: -out empty.p12 && "

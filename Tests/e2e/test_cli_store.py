@@ -5,17 +5,14 @@ import subprocess
 
 import pytest
 
-from conftest import CLI, sh
+from conftest import CLI, TEST_PKI, sh
 
 FAST = ["--kdf-log-n", "10"]  # hidden test-only scrypt cost; the default is 2^17
 
 
 @pytest.fixture
 def pki(tmp_path):
-    sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem "
-       "-subj '/CN=E2E Store CA' -days 5 -addext 'basicConstraints=critical,CA:TRUE' && "
-       "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout c.key -out c.csr -subj '/CN=e2e-client' && "
-       "openssl x509 -req -in c.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out c.pem -days 5 && "
+    sh(f"{TEST_PKI} --root . ca 'E2E Store CA' && {TEST_PKI} --leaf . c p256 e2e-client ca && "
        "openssl pkcs12 -export -inkey c.key -in c.pem -certfile ca.pem -passout pass:pw -out c.p12 && "
        "echo pw > pw.txt && echo 'store passphrase' > secret.txt && echo out > outpw.txt", tmp_path)
     return tmp_path
@@ -276,8 +273,7 @@ def test_pin_value_is_never_stored_or_printed(pki):
 def test_tampered_rows_are_refused_by_label(pki):
     assert store(pki, "add-cert", pki / "ca.pem", "--label", "root").returncode == 0
     assert store(pki, "add-token", "pkcs11:token=t;object=k", "--label", "hsm", "--cert", pki / "c.pem").returncode == 0
-    sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout evil.key -out evil.pem "
-       "-subj '/CN=E2E Store CA' -days 5 && openssl x509 -in evil.pem -outform DER -out evil.der", pki)
+    sh(f"{TEST_PKI} --root . evil 'E2E Store CA' && openssl x509 -in evil.pem -outform DER -out evil.der", pki)
     db = pki / "st" / "store.db"
     # The attacker's root in place of the pinned one: mtls verify --anchor LABEL never trusts it
     # (the certificate does not match the row's authenticated fingerprint).

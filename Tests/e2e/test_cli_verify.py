@@ -6,14 +6,14 @@ import subprocess
 
 import pytest
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "make-trust-pki.sh"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "test-pki.sh"
 AT = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     d = tmp_path_factory.mktemp("verify-pki")
-    subprocess.run([str(SCRIPT), str(d)], check=True, capture_output=True)
+    subprocess.run([str(SCRIPT), "--trust", str(d)], check=True, capture_output=True)
     return d
 
 

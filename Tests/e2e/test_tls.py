@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import free_port, run_cli, wait_port
+from conftest import TEST_PKI, free_port, run_cli, wait_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKI_SCRIPT = os.path.join(HERE, "..", "..", "scripts", "test-pki.sh")
@@ -547,11 +547,7 @@ def test_automatic_identity_matches_the_curve_to_the_servers_tls13_schemes(pki, 
     # A P-384 identity of customer A, stored under a label that sorts before client-a (P-256).
     d = tmp_path
     subprocess.run(
-        f"openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-384 -out p384.key && "
-        f"openssl req -new -key p384.key -subj '/CN=client-p384' -out p384.csr && "
-        f"printf 'extendedKeyUsage=clientAuth\\n' > p384.ext && "
-        f"openssl x509 -req -in p384.csr -CA {pki('int-a.pem')} -CAkey {pki('int-a.key')} -CAcreateserial "
-        f"-days 5 -sha384 -extfile p384.ext -out p384.pem && "
+        f"cp {pki('int-a.pem')} {pki('int-a.key')} . && {TEST_PKI} --leaf . p384 p384 client-p384 int-a && "
         f"openssl pkcs12 -export -inkey p384.key -in p384.pem -certfile {pki('client-a-cas.pem')} "
         f"-passout pass:pw -out p384.p12",
         shell=True, cwd=d, check=True, capture_output=True)

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import run_cli, SOFTHSM_MODULE as MODULE, needs_softhsm, softhsm_conf
+from conftest import TEST_PKI, run_cli, SOFTHSM_MODULE as MODULE, needs_softhsm, softhsm_conf
 from test_token_connect import SCRIPT, SServer
 
 pytestmark = needs_softhsm
@@ -30,17 +30,11 @@ def hsm(tmp_path_factory):
         sh(f"GNUTLS_PIN=1234 p11tool --provider {MODULE} --login --export-pubkey "
            "'pkcs11:token=mtls-spare;id=%04;type=public' --outfile chained.pub.pem", d)
         # root -> intermediate -> leaf for the token's public key
-        sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout root.key -out root.pem "
-           "-subj '/CN=chain test root' -days 30 -addext basicConstraints=critical,CA:TRUE "
-           "-addext keyUsage=critical,keyCertSign,cRLSign", d)
-        sh("openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout int.key -out int.csr "
-           "-subj '/CN=chain test intermediate'", d)
-        (d / "int.ext").write_text("basicConstraints=critical,CA:TRUE,pathlen:0\nkeyUsage=critical,keyCertSign,cRLSign\n"
-                                   "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n")
-        sh("openssl x509 -req -in int.csr -CA root.pem -CAkey root.key -CAcreateserial -extfile int.ext -days 30 "
-           "-out int.pem", d)
+        subprocess.run([TEST_PKI, "--chain", str(d / "ca")], check=True, capture_output=True)
+        shutil.copy(d / "ca" / "root.pem", d / "root.pem")
+        shutil.copy(d / "ca" / "int.pem", d / "int.pem")
         sh("openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ph.key -out ph.csr -subj /CN=ph", d)
-        sh("openssl x509 -req -in ph.csr -CA int.pem -CAkey int.key -CAcreateserial -force_pubkey chained.pub.pem "
+        sh("openssl x509 -req -in ph.csr -CA int.pem -CAkey ca/int.key -CAcreateserial -force_pubkey chained.pub.pem "
            "-subj '/CN=token chained' -extfile client.ext -days 30 -out leaf.pem", d)
         (d / "leaf-and-chain.pem").write_text((d / "leaf.pem").read_text() + (d / "int.pem").read_text())
         # the server: the token test's server certificate, trusting only the new root for clients

@@ -12,7 +12,7 @@ import pytest
 from conftest import CLI, free_port, run_cli
 from test_tls import Peer, curl_fetch, peers, pki, s_client, s_server, server_log, verdicts, wait_port  # noqa: F401 (fixtures)
 
-TRUST_PKI = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "make-trust-pki.sh"
+TRUST_PKI = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "test-pki.sh"
 # Two days ahead: the one-day certificates of the path-building cases have expired.
 AT2 = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
 WRONG_PINS = ["sha256/" + "A" * 43 + "=", "sha256/" + "B" * 43 + "="]
@@ -21,7 +21,7 @@ WRONG_PINS = ["sha256/" + "A" * 43 + "=", "sha256/" + "B" * 43 + "="]
 @pytest.fixture(scope="module")
 def tpki(tmp_path_factory):
     d = tmp_path_factory.mktemp("trust-pki")
-    subprocess.run([str(TRUST_PKI), str(d)], check=True, capture_output=True)
+    subprocess.run([str(TRUST_PKI), "--trust", str(d)], check=True, capture_output=True)
     return d
 
 

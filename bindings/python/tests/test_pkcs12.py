@@ -1,3 +1,4 @@
+import pathlib
 import subprocess
 
 import pytest
@@ -6,16 +7,17 @@ import mtls
 from mtls import errors
 
 
+# The one maker of every suite's test PKIs (see its header for its shapes).
+TEST_PKI = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "test-pki.sh"
+
+
 def sh(cmd, cwd):
     subprocess.run(cmd, shell=True, check=True, cwd=cwd, capture_output=True)
 
 
 @pytest.fixture
 def pki(tmp_path):
-    sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout root.key -out root.pem "
-       "-subj '/CN=Py Root' -days 5 && "
-       "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-384 -nodes -keyout leaf.key -out leaf.csr -subj '/CN=py.client' && "
-       "openssl x509 -req -in leaf.csr -CA root.pem -CAkey root.key -CAcreateserial -out leaf.pem -days 5 && "
+    sh(f"{TEST_PKI} --root . root 'Py Root' && {TEST_PKI} --leaf . leaf p384 py.client root && "
        "openssl pkcs12 -export -inkey leaf.key -in leaf.pem -certfile root.pem -name 'py id' -passout pass:pw -out id.p12 && "
        "openssl pkcs12 -export -inkey leaf.key -in leaf.pem -certfile root.pem -name 'py id' -passout pass:pw -legacy -out legacy.p12",
        tmp_path)

@@ -8,14 +8,14 @@ import pytest
 import mtls
 from mtls import errors
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "Tests" / "fixtures" / "make-trust-pki.sh"
+SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "test-pki.sh"
 NOW = int(time.time()) + 86400
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     d = tmp_path_factory.mktemp("trust-pki")
-    subprocess.run([str(SCRIPT), str(d)], check=True, capture_output=True)
+    subprocess.run([str(SCRIPT), "--trust", str(d)], check=True, capture_output=True)
     return d
 
 
