@@ -68,16 +68,14 @@ static void print_peer(const mtls_conn *conn) {
         return;
     }
     int trusted = 0;
-    size_t reasons = 0;
+    size_t count = 0;
+    mtls_trust_reason *reasons = NULL;
     mtls_trust_result_trusted(result, &trusted);
-    mtls_trust_result_reason_count(result, &reasons);
     printf("evaluation: %s\n", trusted ? "trusted" : "untrusted");
-    for (size_t i = 0; i < reasons; i++) {
-        const char *code = NULL, *message = NULL;
-        int index = -1;
-        if (mtls_trust_result_reason(result, i, &code, &index, &message) == MTLS_OK)
-            printf("  reason %s (certificate %d): %s\n", code, index, message);
-    }
+    if (mtls_trust_result_reasons(result, &reasons, &count) == MTLS_OK)
+        for (size_t i = 0; i < count; i++)
+            printf("  reason %s (certificate %d): %s\n", reasons[i].code, reasons[i].cert_index, reasons[i].message);
+    mtls_trust_reason_list_free(reasons, count);
     mtls_trust_result_free(result);
 }
 
@@ -113,13 +111,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: cannot read %s\n", program, password_file);
         return 2;
     }
-    mtls_pkcs12 *p12 = NULL;
+    /* The identity: the PKCS#12 file's (its first identity, with its chain). */
     mtls_identity *identity = NULL;
-    int rc = mtls_pkcs12_load(p12_path, password_file ? password : NULL, &p12);
+    int rc = mtls_identity_resolve(p12_path, NULL, password_file ? password : NULL, NULL, NULL, &identity);
     memset(password, 0, sizeof password);
-    if (rc != MTLS_OK) return fail(p12_path, rc);
-    rc = mtls_pkcs12_identity(p12, 0, &identity);
-    mtls_pkcs12_free(p12);
     if (rc != MTLS_OK) return fail(p12_path, rc);
 
     /* Trust: the pinned anchor(s) in the file and nothing else, not the system store. */

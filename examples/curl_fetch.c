@@ -109,11 +109,8 @@ int main(int argc, char **argv) {
         mtls_store_close(s);
         if (rc != MTLS_OK) return fail(label, rc);
     } else {
-        mtls_pkcs12 *bundle = NULL;
-        if ((rc = mtls_pkcs12_load(p12, password_file ? first_line(password_file) : NULL, &bundle)) != MTLS_OK)
-            return fail(p12, rc);
-        rc = mtls_pkcs12_identity(bundle, 0, &setup.identity);
-        mtls_pkcs12_free(bundle);
+        rc = mtls_identity_resolve(p12, NULL, password_file ? first_line(password_file) : NULL, NULL, NULL,
+                                   &setup.identity);
         if (rc != MTLS_OK) return fail(p12, rc);
     }
     /* The policy: a policy file (host rules, pins), and/or the pinned anchor only, not the

@@ -14,17 +14,10 @@ static void touch(mtls_cert *c) {
     s = NULL;
     if (mtls_cert_pem(c, &s) == MTLS_OK) mtls_string_free(s);
     size_t n = 0;
-    if (mtls_cert_san_count(c, &n) == MTLS_OK)
-        for (size_t i = 0; i < n && i < 64; i++) {
-            int type = 0;
-            s = NULL;
-            if (mtls_cert_san(c, i, &type, &s) == MTLS_OK) mtls_string_free(s);
-        }
-    if (mtls_cert_eku_count(c, &n) == MTLS_OK)
-        for (size_t i = 0; i < n && i < 64; i++) {
-            s = NULL;
-            if (mtls_cert_eku(c, i, &s) == MTLS_OK) mtls_string_free(s);
-        }
+    mtls_san *sans = NULL;
+    if (mtls_cert_sans(c, &sans, &n) == MTLS_OK) mtls_san_list_free(sans, n);
+    char **ekus = NULL;
+    if (mtls_cert_ekus(c, &ekus, &n) == MTLS_OK) mtls_string_list_free(ekus, n);
     int64_t nb, na;
     (void)mtls_cert_validity(c, &nb, &na);
     int bits = 0, present = 0, ca = 0, plen = 0;

@@ -9,16 +9,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     mtls_pkcs12 *p12 = NULL;
     if (mtls_pkcs12_import(data, size, password, &p12) != MTLS_OK) return 0;
     size_t n = 0;
-    if (mtls_pkcs12_identity_count(p12, &n) == MTLS_OK)
-        for (size_t i = 0; i < n; i++) {
-            mtls_identity *id = NULL;
-            if (mtls_pkcs12_identity(p12, i, &id) == MTLS_OK) mtls_identity_free(id);
-        }
-    if (mtls_pkcs12_cert_count(p12, &n) == MTLS_OK)
-        for (size_t i = 0; i < n; i++) {
-            mtls_cert *c = NULL;
-            if (mtls_pkcs12_cert(p12, i, &c) == MTLS_OK) mtls_cert_free(c);
-        }
+    mtls_identity **ids = NULL;
+    if (mtls_pkcs12_identities(p12, &ids, &n) == MTLS_OK) mtls_identity_list_free(ids, n);
+    mtls_cert **certs = NULL;
+    if (mtls_pkcs12_certs(p12, &certs, &n) == MTLS_OK) mtls_cert_list_free(certs, n);
+    char *enc = NULL;
+    if (mtls_pkcs12_password_encoding(p12, &enc) == MTLS_OK) mtls_string_free(enc);
     mtls_pkcs12_free(p12);
     return 0;
 }

@@ -9,11 +9,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     mtls_policy *p = NULL;
     if (mtls_policy_from_json(json, &p) == MTLS_OK) {
         size_t n = 0;
-        if (mtls_policy_warning_count(p, &n) == MTLS_OK)
-            for (size_t i = 0; i < n; i++) {
-                char *w = NULL;
-                if (mtls_policy_warning(p, i, &w) == MTLS_OK) mtls_string_free(w);
-            }
+        char **w = NULL;
+        if (mtls_policy_warnings(p, &w, &n) == MTLS_OK) mtls_string_list_free(w, n);
         (void)mtls_policy_replace(live, p);
         mtls_policy_free(p);
     }

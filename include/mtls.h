@@ -17,7 +17,12 @@
  *    pointer libmtls never returned is undefined behaviour.
  *  - Strings in and out are UTF-8 and NUL-terminated; binary data is (const uint8_t *, size_t).
  *    A `char **out` string is allocated by the library and freed by the caller with
- *    mtls_string_free(); a `uint8_t **out` buffer with mtls_bytes_free().
+ *    mtls_string_free(); a `uint8_t **out` buffer with mtls_bytes_free(). Only the four static
+ *    strings (mtls_version, mtls_strerror, mtls_error_name, mtls_last_error) are returned
+ *    directly.
+ *  - A list is returned as a new array and its length (`T **out` or `T ***out`, `size_t *count`),
+ *    freed with the matching *_list_free(*out, *count); an empty list is NULL and 0. On an error
+ *    *out is NULL and *count 0.
  *  - Thread safety: certificates, identities, policies and stores may be shared by threads;
  *    a connection is used by one thread at a time. Each type states it below.
  */
@@ -120,6 +125,9 @@ MTLS_EXTERN const char *mtls_last_error(void);
 /* Free a string the library returned through a `char **` out-parameter; it is zeroed first (it may
  * hold a private key). NULL is a no-op. */
 MTLS_EXTERN void mtls_string_free(char *s);
+/* Free an array of strings the library returned through `char ***out, size_t *count` (each string
+ * as mtls_string_free does, then the array). NULL is a no-op. */
+MTLS_EXTERN void mtls_string_list_free(char **list, size_t count);
 /* Free a buffer the library returned through a `uint8_t **` out-parameter; it is zeroed first.
  * NULL is a no-op. */
 MTLS_EXTERN void mtls_bytes_free(uint8_t *b);
@@ -172,10 +180,16 @@ MTLS_EXTERN int mtls_cert_validity(const mtls_cert *cert, int64_t *not_before, i
 #define MTLS_SAN_IP 2
 #define MTLS_SAN_EMAIL 3
 #define MTLS_SAN_URI 4
-/* Number of SANs (DNS, IP, email, URI), and the index-th one: *kind is an MTLS_SAN_* value and
- * *value its text (IP addresses in inet_ntop form). Free *value with mtls_string_free. */
-MTLS_EXTERN int mtls_cert_san_count(const mtls_cert *cert, size_t *count);
-MTLS_EXTERN int mtls_cert_san(const mtls_cert *cert, size_t index, int *kind, char **value);
+/* One subject alternative name: kind is an MTLS_SAN_* value, value its text (IP addresses in
+ * inet_ntop form). */
+typedef struct mtls_san {
+    int kind;
+    char *value;
+} mtls_san;
+/* The SANs (DNS, IP, email, URI) in certificate order, as a new array of *count entries (*out
+ * NULL and *count 0 when there are none). Free it with mtls_san_list_free(*out, *count). */
+MTLS_EXTERN int mtls_cert_sans(const mtls_cert *cert, mtls_san **out, size_t *count);
+MTLS_EXTERN void mtls_san_list_free(mtls_san *list, size_t count);
 /* Key type: *name is "rsa2048", "p256", "p384", "p521", "ed25519"...; *bits its size.
  * Free *name with mtls_string_free. */
 MTLS_EXTERN int mtls_cert_key_type(const mtls_cert *cert, char **name, int *bits);
@@ -184,10 +198,10 @@ MTLS_EXTERN int mtls_cert_basic_constraints(const mtls_cert *cert, int *present,
 /* keyUsage bits (0x80 digitalSignature, 0x40 nonRepudiation, 0x20 keyEncipherment,
  * 0x10 dataEncipherment, 0x08 keyAgreement, 0x04 keyCertSign, 0x02 cRLSign). */
 MTLS_EXTERN int mtls_cert_key_usage(const mtls_cert *cert, int *present, unsigned int *bits);
-/* Extended key usages as dotted OIDs ("1.3.6.1.5.5.7.3.2" is clientAuth).
- * Free *oid with mtls_string_free. */
-MTLS_EXTERN int mtls_cert_eku_count(const mtls_cert *cert, size_t *count);
-MTLS_EXTERN int mtls_cert_eku(const mtls_cert *cert, size_t index, char **oid);
+/* Extended key usages as dotted OIDs ("1.3.6.1.5.5.7.3.2" is clientAuth), a new array of *count
+ * strings (none: *count 0, also when the extension is absent). Free it with
+ * mtls_string_list_free(*out, *count). */
+MTLS_EXTERN int mtls_cert_ekus(const mtls_cert *cert, char ***out, size_t *count);
 
 /* ======================================================================================
  * Identities and PKCS#12
@@ -212,11 +226,10 @@ MTLS_EXTERN int mtls_identity_from_pem(const char *cert_pem, const char *key_pem
                                        mtls_identity **out);
 /* The leaf certificate: a new reference, free *out with mtls_cert_free. */
 MTLS_EXTERN int mtls_identity_leaf(const mtls_identity *identity, mtls_cert **out);
-/* Number of certificates above the leaf, and the index-th one (0 issued the leaf; the last is
- * the root when the chain is complete). *out is a new reference: free it with mtls_cert_free.
- * MTLS_E_INVALID_ARGUMENT for an index >= count. */
-MTLS_EXTERN int mtls_identity_chain_count(const mtls_identity *identity, size_t *count);
-MTLS_EXTERN int mtls_identity_chain_cert(const mtls_identity *identity, size_t index, mtls_cert **out);
+/* The certificates above the leaf, as a new array of *count references (the first issued the
+ * leaf; the last is the root when the chain is complete; none: *count 0). Free it with
+ * mtls_cert_list_free(*out, *count). */
+MTLS_EXTERN int mtls_identity_chain(const mtls_identity *identity, mtls_cert ***out, size_t *count);
 /* The PKCS#12 friendly name (UTF-8). *out is set to NULL, with MTLS_OK, when there is none;
  * otherwise free it with mtls_string_free. */
 MTLS_EXTERN int mtls_identity_friendly_name(const mtls_identity *identity, char **out);
@@ -264,18 +277,16 @@ MTLS_EXTERN int mtls_pkcs12_import(const uint8_t *data, size_t len, const char *
 MTLS_EXTERN int mtls_pkcs12_load(const char *path, const char *password, mtls_pkcs12 **out);
 /* Free an import result. Identities and certificates taken from it stay valid. NULL is a no-op. */
 MTLS_EXTERN void mtls_pkcs12_free(mtls_pkcs12 *p12);
-/* Number of identities, and the index-th one (file order): a new reference, free *out with
- * mtls_identity_free. MTLS_E_NO_IDENTITY when the file holds none, MTLS_E_INVALID_ARGUMENT for
- * another index >= count. */
-MTLS_EXTERN int mtls_pkcs12_identity_count(const mtls_pkcs12 *p12, size_t *count);
-MTLS_EXTERN int mtls_pkcs12_identity(const mtls_pkcs12 *p12, size_t index, mtls_identity **out);
-/* Number of certificates in the file (leaves and chains included), and the index-th one (file
- * order): a new reference, free *out with mtls_cert_free. */
-MTLS_EXTERN int mtls_pkcs12_cert_count(const mtls_pkcs12 *p12, size_t *count);
-MTLS_EXTERN int mtls_pkcs12_cert(const mtls_pkcs12 *p12, size_t index, mtls_cert **out);
+/* The identities in file order, as a new array of *count references (a file of certificates
+ * only: *count 0). Free it with mtls_identity_list_free(*out, *count). */
+MTLS_EXTERN int mtls_pkcs12_identities(const mtls_pkcs12 *p12, mtls_identity ***out, size_t *count);
+MTLS_EXTERN void mtls_identity_list_free(mtls_identity **list, size_t count);
+/* Every certificate in the file (leaves and chains included), in file order, as a new array of
+ * *count references. Free it with mtls_cert_list_free(*out, *count). */
+MTLS_EXTERN int mtls_pkcs12_certs(const mtls_pkcs12 *p12, mtls_cert ***out, size_t *count);
 /* Which password encoding opened the file: "given" (a non-empty password), "empty" (the empty
- * password) or "absent" (no password). *out is a static string: do not free it. */
-MTLS_EXTERN int mtls_pkcs12_password_encoding(const mtls_pkcs12 *p12, const char **out);
+ * password) or "absent" (no password). Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_pkcs12_password_encoding(const mtls_pkcs12 *p12, char **out);
 
 /* Flags of mtls_pkcs12_export, mtls_store_export_p12 and mtls_issued_export_p12. */
 #define MTLS_PKCS12_MODERN 0x0  /* AES-256-CBC, PBKDF2-HMAC-SHA256, HMAC-SHA256 MAC (default) */
@@ -351,7 +362,7 @@ MTLS_EXTERN int mtls_policy_add_host_rule(mtls_policy *policy, const char *patte
 MTLS_EXTERN int mtls_policy_add_rule_anchor(mtls_policy *policy, const char *pattern, const mtls_cert *cert,
                                             int anchors_only);
 /* Adds an SPKI pin "sha256/BASE64"; one pin must match a certificate of the built chain. A rule
- * with a single pin gets a warning (no backup pin): see mtls_policy_warning. */
+ * with a single pin gets a warning (no backup pin): see mtls_policy_warnings. */
 MTLS_EXTERN int mtls_policy_add_pin(mtls_policy *policy, const char *pattern, const char *pin);
 /* Pins expire at `expires` (seconds since 1970; 0: never); then MTLS_PIN_STOP_ENFORCING or
  * MTLS_PIN_FAIL_CLOSED. */
@@ -370,9 +381,8 @@ typedef void (*mtls_trust_report_cb)(const char *host, const char *rule, const c
  * stay valid until `destroy` runs (on whichever thread frees the last holder). */
 MTLS_EXTERN int mtls_policy_set_report_callback(mtls_policy *policy, mtls_trust_report_cb cb, void *userdata,
                                                 void (*destroy)(void *userdata));
-/* Load-time warnings. Free each *out with mtls_string_free. */
-MTLS_EXTERN int mtls_policy_warning_count(const mtls_policy *policy, size_t *count);
-MTLS_EXTERN int mtls_policy_warning(const mtls_policy *policy, size_t index, char **out);
+/* Load-time warnings, a new array of *count strings. Free it with mtls_string_list_free. */
+MTLS_EXTERN int mtls_policy_warnings(const mtls_policy *policy, char ***out, size_t *count);
 
 /* Evaluates `certs` (count >= 1, leaf first; the rest may be unordered or padded) for `host`
  * (DNS name or IP, optionally ":port") with `purpose` (MTLS_PURPOSE_*), at `at` (seconds since
@@ -412,18 +422,23 @@ MTLS_EXTERN void mtls_trust_result_free(mtls_trust_result *result);
 MTLS_EXTERN int mtls_trust_result_trusted(const mtls_trust_result *result, int *trusted);
 /* *kind = MTLS_TRUST_PROCEED, _RECOVERABLE_FAILURE or _FATAL_FAILURE. */
 MTLS_EXTERN int mtls_trust_result_kind(const mtls_trust_result *result, int *kind);
-/* Reasons: stable snake_case codes ("expired", "name_mismatch", "pin_mismatch"...), the index in
- * the built chain of the certificate concerned (-1: the chain as a whole), and a message.
- * `cert_index` and `message` may be NULL. The strings are owned by the result and valid until it
- * is freed. */
-MTLS_EXTERN int mtls_trust_result_reason_count(const mtls_trust_result *result, size_t *count);
-MTLS_EXTERN int mtls_trust_result_reason(const mtls_trust_result *result, size_t index, const char **code,
-                                         int *cert_index, const char **message);
+/* One reason: a stable snake_case code ("expired", "name_mismatch", "pin_mismatch"...), the index
+ * in the built chain of the certificate concerned (-1: the chain as a whole), and a message. */
+typedef struct mtls_trust_reason {
+    char *code;
+    int cert_index;
+    char *message;
+} mtls_trust_reason;
+/* The reasons, as a new array of *count entries (a trusted result has none: *count 0). Free it
+ * with mtls_trust_reason_list_free(*out, *count). */
+MTLS_EXTERN int mtls_trust_result_reasons(const mtls_trust_result *result, mtls_trust_reason **out, size_t *count);
+MTLS_EXTERN void mtls_trust_reason_list_free(mtls_trust_reason *list, size_t count);
 /* The chain that was built, leaf first, as new references: free with mtls_cert_list_free. */
 MTLS_EXTERN int mtls_trust_result_chain(const mtls_trust_result *result, mtls_cert ***out, size_t *count);
-/* The matching host rule's pattern and the matching pin, or NULL; owned by the result. */
-MTLS_EXTERN int mtls_trust_result_matched_rule(const mtls_trust_result *result, const char **rule);
-MTLS_EXTERN int mtls_trust_result_matched_pin(const mtls_trust_result *result, const char **pin);
+/* The matching host rule's pattern and the matching pin; *out is NULL (with MTLS_OK) when none.
+ * Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_trust_result_matched_rule(const mtls_trust_result *result, char **out);
+MTLS_EXTERN int mtls_trust_result_matched_pin(const mtls_trust_result *result, char **out);
 
 /* ======================================================================================
  * Credential store
@@ -521,9 +536,8 @@ MTLS_EXTERN int mtls_store_get_identity(mtls_store *store, const char *label, mt
 MTLS_EXTERN int mtls_store_get_cert(mtls_store *store, const char *label, mtls_cert **out);
 MTLS_EXTERN int mtls_store_get_token_identity(mtls_store *store, const char *label, char **uri, mtls_cert **cert);
 /* Every stored identity, decrypted, in label order (token references excluded).
- * Free with mtls_store_identity_list_free(*out, *count). */
+ * Free with mtls_identity_list_free(*out, *count). */
 MTLS_EXTERN int mtls_store_identities(mtls_store *store, mtls_identity ***out, size_t *count);
-MTLS_EXTERN void mtls_store_identity_list_free(mtls_identity **list, size_t count);
 
 /* Metadata without decrypting anything. mtls_store_item_info: the item labelled `label` in
  * `item_class` (MTLS_STORE_ANY: identity first, then certificate, then token identity).
@@ -539,20 +553,21 @@ MTLS_EXTERN int mtls_store_find_subject(mtls_store *store, const char *subject, 
 MTLS_EXTERN void mtls_store_item_free(mtls_store_item *item);
 MTLS_EXTERN void mtls_store_item_list_free(mtls_store_item **list, size_t count);
 
-/* Item accessors. Returned strings are owned by the item and valid until it is freed; NULL for
- * a NULL item (and for the token URI of a non-token item). Times are seconds since the Unix
- * epoch; numbers are 0 for a NULL item. mtls_store_item_chain_sha256 is NULL out of range. */
-MTLS_EXTERN const char *mtls_store_item_label(const mtls_store_item *item);
-MTLS_EXTERN int mtls_store_item_class(const mtls_store_item *item);
-MTLS_EXTERN const char *mtls_store_item_subject(const mtls_store_item *item);
-MTLS_EXTERN const char *mtls_store_item_issuer(const mtls_store_item *item);
-MTLS_EXTERN const char *mtls_store_item_leaf_sha256(const mtls_store_item *item);
-MTLS_EXTERN const char *mtls_store_item_token_uri(const mtls_store_item *item);
-MTLS_EXTERN int64_t mtls_store_item_not_after(const mtls_store_item *item);
-MTLS_EXTERN int64_t mtls_store_item_created(const mtls_store_item *item);
-MTLS_EXTERN int64_t mtls_store_item_modified(const mtls_store_item *item);
-MTLS_EXTERN size_t mtls_store_item_chain_count(const mtls_store_item *item);
-MTLS_EXTERN const char *mtls_store_item_chain_sha256(const mtls_store_item *item, size_t index);
+/* Item accessors, each returning a status like every other function (MTLS_E_INVALID_ARGUMENT for
+ * a NULL item or out-parameter). Strings are new: free *out with mtls_string_free; the token URI
+ * is NULL (with MTLS_OK) for an item that is not a token identity. Times are seconds since the
+ * Unix epoch. mtls_store_item_chain_sha256s: the SHA-256 (hex) of every certificate of the item's
+ * chain, leaf first, a new array freed with mtls_string_list_free(*out, *count). */
+MTLS_EXTERN int mtls_store_item_label(const mtls_store_item *item, char **out);
+MTLS_EXTERN int mtls_store_item_class(const mtls_store_item *item, int *out);
+MTLS_EXTERN int mtls_store_item_subject(const mtls_store_item *item, char **out);
+MTLS_EXTERN int mtls_store_item_issuer(const mtls_store_item *item, char **out);
+MTLS_EXTERN int mtls_store_item_leaf_sha256(const mtls_store_item *item, char **out);
+MTLS_EXTERN int mtls_store_item_token_uri(const mtls_store_item *item, char **out);
+MTLS_EXTERN int mtls_store_item_not_after(const mtls_store_item *item, int64_t *out);
+MTLS_EXTERN int mtls_store_item_created(const mtls_store_item *item, int64_t *out);
+MTLS_EXTERN int mtls_store_item_modified(const mtls_store_item *item, int64_t *out);
+MTLS_EXTERN int mtls_store_item_chain_sha256s(const mtls_store_item *item, char ***out, size_t *count);
 
 /* Delete the item labelled `label` in `item_class` (MTLS_STORE_ANY: every class).
  * MTLS_E_NOT_FOUND when nothing matched. `deleted` may be NULL. */

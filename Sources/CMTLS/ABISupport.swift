@@ -250,11 +250,62 @@ func putHandles<T: AnyObject>(_ out: UnsafeMutablePointer<UnsafeMutablePointer<O
     out.pointee = nil
     count.pointee = 0
     let objects = try make()
-    guard let mem = malloc(max(objects.count, 1) * MemoryLayout<OpaquePointer?>.stride)?
+    guard !objects.isEmpty else { return } // an empty list is NULL and 0
+    guard let mem = malloc(objects.count * MemoryLayout<OpaquePointer?>.stride)?
         .assumingMemoryBound(to: OpaquePointer?.self) else { throw MTLSError(.noMemory, "out of memory") }
     for (i, o) in objects.enumerated() { (mem + i).initialize(to: retainHandle(o)) }
     out.pointee = mem
     count.pointee = objects.count
+}
+
+/// Writes a malloc'ed array of the C values `make` returns to `out`/`count`, each made by `convert`
+/// (which may allocate; `release` undoes one); freed with the matching `*_list_free`. Both are
+/// cleared first, so they stay NULL and 0 whenever `make` or `convert` throws (what was converted
+/// is released). An empty list is NULL and 0.
+func putArray<T, E>(_ out: UnsafeMutablePointer<UnsafeMutablePointer<E>?>?, _ count: UnsafeMutablePointer<Int>?,
+                    _ make: () throws -> [T], convert: (T) throws -> E, release: (E) -> Void) throws {
+    let out = try require(out, "out")
+    let count = try require(count, "count")
+    out.pointee = nil
+    count.pointee = 0
+    let items = try make()
+    guard !items.isEmpty else { return }
+    guard let mem = malloc(items.count * MemoryLayout<E>.stride)?.assumingMemoryBound(to: E.self) else {
+        throw MTLSError(.noMemory, "out of memory")
+    }
+    for (i, item) in items.enumerated() {
+        do {
+            (mem + i).initialize(to: try convert(item))
+        } catch {
+            for j in 0..<i { release(mem[j]) }
+            free(mem)
+            throw error
+        }
+    }
+    out.pointee = mem
+    count.pointee = items.count
+}
+
+/// A malloc'ed copy of `s` for an array entry (freed with `wipeAndFree`).
+func cString(_ s: String) throws -> UnsafeMutablePointer<CChar> {
+    guard let copy = strdup(s) else { throw MTLSError(.noMemory, "out of memory") }
+    return copy
+}
+
+/// A `char ***out` parameter.
+public typealias CStringListOut = UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>
+
+/// Writes a malloc'ed array of malloc'ed strings (freed with `mtls_string_list_free`).
+func putStrings(_ out: CStringListOut?,
+                _ count: UnsafeMutablePointer<Int>?, _ make: () throws -> [String]) throws {
+    try putArray(out, count, make, convert: { try cString($0) }, release: { wipeAndFree($0) })
+}
+
+/// Frees an array made by ``putArray`` after `release` ran on each entry.
+func freeArray<E>(_ list: UnsafeMutablePointer<E>?, _ count: Int, _ release: (E) -> Void) {
+    guard let list else { return }
+    if count > 0 { for i in 0..<count { release(list[i]) } }
+    free(list)
 }
 
 /// Releases an array made by ``putHandles``.

@@ -1,5 +1,6 @@
 // mtls_cert: parsing and reading certificates.
 import MTLS
+import CMTLSHeader
 
 /// `int mtls_cert_parse(const uint8_t *data, size_t len, mtls_cert **out)`
 @_cdecl("mtls_cert_parse")
@@ -135,26 +136,26 @@ public func mtls_cert_validity(_ cert: OpaquePointer?, _ notBefore: UnsafeMutabl
     }
 }
 
-/// `int mtls_cert_san_count(const mtls_cert *cert, size_t *count)`
-@_cdecl("mtls_cert_san_count")
-public func mtls_cert_san_count(_ cert: OpaquePointer?, _ count: UnsafeMutablePointer<Int>?) -> Int32 {
-    abiCall { try require(count, "count").pointee = try handle(cert, Certificate.self, "cert").subjectAltNames.count }
+/// `int mtls_cert_sans(const mtls_cert *cert, mtls_san **out, size_t *count)`
+@_cdecl("mtls_cert_sans")
+public func mtls_cert_sans(_ cert: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<mtls_san>?>?,
+                           _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        try putArray(out, count, { try handle(cert, Certificate.self, "cert").subjectAltNames }, convert: { name in
+            switch name {
+            case .dns(let v): mtls_san(kind: 1, value: try cString(v))
+            case .ip(let v): mtls_san(kind: 2, value: try cString(v))
+            case .email(let v): mtls_san(kind: 3, value: try cString(v))
+            case .uri(let v): mtls_san(kind: 4, value: try cString(v))
+            }
+        }, release: { wipeAndFree($0.value) })
+    }
 }
 
-/// `int mtls_cert_san(const mtls_cert *cert, size_t index, int *kind, char **value)`
-@_cdecl("mtls_cert_san")
-public func mtls_cert_san(_ cert: OpaquePointer?, _ index: Int, _ kind: UnsafeMutablePointer<Int32>?,
-                          _ value: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
-    abiCall {
-        let sans = try handle(cert, Certificate.self, "cert").subjectAltNames
-        let kind = try require(kind, "kind")
-        switch try element(sans, index, "names") {
-        case .dns(let v): kind.pointee = 1; try putString(v, value)
-        case .ip(let v): kind.pointee = 2; try putString(v, value)
-        case .email(let v): kind.pointee = 3; try putString(v, value)
-        case .uri(let v): kind.pointee = 4; try putString(v, value)
-        }
-    }
+/// `void mtls_san_list_free(mtls_san *list, size_t count)`
+@_cdecl("mtls_san_list_free")
+public func mtls_san_list_free(_ list: UnsafeMutablePointer<mtls_san>?, _ count: Int) {
+    freeArray(list, count) { wipeAndFree($0.value) }
 }
 
 /// `int mtls_cert_key_type(const mtls_cert *cert, char **name, int *bits)`
@@ -194,16 +195,9 @@ public func mtls_cert_key_usage(_ cert: OpaquePointer?, _ present: UnsafeMutable
     }
 }
 
-/// `int mtls_cert_eku_count(const mtls_cert *cert, size_t *count)`
-@_cdecl("mtls_cert_eku_count")
-public func mtls_cert_eku_count(_ cert: OpaquePointer?, _ count: UnsafeMutablePointer<Int>?) -> Int32 {
-    abiCall { try require(count, "count").pointee = try handle(cert, Certificate.self, "cert").extendedKeyUsages?.count ?? 0 }
-}
-
-/// `int mtls_cert_eku(const mtls_cert *cert, size_t index, char **oid)`
-@_cdecl("mtls_cert_eku")
-public func mtls_cert_eku(_ cert: OpaquePointer?, _ index: Int, _ oid: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
-    abiCall {
-        try putString(try element(try handle(cert, Certificate.self, "cert").extendedKeyUsages ?? [], index, "EKUs"), oid)
-    }
+/// `int mtls_cert_ekus(const mtls_cert *cert, char ***out, size_t *count)`
+@_cdecl("mtls_cert_ekus")
+public func mtls_cert_ekus(_ cert: OpaquePointer?, _ out: CStringListOut?,
+                           _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall { try putStrings(out, count) { try handle(cert, Certificate.self, "cert").extendedKeyUsages ?? [] } }
 }

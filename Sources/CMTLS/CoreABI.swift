@@ -52,6 +52,12 @@ public func mtls_last_error() -> UnsafePointer<CChar> {
 @_cdecl("mtls_string_free")
 public func mtls_string_free(_ s: UnsafeMutablePointer<CChar>?) { wipeAndFree(s) }
 
+/// `void mtls_string_list_free(char **list, size_t count)`
+@_cdecl("mtls_string_list_free")
+public func mtls_string_list_free(_ list: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?, _ count: Int) {
+    freeArray(list, count) { wipeAndFree($0) }
+}
+
 /// `void mtls_bytes_free(uint8_t *b)`
 @_cdecl("mtls_bytes_free")
 public func mtls_bytes_free(_ b: UnsafeMutablePointer<UInt8>?) { wipeAndFree(b) }
@@ -62,7 +68,7 @@ private func libmtls_malloc_usable_size(_ p: UnsafeMutableRawPointer?) -> Int
 
 /// Frees a buffer the library allocated after zeroing all of it: such buffers may hold private
 /// keys (PEM, PKCS#12 with a weak password) or other secrets.
-private func wipeAndFree<T>(_ p: UnsafeMutablePointer<T>?) {
+func wipeAndFree<T>(_ p: UnsafeMutablePointer<T>?) {
     guard let p else { return }
     explicit_bzero(p, libmtls_malloc_usable_size(p))
     free(p)

@@ -40,21 +40,17 @@ public func mtls_identity_leaf(_ identity: OpaquePointer?, _ out: UnsafeMutableP
     }
 }
 
-/// `int mtls_identity_chain_count(const mtls_identity *identity, size_t *count)`
-@_cdecl("mtls_identity_chain_count")
-public func mtls_identity_chain_count(_ identity: OpaquePointer?, _ count: UnsafeMutablePointer<Int>?) -> Int32 {
-    abiCall {
-        let id = try handle(identity, Identity.self, "identity")
-        try require(count, "count").pointee = id.chain.count
-    }
+/// `int mtls_identity_chain(const mtls_identity *identity, mtls_cert ***out, size_t *count)`
+@_cdecl("mtls_identity_chain")
+public func mtls_identity_chain(_ identity: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
+                                _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall { try putHandles(out, count) { try handle(identity, Identity.self, "identity").chain } }
 }
 
-/// `int mtls_identity_chain_cert(const mtls_identity *identity, size_t index, mtls_cert **out)`
-@_cdecl("mtls_identity_chain_cert")
-public func mtls_identity_chain_cert(_ identity: OpaquePointer?, _ index: Int, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
-    abiCall {
-        try putHandle(out) { try element(try handle(identity, Identity.self, "identity").chain, index, "certificates in the chain") }
-    }
+/// `void mtls_identity_list_free(mtls_identity **list, size_t count)`
+@_cdecl("mtls_identity_list_free")
+public func mtls_identity_list_free(_ list: UnsafeMutablePointer<OpaquePointer?>?, _ count: Int) {
+    freeHandles(list, count, Identity.self)
 }
 
 /// `int mtls_identity_friendly_name(const mtls_identity *identity, char **out)`
@@ -135,42 +131,18 @@ public func mtls_pkcs12_load(_ path: UnsafePointer<CChar>?, _ pass: UnsafePointe
 @_cdecl("mtls_pkcs12_free")
 public func mtls_pkcs12_free(_ p12: OpaquePointer?) { releaseHandle(p12, PKCS12Handle.self) }
 
-/// `int mtls_pkcs12_identity_count(const mtls_pkcs12 *p12, size_t *count)`
-@_cdecl("mtls_pkcs12_identity_count")
-public func mtls_pkcs12_identity_count(_ p12: OpaquePointer?, _ count: UnsafeMutablePointer<Int>?) -> Int32 {
-    abiCall {
-        let h = try handle(p12, PKCS12Handle.self, "p12")
-        try require(count, "count").pointee = h.contents.identities.count
-    }
+/// `int mtls_pkcs12_identities(const mtls_pkcs12 *p12, mtls_identity ***out, size_t *count)`
+@_cdecl("mtls_pkcs12_identities")
+public func mtls_pkcs12_identities(_ p12: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
+                                   _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall { try putHandles(out, count) { try handle(p12, PKCS12Handle.self, "p12").contents.identities } }
 }
 
-/// `int mtls_pkcs12_identity(const mtls_pkcs12 *p12, size_t index, mtls_identity **out)`
-@_cdecl("mtls_pkcs12_identity")
-public func mtls_pkcs12_identity(_ p12: OpaquePointer?, _ index: Int, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
-    abiCall {
-        try putHandle(out) {
-            let ids = try handle(p12, PKCS12Handle.self, "p12").contents.identities
-            if ids.isEmpty { throw MTLSError(.noIdentity, "the PKCS#12 file holds no identity (certificates only)") }
-            return try element(ids, index, "identities in the file")
-        }
-    }
-}
-
-/// `int mtls_pkcs12_cert_count(const mtls_pkcs12 *p12, size_t *count)`
-@_cdecl("mtls_pkcs12_cert_count")
-public func mtls_pkcs12_cert_count(_ p12: OpaquePointer?, _ count: UnsafeMutablePointer<Int>?) -> Int32 {
-    abiCall {
-        let h = try handle(p12, PKCS12Handle.self, "p12")
-        try require(count, "count").pointee = h.contents.certificates.count
-    }
-}
-
-/// `int mtls_pkcs12_cert(const mtls_pkcs12 *p12, size_t index, mtls_cert **out)`
-@_cdecl("mtls_pkcs12_cert")
-public func mtls_pkcs12_cert(_ p12: OpaquePointer?, _ index: Int, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
-    abiCall {
-        try putHandle(out) { try element(try handle(p12, PKCS12Handle.self, "p12").contents.certificates, index, "certificates in the file") }
-    }
+/// `int mtls_pkcs12_certs(const mtls_pkcs12 *p12, mtls_cert ***out, size_t *count)`
+@_cdecl("mtls_pkcs12_certs")
+public func mtls_pkcs12_certs(_ p12: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
+                              _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall { try putHandles(out, count) { try handle(p12, PKCS12Handle.self, "p12").contents.certificates } }
 }
 
 /// `int mtls_pkcs12_export(const mtls_identity *identity, const char *password, int flags,
@@ -206,19 +178,17 @@ public func mtls_identity_resolve(_ name: UnsafePointer<CChar>?, _ keyPath: Unsa
     }
 }
 
-/// `int mtls_pkcs12_password_encoding(const mtls_pkcs12 *p12, const char **out)`
+/// `int mtls_pkcs12_password_encoding(const mtls_pkcs12 *p12, char **out)`
 @_cdecl("mtls_pkcs12_password_encoding")
-public func mtls_pkcs12_password_encoding(_ p12: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
+public func mtls_pkcs12_password_encoding(_ p12: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
     abiCall {
-        let out = try require(out, "out")
-        out.pointee = nil
-        let name: StaticString
-        switch try handle(p12, PKCS12Handle.self, "p12").contents.passwordEncoding {
-        case .given: name = "given"
-        case .empty: name = "empty"
-        case .absent: name = "absent"
+        try putOptionalString(out) {
+            switch try handle(p12, PKCS12Handle.self, "p12").contents.passwordEncoding {
+            case .given: "given"
+            case .empty: "empty"
+            case .absent: "absent"
+            }
         }
-        out.pointee = UnsafeRawPointer(name.utf8Start).assumingMemoryBound(to: CChar.self)
     }
 }
 

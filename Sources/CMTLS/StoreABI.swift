@@ -216,39 +216,25 @@ public func mtls_store_identities(_ store: OpaquePointer?, _ out: UnsafeMutableP
     }
 }
 
-/// `void mtls_store_identity_list_free(mtls_identity **list, size_t count)`
-@_cdecl("mtls_store_identity_list_free")
-public func mtls_store_identity_list_free(_ list: UnsafeMutablePointer<OpaquePointer?>?, _ count: Int) {
-    freeHandles(list, count, Identity.self)
-}
-
-// MARK: item metadata
-
-/// The C view of a ``StoreItemInfo``: its strings kept as C strings for the handle's lifetime.
 final class StoreItemHandle {
     let info: StoreItemInfo
-    let label, subject, issuer, leafSHA256: UnsafeMutablePointer<CChar>
-    let tokenURI: UnsafeMutablePointer<CChar>?
-    let chain: [UnsafeMutablePointer<CChar>]
+    init(_ info: StoreItemInfo) { self.info = info }
+}
 
-    init(_ info: StoreItemInfo) {
-        self.info = info
-        label = strdup(info.label)
-        subject = strdup(info.subject)
-        issuer = strdup(info.issuer)
-        leafSHA256 = strdup(info.leafSHA256)
-        tokenURI = info.tokenURI.map { strdup($0) }
-        chain = info.chainSHA256.map { strdup($0) }
-    }
+private func item(_ p: OpaquePointer?) throws -> StoreItemInfo { try handle(p, StoreItemHandle.self, "item").info }
 
-    deinit {
-        free(label); free(subject); free(issuer); free(leafSHA256); free(tokenURI)
-        chain.forEach { free($0) }
+/// An accessor: `value` of the item written to `out`.
+private func itemValue<T>(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<T>?, _ value: (StoreItemInfo) -> T) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = value(try item(p))
     }
 }
 
-private func item(_ p: OpaquePointer?) -> StoreItemHandle? {
-    try? typedObject(p, StoreItemHandle.self, "item")
+/// A string accessor: a new copy of `value` of the item (NULL when nil) written to `out`.
+private func itemString(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
+                        _ value: @escaping (StoreItemInfo) -> String?) -> Int32 {
+    abiCall { try putOptionalString(out) { value(try item(p)) } }
 }
 
 /// `int mtls_store_item_info(mtls_store *store, const char *label, int item_class, mtls_store_item **out)`
@@ -306,51 +292,57 @@ public func mtls_store_item_list_free(_ list: UnsafeMutablePointer<OpaquePointer
     freeHandles(list, count, StoreItemHandle.self)
 }
 
-/// `const char *mtls_store_item_label(const mtls_store_item *item)`
+public typealias CStringOut = UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>
+
+/// `int mtls_store_item_label(const mtls_store_item *item, char **out)`
 @_cdecl("mtls_store_item_label")
-public func mtls_store_item_label(_ p: OpaquePointer?) -> UnsafePointer<CChar>? { item(p).map { UnsafePointer($0.label) } }
+public func mtls_store_item_label(_ p: OpaquePointer?, _ out: CStringOut?) -> Int32 { itemString(p, out) { $0.label } }
 
-/// `int mtls_store_item_class(const mtls_store_item *item)`
+/// `int mtls_store_item_class(const mtls_store_item *item, int *out)`
 @_cdecl("mtls_store_item_class")
-public func mtls_store_item_class(_ p: OpaquePointer?) -> Int32 { item(p)?.info.itemClass.rawValue ?? 0 }
+public func mtls_store_item_class(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<Int32>?) -> Int32 {
+    itemValue(p, out) { $0.itemClass.rawValue }
+}
 
-/// `const char *mtls_store_item_subject(const mtls_store_item *item)`
+/// `int mtls_store_item_subject(const mtls_store_item *item, char **out)`
 @_cdecl("mtls_store_item_subject")
-public func mtls_store_item_subject(_ p: OpaquePointer?) -> UnsafePointer<CChar>? { item(p).map { UnsafePointer($0.subject) } }
+public func mtls_store_item_subject(_ p: OpaquePointer?, _ out: CStringOut?) -> Int32 { itemString(p, out) { $0.subject } }
 
-/// `const char *mtls_store_item_issuer(const mtls_store_item *item)`
+/// `int mtls_store_item_issuer(const mtls_store_item *item, char **out)`
 @_cdecl("mtls_store_item_issuer")
-public func mtls_store_item_issuer(_ p: OpaquePointer?) -> UnsafePointer<CChar>? { item(p).map { UnsafePointer($0.issuer) } }
+public func mtls_store_item_issuer(_ p: OpaquePointer?, _ out: CStringOut?) -> Int32 { itemString(p, out) { $0.issuer } }
 
-/// `const char *mtls_store_item_leaf_sha256(const mtls_store_item *item)`
+/// `int mtls_store_item_leaf_sha256(const mtls_store_item *item, char **out)`
 @_cdecl("mtls_store_item_leaf_sha256")
-public func mtls_store_item_leaf_sha256(_ p: OpaquePointer?) -> UnsafePointer<CChar>? { item(p).map { UnsafePointer($0.leafSHA256) } }
+public func mtls_store_item_leaf_sha256(_ p: OpaquePointer?, _ out: CStringOut?) -> Int32 { itemString(p, out) { $0.leafSHA256 } }
 
-/// `const char *mtls_store_item_token_uri(const mtls_store_item *item)`
+/// `int mtls_store_item_token_uri(const mtls_store_item *item, char **out)`
 @_cdecl("mtls_store_item_token_uri")
-public func mtls_store_item_token_uri(_ p: OpaquePointer?) -> UnsafePointer<CChar>? { item(p)?.tokenURI.map { UnsafePointer($0) } }
+public func mtls_store_item_token_uri(_ p: OpaquePointer?, _ out: CStringOut?) -> Int32 { itemString(p, out) { $0.tokenURI } }
 
-/// `int64_t mtls_store_item_not_after(const mtls_store_item *item)`
+/// `int mtls_store_item_not_after(const mtls_store_item *item, int64_t *out)`
 @_cdecl("mtls_store_item_not_after")
-public func mtls_store_item_not_after(_ p: OpaquePointer?) -> Int64 { item(p).map { Int64($0.info.notAfter.timeIntervalSince1970) } ?? 0 }
+public func mtls_store_item_not_after(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<Int64>?) -> Int32 {
+    itemValue(p, out) { Int64($0.notAfter.timeIntervalSince1970) }
+}
 
-/// `int64_t mtls_store_item_created(const mtls_store_item *item)`
+/// `int mtls_store_item_created(const mtls_store_item *item, int64_t *out)`
 @_cdecl("mtls_store_item_created")
-public func mtls_store_item_created(_ p: OpaquePointer?) -> Int64 { item(p).map { Int64($0.info.created.timeIntervalSince1970) } ?? 0 }
+public func mtls_store_item_created(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<Int64>?) -> Int32 {
+    itemValue(p, out) { Int64($0.created.timeIntervalSince1970) }
+}
 
-/// `int64_t mtls_store_item_modified(const mtls_store_item *item)`
+/// `int mtls_store_item_modified(const mtls_store_item *item, int64_t *out)`
 @_cdecl("mtls_store_item_modified")
-public func mtls_store_item_modified(_ p: OpaquePointer?) -> Int64 { item(p).map { Int64($0.info.modified.timeIntervalSince1970) } ?? 0 }
+public func mtls_store_item_modified(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<Int64>?) -> Int32 {
+    itemValue(p, out) { Int64($0.modified.timeIntervalSince1970) }
+}
 
-/// `size_t mtls_store_item_chain_count(const mtls_store_item *item)`
-@_cdecl("mtls_store_item_chain_count")
-public func mtls_store_item_chain_count(_ p: OpaquePointer?) -> Int { item(p)?.chain.count ?? 0 }
-
-/// `const char *mtls_store_item_chain_sha256(const mtls_store_item *item, size_t index)`
-@_cdecl("mtls_store_item_chain_sha256")
-public func mtls_store_item_chain_sha256(_ p: OpaquePointer?, _ index: Int) -> UnsafePointer<CChar>? {
-    guard let it = item(p), index >= 0, index < it.chain.count else { return nil }
-    return UnsafePointer(it.chain[index])
+/// `int mtls_store_item_chain_sha256s(const mtls_store_item *item, char ***out, size_t *count)`
+@_cdecl("mtls_store_item_chain_sha256s")
+public func mtls_store_item_chain_sha256s(_ p: OpaquePointer?, _ out: CStringListOut?,
+                                          _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall { try putStrings(out, count) { try item(p).chainSHA256 } }
 }
 
 // MARK: deleting, exporting, the secret

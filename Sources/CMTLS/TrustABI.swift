@@ -1,5 +1,6 @@
 // mtls_policy and mtls_trust_result: trust policies and evaluation.
 import MTLS
+import CMTLSHeader
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
@@ -8,24 +9,7 @@ import Glibc
 /// A ``TrustResult`` with its strings kept as C strings for the result's lifetime.
 final class TrustResultBox {
     let result: TrustResult
-    let codes: [UnsafeMutablePointer<CChar>]
-    let messages: [UnsafeMutablePointer<CChar>]
-    let rule: UnsafeMutablePointer<CChar>?
-    let pin: UnsafeMutablePointer<CChar>?
-
-    init(_ r: TrustResult) {
-        result = r
-        codes = r.reasons.map { strdup($0.code)! }
-        messages = r.reasons.map { strdup($0.message)! }
-        rule = r.matchedRule.map { strdup($0)! }
-        pin = r.matchedPin.map { strdup($0)! }
-    }
-
-    deinit {
-        (codes + messages).forEach { free($0) }
-        free(rule)
-        free(pin)
-    }
+    init(_ r: TrustResult) { result = r }
 }
 
 /// Calls a C report callback; the userdata's destroy function runs when the policy lets go.
@@ -199,19 +183,10 @@ public func mtls_policy_set_report_callback(_ p: OpaquePointer?, _ cb: ReportCal
     }
 }
 
-/// `int mtls_policy_warning_count(const mtls_policy *policy, size_t *count)`
-@_cdecl("mtls_policy_warning_count")
-public func mtls_policy_warning_count(_ p: OpaquePointer?, _ count: UnsafeMutablePointer<Int>?) -> Int32 {
-    abiCall { try require(count, "count").pointee = try policy(p).warnings.count }
-}
-
-/// `int mtls_policy_warning(const mtls_policy *policy, size_t index, char **out)`
-@_cdecl("mtls_policy_warning")
-public func mtls_policy_warning(_ p: OpaquePointer?, _ index: Int, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
-    abiCall {
-        try require(out, "out").pointee = nil
-        try putString(try element(try policy(p).warnings, index, "warnings"), out)
-    }
+/// `int mtls_policy_warnings(const mtls_policy *policy, char ***out, size_t *count)`
+@_cdecl("mtls_policy_warnings")
+public func mtls_policy_warnings(_ p: OpaquePointer?, _ out: CStringListOut?, _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall { try putStrings(out, count) { try policy(p).warnings } }
 }
 
 /// `int mtls_evaluate(mtls_policy *policy, mtls_cert *const *certs, size_t count, const char *host, int purpose, int64_t at, mtls_trust_result **out)`
@@ -292,24 +267,33 @@ public func mtls_trust_result_kind(_ r: OpaquePointer?, _ out: UnsafeMutablePoin
     }
 }
 
-/// `int mtls_trust_result_reason_count(const mtls_trust_result *result, size_t *count)`
-@_cdecl("mtls_trust_result_reason_count")
-public func mtls_trust_result_reason_count(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<Int>?) -> Int32 {
-    abiCall { try require(out, "count").pointee = try result(r).result.reasons.count }
+/// `int mtls_trust_result_reasons(const mtls_trust_result *result, mtls_trust_reason **out, size_t *count)`
+@_cdecl("mtls_trust_result_reasons")
+public func mtls_trust_result_reasons(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<mtls_trust_reason>?>?,
+                                      _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        try putArray(out, count, { try result(r).result.reasons }, convert: { reason in
+            let code = try cString(reason.code)
+            do {
+                return mtls_trust_reason(code: code, cert_index: reason.certIndex.map { Int32($0) } ?? -1,
+                                         message: try cString(reason.message))
+            } catch {
+                wipeAndFree(code)
+                throw error
+            }
+        }, release: freeReason)
+    }
 }
 
-/// `int mtls_trust_result_reason(const mtls_trust_result *result, size_t index, const char **code, int *cert_index, const char **message)`
-@_cdecl("mtls_trust_result_reason")
-public func mtls_trust_result_reason(_ r: OpaquePointer?, _ index: Int, _ code: UnsafeMutablePointer<UnsafePointer<CChar>?>?,
-                                     _ certIndex: UnsafeMutablePointer<Int32>?,
-                                     _ message: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
-    abiCall {
-        let box = try result(r)
-        let code = try require(code, "code")
-        code.pointee = UnsafePointer(try element(box.codes, index, "reasons"))
-        certIndex?.pointee = box.result.reasons[index].certIndex.map { Int32($0) } ?? -1
-        message?.pointee = UnsafePointer(box.messages[index])
-    }
+private func freeReason(_ r: mtls_trust_reason) {
+    wipeAndFree(r.code)
+    wipeAndFree(r.message)
+}
+
+/// `void mtls_trust_reason_list_free(mtls_trust_reason *list, size_t count)`
+@_cdecl("mtls_trust_reason_list_free")
+public func mtls_trust_reason_list_free(_ list: UnsafeMutablePointer<mtls_trust_reason>?, _ count: Int) {
+    freeArray(list, count, freeReason)
 }
 
 /// `int mtls_trust_result_chain(const mtls_trust_result *result, mtls_cert ***out, size_t *count)`
@@ -321,22 +305,16 @@ public func mtls_trust_result_chain(_ r: OpaquePointer?, _ out: UnsafeMutablePoi
     }
 }
 
-/// `int mtls_trust_result_matched_rule(const mtls_trust_result *result, const char **rule)`
+/// `int mtls_trust_result_matched_rule(const mtls_trust_result *result, char **out)`
 @_cdecl("mtls_trust_result_matched_rule")
-public func mtls_trust_result_matched_rule(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
-    abiCall {
-        let b = try result(r)
-        try require(out, "rule").pointee = b.rule.map { UnsafePointer($0) }
-    }
+public func mtls_trust_result_matched_rule(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    abiCall { try putOptionalString(out) { try result(r).result.matchedRule } }
 }
 
-/// `int mtls_trust_result_matched_pin(const mtls_trust_result *result, const char **pin)`
+/// `int mtls_trust_result_matched_pin(const mtls_trust_result *result, char **out)`
 @_cdecl("mtls_trust_result_matched_pin")
-public func mtls_trust_result_matched_pin(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<CChar>?>?) -> Int32 {
-    abiCall {
-        let b = try result(r)
-        try require(out, "pin").pointee = b.pin.map { UnsafePointer($0) }
-    }
+public func mtls_trust_result_matched_pin(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    abiCall { try putOptionalString(out) { try result(r).result.matchedPin } }
 }
 
 /// `int mtls_evaluate_peer(mtls_policy *policy, mtls_cert *const *certs, size_t count, const char *host, uint16_t port, const char *verify_as, int purpose, int64_t at, mtls_trust_result **out)`

@@ -64,13 +64,18 @@ int main(void) {
     CHECK(na - nb == 2 * 86400);
     CHECK_RC(mtls_cert_validity(cert, NULL, &na), MTLS_E_INVALID_ARGUMENT);
 
-    size_t n = 0; int kind = 0;
-    CHECK_OK(mtls_cert_san_count(cert, &n)); CHECK(n == 4);
-    CHECK_OK(mtls_cert_san(cert, 0, &kind, &s)); CHECK(kind == MTLS_SAN_DNS && strcmp(s, "core.example") == 0); mtls_string_free(s);
-    CHECK_OK(mtls_cert_san(cert, 1, &kind, &s)); CHECK(kind == MTLS_SAN_IP && strcmp(s, "127.0.0.1") == 0); mtls_string_free(s);
-    CHECK_OK(mtls_cert_san(cert, 2, &kind, &s)); CHECK(kind == MTLS_SAN_EMAIL); mtls_string_free(s);
-    CHECK_OK(mtls_cert_san(cert, 3, &kind, &s)); CHECK(kind == MTLS_SAN_URI); mtls_string_free(s);
-    CHECK_RC(mtls_cert_san(cert, 4, &kind, &s), MTLS_E_INVALID_ARGUMENT);
+    size_t n = 0;
+    mtls_san *sans = NULL;
+    CHECK_OK(mtls_cert_sans(cert, &sans, &n)); CHECK(n == 4 && sans != NULL);
+    CHECK(sans[0].kind == MTLS_SAN_DNS && strcmp(sans[0].value, "core.example") == 0);
+    CHECK(sans[1].kind == MTLS_SAN_IP && strcmp(sans[1].value, "127.0.0.1") == 0);
+    CHECK(sans[2].kind == MTLS_SAN_EMAIL && sans[3].kind == MTLS_SAN_URI);
+    mtls_san_list_free(sans, n);
+    mtls_san_list_free(NULL, 0);
+    sans = (mtls_san *)1; n = 9;
+    CHECK_RC(mtls_cert_sans(NULL, &sans, &n), MTLS_E_INVALID_ARGUMENT); CHECK(sans == NULL && n == 0);
+    CHECK_RC(mtls_cert_sans(cert, NULL, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_cert_sans(cert, &sans, NULL), MTLS_E_INVALID_ARGUMENT);
 
     int bits = 0;
     CHECK_OK(mtls_cert_key_type(cert, &s, &bits)); CHECK(strcmp(s, "p256") == 0 && bits == 256); mtls_string_free(s);
@@ -79,9 +84,13 @@ int main(void) {
     CHECK(present == 1 && is_ca == 1 && pathlen == -1); /* openssl req -x509 marks CA:TRUE */
     unsigned int ku = 0;
     CHECK_OK(mtls_cert_key_usage(cert, &present, &ku)); CHECK(present == 1 && ku == 0x80);
-    CHECK_OK(mtls_cert_eku_count(cert, &n)); CHECK(n == 2);
-    CHECK_OK(mtls_cert_eku(cert, 1, &s)); CHECK(strcmp(s, "1.3.6.1.5.5.7.3.2") == 0); mtls_string_free(s);
-    CHECK_RC(mtls_cert_eku(cert, 2, &s), MTLS_E_INVALID_ARGUMENT);
+    char **ekus = NULL;
+    CHECK_OK(mtls_cert_ekus(cert, &ekus, &n)); CHECK(n == 2);
+    CHECK(strcmp(ekus[1], "1.3.6.1.5.5.7.3.2") == 0);
+    mtls_string_list_free(ekus, n);
+    mtls_string_list_free(NULL, 0);
+    CHECK_RC(mtls_cert_ekus(NULL, &ekus, &n), MTLS_E_INVALID_ARGUMENT); CHECK(ekus == NULL && n == 0);
+    CHECK_RC(mtls_cert_ekus(cert, NULL, &n), MTLS_E_INVALID_ARGUMENT);
 
     mtls_cert *ref = mtls_cert_ref(cert);
     CHECK(ref == cert);

@@ -45,35 +45,34 @@ int main(void) {
     CHECK_OK(mtls_pkcs12_import(der, len, "pw", &p12));
 
     size_t n = 99;
-    CHECK_RC(mtls_pkcs12_identity_count(NULL, &n), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_pkcs12_identity_count(p12, NULL), MTLS_E_INVALID_ARGUMENT);
-    CHECK_OK(mtls_pkcs12_identity_count(p12, &n)); CHECK(n == 1);
-    CHECK_RC(mtls_pkcs12_cert_count(NULL, &n), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_pkcs12_cert_count(p12, NULL), MTLS_E_INVALID_ARGUMENT);
-    CHECK_OK(mtls_pkcs12_cert_count(p12, &n)); CHECK(n == 2);
-    mtls_cert *c = NULL;
-    CHECK_RC(mtls_pkcs12_cert(NULL, 0, &c), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_pkcs12_cert(p12, 0, NULL), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_pkcs12_cert(p12, 2, &c), MTLS_E_INVALID_ARGUMENT);
-    CHECK_OK(mtls_pkcs12_cert(p12, 1, &c)); mtls_cert_free(c);
-    const char *encoding = NULL;
+    mtls_identity **ids = (mtls_identity **)1;
+    CHECK_RC(mtls_pkcs12_identities(NULL, &ids, &n), MTLS_E_INVALID_ARGUMENT); CHECK(ids == NULL && n == 0);
+    CHECK_RC(mtls_pkcs12_identities(p12, NULL, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_pkcs12_identities(p12, &ids, NULL), MTLS_E_INVALID_ARGUMENT);
+    mtls_cert **certs = NULL;
+    CHECK_RC(mtls_pkcs12_certs(NULL, &certs, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_pkcs12_certs(p12, NULL, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_pkcs12_certs(p12, &certs, &n)); CHECK(n == 2 && certs[0] && certs[1]);
+    mtls_cert_list_free(certs, n);
+    char *encoding = NULL;
     CHECK_RC(mtls_pkcs12_password_encoding(NULL, &encoding), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_pkcs12_password_encoding(p12, NULL), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_pkcs12_password_encoding(p12, &encoding)); CHECK(strcmp(encoding, "given") == 0);
+    mtls_string_free(encoding);
     {   /* written with "", opened with no password: both encodings are tried */
         size_t elen; uint8_t *eder = make_p12("-passout pass:", "empty-c.p12", &elen);
         mtls_pkcs12 *e = NULL;
         CHECK_OK(mtls_pkcs12_import(eder, elen, NULL, &e));
         CHECK_OK(mtls_pkcs12_password_encoding(e, &encoding)); CHECK(strcmp(encoding, "empty") == 0);
+        mtls_string_free(encoding);
         mtls_pkcs12_free(e);
         free(eder);
     }
 
-    mtls_identity *id = NULL;
-    CHECK_RC(mtls_pkcs12_identity(NULL, 0, &id), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_pkcs12_identity(p12, 0, NULL), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_pkcs12_identity(p12, 1, &id), MTLS_E_INVALID_ARGUMENT);
-    CHECK_OK(mtls_pkcs12_identity(p12, 0, &id));
+    CHECK_OK(mtls_pkcs12_identities(p12, &ids, &n)); CHECK(n == 1);
+    mtls_identity *id = mtls_identity_ref(ids[0]);
+    mtls_identity_list_free(ids, n);
+    mtls_identity_list_free(NULL, 0);
     mtls_pkcs12_free(p12);   /* the identity outlives the import result */
     mtls_pkcs12_free(NULL);
 
@@ -98,15 +97,13 @@ int main(void) {
     CHECK_OK(mtls_identity_leaf(id, &leaf));
     CHECK_OK(mtls_cert_subject_summary(leaf, &s)); CHECK(strcmp(s, "c.example") == 0); mtls_string_free(s);
     mtls_cert_free(leaf);
-    CHECK_RC(mtls_identity_chain_count(NULL, &n), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_identity_chain_count(id, NULL), MTLS_E_INVALID_ARGUMENT);
-    CHECK_OK(mtls_identity_chain_count(id, &n)); CHECK(n == 1);
-    CHECK_RC(mtls_identity_chain_cert(NULL, 0, &c), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_identity_chain_cert(id, 0, NULL), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_identity_chain_cert(id, 1, &c), MTLS_E_INVALID_ARGUMENT);
-    CHECK_OK(mtls_identity_chain_cert(id, 0, &c));
-    CHECK_OK(mtls_cert_subject_summary(c, &s)); CHECK(strcmp(s, "C Root") == 0); mtls_string_free(s);
-    mtls_cert_free(c);
+    mtls_cert **ichain = NULL;
+    CHECK_RC(mtls_identity_chain(NULL, &ichain, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_identity_chain(id, NULL, &n), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_identity_chain(id, &ichain, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_identity_chain(id, &ichain, &n)); CHECK(n == 1);
+    CHECK_OK(mtls_cert_subject_summary(ichain[0], &s)); CHECK(strcmp(s, "C Root") == 0); mtls_string_free(s);
+    mtls_cert_list_free(ichain, n);
     unsigned int flags = 0; int code = -1;
     CHECK_RC(mtls_identity_chain_check(NULL, &flags, &code, &s), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_identity_chain_check(id, NULL, &code, &s), MTLS_E_INVALID_ARGUMENT);
@@ -134,15 +131,19 @@ int main(void) {
         mtls_pkcs12 *back = NULL;
         /* written with "": opens with no password too, and says so */
         CHECK_OK(mtls_pkcs12_import(out, out_len, NULL, &back));
-        const char *enc = NULL;
-        CHECK_OK(mtls_pkcs12_password_encoding(back, &enc)); CHECK(strcmp(enc, "empty") == 0);
+        char *enc = NULL;
+        CHECK_OK(mtls_pkcs12_password_encoding(back, &enc)); CHECK(strcmp(enc, "empty") == 0); mtls_string_free(enc);
         mtls_pkcs12_free(back); back = NULL;
         CHECK_RC(mtls_pkcs12_import(out, out_len, "x", &back), MTLS_E_BAD_PASSWORD);
         CHECK_OK(mtls_pkcs12_import(out, out_len, "", &back));
-        mtls_identity *bid = NULL;
-        CHECK_OK(mtls_pkcs12_identity(back, 0, &bid));
+        mtls_identity **bids = NULL; size_t nb = 0;
+        CHECK_OK(mtls_pkcs12_identities(back, &bids, &nb)); CHECK(nb == 1);
+        mtls_identity *bid = mtls_identity_ref(bids[0]);
+        mtls_identity_list_free(bids, nb);
         CHECK_OK(mtls_identity_friendly_name(bid, &s)); CHECK(strcmp(s, "renamed") == 0); mtls_string_free(s);
-        CHECK_OK(mtls_identity_chain_count(bid, &n)); CHECK(n == 1);
+        mtls_cert **bchain = NULL;
+        CHECK_OK(mtls_identity_chain(bid, &bchain, &n)); CHECK(n == 1);
+        mtls_cert_list_free(bchain, n);
         mtls_identity_free(bid);
         mtls_pkcs12_free(back);
         mtls_bytes_free(out);
@@ -193,9 +194,9 @@ int main(void) {
     t_sh(cmd);
     snprintf(path, sizeof path, "%s/certs.p12", tmp_dir);
     CHECK_OK(mtls_pkcs12_load(path, "pw", &p12));
-    CHECK_OK(mtls_pkcs12_identity_count(p12, &n)); CHECK(n == 0);
-    CHECK_OK(mtls_pkcs12_cert_count(p12, &n)); CHECK(n == 2);
-    CHECK_RC(mtls_pkcs12_identity(p12, 0, &id), MTLS_E_NO_IDENTITY);
+    CHECK_OK(mtls_pkcs12_identities(p12, &ids, &n)); CHECK(n == 0 && ids == NULL); /* certificates only */
+    CHECK_OK(mtls_pkcs12_certs(p12, &certs, &n)); CHECK(n == 2);
+    mtls_cert_list_free(certs, n);
     mtls_pkcs12_free(p12);
 
     free(der); free(legacy); free(chain); free(key); free(enc); free(root);

@@ -66,17 +66,20 @@ int main(void) {
     CHECK_RC(mtls_issued_cert(NULL, &cert), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_issued_cert(server, NULL), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_issued_cert(server, &cert));
-    size_t n = 0; char *oid = NULL; int present, bits; unsigned int ku;
-    CHECK_OK(mtls_cert_eku_count(cert, &n)); CHECK(n == 1);
-    CHECK_OK(mtls_cert_eku(cert, 0, &oid)); CHECK(strcmp(oid, "1.3.6.1.5.5.7.3.1") == 0); mtls_string_free(oid);
+    size_t n = 0; char **oids = NULL; int present, bits; unsigned int ku;
+    CHECK_OK(mtls_cert_ekus(cert, &oids, &n)); CHECK(n == 1 && strcmp(oids[0], "1.3.6.1.5.5.7.3.1") == 0);
+    mtls_string_list_free(oids, n);
     CHECK_OK(mtls_cert_key_usage(cert, &present, &ku)); CHECK(present && ku == (0x80 | 0x20));
-    CHECK_OK(mtls_cert_san_count(cert, &n)); CHECK(n == 4);
+    mtls_san *sans = NULL;
+    CHECK_OK(mtls_cert_sans(cert, &sans, &n)); CHECK(n == 4);
+    mtls_san_list_free(sans, n);
     CHECK_OK(mtls_cert_key_type(cert, &s, &bits)); CHECK(strcmp(s, "rsa2048") == 0); mtls_string_free(s);
     int64_t nb, na;
     CHECK_OK(mtls_cert_validity(cert, &nb, &na)); CHECK(nb == 1893456000 - 300 && na == 1893456000 + 1096LL * 86400);
     mtls_cert_free(cert);
     CHECK_OK(mtls_issued_cert(client, &cert));
-    CHECK_OK(mtls_cert_eku(cert, 0, &oid)); CHECK(strcmp(oid, "1.3.6.1.5.5.7.3.2") == 0); mtls_string_free(oid);
+    CHECK_OK(mtls_cert_ekus(cert, &oids, &n)); CHECK(n == 1 && strcmp(oids[0], "1.3.6.1.5.5.7.3.2") == 0);
+    mtls_string_list_free(oids, n);
     CHECK_OK(mtls_cert_validity(cert, &nb, &na)); CHECK(na - 1893456000 == 30 * 86400);
     char *serial = NULL;
     CHECK_OK(mtls_cert_serial_hex(cert, &serial));
@@ -152,8 +155,9 @@ int main(void) {
     CHECK_RC(mtls_issued_identity(NULL, &ident), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_issued_identity(client, NULL), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_issued_identity(client, &ident));
-    size_t chain_count = 0;
-    CHECK_OK(mtls_identity_chain_count(ident, &chain_count)); CHECK(chain_count == 2);
+    mtls_cert **chain = NULL; size_t chain_count = 0;
+    CHECK_OK(mtls_identity_chain(ident, &chain, &chain_count)); CHECK(chain_count == 2);
+    mtls_cert_list_free(chain, chain_count);
     mtls_identity_free(ident);
 
     /* CRL */

@@ -159,8 +159,7 @@ int main(void) {
     CHECK_RC(mtls_store_identities(store, &ids, NULL), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_store_identities(store, &ids, &nids));
     CHECK(nids == 2);
-    mtls_store_identity_list_free(ids, nids);
-    mtls_store_identity_list_free(NULL, 0);
+    mtls_identity_list_free(ids, nids);
 
     /* metadata: info, list, find, accessors */
     mtls_store_item *item = NULL;
@@ -170,31 +169,44 @@ int main(void) {
     CHECK_RC(mtls_store_item_info(store, "client", 42, &item), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_item_info(store, "client", MTLS_STORE_CERTIFICATE, &item), MTLS_E_NOT_FOUND);
     CHECK_OK(mtls_store_item_info(store, "client", MTLS_STORE_ANY, &item));
-    CHECK(strcmp(mtls_store_item_label(item), "client") == 0);
-    CHECK(mtls_store_item_class(item) == MTLS_STORE_IDENTITY);
-    CHECK(strcmp(mtls_store_item_subject(item), "CN=c-client") == 0);
-    CHECK(strcmp(mtls_store_item_issuer(item), "CN=C Store CA") == 0);
-    CHECK(strlen(mtls_store_item_leaf_sha256(item)) == 64);
-    snprintf(sha, sizeof sha, "%s", mtls_store_item_leaf_sha256(item));
-    CHECK(mtls_store_item_token_uri(item) == NULL);
-    CHECK(mtls_store_item_not_after(item) > mtls_store_item_created(item));
-    CHECK(mtls_store_item_modified(item) >= mtls_store_item_created(item));
-    CHECK(mtls_store_item_created(item) > 1700000000);
-    CHECK(mtls_store_item_chain_count(item) == 1);
-    CHECK(strlen(mtls_store_item_chain_sha256(item, 0)) == 64);
-    CHECK(mtls_store_item_chain_sha256(item, 1) == NULL);
-    mtls_store_item_free(item);
-    mtls_store_item_free(NULL);
-    /* NULL items */
-    CHECK(mtls_store_item_label(NULL) == NULL && mtls_store_item_subject(NULL) == NULL);
-    CHECK(mtls_store_item_issuer(NULL) == NULL && mtls_store_item_leaf_sha256(NULL) == NULL);
-    CHECK(mtls_store_item_token_uri(NULL) == NULL && mtls_store_item_chain_sha256(NULL, 0) == NULL);
-    CHECK(mtls_store_item_class(NULL) == 0 && mtls_store_item_not_after(NULL) == 0);
-    CHECK(mtls_store_item_created(NULL) == 0 && mtls_store_item_modified(NULL) == 0);
-    CHECK(mtls_store_item_chain_count(NULL) == 0);
-    CHECK_OK(mtls_store_item_info(store, "tok", MTLS_STORE_TOKEN_IDENTITY, &item));
-    CHECK(strcmp(mtls_store_item_token_uri(item), "pkcs11:token=t;object=k2") == 0);
-    mtls_store_item_free(item);
+    {
+        char *v = NULL; int cls = 0; int64_t nafter = 0, created = 0, modified = 0;
+        CHECK_OK(mtls_store_item_label(item, &v)); CHECK(strcmp(v, "client") == 0); mtls_string_free(v);
+        CHECK_OK(mtls_store_item_class(item, &cls)); CHECK(cls == MTLS_STORE_IDENTITY);
+        CHECK_OK(mtls_store_item_subject(item, &v)); CHECK(strcmp(v, "CN=c-client") == 0); mtls_string_free(v);
+        CHECK_OK(mtls_store_item_issuer(item, &v)); CHECK(strcmp(v, "CN=C Store CA") == 0); mtls_string_free(v);
+        CHECK_OK(mtls_store_item_leaf_sha256(item, &v)); CHECK(strlen(v) == 64);
+        snprintf(sha, sizeof sha, "%s", v); mtls_string_free(v);
+        v = (char *)1;
+        CHECK_OK(mtls_store_item_token_uri(item, &v)); CHECK(v == NULL);
+        CHECK_OK(mtls_store_item_not_after(item, &nafter));
+        CHECK_OK(mtls_store_item_created(item, &created));
+        CHECK_OK(mtls_store_item_modified(item, &modified));
+        CHECK(nafter > created && modified >= created && created > 1700000000);
+        char **shas = NULL; size_t nshas = 0;
+        CHECK_OK(mtls_store_item_chain_sha256s(item, &shas, &nshas)); CHECK(nshas == 1 && strlen(shas[0]) == 64);
+        mtls_string_list_free(shas, nshas);
+        /* NULL items and out-parameters: an error, never a crash */
+        CHECK_RC(mtls_store_item_label(NULL, &v), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_store_item_label(item, NULL), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_store_item_subject(NULL, &v), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_store_item_issuer(NULL, &v), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_store_item_leaf_sha256(NULL, &v), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_store_item_token_uri(NULL, &v), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_store_item_class(NULL, &cls), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_store_item_class(item, NULL), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_store_item_not_after(NULL, &nafter), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_store_item_created(NULL, &created), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_store_item_modified(item, NULL), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_store_item_chain_sha256s(NULL, &shas, &nshas), MTLS_E_INVALID_ARGUMENT);
+        CHECK(shas == NULL && nshas == 0);
+        mtls_store_item_free(item);
+        mtls_store_item_free(NULL);
+        CHECK_OK(mtls_store_item_info(store, "tok", MTLS_STORE_TOKEN_IDENTITY, &item));
+        CHECK_OK(mtls_store_item_token_uri(item, &v)); CHECK(strcmp(v, "pkcs11:token=t;object=k2") == 0);
+        mtls_string_free(v);
+        mtls_store_item_free(item);
+    }
 
     mtls_store_item **items = NULL; size_t n = 0;
     CHECK_RC(mtls_store_list(NULL, MTLS_STORE_ANY, &items, &n), MTLS_E_INVALID_ARGUMENT);
@@ -203,7 +215,7 @@ int main(void) {
     CHECK_RC(mtls_store_list(store, 9, &items, &n), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_store_list(store, MTLS_STORE_ANY, &items, &n));
     CHECK(n == 4);
-    CHECK(strcmp(mtls_store_item_label(items[0]), "ca") == 0);
+    { char *l = NULL; CHECK_OK(mtls_store_item_label(items[0], &l)); CHECK(strcmp(l, "ca") == 0); mtls_string_free(l); }
     mtls_store_item_list_free(items, n);
     mtls_store_item_list_free(NULL, 0);
     CHECK_OK(mtls_store_list(store, MTLS_STORE_IDENTITY, &items, &n));

@@ -256,8 +256,9 @@ int main(void) {
     CHECK(strstr(mtls_last_error(), "our evaluation") != NULL);
     CHECK_OK(mtls_conn_evaluation(c, &ev)); CHECK(ev != NULL);
     CHECK_OK(mtls_trust_result_trusted(ev, &trusted)); CHECK(trusted == 0);
-    size_t reasons = 0;
-    CHECK_OK(mtls_trust_result_reason_count(ev, &reasons)); CHECK(reasons > 0);
+    size_t reasons = 0; mtls_trust_reason *rl = NULL;
+    CHECK_OK(mtls_trust_result_reasons(ev, &rl, &reasons)); CHECK(reasons > 0);
+    mtls_trust_reason_list_free(rl, reasons);
     mtls_trust_result_free(ev);
     CHECK_OK(mtls_conn_peer_chain(c, &chain, &n)); CHECK(n == 2); mtls_cert_list_free(chain, n);
     mtls_conn_free(c);

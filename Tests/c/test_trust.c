@@ -33,15 +33,15 @@ static mtls_cert **chain_of(const char *name, size_t *count) {
 
 static int has_reason(const mtls_trust_result *r, const char *want, int *index) {
     size_t n = 0;
-    CHECK_OK(mtls_trust_result_reason_count(r, &n));
-    for (size_t i = 0; i < n; i++) {
-        const char *code = NULL, *message = NULL;
-        int idx = -2;
-        CHECK_OK(mtls_trust_result_reason(r, i, &code, &idx, &message));
-        CHECK(message != NULL && idx >= -1);
-        if (strcmp(code, want) == 0) { if (index) *index = idx; return 1; }
+    mtls_trust_reason *reasons = NULL;
+    CHECK_OK(mtls_trust_result_reasons(r, &reasons, &n));
+    int found = 0;
+    for (size_t i = 0; i < n && !found; i++) {
+        CHECK(reasons[i].code != NULL && reasons[i].message != NULL && reasons[i].cert_index >= -1);
+        if (strcmp(reasons[i].code, want) == 0) { if (index) *index = reasons[i].cert_index; found = 1; }
     }
-    return 0;
+    mtls_trust_reason_list_free(reasons, n);
+    return found;
 }
 
 static mtls_trust_result *eval(mtls_policy *p, const char *chain, const char *host, int purpose) {
@@ -102,8 +102,9 @@ int main(void) {
     CHECK_OK(mtls_trust_result_kind(r, &kind));
     CHECK(kind == MTLS_TRUST_PROCEED);
     size_t reasons = 9;
-    CHECK_OK(mtls_trust_result_reason_count(r, &reasons));
-    CHECK(reasons == 0);
+    mtls_trust_reason *rlist = (mtls_trust_reason *)1;
+    CHECK_OK(mtls_trust_result_reasons(r, &rlist, &reasons));
+    CHECK(reasons == 0 && rlist == NULL);
     mtls_cert **built = NULL;
     size_t built_n = 0;
     CHECK_OK(mtls_trust_result_chain(r, &built, &built_n));
@@ -113,7 +114,7 @@ int main(void) {
     CHECK(strcmp(subject, "Test Root") == 0);
     mtls_string_free(subject);
     mtls_cert_list_free(built, built_n);
-    const char *rule = "x", *pin = "x";
+    char *rule = (char *)1, *pin = (char *)1;
     CHECK_OK(mtls_trust_result_matched_rule(r, &rule));
     CHECK(rule == NULL);
     CHECK_OK(mtls_trust_result_matched_pin(r, &pin));
@@ -124,11 +125,10 @@ int main(void) {
     CHECK_RC(mtls_trust_result_trusted(r, NULL), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_trust_result_kind(NULL, &kind), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_trust_result_kind(r, NULL), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_trust_result_reason_count(NULL, &reasons), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_trust_result_reason_count(r, NULL), MTLS_E_INVALID_ARGUMENT);
-    const char *code = NULL;
-    CHECK_RC(mtls_trust_result_reason(r, 0, &code, NULL, NULL), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_trust_result_reason(NULL, 0, &code, NULL, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_trust_result_reasons(NULL, &rlist, &reasons), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_trust_result_reasons(r, NULL, &reasons), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_trust_result_reasons(r, &rlist, NULL), MTLS_E_INVALID_ARGUMENT);
+    mtls_trust_reason_list_free(NULL, 0);
     CHECK_RC(mtls_trust_result_chain(NULL, &built, &built_n), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_trust_result_chain(r, NULL, &built_n), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_trust_result_chain(r, &built, NULL), MTLS_E_INVALID_ARGUMENT);
@@ -212,6 +212,7 @@ int main(void) {
     CHECK(trusted(r) == 1);
     CHECK_OK(mtls_trust_result_matched_rule(r, &rule));
     CHECK(rule && strcmp(rule, "10.0.0.9") == 0);
+    mtls_string_free(rule);
     mtls_trust_result_free(r);
     r = eval(p, "chain.pem", "db.internal", 0);
     CHECK(trusted(r) == 1);
@@ -234,17 +235,13 @@ int main(void) {
     CHECK_RC(mtls_policy_add_pin(p, "server.test", "sha256/short"), MTLS_E_INVALID_POLICY);
     CHECK_OK(mtls_policy_add_pin(p, "server.test", other_pin));
     size_t warnings = 0;
-    CHECK_RC(mtls_policy_warning_count(NULL, &warnings), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_policy_warning_count(p, NULL), MTLS_E_INVALID_ARGUMENT);
-    CHECK_OK(mtls_policy_warning_count(p, &warnings));
-    CHECK(warnings == 1);
-    char *warning = NULL;
-    CHECK_RC(mtls_policy_warning(NULL, 0, &warning), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_policy_warning(p, 0, NULL), MTLS_E_INVALID_ARGUMENT);
-    CHECK_RC(mtls_policy_warning(p, 5, &warning), MTLS_E_INVALID_ARGUMENT);
-    CHECK_OK(mtls_policy_warning(p, 0, &warning));
-    CHECK(strstr(warning, "backup") != NULL);
-    mtls_string_free(warning);
+    char **warning = NULL;
+    CHECK_RC(mtls_policy_warnings(NULL, &warning, &warnings), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_warnings(p, NULL, &warnings), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_warnings(p, &warning, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_policy_warnings(p, &warning, &warnings));
+    CHECK(warnings == 1 && strstr(warning[0], "backup") != NULL);
+    mtls_string_list_free(warning, warnings);
     r = eval(p, "chain.pem", "server.test", 0);
     CHECK(trusted(r) == 0 && has_reason(r, "pin_mismatch", NULL));
     CHECK_OK(mtls_trust_result_kind(r, &kind));
@@ -278,6 +275,7 @@ int main(void) {
     CHECK(trusted(r) == 1);
     CHECK_OK(mtls_trust_result_matched_pin(r, &pin));
     CHECK(pin && strcmp(pin, inter_pin) == 0);
+    mtls_string_free(pin);
     mtls_trust_result_free(r);
 
     /* CRLs. */
@@ -336,9 +334,10 @@ int main(void) {
         /* The rule for the address and port reached holds when validating as another name. */
         CHECK_OK(mtls_evaluate_peer(pp, ch, m, "10.0.0.5", 8443, "server.test", MTLS_PURPOSE_SERVER, 0, &rr));
         CHECK(trusted(rr) == 0 && has_reason(rr, "pin_mismatch", NULL) && !has_reason(rr, "name_mismatch", NULL));
-        const char *matched = NULL;
+        char *matched = NULL;
         CHECK_OK(mtls_trust_result_matched_rule(rr, &matched));
         CHECK(matched && strcmp(matched, "10.0.0.5:8443") == 0);
+        mtls_string_free(matched);
         mtls_trust_result_free(rr);
         /* Another port, or no port (a wrapped socket with port 0): the rule does not apply. */
         CHECK_OK(mtls_evaluate_peer(pp, ch, m, "10.0.0.5", 9443, "server.test", 0, 0, &rr));

@@ -83,15 +83,15 @@ def out_bytes(func, *args):
     return take_bytes(p, n)
 
 
-def out_indexed(count_func, item_func, h, take):
-    """count_func(h, &n), then item_func(h, i, &out) for each i; `take` turns each out c_void_p
-    into its Python value (take_string, or a handle class's constructor on `.value`)."""
-    out = []
-    for i in range(out_value(ctypes.c_size_t, count_func, h)):
-        p = ctypes.c_void_p()
-        check(item_func(h, i, ctypes.byref(p)))
-        out.append(take(p))
-    return out
+def take_strings(func, *args):
+    """func(*args, &array, &count) for a library-allocated array of strings: copies them, then
+    frees the array (mtls_string_list_free)."""
+    arr, n = c_void_pp(), ctypes.c_size_t()
+    check(func(*args, ctypes.byref(arr), ctypes.byref(n)))
+    try:
+        return [ctypes.string_at(arr[i]).decode("utf-8") for i in range(n.value)]
+    finally:
+        lib.mtls_string_list_free(arr, n)
 
 
 def out_list(func, *args, item, free):

@@ -3,8 +3,13 @@ import ctypes
 import os
 from typing import Any, List, Tuple, Union
 from ._lib import lib, take_string, c_uint8_p
-from ._handle import _Handle, out_handle, out_string, out_value, out_indexed, out_list
+from ._handle import _Handle, out_handle, out_string, out_value, out_list, take_strings
 from .errors import check
+
+
+class San(ctypes.Structure):
+    """mtls_san (private): one subjectAltName of mtls_cert_sans."""
+    _fields_ = [("kind", ctypes.c_int), ("value", ctypes.c_void_p)]
 
 
 class Certificate(_Handle):
@@ -104,12 +109,12 @@ class Certificate(_Handle):
     def subject_alt_names(self) -> List[Tuple[str, str]]:
         """[(kind, value)] with kind in 'DNS', 'IP', 'email', 'URI'."""
         kinds = {1: "DNS", 2: "IP", 3: "email", 4: "URI"}
-        out = []
-        for i in range(out_value(ctypes.c_size_t, lib.mtls_cert_san_count, self._h)):
-            k, v = ctypes.c_int(), ctypes.c_void_p()
-            check(lib.mtls_cert_san(self._h, i, ctypes.byref(k), ctypes.byref(v)))
-            out.append((kinds[k.value], take_string(v)))
-        return out
+        arr, n = ctypes.POINTER(San)(), ctypes.c_size_t()
+        check(lib.mtls_cert_sans(self._h, ctypes.byref(arr), ctypes.byref(n)))
+        try:
+            return [(kinds[arr[i].kind], ctypes.string_at(arr[i].value).decode("utf-8")) for i in range(n.value)]
+        finally:
+            lib.mtls_san_list_free(arr, n)
 
     @property
     def key_type(self) -> Tuple[str, int]:
@@ -120,7 +125,7 @@ class Certificate(_Handle):
 
     @property
     def extended_key_usages(self) -> List[str]:
-        return out_indexed(lib.mtls_cert_eku_count, lib.mtls_cert_eku, self._h, take_string)
+        return take_strings(lib.mtls_cert_ekus, self._h)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Certificate) and self.der == other.der

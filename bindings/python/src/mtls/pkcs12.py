@@ -4,7 +4,7 @@ import os
 from typing import List, Optional, Tuple, Union
 
 from ._lib import lib, fn, take_string, c_void_pp, c_size_p, c_int_p
-from ._handle import _Handle, utf8, out_handle, out_string, out_bytes, out_indexed
+from ._handle import _Handle, utf8, out_handle, out_string, out_bytes, out_list
 from .certificate import Certificate
 from .errors import check, NoIdentity
 
@@ -16,10 +16,10 @@ fn("mtls_identity_free", None, ctypes.c_void_p)
 fn("mtls_identity_from_pem", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, c_void_pp)
 # int mtls_identity_leaf(const mtls_identity *identity, mtls_cert **out)
 fn("mtls_identity_leaf", ctypes.c_int, ctypes.c_void_p, c_void_pp)
-# int mtls_identity_chain_count(const mtls_identity *identity, size_t *count)
-fn("mtls_identity_chain_count", ctypes.c_int, ctypes.c_void_p, c_size_p)
-# int mtls_identity_chain_cert(const mtls_identity *identity, size_t index, mtls_cert **out)
-fn("mtls_identity_chain_cert", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, c_void_pp)
+# int mtls_identity_chain(const mtls_identity *identity, mtls_cert ***out, size_t *count)
+fn("mtls_identity_chain", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(c_void_pp), c_size_p)
+# void mtls_identity_list_free(mtls_identity **list, size_t count)
+fn("mtls_identity_list_free", None, c_void_pp, ctypes.c_size_t)
 # int mtls_identity_friendly_name(const mtls_identity *identity, char **out)
 fn("mtls_identity_friendly_name", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 # int mtls_identity_local_key_id(const mtls_identity *identity, uint8_t **out, size_t *len)
@@ -34,16 +34,12 @@ fn("mtls_pkcs12_import", ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.
 fn("mtls_pkcs12_load", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, c_void_pp)
 # void mtls_pkcs12_free(mtls_pkcs12 *p12)
 fn("mtls_pkcs12_free", None, ctypes.c_void_p)
-# int mtls_pkcs12_identity_count(const mtls_pkcs12 *p12, size_t *count)
-fn("mtls_pkcs12_identity_count", ctypes.c_int, ctypes.c_void_p, c_size_p)
-# int mtls_pkcs12_identity(const mtls_pkcs12 *p12, size_t index, mtls_identity **out)
-fn("mtls_pkcs12_identity", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, c_void_pp)
-# int mtls_pkcs12_cert_count(const mtls_pkcs12 *p12, size_t *count)
-fn("mtls_pkcs12_cert_count", ctypes.c_int, ctypes.c_void_p, c_size_p)
-# int mtls_pkcs12_cert(const mtls_pkcs12 *p12, size_t index, mtls_cert **out)
-fn("mtls_pkcs12_cert", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, c_void_pp)
-# int mtls_pkcs12_password_encoding(const mtls_pkcs12 *p12, const char **out)
-fn("mtls_pkcs12_password_encoding", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p))
+# int mtls_pkcs12_identities(const mtls_pkcs12 *p12, mtls_identity ***out, size_t *count)
+fn("mtls_pkcs12_identities", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(c_void_pp), c_size_p)
+# int mtls_pkcs12_certs(const mtls_pkcs12 *p12, mtls_cert ***out, size_t *count)
+fn("mtls_pkcs12_certs", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(c_void_pp), c_size_p)
+# int mtls_pkcs12_password_encoding(const mtls_pkcs12 *p12, char **out)
+fn("mtls_pkcs12_password_encoding", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 # int mtls_pkcs12_export(const mtls_identity *identity, const char *password, int flags,
 #                        const char *friendly_name, uint8_t **out, size_t *len)
 fn("mtls_pkcs12_export", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
@@ -104,8 +100,7 @@ class Identity(_Handle):
     @property
     def chain(self) -> List[Certificate]:
         """Certificates above the leaf, issuer first, root last."""
-        return out_indexed(lib.mtls_identity_chain_count, lib.mtls_identity_chain_cert, self._h,
-                           lambda p: Certificate(p.value))
+        return Certificate._list(lib.mtls_identity_chain, self._h)
 
     @property
     def token_uri(self) -> Optional[str]:
@@ -160,13 +155,10 @@ class PKCS12:
     @classmethod
     def _from_handle(cls, h):
         try:
-            encoding = ctypes.c_char_p()
-            check(lib.mtls_pkcs12_password_encoding(h, ctypes.byref(encoding)))
-            return cls(out_indexed(lib.mtls_pkcs12_identity_count, lib.mtls_pkcs12_identity, h,
-                                   lambda p: Identity(p.value)),
-                       out_indexed(lib.mtls_pkcs12_cert_count, lib.mtls_pkcs12_cert, h,
-                                   lambda p: Certificate(p.value)),
-                       encoding.value.decode())
+            return cls(out_list(lib.mtls_pkcs12_identities, h, item=lambda i: Identity(lib.mtls_identity_ref(i)),
+                                free=lib.mtls_identity_list_free),
+                       Certificate._list(lib.mtls_pkcs12_certs, h),
+                       out_string(lib.mtls_pkcs12_password_encoding, h))
         finally:
             lib.mtls_pkcs12_free(h)
 

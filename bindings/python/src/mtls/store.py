@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, List, Optional, Tuple, Union
 
 from ._lib import lib, fn, take_string, c_void_pp, c_size_p
-from ._handle import _Handle, utf8, out_handle, out_bytes, out_value, out_list
+from ._handle import _Handle, utf8, out_handle, out_bytes, out_string, out_value, out_list, take_strings
 from .certificate import Certificate
 from .pkcs12 import Identity
 from .errors import check, InvalidArgument, NotFound
@@ -62,8 +62,6 @@ fn("mtls_store_get_cert", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, c_void
 fn("mtls_store_get_token_identity", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, c_void_pp, c_void_pp)
 # int mtls_store_identities(mtls_store *store, mtls_identity ***out, size_t *count)
 fn("mtls_store_identities", ctypes.c_int, ctypes.c_void_p, _items_pp, c_size_p)
-# void mtls_store_identity_list_free(mtls_identity **list, size_t count)
-fn("mtls_store_identity_list_free", None, c_void_pp, ctypes.c_size_t)
 # int mtls_store_item_info(mtls_store *store, const char *label, int item_class, mtls_store_item **out)
 fn("mtls_store_item_info", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, c_void_pp)
 # int mtls_store_list(mtls_store *store, int item_class, mtls_store_item ***out, size_t *count)
@@ -77,17 +75,15 @@ fn("mtls_store_item_free", None, ctypes.c_void_p)
 # void mtls_store_item_list_free(mtls_store_item **list, size_t count)
 fn("mtls_store_item_list_free", None, c_void_pp, ctypes.c_size_t)
 for _name in ("label", "subject", "issuer", "leaf_sha256", "token_uri"):
-    # const char *mtls_store_item_<field>(const mtls_store_item *item)
-    fn(f"mtls_store_item_{_name}", ctypes.c_char_p, ctypes.c_void_p)
-# int mtls_store_item_class(const mtls_store_item *item)
-fn("mtls_store_item_class", ctypes.c_int, ctypes.c_void_p)
+    # int mtls_store_item_<field>(const mtls_store_item *item, char **out)
+    fn(f"mtls_store_item_{_name}", ctypes.c_int, ctypes.c_void_p, c_void_pp)
+# int mtls_store_item_class(const mtls_store_item *item, int *out)
+fn("mtls_store_item_class", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))
 for _name in ("not_after", "created", "modified"):
-    # int64_t mtls_store_item_<time>(const mtls_store_item *item)
-    fn(f"mtls_store_item_{_name}", ctypes.c_int64, ctypes.c_void_p)
-# size_t mtls_store_item_chain_count(const mtls_store_item *item)
-fn("mtls_store_item_chain_count", ctypes.c_size_t, ctypes.c_void_p)
-# const char *mtls_store_item_chain_sha256(const mtls_store_item *item, size_t index)
-fn("mtls_store_item_chain_sha256", ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
+    # int mtls_store_item_<time>(const mtls_store_item *item, int64_t *out)
+    fn(f"mtls_store_item_{_name}", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64))
+# int mtls_store_item_chain_sha256s(const mtls_store_item *item, char ***out, size_t *count)
+fn("mtls_store_item_chain_sha256s", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(c_void_pp), c_size_p)
 # int mtls_store_delete(mtls_store *store, const char *label, int item_class, size_t *deleted)
 fn("mtls_store_delete", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, c_size_p)
 # int mtls_store_delete_class(mtls_store *store, int item_class, size_t *deleted)
@@ -151,14 +147,14 @@ class StoreItem:
     @classmethod
     def _from_handle(cls, h):
         def s(name):
-            v = getattr(lib, f"mtls_store_item_{name}")(h)
-            return v.decode("utf-8") if v is not None else None
-        n = lib.mtls_store_item_chain_count(h)
-        return cls(label=s("label"), item_class=_CLASS_NAMES[lib.mtls_store_item_class(h)], subject=s("subject"),
-                   issuer=s("issuer"), not_after=_time(lib.mtls_store_item_not_after(h)), leaf_sha256=s("leaf_sha256"),
-                   chain_sha256=[lib.mtls_store_item_chain_sha256(h, i).decode() for i in range(n)],
-                   token_uri=s("token_uri"), created=_time(lib.mtls_store_item_created(h)),
-                   modified=_time(lib.mtls_store_item_modified(h)))
+            return out_string(getattr(lib, f"mtls_store_item_{name}"), h)
+
+        def t(name):
+            return _time(out_value(ctypes.c_int64, getattr(lib, f"mtls_store_item_{name}"), h))
+        return cls(label=s("label"), item_class=_CLASS_NAMES[out_value(ctypes.c_int, lib.mtls_store_item_class, h)],
+                   subject=s("subject"), issuer=s("issuer"), not_after=t("not_after"), leaf_sha256=s("leaf_sha256"),
+                   chain_sha256=take_strings(lib.mtls_store_item_chain_sha256s, h),
+                   token_uri=s("token_uri"), created=t("created"), modified=t("modified"))
 
 
 def _class_code(item_class):
@@ -277,7 +273,7 @@ class Store(_Handle):
     def identities(self) -> List[Identity]:
         """Every stored identity (decrypted), in label order."""
         return out_list(lib.mtls_store_identities, self._h, item=lambda h: Identity(lib.mtls_identity_ref(h)),
-                        free=lib.mtls_store_identity_list_free)
+                        free=lib.mtls_identity_list_free)
 
     # metadata
     def _items(self, func, *args):

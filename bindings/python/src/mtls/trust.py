@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Union
 
 from . import _callbacks
-from ._lib import lib, fn, take_string, c_void_pp, c_size_p, c_int_p
-from ._handle import _Handle, utf8, out_handle, out_value, out_indexed
+from ._lib import lib, fn, c_void_pp, c_size_p, c_int_p
+from ._handle import _Handle, utf8, out_handle, out_string, out_value, take_strings
 from .certificate import Certificate
 from .errors import check, stash_callback_exception
 
@@ -56,10 +56,8 @@ fn("mtls_policy_set_pin_expiry", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p,
 fn("mtls_policy_set_report_only", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int)
 # int mtls_policy_set_report_callback(mtls_policy *policy, mtls_trust_report_cb cb, void *userdata, void (*destroy)(void *))
 fn("mtls_policy_set_report_callback", ctypes.c_int, ctypes.c_void_p, REPORT_CB, ctypes.c_void_p, DESTROY_CB)
-# int mtls_policy_warning_count(const mtls_policy *policy, size_t *count)
-fn("mtls_policy_warning_count", ctypes.c_int, ctypes.c_void_p, c_size_p)
-# int mtls_policy_warning(const mtls_policy *policy, size_t index, char **out)
-fn("mtls_policy_warning", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, c_void_pp)
+# int mtls_policy_warnings(const mtls_policy *policy, char ***out, size_t *count)
+fn("mtls_policy_warnings", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(c_void_pp), c_size_p)
 # int mtls_evaluate(mtls_policy *policy, mtls_cert *const *certs, size_t count, const char *host, int purpose,
 #                   int64_t at, mtls_trust_result **out)
 fn("mtls_evaluate", ctypes.c_int, ctypes.c_void_p, c_void_pp, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_int,
@@ -82,17 +80,21 @@ fn("mtls_trust_result_free", None, ctypes.c_void_p)
 fn("mtls_trust_result_trusted", ctypes.c_int, ctypes.c_void_p, c_int_p)
 # int mtls_trust_result_kind(const mtls_trust_result *result, int *kind)
 fn("mtls_trust_result_kind", ctypes.c_int, ctypes.c_void_p, c_int_p)
-# int mtls_trust_result_reason_count(const mtls_trust_result *result, size_t *count)
-fn("mtls_trust_result_reason_count", ctypes.c_int, ctypes.c_void_p, c_size_p)
-# int mtls_trust_result_reason(const mtls_trust_result *result, size_t index, const char **code, int *cert_index,
-#                              const char **message)
-fn("mtls_trust_result_reason", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, c_char_pp, c_int_p, c_char_pp)
+class _Reason(ctypes.Structure):
+    """mtls_trust_reason (private): one reason of mtls_trust_result_reasons."""
+    _fields_ = [("code", ctypes.c_void_p), ("cert_index", ctypes.c_int), ("message", ctypes.c_void_p)]
+
+
+# int mtls_trust_result_reasons(const mtls_trust_result *result, mtls_trust_reason **out, size_t *count)
+fn("mtls_trust_result_reasons", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, c_size_p)
+# void mtls_trust_reason_list_free(mtls_trust_reason *list, size_t count)
+fn("mtls_trust_reason_list_free", None, ctypes.c_void_p, ctypes.c_size_t)
 # int mtls_trust_result_chain(const mtls_trust_result *result, mtls_cert ***out, size_t *count)
 fn("mtls_trust_result_chain", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(c_void_pp), c_size_p)
-# int mtls_trust_result_matched_rule(const mtls_trust_result *result, const char **rule)
-fn("mtls_trust_result_matched_rule", ctypes.c_int, ctypes.c_void_p, c_char_pp)
-# int mtls_trust_result_matched_pin(const mtls_trust_result *result, const char **pin)
-fn("mtls_trust_result_matched_pin", ctypes.c_int, ctypes.c_void_p, c_char_pp)
+# int mtls_trust_result_matched_rule(const mtls_trust_result *result, char **out)
+fn("mtls_trust_result_matched_rule", ctypes.c_int, ctypes.c_void_p, c_void_pp)
+# int mtls_trust_result_matched_pin(const mtls_trust_result *result, char **out)
+fn("mtls_trust_result_matched_pin", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 
 
 def _unix(t: Union[None, int, float, datetime.datetime]) -> int:
@@ -129,12 +131,13 @@ class TrustResult(_Handle):
 
     @functools.cached_property
     def reasons(self) -> List[TrustReason]:
-        out = []
-        for i in range(out_value(ctypes.c_size_t, lib.mtls_trust_result_reason_count, self._h)):
-            code, msg, idx = ctypes.c_char_p(), ctypes.c_char_p(), ctypes.c_int()
-            check(lib.mtls_trust_result_reason(self._h, i, ctypes.byref(code), ctypes.byref(idx), ctypes.byref(msg)))
-            out.append(TrustReason(code.value.decode(), None if idx.value < 0 else idx.value, msg.value.decode()))
-        return out
+        arr, n = ctypes.POINTER(_Reason)(), ctypes.c_size_t()
+        check(lib.mtls_trust_result_reasons(self._h, ctypes.byref(arr), ctypes.byref(n)))
+        try:
+            return [TrustReason(ctypes.string_at(r.code).decode(), None if r.cert_index < 0 else r.cert_index,
+                                ctypes.string_at(r.message).decode()) for r in (arr[i] for i in range(n.value))]
+        finally:
+            lib.mtls_trust_reason_list_free(arr, n)
 
     @functools.cached_property
     def chain(self) -> List[Certificate]:
@@ -143,13 +146,11 @@ class TrustResult(_Handle):
 
     @functools.cached_property
     def matched_rule(self) -> Optional[str]:
-        rule = out_value(ctypes.c_char_p, lib.mtls_trust_result_matched_rule, self._h)
-        return rule.decode() if rule else None
+        return out_string(lib.mtls_trust_result_matched_rule, self._h)
 
     @functools.cached_property
     def matched_pin(self) -> Optional[str]:
-        pin = out_value(ctypes.c_char_p, lib.mtls_trust_result_matched_pin, self._h)
-        return pin.decode() if pin else None
+        return out_string(lib.mtls_trust_result_matched_pin, self._h)
 
     @property
     def codes(self) -> List[str]:
@@ -358,7 +359,7 @@ class Policy(_Handle):
 
     @property
     def warnings(self) -> List[str]:
-        return out_indexed(lib.mtls_policy_warning_count, lib.mtls_policy_warning, self._h, take_string)
+        return take_strings(lib.mtls_policy_warnings, self._h)
 
     def replace(self, other: "Policy") -> None:
         """Atomically puts a copy of `other`'s settings in force; the report callback stays."""
