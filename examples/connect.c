@@ -68,14 +68,14 @@ static void print_peer(const mtls_conn *conn) {
         return;
     }
     int trusted = 0;
-    size_t count = 0;
+    size_t nreasons = 0;
     mtls_trust_reason *reasons = NULL;
     mtls_trust_result_trusted(result, &trusted);
     printf("evaluation: %s\n", trusted ? "trusted" : "untrusted");
-    if (mtls_trust_result_reasons(result, &reasons, &count) == MTLS_OK)
-        for (size_t i = 0; i < count; i++)
+    if (mtls_trust_result_reasons(result, &reasons, &nreasons) == MTLS_OK)
+        for (size_t i = 0; i < nreasons; i++)
             printf("  reason %s (certificate %d): %s\n", reasons[i].code, reasons[i].cert_index, reasons[i].message);
-    mtls_trust_reason_list_free(reasons, count);
+    mtls_trust_reason_list_free(reasons, nreasons);
     mtls_trust_result_free(result);
 }
 
