@@ -182,10 +182,8 @@ func size(_ n: Int, _ name: String) throws -> Int {
 }
 
 /// Writes a malloc'ed copy of `s` to `out` (freed by the caller with `mtls_string_free`).
-func putString(_ s: String, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) throws {
-    let out = try require(out, "out")
-    guard let copy = strdup(s) else { throw MTLSError(.noMemory, "out of memory") }
-    out.pointee = copy
+func putString(_ s: String, _ out: CStringOut?) throws {
+    try require(out, "out").pointee = try cString(s)
 }
 
 /// Writes a new handle to the object `make` returns to `out`. `out` is NULL first, so it stays
@@ -286,12 +284,14 @@ func putArray<T, E>(_ out: UnsafeMutablePointer<UnsafeMutablePointer<E>?>?, _ co
     count.pointee = items.count
 }
 
-/// A malloc'ed copy of `s` for an array entry (freed with `wipeAndFree`).
+/// A malloc'ed copy of `s` (freed with `wipeAndFree`, i.e. `mtls_string_free`).
 func cString(_ s: String) throws -> UnsafeMutablePointer<CChar> {
     guard let copy = strdup(s) else { throw MTLSError(.noMemory, "out of memory") }
     return copy
 }
 
+/// A `char **out` parameter.
+public typealias CStringOut = UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>
 /// A `char ***out` parameter.
 public typealias CStringListOut = UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>
 

@@ -180,7 +180,7 @@ public func mtls_identity_resolve(_ name: UnsafePointer<CChar>?, _ keyPath: Unsa
 
 /// `int mtls_pkcs12_password_encoding(const mtls_pkcs12 *p12, char **out)`
 @_cdecl("mtls_pkcs12_password_encoding")
-public func mtls_pkcs12_password_encoding(_ p12: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+public func mtls_pkcs12_password_encoding(_ p12: OpaquePointer?, _ out: CStringOut?) -> Int32 {
     abiCall {
         try putOptionalString(out) {
             switch try handle(p12, PKCS12Handle.self, "p12").contents.passwordEncoding {

@@ -216,6 +216,9 @@ public func mtls_store_identities(_ store: OpaquePointer?, _ out: UnsafeMutableP
     }
 }
 
+// MARK: item metadata
+
+/// The handle of an `mtls_store_item`: a ``StoreItemInfo``; every accessor returns a new copy.
 final class StoreItemHandle {
     let info: StoreItemInfo
     init(_ info: StoreItemInfo) { self.info = info }
@@ -291,8 +294,6 @@ public func mtls_store_item_free(_ p: OpaquePointer?) { releaseHandle(p, StoreIt
 public func mtls_store_item_list_free(_ list: UnsafeMutablePointer<OpaquePointer?>?, _ count: Int) {
     freeHandles(list, count, StoreItemHandle.self)
 }
-
-public typealias CStringOut = UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>
 
 /// `int mtls_store_item_label(const mtls_store_item *item, char **out)`
 @_cdecl("mtls_store_item_label")

@@ -307,13 +307,13 @@ public func mtls_trust_result_chain(_ r: OpaquePointer?, _ out: UnsafeMutablePoi
 
 /// `int mtls_trust_result_matched_rule(const mtls_trust_result *result, char **out)`
 @_cdecl("mtls_trust_result_matched_rule")
-public func mtls_trust_result_matched_rule(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+public func mtls_trust_result_matched_rule(_ r: OpaquePointer?, _ out: CStringOut?) -> Int32 {
     abiCall { try putOptionalString(out) { try result(r).result.matchedRule } }
 }
 
 /// `int mtls_trust_result_matched_pin(const mtls_trust_result *result, char **out)`
 @_cdecl("mtls_trust_result_matched_pin")
-public func mtls_trust_result_matched_pin(_ r: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+public func mtls_trust_result_matched_pin(_ r: OpaquePointer?, _ out: CStringOut?) -> Int32 {
     abiCall { try putOptionalString(out) { try result(r).result.matchedPin } }
 }
 
