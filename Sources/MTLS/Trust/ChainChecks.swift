@@ -109,7 +109,7 @@ struct ChainCheck: Sendable {
     /// Only X.509 v3 certificates.
     static let version = ChainCheck(name: "version") { ctx in
         ctx.chain.enumerated().compactMap { i, x in
-            mtls_ossl_X509_get_version(x) == 2 ? nil : reason(C.versionUnsupported, i, "certificate is not X.509 version 3")
+            mtls_ossl_X509_get_version(x) == 2 ? nil : reason(C.versionUnsupported, i, "certificate is not X.509 version 3 (it has no extensions; `openssl x509 -req` makes one without -extfile)")
         }
     }
 
@@ -223,7 +223,7 @@ struct ChainCheck: Sendable {
             if !present || flags & UInt32(EXFLAG_CA) == 0 {
                 out.append(reason(C.basicConstraintsInvalid, i, "issuing certificate is not marked as a CA (basicConstraints cA)"))
             } else if !critical {
-                out.append(reason(C.basicConstraintsInvalid, i, "CA certificate's basicConstraints is not critical"))
+                out.append(reason(C.basicConstraintsInvalid, i, "CA certificate's basicConstraints is not critical (RFC 5280 4.2.1.9: basicConstraints=critical,CA:TRUE)"))
             }
             if flags & UInt32(EXFLAG_KUSAGE) != 0 && X509_get_key_usage(x) & UInt32(KU_KEY_CERT_SIGN) == 0 {
                 out.append(reason(C.notACA, i, "CA certificate's keyUsage lacks keyCertSign"))
@@ -551,6 +551,11 @@ struct ChainCheck: Sendable {
         switch n {
         case .dns(let d):
             if d.isEmpty { return nil }
+            if d.hasPrefix("."), HostName.isValidReferenceName(String(d.dropFirst())) {
+                // OpenSSL and Go read it as "subdomains only"; RFC 5280 4.2.1.10 gives DNS
+                // constraints no leading period (x509-limbo rfc5280::nc::invalid-dnsname-leading-period).
+                return "malformed DNS name constraint: \(d) (RFC 5280 gives a dNSName constraint no leading period: \(d.dropFirst()) covers that domain and every name under it)"
+            }
             if !HostName.isValidReferenceName(d) || d.hasSuffix(".") { return "malformed DNS name constraint: \(d)" }
         case .ip(let b):
             guard b.count == 8 || b.count == 32 else { return "IP name constraint of \(b.count) bytes" }
