@@ -1,6 +1,7 @@
-"""Connections end to end: the mtls CLI as a client against openssl s_server, nginx and Python's
-ssl server, and `mtls serve` against openssl s_client, curl and Python ssl clients. Every peer is
-started here on 127.0.0.1 (ephemeral ports) and stopped after."""
+"""Connections end to end: the mtls CLI as a client against openssl s_server, nginx, GnuTLS's
+gnutls-serv and Python's ssl server, and `mtls serve` against openssl s_client, curl, GnuTLS's
+gnutls-cli and Python ssl clients. Every peer is started here on 127.0.0.1 (ephemeral ports) and
+stopped after."""
 import json
 import os
 import socket
@@ -301,6 +302,35 @@ def test_python_ssl_server_rejects_other_customer_root(pki):
     assert isinstance(seen[0], ssl.SSLError)
 
 
+# ---- libmtls client -> GnuTLS (gnutls-serv --require-client-cert), another TLS stack's server
+
+def gnutls_serv(pki, peers):
+    port = free_port()
+    p = Peer(["gnutls-serv", "--port", str(port), "--http", "--x509certfile", pki("server-chain.pem"),
+              "--x509keyfile", pki("server.key"), "--x509cafile", pki("root.pem"), "--require-client-cert",
+              "--verify-client-cert"], port)
+    peers.append(p)
+    return port
+
+
+@pytest.mark.parametrize("version", ["1.2", "1.3"])
+@pytest.mark.parametrize("identity", ["client-a", "client-a-rsa"])
+def test_client_to_gnutls_serv(pki, peers, version, identity):
+    port = gnutls_serv(pki, peers)
+    out = connect(pki, port, "--verify-as", "server.test", "--tls-min", version, "--tls-max", version,
+                  "--send", HTTP_GET, identity=identity)
+    assert out["connected"] and out["tls_version"] == f"TLSv{version}", out
+    assert out["evaluation"]["trusted"] and out["response"].startswith("HTTP/1.0 200 OK"), out
+    assert "This is <a href=\"http://www.gnu.org/software/gnutls\">GnuTLS</a>" in out["response"], out
+
+
+def test_gnutls_serv_requiring_a_certificate_we_do_not_have(pki, peers):
+    port = gnutls_serv(pki, peers)
+    out = connect(pki, port, "--verify-as", "server.test", "--send", "x", identity=None)
+    assert not out["connected"] and out["side"] == "server" and out["error_code"] == "peer_alert", out
+    assert "certificate required" in out["error"], out
+
+
 # ---- clients -> mtls serve
 
 @pytest.fixture
@@ -390,6 +420,29 @@ def python_client(pki, port, identity):
         with ctx.wrap_socket(raw, server_hostname="server.test") as s:
             s.sendall(b"ping")
             return s.recv(100)
+
+
+def gnutls_cli(pki, port, *args, data="hello\n", priority="NORMAL"):
+    return subprocess.run(["gnutls-cli", "--port", str(port), "127.0.0.1", "--sni-hostname", "server.test",
+                           "--verify-hostname", "server.test", "--x509cafile", pki("root.pem"),
+                           "--priority", priority, *args],
+                          input=data, capture_output=True, text=True, timeout=20)
+
+
+def test_gnutls_cli_against_mtls_serve(pki, mtls_server):
+    # Another TLS stack's client: customer A's certificate over TLS 1.3 and 1.2 is served; customer
+    # B's gets the unknown-CA alert and no certificate the certificate-required alert.
+    for priority in ("NORMAL", "NORMAL:-VERS-TLS1.3"):
+        r = gnutls_cli(pki, mtls_server.port, "--x509certfile", pki("client-a-chain.pem"),
+                       "--x509keyfile", pki("client-a.key"), priority=priority)
+        assert r.returncode == 0 and "hello" in r.stdout.split("Handshake was completed", 1)[-1], r
+    r = gnutls_cli(pki, mtls_server.port, "--x509certfile", pki("client-b-chain.pem"), "--x509keyfile", pki("client-b.key"))
+    assert r.returncode != 0 and "CA is unknown" in r.stdout + r.stderr, r
+    r = gnutls_cli(pki, mtls_server.port)
+    assert r.returncode != 0 and "Certificate is required" in r.stdout + r.stderr, r
+    log = server_log(mtls_server, lambda log: log.count("[untrusted]") >= 2 and len(verdicts(log, "accepted")) >= 2)
+    assert [v.split()[2] for v in verdicts(log, "accepted")] == ["TLSv1.3", "TLSv1.2"], log
+    assert "CN=client-a" in log and log.count("[untrusted]") == 2, log
 
 
 def test_python_clients_against_mtls_serve(pki, mtls_server):
