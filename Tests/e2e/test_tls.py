@@ -1,7 +1,7 @@
 """Connections end to end: the mtls CLI as a client against openssl s_server, nginx, GnuTLS's
-gnutls-serv and Python's ssl server, and `mtls serve` against openssl s_client, curl, GnuTLS's
-gnutls-cli and Python ssl clients. Every peer is started here on 127.0.0.1 (ephemeral ports) and
-stopped after."""
+gnutls-serv, a Java (JSSE) server and Python's ssl server, and `mtls serve` against openssl
+s_client, curl, GnuTLS's gnutls-cli, Java and Python ssl clients. Every peer is started here on
+127.0.0.1 (ephemeral ports) and stopped after."""
 import json
 import os
 import socket
@@ -331,6 +331,37 @@ def test_gnutls_serv_requiring_a_certificate_we_do_not_have(pki, peers):
     assert "certificate required" in out["error"], out
 
 
+# ---- libmtls client -> a Java (JSSE) server with setNeedClientAuth, another TLS stack's server
+
+JAVA_PEER = os.path.join(HERE, "..", "fixtures", "java", "TlsPeer.java")
+
+
+@pytest.fixture(scope="module")
+def java_peer(tmp_path_factory):
+    """The command that runs Tests/fixtures/java/TlsPeer.java, compiled once for the module."""
+    classes = tmp_path_factory.mktemp("java")
+    subprocess.run(["javac", "-d", str(classes), JAVA_PEER], check=True, capture_output=True)
+    return ["java", "-cp", str(classes), "TlsPeer"]
+
+
+def test_client_to_java_server(pki, peers, java_peer):
+    port = free_port()
+    server = Peer([*java_peer, "server", str(port), pki("server.p12"), pki("password.txt"), pki("int-a.pem")], port)
+    peers.append(server)
+    for identity, version in (("client-a", "1.3"), ("client-a-rsa", "1.2")):
+        out = connect(pki, port, "--verify-as", "server.test", "--tls-max", version, "--send", "hi java\\n",
+                      identity=identity)
+        assert out["connected"] and out["tls_version"] == f"TLSv{version}", out
+        assert out["response"] == f"hello CN={identity},O=libmtls test: hi java\n", out
+    # JSSE refuses another customer's certificate and a missing one, each with its alert.
+    out = connect(pki, port, "--verify-as", "server.test", "--send", "x\\n", identity="client-b")
+    assert not out["connected"] and out["side"] == "server" and "certificate unknown" in out["error"], out
+    out = connect(pki, port, "--verify-as", "server.test", "--send", "x\\n", identity=None)
+    assert not out["connected"] and out["side"] == "server" and "bad certificate" in out["error"], out
+    log = server.output_until(lambda log: log.count("refused javax") >= 2)
+    assert "accepted TLSv1.3 CN=client-a," in log and "accepted TLSv1.2 CN=client-a-rsa," in log, log
+
+
 # ---- clients -> mtls serve
 
 @pytest.fixture
@@ -443,6 +474,26 @@ def test_gnutls_cli_against_mtls_serve(pki, mtls_server):
     log = server_log(mtls_server, lambda log: log.count("[untrusted]") >= 2 and len(verdicts(log, "accepted")) >= 2)
     assert [v.split()[2] for v in verdicts(log, "accepted")] == ["TLSv1.3", "TLSv1.2"], log
     assert "CN=client-a" in log and log.count("[untrusted]") == 2, log
+
+
+def test_java_clients_against_mtls_serve(pki, mtls_server, java_peer):
+    def java(identity, *args, host="server.test"):
+        return subprocess.run([*java_peer, "client", str(mtls_server.port), host,
+                               pki(f"{identity}.p12") if identity else "-", pki("password.txt"), pki("root.pem"), *args],
+                              capture_output=True, text=True, timeout=60)
+    for identity, version in (("client-a", "TLSv1.3"), ("client-a-rsa", "TLSv1.2")):
+        r = java(identity, version)
+        assert r.returncode == 0 and r.stdout == f"{version} ping\n", r
+    # JSSE offers only a certificate issued under the CA names the server asks for: customer B's
+    # client sends none and is refused like a client without one.
+    for identity in ("client-b", None):
+        r = java(identity)
+        assert r.returncode == 1 and "certificate_required" in r.stdout, r
+    r = java("client-a", host="wrong.test")  # JSSE's own name check of our server
+    assert r.returncode == 1 and "No subject alternative names" in r.stdout, r
+    log = server_log(mtls_server, lambda log: log.count("[untrusted]") >= 2 and "[peer_alert]" in log)
+    assert [v.split()[2] for v in verdicts(log, "accepted")] == ["TLSv1.3", "TLSv1.2"], log
+    assert log.count("the client presented no certificate") == 2, log
 
 
 def test_python_clients_against_mtls_serve(pki, mtls_server):
