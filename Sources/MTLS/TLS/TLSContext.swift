@@ -158,6 +158,12 @@ final class TLSContext: @unchecked Sendable {
             // OpenSSL's internal one, which a client does not use for lookups anyway.
             _ = mtls_ossl_SSL_CTX_set_session_cache_mode(ctx, Int(SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE))
             SSL_CTX_sess_set_new_cb(ctx) { ssl, session in SessionCache.newSessionCallback(ssl, session) }
+            // TLS 1.3 post-handshake authentication: a server that asks for the client's
+            // certificate only after the handshake (Apache httpd's per-location SSLVerifyClient,
+            // Python's verify_client_post_handshake) gets the same identity, chosen the same way,
+            // as it would have during the handshake. It changes nothing about how we judge the
+            // server.
+            SSL_CTX_set_post_handshake_auth(ctx, 1)
             return TLSContext(ctx: ctx, config: config)
         } catch {
             SSL_CTX_free(ctx)
