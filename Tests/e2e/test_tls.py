@@ -189,6 +189,24 @@ def test_no_certificate_when_server_requires_one(pki, peers):
     assert out["error_code"] == "peer_alert" and out["side"] == "server", out
 
 
+@pytest.mark.parametrize("version", ["1.2", "1.3"])
+def test_refusal_says_why_our_certificate_did_not_fit_the_request(pki, peers, version):
+    # A server that takes client signatures only as RSA-PSS: OpenSSL sends no certificate for an EC
+    # identity, and the server's refusal alone would not say why. The error keeps its code and side.
+    port = s_server(pki, peers, extra=("-client_sigalgs", "rsa_pss_rsae_sha256"))
+    out = connect(pki, port, "--verify-as", "server.test", "--tls-max", version, "--send", HTTP_GET)
+    assert not out["connected"] and out["error_code"] == "peer_alert" and out["side"] == "server", out
+    assert out["error"].endswith("our certificate does not fit its certificate request: the server accepts no "
+                                 "signature scheme for our EC P-256 key (it accepts rsa_pss_rsae_sha256)"), out
+    assert connect(pki, port, "--verify-as", "server.test", "--tls-max", version, "--send", HTTP_GET,
+                   identity="client-a-rsa")["connected"]
+    # A server that names another root: the CA names it sent are in the error.
+    port = s_server(pki, peers, cafile="other-root.pem")
+    out = connect(pki, port, "--verify-as", "server.test", "--send", HTTP_GET)
+    assert not out["connected"] and out["error_code"] == "peer_alert", out
+    assert "no certificate on its path is issued by a CA the server names (\"CN=Other Root,O=libmtls test\")" in out["error"], out
+
+
 def test_refused_connection(pki):
     out = connect(pki, free_port())
     assert not out["connected"] and "connect" in out["error"]

@@ -33,34 +33,68 @@ enum IdentitySelection {
     }
 
     static func fits(leaf: Certificate, certificates: [Certificate], _ request: Request, _ now: Date) -> Bool {
-        guard leaf.notBefore <= now, now <= leaf.notAfter else { return false }
+        mismatch(leaf: leaf, certificates: certificates, request, now) == nil
+    }
+
+    /// Why an identity (its leaf, and the leaf with its chain) cannot answer `request` at `now`,
+    /// or nil when it can.
+    static func mismatch(leaf: Certificate, certificates: [Certificate], _ request: Request, _ now: Date) -> String? {
+        guard leaf.notBefore <= now, now <= leaf.notAfter else { return "the certificate is not valid now" }
         if let ekus = leaf.extendedKeyUsages, !ekus.contains(ExtendedKeyUsage.clientAuth), !ekus.contains(ExtendedKeyUsage.any) {
-            return false
+            return "the certificate's extended key usage does not include clientAuth"
         }
         // The leaf's public key is the private key's (a token key included).
-        guard let pkey = X509_get0_pubkey(leaf.x509) else { return false }
+        guard let pkey = X509_get0_pubkey(leaf.x509) else { return "the certificate's key cannot be read" }
         let base = EVP_PKEY_get_base_id(pkey)
+        let schemes = request.signatureSchemes.isEmpty ? "" : " (it accepts \(schemeNames(request.signatureSchemes)))"
         if !request.signatureKeyTypes.isEmpty {
             let usable: Set<Int32> = base == EVP_PKEY_RSA ? [EVP_PKEY_RSA, EVP_PKEY_RSA_PSS] : [base]
-            if usable.isDisjoint(with: request.signatureKeyTypes) { return false }
+            if usable.isDisjoint(with: request.signatureKeyTypes) {
+                return "the server accepts no signature scheme for our \(keyDescription(pkey)) key\(schemes)"
+            }
         }
         // TLS 1.3 binds each ECDSA scheme to one curve: a P-384 key cannot answer a server that
         // accepts only ecdsa_secp256r1_sha256 (OpenSSL would then send no certificate at all).
         if request.tls13, base == EVP_PKEY_EC, !request.signatureSchemes.isEmpty {
             guard let scheme = ecdsaScheme(curveBits: EVP_PKEY_get_bits(pkey)),
-                  request.signatureSchemes.contains(scheme) else { return false }
+                  request.signatureSchemes.contains(scheme) else {
+                return "the server accepts no TLS 1.3 signature scheme for our \(keyDescription(pkey)) key\(schemes)"
+            }
         }
         // TLS 1.3 signs CertificateVerify with RSA only as RSA-PSS: a server that lists only
         // rsa_pkcs1_* schemes (valid there for certificate signatures) cannot be answered by an RSA key.
         if request.tls13, base == EVP_PKEY_RSA, !request.signatureSchemes.isEmpty,
            request.signatureSchemes.isDisjoint(with: [0x0804, 0x0805, 0x0806]) {  // rsa_pss_rsae_sha256/384/512
-            return false
+            return "the server accepts no RSA-PSS scheme, the only way TLS 1.3 signs with an RSA key\(schemes)"
         }
-        if request.caNames.isEmpty { return true }
+        if request.caNames.isEmpty { return nil }
         // The server names the CAs it trusts: some certificate on our path must be issued by, or
         // be, one of them (a server pinning an intermediate lists the intermediate).
         let names = Set(request.caNames)
-        return certificates.contains { names.contains($0.issuerNameDER) || names.contains($0.subjectNameDER) }
+        if certificates.contains(where: { names.contains($0.issuerNameDER) || names.contains($0.subjectNameDER) }) { return nil }
+        return "no certificate on its path is issued by a CA the server names (" +
+            request.caNameTexts.map { "\"\($0)\"" }.joined(separator: ", ") + ")"
+    }
+
+    /// "EC P-256", "RSA 2048-bit", "ED25519".
+    static func keyDescription(_ pkey: OpaquePointer) -> String {
+        switch EVP_PKEY_get_base_id(pkey) {
+        case EVP_PKEY_EC: return "EC P-\(EVP_PKEY_get_bits(pkey))"
+        case EVP_PKEY_RSA, EVP_PKEY_RSA_PSS: return "RSA \(EVP_PKEY_get_bits(pkey))-bit"
+        case let id: return String(cString: OBJ_nid2sn(id))
+        }
+    }
+
+    /// "0x0804".
+    private static func hex4(_ v: UInt16) -> String {
+        let h = String(v, radix: 16)
+        return "0x" + String(repeating: "0", count: max(0, 4 - h.count)) + h
+    }
+
+    /// The TLS names of signature scheme code points, in code order ("rsa_pss_rsae_sha256").
+    static func schemeNames(_ codes: Set<UInt16>) -> String {
+        let names = Dictionary(TokenKey.schemeCodes.map { ($0.value, $0.key) }, uniquingKeysWith: { a, _ in a })
+        return codes.sorted().map { names[$0] ?? hex4($0) }.joined(separator: ", ")
     }
 
     /// Reads the CertificateRequest from OpenSSL's view of `ssl`.
@@ -94,6 +128,18 @@ enum IdentitySelection {
         return req
     }
 
+    /// OpenSSL's certificate callback on a client with an identity given explicitly: changes
+    /// nothing, but notes why the identity cannot answer the server's request (OpenSSL then sends
+    /// no certificate, and the server's refusal is all the application would see).
+    static func explicitIdentityCallback(_ ssl: OpaquePointer?, _ arg: UnsafeMutableRawPointer?) -> Int32 {
+        guard let ssl, let arg, let state = TLSHandshakeState.of(ssl) else { return 1 }
+        let identity = Unmanaged<Identity>.fromOpaque(arg).takeUnretainedValue()
+        guard SSL_get_client_CA_list(ssl) != nil || SSL_get_sigalgs(ssl, -1, nil, nil, nil, nil, nil) > 0 else { return 1 }
+        state.identityMismatch = mismatch(leaf: identity.leaf, certificates: [identity.leaf] + identity.chain,
+                                          request(of: ssl), Date())
+        return 1
+    }
+
     /// OpenSSL's certificate callback on a client with automatic selection: called when the
     /// server asks for a certificate; installs the chosen identity on the `SSL`.
     static func certificateCallback(_ ssl: OpaquePointer?, _ arg: UnsafeMutableRawPointer?) -> Int32 {
@@ -107,6 +153,7 @@ enum IdentitySelection {
         let fitting = fitting(candidates, for: req)
         if fitting.isEmpty {
             state?.unmatchedCANames = req.caNameTexts
+            state?.unmatchedSchemes = req.signatureSchemes.isEmpty ? nil : schemeNames(req.signatureSchemes)
             return 0
         }
         var firstError: MTLSError?

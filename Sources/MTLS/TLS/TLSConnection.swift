@@ -235,6 +235,12 @@ public final class TLSConnection {
         }
     }
 
+    /// After a peer's alert: why our identity could not answer its certificate request, when
+    /// that is known (OpenSSL then sent no certificate).
+    private var mismatchNote: String {
+        state.identityMismatch.map { "; our certificate does not fit its certificate request: \($0)" } ?? ""
+    }
+
     /// Says which side failed and why.
     private func handshakeError(_ err: Int32) -> MTLSError {
         // A token key that could not sign (token removed, login lost...) says so with its own code.
@@ -249,7 +255,8 @@ public final class TLSConnection {
         if let names = state.unmatchedCANames {
             OpenSSLErrorQueue.clear()
             let list = names.isEmpty ? "(no CA names)" : names.map { "\"\($0)\"" }.joined(separator: ", ")
-            return MTLSError(.noMatchingIdentity, "no identity matches the server's certificate request; it accepts certificates from: \(list)")
+            let schemes = state.unmatchedSchemes.map { ", signed with one of: \($0)" } ?? ""
+            return MTLSError(.noMatchingIdentity, "no identity matches the server's certificate request; it accepts certificates from: \(list)\(schemes)")
         }
         if let evaluation = state.evaluation, !evaluation.trusted {
             OpenSSLErrorQueue.clear()
@@ -257,7 +264,7 @@ public final class TLSConnection {
         }
         if let alert = state.receivedAlert {
             OpenSSLErrorQueue.clear()
-            return MTLSError(.peerAlert, "the \(peerRole) refused the handshake with alert \"\(alert)\"")
+            return MTLSError(.peerAlert, "the \(peerRole) refused the handshake with alert \"\(alert)\"\(mismatchNote)")
         }
         // Only OpenSSL's own "no certificate" verdict: any other alert we sent before the client's
         // Certificate (an oversized or malformed hello...) is reported as what it was.
@@ -396,7 +403,7 @@ public final class TLSConnection {
         if let alert = state.receivedAlert {
             OpenSSLErrorQueue.clear()
             // TLS 1.3: a server that rejects our certificate says so after our handshake ended.
-            return MTLSError(.peerAlert, "the \(peerRole) closed the connection with alert \"\(alert)\"")
+            return MTLSError(.peerAlert, "the \(peerRole) closed the connection with alert \"\(alert)\"\(mismatchNote)")
         }
         if err == SSL_ERROR_SYSCALL {
             let e = cause
