@@ -129,8 +129,9 @@ enum IdentitySelection {
     }
 
     /// OpenSSL's certificate callback on a client with an identity given explicitly: changes
-    /// nothing, but notes why the identity cannot answer the server's request (OpenSSL then sends
-    /// no certificate, and the server's refusal is all the application would see).
+    /// nothing, but notes why the identity does not fit the server's request, so that the
+    /// server's refusal is not all the application sees (without a signature scheme for the key
+    /// OpenSSL sends no certificate at all).
     static func explicitIdentityCallback(_ ssl: OpaquePointer?, _ arg: UnsafeMutableRawPointer?) -> Int32 {
         guard let ssl, let arg, let state = TLSHandshakeState.of(ssl) else { return 1 }
         let identity = Unmanaged<Identity>.fromOpaque(arg).takeUnretainedValue()

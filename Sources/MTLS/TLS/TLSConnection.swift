@@ -235,8 +235,9 @@ public final class TLSConnection {
         }
     }
 
-    /// After a peer's alert: why our identity could not answer its certificate request, when
-    /// that is known (OpenSSL then sent no certificate).
+    /// After a peer's alert: why our identity did not fit its certificate request, when that is
+    /// known (for want of a signature scheme OpenSSL sent no certificate; otherwise the server
+    /// got one it had not asked for).
     private var mismatchNote: String {
         state.identityMismatch.map { "; our certificate does not fit its certificate request: \($0)" } ?? ""
     }
