@@ -6,7 +6,7 @@ pkgs=(
   pkg-config libssl-dev openssl libp11-kit-dev p11-kit libsqlite3-dev sqlite3
   softhsm2 opensc gnutls-bin nginx-light curl libcurl4-openssl-dev
   python3 python3-pip ca-certificates
-  publicsuffix openjdk-17-jdk-headless
+  publicsuffix openjdk-17-jdk-headless golang-go
   debhelper dpkg-dev lintian help2man chrpath fakeroot binutils util-linux python3-venv
 )
 missing=()

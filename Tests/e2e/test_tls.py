@@ -1,7 +1,7 @@
 """Connections end to end: the mtls CLI as a client against openssl s_server, nginx, GnuTLS's
-gnutls-serv, a Java (JSSE) server and Python's ssl server, and `mtls serve` against openssl
-s_client, curl, GnuTLS's gnutls-cli, Java and Python ssl clients. Every peer is started here on
-127.0.0.1 (ephemeral ports) and stopped after."""
+gnutls-serv, Java (JSSE) and Go (crypto/tls) servers and Python's ssl server, and `mtls serve`
+against openssl s_client, curl, GnuTLS's gnutls-cli, Java, Go and Python ssl clients. Every peer
+is started here on 127.0.0.1 (ephemeral ports) and stopped after."""
 import json
 import os
 import socket
@@ -387,34 +387,66 @@ def test_gnutls_serv_requiring_a_certificate_we_do_not_have(pki, peers):
     assert "certificate required" in out["error"], out
 
 
-# ---- libmtls client -> a Java (JSSE) server with setNeedClientAuth, another TLS stack's server
+# ---- libmtls client -> Java (JSSE) and Go (crypto/tls) servers requiring a client certificate
 
-JAVA_PEER = os.path.join(HERE, "..", "fixtures", "java", "TlsPeer.java")
-
-
-@pytest.fixture(scope="module")
-def java_peer(tmp_path_factory):
-    """The command that runs Tests/fixtures/java/TlsPeer.java, compiled once for the module."""
-    classes = tmp_path_factory.mktemp("java")
-    subprocess.run(["javac", "-d", str(classes), JAVA_PEER], check=True, capture_output=True)
-    return ["java", "-cp", str(classes), "TlsPeer"]
+FIXTURES = os.path.join(HERE, "..", "fixtures")
 
 
-def test_client_to_java_server(pki, peers, java_peer):
+class OtherStack:
+    """A TLS peer written against another stack's API (Tests/fixtures/java/TlsPeer.java,
+    Tests/fixtures/go/tlspeer.go), built once per module; both take the same roles and print the
+    same lines. Java reads the .p12 files, Go the PEM chain and key."""
+
+    def __init__(self, name, command, p12):
+        self.name, self.command, self.p12 = name, command, p12
+
+    def identity(self, pki, name):
+        if name is None:
+            return ["-", "-"] if not self.p12 else ["-", pki("password.txt")]
+        return [pki(f"{name}.p12"), pki("password.txt")] if self.p12 else [pki(f"{name}-chain.pem"), pki(f"{name}.key")]
+
+    def server(self, pki, port, client_anchor):
+        return [*self.command, "server", str(port), *self.identity(pki, "server"), pki(client_anchor)]
+
+    def client(self, pki, port, host, identity, *version):
+        return [*self.command, "client", str(port), host, *self.identity(pki, identity), pki("root.pem"), *version]
+
+
+@pytest.fixture(scope="module", params=["java", "go"])
+def other_stack(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(request.param)
+    if request.param == "java":
+        subprocess.run(["javac", "-d", str(out), os.path.join(FIXTURES, "java", "TlsPeer.java")],
+                       check=True, capture_output=True)
+        return OtherStack("java", ["java", "-cp", str(out), "TlsPeer"], p12=True)
+    env = dict(os.environ, GOCACHE=str(out / "cache"), GOPATH=str(out / "gopath"), GO111MODULE="off")
+    subprocess.run(["go", "build", "-o", str(out / "tlspeer"), os.path.join(FIXTURES, "go", "tlspeer.go")],
+                   check=True, capture_output=True, env=env)
+    return OtherStack("go", [str(out / "tlspeer")], p12=False)
+
+
+# What each stack says when it refuses: (our client from another customer, our client without a
+# certificate) as alerts it sends; (its client refused by mtls serve, its name check of our server).
+REFUSALS = {"java": (("certificate unknown", "bad certificate"), ("certificate_required", "No subject alternative names")),
+            "go": (("bad certificate", "bad certificate"), ("certificate required", "not wrong.test"))}
+
+
+def test_client_to_other_stacks_servers(pki, peers, other_stack):
     port = free_port()
-    server = Peer([*java_peer, "server", str(port), pki("server.p12"), pki("password.txt"), pki("int-a.pem")], port)
+    server = Peer(other_stack.server(pki, port, "int-a.pem"), port)
     peers.append(server)
     for identity, version in (("client-a", "1.3"), ("client-a-rsa", "1.2")):
-        out = connect(pki, port, "--verify-as", "server.test", "--tls-max", version, "--send", "hi java\\n",
+        out = connect(pki, port, "--verify-as", "server.test", "--tls-max", version, "--send", "hi there\\n",
                       identity=identity)
         assert out["connected"] and out["tls_version"] == f"TLSv{version}", out
-        assert out["response"] == f"hello CN={identity},O=libmtls test: hi java\n", out
-    # JSSE refuses another customer's certificate and a missing one, each with its alert.
+        assert out["response"] == f"hello CN={identity},O=libmtls test: hi there\n", out
+    # Another customer's certificate and a missing one are refused, each with the stack's alert.
+    (other_customer, missing), _ = REFUSALS[other_stack.name]
     out = connect(pki, port, "--verify-as", "server.test", "--send", "x\\n", identity="client-b")
-    assert not out["connected"] and out["side"] == "server" and "certificate unknown" in out["error"], out
+    assert not out["connected"] and out["side"] == "server" and f'"{other_customer}"' in out["error"], out
     out = connect(pki, port, "--verify-as", "server.test", "--send", "x\\n", identity=None)
-    assert not out["connected"] and out["side"] == "server" and "bad certificate" in out["error"], out
-    log = server.output_until(lambda log: log.count("refused javax") >= 2)
+    assert not out["connected"] and out["side"] == "server" and f'"{missing}"' in out["error"], out
+    log = server.output_until(lambda log: log.count("accepted") >= 2)
     assert "accepted TLSv1.3 CN=client-a," in log and "accepted TLSv1.2 CN=client-a-rsa," in log, log
 
 
@@ -532,21 +564,21 @@ def test_gnutls_cli_against_mtls_serve(pki, mtls_server):
     assert "CN=client-a" in log and log.count("[untrusted]") == 2, log
 
 
-def test_java_clients_against_mtls_serve(pki, mtls_server, java_peer):
-    def java(identity, *args, host="server.test"):
-        return subprocess.run([*java_peer, "client", str(mtls_server.port), host,
-                               pki(f"{identity}.p12") if identity else "-", pki("password.txt"), pki("root.pem"), *args],
+def test_other_stacks_clients_against_mtls_serve(pki, mtls_server, other_stack):
+    def client(identity, *version, host="server.test"):
+        return subprocess.run(other_stack.client(pki, mtls_server.port, host, identity, *version),
                               capture_output=True, text=True, timeout=60)
     for identity, version in (("client-a", "TLSv1.3"), ("client-a-rsa", "TLSv1.2")):
-        r = java(identity, version)
+        r = client(identity, version)
         assert r.returncode == 0 and r.stdout == f"{version} ping\n", r
-    # JSSE offers only a certificate issued under the CA names the server asks for: customer B's
-    # client sends none and is refused like a client without one.
+    # Both stacks offer only a certificate issued under the CA names the server asks for: customer
+    # B's client sends none and is refused like a client without one.
+    required, name_check = REFUSALS[other_stack.name][1]
     for identity in ("client-b", None):
-        r = java(identity)
-        assert r.returncode == 1 and "certificate_required" in r.stdout, r
-    r = java("client-a", host="wrong.test")  # JSSE's own name check of our server
-    assert r.returncode == 1 and "No subject alternative names" in r.stdout, r
+        r = client(identity)
+        assert r.returncode == 1 and required in r.stdout, r
+    r = client("client-a", host="wrong.test")  # the stack's own name check of our server
+    assert r.returncode == 1 and name_check in r.stdout, r
     log = server_log(mtls_server, lambda log: log.count("[untrusted]") >= 2 and "[peer_alert]" in log)
     assert [v.split()[2] for v in verdicts(log, "accepted")] == ["TLSv1.3", "TLSv1.2"], log
     assert log.count("the client presented no certificate") == 2, log
