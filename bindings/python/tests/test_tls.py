@@ -4,6 +4,7 @@ import ctypes
 import ctypes.util
 import pathlib
 import socket
+import ssl
 import subprocess
 import threading
 
@@ -185,3 +186,52 @@ def test_listener_session_tickets(pki, tickets):
     t.join(15)
     listener.close()
     assert seen == [(False, True, "client-a"), (tickets, True, "client-a")], seen
+
+
+def test_certificate_asked_for_after_the_handshake(pki):
+    # TLS 1.3 post-handshake authentication from a Python ssl server (as Apache httpd asks per
+    # location): the request is answered inside read() with the connection's identity.
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.load_cert_chain(str(pki / "server-chain.pem"), str(pki / "server.key"))
+    ctx.load_verify_locations(str(pki / "root.pem"))
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.post_handshake_auth = True
+    sock = socket.create_server(("127.0.0.1", 0))
+    seen = {}
+
+    def serve():
+        try:
+            raw, _ = sock.accept()
+            with ctx.wrap_socket(raw, server_side=True) as s:
+                s.settimeout(5)
+                seen["before"] = s.getpeercert()
+                s.recv(100)
+                s.verify_client_post_handshake()
+                s.sendall(b"who?")
+                s.settimeout(0.5)
+                try:
+                    s.recv(100)
+                except TimeoutError:
+                    pass
+                seen["after"] = dict(x[0] for x in s.getpeercert()["subject"])["commonName"]
+                s.sendall(b"hi " + seen["after"].encode())
+        except Exception as e:  # noqa: BLE001 - reported to the test
+            seen["error"] = e
+        finally:
+            sock.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    with client(pki, sock.getsockname()[1]) as c:
+        c.write(b"GET /admin\n")
+        got = b""
+        while b"hi " not in got:
+            chunk = c.read(100)
+            if not chunk:
+                break
+            got += chunk
+    t.join(10)
+    assert "error" not in seen, seen
+    assert seen["before"] is None and seen["after"] == "client-a", seen
+    assert got == b"who?hi client-a"
