@@ -128,19 +128,6 @@ enum IdentitySelection {
         return req
     }
 
-    /// OpenSSL's certificate callback on a client with an identity given explicitly: changes
-    /// nothing, but notes why the identity does not fit the server's request, so that the
-    /// server's refusal is not all the application sees (without a signature scheme for the key
-    /// OpenSSL sends no certificate at all).
-    static func explicitIdentityCallback(_ ssl: OpaquePointer?, _ arg: UnsafeMutableRawPointer?) -> Int32 {
-        guard let ssl, let arg, let state = TLSHandshakeState.of(ssl) else { return 1 }
-        let identity = Unmanaged<Identity>.fromOpaque(arg).takeUnretainedValue()
-        guard SSL_get_client_CA_list(ssl) != nil || SSL_get_sigalgs(ssl, -1, nil, nil, nil, nil, nil) > 0 else { return 1 }
-        state.identityMismatch = mismatch(leaf: identity.leaf, certificates: [identity.leaf] + identity.chain,
-                                          request(of: ssl), Date())
-        return 1
-    }
-
     /// OpenSSL's certificate callback on a client with automatic selection: called when the
     /// server asks for a certificate; installs the chosen identity on the `SSL`.
     static func certificateCallback(_ ssl: OpaquePointer?, _ arg: UnsafeMutableRawPointer?) -> Int32 {

@@ -235,11 +235,16 @@ public final class TLSConnection {
         }
     }
 
-    /// After a peer's alert: why our identity did not fit its certificate request, when that is
-    /// known (for want of a signature scheme OpenSSL sent no certificate; otherwise the server
-    /// got one it had not asked for).
+    /// After a peer's alert: why the identity we presented did not fit the server's certificate
+    /// request, when it asked for one (for want of a signature scheme for the key OpenSSL sent no
+    /// certificate at all; otherwise the server got one it had not asked for). Worked out only
+    /// here, from what the SSL kept of the request, so a handshake that succeeds pays nothing.
     private var mismatchNote: String {
-        state.identityMismatch.map { "; our certificate does not fit its certificate request: \($0)" } ?? ""
+        guard !isServer, let id = state.presentedIdentity,
+              SSL_get_client_CA_list(ssl) != nil || SSL_get_sigalgs(ssl, -1, nil, nil, nil, nil, nil) > 0,
+              let why = IdentitySelection.mismatch(leaf: id.leaf, certificates: [id.leaf] + id.chain,
+                                                   IdentitySelection.request(of: ssl), Date()) else { return "" }
+        return "; our certificate does not fit its certificate request: \(why)"
     }
 
     /// Says which side failed and why.

@@ -55,8 +55,6 @@ final class TLSHandshakeState {
     var unmatchedCANames: [String]?
     /// With it, the signature schemes the server accepts (nil: it did not say).
     var unmatchedSchemes: String?
-    /// Set when the identity given explicitly cannot answer the server's certificate request: why.
-    var identityMismatch: String?
     /// Set when automatic selection chose identities but none could be loaded (a token's PIN...).
     var selectionError: MTLSError?
     /// The identity presented (explicit or chosen automatically).
@@ -157,10 +155,6 @@ final class TLSContext: @unchecked Sendable {
             if config.candidates != nil {
                 SSL_CTX_set_cert_cb(ctx, { ssl, arg in IdentitySelection.certificateCallback(ssl, arg) },
                                     Unmanaged.passUnretained(config).toOpaque())
-            } else if let explicit {
-                // The identity is kept alive by the configuration the SSL_CTX holds.
-                SSL_CTX_set_cert_cb(ctx, { ssl, arg in IdentitySelection.explicitIdentityCallback(ssl, arg) },
-                                    Unmanaged.passUnretained(explicit).toOpaque())
             }
             // Client sessions go to our own cache (keyed by host, names, identity), never to
             // OpenSSL's internal one, which a client does not use for lookups anyway.
