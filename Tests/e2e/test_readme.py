@@ -3,9 +3,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
-
-import pytest
 
 from conftest import CLI, run_cli
 

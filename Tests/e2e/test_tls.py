@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+import pha_server
 from conftest import TEST_PKI, free_port, run_cli, wait_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -328,45 +329,11 @@ def test_client_to_python_ssl_server(pki, version):
 def test_server_asking_for_the_certificate_after_the_handshake(pki):
     # TLS 1.3 post-handshake authentication, as Apache httpd does for a per-location
     # SSLVerifyClient: the server asks once it has read the request, and gets the same identity.
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
-    ctx.load_cert_chain(pki("server-chain.pem"), pki("server.key"))
-    ctx.load_verify_locations(pki("root.pem"))
-    ctx.verify_mode = ssl.CERT_REQUIRED
-    ctx.post_handshake_auth = True  # no certificate asked for during the handshake
-    sock = socket.create_server(("127.0.0.1", 0))
-    seen = {}
-
-    def serve():
-        sock.settimeout(15)
-        try:
-            raw, _ = sock.accept()
-            with ctx.wrap_socket(raw, server_side=True) as s:
-                s.settimeout(5)
-                seen["request"] = s.recv(100)
-                seen["during handshake"] = s.getpeercert()
-                s.verify_client_post_handshake()
-                s.sendall(b"asked\n")  # the CertificateRequest goes out with this write
-                s.settimeout(0.5)
-                try:
-                    s.recv(100)  # reads the client's Certificate, CertificateVerify and Finished
-                except TimeoutError:
-                    pass
-                subject = dict(x[0] for x in s.getpeercert()["subject"])
-                seen["after"] = subject
-                s.sendall(f"hello {subject['commonName']}\n".encode())
-        except Exception as e:  # noqa: BLE001 - reported to the test
-            seen["error"] = e
-        finally:
-            sock.close()
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    out = connect(pki, sock.getsockname()[1], "--verify-as", "server.test", "--send", "GET /admin\\n")
+    port, seen, t = pha_server.start(pki("server-chain.pem"), pki("server.key"), pki("root.pem"))
+    out = connect(pki, port, "--verify-as", "server.test", "--send", "GET /admin\\n")
     t.join(10)
     assert "error" not in seen, seen
-    assert seen["request"] == b"GET /admin\n" and not seen["during handshake"], seen
-    assert seen["after"]["commonName"] == "client-a", seen
+    assert seen["request"] == b"GET /admin\n" and not seen["during handshake"] and seen["after"] == "client-a", seen
     assert out["connected"] and out["response"] == "asked\nhello client-a\n", out
 
 

@@ -2,10 +2,7 @@
 with a PKI generated at run time (scripts/test-pki.sh)."""
 import ctypes
 import ctypes.util
-import pathlib
 import socket
-import ssl
-import subprocess
 import threading
 
 import pytest
@@ -13,6 +10,7 @@ import pytest
 import mtls
 from mtls import errors
 
+import pha_server
 from conftest import anchored, identity
 
 
@@ -189,49 +187,18 @@ def test_listener_session_tickets(pki, tickets):
 
 
 def test_certificate_asked_for_after_the_handshake(pki):
-    # TLS 1.3 post-handshake authentication from a Python ssl server (as Apache httpd asks per
-    # location): the request is answered inside read() with the connection's identity.
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
-    ctx.load_cert_chain(str(pki / "server-chain.pem"), str(pki / "server.key"))
-    ctx.load_verify_locations(str(pki / "root.pem"))
-    ctx.verify_mode = ssl.CERT_REQUIRED
-    ctx.post_handshake_auth = True
-    sock = socket.create_server(("127.0.0.1", 0))
-    seen = {}
-
-    def serve():
-        try:
-            raw, _ = sock.accept()
-            with ctx.wrap_socket(raw, server_side=True) as s:
-                s.settimeout(5)
-                seen["before"] = s.getpeercert()
-                s.recv(100)
-                s.verify_client_post_handshake()
-                s.sendall(b"who?")
-                s.settimeout(0.5)
-                try:
-                    s.recv(100)
-                except TimeoutError:
-                    pass
-                seen["after"] = dict(x[0] for x in s.getpeercert()["subject"])["commonName"]
-                s.sendall(b"hi " + seen["after"].encode())
-        except Exception as e:  # noqa: BLE001 - reported to the test
-            seen["error"] = e
-        finally:
-            sock.close()
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    with client(pki, sock.getsockname()[1]) as c:
+    # TLS 1.3 post-handshake authentication (as Apache httpd asks per location): the request is
+    # answered inside read() with the connection's identity.
+    port, seen, t = pha_server.start(pki / "server-chain.pem", pki / "server.key", pki / "root.pem")
+    with client(pki, port) as c:
         c.write(b"GET /admin\n")
         got = b""
-        while b"hi " not in got:
+        while not got.endswith(b"client-a\n"):
             chunk = c.read(100)
             if not chunk:
                 break
             got += chunk
     t.join(10)
     assert "error" not in seen, seen
-    assert seen["before"] is None and seen["after"] == "client-a", seen
-    assert got == b"who?hi client-a"
+    assert seen["during handshake"] is None and seen["after"] == "client-a", seen
+    assert got == b"asked\nhello client-a\n"
