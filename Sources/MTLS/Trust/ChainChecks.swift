@@ -109,7 +109,7 @@ struct ChainCheck: Sendable {
     /// Only X.509 v3 certificates.
     static let version = ChainCheck(name: "version") { ctx in
         ctx.chain.enumerated().compactMap { i, x in
-            mtls_ossl_X509_get_version(x) == 2 ? nil : reason(C.versionUnsupported, i, "certificate is not X.509 version 3 (it has no extensions; `openssl x509 -req` makes one without -extfile)")
+            mtls_ossl_X509_get_version(x) == 2 ? nil : reason(C.versionUnsupported, i, "certificate is not X.509 version 3 (`openssl x509 -req` without -extfile makes version 1 certificates)")
         }
     }
 
