@@ -369,7 +369,7 @@ class OtherStack:
 
     def identity(self, pki, name):
         if name is None:
-            return ["-", "-"] if not self.p12 else ["-", pki("password.txt")]
+            return ["-", "-"]
         return [pki(f"{name}.p12"), pki("password.txt")] if self.p12 else [pki(f"{name}-chain.pem"), pki(f"{name}.key")]
 
     def server(self, pki, port, client_anchor):
