@@ -192,7 +192,9 @@ struct ChainCheck: Sendable {
             if selfIssued && i == ctx.chain.count - 1 {
                 let keyID = X509_get0_authority_key_id(x)
                 if keyID == nil || X509_get0_authority_issuer(x) != nil || X509_get0_authority_serial(x) != nil {
-                    out.append(reason(C.akiInvalid, i, "self-signed certificate's authority key identifier must hold only a key identifier"))
+                    // Easy-RSA's stock x509-types/ca ("keyid:always,issuer:always") makes this root.
+                    out.append(reason(C.akiInvalid, i, "self-signed certificate's authority key identifier must hold only a key identifier "
+                                      + "(CA/B 7.1.2.1.3: authorityKeyIdentifier=keyid:always, without issuer)"))
                 } else if let ski = X509_get0_subject_key_id(x), ASN1_OCTET_STRING_cmp(ski, keyID) != 0 {
                     out.append(reason(C.akiInvalid, i, "authority key identifier differs from the subject key identifier"))
                 }
