@@ -675,7 +675,8 @@ MTLS_EXTERN int mtls_conn_options_init(mtls_conn_options *opts, unsigned int ver
  * A TLS 1.3 server may ask for the client certificate after the handshake (post-handshake
  * authentication, as Apache httpd does for a per-location SSLVerifyClient): the request is
  * answered inside mtls_conn_read with the same identity, chosen the same way. TLS 1.2
- * renegotiation is refused (no_renegotiation alert). */
+ * renegotiation is refused (no_renegotiation alert); when the server then drops the connection,
+ * the error message says it asked to renegotiate. */
 MTLS_EXTERN int mtls_conn_connect(const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out);
 /* Connect the socket only; mtls_conn_handshake runs the handshake. Use this to read the
  * evaluation and the peer chain of a handshake that failed. Free *out with mtls_conn_free. */

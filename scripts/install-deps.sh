@@ -7,6 +7,7 @@ pkgs=(
   softhsm2 opensc gnutls-bin nginx-light curl libcurl4-openssl-dev
   python3 python3-pip ca-certificates
   publicsuffix openjdk-17-jdk-headless golang-go
+  apache2-bin  # Apache httpd as a peer (Tests/e2e/test_apache.py)
   easy-rsa golang-cfssl libnss3-tools  # other producers of PKIs and PKCS#12 files (Tests/e2e/test_other_producers.py)
   debhelper dpkg-dev lintian help2man chrpath fakeroot binutils util-linux python3-venv
 )

@@ -247,6 +247,16 @@ public final class TLSConnection {
         return "; our certificate does not fit its certificate request: \(why)"
     }
 
+    /// After we refused the peer's request to renegotiate, the peer usually gives up on the
+    /// connection: say that this is why.
+    private var renegotiationNote: String {
+        guard state.refusedRenegotiation else { return "" }
+        if isServer { return "; the client asked to renegotiate (TLS 1.2), which libmtls refuses" }
+        return "; the server asked to renegotiate (TLS 1.2), which libmtls refuses: a server that asks for a client "
+            + "certificate only for some paths (Apache's per-directory SSLVerifyClient) needs TLS 1.3, where it asks "
+            + "after the handshake, or client authentication for the whole server"
+    }
+
     /// Says which side failed and why.
     private func handshakeError(_ err: Int32) -> MTLSError {
         // A token key that could not sign (token removed, login lost...) says so with its own code.
@@ -406,6 +416,12 @@ public final class TLSConnection {
 
     /// `cause` is errno as the failed call left it.
     private func ioError(_ err: Int32, _ cause: Int32, _ verb: String) -> MTLSError {
+        let e = ioErrorWithoutNote(err, cause, verb)
+        let note = renegotiationNote
+        return note.isEmpty ? e : MTLSError(e.code, e.message + note)
+    }
+
+    private func ioErrorWithoutNote(_ err: Int32, _ cause: Int32, _ verb: String) -> MTLSError {
         if let alert = state.receivedAlert {
             OpenSSLErrorQueue.clear()
             // TLS 1.3: a server that rejects our certificate says so after our handshake ended.

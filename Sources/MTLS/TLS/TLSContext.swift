@@ -51,6 +51,8 @@ final class TLSHandshakeState {
     var receivedAlert: String?
     /// The alert we sent.
     var sentAlert: String?
+    /// Set when we answered the peer's request to renegotiate (TLS 1.2) with no_renegotiation.
+    var refusedRenegotiation = false
     /// Set when automatic selection found no identity: the CA names the server asked for.
     var unmatchedCANames: [String]?
     /// With it, the signature schemes the server accepts (nil: it did not say).
@@ -279,7 +281,12 @@ final class TLSContext: @unchecked Sendable {
             guard (where_ & SSL_CB_ALERT) != 0, (value & 0xff) != 0 /* close_notify */ else { return }
             let state = TLSHandshakeState.of(ssl)
             let text = TLSContext.alertText(value & 0xff)
-            if (where_ & SSL_CB_READ) != 0 { state?.receivedAlert = text } else { state?.sentAlert = text }
+            if (where_ & SSL_CB_READ) != 0 {
+                state?.receivedAlert = text
+            } else {
+                state?.sentAlert = text
+                if value & 0xff == 100 /* no_renegotiation */ { state?.refusedRenegotiation = true }
+            }
         }
         _ = mtls_ossl_SSL_CTX_set_options(ctx, mtls_ossl_SSL_OP_IGNORE_UNEXPECTED_EOF() | mtls_ossl_SSL_OP_NO_RENEGOTIATION())
     }

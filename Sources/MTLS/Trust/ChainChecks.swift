@@ -286,7 +286,8 @@ struct ChainCheck: Sendable {
                 continue
             }
             if i == 0 && critical && !emptySubject {
-                out.append(reason(C.sanInvalid, i, "subject alternative name is critical although the subject is not empty"))
+                out.append(reason(C.sanInvalid, i, "subject alternative name is critical although the subject is not empty "
+                                  + "(RFC 5280 4.2.1.6, CA/B 7.1.2.7.12: critical only when the subject is empty)"))
             }
             if !critical && emptySubject {
                 out.append(reason(C.sanInvalid, i, "subject is empty and the subject alternative name is not critical"))
