@@ -349,7 +349,8 @@ MTLS_EXTERN int mtls_policy_set_time(mtls_policy *policy, int64_t unix_time);
 MTLS_EXTERN int mtls_policy_add_crl_file(mtls_policy *policy, const char *path);
 
 /* Host rules. `pattern`: "name.example", "*.example" (one label), "**.example" (any depth),
- * an IP literal, each optionally with ":port". The most specific matching rule applies. Each
+ * an IP literal, each optionally with ":port". An address matches however it is spelt ("10.5",
+ * "::ffff:10.0.0.5" and "10.0.0.5" are one address). The most specific matching rule applies. Each
  * function below creates the rule when it does not exist yet. */
 /* Sets the rule's verify-as name (NULL: the connected host) and whether to skip the name check.
  * The name check is off only with skip_name_check non-zero: an empty or whitespace verify_as, a

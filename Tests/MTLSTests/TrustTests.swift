@@ -315,6 +315,29 @@ final class TrustTests: XCTestCase {
         XCTAssertEqual(TrustPeer(hostText: "[2001:db8::7]:8443"), TrustPeer(host: "2001:db8::7", port: 8443))
     }
 
+    func testAnAddressIsTheAddressReachedHoweverItIsSpelt() throws {
+        for spelling in ["127.1", "0177.0.0.1", "0x7f.0.0.1", "2130706433", "::ffff:127.0.0.1", "[::ffff:7f00:1]", "127.0.0.1"] {
+            XCTAssertEqual(TrustPeer(host: spelling, port: 8443).host, "127.0.0.1", spelling)
+        }
+        XCTAssertEqual(TrustPeer(hostText: "[0:0::1]:8443"), TrustPeer(host: "::1", port: 8443))
+        XCTAssertEqual(TrustPeer.client(address: "::ffff:10.0.0.5").host, "10.0.0.5")
+        // Names stay names, even ones made of hex digits; what the resolver would look up is not an address.
+        for name in ["cafe.beef", "server.test", "127.0.0.1.", "1.2.3.4 5", "0x", "a:b"] {
+            XCTAssertEqual(TrustPeer(host: name).host, name)
+        }
+        let p = try policy()
+        p.addHostRule(HostRule(pattern: try HostPattern("127.0.0.1"), verifyAs: "server.test",
+                               pins: [try SPKIPin(certificate: cert("other-root.pem")), try SPKIPin(certificate: cert("client.pem"))]))
+        let r = p.evaluate(chain: try certs("chain.pem"), peer: TrustPeer(host: "127.1", port: 443))
+        XCTAssertEqual(r.reasonCodes, [TrustReason.Code.pinMismatch])
+        // A rule written with another spelling is the rule for the address too.
+        p.addHostRule(HostRule(pattern: try HostPattern("[::ffff:7f00:1]:8443"), verifyAs: "server.test"))
+        XCTAssertEqual(p.hostRule(for: TrustPeer(host: "127.0.0.1", port: 8443))?.pattern.text, "[::ffff:7f00:1]:8443")
+        // verify-as spelt as a mapped address is checked as the IPv4 address.
+        assertTrusted(try policy().evaluate(chain: certs("chain.pem"), peer: TrustPeer(host: "server.test", verifyAs: "::ffff:127.0.0.1")))
+        assertTrusted(try policy().evaluate(chain: certs("chain.pem"), host: "127.1"))
+    }
+
     func testEmptyVerifyAsIsAnInvalidPolicyNamingTheRule() throws {
         let p = try policy()
         XCTAssertThrowsError(try p.updateHostRule("10.0.0.5") { $0.verifyAs = "" }) { e in

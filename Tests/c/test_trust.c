@@ -339,6 +339,14 @@ int main(void) {
         CHECK(matched && strcmp(matched, "10.0.0.5:8443") == 0);
         mtls_string_free(matched);
         mtls_trust_result_free(rr);
+        /* The same address spelt as the resolver also takes it (10.5 is 10.0.0.5; ::ffff:10.0.0.5
+         * is what a dual-stack socket sees): the same rule. */
+        const char *spellings[] = {"10.5", "012.0.0.5", "167772165", "[::ffff:10.0.0.5]", "::ffff:a00:5"};
+        for (size_t i = 0; i < sizeof spellings / sizeof *spellings; i++) {
+            CHECK_OK(mtls_evaluate_peer(pp, ch, m, spellings[i], 8443, "server.test", MTLS_PURPOSE_SERVER, 0, &rr));
+            CHECK(trusted(rr) == 0 && has_reason(rr, "pin_mismatch", NULL));
+            mtls_trust_result_free(rr);
+        }
         /* Another port, or no port (a wrapped socket with port 0): the rule does not apply. */
         CHECK_OK(mtls_evaluate_peer(pp, ch, m, "10.0.0.5", 9443, "server.test", 0, 0, &rr));
         CHECK(trusted(rr) == 1);

@@ -65,6 +65,24 @@ def test_ip_rule_pins_hold_when_validated_as_another_name(pki, peers, tmp_path, 
     assert out["evaluation"]["rule"]["pins"][0] == spki_pin(pki("int-a.pem"))
 
 
+@pytest.mark.parametrize("spelling", ["127.1", "0177.0.0.1", "0x7f.0.0.1", "2130706433", "[::ffff:127.0.0.1]",
+                                      "[::ffff:7f00:1]"])
+def test_ip_rule_pins_hold_however_the_address_is_spelt(pki, peers, tmp_path, spelling):
+    """The resolver takes these spellings without a lookup and the socket reaches 127.0.0.1: the
+    rule for 127.0.0.1 is the one that applies (it used to be skipped, and its pins with it)."""
+    port = s_server(pki, peers)
+    policy = write_policy(tmp_path, pki, [{"host": "127.0.0.1", "pins": WRONG_PINS}])
+    out = connect_json(f"{spelling}:{port}", *identity(pki), "--policy", policy, "--verify-as", "server.test")
+    assert not out["connected"], out
+    assert [r["code"] for r in out["evaluation"]["reasons"]] == ["pin_mismatch"], out
+    assert out["evaluation"]["rule"]["host"] == "127.0.0.1"
+    # And `mtls verify` reads the host the same way, with the port: a host:port rule applies too.
+    policy = write_policy(tmp_path, pki, [{"host": "127.0.0.1:8443", "pins": WRONG_PINS}])
+    r = run_cli("verify", pki("server-chain.pem"), "--host", f"{spelling}:8443", "--verify-as", "server.test",
+                "--policy", policy, "--json")
+    assert r.returncode == 1 and [x["code"] for x in json.loads(r.stdout)["reasons"]] == ["pin_mismatch"], r
+
+
 def test_command_line_pin_holds_beside_a_host_port_rule(pki, peers, tmp_path):
     port = s_server(pki, peers)
     policy = write_policy(tmp_path, pki, [{"host": f"127.0.0.1:{port}", "verify_as": "server.test"}])

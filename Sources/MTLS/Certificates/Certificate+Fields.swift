@@ -338,4 +338,37 @@ public enum IPAddress {
         if inet_pton(AF_INET6, t, &v6) == 1 { return v6 }
         return nil
     }
+
+    /// The address a socket reaches when given `text` as a host: any numeric form the system's
+    /// resolver takes without a lookup (`127.1`, `0177.0.0.1`, `0x7f.0.0.1`, `2130706433`,
+    /// `0:0::1`), an IPv4-mapped IPv6 address (`::ffff:10.0.0.5`) being the IPv4 address. nil for
+    /// a name.
+    public static func reached(_ text: String) -> [UInt8]? {
+        var t = text
+        if t.hasPrefix("["), t.hasSuffix("]") { t = String(t.dropFirst().dropLast()) }
+        var b = bytes(t)
+        if b == nil, t.contains(where: \.isNumber), t.allSatisfy({ $0.isHexDigit || "xX.:".contains($0) }) {
+            var hints = addrinfo()
+            hints.ai_flags = AI_NUMERICHOST
+            var list: UnsafeMutablePointer<addrinfo>? = nil
+            if getaddrinfo(t, nil, &hints, &list) == 0, let a = list?.pointee, let sa = a.ai_addr {
+                switch a.ai_family {
+                case AF_INET:
+                    b = sa.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { p in
+                        withUnsafeBytes(of: p.pointee.sin_addr) { Array($0) }
+                    }
+                case AF_INET6:
+                    b = sa.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { p in
+                        withUnsafeBytes(of: p.pointee.sin6_addr) { Array($0) }
+                    }
+                default: break
+                }
+            }
+            if list != nil { freeaddrinfo(list) }
+        }
+        if let v6 = b, v6.count == 16, v6[0..<10].allSatisfy({ $0 == 0 }), v6[10] == 0xff, v6[11] == 0xff {
+            return Array(v6[12..<16])
+        }
+        return b
+    }
 }

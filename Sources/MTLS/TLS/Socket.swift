@@ -212,11 +212,10 @@ enum Socket {
         return h.contains(":") ? "[\(h)]:\(String(cBuffer: serv))" : "\(h):\(String(cBuffer: serv))"
     }
 
-    /// Whether `host` is an IPv4 or IPv6 literal (brackets allowed).
+    /// Whether the resolver takes `host` as an address without a lookup (any spelling of one:
+    /// `127.1` too), so it is no server name to send.
     static func isIPLiteral(_ host: String) -> Bool {
-        let name = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
-        var buf = [UInt8](repeating: 0, count: 16)
-        return inet_pton(AF_INET, name, &buf) == 1 || inet_pton(AF_INET6, name, &buf) == 1
+        IPAddress.reached(host) != nil
     }
 }
 

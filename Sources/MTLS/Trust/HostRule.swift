@@ -51,7 +51,7 @@ public struct HostPattern: Hashable, Sendable, CustomStringConvertible {
         let (hostPart, port) = try Self.splitPort(trimmedASCII(text))
         self.port = port
         guard !hostPart.isEmpty else { throw MTLSError(.invalidPolicy, "empty host pattern") }
-        if let ip = IPAddress.bytes(hostPart) {
+        if let ip = IPAddress.reached(hostPart) {  // any spelling of an address is that address
             kind = .ip(ip)
         } else if hostPart.hasPrefix("**.") {
             kind = .anyDepth(try Self.name(String(hostPart.dropFirst(3)), text))

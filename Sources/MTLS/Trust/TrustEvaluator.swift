@@ -97,7 +97,7 @@ struct PeerHost {
         guard let host, !host.isEmpty else { return }
         let h = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
         text = h
-        if let b = IPAddress.bytes(h) { ip = b } else {
+        if let b = IPAddress.reached(h) { ip = b } else {
             let n = h.lowercased()
             name = n.hasSuffix(".") ? String(n.dropLast()) : n
         }

@@ -5,8 +5,11 @@ import FoundationEssentials
 /// as. Host rules are chosen by ``host`` and ``port`` (never by ``verifyAs``); ``verifyAs`` only
 /// changes the name that is checked.
 public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
-    /// The host as the application named it: a DNS name or an IP literal (IPv6 with or without
-    /// brackets), without a port. nil: no host (host rules do not apply).
+    /// The host as the application named it: a DNS name or an IP literal, without a port or
+    /// brackets. An address is kept in its canonical text, as the socket reaches it: `127.1`,
+    /// `0177.0.0.1` or `2130706433` is `127.0.0.1`, `::ffff:10.0.0.5` is `10.0.0.5` — so a rule
+    /// or pin for the address holds however the application spelt it. nil: no host (host rules
+    /// do not apply).
     public var host: String?
     /// The port connected to; nil when unknown (then only rules without a port match).
     public var port: Int?
@@ -18,6 +21,7 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
     public init(host: String? = nil, port: Int? = nil, sni: String? = nil, verifyAs: String? = nil) {
         if let h = host, h.hasPrefix("["), h.hasSuffix("]") { self.host = String(h.dropFirst().dropLast()) } else { self.host = host }
         if self.host?.isEmpty == true { self.host = nil }
+        if let h = self.host, let address = IPAddress.reached(h), let text = IPAddress.text(address) { self.host = text }
         self.port = port.flatMap { $0 > 0 ? $0 : nil }
         self.sni = sni
         self.verifyAs = verifyAs
@@ -36,11 +40,7 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
     /// address is not a name the client's certificate must carry. An IPv4-mapped IPv6 address
     /// (`::ffff:10.0.0.5`, from a dual-stack socket) is the IPv4 address.
     public static func client(address: String?) -> TrustPeer {
-        guard var host = TrustPeer(hostText: address).host else { return TrustPeer() }
-        if host.lowercased().hasPrefix("::ffff:"), IPAddress.bytes(String(host.dropFirst(7)))?.count == 4 {
-            host = String(host.dropFirst(7))
-        }
-        return TrustPeer(host: host)
+        TrustPeer(host: TrustPeer(hostText: address).host)
     }
 
     /// The name to validate: ``verifyAs`` when set, else ``host``.

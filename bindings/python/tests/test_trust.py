@@ -169,6 +169,15 @@ def test_ip_rule_pins_hold_when_validated_as_another_name(pki, pattern):
     assert r.trusted == (pattern != "10.0.0.5")
 
 
+@pytest.mark.parametrize("spelling", ["10.5", "012.0.0.5", "0xa.0.0.5", "167772165", "::ffff:10.0.0.5"])
+def test_ip_rule_pins_hold_however_the_address_is_spelt(pki, spelling):
+    p = pinned_root_policy(pki)
+    for pin in WRONG_PINS:
+        p.add_pin("10.0.0.5:8443", pin)
+    r = p.evaluate_peer(certs(pki, "chain.pem"), spelling, 8443, verify_as="server.test")
+    assert not r.trusted and r.codes == ["pin_mismatch"] and r.matched_rule == "10.0.0.5:8443", r.reasons
+
+
 def test_the_text_form_host_port_selects_the_rule_too(pki):
     p = pinned_root_policy(pki)
     p.add_host_rule("10.0.0.5:8443", verify_as="server.test")
