@@ -333,6 +333,14 @@ final class TrustTests: XCTestCase {
         // A rule written with another spelling is the rule for the address too.
         p.addHostRule(HostRule(pattern: try HostPattern("[::ffff:7f00:1]:8443"), verifyAs: "server.test"))
         XCTAssertEqual(p.hostRule(for: TrustPeer(host: "127.0.0.1", port: 8443))?.pattern.text, "[::ffff:7f00:1]:8443")
+        // A host in Unicode cannot choose its rule (written in A-labels): refused, not judged by a wider rule.
+        p.addHostRule(HostRule(pattern: try HostPattern("*.example"), verifyAs: "server.test"))
+        p.addHostRule(HostRule(pattern: try HostPattern("xn--bcher-kva.example"), verifyAs: "server.test",
+                               pins: [try SPKIPin(certificate: cert("other-root.pem")), try SPKIPin(certificate: cert("client.pem"))]))
+        XCTAssertEqual(p.evaluate(chain: try certs("chain.pem"), peer: TrustPeer(host: "bücher.example")).reasonCodes,
+                       [TrustReason.Code.invalidHost])
+        XCTAssertEqual(p.evaluate(chain: try certs("chain.pem"), peer: TrustPeer(host: "xn--bcher-kva.example")).reasonCodes,
+                       [TrustReason.Code.pinMismatch])
         // verify-as spelt as a mapped address is checked as the IPv4 address.
         assertTrusted(try policy().evaluate(chain: certs("chain.pem"), peer: TrustPeer(host: "server.test", verifyAs: "::ffff:127.0.0.1")))
         assertTrusted(try policy().evaluate(chain: certs("chain.pem"), host: "127.1"))

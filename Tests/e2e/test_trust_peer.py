@@ -83,6 +83,16 @@ def test_ip_rule_pins_hold_however_the_address_is_spelt(pki, peers, tmp_path, sp
     assert r.returncode == 1 and [x["code"] for x in json.loads(r.stdout)["reasons"]] == ["pin_mismatch"], r
 
 
+def test_a_unicode_host_cannot_slip_past_its_a_label_rule(pki, tmp_path):
+    policy = write_policy(tmp_path, pki, [{"host": "xn--bcher-kva.example", "pins": WRONG_PINS},
+                                          {"host": "*.example", "verify_as": "server.test"}])
+    r = run_cli("verify", pki("server-chain.pem"), "--host", "bücher.example", "--verify-as", "server.test",
+                "--policy", policy, "--json")
+    assert r.returncode == 1, r
+    reasons = json.loads(r.stdout)["reasons"]
+    assert [x["code"] for x in reasons] == ["invalid_host"] and "xn--" in reasons[0]["message"], reasons
+
+
 def test_command_line_pin_holds_beside_a_host_port_rule(pki, peers, tmp_path):
     port = s_server(pki, peers)
     policy = write_policy(tmp_path, pki, [{"host": f"127.0.0.1:{port}", "verify_as": "server.test"}])

@@ -63,6 +63,12 @@ extension TrustPolicy {
             let r = TrustReason(code: TrustReason.Code.emptyChain, certIndex: nil, message: "no certificate was presented")
             return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
         }
+        // Rules are written in A-labels: a host in Unicode could select a wider rule than its own.
+        if !settings.hostRules.isEmpty, let host = peer.host, host.unicodeScalars.contains(where: { !$0.isASCII }) {
+            let r = TrustReason(code: TrustReason.Code.invalidHost, certIndex: nil,
+                                message: "the host \"\(host)\" is not ASCII, so its host rule cannot be chosen: name an internationalised host by its A-label (xn--...), as certificates and host rules do")
+            return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
+        }
         let rule = Self.rule(for: peer, in: settings.hostRules)
 
         let key = EvaluationCache.Key(chain: ders, host: "\(peer.host ?? "")|\(peer.port ?? 0)|\(peer.verifyAs ?? "")",
