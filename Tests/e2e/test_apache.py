@@ -5,12 +5,13 @@ libmtls refuses with an error that says so."""
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 
 import pytest
 
 from conftest import free_port, require_tool, run_cli
-from test_tls import Peer, peers, pki  # noqa: F401 (fixtures)
+from test_tls import Peer, mtls_server, peers, pki, server_log, verdicts  # noqa: F401 (fixtures)
 
 MODULES = "/usr/lib/apache2/modules"
 
@@ -23,25 +24,22 @@ def cleanup():
         f()
 
 
-def apache(pki, tmp_path, peers, cleanup, whole_server):  # noqa: F811
-    """Apache in the foreground (stopped with the test), answering every request with a 404 that
-    carries the verified client's subject (mod_headers) — no document has to be readable."""
+def start_apache(tmp_path, peers, cleanup, modules, body):  # noqa: F811
+    """Apache in the foreground on a free port of 127.0.0.1 (stopped with the test), with the
+    modules and configuration given; its children run as nobody."""
     require_tool(shutil.which("apache2"), "Apache httpd (apache2-bin)")
     port = free_port()
-    # Apache's children run as nobody and must be able to walk to the document root.
+    # The children must be able to walk to the document root.
     docroot = tempfile.mkdtemp(prefix="mtls-apache-")
     os.chmod(docroot, 0o755)
     cleanup.append(lambda: shutil.rmtree(docroot, ignore_errors=True))
-    verify = "SSLVerifyClient require\nSSLVerifyDepth 3\n"
+    load = "\n".join(f"LoadModule {m}_module {MODULES}/mod_{m}.so" for m in ("mpm_event", "authz_core", "ssl", *modules))
     (tmp_path / "httpd.conf").write_text(f"""
 ServerRoot {tmp_path}
 PidFile {tmp_path}/httpd.pid
 DefaultRuntimeDir {tmp_path}
 Listen 127.0.0.1:{port}
-LoadModule mpm_event_module {MODULES}/mod_mpm_event.so
-LoadModule authz_core_module {MODULES}/mod_authz_core.so
-LoadModule ssl_module {MODULES}/mod_ssl.so
-LoadModule headers_module {MODULES}/mod_headers.so
+{load}
 ServerName 127.0.0.1
 User nobody
 Group nogroup
@@ -53,6 +51,17 @@ DocumentRoot {docroot}
   AllowOverride None
   Require all granted
 </Directory>
+{body}
+""")
+    peers.append(Peer(["apache2", "-f", str(tmp_path / "httpd.conf"), "-D", "FOREGROUND"], port))
+    return port
+
+
+def apache(pki, tmp_path, peers, cleanup, whole_server):  # noqa: F811
+    """Apache serving TLS, answering every request with a 404 that carries the verified client's
+    subject (mod_headers) — no document has to be readable."""
+    verify = "SSLVerifyClient require\nSSLVerifyDepth 3\n"
+    return start_apache(tmp_path, peers, cleanup, ["headers"], f"""
 SSLEngine on
 SSLCertificateFile {pki("server.pem")}
 SSLCertificateKeyFile {pki("server.key")}
@@ -64,8 +73,6 @@ Header always set X-Client-DN "%{{SSL_CLIENT_S_DN}}s"
   {verify if not whole_server else ""}
 </Location>
 """)
-    peers.append(Peer(["apache2", "-f", str(tmp_path / "httpd.conf"), "-D", "FOREGROUND"], port))
-    return port
 
 
 def get(pki, port, path, version, identity="client-a"):
@@ -109,3 +116,29 @@ def test_per_location_client_authentication_over_tls12_says_renegotiation_is_ref
     assert r.returncode != 0, out
     assert "the server asked to renegotiate (TLS 1.2), which libmtls refuses" in out["error"], out
     assert "needs TLS 1.3" in out["error"], out
+
+
+@pytest.mark.parametrize("identity, accepted", [("client-a", True), ("client-b", False)])
+def test_apache_reverse_proxy_presents_its_certificate_to_mtls_serve(pki, tmp_path, peers, cleanup, mtls_server,  # noqa: F811
+                                                                     identity, accepted):
+    """Apache as a mutual-TLS client (mod_proxy with SSLProxyMachineCertificateFile) of `mtls
+    serve`, which accepts customer A's clients only."""
+    (tmp_path / "machine.pem").write_text(open(pki(f"{identity}.pem")).read() + open(pki(f"{identity}.key")).read())
+    port = start_apache(tmp_path, peers, cleanup, ["proxy", "proxy_http"], f"""
+SSLProxyEngine on
+SSLProxyMachineCertificateFile {tmp_path}/machine.pem
+SSLProxyCACertificateFile {pki("root.pem")}
+SSLProxyVerify require
+SSLProxyVerifyDepth 3
+ProxyPass / https://localhost:{mtls_server.port}/
+""")
+    r = subprocess.run(["curl", "-s", "-o", "-", "-w", "%{http_code}", f"http://127.0.0.1:{port}/"],
+                       capture_output=True, text=True, timeout=30)
+    if accepted:
+        assert r.stdout == f"hello {identity}\n200", r
+    else:
+        assert r.stdout.endswith("502"), r  # Apache's proxy error: the backend refused its certificate
+    word = "accepted" if accepted else "rejected"
+    log = server_log(mtls_server, lambda log: len(verdicts(log, word)) >= 1)
+    lines = verdicts(log, word)
+    assert len(lines) == 1 and (f"CN={identity}" in lines[0] if accepted else "[untrusted]" in lines[0]), log
