@@ -788,8 +788,12 @@ MTLS_EXTERN void mtls_listener_free(mtls_listener *listener);
  * Fail closed: an SSL with neither is refused in the handshake (libmtls's reason "no_peer_name";
  * SSL_get_verify_result gives X509_V_ERR_HOSTNAME_MISMATCH) unless the policy's name check is off
  * (mtls_policy_set_name_check(policy, 0)). Without mtls_ssl_set_peer / mtls_ssl_ctx_set_peer
- * libmtls knows no port, so host rules written with a port never apply: tell it the peer.
- * 1: it accepts clients (certificates requested, no name check; the context's own
+ * the host is that name and the port the one of the socket the SSL reads (SSL_set_fd; getpeername):
+ * an SSL on a BIO of the application's own (libcurl's) has no port, so host rules written with a
+ * port never apply to it, and rules for the address never apply when the name set is a DNS name:
+ * tell libmtls the peer.
+ * 1: it accepts clients, each judged by the host rule for the address its socket is connected
+ * from, as a listener's (certificates requested, no name check; the context's own
  * SSL_VERIFY_FAIL_IF_NO_PEER_CERT, SSL_VERIFY_CLIENT_ONCE and SSL_VERIFY_POST_HANDSHAKE are kept;
  * a policy without anchors is MTLS_E_INVALID_POLICY unless
  * mtls_policy_set_system_anchors_for_clients). A token identity (mtls_identity_from_pkcs11)

@@ -58,6 +58,59 @@ extension TLSConnectionTests {
         XCTAssertTrue(sniOnly.ok, "the SNI name is checked when no host is set")
     }
 
+    func testApplicationSSLOnASocketSelectsTheRuleForTheHostAndThePortReached() throws {
+        let port = Self.freePort()
+        let server = try startSServer(sserverArgs(), port: port)
+        defer { server.terminate() }
+        let wrong = [try SPKIPin(certificate: cert("other-root")), try SPKIPin(certificate: cert("client-b"))]
+        for (pattern, applies) in [("server.test:\(port)", true), ("server.test:\(port &+ 1)", false), ("server.test", true)] {
+            let p = try policy(["root"])
+            p.addHostRule(HostRule(pattern: try HostPattern(pattern), pins: wrong))
+            let ctx = try applicationContext(policy: p)
+            defer { SSL_CTX_free(ctx) }
+            let r = try handshake(ctx, port: port) { XCTAssertEqual(SSL_set1_host($0, "server.test"), 1) }
+            XCTAssertEqual(r.ok, !applies, pattern)
+            XCTAssertEqual(r.evaluation?.reasons.map(\.code), applies ? [TrustReason.Code.pinMismatch] : [], pattern)
+        }
+    }
+
+    func testApplicationServerSSLJudgesAClientByTheRuleForItsAddress() throws {
+        let (listener, port) = try Socket.listen(address: "127.0.0.1", port: 0)
+        defer { close(listener) }
+        for (rule, accepted) in [(nil as String?, true), ("127.0.0.1", false), ("10.0.0.5", true)] {
+            let p = try policy(["int-a"])
+            if let rule {
+                p.addHostRule(HostRule(pattern: try HostPattern(rule),
+                                       pins: [try SPKIPin(certificate: cert("other-root")), try SPKIPin(certificate: cert("client-b"))]))
+            }
+            let ctx = try XCTUnwrap(SSL_CTX_new(TLS_server_method()))
+            defer { SSL_CTX_free(ctx) }
+            XCTAssertEqual(SSL_CTX_use_certificate_chain_file(ctx, path("server-chain.pem")), 1)
+            XCTAssertEqual(SSL_CTX_use_PrivateKey_file(ctx, path("server.key"), SSL_FILETYPE_PEM), 1)
+            SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nil)
+            try SSLContextConfiguration.configure(sslContext: UnsafeMutableRawPointer(ctx), identity: nil, policy: p,
+                                                  purpose: .clientAuth)
+            // The client: libmtls's own, in the background; the server: the application's SSL.
+            var o = try clientOptions(identity: identity("client-a"))
+            o.maxVersion = .tls12 // the server's verdict is known when the handshake ends
+            let options = o
+            let client = Thread { _ = try? TLSConnection.connect(host: "127.0.0.1", port: port, options: options) }
+            client.start()
+            let fd = accept(listener, nil, nil)
+            XCTAssertGreaterThanOrEqual(fd, 0)
+            defer { close(fd) }
+            let ssl = try XCTUnwrap(SSL_new(ctx))
+            defer { SSL_free(ssl) }
+            XCTAssertEqual(SSL_set_fd(ssl, fd), 1)
+            let ok = SSL_accept(ssl) == 1
+            ERR_clear_error()
+            let evaluation = TLSHandshakeState.of(ssl)?.evaluation
+            XCTAssertEqual(ok, accepted, "\(String(describing: rule))")
+            XCTAssertEqual(evaluation?.reasons.map(\.code), accepted ? [] : [TrustReason.Code.pinMismatch], "\(String(describing: rule))")
+            if let rule, !accepted { XCTAssertEqual(evaluation?.matchedRule, rule) }
+        }
+    }
+
     func testApplicationSSLWithNoHostIsAcceptedWhenThePolicyChecksNoName() throws {
         let port = Self.freePort()
         let server = try startSServer(sserverArgs(), port: port)

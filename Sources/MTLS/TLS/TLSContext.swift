@@ -354,17 +354,23 @@ final class TLSContext: @unchecked Sendable {
             state = s
         } else {
             // A context the application owns that did not call mtls_ssl_set_peer: the host comes
-            // from what it set on the SSL (no port: only port-less rules apply). None set is not
-            // "no name check": the evaluator refuses the server with no_peer_name unless the
-            // policy's name check is off or a host rule decides the name.
+            // from what it set on the SSL, the port from the socket the SSL reads, if it reads
+            // one (a BIO of the application's own: no port, only port-less rules apply). No host
+            // set is not "no name check": the evaluator refuses the server with no_peer_name
+            // unless the policy's name check is off or a host rule decides the name. A server's
+            // client is the address its socket is connected to, as with a listener.
             state = TLSHandshakeState()
             if let ssl {
+                let reached = socketPeer(ssl)
                 if config.purpose == .serverAuth {
                     if let p = SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), TLSExData.ctxPeer) {
                         state.peer = Unmanaged<PeerBox>.fromOpaque(p).takeUnretainedValue().peer
                     } else {
                         state.peer = TrustPeer(host: applicationHostName(ssl))
+                        if state.peer.host != nil { state.peer.port = reached?.port }
                     }
+                } else if let reached {
+                    state.peer = TrustPeer.client(address: reached.description)
                 }
                 state.attach(to: ssl)
             }
@@ -401,6 +407,25 @@ final class TLSContext: @unchecked Sendable {
         if !codes.isDisjoint(with: [C.wrongPurpose, C.ekuMissing, C.ekuInvalid]) { return X509_V_ERR_INVALID_PURPOSE }
         if !codes.isDisjoint(with: [C.nameMismatch, C.noPeerName]) { return X509_V_ERR_HOSTNAME_MISMATCH }
         return X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY
+    }
+
+    /// The address and port of the socket an application's SSL reads (`getpeername`), or nil when
+    /// its BIO is not a socket.
+    static func socketPeer(_ ssl: OpaquePointer) -> TrustPeer? {
+        let fd = SSL_get_fd(ssl)
+        guard fd >= 0 else { return nil }
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let text: String? = withUnsafeMutablePointer(to: &storage) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                guard getpeername(fd, sa, &length) == 0,
+                      sa.pointee.sa_family == sa_family_t(AF_INET) || sa.pointee.sa_family == sa_family_t(AF_INET6) else { return nil }
+                return Socket.describe(sa, length)
+            }
+        }
+        guard let text, text != "?" else { return nil }
+        let peer = TrustPeer(hostText: text)
+        return peer.port == nil ? nil : peer
     }
 
     /// The host an application's SSL is meant to reach: what it set with `SSL_set1_host` or
