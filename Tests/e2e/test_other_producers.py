@@ -1,5 +1,6 @@
 """Private PKIs and PKCS#12 files made by other producers than the openssl command line, each run
-at test time: Easy-RSA 3 (the tool OpenVPN documents), CFSSL, GnuTLS certtool, and NSS pk12util.
+at test time: Easy-RSA 3 (the tool OpenVPN documents), CFSSL, GnuTLS certtool, NSS pk12util, and
+Go's crypto/x509 as Go-based CAs use it.
 Their chains are trusted by name and by address as RFC 5280 / RFC 6125 and the webpki rules decide,
 their key and PKCS#12 files load as they come, and a client identity from each connects with
 mutual TLS to `openssl s_server` serving that producer's server certificate.
@@ -140,8 +141,19 @@ def certtool(d, nss=False):
     return Made(d, "root.pem", "server.pem", "int.pem", "server.key", "client-chain.pem", "Alice", client_p12=p12)
 
 
+def go_x509(d):
+    """Go's crypto/x509 as Go-based CAs (Vault, smallstep, cert-manager) use it
+    (Tests/fixtures/go/gopki.go): subject key identifiers on CA certificates only, PKCS#8 keys."""
+    require_tool(shutil.which("go"), "Go (golang-go)")
+    env = dict(os.environ, GOCACHE=str(d / "cache"), GOPATH=str(d / "gopath"), GO111MODULE="off")
+    source = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "go", "gopki.go")
+    subprocess.run(["go", "run", source, str(d), NAME], check=True, capture_output=True, env=env)
+    return Made(d, "root.pem", "server.pem", "server-ints.pem", "server.key", "client-chain.pem", "Alice Example (billing)",
+                client_key="client.key")
+
+
 PRODUCERS = {"easy-rsa": lambda d: easy_rsa(d, fixed_ca=True), "cfssl": cfssl, "certtool": certtool,
-             "nss-pk12util": lambda d: certtool(d, nss=True)}
+             "nss-pk12util": lambda d: certtool(d, nss=True), "go-x509": go_x509}
 
 
 _MADE = {}
@@ -198,7 +210,7 @@ def test_client_identity_connects_with_mutual_tls(made, peers):  # noqa: F811
     assert f"Client certificate" in response and f"Subject: CN={made.client_cn}\n" in response, response[-2000:]
 
 
-@pytest.mark.parametrize("producer", sorted(p for p in PRODUCERS if p != "cfssl"))
+@pytest.mark.parametrize("producer", sorted(p for p in PRODUCERS if p not in ("cfssl", "go-x509")))
 def test_pkcs12_files_read_as_written(producer, tmp_path_factory, tmp_path):
     made = made_by(producer, tmp_path_factory)
     r = run_cli("p12", "inspect", made.client_p12, "--password-file", made.d / "password.txt", "--json")
