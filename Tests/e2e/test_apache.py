@@ -17,22 +17,19 @@ MODULES = "/usr/lib/apache2/modules"
 
 
 @pytest.fixture
-def cleanup():
-    done = []
-    yield done
-    for f in done:
-        f()
+def docroot():
+    """An empty document root Apache's children (user nobody) can walk to: pytest's own
+    temporary folders are readable by root only."""
+    with tempfile.TemporaryDirectory(prefix="mtls-apache-") as d:
+        os.chmod(d, 0o755)
+        yield d
 
 
-def start_apache(tmp_path, peers, cleanup, modules, body):  # noqa: F811
+def start_apache(tmp_path, peers, docroot, modules, body):  # noqa: F811
     """Apache in the foreground on a free port of 127.0.0.1 (stopped with the test), with the
     modules and configuration given; its children run as nobody."""
     require_tool(shutil.which("apache2"), "Apache httpd (apache2-bin)")
     port = free_port()
-    # The children must be able to walk to the document root.
-    docroot = tempfile.mkdtemp(prefix="mtls-apache-")
-    os.chmod(docroot, 0o755)
-    cleanup.append(lambda: shutil.rmtree(docroot, ignore_errors=True))
     load = "\n".join(f"LoadModule {m}_module {MODULES}/mod_{m}.so" for m in ("mpm_event", "authz_core", "ssl", *modules))
     (tmp_path / "httpd.conf").write_text(f"""
 ServerRoot {tmp_path}
@@ -57,11 +54,11 @@ DocumentRoot {docroot}
     return port
 
 
-def apache(pki, tmp_path, peers, cleanup, whole_server):  # noqa: F811
+def apache(pki, tmp_path, peers, docroot, whole_server):  # noqa: F811
     """Apache serving TLS, answering every request with a 404 that carries the verified client's
     subject (mod_headers) — no document has to be readable."""
     verify = "SSLVerifyClient require\nSSLVerifyDepth 3\n"
-    return start_apache(tmp_path, peers, cleanup, ["headers"], f"""
+    return start_apache(tmp_path, peers, docroot, ["headers"], f"""
 SSLEngine on
 SSLCertificateFile {pki("server.pem")}
 SSLCertificateKeyFile {pki("server.key")}
@@ -89,8 +86,8 @@ def client_dn(out):
 
 
 @pytest.mark.parametrize("version", ["1.2", "1.3"])
-def test_whole_server_client_authentication(pki, tmp_path, peers, cleanup, version):  # noqa: F811
-    port = apache(pki, tmp_path, peers, cleanup, whole_server=True)
+def test_whole_server_client_authentication(pki, tmp_path, peers, docroot, version):  # noqa: F811
+    port = apache(pki, tmp_path, peers, docroot, whole_server=True)
     r, out = get(pki, port, "/", version)
     assert r.returncode == 0 and out["tls_version"] == f"TLSv{version}", out
     assert client_dn(out) == ["CN=client-a,O=libmtls test"], out["response"]
@@ -99,8 +96,8 @@ def test_whole_server_client_authentication(pki, tmp_path, peers, cleanup, versi
     assert r.returncode != 0 and out["error_code"] == "peer_alert", out
 
 
-def test_per_location_client_authentication_over_tls13(pki, tmp_path, peers, cleanup):  # noqa: F811
-    port = apache(pki, tmp_path, peers, cleanup, whole_server=False)
+def test_per_location_client_authentication_over_tls13(pki, tmp_path, peers, docroot):  # noqa: F811
+    port = apache(pki, tmp_path, peers, docroot, whole_server=False)
     r, out = get(pki, port, "/", "1.3")
     assert r.returncode == 0 and client_dn(out) == ["(null)"], out  # no certificate asked for
     r, out = get(pki, port, "/private/", "1.3")
@@ -108,8 +105,8 @@ def test_per_location_client_authentication_over_tls13(pki, tmp_path, peers, cle
     assert client_dn(out) == ["CN=client-a,O=libmtls test"], out["response"]
 
 
-def test_per_location_client_authentication_over_tls12_says_renegotiation_is_refused(pki, tmp_path, peers, cleanup):  # noqa: F811
-    port = apache(pki, tmp_path, peers, cleanup, whole_server=False)
+def test_per_location_client_authentication_over_tls12_says_renegotiation_is_refused(pki, tmp_path, peers, docroot):  # noqa: F811
+    port = apache(pki, tmp_path, peers, docroot, whole_server=False)
     r, out = get(pki, port, "/", "1.2")
     assert r.returncode == 0, out
     r, out = get(pki, port, "/private/", "1.2")
@@ -119,12 +116,12 @@ def test_per_location_client_authentication_over_tls12_says_renegotiation_is_ref
 
 
 @pytest.mark.parametrize("identity, accepted", [("client-a", True), ("client-b", False)])
-def test_apache_reverse_proxy_presents_its_certificate_to_mtls_serve(pki, tmp_path, peers, cleanup, mtls_server,  # noqa: F811
+def test_apache_reverse_proxy_presents_its_certificate_to_mtls_serve(pki, tmp_path, peers, docroot, mtls_server,  # noqa: F811
                                                                      identity, accepted):
     """Apache as a mutual-TLS client (mod_proxy with SSLProxyMachineCertificateFile) of `mtls
     serve`, which accepts customer A's clients only."""
     (tmp_path / "machine.pem").write_text(open(pki(f"{identity}.pem")).read() + open(pki(f"{identity}.key")).read())
-    port = start_apache(tmp_path, peers, cleanup, ["proxy", "proxy_http"], f"""
+    port = start_apache(tmp_path, peers, docroot, ["proxy", "proxy_http"], f"""
 SSLProxyEngine on
 SSLProxyMachineCertificateFile {tmp_path}/machine.pem
 SSLProxyCACertificateFile {pki("root.pem")}

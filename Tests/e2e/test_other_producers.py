@@ -207,7 +207,7 @@ def test_client_identity_connects_with_mutual_tls(made, peers):  # noqa: F811
     assert out["peer_chain"][0] == leaf, out
     # s_server -www answers with the client certificate it verified.
     response = out["response"]
-    assert f"Client certificate" in response and f"Subject: CN={made.client_cn}\n" in response, response[-2000:]
+    assert "Client certificate" in response and f"Subject: CN={made.client_cn}\n" in response, response[-2000:]
 
 
 @pytest.mark.parametrize("producer", sorted(p for p in PRODUCERS if p not in ("cfssl", "go-x509")))

@@ -212,6 +212,22 @@ enum Socket {
         return h.contains(":") ? "[\(h)]:\(String(cBuffer: serv))" : "\(h):\(String(cBuffer: serv))"
     }
 
+    /// "127.0.0.1:443" or "[::1]:443" for the peer a connected TCP socket reaches (`getpeername`),
+    /// or nil when `fd` is not one.
+    static func peerDescription(_ fd: Int32) -> String? {
+        guard fd >= 0 else { return nil }
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let text: String? = withUnsafeMutablePointer(to: &storage) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                guard getpeername(fd, sa, &length) == 0,
+                      sa.pointee.sa_family == sa_family_t(AF_INET) || sa.pointee.sa_family == sa_family_t(AF_INET6) else { return nil }
+                return describe(sa, length)
+            }
+        }
+        return text == "?" ? nil : text
+    }
+
     /// Whether the resolver takes `host` as an address without a lookup (any spelling of one:
     /// `127.1` too), so it is no server name to send.
     static func isIPLiteral(_ host: String) -> Bool {

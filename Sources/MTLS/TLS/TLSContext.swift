@@ -361,16 +361,17 @@ final class TLSContext: @unchecked Sendable {
             // client is the address its socket is connected to, as with a listener.
             state = TLSHandshakeState()
             if let ssl {
-                let reached = socketPeer(ssl)
+                // The socket the SSL reads, if its BIO is one (SSL_get_fd is -1 otherwise).
+                let reached = Socket.peerDescription(SSL_get_fd(ssl))
                 if config.purpose == .serverAuth {
                     if let p = SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), TLSExData.ctxPeer) {
                         state.peer = Unmanaged<PeerBox>.fromOpaque(p).takeUnretainedValue().peer
                     } else {
                         state.peer = TrustPeer(host: applicationHostName(ssl))
-                        if state.peer.host != nil { state.peer.port = reached?.port }
+                        if state.peer.host != nil { state.peer.port = reached.flatMap { TrustPeer(hostText: $0).port } }
                     }
-                } else if let reached {
-                    state.peer = TrustPeer.client(address: reached.description)
+                } else {
+                    state.peer = TrustPeer.client(address: reached)
                 }
                 state.attach(to: ssl)
             }
@@ -407,25 +408,6 @@ final class TLSContext: @unchecked Sendable {
         if !codes.isDisjoint(with: [C.wrongPurpose, C.ekuMissing, C.ekuInvalid]) { return X509_V_ERR_INVALID_PURPOSE }
         if !codes.isDisjoint(with: [C.nameMismatch, C.noPeerName]) { return X509_V_ERR_HOSTNAME_MISMATCH }
         return X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY
-    }
-
-    /// The address and port of the socket an application's SSL reads (`getpeername`), or nil when
-    /// its BIO is not a socket.
-    static func socketPeer(_ ssl: OpaquePointer) -> TrustPeer? {
-        let fd = SSL_get_fd(ssl)
-        guard fd >= 0 else { return nil }
-        var storage = sockaddr_storage()
-        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
-        let text: String? = withUnsafeMutablePointer(to: &storage) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
-                guard getpeername(fd, sa, &length) == 0,
-                      sa.pointee.sa_family == sa_family_t(AF_INET) || sa.pointee.sa_family == sa_family_t(AF_INET6) else { return nil }
-                return Socket.describe(sa, length)
-            }
-        }
-        guard let text, text != "?" else { return nil }
-        let peer = TrustPeer(hostText: text)
-        return peer.port == nil ? nil : peer
     }
 
     /// The host an application's SSL is meant to reach: what it set with `SSL_set1_host` or
