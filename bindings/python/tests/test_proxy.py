@@ -15,6 +15,7 @@ import ssl
 import subprocess
 import threading
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator, List, Optional
 
 import httpx
@@ -25,7 +26,7 @@ import mtls
 import mtls.http
 import mtls.httpx
 import mtls.requests
-from conftest import free_port, identity, require_tool, wait_port
+from conftest import free_port, identity, require_tool, stop_process, wait_port
 
 CUSTOMER_A = "CN=Customer A CA,O=libmtls test"
 CLIENT_A_DN = "CN=client-a,O=libmtls test"
@@ -73,17 +74,17 @@ class Tinyproxy:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def connects(self) -> List[str]:
+    def requests(self, method: str) -> List[str]:
+        """The targets of the `method` requests it received (host:port for CONNECT, the URL
+        otherwise)."""
         log = (self.dir / "tinyproxy.log").read_text()
-        return re.findall(r"Request \(file descriptor \d+\): CONNECT (\S+) HTTP", log)
+        return re.findall(rf"Request \(file descriptor \d+\): {method} (\S+) HTTP", log)
+
+    def connects(self) -> List[str]:
+        return self.requests("CONNECT")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)
 
 
 @pytest.fixture
@@ -155,12 +156,9 @@ class HostileProxy:
     def _tunnel(self, client: socket.socket) -> None:
         client.settimeout(10)  # a client that never sends a CONNECT (TLS to the proxy) is dropped
         with client:
-            head = b""
-            while b"\r\n\r\n" not in head:
-                b = client.recv(4096)
-                if not b:
-                    return
-                head += b
+            head = self._read_head(client)
+            if not head:
+                return
             self.targets.append(head.split(b" ")[1].decode())
             client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
             with socket.create_connection(("127.0.0.1", self.evil_port)) as up:
@@ -168,6 +166,17 @@ class HostileProxy:
                 t.start()
                 self._pipe(client, up)
                 t.join(5)
+
+    @staticmethod
+    def _read_head(sock: socket.socket) -> bytes:
+        """A request's head (up to its blank line); b"" when the peer closed before."""
+        head = b""
+        while b"\r\n\r\n" not in head:
+            b = sock.recv(4096)
+            if not b:
+                return b""
+            head += b
+        return head
 
     @staticmethod
     def _pipe(src: socket.socket, dst: socket.socket) -> None:
@@ -188,12 +197,8 @@ class HostileProxy:
         c.settimeout(10)
         try:
             with ctx.wrap_socket(c, server_side=True) as tls:
-                head = b""
-                while b"\r\n\r\n" not in head:
-                    b = tls.recv(4096)
-                    if not b:
-                        return
-                    head += b
+                if not self._read_head(tls):
+                    return
                 self.served += 1
                 body = b"hello from the attacker\n"
                 tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
@@ -310,6 +315,39 @@ def test_requests_proxy_authorization_and_refusals_name_the_proxy_status(pki, ng
         with pytest.raises(requests.exceptions.ProxyError) as e:
             s.get(nginx.url + "/", proxies={"https": other.url})
     assert "403" in str(e.value)
+
+
+def test_requests_plain_http_through_the_proxy_is_forwarded_without_tls(pki, nginx, start_tinyproxy):
+    """With the adapter mounted for http:// too, a plain http:// URL through the proxy is
+    forwarded by requests as usual (GET http://... to the proxy): no TLS, no tunnel."""
+    class Hello(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"plain " + self.path.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    proxy = start_tinyproxy(nginx.port)
+    try:
+        adapter = mtls.requests.Adapter(identity=identity(pki, "client-a"), policy=pinned(pki))
+        with adapter_session(adapter) as s:
+            s.mount("http://", adapter)
+            url = f"http://127.0.0.1:{server.server_address[1]}/page"
+            r = s.get(url, proxies={"http": proxy.url, "https": proxy.url}, timeout=10)
+            assert r.status_code == 200 and r.text == "plain /page"
+            r = s.get(nginx.url + "/", proxies={"http": proxy.url, "https": proxy.url}, timeout=10)
+            assert r.text.startswith(f"hello {CLIENT_A_DN} ")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proxy.requests("GET") == [url]
+    assert proxy.connects() == [f"127.0.0.1:{nginx.port}"]
 
 
 @pytest.mark.parametrize("scheme", ["https", "socks5", "socks5h"])

@@ -179,30 +179,36 @@ class Transport(httpx.BaseTransport):
             conn.send(b"0\r\n\r\n")
         return conn.getresponse()
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.scheme != "https":
-            raise httpx.UnsupportedProtocol(f"mtls.httpx.Transport speaks https only, not {request.url.scheme}:")
-        key = (self._route(request.url), request.url.host, request.url.port or 443)
+    def _exchange(self, key: _Key, request: httpx.Request) -> Tuple[HTTPSConnection, http.client.HTTPResponse]:
+        """Sends the request on a kept-alive connection for `key` or a new one; the connection and
+        the response (its head read)."""
         conn, reused = self._checkout(key)
         try:
-            response = self._send(conn, request)
-        except TunnelError as e:
-            conn.close()
-            raise httpx.ProxyError(str(e), request=request) from e
+            return conn, self._send(conn, request)
         except (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine):
             conn.close()
             if not reused:
                 raise
-            # The server closed an idle kept-alive connection: once more on a new one.
-            conn = self._new(key)
-            try:
-                response = self._send(conn, request)
-            except BaseException:
-                conn.close()
-                raise
         except BaseException:
             conn.close()
             raise
+        # The server closed an idle kept-alive connection: once more on a new one.
+        conn = self._new(key)
+        try:
+            return conn, self._send(conn, request)
+        except BaseException:
+            conn.close()
+            raise
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.scheme != "https":
+            raise httpx.UnsupportedProtocol(f"mtls.httpx.Transport speaks https only, not {request.url.scheme}:")
+        key = (self._route(request.url), request.url.host, request.url.port or 443)
+        try:
+            conn, response = self._exchange(key, request)
+        except TunnelError as e:
+            # httpx's own error for a proxy that could not be reached or refused the tunnel.
+            raise httpx.ProxyError(str(e), request=request) from e
         return httpx.Response(
             response.status,
             headers=[(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.getheaders()],
