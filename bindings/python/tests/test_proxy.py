@@ -457,3 +457,44 @@ def test_urllib_https_proxy_from_the_environment_tunnels_through_libmtls(pki, ng
     with pytest.raises(mtls.TrustError):
         urllib.request.build_opener(handler).open(nginx.url + "/", timeout=10)
     assert hostile.targets == [f"127.0.0.1:{nginx.port}"] and hostile.served == 0
+
+
+
+def test_tunnel_sockets_are_closed_with_their_connections(pki, nginx, start_tinyproxy, hostile, monkeypatch):
+    """mtls_conn_wrap_fd leaves the socket to its caller: each tunnel's socket is closed when its
+    connection closes, after a refused server and a refused tunnel too. The test keeps every
+    tunnel socket referenced, so only an explicit close (not the garbage collector) closes it."""
+    import mtls._proxy
+    proxy = start_tinyproxy(nginx.port, basic_auth=("alice", "s3cret"))
+    authed = f"http://alice:s3cret@127.0.0.1:{proxy.port}"
+    opened: List[socket.socket] = []
+    real_open = mtls._proxy.open_tunnel
+
+    def recording_open(*args, **kwargs) -> socket.socket:
+        sock = real_open(*args, **kwargs)
+        opened.append(sock)
+        return sock
+
+    monkeypatch.setattr(mtls._proxy, "open_tunnel", recording_open)
+    real_create = socket.create_connection
+    attempted: List[socket.socket] = []
+
+    def recording_create(address, *args, **kwargs) -> socket.socket:
+        sock = real_create(address, *args, **kwargs)
+        if address[1] in (proxy.port, hostile.port):  # not the hostile proxy's own connections
+            attempted.append(sock)
+        return sock
+
+    monkeypatch.setattr(mtls._proxy.socket, "create_connection", recording_create)
+    with adapter_session(mtls.requests.Adapter(identity=identity(pki, "client-a"), policy=pinned(pki))) as s:
+        assert s.get(nginx.url + "/", proxies={"https": authed}).status_code == 200
+        assert opened[0].fileno() != -1  # kept alive in the pool while the session is open
+        with pytest.raises(mtls.TrustError):
+            s.get(nginx.url + "/", proxies={"https": hostile.url})
+        with pytest.raises(requests.exceptions.ProxyError):
+            s.get(nginx.url + "/", proxies={"https": proxy.url})  # 407: the tunnel is refused
+    t = mtls.httpx.Transport(identity=identity(pki, "client-a"), policy=pinned(pki), proxy=authed)
+    with httpx.Client(transport=t) as c:
+        assert c.get(nginx.url + "/").status_code == 200
+    assert len(opened) == 3 and len(attempted) == 4  # three tunnels opened, one refused
+    assert [sock.fileno() for sock in attempted] == [-1] * 4
