@@ -7,6 +7,7 @@ The peers are real: tinyproxy (Debian's package, started here on 127.0.0.1 with 
 made for the test), nginx with `ssl_verify_client on` (conftest's start_nginx: it answers with the
 client certificate's DN), and a hostile CONNECT proxy written here that sends every tunnel to
 another TLS server, whose certificate (DNS:server.test) is issued by a root nobody trusts."""
+import gc
 import pathlib
 import re
 import shutil
@@ -121,7 +122,8 @@ class HostileProxy:
     (a TLS server of the attacker's), whatever target was asked for. `targets` lists what the
     clients asked for; `served` counts the HTTP requests the attacker's server read."""
 
-    def __init__(self, pki: pathlib.Path) -> None:
+    def __init__(self, pki: pathlib.Path, silent: bool = False) -> None:
+        self.silent = silent  # answer 200, then send nothing at all (a tunnel that hangs)
         self.targets: List[str] = []
         self.served = 0
         self._stop = threading.Event()
@@ -161,6 +163,9 @@ class HostileProxy:
                 return
             self.targets.append(head.split(b" ")[1].decode())
             client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            if self.silent:
+                self._stop.wait(10)
+                return
             with socket.create_connection(("127.0.0.1", self.evil_port)) as up:
                 t = threading.Thread(target=self._pipe, args=(up, client), daemon=True)
                 t.start()
@@ -249,7 +254,7 @@ def test_requests_verify_false_and_cert_do_not_replace_libmtls(pki, nginx, start
                                                policy=pinned(pki, "other-root.pem"))) as s:
         with pytest.raises(mtls.TrustError) as e:
             s.get(nginx.url + "/", proxies=proxies, verify=False, cert=other_client)
-    assert "pin_mismatch" in str(e.value)
+    assert "pin_mismatch" in e.value.codes and not e.value.evaluation.trusted  # the evaluation, as direct
     assert proxy.connects() == [f"127.0.0.1:{nginx.port}"] * 2
 
 
@@ -271,14 +276,14 @@ def test_requests_through_a_proxy_uses_the_targets_host_rule(pki, nginx, start_t
                                                policy=ruled("other-root.pem"))) as s:
         with pytest.raises(mtls.TrustError) as e:
             s.get(nginx.url + "/", proxies={"https": proxy.url})
-    assert "pin_mismatch" in str(e.value)
+    assert "pin_mismatch" in e.value.codes and not e.value.evaluation.trusted  # the evaluation, as direct
 
 
 def test_requests_hostile_connect_proxy_is_refused_even_with_verify_false(pki, nginx, hostile):
     with adapter_session(mtls.requests.Adapter(identity=identity(pki, "client-a"), policy=pinned(pki))) as s:
         with pytest.raises(mtls.TrustError) as e:
             s.get(nginx.url + "/", proxies={"https": hostile.url}, verify=False)
-    assert "unknown_issuer" in str(e.value)  # the attacker's certificate, from a root nobody trusts
+    assert "unknown_issuer" in e.value.codes  # the attacker's certificate, from a root nobody trusts
     assert hostile.targets == [f"127.0.0.1:{nginx.port}"]  # the tunnel was asked for, and went elsewhere
     assert hostile.served == 0  # no request reached the attacker's server
 
@@ -396,7 +401,7 @@ def test_httpx_wrong_pin_and_hostile_proxy_are_refused(pki, nginx, start_tinypro
     with httpx.Client(transport=wrong) as client:
         with pytest.raises(mtls.TrustError) as e:
             client.get(nginx.url + "/")
-    assert "pin_mismatch" in str(e.value)
+    assert "pin_mismatch" in e.value.codes and not e.value.evaluation.trusted  # the evaluation, as direct
     evil = mtls.httpx.Transport(identity=identity(pki, "client-a"), policy=pinned(pki), proxy=hostile.url)
     with httpx.Client(transport=evil, verify=False) as client:
         with pytest.raises(mtls.TrustError):
@@ -441,6 +446,27 @@ def test_httpx_proxy_refusals_and_unsupported_proxies(pki, nginx, start_tinyprox
         with pytest.raises(httpx.ProxyError, match="http:// proxies"):
             c.get(nginx.url + "/")
     assert hostile.targets == []
+
+
+def test_a_tunnel_that_never_answers_the_handshake_times_out(pki):
+    """The handshake through a tunnel keeps the connection's handshake timeout (it runs
+    non-blocking, waited for in Python): a proxy that answers 200 and then nothing is a Timeout."""
+    silent = HostileProxy(pki, silent=True)
+    try:
+        t = mtls.httpx.Transport(identity=identity(pki, "client-a"), policy=pinned(pki), proxy=silent.url,
+                                 timeout=0.5)
+        with httpx.Client(transport=t) as c:
+            with pytest.raises(mtls.Timeout):
+                c.get("https://127.0.0.1:9/")
+        conn = mtls.http.HTTPSConnection("127.0.0.1", silent.port, identity=identity(pki, "client-a"),
+                                         policy=pinned(pki), timeout=0.5)
+        conn.set_tunnel("127.0.0.1", 9)
+        with pytest.raises(mtls.Timeout):
+            conn.request("GET", "/")
+        conn.close()
+        assert silent.targets == ["127.0.0.1:9", "127.0.0.1:9"]
+    finally:
+        silent.stop()
 
 
 # ---- urllib (mtls.http)
@@ -497,4 +523,7 @@ def test_tunnel_sockets_are_closed_with_their_connections(pki, nginx, start_tiny
     with httpx.Client(transport=t) as c:
         assert c.get(nginx.url + "/").status_code == 200
     assert len(opened) == 3 and len(attempted) == 4  # three tunnels opened, one refused
+    # A response's file (makefile) holds its connection open until it is collected, as on a
+    # direct connection; collecting it closes the connection, which must close the socket.
+    gc.collect()
     assert [sock.fileno() for sock in attempted] == [-1] * 4

@@ -9,16 +9,20 @@ the encrypted bytes. Only ``http://`` proxies are honoured: TLS to the proxy its
 ``https://`` proxy) and SOCKS are refused with :class:`UnsupportedProxy`, never handed to another
 TLS stack or done without a tunnel."""
 import base64
+import select
 import socket
+import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Callable, Mapping, Optional, Tuple
 from urllib.parse import unquote, urlsplit
 
+from .errors import Error, Timeout, WantRead, WantWrite
 from .tls import Connection
 
-# Without a timeout from the caller, the proxy gets libmtls's own default connect timeout
-# (mtls_conn_options: "0: 30 s") for the TCP connection and for its answer to CONNECT.
+# Without timeouts from the caller, libmtls's own defaults (mtls_conn_options: "0: 30 s"): for the
+# TCP connection to the proxy and its answer to CONNECT, and for the handshake through the tunnel.
 DEFAULT_TIMEOUT = 30.0
+DEFAULT_HANDSHAKE_TIMEOUT = 30.0
 # The proxy's answer to CONNECT (status line and headers) is read up to this size.
 _MAX_REPLY = 64 * 1024
 
@@ -148,9 +152,52 @@ def open_tunnel(proxy: HTTPProxy, host: str, port: int, timeout: Optional[float]
 
 
 class TunnelConnection(Connection):
-    """A libmtls connection over a proxy's tunnel: it owns the tunnel's socket and closes it
-    after the TLS connection (mtls_conn_wrap_fd leaves a wrapped socket to its caller)."""
+    """A libmtls connection over a proxy's tunnel, that behaves as a blocking Connection.
+
+    It owns the tunnel's socket and closes it after the TLS connection (mtls_conn_wrap_fd leaves
+    a wrapped socket to its caller). mtls_conn_wrap_fd has no form that stops before the
+    handshake, as mtls_conn_open does for mtls_conn_connect, and a handshake that fails inside it
+    leaves no connection whose evaluation could be read: so the connection is made non-blocking
+    and its handshake, reads and writes wait for the socket here, within the connection's
+    handshake and I/O timeouts. A refused server's TrustError then carries the evaluation and its
+    reasons, as on a direct connection."""
     _sock: Optional[socket.socket] = None
+    _io_timeout: Optional[float] = None
+
+    def _wait(self, want: Error, deadline: Optional[float], what: str) -> None:
+        """Waits until the socket is readable (WantRead) or writable (WantWrite); Timeout at
+        the deadline (a time.monotonic() value; None: none)."""
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise Timeout(f"the {what} timed out", Timeout.code)
+        poller = select.poll()
+        poller.register(self.fileno(), select.POLLIN if isinstance(want, WantRead) else select.POLLOUT)
+        poller.poll(None if remaining is None else max(1, int(remaining * 1000)))
+
+    @staticmethod
+    def _deadline(seconds: Optional[float]) -> Optional[float]:
+        return None if seconds is None or seconds == float("inf") else time.monotonic() + seconds
+
+    def _blocking(self, call: Callable[[], Any], seconds: Optional[float], what: str) -> Any:
+        deadline = self._deadline(seconds)
+        while True:
+            try:
+                return call()
+            except (WantRead, WantWrite) as want:
+                self._wait(want, deadline, what)
+
+    def handshake_within(self, seconds: Optional[float]) -> None:
+        """Runs the handshake to its end within `seconds` (None: no limit)."""
+        self._blocking(super().handshake, seconds, "TLS handshake through the proxy's tunnel")
+
+    def read(self, n: int = 16384) -> bytes:
+        return self._blocking(lambda: super(TunnelConnection, self).read(n), self._io_timeout, "read")
+
+    def readinto(self, buffer: Any) -> int:
+        return self._blocking(lambda: super(TunnelConnection, self).readinto(buffer), self._io_timeout, "read")
+
+    def write(self, data: bytes) -> int:
+        return self._blocking(lambda: super(TunnelConnection, self).write(data), self._io_timeout, "write")
 
     def close(self) -> None:
         try:
@@ -162,17 +209,26 @@ class TunnelConnection(Connection):
 
 
 def connect_via(proxy: HTTPProxy, host: str, port: int, *, timeout: Optional[float] = None,
+                handshake_timeout: Optional[float] = None, io_timeout: Optional[float] = None,
                 **options: Any) -> TunnelConnection:
     """A handshaken libmtls connection to host:port through `proxy`'s CONNECT tunnel. `options`
     are :class:`mtls.ConnectOptions` fields (the identity an Identity already resolved); they and
     the policy apply to the target, never to the proxy. `timeout` bounds reaching the proxy and
-    its answer; the handshake has `handshake_timeout`."""
+    its answer, `handshake_timeout` the handshake (None: libmtls's default), `io_timeout` each
+    read and write (None: none), in seconds. A refused server raises TrustError with the
+    evaluation."""
     sock = open_tunnel(proxy, host, port, timeout)
     try:
+        options["non_blocking"] = True
         conn = TunnelConnection.wrap(sock, host, port, **options)
     except BaseException:
         sock.close()
         raise
     conn._sock = sock
+    conn._io_timeout = io_timeout
+    try:
+        conn.handshake_within(DEFAULT_HANDSHAKE_TIMEOUT if handshake_timeout is None else handshake_timeout)
+    except BaseException:
+        conn.close()
+        raise
     return conn
-
