@@ -123,20 +123,21 @@ def _read_reply(sock: socket.socket, proxy: HTTPProxy) -> Tuple[int, str]:
 def open_tunnel(proxy: HTTPProxy, host: str, port: int, timeout: Optional[float] = None) -> socket.socket:
     """A TCP connection to `proxy` on which it has opened a tunnel to host:port (answered 200 to
     CONNECT). Anything else raises TunnelError naming the proxy and its answer."""
-    t = DEFAULT_TIMEOUT if timeout is None else timeout
+    t = DEFAULT_TIMEOUT if timeout is None else None if timeout == float("inf") else timeout
+    target = _authority(host, port)
+    lines = [f"CONNECT {target} HTTP/1.1", f"Host: {target}"] + [f"{k}: {v}" for k, v in proxy.headers]
+    if any(c in line for line in lines for c in "\r\n\0"):
+        raise UnsupportedProxy(f"a line break in the CONNECT request for {target!r} (target or proxy headers)")
     try:
         sock = socket.create_connection((proxy.host, proxy.port), timeout=t)
     except OSError as e:
         raise TunnelError(f"cannot connect to the proxy {proxy}: {e}") from e
     try:
-        target = _authority(host, port)
-        lines = [f"CONNECT {target} HTTP/1.1", f"Host: {target}"]
-        lines += [f"{k}: {v}" for k, v in proxy.headers]
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
         status, reason = _read_reply(sock, proxy)
         if status != 200:
             raise TunnelError(f"the proxy {proxy} refused the tunnel to {target}: {status} {reason}".rstrip(), status)
-        sock.settimeout(None)  # libmtls applies its own timeouts (the socket is made non-blocking)
+        sock.settimeout(None)  # from here on TunnelConnection keeps the timeouts (the socket is made non-blocking)
         return sock
     except socket.timeout as e:
         sock.close()
