@@ -110,7 +110,6 @@ class _MTLSProxyManager(_MTLSPoolManager):
     def __init__(self, proxy_url: str, proxy: HTTPProxy, mtls_config: Dict[str, Any], proxy_headers: Dict[str, str],
                  **kw: Any) -> None:
         super().__init__(dict(mtls_config, _proxy=proxy), **kw)
-        self.proxy_url = proxy_url
         self._forward = ProxyManager(proxy_url, proxy_headers=proxy_headers, **kw)
 
     def connection_from_host(self, host: Optional[str], port: Optional[int] = None, scheme: Optional[str] = "http",
