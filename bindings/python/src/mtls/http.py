@@ -7,12 +7,17 @@
 
 The identity is an :class:`mtls.Identity`, a store label or a ``pkcs11:`` URI; ``policy`` (an
 :class:`mtls.Policy`) judges the server, validated as ``verify_as``. A refused server raises
-:class:`mtls.TrustError` with libmtls's reasons."""
+:class:`mtls.TrustError` with libmtls's reasons.
+
+Proxies: a connection given a tunnel (``set_tunnel``, as urllib's ProxyHandler does for
+HTTPS_PROXY) asks its host, an ``http://`` proxy, for a CONNECT tunnel and runs libmtls's TLS
+through it for the tunnel's host and port; a proxy that refuses raises OSError with its status."""
 import http.client
 import socket
 import urllib.request
 from typing import Any, Optional, Tuple
 
+from ._proxy import HTTPProxy, connect_via
 from ._socket import TLSSocket
 from .pkcs12 import Identity
 from .store import Store
@@ -44,16 +49,24 @@ class HTTPSConnection(http.client.HTTPSConnection):
         self._options = options
 
     def connect(self) -> None:
-        if self._tunnel_host:  # type: ignore[attr-defined]
-            raise NotImplementedError("mtls.http.HTTPSConnection does not tunnel through proxies")
         t = timeout_seconds(self.timeout)
         options = dict(self._options)
         if t is not None:
             options.setdefault("connect_timeout", t)
             options.setdefault("handshake_timeout", t)
             options.setdefault("io_timeout", t)
-        conn = connect(self.host, self.port, identity=self.identity, policy=self.policy, verify_as=self.verify_as,
-                       **options)
+        if self._tunnel_host:  # type: ignore[attr-defined]
+            # host:port is the proxy; the tunnel's host and port are the server libmtls judges.
+            # (Python 3.12 puts a Host header among the tunnel's headers: CONNECT sends its own.)
+            headers = {k: v for k, v in self._tunnel_headers.items()  # type: ignore[attr-defined]
+                       if k.lower() != "host"}
+            proxy = HTTPProxy(self.host, self.port, tuple(headers.items()))
+            conn = connect_via(proxy, self._tunnel_host, self._tunnel_port,  # type: ignore[attr-defined]
+                               timeout=options.pop("connect_timeout", None), identity=self.identity,
+                               policy=self.policy, verify_as=self.verify_as, **options)
+        else:
+            conn = connect(self.host, self.port, identity=self.identity, policy=self.policy,
+                           verify_as=self.verify_as, **options)
         self.sock = TLSSocket(conn)
 
     @property

@@ -8,19 +8,60 @@
 HTTP/1.1 with keep-alive: idle connections are kept per host (up to ``max_keepalive`` each) and
 reused; request bodies of unknown length go chunked; responses stream. The identity is an
 :class:`mtls.Identity`, a store label or a ``pkcs11:`` URI; ``policy`` judges the server and a
-refused one raises :class:`mtls.TrustError` with libmtls's reasons. Needs the ``httpx`` extra."""
+refused one raises :class:`mtls.TrustError` with libmtls's reasons. Needs the ``httpx`` extra.
+
+Proxies: ``Transport(proxy="http://proxy:3128")`` (a URL or an ``httpx.Proxy``, with its auth and
+headers) sends every request through that proxy's CONNECT tunnel, and libmtls's TLS runs through
+the tunnel for the target's host, port, identity and policy; idle connections are kept per proxy
+and target. Without ``proxy``, and with ``trust_env`` (the default), the transport reads
+HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and NO_PROXY as httpx's own client reads them (httpx ignores
+them once a transport is given, so the transport does it). ``httpx.Client(transport=Transport(...),
+proxy=P)`` is routed the same way: importing this module makes httpx build the proxy's transport
+from ours (httpx would otherwise make a transport of its own, with another TLS stack, for the
+proxy). Only ``http://`` proxies are honoured: an ``https://`` or SOCKS proxy is an error
+(ValueError when given, ``httpx.ProxyError`` when it comes from the environment), and a proxy that
+cannot be reached or refuses the tunnel raises ``httpx.ProxyError`` with its status."""
 import http.client
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import httpx
 
+from ._proxy import HTTPProxy, TunnelError, UnsupportedProxy
 from .http import HTTPSConnection
 from .store import Store
 from .tls import IdentityLike, resolve_identity
 from .trust import Policy
 
-_Key = Tuple[str, int]
+# Idle connections are kept per (proxy or None, host, port).
+_Key = Tuple[Optional[HTTPProxy], str, int]
+# The proxy for a request: none, an http proxy, or why the one configured cannot be used.
+_Route = Union[None, HTTPProxy, UnsupportedProxy]
+
+
+def _http_proxy(proxy: Any) -> HTTPProxy:
+    """An HTTPProxy from what httpx takes as a proxy (a URL string, an httpx.URL or an
+    httpx.Proxy with its auth and headers); UnsupportedProxy for anything but http://."""
+    if not isinstance(proxy, httpx.Proxy):
+        proxy = httpx.Proxy(url=proxy)
+    headers = {k: v for k, v in proxy.headers.items()}
+    return HTTPProxy.from_url(str(proxy.url), headers=headers, auth=proxy.auth)
+
+
+def _environment_routes() -> List[Tuple[Any, _Route]]:
+    """The proxies of the environment as httpx's client reads them (its get_environment_proxies
+    and URLPattern, most specific pattern first): NO_PROXY entries map to None."""
+    from httpx._utils import URLPattern, get_environment_proxies
+    routes: List[Tuple[Any, _Route]] = []
+    for key, url in get_environment_proxies().items():
+        route: _Route = None
+        if url is not None:
+            try:
+                route = _http_proxy(url)
+            except (UnsupportedProxy, ValueError) as e:
+                route = e if isinstance(e, UnsupportedProxy) else UnsupportedProxy(str(e))
+        routes.append((URLPattern(key), route))
+    return sorted(routes, key=lambda r: r[0])
 
 
 class _ResponseStream(httpx.SyncByteStream):
@@ -51,26 +92,58 @@ class _ResponseStream(httpx.SyncByteStream):
 class Transport(httpx.BaseTransport):
     """An httpx transport whose TLS is libmtls. Keyword options other than the ones named are
     :class:`mtls.ConnectOptions` fields. `timeout` (seconds) bounds connecting, the handshake and
-    each read or write."""
+    each read or write. `proxy` (an http:// URL or an httpx.Proxy) tunnels every request through
+    that proxy; without it, `trust_env` reads the environment's proxies (see the module)."""
 
     def __init__(self, identity: IdentityLike = None, policy: Optional[Policy] = None,
                  verify_as: Optional[str] = None, *, store: Optional[Store] = None, pin: Any = None,
-                 max_keepalive: int = 10, timeout: Optional[float] = None, **options: Any) -> None:
+                 max_keepalive: int = 10, timeout: Optional[float] = None, proxy: Any = None,
+                 trust_env: bool = True, **options: Any) -> None:
+        try:
+            self.proxy: Optional[HTTPProxy] = None if proxy is None else _http_proxy(proxy)
+        except UnsupportedProxy as e:
+            raise ValueError(f"mtls.httpx.Transport {e}") from e
         self.identity = resolve_identity(identity, store, pin)
         self.policy = policy
         self.verify_as = verify_as
+        self.trust_env = trust_env
         self._options = options
         self._timeout = timeout
         self._max_keepalive = max_keepalive
+        self._routes = _environment_routes() if proxy is None and trust_env else []
         self._idle: Dict[_Key, List[HTTPSConnection]] = {}
         self._lock = threading.Lock()
+
+    def _through(self, proxy: Any) -> "Transport":
+        """A transport like this one (same identity, policy and options) through `proxy`: what
+        httpx.Client makes for its `proxy=` when its transport is ours."""
+        return Transport(self.identity, self.policy, self.verify_as, max_keepalive=self._max_keepalive,
+                         timeout=self._timeout, proxy=proxy, trust_env=False, **self._options)
+
+    def _route(self, url: httpx.URL) -> Optional[HTTPProxy]:
+        """The proxy for a request (None: direct): the transport's own, else the first
+        environment pattern that matches the URL, as httpx's client chooses among its mounts."""
+        if self.proxy is not None:
+            return self.proxy
+        for pattern, route in self._routes:
+            if pattern.matches(url):
+                if isinstance(route, UnsupportedProxy):
+                    raise httpx.ProxyError(f"mtls.httpx.Transport {route} (from the environment)")
+                return route
+        return None
 
     def _new(self, key: _Key) -> HTTPSConnection:
         kw: Dict[str, Any] = dict(self._options)
         if self._timeout is not None:
             kw["timeout"] = self._timeout
-        return HTTPSConnection(key[0], key[1], identity=self.identity, policy=self.policy, verify_as=self.verify_as,
-                               **kw)
+        proxy, host, port = key
+        if proxy is None:
+            return HTTPSConnection(host, port, identity=self.identity, policy=self.policy, verify_as=self.verify_as,
+                                   **kw)
+        conn = HTTPSConnection(proxy.host, proxy.port, identity=self.identity, policy=self.policy,
+                               verify_as=self.verify_as, **kw)
+        conn.set_tunnel(host, port, headers=dict(proxy.headers))
+        return conn
 
     def _checkout(self, key: _Key) -> Tuple[HTTPSConnection, bool]:
         with self._lock:
@@ -106,27 +179,36 @@ class Transport(httpx.BaseTransport):
             conn.send(b"0\r\n\r\n")
         return conn.getresponse()
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.scheme != "https":
-            raise httpx.UnsupportedProtocol(f"mtls.httpx.Transport speaks https only, not {request.url.scheme}:")
-        key = (request.url.host, request.url.port or 443)
+    def _exchange(self, key: _Key, request: httpx.Request) -> Tuple[HTTPSConnection, http.client.HTTPResponse]:
+        """Sends the request on a kept-alive connection for `key` or a new one; the connection and
+        the response (its head read)."""
         conn, reused = self._checkout(key)
         try:
-            response = self._send(conn, request)
+            return conn, self._send(conn, request)
         except (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine):
             conn.close()
             if not reused:
                 raise
-            # The server closed an idle kept-alive connection: once more on a new one.
-            conn = self._new(key)
-            try:
-                response = self._send(conn, request)
-            except BaseException:
-                conn.close()
-                raise
         except BaseException:
             conn.close()
             raise
+        # The server closed an idle kept-alive connection: once more on a new one.
+        conn = self._new(key)
+        try:
+            return conn, self._send(conn, request)
+        except BaseException:
+            conn.close()
+            raise
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.scheme != "https":
+            raise httpx.UnsupportedProtocol(f"mtls.httpx.Transport speaks https only, not {request.url.scheme}:")
+        key = (self._route(request.url), request.url.host, request.url.port or 443)
+        try:
+            conn, response = self._exchange(key, request)
+        except TunnelError as e:
+            # httpx's own error for a proxy that could not be reached or refused the tunnel.
+            raise httpx.ProxyError(str(e), request=request) from e
         return httpx.Response(
             response.status,
             headers=[(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.getheaders()],
@@ -141,5 +223,25 @@ class Transport(httpx.BaseTransport):
             for c in conns:
                 c.close()
 
+
+def _route_client_proxies_through_libmtls() -> None:
+    """httpx.Client(transport=ours, proxy=P) mounts a transport that httpx makes itself for P,
+    with its own TLS: the client's _init_proxy_transport builds it. For a client whose transport
+    is a mtls.httpx.Transport, build ours through P instead (other clients are left alone)."""
+    original = getattr(httpx.Client, "_init_proxy_transport", None)
+    if original is None or getattr(original, "_mtls_routed", False):
+        return
+
+    def _init_proxy_transport(self: httpx.Client, proxy: Any, *args: Any, **kwargs: Any) -> httpx.BaseTransport:
+        transport = getattr(self, "_transport", None)
+        if isinstance(transport, Transport):
+            return transport._through(proxy)
+        return original(self, proxy, *args, **kwargs)
+
+    _init_proxy_transport._mtls_routed = True  # type: ignore[attr-defined]
+    httpx.Client._init_proxy_transport = _init_proxy_transport  # type: ignore[method-assign]
+
+
+_route_client_proxies_through_libmtls()
 
 __all__ = ["Transport"]

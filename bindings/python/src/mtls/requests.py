@@ -12,14 +12,26 @@ streaming work as with requests' own adapter. The identity is an :class:`mtls.Id
 label or a ``pkcs11:`` URI (opened once, shared by the pooled connections). TLS is libmtls's
 alone: the server is judged by ``policy`` (requests' ``verify=`` and ``cert=`` are not used), and a
 refused server raises :class:`mtls.TrustError` with libmtls's reasons. Needs the ``requests``
-extra (``pip install mtls[requests]``)."""
+extra (``pip install mtls[requests]``).
+
+Proxies: requests chooses the proxy as usual (``proxies=``, and with ``trust_env`` HTTPS_PROXY,
+ALL_PROXY and NO_PROXY). For an https:// URL through an ``http://`` proxy the adapter asks the
+proxy for a CONNECT tunnel (with Proxy-Authorization from the proxy URL's user information) and
+runs libmtls's TLS through it, for the target's host, port, identity and policy; connections are
+kept alive per proxy and target. A plain http:// URL through a proxy (when the adapter is also
+mounted for http://) is forwarded by requests as usual: no TLS is involved. An ``https://`` or
+SOCKS proxy raises ``requests.exceptions.InvalidProxyURL``; a proxy that cannot be reached or
+refuses the tunnel raises ``requests.exceptions.ProxyError`` with its status."""
 from typing import Any, Dict, Optional
 
 from requests.adapters import DEFAULT_POOLBLOCK, DEFAULT_POOLSIZE, DEFAULT_RETRIES, HTTPAdapter
+from requests.exceptions import InvalidProxyURL
 from urllib3.connection import HTTPConnection
 from urllib3.connectionpool import HTTPConnectionPool
-from urllib3.poolmanager import SSL_KEYWORDS, PoolManager
+from urllib3.exceptions import ProxyError
+from urllib3.poolmanager import SSL_KEYWORDS, PoolManager, ProxyManager
 
+from ._proxy import HTTPProxy, TunnelError, UnsupportedProxy, connect_via
 from ._socket import TLSSocket
 from .store import Store
 from .tls import IdentityLike, connect, resolve_identity
@@ -36,14 +48,26 @@ class _MTLSHTTPConnection(HTTPConnection):
 
     def connect(self) -> None:
         if self._tunnel_host:
-            raise NotImplementedError("mtls.requests.Adapter does not tunnel through proxies")
+            # urllib3's own tunnel (set_tunnel) is never asked for: the adapter's proxy pools tunnel themselves.
+            raise NotImplementedError("mtls.requests.Adapter tunnels through proxies itself, not with set_tunnel")
         options = dict(self._mtls)
+        proxy: Optional[HTTPProxy] = options.pop("_proxy", None)
         t = self.timeout  # seconds, None, or urllib3's "default" sentinel
         if isinstance(t, (int, float)) and not isinstance(t, bool):
             options.setdefault("connect_timeout", float(t))
             options.setdefault("handshake_timeout", float(t))
-        self.sock = TLSSocket(connect(self.host, self.port, **options))
-        self._has_connected_to_proxy = False
+        if proxy is None:
+            self.sock = TLSSocket(connect(self.host, self.port, **options))
+        else:
+            # The TCP connection is the proxy's: the connect timeout bounds it and the CONNECT answer.
+            timeout = options.pop("connect_timeout", None)
+            try:
+                conn = connect_via(proxy, self.host, self.port, timeout=timeout, **options)
+            except TunnelError as e:
+                # urllib3's own error for a failed proxy: requests raises it as ProxyError.
+                raise ProxyError(str(e), e) from e
+            self.sock = TLSSocket(conn)
+        self._has_connected_to_proxy = proxy is not None
         self.is_verified = True  # libmtls's policy judged the server, or the connection would not exist
 
 
@@ -77,6 +101,28 @@ class _MTLSPoolManager(PoolManager):
         return _MTLSConnectionPool(host, port, mtls_config=self._mtls, **ctx)
 
 
+class _MTLSProxyManager(_MTLSPoolManager):
+    """What requests asks for one proxy: libmtls connections through the proxy's CONNECT tunnel
+    for https targets (one pool per target, so connections are kept per proxy and target), and
+    urllib3's plain forwarding through the proxy for http targets (no TLS at all: an https proxy
+    never gets here)."""
+
+    def __init__(self, proxy_url: str, proxy: HTTPProxy, mtls_config: Dict[str, Any], proxy_headers: Dict[str, str],
+                 **kw: Any) -> None:
+        super().__init__(dict(mtls_config, _proxy=proxy), **kw)
+        self._forward = ProxyManager(proxy_url, proxy_headers=proxy_headers, **kw)
+
+    def connection_from_host(self, host: Optional[str], port: Optional[int] = None, scheme: Optional[str] = "http",
+                             pool_kwargs: Optional[Dict[str, Any]] = None) -> Any:
+        if scheme != "https":
+            return self._forward.connection_from_host(host, port, scheme, pool_kwargs=pool_kwargs)
+        return super().connection_from_host(host, port, scheme, pool_kwargs=pool_kwargs)
+
+    def clear(self) -> None:
+        super().clear()
+        self._forward.clear()
+
+
 class Adapter(HTTPAdapter):
     """A ``requests`` transport adapter whose TLS is libmtls (mount it for ``https://``).
     Keyword options other than the ones named are :class:`mtls.ConnectOptions` fields."""
@@ -99,6 +145,23 @@ class Adapter(HTTPAdapter):
         self._pool_block = block
         self.poolmanager = _MTLSPoolManager(self._mtls, num_pools=connections, maxsize=maxsize, block=block,
                                             **pool_kwargs)
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        """The pools for one proxy URL (requests chose it, with its own rules for ``proxies``,
+        ``trust_env`` and NO_PROXY): https targets are tunneled with CONNECT and run libmtls's
+        TLS; an https:// or SOCKS proxy is refused (InvalidProxyURL), never handed to urllib3's
+        own TLS or SOCKS support."""
+        manager = self.proxy_manager.get(proxy)
+        if manager is None:
+            headers = self.proxy_headers(proxy)
+            try:
+                parsed = HTTPProxy.from_url(proxy, headers=headers)
+            except UnsupportedProxy as e:
+                raise InvalidProxyURL(f"mtls.requests.Adapter {e}") from e
+            manager = self.proxy_manager[proxy] = _MTLSProxyManager(
+                proxy, parsed, self._mtls, headers, num_pools=self._pool_connections, maxsize=self._pool_maxsize,
+                block=self._pool_block, **proxy_kwargs)
+        return manager
 
     def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
         """Nothing to set up: libmtls presents the identity and judges the server."""

@@ -1,0 +1,235 @@
+"""HTTPS through an HTTP proxy with libmtls's TLS (private; used by mtls.requests, mtls.httpx and
+mtls.http).
+
+The proxy is asked for a tunnel with ``CONNECT host:port HTTP/1.1`` over a plain TCP connection;
+once it answers 200, libmtls runs its TLS over that socket (mtls_conn_wrap_fd) with the TARGET's
+host and port: the SNI, the name checked, the host rule, the pins and the identity are the
+target's, exactly as on a direct connection. The proxy sees only the target's host and port and
+the encrypted bytes. Only ``http://`` proxies are honoured: TLS to the proxy itself (an
+``https://`` proxy) and SOCKS are refused with :class:`UnsupportedProxy`, never handed to another
+TLS stack or done without a tunnel."""
+import base64
+import select
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Tuple
+from urllib.parse import unquote, urlsplit
+
+from .errors import Error, Timeout, WantRead, WantWrite
+from .tls import Connection
+
+# Without timeouts from the caller, libmtls's own defaults (mtls_conn_options: "0: 30 s"): for the
+# TCP connection to the proxy and its answer to CONNECT, and for the handshake through the tunnel.
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_HANDSHAKE_TIMEOUT = 30.0
+# The proxy's answer to CONNECT (status line and headers) is read up to this size.
+_MAX_REPLY = 64 * 1024
+
+
+class UnsupportedProxy(ValueError):
+    """A proxy libmtls cannot use without another TLS stack or protocol (https://, socks...)."""
+
+
+class TunnelError(OSError):
+    """The proxy could not be reached, or did not open the tunnel (``status`` is its answer's
+    status code, None when it gave none)."""
+
+    def __init__(self, message: str, status: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class HTTPProxy:
+    """An ``http://`` proxy: where it listens and the headers sent with CONNECT (a
+    Proxy-Authorization made from the URL's user information, and any the caller adds)."""
+    host: str
+    port: int
+    headers: Tuple[Tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_url(cls, url: str, headers: Optional[Mapping[str, str]] = None,
+                 auth: Optional[Tuple[str, str]] = None) -> "HTTPProxy":
+        """The proxy a URL names (``http://[user:password@]host[:port]``, port 80 by default;
+        a URL without a scheme is http, as requests and httpx read it). `auth`, when given,
+        wins over the URL's user information. Other schemes raise UnsupportedProxy."""
+        text = url if "://" in url else "http://" + url
+        parts = urlsplit(text)
+        scheme = parts.scheme.lower()
+        if scheme != "http":
+            what = ("TLS to the proxy itself would need a second TLS layer, which libmtls does not run"
+                    if scheme == "https" else
+                    "SOCKS and other proxy protocols are not supported" if scheme.startswith("socks") else
+                    "unknown proxy scheme")
+            raise UnsupportedProxy(f"cannot use the proxy {_redact(parts)}: libmtls tunnels HTTPS only through "
+                                   f"http:// proxies (HTTP CONNECT); {what}")
+        if not parts.hostname:
+            raise UnsupportedProxy(f"the proxy URL {_redact(parts)} has no host")
+        try:
+            port = parts.port or 80
+        except ValueError as e:
+            raise UnsupportedProxy(f"the proxy URL {_redact(parts)} has an invalid port") from e
+        hdrs = dict(headers or {})
+        if auth is None and parts.username is not None:
+            auth = (unquote(parts.username), unquote(parts.password or ""))
+        if auth is not None and not any(k.lower() == "proxy-authorization" for k in hdrs):
+            token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode("latin-1")).decode("ascii")
+            hdrs["Proxy-Authorization"] = "Basic " + token
+        return cls(parts.hostname, port, tuple(hdrs.items()))
+
+    def __str__(self) -> str:
+        """The proxy's address, without credentials (for messages)."""
+        return f"http://{_authority(self.host, self.port)}"
+
+
+def _redact(parts: Any) -> str:
+    """A URL for a message, without its user information."""
+    host = parts.hostname or ""
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return f"{parts.scheme}://{_authority(host, port) if port else _bracket(host)}"
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def _authority(host: str, port: Optional[int]) -> str:
+    """host:port as CONNECT and Host want it (an IPv6 literal in brackets)."""
+    return f"{_bracket(host)}:{port}"
+
+
+def _read_reply(sock: socket.socket, proxy: HTTPProxy) -> Tuple[int, str]:
+    """The status code and reason of the proxy's answer, read byte by byte up to its blank line,
+    so that nothing after it (the server's TLS records) is taken from the socket."""
+    data = bytearray()
+    while not data.endswith(b"\r\n\r\n") and not data.endswith(b"\n\n"):
+        if len(data) > _MAX_REPLY:
+            raise TunnelError(f"the proxy {proxy} answered CONNECT with more than {_MAX_REPLY} bytes of headers")
+        b = sock.recv(1)
+        if not b:
+            raise TunnelError(f"the proxy {proxy} closed the connection before answering CONNECT")
+        data += b
+    status_line = bytes(data).split(b"\n", 1)[0].decode("latin-1").strip()
+    parts = status_line.split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise TunnelError(f"the proxy {proxy} answered CONNECT with {status_line[:100]!r}, not HTTP")
+    return int(parts[1]), parts[2] if len(parts) > 2 else ""
+
+
+def open_tunnel(proxy: HTTPProxy, host: str, port: int, timeout: Optional[float] = None) -> socket.socket:
+    """A TCP connection to `proxy` on which it has opened a tunnel to host:port (answered 200 to
+    CONNECT). Anything else raises TunnelError naming the proxy and its answer."""
+    t = DEFAULT_TIMEOUT if timeout is None else None if timeout == float("inf") else timeout
+    target = _authority(host, port)
+    lines = [f"CONNECT {target} HTTP/1.1", f"Host: {target}"] + [f"{k}: {v}" for k, v in proxy.headers]
+    if any(c in line for line in lines for c in "\r\n\0"):
+        raise UnsupportedProxy(f"a line break in the CONNECT request for {target!r} (target or proxy headers)")
+    try:
+        sock = socket.create_connection((proxy.host, proxy.port), timeout=t)
+    except OSError as e:
+        raise TunnelError(f"cannot connect to the proxy {proxy}: {e}") from e
+    try:
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        status, reason = _read_reply(sock, proxy)
+        if status != 200:
+            raise TunnelError(f"the proxy {proxy} refused the tunnel to {target}: {status} {reason}".rstrip(), status)
+        sock.settimeout(None)  # from here on TunnelConnection keeps the timeouts (the socket is made non-blocking)
+        return sock
+    except socket.timeout as e:
+        sock.close()
+        raise TunnelError(f"the proxy {proxy} did not answer CONNECT within {t} s") from e
+    except OSError as e:
+        sock.close()
+        if isinstance(e, TunnelError):
+            raise
+        raise TunnelError(f"the tunnel through the proxy {proxy} failed: {e}") from e
+    except BaseException:
+        sock.close()
+        raise
+
+
+class TunnelConnection(Connection):
+    """A libmtls connection over a proxy's tunnel, that behaves as a blocking Connection.
+
+    It owns the tunnel's socket and closes it after the TLS connection (mtls_conn_wrap_fd leaves
+    a wrapped socket to its caller). mtls_conn_wrap_fd has no form that stops before the
+    handshake, as mtls_conn_open does for mtls_conn_connect, and a handshake that fails inside it
+    leaves no connection whose evaluation could be read: so the connection is made non-blocking
+    and its handshake, reads and writes wait for the socket here, within the connection's
+    handshake and I/O timeouts. A refused server's TrustError then carries the evaluation and its
+    reasons, as on a direct connection."""
+    _sock: Optional[socket.socket] = None
+    _io_timeout: Optional[float] = None
+
+    def _wait(self, want: Error, deadline: Optional[float], what: str) -> None:
+        """Waits until the socket is readable (WantRead) or writable (WantWrite); Timeout at
+        the deadline (a time.monotonic() value; None: none)."""
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise Timeout(f"the {what} timed out", Timeout.code)
+        poller = select.poll()
+        poller.register(self.fileno(), select.POLLIN if isinstance(want, WantRead) else select.POLLOUT)
+        poller.poll(None if remaining is None else max(1, int(remaining * 1000)))
+
+    @staticmethod
+    def _deadline(seconds: Optional[float]) -> Optional[float]:
+        return None if seconds is None or seconds == float("inf") else time.monotonic() + seconds
+
+    def _blocking(self, call: Callable[[], Any], seconds: Optional[float], what: str) -> Any:
+        deadline = self._deadline(seconds)
+        while True:
+            try:
+                return call()
+            except (WantRead, WantWrite) as want:
+                self._wait(want, deadline, what)
+
+    def handshake_within(self, seconds: Optional[float]) -> None:
+        """Runs the handshake to its end within `seconds` (None: no limit)."""
+        self._blocking(super().handshake, seconds, "TLS handshake through the proxy's tunnel")
+
+    def read(self, n: int = 16384) -> bytes:
+        return self._blocking(lambda: super(TunnelConnection, self).read(n), self._io_timeout, "read")
+
+    def readinto(self, buffer: Any) -> int:
+        return self._blocking(lambda: super(TunnelConnection, self).readinto(buffer), self._io_timeout, "read")
+
+    def write(self, data: bytes) -> int:
+        return self._blocking(lambda: super(TunnelConnection, self).write(data), self._io_timeout, "write")
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            sock, self._sock = self._sock, None
+            if sock is not None:
+                sock.close()
+
+
+def connect_via(proxy: HTTPProxy, host: str, port: int, *, timeout: Optional[float] = None,
+                handshake_timeout: Optional[float] = None, io_timeout: Optional[float] = None,
+                **options: Any) -> TunnelConnection:
+    """A handshaken libmtls connection to host:port through `proxy`'s CONNECT tunnel. `options`
+    are :class:`mtls.ConnectOptions` fields (the identity an Identity already resolved); they and
+    the policy apply to the target, never to the proxy. `timeout` bounds reaching the proxy and
+    its answer, `handshake_timeout` the handshake (None: libmtls's default), `io_timeout` each
+    read and write (None: none), in seconds. A refused server raises TrustError with the
+    evaluation."""
+    sock = open_tunnel(proxy, host, port, timeout)
+    try:
+        options["non_blocking"] = True
+        conn = TunnelConnection.wrap(sock, host, port, **options)
+    except BaseException:
+        sock.close()
+        raise
+    conn._sock = sock
+    conn._io_timeout = io_timeout
+    try:
+        conn.handshake_within(DEFAULT_HANDSHAKE_TIMEOUT if handshake_timeout is None else handshake_timeout)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
