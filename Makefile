@@ -68,10 +68,12 @@ wheel: build
 
 # The header is the only definition of the C ABI: every declared function is exported with the
 # same parameter count as its Swift definition (and nothing else is exported), and the Python
-# ctypes structures have the header's sizes and offsets.
+# ctypes structures have the header's sizes and offsets, and every constant (status codes and
+# their names, flags, key types) in Python and Swift is the header's.
 test-abi:
 	$(PYTHON) scripts/check-abi.py exports $(TEST_PREFIX)/include/mtls.h $(TEST_PREFIX)/lib/libmtls.so Sources
 	$(PYTHON) scripts/check-abi.py layout $(TEST_PREFIX)/include/mtls.h bindings/python/src $(TEST_PREFIX)/lib/libmtls.so
+	$(PYTHON) scripts/check-abi.py constants $(TEST_PREFIX)/include/mtls.h bindings/python/src $(TEST_PREFIX)/lib/libmtls.so Sources
 
 # C programs compiled against the installed header through pkg-config, run with no
 # LD_LIBRARY_PATH.

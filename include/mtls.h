@@ -49,7 +49,7 @@ extern "C" {
 /* The version is written here and nowhere else: the library, the command line, the packages
  * and mtls.pc take it from these three macros. */
 #define MTLS_VERSION_MAJOR 0
-#define MTLS_VERSION_MINOR 1
+#define MTLS_VERSION_MINOR 2
 #define MTLS_VERSION_PATCH 0
 #define MTLS_VERSION_NUMBER (MTLS_VERSION_MAJOR * 10000 + MTLS_VERSION_MINOR * 100 + MTLS_VERSION_PATCH)
 #define MTLS_STRINGIFY_(x) #x
@@ -948,7 +948,8 @@ MTLS_EXTERN int mtls_identity_token_uri(const mtls_identity *identity, char **ou
  * sent to a token at its final try: MTLS_E_PIN_LOCKED). The PIN callback, if any, is called on
  * the calling thread during the call only and is not kept. */
 /* Generate a key pair on the token the URI names (token=... and object=LABEL and/or id=%XX...):
- * key_type "ec-p256", "ec-p384", "rsa2048", "rsa3072" or "ed25519"; the private key sensitive,
+ * key_type MTLS_KEY_TYPE_EC_P256, _EC_P384, _RSA_2048, _RSA_3072 or _ED25519 (the aliases below
+ * are accepted too); the private key sensitive,
  * never extractable, for signing, with CKA_ID from id= (random when absent) and CKA_LABEL from
  * object=. *key_uri is the new private key's URI; free it with mtls_string_free.
  * MTLS_E_DUPLICATE when the token has a key with that id or label; MTLS_E_UNSUPPORTED when the
@@ -989,13 +990,22 @@ typedef struct mtls_issued mtls_issued;
 #define MTLS_PROFILE_SERVER 3
 #define MTLS_PROFILE_CLIENT 4
 
+/* Key types for a new key (mtls_issue_options.key_type, mtls_token_keygen), one spelling each.
+ * "p256", "p384", "rsa2048", "rsa3072" and "rsa4096" (the names mtls_cert_key_type reports) are
+ * accepted as aliases of the EC and RSA types; names are case-insensitive. */
+#define MTLS_KEY_TYPE_EC_P256 "ec-p256"     /* the default */
+#define MTLS_KEY_TYPE_EC_P384 "ec-p384"
+#define MTLS_KEY_TYPE_RSA_2048 "rsa-2048"
+#define MTLS_KEY_TYPE_RSA_3072 "rsa-3072"
+#define MTLS_KEY_TYPE_RSA_4096 "rsa-4096"   /* issuing only; tokens make up to 3072 */
+#define MTLS_KEY_TYPE_ED25519 "ed25519"
+
 /* Options for a new certificate. Versioned: fill with mtls_issue_options_init, then set
  * fields. The strings and arrays are read during the call only. */
 #define MTLS_ISSUE_OPTIONS_VERSION 1
 typedef struct mtls_issue_options {
     unsigned int version;              /* MTLS_ISSUE_OPTIONS_VERSION */
-    const char *key_type;              /* "ec-p256" (NULL: the default), "ec-p384", "rsa-2048",
-                                          "rsa-3072", "rsa-4096", "ed25519" */
+    const char *key_type;              /* an MTLS_KEY_TYPE_* name (NULL: MTLS_KEY_TYPE_EC_P256) */
     int validity_days;                 /* 0: the profile's default */
     int64_t now;                       /* issuing time, Unix seconds; 0: the current time */
     const char *const *dns_names;      /* subjectAltName DNS names (servers; `*.` allowed) */

@@ -1,11 +1,10 @@
 // The C ABI's plumbing: status codes, the per-thread last error, handle boxing, strings out.
 // No logic lives in this target: every function converts arguments and calls the Swift core.
 import MTLS
+import CMTLSHeader
 #if canImport(Glibc)
 import Glibc
 #endif
-
-let MTLS_OK: Int32 = 0
 
 // MARK: last error (per thread)
 
@@ -31,7 +30,7 @@ func lastErrorMessage() -> UnsafeMutablePointer<CChar>? {
 func abiCall(_ function: String = #function, _ body: () throws -> Void) -> Int32 {
     do {
         try body()
-        return MTLS_OK
+        return MTLS_OK.rawValue
     } catch let e as MTLSError {
         setLastError(e.message)
         return e.code.rawValue

@@ -5,10 +5,23 @@ import CMTLSHeader
 import Glibc
 #endif
 
+private let connOptionsVersion = UInt32(MTLS_CONN_OPTIONS_VERSION)
+private let listenerOptionsVersion = UInt32(MTLS_LISTENER_OPTIONS_VERSION)
+
+/// The header's `MTLS_CLIENT_AUTH_*` constants.
+private func clientAuthentication(_ v: Int32) throws -> ClientAuthentication {
+    switch v {
+    case MTLS_CLIENT_AUTH_NONE: return .none
+    case MTLS_CLIENT_AUTH_OPTIONAL: return .optional
+    case MTLS_CLIENT_AUTH_REQUIRE: return .require
+    default: throw invalid("client_auth must be MTLS_CLIENT_AUTH_NONE, _OPTIONAL or _REQUIRE, not \(v)")
+    }
+}
+
 private func tlsVersion(_ v: Int32, _ name: String) throws -> TLSVersion {
     switch v {
-    case 12: return .tls12
-    case 13: return .tls13
+    case MTLS_TLS_1_2: return .tls12
+    case MTLS_TLS_1_3: return .tls13
     default: throw invalid("\(name) must be MTLS_TLS_1_2 (12) or MTLS_TLS_1_3 (13), not \(v)")
     }
 }
@@ -28,7 +41,9 @@ private func clientOptions(_ p: UnsafePointer<mtls_conn_options>?) throws -> TLS
     var o = TLSClientOptions()
     guard let p else { return o }
     let c = p.pointee
-    guard c.version == 1 else { throw invalid("mtls_conn_options version \(c.version) is not supported (1 is); use mtls_conn_options_init") }
+    guard c.version == connOptionsVersion else {
+        throw invalid("mtls_conn_options version \(c.version) is not supported (\(connOptionsVersion) is); use mtls_conn_options_init")
+    }
     o.serverName = optionalString(c.sni)
     o.validationName = optionalString(c.verify_as)
     o.alpn = alpnList(c.alpn)
@@ -54,9 +69,11 @@ private func clientOptions(_ p: UnsafePointer<mtls_conn_options>?) throws -> TLS
 public func mtls_conn_options_init(_ opts: UnsafeMutablePointer<mtls_conn_options>?, _ version: UInt32) -> Int32 {
     abiCall {
         let opts = try require(opts, "opts")
-        guard version == 1 else { throw invalid("mtls_conn_options version \(version) is not supported (1 is)") }
+        guard version == connOptionsVersion else {
+            throw invalid("mtls_conn_options version \(version) is not supported (\(connOptionsVersion) is)")
+        }
         var o = mtls_conn_options()  // zero: NULL pointers, 0 timeouts (the defaults), no flags
-        o.version = 1
+        o.version = version
         o.min_tls = MTLS_TLS_1_2
         o.max_tls = MTLS_TLS_1_3
         opts.pointee = o
@@ -192,9 +209,11 @@ public func mtls_conn_presented_identity(_ conn: OpaquePointer?, _ out: UnsafeMu
 public func mtls_listener_options_init(_ opts: UnsafeMutablePointer<mtls_listener_options>?, _ version: UInt32) -> Int32 {
     abiCall {
         let opts = try require(opts, "opts")
-        guard version == 1 else { throw invalid("mtls_listener_options version \(version) is not supported (1 is)") }
+        guard version == listenerOptionsVersion else {
+            throw invalid("mtls_listener_options version \(version) is not supported (\(listenerOptionsVersion) is)")
+        }
         var o = mtls_listener_options()
-        o.version = 1
+        o.version = version
         o.client_auth = MTLS_CLIENT_AUTH_REQUIRE
         o.min_tls = MTLS_TLS_1_2
         o.max_tls = MTLS_TLS_1_3
@@ -209,12 +228,11 @@ public func mtls_listener_new(_ address: UnsafePointer<CChar>?, _ port: UInt16, 
     abiCall {
         try putHandle(out) {
             let c = try require(opts, "opts").pointee
-            guard c.version == 1 else { throw invalid("mtls_listener_options version \(c.version) is not supported (1 is)") }
-            var o = TLSServerOptions(identity: try handle(c.identity, Identity.self, "opts->identity"))
-            guard let auth = ClientAuthentication(rawValue: Int(c.client_auth)) else {
-                throw invalid("client_auth must be MTLS_CLIENT_AUTH_NONE, _OPTIONAL or _REQUIRE, not \(c.client_auth)")
+            guard c.version == listenerOptionsVersion else {
+                throw invalid("mtls_listener_options version \(c.version) is not supported (\(listenerOptionsVersion) is)")
             }
-            o.clientAuthentication = auth
+            var o = TLSServerOptions(identity: try handle(c.identity, Identity.self, "opts->identity"))
+            o.clientAuthentication = try clientAuthentication(c.client_auth)
             if let p = c.client_policy { o.clientPolicy = try handle(p, TrustPolicy.self, "opts->client_policy") }
             o.alpn = alpnList(c.alpn)
             o.minVersion = try tlsVersion(c.min_tls, "min_tls")

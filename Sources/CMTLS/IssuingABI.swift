@@ -41,10 +41,10 @@ private struct IssueOptions {
 /// The profile constants of the header (`MTLS_PROFILE_*`).
 private func profile(_ value: Int32) throws -> CertificateProfile {
     switch value {
-    case 2: return .intermediate
-    case 3: return .server
-    case 4: return .client
-    case 1: throw MTLSError(.invalidArgument, "a root is made with mtls_pki_root, not issued")
+    case MTLS_PROFILE_INTERMEDIATE: return .intermediate
+    case MTLS_PROFILE_SERVER: return .server
+    case MTLS_PROFILE_CLIENT: return .client
+    case MTLS_PROFILE_ROOT: throw MTLSError(.invalidArgument, "a root is made with mtls_pki_root, not issued")
     default: throw MTLSError(.invalidArgument, "unknown profile \(value) (use MTLS_PROFILE_INTERMEDIATE, _SERVER or _CLIENT)")
     }
 }
