@@ -10,7 +10,8 @@
  *    of the last failure on the calling thread (read it right after the failing call).
  *  - Every pointer argument is checked: NULL where a value is required, or a buffer of the
  *    wrong size, gives MTLS_E_INVALID_ARGUMENT, never a crash.
- *  - A size or count above SSIZE_MAX is MTLS_E_INVALID_ARGUMENT.
+ *  - A size or count above SSIZE_MAX is MTLS_E_INVALID_ARGUMENT (a *_list_free given one frees
+ *    nothing and sets the last error). Optional strings (NULL allowed) must be UTF-8 too.
  *  - Every handle carries a type tag checked on entry: a handle of another type, or one already
  *    freed, is MTLS_E_INVALID_ARGUMENT (and a no-op for the free and close functions). This is a
  *    best effort, not a guarantee: a freed handle is caught until its memory is reused, and a
@@ -656,7 +657,9 @@ typedef struct mtls_conn_options {
     mtls_policy *policy;            /* how the server is judged; NULL: system trust store, name check */
 } mtls_conn_options;
 
-/* Fill *opts with the defaults of `version` (MTLS_CONN_OPTIONS_VERSION). */
+/* Fill *opts with the defaults of `version` (MTLS_CONN_OPTIONS_VERSION), the library's own:
+ * TLS 1.2 to 1.3, connect and handshake timeouts 30000 ms, io_timeout_ms -1 (no limit), session
+ * resumption on, NULL pointers. */
 MTLS_EXTERN int mtls_conn_options_init(mtls_conn_options *opts, unsigned int version);
 /* Connect to host (DNS name, IPv4 or IPv6 literal) and port, and complete the handshake (unless
  * opts->non_blocking). opts may be NULL for the defaults. Free *out with mtls_conn_free.
@@ -743,7 +746,9 @@ typedef struct mtls_listener_options {
     int no_session_tickets;         /* nonzero: issue no session tickets (see mtls_listener_accept) */
 } mtls_listener_options;
 
-/* Fill *opts with the defaults of `version` (MTLS_LISTENER_OPTIONS_VERSION).
+/* Fill *opts with the defaults of `version` (MTLS_LISTENER_OPTIONS_VERSION), the library's own:
+ * MTLS_CLIENT_AUTH_REQUIRE, TLS 1.2 to 1.3, handshake_timeout_ms 30000, io_timeout_ms -1 (no
+ * limit), session tickets on, NULL pointers.
  *
  * How a listener judges a client (client_policy): the policy's anchors (or, for a client whose
  * address matches one of its host rules, that rule's anchors and pins) decide, and they are also
@@ -1028,7 +1033,8 @@ MTLS_EXTERN int mtls_pki_issue(const mtls_issued *issuer, int profile, const cha
 /* Sign a certificate signing request (PEM or DER, csr_len bytes) as an MTLS_PROFILE_SERVER or
  * _CLIENT certificate from the CA `issuer`: the same profiles as mtls_pki_issue, the key stays
  * with its owner (e.g. on a token). The CSR's self-signature must verify (MTLS_E_CORRUPT
- * otherwise; MTLS_E_PARSE for data that is not a CSR). `name` is the CN (NULL: the CSR's CN);
+ * otherwise; MTLS_E_PARSE for data that is not a CSR). `name` is the CN (NULL: the CSR's CN,
+ * else the first DNS name, else the first IP address of opts, as `mtls pki sign` does);
  * opts gives validity, DNS and IP names (its key_type is ignored). Free *out with mtls_cert_free. */
 MTLS_EXTERN int mtls_pki_sign_csr(const mtls_issued *issuer, int profile, const uint8_t *csr, size_t csr_len,
                                   const char *name, const mtls_issue_options *opts, mtls_cert **out);

@@ -158,7 +158,7 @@ public func mtls_pkcs12_export(_ identity: OpaquePointer?, _ pass: UnsafePointer
             let id = try handle(identity, Identity.self, "identity")
             let pw = try require(secretBytes(pass), "password")
             var options = try pkcs12ExportOptions(flags)
-            options.friendlyName = optionalString(friendlyName)
+            options.friendlyName = try optionalString(friendlyName, "friendly_name")
             return try PKCS12.export(id, password: pw, options: options)
         }
     }
@@ -173,7 +173,7 @@ public func mtls_identity_resolve(_ name: UnsafePointer<CChar>?, _ keyPath: Unsa
     abiCall {
         try putHandle(out) {
             let store = try store.map { try handle($0, CredentialStore.self, "store") }
-            return try Identity.resolve(try string(name, "name"), keyPath: optionalString(keyPath),
+            return try Identity.resolve(try string(name, "name"), keyPath: try optionalString(keyPath, "key_path"),
                                         password: secretBytes(password), pin: secretBytes(pin), store: store)
         }
     }

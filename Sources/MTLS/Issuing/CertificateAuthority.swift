@@ -279,3 +279,13 @@ enum CertificateBuilder {
         }
     }
 }
+
+extension PKCS12 {
+    /// An issued certificate's `.p12`: its key, the certificate and the whole chain, with the
+    /// certificate's CN as the friendly name. What `mtls pki issue --p12`, the C ABI's
+    /// `mtls_issued_export_p12` and Python's `IssuedCertificate` write.
+    public static func exportIssued(_ identity: Identity, password: SecretBytes,
+                                    scheme: PKCS12ExportOptions.Scheme = .modern) throws -> [UInt8] {
+        try export(identity, password: password, options: PKCS12ExportOptions(scheme: scheme, friendlyName: identity.leaf.commonName))
+    }
+}
