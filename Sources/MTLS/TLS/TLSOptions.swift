@@ -121,15 +121,9 @@ public struct TLSClientOptions: Sendable {
     /// Seconds allowed for the TCP connect, the TLS handshake and each read or write, under
     /// ``TLSDefaults/timeout(_:default:)``'s convention: `nil` or negative waits forever, `0` is
     /// the default (30 s for the connect and the handshake, forever for reads and writes).
-    public var connectTimeout: Double? = TLSDefaults.connectTimeout {
-        didSet { connectTimeout = TLSDefaults.timeout(connectTimeout, default: TLSDefaults.connectTimeout) }
-    }
-    public var handshakeTimeout: Double? = TLSDefaults.handshakeTimeout {
-        didSet { handshakeTimeout = TLSDefaults.timeout(handshakeTimeout, default: TLSDefaults.handshakeTimeout) }
-    }
-    public var ioTimeout: Double? = TLSDefaults.ioTimeout {
-        didSet { ioTimeout = TLSDefaults.timeout(ioTimeout, default: TLSDefaults.ioTimeout) }
-    }
+    @TLSTimeout(default: TLSDefaults.connectTimeout) public var connectTimeout: Double?
+    @TLSTimeout(default: TLSDefaults.handshakeTimeout) public var handshakeTimeout: Double?
+    @TLSTimeout(default: TLSDefaults.ioTimeout) public var ioTimeout: Double?
     /// The identity to present.
     public var identity: ClientIdentity = .none
     /// How the server is judged. `nil` uses a default policy (the system trust store, name check
@@ -180,12 +174,8 @@ public struct TLSServerOptions: Sendable {
     public var maxVersion: TLSVersion = TLSDefaults.maxVersion
     /// Seconds allowed for each accepted client's handshake, and for reads and writes (the
     /// convention of ``TLSClientOptions/connectTimeout``).
-    public var handshakeTimeout: Double? = TLSDefaults.handshakeTimeout {
-        didSet { handshakeTimeout = TLSDefaults.timeout(handshakeTimeout, default: TLSDefaults.handshakeTimeout) }
-    }
-    public var ioTimeout: Double? = TLSDefaults.ioTimeout {
-        didSet { ioTimeout = TLSDefaults.timeout(ioTimeout, default: TLSDefaults.ioTimeout) }
-    }
+    @TLSTimeout(default: TLSDefaults.handshakeTimeout) public var handshakeTimeout: Double?
+    @TLSTimeout(default: TLSDefaults.ioTimeout) public var ioTimeout: Double?
     /// Issue session tickets, so a returning client resumes without the certificate work. A
     /// ticket resumes only under the client policy version that judged the client, from the
     /// same address, while its chain is valid; otherwise the client gets a full handshake.
@@ -243,5 +233,24 @@ public enum TLSDefaults {
     public static func timeout(_ seconds: Double?, default defaultValue: Double?) -> Double? {
         guard let seconds, seconds >= 0 else { return nil }
         return seconds == 0 ? defaultValue : seconds
+    }
+}
+
+/// A timeout option (seconds) kept under ``TLSDefaults/timeout(_:default:)``'s convention: a value
+/// is read back as it will be used (`0` set reads as the default, a negative value as nil).
+@propertyWrapper
+public struct TLSTimeout: Sendable {
+    private var seconds: Double?
+    private let defaultSeconds: Double?
+
+    /// Starts at `defaultSeconds`, which is also what `0` means.
+    public init(default defaultSeconds: Double?) {
+        self.seconds = defaultSeconds
+        self.defaultSeconds = defaultSeconds
+    }
+
+    public var wrappedValue: Double? {
+        get { seconds }
+        set { seconds = TLSDefaults.timeout(newValue, default: defaultSeconds) }
     }
 }
