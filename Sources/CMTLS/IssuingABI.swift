@@ -11,7 +11,7 @@ private let issueOptionsVersion = UInt32(MTLS_ISSUE_OPTIONS_VERSION)
 
 /// The converted options.
 private struct IssueOptions {
-    var keySpec = KeySpec.ecP256
+    var keySpec = KeySpec.issuingDefault  // key_type NULL: the core's default
     var days: Int?
     var now = Date()
     var dns: [String] = []

@@ -41,7 +41,7 @@ struct PKICommand: ParsableCommand {
 
     /// Options for anything that makes a key and a certificate.
     struct KeyOptions: ParsableArguments {
-        @Option(help: "Key kind: \(KeySpec.issuingNames.joined(separator: " | ")).") var key = "ec-p256"
+        @Option(help: "Key kind: \(KeySpec.issuingNames.joined(separator: " | ")).") var key = KeySpec.issuingDefault.issuingName
         @Option(help: "Validity in days (default: root 20 years, intermediate 10, server and client 3).") var days: Int?
 
         func spec() throws -> KeySpec { try KeySpec(issuingName: key) }

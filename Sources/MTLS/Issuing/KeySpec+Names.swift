@@ -7,6 +7,10 @@ extension KeySpec {
     public static let issuingNames = [MTLS_KEY_TYPE_EC_P256, MTLS_KEY_TYPE_EC_P384, MTLS_KEY_TYPE_RSA_2048,
                                       MTLS_KEY_TYPE_RSA_3072, MTLS_KEY_TYPE_RSA_4096, MTLS_KEY_TYPE_ED25519]
 
+    /// The key kind made when none is named (`MTLS_KEY_TYPE_EC_P256`, "the default" in mtls.h):
+    /// for `mtls pki`, the C ABI's NULL `key_type` and every issuing function's default.
+    public static let issuingDefault = KeySpec.ecP256
+
     /// The aliases accepted beside ``issuingNames``: the names ``Certificate``'s key type reports
     /// (`p256`, `rsa2048`...), which token key generation used to take (see mtls.h).
     static let aliases: [String: String] = [

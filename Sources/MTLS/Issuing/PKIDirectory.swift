@@ -48,7 +48,7 @@ public struct PKIDirectory: Sendable {
 
     /// Makes the root CA: `D/root/{cert.pem,key.pem}`. Fails with ``MTLSError/Code/duplicate``
     /// if the folder already has a root.
-    public func initRoot(commonName: String, keySpec: KeySpec = .ecP256, validityDays: Int? = nil,
+    public func initRoot(commonName: String, keySpec: KeySpec = .issuingDefault, validityDays: Int? = nil,
                          keyPassword: SecretBytes? = nil, now: Date = Date()) throws -> Item {
         guard !Self.exists(rootPath) else {
             throw MTLSError(.duplicate, "\(path) already has a root CA (\(rootPath))")
@@ -62,7 +62,7 @@ public struct PKIDirectory: Sendable {
     }
 
     /// Makes an intermediate CA (path length 0) under the root: `D/ca/<slug>/`.
-    public func makeIntermediate(commonName: String, keySpec: KeySpec = .ecP256, validityDays: Int? = nil,
+    public func makeIntermediate(commonName: String, keySpec: KeySpec = .issuingDefault, validityDays: Int? = nil,
                                  keyPassword: SecretBytes? = nil, now: Date = Date()) throws -> Item {
         let dir = try caPath(commonName)
         guard !Self.exists(dir) else {
@@ -96,7 +96,7 @@ public struct PKIDirectory: Sendable {
     /// `D/ca/<ca>/issued/<slug of the common name>/`, and with `p12` its `.p12` too
     /// (``PKCS12/exportIssued(_:password:scheme:)``), as one step: when the `.p12` cannot be
     /// made or written, the issued item is removed again, so a failure leaves neither behind.
-    public func issue(_ request: CertificateRequest, caName: String, keySpec: KeySpec = .ecP256,
+    public func issue(_ request: CertificateRequest, caName: String, keySpec: KeySpec = .issuingDefault,
                       keyPassword: SecretBytes? = nil, p12: PKCS12Output? = nil, now: Date = Date()) throws -> Item {
         guard request.profile == .server || request.profile == .client else {
             throw MTLSError(.invalidArgument, "only server and client certificates are issued from an intermediate")
