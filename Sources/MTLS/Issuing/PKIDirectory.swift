@@ -111,7 +111,9 @@ public struct PKIDirectory: Sendable {
         let (ca, chain) = try loadIntermediate(caName, keyPassword: keyPassword)
         let identity = try ca.issueWithNewKey(request, keySpec: keySpec, chain: chain, now: now)
         let p12Bytes = try p12.map { try PKCS12.exportIssued(identity, password: $0.password, scheme: $0.scheme) }
-        try Self.makeDirectories(caDir + "/issued")
+        let issuedDir = caDir + "/issued"
+        let issuedDirExisted = Self.exists(issuedDir)
+        try Self.makeDirectories(issuedDir)
         try Self.writeItem(identity, at: dir, keyPassword: keyPassword, chain: true)
         let item = Item(identity: identity, directory: dir)
         if let p12, var p12Bytes {
@@ -119,7 +121,10 @@ public struct PKIDirectory: Sendable {
             do {
                 try FileIO.writeAtomically(p12.path, p12Bytes, mode: 0o600)
             } catch {
-                discard(item)  // no certificate on disk without the .p12 that was asked for
+                // No certificate on disk without the .p12 that was asked for: the folder is left
+                // as it was found.
+                discard(item)
+                if !issuedDirExisted { _ = rmdir(issuedDir) }
                 throw error
             }
         }
