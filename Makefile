@@ -1,6 +1,7 @@
 # libmtls — build, test, install, benchmark, demo.
 #   make demo     build, then run the end-to-end demo (private PKI, store, mTLS server + client)
 #   make test     everything: Swift tests, C tests against the installed header, Python, e2e, limbo
+#   make check    the inner loop: Swift tests, the ABI check, C and Python tests (no e2e, limbo, packages)
 #   make bench    benchmarks, each printed as a ratio against a raw OpenSSL C baseline
 #   make install PREFIX=/usr/local
 SHELL := /bin/bash
@@ -11,11 +12,13 @@ PYTHON ?= python3
 SWIFT ?= swift
 OUT := $(CURDIR)/out
 TEST_PREFIX := $(OUT)/prefix
-# The x509-limbo suite lives in shared/, beside the checkout (git-common-dir finds it from a worktree too).
-LIMBO ?= $(abspath $(shell git rev-parse --git-common-dir 2>/dev/null || echo .git)/../../shared/limbo)
+# The x509-limbo suite, vendored with its licence and provenance (scripts/refresh-limbo.sh DIR
+# refreshes it); LIMBO=DIR runs another copy.
+LIMBO ?= $(CURDIR)/Tests/limbo
 
 .PHONY: deb wheel print-version
 .PHONY: all deps build build-debug build-release install test test-swift test-abi test-c test-python test-e2e test-limbo bench demo clean
+.PHONY: check
 
 all: build
 
@@ -55,6 +58,14 @@ test: deps
 	$(MAKE) --no-print-directory test-abi test-c test-limbo test-python test-e2e
 	$(MAKE) --no-print-directory test-fuzz
 
+# The inner loop: one debug build, the Swift tests, then the installed library's ABI check, C
+# programs and Python tests. No e2e, no limbo, no packages: `make test` runs those.
+check: deps
+	$(MAKE) --no-print-directory build-debug
+	$(MAKE) --no-print-directory test-swift
+	$(MAKE) --no-print-directory install CONFIG=debug PREFIX=$(TEST_PREFIX) DESTDIR=
+	$(MAKE) --no-print-directory test-abi test-c test-python
+
 test-swift:
 	$(SWIFT) test -c debug --skip-build
 
@@ -68,10 +79,12 @@ wheel: build
 
 # The header is the only definition of the C ABI: every declared function is exported with the
 # same parameter count as its Swift definition (and nothing else is exported), and the Python
-# ctypes structures have the header's sizes and offsets.
+# ctypes structures have the header's sizes and offsets, and every constant (status codes and
+# their names, flags, key types) in Python and Swift is the header's.
 test-abi:
 	$(PYTHON) scripts/check-abi.py exports $(TEST_PREFIX)/include/mtls.h $(TEST_PREFIX)/lib/libmtls.so Sources
 	$(PYTHON) scripts/check-abi.py layout $(TEST_PREFIX)/include/mtls.h bindings/python/src $(TEST_PREFIX)/lib/libmtls.so
+	$(PYTHON) scripts/check-abi.py constants $(TEST_PREFIX)/include/mtls.h bindings/python/src $(TEST_PREFIX)/lib/libmtls.so Sources
 
 # C programs compiled against the installed header through pkg-config, run with no
 # LD_LIBRARY_PATH.

@@ -18,7 +18,8 @@ import sys
 import tempfile
 import time
 
-from _cbench import build, free_port, quartiles, row
+from _cbench import build, quartiles, row
+import nginx_server  # Tests/support, on the path _cbench sets: the one nginx harness
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -36,48 +37,6 @@ import mtls.requests  # noqa: E402
 
 LEAK_CYCLES = int(os.environ.get("MTLS_BENCH_LEAK_CYCLES", "100000"))
 
-
-
-def start_nginx(pki, tmp):
-    port = free_port()
-    prefix = os.path.join(tmp, "nginx")
-    os.makedirs(os.path.join(prefix, "logs"))
-    conf = os.path.join(prefix, "nginx.conf")
-    with open(conf, "w") as f:
-        f.write(f"""
-error_log {prefix}/logs/error.log;
-pid {prefix}/nginx.pid;
-events {{ worker_connections 256; }}
-http {{
-  access_log off;
-  client_body_temp_path {prefix}/body; proxy_temp_path {prefix}/proxy;
-  fastcgi_temp_path {prefix}/fcgi; uwsgi_temp_path {prefix}/uwsgi; scgi_temp_path {prefix}/scgi;
-  keepalive_requests 1000000;
-  server {{
-    listen 127.0.0.1:{port} ssl;
-    ssl_certificate {pki}/server-chain.pem;
-    ssl_certificate_key {pki}/server.key;
-    ssl_client_certificate {pki}/int-a.pem;
-    ssl_trusted_certificate {pki}/root.pem;
-    ssl_verify_client on;
-    ssl_verify_depth 2;
-    ssl_session_cache shared:bench:4m;
-    default_type text/plain;
-    location / {{ return 200 "hello $ssl_client_s_dn\\n"; }}
-  }}
-}}
-""")
-    proc = subprocess.Popen(["nginx", "-c", conf, "-p", prefix, "-g", "daemon off; master_process off;"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(300):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return proc, port
-        except OSError:
-            if proc.poll() is not None:
-                sys.exit("bench_python: nginx exited")
-            time.sleep(0.05)
-    sys.exit("bench_python: nginx does not listen")
 
 
 class SSLAdapter(HTTPAdapter):
@@ -117,8 +76,11 @@ def rates(sessions, url, n, close, rounds=9):
 
 
 def http_rows(pki, tmp):
-    proc, port = start_nginx(pki, tmp)
-    url = f"https://127.0.0.1:{port}/"
+    # The tests' nginx, sized for a benchmark: clients of int-a, verified up to the root.
+    srv = nginx_server.start(os.path.join(tmp, "nginx"), server_chain=os.path.join(pki, "server-chain.pem"),
+                             server_key=os.path.join(pki, "server.key"), client_ca=os.path.join(pki, "int-a.pem"),
+                             trusted=os.path.join(pki, "root.pem"), worker_connections=256, keepalive_requests=1000000)
+    url = srv.url + "/"
     try:
         ctx = ssl.create_default_context(cafile=os.path.join(pki, "root.pem"))
         ctx.load_cert_chain(os.path.join(pki, "client-a-chain.pem"), os.path.join(pki, "client-a.key"))
@@ -150,8 +112,7 @@ def http_rows(pki, tmp):
         for s in clients.values():
             s.close()
     finally:
-        proc.terminate()
-        proc.wait()
+        srv.stop()
 
 
 def eval_rows(pki, tmp):

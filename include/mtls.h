@@ -10,7 +10,8 @@
  *    of the last failure on the calling thread (read it right after the failing call).
  *  - Every pointer argument is checked: NULL where a value is required, or a buffer of the
  *    wrong size, gives MTLS_E_INVALID_ARGUMENT, never a crash.
- *  - A size or count above SSIZE_MAX is MTLS_E_INVALID_ARGUMENT.
+ *  - A size or count above SSIZE_MAX is MTLS_E_INVALID_ARGUMENT (a *_list_free given one frees
+ *    nothing and sets the last error). Optional strings (NULL allowed) must be UTF-8 too.
  *  - Every handle carries a type tag checked on entry: a handle of another type, or one already
  *    freed, is MTLS_E_INVALID_ARGUMENT (and a no-op for the free and close functions). This is a
  *    best effort, not a guarantee: a freed handle is caught until its memory is reused, and a
@@ -49,7 +50,7 @@ extern "C" {
 /* The version is written here and nowhere else: the library, the command line, the packages
  * and mtls.pc take it from these three macros. */
 #define MTLS_VERSION_MAJOR 0
-#define MTLS_VERSION_MINOR 1
+#define MTLS_VERSION_MINOR 2
 #define MTLS_VERSION_PATCH 0
 #define MTLS_VERSION_NUMBER (MTLS_VERSION_MAJOR * 10000 + MTLS_VERSION_MINOR * 100 + MTLS_VERSION_PATCH)
 #define MTLS_STRINGIFY_(x) #x
@@ -656,7 +657,9 @@ typedef struct mtls_conn_options {
     mtls_policy *policy;            /* how the server is judged; NULL: system trust store, name check */
 } mtls_conn_options;
 
-/* Fill *opts with the defaults of `version` (MTLS_CONN_OPTIONS_VERSION). */
+/* Fill *opts with the defaults of `version` (MTLS_CONN_OPTIONS_VERSION), the library's own:
+ * TLS 1.2 to 1.3, connect and handshake timeouts 30000 ms, io_timeout_ms -1 (no limit), session
+ * resumption on, NULL pointers. */
 MTLS_EXTERN int mtls_conn_options_init(mtls_conn_options *opts, unsigned int version);
 /* Connect to host (DNS name, IPv4 or IPv6 literal) and port, and complete the handshake (unless
  * opts->non_blocking). opts may be NULL for the defaults. Free *out with mtls_conn_free.
@@ -743,7 +746,9 @@ typedef struct mtls_listener_options {
     int no_session_tickets;         /* nonzero: issue no session tickets (see mtls_listener_accept) */
 } mtls_listener_options;
 
-/* Fill *opts with the defaults of `version` (MTLS_LISTENER_OPTIONS_VERSION).
+/* Fill *opts with the defaults of `version` (MTLS_LISTENER_OPTIONS_VERSION), the library's own:
+ * MTLS_CLIENT_AUTH_REQUIRE, TLS 1.2 to 1.3, handshake_timeout_ms 30000, io_timeout_ms -1 (no
+ * limit), session tickets on, NULL pointers.
  *
  * How a listener judges a client (client_policy): the policy's anchors (or, for a client whose
  * address matches one of its host rules, that rule's anchors and pins) decide, and they are also
@@ -948,7 +953,8 @@ MTLS_EXTERN int mtls_identity_token_uri(const mtls_identity *identity, char **ou
  * sent to a token at its final try: MTLS_E_PIN_LOCKED). The PIN callback, if any, is called on
  * the calling thread during the call only and is not kept. */
 /* Generate a key pair on the token the URI names (token=... and object=LABEL and/or id=%XX...):
- * key_type "ec-p256", "ec-p384", "rsa2048", "rsa3072" or "ed25519"; the private key sensitive,
+ * key_type MTLS_KEY_TYPE_EC_P256, _EC_P384, _RSA_2048, _RSA_3072 or _ED25519 (the aliases below
+ * are accepted too); the private key sensitive,
  * never extractable, for signing, with CKA_ID from id= (random when absent) and CKA_LABEL from
  * object=. *key_uri is the new private key's URI; free it with mtls_string_free.
  * MTLS_E_DUPLICATE when the token has a key with that id or label; MTLS_E_UNSUPPORTED when the
@@ -989,13 +995,22 @@ typedef struct mtls_issued mtls_issued;
 #define MTLS_PROFILE_SERVER 3
 #define MTLS_PROFILE_CLIENT 4
 
+/* Key types for a new key (mtls_issue_options.key_type, mtls_token_keygen), one spelling each.
+ * "p256", "p384", "rsa2048", "rsa3072" and "rsa4096" (the names mtls_cert_key_type reports) are
+ * accepted as aliases of the EC and RSA types; names are case-insensitive. */
+#define MTLS_KEY_TYPE_EC_P256 "ec-p256"     /* the default */
+#define MTLS_KEY_TYPE_EC_P384 "ec-p384"
+#define MTLS_KEY_TYPE_RSA_2048 "rsa-2048"
+#define MTLS_KEY_TYPE_RSA_3072 "rsa-3072"
+#define MTLS_KEY_TYPE_RSA_4096 "rsa-4096"   /* issuing only; tokens make up to 3072 */
+#define MTLS_KEY_TYPE_ED25519 "ed25519"
+
 /* Options for a new certificate. Versioned: fill with mtls_issue_options_init, then set
  * fields. The strings and arrays are read during the call only. */
 #define MTLS_ISSUE_OPTIONS_VERSION 1
 typedef struct mtls_issue_options {
     unsigned int version;              /* MTLS_ISSUE_OPTIONS_VERSION */
-    const char *key_type;              /* "ec-p256" (NULL: the default), "ec-p384", "rsa-2048",
-                                          "rsa-3072", "rsa-4096", "ed25519" */
+    const char *key_type;              /* an MTLS_KEY_TYPE_* name (NULL: MTLS_KEY_TYPE_EC_P256) */
     int validity_days;                 /* 0: the profile's default */
     int64_t now;                       /* issuing time, Unix seconds; 0: the current time */
     const char *const *dns_names;      /* subjectAltName DNS names (servers; `*.` allowed) */
@@ -1018,7 +1033,8 @@ MTLS_EXTERN int mtls_pki_issue(const mtls_issued *issuer, int profile, const cha
 /* Sign a certificate signing request (PEM or DER, csr_len bytes) as an MTLS_PROFILE_SERVER or
  * _CLIENT certificate from the CA `issuer`: the same profiles as mtls_pki_issue, the key stays
  * with its owner (e.g. on a token). The CSR's self-signature must verify (MTLS_E_CORRUPT
- * otherwise; MTLS_E_PARSE for data that is not a CSR). `name` is the CN (NULL: the CSR's CN);
+ * otherwise; MTLS_E_PARSE for data that is not a CSR). `name` is the CN (NULL: the CSR's CN,
+ * else the first DNS name, else the first IP address of opts, as `mtls pki sign` does);
  * opts gives validity, DNS and IP names (its key_type is ignored). Free *out with mtls_cert_free. */
 MTLS_EXTERN int mtls_pki_sign_csr(const mtls_issued *issuer, int profile, const uint8_t *csr, size_t csr_len,
                                   const char *name, const mtls_issue_options *opts, mtls_cert **out);

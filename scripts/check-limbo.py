@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Scores `mtls limbo` output with shared/limbo/score.py and enforces the bar:
+"""Scores `mtls limbo` output with the suite's score.py (Tests/limbo/ by default) and enforces the bar:
 zero false accepts and at least MIN_PASS passing cases."""
 import subprocess, sys, re
 

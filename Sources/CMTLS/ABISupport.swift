@@ -1,11 +1,10 @@
 // The C ABI's plumbing: status codes, the per-thread last error, handle boxing, strings out.
 // No logic lives in this target: every function converts arguments and calls the Swift core.
 import MTLS
+import CMTLSHeader
 #if canImport(Glibc)
 import Glibc
 #endif
-
-let MTLS_OK: Int32 = 0
 
 // MARK: last error (per thread)
 
@@ -31,7 +30,7 @@ func lastErrorMessage() -> UnsafeMutablePointer<CChar>? {
 func abiCall(_ function: String = #function, _ body: () throws -> Void) -> Int32 {
     do {
         try body()
-        return MTLS_OK
+        return MTLS_OK.rawValue
     } catch let e as MTLSError {
         setLastError(e.message)
         return e.code.rawValue
@@ -155,7 +154,15 @@ func string(_ p: UnsafePointer<CChar>?, _ name: String) throws -> String {
     return s
 }
 
-/// An optional NUL-terminated UTF-8 argument (NULL → nil).
+/// An optional NUL-terminated UTF-8 argument (NULL → nil), refused as ``string(_:_:)`` refuses
+/// bytes that are not UTF-8.
+func optionalString(_ p: UnsafePointer<CChar>?, _ name: String) throws -> String? {
+    guard let p else { return nil }
+    return try string(p, name)
+}
+
+/// An optional argument read the old way: invalid UTF-8 is repaired (U+FFFD), not refused.
+@available(*, deprecated, message: "repairs invalid UTF-8 into another string: use optionalString(_:_:), which refuses it")
 func optionalString(_ p: UnsafePointer<CChar>?) -> String? {
     p.map { String(cString: $0) }
 }
@@ -172,6 +179,18 @@ func bytes(_ p: UnsafePointer<UInt8>?, _ len: Int, _ name: String) throws -> [UI
     let len = try size(len, "the length of \(name)")
     if len == 0 { return [] }
     return Array(UnsafeBufferPointer(start: try require(p, name), count: len))
+}
+
+/// The one body of the `*_options_init` functions: checks `opts` and `version` (the header's
+/// `*_OPTIONS_VERSION`), then writes the struct `defaults` makes from the core's defaults, with
+/// its `version` field set. `name` is the struct's C name, for the message.
+func initOptions<T>(_ opts: UnsafeMutablePointer<T>?, _ version: UInt32, supported: UInt32, _ name: String,
+                    versionField: WritableKeyPath<T, UInt32>, _ defaults: () -> T) throws {
+    let opts = try require(opts, "opts")
+    guard version == supported else { throw invalid("\(name) version \(version) is not supported (\(supported) is)") }
+    var o = defaults()
+    o[keyPath: versionField] = version
+    opts.pointee = o
 }
 
 /// A C `size_t` argument (a count or a length), which Swift sees as `Int`: one above
@@ -301,16 +320,17 @@ func putStrings(_ out: CStringListOut?,
     try putArray(out, count, make, convert: { try cString($0) }, release: { wipeAndFree($0) })
 }
 
-/// Frees an array made by ``putArray`` after `release` ran on each entry.
+/// Frees an array made by ``putArray`` after `release` ran on each entry. A count above
+/// `SSIZE_MAX` cannot be the count this library gave: the list is left alone and the last error
+/// says why (a `*_list_free` returns nothing to report it with).
 func freeArray<E>(_ list: UnsafeMutablePointer<E>?, _ count: Int, _ release: (E) -> Void) {
     guard let list else { return }
-    if count > 0 { for i in 0..<count { release(list[i]) } }
+    do { _ = try size(count, "count") } catch { setLastError("\(error)"); return }
+    for i in 0..<count { release(list[i]) }
     free(list)
 }
 
-/// Releases an array made by ``putHandles``.
+/// Releases an array made by ``putHandles`` (a count above `SSIZE_MAX` as in ``freeArray``).
 func freeHandles<T: AnyObject>(_ list: UnsafeMutablePointer<OpaquePointer?>?, _ count: Int, _ type: T.Type) {
-    guard let list, count >= 0 else { return }
-    for i in 0..<count { releaseHandle(list[i], type) }
-    free(list)
+    freeArray(list, count) { releaseHandle($0, type) }
 }

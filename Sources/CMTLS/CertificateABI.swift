@@ -143,10 +143,10 @@ public func mtls_cert_sans(_ cert: OpaquePointer?, _ out: UnsafeMutablePointer<U
     abiCall {
         try putArray(out, count, { try handle(cert, Certificate.self, "cert").subjectAltNames }, convert: { name in
             switch name {
-            case .dns(let v): mtls_san(kind: 1, value: try cString(v))
-            case .ip(let v): mtls_san(kind: 2, value: try cString(v))
-            case .email(let v): mtls_san(kind: 3, value: try cString(v))
-            case .uri(let v): mtls_san(kind: 4, value: try cString(v))
+            case .dns(let v): mtls_san(kind: MTLS_SAN_DNS, value: try cString(v))
+            case .ip(let v): mtls_san(kind: MTLS_SAN_IP, value: try cString(v))
+            case .email(let v): mtls_san(kind: MTLS_SAN_EMAIL, value: try cString(v))
+            case .uri(let v): mtls_san(kind: MTLS_SAN_URI, value: try cString(v))
             }
         }, release: { wipeAndFree($0.value) })
     }

@@ -5,45 +5,81 @@ import CMTLSHeader
 import Glibc
 #endif
 
+private let connOptionsVersion = UInt32(MTLS_CONN_OPTIONS_VERSION)
+private let listenerOptionsVersion = UInt32(MTLS_LISTENER_OPTIONS_VERSION)
+
+/// The header's `MTLS_CLIENT_AUTH_*` constants.
+private func clientAuthentication(_ v: Int32) throws -> ClientAuthentication {
+    switch v {
+    case MTLS_CLIENT_AUTH_NONE: return .none
+    case MTLS_CLIENT_AUTH_OPTIONAL: return .optional
+    case MTLS_CLIENT_AUTH_REQUIRE: return .require
+    default: throw invalid("client_auth must be MTLS_CLIENT_AUTH_NONE, _OPTIONAL or _REQUIRE, not \(v)")
+    }
+}
+
+/// The header's `MTLS_CLIENT_AUTH_*` value of a core setting.
+private func clientAuthValue(_ auth: ClientAuthentication) -> Int32 {
+    switch auth {
+    case .none: return MTLS_CLIENT_AUTH_NONE
+    case .optional: return MTLS_CLIENT_AUTH_OPTIONAL
+    case .require: return MTLS_CLIENT_AUTH_REQUIRE
+    }
+}
+
 private func tlsVersion(_ v: Int32, _ name: String) throws -> TLSVersion {
     switch v {
-    case 12: return .tls12
-    case 13: return .tls13
+    case MTLS_TLS_1_2: return .tls12
+    case MTLS_TLS_1_3: return .tls13
     default: throw invalid("\(name) must be MTLS_TLS_1_2 (12) or MTLS_TLS_1_3 (13), not \(v)")
     }
 }
 
-/// Milliseconds from C (0: the default, negative: no limit) to seconds.
-private func seconds(_ ms: Int32, default d: Double?) -> Double? {
-    if ms == 0 { return d }
-    if ms < 0 { return nil }
-    return Double(ms) / 1000
+/// The header's `MTLS_TLS_*` value of a core version.
+private func tlsVersionValue(_ v: TLSVersion) -> Int32 {
+    switch v {
+    case .tls12: return MTLS_TLS_1_2
+    case .tls13: return MTLS_TLS_1_3
+    }
 }
 
-private func alpnList(_ p: UnsafePointer<CChar>?) -> [String] {
-    optionalString(p).map(ALPN.protocols(commaSeparated:)) ?? []
+/// A `*_timeout_ms` field in seconds, unit conversion only: what 0 and negative values mean is
+/// the core's (``TLSDefaults/timeout(_:default:)``).
+private func seconds(_ ms: Int32) -> Double { Double(ms) / 1000 }
+
+/// A core timeout as a `*_timeout_ms` field: -1 for no limit.
+private func milliseconds(_ s: Double?) -> Int32 {
+    guard let s else { return -1 }
+    return Int32(clamping: Int((s * 1000).rounded()))
+}
+
+private func alpnList(_ p: UnsafePointer<CChar>?, _ name: String) throws -> [String] {
+    try optionalString(p, name).map(ALPN.protocols(commaSeparated:)) ?? []
 }
 
 private func clientOptions(_ p: UnsafePointer<mtls_conn_options>?) throws -> TLSClientOptions {
     var o = TLSClientOptions()
     guard let p else { return o }
     let c = p.pointee
-    guard c.version == 1 else { throw invalid("mtls_conn_options version \(c.version) is not supported (1 is); use mtls_conn_options_init") }
-    o.serverName = optionalString(c.sni)
-    o.validationName = optionalString(c.verify_as)
-    o.alpn = alpnList(c.alpn)
+    guard c.version == connOptionsVersion else {
+        throw invalid("mtls_conn_options version \(c.version) is not supported (\(connOptionsVersion) is); use mtls_conn_options_init")
+    }
+    o.serverName = try optionalString(c.sni, "sni")
+    o.validationName = try optionalString(c.verify_as, "verify_as")
+    o.alpn = try alpnList(c.alpn, "alpn")
     o.minVersion = try tlsVersion(c.min_tls, "min_tls")
     o.maxVersion = try tlsVersion(c.max_tls, "max_tls")
-    o.connectTimeout = seconds(c.connect_timeout_ms, default: 30)
-    o.handshakeTimeout = seconds(c.handshake_timeout_ms, default: 30)
-    o.ioTimeout = seconds(c.io_timeout_ms, default: nil)
+    o.connectTimeout = seconds(c.connect_timeout_ms)
+    o.handshakeTimeout = seconds(c.handshake_timeout_ms)
+    o.ioTimeout = seconds(c.io_timeout_ms)
     o.nonBlocking = c.non_blocking != 0
     o.sessionResumption = c.no_session_resumption == 0
+    let candidateCount = try size(c.candidate_count, "candidate_count")
     if let id = c.identity {
         o.identity = .identity(try handle(id, Identity.self, "identity"))
-    } else if c.candidate_count > 0 {
+    } else if candidateCount > 0 {
         let list = try require(c.candidates, "candidates")
-        o.identity = .automatic(try (0..<c.candidate_count).map { try handle(list[$0], Identity.self, "candidates[\($0)]") })
+        o.identity = .automatic(try (0..<candidateCount).map { try handle(list[$0], Identity.self, "candidates[\($0)]") })
     }
     if let policy = c.policy { o.policy = try handle(policy, TrustPolicy.self, "policy") }
     return o
@@ -53,13 +89,18 @@ private func clientOptions(_ p: UnsafePointer<mtls_conn_options>?) throws -> TLS
 @_cdecl("mtls_conn_options_init")
 public func mtls_conn_options_init(_ opts: UnsafeMutablePointer<mtls_conn_options>?, _ version: UInt32) -> Int32 {
     abiCall {
-        let opts = try require(opts, "opts")
-        guard version == 1 else { throw invalid("mtls_conn_options version \(version) is not supported (1 is)") }
-        var o = mtls_conn_options()  // zero: NULL pointers, 0 timeouts (the defaults), no flags
-        o.version = 1
-        o.min_tls = MTLS_TLS_1_2
-        o.max_tls = MTLS_TLS_1_3
-        opts.pointee = o
+        try initOptions(opts, version, supported: connOptionsVersion, "mtls_conn_options", versionField: \.version) {
+            let d = TLSClientOptions()
+            var o = mtls_conn_options()  // NULL pointers: no names, identity or policy
+            o.min_tls = tlsVersionValue(d.minVersion)
+            o.max_tls = tlsVersionValue(d.maxVersion)
+            o.connect_timeout_ms = milliseconds(d.connectTimeout)
+            o.handshake_timeout_ms = milliseconds(d.handshakeTimeout)
+            o.io_timeout_ms = milliseconds(d.ioTimeout)
+            o.non_blocking = d.nonBlocking ? 1 : 0
+            o.no_session_resumption = d.sessionResumption ? 0 : 1
+            return o
+        }
     }
 }
 
@@ -191,14 +232,16 @@ public func mtls_conn_presented_identity(_ conn: OpaquePointer?, _ out: UnsafeMu
 @_cdecl("mtls_listener_options_init")
 public func mtls_listener_options_init(_ opts: UnsafeMutablePointer<mtls_listener_options>?, _ version: UInt32) -> Int32 {
     abiCall {
-        let opts = try require(opts, "opts")
-        guard version == 1 else { throw invalid("mtls_listener_options version \(version) is not supported (1 is)") }
-        var o = mtls_listener_options()
-        o.version = 1
-        o.client_auth = MTLS_CLIENT_AUTH_REQUIRE
-        o.min_tls = MTLS_TLS_1_2
-        o.max_tls = MTLS_TLS_1_3
-        opts.pointee = o
+        try initOptions(opts, version, supported: listenerOptionsVersion, "mtls_listener_options", versionField: \.version) {
+            var o = mtls_listener_options()  // NULL pointers: the identity and policy are the caller's
+            o.client_auth = clientAuthValue(TLSDefaults.clientAuthentication)
+            o.min_tls = tlsVersionValue(TLSDefaults.minVersion)
+            o.max_tls = tlsVersionValue(TLSDefaults.maxVersion)
+            o.handshake_timeout_ms = milliseconds(TLSDefaults.handshakeTimeout)
+            o.io_timeout_ms = milliseconds(TLSDefaults.ioTimeout)
+            o.no_session_tickets = TLSDefaults.sessionTickets ? 0 : 1
+            return o
+        }
     }
 }
 
@@ -209,20 +252,19 @@ public func mtls_listener_new(_ address: UnsafePointer<CChar>?, _ port: UInt16, 
     abiCall {
         try putHandle(out) {
             let c = try require(opts, "opts").pointee
-            guard c.version == 1 else { throw invalid("mtls_listener_options version \(c.version) is not supported (1 is)") }
-            var o = TLSServerOptions(identity: try handle(c.identity, Identity.self, "opts->identity"))
-            guard let auth = ClientAuthentication(rawValue: Int(c.client_auth)) else {
-                throw invalid("client_auth must be MTLS_CLIENT_AUTH_NONE, _OPTIONAL or _REQUIRE, not \(c.client_auth)")
+            guard c.version == listenerOptionsVersion else {
+                throw invalid("mtls_listener_options version \(c.version) is not supported (\(listenerOptionsVersion) is)")
             }
-            o.clientAuthentication = auth
+            var o = TLSServerOptions(identity: try handle(c.identity, Identity.self, "opts->identity"))
+            o.clientAuthentication = try clientAuthentication(c.client_auth)
             if let p = c.client_policy { o.clientPolicy = try handle(p, TrustPolicy.self, "opts->client_policy") }
-            o.alpn = alpnList(c.alpn)
+            o.alpn = try alpnList(c.alpn, "opts->alpn")
             o.minVersion = try tlsVersion(c.min_tls, "min_tls")
             o.maxVersion = try tlsVersion(c.max_tls, "max_tls")
-            o.handshakeTimeout = seconds(c.handshake_timeout_ms, default: 30)
-            o.ioTimeout = seconds(c.io_timeout_ms, default: nil)
+            o.handshakeTimeout = seconds(c.handshake_timeout_ms)
+            o.ioTimeout = seconds(c.io_timeout_ms)
             o.sessionTickets = c.no_session_tickets == 0
-            return try TLSListener(address: optionalString(address), port: port, options: o)
+            return try TLSListener(address: try optionalString(address, "address"), port: port, options: o)
         }
     }
 }
@@ -305,7 +347,7 @@ public func mtls_ssl_ctx_set_peer(_ ctx: UnsafeMutableRawPointer?, _ host: Unsaf
 private func sslPeer(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ verifyAs: UnsafePointer<CChar>?) throws -> TrustPeer {
     let h = try string(host, "host")
     guard !h.isEmpty else { throw invalid("host must not be empty") }
-    let v = optionalString(verifyAs)
+    let v = try optionalString(verifyAs, "verify_as")
     if let v, v.isEmpty { throw invalid("verify_as must be NULL (the host) or a name, not empty") }
     return TrustPeer(host: h, port: port == 0 ? nil : Int(port), verifyAs: v)
 }

@@ -1,5 +1,6 @@
 // mtls_identity and mtls_pkcs12: identities, PKCS#12 import and export.
 import MTLS
+import CMTLSHeader
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -93,10 +94,10 @@ public func mtls_identity_chain_check(_ identity: OpaquePointer?, _ flags: Unsaf
         let flags = try require(flags, "flags")
         let e = id.chainEvaluation
         var f: UInt32 = 0
-        if e.verified { f |= 1 }
-        if e.reachesSelfSignedRoot { f |= 2 }
-        if e.signaturesValid { f |= 4 }
-        if e.withinValidity { f |= 8 }
+        if e.verified { f |= UInt32(MTLS_CHAIN_VERIFIED) }
+        if e.reachesSelfSignedRoot { f |= UInt32(MTLS_CHAIN_COMPLETE) }
+        if e.signaturesValid { f |= UInt32(MTLS_CHAIN_SIGNATURES_OK) }
+        if e.withinValidity { f |= UInt32(MTLS_CHAIN_WITHIN_VALIDITY) }
         if let message { try putString(e.message, message) }
         flags.pointee = f
         code?.pointee = e.openSSLCode
@@ -157,7 +158,7 @@ public func mtls_pkcs12_export(_ identity: OpaquePointer?, _ pass: UnsafePointer
             let id = try handle(identity, Identity.self, "identity")
             let pw = try require(secretBytes(pass), "password")
             var options = try pkcs12ExportOptions(flags)
-            options.friendlyName = optionalString(friendlyName)
+            options.friendlyName = try optionalString(friendlyName, "friendly_name")
             return try PKCS12.export(id, password: pw, options: options)
         }
     }
@@ -172,7 +173,7 @@ public func mtls_identity_resolve(_ name: UnsafePointer<CChar>?, _ keyPath: Unsa
     abiCall {
         try putHandle(out) {
             let store = try store.map { try handle($0, CredentialStore.self, "store") }
-            return try Identity.resolve(try string(name, "name"), keyPath: optionalString(keyPath),
+            return try Identity.resolve(try string(name, "name"), keyPath: try optionalString(keyPath, "key_path"),
                                         password: secretBytes(password), pin: secretBytes(pin), store: store)
         }
     }
@@ -195,6 +196,8 @@ public func mtls_pkcs12_password_encoding(_ p12: OpaquePointer?, _ out: CStringO
 /// The export options the `MTLS_PKCS12_*` flags name (every mtls_*_export_p12 function takes
 /// them); unknown bits are an invalid argument.
 func pkcs12ExportOptions(_ flags: Int32) throws -> PKCS12ExportOptions {
-    guard flags & ~1 == 0 else { throw invalid("unknown PKCS#12 export flags 0x\(String(flags, radix: 16))") }
-    return flags & 1 != 0 ? .legacy : .modern
+    guard flags & ~Int32(MTLS_PKCS12_LEGACY) == 0 else {
+        throw invalid("unknown PKCS#12 export flags 0x\(String(flags, radix: 16))")
+    }
+    return flags & Int32(MTLS_PKCS12_LEGACY) != 0 ? .legacy : .modern
 }

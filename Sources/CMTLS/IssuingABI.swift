@@ -11,7 +11,7 @@ private let issueOptionsVersion = UInt32(MTLS_ISSUE_OPTIONS_VERSION)
 
 /// The converted options.
 private struct IssueOptions {
-    var keySpec = KeySpec.ecP256
+    var keySpec = KeySpec.issuingDefault  // key_type NULL: the core's default
     var days: Int?
     var now = Date()
     var dns: [String] = []
@@ -23,7 +23,7 @@ private struct IssueOptions {
         guard o.version == issueOptionsVersion else {
             throw MTLSError(.invalidArgument, "mtls_issue_options version \(o.version) is not supported (this libmtls knows version \(issueOptionsVersion)); call mtls_issue_options_init")
         }
-        if let k = o.key_type { keySpec = try KeySpec(issuingName: String(cString: k)) }
+        if let k = try optionalString(o.key_type, "key_type") { keySpec = try KeySpec(issuingName: k) }
         if o.validity_days < 0 { throw MTLSError(.invalidArgument, "validity_days must not be negative") }
         if o.validity_days > 0 { days = Int(o.validity_days) }
         if o.now != 0 { now = Date(timeIntervalSince1970: TimeInterval(o.now)) }
@@ -32,7 +32,7 @@ private struct IssueOptions {
     }
 
     static func strings(_ p: UnsafePointer<UnsafePointer<CChar>?>?, _ n: Int, _ name: String) throws -> [String] {
-        guard n > 0 else { return [] }
+        guard try size(n, "the count of \(name)") > 0 else { return [] }
         let p = try require(p, name)
         return try (0..<n).map { try string(p[$0], "\(name)[\($0)]") }
     }
@@ -41,10 +41,10 @@ private struct IssueOptions {
 /// The profile constants of the header (`MTLS_PROFILE_*`).
 private func profile(_ value: Int32) throws -> CertificateProfile {
     switch value {
-    case 2: return .intermediate
-    case 3: return .server
-    case 4: return .client
-    case 1: throw MTLSError(.invalidArgument, "a root is made with mtls_pki_root, not issued")
+    case MTLS_PROFILE_INTERMEDIATE: return .intermediate
+    case MTLS_PROFILE_SERVER: return .server
+    case MTLS_PROFILE_CLIENT: return .client
+    case MTLS_PROFILE_ROOT: throw MTLSError(.invalidArgument, "a root is made with mtls_pki_root, not issued")
     default: throw MTLSError(.invalidArgument, "unknown profile \(value) (use MTLS_PROFILE_INTERMEDIATE, _SERVER or _CLIENT)")
     }
 }
@@ -53,13 +53,10 @@ private func profile(_ value: Int32) throws -> CertificateProfile {
 @_cdecl("mtls_issue_options_init")
 public func mtls_issue_options_init(_ opts: UnsafeMutablePointer<mtls_issue_options>?, _ version: UInt32) -> Int32 {
     abiCall {
-        let opts = try require(opts, "opts")
-        guard version == issueOptionsVersion else {
-            throw MTLSError(.invalidArgument, "mtls_issue_options version \(version) is not supported")
+        // Zero: every field means the core's default (key type, the profile's validity, now).
+        try initOptions(opts, version, supported: issueOptionsVersion, "mtls_issue_options", versionField: \.version) {
+            mtls_issue_options()
         }
-        var o = mtls_issue_options()  // zero: every field takes its default
-        o.version = version
-        opts.pointee = o
     }
 }
 
@@ -161,9 +158,7 @@ public func mtls_issued_export_p12(_ issued: OpaquePointer?, _ password: UnsafeP
         try putBytes(out, outLen) {
             let identity = try handle(issued, Identity.self, "issued")
             let pw = try require(secretBytes(password), "password")
-            var options = try pkcs12ExportOptions(flags)
-            options.friendlyName = identity.leaf.commonName
-            return try PKCS12.export(identity, password: pw, options: options)
+            return try PKCS12.exportIssued(identity, password: pw, scheme: try pkcs12ExportOptions(flags).scheme)
         }
     }
 }
@@ -181,11 +176,10 @@ public func mtls_pki_crl(_ ca: OpaquePointer?, _ serials: UnsafePointer<UnsafePo
             let authority = try CertificateAuthority(certificate: identity.leaf, privateKey: identity.privateKey)
             let when = now != 0 ? Date(timeIntervalSince1970: TimeInterval(now)) : Date()
             let n = try size(count, "count")
-            let list = n == 0 ? [] : try (0..<n).map { i -> Revocation in
-                let s = try string(try require(serials, "revoked_serials")[i], "revoked_serials[\(i)]")
-                return Revocation(serialHex: s, date: when)
+            let list = n == 0 ? [] : try (0..<n).map { i in
+                try string(try require(serials, "revoked_serials")[i], "revoked_serials[\(i)]")
             }
-            return try authority.makeCRL(revocations: list, number: number,
+            return try authority.makeCRL(revokedSerials: list, number: number,
                                          validityDays: validityDays > 0 ? Int(validityDays) : nil, now: when)
         }
     }
@@ -214,9 +208,8 @@ public func mtls_pki_sign_csr(_ issuer: OpaquePointer?, _ profileValue: Int32, _
             let p = try profile(profileValue)
             let request = try CertificateSigningRequest(data: try bytes(csr, csrLength, "csr"))
             let o = try IssueOptions(opts)
-            guard let cn = optionalString(name) ?? request.commonName else {
-                throw MTLSError(.invalidArgument, "the CSR has no CN: give a name")
-            }
+            let cn = try CertificateRequest.commonName(given: try optionalString(name, "name"), csr: request,
+                                                       dnsNames: o.dns, ipAddresses: o.ips)
             let ca = try CertificateAuthority(certificate: issuer.leaf, privateKey: issuer.privateKey)
             return try ca.issue(CertificateRequest(profile: p, commonName: cn, dnsNames: o.dns, ipAddresses: o.ips,
                                                    validityDays: o.days), csr: request, now: o.now)

@@ -41,7 +41,7 @@ struct PKICommand: ParsableCommand {
 
     /// Options for anything that makes a key and a certificate.
     struct KeyOptions: ParsableArguments {
-        @Option(help: "Key kind: \(KeySpec.issuingNames.joined(separator: " | ")).") var key = "ec-p256"
+        @Option(help: "Key kind: \(KeySpec.issuingNames.joined(separator: " | ")).") var key = KeySpec.issuingDefault.issuingName
         @Option(help: "Validity in days (default: root 20 years, intermediate 10, server and client 3).") var days: Int?
 
         func spec() throws -> KeySpec { try KeySpec(issuingName: key) }
@@ -109,25 +109,14 @@ struct PKICommand: ParsableCommand {
             try CLI.reporting(json: common.json) {
                 let spec = try keyOptions.spec()
                 let keyPassword = try common.keyPassword()
-                // Everything that can be checked is checked before anything is written.
                 let p12Password = try options.passwordFile.map(CLI.readSecretFile)
-                if let out = options.p12, FileManager.default.fileExists(atPath: out) {
-                    throw MTLSError(.duplicate, "\(out) already exists")
-                }
                 PKIOutput.progress(spec, json: common.json)
                 let pki = PKIDirectory(path: common.dir)
-                let item = try pki.issue(request, caName: options.ca, keySpec: spec, keyPassword: keyPassword)
-                if let out = options.p12, let p12Password {
-                    do {
-                        let bytes = try PKCS12.export(item.identity, password: p12Password,
-                                                      options: PKCS12ExportOptions(scheme: options.legacy ? .legacy : .modern,
-                                                                                   friendlyName: request.commonName))
-                        try FileIO.writeAtomically(out, bytes, mode: 0o600)
-                    } catch {
-                        pki.discard(item) // no certificate on disk without the .p12 that was asked for
-                        throw error
-                    }
+                // The certificate and its .p12 are one step of the core: both or neither.
+                let p12 = options.p12.flatMap { path in
+                    p12Password.map { PKIDirectory.PKCS12Output(path: path, password: $0, scheme: options.legacy ? .legacy : .modern) }
                 }
+                let item = try pki.issue(request, caName: options.ca, keySpec: spec, keyPassword: keyPassword, p12: p12)
                 if keyPassword == nil { Common.warnUnencrypted(item.keyPath) }
                 PKIOutput.report("Issued \(request.profile.rawValue) certificate", kind: request.profile.rawValue, item: item,
                                  ca: options.ca, p12: options.p12.map { ($0, options.legacy) },
@@ -149,7 +138,7 @@ struct PKICommand: ParsableCommand {
             }
 
             func run() throws {
-                let cn = name ?? dns.first ?? ip[0]
+                let cn = try CertificateRequest.commonName(given: name, dnsNames: dns, ipAddresses: ip)
                 try Issue.run(CertificateRequest(profile: .server, commonName: cn, dnsNames: dns, ipAddresses: ip,
                                                  validityDays: keyOptions.days),
                               common: common, keyOptions: keyOptions, options: options)
@@ -189,9 +178,7 @@ struct PKICommand: ParsableCommand {
             try CLI.reporting(json: common.json) {
                 if FileManager.default.fileExists(atPath: options.out) { throw MTLSError(.duplicate, "\(options.out) already exists") }
                 let csr = try CertificateSigningRequest(path: options.csr)
-                guard let cn = options.name ?? csr.commonName ?? dns.first ?? ip.first else {
-                    throw MTLSError(.invalidArgument, "the CSR has no CN: give --name")
-                }
+                let cn = try CertificateRequest.commonName(given: options.name, csr: csr, dnsNames: dns, ipAddresses: ip)
                 let request = CertificateRequest(profile: profile, commonName: cn, dnsNames: dns, ipAddresses: ip,
                                                  validityDays: options.days)
                 let pki = PKIDirectory(path: common.dir)

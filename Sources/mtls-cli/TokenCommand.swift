@@ -107,7 +107,8 @@ extension TokenCommand {
         static let configuration = CommandConfiguration(
             abstract: "Generate a key pair on the token: sensitive, never extractable; CKA_ID and label from the URI's id= and object=.")
         @Argument(help: "pkcs11: URI naming the token and the new key (object=LABEL and/or id=%XX...).") var uri: String
-        @Option(help: "ec-p256, ec-p384, rsa2048, rsa3072 or ed25519.") var type: String = "ec-p256"
+        @Option(help: "Key type: \(TokenKeyType.allCases.map(\.rawValue).joined(separator: " | ")) (rsa2048, rsa3072 are aliases).")
+        var type: String = TokenKeyType.ecP256.rawValue
         @OptionGroup var options: EnrollOptions
 
         func run() throws {

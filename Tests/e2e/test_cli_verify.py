@@ -99,5 +99,7 @@ def test_limbo_runs_a_suite_from_stdin(cli, pki):
     r = cli("limbo", input=json.dumps(suite))
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["harness"] == "libmtls-0.1.0"
+    version = subprocess.run([str(SCRIPT.parent / "version.sh")], check=True, capture_output=True,
+                             text=True).stdout.strip()
+    assert out["harness"] == f"libmtls-{version}"
     assert out["results"][0]["id"] == "local::ok" and out["results"][0]["actual_result"] == "SUCCESS"

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+import nginx_server
 from conftest import CLI, free_port, require_tool, run_cli
 
 
@@ -141,46 +142,14 @@ def test_client_certificate_used_as_server_certificate_fails_the_handshake(pki):
 
 def test_nginx_accepts_the_customer_client_and_refuses_others(pki, tmp_path):
     require_tool(shutil.which("nginx"), "nginx")
-    port = free_port()
-    (tmp_path / "logs").mkdir()
     client_ca = tmp_path / "client-ca.pem"
     client_ca.write_text((pki.dir / "ca" / "customer-a" / "chain.pem").read_text())
-    conf = tmp_path / "nginx.conf"
-    conf.write_text(f"""
-daemon off;
-pid {tmp_path}/nginx.pid;
-error_log {tmp_path}/logs/error.log;
-events {{}}
-http {{
-  access_log off;
-  client_body_temp_path {tmp_path};
-  proxy_temp_path {tmp_path};
-  fastcgi_temp_path {tmp_path};
-  uwsgi_temp_path {tmp_path};
-  scgi_temp_path {tmp_path};
-  server {{
-    listen 127.0.0.1:{port} ssl;
-    ssl_certificate {pki.server}/chain.pem;
-    ssl_certificate_key {pki.server}/key.pem;
-    ssl_client_certificate {client_ca};
-    ssl_verify_client on;
-    ssl_verify_depth 2;
     # The trust store holds the root, so any customer's client verifies; the server then
     # accepts only clients whose issuer is its own customer's intermediate.
-    location / {{
-      if ($ssl_client_i_dn != "CN=Customer A") {{ return 403 "wrong customer\\n"; }}
-      return 200 "hello $ssl_client_s_dn\\n";
-    }}
-  }}
-}}
-""")
-    srv = subprocess.Popen(["nginx", "-p", str(tmp_path), "-c", str(conf)], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+    srv = nginx_server.start(tmp_path / "nginx", server_chain=pki.server / "chain.pem", server_key=pki.server / "key.pem",
+                             client_ca=client_ca, issuer_dn="CN=Customer A")
+    port = srv.port
     try:
-        for _ in range(100):
-            if sh(f"ss -ltn | grep -q ':{port} '").returncode == 0:
-                break
-            time.sleep(0.05)
         url = f"https://api.example.com:{port}/"
         common = ["curl", "-sS", "--resolve", f"api.example.com:{port}:127.0.0.1", "--cacert", str(pki.root)]
         r = sh(common + ["--cert", str(pki.alice / "chain.pem"), "--key", str(pki.alice / "key.pem"), url])
@@ -195,8 +164,7 @@ http {{
                 f"https://other.example.com:{port}/"])
         assert r.returncode != 0
     finally:
-        srv.terminate()
-        srv.wait()
+        srv.stop()
 
 
 def test_revoke_and_crl(pki, tmp_path):
@@ -266,6 +234,14 @@ def test_bad_inputs_give_one_line_and_write_nothing(tmp_path):
     fails_cleanly(d, "pki", "issue", "client", "--dir", d, "--ca", "A", "--name", "c", "--key-password-file", kp,
                   "--p12", tmp_path / "c.p12", "--password-file", tmp_path / "missing", expect="cannot open")
     assert not (tmp_path / "c.p12").exists()
+    # The certificate and its .p12 are one step: a .p12 that cannot be written leaves no
+    # certificate behind, and an existing one is refused before anything is issued.
+    (tmp_path / "p12pw").write_text("p12-secret\n")
+    fails_cleanly(d, "pki", "issue", "client", "--dir", d, "--ca", "A", "--name", "c", "--key-password-file", kp,
+                  "--p12", tmp_path / "nowhere" / "c.p12", "--password-file", tmp_path / "p12pw", expect="cannot create")
+    (tmp_path / "taken.p12").write_bytes(b"")
+    fails_cleanly(d, "pki", "issue", "client", "--dir", d, "--ca", "A", "--name", "c", "--key-password-file", kp,
+                  "--p12", tmp_path / "taken.p12", "--password-file", tmp_path / "p12pw", expect="already exists")
     fails_cleanly(d, "pki", "revoke", "--dir", d, "--ca", "A", "--name", "ghost", "--key-password-file", kp,
                   expect="issued nothing named")
     fails_cleanly(d, "pki", "revoke", "--dir", d, "--ca", "A", "--cert", tmp_path / "missing.pem",

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+import nginx_server
 import pha_server
 from conftest import TEST_PKI, free_port, run_cli, wait_port
 
@@ -239,34 +240,11 @@ def test_bad_identity_file_is_the_clients_error(pki, tmp_path):
 # ---- libmtls client -> nginx with ssl_verify_client on
 
 @pytest.fixture
-def nginx(pki, tmp_path, peers):
-    port = free_port()
-    prefix = tmp_path / "nginx"
-    (prefix / "logs").mkdir(parents=True)
-    conf = prefix / "nginx.conf"
-    conf.write_text(f"""
-error_log {prefix}/logs/error.log;
-pid {prefix}/nginx.pid;
-events {{ worker_connections 64; }}
-http {{
-  access_log off;
-  client_body_temp_path {prefix}/body; proxy_temp_path {prefix}/proxy;
-  fastcgi_temp_path {prefix}/fcgi; uwsgi_temp_path {prefix}/uwsgi; scgi_temp_path {prefix}/scgi;
-  server {{
-    listen 127.0.0.1:{port} ssl;
-    server_name server.test;
-    ssl_certificate {pki('server-chain.pem')};
-    ssl_certificate_key {pki('server.key')};
-    ssl_client_certificate {pki('root.pem')};
-    ssl_verify_client on;
-    ssl_verify_depth 2;
-    ssl_protocols TLSv1.2 TLSv1.3;
-    location / {{ return 200 "hello $ssl_client_s_dn\\n"; }}
-  }}
-}}
-""")
-    peers.append(Peer(["nginx", "-c", str(conf), "-p", str(prefix), "-g", "daemon off; master_process off;"], port))
-    return port
+def nginx(pki, tmp_path):
+    srv = nginx_server.start(tmp_path / "nginx", server_chain=pki("server-chain.pem"), server_key=pki("server.key"),
+                             client_ca=pki("root.pem"))
+    yield srv.port
+    srv.stop()
 
 
 @pytest.mark.parametrize("version", ["1.2", "1.3"])

@@ -14,7 +14,7 @@ from test_tls import Peer
 
 pytestmark = needs_softhsm
 
-KEY_TYPES = ["ec-p256", "ec-p384", "rsa2048", "rsa3072", "ed25519"]
+KEY_TYPES = ["ec-p256", "ec-p384", "rsa-2048", "rsa-3072", "ed25519"]  # the MTLS_KEY_TYPE_* names
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def connect(d, port, identity, version):
 def test_blank_token_to_mutual_tls(blank, key_type):
     d = blank
     with softhsm_conf(d / "softhsm2.conf"):
-        identity = enroll(d, key_type, 1 + ["ec-p256", "ec-p384", "rsa2048", "rsa3072", "ed25519"].index(key_type))
+        identity = enroll(d, key_type, 1 + KEY_TYPES.index(key_type))
         for version in ("1.2", "1.3"):
             # openssl s_server requiring a client certificate under the PKI
             port = free_port()

@@ -55,6 +55,15 @@ extension CertificateAuthority {
     /// Days from a CRL's thisUpdate to its nextUpdate when the caller does not say.
     public static let defaultCRLValidityDays = 30
 
+    /// A CRL revoking the certificates with these serials (hex), each revoked as of `now`, with no
+    /// reason: for callers that keep no revocation record of their own (the C ABI's `mtls_pki_crl`;
+    /// a ``PKIDirectory`` keeps each revocation's date and reason).
+    public func makeCRL(revokedSerials: [String], number: UInt64, validityDays: Int? = nil,
+                        now: Date = Date()) throws -> [UInt8] {
+        try makeCRL(revocations: revokedSerials.map { Revocation(serialHex: $0, date: now) }, number: number,
+                    validityDays: validityDays, now: now)
+    }
+
     /// Issues a CRL (v2, signed like certificates) listing `revocations`, with a CRL number, an
     /// authority key identifier, `thisUpdate` = `now` and `nextUpdate` `validityDays` later
     /// (nil: ``defaultCRLValidityDays``). Returns the DER encoding.

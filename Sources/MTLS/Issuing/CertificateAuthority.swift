@@ -98,7 +98,7 @@ public final class CertificateAuthority: Sendable {
 extension CertificateAuthority {
     /// A new root CA with a new key, as an identity (key + self-signed certificate): the step
     /// `mtls pki init` and `mtls_pki_root` share.
-    public static func newRoot(commonName: String, keySpec: KeySpec = .ecP256, validityDays: Int? = nil,
+    public static func newRoot(commonName: String, keySpec: KeySpec = .issuingDefault, validityDays: Int? = nil,
                                now: Date = Date()) throws -> Identity {
         let key = try PrivateKey.generate(keySpec)
         let ca = try makeRoot(commonName: commonName, key: key, validityDays: validityDays, now: now)
@@ -109,7 +109,7 @@ extension CertificateAuthority {
     /// `chain` is what is known above this CA (its own certificate first or not at all; both
     /// are accepted, the identity orders them). The step `mtls pki intermediate|issue` and
     /// `mtls_pki_issue` share.
-    public func issueWithNewKey(_ request: CertificateRequest, keySpec: KeySpec = .ecP256, chain: [Certificate] = [],
+    public func issueWithNewKey(_ request: CertificateRequest, keySpec: KeySpec = .issuingDefault, chain: [Certificate] = [],
                                 now: Date = Date()) throws -> Identity {
         let key = try PrivateKey.generate(keySpec)
         let leaf = try issue(request, for: key, now: now)
@@ -277,5 +277,15 @@ enum CertificateBuilder {
         guard X509_sign(x, key.pkey, md) > 0 else {
             throw MTLSError.openSSL(.internal, "cannot sign the certificate with the \(key.keyType.shortName) key")
         }
+    }
+}
+
+extension PKCS12 {
+    /// An issued certificate's `.p12`: its key, the certificate and the whole chain, with the
+    /// certificate's CN as the friendly name. What `mtls pki issue --p12`, the C ABI's
+    /// `mtls_issued_export_p12` and Python's `IssuedCertificate` write.
+    public static func exportIssued(_ identity: Identity, password: SecretBytes,
+                                    scheme: PKCS12ExportOptions.Scheme = .modern) throws -> [UInt8] {
+        try export(identity, password: password, options: PKCS12ExportOptions(scheme: scheme, friendlyName: identity.leaf.commonName))
     }
 }

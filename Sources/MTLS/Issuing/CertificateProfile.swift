@@ -54,6 +54,16 @@ public struct CertificateRequest: Sendable {
         self.validityDays = validityDays
     }
 
+    /// The common name a certificate gets when the caller names none: the CSR's CN, else the
+    /// first DNS name, else the first IP address. The one fallback of `mtls pki` and the C ABI.
+    /// Throws ``MTLSError/Code/invalidArgument`` when there is nothing to take it from.
+    public static func commonName(given: String?, csr: CertificateSigningRequest? = nil, dnsNames: [String] = [],
+                                  ipAddresses: [String] = []) throws -> String {
+        if let cn = given ?? csr?.commonName ?? dnsNames.first ?? ipAddresses.first { return cn }
+        throw MTLSError(.invalidArgument, csr == nil ? "give a name (CN), a DNS name or an IP address"
+                                                     : "the CSR has no CN, and there is no DNS name or IP address: give a name")
+    }
+
     /// Checks the request on its own, before any key or issuer is involved.
     func validate() throws {
         let cn = commonName

@@ -1,31 +1,49 @@
 import FoundationEssentials
+internal import CMTLSHeader
 
 extension KeySpec {
-    /// The key kinds `mtls pki` and the C ABI accept, by name.
-    public static let issuingNames = ["ec-p256", "ec-p384", "rsa-2048", "rsa-3072", "rsa-4096", "ed25519"]
+    /// The key kinds `mtls pki`, token key generation and the C ABI accept, by their one
+    /// spelling: the header's `MTLS_KEY_TYPE_*` names, which are written nowhere else.
+    public static let issuingNames = [MTLS_KEY_TYPE_EC_P256, MTLS_KEY_TYPE_EC_P384, MTLS_KEY_TYPE_RSA_2048,
+                                      MTLS_KEY_TYPE_RSA_3072, MTLS_KEY_TYPE_RSA_4096, MTLS_KEY_TYPE_ED25519]
 
-    /// Parses one of ``issuingNames`` (`ec-p256`...). Throws ``MTLSError/Code/invalidArgument``
-    /// naming the accepted kinds otherwise.
+    /// The key kind made when none is named (`MTLS_KEY_TYPE_EC_P256`, "the default" in mtls.h):
+    /// for `mtls pki`, the C ABI's NULL `key_type` and every issuing function's default.
+    public static let issuingDefault = KeySpec.ecP256
+
+    /// The aliases accepted beside ``issuingNames``: the names ``Certificate``'s key type reports
+    /// (`p256`, `rsa2048`...), which token key generation used to take (see mtls.h).
+    static let aliases: [String: String] = [
+        "p256": MTLS_KEY_TYPE_EC_P256, "p384": MTLS_KEY_TYPE_EC_P384, "rsa2048": MTLS_KEY_TYPE_RSA_2048,
+        "rsa3072": MTLS_KEY_TYPE_RSA_3072, "rsa4096": MTLS_KEY_TYPE_RSA_4096,
+    ]
+
+    /// Parses one of ``issuingNames`` (`ec-p256`...) or an alias, in any case. Throws
+    /// ``MTLSError/Code/invalidArgument`` naming the accepted kinds otherwise.
     public init(issuingName name: String) throws {
-        switch name.lowercased() {
-        case "ec-p256", "p256": self = .ecP256
-        case "ec-p384", "p384": self = .ecP384
-        case "rsa-2048", "rsa2048": self = .rsa(bits: 2048)
-        case "rsa-3072", "rsa3072": self = .rsa(bits: 3072)
-        case "rsa-4096", "rsa4096": self = .rsa(bits: 4096)
-        case "ed25519": self = .ed25519
+        let lower = name.lowercased()
+        switch Self.aliases[lower] ?? lower {
+        case MTLS_KEY_TYPE_EC_P256: self = .ecP256
+        case MTLS_KEY_TYPE_EC_P384: self = .ecP384
+        case MTLS_KEY_TYPE_RSA_2048: self = .rsa(bits: 2048)
+        case MTLS_KEY_TYPE_RSA_3072: self = .rsa(bits: 3072)
+        case MTLS_KEY_TYPE_RSA_4096: self = .rsa(bits: 4096)
+        case MTLS_KEY_TYPE_ED25519: self = .ed25519
         default:
             throw MTLSError(.invalidArgument, "unknown key kind \"\(name)\" (use one of \(KeySpec.issuingNames.joined(separator: ", ")))")
         }
     }
 
-    /// The name ``init(issuingName:)`` accepts.
+    /// The canonical name of the key kind (one of ``issuingNames``).
     public var issuingName: String {
         switch self {
-        case .ecP256: return "ec-p256"
-        case .ecP384: return "ec-p384"
+        case .ecP256: return MTLS_KEY_TYPE_EC_P256
+        case .ecP384: return MTLS_KEY_TYPE_EC_P384
+        case .rsa(let bits) where bits == 2048: return MTLS_KEY_TYPE_RSA_2048
+        case .rsa(let bits) where bits == 3072: return MTLS_KEY_TYPE_RSA_3072
+        case .rsa(let bits) where bits == 4096: return MTLS_KEY_TYPE_RSA_4096
         case .rsa(let bits): return "rsa-\(bits)"
-        case .ed25519: return "ed25519"
+        case .ed25519: return MTLS_KEY_TYPE_ED25519
         }
     }
 

@@ -48,7 +48,7 @@ public struct PKIDirectory: Sendable {
 
     /// Makes the root CA: `D/root/{cert.pem,key.pem}`. Fails with ``MTLSError/Code/duplicate``
     /// if the folder already has a root.
-    public func initRoot(commonName: String, keySpec: KeySpec = .ecP256, validityDays: Int? = nil,
+    public func initRoot(commonName: String, keySpec: KeySpec = .issuingDefault, validityDays: Int? = nil,
                          keyPassword: SecretBytes? = nil, now: Date = Date()) throws -> Item {
         guard !Self.exists(rootPath) else {
             throw MTLSError(.duplicate, "\(path) already has a root CA (\(rootPath))")
@@ -62,7 +62,7 @@ public struct PKIDirectory: Sendable {
     }
 
     /// Makes an intermediate CA (path length 0) under the root: `D/ca/<slug>/`.
-    public func makeIntermediate(commonName: String, keySpec: KeySpec = .ecP256, validityDays: Int? = nil,
+    public func makeIntermediate(commonName: String, keySpec: KeySpec = .issuingDefault, validityDays: Int? = nil,
                                  keyPassword: SecretBytes? = nil, now: Date = Date()) throws -> Item {
         let dir = try caPath(commonName)
         guard !Self.exists(dir) else {
@@ -76,14 +76,33 @@ public struct PKIDirectory: Sendable {
         return Item(identity: identity, directory: dir)
     }
 
+    /// A `.p12` written with an issued certificate (``issue(_:caName:keySpec:keyPassword:p12:now:)``).
+    public struct PKCS12Output: Sendable {
+        /// Where to write it (0600); it must not exist yet.
+        public var path: String
+        /// Its password.
+        public var password: SecretBytes
+        /// Its encryption: modern (AES-256, SHA-256 MAC) or legacy (3DES, SHA-1 MAC).
+        public var scheme: PKCS12ExportOptions.Scheme
+
+        public init(path: String, password: SecretBytes, scheme: PKCS12ExportOptions.Scheme = .modern) {
+            self.path = path
+            self.password = password
+            self.scheme = scheme
+        }
+    }
+
     /// Issues a server or client certificate from the intermediate `caName`:
-    /// `D/ca/<ca>/issued/<slug of the common name>/`.
-    public func issue(_ request: CertificateRequest, caName: String, keySpec: KeySpec = .ecP256,
-                      keyPassword: SecretBytes? = nil, now: Date = Date()) throws -> Item {
+    /// `D/ca/<ca>/issued/<slug of the common name>/`, and with `p12` its `.p12` too
+    /// (``PKCS12/exportIssued(_:password:scheme:)``), as one step: when the `.p12` cannot be
+    /// made or written, the issued item is removed again, so a failure leaves neither behind.
+    public func issue(_ request: CertificateRequest, caName: String, keySpec: KeySpec = .issuingDefault,
+                      keyPassword: SecretBytes? = nil, p12: PKCS12Output? = nil, now: Date = Date()) throws -> Item {
         guard request.profile == .server || request.profile == .client else {
             throw MTLSError(.invalidArgument, "only server and client certificates are issued from an intermediate")
         }
         try request.validate()
+        if let p12, Self.exists(p12.path) { throw MTLSError(.duplicate, "\(p12.path) already exists") }
         let caDir = try caPath(caName)
         let dir = caDir + "/issued/" + (try Self.slug(request.commonName))
         guard !Self.exists(dir) else {
@@ -91,9 +110,25 @@ public struct PKIDirectory: Sendable {
         }
         let (ca, chain) = try loadIntermediate(caName, keyPassword: keyPassword)
         let identity = try ca.issueWithNewKey(request, keySpec: keySpec, chain: chain, now: now)
-        try Self.makeDirectories(caDir + "/issued")
+        let p12Bytes = try p12.map { try PKCS12.exportIssued(identity, password: $0.password, scheme: $0.scheme) }
+        let issuedDir = caDir + "/issued"
+        let issuedDirExisted = Self.exists(issuedDir)
+        try Self.makeDirectories(issuedDir)
         try Self.writeItem(identity, at: dir, keyPassword: keyPassword, chain: true)
-        return Item(identity: identity, directory: dir)
+        let item = Item(identity: identity, directory: dir)
+        if let p12, var p12Bytes {
+            defer { SecretBytes.wipe(&p12Bytes) }
+            do {
+                try FileIO.writeAtomically(p12.path, p12Bytes, mode: 0o600)
+            } catch {
+                // No certificate on disk without the .p12 that was asked for: the folder is left
+                // as it was found.
+                discard(item)
+                if !issuedDirExisted { _ = rmdir(issuedDir) }
+                throw error
+            }
+        }
+        return item
     }
 
     /// Signs a certificate signing request as a server or client certificate from the

@@ -1,4 +1,5 @@
 internal import COpenSSL
+internal import CMTLSHeader
 
 /// An error from libmtls: a stable ``Code`` (whose raw value is the C ABI's `MTLS_E_*` number)
 /// and a message that says what happened, with OpenSSL's own words appended where it spoke.
@@ -6,55 +7,58 @@ internal import COpenSSL
 /// Deliberately a struct with an extensible code rather than a frozen enum, so new codes can be
 /// added without breaking callers (the model is swift-certificates' `CertificateError`).
 public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
-    /// A stable error code. Raw values never change; new codes are added, never renumbered.
+    /// A stable error code. Raw values never change; new codes are added, never renumbered. Each
+    /// is the header's `MTLS_E_*` constant (`make test-abi` checks that every one is mirrored).
     public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
         public let rawValue: Int32
         public init(rawValue: Int32) { self.rawValue = rawValue }
+        /// A code of the header's `mtls_status`: the numbers are written in include/mtls.h only.
+        init(header status: mtls_status) { self.rawValue = status.rawValue }
 
         // General
-        public static let invalidArgument = Code(rawValue: -1)
-        public static let noMemory = Code(rawValue: -2)
-        public static let `internal` = Code(rawValue: -3)
-        public static let io = Code(rawValue: -4)
-        public static let parse = Code(rawValue: -5)
-        public static let bufferTooSmall = Code(rawValue: -6)
-        public static let notFound = Code(rawValue: -7)
+        public static let invalidArgument = Code(header: MTLS_E_INVALID_ARGUMENT)
+        public static let noMemory = Code(header: MTLS_E_NO_MEMORY)
+        public static let `internal` = Code(header: MTLS_E_INTERNAL)
+        public static let io = Code(header: MTLS_E_IO)
+        public static let parse = Code(header: MTLS_E_PARSE)
+        public static let bufferTooSmall = Code(header: MTLS_E_BUFFER_TOO_SMALL)
+        public static let notFound = Code(header: MTLS_E_NOT_FOUND)
         // PKCS#12 and keys
-        public static let badPassword = Code(rawValue: -10)
-        public static let corrupt = Code(rawValue: -11)
-        public static let notPKCS12 = Code(rawValue: -12)
-        public static let noIdentity = Code(rawValue: -13)
-        public static let unsupported = Code(rawValue: -14)
-        public static let keyMismatch = Code(rawValue: -15)
-        public static let limitExceeded = Code(rawValue: -16)
+        public static let badPassword = Code(header: MTLS_E_BAD_PASSWORD)
+        public static let corrupt = Code(header: MTLS_E_CORRUPT)
+        public static let notPKCS12 = Code(header: MTLS_E_NOT_PKCS12)
+        public static let noIdentity = Code(header: MTLS_E_NO_IDENTITY)
+        public static let unsupported = Code(header: MTLS_E_UNSUPPORTED)
+        public static let keyMismatch = Code(header: MTLS_E_KEY_MISMATCH)
+        public static let limitExceeded = Code(header: MTLS_E_LIMIT)
         // Store
-        public static let duplicate = Code(rawValue: -20)
-        public static let badSecret = Code(rawValue: -21)
-        public static let notAStore = Code(rawValue: -22)
-        public static let schemaTooNew = Code(rawValue: -23)
-        public static let locked = Code(rawValue: -24)
-        public static let readOnly = Code(rawValue: -25)
-        public static let diskFull = Code(rawValue: -26)
+        public static let duplicate = Code(header: MTLS_E_DUPLICATE)
+        public static let badSecret = Code(header: MTLS_E_BAD_SECRET)
+        public static let notAStore = Code(header: MTLS_E_NOT_A_STORE)
+        public static let schemaTooNew = Code(header: MTLS_E_SCHEMA_TOO_NEW)
+        public static let locked = Code(header: MTLS_E_LOCKED)
+        public static let readOnly = Code(header: MTLS_E_READ_ONLY)
+        public static let diskFull = Code(header: MTLS_E_DISK_FULL)
         // Trust
-        public static let invalidPolicy = Code(rawValue: -30)
-        public static let untrusted = Code(rawValue: -31)
+        public static let invalidPolicy = Code(header: MTLS_E_INVALID_POLICY)
+        public static let untrusted = Code(header: MTLS_E_UNTRUSTED)
         // Connections
-        public static let connect = Code(rawValue: -40)
-        public static let timeout = Code(rawValue: -41)
-        public static let handshake = Code(rawValue: -42)
-        public static let peerAlert = Code(rawValue: -43)
-        public static let wantRead = Code(rawValue: -44)
-        public static let wantWrite = Code(rawValue: -45)
-        public static let closed = Code(rawValue: -46)
-        public static let noMatchingIdentity = Code(rawValue: -47)
+        public static let connect = Code(header: MTLS_E_CONNECT)
+        public static let timeout = Code(header: MTLS_E_TIMEOUT)
+        public static let handshake = Code(header: MTLS_E_HANDSHAKE)
+        public static let peerAlert = Code(header: MTLS_E_PEER_ALERT)
+        public static let wantRead = Code(header: MTLS_E_WANT_READ)
+        public static let wantWrite = Code(header: MTLS_E_WANT_WRITE)
+        public static let closed = Code(header: MTLS_E_CLOSED)
+        public static let noMatchingIdentity = Code(header: MTLS_E_NO_MATCHING_IDENTITY)
         // Tokens
-        public static let token = Code(rawValue: -50)
-        public static let pinIncorrect = Code(rawValue: -51)
-        public static let pinLocked = Code(rawValue: -52)
-        public static let tokenNotPresent = Code(rawValue: -53)
-        public static let tokenRemoved = Code(rawValue: -54)
-        public static let badURI = Code(rawValue: -55)
-        public static let pinRequired = Code(rawValue: -56)
+        public static let token = Code(header: MTLS_E_TOKEN)
+        public static let pinIncorrect = Code(header: MTLS_E_PIN_INCORRECT)
+        public static let pinLocked = Code(header: MTLS_E_PIN_LOCKED)
+        public static let tokenNotPresent = Code(header: MTLS_E_TOKEN_NOT_PRESENT)
+        public static let tokenRemoved = Code(header: MTLS_E_TOKEN_REMOVED)
+        public static let badURI = Code(header: MTLS_E_BAD_URI)
+        public static let pinRequired = Code(header: MTLS_E_PIN_REQUIRED)
 
         /// Every code with its stable name and its static text (the C ABI's `mtls_strerror`).
         public static let all: [(Code, String, String)] = [

@@ -116,13 +116,14 @@ public struct TLSClientOptions: Sendable {
     /// ALPN protocols to offer, most preferred first.
     public var alpn: [String] = []
     /// Lowest and highest TLS versions (defaults 1.2 and 1.3).
-    public var minVersion: TLSVersion = .tls12
-    public var maxVersion: TLSVersion = .tls13
-    /// Seconds allowed for the TCP connect, the TLS handshake and each read or write; nil or 0
-    /// waits forever.
-    public var connectTimeout: Double? = 30
-    public var handshakeTimeout: Double? = 30
-    public var ioTimeout: Double? = nil
+    public var minVersion: TLSVersion = TLSDefaults.minVersion
+    public var maxVersion: TLSVersion = TLSDefaults.maxVersion
+    /// Seconds allowed for the TCP connect, the TLS handshake and each read or write, under
+    /// ``TLSDefaults/timeout(_:default:)``'s convention: `nil` or negative waits forever, `0` is
+    /// the default (30 s for the connect and the handshake, forever for reads and writes).
+    @TLSTimeout(default: TLSDefaults.connectTimeout) public var connectTimeout: Double?
+    @TLSTimeout(default: TLSDefaults.handshakeTimeout) public var handshakeTimeout: Double?
+    @TLSTimeout(default: TLSDefaults.ioTimeout) public var ioTimeout: Double?
     /// The identity to present.
     public var identity: ClientIdentity = .none
     /// How the server is judged. `nil` uses a default policy (the system trust store, name check
@@ -131,7 +132,7 @@ public struct TLSClientOptions: Sendable {
     public var policy: TrustPolicy?
     /// Reuse TLS sessions (TLS 1.3 tickets, TLS 1.2 sessions) for the same host, port, names,
     /// identity and policy.
-    public var sessionResumption = true
+    public var sessionResumption = TLSDefaults.sessionResumption
     /// Non-blocking mode for event loops: connect returns with the TCP connect under way (but a
     /// DNS name is first resolved with a blocking `getaddrinfo`: to never block, connect to an IP
     /// literal with ``serverName`` and ``validationName`` set to the name, or wrap a socket you
@@ -160,7 +161,7 @@ public struct TLSServerOptions: Sendable {
     /// The server's own identity (required).
     public var identity: Identity
     /// Whether a client certificate is requested or required.
-    public var clientAuthentication: ClientAuthentication = .require
+    public var clientAuthentication: ClientAuthentication = TLSDefaults.clientAuthentication
     /// How client certificates are judged (purpose clientAuth, no name check). Pin one
     /// customer's intermediate as its anchor to accept only that customer's clients.
     public var clientPolicy: TrustPolicy?
@@ -169,15 +170,16 @@ public struct TLSServerOptions: Sendable {
     public var clientCANames: [Certificate]?
     /// ALPN protocols the server accepts, most preferred first.
     public var alpn: [String] = []
-    public var minVersion: TLSVersion = .tls12
-    public var maxVersion: TLSVersion = .tls13
-    /// Seconds allowed for each accepted client's handshake, and for reads and writes.
-    public var handshakeTimeout: Double? = 30
-    public var ioTimeout: Double? = nil
+    public var minVersion: TLSVersion = TLSDefaults.minVersion
+    public var maxVersion: TLSVersion = TLSDefaults.maxVersion
+    /// Seconds allowed for each accepted client's handshake, and for reads and writes (the
+    /// convention of ``TLSClientOptions/connectTimeout``).
+    @TLSTimeout(default: TLSDefaults.handshakeTimeout) public var handshakeTimeout: Double?
+    @TLSTimeout(default: TLSDefaults.ioTimeout) public var ioTimeout: Double?
     /// Issue session tickets, so a returning client resumes without the certificate work. A
     /// ticket resumes only under the client policy version that judged the client, from the
     /// same address, while its chain is valid; otherwise the client gets a full handshake.
-    public var sessionTickets = true
+    public var sessionTickets = TLSDefaults.sessionTickets
 
     public init(identity: Identity) { self.identity = identity }
 
@@ -204,5 +206,51 @@ extension ClientIdentity {
         let stored = try store.identities().map { IdentityCandidate($0) }
         let tokens = try store.tokenIdentities().map { IdentityCandidate(token: $0, pin: tokenPIN, pinCallback: pinCallback) }
         return .candidates(stored + tokens)
+    }
+}
+
+/// The defaults of ``TLSClientOptions`` and ``TLSServerOptions``, and the one meaning of a
+/// timeout, written once: the options start from them, and the C ABI's `mtls_conn_options_init`
+/// and `mtls_listener_options_init` read them (the C layer converts, it does not decide).
+public enum TLSDefaults {
+    /// Lowest and highest TLS versions offered or accepted.
+    public static let minVersion = TLSVersion.tls12
+    public static let maxVersion = TLSVersion.tls13
+    /// Seconds for the TCP connect and for the TLS handshake.
+    public static let connectTimeout: Double? = 30
+    public static let handshakeTimeout: Double? = 30
+    /// Reads and writes wait as long as the peer takes.
+    public static let ioTimeout: Double? = nil
+    /// Client sessions are resumed, server tickets issued.
+    public static let sessionResumption = true
+    public static let sessionTickets = true
+    /// A listener requires a client certificate.
+    public static let clientAuthentication = ClientAuthentication.require
+
+    /// A timeout under the one convention every front end shares (the C ABI's `*_timeout_ms`
+    /// fields are this, in milliseconds): `0` is `defaultValue`, `nil` or a negative value is no
+    /// limit (nil), anything else that many seconds.
+    public static func timeout(_ seconds: Double?, default defaultValue: Double?) -> Double? {
+        guard let seconds, seconds >= 0 else { return nil }
+        return seconds == 0 ? defaultValue : seconds
+    }
+}
+
+/// A timeout option (seconds) kept under ``TLSDefaults/timeout(_:default:)``'s convention: a value
+/// is read back as it will be used (`0` set reads as the default, a negative value as nil).
+@propertyWrapper
+public struct TLSTimeout: Sendable {
+    private var seconds: Double?
+    private let defaultSeconds: Double?
+
+    /// Starts at `defaultSeconds`, which is also what `0` means.
+    public init(default defaultSeconds: Double?) {
+        self.seconds = defaultSeconds
+        self.defaultSeconds = defaultSeconds
+    }
+
+    public var wrappedValue: Double? {
+        get { seconds }
+        set { seconds = TLSDefaults.timeout(newValue, default: defaultSeconds) }
     }
 }

@@ -3,12 +3,36 @@ internal import CP11Kit
 import FoundationEssentials
 
 /// Key types ``Token/generateKey(uri:type:modulePath:pin:pinCallback:allowFinalTry:)`` makes.
-public enum TokenKeyType: String, Sendable, CaseIterable {
-    case ecP256 = "ec-p256"
-    case ecP384 = "ec-p384"
+/// Their names are ``KeySpec``'s (the header's `MTLS_KEY_TYPE_*`, aliases accepted): one
+/// spelling for a key type, whether it is made in memory or on a token.
+public enum TokenKeyType: Sendable, CaseIterable, RawRepresentable {
+    case ecP256
+    case ecP384
     case rsa2048
     case rsa3072
     case ed25519
+
+    /// The key kind in ``KeySpec`` terms.
+    public var keySpec: KeySpec {
+        switch self {
+        case .ecP256: return .ecP256
+        case .ecP384: return .ecP384
+        case .rsa2048: return .rsa(bits: 2048)
+        case .rsa3072: return .rsa(bits: 3072)
+        case .ed25519: return .ed25519
+        }
+    }
+
+    /// The canonical name (``KeySpec/issuingName``).
+    public var rawValue: String { keySpec.issuingName }
+
+    /// A canonical name or an alias (``KeySpec/init(issuingName:)``); nil for a kind no token
+    /// key is made of (RSA-4096) or an unknown name.
+    public init?(rawValue: String) {
+        guard let spec = try? KeySpec(issuingName: rawValue),
+              let type = Self.allCases.first(where: { $0.keySpec == spec }) else { return nil }
+        self = type
+    }
 }
 
 /// Enrollment without other tools: a key pair made on the token, a CSR signed by it, and the

@@ -7,7 +7,6 @@ import pathlib
 import shutil
 import subprocess
 import sys
-import time
 from typing import Callable, Iterator, List
 
 import pytest
@@ -17,6 +16,8 @@ import mtls
 REPO = pathlib.Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "Tests" / "support"))
 from ports import free_port, wait_port  # noqa: E402,F401 (the shared helpers, used here and by the tests)
+import nginx_server  # noqa: E402 (the one nginx harness: tests, e2e and benchmarks)
+from nginx_server import Nginx, stop_process  # noqa: E402,F401 (stop_process: used by the tests)
 PKI_SCRIPT = REPO / "scripts" / "test-pki.sh"
 TOKEN_SCRIPT = REPO / "scripts" / "softhsm-token.sh"
 SOFTHSM_MODULE = "/usr/lib/softhsm/libsofthsm2.so"
@@ -80,41 +81,6 @@ def tokens(token_dir: pathlib.Path) -> Iterator[pathlib.Path]:
         os.environ["SOFTHSM2_CONF"] = old
 
 
-class Nginx:
-    """nginx on 127.0.0.1:port serving https with `ssl_verify_client on`."""
-
-    def __init__(self, prefix: pathlib.Path, port: int, proc: "subprocess.Popen[bytes]") -> None:
-        self.prefix, self.port, self.proc = prefix, port, proc
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    def body_log(self, lines: int = 1, timeout: float = 10) -> str:
-        """What the /upload location logged: one request body per line. nginx writes the log line
-        after it has sent the response, so this waits (up to `timeout`) for `lines` lines."""
-        path = self.prefix / "logs" / "body.log"
-        end = time.monotonic() + timeout
-        while True:
-            text = path.read_text() if path.exists() else ""
-            if len(text.splitlines()) >= lines or time.monotonic() > end:
-                return text
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        stop_process(self.proc)
-
-
-def stop_process(proc: "subprocess.Popen[bytes]") -> None:
-    """Stops a peer the tests started: SIGTERM, then SIGKILL if it is still there after 10 s."""
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @pytest.fixture
 def start_nginx(pki: pathlib.Path, tmp_path: pathlib.Path) -> Iterator[Callable[..., Nginx]]:
     """start_nginx(client_ca, issuer_dn=None) -> Nginx: requires client certificates issued by
@@ -129,59 +95,10 @@ def start_nginx(pki: pathlib.Path, tmp_path: pathlib.Path) -> Iterator[Callable[
     started: List[Nginx] = []
 
     def start(client_ca: str, issuer_dn: str = "") -> Nginx:
-        port, backend = free_port(), free_port()
-        prefix = tmp_path / f"nginx-{port}"
-        (prefix / "logs").mkdir(parents=True)
-        check_issuer = f'if ($ssl_client_i_dn != "{issuer_dn}") {{ return 403 "wrong customer\\n"; }}' \
-            if issuer_dn else ""
-        conf = prefix / "nginx.conf"
-        conf.write_text(f"""
-error_log {prefix}/logs/error.log;
-pid {prefix}/nginx.pid;
-events {{ worker_connections 64; }}
-http {{
-  access_log off;
-  log_format body '$request_body';
-  client_body_temp_path {prefix}/body; proxy_temp_path {prefix}/proxy;
-  fastcgi_temp_path {prefix}/fcgi; uwsgi_temp_path {prefix}/uwsgi; scgi_temp_path {prefix}/scgi;
-  keepalive_requests 100000;
-  server {{
-    listen 127.0.0.1:{port} ssl;
-    server_name server.test;
-    ssl_certificate {pki / 'server-chain.pem'};
-    ssl_certificate_key {pki / 'server.key'};
-    ssl_client_certificate {client_ca};
-    ssl_trusted_certificate {pki / 'root.pem'};
-    ssl_verify_client on;
-    ssl_verify_depth 2;
-    ssl_protocols TLSv1.2 TLSv1.3;
-    ssl_session_cache shared:mtls:1m;
-    gzip on; gzip_types text/plain; gzip_min_length 1;
-    absolute_redirect off;
-    default_type text/plain;
-    location / {{
-      {check_issuer}
-      return 200 "hello $ssl_client_s_dn conn=$connection req=$connection_requests session=$ssl_session_id\\n";
-    }}
-    location /old {{ return 302 /; }}
-    location /upload {{
-      client_body_buffer_size 1m; client_max_body_size 1m;
-      access_log {prefix}/logs/body.log body;
-      proxy_http_version 1.1;
-      proxy_pass http://127.0.0.1:{backend}/sink;
-    }}
-  }}
-  server {{
-    listen 127.0.0.1:{backend};
-    location /sink {{ return 200 "stored\\n"; }}
-  }}
-}}
-""")
-        proc = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(prefix), "-g", "daemon off; master_process off;"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        srv = Nginx(prefix, port, proc)
+        srv = nginx_server.start(tmp_path / f"nginx-{len(started)}", server_chain=pki / "server-chain.pem",
+                                 server_key=pki / "server.key", client_ca=client_ca, trusted=pki / "root.pem",
+                                 issuer_dn=issuer_dn, gzip=True)
         started.append(srv)
-        wait_port(port, proc)
         return srv
 
     yield start

@@ -1,3 +1,5 @@
+import pathlib
+import re
 import subprocess
 
 import pytest
@@ -16,7 +18,10 @@ def make_cert(tmp_path):
 
 
 def test_version_matches_package():
-    assert mtls.__version__ == "0.1.0"
+    """The library's version is the header's MTLS_VERSION_* macros (written nowhere else)."""
+    header = (pathlib.Path(__file__).resolve().parents[3] / "include" / "mtls.h").read_text()
+    parts = [re.search(rf"^#define MTLS_VERSION_{p} (\d+)$", header, re.M).group(1) for p in ("MAJOR", "MINOR", "PATCH")]
+    assert mtls.__version__ == ".".join(parts) == "0.2.0"
 
 
 def test_parse_reads_fields(tmp_path):

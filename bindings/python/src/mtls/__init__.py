@@ -7,6 +7,8 @@
 
 HTTP: mtls.requests.Adapter (requests), mtls.httpx.Transport (httpx), mtls.http.HTTPSConnection
 (http.client, urllib). Errors: mtls.Error and one subclass per libmtls status (mtls.errors)."""
+import importlib
+
 from ._lib import lib as _lib
 from . import errors
 from .errors import (  # noqa: F401 - the exceptions, importable from the top level
@@ -18,7 +20,8 @@ from .errors import (  # noqa: F401 - the exceptions, importable from the top le
 )
 from .certificate import Certificate
 from .store import Store, StoreItem, StoreKey
-from .pkcs12 import Identity, PKCS12, ChainCheck
+from .identity import Identity, ChainCheck
+from .pkcs12 import PKCS12
 from .pki import IssuedCertificate
 from .trust import Policy, HostRule, TrustResult, TrustReason
 from .tls import (Connection, ConnectOptions, Listener, configure_ssl_ctx, set_ssl_peer, set_ssl_ctx_peer,
@@ -44,6 +47,5 @@ __all__ = [
 def __getattr__(name: str) -> object:
     """mtls.requests, mtls.httpx and mtls.http load on first use (requests and httpx are optional)."""
     if name in ("requests", "httpx", "http"):
-        import importlib
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'mtls' has no attribute {name!r}")

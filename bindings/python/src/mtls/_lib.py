@@ -1,40 +1,57 @@
-"""Loads libmtls.so and declares the C prototypes (private; use the mtls package)."""
+"""Loads libmtls.so and declares the C prototypes (private; use the mtls package).
+
+Where the library is looked for, in order, with nothing run but the dynamic loader (no compiler,
+no ldconfig, no objdump: ``ctypes.util.find_library`` is not used):
+  1. ``MTLS_LIBRARY``, when set: an explicit choice is the only one tried;
+  2. beside this package (``libmtls.so`` or ``libmtls.so.0``: a wheel ships it there);
+  3. the system's, by its SONAME ``libmtls.so.0`` (the dynamic linker's own search: its cache,
+     ``LD_LIBRARY_PATH``, the system folders).
+The library found must implement the ABI these bindings were written for (:data:`ABI_VERSION`)."""
 import ctypes
-import ctypes.util
 import os
+from typing import List, Tuple
 
-WRITTEN_FOR = (0, 1)  # the MAJOR.MINOR this module was written against
+#: The MAJOR.MINOR of include/mtls.h these bindings were written for (``make test-abi`` checks it
+#: against MTLS_VERSION_MAJOR/MINOR). A library of another major, or an older minor, is refused.
+ABI_VERSION = (0, 2)
+#: The library's SONAME, what the system's copy is loaded by.
+SONAME = "libmtls.so.0"
 
 
-def _candidates() -> "list[str]":
-    """Where libmtls.so is looked for, in order: beside this package (a wheel ships it there),
-    then MTLS_LIBRARY, then the linker's search (ctypes.util.find_library), then the usual
-    install prefixes."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    out = [os.path.join(here, "libmtls.so"), os.path.join(here, "libmtls.so.0")]
-    out = [c for c in out if os.path.exists(c)]
+def _candidates() -> List[str]:
+    """The paths (or the SONAME) to try, in order (see the module's doc)."""
     env = os.environ.get("MTLS_LIBRARY")
     if env:
-        out.append(env)
-    found = ctypes.util.find_library("mtls")
-    if found:
-        out.append(found)
-    out += ["libmtls.so.0", "/usr/local/lib/libmtls.so.0", "/usr/lib/libmtls.so.0"]
-    return out
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    beside = [os.path.join(here, n) for n in ("libmtls.so", SONAME)]
+    return [p for p in beside if os.path.exists(p)] + [SONAME]
 
 
-def _load() -> ctypes.CDLL:
+def _load() -> Tuple[ctypes.CDLL, str]:
     tried = []
     for c in _candidates():
         try:
-            return ctypes.CDLL(c)
+            return ctypes.CDLL(c), c
         except OSError as e:
             tried.append(f"{c}: {e}")
-    raise ImportError("cannot load libmtls.so; install it (make install PREFIX=...) or set "
-                      "MTLS_LIBRARY to its path. Tried:\n  " + "\n  ".join(tried))
+    how = ("MTLS_LIBRARY names a library that does not load; fix or unset it"
+           if os.environ.get("MTLS_LIBRARY") else
+           "install it (make install PREFIX=..., the libmtls0 package, or the wheel), or set MTLS_LIBRARY to its path")
+    raise ImportError(f"cannot load libmtls: {how}. Tried:\n  " + "\n  ".join(tried))
 
 
-lib = _load()
+def check_version(number: int, text: str, where: str) -> None:
+    """Refuses a library whose MTLS_VERSION_NUMBER (``number``) is not of :data:`ABI_VERSION`'s
+    major or is older than it: these bindings call functions and use struct fields it may lack."""
+    major, minor = number // 10000, number // 100 % 100
+    if major != ABI_VERSION[0] or minor < ABI_VERSION[1]:
+        raise ImportError(f"libmtls {text} ({where}) is not compatible with these bindings, written for the "
+                          f"{ABI_VERSION[0]}.{ABI_VERSION[1]} ABI: install libmtls {ABI_VERSION[0]}.{ABI_VERSION[1]} "
+                          "or a newer release of the same major version, or set MTLS_LIBRARY to one")
+
+
+lib, path = _load()
 
 c_char_pp = ctypes.POINTER(ctypes.c_char_p)
 c_void_pp = ctypes.POINTER(ctypes.c_void_p)
@@ -106,7 +123,5 @@ def take_string(p):
         lib.mtls_string_free(p)
 
 
-_major, _minor = (lib.mtls_version_number() // 10000, lib.mtls_version_number() // 100 % 100)
-if _major != WRITTEN_FOR[0] or _minor < WRITTEN_FOR[1]:
-    raise ImportError(f"libmtls {lib.mtls_version().decode()} is not compatible with these bindings "
-                      f"(written for {WRITTEN_FOR[0]}.{WRITTEN_FOR[1]})")
+# const char *mtls_version(void), int mtls_version_number(void): declared above.
+check_version(lib.mtls_version_number(), lib.mtls_version().decode(), path)

@@ -94,7 +94,7 @@ class KeyMismatch(Error):
 
 
 class LimitExceeded(Error):
-    code, name = -16, "limit"
+    code, name = -16, "limit_exceeded"
 
 
 class Duplicate(Error):
@@ -154,8 +154,8 @@ class TrustError(Error):
 
 
 class Untrusted(TrustError):
-    """MTLS_E_UNTRUSTED: the class raised for that code (a :class:`TrustError`)."""
-    code, name = -31, "untrusted"
+    """MTLS_E_UNTRUSTED: the class raised for that code (a :class:`TrustError`, whose code and
+    name it keeps: each code is declared by one class)."""
 
 
 class ConnectError(Error, ConnectionError):
@@ -198,8 +198,9 @@ class TokenError(Error):
 
 
 class PinError(TokenError):
-    """The parent of the PIN failures: PinIncorrect, PinLocked, PinRequired."""
-    code, name = -51, "pin_incorrect"
+    """The parent of the PIN failures: PinIncorrect, PinLocked, PinRequired. A family, not a
+    status: it declares no code of its own (its ``.code`` is its parent's, MTLS_E_TOKEN), so
+    every code is declared by exactly one class (``make test-abi`` checks it)."""
 
 
 class PinIncorrect(PinError):
@@ -274,11 +275,12 @@ def check(rc: int) -> None:
 
 
 def _verify_names() -> None:
-    """The names above are libmtls's own (mtls_error_name), checked once at import."""
-    for c in _CLASSES:
-        actual = lib.mtls_error_name(c.code).decode()
-        if actual != c.name:
-            c.name = actual
+    """The names above must be libmtls's own (mtls_error_name), checked once at import: a
+    difference is a bug in these bindings (``make test-abi`` reports it), never patched over."""
+    wrong = [f"{c.__name__}: {c.name!r}, the library says {lib.mtls_error_name(c.code).decode()!r}"
+             for c in _CLASSES if lib.mtls_error_name(c.code).decode() != c.name]
+    if wrong:
+        raise ImportError("mtls.errors does not match the library's error names: " + "; ".join(wrong))
 
 
 _verify_names()

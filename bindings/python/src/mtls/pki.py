@@ -4,11 +4,17 @@ import ctypes
 from ._lib import lib, fn, c_void_pp, c_size_p
 from ._handle import _Handle, utf8, out_handle, out_string, out_bytes
 from .certificate import Certificate
+from .identity import Identity
 from .errors import check
 
 MTLS_ISSUE_OPTIONS_VERSION = 1
 PROFILE_INTERMEDIATE, PROFILE_SERVER, PROFILE_CLIENT = 2, 3, 4
-KEY_TYPES = ("ec-p256", "ec-p384", "rsa-2048", "rsa-3072", "rsa-4096", "ed25519")
+# Key types, the header's MTLS_KEY_TYPE_* names ("p256", "rsa2048"... are accepted as aliases).
+KEY_TYPE_EC_P256, KEY_TYPE_EC_P384 = "ec-p256", "ec-p384"
+KEY_TYPE_RSA_2048, KEY_TYPE_RSA_3072, KEY_TYPE_RSA_4096 = "rsa-2048", "rsa-3072", "rsa-4096"
+KEY_TYPE_ED25519 = "ed25519"
+KEY_TYPES = (KEY_TYPE_EC_P256, KEY_TYPE_EC_P384, KEY_TYPE_RSA_2048, KEY_TYPE_RSA_3072, KEY_TYPE_RSA_4096,
+             KEY_TYPE_ED25519)
 
 
 class _IssueOptions(ctypes.Structure):
@@ -141,7 +147,6 @@ class IssuedCertificate(_Handle):
     @property
     def identity(self):
         """The certificate, key and chain as an mtls.Identity (for the store and connections)."""
-        from .pkcs12 import Identity
         return Identity(out_handle(lib.mtls_issued_identity, self._h))
 
     def key_pem(self, password=None) -> str:

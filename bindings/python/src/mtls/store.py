@@ -8,7 +8,8 @@ from typing import Iterable, List, Optional, Tuple, Union
 from ._lib import lib, fn, take_string, c_void_pp, c_size_p
 from ._handle import _Handle, utf8, out_handle, out_bytes, out_string, out_value, out_list, take_strings
 from .certificate import Certificate
-from .pkcs12 import Identity
+from .identity import Identity
+from .tokens import identity_from_pkcs11
 from .errors import check, InvalidArgument, NotFound
 
 IDENTITY, CERTIFICATE, TOKEN_IDENTITY = 1, 2, 3
@@ -246,7 +247,6 @@ class Store(_Handle):
         if item.item_class == "identity":
             return self.get_identity(label)
         if item.item_class == "token-identity":
-            from .tokens import identity_from_pkcs11
             uri, _ = self.get_token_identity(label)
             return identity_from_pkcs11(uri)
         return self.get_certificate(label)

@@ -1,18 +1,19 @@
 """Mutual-TLS connections: Connection (client), Listener (server), and configure_ssl_ctx for an
 OpenSSL SSL_CTX the application owns. Over the C ABI's "Connections" section."""
 import ctypes
+import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from ._lib import lib, fn, c_void_pp, c_size_p, c_int_p
 from ._handle import _Handle, utf8, out_handle, out_string, out_value
 from .certificate import Certificate
 from .errors import check, Error, InvalidArgument, TrustError
-from .pkcs12 import Identity
+from .identity import Identity
+from .store import Store
+from .tokens import identity_from_pkcs11
 from .trust import Policy, TrustResult, _read_result
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .store import Store
 
 TLS_1_2, TLS_1_3 = 12, 13
 _VERSIONS = {"1.2": TLS_1_2, "1.3": TLS_1_3, TLS_1_2: TLS_1_2, TLS_1_3: TLS_1_3}
@@ -347,8 +348,6 @@ IdentityLike = Union[Identity, str, None]
 
 def _default_store() -> "Store":
     """The store MTLS_STORE names, opened with MTLS_STORE_SECRET_FILE (the mtls CLI's defaults)."""
-    from .store import Store
-    import os
     path, secret_file = os.environ.get("MTLS_STORE"), os.environ.get("MTLS_STORE_SECRET_FILE")
     if not path or not secret_file:
         raise InvalidArgument("an identity given by store label needs store= (a Store), or MTLS_STORE and "
@@ -366,7 +365,6 @@ def resolve_identity(identity: IdentityLike, store: "Optional[Store]" = None,
     if not isinstance(identity, str):
         raise TypeError("identity must be an mtls.Identity, a store label or a pkcs11: URI")
     if identity.startswith("pkcs11:"):
-        from .tokens import identity_from_pkcs11
         return identity_from_pkcs11(identity, pin)
     own = store is None
     st = _default_store() if own else store

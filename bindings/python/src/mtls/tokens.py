@@ -16,7 +16,7 @@ from ._lib import lib, fn, c_void_pp, c_size_p, c_int_p
 from ._handle import _Handle, utf8, out_handle, out_string, out_bytes, out_value, out_list
 from .certificate import Certificate
 from .errors import check, stash_callback_exception, PinRequired
-from .pkcs12 import Identity
+from .identity import Identity
 
 # int mtls_token_list(const char *module_path, mtls_token ***out, size_t *count)
 fn("mtls_token_list", ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(c_void_pp), c_size_p)
@@ -63,8 +63,6 @@ PIN_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes
 #                               mtls_identity **out)
 fn("mtls_identity_from_pkcs11", ctypes.c_int, ctypes.c_char_p, PIN_CB, ctypes.c_void_p, _callbacks.DESTROY_CB,
    c_void_pp)
-# int mtls_identity_token_uri(const mtls_identity *identity, char **out)
-fn("mtls_identity_token_uri", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 
 # int mtls_token_keygen(const char *uri, const char *key_type, mtls_pin_cb pin_cb, void *userdata, char **key_uri)
 fn("mtls_token_keygen", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, PIN_CB, ctypes.c_void_p, c_void_pp)
@@ -242,8 +240,9 @@ def _with_pin(pin, call):
     return result
 
 
-#: key types for generate_key
-TOKEN_KEY_TYPES = ("ec-p256", "ec-p384", "rsa2048", "rsa3072", "ed25519")
+#: key types for generate_key: the header's MTLS_KEY_TYPE_* names a token makes ("rsa2048" and
+#: "rsa3072", the names these bindings listed before 0.2.0, are accepted as aliases)
+TOKEN_KEY_TYPES = ("ec-p256", "ec-p384", "rsa-2048", "rsa-3072", "ed25519")
 
 
 def generate_key(uri, key_type="ec-p256", pin=None) -> str:
@@ -265,7 +264,7 @@ def import_certificate(uri, certificate, pin=None) -> str:
 
 def identity_token_uri(identity: Identity) -> Optional[str]:
     """The pkcs11: URI of the identity's private key when it lives on a token, else None."""
-    return out_string(lib.mtls_identity_token_uri, identity._h)
+    return identity.token_uri
 
 
 __all__ = ["Token", "TokenObject", "list_tokens", "token_objects", "identity_from_pkcs11",

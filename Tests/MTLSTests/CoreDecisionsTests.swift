@@ -1,0 +1,87 @@
+import Foundation
+import XCTest
+@testable import MTLS
+
+/// Decisions the core makes once for every front end (C, Python, the CLI): timeouts and
+/// defaults, the CN of a certificate named by nothing else, and issuing with its `.p12` as one step.
+final class CoreDecisionsTests: XCTestCase {
+    func testTimeoutZeroIsTheDefaultAndNegativeIsNoLimit() throws {
+        var o = TLSClientOptions()
+        XCTAssertEqual(o.connectTimeout, 30)
+        XCTAssertEqual(o.handshakeTimeout, 30)
+        XCTAssertNil(o.ioTimeout)
+        o.connectTimeout = 0
+        o.handshakeTimeout = -1
+        o.ioTimeout = 0
+        XCTAssertEqual(o.connectTimeout, 30)  // the C ABI's 0: the default, not "forever"
+        XCTAssertNil(o.handshakeTimeout)
+        XCTAssertNil(o.ioTimeout)
+        o.connectTimeout = 2.5
+        XCTAssertEqual(o.connectTimeout, 2.5)
+        o.connectTimeout = nil
+        XCTAssertNil(o.connectTimeout)
+        var s = TLSServerOptions(identity: try CertificateAuthority.newRoot(commonName: "Server"))
+        XCTAssertEqual(s.handshakeTimeout, TLSDefaults.handshakeTimeout)
+        XCTAssertEqual(s.clientAuthentication, TLSDefaults.clientAuthentication)
+        s.handshakeTimeout = 0
+        XCTAssertEqual(s.handshakeTimeout, 30)
+        s.ioTimeout = -5
+        XCTAssertNil(s.ioTimeout)
+    }
+
+    func testCommonNameFallsBackToTheCSRThenTheFirstDNSNameThenTheFirstIP() throws {
+        XCTAssertEqual(try CertificateRequest.commonName(given: "n", dnsNames: ["d"], ipAddresses: ["1.2.3.4"]), "n")
+        XCTAssertEqual(try CertificateRequest.commonName(given: nil, dnsNames: ["d", "e"], ipAddresses: ["1.2.3.4"]), "d")
+        XCTAssertEqual(try CertificateRequest.commonName(given: nil, ipAddresses: ["1.2.3.4"]), "1.2.3.4")
+        expectCode(.invalidArgument) { _ = try CertificateRequest.commonName(given: nil) }
+        let dir = try TestPKI.tempDir()
+        _ = try TestPKI.sh("openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout \(dir)/k.pem "
+                           + "-out \(dir)/named.csr -subj /CN=from-csr 2>/dev/null && "
+                           + "openssl req -new -key \(dir)/k.pem -out \(dir)/nameless.csr -subj /O=NoCN 2>/dev/null")
+        let named = try CertificateSigningRequest(path: "\(dir)/named.csr")
+        let nameless = try CertificateSigningRequest(path: "\(dir)/nameless.csr")
+        XCTAssertEqual(try CertificateRequest.commonName(given: nil, csr: named, dnsNames: ["d"]), "from-csr")
+        XCTAssertEqual(try CertificateRequest.commonName(given: nil, csr: nameless, dnsNames: ["d"]), "d")
+        expectCode(.invalidArgument) { _ = try CertificateRequest.commonName(given: nil, csr: nameless) }
+    }
+
+    func testIssuingWithAPKCS12ThatCannotBeWrittenLeavesNothing() throws {
+        let dir = try TestPKI.tempDir()
+        let pki = PKIDirectory(path: dir)
+        _ = try pki.initRoot(commonName: "Root")
+        _ = try pki.makeIntermediate(commonName: "Customer A")
+        let unwritable = PKIDirectory.PKCS12Output(path: "\(dir)/no-such-folder/alice.p12", password: SecretBytes("pw"))
+        expectCode(.io) {
+            _ = try pki.issue(CertificateRequest(profile: .client, commonName: "alice"), caName: "Customer A", p12: unwritable)
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: "\(dir)/ca/customer-a/issued"))  // the folder as it was
+        // An existing .p12 is refused before anything is issued.
+        FileManager.default.createFile(atPath: "\(dir)/taken.p12", contents: Data())
+        expectCode(.duplicate) {
+            _ = try pki.issue(CertificateRequest(profile: .client, commonName: "alice"), caName: "Customer A",
+                              p12: PKIDirectory.PKCS12Output(path: "\(dir)/taken.p12", password: SecretBytes("pw")))
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: "\(dir)/ca/customer-a/issued"))
+        // Both, when it can: the .p12 carries the chain and the CN as friendly name.
+        let item = try pki.issue(CertificateRequest(profile: .client, commonName: "alice"), caName: "Customer A",
+                                 p12: PKIDirectory.PKCS12Output(path: "\(dir)/alice.p12", password: SecretBytes("pw"), scheme: .legacy))
+        let p12 = try PKCS12.load(path: "\(dir)/alice.p12", password: SecretBytes("pw")).requireIdentity()
+        XCTAssertEqual(p12.leaf.sha256Hex, item.identity.leaf.sha256Hex)
+        XCTAssertEqual(p12.friendlyName, "alice")
+        XCTAssertEqual(p12.chain.count, 2)
+        let mode = (try FileManager.default.attributesOfItem(atPath: "\(dir)/alice.p12")[.posixPermissions] as? NSNumber)?.intValue
+        XCTAssertEqual(mode, 0o600)
+    }
+
+    func testCRLOfSerialsRevokesEachAsOfItsTime() throws {
+        let root = try CertificateAuthority.newRoot(commonName: "Root")
+        let ca = try CertificateAuthority(certificate: root.leaf, privateKey: root.privateKey)
+        let at = Date(timeIntervalSince1970: 1_893_456_000)  // 2030-01-01
+        let der = try ca.makeCRL(revokedSerials: ["01AB"], number: 7, now: at)
+        let dir = try TestPKI.tempDir()
+        try FileIO.writeAtomically("\(dir)/crl.der", der, mode: 0o644)
+        let text = try TestPKI.sh("openssl crl -inform DER -in \(dir)/crl.der -noout -text")
+        XCTAssertTrue(text.contains("Serial Number: 01AB"), text)
+        XCTAssertTrue(text.contains("Revocation Date: Jan  1 00:00:00 2030 GMT"), text)
+    }
+}

@@ -1,0 +1,128 @@
+/* What the C layer converts and what the core decides: options_init takes the core's defaults;
+ * a count above SSIZE_MAX and a string that is not UTF-8 are MTLS_E_INVALID_ARGUMENT wherever
+ * they are given (counts in option structs, list frees, optional strings); a CSR without a CN
+ * gets the core's fallback name; an issued .p12 carries the CN as its friendly name. */
+#include <stdint.h>
+#include "test_support.h"
+
+int main(void) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    char cmd[4096], csr_path[512];
+
+    /* Defaults come from the core: what a zeroed struct would mean, spelt out. */
+    mtls_conn_options o;
+    memset(&o, 0x5a, sizeof o);
+    CHECK_OK(mtls_conn_options_init(&o, MTLS_CONN_OPTIONS_VERSION));
+    CHECK(o.version == MTLS_CONN_OPTIONS_VERSION && o.min_tls == MTLS_TLS_1_2 && o.max_tls == MTLS_TLS_1_3);
+    CHECK(o.connect_timeout_ms == 30000 && o.handshake_timeout_ms == 30000 && o.io_timeout_ms < 0);
+    CHECK(o.non_blocking == 0 && o.no_session_resumption == 0);
+    CHECK(o.sni == NULL && o.verify_as == NULL && o.alpn == NULL && o.identity == NULL && o.candidates == NULL
+          && o.candidate_count == 0 && o.policy == NULL);
+    CHECK_RC(mtls_conn_options_init(&o, 2), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_options_init(NULL, MTLS_CONN_OPTIONS_VERSION), MTLS_E_INVALID_ARGUMENT);
+    mtls_listener_options lo;
+    memset(&lo, 0x5a, sizeof lo);
+    CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
+    CHECK(lo.version == MTLS_LISTENER_OPTIONS_VERSION && lo.client_auth == MTLS_CLIENT_AUTH_REQUIRE);
+    CHECK(lo.min_tls == MTLS_TLS_1_2 && lo.max_tls == MTLS_TLS_1_3 && lo.handshake_timeout_ms == 30000 && lo.io_timeout_ms < 0);
+    CHECK(lo.identity == NULL && lo.client_policy == NULL && lo.alpn == NULL && lo.no_session_tickets == 0);
+    CHECK_RC(mtls_listener_options_init(&lo, 0), MTLS_E_INVALID_ARGUMENT);
+    mtls_issue_options io;
+    memset(&io, 0x5a, sizeof io);
+    CHECK_OK(mtls_issue_options_init(&io, MTLS_ISSUE_OPTIONS_VERSION));
+    CHECK(io.version == MTLS_ISSUE_OPTIONS_VERSION && io.key_type == NULL && io.validity_days == 0 && io.dns_count == 0);
+
+    /* A count above SSIZE_MAX is an error, not "none". */
+    mtls_conn *conn = NULL;
+    o = (mtls_conn_options){0};
+    CHECK_OK(mtls_conn_options_init(&o, MTLS_CONN_OPTIONS_VERSION));
+    o.candidate_count = SIZE_MAX;
+    CHECK_RC(mtls_conn_connect("127.0.0.1", 1, &o, &conn), MTLS_E_INVALID_ARGUMENT);
+    CHECK(conn == NULL && strstr(mtls_last_error(), "SSIZE_MAX") != NULL);
+
+    mtls_issued *root = NULL, *inter = NULL, *client = NULL;
+    io.now = 1893456000; /* 2030-01-01: a fixed clock */
+    CHECK_OK(mtls_pki_root("Facts Root", &io, &root));
+    CHECK_OK(mtls_pki_issue(root, MTLS_PROFILE_INTERMEDIATE, "Facts CA", &io, &inter));
+    mtls_issue_options huge = io;
+    huge.dns_count = SIZE_MAX;
+    CHECK_RC(mtls_pki_issue(inter, MTLS_PROFILE_CLIENT, "huge", &huge, &client), MTLS_E_INVALID_ARGUMENT);
+    CHECK(client == NULL && strstr(mtls_last_error(), "SSIZE_MAX") != NULL);
+
+    /* A list freed with a count above SSIZE_MAX is left alone (the last error says why), so the
+     * right call can still free it. */
+    mtls_cert *cert = NULL;
+    char **ekus = NULL;
+    size_t n = 0;
+    CHECK_OK(mtls_pki_issue(inter, MTLS_PROFILE_CLIENT, "alice", &io, &client));
+    CHECK_OK(mtls_issued_cert(client, &cert));
+    CHECK_OK(mtls_cert_ekus(cert, &ekus, &n));
+    CHECK(n == 1 && strcmp(ekus[0], "1.3.6.1.5.5.7.3.2") == 0); /* clientAuth */
+    mtls_string_list_free(ekus, SIZE_MAX);
+    CHECK(strstr(mtls_last_error(), "SSIZE_MAX") != NULL);
+    CHECK(strcmp(ekus[0], "1.3.6.1.5.5.7.3.2") == 0); /* untouched: neither wiped nor freed */
+    mtls_string_list_free(ekus, n);
+
+    /* An optional string that is not UTF-8 is refused like a required one, never repaired. */
+    mtls_identity *alice = NULL;
+    uint8_t *p12 = NULL;
+    size_t p12_len = 0;
+    CHECK_OK(mtls_issued_identity(client, &alice));
+    CHECK_RC(mtls_pkcs12_export(alice, "pw", MTLS_PKCS12_MODERN, "bad \xff\xfe name", &p12, &p12_len), MTLS_E_INVALID_ARGUMENT);
+    CHECK(p12 == NULL && strstr(mtls_last_error(), "friendly_name is not valid UTF-8") != NULL);
+    o = (mtls_conn_options){0};
+    CHECK_OK(mtls_conn_options_init(&o, MTLS_CONN_OPTIONS_VERSION));
+    o.sni = "\xc3\x28";
+    CHECK_RC(mtls_conn_connect("127.0.0.1", 1, &o, &conn), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "sni is not valid UTF-8") != NULL);
+    mtls_issue_options bad_key = io;
+    bad_key.key_type = "ec-p256\xff";
+    mtls_issued *none = NULL;
+    CHECK_RC(mtls_pki_root("R", &bad_key, &none), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "key_type is not valid UTF-8") != NULL);
+
+    /* An issued .p12's friendly name is the certificate's CN (the core's choice for C and CLI). */
+    CHECK_OK(mtls_issued_export_p12(client, "pw", MTLS_PKCS12_MODERN, &p12, &p12_len));
+    mtls_pkcs12 *parsed = NULL;
+    mtls_identity **ids = NULL;
+    size_t nids = 0;
+    char *fname = NULL;
+    CHECK_OK(mtls_pkcs12_import(p12, p12_len, "pw", &parsed));
+    CHECK_OK(mtls_pkcs12_identities(parsed, &ids, &nids));
+    CHECK(nids == 1);
+    CHECK_OK(mtls_identity_friendly_name(ids[0], &fname));
+    CHECK(fname && strcmp(fname, "alice") == 0);
+    mtls_string_free(fname);
+    mtls_identity_list_free(ids, nids);
+    mtls_pkcs12_free(parsed);
+    mtls_bytes_free(p12);
+
+    /* A CSR without a CN: the core's fallback, the first DNS name (as `mtls pki sign`). */
+    snprintf(csr_path, sizeof csr_path, "%s/facts-nocn.csr", tmp);
+    snprintf(cmd, sizeof cmd, "openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout %s/facts-nocn.key "
+             "-out %s -subj /O=NoCN 2>/dev/null", tmp, csr_path);
+    t_sh(cmd);
+    size_t csr_len = 0;
+    uint8_t *csr = t_read_file(csr_path, &csr_len);
+    mtls_cert *signed_cert = NULL;
+    CHECK_RC(mtls_pki_sign_csr(inter, MTLS_PROFILE_SERVER, csr, csr_len, NULL, &io, &signed_cert), MTLS_E_INVALID_ARGUMENT);
+    CHECK(signed_cert == NULL);
+    const char *dns[] = {"fallback.example"};
+    mtls_issue_options named = io;
+    named.dns_names = dns;
+    named.dns_count = 1;
+    CHECK_OK(mtls_pki_sign_csr(inter, MTLS_PROFILE_SERVER, csr, csr_len, NULL, &named, &signed_cert));
+    char *summary = NULL;
+    CHECK_OK(mtls_cert_subject_summary(signed_cert, &summary));
+    CHECK(strcmp(summary, "fallback.example") == 0);
+    mtls_string_free(summary);
+    mtls_cert_free(signed_cert);
+    free(csr);
+
+    mtls_identity_free(alice);
+    mtls_cert_free(cert);
+    mtls_issued_free(client);
+    mtls_issued_free(inter);
+    mtls_issued_free(root);
+    DONE();
+}
