@@ -30,7 +30,7 @@ struct PKICommand: ParsableCommand {
         /// The key password: --key-password-file, else the file named by `MTLS_PKI_KEY_PASSWORD_FILE`.
         func keyPassword() throws -> SecretBytes? {
             let env = ProcessInfo.processInfo.environment["MTLS_PKI_KEY_PASSWORD_FILE"].flatMap { $0.isEmpty ? nil : $0 }
-            return try (keyPasswordFile ?? env).map(CLI.readSecretFile)
+            return try (keyPasswordFile ?? env).map(CLI.readPasswordFile)
         }
 
         /// Unencrypted keys are allowed (the documented command lines rely on it) but never silent.
@@ -110,7 +110,7 @@ struct PKICommand: ParsableCommand {
                 let spec = try keyOptions.spec()
                 let keyPassword = try common.keyPassword()
                 // Everything that can be checked is checked before anything is written.
-                let p12Password = try options.passwordFile.map(CLI.readSecretFile)
+                let p12Password = try options.passwordFile.map(CLI.readPasswordFile)
                 if let out = options.p12, FileManager.default.fileExists(atPath: out) {
                     throw MTLSError(.duplicate, "\(out) already exists")
                 }
