@@ -62,8 +62,8 @@ public struct HostPattern: Hashable, Sendable, CustomStringConvertible {
         let (hostPart, port) = try Self.splitPort(trimmed)
         self.port = port
         guard !hostPart.isEmpty else { throw MTLSError(.invalidPolicy, "empty host pattern") }
-        if let (ip, zone) = IPAddress.scoped(hostPart) {  // any spelling of an address is that address
-            kind = .ip(ip, zone: zone)
+        if let scoped = IPAddress.scoped(hostPart) {  // any spelling of an address is that address
+            kind = .ip(scoped.address, zone: scoped.zone)
         } else if hostPart.contains("%") {
             throw MTLSError(.invalidPolicy, "invalid host pattern: \(text) (a zone, %IFACE, follows only an IPv6 address and is an interface name or index)")
         } else if hostPart.hasPrefix("**.") {

@@ -110,7 +110,7 @@ struct PeerHost {
         guard let host, !host.isEmpty else { return }
         let h = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
         text = h
-        if let (b, _) = IPAddress.scoped(h) { ip = b } else {  // a zone names a link, not the certificate's address
+        if let scoped = IPAddress.scoped(h) { ip = scoped.address } else {  // a zone names a link, not the certificate's address
             let n = h.lowercased()
             name = n.hasSuffix(".") ? String(n.dropLast()) : n
         }

@@ -27,9 +27,10 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
     public init(host: String? = nil, port: Int? = nil, sni: String? = nil, verifyAs: String? = nil) {
         if let h = host, h.hasPrefix("["), h.hasSuffix("]") { self.host = String(h.dropFirst().dropLast()) } else { self.host = host }
         if self.host?.isEmpty == true { self.host = nil }
-        if let h = self.host, let (address, zone) = IPAddress.scoped(h), let text = IPAddress.text(address) {
+        zone = nil
+        if let h = self.host, let scoped = IPAddress.scoped(h), let text = IPAddress.text(scoped.address) {
             self.host = text
-            self.zone = zone
+            zone = scoped.zone
         }
         self.port = port.flatMap { $0 > 0 ? $0 : nil }
         self.sni = sni
