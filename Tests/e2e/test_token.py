@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from conftest import run_cli, SOFTHSM_MODULE as MODULE, needs_softhsm, softhsm_conf
+from conftest import run_cli, SOFTHSM_MODULE as MODULE, needs_softhsm, softhsm_conf, write_secret
 
 pytestmark = needs_softhsm
 
@@ -33,8 +33,8 @@ def token(tmp_path_factory):
     for kind, f in (("privkey", "key.der"), ("cert", "cert.der")):
         sh("pkcs11-tool", "--module", MODULE, "--login", "--pin", "1234", "--write-object", str(d / f),
            "--type", kind, "--id", "42", "--label", "token-user")
-    (d / "pin").write_text("1234\n")
-    (d / "bad-pin").write_text("0000\n")
+    write_secret((d / "pin"), "1234\n")
+    write_secret((d / "bad-pin"), "0000\n")
     with softhsm_conf(conf):
         yield d
 

@@ -113,6 +113,7 @@ def test_errors_bad_secret_not_a_store_schema_too_new(pki, tmp_path):
 def test_change_secret_to_a_key_file(pki, tmp_path):
     path, keyfile = tmp_path / "store.db", tmp_path / "store.key"
     keyfile.write_bytes(os.urandom(32))
+    keyfile.chmod(0o600)  # a secret file: libmtls refuses one everyone can read
     with Store(path, "old", **KDF) as st:
         st.import_pkcs12("alice", (pki / "alice.p12").read_bytes(), "pw")
         st.change_secret(StoreKey(keyfile.read_bytes()))
