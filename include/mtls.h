@@ -123,6 +123,15 @@ MTLS_EXTERN const char *mtls_error_name(int code);
  * owned by the library and valid until the next failing call on the same thread. */
 MTLS_EXTERN const char *mtls_last_error(void);
 
+/* The warnings libmtls gave on the calling thread since the last call, oldest first (at most
+ * 32 are kept), and clears them: the library never prints. Today: a secret file (PIN, password,
+ * store secret or key, private key) that its group may read was used — one that others may
+ * write or everyone may read is refused (MTLS_E_INVALID_ARGUMENT, naming the file and the
+ * `chmod 600` that fixes it). Call it right after a call that read a secret file, on the same
+ * thread. *out is a new array of *count strings (NULL and 0 when there is none); free it with
+ * mtls_string_list_free. */
+MTLS_EXTERN int mtls_take_warnings(char ***out, size_t *count);
+
 /* Free a string the library returned through a `char **` out-parameter; it is zeroed first (it may
  * hold a private key). NULL is a no-op. */
 MTLS_EXTERN void mtls_string_free(char *s);

@@ -99,7 +99,7 @@ keyUsage=critical,keyCertSign,cRLSign'
     q openssl pkcs12 -export -inkey $n.key -in $n.pem -certfile $n-cas.pem -name $n -passout pass:pw -out $n.p12
   done
   printf 'pw\n' > password.txt
-  chmod 600 ./*.key
+  chmod 600 ./*.key password.txt  # secret files: libmtls refuses world-readable ones
   touch done
 }
 

@@ -48,6 +48,12 @@ public func mtls_last_error() -> UnsafePointer<CChar> {
     lastErrorMessage().map { UnsafePointer($0) } ?? UnsafePointer(noErrorText)
 }
 
+/// `int mtls_take_warnings(char ***out, size_t *count)`
+@_cdecl("mtls_take_warnings")
+public func mtls_take_warnings(_ out: CStringListOut?, _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall { try putStrings(out, count) { LibraryWarnings.take() } }
+}
+
 /// `void mtls_string_free(char *s)`
 @_cdecl("mtls_string_free")
 public func mtls_string_free(_ s: UnsafeMutablePointer<CChar>?) { wipeAndFree(s) }

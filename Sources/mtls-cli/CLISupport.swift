@@ -33,13 +33,23 @@ enum CLI {
         throw ValidationError("not an RFC 3339 time: \(text)")
     }
 
-    /// Reads a secret (password, PIN) from a file: the first line, without its line ending.
-    static func readSecretFile(_ path: String) throws -> SecretBytes {
-        var bytes = try FileIO.read(path, limit: 64 * 1024)
-        defer { SecretBytes.wipe(&bytes) }
-        var end = bytes.firstIndex(of: UInt8(ascii: "\n")) ?? bytes.count
-        if end > 0, bytes[end - 1] == UInt8(ascii: "\r") { end -= 1 }
-        return SecretBytes(Array(bytes[0..<end]))
+    /// Reads a PIN file (`--pin-file`) with the core's one secret-file reader
+    /// (``FileIO/readSecret(_:kind:)``): the first line; refused when others can write it or
+    /// everyone can read it, or when empty.
+    static func readPINFile(_ path: String) throws -> SecretBytes {
+        try FileIO.readSecret(path, kind: .pin)
+    }
+
+    /// Reads a password file (`--password-file`, `--key-password-file`) the same way; an empty
+    /// first line is the empty password.
+    static func readPasswordFile(_ path: String) throws -> SecretBytes {
+        try FileIO.readSecret(path, kind: .password)
+    }
+
+    /// Prints the warnings the library gave on this thread (a group-readable secret file), one
+    /// `mtls: warning: ...` line each on stderr.
+    static func printWarnings() {
+        for w in LibraryWarnings.take() { printError("warning: \(w)") }
     }
 
     /// The stable snake_case name of a failure for `--json` output (`internal` for anything that
@@ -52,6 +62,7 @@ enum CLI {
     @discardableResult
     static func reporting<T>(json: Bool = false, errorName: (Error) -> String = CLI.errorName,
                              _ body: () throws -> T) throws -> T {
+        defer { printWarnings() }
         do { return try body() } catch let e as ValidationError { throw e } catch {
             if json { printJSON(["error": errorName(error), "message": (error as? MTLSError)?.message ?? "\(error)"]) }
             throw fail(error)

@@ -52,7 +52,7 @@ struct IdentityOptions: ParsableArguments {
         if let id = try explicitIdentity() { return .identity(id) }
         if let store = try openStore() {
             // Stored identities and token identities (PIN: --pin-file, else the URI's pin-value/pin-source).
-            return try .automatic(from: store, tokenPIN: try pinFile.map(CLI.readSecretFile))
+            return try .automatic(from: store, tokenPIN: try pinFile.map(CLI.readPINFile))
         }
         return .none
     }
@@ -60,8 +60,8 @@ struct IdentityOptions: ParsableArguments {
     func explicitIdentity() throws -> Identity? {
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
         guard let name = cert ?? identity else { return nil }
-        return try Identity.resolve(name, keyPath: key, password: try passwordFile.map(CLI.readSecretFile),
-                                    pin: try pinFile.map(CLI.readSecretFile), allowFinalTry: allowFinalTry, openStore: openStore)
+        return try Identity.resolve(name, keyPath: key, password: try passwordFile.map(CLI.readPasswordFile),
+                                    pin: try pinFile.map(CLI.readPINFile), allowFinalTry: allowFinalTry, openStore: openStore)
     }
 }
 
@@ -364,6 +364,7 @@ struct ServeCommand: ParsableCommand {
             o.handshakeTimeout = 10
             o.ioTimeout = 10
             let listener = try TLSListener(address: address, port: port, options: o)
+            CLI.printWarnings()  // before serving: a server runs until stopped
             print("listening on \(address):\(listener.port)")
             fflush(nil)  // all streams: Swift 6 does not let code touch the C global `stdout`
             var served = 0

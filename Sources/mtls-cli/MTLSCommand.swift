@@ -30,6 +30,7 @@ struct MTLSCommand: ParsableCommand {
         let arguments = Array(CommandLine.arguments.dropFirst())
         do {
             var command = try parseAsRoot(arguments)
+            defer { CLI.printWarnings() }  // commands that do not go through CLI.reporting
             try command.run()
         } catch {
             let code = exitCode(for: error)

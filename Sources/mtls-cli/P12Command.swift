@@ -44,7 +44,7 @@ struct P12Command: ParsableCommand {
         private func password() throws -> SecretBytes? {
             if noPassword { return nil }
             if let passwordFile {
-                do { return try CLI.readSecretFile(passwordFile) } catch let e as MTLSError {
+                do { return try CLI.readPasswordFile(passwordFile) } catch let e as MTLSError {
                     // A file problem keeps its own code (not_found, io): the password was never tried.
                     throw MTLSError(e.code, "cannot read the password file: \(e.message)")
                 }

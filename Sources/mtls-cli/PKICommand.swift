@@ -30,7 +30,7 @@ struct PKICommand: ParsableCommand {
         /// The key password: --key-password-file, else the file named by `MTLS_PKI_KEY_PASSWORD_FILE`.
         func keyPassword() throws -> SecretBytes? {
             let env = ProcessInfo.processInfo.environment["MTLS_PKI_KEY_PASSWORD_FILE"].flatMap { $0.isEmpty ? nil : $0 }
-            return try (keyPasswordFile ?? env).map(CLI.readSecretFile)
+            return try (keyPasswordFile ?? env).map(CLI.readPasswordFile)
         }
 
         /// Unencrypted keys are allowed (the documented command lines rely on it) but never silent.
@@ -109,7 +109,7 @@ struct PKICommand: ParsableCommand {
             try CLI.reporting(json: common.json) {
                 let spec = try keyOptions.spec()
                 let keyPassword = try common.keyPassword()
-                let p12Password = try options.passwordFile.map(CLI.readSecretFile)
+                let p12Password = try options.passwordFile.map(CLI.readPasswordFile)
                 PKIOutput.progress(spec, json: common.json)
                 let pki = PKIDirectory(path: common.dir)
                 // The certificate and its .p12 are one step of the core: both or neither.

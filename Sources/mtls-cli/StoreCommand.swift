@@ -100,7 +100,7 @@ struct StoreCommand: ParsableCommand {
 
         func run() throws {
             try CLI.reporting {
-                let password = try passwordFile.map(CLI.readSecretFile)
+                let password = try passwordFile.map(CLI.readPasswordFile)
                 let data = try FileIO.read(file, limit: PKCS12.maxInputSize)
                 let identity = try location.adding { store in
                     try store.importPKCS12(data, password: password, label: label, replace: replace, friendlyName: friendlyName)
@@ -142,7 +142,7 @@ struct StoreCommand: ParsableCommand {
                     certs = try Certificate.load(path: cert)
                 } else {
                     // The certificate (and any CA certificates) stored on the token with the key.
-                    let identity = try Token.identity(uri: uri, pin: try pinFile.map(CLI.readSecretFile))
+                    let identity = try Token.identity(uri: uri, pin: try pinFile.map(CLI.readPINFile))
                     certs = identity.allCertificates
                 }
                 guard let leaf = certs.first else { throw MTLSError(.noIdentity, "no certificate for the token identity") }
@@ -235,7 +235,7 @@ struct StoreCommand: ParsableCommand {
                     throw MTLSError(.invalidArgument, "--password-file is needed: an exported key is always password-protected")
                 }
                 let p12 = try location.open().exportPKCS12(
-                    label: label, password: try CLI.readSecretFile(passwordFile), options: legacy ? .legacy : .modern)
+                    label: label, password: try CLI.readPasswordFile(passwordFile), options: legacy ? .legacy : .modern)
                 try FileIO.writeAtomically(out, p12)
                 print("exported \"\(label)\" to \(out)")
             }

@@ -47,11 +47,11 @@ struct TokenCommand: ParsableCommand {
             abstract: "List the certificates and keys on the tokens (private keys need the PIN).")
         @OptionGroup var options: ModuleOptions
         @Option(help: "Only the tokens, and the objects (type=, object=, id=), matching this pkcs11: URI.") var token: String?
-        @Option(help: "File with the user PIN (first line); logs in so private keys are listed.") var pinFile: String?
+        @Option(help: "File with the user PIN (first line) of the one token --token names (token=/serial=, or the token showing its object=/id=); logs in there only, so its private keys are listed. Refused without --token: a PIN is never sent to every token.") var pinFile: String?
 
         func run() throws {
             try CLI.reporting(json: options.json) {
-                let pin = try pinFile.map(CLI.readSecretFile)
+                let pin = try pinFile.map(CLI.readPINFile)
                 let modules = try PKCS11Modules(modulePath: options.module)
                 let objects = try modules.objects(tokenURI: token, pin: pin)
                 if options.json {
@@ -67,7 +67,7 @@ struct TokenCommand: ParsableCommand {
                     })
                     return
                 }
-                if objects.isEmpty { print("no objects" + (pin == nil ? " (give --pin-file to see private keys)" : "")) }
+                if objects.isEmpty { print("no objects" + (pin == nil ? " (give --token and --pin-file to see a token's private keys)" : "")) }
                 var lastToken = ""
                 for o in objects {
                     if o.token.uri != lastToken { print("token \(o.token.label): \(o.token.uri)"); lastToken = o.token.uri }
@@ -100,7 +100,7 @@ extension TokenCommand {
         @Flag(help: "Send the PIN file's PIN even when the token says the next wrong PIN locks it.") var allowFinalTry = false
         @Flag(help: "Machine-readable output.") var json = false
 
-        func pin() throws -> SecretBytes? { try pinFile.map(CLI.readSecretFile) }
+        func pin() throws -> SecretBytes? { try pinFile.map(CLI.readPINFile) }
     }
 
     struct Keygen: ParsableCommand {

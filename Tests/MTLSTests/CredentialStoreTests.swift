@@ -167,11 +167,12 @@ final class CredentialStoreTests: XCTestCase {
         let pki = try StorePKI()
         let path = "\(pki.dir)/store.db"
         let keyFile = "\(pki.dir)/store.key"
-        try TestPKI.sh("head -c 32 /dev/urandom > \(keyFile)")
+        try TestPKI.sh("head -c 32 /dev/urandom > \(keyFile) && chmod 600 \(keyFile)")
         let key = try StoreSecret.loadKey(path: keyFile)
         guard case .key = key else { return XCTFail("a key file is a raw key") }
         // The same file read as a passphrase file is a passphrase: chosen explicitly, never by length.
         guard case .passphrase = try StoreSecret.load(path: keyFile) else { return XCTFail("a secret file is always a passphrase") }
+        try TestPKI.sh("chmod 600 \(pki.dir)/root.pem")  // a key file's mode is checked before its length
         assertCode(.invalidArgument) { _ = try StoreSecret.loadKey(path: "\(pki.dir)/root.pem") }
         let store = try open(path, key)
         XCTAssertNil(try store.kdfParameters())
@@ -181,7 +182,7 @@ final class CredentialStoreTests: XCTestCase {
         assertCode(.badSecret) { _ = try self.open(path, key) }
         let reopened = try open(path, .passphrase(SecretBytes("new passphrase")))
         XCTAssertTrue(try reopened.identity(label: "a").privateKey.matches(try store.identity(label: "a").leaf))
-        try "line one\nline two\n".write(toFile: "\(pki.dir)/pass.txt", atomically: true, encoding: .utf8)
+        try TestPKI.writeSecret("line one\nline two\n", to: "\(pki.dir)/pass.txt")
         guard case .passphrase(let p) = try StoreSecret.load(path: "\(pki.dir)/pass.txt") else { return XCTFail() }
         XCTAssertEqual(p.count, "line one".utf8.count)
     }
@@ -210,7 +211,7 @@ final class CredentialStoreTests: XCTestCase {
     func testAThirtyTwoBytePassphraseFileIsStretched() throws {
         let dir = try TestPKI.tempDir()
         // 31 characters and a newline: exactly 32 bytes, and still a passphrase.
-        try "0123456789012345678901234567890\n".write(toFile: "\(dir)/pass.txt", atomically: true, encoding: .utf8)
+        try TestPKI.writeSecret("0123456789012345678901234567890\n", to: "\(dir)/pass.txt")
         let secret = try StoreSecret.load(path: "\(dir)/pass.txt")
         guard case .passphrase(let p) = secret else { return XCTFail("a 32-byte passphrase file must be stretched") }
         XCTAssertEqual(p.count, 31)

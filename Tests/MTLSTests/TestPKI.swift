@@ -17,6 +17,13 @@ enum TestPKI {
         try sh(([script] + arguments).map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " "))
     }
 
+    /// Writes a secret file (PIN, password, store secret or key) owner-only, mode 0600 (or
+    /// `mode`): libmtls refuses a secret file that everyone can read or others can write.
+    static func writeSecret(_ text: String, to path: String, mode: Int = 0o600) throws {
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: mode], ofItemAtPath: path)
+    }
+
     /// Runs a shell command; throws with its stderr when it fails.
     @discardableResult
     static func sh(_ command: String) throws -> String {

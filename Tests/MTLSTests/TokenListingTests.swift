@@ -48,10 +48,55 @@ final class TokenListingTests: XCTestCase {
         XCTAssertTrue(all.contains { $0.kind == .privateKey && $0.label == "token-user" && $0.id == [0x07] })
     }
 
+    // MARK: A PIN goes to one token (issue 23, defect 8)
+
+    /// A second token "swift-other" (user PIN 4321) beside `makeToken`'s, holding a certificate
+    /// under id 08.
+    func addOtherToken(_ dir: String) throws {
+        try TestPKI.sh("""
+            softhsm2-util --init-token --free --label swift-other --so-pin 5678 --pin 4321 >/dev/null && \
+            pkcs11-tool --module \(Self.module) --token-label swift-other --login --pin 4321 --write-object \(dir)/cert.der --type cert --id 08 --label other-user >/dev/null
+            """)
+    }
+
+    /// Whether the token labelled `label` has seen a wrong PIN (SoftHSM sets CKF_USER_PIN_COUNT_LOW
+    /// after a failed login), read through a fresh module load.
+    func sawAWrongPIN(_ label: String) throws -> Bool {
+        try XCTUnwrap(try PKCS11Modules(modulePath: Self.module).tokens().first { $0.label == label }).userPINCountLow
+    }
+
+    func testAListingPINGoesOnlyToTheTokenNamedOrHoldingTheObject() throws {
+        let (dir, _) = try makeToken()
+        try addOtherToken(dir)
+        let pinA = SecretBytes("1234")
+        // No token named: the PIN is refused before any token sees it (the old code logged in to
+        // every token, and the other token counted a wrong PIN).
+        expectCode(.invalidArgument) { _ = try PKCS11Modules(modulePath: Self.module).objects(pin: pinA) }
+        expectCode(.invalidArgument) { _ = try PKCS11Modules(modulePath: Self.module).objects(tokenURI: "pkcs11:type=private", pin: pinA) }
+        XCTAssertFalse(try sawAWrongPIN("swift-other"), "swift-test's PIN reached swift-other")
+        // A URI that matches both tokens: a PIN belongs to one.
+        expectCode(.badURI) { _ = try PKCS11Modules(modulePath: Self.module).objects(tokenURI: "pkcs11:model=SoftHSM%20v2", pin: pinA) }
+        // Named by its label: that token only; the other is not even listed.
+        let named = try PKCS11Modules(modulePath: Self.module).objects(tokenURI: "pkcs11:token=swift-test", pin: pinA)
+        XCTAssertTrue(named.contains { $0.kind == .privateKey && $0.id == [0x07] })
+        XCTAssertEqual(Set(named.map(\.token.label)), ["swift-test"])
+        // Named by the object it shows without a login: that token is logged in to, the other is
+        // listed without a login.
+        let byObject = try PKCS11Modules(modulePath: Self.module).objects(tokenURI: "pkcs11:id=%07", pin: pinA)
+        XCTAssertTrue(byObject.contains { $0.kind == .privateKey && $0.token.label == "swift-test" })
+        let everything = try PKCS11Modules(modulePath: Self.module).objects(tokenURI: "pkcs11:object=other-user", pin: SecretBytes("4321"))
+        XCTAssertEqual(everything.map(\.token.label), ["swift-other"])
+        expectCode(.notFound) { _ = try PKCS11Modules(modulePath: Self.module).objects(tokenURI: "pkcs11:id=%99", pin: pinA) }
+        XCTAssertFalse(try sawAWrongPIN("swift-other"), "swift-test's PIN reached swift-other")
+        XCTAssertFalse(try sawAWrongPIN("swift-test"))
+        // Without a PIN both tokens are listed, as before.
+        XCTAssertEqual(Set(try PKCS11Modules(modulePath: Self.module).objects().map(\.token.label)), ["swift-test", "swift-other"])
+    }
+
     func testTokenErrorsHaveTheirCodes() throws {
         _ = try makeToken()
         let modules = try PKCS11Modules(modulePath: Self.module)
-        expectCode(.pinIncorrect) { _ = try modules.objects(pin: SecretBytes("0000")) }
+        expectCode(.pinIncorrect) { _ = try modules.objects(tokenURI: "pkcs11:token=swift-test", pin: SecretBytes("0000")) }
         expectCode(.tokenNotPresent) { _ = try modules.objects(tokenURI: "pkcs11:token=absent") }
         expectCode(.badURI) { _ = try modules.objects(tokenURI: "pkcs11:token=%zz") }
         expectCode(.badURI) { _ = try modules.objects(tokenURI: "file:///etc/passwd") }

@@ -105,7 +105,7 @@ final class TokenPINSafetyTests: XCTestCase {
         XCTAssertFalse(try token("pin-holder").userPINCountLow, "a refused static PIN was sent again")
         // A PIN file works the same way; a changed file is a new PIN and is sent.
         let pinFile = PINSafetyFixture.dir + "/pin-\(UUID().uuidString)"
-        try "0001\n".write(toFile: pinFile, atomically: true, encoding: .utf8)
+        try TestPKI.writeSecret("0001\n", to: pinFile)
         let fileURI = "pkcs11:token=pin-holder;object=pin-key?pin-source=\(pinFile)"
         XCTAssertThrowsError(try Token.identity(uri: fileURI, modulePath: module))
         try clearCountLow("pin-holder")
@@ -113,7 +113,7 @@ final class TokenPINSafetyTests: XCTestCase {
             XCTAssertTrue("\($0)".contains("not sent again"), "\($0)")
         }
         XCTAssertFalse(try token("pin-holder").userPINCountLow)
-        try "1234\n".write(toFile: pinFile, atomically: true, encoding: .utf8)
+        try TestPKI.writeSecret("1234\n", to: pinFile)
         let identity = try Token.identity(uri: fileURI, modulePath: module)
         XCTAssertEqual(identity.leaf.subjectSummary, "pin-key")
         // A PIN given by the caller is a static source too.

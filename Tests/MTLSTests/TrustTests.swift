@@ -315,6 +315,78 @@ final class TrustTests: XCTestCase {
         XCTAssertEqual(TrustPeer(hostText: "[2001:db8::7]:8443"), TrustPeer(host: "2001:db8::7", port: 8443))
     }
 
+    // MARK: IPv6 zones (issue 23, defect 5)
+
+    func testAZoneIsKeptApartSoTheRuleForTheAddressHolds() throws {
+        let p = try policy()
+        let wrong = [try SPKIPin(certificate: cert("other-root.pem")), try SPKIPin(certificate: cert("client.pem"))]
+        p.addHostRule(HostRule(pattern: try HostPattern("::1"), verifyAs: "server.test", pins: wrong))
+        p.addHostRule(HostRule(pattern: try HostPattern("fe80::1"), verifyAs: "server.test", pins: wrong))
+        for host in ["::1%1", "[::1%lo]", "0:0::1%1", "fe80::1%lo", "[fe80::1%2]", "fe80::1%eth0"] {
+            let peer = TrustPeer(host: host, port: 443)
+            XCTAssertNotNil(peer.zone, host)
+            let r = p.evaluate(chain: try certs("chain.pem"), peer: peer)
+            XCTAssertEqual(r.reasonCodes, [TrustReason.Code.pinMismatch], host)
+        }
+        XCTAssertEqual(TrustPeer(hostText: "[fe80::1%eth0]:8443"), TrustPeer(host: "fe80::1%eth0", port: 8443))
+        XCTAssertEqual(TrustPeer(host: "fe80::1%eth0").host, "fe80::1")
+        XCTAssertEqual(TrustPeer(host: "fe80::1%eth0", port: 8443).description, "[fe80::1%eth0]:8443")
+        // A server's client from getnameinfo, link-local with its interface.
+        XCTAssertEqual(p.hostRule(for: TrustPeer.client(address: "[fe80::1%lo]:50000"))?.pattern.text, "fe80::1")
+        // The name checked ignores the zone: verify-as fe80::1%lo is the address fe80::1.
+        XCTAssertNoThrow(try HostRule(pattern: try HostPattern("10.0.0.9"), verifyAs: "fe80::1%lo").validate())
+    }
+
+    func testARuleWithAZoneAppliesToThatLinkOnly() throws {
+        let p = try policy()
+        let wrong = [try SPKIPin(certificate: cert("other-root.pem")), try SPKIPin(certificate: cert("client.pem"))]
+        p.addHostRule(HostRule(pattern: try HostPattern("[fe80::1%lo]:443"), verifyAs: "server.test", pins: wrong))
+        p.addHostRule(HostRule(pattern: try HostPattern("fe80::1"), verifyAs: "server.test"))
+        // lo by name or by its index; the zoned rule beats the rule for the address alone.
+        let index = if_nametoindex("lo")
+        XCTAssertGreaterThan(index, 0)
+        for host in ["fe80::1%lo", "fe80::1%\(index)"] {
+            XCTAssertEqual(p.hostRule(for: TrustPeer(host: host, port: 443))?.pattern.text, "[fe80::1%lo]:443", host)
+        }
+        XCTAssertEqual(p.hostRule(for: TrustPeer(host: "fe80::1%no-such-if", port: 443))?.pattern.text, "fe80::1")
+        XCTAssertEqual(p.hostRule(for: TrustPeer(host: "fe80::1", port: 443))?.pattern.text, "fe80::1")
+    }
+
+    func testAPercentThatIsNoZoneIsInvalidHostUnderRules() throws {
+        let p = try policy()
+        p.addHostRule(HostRule(pattern: try HostPattern("**.test"), verifyAs: nil,
+                               pins: [try SPKIPin(certificate: cert("other-root.pem")), try SPKIPin(certificate: cert("client.pem"))]))
+        for host in ["server.test%lo", "x%y.test", "10.0.0.5%1", "::1%", "fe80::1%a/b"] {
+            let r = p.evaluate(chain: try certs("chain.pem"), peer: TrustPeer(host: host, port: 443, verifyAs: "server.test"))
+            XCTAssertEqual(r.reasonCodes, [TrustReason.Code.invalidHost], host)
+            XCTAssertNil(p.hostRule(for: TrustPeer(host: host)), host)
+        }
+        for pattern in ["server.test%lo", "10.0.0.5%1", "::1%", "fe80::1%a/b"] {
+            XCTAssertThrowsError(try HostPattern(pattern), pattern) { XCTAssertEqual(($0 as? MTLSError)?.code, .invalidPolicy) }
+        }
+    }
+
+    func testAnIPv6PatternWhoseLastGroupReadsAsAPortIsRefused() throws {
+        for pattern in ["::1:8443", "2001:db8::1:443", "::1:1", "fe80::1%lo:443"] {
+            XCTAssertThrowsError(try HostPattern(pattern), pattern) { e in
+                XCTAssertEqual((e as? MTLSError)?.code, .invalidPolicy, pattern)
+                XCTAssertTrue((e as? MTLSError)?.message.contains("ambiguous") == true, "\(e)")
+            }
+        }
+        XCTAssertThrowsError(try HostPattern("::1:8443")) { XCTAssertTrue("\($0)".contains("[::1]:8443"), "\($0)") }
+        // One reading only: no port can follow (fe80: is no address, a full address has 8 groups),
+        // the last group is no port (hex, 0, dotted IPv4), or brackets say which.
+        for pattern in ["::1", "fe80::1", "2001:db8::7", "2001:db8:0:0:0:0:0:8443", "::1:0", "::1:abcd",
+                        "::ffff:10.0.0.5", "[::1]:8443", "[::1:8443]", "[fe80::1%lo]:443", "fe80::1%lo", "2001:db8::"] {
+            XCTAssertNoThrow(try HostPattern(pattern), pattern)
+        }
+        XCTAssertEqual(try HostPattern("[::1]:8443").port, 8443)
+        XCTAssertNil(try HostPattern("[::1:8443]").port)
+        XCTAssertThrowsError(try TrustPolicy(json: Array(#"{"hosts": [{"host": "::1:8443", "verify_as": "server.test"}]}"#.utf8))) {
+            XCTAssertEqual(($0 as? MTLSError)?.code, .invalidPolicy)
+        }
+    }
+
     func testAnAddressIsTheAddressReachedHoweverItIsSpelt() throws {
         for spelling in ["127.1", "0177.0.0.1", "0x7f.0.0.1", "2130706433", "::ffff:127.0.0.1", "[::ffff:7f00:1]", "127.0.0.1"] {
             XCTAssertEqual(TrustPeer(host: spelling, port: 8443).host, "127.0.0.1", spelling)

@@ -1,6 +1,7 @@
 /* Issuing through the C ABI: root, intermediate, server, client, keys, .p12, CRL, load, and
  * every function's NULL and bad arguments. Results are checked with the openssl command. */
 #include "test_support.h"
+#include <sys/stat.h>
 
 static void write_file(const char *path, const void *data, size_t len) {
     FILE *f = fopen(path, "wb");
@@ -120,6 +121,12 @@ int main(void) {
     CHECK_OK(mtls_issued_key_pem(inter, "kp", &s));
     CHECK(strncmp(s, "-----BEGIN ENCRYPTED PRIVATE KEY-----", 37) == 0);
     snprintf(key_path, sizeof key_path, "%s/pki-inter-key.pem", tmp); write_file(key_path, s, strlen(s)); mtls_string_free(s);
+    /* A key file is a secret file: one everyone can read is refused, naming the chmod that fixes it. */
+    CHECK(chmod(key_path, 0644) == 0);
+    mtls_issued *refused = NULL;
+    CHECK_RC(mtls_pki_load(inter_pem, key_path, "kp", &refused), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "chmod 600") != NULL && refused == NULL);
+    CHECK(chmod(key_path, 0600) == 0);
 
     /* load a CA back from files */
     mtls_issued *loaded = NULL;

@@ -27,7 +27,7 @@ int main(void) {
              "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout c.key -out c.csr -subj '/CN=c-client' 2>/dev/null && "
              "openssl x509 -req -in c.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out c.pem -days 5 2>/dev/null && "
              "openssl pkcs12 -export -inkey c.key -in c.pem -certfile ca.pem -passout pass:pw -out c.p12 && "
-             "head -c 32 /dev/urandom > store.key",
+             "head -c 32 /dev/urandom > store.key && chmod 600 store.key",
              dir);
     t_sh(cmd);
     snprintf(path, sizeof path, "%s/sub/store.db", dir);
@@ -284,7 +284,44 @@ int main(void) {
     CHECK_RC(mtls_store_open_key_file(path, NULL, &o, &store), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_open_key_file(path, keyfile, &o, NULL), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_open_key_file(path, "/nonexistent/key", &o, &store), MTLS_E_NOT_FOUND);
+    CHECK(chmod(certpath, 0600) == 0); /* (a key file is a secret file: its mode is checked first) */
     CHECK_RC(mtls_store_open_key_file(path, certpath, &o, &store), MTLS_E_INVALID_ARGUMENT); /* not 32 bytes */
+    CHECK(strstr(mtls_last_error(), "32") != NULL);
+    CHECK(chmod(certpath, 0644) == 0);
+
+    /* Secret files: a key or passphrase file that everyone can read, or others can write, is
+     * refused before it is read, naming the file and the chmod that fixes it; a group-readable
+     * one opens the store, with a warning for mtls_take_warnings (the library prints nothing). */
+    char secretfile[700], **warnings = NULL;
+    size_t nwarnings = 0;
+    snprintf(secretfile, sizeof secretfile, "%s/passphrase.txt", dir);
+    FILE *sf = fopen(secretfile, "w");
+    CHECK(sf != NULL);
+    fputs("a passphrase\n", sf);
+    fclose(sf);
+    CHECK(chmod(secretfile, 0644) == 0);
+    CHECK_RC(mtls_store_open_secret_file(path, secretfile, &o, &store), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), secretfile) != NULL && strstr(mtls_last_error(), "chmod 600") != NULL);
+    CHECK(chmod(secretfile, 0600) == 0); /* readable only by its owner: read, and the wrong secret */
+    CHECK_RC(mtls_store_open_secret_file(path, secretfile, &o, &store), MTLS_E_BAD_SECRET);
+    CHECK(chmod(keyfile, 0644) == 0);
+    CHECK_RC(mtls_store_open_key_file(path, keyfile, &o, &store), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), keyfile) != NULL && strstr(mtls_last_error(), "readable by everyone") != NULL);
+    CHECK(chmod(keyfile, 0620) == 0);
+    CHECK_RC(mtls_store_open_key_file(path, keyfile, &o, &store), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "written by others") != NULL && strstr(mtls_last_error(), "chmod 600") != NULL);
+    CHECK_OK(mtls_take_warnings(&warnings, &nwarnings));
+    CHECK(nwarnings == 0 && warnings == NULL);
+    CHECK(chmod(keyfile, 0640) == 0);
+    CHECK_OK(mtls_store_open_key_file(path, keyfile, &o, &store));
+    mtls_store_close(store);
+    CHECK_OK(mtls_take_warnings(&warnings, &nwarnings));
+    CHECK(nwarnings == 1 && strstr(warnings[0], keyfile) != NULL && strstr(warnings[0], "group") != NULL);
+    mtls_string_list_free(warnings, nwarnings);
+    CHECK_OK(mtls_take_warnings(&warnings, &nwarnings)); /* taken: cleared */
+    CHECK(nwarnings == 0);
+    CHECK_RC(mtls_take_warnings(NULL, &nwarnings), MTLS_E_INVALID_ARGUMENT);
+    CHECK(chmod(keyfile, 0600) == 0);
     /* the same 32 bytes as a secret file are a passphrase (stretched), so not this store's key */
     CHECK_RC(mtls_store_open_secret_file(path, keyfile, &o, &store), MTLS_E_BAD_SECRET);
     CHECK(strstr(mtls_last_error(), "key") != NULL);

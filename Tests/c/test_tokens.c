@@ -209,6 +209,10 @@ int main(void) {
     CHECK_RC(mtls_token_objects(module, "pkcs11:token=absent", NULL, &objs, &count), MTLS_E_TOKEN_NOT_PRESENT);
     CHECK_RC(mtls_token_objects(module, "pkcs11:token=%zz", NULL, &objs, &count), MTLS_E_BAD_URI);
     CHECK_RC(mtls_token_objects(module, "pkcs11:token=mtls-spare", "0000", &objs, &count), MTLS_E_PIN_INCORRECT);
+    /* A PIN goes to one token the URI names, never to every token. */
+    CHECK_RC(mtls_token_objects(module, NULL, "1234", &objs, &count), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "token=") != NULL);
+    CHECK_RC(mtls_token_objects(module, "pkcs11:model=SoftHSM%20v2", "1234", &objs, &count), MTLS_E_BAD_URI);
     CHECK_OK(mtls_token_objects(module, "pkcs11:token=mtls-test", "1234", &objs, &count));
     int certs = 0, keys = 0;
     mtls_token_object *ec_cert = NULL;
@@ -310,6 +314,14 @@ int main(void) {
     handshake(dir, identity, MTLS_TLS_1_2, "-tls1_2");
     handshake(dir, identity, MTLS_TLS_1_3, "-tls1_3");
     mtls_identity_free(identity);
+
+    /* A pin-source file everyone can read is a secret file left open: refused, naming it and the
+     * chmod that fixes it, before the token sees the PIN. */
+    snprintf(cmd, sizeof cmd, "cp %s/pin %s/open-pin && chmod 644 %s/open-pin", dir, dir, dir);
+    t_sh(cmd);
+    snprintf(uri, sizeof uri, "pkcs11:token=mtls-test;id=%%02?module-path=%s&pin-source=file:%s/open-pin", module, dir);
+    CHECK_RC(mtls_identity_from_pkcs11(uri, NULL, NULL, NULL, &identity), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "open-pin") != NULL && strstr(mtls_last_error(), "chmod 600") != NULL);
 
     /* EC P-256, PIN from the URI's pin-source. */
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-test;id=%%02?module-path=%s&pin-source=file:%s/pin", module, dir);

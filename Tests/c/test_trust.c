@@ -371,6 +371,43 @@ int main(void) {
         CHECK_RC(mtls_policy_from_json("{\"hosts\": [{\"host\": \"10.0.0.6\", \"verify_as\": \"\"}]}", &q), MTLS_E_INVALID_POLICY);
         CHECK(strstr(mtls_last_error(), "10.0.0.6") != NULL);
         CHECK_OK(mtls_policy_add_host_rule(pp, "10.0.0.6", NULL, 1)); /* said explicitly: fine */
+        /* IPv6 zones (issue 23, defect 5): the zone is kept apart from the address, so the rule
+         * for ::1 (wrong pins) holds for ::1%1 and [::1%lo]:443; a rule may name a link; a %
+         * that is no zone matches no rule and is invalid_host under a policy with rules. */
+        CHECK_OK(mtls_policy_add_pin(pp, "::1", wrong1));
+        CHECK_OK(mtls_policy_add_pin(pp, "::1", wrong2));
+        CHECK_OK(mtls_policy_add_pin(pp, "fe80::1%lo", wrong1));
+        CHECK_OK(mtls_policy_add_pin(pp, "fe80::1%lo", wrong2));
+        ch = chain_of("chain.pem", &m);
+        const char *zoned[] = {"::1%1", "[::1%lo]", "0:0::1%1", "fe80::1%lo", "[fe80::1%lo]"};
+        for (size_t i = 0; i < sizeof zoned / sizeof *zoned; i++) {
+            CHECK_OK(mtls_evaluate_peer(pp, ch, m, zoned[i], 443, "server.test", MTLS_PURPOSE_SERVER, 0, &rr));
+            CHECK(trusted(rr) == 0 && has_reason(rr, "pin_mismatch", NULL));
+            mtls_trust_result_free(rr);
+        }
+        CHECK_OK(mtls_evaluate_peer(pp, ch, m, "fe80::1%eth-none", 443, "server.test", MTLS_PURPOSE_SERVER, 0, &rr));
+        CHECK(trusted(rr) == 1); /* another link: the zoned rule does not apply */
+        mtls_trust_result_free(rr);
+        const char *unmatchable[] = {"server.test%lo", "10.0.0.5%1", "::1%", "fe80::1%a/b"};
+        for (size_t i = 0; i < sizeof unmatchable / sizeof *unmatchable; i++) {
+            CHECK_OK(mtls_evaluate_peer(pp, ch, m, unmatchable[i], 443, "server.test", MTLS_PURPOSE_SERVER, 0, &rr));
+            CHECK(trusted(rr) == 0 && has_reason(rr, "invalid_host", NULL));
+            mtls_trust_result_free(rr);
+        }
+        mtls_cert_list_free(ch, m);
+        /* An IPv6 pattern whose last group reads as a port is ambiguous: an invalid policy that
+         * says how to write it. [::1]:8443, ::1 and a full eight-group address are fine. */
+        CHECK_RC(mtls_policy_add_pin(pp, "::1:8443", wrong1), MTLS_E_INVALID_POLICY);
+        CHECK(strstr(mtls_last_error(), "[::1]:8443") != NULL);
+        CHECK_RC(mtls_policy_add_host_rule(pp, "2001:db8::7:443", "server.test", 0), MTLS_E_INVALID_POLICY);
+        CHECK_RC(mtls_policy_add_host_rule(pp, "fe80::1%lo:443", "server.test", 0), MTLS_E_INVALID_POLICY);
+        CHECK(strstr(mtls_last_error(), "[fe80::1%lo]:443") != NULL);
+        CHECK_OK(mtls_policy_add_host_rule(pp, "[::1]:8443", "server.test", 0));
+        CHECK_OK(mtls_policy_add_host_rule(pp, "2001:db8:0:0:0:0:0:8443", "server.test", 0));
+        CHECK_OK(mtls_policy_add_host_rule(pp, "[::1:8443]", "server.test", 0));
+        CHECK_RC(mtls_policy_from_json("{\"hosts\": [{\"host\": \"::1:8443\", \"verify_as\": \"server.test\"}]}", &q),
+                 MTLS_E_INVALID_POLICY);
+        CHECK(strstr(mtls_last_error(), "[::1]:8443") != NULL);
         /* A leaf without EKU, a CN that is not a name, path building among bad candidates. */
         rr = eval(pp, "noeku-chain.pem", "server.test", 0);
         CHECK(trusted(rr) == 1);

@@ -98,3 +98,13 @@ def run_cli(*args, check=False, input=None, timeout=60):
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def write_secret(path, data):
+    """Writes a secret file (PIN, password, store secret or key) owner-only, mode 0600: libmtls
+    refuses a secret file that everyone can read or others can write (and warns on a
+    group-readable one), as OpenSSH does with a private key."""
+    fd = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)

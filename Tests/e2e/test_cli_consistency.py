@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, write_secret
 
 COMMANDS = [
     ["cert"], ["cert", "show"], ["p12"], ["p12", "inspect"], ["pki"], ["pki", "init"], ["pki", "intermediate"],
@@ -26,9 +26,9 @@ def test_every_command_has_help(command):
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("bad")
-    (d / "pw").write_text("right\n")
-    (d / "wrong").write_text("wrong\n")
-    (d / "secret").write_text("store-secret\n")
+    write_secret((d / "pw"), "right\n")
+    write_secret((d / "wrong"), "wrong\n")
+    write_secret((d / "secret"), "store-secret\n")
     (d / "junk").write_bytes(b"not a certificate or anything else\n")
     pki = d / "pki"
     for args in (["init", "--name", "R"], ["intermediate", "--name", "C"],

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import TEST_PKI, sh
+from conftest import TEST_PKI, sh, write_secret
 
 
 @pytest.fixture
@@ -17,7 +17,7 @@ def pki(tmp_path):
        "openssl pkcs12 -export -inkey leaf.key -in leaf.pem -certfile root.pem -name 'e2e id' -passout pass:pw -out id.p12 && "
        "openssl pkcs12 -export -inkey leaf.key -in leaf.pem -certfile root.pem -passout pass: -out empty.p12 && "
        "openssl pkcs12 -export -nokeys -in root.pem -passout pass:pw -out certs.p12 && "
-       "printf 'pw\\n' > pw.txt && : > empty.txt",
+       "printf 'pw\\n' > pw.txt && : > empty.txt && chmod 600 pw.txt empty.txt",
        tmp_path)
     return tmp_path
 
@@ -96,7 +96,7 @@ def test_failures_give_the_error_object_and_nonzero_exit(pki, cli, damage, code)
     password = pki / "pw.txt"
     if damage == "wrong_password":
         target.write_bytes(data)
-        (pki / "wrong.txt").write_text("nope\n")
+        write_secret((pki / "wrong.txt"), "nope\n")
         password = pki / "wrong.txt"
     elif damage == "truncated":
         target.write_bytes(data[: len(data) // 2])
@@ -120,7 +120,7 @@ def test_java_keystore_with_two_entries(tmp_path, cli):
     for alias, alg in (("alice", "-keyalg EC -groupname secp384r1"), ("bob", "-keyalg RSA -keysize 2048")):
         sh(f"keytool -genkeypair -keystore ks.p12 -storetype PKCS12 -storepass changeit -alias {alias} {alg} "
            f"-dname CN={alias} -validity 5", tmp_path)
-    (tmp_path / "pw.txt").write_text("changeit")
+    write_secret((tmp_path / "pw.txt"), "changeit")
     r = cli("p12", "inspect", tmp_path / "ks.p12", "--password-file", tmp_path / "pw.txt", "--json")
     assert r.returncode == 0, r.stderr
     ids = json.loads(r.stdout)["identities"]

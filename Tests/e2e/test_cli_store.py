@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from conftest import CLI, TEST_PKI, sh
+from conftest import CLI, TEST_PKI, sh, write_secret
 
 FAST = ["--kdf-log-n", "10"]  # hidden test-only scrypt cost; the default is 2^17
 
@@ -14,7 +14,8 @@ FAST = ["--kdf-log-n", "10"]  # hidden test-only scrypt cost; the default is 2^1
 def pki(tmp_path):
     sh(f"{TEST_PKI} --root . ca 'E2E Store CA' && {TEST_PKI} --leaf . c p256 e2e-client ca && "
        "openssl pkcs12 -export -inkey c.key -in c.pem -certfile ca.pem -passout pass:pw -out c.p12 && "
-       "echo pw > pw.txt && echo 'store passphrase' > secret.txt && echo out > outpw.txt", tmp_path)
+       "echo pw > pw.txt && echo 'store passphrase' > secret.txt && echo out > outpw.txt && "
+       "chmod 600 pw.txt secret.txt outpw.txt", tmp_path)
     return tmp_path
 
 
@@ -96,7 +97,7 @@ def test_errors_are_one_line_and_non_zero(pki):
     r = store(pki, "show", "nobody", "--json")
     assert r.returncode != 0 and json.loads(r.stdout)["error"] == "not_found"
 
-    (pki / "wrong.txt").write_text("wrong\n")
+    write_secret((pki / "wrong.txt"), "wrong\n")
     r = subprocess.run([CLI, "store", "--store", str(pki / "st" / "store.db"), "--secret-file", str(pki / "wrong.txt"),
                         "list"], capture_output=True, text=True)
     assert r.returncode != 0 and "wrong store secret" in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -213,7 +214,7 @@ def test_only_adding_commands_create_the_store(pki):
 
 @pytest.mark.parametrize("damage", ["wrong-password", "truncated"])
 def test_failed_import_into_a_new_store_leaves_no_file(pki, damage):
-    (pki / "wrong.txt").write_text("wrong\n")
+    write_secret((pki / "wrong.txt"), "wrong\n")
     (pki / "half.p12").write_bytes((pki / "c.p12").read_bytes()[:300])
     p12, pw = (pki / "c.p12", pki / "wrong.txt") if damage == "wrong-password" else (pki / "half.p12", pki / "pw.txt")
     r = store(pki, "import", p12, "--label", "client", "--password-file", pw)
@@ -296,7 +297,7 @@ def test_tampered_rows_are_refused_by_label(pki):
 
 def test_secret_file_is_a_passphrase_and_key_file_a_key(pki, tmp_path):
     key = tmp_path / "store.key"
-    key.write_bytes(os.urandom(32))
+    write_secret(key, os.urandom(32))
     db = tmp_path / "k" / "store.db"
     base = [CLI, "store", "--store", str(db), *FAST]
     r = subprocess.run([*base, "--key-file", str(key), "add-cert", str(pki / "ca.pem"), "--label", "root"],
@@ -310,7 +311,7 @@ def test_secret_file_is_a_passphrase_and_key_file_a_key(pki, tmp_path):
     assert r.returncode != 0 and "not both" in r.stderr
     # A passphrase of exactly 32 bytes with its newline is stretched (a passphrase store).
     pw = tmp_path / "pw.txt"
-    pw.write_text("0123456789012345678901234567890\n")
+    write_secret(pw, "0123456789012345678901234567890\n")
     db2 = tmp_path / "p" / "store.db"
     r = subprocess.run([CLI, "store", "--store", str(db2), "--secret-file", str(pw), *FAST, "add-cert",
                         str(pki / "ca.pem"), "--label", "root"], capture_output=True, text=True)

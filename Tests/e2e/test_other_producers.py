@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from conftest import free_port, require_tool, run_cli, sh
+from conftest import free_port, require_tool, run_cli, sh, write_secret
 from test_tls import Peer, peers  # noqa: F401 (fixture)
 
 NAME = "api.customer-a.internal"
@@ -39,7 +39,7 @@ class Made:
         self.client_chain, self.client_cn = d / client_chain, client_cn
         self.client_key = d / client_key if client_key else None
         self.client_p12 = d / client_p12 if client_p12 else None
-        (d / "password.txt").write_text(PASSWORD + "\n")
+        write_secret((d / "password.txt"), PASSWORD + "\n")
 
     def identity_args(self):
         if self.client_p12:
@@ -220,7 +220,7 @@ def test_pkcs12_files_read_as_written(producer, tmp_path_factory, tmp_path):
     # Every certificate of the client's chain is in the file (Easy-RSA adds its root too).
     pems = made.client_chain.read_text().count("-----BEGIN CERTIFICATE-----")
     assert out["identities"][0]["chain_count"] >= pems - 1, out
-    (tmp_path / "wrong.txt").write_text("not the password\n")
+    write_secret((tmp_path / "wrong.txt"), "not the password\n")
     r = run_cli("p12", "inspect", made.client_p12, "--password-file", tmp_path / "wrong.txt", "--json")
     assert r.returncode != 0 and json.loads(r.stdout)["error"] == "bad_password", r
 

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from conftest import REPO, free_port, require_tool, sh
+from conftest import REPO, free_port, require_tool, sh, write_secret
 from test_tls import PKI_SCRIPT, wait_port
 
 OUT = os.environ.get("MTLS_OUT", os.path.join(REPO, "out"))
@@ -64,7 +64,7 @@ def test_library_exports_only_the_c_abi():
 def pki(tmp_path_factory):
     d = tmp_path_factory.mktemp("packaging-pki")
     subprocess.run([PKI_SCRIPT, str(d)], check=True)
-    (d / "pw.txt").write_text("pw\n")
+    write_secret((d / "pw.txt"), "pw\n")
     return d
 
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 import nginx_server
-from conftest import CLI, free_port, require_tool, run_cli
+from conftest import CLI, free_port, require_tool, run_cli, write_secret
 
 
 def ok(*args):
@@ -25,7 +25,7 @@ def pki(tmp_path_factory):
     base = tmp_path_factory.mktemp("pki")
     d = base / "D"
     pw = base / "p12pw"
-    pw.write_text("p12-secret\n")
+    write_secret(pw, "p12-secret\n")
     ok("pki", "init", "--dir", d, "--name", "Example Root")
     ok("pki", "intermediate", "--dir", d, "--name", "Customer A")
     ok("pki", "intermediate", "--dir", d, "--name", "Customer B", "--key", "rsa-2048")
@@ -208,7 +208,7 @@ def fails_cleanly(d, *args, expect):
 def test_bad_inputs_give_one_line_and_write_nothing(tmp_path):
     d = tmp_path / "D"
     kp = tmp_path / "kp"
-    kp.write_text("key-pass\n")
+    write_secret(kp, "key-pass\n")
     fails_cleanly(d, "pki", "intermediate", "--dir", d, "--name", "A", expect="has no root CA")
     fails_cleanly(d, "pki", "init", "--dir", d, "--name", "", expect="1 to 64 characters")
     fails_cleanly(d, "pki", "init", "--dir", d, "--name", "R", "--days", "0", expect="validity")
@@ -217,7 +217,7 @@ def test_bad_inputs_give_one_line_and_write_nothing(tmp_path):
     assert "ENCRYPTED PRIVATE KEY" in (d / "root" / "key.pem").read_text()
     fails_cleanly(d, "pki", "init", "--dir", d, "--name", "Root", expect="already has a root")
     fails_cleanly(d, "pki", "intermediate", "--dir", d, "--name", "A", expect="is encrypted")
-    (tmp_path / "wrong").write_text("nope\n")
+    write_secret((tmp_path / "wrong"), "nope\n")
     fails_cleanly(d, "pki", "intermediate", "--dir", d, "--name", "A", "--key-password-file", tmp_path / "wrong",
                   expect="wrong key password")
     fails_cleanly(d, "pki", "intermediate", "--dir", d, "--name", "A", "--key-password-file", tmp_path / "missing",
@@ -262,7 +262,7 @@ def test_unencrypted_keys_are_written_with_one_warning_and_the_environment_encry
         and "MTLS_PKI_KEY_PASSWORD_FILE" in warnings[0] and str(d / "root" / "key.pem") in warnings[0], r.stderr
     assert "ENCRYPTED" not in (d / "root" / "key.pem").read_text()
     # MTLS_PKI_KEY_PASSWORD_FILE is the default --key-password-file: encrypted, no warning.
-    (tmp_path / "kp").write_text("key-pass\n")
+    write_secret((tmp_path / "kp"), "key-pass\n")
     env = dict(os.environ, MTLS_PKI_KEY_PASSWORD_FILE=str(tmp_path / "kp"))
     e = tmp_path / "enc"
     for args in (["init", "--name", "Root"], ["intermediate", "--name", "A"],
@@ -275,7 +275,7 @@ def test_unencrypted_keys_are_written_with_one_warning_and_the_environment_encry
 
 def test_serve_takes_a_stored_intermediate_as_client_anchor(pki, tmp_path):
     store = ["--store", tmp_path / "s.db", "--secret-file", tmp_path / "secret"]
-    (tmp_path / "secret").write_text("store secret\n")
+    write_secret((tmp_path / "secret"), "store secret\n")
     ok("store", *store, "add-cert", pki.inter, "--label", "customer-a")
     srv = subprocess.Popen([CLI, "serve", "--port", "0", "--cert", str(pki.server / "chain.pem"),
                             "--key", str(pki.server / "key.pem"), *map(str, store),

@@ -4,7 +4,7 @@ import re
 import shutil
 import subprocess
 
-from conftest import CLI, run_cli
+from conftest import CLI, run_cli, write_secret
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PREFIX = os.environ.get("MTLS_PREFIX")
@@ -36,7 +36,7 @@ def test_c_example_connects_to_mtls_serve(tmp_path):
     subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o", str(tmp_path / "client"), str(src),
                     *flags], check=True, capture_output=True)
     pw = tmp_path / "p12.pw"
-    pw.write_text("demo-p12-password\n")
+    write_secret(pw, "demo-p12-password\n")
     d = tmp_path / "pki"
     for args in (["init", "--name", "Demo Root"], ["intermediate", "--name", "Customer A"],
                  ["issue", "server", "--ca", "Customer A", "--dns", "api.customer-a.internal", "--ip", "127.0.0.1",

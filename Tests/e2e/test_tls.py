@@ -15,7 +15,7 @@ import pytest
 
 import nginx_server
 import pha_server
-from conftest import TEST_PKI, free_port, run_cli, wait_port
+from conftest import TEST_PKI, free_port, run_cli, wait_port, write_secret
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKI_SCRIPT = os.path.join(HERE, "..", "..", "scripts", "test-pki.sh")
@@ -229,7 +229,7 @@ def test_refused_connection(pki):
 
 
 def test_bad_identity_file_is_the_clients_error(pki, tmp_path):
-    (tmp_path / "wrong.txt").write_text("not the password\n")
+    write_secret((tmp_path / "wrong.txt"), "not the password\n")
     r = run_cli("connect", f"127.0.0.1:{free_port()}", "--json", "--identity", pki("client-a.p12"),
                 "--password-file", tmp_path / "wrong.txt")
     out = json.loads(r.stdout)
@@ -542,7 +542,7 @@ def test_python_clients_against_mtls_serve(pki, mtls_server):
 
 def test_automatic_identity_picks_the_one_the_server_asks_for(pki, peers, tmp_path):
     store, secret = tmp_path / "s.db", tmp_path / "secret"
-    secret.write_text("store secret\n")
+    write_secret(secret, "store secret\n")
     # The store lists identities in label order: the right one (client-a) is labelled to come
     # LAST, after client-b, which the server would also accept (its chain reaches root.pem), so
     # taking the first candidate or any acceptable one is caught.
@@ -598,7 +598,7 @@ def test_curl_example_with_p12_and_pinned_root(pki, peers, curl_fetch):
 
 def test_curl_example_with_stored_identity(pki, peers, curl_fetch, tmp_path):
     store, secret = tmp_path / "s.db", tmp_path / "secret"
-    secret.write_text("store secret\n")
+    write_secret(secret, "store secret\n")
     r = run_cli("store", "--store", store, "--secret-file", secret, "import", pki("client-a.p12"),
                 "--label", "laptop", "--password-file", pki("password.txt"))
     assert r.returncode == 0, r.stderr
@@ -689,7 +689,7 @@ def test_automatic_identity_matches_the_curve_to_the_servers_tls13_schemes(pki, 
         f"-passout pass:pw -out p384.p12",
         shell=True, cwd=d, check=True, capture_output=True)
     store, secret = d / "s.db", d / "secret"
-    secret.write_text("store secret\n")
+    write_secret(secret, "store secret\n")
     for label, p12 in (("a-p384", str(d / "p384.p12")), ("a-rsa", pki("client-a-rsa.p12")),
                        ("b-p256", pki("client-a.p12"))):
         r = run_cli("store", "--store", store, "--secret-file", secret, "import", p12, "--label", label,

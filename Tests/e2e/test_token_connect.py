@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import free_port, run_cli, SOFTHSM_MODULE as MODULE, needs_softhsm, softhsm_conf
+from conftest import free_port, run_cli, SOFTHSM_MODULE as MODULE, needs_softhsm, softhsm_conf, write_secret
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "softhsm-token.sh"
 pytestmark = needs_softhsm
@@ -21,7 +21,7 @@ pytestmark = needs_softhsm
 def hsm(tmp_path_factory):
     d = tmp_path_factory.mktemp("hsm-connect")
     subprocess.run([str(SCRIPT), str(d)], check=True)
-    (d / "bad-pin").write_text("0000\n")
+    write_secret((d / "bad-pin"), "0000\n")
     with softhsm_conf(d / "softhsm2.conf"):
         yield d
 
@@ -123,7 +123,7 @@ def test_pin_in_the_uri_and_registered_modules(hsm):
 
 def test_stored_token_identity_connects_by_label(hsm, tmp_path):
     store = ["--store", tmp_path / "store.db", "--secret-file", tmp_path / "secret"]
-    (tmp_path / "secret").write_text("store secret\n")
+    write_secret((tmp_path / "secret"), "store secret\n")
     r = run_cli("store", *store, "add-token", "pkcs11:token=mtls-test;object=ec-client;type=private",
                 "--label", "card", "--pin-file", hsm / "pin")
     assert r.returncode == 0, r.stderr
@@ -187,7 +187,7 @@ def test_serve_with_a_token_server_key(hsm, tls):
 def auto_store(hsm, tmp_path, *tokens):
     """A store holding only token identities: (label, URI) pairs."""
     store = ["--store", tmp_path / "store.db", "--secret-file", tmp_path / "secret"]
-    (tmp_path / "secret").write_text("store secret\n")
+    write_secret((tmp_path / "secret"), "store secret\n")
     for label, uri in tokens:
         r = run_cli("store", *store, "add-token", uri, "--label", label, "--pin-file", hsm / "pin")
         assert r.returncode == 0, r.stderr

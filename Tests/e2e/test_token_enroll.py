@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import free_port, run_cli, SOFTHSM_MODULE as MODULE, needs_softhsm, softhsm_conf
+from conftest import free_port, run_cli, SOFTHSM_MODULE as MODULE, needs_softhsm, softhsm_conf, write_secret
 from test_tls import Peer
 
 pytestmark = needs_softhsm
@@ -23,7 +23,7 @@ def blank(tmp_path_factory):
     d = tmp_path_factory.mktemp("enroll")
     (d / "tokens").mkdir()
     (d / "softhsm2.conf").write_text(f"directories.tokendir = {d}/tokens\nobjectstore.backend = file\nlog.level = ERROR\n")
-    (d / "pin").write_text("1234\n")
+    write_secret((d / "pin"), "1234\n")
     with softhsm_conf(d / "softhsm2.conf"):
         subprocess.run(["softhsm2-util", "--init-token", "--free", "--label", "enroll-card", "--pin", "1234",
                         "--so-pin", "5678"], check=True, capture_output=True)

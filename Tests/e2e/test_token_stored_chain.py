@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import TEST_PKI, run_cli, SOFTHSM_MODULE as MODULE, needs_softhsm, softhsm_conf
+from conftest import TEST_PKI, run_cli, SOFTHSM_MODULE as MODULE, needs_softhsm, softhsm_conf, write_secret
 from test_token_connect import SCRIPT, SServer
 
 pytestmark = needs_softhsm
@@ -47,7 +47,7 @@ def hsm(tmp_path_factory):
 
 
 def store_args(tmp_path):
-    (tmp_path / "secret").write_text("store secret\n")
+    write_secret((tmp_path / "secret"), "store secret\n")
     return ["--store", tmp_path / "store.db", "--secret-file", tmp_path / "secret"]
 
 

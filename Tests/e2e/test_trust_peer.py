@@ -5,7 +5,9 @@ refused, path building, servers that never trust the system store for clients by
 import datetime
 import json
 import pathlib
+import socket
 import subprocess
+import time
 
 import pytest
 
@@ -81,6 +83,62 @@ def test_ip_rule_pins_hold_however_the_address_is_spelt(pki, peers, tmp_path, sp
     r = run_cli("verify", pki("server-chain.pem"), "--host", f"{spelling}:8443", "--verify-as", "server.test",
                 "--policy", policy, "--json")
     assert r.returncode == 1 and [x["code"] for x in json.loads(r.stdout)["reasons"]] == ["pin_mismatch"], r
+
+
+def s_server_v6(pki, peers):
+    """openssl s_server on [::1] (loopback, IPv6): its port, once it accepts there."""
+    port = free_port()
+    args = ["openssl", "s_server", "-accept", f"[::1]:{port}", "-quiet", "-www", "-cert", pki("server.pem"),
+            "-key", pki("server.key"), "-cert_chain", pki("int-a.pem"), "-Verify", "1", "-CAfile", pki("root.pem"),
+            "-verify_return_error"]
+    peer = Peer.__new__(Peer)
+    peer.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    peer.port, peer.seen = port, ""
+    peers.append(peer)
+    for _ in range(300):
+        assert peer.proc.poll() is None, "s_server on [::1] exited early"
+        try:
+            socket.create_connection(("::1", port), timeout=0.5).close()
+            return port
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"nothing listens on [::1]:{port}")
+
+
+def test_a_zone_on_the_address_does_not_skip_its_rule(pki, peers, tmp_path):
+    """Issue 23, defect 5: `[::1%1]:P` reaches ::1, so the rule for ::1 (pins the chain does not
+    carry) applies; it used to be read as the DNS name "::1%1", no rule matched and the chain was
+    trusted. (glibc takes an interface name only after a link-local address, so ::1 is written
+    with the loopback interface's index.)"""
+    port = s_server_v6(pki, peers)
+    policy = write_policy(tmp_path, pki, [{"host": "::1", "pins": WRONG_PINS}])
+    lo = socket.if_nametoindex("lo")
+    for target in (f"[::1]:{port}", f"[::1%{lo}]:{port}"):
+        out = connect_json(target, *identity(pki), "--policy", policy, "--verify-as", "server.test")
+        assert not out["connected"], (target, out)
+        assert [r["code"] for r in out["evaluation"]["reasons"]] == ["pin_mismatch"], (target, out)
+        assert out["evaluation"]["rule"]["host"] == "::1", (target, out)
+    # Without the rule the same connection is trusted: the refusal above is the rule's.
+    out = connect_json(f"[::1%{lo}]:{port}", *identity(pki), "--policy", write_policy(tmp_path, pki, []),
+                       "--verify-as", "server.test")
+    assert out["connected"], out
+    # A % that is no zone cannot be matched to a rule: invalid_host, never the default.
+    policy = write_policy(tmp_path, pki, [{"host": "::1", "pins": WRONG_PINS}])
+    r = run_cli("verify", pki("server-chain.pem"), "--host", "server.test%lo", "--verify-as", "server.test",
+                "--policy", policy, "--json")
+    assert r.returncode == 1 and [x["code"] for x in json.loads(r.stdout)["reasons"]] == ["invalid_host"], r
+
+
+@pytest.mark.parametrize("pattern, hint", [("::1:8443", "[::1]:8443"), ("2001:db8::7:443", "[2001:db8::7]:443"),
+                                           ("fe80::1%lo:443", "[fe80::1%lo]:443")])
+def test_an_ambiguous_ipv6_pattern_is_an_invalid_policy(pki, tmp_path, pattern, hint):
+    policy = write_policy(tmp_path, pki, [{"host": pattern, "pins": WRONG_PINS}])
+    r = run_cli("verify", pki("server-chain.pem"), "--host", "server.test", "--policy", policy, "--json")
+    assert r.returncode != 0 and "ambiguous host pattern" in r.stderr and hint in r.stderr, r
+    for fine in ("[::1]:8443", "::1", "2001:db8:0:0:0:0:0:8443"):
+        policy = write_policy(tmp_path, pki, [{"host": fine, "pins": WRONG_PINS}])
+        r = run_cli("verify", pki("server-chain.pem"), "--host", "server.test", "--policy", policy, "--json")
+        assert r.returncode == 0, (fine, r)
 
 
 def test_a_unicode_host_cannot_slip_past_its_a_label_rule(pki, tmp_path):

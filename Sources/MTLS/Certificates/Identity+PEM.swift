@@ -16,9 +16,11 @@ extension Identity {
     }
 
     /// Makes an identity from PEM files: a certificate file (leaf and, in any order, the
-    /// certificates above it) and a key file (keys are small: anything over 1 MiB is refused).
+    /// certificates above it) and a key file, read as a secret file
+    /// (``FileIO/readSecret(_:kind:)``: refused when others can write it or everyone can read it).
     public convenience init(certificatePath: String, keyPath: String, password: SecretBytes? = nil) throws {
-        try self.init(certificatePEM: try FileIO.read(certificatePath),
-                      keyPEM: try FileIO.read(keyPath, limit: 1 << 20), password: password)
+        var keyPEM = try FileIO.readSecret(keyPath, kind: .privateKey).withBytes { Array($0) }
+        defer { SecretBytes.wipe(&keyPEM) }
+        try self.init(certificatePEM: try FileIO.read(certificatePath), keyPEM: keyPEM, password: password)
     }
 }

@@ -346,7 +346,8 @@ public struct PKIDirectory: Sendable {
     static func loadCA(at dir: String, keyPassword: SecretBytes?) throws -> CertificateAuthority {
         let cert = try Certificate.load(path: dir + "/cert.pem")[0]
         let keyFile = dir + "/key.pem"
-        let pem = try FileIO.read(keyFile, limit: 1 << 20)
+        var pem = try FileIO.readSecret(keyFile, kind: .privateKey).withBytes { Array($0) }
+        defer { SecretBytes.wipe(&pem) }
         let key: PrivateKey
         do { key = try PrivateKey(pem: pem, password: keyPassword) } catch let e as MTLSError where e.code == .badPassword {
             throw MTLSError(.badPassword, keyPassword == nil

@@ -13,25 +13,22 @@ public enum StoreSecret: Sendable {
     /// (a 32-byte file too: a raw key is chosen explicitly with ``loadKey(path:)``). The
     /// passphrase is the file's first line: its line ending (`\n` or `\r\n`) is dropped, so a
     /// file written with `echo` works. An empty first line is ``MTLSError/Code/invalidArgument``.
+    /// The file is a secret file (``FileIO/readSecret(_:kind:)``): one others can write or everyone
+    /// can read is refused.
     public static func load(path: String) throws -> StoreSecret {
-        var bytes = try FileIO.read(path, limit: 64 * 1024)
-        defer { SecretBytes.wipe(&bytes) }
-        var end = bytes.firstIndex(of: UInt8(ascii: "\n")) ?? bytes.count
-        if end > 0, bytes[end - 1] == UInt8(ascii: "\r") { end -= 1 }
-        guard end > 0 else { throw MTLSError(.invalidArgument, "the store secret file \(path) is empty") }
-        return .passphrase(SecretBytes(Array(bytes[0..<end])))
+        .passphrase(try FileIO.readSecret(path, kind: .storeSecret))
     }
 
     /// Reads a key file: exactly 32 bytes (for example from `head -c 32 /dev/urandom`), used as
     /// the key-encryption key without stretching. Any other length is
-    /// ``MTLSError/Code/invalidArgument``.
+    /// ``MTLSError/Code/invalidArgument``. A secret file (``FileIO/readSecret(_:kind:)``), as
+    /// ``load(path:)``.
     public static func loadKey(path: String) throws -> StoreSecret {
-        var bytes = try FileIO.read(path, limit: 64 * 1024)
-        defer { SecretBytes.wipe(&bytes) }
-        guard bytes.count == StoreCrypto.keyLength else {
-            throw MTLSError(.invalidArgument, "the store key file \(path) holds \(bytes.count) bytes; a key file holds exactly \(StoreCrypto.keyLength) random bytes (use a passphrase file for anything else)")
+        let key = try FileIO.readSecret(path, kind: .storeKey)
+        guard key.count == StoreCrypto.keyLength else {
+            throw MTLSError(.invalidArgument, "the store key file \(path) holds \(key.count) bytes; a key file holds exactly \(StoreCrypto.keyLength) random bytes (use a passphrase file for anything else)")
         }
-        return .key(SecretBytes(bytes))
+        return .key(key)
     }
 
     var kind: String {

@@ -10,15 +10,25 @@ public enum FileIO {
 
     /// Reads a whole file, refusing anything over `limit` bytes.
     public static func read(_ path: String, limit: Int = maxReadSize) throws -> [UInt8] {
+        let fd = try openForReading(path)
+        defer { close(fd) }
+        return try readAll(fd, path: path, limit: limit)
+    }
+
+    private static func openForReading(_ path: String) throws -> Int32 {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
             throw MTLSError(errno == ENOENT ? .notFound : .io, "cannot open \(path): \(String(cString: strerror(errno)))")
         }
-        defer { close(fd) }
         var st = stat()
         if fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR {
+            close(fd)
             throw MTLSError(.io, "\(path) is a directory")
         }
+        return fd
+    }
+
+    private static func readAll(_ fd: Int32, path: String, limit: Int) throws -> [UInt8] {
         var out: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65536)
         while true {
@@ -30,10 +40,82 @@ public enum FileIO {
             if n == 0 { break }
             out.append(contentsOf: chunk[0..<n])
             if out.count > limit {
+                SecretBytes.wipe(&out)
+                SecretBytes.wipe(&chunk)
                 throw MTLSError(.limitExceeded, "\(path) is larger than the \(limit)-byte limit")
             }
         }
+        SecretBytes.wipe(&chunk)
         return out
+    }
+
+    // MARK: Secret files
+
+    /// The largest secret file libmtls reads (PIN, password, store secret or key, private key):
+    /// 64 KiB, far above any of them (an RSA-16384 key in PEM is about 13 KiB).
+    public static let maxSecretSize = 64 * 1024
+
+    /// What a secret file holds. It decides how the file is read and, in this one place, whether
+    /// it may be empty:
+    /// - ``pin``: the first line (without `\n` or `\r\n`); an empty PIN is refused, since
+    ///   sending one to a token costs a try;
+    /// - ``password``: the first line; may be empty (the empty password is a password: PKCS#12
+    ///   tries it with "no password");
+    /// - ``storeSecret``: the first line, a passphrase; an empty one is refused;
+    /// - ``storeKey``: the whole file, raw bytes (its length is the store's to check); an empty
+    ///   one is refused;
+    /// - ``privateKey``: the whole file (PEM); an empty one is refused.
+    public enum SecretKind: String, Sendable {
+        case pin = "PIN"
+        case password = "password"
+        case storeSecret = "store secret"
+        case storeKey = "store key"
+        case privateKey = "private key"
+
+        var firstLineOnly: Bool { self == .pin || self == .password || self == .storeSecret }
+        var mayBeEmpty: Bool { self == .password }
+    }
+
+    /// Reads a secret file of `kind` (see ``SecretKind``), as OpenSSH reads a private key: a file
+    /// that anyone but its owner can write (group or other write bit), or that everyone can read
+    /// (other read bit), is refused with ``MTLSError/Code/invalidArgument`` and a message naming
+    /// the file and the `chmod 600` that fixes it; a group-readable one is read, with a warning
+    /// through ``LibraryWarnings`` (the library prints nothing). The mode is that of the file
+    /// opened (a symbolic link's target), read after opening so it cannot change in between;
+    /// terminals and other character devices (`/dev/stdin` on a terminal) are not checked.
+    /// Files over ``maxSecretSize`` are ``MTLSError/Code/limitExceeded``. The buffers read are
+    /// wiped.
+    public static func readSecret(_ path: String, kind: SecretKind) throws -> SecretBytes {
+        let fd = try openForReading(path)
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else {
+            throw MTLSError(.io, "cannot stat \(path): \(String(cString: strerror(errno)))")
+        }
+        if (st.st_mode & S_IFMT) != S_IFCHR {
+            let mode = st.st_mode & 0o777
+            let octal = "0" + String(mode, radix: 8)
+            if mode & 0o022 != 0 {
+                throw MTLSError(.invalidArgument, "the \(kind.rawValue) file \(path) can be written by others (mode \(octal)): refusing to use it; run chmod 600 \(path)")
+            }
+            if mode & 0o004 != 0 {
+                throw MTLSError(.invalidArgument, "the \(kind.rawValue) file \(path) is readable by everyone (mode \(octal)): refusing to use it; run chmod 600 \(path)")
+            }
+            if mode & 0o040 != 0 {
+                LibraryWarnings.emit("the \(kind.rawValue) file \(path) is readable by its group (mode \(octal)); chmod 600 \(path) keeps it to its owner")
+            }
+        }
+        var bytes = try readAll(fd, path: path, limit: maxSecretSize)
+        defer { SecretBytes.wipe(&bytes) }
+        var end = bytes.count
+        if kind.firstLineOnly {
+            end = bytes.firstIndex(of: UInt8(ascii: "\n")) ?? bytes.count
+            if end > 0, bytes[end - 1] == UInt8(ascii: "\r") { end -= 1 }
+        }
+        guard end > 0 || kind.mayBeEmpty else {
+            throw MTLSError(.invalidArgument, "the \(kind.rawValue) file \(path) is empty")
+        }
+        return SecretBytes(Array(bytes[0..<end]))
     }
 
     /// Writes `bytes` to `path` with mode 0600 (or `mode`), atomically: a temporary file in the

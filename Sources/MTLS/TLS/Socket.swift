@@ -229,9 +229,10 @@ enum Socket {
     }
 
     /// Whether the resolver takes `host` as an address without a lookup (any spelling of one:
-    /// `127.1` too), so it is no server name to send.
+    /// `127.1` too, and an IPv6 address with its zone, `fe80::1%eth0`), so it is no server name
+    /// to send.
     static func isIPLiteral(_ host: String) -> Bool {
-        IPAddress.reached(host) != nil
+        IPAddress.scoped(host) != nil
     }
 }
 

@@ -79,34 +79,69 @@ public final class PKCS11Modules {
 
     /// The certificates and keys of the tokens matching `tokenURI` (every token when nil), and
     /// matching its `type`, `object` and `id` when it has them.
-    /// With a `pin`, logs in first so that private objects (private keys) are listed too; the
-    /// login lasts as long as the module stays loaded (PKCS#11 logins belong to the application,
-    /// so logging out here would also log out token identities in use).
-    /// Throws ``MTLSError/Code/badURI`` for a URI that does not parse,
-    /// ``MTLSError/Code/tokenNotPresent`` when no token matches,
+    ///
+    /// With a `pin`, logs in first to ONE token so that its private objects (private keys) are
+    /// listed too; every other token is listed without a login. A PIN belongs to one token, so
+    /// it goes only to a token that needs a login and that the URI names (`token=`, `serial=`,
+    /// `model=` or `manufacturer=` matching exactly one such token) or, when the URI names no
+    /// token, that shows the object the URI names (`object=`/`id=`) without a login. A PIN with
+    /// no such selection is refused before any token sees it, never tried on every token: a
+    /// wrong PIN costs a try on a card, and one card's PIN must not reach another.
+    /// The login lasts as long as the module stays loaded (PKCS#11 logins belong to the
+    /// application, so logging out here would also log out token identities in use).
+    /// Throws ``MTLSError/Code/badURI`` for a URI that does not parse or that selects several
+    /// tokens for the PIN, ``MTLSError/Code/invalidArgument`` for a PIN without a URI that names a
+    /// token or an object, ``MTLSError/Code/notFound`` when no token needing a login shows the
+    /// object named, ``MTLSError/Code/tokenNotPresent`` when no token matches,
     /// ``MTLSError/Code/pinIncorrect`` / ``MTLSError/Code/pinLocked`` for a refused PIN.
     public func objects(tokenURI: String? = nil, pin: SecretBytes? = nil) throws -> [TokenObject] {
         let filter = try tokenURI.map { try P11KitURI($0) }
-        var found = false
-        var out: [TokenObject] = []
+        var listed: [(session: PKCS11Session, token: TokenInfo)] = []
         for m in modules where filter?.matches(module: m.moduleInfo()) ?? true {
             for slot in try m.slotsWithToken() {
                 guard let token = try TokenInfo(module: m, slot: slot) else { continue }
                 if let filter, !filter.matches(token: try m.tokenInfo(slot)) { continue }
-                found = true
-                let session = try PKCS11Session(module: m, slot: slot)
-                if let pin {
-                    do { try session.login(pin: pin) } catch let e as MTLSError {
-                        throw MTLSError(e.code, "cannot log in to token \"\(token.label)\": \(e.message)")
-                    }
-                }
-                out += try objects(on: session, token: token, filter: filter)
+                listed.append((try PKCS11Session(module: m, slot: slot), token))
             }
         }
-        if !found {
+        if listed.isEmpty {
             throw MTLSError(.tokenNotPresent, tokenURI.map { "no token matches \($0)" } ?? "no token is present")
         }
-        return out
+        if let pin {
+            let target = try loginTarget(listed, tokenURI: tokenURI)
+            do { try target.session.login(pin: pin) } catch let e as MTLSError {
+                throw MTLSError(e.code, "cannot log in to token \"\(target.token.label)\": \(e.message)")
+            }
+        }
+        return try listed.flatMap { try objects(on: $0.session, token: $0.token, filter: filter) }
+    }
+
+    /// The one token a listing PIN may go to (see ``objects(tokenURI:pin:)``); throws, naming the
+    /// tokens, when the URI selects none or several.
+    private func loginTarget(_ listed: [(session: PKCS11Session, token: TokenInfo)],
+                             tokenURI: String?) throws -> (session: PKCS11Session, token: TokenInfo) {
+        let needing = listed.filter { $0.token.loginRequired }
+        let names = { (l: [(session: PKCS11Session, token: TokenInfo)]) in l.map { "\"\($0.token.label)\"" }.joined(separator: ", ") }
+        guard let tokenURI, let uri = try? PKCS11URI(tokenURI),
+              uri.token != nil || uri.serial != nil || uri.model != nil || uri.manufacturer != nil
+                || uri.object != nil || uri.id != nil else {
+            throw MTLSError(.invalidArgument,
+                            "a PIN goes only to the token it belongs to: name the token with a URI (pkcs11:token=LABEL or serial=...) to log in to; without one, tokens are listed without a login")
+        }
+        let namesToken = uri.token != nil || uri.serial != nil || uri.model != nil || uri.manufacturer != nil
+        // Named by the object: a token that shows it before any login (a certificate or a
+        // public key beside the private key) holds it; the PIN goes to no other.
+        let targets = namesToken ? needing : try needing.filter { try Token.holdsVisibly($0.session, uri: uri, stored: nil) }
+        guard let target = targets.first else {
+            if namesToken {
+                throw MTLSError(.invalidArgument, "no token matching \(tokenURI) needs a PIN (\(names(listed)) are listed without a login)")
+            }
+            throw MTLSError(.notFound, "no token that needs a PIN shows \(Token.describeObject(uri)) without a login: add token= (or serial=) to \(tokenURI) so that the PIN goes only to the token it belongs to")
+        }
+        guard targets.count == 1 else {
+            throw MTLSError(.badURI, "\(tokenURI) selects the tokens \(names(targets)), and a PIN belongs to one token: name it with token= or serial=")
+        }
+        return target
     }
 
     private func objects(on session: PKCS11Session, token: TokenInfo, filter: P11KitURI?) throws -> [TokenObject] {

@@ -367,18 +367,16 @@ extension Token {
         }
     }
 
-    /// The PIN in the file a `pin-source` names (a path or a `file:` URI): its first line.
+    /// The PIN in the file a `pin-source` names (a path or a `file:` URI): its first line, read
+    /// as a secret file (``FileIO/readSecret(_:kind:)``: refused when others can write it or
+    /// everyone can read it, or when empty).
     static func readPINSource(_ source: String) throws -> SecretBytes {
         var path = source
         if path.hasPrefix("file://") { path.removeFirst("file://".count) } else if path.hasPrefix("file:") { path.removeFirst("file:".count) }
         guard path.hasPrefix("/") else {
             throw MTLSError(.badURI, "pin-source must be an absolute path or a file: URI, not \"\(source)\"")
         }
-        var bytes = try FileIO.read(path, limit: 4096)
-        defer { SecretBytes.wipe(&bytes) }
-        var end = bytes.firstIndex(of: UInt8(ascii: "\n")) ?? bytes.count
-        if end > 0, bytes[end - 1] == UInt8(ascii: "\r") { end -= 1 }
-        return SecretBytes(Array(bytes[0..<end]))
+        return try FileIO.readSecret(path, kind: .pin)
     }
 
     static func describeToken(_ uri: PKCS11URI) -> String {

@@ -31,10 +31,19 @@ public struct SPKIPin: Hashable, Sendable, CustomStringConvertible {
 /// The host a rule applies to: `name.example`, `*.example` (one more label), `**.example` (one
 /// or more labels), an IP literal (`192.0.2.7`, `2001:db8::7`, `[2001:db8::7]`), each optionally
 /// followed by `:port`. Names compare case-insensitively, IP addresses by their bytes.
+///
+/// An IPv6 address may carry a zone (`fe80::1%eth0`, `[fe80::1%2]:8443`): such a rule applies
+/// only to peers reached on that link (the same interface by name or index) and beats the rule
+/// for the address alone; a rule without a zone applies to the address on every link. A port
+/// after an IPv6 address is written in brackets, `[::1]:8443`: a bare literal whose last group
+/// could be read as a port (`::1:8443`, `2001:db8::1:443`: the text before the last colon is an
+/// address and the last group is a decimal port) is refused as ambiguous, as is a zone
+/// followed by `:port` without brackets. Bare literals where no such reading exists (`::1`,
+/// `fe80::1`, a full eight-group address) stay valid.
 public struct HostPattern: Hashable, Sendable, CustomStringConvertible {
     enum Kind: Hashable, Sendable {
         case exact(String)
-        case ip([UInt8])
+        case ip([UInt8], zone: String?)
         case oneLabel(String)   // suffix without the leading dot
         case anyDepth(String)
     }
@@ -48,11 +57,15 @@ public struct HostPattern: Hashable, Sendable, CustomStringConvertible {
     /// name, a wildcard pattern or an IP literal, or for a bad port.
     public init(_ text: String) throws {
         self.text = text
-        let (hostPart, port) = try Self.splitPort(trimmedASCII(text))
+        let trimmed = trimmedASCII(text)
+        try Self.refuseAmbiguousPort(trimmed)
+        let (hostPart, port) = try Self.splitPort(trimmed)
         self.port = port
         guard !hostPart.isEmpty else { throw MTLSError(.invalidPolicy, "empty host pattern") }
-        if let ip = IPAddress.reached(hostPart) {  // any spelling of an address is that address
-            kind = .ip(ip)
+        if let scoped = IPAddress.scoped(hostPart) {  // any spelling of an address is that address
+            kind = .ip(scoped.address, zone: scoped.zone)
+        } else if hostPart.contains("%") {
+            throw MTLSError(.invalidPolicy, "invalid host pattern: \(text) (a zone, %IFACE, follows only an IPv6 address and is an interface name or index)")
         } else if hostPart.hasPrefix("**.") {
             kind = .anyDepth(try Self.name(String(hostPart.dropFirst(3)), text))
         } else if hostPart.hasPrefix("*.") {
@@ -70,6 +83,23 @@ public struct HostPattern: Hashable, Sendable, CustomStringConvertible {
             throw MTLSError(.invalidPolicy, "invalid host pattern: \(whole)")
         }
         return n
+    }
+
+    /// Refuses an unbracketed IPv6 pattern that reads two ways: `::1:8443` is the address
+    /// `::1:8443` and also `::1` on port 8443. It is ambiguous when the text before the last
+    /// colon is itself an IPv6 address (with its zone, if any) and the last group is a decimal
+    /// port (1–65535); `fe80::1`'s `fe80:` is no address and a full eight-group address leaves
+    /// seven groups without `::`, so those read one way only. A zone followed by `:port` is
+    /// refused the same way.
+    static func refuseAmbiguousPort(_ s: String) throws {
+        guard !s.hasPrefix("["), s.filter({ $0 == ":" }).count > 1, let last = s.lastIndex(of: ":") else { return }
+        let head = String(s[..<last]), tail = s[s.index(after: last)...]
+        let zoneWithPort = head.contains("%")
+        guard zoneWithPort || (tail.allSatisfy(\.isASCII) && tail.allSatisfy(\.isNumber) && Int(tail).map { (1...65535).contains($0) } == true
+                              && IPAddress.scoped(head) != nil) else { return }
+        let other = zoneWithPort ? "" : ", or [\(s)] for the address \(s) on any port"
+        throw MTLSError(.invalidPolicy,
+                        "ambiguous host pattern \(s): write [\(head)]:\(tail) for port \(tail) of \(head)\(other) (a port after an IPv6 address goes after brackets)")
     }
 
     /// Splits `host:port`, `[v6]:port`, `[v6]`, or a bare IPv6 literal.
@@ -99,6 +129,7 @@ public struct HostPattern: Hashable, Sendable, CustomStringConvertible {
     var specificity: Int {
         let base: Int
         switch kind {
+        case .ip(_, .some): base = 3_000_002  // the address on one link beats the address alone
         case .exact, .ip: base = 3_000_000
         case .oneLabel(let s): base = 2_000_000 + 1000 * s.split(separator: ".").count
         case .anyDepth(let s): base = 1_000_000 + 1000 * s.split(separator: ".").count
@@ -107,11 +138,12 @@ public struct HostPattern: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Whether the pattern covers `host` (already normalised: lowercase name without a trailing
-    /// dot, or IP bytes) on `port`.
-    func matches(name: String?, ip: [UInt8]?, port: Int?) -> Bool {
+    /// dot, or IP bytes, with the IPv6 zone apart) on `port`. A pattern without a zone covers the
+    /// address on any link; one with a zone only that link.
+    func matches(name: String?, ip: [UInt8]?, zone: String? = nil, port: Int?) -> Bool {
         if let p = self.port, p != port { return false }
         switch kind {
-        case .ip(let b): return ip == b
+        case .ip(let b, let z): return ip == b && (z == nil || IPAddress.sameZone(z, zone))
         case .exact(let n): return name == n
         case .oneLabel(let suffix):
             guard let name, name.hasSuffix("." + suffix) else { return false }
@@ -191,7 +223,7 @@ public struct HostRule: Sendable {
                 throw MTLSError(.invalidPolicy, "host rule \(pattern.text): verify_as is empty (to turn the name check off, say skip_name_check: true)")
             }
             let bare = t.hasPrefix("[") && t.hasSuffix("]") ? String(t.dropFirst().dropLast()) : t
-            guard t == v, IPAddress.bytes(bare) != nil || HostName.isValidReferenceName(bare) else {
+            guard t == v, IPAddress.scoped(bare) != nil || HostName.isValidReferenceName(bare) else {
                 throw MTLSError(.invalidPolicy, "host rule \(pattern.text): verify_as \"\(v)\" is not a host name or IP address")
             }
             if skipNameCheck {

@@ -69,9 +69,16 @@ extension TrustPolicy {
                                 message: "the host \"\(host)\" is not ASCII, so its host rule cannot be chosen: name an internationalised host by its A-label (xn--...), as certificates and host rules do")
             return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
         }
+        // A `%` that is no IPv6 zone (`name%eth0`, `10.0.0.1%1`): no rule can be chosen for the
+        // host, and the resolver may still reach an address some rule is about.
+        if !settings.hostRules.isEmpty, peer.hasUnmatchableZone, let host = peer.host {
+            let r = TrustReason(code: TrustReason.Code.invalidHost, certIndex: nil,
+                                message: "the host \"\(host)\" has a zone (%...) but is not an IPv6 address with an interface name or index, so its host rule cannot be chosen")
+            return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
+        }
         let rule = Self.rule(for: peer, in: settings.hostRules)
 
-        let key = EvaluationCache.Key(chain: ders, host: "\(peer.host ?? "")|\(peer.port ?? 0)|\(peer.verifyAs ?? "")",
+        let key = EvaluationCache.Key(chain: ders, host: "\(peer.host ?? "")%\(peer.zone ?? "")|\(peer.port ?? 0)|\(peer.verifyAs ?? "")",
                                       purpose: purpose, version: version, second: Int64(time.timeIntervalSince1970))
         let result: TrustResult
         if settings.cacheEnabled, let cached = cache.lookup(key) {
@@ -103,7 +110,7 @@ struct PeerHost {
         guard let host, !host.isEmpty else { return }
         let h = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
         text = h
-        if let b = IPAddress.reached(h) { ip = b } else {
+        if let scoped = IPAddress.scoped(h) { ip = scoped.address } else {  // a zone names a link, not the certificate's address
             let n = h.lowercased()
             name = n.hasSuffix(".") ? String(n.dropLast()) : n
         }

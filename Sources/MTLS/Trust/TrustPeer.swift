@@ -11,6 +11,12 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
     /// or pin for the address holds however the application spelt it. nil: no host (host rules
     /// do not apply).
     public var host: String?
+    /// The IPv6 zone (scope) the host was named with (`eth0` of `fe80::1%eth0`, `1` of `::1%1`),
+    /// kept apart from ``host`` so the rules for the address apply; a rule that names a zone
+    /// applies only to that zone. A `%` in a host that is not an IPv6 literal with a valid zone
+    /// stays in ``host``: such a host matches no rule and is `invalid_host` under a policy with
+    /// host rules.
+    public var zone: String?
     /// The port connected to; nil when unknown (then only rules without a port match).
     public var port: Int?
     /// The SNI sent, if any (informational: it selects nothing).
@@ -21,7 +27,11 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
     public init(host: String? = nil, port: Int? = nil, sni: String? = nil, verifyAs: String? = nil) {
         if let h = host, h.hasPrefix("["), h.hasSuffix("]") { self.host = String(h.dropFirst().dropLast()) } else { self.host = host }
         if self.host?.isEmpty == true { self.host = nil }
-        if let h = self.host, let address = IPAddress.reached(h), let text = IPAddress.text(address) { self.host = text }
+        zone = nil
+        if let h = self.host, let scoped = IPAddress.scoped(h), let text = IPAddress.text(scoped.address) {
+            self.host = text
+            zone = scoped.zone
+        }
         self.port = port.flatMap { $0 > 0 ? $0 : nil }
         self.sni = sni
         self.verifyAs = verifyAs
@@ -46,14 +56,20 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
     /// The name to validate: ``verifyAs`` when set, else ``host``.
     public var nameToValidate: String? { verifyAs ?? host }
 
-    /// `host:port` (`[v6]:port`), or the host alone.
+    /// `host:port` (`[v6]:port`, `[v6%zone]:port`), or the host alone.
     public var description: String {
         guard let host else { return "(no host)" }
-        let h = host.contains(":") ? "[\(host)]" : host
+        let scoped = zone.map { "\(host)%\($0)" } ?? host
+        let h = scoped.contains(":") ? "[\(scoped)]" : scoped
         return port.map { "\(h):\($0)" } ?? h
     }
 
-    /// The host normalised for rule matching: lowercase name without a trailing dot, or IP bytes.
+    /// Whether the host is one no rule can be chosen for: a `%` that is no IPv6 zone
+    /// (`::1%`, `10.0.0.1%1`, `name%eth0`).
+    var hasUnmatchableZone: Bool { zone == nil && host?.contains("%") == true }
+
+    /// The host normalised for rule matching: lowercase name without a trailing dot, or IP bytes
+    /// (the zone is apart, in ``zone``).
     var normalized: (name: String?, ip: [UInt8]?) {
         guard let host else { return (nil, nil) }
         if let b = IPAddress.bytes(host) { return (nil, b) }
@@ -72,9 +88,9 @@ extension TrustPolicy {
 
     static func rule(for peer: TrustPeer, in rules: [HostRule]) -> HostRule? {
         let (name, ip) = peer.normalized
-        guard name != nil || ip != nil else { return nil }
+        guard name != nil || ip != nil, !peer.hasUnmatchableZone else { return nil }
         return rules
-            .filter { $0.pattern.matches(name: name, ip: ip, port: peer.port) }
+            .filter { $0.pattern.matches(name: name, ip: ip, zone: peer.zone, port: peer.port) }
             .max { $0.pattern.specificity < $1.pattern.specificity }
     }
 }

@@ -60,6 +60,7 @@ def test_load_and_issue_from_files(chain, tmp_path):
     _, inter = chain
     (tmp_path / "ca.pem").write_text(inter.chain_pem)
     (tmp_path / "key.pem").write_text(inter.key_pem("kp"))
+    (tmp_path / "key.pem").chmod(0o600)  # a key file: libmtls refuses one everyone can read
     with pytest.raises(errors.BadPassword):
         IssuedCertificate.load(tmp_path / "ca.pem", tmp_path / "key.pem", "wrong")
     with IssuedCertificate.load(tmp_path / "ca.pem", tmp_path / "key.pem", "kp") as ca:

@@ -110,9 +110,35 @@ def test_errors_bad_secret_not_a_store_schema_too_new(pki, tmp_path):
         Store(path, "right", **KDF)
 
 
+def test_secret_files_everyone_can_read_are_refused_and_group_readable_ones_warn(tmp_path):
+    """Issue 23, defect 10: a secret or key file others can write or everyone can read is refused
+    (InvalidArgument naming the file and the chmod that fixes it); a group-readable one is used,
+    with an mtls.LibraryWarning; an owner-only one silently."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("store passphrase\n")
+    for mode in (0o644, 0o666, 0o620):
+        secret.chmod(mode)
+        with pytest.raises(errors.InvalidArgument) as e:
+            Store(tmp_path / "s.db", secret_file=secret, **KDF)
+        assert str(secret) in str(e.value) and "chmod 600" in str(e.value)
+    secret.chmod(0o640)
+    with pytest.warns(mtls.LibraryWarning, match="group"):
+        Store(tmp_path / "s.db", secret_file=secret, **KDF).close()
+    secret.chmod(0o600)
+    with Store(tmp_path / "s.db", secret_file=secret, **KDF):
+        pass
+    assert mtls.take_warnings() == []
+    key = tmp_path / "store.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o604)
+    with pytest.raises(errors.InvalidArgument, match="chmod 600"):
+        Store(tmp_path / "k.db", key_file=key, **KDF)
+
+
 def test_change_secret_to_a_key_file(pki, tmp_path):
     path, keyfile = tmp_path / "store.db", tmp_path / "store.key"
     keyfile.write_bytes(os.urandom(32))
+    keyfile.chmod(0o600)  # a secret file: libmtls refuses one everyone can read
     with Store(path, "old", **KDF) as st:
         st.import_pkcs12("alice", (pki / "alice.p12").read_bytes(), "pw")
         st.change_secret(StoreKey(keyfile.read_bytes()))

@@ -34,6 +34,14 @@ def test_registered_modules_are_used_without_a_module_path(tokens):
     assert "mtls-test" in [t.label for t in mtls.list_tokens()]
 
 
+def test_a_listing_pin_needs_one_named_token(tokens):
+    """Issue 23, defect 8: a PIN goes only to the token the URI names, never to every token."""
+    with pytest.raises(mtls.InvalidArgument, match="token="):
+        mtls.token_objects(MODULE, None, pin="1234")
+    with pytest.raises(mtls.BadURI):
+        mtls.token_objects(MODULE, "pkcs11:model=SoftHSM%20v2", pin="1234")
+
+
 def test_objects_need_the_pin_for_private_keys(tokens):
     public = mtls.token_objects(MODULE, "pkcs11:token=mtls-test")
     assert {o.kind for o in public} == {"certificate", "public-key"}

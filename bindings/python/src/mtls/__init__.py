@@ -27,6 +27,7 @@ from .trust import Policy, HostRule, TrustResult, TrustReason
 from .tls import (Connection, ConnectOptions, Listener, configure_ssl_ctx, set_ssl_peer, set_ssl_ctx_peer,
                   clear_session_cache, connect, resolve_identity)
 from .tokens import Token, TokenObject, list_tokens, token_objects, identity_from_pkcs11
+from ._handle import LibraryWarning, take_warnings
 
 __version__: str = _lib.mtls_version().decode()
 
@@ -41,6 +42,7 @@ __all__ = [
     "Policy", "HostRule", "TrustResult", "TrustReason", "Connection", "ConnectOptions", "Listener",
     "configure_ssl_ctx", "set_ssl_peer", "set_ssl_ctx_peer", "clear_session_cache", "connect", "resolve_identity", "Token", "TokenObject",
     "list_tokens", "token_objects", "identity_from_pkcs11", "__version__",
+    "LibraryWarning", "take_warnings",
 ]
 
 

@@ -104,3 +104,23 @@ def out_list(func, *args, item, free):
         return [item(arr[i]) for i in range(n.value)]
     finally:
         free(arr, n)
+
+
+class LibraryWarning(UserWarning):
+    """A warning libmtls gave while going on: a secret file (PIN, password, store secret or key,
+    private key) that its group may read was used. One that others may write or everyone may read
+    is refused instead (InvalidArgument, naming the file and the ``chmod 600`` that fixes it)."""
+
+
+def take_warnings() -> "list[str]":
+    """The warnings libmtls gave on this thread since the last call, oldest first; clears them
+    (``mtls_take_warnings``)."""
+    return take_strings(lib.mtls_take_warnings)
+
+
+def warn_library_warnings(stacklevel: int = 3) -> None:
+    """Issues this thread's libmtls warnings as :class:`LibraryWarning` (after a call that read a
+    secret file)."""
+    import warnings
+    for w in take_warnings():
+        warnings.warn(w, LibraryWarning, stacklevel=stacklevel)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, List, Optional, Tuple, Union
 
 from ._lib import lib, fn, take_string, c_void_pp, c_size_p
-from ._handle import _Handle, utf8, out_handle, out_bytes, out_string, out_value, out_list, take_strings
+from ._handle import _Handle, utf8, out_handle, out_bytes, out_string, out_value, out_list, take_strings, warn_library_warnings
 from .certificate import Certificate
 from .identity import Identity
 from .tokens import identity_from_pkcs11
@@ -204,6 +204,7 @@ class Store(_Handle):
         else:
             data, kind = _secret(secret if secret is not None else INSECURE_NO_SECRET)
             h = out_handle(lib.mtls_store_open, utf8(str(path)), data, len(data), kind, ctypes.byref(opts))
+        warn_library_warnings()  # a group-readable secret or key file
         super().__init__(h)
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ from typing import Callable, Optional, Union
 
 from . import _callbacks
 from ._lib import lib, fn, c_void_pp, c_size_p, c_int_p
-from ._handle import _Handle, utf8, out_handle, out_string, out_bytes, out_value, out_list
+from ._handle import _Handle, utf8, out_handle, out_string, out_bytes, out_value, out_list, warn_library_warnings
 from .certificate import Certificate
 from .errors import check, stash_callback_exception, PinRequired
 from .identity import Identity
@@ -205,6 +205,7 @@ def identity_from_pkcs11(uri: str, pin: PinSource = None) -> Identity:
         if out.value:
             lib.mtls_identity_free(out)
         raise
+    warn_library_warnings()  # a group-readable pin-source file
     return Identity(out.value)
 
 
