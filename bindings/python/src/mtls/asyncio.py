@@ -68,7 +68,9 @@ import warnings
 from collections import deque
 from typing import Any, Awaitable, Callable, Deque, Dict, List, Optional, Sequence, Tuple, TypeVar
 
-from mtls.errors import Closed, ConnectError, Error, Timeout, WantRead, WantWrite
+from mtls._lib import lib
+from mtls.errors import (ConnectError, Error, Timeout, TrustError, WantRead, WantWrite, check,
+                         take_callback_exception)
 from mtls.pkcs12 import Identity
 from mtls.tls import Connection, IdentityLike, Listener, resolve_identity
 from mtls.trust import Policy
@@ -86,15 +88,26 @@ _executor_lock = threading.Lock()
 
 def _workers() -> concurrent.futures.ThreadPoolExecutor:
     """The threads that run handshakes and identity lookups, made on first use. Their number
-    (MTLS_ASYNCIO_THREADS, default 8) bounds how many handshake steps run at once; tokens
+    (MTLS_ASYNCIO_THREADS, default 4) bounds how many handshake steps run at once; tokens
     serialise their signatures anyway."""
     global _executor
     with _executor_lock:
         if _executor is None:
-            n = int(os.environ.get("MTLS_ASYNCIO_THREADS", "8"))
-            _executor = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, n),
+            n = int(os.environ.get("MTLS_ASYNCIO_THREADS", "4"))
+            _executor = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, n), initializer=_yield_to_loop,
                                                               thread_name_prefix="mtls-asyncio")
         return _executor
+
+
+def _yield_to_loop() -> None:
+    """Each worker thread runs at a lower scheduling priority (nice +10, Linux threads have their
+    own) than the thread of the event loop: the handshakes' CPU work (key exchange, a software
+    token's signatures, chain building) then never keeps the loop from its cores when they are
+    busy."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):  # not Linux, or not allowed: same priority as the loop
+        pass
 
 
 async def _off_loop(fn: Callable[..., _T], *args: Any, discard: Optional[Callable[[_T], None]] = None) -> _T:
@@ -206,13 +219,24 @@ def _handshake_step(conn: Connection) -> Optional[bool]:
     """On a worker thread: one step of the handshake. None when complete; else True when it waits
     for the socket to be writable, False for readable. Other failures raise (a TrustError carries
     the evaluation)."""
+    # The C call directly: waiting for the socket is the common outcome, and answering it without
+    # making an exception keeps this thread's hold on the GIL (which the loop needs) short.
+    rc = lib.mtls_conn_handshake(conn._h)
+    if rc in (WantRead.code, WantWrite.code):
+        pending = take_callback_exception()  # a PIN or report callback that raised
+        if pending is not None:
+            raise pending
+        return rc == WantWrite.code
     try:
-        conn.handshake()
-        return _DONE
-    except WantRead:
-        return False
-    except WantWrite:
-        return True
+        check(rc)
+    except TrustError as e:  # as Connection.handshake: the refusal carries our evaluation
+        if e.evaluation is None:
+            try:
+                e.evaluation = conn.evaluation
+            except Error:
+                pass
+        raise
+    return _DONE
 
 
 async def _handshake(sock: socket.socket, host: str, port: int, options: Dict[str, Any]) -> Connection:

@@ -143,3 +143,7 @@ class Transport(httpx.BaseTransport):
 
 
 __all__ = ["Transport"]
+
+# asyncio: httpx.AsyncClient(transport=mtls.httpx.AsyncTransport(...)), in a module of its own.
+from ._httpx_async import AsyncTransport  # noqa: E402
+__all__ += ["AsyncTransport"]
