@@ -72,7 +72,7 @@ class _TLSStream(httpcore.AsyncNetworkStream):
                 conn.shutdown()  # close_notify, when the socket takes it now
             except Exception:  # noqa: BLE001 - the server may be gone: best effort
                 pass
-            conn.close()
+            await _off_loop(conn.close)  # mtls_conn_free may wait for a token's lock
         self._sock.close()
 
     async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: Optional[str] = None,

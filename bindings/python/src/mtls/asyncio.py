@@ -53,16 +53,19 @@ each client's handshake (the server identity may be a token key); accepted clien
 the loop and to ``handler(reader, writer)``, which sees the client's certificate and evaluation
 through ``writer.get_extra_info``. Clients the policy refuses never reach the handler; their
 errors are kept in ``Server.rejected``. The C ABI gives accepted connections in blocking mode
-only, so a server connection is read and written on the loop after the descriptor is ready,
-one TLS record at a time: a record split across TCP segments is waited for inside the read
-(microseconds on a local network, at most the listener's ``io_timeout``)."""
+only, so the loop reads a server connection only once a whole TLS record waits in its socket
+(the kernel is asked to wake it then, SO_RCVLOWAT) and writes no more than the socket's send
+buffer takes: a client that sends half a record or stops reading does not hold the loop."""
 # Inside the mtls package this module is named "asyncio": every import here is absolute, so
 # "asyncio" below is the standard library's.
 import asyncio
 import concurrent.futures
+import fcntl
 import os
 import select
 import socket
+import struct
+import termios
 import threading
 import warnings
 from collections import deque
@@ -94,20 +97,9 @@ def _workers() -> concurrent.futures.ThreadPoolExecutor:
     with _executor_lock:
         if _executor is None:
             n = int(os.environ.get("MTLS_ASYNCIO_THREADS", "4"))
-            _executor = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, n), initializer=_yield_to_loop,
+            _executor = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, n),
                                                               thread_name_prefix="mtls-asyncio")
         return _executor
-
-
-def _yield_to_loop() -> None:
-    """Each worker thread runs at a lower scheduling priority (nice +10, Linux threads have their
-    own) than the thread of the event loop: the handshakes' CPU work (key exchange, a software
-    token's signatures, chain building) then never keeps the loop from its cores when they are
-    busy."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-    except (AttributeError, OSError):  # not Linux, or not allowed: same priority as the loop
-        pass
 
 
 async def _off_loop(fn: Callable[..., _T], *args: Any, discard: Optional[Callable[[_T], None]] = None) -> _T:
@@ -252,7 +244,7 @@ async def _handshake(sock: socket.socket, host: str, port: int, options: Dict[st
         return conn
     except BaseException:
         if conn is not None:
-            conn.close()
+            await _off_loop(conn.close)  # before the caller closes the socket it writes to
         raise
 
 
@@ -308,6 +300,7 @@ class _TLSTransport(asyncio.Transport):
         self._protocol_paused = False
         self._high, self._low = 64 * 1024, 16 * 1024
         self._poll: Optional[Any] = None
+        self._lowat = 1
         if blocking:
             self._poll = select.poll()
             self._poll.register(self._fd, select.POLLOUT)
@@ -403,6 +396,8 @@ class _TLSTransport(asyncio.Transport):
         for _ in range(1 if self._blocking else 16):
             if self._lost or self._closing or self._read_paused or self._conn is None:
                 return
+            if self._blocking and not self._record_ready():
+                return
             try:
                 n = self._conn.readinto(self._rbuf)
             except WantRead:
@@ -419,6 +414,39 @@ class _TLSTransport(asyncio.Transport):
                 return
             self._protocol.data_received(bytes(self._rbuf[:n]))
         self._schedule_read()  # more may wait inside OpenSSL: read again after other callbacks
+
+    def _record_ready(self) -> bool:
+        """Server connections (blocking in the C ABI): whether a whole TLS record, or the end of
+        the stream, waits in the socket, so that the read will not wait for the rest of it. If
+        not, the kernel is asked (SO_RCVLOWAT) to announce the socket readable only once the
+        record is complete: the loop neither waits nor spins on a client that sends half a
+        record. Between reads the socket is at a record boundary (OpenSSL reads no further
+        than the record it returns)."""
+        s = self._info["socket"]
+        try:
+            head = s.recv(5, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True  # the read reports it
+        if not head:
+            return True  # end of stream
+        need = 5 + int.from_bytes(head[3:5], "big") if len(head) == 5 else 5
+        queued = struct.unpack("i", fcntl.ioctl(self._fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+        lowat = 1 if queued >= need else need
+        if lowat != self._lowat:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
+            self._lowat = lowat
+        return lowat == 1
+
+    def _send_room(self) -> int:
+        """Server connections: about how many bytes the socket's send buffer takes now (half its
+        size, as the kernel counts overhead, less what is queued), so that a write does not wait
+        for a slow reader inside the C call."""
+        s = self._info["socket"]
+        size = s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 2
+        queued = struct.unpack("i", fcntl.ioctl(self._fd, termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+        return size - queued
 
     def _read_after_write(self) -> None:
         self._loop.remove_writer(self._fd)
@@ -449,7 +477,9 @@ class _TLSTransport(asyncio.Transport):
             if self._blocking and not self._poll.poll(0):  # type: ignore[union-attr]
                 self._want_writable()
                 return
-            chunk = bytes(self._wbuf[:_WRITE_CHUNK if not self._blocking else 16384])
+            # TLS adds at most a few hundred bytes to a record of up to 16 KiB.
+            size = _WRITE_CHUNK if not self._blocking else max(512, min(16384, self._send_room() - 512))
+            chunk = bytes(self._wbuf[:size])
             try:
                 n = self._conn.write(chunk)
             except WantWrite:
@@ -564,14 +594,27 @@ class _TLSTransport(asyncio.Transport):
         self._writer_on = self._shutting_down = self._write_wants_read = False
         self._wbuf.clear()
         conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
-        if self._sock is not None:
-            self._sock.close()
+        socks = [self._sock] if self._sock is not None else []
         own = self._info.get("socket")
         if own is not None and own is not self._sock:
-            own.close()
-        self._loop.call_soon(self._protocol.connection_lost, exc)
+            socks.append(own)
+
+        def release(_: Any = None) -> None:
+            for s in socks:  # after the free: the connection writes to its socket until then
+                s.close()
+            self._protocol.connection_lost(exc)
+
+        if conn is None:
+            self._loop.call_soon(release)
+            return
+        # mtls_conn_free may wait for a lock a token signature holds (the connection's identity
+        # and context are shared with handshakes in progress): off the loop too.
+        try:
+            self._loop.run_in_executor(_workers(), conn.close).add_done_callback(release)
+        except RuntimeError:  # the loop is closed (a transport collected late): free here
+            conn.close()
+            for s in socks:
+                s.close()
 
     def get_protocol(self) -> asyncio.BaseProtocol:
         return self._protocol
