@@ -21,8 +21,9 @@ our policy refuses the server, :class:`mtls.PeerAlert` when the server refuses u
 ``add_writer`` on the connection's descriptor); reads and writes are non-blocking libmtls calls
 made on the loop. Everything that may block runs on a worker thread of this module (ctypes
 releases the GIL during the C call, so the loop keeps running): resolving a store label or a
-``pkcs11:`` URI (the store's KDF, a token login and its PIN callback) and every step of every
-handshake. A handshake step may sign on a token (a millisecond to seconds, and a PIN callback for a
+``pkcs11:`` URI (the store's KDF, a token login and its PIN callback), every step of every
+handshake, and freeing a connection (``mtls_conn_free`` may wait for a token's lock). There are
+``MTLS_ASYNCIO_THREADS`` of them (default 4); names are resolved with ``loop.getaddrinfo``. A handshake step may sign on a token (a millisecond to seconds, and a PIN callback for a
 key that asks for its PIN at each signature), evaluate the server's chain with a cold cache
 (path building, CRL or OCSP fetches within the policy's timeouts) or do neither; Python cannot
 tell in advance which, so all steps go to the thread. Its cost is a thread hop per step (two or
@@ -234,6 +235,10 @@ def _handshake_step(conn: Connection) -> Optional[bool]:
 async def _handshake(sock: socket.socket, host: str, port: int, options: Dict[str, Any]) -> Connection:
     """The whole handshake over a connected socket, its steps on a worker thread; on failure or
     cancellation the connection is freed (the caller closes the socket)."""
+    # Every step goes to the thread, not only those of token identities: an in-memory key's
+    # step may still evaluate the server's chain with a cold cache (path building, revocation
+    # fetches), a token key may sign in any step, and a step that only waits costs a thread hop
+    # (tens of microseconds). Waiting for the socket between steps stays on the loop.
     conn: Optional[Connection] = None
     try:
         conn, want = await _off_loop(_start_handshake, sock, host, port, options, discard=lambda r: r[0].close())
