@@ -262,6 +262,53 @@ def test_start_server_accepts_customer_a_and_refuses_customer_b(pki):
     run(main())
 
 
+def test_server_echoes_megabytes_with_flow_control_both_ways(pki):
+    """4 MiB through a start_server echo: the server's writes wait for the client to read (drain),
+    records left half-written by a full send buffer are finished later, the client writes while
+    the server reads, and every byte comes back in order."""
+    data = os.urandom(1 << 20) * 4
+
+    async def echo(reader, writer):
+        # A send buffer smaller than a TLS record: writes are left pending and written again.
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        while True:
+            chunk = await reader.read(70000)
+            if not chunk:
+                break
+            writer.write(chunk)
+            await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    async def main():
+        server = await mtls.asyncio.start_server(
+            echo, "127.0.0.1", 0, identity=identity(pki, "server"),
+            client_policy=mtls.Policy(anchors=[mtls.Certificate.load(pki / "int-a.pem")], anchors_only=True))
+        async with server:
+            r, w = await mtls.asyncio.open_connection("127.0.0.1", server.port, identity=identity(pki, "client-a"),
+                                                      policy=server_policy(pki))
+
+            async def send():
+                for i in range(0, len(data), 300000):
+                    w.write(data[i:i + 300000])
+                    await w.drain()
+
+            async def receive():
+                got = bytearray()
+                while len(got) < len(data):
+                    got += await r.read(1 << 16)
+                    if len(got) // (1 << 19) != (len(got) - 1) // (1 << 19) or len(got) < (1 << 16):
+                        await asyncio.sleep(0.05)  # a slow reader: the server's writes wait for it
+                return bytes(got)
+
+            _, got = await asyncio.gather(send(), receive())
+            assert got == data
+            w.close()
+            await w.wait_closed()
+
+    run(main())
+
+
 def test_server_loop_is_not_held_by_a_client_sending_half_a_record(pki):
     """A client (Python's ssl over a memory BIO) completes its handshake and sends half of a TLS
     record: the server's loop goes on serving another client and ticking, and the line arrives

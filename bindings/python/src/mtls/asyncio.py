@@ -55,8 +55,10 @@ the loop and to ``handler(reader, writer)``, which sees the client's certificate
 through ``writer.get_extra_info``. Clients the policy refuses never reach the handler; their
 errors are kept in ``Server.rejected``. The C ABI gives accepted connections in blocking mode
 only, so the loop reads a server connection only once a whole TLS record waits in its socket
-(the kernel is asked to wake it then, SO_RCVLOWAT) and writes no more than the socket's send
-buffer takes: a client that sends half a record or stops reading does not hold the loop."""
+(the kernel is asked to wake it then, SO_RCVLOWAT), writes one record at a time when the socket
+is writable, and bounds any wait inside the C call to 1 ms (the listener's I/O timeout): a client
+that sends half a record or stops reading does not hold the loop. Reads have no time limit of
+their own: use ``asyncio.wait_for``."""
 # Inside the mtls package this module is named "asyncio": every import here is absolute, so
 # "asyncio" below is the standard library's.
 import asyncio
@@ -279,12 +281,20 @@ async def connect(host: str, port: int, *, identity: IdentityLike = None, policy
 
 _READ_SIZE = 65536        # above a TLS record's 16 KiB: one read empties a record
 _WRITE_CHUNK = 1 << 18    # a fixed bound, so a retried write is never shorter than the first try
+_RECORD = 16384           # TLS's largest record: one per write on a server connection
+#: A server connection's wait inside a read or write (the Listener's io_timeout): see _TLSTransport.
+_SERVER_IO_WAIT = 0.001
 
 
 class _TLSTransport(asyncio.Transport):
     """An asyncio transport over a handshaken libmtls connection. A client connection is
-    non-blocking (read until WantRead); a server connection from a Listener is in blocking mode,
-    so it is read once per readable event and written only when the socket is writable."""
+    non-blocking (read until WantRead). A server connection from a Listener is in blocking mode
+    (the C ABI has no other for accepted connections), with the listener's I/O timeout set to
+    1 ms: a read or write that would wait returns MTLS_E_TIMEOUT after at most 1 ms, which is
+    then a WantRead/WantWrite. libmtls leaves the TLS connection usable after such a timeout
+    (OpenSSL's retry rules: the same record is written again), so nothing is lost. It is read
+    once per readable event, only when a whole record has arrived, and written one record per
+    call, only when the socket is writable."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, conn: Connection, sock: Optional[socket.socket],
                  protocol: asyncio.BaseProtocol, *, blocking: bool) -> None:
@@ -306,6 +316,8 @@ class _TLSTransport(asyncio.Transport):
         self._high, self._low = 64 * 1024, 16 * 1024
         self._poll: Optional[Any] = None
         self._lowat = 1
+        self._partial = False  # a server connection's read timed out inside a record
+        self._retry_len = 0  # a server connection's record left pending by a write that timed out
         if blocking:
             self._poll = select.poll()
             self._poll.register(self._fd, select.POLLOUT)
@@ -407,6 +419,11 @@ class _TLSTransport(asyncio.Transport):
                 n = self._conn.readinto(self._rbuf)
             except WantRead:
                 return
+            except Timeout:
+                if not self._blocking:
+                    raise
+                self._partial = True  # the 1 ms wait ran out: the rest of the record is to come
+                return
             except WantWrite:  # TLS wants to write before it reads (a key update answer)
                 self._stop_reader()
                 self._loop.add_writer(self._fd, self._read_after_write)
@@ -414,6 +431,7 @@ class _TLSTransport(asyncio.Transport):
             except Exception as e:  # noqa: BLE001 - reported to the protocol, raised in the reader's task
                 self._fatal(e)
                 return
+            self._partial = False  # a whole record was read: the socket is at a record boundary
             if n == 0:
                 self._on_eof()
                 return
@@ -427,6 +445,8 @@ class _TLSTransport(asyncio.Transport):
         record is complete: the loop neither waits nor spins on a client that sends half a
         record. Between reads the socket is at a record boundary (OpenSSL reads no further
         than the record it returns)."""
+        if self._partial:
+            return True  # OpenSSL holds the start of a record: read the rest as it comes
         s = self._info["socket"]
         try:
             head = s.recv(5, socket.MSG_PEEK | socket.MSG_DONTWAIT)
@@ -438,20 +458,16 @@ class _TLSTransport(asyncio.Transport):
             return True  # end of stream
         need = 5 + int.from_bytes(head[3:5], "big") if len(head) == 5 else 5
         queued = struct.unpack("i", fcntl.ioctl(self._fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+        if queued < need and self._lowat == need:
+            # Woken with the record still incomplete: the socket's receive memory is full (the
+            # kernel then wakes readers whatever SO_RCVLOWAT says, and the sender waits for us).
+            # Read what is there; the read waits at most 1 ms for the rest.
+            queued = need
         lowat = 1 if queued >= need else need
         if lowat != self._lowat:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
             self._lowat = lowat
         return lowat == 1
-
-    def _send_room(self) -> int:
-        """Server connections: about how many bytes the socket's send buffer takes now (half its
-        size, as the kernel counts overhead, less what is queued), so that a write does not wait
-        for a slow reader inside the C call."""
-        s = self._info["socket"]
-        size = s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 2
-        queued = struct.unpack("i", fcntl.ioctl(self._fd, termios.TIOCOUTQ, b"\0\0\0\0"))[0]
-        return size - queued
 
     def _read_after_write(self) -> None:
         self._loop.remove_writer(self._fd)
@@ -482,12 +498,21 @@ class _TLSTransport(asyncio.Transport):
             if self._blocking and not self._poll.poll(0):  # type: ignore[union-attr]
                 self._want_writable()
                 return
-            # TLS adds at most a few hundred bytes to a record of up to 16 KiB.
-            size = _WRITE_CHUNK if not self._blocking else max(512, min(16384, self._send_room() - 512))
+            # A server connection writes one TLS record per call (16 KiB at most), so that the
+            # call either writes it all or, its 1 ms wait run out, leaves it pending in OpenSSL:
+            # then the same bytes are written again once the socket is writable.
+            size = _WRITE_CHUNK if not self._blocking else (self._retry_len or _RECORD)
             chunk = bytes(self._wbuf[:size])
             try:
                 n = self._conn.write(chunk)
+                self._retry_len = 0
             except WantWrite:
+                self._want_writable()
+                return
+            except Timeout:
+                if not self._blocking:
+                    raise
+                self._retry_len = len(chunk)
                 self._want_writable()
                 return
             except WantRead:
@@ -769,7 +794,7 @@ async def start_server(handler: Callable[[asyncio.StreamReader, asyncio.StreamWr
                        client_policy: Optional[Policy] = None, client_auth: str = "require",
                        store: Any = None, pin: Any = None, alpn: Sequence[str] = (), min_tls: Any = "1.2",
                        max_tls: Any = "1.3", handshake_timeout: Optional[float] = None,
-                       io_timeout: Optional[float] = None, session_tickets: bool = True,
+                       session_tickets: bool = True,
                        limit: int = 2 ** 16) -> Server:
     """Listens on host:port (0: an ephemeral port, see ``Server.port``) with the server
     `identity` (an Identity, a store label or a pkcs11: URI) and judges clients with
@@ -785,7 +810,7 @@ async def start_server(handler: Callable[[asyncio.StreamReader, asyncio.StreamWr
     def make() -> Listener:
         return Listener(ident, address=host, port=port, client_auth=client_auth, client_policy=client_policy,
                         alpn=alpn, min_tls=min_tls, max_tls=max_tls, handshake_timeout=handshake_timeout,
-                        io_timeout=io_timeout, session_tickets=session_tickets)
+                        io_timeout=_SERVER_IO_WAIT, session_tickets=session_tickets)
     listener = await _off_loop(make)
     return Server(asyncio.get_running_loop(), listener, handler, limit)
 
