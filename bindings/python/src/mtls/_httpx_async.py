@@ -15,7 +15,7 @@ import httpcore
 import httpx
 
 from mtls.asyncio import _bare, _bounded, _connect_socket, _handshake, _off_loop, _wait_fd
-from mtls.errors import Closed, Timeout, Unsupported, WantRead, WantWrite
+from mtls.errors import Closed, Unsupported, WantRead, WantWrite
 from mtls.pkcs12 import Identity
 from mtls.tls import Connection, IdentityLike, resolve_identity
 from mtls.trust import Policy
