@@ -29,6 +29,7 @@ EXPECTED = [
     ("token signature in handshake", "bench_tokens.py (provider helper)"),
     ("store", "bench_store.py"),
     ("python https", "bench_python.py (python helper)"),
+    ("python asyncio https", "bench_python_async.py"),
     ("server throughput 64 clients", "bench_server.py"),
 ]
 

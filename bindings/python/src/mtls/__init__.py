@@ -47,7 +47,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """mtls.requests, mtls.httpx and mtls.http load on first use (requests and httpx are optional)."""
-    if name in ("requests", "httpx", "http"):
+    """mtls.requests, mtls.httpx, mtls.http and mtls.asyncio load on first use (requests and httpx are optional)."""
+    if name in ("requests", "httpx", "http", "asyncio"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'mtls' has no attribute {name!r}")

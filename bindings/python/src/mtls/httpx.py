@@ -245,3 +245,7 @@ def _route_client_proxies_through_libmtls() -> None:
 _route_client_proxies_through_libmtls()
 
 __all__ = ["Transport"]
+
+# asyncio: httpx.AsyncClient(transport=mtls.httpx.AsyncTransport(...)), in a module of its own.
+from ._httpx_async import AsyncTransport  # noqa: E402
+__all__ += ["AsyncTransport"]

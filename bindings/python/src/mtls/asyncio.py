@@ -1,0 +1,818 @@
+"""asyncio over libmtls: mutual-TLS streams (:func:`open_connection`) and servers
+(:func:`start_server`) whose reader and writer are asyncio's own ``StreamReader`` and
+``StreamWriter``.
+
+    import mtls, mtls.asyncio
+    policy = mtls.Policy(anchors=[mtls.Certificate.load("root.pem")], verify_as="api.internal")
+    reader, writer = await mtls.asyncio.open_connection("10.0.0.7", 8443, identity="alice", policy=policy)
+    writer.write(b"GET / HTTP/1.0\\r\\n\\r\\n")
+    await writer.drain()
+    print(await reader.read(), writer.get_extra_info("evaluation").trusted)
+    writer.close()
+    await writer.wait_closed()
+
+The identity is an :class:`mtls.Identity`, a store label or a ``pkcs11:`` URI, the policy an
+:class:`mtls.Policy`, as for :func:`mtls.connect`. Failures raise the bindings' own exceptions
+(:mod:`mtls.errors`) in the awaiting task: :class:`mtls.TrustError` with libmtls's evaluation when
+our policy refuses the server, :class:`mtls.PeerAlert` when the server refuses us,
+:class:`mtls.Timeout`, :class:`mtls.ConnectError`, :class:`mtls.PinIncorrect`...
+
+**What runs where.** Socket readiness is waited for on the event loop (``loop.add_reader`` /
+``add_writer`` on the connection's descriptor); reads and writes are non-blocking libmtls calls
+made on the loop. Everything that may block runs on a worker thread of this module (ctypes
+releases the GIL during the C call, so the loop keeps running): resolving a store label or a
+``pkcs11:`` URI (the store's KDF, a token login and its PIN callback), every step of every
+handshake, and freeing a connection (``mtls_conn_free`` may wait for a token's lock). There are
+``MTLS_ASYNCIO_THREADS`` of them (default 4); names are resolved with ``loop.getaddrinfo``. A handshake step may sign on a token (a millisecond to seconds, and a PIN callback for a
+key that asks for its PIN at each signature), evaluate the server's chain with a cold cache
+(path building, CRL or OCSP fetches within the policy's timeouts) or do neither; Python cannot
+tell in advance which, so all steps go to the thread. Its cost is a thread hop per step (two or
+three per handshake), small against the handshake itself. A PIN callback is therefore called
+on that worker thread. A TLS 1.3 server that asks for our certificate after the handshake is
+answered inside a read, on the loop: a token key would then sign there (Apache's per-location
+client authentication; nginx and most servers ask during the handshake).
+
+**Cancellation and timeouts.** A cancelled or timed-out connect leaves nothing behind: no
+descriptor registered with the loop, the socket closed, the TLS connection freed (close_notify
+once the handshake had completed). A handshake step already running on the worker thread cannot
+be interrupted: the cancelled task waits for that step (bounded by ``handshake_timeout``) before it
+frees the connection and re-raises ``CancelledError``. ``writer.close()`` sends close_notify after
+the data written before it, then closes the socket.
+
+**get_extra_info** keys (on the writer, and on the transport): ``"peername"``, ``"sockname"``,
+``"socket"`` (the socket object; on a server, a duplicate of the connection's descriptor, closed
+with its object), ``"ssl_object"`` (the :class:`mtls.Connection`), ``"peercert"`` (the peer's leaf
+:class:`mtls.Certificate`, None without one — libmtls's object, not ssl's dictionary),
+``"peer_chain"`` (the chain the peer presented, leaf first), ``"evaluation"`` (libmtls's
+:class:`mtls.TrustResult` for the peer, None when it sent no certificate), ``"presented_identity"``
+(the :class:`mtls.Identity` we presented), ``"alpn"`` (the protocol agreed on, or None),
+``"tls_version"`` (``"TLSv1.2"`` or ``"TLSv1.3"``), ``"resumed"`` (whether the session was
+resumed), ``"sslcontext"`` (always None: there is no ssl.SSLContext).
+
+**Servers.** :func:`start_server` listens with an :class:`mtls.Listener`, whose own threads run
+each client's handshake (the server identity may be a token key); accepted clients are handed to
+the loop and to ``handler(reader, writer)``, which sees the client's certificate and evaluation
+through ``writer.get_extra_info``. Clients the policy refuses never reach the handler; their
+errors are kept in ``Server.rejected``. The C ABI gives accepted connections in blocking mode
+only, so the loop reads a server connection only once a whole TLS record waits in its socket
+(the kernel is asked to wake it then, SO_RCVLOWAT), writes one record at a time when the socket
+is writable, and bounds any wait inside the C call to 1 ms (the listener's I/O timeout): a client
+that sends half a record or stops reading does not hold the loop. Reads have no time limit of
+their own: use ``asyncio.wait_for``."""
+# Inside the mtls package this module is named "asyncio": every import here is absolute, so
+# "asyncio" below is the standard library's.
+import asyncio
+import concurrent.futures
+import fcntl
+import os
+import select
+import socket
+import struct
+import termios
+import threading
+import warnings
+from collections import deque
+from typing import Any, Awaitable, Callable, Deque, Dict, List, Optional, Sequence, Tuple, TypeVar
+
+from mtls._lib import lib
+from mtls.errors import (ConnectError, Error, Timeout, TrustError, WantRead, WantWrite, check,
+                         take_callback_exception)
+from mtls.pkcs12 import Identity
+from mtls.tls import Connection, IdentityLike, Listener, resolve_identity
+from mtls.trust import Policy
+
+_T = TypeVar("_T")
+
+#: The default time limits (seconds) for connecting and for the handshake: libmtls's own (30 s).
+DEFAULT_TIMEOUT = 30.0
+
+# ---- the worker threads
+
+_executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+_executor_lock = threading.Lock()
+
+
+def _workers() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads that run handshakes and identity lookups, made on first use. Their number
+    (MTLS_ASYNCIO_THREADS, default 4) bounds how many handshake steps run at once; tokens
+    serialise their signatures anyway."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            n = int(os.environ.get("MTLS_ASYNCIO_THREADS", "4"))
+            _executor = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, n),
+                                                              thread_name_prefix="mtls-asyncio")
+        return _executor
+
+
+async def _off_loop(fn: Callable[..., _T], *args: Any, discard: Optional[Callable[[_T], None]] = None) -> _T:
+    """fn(*args) on a worker thread; its exception is raised here. When the awaiting task is
+    cancelled, the call (which cannot be interrupted) is waited for before CancelledError goes
+    on, so the caller frees what the call used only once no thread uses it; `discard` frees
+    what the call returned to nobody."""
+    fut = asyncio.get_running_loop().run_in_executor(_workers(), fn, *args)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        while not fut.done():
+            try:
+                await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                pass
+            except BaseException:  # noqa: BLE001 - the call failed after all: the cancellation wins
+                pass
+        if not fut.cancelled():
+            if fut.exception() is None and discard is not None:
+                discard(fut.result())
+        raise
+
+
+def _wake(fut: "asyncio.Future[None]") -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+async def _wait_fd(fd: int, writing: bool) -> None:
+    """Until `fd` is readable (writable); the descriptor is unregistered however this ends."""
+    loop = asyncio.get_running_loop()
+    fut: "asyncio.Future[None]" = loop.create_future()
+    if writing:
+        loop.add_writer(fd, _wake, fut)
+    else:
+        loop.add_reader(fd, _wake, fut)
+    try:
+        await fut
+    finally:
+        if writing:
+            loop.remove_writer(fd)
+        else:
+            loop.remove_reader(fd)
+
+
+async def _bounded(aw: Awaitable[_T], seconds: Optional[float], what: str) -> _T:
+    """aw within `seconds` (None: DEFAULT_TIMEOUT; inf: no limit); mtls.Timeout when exceeded."""
+    if seconds is None:
+        seconds = DEFAULT_TIMEOUT
+    if seconds == float("inf"):
+        return await aw
+    try:
+        return await asyncio.wait_for(aw, seconds)
+    except asyncio.TimeoutError as e:
+        if isinstance(e, Timeout):
+            raise
+        raise Timeout(f"{what}: no answer within {seconds:g} s", Timeout.code) from None
+
+
+# ---- client connections
+
+def _bare(host: str) -> str:
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+async def _connect_socket(host: str, port: int) -> socket.socket:
+    """A connected non-blocking TCP socket to host:port (the name resolved off the loop, each
+    address tried in turn)."""
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(_bare(host), port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise ConnectError(f"cannot resolve {host}: {e.strerror}", ConnectError.code) from None
+    last: Optional[OSError] = None
+    for family, type_, proto, _, addr in infos:
+        sock = socket.socket(family, type_, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, addr)
+            return sock
+        except OSError as e:
+            sock.close()
+            last = e
+        except BaseException:
+            sock.close()
+            raise
+    raise ConnectError(f"cannot connect to {host}:{port}: {last.strerror if last else 'no address'}",
+                       ConnectError.code)
+
+
+def _start_handshake(sock: socket.socket, host: str, port: int, options: Dict[str, Any]) -> Tuple[Connection, bool]:
+    """On a worker thread: the TLS connection over `sock` (making its OpenSSL context may load
+    a token key) and the handshake's first step. Returns the connection and whether the next step
+    waits for the socket to be writable (False: readable)."""
+    conn = Connection.wrap(sock, _bare(host), port, non_blocking=True, **options)
+    try:
+        return conn, _handshake_step(conn)
+    except BaseException:
+        conn.close()
+        raise
+
+
+_DONE = None
+
+
+def _handshake_step(conn: Connection) -> Optional[bool]:
+    """On a worker thread: one step of the handshake. None when complete; else True when it waits
+    for the socket to be writable, False for readable. Other failures raise (a TrustError carries
+    the evaluation)."""
+    # The C call directly: waiting for the socket is the common outcome, and answering it without
+    # making an exception keeps this thread's hold on the GIL (which the loop needs) short.
+    rc = lib.mtls_conn_handshake(conn._h)
+    if rc in (WantRead.code, WantWrite.code):
+        pending = take_callback_exception()  # a PIN or report callback that raised
+        if pending is not None:
+            raise pending
+        return rc == WantWrite.code
+    try:
+        check(rc)
+    except TrustError as e:  # as Connection.handshake: the refusal carries our evaluation
+        if e.evaluation is None:
+            try:
+                e.evaluation = conn.evaluation
+            except Error:
+                pass
+        raise
+    return _DONE
+
+
+async def _handshake(sock: socket.socket, host: str, port: int, options: Dict[str, Any]) -> Connection:
+    """The whole handshake over a connected socket, its steps on a worker thread; on failure or
+    cancellation the connection is freed (the caller closes the socket)."""
+    # Every step goes to the thread, not only those of token identities: an in-memory key's
+    # step may still evaluate the server's chain with a cold cache (path building, revocation
+    # fetches), a token key may sign in any step, and a step that only waits costs a thread hop
+    # (tens of microseconds). Waiting for the socket between steps stays on the loop.
+    conn: Optional[Connection] = None
+    try:
+        conn, want = await _off_loop(_start_handshake, sock, host, port, options, discard=lambda r: r[0].close())
+        fd = sock.fileno()
+        while want is not _DONE:
+            await _wait_fd(fd, want)
+            want = await _off_loop(_handshake_step, conn)
+        return conn
+    except BaseException:
+        if conn is not None:
+            await _off_loop(conn.close)  # before the caller closes the socket it writes to
+        raise
+
+
+async def connect(host: str, port: int, *, identity: IdentityLike = None, policy: Optional[Policy] = None,
+                  verify_as: Optional[str] = None, store: Any = None, pin: Any = None,
+                  **options: Any) -> Tuple[Connection, socket.socket]:
+    """The handshaken non-blocking :class:`mtls.Connection` and the socket it runs on (the caller
+    frees the connection, then closes the socket): what :func:`open_connection` and
+    ``mtls.httpx.AsyncTransport`` build on. Arguments as :func:`open_connection`."""
+    connect_timeout = options.pop("connect_timeout", None)
+    handshake_timeout = options.pop("handshake_timeout", None)
+    options.pop("non_blocking", None)
+    if isinstance(identity, str):
+        identity = await _off_loop(resolve_identity, identity, store, pin)
+    sock = await _bounded(_connect_socket(host, port), connect_timeout, f"connecting to {host}:{port}")
+    try:
+        conn = await _bounded(_handshake(sock, host, int(port), dict(identity=identity, policy=policy,
+                                                                     verify_as=verify_as, **options)),
+                              handshake_timeout, f"TLS handshake with {host}:{port}")
+    except BaseException:
+        sock.close()
+        raise
+    return conn, sock
+
+
+# ---- the transport under asyncio's streams
+
+_READ_SIZE = 65536        # above a TLS record's 16 KiB: one read empties a record
+_WRITE_CHUNK = 1 << 18    # a fixed bound, so a retried write is never shorter than the first try
+_RECORD = 16384           # TLS's largest record: one per write on a server connection
+#: A server connection's wait inside a read or write (the Listener's io_timeout): see _TLSTransport.
+_SERVER_IO_WAIT = 0.001
+
+
+class _TLSTransport(asyncio.Transport):
+    """An asyncio transport over a handshaken libmtls connection. A client connection is
+    non-blocking (read until WantRead). A server connection from a Listener is in blocking mode
+    (the C ABI has no other for accepted connections), with the listener's I/O timeout set to
+    1 ms: a read or write that would wait returns MTLS_E_TIMEOUT after at most 1 ms, which is
+    then a WantRead/WantWrite. libmtls leaves the TLS connection usable after such a timeout
+    (OpenSSL's retry rules: the same record is written again), so nothing is lost. It is read
+    once per readable event, only when a whole record has arrived, and written one record per
+    call, only when the socket is writable."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, conn: Connection, sock: Optional[socket.socket],
+                 protocol: asyncio.BaseProtocol, *, blocking: bool) -> None:
+        super().__init__()
+        self._loop, self._conn, self._sock, self._protocol = loop, conn, sock, protocol
+        self._blocking = blocking
+        self._fd = conn.fileno()
+        self._rbuf = bytearray(_READ_SIZE)
+        self._wbuf = bytearray()
+        self._reading = False          # our reader is registered
+        self._read_paused = False      # the protocol asked us to pause
+        self._read_scheduled = False   # a call_soon(_on_readable) is pending
+        self._writer_on = False        # our writer is registered
+        self._write_wants_read = False
+        self._closing = False
+        self._shutting_down = False
+        self._lost = False
+        self._protocol_paused = False
+        self._high, self._low = 64 * 1024, 16 * 1024
+        self._poll: Optional[Any] = None
+        self._lowat = 1
+        self._partial = False  # a server connection's read timed out inside a record
+        self._retry_len = 0  # a server connection's record left pending by a write that timed out
+        if blocking:
+            self._poll = select.poll()
+            self._poll.register(self._fd, select.POLLOUT)
+        self._info: Dict[str, Any] = {}
+        self._fill_addresses()
+        protocol.connection_made(self)
+        self._resume_reading()
+
+    # -- extra info
+    def _fill_addresses(self) -> None:
+        s = self._sock
+        if s is None:  # a server connection: its descriptor is the connection's own
+            s = socket.socket(fileno=os.dup(self._fd))
+            self._info["socket"] = s
+        else:
+            self._info["socket"] = s
+        try:
+            self._info["peername"] = s.getpeername()
+            self._info["sockname"] = s.getsockname()
+        except OSError:
+            self._info["peername"] = self._info["sockname"] = None
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name in self._info:
+            return self._info[name]
+        conn = self._conn
+        if name == "sslcontext":
+            return None
+        if name == "ssl_object":
+            return conn
+        if conn is None or conn._h is None:
+            return default
+        if name == "peercert":
+            chain = conn.peer_chain
+            value: Any = chain[0] if chain else None
+        elif name == "peer_chain":
+            value = conn.peer_chain
+        elif name == "evaluation":
+            value = conn.evaluation
+        elif name == "presented_identity":
+            value = conn.presented_identity
+        elif name == "alpn":
+            value = conn.alpn
+        elif name == "tls_version":
+            value = conn.tls_version
+        elif name == "resumed":
+            value = conn.resumed
+        else:
+            return default
+        self._info[name] = value  # fixed once the handshake is done
+        return value
+
+    # -- reading
+    def is_reading(self) -> bool:
+        return not self._read_paused and not self._lost and not self._closing
+
+    def pause_reading(self) -> None:
+        self._read_paused = True
+        self._stop_reader()
+
+    def resume_reading(self) -> None:
+        self._read_paused = False
+        self._resume_reading()
+
+    def _resume_reading(self) -> None:
+        if self._lost or self._closing or self._read_paused:
+            return
+        if not self._reading:
+            self._loop.add_reader(self._fd, self._on_readable)
+            self._reading = True
+        # OpenSSL may hold decrypted input the descriptor does not announce.
+        self._schedule_read()
+
+    def _schedule_read(self) -> None:
+        if not self._read_scheduled and not self._blocking:
+            self._read_scheduled = True
+            self._loop.call_soon(self._scheduled_read)
+
+    def _scheduled_read(self) -> None:
+        self._read_scheduled = False
+        if self._reading:
+            self._on_readable()
+
+    def _stop_reader(self) -> None:
+        if self._reading:
+            self._loop.remove_reader(self._fd)
+            self._reading = False
+
+    def _on_readable(self) -> None:
+        if self._write_wants_read:
+            self._write_wants_read = False
+            self._flush()
+        for _ in range(1 if self._blocking else 16):
+            if self._lost or self._closing or self._read_paused or self._conn is None:
+                return
+            if self._blocking and not self._record_ready():
+                return
+            try:
+                n = self._conn.readinto(self._rbuf)
+            except WantRead:
+                return
+            except Timeout:
+                if not self._blocking:
+                    raise
+                self._partial = True  # the 1 ms wait ran out: the rest of the record is to come
+                return
+            except WantWrite:  # TLS wants to write before it reads (a key update answer)
+                self._stop_reader()
+                self._loop.add_writer(self._fd, self._read_after_write)
+                return
+            except Exception as e:  # noqa: BLE001 - reported to the protocol, raised in the reader's task
+                self._fatal(e)
+                return
+            self._partial = False  # a whole record was read: the socket is at a record boundary
+            if n == 0:
+                self._on_eof()
+                return
+            self._protocol.data_received(bytes(self._rbuf[:n]))
+        self._schedule_read()  # more may wait inside OpenSSL: read again after other callbacks
+
+    def _record_ready(self) -> bool:
+        """Server connections (blocking in the C ABI): whether a whole TLS record, or the end of
+        the stream, waits in the socket, so that the read will not wait for the rest of it. If
+        not, the kernel is asked (SO_RCVLOWAT) to announce the socket readable only once the
+        record is complete: the loop neither waits nor spins on a client that sends half a
+        record. Between reads the socket is at a record boundary (OpenSSL reads no further
+        than the record it returns)."""
+        if self._partial:
+            return True  # OpenSSL holds the start of a record: read the rest as it comes
+        s = self._info["socket"]
+        try:
+            head = s.recv(5, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True  # the read reports it
+        if not head:
+            return True  # end of stream
+        need = 5 + int.from_bytes(head[3:5], "big") if len(head) == 5 else 5
+        queued = struct.unpack("i", fcntl.ioctl(self._fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+        if queued < need and self._lowat == need:
+            # Woken with the record still incomplete: the socket's receive memory is full (the
+            # kernel then wakes readers whatever SO_RCVLOWAT says, and the sender waits for us).
+            # Read what is there; the read waits at most 1 ms for the rest.
+            queued = need
+        lowat = 1 if queued >= need else need
+        if lowat != self._lowat:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
+            self._lowat = lowat
+        return lowat == 1
+
+    def _read_after_write(self) -> None:
+        self._loop.remove_writer(self._fd)
+        self._resume_reading()
+
+    def _on_eof(self) -> None:
+        self._stop_reader()
+        keep_open = self._protocol.eof_received()  # type: ignore[attr-defined]
+        if not keep_open:
+            self.close()
+
+    # -- writing
+    def write(self, data: Any) -> None:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"data: expected a bytes-like object, not {type(data).__name__}")
+        if self._closing or self._lost:
+            return
+        if not data:
+            return
+        self._wbuf += data
+        if not self._writer_on and not self._write_wants_read:
+            self._flush()
+        self._maybe_pause_protocol()
+
+    def _flush(self) -> None:
+        """Writes what the socket takes now; registers the writer for the rest."""
+        while self._wbuf and self._conn is not None:
+            if self._blocking and not self._poll.poll(0):  # type: ignore[union-attr]
+                self._want_writable()
+                return
+            # A server connection writes one TLS record per call (16 KiB at most), so that the
+            # call either writes it all or, its 1 ms wait run out, leaves it pending in OpenSSL:
+            # then the same bytes are written again once the socket is writable.
+            size = _WRITE_CHUNK if not self._blocking else (self._retry_len or _RECORD)
+            chunk = bytes(self._wbuf[:size])
+            try:
+                n = self._conn.write(chunk)
+                self._retry_len = 0
+            except WantWrite:
+                self._want_writable()
+                return
+            except Timeout:
+                if not self._blocking:
+                    raise
+                self._retry_len = len(chunk)
+                self._want_writable()
+                return
+            except WantRead:
+                self._write_wants_read = True
+                self._resume_reading()
+                return
+            except Exception as e:  # noqa: BLE001 - reported to the protocol
+                self._fatal(e)
+                return
+            del self._wbuf[:n]
+        if self._writer_on:
+            self._loop.remove_writer(self._fd)
+            self._writer_on = False
+        self._maybe_resume_protocol()
+        if not self._wbuf and self._closing:
+            self._shutdown()
+
+    def _want_writable(self) -> None:
+        if not self._writer_on:
+            self._loop.add_writer(self._fd, self._flush)
+            self._writer_on = True
+
+    def get_write_buffer_size(self) -> int:
+        return len(self._wbuf)
+
+    def get_write_buffer_limits(self) -> Tuple[int, int]:
+        return self._low, self._high
+
+    def set_write_buffer_limits(self, high: Optional[int] = None, low: Optional[int] = None) -> None:
+        if high is None:
+            high = 64 * 1024 if low is None else 4 * low
+        if low is None:
+            low = high // 4
+        if not high >= low >= 0:
+            raise ValueError(f"high ({high!r}) must be >= low ({low!r}) must be >= 0")
+        self._high, self._low = high, low
+        self._maybe_pause_protocol()
+
+    def _maybe_pause_protocol(self) -> None:
+        if not self._protocol_paused and len(self._wbuf) > self._high:
+            self._protocol_paused = True
+            self._protocol.pause_writing()
+
+    def _maybe_resume_protocol(self) -> None:
+        if self._protocol_paused and len(self._wbuf) <= self._low:
+            self._protocol_paused = False
+            self._protocol.resume_writing()
+
+    def can_write_eof(self) -> bool:
+        return False  # TLS has no half-close that every peer understands: close() sends close_notify
+
+    def write_eof(self) -> None:
+        raise NotImplementedError("TLS connections cannot write EOF alone; close() sends close_notify")
+
+    # -- closing
+    def is_closing(self) -> bool:
+        return self._closing or self._lost
+
+    def close(self) -> None:
+        """Sends the data written so far, then close_notify, then closes the socket."""
+        if self._closing or self._lost:
+            return
+        self._closing = True
+        self._stop_reader()
+        if not self._wbuf:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._lost or self._conn is None:
+            return
+        if self._writer_on:
+            self._loop.remove_writer(self._fd)
+            self._writer_on = False
+        try:
+            self._conn.shutdown()  # close_notify
+        except WantWrite:
+            if not self._shutting_down:
+                self._shutting_down = True
+                self._loop.add_writer(self._fd, self._shutdown_ready)
+                return
+        except Exception:  # noqa: BLE001 - the peer may be gone: close_notify is best effort
+            pass
+        self._finish(None)
+
+    def _shutdown_ready(self) -> None:
+        self._loop.remove_writer(self._fd)
+        self._shutting_down = False
+        try:
+            self._conn.shutdown()  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - still not writable, or gone: close without it
+            pass
+        self._finish(None)
+
+    def abort(self) -> None:
+        """Closes at once, dropping unsent data (close_notify is still attempted)."""
+        self._finish(None)
+
+    def _fatal(self, exc: BaseException) -> None:
+        self._finish(exc)
+
+    def _finish(self, exc: Optional[BaseException]) -> None:
+        if self._lost:
+            return
+        self._lost = True
+        self._closing = True
+        self._stop_reader()
+        if self._writer_on or self._shutting_down or self._write_wants_read:
+            self._loop.remove_writer(self._fd)
+        self._writer_on = self._shutting_down = self._write_wants_read = False
+        self._wbuf.clear()
+        conn, self._conn = self._conn, None
+        socks = [self._sock] if self._sock is not None else []
+        own = self._info.get("socket")
+        if own is not None and own is not self._sock:
+            socks.append(own)
+
+        def release(_: Any = None) -> None:
+            for s in socks:  # after the free: the connection writes to its socket until then
+                s.close()
+            self._protocol.connection_lost(exc)
+
+        if conn is None:
+            self._loop.call_soon(release)
+            return
+        # mtls_conn_free may wait for a lock a token signature holds (the connection's identity
+        # and context are shared with handshakes in progress): off the loop too.
+        try:
+            self._loop.run_in_executor(_workers(), conn.close).add_done_callback(release)
+        except RuntimeError:  # the loop is closed (a transport collected late): free here
+            conn.close()
+            for s in socks:
+                s.close()
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._protocol
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._protocol = protocol
+
+    def __del__(self) -> None:
+        if not getattr(self, "_lost", True):
+            warnings.warn(f"unclosed TLS transport {self!r}", ResourceWarning, source=self)
+            try:
+                self._finish(None)
+            except Exception:  # noqa: BLE001 - the loop may be closed already
+                pass
+
+
+def _streams(loop: asyncio.AbstractEventLoop, conn: Connection, sock: Optional[socket.socket], limit: int,
+             blocking: bool) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader = asyncio.StreamReader(limit=limit, loop=loop)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    transport = _TLSTransport(loop, conn, sock, protocol, blocking=blocking)
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+
+async def open_connection(host: str, port: int, *, identity: IdentityLike = None, policy: Optional[Policy] = None,
+                          verify_as: Optional[str] = None, store: Any = None, pin: Any = None, limit: int = 2 ** 16,
+                          **options: Any) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connects to host:port over mutual TLS and returns asyncio's (StreamReader, StreamWriter).
+
+    Keywords as :func:`mtls.connect`: `identity` (an Identity, a store label in `store` or
+    MTLS_STORE, or a pkcs11: URI with `pin`), `policy`, `verify_as`, and the
+    :class:`mtls.ConnectOptions` fields (``sni``, ``alpn``, ``min_tls``, ``max_tls``,
+    ``resume``...). ``connect_timeout`` bounds the TCP connect (name resolution included) and
+    ``handshake_timeout`` the handshake, in seconds (None: 30 s; ``float("inf")``: no limit);
+    exceeding either raises :class:`mtls.Timeout`. Reads have no time limit of their own: wrap them
+    in ``asyncio.wait_for``. `limit` is the StreamReader's buffer limit."""
+    conn, sock = await connect(host, port, identity=identity, policy=policy, verify_as=verify_as, store=store,
+                               pin=pin, **options)
+    try:
+        return _streams(asyncio.get_running_loop(), conn, sock, limit, blocking=False)
+    except BaseException:
+        conn.close()
+        sock.close()
+        raise
+
+
+# ---- servers
+
+class Server:
+    """A listening mutual-TLS server made by :func:`start_server` (an async context manager, like
+    asyncio's Server): ``port``, ``close()``, ``await wait_closed()``, ``await serve_forever()``.
+    ``rejected`` keeps the errors of the last 100 clients refused in their handshake (an
+    :class:`mtls.Untrusted` with our evaluation, a :class:`mtls.PeerAlert`...)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, listener: Listener,
+                 handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any], limit: int) -> None:
+        self._loop, self._listener, self._handler, self._limit = loop, listener, handler, limit
+        self.port: int = listener.port
+        self.rejected: Deque[Error] = deque(maxlen=100)
+        self._stop = threading.Event()
+        self._closed: "asyncio.Future[None]" = loop.create_future()
+        self._transports: List[_TLSTransport] = []
+        self._thread = threading.Thread(target=self._accept_loop, name="mtls-asyncio-accept", daemon=True)
+        self._thread.start()
+
+    def _accept_loop(self) -> None:
+        """On its own thread: accepts (the listener's threads run the handshakes) and hands each
+        client to the loop."""
+        try:
+            while not self._stop.is_set():
+                try:
+                    conn = self._listener.accept(timeout=0.1)
+                except Timeout:
+                    continue
+                except Error as e:
+                    self._post(self.rejected.append, e)
+                    continue
+                if not self._post(self._on_client, conn):
+                    conn.close()
+        finally:
+            self._post(self._accept_ended)
+
+    def _post(self, fn: Callable[..., Any], *args: Any) -> bool:
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+            return True
+        except RuntimeError:  # the loop is closed
+            return False
+
+    def _on_client(self, conn: Connection) -> None:
+        if self._stop.is_set():
+            conn.close()
+            return
+        reader = asyncio.StreamReader(limit=self._limit, loop=self._loop)
+        protocol = asyncio.StreamReaderProtocol(reader, self._handler, loop=self._loop)
+        try:
+            transport = _TLSTransport(self._loop, conn, None, protocol, blocking=True)
+        except BaseException:
+            conn.close()
+            raise
+        self._transports.append(transport)
+        self._transports = [t for t in self._transports if not t.is_closing()]
+
+    def _accept_ended(self) -> None:
+        if not self._closed.done():
+            self._listener.close()
+            self._closed.set_result(None)
+
+    @property
+    def sockets(self) -> Tuple[()]:
+        return ()  # the listening socket is the Listener's own
+
+    def is_serving(self) -> bool:
+        return not self._stop.is_set()
+
+    def close(self) -> None:
+        """Stops accepting (within 0.1 s); connections already handed to handlers go on."""
+        self._stop.set()
+
+    def close_clients(self) -> None:
+        """Closes the connections of every client accepted (close_notify)."""
+        for t in self._transports:
+            t.close()
+        self._transports = []
+
+    async def wait_closed(self) -> None:
+        await asyncio.shield(self._closed)
+
+    async def serve_forever(self) -> None:
+        try:
+            await asyncio.shield(self._closed)
+        except asyncio.CancelledError:
+            self.close()
+            await self.wait_closed()
+            raise
+
+    async def __aenter__(self) -> "Server":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.close()
+        await self.wait_closed()
+
+
+async def start_server(handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any],
+                       host: Optional[str] = "127.0.0.1", port: int = 0, *, identity: IdentityLike,
+                       client_policy: Optional[Policy] = None, client_auth: str = "require",
+                       store: Any = None, pin: Any = None, alpn: Sequence[str] = (), min_tls: Any = "1.2",
+                       max_tls: Any = "1.3", handshake_timeout: Optional[float] = None,
+                       session_tickets: bool = True,
+                       limit: int = 2 ** 16) -> Server:
+    """Listens on host:port (0: an ephemeral port, see ``Server.port``) with the server
+    `identity` (an Identity, a store label or a pkcs11: URI) and judges clients with
+    `client_policy` (its anchors: the CA names sent, and the only trust for clients).
+    ``client_auth``: "require" (default), "optional" or "none". Each accepted client runs
+    ``handler(reader, writer)`` (a coroutine function or a plain function) on the loop, as with
+    ``asyncio.start_server``; ``writer.get_extra_info("peercert")`` / ``"evaluation"`` give the
+    client's certificate and libmtls's evaluation of it."""
+    ident = await _off_loop(resolve_identity, identity, store, pin) if isinstance(identity, str) else identity
+    if not isinstance(ident, Identity):
+        raise TypeError("start_server needs a server identity")
+
+    def make() -> Listener:
+        return Listener(ident, address=host, port=port, client_auth=client_auth, client_policy=client_policy,
+                        alpn=alpn, min_tls=min_tls, max_tls=max_tls, handshake_timeout=handshake_timeout,
+                        io_timeout=_SERVER_IO_WAIT, session_tickets=session_tickets)
+    listener = await _off_loop(make)
+    return Server(asyncio.get_running_loop(), listener, handler, limit)
+
+
+__all__ = ["open_connection", "start_server", "connect", "Server", "DEFAULT_TIMEOUT"]
