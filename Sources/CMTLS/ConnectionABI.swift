@@ -24,11 +24,40 @@ private func alpnList(_ p: UnsafePointer<CChar>?) -> [String] {
     optionalString(p).map(ALPN.protocols(commaSeparated:)) ?? []
 }
 
+/// A versioned options structure as the caller's version has it: only the bytes that version
+/// has (`sizes[version - 1]`) are read, the fields added later stay zero (a program built with an
+/// older header passes a smaller structure).
+private func readVersioned<T>(_ p: UnsafePointer<T>, zero: T, sizes: [Int], _ name: String) throws -> T {
+    let version = UnsafeRawPointer(p).load(as: UInt32.self)
+    guard version >= 1, Int(version) <= sizes.count else {
+        throw invalid("\(name) version \(version) is not supported (1 to \(sizes.count) are); use \(name)_init")
+    }
+    var out = zero
+    withUnsafeMutableBytes(of: &out) { $0.copyMemory(from: UnsafeRawBufferPointer(start: p, count: sizes[Int(version) - 1])) }
+    return out
+}
+
+/// Fills a versioned options structure with `value`, writing only the bytes of `version`.
+private func writeVersioned<T>(_ p: UnsafeMutablePointer<T>, _ value: T, version: UInt32, sizes: [Int], _ name: String) throws {
+    guard version >= 1, Int(version) <= sizes.count else {
+        throw invalid("\(name) version \(version) is not supported (1 to \(sizes.count) are)")
+    }
+    var v = value
+    withUnsafeBytes(of: &v) { UnsafeMutableRawPointer(p).copyMemory(from: $0.baseAddress!, byteCount: sizes[Int(version) - 1]) }
+}
+
+/// mtls_conn_options: version 1 ends where `overrides` (version 2) begins.
+private let connOptionsSizes = [MemoryLayout<mtls_conn_options>.offset(of: \mtls_conn_options.overrides) ?? 0,
+                                MemoryLayout<mtls_conn_options>.size]
+/// mtls_listener_options: version 1 ends where `client_overrides` (version 2) begins.
+private let listenerOptionsSizes = [MemoryLayout<mtls_listener_options>.offset(of: \mtls_listener_options.client_overrides) ?? 0,
+                                    MemoryLayout<mtls_listener_options>.size]
+
 private func clientOptions(_ p: UnsafePointer<mtls_conn_options>?) throws -> TLSClientOptions {
     var o = TLSClientOptions()
     guard let p else { return o }
-    let c = p.pointee
-    guard c.version == 1 else { throw invalid("mtls_conn_options version \(c.version) is not supported (1 is); use mtls_conn_options_init") }
+    let c = try readVersioned(p, zero: mtls_conn_options(), sizes: connOptionsSizes, "mtls_conn_options")
+    o.overrides = try overridesArgument(c.overrides, "opts->overrides")
     o.serverName = optionalString(c.sni)
     o.validationName = optionalString(c.verify_as)
     o.alpn = alpnList(c.alpn)
@@ -54,12 +83,11 @@ private func clientOptions(_ p: UnsafePointer<mtls_conn_options>?) throws -> TLS
 public func mtls_conn_options_init(_ opts: UnsafeMutablePointer<mtls_conn_options>?, _ version: UInt32) -> Int32 {
     abiCall {
         let opts = try require(opts, "opts")
-        guard version == 1 else { throw invalid("mtls_conn_options version \(version) is not supported (1 is)") }
         var o = mtls_conn_options()  // zero: NULL pointers, 0 timeouts (the defaults), no flags
-        o.version = 1
+        o.version = version
         o.min_tls = MTLS_TLS_1_2
         o.max_tls = MTLS_TLS_1_3
-        opts.pointee = o
+        try writeVersioned(opts, o, version: version, sizes: connOptionsSizes, "mtls_conn_options")
     }
 }
 
@@ -192,13 +220,12 @@ public func mtls_conn_presented_identity(_ conn: OpaquePointer?, _ out: UnsafeMu
 public func mtls_listener_options_init(_ opts: UnsafeMutablePointer<mtls_listener_options>?, _ version: UInt32) -> Int32 {
     abiCall {
         let opts = try require(opts, "opts")
-        guard version == 1 else { throw invalid("mtls_listener_options version \(version) is not supported (1 is)") }
         var o = mtls_listener_options()
-        o.version = 1
+        o.version = version
         o.client_auth = MTLS_CLIENT_AUTH_REQUIRE
         o.min_tls = MTLS_TLS_1_2
         o.max_tls = MTLS_TLS_1_3
-        opts.pointee = o
+        try writeVersioned(opts, o, version: version, sizes: listenerOptionsSizes, "mtls_listener_options")
     }
 }
 
@@ -208,8 +235,8 @@ public func mtls_listener_new(_ address: UnsafePointer<CChar>?, _ port: UInt16, 
                               _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
-            let c = try require(opts, "opts").pointee
-            guard c.version == 1 else { throw invalid("mtls_listener_options version \(c.version) is not supported (1 is)") }
+            let c = try readVersioned(try require(opts, "opts"), zero: mtls_listener_options(), sizes: listenerOptionsSizes,
+                                      "mtls_listener_options")
             var o = TLSServerOptions(identity: try handle(c.identity, Identity.self, "opts->identity"))
             guard let auth = ClientAuthentication(rawValue: Int(c.client_auth)) else {
                 throw invalid("client_auth must be MTLS_CLIENT_AUTH_NONE, _OPTIONAL or _REQUIRE, not \(c.client_auth)")
@@ -222,6 +249,7 @@ public func mtls_listener_new(_ address: UnsafePointer<CChar>?, _ port: UInt16, 
             o.handshakeTimeout = seconds(c.handshake_timeout_ms, default: 30)
             o.ioTimeout = seconds(c.io_timeout_ms, default: nil)
             o.sessionTickets = c.no_session_tickets == 0
+            o.clientOverrides = try overridesArgument(c.client_overrides, "opts->client_overrides")
             return try TLSListener(address: optionalString(address), port: port, options: o)
         }
     }
@@ -263,6 +291,20 @@ public func mtls_ssl_ctx_configure(_ sslCtx: UnsafeMutableRawPointer?, _ identit
         } else {
             try SSLContextConfiguration.configure(sslContext: ctx, identity: id, policy: nil, purpose: purpose)
         }
+    }
+}
+
+/// `int mtls_ssl_ctx_configure_overrides(void *ssl_ctx, const mtls_identity *identity, const mtls_policy *policy, int accepts_clients, const mtls_trust_overrides *overrides)`
+@_cdecl("mtls_ssl_ctx_configure_overrides")
+public func mtls_ssl_ctx_configure_overrides(_ sslCtx: UnsafeMutableRawPointer?, _ identity: OpaquePointer?, _ policy: OpaquePointer?,
+                                             _ acceptsClients: Int32, _ overrides: UnsafePointer<mtls_trust_overrides>?) -> Int32 {
+    abiCall {
+        let ctx = try require(sslCtx, "ssl_ctx")
+        let id = try identity.map { try handle($0, Identity.self, "identity") }
+        let p = try policy.map { try handle($0, TrustPolicy.self, "policy") }
+        try SSLContextConfiguration.configure(sslContext: ctx, identity: id, policy: p,
+                                              purpose: acceptsClients != 0 ? .clientAuth : .serverAuth,
+                                              overrides: try overridesArgument(overrides))
     }
 }
 
