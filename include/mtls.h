@@ -495,7 +495,8 @@ typedef struct mtls_trust_overrides {
 /* Fill *overrides with the defaults of `version` (MTLS_TRUST_OVERRIDES_VERSION): no anchors,
  * anchors_only -1, no pins, no verify_as. */
 MTLS_EXTERN int mtls_trust_overrides_init(mtls_trust_overrides *overrides, unsigned int version);
-/* Same as mtls_evaluate_peer with `overrides` (NULL: none) on top of the policy. A malformed pin
+/* Same as mtls_evaluate_peer with `overrides` (NULL: none) on top of the policy; with port 0,
+ * `host` may also carry its port as mtls_evaluate takes it ("name:8443", "[::1]:8443"). A malformed pin
  * or verify_as in the overrides is MTLS_E_INVALID_ARGUMENT (no evaluation is made). Free *out
  * with mtls_trust_result_free. */
 MTLS_EXTERN int mtls_evaluate_with_overrides(mtls_policy *policy, mtls_cert *const *certs, size_t count,

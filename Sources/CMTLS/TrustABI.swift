@@ -438,7 +438,10 @@ public func mtls_evaluate_with_overrides(_ p: OpaquePointer?, _ certs: UnsafePoi
             let certs = try require(certs, "certs")
             guard count > 0 else { throw invalid("count must be at least 1") }
             let chain = try (0..<count).map { try handle(certs[$0], Certificate.self, "certs[\($0)]") }
-            let peer = TrustPeer(host: optionalString(host), port: port == 0 ? nil : Int(port), verifyAs: optionalString(verifyAs))
+            // Port 0: the host may carry its port as text, as mtls_evaluate takes it.
+            var peer = port == 0 ? TrustPeer(hostText: optionalString(host))
+                                 : TrustPeer(host: optionalString(host), port: Int(port))
+            peer.verifyAs = optionalString(verifyAs)
             let result = h.evaluate(chain: chain, peer: peer, purpose: try purposeArgument(purpose),
                                     at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)),
                                     overrides: try overridesArgument(overrides))

@@ -20,7 +20,7 @@ from .certificate import Certificate
 from .store import Store, StoreItem, StoreKey
 from .pkcs12 import Identity, PKCS12, ChainCheck
 from .pki import IssuedCertificate
-from .trust import Policy, HostRule, TrustResult, TrustReason
+from .trust import Policy, HostRule, TrustResult, TrustReason, Overrides
 from .tls import (Connection, ConnectOptions, Listener, configure_ssl_ctx, set_ssl_peer, set_ssl_ctx_peer,
                   clear_session_cache, connect, resolve_identity)
 from .tokens import Token, TokenObject, list_tokens, token_objects, identity_from_pkcs11
@@ -35,7 +35,7 @@ __all__ = [
     "WantRead", "WantWrite", "Closed", "NoMatchingIdentity", "TokenError", "PinIncorrect", "PinLocked",
     "TokenNotPresent", "TokenRemoved", "BadURI", "PinRequired",
     "Certificate", "Store", "StoreItem", "StoreKey", "Identity", "PKCS12", "ChainCheck", "IssuedCertificate",
-    "Policy", "HostRule", "TrustResult", "TrustReason", "Connection", "ConnectOptions", "Listener",
+    "Policy", "HostRule", "TrustResult", "TrustReason", "Overrides", "Connection", "ConnectOptions", "Listener",
     "configure_ssl_ctx", "set_ssl_peer", "set_ssl_ctx_peer", "clear_session_cache", "connect", "resolve_identity", "Token", "TokenObject",
     "list_tokens", "token_objects", "identity_from_pkcs11", "__version__",
 ]
