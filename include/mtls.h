@@ -405,7 +405,8 @@ MTLS_EXTERN int mtls_evaluate_der(mtls_policy *policy, const uint8_t *const *der
  * port apply) and `verify_as` (NULL: validate as `host`). Host rules are chosen by host and port,
  * most specific first (exact host:port, host, wildcards, default), never by verify_as: verify_as
  * changes only the name checked, so the pins of a rule for "10.0.0.5:8443" hold when the
- * certificate is validated as "api.example". A rule's own verify_as wins over `verify_as`. */
+ * certificate is validated as "api.example". A rule's own verify_as wins over `verify_as`, and the
+ * policy-wide and override verify-as over both (see "One effective policy" below). */
 MTLS_EXTERN int mtls_evaluate_peer(mtls_policy *policy, mtls_cert *const *certs, size_t count, const char *host,
                                    uint16_t port, const char *verify_as, int purpose, int64_t at,
                                    mtls_trust_result **out);
@@ -711,7 +712,8 @@ typedef struct mtls_listener mtls_listener;
 typedef struct mtls_conn_options {
     unsigned int version;           /* MTLS_CONN_OPTIONS_VERSION */
     const char *sni;                /* NULL: the host when it is a DNS name, none for an IP; "": none */
-    const char *verify_as;          /* name or IP the server certificate must match; NULL: host */
+    const char *verify_as;          /* name or IP the server certificate must match; NULL: host (a
+                                       rule's, the policy's or overrides->verify_as come first) */
     const char *alpn;               /* protocols to offer, comma-separated ("h2,http/1.1"); NULL: none */
     int min_tls;                    /* MTLS_TLS_1_2 (default) or MTLS_TLS_1_3 */
     int max_tls;                    /* MTLS_TLS_1_3 (default) or MTLS_TLS_1_2 */

@@ -182,9 +182,9 @@ struct ConnectCommand: ParsableCommand {
     @Option(help: "A trust policy JSON file.") var policy: String?
     @Option(help: "A pinned anchor (root, intermediate or the server's own certificate): a file, or a certificate stored under a label (LABEL with a store, or store:LABEL); repeatable.") var anchor: [String] = []
     @Flag(help: "Trust only the anchors given, not the system store.") var anchorsOnly = false
-    @Option(help: "Validate the server's certificate as this name instead of HOST.") var verifyAs: String?
+    @Option(help: "Validate the server's certificate as this name instead of HOST, over the policy's and its rule's verify-as.") var verifyAs: String?
     @Option(help: "The SNI to send (default HOST when it is a name; \"\" for none).") var sni: String?
-    @Option(help: "An SPKI pin sha256/BASE64; repeatable.") var pin: [String] = []
+    @Option(help: "An SPKI pin sha256/BASE64; repeatable; always enforced, on top of the policy and its host rule.") var pin: [String] = []
     @Option(help: "ALPN protocol to offer; repeatable.") var alpn: [String] = []
     @Option(help: "Lowest TLS version: 1.2 or 1.3.") var tlsMin: String = "1.2"
     @Option(help: "Highest TLS version: 1.2 or 1.3.") var tlsMax: String = "1.3"

@@ -25,9 +25,9 @@ struct VerifyCommand: ParsableCommand {
     var secretFile: String?
     @Flag(help: "Trust only the anchors, not the system store.")
     var anchorsOnly = false
-    @Option(help: "Validate the certificate as this name instead of the host (the host and port still select the host rule).")
+    @Option(help: "Validate the certificate as this name, over the policy's and its rule's verify-as (the host and port still select the host rule).")
     var verifyAs: String?
-    @Option(name: .customLong("pin"), help: "An SPKI pin sha256/BASE64 for the host (repeatable).")
+    @Option(name: .customLong("pin"), help: "An SPKI pin sha256/BASE64 (repeatable); always enforced, on top of the policy and its host rule.")
     var pins: [String] = []
     @Option(help: "Evaluation time, RFC 3339.")
     var at: String?

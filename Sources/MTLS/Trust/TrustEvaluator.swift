@@ -199,7 +199,9 @@ struct Evaluation {
         func edge(_ d: Date) {
             if d <= time { lo = max(lo, d) } else { hi = min(hi, d) }
         }
-        for c in chain + built + settings.anchors + effective.anchors {
+        // The anchors in force are the policy's unless a rule or the overrides brought others.
+        let anchors = rule?.anchors != nil || effective.overridesTrust ? settings.anchors + effective.anchors : settings.anchors
+        for c in chain + built + anchors {
             edge(c.notBefore)
             edge(c.notAfter.addingTimeInterval(1))
         }
