@@ -355,8 +355,10 @@ int main(void) {
         echo_once(cw);
         mtls_conn_free(cw);
         pthread_join(tw, NULL);
-        CHECK_RC(sw.codes[0], MTLS_E_UNTRUSTED);
-        CHECK_OK(sw.codes[1]);
+        /* The listener reports a refused handshake and a finished one in whichever order they end. */
+        CHECK((sw.codes[0] == MTLS_E_UNTRUSTED && sw.codes[1] == MTLS_OK) ||
+              (sw.codes[1] == MTLS_E_UNTRUSTED && sw.codes[0] == MTLS_OK));
+        CHECK(strcmp(sw.cn[sw.codes[0] == MTLS_OK ? 0 : 1], "client-b") == 0);
         mtls_listener_free(lw);
 
         /* The same through the listener's overrides: a policy without pins, customer A pinned. */
@@ -422,11 +424,15 @@ int main(void) {
         echo_once(cw);
         mtls_conn_free(cw);
         pthread_join(tw, NULL);
-        CHECK_RC(sw2.codes[0], MTLS_E_UNTRUSTED); /* customer B, not pinned by the overrides */
-        CHECK_OK(sw2.codes[1]);
-        CHECK(sw2.codes[2] != MTLS_OK); /* the client refused the server (its override pin) */
-        CHECK_OK(sw2.codes[3]);
-        CHECK_OK(sw2.codes[4]);
+        /* Customer B refused (not pinned by the overrides), one handshake the client broke off
+           (its override pin refused the server), three of customer A served; in any order. */
+        int ok = 0, untrusted = 0, other_failures = 0;
+        for (int i = 0; i < 5; i++) {
+            if (sw2.codes[i] == MTLS_OK) { ok++; CHECK(strcmp(sw2.cn[i], "client-a") == 0); }
+            else if (sw2.codes[i] == MTLS_E_UNTRUSTED) untrusted++;
+            else other_failures++;
+        }
+        CHECK(ok == 3 && untrusted == 1 && other_failures == 1);
         mtls_listener_free(lw);
         mtls_listener_options l1;
         memset(&l1, 0x5a, sizeof l1);

@@ -332,7 +332,7 @@ struct Evaluation {
         let whose: String
         switch r.source {
         case .rule: whose = "host rule \(r.ruleText ?? "")"
-        case .override: whose = "the pins given for this connection or call"
+        case .override: whose = "the pins given as overrides (for this connection, listener, SSL_CTX or call)"
         default: whose = "the policy (policy-wide pins)"
         }
         if let exp = r.expires, time >= exp {
