@@ -95,8 +95,9 @@ public struct TrustProvenance: Sendable, Hashable {
     public let rule: String?
     /// Who gave the anchors in force (empty: no anchor of the policy's; the system store only).
     public let anchors: [Source]
-    /// Whether only the anchors were trusted, and who said so.
+    /// Whether only the anchors were trusted (the system store was not used).
     public let anchorsOnly: Bool
+    /// Who said whether only the anchors are trusted.
     public let anchorsOnlySource: Source
     /// The name (or IP) the certificate was checked against, or nil for no name check.
     public let name: String?
@@ -148,7 +149,7 @@ enum JSONText {
 struct PinRequirement {
     let source: TrustProvenance.Source
     let pins: [SPKIPin]
-    /// nil: enforced. Otherwise why a failure is not enforced (report-only rule).
+    /// Whether failures are only reported (a report-only rule), not enforced.
     let reportOnly: Bool
     /// The rule's pin expiry, which only a rule's pins have.
     let expires: Date?
