@@ -415,7 +415,8 @@ MTLS_EXTERN int mtls_evaluate_der(mtls_policy *policy, const uint8_t *const *der
  * port apply) and `verify_as` (NULL: validate as `host`). Host rules are chosen by host and port,
  * most specific first (exact host:port, host, wildcards, default), never by verify_as: verify_as
  * changes only the name checked, so the pins of a rule for "10.0.0.5:8443" hold when the
- * certificate is validated as "api.example". A rule's own verify_as wins over `verify_as`. */
+ * certificate is validated as "api.example". A rule's own verify_as wins over `verify_as`, and the
+ * policy-wide and override verify-as over both (see "One effective policy" below). */
 MTLS_EXTERN int mtls_evaluate_peer(mtls_policy *policy, mtls_cert *const *certs, size_t count, const char *host,
                                    uint16_t port, const char *verify_as, int purpose, int64_t at,
                                    mtls_trust_result **out);
@@ -450,6 +451,76 @@ MTLS_EXTERN int mtls_trust_result_chain(const mtls_trust_result *result, mtls_ce
  * Free *out with mtls_string_free. */
 MTLS_EXTERN int mtls_trust_result_matched_rule(const mtls_trust_result *result, char **out);
 MTLS_EXTERN int mtls_trust_result_matched_pin(const mtls_trust_result *result, char **out);
+
+/* --- One effective policy per evaluation: policy-wide pins and verify-as, overrides ---------
+ * For every evaluation (mtls_evaluate*, and the verification inside every handshake of a
+ * connection, a listener or a configured SSL_CTX) libmtls composes the policy in force for that
+ * peer, in this order, each step on top of the one before:
+ *   1. the policy's defaults (anchors, anchors_only, name check);
+ *   2. the host rule selected by the peer's host and port, never by a verify-as (its anchors,
+ *      anchors_only, verify_as or skip_name_check, and its pins with their report-only and expiry);
+ *   3. the policy-wide pins and verify-as (mtls_policy_set_pins, mtls_policy_set_verify_as; policy
+ *      files: "pins", "verify_as"), with a host or without, of a server or of a client;
+ *   4. the overrides of this connection or call (mtls_trust_overrides).
+ * The name checked is the overrides' verify_as, else the policy-wide one, else the rule's (none
+ * with its skip_name_check), else the peer's verify_as (mtls_evaluate_peer, mtls_conn_options,
+ * mtls_ssl_set_peer), else (a server) its host; a policy whose name check is off checks none.
+ * Anchors are the rule's own (else the policy's) plus the overrides'. Every set of pins in force
+ * must have a pin matching a certificate of the built chain: the rule's (as the rule says), the
+ * policy-wide ones and the overrides' (always enforced, whatever a rule says about report-only
+ * or pin expiry). The composition is a value made for that evaluation: it never changes the
+ * policy object, adds no rule and does not change its version. The result says where each
+ * decision came from (mtls_trust_result_provenance). */
+
+/* Sets the policy-wide SPKI pins ("sha256/BASE64", `count` of them; count 0 clears them): every
+ * evaluation under the policy needs one of them to match a certificate of the built chain, on
+ * top of the selected rule's own pins. The strings are copied. MTLS_E_INVALID_POLICY for a
+ * malformed pin (nothing is changed). */
+MTLS_EXTERN int mtls_policy_set_pins(mtls_policy *policy, const char *const *pins, size_t count);
+/* The policy-wide pins, a new array of *count strings. Free it with mtls_string_list_free. */
+MTLS_EXTERN int mtls_policy_pins(const mtls_policy *policy, char ***out, size_t *count);
+/* Sets the policy-wide verify-as (NULL clears it): every peer's certificate is validated as this
+ * DNS name or IP address, over the selected rule's verify_as; the rule still applies (its anchors
+ * and pins). The string is copied. MTLS_E_INVALID_POLICY for an empty name or one that is not a
+ * host name or IP address. */
+MTLS_EXTERN int mtls_policy_set_verify_as(mtls_policy *policy, const char *verify_as);
+/* The policy-wide verify-as; *out is NULL (with MTLS_OK) when none. Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_policy_verify_as(const mtls_policy *policy, char **out);
+
+#define MTLS_TRUST_OVERRIDES_VERSION 1
+/* Overrides for one connection, listener, SSL_CTX or evaluation call (step 4 above). Fill with
+ * mtls_trust_overrides_init first, then change fields: fields are only ever added at the end,
+ * with a new version. Pointers are borrowed for the duration of the call that takes the
+ * overrides (libmtls keeps its own copies and references). */
+typedef struct mtls_trust_overrides {
+    unsigned int version;           /* MTLS_TRUST_OVERRIDES_VERSION */
+    mtls_cert *const *anchors;      /* anchors added to those in force (the rule's, else the policy's) */
+    size_t anchor_count;
+    int anchors_only;               /* -1 (default): as the rule, else the policy, says; 0: anchors are
+                                       added to the system store; 1: only the anchors are trusted */
+    const char *const *pins;        /* SPKI pins "sha256/BASE64"; one must match; always enforced */
+    size_t pin_count;
+    const char *verify_as;          /* validate as this name or IP, over every other verify-as; NULL: none */
+} mtls_trust_overrides;
+
+/* Fill *overrides with the defaults of `version` (MTLS_TRUST_OVERRIDES_VERSION): no anchors,
+ * anchors_only -1, no pins, no verify_as. */
+MTLS_EXTERN int mtls_trust_overrides_init(mtls_trust_overrides *overrides, unsigned int version);
+/* Same as mtls_evaluate_peer with `overrides` (NULL: none) on top of the policy; with port 0,
+ * `host` may also carry its port as mtls_evaluate takes it ("name:8443", "[::1]:8443"). A malformed pin
+ * or verify_as in the overrides is MTLS_E_INVALID_ARGUMENT (no evaluation is made). Free *out
+ * with mtls_trust_result_free. */
+MTLS_EXTERN int mtls_evaluate_with_overrides(mtls_policy *policy, mtls_cert *const *certs, size_t count,
+                                             const char *host, uint16_t port, const char *verify_as, int purpose,
+                                             int64_t at, const mtls_trust_overrides *overrides,
+                                             mtls_trust_result **out);
+/* Where each decision of the evaluation came from, as JSON text: {"rule": pattern|null,
+ * "anchors": ["policy"|"rule"|"override"...] (who gave the anchors in force), "anchors_only": bool,
+ * "anchors_only_from": "policy"|"rule"|"override", "name": the name checked|null, "name_from":
+ * "override"|"policy"|"rule"|"peer"|"host"|"none", "pins": [{"from": "rule"|"policy"|"override",
+ * "enforced": bool, "matched": pin|null}...]}. *out is NULL (with MTLS_OK) when no evaluation
+ * could be made (an invalid policy, an empty chain). Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_trust_result_provenance(const mtls_trust_result *result, char **out);
 
 /* ======================================================================================
  * Credential store
@@ -643,14 +714,16 @@ typedef struct mtls_listener mtls_listener;
 #define MTLS_TLS_1_2 12
 #define MTLS_TLS_1_3 13
 
-#define MTLS_CONN_OPTIONS_VERSION 1
+/* Version 2 added `overrides`; a program built with version 1 keeps working unchanged. */
+#define MTLS_CONN_OPTIONS_VERSION 2
 /* Client options. Always fill with mtls_conn_options_init first, then change fields: fields are
  * only ever added at the end, with a new version. Pointers are borrowed for the duration of the
  * call that takes the options (the connection keeps its own references). */
 typedef struct mtls_conn_options {
     unsigned int version;           /* MTLS_CONN_OPTIONS_VERSION */
     const char *sni;                /* NULL: the host when it is a DNS name, none for an IP; "": none */
-    const char *verify_as;          /* name or IP the server certificate must match; NULL: host */
+    const char *verify_as;          /* name or IP the server certificate must match; NULL: host (a
+                                       rule's, the policy's or overrides->verify_as come first) */
     const char *alpn;               /* protocols to offer, comma-separated ("h2,http/1.1"); NULL: none */
     int min_tls;                    /* MTLS_TLS_1_2 (default) or MTLS_TLS_1_3 */
     int max_tls;                    /* MTLS_TLS_1_3 (default) or MTLS_TLS_1_2 */
@@ -664,6 +737,11 @@ typedef struct mtls_conn_options {
     mtls_identity *const *candidates; /* with identity NULL: choose among these (see below) */
     size_t candidate_count;
     mtls_policy *policy;            /* how the server is judged; NULL: system trust store, name check */
+    /* Version 2: */
+    const mtls_trust_overrides *overrides; /* on top of policy for this connection (NULL: none):
+                                       anchors, anchors_only, pins always enforced, a verify_as over
+                                       every other (see "One effective policy"); sessions resume
+                                       only under the same overrides */
 } mtls_conn_options;
 
 /* Fill *opts with the defaults of `version` (MTLS_CONN_OPTIONS_VERSION), the library's own:
@@ -740,7 +818,8 @@ MTLS_EXTERN void mtls_conn_cache_clear(void);
 #define MTLS_CLIENT_AUTH_OPTIONAL 1  /* ask; accept clients without one (not untrusted ones) */
 #define MTLS_CLIENT_AUTH_REQUIRE 2   /* ask, and refuse clients without one (default) */
 
-#define MTLS_LISTENER_OPTIONS_VERSION 1
+/* Version 2 added `client_overrides`; a program built with version 1 keeps working unchanged. */
+#define MTLS_LISTENER_OPTIONS_VERSION 2
 /* Server options; fill with mtls_listener_options_init first. Pointers are borrowed for the
  * duration of mtls_listener_new (the listener keeps its own references). */
 typedef struct mtls_listener_options {
@@ -753,6 +832,9 @@ typedef struct mtls_listener_options {
     int handshake_timeout_ms;       /* per accepted client; 0: 30 s; negative: no limit */
     int io_timeout_ms;              /* per read or write on accepted connections; 0: no limit */
     int no_session_tickets;         /* nonzero: issue no session tickets (see mtls_listener_accept) */
+    /* Version 2: */
+    const mtls_trust_overrides *client_overrides; /* on top of client_policy for every client (NULL:
+                                       none); its anchors count as client anchors and CA names */
 } mtls_listener_options;
 
 /* Fill *opts with the defaults of `version` (MTLS_LISTENER_OPTIONS_VERSION), the library's own:
@@ -818,6 +900,12 @@ MTLS_EXTERN void mtls_listener_free(mtls_listener *listener);
  * identity and policy until it is freed; calling again replaces them. */
 MTLS_EXTERN int mtls_ssl_ctx_configure(void *ssl_ctx, const mtls_identity *identity, const mtls_policy *policy,
                                        int accepts_clients);
+/* Same as mtls_ssl_ctx_configure with `overrides` (NULL: none) on top of `policy` for every peer
+ * of the context (see "One effective policy"): with accepts_clients 1, override anchors count as
+ * client anchors. The context keeps its own copy of the overrides until it is freed; calling
+ * either function again replaces them. MTLS_E_INVALID_ARGUMENT for a malformed pin or verify_as. */
+MTLS_EXTERN int mtls_ssl_ctx_configure_overrides(void *ssl_ctx, const mtls_identity *identity, const mtls_policy *policy,
+                                                 int accepts_clients, const mtls_trust_overrides *overrides);
 /* Tells libmtls the peer one SSL (an SSL * made from a configured context, passed as void *)
  * connects to, before its handshake: `host` as the application named it (DNS name or IP literal,
  * not empty), `port` (0: unknown, only port-less host rules apply) and `verify_as` (NULL: validate

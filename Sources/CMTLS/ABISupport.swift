@@ -193,6 +193,34 @@ func initOptions<T>(_ opts: UnsafeMutablePointer<T>?, _ version: UInt32, support
     opts.pointee = o
 }
 
+/// A versioned options structure as the caller's version has it: only the bytes that version
+/// has (`sizes[version - 1]`) are read, the fields added later stay zero (a program built with an
+/// older header passes a smaller structure).
+func readVersioned<T>(_ p: UnsafePointer<T>, zero: T, sizes: [Int], _ name: String) throws -> T {
+    let version = UnsafeRawPointer(p).load(as: UInt32.self)
+    guard version >= 1, Int(version) <= sizes.count else {
+        throw invalid("\(name) version \(version) is not supported (1 to \(sizes.count) are); use \(name)_init")
+    }
+    var out = zero
+    withUnsafeMutableBytes(of: &out) { $0.copyMemory(from: UnsafeRawBufferPointer(start: p, count: sizes[Int(version) - 1])) }
+    return out
+}
+
+/// ``initOptions(_:_:supported:_:versionField:_:)`` for a structure with several versions:
+/// writes the core's defaults, only the bytes of `version` (`sizes[version - 1]`).
+func initVersionedOptions<T>(_ opts: UnsafeMutablePointer<T>?, _ version: UInt32, sizes: [Int], _ name: String,
+                             versionField: WritableKeyPath<T, UInt32>, _ defaults: () -> T) throws {
+    let opts = try require(opts, "opts")
+    guard version >= 1, Int(version) <= sizes.count else {
+        throw invalid("\(name) version \(version) is not supported (1 to \(sizes.count) are)")
+    }
+    var o = defaults()
+    o[keyPath: versionField] = version
+    withUnsafeBytes(of: &o) { bytes in
+        if let base = bytes.baseAddress { UnsafeMutableRawPointer(opts).copyMemory(from: base, byteCount: sizes[Int(version) - 1]) }
+    }
+}
+
 /// A C `size_t` argument (a count or a length), which Swift sees as `Int`: one above
 /// `SSIZE_MAX` arrives negative and is ``MTLSError/Code/invalidArgument``, never a trap.
 func size(_ n: Int, _ name: String) throws -> Int {

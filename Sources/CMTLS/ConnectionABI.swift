@@ -5,8 +5,6 @@ import CMTLSHeader
 import Glibc
 #endif
 
-private let connOptionsVersion = UInt32(MTLS_CONN_OPTIONS_VERSION)
-private let listenerOptionsVersion = UInt32(MTLS_LISTENER_OPTIONS_VERSION)
 
 /// The header's `MTLS_CLIENT_AUTH_*` constants.
 private func clientAuthentication(_ v: Int32) throws -> ClientAuthentication {
@@ -57,13 +55,18 @@ private func alpnList(_ p: UnsafePointer<CChar>?, _ name: String) throws -> [Str
     try optionalString(p, name).map(ALPN.protocols(commaSeparated:)) ?? []
 }
 
+/// mtls_conn_options: version 1 ends where `overrides` (version 2) begins.
+private let connOptionsSizes = [MemoryLayout<mtls_conn_options>.offset(of: \mtls_conn_options.overrides) ?? 0,
+                                MemoryLayout<mtls_conn_options>.size]
+/// mtls_listener_options: version 1 ends where `client_overrides` (version 2) begins.
+private let listenerOptionsSizes = [MemoryLayout<mtls_listener_options>.offset(of: \mtls_listener_options.client_overrides) ?? 0,
+                                    MemoryLayout<mtls_listener_options>.size]
+
 private func clientOptions(_ p: UnsafePointer<mtls_conn_options>?) throws -> TLSClientOptions {
     var o = TLSClientOptions()
     guard let p else { return o }
-    let c = p.pointee
-    guard c.version == connOptionsVersion else {
-        throw invalid("mtls_conn_options version \(c.version) is not supported (\(connOptionsVersion) is); use mtls_conn_options_init")
-    }
+    let c = try readVersioned(p, zero: mtls_conn_options(), sizes: connOptionsSizes, "mtls_conn_options")
+    o.overrides = try overridesArgument(c.overrides, "opts->overrides")
     o.serverName = try optionalString(c.sni, "sni")
     o.validationName = try optionalString(c.verify_as, "verify_as")
     o.alpn = try alpnList(c.alpn, "alpn")
@@ -89,9 +92,9 @@ private func clientOptions(_ p: UnsafePointer<mtls_conn_options>?) throws -> TLS
 @_cdecl("mtls_conn_options_init")
 public func mtls_conn_options_init(_ opts: UnsafeMutablePointer<mtls_conn_options>?, _ version: UInt32) -> Int32 {
     abiCall {
-        try initOptions(opts, version, supported: connOptionsVersion, "mtls_conn_options", versionField: \.version) {
+        try initVersionedOptions(opts, version, sizes: connOptionsSizes, "mtls_conn_options", versionField: \.version) {
             let d = TLSClientOptions()
-            var o = mtls_conn_options()  // NULL pointers: no names, identity or policy
+            var o = mtls_conn_options()  // NULL pointers: no names, identity, policy or overrides
             o.min_tls = tlsVersionValue(d.minVersion)
             o.max_tls = tlsVersionValue(d.maxVersion)
             o.connect_timeout_ms = milliseconds(d.connectTimeout)
@@ -232,8 +235,8 @@ public func mtls_conn_presented_identity(_ conn: OpaquePointer?, _ out: UnsafeMu
 @_cdecl("mtls_listener_options_init")
 public func mtls_listener_options_init(_ opts: UnsafeMutablePointer<mtls_listener_options>?, _ version: UInt32) -> Int32 {
     abiCall {
-        try initOptions(opts, version, supported: listenerOptionsVersion, "mtls_listener_options", versionField: \.version) {
-            var o = mtls_listener_options()  // NULL pointers: the identity and policy are the caller's
+        try initVersionedOptions(opts, version, sizes: listenerOptionsSizes, "mtls_listener_options", versionField: \.version) {
+            var o = mtls_listener_options()  // NULL pointers: the identity, policy and overrides are the caller's
             o.client_auth = clientAuthValue(TLSDefaults.clientAuthentication)
             o.min_tls = tlsVersionValue(TLSDefaults.minVersion)
             o.max_tls = tlsVersionValue(TLSDefaults.maxVersion)
@@ -251,10 +254,8 @@ public func mtls_listener_new(_ address: UnsafePointer<CChar>?, _ port: UInt16, 
                               _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
-            let c = try require(opts, "opts").pointee
-            guard c.version == listenerOptionsVersion else {
-                throw invalid("mtls_listener_options version \(c.version) is not supported (\(listenerOptionsVersion) is)")
-            }
+            let c = try readVersioned(try require(opts, "opts"), zero: mtls_listener_options(), sizes: listenerOptionsSizes,
+                                      "mtls_listener_options")
             var o = TLSServerOptions(identity: try handle(c.identity, Identity.self, "opts->identity"))
             o.clientAuthentication = try clientAuthentication(c.client_auth)
             if let p = c.client_policy { o.clientPolicy = try handle(p, TrustPolicy.self, "opts->client_policy") }
@@ -264,6 +265,7 @@ public func mtls_listener_new(_ address: UnsafePointer<CChar>?, _ port: UInt16, 
             o.handshakeTimeout = seconds(c.handshake_timeout_ms)
             o.ioTimeout = seconds(c.io_timeout_ms)
             o.sessionTickets = c.no_session_tickets == 0
+            o.clientOverrides = try overridesArgument(c.client_overrides, "opts->client_overrides")
             return try TLSListener(address: try optionalString(address, "address"), port: port, options: o)
         }
     }
@@ -305,6 +307,20 @@ public func mtls_ssl_ctx_configure(_ sslCtx: UnsafeMutableRawPointer?, _ identit
         } else {
             try SSLContextConfiguration.configure(sslContext: ctx, identity: id, policy: nil, purpose: purpose)
         }
+    }
+}
+
+/// `int mtls_ssl_ctx_configure_overrides(void *ssl_ctx, const mtls_identity *identity, const mtls_policy *policy, int accepts_clients, const mtls_trust_overrides *overrides)`
+@_cdecl("mtls_ssl_ctx_configure_overrides")
+public func mtls_ssl_ctx_configure_overrides(_ sslCtx: UnsafeMutableRawPointer?, _ identity: OpaquePointer?, _ policy: OpaquePointer?,
+                                             _ acceptsClients: Int32, _ overrides: UnsafePointer<mtls_trust_overrides>?) -> Int32 {
+    abiCall {
+        let ctx = try require(sslCtx, "ssl_ctx")
+        let id = try identity.map { try handle($0, Identity.self, "identity") }
+        let p = try policy.map { try handle($0, TrustPolicy.self, "policy") }
+        try SSLContextConfiguration.configure(sslContext: ctx, identity: id, policy: p,
+                                              purpose: acceptsClients != 0 ? .clientAuth : .serverAuth,
+                                              overrides: try overridesArgument(overrides))
     }
 }
 

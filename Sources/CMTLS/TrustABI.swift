@@ -341,3 +341,117 @@ public func mtls_evaluate_peer(_ p: OpaquePointer?, _ certs: UnsafePointer<Opaqu
 public func mtls_policy_set_system_anchors_for_clients(_ p: OpaquePointer?, _ on: Int32) -> Int32 {
     abiCall { try policy(p).systemAnchorsForClients = on != 0 }
 }
+
+// MARK: one effective policy: policy-wide pins and verify-as, overrides, provenance
+
+/// `int mtls_policy_set_pins(mtls_policy *policy, const char *const *pins, size_t count)`
+@_cdecl("mtls_policy_set_pins")
+public func mtls_policy_set_pins(_ p: OpaquePointer?, _ pins: UnsafePointer<UnsafePointer<CChar>?>?, _ count: Int) -> Int32 {
+    abiCall {
+        let h = try policy(p)
+        let list = try stringList(pins, count, "pins")
+        h.pins = try list.map { try SPKIPin($0) }
+    }
+}
+
+/// `int mtls_policy_pins(const mtls_policy *policy, char ***out, size_t *count)`
+@_cdecl("mtls_policy_pins")
+public func mtls_policy_pins(_ p: OpaquePointer?, _ out: CStringListOut?, _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall { try putStrings(out, count) { try policy(p).pins.map(\.description) } }
+}
+
+/// `int mtls_policy_set_verify_as(mtls_policy *policy, const char *verify_as)`
+@_cdecl("mtls_policy_set_verify_as")
+public func mtls_policy_set_verify_as(_ p: OpaquePointer?, _ verifyAs: UnsafePointer<CChar>?) -> Int32 {
+    abiCall {
+        let h = try policy(p)
+        let v = try verifyAs.map { try string($0, "verify_as") }
+        if let v { try TrustPolicy.validateVerifyAs(v) }
+        h.verifyAs = v
+    }
+}
+
+/// `int mtls_policy_verify_as(const mtls_policy *policy, char **out)`
+@_cdecl("mtls_policy_verify_as")
+public func mtls_policy_verify_as(_ p: OpaquePointer?, _ out: CStringOut?) -> Int32 {
+    abiCall { try putOptionalString(out) { try policy(p).verifyAs } }
+}
+
+/// `int mtls_trust_overrides_init(mtls_trust_overrides *overrides, unsigned int version)`
+@_cdecl("mtls_trust_overrides_init")
+public func mtls_trust_overrides_init(_ o: UnsafeMutablePointer<mtls_trust_overrides>?, _ version: UInt32) -> Int32 {
+    abiCall {
+        let o = try require(o, "overrides")
+        guard version == 1 else { throw invalid("mtls_trust_overrides version \(version) is not supported (1 is)") }
+        var v = mtls_trust_overrides()  // zero: no anchors, no pins, no verify_as
+        v.version = 1
+        v.anchors_only = -1
+        o.pointee = v
+    }
+}
+
+/// `const char *const *` with `count` entries, each a UTF-8 string.
+private func stringList(_ p: UnsafePointer<UnsafePointer<CChar>?>?, _ count: Int, _ name: String) throws -> [String] {
+    let n = try size(count, "the count of \(name)")
+    if n == 0 { return [] }
+    let list = try require(p, name)
+    return try (0..<n).map { try string(list[$0], "\(name)[\($0)]") }
+}
+
+/// The overrides a C caller passed (NULL: none). A malformed pin or verify-as is
+/// MTLS_E_INVALID_ARGUMENT.
+func overridesArgument(_ p: UnsafePointer<mtls_trust_overrides>?, _ name: String = "overrides") throws -> TrustOverrides? {
+    guard let p else { return nil }
+    let c = p.pointee
+    guard c.version == 1 else { throw invalid("\(name) version \(c.version) is not supported (1 is); use mtls_trust_overrides_init") }
+    var o = TrustOverrides()
+    let n = try size(c.anchor_count, "\(name)->anchor_count")
+    if n > 0 {
+        let list = try require(c.anchors, "\(name)->anchors")
+        o.anchors = try (0..<n).map { try handle(list[$0], Certificate.self, "\(name)->anchors[\($0)]") }
+    }
+    switch c.anchors_only {
+    case -1: o.anchorsOnly = nil
+    case 0: o.anchorsOnly = false
+    case 1: o.anchorsOnly = true
+    default: throw invalid("\(name)->anchors_only must be -1 (as the policy says), 0 or 1, not \(c.anchors_only)")
+    }
+    do {
+        o.pins = try stringList(c.pins, c.pin_count, "\(name)->pins").map { try SPKIPin($0) }
+    } catch let e as MTLSError where e.code == .invalidPolicy {
+        throw invalid("\(name)->pins: \(e.message)")
+    }
+    if let v = c.verify_as { o.verifyAs = try string(v, "\(name)->verify_as") }
+    try o.validate()
+    return o
+}
+
+/// `int mtls_evaluate_with_overrides(mtls_policy *policy, mtls_cert *const *certs, size_t count, const char *host, uint16_t port, const char *verify_as, int purpose, int64_t at, const mtls_trust_overrides *overrides, mtls_trust_result **out)`
+@_cdecl("mtls_evaluate_with_overrides")
+public func mtls_evaluate_with_overrides(_ p: OpaquePointer?, _ certs: UnsafePointer<OpaquePointer?>?, _ count: Int,
+                                         _ host: UnsafePointer<CChar>?, _ port: UInt16, _ verifyAs: UnsafePointer<CChar>?,
+                                         _ purpose: Int32, _ at: Int64, _ overrides: UnsafePointer<mtls_trust_overrides>?,
+                                         _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        try putHandle(out) {
+            let h = try handle(p, TrustPolicy.self, "policy")
+            let certs = try require(certs, "certs")
+            guard count > 0 else { throw invalid("count must be at least 1") }
+            let chain = try (0..<count).map { try handle(certs[$0], Certificate.self, "certs[\($0)]") }
+            // Port 0: the host may carry its port as text, as mtls_evaluate takes it.
+            var peer = port == 0 ? TrustPeer(hostText: optionalString(host))
+                                 : TrustPeer(host: optionalString(host), port: Int(port))
+            peer.verifyAs = optionalString(verifyAs)
+            let result = h.evaluate(chain: chain, peer: peer, purpose: try purposeArgument(purpose),
+                                    at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)),
+                                    overrides: try overridesArgument(overrides))
+            return TrustResultBox(result)
+        }
+    }
+}
+
+/// `int mtls_trust_result_provenance(const mtls_trust_result *result, char **out)`
+@_cdecl("mtls_trust_result_provenance")
+public func mtls_trust_result_provenance(_ r: OpaquePointer?, _ out: CStringOut?) -> Int32 {
+    abiCall { try putOptionalString(out) { try result(r).result.provenance?.jsonText } }
+}

@@ -68,43 +68,30 @@ struct IdentityOptions: ParsableArguments {
 /// The trust options shared by connect (server policy) and serve (client policy), built the way
 /// `mtls verify` builds them.
 enum PolicyBuilder {
-    /// The policy file (or an empty policy) with the command line's trust options merged into
-    /// the host rule the policy selects for `peer` (its host and port, never the verify-as
-    /// name): `--pin` is added to that rule's pins, `--anchor` to the policy's anchors and to
-    /// the rule's own anchors when it has some, `--anchors-only` to both, and `--verify-as`
-    /// fills the rule's verify-as. Nothing the rule had is replaced and no more specific rule
-    /// can hide the flags: a `--verify-as` that contradicts the rule's is an error. Without a
-    /// rule, pins make one for exactly `host:port`.
-    static func policy(file: String?, anchors: [String], anchorsOnly: Bool, pins: [String], peer: TrustPeer?,
-                       store: () throws -> CredentialStore?) throws -> TrustPolicy {
-        let p = try file.map { try TrustPolicy.load(path: $0) } ?? TrustPolicy()
-        let extra = try anchorCertificates(anchors, store: store)
-        for c in extra { p.addAnchor(c) }
-        if anchorsOnly { p.anchorsOnly = true }
-        let parsedPins = try pins.map { try SPKIPin($0) }
-        guard let peer, peer.host != nil else {
-            if !pins.isEmpty { throw MTLSError(.invalidArgument, "--pin needs --host (pins belong to a host rule)") }
-            return p
+    /// The policy file, or an empty policy (the system trust store, name check on). The command
+    /// line's trust options never go into it: they are ``overrides(anchors:anchorsOnly:pins:verifyAs:store:)``.
+    static func policy(file: String?) throws -> TrustPolicy {
+        try file.map { try TrustPolicy.load(path: $0) } ?? TrustPolicy()
+    }
+
+    /// `--anchor`, `--anchors-only`, `--pin` and `--verify-as` as overrides, which the library
+    /// composes on top of the policy for this one evaluation or connection: anchors are added to
+    /// those in force (the selected rule's own, else the policy's), `--anchors-only` replaces
+    /// anchors-only, `--pin`s are always enforced (whatever a rule says about report-only or pin
+    /// expiry), `--verify-as` is the name checked. nil when no flag was given.
+    static func overrides(anchors: [String], anchorsOnly: Bool, pins: [String], verifyAs: String?,
+                          store: () throws -> CredentialStore?) throws -> TrustOverrides? {
+        var o = TrustOverrides()
+        o.anchors = try anchorCertificates(anchors, store: store)
+        if anchorsOnly { o.anchorsOnly = true }
+        o.pins = try pins.map { pin in
+            do { return try SPKIPin(pin) } catch let e as MTLSError { throw MTLSError(.invalidArgument, "--pin: \(e.message)") }
         }
-        let existing = p.hostRule(for: peer)
-        let needsRule = !parsedPins.isEmpty || (existing != nil && (!extra.isEmpty || anchorsOnly || peer.verifyAs != nil))
-        guard needsRule else { return p }
-        let pattern = existing?.pattern.text ?? peer.description
-        try p.updateHostRule(pattern) { rule in
-            for pin in parsedPins { rule.addPin(pin) }
-            if let own = rule.anchors, !extra.isEmpty { rule.anchors = own + extra }
-            if anchorsOnly, rule.anchorsOnly != nil { rule.anchorsOnly = true }
-            if let v = peer.verifyAs {
-                if rule.skipNameCheck {
-                    throw MTLSError(.invalidArgument, "--verify-as \(v) contradicts host rule \(rule.pattern.text), which skips the name check")
-                }
-                if let mine = rule.verifyAs, mine.lowercased() != v.lowercased() {
-                    throw MTLSError(.invalidArgument, "--verify-as \(v) contradicts host rule \(rule.pattern.text), which verifies as \(mine)")
-                }
-                rule.verifyAs = v
-            }
+        if let v = verifyAs {
+            o.verifyAs = v
+            do { try o.validate() } catch let e as MTLSError { throw MTLSError(.invalidArgument, "--verify-as: \(e.message)") }
         }
-        return p
+        return o.isEmpty ? nil : o
     }
 
     /// The host rule that applied, as JSON (null when none).
@@ -195,9 +182,9 @@ struct ConnectCommand: ParsableCommand {
     @Option(help: "A trust policy JSON file.") var policy: String?
     @Option(help: "A pinned anchor (root, intermediate or the server's own certificate): a file, or a certificate stored under a label (LABEL with a store, or store:LABEL); repeatable.") var anchor: [String] = []
     @Flag(help: "Trust only the anchors given, not the system store.") var anchorsOnly = false
-    @Option(help: "Validate the server's certificate as this name instead of HOST.") var verifyAs: String?
+    @Option(help: "Validate the server's certificate as this name instead of HOST, over the policy's and its rule's verify-as.") var verifyAs: String?
     @Option(help: "The SNI to send (default HOST when it is a name; \"\" for none).") var sni: String?
-    @Option(help: "An SPKI pin sha256/BASE64; repeatable.") var pin: [String] = []
+    @Option(help: "An SPKI pin sha256/BASE64; repeatable; always enforced, on top of the policy and its host rule.") var pin: [String] = []
     @Option(help: "ALPN protocol to offer; repeatable.") var alpn: [String] = []
     @Option(help: "Lowest TLS version: 1.2 or 1.3.") var tlsMin: String = "1.2"
     @Option(help: "Highest TLS version: 1.2 or 1.3.") var tlsMax: String = "1.3"
@@ -236,11 +223,12 @@ struct ConnectCommand: ParsableCommand {
             o.identity = try identityOptions.clientIdentity()
             // The rule is the one for the peer reached (host and port); --verify-as only changes
             // the name checked.
-            let peer = TrustPeer(host: host, port: Int(port), verifyAs: verifyAs)
-            o.policy = try PolicyBuilder.policy(file: policy, anchors: anchor, anchorsOnly: anchorsOnly, pins: pin,
-                                                peer: peer, store: identityOptions.openStore)
+            // --verify-as, --pin, --anchor and --anchors-only are overrides: the library composes
+            // them on top of the policy (and of the rule the host and port select).
+            o.policy = try PolicyBuilder.policy(file: policy)
+            o.overrides = try PolicyBuilder.overrides(anchors: anchor, anchorsOnly: anchorsOnly, pins: pin, verifyAs: verifyAs,
+                                                      store: identityOptions.openStore)
             usedPolicy = o.policy
-            o.validationName = verifyAs
             o.serverName = sni
             o.alpn = alpn
             o.minVersion = try Self.version(tlsMin)
@@ -355,8 +343,9 @@ struct ServeCommand: ParsableCommand {
                 throw ValidationError("serve needs --identity (or --cert and --key)")
             }
             var o = TLSServerOptions(identity: identity)
-            o.clientPolicy = try PolicyBuilder.policy(file: policy, anchors: clientAnchor, anchorsOnly: !clientAnchor.isEmpty,
-                                                      pins: [], peer: nil, store: identityOptions.openStore)
+            o.clientPolicy = try PolicyBuilder.policy(file: policy)
+            o.clientOverrides = try PolicyBuilder.overrides(anchors: clientAnchor, anchorsOnly: !clientAnchor.isEmpty, pins: [],
+                                                            verifyAs: nil, store: identityOptions.openStore)
             if clientSystemAnchors { o.clientPolicy?.systemAnchorsForClients = true }
             o.clientAuthentication = requireClientCert ? .require : (clientAnchor.isEmpty && policy == nil ? .none : .optional)
             o.alpn = alpn

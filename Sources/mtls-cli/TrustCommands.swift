@@ -25,9 +25,9 @@ struct VerifyCommand: ParsableCommand {
     var secretFile: String?
     @Flag(help: "Trust only the anchors, not the system store.")
     var anchorsOnly = false
-    @Option(help: "Validate the certificate as this name instead of the host (the host and port still select the host rule).")
+    @Option(help: "Validate the certificate as this name, over the policy's and its rule's verify-as (the host and port still select the host rule).")
     var verifyAs: String?
-    @Option(name: .customLong("pin"), help: "An SPKI pin sha256/BASE64 for the host (repeatable).")
+    @Option(name: .customLong("pin"), help: "An SPKI pin sha256/BASE64 (repeatable); always enforced, on top of the policy and its host rule.")
     var pins: [String] = []
     @Option(help: "Evaluation time, RFC 3339.")
     var at: String?
@@ -39,9 +39,12 @@ struct VerifyCommand: ParsableCommand {
         var usedPolicy: TrustPolicy?
         do {
             let certs = try Certificate.load(path: chain)
-            let peer = host.map { TrustPeer(hostText: $0) }.map { TrustPeer(host: $0.host, port: $0.port, verifyAs: verifyAs) }
+            let peer = host.map { TrustPeer(hostText: $0) }
             if verifyAs != nil && host == nil { throw MTLSError(.invalidArgument, "--verify-as needs --host (the peer reached)") }
-            let p = try PolicyBuilder.policy(file: policy, anchors: anchors, anchorsOnly: anchorsOnly, pins: pins, peer: peer) {
+            let p = try PolicyBuilder.policy(file: policy)
+            // The flags are overrides the library composes on top of the policy and of the rule
+            // the host selects; they are never merged into the policy's rules.
+            let overrides = try PolicyBuilder.overrides(anchors: anchors, anchorsOnly: anchorsOnly, pins: pins, verifyAs: verifyAs) {
                 try IdentityOptions.openExistingStore(path: store, secretFile: secretFile)
             }
             usedPolicy = p
@@ -54,7 +57,7 @@ struct VerifyCommand: ParsableCommand {
             // Without --host the caller asks for no name check, as documented.
             if host == nil { p.nameCheck = .none }
             if !json { for w in p.warnings { CLI.printError("warning: \(w)") } }
-            result = p.evaluate(chain: certs, peer: peer ?? TrustPeer(), purpose: purposeValue, at: time)
+            result = p.evaluate(chain: certs, peer: peer ?? TrustPeer(), purpose: purposeValue, at: time, overrides: overrides)
         } catch {
             throw CLI.fail(error)
         }
@@ -84,7 +87,16 @@ enum TrustJSON {
                 ["code": reason.code, "cert_index": reason.certIndex.map { $0 as Any } ?? NSNull(), "message": reason.message]
             },
             "chain": r.chain.map(\.sha256Hex),
+            "provenance": provenance(r),
         ]
+    }
+
+    /// Where each decision came from (``TrustProvenance/jsonText``), as a JSON object; null when
+    /// no evaluation could be made.
+    static func provenance(_ r: TrustResult) -> Any {
+        guard let text = r.provenance?.jsonText,
+              let o = try? JSONSerialization.jsonObject(with: Data(text.utf8)) else { return NSNull() }
+        return o
     }
 }
 

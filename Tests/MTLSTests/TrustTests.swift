@@ -668,6 +668,150 @@ final class TrustTests: XCTestCase {
         handle.replaceSettings(from: bad)
         XCTAssertFalse(handle.evaluate(chain: chain, host: "server.test").trusted)
     }
+
+    // MARK: One effective policy (issue 23): policy-wide settings and overrides, composed per evaluation
+
+    func pin(_ name: String) throws -> SPKIPin { SPKIPin(certificate: try cert(name)) }
+
+    func testPolicyWidePinsApplyWithAndWithoutAHostAndToClients() throws {
+        let p = try policy()
+        p.pins = [try pin("other-root.pem")]
+        assertFails(p.evaluate(chain: try certs("chain.pem"), host: "server.test"), TrustReason.Code.pinMismatch, kind: .fatalFailure)
+        // No host (name check off): the policy-wide pins still hold.
+        p.nameCheck = .none
+        assertFails(p.evaluate(chain: try certs("chain.pem"), host: nil), TrustReason.Code.pinMismatch)
+        // A client, as a listener judges it (by its address, no name).
+        assertFails(p.evaluate(chain: try certs("client-chain.pem"), peer: .client(address: "10.0.0.7"), purpose: .clientAuth),
+                    TrustReason.Code.pinMismatch)
+        p.pins = [try pin("inter.pem")]
+        let r = p.evaluate(chain: try certs("client-chain.pem"), peer: .client(address: "10.0.0.7"), purpose: .clientAuth)
+        assertTrusted(r)
+        XCTAssertEqual(r.provenance?.pins, [TrustProvenance.PinSet(source: .policy, enforced: true, matched: try pin("inter.pem").description)])
+    }
+
+    func testPolicyWidePinsHoldBesideTheSelectedRulesOwnPins() throws {
+        let p = try policy()
+        p.addHostRule(HostRule(pattern: try HostPattern("server.test"), pins: [try pin("root.pem")]))
+        p.pins = [try pin("other-root.pem")]
+        // The rule's pin matches; the policy-wide one does not: both sets must be matched.
+        let r = p.evaluate(chain: try certs("chain.pem"), host: "server.test")
+        assertFails(r, TrustReason.Code.pinMismatch)
+        XCTAssertEqual(r.provenance?.pins.map(\.source), [.rule, .policy])
+        XCTAssertEqual(r.provenance?.rule, "server.test")
+    }
+
+    func testPolicyWideVerifyAsDoesNotShadowAWildcardRulesAnchors() throws {
+        // Default anchors: the RSA root; the **.test rule: the test root, and only it.
+        let p = TrustPolicy(anchors: [try cert("rsa-root.pem")], anchorsOnly: true, time: Self.now)
+        p.addHostRule(HostRule(pattern: try HostPattern("**.test"), anchors: [try cert("root.pem")], anchorsOnly: true))
+        p.verifyAs = "server.test"
+        // A chain from the RSA root (named server.test) reached as x.test: the rule's anchors decide.
+        assertFails(p.evaluate(chain: try certs("rsa-chain.pem"), host: "x.test"), TrustReason.Code.unknownIssuer)
+        let r = p.evaluate(chain: try certs("chain.pem"), host: "x.test")
+        assertTrusted(r)
+        XCTAssertEqual(r.provenance?.rule, "**.test")
+        XCTAssertEqual(r.provenance?.anchors, [.rule])
+        XCTAssertEqual(r.provenance?.name, "server.test")
+        XCTAssertEqual(r.provenance?.nameSource, .policy)
+        XCTAssertEqual(p.hostRules.map(\.pattern.text), ["**.test"], "no rule was added")
+    }
+
+    func testOverridePinsAreEnforcedUnderAReportOnlyRuleAndExpiredPins() throws {
+        let wrong = try pin("other-root.pem")
+        let p = try policy()
+        p.addHostRule(HostRule(pattern: try HostPattern("server.test"), pins: [wrong], enforcement: .reportOnly))
+        let reports = LockedBox<Int>(0)
+        p.reportHandler = { _ in reports.mutate { $0 += 1 } }
+        assertTrusted(p.evaluate(chain: try certs("chain.pem"), host: "server.test"))
+        let r = p.evaluate(chain: try certs("chain.pem"), host: "server.test", overrides: TrustOverrides(pins: [wrong]))
+        assertFails(r, TrustReason.Code.pinMismatch, kind: .fatalFailure)
+        XCTAssertEqual(r.provenance?.pins.map(\.source), [.rule, .override])
+        XCTAssertEqual(r.provenance?.pins.map(\.enforced), [false, true])
+        XCTAssertEqual(reports.value, 2, "the report-only rule's own failure is still reported, once per evaluation")
+        // Expired rule pins that stopped being enforced do not stop the override's.
+        try p.updateHostRule("server.test") {
+            $0.enforcement = .enforce
+            $0.pinsExpire = Self.now.addingTimeInterval(-60)
+            $0.afterExpiry = .stopEnforcing
+        }
+        assertTrusted(p.evaluate(chain: try certs("chain.pem"), host: "server.test"))
+        assertFails(p.evaluate(chain: try certs("chain.pem"), host: "server.test", overrides: TrustOverrides(pins: [wrong])),
+                    TrustReason.Code.pinMismatch)
+        assertTrusted(p.evaluate(chain: try certs("chain.pem"), host: "server.test", overrides: TrustOverrides(pins: [try pin("inter.pem")])))
+    }
+
+    func testOverridesNeverChangeThePolicyAndAreInTheCacheKey() throws {
+        let p = try policy()
+        p.addHostRule(HostRule(pattern: try HostPattern("127.0.0.1"), verifyAs: "server.test"))
+        let version = p.version
+        let chain = try certs("chain.pem")
+        // Trusted first (cached), then the same chain, peer and second with overrides: not the cached answer.
+        assertTrusted(p.evaluate(chain: chain, host: "127.0.0.1"))
+        assertFails(p.evaluate(chain: chain, host: "127.0.0.1", overrides: TrustOverrides(pins: [try pin("other-root.pem")])),
+                    TrustReason.Code.pinMismatch)
+        assertFails(p.evaluate(chain: chain, host: "127.0.0.1", overrides: TrustOverrides(verifyAs: "other.test")),
+                    TrustReason.Code.nameMismatch)
+        let added = p.evaluate(chain: chain, host: "127.0.0.1", overrides: TrustOverrides(anchors: [try cert("other-root.pem")]))
+        assertTrusted(added)
+        XCTAssertEqual(added.provenance?.anchors, [.policy, .override])
+        assertTrusted(p.evaluate(chain: chain, host: "127.0.0.1"))
+        XCTAssertEqual(p.version, version)
+        XCTAssertEqual(p.hostRules.count, 1)
+        XCTAssertEqual(p.hostRules.first?.verifyAs, "server.test")
+        XCTAssertTrue(p.hostRules.first?.pins.isEmpty ?? false)
+        XCTAssertNil(p.verifyAs)
+        XCTAssertTrue(p.pins.isEmpty)
+    }
+
+    func testOverrideVerifyAsWinsAndEachCallGetsItsOwn() throws {
+        let p = try policy()
+        p.addHostRule(HostRule(pattern: try HostPattern("127.0.0.1"), verifyAs: "other.test"))
+        p.verifyAs = "also-other.test"
+        let chain = try certs("chain.pem")
+        assertFails(p.evaluate(chain: chain, host: "127.0.0.1"), TrustReason.Code.nameMismatch)
+        let a = p.evaluate(chain: chain, host: "127.0.0.1", overrides: TrustOverrides(verifyAs: "server.test"))
+        assertTrusted(a)
+        XCTAssertEqual(a.provenance?.nameSource, .override)
+        XCTAssertEqual(a.provenance?.rule, "127.0.0.1")
+        assertFails(p.evaluate(chain: chain, host: "127.0.0.1", overrides: TrustOverrides(verifyAs: "wrong.test")), TrustReason.Code.nameMismatch)
+        assertTrusted(p.evaluate(chain: chain, host: "127.0.0.1", overrides: TrustOverrides(verifyAs: "x.wild.test")))
+    }
+
+    func testOverrideAnchorsAreAddedToTheAnchorsInForce() throws {
+        let p = TrustPolicy(anchors: [try cert("rsa-root.pem")], anchorsOnly: true, time: Self.now)
+        assertFails(p.evaluate(chain: try certs("chain.pem"), host: "server.test"), TrustReason.Code.unknownIssuer)
+        let r = p.evaluate(chain: try certs("chain.pem"), host: "server.test", overrides: TrustOverrides(anchors: [try cert("inter.pem")]))
+        assertTrusted(r)
+        XCTAssertEqual(r.provenance?.anchors, [.policy, .override])
+        XCTAssertEqual(r.provenance?.anchorsOnlySource, .policy)
+        assertTrusted(p.evaluate(chain: try certs("rsa-chain.pem"), host: "server.test", overrides: TrustOverrides(anchors: [try cert("inter.pem")])))
+        // anchors-only off from the overrides: the system store joins (the test root is not in it).
+        let s = p.evaluate(chain: try certs("chain.pem"), host: "server.test", overrides: TrustOverrides(anchorsOnly: false))
+        XCTAssertFalse(s.trusted)
+        XCTAssertEqual(s.provenance?.anchorsOnlySource, .override)
+        XCTAssertEqual(s.provenance?.anchorsOnly, false)
+        XCTAssertThrowsError(try TrustOverrides(verifyAs: " ").validate())
+        assertFails(p.evaluate(chain: try certs("chain.pem"), host: "server.test", overrides: TrustOverrides(verifyAs: "")),
+                    TrustReason.Code.invalidPolicy)
+    }
+
+    func testPolicyFileReadsPolicyWidePinsAndVerifyAs() throws {
+        let pinText = try pin("inter.pem").description
+        let json = #"{"anchors": ["root.pem"], "anchors_only": true, "verify_as": "server.test", "pins": ["\#(pinText)"]}"#
+        let p = try TrustPolicy(json: Array(json.utf8), baseDirectory: Self.dir)
+        XCTAssertEqual(p.verifyAs, "server.test")
+        XCTAssertEqual(p.pins.map(\.description), [pinText])
+        p.time = Self.now
+        let r = p.evaluate(chain: try certs("chain.pem"), host: "10.1.2.3")
+        assertTrusted(r)
+        XCTAssertEqual(r.provenance?.jsonText,
+                       #"{"rule":null,"anchors":["policy"],"anchors_only":true,"anchors_only_from":"policy","name":"server.test","name_from":"policy","pins":[{"from":"policy","enforced":true,"matched":"\#(pinText)"}]}"#)
+        for bad in [#"{"verify_as": ""}"#, #"{"verify_as": "a b"}"#, #"{"pins": ["sha256/abc"]}"#] {
+            XCTAssertThrowsError(try TrustPolicy(json: Array(bad.utf8))) {
+                XCTAssertEqual(($0 as? MTLSError)?.code, .invalidPolicy, bad)
+            }
+        }
+    }
 }
 
 /// A value shared with a @Sendable closure in a test.

@@ -268,8 +268,9 @@ int main(void) {
     o.min_tls = 11;
     CHECK_RC(mtls_conn_connect("127.0.0.1", port, &o, &c), MTLS_E_INVALID_ARGUMENT);
     o.min_tls = MTLS_TLS_1_2;
-    o.version = 2;
+    o.version = 99;
     CHECK_RC(mtls_conn_connect("127.0.0.1", port, &o, &c), MTLS_E_INVALID_ARGUMENT);
+    o.version = MTLS_CONN_OPTIONS_VERSION;
 
     /* ---- bring your own SSL_CTX (OpenSSL reached through dlopen: this test links only libmtls) */
     void *libssl = dlopen("libssl.so.3", RTLD_NOW);
@@ -304,6 +305,166 @@ int main(void) {
     CHECK_OK(mtls_ssl_ctx_set_peer(ctx, "127.0.0.1", 8443, "server.test"));
     CHECK_OK(mtls_ssl_ctx_set_peer(ctx, "server.test", 443, NULL)); /* replaces it */
     ctx_free(ctx);
+
+    /* ---- one effective policy (issue 23): policy-wide pins on a listener's client policy,
+       listener and connection overrides, options of version 1 and 2, SSL_CTX overrides */
+    {
+        char *pin_b = NULL, *pin_a = NULL, *pin_root = NULL;
+        mtls_cert **cb = NULL, **ca = NULL, **cr = NULL; size_t nb = 0, na = 0, nr = 0;
+        char pth[1024];
+        snprintf(pth, sizeof pth, "%s/int-b.pem", pki); CHECK_OK(mtls_cert_list_load(pth, &cb, &nb));
+        snprintf(pth, sizeof pth, "%s/int-a.pem", pki); CHECK_OK(mtls_cert_list_load(pth, &ca, &na));
+        snprintf(pth, sizeof pth, "%s/root.pem", pki); CHECK_OK(mtls_cert_list_load(pth, &cr, &nr));
+        CHECK_OK(mtls_cert_spki_pin(cb[0], &pin_b));
+        CHECK_OK(mtls_cert_spki_pin(ca[0], &pin_a));
+        CHECK_OK(mtls_cert_spki_pin(cr[0], &pin_root));
+        const char *pins_b[] = {pin_b}, *pins_a[] = {pin_a}, *wrong_pins[] = {"sha256/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="};
+
+        /* Every customer's clients chain to the root; the policy-wide pin admits customer B only. */
+        mtls_policy *customers = anchored("root.pem");
+        CHECK_OK(mtls_policy_set_pins(customers, pins_b, 1));
+        mtls_listener_options lp;
+        CHECK_OK(mtls_listener_options_init(&lp, MTLS_LISTENER_OPTIONS_VERSION));
+        CHECK(lp.version == 2 && lp.client_overrides == NULL);
+        lp.identity = server_id;
+        lp.client_policy = customers;
+        lp.no_session_tickets = 1;
+        mtls_listener *lw = NULL;
+        CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lp, &lw));
+        uint16_t pw = 0;
+        CHECK_OK(mtls_listener_port(lw, &pw));
+        struct server sw = { .listener = lw, .count = 2 };
+        pthread_t tw;
+        pthread_create(&tw, NULL, serve, &sw);
+        mtls_conn_options oc;
+        CHECK_OK(mtls_conn_options_init(&oc, MTLS_CONN_OPTIONS_VERSION));
+        CHECK(oc.version == 2 && oc.overrides == NULL);
+        oc.verify_as = "server.test";
+        oc.policy = server_policy;
+        oc.handshake_timeout_ms = oc.io_timeout_ms = 10000;
+        oc.identity = client_a;
+        mtls_conn *cw = NULL;
+        if (mtls_conn_connect("127.0.0.1", pw, &oc, &cw) == MTLS_OK) { /* TLS 1.3: refused on the first read */
+            uint8_t b[8]; size_t got = 0, put = 0;
+            mtls_conn_write(cw, (const uint8_t *)"ping", 4, &put);
+            CHECK(mtls_conn_read(cw, b, sizeof b, &got) != MTLS_OK || got == 0);
+            mtls_conn_free(cw);
+        }
+        oc.identity = client_b;
+        CHECK_OK(mtls_conn_connect("127.0.0.1", pw, &oc, &cw));
+        echo_once(cw);
+        mtls_conn_free(cw);
+        pthread_join(tw, NULL);
+        /* The listener reports a refused handshake and a finished one in whichever order they end. */
+        CHECK((sw.codes[0] == MTLS_E_UNTRUSTED && sw.codes[1] == MTLS_OK) ||
+              (sw.codes[1] == MTLS_E_UNTRUSTED && sw.codes[0] == MTLS_OK));
+        CHECK(strcmp(sw.cn[sw.codes[0] == MTLS_OK ? 0 : 1], "client-b") == 0);
+        mtls_listener_free(lw);
+
+        /* The same through the listener's overrides: a policy without pins, customer A pinned. */
+        mtls_policy *open_policy = anchored("root.pem");
+        mtls_trust_overrides lov;
+        CHECK_OK(mtls_trust_overrides_init(&lov, MTLS_TRUST_OVERRIDES_VERSION));
+        lov.pins = pins_a;
+        lov.pin_count = 1;
+        lp.client_policy = open_policy;
+        lp.client_overrides = &lov;
+        CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lp, &lw));
+        CHECK_OK(mtls_listener_port(lw, &pw));
+        struct server sw2 = { .listener = lw, .count = 5 };
+        pthread_create(&tw, NULL, serve, &sw2);
+        oc.identity = client_b;
+        if (mtls_conn_connect("127.0.0.1", pw, &oc, &cw) == MTLS_OK) {
+            uint8_t b[8]; size_t got = 0, put = 0;
+            mtls_conn_write(cw, (const uint8_t *)"ping", 4, &put);
+            CHECK(mtls_conn_read(cw, b, sizeof b, &got) != MTLS_OK || got == 0);
+            mtls_conn_free(cw);
+        }
+        /* Client side: an override pin that matches nothing refuses the server; the same
+           connection without it connects (sessions and evaluations are not shared across
+           overrides), and a matching override pin connects with a full handshake. */
+        oc.identity = client_a;
+        mtls_trust_overrides cov;
+        CHECK_OK(mtls_trust_overrides_init(&cov, MTLS_TRUST_OVERRIDES_VERSION));
+        CHECK_OK(mtls_conn_connect("127.0.0.1", pw, &oc, &cw));
+        echo_once(cw);
+        mtls_conn_free(cw);
+        cov.pins = wrong_pins;
+        cov.pin_count = 1;
+        oc.overrides = &cov;
+        CHECK_RC(mtls_conn_connect("127.0.0.1", pw, &oc, &cw), MTLS_E_UNTRUSTED);
+        cov.pins = (const char *const *)&pin_root;
+        CHECK_OK(mtls_conn_connect("127.0.0.1", pw, &oc, &cw));
+        int resumed = -1;
+        CHECK_OK(mtls_conn_resumed(cw, &resumed));
+        CHECK(resumed == 0);
+        mtls_trust_result *ev2 = NULL;
+        CHECK_OK(mtls_conn_evaluation(cw, &ev2));
+        char *prov = NULL;
+        CHECK_OK(mtls_trust_result_provenance(ev2, &prov));
+        CHECK(prov && strstr(prov, "\"from\":\"override\",\"enforced\":true") != NULL);
+        mtls_string_free(prov);
+        mtls_trust_result_free(ev2);
+        echo_once(cw);
+        mtls_conn_free(cw);
+        cov.pins = (const char *const *)"not a pin array";
+        cov.pin_count = 0; /* a count of 0 reads no pin */
+        cov.verify_as = "";
+        CHECK_RC(mtls_conn_connect("127.0.0.1", pw, &oc, &cw), MTLS_E_INVALID_ARGUMENT);
+        /* A program built with version 1 of the options: the fields after them are never read. */
+        mtls_conn_options o1;
+        memset(&o1, 0x5a, sizeof o1);
+        CHECK_OK(mtls_conn_options_init(&o1, 1));
+        CHECK(o1.version == 1 && o1.overrides == (const mtls_trust_overrides *)(uintptr_t)0x5a5a5a5a5a5a5a5aULL);
+        o1.verify_as = "server.test";
+        o1.policy = server_policy;
+        o1.identity = client_a;
+        o1.handshake_timeout_ms = o1.io_timeout_ms = 10000;
+        CHECK_OK(mtls_conn_connect("127.0.0.1", pw, &o1, &cw));
+        echo_once(cw);
+        mtls_conn_free(cw);
+        pthread_join(tw, NULL);
+        /* Customer B refused (not pinned by the overrides), one handshake the client broke off
+           (its override pin refused the server), three of customer A served; in any order. */
+        int ok = 0, untrusted = 0, other_failures = 0;
+        for (int i = 0; i < 5; i++) {
+            if (sw2.codes[i] == MTLS_OK) { ok++; CHECK(strcmp(sw2.cn[i], "client-a") == 0); }
+            else if (sw2.codes[i] == MTLS_E_UNTRUSTED) untrusted++;
+            else other_failures++;
+        }
+        CHECK(ok == 3 && untrusted == 1 && other_failures == 1);
+        mtls_listener_free(lw);
+        mtls_listener_options l1;
+        memset(&l1, 0x5a, sizeof l1);
+        CHECK_OK(mtls_listener_options_init(&l1, 1));
+        CHECK(l1.client_overrides == (const mtls_trust_overrides *)(uintptr_t)0x5a5a5a5a5a5a5a5aULL);
+        l1.identity = server_id;
+        l1.client_policy = open_policy;
+        CHECK_OK(mtls_listener_new("127.0.0.1", 0, &l1, &lw));
+        mtls_listener_free(lw);
+
+        /* An application's SSL_CTX: override anchors count as client anchors. */
+        void *cx = ctx_new(tls_method());
+        CHECK(cx != NULL);
+        mtls_policy *bare = NULL;
+        CHECK_OK(mtls_policy_new(&bare));
+        CHECK_RC(mtls_ssl_ctx_configure_overrides(cx, NULL, bare, 1, NULL), MTLS_E_INVALID_POLICY);
+        mtls_trust_overrides xov;
+        CHECK_OK(mtls_trust_overrides_init(&xov, MTLS_TRUST_OVERRIDES_VERSION));
+        xov.anchors = ca;
+        xov.anchor_count = 1;
+        CHECK_RC(mtls_ssl_ctx_configure_overrides(NULL, NULL, bare, 1, &xov), MTLS_E_INVALID_ARGUMENT);
+        CHECK_OK(mtls_ssl_ctx_configure_overrides(cx, NULL, bare, 1, &xov));
+        xov.verify_as = "bad name";
+        CHECK_RC(mtls_ssl_ctx_configure_overrides(cx, NULL, bare, 1, &xov), MTLS_E_INVALID_ARGUMENT);
+        ctx_free(cx);
+        mtls_policy_free(bare);
+
+        mtls_policy_free(customers);
+        mtls_policy_free(open_policy);
+        mtls_string_free(pin_a); mtls_string_free(pin_b); mtls_string_free(pin_root);
+        mtls_cert_list_free(ca, na); mtls_cert_list_free(cb, nb); mtls_cert_list_free(cr, nr);
+    }
 
     /* ---- a report callback lives on inside what holds its policy after mtls_policy_free: its
        userdata's destroy runs when the last holder (a listener, an SSL_CTX) goes. */

@@ -426,6 +426,140 @@ int main(void) {
         mtls_policy_free(pp);
     }
 
+    /* One effective policy (issue 23): policy-wide pins and verify-as, overrides, provenance. */
+    {
+        mtls_policy *pw = NULL;
+        CHECK_OK(mtls_policy_new(&pw));
+        CHECK_OK(mtls_policy_add_anchor(pw, root[0]));
+        CHECK_OK(mtls_policy_set_anchors_only(pw, 1));
+        CHECK_OK(mtls_policy_set_time(pw, now));
+        /* Policy-wide pins: setter, getter, NULL and malformed arguments. */
+        const char *bad_pins[] = {"sha256/abc"};
+        const char *other_pins[] = {other_pin};
+        const char *inter_pins[] = {inter_pin};
+        CHECK_RC(mtls_policy_set_pins(NULL, other_pins, 1), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_policy_set_pins(pw, NULL, 1), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_policy_set_pins(pw, bad_pins, 1), MTLS_E_INVALID_POLICY);
+        CHECK_OK(mtls_policy_set_pins(pw, other_pins, 1));
+        char **got = NULL;
+        size_t got_n = 0;
+        CHECK_RC(mtls_policy_pins(pw, NULL, &got_n), MTLS_E_INVALID_ARGUMENT);
+        CHECK_OK(mtls_policy_pins(pw, &got, &got_n));
+        CHECK(got_n == 1 && strcmp(got[0], other_pin) == 0);
+        mtls_string_list_free(got, got_n);
+        /* They hold with a host and without one (name check off), server and client side. */
+        mtls_trust_result *rw = eval(pw, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
+        CHECK(trusted(rw) == 0 && has_reason(rw, "pin_mismatch", NULL));
+        mtls_trust_result_free(rw);
+        CHECK_OK(mtls_policy_set_name_check(pw, 0));
+        rw = eval(pw, "chain.pem", NULL, MTLS_PURPOSE_SERVER);
+        CHECK(trusted(rw) == 0 && has_reason(rw, "pin_mismatch", NULL));
+        mtls_trust_result_free(rw);
+        rw = eval(pw, "client-chain.pem", NULL, MTLS_PURPOSE_CLIENT);
+        CHECK(trusted(rw) == 0 && has_reason(rw, "pin_mismatch", NULL));
+        mtls_trust_result_free(rw);
+        CHECK_OK(mtls_policy_set_pins(pw, inter_pins, 1));
+        rw = eval(pw, "client-chain.pem", NULL, MTLS_PURPOSE_CLIENT);
+        CHECK(trusted(rw) == 1);
+        char *prov = NULL;
+        CHECK_RC(mtls_trust_result_provenance(NULL, &prov), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_trust_result_provenance(rw, NULL), MTLS_E_INVALID_ARGUMENT);
+        CHECK_OK(mtls_trust_result_provenance(rw, &prov));
+        CHECK(prov && strstr(prov, "\"from\":\"policy\",\"enforced\":true") != NULL);
+        mtls_string_free(prov);
+        mtls_trust_result_free(rw);
+        CHECK_OK(mtls_policy_set_pins(pw, NULL, 0)); /* cleared */
+        CHECK_OK(mtls_policy_pins(pw, &got, &got_n));
+        CHECK(got_n == 0);
+        mtls_string_list_free(got, got_n);
+        CHECK_OK(mtls_policy_set_name_check(pw, 1));
+
+        /* Policy-wide verify-as: over a rule's, which still selects by host (its anchors hold). */
+        char *va = (char *)1;
+        CHECK_OK(mtls_policy_verify_as(pw, &va));
+        CHECK(va == NULL);
+        CHECK_RC(mtls_policy_set_verify_as(pw, ""), MTLS_E_INVALID_POLICY);
+        CHECK_RC(mtls_policy_set_verify_as(pw, "not a name"), MTLS_E_INVALID_POLICY);
+        CHECK_RC(mtls_policy_set_verify_as(NULL, "server.test"), MTLS_E_INVALID_ARGUMENT);
+        CHECK_OK(mtls_policy_set_verify_as(pw, "server.test"));
+        CHECK_OK(mtls_policy_verify_as(pw, &va));
+        CHECK(va && strcmp(va, "server.test") == 0);
+        mtls_string_free(va);
+        CHECK_OK(mtls_policy_add_host_rule(pw, "**.example", "nobody.test", 0));
+        CHECK_OK(mtls_policy_add_rule_anchor(pw, "**.example", other[0], 1));
+        rw = eval(pw, "chain.pem", "10.1.2.3", MTLS_PURPOSE_SERVER); /* no rule: validated as server.test */
+        CHECK(trusted(rw) == 1);
+        mtls_trust_result_free(rw);
+        rw = eval(pw, "chain.pem", "a.example", MTLS_PURPOSE_SERVER); /* the rule's anchors: Other Root */
+        CHECK(trusted(rw) == 0);
+        CHECK_OK(mtls_trust_result_matched_rule(rw, &va));
+        CHECK(va && strcmp(va, "**.example") == 0);
+        mtls_string_free(va);
+        mtls_trust_result_free(rw);
+        CHECK_OK(mtls_policy_set_verify_as(pw, NULL));
+
+        /* Overrides: init, evaluation, and the policy left as it was. */
+        mtls_trust_overrides ov;
+        CHECK_RC(mtls_trust_overrides_init(NULL, MTLS_TRUST_OVERRIDES_VERSION), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_trust_overrides_init(&ov, 99), MTLS_E_INVALID_ARGUMENT);
+        CHECK_OK(mtls_trust_overrides_init(&ov, MTLS_TRUST_OVERRIDES_VERSION));
+        CHECK(ov.version == MTLS_TRUST_OVERRIDES_VERSION && ov.anchors_only == -1 && ov.pin_count == 0 &&
+              ov.anchor_count == 0 && ov.verify_as == NULL);
+        CHECK_OK(mtls_policy_add_host_rule(pw, "127.0.0.1", "server.test", 0));
+        CHECK_OK(mtls_policy_add_pin(pw, "127.0.0.1", other_pin));
+        CHECK_OK(mtls_policy_set_report_only(pw, "127.0.0.1", 1));
+        size_t cn2 = 0;
+        mtls_cert **ch = chain_of("chain.pem", &cn2);
+        CHECK_OK(mtls_evaluate_with_overrides(pw, ch, cn2, "127.0.0.1", 443, NULL, MTLS_PURPOSE_SERVER, 0, &ov, &rw));
+        CHECK(trusted(rw) == 1); /* report-only rule pin: reported, not enforced */
+        mtls_trust_result_free(rw);
+        ov.pins = other_pins;
+        ov.pin_count = 1;
+        CHECK_OK(mtls_evaluate_with_overrides(pw, ch, cn2, "127.0.0.1", 443, NULL, MTLS_PURPOSE_SERVER, 0, &ov, &rw));
+        CHECK(trusted(rw) == 0 && has_reason(rw, "pin_mismatch", NULL)); /* an override pin is always enforced */
+        CHECK_OK(mtls_trust_result_provenance(rw, &prov));
+        CHECK(strstr(prov, "\"from\":\"override\",\"enforced\":true") != NULL);
+        CHECK(strstr(prov, "\"from\":\"rule\",\"enforced\":false") != NULL);
+        CHECK(strstr(prov, "\"rule\":\"127.0.0.1\"") != NULL);
+        mtls_string_free(prov);
+        mtls_trust_result_free(rw);
+        ov.pins = inter_pins;
+        ov.verify_as = "wrong.test";
+        CHECK_OK(mtls_evaluate_with_overrides(pw, ch, cn2, "127.0.0.1", 443, NULL, MTLS_PURPOSE_SERVER, 0, &ov, &rw));
+        CHECK(trusted(rw) == 0 && has_reason(rw, "name_mismatch", NULL)); /* over the rule's verify_as */
+        mtls_trust_result_free(rw);
+        ov.verify_as = NULL;
+        ov.anchors = other; /* added to the policy's: the test root still anchors the chain */
+        ov.anchor_count = 1;
+        CHECK_OK(mtls_evaluate_with_overrides(pw, ch, cn2, "127.0.0.1:443", 0, NULL, MTLS_PURPOSE_SERVER, 0, &ov, &rw));
+        CHECK(trusted(rw) == 1);
+        CHECK_OK(mtls_trust_result_provenance(rw, &prov));
+        CHECK(strstr(prov, "\"anchors\":[\"policy\",\"override\"]") != NULL);
+        mtls_string_free(prov);
+        mtls_trust_result_free(rw);
+        ov.anchors_only = 7;
+        CHECK_RC(mtls_evaluate_with_overrides(pw, ch, cn2, "127.0.0.1", 443, NULL, 0, 0, &ov, &rw), MTLS_E_INVALID_ARGUMENT);
+        ov.anchors_only = -1;
+        ov.pins = bad_pins;
+        CHECK_RC(mtls_evaluate_with_overrides(pw, ch, cn2, "127.0.0.1", 443, NULL, 0, 0, &ov, &rw), MTLS_E_INVALID_ARGUMENT);
+        ov.pins = NULL;
+        ov.pin_count = 0;
+        ov.verify_as = "";
+        CHECK_RC(mtls_evaluate_with_overrides(pw, ch, cn2, "127.0.0.1", 443, NULL, 0, 0, &ov, &rw), MTLS_E_INVALID_ARGUMENT);
+        ov.verify_as = NULL;
+        CHECK_OK(mtls_evaluate_with_overrides(pw, ch, cn2, "127.0.0.1", 443, NULL, 0, 0, NULL, &rw)); /* no overrides */
+        CHECK(trusted(rw) == 1);
+        mtls_trust_result_free(rw);
+        /* Nothing was written into the policy: its rule has one pin, still report-only. */
+        CHECK_OK(mtls_policy_pins(pw, &got, &got_n));
+        CHECK(got_n == 0);
+        mtls_string_list_free(got, got_n);
+        CHECK_OK(mtls_policy_verify_as(pw, &va));
+        CHECK(va == NULL);
+        mtls_cert_list_free(ch, cn2);
+        mtls_policy_free(pw);
+    }
+
     CHECK_OK(mtls_policy_set_report_callback(p, NULL, NULL, NULL));
     mtls_policy_free(p);
     CHECK(destroyed == 1);

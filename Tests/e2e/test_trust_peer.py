@@ -1,6 +1,6 @@
 """Trust decisions bound to the peer reached (issue 9), end to end with the installed CLI, the
 libcurl example and real peers (openssl s_server) on 127.0.0.1: host rules chosen by host and
-port (never by the verify-as name), command-line pins merged into that rule, invalid policies
+port (never by the verify-as name), command-line pins enforced beside that rule, invalid policies
 refused, path building, servers that never trust the system store for clients by default."""
 import datetime
 import json
@@ -156,15 +156,17 @@ def test_command_line_pin_holds_beside_a_host_port_rule(pki, peers, tmp_path):
     policy = write_policy(tmp_path, pki, [{"host": f"127.0.0.1:{port}", "verify_as": "server.test"}])
     out = connect_json(f"127.0.0.1:{port}", *identity(pki), "--policy", policy, "--pin", WRONG_PINS[0])
     assert not out["connected"] and [r["code"] for r in out["evaluation"]["reasons"]] == ["pin_mismatch"], out
-    # The rule kept its verify_as (no name_mismatch for 127.0.0.1) and gained the pin.
+    # The rule kept its verify_as (no name_mismatch for 127.0.0.1); the pin is an override beside it.
     out = connect_json(f"127.0.0.1:{port}", *identity(pki), "--policy", policy, "--pin", spki_pin(pki("root.pem")))
     assert out["connected"], out
     rule = out["evaluation"]["rule"]
     assert rule["host"] == f"127.0.0.1:{port}" and rule["verify_as"] == "server.test"
-    assert rule["pins"] == [spki_pin(pki("root.pem"))]
-    # A --verify-as that contradicts the rule's is an error, not silently one or the other.
-    r = run_cli("connect", f"127.0.0.1:{port}", *identity(pki), "--policy", policy, "--verify-as", "other.test")
-    assert r.returncode != 0 and "contradicts host rule" in r.stderr
+    assert rule["pins"] == []  # the policy's rule as written: nothing merged into it
+    assert out["evaluation"]["provenance"]["pins"] == [{"from": "override", "enforced": True,
+                                                        "matched": spki_pin(pki("root.pem"))}]
+    # A --verify-as is an override over the rule's, said so in the provenance (issue 23).
+    out = connect_json(f"127.0.0.1:{port}", *identity(pki), "--policy", policy, "--verify-as", "other.test")
+    assert not out["connected"] and out["evaluation"]["provenance"]["name_from"] == "override", out
 
 
 @pytest.mark.parametrize("rule", [{"verify_as": ""}, {"verify_as": "  "}, {"pins": ["sha256/abc"]},
@@ -248,11 +250,12 @@ def test_verify_selects_the_rule_by_host_and_port_and_merges_pins(tpki, tmp_path
     r = run_cli(*base, "--host", "10.0.0.5:8443")
     assert r.returncode == 0, r.stdout
     assert json.loads(r.stdout)["rule"]["host"] == "10.0.0.5:8443"
-    # --pin lands on that rule (not on a new rule for the host alone), keeping its verify_as.
+    # --pin holds beside that rule (an override, not merged into it), which keeps its verify_as.
     r = run_cli(*base, "--host", "10.0.0.5:8443", "--pin", WRONG_PINS[0])
     out = json.loads(r.stdout)
     assert r.returncode != 0 and [x["code"] for x in out["reasons"]] == ["pin_mismatch"], out
-    assert out["rule"]["verify_as"] == "server.test" and out["rule"]["pins"] == [WRONG_PINS[0]]
+    assert out["rule"]["verify_as"] == "server.test" and out["rule"]["pins"] == []
+    assert out["provenance"]["rule"] == "10.0.0.5:8443" and out["provenance"]["name_from"] == "rule"
     # Another port: the rule does not apply; --verify-as gives the name to check.
     r = run_cli(*base, "--host", "10.0.0.5:9443", "--verify-as", "server.test")
     assert r.returncode == 0 and json.loads(r.stdout)["rule"] is None, r.stdout

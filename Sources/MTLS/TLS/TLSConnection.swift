@@ -110,6 +110,8 @@ public final class TLSConnection {
             // The peer reached: its host and port select the host rule; verify-as changes only
             // the name checked. Port 0 (a wrapped socket without one): only port-less rules.
             state.peer = TrustPeer(host: bareHost, port: port == 0 ? nil : Int(port), sni: sni, verifyAs: options.validationName)
+            try options.overrides?.validate()
+            state.overrides = options.overrides.flatMap { $0.isEmpty ? nil : $0 }
             if let sni, mtls_ossl_SSL_set_tlsext_host_name(ssl, sni) != 1 {
                 throw MTLSError.openSSL(.invalidArgument, "cannot send \"\(sni)\" as the server name")
             }
@@ -120,7 +122,9 @@ public final class TLSConnection {
                 }
             }
             if options.sessionResumption {
-                let key = "\(bareHost)|\(port)|\(sni ?? "")|\(options.validationName ?? "")"
+                // The overrides are part of the key: a session judged under other anchors, pins or
+                // verify-as is never resumed.
+                let key = "\(bareHost)|\(port)|\(sni ?? "")|\(options.validationName ?? "")|\(state.overrides?.cacheKey ?? "")"
                 state.sessionCache = context.sessions
                 state.sessionKey = key
                 let stamp = SessionCache.stamp(context.config.policy)

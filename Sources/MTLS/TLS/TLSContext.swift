@@ -19,9 +19,14 @@ final class TLSContextConfig {
     let alpnWire: UnsafeMutableBufferPointer<UInt8>?
     /// Server side: the evaluations behind the session tickets issued.
     let tickets = ServerTickets()
+    /// Overrides for every peer of the context (a listener's, an application's `SSL_CTX`'s); a
+    /// client connection's own are in its ``TLSHandshakeState``.
+    let overrides: TrustOverrides?
 
-    init(policy: TrustPolicy, purpose: TrustPurpose, identity: ClientIdentity, serverALPN: [String]) throws {
+    init(policy: TrustPolicy, purpose: TrustPurpose, identity: ClientIdentity, serverALPN: [String],
+         overrides: TrustOverrides? = nil) throws {
         self.policy = policy
+        self.overrides = overrides.flatMap { $0.isEmpty ? nil : $0 }
         self.purpose = purpose
         self.identity = identity
         candidates = identity.selectionCandidates
@@ -66,6 +71,8 @@ final class TLSHandshakeState {
     var sessionKey: String?
     /// The policy version the session cache entry must match (see ``SessionCache/stamp(_:)``).
     var policyStamp: SessionCache.PolicyStamp?
+    /// This connection's trust overrides (a client connection's); nil: the context's.
+    var overrides: TrustOverrides?
 
     init() {}
 
@@ -177,21 +184,22 @@ final class TLSContext: @unchecked Sendable {
 
     /// A server context for `options`.
     static func server(_ options: TLSServerOptions) throws -> TLSContext {
+        try options.clientOverrides?.validate()
         let ctx = try newContext()
         do {
             try setVersions(ctx, options.minVersion, options.maxVersion)
             let config = try TLSContextConfig(policy: options.clientPolicySource, purpose: .clientAuth,
-                                              identity: .none, serverALPN: options.alpn)
+                                              identity: .none, serverALPN: options.alpn, overrides: options.clientOverrides)
             let mode: Int32
             switch options.clientAuthentication {
             case .none: mode = SSL_VERIFY_NONE
             case .optional: mode = SSL_VERIFY_PEER
             case .require: mode = SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT
             }
-            if options.clientAuthentication != .none { try requireClientAnchors(options.clientPolicySource) }
+            if options.clientAuthentication != .none { try requireClientAnchors(options.clientPolicySource, options.clientOverrides) }
             try install(on: ctx, config: config, identity: options.identity, verifyMode: mode)
             if options.clientAuthentication != .none {
-                let names = options.clientCANames ?? options.clientPolicySource.anchors
+                let names = options.clientCANames ?? (options.clientPolicySource.anchors + (options.clientOverrides?.anchors ?? []))
                 if !names.isEmpty, let sk = mtls_ossl_sk_X509_NAME_new_null() {
                     for c in names { _ = mtls_ossl_sk_X509_NAME_push_dup(sk, X509_get_subject_name(c.x509)) }
                     SSL_CTX_set_client_CA_list(ctx, sk) // takes ownership
@@ -236,11 +244,12 @@ final class TLSContext: @unchecked Sendable {
     /// certificates are requested but not required). The configuration lives as long as the
     /// context; calling again replaces it.
     static func configure(sslContext ctx: OpaquePointer, identity: Identity?, policy: TrustPolicy?,
-                          purpose: TrustPurpose) throws {
+                          purpose: TrustPurpose, overrides: TrustOverrides? = nil) throws {
         let handle = policy ?? TrustPolicy()
-        if purpose == .clientAuth { try requireClientAnchors(handle) }
+        if purpose == .clientAuth { try requireClientAnchors(handle, overrides) }
         let config = try TLSContextConfig(policy: handle, purpose: purpose,
-                                          identity: identity.map { .identity($0) } ?? .none, serverALPN: [])
+                                          identity: identity.map { .identity($0) } ?? .none, serverALPN: [],
+                                          overrides: overrides)
         // The application's own choices (require a client certificate, verify once, post-handshake)
         // are kept; libmtls only adds SSL_VERIFY_PEER and its evaluator.
         let kept = SSL_CTX_get_verify_mode(ctx) & (SSL_VERIFY_FAIL_IF_NO_PEER_CERT | SSL_VERIFY_CLIENT_ONCE | SSL_VERIFY_POST_HANDSHAKE)
@@ -249,8 +258,8 @@ final class TLSContext: @unchecked Sendable {
 
     /// A server that verifies clients needs anchors for them: it never trusts the system store
     /// for clients unless the policy says so (``TrustPolicy/systemAnchorsForClients``).
-    static func requireClientAnchors(_ policy: TrustPolicy) throws {
-        guard !policy.hasAnchors, !policy.systemAnchorsForClients else { return }
+    static func requireClientAnchors(_ policy: TrustPolicy, _ overrides: TrustOverrides? = nil) throws {
+        guard !policy.hasAnchors, (overrides?.anchors ?? []).isEmpty, !policy.systemAnchorsForClients else { return }
         throw MTLSError(.invalidPolicy, "a server that verifies client certificates needs client anchors (the CA that issues " +
                         "your clients' certificates); to accept clients of the system trust store, say so explicitly " +
                         "(system_anchors_for_clients / mtls_policy_set_system_anchors_for_clients)")
@@ -387,7 +396,8 @@ final class TLSContext: @unchecked Sendable {
         state.presentedChain = chain
         let policy = config.policy
         if state.policyStamp != nil { state.policyStamp = SessionCache.stamp(policy) }
-        let result = policy.evaluate(chain: chain, peer: state.peer, purpose: config.purpose, at: nil)
+        let result = policy.evaluate(chain: chain, peer: state.peer, purpose: config.purpose, at: nil,
+                                     overrides: state.overrides ?? config.overrides)
         state.evaluation = result
         if result.trusted {
             X509_STORE_CTX_set_error(store, X509_V_OK)

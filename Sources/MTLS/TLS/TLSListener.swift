@@ -400,9 +400,13 @@ public enum SSLContextConfiguration {
     /// through libmtls's evaluator. `purpose` is `.serverAuth` for a context that connects to
     /// servers, `.clientAuth` for one that accepts clients. The validation name is the one the
     /// application set on each `SSL` (`SSL_set1_host`), else its SNI.
+    /// `overrides` (see ``TrustOverrides``) apply on top of `policy` to every peer of the
+    /// context, in the same evaluator.
     public static func configure(sslContext: UnsafeMutableRawPointer, identity: Identity?, policy: TrustPolicy?,
-                                 purpose: TrustPurpose = .serverAuth) throws {
-        try TLSContext.configure(sslContext: OpaquePointer(sslContext), identity: identity, policy: policy, purpose: purpose)
+                                 purpose: TrustPurpose = .serverAuth, overrides: TrustOverrides? = nil) throws {
+        try overrides?.validate()
+        try TLSContext.configure(sslContext: OpaquePointer(sslContext), identity: identity, policy: policy, purpose: purpose,
+                                 overrides: overrides.flatMap { $0.isEmpty ? nil : $0 })
     }
 }
 

@@ -130,6 +130,10 @@ public struct TLSClientOptions: Sendable {
     /// against ``validationName``). Each handshake evaluates with the settings in force when it
     /// runs (see ``TrustPolicy/replaceSettings(from:)``).
     public var policy: TrustPolicy?
+    /// This connection's overrides on top of ``policy`` (anchors, anchors-only, pins that are
+    /// always enforced, a verify-as over every other): see ``TrustOverrides``. The policy object
+    /// is never changed; sessions are resumed only under the same overrides.
+    public var overrides: TrustOverrides?
     /// Reuse TLS sessions (TLS 1.3 tickets, TLS 1.2 sessions) for the same host, port, names,
     /// identity and policy.
     public var sessionResumption = TLSDefaults.sessionResumption
@@ -165,6 +169,9 @@ public struct TLSServerOptions: Sendable {
     /// How client certificates are judged (purpose clientAuth, no name check). Pin one
     /// customer's intermediate as its anchor to accept only that customer's clients.
     public var clientPolicy: TrustPolicy?
+    /// Overrides on top of ``clientPolicy`` for every client (see ``TrustOverrides``): anchors
+    /// added (also sent as CA names), anchors-only, pins that are always enforced, a verify-as.
+    public var clientOverrides: TrustOverrides?
     /// The CA names sent in the CertificateRequest, so clients can pick their identity. Defaults
     /// to the subjects of ``clientPolicy``'s anchors.
     public var clientCANames: [Certificate]?

@@ -91,9 +91,11 @@ struct PathBuilder {
             }
             let intermediates = path.map { pool[$0] }
             for i in issuers where anchorDigests.contains(poolDigests[i]) {
-                guard verifications < Self.maxVerifications, let store = evaluation.compiled.anchorStores[poolDigests[i]] else { continue }
+                guard verifications < Self.maxVerifications,
+                      let (store, owner) = evaluation.compiled.singleAnchorStore(pool[i], digest: poolDigests[i]) else { continue }
                 verifications += 1
-                if consider(evaluation.attempt(untrusted: intermediates, store: store)) { return true }
+                let r = withExtendedLifetime(owner) { evaluation.attempt(untrusted: intermediates, store: store) }
+                if consider(r) { return true }
             }
             // The policy's whole store (system roots too) with exactly this path's intermediates.
             let key = path.map { poolDigests[$0] }

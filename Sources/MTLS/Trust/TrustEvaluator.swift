@@ -7,20 +7,31 @@ extension TrustPolicy {
     ///
     /// - Parameters:
     ///   - peer: the peer as the application reached it. Its host and port select the host rule
-    ///     (most specific first); the name checked is the rule's verify-as, else the peer's
-    ///     ``TrustPeer/verifyAs``, else its host. No host and no verify-as: no host rule applies,
-    ///     and a server evaluated under a policy whose ``TrustPolicy/nameCheck`` is `.ssl` is
-    ///     untrusted with reason `no_peer_name` (fail closed).
+    ///     (most specific first). No host: no host rule applies.
     ///   - purpose: server or client authentication; nil uses the policy's ``purpose``.
     ///   - at: the evaluation time; nil uses the policy's ``time`` or else now.
+    ///   - overrides: what this connection or call adds (see ``TrustOverrides``).
+    ///
+    /// The policy in force for the peer is composed here, in one place, as a value made for this
+    /// evaluation (the policy object is never changed): the policy's defaults, then the host rule
+    /// selected by the peer's host and port (never by a verify-as), then the policy-wide
+    /// ``pins`` and ``verifyAs``, then the overrides. The name checked is the overrides'
+    /// verify-as, else the policy-wide one, else the rule's (or none with its skip_name_check),
+    /// else the peer's ``TrustPeer/verifyAs``, else (servers) its host. Anchors are the rule's
+    /// own, else the policy's, plus the overrides'. Every set of pins in force must be matched:
+    /// the rule's (as the rule says: report-only, expiry), the policy-wide ones and the
+    /// overrides' (always enforced). The result's ``TrustResult/provenance`` says where each
+    /// decision came from. A server evaluated with no name to check under a policy whose
+    /// ``TrustPolicy/nameCheck`` is `.ssl` is untrusted with reason `no_peer_name` (fail closed).
     ///
     /// Path building and signature checks are OpenSSL's `X509_verify_cert`; when the chain it
     /// builds first fails, the other candidate paths are tried (``PathBuilder``), each decided by
     /// OpenSSL. The checks OpenSSL does not make are libmtls's ``ChainCheck``s, applied to each
     /// chain OpenSSL built. Never throws: every problem is a ``TrustReason``.
-    public func evaluate(chain: [Certificate], peer: TrustPeer, purpose: TrustPurpose? = nil, at: Date? = nil) -> TrustResult {
+    public func evaluate(chain: [Certificate], peer: TrustPeer, purpose: TrustPurpose? = nil, at: Date? = nil,
+                         overrides: TrustOverrides? = nil) -> TrustResult {
         do {
-            return try evaluate(ders: chain.map(\.der), parse: { chain }, peer: peer, purpose: purpose, at: at)
+            return try evaluate(ders: chain.map(\.der), parse: { chain }, peer: peer, purpose: purpose, at: at, overrides: overrides)
         } catch {
             // Unreachable: the certificates are already parsed.
             let r = TrustReason(code: TrustReason.Code.verificationError, certIndex: nil, message: "\(error)")
@@ -28,27 +39,31 @@ extension TrustPolicy {
         }
     }
 
-    /// Same as ``evaluate(chain:peer:purpose:at:)`` with the peer written as text: `host`,
+    /// Same as ``evaluate(chain:peer:purpose:at:overrides:)`` with the peer written as text: `host`,
     /// `host:port`, `[v6]:port` (see ``TrustPeer/init(hostText:)``).
-    public func evaluate(chain: [Certificate], host: String?, purpose: TrustPurpose? = nil, at: Date? = nil) -> TrustResult {
-        evaluate(chain: chain, peer: TrustPeer(hostText: host), purpose: purpose, at: at)
+    public func evaluate(chain: [Certificate], host: String?, purpose: TrustPurpose? = nil, at: Date? = nil,
+                         overrides: TrustOverrides? = nil) -> TrustResult {
+        evaluate(chain: chain, peer: TrustPeer(hostText: host), purpose: purpose, at: at, overrides: overrides)
     }
 
-    /// Same as ``evaluate(chain:peer:purpose:at:)`` for certificates given as DER, as they come
-    /// off the wire. A chain evaluated recently under the same policy version is answered from
-    /// the cache without being parsed at all. Throws ``MTLSError/Code/parse`` when a certificate
-    /// does not parse (and is not in the cache).
-    public func evaluate(derChain: [[UInt8]], peer: TrustPeer, purpose: TrustPurpose? = nil, at: Date? = nil) throws -> TrustResult {
-        try evaluate(ders: derChain, parse: { try derChain.map { try Certificate(der: $0) } }, peer: peer, purpose: purpose, at: at)
+    /// Same as ``evaluate(chain:peer:purpose:at:overrides:)`` for certificates given as DER, as they come
+    /// off the wire. A chain evaluated recently under the same policy version (and the same
+    /// overrides) is answered from the cache without being parsed at all. Throws
+    /// ``MTLSError/Code/parse`` when a certificate does not parse (and is not in the cache).
+    public func evaluate(derChain: [[UInt8]], peer: TrustPeer, purpose: TrustPurpose? = nil, at: Date? = nil,
+                         overrides: TrustOverrides? = nil) throws -> TrustResult {
+        try evaluate(ders: derChain, parse: { try derChain.map { try Certificate(der: $0) } }, peer: peer, purpose: purpose, at: at,
+                     overrides: overrides)
     }
 
-    /// ``evaluate(derChain:peer:purpose:at:)`` with the peer as text (`host[:port]`).
-    public func evaluate(derChain: [[UInt8]], host: String?, purpose: TrustPurpose? = nil, at: Date? = nil) throws -> TrustResult {
-        try evaluate(derChain: derChain, peer: TrustPeer(hostText: host), purpose: purpose, at: at)
+    /// ``evaluate(derChain:peer:purpose:at:overrides:)`` with the peer as text (`host[:port]`).
+    public func evaluate(derChain: [[UInt8]], host: String?, purpose: TrustPurpose? = nil, at: Date? = nil,
+                         overrides: TrustOverrides? = nil) throws -> TrustResult {
+        try evaluate(derChain: derChain, peer: TrustPeer(hostText: host), purpose: purpose, at: at, overrides: overrides)
     }
 
     private func evaluate(ders: [[UInt8]], parse: () throws -> [Certificate], peer: TrustPeer, purpose: TrustPurpose?,
-                          at: Date?) throws -> TrustResult {
+                          at: Date?, overrides: TrustOverrides?) throws -> TrustResult {
         let settings: Settings, compiled: CompiledPolicy, version: UInt64
         do {
             (settings, compiled, version) = try snapshot()
@@ -76,25 +91,39 @@ extension TrustPolicy {
                                 message: "the host \"\(host)\" has a zone (%...) but is not an IPv6 address with an interface name or index, so its host rule cannot be chosen")
             return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
         }
+        let overrides = overrides.flatMap { $0.isEmpty ? nil : $0 }
+        if let overrides {
+            do { try overrides.validate() } catch {
+                let r = TrustReason(code: TrustReason.Code.invalidPolicy, certIndex: nil, message: (error as? MTLSError)?.message ?? "\(error)")
+                return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
+            }
+        }
         let rule = Self.rule(for: peer, in: settings.hostRules)
 
-        let key = EvaluationCache.Key(chain: ders, host: "\(peer.host ?? "")%\(peer.zone ?? "")|\(peer.port ?? 0)|\(peer.verifyAs ?? "")",
-                                      purpose: purpose, version: version, second: Int64(time.timeIntervalSince1970))
+        var hostKey = "\(peer.host ?? "")%\(peer.zone ?? "")|\(peer.port ?? 0)|\(peer.verifyAs ?? "")"
+        if let overrides { hostKey += "|" + overrides.cacheKey }
+        let key = EvaluationCache.Key(chain: ders, host: hostKey, purpose: purpose, version: version,
+                                      second: Int64(time.timeIntervalSince1970))
         let result: TrustResult
         if settings.cacheEnabled, let cached = cache.lookup(key) {
             result = cached
         } else {
             let chain = try parse()
-            let evaluation = Evaluation(settings: settings, compiled: compiled, chain: chain, peer: peer,
-                                        rule: rule, purpose: purpose, time: time)
+            let effective = EffectivePolicy(settings: settings, rule: rule, peer: peer, purpose: purpose, overrides: overrides)
+            let evaluation: Evaluation
+            do {
+                evaluation = try Evaluation(settings: settings, compiled: compiled, chain: chain, peer: peer,
+                                            effective: effective, purpose: purpose, time: time)
+            } catch {
+                let r = TrustReason(code: TrustReason.Code.invalidPolicy, certIndex: nil, message: (error as? MTLSError)?.message ?? "\(error)")
+                return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: rule?.pattern.text, matchedPin: nil)
+            }
             result = evaluation.run()
             if settings.cacheEnabled { cache.store(key, result, stableUntil: evaluation.stableWindow(built: result.chain)) }
         }
-        if let rule, rule.enforcement == .reportOnly, let handler = settings.reportHandler {
-            let reported = result.reasons.filter { $0.code == TrustReason.Code.pinMismatch || $0.code == TrustReason.Code.pinExpired }
-            if !reported.isEmpty {
-                handler(TrustReport(host: peer.host == nil ? nil : peer.description, rule: rule.pattern.text, reasons: reported, chain: result.chain))
-            }
+        if let rule, rule.enforcement == .reportOnly, let handler = settings.reportHandler, !result.reportedReasons.isEmpty {
+            handler(TrustReport(host: peer.host == nil ? nil : peer.description, rule: rule.pattern.text,
+                                reasons: result.reportedReasons, chain: result.chain))
         }
         return result
     }
@@ -123,30 +152,49 @@ struct Evaluation {
     let compiled: CompiledPolicy
     let chain: [Certificate]
     let peer: TrustPeer
-    let rule: HostRule?
+    /// The policy in force for this peer (defaults, rule, policy-wide settings, overrides).
+    let effective: EffectivePolicy
     let purpose: TrustPurpose
     let time: Date
-
-    /// The name (or IP) the certificate must carry, or nil for no name check.
-    var reference: PeerHost? {
-        if settings.nameCheck == .none || rule?.skipNameCheck == true { return nil }
-        if let v = rule?.verifyAs { return PeerHost(v) }
-        // A client is known by the address it came from, which selects its rule; that address
-        // is not a name its certificate must carry. Only a verify-as names a client.
-        guard let n = purpose == .clientAuth ? peer.verifyAs : peer.nameToValidate, !n.isEmpty else { return nil }
-        return PeerHost(n)
-    }
-
-    /// The anchors that apply: the rule's own, else the policy's.
-    var anchorsInUse: [Certificate] { rule?.anchors ?? settings.anchors }
     /// The OpenSSL store that applies.
-    var store: OpaquePointer {
-        if purpose == .clientAuth { return rule.flatMap { compiled.clientRuleStores[$0.pattern.text] } ?? compiled.clientDefaultStore }
-        return rule.flatMap { compiled.ruleStores[$0.pattern.text] } ?? compiled.defaultStore
+    let store: OpaquePointer
+    /// Owns ``store`` when the overrides needed one of their own.
+    private let ownedStore: OwnedStore?
+
+    init(settings: TrustPolicy.Settings, compiled: CompiledPolicy, chain: [Certificate], peer: TrustPeer,
+         effective: EffectivePolicy, purpose: TrustPurpose, time: Date) throws {
+        self.settings = settings
+        self.compiled = compiled
+        self.chain = chain
+        self.peer = peer
+        self.effective = effective
+        self.purpose = purpose
+        self.time = time
+        let rule = effective.rule
+        if effective.overridesTrust {
+            let systemToo = !effective.anchorsOnly && (purpose == .serverAuth || settings.systemAnchorsForClients)
+            let owned = try compiled.overrideStore(anchors: effective.anchors, anchorsOnly: !systemToo)
+            ownedStore = owned
+            store = owned.store
+        } else if purpose == .clientAuth {
+            ownedStore = nil
+            store = rule.flatMap { compiled.clientRuleStores[$0.pattern.text] } ?? compiled.clientDefaultStore
+        } else {
+            ownedStore = nil
+            store = rule.flatMap { compiled.ruleStores[$0.pattern.text] } ?? compiled.defaultStore
+        }
     }
+
+    /// The host rule that applies.
+    var rule: HostRule? { effective.rule }
+    /// The name (or IP) the certificate must carry, or nil for no name check.
+    var reference: PeerHost? { effective.reference }
+
+    /// The anchors that apply: the rule's own, else the policy's, and the overrides'.
+    var anchorsInUse: [Certificate] { effective.anchors }
     /// Whether the system store is part of ``store``.
     var usesSystemStore: Bool {
-        !(rule?.anchorsOnly ?? settings.anchorsOnly) && (purpose == .serverAuth || settings.systemAnchorsForClients)
+        !effective.anchorsOnly && (purpose == .serverAuth || settings.systemAnchorsForClients)
     }
 
     /// The interval around the evaluation time in which the answer cannot change: no validity
@@ -158,7 +206,9 @@ struct Evaluation {
         func edge(_ d: Date) {
             if d <= time { lo = max(lo, d) } else { hi = min(hi, d) }
         }
-        for c in chain + built + settings.anchors + (rule?.anchors ?? []) {
+        // The anchors in force are the policy's unless a rule or the overrides brought others.
+        let anchors = rule?.anchors != nil || effective.overridesTrust ? settings.anchors + effective.anchors : settings.anchors
+        for c in chain + built + anchors {
             edge(c.notBefore)
             edge(c.notAfter.addingTimeInterval(1))
         }
@@ -190,7 +240,7 @@ struct Evaluation {
     /// A server must be checked against a name under the SSL name check; with no name given the
     /// check would silently not happen, so the evaluation fails instead.
     var missingPeerName: TrustReason? {
-        guard purpose == .serverAuth, settings.nameCheck == .ssl, rule?.skipNameCheck != true, reference == nil else { return nil }
+        guard purpose == .serverAuth, !effective.nameCheckOff, reference == nil else { return nil }
         return TrustReason(code: TrustReason.Code.noPeerName, certIndex: nil,
                            message: "no host name or IP address to check the server certificate against: " +
                                "set one (SSL_set1_host or SNI on an application's SSL, the host or verify-as of " +
@@ -211,22 +261,30 @@ struct Evaluation {
         for check in ChainCheck.all {
             policyReasons.append(contentsOf: check.run(ctx))
         }
+        var reasons = Self.deduplicated(openSSL: openSSLReasons, policy: policyReasons).map(inPolicyTerms)
+        var enforced = reasons
+        // Each set of pins in force is checked on its own (a report-only rule's failure must not
+        // hide, or be merged with, the failure of pins that are always enforced).
         var matchedPin: String? = nil
-        if let rule, !rule.pins.isEmpty {
-            let (pin, pinReasons) = checkPins(rule, built)
-            matchedPin = pin
-            policyReasons.append(contentsOf: pinReasons)
-        }
-        let reasons = Self.deduplicated(openSSL: openSSLReasons, policy: policyReasons).map(inPolicyTerms)
-        let enforced = reasons.filter { r in
-            !(rule?.enforcement == .reportOnly && (r.code == TrustReason.Code.pinMismatch || r.code == TrustReason.Code.pinExpired))
+        var reported: [TrustReason] = []
+        var pinSets: [TrustProvenance.PinSet] = []
+        for requirement in effective.pinRequirements {
+            let (pin, pinReasons, enforcedSet) = checkPins(requirement, built)
+            if let pin { matchedPin = pin }
+            reasons += pinReasons
+            if enforcedSet { enforced += pinReasons } else { reported += pinReasons }
+            pinSets.append(TrustProvenance.PinSet(source: requirement.source, enforced: enforcedSet, matched: pin))
         }
         let kind: TrustResultKind
         if enforced.isEmpty { kind = .proceed }
         else if enforced.allSatisfy({ TrustReason.recoverableCodes.contains($0.code) }) { kind = .recoverableFailure }
         else { kind = .fatalFailure }
+        let provenance = TrustProvenance(rule: rule?.pattern.text, anchors: effective.anchorSources,
+                                         anchorsOnly: !usesSystemStore, anchorsOnlySource: effective.anchorsOnlySource,
+                                         name: effective.referenceText, nameSource: effective.nameSource, pins: pinSets)
         return TrustResult(trusted: enforced.isEmpty, kind: kind, reasons: reasons, chain: built,
-                           matchedRule: rule?.pattern.text, matchedPin: matchedPin)
+                           matchedRule: rule?.pattern.text, matchedPin: matchedPin, provenance: provenance,
+                           reportedReasons: reported)
     }
 
     /// One reason per failure: OpenSSL and the policy layer may both report the same problem for
@@ -270,25 +328,36 @@ struct Evaluation {
     }
 
     func isAnchor(_ c: Certificate) -> Bool {
-        compiled.anchorDigests.contains(c.sha256) || c.isSelfSigned
+        let d = c.sha256
+        return compiled.anchorDigests.contains(d) || c.isSelfSigned
+            || (effective.overridesTrust && effective.anchors.contains { $0.sha256 == d })
     }
 
-    private func checkPins(_ rule: HostRule, _ built: [Certificate]) -> (String?, [TrustReason]) {
-        if let exp = rule.pinsExpire, time >= exp {
-            switch rule.afterExpiry {
-            case .stopEnforcing: return (nil, [])
+    /// Checks one set of pins: the matching pin, the failures, and whether they are enforced
+    /// (a report-only rule's are not; neither are a rule's pins once expired with stop_enforcing).
+    private func checkPins(_ r: PinRequirement, _ built: [Certificate]) -> (String?, [TrustReason], Bool) {
+        let whose: String
+        switch r.source {
+        case .rule: whose = "host rule \(r.ruleText ?? "")"
+        case .override: whose = "the pins given as overrides (for this connection, listener, SSL_CTX or call)"
+        default: whose = "the policy (policy-wide pins)"
+        }
+        if let exp = r.expires, time >= exp {
+            switch r.afterExpiry {
+            case .stopEnforcing: return (nil, [], false)
             case .failClosed:
                 return (nil, [TrustReason(code: TrustReason.Code.pinExpired, certIndex: nil,
-                                          message: "the pins of host rule \(rule.pattern.text) expired and the rule fails closed")])
+                                          message: "the pins of \(whose) expired and the rule fails closed")], !r.reportOnly)
             }
         }
-        let pins = Set(rule.pins.map(\.sha256))
+        let pins = Set(r.pins.map(\.sha256))
         for c in built {
             let d = c.spkiSHA256
-            if pins.contains(d) { return (SPKIPin(certificate: c).description, []) }
+            if pins.contains(d) { return (SPKIPin(certificate: c).description, [], !r.reportOnly) }
         }
+        let of = r.source == .rule ? "a pin of \(whose)" : "\(whose)"
         return (nil, [TrustReason(code: TrustReason.Code.pinMismatch, certIndex: nil,
-                                  message: "no certificate of the built chain matches a pin of host rule \(rule.pattern.text)")])
+                                  message: "no certificate of the built chain matches \(of)")], !r.reportOnly)
     }
 
     /// Runs `X509_verify_cert` with every error collected, and returns the chain it built.
@@ -360,7 +429,7 @@ struct Evaluation {
             for i in 0..<mtls_ossl_sk_X509_num(sk) {
                 let x = mtls_ossl_sk_X509_value(sk, i)!
                 if let c = chain.first(where: { $0.x509 == x }) ?? settings.anchors.first(where: { $0.x509 == x })
-                    ?? rule?.anchors?.first(where: { $0.x509 == x }) {
+                    ?? effective.anchors.first(where: { $0.x509 == x }) {
                     built.append(c)
                 } else if let c = try? Certificate(borrowing: x) {
                     built.append(c)

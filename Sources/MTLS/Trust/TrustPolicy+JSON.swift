@@ -112,7 +112,7 @@ struct PolicyFileReader {
     static let policyKeys: Set<String> = [
         "version", "anchors", "anchors_only", "system_ca_file", "system_ca_dir", "purpose", "name_check",
         "min_rsa_bits", "min_ec_bits", "banned_signature_digests", "crls", "crl_check_all", "time",
-        "max_chain_depth", "hosts", "system_anchors_for_clients",
+        "max_chain_depth", "hosts", "system_anchors_for_clients", "pins", "verify_as",
     ]
     static let ruleKeys: Set<String> = [
         "host", "verify_as", "skip_name_check", "anchors", "anchors_only", "pins", "pins_expire", "after_expiry",
@@ -147,6 +147,16 @@ struct PolicyFileReader {
         if let t = try date(o["time"], "time") { p.time = t }
         if let d = try int(o["max_chain_depth"], "max_chain_depth") { p.maxChainDepth = d }
         if let b = try bool(o["system_anchors_for_clients"], "system_anchors_for_clients") { p.systemAnchorsForClients = b }
+        // Policy-wide pins and verify-as: on top of the selected host rule, for every peer.
+        if let pins = try strings(o["pins"], "pins") {
+            do { p.pins = try pins.map { try SPKIPin($0) } } catch let e as MTLSError { throw error("pins: \(e.message)") }
+        }
+        if let v = try string(o["verify_as"], "verify_as") {
+            guard VerifyAsName.isValid(v) else {
+                throw error("verify_as \"\(v)\" is not a host name or IP address (to turn the name check off, say name_check: \"none\")")
+            }
+            p.verifyAs = v
+        }
         if let hosts = o["hosts"] {
             guard case .array(let list) = hosts else { throw error("hosts must be a list") }
             var rules: [HostRule] = []

@@ -71,6 +71,10 @@ public final class TrustPolicy: Sendable {
         var purpose: TrustPurpose = .serverAuth
         var nameCheck: NameCheck = .ssl
         var hostRules: [HostRule] = []
+        /// Policy-wide pins and verify-as: applied on top of the selected host rule (or of the
+        /// defaults), to every evaluation, with a host or without, client or server side.
+        var pins: [SPKIPin] = []
+        var verifyAs: String? = nil
         var minimumRSABits = 2048
         var minimumECBits = 256
         var bannedSignatureDigests: Set<String> = ["md5", "sha1"]
@@ -163,6 +167,26 @@ public final class TrustPolicy: Sendable {
             try rule.validate()
             if let i { s.hostRules[i] = rule } else { s.hostRules.append(rule) }
             s.warnings = s.hostRules.flatMap(\.warnings)
+        }
+    }
+
+    /// Policy-wide SPKI pins (`sha256/BASE64`): every evaluation under this policy — with a host
+    /// or without, of a server or of a client — needs one of them to match a certificate of the
+    /// built chain, on top of the selected host rule's own pins. Always enforced (a rule's
+    /// report-only or pin expiry concerns only the rule's pins). Policy files: `"pins"`.
+    public var pins: [SPKIPin] { get { readSetting(\.pins) } set { changeSetting { $0.pins = newValue } } }
+    /// Policy-wide verify-as: every peer's certificate is validated as this name or IP address,
+    /// over the selected rule's verify-as (an override's verify-as still wins). Host rules are
+    /// still selected by the peer's host and port, so their anchors and pins keep applying.
+    /// An empty or malformed name makes every evaluation fail with `invalid_policy`.
+    /// Policy files: `"verify_as"`.
+    public var verifyAs: String? { get { readSetting(\.verifyAs) } set { changeSetting { $0.verifyAs = newValue } } }
+
+    /// Throws ``MTLSError/Code/invalidPolicy`` for a verify-as that is empty or neither a host
+    /// name nor an IP address (as for ``verifyAs``).
+    public static func validateVerifyAs(_ v: String) throws {
+        guard VerifyAsName.isValid(v) else {
+            throw MTLSError(.invalidPolicy, "verify_as \"\(v)\" is not a host name or IP address (to turn the name check off, turn the policy's name check off)")
         }
     }
 
@@ -268,30 +292,77 @@ final class CompiledPolicy: @unchecked Sendable {
     /// candidate path against exactly the anchor it ends at.
     let anchorStores: [[UInt8]: OpaquePointer]
 
-    init(_ s: TrustPolicy.Settings) throws {
-        for r in s.hostRules { try r.validate() }
-        var stores: [OpaquePointer] = []
-        func makeStore(anchors: [Certificate], anchorsOnly: Bool) throws -> OpaquePointer {
-            guard let store = X509_STORE_new() else { throw MTLSError.openSSL(.noMemory, "X509_STORE_new failed") }
-            stores.append(store)
-            for a in anchors where X509_STORE_add_cert(store, a.x509) != 1 {
-                // A duplicate anchor is not an error.
+    /// Where the system store comes from (for stores made later, for overrides).
+    private let systemCAFile: String?
+    private let systemCADirectory: String?
+    /// Stores made for evaluations whose overrides bring anchors or anchors-only, by anchor set;
+    /// bounded (see ``overrideStore(anchors:anchorsOnly:)``).
+    private let extraStores = Mutex<[String: OwnedStore]>([:])
+    static let maxExtraStores = 64
+
+    /// A new store with `anchors`, and the system store unless `anchorsOnly`.
+    static func makeStore(anchors: [Certificate], anchorsOnly: Bool, systemCAFile: String?,
+                          systemCADirectory: String?) throws -> OpaquePointer {
+        guard let store = X509_STORE_new() else { throw MTLSError.openSSL(.noMemory, "X509_STORE_new failed") }
+        for a in anchors where X509_STORE_add_cert(store, a.x509) != 1 {
+            // A duplicate anchor is not an error.
+            OpenSSLErrorQueue.clear()
+        }
+        if !anchorsOnly {
+            let ctx = LibraryContext.shared.ctx
+            if systemCAFile != nil || systemCADirectory != nil {
+                if let f = systemCAFile, X509_STORE_load_file_ex(store, f, ctx, nil) != 1 {
+                    X509_STORE_free(store)
+                    throw MTLSError.openSSL(.invalidPolicy, "cannot load the CA file \(f)")
+                }
+                if let d = systemCADirectory, X509_STORE_load_path(store, d) != 1 {
+                    X509_STORE_free(store)
+                    throw MTLSError.openSSL(.invalidPolicy, "cannot use the CA directory \(d)")
+                }
+            } else {
+                _ = X509_STORE_set_default_paths_ex(store, ctx, nil)
                 OpenSSLErrorQueue.clear()
             }
-            if !anchorsOnly {
-                let ctx = LibraryContext.shared.ctx
-                if s.systemCAFile != nil || s.systemCADirectory != nil {
-                    if let f = s.systemCAFile, X509_STORE_load_file_ex(store, f, ctx, nil) != 1 {
-                        throw MTLSError.openSSL(.invalidPolicy, "cannot load the CA file \(f)")
-                    }
-                    if let d = s.systemCADirectory, X509_STORE_load_path(store, d) != 1 {
-                        throw MTLSError.openSSL(.invalidPolicy, "cannot use the CA directory \(d)")
-                    }
-                } else {
-                    _ = X509_STORE_set_default_paths_ex(store, ctx, nil)
-                    OpenSSLErrorQueue.clear()
-                }
-            }
+        }
+        return store
+    }
+
+    /// The store for an evaluation whose overrides change the anchors or anchors-only: made once
+    /// per anchor set and kept with this policy version (at most ``maxExtraStores``; past that,
+    /// made for the one evaluation). The returned object owns the store.
+    func overrideStore(anchors: [Certificate], anchorsOnly: Bool) throws -> OwnedStore {
+        let key = (anchorsOnly ? "1|" : "0|") + anchors.map(\.sha256Hex).joined(separator: ",")
+        if let s = extraStores.withLock({ $0[key] }) { return s }
+        let made = OwnedStore(try Self.makeStore(anchors: anchors, anchorsOnly: anchorsOnly, systemCAFile: systemCAFile,
+                                                 systemCADirectory: systemCADirectory))
+        return extraStores.withLock { e in
+            if let s = e[key] { return s }
+            if e.count < Self.maxExtraStores { e[key] = made }
+            return made
+        }
+    }
+
+    /// The store holding only `anchor` (path building verifies a candidate path against exactly
+    /// the anchor it ends at), also for an anchor given as an override; `owner`, when not nil,
+    /// owns the store and must be kept while it is used.
+    func singleAnchorStore(_ anchor: Certificate, digest: [UInt8]) -> (store: OpaquePointer, owner: OwnedStore?)? {
+        if let s = anchorStores[digest] { return (s, nil) }
+        guard let owned = try? overrideStore(anchors: [anchor], anchorsOnly: true) else { return nil }
+        return (owned.store, owned)
+    }
+
+    init(_ s: TrustPolicy.Settings) throws {
+        for r in s.hostRules { try r.validate() }
+        if let v = s.verifyAs, !VerifyAsName.isValid(v) {
+            throw MTLSError(.invalidPolicy, "the policy's verify_as \"\(v)\" is not a host name or IP address (to turn the name check off, use name_check none)")
+        }
+        systemCAFile = s.systemCAFile
+        systemCADirectory = s.systemCADirectory
+        var stores: [OpaquePointer] = []
+        func makeStore(anchors: [Certificate], anchorsOnly: Bool) throws -> OpaquePointer {
+            let store = try Self.makeStore(anchors: anchors, anchorsOnly: anchorsOnly, systemCAFile: s.systemCAFile,
+                                           systemCADirectory: s.systemCADirectory)
+            stores.append(store)
             return store
         }
         do {

@@ -130,18 +130,28 @@ public struct TrustResult: Sendable {
     public let chain: [Certificate]
     /// The pattern of the host rule that applied, if any.
     public let matchedRule: String?
-    /// The pin (`sha256/BASE64`) that matched a certificate of the built chain, if any.
+    /// The pin (`sha256/BASE64`) that matched a certificate of the built chain, if any (with
+    /// several sets of pins in force, the last set's: the overrides', else the policy's, else the rule's).
     public let matchedPin: String?
+    /// Where each decision came from: the rule, and whether the anchors, anchors-only, the name
+    /// and each set of pins came from the rule, the policy or the overrides. nil only when no
+    /// evaluation could be made (an invalid policy, an empty chain).
+    public let provenance: TrustProvenance?
+    /// The failures of a report-only rule that were reported and not enforced (also in ``reasons``).
+    public let reportedReasons: [TrustReason]
 
     /// A result as the evaluator makes it (public for tests and wrappers).
     public init(trusted: Bool, kind: TrustResultKind, reasons: [TrustReason], chain: [Certificate],
-                matchedRule: String?, matchedPin: String?) {
+                matchedRule: String?, matchedPin: String?, provenance: TrustProvenance? = nil,
+                reportedReasons: [TrustReason] = []) {
         self.trusted = trusted
         self.kind = kind
         self.reasons = reasons
         self.chain = chain
         self.matchedRule = matchedRule
         self.matchedPin = matchedPin
+        self.provenance = provenance
+        self.reportedReasons = reportedReasons
     }
 
     /// The codes of ``reasons``, in order.

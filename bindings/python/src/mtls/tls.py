@@ -12,18 +12,18 @@ from .errors import check, Error, InvalidArgument, TrustError
 from .identity import Identity
 from .store import Store
 from .tokens import identity_from_pkcs11
-from .trust import Policy, TrustResult, _read_result
+from .trust import Overrides, Policy, TrustOverridesC, TrustResult, _read_result
 
 
 TLS_1_2, TLS_1_3 = 12, 13
 _VERSIONS = {"1.2": TLS_1_2, "1.3": TLS_1_3, TLS_1_2: TLS_1_2, TLS_1_3: TLS_1_3}
 CLIENT_AUTH = {"none": 0, "optional": 1, "require": 2}
-CONN_OPTIONS_VERSION = 1
-LISTENER_OPTIONS_VERSION = 1
+CONN_OPTIONS_VERSION = 2
+LISTENER_OPTIONS_VERSION = 2
 
 
 class ConnOptions(ctypes.Structure):
-    """typedef struct mtls_conn_options (version 1)."""
+    """typedef struct mtls_conn_options (version 2)."""
     _fields_ = [
         ("version", ctypes.c_uint),
         ("sni", ctypes.c_char_p),
@@ -40,11 +40,12 @@ class ConnOptions(ctypes.Structure):
         ("candidates", ctypes.POINTER(ctypes.c_void_p)),
         ("candidate_count", ctypes.c_size_t),
         ("policy", ctypes.c_void_p),
+        ("overrides", ctypes.POINTER(TrustOverridesC)),
     ]
 
 
 class ListenerOptions(ctypes.Structure):
-    """typedef struct mtls_listener_options (version 1)."""
+    """typedef struct mtls_listener_options (version 2)."""
     _fields_ = [
         ("version", ctypes.c_uint),
         ("client_auth", ctypes.c_int),
@@ -56,6 +57,7 @@ class ListenerOptions(ctypes.Structure):
         ("handshake_timeout_ms", ctypes.c_int),
         ("io_timeout_ms", ctypes.c_int),
         ("no_session_tickets", ctypes.c_int),
+        ("client_overrides", ctypes.POINTER(TrustOverridesC)),
     ]
 
 
@@ -107,6 +109,10 @@ fn("mtls_listener_accept", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, c_void_p
 fn("mtls_listener_free", None, ctypes.c_void_p)
 # int mtls_ssl_ctx_configure(void *ssl_ctx, const mtls_identity *identity, const mtls_policy *policy, int accepts_clients)
 fn("mtls_ssl_ctx_configure", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
+# int mtls_ssl_ctx_configure_overrides(void *ssl_ctx, const mtls_identity *identity, const mtls_policy *policy,
+#                                      int accepts_clients, const mtls_trust_overrides *overrides)
+fn("mtls_ssl_ctx_configure_overrides", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+   ctypes.POINTER(TrustOverridesC))
 # int mtls_ssl_set_peer(void *ssl, const char *host, uint16_t port, const char *verify_as)
 fn("mtls_ssl_set_peer", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint16, ctypes.c_char_p)
 # int mtls_ssl_ctx_set_peer(void *ssl_ctx, const char *host, uint16_t port, const char *verify_as)
@@ -135,10 +141,14 @@ class ConnectOptions:
     identity: presented (an Identity; mtls.connect also takes a store label or a pkcs11: URI);
     candidates: identities to choose from by the server's CA list (instead of identity);
     policy: judges the server (None: the system trust store); verify_as: validate the server as
-    this name (None: the policy's verify_as for this host, else the host); sni: the name sent (None: the host
-    if it is a name); alpn: protocols offered; min_tls/max_tls: "1.2" or "1.3"; timeouts in
-    seconds (None: the library's default, inf: none); resume: TLS session resumption;
-    non_blocking: WantRead/WantWrite instead of waiting."""
+    this name, over the policy's and its rules' verify_as (None: as the policy says, else the
+    host); pins: SPKI pins this connection requires, always enforced; anchors / anchors_only:
+    anchors added for this connection (see Overrides) — verify_as, pins and anchors are overrides
+    libmtls composes on top of the policy for this connection only, the Policy object is never
+    changed; sni: the name sent (None: the host if it is a name); alpn: protocols offered;
+    min_tls/max_tls: "1.2" or "1.3"; timeouts in seconds (None: the library's default, inf:
+    none); resume: TLS session resumption (only under the same overrides); non_blocking:
+    WantRead/WantWrite instead of waiting."""
     identity: Optional[Identity] = None
     candidates: Optional[Sequence[Identity]] = None
     policy: Optional[Policy] = None
@@ -152,23 +162,28 @@ class ConnectOptions:
     io_timeout: Optional[float] = None
     resume: bool = True
     non_blocking: bool = False
+    pins: Sequence[str] = ()
+    anchors: Sequence[Any] = ()
+    anchors_only: Optional[bool] = None
 
     def to_c(self, host: Optional[str]) -> Tuple[ConnOptions, List[Any]]:
         """The C structure, and the Python objects that must stay alive while a C call borrows
         their handles."""
         o = ConnOptions()
         check(lib.mtls_conn_options_init(ctypes.byref(o), CONN_OPTIONS_VERSION))
-        if self.policy is not None:
-            # Host rules are chosen by the host (never by verify_as): the host's rule carries the
-            # policy's pins, and its verify_as unless the connection names one itself.
-            self.policy._prepare(host, as_itself=self.verify_as is not None)
-        o.sni, o.verify_as = utf8(self.sni), utf8(self.verify_as)
+        # verify_as, pins and anchors are this connection's overrides: libmtls composes them on
+        # top of the policy (and of the rule its host and port select); nothing is written into
+        # the policy.
+        overrides, keep_overrides = Overrides(anchors=self.anchors, anchors_only=self.anchors_only, pins=self.pins,
+                                              verify_as=self.verify_as).to_c()
+        o.overrides = overrides
+        o.sni = utf8(self.sni)
         o.alpn = utf8(",".join(self.alpn)) if self.alpn else None
         o.min_tls, o.max_tls = _version(self.min_tls), _version(self.max_tls)
         o.connect_timeout_ms, o.handshake_timeout_ms = _ms(self.connect_timeout), _ms(self.handshake_timeout)
         o.io_timeout_ms = _ms(self.io_timeout)
         o.non_blocking, o.no_session_resumption = int(self.non_blocking), int(not self.resume)
-        keep: List[Any] = [self.identity, self.candidates, self.policy]
+        keep: List[Any] = [self.identity, self.candidates, self.policy, overrides, keep_overrides]
         if self.identity is not None:
             o.identity = self.identity._h
         elif self.candidates:
@@ -287,13 +302,14 @@ class Connection(_Handle):
 
 class Listener(_Handle):
     """A TLS server socket (wraps an mtls_listener): accepts clients with the server identity
-    and judges their certificates with `client_policy` (no name check)."""
+    and judges their certificates with `client_policy` (its policy-wide pins and verify_as
+    included; no name check otherwise), with `client_overrides` (an Overrides) on top."""
     _free = "mtls_listener_free"
 
     def __init__(self, identity: Identity, *, address: Optional[str] = "127.0.0.1", port: int = 0,
                  client_auth: str = "require", client_policy: Optional[Policy] = None, alpn: Sequence[str] = (),
                  min_tls="1.2", max_tls="1.3", handshake_timeout=None, io_timeout=None,
-                 session_tickets: bool = True):
+                 session_tickets: bool = True, client_overrides: Optional[Overrides] = None):
         if client_auth not in CLIENT_AUTH:
             raise ValueError("client_auth must be 'none', 'optional' or 'require'")
         o = ListenerOptions()
@@ -305,7 +321,10 @@ class Listener(_Handle):
         o.min_tls, o.max_tls = _version(min_tls), _version(max_tls)
         o.handshake_timeout_ms, o.io_timeout_ms = _ms(handshake_timeout), _ms(io_timeout)
         o.no_session_tickets = 0 if session_tickets else 1
+        overrides, keep = (client_overrides or Overrides()).to_c()
+        o.client_overrides = overrides
         super().__init__(out_handle(lib.mtls_listener_new, utf8(address), int(port), ctypes.byref(o)))
+        del keep
 
     @property
     def port(self) -> int:
@@ -319,11 +338,14 @@ class Listener(_Handle):
 
 
 def configure_ssl_ctx(ssl_ctx: int, identity: Optional[Identity] = None, policy: Optional[Policy] = None,
-                      accepts_clients: bool = False):
+                      accepts_clients: bool = False, overrides: Optional[Overrides] = None):
     """Configures an OpenSSL SSL_CTX* (an address) the application owns to present `identity` and
-    judge peers with `policy` through libmtls's evaluator."""
-    check(lib.mtls_ssl_ctx_configure(ssl_ctx, identity._h if identity else None, policy._h if policy else None,
-                                     int(accepts_clients)))
+    judge peers with `policy` (its policy-wide pins and verify_as included) and `overrides` on
+    top, through libmtls's evaluator."""
+    o, keep = (overrides or Overrides()).to_c()
+    check(lib.mtls_ssl_ctx_configure_overrides(ssl_ctx, identity._h if identity else None,
+                                               policy._h if policy else None, int(accepts_clients), o))
+    del keep
 
 
 def set_ssl_peer(ssl: int, host: str, port: int = 0, verify_as: Optional[str] = None) -> None:

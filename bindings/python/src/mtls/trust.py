@@ -2,10 +2,10 @@
 import ctypes
 import datetime
 import functools
+import json
 import os
-import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _callbacks
 from ._lib import lib, fn, c_void_pp, c_size_p, c_int_p
@@ -74,6 +74,40 @@ fn("mtls_evaluate_peer", ctypes.c_int, ctypes.c_void_p, c_void_pp, ctypes.c_size
    ctypes.c_char_p, ctypes.c_int, ctypes.c_int64, c_void_pp)
 # int mtls_policy_set_system_anchors_for_clients(mtls_policy *policy, int enabled)
 fn("mtls_policy_set_system_anchors_for_clients", ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
+# int mtls_policy_set_pins(mtls_policy *policy, const char *const *pins, size_t count)
+fn("mtls_policy_set_pins", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t)
+# int mtls_policy_pins(const mtls_policy *policy, char ***out, size_t *count)
+fn("mtls_policy_pins", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(c_void_pp), c_size_p)
+# int mtls_policy_set_verify_as(mtls_policy *policy, const char *verify_as)
+fn("mtls_policy_set_verify_as", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)
+# int mtls_policy_verify_as(const mtls_policy *policy, char **out)
+fn("mtls_policy_verify_as", ctypes.c_int, ctypes.c_void_p, c_void_pp)
+
+
+class TrustOverridesC(ctypes.Structure):
+    """typedef struct mtls_trust_overrides (version 1)."""
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("anchors", ctypes.POINTER(ctypes.c_void_p)),
+        ("anchor_count", ctypes.c_size_t),
+        ("anchors_only", ctypes.c_int),
+        ("pins", ctypes.POINTER(ctypes.c_char_p)),
+        ("pin_count", ctypes.c_size_t),
+        ("verify_as", ctypes.c_char_p),
+    ]
+
+
+TRUST_OVERRIDES_VERSION = 1
+_overrides_p = ctypes.POINTER(TrustOverridesC)
+# int mtls_trust_overrides_init(mtls_trust_overrides *overrides, unsigned int version)
+fn("mtls_trust_overrides_init", ctypes.c_int, _overrides_p, ctypes.c_uint)
+# int mtls_evaluate_with_overrides(mtls_policy *policy, mtls_cert *const *certs, size_t count, const char *host,
+#                                  uint16_t port, const char *verify_as, int purpose, int64_t at,
+#                                  const mtls_trust_overrides *overrides, mtls_trust_result **out)
+fn("mtls_evaluate_with_overrides", ctypes.c_int, ctypes.c_void_p, c_void_pp, ctypes.c_size_t, ctypes.c_char_p,
+   ctypes.c_uint16, ctypes.c_char_p, ctypes.c_int, ctypes.c_int64, _overrides_p, c_void_pp)
+# int mtls_trust_result_provenance(const mtls_trust_result *result, char **out)
+fn("mtls_trust_result_provenance", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 # void mtls_trust_result_free(mtls_trust_result *result)
 fn("mtls_trust_result_free", None, ctypes.c_void_p)
 # int mtls_trust_result_trusted(const mtls_trust_result *result, int *trusted)
@@ -152,6 +186,14 @@ class TrustResult(_Handle):
     def matched_pin(self) -> Optional[str]:
         return out_string(lib.mtls_trust_result_matched_pin, self._h)
 
+    @functools.cached_property
+    def provenance(self) -> Optional[Dict[str, Any]]:
+        """Where each decision came from: {"rule", "anchors", "anchors_only", "anchors_only_from",
+        "name", "name_from", "pins": [{"from", "enforced", "matched"}]} (mtls.h,
+        mtls_trust_result_provenance); None when no evaluation could be made."""
+        text = out_string(lib.mtls_trust_result_provenance, self._h)
+        return json.loads(text) if text is not None else None
+
     @property
     def codes(self) -> List[str]:
         return [r.code for r in self.reasons]
@@ -186,6 +228,42 @@ class HostRule:
 
 
 AnchorLike = Union[Certificate, str, "os.PathLike[str]", bytes]
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What one connection, listener, SSL_CTX or evaluation adds on top of a Policy (libmtls
+    composes them, the Policy object is never changed): `anchors` added to those in force (the
+    host rule's own, else the policy's), `anchors_only` (None: as the rule or policy says), `pins`
+    that must match and are always enforced, `verify_as`: the name checked, over every other."""
+    anchors: Sequence[AnchorLike] = ()
+    anchors_only: Optional[bool] = None
+    pins: Sequence[str] = ()
+    verify_as: Optional[str] = None
+
+    def is_empty(self) -> bool:
+        return not self.anchors and self.anchors_only is None and not self.pins and self.verify_as is None
+
+    def to_c(self) -> Tuple[Optional["ctypes._Pointer[TrustOverridesC]"], List[Any]]:
+        """A pointer to the C structure (None when empty), and the objects it borrows from."""
+        if self.is_empty():
+            return None, []
+        o = TrustOverridesC()
+        check(lib.mtls_trust_overrides_init(ctypes.byref(o), TRUST_OVERRIDES_VERSION))
+        certs = [c for a in self.anchors for c in _certs(a)]
+        keep: List[Any] = [o, certs]
+        if certs:
+            arr = (ctypes.c_void_p * len(certs))(*[c._h for c in certs])
+            keep.append(arr)
+            o.anchors, o.anchor_count = ctypes.cast(arr, ctypes.POINTER(ctypes.c_void_p)), len(certs)
+        if self.anchors_only is not None:
+            o.anchors_only = int(bool(self.anchors_only))
+        if self.pins:
+            pins = (ctypes.c_char_p * len(self.pins))(*[utf8(p) for p in self.pins])
+            keep.append(pins)
+            o.pins, o.pin_count = ctypes.cast(pins, ctypes.POINTER(ctypes.c_char_p)), len(self.pins)
+        o.verify_as = utf8(self.verify_as)
+        return ctypes.pointer(o), keep
 ReportCallback = Callable[[str, Optional[str], str, str], None]
 
 
@@ -218,11 +296,14 @@ class Policy(_Handle):
 
     ``Policy()`` trusts the system store. ``anchors`` (Certificates, PEM/DER bytes or file names)
     are trusted too, and with ``anchors_only`` (the default when anchors are given) nothing else.
-    ``verify_as`` and ``pins`` apply to every host this policy judges (the connection's host, or
-    ``evaluate``'s): the certificate is validated as the name ``verify_as`` and one of ``pins``
-    (``sha256/BASE64`` SPKI digests) must match a certificate of the built chain. ``host_rules``
-    (HostRule or dicts with the policy file's keys) refine hosts one by one; a host named by one
-    of them exactly is judged by that rule alone. ``report`` is the report callback (see
+    ``verify_as`` and ``pins`` are the policy-wide settings of libmtls (mtls_policy_set_verify_as,
+    mtls_policy_set_pins): every evaluation under this policy — with a host or without, of a
+    server or of a client (a Listener's client_policy, configure_ssl_ctx, evaluate()) — validates
+    the certificate as ``verify_as`` and needs one of ``pins`` (``sha256/BASE64`` SPKI digests)
+    to match a certificate of the built chain, on top of the host rule selected for the peer
+    (whose anchors and pins keep applying). ``host_rules`` (HostRule or dicts with the policy
+    file's keys) refine hosts one by one. A connection's own ``verify_as`` and pins are overrides
+    (see Overrides): they never change this object. ``report`` is the report callback (see
     set_report_callback)."""
     _free = "mtls_policy_free"
 
@@ -232,10 +313,11 @@ class Policy(_Handle):
                  at: Union[None, int, datetime.datetime] = None, crl_files: Iterable[str] = (),
                  report: Optional[ReportCallback] = None, _handle: Optional[int] = None) -> None:
         super().__init__(_handle if _handle is not None else out_handle(lib.mtls_policy_new))
-        self._lock = threading.Lock()
-        self._default_verify_as = verify_as
-        self._default_pins = list(pins)
-        self._ruled: Set[str] = set()  # hosts with a rule of their own (given, or added for the defaults)
+        if verify_as is not None:
+            self.verify_as = verify_as
+        pins = list(pins)
+        if pins:
+            self.pins = pins
         anchors = [c for a in anchors for c in _certs(a)]
         for c in anchors:
             self.add_anchor(c)
@@ -305,7 +387,6 @@ class Policy(_Handle):
 
     def add_host_rule(self, pattern: str, verify_as: Optional[str] = None, skip_name_check: bool = False) -> None:
         check(lib.mtls_policy_add_host_rule(self._h, utf8(pattern), utf8(verify_as), int(skip_name_check)))
-        self._ruled.add(pattern.lower())
 
     def add_rule_anchor(self, pattern: str, cert: Certificate, anchors_only: bool = True) -> None:
         check(lib.mtls_policy_add_rule_anchor(self._h, utf8(pattern), cert._h, int(anchors_only)))
@@ -322,24 +403,23 @@ class Policy(_Handle):
 
     @property
     def verify_as(self) -> Optional[str]:
-        """The name every host is validated as (the constructor's verify_as)."""
-        return self._default_verify_as
+        """The policy-wide verify-as (None: none); setting it changes the policy for every peer."""
+        return out_string(lib.mtls_policy_verify_as, self._h)
 
-    def _prepare(self, host: Optional[str], as_itself: bool = False) -> None:
-        """Puts the policy-wide verify_as and pins in force for `host` (a rule of its own, added
-        once), unless a host rule names it. as_itself: the caller gives the name to validate
-        (a connection's own verify_as), so the rule carries the pins only."""
-        if host is None or (self._default_verify_as is None and not self._default_pins):
-            return
-        key = host.lower()
-        if key in self._ruled:
-            return
-        with self._lock:
-            if key in self._ruled:
-                return
-            self.add_host_rule(host, None if as_itself else self._default_verify_as)
-            for pin in self._default_pins:
-                self.add_pin(host, pin)
+    @verify_as.setter
+    def verify_as(self, name: Optional[str]) -> None:
+        check(lib.mtls_policy_set_verify_as(self._h, utf8(name)))
+
+    @property
+    def pins(self) -> List[str]:
+        """The policy-wide SPKI pins ("sha256/BASE64"); setting them replaces them."""
+        return take_strings(lib.mtls_policy_pins, self._h)
+
+    @pins.setter
+    def pins(self, pins: Iterable[str]) -> None:
+        pins = list(pins)
+        arr = (ctypes.c_char_p * max(len(pins), 1))(*[utf8(p) for p in pins])
+        check(lib.mtls_policy_set_pins(self._h, arr, len(pins)))
 
     def set_report_callback(self, callback: Optional[ReportCallback]) -> None:
         """callback(host, rule, code, message) for each unenforced failure of a report-only rule,
@@ -366,29 +446,44 @@ class Policy(_Handle):
         check(lib.mtls_policy_replace(self._h, other._h))
 
     def evaluate(self, chain: Sequence[Certificate], host: Optional[str] = None, purpose: Optional[str] = None,
-                 at: Union[None, int, datetime.datetime] = None) -> TrustResult:
+                 at: Union[None, int, datetime.datetime] = None, *,
+                 overrides: Optional[Overrides] = None) -> TrustResult:
         """Evaluates `chain` (leaf first) for `host` ("name", "1.2.3.4", "name:port"); purpose
-        "server" or "client" (None: the policy's); at: datetime or Unix seconds (None: now).
-        host None under a policy that checks names makes a server untrusted ("no_peer_name");
-        for no name check, make the policy with name_check=False."""
+        "server" or "client" (None: the policy's); at: datetime or Unix seconds (None: now);
+        overrides: an Overrides for this call (the policy is not changed).
+        host None under a policy that checks names makes a server untrusted ("no_peer_name")
+        unless a verify_as gives the name; for no name check, make the policy with name_check=False."""
         if purpose not in _PURPOSES:
             raise ValueError("purpose must be 'server', 'client' or None")
-        self._prepare(host)
         arr = (ctypes.c_void_p * max(len(chain), 1))(*[c._h for c in chain])
+        if overrides is not None and not overrides.is_empty():
+            return self._with_overrides(arr, len(chain), host, 0, None, purpose, at, overrides)
         return self._verdict(lib.mtls_evaluate, ctypes.cast(arr, c_void_pp), len(chain), utf8(host),
                              _PURPOSES[purpose], _unix(at))
 
     def evaluate_peer(self, chain: List[Certificate], host: Optional[str], port: int = 0,
-                      verify_as: Optional[str] = None, purpose: Optional[str] = None, at=None) -> TrustResult:
+                      verify_as: Optional[str] = None, purpose: Optional[str] = None, at=None, *,
+                      overrides: Optional[Overrides] = None) -> TrustResult:
         """Evaluates `chain` for the peer reached: `host` (name or IP, no port) and `port` (0:
         unknown, only port-less rules apply) choose the host rule; `verify_as` (None: the host)
-        changes only the name checked."""
+        is the peer's name to check (a rule's or the policy's verify_as comes first; an override's
+        over all); overrides: an Overrides for this call."""
         if purpose not in _PURPOSES:
             raise ValueError("purpose must be 'server', 'client' or None")
-        self._prepare(host)
         arr = (ctypes.c_void_p * max(len(chain), 1))(*[c._h for c in chain])
+        if overrides is not None and not overrides.is_empty():
+            return self._with_overrides(arr, len(chain), host, port, verify_as, purpose, at, overrides)
         return self._verdict(lib.mtls_evaluate_peer, ctypes.cast(arr, c_void_pp), len(chain), utf8(host), int(port),
                              utf8(verify_as), _PURPOSES[purpose], _unix(at))
+
+    def _with_overrides(self, arr: Any, count: int, host: Optional[str], port: int, verify_as: Optional[str],
+                        purpose: Optional[str], at: Any, overrides: Overrides) -> TrustResult:
+        o, keep = overrides.to_c()
+        try:
+            return self._verdict(lib.mtls_evaluate_with_overrides, ctypes.cast(arr, c_void_pp), count, utf8(host),
+                                 int(port), utf8(verify_as), _PURPOSES[purpose], _unix(at), o)
+        finally:
+            del keep
 
     def set_system_anchors_for_clients(self, on: bool) -> None:
         """True: client certificates may also chain to the system trust store (default False)."""
@@ -400,7 +495,6 @@ class Policy(_Handle):
         cache without parsing."""
         if purpose not in _PURPOSES:
             raise ValueError("purpose must be 'server', 'client' or None")
-        self._prepare(host)
         arr = (ctypes.c_char_p * max(len(ders), 1))(*ders)
         lens = (ctypes.c_size_t * max(len(ders), 1))(*[len(d) for d in ders])
         return self._verdict(lib.mtls_evaluate_der, arr, lens, len(ders), utf8(host), _PURPOSES[purpose], _unix(at))
