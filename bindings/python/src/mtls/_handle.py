@@ -4,6 +4,7 @@ Every C function that can fail returns a status and writes its results through o
 the helpers here make the out-parameter, check the status and take ownership of the result, so
 each binding is one line that names the C function."""
 import ctypes
+import warnings
 from typing import Any, Optional, TypeVar
 
 from ._lib import lib, take_string, c_void_pp
@@ -121,6 +122,5 @@ def take_warnings() -> "list[str]":
 def warn_library_warnings(stacklevel: int = 3) -> None:
     """Issues this thread's libmtls warnings as :class:`LibraryWarning` (after a call that read a
     secret file)."""
-    import warnings
     for w in take_warnings():
         warnings.warn(w, LibraryWarning, stacklevel=stacklevel)

@@ -13,6 +13,7 @@ from typing import Any, AsyncIterator, Dict, Iterable, Optional, Tuple
 
 import httpcore
 import httpx
+from httpx._transports.default import map_httpcore_exceptions
 
 from mtls.asyncio import _bare, _bounded, _connect_socket, _handshake, _off_loop, _wait_fd
 from mtls.errors import Closed, Unsupported, WantRead, WantWrite
@@ -187,7 +188,6 @@ class _Released(httpx.AsyncByteStream):
         self._stream, self._release = stream, release
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        from httpx._transports.default import map_httpcore_exceptions
         with map_httpcore_exceptions():
             async for part in self._stream:
                 yield part
@@ -250,7 +250,6 @@ class AsyncTransport(httpx.AsyncBaseTransport):
         return self._backend._resolved or self._backend._identity
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        from httpx._transports.default import map_httpcore_exceptions
         if request.url.scheme != "https":
             raise httpx.UnsupportedProtocol(f"mtls.httpx.AsyncTransport speaks https only, not {request.url.scheme}:")
         release = None

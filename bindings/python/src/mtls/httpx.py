@@ -26,6 +26,7 @@ import threading
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import httpx
+from httpx._utils import URLPattern, get_environment_proxies
 
 from ._proxy import HTTPProxy, TunnelError, UnsupportedProxy
 from .http import HTTPSConnection
@@ -51,7 +52,6 @@ def _http_proxy(proxy: Any) -> HTTPProxy:
 def _environment_routes() -> List[Tuple[Any, _Route]]:
     """The proxies of the environment as httpx's client reads them (its get_environment_proxies
     and URLPattern, most specific pattern first): NO_PROXY entries map to None."""
-    from httpx._utils import URLPattern, get_environment_proxies
     routes: List[Tuple[Any, _Route]] = []
     for key, url in get_environment_proxies().items():
         route: _Route = None
