@@ -212,6 +212,12 @@ MTLS_EXTERN int mtls_cert_key_usage(const mtls_cert *cert, int *present, unsigne
  * strings (none: *count 0, also when the extension is absent). Free it with
  * mtls_string_list_free(*out, *count). */
 MTLS_EXTERN int mtls_cert_ekus(const mtls_cert *cert, char ***out, size_t *count);
+/* Revocation sources the certificate names (issue 28): the URIs of its CRL distribution points
+ * (full names; indirect or reason-partitioned ones left out) and of its authorityInfoAccess
+ * OCSP responders. New arrays of *count strings (none: *count 0). Free with
+ * mtls_string_list_free(*out, *count). */
+MTLS_EXTERN int mtls_cert_crl_urls(const mtls_cert *cert, char ***out, size_t *count);
+MTLS_EXTERN int mtls_cert_ocsp_urls(const mtls_cert *cert, char ***out, size_t *count);
 
 /* ======================================================================================
  * Identities and PKCS#12
@@ -1103,8 +1109,9 @@ typedef struct mtls_issued mtls_issued;
 #define MTLS_KEY_TYPE_ED25519 "ed25519"
 
 /* Options for a new certificate. Versioned: fill with mtls_issue_options_init, then set
- * fields. The strings and arrays are read during the call only. */
-#define MTLS_ISSUE_OPTIONS_VERSION 1
+ * fields. The strings and arrays are read during the call only. Version 2 added crl_url and
+ * ocsp_url; a program built with version 1 keeps working unchanged. */
+#define MTLS_ISSUE_OPTIONS_VERSION 2
 typedef struct mtls_issue_options {
     unsigned int version;              /* MTLS_ISSUE_OPTIONS_VERSION */
     const char *key_type;              /* an MTLS_KEY_TYPE_* name (NULL: MTLS_KEY_TYPE_EC_P256) */
@@ -1114,6 +1121,12 @@ typedef struct mtls_issue_options {
     size_t dns_count;
     const char *const *ip_addresses;   /* subjectAltName IPv4/IPv6 literals (servers) */
     size_t ip_count;
+    /* Version 2: where the ISSUER publishes revocation information; the new certificate carries
+     * it (mtls_pki_issue, mtls_pki_sign_csr; ignored by mtls_pki_root, a root has no issuer).
+     * Plain http://host[:port]/path URLs (printable ASCII, no commas), else
+     * MTLS_E_INVALID_ARGUMENT. Serve the issuer's CRL (mtls_pki_crl, DER) at crl_url. */
+    const char *crl_url;               /* CRL distribution point (NULL: none) */
+    const char *ocsp_url;              /* authorityInfoAccess OCSP responder (NULL: none) */
 } mtls_issue_options;
 
 /* Fill *opts with the defaults of `version` (MTLS_ISSUE_OPTIONS_VERSION). */
