@@ -528,6 +528,53 @@ MTLS_EXTERN int mtls_evaluate_with_overrides(mtls_policy *policy, mtls_cert *con
  * could be made (an invalid policy, an empty chain). Free *out with mtls_string_free. */
 MTLS_EXTERN int mtls_trust_result_provenance(const mtls_trust_result *result, char **out);
 
+/* --- Revocation (issue 28) -------------------------------------------------------------------
+ * A policy (and each host rule, over it) may check the revocation of every certificate of the
+ * built chain below the anchor, in every evaluation: mtls_evaluate*, and the verification inside
+ * every handshake of a connection, a listener (client certificates) and a configured SSL_CTX.
+ * Sources, in order: CRLs (those added with mtls_policy_add_crl_file, then the certificate's CRL
+ * distribution points, fetched over http: only, verified against the issuer in the built chain
+ * with OpenSSL — signature, issuer name, authority key identifier, thisUpdate/nextUpdate,
+ * critical extensions; delta, indirect and reason-partitioned CRLs are unsupported — and cached
+ * per URL until nextUpdate, in memory and in the cache folder; concurrent evaluations needing
+ * one URL make one request; refreshed in the background before nextUpdate), then OCSP. A
+ * certificate found revoked is never trusted (reason "revoked", with its date and reason); when
+ * no source answers (unreachable, stale, unsupported, invalid) the status is unknown: HARD
+ * refuses with reason "revocation_unknown", SOFT trusts and says so (mtls_trust_result_warnings,
+ * mtls_trust_result_revocation). A handshake that needs a fetch waits for it within the fetch
+ * time limit. Policy files: "revocation": {"mode": "hard", "sources": ["crl"], "max_bytes": N,
+ * "timeout_ms": N, "cache_dir": "dir"} and per host rule {"mode": ..., "sources": [...]}. */
+#define MTLS_REVOCATION_OFF 0   /* default */
+#define MTLS_REVOCATION_SOFT 1
+#define MTLS_REVOCATION_HARD 2
+/* Sources, or-ed: CRLs are consulted before OCSP. */
+#define MTLS_REVOCATION_SOURCE_CRL 1
+#define MTLS_REVOCATION_SOURCE_OCSP 2
+/* Policy-wide revocation checking: `mode` MTLS_REVOCATION_*, `sources` MTLS_REVOCATION_SOURCE_*
+ * flags (0: CRL). MTLS_E_INVALID_ARGUMENT for an unknown mode or flag. */
+MTLS_EXTERN int mtls_policy_set_revocation(mtls_policy *policy, int mode, int sources);
+/* The same for the host rule `pattern` (created when missing), over the policy's setting. */
+MTLS_EXTERN int mtls_policy_set_rule_revocation(mtls_policy *policy, const char *pattern, int mode, int sources);
+/* Limits of one fetch: the largest CRL or response accepted (`max_bytes`, 0: 10 MiB) and the time
+ * for the whole exchange (`timeout_ms`, 0: 5000). A larger body or a slower server is an unknown
+ * status, never a hang. */
+MTLS_EXTERN int mtls_policy_set_revocation_limits(mtls_policy *policy, size_t max_bytes, int timeout_ms);
+/* A folder where fetched CRLs are kept (made 0700 when missing; files 0600, one per URL), so a
+ * restarted program does not fetch them again; NULL: memory only. The string is copied. */
+MTLS_EXTERN int mtls_policy_set_revocation_cache_dir(mtls_policy *policy, const char *dir);
+/* What revocation checking did, as JSON: {"mode": "hard", "sources": ["crl"], "checks": [{
+ * "cert_index": 0, "subject": ..., "status": "good"|"revoked"|"unknown", "source": "crl"|
+ * "crl_file"|null, "url": ..., "fetched_at": RFC 3339|null, "fetched_from": "network"|"memory"|
+ * "disk"|null, "this_update", "next_update", "revoked_at", "reason", "error"}]}; *out is NULL (with
+ * MTLS_OK) when revocation was off or the chain was refused before. Free with mtls_string_free. */
+MTLS_EXTERN int mtls_trust_result_revocation(const mtls_trust_result *result, char **out);
+/* Warnings of a trusted result (a soft revocation check that found no status), a new array of
+ * *count strings. Free it with mtls_string_list_free. */
+MTLS_EXTERN int mtls_trust_result_warnings(const mtls_trust_result *result, char ***out, size_t *count);
+/* Forgets every CRL cached in memory and every remembered fetch failure (a failed fetch is
+ * otherwise retried after 10 s). Cache folders are left as they are. Thread-safe. */
+MTLS_EXTERN void mtls_revocation_cache_clear(void);
+
 /* ======================================================================================
  * Credential store
  * ====================================================================================== */

@@ -225,4 +225,42 @@ static inline size_t mtls_ossl_X509_ocsp_uris(X509 *x, char *buf, size_t cap) {
 static inline int mtls_ossl_sk_X509_REVOKED_num(const STACK_OF(X509_REVOKED) *sk) { return sk_X509_REVOKED_num(sk); }
 static inline X509_REVOKED *mtls_ossl_sk_X509_REVOKED_value(const STACK_OF(X509_REVOKED) *sk, int i) { return sk_X509_REVOKED_value(sk, i); }
 
+/* The CRL's issuingDistributionPoint as flags: 1 present, 2 indirectCRL, 4 onlyContainsUserCerts,
+   8 onlyContainsCACerts, 16 onlySomeReasons, 32 onlyContainsAttributeCerts; -1 when it does not
+   decode. */
+static inline int mtls_ossl_X509_CRL_idp_flags(X509_CRL *crl) {
+    int crit = 0;
+    ISSUING_DIST_POINT *idp = X509_CRL_get_ext_d2i(crl, NID_issuing_distribution_point, &crit, NULL);
+    if (!idp) return crit == -1 ? 0 : -1;
+    int f = 1;
+    if (idp->indirectCRL) f |= 2;
+    if (idp->onlyuser) f |= 4;
+    if (idp->onlyCA) f |= 8;
+    if (idp->onlysomereasons) f |= 16;
+    if (idp->onlyattr) f |= 32;
+    ISSUING_DIST_POINT_free(idp);
+    return f;
+}
+/* Whether the CRL's authorityKeyIdentifier names the issuer's key: 1 it does, 0 the CRL has no
+   keyIdentifier (or the issuer no SKI) to compare, -1 they differ or the extension is malformed. */
+static inline int mtls_ossl_X509_CRL_aki_matches(X509_CRL *crl, X509 *issuer) {
+    int crit = 0;
+    AUTHORITY_KEYID *aki = X509_CRL_get_ext_d2i(crl, NID_authority_key_identifier, &crit, NULL);
+    if (!aki) return crit == -1 ? 0 : -1;
+    int rc = 0;
+    const ASN1_OCTET_STRING *ski = X509_get0_subject_key_id(issuer);
+    if (aki->keyid && ski) rc = ASN1_OCTET_STRING_cmp(aki->keyid, ski) == 0 ? 1 : -1;
+    AUTHORITY_KEYID_free(aki);
+    return rc;
+}
+/* A revoked entry's reason code (CRLReason), or -1 without one. */
+static inline int mtls_ossl_X509_REVOKED_reason(const X509_REVOKED *r) {
+    int crit = 0;
+    ASN1_ENUMERATED *e = X509_REVOKED_get_ext_d2i(r, NID_crl_reason, &crit, NULL);
+    if (!e) return -1;
+    long v = ASN1_ENUMERATED_get(e);
+    ASN1_ENUMERATED_free(e);
+    return (int)v;
+}
+
 #endif

@@ -104,7 +104,7 @@ extension TrustPolicy {
         if let overrides { hostKey += "|" + overrides.cacheKey }
         let key = EvaluationCache.Key(chain: ders, host: hostKey, purpose: purpose, version: version,
                                       second: Int64(time.timeIntervalSince1970))
-        let result: TrustResult
+        var result: TrustResult
         if settings.cacheEnabled, let cached = cache.lookup(key) {
             result = cached
         } else {
@@ -120,6 +120,15 @@ extension TrustPolicy {
             }
             result = evaluation.run()
             if settings.cacheEnabled { cache.store(key, result, stableUntil: evaluation.stableWindow(built: result.chain)) }
+        }
+        // Revocation is checked after the (cached) path decision, on every evaluation: its answer
+        // changes with the CRLs, which have their own cache (CRLStore). Only a trusted chain is
+        // checked: an untrusted one is refused anyway.
+        let revocation = EffectivePolicy.revocation(settings: settings, rule: rule)
+        if revocation.mode != .off, result.trusted {
+            let outcome = RevocationChecker.check(built: result.chain, settings: revocation, options: settings.revocationFetch,
+                                                  crlFiles: settings.crls, time: time)
+            result = result.with(revocation: outcome)
         }
         if let rule, rule.enforcement == .reportOnly, let handler = settings.reportHandler, !result.reportedReasons.isEmpty {
             handler(TrustReport(host: peer.host == nil ? nil : peer.description, rule: rule.pattern.text,
