@@ -64,6 +64,11 @@ enum CRLCheck {
             }
         }
         let (thisUpdate, nextUpdate) = dates(crl)
+        try checkDates(thisUpdate: thisUpdate, nextUpdate: nextUpdate, time: time)
+    }
+
+    /// Throws unless `time` falls between thisUpdate (less the clock skew) and nextUpdate.
+    static func checkDates(thisUpdate: Date, nextUpdate: Date?, time: Date) throws {
         if thisUpdate > time.addingTimeInterval(skew) {
             throw RevocationProblem("the CRL is not valid yet (thisUpdate \(RevocationCheck.rfc3339(thisUpdate)))")
         }

@@ -114,8 +114,9 @@ final class CRLStore: Sendable {
         while true {
             enum Step { case use(FetchedCRL), fail(String), wait(RevocationFlight), lead(RevocationFlight) }
             let now = Date()
+            let digest = issuer.sha256
             let step: Step = state.withLock { s in
-                if let e = s.entries[url], e.nextUpdate > now, e.issuerDigest == issuer.sha256 { return .use(e) }
+                if let e = s.entries[url], e.nextUpdate > now, e.issuerDigest == digest { return .use(e) }
                 if let f = s.flights[url] { return .wait(f) }
                 if let f = s.failures[url], now.timeIntervalSince(f.at) < Self.failureRetryInterval { return .fail(f.message) }
                 let f = RevocationFlight()
@@ -124,7 +125,9 @@ final class CRLStore: Sendable {
             }
             switch step {
             case .use(let e):
-                try CRLCheck.verify(e.list.crl, issuer: issuer, time: time)
+                // Verified against this issuer when it was loaded (the digest matched): only its
+                // dates depend on the evaluation time.
+                try CRLCheck.checkDates(thisUpdate: e.thisUpdate, nextUpdate: e.nextUpdate, time: time)
                 maybeRefresh(e, options: options)
                 return (e, "memory")
             case .fail(let message):

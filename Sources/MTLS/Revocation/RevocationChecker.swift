@@ -69,10 +69,8 @@ enum RevocationChecker {
                 }
                 for url in urls {
                     lastURL = url
-                    guard HTTPURL(url) != nil else {
-                        problems.append("\(url): not an http: URL (only http: is fetched)")
-                        continue
-                    }
+                    // A URL that is not http: fails in the fetcher with its own message (and is
+                    // remembered as a failure like any other).
                     do {
                         let (crl, origin) = try CRLStore.shared.crl(url: url, issuer: issuer, options: options, time: time)
                         guard CRLCheck.covers(crl.list.crl, cert) else {
