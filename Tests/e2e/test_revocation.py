@@ -337,3 +337,144 @@ def test_stale_crl_counts_as_unknown(pki, tmp_path):
     finally:
         p.terminate()
         p.wait(10)
+
+
+# ---- OCSP: a real `openssl ocsp` responder -----------------------------------------------------
+
+def openssl_time(epoch):
+    return time.strftime("%y%m%d%H%M%SZ", time.gmtime(epoch))
+
+
+def start_ocsp_responder(*args):
+    """`openssl ocsp -port ...`, ready once it says it waits for clients. (Not probed with a
+    connection: the OpenSSL 3.0 responder, one client at a time, stays stuck on a connection that
+    closed without a request.)"""
+    p = subprocess.Popen(["openssl", "ocsp", *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True)
+    end = time.monotonic() + 15
+    while time.monotonic() < end:
+        line = p.stderr.readline()
+        if "waiting for OCSP client connections" in line:
+            return p
+        assert line or p.poll() is None, "openssl ocsp exited"
+    raise AssertionError("openssl ocsp did not start")
+
+
+@pytest.fixture(scope="module")
+def ocsp(tmp_path_factory):
+    """A PKI whose intermediate names an OCSP responder: `openssl ocsp -index -CA -rsigner` started
+    here, with an index that revokes "laptop" (keyCompromise) and knows "alice"."""
+    base = tmp_path_factory.mktemp("ocsp")
+    d = base / "D"
+    port = free_port()
+    ok("pki", "init", "--dir", d, "--name", "OCSP Root")
+    ok("pki", "intermediate", "--dir", d, "--name", "OCSP CA", "--ocsp-url", f"http://127.0.0.1:{port}/")
+    for name in ("alice", "laptop", "stranger"):
+        ok("pki", "issue", "client", "--dir", d, "--ca", "OCSP CA", "--name", name)
+    ca = d / "ca" / "ocsp-ca"
+    lines = []
+    for name, revoked in (("alice", False), ("laptop", True)):
+        serial = subprocess.run(["openssl", "x509", "-in", ca / "issued" / name / "cert.pem", "-noout", "-serial"],
+                                capture_output=True, text=True, check=True).stdout.strip().split("=")[1]
+        exp = openssl_time(time.time() + 365 * 86400)
+        rev = f"{openssl_time(time.time() - 3600)},keyCompromise" if revoked else ""
+        lines.append(f"{'R' if revoked else 'V'}\t{exp}\t{rev}\t{serial}\tunknown\t/CN={name}")
+    (base / "index.txt").write_text("\n".join(lines) + "\n")
+    (base / "index.txt.attr").write_text("unique_subject = no\n")
+    p = start_ocsp_responder("-index", base / "index.txt", "-port", port, "-rsigner", ca / "cert.pem",
+                             "-rkey", ca / "key.pem", "-CA", ca / "cert.pem", "-nmin", "10")
+    policy = base / "ocsp-policy.json"
+    policy.write_text(json.dumps({"revocation": {"mode": "hard", "sources": ["ocsp"], "timeout_ms": 5000}}))
+
+    class O:
+        pass
+    o = O()
+    o.dir, o.ca, o.policy, o.port = d, ca, policy, port
+    yield o
+    p.terminate()
+    p.wait(10)
+
+
+def ocsp_verify(o, name):
+    # The intermediate is the anchor: only the leaf names the responder.
+    r = run_cli("verify", o.ca / "issued" / name / "chain.pem", "--purpose", "client", "--anchor", o.ca / "cert.pem",
+                "--anchors-only", "--policy", o.policy, "--json", timeout=60)
+    return r, json.loads(r.stdout)
+
+
+def test_ocsp_responder_good_revoked_and_unknown(ocsp):
+    r, out = ocsp_verify(ocsp, "alice")
+    assert r.returncode == 0 and out["trusted"], out
+    [c] = out["revocation"]["checks"]
+    assert (c["status"], c["source"], c["url"], c["fetched_from"]) == ("good", "ocsp", f"http://127.0.0.1:{ocsp.port}/", "network")
+    assert c["next_update"]
+    r, out = ocsp_verify(ocsp, "laptop")
+    assert r.returncode == 1 and [x["code"] for x in out["reasons"]] == ["revoked"], out
+    [c] = out["revocation"]["checks"]
+    assert c["status"] == "revoked" and c["reason"] == "keyCompromise" and c["revoked_at"]
+    # Not in the responder's index: the responder says "unknown", which is no answer: hard refuses.
+    r, out = ocsp_verify(ocsp, "stranger")
+    assert r.returncode == 1 and [x["code"] for x in out["reasons"]] == ["revocation_unknown"], out
+    assert "does not know the certificate" in out["revocation"]["checks"][0]["error"]
+
+
+def test_ocsp_response_signed_by_another_ca_is_refused(ocsp, tmp_path):
+    # A responder for the same index, signing with another CA's key, is not believed.
+    other = tmp_path / "O"
+    ok("pki", "init", "--dir", other, "--name", "Other OCSP Root")
+    port = free_port()
+    index = ocsp.policy.parent / "index.txt"
+    p = start_ocsp_responder("-index", index, "-port", port, "-rsigner", other / "root" / "cert.pem",
+                             "-rkey", other / "root" / "key.pem", "-CA", ocsp.ca / "cert.pem")
+    try:
+        # A leaf of the fixture's intermediate whose responder is the forging one.
+        from mtls import IssuedCertificate
+        ca = IssuedCertificate.load(ocsp.ca / "cert.pem", ocsp.ca / "key.pem")
+        leaf = ca.issue_client("forged-target", ocsp_url=f"http://127.0.0.1:{port}/")
+        chain = tmp_path / "chain.pem"
+        chain.write_text(leaf.chain_pem)
+        r = run_cli("verify", chain, "--purpose", "client", "--anchor", ocsp.ca / "cert.pem", "--anchors-only",
+                    "--policy", ocsp.policy, "--json")
+        out = json.loads(r.stdout)
+        assert r.returncode == 1, out
+        [c] = out["revocation"]["checks"]
+        assert c["status"] == "unknown" and "not signed by" in c["error"], c
+    finally:
+        p.terminate()
+        p.wait(10)
+
+
+@pytest.mark.parametrize("eku, believed", [("OCSPSigning", True), ("clientAuth", False)])
+def test_ocsp_delegated_responder_needs_ocsp_signing(ocsp, tmp_path, eku, believed):
+    # A responder certificate issued by the intermediate (openssl x509 -req), with or without
+    # id-kp-OCSPSigning, signs the answers.
+    key, csr, crt, ext = (tmp_path / n for n in ("r.key", "r.csr", "r.pem", "ext.cnf"))
+    ext.write_text(f"extendedKeyUsage={eku}\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n")
+    subprocess.run(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", key, "-out", csr, "-subj", "/CN=delegated responder"], check=True, capture_output=True)
+    subprocess.run(["openssl", "x509", "-req", "-in", csr, "-CA", ocsp.ca / "cert.pem", "-CAkey", ocsp.ca / "key.pem",
+                    "-CAcreateserial", "-out", crt, "-days", "30", "-extfile", ext], check=True, capture_output=True)
+    port = free_port()
+    from mtls import IssuedCertificate
+    ca = IssuedCertificate.load(ocsp.ca / "cert.pem", ocsp.ca / "key.pem")
+    leaf = ca.issue_client(f"delegated-{eku}", ocsp_url=f"http://127.0.0.1:{port}/")
+    index = tmp_path / "index.txt"
+    serial = leaf.certificate.serial_hex.upper()
+    serial = "0" * (len(serial) % 2) + serial  # whole bytes, as OpenSSL's index writes serials
+    index.write_text(f"V\t{openssl_time(time.time() + 86400)}\t\t{serial}\tunknown\t/CN=x\n")
+    p = start_ocsp_responder("-index", index, "-port", port, "-rsigner", crt, "-rkey", key, "-CA", ocsp.ca / "cert.pem")
+    try:
+        chain = tmp_path / "chain.pem"
+        chain.write_text(leaf.chain_pem)
+        r = run_cli("verify", chain, "--purpose", "client", "--anchor", ocsp.ca / "cert.pem", "--anchors-only",
+                    "--policy", ocsp.policy, "--json")
+        out = json.loads(r.stdout)
+        [c] = out["revocation"]["checks"]
+        if believed:
+            assert r.returncode == 0 and c["status"] == "good" and c["source"] == "ocsp", c
+        else:
+            assert r.returncode == 1
+            assert c["status"] == "unknown" and "not signed by" in c["error"], c
+    finally:
+        p.terminate()
+        p.wait(10)

@@ -107,13 +107,3 @@ enum RevocationChecker {
     }
 }
 
-/// OCSP (see ``RevocationSource/ocsp``): not answered yet by this version; each certificate
-/// says so in its problems, so an OCSP-only policy gives `unknown`.
-enum OCSPCheck {
-    static func status(of cert: Certificate, index: Int, issuer: Certificate, options: RevocationFetchOptions,
-                       stapled: [UInt8]?, time: Date, problems: inout [String]) -> RevocationCheck? {
-        problems.append(cert.ocspResponders.isEmpty ? "it names no OCSP responder"
-                                                    : "OCSP is not checked by this version of libmtls: unsupported")
-        return nil
-    }
-}

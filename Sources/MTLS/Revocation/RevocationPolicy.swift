@@ -174,7 +174,10 @@ public struct RevocationReport: Sendable, Hashable {
 /// The process-wide revocation cache, for front ends and tests.
 public enum RevocationCache {
     /// Forgets every CRL cached in memory and every remembered fetch failure.
-    public static func clear() { CRLStore.shared.clear() }
+    public static func clear() {
+        CRLStore.shared.clear()
+        OCSPCheck.clear()
+    }
     /// Network fetches made since the process started or the last ``clear()``.
     public static var fetchCount: Int { CRLStore.shared.fetchCount }
 }
