@@ -253,6 +253,14 @@ static inline int mtls_ossl_X509_CRL_aki_matches(X509_CRL *crl, X509 *issuer) {
     AUTHORITY_KEYID_free(aki);
     return rc;
 }
+/* OCSP stapling, client side: ask for a staple; read the one the server sent (-1: none). */
+static inline long mtls_ossl_SSL_CTX_request_ocsp_staple(SSL_CTX *ctx) { return SSL_CTX_set_tlsext_status_type(ctx, TLSEXT_STATUSTYPE_ocsp); }
+static inline long mtls_ossl_SSL_get_ocsp_staple(SSL *s, const unsigned char **resp) {
+    unsigned char *p = NULL;
+    long n = SSL_get_tlsext_status_ocsp_resp(s, &p);
+    *resp = p;
+    return p ? n : -1;
+}
 /* A revoked entry's reason code (CRLReason), or -1 without one. */
 static inline int mtls_ossl_X509_REVOKED_reason(const X509_REVOKED *r) {
     int crit = 0;

@@ -478,3 +478,49 @@ def test_ocsp_delegated_responder_needs_ocsp_signing(ocsp, tmp_path, eku, believ
     finally:
         p.terminate()
         p.wait(10)
+
+
+@pytest.mark.parametrize("revoked", [False, True])
+def test_client_checks_a_staple_from_openssl_s_server(ocsp, tmp_path, revoked):
+    # The server's certificate names a responder nothing listens on: only the staple can answer.
+    from mtls import IssuedCertificate
+    ca = IssuedCertificate.load(ocsp.ca / "cert.pem", ocsp.ca / "key.pem")
+    dead = free_port()
+    server = ca.issue_server("staple.test", dns=["staple.test"], ocsp_url=f"http://127.0.0.1:{dead}/")
+    crt, key, chain, ca_pem = (tmp_path / n for n in ("s.pem", "s.key", "chain.pem", "ca.pem"))
+    crt.write_text(server.certificate.pem)
+    key.write_text(server.key_pem())
+    os.chmod(key, 0o600)
+    ca_pem.write_text(ca.certificate.pem)
+    serial = server.certificate.serial_hex.upper()
+    serial = "0" * (len(serial) % 2) + serial
+    index = tmp_path / "index.txt"
+    exp = openssl_time(time.time() + 86400)
+    status = f"R\t{exp}\t{openssl_time(time.time() - 60)},keyCompromise" if revoked else f"V\t{exp}\t"
+    index.write_text(f"{status}\t{serial}\tunknown\t/CN=staple.test\n")
+    req, resp = tmp_path / "req.der", tmp_path / "resp.der"
+    subprocess.run(["openssl", "ocsp", "-issuer", ca_pem, "-cert", crt, "-reqout", req, "-no_nonce"],
+                   check=True, capture_output=True)
+    subprocess.run(["openssl", "ocsp", "-index", index, "-rsigner", ocsp.ca / "cert.pem", "-rkey", ocsp.ca / "key.pem",
+                    "-CA", ocsp.ca / "cert.pem", "-reqin", req, "-respout", resp, "-nmin", "10"],
+                   check=True, capture_output=True)
+    port = free_port()
+    p = subprocess.Popen(["openssl", "s_server", "-accept", str(port), "-cert", crt, "-key", key, "-cert_chain", ca_pem,
+                          "-status_file", resp, "-tls1_3", "-quiet"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_port(port, p)
+        r = run_cli("connect", f"127.0.0.1:{port}", "--anchor", ocsp.ca / "cert.pem", "--anchors-only",
+                    "--verify-as", "staple.test", "--policy", ocsp.policy, "--json", "--timeout", "10")
+        out = json.loads(r.stdout)
+        ev = out["evaluation"]
+        [c] = ev["revocation"]["checks"]
+        assert c["source"] == "ocsp_staple" and c["fetched_from"] == "staple", c
+        if revoked:
+            assert r.returncode != 0 and c["status"] == "revoked" and c["reason"] == "keyCompromise", out
+            assert [x["code"] for x in ev["reasons"]] == ["revoked"]
+        else:
+            assert r.returncode == 0 and out["connected"] and c["status"] == "good", out
+    finally:
+        p.kill()
+        p.wait(10)

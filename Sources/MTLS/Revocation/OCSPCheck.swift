@@ -24,18 +24,23 @@ enum OCSPCheck {
 
     static func clear() { cache.withLock { $0 = [:] } }
 
-    /// The certificate's status from OCSP, or nil with the problem added to `problems`.
-    static func status(of cert: Certificate, index: Int, issuer: Certificate, options: RevocationFetchOptions,
-                       stapled: [UInt8]?, time: Date, problems: inout [String]) -> RevocationCheck? {
-        if let stapled {
-            do {
-                let a = try check(response: stapled, cert: cert, issuer: issuer, nonceRequest: nil, time: time)
-                if let c = record(a, cert: cert, index: index, source: "ocsp_staple", url: nil, origin: "staple") { return c }
-                problems.append("the stapled OCSP response does not know the certificate (status unknown)")
-            } catch {
-                problems.append("the stapled OCSP response: \((error as? RevocationProblem)?.description ?? "\(error)")")
-            }
+    /// The status a stapled response (the server's, DER) gives, checked like a fetched one; nil
+    /// with the problem added to `problems`.
+    static func stapled(_ stapled: [UInt8], of cert: Certificate, index: Int, issuer: Certificate, time: Date,
+                        problems: inout [String]) -> RevocationCheck? {
+        do {
+            let a = try check(response: stapled, cert: cert, issuer: issuer, nonceRequest: nil, time: time)
+            if let c = record(a, cert: cert, index: index, source: "ocsp_staple", url: nil, origin: "staple") { return c }
+            problems.append("the stapled OCSP response does not know the certificate (status unknown)")
+        } catch {
+            problems.append("the stapled OCSP response: \((error as? RevocationProblem)?.description ?? "\(error)")")
         }
+        return nil
+    }
+
+    /// The certificate's status from its OCSP responders, or nil with the problems added to `problems`.
+    static func status(of cert: Certificate, index: Int, issuer: Certificate, options: RevocationFetchOptions,
+                       time: Date, problems: inout [String]) -> RevocationCheck? {
         let urls = cert.ocspResponders
         if urls.isEmpty { problems.append("it names no OCSP responder") }
         for url in urls {

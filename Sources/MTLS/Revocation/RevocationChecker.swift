@@ -51,6 +51,11 @@ enum RevocationChecker {
                                time: Date) -> RevocationCheck {
         var problems: [String] = []
         var lastURL: String? = nil
+        // A staple (the server's own OCSP response, client side) is looked at first.
+        if let stapled, settings.sources.contains(.ocsp),
+           let c = OCSPCheck.stapled(stapled, of: cert, index: index, issuer: issuer, time: time, problems: &problems) {
+            return c
+        }
         for source in settings.sources {
             switch source {
             case .crl:
@@ -84,7 +89,7 @@ enum RevocationChecker {
                     }
                 }
             case .ocsp:
-                if let c = OCSPCheck.status(of: cert, index: index, issuer: issuer, options: options, stapled: stapled,
+                if let c = OCSPCheck.status(of: cert, index: index, issuer: issuer, options: options,
                                             time: time, problems: &problems) {
                     return c
                 }

@@ -270,6 +270,9 @@ final class TLSContext: @unchecked Sendable {
     private static func install(on ctx: OpaquePointer, config: TLSContextConfig, identity: Identity?, verifyMode: Int32,
                                 ownContext: Bool = true) throws {
         if let identity { try use(identity, on: ctx, server: config.purpose == .clientAuth) }
+        // A client whose policy checks revocation with OCSP asks servers for a staple (read in
+        // the verify callback: TLS 1.3 carries it with the certificate).
+        if config.purpose == .serverAuth, config.policy.wantsOCSP { _ = mtls_ossl_SSL_CTX_request_ocsp_staple(ctx) }
         SSL_CTX_set_verify(ctx, verifyMode, nil)
         SSL_CTX_set_cert_verify_callback(ctx, { store, arg in
             TLSContext.verifyCallback(store, arg)
@@ -396,8 +399,14 @@ final class TLSContext: @unchecked Sendable {
         state.presentedChain = chain
         let policy = config.policy
         if state.policyStamp != nil { state.policyStamp = SessionCache.stamp(policy) }
+        var staple: [UInt8]? = nil
+        if config.purpose == .serverAuth, let ssl {
+            var p: UnsafePointer<UInt8>? = nil
+            let n = mtls_ossl_SSL_get_ocsp_staple(ssl, &p)
+            if n > 0, n <= 1 << 20, let p { staple = Array(UnsafeBufferPointer(start: p, count: n)) }
+        }
         let result = policy.evaluate(chain: chain, peer: state.peer, purpose: config.purpose, at: nil,
-                                     overrides: state.overrides ?? config.overrides)
+                                     overrides: state.overrides ?? config.overrides, stapledOCSP: staple)
         state.evaluation = result
         if result.trusted {
             X509_STORE_CTX_set_error(store, X509_V_OK)

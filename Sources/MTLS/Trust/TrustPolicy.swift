@@ -210,6 +210,13 @@ public final class TrustPolicy: Sendable {
     public var revocation: RevocationSettings {
         get { readSetting(\.revocation) } set { changeSetting { $0.revocation = newValue } }
     }
+    /// Whether revocation is checked with OCSP anywhere in the policy (policy-wide or in a rule):
+    /// clients then ask servers for a stapled response.
+    var wantsOCSP: Bool {
+        readSetting { s in
+            ([s.revocation] + s.hostRules.compactMap(\.revocation)).contains { $0.mode != .off && $0.sources.contains(.ocsp) }
+        }
+    }
     /// Size and time limits of revocation fetches and the folder fetched CRLs are kept in.
     /// Policy files: `"revocation": {"max_bytes": N, "timeout_ms": N, "cache_dir": "..."}`.
     public var revocationFetch: RevocationFetchOptions {
