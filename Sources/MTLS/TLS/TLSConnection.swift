@@ -123,11 +123,12 @@ public final class TLSConnection {
                 let key = "\(bareHost)|\(port)|\(sni ?? "")|\(options.validationName ?? "")"
                 state.sessionCache = context.sessions
                 state.sessionKey = key
-                let stamp = SessionCache.stamp(context.config.policy)
-                state.policyStamp = stamp
-                if let (session, _) = context.sessions.lookup(key, policy: stamp) {
+                let binding = ServerTickets.currentBinding(state, context.config)
+                if let (session, evaluation) = context.sessions.lookup(key, binding: binding, policy: context.config.policy,
+                                                                       peer: state.peer) {
                     _ = SSL_set_session(ssl, session)
                     SSL_SESSION_free(session)
+                    state.resumedEvaluation = evaluation
                 }
             }
         } catch {
@@ -215,11 +216,9 @@ public final class TLSConnection {
             }
         }
         isHandshakeComplete = true
-        if SSL_session_reused(ssl) == 1, let key = state.sessionKey, let stamp = state.policyStamp,
-           let (s, evaluation) = context.sessions.lookup(key, policy: stamp) {
-            SSL_SESSION_free(s)
-            state.evaluation = evaluation
-        }
+        // A resumed session reports the evaluation it was admitted with (its chain re-checked
+        // at the policy's time when it was offered); a listener's ticket set it already.
+        if !isServer, SSL_session_reused(ssl) == 1 { state.evaluation = state.resumedEvaluation }
     }
 
     private var peerRole: String { isServer ? "client" : "server" }
