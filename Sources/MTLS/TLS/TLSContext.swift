@@ -25,8 +25,12 @@ final class TLSContextConfig {
     /// True for an application's `SSL_CTX` (``TLSContext/configure(sslContext:identity:policy:purpose:)``):
     /// OpenSSL's own session handling there is watched per `SSL` (``ApplicationResumption``).
     let applicationOwned: Bool
-    /// Separates the sessions of two configurations in one process (``ResumptionBinding/context``).
-    let bindingContext: String = "config \(TLSContextConfig.nextInstance.add(1, ordering: .relaxed).newValue)"
+    /// Separates the sessions of two server configurations in one process
+    /// (``ResumptionBinding/context``): an application's contexts that accept clients, whose
+    /// session id context libmtls takes over. Empty elsewhere: a client's sessions go from one
+    /// context to another (libcurl makes a context per connection and shares sessions between
+    /// them), and are bound by policy, peer and identity alone.
+    let bindingContext: String
     private static let nextInstance = Atomic<UInt64>(0)
 
     init(policy: TrustPolicy, purpose: TrustPurpose, identity: ClientIdentity, serverALPN: [String],
@@ -35,6 +39,8 @@ final class TLSContextConfig {
         self.purpose = purpose
         self.identity = identity
         self.applicationOwned = applicationOwned
+        bindingContext = applicationOwned && purpose == .clientAuth
+            ? "configuration \(TLSContextConfig.nextInstance.add(1, ordering: .relaxed).newValue)" : ""
         candidates = identity.selectionCandidates
         switch identity {
         case .none: bindingIdentities = serverIdentity.map { [$0.leaf.sha256] } ?? []
