@@ -111,7 +111,9 @@ typedef enum mtls_status {
     MTLS_E_TOKEN_NOT_PRESENT = -53,
     MTLS_E_TOKEN_REMOVED = -54,
     MTLS_E_BAD_URI = -55,
-    MTLS_E_PIN_REQUIRED = -56
+    MTLS_E_PIN_REQUIRED = -56,
+    /* added later */
+    MTLS_E_TRUNCATED = -48          /* the peer closed without close_notify: a read may be cut short */
 } mtls_status;
 
 /* A static English text for a code (unknown codes give "unknown error code"). Never free it. */

@@ -330,8 +330,8 @@ final class TLSContext: @unchecked Sendable {
         if let previous { Unmanaged<TLSContextConfig>.fromOpaque(previous).release() }
     }
 
-    /// Records alerts sent and received, so errors can say which side refused; tolerates a peer
-    /// that closes without close_notify; refuses TLS 1.2 renegotiation either way (a peer asking
+    /// Records alerts sent and received, so errors can say which side refused; refuses TLS 1.2
+    /// renegotiation either way (a peer asking
     /// for it gets a no_renegotiation alert: the certificate judged at the handshake is the only
     /// one a connection ever has).
     private static func installAlertTracking(_ ctx: OpaquePointer) {
@@ -346,7 +346,9 @@ final class TLSContext: @unchecked Sendable {
                 if value & 0xff == 100 /* no_renegotiation */ { state?.refusedRenegotiation = true }
             }
         }
-        _ = mtls_ossl_SSL_CTX_set_options(ctx, mtls_ossl_SSL_OP_IGNORE_UNEXPECTED_EOF() | mtls_ossl_SSL_OP_NO_RENEGOTIATION())
+        // No SSL_OP_IGNORE_UNEXPECTED_EOF: an end of stream without close_notify must stay
+        // visible, so a read can tell a complete reply from a cut one (MTLSError.Code.truncated).
+        _ = mtls_ossl_SSL_CTX_set_options(ctx, mtls_ossl_SSL_OP_NO_RENEGOTIATION())
     }
 
     /// An alert's description in OpenSSL's words, with the TLS 1.3 alerts OpenSSL 3.0 has no
