@@ -730,9 +730,11 @@ MTLS_EXTERN void mtls_conn_cache_clear(void);
 #define MTLS_CLIENT_AUTH_OPTIONAL 1  /* ask; accept clients without one (not untrusted ones) */
 #define MTLS_CLIENT_AUTH_REQUIRE 2   /* ask, and refuse clients without one (default) */
 
-#define MTLS_LISTENER_OPTIONS_VERSION 1
+#define MTLS_LISTENER_OPTIONS_VERSION 2
 /* Server options; fill with mtls_listener_options_init first. Pointers are borrowed for the
- * duration of mtls_listener_new (the listener keeps its own references). */
+ * duration of mtls_listener_new (the listener keeps its own references). Version 2 added the
+ * fields from first_byte_timeout_ms on; a program built against version 1 keeps working (its
+ * listener gets their defaults). */
 typedef struct mtls_listener_options {
     unsigned int version;           /* MTLS_LISTENER_OPTIONS_VERSION */
     int client_auth;                /* MTLS_CLIENT_AUTH_* */
@@ -743,6 +745,15 @@ typedef struct mtls_listener_options {
     int handshake_timeout_ms;       /* per accepted client; 0: 30 s; negative: no limit */
     int io_timeout_ms;              /* per read or write on accepted connections; 0: no limit */
     int no_session_tickets;         /* nonzero: issue no session tickets (see mtls_listener_accept) */
+    /* version 2 */
+    int first_byte_timeout_ms;      /* time an accepted client has to send its first byte (its
+                                       ClientHello); until then it takes no handshake slot and no
+                                       thread, and after it the socket is closed silently (nothing
+                                       is reported to mtls_listener_accept). 0: 5 s; negative: no
+                                       limit */
+    int max_handshakes_per_address; /* the most clients of one source address in a handshake at
+                                       once; more wait for a slot of their address. 0: 32;
+                                       negative: no limit */
 } mtls_listener_options;
 
 /* Fill *opts with the defaults of `version` (MTLS_LISTENER_OPTIONS_VERSION).

@@ -192,13 +192,18 @@ public func mtls_conn_presented_identity(_ conn: OpaquePointer?, _ out: UnsafeMu
 public func mtls_listener_options_init(_ opts: UnsafeMutablePointer<mtls_listener_options>?, _ version: UInt32) -> Int32 {
     abiCall {
         let opts = try require(opts, "opts")
-        guard version == 1 else { throw invalid("mtls_listener_options version \(version) is not supported (1 is)") }
+        guard version == 1 || version == 2 else {
+            throw invalid("mtls_listener_options version \(version) is not supported (1 and 2 are)")
+        }
+        // A version 1 caller's struct ends before the version 2 fields: write only its part.
         var o = mtls_listener_options()
-        o.version = 1
+        o.version = version
         o.client_auth = MTLS_CLIENT_AUTH_REQUIRE
         o.min_tls = MTLS_TLS_1_2
         o.max_tls = MTLS_TLS_1_3
-        opts.pointee = o
+        let size = version == 1 ? MemoryLayout.offset(of: \mtls_listener_options.first_byte_timeout_ms) ?? 0
+                                : MemoryLayout<mtls_listener_options>.size
+        withUnsafeBytes(of: &o) { if let b = $0.baseAddress { UnsafeMutableRawPointer(opts).copyMemory(from: b, byteCount: size) } }
     }
 }
 
@@ -208,8 +213,16 @@ public func mtls_listener_new(_ address: UnsafePointer<CChar>?, _ port: UInt16, 
                               _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
-            let c = try require(opts, "opts").pointee
-            guard c.version == 1 else { throw invalid("mtls_listener_options version \(c.version) is not supported (1 is)") }
+            let p = try require(opts, "opts")
+            let version = UnsafeRawPointer(p).load(as: UInt32.self)
+            guard version == 1 || version == 2 else {
+                throw invalid("mtls_listener_options version \(version) is not supported (1 and 2 are)")
+            }
+            // Read only what a version 1 caller's struct has; the rest keeps its defaults.
+            var c = mtls_listener_options()
+            let size = version == 1 ? MemoryLayout.offset(of: \mtls_listener_options.first_byte_timeout_ms) ?? 0
+                                    : MemoryLayout<mtls_listener_options>.size
+            withUnsafeMutableBytes(of: &c) { $0.baseAddress?.copyMemory(from: UnsafeRawPointer(p), byteCount: size) }
             var o = TLSServerOptions(identity: try handle(c.identity, Identity.self, "opts->identity"))
             guard let auth = ClientAuthentication(rawValue: Int(c.client_auth)) else {
                 throw invalid("client_auth must be MTLS_CLIENT_AUTH_NONE, _OPTIONAL or _REQUIRE, not \(c.client_auth)")
@@ -222,6 +235,10 @@ public func mtls_listener_new(_ address: UnsafePointer<CChar>?, _ port: UInt16, 
             o.handshakeTimeout = seconds(c.handshake_timeout_ms, default: 30)
             o.ioTimeout = seconds(c.io_timeout_ms, default: nil)
             o.sessionTickets = c.no_session_tickets == 0
+            if version >= 2 {
+                o.firstByteTimeout = seconds(c.first_byte_timeout_ms, default: 5)
+                o.maxHandshakesPerAddress = c.max_handshakes_per_address == 0 ? 32 : max(0, Int(c.max_handshakes_per_address))
+            }
             return try TLSListener(address: optionalString(address), port: port, options: o)
         }
     }

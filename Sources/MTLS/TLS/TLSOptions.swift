@@ -174,6 +174,16 @@ public struct TLSServerOptions: Sendable {
     /// Seconds allowed for each accepted client's handshake, and for reads and writes.
     public var handshakeTimeout: Double? = 30
     public var ioTimeout: Double? = nil
+    /// Seconds an accepted client has to send its first byte (its ClientHello); nil or 0: no
+    /// limit. Until then it takes no handshake slot and no thread: one thread watches every such
+    /// socket, so clients that connect and stay silent cannot hold the listener's handshakes
+    /// up; when the time is over the socket is closed without a word (nothing is reported to
+    /// ``TLSListener/accept(timeout:)``).
+    public var firstByteTimeout: Double? = 5
+    /// The most clients from one source address in a handshake at once (0 or less: no limit).
+    /// More from that address wait, having sent their first byte, until one of its handshakes
+    /// ends (or their first-byte time is over), so one address cannot take every handshake slot.
+    public var maxHandshakesPerAddress = 32
     /// Issue session tickets, so a returning client resumes without the certificate work. A
     /// ticket resumes only under the client policy version that judged the client, from the
     /// same address, while its chain is valid; otherwise the client gets a full handshake.

@@ -18,7 +18,7 @@ TLS_1_2, TLS_1_3 = 12, 13
 _VERSIONS = {"1.2": TLS_1_2, "1.3": TLS_1_3, TLS_1_2: TLS_1_2, TLS_1_3: TLS_1_3}
 CLIENT_AUTH = {"none": 0, "optional": 1, "require": 2}
 CONN_OPTIONS_VERSION = 1
-LISTENER_OPTIONS_VERSION = 1
+LISTENER_OPTIONS_VERSION = 2
 
 
 class ConnOptions(ctypes.Structure):
@@ -43,7 +43,7 @@ class ConnOptions(ctypes.Structure):
 
 
 class ListenerOptions(ctypes.Structure):
-    """typedef struct mtls_listener_options (version 1)."""
+    """typedef struct mtls_listener_options (version 2)."""
     _fields_ = [
         ("version", ctypes.c_uint),
         ("client_auth", ctypes.c_int),
@@ -55,6 +55,8 @@ class ListenerOptions(ctypes.Structure):
         ("handshake_timeout_ms", ctypes.c_int),
         ("io_timeout_ms", ctypes.c_int),
         ("no_session_tickets", ctypes.c_int),
+        ("first_byte_timeout_ms", ctypes.c_int),
+        ("max_handshakes_per_address", ctypes.c_int),
     ]
 
 
@@ -310,13 +312,19 @@ class Connection(_Handle):
 
 class Listener(_Handle):
     """A TLS server socket (wraps an mtls_listener): accepts clients with the server identity
-    and judges their certificates with `client_policy` (no name check)."""
+    and judges their certificates with `client_policy` (no name check).
+
+    first_byte_timeout: seconds an accepted client has to send its first byte (None: 5; inf: no
+    limit); until then it takes no handshake slot, after it it is closed silently.
+    max_handshakes_per_address: the most clients of one address in a handshake at once (None:
+    32; 0: no limit)."""
     _free = "mtls_listener_free"
 
     def __init__(self, identity: Identity, *, address: Optional[str] = "127.0.0.1", port: int = 0,
                  client_auth: str = "require", client_policy: Optional[Policy] = None, alpn: Sequence[str] = (),
                  min_tls="1.2", max_tls="1.3", handshake_timeout=None, io_timeout=None,
-                 session_tickets: bool = True):
+                 session_tickets: bool = True, first_byte_timeout: Optional[float] = None,
+                 max_handshakes_per_address: Optional[int] = None):
         if client_auth not in CLIENT_AUTH:
             raise ValueError("client_auth must be 'none', 'optional' or 'require'")
         o = ListenerOptions()
@@ -328,6 +336,9 @@ class Listener(_Handle):
         o.min_tls, o.max_tls = _version(min_tls), _version(max_tls)
         o.handshake_timeout_ms, o.io_timeout_ms = _ms(handshake_timeout), _ms(io_timeout)
         o.no_session_tickets = 0 if session_tickets else 1
+        o.first_byte_timeout_ms = _ms(first_byte_timeout)
+        if max_handshakes_per_address is not None:
+            o.max_handshakes_per_address = -1 if max_handshakes_per_address <= 0 else int(max_handshakes_per_address)
         super().__init__(out_handle(lib.mtls_listener_new, utf8(address), int(port), ctypes.byref(o)))
 
     @property
