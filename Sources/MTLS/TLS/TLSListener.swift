@@ -436,7 +436,7 @@ final class ListenerCore: Sendable {
             guard let (fd, peer) = next else { return }
             Socket.setNonBlocking(fd, true)
             let client = WaitingClient(peer: peer, source: TrustPeer.client(address: peer).host ?? peer,
-                                       deadline: options.firstByteTimeout.flatMap { $0 > 0 ? Deadline.now() + $0 : nil },
+                                       deadline: firstByteLimit.map { Deadline.now() + $0 },
                                        order: accepted.add(1, ordering: .relaxed).newValue)
             let kept: Bool = state.withLock { st in
                 guard !st.closed else { return false }
@@ -445,6 +445,12 @@ final class ListenerCore: Sendable {
             }
             if !kept { Glibc.close(fd); return }
         }
+    }
+
+    /// Seconds a client has for its first byte: the first-byte timeout, and never more than the
+    /// handshake timeout (a client cannot take longer to begin its handshake than to finish it).
+    private var firstByteLimit: Double? {
+        [options.firstByteTimeout, options.handshakeTimeout].compactMap { $0.flatMap { $0 > 0 ? $0 : nil } }.min()
     }
 
     /// Closes the silent socket accepted first; false when there is none.

@@ -175,7 +175,7 @@ public struct TLSServerOptions: Sendable {
     public var handshakeTimeout: Double? = 30
     public var ioTimeout: Double? = nil
     /// Seconds an accepted client has to send its first byte (its ClientHello); nil or 0: no
-    /// limit. Until then it takes no handshake slot and no thread: one thread watches every such
+    /// limit other than ``handshakeTimeout``, which also bounds it. Until then it takes no handshake slot and no thread: one thread watches every such
     /// socket, so clients that connect and stay silent cannot hold the listener's handshakes
     /// up; when the time is over the socket is closed without a word (nothing is reported to
     /// ``TLSListener/accept(timeout:)``).
