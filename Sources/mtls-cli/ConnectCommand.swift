@@ -253,8 +253,9 @@ struct ConnectCommand: ParsableCommand {
             try c.handshake()
             if let send {
                 try c.write(Array(unescape(send).utf8))
-                // A reply cut short (no close_notify) is an error: "connected" with the partial
-                // "response", "error" set, exit status 1.
+                // A reply cut short (no close_notify) is an error: "error" set (error_code
+                // "truncated"), the partial "response", exit status 1 (and so "connected" false:
+                // the exchange did not complete).
                 try readReply(c, idle: timeout, into: &response)
                 out["response"] = String(decoding: response, as: UTF8.self)
             } else if c.tlsVersion == "TLSv1.3" {
@@ -271,7 +272,6 @@ struct ConnectCommand: ParsableCommand {
         } catch {
             failure = error
             if let e = error as? MTLSError, e.code == .truncated {
-                out["connected"] = true
                 out["response"] = String(decoding: response, as: UTF8.self)
             }
             out["error"] = (error as? MTLSError)?.message ?? "\(error)"
