@@ -10,8 +10,10 @@
  *  - libcurl keeping sessions itself (CURLSH, CURL_LOCK_DATA_SSL_SESSION) in SSL_CTXs configured
  *    through CURLOPT_SSL_CTX_FUNCTION, against openssl s_server: after mtls_policy_replace, and
  *    after a fail_closed pin expiry;
- *  - libmtls's own client session cache and its listener's tickets, after a pin expiry.
- * The pin expiries are real: rules whose pins expire a few seconds after the first handshakes. */
+ *  - libmtls's own client session cache and its listener's tickets, after a pin expiry;
+ *  - each of them after a certificate of the chain expired since the session was made.
+ * The expiries are real: rules whose pins, and certificates that, expire a few seconds after
+ * the first handshakes. */
 #define _GNU_SOURCE
 #include "pki_support.h"
 #include <arpa/inet.h>
@@ -23,6 +25,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -243,15 +246,15 @@ static CURLcode curl_get(CURLSH *share, struct curl_setup *setup, long sslversio
     return rc;
 }
 
-/* `openssl s_server -www` with the server certificate and its intermediate, serving until
- * killed. Returns its pid and port. */
-static pid_t start_s_server(const char *tmp, int *port) {
+/* `openssl s_server -www` with the server certificate `name` (NAME.pem, NAME.key in the PKI
+ * folder) and its intermediate, serving until killed. Returns its pid and port. */
+static pid_t start_s_server(const char *tmp, const char *name, int *port) {
     char cmd[4096], out[600];
-    snprintf(out, sizeof out, "%s/resumption-sserver.out", tmp);
+    snprintf(out, sizeof out, "%s/resumption-sserver-%s.out", tmp, name);
     unlink(out);
     snprintf(cmd, sizeof cmd,
-             "exec openssl s_server -accept 127.0.0.1:0 -www -cert %s/server.pem -key %s/server.key "
-             "-cert_chain %s/int-a.pem > %s 2>&1 < /dev/null", pki, pki, pki, out);
+             "exec openssl s_server -accept 127.0.0.1:0 -www -cert %s/%s.pem -key %s/%s.key "
+             "-cert_chain %s/int-a.pem > %s 2>&1 < /dev/null", pki, name, pki, name, pki, out);
     pid_t pid = fork();
     if (pid == 0) { execl("/bin/sh", "sh", "-c", cmd, (char *)NULL); _exit(127); }
     for (int i = 0; i < 200; i++) {
@@ -266,6 +269,40 @@ static pid_t start_s_server(const char *tmp, int *port) {
     }
     fprintf(stderr, "s_server did not start\n");
     exit(1);
+}
+
+/* A certificate of `profile` named `name` under customer A's intermediate that expires at
+ * `not_after` (issued a day before it, valid one day), written as NAME.pem / NAME.key (0600) in
+ * the PKI folder; returned as an identity with the intermediate. */
+static mtls_identity *expiring(int profile, const char *name, int64_t not_after) {
+    char cert[1024], key[1024];
+    snprintf(cert, sizeof cert, "%s/int-a.pem", pki);
+    snprintf(key, sizeof key, "%s/int-a.key", pki);
+    mtls_issued *ca = NULL, *leaf = NULL;
+    CHECK_OK(mtls_pki_load(cert, key, NULL, &ca));
+    mtls_issue_options o;
+    CHECK_OK(mtls_issue_options_init(&o, MTLS_ISSUE_OPTIONS_VERSION));
+    o.validity_days = 1;
+    o.now = not_after - 86400;
+    const char *dns[] = { "server.test" };
+    if (profile == MTLS_PROFILE_SERVER) { o.dns_names = dns; o.dns_count = 1; }
+    CHECK_OK(mtls_pki_issue(ca, profile, name, &o, &leaf));
+    char *pem = NULL, *kpem = NULL;
+    CHECK_OK(mtls_issued_chain_pem(leaf, &pem));
+    CHECK_OK(mtls_issued_key_pem(leaf, NULL, &kpem));
+    snprintf(cert, sizeof cert, "%s/%s.pem", pki, name);
+    snprintf(key, sizeof key, "%s/%s.key", pki, name);
+    FILE *f = fopen(cert, "w");
+    CHECK(f && fputs(pem, f) >= 0 && fclose(f) == 0);
+    int kfd = open(key, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(kfd >= 0 && write(kfd, kpem, strlen(kpem)) == (ssize_t)strlen(kpem) && close(kfd) == 0);
+    mtls_identity *id = NULL;
+    CHECK_OK(mtls_issued_identity(leaf, &id));
+    mtls_string_free(pem);
+    mtls_string_free(kpem);
+    mtls_issued_free(leaf);
+    mtls_issued_free(ca);
+    return id;
 }
 
 /* ---------------------------------------------------------------- the tests */
@@ -346,7 +383,7 @@ int main(void) {
     /* ---- defect 3, client side: libcurl keeps the sessions; after mtls_policy_replace makes the
      * server untrusted, the next request fails as untrusted instead of resuming. */
     int sport = 0;
-    pid_t sserver = start_s_server(tmp, &sport);
+    pid_t sserver = start_s_server(tmp, "server", &sport);
     CHECK(curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK);
     const long versions[] = { CURL_SSLVERSION_TLSv1_2 | CURL_SSLVERSION_MAX_TLSv1_2,
                               CURL_SSLVERSION_TLSv1_3 | CURL_SSLVERSION_MAX_TLSv1_3 };
@@ -375,7 +412,7 @@ int main(void) {
 
     /* ---- defect 4: pins that expire and fail closed, a few seconds from now. Each place keeps a
      * session made before the expiry; after it, none resumes "trusted". */
-    int64_t expiry = (int64_t)time(NULL) + 4;
+    int64_t expiry = (int64_t)time(NULL) + 8;
     char rule[64];
 
     /* libmtls's own client, against an mtls listener. */
@@ -431,9 +468,68 @@ int main(void) {
         CHECK(curl_get(shares[v], &pinned_curl[v], versions[v], &resumed) == CURLE_OK && resumed == 1);
     }
 
-    /* The pins expire. */
+    /* Certificates that expire at the same moment: a server's (libmtls's listener and
+     * s_server for libcurl) and a client's (the application servers). */
+    mtls_identity *short_server = expiring(MTLS_PROFILE_SERVER, "server-short", expiry);
+    mtls_identity *short_client = expiring(MTLS_PROFILE_CLIENT, "client-short", expiry);
+    CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
+    lo.identity = short_server;
+    lo.client_policy = only_a;
+    mtls_listener *short_listener = NULL;
+    CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &short_listener));
+    uint16_t short_port = 0;
+    CHECK_OK(mtls_listener_port(short_listener, &short_port));
+    CHECK_RC(mtls_listener_accept(short_listener, 1, &none), MTLS_E_TIMEOUT);
+    for (int i = 0; i < 2; i++) CHECK(listener_exchange(short_listener, short_port, client_a, server_policy) == MTLS_OK + i);
+    int short_sport = 0;
+    pid_t short_sserver = start_s_server(tmp, "server-short", &short_sport);
+    CURLSH *short_shares[2];
+    struct curl_setup short_curl[2];
+    for (int v = 0; v < 2; v++) {
+        short_shares[v] = curl_share_init();
+        curl_share_setopt(short_shares[v], CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+        short_curl[v].policy = anchored("root.pem");
+        short_curl[v].port = (uint16_t)short_sport;
+        CHECK(curl_get(short_shares[v], &short_curl[v], versions[v], &resumed) == CURLE_OK && resumed == 0);
+        CHECK(curl_get(short_shares[v], &short_curl[v], versions[v], &resumed) == CURLE_OK && resumed == 1);
+    }
+    struct app_server c12, c13;
+    app_server_start(&c12, server_id, only_a, MTLS_TLS_1_2, 1);
+    app_server_start(&c13, server_id, only_a, MTLS_TLS_1_3, 0);
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(ping(c12.port, NULL, short_client, server_policy, MTLS_TLS_1_2, &resumed));
+        CHECK_OK(ping(c13.port, NULL, short_client, server_policy, MTLS_TLS_1_3, &resumed));
+        app_server_wait(&c12, i);
+        app_server_wait(&c13, i);
+        CHECK(c12.ok[i] && c12.reused[i] == i && c13.ok[i] && c13.reused[i] == i);
+    }
+    CHECK((int64_t)time(NULL) < expiry); /* all of the above happened before the expiry */
+
+    /* The pins and the certificates expire. */
     while ((int64_t)time(NULL) < expiry + 1) usleep(100 * 1000);
-    fprintf(stderr, "-- after the pins expired\n");
+    fprintf(stderr, "-- after the pins and certificates expired\n");
+
+    /* A server certificate that expired since the session was made: libmtls's client and libcurl
+     * refuse the server (expired) instead of resuming. */
+    CHECK(listener_exchange(short_listener, short_port, client_a, server_policy) == MTLS_E_UNTRUSTED);
+    for (int v = 0; v < 2; v++) {
+        CHECK(curl_get(short_shares[v], &short_curl[v], versions[v], &resumed) == CURLE_PEER_FAILED_VERIFICATION);
+        mtls_policy_free(short_curl[v].policy);
+        curl_share_cleanup(short_shares[v]);
+    }
+    /* A client certificate that expired since: the application servers do not resume it. */
+    CHECK(ping(c12.port, NULL, short_client, server_policy, MTLS_TLS_1_2, &resumed) != MTLS_OK);
+    CHECK(ping(c13.port, NULL, short_client, server_policy, MTLS_TLS_1_3, &resumed) != MTLS_OK);
+    app_server_wait(&c12, 2);
+    app_server_wait(&c13, 2);
+    CHECK(!c12.ok[2] && !c12.reused[2] && !c13.ok[2] && !c13.reused[2]);
+    app_server_stop(&c12);
+    app_server_stop(&c13);
+    mtls_listener_free(short_listener);
+    kill(short_sserver, SIGTERM);
+    waitpid(short_sserver, NULL, 0);
+    mtls_identity_free(short_server);
+    mtls_identity_free(short_client);
 
     /* libmtls's client: untrusted (pin_expired), not resumed. */
     CHECK(listener_exchange(listener, lport, client_a, pinned_server) == MTLS_E_UNTRUSTED);
