@@ -838,8 +838,8 @@ MTLS_EXTERN void mtls_listener_free(mtls_listener *listener);
  * that sets its own SSL-level info callback on an SSL turns this off for that SSL):
  *  - accepts_clients 1: it sets the SSL's session id context to a digest of that binding, so
  *    OpenSSL refuses sessions (session-id cache and tickets, TLS 1.2 and 1.3) made under another
- *    one (the application still sets its own session id context, as OpenSSL requires with client
- *    certificates, but it no longer decides); it installs SSL_CTX_set_session_ticket_cb callbacks
+ *    one (a session id context the application sets, as nginx and Apache do, is replaced on each
+ *    SSL and no longer decides); it installs SSL_CTX_set_session_ticket_cb callbacks
  *    (replacing the application's own) that check tickets and evaluate the client's chain again;
  *    a session in the session-id cache gets a timeout that ends when its chain or a fail_closed
  *    rule's pins expire. Sessions do not survive a restart of the process.
