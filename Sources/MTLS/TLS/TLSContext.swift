@@ -331,9 +331,8 @@ final class TLSContext: @unchecked Sendable {
     }
 
     /// Records alerts sent and received, so errors can say which side refused; refuses TLS 1.2
-    /// renegotiation either way (a peer asking
-    /// for it gets a no_renegotiation alert: the certificate judged at the handshake is the only
-    /// one a connection ever has).
+    /// renegotiation either way (a peer asking for it gets a no_renegotiation alert: the
+    /// certificate judged at the handshake is the only one a connection ever has).
     private static func installAlertTracking(_ ctx: OpaquePointer) {
         SSL_CTX_set_info_callback(ctx) { ssl, where_, value in
             guard (where_ & SSL_CB_ALERT) != 0, (value & 0xff) != 0 /* close_notify */ else { return }
