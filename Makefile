@@ -93,7 +93,8 @@ test-c:
 	export PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig; \
 	for src in Tests/c/*.c; do \
 	  exe=$(OUT)/c/$$(basename $$src .c); \
-	  cc -std=c11 -Wall -Wextra -Werror -o $$exe $$src $$(pkg-config --cflags --libs mtls); \
+	  links=$$(sed -n '1s|^/\* test-c links: \(.*\) \*/$$|\1|p' $$src); \
+	  cc -std=c11 -Wall -Wextra -Werror -o $$exe $$src $$(pkg-config --cflags --libs mtls $$links); \
 	  echo "== $$exe"; env -u LD_LIBRARY_PATH MTLS_TEST_TMP=$(OUT)/c $$exe; \
 	done; \
 	for src in Tests/c/*.cpp; do [ -e "$$src" ] || continue; \
@@ -141,8 +142,9 @@ define san_c_tests
 	@mkdir -p $(OUT)/$(1)/lib $(OUT)/$(1)/c && ln -sf $(CURDIR)/.build-$(1)/debug/libmtls.so $(OUT)/$(1)/lib/libmtls.so.0 && \
 	ln -sf libmtls.so.0 $(OUT)/$(1)/lib/libmtls.so && set -e; \
 	for src in $(SAN_C_TESTS); do exe=$(OUT)/$(1)/c/$$(basename $$src .c); \
+	  links=$$(sed -n '1s|^/\* test-c links: \(.*\) \*/$$|\1|p' $$src); \
 	  rm -f $$exe; $(SWIFT_CLANG) -std=c11 -g -O1 -pthread -fno-omit-frame-pointer $(2) -Iinclude -o $$exe $$src \
-	    -L$(OUT)/$(1)/lib -lmtls -Wl,-rpath,$(OUT)/$(1)/lib 2>&1 | { grep -v "ld.gold: warning: Cannot export local symbol" || true; }; \
+	    -L$(OUT)/$(1)/lib -lmtls -Wl,-rpath,$(OUT)/$(1)/lib $$([ -z "$$links" ] || pkg-config --cflags --libs $$links) 2>&1 | { grep -v "ld.gold: warning: Cannot export local symbol" || true; }; \
 	  test -x $$exe; \
 	  echo "== $(1) $$exe"; env -u LD_LIBRARY_PATH MTLS_TEST_TMP=$(OUT)/$(1)/c MTLS_TEST_SANITIZER=$(1) $(3) $$exe; done
 endef

@@ -112,7 +112,9 @@ typedef enum mtls_status {
     MTLS_E_TOKEN_NOT_PRESENT = -53,
     MTLS_E_TOKEN_REMOVED = -54,
     MTLS_E_BAD_URI = -55,
-    MTLS_E_PIN_REQUIRED = -56
+    MTLS_E_PIN_REQUIRED = -56,
+    /* added later */
+    MTLS_E_TRUNCATED = -48          /* the peer closed without close_notify: a read may be cut short */
 } mtls_status;
 
 /* A static English text for a code (unknown codes give "unknown error code"). Never free it. */
@@ -785,7 +787,8 @@ typedef struct mtls_conn_options {
     int io_timeout_ms;              /* per read or write; 0 or negative: no limit */
     int non_blocking;               /* 1: non-blocking mode (see mtls_conn_connect) */
     int no_session_resumption;      /* 1: never resume (0: resume sessions for the same host,
-                                       port, names, identity and policy) */
+                                       port, names, identity and policy version, after the
+                                       server's chain is evaluated again: see mtls_conn_connect) */
     mtls_identity *identity;        /* the identity to present; NULL: none, or automatic below */
     mtls_identity *const *candidates; /* with identity NULL: choose among these (see below) */
     size_t candidate_count;
@@ -825,6 +828,11 @@ MTLS_EXTERN int mtls_conn_connect(const char *host, uint16_t port, const mtls_co
 /* Connect the socket only; mtls_conn_handshake runs the handshake. Use this to read the
  * evaluation and the peer chain of a handshake that failed. Free *out with mtls_conn_free. */
 MTLS_EXTERN int mtls_conn_open(const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out);
+/* Session resumption (unless no_session_resumption): a session is offered again only under the
+ * policy object and version, host, port, SNI, verify_as and identity it was made with, and only
+ * after the chain the server presented for it is evaluated again at the policy's time (its fixed
+ * time, else now): a server certificate that expired since, or a host rule whose pins expired
+ * and that fails closed, gives a full handshake, judged by the policy in force, instead. */
 /* Run TLS over a connected socket the caller owns (the caller closes it after mtls_conn_free;
  * it is switched to non-blocking mode). host and port name the server for SNI, validation, host
  * rules and the session cache: give the real port, because with port 0 only host rules without a
@@ -833,7 +841,10 @@ MTLS_EXTERN int mtls_conn_open(const char *host, uint16_t port, const mtls_conn_
 MTLS_EXTERN int mtls_conn_wrap_fd(int fd, const char *host, uint16_t port, const mtls_conn_options *opts, mtls_conn **out);
 /* Run or continue the handshake (MTLS_OK once complete; later calls do nothing). */
 MTLS_EXTERN int mtls_conn_handshake(mtls_conn *conn);
-/* Read up to len bytes into buf; *n is the count, 0 when the peer closed the connection. */
+/* Read up to len bytes into buf; *n is the count, 0 when the peer closed the connection with
+ * close_notify. MTLS_E_TRUNCATED when it closed without one: what was read before may be cut
+ * short (a reply delimited by the end of the connection, as an HTTP/1.0 body without
+ * Content-Length, is then incomplete, or was cut by someone on the path). */
 MTLS_EXTERN int mtls_conn_read(mtls_conn *conn, uint8_t *buf, size_t len, size_t *n);
 /* Write len bytes; blocking connections write them all, non-blocking ones may write part (*n). */
 MTLS_EXTERN int mtls_conn_write(mtls_conn *conn, const uint8_t *buf, size_t len, size_t *n);
@@ -846,9 +857,10 @@ MTLS_EXTERN int mtls_conn_fd(const mtls_conn *conn, int *fd);
 /* The chain the peer presented, leaf first (also after a failed handshake, when our evaluation
  * rejected it). Free with mtls_cert_list_free(*out, *count). */
 MTLS_EXTERN int mtls_conn_peer_chain(const mtls_conn *conn, mtls_cert ***out, size_t *count);
-/* Our evaluation of the peer's chain (for a resumed session: the one made when the session was
- * established; also after a failed handshake when our evaluation rejected the peer); *out is
- * NULL when the peer sent no certificate. Free *out with mtls_trust_result_free. */
+/* Our evaluation of the peer's chain (for a resumed session: the chain presented when the
+ * session was established, evaluated again when it was resumed; also after a failed handshake
+ * when our evaluation rejected the peer); *out is NULL when the peer sent no certificate. Free
+ * *out with mtls_trust_result_free. */
 MTLS_EXTERN int mtls_conn_evaluation(const mtls_conn *conn, mtls_trust_result **out);
 /* The ALPN protocol agreed on; *out is NULL when none. Free *out with mtls_string_free. */
 MTLS_EXTERN int mtls_conn_alpn(const mtls_conn *conn, char **out);
@@ -871,10 +883,11 @@ MTLS_EXTERN void mtls_conn_cache_clear(void);
 #define MTLS_CLIENT_AUTH_OPTIONAL 1  /* ask; accept clients without one (not untrusted ones) */
 #define MTLS_CLIENT_AUTH_REQUIRE 2   /* ask, and refuse clients without one (default) */
 
-/* Version 2 added `client_overrides`; a program built with version 1 keeps working unchanged. */
 #define MTLS_LISTENER_OPTIONS_VERSION 2
 /* Server options; fill with mtls_listener_options_init first. Pointers are borrowed for the
- * duration of mtls_listener_new (the listener keeps its own references). */
+ * duration of mtls_listener_new (the listener keeps its own references). Version 2 added the
+ * fields from client_overrides on; a program built against version 1 keeps working (its
+ * listener gets their defaults). */
 typedef struct mtls_listener_options {
     unsigned int version;           /* MTLS_LISTENER_OPTIONS_VERSION */
     int client_auth;                /* MTLS_CLIENT_AUTH_* */
@@ -888,6 +901,14 @@ typedef struct mtls_listener_options {
     /* Version 2: */
     const mtls_trust_overrides *client_overrides; /* on top of client_policy for every client (NULL:
                                        none); its anchors count as client anchors and CA names */
+    int first_byte_timeout_ms;      /* time an accepted client has to send its first byte (its
+                                       ClientHello); until then it takes no handshake slot and no
+                                       thread, and after it the socket is closed silently (nothing
+                                       is reported to mtls_listener_accept). 0: 5 s; negative: no
+                                       limit; never more than handshake_timeout_ms */
+    int max_handshakes_per_address; /* the most clients of one source address in a handshake at
+                                       once; more wait for a slot of their address. 0: 32;
+                                       negative: no limit */
 } mtls_listener_options;
 
 /* Fill *opts with the defaults of `version` (MTLS_LISTENER_OPTIONS_VERSION), the library's own:
@@ -911,13 +932,16 @@ MTLS_EXTERN int mtls_listener_new(const char *address, uint16_t port, const mtls
                                   mtls_listener **out);
 /* The port listened on. */
 MTLS_EXTERN int mtls_listener_port(const mtls_listener *listener, uint16_t *port);
-/* Wait up to timeout_ms (negative: forever) for a client and run its handshake. The listener
+/* Wait up to timeout_ms (negative: forever) for a client and run its handshake. Clients that
+ * have sent nothing yet are not waited for here: they take no handshake slot until their first
+ * byte arrives, and are closed silently after first_byte_timeout_ms. The listener
  * issues session tickets (unless no_session_tickets): a returning client resumes without the
- * certificate work, and the connection reports the evaluation made when its ticket was issued
- * (mtls_conn_evaluation). A ticket resumes only while the client policy is the version that
- * judged the client (any change to the policy invalidates every ticket), from the same client
- * address, and while every certificate of the judged chain is within its validity; otherwise
- * the client gets a full handshake and a fresh evaluation. A rejected client
+ * certificate work. A ticket resumes only while the client policy is the object and version
+ * that judged the client (any change to the policy invalidates every ticket), from the same
+ * client address, with the same server identity, and when the chain the client presented is
+ * still trusted at the policy's time (every certificate within its validity, a fail_closed
+ * rule's pins not expired: the chain is evaluated again, and mtls_conn_evaluation reports that
+ * evaluation); otherwise the client gets a full handshake and a fresh evaluation. A rejected client
  * gives an error saying why (MTLS_E_UNTRUSTED with our evaluation's reasons, or no certificate
  * when one is required; MTLS_E_PEER_ALERT). Free *out with mtls_conn_free. */
 MTLS_EXTERN int mtls_listener_accept(mtls_listener *listener, int timeout_ms, mtls_conn **out);
@@ -950,7 +974,27 @@ MTLS_EXTERN void mtls_listener_free(mtls_listener *listener);
  * signature operations from the key's own provider, which stays in libmtls's library context
  * (nothing is loaded into the application's); the application's context is told to sign only
  * with the schemes the token has mechanisms for. The context keeps its own references to
- * identity and policy until it is freed; calling again replaces them. */
+ * identity and policy until it is freed; calling again replaces them.
+ *
+ * Resumption is judged too: a session of the context resumes only under the same policy object
+ * and version, the same peer (client side: host, port, verify_as; server side: the client's
+ * address) and identity, and while the chain it was made with is still trusted at the policy's
+ * time; otherwise a full handshake, evaluated under the policy in force, follows. To do so,
+ * libmtls watches each SSL made from the context from the start of its handshake (an SSL-level
+ * info callback that then calls the context's own SSL_CTX_set_info_callback; an application
+ * that sets its own SSL-level info callback on an SSL turns this off for that SSL):
+ *  - accepts_clients 1: it sets the SSL's session id context to a digest of that binding, so
+ *    OpenSSL refuses sessions (session-id cache and tickets, TLS 1.2 and 1.3) made under another
+ *    one (a session id context the application sets, as nginx and Apache do, is replaced on each
+ *    SSL and no longer decides); it installs SSL_CTX_set_session_ticket_cb callbacks
+ *    (replacing the application's own) that check tickets and evaluate the client's chain again;
+ *    a session in the session-id cache gets a timeout that ends when its chain or a fail_closed
+ *    rule's pins expire. Sessions do not survive a restart of the process.
+ *  - accepts_clients 0: a session the application sets (SSL_set_session; libcurl's session
+ *    cache) carries what libmtls attached to it when its full handshake was evaluated; one that
+ *    does not match, whose server chain is no longer trusted, or that carries nothing (made before
+ *    the context was configured, or read back with d2i_SSL_SESSION) is taken off the SSL before
+ *    the ClientHello, and a full handshake follows. */
 MTLS_EXTERN int mtls_ssl_ctx_configure(void *ssl_ctx, const mtls_identity *identity, const mtls_policy *policy,
                                        int accepts_clients);
 /* Same as mtls_ssl_ctx_configure with `overrides` (NULL: none) on top of `policy` for every peer

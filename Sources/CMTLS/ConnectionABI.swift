@@ -243,6 +243,8 @@ public func mtls_listener_options_init(_ opts: UnsafeMutablePointer<mtls_listene
             o.handshake_timeout_ms = milliseconds(TLSDefaults.handshakeTimeout)
             o.io_timeout_ms = milliseconds(TLSDefaults.ioTimeout)
             o.no_session_tickets = TLSDefaults.sessionTickets ? 0 : 1
+            o.first_byte_timeout_ms = milliseconds(TLSDefaults.firstByteTimeout)
+            o.max_handshakes_per_address = Int32(clamping: TLSDefaults.maxHandshakesPerAddress)
             return o
         }
     }
@@ -266,6 +268,10 @@ public func mtls_listener_new(_ address: UnsafePointer<CChar>?, _ port: UInt16, 
             o.ioTimeout = seconds(c.io_timeout_ms)
             o.sessionTickets = c.no_session_tickets == 0
             o.clientOverrides = try overridesArgument(c.client_overrides, "opts->client_overrides")
+            o.firstByteTimeout = seconds(c.first_byte_timeout_ms)
+            // 0 (a version 1 caller's too): the default; negative: no limit.
+            o.maxHandshakesPerAddress = c.max_handshakes_per_address == 0 ? TLSDefaults.maxHandshakesPerAddress
+                                                                          : max(0, Int(c.max_handshakes_per_address))
             return try TLSListener(address: try optionalString(address, "address"), port: port, options: o)
         }
     }

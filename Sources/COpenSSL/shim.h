@@ -101,6 +101,11 @@ static inline int mtls_ossl_SSL_CTX_set_tlsext_servername_arg(SSL_CTX *ctx, void
 /* ---- connections (TLS) ---- */
 static inline int mtls_ossl_SSL_get_ex_new_index(CRYPTO_EX_free *free_func) { return SSL_get_ex_new_index(0, NULL, NULL, NULL, free_func); }
 static inline int mtls_ossl_SSL_CTX_get_ex_new_index(CRYPTO_EX_free *free_func) { return SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, free_func); }
+/* An SSL slot whose new_func runs for every SSL made in the process (resumption checks on the
+ * SSLs of an application's configured SSL_CTX), and an SSL_SESSION slot whose value is copied,
+ * with a new reference (dup_func), into the sessions OpenSSL makes from a session. */
+static inline int mtls_ossl_SSL_get_ex_new_index_new(CRYPTO_EX_new *new_func) { return SSL_get_ex_new_index(0, NULL, new_func, NULL, NULL); }
+static inline int mtls_ossl_SSL_SESSION_get_ex_new_index(CRYPTO_EX_dup *dup_func, CRYPTO_EX_free *free_func) { return SSL_SESSION_get_ex_new_index(0, NULL, NULL, dup_func, free_func); }
 static inline int mtls_ossl_sk_X509_NAME_push_dup(STACK_OF(X509_NAME) *sk, const X509_NAME *n) {
     X509_NAME *d = X509_NAME_dup(n);
     if (d == NULL) return 0;
@@ -108,7 +113,6 @@ static inline int mtls_ossl_sk_X509_NAME_push_dup(STACK_OF(X509_NAME) *sk, const
     return 1;
 }
 static inline uint64_t mtls_ossl_SSL_OP_NO_TICKET(void) { return SSL_OP_NO_TICKET; }
-static inline uint64_t mtls_ossl_SSL_OP_IGNORE_UNEXPECTED_EOF(void) { return SSL_OP_IGNORE_UNEXPECTED_EOF; }
 static inline uint64_t mtls_ossl_SSL_OP_NO_RENEGOTIATION(void) { return SSL_OP_NO_RENEGOTIATION; }
 
 /* ThreadSanitizer annotations: in a TSan build the runtime defines these and a hand-off made

@@ -233,6 +233,7 @@ struct ConnectCommand: ParsableCommand {
         var conn: TLSConnection?
         var failure: Error?
         var usedPolicy: TrustPolicy?
+        var response: [UInt8] = []
         do {
             let (host, port) = try Self.splitHostPort(target)
             var o = TLSClientOptions()
@@ -254,21 +255,29 @@ struct ConnectCommand: ParsableCommand {
             let c = try TLSConnection.open(host: host, port: port, options: o)
             conn = c
             try c.handshake()
-            var response: [UInt8] = []
             if let send {
                 try c.write(Array(unescape(send).utf8))
-                response = try readReply(c, idle: timeout)
+                // A reply cut short (no close_notify) is an error: "error" set (error_code
+                // "truncated"), the partial "response", exit status 1 (and so "connected" false:
+                // the exchange did not complete).
+                try readReply(c, idle: timeout, into: &response)
                 out["response"] = String(decoding: response, as: UTF8.self)
             } else if c.tlsVersion == "TLSv1.3" {
                 // A TLS 1.3 server judges our certificate after our side of the handshake is
-                // done; give its verdict (an alert, or session tickets) a moment to arrive.
-                response = try readReply(c, idle: 0.3)
+                // done; give its verdict (an alert, or session tickets) a moment to arrive. No
+                // reply was asked for, so a hang-up without close_notify cuts nothing short.
+                do {
+                    try readReply(c, idle: 0.3, into: &response)
+                } catch let e as MTLSError where e.code == .truncated {}
                 if !response.isEmpty { out["response"] = String(decoding: response, as: UTF8.self) }
             }
             out["connected"] = true
             c.close()
         } catch {
             failure = error
+            if let e = error as? MTLSError, e.code == .truncated {
+                out["response"] = String(decoding: response, as: UTF8.self)
+            }
             out["error"] = (error as? MTLSError)?.message ?? "\(error)"
             out["error_code"] = (error as? MTLSError)?.code.name ?? MTLSError.Code.invalidArgument.name
             out["side"] = Self.failingSide(error, conn).rawValue
@@ -306,17 +315,18 @@ struct ConnectCommand: ParsableCommand {
         return .client
     }
 
-    /// Reads until the peer closes or stays quiet for `idle` seconds after the last data.
-    func readReply(_ c: TLSConnection, idle: Double) throws -> [UInt8] {
-        var all: [UInt8] = []
+    /// Reads into `all` until the peer closes or stays quiet for `idle` seconds after the last
+    /// data. Throws ``MTLSError/Code/truncated`` (with what came before it in `all`) when the
+    /// peer closes without close_notify.
+    func readReply(_ c: TLSConnection, idle: Double, into all: inout [UInt8]) throws {
         while true {
             let chunk: [UInt8]
             do {
                 chunk = try c.read(maxLength: 65536, timeout: idle)
             } catch let e as MTLSError where e.code == .timeout {
-                return all
+                return
             }
-            if chunk.isEmpty { return all }
+            if chunk.isEmpty { return }
             all += chunk
         }
     }

@@ -12,6 +12,9 @@ int main(void) {
     CHECK(strcmp(mtls_strerror(MTLS_OK), "ok") == 0);
     CHECK(strcmp(mtls_strerror(MTLS_E_BAD_PASSWORD), "wrong password") == 0);
     CHECK(strcmp(mtls_error_name(MTLS_E_BAD_PASSWORD), "bad_password") == 0);
+    /* added later, last in the enum: a read cut off without close_notify */
+    CHECK(strcmp(mtls_error_name(MTLS_E_TRUNCATED), "truncated") == 0 && MTLS_E_TRUNCATED == -48);
+    CHECK(strstr(mtls_strerror(MTLS_E_TRUNCATED), "close_notify") != NULL);
     CHECK(strcmp(mtls_strerror(-9999), "unknown error code") == 0);
     mtls_string_free(NULL);
     mtls_bytes_free(NULL);

@@ -37,6 +37,12 @@ def start(chain, key, root):
                     pass
                 seen["after"] = dict(x[0] for x in s.getpeercert()["subject"])["commonName"]
                 s.sendall(f"hello {seen['after']}\n".encode())
+                # close_notify ends the reply cleanly (without it, the client reads a truncated
+                # reply); its own close_notify back is not waited for.
+                try:
+                    s.unwrap()
+                except (ssl.SSLError, OSError):
+                    pass
         except Exception as e:  # noqa: BLE001 - reported to the test
             seen["error"] = e
         finally:

@@ -59,6 +59,9 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
         public static let tokenRemoved = Code(header: MTLS_E_TOKEN_REMOVED)
         public static let badURI = Code(header: MTLS_E_BAD_URI)
         public static let pinRequired = Code(header: MTLS_E_PIN_REQUIRED)
+        // Connections, added later
+        /// The peer closed the connection without close_notify: what was read may be cut short.
+        public static let truncated = Code(header: MTLS_E_TRUNCATED)
 
         /// Every code with its stable name and its static text (the C ABI's `mtls_strerror`).
         public static let all: [(Code, String, String)] = [
@@ -100,6 +103,7 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
             (.tokenRemoved, "token_removed", "token was removed"),
             (.badURI, "bad_uri", "invalid PKCS#11 URI"),
             (.pinRequired, "pin_required", "a PIN is required"),
+            (.truncated, "truncated", "connection closed without close_notify: the data may be truncated"),
         ]
 
         /// The stable snake_case name of the code (`"bad_password"`), used in JSON output.

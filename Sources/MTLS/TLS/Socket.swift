@@ -157,6 +157,15 @@ enum Socket {
     /// address as text.
     static func accept(_ listener: Int32, deadline: Deadline) throws -> (Int32, String) {
         while true {
+            if let accepted = try acceptNow(listener) { return accepted }
+            try wait(listener, forWriting: false, deadline: deadline, what: "accept")
+        }
+    }
+
+    /// Accepts a client waiting on the non-blocking `listener`, or returns nil when none waits.
+    /// Throws for anything else (EMFILE: out of file descriptors...).
+    static func acceptNow(_ listener: Int32) throws -> (Int32, String)? {
+        while true {
             var storage = sockaddr_storage()
             var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
             let fd = withUnsafeMutablePointer(to: &storage) { p in
@@ -172,7 +181,7 @@ enum Socket {
             }
             switch errno {
             case EINTR, ECONNABORTED: continue
-            case EAGAIN: try wait(listener, forWriting: false, deadline: deadline, what: "accept")
+            case EAGAIN: return nil
             default: throw MTLSError(.io, "accept: \(String(cString: strerror(errno)))")
             }
         }

@@ -127,11 +127,12 @@ public final class TLSConnection {
                 let key = "\(bareHost)|\(port)|\(sni ?? "")|\(options.validationName ?? "")|\(state.overrides?.cacheKey ?? "")"
                 state.sessionCache = context.sessions
                 state.sessionKey = key
-                let stamp = SessionCache.stamp(context.config.policy)
-                state.policyStamp = stamp
-                if let (session, _) = context.sessions.lookup(key, policy: stamp) {
+                let binding = ServerTickets.currentBinding(state, context.config)
+                if let (session, evaluation) = context.sessions.lookup(key, binding: binding, policy: context.config.policy,
+                                                                       peer: state.peer) {
                     _ = SSL_set_session(ssl, session)
                     SSL_SESSION_free(session)
+                    state.resumedEvaluation = evaluation
                 }
             }
         } catch {
@@ -219,11 +220,9 @@ public final class TLSConnection {
             }
         }
         isHandshakeComplete = true
-        if SSL_session_reused(ssl) == 1, let key = state.sessionKey, let stamp = state.policyStamp,
-           let (s, evaluation) = context.sessions.lookup(key, policy: stamp) {
-            SSL_SESSION_free(s)
-            state.evaluation = evaluation
-        }
+        // A resumed session reports the evaluation it was admitted with (its chain re-checked
+        // at the policy's time when it was offered); a listener's ticket set it already.
+        if !isServer, SSL_session_reused(ssl) == 1 { state.evaluation = state.resumedEvaluation }
     }
 
     private var peerRole: String { isServer ? "client" : "server" }
@@ -233,7 +232,7 @@ public final class TLSConnection {
     /// Who failed, from the code of a handshake or I/O error made by this connection.
     private func side(of error: MTLSError) -> TLSSide {
         switch error.code {
-        case .peerAlert, .closed, .timeout, .connect: return peerSide
+        case .peerAlert, .closed, .timeout, .connect, .truncated: return peerSide
         case .handshake where state.sentAlert == nil && state.receivedAlert == nil: return peerSide
         default: return ownSide
         }
@@ -294,8 +293,9 @@ public final class TLSConnection {
             OpenSSLErrorQueue.clear()
             return MTLSError(.untrusted, "the client presented no certificate, and one is required")
         }
-        if err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN {
-            let stack = OpenSSLErrorQueue.drain()
+        if err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN || Self.isUnexpectedEOF(err, 0) {
+            let stack = err == SSL_ERROR_SSL ? [] : OpenSSLErrorQueue.drain()
+            OpenSSLErrorQueue.clear()
             return MTLSError(.handshake, "the \(peerRole) closed the connection during the TLS handshake" + (stack.isEmpty ? "" : ": " + stack.joined(separator: "; ")))
         }
         let sent = state.sentAlert.map { " (we sent alert \"\($0)\")" } ?? ""
@@ -314,7 +314,10 @@ public final class TLSConnection {
         if closed { throw MTLSError(.closed, "the connection is closed") }
     }
 
-    /// Reads up to `buffer.count` bytes; returns 0 when the peer closed the connection.
+    /// Reads up to `buffer.count` bytes; returns 0 when the peer closed the connection cleanly
+    /// (close_notify). A peer that closes without close_notify is ``MTLSError/Code/truncated``:
+    /// what was read may be cut short (a reply delimited by the end of the connection, as an
+    /// HTTP/1.0 body without Content-Length, is then incomplete or forged short).
     public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         try read(into: buffer, deadline: Deadline(seconds: ioTimeout))
     }
@@ -342,6 +345,13 @@ public final class TLSConnection {
                     throw e
                 }
             default:
+                // A peer that hangs up without close_notify may have been cut off mid-reply (or
+                // cut by someone between us): not the clean end of data that 0 means.
+                if state.receivedAlert == nil, Self.isUnexpectedEOF(err, cause) {
+                    OpenSSLErrorQueue.clear()
+                    failureSide = peerSide
+                    throw MTLSError(.truncated, "the \(peerRole) closed the connection without close_notify: what was read may be cut short")
+                }
                 let e = ioError(err, cause, "reading from")
                 failureSide = side(of: e)
                 throw e
@@ -349,7 +359,15 @@ public final class TLSConnection {
         }
     }
 
-    /// Reads up to `maxLength` bytes (empty when the peer closed the connection).
+    /// Whether a failed `SSL_read` met the end of the stream without close_notify (OpenSSL 3:
+    /// `SSL_R_UNEXPECTED_EOF_WHILE_READING`; a syscall error with errno 0 on the way there).
+    static func isUnexpectedEOF(_ err: Int32, _ cause: Int32) -> Bool {
+        if err == SSL_ERROR_SYSCALL { return cause == 0 && OpenSSLErrorQueue.peekLastReason() == 0 }
+        return err == SSL_ERROR_SSL && OpenSSLErrorQueue.peekLastReason() == SSL_R_UNEXPECTED_EOF_WHILE_READING
+    }
+
+    /// Reads up to `maxLength` bytes (empty when the peer closed the connection with
+    /// close_notify; ``MTLSError/Code/truncated`` when it closed without).
     /// `timeout` (seconds) overrides the options' I/O timeout for this call.
     public func read(maxLength: Int = 16384, timeout: Double? = nil) throws -> [UInt8] {
         var buf = [UInt8](repeating: 0, count: max(maxLength, 1))

@@ -22,14 +22,36 @@ final class TLSContextConfig {
     /// Overrides for every peer of the context (a listener's, an application's `SSL_CTX`'s); a
     /// client connection's own are in its ``TLSHandshakeState``.
     let overrides: TrustOverrides?
+    /// The identities this side may present, by leaf SHA-256: part of every session's
+    /// ``ResumptionBinding``.
+    let bindingIdentities: [[UInt8]]
+    /// True for an application's `SSL_CTX` (``TLSContext/configure(sslContext:identity:policy:purpose:)``):
+    /// OpenSSL's own session handling there is watched per `SSL` (``ApplicationResumption``).
+    let applicationOwned: Bool
+    /// Separates the sessions of two server configurations in one process
+    /// (``ResumptionBinding/context``): an application's contexts that accept clients, whose
+    /// session id context libmtls takes over. Empty elsewhere: a client's sessions go from one
+    /// context to another (libcurl makes a context per connection and shares sessions between
+    /// them), and are bound by policy, peer and identity alone.
+    let bindingContext: String
+    private static let nextInstance = Atomic<UInt64>(0)
 
     init(policy: TrustPolicy, purpose: TrustPurpose, identity: ClientIdentity, serverALPN: [String],
+         serverIdentity: Identity? = nil, applicationOwned: Bool = false,
          overrides: TrustOverrides? = nil) throws {
         self.policy = policy
         self.overrides = overrides.flatMap { $0.isEmpty ? nil : $0 }
         self.purpose = purpose
         self.identity = identity
+        self.applicationOwned = applicationOwned
+        bindingContext = applicationOwned && purpose == .clientAuth
+            ? "configuration \(TLSContextConfig.nextInstance.add(1, ordering: .relaxed).newValue)" : ""
         candidates = identity.selectionCandidates
+        switch identity {
+        case .none: bindingIdentities = serverIdentity.map { [$0.leaf.sha256] } ?? []
+        case .identity(let id): bindingIdentities = [id.leaf.sha256]
+        case .automatic, .candidates: bindingIdentities = (candidates ?? []).map(\.leaf.sha256)
+        }
         if serverALPN.isEmpty {
             alpnWire = nil
         } else {
@@ -69,8 +91,12 @@ final class TLSHandshakeState {
     /// Where this connection's session is cached, and under which key.
     var sessionCache: SessionCache?
     var sessionKey: String?
-    /// The policy version the session cache entry must match (see ``SessionCache/stamp(_:)``).
-    var policyStamp: SessionCache.PolicyStamp?
+    /// What this handshake's session is bound to, fixed when the peer's chain is evaluated (the
+    /// policy version read before the evaluation): sessions and tickets made from this handshake
+    /// carry it.
+    var binding: ResumptionBinding?
+    /// The evaluation a session about to be resumed was re-checked with (own clients).
+    var resumedEvaluation: TrustResult?
     /// This connection's trust overrides (a client connection's); nil: the context's.
     var overrides: TrustOverrides?
 
@@ -99,6 +125,34 @@ enum TLSExData {
     /// The peer an application's `SSL_CTX` connects to (``SSLContextConfiguration/setPeer(sslContext:_:)``).
     static let ctxPeer: Int32 = mtls_ossl_SSL_CTX_get_ex_new_index { _, ptr, _, _, _, _ in
         if let ptr { Unmanaged<PeerBox>.fromOpaque(ptr).release() }
+    }
+    /// A session's ``ResumptionRecord``. OpenSSL copies a session to make each TLS 1.3 ticket's
+    /// (and a TLS 1.2 renewed ticket's): the copy takes a reference of its own.
+    static let session: Int32 = mtls_ossl_SSL_SESSION_get_ex_new_index({ _, _, fromD, _, _, _ in
+        if let fromD, let ptr = fromD.pointee { _ = Unmanaged<ResumptionRecord>.fromOpaque(ptr).retain() }
+        return 1
+    }, { _, ptr, _, _, _, _ in
+        if let ptr { Unmanaged<ResumptionRecord>.fromOpaque(ptr).release() }
+    })
+    /// Holds no value: its new_func sees every `SSL` made in the process, and gives those of an
+    /// application's configured context the resumption check (``ApplicationResumption/watch(_:)``).
+    static let sslCreated: Int32 = mtls_ossl_SSL_get_ex_new_index_new { parent, _, _, _, _, _ in
+        ApplicationResumption.watch(OpaquePointer(parent))
+    }
+}
+
+extension ResumptionRecord {
+    /// The record a session carries, if any.
+    static func of(_ session: OpaquePointer?) -> ResumptionRecord? {
+        guard let session, let p = SSL_SESSION_get_ex_data(session, TLSExData.session) else { return nil }
+        return Unmanaged<ResumptionRecord>.fromOpaque(p).takeUnretainedValue()
+    }
+
+    /// Attaches this record to `session` (replacing one it had), which holds a reference.
+    func attach(to session: OpaquePointer) {
+        let previous = SSL_SESSION_get_ex_data(session, TLSExData.session)
+        SSL_SESSION_set_ex_data(session, TLSExData.session, Unmanaged.passRetained(self).toOpaque())
+        if let previous { Unmanaged<ResumptionRecord>.fromOpaque(previous).release() }
     }
 }
 
@@ -189,7 +243,8 @@ final class TLSContext: @unchecked Sendable {
         do {
             try setVersions(ctx, options.minVersion, options.maxVersion)
             let config = try TLSContextConfig(policy: options.clientPolicySource, purpose: .clientAuth,
-                                              identity: .none, serverALPN: options.alpn, overrides: options.clientOverrides)
+                                              identity: .none, serverALPN: options.alpn, serverIdentity: options.identity,
+                                              overrides: options.clientOverrides)
             let mode: Int32
             switch options.clientAuthentication {
             case .none: mode = SSL_VERIFY_NONE
@@ -218,7 +273,8 @@ final class TLSContext: @unchecked Sendable {
                 }, Unmanaged.passUnretained(config).toOpaque())
             }
             // No server-side session cache: resumption is by stateless tickets only, which
-            // ServerTickets binds to the client policy version that judged the client.
+            // ServerTickets binds to the client policy version that judged the client (see
+            // ResumptionBinding) and re-checks against the clock.
             _ = mtls_ossl_SSL_CTX_set_session_cache_mode(ctx, Int(SSL_SESS_CACHE_OFF))
             if options.sessionTickets {
                 _ = SSL_CTX_set_num_tickets(ctx, 1)
@@ -248,12 +304,14 @@ final class TLSContext: @unchecked Sendable {
         let handle = policy ?? TrustPolicy()
         if purpose == .clientAuth { try requireClientAnchors(handle, overrides) }
         let config = try TLSContextConfig(policy: handle, purpose: purpose,
-                                          identity: identity.map { .identity($0) } ?? .none, serverALPN: [],
-                                          overrides: overrides)
+                                          identity: purpose == .serverAuth ? identity.map { .identity($0) } ?? .none : .none,
+                                          serverALPN: [], serverIdentity: purpose == .clientAuth ? identity : nil,
+                                          applicationOwned: true, overrides: overrides)
         // The application's own choices (require a client certificate, verify once, post-handshake)
         // are kept; libmtls only adds SSL_VERIFY_PEER and its evaluator.
         let kept = SSL_CTX_get_verify_mode(ctx) & (SSL_VERIFY_FAIL_IF_NO_PEER_CERT | SSL_VERIFY_CLIENT_ONCE | SSL_VERIFY_POST_HANDSHAKE)
         try install(on: ctx, config: config, identity: identity, verifyMode: SSL_VERIFY_PEER | kept, ownContext: false)
+        ApplicationResumption.install(on: ctx, config: config)
     }
 
     /// A server that verifies clients needs anchors for them: it never trusts the system store
@@ -284,10 +342,9 @@ final class TLSContext: @unchecked Sendable {
         if let previous { Unmanaged<TLSContextConfig>.fromOpaque(previous).release() }
     }
 
-    /// Records alerts sent and received, so errors can say which side refused; tolerates a peer
-    /// that closes without close_notify; refuses TLS 1.2 renegotiation either way (a peer asking
-    /// for it gets a no_renegotiation alert: the certificate judged at the handshake is the only
-    /// one a connection ever has).
+    /// Records alerts sent and received, so errors can say which side refused; refuses TLS 1.2
+    /// renegotiation either way (a peer asking for it gets a no_renegotiation alert: the
+    /// certificate judged at the handshake is the only one a connection ever has).
     private static func installAlertTracking(_ ctx: OpaquePointer) {
         SSL_CTX_set_info_callback(ctx) { ssl, where_, value in
             guard (where_ & SSL_CB_ALERT) != 0, (value & 0xff) != 0 /* close_notify */ else { return }
@@ -300,7 +357,9 @@ final class TLSContext: @unchecked Sendable {
                 if value & 0xff == 100 /* no_renegotiation */ { state?.refusedRenegotiation = true }
             }
         }
-        _ = mtls_ossl_SSL_CTX_set_options(ctx, mtls_ossl_SSL_OP_IGNORE_UNEXPECTED_EOF() | mtls_ossl_SSL_OP_NO_RENEGOTIATION())
+        // No SSL_OP_IGNORE_UNEXPECTED_EOF: an end of stream without close_notify must stay
+        // visible, so a read can tell a complete reply from a cut one (MTLSError.Code.truncated).
+        _ = mtls_ossl_SSL_CTX_set_options(ctx, mtls_ossl_SSL_OP_NO_RENEGOTIATION())
     }
 
     /// An alert's description in OpenSSL's words, with the TLS 1.3 alerts OpenSSL 3.0 has no
@@ -361,33 +420,7 @@ final class TLSContext: @unchecked Sendable {
         guard let store, let arg else { return 0 }
         let config = Unmanaged<TLSContextConfig>.fromOpaque(arg).takeUnretainedValue()
         let ssl = OpaquePointer(X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()))
-        let state: TLSHandshakeState
-        if let s = TLSHandshakeState.of(ssl) {
-            state = s
-        } else {
-            // A context the application owns that did not call mtls_ssl_set_peer: the host comes
-            // from what it set on the SSL, the port from the socket the SSL reads, if it reads
-            // one (a BIO of the application's own: no port, only port-less rules apply). No host
-            // set is not "no name check": the evaluator refuses the server with no_peer_name
-            // unless the policy's name check is off or a host rule decides the name. A server's
-            // client is the address its socket is connected to, as with a listener.
-            state = TLSHandshakeState()
-            if let ssl {
-                // The socket the SSL reads, if its BIO is one (SSL_get_fd is -1 otherwise).
-                let reached = Socket.peerDescription(SSL_get_fd(ssl))
-                if config.purpose == .serverAuth {
-                    if let p = SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), TLSExData.ctxPeer) {
-                        state.peer = Unmanaged<PeerBox>.fromOpaque(p).takeUnretainedValue().peer
-                    } else {
-                        state.peer = TrustPeer(host: applicationHostName(ssl))
-                        if state.peer.host != nil { state.peer.port = reached.flatMap { TrustPeer(hostText: $0).port } }
-                    }
-                } else {
-                    state.peer = TrustPeer.client(address: reached)
-                }
-                state.attach(to: ssl)
-            }
-        }
+        let state = handshakeState(ssl, config)
         var chain: [Certificate] = []
         if let leaf = X509_STORE_CTX_get0_cert(store), let c = try? Certificate(borrowing: leaf) { chain.append(c) }
         if let untrusted = X509_STORE_CTX_get0_untrusted(store) {
@@ -398,22 +431,65 @@ final class TLSContext: @unchecked Sendable {
         }
         state.presentedChain = chain
         let policy = config.policy
-        if state.policyStamp != nil { state.policyStamp = SessionCache.stamp(policy) }
+        // Bound before the evaluation: a policy changed while it runs leaves a binding that no
+        // later handshake matches (no resumption), never a newer one over an older decision.
+        let overrides = state.overrides ?? config.overrides
+        let binding = ResumptionBinding(policy: policy, peer: state.peer, identities: config.bindingIdentities,
+                                        context: config.bindingContext, overrides: overrides)
+        state.binding = binding
+        // The server's stapled OCSP response, for a policy that checks revocation with OCSP.
         var staple: [UInt8]? = nil
         if config.purpose == .serverAuth, let ssl {
             var p: UnsafePointer<UInt8>? = nil
             let n = mtls_ossl_SSL_get_ocsp_staple(ssl, &p)
             if n > 0, n <= 1 << 20, let p { staple = Array(UnsafeBufferPointer(start: p, count: n)) }
         }
-        let result = policy.evaluate(chain: chain, peer: state.peer, purpose: config.purpose, at: nil,
-                                     overrides: state.overrides ?? config.overrides, stapledOCSP: staple)
+        let result = policy.evaluate(chain: chain, peer: state.peer, purpose: config.purpose, at: nil, overrides: overrides,
+                                     stapledOCSP: staple)
         state.evaluation = result
         if result.trusted {
+            if let ssl, let session = SSL_get_session(ssl) {
+                // The session this handshake makes (TLS 1.3 tickets are copies of it) carries
+                // its binding and the chain to re-check; on an application's server context,
+                // whose session cache OpenSSL consults alone, it also expires with its chain.
+                ResumptionRecord(binding: binding, presentedChain: chain, evaluation: result).attach(to: session)
+                if config.applicationOwned, config.purpose == .clientAuth,
+                   let until = ResumptionRecord.horizon(of: result, policy: policy, peer: state.peer) {
+                    let left = max(0, Int(until.timeIntervalSinceNow.rounded(.down)))
+                    if left < SSL_SESSION_get_timeout(session) { _ = SSL_SESSION_set_timeout(session, left) }
+                }
+            }
             X509_STORE_CTX_set_error(store, X509_V_OK)
             return 1
         }
         X509_STORE_CTX_set_error(store, x509Error(for: result))
         return 0
+    }
+
+    /// The state of `ssl`'s handshake, made on first use for an `SSL` of an application's context
+    /// that did not call mtls_ssl_set_peer: the host comes from what it set on the SSL, the port
+    /// from the socket the SSL reads, if it reads one (a BIO of the application's own: no port,
+    /// only port-less rules apply). No host set is not "no name check": the evaluator refuses the
+    /// server with no_peer_name unless the policy's name check is off or a host rule decides the
+    /// name. A server's client is the address its socket is connected to, as with a listener.
+    static func handshakeState(_ ssl: OpaquePointer?, _ config: TLSContextConfig) -> TLSHandshakeState {
+        if let s = TLSHandshakeState.of(ssl) { return s }
+        let state = TLSHandshakeState()
+        guard let ssl else { return state }
+        // The socket the SSL reads, if its BIO is one (SSL_get_fd is -1 otherwise).
+        let reached = Socket.peerDescription(SSL_get_fd(ssl))
+        if config.purpose == .serverAuth {
+            if let p = SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), TLSExData.ctxPeer) {
+                state.peer = Unmanaged<PeerBox>.fromOpaque(p).takeUnretainedValue().peer
+            } else {
+                state.peer = TrustPeer(host: applicationHostName(ssl))
+                if state.peer.host != nil { state.peer.port = reached.flatMap { TrustPeer(hostText: $0).port } }
+            }
+        } else {
+            state.peer = TrustPeer.client(address: reached)
+        }
+        state.attach(to: ssl)
+        return state
     }
 
     /// The X.509 error code that makes OpenSSL send the most telling alert for a failed
@@ -495,40 +571,48 @@ final class TLSContext: @unchecked Sendable {
     }
 }
 
-/// Client sessions for resumption, keyed by host, port, names and identity; each remembers the
-/// evaluation of the full handshake that made it (a resumed handshake carries no certificate).
+/// Client sessions for resumption, keyed by host, port, names and identity; each carries its
+/// ``ResumptionRecord`` (binding, presented chain, evaluation), checked before it is offered
+/// again (a resumed handshake carries no certificate).
 final class SessionCache: Sendable {
-    /// A cached session with the evaluation made for it and the policy version that made it.
-    /// An established `SSL_SESSION` is reference counted and not changed again, and OpenSSL lets
-    /// threads resume from one session at once: sharing the pointer is safe.
+    /// A cached session and its record. An established `SSL_SESSION` is reference counted and
+    /// not changed again, and OpenSSL lets threads resume from one session at once: sharing the
+    /// pointer is safe.
     private struct Entry: @unchecked Sendable {
         var session: OpaquePointer
-        var evaluation: TrustResult?
-        var policy: PolicyStamp
+        var record: ResumptionRecord
     }
     private let entries = Mutex<[String: Entry]>([:])
 
     deinit { entries.withLock { for e in $0.values { SSL_SESSION_free(e.session) } } }
 
-    /// A new reference to the cached session for `key`, with its evaluation, if it was
-    /// established under the policy version `policy` (a changed policy means a full handshake).
-    func lookup(_ key: String, policy: PolicyStamp) -> (OpaquePointer, TrustResult?)? {
-        entries.withLock { entries in
-            guard let e = entries[key], e.policy == policy else { return nil }
+    /// A new reference to the cached session for `key`, with the evaluation it resumes with, if
+    /// its record admits it under `binding` (same policy object and version, peer and identity;
+    /// the chain still trusted at the policy's time). A session that does not is dropped.
+    func lookup(_ key: String, binding: ResumptionBinding, policy: TrustPolicy, peer: TrustPeer) -> (OpaquePointer, TrustResult?)? {
+        let found: (OpaquePointer, ResumptionRecord)? = entries.withLock { entries in
+            guard let e = entries[key] else { return nil }
             SSL_SESSION_up_ref(e.session)
-            return (e.session, e.evaluation)
+            return (e.session, e.record)
         }
+        guard let (session, record) = found else { return nil }
+        guard let admitted = record.admit(under: binding, policy: policy, peer: peer, purpose: .serverAuth) else {
+            SSL_SESSION_free(session)
+            remove(key, ifStill: session)
+            return nil
+        }
+        return (session, admitted)
     }
 
     /// Keeps `session` (taking the caller's reference) for `key`.
-    func store(_ key: String, _ session: OpaquePointer, _ evaluation: TrustResult?, policy: PolicyStamp) {
+    func store(_ key: String, _ session: OpaquePointer, _ record: ResumptionRecord) {
         entries.withLock { entries in
             if let old = entries[key] { SSL_SESSION_free(old.session) }
             if entries.count >= 1024 {
                 for e in entries.values { SSL_SESSION_free(e.session) }
                 entries.removeAll()
             }
-            entries[key] = Entry(session: session, evaluation: evaluation, policy: policy)
+            entries[key] = Entry(session: session, record: record)
         }
     }
 
@@ -538,49 +622,53 @@ final class SessionCache: Sendable {
         }
     }
 
-    /// Identifies the policy version in force: the policy object and its version number.
-    /// (The policy is held, so its address cannot be reused by another while the entry lives.)
-    struct PolicyStamp: Equatable {
-        var policy: TrustPolicy
-        var version: UInt64
-        static func == (a: PolicyStamp, b: PolicyStamp) -> Bool { a.policy === b.policy && a.version == b.version }
+    /// Removes the entry for `key` if it still holds `session` (another thread may have stored a
+    /// newer one meanwhile).
+    private func remove(_ key: String, ifStill session: OpaquePointer) {
+        entries.withLock { entries in
+            guard let old = entries[key], old.session == session else { return }
+            entries.removeValue(forKey: key)
+            SSL_SESSION_free(old.session)
+        }
     }
 
-    static func stamp(_ policy: TrustPolicy) -> PolicyStamp { PolicyStamp(policy: policy, version: policy.version) }
-
     /// OpenSSL's new-session callback: TLS 1.2 sessions after the handshake, TLS 1.3 tickets
-    /// whenever they arrive. Returns 1 when the cache took the reference.
+    /// whenever they arrive. Returns 1 when the cache took the reference. A session without a
+    /// record (no evaluation was made for it) is not kept.
     static func newSessionCallback(_ ssl: OpaquePointer?, _ session: OpaquePointer?) -> Int32 {
         guard let session, let state = TLSHandshakeState.of(ssl), let cache = state.sessionCache,
-              let key = state.sessionKey, let stamp = state.policyStamp, SSL_SESSION_is_resumable(session) == 1 else { return 0 }
-        cache.store(key, session, state.evaluation, policy: stamp)
+              let key = state.sessionKey, let record = ResumptionRecord.of(session),
+              SSL_SESSION_is_resumable(session) == 1 else { return 0 }
+        cache.store(key, session, record)
         return 1
     }
 }
 
-/// A listener's session tickets. A ticket (encrypted and authenticated by OpenSSL with the
-/// context's own random key) carries the client policy version that judged the client, the
-/// client's address and the number of the evaluation kept here. It resumes only while the
-/// policy has not changed, from the same address, with every certificate of the judged chain
-/// still within its validity; otherwise the client gets a full handshake and a fresh
-/// evaluation. A resumed connection reports the evaluation made for its ticket.
+/// Session tickets of a listener, and of an application's `SSL_CTX` that accepts clients. A
+/// ticket (encrypted and authenticated by OpenSSL with the context's own key) carries the
+/// number of a ``ResumptionRecord`` kept here and the digest of its ``ResumptionBinding``. It
+/// resumes only under the same binding — the client policy object and version that judged the
+/// client, the client's address, the server's identity — and when the chain the client
+/// presented is still trusted at the policy's time (certificates within their validity, a
+/// `fail_closed` rule's pins not expired); otherwise the client gets a full handshake and a
+/// fresh evaluation. A resumed connection reports the evaluation made for the resumption.
 final class ServerTickets: Sendable {
-    /// How many evaluations are kept; the oldest go first (their tickets then give a full handshake).
+    /// How many records are kept; the oldest go first (their tickets then give a full handshake).
     static let capacity = 4096
 
-    private struct Book {
+    private struct Book: @unchecked Sendable {
         var next: UInt64 = 1
-        var entries: [UInt64: TrustResult] = [:]
+        var entries: [UInt64: ResumptionRecord] = [:]
         var order: [UInt64] = []
         var head = 0
     }
     private let book = Mutex(Book())
 
-    private func keep(_ evaluation: TrustResult) -> UInt64 {
+    private func keep(_ record: ResumptionRecord) -> UInt64 {
         book.withLock { b in
             let id = b.next
             b.next &+= 1
-            b.entries[id] = evaluation
+            b.entries[id] = record
             b.order.append(id)
             while b.entries.count > Self.capacity, b.head < b.order.count {
                 b.entries[b.order[b.head]] = nil
@@ -591,36 +679,44 @@ final class ServerTickets: Sendable {
         }
     }
 
-    private func evaluation(_ id: UInt64) -> TrustResult? { book.withLock { $0.entries[id] } }
+    private func record(_ id: UInt64) -> ResumptionRecord? { book.withLock { $0.entries[id] } }
 
-    /// What a ticket carries: "v1 <policy version> <evaluation number> <client address>".
-    private static func appData(version: UInt64, id: UInt64, peer: TrustPeer) -> [UInt8] {
-        Array("v1 \(version) \(id) \(peer.host ?? "-")".utf8)
+    /// What a ticket carries: "v2 <record number> <binding digest, hex>".
+    private static func appData(id: UInt64, binding: ResumptionBinding) -> [UInt8] {
+        Array("v2 \(id) \(Encoding.hex(binding.digest))".utf8)
     }
 
     private static func config(_ arg: UnsafeMutableRawPointer?) -> TLSContextConfig? {
         arg.map { Unmanaged<TLSContextConfig>.fromOpaque($0).takeUnretainedValue() }
     }
 
-    /// OpenSSL's ticket generation callback: records the evaluation and binds the ticket to it.
-    /// A client whose certificate was not judged trusted gets a ticket that never resumes.
+    /// The binding in force for a client of `ssl` now.
+    static func currentBinding(_ state: TLSHandshakeState, _ config: TLSContextConfig) -> ResumptionBinding {
+        ResumptionBinding(policy: config.policy, peer: state.peer, identities: config.bindingIdentities,
+                          context: config.bindingContext, overrides: state.overrides ?? config.overrides)
+    }
+
+    /// OpenSSL's ticket generation callback: keeps the record and binds the ticket to it. A
+    /// client whose certificate was not judged trusted gets a ticket that never resumes.
     static func generate(_ ssl: OpaquePointer?, _ arg: UnsafeMutableRawPointer?) -> Int32 {
-        guard let ssl, let config = config(arg), let state = TLSHandshakeState.of(ssl),
-              let session = SSL_get_session(ssl) else { return 1 }
-        let id: UInt64
+        guard let ssl, let config = config(arg), let session = SSL_get_session(ssl) else { return 1 }
+        let state = TLSContext.handshakeState(ssl, config)
+        let record: ResumptionRecord
         if let e = state.evaluation {
             guard e.trusted else { return 1 }
-            id = config.tickets.keep(e)
+            record = ResumptionRecord(binding: state.binding ?? currentBinding(state, config),
+                                      presentedChain: state.presentedChain, evaluation: e)
         } else {
-            id = 0 // no client certificate (client authentication optional or off)
+            // No client certificate (client authentication optional or off).
+            record = ResumptionRecord(binding: state.binding ?? currentBinding(state, config), presentedChain: [], evaluation: nil)
         }
-        let data = appData(version: config.policy.version, id: id, peer: state.peer)
+        let data = appData(id: config.tickets.keep(record), binding: record.binding)
         _ = data.withUnsafeBytes { SSL_SESSION_set1_ticket_appdata(session, $0.baseAddress, $0.count) }
         return 1
     }
 
-    /// OpenSSL's ticket decryption callback: resumes only a ticket bound to the policy version
-    /// in force, this client's address and a kept evaluation whose chain is still valid.
+    /// OpenSSL's ticket decryption callback: resumes only a ticket whose record admits it under
+    /// the binding in force (see ``ResumptionRecord/admit(under:policy:peer:purpose:)``).
     static func decrypt(_ ssl: OpaquePointer?, _ session: OpaquePointer?, _ status: SSL_TICKET_STATUS,
                         _ arg: UnsafeMutableRawPointer?) -> SSL_TICKET_RETURN {
         switch status {
@@ -628,28 +724,24 @@ final class ServerTickets: Sendable {
         case SSL_TICKET_EMPTY, SSL_TICKET_NO_DECRYPT: return SSL_TICKET_RETURN_IGNORE_RENEW
         default: return SSL_TICKET_RETURN_ABORT
         }
-        guard let ssl, let session, let config = config(arg), let state = TLSHandshakeState.of(ssl) else {
-            return SSL_TICKET_RETURN_IGNORE_RENEW
-        }
+        guard let ssl, let session, let config = config(arg) else { return SSL_TICKET_RETURN_IGNORE_RENEW }
+        let state = TLSContext.handshakeState(ssl, config)
         var raw: UnsafeMutableRawPointer? = nil
         var len = 0
         guard SSL_SESSION_get0_ticket_appdata(session, &raw, &len) == 1, let raw, len > 0, len < 4096 else {
             return SSL_TICKET_RETURN_IGNORE_RENEW
         }
         let got = Array(UnsafeRawBufferPointer(start: raw, count: len))
-        let fields = String(decoding: got, as: UTF8.self).split(separator: " ", maxSplits: 3)
-        guard fields.count == 4, let id = UInt64(fields[2]),
-              got == appData(version: config.policy.version, id: id, peer: state.peer) else {
+        let fields = String(decoding: got, as: UTF8.self).split(separator: " ", maxSplits: 2)
+        guard fields.count == 3, fields[0] == "v2", let id = UInt64(fields[1]), let record = config.tickets.record(id),
+              got == appData(id: id, binding: record.binding),
+              let admitted = record.admit(under: currentBinding(state, config), policy: config.policy,
+                                          peer: state.peer, purpose: .clientAuth) else {
             return SSL_TICKET_RETURN_IGNORE_RENEW
         }
-        if id != 0 {
-            let now = Date()
-            guard let e = config.tickets.evaluation(id), e.trusted,
-                  e.chain.allSatisfy({ $0.notBefore <= now && now <= $0.notAfter }) else {
-                return SSL_TICKET_RETURN_IGNORE_RENEW
-            }
-            state.evaluation = e
-        }
+        state.evaluation = admitted
+        state.presentedChain = record.presentedChain
+        state.binding = record.binding
         return status == SSL_TICKET_SUCCESS ? SSL_TICKET_RETURN_USE : SSL_TICKET_RETURN_USE_RENEW
     }
 }

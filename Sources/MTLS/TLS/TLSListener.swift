@@ -17,6 +17,13 @@ import Glibc
 /// returns handshaken clients, and throws for rejected ones, in the order they finish. At most
 /// ``maxPending`` clients are handshaking or waiting to be accepted; beyond that the kernel's
 /// backlog holds them.
+///
+/// A client takes a handshake slot and a thread only once it has sent its first byte: until
+/// then the thread holding the turn at accepting watches it with the listening socket (one
+/// `poll` over every such socket, at most ``maxWaitingForFirstByte`` of them, the oldest closed
+/// first when more come), and closes it when ``TLSServerOptions/firstByteTimeout`` is over.
+/// One source address has at most ``TLSServerOptions/maxHandshakesPerAddress`` handshakes under
+/// way. So connections that never send a ClientHello cannot keep real clients waiting.
 public final class TLSListener: Sendable {
     /// The port listened on (the one the system picked when 0 was asked for).
     public let port: UInt16
@@ -29,6 +36,9 @@ public final class TLSListener: Sendable {
     public static let maxPending = 256
     /// The most handshake threads kept waiting for the next client.
     public static let maxIdleThreads = 16
+    /// The most accepted sockets waiting for their first byte; when another comes, the oldest
+    /// that has sent nothing is closed.
+    public static let maxWaitingForFirstByte = 4096
 
     /// Listens on `address` (nil: every IPv4 address; "127.0.0.1", "::1"...) and `port` (0 for
     /// an ephemeral port).
@@ -86,6 +96,27 @@ final class ListenerCore: Sendable {
         var handshaking: Set<Int32> = []
         /// The thread that closes joins the others; a second close returns at once.
         var joined = false
+        /// Accepted sockets that take no handshake slot yet: silent ones, watched by the thread
+        /// holding the turn at accepting, and ready ones (their first byte came) waiting for a
+        /// slot or for their address to be under its cap. The turn holder closes them when the
+        /// listener closes.
+        var waiting: [Int32: WaitingClient] = [:]
+        /// Clients in a handshake (in `handshaking`), by source address.
+        var handshakesBySource: [String: Int] = [:]
+    }
+
+    /// An accepted socket before its handshake.
+    private struct WaitingClient {
+        /// Its address as text ("127.0.0.1:40404"), and the source address alone that the
+        /// per-address cap counts.
+        let peer: String
+        let source: String
+        /// When it must have sent its first byte (``Deadline/now()``), if ever.
+        let deadline: Double?
+        /// Accepted in this order (the oldest silent one goes first when too many wait).
+        let order: UInt64
+        /// Its first byte came: it takes a slot as soon as one (and its address) allows.
+        var ready = false
     }
 
     /// A finished handshake: moved from its handshake thread to the thread that accepts it.
@@ -104,6 +135,11 @@ final class ListenerCore: Sendable {
     /// Readable while finished handshakes are queued (one byte per queued result).
     private let wakeRead: Int32
     private let wakeWrite: Int32
+    /// Readable when the thread holding the turn at accepting should look again: a handshake
+    /// ended (a slot, or an address under its cap, may be free) or the listener closed.
+    private let turnWakeRead: Int32
+    private let turnWakeWrite: Int32
+    private let accepted = Atomic<UInt64>(0)
     /// Posted once for each turn at accepting handed to a waiting thread, and once for each
     /// waiting thread when the listener closes. Allocated once, freed in deinit (no thread holds the
     /// core then).
@@ -121,6 +157,17 @@ final class ListenerCore: Sendable {
         }
         wakeRead = fds[0]
         wakeWrite = fds[1]
+        guard pipe(&fds) == 0 else {
+            Glibc.close(wakeRead)
+            Glibc.close(wakeWrite)
+            throw MTLSError(.io, "pipe: \(String(cString: strerror(errno)))")
+        }
+        for fd in fds {
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            Socket.setNonBlocking(fd, true)
+        }
+        turnWakeRead = fds[0]
+        turnWakeWrite = fds[1]
         workSignal = .allocate(capacity: 1)
         sem_init(workSignal, 0, 0)
     }
@@ -128,6 +175,8 @@ final class ListenerCore: Sendable {
     deinit {
         Glibc.close(wakeRead)
         Glibc.close(wakeWrite)
+        Glibc.close(turnWakeRead)
+        Glibc.close(turnWakeWrite)
         sem_destroy(workSignal)
         workSignal.deallocate()
     }
@@ -178,6 +227,7 @@ final class ListenerCore: Sendable {
         if wasRunning { _ = shutdown(listenFD, Int32(SHUT_RDWR)) } else { closeListenFD() }
         var b: UInt8 = 0
         _ = write(wakeWrite, &b, 1) // wakes accepting threads so they see `closed`
+        _ = write(turnWakeWrite, &b, 1) // and the turn holder, whatever it polls
         // Every thread ends promptly now (no turn, no client: their sockets are shut down); wait
         // for them, so that none is still inside OpenSSL when the program goes on (or exits).
         let joiner: Bool = state.withLock { st in
@@ -227,31 +277,26 @@ final class ListenerCore: Sendable {
     /// holding the turn when the listener closes closes the socket; the others just end.
     private func run() {
         while true {
-            guard let (fd, peer) = acceptNext() else {
+            // The client comes with its slot taken (inFlight, handshaking, its address's count).
+            guard let (fd, peer, source) = acceptNext() else {
                 state.withLock { $0.acceptorRunning = false }
                 closeListenFD()
                 return
             }
-            let (closed, handOn): (Bool, Bool) = state.withLock { st in
-                guard !st.closed else { return (true, false) }
-                st.inFlight += 1
-                st.handshaking.insert(fd)
-                guard st.idleThreads > 0 else { return (false, false) }
+            let handOn: Bool = state.withLock { st in
+                guard !st.closed, st.idleThreads > 0 else { return false }
                 st.idleThreads -= 1
                 st.turnsHanded += 1
-                return (false, true)
+                return true
             }
-            if closed {
-                Glibc.close(fd)
-                continue // the next turn sees `closed`
-            }
+            // Closed meanwhile: the handshake ends at once (close shut the socket down).
             if handOn {
                 sem_post(workSignal)
             } else if !spawnThread() {
-                handshake(fd: fd, peer: peer) // no thread to spare: handshake here, keep the turn
+                handshake(fd: fd, peer: peer, source: source) // no thread to spare: handshake here, keep the turn
                 continue
             }
-            handshake(fd: fd, peer: peer)
+            handshake(fd: fd, peer: peer, source: source)
             guard waitForTurn() else {
                 endOnItsOwn()
                 return
@@ -304,26 +349,123 @@ final class ListenerCore: Sendable {
         }
     }
 
-    /// The accepting turn: the next client's socket and address, or nil when the listener closed.
-    private func acceptNext() -> (Int32, String)? {
+    /// The accepting turn: the next client that has sent its first byte and may take a slot
+    /// (fewer than ``TLSListener/maxPending`` in flight, its address under its cap), with the
+    /// slot taken; nil when the listener closed. Meanwhile accepts new clients into `waiting`,
+    /// watches the silent ones (one poll over all of them, the listening socket and the wake
+    /// pipe) and closes those whose first-byte time is over.
+    private func acceptNext() -> (Int32, String, String)? {
+        let perSource = options.maxHandshakesPerAddress
         while true {
-            let (closed, full): (Bool, Bool) = state.withLock { st in
-                (st.closed, st.inFlight + st.ready.count >= TLSListener.maxPending)
+            let now = Deadline.now()
+            var expired: [Int32] = []
+            var fds: [pollfd] = []
+            let picked: (Int32, String, String)?? = state.withLock { st in
+                if st.closed {
+                    // The turn holder owns the waiting sockets: close them on the way out.
+                    expired = Array(st.waiting.keys)
+                    st.waiting.removeAll()
+                    return .some(nil)
+                }
+                for (fd, w) in st.waiting where !w.ready && (w.deadline.map { now >= $0 } ?? false) {
+                    expired.append(fd)
+                }
+                for fd in expired { st.waiting[fd] = nil }
+                if st.inFlight + st.ready.count < TLSListener.maxPending,
+                   let (fd, w) = st.waiting.filter({ $0.value.ready && (perSource <= 0 || st.handshakesBySource[$0.value.source, default: 0] < perSource) })
+                    .min(by: { $0.value.order < $1.value.order }) {
+                    st.waiting[fd] = nil
+                    st.inFlight += 1
+                    st.handshaking.insert(fd)
+                    st.handshakesBySource[w.source, default: 0] += 1
+                    return .some((fd, w.peer, w.source))
+                }
+                fds.append(pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0))
+                fds.append(pollfd(fd: turnWakeRead, events: Int16(POLLIN), revents: 0))
+                for (fd, w) in st.waiting where !w.ready { fds.append(pollfd(fd: fd, events: Int16(POLLIN), revents: 0)) }
+                return nil
             }
-            if closed { return nil }
-            if full { usleep(10_000); continue }
-            do {
-                return try Socket.accept(listenFD, deadline: Deadline(seconds: 0.25))
-            } catch let e as MTLSError where e.code == .timeout {
+            for fd in expired { Glibc.close(fd) }
+            if let picked { return picked }
+            // Wake up for the nearest first-byte deadline, and at least every 250 ms (a slot
+            // freed by the application accepting is seen then).
+            let nearest: Double? = state.withLock { st in st.waiting.values.compactMap { $0.ready ? nil : $0.deadline }.min() }
+            let wait = min(250, nearest.map { max(0, Int32(($0 - now) * 1000) + 1) } ?? 250)
+            let n = poll(&fds, nfds_t(fds.count), wait)
+            if n < 0 {
+                if errno != EINTR { usleep(10_000) }
                 continue
-            } catch {
-                if state.withLock({ $0.closed }) { return nil }
-                usleep(10_000) // EMFILE and the like: let handshakes finish, then try again
             }
+            if n == 0 { continue }
+            if fds[1].revents != 0 {
+                var buf = [UInt8](repeating: 0, count: 256)
+                while read(turnWakeRead, &buf, buf.count) > 0 {}
+            }
+            var closedSilently: [Int32] = []
+            var nowReady: [Int32] = []
+            for p in fds.dropFirst(2) where p.revents != 0 {
+                // Data, or the end: peek, so the handshake still reads the ClientHello whole.
+                var byte: UInt8 = 0
+                let r = recv(p.fd, &byte, 1, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT))
+                if r > 0 { nowReady.append(p.fd) } else if r == 0 || (errno != EAGAIN && errno != EINTR) { closedSilently.append(p.fd) }
+            }
+            state.withLock { st in
+                for fd in nowReady { st.waiting[fd]?.ready = true }
+                for fd in closedSilently { st.waiting[fd] = nil }
+            }
+            for fd in closedSilently { Glibc.close(fd) } // connected and left without a word
+            if fds[0].revents != 0 { acceptWaiting() }
         }
     }
 
-    private func handshake(fd: Int32, peer: String) {
+    /// Accepts every client the kernel holds into `waiting`. When too many wait (or no file
+    /// descriptor is left), the oldest silent one is closed to make room.
+    private func acceptWaiting() {
+        while true {
+            if state.withLock({ $0.waiting.count >= TLSListener.maxWaitingForFirstByte }) { evictOldestSilent() }
+            let next: (Int32, String)?
+            do {
+                next = try Socket.acceptNow(listenFD)
+            } catch {
+                if state.withLock({ $0.closed }) { return }
+                // EMFILE and the like: a silent socket gives its descriptor to a newcomer; with
+                // none to close, let handshakes finish.
+                if !evictOldestSilent() { usleep(10_000) }
+                return
+            }
+            guard let (fd, peer) = next else { return }
+            Socket.setNonBlocking(fd, true)
+            let client = WaitingClient(peer: peer, source: TrustPeer.client(address: peer).host ?? peer,
+                                       deadline: firstByteLimit.map { Deadline.now() + $0 },
+                                       order: accepted.add(1, ordering: .relaxed).newValue)
+            let kept: Bool = state.withLock { st in
+                guard !st.closed else { return false }
+                st.waiting[fd] = client
+                return true
+            }
+            if !kept { Glibc.close(fd); return }
+        }
+    }
+
+    /// Seconds a client has for its first byte: the first-byte timeout, and never more than the
+    /// handshake timeout (a client cannot take longer to begin its handshake than to finish it).
+    private var firstByteLimit: Double? {
+        [options.firstByteTimeout, options.handshakeTimeout].compactMap { $0.flatMap { $0 > 0 ? $0 : nil } }.min()
+    }
+
+    /// Closes the silent socket accepted first; false when there is none.
+    @discardableResult
+    private func evictOldestSilent() -> Bool {
+        let fd: Int32? = state.withLock { st in
+            guard let (fd, _) = st.waiting.filter({ !$0.value.ready }).min(by: { $0.value.order < $1.value.order }) else { return nil }
+            st.waiting[fd] = nil
+            return fd
+        }
+        if let fd { Glibc.close(fd) }
+        return fd != nil
+    }
+
+    private func handshake(fd: Int32, peer: String, source: String) {
         var conn: TLSConnection?
         var failure: (any Error)?
         do {
@@ -334,7 +476,13 @@ final class ListenerCore: Sendable {
             failure = error
         }
         // Out of `handshaking` before the socket can be closed (below, or by the connection).
-        state.withLock { _ = $0.handshaking.remove(fd) }
+        state.withLock { st in
+            _ = st.handshaking.remove(fd)
+            let left = st.handshakesBySource[source, default: 1] - 1
+            st.handshakesBySource[source] = left > 0 ? left : nil
+        }
+        var wake: UInt8 = 0
+        _ = write(turnWakeWrite, &wake, 1) // a client of this address may be waiting for the slot
         let result: Finished
         switch (conn, failure) {
         case (let c?, nil):

@@ -183,6 +183,17 @@ public struct TLSServerOptions: Sendable {
     /// convention of ``TLSClientOptions/connectTimeout``).
     @TLSTimeout(default: TLSDefaults.handshakeTimeout) public var handshakeTimeout: Double?
     @TLSTimeout(default: TLSDefaults.ioTimeout) public var ioTimeout: Double?
+    /// Seconds an accepted client has to send its first byte (its ClientHello), under the
+    /// convention of ``TLSClientOptions/connectTimeout`` (0: the default, 5 s; nil or negative: no
+    /// limit other than ``handshakeTimeout``, which also bounds it). Until then it takes no
+    /// handshake slot and no thread: one thread watches every such socket, so clients that
+    /// connect and stay silent cannot hold the listener's handshakes up; when the time is over
+    /// the socket is closed without a word (nothing is reported to ``TLSListener/accept(timeout:)``).
+    @TLSTimeout(default: TLSDefaults.firstByteTimeout) public var firstByteTimeout: Double?
+    /// The most clients from one source address in a handshake at once (0 or less: no limit).
+    /// More from that address wait, having sent their first byte, until one of its handshakes
+    /// ends (or their first-byte time is over), so one address cannot take every handshake slot.
+    public var maxHandshakesPerAddress = TLSDefaults.maxHandshakesPerAddress
     /// Issue session tickets, so a returning client resumes without the certificate work. A
     /// ticket resumes only under the client policy version that judged the client, from the
     /// same address, while its chain is valid; otherwise the client gets a full handshake.
@@ -223,6 +234,10 @@ public enum TLSDefaults {
     /// Lowest and highest TLS versions offered or accepted.
     public static let minVersion = TLSVersion.tls12
     public static let maxVersion = TLSVersion.tls13
+    /// Seconds an accepted client has to send its first byte.
+    public static let firstByteTimeout: Double? = 5
+    /// Handshakes one source address may have under way at a listener at once.
+    public static let maxHandshakesPerAddress = 32
     /// Seconds for the TCP connect and for the TLS handshake.
     public static let connectTimeout: Double? = 30
     public static let handshakeTimeout: Double? = 30

@@ -92,6 +92,11 @@ public final class TrustPolicy: Sendable {
     }
 
     private let state: Mutex<(settings: Settings, version: UInt64, compiled: CompiledPolicy?)>
+    /// A number no other policy object of this process has, ever: what a TLS session is bound to
+    /// (``ResumptionBinding``), so a session made under one policy is never taken for another's,
+    /// even when the first object is freed and a new one takes its address.
+    let instance: UInt64 = TrustPolicy.nextInstance.add(1, ordering: .relaxed).newValue
+    private static let nextInstance = Atomic<UInt64>(0)
     /// Recent evaluations of this policy (see ``EvaluationCache``).
     let cache = EvaluationCache()
 

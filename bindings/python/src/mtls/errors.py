@@ -227,12 +227,19 @@ class PinRequired(PinError):
     code, name = -56, "pin_required"
 
 
+class TruncatedError(Error, ConnectionError):
+    """The peer closed the connection without close_notify: what was read may be cut short (as
+    :class:`ssl.SSLEOFError`). ``Connection(..., suppress_ragged_eofs=True)`` reads it as a
+    clean end of data instead."""
+    code, name = -48, "truncated"
+
+
 _CLASSES: List[Type[Error]] = [
     InvalidArgument, NoMemory, Internal, IOFailure, ParseError, BufferTooSmall, NotFound, BadPassword, Corrupt,
     NotPKCS12, NoIdentity, Unsupported, KeyMismatch, LimitExceeded, Duplicate, BadSecret, NotAStore, SchemaTooNew,
     Locked, ReadOnly, DiskFull, InvalidPolicy, Untrusted, ConnectError, Timeout, HandshakeError, PeerAlert, WantRead,
     WantWrite, Closed, NoMatchingIdentity, TokenError, PinIncorrect, PinLocked, TokenNotPresent, TokenRemoved, BadURI,
-    PinRequired,
+    PinRequired, TruncatedError,
 ]
 #: The exception class of each C status code.
 BY_CODE: Dict[int, Type[Error]] = {c.code: c for c in _CLASSES}

@@ -8,7 +8,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 from ._lib import lib, fn, c_void_pp, c_size_p, c_int_p
 from ._handle import _Handle, utf8, out_handle, out_string, out_value
 from .certificate import Certificate
-from .errors import check, Error, InvalidArgument, TrustError
+from .errors import check, Error, InvalidArgument, TrustError, TruncatedError
 from .identity import Identity
 from .store import Store
 from .tokens import identity_from_pkcs11
@@ -58,6 +58,8 @@ class ListenerOptions(ctypes.Structure):
         ("io_timeout_ms", ctypes.c_int),
         ("no_session_tickets", ctypes.c_int),
         ("client_overrides", ctypes.POINTER(TrustOverridesC)),
+        ("first_byte_timeout_ms", ctypes.c_int),
+        ("max_handshakes_per_address", ctypes.c_int),
     ]
 
 
@@ -202,29 +204,41 @@ class Connection(_Handle):
     Errors are mtls.Error subclasses that say which side failed: TrustError (our evaluation
     rejected the peer; mtls.connect attaches the evaluation), PeerAlert (the peer refused us),
     NoMatchingIdentity, Timeout, ConnectError, HandshakeError; WantRead/WantWrite in
-    non-blocking mode."""
+    non-blocking mode; TruncatedError from a read when the peer closed without close_notify.
+
+    suppress_ragged_eofs (a keyword of connect, wrap and mtls.connect; default False, unlike
+    ssl.SSLSocket): True makes a read return b"" (0) where the peer closed without close_notify,
+    as ssl's suppress_ragged_eofs does -- for peers known to hang up that way, when the data
+    carries its own length."""
     _free = "mtls_conn_free"
+    suppress_ragged_eofs: bool = False
 
     @classmethod
     def connect(cls, host: str, port: int, *, handshake: bool = True, **options: Any) -> "Connection":
         """Connects and (unless non_blocking or handshake=False) runs the handshake; `options`
         are ConnectOptions' fields. With handshake=False, call handshake() yourself: a failed one
         leaves peer_chain and evaluation readable."""
+        suppress = bool(options.pop("suppress_ragged_eofs", False))
         o, keep = ConnectOptions(**options).to_c(host)
         h = out_handle(lib.mtls_conn_connect if handshake else lib.mtls_conn_open, utf8(host), int(port),
                        ctypes.byref(o))
         del keep
-        return cls(h)
+        conn = cls(h)
+        conn.suppress_ragged_eofs = suppress
+        return conn
 
     @classmethod
     def wrap(cls, fd: Union[int, Any], host: str, port: int = 0, **options: Any) -> "Connection":
         """TLS over a connected socket the caller owns (an int fd or a socket object); the caller
         closes it after this connection. `options` are ConnectOptions' fields."""
         fd = fd.fileno() if hasattr(fd, "fileno") else fd
+        suppress = bool(options.pop("suppress_ragged_eofs", False))
         o, keep = ConnectOptions(**options).to_c(host)
         h = out_handle(lib.mtls_conn_wrap_fd, int(fd), utf8(host), int(port), ctypes.byref(o))
         del keep
-        return cls(h)
+        conn = cls(h)
+        conn.suppress_ragged_eofs = suppress
+        return conn
 
     def handshake(self) -> None:
         """Runs or continues the handshake (non-blocking: raises WantRead/WantWrite). When our
@@ -240,10 +254,17 @@ class Connection(_Handle):
             raise
 
     def read(self, n: int = 16384) -> bytes:
-        """Up to n bytes; b"" when the peer closed the connection."""
+        """Up to n bytes; b"" when the peer closed the connection with close_notify. Raises
+        TruncatedError when it closed without (what was read may be cut short), unless
+        suppress_ragged_eofs."""
         buf = ctypes.create_string_buffer(max(n, 1))
         got = ctypes.c_size_t()
-        check(lib.mtls_conn_read(self._h, buf, len(buf), ctypes.byref(got)))
+        try:
+            check(lib.mtls_conn_read(self._h, buf, len(buf), ctypes.byref(got)))
+        except TruncatedError:
+            if self.suppress_ragged_eofs:
+                return b""
+            raise
         return buf.raw[:got.value]
 
     def readinto(self, buffer: Any) -> int:
@@ -255,7 +276,12 @@ class Connection(_Handle):
             return 0
         c = (ctypes.c_char * n).from_buffer(view)
         got = ctypes.c_size_t()
-        check(lib.mtls_conn_read(self._h, c, n, ctypes.byref(got)))
+        try:
+            check(lib.mtls_conn_read(self._h, c, n, ctypes.byref(got)))
+        except TruncatedError:
+            if self.suppress_ragged_eofs:
+                return 0
+            raise
         return got.value
 
     def write(self, data: bytes) -> int:
@@ -303,13 +329,19 @@ class Connection(_Handle):
 class Listener(_Handle):
     """A TLS server socket (wraps an mtls_listener): accepts clients with the server identity
     and judges their certificates with `client_policy` (its policy-wide pins and verify_as
-    included; no name check otherwise), with `client_overrides` (an Overrides) on top."""
+    included; no name check otherwise), with `client_overrides` (an Overrides) on top.
+
+    first_byte_timeout: seconds an accepted client has to send its first byte (None: 5; inf: no
+    limit); until then it takes no handshake slot, after it it is closed silently.
+    max_handshakes_per_address: the most clients of one address in a handshake at once (None:
+    32; 0: no limit)."""
     _free = "mtls_listener_free"
 
     def __init__(self, identity: Identity, *, address: Optional[str] = "127.0.0.1", port: int = 0,
                  client_auth: str = "require", client_policy: Optional[Policy] = None, alpn: Sequence[str] = (),
                  min_tls="1.2", max_tls="1.3", handshake_timeout=None, io_timeout=None,
-                 session_tickets: bool = True, client_overrides: Optional[Overrides] = None):
+                 session_tickets: bool = True, client_overrides: Optional[Overrides] = None,
+                 first_byte_timeout: Optional[float] = None, max_handshakes_per_address: Optional[int] = None):
         if client_auth not in CLIENT_AUTH:
             raise ValueError("client_auth must be 'none', 'optional' or 'require'")
         o = ListenerOptions()
@@ -323,6 +355,9 @@ class Listener(_Handle):
         o.no_session_tickets = 0 if session_tickets else 1
         overrides, keep = (client_overrides or Overrides()).to_c()
         o.client_overrides = overrides
+        o.first_byte_timeout_ms = _ms(first_byte_timeout)
+        if max_handshakes_per_address is not None:
+            o.max_handshakes_per_address = -1 if max_handshakes_per_address <= 0 else int(max_handshakes_per_address)
         super().__init__(out_handle(lib.mtls_listener_new, utf8(address), int(port), ctypes.byref(o)))
         del keep
 

@@ -1,0 +1,65 @@
+import Foundation
+import XCTest
+@testable import MTLS
+
+/// What a TLS session is bound to (``ResumptionBinding``) and how a kept session is admitted
+/// again (``ResumptionRecord``): the end-to-end proofs through every place sessions live are in
+/// Tests/c/test_resumption.c.
+extension TLSConnectionTests {
+    func testResumptionBindingDigestChangesWithEveryField() throws {
+        let policy = try self.policy(["root"])
+        let peer = TrustPeer(host: "127.0.0.1", port: 8443, sni: "server.test", verifyAs: "server.test")
+        let base = ResumptionBinding(policy: policy, peer: peer, identities: [[1, 2, 3]], context: "c")
+        XCTAssertEqual(base.digest.count, 32, "fits a session id context")
+        XCTAssertEqual(base.digest, ResumptionBinding(policy: policy, peer: peer, identities: [[1, 2, 3]], context: "c").digest)
+        var others: [ResumptionBinding] = []
+        others.append(ResumptionBinding(policy: try self.policy(["root"]), peer: peer, identities: [[1, 2, 3]], context: "c"))
+        for change in [{ (p: inout TrustPeer) in p.host = "127.0.0.2" }, { $0.port = 8444 }, { $0.sni = nil }, { $0.verifyAs = "other.test" }] {
+            var p = peer
+            change(&p)
+            others.append(ResumptionBinding(policy: policy, peer: p, identities: [[1, 2, 3]], context: "c"))
+        }
+        others.append(ResumptionBinding(policy: policy, peer: peer, identities: [], context: "c"))
+        others.append(ResumptionBinding(policy: policy, peer: peer, identities: [[1, 2, 3]], context: "d"))
+        policy.anchorsOnly = true // a new version
+        others.append(ResumptionBinding(policy: policy, peer: peer, identities: [[1, 2, 3]], context: "c"))
+        for other in others {
+            XCTAssertNotEqual(other, base)
+            XCTAssertNotEqual(other.digest, base.digest)
+        }
+    }
+
+    func testResumptionRecordIsAdmittedOnlyUnderItsBindingWhileItsChainIsTrusted() throws {
+        let chain = [try cert("server"), try cert("int-a")]
+        let policy = try self.policy(["root"])
+        let peer = TrustPeer(host: "127.0.0.1", port: 8443, verifyAs: "server.test")
+        let bound = ResumptionBinding(policy: policy, peer: peer, identities: [])
+        let made = policy.evaluate(chain: chain, peer: peer, purpose: .serverAuth)
+        XCTAssertTrue(made.trusted, "\(made.reasons)")
+        let record = ResumptionRecord(binding: bound, presentedChain: chain, evaluation: made)
+        XCTAssertEqual(record.admit(under: bound, policy: policy, peer: peer, purpose: .serverAuth)??.trusted, true)
+        // Another peer, or the same policy changed: no resumption.
+        var elsewhere = peer
+        elsewhere.port = 9443
+        XCTAssertNil(record.admit(under: ResumptionBinding(policy: policy, peer: elsewhere, identities: []), policy: policy,
+                                  peer: elsewhere, purpose: .serverAuth))
+        // The clock: at a time past the server certificate's validity (the policy's fixed time,
+        // set on a copy so that the binding alone does not decide) the chain is re-evaluated and
+        // the session refused.
+        let later = policy.copy()
+        later.time = chain[0].notAfter.addingTimeInterval(60)
+        let laterBinding = ResumptionBinding(policy: later, peer: peer, identities: [])
+        let moved = ResumptionRecord(binding: laterBinding, presentedChain: chain, evaluation: made)
+        XCTAssertNil(moved.admit(under: laterBinding, policy: later, peer: peer, purpose: .serverAuth))
+        // A fail_closed rule whose pins expired refuses it too, though the pin matches.
+        let pinned = policy.copy()
+        try pinned.updateHostRule("127.0.0.1:8443") { rule in
+            rule.pins = [SPKIPin(certificate: chain[1]), try SPKIPin("sha256/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")]
+            rule.pinsExpire = Date().addingTimeInterval(-1)
+            rule.afterExpiry = .failClosed
+        }
+        let pinnedBinding = ResumptionBinding(policy: pinned, peer: peer, identities: [])
+        let expired = ResumptionRecord(binding: pinnedBinding, presentedChain: chain, evaluation: made)
+        XCTAssertNil(expired.admit(under: pinnedBinding, policy: pinned, peer: peer, purpose: .serverAuth))
+    }
+}

@@ -1,0 +1,38 @@
+"""The listener's first-byte deadline and per-address cap from Python (issue 23, defect 7): a
+client that connects and says nothing is closed when its first_byte_timeout is over, unreported,
+while real clients are served; the keywords reach the C options (version 2)."""
+import socket
+import threading
+
+import mtls
+from conftest import anchored, identity
+
+
+def test_silent_client_is_closed_unreported_and_real_clients_are_served(pki):
+    with mtls.Listener(identity(pki, "server"), client_policy=anchored(pki, "int-a.pem"),
+                       first_byte_timeout=0.3, max_handshakes_per_address=4) as listener:
+        accepted, errors = [], []
+
+        def serve():
+            for _ in range(2):
+                try:
+                    with listener.accept(timeout=5) as c:
+                        accepted.append(c.peer_chain[0].subject_summary)
+                        c.write(c.read())
+                except mtls.Error as e:
+                    errors.append(e)
+
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        silent = [socket.create_connection(("127.0.0.1", listener.port)) for _ in range(20)]
+        for s in silent:
+            s.settimeout(5)
+            assert s.recv(1) == b""  # the listener hung up on it
+            s.close()
+        for _ in range(2):
+            with mtls.connect("127.0.0.1", listener.port, identity=identity(pki, "client-a"),
+                              policy=anchored(pki, "root.pem"), verify_as="server.test") as c:
+                c.write(b"hi")
+                assert c.read() == b"hi"
+        t.join(10)
+        assert accepted == ["client-a", "client-a"] and errors == []  # nothing reported for the silent ones
