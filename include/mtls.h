@@ -539,7 +539,10 @@ MTLS_EXTERN int mtls_trust_result_provenance(const mtls_trust_result *result, ch
  * with OpenSSL — signature, issuer name, authority key identifier, thisUpdate/nextUpdate,
  * critical extensions; delta, indirect and reason-partitioned CRLs are unsupported — and cached
  * per URL until nextUpdate, in memory and in the cache folder; concurrent evaluations needing
- * one URL make one request; refreshed in the background before nextUpdate), then OCSP. A
+ * one URL make one request; refreshed in the background before nextUpdate), then OCSP (a TLS 1.3
+ * client checks the server's stapled response first; else a request with a nonce to the
+ * certificate's AIA responder, answered by the issuer or a responder it delegated to with
+ * id-kp-OCSPSigning, current at the evaluation time, cached until nextUpdate). A
  * certificate found revoked is never trusted (reason "revoked", with its date and reason); when
  * no source answers (unreachable, stale, unsupported, invalid) the status is unknown: HARD
  * refuses with reason "revocation_unknown", SOFT trusts and says so (mtls_trust_result_warnings,
@@ -566,8 +569,8 @@ MTLS_EXTERN int mtls_policy_set_revocation_limits(mtls_policy *policy, size_t ma
 MTLS_EXTERN int mtls_policy_set_revocation_cache_dir(mtls_policy *policy, const char *dir);
 /* What revocation checking did, as JSON: {"mode": "hard", "sources": ["crl"], "checks": [{
  * "cert_index": 0, "subject": ..., "status": "good"|"revoked"|"unknown", "source": "crl"|
- * "crl_file"|null, "url": ..., "fetched_at": RFC 3339|null, "fetched_from": "network"|"memory"|
- * "disk"|null, "this_update", "next_update", "revoked_at", "reason", "error"}]}; *out is NULL (with
+ * "crl_file"|"ocsp"|"ocsp_staple"|null, "url": ..., "fetched_at": RFC 3339|null, "fetched_from":
+ * "network"|"memory"|"disk"|"staple"|null, "this_update", "next_update", "revoked_at", "reason", "error"}]}; *out is NULL (with
  * MTLS_OK) when revocation was off or the chain was refused before. Free with mtls_string_free. */
 MTLS_EXTERN int mtls_trust_result_revocation(const mtls_trust_result *result, char **out);
 /* Warnings of a trusted result (a soft revocation check that found no status), a new array of

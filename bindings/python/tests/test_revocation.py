@@ -274,3 +274,40 @@ def test_ssl_ctx_configured_for_clients_refuses_the_revoked_client(pki):
             t.join(15)
             lsock.close()
             libssl.SSL_CTX_free(ctx)
+
+
+def test_a_session_made_before_the_revocation_does_not_resume_after_it(pki, crl_server):
+    # Resumption is a decision: the chain is evaluated again, revocation included.
+    carol = pki["inter"].issue_client("carol", crl_url=pki["url"])
+    listener = mtls.Listener(pki["server"].identity, client_policy=client_policy(pki))
+    server_policy = mtls.Policy(anchors=[pki["root"].certificate])
+    saved = crl_server.httpd.files["/r.crl"]
+    try:
+        outcomes = []
+        for step in range(3):
+            out = []
+            t = threading.Thread(target=_serve_one, args=(listener, out))
+            t.start()
+            try:
+                with mtls.Connection.connect("127.0.0.1", listener.port, identity=carol.identity, policy=server_policy,
+                                             verify_as="server.test", handshake_timeout=10) as c:
+                    c.write(b"ping")
+                    c.read()
+                    outcomes.append(("connected", c.resumed))
+            except mtls.MTLSError as e:
+                outcomes.append(("failed", str(e)))
+            t.join(15)
+            outcomes.append(out[0][0] if out else None)
+            if step == 1:
+                # carol is revoked now; the server forgets the CRL it had.
+                crl_server.httpd.files["/r.crl"] = pki["inter"].crl(
+                    [pki["laptop"].certificate.serial_hex, carol.certificate.serial_hex], number=3)
+                clear_revocation_cache()
+        assert outcomes[0] == ("connected", False) and outcomes[1] == "accepted", outcomes
+        # The session resumes while carol is good...
+        assert outcomes[2] == ("connected", True) and outcomes[3] == "accepted", outcomes
+        # ...and not once she is revoked.
+        assert outcomes[5] == "refused", outcomes
+    finally:
+        crl_server.httpd.files["/r.crl"] = saved
+        listener.close()
