@@ -265,6 +265,15 @@ static inline long mtls_ossl_SSL_get_ocsp_staple(SSL *s, const unsigned char **r
     *resp = p;
     return p ? n : -1;
 }
+/* OCSP stapling, server side: the status callback and the response it hands over (OpenSSL frees
+   `resp`, which must come from OPENSSL_malloc). */
+static inline long mtls_ossl_SSL_CTX_set_status_cb(SSL_CTX *ctx, int (*cb)(SSL *, void *), void *arg) {
+    SSL_CTX_set_tlsext_status_arg(ctx, arg);
+    return SSL_CTX_set_tlsext_status_cb(ctx, cb);
+}
+static inline long mtls_ossl_SSL_set_ocsp_staple(SSL *s, unsigned char *resp, long len) {
+    return SSL_set_tlsext_status_ocsp_resp(s, resp, len);
+}
 /* A revoked entry's reason code (CRLReason), or -1 without one. */
 static inline int mtls_ossl_X509_REVOKED_reason(const X509_REVOKED *r) {
     int crit = 0;

@@ -525,3 +525,45 @@ def test_client_checks_a_staple_from_openssl_s_server(ocsp, tmp_path, revoked):
     finally:
         p.kill()
         p.wait(10)
+
+
+def test_mtls_serve_staples_ocsp_for_its_own_certificate(ocsp, tmp_path):
+    from mtls import IssuedCertificate
+    ca = IssuedCertificate.load(ocsp.ca / "cert.pem", ocsp.ca / "key.pem")
+    port = free_port()
+    server = ca.issue_server("stapler.test", dns=["stapler.test"], ocsp_url=f"http://127.0.0.1:{port}/")
+    chain, key = tmp_path / "chain.pem", tmp_path / "key.pem"
+    chain.write_text(server.chain_pem)
+    key.write_text(server.key_pem())
+    os.chmod(key, 0o600)
+    serial = server.certificate.serial_hex.upper()
+    serial = "0" * (len(serial) % 2) + serial
+    index = tmp_path / "index.txt"
+    index.write_text(f"V\t{openssl_time(time.time() + 86400)}\t\t{serial}\tunknown\t/CN=stapler.test\n")
+    responder = start_ocsp_responder("-index", index, "-port", port, "-rsigner", ocsp.ca / "cert.pem",
+                                     "-rkey", ocsp.ca / "key.pem", "-CA", ocsp.ca / "cert.pem", "-nmin", "10")
+    srv = Serve("--cert", chain, "--key", key)
+    try:
+        # The staple is fetched in the background, never on the handshake path: wait for it.
+        text = ""
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            r = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{srv.port}", "-servername", "stapler.test",
+                                "-status", "-CAfile", ocsp.ca / "cert.pem"], input=b"", capture_output=True, timeout=20)
+            text = r.stdout.decode(errors="replace")
+            if "OCSP Response Status: successful" in text:
+                break
+            time.sleep(0.5)
+        assert "OCSP Response Status: successful" in text, text
+        assert "Cert Status: good" in text
+        # A libmtls client checking OCSP takes the staple (the responder is up, but the staple
+        # comes first).
+        r = run_cli("connect", f"127.0.0.1:{srv.port}", "--anchor", ocsp.ca / "cert.pem", "--anchors-only",
+                    "--verify-as", "stapler.test", "--policy", ocsp.policy, "--json", "--timeout", "10")
+        out = json.loads(r.stdout)
+        [c] = out["evaluation"]["revocation"]["checks"]
+        assert r.returncode == 0 and c["source"] == "ocsp_staple" and c["status"] == "good", out
+    finally:
+        srv.finish()
+        responder.terminate()
+        responder.wait(10)

@@ -82,6 +82,12 @@ enum OCSPCheck {
     /// Sends an OCSP request (with a nonce) for `cert` to `url` and checks the answer.
     static func query(url: String, cert: Certificate, issuer: Certificate, options: RevocationFetchOptions,
                       time: Date) throws -> Answer {
+        try queryWithResponse(url: url, cert: cert, issuer: issuer, options: options, time: time).0
+    }
+
+    /// ``query(url:cert:issuer:options:time:)`` with the response's DER (what a server staples).
+    static func queryWithResponse(url: String, cert: Certificate, issuer: Certificate, options: RevocationFetchOptions,
+                                  time: Date) throws -> (Answer, [UInt8]) {
         defer { OpenSSLErrorQueue.clear() }
         guard let req = OCSP_REQUEST_new() else { throw RevocationProblem("out of memory") }
         defer { OCSP_REQUEST_free(req) }
@@ -93,7 +99,7 @@ enum OCSPCheck {
             throw RevocationProblem("cannot encode the OCSP request")
         }
         let body = try HTTPFetcher.post(url, body: der, contentType: "application/ocsp-request", limits: options.limits)
-        return try check(response: body, cert: cert, issuer: issuer, nonceRequest: req, time: time)
+        return (try check(response: body, cert: cert, issuer: issuer, nonceRequest: req, time: time), body)
     }
 
     /// Checks an OCSP response (DER) for `cert` issued by `issuer` at `time`.

@@ -183,12 +183,18 @@ final class TLSContext: @unchecked Sendable {
     let ctx: OpaquePointer
     let config: TLSContextConfig
     let sessions = SessionCache()
+    /// A server's OCSP staple for its own certificate (when it names a responder).
+    let stapler: OCSPStapler?
 
-    deinit { SSL_CTX_free(ctx) }
+    deinit {
+        SSL_CTX_free(ctx)
+        stapler?.stop()
+    }
 
-    private init(ctx: OpaquePointer, config: TLSContextConfig) {
+    private init(ctx: OpaquePointer, config: TLSContextConfig, stapler: OCSPStapler? = nil) {
         self.ctx = ctx
         self.config = config
+        self.stapler = stapler
     }
 
     private static func newContext() throws -> OpaquePointer {
@@ -287,7 +293,10 @@ final class TLSContext: @unchecked Sendable {
                 _ = mtls_ossl_SSL_CTX_set_options(ctx, mtls_ossl_SSL_OP_NO_TICKET())
                 _ = SSL_CTX_set_num_tickets(ctx, 0)
             }
-            return TLSContext(ctx: ctx, config: config)
+            // OCSP stapling for our own certificate, fetched in the background.
+            let stapler = OCSPStapler.start(for: options.identity)
+            if let stapler { OCSPStapler.install(stapler, on: ctx) }
+            return TLSContext(ctx: ctx, config: config, stapler: stapler)
         } catch {
             SSL_CTX_free(ctx)
             throw error
