@@ -930,7 +930,12 @@ typedef struct mtls_listener_options {
  * listener never trusts it by accident). */
 MTLS_EXTERN int mtls_listener_options_init(mtls_listener_options *opts, unsigned int version);
 /* Listen on address ("127.0.0.1", "::1"; NULL: every IPv4 address) and port (0: an ephemeral
- * port, see mtls_listener_port). Free *out with mtls_listener_free. */
+ * port, see mtls_listener_port). Free *out with mtls_listener_free. When the identity's
+ * certificate names an OCSP responder (authorityInfoAccess) and its issuer is in the identity's
+ * chain, the listener staples OCSP: a background thread fetches and checks a response, refreshes
+ * it before its nextUpdate, and every handshake whose client asks for the status gets the
+ * current good one (none while none is good); nothing is fetched on the handshake path. Client
+ * certificates are checked for revocation as the client policy says (see "Revocation"). */
 MTLS_EXTERN int mtls_listener_new(const char *address, uint16_t port, const mtls_listener_options *opts,
                                   mtls_listener **out);
 /* The port listened on. */
