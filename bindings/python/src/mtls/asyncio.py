@@ -28,9 +28,27 @@ key that asks for its PIN at each signature), evaluate the server's chain with a
 (path building, CRL or OCSP fetches within the policy's timeouts) or do neither; Python cannot
 tell in advance which, so all steps go to the thread. Its cost is a thread hop per step (two or
 three per handshake), small against the handshake itself. A PIN callback is therefore called
-on that worker thread. A TLS 1.3 server that asks for our certificate after the handshake is
-answered inside a read, on the loop: a token key would then sign there (Apache's per-location
-client authentication; nginx and most servers ask during the handshake).
+on that worker thread.
+
+**The one exception: a certificate asked for after the handshake.** Reads and writes of an
+established connection are made on the loop, and a client's read processes whatever TLS message
+comes. A TLS 1.3 server may send a CertificateRequest at any time after the handshake
+(post-handshake authentication, which libmtls offers: Apache httpd does it for a per-location
+``SSLVerifyClient`` over TLS 1.3; nginx and most servers ask during the handshake, which runs on
+the thread). The read that meets it chooses the identity and signs the CertificateVerify with its
+key, on the loop: a millisecond or less for a key in memory, but a token key's signature (and a
+PIN callback that asks at each signature) blocks the loop for as long as it takes. The request
+travels encrypted as application data does, so nothing tells it apart before the read; reads are
+not sent to the thread (a thread hop per read would cost every connection). With a token
+identity and such a server, pass ``max_tls="1.2"`` (libmtls refuses TLS 1.2 renegotiation, so
+nothing is signed after the handshake, and a server that insists fails with an error saying it
+asked to renegotiate) or use the blocking API on a thread. Servers made with
+:func:`start_server` never ask after the handshake.
+
+**Proxies.** ``open_connection(..., proxy="http://[user:password@]host:port")`` asks the proxy
+for a ``CONNECT`` tunnel (on the loop; the same request and answer handling as the blocking
+adapters) and runs the handshake through it for the target, exactly as on a direct connection.
+``mtls.httpx.AsyncTransport`` does the same for its proxies and the environment's.
 
 **Cancellation and timeouts.** A cancelled or timed-out connect leaves nothing behind: no
 descriptor registered with the loop, the socket closed, the TLS connection freed (close_notify
@@ -53,11 +71,10 @@ resumed), ``"sslcontext"`` (always None: there is no ssl.SSLContext).
 each client's handshake (the server identity may be a token key); accepted clients are handed to
 the loop and to ``handler(reader, writer)``, which sees the client's certificate and evaluation
 through ``writer.get_extra_info``. Clients the policy refuses never reach the handler; their
-errors are kept in ``Server.rejected``. The C ABI gives accepted connections in blocking mode
-only, so the loop reads a server connection only once a whole TLS record waits in its socket
-(the kernel is asked to wake it then, SO_RCVLOWAT), writes one record at a time when the socket
-is writable, and bounds any wait inside the C call to 1 ms (the listener's I/O timeout): a client
-that sends half a record or stops reading does not hold the loop. Reads have no time limit of
+errors are kept in ``Server.rejected``. Accepted connections come from the listener in blocking
+mode; each is switched to non-blocking mode (``Connection.set_non_blocking``,
+``mtls_conn_set_non_blocking``) before it reaches the loop, which then drives it as a client's:
+a client that sends half a record or stops reading holds nothing. Reads have no time limit of
 their own: use ``asyncio.wait_for``."""
 # Inside the mtls package this module is named "asyncio": every import here is absolute, so
 # "asyncio" below is the standard library's.

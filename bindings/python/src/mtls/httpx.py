@@ -20,7 +20,12 @@ proxy=P)`` is routed the same way: importing this module makes httpx build the p
 from ours (httpx would otherwise make a transport of its own, with another TLS stack, for the
 proxy). Only ``http://`` proxies are honoured: an ``https://`` or SOCKS proxy is an error
 (ValueError when given, ``httpx.ProxyError`` when it comes from the environment), and a proxy that
-cannot be reached or refuses the tunnel raises ``httpx.ProxyError`` with its status."""
+cannot be reached or refuses the tunnel raises ``httpx.ProxyError`` with its status.
+
+asyncio: ``mtls.httpx.AsyncTransport`` for ``httpx.AsyncClient`` takes the same identity, policy,
+``proxy`` and ``trust_env`` arguments, chooses proxies with the same code (mtls._httpx_proxy), and
+``httpx.AsyncClient(transport=AsyncTransport(...), proxy=P)`` is routed through libmtls the same
+way."""
 import http.client
 import threading
 from typing import Any, Dict, Iterator, List, Optional, Tuple
