@@ -25,6 +25,7 @@ import pytest
 import requests
 
 import mtls
+import mtls._proxy
 import mtls.asyncio
 import mtls.http
 import mtls.httpx
@@ -469,6 +470,40 @@ def test_a_tunnel_that_never_answers_the_handshake_times_out(pki):
         assert silent.targets == ["127.0.0.1:9", "127.0.0.1:9"]
     finally:
         silent.stop()
+
+
+def test_connect_reply_takes_exactly_the_proxys_answer():
+    """The reading of CONNECT's answer that the blocking and asyncio tunnels share: it takes the
+    answer up to its blank line and not one byte of the server's TLS that may follow in the same
+    segment, across any split; an answer without HTTP, a refusal, an endless head, a close."""
+    p = mtls._proxy
+    proxy = p.HTTPProxy("127.0.0.1", 3128)
+    answer = b"HTTP/1.1 200 Connection established\r\nProxy-Agent: x\r\n\r\n"
+    tls = b"\x16\x03\x03\x00\x7a" + b"\x02" * 20
+    for split in range(1, len(answer) + 1):
+        reply = p.ConnectReply(proxy, "10.0.0.7", 8443)
+        taken = reply.take(answer[:split])
+        if not reply.complete:
+            assert taken == split
+            taken += reply.take(answer[split:] + tls)
+        assert reply.complete and taken == len(answer)
+        reply.check()
+    assert p.connect_request(proxy, "::1", 8443) == b"CONNECT [::1]:8443 HTTP/1.1\r\nHost: [::1]:8443\r\n\r\n"
+    refused = p.ConnectReply(proxy, "10.0.0.7", 8443)
+    refused.take(b"HTTP/1.0 403 Filtered\n\n")
+    with pytest.raises(p.TunnelError, match="refused the tunnel to 10.0.0.7:8443: 403 Filtered") as e:
+        refused.check()
+    assert e.value.status == 403
+    garbage = p.ConnectReply(proxy, "h", 1)
+    garbage.take(b"SSH-2.0-OpenSSH\r\n\r\n")
+    with pytest.raises(p.TunnelError, match="not HTTP"):
+        garbage.check()
+    with pytest.raises(p.TunnelError, match="more than"):
+        p.ConnectReply(proxy, "h", 1).take(b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 20000)
+    with pytest.raises(p.TunnelError, match="closed the connection"):
+        p.ConnectReply(proxy, "h", 1).take(b"")
+    with pytest.raises(p.UnsupportedProxy, match="line break"):
+        p.connect_request(proxy, "evil\r\nX-Injected: 1", 443)
 
 
 # ---- asyncio: httpx.AsyncClient with mtls.httpx.AsyncTransport, and mtls.asyncio streams
