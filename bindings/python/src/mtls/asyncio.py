@@ -725,9 +725,10 @@ class Server:
                 try:
                     # Accepted connections are blocking: the loop drives them non-blocking.
                     conn.set_non_blocking(True)
-                except BaseException:
+                except Error as e:
                     conn.close()
-                    raise
+                    self._post(self.rejected.append, e)
+                    continue
                 if not self._post(self._on_client, conn):
                     conn.close()
         finally:
