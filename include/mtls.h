@@ -801,6 +801,21 @@ MTLS_EXTERN int mtls_conn_shutdown(mtls_conn *conn);
 MTLS_EXTERN void mtls_conn_free(mtls_conn *conn);
 /* The socket, for poll()/epoll in non-blocking mode. Owned by the connection. */
 MTLS_EXTERN int mtls_conn_fd(const mtls_conn *conn, int *fd);
+/* Switch a connection to non-blocking mode (non_blocking 1) or back to blocking mode (0); any
+ * other value is MTLS_E_INVALID_ARGUMENT. Made for connections from
+ * mtls_listener_accept, which are blocking (their handshake is done; reads and writes wait within
+ * the listener's io_timeout_ms), so that an event loop (epoll, asyncio, libuv) can serve them:
+ * once non-blocking, mtls_conn_read, mtls_conn_write, mtls_conn_handshake and mtls_conn_shutdown
+ * return MTLS_E_WANT_READ / MTLS_E_WANT_WRITE instead of waiting, exactly as for a client
+ * connection opened with opts->non_blocking (poll mtls_conn_fd and call again; io_timeout_ms no
+ * longer applies; a write that returned MTLS_E_WANT_WRITE must be retried with the same bytes,
+ * at least as many). It works on client connections too, in both directions. The socket is
+ * O_NONBLOCK in both modes (blocking mode waits with poll), so the call changes nothing else:
+ * data the connection holds is kept. In either mode a client's mtls_conn_read answers a TLS 1.3
+ * server's post-handshake CertificateRequest (see mtls_conn_connect), and may then sign with a
+ * token key inside the read.
+ * Not thread-safe against other calls on the same connection (one thread at a time). */
+MTLS_EXTERN int mtls_conn_set_non_blocking(mtls_conn *conn, int non_blocking);
 /* The chain the peer presented, leaf first (also after a failed handshake, when our evaluation
  * rejected it). Free with mtls_cert_list_free(*out, *count). */
 MTLS_EXTERN int mtls_conn_peer_chain(const mtls_conn *conn, mtls_cert ***out, size_t *count);
