@@ -111,7 +111,9 @@ typedef enum mtls_status {
     MTLS_E_TOKEN_NOT_PRESENT = -53,
     MTLS_E_TOKEN_REMOVED = -54,
     MTLS_E_BAD_URI = -55,
-    MTLS_E_PIN_REQUIRED = -56
+    MTLS_E_PIN_REQUIRED = -56,
+    /* store (added in 0.2.0) */
+    MTLS_E_UPGRADE_REQUIRED = -57   /* a store from before row authentication: see mtls_store_upgrade */
 } mtls_status;
 
 /* A static English text for a code (unknown codes give "unknown error code"). Never free it. */

@@ -55,6 +55,10 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
         public static let tokenRemoved = Code(rawValue: -54)
         public static let badURI = Code(rawValue: -55)
         public static let pinRequired = Code(rawValue: -56)
+        // Store (0.2.0)
+        /// A store made before row authentication: it opens only after an explicit upgrade
+        /// (``CredentialStore/upgrade(path:secret:confirming:options:)``, `mtls store upgrade`).
+        public static let upgradeRequired = Code(rawValue: -57)
 
         /// Every code with its stable name and its static text (the C ABI's `mtls_strerror`).
         public static let all: [(Code, String, String)] = [
@@ -96,6 +100,7 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
             (.tokenRemoved, "token_removed", "token was removed"),
             (.badURI, "bad_uri", "invalid PKCS#11 URI"),
             (.pinRequired, "pin_required", "a PIN is required"),
+            (.upgradeRequired, "upgrade_required", "the store must be upgraded explicitly first"),
         ]
 
         /// The stable snake_case name of the code (`"bad_password"`), used in JSON output.

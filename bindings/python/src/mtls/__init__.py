@@ -14,7 +14,7 @@ from .errors import (  # noqa: F401 - the exceptions, importable from the top le
     BufferTooSmall, NotFound, BadPassword, Corrupt, NotPKCS12, NoIdentity, Unsupported, KeyMismatch, LimitExceeded,
     Duplicate, BadSecret, NotAStore, SchemaTooNew, Locked, ReadOnly, DiskFull, InvalidPolicy, Untrusted,
     ConnectError, Timeout, HandshakeError, PeerAlert, WantRead, WantWrite, Closed, NoMatchingIdentity, TokenError,
-    PinIncorrect, PinLocked, TokenNotPresent, TokenRemoved, BadURI, PinRequired,
+    PinIncorrect, PinLocked, TokenNotPresent, TokenRemoved, BadURI, PinRequired, UpgradeRequired,
 )
 from .certificate import Certificate
 from .store import Store, StoreItem, StoreKey
@@ -33,7 +33,7 @@ __all__ = [
     "Unsupported", "KeyMismatch", "LimitExceeded", "Duplicate", "BadSecret", "NotAStore", "SchemaTooNew", "Locked",
     "ReadOnly", "DiskFull", "InvalidPolicy", "Untrusted", "ConnectError", "Timeout", "HandshakeError", "PeerAlert",
     "WantRead", "WantWrite", "Closed", "NoMatchingIdentity", "TokenError", "PinIncorrect", "PinLocked",
-    "TokenNotPresent", "TokenRemoved", "BadURI", "PinRequired",
+    "TokenNotPresent", "TokenRemoved", "BadURI", "PinRequired", "UpgradeRequired",
     "Certificate", "Store", "StoreItem", "StoreKey", "Identity", "PKCS12", "ChainCheck", "IssuedCertificate",
     "Policy", "HostRule", "TrustResult", "TrustReason", "Connection", "ConnectOptions", "Listener",
     "configure_ssl_ctx", "set_ssl_peer", "set_ssl_ctx_peer", "clear_session_cache", "connect", "resolve_identity", "Token", "TokenObject",

@@ -1,0 +1,214 @@
+import FoundationEssentials
+
+// This file owns the store's whole-file integrity data, independent of SQLite: the
+// authenticated header (schema version, "rows are authenticated", write counter, manifest root)
+// and the manifest of every row's (class, label, generation), with their byte encodings.
+// CredentialStore+Integrity.swift reads and writes them in the database.
+
+/// Length-prefixed, unambiguous serialisation for MAC inputs and the header blob.
+struct StoreEncoder {
+    private(set) var bytes: [UInt8] = []
+
+    init(domain: String) { bytes = Array(domain.utf8) + [0] }
+
+    mutating func add(_ v: Int64) {
+        for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: v >> Int64(shift))) }
+    }
+
+    mutating func add(_ b: [UInt8]) {
+        let n = UInt32(truncatingIfNeeded: b.count)
+        bytes.append(contentsOf: [UInt8(n >> 24), UInt8(truncatingIfNeeded: n >> 16), UInt8(truncatingIfNeeded: n >> 8), UInt8(truncatingIfNeeded: n)])
+        bytes.append(contentsOf: b)
+    }
+
+    mutating func add(_ s: String) { add(Array(s.utf8)) }
+}
+
+/// Reads what ``StoreEncoder`` wrote; any short or malformed input is ``MTLSError/Code/corrupt``.
+struct StoreDecoder {
+    private let bytes: [UInt8]
+    private var at: Int
+
+    init(_ bytes: [UInt8], domain: String) throws {
+        self.bytes = bytes
+        let prefix = Array(domain.utf8) + [0]
+        guard bytes.count >= prefix.count, Array(bytes[0..<prefix.count]) == prefix else {
+            throw MTLSError(.corrupt, "the store header is tampered or damaged: it is not a libmtls header")
+        }
+        at = prefix.count
+    }
+
+    var atEnd: Bool { at == bytes.count }
+
+    mutating func int64() throws -> Int64 {
+        guard bytes.count - at >= 8 else { throw MTLSError(.corrupt, "the store header is tampered or damaged: it is truncated") }
+        var v: Int64 = 0
+        for i in 0..<8 { v = (v << 8) | Int64(bytes[at + i]) }
+        at += 8
+        return v
+    }
+
+    mutating func blob() throws -> [UInt8] {
+        guard bytes.count - at >= 4 else { throw MTLSError(.corrupt, "the store header is tampered or damaged: it is truncated") }
+        let n = Int(bytes[at]) << 24 | Int(bytes[at + 1]) << 16 | Int(bytes[at + 2]) << 8 | Int(bytes[at + 3])
+        at += 4
+        guard bytes.count - at >= n else { throw MTLSError(.corrupt, "the store header is tampered or damaged: it is truncated") }
+        defer { at += n }
+        return Array(bytes[at..<at + n])
+    }
+}
+
+/// The store's authenticated header: stored in `meta` as `header` with its HMAC in
+/// `header_mac`, under a key derived from the data key. The MAC also covers the secret header
+/// (KDF kind and parameters, salt, wrapped data key), so none of them can be changed unnoticed.
+struct StoreHeader: Equatable {
+    static let domain = "libmtls-store/header/v1"
+    /// Bit 0: every row carries a tag under the row key.
+    static let rowsAuthenticated: Int64 = 1
+
+    var schemaVersion: Int64
+    var flags: Int64
+    /// Incremented by every write transaction; never goes back.
+    var counter: Int64
+    /// How many rows the manifest lists.
+    var count: Int64
+    /// SHA-256 over the manifest's bucket digests, in bucket order.
+    var root: [UInt8]
+
+    var encoded: [UInt8] {
+        var e = StoreEncoder(domain: Self.domain)
+        e.add(schemaVersion); e.add(flags); e.add(counter); e.add(count); e.add(root)
+        return e.bytes
+    }
+
+    init(schemaVersion: Int64, flags: Int64, counter: Int64, count: Int64, root: [UInt8]) {
+        self.schemaVersion = schemaVersion
+        self.flags = flags
+        self.counter = counter
+        self.count = count
+        self.root = root
+    }
+
+    init(decoding bytes: [UInt8]) throws {
+        var d = try StoreDecoder(bytes, domain: Self.domain)
+        schemaVersion = try d.int64(); flags = try d.int64(); counter = try d.int64(); count = try d.int64(); root = try d.blob()
+        guard d.atEnd, root.count == 32, counter >= 0, count >= 0 else {
+            throw MTLSError(.corrupt, "the store header is tampered or damaged: its fields are malformed")
+        }
+    }
+
+    /// What the header MAC covers: the header and the secret header beside it.
+    static func macInput(header: [UInt8], kind: String, kdfParameters: String, salt: [UInt8], wrapped: [UInt8]) -> [UInt8] {
+        var e = StoreEncoder(domain: "libmtls-store/header-mac-input/v1")
+        e.add(header); e.add(kind); e.add(kdfParameters); e.add(salt); e.add(wrapped)
+        return e.bytes
+    }
+}
+
+/// A manifest entry's key: a row's class and label.
+struct StoreManifestKey: Hashable {
+    var itemClass: Int64
+    var label: String
+}
+
+/// The set of (class, label, generation) of every row, split into ``bucketCount`` buckets by a
+/// hash of the key so that a write rewrites one small bucket, not the whole set. Each bucket is a
+/// blob in the `manifest` table with its SHA-256 beside it; the header's root is the SHA-256 of
+/// the 256 digests, so the header MAC covers every entry. Buckets are decoded on demand, checked
+/// against the verified digest, and kept while their digest is unchanged.
+///
+/// Not thread-safe: ``CredentialStore`` uses it under its lock.
+struct StoreManifest {
+    static let bucketCount = 256
+    static let emptyDigest = Encoding.sha256([])
+
+    /// The verified header, nil until the first refresh (or after a failed write).
+    var header: StoreHeader?
+    /// The verified digest of each bucket.
+    var digests: [[UInt8]] = []
+    /// Decoded buckets, each valid while `digests[i]` equals its digest.
+    private var buckets: [Int: (digest: [UInt8], entries: [StoreManifestKey: Int64])] = [:]
+    /// Buckets changed by the current write transaction.
+    private(set) var dirty: Set<Int> = []
+    /// SQLite's data version of the snapshot the state was verified in.
+    var dataVersion: UInt32?
+    /// The highest write counter this handle has seen: a lower one later is a file rolled back
+    /// under an open handle.
+    var highestCounter: Int64 = -1
+
+    /// The bucket of a key: FNV-1a over the class and the label (a partition, not a security
+    /// boundary: an entry looked up in the wrong bucket is simply not listed).
+    static func bucket(of key: StoreManifestKey) -> Int {
+        var h: UInt32 = 2_166_136_261
+        h = (h ^ UInt32(truncatingIfNeeded: key.itemClass)) &* 16_777_619
+        for b in key.label.utf8 { h = (h ^ UInt32(b)) &* 16_777_619 }
+        return Int(h % UInt32(bucketCount))
+    }
+
+    static func root(_ digests: [[UInt8]]) -> [UInt8] { Encoding.sha256(digests.flatMap { $0 }) }
+
+    /// A bucket's blob: each entry as class (8) ‖ label length (4) ‖ label ‖ generation (8), in
+    /// no particular order (the digest is of the blob as stored).
+    static func encode(_ entries: [StoreManifestKey: Int64]) -> [UInt8] {
+        var e = StoreEncoder(domain: "libmtls-store/manifest-bucket/v1")
+        for (key, generation) in entries {
+            e.add(key.itemClass); e.add(key.label); e.add(generation)
+        }
+        return e.bytes
+    }
+
+    static func decode(_ blob: [UInt8]) throws -> [StoreManifestKey: Int64] {
+        var d = try StoreDecoder(blob, domain: "libmtls-store/manifest-bucket/v1")
+        var out: [StoreManifestKey: Int64] = [:]
+        while !d.atEnd {
+            let cls = try d.int64()
+            let label = String(decoding: try d.blob(), as: UTF8.self)
+            out[StoreManifestKey(itemClass: cls, label: label)] = try d.int64()
+        }
+        return out
+    }
+
+    /// The decoded bucket `i` if it is cached and still current.
+    func cached(_ i: Int) -> [StoreManifestKey: Int64]? {
+        guard let b = buckets[i], i < digests.count, b.digest == digests[i] else { return nil }
+        return b.entries
+    }
+
+    mutating func cache(_ i: Int, digest: [UInt8], entries: [StoreManifestKey: Int64]) {
+        buckets[i] = (digest, entries)
+    }
+
+    /// Sets (or with nil removes) an entry of a loaded bucket; the caller loaded it first.
+    mutating func set(_ key: StoreManifestKey, generation: Int64?, in i: Int) {
+        guard var b = buckets[i] else { return }
+        let had = b.entries[key] != nil
+        b.entries[key] = generation
+        buckets[i] = b
+        dirty.insert(i)
+        if had && generation == nil { header?.count -= 1 }
+        if !had && generation != nil { header?.count += 1 }
+    }
+
+    /// The new blob and digest of every dirty bucket; updates `digests` and clears `dirty`.
+    mutating func takeDirty() -> [(bucket: Int, blob: [UInt8], digest: [UInt8])] {
+        var out: [(Int, [UInt8], [UInt8])] = []
+        for i in dirty.sorted() {
+            guard let b = buckets[i] else { continue }
+            let blob = Self.encode(b.entries)
+            let digest = Encoding.sha256(blob)
+            digests[i] = digest
+            buckets[i] = (digest, b.entries)
+            out.append((i, blob, digest))
+        }
+        dirty.removeAll()
+        return out
+    }
+
+    /// Forgets everything verified (after a failed write, whose changes SQLite rolled back).
+    mutating func invalidate() {
+        header = nil
+        dataVersion = nil
+        dirty.removeAll()
+        buckets.removeAll()
+    }
+}
