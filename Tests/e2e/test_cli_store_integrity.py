@@ -113,7 +113,8 @@ def test_change_secret_rotates_the_data_key(pki):
     assert r.returncode == 0, r.stderr
     edit(pki / "store.db", "CREATE TABLE old_meta AS SELECT * FROM meta")
     r = store(pki, "change-secret", "--new-secret-file", pki / "new.txt")
-    assert r.returncode == 0 and "rotated" in r.stdout, r.stderr
+    assert r.returncode == 0, r.stderr
+    rotated = r.stdout
     r = store(pki, "import", pki / "c.p12", "--label", "after", "--password-file", pki / "pw.txt", secret="new.txt")
     assert r.returncode == 0, r.stderr
     assert store(pki, "list", secret="secret.txt").returncode != 0
@@ -129,6 +130,7 @@ def test_change_secret_rotates_the_data_key(pki):
     # The new secret reads the untouched copy.
     r = run("store", "--store", pki / "copy.db", "--secret-file", pki / "new.txt", "list", "--json")
     assert r.returncode == 0 and [i["label"] for i in json.loads(r.stdout)] == ["after", "before"], r.stderr
+    assert "rotated" in rotated
 
 
 def test_a_pin_among_the_path_attributes_is_not_stored_or_printed(pki):
