@@ -111,7 +111,7 @@ extension CredentialStore {
             guard digests.count == StoreManifest.bucketCount, StoreManifest.root(digests) == header.root else {
                 throw damaged("its manifest does not match its authenticated header")
             }
-            manifest.digests = digests
+            manifest.setDigests(digests)
         }
         manifest.header = header
         manifest.dataVersion = version
@@ -130,7 +130,7 @@ extension CredentialStore {
         let digest = Encoding.sha256(blob)
         guard digest == manifest.digests[i] else { throw damaged("its manifest does not match its authenticated header") }
         let entries = try StoreManifest.decode(blob)
-        manifest.cache(i, digest: digest, entries: entries)
+        manifest.cache(i, entries: entries)
         return entries
     }
 
@@ -140,7 +140,9 @@ extension CredentialStore {
     func checkListed(itemClass: Int64, label: String, generation: Int64) throws {
         try refreshIntegrity()
         let key = StoreManifestKey(itemClass: itemClass, label: label)
-        let listed = try bucketEntries(StoreManifest.bucket(of: key))[key]
+        let i = StoreManifest.bucket(of: key)
+        let listed: Int64?
+        if let hit = manifest.lookup(key, in: i) { listed = hit } else { listed = try bucketEntries(i)[key] }
         guard listed == generation else {
             let what = StoreItemClass(rawValue: Int32(truncatingIfNeeded: itemClass))?.name ?? "item"
             if listed == nil {
@@ -266,8 +268,8 @@ extension CredentialStore {
                 .bind(.int(Int64(i)), .blob(blob), .blob(digest)).run()
             digests.append(digest)
         }
-        manifest.digests = digests
-        for (i, b) in buckets.enumerated() { manifest.cache(i, digest: digests[i], entries: b) }
+        manifest.setDigests(digests)
+        for (i, b) in buckets.enumerated() { manifest.cache(i, entries: b) }
         let header = StoreHeader(schemaVersion: Int64(CredentialStore.schemaVersion), flags: StoreHeader.rowsAuthenticated,
                                  counter: counter, count: Int64(entries.count), root: StoreManifest.root(digests))
         try writeHeader(header, meta: meta, auth: auth)

@@ -635,12 +635,20 @@ public final class CredentialStore: @unchecked Sendable {
     /// The metadata of the current row after checking its tag; ``MTLSError/Code/corrupt``
     /// naming the label when it does not authenticate. Called with the lock held.
     private func authenticatedInfo(_ s: SQLiteDatabase.Statement) throws -> StoreItemInfo {
-        try authenticate(s)
-        return CredentialStore.info(s)
+        try authenticateRow(s)
+        let info = CredentialStore.info(s)
+        try checkListed(itemClass: Int64(info.itemClass.rawValue), label: info.label, generation: s.int64(RowQuery.generation))
+        return info
     }
 
     /// Checks the current row's tag (see ``authenticatedInfo(_:)``) without decoding it.
     func authenticate(_ s: SQLiteDatabase.Statement) throws {
+        try authenticateRow(s)
+        try checkListed(itemClass: s.int64(1), label: s.text(0) ?? "", generation: s.int64(RowQuery.generation))
+    }
+
+    /// Checks the current row's tag only (the caller checks it against the manifest).
+    private func authenticateRow(_ s: SQLiteDatabase.Statement) throws {
         let classValue = s.int64(1)
         guard let itemClass = StoreItemClass(rawValue: Int32(truncatingIfNeeded: classValue)),
               Int64(itemClass.rawValue) == classValue,
@@ -651,7 +659,6 @@ public final class CredentialStore: @unchecked Sendable {
             let what = StoreItemClass(rawValue: Int32(truncatingIfNeeded: classValue))?.name ?? "item"
             throw MTLSError(.corrupt, "the stored \(what) \"\(label)\" is tampered or damaged: its row does not authenticate under the store's key; it is not used (delete it and store it again)")
         }
-        try checkListed(itemClass: classValue, label: s.text(0) ?? "", generation: s.int64(RowQuery.generation))
     }
 
     /// Checks the leaf and chain read from a row against the fingerprints its tag covers.

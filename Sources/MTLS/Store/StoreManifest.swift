@@ -124,10 +124,11 @@ struct StoreManifest {
 
     /// The verified header, nil until the first refresh (or after a failed write).
     var header: StoreHeader?
-    /// The verified digest of each bucket.
-    var digests: [[UInt8]] = []
-    /// Decoded buckets, each valid while `digests[i]` equals its digest.
-    private var buckets: [Int: (digest: [UInt8], entries: [StoreManifestKey: Int64])] = [:]
+    /// The verified digest of each bucket. Set through ``setDigests(_:)``, which drops the
+    /// decoded buckets whose digest changed.
+    private(set) var digests: [[UInt8]] = []
+    /// Decoded buckets, each matching `digests[i]` (nil: not decoded, or changed since).
+    private var buckets: [[StoreManifestKey: Int64]?] = Array(repeating: nil, count: StoreManifest.bucketCount)
     /// Buckets changed by the current write transaction.
     private(set) var dirty: Set<Int> = []
     /// SQLite's data version of the snapshot the state was verified in.
@@ -168,22 +169,32 @@ struct StoreManifest {
         return out
     }
 
-    /// The decoded bucket `i` if it is cached and still current.
-    func cached(_ i: Int) -> [StoreManifestKey: Int64]? {
-        guard let b = buckets[i], i < digests.count, b.digest == digests[i] else { return nil }
-        return b.entries
+    /// Replaces the verified digests, forgetting the decoded buckets that changed.
+    mutating func setDigests(_ new: [[UInt8]]) {
+        for i in 0..<Self.bucketCount where i >= digests.count || i >= new.count || digests[i] != new[i] { buckets[i] = nil }
+        digests = new
     }
 
-    mutating func cache(_ i: Int, digest: [UInt8], entries: [StoreManifestKey: Int64]) {
-        buckets[i] = (digest, entries)
+    /// The decoded bucket `i` if it is cached (and so current).
+    func cached(_ i: Int) -> [StoreManifestKey: Int64]? { buckets[i] }
+
+    /// The generation the manifest lists for `key` in bucket `i`, when that bucket is decoded:
+    /// `.some(nil)` for a key it does not list, nil when the bucket must be loaded first.
+    func lookup(_ key: StoreManifestKey, in i: Int) -> Int64?? {
+        guard let b = buckets[i] else { return nil }
+        return .some(b[key])
+    }
+
+    /// Keeps a decoded bucket whose blob matched `digests[i]`.
+    mutating func cache(_ i: Int, entries: [StoreManifestKey: Int64]) {
+        buckets[i] = entries
     }
 
     /// Sets (or with nil removes) an entry of a loaded bucket; the caller loaded it first.
     mutating func set(_ key: StoreManifestKey, generation: Int64?, in i: Int) {
-        guard var b = buckets[i] else { return }
-        let had = b.entries[key] != nil
-        b.entries[key] = generation
-        buckets[i] = b
+        guard buckets[i] != nil else { return }
+        let had = buckets[i]?.updateValue(generation ?? 0, forKey: key) != nil
+        if generation == nil { buckets[i]?.removeValue(forKey: key) }
         dirty.insert(i)
         if had && generation == nil { header?.count -= 1 }
         if !had && generation != nil { header?.count += 1 }
@@ -193,11 +204,10 @@ struct StoreManifest {
     mutating func takeDirty() -> [(bucket: Int, blob: [UInt8], digest: [UInt8])] {
         var out: [(Int, [UInt8], [UInt8])] = []
         for i in dirty.sorted() {
-            guard let b = buckets[i] else { continue }
-            let blob = Self.encode(b.entries)
+            guard let b = buckets[i], i < digests.count else { continue }
+            let blob = Self.encode(b)
             let digest = Encoding.sha256(blob)
             digests[i] = digest
-            buckets[i] = (digest, b.entries)
             out.append((i, blob, digest))
         }
         dirty.removeAll()
@@ -209,6 +219,7 @@ struct StoreManifest {
         header = nil
         dataVersion = nil
         dirty.removeAll()
-        buckets.removeAll()
+        digests = []
+        buckets = Array(repeating: nil, count: Self.bucketCount)
     }
 }
