@@ -204,12 +204,15 @@ extension CredentialStore {
     /// forgotten.
     func integrityWrite<T>(_ body: () throws -> T) throws -> T {
         do {
-            return try db.writeTransaction {
+            let result = try db.writeTransaction {
                 try refreshIntegrity()
                 let result = try body()
                 if !manifest.dirty.isEmpty { try commitIntegrity() }
                 return result
             }
+            // Only a committed counter counts: a write that failed (disk full) rolled it back.
+            manifest.highestCounter = max(manifest.highestCounter, manifest.header?.counter ?? 0)
+            return result
         } catch {
             manifest.invalidate()
             throw error
@@ -246,7 +249,6 @@ extension CredentialStore {
         try db.statement("INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)").bind(.text("header"), .blob(blob)).run()
         try db.statement("INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)").bind(.text("header_mac"), .blob(mac)).run()
         manifest.header = header
-        manifest.highestCounter = max(manifest.highestCounter, header.counter)
         manifest.dataVersion = db.dataVersion()
         var m = meta
         m.header = blob
