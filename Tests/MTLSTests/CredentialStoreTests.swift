@@ -167,7 +167,9 @@ final class CredentialStoreTests: XCTestCase {
         let pki = try StorePKI()
         let path = "\(pki.dir)/store.db"
         let keyFile = "\(pki.dir)/store.key"
-        try TestPKI.sh("head -c 32 /dev/urandom > \(keyFile)")
+        // Random, but not starting with a line ending (read as a passphrase below, that would be
+        // an empty first line: a 1-in-256 failure).
+        try TestPKI.sh("(printf k; head -c 31 /dev/urandom) > \(keyFile)")
         let key = try StoreSecret.loadKey(path: keyFile)
         guard case .key = key else { return XCTFail("a key file is a raw key") }
         // The same file read as a passphrase file is a passphrase: chosen explicitly, never by length.
@@ -476,6 +478,21 @@ final class CredentialStoreTests: XCTestCase {
         let old = try open(p2)
         assertCode(.corrupt) { _ = try old.identity(label: "before") }
         assertCode(.corrupt) { _ = try old.list() }
+    }
+
+    func testAnotherHandleChangingTheSecretIsBadSecretNotCorrupt() throws {
+        let pki = try StorePKI()
+        let path = "\(pki.dir)/store.db"
+        let a = try open(path), b = try open(path)
+        try a.putIdentity(try pki.identity("a"), label: "a")
+        try a.putCertificate(pki.root, label: "root")
+        XCTAssertNoThrow(try b.identity(label: "a"))
+        try a.changeSecret(to: .passphrase(SecretBytes("new passphrase")), kdf: .testing)
+        assertCode(.badSecret) { _ = try b.identity(label: "a") }
+        assertCode(.badSecret) { _ = try b.certificate(label: "root") }
+        assertCode(.badSecret) { _ = try b.list() }
+        XCTAssertEqual(try a.certificate(label: "root"), pki.root)
+        XCTAssertEqual(try open(path, .passphrase(SecretBytes("new passphrase"))).list().count, 2)
     }
 
     func testWriteCounterCountsEveryWriteAndAnotherHandleSeesIt() throws {

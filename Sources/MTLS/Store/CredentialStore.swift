@@ -655,6 +655,9 @@ public final class CredentialStore: @unchecked Sendable {
               try authenticator().verifyRow(s, itemClass: 1, label: 0, subject: 2, subjectCN: RowQuery.subjectCN, issuer: 3,
                                             notAfter: 4, leafSHA256: 5, chainSHA256: 6, tokenURI: 7,
                                             generation: RowQuery.generation, mac: RowQuery.mac) else {
+            // Another handle may have changed the secret (rotating the key the rows are tagged
+            // under): that is bad_secret for this handle, not tampering.
+            try refreshIntegrity()
             let label = s.text(0) ?? ""
             let what = StoreItemClass(rawValue: Int32(truncatingIfNeeded: classValue))?.name ?? "item"
             throw MTLSError(.corrupt, "the stored \(what) \"\(label)\" is tampered or damaged: its row does not authenticate under the store's key; it is not used (delete it and store it again)")
