@@ -5,6 +5,13 @@ import Synchronization
 import Glibc
 #endif
 
+// This file owns the store's schema and its migrations' steps, opening and unlocking (the
+// keyring: data key wrapped under the secret's key), putting, getting and querying items, and
+// the identity cache. Elsewhere: the file on disk (CredentialStore+File.swift), the store as a
+// whole — header, manifest, upgrade, key rotation (CredentialStore+Integrity.swift,
+// StoreManifest.swift), sealing and scrypt (StoreCrypto.swift), row tags
+// (StoreRowAuthenticator.swift), PKCS#12 import/export (CredentialStore+PKCS12.swift).
+
 /// A labeled credential store in one SQLite file: identities (private key sealed at rest, leaf,
 /// chain), certificates, and references to token identities.
 ///
@@ -173,42 +180,6 @@ public final class CredentialStore: @unchecked Sendable {
     }
 
     // MARK: opening
-
-    /// Creates the directory (0700) and the file (0600) if needed, so that SQLite (which gives
-    /// its WAL and shared-memory files the main file's mode) never creates anything wider.
-    private static func prepareFile(_ path: String, create: Bool) throws {
-        if access(path, F_OK) == 0 { return }
-        guard create else { throw MTLSError(.notFound, "no store at \(path)") }
-        let dir = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
-        try makeDirectories(dir.isEmpty ? "/" : dir)
-        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        if fd < 0 {
-            let err = errno
-            if err == EEXIST { return }
-            throw fileError(err, "cannot create the store \(path)")
-        }
-        Glibc.close(fd)
-    }
-
-    private static func makeDirectories(_ dir: String) throws {
-        var st = stat()
-        if stat(dir, &st) == 0 { return }
-        if let slash = dir.lastIndex(of: "/"), slash != dir.startIndex {
-            try makeDirectories(String(dir[..<slash]))
-        }
-        if mkdir(dir, 0o700) != 0 && errno != EEXIST {
-            throw fileError(errno, "cannot create the directory \(dir)")
-        }
-    }
-
-    private static func fileError(_ err: Int32, _ what: String) -> MTLSError {
-        let text = "\(what): \(String(cString: strerror(err)))"
-        switch err {
-        case EACCES, EROFS, EPERM: return MTLSError(.readOnly, text)
-        case ENOSPC, EDQUOT: return MTLSError(.diskFull, text)
-        default: return MTLSError(.io, text)
-        }
-    }
 
     private enum FileState { case empty, store(version: Int64) }
 
