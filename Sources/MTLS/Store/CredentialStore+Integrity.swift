@@ -246,8 +246,8 @@ extension CredentialStore {
         let blob = header.encoded
         let mac = try auth.tag(bytes: StoreHeader.macInput(header: blob, kind: meta.kind, kdfParameters: meta.kdfParameters,
                                                             salt: meta.salt, wrapped: meta.wrapped))
-        try db.statement("INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)").bind(.text("header"), .blob(blob)).run()
-        try db.statement("INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)").bind(.text("header_mac"), .blob(mac)).run()
+        try db.statement("INSERT OR REPLACE INTO meta(name, value) VALUES ('header', ?), ('header_mac', ?)")
+            .bind(.blob(blob), .blob(mac)).run()
         manifest.header = header
         manifest.dataVersion = db.dataVersion()
         var m = meta

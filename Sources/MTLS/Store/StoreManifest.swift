@@ -12,16 +12,23 @@ struct StoreEncoder {
     init(domain: String) { bytes = Array(domain.utf8) + [0] }
 
     mutating func add(_ v: Int64) {
-        for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: v >> Int64(shift))) }
+        withUnsafeBytes(of: v.bigEndian) { bytes.append(contentsOf: $0) }
     }
 
     mutating func add(_ b: [UInt8]) {
-        let n = UInt32(truncatingIfNeeded: b.count)
-        bytes.append(contentsOf: [UInt8(n >> 24), UInt8(truncatingIfNeeded: n >> 16), UInt8(truncatingIfNeeded: n >> 8), UInt8(truncatingIfNeeded: n)])
+        withUnsafeBytes(of: UInt32(truncatingIfNeeded: b.count).bigEndian) { bytes.append(contentsOf: $0) }
         bytes.append(contentsOf: b)
     }
 
-    mutating func add(_ s: String) { add(Array(s.utf8)) }
+    mutating func add(_ s: String) {
+        var s = s
+        s.withUTF8 { u in
+            withUnsafeBytes(of: UInt32(truncatingIfNeeded: u.count).bigEndian) { bytes.append(contentsOf: $0) }
+            bytes.append(contentsOf: u)
+        }
+    }
+
+    mutating func reserve(_ n: Int) { bytes.reserveCapacity(n) }
 }
 
 /// Reads what ``StoreEncoder`` wrote; any short or malformed input is ``MTLSError/Code/corrupt``.
@@ -146,12 +153,18 @@ struct StoreManifest {
         return Int(h % UInt32(bucketCount))
     }
 
-    static func root(_ digests: [[UInt8]]) -> [UInt8] { Encoding.sha256(digests.flatMap { $0 }) }
+    static func root(_ digests: [[UInt8]]) -> [UInt8] {
+        var all: [UInt8] = []
+        all.reserveCapacity(digests.count * 32)
+        for d in digests { all.append(contentsOf: d) }
+        return Encoding.sha256(all)
+    }
 
     /// A bucket's blob: each entry as class (8) ‖ label length (4) ‖ label ‖ generation (8), in
     /// no particular order (the digest is of the blob as stored).
     static func encode(_ entries: [StoreManifestKey: Int64]) -> [UInt8] {
         var e = StoreEncoder(domain: "libmtls-store/manifest-bucket/v1")
+        e.reserve(64 + entries.count * 40)
         for (key, generation) in entries {
             e.add(key.itemClass); e.add(key.label); e.add(generation)
         }
