@@ -374,7 +374,9 @@ extension CredentialStore {
             manifest.invalidate()
             throw error
         }
-        openedWrapped = wrapped
+        // The wrapped key as stored: another process may have done the upgrade (same data key,
+        // another nonce) while this one waited for the lock.
+        openedWrapped = try db.readTransaction { try readMeta().wrapped }
         try db.readTransaction { try refreshIntegrity(force: true) }
         return nil
     }
