@@ -234,7 +234,7 @@ extension CredentialStore {
                 .bind(.blob(change.blob), .blob(change.digest), .int(Int64(change.bucket))).run()
         }
         header.counter += 1
-        header.root = StoreManifest.root(manifest.digests)
+        header.root = manifest.root
         try writeHeader(header, meta: meta, auth: auth)
     }
 

@@ -305,7 +305,7 @@ public final class CredentialStore: @unchecked Sendable {
         """
         ALTER TABLE items ADD COLUMN mac BLOB;
         """,
-        // Version 4: the manifest (its 256 buckets and the header are written by the code that
+        // Version 4: the manifest (its buckets and the header are written by the code that
         // creates or upgrades the store).
         """
         CREATE TABLE manifest (bucket INTEGER PRIMARY KEY, entries BLOB NOT NULL, digest BLOB NOT NULL);

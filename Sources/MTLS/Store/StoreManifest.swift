@@ -119,14 +119,18 @@ struct StoreManifestKey: Hashable {
 }
 
 /// The set of (class, label, generation) of every row, split into ``bucketCount`` buckets by a
-/// hash of the key so that a write rewrites one small bucket, not the whole set. Each bucket is a
-/// blob in the `manifest` table with its SHA-256 beside it; the header's root is the SHA-256 of
-/// the 256 digests, so the header MAC covers every entry. Buckets are decoded on demand, checked
+/// hash of the key so that a write rewrites one small bucket (about 100 entries, one database
+/// page, at 100,000 rows), not the whole set. Each bucket is a blob in the `manifest` table with
+/// its SHA-256 beside it; the header's root is a two-level hash of the digests (groups of
+/// ``groupSize``), so the header MAC covers every entry. Buckets are decoded on demand, checked
 /// against the verified digest, and kept while their digest is unchanged.
 ///
 /// Not thread-safe: ``CredentialStore`` uses it under its lock.
 struct StoreManifest {
-    static let bucketCount = 256
+    static let bucketCount = 1024
+    /// Buckets per group: the root is the SHA-256 of the group digests, each the SHA-256 of its
+    /// buckets' digests, so a write rehashes one group (1 KiB) and the root (1 KiB).
+    static let groupSize = 32
     static let emptyDigest = Encoding.sha256([])
 
     /// The verified header, nil until the first refresh (or after a failed write).
@@ -153,12 +157,30 @@ struct StoreManifest {
         return Int(h % UInt32(bucketCount))
     }
 
-    static func root(_ digests: [[UInt8]]) -> [UInt8] {
+    static func groupDigest(_ digests: [[UInt8]], _ g: Int) -> [UInt8] {
         var all: [UInt8] = []
-        all.reserveCapacity(digests.count * 32)
-        for d in digests { all.append(contentsOf: d) }
+        all.reserveCapacity(groupSize * 32)
+        for d in digests[(g * groupSize)..<min((g + 1) * groupSize, digests.count)] { all.append(contentsOf: d) }
         return Encoding.sha256(all)
     }
+
+    static func root(groups: [[UInt8]]) -> [UInt8] {
+        var all: [UInt8] = []
+        all.reserveCapacity(groups.count * 32)
+        for d in groups { all.append(contentsOf: d) }
+        return Encoding.sha256(all)
+    }
+
+    /// The root over `digests` (all ``bucketCount`` of them).
+    static func root(_ digests: [[UInt8]]) -> [UInt8] {
+        root(groups: (0..<(digests.count + groupSize - 1) / groupSize).map { groupDigest(digests, $0) })
+    }
+
+    /// The group digests of the verified `digests`, kept up to date by ``takeDirty()``.
+    private(set) var groups: [[UInt8]] = []
+
+    /// The root of the current digests (after ``takeDirty()``).
+    var root: [UInt8] { Self.root(groups: groups) }
 
     /// A bucket's blob: each entry as class (8) ‖ label length (4) ‖ label ‖ generation (8), in
     /// no particular order (the digest is of the blob as stored).
@@ -186,6 +208,7 @@ struct StoreManifest {
     mutating func setDigests(_ new: [[UInt8]]) {
         for i in 0..<Self.bucketCount where i >= digests.count || i >= new.count || digests[i] != new[i] { buckets[i] = nil }
         digests = new
+        groups = (0..<(new.count + Self.groupSize - 1) / Self.groupSize).map { Self.groupDigest(new, $0) }
     }
 
     /// The decoded bucket `i` if it is cached (and so current).
@@ -223,6 +246,7 @@ struct StoreManifest {
             digests[i] = digest
             out.append((i, blob, digest))
         }
+        for g in Set(out.map { $0.0 / Self.groupSize }) where g < groups.count { groups[g] = Self.groupDigest(digests, g) }
         dirty.removeAll()
         return out
     }
@@ -233,6 +257,7 @@ struct StoreManifest {
         dataVersion = nil
         dirty.removeAll()
         digests = []
+        groups = []
         buckets = Array(repeating: nil, count: Self.bucketCount)
     }
 }
