@@ -99,16 +99,16 @@ extension CredentialStore {
             throw damaged("its write counter went back from \(manifest.highestCounter) to \(header.counter) while it was open (the file was replaced by an older copy)")
         }
         if force || manifest.header?.counter != header.counter || manifest.digests.count != StoreManifest.bucketCount {
-            var digests: [[UInt8]] = []
-            digests.reserveCapacity(StoreManifest.bucketCount)
+            // Buckets never written are empty and have no row.
+            var digests = [[UInt8]](repeating: StoreManifest.emptyDigest, count: StoreManifest.bucketCount)
             let s = try db.statement("SELECT bucket, digest FROM manifest ORDER BY bucket")
             defer { s.reset() }
             while try s.step() {
-                let d = s.blob(1)
-                guard s.int64(0) == Int64(digests.count), d.count == 32 else { throw damaged("its manifest is malformed") }
-                digests.append(d)
+                let d = s.blob(1), i = s.int64(0)
+                guard i >= 0, i < Int64(StoreManifest.bucketCount), d.count == 32 else { throw damaged("its manifest is malformed") }
+                digests[Int(i)] = d
             }
-            guard digests.count == StoreManifest.bucketCount, StoreManifest.root(digests) == header.root else {
+            guard StoreManifest.root(digests) == header.root else {
                 throw damaged("its manifest does not match its authenticated header")
             }
             manifest.setDigests(digests)
@@ -125,8 +125,8 @@ extension CredentialStore {
         let s = try db.statement("SELECT entries FROM manifest WHERE bucket = ?")
         defer { s.reset() }
         s.bind(.int(Int64(i)))
-        guard try s.step(), i < manifest.digests.count else { throw damaged("a bucket of its manifest is missing") }
-        let blob = s.blob(0)
+        guard i < manifest.digests.count else { throw damaged("a bucket of its manifest is missing") }
+        let blob = try s.step() ? s.blob(0) : StoreManifest.encode([:])
         let digest = Encoding.sha256(blob)
         guard digest == manifest.digests[i] else { throw damaged("its manifest does not match its authenticated header") }
         let entries = try StoreManifest.decode(blob)
@@ -230,8 +230,8 @@ extension CredentialStore {
     func commitIntegrity(meta: MetaRows? = nil, auth: StoreRowAuthenticator? = nil) throws {
         guard var header = manifest.header else { throw MTLSError(.internal, "the store's header was not verified before a write") }
         for change in manifest.takeDirty() {
-            try db.statement("UPDATE manifest SET entries = ?, digest = ? WHERE bucket = ?")
-                .bind(.blob(change.blob), .blob(change.digest), .int(Int64(change.bucket))).run()
+            try db.statement("INSERT OR REPLACE INTO manifest(bucket, entries, digest) VALUES (?, ?, ?)")
+                .bind(.int(Int64(change.bucket)), .blob(change.blob), .blob(change.digest)).run()
         }
         header.counter += 1
         header.root = manifest.root
@@ -262,8 +262,13 @@ extension CredentialStore {
         var buckets = [[StoreManifestKey: Int64]](repeating: [:], count: StoreManifest.bucketCount)
         for (key, generation) in entries { buckets[StoreManifest.bucket(of: key)][key] = generation }
         manifest.invalidate()
+        try db.execute("DELETE FROM manifest")
         var digests: [[UInt8]] = []
         for (i, b) in buckets.enumerated() {
+            guard !b.isEmpty else {
+                digests.append(StoreManifest.emptyDigest)
+                continue
+            }
             let blob = StoreManifest.encode(b)
             let digest = Encoding.sha256(blob)
             try db.statement("INSERT OR REPLACE INTO manifest(bucket, entries, digest) VALUES (?, ?, ?)")

@@ -131,7 +131,8 @@ struct StoreManifest {
     /// Buckets per group: the root is the SHA-256 of the group digests, each the SHA-256 of its
     /// buckets' digests, so a write rehashes one group (1 KiB) and the root (1 KiB).
     static let groupSize = 32
-    static let emptyDigest = Encoding.sha256([])
+    /// The digest of an empty bucket, which has no row in the `manifest` table.
+    static let emptyDigest = Encoding.sha256(encode([:]))
 
     /// The verified header, nil until the first refresh (or after a failed write).
     var header: StoreHeader?
