@@ -215,6 +215,12 @@ MTLS_EXTERN int mtls_cert_key_usage(const mtls_cert *cert, int *present, unsigne
  * strings (none: *count 0, also when the extension is absent). Free it with
  * mtls_string_list_free(*out, *count). */
 MTLS_EXTERN int mtls_cert_ekus(const mtls_cert *cert, char ***out, size_t *count);
+/* Revocation sources the certificate names (issue 28): the URIs of its CRL distribution points
+ * (full names; indirect or reason-partitioned ones left out) and of its authorityInfoAccess
+ * OCSP responders. New arrays of *count strings (none: *count 0). Free with
+ * mtls_string_list_free(*out, *count). */
+MTLS_EXTERN int mtls_cert_crl_urls(const mtls_cert *cert, char ***out, size_t *count);
+MTLS_EXTERN int mtls_cert_ocsp_urls(const mtls_cert *cert, char ***out, size_t *count);
 
 /* ======================================================================================
  * Identities and PKCS#12
@@ -524,6 +530,56 @@ MTLS_EXTERN int mtls_evaluate_with_overrides(mtls_policy *policy, mtls_cert *con
  * "enforced": bool, "matched": pin|null}...]}. *out is NULL (with MTLS_OK) when no evaluation
  * could be made (an invalid policy, an empty chain). Free *out with mtls_string_free. */
 MTLS_EXTERN int mtls_trust_result_provenance(const mtls_trust_result *result, char **out);
+
+/* --- Revocation (issue 28) -------------------------------------------------------------------
+ * A policy (and each host rule, over it) may check the revocation of every certificate of the
+ * built chain below the anchor, in every evaluation: mtls_evaluate*, and the verification inside
+ * every handshake of a connection, a listener (client certificates) and a configured SSL_CTX.
+ * Sources, in order: CRLs (those added with mtls_policy_add_crl_file, then the certificate's CRL
+ * distribution points, fetched over http: only, verified against the issuer in the built chain
+ * with OpenSSL — signature, issuer name, authority key identifier, thisUpdate/nextUpdate,
+ * critical extensions; delta, indirect and reason-partitioned CRLs are unsupported — and cached
+ * per URL until nextUpdate, in memory and in the cache folder; concurrent evaluations needing
+ * one URL make one request; refreshed in the background before nextUpdate), then OCSP (a TLS 1.3
+ * client checks the server's stapled response first; else a request with a nonce to the
+ * certificate's AIA responder, answered by the issuer or a responder it delegated to with
+ * id-kp-OCSPSigning, current at the evaluation time, cached until nextUpdate). A
+ * certificate found revoked is never trusted (reason "revoked", with its date and reason); when
+ * no source answers (unreachable, stale, unsupported, invalid) the status is unknown: HARD
+ * refuses with reason "revocation_unknown", SOFT trusts and says so (mtls_trust_result_warnings,
+ * mtls_trust_result_revocation). A handshake that needs a fetch waits for it within the fetch
+ * time limit. Policy files: "revocation": {"mode": "hard", "sources": ["crl"], "max_bytes": N,
+ * "timeout_ms": N, "cache_dir": "dir"} and per host rule {"mode": ..., "sources": [...]}. */
+#define MTLS_REVOCATION_OFF 0   /* default */
+#define MTLS_REVOCATION_SOFT 1
+#define MTLS_REVOCATION_HARD 2
+/* Sources, or-ed: CRLs are consulted before OCSP. */
+#define MTLS_REVOCATION_SOURCE_CRL 1
+#define MTLS_REVOCATION_SOURCE_OCSP 2
+/* Policy-wide revocation checking: `mode` MTLS_REVOCATION_*, `sources` MTLS_REVOCATION_SOURCE_*
+ * flags (0: CRL). MTLS_E_INVALID_ARGUMENT for an unknown mode or flag. */
+MTLS_EXTERN int mtls_policy_set_revocation(mtls_policy *policy, int mode, int sources);
+/* The same for the host rule `pattern` (created when missing), over the policy's setting. */
+MTLS_EXTERN int mtls_policy_set_rule_revocation(mtls_policy *policy, const char *pattern, int mode, int sources);
+/* Limits of one fetch: the largest CRL or response accepted (`max_bytes`, 0: 10 MiB) and the time
+ * for the whole exchange (`timeout_ms`, 0: 5000). A larger body or a slower server is an unknown
+ * status, never a hang. */
+MTLS_EXTERN int mtls_policy_set_revocation_limits(mtls_policy *policy, size_t max_bytes, int timeout_ms);
+/* A folder where fetched CRLs are kept (made 0700 when missing; files 0600, one per URL), so a
+ * restarted program does not fetch them again; NULL: memory only. The string is copied. */
+MTLS_EXTERN int mtls_policy_set_revocation_cache_dir(mtls_policy *policy, const char *dir);
+/* What revocation checking did, as JSON: {"mode": "hard", "sources": ["crl"], "checks": [{
+ * "cert_index": 0, "subject": ..., "status": "good"|"revoked"|"unknown", "source": "crl"|
+ * "crl_file"|"ocsp"|"ocsp_staple"|null, "url": ..., "fetched_at": RFC 3339|null, "fetched_from":
+ * "network"|"memory"|"disk"|"staple"|null, "this_update", "next_update", "revoked_at", "reason", "error"}]}; *out is NULL (with
+ * MTLS_OK) when revocation was off or the chain was refused before. Free with mtls_string_free. */
+MTLS_EXTERN int mtls_trust_result_revocation(const mtls_trust_result *result, char **out);
+/* Warnings of a trusted result (a soft revocation check that found no status), a new array of
+ * *count strings. Free it with mtls_string_list_free. */
+MTLS_EXTERN int mtls_trust_result_warnings(const mtls_trust_result *result, char ***out, size_t *count);
+/* Forgets every CRL cached in memory and every remembered fetch failure (a failed fetch is
+ * otherwise retried after 10 s). Cache folders are left as they are. Thread-safe. */
+MTLS_EXTERN void mtls_revocation_cache_clear(void);
 
 /* ======================================================================================
  * Credential store
@@ -926,7 +982,12 @@ typedef struct mtls_listener_options {
  * listener never trusts it by accident). */
 MTLS_EXTERN int mtls_listener_options_init(mtls_listener_options *opts, unsigned int version);
 /* Listen on address ("127.0.0.1", "::1"; NULL: every IPv4 address) and port (0: an ephemeral
- * port, see mtls_listener_port). Free *out with mtls_listener_free. */
+ * port, see mtls_listener_port). Free *out with mtls_listener_free. When the identity's
+ * certificate names an OCSP responder (authorityInfoAccess) and its issuer is in the identity's
+ * chain, the listener staples OCSP: a background thread fetches and checks a response, refreshes
+ * it before its nextUpdate, and every handshake whose client asks for the status gets the
+ * current good one (none while none is good); nothing is fetched on the handshake path. Client
+ * certificates are checked for revocation as the client policy says (see "Revocation"). */
 MTLS_EXTERN int mtls_listener_new(const char *address, uint16_t port, const mtls_listener_options *opts,
                                   mtls_listener **out);
 /* The port listened on. */
@@ -1199,8 +1260,9 @@ typedef struct mtls_issued mtls_issued;
 #define MTLS_KEY_TYPE_ED25519 "ed25519"
 
 /* Options for a new certificate. Versioned: fill with mtls_issue_options_init, then set
- * fields. The strings and arrays are read during the call only. */
-#define MTLS_ISSUE_OPTIONS_VERSION 1
+ * fields. The strings and arrays are read during the call only. Version 2 added crl_url and
+ * ocsp_url; a program built with version 1 keeps working unchanged. */
+#define MTLS_ISSUE_OPTIONS_VERSION 2
 typedef struct mtls_issue_options {
     unsigned int version;              /* MTLS_ISSUE_OPTIONS_VERSION */
     const char *key_type;              /* an MTLS_KEY_TYPE_* name (NULL: MTLS_KEY_TYPE_EC_P256) */
@@ -1210,6 +1272,12 @@ typedef struct mtls_issue_options {
     size_t dns_count;
     const char *const *ip_addresses;   /* subjectAltName IPv4/IPv6 literals (servers) */
     size_t ip_count;
+    /* Version 2: where the ISSUER publishes revocation information; the new certificate carries
+     * it (mtls_pki_issue, mtls_pki_sign_csr; ignored by mtls_pki_root, a root has no issuer).
+     * Plain http://host[:port]/path URLs (printable ASCII, no commas), else
+     * MTLS_E_INVALID_ARGUMENT. Serve the issuer's CRL (mtls_pki_crl, DER) at crl_url. */
+    const char *crl_url;               /* CRL distribution point (NULL: none) */
+    const char *ocsp_url;              /* authorityInfoAccess OCSP responder (NULL: none) */
 } mtls_issue_options;
 
 /* Fill *opts with the defaults of `version` (MTLS_ISSUE_OPTIONS_VERSION). */

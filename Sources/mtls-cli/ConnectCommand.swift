@@ -70,9 +70,24 @@ struct IdentityOptions: ParsableArguments {
 enum PolicyBuilder {
     /// The policy file, or an empty policy (the system trust store, name check on). The command
     /// line's trust options never go into it: they are ``overrides(anchors:anchorsOnly:pins:verifyAs:store:)``.
-    static func policy(file: String?) throws -> TrustPolicy {
-        try file.map { try TrustPolicy.load(path: $0) } ?? TrustPolicy()
+    static func policy(file: String?, revocation: String? = nil) throws -> TrustPolicy {
+        let p = try file.map { try TrustPolicy.load(path: $0) } ?? TrustPolicy()
+        try applyRevocation(revocation, to: p)
+        return p
     }
+
+    /// `--revocation off|soft|hard`: the policy-wide mode (the policy file's sources, limits and
+    /// cache folder, and its host rules' own settings, are kept).
+    static func applyRevocation(_ mode: String?, to p: TrustPolicy) throws {
+        guard let mode else { return }
+        let m: RevocationMode
+        do { m = try RevocationSettings.mode(mode) } catch let e as MTLSError { throw MTLSError(.invalidArgument, "--revocation: \(e.message)") }
+        var r = p.revocation
+        r.mode = m
+        p.revocation = r
+    }
+
+    static let revocationHelp: ArgumentHelp = "Check revocation of every certificate below the anchor (CRLs from their distribution points; the policy file's \"revocation\" says more): off, soft (unknown status trusted, with a warning) or hard (unknown refused). Revoked is always refused."
 
     /// `--anchor`, `--anchors-only`, `--pin` and `--verify-as` as overrides, which the library
     /// composes on top of the policy for this one evaluation or connection: anchors are added to
@@ -149,7 +164,7 @@ enum PolicyBuilder {
 
     static func summary(_ result: TrustResult?) -> String {
         guard let result else { return "no certificate" }
-        if result.trusted { return "trusted" }
+        if result.trusted { return "trusted" + result.warnings.map { " (warning: \($0))" }.joined() }
         return "untrusted: " + result.reasons.map { "\($0.message) [\($0.code)]" }.joined(separator: "; ")
     }
 }
@@ -180,6 +195,7 @@ struct ConnectCommand: ParsableCommand {
     @Argument(help: "HOST:PORT (a DNS name, an IPv4 address or [IPv6]).") var target: String
     @OptionGroup var identityOptions: IdentityOptions
     @Option(help: "A trust policy JSON file.") var policy: String?
+    @Option(help: PolicyBuilder.revocationHelp) var revocation: String?
     @Option(help: "A pinned anchor (root, intermediate or the server's own certificate): a file, or a certificate stored under a label (LABEL with a store, or store:LABEL); repeatable.") var anchor: [String] = []
     @Flag(help: "Trust only the anchors given, not the system store.") var anchorsOnly = false
     @Option(help: "Validate the server's certificate as this name instead of HOST, over the policy's and its rule's verify-as.") var verifyAs: String?
@@ -226,7 +242,7 @@ struct ConnectCommand: ParsableCommand {
             // the name checked.
             // --verify-as, --pin, --anchor and --anchors-only are overrides: the library composes
             // them on top of the policy (and of the rule the host and port select).
-            o.policy = try PolicyBuilder.policy(file: policy)
+            o.policy = try PolicyBuilder.policy(file: policy, revocation: revocation)
             o.overrides = try PolicyBuilder.overrides(anchors: anchor, anchorsOnly: anchorsOnly, pins: pin, verifyAs: verifyAs,
                                                       store: identityOptions.openStore)
             usedPolicy = o.policy
@@ -341,6 +357,7 @@ struct ServeCommand: ParsableCommand {
     @OptionGroup var identityOptions: IdentityOptions
     @Option(help: "An anchor for client certificates (e.g. one customer's intermediate): a file, or a stored certificate's label (LABEL with a store, or store:LABEL); repeatable.") var clientAnchor: [String] = []
     @Option(help: "A trust policy JSON file for clients.") var policy: String?
+    @Option(help: PolicyBuilder.revocationHelp) var revocation: String?
     @Flag(help: "Refuse clients without a certificate.") var requireClientCert = false
     @Flag(help: "Also accept client certificates of the system trust store (public CAs); without it clients need --client-anchor or a policy with anchors.") var clientSystemAnchors = false
     @Option(help: "ALPN protocol to accept; repeatable.") var alpn: [String] = []
@@ -353,7 +370,7 @@ struct ServeCommand: ParsableCommand {
                 throw ValidationError("serve needs --identity (or --cert and --key)")
             }
             var o = TLSServerOptions(identity: identity)
-            o.clientPolicy = try PolicyBuilder.policy(file: policy)
+            o.clientPolicy = try PolicyBuilder.policy(file: policy, revocation: revocation)
             o.clientOverrides = try PolicyBuilder.overrides(anchors: clientAnchor, anchorsOnly: !clientAnchor.isEmpty, pins: [],
                                                             verifyAs: nil, store: identityOptions.openStore)
             if clientSystemAnchors { o.clientPolicy?.systemAnchorsForClients = true }

@@ -12,11 +12,15 @@ public final class CertificateAuthority: Sendable {
     public let certificate: Certificate
     /// The CA's private key.
     public let privateKey: PrivateKey
+    /// Where the CA publishes its CRL and OCSP responder: every certificate it issues carries
+    /// them (CRL distribution points, authorityInfoAccess OCSP).
+    public let publication: CAPublication
 
     /// Wraps an existing CA. Throws ``MTLSError/Code/keyMismatch`` when the key does not belong
     /// to the certificate, and ``MTLSError/Code/invalidArgument`` when the certificate is not a
-    /// CA allowed to sign certificates.
-    public init(certificate: Certificate, privateKey: PrivateKey) throws {
+    /// CA allowed to sign certificates, or a `publication` URL is not a plain `http:` URL.
+    public init(certificate: Certificate, privateKey: PrivateKey, publication: CAPublication = .none) throws {
+        try publication.validate()
         guard privateKey.matches(certificate) else {
             throw MTLSError(.keyMismatch, "the private key does not match the CA certificate \"\(certificate.subjectSummary)\"")
         }
@@ -28,6 +32,7 @@ public final class CertificateAuthority: Sendable {
         }
         self.certificate = certificate
         self.privateKey = privateKey
+        self.publication = publication
     }
 
     /// Makes a self-signed root CA for `key`.
@@ -65,7 +70,7 @@ public final class CertificateAuthority: Sendable {
             throw MTLSError(.invalidArgument, "the CA \"\(certificate.subjectSummary)\" expired at \(certificate.notAfter)")
         }
         return try CertificateBuilder.build(request, subjectKey: key, issuer: certificate,
-                                            signingKey: privateKey, now: now)
+                                            signingKey: privateKey, publication: publication, now: now)
     }
 
     /// Issues a server or client certificate for the key of a certificate signing request
@@ -82,7 +87,8 @@ public final class CertificateAuthority: Sendable {
             throw MTLSError(.invalidArgument, "the CA \"\(certificate.subjectSummary)\" expired at \(certificate.notAfter)")
         }
         return try csr.withPublicKey { key in
-            try CertificateBuilder.build(request, subjectPublicKey: key, issuer: certificate, signingKey: privateKey, now: now)
+            try CertificateBuilder.build(request, subjectPublicKey: key, issuer: certificate, signingKey: privateKey,
+                                         publication: publication, now: now)
         }
     }
 
@@ -123,13 +129,15 @@ enum CertificateBuilder {
     static let backdate: TimeInterval = 300
 
     static func build(_ request: CertificateRequest, subjectKey: PrivateKey, issuer: Certificate?,
-                      signingKey: PrivateKey, now: Date) throws -> Certificate {
-        try build(request, subjectPublicKey: subjectKey.pkey, issuer: issuer, signingKey: signingKey, now: now)
+                      signingKey: PrivateKey, publication: CAPublication = .none, now: Date) throws -> Certificate {
+        try build(request, subjectPublicKey: subjectKey.pkey, issuer: issuer, signingKey: signingKey,
+                  publication: publication, now: now)
     }
 
-    /// The same for a public key alone (a CSR's).
+    /// The same for a public key alone (a CSR's). `publication` is the issuer's: where the new
+    /// certificate's revocation can be checked (nothing for a self-signed root).
     static func build(_ request: CertificateRequest, subjectPublicKey: OpaquePointer, issuer: Certificate?,
-                      signingKey: PrivateKey, now: Date) throws -> Certificate {
+                      signingKey: PrivateKey, publication: CAPublication = .none, now: Date) throws -> Certificate {
         guard let x = X509_new_ex(LibraryContext.shared.ctx, nil) else {
             throw MTLSError.openSSL(.noMemory, "X509_new_ex failed")
         }
@@ -189,6 +197,12 @@ enum CertificateBuilder {
                           (NID_ext_key_usage, "clientAuth"),
                           (NID_subject_key_identifier, "hash"),
                           (NID_authority_key_identifier, "keyid:always")]
+        }
+        // The URLs were checked by CAPublication.validate (http:, printable, no comma), so they
+        // cannot add another name to the extension text.
+        if issuer != nil {
+            if let crl = publication.crlURL { extensions.append((NID_crl_distribution_points, "URI:" + crl)) }
+            if let ocsp = publication.ocspURL { extensions.append((NID_info_access, "OCSP;URI:" + ocsp)) }
         }
         for (nid, value) in extensions {
             guard let ext = X509V3_EXT_nconf_nid(nil, &v3, nid, value) else {

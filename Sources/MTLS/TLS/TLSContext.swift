@@ -183,12 +183,18 @@ final class TLSContext: @unchecked Sendable {
     let ctx: OpaquePointer
     let config: TLSContextConfig
     let sessions = SessionCache()
+    /// A server's OCSP staple for its own certificate (when it names a responder).
+    let stapler: OCSPStapler?
 
-    deinit { SSL_CTX_free(ctx) }
+    deinit {
+        SSL_CTX_free(ctx)
+        stapler?.stop()
+    }
 
-    private init(ctx: OpaquePointer, config: TLSContextConfig) {
+    private init(ctx: OpaquePointer, config: TLSContextConfig, stapler: OCSPStapler? = nil) {
         self.ctx = ctx
         self.config = config
+        self.stapler = stapler
     }
 
     private static func newContext() throws -> OpaquePointer {
@@ -287,7 +293,10 @@ final class TLSContext: @unchecked Sendable {
                 _ = mtls_ossl_SSL_CTX_set_options(ctx, mtls_ossl_SSL_OP_NO_TICKET())
                 _ = SSL_CTX_set_num_tickets(ctx, 0)
             }
-            return TLSContext(ctx: ctx, config: config)
+            // OCSP stapling for our own certificate, fetched in the background.
+            let stapler = OCSPStapler.start(for: options.identity)
+            if let stapler { OCSPStapler.install(stapler, on: ctx) }
+            return TLSContext(ctx: ctx, config: config, stapler: stapler)
         } catch {
             SSL_CTX_free(ctx)
             throw error
@@ -328,6 +337,9 @@ final class TLSContext: @unchecked Sendable {
     private static func install(on ctx: OpaquePointer, config: TLSContextConfig, identity: Identity?, verifyMode: Int32,
                                 ownContext: Bool = true) throws {
         if let identity { try use(identity, on: ctx, server: config.purpose == .clientAuth) }
+        // A client whose policy checks revocation with OCSP asks servers for a staple (read in
+        // the verify callback: TLS 1.3 carries it with the certificate).
+        if config.purpose == .serverAuth, config.policy.wantsOCSP { _ = mtls_ossl_SSL_CTX_request_ocsp_staple(ctx) }
         SSL_CTX_set_verify(ctx, verifyMode, nil)
         SSL_CTX_set_cert_verify_callback(ctx, { store, arg in
             TLSContext.verifyCallback(store, arg)
@@ -434,7 +446,15 @@ final class TLSContext: @unchecked Sendable {
         let binding = ResumptionBinding(policy: policy, peer: state.peer, identities: config.bindingIdentities,
                                         context: config.bindingContext, overrides: overrides)
         state.binding = binding
-        let result = policy.evaluate(chain: chain, peer: state.peer, purpose: config.purpose, at: nil, overrides: overrides)
+        // The server's stapled OCSP response, for a policy that checks revocation with OCSP.
+        var staple: [UInt8]? = nil
+        if config.purpose == .serverAuth, let ssl {
+            var p: UnsafePointer<UInt8>? = nil
+            let n = mtls_ossl_SSL_get_ocsp_staple(ssl, &p)
+            if n > 0, n <= 1 << 20, let p { staple = Array(UnsafeBufferPointer(start: p, count: n)) }
+        }
+        let result = policy.evaluate(chain: chain, peer: state.peer, purpose: config.purpose, at: nil, overrides: overrides,
+                                     stapledOCSP: staple)
         state.evaluation = result
         if result.trusted {
             if let ssl, let session = SSL_get_session(ssl) {
