@@ -732,6 +732,13 @@ public final class CredentialStore: @unchecked Sendable {
     // MARK: for tests
 
     /// Runs raw SQL on the store's connection (tests simulate corruption, full disks, locks).
+    /// Moves whenever a row may have changed: SQLite's `data_version` (commits by other
+    /// connections, other processes included) and `total_changes()` (this connection's own).
+    /// Two integers, no row read: what an identity source following a label looks at first.
+    func changeMark() throws -> [Int64] {
+        try lock.withLock { _ in [try db.integer("PRAGMA data_version"), try db.integer("SELECT total_changes()")] }
+    }
+
     func _testExecute(_ sql: String) throws { try lock.withLock { _ in try db.execute(sql) } }
     /// One text value from raw SQL (tests).
     func _testText(_ sql: String) throws -> String? { try lock.withLock { _ in try db.text(sql) } }
