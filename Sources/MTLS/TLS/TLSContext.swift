@@ -439,6 +439,9 @@ final class TLSContext: @unchecked Sendable {
         }
         let sk = try chainStack(identity)
         defer { mtls_ossl_sk_X509_free(sk) }
+        // OpenSSL keeps one certificate per key type: the context's (an EC one, say) would still
+        // be chosen over an RSA replacement. Only this identity is left on the SSL.
+        SSL_certs_clear(ssl)
         guard SSL_use_cert_and_key(ssl, identity.leaf.x509, identity.privateKey.pkey, sk, 1) == 1 else {
             throw MTLSError.openSSL(.keyMismatch, "cannot use the identity \"\(identity.leaf.subjectSummary)\"")
         }

@@ -1,0 +1,144 @@
+import Foundation
+import XCTest
+@testable import MTLS
+
+/// Identities that change under a running listener or client (issue 26), against libmtls's own
+/// listener on 127.0.0.1.
+final class RotationTests: XCTestCase {
+    var pki: String { TLSConnectionTests.pkiDir }
+    func cert(_ name: String) throws -> Certificate { try Certificate.load(path: pki + "/" + name + ".pem")[0] }
+    func identity(_ name: String, chain: [String] = ["int-a"]) throws -> Identity {
+        let key = try PrivateKey(pem: FileIO.read(pki + "/" + name + ".key"), password: nil)
+        return try Identity(privateKey: key, leaf: cert(name), certificates: chain.map { try cert($0) })
+    }
+    func policy(_ anchors: [String]) throws -> TrustPolicy { TrustPolicy(anchors: try anchors.map { try cert($0) }, anchorsOnly: true) }
+
+    func listener(_ so: TLSServerOptions? = nil) throws -> TLSListener {
+        var so = try so ?? TLSServerOptions(identity: identity("server"))
+        so.clientAuthentication = .require
+        so.clientPolicy = try policy(["int-a"])
+        so.handshakeTimeout = 10
+        return try TLSListener(address: "127.0.0.1", port: 0, options: so)
+    }
+
+    func clientOptions() throws -> TLSClientOptions {
+        var o = TLSClientOptions()
+        o.identity = .identity(try identity("client-a"))
+        o.policy = try policy(["root"])
+        o.validationName = "server.test"
+        o.handshakeTimeout = 10
+        o.ioTimeout = 10
+        o.sessionResumption = false
+        return o
+    }
+
+    /// One round: the server's leaf the client saw, the client's leaf the listener saw, and
+    /// whether each side resumed.
+    func round(_ l: TLSListener, _ o: TLSClientOptions) throws -> (server: String, client: String?, resumed: Bool, serverResumed: Bool) {
+        let box = LockedBox<Result<(String?, Bool), Error>>(.failure(MTLSError(.timeout, "not run")))
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            let r = Result { () throws -> (String?, Bool) in
+                let c = try l.accept(timeout: 10)
+                defer { c.close() }
+                try c.write(try c.read())
+                return (c.peerCertificate?.sha256Hex, c.isResumed)
+            }
+            box.mutate { $0 = r }
+            done.signal()
+        }
+        let c = try TLSConnection.connect(host: "127.0.0.1", port: l.port, options: o)
+        try c.write(Array("ping".utf8))
+        _ = try c.read() // after a TLS 1.3 ticket
+        let server = c.peerCertificate?.sha256Hex ?? ""
+        let resumed = c.isResumed
+        c.close()
+        done.wait()
+        let (client, serverResumed) = try box.value.get()
+        return (server, client, resumed, serverResumed)
+    }
+
+    func testListenerSetIdentityPresentsTheNewIdentityFromTheNextHandshake() throws {
+        let l = try listener()
+        defer { l.close() }
+        let events = LockedBox<[LifecycleEventKind]>([])
+        l.events.setHandler { e in events.mutate { $0.append(e.kind) } }
+        XCTAssertEqual(try round(l, clientOptions()).server, try cert("server").sha256Hex)
+        l.setIdentity(try identity("server-rsa"))
+        XCTAssertEqual(try round(l, clientOptions()).server, try cert("server-rsa").sha256Hex)
+        XCTAssertEqual(events.value, [.identityRotated])
+        XCTAssertEqual(l.counters.accepted, 2)
+        XCTAssertEqual(l.counters.refused.values.reduce(0, +), 0)
+    }
+
+    func testListenerFollowsAStoreLabelReplacedElsewhereAndKeepsTheLastGoodOnABrokenRow() throws {
+        let dir = try TestPKI.tempDir()
+        let ours = try CredentialStore(path: dir + "/s.db", secret: CredentialStoreTests.secret, options: CredentialStoreTests.options())
+        let other = try CredentialStore(path: dir + "/s.db", secret: CredentialStoreTests.secret, options: CredentialStoreTests.options())
+        try other.putIdentity(try identity("server"), label: "srv")
+        let source = try IdentitySource(store: ours, label: "srv")
+        let events = LockedBox<[LifecycleEvent]>([])
+        source.events.setHandler { e in events.mutate { $0.append(e) } }
+        var so = TLSServerOptions(identity: try identity("server"))
+        so.identitySource = source
+        let l = try listener(so)
+        defer { l.close() }
+        XCTAssertEqual(try round(l, clientOptions()).server, try cert("server").sha256Hex)
+
+        // Another connection (as another process would) replaces the row: seen within a second.
+        try other.putIdentity(try identity("server-rsa"), label: "srv", replace: true)
+        usleep(1_000_000)
+        XCTAssertEqual(try round(l, clientOptions()).server, try cert("server-rsa").sha256Hex)
+        XCTAssertEqual(events.value.map(\.kind), [.identityRotated])
+
+        // A row that fails authentication: the last good identity keeps serving, and it is reported.
+        try other._testExecute("UPDATE items SET leaf_sha256 = '\(try cert("server").sha256Hex)', generation = generation + 1 WHERE label = 'srv'")
+        usleep(1_000_000)
+        XCTAssertEqual(try round(l, clientOptions()).server, try cert("server-rsa").sha256Hex)
+        let failed = events.value.filter { $0.kind == .reloadFailed }
+        XCTAssertEqual(failed.count, 1, "\(events.value.map(\.message))")
+        XCTAssertNotNil(failed.first?.error)
+        XCTAssertEqual(l.counters.refused.values.reduce(0, +), 0)
+    }
+
+    func testClientSessionIsNotResumedAfterTheClientIdentityChanges() throws {
+        let l = try listener()
+        defer { l.close() }
+        let source = IdentitySource(try identity("client-a"))
+        var o = try clientOptions()
+        o.identity = .none
+        o.identitySource = source
+        o.sessionResumption = true
+        o.minVersion = .tls13
+        let first = try round(l, o)
+        XCTAssertEqual(first.client, try cert("client-a").sha256Hex)
+        let second = try round(l, o)
+        XCTAssertTrue(second.resumed && second.serverResumed, "the same identity resumes")
+        source.replace(with: try identity("client-a-rsa"))
+        let third = try round(l, o)
+        XCTAssertFalse(third.resumed, "a session made with the old identity must not be resumed")
+        XCTAssertEqual(third.client, try cert("client-a-rsa").sha256Hex, "the server sees the new client certificate")
+        XCTAssertEqual(l.counters.resumed, 1)
+    }
+
+    func testPolicyFileFollowedReloadsAndKeepsTheOldOnABrokenFile() throws {
+        let dir = try TestPKI.tempDir()
+        let path = dir + "/p.json"
+        try Array(#"{"anchors_only": true}"#.utf8).withUnsafeBytes { try Data($0).write(to: URL(fileURLWithPath: path)) }
+        let watch = try PolicyFileWatch(path: path)
+        let events = LockedBox<[LifecycleEventKind]>([])
+        watch.events.setHandler { e in events.mutate { $0.append(e.kind) } }
+        let v0 = watch.policy.version
+        try Data(#"{"anchors_only": false}"#.utf8).write(to: URL(fileURLWithPath: path + ".new"))
+        rename(path + ".new", path)
+        usleep(1_000_000)
+        XCTAssertEqual(events.value, [.policyReloaded])
+        XCTAssertGreaterThan(watch.policy.version, v0)
+        let v1 = watch.policy.version
+        try Data("{ not json".utf8).write(to: URL(fileURLWithPath: path + ".new"))
+        rename(path + ".new", path)
+        usleep(1_000_000)
+        XCTAssertEqual(events.value, [.policyReloaded, .reloadFailed])
+        XCTAssertEqual(watch.policy.version, v1, "a broken file leaves the policy in force")
+    }
+}
