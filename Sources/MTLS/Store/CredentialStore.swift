@@ -739,6 +739,25 @@ public final class CredentialStore: @unchecked Sendable {
         try lock.withLock { _ in [try db.integer("PRAGMA data_version"), try db.integer("SELECT total_changes()")] }
     }
 
+    /// Every item's certificates (leaf first, then its chain), authenticated, without opening
+    /// any private key: what expiry checks read. In label order, identities first.
+    public func itemCertificates() throws -> [(info: StoreItemInfo, certificates: [Certificate])] {
+        try lock.withLock { _ in
+            try db.readTransaction {
+                let s = try db.statement("SELECT \(RowQuery.blobs) FROM items ORDER BY class, label")
+                defer { s.reset() }
+                var out: [(info: StoreItemInfo, certificates: [Certificate])] = []
+                while try s.step() {
+                    let info = try authenticatedInfo(s)
+                    let leaf = try Certificate(der: s.blob(RowQuery.leaf)), chain = try CredentialStore.splitDER(s.blob(RowQuery.chain))
+                    try checkBlobs(info, leaf: leaf, chain: chain)
+                    out.append((info, [leaf] + chain))
+                }
+                return out
+            }
+        }
+    }
+
     func _testExecute(_ sql: String) throws { try lock.withLock { _ in try db.execute(sql) } }
     /// One text value from raw SQL (tests).
     func _testText(_ sql: String) throws -> String? { try lock.withLock { _ in try db.text(sql) } }
