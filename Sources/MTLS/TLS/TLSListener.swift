@@ -607,6 +607,16 @@ public enum SSLContextConfiguration {
         try TLSContext.configure(sslContext: OpaquePointer(sslContext), identity: identity, policy: policy, purpose: purpose,
                                  overrides: overrides.flatMap { $0.isEmpty ? nil : $0 })
     }
+
+    /// Like ``configure(sslContext:identity:policy:purpose:overrides:)``, presenting the identity
+    /// of `identitySource`: each `SSL` of the context takes the one in force when its handshake
+    /// starts, whole, and its sessions are bound to it.
+    public static func configure(sslContext: UnsafeMutableRawPointer, identitySource: IdentitySource, policy: TrustPolicy?,
+                                 purpose: TrustPurpose = .serverAuth, overrides: TrustOverrides? = nil) throws {
+        try overrides?.validate()
+        try TLSContext.configure(sslContext: OpaquePointer(sslContext), identity: identitySource.current, policy: policy, purpose: purpose,
+                                 overrides: overrides.flatMap { $0.isEmpty ? nil : $0 }, identitySource: identitySource)
+    }
 }
 
 extension SSLContextConfiguration {
