@@ -309,3 +309,20 @@ class Store(_Handle):
     def change_secret(self, secret: "Union[str, bytes, StoreKey]") -> None:
         data, kind = _secret(secret)
         check(lib.mtls_store_change_secret(self._h, data, len(data), kind))
+
+    # ---- issue 26: expiry as data
+
+    def expiry(self) -> list:
+        """Every certificate in the store (mtls.rotation.ExpiryItem), earliest notAfter first."""
+        from . import rotation
+        return rotation.store_expiry(self)
+
+    def earliest_expiry(self):
+        """(notAfter, label) of the certificate that expires first (NotFound when none)."""
+        from . import rotation
+        return rotation.store_earliest_expiry(self)
+
+    def metrics(self) -> str:
+        """The store's certificates' validity as Prometheus text."""
+        from . import rotation
+        return rotation.store_metrics(self)

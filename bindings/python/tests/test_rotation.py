@@ -1,0 +1,99 @@
+"""Identities that change under a running listener and client (issue 26), through the C ABI:
+a listener following a store label replaced by another store connection, a broken replacement,
+a swapped client identity that is never resumed, counters, events, store expiry."""
+import threading
+import time
+
+import mtls
+from mtls import IdentitySource, Store
+
+from conftest import anchored, identity
+
+KDF = {"kdf_log_n": 10}  # cheap scrypt for tests
+
+
+def serve(listener, count):
+    seen = []
+
+    def run():
+        for _ in range(count):
+            try:
+                with listener.accept(timeout=10) as c:
+                    seen.append((c.peer_chain[0].sha256_hex, c.resumed))
+                    c.write(c.read())
+            except mtls.MTLSError as e:
+                seen.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, seen
+
+
+def round_trip(pki, port, **kw):
+    kw.setdefault("identity", identity(pki, "client-a"))
+    kw.setdefault("policy", anchored(pki, "root.pem"))
+    with mtls.Connection.connect("127.0.0.1", port, verify_as="server.test",
+                                 handshake_timeout=10, **kw) as c:
+        c.write(b"ping")
+        c.read()
+        return c.peer_chain[0].sha256_hex, c.resumed
+
+
+def test_listener_follows_a_store_label_and_keeps_the_last_good(pki, tmp_path):
+    path = str(tmp_path / "s.db")
+    other = Store(path, "secret", **KDF)
+    other.put_identity("srv", identity(pki, "server"))
+    ours = Store(path, "secret", **KDF)
+    source = IdentitySource.follow(ours, "srv")
+    events = []
+    source.set_event_callback(events.append)
+    listener = mtls.Listener(None, identity_source=source, client_policy=anchored(pki, "int-a.pem"))
+    t, seen = serve(listener, 3)
+    server = identity(pki, "server").leaf.sha256_hex
+    server_rsa = identity(pki, "server-rsa").leaf.sha256_hex
+    assert round_trip(pki, listener.port, resume=False)[0] == server
+    other.put_identity("srv", identity(pki, "server-rsa"), replace=True)
+    time.sleep(1.0)
+    assert round_trip(pki, listener.port, resume=False)[0] == server_rsa
+    assert [e.kind for e in events] == ["identity_rotated"]
+    assert events[0].sha256 == server_rsa
+    # Another process deletes the row: the last good identity keeps serving, the failure is reported.
+    other.delete("srv")
+    time.sleep(1.0)
+    assert round_trip(pki, listener.port, resume=False)[0] == server_rsa
+    failed = [e for e in events if e.kind == "reload_failed"]
+    assert len(failed) == 1 and failed[0].error is mtls.NotFound, events
+    t.join(15)
+    assert listener.counters["accepted"] == 3 and listener.counters["refused"] == 0
+    assert "mtls_listener_handshakes_accepted_total 3" in listener.metrics()
+    listener.close()
+
+
+def test_swapped_client_identity_is_not_resumed(pki):
+    listener = mtls.Listener(identity(pki, "server"), client_policy=anchored(pki, "int-a.pem"))
+    t, seen = serve(listener, 3)
+    source = IdentitySource(identity(pki, "client-a"))
+    # One policy object: sessions resume only under the policy that judged them.
+    kw = {"identity": None, "identity_source": source, "min_tls": "1.3", "policy": anchored(pki, "root.pem")}
+    round_trip(pki, listener.port, **kw)
+    assert round_trip(pki, listener.port, **kw)[1] is True  # same identity: resumed
+    source.set(identity(pki, "client-a-rsa"))
+    assert round_trip(pki, listener.port, **kw)[1] is False
+    t.join(15)
+    assert seen[2] == (identity(pki, "client-a-rsa").leaf.sha256_hex, False)
+    assert listener.counters["resumed"] == 1
+    listener.set_identity(identity(pki, "server-rsa"))
+    listener.close()
+
+
+def test_store_expiry_and_metrics(pki, tmp_path):
+    with Store(str(tmp_path / "e.db"), "secret", **KDF) as st:
+        st.put_identity("we\"ird\\label", identity(pki, "client-a"))
+        items = st.expiry()
+        assert [(i.label, i.item_class, i.position) for i in items][0][0] == "we\"ird\\label"
+        assert {i.position for i in items} == {0, 1}
+        when, label = st.earliest_expiry()
+        assert label == "we\"ird\\label" and when == min(i.not_after for i in items)
+        text = st.metrics()
+        assert 'label="we\\"ird\\\\label"' in text
+        assert text.count("mtls_certificate_not_after_seconds{") == len(items)
