@@ -210,6 +210,14 @@ public final class IdentitySource: Sendable, LifecycleWatched {
         return (try Token.identity(reference: reference, pin: pin), reference.certificate.sha256Hex)
     }
 
+    /// Looks at the followed label now, whatever the change mark says (`mtls serve` on SIGHUP):
+    /// a row whose leaf changed is loaded and put in force, a failure is reported. Does nothing
+    /// for a source that follows no store.
+    public func reload() {
+        follow?.seen.withLock { $0.mark = [] }
+        refresh()
+    }
+
     /// The watcher's look: the store's change mark first (two integers from SQLite); only when
     /// it moved, the row's metadata; only when the row's leaf changed, the row itself.
     func refresh() {
