@@ -195,13 +195,14 @@ def test_client_identity_rotates_and_old_sessions_are_not_resumed(pki, tmp_path)
     server_id = mtls.PKCS12.load(str(base / "s0.p12"), "p12").identities[0]
     listener = mtls.Listener(server_id, client_policy=mtls.Policy(anchors=[str(d / "ca" / "customer-a" / "cert.pem")]))
     seen, failures = [], []
-    stop = threading.Event()
+    stop, server_stop = threading.Event(), threading.Event()
 
     def serve():
-        while not stop.is_set():
+        while not server_stop.is_set():
             try:
                 with listener.accept(timeout=1) as c:
                     seen.append((time.monotonic(), c.peer_chain[0].sha256_hex, c.resumed))
+                    c.write(b"k")  # the client reads it after the TLS 1.3 ticket, which it keeps
             except mtls.Timeout:
                 pass
             except mtls.MTLSError as e:
@@ -218,8 +219,8 @@ def test_client_identity_rotates_and_old_sessions_are_not_resumed(pki, tmp_path)
         while not stop.is_set():
             try:
                 with mtls.Connection.connect("127.0.0.1", listener.port, policy=policy, verify_as="server.test",
-                                             identity_source=source, handshake_timeout=30):
-                    pass
+                                             identity_source=source, handshake_timeout=30, io_timeout=30) as c:
+                    c.read()
             except mtls.MTLSError as e:
                 client_failures.append(repr(e))
 
@@ -239,6 +240,7 @@ def test_client_identity_rotates_and_old_sessions_are_not_resumed(pki, tmp_path)
     stop.set()
     for t in threads:
         t.join(60)
+    server_stop.set()  # only once the clients are done: each waits for the server's byte
     server_thread.join(10)
     listener.close()
     assert not failures and not client_failures, (failures[:3], client_failures[:3])

@@ -119,13 +119,19 @@ enum LifecycleWatcher {
 
     private static func run() {
         while true {
-            let items: [any LifecycleWatched]? = state.withLock { st in
-                st.entries.removeAll { $0.item == nil }
-                if st.entries.isEmpty { st.running = false; return nil }
-                return st.entries.compactMap(\.item)
-            }
-            guard let items else { return }
-            for i in items { i.refresh() }
+            // The strong references live only while the items are looked at, never during the
+            // sleep: a source the application let go is freed (and its destroy runs) at once.
+            let more: Bool = {
+                let items: [any LifecycleWatched]? = state.withLock { st in
+                    st.entries.removeAll { $0.item == nil }
+                    if st.entries.isEmpty { st.running = false; return nil }
+                    return st.entries.compactMap(\.item)
+                }
+                guard let items else { return false }
+                for i in items { i.refresh() }
+                return true
+            }()
+            guard more else { return }
             usleep(useconds_t(interval * 1_000_000))
         }
     }
