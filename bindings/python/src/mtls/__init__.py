@@ -28,7 +28,8 @@ from .tls import (Connection, ConnectOptions, Listener, configure_ssl_ctx, set_s
                   clear_session_cache, connect, resolve_identity)
 from .tokens import Token, TokenObject, list_tokens, token_objects, identity_from_pkcs11
 from ._handle import LibraryWarning, take_warnings
-from .rotation import IdentitySource, PolicyWatch, Event, ExpiryItem
+from .rotation import IdentitySource, PolicyWatch, Event
+from .store import ExpiryItem
 
 __version__: str = _lib.mtls_version().decode()
 

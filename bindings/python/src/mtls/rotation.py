@@ -1,21 +1,23 @@
 """Certificates that change under a running program (issue 26): identity sources (fixed, swapped,
-following a store label), policy files that are followed, lifecycle events, and store expiry.
+following a store label), policy files that are followed, lifecycle events (store expiry is in
+store.py: Store.expiry, earliest_expiry, metrics).
 
 Event callbacks run on libmtls's watcher thread ("mtls-watch") for changes it finds, and on the
 calling thread for a swap (IdentitySource.set, Listener.set_identity). An exception raised by a
 callback on the watcher thread has no caller to go to: it is printed (traceback) and dropped."""
 import ctypes
 import datetime
+import os
 import traceback
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
 from . import _callbacks
-from ._lib import lib, fn, c_void_pp, c_size_p
+from ._lib import lib, fn, c_void_pp
 from ._handle import _Handle, utf8, out_handle, out_string
 from .errors import check, stash_callback_exception, BY_CODE, Error
 from .identity import Identity
-from .store import Store
+from .store import Store, ExpiryItem  # noqa: F401 - ExpiryItem is exported from here too
 from .trust import Policy
 
 #: mtls_event kinds
@@ -53,19 +55,6 @@ class ListenerCountersC(ctypes.Structure):
         ("resumed", ctypes.c_uint64),
         ("refused", ctypes.c_uint64),
         ("current_connections", ctypes.c_int64),
-    ]
-
-
-class ExpiryItemC(ctypes.Structure):
-    """typedef struct mtls_expiry_item."""
-    _fields_ = [
-        ("label", ctypes.c_char_p),
-        ("item_class", ctypes.c_int),
-        ("position", ctypes.c_int),
-        ("subject", ctypes.c_char_p),
-        ("sha256", ctypes.c_char_p),
-        ("not_before", ctypes.c_int64),
-        ("not_after", ctypes.c_int64),
     ]
 
 
@@ -121,17 +110,6 @@ fn("mtls_policy_watch_set_event_callback", ctypes.c_int, ctypes.c_void_p, EVENT_
    _callbacks.DESTROY_CB)
 # void mtls_policy_watch_free(mtls_policy_watch *watch)
 fn("mtls_policy_watch_free", None, ctypes.c_void_p)
-# int mtls_store_expiry(mtls_store *store, mtls_expiry_item **out, size_t *count)
-fn("mtls_store_expiry", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(ExpiryItemC)), c_size_p)
-# void mtls_expiry_items_free(mtls_expiry_item *items, size_t count)
-fn("mtls_expiry_items_free", None, ctypes.POINTER(ExpiryItemC), ctypes.c_size_t)
-# int mtls_store_earliest_expiry(mtls_store *store, int64_t *not_after, char **label)
-fn("mtls_store_earliest_expiry", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64),
-   ctypes.POINTER(ctypes.c_void_p))
-# int mtls_store_metrics(mtls_store *store, char **out)
-fn("mtls_store_metrics", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
-
-
 def _utc(seconds: int) -> Optional[datetime.datetime]:
     return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc) if seconds else None
 
@@ -228,7 +206,6 @@ class PolicyWatch(_Handle):
     _free = "mtls_policy_watch_free"
 
     def __init__(self, path: str):
-        import os
         super().__init__(out_handle(lib.mtls_policy_watch_new, utf8(os.fspath(path)), None))
 
     @property
@@ -244,47 +221,3 @@ class PolicyWatch(_Handle):
 
     def set_event_callback(self, callback: Optional[Callable[[Event], None]]) -> None:
         _set_callback(lib.mtls_policy_watch_set_event_callback, self._h, callback)
-
-
-@dataclass(frozen=True)
-class ExpiryItem:
-    """One certificate of a stored item: position 0 is the item's leaf, 1... its chain."""
-    label: str
-    item_class: str
-    position: int
-    subject: str
-    sha256: str
-    not_before: datetime.datetime
-    not_after: datetime.datetime
-
-    def days_left(self, now: Optional[datetime.datetime] = None) -> int:
-        now = now or datetime.datetime.now(datetime.timezone.utc)
-        return int((self.not_after - now).total_seconds() // 86400)
-
-
-_CLASSES = {1: "identity", 2: "certificate", 3: "token-identity"}
-
-
-def store_expiry(store: Store) -> List[ExpiryItem]:
-    """Every certificate in `store`, earliest notAfter first (no private key is opened)."""
-    arr, n = ctypes.POINTER(ExpiryItemC)(), ctypes.c_size_t()
-    check(lib.mtls_store_expiry(store._h, ctypes.byref(arr), ctypes.byref(n)))
-    try:
-        return [ExpiryItem(_text(arr[i].label) or "", _CLASSES.get(arr[i].item_class, str(arr[i].item_class)),
-                           arr[i].position, _text(arr[i].subject) or "", _text(arr[i].sha256) or "",
-                           _utc(arr[i].not_before), _utc(arr[i].not_after)) for i in range(n.value)]
-    finally:
-        lib.mtls_expiry_items_free(arr, n.value)
-
-
-def store_earliest_expiry(store: Store) -> Tuple[datetime.datetime, str]:
-    """The earliest notAfter in `store` and the label of its item (NotFound when it is empty)."""
-    t, label = ctypes.c_int64(), ctypes.c_void_p()
-    check(lib.mtls_store_earliest_expiry(store._h, ctypes.byref(t), ctypes.byref(label)))
-    from ._lib import take_string
-    return _utc(t.value), take_string(label)
-
-
-def store_metrics(store: Store) -> str:
-    """The store's certificates as Prometheus text."""
-    return out_string(lib.mtls_store_metrics, store._h)
