@@ -1243,7 +1243,8 @@ typedef struct mtls_policy_watch mtls_policy_watch;
 #define MTLS_EVENT_IDENTITY_ROTATED 1 /* a new identity is in force */
 #define MTLS_EVENT_POLICY_RELOADED 2  /* a followed policy file's new settings are in force */
 #define MTLS_EVENT_RELOAD_FAILED 3    /* a replacement could not be loaded; the last good one stays */
-#define MTLS_EVENT_EXPIRY_WARNING 4   /* the identity presented expires within the warning window */
+#define MTLS_EVENT_EXPIRY_WARNING 4   /* the identity presented, or an anchor of a followed policy,
+                                         expires within the warning window */
 
 /* One event. Every pointer is valid only during the callback. */
 typedef struct mtls_event {
@@ -1261,7 +1262,8 @@ typedef void (*mtls_event_cb)(const mtls_event *event, void *userdata);
 /* Options of a followed store label or policy file; fill with mtls_watch_options_init. */
 typedef struct mtls_watch_options {
     unsigned int version;      /* MTLS_WATCH_OPTIONS_VERSION */
-    int warning_days;          /* MTLS_EVENT_EXPIRY_WARNING this many days before notAfter; 0: 14 */
+    int warning_days;          /* MTLS_EVENT_EXPIRY_WARNING this many days before notAfter (the
+                                  identity presented; a followed policy's anchors); 0: 14 */
     const char *token_pin;     /* a token identity's PIN (NULL: its URI's pin-value/pin-source);
                                   copied, the caller's buffer may be wiped after the call */
 } mtls_watch_options;

@@ -196,8 +196,8 @@ private func watch(_ p: OpaquePointer?) throws -> PolicyFileWatch { try handle(p
 public func mtls_policy_watch_new(_ path: UnsafePointer<CChar>?, _ opts: UnsafePointer<mtls_watch_options>?,
                                   _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        _ = try watchOptions(opts)
-        try putHandle(out) { try PolicyFileWatch(path: try string(path, "path")) }
+        let o = try watchOptions(opts)
+        try putHandle(out) { try PolicyFileWatch(path: try string(path, "path"), warningDays: o.days) }
     }
 }
 

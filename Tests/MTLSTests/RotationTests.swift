@@ -141,4 +141,26 @@ final class RotationTests: XCTestCase {
         XCTAssertEqual(events.value, [.policyReloaded, .reloadFailed])
         XCTAssertEqual(watch.policy.version, v1, "a broken file leaves the policy in force")
     }
+
+    func testIdentityAndAnchorsWithinTheWarningWindowAreReported() throws {
+        // A window of 100 years: the test certificates (30 days) are inside it; 0 days: outside.
+        let source = IdentitySource(try identity("server"), warningDays: 36500)
+        let events = LockedBox<[LifecycleEventKind]>([])
+        source.events.setHandler { e in events.mutate { $0.append(e.kind) } }
+        source.replace(with: try identity("server-rsa"))
+        XCTAssertEqual(events.value, [.identityRotated, .expiryWarning])
+        let quiet = IdentitySource(try identity("server"), warningDays: 0)
+        let none = LockedBox<[LifecycleEventKind]>([])
+        quiet.events.setHandler { e in none.mutate { $0.append(e.kind) } }
+        quiet.replace(with: try identity("server-rsa"))
+        XCTAssertEqual(none.value, [.identityRotated])
+
+        let dir = try TestPKI.tempDir()
+        try Data(#"{"anchors": ["\#(pki)/root.pem"]}"#.utf8).write(to: URL(fileURLWithPath: dir + "/p.json"))
+        let watch = try PolicyFileWatch(path: dir + "/p.json", warningDays: 36500)
+        let warned = LockedBox<[String]>([])
+        watch.events.setHandler { e in if e.kind == .expiryWarning { warned.mutate { $0.append(e.sha256 ?? "") } } }
+        usleep(1_000_000)
+        XCTAssertEqual(warned.value, [try cert("root").sha256Hex], "once per anchor")
+    }
 }

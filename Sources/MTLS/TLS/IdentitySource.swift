@@ -289,13 +289,18 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
     public let policy: TrustPolicy
     public let path: String
     public let events = LifecycleEvents()
+    /// Days before an anchor's notAfter from which an ``LifecycleEventKind/expiryWarning`` is reported.
+    public let warningDays: Int
     private let seen: Mutex<FileStamp?>
+    /// The anchors already warned about (once per anchor).
+    private let warned = Mutex<Set<String>>([])
 
     struct FileStamp: Equatable { var size: Int64; var mtime: Int; var mtimeNanos: Int; var inode: UInt64 }
 
     /// Loads `path` (a failure throws) and follows it from now on.
-    public init(path: String) throws {
+    public init(path: String, warningDays: Int = 14) throws {
         self.path = path
+        self.warningDays = warningDays
         let stamp = PolicyFileWatch.stamp(path)
         policy = try TrustPolicy.load(path: path)
         seen = Mutex(stamp)
@@ -324,8 +329,25 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
     }
 
     func refresh() {
+        warnAboutAnchors()
         let stamp = PolicyFileWatch.stamp(path)
         guard stamp != seen.withLock({ $0 }) else { return }
         reload()
+    }
+
+    /// Reports each anchor of the policy (its own and its host rules') within the warning window.
+    private func warnAboutAnchors() {
+        let limit = Date().addingTimeInterval(Double(warningDays) * 86400)
+        let anchors = policy.anchors + policy.hostRules.flatMap { $0.anchors ?? [] }
+        let due: [Certificate] = warned.withLock { done in
+            let due = anchors.filter { $0.notAfter < limit && !done.contains($0.sha256Hex) }
+            for c in due { done.insert(c.sha256Hex) }
+            return due
+        }
+        for c in due {
+            let days = Int((c.notAfter.timeIntervalSinceNow / 86400).rounded(.down))
+            events.emit(LifecycleEvent(kind: .expiryWarning, label: path, certificate: c,
+                                       message: "anchor \"\(c.subjectSummary)\" of policy \(path) expires in \(days) days"))
+        }
     }
 }
