@@ -4,6 +4,8 @@ a swapped client identity that is never resumed, counters, events, store expiry.
 import threading
 import time
 
+import requests
+
 import mtls
 from mtls import IdentitySource, Store
 
@@ -97,3 +99,28 @@ def test_store_expiry_and_metrics(pki, tmp_path):
         text = st.metrics()
         assert 'label="we\\"ird\\\\label"' in text
         assert text.count("mtls_certificate_not_after_seconds{") == len(items)
+
+
+def test_requests_adapter_presents_the_swapped_identity(pki):
+    """The adapters take identity_source like every ConnectOptions field: a new connection
+    presents the identity in force when it starts."""
+    listener = mtls.Listener(identity(pki, "server"), client_policy=anchored(pki, "int-a.pem"))
+
+    def answer(count):
+        for _ in range(count):
+            with listener.accept(timeout=10) as c:
+                c.read()
+                body = c.peer_chain[0].subject_summary.encode()
+                c.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+
+    t = threading.Thread(target=answer, args=(2,), daemon=True)
+    t.start()
+    source = IdentitySource(identity(pki, "client-a"))
+    with requests.Session() as s:
+        s.mount("https://", mtls.requests.Adapter(identity_source=source, policy=anchored(pki, "root.pem"),
+                                                  verify_as="server.test"))
+        assert s.get(f"https://127.0.0.1:{listener.port}/", timeout=10).text == "client-a"
+        source.set(identity(pki, "client-a-rsa"))
+        assert s.get(f"https://127.0.0.1:{listener.port}/", timeout=10).text == "client-a-rsa"
+    t.join(15)
+    listener.close()
