@@ -1,3 +1,4 @@
+import COpenSSL
 import Foundation
 import XCTest
 @testable import MTLS
@@ -162,5 +163,38 @@ final class RotationTests: XCTestCase {
         watch.events.setHandler { e in if e.kind == .expiryWarning { warned.mutate { $0.append(e.sha256 ?? "") } } }
         usleep(1_000_000)
         XCTAssertEqual(warned.value, [try cert("root").sha256Hex], "once per anchor")
+    }
+
+    func testApplicationServerContextPresentsTheSourcesIdentityPerHandshake() throws {
+        let (listenFD, port) = try Socket.listen(address: "127.0.0.1", port: 0)
+        defer { close(listenFD) }
+        let ctx = try XCTUnwrap(SSL_CTX_new(TLS_server_method()))
+        defer { SSL_CTX_free(ctx) }
+        let source = IdentitySource(try identity("server"))
+        try SSLContextConfiguration.configure(sslContext: UnsafeMutableRawPointer(ctx), identitySource: source,
+                                              policy: try policy(["int-a"]), purpose: .clientAuth)
+        for (swapTo, expected) in [(nil as String?, "server"), ("server-rsa", "server-rsa")] {
+            if let swapTo { source.replace(with: try identity(swapTo)) }
+            let seen = LockedBox<String?>(nil)
+            var o = try clientOptions()
+            o.maxVersion = .tls12
+            let options = o
+            let client = Thread {
+                let c = try? TLSConnection.connect(host: "127.0.0.1", port: port, options: options)
+                seen.mutate { $0 = c?.peerCertificate?.sha256Hex }
+                c?.close()
+            }
+            client.start()
+            let fd = accept(listenFD, nil, nil)
+            XCTAssertGreaterThanOrEqual(fd, 0)
+            let ssl = try XCTUnwrap(SSL_new(ctx))
+            XCTAssertEqual(SSL_set_fd(ssl, fd), 1)
+            XCTAssertEqual(SSL_accept(ssl), 1)
+            _ = SSL_shutdown(ssl)
+            SSL_free(ssl)
+            close(fd)
+            for _ in 0..<100 where seen.value == nil { usleep(20_000) }
+            XCTAssertEqual(seen.value, try cert(expected).sha256Hex)
+        }
     }
 }
