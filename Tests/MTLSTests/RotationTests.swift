@@ -197,4 +197,24 @@ final class RotationTests: XCTestCase {
             XCTAssertEqual(seen.value, try cert(expected).sha256Hex)
         }
     }
+
+    func testAFollowedTokenIdentityWhoseTokenIsGoneKeepsTheLastGoodAndReports() throws {
+        setenv("SOFTHSM2_CONF", SoftHSMFixture.dir + "/softhsm2.conf", 1)
+        let good = try Token.identity(uri: "pkcs11:token=mtls-test;id=%02", modulePath: SoftHSMFixture.module, pin: SoftHSMFixture.pin)
+        let dir = try TestPKI.tempDir()
+        let ours = try CredentialStore(path: dir + "/t.db", secret: CredentialStoreTests.secret, options: CredentialStoreTests.options())
+        let other = try CredentialStore(path: dir + "/t.db", secret: CredentialStoreTests.secret, options: CredentialStoreTests.options())
+        try other.putTokenIdentity(uri: "pkcs11:token=mtls-test;id=%02", certificate: good.leaf, chain: good.chain, label: "tok")
+        let source = try IdentitySource(store: ours, label: "tok", tokenPIN: SoftHSMFixture.pin)
+        XCTAssertEqual(source.current.leaf, good.leaf)
+        XCTAssertNotNil(source.current.privateKey.tokenURI, "the key stays on the token")
+        let events = LockedBox<[LifecycleEvent]>([])
+        source.events.setHandler { e in events.mutate { $0.append(e) } }
+        // Another process points the label at a token that is not there.
+        try other.putTokenIdentity(uri: "pkcs11:token=no-such-token;id=%02", certificate: try cert("server"), label: "tok", replace: true)
+        usleep(1_000_000)
+        XCTAssertEqual(source.current.leaf, good.leaf, "the last good identity stays in use")
+        XCTAssertEqual(events.value.map(\.kind), [.reloadFailed], "\(events.value.map(\.message))")
+        XCTAssertEqual(events.value.first?.error?.code, .tokenNotPresent)
+    }
 }

@@ -166,6 +166,9 @@ public final class IdentitySource: Sendable, LifecycleWatched {
         let tokenPIN: SecretBytes?
         /// The store's change mark when last looked at, and the leaf (hex) of the row then.
         let seen: Mutex<(mark: [Int64], leaf: String)>
+        /// The last failure reported (the row's leaf and the message): a load that keeps failing
+        /// is retried at each look (a token put back in is found) but reported once.
+        let reported = Mutex<String?>(nil)
         init(store: CredentialStore, tokenPIN: SecretBytes?, mark: [Int64], leaf: String) {
             self.store = store
             self.tokenPIN = tokenPIN
@@ -252,10 +255,18 @@ public final class IdentitySource: Sendable, LifecycleWatched {
         do {
             let (identity, loadedLeaf) = try IdentitySource.load(follow.store, label, follow.tokenPIN)
             follow.seen.withLock { $0 = (mark, loadedLeaf) }
+            follow.reported.withLock { $0 = nil }
             replace(with: identity)
         } catch {
             // The mark is kept as it was, so the next look tries again (a token put back in).
-            reportFailure(error as? MTLSError ?? MTLSError(.io, "\(error)"))
+            let e = error as? MTLSError ?? MTLSError(.io, "\(error)")
+            let key = leaf + "\u{0}" + e.message
+            let first: Bool = follow.reported.withLock { last in
+                guard last != key else { return false }
+                last = key
+                return true
+            }
+            if first { reportFailure(e) }
         }
     }
 
