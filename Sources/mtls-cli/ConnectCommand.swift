@@ -383,7 +383,8 @@ struct ServeCommand: ParsableCommand {
             defer {
                 serving.wait()
                 let c = listener.counters
-                print("counters: accepted \(c.accepted), resumed \(c.resumed), refused \(c.refused.values.reduce(0, +)), connections \(c.currentConnections)")
+                // Worded apart from the per-client "accepted"/"rejected" lines that scripts count.
+                print("counters: handshakes \(c.accepted) (resumed \(c.resumed)), refused \(c.refused.values.reduce(0, +)), open \(c.currentConnections)")
                 fflush(nil)
             }
             while count.map({ served < $0 }) ?? true {
