@@ -1288,7 +1288,11 @@ MTLS_EXTERN int mtls_pki_crl(const mtls_issued *ca, const char *const *revoked_s
  *
  * Events: callbacks run on the "mtls-watch" thread for what it finds, and on the calling thread
  * for mtls_identity_source_set / mtls_listener_set_identity. They must not block for long (they
- * hold up the watcher) and must not free the object they were registered on. */
+ * hold up the watcher) and must not free the object they were registered on.
+ *
+ * Thread safety: an mtls_identity_source and an mtls_policy_watch may be shared across threads
+ * and used by any number of listeners, connections and contexts at once; set, current and the
+ * event callback functions may be called from any thread. */
 typedef struct mtls_identity_source mtls_identity_source;
 typedef struct mtls_policy_watch mtls_policy_watch;
 
