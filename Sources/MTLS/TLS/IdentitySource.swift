@@ -53,6 +53,9 @@ public struct LifecycleEvent: Sendable {
 /// swap the application makes (``IdentitySource/replace(with:)``).
 public final class LifecycleEvents: Sendable {
     private let handler = Mutex<(@Sendable (LifecycleEvent) -> Void)?>(nil)
+    /// Run once, when a handler is first set: a fixed identity source starts being watched
+    /// (for its expiry) only when someone listens.
+    let onFirstHandler = Mutex<(@Sendable () -> Void)?>(nil)
 
     public init() {}
 
@@ -65,6 +68,9 @@ public final class LifecycleEvents: Sendable {
             return o
         }
         _ = old // released outside the lock
+        if h != nil, let first = onFirstHandler.withLock({ f -> (@Sendable () -> Void)? in defer { f = nil }; return f }) {
+            first()
+        }
     }
 
     func emit(_ event: LifecycleEvent) {
@@ -176,12 +182,14 @@ public final class IdentitySource: Sendable, LifecycleWatched {
         }
     }
 
-    /// A source presenting `identity` until ``replace(with:)`` says otherwise.
+    /// A source presenting `identity` until ``replace(with:)`` says otherwise. Once an event
+    /// handler is set, the watcher thread also looks at its expiry.
     public init(_ identity: Identity, warningDays: Int = 14) {
         current_ = Mutex(Current(identity: identity))
         follow = nil
         label = nil
         self.warningDays = warningDays
+        events.onFirstHandler.withLock { $0 = { [weak self] in if let self { LifecycleWatcher.watch(self) } } }
     }
 
     /// A source following the identity stored under `label` in `store` (a stored identity, else
