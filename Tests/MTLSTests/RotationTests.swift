@@ -221,4 +221,25 @@ final class RotationTests: XCTestCase {
         XCTAssertEqual(events.value.map(\.kind), [.reloadFailed], "\(events.value.map(\.message))")
         XCTAssertEqual(events.value.first?.error?.code, .tokenNotPresent)
     }
+
+    func testAClientSourceSwapsBetweenATokenKeyAndASoftwareKey() throws {
+        setenv("SOFTHSM2_CONF", SoftHSMFixture.dir + "/softhsm2.conf", 1)
+        let token = try Token.identity(uri: "pkcs11:token=mtls-test;id=%01", modulePath: SoftHSMFixture.module, pin: SoftHSMFixture.pin)
+        var so = TLSServerOptions(identity: try identity("server"))
+        so.clientAuthentication = .require
+        so.clientPolicy = TrustPolicy(anchors: [try cert("int-a"), try Certificate.load(path: SoftHSMFixture.dir + "/ca.pem")[0]],
+                                      anchorsOnly: true)
+        so.handshakeTimeout = 10
+        let l = try TLSListener(address: "127.0.0.1", port: 0, options: so)
+        defer { l.close() }
+        let source = IdentitySource(token)
+        var o = try clientOptions()
+        o.identity = .none
+        o.identitySource = source
+        XCTAssertEqual(try round(l, o).client, token.leaf.sha256Hex, "signed on the token")
+        source.replace(with: try identity("client-a"))
+        XCTAssertEqual(try round(l, o).client, try cert("client-a").sha256Hex)
+        source.replace(with: token)
+        XCTAssertEqual(try round(l, o).client, token.leaf.sha256Hex)
+    }
 }

@@ -39,12 +39,17 @@ final class TLSContextConfig {
     /// `SSL`, whole (``TLSContext/use(_:onSSL:server:)``); the context's own identity is only
     /// the one in force when the context was made.
     let identitySource: IdentitySource?
+    /// The source's identity when the context was made had a token key: the context's
+    /// signature schemes are limited to the token's, so an `SSL` that takes a software key
+    /// puts every scheme back (``TLSContext/use(_:onSSL:server:widenSchemes:)``).
+    let contextSchemesLimited: Bool
     private static let nextInstance = Atomic<UInt64>(0)
 
     init(policy: TrustPolicy, purpose: TrustPurpose, identity: ClientIdentity, serverALPN: [String],
          serverIdentity: Identity? = nil, applicationOwned: Bool = false,
          overrides: TrustOverrides? = nil, identitySource: IdentitySource? = nil) throws {
         self.identitySource = identitySource
+        contextSchemesLimited = identitySource.map { ((try? TokenKey.signatureAlgorithms($0.current.privateKey)) ?? nil) != nil } ?? false
         self.policy = policy
         self.overrides = overrides.flatMap { $0.isEmpty ? nil : $0 }
         self.purpose = purpose
@@ -111,9 +116,9 @@ final class TLSHandshakeState {
 
     /// Takes `source`'s identity for this handshake: put on `ssl` whole, and bound into the
     /// sessions it makes (a session of an earlier identity is not resumed under this one).
-    func takeIdentity(from source: IdentitySource, ssl: OpaquePointer, server: Bool) throws {
+    func takeIdentity(from source: IdentitySource, ssl: OpaquePointer, server: Bool, widenSchemes: Bool) throws {
         let id = source.current
-        try TLSContext.use(id, onSSL: ssl, server: server)
+        try TLSContext.use(id, onSSL: ssl, server: server, widenSchemes: widenSchemes)
         presentedIdentity = id
         bindingIdentities = [id.leaf.sha256]
     }
@@ -425,16 +430,22 @@ final class TLSContext: @unchecked Sendable {
     /// Makes `identity` the certificate, key and chain of one `SSL`, in one call
     /// (`SSL_use_cert_and_key`): the handshake never sees the key of one identity with the
     /// certificate of another. Token keys get their signature schemes on the `SSL` as on a context.
-    static func use(_ identity: Identity, onSSL ssl: OpaquePointer, server: Bool) throws {
+    static func use(_ identity: Identity, onSSL ssl: OpaquePointer, server: Bool, widenSchemes: Bool = false) throws {
+        func set(_ command: Int32, _ list: String) -> Bool {
+            list.withCString { SSL_ctrl(ssl, command, 0, UnsafeMutableRawPointer(mutating: $0)) == 1 }
+        }
         if let schemes = try TokenKey.signatureAlgorithms(identity.privateKey) {
-            func set(_ command: Int32, _ list: String) -> Bool {
-                list.withCString { SSL_ctrl(ssl, command, 0, UnsafeMutableRawPointer(mutating: $0)) == 1 }
-            }
             let ok = server
                 ? set(SSL_CTRL_SET_SIGALGS_LIST, schemes) && set(SSL_CTRL_SET_CLIENT_SIGALGS_LIST, TokenKey.allSignatureSchemes)
                 : set(SSL_CTRL_SET_CLIENT_SIGALGS_LIST, schemes)
             guard ok else {
                 throw MTLSError.openSSL(.unsupported, "OpenSSL refused the signature schemes of token key \(identity.privateKey.tokenURI ?? ""): \(schemes)")
+            }
+        } else if widenSchemes {
+            // The context was limited to an earlier token key's schemes; this key signs with any.
+            guard set(SSL_CTRL_SET_SIGALGS_LIST, TokenKey.allSignatureSchemes),
+                  set(SSL_CTRL_SET_CLIENT_SIGALGS_LIST, TokenKey.allSignatureSchemes) else {
+                throw MTLSError.openSSL(.unsupported, "OpenSSL refused the signature schemes for \"\(identity.leaf.subjectSummary)\"")
             }
         }
         let sk = try chainStack(identity)
