@@ -3,14 +3,17 @@ import FoundationEssentials
 /// One certificate of a stored item, with its validity: what `mtls store check`, `mtls store
 /// metrics`, `mtls_store_expiry` and Python's `Store.expiry()` report.
 public struct StoreExpiryItem: Sendable, Hashable {
-    /// The item's label and class.
+    /// The item's label.
     public let label: String
+    /// The item's class.
     public let itemClass: StoreItemClass
     /// 0 for the item's leaf, 1... for its chain (leaf's issuer first).
     public let position: Int
-    /// The certificate's subject (RFC 4514) and lowercase hex SHA-256.
+    /// The certificate's subject (RFC 4514).
     public let subject: String
+    /// Lowercase hex SHA-256 of the certificate's DER.
     public let sha256: String
+    /// The certificate's validity.
     public let notBefore: Date
     public let notAfter: Date
 

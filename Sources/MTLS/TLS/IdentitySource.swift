@@ -23,6 +23,7 @@ public enum LifecycleEventKind: Int32, Sendable {
 
 /// One lifecycle event.
 public struct LifecycleEvent: Sendable {
+    /// What happened.
     public var kind: LifecycleEventKind
     /// The store label or policy file path concerned (nil for an identity swapped by the application).
     public var label: String?
@@ -37,6 +38,7 @@ public struct LifecycleEvent: Sendable {
     /// One line saying what happened.
     public var message: String
 
+    /// An event about `certificate` (its subject, SHA-256 and notAfter are copied), if any.
     public init(kind: LifecycleEventKind, label: String? = nil, certificate: Certificate? = nil, error: MTLSError? = nil, message: String) {
         self.kind = kind
         self.label = label
@@ -57,6 +59,7 @@ public final class LifecycleEvents: Sendable {
     /// (for its expiry) only when someone listens.
     let onFirstHandler = Mutex<(@Sendable () -> Void)?>(nil)
 
+    /// No handler: events are dropped until one is set.
     public init() {}
 
     /// Sets (nil: clears) the handler. The previous one is released once no event is being
@@ -306,7 +309,9 @@ public final class IdentitySource: Sendable, LifecycleWatched {
 public final class PolicyFileWatch: Sendable, LifecycleWatched {
     /// The policy kept up to date; give it to listeners, connections and contexts.
     public let policy: TrustPolicy
+    /// The file followed.
     public let path: String
+    /// Reloads, failed reloads and anchors within the warning window.
     public let events = LifecycleEvents()
     /// Days before an anchor's notAfter from which an ``LifecycleEventKind/expiryWarning`` is reported.
     public let warningDays: Int
