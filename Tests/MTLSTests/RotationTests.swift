@@ -242,4 +242,27 @@ final class RotationTests: XCTestCase {
         source.replace(with: token)
         XCTAssertEqual(try round(l, o).client, token.leaf.sha256Hex)
     }
+
+    func testAnchorsTakenFromStoreLabelsFollowTheStore() throws {
+        let dir = try TestPKI.tempDir()
+        let ours = try CredentialStore(path: dir + "/a.db", secret: CredentialStoreTests.secret, options: CredentialStoreTests.options())
+        let other = try CredentialStore(path: dir + "/a.db", secret: CredentialStoreTests.secret, options: CredentialStoreTests.options())
+        try other.putCertificate(try cert("int-a"), label: "customer")
+        let clients = TrustPolicy(anchors: [], anchorsOnly: true)
+        let watch = try StoreAnchorWatch(policy: clients, store: ours, labels: ["customer"])
+        let events = LockedBox<[LifecycleEventKind]>([])
+        watch.events.setHandler { e in events.mutate { $0.append(e.kind) } }
+        XCTAssertEqual(clients.anchors.map(\.sha256Hex), [try cert("int-a").sha256Hex])
+        let version = clients.version
+        // Another process pins another customer's intermediate under the label.
+        try other.putCertificate(try cert("int-b"), label: "customer", replace: true)
+        usleep(1_000_000)
+        XCTAssertEqual(clients.anchors.map(\.sha256Hex), [try cert("int-b").sha256Hex])
+        XCTAssertGreaterThan(clients.version, version, "sessions of the old anchors are not resumed")
+        XCTAssertEqual(events.value, [.policyReloaded])
+        _ = try other.delete(label: "customer")
+        usleep(1_000_000)
+        XCTAssertEqual(clients.anchors.map(\.sha256Hex), [try cert("int-b").sha256Hex], "the anchors in force stay")
+        XCTAssertEqual(events.value, [.policyReloaded, .reloadFailed])
+    }
 }

@@ -375,3 +375,66 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
         }
     }
 }
+
+/// Anchors taken from store labels (stored certificates), kept up to date in a policy: when
+/// another process replaces one (`mtls store add-cert --replace`...), the policy's anchors are
+/// swapped for the new ones with ``TrustPolicy/replaceSettings(from:)`` within a second (so
+/// sessions judged under the old anchors are not resumed). A label that fails to load keeps the
+/// anchors in force and is reported once.
+public final class StoreAnchorWatch: Sendable, LifecycleWatched {
+    /// The policy whose anchors follow the labels.
+    public let policy: TrustPolicy
+    /// The labels followed.
+    public let labels: [String]
+    /// Reloads and failed reloads.
+    public let events = LifecycleEvents()
+    private let store: CredentialStore
+    /// The store's change mark when last looked at, the certificates in force, the last failure reported.
+    private let state: Mutex<(mark: [Int64], certificates: [Certificate], reported: String?)>
+
+    /// Adds the certificates stored under `labels` to `policy`'s anchors now (a failure throws)
+    /// and follows them from now on.
+    public init(policy: TrustPolicy, store: CredentialStore, labels: [String]) throws {
+        let mark = try store.changeMark()
+        let certificates = try labels.map { try store.certificate(label: $0) }
+        let next = policy.copy()
+        next.anchors = policy.anchors + certificates
+        policy.replaceSettings(from: next)
+        self.policy = policy
+        self.labels = labels
+        self.store = store
+        state = Mutex((mark, certificates, nil))
+        LifecycleWatcher.watch(self)
+    }
+
+    func refresh() {
+        guard let mark = try? store.changeMark() else { return }
+        let before = state.withLock { $0 }
+        guard mark != before.mark else { return }
+        let fresh: [Certificate]
+        do {
+            fresh = try labels.map { try store.certificate(label: $0) }
+        } catch {
+            let e = error as? MTLSError ?? MTLSError(.io, "\(error)")
+            let first: Bool = state.withLock { st in
+                guard st.reported != e.message else { return false }
+                st.reported = e.message
+                return true
+            }
+            if first {
+                events.emit(LifecycleEvent(kind: .reloadFailed, label: labels.joined(separator: ","), error: e,
+                                           message: "reloading the anchors \(labels.joined(separator: ", ")) failed, the anchors in force stay: \(e.message)"))
+            }
+            return
+        }
+        state.withLock { $0.mark = mark; $0.reported = nil }
+        guard fresh.map(\.sha256Hex) != before.certificates.map(\.sha256Hex) else { return }
+        let old = Set(before.certificates.map(\.sha256Hex))
+        let next = policy.copy()
+        next.anchors = policy.anchors.filter { !old.contains($0.sha256Hex) } + fresh
+        policy.replaceSettings(from: next)
+        state.withLock { $0.certificates = fresh }
+        events.emit(LifecycleEvent(kind: .policyReloaded, label: labels.joined(separator: ","),
+                                   message: "anchors \(labels.joined(separator: ", ")) reloaded from the store"))
+    }
+}
