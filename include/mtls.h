@@ -1397,6 +1397,22 @@ MTLS_EXTERN int mtls_policy_watch_set_event_callback(mtls_policy_watch *watch, m
 /* Stops following (the policy stays valid for its holders). NULL is a no-op. */
 MTLS_EXTERN void mtls_policy_watch_free(mtls_policy_watch *watch);
 
+/* Anchors taken from store labels (stored certificates, mtls store add-cert), kept up to date
+ * in `policy`: the certificates under `labels` (count >= 1) are added to its anchors now (a
+ * failure is returned: MTLS_E_NOT_FOUND, MTLS_E_CORRUPT...), and when another process replaces
+ * one, the policy's anchors are swapped for the new ones within a second (as mtls_policy_replace:
+ * sessions judged under the old anchors are not resumed), firing MTLS_EVENT_POLICY_RELOADED; a
+ * label that fails to load keeps the anchors in force and fires MTLS_EVENT_RELOAD_FAILED once.
+ * The watch keeps its own references to policy and store. Free with mtls_anchor_watch_free
+ * (the anchors in force stay in the policy). */
+typedef struct mtls_anchor_watch mtls_anchor_watch;
+MTLS_EXTERN int mtls_policy_follow_store_anchors(mtls_policy *policy, mtls_store *store, const char *const *labels,
+                                                 size_t count, mtls_anchor_watch **out);
+MTLS_EXTERN int mtls_anchor_watch_set_event_callback(mtls_anchor_watch *watch, mtls_event_cb cb, void *userdata,
+                                                     void (*destroy)(void *userdata));
+/* Stops following. NULL is a no-op. */
+MTLS_EXTERN void mtls_anchor_watch_free(mtls_anchor_watch *watch);
+
 /* One certificate of a stored item and its validity. */
 typedef struct mtls_expiry_item {
     char *label;               /* the item's label */

@@ -225,6 +225,35 @@ public func mtls_policy_watch_set_event_callback(_ w: OpaquePointer?, _ cb: Even
 @_cdecl("mtls_policy_watch_free")
 public func mtls_policy_watch_free(_ w: OpaquePointer?) { releaseHandle(w, PolicyFileWatch.self) }
 
+/// `int mtls_policy_follow_store_anchors(mtls_policy *policy, mtls_store *store, const char *const *labels, size_t count, mtls_anchor_watch **out)`
+@_cdecl("mtls_policy_follow_store_anchors")
+public func mtls_policy_follow_store_anchors(_ p: OpaquePointer?, _ store: OpaquePointer?,
+                                             _ labels: UnsafePointer<UnsafePointer<CChar>?>?, _ count: Int,
+                                             _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        try putHandle(out) {
+            let n = try size(count, "count")
+            guard n > 0 else { throw invalid("count must be at least 1") }
+            let list = try require(labels, "labels")
+            let names = try (0..<n).map { try string(list[$0], "labels[\($0)]") }
+            return try StoreAnchorWatch(policy: try handle(p, TrustPolicy.self, "policy"),
+                                        store: try handle(store, CredentialStore.self, "store"), labels: names)
+        }
+    }
+}
+
+/// `int mtls_anchor_watch_set_event_callback(mtls_anchor_watch *watch, mtls_event_cb cb, void *userdata, void (*destroy)(void *))`
+@_cdecl("mtls_anchor_watch_set_event_callback")
+public func mtls_anchor_watch_set_event_callback(_ w: OpaquePointer?, _ cb: EventCallbackBox.Callback?,
+                                                 _ userdata: UnsafeMutableRawPointer?,
+                                                 _ destroy: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?) -> Int32 {
+    abiCall { EventCallbackBox.install(try handle(w, StoreAnchorWatch.self, "watch").events, cb, userdata, destroy) }
+}
+
+/// `void mtls_anchor_watch_free(mtls_anchor_watch *watch)`
+@_cdecl("mtls_anchor_watch_free")
+public func mtls_anchor_watch_free(_ w: OpaquePointer?) { releaseHandle(w, StoreAnchorWatch.self) }
+
 private func releaseExpiryItem(_ i: mtls_expiry_item) {
     wipeAndFree(i.label)
     wipeAndFree(i.subject)

@@ -8,6 +8,7 @@ import requests
 
 import mtls
 from mtls import IdentitySource, Store
+from mtls.rotation import AnchorWatch
 
 from conftest import anchored, identity
 
@@ -123,4 +124,24 @@ def test_requests_adapter_presents_the_swapped_identity(pki):
         source.set(identity(pki, "client-a-rsa"))
         assert s.get(f"https://127.0.0.1:{listener.port}/", timeout=10).text == "client-a-rsa"
     t.join(15)
+    listener.close()
+
+
+def test_anchors_from_store_labels_follow_the_store(pki, tmp_path):
+    path = str(tmp_path / "a.db")
+    other = Store(path, "secret", **KDF)
+    other.put_certificate("customer", mtls.Certificate.load(str(pki / "int-a.pem")))
+    policy = mtls.Policy()
+    watch = AnchorWatch(policy, Store(path, "secret", **KDF), ["customer"])
+    events = []
+    watch.set_event_callback(events.append)
+    other.put_certificate("customer", mtls.Certificate.load(str(pki / "int-b.pem")), replace=True)
+    time.sleep(1.0)
+    assert [e.kind for e in events] == ["policy_reloaded"]
+    listener = mtls.Listener(identity(pki, "server"), client_policy=policy)
+    t, seen = serve(listener, 1)
+    # client-b (customer B's intermediate) is accepted now, under the anchor the store holds.
+    round_trip(pki, listener.port, identity=identity(pki, "client-b", "int-b"), resume=False)
+    t.join(15)
+    assert seen[0][0] == identity(pki, "client-b", "int-b").leaf.sha256_hex
     listener.close()

@@ -110,6 +110,16 @@ fn("mtls_policy_watch_set_event_callback", ctypes.c_int, ctypes.c_void_p, EVENT_
    _callbacks.DESTROY_CB)
 # void mtls_policy_watch_free(mtls_policy_watch *watch)
 fn("mtls_policy_watch_free", None, ctypes.c_void_p)
+# int mtls_policy_follow_store_anchors(mtls_policy *policy, mtls_store *store, const char *const *labels, size_t count,
+#                                      mtls_anchor_watch **out)
+fn("mtls_policy_follow_store_anchors", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p),
+   ctypes.c_size_t, c_void_pp)
+# int mtls_anchor_watch_set_event_callback(mtls_anchor_watch *watch, mtls_event_cb cb, void *userdata,
+#                                          void (*destroy)(void *userdata))
+fn("mtls_anchor_watch_set_event_callback", ctypes.c_int, ctypes.c_void_p, EVENT_CB, ctypes.c_void_p,
+   _callbacks.DESTROY_CB)
+# void mtls_anchor_watch_free(mtls_anchor_watch *watch)
+fn("mtls_anchor_watch_free", None, ctypes.c_void_p)
 def _utc(seconds: int) -> Optional[datetime.datetime]:
     return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc) if seconds else None
 
@@ -181,9 +191,13 @@ class IdentitySource(_Handle):
 
     @classmethod
     def follow(cls, store: Store, label: str, *, warning_days: int = 14, token_pin=None) -> "IdentitySource":
-        """A source following `label` in `store` (a stored identity, else a token identity)."""
+        """A source following `label` in `store` (a stored identity, else a token identity). The
+        source keeps `store` open (closing a Store closes its file for every holder)."""
         o = _watch_options(warning_days, token_pin)
-        return cls(_handle=out_handle(lib.mtls_identity_source_follow_store, store._h, utf8(label), ctypes.byref(o)))
+        source = cls(_handle=out_handle(lib.mtls_identity_source_follow_store, store._h, utf8(label), ctypes.byref(o)))
+        # Closing the Store (its __del__ too) closes the file for every holder: keep it open.
+        source._store = store
+        return source
 
     def set(self, identity: Identity) -> None:
         """Presents `identity` from the next handshake on."""
@@ -221,3 +235,19 @@ class PolicyWatch(_Handle):
 
     def set_event_callback(self, callback: Optional[Callable[[Event], None]]) -> None:
         _set_callback(lib.mtls_policy_watch_set_event_callback, self._h, callback)
+
+
+class AnchorWatch(_Handle):
+    """Anchors taken from store labels, kept up to date in `policy`: the certificates stored
+    under `labels` are added to its anchors now, and swapped for their replacements (by another
+    process too) within a second; a label that fails to load keeps the anchors in force and fires
+    a "reload_failed" event."""
+    _free = "mtls_anchor_watch_free"
+
+    def __init__(self, policy: Policy, store: Store, labels: List[str]):
+        arr = (ctypes.c_char_p * len(labels))(*[utf8(label) for label in labels])
+        super().__init__(out_handle(lib.mtls_policy_follow_store_anchors, policy._h, store._h, arr, len(labels)))
+        self._store = store  # closing the Store closes the file for every holder: keep it open
+
+    def set_event_callback(self, callback: Optional[Callable[[Event], None]]) -> None:
+        _set_callback(lib.mtls_anchor_watch_set_event_callback, self._h, callback)

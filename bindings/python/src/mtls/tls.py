@@ -382,6 +382,7 @@ class Listener(_Handle):
             # issue 26: each handshake presents the source's identity in force when it starts
             super().__init__(out_handle(lib.mtls_listener_new_with_source, utf8(address), int(port), ctypes.byref(o),
                                         identity_source._h))
+            self._identity_source = identity_source  # and with it the Store it follows, kept open
         else:
             super().__init__(out_handle(lib.mtls_listener_new, utf8(address), int(port), ctypes.byref(o)))
         del keep
