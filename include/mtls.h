@@ -809,8 +809,9 @@ typedef struct mtls_listener mtls_listener;
 #define MTLS_TLS_1_2 12
 #define MTLS_TLS_1_3 13
 
-/* Version 2 added `overrides`; a program built with version 1 keeps working unchanged. */
-#define MTLS_CONN_OPTIONS_VERSION 2
+/* Version 2 added `overrides`, version 3 `identity_source`; a program built with an earlier
+ * version keeps working unchanged. */
+#define MTLS_CONN_OPTIONS_VERSION 3
 /* Client options. Always fill with mtls_conn_options_init first, then change fields: fields are
  * only ever added at the end, with a new version. Pointers are borrowed for the duration of the
  * call that takes the options (the connection keeps its own references). */
@@ -838,6 +839,11 @@ typedef struct mtls_conn_options {
                                        anchors, anchors_only, pins always enforced, a verify_as over
                                        every other (see "One effective policy"); sessions resume
                                        only under the same overrides */
+    /* Version 3: */
+    struct mtls_identity_source *identity_source; /* an identity that can change (see "Identities
+                                       that change"); when set, each connection presents the one
+                                       in force when it starts, instead of identity/candidates, and
+                                       a session made with another identity is not resumed */
 } mtls_conn_options;
 
 /* Fill *opts with the defaults of `version` (MTLS_CONN_OPTIONS_VERSION), the library's own:
@@ -1329,6 +1335,173 @@ MTLS_EXTERN int mtls_issued_identity(const mtls_issued *issued, mtls_identity **
  * validity_days later (0: 30). DER in *der; free it with mtls_bytes_free. */
 MTLS_EXTERN int mtls_pki_crl(const mtls_issued *ca, const char *const *revoked_serials, size_t count,
                              uint64_t number, int validity_days, int64_t now, uint8_t **der, size_t *der_len);
+
+/* ---- Identities and policies that change; events; expiry (issue 26) ----
+ *
+ * An identity source is what a listener, client connections or a configured SSL_CTX present:
+ * fixed or swapped by the application (mtls_identity_source_new, mtls_identity_source_set), or
+ * following a store label (mtls_identity_source_follow_store). Each handshake takes the identity
+ * in force when it starts, whole (never the key of one with the certificate of another);
+ * connections in flight keep theirs. A client session made with one identity is never resumed
+ * under another.
+ *
+ * Following a store: the library's watcher thread, named "mtls-watch" (one per process, started
+ * with the first thing followed, ended when nothing is), looks at the store's change mark every
+ * 250 ms (SQLite's data_version and the connection's own changes: two integers, no row read);
+ * only when it moved is the label's row metadata read, and only when its leaf changed is the row
+ * loaded. A replacement made by another process (mtls store import --replace) is in force within
+ * a second. A replacement that fails to load (a row that fails authentication, a token that is
+ * gone) keeps the last good identity and is reported as MTLS_EVENT_RELOAD_FAILED. Handshakes
+ * never read the store.
+ *
+ * Events: callbacks run on the "mtls-watch" thread for what it finds, and on the calling thread
+ * for mtls_identity_source_set / mtls_listener_set_identity. They must not block for long (they
+ * hold up the watcher) and must not free the object they were registered on.
+ *
+ * Thread safety: an mtls_identity_source and an mtls_policy_watch may be shared across threads
+ * and used by any number of listeners, connections and contexts at once; set, current and the
+ * event callback functions may be called from any thread. */
+typedef struct mtls_identity_source mtls_identity_source;
+typedef struct mtls_policy_watch mtls_policy_watch;
+
+#define MTLS_EVENT_IDENTITY_ROTATED 1 /* a new identity is in force */
+#define MTLS_EVENT_POLICY_RELOADED 2  /* a followed policy file's new settings are in force */
+#define MTLS_EVENT_RELOAD_FAILED 3    /* a replacement could not be loaded; the last good one stays */
+#define MTLS_EVENT_EXPIRY_WARNING 4   /* the identity presented, or an anchor of a followed policy,
+                                         expires within the warning window */
+
+/* One event. Every pointer is valid only during the callback. */
+typedef struct mtls_event {
+    int kind;                  /* MTLS_EVENT_* */
+    const char *label;         /* store label or policy file path; NULL for an application's swap */
+    const char *subject;       /* RFC 4514 subject of the certificate concerned, or NULL */
+    const char *sha256;        /* its lowercase hex SHA-256, or NULL */
+    int64_t not_after;         /* its notAfter (seconds since 1970), 0 when none */
+    int error_code;            /* MTLS_EVENT_RELOAD_FAILED: the MTLS_E_* code; else 0 */
+    const char *message;       /* one line saying what happened */
+} mtls_event;
+typedef void (*mtls_event_cb)(const mtls_event *event, void *userdata);
+
+#define MTLS_WATCH_OPTIONS_VERSION 1
+/* Options of a followed store label or policy file; fill with mtls_watch_options_init. */
+typedef struct mtls_watch_options {
+    unsigned int version;      /* MTLS_WATCH_OPTIONS_VERSION */
+    int warning_days;          /* MTLS_EVENT_EXPIRY_WARNING this many days before notAfter (the
+                                  identity presented; a followed policy's anchors); 0: 14 */
+    const char *token_pin;     /* a token identity's PIN (NULL: its URI's pin-value/pin-source);
+                                  copied, the caller's buffer may be wiped after the call */
+} mtls_watch_options;
+MTLS_EXTERN int mtls_watch_options_init(mtls_watch_options *opts, unsigned int version);
+
+/* A source presenting `identity` (required) until mtls_identity_source_set. It keeps its own
+ * reference to the identity. Free *out with mtls_identity_source_free. */
+MTLS_EXTERN int mtls_identity_source_new(const mtls_identity *identity, mtls_identity_source **out);
+/* A source following `label` in `store` (a stored identity, else a token identity). The identity
+ * is loaded now: a failure is returned (MTLS_E_NOT_FOUND, MTLS_E_CORRUPT, token errors). The
+ * source keeps its own reference to the store. opts may be NULL. Free with
+ * mtls_identity_source_free. */
+MTLS_EXTERN int mtls_identity_source_follow_store(mtls_store *store, const char *label, const mtls_watch_options *opts,
+                                                  mtls_identity_source **out);
+/* Puts `identity` in force for every handshake that starts from now on (a followed label's next
+ * change in the store replaces it again). Fires MTLS_EVENT_IDENTITY_ROTATED on this thread. */
+MTLS_EXTERN int mtls_identity_source_set(mtls_identity_source *source, const mtls_identity *identity);
+/* The identity in force now: a new reference, free with mtls_identity_free. */
+MTLS_EXTERN int mtls_identity_source_current(const mtls_identity_source *source, mtls_identity **out);
+/* Sets (cb NULL: clears) the source's event callback. `destroy(userdata)`, if not NULL, runs once
+ * when the callback is replaced or cleared, or when the source is freed by its last holder (a
+ * listener, connection or SSL_CTX may hold it after mtls_identity_source_free). */
+MTLS_EXTERN int mtls_identity_source_set_event_callback(mtls_identity_source *source, mtls_event_cb cb, void *userdata,
+                                                        void (*destroy)(void *userdata));
+/* Drops the caller's reference; listeners, connections and SSL_CTXs that use it keep theirs.
+ * NULL is a no-op. */
+MTLS_EXTERN void mtls_identity_source_free(mtls_identity_source *source);
+
+/* A listener presenting `source`'s identity (opts->identity is ignored and may be NULL); the
+ * listener keeps its own reference to the source. Otherwise as mtls_listener_new. */
+MTLS_EXTERN int mtls_listener_new_with_source(const char *address, uint16_t port, const mtls_listener_options *opts,
+                                              mtls_identity_source *source, mtls_listener **out);
+/* Presents `identity` from the listener's next handshake on; handshakes under way and accepted
+ * connections keep theirs. Fires MTLS_EVENT_IDENTITY_ROTATED (on this thread). */
+MTLS_EXTERN int mtls_listener_set_identity(mtls_listener *listener, const mtls_identity *identity);
+/* The listener's event callback (its identity source's): as mtls_identity_source_set_event_callback. */
+MTLS_EXTERN int mtls_listener_set_event_callback(mtls_listener *listener, mtls_event_cb cb, void *userdata,
+                                                 void (*destroy)(void *userdata));
+
+#define MTLS_LISTENER_COUNTERS_VERSION 1
+/* A listener's counters; set `version` to MTLS_LISTENER_COUNTERS_VERSION before the call. */
+typedef struct mtls_listener_counters {
+    unsigned int version;
+    uint64_t accepted;          /* handshakes that succeeded (resumed ones included) */
+    uint64_t resumed;           /* handshakes that resumed a session */
+    uint64_t refused;           /* handshakes refused, every reason */
+    int64_t current_connections; /* accepted connections not yet freed with mtls_conn_free */
+} mtls_listener_counters;
+MTLS_EXTERN int mtls_listener_get_counters(const mtls_listener *listener, mtls_listener_counters *out);
+/* Handshakes refused with the error `code` (MTLS_E_UNTRUSTED, MTLS_E_HANDSHAKE, MTLS_E_TIMEOUT...). */
+MTLS_EXTERN int mtls_listener_refused_count(const mtls_listener *listener, int code, uint64_t *count);
+/* The listener's counters as Prometheus text. Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_listener_metrics(const mtls_listener *listener, char **out);
+
+/* Configures an application's SSL_CTX as mtls_ssl_ctx_configure_overrides does, presenting
+ * `source`'s identity: each SSL takes the identity in force when its handshake starts. The
+ * context keeps its own reference to the source. */
+MTLS_EXTERN int mtls_ssl_ctx_configure_source(void *ssl_ctx, mtls_identity_source *source, const mtls_policy *policy,
+                                              int accepts_clients, const mtls_trust_overrides *overrides);
+
+/* A policy loaded from a JSON file and kept up to date with it: when the file changes, the new
+ * file is parsed in full and only then put in force (mtls_policy_replace semantics: sessions of
+ * the old settings are not resumed); a file that does not parse keeps the old settings and fires
+ * MTLS_EVENT_RELOAD_FAILED. The first load's failure is returned. opts may be NULL. Free with
+ * mtls_policy_watch_free. */
+MTLS_EXTERN int mtls_policy_watch_new(const char *path, const mtls_watch_options *opts, mtls_policy_watch **out);
+/* The followed policy, to give to listeners, connections and contexts: a new reference, free
+ * with mtls_policy_free. */
+MTLS_EXTERN int mtls_policy_watch_policy(const mtls_policy_watch *watch, mtls_policy **out);
+/* Reloads now, whether or not the file looks changed (on SIGHUP, say). Returns MTLS_OK even when
+ * the file is broken: that is reported through the event callback. */
+MTLS_EXTERN int mtls_policy_watch_reload(mtls_policy_watch *watch);
+MTLS_EXTERN int mtls_policy_watch_set_event_callback(mtls_policy_watch *watch, mtls_event_cb cb, void *userdata,
+                                                     void (*destroy)(void *userdata));
+/* Stops following (the policy stays valid for its holders). NULL is a no-op. */
+MTLS_EXTERN void mtls_policy_watch_free(mtls_policy_watch *watch);
+
+/* Anchors taken from store labels (stored certificates, mtls store add-cert), kept up to date
+ * in `policy`: the certificates under `labels` (count >= 1) are added to its anchors now (a
+ * failure is returned: MTLS_E_NOT_FOUND, MTLS_E_CORRUPT...), and when another process replaces
+ * one, the policy's anchors are swapped for the new ones within a second (as mtls_policy_replace:
+ * sessions judged under the old anchors are not resumed), firing MTLS_EVENT_POLICY_RELOADED; a
+ * label that fails to load keeps the anchors in force and fires MTLS_EVENT_RELOAD_FAILED once.
+ * The watch keeps its own references to policy and store. Free with mtls_anchor_watch_free
+ * (the anchors in force stay in the policy). */
+typedef struct mtls_anchor_watch mtls_anchor_watch;
+MTLS_EXTERN int mtls_policy_follow_store_anchors(mtls_policy *policy, mtls_store *store, const char *const *labels,
+                                                 size_t count, mtls_anchor_watch **out);
+MTLS_EXTERN int mtls_anchor_watch_set_event_callback(mtls_anchor_watch *watch, mtls_event_cb cb, void *userdata,
+                                                     void (*destroy)(void *userdata));
+/* Stops following. NULL is a no-op. */
+MTLS_EXTERN void mtls_anchor_watch_free(mtls_anchor_watch *watch);
+
+/* One certificate of a stored item and its validity. */
+typedef struct mtls_expiry_item {
+    char *label;               /* the item's label */
+    int item_class;            /* MTLS_STORE_IDENTITY, _CERTIFICATE or _TOKEN_IDENTITY */
+    int position;              /* 0: the item's leaf; 1...: its chain, leaf's issuer first */
+    char *subject;             /* RFC 4514 */
+    char *sha256;              /* lowercase hex */
+    int64_t not_before;        /* seconds since 1970 */
+    int64_t not_after;
+} mtls_expiry_item;
+/* Every certificate in the store (identities and chains, stored certificates, token identities'
+ * certificates and chains), earliest notAfter first; no private key is opened. A new array of
+ * *count items: free with mtls_expiry_items_free(*out, *count). */
+MTLS_EXTERN int mtls_store_expiry(mtls_store *store, mtls_expiry_item **out, size_t *count);
+MTLS_EXTERN void mtls_expiry_items_free(mtls_expiry_item *items, size_t count);
+/* The earliest notAfter in the store (seconds since 1970) and, if label is not NULL, the label of
+ * its item (free with mtls_string_free). MTLS_E_NOT_FOUND when the store holds no certificate. */
+MTLS_EXTERN int mtls_store_earliest_expiry(mtls_store *store, int64_t *not_after, char **label);
+/* The store's certificates as Prometheus text (mtls_certificate_not_after_seconds and
+ * mtls_certificate_not_before_seconds per certificate). Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_store_metrics(mtls_store *store, char **out);
 
 #ifdef __cplusplus
 }

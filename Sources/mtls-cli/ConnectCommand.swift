@@ -363,14 +363,19 @@ struct ServeCommand: ParsableCommand {
     @Option(help: "ALPN protocol to accept; repeatable.") var alpn: [String] = []
     @Option(help: "Stop after this many clients (default: run until killed).") var count: Int?
     @Flag(help: "Issue no session tickets: every client gets a full handshake and a fresh evaluation.") var noSessionTickets = false
+    @Option(help: "Serve the store's certificate metrics and the listener's counters as Prometheus text on 127.0.0.1:PORT.") var metricsPort: UInt16?
 
     func run() throws {
         do {
-            guard let identity = try identityOptions.explicitIdentity() else {
+            // A store label is followed (a replacement in the store is in force within a second);
+            // a policy file too. SIGHUP looks at both at once. One line per rotation or failure.
+            let follow = try ServeFollowing(identityOptions: identityOptions, policyPath: policy, revocation: revocation)
+            guard let identity = try follow.source?.current ?? identityOptions.explicitIdentity() else {
                 throw ValidationError("serve needs --identity (or --cert and --key)")
             }
             var o = TLSServerOptions(identity: identity)
-            o.clientPolicy = try PolicyBuilder.policy(file: policy, revocation: revocation)
+            o.identitySource = follow.source
+            o.clientPolicy = try follow.policyWatch?.policy ?? PolicyBuilder.policy(file: policy, revocation: revocation)
             o.clientOverrides = try PolicyBuilder.overrides(anchors: clientAnchor, anchorsOnly: !clientAnchor.isEmpty, pins: [],
                                                             verifyAs: nil, store: identityOptions.openStore)
             if clientSystemAnchors { o.clientPolicy?.systemAnchorsForClients = true }
@@ -380,14 +385,25 @@ struct ServeCommand: ParsableCommand {
             o.handshakeTimeout = 10
             o.ioTimeout = 10
             let listener = try TLSListener(address: address, port: port, options: o)
+            follow.start(listener: listener)
             CLI.printWarnings()  // before serving: a server runs until stopped
             print("listening on \(address):\(listener.port)")
+            if let metricsPort {
+                let bound = try MetricsServer.start(port: metricsPort, listener: listener, store: follow.store)
+                print("metrics on 127.0.0.1:\(bound)")
+            }
             fflush(nil)  // all streams: Swift 6 does not let code touch the C global `stdout`
             var served = 0
             // Each client is served on its own thread; with --count the last ones must be served
             // to the end (reply sent, connection shut down) before the process exits.
             let serving = DispatchGroup()
-            defer { serving.wait() }
+            defer {
+                serving.wait()
+                let c = listener.counters
+                // Worded apart from the per-client "accepted"/"rejected" lines that scripts count.
+                print("counters: handshakes \(c.accepted) (resumed \(c.resumed)), refused \(c.refused.values.reduce(0, +)), open \(c.currentConnections)")
+                fflush(nil)
+            }
             while count.map({ served < $0 }) ?? true {
                 served += 1
                 let conn: TLSConnection

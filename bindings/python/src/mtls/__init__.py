@@ -28,6 +28,8 @@ from .tls import (Connection, ConnectOptions, Listener, configure_ssl_ctx, set_s
                   clear_session_cache, connect, resolve_identity)
 from .tokens import Token, TokenObject, list_tokens, token_objects, identity_from_pkcs11
 from ._handle import LibraryWarning, take_warnings
+from .rotation import IdentitySource, PolicyWatch, AnchorWatch, Event
+from .store import ExpiryItem
 
 __version__: str = _lib.mtls_version().decode()
 
@@ -43,6 +45,7 @@ __all__ = [
     "configure_ssl_ctx", "set_ssl_peer", "set_ssl_ctx_peer", "clear_session_cache", "connect", "resolve_identity", "Token", "TokenObject",
     "list_tokens", "token_objects", "identity_from_pkcs11", "__version__",
     "LibraryWarning", "take_warnings",
+    "IdentitySource", "PolicyWatch", "AnchorWatch", "Event", "ExpiryItem",
 ]
 
 
