@@ -114,7 +114,10 @@ typedef enum mtls_status {
     MTLS_E_BAD_URI = -55,
     MTLS_E_PIN_REQUIRED = -56,
     /* added later */
-    MTLS_E_TRUNCATED = -48          /* the peer closed without close_notify: a read may be cut short */
+    MTLS_E_TRUNCATED = -48,         /* the peer closed without close_notify: a read may be cut short */
+    /* Enrollment and renewal (issue 27) */
+    MTLS_E_CA_REJECTED = -70,       /* the CA (ACME, EST) refused; the message carries its problem detail */
+    MTLS_E_CHALLENGE_FAILED = -71   /* the CA could not validate the challenge, or the renewed identity is not proven */
 } mtls_status;
 
 /* A static English text for a code (unknown codes give "unknown error code"). Never free it. */
