@@ -241,3 +241,33 @@ def test_pki_enroll_then_forced_renewal_gives_new_serial_and_key(store, tmp_path
     # The renewed chain validates to the pki root (the recorded anchor).
     r = run_cli("renew", "svc", "--force", "--anchor", pki / "ca" / "site" / "cert.pem", *store, "--json")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_python_renew_through_the_c_abi(store, tmp_path):
+    """mtls.renew (C: mtls_renew): not due → False and nothing changes; force → a new identity;
+    an identity with no enrollment record → NotFound; a policy it fails → ChallengeFailed."""
+    import mtls
+    pki = tmp_path / "pki"
+    assert run_cli("pki", "init", "--dir", pki, "--name", "Py Root").returncode == 0
+    assert run_cli("pki", "intermediate", "--dir", pki, "--name", "Py CA").returncode == 0
+    r = run_cli("enroll", "pki", "--dir", pki, "--ca", "Py CA", "--name", "py.local", "--label", "py", *store, "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    with mtls.Store(tmp_path / "store.db", secret_file=tmp_path / "secret") as st:
+        before = st.info("py").leaf_sha256
+        assert mtls.renew(st, "py") is False
+        assert st.info("py").leaf_sha256 == before
+        assert mtls.renew(st, "py", force=True) is True
+        after = st.info("py").leaf_sha256
+        assert after != before
+        # The program's own policy (its root, the name checked): proven, installed.
+        good = mtls.Policy(anchors=[mtls.Certificate.load(str(pki / "root" / "cert.pem"))])
+        assert mtls.renew(st, "py", force=True, policy=good) is True
+        after = st.info("py").leaf_sha256
+        other = tmp_path / "other"
+        assert run_cli("pki", "init", "--dir", other, "--name", "Other Root").returncode == 0
+        wrong = mtls.Policy(anchors=[mtls.Certificate.load(str(other / "root" / "cert.pem"))], anchors_only=True)
+        with pytest.raises(mtls.ChallengeFailed):
+            mtls.renew(st, "py", force=True, policy=wrong)
+        assert st.info("py").leaf_sha256 == after
+        with pytest.raises(mtls.NotFound):
+            mtls.renew(st, "never-enrolled", force=True)
