@@ -171,7 +171,7 @@ public enum Enrollment {
         if let uri = record.tokenURI {
             if writeToToken {
                 // Beside its key on the token, so the token alone can present it too.
-                _ = try? Token.importCertificate(leaf, uri: uri, pin: tokenPIN)
+                _ = try? Token.importCertificate(leaf, chain: chain, uri: uri, pin: tokenPIN)
             }
             try store.putTokenIdentity(uri: key.tokenURI ?? uri, certificate: leaf, chain: chain, label: label, replace: true)
             try store.putIdentity(carrier, label: EnrollmentRecord.label(for: label), replace: true)
