@@ -7,8 +7,8 @@ import MTLS
 struct EnrollCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "enroll",
-        abstract: "Enroll an identity with a certificate authority (ACME, a local mtls pki directory) into the store.",
-        subcommands: [ACME.self, PKI.self]
+        abstract: "Enroll an identity with a certificate authority (ACME, EST, a local mtls pki directory) into the store.",
+        subcommands: [ACME.self, EST.self, PKI.self]
     )
 
     /// The JSON object (and text) printed for an enrollment or a renewal.
@@ -81,6 +81,51 @@ struct EnrollCommand: ParsableCommand {
                 request.contact = contact
                 if let timeout { request.pollTimeout = timeout }
                 let result = try location.adding { store in try Enrollment.enrollACME(request, store: store, label: label) }
+                EnrollCommand.report(result, json: json)
+            }
+        }
+    }
+
+    struct EST: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "est",
+            abstract: "Enroll with an EST server (RFC 7030): /simpleenroll with basic auth or a bootstrap identity.")
+        @OptionGroup var location: StoreCommand.Location
+        @Option(name: .customLong("url"), help: "The EST base URL (https://host/.well-known/est).") var url: String
+        @Option(name: .customLong("anchor"), help: "Trust only this certificate (PEM) for the EST server's TLS (repeatable).")
+        var anchors: [String] = []
+        @Option(name: .customLong("user"), help: "HTTP basic authentication user.") var user: String?
+        @Option(name: .customLong("password-file"), help: "File holding the basic authentication password.") var passwordFile: String?
+        @Option(name: .customLong("identity"), help: "A bootstrap identity (store label) presented over TLS.") var identity: String?
+        @Option(name: .customLong("subject"), help: "The subject DN of the request (\"CN=device-1,O=Example\").") var subject: String
+        @Option(name: .customLong("label"), help: "The store label of the identity.") var label: String
+        @Option(name: .customLong("profile"), help: "client (default) or server: the purpose the issued chain is checked for.")
+        var profile: String = "client"
+        @Option(name: .customLong("key-type"), help: "Type of the new key (default ec-p256).") var keyType: String?
+        @Option(name: .customLong("token-uri"), help: "Use this token key (pkcs11: URI) instead of a new key in the store.") var tokenURI: String?
+        @Option(name: .customLong("pin-file"), help: "File holding the token's PIN.") var pinFile: String?
+        @Flag(help: "Machine-readable output.") var json = false
+
+        func validate() throws {
+            if user == nil && identity == nil { throw ValidationError("give --user U --password-file F, or --identity BOOTSTRAP") }
+            if (user == nil) != (passwordFile == nil) { throw ValidationError("--user and --password-file go together") }
+        }
+
+        func run() throws {
+            try CLI.reporting(json: json) {
+                guard let p = CertificateProfile(rawValue: profile), p == .server || p == .client else {
+                    throw MTLSError(.invalidArgument, "--profile is server or client")
+                }
+                let spec = try keyType.map { try KeySpec(issuingName: $0) } ?? .ecP256
+                let password = try passwordFile.map(CLI.readPasswordFile)
+                let pin = try pinFile.map(CLI.readPINFile)
+                let anchorCerts = try EnrollCommand.loadAnchors(anchors)
+                let result = try location.adding { store in
+                    let bootstrap = try identity.map { try store.identity(label: $0) }
+                    return try Enrollment.enrollEST(url: url, subject: subject, anchors: anchorCerts, user: user, password: password,
+                                                    bootstrap: bootstrap, keySpec: spec, tokenURI: tokenURI, tokenPIN: pin,
+                                                    profile: p, store: store, label: label)
+                }
                 EnrollCommand.report(result, json: json)
             }
         }

@@ -107,6 +107,51 @@ public enum Enrollment {
                            policy: policy, tokenPIN: request.tokenPIN, writeToToken: true)
     }
 
+    // MARK: EST
+
+    /// Enrolls with an EST server (RFC 7030) at `url` (the base, such as
+    /// `https://est.example/.well-known/est`): a new key (or the token key at `tokenURI`), a CSR
+    /// for `subject` signed by it, sent to `/simpleenroll` with HTTP basic authentication (`user`,
+    /// `password`) and/or a bootstrap identity presented over TLS; the chain comes from
+    /// `/cacerts`. Installed under `label` with its record; renewal re-enrolls over mutual TLS
+    /// with the identity itself (`/simplereenroll`).
+    public static func enrollEST(url: String, subject: String, anchors: [Certificate] = [], user: String? = nil,
+                                 password: SecretBytes? = nil, bootstrap: Identity? = nil, keySpec: KeySpec = .ecP256,
+                                 tokenURI: String? = nil, tokenPIN: SecretBytes? = nil, profile: CertificateProfile = .client,
+                                 store: CredentialStore, label: String, policy: TrustPolicy? = nil) throws -> EnrollmentResult {
+        let record = EnrollmentRecord(source: "est", url: url, account: user, identifiers: [subject], keyType: "",
+                                      tokenURI: tokenURI, challenge: nil, profile: profile.rawValue,
+                                      directoryAnchors: EnrollmentRecord.encode(anchors), chainAnchors: EnrollmentRecord.encode(anchors),
+                                      enrolledAt: Date().timeIntervalSince1970)
+        return try issueEST(record: record, keySpec: keySpec, user: user, password: password,
+                            client: bootstrap.map { .identity($0) } ?? ClientIdentity.none, reenroll: false,
+                            tokenPIN: tokenPIN, store: store, label: label, policy: policy)
+    }
+
+    private static func issueEST(record: EnrollmentRecord, keySpec: KeySpec, user: String?, password: SecretBytes?,
+                                 client: ClientIdentity, reenroll: Bool, tokenPIN: SecretBytes?, store: CredentialStore,
+                                 label: String, policy: TrustPolicy?) throws -> EnrollmentResult {
+        guard let subject = record.identifiers.first else { throw MTLSError(.corrupt, "the EST record of \"\(label)\" has no subject") }
+        var options = TLSClientOptions()
+        let anchors = try EnrollmentRecord.decode(record.directoryAnchors)
+        if !anchors.isEmpty { options.policy = TrustPolicy(anchors: anchors, anchorsOnly: true) }
+        options.identity = client
+        let est = ESTClient(baseURL: record.url, http: HTTPSClient(options: options))
+        let key = try record.tokenURI.map { try Token.signingKey(uri: $0, pin: tokenPIN) } ?? PrivateKey.generate(keySpec)
+        let csr = try CertificateSigningRequest.make(subject: subject, key: key)
+        let leaf = try est.enroll(csr, reenroll: reenroll, user: user, password: password)
+        let cas = try est.caCertificates()
+        let (path, _) = Identity.buildChain(from: leaf, using: cas)
+        var r = record
+        r.keyType = key.keyType.shortName
+        r.enrolledAt = Date().timeIntervalSince1970
+        if r.chainAnchors.isEmpty, let top = path.last { r.chainAnchors = EnrollmentRecord.encode([top]) }
+        let recordedKey = try? store.enrollmentRecordAndKey(label: label).accountKey
+        let accountKey = try recordedKey ?? PrivateKey.generate(.ecP256)
+        return try install(key: key, issued: [leaf] + path, record: r, accountKey: accountKey, store: store, label: label,
+                           policy: policy, tokenPIN: tokenPIN, writeToToken: true)
+    }
+
     // MARK: the local CA
 
     /// Enrolls from a local `mtls pki` directory: a new key (in memory, or the token key at
@@ -246,6 +291,16 @@ public enum Enrollment {
         case "pki":
             result = try issuePKI(record: record, keySpec: keySpec, tokenPIN: tokenPIN, caKeyPassword: nil, first: false,
                                   store: store, label: label, policy: policy)
+        case "est":
+            // Re-enrollment is authenticated by the identity being renewed, over mutual TLS.
+            let client: ClientIdentity
+            if record.tokenURI == nil {
+                client = .identity(try store.identity(label: label))
+            } else {
+                client = .identity(try IdentityCandidate(token: try store.tokenIdentity(label: label), pin: tokenPIN).identity())
+            }
+            result = try issueEST(record: record, keySpec: keySpec, user: nil, password: nil, client: client, reenroll: true,
+                                  tokenPIN: tokenPIN, store: store, label: label, policy: policy)
         default:
             throw MTLSError(.unsupported, "\"\(label)\" was enrolled from \"\(record.source)\", which this libmtls cannot renew")
         }

@@ -9,13 +9,13 @@ import FoundationEssentials
 /// account key (ES256), and its certificate — self-signed, never a trust anchor, CN
 /// "libmtls enrollment record" — carries the record as JSON in a Netscape comment extension.
 public struct EnrollmentRecord: Codable, Sendable, Equatable {
-    /// "acme" or "pki".
+    /// "acme", "est" or "pki".
     public var source: String
-    /// The ACME directory URL, or the `mtls pki` directory.
+    /// The ACME directory URL, the EST base URL, or the `mtls pki` directory.
     public var url: String
-    /// The ACME account URL; for "pki", the intermediate CA's name.
+    /// The ACME account URL; for "pki", the intermediate CA's name; for "est", the basic-auth user.
     public var account: String?
-    /// The DNS names and IP addresses (ACME), or the name (pki).
+    /// The DNS names and IP addresses (ACME), the name (pki), or the subject DN (EST).
     public var identifiers: [String]
     /// The key type of the identity's key ("p256", "rsa2048"...).
     public var keyType: String
@@ -25,7 +25,7 @@ public struct EnrollmentRecord: Codable, Sendable, Equatable {
     public var challenge: String?
     /// "server" or "client": the profile (pki) and the purpose the renewed chain is checked for.
     public var profile: String
-    /// DER (base64) of the anchors the ACME directory's TLS certificate is checked against.
+    /// DER (base64) of the anchors the ACME or EST server's TLS certificate is checked against.
     public var directoryAnchors: [String]
     /// DER (base64) of the anchors a renewed chain must validate to (empty: the chain's own top).
     public var chainAnchors: [String]
