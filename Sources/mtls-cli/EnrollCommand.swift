@@ -188,6 +188,7 @@ struct RenewCommand: ParsableCommand {
 
     func validate() throws {
         if label == nil && !loop { throw ValidationError("give a LABEL (or --loop for every enrolled identity)") }
+        if !interval.isFinite || interval < 1 || interval > 86400 * 30 { throw ValidationError("--interval is 1 to 2592000 seconds") }
     }
 
     func run() throws {
@@ -208,11 +209,13 @@ struct RenewCommand: ParsableCommand {
             }
             var failures: [String: Int] = [:]
             var nextTry: [String: Date] = [:]
+            var firstPass = true  // --force applies to the first pass only, not to every check
             while true {
+                defer { firstPass = false }
                 let labels = try label.map { [$0] } ?? store.enrolledLabels()
                 for l in labels where (nextTry[l] ?? .distantPast) <= Date() {
                     do {
-                        let outcome = try Enrollment.renew(store: store, label: l, force: force && failures[l] == nil, policy: trust, tokenPIN: pin)
+                        let outcome = try Enrollment.renew(store: store, label: l, force: force && firstPass, policy: trust, tokenPIN: pin)
                         failures[l] = nil
                         nextTry[l] = nil
                         if outcome.renewed { try RenewCommand.report(outcome, label: l, json: json) }
@@ -229,6 +232,7 @@ struct RenewCommand: ParsableCommand {
                         }
                     }
                 }
+                fflush(nil)  // every stream: a supervisor reading the pipe sees each attempt as it happens
                 let soonest = nextTry.values.min().map { max(1, $0.timeIntervalSinceNow) } ?? interval
                 Thread.sleep(forTimeInterval: min(interval, soonest))
             }

@@ -271,3 +271,48 @@ def test_python_renew_through_the_c_abi(store, tmp_path):
         assert st.info("py").leaf_sha256 == after
         with pytest.raises(mtls.NotFound):
             mtls.renew(st, "never-enrolled", force=True)
+
+
+def _loop_lines(store, count, timeout=60):
+    """Runs `mtls renew --loop --force --json` until it printed `count` lines, then stops it."""
+    proc = subprocess.Popen([os.environ["MTLS_CLI"], "renew", "--loop", "--force", "--json", *map(str, store)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    text = ""
+    try:
+        import select
+        import time
+        end = time.time() + timeout
+        fd = proc.stdout.fileno()
+        while text.count("\n") < count and time.time() < end:
+            ready, _, _ = select.select([fd], [], [], max(0.0, end - time.time()))
+            if not ready:
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            text += chunk.decode()
+        lines = [json.loads(line) for line in text.splitlines()]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    return lines
+
+
+def test_renew_loop_renews_every_enrolled_identity_then_backs_off_on_failure(store, tmp_path):
+    pki = tmp_path / "pki"
+    assert run_cli("pki", "init", "--dir", pki, "--name", "Loop Root").returncode == 0
+    assert run_cli("pki", "intermediate", "--dir", pki, "--name", "Loop CA").returncode == 0
+    for label in ("one", "two"):
+        r = run_cli("enroll", "pki", "--dir", pki, "--ca", "Loop CA", "--name", f"{label}.local", "--label", label, *store)
+        assert r.returncode == 0, r.stdout + r.stderr
+    before = {label: show(store, label)["leaf_sha256"] for label in ("one", "two")}
+    lines = _loop_lines(store, 2)
+    assert sorted(line["label"] for line in lines) == ["one", "two"] and all(line["renewed"] for line in lines), lines
+    after = {label: show(store, label)["leaf_sha256"] for label in ("one", "two")}
+    assert all(after[label] != before[label] for label in after)
+    # The CA goes away: each attempt fails, is reported with its backoff, and the identity stays.
+    os.rename(pki, tmp_path / "pki-gone")
+    lines = _loop_lines(store, 2)
+    assert len(lines) == 2 and all(line["renewed"] is False and line["error"] == "not_found" for line in lines), lines
+    assert all(24 <= line["retry_in"] <= 36 for line in lines), lines
+    assert {label: show(store, label)["leaf_sha256"] for label in ("one", "two")} == after

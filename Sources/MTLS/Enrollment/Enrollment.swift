@@ -80,6 +80,9 @@ public enum Enrollment {
     public static func enrollACME(_ request: ACMEEnrollment, store: CredentialStore, label: String,
                                   policy: TrustPolicy? = nil) throws -> EnrollmentResult {
         guard !request.identifiers.isEmpty else { throw MTLSError(.invalidArgument, "give at least one DNS name or IP address") }
+        guard request.pollTimeout.isFinite, (1...86400).contains(request.pollTimeout) else {
+            throw MTLSError(.invalidArgument, "the ACME poll timeout must be 1 to 86400 seconds")
+        }
         for name in request.identifiers where !Socket.isIPLiteral(name) && !CertificateRequest.isValidDNSName(name) {
             throw MTLSError(.invalidArgument, "not a DNS name or IP address: \"\(name)\"")
         }
@@ -268,7 +271,7 @@ public enum Enrollment {
     public static func renew(store: CredentialStore, label: String, force: Bool = false, policy: TrustPolicy? = nil,
                              tokenPIN: SecretBytes? = nil, externalAccount: ACMEExternalAccount? = nil,
                              now: Date = Date()) throws -> RenewalOutcome {
-        let (record, accountKey) = try store.enrollmentRecordAndKey(label: label)
+        let record = try store.enrollmentRecord(label: label)
         let current: Certificate = record.tokenURI == nil ? try store.identity(label: label).leaf
                                                            : try store.tokenIdentity(label: label).certificate
         let due = dueDate(current)
@@ -286,7 +289,7 @@ public enum Enrollment {
             request.tokenURI = record.tokenURI
             request.tokenPIN = tokenPIN
             request.externalAccount = externalAccount
-            _ = accountKey  // the same account: enrollACME finds it in the record
+            // The same account: enrollACME takes its key from the record.
             result = try enrollACME(request, store: store, label: label, policy: policy)
         case "pki":
             result = try issuePKI(record: record, keySpec: keySpec, tokenPIN: tokenPIN, caKeyPassword: nil, first: false,

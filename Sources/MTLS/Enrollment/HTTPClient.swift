@@ -164,7 +164,7 @@ struct HTTPSClient: Sendable {
                 }
                 buffer.removeFirst(lineEnd + 2)
                 if size == 0 { break }
-                guard body.count + size <= maxBody else { throw MTLSError(.limitExceeded, "the HTTP body is over \(maxBody) bytes") }
+                guard size <= maxBody - body.count else { throw MTLSError(.limitExceeded, "the HTTP body is over \(maxBody) bytes") }
                 while buffer.count < size + 2 {
                     guard !eof else { throw MTLSError(.parse, "the chunked HTTP body ends early") }
                     try fill()
