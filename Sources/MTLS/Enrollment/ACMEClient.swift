@@ -93,7 +93,7 @@ public struct ACMEExternalAccount: Sendable {
 /// thread.
 ///
 /// - Every POST carries a fresh nonce; a `badNonce` problem is retried (up to
-///   ``maxNonceRetries`` times) with the nonce that came with it.
+///   ``maxNonceRetries`` times in a row) with the nonce that came with it.
 /// - Polling honours `Retry-After` (capped) and gives up after ``pollTimeout`` seconds.
 /// - A problem document becomes ``MTLSError/Code/caRejected`` (or
 ///   ``MTLSError/Code/challengeFailed`` for a failed validation) carrying its type and detail.
@@ -103,7 +103,7 @@ final class ACMEClient {
     let http: HTTPSClient
     /// Seconds an order or authorization may stay pending.
     var pollTimeout: Double = 120
-    static let maxNonceRetries = 8
+    static let maxNonceRetries = 16
     static let maxRetryAfter = 10.0
 
     private var directory: JSONValue = .null
