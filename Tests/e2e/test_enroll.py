@@ -6,6 +6,7 @@ back to libmtls's own http-01 and tls-alpn-01 responders. Also the local `mtls p
 a source, `mtls renew --force`, and a renewal whose chain fails the policy (not installed)."""
 import json
 import os
+import re
 import signal
 import ssl
 import subprocess
@@ -220,8 +221,17 @@ def test_acme_with_a_softhsm_token_key(pebble, store, tmp_path):
         assert "token.test" in objs.stdout, objs.stdout + objs.stderr
         r = run_cli("renew", "tokenweb", "--force", "--pin-file", d / "pin", *store, "--json", timeout=180)
         assert r.returncode == 0, r.stdout + r.stderr
-        assert json.loads(r.stdout)["serial"] != out["serial"]
-        assert show(store, "tokenweb")["leaf_sha256"] == json.loads(r.stdout)["leaf_sha256"]
+        renewed = json.loads(r.stdout)
+        assert renewed["serial"] != out["serial"]
+        shown = show(store, "tokenweb")
+        assert shown["leaf_sha256"] == renewed["leaf_sha256"]
+        # Re-keyed on the token: a new key (its own label and CKA_ID), the previous one kept.
+        new_key = re.compile(r"object=web(~|%7E)[0-9]+")
+        assert renewed["token_uri"] != uri and new_key.search(renewed["token_uri"]), renewed
+        assert new_key.search(shown["token_uri"]), shown
+        keys = subprocess.run(["pkcs11-tool", "--module", SOFTHSM_MODULE, "--token-label", "acme-card", "--login",
+                               "--pin", "1234", "--list-objects", "--type", "privkey"], capture_output=True, text=True)
+        assert keys.stdout.count("Private Key Object") == 2, keys.stdout + keys.stderr
 
 
 def test_pki_enroll_then_forced_renewal_gives_new_serial_and_key(store, tmp_path):

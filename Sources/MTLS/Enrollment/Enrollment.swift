@@ -271,12 +271,17 @@ public enum Enrollment {
     public static func renew(store: CredentialStore, label: String, force: Bool = false, policy: TrustPolicy? = nil,
                              tokenPIN: SecretBytes? = nil, externalAccount: ACMEExternalAccount? = nil,
                              now: Date = Date()) throws -> RenewalOutcome {
-        let record = try store.enrollmentRecord(label: label)
+        var record = try store.enrollmentRecord(label: label)
         let current: Certificate = record.tokenURI == nil ? try store.identity(label: label).leaf
                                                            : try store.tokenIdentity(label: label).certificate
         let due = dueDate(current)
         guard force || now >= due else { return RenewalOutcome(renewed: false, result: nil, dueAt: due, current: current) }
         let keySpec = (try? KeySpec(issuingName: record.keyType)) ?? .ecP256
+        if let keyURI = record.tokenURI {
+            // A token identity is re-keyed on the token: a new key (new CKA_ID, a new label),
+            // the CSR signed there; the previous key stays on the token.
+            record.tokenURI = try rekeyOnToken(keyURI, keyType: record.keyType, pin: tokenPIN)
+        }
         let result: EnrollmentResult
         switch record.source {
         case "acme":
@@ -308,6 +313,32 @@ public enum Enrollment {
             throw MTLSError(.unsupported, "\"\(label)\" was enrolled from \"\(record.source)\", which this libmtls cannot renew")
         }
         return RenewalOutcome(renewed: true, result: result, dueAt: due, current: current)
+    }
+
+    /// Makes the next key of a token identity beside `uri`'s: same token (and query, such as
+    /// `pin-source` or `module-path`), a random CKA_ID, and the label `<base>~<unix time>`.
+    /// Returns the new private key's URI.
+    static func rekeyOnToken(_ uri: String, keyType: String, pin: SecretBytes?) throws -> String {
+        guard let type = TokenKeyType(rawValue: keyType) else {
+            throw MTLSError(.unsupported, "a \(keyType) key cannot be made on a token")
+        }
+        let parsed = try PKCS11URI(uri)
+        let q = uri.firstIndex(of: "?")
+        let path = q.map { String(uri[..<$0]) } ?? uri
+        let query = q.map { String(uri[$0...]) } ?? ""
+        var parts = path.dropFirst("pkcs11:".count).split(separator: ";").map(String.init)
+        parts.removeAll { $0.hasPrefix("id=") || $0.hasPrefix("object=") || $0.hasPrefix("type=") }
+        var base = parsed.object ?? "mtls-key"
+        if let tilde = base.lastIndex(of: "~"), base[base.index(after: tilde)...].allSatisfy(\.isNumber) {
+            base = String(base[..<tilde])
+        }
+        let label = base + "~" + String(Int(Date().timeIntervalSince1970))
+        let encoded = label.unicodeScalars.map { u -> String in
+            (u.isASCII && (u.properties.isAlphabetic || ("0"..."9").contains(Character(u)) || "-._~".unicodeScalars.contains(u)))
+                ? String(u) : Array(String(u).utf8).map { "%" + Encoding.hex([$0]) }.joined()
+        }.joined()
+        parts.append("object=" + encoded)
+        return try Token.generateKey(uri: "pkcs11:" + parts.joined(separator: ";") + query, type: type, pin: pin)
     }
 
     /// Seconds to wait before retry `attempt` (1, 2, ...) after a failed renewal: exponential
