@@ -21,7 +21,7 @@ from conftest import (free_port, wait_port, run_cli, write_secret, needs_softhsm
 class Pebble:
     """pebble + pebble-challtestsrv on free 127.0.0.1 ports, with their own config."""
 
-    def __init__(self, d, nonce_reject=None):
+    def __init__(self, d, nonce_reject=None, eab_keys=None):
         require_tool(os.path.exists("/usr/bin/pebble"), "pebble")
         self.d = d
         pki = d / "pki"
@@ -38,7 +38,7 @@ class Pebble:
             "listenAddress": f"127.0.0.1:{self.port}", "managementListenAddress": f"127.0.0.1:{self.mgmt}",
             "certificate": str(issued / "chain.pem"), "privateKey": str(issued / "key.pem"),
             "httpPort": self.http_port, "tlsPort": self.tls_port, "ocspResponderURL": "",
-            "externalAccountBindingRequired": False}}))
+            "externalAccountBindingRequired": bool(eab_keys), "externalAccountMACKeys": eab_keys or {}}}))
         self.log = open(d / "pebble.log", "w")
         self.dns = subprocess.Popen(["pebble-challtestsrv", "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "",
                                      "-dns01", f"127.0.0.1:{self.dns_port}", "-http01", "", "-https01", "",
@@ -338,5 +338,42 @@ def test_acme_retries_bad_nonces(tmp_path_factory, store):
         r = enroll_acme(p, store, "nonces", ["nonces.test"], "--http-port", p.http_port)
         assert r.returncode == 0, r.stdout + r.stderr
         assert show(store, "nonces")["leaf_sha256"] == json.loads(r.stdout)["leaf_sha256"]
+    finally:
+        p.stop()
+
+
+def test_acme_http01_through_a_webroot(pebble, store, tmp_path):
+    """--webroot: the key authorization is a file that another web server (here Python's) serves."""
+    root = tmp_path / "www"
+    root.mkdir()
+    web = subprocess.Popen(["python3", "-m", "http.server", str(pebble.http_port), "--bind", "127.0.0.1",
+                            "--directory", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(pebble.http_port, web)
+        r = enroll_acme(pebble, store, "webroot", ["webroot.test"], "--webroot", root)
+    finally:
+        web.terminate()
+        web.wait(10)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert show(store, "webroot")["leaf_sha256"] == json.loads(r.stdout)["leaf_sha256"]
+    # The challenge file is removed afterwards.
+    assert list((root / ".well-known" / "acme-challenge").iterdir()) == []
+
+
+def test_acme_external_account_binding(tmp_path_factory, store, tmp_path):
+    key = "zWNDZM6eQGHWpSRTPal5eIUYFTu7EajVIoguysqZ9wG44nMEtx3MUAsUDkMTQ12W"
+    p = Pebble(tmp_path_factory.mktemp("pebble-eab"), eab_keys={"kid-1": key})
+    try:
+        r = enroll_acme(p, store, "noeab", ["noeab.test"], "--http-port", p.http_port)
+        assert r.returncode != 0 and json.loads(r.stdout)["error"] == "ca_rejected", r.stdout
+        assert "externalAccountRequired" in json.loads(r.stdout)["message"], r.stdout
+        write_secret(tmp_path / "eab", key + "\n")
+        r = enroll_acme(p, store, "eab", ["eab.test"], "--http-port", p.http_port,
+                        extra=("--eab-kid", "kid-1", "--eab-hmac-file", tmp_path / "eab"))
+        assert r.returncode == 0, r.stdout + r.stderr
+        write_secret(tmp_path / "wrong", "b10lLJs8l1GPIzsLP0s6pMt8O0XVGnfTaCeROxQM0BIt2XrJMDHJZBM5NuQmQJQH\n")
+        r = enroll_acme(p, store, "wrongeab", ["wrongeab.test"], "--http-port", p.http_port,
+                        extra=("--eab-kid", "kid-1", "--eab-hmac-file", tmp_path / "wrong"))
+        assert r.returncode != 0 and json.loads(r.stdout)["error"] == "ca_rejected", r.stdout
     finally:
         p.stop()

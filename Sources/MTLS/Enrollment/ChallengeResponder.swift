@@ -50,7 +50,10 @@ final class ChallengeResponder: @unchecked Sendable {
             responder.thread = Threads.spawn { [responder] in
                 while !responder.stopped.load(ordering: .acquiring) {
                     // The CA's validation is the handshake itself: accept, then close.
-                    if let conn = try? listener.accept(timeout: 0.2) { conn.close() }
+                    do { try listener.accept(timeout: 0.2).close() } catch let e as MTLSError where e.code == .timeout {
+                    } catch {
+                        usleep(50_000)  // a failed handshake or a transient error: no busy loop
+                    }
                 }
                 listener.close()
             }
