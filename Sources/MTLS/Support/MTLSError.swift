@@ -62,6 +62,10 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
         // Connections, added later
         /// The peer closed the connection without close_notify: what was read may be cut short.
         public static let truncated = Code(header: MTLS_E_TRUNCATED)
+        // Store (0.2.0)
+        /// A store made before row authentication: it opens only after an explicit upgrade
+        /// (``CredentialStore/upgrade(path:secret:confirming:options:)``, `mtls store upgrade`).
+        public static let upgradeRequired = Code(header: MTLS_E_UPGRADE_REQUIRED)
         // Enrollment and renewal
         /// The certificate authority (ACME, EST) refused the request; the message carries its detail.
         public static let caRejected = Code(header: MTLS_E_CA_REJECTED)
@@ -109,6 +113,7 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
             (.badURI, "bad_uri", "invalid PKCS#11 URI"),
             (.pinRequired, "pin_required", "a PIN is required"),
             (.truncated, "truncated", "connection closed without close_notify: the data may be truncated"),
+            (.upgradeRequired, "upgrade_required", "the store must be upgraded explicitly first"),
             (.caRejected, "ca_rejected", "the certificate authority refused the request"),
             (.challengeFailed, "challenge_failed", "the challenge or the proof of the new identity failed"),
         ]

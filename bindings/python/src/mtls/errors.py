@@ -234,6 +234,12 @@ class TruncatedError(Error, ConnectionError):
     code, name = -48, "truncated"
 
 
+class UpgradeRequired(Error):
+    """A store made before row authentication: review and upgrade it with
+    :meth:`mtls.store.Store.upgrade` (or ``mtls store upgrade``) before opening it."""
+    code, name = -57, "upgrade_required"
+
+
 # Enrollment and renewal (issue 27)
 class CARejected(Error):
     """The certificate authority (ACME, EST) refused the request; the message carries its detail."""
@@ -250,7 +256,7 @@ _CLASSES: List[Type[Error]] = [
     NotPKCS12, NoIdentity, Unsupported, KeyMismatch, LimitExceeded, Duplicate, BadSecret, NotAStore, SchemaTooNew,
     Locked, ReadOnly, DiskFull, InvalidPolicy, Untrusted, ConnectError, Timeout, HandshakeError, PeerAlert, WantRead,
     WantWrite, Closed, NoMatchingIdentity, TokenError, PinIncorrect, PinLocked, TokenNotPresent, TokenRemoved, BadURI,
-    PinRequired, TruncatedError, CARejected, ChallengeFailed,
+    PinRequired, TruncatedError, UpgradeRequired, CARejected, ChallengeFailed,
 ]
 #: The exception class of each C status code.
 BY_CODE: Dict[int, Type[Error]] = {c.code: c for c in _CLASSES}
