@@ -144,6 +144,8 @@ struct EnrollCommand: ParsableCommand {
         @Option(name: .customLong("key-type"), help: "Type of the new key (default ec-p256).") var keyType: String?
         @Option(name: .customLong("token-uri"), help: "Use this token key (pkcs11: URI) instead of a new key in the store.") var tokenURI: String?
         @Option(name: .customLong("pin-file"), help: "File holding the token's PIN.") var pinFile: String?
+        @Option(name: .customLong("key-password-file"), help: "File with the password of the CA keys (default: $MTLS_PKI_KEY_PASSWORD_FILE).")
+        var keyPasswordFile: String?
         @Flag(help: "Machine-readable output.") var json = false
 
         func run() throws {
@@ -153,11 +155,14 @@ struct EnrollCommand: ParsableCommand {
                 }
                 let spec = try keyType.map { try KeySpec(issuingName: $0) } ?? .ecP256
                 let pki = PKIDirectory(path: dir)
-                let root = try pki.loadRoot(keyPassword: nil).certificate
+                guard let root = try Certificate.load(path: pki.rootPath + "/cert.pem").first else {
+                    throw MTLSError(.parse, "\(pki.rootPath)/cert.pem holds no certificate")
+                }
                 let pin = try pinFile.map(CLI.readPINFile)
+                let caPassword = try RenewCommand.caKeyPassword(keyPasswordFile)
                 let result = try location.adding { store in
                     try Enrollment.enrollPKI(directory: dir, caName: ca, name: name, profile: p, keySpec: spec, tokenURI: tokenURI,
-                                             tokenPIN: pin, chainAnchors: [root], store: store, label: label)
+                                             tokenPIN: pin, caKeyPassword: caPassword, chainAnchors: [root], store: store, label: label)
                 }
                 EnrollCommand.report(result, json: json)
             }
@@ -184,6 +189,8 @@ struct RenewCommand: ParsableCommand {
     @Option(name: .customLong("anchor"), help: "The renewed chain must validate to this certificate (repeatable).") var anchors: [String] = []
     @Option(name: .customLong("pin-file"), help: "File holding the token's PIN (token identities).") var pinFile: String?
     @Option(name: .customLong("interval"), help: "With --loop: seconds between checks (default 3600).") var interval: Double = 3600
+    @Option(name: .customLong("key-password-file"), help: "For identities enrolled from a local pki directory: the CA keys' password (default: $MTLS_PKI_KEY_PASSWORD_FILE).")
+    var keyPasswordFile: String?
     @Flag(help: "Machine-readable output (one JSON object per renewal attempt).") var json = false
 
     func validate() throws {
@@ -202,8 +209,10 @@ struct RenewCommand: ParsableCommand {
                 }
             }
             let pin = try pinFile.map(CLI.readPINFile)
+            let caPassword = try RenewCommand.caKeyPassword(keyPasswordFile)
             if !loop {
-                let outcome = try Enrollment.renew(store: store, label: label ?? "", force: force, policy: trust, tokenPIN: pin)
+                let outcome = try Enrollment.renew(store: store, label: label ?? "", force: force, policy: trust, tokenPIN: pin,
+                                                   caKeyPassword: caPassword)
                 try RenewCommand.report(outcome, label: label ?? "", json: json)
                 return
             }
@@ -215,7 +224,8 @@ struct RenewCommand: ParsableCommand {
                 let labels = try label.map { [$0] } ?? store.enrolledLabels()
                 for l in labels where (nextTry[l] ?? .distantPast) <= Date() {
                     do {
-                        let outcome = try Enrollment.renew(store: store, label: l, force: force && firstPass, policy: trust, tokenPIN: pin)
+                        let outcome = try Enrollment.renew(store: store, label: l, force: force && firstPass, policy: trust, tokenPIN: pin,
+                                                           caKeyPassword: caPassword)
                         failures[l] = nil
                         nextTry[l] = nil
                         if outcome.renewed { try RenewCommand.report(outcome, label: l, json: json) }
@@ -237,6 +247,12 @@ struct RenewCommand: ParsableCommand {
                 Thread.sleep(forTimeInterval: min(interval, soonest))
             }
         }
+    }
+
+    /// The local CA's key password: the file given, else `MTLS_PKI_KEY_PASSWORD_FILE` (as `mtls pki`).
+    static func caKeyPassword(_ file: String?) throws -> SecretBytes? {
+        let env = ProcessInfo.processInfo.environment["MTLS_PKI_KEY_PASSWORD_FILE"].flatMap { $0.isEmpty ? nil : $0 }
+        return try (file ?? env).map(CLI.readPasswordFile)
     }
 
     static func report(_ outcome: RenewalOutcome, label: String, json: Bool) throws {

@@ -377,3 +377,22 @@ def test_acme_external_account_binding(tmp_path_factory, store, tmp_path):
         assert r.returncode != 0 and json.loads(r.stdout)["error"] == "ca_rejected", r.stdout
     finally:
         p.stop()
+
+
+def test_pki_enroll_and_renew_with_encrypted_ca_keys(store, tmp_path):
+    """A pki directory whose CA keys are encrypted: the password comes from --key-password-file
+    (or MTLS_PKI_KEY_PASSWORD_FILE, as for mtls pki), at enrollment and at renewal."""
+    pki = tmp_path / "pki"
+    write_secret(tmp_path / "capw", "ca password\n")
+    pw = ["--key-password-file", tmp_path / "capw"]
+    assert run_cli("pki", "init", "--dir", pki, "--name", "Locked Root", *pw).returncode == 0
+    assert run_cli("pki", "intermediate", "--dir", pki, "--name", "Locked CA", *pw).returncode == 0
+    r = run_cli("enroll", "pki", "--dir", pki, "--ca", "Locked CA", "--name", "locked.local", "--label", "locked", *store, "--json")
+    assert r.returncode != 0 and json.loads(r.stdout)["error"] == "bad_password", r.stdout
+    r = run_cli("enroll", "pki", "--dir", pki, "--ca", "Locked CA", "--name", "locked.local", "--label", "locked", *store, *pw,
+                "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    first = json.loads(r.stdout)
+    r = run_cli("renew", "locked", "--force", *store, *pw, "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["serial"] != first["serial"]

@@ -53,10 +53,15 @@ struct ESTClient {
 
     /// Certificates from a base64 (RFC 7030 §4.1.3) or binary PKCS#7 certs-only body.
     static func certificates(_ body: [UInt8], _ what: String) throws -> [Certificate] {
-        let der = Data(base64Encoded: Data(body), options: .ignoreUnknownCharacters).map { Array($0) } ?? body
-        do { return try Certificate.parseAll(der) } catch {
+        // Base64 is what RFC 7030 sends; some servers send the DER itself.
+        if let decoded = Data(base64Encoded: Data(body), options: .ignoreUnknownCharacters),
+           let certs = try? Certificate.parseAll(Array(decoded)), !certs.isEmpty {
+            return certs
+        }
+        guard let certs = try? Certificate.parseAll(body), !certs.isEmpty else {
             throw MTLSError(.parse, "\(what) is not a PKCS#7 certs-only message")
         }
+        return certs
     }
 
     static func failure(_ r: HTTPResponse, _ what: String) -> MTLSError {

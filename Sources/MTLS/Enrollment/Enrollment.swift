@@ -218,8 +218,9 @@ public enum Enrollment {
         let carrier = try record.carrier(key: accountKey)
         if let uri = record.tokenURI {
             if writeToToken {
-                // Beside its key on the token, so the token alone can present it too.
-                _ = try? Token.importCertificate(leaf, chain: chain, uri: uri, pin: tokenPIN)
+                // Beside its key on the token, so the token alone can present it (and its chain).
+                // Already there (a retried enrollment) is fine; any other failure is reported.
+                do { _ = try Token.importCertificate(leaf, chain: chain, uri: uri, pin: tokenPIN) } catch let e as MTLSError where e.code == .duplicate {}
             }
             try store.putTokenIdentity(uri: key.tokenURI ?? uri, certificate: leaf, chain: chain, label: label, replace: true)
             try store.putIdentity(carrier, label: EnrollmentRecord.label(for: label), replace: true)
@@ -266,11 +267,11 @@ public enum Enrollment {
     }
 
     /// Renews the identity labelled `label` from its enrollment record when it is due (or
-    /// always, with `force`). The previous identity stays in the store, untouched, unless the
+    /// always, with `force`). `caKeyPassword` unlocks a local pki directory's CA key. The previous identity stays in the store, untouched, unless the
     /// new one is issued and proven (see ``prove``); then both are swapped in one transaction.
     public static func renew(store: CredentialStore, label: String, force: Bool = false, policy: TrustPolicy? = nil,
                              tokenPIN: SecretBytes? = nil, externalAccount: ACMEExternalAccount? = nil,
-                             now: Date = Date()) throws -> RenewalOutcome {
+                             caKeyPassword: SecretBytes? = nil, now: Date = Date()) throws -> RenewalOutcome {
         var record = try store.enrollmentRecord(label: label)
         let current: Certificate = record.tokenURI == nil ? try store.identity(label: label).leaf
                                                            : try store.tokenIdentity(label: label).certificate
@@ -297,7 +298,7 @@ public enum Enrollment {
             // The same account: enrollACME takes its key from the record.
             result = try enrollACME(request, store: store, label: label, policy: policy)
         case "pki":
-            result = try issuePKI(record: record, keySpec: keySpec, tokenPIN: tokenPIN, caKeyPassword: nil, first: false,
+            result = try issuePKI(record: record, keySpec: keySpec, tokenPIN: tokenPIN, caKeyPassword: caKeyPassword, first: false,
                                   store: store, label: label, policy: policy)
         case "est":
             // Re-enrollment is authenticated by the identity being renewed, over mutual TLS.
