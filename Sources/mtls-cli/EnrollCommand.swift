@@ -235,10 +235,14 @@ struct RenewCommand: ParsableCommand {
                         let wait = Enrollment.backoff(attempt: n)
                         nextTry[l] = Date().addingTimeInterval(wait)
                         let message = (error as? MTLSError)?.message ?? "\(error)"
+                        // The identity runs out before the next attempt: say so, loudly.
+                        let expiresFirst = (try? store.info(label: l).notAfter).map { $0 < nextTry[l] ?? Date() } ?? false
                         if json {
-                            CLI.printJSON(["label": l, "renewed": false, "error": CLI.errorName(error), "message": message, "retry_in": Int(wait)])
+                            CLI.printJSON(["label": l, "renewed": false, "error": CLI.errorName(error), "message": message,
+                                           "retry_in": Int(wait), "expires_before_retry": expiresFirst])
                         } else {
                             CLI.printError("renewing \(l) failed (attempt \(n), retry in \(Int(wait)) s): \(message)")
+                            if expiresFirst { CLI.printError("warning: \(l) expires before the next attempt") }
                         }
                     }
                 }

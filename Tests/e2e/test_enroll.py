@@ -326,7 +326,7 @@ def test_renew_loop_renews_every_enrolled_identity_then_backs_off_on_failure(sto
     os.rename(pki, tmp_path / "pki-gone")
     lines = _loop_lines(store, 2)
     assert len(lines) == 2 and all(line["renewed"] is False and line["error"] == "not_found" for line in lines), lines
-    assert all(24 <= line["retry_in"] <= 36 for line in lines), lines
+    assert all(24 <= line["retry_in"] <= 36 and line["expires_before_retry"] is False for line in lines), lines
     assert {label: show(store, label)["leaf_sha256"] for label in ("one", "two")} == after
 
 
