@@ -76,6 +76,12 @@ final class EnrollmentTests: XCTestCase {
         XCTAssertEqual(try store.enrolledLabels(), ["web"])
         XCTAssertEqual(try ACMEChallengeMethod(recorded: record.challenge ?? ""), .tlsALPN01(address: "127.0.0.1", port: 8443))
         XCTAssertThrowsError(try store.enrollmentRecord(label: "other")) { XCTAssertEqual(($0 as? MTLSError)?.code, .notFound) }
+
+        // The record (and its account key) is never offered to a server by automatic selection.
+        let other = try CertificateAuthority.newRoot(commonName: "plain client")
+        try store.putIdentity(other, label: "plain")
+        guard case .candidates(let candidates) = try ClientIdentity.automatic(from: store) else { return XCTFail("not candidates") }
+        XCTAssertEqual(candidates.map(\.leaf), [other.leaf])
     }
 
     func testRenewalIsDueAtTwoThirdsOfTheLifetimeLessJitter() throws {

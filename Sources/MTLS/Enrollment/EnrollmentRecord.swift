@@ -77,6 +77,12 @@ public struct EnrollmentRecord: Codable, Sendable, Equatable {
         }
     }
 
+    /// Whether `certificate` is a record's carrier (never to be presented to a peer: automatic
+    /// identity selection leaves these out).
+    static func isCarrier(_ certificate: Certificate) -> Bool {
+        certificate.commonName == commonName && certificate.subject == certificate.issuer && (try? read(carrier: certificate)) != nil
+    }
+
     static func encode(_ certificates: [Certificate]) -> [String] { certificates.map { Data($0.der).base64EncodedString() } }
 
     static func decode(_ texts: [String]) throws -> [Certificate] {
