@@ -115,7 +115,10 @@ typedef enum mtls_status {
     MTLS_E_PIN_REQUIRED = -56,
     /* added later */
     MTLS_E_TRUNCATED = -48,         /* the peer closed without close_notify: a read may be cut short */
-    MTLS_E_UPGRADE_REQUIRED = -57   /* a store from before row authentication: see mtls_store_upgrade */
+    MTLS_E_UPGRADE_REQUIRED = -57,  /* a store from before row authentication: see mtls_store_upgrade */
+    /* Enrollment and renewal (issue 27) */
+    MTLS_E_CA_REJECTED = -70,       /* the CA (ACME, EST) refused; the message carries its problem detail */
+    MTLS_E_CHALLENGE_FAILED = -71   /* the CA could not validate the challenge, or the renewed identity is not proven */
 } mtls_status;
 
 /* A static English text for a code (unknown codes give "unknown error code"). Never free it. */
@@ -714,6 +717,22 @@ MTLS_EXTERN int mtls_store_item_not_after(const mtls_store_item *item, int64_t *
 MTLS_EXTERN int mtls_store_item_created(const mtls_store_item *item, int64_t *out);
 MTLS_EXTERN int mtls_store_item_modified(const mtls_store_item *item, int64_t *out);
 MTLS_EXTERN int mtls_store_item_chain_sha256s(const mtls_store_item *item, char ***out, size_t *count);
+
+/* ---- Renewal (issue 27) ----
+ * Renews the identity labelled `label` in `store` from the enrollment record kept beside it
+ * (made by `mtls enroll acme|pki`): when it is due — two thirds of its lifetime passed, less a
+ * random jitter of up to 5 % — or always when `force` is non-zero. The new identity replaces the
+ * old one (identity and record in one store transaction) only once its key matches and its
+ * chain validates under `policy` (NULL: the anchors recorded at enrollment); until then the old
+ * one stays. `pin` (NULL: none) is the token PIN for a token identity; it is not kept.
+ * *renewed (may be NULL) is 1 when a new identity was installed, 0 otherwise.
+ * Blocks for the whole exchange with the CA (seconds). Safe to call from any thread; calls for
+ * one label should not overlap. Errors: MTLS_E_NOT_FOUND (no such identity or no record),
+ * MTLS_E_CA_REJECTED (the CA's problem detail in mtls_last_error), MTLS_E_CHALLENGE_FAILED
+ * (validation failed, or the new identity was not proven: nothing installed), MTLS_E_CONNECT,
+ * MTLS_E_UNTRUSTED (the CA's TLS certificate), MTLS_E_TIMEOUT, MTLS_E_TOKEN... */
+MTLS_EXTERN int mtls_renew(mtls_store *store, const char *label, int force, const mtls_policy *policy,
+                           const char *pin, int *renewed);
 
 /* Delete the item labelled `label` in `item_class` (MTLS_STORE_ANY: every class).
  * MTLS_E_NOT_FOUND when nothing matched. `deleted` may be NULL. */

@@ -57,6 +57,8 @@ static inline X509_NAME *mtls_ossl_sk_X509_NAME_value(const STACK_OF(X509_NAME) 
 
 static inline int mtls_ossl_sk_X509_EXTENSION_num(const STACK_OF(X509_EXTENSION) *sk) { return sk_X509_EXTENSION_num(sk); }
 static inline X509_EXTENSION *mtls_ossl_sk_X509_EXTENSION_value(const STACK_OF(X509_EXTENSION) *sk, int i) { return sk_X509_EXTENSION_value(sk, i); }
+/* Enrollment: a CSR's extension request (X509V3_add1_i2d makes the stack). */
+static inline void mtls_ossl_sk_X509_EXTENSION_pop_free(STACK_OF(X509_EXTENSION) *sk) { sk_X509_EXTENSION_pop_free(sk, X509_EXTENSION_free); }
 
 static inline int mtls_ossl_sk_PKCS12_SAFEBAG_num(const STACK_OF(PKCS12_SAFEBAG) *sk) { return sk_PKCS12_SAFEBAG_num(sk); }
 static inline PKCS12_SAFEBAG *mtls_ossl_sk_PKCS12_SAFEBAG_value(const STACK_OF(PKCS12_SAFEBAG) *sk, int i) { return sk_PKCS12_SAFEBAG_value(sk, i); }

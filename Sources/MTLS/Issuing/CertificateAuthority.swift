@@ -248,8 +248,19 @@ enum CertificateBuilder {
     /// with another name through a comma).
     static func addSubjectAltNames(_ x: OpaquePointer, dns: [String], ips: [String]) throws {
         guard !dns.isEmpty || !ips.isEmpty else { return }
-        guard let names = mtls_ossl_GENERAL_NAMES_new() else { throw MTLSError.openSSL(.noMemory, "GENERAL_NAMES_new failed") }
+        let names = try generalNames(dns: dns, ips: ips)
         defer { mtls_ossl_GENERAL_NAMES_free(names) }
+        guard X509_add1_ext_i2d(x, NID_subject_alt_name, UnsafeMutableRawPointer(names), 0, UInt(X509V3_ADD_DEFAULT)) == 1 else {
+            throw MTLSError.openSSL(.internal, "cannot add the subjectAltName extension")
+        }
+    }
+
+    /// The subjectAltName entries as OpenSSL's `GENERAL_NAMES` (the caller frees it), for a
+    /// certificate or a CSR's extension request.
+    static func generalNames(dns: [String], ips: [String]) throws -> OpaquePointer {
+        guard let names = mtls_ossl_GENERAL_NAMES_new() else { throw MTLSError.openSSL(.noMemory, "GENERAL_NAMES_new failed") }
+        var owned: OpaquePointer? = names
+        defer { if let owned { mtls_ossl_GENERAL_NAMES_free(owned) } }
         func push(_ type: Int32, _ bytes: [UInt8], ia5: Bool) throws {
             guard let gen = GENERAL_NAME_new() else { throw MTLSError.openSSL(.noMemory, "GENERAL_NAME_new failed") }
             guard let value = ia5 ? ASN1_IA5STRING_new() : ASN1_OCTET_STRING_new(),
@@ -268,9 +279,8 @@ enum CertificateBuilder {
             guard let bytes = IPAddress.bytes(ip) else { throw MTLSError(.invalidArgument, "not an IP address: \"\(ip)\"") }
             try push(GEN_IPADD, bytes, ia5: false)
         }
-        guard X509_add1_ext_i2d(x, NID_subject_alt_name, UnsafeMutableRawPointer(names), 0, UInt(X509V3_ADD_DEFAULT)) == 1 else {
-            throw MTLSError.openSSL(.internal, "cannot add the subjectAltName extension")
-        }
+        owned = nil
+        return names
     }
 
     /// The digest to sign with: SHA-256, except for EdDSA keys, which hash internally.

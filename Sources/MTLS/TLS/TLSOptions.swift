@@ -226,10 +226,11 @@ extension ClientIdentity {
     /// Automatic choice among every identity in `store` and every token identity it refers to
     /// (see ``candidates(_:)``): stored identities first, then token identities, each in label
     /// order. A token identity's PIN is `tokenPIN`, else `pinCallback`, else its URI's
-    /// pin-value/pin-source.
+    /// pin-value/pin-source. Enrollment records (``EnrollmentRecord``: the ACME account key and
+    /// its self-signed carrier) are never candidates.
     public static func automatic(from store: CredentialStore, tokenPIN: SecretBytes? = nil,
                                  pinCallback: TokenPINCallback? = nil) throws -> ClientIdentity {
-        let stored = try store.identities().map { IdentityCandidate($0) }
+        let stored = try store.identities().filter { !EnrollmentRecord.isCarrier($0.leaf) }.map { IdentityCandidate($0) }
         let tokens = try store.tokenIdentities().map { IdentityCandidate(token: $0, pin: tokenPIN, pinCallback: pinCallback) }
         return .candidates(stored + tokens)
     }
