@@ -24,7 +24,7 @@ def pki(tmp_path):
        f"{TEST_PKI} --root . evil 'Acme Root' && {TEST_PKI} --leaf . e p256 e2e-client evil && "
        "openssl pkcs12 -export -inkey c.key -in c.pem -certfile ca.pem -passout pass:pw -out c.p12 && "
        "echo pw > pw.txt && echo 'store passphrase' > secret.txt && echo 'new passphrase' > new.txt && "
-       "echo out > outpw.txt", tmp_path)
+       "echo out > outpw.txt && chmod 600 pw.txt secret.txt new.txt outpw.txt", tmp_path)
     return tmp_path
 
 
