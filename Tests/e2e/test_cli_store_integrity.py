@@ -146,7 +146,10 @@ def test_a_pin_among_the_path_attributes_is_not_stored_or_printed(pki):
 
 def fixture_store(pki, name):
     shutil.copy(FIXTURES / name, pki / "old.db")
-    return ["store", "--store", pki / "old.db", "--key-file", FIXTURES / "store.key"]
+    # A clone gives the committed key file the mode of its umask: the copy is owner-only.
+    shutil.copy(FIXTURES / "store.key", pki / "fixture.key")
+    (pki / "fixture.key").chmod(0o600)
+    return ["store", "--store", pki / "old.db", "--key-file", pki / "fixture.key"]
 
 
 def test_upgrade_of_an_older_store_lists_what_it_vouches_for_and_needs_confirmation(pki):
