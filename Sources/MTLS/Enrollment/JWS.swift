@@ -26,29 +26,13 @@ indirect enum JSONOut {
 
     var text: String {
         switch self {
-        case .string(let s): return JSONOut.quote(s)
+        case .string(let s): return JSONText.quoted(s)
         case .bool(let b): return b ? "true" : "false"
         case .int(let i): return String(i)
         case .array(let a): return "[" + a.map(\.text).joined(separator: ",") + "]"
-        case .object(let o): return "{" + o.map { JSONOut.quote($0.0) + ":" + $0.1.text }.joined(separator: ",") + "}"
+        case .object(let o): return "{" + o.map { JSONText.quoted($0.0) + ":" + $0.1.text }.joined(separator: ",") + "}"
         case .raw(let r): return r
         }
-    }
-
-    static func quote(_ s: String) -> String {
-        var out = "\""
-        for u in s.unicodeScalars {
-            switch u {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if u.value < 0x20 { out += "\\u00" + Encoding.hex([UInt8(u.value)]) } else { out.unicodeScalars.append(u) }
-            }
-        }
-        return out + "\""
     }
 }
 

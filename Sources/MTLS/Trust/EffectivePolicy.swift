@@ -121,30 +121,6 @@ public struct TrustProvenance: Sendable, Hashable {
     }
 }
 
-/// Minimal JSON text output for the provenance (no Foundation JSON in the core's hot path).
-enum JSONText {
-    static func quoted(_ s: String) -> String {
-        var out = "\""
-        for u in s.unicodeScalars {
-            switch u {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if u.value < 0x20 {
-                    let hex = String(u.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(u)
-                }
-            }
-        }
-        return out + "\""
-    }
-}
-
 /// One set of pins in force for an evaluation.
 struct PinRequirement {
     let source: TrustProvenance.Source
