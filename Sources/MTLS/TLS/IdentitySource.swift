@@ -110,20 +110,8 @@ enum LifecycleWatcher {
         if start && !spawn() { state.withLock { $0.running = false } }
     }
 
-    private final class Body: Sendable {}
-
     private static func spawn() -> Bool {
-        var attr = pthread_attr_t()
-        pthread_attr_init(&attr)
-        defer { pthread_attr_destroy(&attr) }
-        pthread_attr_setstacksize(&attr, 512 * 1024)
-        pthread_attr_setdetachstate(&attr, Int32(PTHREAD_CREATE_DETACHED))
-        var tid = pthread_t()
-        return pthread_create(&tid, &attr, { _ in
-            mtls_set_thread_name("mtls-watch")
-            LifecycleWatcher.run()
-            return nil
-        }, nil) == 0
+        BackgroundThread.start(name: "mtls-watch") { LifecycleWatcher.run() }
     }
 
     private static func run() {
