@@ -37,6 +37,14 @@ public final class ReportCallbackBox: @unchecked Sendable {
     deinit { destroy?(userdata) }
 }
 
+/// The chain a C caller passes as `certs[0..<count]` (at least one certificate handle), checked
+/// the same way by every evaluate function.
+private func chainArgument(_ certs: UnsafePointer<OpaquePointer?>?, _ count: Int) throws -> [Certificate] {
+    let certs = try require(certs, "certs")
+    guard count > 0 else { throw invalid("count must be at least 1") }
+    return try (0..<count).map { try handle(certs[$0], Certificate.self, "certs[\($0)]") }
+}
+
 private func policy(_ p: OpaquePointer?) throws -> TrustPolicy {
     try handle(p, TrustPolicy.self, "policy")
 }
@@ -197,9 +205,7 @@ public func mtls_evaluate(_ p: OpaquePointer?, _ certs: UnsafePointer<OpaquePoin
     abiCall {
         try putHandle(out) {
             let h = try handle(p, TrustPolicy.self, "policy")
-            let certs = try require(certs, "certs")
-            guard count > 0 else { throw invalid("count must be at least 1") }
-            let chain = try (0..<count).map { try handle(certs[$0], Certificate.self, "certs[\($0)]") }
+            let chain = try chainArgument(certs, count)
             let purposeValue = try purposeArgument(purpose)
             let result = h.evaluate(chain: chain, host: optionalString(host), purpose: purposeValue,
                                     at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)))
@@ -325,9 +331,7 @@ public func mtls_evaluate_peer(_ p: OpaquePointer?, _ certs: UnsafePointer<Opaqu
     abiCall {
         try putHandle(out) {
             let h = try handle(p, TrustPolicy.self, "policy")
-            let certs = try require(certs, "certs")
-            guard count > 0 else { throw invalid("count must be at least 1") }
-            let chain = try (0..<count).map { try handle(certs[$0], Certificate.self, "certs[\($0)]") }
+            let chain = try chainArgument(certs, count)
             let peer = TrustPeer(host: optionalString(host), port: port == 0 ? nil : Int(port), verifyAs: optionalString(verifyAs))
             let result = h.evaluate(chain: chain, peer: peer, purpose: try purposeArgument(purpose),
                                             at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)))
@@ -435,9 +439,7 @@ public func mtls_evaluate_with_overrides(_ p: OpaquePointer?, _ certs: UnsafePoi
     abiCall {
         try putHandle(out) {
             let h = try handle(p, TrustPolicy.self, "policy")
-            let certs = try require(certs, "certs")
-            guard count > 0 else { throw invalid("count must be at least 1") }
-            let chain = try (0..<count).map { try handle(certs[$0], Certificate.self, "certs[\($0)]") }
+            let chain = try chainArgument(certs, count)
             // Port 0: the host may carry its port as text, as mtls_evaluate takes it.
             var peer = port == 0 ? TrustPeer(hostText: optionalString(host))
                                  : TrustPeer(host: optionalString(host), port: Int(port))
