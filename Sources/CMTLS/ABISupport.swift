@@ -362,3 +362,20 @@ func freeArray<E>(_ list: UnsafeMutablePointer<E>?, _ count: Int, _ release: (E)
 func freeHandles<T: AnyObject>(_ list: UnsafeMutablePointer<OpaquePointer?>?, _ count: Int, _ type: T.Type) {
     freeArray(list, count) { releaseHandle($0, type) }
 }
+
+/// A C callback's userdata with the application's destroy function, which runs once, when the
+/// last holder lets go (a policy, source, listener, watch or token identity); the report, event
+/// and PIN callback boxes all keep theirs this way. Sendable (unchecked: a raw pointer is not):
+/// the fields never change; libmtls only hands `userdata` back to the application's callback and
+/// destroy function.
+public class CallbackUserdata: @unchecked Sendable {
+    let userdata: UnsafeMutableRawPointer?
+    let destroy: mtls_destroy_cb?
+
+    init(_ userdata: UnsafeMutableRawPointer?, _ destroy: mtls_destroy_cb?) {
+        self.userdata = userdata
+        self.destroy = destroy
+    }
+
+    deinit { destroy?(userdata) }
+}

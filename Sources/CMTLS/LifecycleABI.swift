@@ -8,19 +8,14 @@ import Glibc
 #endif
 
 /// A C event callback with its user data; `destroy(userdata)` runs when the last holder lets go.
-public final class EventCallbackBox: @unchecked Sendable {
+public final class EventCallbackBox: CallbackUserdata, @unchecked Sendable {
     public typealias Callback = @convention(c) (UnsafePointer<mtls_event>?, UnsafeMutableRawPointer?) -> Void
     let callback: Callback
-    let userdata: UnsafeMutableRawPointer?
-    let destroy: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?
 
-    init(_ callback: Callback, _ userdata: UnsafeMutableRawPointer?, _ destroy: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?) {
+    init(_ callback: Callback, _ userdata: UnsafeMutableRawPointer?, _ destroy: mtls_destroy_cb?) {
         self.callback = callback
-        self.userdata = userdata
-        self.destroy = destroy
+        super.init(userdata, destroy)
     }
-
-    deinit { destroy?(userdata) }
 
     func deliver(_ e: LifecycleEvent) {
         withOptionalCString(e.label) { label in

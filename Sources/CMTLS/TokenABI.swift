@@ -251,7 +251,7 @@ public func mtls_identity_from_pkcs11(_ uri: UnsafePointer<CChar>?, _ pinCallbac
                                       _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     // destroy(userdata) runs once, when the last holder of the callback lets it go: this call, or
     // an identity whose key asks again before each signature (CKA_ALWAYS_AUTHENTICATE).
-    let box = PinUserdata(userdata, destroy)
+    let box = CallbackUserdata(userdata, destroy)
     return abiCall {
         try putHandle(out) {
             try Token.identity(uri: try string(uri, "uri"), pinCallback: pinCallback.map { pinAdapter($0, box) })
@@ -259,28 +259,13 @@ public func mtls_identity_from_pkcs11(_ uri: UnsafePointer<CChar>?, _ pinCallbac
     }
 }
 
-/// A PIN callback's userdata; the application's destroy function runs when it is released.
-/// Sendable (unchecked: a raw pointer is not): the fields never change; libmtls only hands
-/// `userdata` back to the application's callback and destroy function.
-private final class PinUserdata: @unchecked Sendable {
-    let userdata: UnsafeMutableRawPointer?
-    let destroy: mtls_destroy_cb?
-
-    init(_ userdata: UnsafeMutableRawPointer?, _ destroy: mtls_destroy_cb?) {
-        self.userdata = userdata
-        self.destroy = destroy
-    }
-
-    deinit { destroy?(userdata) }
-}
-
 /// A core PIN callback that asks the application's C callback, through a buffer it writes the
 /// PIN into.
-private func pinAdapter(_ cb: mtls_pin_cb, _ box: PinUserdata) -> TokenPINCallback {
+private func pinAdapter(_ cb: mtls_pin_cb, _ box: CallbackUserdata) -> TokenPINCallback {
     pinAdapter(cb, box.userdata, keeping: box)
 }
 
-private func pinAdapter(_ cb: mtls_pin_cb, _ userdata: UnsafeMutableRawPointer?, keeping box: PinUserdata? = nil)
+private func pinAdapter(_ cb: mtls_pin_cb, _ userdata: UnsafeMutableRawPointer?, keeping box: CallbackUserdata? = nil)
     -> TokenPINCallback {
     // Core PIN callbacks are @Sendable (a token may ask again on a handshake thread); this one
     // is used only during the C call that registered it (see mtls_pin_cb in the header), and

@@ -15,17 +15,14 @@ final class TrustResultBox {
 /// Calls a C report callback; the userdata's destroy function runs when the policy lets go.
 /// Sendable (unchecked: a raw pointer is not): the fields never change, and the header tells the
 /// application that `cb` runs on the evaluating thread with `userdata` as given.
-public final class ReportCallbackBox: @unchecked Sendable {
+public final class ReportCallbackBox: CallbackUserdata, @unchecked Sendable {
     public typealias Callback = @convention(c) (UnsafePointer<CChar>?, UnsafePointer<CChar>?, UnsafePointer<CChar>?,
                                          UnsafePointer<CChar>?, UnsafeMutableRawPointer?) -> Void
     let callback: Callback
-    let userdata: UnsafeMutableRawPointer?
-    let destroy: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?
 
-    init(_ callback: Callback, _ userdata: UnsafeMutableRawPointer?, _ destroy: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?) {
+    init(_ callback: Callback, _ userdata: UnsafeMutableRawPointer?, _ destroy: mtls_destroy_cb?) {
         self.callback = callback
-        self.userdata = userdata
-        self.destroy = destroy
+        super.init(userdata, destroy)
     }
 
     func report(_ r: TrustReport) {
@@ -33,8 +30,6 @@ public final class ReportCallbackBox: @unchecked Sendable {
             callback(r.host, r.rule, reason.code, reason.message, userdata)
         }
     }
-
-    deinit { destroy?(userdata) }
 }
 
 /// The chain a C caller passes as `certs[0..<count]` (at least one certificate handle), checked
