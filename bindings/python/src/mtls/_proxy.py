@@ -9,11 +9,12 @@ the encrypted bytes. Only ``http://`` proxies are honoured: TLS to the proxy its
 ``https://`` proxy) and SOCKS are refused with :class:`UnsupportedProxy`, never handed to another
 TLS stack or done without a tunnel."""
 import base64
+import contextlib
 import select
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Tuple
+from typing import Any, Callable, Iterator, Mapping, Optional, Tuple
 from urllib.parse import unquote, urlsplit
 
 from .errors import Error, Timeout, WantRead, WantWrite
@@ -161,18 +162,26 @@ def open_tunnel(proxy: HTTPProxy, host: str, port: int, timeout: Optional[float]
         sock = socket.create_connection((proxy.host, proxy.port), timeout=t)
     except OSError as e:
         raise TunnelError(f"cannot connect to the proxy {proxy}: {e}") from e
+    with closed_on_failure(sock, proxy):
+        try:
+            sock.sendall(request)
+            reply = ConnectReply(proxy, host, port)
+            while not reply.complete:
+                used = reply.take(sock.recv(_MAX_REPLY, socket.MSG_PEEK))
+                sock.recv(used, socket.MSG_WAITALL)  # bytes already queued: returns them all at once
+            reply.check()
+            sock.settimeout(None)  # from here on TunnelConnection keeps the timeouts (the socket is made non-blocking)
+            return sock
+        except socket.timeout as e:
+            raise TunnelError(f"the proxy {proxy} did not answer CONNECT within {t} s") from e
+
+
+@contextlib.contextmanager
+def closed_on_failure(sock: socket.socket, proxy: HTTPProxy) -> Iterator[None]:
+    """Around the CONNECT exchange of open_tunnel and its asyncio form: on any failure `sock` is
+    closed, and an OSError that is not already a TunnelError becomes one naming the proxy."""
     try:
-        sock.sendall(request)
-        reply = ConnectReply(proxy, host, port)
-        while not reply.complete:
-            used = reply.take(sock.recv(_MAX_REPLY, socket.MSG_PEEK))
-            sock.recv(used, socket.MSG_WAITALL)  # bytes already queued: returns them all at once
-        reply.check()
-        sock.settimeout(None)  # from here on TunnelConnection keeps the timeouts (the socket is made non-blocking)
-        return sock
-    except socket.timeout as e:
-        sock.close()
-        raise TunnelError(f"the proxy {proxy} did not answer CONNECT within {t} s") from e
+        yield
     except OSError as e:
         sock.close()
         if isinstance(e, TunnelError):

@@ -88,7 +88,8 @@ from collections import deque
 from typing import Any, Awaitable, Callable, Deque, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from mtls._lib import lib
-from mtls._proxy import _MAX_REPLY, ConnectReply, HTTPProxy, TunnelError, UnsupportedProxy, connect_request
+from mtls._proxy import (_MAX_REPLY, ConnectReply, HTTPProxy, TunnelError, UnsupportedProxy, closed_on_failure,
+                         connect_request)
 from mtls.errors import (ConnectError, Error, Timeout, TrustError, WantRead, WantWrite, check,
                          take_callback_exception)
 from mtls.pkcs12 import Identity
@@ -219,7 +220,7 @@ async def _open_tunnel(proxy: HTTPProxy, host: str, port: int) -> socket.socket:
         sock = await _connect_socket(proxy.host, proxy.port)
     except ConnectError as e:
         raise TunnelError(f"cannot connect to the proxy {proxy}: {e.message}") from e
-    try:
+    with closed_on_failure(sock, proxy):
         await asyncio.get_running_loop().sock_sendall(sock, request)
         reply = ConnectReply(proxy, host, port)
         while not reply.complete:
@@ -231,14 +232,6 @@ async def _open_tunnel(proxy: HTTPProxy, host: str, port: int) -> socket.socket:
             sock.recv(reply.take(peeked))  # bytes already queued: all of them at once
         reply.check()
         return sock
-    except OSError as e:
-        sock.close()
-        if isinstance(e, TunnelError):
-            raise
-        raise TunnelError(f"the tunnel through the proxy {proxy} failed: {e}") from e
-    except BaseException:
-        sock.close()
-        raise
 
 
 def _start_handshake(sock: socket.socket, host: str, port: int, options: Dict[str, Any]) -> Tuple[Connection, bool]:
