@@ -127,6 +127,11 @@ public final class MTLSPeerVerifier: Sendable {
                 return channel.eventLoop.makeFailedFuture(MTLSError(.handshake, "the server presented no certificate"))
             }
             return self.verify(derChain: [der] + intermediates, peer: peer, on: channel.eventLoop)
+        }.flatMapThrowing {
+            // The server may have closed the connection meanwhile (a TLS 1.3 server refusing the
+            // client's certificate does so after the client's handshake is complete): report it
+            // as a failed connection, not a new one (AsyncHTTPClient then waits on it forever).
+            guard channel.isActive else { throw ChannelError.ioOnClosedChannel }
         }
     }
 }

@@ -89,7 +89,7 @@ public struct MTLSClientTLS: Sendable {
             configuration.privateKey = try identity.nioPrivateKey(keyUse, threadPool: threadPool)
         }
         configuration.certificateVerification = .noHostnameVerification
-        let anchors = try policy.allAnchors(overrides).map { NIOSSLCertificate.fromDER($0) }
+        let anchors = policy.allAnchors(overrides).map { NIOSSLCertificate.fromDER($0) }
         if !anchors.isEmpty, policy.anchorsOnly || overrides?.anchorsOnly == true {
             configuration.trustRoots = .certificates(try anchors.map { try $0.get() })
         } else if !anchors.isEmpty {

@@ -43,7 +43,7 @@ final class AsyncHTTPClientTests: XCTestCase {
     }
 
     /// GET https://127.0.0.1:PORT/ with `tls`; the body, or the error the request failed with.
-    func get(_ tls: MTLSClientTLS, port: Int, version: TLSVersion) async throws -> String {
+    func get(_ tls: MTLSClientTLS, port: Int, version: NIOSSL.TLSVersion) async throws -> String {
         var tlsConfiguration = tls.tlsConfiguration
         tlsConfiguration.minimumTLSVersion = version
         tlsConfiguration.maximumTLSVersion = version
@@ -68,7 +68,7 @@ final class AsyncHTTPClientTests: XCTestCase {
     func testP12IdentityGETsByAddressValidatingAsTheNameTLS13AndTLS12() async throws {
         let server = try Self.server.get()
         let tls = try MTLSClientTLS(identity: try p12Identity("client-a"), policy: try seedPolicy())
-        for version in [TLSVersion.tlsv13, .tlsv12] {
+        for version in [NIOSSL.TLSVersion.tlsv13, .tlsv12] {
             let body = try await get(tls, port: server.port, version: version)
             XCTAssertTrue(body.hasPrefix("hello "), "\(version): \(body)")
             XCTAssertTrue(body.contains("client-a"), "\(version): nginx saw \(body)")
@@ -78,7 +78,7 @@ final class AsyncHTTPClientTests: XCTestCase {
     func testP12KeySignedByLibmtlsGETs() async throws {
         let server = try Self.server.get()
         let tls = try MTLSClientTLS(identity: try p12Identity("client-a"), policy: try seedPolicy(), keyUse: .alwaysLibmtls)
-        for version in [TLSVersion.tlsv13, .tlsv12] {
+        for version in [NIOSSL.TLSVersion.tlsv13, .tlsv12] {
             let body = try await get(tls, port: server.port, version: version)
             XCTAssertTrue(body.contains("client-a"), "\(version): \(body)")
         }
@@ -94,7 +94,7 @@ final class AsyncHTTPClientTests: XCTestCase {
             XCTAssertNotNil(identity.privateKey.tokenURI)
             // The server's issuing CA: the token identity's own chain is the token CA's.
             let tls = try MTLSClientTLS(identity: identity, policy: try seedPolicy(), intermediates: [try Fixture.certificate("int-a")])
-            for version in [TLSVersion.tlsv13, .tlsv12] {
+            for version in [NIOSSL.TLSVersion.tlsv13, .tlsv12] {
                 let body = try await get(tls, port: server.port, version: version)
                 XCTAssertTrue(body.hasPrefix("hello "), "\(object) \(version): \(body)")
                 XCTAssertTrue(body.contains("CN="), "\(object) \(version): nginx saw no client: \(body)")

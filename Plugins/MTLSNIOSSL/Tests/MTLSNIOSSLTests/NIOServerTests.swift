@@ -4,6 +4,7 @@ import MTLSNIOSSL
 import NIOCore
 import NIOPosix
 import NIOSSL
+import NIOTLS
 import Synchronization
 import XCTest
 
@@ -13,10 +14,10 @@ final class WelcomeHandler: ChannelInboundHandler, Sendable {
     typealias OutboundOut = ByteBuffer
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if case TLSUserEvent.handshakeCompleted = event as? TLSUserEvent ?? .shutdownCompleted {
-            context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: "welcome\n"))).whenComplete { [context] _ in
-                context.close(promise: nil)
-            }
+        if let tls = event as? TLSUserEvent, case .handshakeCompleted = tls {
+            // The TLS handler sends what is flushed before its close_notify.
+            context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: "welcome\n")), promise: nil)
+            context.close(promise: nil)
         }
         context.fireUserInboundEventTriggered(event)
     }
