@@ -18,7 +18,7 @@ LIMBO ?= $(CURDIR)/Tests/limbo
 
 .PHONY: deb wheel print-version
 .PHONY: all deps build build-debug build-release install test test-swift test-abi test-c test-python test-e2e test-limbo bench demo clean
-.PHONY: check test-swift-plugins bench-swift-plugins
+.PHONY: check test-swift-plugins
 
 all: build
 
