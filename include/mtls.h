@@ -114,7 +114,8 @@ typedef enum mtls_status {
     MTLS_E_BAD_URI = -55,
     MTLS_E_PIN_REQUIRED = -56,
     /* added later */
-    MTLS_E_TRUNCATED = -48          /* the peer closed without close_notify: a read may be cut short */
+    MTLS_E_TRUNCATED = -48,         /* the peer closed without close_notify: a read may be cut short */
+    MTLS_E_UPGRADE_REQUIRED = -57   /* a store from before row authentication: see mtls_store_upgrade */
 } mtls_status;
 
 /* A static English text for a code (unknown codes give "unknown error code"). Never free it. */
@@ -535,7 +536,10 @@ MTLS_EXTERN int mtls_trust_result_provenance(const mtls_trust_result *result, ch
  * Every row is authenticated under a key derived from the data key (class, label, generation and
  * every column a decision depends on) and checked on every read: a row written by someone who
  * could edit the file but does not know the secret is MTLS_E_CORRUPT naming its label ("tampered
- * or damaged") and is never used. A token URI's pin-value is never stored (it is removed).
+ * or damaged") and is never used. A token URI's pin-value is never stored: it is removed
+ * wherever p11-kit would read it (query or path attribute), the URI rebuilt by p11-kit.
+ * The store is also authenticated as a whole (header, write counter, manifest): see
+ * mtls_store_write_counter below.
  *
  * Thread safety: an mtls_store may be shared by threads (calls are serialised on its
  * connection); several processes may open the same file at once. An mtls_store_item is
@@ -570,7 +574,9 @@ MTLS_EXTERN int mtls_store_options_init(mtls_store_options *opts, unsigned int v
 /* Open (or create) the store at `path` with a secret of `secret_kind`. `opts` may be NULL for
  * the defaults. The secret is copied and the caller's copy may be wiped right after.
  * Errors: MTLS_E_BAD_SECRET (nothing is written), MTLS_E_NOT_A_STORE, MTLS_E_SCHEMA_TOO_NEW,
- * MTLS_E_READ_ONLY, MTLS_E_LOCKED, MTLS_E_NOT_FOUND (no file and opts->create == 0).
+ * MTLS_E_READ_ONLY, MTLS_E_LOCKED, MTLS_E_NOT_FOUND (no file and opts->create == 0),
+ * MTLS_E_UPGRADE_REQUIRED (a store from before row authentication: mtls_store_upgrade),
+ * MTLS_E_CORRUPT (its authenticated header or manifest does not verify; nothing is written).
  * Close *out with mtls_store_close. */
 MTLS_EXTERN int mtls_store_open(const char *path, const uint8_t *secret, size_t secret_len, int secret_kind,
                                 const mtls_store_options *opts, mtls_store **out);
@@ -663,9 +669,40 @@ MTLS_EXTERN int mtls_store_delete_class(mtls_store *store, int item_class, size_
  * old consumers). The label is the friendly name. Free *out with mtls_bytes_free. */
 MTLS_EXTERN int mtls_store_export_p12(mtls_store *store, const char *label, const char *password, int flags,
                                       uint8_t **out, size_t *out_len);
-/* Re-wrap the data key under a new secret (scrypt parameters from the open options), in one
- * transaction. Other open handles keep working; the next open needs the new secret. */
+/* Change the secret and rotate the data key (scrypt parameters from the open options): a new data
+ * key, every private key re-sealed and every row re-authenticated under it, in one transaction
+ * (an interruption leaves the old store or the new one). The old secret, even with the old header
+ * rows copied back into the file, opens nothing written after the change and no key of the new
+ * file. Other open handles then fail with MTLS_E_BAD_SECRET until reopened with the new secret. */
 MTLS_EXTERN int mtls_store_change_secret(mtls_store *store, const uint8_t *secret, size_t secret_len, int secret_kind);
+
+/* The store as a whole (0.2.0). A header under the data key's MAC holds the schema version, the
+ * KDF parameters and a store-wide write counter; a manifest of every row's (class, label,
+ * generation), covered by the header, is checked on every read and updated in the same
+ * transaction as every write. A row deleted, written back from an older copy or added behind the
+ * library's back, or a header that does not verify, is MTLS_E_CORRUPT ("tampered or damaged")
+ * naming the label where there is one, and nothing is written. What no file can show about
+ * itself is the whole file replaced by an older copy of itself: keep the last write counter
+ * you saw elsewhere and compare.
+ *
+ * mtls_store_write_counter: the write counter (incremented by every write transaction, by any
+ * handle; never goes back). */
+MTLS_EXTERN int mtls_store_write_counter(mtls_store *store, uint64_t *out);
+/* A store made by a libmtls from before row authentication opens with MTLS_E_UPGRADE_REQUIRED:
+ * its rows are trusted only when someone vouches for them. mtls_store_upgrade_preview lists what
+ * an upgrade would vouch for (every row; token URIs without any pin-value) and changes nothing:
+ * free *items with mtls_store_item_list_free(*items, *count) and *confirmation with
+ * mtls_string_free; *confirmation is NULL (and *count 0) when the store needs no explicit
+ * upgrade (current, or of the schema before the header, whose authenticated rows any open
+ * upgrades). mtls_store_upgrade does the upgrade in one transaction only if the store still holds
+ * exactly what the preview with that `confirmation` showed (MTLS_E_INVALID_ARGUMENT otherwise,
+ * nothing written); `vouched` (may be NULL) receives the number of rows. The secret and options
+ * are those of mtls_store_open (opts->create is ignored: the file must exist). */
+MTLS_EXTERN int mtls_store_upgrade_preview(const char *path, const uint8_t *secret, size_t secret_len, int secret_kind,
+                                           const mtls_store_options *opts, mtls_store_item ***items, size_t *count,
+                                           char **confirmation);
+MTLS_EXTERN int mtls_store_upgrade(const char *path, const uint8_t *secret, size_t secret_len, int secret_kind,
+                                   const mtls_store_options *opts, const char *confirmation, size_t *vouched);
 
 /* The identity a user names, resolved the way the mtls command line's --identity is:
  *  - key_path non-NULL: `name` is a PEM file with the certificate (leaf first, then its chain)
@@ -801,6 +838,21 @@ MTLS_EXTERN int mtls_conn_shutdown(mtls_conn *conn);
 MTLS_EXTERN void mtls_conn_free(mtls_conn *conn);
 /* The socket, for poll()/epoll in non-blocking mode. Owned by the connection. */
 MTLS_EXTERN int mtls_conn_fd(const mtls_conn *conn, int *fd);
+/* Switch a connection to non-blocking mode (non_blocking 1) or back to blocking mode (0); any
+ * other value is MTLS_E_INVALID_ARGUMENT. Made for connections from
+ * mtls_listener_accept, which are blocking (their handshake is done; reads and writes wait within
+ * the listener's io_timeout_ms), so that an event loop (epoll, asyncio, libuv) can serve them:
+ * once non-blocking, mtls_conn_read, mtls_conn_write, mtls_conn_handshake and mtls_conn_shutdown
+ * return MTLS_E_WANT_READ / MTLS_E_WANT_WRITE instead of waiting, exactly as for a client
+ * connection opened with opts->non_blocking (poll mtls_conn_fd and call again; io_timeout_ms no
+ * longer applies; a write that returned MTLS_E_WANT_WRITE must be retried with the same bytes,
+ * at least as many). It works on client connections too, in both directions. The socket is
+ * O_NONBLOCK in both modes (blocking mode waits with poll), so the call changes nothing else:
+ * data the connection holds is kept. In either mode a client's mtls_conn_read answers a TLS 1.3
+ * server's post-handshake CertificateRequest (see mtls_conn_connect), and may then sign with a
+ * token key inside the read.
+ * Not thread-safe against other calls on the same connection (one thread at a time). */
+MTLS_EXTERN int mtls_conn_set_non_blocking(mtls_conn *conn, int non_blocking);
 /* The chain the peer presented, leaf first (also after a failed handshake, when our evaluation
  * rejected it). Free with mtls_cert_list_free(*out, *count). */
 MTLS_EXTERN int mtls_conn_peer_chain(const mtls_conn *conn, mtls_cert ***out, size_t *count);

@@ -185,6 +185,16 @@ public func mtls_conn_fd(_ conn: OpaquePointer?, _ fd: UnsafeMutablePointer<Int3
     abiCall { try require(fd, "fd").pointee = try handle(conn, TLSConnection.self, "conn").fileDescriptor }
 }
 
+/// `int mtls_conn_set_non_blocking(mtls_conn *conn, int non_blocking)`
+@_cdecl("mtls_conn_set_non_blocking")
+public func mtls_conn_set_non_blocking(_ conn: OpaquePointer?, _ nonBlocking: Int32) -> Int32 {
+    abiCall {
+        let c = try handle(conn, TLSConnection.self, "conn")
+        guard nonBlocking == 0 || nonBlocking == 1 else { throw invalid("non_blocking must be 0 or 1, not \(nonBlocking)") }
+        try c.setNonBlocking(nonBlocking == 1)
+    }
+}
+
 /// `int mtls_conn_peer_chain(const mtls_conn *conn, mtls_cert ***out, size_t *count)`
 @_cdecl("mtls_conn_peer_chain")
 public func mtls_conn_peer_chain(_ conn: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,

@@ -395,3 +395,51 @@ public func mtls_store_change_secret(_ store: OpaquePointer?, _ secretData: Unsa
         try s.changeSecret(to: try secret(secretData, secretLen, secretKind))
     }
 }
+
+// MARK: the store as a whole (0.2.0)
+
+/// `int mtls_store_write_counter(mtls_store *store, uint64_t *out)`
+@_cdecl("mtls_store_write_counter")
+public func mtls_store_write_counter(_ store: OpaquePointer?, _ out: UnsafeMutablePointer<UInt64>?) -> Int32 {
+    abiCall {
+        let o = try require(out, "out")
+        o.pointee = 0
+        o.pointee = try handle(store, CredentialStore.self, "store").writeCounter()
+    }
+}
+
+/// `int mtls_store_upgrade_preview(const char *path, const uint8_t *secret, size_t secret_len, int secret_kind,
+///                                 const mtls_store_options *opts, mtls_store_item ***items, size_t *count,
+///                                 char **confirmation)`
+@_cdecl("mtls_store_upgrade_preview")
+public func mtls_store_upgrade_preview(_ path: UnsafePointer<CChar>?, _ secretData: UnsafePointer<UInt8>?, _ secretLen: Int,
+                                       _ secretKind: Int32, _ opts: UnsafePointer<mtls_store_options>?,
+                                       _ items: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
+                                       _ count: UnsafeMutablePointer<Int>?,
+                                       _ confirmation: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        let conf = try require(confirmation, "confirmation")
+        conf.pointee = nil
+        var preview: CredentialStore.UpgradePreview?
+        try putHandles(items, count) {
+            preview = try CredentialStore.upgradePreview(path: try string(path, "path"), secret: try secret(secretData, secretLen, secretKind),
+                                                         options: try options(opts))
+            return (preview?.items ?? []).map(StoreItemHandle.init)
+        }
+        if let preview { try putString(preview.confirmation, conf) }
+    }
+}
+
+/// `int mtls_store_upgrade(const char *path, const uint8_t *secret, size_t secret_len, int secret_kind,
+///                         const mtls_store_options *opts, const char *confirmation, size_t *vouched)`
+@_cdecl("mtls_store_upgrade")
+public func mtls_store_upgrade(_ path: UnsafePointer<CChar>?, _ secretData: UnsafePointer<UInt8>?, _ secretLen: Int,
+                               _ secretKind: Int32, _ opts: UnsafePointer<mtls_store_options>?,
+                               _ confirmation: UnsafePointer<CChar>?, _ vouched: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        vouched?.pointee = 0
+        let n = try CredentialStore.upgrade(path: try string(path, "path"), secret: try secret(secretData, secretLen, secretKind),
+                                            confirming: try string(confirmation, "confirmation"), options: try options(opts))
+        vouched?.pointee = n
+    }
+}

@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 import MTLS
 
-/// `mtls store [--store PATH] [--secret-file F] import|add-cert|add-token|list|show|delete|export|change-secret`
+/// `mtls store [--store PATH] [--secret-file F] import|add-cert|add-token|list|show|delete|export|change-secret|upgrade|show-counter`
 struct StoreCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "store",
@@ -16,7 +16,7 @@ struct StoreCommand: ParsableCommand {
             commands fail with "no store at PATH".
             """,
         subcommands: [Import.self, AddCert.self, AddToken.self, List.self, Show.self, Delete.self, Export.self,
-                      ChangeSecret.self]
+                      ChangeSecret.self, Upgrade.self, ShowCounter.self]
     )
 
     // Declared here too so that `mtls store --store P --secret-file F list` parses: ArgumentParser
@@ -43,15 +43,24 @@ struct StoreCommand: ParsableCommand {
         /// Opens the store. Only commands that add items pass `create`: a command that reads a
         /// store whose path is wrong must say so, not make an empty one there.
         func open(create: Bool = false) throws -> CredentialStore {
+            try CredentialStore(path: path, secret: try secret(), options: options(create: create))
+        }
+
+        /// The store secret the options and environment name.
+        func secret() throws -> StoreSecret {
             guard let source = try CredentialStore.secretSource(secretFile: secretFile, keyFile: keyFile) else {
                 throw MTLSError(.invalidArgument, "the store secret is needed: pass --secret-file F (a passphrase) or --key-file F (a 32-byte key), or set MTLS_STORE_SECRET_FILE or MTLS_STORE_KEY_FILE")
             }
+            return try source.load()
+        }
+
+        func options(create: Bool) -> CredentialStore.Options {
             var options = CredentialStore.Options()
             options.create = create
             if let kdfLogN { options.kdf.logN = kdfLogN }
             if let busyTimeout { options.busyTimeoutMilliseconds = max(busyTimeout, 0) }
             options.allowUnregisteredModulePaths = allowModulePath
-            return try CredentialStore(path: path, secret: try source.load(), options: options)
+            return options
         }
 
         /// Runs `body` with the store, creating it if needed; when `body` fails on a store this
@@ -263,7 +272,81 @@ struct StoreCommand: ParsableCommand {
                 if let n = location.kdfLogN { kdf.logN = n }
                 let secret = try newKeyFile.map(StoreSecret.loadKey(path:)) ?? StoreSecret.load(path: newSecretFile ?? "")
                 try store.changeSecret(to: secret, kdf: kdf)
-                print("the store secret was changed")
+                print("the store secret was changed and its data key rotated")
+            }
+        }
+    }
+
+    struct Upgrade: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Upgrade a store made before row authentication, vouching for what it holds.",
+            discussion: """
+                Lists every item the upgrade will vouch for (label, class, subject, fingerprints, token URI) \
+                and upgrades only when confirmed: type "yes" at the prompt, or pass --yes (scripts). \
+                Without --yes and without a terminal to confirm on, nothing is changed (exit status 1).
+                """)
+        @OptionGroup var location: Location
+        @Flag(help: "Vouch for the listed items without asking.") var yes = false
+        @Flag(help: "Machine-readable output.") var json = false
+
+        func run() throws {
+            try CLI.reporting(json: json) {
+                let secret = try location.secret()
+                let options = location.options(create: false)
+                guard let preview = try CredentialStore.upgradePreview(path: location.path, secret: secret, options: options) else {
+                    if json { return CLI.printJSON(["upgraded": false, "current": true, "items": [Any]()] as [String: Any]) }
+                    print("\(location.path) is current: nothing to upgrade")
+                    return
+                }
+                let items: [[String: Any]] = preview.items.map { i in
+                    var o = StoreCommand.json(i)
+                    o["chain"] = i.chainSHA256
+                    o["token_uri"] = i.tokenURI as Any? ?? NSNull()
+                    return o
+                }
+                if !json {
+                    print("\(location.path) was made by a libmtls from before row authentication (schema \(preview.schemaVersion)).")
+                    print("Upgrading vouches for these \(preview.items.count) item\(preview.items.count == 1 ? "" : "s"): from then on they are trusted as if stored by you.")
+                    for i in preview.items {
+                        print("  \(i.label)\t\(i.itemClass.name)\t\(i.subject)")
+                        print("      SHA-256 \(i.leafSHA256)")
+                        for c in i.chainSHA256 { print("      chain   \(c)") }
+                        if let uri = i.tokenURI { print("      URI     \(uri)") }
+                    }
+                }
+                var confirmed = yes
+                if !confirmed && !json && isatty(STDIN_FILENO) == 1 {
+                    print("Vouch for these items and upgrade? Type yes: ", terminator: "")
+                    fflush(nil)  // all streams: Swift 6 does not let code touch the C global `stdout`
+                    confirmed = readLine()?.trimmingCharacters(in: .whitespaces).lowercased() == "yes"
+                }
+                guard confirmed else {
+                    throw MTLSError(.upgradeRequired, "nothing was changed: the upgrade was not confirmed (pass --yes to vouch for the items listed)")
+                }
+                let n = try CredentialStore.upgrade(path: location.path, secret: secret, confirming: preview.confirmation, options: options)
+                if json { return CLI.printJSON(["upgraded": true, "current": true, "items": items] as [String: Any]) }
+                print("upgraded \(location.path): \(n) item\(n == 1 ? "" : "s") authenticated")
+            }
+        }
+    }
+
+    struct ShowCounter: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "show-counter",
+            abstract: "Print the store's write counter (from its authenticated header).",
+            discussion: """
+                Every write transaction increments it and it never goes back. The one thing a store cannot \
+                show about itself is the whole file replaced by an older copy of itself: keep the last \
+                counter you saw somewhere else and compare.
+                """)
+        @OptionGroup var location: Location
+        @Flag(help: "Machine-readable output.") var json = false
+
+        func run() throws {
+            try CLI.reporting(json: json) {
+                let n = try location.open().writeCounter()
+                if json { return CLI.printJSON(["write_counter": n]) }
+                print(n)
             }
         }
     }

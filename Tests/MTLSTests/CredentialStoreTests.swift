@@ -167,7 +167,9 @@ final class CredentialStoreTests: XCTestCase {
         let pki = try StorePKI()
         let path = "\(pki.dir)/store.db"
         let keyFile = "\(pki.dir)/store.key"
-        try TestPKI.sh("head -c 32 /dev/urandom > \(keyFile) && chmod 600 \(keyFile)")
+        // Random, but not starting with a line ending (read as a passphrase below, that would be
+        // an empty first line: a 1-in-256 failure).
+        try TestPKI.sh("(printf k; head -c 31 /dev/urandom) > \(keyFile) && chmod 600 \(keyFile)")
         let key = try StoreSecret.loadKey(path: keyFile)
         guard case .key = key else { return XCTFail("a key file is a raw key") }
         // The same file read as a passphrase file is a passphrase: chosen explicitly, never by length.
@@ -275,10 +277,18 @@ final class CredentialStoreTests: XCTestCase {
         let r = try store.putTokenIdentity(uri: "pkcs11:token=t;object=k?pin-source=file:/run/pin&pin-value=123456", certificate: a.leaf,
                                            chain: [pki.root, pki.intermediate], label: "tok")
         XCTAssertTrue(r.pinValueRemoved)
-        XCTAssertEqual(r.storedURI, "pkcs11:token=t;object=k?pin-source=file:/run/pin")
-        XCTAssertEqual(try store.tokenIdentity(label: "tok").uri, "pkcs11:token=t;object=k?pin-source=file:/run/pin")
+        // Rebuilt by p11-kit: the pin-source stays (percent-encoded as p11-kit writes it).
+        XCTAssertEqual(r.storedURI, "pkcs11:token=t;object=k?pin-source=file%3A%2Frun%2Fpin")
+        XCTAssertEqual(try PKCS11URI(r.storedURI).pinSource, "file:/run/pin")
+        XCTAssertEqual(try store.tokenIdentity(label: "tok").uri, r.storedURI)
         XCTAssertEqual(CredentialStore.strippingPINValue("pkcs11:token=t?pin-value=1").uri, "pkcs11:token=t")
         XCTAssertFalse(CredentialStore.strippingPINValue("pkcs11:token=t;object=pin-value").stripped)
+        // A pin-value among the path attributes (which p11-kit also reads) is removed too.
+        let path = CredentialStore.strippingPINValue("pkcs11:token=t;object=k;pin-value=98765")
+        XCTAssertTrue(path.stripped)
+        XCTAssertFalse(path.uri.contains("98765"), path.uri)
+        XCTAssertNil(try PKCS11URI(path.uri).pinValue)
+        XCTAssertEqual(try PKCS11URI(path.uri).object, "k")
         store.close()
         // No PIN anywhere in the file (WAL checkpointed by the close).
         let file = try [UInt8](Data(contentsOf: URL(fileURLWithPath: "\(pki.dir)/store.db")))
@@ -314,25 +324,190 @@ final class CredentialStoreTests: XCTestCase {
         XCTAssertNoThrow(try store.tokenIdentity(label: "hsm"))
     }
 
-    func testVersion2StoreMigratesOnFirstOpenAndKeepsItsRows() throws {
+    func testVersion2StoreOpensOnlyAfterAnExplicitUpgradeThatShowsItsRows() throws {
         let pki = try StorePKI()
         let path = "\(pki.dir)/store.db"
         let store = try open(path)
         try store.putIdentity(try pki.identity("a"), label: "a")
         try store.putCertificate(pki.root, label: "root")
         try store.putTokenIdentity(uri: "pkcs11:token=t;object=k", certificate: pki.intermediate, label: "tok")
+        // Make it what libmtls 2 wrote: no tags, and a PIN in a token URI.
+        try store._testMakeLegacy(version: 2, secret: Self.secret)
         store.close()
-        // Make it what libmtls 2 wrote: no tag column, and a PIN in a token URI.
-        try TestPKI.sh("sqlite3 \(path) \"UPDATE items SET token_uri = 'pkcs11:token=t;object=k?pin-value=4242'; ALTER TABLE items DROP COLUMN mac; PRAGMA user_version=2\"")
+        try TestPKI.sh("sqlite3 \(path) \"UPDATE items SET token_uri = 'pkcs11:token=t;object=k?pin-value=4242'\"")
+        XCTAssertThrowsError(try open(path)) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .upgradeRequired)
+            XCTAssertTrue((e as? MTLSError)?.message.contains("mtls store upgrade") ?? false, "\(e)")
+        }
+        let preview = try XCTUnwrap(try CredentialStore.upgradePreview(path: path, secret: Self.secret, options: Self.options()))
+        XCTAssertEqual(preview.schemaVersion, 2)
+        XCTAssertEqual(preview.items.map(\.label), ["a", "root", "tok"])
+        XCTAssertEqual(preview.items.first { $0.label == "root" }?.leafSHA256, pki.root.sha256Hex)
+        XCTAssertEqual(preview.items.first { $0.label == "tok" }?.tokenURI, "pkcs11:token=t;object=k")
+        // The preview changed nothing; a wrong confirmation upgrades nothing.
+        XCTAssertEqual(try TestPKI.sh("sqlite3 \(path) 'PRAGMA user_version'").trimmingCharacters(in: .whitespacesAndNewlines), "2")
+        assertCode(.invalidArgument) { try CredentialStore.upgrade(path: path, secret: Self.secret, confirming: "00", options: Self.options()) }
+        XCTAssertEqual(try CredentialStore.upgrade(path: path, secret: Self.secret, confirming: preview.confirmation, options: Self.options()), 3)
         let migrated = try open(path)
-        XCTAssertEqual(try migrated._testInteger("PRAGMA user_version"), 3)
+        XCTAssertEqual(try migrated._testInteger("PRAGMA user_version"), 4)
         XCTAssertNoThrow(try migrated.identity(label: "a"))
         XCTAssertEqual(try migrated.certificate(label: "root"), pki.root)
         XCTAssertEqual(try migrated.tokenIdentity(label: "tok").uri, "pkcs11:token=t;object=k")
         XCTAssertEqual(try migrated.list().count, 3)
-        // After the migration an untagged row is refused.
+        XCTAssertNil(try CredentialStore.upgradePreview(path: path, secret: Self.secret, options: Self.options()))
+        // After the upgrade an untagged row is refused.
         try migrated._testExecute("UPDATE items SET mac = NULL WHERE label = 'root'")
         assertCode(.corrupt) { _ = try migrated.certificate(label: "root") }
+    }
+
+    func testVersion3StoreIsUpgradedOnOpenAfterEveryRowAuthenticates() throws {
+        let pki = try StorePKI()
+        let path = "\(pki.dir)/store.db"
+        let store = try open(path)
+        try store.putIdentity(try pki.identity("a"), label: "a")
+        try store.putCertificate(pki.root, label: "root")
+        try store._testMakeLegacy(version: 3, secret: Self.secret)
+        store.close()
+        try TestPKI.sh("cp \(path) \(pki.dir)/tampered.db")
+        let upgraded = try open(path)
+        XCTAssertEqual(try upgraded._testInteger("PRAGMA user_version"), 4)
+        XCTAssertEqual(try upgraded.certificate(label: "root"), pki.root)
+        XCTAssertEqual(try upgraded.writeCounter(), 1)
+        // A schema-3 row edited behind the library's back stops the upgrade: nothing is written.
+        try TestPKI.sh("sqlite3 \(pki.dir)/tampered.db \"UPDATE items SET subject = 'CN=Evil' WHERE label = 'root'\"")
+        XCTAssertThrowsError(try open("\(pki.dir)/tampered.db")) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .corrupt)
+            XCTAssertTrue((e as? MTLSError)?.message.contains("\"root\"") ?? false, "\(e)")
+        }
+        XCTAssertEqual(try TestPKI.sh("sqlite3 \(pki.dir)/tampered.db 'PRAGMA user_version'").trimmingCharacters(in: .whitespacesAndNewlines), "3")
+    }
+
+    // MARK: the store as a whole (issue 24), as an attacker who can write the file but lacks the secret
+
+    func testDowngradeOfACurrentStoreIsCorruptAndNeverMigrated() throws {
+        let pki = try StorePKI()
+        let path = "\(pki.dir)/store.db"
+        let store = try open(path)
+        try store.putCertificate(pki.root, label: "acme-root")
+        store.close()
+        let evil = try pki.identity("evil")
+        // Drop the tags, claim schema 2, rewrite the anchor: the laundering of defect 1.
+        try TestPKI.sh("sqlite3 \(path) \"ALTER TABLE items DROP COLUMN mac; PRAGMA user_version=2; UPDATE items SET leaf = x'\(Encoding.hex(evil.leaf.der))', leaf_sha256 = '\(evil.leaf.sha256Hex)', subject = '\(evil.leaf.subject)' WHERE label = 'acme-root'\"")
+        assertCode(.corrupt) { _ = try self.open(path) }
+        assertCode(.corrupt) { _ = try CredentialStore.upgradePreview(path: path, secret: Self.secret, options: Self.options()) }
+        XCTAssertEqual(try TestPKI.sh("sqlite3 \(path) 'PRAGMA user_version'").trimmingCharacters(in: .whitespacesAndNewlines), "2")
+        // Deleting the header as well does not make it look old.
+        try TestPKI.sh("sqlite3 \(path) \"DELETE FROM meta WHERE name IN ('header', 'header_mac'); DROP TABLE manifest\"")
+        assertCode(.corrupt) { _ = try self.open(path) }
+    }
+
+    func testRolledBackAndDeletedAndResurrectedRowsAreCorruptNamingTheLabel() throws {
+        let pki = try StorePKI()
+        let path = "\(pki.dir)/store.db"
+        let store = try open(path)
+        try store.putCertificate(pki.root, label: "anchor")
+        try store.putCertificate(pki.intermediate, label: "gone")
+        let old = try TestPKI.sh("sqlite3 \(path) \"SELECT quote(leaf), quote(mac), generation, subject, leaf_sha256, issuer, not_after FROM items WHERE label = 'anchor'\"")
+        let f = old.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "|").map(String.init)
+        try store.putCertificate(pki.intermediate, label: "anchor", replace: true)
+        let before = try store.writeCounter()
+        try store.delete(label: "gone")
+        XCTAssertEqual(try store.writeCounter(), before + 1)
+        store.close()
+        // 1. The anchor before it was replaced, written back with its old (valid) tag.
+        try TestPKI.sh("sqlite3 \(path) \"UPDATE items SET leaf = \(f[0]), mac = \(f[1]), generation = \(f[2]), subject = '\(f[3])', leaf_sha256 = '\(f[4])', issuer = '\(f[5])', not_after = \(f[6]) WHERE label = 'anchor'\"")
+        let fresh = try open(path)
+        XCTAssertThrowsError(try fresh.certificate(label: "anchor")) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .corrupt)
+            XCTAssertTrue((e as? MTLSError)?.message.contains("\"anchor\"") ?? false, "\(e)")
+        }
+        assertCode(.corrupt) { _ = try fresh.list() }
+        assertCode(.corrupt) { _ = try fresh.info(label: "anchor", itemClass: .certificate) }
+        fresh.close()
+        // 2. A row deleted behind the library's back.
+        let s2 = try open("\(pki.dir)/s2.db")
+        try s2.putCertificate(pki.root, label: "pinned")
+        try s2.putCertificate(pki.intermediate, label: "other")
+        s2.close()
+        try TestPKI.sh("sqlite3 \(pki.dir)/s2.db \"DELETE FROM items WHERE label = 'pinned'\"")
+        let d = try open("\(pki.dir)/s2.db")
+        XCTAssertThrowsError(try d.certificate(label: "pinned")) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .corrupt)
+            XCTAssertTrue((e as? MTLSError)?.message.contains("\"pinned\"") ?? false, "\(e)")
+        }
+        XCTAssertThrowsError(try d.list()) { e in
+            XCTAssertTrue((e as? MTLSError)?.message.contains("\"pinned\"") ?? false, "\(e)")
+        }
+        assertCode(.notFound) { _ = try d.certificate(label: "never-stored") }
+        // 3. A deleted row written back (copied from an older file).
+        let s3 = try open("\(pki.dir)/s3.db")
+        try s3.putCertificate(pki.root, label: "revoked")
+        s3.close()
+        try TestPKI.sh("cp \(pki.dir)/s3.db \(pki.dir)/s3-old.db")
+        let s3b = try open("\(pki.dir)/s3.db")
+        try s3b.delete(label: "revoked")
+        s3b.close()
+        try TestPKI.sh("sqlite3 \(pki.dir)/s3.db \"ATTACH '\(pki.dir)/s3-old.db' AS old; INSERT INTO items SELECT * FROM old.items WHERE label = 'revoked'\"")
+        XCTAssertThrowsError(try open("\(pki.dir)/s3.db").certificate(label: "revoked")) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .corrupt)
+            XCTAssertTrue((e as? MTLSError)?.message.contains("\"revoked\"") ?? false, "\(e)")
+        }
+    }
+
+    func testChangingTheSecretRotatesTheDataKey() throws {
+        let pki = try StorePKI()
+        let path = "\(pki.dir)/store.db"
+        let store = try open(path)
+        try store.putIdentity(try pki.identity("a"), label: "before")
+        try TestPKI.sh("sqlite3 \(path) \"CREATE TABLE old_meta AS SELECT * FROM meta\"")
+        try store.changeSecret(to: .passphrase(SecretBytes("new passphrase")), kdf: .testing)
+        try store.putIdentity(try pki.identity("b"), label: "after")
+        XCTAssertNoThrow(try store.identity(label: "before"))
+        store.close()
+        // The pre-rotation header rows put back: the old secret opens nothing of the new file.
+        try TestPKI.sh("sqlite3 \(path) \"DELETE FROM meta; INSERT INTO meta SELECT * FROM old_meta\"")
+        assertCode(.corrupt) { _ = try self.open(path) }
+        // Without a write after the change, the old header still matches the manifest, but no
+        // row (re-authenticated under the new key) and no sealed key opens under the old one.
+        let p2 = "\(pki.dir)/store2.db"
+        let s2 = try open(p2)
+        try s2.putIdentity(try pki.identity("c"), label: "before")
+        try TestPKI.sh("sqlite3 \(p2) \"CREATE TABLE old_meta AS SELECT * FROM meta\"")
+        try s2.changeSecret(to: .passphrase(SecretBytes("new passphrase")), kdf: .testing)
+        s2.close()
+        try TestPKI.sh("sqlite3 \(p2) \"DELETE FROM meta; INSERT INTO meta SELECT * FROM old_meta\"")
+        let old = try open(p2)
+        assertCode(.corrupt) { _ = try old.identity(label: "before") }
+        assertCode(.corrupt) { _ = try old.list() }
+    }
+
+    func testAnotherHandleChangingTheSecretIsBadSecretNotCorrupt() throws {
+        let pki = try StorePKI()
+        let path = "\(pki.dir)/store.db"
+        let a = try open(path), b = try open(path)
+        try a.putIdentity(try pki.identity("a"), label: "a")
+        try a.putCertificate(pki.root, label: "root")
+        XCTAssertNoThrow(try b.identity(label: "a"))
+        try a.changeSecret(to: .passphrase(SecretBytes("new passphrase")), kdf: .testing)
+        assertCode(.badSecret) { _ = try b.identity(label: "a") }
+        assertCode(.badSecret) { _ = try b.certificate(label: "root") }
+        assertCode(.badSecret) { _ = try b.list() }
+        XCTAssertEqual(try a.certificate(label: "root"), pki.root)
+        XCTAssertEqual(try open(path, .passphrase(SecretBytes("new passphrase"))).list().count, 2)
+    }
+
+    func testWriteCounterCountsEveryWriteAndAnotherHandleSeesIt() throws {
+        let pki = try StorePKI()
+        let path = "\(pki.dir)/store.db"
+        let a = try open(path), b = try open(path)
+        XCTAssertEqual(try a.writeCounter(), 0)
+        try a.putCertificate(pki.root, label: "r")
+        try b.putCertificate(pki.intermediate, label: "i")
+        XCTAssertEqual(try a.writeCounter(), 2)
+        XCTAssertEqual(try b.certificate(label: "r"), pki.root)
+        try a.delete(label: "r")
+        XCTAssertEqual(try b.writeCounter(), 3)
+        assertCode(.notFound) { _ = try b.certificate(label: "r") }
     }
 
     func testNewerSchemaIsSchemaTooNew() throws {
@@ -341,13 +516,17 @@ final class CredentialStoreTests: XCTestCase {
         assertCode(.schemaTooNew) { _ = try self.open("\(dir)/store.db") }
     }
 
-    func testOlderSchemaIsMigratedOnOpen() throws {
+    func testOlderSchemaIsUpgradedOnlyExplicitly() throws {
         let dir = try TestPKI.tempDir()
         let old = try open("\(dir)/store.db")
-        try old._testExecute("DROP INDEX items_leaf_sha256; DROP INDEX items_subject; DROP INDEX items_subject_cn; ALTER TABLE items DROP COLUMN mac; PRAGMA user_version=1")
+        try old._testMakeLegacy(version: 1, secret: Self.secret)
         old.close()
+        assertCode(.upgradeRequired) { _ = try self.open("\(dir)/store.db") }
+        let preview = try XCTUnwrap(try CredentialStore.upgradePreview(path: "\(dir)/store.db", secret: Self.secret, options: Self.options()))
+        XCTAssertEqual(preview.items.count, 0)
+        try CredentialStore.upgrade(path: "\(dir)/store.db", secret: Self.secret, confirming: preview.confirmation, options: Self.options())
         let store = try open("\(dir)/store.db")
-        XCTAssertEqual(try store._testInteger("PRAGMA user_version"), 3)
+        XCTAssertEqual(try store._testInteger("PRAGMA user_version"), 4)
         XCTAssertEqual(try store._testInteger("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'items_%'"), 3)
     }
 

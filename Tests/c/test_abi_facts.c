@@ -17,8 +17,8 @@ int main(void) {
     CHECK(o.connect_timeout_ms == 30000 && o.handshake_timeout_ms == 30000 && o.io_timeout_ms < 0);
     CHECK(o.non_blocking == 0 && o.no_session_resumption == 0);
     CHECK(o.sni == NULL && o.verify_as == NULL && o.alpn == NULL && o.identity == NULL && o.candidates == NULL
-          && o.candidate_count == 0 && o.policy == NULL);
-    CHECK_RC(mtls_conn_options_init(&o, 2), MTLS_E_INVALID_ARGUMENT);
+          && o.candidate_count == 0 && o.policy == NULL && o.overrides == NULL);
+    CHECK_RC(mtls_conn_options_init(&o, MTLS_CONN_OPTIONS_VERSION + 1), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_conn_options_init(NULL, MTLS_CONN_OPTIONS_VERSION), MTLS_E_INVALID_ARGUMENT);
     mtls_listener_options lo;
     memset(&lo, 0x5a, sizeof lo);
@@ -26,6 +26,7 @@ int main(void) {
     CHECK(lo.version == MTLS_LISTENER_OPTIONS_VERSION && lo.client_auth == MTLS_CLIENT_AUTH_REQUIRE);
     CHECK(lo.min_tls == MTLS_TLS_1_2 && lo.max_tls == MTLS_TLS_1_3 && lo.handshake_timeout_ms == 30000 && lo.io_timeout_ms < 0);
     CHECK(lo.identity == NULL && lo.client_policy == NULL && lo.alpn == NULL && lo.no_session_tickets == 0);
+    CHECK(lo.client_overrides == NULL && lo.first_byte_timeout_ms == 5000 && lo.max_handshakes_per_address == 32);
     CHECK_RC(mtls_listener_options_init(&lo, 0), MTLS_E_INVALID_ARGUMENT);
     mtls_issue_options io;
     memset(&io, 0x5a, sizeof io);

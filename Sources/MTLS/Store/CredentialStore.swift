@@ -5,6 +5,13 @@ import Synchronization
 import Glibc
 #endif
 
+// This file owns the store's schema and its migrations' steps, opening and unlocking (the
+// keyring: data key wrapped under the secret's key), putting, getting and querying items, and
+// the identity cache. Elsewhere: the file on disk (CredentialStore+File.swift), the store as a
+// whole — header, manifest, upgrade, key rotation (CredentialStore+Integrity.swift,
+// StoreManifest.swift), sealing and scrypt (StoreCrypto.swift), row tags
+// (StoreRowAuthenticator.swift), PKCS#12 import/export (CredentialStore+PKCS12.swift).
+
 /// A labeled credential store in one SQLite file: identities (private key sealed at rest, leaf,
 /// chain), certificates, and references to token identities.
 ///
@@ -17,8 +24,15 @@ import Glibc
 ///   depends on (subject, issuer, expiry, fingerprints, token URI); the leaf and chain blobs are
 ///   checked against the authenticated fingerprints when read. A row that does not authenticate
 ///   is ``MTLSError/Code/corrupt`` naming its label, and is never used.
-/// - Token URIs are stored without `pin-value` (stripped on put, with a warning the caller can
-///   show; `pin-source` stays).
+/// - The store is authenticated as a whole (CredentialStore+Integrity.swift): a header under the
+///   data key's MAC holds the schema version, the KDF parameters and a write counter; a manifest
+///   of every row's (class, label, generation), covered by the header, is checked on every read
+///   and updated in every write transaction, so a deleted row, a row written back from an older
+///   copy or one added behind the library's back is ``MTLSError/Code/corrupt`` naming its label.
+///   A store from before row authentication opens only after an explicit
+///   ``upgrade(path:secret:confirming:options:)``; changing the secret rotates the data key.
+/// - Token URIs are stored without `pin-value` (removed wherever p11-kit would read it, with a
+///   warning the caller can show; `pin-source` stays).
 /// - The file is in WAL mode with `synchronous=FULL`; writes take the write lock up front and
 ///   wait up to the busy timeout for other connections (threads or processes).
 /// - Safe to share across threads: calls are serialised on one connection. Open one store per
@@ -43,24 +57,35 @@ public final class CredentialStore: @unchecked Sendable {
         public init() {}
     }
 
-    /// The schema version this library writes. Older files are migrated on open.
-    public static let schemaVersion = 3
+    /// The schema version this library writes. A schema-3 store (rows authenticated, no header)
+    /// is upgraded on open; older ones only by an explicit ``upgrade(path:secret:confirming:options:)``.
+    public static let schemaVersion = 4
     /// SQLite `application_id` of a libmtls store ("mTLS").
     static let applicationID: Int64 = 0x6D54_4C53
-    private static let dataKeyAAD = Array("libmtls-store/data-key/v1".utf8)
 
     /// The file's path.
     public let path: String
-    private let db: SQLiteDatabase
-    private let lock = Mutex<Void>(())
-    private var dataKey: SecretBytes
-    private var rowAuth: StoreRowAuthenticator?
+    let db: SQLiteDatabase
+    let lock = Mutex<Void>(())
+    var dataKey: SecretBytes
+    var rowAuth: StoreRowAuthenticator?
+    /// Keys the header MAC (``StoreHeader``).
+    var headerAuth: StoreRowAuthenticator?
+    /// The wrapped data key this handle opened, to tell a secret changed by another handle from
+    /// tampering.
+    var openedWrapped: [UInt8] = []
+    /// The verified header and manifest (see CredentialStore+Integrity.swift).
+    var manifest = StoreManifest()
+    /// The secret header rows as last verified under the header MAC.
+    var verifiedMeta: MetaRows?
     private var options: Options
-    private var cache: [Int64: CachedIdentity] = [:]
+    var cache: [Int64: CachedIdentity] = [:]
     private var cacheClock: UInt64 = 0
+    /// Set by an open that was asked for an upgrade preview.
+    private var preview: UpgradePreview?
 
     /// A decoded identity, valid while its row's generation is unchanged.
-    private struct CachedIdentity {
+    struct CachedIdentity {
         var generation: Int64
         var identity: Identity
         var lastUse: UInt64
@@ -72,8 +97,15 @@ public final class CredentialStore: @unchecked Sendable {
     /// ``MTLSError/Code/notAStore`` for a file that is not a libmtls store,
     /// ``MTLSError/Code/schemaTooNew`` for a store from a newer libmtls,
     /// ``MTLSError/Code/readOnly`` when the location cannot be written,
-    /// ``MTLSError/Code/locked`` when another user holds the store beyond the busy timeout.
-    public init(path: String, secret: StoreSecret, options: Options = Options()) throws {
+    /// ``MTLSError/Code/locked`` when another user holds the store beyond the busy timeout,
+    /// ``MTLSError/Code/upgradeRequired`` for a store from before row authentication (see
+    /// ``upgrade(path:secret:confirming:options:)``), ``MTLSError/Code/corrupt`` when its
+    /// authenticated header or manifest does not verify (nothing is written).
+    public convenience init(path: String, secret: StoreSecret, options: Options = Options()) throws {
+        try self.init(path: path, secret: secret, options: options, upgrade: nil)
+    }
+
+    init(path: String, secret: StoreSecret, options: Options, upgrade: UpgradeRequest?) throws {
         guard !path.isEmpty else { throw MTLSError(.invalidArgument, "the store path is empty") }
         self.path = path
         self.options = options
@@ -82,14 +114,57 @@ public final class CredentialStore: @unchecked Sendable {
         try db.setBusyTimeout(milliseconds: options.busyTimeoutMilliseconds)
         dataKey = SecretBytes([])
         try db.execute("PRAGMA secure_delete=ON; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON")
-        let key = try openOrInitialise(secret: secret)
-        dataKey = key
-        rowAuth = try StoreRowAuthenticator(dataKey: key)
-        if migrationPending { try migrate() }
+        let unlocked = try openOrInitialise(secret: secret)
+        dataKey = unlocked.key
+        rowAuth = try StoreRowAuthenticator(dataKey: unlocked.key)
+        headerAuth = try StoreRowAuthenticator(dataKey: unlocked.key, purpose: StoreRowAuthenticator.header)
+        openedWrapped = unlocked.wrapped
+        if let legacy = unlocked.legacyVersion {
+            preview = try lock.withLock { _ in try upgradeLegacy(version: legacy, kek: unlocked.kek, request: upgrade) }
+        } else {
+            try lock.withLock { _ in try db.readTransaction { try refreshIntegrity(force: true) } }
+        }
     }
 
-    /// Set by ``unlockExisting(secret:version:)`` when the file is older than ``schemaVersion``.
-    private var migrationPending = false
+    /// What an upgrade of the store at `path` would vouch for: every row of a store made before
+    /// row authentication, with a confirmation to pass to
+    /// ``upgrade(path:secret:confirming:options:)``. Nil when the store needs no explicit
+    /// upgrade (it is current, or of schema 3, which any open upgrades after checking every
+    /// row). Changes nothing.
+    public static func upgradePreview(path: String, secret: StoreSecret, options: Options = Options()) throws -> UpgradePreview? {
+        var options = options
+        options.create = false
+        let store = try CredentialStore(path: path, secret: secret, options: options, upgrade: .preview)
+        defer { store.close() }
+        return store.preview
+    }
+
+    /// Upgrades a store made before row authentication: every row is authenticated, token URIs
+    /// lose any `pin-value`, the manifest and the authenticated header are written, in one
+    /// transaction — only if the store still holds exactly what the preview whose
+    /// `confirmation` is given showed (``MTLSError/Code/invalidArgument`` otherwise, nothing
+    /// written). Returns how many rows were vouched for (0 for a store that needed no upgrade).
+    @discardableResult
+    public static func upgrade(path: String, secret: StoreSecret, confirming confirmation: String, options: Options = Options()) throws -> Int {
+        var options = options
+        options.create = false
+        let store = try CredentialStore(path: path, secret: secret, options: options, upgrade: .confirm(confirmation))
+        defer { store.close() }
+        return try store.lock.withLock { _ in try store.db.readTransaction { try store.refreshIntegrity(); return Int(store.manifest.header?.count ?? 0) } }
+    }
+
+    /// The store-wide write counter from the authenticated header: incremented by every write
+    /// transaction (by any handle), it never goes back. An application that keeps the last
+    /// value it saw elsewhere (another file, a server) and finds a lower one here knows the whole
+    /// file was replaced by an older copy of itself — the one thing no file can show about itself.
+    public func writeCounter() throws -> UInt64 {
+        try lock.withLock { _ in
+            try db.readTransaction {
+                try refreshIntegrity()
+                return UInt64(manifest.header?.counter ?? 0)
+            }
+        }
+    }
 
     /// Closes the connection and wipes the data key. Further calls fail with
     /// ``MTLSError/Code/invalidArgument``. Also done on deinit.
@@ -98,47 +173,13 @@ public final class CredentialStore: @unchecked Sendable {
             db.close()
             dataKey = SecretBytes([])
             rowAuth = nil
+            headerAuth = nil
+            manifest.invalidate()
             cache.removeAll()
         }
     }
 
     // MARK: opening
-
-    /// Creates the directory (0700) and the file (0600) if needed, so that SQLite (which gives
-    /// its WAL and shared-memory files the main file's mode) never creates anything wider.
-    private static func prepareFile(_ path: String, create: Bool) throws {
-        if access(path, F_OK) == 0 { return }
-        guard create else { throw MTLSError(.notFound, "no store at \(path)") }
-        let dir = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
-        try makeDirectories(dir.isEmpty ? "/" : dir)
-        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        if fd < 0 {
-            let err = errno
-            if err == EEXIST { return }
-            throw fileError(err, "cannot create the store \(path)")
-        }
-        Glibc.close(fd)
-    }
-
-    private static func makeDirectories(_ dir: String) throws {
-        var st = stat()
-        if stat(dir, &st) == 0 { return }
-        if let slash = dir.lastIndex(of: "/"), slash != dir.startIndex {
-            try makeDirectories(String(dir[..<slash]))
-        }
-        if mkdir(dir, 0o700) != 0 && errno != EEXIST {
-            throw fileError(errno, "cannot create the directory \(dir)")
-        }
-    }
-
-    private static func fileError(_ err: Int32, _ what: String) -> MTLSError {
-        let text = "\(what): \(String(cString: strerror(err)))"
-        switch err {
-        case EACCES, EROFS, EPERM: return MTLSError(.readOnly, text)
-        case ENOSPC, EDQUOT: return MTLSError(.diskFull, text)
-        default: return MTLSError(.io, text)
-        }
-    }
 
     private enum FileState { case empty, store(version: Int64) }
 
@@ -151,7 +192,16 @@ public final class CredentialStore: @unchecked Sendable {
         throw MTLSError(.notAStore, "\(path) is an SQLite database but not a libmtls store")
     }
 
-    private func openOrInitialise(secret: StoreSecret) throws -> SecretBytes {
+    /// The data key and what else the open needs from unlocking the file.
+    struct Unlocked {
+        var key: SecretBytes
+        var kek: SecretBytes
+        var wrapped: [UInt8]
+        /// The schema version of a store from before the authenticated header; nil when current.
+        var legacyVersion: Int64?
+    }
+
+    private func openOrInitialise(secret: StoreSecret) throws -> Unlocked {
         if case .store(let version) = try fileState() {
             return try unlockExisting(secret: secret, version: version)
         }
@@ -160,23 +210,25 @@ public final class CredentialStore: @unchecked Sendable {
         let salt = try StoreCrypto.random(16)
         let newKey = try StoreCrypto.newKey()
         let kek = try StoreCrypto.deriveKEK(secret, salt: salt, parameters: options.kdf)
-        let wrapped = try StoreCrypto.seal(newKey, key: kek, aad: CredentialStore.dataKeyAAD)
+        let wrapped = try StoreCrypto.seal(newKey, key: kek, aad: CredentialStore.dataKeyAADCurrent)
+        let auth = try StoreRowAuthenticator(dataKey: newKey, purpose: StoreRowAuthenticator.header)
         _ = try db.text("PRAGMA journal_mode=WAL")
         let created: Bool = try db.writeTransaction {
             guard case .empty = try fileState() else { return false }
             for step in CredentialStore.migrations { try db.execute(step) }
             try db.execute("PRAGMA application_id=\(CredentialStore.applicationID); PRAGMA user_version=\(CredentialStore.schemaVersion)")
             try writeSecretHeader(secret: secret, salt: salt, parameters: options.kdf, wrapped: wrapped)
+            try writeFreshManifest([], counter: 0, meta: try readMeta(), auth: auth)
             return true
         }
-        if created { return newKey }
+        if created { return Unlocked(key: newKey, kek: kek, wrapped: wrapped, legacyVersion: nil) }
         guard case .store(let version) = try fileState() else {
             throw MTLSError(.internal, "the store was neither created nor found")
         }
         return try unlockExisting(secret: secret, version: version)
     }
 
-    private func writeSecretHeader(secret: StoreSecret, salt: [UInt8], parameters: StoreKDFParameters, wrapped: [UInt8]) throws {
+    func writeSecretHeader(secret: StoreSecret, salt: [UInt8], parameters: StoreKDFParameters, wrapped: [UInt8]) throws {
         let put = try db.statement("INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)")
         try put.bind(.text("kdf"), .text(secret.kind)).run()
         try db.statement("INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)")
@@ -185,30 +237,7 @@ public final class CredentialStore: @unchecked Sendable {
         try db.statement("INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)").bind(.text("wrapped_key"), .blob(wrapped)).run()
     }
 
-    private struct SecretHeader {
-        var kind: String
-        var parameters: StoreKDFParameters
-        var salt: [UInt8]
-        var wrapped: [UInt8]
-    }
-
-    private func readSecretHeader() throws -> SecretHeader {
-        var values: [String: SQLiteDatabase.Value] = [:]
-        let s = try db.statement("SELECT name, value FROM meta")
-        while try s.step() {
-            guard let name = s.text(0) else { continue }
-            values[name] = name == "salt" || name == "wrapped_key" ? .blob(s.blob(1)) : .text(s.text(1) ?? "")
-        }
-        guard case .text(let kind)? = values["kdf"], case .text(let params)? = values["kdf_params"],
-              case .blob(let salt)? = values["salt"], case .blob(let wrapped)? = values["wrapped_key"] else {
-            throw MTLSError(.notAStore, "\(path) has no libmtls store header")
-        }
-        let p = params.split(separator: ",").compactMap { Int($0) }
-        guard p.count == 3 else { throw MTLSError(.corrupt, "the store header's KDF parameters are unreadable") }
-        return SecretHeader(kind: kind, parameters: StoreKDFParameters(logN: p[0], r: p[1], p: p[2]), salt: salt, wrapped: wrapped)
-    }
-
-    private func unlockExisting(secret: StoreSecret, version: Int64) throws -> SecretBytes {
+    private func unlockExisting(secret: StoreSecret, version: Int64) throws -> Unlocked {
         guard version <= CredentialStore.schemaVersion else {
             throw MTLSError(.schemaTooNew, "\(path) has schema version \(version); this libmtls reads up to \(CredentialStore.schemaVersion)")
         }
@@ -216,18 +245,31 @@ public final class CredentialStore: @unchecked Sendable {
         guard version >= 1 else {
             throw MTLSError(.corrupt, "\(path) has an invalid schema version \(version): the store file is damaged")
         }
-        let header = try db.readTransaction { try readSecretHeader() }
-        guard header.kind == secret.kind else {
-            throw MTLSError(.badSecret, header.kind == "key"
+        let meta = try db.readTransaction { try readMeta() }
+        guard meta.kind == secret.kind else {
+            throw MTLSError(.badSecret, meta.kind == "key"
                             ? "wrong store secret: this store is opened with a 32-byte key (--key-file), not a passphrase"
                             : "wrong store secret: this store is opened with a passphrase (--secret-file), not a 32-byte key")
         }
-        let kek = try StoreCrypto.deriveKEK(secret, salt: header.salt, parameters: header.parameters)
-        guard let key = try StoreCrypto.open(header.wrapped, key: kek, aad: CredentialStore.dataKeyAAD) else {
+        guard let parameters = meta.parameters else {
+            throw MTLSError(.corrupt, "the store header's KDF parameters are unreadable")
+        }
+        let kek = try StoreCrypto.deriveKEK(secret, salt: meta.salt, parameters: parameters)
+        if let key = try StoreCrypto.open(meta.wrapped, key: kek, aad: CredentialStore.dataKeyAADCurrent) {
+            // The data key says the store is current: it has an authenticated header, whatever
+            // the file's schema version claims.
+            guard version == Int64(CredentialStore.schemaVersion) else {
+                throw MTLSError(.corrupt, "the store \(path) is tampered or damaged: its schema version was set to \(version) but its data key belongs to a current store; it is not migrated and nothing was written")
+            }
+            return Unlocked(key: key, kek: kek, wrapped: meta.wrapped, legacyVersion: nil)
+        }
+        guard let key = try StoreCrypto.open(meta.wrapped, key: kek, aad: CredentialStore.dataKeyAADLegacy) else {
             throw MTLSError(.badSecret, "wrong store secret for \(path)")
         }
-        if version < CredentialStore.schemaVersion { migrationPending = true }
-        return key
+        guard version < Int64(CredentialStore.schemaVersion) else {
+            throw MTLSError(.corrupt, "the store \(path) is tampered or damaged: it claims the current schema but its data key is wrapped the old way")
+        }
+        return Unlocked(key: key, kek: kek, wrapped: meta.wrapped, legacyVersion: version)
     }
 
     /// Schema steps: `migrations[i]` takes a store from version `i` to `i + 1`.
@@ -263,56 +305,26 @@ public final class CredentialStore: @unchecked Sendable {
         """
         ALTER TABLE items ADD COLUMN mac BLOB;
         """,
+        // Version 4: the manifest (its buckets and the header are written by the code that
+        // creates or upgrades the store).
+        """
+        CREATE TABLE manifest (bucket INTEGER PRIMARY KEY, entries BLOB NOT NULL, digest BLOB NOT NULL);
+        """,
     ]
 
-    /// Brings an older store to ``schemaVersion`` in one transaction, on the first open with the
-    /// secret: schema steps, then a tag for every row (the rows of an older store are trusted
-    /// once, here) and `pin-value` removed from stored token URIs.
-    private func migrate() throws {
-        try lock.withLock { _ in
-            try db.writeTransaction {
-                let version = try db.integer("PRAGMA user_version")
-                guard version < Int64(CredentialStore.schemaVersion) else { return }
-                guard version >= 1, Int(version) < CredentialStore.migrations.count else {
-                    throw MTLSError(.corrupt, "\(path) has an invalid schema version \(version): the store file is damaged")
-                }
-                for step in CredentialStore.migrations[Int(version)...] { try db.execute(step) }
-                var rows: [(id: Int64, fields: StoreRowAuthenticator.RowFields, uri: String?)] = []
-                let s = try db.statement("SELECT id, class, label, subject, subject_cn, issuer, not_after, leaf_sha256, chain_sha256, token_uri, generation FROM items")
-                defer { s.reset() }
-                while try s.step() {
-                    let uri = s.isNull(9) ? nil : s.text(9).map { CredentialStore.strippingPINValue($0).uri }
-                    rows.append((s.int64(0), StoreRowAuthenticator.RowFields(
-                        itemClass: s.int64(1), label: s.text(2) ?? "", subject: s.text(3) ?? "",
-                        subjectCN: s.isNull(4) ? nil : s.text(4), issuer: s.text(5) ?? "", notAfter: s.int64(6),
-                        leafSHA256: s.text(7) ?? "", chainSHA256: s.text(8) ?? "", tokenURI: uri, generation: s.int64(10)), uri))
-                }
-                s.reset()
-                let auth = try authenticator()
-                for row in rows {
-                    try db.statement("UPDATE items SET mac = ?, token_uri = ? WHERE id = ?")
-                        .bind(.blob(try auth.tag(row.fields)), row.uri.map { .text($0) } ?? .null, .int(row.id)).run()
-                }
-                try db.execute("PRAGMA user_version=\(CredentialStore.schemaVersion)")
-            }
-        }
-        migrationPending = false
-    }
-
-    private func authenticator() throws -> StoreRowAuthenticator {
+    func authenticator() throws -> StoreRowAuthenticator {
         guard let rowAuth else { throw MTLSError(.invalidArgument, "the store is closed") }
         return rowAuth
     }
 
-    /// `uri` without its `pin-value` query attribute, and whether it had one. A PIN is never
-    /// stored; `pin-source` (a file the PIN is read from) stays.
+    /// `uri` without its PIN, and whether it had one. A PIN is never stored: when p11-kit's parser
+    /// finds a `pin-value` — in the query or among the path attributes, however it is spelt —
+    /// the URI is rebuilt from p11-kit's parsed form without it (``PKCS11URI/withoutPINValue(_:)``).
+    /// `pin-source` (a file the PIN is read from, not the PIN) stays, written where p11-kit puts
+    /// it. A URI p11-kit cannot parse is returned unchanged (it is refused before it is stored).
     public static func strippingPINValue(_ uri: String) -> (uri: String, stripped: Bool) {
-        guard let q = uri.firstIndex(of: "?") else { return (uri, false) }
-        let query = uri[uri.index(after: q)...].split(separator: "&", omittingEmptySubsequences: false)
-        let kept = query.filter { !$0.lowercased().hasPrefix("pin-value=") && $0.lowercased() != "pin-value" }
-        guard kept.count != query.count else { return (uri, false) }
-        let base = String(uri[..<q])
-        return (kept.isEmpty ? base : base + "?" + kept.joined(separator: "&"), true)
+        guard let rebuilt = try? PKCS11URI.withoutPINValue(uri) else { return (uri, false) }
+        return rebuilt
     }
 
     // MARK: putting items
@@ -320,7 +332,7 @@ public final class CredentialStore: @unchecked Sendable {
     /// The associated data a sealed key is bound to: its row's class and label, and the SHA-256
     /// of the stored leaf and chain DER, so that neither the key nor its certificates can be
     /// moved or swapped without the key failing to open.
-    private static func aad(_ itemClass: StoreItemClass, _ label: String, leafDER: [UInt8], chainDER: [UInt8]) -> [UInt8] {
+    static func aad(_ itemClass: StoreItemClass, _ label: String, leafDER: [UInt8], chainDER: [UInt8]) -> [UInt8] {
         Array("libmtls-store/item/v1\u{0}\(itemClass.rawValue)\u{0}\(label)\u{0}".utf8) + Encoding.sha256(leafDER + chainDER)
     }
 
@@ -409,7 +421,7 @@ public final class CredentialStore: @unchecked Sendable {
         try lock.withLock { _ in
             var current = rows.first
             do {
-                try db.writeTransaction {
+                try integrityWrite {
                     let auth = try authenticator()
                     for row in rows {
                         current = row
@@ -429,6 +441,7 @@ public final class CredentialStore: @unchecked Sendable {
                             .blob(leaf.der), .blob(row.chain.flatMap { $0.der }), row.sealedKey.map { .blob($0) } ?? .null,
                             row.tokenURI.map { .text($0) } ?? .null, .int(generation), .int(now), .blob(tag)
                         ).run()
+                        try manifestSet(StoreManifestKey(itemClass: Int64(row.itemClass.rawValue), label: row.label), generation: generation)
                     }
                 }
             } catch let e as MTLSError where e.code == .duplicate {
@@ -445,11 +458,15 @@ public final class CredentialStore: @unchecked Sendable {
     /// this process or another) changes the generation, so a stale identity is never returned.
     public func identity(label: String) throws -> Identity {
         try lock.withLock { _ in
-            let s = try db.statement(RowQuery.identityByLabel)
-            defer { s.reset() }
-            s.bind(.text(label))
-            guard try s.step() else { throw MTLSError(.notFound, "no identity labelled \"\(label)\" in the store") }
-            return try decodeIdentity(s)
+            for attempt in 0..<2 {
+                let s = try db.statement(RowQuery.identityByLabel)
+                defer { s.reset() }
+                s.bind(.text(label))
+                if try s.step() { return try decodeIdentity(s) }
+                s.reset()
+                guard attempt == 0, try rowWasListed(classes: [.identity], label: label) else { break }
+            }
+            throw MTLSError(.notFound, "no identity labelled \"\(label)\" in the store")
         }
     }
 
@@ -496,6 +513,8 @@ public final class CredentialStore: @unchecked Sendable {
                 defer { s.reset() }
                 var out: [Identity] = []
                 while try s.step() { out.append(try decodeIdentity(s)) }
+                s.reset()
+                try checkComplete(itemClass: .identity, seen: out.count)
                 return out
             }
         }
@@ -507,7 +526,15 @@ public final class CredentialStore: @unchecked Sendable {
             let s = try db.statement(RowQuery.certificateByLabel)
             defer { s.reset() }
             s.bind(.text(label))
-            guard try s.step() else { throw MTLSError(.notFound, "no certificate labelled \"\(label)\" in the store") }
+            if try !s.step() {
+                s.reset()
+                if try rowWasListed(classes: [.certificate], label: label) {
+                    s.bind(.text(label))
+                    if try !s.step() { throw MTLSError(.notFound, "no certificate labelled \"\(label)\" in the store") }
+                } else {
+                    throw MTLSError(.notFound, "no certificate labelled \"\(label)\" in the store")
+                }
+            }
             let info = try authenticatedInfo(s)
             let cert = try Certificate(der: s.blob(RowQuery.leaf))
             try checkBlobs(info, leaf: cert, chain: [])
@@ -521,7 +548,15 @@ public final class CredentialStore: @unchecked Sendable {
             let s = try db.statement(RowQuery.tokenByLabel)
             defer { s.reset() }
             s.bind(.text(label))
-            guard try s.step() else { throw MTLSError(.notFound, "no token identity labelled \"\(label)\" in the store") }
+            if try !s.step() {
+                s.reset()
+                if try rowWasListed(classes: [.tokenIdentity], label: label) {
+                    s.bind(.text(label))
+                    if try !s.step() { throw MTLSError(.notFound, "no token identity labelled \"\(label)\" in the store") }
+                } else {
+                    throw MTLSError(.notFound, "no token identity labelled \"\(label)\" in the store")
+                }
+            }
             let info = try authenticatedInfo(s)
             let cert = try Certificate(der: s.blob(RowQuery.leaf))
             let chain = try CredentialStore.splitDER(s.blob(RowQuery.chain))
@@ -558,7 +593,7 @@ public final class CredentialStore: @unchecked Sendable {
     private static let infoColumns = "label, class, subject, issuer, not_after, leaf_sha256, chain_sha256, token_uri, created, modified, subject_cn, generation, mac, id"
 
     /// Column positions of ``infoColumns`` and of the blobs the reading queries add after them.
-    private enum RowQuery {
+    enum RowQuery {
         static let subjectCN: Int32 = 10, generation: Int32 = 11, mac: Int32 = 12, id: Int32 = 13
         static let leaf: Int32 = 14, chain: Int32 = 15, sealedKey: Int32 = 16
         static let blobs = "\(infoColumns), leaf, chain, sealed_key"
@@ -571,18 +606,29 @@ public final class CredentialStore: @unchecked Sendable {
     /// The metadata of the current row after checking its tag; ``MTLSError/Code/corrupt``
     /// naming the label when it does not authenticate. Called with the lock held.
     private func authenticatedInfo(_ s: SQLiteDatabase.Statement) throws -> StoreItemInfo {
-        try authenticate(s)
-        return CredentialStore.info(s)
+        try authenticateRow(s)
+        let info = CredentialStore.info(s)
+        try checkListed(itemClass: Int64(info.itemClass.rawValue), label: info.label, generation: s.int64(RowQuery.generation))
+        return info
     }
 
     /// Checks the current row's tag (see ``authenticatedInfo(_:)``) without decoding it.
-    private func authenticate(_ s: SQLiteDatabase.Statement) throws {
+    func authenticate(_ s: SQLiteDatabase.Statement) throws {
+        try authenticateRow(s)
+        try checkListed(itemClass: s.int64(1), label: s.text(0) ?? "", generation: s.int64(RowQuery.generation))
+    }
+
+    /// Checks the current row's tag only (the caller checks it against the manifest).
+    private func authenticateRow(_ s: SQLiteDatabase.Statement) throws {
         let classValue = s.int64(1)
         guard let itemClass = StoreItemClass(rawValue: Int32(truncatingIfNeeded: classValue)),
               Int64(itemClass.rawValue) == classValue,
               try authenticator().verifyRow(s, itemClass: 1, label: 0, subject: 2, subjectCN: RowQuery.subjectCN, issuer: 3,
                                             notAfter: 4, leafSHA256: 5, chainSHA256: 6, tokenURI: 7,
                                             generation: RowQuery.generation, mac: RowQuery.mac) else {
+            // Another handle may have changed the secret (rotating the key the rows are tagged
+            // under): that is bad_secret for this handle, not tampering.
+            try refreshIntegrity()
             let label = s.text(0) ?? ""
             let what = StoreItemClass(rawValue: Int32(truncatingIfNeeded: classValue))?.name ?? "item"
             throw MTLSError(.corrupt, "the stored \(what) \"\(label)\" is tampered or damaged: its row does not authenticate under the store's key; it is not used (delete it and store it again)")
@@ -596,7 +642,7 @@ public final class CredentialStore: @unchecked Sendable {
         }
     }
 
-    private static func info(_ s: SQLiteDatabase.Statement) -> StoreItemInfo {
+    static func info(_ s: SQLiteDatabase.Statement) -> StoreItemInfo {
         let chain = s.text(6) ?? ""
         return StoreItemInfo(
             label: s.text(0) ?? "", itemClass: StoreItemClass(rawValue: Int32(truncatingIfNeeded: s.int64(1))) ?? .certificate,
@@ -619,14 +665,24 @@ public final class CredentialStore: @unchecked Sendable {
         static let bySubject = "SELECT \(infoColumns) FROM items WHERE subject = ?1 OR subject_cn = ?1 ORDER BY label, class"
     }
 
-    private func infos(_ sql: String, _ values: SQLiteDatabase.Value...) throws -> [StoreItemInfo] {
+    /// The rows a query selects, each authenticated and checked against the manifest. With
+    /// `complete`, in one snapshot, and a row the manifest lists for that scope (every class
+    /// with `.some(nil)`) but the file lacks is ``MTLSError/Code/corrupt``.
+    private func infos(_ sql: String, _ values: SQLiteDatabase.Value..., complete: StoreItemClass?? = nil) throws -> [StoreItemInfo] {
         try lock.withLock { _ in
-            let s = try db.statement(sql)
-            defer { s.reset() }
-            s.bind(values: values)
-            var out: [StoreItemInfo] = []
-            while try s.step() { out.append(try authenticatedInfo(s)) }
-            return out
+            func run() throws -> [StoreItemInfo] {
+                let s = try db.statement(sql)
+                defer { s.reset() }
+                s.bind(values: values)
+                var out: [StoreItemInfo] = []
+                while try s.step() { out.append(try authenticatedInfo(s)) }
+                s.reset()
+                if let scope = complete { try checkComplete(itemClass: scope, seen: out.count) }
+                return out
+            }
+            // A single lookup by label runs in its statement's own snapshot (the hot path).
+            if complete == nil && sql == InfoQuery.byClassAndLabel { return try run() }
+            return try db.readTransaction { try run() }
         }
     }
 
@@ -634,22 +690,24 @@ public final class CredentialStore: @unchecked Sendable {
     /// match in the order identity, certificate, token identity. Decrypts nothing.
     /// Throws ``MTLSError/Code/notFound``.
     public func info(label: String, itemClass: StoreItemClass? = nil) throws -> StoreItemInfo {
-        let found: [StoreItemInfo]
-        if let itemClass {
-            found = try infos(InfoQuery.byClassAndLabel, .int(Int64(itemClass.rawValue)), .text(label))
-        } else {
-            found = try infos(InfoQuery.byLabel, .text(label))
+        for attempt in 0..<2 {
+            let found: [StoreItemInfo]
+            if let itemClass {
+                found = try infos(InfoQuery.byClassAndLabel, .int(Int64(itemClass.rawValue)), .text(label))
+            } else {
+                found = try infos(InfoQuery.byLabel, .text(label))
+            }
+            if let first = found.first { return first }
+            let classes = itemClass.map { [$0] } ?? StoreItemClass.allCases
+            guard attempt == 0, try lock.withLock({ _ in try rowWasListed(classes: classes, label: label) }) else { break }
         }
-        guard let first = found.first else {
-            throw MTLSError(.notFound, "no \(itemClass?.name ?? "item") labelled \"\(label)\" in the store")
-        }
-        return first
+        throw MTLSError(.notFound, "no \(itemClass?.name ?? "item") labelled \"\(label)\" in the store")
     }
 
     /// Metadata of every item (or every item of one class), ordered by label then class.
     public func list(itemClass: StoreItemClass? = nil) throws -> [StoreItemInfo] {
-        if let itemClass { return try infos(InfoQuery.byClass, .int(Int64(itemClass.rawValue))) }
-        return try infos(InfoQuery.all)
+        if let itemClass { return try infos(InfoQuery.byClass, .int(Int64(itemClass.rawValue)), complete: .some(itemClass)) }
+        return try infos(InfoQuery.all, complete: .some(nil))
     }
 
     /// Items whose leaf certificate has this SHA-256 fingerprint (hex, any case, colons allowed).
@@ -674,14 +732,20 @@ public final class CredentialStore: @unchecked Sendable {
     @discardableResult
     public func delete(label: String, itemClass: StoreItemClass? = nil) throws -> Int {
         let n: Int = try lock.withLock { _ in
-            try db.writeTransaction {
+            try integrityWrite {
+                let s: SQLiteDatabase.Statement
                 if let itemClass {
-                    try db.statement("DELETE FROM items WHERE class = ? AND label = ?")
-                        .bind(.int(Int64(itemClass.rawValue)), .text(label)).run()
+                    s = try db.statement("DELETE FROM items WHERE class = ? AND label = ? RETURNING class")
+                        .bind(.int(Int64(itemClass.rawValue)), .text(label))
                 } else {
-                    try db.statement("DELETE FROM items WHERE label = ?").bind(.text(label)).run()
+                    s = try db.statement("DELETE FROM items WHERE label = ? RETURNING class").bind(.text(label))
                 }
-                return db.changes
+                defer { s.reset() }
+                var deleted: [Int64] = []
+                while try s.step() { deleted.append(s.int64(0)) }
+                s.reset()
+                for c in deleted { try manifestSet(StoreManifestKey(itemClass: c, label: label), generation: nil) }
+                return deleted.count
             }
         }
         guard n > 0 else { throw MTLSError(.notFound, "no \(itemClass?.name ?? "item") labelled \"\(label)\" in the store") }
@@ -692,33 +756,42 @@ public final class CredentialStore: @unchecked Sendable {
     @discardableResult
     public func deleteAll(itemClass: StoreItemClass) throws -> Int {
         try lock.withLock { _ in
-            try db.writeTransaction {
-                try db.statement("DELETE FROM items WHERE class = ?").bind(.int(Int64(itemClass.rawValue))).run()
-                return db.changes
+            try integrityWrite {
+                let s = try db.statement("DELETE FROM items WHERE class = ? RETURNING label").bind(.int(Int64(itemClass.rawValue)))
+                defer { s.reset() }
+                var deleted: [String] = []
+                while try s.step() { deleted.append(s.text(0) ?? "") }
+                s.reset()
+                for label in deleted {
+                    try manifestSet(StoreManifestKey(itemClass: Int64(itemClass.rawValue), label: label), generation: nil)
+                }
+                return deleted.count
             }
         }
     }
 
     // MARK: the secret
 
-    /// Re-wraps the data key under a key derived from `newSecret` (with `kdf` for a passphrase),
-    /// in one transaction. Items are not re-encrypted: the data key does not change.
+    /// Changes the secret and rotates the data key: a new random data key, every private key
+    /// re-sealed and every row, the manifest and the header re-authenticated under it, wrapped
+    /// under a key derived from `newSecret` (with `kdf` for a passphrase) — in one transaction, so
+    /// an interruption leaves the old store or the new one. The old secret, even with the old
+    /// header rows copied back, opens nothing written after the change and no key from the new
+    /// file. Other open handles then fail with ``MTLSError/Code/badSecret`` until reopened.
     public func changeSecret(to newSecret: StoreSecret, kdf: StoreKDFParameters? = nil) throws {
         let parameters = kdf ?? options.kdf
         let salt = try StoreCrypto.random(16)
         let kek = try StoreCrypto.deriveKEK(newSecret, salt: salt, parameters: parameters)
+        let newKey = try StoreCrypto.newKey()
         try lock.withLock { _ in
-            let wrapped = try StoreCrypto.seal(dataKey, key: kek, aad: CredentialStore.dataKeyAAD)
-            try db.writeTransaction {
-                try writeSecretHeader(secret: newSecret, salt: salt, parameters: parameters, wrapped: wrapped)
-            }
+            try rotateDataKey(to: newKey, kek: kek, secret: newSecret, salt: salt, parameters: parameters)
         }
     }
 
     /// The scrypt parameters in the store's header (nil when opened with a raw key).
     public func kdfParameters() throws -> StoreKDFParameters? {
         try lock.withLock { _ in
-            let h = try db.readTransaction { try readSecretHeader() }
+            let h = try db.readTransaction { try readMeta() }
             return h.kind == "scrypt" ? h.parameters : nil
         }
     }
@@ -730,6 +803,40 @@ public final class CredentialStore: @unchecked Sendable {
     }
 
     // MARK: for tests
+
+    /// Turns this (current) store into what an older libmtls wrote, schema `version` (1...3):
+    /// the data key wrapped the old way, no header or manifest, rows tagged the schema-3 way or
+    /// (below 3) not at all. Tests use it to make genuine older stores.
+    func _testMakeLegacy(version: Int, secret: StoreSecret) throws {
+        try lock.withLock { _ in
+            try db.writeTransaction {
+                let meta = try readMeta()
+                guard let parameters = meta.parameters else { throw MTLSError(.internal, "bad KDF parameters") }
+                let kek = try StoreCrypto.deriveKEK(secret, salt: meta.salt, parameters: parameters)
+                let wrapped = try StoreCrypto.seal(dataKey, key: kek, aad: CredentialStore.dataKeyAADLegacy)
+                try db.statement("UPDATE meta SET value = ? WHERE name = 'wrapped_key'").bind(.blob(wrapped)).run()
+                try db.execute("DELETE FROM meta WHERE name IN ('header', 'header_mac'); DROP TABLE manifest")
+                if version == 3 {
+                    let v3 = try StoreRowAuthenticator(dataKey: dataKey, purpose: StoreRowAuthenticator.rowsV3)
+                    var tags: [(Int64, [UInt8])] = []
+                    let s = try db.statement("SELECT id, class, label, subject, subject_cn, issuer, not_after, leaf_sha256, chain_sha256, token_uri, generation FROM items")
+                    while try s.step() {
+                        tags.append((s.int64(0), try v3.tag(StoreRowAuthenticator.RowFields(
+                            itemClass: s.int64(1), label: s.text(2) ?? "", subject: s.text(3) ?? "", subjectCN: s.isNull(4) ? nil : s.text(4),
+                            issuer: s.text(5) ?? "", notAfter: s.int64(6), leafSHA256: s.text(7) ?? "", chainSHA256: s.text(8) ?? "",
+                            tokenURI: s.isNull(9) ? nil : s.text(9), generation: s.int64(10)))))
+                    }
+                    s.reset()
+                    for (id, tag) in tags { try db.statement("UPDATE items SET mac = ? WHERE id = ?").bind(.blob(tag), .int(id)).run() }
+                } else {
+                    try db.execute("ALTER TABLE items DROP COLUMN mac")
+                }
+                if version == 1 { try db.execute("DROP INDEX items_leaf_sha256; DROP INDEX items_subject; DROP INDEX items_subject_cn") }
+                try db.execute("PRAGMA user_version=\(version)")
+            }
+            manifest.invalidate()
+        }
+    }
 
     /// Runs raw SQL on the store's connection (tests simulate corruption, full disks, locks).
     func _testExecute(_ sql: String) throws { try lock.withLock { _ in try db.execute(sql) } }

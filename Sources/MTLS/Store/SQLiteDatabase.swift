@@ -94,9 +94,14 @@ final class SQLiteDatabase {
     }
 
     /// Runs `body` in a read transaction, so that several queries see one snapshot.
+    /// Inside a transaction already open, `body` simply runs in it.
     func readTransaction<T>(_ body: () throws -> T) throws -> T {
+        if inTransaction { return try body() }
         try execute("BEGIN DEFERRED")
         defer { if let db, sqlite3_get_autocommit(db) == 0 { _ = sqlite3_exec(db, "COMMIT", nil, nil, nil) } }
+        // Take the snapshot now (BEGIN DEFERRED waits for the first read), so that
+        // ``dataVersion()`` names it from the start.
+        _ = try integer("PRAGMA schema_version")
         return try body()
     }
 
@@ -117,6 +122,19 @@ final class SQLiteDatabase {
     }
 
     var changes: Int { db.map { Int(sqlite3_changes($0)) } ?? 0 }
+
+    /// The pager's data version: it changes when another connection (thread or process) commits,
+    /// not for this connection's own commits. Meaningful inside a read transaction (an active
+    /// statement holds one), where it names the snapshot being read.
+    func dataVersion() -> UInt32 {
+        guard let db else { return 0 }
+        var v: UInt32 = 0
+        _ = sqlite3_file_control(db, "main", SQLITE_FCNTL_DATA_VERSION, &v)
+        return v
+    }
+
+    /// Whether a transaction is open on the connection.
+    var inTransaction: Bool { db.map { sqlite3_get_autocommit($0) == 0 } ?? false }
 
     /// Maps a SQLite result code to libmtls's stable codes.
     static func error(_ rc: Int32, _ message: String, errno err: Int32 = 0) -> MTLSError {

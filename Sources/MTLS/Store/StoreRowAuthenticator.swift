@@ -16,12 +16,21 @@ final class StoreRowAuthenticator: @unchecked Sendable {
     private var scratch: [UInt8] = []
     static let tagLength = 32
 
-    /// An authenticator under `HMAC(dataKey, "libmtls-store/row-mac/v1")`, so the data key
-    /// itself is never used for two primitives.
-    init(dataKey: SecretBytes) throws {
+    /// Row tags of schema 3 (stores from before the authenticated header), checked once when
+    /// such a store is upgraded.
+    static let rowsV3 = "libmtls-store/row-mac/v1"
+    /// Row tags of schema 4: a different key, so that a row of a current store never passes
+    /// as a row of an older one.
+    static let rowsV4 = "libmtls-store/row-mac/v2"
+    /// The header MAC (``StoreHeader``).
+    static let header = "libmtls-store/header-mac/v1"
+
+    /// An authenticator under `HMAC(dataKey, purpose)`, so the data key itself is never used
+    /// for two primitives and each purpose has its own key.
+    init(dataKey: SecretBytes, purpose: String = StoreRowAuthenticator.rowsV4) throws {
         let base = try Self.keyed(dataKey.withBytes { Array($0) })
         defer { EVP_MAC_CTX_free(base) }
-        var sub = try Self.tag(base, Array("libmtls-store/row-mac/v1".utf8))
+        var sub = try Self.tag(base, Array(purpose.utf8))
         defer { SecretBytes.wipe(&sub) }
         template = try Self.keyed(sub)
         guard let r = EVP_MAC_CTX_dup(template) else {
@@ -68,6 +77,15 @@ final class StoreRowAuthenticator: @unchecked Sendable {
 
     /// The tag of one row's fields (each length-prefixed, nil distinct from empty).
     func tag(_ fields: RowFields) throws -> [UInt8] { try Self.tag(template, fields.bytes) }
+
+    /// The tag of arbitrary bytes (the header).
+    func tag(bytes: [UInt8]) throws -> [UInt8] { try Self.tag(template, bytes) }
+
+    /// Whether `stored` is the tag of `bytes` (constant-time comparison).
+    func verify(bytes: [UInt8], stored: [UInt8]) throws -> Bool {
+        guard stored.count == Self.tagLength else { return false }
+        return CRYPTO_memcmp(try tag(bytes: bytes), stored, Self.tagLength) == 0
+    }
 
     /// Whether the current row of `s` authenticates: its columns (at the given positions, in
     /// ``RowFields`` order) are fed to HMAC straight from SQLite's memory, with no copies, and the

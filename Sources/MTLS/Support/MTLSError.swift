@@ -102,6 +102,10 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
         // Connections, added later
         /// The peer closed the connection without close_notify: what was read may be cut short.
         public static let truncated = Code(header: MTLS_E_TRUNCATED)
+        // Store (0.2.0)
+        /// A store made before row authentication: it opens only after an explicit upgrade
+        /// (``CredentialStore/upgrade(path:secret:confirming:options:)``, `mtls store upgrade`).
+        public static let upgradeRequired = Code(header: MTLS_E_UPGRADE_REQUIRED)
 
         /// Every code with its stable name and its static text (the C ABI's `mtls_strerror`).
         public static let all: [(Code, String, String)] = [
@@ -144,6 +148,7 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
             (.badURI, "bad_uri", "invalid PKCS#11 URI"),
             (.pinRequired, "pin_required", "a PIN is required"),
             (.truncated, "truncated", "connection closed without close_notify: the data may be truncated"),
+            (.upgradeRequired, "upgrade_required", "the store must be upgraded explicitly first"),
         ]
 
         /// The stable snake_case name of the code (`"bad_password"`), used in JSON output.

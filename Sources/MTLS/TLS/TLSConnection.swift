@@ -26,7 +26,7 @@ public final class TLSConnection {
     public let isServer: Bool
     /// The host connected to (client) or the client's address (server).
     public let peerAddress: String
-    private let nonBlocking: Bool
+    private var nonBlocking: Bool
     private let handshakeTimeout: Double?
     private let ioTimeout: Double?
     private var handshakeDeadline: Deadline?
@@ -172,6 +172,20 @@ public final class TLSConnection {
         if ownsFileDescriptor, !closed { Glibc.close(fileDescriptor) }
     }
 
+    /// Switches the connection to non-blocking mode (`true`) or back to blocking mode: from then
+    /// on ``handshake()``, ``read(into:)``, ``write(_:)`` and ``shutdown()`` behave as in that
+    /// mode (see the type). Made for accepted connections, which a ``TLSListener`` hands over in
+    /// blocking mode, so that an event loop can drive them. The socket itself is non-blocking
+    /// (O_NONBLOCK) in both modes — blocking mode waits with poll within the timeouts — so the
+    /// switch changes no descriptor state the caller could race with, and whatever OpenSSL holds
+    /// (input already decrypted, a record partly written) is kept: a write that returned
+    /// ``MTLSError/Code/wantWrite`` is retried with the same bytes, as OpenSSL requires.
+    public func setNonBlocking(_ on: Bool) throws {
+        try ensureOpen()
+        Socket.setNonBlocking(fileDescriptor, true)
+        nonBlocking = on
+    }
+
     /// Forgets every cached TLS session and the shared OpenSSL contexts behind them (with their
     /// references to identities, whose keys are then freed once the caller drops them too).
     /// libmtls keeps the contexts of the 16 most recent (identity, policy, versions)
@@ -186,13 +200,15 @@ public final class TLSConnection {
     public func handshake() throws {
         if isHandshakeComplete { return }
         try ensureOpen()
+        if handshakeDeadline == nil { handshakeDeadline = Deadline(seconds: handshakeTimeout) }
         if connecting {
-            guard try Socket.finishConnect(fileDescriptor, host: peerAddress, port: connectPort) else {
-                throw MTLSError(.wantWrite, "the TCP connection is still being established")
+            // Opened non-blocking, maybe switched to blocking since (setNonBlocking(false)).
+            while try !Socket.finishConnect(fileDescriptor, host: peerAddress, port: connectPort) {
+                if nonBlocking { throw MTLSError(.wantWrite, "the TCP connection is still being established") }
+                try Socket.wait(fileDescriptor, forWriting: true, deadline: handshakeDeadline!, what: "connecting to \(peerAddress)")
             }
             connecting = false
         }
-        if handshakeDeadline == nil { handshakeDeadline = Deadline(seconds: handshakeTimeout) }
         while true {
             OpenSSLErrorQueue.clear()
             let r = SSL_do_handshake(ssl)

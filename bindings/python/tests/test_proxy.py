@@ -1,12 +1,13 @@
-"""HTTPS through an HTTP proxy stays in libmtls (issue 23, defect 6): requests
-(mtls.requests.Adapter), httpx (mtls.httpx.Transport) and urllib (mtls.http) ask the proxy for a
-CONNECT tunnel and run libmtls's TLS through it, with the target's identity, policy and host
-rules, never Python's ssl.
+"""HTTPS through an HTTP proxy stays in libmtls (issue 23, defect 6; issue 29 for asyncio):
+requests (mtls.requests.Adapter), httpx (mtls.httpx.Transport and AsyncTransport), urllib
+(mtls.http) and mtls.asyncio streams ask the proxy for a CONNECT tunnel and run libmtls's TLS
+through it, with the target's identity, policy and host rules, never Python's ssl.
 
 The peers are real: tinyproxy (Debian's package, started here on 127.0.0.1 with a configuration
 made for the test), nginx with `ssl_verify_client on` (conftest's start_nginx: it answers with the
 client certificate's DN), and a hostile CONNECT proxy written here that sends every tunnel to
 another TLS server, whose certificate (DNS:server.test) is issued by a root nobody trusts."""
+import asyncio
 import gc
 import pathlib
 import re
@@ -24,6 +25,8 @@ import pytest
 import requests
 
 import mtls
+import mtls._proxy
+import mtls.asyncio
 import mtls.http
 import mtls.httpx
 import mtls.requests
@@ -467,6 +470,209 @@ def test_a_tunnel_that_never_answers_the_handshake_times_out(pki):
         assert silent.targets == ["127.0.0.1:9", "127.0.0.1:9"]
     finally:
         silent.stop()
+
+
+def test_connect_reply_takes_exactly_the_proxys_answer():
+    """The reading of CONNECT's answer that the blocking and asyncio tunnels share: it takes the
+    answer up to its blank line and not one byte of the server's TLS that may follow in the same
+    segment, across any split; an answer without HTTP, a refusal, an endless head, a close."""
+    p = mtls._proxy
+    proxy = p.HTTPProxy("127.0.0.1", 3128)
+    answer = b"HTTP/1.1 200 Connection established\r\nProxy-Agent: x\r\n\r\n"
+    tls = b"\x16\x03\x03\x00\x7a" + b"\x02" * 20
+    for split in range(1, len(answer) + 1):
+        reply = p.ConnectReply(proxy, "10.0.0.7", 8443)
+        taken = reply.take(answer[:split])
+        if not reply.complete:
+            assert taken == split
+            taken += reply.take(answer[split:] + tls)
+        assert reply.complete and taken == len(answer)
+        reply.check()
+    assert p.connect_request(proxy, "::1", 8443) == b"CONNECT [::1]:8443 HTTP/1.1\r\nHost: [::1]:8443\r\n\r\n"
+    refused = p.ConnectReply(proxy, "10.0.0.7", 8443)
+    refused.take(b"HTTP/1.0 403 Filtered\n\n")
+    with pytest.raises(p.TunnelError, match="refused the tunnel to 10.0.0.7:8443: 403 Filtered") as e:
+        refused.check()
+    assert e.value.status == 403
+    garbage = p.ConnectReply(proxy, "h", 1)
+    garbage.take(b"SSH-2.0-OpenSSH\r\n\r\n")
+    with pytest.raises(p.TunnelError, match="not HTTP"):
+        garbage.check()
+    with pytest.raises(p.TunnelError, match="more than"):
+        p.ConnectReply(proxy, "h", 1).take(b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 20000)
+    with pytest.raises(p.TunnelError, match="closed the connection"):
+        p.ConnectReply(proxy, "h", 1).take(b"")
+    with pytest.raises(p.UnsupportedProxy, match="line break"):
+        p.connect_request(proxy, "evil\r\nX-Injected: 1", 443)
+
+
+# ---- asyncio: httpx.AsyncClient with mtls.httpx.AsyncTransport, and mtls.asyncio streams
+
+def run(coro):
+    """Runs a test coroutine on a fresh loop within a minute."""
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+def test_async_transport_through_tinyproxy_presents_the_identity_and_keeps_one_tunnel(pki, nginx, start_tinyproxy):
+    proxy = start_tinyproxy(nginx.port)
+
+    async def main() -> List[httpx.Response]:
+        t = mtls.httpx.AsyncTransport(identity=identity(pki, "client-a"), policy=pinned(pki), proxy=proxy.url)
+        async with httpx.AsyncClient(transport=t) as client:
+            return [await client.get(nginx.url + "/") for _ in range(3)]
+
+    answers = run(main())
+    for r in answers:
+        assert r.status_code == 200 and r.text.startswith(f"hello {CLIENT_A_DN} "), r.text
+    assert proxy.connects() == [f"127.0.0.1:{nginx.port}"]  # one tunnel, kept alive
+    assert len({conn_id(r.text) for r in answers}) == 1
+
+
+def test_async_client_proxy_with_our_transport_goes_through_libmtls(pki, nginx, start_tinyproxy, hostile):
+    """httpx.AsyncClient(transport=AsyncTransport(...), proxy=P) used to mount httpx's own
+    transport (Python's ssl, no identity) for P; now the proxy's transport is ours: identity
+    presented, the hostile tunnel refused even with verify=False."""
+    proxy = start_tinyproxy(nginx.port)
+    transport = mtls.httpx.AsyncTransport(identity=identity(pki, "client-a"), policy=pinned(pki))
+
+    async def main() -> None:
+        async with httpx.AsyncClient(transport=transport, proxy=proxy.url) as client:
+            r = await client.get(nginx.url + "/")
+        assert r.status_code == 200 and r.text.startswith(f"hello {CLIENT_A_DN} "), r.text
+        async with httpx.AsyncClient(transport=transport, proxy=hostile.url, verify=False) as client:
+            with pytest.raises(mtls.TrustError) as e:
+                await client.get(nginx.url + "/")
+        assert "unknown_issuer" in e.value.codes
+
+    run(main())
+    assert proxy.connects() == [f"127.0.0.1:{nginx.port}"]
+    assert hostile.targets == [f"127.0.0.1:{nginx.port}"] and hostile.served == 0
+
+
+def test_async_transport_environment_proxies_and_no_proxy(pki, nginx, hostile, monkeypatch):
+    """HTTPS_PROXY is honoured by the transport (httpx ignores the environment once it is given
+    a transport: the request used to go straight to the server, past the proxy): here the
+    hostile proxy, refused. trust_env=False and NO_PROXY bypass it."""
+    monkeypatch.setenv("HTTPS_PROXY", hostile.url)
+
+    async def get(**kw: object) -> httpx.Response:
+        t = mtls.httpx.AsyncTransport(identity=identity(pki, "client-a"), policy=pinned(pki), **kw)
+        async with httpx.AsyncClient(transport=t) as client:
+            return await client.get(nginx.url + "/")
+
+    with pytest.raises(mtls.TrustError):
+        run(get())
+    assert hostile.targets == [f"127.0.0.1:{nginx.port}"] and hostile.served == 0
+    assert run(get(trust_env=False)).text.startswith(f"hello {CLIENT_A_DN} ")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    assert run(get()).text.startswith(f"hello {CLIENT_A_DN} ")
+    assert len(hostile.targets) == 1
+
+
+def test_async_transport_proxy_refusals_and_unsupported_proxies(pki, nginx, start_tinyproxy, hostile, monkeypatch):
+    proxy = start_tinyproxy(nginx.port, basic_auth=("alice", "s3cret"))
+    ident, policy = identity(pki, "client-a"), pinned(pki)
+
+    async def main() -> None:
+        t = mtls.httpx.AsyncTransport(identity=ident, policy=policy,
+                                      proxy=httpx.Proxy(proxy.url, auth=("alice", "s3cret")))
+        async with httpx.AsyncClient(transport=t) as c:
+            assert (await c.get(nginx.url + "/")).text.startswith(f"hello {CLIENT_A_DN} ")
+        # the target's pin is checked through the tunnel, with the evaluation as on a direct connection
+        wrong = mtls.httpx.AsyncTransport(identity=ident, policy=pinned(pki, "other-root.pem"),
+                                          proxy=f"http://alice:s3cret@127.0.0.1:{proxy.port}")
+        async with httpx.AsyncClient(transport=wrong) as c:
+            with pytest.raises(mtls.TrustError) as e:
+                await c.get(nginx.url + "/")
+        assert "pin_mismatch" in e.value.codes and not e.value.evaluation.trusted
+        async with httpx.AsyncClient(transport=mtls.httpx.AsyncTransport(identity=ident, policy=policy,
+                                                                         proxy=proxy.url)) as c:
+            with pytest.raises(httpx.ProxyError) as e:  # no credentials
+                await c.get(nginx.url + "/")
+        assert "407" in str(e.value) and f"127.0.0.1:{proxy.port}" in str(e.value)
+        for scheme in ("https", "socks5"):
+            with pytest.raises(ValueError, match="http:// proxies"):
+                mtls.httpx.AsyncTransport(identity=ident, policy=policy, proxy=f"{scheme}://127.0.0.1:{hostile.port}")
+            with pytest.raises(ValueError, match="http:// proxies"):
+                httpx.AsyncClient(transport=mtls.httpx.AsyncTransport(identity=ident, policy=policy),
+                                  proxy=f"{scheme}://127.0.0.1:{hostile.port}")
+        monkeypatch.setenv("HTTPS_PROXY", f"https://127.0.0.1:{hostile.port}")
+        async with httpx.AsyncClient(transport=mtls.httpx.AsyncTransport(identity=ident, policy=policy)) as c:
+            with pytest.raises(httpx.ProxyError, match="http:// proxies"):
+                await c.get(nginx.url + "/")
+
+    run(main())
+    assert proxy.connects() == [f"127.0.0.1:{nginx.port}"] * 3
+    assert hostile.targets == []  # nothing was sent to the https/socks "proxy"
+
+
+def test_async_tunnel_that_never_answers_the_handshake_times_out(pki):
+    silent = HostileProxy(pki, silent=True)
+    try:
+        async def main() -> None:
+            t = mtls.httpx.AsyncTransport(identity=identity(pki, "client-a"), policy=pinned(pki), proxy=silent.url,
+                                          timeout=0.5)
+            async with httpx.AsyncClient(transport=t) as c:
+                with pytest.raises(mtls.Timeout):
+                    await c.get("https://127.0.0.1:9/")
+            with pytest.raises(mtls.Timeout):
+                await mtls.asyncio.open_connection("127.0.0.1", 9, identity=identity(pki, "client-a"),
+                                                   policy=pinned(pki), proxy=silent.url, handshake_timeout=0.5)
+        run(main())
+        assert silent.targets == ["127.0.0.1:9", "127.0.0.1:9"]
+    finally:
+        silent.stop()
+
+
+def test_asyncio_open_connection_through_a_proxy(pki, nginx, start_tinyproxy, hostile, monkeypatch):
+    """mtls.asyncio.open_connection(..., proxy=...) tunnels too: the identity reaches nginx
+    through tinyproxy, the hostile tunnel is refused, a refused tunnel raises TunnelError with
+    the proxy's status and leaves no descriptor open, an https:// proxy is refused up front."""
+    proxy = start_tinyproxy(nginx.port, basic_auth=("alice", "s3cret"))
+    authed = f"http://alice:s3cret@127.0.0.1:{proxy.port}"
+    kw = dict(identity=identity(pki, "client-a"), policy=pinned(pki))
+
+    async def refused() -> None:
+        for _ in range(3):
+            with pytest.raises(mtls.asyncio.TunnelError) as t:
+                await mtls.asyncio.open_connection("127.0.0.1", nginx.port, proxy=proxy.url, **kw)
+            assert t.value.status == 407 and f"127.0.0.1:{proxy.port}" in str(t.value)
+
+    # Every socket made while the tunnel is refused is closed (kept referenced here, so only an
+    # explicit close, not the garbage collector, closes it).
+    opened: List[socket.socket] = []
+
+    class Recorded(socket.socket):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            opened.append(self)
+
+    with monkeypatch.context() as m:
+        m.setattr(mtls.asyncio.socket, "socket", Recorded)
+        run(refused())
+    to_proxy = [s for s in opened if s.family == socket.AF_INET and s.type == socket.SOCK_STREAM]
+    assert len(to_proxy) >= 3 and all(s.fileno() == -1 for s in to_proxy)
+
+    async def main() -> None:
+        reader, writer = await mtls.asyncio.open_connection("127.0.0.1", nginx.port, proxy=authed, **kw)
+        writer.write(b"GET / HTTP/1.1\r\nHost: server.test\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        reply = (await reader.read()).decode()
+        assert reply.startswith("HTTP/1.1 200") and f"hello {CLIENT_A_DN} " in reply, reply
+        assert writer.get_extra_info("evaluation").trusted
+        assert writer.get_extra_info("peername") == ("127.0.0.1", proxy.port)  # the socket goes to the proxy
+        writer.close()
+        await writer.wait_closed()
+        with pytest.raises(mtls.TrustError) as e:
+            await mtls.asyncio.open_connection("127.0.0.1", nginx.port, proxy=hostile.url, **kw)
+        assert "unknown_issuer" in e.value.codes
+        with pytest.raises(mtls.asyncio.UnsupportedProxy, match="http:// proxies"):
+            await mtls.asyncio.open_connection("127.0.0.1", nginx.port, proxy=f"https://127.0.0.1:{hostile.port}",
+                                               **kw)
+
+    run(main())
+    assert proxy.connects() == [f"127.0.0.1:{nginx.port}"] * 4
+    assert hostile.targets == [f"127.0.0.1:{nginx.port}"] and hostile.served == 0
 
 
 # ---- urllib (mtls.http)

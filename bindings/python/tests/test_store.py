@@ -218,6 +218,7 @@ def test_sigkill_during_replace_100_times_leaves_old_or_new(pki, tmp_path):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     rng = random.Random(4)
+    last_counter = 0
     for round_ in range(100):
         child = subprocess.Popen([sys.executable, str(script), str(path), str(pki / "alice.p12"), str(pki / "bob.p12")],
                                  stdout=subprocess.PIPE, env=child_env())
@@ -229,6 +230,10 @@ def test_sigkill_during_replace_100_times_leaves_old_or_new(pki, tmp_path):
         with Store(path, "crash", **KDF) as st:
             assert st.info("same").leaf_sha256 in allowed
             st.get_identity("same").close()
+            # The authenticated write counter never goes back across a kill.
+            assert st.write_counter >= last_counter
+            last_counter = st.write_counter
+            assert "same" in {i.label for i in st.list()}
         db = sqlite3.connect(path)
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         db.close()
@@ -280,6 +285,8 @@ def test_four_processes_and_eight_threads_lose_nothing(pki, tmp_path):
                 for i in range(8):
                     assert items[f"p{p}-t{t}-{i}"].leaf_sha256 == (alice, bob)[(t + i) % 2]
         assert items["same"].leaf_sha256 in (alice, bob)
+        # Every import was one write transaction, each counted once by the manifest's header.
+        assert st.write_counter == 4 * 8 * 8 * 2
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
@@ -314,3 +321,52 @@ def test_full_disk_is_disk_full_and_loses_nothing(pki, tiny_fs):
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     db.close()
+
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "Tests", "fixtures", "store")
+FIXTURE_KEY = StoreKey(b"libmtls-store-fixture-key-32byte")
+
+
+def test_write_counter_and_a_row_written_back_or_deleted(pki, tmp_path):
+    path = tmp_path / "store.db"
+    with Store(path, "s", **KDF) as st:
+        assert st.write_counter == 0
+        st.import_pkcs12("alice", (pki / "alice.p12").read_bytes(), "pw")
+        st.import_pkcs12("gone", (pki / "bob.p12").read_bytes(), "pw")
+        db = sqlite3.connect(path)
+        old = db.execute("SELECT * FROM items WHERE label = 'alice'").fetchone()
+        db.close()
+        st.import_pkcs12("alice", (pki / "bob.p12").read_bytes(), "pw", replace=True)
+        assert st.write_counter == 3
+    # As an attacker: the renewed identity's old row written back, another row deleted.
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("DELETE FROM items WHERE label = 'alice'")
+    db.execute(f"INSERT INTO items VALUES ({', '.join('?' * len(old))})", old)
+    db.execute("DELETE FROM items WHERE label = 'gone'")
+    db.close()
+    with Store(path, "s", **KDF) as st:
+        with pytest.raises(errors.Corrupt, match='"alice"'):
+            st.get_identity("alice")
+        with pytest.raises(errors.Corrupt, match='"gone"'):
+            st.info("gone")
+        with pytest.raises(errors.Corrupt):
+            st.list()
+
+
+def test_an_older_store_is_upgraded_only_when_confirmed(tmp_path):
+    import shutil
+    path = tmp_path / "old.db"
+    shutil.copy(os.path.join(FIXTURES, "v2.db"), path)
+    with pytest.raises(mtls.UpgradeRequired, match="mtls store upgrade"):
+        Store(path, FIXTURE_KEY)
+    preview = Store.upgrade_preview(path, FIXTURE_KEY)
+    assert [(i.label, i.item_class) for i in preview.items] == [
+        ("acme-root", "certificate"), ("client", "identity"), ("tok", "token-identity")]
+    assert "1234" not in preview.items[2].token_uri
+    with pytest.raises(errors.InvalidArgument):
+        Store.upgrade(path, FIXTURE_KEY, "wrong")
+    assert Store.upgrade(path, FIXTURE_KEY, preview.confirmation) == 3
+    with Store(path, FIXTURE_KEY) as st:
+        assert st.info("acme-root").subject == "CN=Acme Root"
+        assert st.write_counter == 1
+    assert Store.upgrade_preview(path, FIXTURE_KEY) is None

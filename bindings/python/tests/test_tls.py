@@ -2,6 +2,7 @@
 with a PKI generated at run time (scripts/test-pki.sh)."""
 import ctypes
 import ctypes.util
+import select
 import socket
 import threading
 
@@ -184,6 +185,36 @@ def test_listener_session_tickets(pki, tickets):
     t.join(15)
     listener.close()
     assert seen == [(False, True, "client-a"), (tickets, True, "client-a")], seen
+
+
+def test_accepted_connection_switched_to_non_blocking_and_back(pki):
+    """Listener connections are blocking (a read waits out io_timeout); set_non_blocking(True)
+    makes the same read raise WantRead at once and keeps every byte; False restores waiting."""
+    listener = mtls.Listener(identity(pki, "server"), client_policy=anchored(pki, "int-a.pem"), io_timeout=0.3)
+    accepted = []
+    t = threading.Thread(target=lambda: accepted.append(listener.accept(timeout=10)), daemon=True)
+    t.start()
+    with client(pki, listener.port) as c:
+        t.join(15)
+        with accepted[0] as srv:
+            with pytest.raises(errors.Timeout):
+                srv.read()
+            srv.set_non_blocking(True)
+            with pytest.raises(errors.WantRead):
+                srv.read()
+            c.write(b"ping")
+            poller = select.poll()
+            poller.register(srv.fileno(), select.POLLIN)
+            assert poller.poll(10000)
+            assert srv.read() == b"ping"
+            assert srv.write(b"pong") == 4
+            assert c.read() == b"pong"
+            srv.set_non_blocking(False)
+            with pytest.raises(errors.Timeout):
+                srv.read()
+            c.write(b"back")
+            assert srv.read() == b"back"
+    listener.close()
 
 
 def test_certificate_asked_for_after_the_handshake(pki):

@@ -16,7 +16,7 @@ from .errors import (  # noqa: F401 - the exceptions, importable from the top le
     BufferTooSmall, NotFound, BadPassword, Corrupt, NotPKCS12, NoIdentity, Unsupported, KeyMismatch, LimitExceeded,
     Duplicate, BadSecret, NotAStore, SchemaTooNew, Locked, ReadOnly, DiskFull, InvalidPolicy, Untrusted,
     ConnectError, Timeout, HandshakeError, PeerAlert, WantRead, WantWrite, Closed, NoMatchingIdentity, TokenError,
-    PinIncorrect, PinLocked, TokenNotPresent, TokenRemoved, BadURI, PinRequired, TruncatedError,
+    PinIncorrect, PinLocked, TokenNotPresent, TokenRemoved, BadURI, PinRequired, TruncatedError, UpgradeRequired,
 )
 from .certificate import Certificate
 from .store import Store, StoreItem, StoreKey
@@ -37,7 +37,7 @@ __all__ = [
     "Unsupported", "KeyMismatch", "LimitExceeded", "Duplicate", "BadSecret", "NotAStore", "SchemaTooNew", "Locked",
     "ReadOnly", "DiskFull", "InvalidPolicy", "Untrusted", "ConnectError", "Timeout", "HandshakeError", "PeerAlert",
     "WantRead", "WantWrite", "Closed", "NoMatchingIdentity", "TokenError", "PinIncorrect", "PinLocked",
-    "TokenNotPresent", "TokenRemoved", "BadURI", "PinRequired", "TruncatedError",
+    "TokenNotPresent", "TokenRemoved", "BadURI", "PinRequired", "TruncatedError", "UpgradeRequired",
     "Certificate", "Store", "StoreItem", "StoreKey", "Identity", "PKCS12", "ChainCheck", "IssuedCertificate",
     "Policy", "HostRule", "TrustResult", "TrustReason", "Overrides", "Connection", "ConnectOptions", "Listener",
     "configure_ssl_ctx", "set_ssl_peer", "set_ssl_ctx_peer", "clear_session_cache", "connect", "resolve_identity", "Token", "TokenObject",

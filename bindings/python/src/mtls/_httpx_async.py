@@ -4,7 +4,13 @@ httpcore's connection pool does the HTTP/1.1, keep-alive, pool limits and expiry
 backend here is libmtls: the TCP connection is made on the loop, the TLS handshake runs through
 :mod:`mtls.asyncio` (every step on a worker thread), and reads and writes are non-blocking libmtls
 calls driven by ``loop.add_reader``/``add_writer``. The ``ssl_context`` httpcore hands to
-``start_tls`` is ignored: libmtls's identity and policy make the TLS, never Python's ssl."""
+``start_tls`` is ignored: libmtls's identity and policy make the TLS, never Python's ssl.
+
+Proxies: for an origin whose route (mtls._httpx_proxy, shared with the blocking transport) is an
+http:// proxy, the backend's TCP connection is the proxy's CONNECT tunnel to the origin (made by
+mtls.asyncio, with the request and answer parsing of mtls._proxy), and start_tls runs libmtls's
+TLS through it for the origin. httpcore's pool keys connections by origin, and the route is a
+function of the origin, so a pooled connection always went the way its origin's requests go."""
 import asyncio
 import select
 import socket
@@ -15,7 +21,9 @@ import httpcore
 import httpx
 from httpx._transports.default import map_httpcore_exceptions
 
-from mtls.asyncio import _bare, _bounded, _connect_socket, _handshake, _off_loop, _wait_fd
+from mtls._httpx_proxy import ProxyRoutes, route_client_proxies
+from mtls._proxy import TunnelError
+from mtls.asyncio import _bare, _bounded, _connect_or_tunnel, _handshake, _off_loop, _wait_fd
 from mtls.errors import Closed, Unsupported, WantRead, WantWrite
 from mtls.pkcs12 import Identity
 from mtls.tls import Connection, IdentityLike, resolve_identity
@@ -147,8 +155,9 @@ class _Backend(httpcore.AsyncNetworkBackend):
     """httpcore's network backend: TCP on the loop, TLS by libmtls."""
 
     def __init__(self, identity: IdentityLike, store: Any, pin: Any, policy: Optional[Policy],
-                 verify_as: Optional[str], timeout: Optional[float], options: Dict[str, Any]) -> None:
-        self._identity, self._store, self._pin = identity, store, pin
+                 verify_as: Optional[str], timeout: Optional[float], options: Dict[str, Any],
+                 routes: ProxyRoutes) -> None:
+        self._identity, self._store, self._pin, self._routes = identity, store, pin, routes
         self._resolved: Optional[Identity] = identity if not isinstance(identity, str) else None
         self._lock: Optional[asyncio.Lock] = None
         self.policy, self.verify_as, self.timeout, self.options = policy, verify_as, timeout, options
@@ -169,8 +178,9 @@ class _Backend(httpcore.AsyncNetworkBackend):
                           local_address: Optional[str] = None,
                           socket_options: Optional[Iterable[Any]] = None) -> httpcore.AsyncNetworkStream:
         t = timeout if timeout is not None else self.timeout
-        what = f"connecting to {host}:{port}"
-        sock = await (_connect_socket(host, port) if t is None else _bounded(_connect_socket(host, port), t, what))
+        # The origin's route, as handle_async_request checked it (an unusable one raised there).
+        proxy = self._routes.route(httpx.URL(scheme="https", host=_bare(host), port=port))
+        sock = await _connect_or_tunnel(host, port, proxy, float("inf") if t is None else t)
         return _TCPStream(self, sock, host, port)
 
     async def connect_unix_socket(self, path: str, timeout: Optional[float] = None,
@@ -216,24 +226,34 @@ class AsyncTransport(httpx.AsyncBaseTransport):
     handshake each, read and write each socket wait); `timeout` (seconds) applies where the
     client gives none. Errors are :mod:`mtls.errors` classes (a refused server:
     :class:`mtls.TrustError` with the evaluation; a timeout: :class:`mtls.Timeout`), httpx's own
-    for HTTP protocol errors. A proxy is refused (:class:`mtls.Unsupported`): libmtls's TLS never
-    goes through another TLS stack, and the CONNECT tunnel of the synchronous transport is not
-    wired here yet. Pass ``trust_env=False`` to ``httpx.AsyncClient`` where HTTPS_PROXY is set, so
-    httpx does not route https requests past this transport."""
+    for HTTP protocol errors.
+
+    Proxies, as the blocking :class:`mtls.httpx.Transport`: `proxy` (an http:// URL or an
+    ``httpx.Proxy`` with its auth and headers) sends every request through that proxy's CONNECT
+    tunnel, libmtls's TLS running through the tunnel for the target's host, port, identity and
+    policy; without it and with `trust_env` (default), HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and
+    NO_PROXY are read as httpx's client reads them (httpx ignores them once it is given a
+    transport). ``httpx.AsyncClient(transport=AsyncTransport(...), proxy=P)`` makes its proxy
+    transport from ours (importing mtls.httpx arranges it), never httpx's own with Python's ssl.
+    An ``https://`` or SOCKS proxy is a ValueError when given and ``httpx.ProxyError`` when it comes
+    from the environment; a proxy that cannot be reached or refuses the tunnel is
+    ``httpx.ProxyError`` naming its status; not reaching the proxy or its answer within the
+    connect timeout is :class:`mtls.Timeout`."""
 
     def __init__(self, identity: IdentityLike = None, policy: Optional[Policy] = None,
                  verify_as: Optional[str] = None, *, store: Any = None, pin: Any = None, max_keepalive: Optional[int] = 20,
                  max_connections: Optional[int] = 100, max_per_host: Optional[int] = None,
                  keepalive_expiry: Optional[float] = 5.0, timeout: Optional[float] = None, retries: int = 0,
-                 proxy: Any = None, **options: Any) -> None:
-        if proxy is not None:
-            raise Unsupported("mtls.httpx.AsyncTransport does not go through proxies yet: libmtls's TLS must run "
-                              "over the proxy's CONNECT tunnel, never be handed to another TLS stack; connect "
-                              "directly, or use the synchronous mtls.httpx.Transport", Unsupported.code)
+                 proxy: Any = None, trust_env: bool = True, **options: Any) -> None:
         for name in ("non_blocking", "connect_timeout", "handshake_timeout"):
             options.pop(name, None)  # the pool's timeouts rule; connections are always non-blocking
-        self.policy, self.verify_as = policy, verify_as
-        self._backend = _Backend(identity, store, pin, policy, verify_as, timeout, options)
+        self._routes = ProxyRoutes(proxy, trust_env, "mtls.httpx.AsyncTransport")
+        self.proxy = self._routes.proxy
+        self.policy, self.verify_as, self.trust_env = policy, verify_as, trust_env
+        self._settings: Dict[str, Any] = dict(
+            store=store, pin=pin, max_keepalive=max_keepalive, max_connections=max_connections,
+            max_per_host=max_per_host, keepalive_expiry=keepalive_expiry, timeout=timeout, retries=retries, **options)
+        self._backend = _Backend(identity, store, pin, policy, verify_as, timeout, options, self._routes)
         self._max_per_host = max_per_host
         self._slots: Dict[Tuple[bytes, int], asyncio.Semaphore] = {}
         # httpcore calls ssl_context.set_alpn_protocols before start_tls: give it a context that is
@@ -249,9 +269,16 @@ class AsyncTransport(httpx.AsyncBaseTransport):
         """The identity presented (a label or URI until the first connection resolved it)."""
         return self._backend._resolved or self._backend._identity
 
+    def _through(self, proxy: Any) -> "AsyncTransport":
+        """A transport like this one (same identity, policy, limits and options) through
+        `proxy`: what httpx.AsyncClient makes for its `proxy=` when its transport is ours."""
+        return AsyncTransport(self.identity, self.policy, self.verify_as, proxy=proxy, trust_env=False,
+                              **self._settings)
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if request.url.scheme != "https":
             raise httpx.UnsupportedProtocol(f"mtls.httpx.AsyncTransport speaks https only, not {request.url.scheme}:")
+        self._routes.route(request.url)  # an unusable proxy from the environment: httpx.ProxyError now
         release = None
         if self._max_per_host is not None:
             key = (request.url.raw_host, request.url.port or 443)
@@ -266,8 +293,12 @@ class AsyncTransport(httpx.AsyncBaseTransport):
                 url=httpcore.URL(scheme=request.url.raw_scheme, host=request.url.raw_host, port=request.url.port,
                                  target=request.url.raw_path),
                 headers=request.headers.raw, content=request.stream, extensions=request.extensions)
-            with map_httpcore_exceptions():
-                resp = await self._pool.handle_async_request(req)
+            try:
+                with map_httpcore_exceptions():
+                    resp = await self._pool.handle_async_request(req)
+            except TunnelError as e:
+                # httpx's own error for a proxy that could not be reached or refused the tunnel.
+                raise httpx.ProxyError(str(e), request=request) from e
         except BaseException:
             if release is not None:
                 release()
@@ -278,5 +309,8 @@ class AsyncTransport(httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         await self._pool.aclose()
 
+
+# httpx.AsyncClient(transport=AsyncTransport(...), proxy=P): the proxy's transport is ours, through P.
+route_client_proxies(httpx.AsyncClient, AsyncTransport)
 
 __all__ = ["AsyncTransport"]

@@ -102,41 +102,72 @@ def _authority(host: str, port: Optional[int]) -> str:
     return f"{_bracket(host)}:{port}"
 
 
-def _read_reply(sock: socket.socket, proxy: HTTPProxy) -> Tuple[int, str]:
-    """The status code and reason of the proxy's answer, read byte by byte up to its blank line,
-    so that nothing after it (the server's TLS records) is taken from the socket."""
-    data = bytearray()
-    while not data.endswith(b"\r\n\r\n") and not data.endswith(b"\n\n"):
+def connect_request(proxy: HTTPProxy, host: str, port: int) -> bytes:
+    """The CONNECT request asking `proxy` for a tunnel to host:port (sync and asyncio send the
+    same bytes). A line break in the target or a header is refused: it would smuggle a request."""
+    target = _authority(host, port)
+    lines = [f"CONNECT {target} HTTP/1.1", f"Host: {target}"] + [f"{k}: {v}" for k, v in proxy.headers]
+    if any(c in line for line in lines for c in "\r\n\0"):
+        raise UnsupportedProxy(f"a line break in the CONNECT request for {target!r} (target or proxy headers)")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+class ConnectReply:
+    """The proxy's answer to CONNECT, read without I/O of its own so that the blocking and the
+    asyncio tunnels share it: the caller peeks at the socket (MSG_PEEK), gives the bytes to
+    :meth:`take`, and consumes from the socket exactly the count it returns — never a byte past
+    the answer's blank line, which belongs to the server's TLS — until :attr:`complete`; then
+    :meth:`check` raises TunnelError unless the tunnel is open."""
+
+    def __init__(self, proxy: HTTPProxy, host: str, port: int) -> None:
+        self.proxy, self.target = proxy, _authority(host, port)
+        self.head = bytearray()
+        self.complete = False
+
+    def take(self, peeked: bytes) -> int:
+        """How many of `peeked` (what the socket holds now, b"" at its end) belong to the answer."""
+        if not peeked:
+            raise TunnelError(f"the proxy {self.proxy} closed the connection before answering CONNECT")
+        data = self.head + peeked
+        ends = [i + len(sep) for sep in (b"\r\n\r\n", b"\n\n") for i in [data.find(sep)] if i >= 0]
+        if ends:
+            end = min(ends)
+            used = end - len(self.head)
+            self.head, self.complete = data[:end], True
+            return used
         if len(data) > _MAX_REPLY:
-            raise TunnelError(f"the proxy {proxy} answered CONNECT with more than {_MAX_REPLY} bytes of headers")
-        b = sock.recv(1)
-        if not b:
-            raise TunnelError(f"the proxy {proxy} closed the connection before answering CONNECT")
-        data += b
-    status_line = bytes(data).split(b"\n", 1)[0].decode("latin-1").strip()
-    parts = status_line.split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise TunnelError(f"the proxy {proxy} answered CONNECT with {status_line[:100]!r}, not HTTP")
-    return int(parts[1]), parts[2] if len(parts) > 2 else ""
+            raise TunnelError(f"the proxy {self.proxy} answered CONNECT with more than {_MAX_REPLY} bytes of headers")
+        self.head = data
+        return len(peeked)
+
+    def check(self) -> None:
+        """TunnelError (with the status) unless the proxy answered 200."""
+        status_line = bytes(self.head).split(b"\n", 1)[0].decode("latin-1").strip()
+        parts = status_line.split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            raise TunnelError(f"the proxy {self.proxy} answered CONNECT with {status_line[:100]!r}, not HTTP")
+        status, reason = int(parts[1]), parts[2] if len(parts) > 2 else ""
+        if status != 200:
+            raise TunnelError(f"the proxy {self.proxy} refused the tunnel to {self.target}: {status} {reason}".rstrip(),
+                              status)
 
 
 def open_tunnel(proxy: HTTPProxy, host: str, port: int, timeout: Optional[float] = None) -> socket.socket:
     """A TCP connection to `proxy` on which it has opened a tunnel to host:port (answered 200 to
     CONNECT). Anything else raises TunnelError naming the proxy and its answer."""
     t = DEFAULT_TIMEOUT if timeout is None else None if timeout == float("inf") else timeout
-    target = _authority(host, port)
-    lines = [f"CONNECT {target} HTTP/1.1", f"Host: {target}"] + [f"{k}: {v}" for k, v in proxy.headers]
-    if any(c in line for line in lines for c in "\r\n\0"):
-        raise UnsupportedProxy(f"a line break in the CONNECT request for {target!r} (target or proxy headers)")
+    request = connect_request(proxy, host, port)
     try:
         sock = socket.create_connection((proxy.host, proxy.port), timeout=t)
     except OSError as e:
         raise TunnelError(f"cannot connect to the proxy {proxy}: {e}") from e
     try:
-        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-        status, reason = _read_reply(sock, proxy)
-        if status != 200:
-            raise TunnelError(f"the proxy {proxy} refused the tunnel to {target}: {status} {reason}".rstrip(), status)
+        sock.sendall(request)
+        reply = ConnectReply(proxy, host, port)
+        while not reply.complete:
+            used = reply.take(sock.recv(_MAX_REPLY, socket.MSG_PEEK))
+            sock.recv(used, socket.MSG_WAITALL)  # bytes already queued: returns them all at once
+        reply.check()
         sock.settimeout(None)  # from here on TunnelConnection keeps the timeouts (the socket is made non-blocking)
         return sock
     except socket.timeout as e:

@@ -28,9 +28,27 @@ key that asks for its PIN at each signature), evaluate the server's chain with a
 (path building, CRL or OCSP fetches within the policy's timeouts) or do neither; Python cannot
 tell in advance which, so all steps go to the thread. Its cost is a thread hop per step (two or
 three per handshake), small against the handshake itself. A PIN callback is therefore called
-on that worker thread. A TLS 1.3 server that asks for our certificate after the handshake is
-answered inside a read, on the loop: a token key would then sign there (Apache's per-location
-client authentication; nginx and most servers ask during the handshake).
+on that worker thread.
+
+**The one exception: a certificate asked for after the handshake.** Reads and writes of an
+established connection are made on the loop, and a client's read processes whatever TLS message
+comes. A TLS 1.3 server may send a CertificateRequest at any time after the handshake
+(post-handshake authentication, which libmtls offers: Apache httpd does it for a per-location
+``SSLVerifyClient`` over TLS 1.3; nginx and most servers ask during the handshake, which runs on
+the thread). The read that meets it chooses the identity and signs the CertificateVerify with its
+key, on the loop: a millisecond or less for a key in memory, but a token key's signature (and a
+PIN callback that asks at each signature) blocks the loop for as long as it takes. The request
+travels encrypted as application data does, so nothing tells it apart before the read; reads are
+not sent to the thread (a thread hop per read would cost every connection). With a token
+identity and such a server, pass ``max_tls="1.2"`` (libmtls refuses TLS 1.2 renegotiation, so
+nothing is signed after the handshake, and a server that insists fails with an error saying it
+asked to renegotiate) or use the blocking API on a thread. Servers made with
+:func:`start_server` never ask after the handshake.
+
+**Proxies.** ``open_connection(..., proxy="http://[user:password@]host:port")`` asks the proxy
+for a ``CONNECT`` tunnel (on the loop; the same request and answer handling as the blocking
+adapters) and runs the handshake through it for the target, exactly as on a direct connection.
+``mtls.httpx.AsyncTransport`` does the same for its proxies and the environment's.
 
 **Cancellation and timeouts.** A cancelled or timed-out connect leaves nothing behind: no
 descriptor registered with the loop, the socket closed, the TLS connection freed (close_notify
@@ -53,28 +71,24 @@ resumed), ``"sslcontext"`` (always None: there is no ssl.SSLContext).
 each client's handshake (the server identity may be a token key); accepted clients are handed to
 the loop and to ``handler(reader, writer)``, which sees the client's certificate and evaluation
 through ``writer.get_extra_info``. Clients the policy refuses never reach the handler; their
-errors are kept in ``Server.rejected``. The C ABI gives accepted connections in blocking mode
-only, so the loop reads a server connection only once a whole TLS record waits in its socket
-(the kernel is asked to wake it then, SO_RCVLOWAT), writes one record at a time when the socket
-is writable, and bounds any wait inside the C call to 1 ms (the listener's I/O timeout): a client
-that sends half a record or stops reading does not hold the loop. Reads have no time limit of
+errors are kept in ``Server.rejected``. Accepted connections come from the listener in blocking
+mode; each is switched to non-blocking mode (``Connection.set_non_blocking``,
+``mtls_conn_set_non_blocking``) before it reaches the loop, which then drives it as a client's:
+a client that sends half a record or stops reading holds nothing. Reads have no time limit of
 their own: use ``asyncio.wait_for``."""
 # Inside the mtls package this module is named "asyncio": every import here is absolute, so
 # "asyncio" below is the standard library's.
 import asyncio
 import concurrent.futures
-import fcntl
 import os
-import select
 import socket
-import struct
-import termios
 import threading
 import warnings
 from collections import deque
 from typing import Any, Awaitable, Callable, Deque, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from mtls._lib import lib
+from mtls._proxy import _MAX_REPLY, ConnectReply, HTTPProxy, TunnelError, UnsupportedProxy, connect_request
 from mtls.errors import (ConnectError, Error, Timeout, TrustError, WantRead, WantWrite, check,
                          take_callback_exception)
 from mtls.pkcs12 import Identity
@@ -195,6 +209,38 @@ async def _connect_socket(host: str, port: int) -> socket.socket:
                        ConnectError.code)
 
 
+async def _open_tunnel(proxy: HTTPProxy, host: str, port: int) -> socket.socket:
+    """The asyncio form of mtls._proxy.open_tunnel, with its request and its reading of the
+    answer (ConnectReply): a connected non-blocking socket on which the http:// `proxy` answered
+    200 to ``CONNECT host:port``; anything else raises TunnelError naming the proxy and its
+    answer. The caller bounds the time."""
+    request = connect_request(proxy, host, port)
+    try:
+        sock = await _connect_socket(proxy.host, proxy.port)
+    except ConnectError as e:
+        raise TunnelError(f"cannot connect to the proxy {proxy}: {e.message}") from e
+    try:
+        await asyncio.get_running_loop().sock_sendall(sock, request)
+        reply = ConnectReply(proxy, host, port)
+        while not reply.complete:
+            await _wait_fd(sock.fileno(), False)
+            try:
+                peeked = sock.recv(_MAX_REPLY, socket.MSG_PEEK)
+            except BlockingIOError:
+                continue
+            sock.recv(reply.take(peeked))  # bytes already queued: all of them at once
+        reply.check()
+        return sock
+    except OSError as e:
+        sock.close()
+        if isinstance(e, TunnelError):
+            raise
+        raise TunnelError(f"the tunnel through the proxy {proxy} failed: {e}") from e
+    except BaseException:
+        sock.close()
+        raise
+
+
 def _start_handshake(sock: socket.socket, host: str, port: int, options: Dict[str, Any]) -> Tuple[Connection, bool]:
     """On a worker thread: the TLS connection over `sock` (making its OpenSSL context may load
     a token key) and the handshake's first step. Returns the connection and whether the next step
@@ -255,8 +301,17 @@ async def _handshake(sock: socket.socket, host: str, port: int, options: Dict[st
         raise
 
 
+async def _connect_or_tunnel(host: str, port: int, proxy: Optional[HTTPProxy], timeout: Optional[float]) -> socket.socket:
+    """A connected non-blocking socket to host:port, directly or through `proxy`'s tunnel, within
+    `timeout` (as _bounded)."""
+    if proxy is None:
+        return await _bounded(_connect_socket(host, port), timeout, f"connecting to {host}:{port}")
+    return await _bounded(_open_tunnel(proxy, host, port), timeout,
+                          f"opening a tunnel to {host}:{port} through the proxy {proxy}")
+
+
 async def connect(host: str, port: int, *, identity: IdentityLike = None, policy: Optional[Policy] = None,
-                  verify_as: Optional[str] = None, store: Any = None, pin: Any = None,
+                  verify_as: Optional[str] = None, store: Any = None, pin: Any = None, proxy: Any = None,
                   **options: Any) -> Tuple[Connection, socket.socket]:
     """The handshaken non-blocking :class:`mtls.Connection` and the socket it runs on (the caller
     frees the connection, then closes the socket): what :func:`open_connection` and
@@ -264,9 +319,10 @@ async def connect(host: str, port: int, *, identity: IdentityLike = None, policy
     connect_timeout = options.pop("connect_timeout", None)
     handshake_timeout = options.pop("handshake_timeout", None)
     options.pop("non_blocking", None)
+    through = None if proxy is None else proxy if isinstance(proxy, HTTPProxy) else HTTPProxy.from_url(proxy)
     if isinstance(identity, str):
         identity = await _off_loop(resolve_identity, identity, store, pin)
-    sock = await _bounded(_connect_socket(host, port), connect_timeout, f"connecting to {host}:{port}")
+    sock = await _connect_or_tunnel(host, int(port), through, connect_timeout)
     try:
         conn = await _bounded(_handshake(sock, host, int(port), dict(identity=identity, policy=policy,
                                                                      verify_as=verify_as, **options)),
@@ -281,26 +337,17 @@ async def connect(host: str, port: int, *, identity: IdentityLike = None, policy
 
 _READ_SIZE = 65536        # above a TLS record's 16 KiB: one read empties a record
 _WRITE_CHUNK = 1 << 18    # a fixed bound, so a retried write is never shorter than the first try
-_RECORD = 16384           # TLS's largest record: one per write on a server connection
-#: A server connection's wait inside a read or write (the Listener's io_timeout): see _TLSTransport.
-_SERVER_IO_WAIT = 0.001
 
 
 class _TLSTransport(asyncio.Transport):
-    """An asyncio transport over a handshaken libmtls connection. A client connection is
-    non-blocking (read until WantRead). A server connection from a Listener is in blocking mode
-    (the C ABI has no other for accepted connections), with the listener's I/O timeout set to
-    1 ms: a read or write that would wait returns MTLS_E_TIMEOUT after at most 1 ms, which is
-    then a WantRead/WantWrite. libmtls leaves the TLS connection usable after such a timeout
-    (OpenSSL's retry rules: the same record is written again), so nothing is lost. It is read
-    once per readable event, only when a whole record has arrived, and written one record per
-    call, only when the socket is writable."""
+    """An asyncio transport over a handshaken non-blocking libmtls connection (a client's, or a
+    server's switched with Connection.set_non_blocking): read until WantRead, written until
+    WantWrite, a write that stopped there retried with the same bytes (OpenSSL's rule)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, conn: Connection, sock: Optional[socket.socket],
-                 protocol: asyncio.BaseProtocol, *, blocking: bool) -> None:
+                 protocol: asyncio.BaseProtocol) -> None:
         super().__init__()
         self._loop, self._conn, self._sock, self._protocol = loop, conn, sock, protocol
-        self._blocking = blocking
         self._fd = conn.fileno()
         self._rbuf = bytearray(_READ_SIZE)
         self._wbuf = bytearray()
@@ -314,13 +361,6 @@ class _TLSTransport(asyncio.Transport):
         self._lost = False
         self._protocol_paused = False
         self._high, self._low = 64 * 1024, 16 * 1024
-        self._poll: Optional[Any] = None
-        self._lowat = 1
-        self._partial = False  # a server connection's read timed out inside a record
-        self._retry_len = 0  # a server connection's record left pending by a write that timed out
-        if blocking:
-            self._poll = select.poll()
-            self._poll.register(self._fd, select.POLLOUT)
         self._info: Dict[str, Any] = {}
         self._fill_addresses()
         protocol.connection_made(self)
@@ -392,7 +432,7 @@ class _TLSTransport(asyncio.Transport):
         self._schedule_read()
 
     def _schedule_read(self) -> None:
-        if not self._read_scheduled and not self._blocking:
+        if not self._read_scheduled:
             self._read_scheduled = True
             self._loop.call_soon(self._scheduled_read)
 
@@ -410,19 +450,12 @@ class _TLSTransport(asyncio.Transport):
         if self._write_wants_read:
             self._write_wants_read = False
             self._flush()
-        for _ in range(1 if self._blocking else 16):
+        for _ in range(16):
             if self._lost or self._closing or self._read_paused or self._conn is None:
-                return
-            if self._blocking and not self._record_ready():
                 return
             try:
                 n = self._conn.readinto(self._rbuf)
             except WantRead:
-                return
-            except Timeout:
-                if not self._blocking:
-                    raise
-                self._partial = True  # the 1 ms wait ran out: the rest of the record is to come
                 return
             except WantWrite:  # TLS wants to write before it reads (a key update answer)
                 self._stop_reader()
@@ -431,43 +464,11 @@ class _TLSTransport(asyncio.Transport):
             except Exception as e:  # noqa: BLE001 - reported to the protocol, raised in the reader's task
                 self._fatal(e)
                 return
-            self._partial = False  # a whole record was read: the socket is at a record boundary
             if n == 0:
                 self._on_eof()
                 return
             self._protocol.data_received(bytes(self._rbuf[:n]))
         self._schedule_read()  # more may wait inside OpenSSL: read again after other callbacks
-
-    def _record_ready(self) -> bool:
-        """Server connections (blocking in the C ABI): whether a whole TLS record, or the end of
-        the stream, waits in the socket, so that the read will not wait for the rest of it. If
-        not, the kernel is asked (SO_RCVLOWAT) to announce the socket readable only once the
-        record is complete: the loop neither waits nor spins on a client that sends half a
-        record. Between reads the socket is at a record boundary (OpenSSL reads no further
-        than the record it returns)."""
-        if self._partial:
-            return True  # OpenSSL holds the start of a record: read the rest as it comes
-        s = self._info["socket"]
-        try:
-            head = s.recv(5, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return False
-        except OSError:
-            return True  # the read reports it
-        if not head:
-            return True  # end of stream
-        need = 5 + int.from_bytes(head[3:5], "big") if len(head) == 5 else 5
-        queued = struct.unpack("i", fcntl.ioctl(self._fd, termios.FIONREAD, b"\0\0\0\0"))[0]
-        if queued < need and self._lowat == need:
-            # Woken with the record still incomplete: the socket's receive memory is full (the
-            # kernel then wakes readers whatever SO_RCVLOWAT says, and the sender waits for us).
-            # Read what is there; the read waits at most 1 ms for the rest.
-            queued = need
-        lowat = 1 if queued >= need else need
-        if lowat != self._lowat:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
-            self._lowat = lowat
-        return lowat == 1
 
     def _read_after_write(self) -> None:
         self._loop.remove_writer(self._fd)
@@ -495,24 +496,13 @@ class _TLSTransport(asyncio.Transport):
     def _flush(self) -> None:
         """Writes what the socket takes now; registers the writer for the rest."""
         while self._wbuf and self._conn is not None:
-            if self._blocking and not self._poll.poll(0):  # type: ignore[union-attr]
-                self._want_writable()
-                return
-            # A server connection writes one TLS record per call (16 KiB at most), so that the
-            # call either writes it all or, its 1 ms wait run out, leaves it pending in OpenSSL:
-            # then the same bytes are written again once the socket is writable.
-            size = _WRITE_CHUNK if not self._blocking else (self._retry_len or _RECORD)
-            chunk = bytes(self._wbuf[:size])
+            # At most _WRITE_CHUNK bytes a call, always from the start of the buffer, which only
+            # grows at its end: a write retried after WantWrite starts with the same bytes and is
+            # never shorter, as OpenSSL requires.
+            chunk = bytes(self._wbuf[:_WRITE_CHUNK])
             try:
                 n = self._conn.write(chunk)
-                self._retry_len = 0
             except WantWrite:
-                self._want_writable()
-                return
-            except Timeout:
-                if not self._blocking:
-                    raise
-                self._retry_len = len(chunk)
                 self._want_writable()
                 return
             except WantRead:
@@ -661,17 +651,17 @@ class _TLSTransport(asyncio.Transport):
                 pass
 
 
-def _streams(loop: asyncio.AbstractEventLoop, conn: Connection, sock: Optional[socket.socket], limit: int,
-             blocking: bool) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+def _streams(loop: asyncio.AbstractEventLoop, conn: Connection, sock: Optional[socket.socket],
+             limit: int) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     reader = asyncio.StreamReader(limit=limit, loop=loop)
     protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
-    transport = _TLSTransport(loop, conn, sock, protocol, blocking=blocking)
+    transport = _TLSTransport(loop, conn, sock, protocol)
     return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
 
 async def open_connection(host: str, port: int, *, identity: IdentityLike = None, policy: Optional[Policy] = None,
                           verify_as: Optional[str] = None, store: Any = None, pin: Any = None, limit: int = 2 ** 16,
-                          **options: Any) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+                          proxy: Any = None, **options: Any) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Connects to host:port over mutual TLS and returns asyncio's (StreamReader, StreamWriter).
 
     Keywords as :func:`mtls.connect`: `identity` (an Identity, a store label in `store` or
@@ -680,11 +670,21 @@ async def open_connection(host: str, port: int, *, identity: IdentityLike = None
     ``resume``...). ``connect_timeout`` bounds the TCP connect (name resolution included) and
     ``handshake_timeout`` the handshake, in seconds (None: 30 s; ``float("inf")``: no limit);
     exceeding either raises :class:`mtls.Timeout`. Reads have no time limit of their own: wrap them
-    in ``asyncio.wait_for``. `limit` is the StreamReader's buffer limit."""
+    in ``asyncio.wait_for``. `limit` is the StreamReader's buffer limit.
+
+    `proxy` (an ``http://[user:password@]host:port`` URL): the connection goes through that
+    proxy's CONNECT tunnel, and libmtls's TLS runs through the tunnel with the target's host,
+    port, SNI, host rules, pins and identity, as on a direct connection (a hostile proxy that
+    sends the tunnel elsewhere meets the policy). ``connect_timeout`` then bounds reaching the
+    proxy and its answer. A proxy that cannot be reached or refuses the tunnel raises
+    :class:`TunnelError` (an OSError; ``.status`` is the proxy's answer); an ``https://`` or
+    SOCKS proxy is refused up front (:class:`UnsupportedProxy`, a ValueError): libmtls's TLS is
+    never run inside another TLS layer or handed to another stack. Environment variables
+    (HTTPS_PROXY...) are not read here, as asyncio's own open_connection does not."""
     conn, sock = await connect(host, port, identity=identity, policy=policy, verify_as=verify_as, store=store,
-                               pin=pin, **options)
+                               pin=pin, proxy=proxy, **options)
     try:
-        return _streams(asyncio.get_running_loop(), conn, sock, limit, blocking=False)
+        return _streams(asyncio.get_running_loop(), conn, sock, limit)
     except BaseException:
         conn.close()
         sock.close()
@@ -722,6 +722,13 @@ class Server:
                 except Error as e:
                     self._post(self.rejected.append, e)
                     continue
+                try:
+                    # Accepted connections are blocking: the loop drives them non-blocking.
+                    conn.set_non_blocking(True)
+                except Error as e:
+                    conn.close()
+                    self._post(self.rejected.append, e)
+                    continue
                 if not self._post(self._on_client, conn):
                     conn.close()
         finally:
@@ -741,7 +748,7 @@ class Server:
         reader = asyncio.StreamReader(limit=self._limit, loop=self._loop)
         protocol = asyncio.StreamReaderProtocol(reader, self._handler, loop=self._loop)
         try:
-            transport = _TLSTransport(self._loop, conn, None, protocol, blocking=True)
+            transport = _TLSTransport(self._loop, conn, None, protocol)
         except BaseException:
             conn.close()
             raise
@@ -810,9 +817,10 @@ async def start_server(handler: Callable[[asyncio.StreamReader, asyncio.StreamWr
     def make() -> Listener:
         return Listener(ident, address=host, port=port, client_auth=client_auth, client_policy=client_policy,
                         alpn=alpn, min_tls=min_tls, max_tls=max_tls, handshake_timeout=handshake_timeout,
-                        io_timeout=_SERVER_IO_WAIT, session_tickets=session_tickets)
+                        session_tickets=session_tickets)
     listener = await _off_loop(make)
     return Server(asyncio.get_running_loop(), listener, handler, limit)
 
 
-__all__ = ["open_connection", "start_server", "connect", "Server", "DEFAULT_TIMEOUT"]
+__all__ = ["open_connection", "start_server", "connect", "Server", "DEFAULT_TIMEOUT", "TunnelError",
+           "UnsupportedProxy"]

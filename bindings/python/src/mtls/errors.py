@@ -234,12 +234,18 @@ class TruncatedError(Error, ConnectionError):
     code, name = -48, "truncated"
 
 
+class UpgradeRequired(Error):
+    """A store made before row authentication: review and upgrade it with
+    :meth:`mtls.store.Store.upgrade` (or ``mtls store upgrade``) before opening it."""
+    code, name = -57, "upgrade_required"
+
+
 _CLASSES: List[Type[Error]] = [
     InvalidArgument, NoMemory, Internal, IOFailure, ParseError, BufferTooSmall, NotFound, BadPassword, Corrupt,
     NotPKCS12, NoIdentity, Unsupported, KeyMismatch, LimitExceeded, Duplicate, BadSecret, NotAStore, SchemaTooNew,
     Locked, ReadOnly, DiskFull, InvalidPolicy, Untrusted, ConnectError, Timeout, HandshakeError, PeerAlert, WantRead,
     WantWrite, Closed, NoMatchingIdentity, TokenError, PinIncorrect, PinLocked, TokenNotPresent, TokenRemoved, BadURI,
-    PinRequired, TruncatedError,
+    PinRequired, TruncatedError, UpgradeRequired,
 ]
 #: The exception class of each C status code.
 BY_CODE: Dict[int, Type[Error]] = {c.code: c for c in _CLASSES}

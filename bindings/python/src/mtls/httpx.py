@@ -20,15 +20,20 @@ proxy=P)`` is routed the same way: importing this module makes httpx build the p
 from ours (httpx would otherwise make a transport of its own, with another TLS stack, for the
 proxy). Only ``http://`` proxies are honoured: an ``https://`` or SOCKS proxy is an error
 (ValueError when given, ``httpx.ProxyError`` when it comes from the environment), and a proxy that
-cannot be reached or refuses the tunnel raises ``httpx.ProxyError`` with its status."""
+cannot be reached or refuses the tunnel raises ``httpx.ProxyError`` with its status.
+
+asyncio: ``mtls.httpx.AsyncTransport`` for ``httpx.AsyncClient`` takes the same identity, policy,
+``proxy`` and ``trust_env`` arguments, chooses proxies with the same code (mtls._httpx_proxy), and
+``httpx.AsyncClient(transport=AsyncTransport(...), proxy=P)`` is routed through libmtls the same
+way."""
 import http.client
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import httpx
-from httpx._utils import URLPattern, get_environment_proxies
 
-from ._proxy import HTTPProxy, TunnelError, UnsupportedProxy
+from ._httpx_proxy import ProxyRoutes, route_client_proxies
+from ._proxy import HTTPProxy, TunnelError
 from .http import HTTPSConnection
 from .store import Store
 from .tls import IdentityLike, resolve_identity
@@ -36,32 +41,6 @@ from .trust import Policy
 
 # Idle connections are kept per (proxy or None, host, port).
 _Key = Tuple[Optional[HTTPProxy], str, int]
-# The proxy for a request: none, an http proxy, or why the one configured cannot be used.
-_Route = Union[None, HTTPProxy, UnsupportedProxy]
-
-
-def _http_proxy(proxy: Any) -> HTTPProxy:
-    """An HTTPProxy from what httpx takes as a proxy (a URL string, an httpx.URL or an
-    httpx.Proxy with its auth and headers); UnsupportedProxy for anything but http://."""
-    if not isinstance(proxy, httpx.Proxy):
-        proxy = httpx.Proxy(url=proxy)
-    headers = {k: v for k, v in proxy.headers.items()}
-    return HTTPProxy.from_url(str(proxy.url), headers=headers, auth=proxy.auth)
-
-
-def _environment_routes() -> List[Tuple[Any, _Route]]:
-    """The proxies of the environment as httpx's client reads them (its get_environment_proxies
-    and URLPattern, most specific pattern first): NO_PROXY entries map to None."""
-    routes: List[Tuple[Any, _Route]] = []
-    for key, url in get_environment_proxies().items():
-        route: _Route = None
-        if url is not None:
-            try:
-                route = _http_proxy(url)
-            except (UnsupportedProxy, ValueError) as e:
-                route = e if isinstance(e, UnsupportedProxy) else UnsupportedProxy(str(e))
-        routes.append((URLPattern(key), route))
-    return sorted(routes, key=lambda r: r[0])
 
 
 class _ResponseStream(httpx.SyncByteStream):
@@ -99,10 +78,8 @@ class Transport(httpx.BaseTransport):
                  verify_as: Optional[str] = None, *, store: Optional[Store] = None, pin: Any = None,
                  max_keepalive: int = 10, timeout: Optional[float] = None, proxy: Any = None,
                  trust_env: bool = True, **options: Any) -> None:
-        try:
-            self.proxy: Optional[HTTPProxy] = None if proxy is None else _http_proxy(proxy)
-        except UnsupportedProxy as e:
-            raise ValueError(f"mtls.httpx.Transport {e}") from e
+        self._routes = ProxyRoutes(proxy, trust_env, "mtls.httpx.Transport")
+        self.proxy: Optional[HTTPProxy] = self._routes.proxy
         self.identity = resolve_identity(identity, store, pin)
         self.policy = policy
         self.verify_as = verify_as
@@ -110,7 +87,6 @@ class Transport(httpx.BaseTransport):
         self._options = options
         self._timeout = timeout
         self._max_keepalive = max_keepalive
-        self._routes = _environment_routes() if proxy is None and trust_env else []
         self._idle: Dict[_Key, List[HTTPSConnection]] = {}
         self._lock = threading.Lock()
 
@@ -119,18 +95,6 @@ class Transport(httpx.BaseTransport):
         httpx.Client makes for its `proxy=` when its transport is ours."""
         return Transport(self.identity, self.policy, self.verify_as, max_keepalive=self._max_keepalive,
                          timeout=self._timeout, proxy=proxy, trust_env=False, **self._options)
-
-    def _route(self, url: httpx.URL) -> Optional[HTTPProxy]:
-        """The proxy for a request (None: direct): the transport's own, else the first
-        environment pattern that matches the URL, as httpx's client chooses among its mounts."""
-        if self.proxy is not None:
-            return self.proxy
-        for pattern, route in self._routes:
-            if pattern.matches(url):
-                if isinstance(route, UnsupportedProxy):
-                    raise httpx.ProxyError(f"mtls.httpx.Transport {route} (from the environment)")
-                return route
-        return None
 
     def _new(self, key: _Key) -> HTTPSConnection:
         kw: Dict[str, Any] = dict(self._options)
@@ -203,7 +167,7 @@ class Transport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         if request.url.scheme != "https":
             raise httpx.UnsupportedProtocol(f"mtls.httpx.Transport speaks https only, not {request.url.scheme}:")
-        key = (self._route(request.url), request.url.host, request.url.port or 443)
+        key = (self._routes.route(request.url), request.url.host, request.url.port or 443)
         try:
             conn, response = self._exchange(key, request)
         except TunnelError as e:
@@ -224,25 +188,8 @@ class Transport(httpx.BaseTransport):
                 c.close()
 
 
-def _route_client_proxies_through_libmtls() -> None:
-    """httpx.Client(transport=ours, proxy=P) mounts a transport that httpx makes itself for P,
-    with its own TLS: the client's _init_proxy_transport builds it. For a client whose transport
-    is a mtls.httpx.Transport, build ours through P instead (other clients are left alone)."""
-    original = getattr(httpx.Client, "_init_proxy_transport", None)
-    if original is None or getattr(original, "_mtls_routed", False):
-        return
-
-    def _init_proxy_transport(self: httpx.Client, proxy: Any, *args: Any, **kwargs: Any) -> httpx.BaseTransport:
-        transport = getattr(self, "_transport", None)
-        if isinstance(transport, Transport):
-            return transport._through(proxy)
-        return original(self, proxy, *args, **kwargs)
-
-    _init_proxy_transport._mtls_routed = True  # type: ignore[attr-defined]
-    httpx.Client._init_proxy_transport = _init_proxy_transport  # type: ignore[method-assign]
-
-
-_route_client_proxies_through_libmtls()
+# httpx.Client(transport=Transport(...), proxy=P): the proxy's transport is ours, through P.
+route_client_proxies(httpx.Client, Transport)
 
 __all__ = ["Transport"]
 

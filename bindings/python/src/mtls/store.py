@@ -95,6 +95,17 @@ fn("mtls_store_export_p12", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctyp
    c_void_pp, c_size_p)
 # int mtls_store_change_secret(mtls_store *store, const uint8_t *secret, size_t secret_len, int secret_kind)
 fn("mtls_store_change_secret", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int)
+# int mtls_store_write_counter(mtls_store *store, uint64_t *out)
+fn("mtls_store_write_counter", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64))
+# int mtls_store_upgrade_preview(const char *path, const uint8_t *secret, size_t secret_len, int secret_kind,
+#                                const mtls_store_options *opts, mtls_store_item ***items, size_t *count,
+#                                char **confirmation)
+fn("mtls_store_upgrade_preview", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, _opts_p,
+   _items_pp, c_size_p, c_void_pp)
+# int mtls_store_upgrade(const char *path, const uint8_t *secret, size_t secret_len, int secret_kind,
+#                        const mtls_store_options *opts, const char *confirmation, size_t *vouched)
+fn("mtls_store_upgrade", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, _opts_p,
+   ctypes.c_char_p, c_size_p)
 
 
 def _secret(secret):
@@ -156,6 +167,14 @@ class StoreItem:
                    subject=s("subject"), issuer=s("issuer"), not_after=t("not_after"), leaf_sha256=s("leaf_sha256"),
                    chain_sha256=take_strings(lib.mtls_store_item_chain_sha256s, h),
                    token_uri=s("token_uri"), created=t("created"), modified=t("modified"))
+
+
+@dataclass(frozen=True)
+class UpgradePreview:
+    """What :meth:`Store.upgrade` would vouch for in a store made before row authentication:
+    every item (token URIs without any pin-value), and the confirmation to pass to it."""
+    items: List[StoreItem]
+    confirmation: str
 
 
 def _class_code(item_class):
@@ -307,5 +326,42 @@ class Store(_Handle):
         return out_bytes(lib.mtls_store_export_p12, self._h, utf8(label), utf8(password), int(legacy))
 
     def change_secret(self, secret: "Union[str, bytes, StoreKey]") -> None:
+        """Changes the secret and rotates the data key (every key re-sealed, every row
+        re-authenticated, in one transaction). Other open handles then raise BadSecret."""
         data, kind = _secret(secret)
         check(lib.mtls_store_change_secret(self._h, data, len(data), kind))
+
+    # the store as a whole
+    @property
+    def write_counter(self) -> int:
+        """The write counter of the store's authenticated header: every write transaction (by any
+        handle) increments it, and it never goes back. Keep the last value you saw outside the
+        file and compare: a lower one means the whole file was replaced by an older copy."""
+        return out_value(ctypes.c_uint64, lib.mtls_store_write_counter, self._h)
+
+    @staticmethod
+    def upgrade_preview(path: "Union[str, os.PathLike[str]]", secret: "Union[str, bytes, StoreKey]") -> "Optional[UpgradePreview]":
+        """What upgrading a store made before row authentication (opening it raises
+        mtls.UpgradeRequired) would vouch for; None when it needs no explicit upgrade. Changes
+        nothing."""
+        data, kind = _secret(secret)
+        items, count, conf = c_void_pp(), ctypes.c_size_t(), ctypes.c_void_p()
+        check(lib.mtls_store_upgrade_preview(utf8(str(path)), data, len(data), kind, None, ctypes.byref(items),
+                                             ctypes.byref(count), ctypes.byref(conf)))
+        try:
+            listed = [StoreItem._from_handle(items[i]) for i in range(count.value)]
+        finally:
+            if items:
+                lib.mtls_store_item_list_free(items, count.value)
+        confirmation = take_string(conf)
+        return None if confirmation is None else UpgradePreview(listed, confirmation)
+
+    @staticmethod
+    def upgrade(path: "Union[str, os.PathLike[str]]", secret: "Union[str, bytes, StoreKey]", confirmation: str) -> int:
+        """Upgrades a store made before row authentication, vouching for what
+        :meth:`upgrade_preview` showed: only if the store still holds exactly that (``confirmation``
+        from the preview; InvalidArgument otherwise, nothing written). Returns how many items."""
+        data, kind = _secret(secret)
+        n = ctypes.c_size_t()
+        check(lib.mtls_store_upgrade(utf8(str(path)), data, len(data), kind, None, utf8(confirmation), ctypes.byref(n)))
+        return n.value

@@ -85,6 +85,8 @@ fn("mtls_conn_shutdown", ctypes.c_int, ctypes.c_void_p)
 fn("mtls_conn_free", None, ctypes.c_void_p)
 # int mtls_conn_fd(const mtls_conn *conn, int *fd)
 fn("mtls_conn_fd", ctypes.c_int, ctypes.c_void_p, c_int_p)
+# int mtls_conn_set_non_blocking(mtls_conn *conn, int non_blocking)
+fn("mtls_conn_set_non_blocking", ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
 # int mtls_conn_peer_chain(const mtls_conn *conn, mtls_cert ***out, size_t *count)
 fn("mtls_conn_peer_chain", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(c_void_pp), c_size_p)
 # int mtls_conn_evaluation(const mtls_conn *conn, mtls_trust_result **out)
@@ -295,6 +297,15 @@ class Connection(_Handle):
 
     def fileno(self) -> int:
         return out_value(ctypes.c_int, lib.mtls_conn_fd, self._h)
+
+    def set_non_blocking(self, non_blocking: bool = True) -> None:
+        """Switches to non-blocking mode (True) or back to blocking mode (False). Made for
+        connections from :meth:`Listener.accept` (blocking, their reads and writes waiting within
+        the listener's io_timeout), so that an event loop can serve them: in non-blocking mode
+        handshake, read, readinto, write and shutdown raise WantRead/WantWrite instead of waiting
+        (wait for fileno() and call again; a write that raised WantWrite is retried with the same
+        bytes). Buffered data is kept across the switch (mtls_conn_set_non_blocking)."""
+        check(lib.mtls_conn_set_non_blocking(self._h, 1 if non_blocking else 0))
 
     @property
     def peer_chain(self) -> List[Certificate]:

@@ -1,0 +1,46 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// This file owns the store file's place on disk: creating its directory (0700) and the file
+// itself (0600) before SQLite opens it, and mapping file-system errors to libmtls's codes.
+// (Sealing and the keyring are in StoreCrypto.swift, the whole-store integrity in
+// CredentialStore+Integrity.swift, schema and queries in CredentialStore.swift.)
+
+extension CredentialStore {
+    /// Creates the directory (0700) and the file (0600) if needed, so that SQLite (which gives
+    /// its WAL and shared-memory files the main file's mode) never creates anything wider.
+    static func prepareFile(_ path: String, create: Bool) throws {
+        if access(path, F_OK) == 0 { return }
+        guard create else { throw MTLSError(.notFound, "no store at \(path)") }
+        let dir = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
+        try makeDirectories(dir.isEmpty ? "/" : dir)
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        if fd < 0 {
+            let err = errno
+            if err == EEXIST { return }
+            throw fileError(err, "cannot create the store \(path)")
+        }
+        Glibc.close(fd)
+    }
+
+    private static func makeDirectories(_ dir: String) throws {
+        var st = stat()
+        if stat(dir, &st) == 0 { return }
+        if let slash = dir.lastIndex(of: "/"), slash != dir.startIndex {
+            try makeDirectories(String(dir[..<slash]))
+        }
+        if mkdir(dir, 0o700) != 0 && errno != EEXIST {
+            throw fileError(errno, "cannot create the directory \(dir)")
+        }
+    }
+
+    private static func fileError(_ err: Int32, _ what: String) -> MTLSError {
+        let text = "\(what): \(String(cString: strerror(err)))"
+        switch err {
+        case EACCES, EROFS, EPERM: return MTLSError(.readOnly, text)
+        case ENOSPC, EDQUOT: return MTLSError(.diskFull, text)
+        default: return MTLSError(.io, text)
+        }
+    }
+}

@@ -1,0 +1,49 @@
+import Foundation
+import XCTest
+@testable import MTLS
+
+/// TLSConnection.setNonBlocking (mtls_conn_set_non_blocking): kept apart from
+/// TLSConnectionTests.swift so that it merges without touching that file.
+extension TLSConnectionTests {
+    func testAcceptedConnectionSwitchesToNonBlockingAndBack() throws {
+        var so = TLSServerOptions(identity: try identity("server"))
+        so.clientPolicy = try policy(["int-a"])
+        so.handshakeTimeout = 10
+        so.ioTimeout = 0.3
+        let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
+        let accepted = LockedBox<TLSConnection?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            let c = try? listener.accept(timeout: 10)
+            accepted.mutate { $0 = c }
+            done.signal()
+        }
+        // A client opened non-blocking and switched to blocking before its handshake: the
+        // handshake waits for the TCP connect and completes in one call.
+        var o = try clientOptions(identity: identity("client-a"))
+        o.nonBlocking = true
+        o.sessionResumption = false
+        let client = try TLSConnection.connect(host: "127.0.0.1", port: listener.port, options: o)
+        try client.setNonBlocking(false)
+        try client.handshake()
+        XCTAssertTrue(client.isHandshakeComplete)
+        done.wait()
+        let server = try XCTUnwrap(accepted.value)
+        defer { server.close(); client.close() }
+
+        // Blocking (as accepted): a read waits out the I/O timeout.
+        XCTAssertThrowsError(try server.read()) { XCTAssertEqual(($0 as? MTLSError)?.code, .timeout) }
+        // Non-blocking: the same read says it would wait; data arrives whole.
+        try server.setNonBlocking(true)
+        XCTAssertThrowsError(try server.read()) { XCTAssertEqual(($0 as? MTLSError)?.code, .wantRead) }
+        try client.write(Array("ping".utf8))
+        var p = pollfd(fd: server.fileDescriptor, events: Int16(POLLIN), revents: 0)
+        XCTAssertEqual(poll(&p, 1, 10_000), 1)
+        XCTAssertEqual(try server.read(), Array("ping".utf8))
+        // Back to blocking: reads wait again.
+        try server.setNonBlocking(false)
+        XCTAssertThrowsError(try server.read()) { XCTAssertEqual(($0 as? MTLSError)?.code, .timeout) }
+        try client.write(Array("back".utf8))
+        XCTAssertEqual(try server.read(), Array("back".utf8))
+    }
+}
