@@ -18,7 +18,7 @@ LIMBO ?= $(CURDIR)/Tests/limbo
 
 .PHONY: deb wheel print-version
 .PHONY: all deps build build-debug build-release install test test-swift test-abi test-c test-python test-e2e test-limbo bench demo clean
-.PHONY: check test-swift-plugins
+.PHONY: check test-swift-plugins bench-swift-plugins
 
 all: build
 
@@ -232,3 +232,11 @@ test-swift-plugins: deps
 	@start=$$(date +%s); $(SWIFT) build -c debug --build-tests --package-path $(PLUGIN_NIOSSL) && \
 	echo "test-swift-plugins: built in $$(( $$(date +%s) - start )) s"
 	$(SWIFT) test -c debug --skip-build --package-path $(PLUGIN_NIOSSL)
+
+# AsyncHTTPClient GETs to nginx with MTLSNIOSSL against swift-nio-ssl's own configuration from the
+# same files, kept-alive and new connections: the ratio of median times per request. Run it alone.
+BENCH_REQUESTS ?= 500
+BENCH_ROUNDS ?= 7
+bench-swift-plugins: deps
+	$(SWIFT) build -c release --package-path $(PLUGIN_NIOSSL) --product mtls-niossl-bench
+	$$($(SWIFT) build -c release --package-path $(PLUGIN_NIOSSL) --show-bin-path)/mtls-niossl-bench $(BENCH_REQUESTS) $(BENCH_ROUNDS)

@@ -26,6 +26,18 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
+        // `make bench-swift-plugins`: AsyncHTTPClient with the plugin against swift-nio-ssl's own
+        // configuration.
+        .executableTarget(
+            name: "mtls-niossl-bench",
+            dependencies: [
+                "MTLSNIOSSL",
+                .product(name: "MTLS", package: "libmtls"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            ]
+        ),
         .testTarget(
             name: "MTLSNIOSSLTests",
             dependencies: [
