@@ -115,7 +115,10 @@ typedef enum mtls_status {
     MTLS_E_PIN_REQUIRED = -56,
     /* added later */
     MTLS_E_TRUNCATED = -48,         /* the peer closed without close_notify: a read may be cut short */
-    MTLS_E_UPGRADE_REQUIRED = -57   /* a store from before row authentication: see mtls_store_upgrade */
+    MTLS_E_UPGRADE_REQUIRED = -57,  /* a store from before row authentication: see mtls_store_upgrade */
+    /* Enrollment and renewal (issue 27) */
+    MTLS_E_CA_REJECTED = -70,       /* the CA (ACME, EST) refused; the message carries its problem detail */
+    MTLS_E_CHALLENGE_FAILED = -71   /* the CA could not validate the challenge, or the renewed identity is not proven */
 } mtls_status;
 
 /* A static English text for a code (unknown codes give "unknown error code"). Never free it. */
@@ -215,6 +218,12 @@ MTLS_EXTERN int mtls_cert_key_usage(const mtls_cert *cert, int *present, unsigne
  * strings (none: *count 0, also when the extension is absent). Free it with
  * mtls_string_list_free(*out, *count). */
 MTLS_EXTERN int mtls_cert_ekus(const mtls_cert *cert, char ***out, size_t *count);
+/* Revocation sources the certificate names (issue 28): the URIs of its CRL distribution points
+ * (full names; indirect or reason-partitioned ones left out) and of its authorityInfoAccess
+ * OCSP responders. New arrays of *count strings (none: *count 0). Free with
+ * mtls_string_list_free(*out, *count). */
+MTLS_EXTERN int mtls_cert_crl_urls(const mtls_cert *cert, char ***out, size_t *count);
+MTLS_EXTERN int mtls_cert_ocsp_urls(const mtls_cert *cert, char ***out, size_t *count);
 
 /* ======================================================================================
  * Identities and PKCS#12
@@ -525,6 +534,56 @@ MTLS_EXTERN int mtls_evaluate_with_overrides(mtls_policy *policy, mtls_cert *con
  * could be made (an invalid policy, an empty chain). Free *out with mtls_string_free. */
 MTLS_EXTERN int mtls_trust_result_provenance(const mtls_trust_result *result, char **out);
 
+/* --- Revocation (issue 28) -------------------------------------------------------------------
+ * A policy (and each host rule, over it) may check the revocation of every certificate of the
+ * built chain below the anchor, in every evaluation: mtls_evaluate*, and the verification inside
+ * every handshake of a connection, a listener (client certificates) and a configured SSL_CTX.
+ * Sources, in order: CRLs (those added with mtls_policy_add_crl_file, then the certificate's CRL
+ * distribution points, fetched over http: only, verified against the issuer in the built chain
+ * with OpenSSL — signature, issuer name, authority key identifier, thisUpdate/nextUpdate,
+ * critical extensions; delta, indirect and reason-partitioned CRLs are unsupported — and cached
+ * per URL until nextUpdate, in memory and in the cache folder; concurrent evaluations needing
+ * one URL make one request; refreshed in the background before nextUpdate), then OCSP (a TLS 1.3
+ * client checks the server's stapled response first; else a request with a nonce to the
+ * certificate's AIA responder, answered by the issuer or a responder it delegated to with
+ * id-kp-OCSPSigning, current at the evaluation time, cached until nextUpdate). A
+ * certificate found revoked is never trusted (reason "revoked", with its date and reason); when
+ * no source answers (unreachable, stale, unsupported, invalid) the status is unknown: HARD
+ * refuses with reason "revocation_unknown", SOFT trusts and says so (mtls_trust_result_warnings,
+ * mtls_trust_result_revocation). A handshake that needs a fetch waits for it within the fetch
+ * time limit. Policy files: "revocation": {"mode": "hard", "sources": ["crl"], "max_bytes": N,
+ * "timeout_ms": N, "cache_dir": "dir"} and per host rule {"mode": ..., "sources": [...]}. */
+#define MTLS_REVOCATION_OFF 0   /* default */
+#define MTLS_REVOCATION_SOFT 1
+#define MTLS_REVOCATION_HARD 2
+/* Sources, or-ed: CRLs are consulted before OCSP. */
+#define MTLS_REVOCATION_SOURCE_CRL 1
+#define MTLS_REVOCATION_SOURCE_OCSP 2
+/* Policy-wide revocation checking: `mode` MTLS_REVOCATION_*, `sources` MTLS_REVOCATION_SOURCE_*
+ * flags (0: CRL). MTLS_E_INVALID_ARGUMENT for an unknown mode or flag. */
+MTLS_EXTERN int mtls_policy_set_revocation(mtls_policy *policy, int mode, int sources);
+/* The same for the host rule `pattern` (created when missing), over the policy's setting. */
+MTLS_EXTERN int mtls_policy_set_rule_revocation(mtls_policy *policy, const char *pattern, int mode, int sources);
+/* Limits of one fetch: the largest CRL or response accepted (`max_bytes`, 0: 10 MiB) and the time
+ * for the whole exchange (`timeout_ms`, 0: 5000). A larger body or a slower server is an unknown
+ * status, never a hang. */
+MTLS_EXTERN int mtls_policy_set_revocation_limits(mtls_policy *policy, size_t max_bytes, int timeout_ms);
+/* A folder where fetched CRLs are kept (made 0700 when missing; files 0600, one per URL), so a
+ * restarted program does not fetch them again; NULL: memory only. The string is copied. */
+MTLS_EXTERN int mtls_policy_set_revocation_cache_dir(mtls_policy *policy, const char *dir);
+/* What revocation checking did, as JSON: {"mode": "hard", "sources": ["crl"], "checks": [{
+ * "cert_index": 0, "subject": ..., "status": "good"|"revoked"|"unknown", "source": "crl"|
+ * "crl_file"|"ocsp"|"ocsp_staple"|null, "url": ..., "fetched_at": RFC 3339|null, "fetched_from":
+ * "network"|"memory"|"disk"|"staple"|null, "this_update", "next_update", "revoked_at", "reason", "error"}]}; *out is NULL (with
+ * MTLS_OK) when revocation was off or the chain was refused before. Free with mtls_string_free. */
+MTLS_EXTERN int mtls_trust_result_revocation(const mtls_trust_result *result, char **out);
+/* Warnings of a trusted result (a soft revocation check that found no status), a new array of
+ * *count strings. Free it with mtls_string_list_free. */
+MTLS_EXTERN int mtls_trust_result_warnings(const mtls_trust_result *result, char ***out, size_t *count);
+/* Forgets every CRL cached in memory and every remembered fetch failure (a failed fetch is
+ * otherwise retried after 10 s). Cache folders are left as they are. Thread-safe. */
+MTLS_EXTERN void mtls_revocation_cache_clear(void);
+
 /* ======================================================================================
  * Credential store
  * ====================================================================================== */
@@ -659,6 +718,22 @@ MTLS_EXTERN int mtls_store_item_created(const mtls_store_item *item, int64_t *ou
 MTLS_EXTERN int mtls_store_item_modified(const mtls_store_item *item, int64_t *out);
 MTLS_EXTERN int mtls_store_item_chain_sha256s(const mtls_store_item *item, char ***out, size_t *count);
 
+/* ---- Renewal (issue 27) ----
+ * Renews the identity labelled `label` in `store` from the enrollment record kept beside it
+ * (made by `mtls enroll acme|pki`): when it is due — two thirds of its lifetime passed, less a
+ * random jitter of up to 5 % — or always when `force` is non-zero. The new identity replaces the
+ * old one (identity and record in one store transaction) only once its key matches and its
+ * chain validates under `policy` (NULL: the anchors recorded at enrollment); until then the old
+ * one stays. `pin` (NULL: none) is the token PIN for a token identity; it is not kept.
+ * *renewed (may be NULL) is 1 when a new identity was installed, 0 otherwise.
+ * Blocks for the whole exchange with the CA (seconds). Safe to call from any thread; calls for
+ * one label should not overlap. Errors: MTLS_E_NOT_FOUND (no such identity or no record),
+ * MTLS_E_CA_REJECTED (the CA's problem detail in mtls_last_error), MTLS_E_CHALLENGE_FAILED
+ * (validation failed, or the new identity was not proven: nothing installed), MTLS_E_CONNECT,
+ * MTLS_E_UNTRUSTED (the CA's TLS certificate), MTLS_E_TIMEOUT, MTLS_E_TOKEN... */
+MTLS_EXTERN int mtls_renew(mtls_store *store, const char *label, int force, const mtls_policy *policy,
+                           const char *pin, int *renewed);
+
 /* Delete the item labelled `label` in `item_class` (MTLS_STORE_ANY: every class).
  * MTLS_E_NOT_FOUND when nothing matched. `deleted` may be NULL. */
 MTLS_EXTERN int mtls_store_delete(mtls_store *store, const char *label, int item_class, size_t *deleted);
@@ -753,8 +828,9 @@ typedef struct mtls_listener mtls_listener;
 #define MTLS_TLS_1_2 12
 #define MTLS_TLS_1_3 13
 
-/* Version 2 added `overrides`; a program built with version 1 keeps working unchanged. */
-#define MTLS_CONN_OPTIONS_VERSION 2
+/* Version 2 added `overrides`, version 3 `identity_source`; a program built with an earlier
+ * version keeps working unchanged. */
+#define MTLS_CONN_OPTIONS_VERSION 3
 /* Client options. Always fill with mtls_conn_options_init first, then change fields: fields are
  * only ever added at the end, with a new version. Pointers are borrowed for the duration of the
  * call that takes the options (the connection keeps its own references). */
@@ -782,6 +858,11 @@ typedef struct mtls_conn_options {
                                        anchors, anchors_only, pins always enforced, a verify_as over
                                        every other (see "One effective policy"); sessions resume
                                        only under the same overrides */
+    /* Version 3: */
+    struct mtls_identity_source *identity_source; /* an identity that can change (see "Identities
+                                       that change"); when set, each connection presents the one
+                                       in force when it starts, instead of identity/candidates, and
+                                       a session made with another identity is not resumed */
 } mtls_conn_options;
 
 /* Fill *opts with the defaults of `version` (MTLS_CONN_OPTIONS_VERSION), the library's own:
@@ -926,7 +1007,12 @@ typedef struct mtls_listener_options {
  * listener never trusts it by accident). */
 MTLS_EXTERN int mtls_listener_options_init(mtls_listener_options *opts, unsigned int version);
 /* Listen on address ("127.0.0.1", "::1"; NULL: every IPv4 address) and port (0: an ephemeral
- * port, see mtls_listener_port). Free *out with mtls_listener_free. */
+ * port, see mtls_listener_port). Free *out with mtls_listener_free. When the identity's
+ * certificate names an OCSP responder (authorityInfoAccess) and its issuer is in the identity's
+ * chain, the listener staples OCSP: a background thread fetches and checks a response, refreshes
+ * it before its nextUpdate, and every handshake whose client asks for the status gets the
+ * current good one (none while none is good); nothing is fetched on the handshake path. Client
+ * certificates are checked for revocation as the client policy says (see "Revocation"). */
 MTLS_EXTERN int mtls_listener_new(const char *address, uint16_t port, const mtls_listener_options *opts,
                                   mtls_listener **out);
 /* The port listened on. */
@@ -1199,8 +1285,9 @@ typedef struct mtls_issued mtls_issued;
 #define MTLS_KEY_TYPE_ED25519 "ed25519"
 
 /* Options for a new certificate. Versioned: fill with mtls_issue_options_init, then set
- * fields. The strings and arrays are read during the call only. */
-#define MTLS_ISSUE_OPTIONS_VERSION 1
+ * fields. The strings and arrays are read during the call only. Version 2 added crl_url and
+ * ocsp_url; a program built with version 1 keeps working unchanged. */
+#define MTLS_ISSUE_OPTIONS_VERSION 2
 typedef struct mtls_issue_options {
     unsigned int version;              /* MTLS_ISSUE_OPTIONS_VERSION */
     const char *key_type;              /* an MTLS_KEY_TYPE_* name (NULL: MTLS_KEY_TYPE_EC_P256) */
@@ -1210,6 +1297,12 @@ typedef struct mtls_issue_options {
     size_t dns_count;
     const char *const *ip_addresses;   /* subjectAltName IPv4/IPv6 literals (servers) */
     size_t ip_count;
+    /* Version 2: where the ISSUER publishes revocation information; the new certificate carries
+     * it (mtls_pki_issue, mtls_pki_sign_csr; ignored by mtls_pki_root, a root has no issuer).
+     * Plain http://host[:port]/path URLs (printable ASCII, no commas), else
+     * MTLS_E_INVALID_ARGUMENT. Serve the issuer's CRL (mtls_pki_crl, DER) at crl_url. */
+    const char *crl_url;               /* CRL distribution point (NULL: none) */
+    const char *ocsp_url;              /* authorityInfoAccess OCSP responder (NULL: none) */
 } mtls_issue_options;
 
 /* Fill *opts with the defaults of `version` (MTLS_ISSUE_OPTIONS_VERSION). */
@@ -1261,6 +1354,173 @@ MTLS_EXTERN int mtls_issued_identity(const mtls_issued *issued, mtls_identity **
  * validity_days later (0: 30). DER in *der; free it with mtls_bytes_free. */
 MTLS_EXTERN int mtls_pki_crl(const mtls_issued *ca, const char *const *revoked_serials, size_t count,
                              uint64_t number, int validity_days, int64_t now, uint8_t **der, size_t *der_len);
+
+/* ---- Identities and policies that change; events; expiry (issue 26) ----
+ *
+ * An identity source is what a listener, client connections or a configured SSL_CTX present:
+ * fixed or swapped by the application (mtls_identity_source_new, mtls_identity_source_set), or
+ * following a store label (mtls_identity_source_follow_store). Each handshake takes the identity
+ * in force when it starts, whole (never the key of one with the certificate of another);
+ * connections in flight keep theirs. A client session made with one identity is never resumed
+ * under another.
+ *
+ * Following a store: the library's watcher thread, named "mtls-watch" (one per process, started
+ * with the first thing followed, ended when nothing is), looks at the store's change mark every
+ * 250 ms (SQLite's data_version and the connection's own changes: two integers, no row read);
+ * only when it moved is the label's row metadata read, and only when its leaf changed is the row
+ * loaded. A replacement made by another process (mtls store import --replace) is in force within
+ * a second. A replacement that fails to load (a row that fails authentication, a token that is
+ * gone) keeps the last good identity and is reported as MTLS_EVENT_RELOAD_FAILED. Handshakes
+ * never read the store.
+ *
+ * Events: callbacks run on the "mtls-watch" thread for what it finds, and on the calling thread
+ * for mtls_identity_source_set / mtls_listener_set_identity. They must not block for long (they
+ * hold up the watcher) and must not free the object they were registered on.
+ *
+ * Thread safety: an mtls_identity_source and an mtls_policy_watch may be shared across threads
+ * and used by any number of listeners, connections and contexts at once; set, current and the
+ * event callback functions may be called from any thread. */
+typedef struct mtls_identity_source mtls_identity_source;
+typedef struct mtls_policy_watch mtls_policy_watch;
+
+#define MTLS_EVENT_IDENTITY_ROTATED 1 /* a new identity is in force */
+#define MTLS_EVENT_POLICY_RELOADED 2  /* a followed policy file's new settings are in force */
+#define MTLS_EVENT_RELOAD_FAILED 3    /* a replacement could not be loaded; the last good one stays */
+#define MTLS_EVENT_EXPIRY_WARNING 4   /* the identity presented, or an anchor of a followed policy,
+                                         expires within the warning window */
+
+/* One event. Every pointer is valid only during the callback. */
+typedef struct mtls_event {
+    int kind;                  /* MTLS_EVENT_* */
+    const char *label;         /* store label or policy file path; NULL for an application's swap */
+    const char *subject;       /* RFC 4514 subject of the certificate concerned, or NULL */
+    const char *sha256;        /* its lowercase hex SHA-256, or NULL */
+    int64_t not_after;         /* its notAfter (seconds since 1970), 0 when none */
+    int error_code;            /* MTLS_EVENT_RELOAD_FAILED: the MTLS_E_* code; else 0 */
+    const char *message;       /* one line saying what happened */
+} mtls_event;
+typedef void (*mtls_event_cb)(const mtls_event *event, void *userdata);
+
+#define MTLS_WATCH_OPTIONS_VERSION 1
+/* Options of a followed store label or policy file; fill with mtls_watch_options_init. */
+typedef struct mtls_watch_options {
+    unsigned int version;      /* MTLS_WATCH_OPTIONS_VERSION */
+    int warning_days;          /* MTLS_EVENT_EXPIRY_WARNING this many days before notAfter (the
+                                  identity presented; a followed policy's anchors); 0: 14 */
+    const char *token_pin;     /* a token identity's PIN (NULL: its URI's pin-value/pin-source);
+                                  copied, the caller's buffer may be wiped after the call */
+} mtls_watch_options;
+MTLS_EXTERN int mtls_watch_options_init(mtls_watch_options *opts, unsigned int version);
+
+/* A source presenting `identity` (required) until mtls_identity_source_set. It keeps its own
+ * reference to the identity. Free *out with mtls_identity_source_free. */
+MTLS_EXTERN int mtls_identity_source_new(const mtls_identity *identity, mtls_identity_source **out);
+/* A source following `label` in `store` (a stored identity, else a token identity). The identity
+ * is loaded now: a failure is returned (MTLS_E_NOT_FOUND, MTLS_E_CORRUPT, token errors). The
+ * source keeps its own reference to the store. opts may be NULL. Free with
+ * mtls_identity_source_free. */
+MTLS_EXTERN int mtls_identity_source_follow_store(mtls_store *store, const char *label, const mtls_watch_options *opts,
+                                                  mtls_identity_source **out);
+/* Puts `identity` in force for every handshake that starts from now on (a followed label's next
+ * change in the store replaces it again). Fires MTLS_EVENT_IDENTITY_ROTATED on this thread. */
+MTLS_EXTERN int mtls_identity_source_set(mtls_identity_source *source, const mtls_identity *identity);
+/* The identity in force now: a new reference, free with mtls_identity_free. */
+MTLS_EXTERN int mtls_identity_source_current(const mtls_identity_source *source, mtls_identity **out);
+/* Sets (cb NULL: clears) the source's event callback. `destroy(userdata)`, if not NULL, runs once
+ * when the callback is replaced or cleared, or when the source is freed by its last holder (a
+ * listener, connection or SSL_CTX may hold it after mtls_identity_source_free). */
+MTLS_EXTERN int mtls_identity_source_set_event_callback(mtls_identity_source *source, mtls_event_cb cb, void *userdata,
+                                                        void (*destroy)(void *userdata));
+/* Drops the caller's reference; listeners, connections and SSL_CTXs that use it keep theirs.
+ * NULL is a no-op. */
+MTLS_EXTERN void mtls_identity_source_free(mtls_identity_source *source);
+
+/* A listener presenting `source`'s identity (opts->identity is ignored and may be NULL); the
+ * listener keeps its own reference to the source. Otherwise as mtls_listener_new. */
+MTLS_EXTERN int mtls_listener_new_with_source(const char *address, uint16_t port, const mtls_listener_options *opts,
+                                              mtls_identity_source *source, mtls_listener **out);
+/* Presents `identity` from the listener's next handshake on; handshakes under way and accepted
+ * connections keep theirs. Fires MTLS_EVENT_IDENTITY_ROTATED (on this thread). */
+MTLS_EXTERN int mtls_listener_set_identity(mtls_listener *listener, const mtls_identity *identity);
+/* The listener's event callback (its identity source's): as mtls_identity_source_set_event_callback. */
+MTLS_EXTERN int mtls_listener_set_event_callback(mtls_listener *listener, mtls_event_cb cb, void *userdata,
+                                                 void (*destroy)(void *userdata));
+
+#define MTLS_LISTENER_COUNTERS_VERSION 1
+/* A listener's counters; set `version` to MTLS_LISTENER_COUNTERS_VERSION before the call. */
+typedef struct mtls_listener_counters {
+    unsigned int version;
+    uint64_t accepted;          /* handshakes that succeeded (resumed ones included) */
+    uint64_t resumed;           /* handshakes that resumed a session */
+    uint64_t refused;           /* handshakes refused, every reason */
+    int64_t current_connections; /* accepted connections not yet freed with mtls_conn_free */
+} mtls_listener_counters;
+MTLS_EXTERN int mtls_listener_get_counters(const mtls_listener *listener, mtls_listener_counters *out);
+/* Handshakes refused with the error `code` (MTLS_E_UNTRUSTED, MTLS_E_HANDSHAKE, MTLS_E_TIMEOUT...). */
+MTLS_EXTERN int mtls_listener_refused_count(const mtls_listener *listener, int code, uint64_t *count);
+/* The listener's counters as Prometheus text. Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_listener_metrics(const mtls_listener *listener, char **out);
+
+/* Configures an application's SSL_CTX as mtls_ssl_ctx_configure_overrides does, presenting
+ * `source`'s identity: each SSL takes the identity in force when its handshake starts. The
+ * context keeps its own reference to the source. */
+MTLS_EXTERN int mtls_ssl_ctx_configure_source(void *ssl_ctx, mtls_identity_source *source, const mtls_policy *policy,
+                                              int accepts_clients, const mtls_trust_overrides *overrides);
+
+/* A policy loaded from a JSON file and kept up to date with it: when the file changes, the new
+ * file is parsed in full and only then put in force (mtls_policy_replace semantics: sessions of
+ * the old settings are not resumed); a file that does not parse keeps the old settings and fires
+ * MTLS_EVENT_RELOAD_FAILED. The first load's failure is returned. opts may be NULL. Free with
+ * mtls_policy_watch_free. */
+MTLS_EXTERN int mtls_policy_watch_new(const char *path, const mtls_watch_options *opts, mtls_policy_watch **out);
+/* The followed policy, to give to listeners, connections and contexts: a new reference, free
+ * with mtls_policy_free. */
+MTLS_EXTERN int mtls_policy_watch_policy(const mtls_policy_watch *watch, mtls_policy **out);
+/* Reloads now, whether or not the file looks changed (on SIGHUP, say). Returns MTLS_OK even when
+ * the file is broken: that is reported through the event callback. */
+MTLS_EXTERN int mtls_policy_watch_reload(mtls_policy_watch *watch);
+MTLS_EXTERN int mtls_policy_watch_set_event_callback(mtls_policy_watch *watch, mtls_event_cb cb, void *userdata,
+                                                     void (*destroy)(void *userdata));
+/* Stops following (the policy stays valid for its holders). NULL is a no-op. */
+MTLS_EXTERN void mtls_policy_watch_free(mtls_policy_watch *watch);
+
+/* Anchors taken from store labels (stored certificates, mtls store add-cert), kept up to date
+ * in `policy`: the certificates under `labels` (count >= 1) are added to its anchors now (a
+ * failure is returned: MTLS_E_NOT_FOUND, MTLS_E_CORRUPT...), and when another process replaces
+ * one, the policy's anchors are swapped for the new ones within a second (as mtls_policy_replace:
+ * sessions judged under the old anchors are not resumed), firing MTLS_EVENT_POLICY_RELOADED; a
+ * label that fails to load keeps the anchors in force and fires MTLS_EVENT_RELOAD_FAILED once.
+ * The watch keeps its own references to policy and store. Free with mtls_anchor_watch_free
+ * (the anchors in force stay in the policy). */
+typedef struct mtls_anchor_watch mtls_anchor_watch;
+MTLS_EXTERN int mtls_policy_follow_store_anchors(mtls_policy *policy, mtls_store *store, const char *const *labels,
+                                                 size_t count, mtls_anchor_watch **out);
+MTLS_EXTERN int mtls_anchor_watch_set_event_callback(mtls_anchor_watch *watch, mtls_event_cb cb, void *userdata,
+                                                     void (*destroy)(void *userdata));
+/* Stops following. NULL is a no-op. */
+MTLS_EXTERN void mtls_anchor_watch_free(mtls_anchor_watch *watch);
+
+/* One certificate of a stored item and its validity. */
+typedef struct mtls_expiry_item {
+    char *label;               /* the item's label */
+    int item_class;            /* MTLS_STORE_IDENTITY, _CERTIFICATE or _TOKEN_IDENTITY */
+    int position;              /* 0: the item's leaf; 1...: its chain, leaf's issuer first */
+    char *subject;             /* RFC 4514 */
+    char *sha256;              /* lowercase hex */
+    int64_t not_before;        /* seconds since 1970 */
+    int64_t not_after;
+} mtls_expiry_item;
+/* Every certificate in the store (identities and chains, stored certificates, token identities'
+ * certificates and chains), earliest notAfter first; no private key is opened. A new array of
+ * *count items: free with mtls_expiry_items_free(*out, *count). */
+MTLS_EXTERN int mtls_store_expiry(mtls_store *store, mtls_expiry_item **out, size_t *count);
+MTLS_EXTERN void mtls_expiry_items_free(mtls_expiry_item *items, size_t count);
+/* The earliest notAfter in the store (seconds since 1970) and, if label is not NULL, the label of
+ * its item (free with mtls_string_free). MTLS_E_NOT_FOUND when the store holds no certificate. */
+MTLS_EXTERN int mtls_store_earliest_expiry(mtls_store *store, int64_t *not_after, char **label);
+/* The store's certificates as Prometheus text (mtls_certificate_not_after_seconds and
+ * mtls_certificate_not_before_seconds per certificate). Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_store_metrics(mtls_store *store, char **out);
 
 #ifdef __cplusplus
 }

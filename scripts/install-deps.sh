@@ -9,6 +9,8 @@ pkgs=(
   publicsuffix openjdk-17-jdk-headless golang-go
   apache2-bin  # Apache httpd as a peer (Tests/e2e/test_apache.py)
   easy-rsa golang-cfssl libnss3-tools  # other producers of PKIs and PKCS#12 files (Tests/e2e/test_other_producers.py)
+  pebble  # the ACME test server, with pebble-challtestsrv as its DNS (Tests/e2e/test_enroll.py)
+  fcgiwrap  # the EST endpoint: nginx in front of a CGI signing with openssl (Tests/e2e/test_est.py)
   tinyproxy  # a real HTTP CONNECT proxy for the Python proxy tests (bindings/python/tests/test_proxy.py)
   debhelper dpkg-dev lintian help2man chrpath fakeroot binutils util-linux python3-venv
 )

@@ -201,3 +201,15 @@ public func mtls_cert_ekus(_ cert: OpaquePointer?, _ out: CStringListOut?,
                            _ count: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall { try putStrings(out, count) { try handle(cert, Certificate.self, "cert").extendedKeyUsages ?? [] } }
 }
+
+/// `int mtls_cert_crl_urls(const mtls_cert *cert, char ***out, size_t *count)`
+@_cdecl("mtls_cert_crl_urls")
+public func mtls_cert_crl_urls(_ cert: OpaquePointer?, _ out: CStringListOut?, _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall { try putStrings(out, count) { try handle(cert, Certificate.self, "cert").crlDistributionPoints } }
+}
+
+/// `int mtls_cert_ocsp_urls(const mtls_cert *cert, char ***out, size_t *count)`
+@_cdecl("mtls_cert_ocsp_urls")
+public func mtls_cert_ocsp_urls(_ cert: OpaquePointer?, _ out: CStringListOut?, _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall { try putStrings(out, count) { try handle(cert, Certificate.self, "cert").ocspResponders } }
+}

@@ -57,6 +57,7 @@ private func alpnList(_ p: UnsafePointer<CChar>?, _ name: String) throws -> [Str
 
 /// mtls_conn_options: version 1 ends where `overrides` (version 2) begins.
 private let connOptionsSizes = [MemoryLayout<mtls_conn_options>.offset(of: \mtls_conn_options.overrides) ?? 0,
+                                MemoryLayout<mtls_conn_options>.offset(of: \mtls_conn_options.identity_source) ?? 0,
                                 MemoryLayout<mtls_conn_options>.size]
 /// mtls_listener_options: version 1 ends where `client_overrides` (version 2) begins.
 private let listenerOptionsSizes = [MemoryLayout<mtls_listener_options>.offset(of: \mtls_listener_options.client_overrides) ?? 0,
@@ -85,6 +86,7 @@ private func clientOptions(_ p: UnsafePointer<mtls_conn_options>?) throws -> TLS
         o.identity = .automatic(try (0..<candidateCount).map { try handle(list[$0], Identity.self, "candidates[\($0)]") })
     }
     if let policy = c.policy { o.policy = try handle(policy, TrustPolicy.self, "policy") }
+    if let source = c.identity_source { o.identitySource = try handle(source, IdentitySource.self, "identity_source") }
     return o
 }
 
@@ -266,9 +268,18 @@ public func mtls_listener_new(_ address: UnsafePointer<CChar>?, _ port: UInt16, 
                               _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
+            try TLSListener(address: try optionalString(address, "address"), port: port, options: try serverOptions(opts, source: nil))
+        }
+    }
+}
+
+/// The listener options `opts` say; with `source`, its identity is presented and
+/// `opts->identity` is not read.
+func serverOptions(_ opts: UnsafePointer<mtls_listener_options>?, source: IdentitySource?) throws -> TLSServerOptions {
             let c = try readVersioned(try require(opts, "opts"), zero: mtls_listener_options(), sizes: listenerOptionsSizes,
                                       "mtls_listener_options")
-            var o = TLSServerOptions(identity: try handle(c.identity, Identity.self, "opts->identity"))
+            var o = TLSServerOptions(identity: try source?.current ?? handle(c.identity, Identity.self, "opts->identity"))
+            o.identitySource = source
             o.clientAuthentication = try clientAuthentication(c.client_auth)
             if let p = c.client_policy { o.clientPolicy = try handle(p, TrustPolicy.self, "opts->client_policy") }
             o.alpn = try alpnList(c.alpn, "opts->alpn")
@@ -282,9 +293,7 @@ public func mtls_listener_new(_ address: UnsafePointer<CChar>?, _ port: UInt16, 
             // 0 (a version 1 caller's too): the default; negative: no limit.
             o.maxHandshakesPerAddress = c.max_handshakes_per_address == 0 ? TLSDefaults.maxHandshakesPerAddress
                                                                           : max(0, Int(c.max_handshakes_per_address))
-            return try TLSListener(address: try optionalString(address, "address"), port: port, options: o)
-        }
-    }
+            return o
 }
 
 /// `int mtls_listener_port(const mtls_listener *listener, uint16_t *port)`

@@ -7,7 +7,9 @@ import CMTLSHeader
 import Glibc
 #endif
 
-private let issueOptionsVersion = UInt32(MTLS_ISSUE_OPTIONS_VERSION)
+/// mtls_issue_options: version 1 ends where `crl_url` (version 2) begins.
+private let issueOptionsSizes = [MemoryLayout<mtls_issue_options>.offset(of: \mtls_issue_options.crl_url) ?? 0,
+                                 MemoryLayout<mtls_issue_options>.size]
 
 /// The converted options.
 private struct IssueOptions {
@@ -16,13 +18,15 @@ private struct IssueOptions {
     var now = Date()
     var dns: [String] = []
     var ips: [String] = []
+    /// Where the issuer publishes (version 2's crl_url and ocsp_url).
+    var publication = CAPublication.none
 
     init(_ p: UnsafePointer<mtls_issue_options>?) throws {
         guard let p else { return }
-        let o = p.pointee
-        guard o.version == issueOptionsVersion else {
-            throw MTLSError(.invalidArgument, "mtls_issue_options version \(o.version) is not supported (this libmtls knows version \(issueOptionsVersion)); call mtls_issue_options_init")
-        }
+        let o = try readVersioned(p, zero: mtls_issue_options(), sizes: issueOptionsSizes, "mtls_issue_options")
+        publication = CAPublication(crlURL: try optionalString(o.crl_url, "crl_url"),
+                                    ocspURL: try optionalString(o.ocsp_url, "ocsp_url"))
+        try publication.validate()
         if let k = try optionalString(o.key_type, "key_type") { keySpec = try KeySpec(issuingName: k) }
         if o.validity_days < 0 { throw MTLSError(.invalidArgument, "validity_days must not be negative") }
         if o.validity_days > 0 { days = Int(o.validity_days) }
@@ -54,7 +58,7 @@ private func profile(_ value: Int32) throws -> CertificateProfile {
 public func mtls_issue_options_init(_ opts: UnsafeMutablePointer<mtls_issue_options>?, _ version: UInt32) -> Int32 {
     abiCall {
         // Zero: every field means the core's default (key type, the profile's validity, now).
-        try initOptions(opts, version, supported: issueOptionsVersion, "mtls_issue_options", versionField: \.version) {
+        try initVersionedOptions(opts, version, sizes: issueOptionsSizes, "mtls_issue_options", versionField: \.version) {
             mtls_issue_options()
         }
     }
@@ -84,7 +88,7 @@ public func mtls_pki_issue(_ issuer: OpaquePointer?, _ profileValue: Int32, _ na
             let p = try profile(profileValue)
             let name = try string(name, "name")
             let o = try IssueOptions(opts)
-            let ca = try CertificateAuthority(certificate: issuer.leaf, privateKey: issuer.privateKey)
+            let ca = try CertificateAuthority(certificate: issuer.leaf, privateKey: issuer.privateKey, publication: o.publication)
             return try ca.issueWithNewKey(CertificateRequest(profile: p, commonName: name, dnsNames: o.dns, ipAddresses: o.ips,
                                                              validityDays: o.days), keySpec: o.keySpec, chain: issuer.chain, now: o.now)
         }
@@ -210,7 +214,7 @@ public func mtls_pki_sign_csr(_ issuer: OpaquePointer?, _ profileValue: Int32, _
             let o = try IssueOptions(opts)
             let cn = try CertificateRequest.commonName(given: try optionalString(name, "name"), csr: request,
                                                        dnsNames: o.dns, ipAddresses: o.ips)
-            let ca = try CertificateAuthority(certificate: issuer.leaf, privateKey: issuer.privateKey)
+            let ca = try CertificateAuthority(certificate: issuer.leaf, privateKey: issuer.privateKey, publication: o.publication)
             return try ca.issue(CertificateRequest(profile: p, commonName: cn, dnsNames: o.dns, ipAddresses: o.ips,
                                                    validityDays: o.days), csr: request, now: o.now)
         }

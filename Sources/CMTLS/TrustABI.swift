@@ -455,3 +455,84 @@ public func mtls_evaluate_with_overrides(_ p: OpaquePointer?, _ certs: UnsafePoi
 public func mtls_trust_result_provenance(_ r: OpaquePointer?, _ out: CStringOut?) -> Int32 {
     abiCall { try putOptionalString(out) { try result(r).result.provenance?.jsonText } }
 }
+
+// MARK: Revocation (issue 28)
+
+private func revocationSettings(_ mode: Int32, _ sources: Int32) throws -> RevocationSettings {
+    let m: RevocationMode
+    switch mode {
+    case MTLS_REVOCATION_OFF: m = .off
+    case MTLS_REVOCATION_SOFT: m = .soft
+    case MTLS_REVOCATION_HARD: m = .hard
+    default: throw invalid("mode must be MTLS_REVOCATION_OFF, _SOFT or _HARD")
+    }
+    let known = MTLS_REVOCATION_SOURCE_CRL | MTLS_REVOCATION_SOURCE_OCSP
+    guard sources & ~known == 0 else { throw invalid("sources must be MTLS_REVOCATION_SOURCE_CRL and/or _OCSP flags") }
+    var list: [RevocationSource] = []
+    if sources == 0 || sources & MTLS_REVOCATION_SOURCE_CRL != 0 { list.append(.crl) }
+    if sources & MTLS_REVOCATION_SOURCE_OCSP != 0 { list.append(.ocsp) }
+    return RevocationSettings(mode: m, sources: list)
+}
+
+/// `int mtls_policy_set_revocation(mtls_policy *policy, int mode, int sources)`
+@_cdecl("mtls_policy_set_revocation")
+public func mtls_policy_set_revocation(_ p: OpaquePointer?, _ mode: Int32, _ sources: Int32) -> Int32 {
+    abiCall {
+        let pol = try policy(p)
+        pol.revocation = try revocationSettings(mode, sources)
+    }
+}
+
+/// `int mtls_policy_set_rule_revocation(mtls_policy *policy, const char *pattern, int mode, int sources)`
+@_cdecl("mtls_policy_set_rule_revocation")
+public func mtls_policy_set_rule_revocation(_ p: OpaquePointer?, _ pattern: UnsafePointer<CChar>?, _ mode: Int32,
+                                            _ sources: Int32) -> Int32 {
+    abiCall {
+        let pol = try policy(p)
+        let settings = try revocationSettings(mode, sources)
+        try pol.updateHostRule(try string(pattern, "pattern")) { r in r.revocation = settings }
+    }
+}
+
+/// `int mtls_policy_set_revocation_limits(mtls_policy *policy, size_t max_bytes, int timeout_ms)`
+@_cdecl("mtls_policy_set_revocation_limits")
+public func mtls_policy_set_revocation_limits(_ p: OpaquePointer?, _ maxBytes: Int, _ timeoutMs: Int32) -> Int32 {
+    abiCall {
+        let pol = try policy(p)
+        var f = pol.revocationFetch
+        let defaults = RevocationFetchOptions()
+        f.maxBytes = try size(maxBytes, "max_bytes") == 0 ? defaults.maxBytes : maxBytes
+        guard timeoutMs >= 0 else { throw invalid("timeout_ms must not be negative") }
+        f.timeout = timeoutMs == 0 ? defaults.timeout : Double(timeoutMs) / 1000
+        do { try f.validate() } catch let e as MTLSError { throw invalid(e.message) }
+        pol.revocationFetch = f
+    }
+}
+
+/// `int mtls_policy_set_revocation_cache_dir(mtls_policy *policy, const char *dir)`
+@_cdecl("mtls_policy_set_revocation_cache_dir")
+public func mtls_policy_set_revocation_cache_dir(_ p: OpaquePointer?, _ dir: UnsafePointer<CChar>?) -> Int32 {
+    abiCall {
+        let pol = try policy(p)
+        var f = pol.revocationFetch
+        f.cacheDirectory = try optionalString(dir, "dir")
+        if f.cacheDirectory?.isEmpty == true { throw invalid("dir must not be empty (NULL: memory only)") }
+        pol.revocationFetch = f
+    }
+}
+
+/// `int mtls_trust_result_revocation(const mtls_trust_result *result, char **out)`
+@_cdecl("mtls_trust_result_revocation")
+public func mtls_trust_result_revocation(_ r: OpaquePointer?, _ out: CStringOut?) -> Int32 {
+    abiCall { try putOptionalString(out) { try result(r).result.revocation?.jsonText } }
+}
+
+/// `int mtls_trust_result_warnings(const mtls_trust_result *result, char ***out, size_t *count)`
+@_cdecl("mtls_trust_result_warnings")
+public func mtls_trust_result_warnings(_ r: OpaquePointer?, _ out: CStringListOut?, _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall { try putStrings(out, count) { try result(r).result.warnings } }
+}
+
+/// `void mtls_revocation_cache_clear(void)`
+@_cdecl("mtls_revocation_cache_clear")
+public func mtls_revocation_cache_clear() { RevocationCache.clear() }

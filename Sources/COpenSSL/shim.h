@@ -3,6 +3,7 @@
 /* The OpenSSL 3 headers libmtls uses, plus static inline wrappers for what the Swift importer
    cannot see: function-like macros (stacks, SSL_CTX_set_*), and casts. Add wrappers here, named
    mtls_ossl_*, rather than re-implementing a macro in Swift. */
+#include <string.h>
 #include <openssl/asn1.h>
 #include <openssl/bio.h>
 #include <openssl/bn.h>
@@ -56,6 +57,8 @@ static inline X509_NAME *mtls_ossl_sk_X509_NAME_value(const STACK_OF(X509_NAME) 
 
 static inline int mtls_ossl_sk_X509_EXTENSION_num(const STACK_OF(X509_EXTENSION) *sk) { return sk_X509_EXTENSION_num(sk); }
 static inline X509_EXTENSION *mtls_ossl_sk_X509_EXTENSION_value(const STACK_OF(X509_EXTENSION) *sk, int i) { return sk_X509_EXTENSION_value(sk, i); }
+/* Enrollment: a CSR's extension request (X509V3_add1_i2d makes the stack). */
+static inline void mtls_ossl_sk_X509_EXTENSION_pop_free(STACK_OF(X509_EXTENSION) *sk) { sk_X509_EXTENSION_pop_free(sk, X509_EXTENSION_free); }
 
 static inline int mtls_ossl_sk_PKCS12_SAFEBAG_num(const STACK_OF(PKCS12_SAFEBAG) *sk) { return sk_PKCS12_SAFEBAG_num(sk); }
 static inline PKCS12_SAFEBAG *mtls_ossl_sk_PKCS12_SAFEBAG_value(const STACK_OF(PKCS12_SAFEBAG) *sk, int i) { return sk_PKCS12_SAFEBAG_value(sk, i); }
@@ -172,6 +175,115 @@ static inline const ASN1_BMPSTRING *mtls_ossl_ASN1_TYPE_bmpstring(const ASN1_TYP
    reports to the TLS stack). */
 static inline void mtls_ossl_raise_message(const char *message) {
     ERR_raise_data(ERR_LIB_USER, ERR_R_OPERATION_FAIL, "%s", message);
+}
+
+/* ---- revocation sources (Sources/MTLS/Revocation, issue 28) ---- */
+/* Appends `s` (n bytes) and a '\n' to buf (capacity cap, kept NUL-terminated) at `at`; returns
+   the new length, counting what did not fit, so the caller can retry with a larger buffer. A URI
+   with a byte outside printable ASCII is left out (it could not be a usable http: URL, and a
+   '\n' or NUL inside would split it). */
+static inline size_t mtls_ossl_append_line(char *buf, size_t cap, size_t at, const unsigned char *s, int n) {
+    if (!s || n <= 0) return at;
+    for (int i = 0; i < n; i++) if (s[i] < 0x21 || s[i] > 0x7e) return at;
+    for (int i = 0; i < n; i++) { if (at + 1 < cap) buf[at] = (char)s[i]; at++; }
+    if (at + 1 < cap) buf[at] = '\n';
+    at++;
+    if (cap) buf[at < cap ? at : cap - 1] = 0;
+    return at;
+}
+/* The URIs of a certificate's CRL distribution points, one per line. Only distribution points
+   with a full name and no cRLIssuer count; *unsupported is set to the number left out because
+   they name a cRLIssuer (indirect CRLs), only a relative name, or only some reasons. */
+static inline size_t mtls_ossl_X509_crl_uris(X509 *x, char *buf, size_t cap, int *unsupported) {
+    size_t at = 0;
+    if (cap) buf[0] = 0;
+    *unsupported = 0;
+    STACK_OF(DIST_POINT) *dps = X509_get_ext_d2i(x, NID_crl_distribution_points, NULL, NULL);
+    if (!dps) return 0;
+    for (int i = 0; i < sk_DIST_POINT_num(dps); i++) {
+        DIST_POINT *dp = sk_DIST_POINT_value(dps, i);
+        if (!dp->distpoint || dp->distpoint->type != 0 || dp->CRLissuer || dp->reasons) { (*unsupported)++; continue; }
+        GENERAL_NAMES *names = dp->distpoint->name.fullname;
+        for (int j = 0; j < sk_GENERAL_NAME_num(names); j++) {
+            GENERAL_NAME *g = sk_GENERAL_NAME_value(names, j);
+            if (g->type != GEN_URI) continue;
+            ASN1_IA5STRING *u = g->d.uniformResourceIdentifier;
+            at = mtls_ossl_append_line(buf, cap, at, ASN1_STRING_get0_data(u), ASN1_STRING_length(u));
+        }
+    }
+    CRL_DIST_POINTS_free(dps);
+    return at;
+}
+/* The URIs of a certificate's AIA OCSP responders, one per line. */
+static inline size_t mtls_ossl_X509_ocsp_uris(X509 *x, char *buf, size_t cap) {
+    size_t at = 0;
+    if (cap) buf[0] = 0;
+    STACK_OF(OPENSSL_STRING) *uris = X509_get1_ocsp(x);
+    if (!uris) return 0;
+    for (int i = 0; i < sk_OPENSSL_STRING_num(uris); i++) {
+        const char *u = sk_OPENSSL_STRING_value(uris, i);
+        at = mtls_ossl_append_line(buf, cap, at, (const unsigned char *)u, (int)strlen(u));
+    }
+    X509_email_free(uris);
+    return at;
+}
+/* A CRL's extensions in its own list or in its entries' lists. */
+static inline int mtls_ossl_sk_X509_REVOKED_num(const STACK_OF(X509_REVOKED) *sk) { return sk_X509_REVOKED_num(sk); }
+static inline X509_REVOKED *mtls_ossl_sk_X509_REVOKED_value(const STACK_OF(X509_REVOKED) *sk, int i) { return sk_X509_REVOKED_value(sk, i); }
+
+/* The CRL's issuingDistributionPoint as flags: 1 present, 2 indirectCRL, 4 onlyContainsUserCerts,
+   8 onlyContainsCACerts, 16 onlySomeReasons, 32 onlyContainsAttributeCerts; -1 when it does not
+   decode. */
+static inline int mtls_ossl_X509_CRL_idp_flags(X509_CRL *crl) {
+    int crit = 0;
+    ISSUING_DIST_POINT *idp = X509_CRL_get_ext_d2i(crl, NID_issuing_distribution_point, &crit, NULL);
+    if (!idp) return crit == -1 ? 0 : -1;
+    int f = 1;
+    if (idp->indirectCRL) f |= 2;
+    if (idp->onlyuser) f |= 4;
+    if (idp->onlyCA) f |= 8;
+    if (idp->onlysomereasons) f |= 16;
+    if (idp->onlyattr) f |= 32;
+    ISSUING_DIST_POINT_free(idp);
+    return f;
+}
+/* Whether the CRL's authorityKeyIdentifier names the issuer's key: 1 it does, 0 the CRL has no
+   keyIdentifier (or the issuer no SKI) to compare, -1 they differ or the extension is malformed. */
+static inline int mtls_ossl_X509_CRL_aki_matches(X509_CRL *crl, X509 *issuer) {
+    int crit = 0;
+    AUTHORITY_KEYID *aki = X509_CRL_get_ext_d2i(crl, NID_authority_key_identifier, &crit, NULL);
+    if (!aki) return crit == -1 ? 0 : -1;
+    int rc = 0;
+    const ASN1_OCTET_STRING *ski = X509_get0_subject_key_id(issuer);
+    if (aki->keyid && ski) rc = ASN1_OCTET_STRING_cmp(aki->keyid, ski) == 0 ? 1 : -1;
+    AUTHORITY_KEYID_free(aki);
+    return rc;
+}
+/* OCSP stapling, client side: ask for a staple; read the one the server sent (-1: none). */
+static inline long mtls_ossl_SSL_CTX_request_ocsp_staple(SSL_CTX *ctx) { return SSL_CTX_set_tlsext_status_type(ctx, TLSEXT_STATUSTYPE_ocsp); }
+static inline long mtls_ossl_SSL_get_ocsp_staple(SSL *s, const unsigned char **resp) {
+    unsigned char *p = NULL;
+    long n = SSL_get_tlsext_status_ocsp_resp(s, &p);
+    *resp = p;
+    return p ? n : -1;
+}
+/* OCSP stapling, server side: the status callback and the response it hands over (OpenSSL frees
+   `resp`, which must come from OPENSSL_malloc). */
+static inline long mtls_ossl_SSL_CTX_set_status_cb(SSL_CTX *ctx, int (*cb)(SSL *, void *), void *arg) {
+    SSL_CTX_set_tlsext_status_arg(ctx, arg);
+    return SSL_CTX_set_tlsext_status_cb(ctx, cb);
+}
+static inline long mtls_ossl_SSL_set_ocsp_staple(SSL *s, unsigned char *resp, long len) {
+    return SSL_set_tlsext_status_ocsp_resp(s, resp, len);
+}
+/* A revoked entry's reason code (CRLReason), or -1 without one. */
+static inline int mtls_ossl_X509_REVOKED_reason(const X509_REVOKED *r) {
+    int crit = 0;
+    ASN1_ENUMERATED *e = X509_REVOKED_get_ext_d2i(r, NID_crl_reason, &crit, NULL);
+    if (!e) return -1;
+    long v = ASN1_ENUMERATED_get(e);
+    ASN1_ENUMERATED_free(e);
+    return (int)v;
 }
 
 #endif

@@ -70,9 +70,24 @@ struct IdentityOptions: ParsableArguments {
 enum PolicyBuilder {
     /// The policy file, or an empty policy (the system trust store, name check on). The command
     /// line's trust options never go into it: they are ``overrides(anchors:anchorsOnly:pins:verifyAs:store:)``.
-    static func policy(file: String?) throws -> TrustPolicy {
-        try file.map { try TrustPolicy.load(path: $0) } ?? TrustPolicy()
+    static func policy(file: String?, revocation: String? = nil) throws -> TrustPolicy {
+        let p = try file.map { try TrustPolicy.load(path: $0) } ?? TrustPolicy()
+        try applyRevocation(revocation, to: p)
+        return p
     }
+
+    /// `--revocation off|soft|hard`: the policy-wide mode (the policy file's sources, limits and
+    /// cache folder, and its host rules' own settings, are kept).
+    static func applyRevocation(_ mode: String?, to p: TrustPolicy) throws {
+        guard let mode else { return }
+        let m: RevocationMode
+        do { m = try RevocationSettings.mode(mode) } catch let e as MTLSError { throw MTLSError(.invalidArgument, "--revocation: \(e.message)") }
+        var r = p.revocation
+        r.mode = m
+        p.revocation = r
+    }
+
+    static let revocationHelp: ArgumentHelp = "Check revocation of every certificate below the anchor (CRLs from their distribution points; the policy file's \"revocation\" says more): off, soft (unknown status trusted, with a warning) or hard (unknown refused). Revoked is always refused."
 
     /// `--anchor`, `--anchors-only`, `--pin` and `--verify-as` as overrides, which the library
     /// composes on top of the policy for this one evaluation or connection: anchors are added to
@@ -149,7 +164,7 @@ enum PolicyBuilder {
 
     static func summary(_ result: TrustResult?) -> String {
         guard let result else { return "no certificate" }
-        if result.trusted { return "trusted" }
+        if result.trusted { return "trusted" + result.warnings.map { " (warning: \($0))" }.joined() }
         return "untrusted: " + result.reasons.map { "\($0.message) [\($0.code)]" }.joined(separator: "; ")
     }
 }
@@ -180,6 +195,7 @@ struct ConnectCommand: ParsableCommand {
     @Argument(help: "HOST:PORT (a DNS name, an IPv4 address or [IPv6]).") var target: String
     @OptionGroup var identityOptions: IdentityOptions
     @Option(help: "A trust policy JSON file.") var policy: String?
+    @Option(help: PolicyBuilder.revocationHelp) var revocation: String?
     @Option(help: "A pinned anchor (root, intermediate or the server's own certificate): a file, or a certificate stored under a label (LABEL with a store, or store:LABEL); repeatable.") var anchor: [String] = []
     @Flag(help: "Trust only the anchors given, not the system store.") var anchorsOnly = false
     @Option(help: "Validate the server's certificate as this name instead of HOST, over the policy's and its rule's verify-as.") var verifyAs: String?
@@ -226,7 +242,7 @@ struct ConnectCommand: ParsableCommand {
             // the name checked.
             // --verify-as, --pin, --anchor and --anchors-only are overrides: the library composes
             // them on top of the policy (and of the rule the host and port select).
-            o.policy = try PolicyBuilder.policy(file: policy)
+            o.policy = try PolicyBuilder.policy(file: policy, revocation: revocation)
             o.overrides = try PolicyBuilder.overrides(anchors: anchor, anchorsOnly: anchorsOnly, pins: pin, verifyAs: verifyAs,
                                                       store: identityOptions.openStore)
             usedPolicy = o.policy
@@ -341,19 +357,25 @@ struct ServeCommand: ParsableCommand {
     @OptionGroup var identityOptions: IdentityOptions
     @Option(help: "An anchor for client certificates (e.g. one customer's intermediate): a file, or a stored certificate's label (LABEL with a store, or store:LABEL); repeatable.") var clientAnchor: [String] = []
     @Option(help: "A trust policy JSON file for clients.") var policy: String?
+    @Option(help: PolicyBuilder.revocationHelp) var revocation: String?
     @Flag(help: "Refuse clients without a certificate.") var requireClientCert = false
     @Flag(help: "Also accept client certificates of the system trust store (public CAs); without it clients need --client-anchor or a policy with anchors.") var clientSystemAnchors = false
     @Option(help: "ALPN protocol to accept; repeatable.") var alpn: [String] = []
     @Option(help: "Stop after this many clients (default: run until killed).") var count: Int?
     @Flag(help: "Issue no session tickets: every client gets a full handshake and a fresh evaluation.") var noSessionTickets = false
+    @Option(help: "Serve the store's certificate metrics and the listener's counters as Prometheus text on 127.0.0.1:PORT.") var metricsPort: UInt16?
 
     func run() throws {
         do {
-            guard let identity = try identityOptions.explicitIdentity() else {
+            // A store label is followed (a replacement in the store is in force within a second);
+            // a policy file too. SIGHUP looks at both at once. One line per rotation or failure.
+            let follow = try ServeFollowing(identityOptions: identityOptions, policyPath: policy, revocation: revocation)
+            guard let identity = try follow.source?.current ?? identityOptions.explicitIdentity() else {
                 throw ValidationError("serve needs --identity (or --cert and --key)")
             }
             var o = TLSServerOptions(identity: identity)
-            o.clientPolicy = try PolicyBuilder.policy(file: policy)
+            o.identitySource = follow.source
+            o.clientPolicy = try follow.policyWatch?.policy ?? PolicyBuilder.policy(file: policy, revocation: revocation)
             o.clientOverrides = try PolicyBuilder.overrides(anchors: clientAnchor, anchorsOnly: !clientAnchor.isEmpty, pins: [],
                                                             verifyAs: nil, store: identityOptions.openStore)
             if clientSystemAnchors { o.clientPolicy?.systemAnchorsForClients = true }
@@ -363,14 +385,25 @@ struct ServeCommand: ParsableCommand {
             o.handshakeTimeout = 10
             o.ioTimeout = 10
             let listener = try TLSListener(address: address, port: port, options: o)
+            follow.start(listener: listener)
             CLI.printWarnings()  // before serving: a server runs until stopped
             print("listening on \(address):\(listener.port)")
+            if let metricsPort {
+                let bound = try MetricsServer.start(port: metricsPort, listener: listener, store: follow.store)
+                print("metrics on 127.0.0.1:\(bound)")
+            }
             fflush(nil)  // all streams: Swift 6 does not let code touch the C global `stdout`
             var served = 0
             // Each client is served on its own thread; with --count the last ones must be served
             // to the end (reply sent, connection shut down) before the process exits.
             let serving = DispatchGroup()
-            defer { serving.wait() }
+            defer {
+                serving.wait()
+                let c = listener.counters
+                // Worded apart from the per-client "accepted"/"rejected" lines that scripts count.
+                print("counters: handshakes \(c.accepted) (resumed \(c.resumed)), refused \(c.refused.values.reduce(0, +)), open \(c.currentConnections)")
+                fflush(nil)
+            }
             while count.map({ served < $0 }) ?? true {
                 served += 1
                 let conn: TLSConnection

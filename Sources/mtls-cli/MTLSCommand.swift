@@ -19,6 +19,8 @@ struct MTLSCommand: ParsableCommand {
             StoreCommand.self,
             ConnectCommand.self,
             ServeCommand.self,
+            EnrollCommand.self,
+            RenewCommand.self,
         ]
     )
 

@@ -15,6 +15,9 @@ struct PKICommand: ParsableCommand {
           ca/<ca>/chain.pem            the intermediate, then the root
           ca/<ca>/revoked.txt, crl.pem its revocations and latest CRL
           ca/<ca>/issued/<name>/       cert.pem, key.pem, chain.pem it issued
+          root/crl-url, ca/<ca>/crl-url  where a CA publishes its CRL (--crl-url)
+        With --crl-url (and --ocsp-url) on init and intermediate, what the CA issues
+        carries the URL; `mtls pki crl --out DIR` writes every CA's CRL for a web server.
         Private keys are written 0600, encrypted (PKCS#8, AES-256) with
         --key-password-file; the same file unlocks the CA keys later.
         """,
@@ -39,6 +42,16 @@ struct PKICommand: ParsableCommand {
         }
     }
 
+    /// Where a new CA publishes its revocation information.
+    struct PublicationOptions: ParsableArguments {
+        @Option(help: "The http: URL this CA's CRL will be served at (DER; `mtls pki crl --out DIR` writes it under the URL's last path segment). What the CA issues carries it as its CRL distribution point.")
+        var crlURL: String?
+        @Option(help: "The http: URL of this CA's OCSP responder. What the CA issues carries it (authorityInfoAccess).")
+        var ocspURL: String?
+
+        var publication: CAPublication { CAPublication(crlURL: crlURL, ocspURL: ocspURL) }
+    }
+
     /// Options for anything that makes a key and a certificate.
     struct KeyOptions: ParsableArguments {
         @Option(help: "Key kind: \(KeySpec.issuingNames.joined(separator: " | ")).") var key = KeySpec.issuingDefault.issuingName
@@ -52,10 +65,13 @@ struct PKICommand: ParsableCommand {
         @OptionGroup var common: Common
         @Option(help: "The root's name (its CN), e.g. \"Example Root\".") var name: String
         @OptionGroup var keyOptions: KeyOptions
+        @OptionGroup var publication: PublicationOptions
 
         func run() throws {
-            try makeCA("Made root CA", kind: "root", common: common, keyOptions: keyOptions) { pki, spec, password in
-                try pki.initRoot(commonName: name, keySpec: spec, validityDays: keyOptions.days, keyPassword: password)
+            try makeCA("Made root CA", kind: "root", common: common, keyOptions: keyOptions,
+                       publication: publication.publication) { pki, spec, password in
+                try pki.initRoot(commonName: name, keySpec: spec, validityDays: keyOptions.days, keyPassword: password,
+                                 publication: publication.publication)
             }
         }
     }
@@ -65,17 +81,20 @@ struct PKICommand: ParsableCommand {
         @OptionGroup var common: Common
         @Option(help: "The intermediate's name (its CN), e.g. \"Customer A\".") var name: String
         @OptionGroup var keyOptions: KeyOptions
+        @OptionGroup var publication: PublicationOptions
 
         func run() throws {
-            try makeCA("Made intermediate CA", kind: "intermediate", common: common, keyOptions: keyOptions) { pki, spec, password in
-                try pki.makeIntermediate(commonName: name, keySpec: spec, validityDays: keyOptions.days, keyPassword: password)
+            try makeCA("Made intermediate CA", kind: "intermediate", common: common, keyOptions: keyOptions,
+                       publication: publication.publication) { pki, spec, password in
+                try pki.makeIntermediate(commonName: name, keySpec: spec, validityDays: keyOptions.days, keyPassword: password,
+                                         publication: publication.publication)
             }
         }
     }
 
     /// What `init` and `intermediate` share: read the key options and the key password, make the
     /// CA with `make`, report it.
-    static func makeCA(_ done: String, kind: String, common: Common, keyOptions: KeyOptions,
+    static func makeCA(_ done: String, kind: String, common: Common, keyOptions: KeyOptions, publication: CAPublication,
                        _ make: (PKIDirectory, KeySpec, SecretBytes?) throws -> PKIDirectory.Item) throws {
         try CLI.reporting(json: common.json) {
             let spec = try keyOptions.spec()
@@ -83,7 +102,8 @@ struct PKICommand: ParsableCommand {
             PKIOutput.progress(spec, json: common.json)
             let item = try make(PKIDirectory(path: common.dir), spec, password)
             if password == nil { Common.warnUnencrypted(item.keyPath) }
-            PKIOutput.report(done, kind: kind, item: item, ca: nil, p12: nil, encrypted: password != nil, json: common.json)
+            PKIOutput.report(done, kind: kind, item: item, ca: nil, p12: nil, encrypted: password != nil, json: common.json,
+                             publication: publication)
         }
     }
 
@@ -298,13 +318,24 @@ struct PKICommand: ParsableCommand {
 
     struct CRL: ParsableCommand {
         static let configuration = CommandConfiguration(
-            commandName: "crl", abstract: "Write a fresh CRL for an intermediate (ca/<ca>/crl.pem).")
+            commandName: "crl",
+            abstract: "Write fresh CRLs: every publishing CA's into a folder for a web server (--out DIR), or one intermediate's (--ca).",
+            discussion: """
+            Without --ca: every CA made with --crl-url gets a fresh CRL (DER) written to
+            DIR/<the URL's last path segment>, ready for any web server serving DIR.
+            With --ca: the intermediate's ca/<ca>/crl.pem, and a PEM copy at --out FILE.
+            """)
         @OptionGroup var common: Common
-        @Option(help: "The intermediate's name.") var ca: String
+        @Option(help: "The intermediate's name (omit it to publish every CA's CRL into --out DIR).") var ca: String?
         @Option(help: "Days until the CRL's nextUpdate.") var days = CertificateAuthority.defaultCRLValidityDays
-        @Option(help: "Also copy the CRL (PEM) to this file.") var out: String?
+        @Option(help: "Without --ca: the folder to write every CA's CRL into. With --ca: also copy the CRL (PEM) to this file.") var out: String?
+
+        func validate() throws {
+            if ca == nil && out == nil { throw ValidationError("give --out DIR (every CA's CRL) or --ca NAME") }
+        }
 
         func run() throws {
+            guard let ca else { return try publishAll(out ?? "") }
             try CLI.reporting(json: common.json) {
                 let pki = PKIDirectory(path: common.dir)
                 let (path, der) = try pki.makeCRL(caName: ca, validityDays: days, keyPassword: try common.keyPassword())
@@ -317,6 +348,26 @@ struct PKICommand: ParsableCommand {
                 } else {
                     print("\(PKIOutput.ok)Wrote the CRL of \"\(ca)\" (\(count) revoked): \(path)")
                     if let out { print("  copy: \(out)") }
+                }
+            }
+        }
+
+        func publishAll(_ dir: String) throws {
+            try CLI.reporting(json: common.json) {
+                let pki = PKIDirectory(path: common.dir)
+                let written = try pki.publishCRLs(to: dir, validityDays: days, keyPassword: try common.keyPassword())
+                if common.json {
+                    CLI.printJSON(["out": dir, "crls": written.map { w -> [String: Any] in
+                        ["ca": w.caName, "root": w.isRoot, "url": w.url, "file": w.path, "revoked_count": w.revokedCount,
+                         "next_update": CLI.rfc3339(w.nextUpdate)]
+                    }])
+                    return
+                }
+                if written.isEmpty {
+                    print("No CA of \(common.dir) publishes a CRL: make CAs with --crl-url URL")
+                }
+                for w in written {
+                    print("\(PKIOutput.ok)\(w.path): CRL of \"\(w.caName)\" (\(w.revokedCount) revoked), served at \(w.url), next update \(CLI.rfc3339(w.nextUpdate))")
                 }
             }
         }
@@ -335,7 +386,7 @@ enum PKIOutput {
     }
 
     static func report(_ what: String, kind: String, item: PKIDirectory.Item, ca: String?,
-                       p12: (path: String, legacy: Bool)?, encrypted: Bool, json: Bool) {
+                       p12: (path: String, legacy: Bool)?, encrypted: Bool, json: Bool, publication: CAPublication? = nil) {
         let c = item.identity.leaf
         let hasChain = kind != "root"
         if json {
@@ -346,6 +397,9 @@ enum PKIOutput {
                 "sans": c.subjectAltNames.map(\.description), "sha256": c.sha256Hex, "spki_pin": c.spkiPin,
                 "cert": item.certificatePath, "key": item.keyPath, "key_encrypted": encrypted,
                 "chain": hasChain ? item.chainPath : NSNull(), "p12": p12?.path as Any? ?? NSNull(),
+                "crl_distribution_points": c.crlDistributionPoints, "ocsp_responders": c.ocspResponders,
+                "publishes_crl_at": publication?.crlURL as Any? ?? NSNull(),
+                "publishes_ocsp_at": publication?.ocspURL as Any? ?? NSNull(),
             ])
             return
         }
@@ -359,5 +413,7 @@ enum PKIOutput {
         print("  valid until: \(CLI.rfc3339(c.notAfter))")
         print("  SHA-256:     \(c.sha256Hex)")
         print("  SPKI pin:    \(c.spkiPin)")
+        if let url = publication?.crlURL { print("  CRL served at: \(url) (what it issues carries it)") }
+        if let url = publication?.ocspURL { print("  OCSP at:     \(url)") }
     }
 }

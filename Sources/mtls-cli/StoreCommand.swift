@@ -16,7 +16,7 @@ struct StoreCommand: ParsableCommand {
             commands fail with "no store at PATH".
             """,
         subcommands: [Import.self, AddCert.self, AddToken.self, List.self, Show.self, Delete.self, Export.self,
-                      ChangeSecret.self, Upgrade.self, ShowCounter.self]
+                      ChangeSecret.self, Upgrade.self, ShowCounter.self, Check.self, Metrics.self]
     )
 
     // Declared here too so that `mtls store --store P --secret-file F list` parses: ArgumentParser

@@ -155,14 +155,15 @@ extension TokenCommand {
         static let configuration = CommandConfiguration(
             commandName: "import-cert", abstract: "Write a certificate onto the token beside its key (same CKA_ID).")
         @Argument(help: "pkcs11: URI of the key the certificate is for.") var uri: String
-        @Option(help: "The certificate (PEM or DER; the first one is written).") var cert: String
+        @Option(help: "The certificate (PEM or DER), first, then its CA chain (written too, as certificates without a key).") var cert: String
         @OptionGroup var options: EnrollOptions
 
         func run() throws {
             try CLI.reporting(json: options.json) {
                 let certificates = try Certificate.load(path: cert)
                 guard let leaf = certificates.first else { throw MTLSError(.parse, "\(cert) holds no certificate") }
-                let certURI = try Token.importCertificate(leaf, uri: uri, modulePath: options.module, pin: try options.pin(),
+                let certURI = try Token.importCertificate(leaf, chain: Array(certificates.dropFirst()), uri: uri,
+                                                          modulePath: options.module, pin: try options.pin(),
                                                           allowFinalTry: options.allowFinalTry)
                 if options.json { CLI.printJSON(["cert_uri": certURI, "subject": leaf.subject]) } else { print("wrote \(leaf.subjectSummary) as \(certURI)") }
             }

@@ -31,6 +31,8 @@ struct VerifyCommand: ParsableCommand {
     var pins: [String] = []
     @Option(help: "Evaluation time, RFC 3339.")
     var at: String?
+    @Option(help: PolicyBuilder.revocationHelp)
+    var revocation: String?
     @Flag(help: "Print the evaluation as JSON.")
     var json = false
 
@@ -41,7 +43,7 @@ struct VerifyCommand: ParsableCommand {
             let certs = try Certificate.load(path: chain)
             let peer = host.map { TrustPeer(hostText: $0) }
             if verifyAs != nil && host == nil { throw MTLSError(.invalidArgument, "--verify-as needs --host (the peer reached)") }
-            let p = try PolicyBuilder.policy(file: policy)
+            let p = try PolicyBuilder.policy(file: policy, revocation: revocation)
             // The flags are overrides the library composes on top of the policy and of the rule
             // the host selects; they are never merged into the policy's rules.
             let overrides = try PolicyBuilder.overrides(anchors: anchors, anchorsOnly: anchorsOnly, pins: pins, verifyAs: verifyAs) {
@@ -69,6 +71,11 @@ struct VerifyCommand: ParsableCommand {
         } else {
             print(result.trusted ? "trusted" : "NOT trusted (\(result.kind.rawValue))")
             for r in result.reasons { print("  \(r)") }
+            for w in result.warnings { print("  warning: \(w)") }
+            for c in result.revocation?.checks ?? [] {
+                print("  revocation [\(c.certIndex)] \(c.status.rawValue)" + (c.url.map { " from \($0)" } ?? c.source.map { " from \($0)" } ?? "")
+                      + (c.fetchedFrom.map { " (\($0))" } ?? ""))
+            }
             for (i, c) in result.chain.enumerated() { print("  [\(i)] \(c.subjectSummary)  sha256=\(c.sha256Hex)") }
             if let r = result.matchedRule { print("  rule: \(r)") }
             if let p = result.matchedPin { print("  pin: \(p)") }
@@ -88,7 +95,16 @@ enum TrustJSON {
             },
             "chain": r.chain.map(\.sha256Hex),
             "provenance": provenance(r),
+            "warnings": r.warnings,
+            "revocation": revocation(r),
         ]
+    }
+
+    /// What revocation checking did (``RevocationReport/jsonText``); null when it was off.
+    static func revocation(_ r: TrustResult) -> Any {
+        guard let text = r.revocation?.jsonText,
+              let o = try? JSONSerialization.jsonObject(with: Data(text.utf8)) else { return NSNull() }
+        return o
     }
 
     /// Where each decision came from (``TrustProvenance/jsonText``), as a JSON object; null when

@@ -17,7 +17,7 @@ int main(void) {
     CHECK(o.connect_timeout_ms == 30000 && o.handshake_timeout_ms == 30000 && o.io_timeout_ms < 0);
     CHECK(o.non_blocking == 0 && o.no_session_resumption == 0);
     CHECK(o.sni == NULL && o.verify_as == NULL && o.alpn == NULL && o.identity == NULL && o.candidates == NULL
-          && o.candidate_count == 0 && o.policy == NULL && o.overrides == NULL);
+          && o.candidate_count == 0 && o.policy == NULL && o.overrides == NULL && o.identity_source == NULL);
     CHECK_RC(mtls_conn_options_init(&o, MTLS_CONN_OPTIONS_VERSION + 1), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_conn_options_init(NULL, MTLS_CONN_OPTIONS_VERSION), MTLS_E_INVALID_ARGUMENT);
     mtls_listener_options lo;

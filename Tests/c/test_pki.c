@@ -188,6 +188,45 @@ int main(void) {
     t_sh(cmd);
     mtls_string_free(serial);
 
+    /* revocation sources (issue 28): crl_url and ocsp_url are the issuer's, carried by what it
+     * issues; a version 1 structure (no such fields) still works; non-http: URLs are refused */
+    {
+        mtls_issue_options ropts = opts;
+        ropts.crl_url = "http://127.0.0.1:8080/customer-c.crl";
+        ropts.ocsp_url = "http://127.0.0.1:8081/ocsp";
+        mtls_issued *revocable = NULL;
+        CHECK_OK(mtls_pki_issue(inter, MTLS_PROFILE_CLIENT, "revocable", &ropts, &revocable));
+        mtls_cert *rc = NULL;
+        CHECK_OK(mtls_issued_cert(revocable, &rc));
+        char **urls = NULL; size_t n = 0;
+        CHECK_OK(mtls_cert_crl_urls(rc, &urls, &n));
+        CHECK(n == 1 && strcmp(urls[0], "http://127.0.0.1:8080/customer-c.crl") == 0);
+        mtls_string_list_free(urls, n);
+        CHECK_OK(mtls_cert_ocsp_urls(rc, &urls, &n));
+        CHECK(n == 1 && strcmp(urls[0], "http://127.0.0.1:8081/ocsp") == 0);
+        mtls_string_list_free(urls, n);
+        CHECK_RC(mtls_cert_crl_urls(NULL, &urls, &n), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_cert_crl_urls(rc, NULL, &n), MTLS_E_INVALID_ARGUMENT);
+        mtls_cert_free(rc);
+        mtls_issued_free(revocable);
+        /* without URLs: no extension */
+        mtls_cert *plain = NULL;
+        CHECK_OK(mtls_issued_cert(client, &plain));
+        CHECK_OK(mtls_cert_crl_urls(plain, &urls, &n));
+        CHECK(n == 0 && urls == NULL);
+        mtls_cert_free(plain);
+        const char *bad_urls[] = {"file:///etc/passwd", "https://x/y.crl", "http://a/x.crl,URI:file:///y", "http://a/", "ldap://x/y"};
+        for (size_t i = 0; i < sizeof bad_urls / sizeof *bad_urls; i++) {
+            ropts.crl_url = bad_urls[i];
+            CHECK_RC(mtls_pki_issue(inter, MTLS_PROFILE_CLIENT, "bad", &ropts, &revocable), MTLS_E_INVALID_ARGUMENT);
+        }
+        mtls_issue_options v1 = opts;
+        v1.version = 1;
+        v1.crl_url = "not read: version 1 has no such field";
+        CHECK_OK(mtls_pki_issue(inter, MTLS_PROFILE_CLIENT, "v1", &v1, &revocable));
+        mtls_issued_free(revocable);
+    }
+
     /* references */
     CHECK(mtls_issued_ref(NULL) == NULL);
     CHECK(mtls_issued_ref(root) == root);

@@ -338,7 +338,7 @@ int main(void) {
         pthread_create(&tw, NULL, serve, &sw);
         mtls_conn_options oc;
         CHECK_OK(mtls_conn_options_init(&oc, MTLS_CONN_OPTIONS_VERSION));
-        CHECK(oc.version == 2 && oc.overrides == NULL);
+        CHECK(oc.version == MTLS_CONN_OPTIONS_VERSION && oc.overrides == NULL && oc.identity_source == NULL);
         oc.verify_as = "server.test";
         oc.policy = server_policy;
         oc.handshake_timeout_ms = oc.io_timeout_ms = 10000;

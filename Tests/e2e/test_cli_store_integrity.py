@@ -24,7 +24,7 @@ def pki(tmp_path):
        f"{TEST_PKI} --root . evil 'Acme Root' && {TEST_PKI} --leaf . e p256 e2e-client evil && "
        "openssl pkcs12 -export -inkey c.key -in c.pem -certfile ca.pem -passout pass:pw -out c.p12 && "
        "echo pw > pw.txt && echo 'store passphrase' > secret.txt && echo 'new passphrase' > new.txt && "
-       "echo out > outpw.txt", tmp_path)
+       "echo out > outpw.txt && chmod 600 pw.txt secret.txt new.txt outpw.txt", tmp_path)
     return tmp_path
 
 
@@ -146,7 +146,10 @@ def test_a_pin_among_the_path_attributes_is_not_stored_or_printed(pki):
 
 def fixture_store(pki, name):
     shutil.copy(FIXTURES / name, pki / "old.db")
-    return ["store", "--store", pki / "old.db", "--key-file", FIXTURES / "store.key"]
+    # A clone gives the committed key file the mode of its umask: the copy is owner-only.
+    shutil.copy(FIXTURES / "store.key", pki / "fixture.key")
+    (pki / "fixture.key").chmod(0o600)
+    return ["store", "--store", pki / "old.db", "--key-file", pki / "fixture.key"]
 
 
 def test_upgrade_of_an_older_store_lists_what_it_vouches_for_and_needs_confirmation(pki):

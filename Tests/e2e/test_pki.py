@@ -236,7 +236,7 @@ def test_bad_inputs_give_one_line_and_write_nothing(tmp_path):
     assert not (tmp_path / "c.p12").exists()
     # The certificate and its .p12 are one step: a .p12 that cannot be written leaves no
     # certificate behind, and an existing one is refused before anything is issued.
-    (tmp_path / "p12pw").write_text("p12-secret\n")
+    write_secret(tmp_path / "p12pw", "p12-secret\n")
     fails_cleanly(d, "pki", "issue", "client", "--dir", d, "--ca", "A", "--name", "c", "--key-password-file", kp,
                   "--p12", tmp_path / "nowhere" / "c.p12", "--password-file", tmp_path / "p12pw", expect="cannot create")
     (tmp_path / "taken.p12").write_bytes(b"")

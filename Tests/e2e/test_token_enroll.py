@@ -157,3 +157,32 @@ def test_readme_sequence_takes_a_blank_token_to_mutual_tls(tmp_path):
                        env=env, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "hello alice" in r.stdout, r.stdout + r.stderr
+
+
+def test_import_cert_with_its_chain_makes_the_token_identity_send_it(blank):
+    """`mtls token import-cert` given the certificate and its intermediate writes both (the
+    intermediate as a certificate without a key), so the token identity alone presents its chain:
+    a server that trusts only the root accepts it. With the leaf alone on the token (the old
+    behaviour) the server cannot build the client's path and refuses the handshake."""
+    d = blank
+    with softhsm_conf(d / "softhsm2.conf"):
+        uri = "pkcs11:token=enroll-card;object=chained;id=%72"
+        pin = ["--pin-file", d / "pin", "--module", MODULE]
+        assert run_cli("token", "keygen", uri, "--type", "ec-p256", *pin).returncode == 0
+        assert run_cli("token", "csr", uri, "--subject", "CN=chained", *pin, "--out", d / "chained.csr").returncode == 0
+        r = run_cli("pki", "sign", "client", "--dir", d / "pki", "--ca", "Customer A", "--csr", d / "chained.csr",
+                    "--out", d / "chained.pem")
+        assert r.returncode == 0, r.stdout + r.stderr
+        (d / "chained-with-ca.pem").write_text((d / "chained.pem").read_text() + (d / "int.pem").read_text())
+        r = run_cli("token", "import-cert", uri, "--cert", d / "chained-with-ca.pem", *pin)
+        assert r.returncode == 0, r.stdout + r.stderr
+        certs = p11("--list-objects", "--type", "cert").stdout
+        assert "Customer A" in certs, certs
+        port = free_port()
+        s = Peer(["openssl", "s_server", "-accept", f"127.0.0.1:{port}", "-cert", d / "server.pem", "-key", d / "server.key",
+                  "-cert_chain", d / "int.pem", "-CAfile", d / "root.pem", "-Verify", "2", "-verify_return_error"], port)
+        try:
+            r, out = connect(d, port, "pkcs11:token=enroll-card;object=chained", "1.3")
+        finally:
+            log = s.stop()
+        assert out["connected"], (out, r.stderr, log)

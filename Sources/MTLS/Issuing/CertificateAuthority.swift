@@ -12,11 +12,15 @@ public final class CertificateAuthority: Sendable {
     public let certificate: Certificate
     /// The CA's private key.
     public let privateKey: PrivateKey
+    /// Where the CA publishes its CRL and OCSP responder: every certificate it issues carries
+    /// them (CRL distribution points, authorityInfoAccess OCSP).
+    public let publication: CAPublication
 
     /// Wraps an existing CA. Throws ``MTLSError/Code/keyMismatch`` when the key does not belong
     /// to the certificate, and ``MTLSError/Code/invalidArgument`` when the certificate is not a
-    /// CA allowed to sign certificates.
-    public init(certificate: Certificate, privateKey: PrivateKey) throws {
+    /// CA allowed to sign certificates, or a `publication` URL is not a plain `http:` URL.
+    public init(certificate: Certificate, privateKey: PrivateKey, publication: CAPublication = .none) throws {
+        try publication.validate()
         guard privateKey.matches(certificate) else {
             throw MTLSError(.keyMismatch, "the private key does not match the CA certificate \"\(certificate.subjectSummary)\"")
         }
@@ -28,6 +32,7 @@ public final class CertificateAuthority: Sendable {
         }
         self.certificate = certificate
         self.privateKey = privateKey
+        self.publication = publication
     }
 
     /// Makes a self-signed root CA for `key`.
@@ -65,7 +70,7 @@ public final class CertificateAuthority: Sendable {
             throw MTLSError(.invalidArgument, "the CA \"\(certificate.subjectSummary)\" expired at \(certificate.notAfter)")
         }
         return try CertificateBuilder.build(request, subjectKey: key, issuer: certificate,
-                                            signingKey: privateKey, now: now)
+                                            signingKey: privateKey, publication: publication, now: now)
     }
 
     /// Issues a server or client certificate for the key of a certificate signing request
@@ -82,7 +87,8 @@ public final class CertificateAuthority: Sendable {
             throw MTLSError(.invalidArgument, "the CA \"\(certificate.subjectSummary)\" expired at \(certificate.notAfter)")
         }
         return try csr.withPublicKey { key in
-            try CertificateBuilder.build(request, subjectPublicKey: key, issuer: certificate, signingKey: privateKey, now: now)
+            try CertificateBuilder.build(request, subjectPublicKey: key, issuer: certificate, signingKey: privateKey,
+                                         publication: publication, now: now)
         }
     }
 
@@ -123,13 +129,15 @@ enum CertificateBuilder {
     static let backdate: TimeInterval = 300
 
     static func build(_ request: CertificateRequest, subjectKey: PrivateKey, issuer: Certificate?,
-                      signingKey: PrivateKey, now: Date) throws -> Certificate {
-        try build(request, subjectPublicKey: subjectKey.pkey, issuer: issuer, signingKey: signingKey, now: now)
+                      signingKey: PrivateKey, publication: CAPublication = .none, now: Date) throws -> Certificate {
+        try build(request, subjectPublicKey: subjectKey.pkey, issuer: issuer, signingKey: signingKey,
+                  publication: publication, now: now)
     }
 
-    /// The same for a public key alone (a CSR's).
+    /// The same for a public key alone (a CSR's). `publication` is the issuer's: where the new
+    /// certificate's revocation can be checked (nothing for a self-signed root).
     static func build(_ request: CertificateRequest, subjectPublicKey: OpaquePointer, issuer: Certificate?,
-                      signingKey: PrivateKey, now: Date) throws -> Certificate {
+                      signingKey: PrivateKey, publication: CAPublication = .none, now: Date) throws -> Certificate {
         guard let x = X509_new_ex(LibraryContext.shared.ctx, nil) else {
             throw MTLSError.openSSL(.noMemory, "X509_new_ex failed")
         }
@@ -190,6 +198,12 @@ enum CertificateBuilder {
                           (NID_subject_key_identifier, "hash"),
                           (NID_authority_key_identifier, "keyid:always")]
         }
+        // The URLs were checked by CAPublication.validate (http:, printable, no comma), so they
+        // cannot add another name to the extension text.
+        if issuer != nil {
+            if let crl = publication.crlURL { extensions.append((NID_crl_distribution_points, "URI:" + crl)) }
+            if let ocsp = publication.ocspURL { extensions.append((NID_info_access, "OCSP;URI:" + ocsp)) }
+        }
         for (nid, value) in extensions {
             guard let ext = X509V3_EXT_nconf_nid(nil, &v3, nid, value) else {
                 throw MTLSError.openSSL(.internal, "cannot make the \(String(cString: OBJ_nid2sn(nid))) extension")
@@ -234,8 +248,19 @@ enum CertificateBuilder {
     /// with another name through a comma).
     static func addSubjectAltNames(_ x: OpaquePointer, dns: [String], ips: [String]) throws {
         guard !dns.isEmpty || !ips.isEmpty else { return }
-        guard let names = mtls_ossl_GENERAL_NAMES_new() else { throw MTLSError.openSSL(.noMemory, "GENERAL_NAMES_new failed") }
+        let names = try generalNames(dns: dns, ips: ips)
         defer { mtls_ossl_GENERAL_NAMES_free(names) }
+        guard X509_add1_ext_i2d(x, NID_subject_alt_name, UnsafeMutableRawPointer(names), 0, UInt(X509V3_ADD_DEFAULT)) == 1 else {
+            throw MTLSError.openSSL(.internal, "cannot add the subjectAltName extension")
+        }
+    }
+
+    /// The subjectAltName entries as OpenSSL's `GENERAL_NAMES` (the caller frees it), for a
+    /// certificate or a CSR's extension request.
+    static func generalNames(dns: [String], ips: [String]) throws -> OpaquePointer {
+        guard let names = mtls_ossl_GENERAL_NAMES_new() else { throw MTLSError.openSSL(.noMemory, "GENERAL_NAMES_new failed") }
+        var owned: OpaquePointer? = names
+        defer { if let owned { mtls_ossl_GENERAL_NAMES_free(owned) } }
         func push(_ type: Int32, _ bytes: [UInt8], ia5: Bool) throws {
             guard let gen = GENERAL_NAME_new() else { throw MTLSError.openSSL(.noMemory, "GENERAL_NAME_new failed") }
             guard let value = ia5 ? ASN1_IA5STRING_new() : ASN1_OCTET_STRING_new(),
@@ -254,9 +279,8 @@ enum CertificateBuilder {
             guard let bytes = IPAddress.bytes(ip) else { throw MTLSError(.invalidArgument, "not an IP address: \"\(ip)\"") }
             try push(GEN_IPADD, bytes, ia5: false)
         }
-        guard X509_add1_ext_i2d(x, NID_subject_alt_name, UnsafeMutableRawPointer(names), 0, UInt(X509V3_ADD_DEFAULT)) == 1 else {
-            throw MTLSError.openSSL(.internal, "cannot add the subjectAltName extension")
-        }
+        owned = nil
+        return names
     }
 
     /// The digest to sign with: SHA-256, except for EdDSA keys, which hash internally.

@@ -15,7 +15,11 @@ public final class CertificateSigningRequest: @unchecked Sendable {
     /// Makes a CSR for `key`'s public half with `subject` ("CN=alice", "CN=alice,O=Example" in
     /// RFC 4514 order, or OpenSSL's "/O=Example/CN=alice"), signed by `key` (SHA-256; pure
     /// EdDSA for Ed25519).
-    public static func make(subject: String, key: PrivateKey) throws -> CertificateSigningRequest {
+    ///
+    /// `dnsNames` and `ipAddresses`, when given, are requested as a subjectAltName extension
+    /// (PKCS#9 extensionRequest), as ACME and EST servers read them.
+    public static func make(subject: String, key: PrivateKey, dnsNames: [String] = [],
+                            ipAddresses: [String] = []) throws -> CertificateSigningRequest {
         guard let req = X509_REQ_new_ex(LibraryContext.shared.ctx, nil) else {
             throw MTLSError.openSSL(.noMemory, "X509_REQ_new_ex failed")
         }
@@ -31,6 +35,16 @@ public final class CertificateSigningRequest: @unchecked Sendable {
         }
         guard X509_REQ_set_subject_name(req, name) == 1, X509_REQ_set_pubkey(req, key.pkey) == 1 else {
             throw MTLSError.openSSL(.invalidArgument, "cannot set the CSR's subject or public key")
+        }
+        if !dnsNames.isEmpty || !ipAddresses.isEmpty {
+            let names = try CertificateBuilder.generalNames(dns: dnsNames, ips: ipAddresses)
+            defer { mtls_ossl_GENERAL_NAMES_free(names) }
+            var extensions: OpaquePointer? = nil
+            defer { if let extensions { mtls_ossl_sk_X509_EXTENSION_pop_free(extensions) } }
+            guard X509V3_add1_i2d(&extensions, NID_subject_alt_name, UnsafeMutableRawPointer(names), 0, UInt(X509V3_ADD_DEFAULT)) == 1,
+                  X509_REQ_add_extensions(req, extensions) == 1 else {
+                throw MTLSError.openSSL(.internal, "cannot add the subjectAltName request to the CSR")
+            }
         }
         let md = try CertificateBuilder.signingDigest(for: key)
         defer { if let md { EVP_MD_free(md) } }

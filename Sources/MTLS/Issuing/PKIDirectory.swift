@@ -9,9 +9,13 @@ import Glibc
 /// ```
 /// D/root/cert.pem                      the root CA certificate (0644)
 /// D/root/key.pem                       its private key (0600; encrypted with a key password)
+/// D/root/crl-url, ocsp-url             where the root publishes its CRL and OCSP responder, if it
+///                                       does (one URL each; what it issues carries them)
+/// D/root/crl.pem, crl-number           the root's latest CRL, once written
 /// D/ca/<ca>/cert.pem, key.pem          an intermediate CA (<ca> is its name as a slug:
 ///                                       "Customer A" → customer-a)
 /// D/ca/<ca>/chain.pem                  the intermediate, then the root
+/// D/ca/<ca>/crl-url, ocsp-url          where the intermediate publishes (as for the root)
 /// D/ca/<ca>/revoked.txt                revocations: "<serial hex> <unix time> <reason>" per line
 /// D/ca/<ca>/crl.pem, crl-number        the latest CRL and its number
 /// D/ca/<ca>/issued/<name>/cert.pem     a server or client certificate issued by <ca>
@@ -47,23 +51,30 @@ public struct PKIDirectory: Sendable {
     // MARK: Making things
 
     /// Makes the root CA: `D/root/{cert.pem,key.pem}`. Fails with ``MTLSError/Code/duplicate``
-    /// if the folder already has a root.
+    /// if the folder already has a root. `publication` is where the root will publish its CRL
+    /// (and OCSP responder): the intermediates it issues carry the URLs.
     public func initRoot(commonName: String, keySpec: KeySpec = .issuingDefault, validityDays: Int? = nil,
-                         keyPassword: SecretBytes? = nil, now: Date = Date()) throws -> Item {
+                         keyPassword: SecretBytes? = nil, publication: CAPublication = .none,
+                         now: Date = Date()) throws -> Item {
         guard !Self.exists(rootPath) else {
             throw MTLSError(.duplicate, "\(path) already has a root CA (\(rootPath))")
         }
+        try publication.validate()
         // Everything that can fail on bad input fails before the folder is made.
         let identity = try CertificateAuthority.newRoot(commonName: commonName, keySpec: keySpec,
                                                         validityDays: validityDays, now: now)
         try Self.makeDirectories(path)
-        try Self.writeItem(identity, at: rootPath, keyPassword: keyPassword, chain: false)
+        try Self.writeItem(identity, at: rootPath, keyPassword: keyPassword, chain: false, publication: publication)
         return Item(identity: identity, directory: rootPath)
     }
 
-    /// Makes an intermediate CA (path length 0) under the root: `D/ca/<slug>/`.
+    /// Makes an intermediate CA (path length 0) under the root: `D/ca/<slug>/`. `publication` is
+    /// where the intermediate will publish its CRL (and OCSP responder): what it issues carries
+    /// the URLs; the intermediate itself carries the root's.
     public func makeIntermediate(commonName: String, keySpec: KeySpec = .issuingDefault, validityDays: Int? = nil,
-                                 keyPassword: SecretBytes? = nil, now: Date = Date()) throws -> Item {
+                                 keyPassword: SecretBytes? = nil, publication: CAPublication = .none,
+                                 now: Date = Date()) throws -> Item {
+        try publication.validate()
         let dir = try caPath(commonName)
         guard !Self.exists(dir) else {
             throw MTLSError(.duplicate, "an intermediate named \"\(commonName)\" already exists (\(dir))")
@@ -72,7 +83,7 @@ public struct PKIDirectory: Sendable {
         let identity = try root.issueWithNewKey(CertificateRequest(profile: .intermediate, commonName: commonName,
                                                                    validityDays: validityDays), keySpec: keySpec, now: now)
         try Self.makeDirectories(path + "/ca")
-        try Self.writeItem(identity, at: dir, keyPassword: keyPassword, chain: true)
+        try Self.writeItem(identity, at: dir, keyPassword: keyPassword, chain: true, publication: publication)
         return Item(identity: identity, directory: dir)
     }
 
@@ -253,7 +264,10 @@ public struct PKIDirectory: Sendable {
 
     /// The revocations recorded for intermediate `caName`.
     public func revocations(caName: String) throws -> [Revocation] {
-        let file = try caPath(caName) + "/revoked.txt"
+        try Self.revocations(file: try caPath(caName) + "/revoked.txt")
+    }
+
+    static func revocations(file: String) throws -> [Revocation] {
         guard Self.exists(file) else { return [] }
         let text = String(decoding: try FileIO.read(file), as: UTF8.self)
         return try text.split(separator: "\n").enumerated().map { (n, line) in
@@ -283,11 +297,11 @@ public struct PKIDirectory: Sendable {
         }
         list.append(Revocation(serialHex: certificate.serialHex, date: now, reason: reason))
         // The CRL is made before anything is written, so a failure leaves both files as they were.
-        let crl = try nextCRL(ca, caName: caName, revocations: list, validityDays: crlValidityDays, now: now)
+        let crl = try nextCRL(ca, dir: try caPath(caName), revocations: list, validityDays: crlValidityDays, now: now)
         let text = list.map { "\($0.serialHex) \(Int64($0.date.timeIntervalSince1970))" + ($0.reason.map { " \($0.name)" } ?? "") }
             .joined(separator: "\n") + "\n"
         try FileIO.writeAtomically(try caPath(caName) + "/revoked.txt", Array(text.utf8), mode: 0o644)
-        try writeCRL(crl, caName: caName)
+        try writeCRL(crl, dir: try caPath(caName))
         return (try caPath(caName) + "/crl.pem", crl.der)
     }
 
@@ -297,14 +311,82 @@ public struct PKIDirectory: Sendable {
     public func makeCRL(caName: String, validityDays: Int = CertificateAuthority.defaultCRLValidityDays, keyPassword: SecretBytes?,
                         now: Date = Date()) throws -> (path: String, der: [UInt8]) {
         let (ca, _) = try loadIntermediate(caName, keyPassword: keyPassword)
-        let crl = try nextCRL(ca, caName: caName, revocations: try revocations(caName: caName), validityDays: validityDays, now: now)
-        try writeCRL(crl, caName: caName)
+        let crl = try nextCRL(ca, dir: try caPath(caName), revocations: try revocations(caName: caName), validityDays: validityDays, now: now)
+        try writeCRL(crl, dir: try caPath(caName))
         return (try caPath(caName) + "/crl.pem", crl.der)
     }
 
-    private func nextCRL(_ ca: CertificateAuthority, caName: String, revocations: [Revocation],
+    /// One CRL written by ``publishCRLs(to:validityDays:keyPassword:now:)``.
+    public struct PublishedCRL: Sendable {
+        /// The CA's name (its CN).
+        public let caName: String
+        /// Whether it is the root.
+        public let isRoot: Bool
+        /// Where the CA says its CRL is served.
+        public let url: String
+        /// The DER file written (the URL's last path segment, in the output folder).
+        public let path: String
+        /// How many certificates it lists.
+        public let revokedCount: Int
+        /// Its nextUpdate.
+        public let nextUpdate: Date
+    }
+
+    /// Writes a fresh CRL (DER, 0644) for every CA of the folder that publishes one (made with a
+    /// CRL URL) into `outputDirectory`, each named as its URL's last path segment, ready for a
+    /// web server to serve the folder as is; each CA's `crl.pem` is updated too. CAs without a
+    /// CRL URL are left out. Two CAs naming the same file is ``MTLSError/Code/duplicate``, found
+    /// before anything is written.
+    public func publishCRLs(to outputDirectory: String, validityDays: Int = CertificateAuthority.defaultCRLValidityDays,
+                            keyPassword: SecretBytes?, now: Date = Date()) throws -> [PublishedCRL] {
+        guard Self.exists(rootPath + "/cert.pem") else {
+            throw MTLSError(.notFound, "\(path) has no root CA: run `mtls pki init --dir \(path) --name ...` first")
+        }
+        var cas: [(dir: String, isRoot: Bool)] = [(rootPath, true)]
+        cas += Self.list(path + "/ca").sorted().map { (path + "/ca/" + $0, false) }
+        var plan: [(dir: String, isRoot: Bool, url: String, file: String)] = []
+        var files: [String: String] = [:]
+        for ca in cas {
+            guard let url = try Self.readPublication(ca.dir).crlURL else { continue }
+            let file = try CAPublication.fileName(ofCRLURL: url)
+            if let other = files[file] {
+                throw MTLSError(.duplicate, "\(other) and \(ca.dir) both publish their CRL as \(file)")
+            }
+            files[file] = ca.dir
+            plan.append((ca.dir, ca.isRoot, url, file))
+        }
+        if !plan.isEmpty { try Self.makeDirectories(outputDirectory) }
+        var out: [PublishedCRL] = []
+        for item in plan {
+            let ca = try Self.loadCA(at: item.dir, keyPassword: keyPassword)
+            let revoked = try Self.revocations(file: item.dir + "/revoked.txt")
+            let crl = try nextCRL(ca, dir: item.dir, revocations: revoked, validityDays: validityDays, now: now)
+            let target = outputDirectory + "/" + item.file
+            try FileIO.writeAtomically(target, crl.der, mode: 0o644)
+            try writeCRL(crl, dir: item.dir)
+            out.append(PublishedCRL(caName: ca.certificate.subjectSummary, isRoot: item.isRoot, url: item.url, path: target,
+                                    revokedCount: revoked.count,
+                                    nextUpdate: now.addingTimeInterval(TimeInterval(validityDays) * 86400)))
+        }
+        return out
+    }
+
+    /// Where the CA in `dir` publishes (its `crl-url` and `ocsp-url` files; none when absent).
+    static func readPublication(_ dir: String) throws -> CAPublication {
+        func read(_ name: String) throws -> String? {
+            let file = dir + "/" + name
+            guard exists(file) else { return nil }
+            let text = String(decoding: try FileIO.read(file, limit: 2048), as: UTF8.self).filter { !$0.isWhitespace }
+            return text.isEmpty ? nil : text
+        }
+        let p = CAPublication(crlURL: try read("crl-url"), ocspURL: try read("ocsp-url"))
+        try p.validate()
+        return p
+    }
+
+    private func nextCRL(_ ca: CertificateAuthority, dir: String, revocations: [Revocation],
                          validityDays: Int, now: Date) throws -> (der: [UInt8], number: UInt64) {
-        let numberFile = try caPath(caName) + "/crl-number"
+        let numberFile = dir + "/crl-number"
         var number: UInt64 = 1
         if Self.exists(numberFile) {
             let text = String(decoding: try FileIO.read(numberFile, limit: 64), as: UTF8.self)
@@ -316,8 +398,7 @@ public struct PKIDirectory: Sendable {
         return (try ca.makeCRL(revocations: revocations, number: number, validityDays: validityDays, now: now), number)
     }
 
-    private func writeCRL(_ crl: (der: [UInt8], number: UInt64), caName: String) throws {
-        let dir = try caPath(caName)
+    private func writeCRL(_ crl: (der: [UInt8], number: UInt64), dir: String) throws {
         try FileIO.writeAtomically(dir + "/crl.pem", Array(CertificateAuthority.crlPEM(crl.der).utf8), mode: 0o644)
         try FileIO.writeAtomically(dir + "/crl-number", Array("\(crl.number)\n".utf8), mode: 0o644)
     }
@@ -354,12 +435,13 @@ public struct PKIDirectory: Sendable {
                 ? "\(keyFile) is encrypted: give the key password (--key-password-file)"
                 : "wrong key password for \(keyFile)")
         }
-        return try CertificateAuthority(certificate: cert, privateKey: key)
+        return try CertificateAuthority(certificate: cert, privateKey: key, publication: try readPublication(dir))
     }
 
     /// Writes cert.pem, key.pem (0600) and, for `chain`, chain.pem into a temporary folder
     /// beside `dir`, then renames it to `dir`.
-    static func writeItem(_ identity: Identity, at dir: String, keyPassword: SecretBytes?, chain: Bool) throws {
+    static func writeItem(_ identity: Identity, at dir: String, keyPassword: SecretBytes?, chain: Bool,
+                          publication: CAPublication = .none) throws {
         let tmp = dir + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         guard mkdir(tmp, 0o700) == 0 else {
             throw MTLSError(errno == ENOSPC ? .diskFull : .io, "cannot create \(tmp): \(String(cString: strerror(errno)))")
@@ -372,6 +454,8 @@ public struct PKIDirectory: Sendable {
         if chain {
             try FileIO.writeAtomically(tmp + "/chain.pem", Array(identity.allCertificates.map(\.pem).joined().utf8), mode: 0o644)
         }
+        if let url = publication.crlURL { try FileIO.writeAtomically(tmp + "/crl-url", Array((url + "\n").utf8), mode: 0o644) }
+        if let url = publication.ocspURL { try FileIO.writeAtomically(tmp + "/ocsp-url", Array((url + "\n").utf8), mode: 0o644) }
         _ = chmod(tmp, 0o755)
         guard rename(tmp, dir) == 0 else {
             throw MTLSError(errno == EEXIST || errno == ENOTEMPTY ? .duplicate : .io,

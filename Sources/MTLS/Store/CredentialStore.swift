@@ -839,6 +839,35 @@ public final class CredentialStore: @unchecked Sendable {
     }
 
     /// Runs raw SQL on the store's connection (tests simulate corruption, full disks, locks).
+    /// Moves whenever a row may have changed: SQLite's `data_version` (commits by other
+    /// connections, other processes included) and `total_changes()` (this connection's own).
+    /// Two integers, no row read: what an identity source following a label looks at first.
+    func changeMark() throws -> [Int64] {
+        try lock.withLock { _ in [try db.integer("PRAGMA data_version"), try db.integer("SELECT total_changes()")] }
+    }
+
+    /// Every item's certificates (leaf first, then its chain), authenticated, without opening
+    /// any private key: what expiry checks read. In label order, identities first.
+    public func itemCertificates() throws -> [(info: StoreItemInfo, certificates: [Certificate])] {
+        try lock.withLock { _ in
+            try db.readTransaction {
+                let s = try db.statement("SELECT \(RowQuery.blobs) FROM items ORDER BY class, label")
+                defer { s.reset() }
+                var out: [(info: StoreItemInfo, certificates: [Certificate])] = []
+                while try s.step() {
+                    let info = try authenticatedInfo(s)
+                    let leaf = try Certificate(der: s.blob(RowQuery.leaf)), chain = try CredentialStore.splitDER(s.blob(RowQuery.chain))
+                    try checkBlobs(info, leaf: leaf, chain: chain)
+                    out.append((info, [leaf] + chain))
+                }
+                s.reset()
+                // As list(): a row deleted behind the store's back is an error, not a shorter list.
+                try checkComplete(itemClass: nil, seen: out.count)
+                return out
+            }
+        }
+    }
+
     func _testExecute(_ sql: String) throws { try lock.withLock { _ in try db.execute(sql) } }
     /// One text value from raw SQL (tests).
     func _testText(_ sql: String) throws -> String? { try lock.withLock { _ in try db.text(sql) } }

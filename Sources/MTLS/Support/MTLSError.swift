@@ -106,6 +106,11 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
         /// A store made before row authentication: it opens only after an explicit upgrade
         /// (``CredentialStore/upgrade(path:secret:confirming:options:)``, `mtls store upgrade`).
         public static let upgradeRequired = Code(header: MTLS_E_UPGRADE_REQUIRED)
+        // Enrollment and renewal
+        /// The certificate authority (ACME, EST) refused the request; the message carries its detail.
+        public static let caRejected = Code(header: MTLS_E_CA_REJECTED)
+        /// A challenge was not validated, or a renewed identity could not be proven (key or chain).
+        public static let challengeFailed = Code(header: MTLS_E_CHALLENGE_FAILED)
 
         /// Every code with its stable name and its static text (the C ABI's `mtls_strerror`).
         public static let all: [(Code, String, String)] = [
@@ -149,6 +154,8 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
             (.pinRequired, "pin_required", "a PIN is required"),
             (.truncated, "truncated", "connection closed without close_notify: the data may be truncated"),
             (.upgradeRequired, "upgrade_required", "the store must be upgraded explicitly first"),
+            (.caRejected, "ca_rejected", "the certificate authority refused the request"),
+            (.challengeFailed, "challenge_failed", "the challenge or the proof of the new identity failed"),
         ]
 
         /// The stable snake_case name of the code (`"bad_password"`), used in JSON output.

@@ -173,6 +173,12 @@ enum ApplicationResumption {
     private static func handshakeStarts(_ ssl: OpaquePointer) {
         guard let config = config(of: ssl) else { return }
         let state = TLSContext.handshakeState(ssl, config)
+        // An identity that can change: this handshake's, taken whole now, and bound below. On
+        // failure the context's own identity (the one in force when it was configured) stays.
+        if let source = config.identitySource {
+            try? state.takeIdentity(from: source, ssl: ssl, server: config.purpose == .clientAuth,
+                                   widenSchemes: config.contextSchemesLimited)
+        }
         let current = ServerTickets.currentBinding(state, config)
         if config.purpose == .clientAuth {
             var digest = current.digest

@@ -31,6 +31,9 @@ public final class TLSConnection {
     private let ioTimeout: Double?
     private var handshakeDeadline: Deadline?
     private var closed = false
+    /// The counters of the listener that accepted this connection: its current connections
+    /// count this one until it is freed.
+    var listenerCounters: ListenerCounters?
     /// Whether the handshake has finished.
     public private(set) var isHandshakeComplete = false
     /// After a failed handshake, read or write: the side that failed or refused — the peer when
@@ -102,7 +105,9 @@ public final class TLSConnection {
         // On failure the caller closes the socket; the deinit must not close it again.
         do {
             let bareHost = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
-            if case .identity(let id) = options.identity { state.presentedIdentity = id }
+            if let source = options.identitySource {
+                try state.takeIdentity(from: source, ssl: ssl, server: false, widenSchemes: context.config.contextSchemesLimited)
+            } else if case .identity(let id) = options.identity { state.presentedIdentity = id }
             if !owned { Socket.setNonBlocking(fd, true) } // our own sockets are made non-blocking
             try SocketBIO.attach(ssl, fd: fd)
             _ = mtls_ossl_SSL_set_mode(ssl, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
@@ -159,6 +164,12 @@ public final class TLSConnection {
         state.peer = TrustPeer.client(address: peer) // selects the client's rule; never a name it must carry
         state.presentedIdentity = options.identity
         Socket.setNonBlocking(fd, true)
+        if let source = context.config.identitySource {
+            do { try state.takeIdentity(from: source, ssl: ssl, server: true, widenSchemes: context.config.contextSchemesLimited) } catch {
+                closed = true // the caller closes the socket
+                throw error
+            }
+        }
         do { try SocketBIO.attach(ssl, fd: fd) } catch {
             closed = true // the caller closes the socket
             throw error
@@ -168,6 +179,7 @@ public final class TLSConnection {
     }
 
     deinit {
+        listenerCounters?.connectionEnded()
         SSL_free(ssl)
         if ownsFileDescriptor, !closed { Glibc.close(fileDescriptor) }
     }

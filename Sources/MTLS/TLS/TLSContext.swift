@@ -34,11 +34,22 @@ final class TLSContextConfig {
     /// context to another (libcurl makes a context per connection and shares sessions between
     /// them), and are bound by policy, peer and identity alone.
     let bindingContext: String
+    /// An identity that can change (swapped by the application, or following a store label):
+    /// each handshake takes its ``IdentitySource/current`` when it starts and puts it on its own
+    /// `SSL`, whole (``TLSContext/use(_:onSSL:server:)``); the context's own identity is only
+    /// the one in force when the context was made.
+    let identitySource: IdentitySource?
+    /// The source's identity when the context was made had a token key: the context's
+    /// signature schemes are limited to the token's, so an `SSL` that takes a software key
+    /// puts every scheme back (``TLSContext/use(_:onSSL:server:widenSchemes:)``).
+    let contextSchemesLimited: Bool
     private static let nextInstance = Atomic<UInt64>(0)
 
     init(policy: TrustPolicy, purpose: TrustPurpose, identity: ClientIdentity, serverALPN: [String],
          serverIdentity: Identity? = nil, applicationOwned: Bool = false,
-         overrides: TrustOverrides? = nil) throws {
+         overrides: TrustOverrides? = nil, identitySource: IdentitySource? = nil) throws {
+        self.identitySource = identitySource
+        contextSchemesLimited = identitySource.map { ((try? TokenKey.signatureAlgorithms($0.current.privateKey)) ?? nil) != nil } ?? false
         self.policy = policy
         self.overrides = overrides.flatMap { $0.isEmpty ? nil : $0 }
         self.purpose = purpose
@@ -99,6 +110,18 @@ final class TLSHandshakeState {
     var resumedEvaluation: TrustResult?
     /// This connection's trust overrides (a client connection's); nil: the context's.
     var overrides: TrustOverrides?
+    /// The identity this handshake took from an ``IdentitySource`` (by leaf SHA-256), for its
+    /// ``ResumptionBinding``; nil: the context's ``TLSContextConfig/bindingIdentities``.
+    var bindingIdentities: [[UInt8]]?
+
+    /// Takes `source`'s identity for this handshake: put on `ssl` whole, and bound into the
+    /// sessions it makes (a session of an earlier identity is not resumed under this one).
+    func takeIdentity(from source: IdentitySource, ssl: OpaquePointer, server: Bool, widenSchemes: Bool) throws {
+        let id = source.current
+        try TLSContext.use(id, onSSL: ssl, server: server, widenSchemes: widenSchemes)
+        presentedIdentity = id
+        bindingIdentities = [id.leaf.sha256]
+    }
 
     init() {}
 
@@ -183,12 +206,18 @@ final class TLSContext: @unchecked Sendable {
     let ctx: OpaquePointer
     let config: TLSContextConfig
     let sessions = SessionCache()
+    /// A server's OCSP staple for its own certificate (when it names a responder).
+    let stapler: OCSPStapler?
 
-    deinit { SSL_CTX_free(ctx) }
+    deinit {
+        SSL_CTX_free(ctx)
+        stapler?.stop()
+    }
 
-    private init(ctx: OpaquePointer, config: TLSContextConfig) {
+    private init(ctx: OpaquePointer, config: TLSContextConfig, stapler: OCSPStapler? = nil) {
         self.ctx = ctx
         self.config = config
+        self.stapler = stapler
     }
 
     private static func newContext() throws -> OpaquePointer {
@@ -211,9 +240,10 @@ final class TLSContext: @unchecked Sendable {
         do {
             try setVersions(ctx, options.minVersion, options.maxVersion)
             let config = try TLSContextConfig(policy: options.policySource, purpose: .serverAuth,
-                                              identity: options.identity, serverALPN: [])
+                                              identity: options.identitySource == nil ? options.identity : .none, serverALPN: [],
+                                              identitySource: options.identitySource)
             var explicit: Identity? = nil
-            if case .identity(let id) = options.identity { explicit = id }
+            if options.identitySource == nil, case .identity(let id) = options.identity { explicit = id }
             try install(on: ctx, config: config, identity: explicit, verifyMode: SSL_VERIFY_PEER)
             if config.candidates != nil {
                 SSL_CTX_set_cert_cb(ctx, { ssl, arg in IdentitySelection.certificateCallback(ssl, arg) },
@@ -237,14 +267,15 @@ final class TLSContext: @unchecked Sendable {
     }
 
     /// A server context for `options`.
-    static func server(_ options: TLSServerOptions) throws -> TLSContext {
+    static func server(_ options: TLSServerOptions, identitySource: IdentitySource? = nil) throws -> TLSContext {
         try options.clientOverrides?.validate()
         let ctx = try newContext()
         do {
             try setVersions(ctx, options.minVersion, options.maxVersion)
             let config = try TLSContextConfig(policy: options.clientPolicySource, purpose: .clientAuth,
-                                              identity: .none, serverALPN: options.alpn, serverIdentity: options.identity,
-                                              overrides: options.clientOverrides)
+                                              identity: .none, serverALPN: options.alpn,
+                                              serverIdentity: identitySource?.current ?? options.identity,
+                                              overrides: options.clientOverrides, identitySource: identitySource)
             let mode: Int32
             switch options.clientAuthentication {
             case .none: mode = SSL_VERIFY_NONE
@@ -252,7 +283,7 @@ final class TLSContext: @unchecked Sendable {
             case .require: mode = SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT
             }
             if options.clientAuthentication != .none { try requireClientAnchors(options.clientPolicySource, options.clientOverrides) }
-            try install(on: ctx, config: config, identity: options.identity, verifyMode: mode)
+            try install(on: ctx, config: config, identity: identitySource?.current ?? options.identity, verifyMode: mode)
             if options.clientAuthentication != .none {
                 let names = options.clientCANames ?? (options.clientPolicySource.anchors + (options.clientOverrides?.anchors ?? []))
                 if !names.isEmpty, let sk = mtls_ossl_sk_X509_NAME_new_null() {
@@ -287,7 +318,10 @@ final class TLSContext: @unchecked Sendable {
                 _ = mtls_ossl_SSL_CTX_set_options(ctx, mtls_ossl_SSL_OP_NO_TICKET())
                 _ = SSL_CTX_set_num_tickets(ctx, 0)
             }
-            return TLSContext(ctx: ctx, config: config)
+            // OCSP stapling for our own certificate, fetched in the background.
+            let stapler = OCSPStapler.start(for: options.identity)
+            if let stapler { OCSPStapler.install(stapler, on: ctx) }
+            return TLSContext(ctx: ctx, config: config, stapler: stapler)
         } catch {
             SSL_CTX_free(ctx)
             throw error
@@ -300,13 +334,14 @@ final class TLSContext: @unchecked Sendable {
     /// certificates are requested but not required). The configuration lives as long as the
     /// context; calling again replaces it.
     static func configure(sslContext ctx: OpaquePointer, identity: Identity?, policy: TrustPolicy?,
-                          purpose: TrustPurpose, overrides: TrustOverrides? = nil) throws {
+                          purpose: TrustPurpose, overrides: TrustOverrides? = nil, identitySource: IdentitySource? = nil) throws {
+        let identity = identitySource?.current ?? identity
         let handle = policy ?? TrustPolicy()
         if purpose == .clientAuth { try requireClientAnchors(handle, overrides) }
         let config = try TLSContextConfig(policy: handle, purpose: purpose,
                                           identity: purpose == .serverAuth ? identity.map { .identity($0) } ?? .none : .none,
                                           serverALPN: [], serverIdentity: purpose == .clientAuth ? identity : nil,
-                                          applicationOwned: true, overrides: overrides)
+                                          applicationOwned: true, overrides: overrides, identitySource: identitySource)
         // The application's own choices (require a client certificate, verify once, post-handshake)
         // are kept; libmtls only adds SSL_VERIFY_PEER and its evaluator.
         let kept = SSL_CTX_get_verify_mode(ctx) & (SSL_VERIFY_FAIL_IF_NO_PEER_CERT | SSL_VERIFY_CLIENT_ONCE | SSL_VERIFY_POST_HANDSHAKE)
@@ -328,6 +363,9 @@ final class TLSContext: @unchecked Sendable {
     private static func install(on ctx: OpaquePointer, config: TLSContextConfig, identity: Identity?, verifyMode: Int32,
                                 ownContext: Bool = true) throws {
         if let identity { try use(identity, on: ctx, server: config.purpose == .clientAuth) }
+        // A client whose policy checks revocation with OCSP asks servers for a staple (read in
+        // the verify callback: TLS 1.3 carries it with the certificate).
+        if config.purpose == .serverAuth, config.policy.wantsOCSP { _ = mtls_ossl_SSL_CTX_request_ocsp_staple(ctx) }
         SSL_CTX_set_verify(ctx, verifyMode, nil)
         SSL_CTX_set_cert_verify_callback(ctx, { store, arg in
             TLSContext.verifyCallback(store, arg)
@@ -401,6 +439,37 @@ final class TLSContext: @unchecked Sendable {
         }
     }
 
+    /// Makes `identity` the certificate, key and chain of one `SSL`, in one call
+    /// (`SSL_use_cert_and_key`): the handshake never sees the key of one identity with the
+    /// certificate of another. Token keys get their signature schemes on the `SSL` as on a context.
+    static func use(_ identity: Identity, onSSL ssl: OpaquePointer, server: Bool, widenSchemes: Bool = false) throws {
+        func set(_ command: Int32, _ list: String) -> Bool {
+            list.withCString { SSL_ctrl(ssl, command, 0, UnsafeMutableRawPointer(mutating: $0)) == 1 }
+        }
+        if let schemes = try TokenKey.signatureAlgorithms(identity.privateKey) {
+            let ok = server
+                ? set(SSL_CTRL_SET_SIGALGS_LIST, schemes) && set(SSL_CTRL_SET_CLIENT_SIGALGS_LIST, TokenKey.allSignatureSchemes)
+                : set(SSL_CTRL_SET_CLIENT_SIGALGS_LIST, schemes)
+            guard ok else {
+                throw MTLSError.openSSL(.unsupported, "OpenSSL refused the signature schemes of token key \(identity.privateKey.tokenURI ?? ""): \(schemes)")
+            }
+        } else if widenSchemes {
+            // The context was limited to an earlier token key's schemes; this key signs with any.
+            guard set(SSL_CTRL_SET_SIGALGS_LIST, TokenKey.allSignatureSchemes),
+                  set(SSL_CTRL_SET_CLIENT_SIGALGS_LIST, TokenKey.allSignatureSchemes) else {
+                throw MTLSError.openSSL(.unsupported, "OpenSSL refused the signature schemes for \"\(identity.leaf.subjectSummary)\"")
+            }
+        }
+        let sk = try chainStack(identity)
+        defer { mtls_ossl_sk_X509_free(sk) }
+        // OpenSSL keeps one certificate per key type: the context's (an EC one, say) would still
+        // be chosen over an RSA replacement. Only this identity is left on the SSL.
+        SSL_certs_clear(ssl)
+        guard SSL_use_cert_and_key(ssl, identity.leaf.x509, identity.privateKey.pkey, sk, 1) == 1 else {
+            throw MTLSError.openSSL(.keyMismatch, "cannot use the identity \"\(identity.leaf.subjectSummary)\"")
+        }
+    }
+
     /// A borrowed stack of the identity's issuers (up to but excluding a self-signed root, which
     /// a peer never needs to be sent). Free with `sk_X509_free` only.
     static func chainStack(_ identity: Identity) throws -> OpaquePointer {
@@ -431,10 +500,18 @@ final class TLSContext: @unchecked Sendable {
         // Bound before the evaluation: a policy changed while it runs leaves a binding that no
         // later handshake matches (no resumption), never a newer one over an older decision.
         let overrides = state.overrides ?? config.overrides
-        let binding = ResumptionBinding(policy: policy, peer: state.peer, identities: config.bindingIdentities,
+        let binding = ResumptionBinding(policy: policy, peer: state.peer, identities: state.bindingIdentities ?? config.bindingIdentities,
                                         context: config.bindingContext, overrides: overrides)
         state.binding = binding
-        let result = policy.evaluate(chain: chain, peer: state.peer, purpose: config.purpose, at: nil, overrides: overrides)
+        // The server's stapled OCSP response, for a policy that checks revocation with OCSP.
+        var staple: [UInt8]? = nil
+        if config.purpose == .serverAuth, let ssl {
+            var p: UnsafePointer<UInt8>? = nil
+            let n = mtls_ossl_SSL_get_ocsp_staple(ssl, &p)
+            if n > 0, n <= 1 << 20, let p { staple = Array(UnsafeBufferPointer(start: p, count: n)) }
+        }
+        let result = policy.evaluate(chain: chain, peer: state.peer, purpose: config.purpose, at: nil, overrides: overrides,
+                                     stapledOCSP: staple)
         state.evaluation = result
         if result.trusted {
             if let ssl, let session = SSL_get_session(ssl) {
@@ -520,6 +597,7 @@ final class TLSContext: @unchecked Sendable {
         var automatic: Bool
         var identities: [ObjectIdentifier]
         var policy: ObjectIdentifier?
+        var source: ObjectIdentifier?
     }
 
     /// The client context for `options`, shared by every connection with the same identity,
@@ -535,6 +613,7 @@ final class TLSContext: @unchecked Sendable {
         case .candidates(let cs): key.automatic = true; key.identities = cs.map(ObjectIdentifier.init); keep += cs as [AnyObject]
         }
         if let p = options.policy { key.policy = ObjectIdentifier(p); keep.append(p) }
+        if let src = options.identitySource { key.source = ObjectIdentifier(src); key.identities = []; key.automatic = false; keep.append(src) }
         return try cacheLock.withLock { _ in
             if let (c, _) = clientContexts[key] { return c }
             let c = try client(options)
@@ -681,7 +760,7 @@ final class ServerTickets: Sendable {
 
     /// The binding in force for a client of `ssl` now.
     static func currentBinding(_ state: TLSHandshakeState, _ config: TLSContextConfig) -> ResumptionBinding {
-        ResumptionBinding(policy: config.policy, peer: state.peer, identities: config.bindingIdentities,
+        ResumptionBinding(policy: config.policy, peer: state.peer, identities: state.bindingIdentities ?? config.bindingIdentities,
                           context: config.bindingContext, overrides: state.overrides ?? config.overrides)
     }
 

@@ -32,6 +32,11 @@ public final class TLSListener: Sendable {
     let context: TLSContext
     let options: TLSServerOptions
     private let core: ListenerCore
+    /// The identity each handshake presents: ``TLSServerOptions/identitySource``, else a source
+    /// made of ``TLSServerOptions/identity`` that ``setIdentity(_:)`` swaps.
+    public let identitySource: IdentitySource
+    /// Handshakes accepted, refused (by reason), resumed, and connections open.
+    public let counters = ListenerCounters()
     /// The most clients handshaking or handshaken and not yet accepted at once.
     public static let maxPending = 256
     /// The most handshake threads kept waiting for the next client.
@@ -43,12 +48,13 @@ public final class TLSListener: Sendable {
     /// Listens on `address` (nil: every IPv4 address; "127.0.0.1", "::1"...) and `port` (0 for
     /// an ephemeral port).
     public init(address: String? = nil, port: UInt16 = 0, options: TLSServerOptions) throws {
-        context = try TLSContext.server(options)
+        identitySource = options.identitySource ?? IdentitySource(options.identity)
+        context = try TLSContext.server(options, identitySource: identitySource)
         self.options = options
         (fileDescriptor, self.port) = try Socket.listen(address: address, port: port)
         Socket.setNonBlocking(fileDescriptor, true)
         do {
-            core = try ListenerCore(listenFD: fileDescriptor, context: context, options: options)
+            core = try ListenerCore(listenFD: fileDescriptor, context: context, options: options, counters: counters)
         } catch {
             Glibc.close(fileDescriptor)
             throw error
@@ -69,6 +75,45 @@ public final class TLSListener: Sendable {
     /// cut short, and the listener's threads have ended when this returns (so a program may exit,
     /// and OpenSSL clean up, right after it).
     public func close() { core.close() }
+
+    /// Presents `identity` from the next handshake on; handshakes under way and connections
+    /// accepted keep the identity they started with. Reported to ``events`` as a rotation.
+    /// (When the listener follows a store label, the next change in the store replaces it again.)
+    public func setIdentity(_ identity: Identity) { identitySource.replace(with: identity) }
+
+    /// The listener's lifecycle events (those of its identity source): rotations, failed
+    /// reloads, its identity within the warning window of expiry.
+    public var events: LifecycleEvents { identitySource.events }
+}
+
+/// A listener's counters, read at any time from any thread.
+public final class ListenerCounters: Sendable {
+    private let accepted_ = Atomic<UInt64>(0)
+    private let resumed_ = Atomic<UInt64>(0)
+    private let current_ = Atomic<Int64>(0)
+    private let refused_ = Mutex<[MTLSError.Code: UInt64]>([:])
+
+    public init() {}
+
+    /// Handshakes that succeeded (resumed ones included).
+    public var accepted: UInt64 { accepted_.load(ordering: .relaxed) }
+    /// Handshakes that resumed a session.
+    public var resumed: UInt64 { resumed_.load(ordering: .relaxed) }
+    /// Connections accepted and not yet freed by the application.
+    public var currentConnections: Int64 { current_.load(ordering: .relaxed) }
+    /// Refused handshakes by reason: the error code they failed with (``MTLSError/Code/untrusted``,
+    /// ``MTLSError/Code/handshake``, ``MTLSError/Code/timeout``...).
+    public var refused: [MTLSError.Code: UInt64] { refused_.withLock { $0 } }
+
+    func handshakeSucceeded(resumed: Bool) {
+        accepted_.add(1, ordering: .relaxed)
+        if resumed { resumed_.add(1, ordering: .relaxed) }
+        current_.add(1, ordering: .relaxed)
+    }
+    func handshakeRefused(_ code: MTLSError.Code) {
+        refused_.withLock { $0[code, default: 0] += 1 }
+    }
+    func connectionEnded() { current_.subtract(1, ordering: .relaxed) }
 }
 
 /// The state a listener shares with its threads (they hold this, not the listener, so the
@@ -131,6 +176,7 @@ final class ListenerCore: Sendable {
     private let listenFD: Int32
     private let context: TLSContext
     private let options: TLSServerOptions
+    private let counters: ListenerCounters
     private let state = Mutex(State())
     /// Readable while finished handshakes are queued (one byte per queued result).
     private let wakeRead: Int32
@@ -145,7 +191,8 @@ final class ListenerCore: Sendable {
     /// core then).
     nonisolated(unsafe) private let workSignal: UnsafeMutablePointer<sem_t>
 
-    init(listenFD: Int32, context: TLSContext, options: TLSServerOptions) throws {
+    init(listenFD: Int32, context: TLSContext, options: TLSServerOptions, counters: ListenerCounters) throws {
+        self.counters = counters
         self.listenFD = listenFD
         self.context = context
         self.options = options
@@ -486,11 +533,15 @@ final class ListenerCore: Sendable {
         let result: Finished
         switch (conn, failure) {
         case (let c?, nil):
+            counters.handshakeSucceeded(resumed: c.isResumed)
+            c.listenerCounters = counters
             result = Finished(c, nil)
         case (let c?, let e as MTLSError):
+            counters.handshakeRefused(e.code)
             c.closeAfterRejecting()
             result = Finished(nil, MTLSError(e.code, "client \(peer): \(e.message)"))
         case (let c, let e):
+            counters.handshakeRefused((e as? MTLSError)?.code ?? .io)
             if c == nil { Glibc.close(fd) } // else the connection closes it as it goes
             conn = nil
             result = Finished(nil, e ?? MTLSError(.io, "client handshake failed"))
@@ -555,6 +606,16 @@ public enum SSLContextConfiguration {
         try overrides?.validate()
         try TLSContext.configure(sslContext: OpaquePointer(sslContext), identity: identity, policy: policy, purpose: purpose,
                                  overrides: overrides.flatMap { $0.isEmpty ? nil : $0 })
+    }
+
+    /// Like ``configure(sslContext:identity:policy:purpose:overrides:)``, presenting the identity
+    /// of `identitySource`: each `SSL` of the context takes the one in force when its handshake
+    /// starts, whole, and its sessions are bound to it.
+    public static func configure(sslContext: UnsafeMutableRawPointer, identitySource: IdentitySource, policy: TrustPolicy?,
+                                 purpose: TrustPurpose = .serverAuth, overrides: TrustOverrides? = nil) throws {
+        try overrides?.validate()
+        try TLSContext.configure(sslContext: OpaquePointer(sslContext), identity: identitySource.current, policy: policy, purpose: purpose,
+                                 overrides: overrides.flatMap { $0.isEmpty ? nil : $0 }, identitySource: identitySource)
     }
 }
 

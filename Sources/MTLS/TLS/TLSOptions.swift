@@ -126,6 +126,10 @@ public struct TLSClientOptions: Sendable {
     @TLSTimeout(default: TLSDefaults.ioTimeout) public var ioTimeout: Double?
     /// The identity to present.
     public var identity: ClientIdentity = .none
+    /// An identity that can change (swapped by the application or following a store label):
+    /// when set, it is presented instead of ``identity``, each connection taking the one in
+    /// force when it starts. A session made with another identity is not resumed.
+    public var identitySource: IdentitySource?
     /// How the server is judged. `nil` uses a default policy (the system trust store, name check
     /// against ``validationName``). Each handshake evaluates with the settings in force when it
     /// runs (see ``TrustPolicy/replaceSettings(from:)``).
@@ -164,6 +168,10 @@ public enum ClientAuthentication: Int, Sendable {
 public struct TLSServerOptions: Sendable {
     /// The server's own identity (required).
     public var identity: Identity
+    /// An identity that can change (see ``IdentitySource``): when set, each handshake presents
+    /// its current identity instead of ``identity``. Without it a listener makes a source of
+    /// ``identity``, which ``TLSListener/setIdentity(_:)`` swaps.
+    public var identitySource: IdentitySource?
     /// Whether a client certificate is requested or required.
     public var clientAuthentication: ClientAuthentication = TLSDefaults.clientAuthentication
     /// How client certificates are judged (purpose clientAuth, no name check). Pin one
@@ -218,10 +226,11 @@ extension ClientIdentity {
     /// Automatic choice among every identity in `store` and every token identity it refers to
     /// (see ``candidates(_:)``): stored identities first, then token identities, each in label
     /// order. A token identity's PIN is `tokenPIN`, else `pinCallback`, else its URI's
-    /// pin-value/pin-source.
+    /// pin-value/pin-source. Enrollment records (``EnrollmentRecord``: the ACME account key and
+    /// its self-signed carrier) are never candidates.
     public static func automatic(from store: CredentialStore, tokenPIN: SecretBytes? = nil,
                                  pinCallback: TokenPINCallback? = nil) throws -> ClientIdentity {
-        let stored = try store.identities().map { IdentityCandidate($0) }
+        let stored = try store.identities().filter { !EnrollmentRecord.isCarrier($0.leaf) }.map { IdentityCandidate($0) }
         let tokens = try store.tokenIdentities().map { IdentityCandidate(token: $0, pin: tokenPIN, pinCallback: pinCallback) }
         return .candidates(stored + tokens)
     }

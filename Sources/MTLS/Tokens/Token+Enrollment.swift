@@ -168,11 +168,15 @@ extension Token {
     /// certificate object with the key's CKA_ID and label (the URI's `object`, else the key's).
     /// ``MTLSError/Code/keyMismatch`` when the certificate is not for that key;
     /// ``MTLSError/Code/duplicate`` when the same certificate is already there.
+    ///
+    /// `chain` (the CA certificates above it) is written too, as certificate objects without a
+    /// key (no CKA_ID; those already on the token are skipped), so that an identity made from
+    /// the token alone finds its chain there and sends it.
     /// Returns the certificate object's URI.
     @discardableResult
-    public static func importCertificate(_ certificate: Certificate, uri text: String, modulePath: String? = nil,
-                                         pin: SecretBytes? = nil, pinCallback: TokenPINCallback? = nil,
-                                         allowFinalTry: Bool = false) throws -> String {
+    public static func importCertificate(_ certificate: Certificate, chain: [Certificate] = [], uri text: String,
+                                         modulePath: String? = nil, pin: SecretBytes? = nil,
+                                         pinCallback: TokenPINCallback? = nil, allowFinalTry: Bool = false) throws -> String {
         let uri = try PKCS11URI(text)
         let (session, token, info) = try openToken(uri: uri, text: text, modulePath: modulePath, readWrite: true, requireObject: true)
         try requireLogin(session, token, uri: uri, pin: pin, pinCallback: pinCallback, allowFinalTry: allowFinalTry)
@@ -204,6 +208,22 @@ extension Token {
         ]
         if let label { template.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_LABEL), Array(label.utf8))) }
         _ = try session.createObject(template)
+        for ca in chain where ca != certificate {
+            let caDER = ca.der
+            if try !session.findObjects([.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(CKO_CERTIFICATE)),
+                                         .bytes(CK_ATTRIBUTE_TYPE(CKA_VALUE), caDER)], limit: 1).isEmpty { continue }
+            var caTemplate: [PKCS11Attribute] = [
+                .ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(CKO_CERTIFICATE)),
+                .ulong(CK_ATTRIBUTE_TYPE(CKA_CERTIFICATE_TYPE), CK_ULONG(CKC_X_509)),
+                .bool(CK_ATTRIBUTE_TYPE(CKA_TOKEN), true), .bool(CK_ATTRIBUTE_TYPE(CKA_PRIVATE), false),
+                .bytes(CK_ATTRIBUTE_TYPE(CKA_VALUE), caDER),
+                .bytes(CK_ATTRIBUTE_TYPE(CKA_SUBJECT), derEncode { i2d_X509_NAME(X509_get_subject_name(ca.x509), $0) } ?? []),
+                .bytes(CK_ATTRIBUTE_TYPE(CKA_ISSUER), derEncode { i2d_X509_NAME(X509_get_issuer_name(ca.x509), $0) } ?? []),
+                .bytes(CK_ATTRIBUTE_TYPE(CKA_SERIAL_NUMBER), derEncode { i2d_ASN1_INTEGER(X509_get_serialNumber(ca.x509), $0) } ?? []),
+            ]
+            if let cn = ca.commonName { caTemplate.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_LABEL), Array(cn.utf8))) }
+            _ = try session.createObject(caTemplate)
+        }
         return try P11KitURI.format(token: info, label: label, id: id.isEmpty ? nil : id, cls: CK_OBJECT_CLASS(CKO_CERTIFICATE))
     }
 

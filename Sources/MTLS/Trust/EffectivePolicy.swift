@@ -178,9 +178,18 @@ struct EffectivePolicy {
     let pinRequirements: [PinRequirement]
     /// Whether anchors or anchors-only come from the overrides (the compiled stores do not cover them).
     let overridesTrust: Bool
+    /// Revocation checking in force: the rule's, else the policy's.
+    var revocation: RevocationSettings { Self.revocation(settings: settings, rule: rule) }
+    private let settings: TrustPolicy.Settings
+
+    /// Revocation checking in force for a peer under `rule`: the rule's setting, else the policy's.
+    static func revocation(settings: TrustPolicy.Settings, rule: HostRule?) -> RevocationSettings {
+        rule?.revocation ?? settings.revocation
+    }
 
     init(settings: TrustPolicy.Settings, rule: HostRule?, peer: TrustPeer, purpose: TrustPurpose, overrides: TrustOverrides?) {
         self.rule = rule
+        self.settings = settings
         let o = overrides ?? TrustOverrides()
         // Anchors: the rule's own, else the policy's; the overrides' are added.
         var anchors = rule?.anchors ?? settings.anchors

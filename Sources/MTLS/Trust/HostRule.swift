@@ -191,6 +191,8 @@ public struct HostRule: Sendable {
     public var afterExpiry: PinExpiryBehavior
     /// Enforce pin failures, or only report them.
     public var enforcement: PinEnforcement
+    /// Revocation checking for peers under this rule, over the policy's (nil: the policy's).
+    public var revocation: RevocationSettings? = nil
 
     public init(pattern: HostPattern, verifyAs: String? = nil, skipNameCheck: Bool = false,
                 anchors: [Certificate]? = nil, anchorsOnly: Bool? = nil, pins: [SPKIPin] = [],
@@ -228,6 +230,11 @@ public struct HostRule: Sendable {
             }
             if skipNameCheck {
                 throw MTLSError(.invalidPolicy, "host rule \(pattern.text): both verify_as and skip_name_check; say one")
+            }
+        }
+        if let r = revocation {
+            do { try r.validate() } catch let e as MTLSError {
+                throw MTLSError(.invalidPolicy, "host rule \(pattern.text): \(e.message)")
             }
         }
     }

@@ -28,10 +28,13 @@ extension TrustPolicy {
     /// builds first fails, the other candidate paths are tried (``PathBuilder``), each decided by
     /// OpenSSL. The checks OpenSSL does not make are libmtls's ``ChainCheck``s, applied to each
     /// chain OpenSSL built. Never throws: every problem is a ``TrustReason``.
+    /// `stapledOCSP`: the OCSP response the peer stapled (DER), checked first when the revocation
+    /// sources in force include OCSP.
     public func evaluate(chain: [Certificate], peer: TrustPeer, purpose: TrustPurpose? = nil, at: Date? = nil,
-                         overrides: TrustOverrides? = nil) -> TrustResult {
+                         overrides: TrustOverrides? = nil, stapledOCSP: [UInt8]? = nil) -> TrustResult {
         do {
-            return try evaluate(ders: chain.map(\.der), parse: { chain }, peer: peer, purpose: purpose, at: at, overrides: overrides)
+            return try evaluate(ders: chain.map(\.der), parse: { chain }, peer: peer, purpose: purpose, at: at, overrides: overrides,
+                                stapledOCSP: stapledOCSP)
         } catch {
             // Unreachable: the certificates are already parsed.
             let r = TrustReason(code: TrustReason.Code.verificationError, certIndex: nil, message: "\(error)")
@@ -63,7 +66,7 @@ extension TrustPolicy {
     }
 
     private func evaluate(ders: [[UInt8]], parse: () throws -> [Certificate], peer: TrustPeer, purpose: TrustPurpose?,
-                          at: Date?, overrides: TrustOverrides?) throws -> TrustResult {
+                          at: Date?, overrides: TrustOverrides?, stapledOCSP: [UInt8]? = nil) throws -> TrustResult {
         let settings: Settings, compiled: CompiledPolicy, version: UInt64
         do {
             (settings, compiled, version) = try snapshot()
@@ -104,7 +107,7 @@ extension TrustPolicy {
         if let overrides { hostKey += "|" + overrides.cacheKey }
         let key = EvaluationCache.Key(chain: ders, host: hostKey, purpose: purpose, version: version,
                                       second: Int64(time.timeIntervalSince1970))
-        let result: TrustResult
+        var result: TrustResult
         if settings.cacheEnabled, let cached = cache.lookup(key) {
             result = cached
         } else {
@@ -120,6 +123,15 @@ extension TrustPolicy {
             }
             result = evaluation.run()
             if settings.cacheEnabled { cache.store(key, result, stableUntil: evaluation.stableWindow(built: result.chain)) }
+        }
+        // Revocation is checked after the (cached) path decision, on every evaluation: its answer
+        // changes with the CRLs, which have their own cache (CRLStore). Only a trusted chain is
+        // checked: an untrusted one is refused anyway.
+        let revocation = EffectivePolicy.revocation(settings: settings, rule: rule)
+        if revocation.mode != .off, result.trusted {
+            let outcome = RevocationChecker.check(built: result.chain, settings: revocation, options: settings.revocationFetch,
+                                                  crlFiles: settings.crls, stapled: stapledOCSP, time: time)
+            result = result.with(revocation: outcome)
         }
         if let rule, rule.enforcement == .reportOnly, let handler = settings.reportHandler, !result.reportedReasons.isEmpty {
             handler(TrustReport(host: peer.host == nil ? nil : peer.description, rule: rule.pattern.text,

@@ -112,12 +112,27 @@ struct PolicyFileReader {
     static let policyKeys: Set<String> = [
         "version", "anchors", "anchors_only", "system_ca_file", "system_ca_dir", "purpose", "name_check",
         "min_rsa_bits", "min_ec_bits", "banned_signature_digests", "crls", "crl_check_all", "time",
-        "max_chain_depth", "hosts", "system_anchors_for_clients", "pins", "verify_as",
+        "max_chain_depth", "hosts", "system_anchors_for_clients", "pins", "verify_as", "revocation",
     ]
     static let ruleKeys: Set<String> = [
         "host", "verify_as", "skip_name_check", "anchors", "anchors_only", "pins", "pins_expire", "after_expiry",
-        "enforcement",
+        "enforcement", "revocation",
     ]
+    static let revocationKeys: Set<String> = ["mode", "sources"]
+    static let policyRevocationKeys: Set<String> = ["mode", "sources", "max_bytes", "timeout_ms", "cache_dir"]
+
+    /// `{"mode": "off"|"soft"|"hard", "sources": ["crl", "ocsp"]}` (sources default to ["crl"]).
+    func revocation(_ o: [String: JSONValue], _ what: String) throws -> RevocationSettings {
+        guard let m = try string(o["mode"], "\(what).mode") else { throw error("\(what) needs a \"mode\" (off, soft, hard)") }
+        do {
+            var r = RevocationSettings(mode: try RevocationSettings.mode(m))
+            if let list = try strings(o["sources"], "\(what).sources") {
+                r.sources = try list.map { try RevocationSettings.source($0) }
+            }
+            try r.validate()
+            return r
+        } catch let e as MTLSError { throw error("\(what): \(e.message)") }
+    }
 
     func read(_ root: JSONValue) throws -> TrustPolicy {
         let o = try object(root, "the policy", allowed: Self.policyKeys)
@@ -157,6 +172,16 @@ struct PolicyFileReader {
             }
             p.verifyAs = v
         }
+        if let v = o["revocation"] {
+            let r = try object(v, "revocation", allowed: Self.policyRevocationKeys)
+            p.revocation = try revocation(r, "revocation")
+            var f = RevocationFetchOptions()
+            if let n = try int(r["max_bytes"], "revocation.max_bytes") { f.maxBytes = n }
+            if let n = try int(r["timeout_ms"], "revocation.timeout_ms") { f.timeout = Double(n) / 1000 }
+            if let d = try string(r["cache_dir"], "revocation.cache_dir") { f.cacheDirectory = path(d) }
+            do { try f.validate() } catch let e as MTLSError { throw error("revocation: \(e.message)") }
+            p.revocationFetch = f
+        }
         if let hosts = o["hosts"] {
             guard case .array(let list) = hosts else { throw error("hosts must be a list") }
             var rules: [HostRule] = []
@@ -181,6 +206,10 @@ struct PolicyFileReader {
                 if let s = try string(r["enforcement"], "enforcement") {
                     guard let v = PinEnforcement(rawValue: s) else { throw error("enforcement must be \"enforce\" or \"report_only\"") }
                     rule.enforcement = v
+                }
+                if let v = r["revocation"] {
+                    rule.revocation = try revocation(try object(v, "hosts[\(i)].revocation", allowed: Self.revocationKeys),
+                                                     "hosts[\(i)].revocation")
                 }
                 do { try rule.validate() } catch let e as MTLSError { throw error("hosts[\(i)]: \(e.message)") }
                 if rules.contains(where: { $0.pattern.text.lowercased() == pattern.lowercased() }) {

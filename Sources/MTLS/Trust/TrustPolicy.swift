@@ -86,6 +86,9 @@ public final class TrustPolicy: Sendable {
         var systemAnchorsForClients = false
         var reportHandler: (@Sendable (TrustReport) -> Void)? = nil
         var warnings: [String] = []
+        /// Revocation checking, policy-wide (a host rule may say otherwise), and how to fetch.
+        var revocation = RevocationSettings.off
+        var revocationFetch = RevocationFetchOptions()
     }
 
     private let state: Mutex<(settings: Settings, version: UInt64, compiled: CompiledPolicy?)>
@@ -206,6 +209,24 @@ public final class TrustPolicy: Sendable {
     }
     /// CRLs to check revocation against. With CRLs, the leaf must be covered by one.
     public var crls: [RevocationList] { get { readSetting(\.crls) } set { changeSetting { $0.crls = newValue } } }
+    /// Revocation checking for every evaluation (a host rule's ``HostRule/revocation`` wins for
+    /// its peers): off (default), soft or hard, from CRL distribution points and/or OCSP.
+    /// Policy files: `"revocation": {"mode": "hard", "sources": ["crl"]}`.
+    public var revocation: RevocationSettings {
+        get { readSetting(\.revocation) } set { changeSetting { $0.revocation = newValue } }
+    }
+    /// Whether revocation is checked with OCSP anywhere in the policy (policy-wide or in a rule):
+    /// clients then ask servers for a stapled response.
+    var wantsOCSP: Bool {
+        readSetting { s in
+            ([s.revocation] + s.hostRules.compactMap(\.revocation)).contains { $0.mode != .off && $0.sources.contains(.ocsp) }
+        }
+    }
+    /// Size and time limits of revocation fetches and the folder fetched CRLs are kept in.
+    /// Policy files: `"revocation": {"max_bytes": N, "timeout_ms": N, "cache_dir": "..."}`.
+    public var revocationFetch: RevocationFetchOptions {
+        get { readSetting(\.revocationFetch) } set { changeSetting { $0.revocationFetch = newValue } }
+    }
     /// Require a CRL for every certificate of the chain, not only the leaf.
     public var checkCRLsForWholeChain: Bool {
         get { readSetting(\.checkCRLsForWholeChain) } set { changeSetting { $0.checkCRLsForWholeChain = newValue } }

@@ -94,6 +94,10 @@ public struct TrustReason: Sendable, Hashable, CustomStringConvertible {
         public static let noPeerName = "no_peer_name"
         /// The policy itself is invalid (a host rule with an empty verify-as...): nothing is trusted.
         public static let invalidPolicy = "invalid_policy"
+        /// Revocation is checked with mode hard and no source gave the status of a certificate
+        /// of the chain (unreachable, stale, unsupported, invalid): refused. (A certificate
+        /// found revoked is ``revoked``, in every mode.)
+        public static let revocationUnknown = "revocation_unknown"
     }
 
     /// Codes whose failure a user could reasonably override or that time may fix: expiry, a name
@@ -139,11 +143,16 @@ public struct TrustResult: Sendable {
     public let provenance: TrustProvenance?
     /// The failures of a report-only rule that were reported and not enforced (also in ``reasons``).
     public let reportedReasons: [TrustReason]
+    /// What revocation checking found, when the policy or rule checks revocation (nil: off).
+    public let revocation: RevocationReport?
+    /// Things a trusted result wants known: a soft revocation check that could not find a
+    /// certificate's status ("trusted anyway").
+    public let warnings: [String]
 
     /// A result as the evaluator makes it (public for tests and wrappers).
     public init(trusted: Bool, kind: TrustResultKind, reasons: [TrustReason], chain: [Certificate],
                 matchedRule: String?, matchedPin: String?, provenance: TrustProvenance? = nil,
-                reportedReasons: [TrustReason] = []) {
+                reportedReasons: [TrustReason] = [], revocation: RevocationReport? = nil, warnings: [String] = []) {
         self.trusted = trusted
         self.kind = kind
         self.reasons = reasons
@@ -152,6 +161,17 @@ public struct TrustResult: Sendable {
         self.matchedPin = matchedPin
         self.provenance = provenance
         self.reportedReasons = reportedReasons
+        self.revocation = revocation
+        self.warnings = warnings
+    }
+
+    /// This result with revocation checking's outcome: its reasons refuse the peer (`revoked` is
+    /// fatal, as is `revocation_unknown`), its warnings are kept.
+    func with(revocation outcome: RevocationChecker.Outcome) -> TrustResult {
+        let refused = !outcome.reasons.isEmpty
+        return TrustResult(trusted: trusted && !refused, kind: refused ? .fatalFailure : kind, reasons: reasons + outcome.reasons,
+                           chain: chain, matchedRule: matchedRule, matchedPin: matchedPin, provenance: provenance,
+                           reportedReasons: reportedReasons, revocation: outcome.report, warnings: warnings + outcome.warnings)
     }
 
     /// The codes of ``reasons``, in order.

@@ -89,3 +89,26 @@ def test_bad_inputs_raise_the_matching_exception(chain):
     with pytest.raises(errors.NotFound):
         IssuedCertificate.load("/nonexistent.pem", "/nonexistent.key")
     assert isinstance(errors.InvalidArgument("x"), mtls.MTLSError)
+
+
+def test_crl_and_ocsp_urls_are_carried_by_what_the_ca_issues(chain):
+    # issue 28: the URLs say where the issuer publishes; the new certificate carries them.
+    _, inter = chain
+    bob = inter.issue_client("bob-revocable", now=NOW, crl_url="http://127.0.0.1:8080/customer-p.crl",
+                             ocsp_url="http://127.0.0.1:8081/")
+    assert bob.certificate.crl_urls == ["http://127.0.0.1:8080/customer-p.crl"]
+    assert bob.certificate.ocsp_urls == ["http://127.0.0.1:8081/"]
+    cert = x509.load_der_x509_certificate(bob.certificate.der)
+    cdp = cert.extensions.get_extension_for_class(x509.CRLDistributionPoints).value
+    assert [n.value for n in cdp[0].full_name] == ["http://127.0.0.1:8080/customer-p.crl"]
+    aia = cert.extensions.get_extension_for_class(x509.AuthorityInformationAccess).value
+    assert [d.access_location.value for d in aia] == ["http://127.0.0.1:8081/"]
+    plain = inter.issue_client("carol-plain", now=NOW)
+    assert plain.certificate.crl_urls == [] and plain.certificate.ocsp_urls == []
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "https://x/y.crl", "http://a/x.crl,URI:file:///y", "http://a/"])
+def test_non_http_crl_urls_are_refused(chain, url):
+    _, inter = chain
+    with pytest.raises(errors.InvalidArgument, match="http://"):
+        inter.issue_client("dave", now=NOW, crl_url=url)

@@ -17,17 +17,21 @@ from .errors import (  # noqa: F401 - the exceptions, importable from the top le
     Duplicate, BadSecret, NotAStore, SchemaTooNew, Locked, ReadOnly, DiskFull, InvalidPolicy, Untrusted,
     ConnectError, Timeout, HandshakeError, PeerAlert, WantRead, WantWrite, Closed, NoMatchingIdentity, TokenError,
     PinIncorrect, PinLocked, TokenNotPresent, TokenRemoved, BadURI, PinRequired, TruncatedError, UpgradeRequired,
+    CARejected, ChallengeFailed,
 )
 from .certificate import Certificate
 from .store import Store, StoreItem, StoreKey
 from .identity import Identity, ChainCheck
 from .pkcs12 import PKCS12
 from .pki import IssuedCertificate
+from .enrollment import renew
 from .trust import Policy, HostRule, TrustResult, TrustReason, Overrides
 from .tls import (Connection, ConnectOptions, Listener, configure_ssl_ctx, set_ssl_peer, set_ssl_ctx_peer,
                   clear_session_cache, connect, resolve_identity)
 from .tokens import Token, TokenObject, list_tokens, token_objects, identity_from_pkcs11
 from ._handle import LibraryWarning, take_warnings
+from .rotation import IdentitySource, PolicyWatch, AnchorWatch, Event
+from .store import ExpiryItem
 
 __version__: str = _lib.mtls_version().decode()
 
@@ -37,12 +41,14 @@ __all__ = [
     "Unsupported", "KeyMismatch", "LimitExceeded", "Duplicate", "BadSecret", "NotAStore", "SchemaTooNew", "Locked",
     "ReadOnly", "DiskFull", "InvalidPolicy", "Untrusted", "ConnectError", "Timeout", "HandshakeError", "PeerAlert",
     "WantRead", "WantWrite", "Closed", "NoMatchingIdentity", "TokenError", "PinIncorrect", "PinLocked",
-    "TokenNotPresent", "TokenRemoved", "BadURI", "PinRequired", "TruncatedError", "UpgradeRequired",
-    "Certificate", "Store", "StoreItem", "StoreKey", "Identity", "PKCS12", "ChainCheck", "IssuedCertificate",
+    "TokenNotPresent", "TokenRemoved", "BadURI", "PinRequired", "TruncatedError", "UpgradeRequired", "CARejected",
+    "ChallengeFailed", "renew", "Certificate", "Store", "StoreItem", "StoreKey", "Identity", "PKCS12", "ChainCheck",
+    "IssuedCertificate",
     "Policy", "HostRule", "TrustResult", "TrustReason", "Overrides", "Connection", "ConnectOptions", "Listener",
     "configure_ssl_ctx", "set_ssl_peer", "set_ssl_ctx_peer", "clear_session_cache", "connect", "resolve_identity", "Token", "TokenObject",
     "list_tokens", "token_objects", "identity_from_pkcs11", "__version__",
     "LibraryWarning", "take_warnings",
+    "IdentitySource", "PolicyWatch", "AnchorWatch", "Event", "ExpiryItem",
 ]
 
 

@@ -113,6 +113,10 @@ fn("mtls_san_list_free", None, ctypes.c_void_p, ctypes.c_size_t)
 fn("mtls_cert_key_type", ctypes.c_int, ctypes.c_void_p, c_void_pp, c_int_p)
 # int mtls_cert_ekus(const mtls_cert *cert, char ***out, size_t *count)
 fn("mtls_cert_ekus", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(c_void_pp), c_size_p)
+# int mtls_cert_crl_urls(const mtls_cert *cert, char ***out, size_t *count)
+fn("mtls_cert_crl_urls", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(c_void_pp), c_size_p)
+# int mtls_cert_ocsp_urls(const mtls_cert *cert, char ***out, size_t *count)
+fn("mtls_cert_ocsp_urls", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(c_void_pp), c_size_p)
 
 
 def take_string(p):

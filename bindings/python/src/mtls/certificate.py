@@ -127,6 +127,16 @@ class Certificate(_Handle):
     def extended_key_usages(self) -> List[str]:
         return take_strings(lib.mtls_cert_ekus, self._h)
 
+    @property
+    def crl_urls(self) -> List[str]:
+        """The URIs of the CRL distribution points (where its issuer publishes its CRL)."""
+        return take_strings(lib.mtls_cert_crl_urls, self._h)
+
+    @property
+    def ocsp_urls(self) -> List[str]:
+        """The URIs of its OCSP responders (authorityInfoAccess)."""
+        return take_strings(lib.mtls_cert_ocsp_urls, self._h)
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Certificate) and self.der == other.der
 

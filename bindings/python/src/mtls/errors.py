@@ -240,12 +240,23 @@ class UpgradeRequired(Error):
     code, name = -57, "upgrade_required"
 
 
+# Enrollment and renewal (issue 27)
+class CARejected(Error):
+    """The certificate authority (ACME, EST) refused the request; the message carries its detail."""
+    code, name = -70, "ca_rejected"
+
+
+class ChallengeFailed(Error):
+    """A challenge was not validated, or a renewed identity could not be proven (key or chain)."""
+    code, name = -71, "challenge_failed"
+
+
 _CLASSES: List[Type[Error]] = [
     InvalidArgument, NoMemory, Internal, IOFailure, ParseError, BufferTooSmall, NotFound, BadPassword, Corrupt,
     NotPKCS12, NoIdentity, Unsupported, KeyMismatch, LimitExceeded, Duplicate, BadSecret, NotAStore, SchemaTooNew,
     Locked, ReadOnly, DiskFull, InvalidPolicy, Untrusted, ConnectError, Timeout, HandshakeError, PeerAlert, WantRead,
     WantWrite, Closed, NoMatchingIdentity, TokenError, PinIncorrect, PinLocked, TokenNotPresent, TokenRemoved, BadURI,
-    PinRequired, TruncatedError, UpgradeRequired,
+    PinRequired, TruncatedError, UpgradeRequired, CARejected, ChallengeFailed,
 ]
 #: The exception class of each C status code.
 BY_CODE: Dict[int, Type[Error]] = {c.code: c for c in _CLASSES}

@@ -7,7 +7,7 @@ from .certificate import Certificate
 from .identity import Identity
 from .errors import check
 
-MTLS_ISSUE_OPTIONS_VERSION = 1
+MTLS_ISSUE_OPTIONS_VERSION = 2
 PROFILE_INTERMEDIATE, PROFILE_SERVER, PROFILE_CLIENT = 2, 3, 4
 # Key types, the header's MTLS_KEY_TYPE_* names ("p256", "rsa2048"... are accepted as aliases).
 KEY_TYPE_EC_P256, KEY_TYPE_EC_P384 = "ec-p256", "ec-p384"
@@ -18,7 +18,7 @@ KEY_TYPES = (KEY_TYPE_EC_P256, KEY_TYPE_EC_P384, KEY_TYPE_RSA_2048, KEY_TYPE_RSA
 
 
 class _IssueOptions(ctypes.Structure):
-    # typedef struct mtls_issue_options { ... } mtls_issue_options;  (version 1)
+    # typedef struct mtls_issue_options { ... } mtls_issue_options;  (version 2)
     _fields_ = [
         ("version", ctypes.c_uint),
         ("key_type", ctypes.c_char_p),
@@ -28,6 +28,9 @@ class _IssueOptions(ctypes.Structure):
         ("dns_count", ctypes.c_size_t),
         ("ip_addresses", ctypes.POINTER(ctypes.c_char_p)),
         ("ip_count", ctypes.c_size_t),
+        # version 2
+        ("crl_url", ctypes.c_char_p),
+        ("ocsp_url", ctypes.c_char_p),
     ]
 
 
@@ -66,7 +69,7 @@ fn("mtls_pki_crl", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p
    ctypes.c_uint64, ctypes.c_int, ctypes.c_int64, c_void_pp, c_size_p)
 
 
-def _options(key_type=None, days=None, now=None, dns=(), ips=()):
+def _options(key_type=None, days=None, now=None, dns=(), ips=(), crl_url=None, ocsp_url=None):
     o = _IssueOptions()
     check(lib.mtls_issue_options_init(ctypes.byref(o), MTLS_ISSUE_OPTIONS_VERSION))
     if key_type is not None:
@@ -80,6 +83,10 @@ def _options(key_type=None, days=None, now=None, dns=(), ips=()):
     o.dns_names, o.dns_count = ctypes.cast(dns_arr, ctypes.POINTER(ctypes.c_char_p)), len(dns)
     o.ip_addresses, o.ip_count = ctypes.cast(ip_arr, ctypes.POINTER(ctypes.c_char_p)), len(ips)
     o._keep = (dns_arr, ip_arr)  # the arrays must live as long as the struct
+    if crl_url is not None:
+        o.crl_url = crl_url.encode()
+    if ocsp_url is not None:
+        o.ocsp_url = ocsp_url.encode()
     return o
 
 
@@ -96,6 +103,11 @@ class IssuedCertificate(_Handle):
 
     `key_type` is one of KEY_TYPES; `days` the validity (None: the profile's default); `now` a
     fixed issuing time in Unix seconds (None: the current time).
+
+    Revocation: `crl_url` and `ocsp_url` on the issue_* methods and sign_csr say where THIS CA
+    (the issuer) publishes its CRL and OCSP responder (plain http: URLs); the new certificate
+    carries them, so verifiers with a revocation policy fetch them. Serve `self.crl(...)` (DER)
+    at crl_url.
     """
 
     _free = "mtls_issued_free"
@@ -113,16 +125,20 @@ class IssuedCertificate(_Handle):
         return IssuedCertificate(out_handle(lib.mtls_pki_issue, self._h, profile, name.encode(),
                                             ctypes.byref(_options(**kw))))
 
-    def issue_intermediate(self, name, key_type=None, days=None, now=None):
-        return self._issue(PROFILE_INTERMEDIATE, name, key_type=key_type, days=days, now=now)
+    def issue_intermediate(self, name, key_type=None, days=None, now=None, crl_url=None, ocsp_url=None):
+        return self._issue(PROFILE_INTERMEDIATE, name, key_type=key_type, days=days, now=now,
+                           crl_url=crl_url, ocsp_url=ocsp_url)
 
-    def issue_server(self, name, dns=(), ips=(), key_type=None, days=None, now=None):
-        return self._issue(PROFILE_SERVER, name, key_type=key_type, days=days, now=now, dns=list(dns), ips=list(ips))
+    def issue_server(self, name, dns=(), ips=(), key_type=None, days=None, now=None, crl_url=None, ocsp_url=None):
+        return self._issue(PROFILE_SERVER, name, key_type=key_type, days=days, now=now, dns=list(dns), ips=list(ips),
+                           crl_url=crl_url, ocsp_url=ocsp_url)
 
-    def issue_client(self, name, key_type=None, days=None, now=None):
-        return self._issue(PROFILE_CLIENT, name, key_type=key_type, days=days, now=now)
+    def issue_client(self, name, key_type=None, days=None, now=None, crl_url=None, ocsp_url=None):
+        return self._issue(PROFILE_CLIENT, name, key_type=key_type, days=days, now=now,
+                           crl_url=crl_url, ocsp_url=ocsp_url)
 
-    def sign_csr(self, csr, profile="client", name=None, dns=(), ips=(), days=None, now=None) -> Certificate:
+    def sign_csr(self, csr, profile="client", name=None, dns=(), ips=(), days=None, now=None,
+                 crl_url=None, ocsp_url=None) -> Certificate:
         """Signs a certificate signing request (PEM str/bytes or DER bytes) as a "client" or
         "server" certificate (the profiles of issue_client/issue_server; the key stays with its
         owner, e.g. on a token). The CSR's self-signature must verify. `name`: the CN (None: the
@@ -131,7 +147,7 @@ class IssuedCertificate(_Handle):
         value = {"client": PROFILE_CLIENT, "server": PROFILE_SERVER}.get(profile)
         if value is None:
             raise ValueError('profile must be "client" or "server"')
-        options = _options(days=days, now=now, dns=list(dns), ips=list(ips))
+        options = _options(days=days, now=now, dns=list(dns), ips=list(ips), crl_url=crl_url, ocsp_url=ocsp_url)
         return Certificate(out_handle(lib.mtls_pki_sign_csr, self._h, value, data, len(data), utf8(name),
                                       ctypes.byref(options)))
 

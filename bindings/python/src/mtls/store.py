@@ -185,6 +185,55 @@ def _class_code(item_class):
     return _CLASS_BY_NAME[item_class]
 
 
+# ---- issue 26: expiry as data
+
+class ExpiryItemC(ctypes.Structure):
+    """typedef struct mtls_expiry_item."""
+    _fields_ = [
+        ("label", ctypes.c_char_p),
+        ("item_class", ctypes.c_int),
+        ("position", ctypes.c_int),
+        ("subject", ctypes.c_char_p),
+        ("sha256", ctypes.c_char_p),
+        ("not_before", ctypes.c_int64),
+        ("not_after", ctypes.c_int64),
+    ]
+
+
+# int mtls_store_expiry(mtls_store *store, mtls_expiry_item **out, size_t *count)
+fn("mtls_store_expiry", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(ExpiryItemC)), c_size_p)
+# void mtls_expiry_items_free(mtls_expiry_item *items, size_t count)
+fn("mtls_expiry_items_free", None, ctypes.POINTER(ExpiryItemC), ctypes.c_size_t)
+# int mtls_store_earliest_expiry(mtls_store *store, int64_t *not_after, char **label)
+fn("mtls_store_earliest_expiry", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64),
+   ctypes.POINTER(ctypes.c_void_p))
+# int mtls_store_metrics(mtls_store *store, char **out)
+fn("mtls_store_metrics", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
+
+
+def _utc(seconds: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+
+
+@dataclass(frozen=True)
+class ExpiryItem:
+    """One certificate of a stored item: position 0 is the item's leaf, 1... its chain."""
+    label: str
+    item_class: str
+    position: int
+    subject: str
+    sha256: str
+    not_before: datetime.datetime
+    not_after: datetime.datetime
+
+    def days_left(self, now: Optional[datetime.datetime] = None) -> int:
+        now = now or datetime.datetime.now(datetime.timezone.utc)
+        return int((self.not_after - now).total_seconds() // 86400)
+
+
+_EXPIRY_CLASSES = {1: "identity", 2: "certificate", 3: "token-identity"}
+
+
 class Store(_Handle):
     """A labeled credential store file. Safe to share across threads; use as a context manager.
 
@@ -365,3 +414,28 @@ class Store(_Handle):
         n = ctypes.c_size_t()
         check(lib.mtls_store_upgrade(utf8(str(path)), data, len(data), kind, None, utf8(confirmation), ctypes.byref(n)))
         return n.value
+
+    # ---- issue 26: expiry as data
+
+    def expiry(self) -> "List[ExpiryItem]":
+        """Every certificate in the store (identities and their chains, certificates, token
+        identities' certificates), earliest notAfter first; no private key is opened."""
+        arr, n = ctypes.POINTER(ExpiryItemC)(), ctypes.c_size_t()
+        check(lib.mtls_store_expiry(self._h, ctypes.byref(arr), ctypes.byref(n)))
+        try:
+            return [ExpiryItem(arr[i].label.decode("utf-8", "replace"),
+                               _EXPIRY_CLASSES.get(arr[i].item_class, str(arr[i].item_class)), arr[i].position,
+                               arr[i].subject.decode("utf-8", "replace"), arr[i].sha256.decode("ascii"),
+                               _utc(arr[i].not_before), _utc(arr[i].not_after)) for i in range(n.value)]
+        finally:
+            lib.mtls_expiry_items_free(arr, n.value)
+
+    def earliest_expiry(self) -> "Tuple[datetime.datetime, str]":
+        """(notAfter, label) of the certificate that expires first (NotFound when the store is empty)."""
+        t, label = ctypes.c_int64(), ctypes.c_void_p()
+        check(lib.mtls_store_earliest_expiry(self._h, ctypes.byref(t), ctypes.byref(label)))
+        return _utc(t.value), take_string(label)
+
+    def metrics(self) -> str:
+        """The store's certificates' validity as Prometheus text."""
+        return out_string(lib.mtls_store_metrics, self._h)

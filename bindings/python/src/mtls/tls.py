@@ -13,17 +13,18 @@ from .identity import Identity
 from .store import Store
 from .tokens import identity_from_pkcs11
 from .trust import Overrides, Policy, TrustOverridesC, TrustResult, _read_result
+from . import rotation
 
 
 TLS_1_2, TLS_1_3 = 12, 13
 _VERSIONS = {"1.2": TLS_1_2, "1.3": TLS_1_3, TLS_1_2: TLS_1_2, TLS_1_3: TLS_1_3}
 CLIENT_AUTH = {"none": 0, "optional": 1, "require": 2}
-CONN_OPTIONS_VERSION = 2
+CONN_OPTIONS_VERSION = 3
 LISTENER_OPTIONS_VERSION = 2
 
 
 class ConnOptions(ctypes.Structure):
-    """typedef struct mtls_conn_options (version 2)."""
+    """typedef struct mtls_conn_options (version 3)."""
     _fields_ = [
         ("version", ctypes.c_uint),
         ("sni", ctypes.c_char_p),
@@ -41,6 +42,7 @@ class ConnOptions(ctypes.Structure):
         ("candidate_count", ctypes.c_size_t),
         ("policy", ctypes.c_void_p),
         ("overrides", ctypes.POINTER(TrustOverridesC)),
+        ("identity_source", ctypes.c_void_p),
     ]
 
 
@@ -169,6 +171,9 @@ class ConnectOptions:
     pins: Sequence[str] = ()
     anchors: Sequence[Any] = ()
     anchors_only: Optional[bool] = None
+    #: an mtls.rotation.IdentitySource: presented instead of identity/candidates, each connection
+    #: taking the identity in force when it starts (a session of another identity never resumes)
+    identity_source: Optional[Any] = None
 
     def to_c(self, host: Optional[str]) -> Tuple[ConnOptions, List[Any]]:
         """The C structure, and the Python objects that must stay alive while a C call borrows
@@ -197,6 +202,9 @@ class ConnectOptions:
             o.candidate_count = len(self.candidates)
         if self.policy is not None:
             o.policy = self.policy._h
+        if self.identity_source is not None:
+            o.identity_source = self.identity_source._h
+            keep.append(self.identity_source)
         return o, keep
 
 
@@ -352,13 +360,14 @@ class Listener(_Handle):
                  client_auth: str = "require", client_policy: Optional[Policy] = None, alpn: Sequence[str] = (),
                  min_tls="1.2", max_tls="1.3", handshake_timeout=None, io_timeout=None,
                  session_tickets: bool = True, client_overrides: Optional[Overrides] = None,
-                 first_byte_timeout: Optional[float] = None, max_handshakes_per_address: Optional[int] = None):
+                 first_byte_timeout: Optional[float] = None, max_handshakes_per_address: Optional[int] = None,
+                 identity_source: Optional[Any] = None):
         if client_auth not in CLIENT_AUTH:
             raise ValueError("client_auth must be 'none', 'optional' or 'require'")
         o = ListenerOptions()
         check(lib.mtls_listener_options_init(ctypes.byref(o), LISTENER_OPTIONS_VERSION))
         o.client_auth = CLIENT_AUTH[client_auth]
-        o.identity = identity._h
+        o.identity = identity._h if identity is not None else None
         o.client_policy = client_policy._h if client_policy is not None else None
         o.alpn = utf8(",".join(alpn)) if alpn else None
         o.min_tls, o.max_tls = _version(min_tls), _version(max_tls)
@@ -369,7 +378,13 @@ class Listener(_Handle):
         o.first_byte_timeout_ms = _ms(first_byte_timeout)
         if max_handshakes_per_address is not None:
             o.max_handshakes_per_address = -1 if max_handshakes_per_address <= 0 else int(max_handshakes_per_address)
-        super().__init__(out_handle(lib.mtls_listener_new, utf8(address), int(port), ctypes.byref(o)))
+        if identity_source is not None:
+            # issue 26: each handshake presents the source's identity in force when it starts
+            super().__init__(out_handle(lib.mtls_listener_new_with_source, utf8(address), int(port), ctypes.byref(o),
+                                        identity_source._h))
+            self._identity_source = identity_source  # and with it the Store it follows, kept open
+        else:
+            super().__init__(out_handle(lib.mtls_listener_new, utf8(address), int(port), ctypes.byref(o)))
         del keep
 
     @property
@@ -382,13 +397,45 @@ class Listener(_Handle):
         return Connection(out_handle(lib.mtls_listener_accept, self._h,
                                      -1 if timeout is None else int(timeout * 1000)))
 
+    # ---- issue 26: identities that change, events, counters
+
+    def set_identity(self, identity: Identity) -> None:
+        """Presents `identity` from the next handshake on; connections already made keep theirs."""
+        check(lib.mtls_listener_set_identity(self._h, identity._h))
+
+    def set_event_callback(self, callback) -> None:
+        """Calls `callback(mtls.rotation.Event)` on rotations, failed reloads, expiry warnings (None: stop)."""
+        rotation._set_callback(lib.mtls_listener_set_event_callback, self._h, callback)
+
+    @property
+    def counters(self) -> dict:
+        """{"accepted", "resumed", "refused", "current_connections"}: the listener's counters."""
+        c = rotation.ListenerCountersC(version=1)
+        check(lib.mtls_listener_get_counters(self._h, ctypes.byref(c)))
+        return {"accepted": c.accepted, "resumed": c.resumed, "refused": c.refused,
+                "current_connections": c.current_connections}
+
+    def refused_count(self, error: type) -> int:
+        """Handshakes refused with the exception class `error` (mtls.Untrusted, mtls.HandshakeError...)."""
+        return out_value(ctypes.c_uint64, lib.mtls_listener_refused_count, self._h, int(error.code))
+
+    def metrics(self) -> str:
+        """The counters as Prometheus text."""
+        return out_string(lib.mtls_listener_metrics, self._h)
+
 
 def configure_ssl_ctx(ssl_ctx: int, identity: Optional[Identity] = None, policy: Optional[Policy] = None,
-                      accepts_clients: bool = False, overrides: Optional[Overrides] = None):
+                      accepts_clients: bool = False, overrides: Optional[Overrides] = None,
+                      identity_source: Optional[Any] = None):
     """Configures an OpenSSL SSL_CTX* (an address) the application owns to present `identity` and
     judge peers with `policy` (its policy-wide pins and verify_as included) and `overrides` on
     top, through libmtls's evaluator."""
     o, keep = (overrides or Overrides()).to_c()
+    if identity_source is not None:
+        check(lib.mtls_ssl_ctx_configure_source(ssl_ctx, identity_source._h, policy._h if policy else None,
+                                                int(accepts_clients), ctypes.cast(o, ctypes.c_void_p)))
+        del keep
+        return
     check(lib.mtls_ssl_ctx_configure_overrides(ssl_ctx, identity._h if identity else None,
                                                policy._h if policy else None, int(accepts_clients), o))
     del keep

@@ -17,6 +17,11 @@ PURPOSE_DEFAULT, PURPOSE_SERVER, PURPOSE_CLIENT = 0, 1, 2
 _PURPOSES = {None: PURPOSE_DEFAULT, "server": PURPOSE_SERVER, "client": PURPOSE_CLIENT}
 _KINDS = {0: "proceed", 1: "recoverable_failure", 2: "fatal_failure"}
 PIN_STOP_ENFORCING, PIN_FAIL_CLOSED = 0, 1
+# Revocation (mtls.h, "Revocation"): modes and source flags.
+REVOCATION_OFF, REVOCATION_SOFT, REVOCATION_HARD = 0, 1, 2
+REVOCATION_SOURCE_CRL, REVOCATION_SOURCE_OCSP = 1, 2
+_REVOCATION_MODES = {"off": REVOCATION_OFF, "soft": REVOCATION_SOFT, "hard": REVOCATION_HARD}
+_REVOCATION_SOURCES = {"crl": REVOCATION_SOURCE_CRL, "ocsp": REVOCATION_SOURCE_OCSP}
 
 # typedef void (*mtls_trust_report_cb)(const char *host, const char *rule, const char *code,
 #                                      const char *message, void *userdata)
@@ -108,6 +113,20 @@ fn("mtls_evaluate_with_overrides", ctypes.c_int, ctypes.c_void_p, c_void_pp, cty
    ctypes.c_uint16, ctypes.c_char_p, ctypes.c_int, ctypes.c_int64, _overrides_p, c_void_pp)
 # int mtls_trust_result_provenance(const mtls_trust_result *result, char **out)
 fn("mtls_trust_result_provenance", ctypes.c_int, ctypes.c_void_p, c_void_pp)
+# int mtls_policy_set_revocation(mtls_policy *policy, int mode, int sources)
+fn("mtls_policy_set_revocation", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)
+# int mtls_policy_set_rule_revocation(mtls_policy *policy, const char *pattern, int mode, int sources)
+fn("mtls_policy_set_rule_revocation", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int)
+# int mtls_policy_set_revocation_limits(mtls_policy *policy, size_t max_bytes, int timeout_ms)
+fn("mtls_policy_set_revocation_limits", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+# int mtls_policy_set_revocation_cache_dir(mtls_policy *policy, const char *dir)
+fn("mtls_policy_set_revocation_cache_dir", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)
+# int mtls_trust_result_revocation(const mtls_trust_result *result, char **out)
+fn("mtls_trust_result_revocation", ctypes.c_int, ctypes.c_void_p, c_void_pp)
+# int mtls_trust_result_warnings(const mtls_trust_result *result, char ***out, size_t *count)
+fn("mtls_trust_result_warnings", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(c_void_pp), c_size_p)
+# void mtls_revocation_cache_clear(void)
+fn("mtls_revocation_cache_clear", None)
 # void mtls_trust_result_free(mtls_trust_result *result)
 fn("mtls_trust_result_free", None, ctypes.c_void_p)
 # int mtls_trust_result_trusted(const mtls_trust_result *result, int *trusted)
@@ -194,6 +213,20 @@ class TrustResult(_Handle):
         text = out_string(lib.mtls_trust_result_provenance, self._h)
         return json.loads(text) if text is not None else None
 
+    @functools.cached_property
+    def revocation(self) -> Optional[Dict[str, Any]]:
+        """What revocation checking did: {"mode", "sources", "checks": [{"cert_index", "subject",
+        "status": "good"|"revoked"|"unknown", "source", "url", "fetched_at", "fetched_from",
+        "this_update", "next_update", "revoked_at", "reason", "error"}]} (mtls.h,
+        mtls_trust_result_revocation); None when revocation was off or not reached."""
+        text = out_string(lib.mtls_trust_result_revocation, self._h)
+        return json.loads(text) if text is not None else None
+
+    @functools.cached_property
+    def warnings(self) -> List[str]:
+        """What a trusted result wants known (a soft revocation check that found no status)."""
+        return take_strings(lib.mtls_trust_result_warnings, self._h)
+
     @property
     def codes(self) -> List[str]:
         return [r.code for r in self.reasons]
@@ -221,6 +254,8 @@ class HostRule:
     pins_expire: Union[None, int, datetime.datetime] = None
     after_expiry: str = "stop_enforcing"
     enforcement: str = "enforce"
+    # "off" | "soft" | "hard", or {"mode": ..., "sources": ["crl", "ocsp"]}; None: the policy's.
+    revocation: Union[None, str, Dict[str, Any]] = None
 
     @classmethod
     def of(cls, rule: Union["HostRule", Dict[str, Any]]) -> "HostRule":
@@ -311,7 +346,8 @@ class Policy(_Handle):
                  verify_as: Optional[str] = None, pins: Iterable[str] = (),
                  host_rules: Iterable[Union[HostRule, Dict[str, Any]]] = (), *, name_check: bool = True,
                  at: Union[None, int, datetime.datetime] = None, crl_files: Iterable[str] = (),
-                 report: Optional[ReportCallback] = None, _handle: Optional[int] = None) -> None:
+                 report: Optional[ReportCallback] = None,
+                 revocation: Union[None, str, Dict[str, Any]] = None, _handle: Optional[int] = None) -> None:
         super().__init__(_handle if _handle is not None else out_handle(lib.mtls_policy_new))
         if verify_as is not None:
             self.verify_as = verify_as
@@ -333,6 +369,9 @@ class Policy(_Handle):
             self.add_rule(HostRule.of(r))
         if report is not None:
             self.set_report_callback(report)
+        if revocation is not None:
+            spec = {"mode": revocation} if isinstance(revocation, str) else dict(revocation)
+            self.set_revocation(**spec)
 
     @classmethod
     def _wrap(cls, handle: int) -> "Policy":
@@ -384,6 +423,40 @@ class Policy(_Handle):
             self.set_pin_expiry(r.host, r.pins_expire, fail_closed=r.after_expiry == "fail_closed")
         if r.enforcement == "report_only":
             self.set_report_only(r.host, True)
+        if r.revocation is not None:
+            spec = {"mode": r.revocation} if isinstance(r.revocation, str) else dict(r.revocation)
+            self.set_rule_revocation(r.host, **spec)
+
+    @staticmethod
+    def _revocation_args(mode: str, sources: Iterable[str]) -> Tuple[int, int]:
+        if mode not in _REVOCATION_MODES:
+            raise ValueError("revocation mode must be 'off', 'soft' or 'hard'")
+        flags = 0
+        for s in sources:
+            if s not in _REVOCATION_SOURCES:
+                raise ValueError("revocation sources are 'crl' and 'ocsp'")
+            flags |= _REVOCATION_SOURCES[s]
+        return _REVOCATION_MODES[mode], flags
+
+    def set_revocation(self, mode: str, sources: Iterable[str] = ("crl",), max_bytes: Optional[int] = None,
+                       timeout_ms: Optional[int] = None, cache_dir: "Union[None, str, os.PathLike[str]]" = None) -> None:
+        """Policy-wide revocation checking (mtls_policy_set_revocation): `mode` "off", "soft"
+        (an unknown status is trusted, with a warning in the result) or "hard" (refused with
+        "revocation_unknown"); a revoked certificate is always refused. `sources` in order: "crl"
+        (the certificates' CRL distribution points, over http:), "ocsp". `max_bytes` and
+        `timeout_ms` bound each fetch (None: 10 MiB, 5000 ms); `cache_dir` keeps fetched CRLs
+        across restarts (files 0600)."""
+        m, flags = self._revocation_args(mode, sources)
+        check(lib.mtls_policy_set_revocation(self._h, m, flags))
+        if max_bytes is not None or timeout_ms is not None:
+            check(lib.mtls_policy_set_revocation_limits(self._h, int(max_bytes or 0), int(timeout_ms or 0)))
+        if cache_dir is not None:
+            check(lib.mtls_policy_set_revocation_cache_dir(self._h, utf8(os.fspath(cache_dir))))
+
+    def set_rule_revocation(self, pattern: str, mode: str, sources: Iterable[str] = ("crl",)) -> None:
+        """Revocation checking for peers under the host rule `pattern`, over the policy's."""
+        m, flags = self._revocation_args(mode, sources)
+        check(lib.mtls_policy_set_rule_revocation(self._h, utf8(pattern), m, flags))
 
     def add_host_rule(self, pattern: str, verify_as: Optional[str] = None, skip_name_check: bool = False) -> None:
         check(lib.mtls_policy_add_host_rule(self._h, utf8(pattern), utf8(verify_as), int(skip_name_check)))
@@ -507,3 +580,9 @@ class Policy(_Handle):
         result = TrustResult(out.value)  # owns the handle from here, whatever happens next
         check(rc)
         return result
+
+
+def clear_revocation_cache() -> None:
+    """Forgets every CRL cached in memory and every remembered fetch failure
+    (mtls_revocation_cache_clear); cache folders are left as they are."""
+    lib.mtls_revocation_cache_clear()

@@ -1,0 +1,271 @@
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// How an ACME server's challenge is answered.
+public enum ACMEChallengeMethod: Sendable, Equatable {
+    /// http-01 answered by a built-in HTTP responder listening on `address` (nil: every IPv4
+    /// address) and `port` (the CA connects to port 80 of the name; give the port it reaches).
+    case http01(address: String?, port: UInt16)
+    /// http-01 answered by files written under `directory/.well-known/acme-challenge/` (a web
+    /// server serves them); the files are removed afterwards.
+    case webroot(directory: String)
+    /// tls-alpn-01 (RFC 8737) answered by a built-in TLS responder on `address` and `port`
+    /// (the CA connects to port 443 of the name).
+    case tlsALPN01(address: String?, port: UInt16)
+    /// dns-01: `command` is run to publish, then to remove, the TXT record: a path to an
+    /// executable directly, anything else with `/bin/sh -c`. It gets the action (`present` or
+    /// `cleanup`), the record name and its value as arguments (`$1 $2 $3` in a command line)
+    /// and as `MTLS_ACME_ACTION`, `MTLS_ACME_TXT_NAME`, `MTLS_ACME_TXT_VALUE` (plus
+    /// `MTLS_ACME_IDENTIFIER`), and must return 0 once the record is served.
+    case dns01(command: String)
+
+    /// The ACME challenge type ("http-01", "tls-alpn-01", "dns-01").
+    public var type: String {
+        switch self {
+        case .http01, .webroot: return "http-01"
+        case .tlsALPN01: return "tls-alpn-01"
+        case .dns01: return "dns-01"
+        }
+    }
+
+    /// A one-line description kept in the enrollment record (`http-01:ADDR:PORT`,
+    /// `webroot:DIR`, `tls-alpn-01:ADDR:PORT`, `dns-01:COMMAND`), read back by ``init(recorded:)``.
+    public var recorded: String {
+        switch self {
+        case .http01(let a, let p): return "http-01:\(a ?? ""):\(p)"
+        case .webroot(let d): return "webroot:\(d)"
+        case .tlsALPN01(let a, let p): return "tls-alpn-01:\(a ?? ""):\(p)"
+        case .dns01(let c): return "dns-01:\(c)"
+        }
+    }
+
+    /// The method a record's ``recorded`` text describes.
+    public init(recorded text: String) throws {
+        func addressPort(_ rest: Substring) throws -> (String?, UInt16) {
+            guard let colon = rest.lastIndex(of: ":"), let port = UInt16(rest[rest.index(after: colon)...]) else {
+                throw MTLSError(.corrupt, "the recorded challenge \"\(text)\" is unreadable")
+            }
+            let a = String(rest[..<colon])
+            return (a.isEmpty ? nil : a, port)
+        }
+        if text.hasPrefix("http-01:") {
+            let (a, p) = try addressPort(text.dropFirst(8)); self = .http01(address: a, port: p)
+        } else if text.hasPrefix("tls-alpn-01:") {
+            let (a, p) = try addressPort(text.dropFirst(12)); self = .tlsALPN01(address: a, port: p)
+        } else if text.hasPrefix("webroot:") {
+            self = .webroot(directory: String(text.dropFirst(8)))
+        } else if text.hasPrefix("dns-01:") {
+            self = .dns01(command: String(text.dropFirst(7)))
+        } else {
+            throw MTLSError(.corrupt, "the recorded challenge \"\(text)\" is unknown")
+        }
+    }
+}
+
+/// An external account binding (RFC 8555 §7.3.4): the key identifier and MAC key the CA gave.
+public struct ACMEExternalAccount: Sendable {
+    /// The key identifier.
+    public var keyID: String
+    /// The HMAC key (raw bytes, decoded from the base64url the CA hands out).
+    public var hmacKey: SecretBytes
+
+    /// `hmacKey` is the raw key.
+    public init(keyID: String, hmacKey: SecretBytes) {
+        self.keyID = keyID
+        self.hmacKey = hmacKey
+    }
+
+    /// Reads the base64url MAC key the CA gave from the first line of a file (refused when
+    /// others may read it, like every secret file).
+    public static func load(keyID: String, hmacFile: String) throws -> ACMEExternalAccount {
+        let text = try FileIO.readSecret(hmacFile, kind: .password)
+        let decoded = text.withBytes { Base64URL.decode(String(decoding: $0, as: UTF8.self).trimmedSpaces) }
+        guard var key = decoded, !key.isEmpty else { throw MTLSError(.invalidArgument, "\(hmacFile) does not hold a base64url MAC key") }
+        defer { SecretBytes.wipe(&key) }
+        return ACMEExternalAccount(keyID: keyID, hmacKey: SecretBytes(key))
+    }
+}
+
+/// An ACME client (RFC 8555): account, order, challenges, finalisation and download, over
+/// libmtls's own TLS under the caller's policy. One instance serves one enrollment, from one
+/// thread.
+///
+/// - Every POST carries a fresh nonce; a `badNonce` problem is retried (up to
+///   ``maxNonceRetries`` times in a row) with the nonce that came with it.
+/// - Polling honours `Retry-After` (capped) and gives up after ``pollTimeout`` seconds.
+/// - A problem document becomes ``MTLSError/Code/caRejected`` (or
+///   ``MTLSError/Code/challengeFailed`` for a failed validation) carrying its type and detail.
+final class ACMEClient {
+    let directoryURL: String
+    let accountKey: PrivateKey
+    let http: HTTPSClient
+    /// Seconds an order or authorization may stay pending.
+    var pollTimeout: Double = 120
+    static let maxNonceRetries = 16
+    static let maxRetryAfter = 10.0
+
+    private var directory: JSONValue = .null
+    private var nonces: [String] = []
+    private(set) var accountURL: String?
+
+    init(directoryURL: String, accountKey: PrivateKey, http: HTTPSClient) {
+        self.directoryURL = directoryURL
+        self.accountKey = accountKey
+        self.http = http
+    }
+
+    // MARK: protocol steps
+
+    private func endpoint(_ name: String) throws -> String {
+        if case .null = directory {
+            let r = try http.send("GET", directoryURL)
+            guard r.status == 200 else { throw ACMEClient.problem(r, "reading the ACME directory \(directoryURL)") }
+            directory = try JSONValue.parse(r.body, "the ACME directory")
+        }
+        guard let url = directory[name]?.stringValue else {
+            throw MTLSError(.unsupported, "the ACME directory \(directoryURL) has no \(name)")
+        }
+        return url
+    }
+
+    private func nonce() throws -> String {
+        if let n = nonces.popLast() { return n }
+        let r = try http.send("HEAD", try endpoint("newNonce"))
+        guard let n = r.header("replay-nonce") else { throw MTLSError(.parse, "the ACME server gave no Replay-Nonce") }
+        return n
+    }
+
+    /// POSTs a JWS to `url` (kid once the account exists, else the JWK); `payload` nil is
+    /// POST-as-GET. Retries on `badNonce`.
+    private func post(_ url: String, _ payload: JSONOut?, useJWK: Bool = false, accept: String? = nil, what: String) throws -> HTTPResponse {
+        var attempt = 0
+        while true {
+            attempt += 1
+            var protected: [(String, JSONOut)] = [("nonce", .string(try nonce())), ("url", .string(url))]
+            if useJWK || accountURL == nil {
+                protected.insert(("jwk", try JWS.jwk(accountKey)), at: 0)
+            } else if let kid = accountURL {
+                protected.insert(("kid", .string(kid)), at: 0)
+            }
+            let body = try JWS.sign(protected: protected, payload: payload, key: accountKey)
+            var headers = [("Content-Type", "application/jose+json")]
+            if let accept { headers.append(("Accept", accept)) }
+            let r = try http.send("POST", url, headers: headers, body: body)
+            if let n = r.header("replay-nonce") { nonces = [n] }
+            if r.status >= 400 {
+                let type = (try? JSONValue.parse(r.body, "problem"))?["type"]?.stringValue ?? ""
+                if type == "urn:ietf:params:acme:error:badNonce" && attempt <= ACMEClient.maxNonceRetries { continue }
+                throw ACMEClient.problem(r, what)
+            }
+            return r
+        }
+    }
+
+    /// Registers (or finds) the account for the key; returns its URL.
+    @discardableResult
+    func account(contact: [String] = [], externalAccount: ACMEExternalAccount? = nil) throws -> String {
+        if let accountURL { return accountURL }
+        let url = try endpoint("newAccount")
+        var payload: [(String, JSONOut)] = [("termsOfServiceAgreed", .bool(true))]
+        if !contact.isEmpty { payload.append(("contact", .array(contact.map { .string($0) }))) }
+        if let eab = externalAccount {
+            let header = Base64URL.encode(JSONOut.object([("alg", .string("HS256")), ("kid", .string(eab.keyID)), ("url", .string(url))]).text)
+            let jwk = Base64URL.encode(try JWS.jwk(accountKey).text)
+            let mac = try JWS.hs256(Array("\(header).\(jwk)".utf8), key: eab.hmacKey)
+            payload.append(("externalAccountBinding", .object([("protected", .string(header)), ("payload", .string(jwk)),
+                                                               ("signature", .string(Base64URL.encode(mac)))])))
+        }
+        let r = try post(url, .object(payload), useJWK: true, what: "creating the ACME account")
+        guard let location = r.header("location") else { throw MTLSError(.parse, "the ACME server gave no account URL") }
+        accountURL = location
+        return location
+    }
+
+    /// Orders a certificate for `identifiers` (DNS names or IP literals), answers each pending
+    /// authorization with `method`, finalises with `csr` and returns the chain (leaf first).
+    func issue(identifiers: [String], csr: CertificateSigningRequest, method: ACMEChallengeMethod) throws -> [Certificate] {
+        guard accountURL != nil else { throw MTLSError(.internal, "no ACME account") }
+        let ids: [JSONOut] = identifiers.map {
+            .object([("type", .string(Socket.isIPLiteral($0) ? "ip" : "dns")), ("value", .string($0))])
+        }
+        let created = try post(try endpoint("newOrder"), .object([("identifiers", .array(ids))]), what: "creating the ACME order")
+        guard let orderURL = created.header("location") else { throw MTLSError(.parse, "the ACME server gave no order URL") }
+        var order = try JSONValue.parse(created.body, "the ACME order")
+        for authz in order["authorizations"]?.arrayValue.compactMap(\.stringValue) ?? [] {
+            try authorize(authz, method: method)
+        }
+        guard let finalizeURL = order["finalize"]?.stringValue else { throw MTLSError(.parse, "the ACME order has no finalize URL") }
+        order = try poll(orderURL, what: "the ACME order", until: ["ready"], failing: ["invalid"])
+        let finalized = try post(finalizeURL, .object([("csr", .string(Base64URL.encode(csr.der)))]), what: "finalizing the ACME order")
+        order = try JSONValue.parse(finalized.body, "the ACME order")
+        if order["status"]?.stringValue != "valid" {
+            order = try poll(orderURL, what: "the ACME order", until: ["valid"], failing: ["invalid"])
+        }
+        guard let certURL = order["certificate"]?.stringValue else { throw MTLSError(.parse, "the valid ACME order has no certificate URL") }
+        let r = try post(certURL, nil, accept: "application/pem-certificate-chain", what: "downloading the certificate")
+        let chain = try Certificate.parseAll(r.body)
+        guard !chain.isEmpty else { throw MTLSError(.parse, "the ACME server's certificate download holds no certificate") }
+        return chain
+    }
+
+    private func authorize(_ url: String, method: ACMEChallengeMethod) throws {
+        let authz = try JSONValue.parse(try post(url, nil, what: "reading an ACME authorization").body, "the ACME authorization")
+        if authz["status"]?.stringValue == "valid" { return }
+        let identifier = authz["identifier"]?["value"]?.stringValue ?? ""
+        guard let challenge = authz["challenges"]?.arrayValue.first(where: { $0["type"]?.stringValue == method.type }),
+              let token = challenge["token"]?.stringValue, let challengeURL = challenge["url"]?.stringValue else {
+            throw MTLSError(.unsupported, "the ACME server offers no \(method.type) challenge for \(identifier)")
+        }
+        // A token is base64url (RFC 8555 §8.1): anything else could escape a path or a header.
+        guard !token.isEmpty, token.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
+            throw MTLSError(.parse, "the ACME challenge token is not base64url")
+        }
+        let keyAuthorization = token + "." + (try JWS.thumbprint(accountKey))
+        let responder = try ChallengeResponder.start(method, identifier: identifier, token: token, keyAuthorization: keyAuthorization)
+        defer { responder.stop() }
+        _ = try post(challengeURL, .object([]), what: "answering the \(method.type) challenge for \(identifier)")
+        _ = try poll(url, what: "the authorization of \(identifier)", until: ["valid"], failing: ["invalid", "revoked", "deactivated", "expired"])
+    }
+
+    /// POST-as-GETs `url` until its status is one of `until`; a status in `failing` throws with
+    /// the first challenge error the object shows.
+    private func poll(_ url: String, what: String, until: Set<String>, failing: Set<String>) throws -> JSONValue {
+        let deadline = Deadline.now() + pollTimeout
+        while true {
+            let r = try post(url, nil, what: "reading \(what)")
+            let object = try JSONValue.parse(r.body, what)
+            let status = object["status"]?.stringValue ?? ""
+            if until.contains(status) { return object }
+            if failing.contains(status) {
+                let errors = (object["challenges"]?.arrayValue.compactMap { $0["error"] } ?? []) + [object["error"]].compactMap { $0 }
+                let detail = errors.first.map { ACMEClient.describe($0) } ?? "no detail"
+                throw MTLSError(.challengeFailed, "\(what) is \(status): \(detail)")
+            }
+            guard Deadline.now() < deadline else { throw MTLSError(.timeout, "\(what) is still \(status) after \(Int(pollTimeout)) s") }
+            let wait = r.retryAfter(max: ACMEClient.maxRetryAfter) ?? 1
+            usleep(UInt32(max(0.05, min(wait, deadline - Deadline.now())) * 1_000_000))
+        }
+    }
+
+    /// `type: detail` of a problem document (RFC 7807), subproblems appended.
+    static func describe(_ problem: JSONValue) -> String {
+        let type = (problem["type"]?.stringValue ?? "").replacing("urn:ietf:params:acme:error:", with: "")
+        var text = type.isEmpty ? "" : type + ": "
+        text += problem["detail"]?.stringValue ?? "no detail"
+        let subs = problem["subproblems"]?.arrayValue.map { sub in
+            (sub["identifier"]?["value"]?.stringValue.map { $0 + ": " } ?? "") + (sub["detail"]?.stringValue ?? "")
+        } ?? []
+        if !subs.isEmpty { text += " (" + subs.joined(separator: "; ") + ")" }
+        return String(text.prefix(2048))
+    }
+
+    /// The error for a failed response: its problem document when it has one.
+    static func problem(_ r: HTTPResponse, _ what: String) -> MTLSError {
+        if let doc = try? JSONValue.parse(r.body, "problem"), doc["type"] != nil || doc["detail"] != nil {
+            return MTLSError(.caRejected, "\(what): the ACME server answered \(r.status) \(describe(doc))")
+        }
+        return MTLSError(.caRejected, "\(what): the ACME server answered HTTP \(r.status)")
+    }
+}

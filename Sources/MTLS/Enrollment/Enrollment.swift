@@ -1,0 +1,351 @@
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What an ACME enrollment needs (see ``Enrollment/enrollACME(_:store:label:)``).
+public struct ACMEEnrollment: Sendable {
+    /// The directory URL (`https://...`).
+    public var directoryURL: String
+    /// DNS names and IP addresses to certify (the first is the CSR's CN).
+    public var identifiers: [String]
+    /// How challenges are answered.
+    public var challenge: ACMEChallengeMethod
+    /// Anchors for the directory's own TLS certificate (a private ACME server's root). When
+    /// given, only they are trusted; otherwise the system store is.
+    public var directoryAnchors: [Certificate] = []
+    /// Anchors the issued chain must validate to before it is installed (empty: the chain must
+    /// at least validate to its own top certificate).
+    public var chainAnchors: [Certificate] = []
+    /// Type of a new key made in memory (ignored with ``tokenURI``).
+    public var keySpec: KeySpec = .ecP256
+    /// A key on a token (`pkcs11:` URI of an existing private key) instead of a new file key.
+    public var tokenURI: String?
+    /// The token's PIN (else the URI's pin-source, or none).
+    public var tokenPIN: SecretBytes?
+    /// External account binding, when the server requires it.
+    public var externalAccount: ACMEExternalAccount?
+    /// Account contact URLs (`mailto:...`).
+    public var contact: [String] = []
+    /// Seconds an order or authorization may stay pending.
+    public var pollTimeout: Double = 120
+
+    /// The minimum: a directory, identifiers and a challenge method.
+    public init(directoryURL: String, identifiers: [String], challenge: ACMEChallengeMethod) {
+        self.directoryURL = directoryURL
+        self.identifiers = identifiers
+        self.challenge = challenge
+    }
+}
+
+/// What an enrollment or a renewal installed.
+public struct EnrollmentResult: Sendable {
+    /// The identity's label.
+    public var label: String
+    /// The new certificate.
+    public var certificate: Certificate
+    /// The chain above it, as the CA gave it.
+    public var chain: [Certificate]
+    /// The record now kept beside the identity.
+    public var record: EnrollmentRecord
+    /// The certificate it replaced, if any.
+    public var previous: Certificate?
+}
+
+/// What ``Enrollment/renew(store:label:force:policy:tokenPIN:now:)`` did.
+public struct RenewalOutcome: Sendable {
+    /// Whether a new identity was installed.
+    public var renewed: Bool
+    /// The new identity's details, when renewed.
+    public var result: EnrollmentResult?
+    /// When the current certificate is due for renewal (two thirds of its lifetime, less jitter).
+    public var dueAt: Date
+    /// The current (or, after renewal, the previous) certificate.
+    public var current: Certificate
+}
+
+/// Enrollment against a certificate authority (ACME, the local `mtls pki` directory) and
+/// in-process renewal, installing through the store.
+///
+/// A new identity is installed only once proven: its key matches the certificate and its
+/// chain validates (under the caller's policy, else the recorded anchors). It replaces the old
+/// one under the same label in one store transaction, together with its enrollment record, so
+/// the last good identity stays in place until then and programs following the label rotate.
+public enum Enrollment {
+    // MARK: ACME
+
+    /// Enrolls `request.identifiers` with an ACME server and installs the identity under `label`
+    /// (replacing one that is there). The account key is the one recorded for this label when the
+    /// directory is the same, else a new P-256 key; it is kept sealed in the record.
+    public static func enrollACME(_ request: ACMEEnrollment, store: CredentialStore, label: String,
+                                  policy: TrustPolicy? = nil) throws -> EnrollmentResult {
+        guard !request.identifiers.isEmpty else { throw MTLSError(.invalidArgument, "give at least one DNS name or IP address") }
+        guard request.pollTimeout.isFinite, (1...86400).contains(request.pollTimeout) else {
+            throw MTLSError(.invalidArgument, "the ACME poll timeout must be 1 to 86400 seconds")
+        }
+        for name in request.identifiers where !Socket.isIPLiteral(name) && !CertificateRequest.isValidDNSName(name) {
+            throw MTLSError(.invalidArgument, "not a DNS name or IP address: \"\(name)\"")
+        }
+        let previous = try? store.enrollmentRecordAndKey(label: label)
+        let recordedKey = previous.flatMap { $0.record.source == "acme" && $0.record.url == request.directoryURL ? $0.accountKey : nil }
+        let accountKey = try recordedKey ?? PrivateKey.generate(.ecP256)
+        var options = TLSClientOptions()
+        if !request.directoryAnchors.isEmpty {
+            options.policy = TrustPolicy(anchors: request.directoryAnchors, anchorsOnly: true)
+        }
+        let client = ACMEClient(directoryURL: request.directoryURL, accountKey: accountKey, http: HTTPSClient(options: options))
+        client.pollTimeout = request.pollTimeout
+        let accountURL = try client.account(contact: request.contact, externalAccount: request.externalAccount)
+
+        let key = try request.tokenURI.map { try Token.signingKey(uri: $0, pin: request.tokenPIN) } ?? PrivateKey.generate(request.keySpec)
+        let ips = request.identifiers.filter { Socket.isIPLiteral($0) }
+        let dns = request.identifiers.filter { !Socket.isIPLiteral($0) }
+        let csr = try CertificateSigningRequest.make(subject: "CN=" + (dns.first ?? ips[0]), key: key, dnsNames: dns, ipAddresses: ips)
+        let issued = try client.issue(identifiers: request.identifiers, csr: csr, method: request.challenge)
+        let record = EnrollmentRecord(source: "acme", url: request.directoryURL, account: accountURL, identifiers: request.identifiers,
+                                      keyType: key.keyType.shortName, tokenURI: request.tokenURI, challenge: request.challenge.recorded,
+                                      profile: "server", directoryAnchors: EnrollmentRecord.encode(request.directoryAnchors),
+                                      chainAnchors: EnrollmentRecord.encode(request.chainAnchors), enrolledAt: Date().timeIntervalSince1970)
+        return try install(key: key, issued: issued, record: record, accountKey: accountKey, store: store, label: label,
+                           policy: policy, tokenPIN: request.tokenPIN, writeToToken: true)
+    }
+
+    // MARK: EST
+
+    /// Enrolls with an EST server (RFC 7030) at `url` (the base, such as
+    /// `https://est.example/.well-known/est`): a new key (or the token key at `tokenURI`), a CSR
+    /// for `subject` signed by it, sent to `/simpleenroll` with HTTP basic authentication (`user`,
+    /// `password`) and/or a bootstrap identity presented over TLS; the chain comes from
+    /// `/cacerts`. Installed under `label` with its record; renewal re-enrolls over mutual TLS
+    /// with the identity itself (`/simplereenroll`).
+    public static func enrollEST(url: String, subject: String, anchors: [Certificate] = [], user: String? = nil,
+                                 password: SecretBytes? = nil, bootstrap: Identity? = nil, keySpec: KeySpec = .ecP256,
+                                 tokenURI: String? = nil, tokenPIN: SecretBytes? = nil, profile: CertificateProfile = .client,
+                                 store: CredentialStore, label: String, policy: TrustPolicy? = nil) throws -> EnrollmentResult {
+        let record = EnrollmentRecord(source: "est", url: url, account: user, identifiers: [subject], keyType: "",
+                                      tokenURI: tokenURI, challenge: nil, profile: profile.rawValue,
+                                      directoryAnchors: EnrollmentRecord.encode(anchors), chainAnchors: EnrollmentRecord.encode(anchors),
+                                      enrolledAt: Date().timeIntervalSince1970)
+        return try issueEST(record: record, keySpec: keySpec, user: user, password: password,
+                            client: bootstrap.map { .identity($0) } ?? ClientIdentity.none, reenroll: false,
+                            tokenPIN: tokenPIN, store: store, label: label, policy: policy)
+    }
+
+    private static func issueEST(record: EnrollmentRecord, keySpec: KeySpec, user: String?, password: SecretBytes?,
+                                 client: ClientIdentity, reenroll: Bool, tokenPIN: SecretBytes?, store: CredentialStore,
+                                 label: String, policy: TrustPolicy?) throws -> EnrollmentResult {
+        guard let subject = record.identifiers.first else { throw MTLSError(.corrupt, "the EST record of \"\(label)\" has no subject") }
+        var options = TLSClientOptions()
+        let anchors = try EnrollmentRecord.decode(record.directoryAnchors)
+        if !anchors.isEmpty { options.policy = TrustPolicy(anchors: anchors, anchorsOnly: true) }
+        options.identity = client
+        let est = ESTClient(baseURL: record.url, http: HTTPSClient(options: options))
+        let key = try record.tokenURI.map { try Token.signingKey(uri: $0, pin: tokenPIN) } ?? PrivateKey.generate(keySpec)
+        let csr = try CertificateSigningRequest.make(subject: subject, key: key)
+        let leaf = try est.enroll(csr, reenroll: reenroll, user: user, password: password)
+        let cas = try est.caCertificates()
+        let (path, _) = Identity.buildChain(from: leaf, using: cas)
+        var r = record
+        r.keyType = key.keyType.shortName
+        r.enrolledAt = Date().timeIntervalSince1970
+        if r.chainAnchors.isEmpty, let top = path.last { r.chainAnchors = EnrollmentRecord.encode([top]) }
+        let recordedKey = try? store.enrollmentRecordAndKey(label: label).accountKey
+        let accountKey = try recordedKey ?? PrivateKey.generate(.ecP256)
+        return try install(key: key, issued: [leaf] + path, record: r, accountKey: accountKey, store: store, label: label,
+                           policy: policy, tokenPIN: tokenPIN, writeToToken: true)
+    }
+
+    // MARK: the local CA
+
+    /// Enrolls from a local `mtls pki` directory: a new key (in memory, or the token key at
+    /// `tokenURI`), a CSR signed by it, signed by the intermediate `caName`, installed under
+    /// `label` with its record.
+    public static func enrollPKI(directory: String, caName: String, name: String, profile: CertificateProfile = .server,
+                                 keySpec: KeySpec = .ecP256, tokenURI: String? = nil, tokenPIN: SecretBytes? = nil,
+                                 caKeyPassword: SecretBytes? = nil, chainAnchors: [Certificate] = [],
+                                 store: CredentialStore, label: String, policy: TrustPolicy? = nil) throws -> EnrollmentResult {
+        guard profile == .server || profile == .client else { throw MTLSError(.invalidArgument, "enroll a server or client certificate") }
+        let record = EnrollmentRecord(source: "pki", url: directory, account: caName, identifiers: [name],
+                                      keyType: "", tokenURI: tokenURI, challenge: nil, profile: profile.rawValue,
+                                      directoryAnchors: [], chainAnchors: EnrollmentRecord.encode(chainAnchors),
+                                      enrolledAt: Date().timeIntervalSince1970)
+        return try issuePKI(record: record, keySpec: keySpec, tokenPIN: tokenPIN, caKeyPassword: caKeyPassword, first: true,
+                            store: store, label: label, policy: policy)
+    }
+
+    private static func issuePKI(record: EnrollmentRecord, keySpec: KeySpec, tokenPIN: SecretBytes?, caKeyPassword: SecretBytes?,
+                                 first: Bool, store: CredentialStore, label: String, policy: TrustPolicy?) throws -> EnrollmentResult {
+        guard let caName = record.account, let name = record.identifiers.first,
+              let profile = CertificateProfile(rawValue: record.profile) else {
+            throw MTLSError(.corrupt, "the pki enrollment record of \"\(label)\" is incomplete")
+        }
+        let pki = PKIDirectory(path: record.url)
+        let key = try record.tokenURI.map { try Token.signingKey(uri: $0, pin: tokenPIN) } ?? PrivateKey.generate(keySpec)
+        let isIP = Socket.isIPLiteral(name)
+        let request = CertificateRequest(profile: profile, commonName: name,
+                                         dnsNames: profile == .server && !isIP ? [name] : [],
+                                         ipAddresses: profile == .server && isIP ? [name] : [])
+        let csr = try CertificateSigningRequest.make(subject: "CN=" + name, key: key)
+        let issued: [Certificate]
+        if first {
+            let (leaf, chain) = try pki.sign(csr, request: request, caName: caName, keyPassword: caKeyPassword)
+            issued = [leaf] + chain
+        } else {
+            // A renewal: the folder already lists this name, so the intermediate signs directly.
+            let (ca, chain) = try pki.loadIntermediate(caName, keyPassword: caKeyPassword)
+            try request.validate()
+            issued = [try ca.issue(request, csr: csr)] + chain
+        }
+        var r = record
+        r.keyType = key.keyType.shortName
+        r.enrolledAt = Date().timeIntervalSince1970
+        let recordedKey = try? store.enrollmentRecordAndKey(label: label).accountKey
+        let accountKey = try recordedKey ?? PrivateKey.generate(.ecP256)
+        return try install(key: key, issued: issued, record: r, accountKey: accountKey, store: store, label: label,
+                           policy: policy, tokenPIN: tokenPIN, writeToToken: first)
+    }
+
+    // MARK: proving and installing
+
+    /// Proves the issued identity (key matches, chain validates) and installs it and its record.
+    static func install(key: PrivateKey, issued: [Certificate], record: EnrollmentRecord, accountKey: PrivateKey,
+                        store: CredentialStore, label: String, policy: TrustPolicy?, tokenPIN: SecretBytes?,
+                        writeToToken: Bool) throws -> EnrollmentResult {
+        guard let leaf = issued.first else { throw MTLSError(.parse, "the CA returned no certificate") }
+        let chain = Array(issued.dropFirst())
+        try prove(key: key, leaf: leaf, chain: chain, record: record, policy: policy)
+        let previous: Certificate? = (try? store.identity(label: label).leaf) ?? (try? store.tokenIdentity(label: label).certificate)
+        let carrier = try record.carrier(key: accountKey)
+        if let uri = record.tokenURI {
+            if writeToToken {
+                // Beside its key on the token, so the token alone can present it (and its chain).
+                // Already there (a retried enrollment) is fine; any other failure is reported.
+                do { _ = try Token.importCertificate(leaf, chain: chain, uri: uri, pin: tokenPIN) } catch let e as MTLSError where e.code == .duplicate {}
+            }
+            try store.putTokenIdentity(uri: key.tokenURI ?? uri, certificate: leaf, chain: chain, label: label, replace: true)
+            try store.putIdentity(carrier, label: EnrollmentRecord.label(for: label), replace: true)
+        } else {
+            let identity = try Identity(privateKey: key, leaf: leaf, certificates: chain)
+            // One transaction: the identity and its record, or neither.
+            try store.putIdentities([(label, identity), (EnrollmentRecord.label(for: label), carrier)], replace: true)
+        }
+        return EnrollmentResult(label: label, certificate: leaf, chain: chain, record: record, previous: previous)
+    }
+
+    /// The proof a new identity must pass before it is stored: the key is the certificate's,
+    /// and the chain validates under `policy` (the program's), else to the recorded anchors,
+    /// else at least to its own top certificate. ``MTLSError/Code/challengeFailed`` otherwise.
+    static func prove(key: PrivateKey, leaf: Certificate, chain: [Certificate], record: EnrollmentRecord, policy: TrustPolicy?) throws {
+        guard key.matches(leaf) else {
+            throw MTLSError(.challengeFailed, "the issued certificate is not for the identity's key: not installed")
+        }
+        let purpose: TrustPurpose = record.profile == "client" ? .clientAuth : .serverAuth
+        let result: TrustResult
+        if let policy {
+            let host = purpose == .serverAuth ? record.identifiers.first : nil
+            result = policy.evaluate(chain: [leaf] + chain, host: host, purpose: purpose)
+        } else {
+            var anchors = try EnrollmentRecord.decode(record.chainAnchors)
+            if anchors.isEmpty, let top = chain.last ?? Optional(leaf) { anchors = [top] }
+            let p = TrustPolicy(anchors: anchors, anchorsOnly: true, purpose: purpose, nameCheck: .none)
+            result = p.evaluate(chain: [leaf] + chain, host: nil, purpose: purpose)
+        }
+        guard result.trusted else {
+            let why = result.reasons.map { "\($0.code): \($0.message)" }.joined(separator: "; ")
+            throw MTLSError(.challengeFailed, "the issued chain does not validate under the policy (\(why)): not installed")
+        }
+    }
+
+    // MARK: renewal
+
+    /// When `certificate` is due: two thirds into its lifetime, less a random jitter of up to
+    /// 5 % of the lifetime (so a fleet enrolled together does not renew together).
+    public static func dueDate(_ certificate: Certificate, jitter: Bool = true) -> Date {
+        let lifetime = certificate.notAfter.timeIntervalSince(certificate.notBefore)
+        let spread = jitter ? Double.random(in: 0...(max(0, lifetime) * 0.05)) : 0
+        return certificate.notBefore.addingTimeInterval(lifetime * 2 / 3 - spread)
+    }
+
+    /// Renews the identity labelled `label` from its enrollment record when it is due (or
+    /// always, with `force`). `caKeyPassword` unlocks a local pki directory's CA key. The previous identity stays in the store, untouched, unless the
+    /// new one is issued and proven (see ``prove``); then both are swapped in one transaction.
+    public static func renew(store: CredentialStore, label: String, force: Bool = false, policy: TrustPolicy? = nil,
+                             tokenPIN: SecretBytes? = nil, externalAccount: ACMEExternalAccount? = nil,
+                             caKeyPassword: SecretBytes? = nil, now: Date = Date()) throws -> RenewalOutcome {
+        var record = try store.enrollmentRecord(label: label)
+        let current: Certificate = record.tokenURI == nil ? try store.identity(label: label).leaf
+                                                           : try store.tokenIdentity(label: label).certificate
+        let due = dueDate(current)
+        guard force || now >= due else { return RenewalOutcome(renewed: false, result: nil, dueAt: due, current: current) }
+        let keySpec = (try? KeySpec(issuingName: record.keyType)) ?? .ecP256
+        if let keyURI = record.tokenURI {
+            // A token identity is re-keyed on the token: a new key (new CKA_ID, a new label),
+            // the CSR signed there; the previous key stays on the token.
+            record.tokenURI = try rekeyOnToken(keyURI, keyType: record.keyType, pin: tokenPIN)
+        }
+        let result: EnrollmentResult
+        switch record.source {
+        case "acme":
+            guard let challenge = record.challenge else { throw MTLSError(.corrupt, "the ACME record of \"\(label)\" has no challenge") }
+            var request = ACMEEnrollment(directoryURL: record.url, identifiers: record.identifiers,
+                                         challenge: try ACMEChallengeMethod(recorded: challenge))
+            request.directoryAnchors = try EnrollmentRecord.decode(record.directoryAnchors)
+            request.chainAnchors = try EnrollmentRecord.decode(record.chainAnchors)
+            request.keySpec = keySpec
+            request.tokenURI = record.tokenURI
+            request.tokenPIN = tokenPIN
+            request.externalAccount = externalAccount
+            // The same account: enrollACME takes its key from the record.
+            result = try enrollACME(request, store: store, label: label, policy: policy)
+        case "pki":
+            result = try issuePKI(record: record, keySpec: keySpec, tokenPIN: tokenPIN, caKeyPassword: caKeyPassword, first: false,
+                                  store: store, label: label, policy: policy)
+        case "est":
+            // Re-enrollment is authenticated by the identity being renewed, over mutual TLS.
+            let client: ClientIdentity
+            if record.tokenURI == nil {
+                client = .identity(try store.identity(label: label))
+            } else {
+                client = .identity(try IdentityCandidate(token: try store.tokenIdentity(label: label), pin: tokenPIN).identity())
+            }
+            result = try issueEST(record: record, keySpec: keySpec, user: nil, password: nil, client: client, reenroll: true,
+                                  tokenPIN: tokenPIN, store: store, label: label, policy: policy)
+        default:
+            throw MTLSError(.unsupported, "\"\(label)\" was enrolled from \"\(record.source)\", which this libmtls cannot renew")
+        }
+        return RenewalOutcome(renewed: true, result: result, dueAt: due, current: current)
+    }
+
+    /// Makes the next key of a token identity beside `uri`'s: same token (and query, such as
+    /// `pin-source` or `module-path`), a random CKA_ID, and the label `<base>~<unix time>`.
+    /// Returns the new private key's URI.
+    static func rekeyOnToken(_ uri: String, keyType: String, pin: SecretBytes?) throws -> String {
+        guard let type = TokenKeyType(rawValue: keyType) else {
+            throw MTLSError(.unsupported, "a \(keyType) key cannot be made on a token")
+        }
+        let parsed = try PKCS11URI(uri)
+        let q = uri.firstIndex(of: "?")
+        let path = q.map { String(uri[..<$0]) } ?? uri
+        let query = q.map { String(uri[$0...]) } ?? ""
+        var parts = path.dropFirst("pkcs11:".count).split(separator: ";").map(String.init)
+        parts.removeAll { $0.hasPrefix("id=") || $0.hasPrefix("object=") || $0.hasPrefix("type=") }
+        var base = parsed.object ?? "mtls-key"
+        if let tilde = base.lastIndex(of: "~"), base[base.index(after: tilde)...].allSatisfy(\.isNumber) {
+            base = String(base[..<tilde])
+        }
+        let label = base + "~" + String(Int(Date().timeIntervalSince1970))
+        let encoded = label.unicodeScalars.map { u -> String in
+            (u.isASCII && (u.properties.isAlphabetic || ("0"..."9").contains(Character(u)) || "-._~".unicodeScalars.contains(u)))
+                ? String(u) : Array(String(u).utf8).map { "%" + Encoding.hex([$0]) }.joined()
+        }.joined()
+        parts.append("object=" + encoded)
+        return try Token.generateKey(uri: "pkcs11:" + parts.joined(separator: ";") + query, type: type, pin: pin)
+    }
+
+    /// Seconds to wait before retry `attempt` (1, 2, ...) after a failed renewal: exponential
+    /// from 30 s, capped at 1 h, with ±20 % jitter.
+    public static func backoff(attempt: Int, base: Double = 30, cap: Double = 3600) -> Double {
+        let raw = min(cap, base * pow(2, Double(max(0, min(attempt - 1, 20)))))
+        return raw * Double.random(in: 0.8...1.2)
+    }
+}

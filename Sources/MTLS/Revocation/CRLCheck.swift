@@ -1,0 +1,110 @@
+internal import COpenSSL
+import FoundationEssentials
+
+/// Why a CRL gives no answer for a certificate: the text of an `unknown` status.
+struct RevocationProblem: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}
+
+/// Checking a CRL against the issuer in the built chain, with OpenSSL, and looking a certificate
+/// up in it. libmtls understands full CRLs of one issuer: delta CRLs, indirect CRLs and CRLs
+/// partitioned by reason are refused as unsupported (an `unknown` status), as is any critical
+/// extension other than the issuing distribution point, the authority key identifier and the
+/// CRL number.
+enum CRLCheck {
+    /// Clock skew tolerated on thisUpdate.
+    static let skew: TimeInterval = 300
+
+    /// Throws a ``RevocationProblem`` unless `crl` is a usable CRL issued by `issuer` at `time`:
+    /// issuer name, authority key identifier, signature (X509_CRL_verify with the issuer's key),
+    /// cRLSign when the issuer has a keyUsage, thisUpdate/nextUpdate, extensions understood.
+    static func verify(_ crl: OpaquePointer, issuer: Certificate, time: Date) throws {
+        defer { OpenSSLErrorQueue.clear() }
+        guard X509_NAME_cmp(X509_CRL_get_issuer(crl), X509_get_subject_name(issuer.x509)) == 0 else {
+            let name = Certificate.rfc4514(X509_CRL_get_issuer(crl))
+            throw RevocationProblem("the CRL is issued by \"\(name)\", not by the certificate's issuer \"\(issuer.subject)\"")
+        }
+        if let ku = issuer.keyUsage, !ku.contains(.cRLSign) {
+            throw RevocationProblem("the issuer \"\(issuer.subjectSummary)\" may not sign CRLs (keyUsage lacks cRLSign)")
+        }
+        if mtls_ossl_X509_CRL_aki_matches(crl, issuer.x509) < 0 {
+            throw RevocationProblem("the CRL's authority key identifier names another key than the issuer's")
+        }
+        guard let key = X509_get0_pubkey(issuer.x509), X509_CRL_verify(crl, key) == 1 else {
+            throw RevocationProblem("the CRL's signature does not verify with the key of \"\(issuer.subjectSummary)\" (signed by another CA?)")
+        }
+        // Extensions: each critical one must be understood; delta CRLs are refused.
+        for i in 0..<max(0, X509_CRL_get_ext_count(crl)) {
+            guard let ext = X509_CRL_get_ext(crl, i) else { continue }
+            let nid = OBJ_obj2nid(X509_EXTENSION_get_object(ext))
+            if nid == NID_delta_crl { throw RevocationProblem("a delta CRL: unsupported (libmtls reads full CRLs only)") }
+            if X509_EXTENSION_get_critical(ext) != 0,
+               ![NID_issuing_distribution_point, NID_authority_key_identifier, NID_crl_number].contains(nid) {
+                throw RevocationProblem("the CRL has a critical extension libmtls does not understand (\(Certificate.oidText(X509_EXTENSION_get_object(ext)))): unsupported")
+            }
+        }
+        let idp = mtls_ossl_X509_CRL_idp_flags(crl)
+        if idp < 0 { throw RevocationProblem("the CRL's issuing distribution point does not decode") }
+        if idp & 2 != 0 { throw RevocationProblem("an indirect CRL: unsupported") }
+        if idp & 16 != 0 { throw RevocationProblem("a CRL for some revocation reasons only: unsupported") }
+        if idp & 32 != 0 { throw RevocationProblem("a CRL for attribute certificates only") }
+        // Entries: an entry naming another certificate issuer makes the CRL indirect.
+        if let entries = X509_CRL_get_REVOKED(crl) {
+            for i in 0..<mtls_ossl_sk_X509_REVOKED_num(entries) {
+                guard let r = mtls_ossl_sk_X509_REVOKED_value(entries, i), let exts = X509_REVOKED_get0_extensions(r) else { continue }
+                for j in 0..<mtls_ossl_sk_X509_EXTENSION_num(exts) {
+                    guard let ext = mtls_ossl_sk_X509_EXTENSION_value(exts, j) else { continue }
+                    let nid = OBJ_obj2nid(X509_EXTENSION_get_object(ext))
+                    if nid == NID_certificate_issuer { throw RevocationProblem("an indirect CRL (an entry names another issuer): unsupported") }
+                    if X509_EXTENSION_get_critical(ext) != 0, ![NID_crl_reason, NID_invalidity_date].contains(nid) {
+                        throw RevocationProblem("a CRL entry has a critical extension libmtls does not understand: unsupported")
+                    }
+                }
+            }
+        }
+        let (thisUpdate, nextUpdate) = dates(crl)
+        try checkDates(thisUpdate: thisUpdate, nextUpdate: nextUpdate, time: time)
+    }
+
+    /// Throws unless `time` falls between thisUpdate (less the clock skew) and nextUpdate.
+    static func checkDates(thisUpdate: Date, nextUpdate: Date?, time: Date) throws {
+        if thisUpdate > time.addingTimeInterval(skew) {
+            throw RevocationProblem("the CRL is not valid yet (thisUpdate \(RevocationCheck.rfc3339(thisUpdate)))")
+        }
+        guard let nextUpdate else { throw RevocationProblem("the CRL has no nextUpdate, so its freshness cannot be judged") }
+        if nextUpdate < time {
+            throw RevocationProblem("the CRL is stale: its nextUpdate \(RevocationCheck.rfc3339(nextUpdate)) has passed and no fresh one was found")
+        }
+    }
+
+    /// thisUpdate and nextUpdate.
+    static func dates(_ crl: OpaquePointer) -> (Date, Date?) {
+        let this = Certificate.date(X509_CRL_get0_lastUpdate(crl))
+        let next = X509_CRL_get0_nextUpdate(crl).map { Certificate.date($0) }
+        return (this, next)
+    }
+
+    /// Whether the CRL covers `cert` (its issuing distribution point may restrict it to end
+    /// entities or to CAs).
+    static func covers(_ crl: OpaquePointer, _ cert: Certificate) -> Bool {
+        let idp = mtls_ossl_X509_CRL_idp_flags(crl)
+        guard idp > 0 else { return true }
+        let isCA = cert.basicConstraints?.isCA == true
+        if idp & 4 != 0 && isCA { return false }
+        if idp & 8 != 0 && !isCA { return false }
+        return true
+    }
+
+    /// `cert`'s entry in the CRL: nil when it is not listed; else when and why it was revoked.
+    static func lookup(_ crl: OpaquePointer, _ cert: Certificate) -> (date: Date, reason: String?)? {
+        var entry: OpaquePointer? = nil
+        let rc = X509_CRL_get0_by_cert(crl, &entry, cert.x509)
+        OpenSSLErrorQueue.clear()
+        guard rc == 1, let entry else { return nil }
+        let date = Certificate.date(X509_REVOKED_get0_revocationDate(entry))
+        let code = mtls_ossl_X509_REVOKED_reason(entry)
+        let reason = code >= 0 ? (Revocation.Reason(rawValue: Int(code))?.name ?? "reason \(code)") : nil
+        return (date, reason)
+    }
+}

@@ -1,0 +1,287 @@
+internal import COpenSSL
+import FoundationEssentials
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A CRL fetched from a distribution point, verified against an issuer, kept until its nextUpdate.
+final class FetchedCRL: Sendable {
+    /// Owns the parsed `X509_CRL` (only read after parsing).
+    let list: RevocationList
+    let url: String
+    let fetchedAt: Date
+    let thisUpdate: Date
+    let nextUpdate: Date
+    /// The issuer it was verified against (SHA-256 of its certificate), and that certificate, for
+    /// refreshing it in the background.
+    let issuerDigest: [UInt8]
+    let issuer: Certificate
+
+    init(list: RevocationList, url: String, fetchedAt: Date, issuer: Certificate) throws {
+        let (this, next) = CRLCheck.dates(list.crl)
+        guard let next else { throw RevocationProblem("the CRL has no nextUpdate") }
+        self.list = list
+        self.url = url
+        self.fetchedAt = fetchedAt
+        self.thisUpdate = this
+        self.nextUpdate = next
+        self.issuerDigest = issuer.sha256
+        self.issuer = issuer
+    }
+}
+
+/// One fetch under way, which other evaluations needing the same URL wait for (single flight).
+final class RevocationFlight: @unchecked Sendable {
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let cond = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    private var done = false  // guarded by mutex
+
+    init() {
+        pthread_mutex_init(mutex, nil)
+        var attr = pthread_condattr_t()
+        pthread_condattr_init(&attr)
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)
+        pthread_cond_init(cond, &attr)
+        pthread_condattr_destroy(&attr)
+    }
+
+    deinit {
+        pthread_cond_destroy(cond)
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+        cond.deallocate()
+    }
+
+    func finish() {
+        pthread_mutex_lock(mutex)
+        done = true
+        pthread_cond_broadcast(cond)
+        pthread_mutex_unlock(mutex)
+    }
+
+    /// Waits until the fetch finished or `seconds` passed; true when it finished.
+    func wait(seconds: Double) -> Bool {
+        var end = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &end)
+        let total = Double(end.tv_sec) + Double(end.tv_nsec) / 1e9 + max(0, seconds)
+        end.tv_sec = Int(total)
+        end.tv_nsec = Int((total - Double(Int(total))) * 1e9)
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        while !done {
+            if pthread_cond_timedwait(cond, mutex, &end) == ETIMEDOUT { return done }
+        }
+        return true
+    }
+}
+
+/// The process-wide CRL cache: per URL, the latest verified CRL until its nextUpdate, in memory
+/// and (when the policy names a folder) on disk, files 0600; fetches are single-flight (all the
+/// evaluations needing one URL at once make one request) and refreshed in the background before
+/// nextUpdate. A failed fetch is remembered for ``failureRetryInterval`` so that a dead server
+/// costs one time limit, not one per handshake.
+final class CRLStore: Sendable {
+    static let shared = CRLStore()
+
+    /// How long a failed fetch is remembered before the URL is tried again.
+    static let failureRetryInterval: TimeInterval = 10
+    /// Most URLs kept in memory.
+    static let maxEntries = 512
+    /// Most background refreshes at once.
+    static let maxRefreshes = 4
+
+    private struct State {
+        var entries: [String: FetchedCRL] = [:]
+        var failures: [String: (at: Date, message: String)] = [:]
+        var flights: [String: RevocationFlight] = [:]
+        var refreshing = 0
+        /// Network fetches made (for tests and benchmarks: single flight makes one per URL).
+        var fetches = 0
+    }
+    private let state = Mutex(State())
+
+    /// Network fetches made since the process started (or the last ``clear()``).
+    var fetchCount: Int { state.withLock { $0.fetches } }
+
+    /// Forgets every cached CRL and failure (the files of cache folders stay).
+    func clear() { state.withLock { $0.entries = [:]; $0.failures = [:]; $0.fetches = 0 } }
+
+    /// A CRL from `url` verified against `issuer` for `time`, and where it came from (`memory`,
+    /// `disk`, `network`). Throws a ``RevocationProblem`` saying why there is none.
+    func crl(url: String, issuer: Certificate, options: RevocationFetchOptions, time: Date) throws -> (FetchedCRL, String) {
+        let deadline = Deadline(seconds: options.timeout)
+        while true {
+            enum Step { case use(FetchedCRL), fail(String), wait(RevocationFlight), lead(RevocationFlight) }
+            let now = Date()
+            let digest = issuer.sha256
+            let step: Step = state.withLock { s in
+                if let e = s.entries[url], e.nextUpdate > now, e.issuerDigest == digest { return .use(e) }
+                if let f = s.flights[url] { return .wait(f) }
+                if let f = s.failures[url], now.timeIntervalSince(f.at) < Self.failureRetryInterval { return .fail(f.message) }
+                let f = RevocationFlight()
+                s.flights[url] = f
+                return .lead(f)
+            }
+            switch step {
+            case .use(let e):
+                // Verified against this issuer when it was loaded (the digest matched): only its
+                // dates depend on the evaluation time.
+                try CRLCheck.checkDates(thisUpdate: e.thisUpdate, nextUpdate: e.nextUpdate, time: time)
+                maybeRefresh(e, options: options)
+                return (e, "memory")
+            case .fail(let message):
+                throw RevocationProblem(message + " (remembered for \(Int(Self.failureRetryInterval)) s)")
+            case .wait(let f):
+                let left = Double(deadline.pollTimeout) / 1000
+                if deadline.pollTimeout == 0 || !f.wait(seconds: left) {
+                    throw RevocationProblem("\(url): timed out waiting for the fetch under way (limit \(options.timeout) s)")
+                }
+                // The leader stored its CRL or its failure: look again.
+                continue
+            case .lead(let f):
+                defer {
+                    state.withLock { $0.flights[url] = nil }
+                    f.finish()
+                }
+                do {
+                    let (e, origin) = try load(url: url, issuer: issuer, options: options, time: time)
+                    state.withLock { s in
+                        if s.entries.count >= Self.maxEntries, let oldest = s.entries.min(by: { $0.value.fetchedAt < $1.value.fetchedAt })?.key {
+                            s.entries[oldest] = nil
+                        }
+                        s.entries[url] = e
+                        s.failures[url] = nil
+                    }
+                    return (e, origin)
+                } catch {
+                    let message = (error as? RevocationProblem)?.description ?? (error as? MTLSError)?.message ?? "\(error)"
+                    state.withLock { $0.failures[url] = (Date(), message) }
+                    LibraryWarnings.emit("revocation: fetching the CRL at \(url) failed: \(message)")
+                    throw RevocationProblem(message)
+                }
+            }
+        }
+    }
+
+    /// The cache folder's file for `url`.
+    static func cacheFile(_ dir: String, _ url: String) -> String {
+        dir + "/" + Encoding.hex(Encoding.sha256(Array(url.utf8))) + ".crl"
+    }
+
+    /// From the cache folder when it holds a fresh CRL of this issuer, else from the network.
+    private func load(url: String, issuer: Certificate, options: RevocationFetchOptions, time: Date) throws -> (FetchedCRL, String) {
+        if let dir = options.cacheDirectory {
+            let file = Self.cacheFile(dir, url)
+            if let bytes = try? FileIO.read(file, limit: options.maxBytes), let list = try? RevocationList.parseAll(bytes).first,
+               (try? CRLCheck.verify(list.crl, issuer: issuer, time: time)) != nil,
+               let e = try? FetchedCRL(list: list, url: url, fetchedAt: Self.modificationTime(file) ?? Date(), issuer: issuer),
+               e.nextUpdate > Date() {
+                return (e, "disk")
+            }
+        }
+        state.withLock { $0.fetches += 1 }
+        let body: [UInt8]
+        do { body = try HTTPFetcher.get(url, limits: options.limits) } catch let e as MTLSError {
+            throw RevocationProblem(e.message)
+        }
+        guard let list = try? RevocationList.parseAll(body).first else {
+            throw RevocationProblem("\(url) did not serve a CRL (\(body.count) bytes that are neither DER nor PEM CRL)")
+        }
+        do { try CRLCheck.verify(list.crl, issuer: issuer, time: time) } catch let p as RevocationProblem {
+            throw RevocationProblem("\(url): \(p.description)")
+        }
+        let e = try FetchedCRL(list: list, url: url, fetchedAt: Date(), issuer: issuer)
+        if let dir = options.cacheDirectory {
+            // Best effort: a cache folder that cannot be written costs a refetch after a restart.
+            if PKIDirectory.exists(dir) || mkdir(dir, 0o700) == 0 {
+                try? FileIO.writeAtomically(Self.cacheFile(dir, url), list.der, mode: 0o600)
+            }
+        }
+        return (e, "network")
+    }
+
+    private static func modificationTime(_ file: String) -> Date? {
+        var st = stat()
+        guard stat(file, &st) == 0 else { return nil }
+        return Date(timeIntervalSince1970: TimeInterval(st.st_mtim.tv_sec))
+    }
+
+    /// Starts a background fetch when `e` is in the last tenth of its life (at least the last
+    /// minute), so handshakes keep finding a fresh CRL; at most ``maxRefreshes`` at once, one per
+    /// URL (the flight).
+    private func maybeRefresh(_ e: FetchedCRL, options: RevocationFetchOptions) {
+        let life = e.nextUpdate.timeIntervalSince(e.thisUpdate)
+        let refreshAt = e.nextUpdate.addingTimeInterval(-max(60, life / 10))
+        guard Date() >= refreshAt else { return }
+        let url = e.url
+        let start: RevocationFlight? = state.withLock { s in
+            guard s.flights[url] == nil, s.refreshing < Self.maxRefreshes else { return nil }
+            let f = RevocationFlight()
+            s.flights[url] = f
+            s.refreshing += 1
+            return f
+        }
+        guard let flight = start else { return }
+        let issuer = e.issuer
+        let spawned = BackgroundThread.start(name: "mtls-revocation") { [self] in
+            defer {
+                state.withLock { $0.flights[url] = nil; $0.refreshing -= 1 }
+                flight.finish()
+            }
+            var o = options
+            o.cacheDirectory = options.cacheDirectory
+            if let fresh = try? fetchFresh(url: url, issuer: issuer, options: o) {
+                state.withLock { $0.entries[url] = fresh }
+            }
+        }
+        if !spawned {
+            state.withLock { $0.flights[url] = nil; $0.refreshing -= 1 }
+            flight.finish()
+        }
+    }
+
+    /// A network fetch for a background refresh (never from the cache folder, which holds the
+    /// CRL being replaced).
+    private func fetchFresh(url: String, issuer: Certificate, options: RevocationFetchOptions) throws -> FetchedCRL {
+        var o = options
+        o.cacheDirectory = nil
+        let (e, _) = try load(url: url, issuer: issuer, options: o, time: Date())
+        if let dir = options.cacheDirectory, PKIDirectory.exists(dir) {
+            try? FileIO.writeAtomically(Self.cacheFile(dir, url), e.list.der, mode: 0o600)
+        }
+        return e
+    }
+}
+
+/// Detached, named background threads for the library's own work (CRL refresh).
+enum BackgroundThread {
+    private final class Body {
+        let run: @Sendable () -> Void
+        let name: String
+        init(_ name: String, _ run: @escaping @Sendable () -> Void) { self.name = name; self.run = run }
+    }
+
+    /// Runs `body` on a new detached thread named `name`; false when no thread could be made.
+    static func start(name: String, _ body: @escaping @Sendable () -> Void) -> Bool {
+        let box = Unmanaged.passRetained(Body(name, body)).toOpaque()
+        var attr = pthread_attr_t()
+        pthread_attr_init(&attr)
+        defer { pthread_attr_destroy(&attr) }
+        pthread_attr_setstacksize(&attr, 512 * 1024)
+        pthread_attr_setdetachstate(&attr, Int32(PTHREAD_CREATE_DETACHED))
+        var tid = pthread_t()
+        let rc = pthread_create(&tid, &attr, { arg in
+            guard let arg else { return nil }
+            let b = Unmanaged<Body>.fromOpaque(arg).takeRetainedValue()
+            mtls_set_thread_name(b.name)
+            b.run()
+            return nil
+        }, box)
+        if rc != 0 {
+            Unmanaged<Body>.fromOpaque(box).release()
+            return false
+        }
+        return true
+    }
+}

@@ -1,0 +1,85 @@
+internal import COpenSSL
+import FoundationEssentials
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A listener's OCSP staple for its own certificate: when the certificate names an OCSP responder
+/// and its issuer is in the identity's chain, a background thread (`mtls-ocsp-staple`) fetches a
+/// response, checks it as a client would (``OCSPCheck``), keeps it, and fetches again in the last
+/// tenth of its life (a minute after a failure). Handshakes only read what is kept: the staple is
+/// never fetched on the handshake path. A response that is not `good` is not stapled.
+final class OCSPStapler: Sendable {
+    private final class Shared: Sendable {
+        let response = Mutex<[UInt8]?>(nil)
+        let stopped = Atomic<Bool>(false)
+        /// Fetches made (for tests).
+        let fetches = Atomic<Int>(0)
+    }
+    private let shared = Shared()
+
+    /// Starts the stapler for `identity`, or returns nil when its certificate names no responder
+    /// or its issuer is not in the chain.
+    static func start(for identity: Identity, options: RevocationFetchOptions = RevocationFetchOptions()) -> OCSPStapler? {
+        let leaf = identity.leaf
+        guard let url = leaf.ocspResponders.first,
+              let issuer = identity.chain.first(where: { $0.subjectNameDER == leaf.issuerNameDER }) else { return nil }
+        let stapler = OCSPStapler()
+        let shared = stapler.shared
+        let started = BackgroundThread.start(name: "mtls-ocsp-staple") {
+            while !shared.stopped.load(ordering: .acquiring) {
+                var wait: TimeInterval = 60
+                shared.fetches.add(1, ordering: .relaxed)
+                if let (answer, der) = try? OCSPCheck.queryWithResponse(url: url, cert: leaf, issuer: issuer, options: options,
+                                                                       time: Date()),
+                   answer.status == .good {
+                    shared.response.withLock { $0 = der }
+                    if let next = answer.nextUpdate {
+                        let life = next.timeIntervalSince(answer.thisUpdate)
+                        wait = max(60, next.timeIntervalSinceNow - max(60, life / 10))
+                    } else {
+                        wait = 3600
+                    }
+                } else {
+                    // Keep a previous good response while it is current; drop a stale one.
+                    shared.response.withLock { $0 = nil }
+                }
+                // Sleep in short steps so that a closed listener's thread ends soon.
+                let end = Date().addingTimeInterval(wait)
+                while Date() < end, !shared.stopped.load(ordering: .acquiring) { usleep(200_000) }
+            }
+        }
+        return started ? stapler : nil
+    }
+
+    /// The current response (DER), if a good one was fetched.
+    var response: [UInt8]? { shared.response.withLock { $0 } }
+
+    /// How many fetches the background thread made.
+    var fetchCount: Int { shared.fetches.load(ordering: .relaxed) }
+
+    /// Ends the background thread (within a fifth of a second).
+    func stop() { shared.stopped.store(true, ordering: .releasing) }
+
+    deinit { stop() }
+
+    /// Installs the status callback on a server `SSL_CTX`: a client that asks for the status gets
+    /// the kept response. `stapler` must outlive `ctx`.
+    static func install(_ stapler: OCSPStapler, on ctx: OpaquePointer) {
+        _ = mtls_ossl_SSL_CTX_set_status_cb(ctx, { ssl, arg in
+            guard let ssl, let arg else { return SSL_TLSEXT_ERR_NOACK }
+            let stapler = Unmanaged<OCSPStapler>.fromOpaque(arg).takeUnretainedValue()
+            guard let der = stapler.response, !der.isEmpty,
+                  let mem = mtls_ossl_OPENSSL_malloc(der.count)?.assumingMemoryBound(to: UInt8.self) else {
+                return SSL_TLSEXT_ERR_NOACK
+            }
+            der.withUnsafeBufferPointer { mem.update(from: $0.baseAddress!, count: der.count) }
+            guard mtls_ossl_SSL_set_ocsp_staple(ssl, mem, der.count) == 1 else {
+                mtls_ossl_OPENSSL_free(mem)
+                return SSL_TLSEXT_ERR_NOACK
+            }
+            return SSL_TLSEXT_ERR_OK
+        }, Unmanaged.passUnretained(stapler).toOpaque())
+    }
+}

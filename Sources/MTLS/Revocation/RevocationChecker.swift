@@ -1,0 +1,114 @@
+import FoundationEssentials
+
+/// Checks the revocation status of every certificate of a built chain below its anchor, as a
+/// policy or host rule asks (``RevocationSettings``): each source in order — the CRLs given to the
+/// policy (files) and the certificate's CRL distribution points (fetched, verified against the
+/// issuer in the built chain, cached), then OCSP — until one answers.
+enum RevocationChecker {
+    /// The outcome of one evaluation's checks: the report, the reasons that refuse the peer
+    /// (`revoked`, and `revocation_unknown` under hard), and the warnings of a soft check.
+    struct Outcome {
+        let report: RevocationReport
+        let reasons: [TrustReason]
+        let warnings: [String]
+    }
+
+    static func check(built: [Certificate], settings: RevocationSettings, options: RevocationFetchOptions,
+                      crlFiles: [RevocationList], stapled: [UInt8]? = nil, time: Date) -> Outcome {
+        var checks: [RevocationCheck] = []
+        var reasons: [TrustReason] = []
+        var warnings: [String] = []
+        // The anchor (the last certificate of a built chain) is trusted as configured: not checked.
+        for i in 0..<max(0, built.count - 1) {
+            let cert = built[i], issuer = built[i + 1]
+            let c = status(of: cert, index: i, issuer: issuer, settings: settings, options: options, crlFiles: crlFiles,
+                           stapled: i == 0 ? stapled : nil, time: time)
+            checks.append(c)
+            switch c.status {
+            case .good: break
+            case .revoked:
+                var m = "\"\(cert.subjectSummary)\" (serial \(cert.serialHex)) is revoked"
+                if let at = c.revokedAt { m += " since \(RevocationCheck.rfc3339(at))" }
+                if let r = c.reason { m += ", reason \(r)" }
+                if let u = c.url { m += " (CRL \(u))" } else if let s = c.source { m += " (\(s))" }
+                reasons.append(TrustReason(code: TrustReason.Code.revoked, certIndex: i, message: m))
+            case .unknown:
+                let m = "the revocation status of \"\(cert.subjectSummary)\" is unknown: \(c.error ?? "no source answered")"
+                if settings.mode == .hard {
+                    reasons.append(TrustReason(code: TrustReason.Code.revocationUnknown, certIndex: i,
+                                               message: m + " (revocation is hard: refused)"))
+                } else {
+                    warnings.append(m + " (revocation is soft: trusted anyway)")
+                }
+            }
+        }
+        return Outcome(report: RevocationReport(mode: settings.mode, sources: settings.sources, checks: checks),
+                       reasons: reasons, warnings: warnings)
+    }
+
+    private static func status(of cert: Certificate, index: Int, issuer: Certificate, settings: RevocationSettings,
+                               options: RevocationFetchOptions, crlFiles: [RevocationList], stapled: [UInt8]?,
+                               time: Date) -> RevocationCheck {
+        var problems: [String] = []
+        var lastURL: String? = nil
+        // A staple (the server's own OCSP response, client side) is looked at first.
+        if let stapled, settings.sources.contains(.ocsp),
+           let c = OCSPCheck.stapled(stapled, of: cert, index: index, issuer: issuer, time: time, problems: &problems) {
+            return c
+        }
+        for source in settings.sources {
+            switch source {
+            case .crl:
+                // CRLs given to the policy by hand first: no network needed.
+                for file in crlFiles where CRLCheck.covers(file.crl, cert) {
+                    guard (try? CRLCheck.verify(file.crl, issuer: issuer, time: time)) != nil else { continue }
+                    let (this, next) = CRLCheck.dates(file.crl)
+                    return verdict(cert, index, in: file.crl, source: "crl_file", url: nil, fetchedAt: nil, origin: nil,
+                                   thisUpdate: this, nextUpdate: next)
+                }
+                let urls = cert.crlDistributionPoints
+                if urls.isEmpty {
+                    problems.append(cert.unsupportedCRLDistributionPoints > 0
+                        ? "its CRL distribution points are of a kind libmtls does not fetch (indirect or by reason): unsupported"
+                        : "it names no CRL distribution point")
+                }
+                for url in urls {
+                    lastURL = url
+                    // A URL that is not http: fails in the fetcher with its own message (and is
+                    // remembered as a failure like any other).
+                    do {
+                        let (crl, origin) = try CRLStore.shared.crl(url: url, issuer: issuer, options: options, time: time)
+                        guard CRLCheck.covers(crl.list.crl, cert) else {
+                            problems.append("\(url): the CRL does not cover this kind of certificate")
+                            continue
+                        }
+                        return verdict(cert, index, in: crl.list.crl, source: "crl", url: url, fetchedAt: crl.fetchedAt,
+                                       origin: origin, thisUpdate: crl.thisUpdate, nextUpdate: crl.nextUpdate)
+                    } catch {
+                        problems.append((error as? RevocationProblem)?.description ?? "\(error)")
+                    }
+                }
+            case .ocsp:
+                if let c = OCSPCheck.status(of: cert, index: index, issuer: issuer, options: options,
+                                            time: time, problems: &problems) {
+                    return c
+                }
+                if lastURL == nil { lastURL = cert.ocspResponders.first }
+            }
+        }
+        return RevocationCheck(certIndex: index, subject: cert.subjectSummary, status: .unknown, url: lastURL,
+                               error: problems.joined(separator: "; "))
+    }
+
+    private static func verdict(_ cert: Certificate, _ index: Int, in crl: OpaquePointer, source: String, url: String?,
+                                fetchedAt: Date?, origin: String?, thisUpdate: Date, nextUpdate: Date?) -> RevocationCheck {
+        if let (date, reason) = CRLCheck.lookup(crl, cert) {
+            return RevocationCheck(certIndex: index, subject: cert.subjectSummary, status: .revoked, source: source, url: url,
+                                   fetchedAt: fetchedAt, fetchedFrom: origin, thisUpdate: thisUpdate, nextUpdate: nextUpdate,
+                                   revokedAt: date, reason: reason)
+        }
+        return RevocationCheck(certIndex: index, subject: cert.subjectSummary, status: .good, source: source, url: url,
+                               fetchedAt: fetchedAt, fetchedFrom: origin, thisUpdate: thisUpdate, nextUpdate: nextUpdate)
+    }
+}
+

@@ -1,0 +1,183 @@
+import FoundationEssentials
+
+/// How revocation is checked: not at all, or for every certificate of the built chain below the
+/// anchor, with an unknown status either tolerated (soft) or refused (hard). A revoked
+/// certificate is never trusted, in any mode.
+public enum RevocationMode: String, Sendable, CaseIterable {
+    /// No check (the default; CRL files given to the policy are still used by OpenSSL).
+    case off
+    /// Checked; an unknown status (no source reachable, a stale or unsupported CRL) is trusted,
+    /// and the result says so (``TrustResult/warnings`` and ``TrustResult/revocation``).
+    case soft
+    /// Checked; an unknown status refuses the peer with reason `revocation_unknown`.
+    case hard
+}
+
+/// Where a certificate's status is looked for, in the order listed.
+public enum RevocationSource: String, Sendable, CaseIterable {
+    /// The CRL at the certificate's CRL distribution point (and CRLs loaded from files).
+    case crl
+    /// The certificate's OCSP responder (authorityInfoAccess).
+    case ocsp
+}
+
+/// A policy's or a host rule's revocation setting: `{"mode": ..., "sources": [...]}` in policy files.
+public struct RevocationSettings: Hashable, Sendable, CustomStringConvertible {
+    public var mode: RevocationMode
+    /// Non-empty, without repetitions.
+    public var sources: [RevocationSource]
+
+    /// Off, with CRLs as the source once turned on.
+    public static let off = RevocationSettings(mode: .off)
+
+    public init(mode: RevocationMode, sources: [RevocationSource] = [.crl]) {
+        self.mode = mode
+        self.sources = sources
+    }
+
+    /// Throws ``MTLSError/Code/invalidPolicy`` for no source or a source listed twice.
+    public func validate() throws {
+        guard !sources.isEmpty else { throw MTLSError(.invalidPolicy, "revocation needs at least one source (\"crl\", \"ocsp\")") }
+        guard Set(sources).count == sources.count else { throw MTLSError(.invalidPolicy, "revocation lists a source twice") }
+    }
+
+    public var description: String { "\(mode.rawValue) (\(sources.map(\.rawValue).joined(separator: ", ")))" }
+
+    /// Parses a mode name (`off`, `soft`, `hard`).
+    public static func mode(_ name: String) throws -> RevocationMode {
+        guard let m = RevocationMode(rawValue: name.lowercased()) else {
+            throw MTLSError(.invalidPolicy, "revocation mode must be \"off\", \"soft\" or \"hard\" (got \"\(name)\")")
+        }
+        return m
+    }
+
+    /// Parses a source name (`crl`, `ocsp`).
+    public static func source(_ name: String) throws -> RevocationSource {
+        guard let s = RevocationSource(rawValue: name.lowercased()) else {
+            throw MTLSError(.invalidPolicy, "revocation source must be \"crl\" or \"ocsp\" (got \"\(name)\")")
+        }
+        return s
+    }
+}
+
+/// How revocation information is fetched, policy-wide: limits per fetch, and where fetched CRLs
+/// are kept so that a restarted program does not fetch them again.
+public struct RevocationFetchOptions: Hashable, Sendable {
+    /// Largest CRL or OCSP response accepted (default 10 MiB).
+    public var maxBytes: Int
+    /// Seconds for one fetch, redirects included (default 5). A handshake that needs a fetch
+    /// waits at most this long (or its own timeout, if shorter).
+    public var timeout: Double
+    /// A folder for fetched CRLs (files 0600, one per URL); nil keeps them in memory only.
+    public var cacheDirectory: String?
+
+    public init(maxBytes: Int = 10 << 20, timeout: Double = 5, cacheDirectory: String? = nil) {
+        self.maxBytes = maxBytes
+        self.timeout = timeout
+        self.cacheDirectory = cacheDirectory
+    }
+
+    /// Throws ``MTLSError/Code/invalidPolicy`` for a size or time limit that is not positive or
+    /// absurd (over 1 GiB, over 10 minutes).
+    public func validate() throws {
+        guard (1...(1 << 30)).contains(maxBytes) else {
+            throw MTLSError(.invalidPolicy, "the revocation size limit must be between 1 byte and 1 GiB (got \(maxBytes))")
+        }
+        guard timeout > 0, timeout <= 600 else {
+            throw MTLSError(.invalidPolicy, "the revocation time limit must be between 0 and 600 seconds (got \(timeout))")
+        }
+    }
+
+    var limits: HTTPFetcher.Limits { HTTPFetcher.Limits(maxBytes: maxBytes, timeout: timeout) }
+}
+
+/// The revocation status of one certificate of a built chain, as an evaluation found it.
+public struct RevocationCheck: Sendable, Hashable {
+    /// What was found.
+    public enum Status: String, Sendable {
+        case good
+        case revoked
+        /// No source gave an answer (unreachable, stale, unsupported, invalid).
+        case unknown
+    }
+
+    /// Index in the built chain (0 = leaf).
+    public let certIndex: Int
+    /// The certificate's subject, for people.
+    public let subject: String
+    public let status: Status
+    /// Where the answer came from: `crl` (fetched), `crl_file` (a CRL given to the policy),
+    /// `ocsp`, `ocsp_staple`; nil when no source answered.
+    public let source: String?
+    /// The URL the answer came from (or was looked for at, for an unknown status).
+    public let url: String?
+    /// When the CRL or response was fetched, and whether this evaluation fetched it (`network`),
+    /// found it in memory (`memory`) or in the cache folder (`disk`).
+    public let fetchedAt: Date?
+    public let fetchedFrom: String?
+    /// The CRL's or response's thisUpdate and nextUpdate.
+    public let thisUpdate: Date?
+    public let nextUpdate: Date?
+    /// For a revoked certificate: when, and why (RFC 5280 reason name), if the CRL says.
+    public let revokedAt: Date?
+    public let reason: String?
+    /// For an unknown status: what went wrong with each source tried.
+    public let error: String?
+
+    public init(certIndex: Int, subject: String, status: Status, source: String? = nil, url: String? = nil,
+                fetchedAt: Date? = nil, fetchedFrom: String? = nil, thisUpdate: Date? = nil, nextUpdate: Date? = nil,
+                revokedAt: Date? = nil, reason: String? = nil, error: String? = nil) {
+        self.certIndex = certIndex
+        self.subject = subject
+        self.status = status
+        self.source = source
+        self.url = url
+        self.fetchedAt = fetchedAt
+        self.fetchedFrom = fetchedFrom
+        self.thisUpdate = thisUpdate
+        self.nextUpdate = nextUpdate
+        self.revokedAt = revokedAt
+        self.reason = reason
+        self.error = error
+    }
+
+    /// As a JSON object.
+    public var jsonText: String {
+        func str(_ s: String?) -> String { s.map(JSONText.quoted) ?? "null" }
+        func date(_ d: Date?) -> String { d.map { JSONText.quoted(RevocationCheck.rfc3339($0)) } ?? "null" }
+        return "{\"cert_index\":\(certIndex),\"subject\":\(str(subject)),\"status\":\"\(status.rawValue)\"," +
+            "\"source\":\(str(source)),\"url\":\(str(url)),\"fetched_at\":\(date(fetchedAt)),\"fetched_from\":\(str(fetchedFrom))," +
+            "\"this_update\":\(date(thisUpdate)),\"next_update\":\(date(nextUpdate)),\"revoked_at\":\(date(revokedAt))," +
+            "\"reason\":\(str(reason)),\"error\":\(str(error))}"
+    }
+
+    static func rfc3339(_ d: Date) -> String {
+        d.formatted(Date.ISO8601FormatStyle())
+    }
+}
+
+/// What revocation checking did in one evaluation: the mode and one check per certificate below
+/// the anchor.
+public struct RevocationReport: Sendable, Hashable {
+    public let mode: RevocationMode
+    public let sources: [RevocationSource]
+    public let checks: [RevocationCheck]
+
+    /// `{"mode": "hard", "sources": ["crl"], "checks": [...]}`: the `revocation` key of
+    /// `mtls verify --json` and `mtls_trust_result_revocation`.
+    public var jsonText: String {
+        "{\"mode\":\"\(mode.rawValue)\",\"sources\":[\(sources.map { "\"\($0.rawValue)\"" }.joined(separator: ","))]," +
+            "\"checks\":[\(checks.map(\.jsonText).joined(separator: ","))]}"
+    }
+}
+
+/// The process-wide revocation cache, for front ends and tests.
+public enum RevocationCache {
+    /// Forgets every CRL cached in memory and every remembered fetch failure.
+    public static func clear() {
+        CRLStore.shared.clear()
+        OCSPCheck.clear()
+    }
+    /// Network fetches made since the process started or the last ``clear()``.
+    public static var fetchCount: Int { CRLStore.shared.fetchCount }
+}

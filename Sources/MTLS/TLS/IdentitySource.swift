@@ -1,0 +1,449 @@
+internal import COpenSSL
+import Synchronization
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// Certificates that change under a running program (issue 26): identity sources, policy files
+// that are followed, the events they report, and the one library thread that watches them.
+
+/// What changed, or failed to, in an identity source or a followed policy file.
+public enum LifecycleEventKind: Int32, Sendable {
+    /// A new identity is in force (swapped by the application, or replaced in the store).
+    case identityRotated = 1
+    /// A followed policy file changed and its new settings are in force.
+    case policyReloaded = 2
+    /// A replacement could not be loaded (a row that fails authentication, a token that is gone,
+    /// a policy file that does not parse): the last good one stays in force.
+    case reloadFailed = 3
+    /// The identity presented (or an anchor) expires within the warning window.
+    case expiryWarning = 4
+}
+
+/// One lifecycle event.
+public struct LifecycleEvent: Sendable {
+    /// What happened.
+    public var kind: LifecycleEventKind
+    /// The store label or policy file path concerned (nil for an identity swapped by the application).
+    public var label: String?
+    /// The subject of the certificate concerned (rotation, expiry), if any.
+    public var subject: String?
+    /// Lowercase hex SHA-256 of that certificate, if any.
+    public var sha256: String?
+    /// Its notAfter, if any.
+    public var notAfter: Date?
+    /// For ``LifecycleEventKind/reloadFailed``: why.
+    public var error: MTLSError?
+    /// One line saying what happened.
+    public var message: String
+
+    /// An event about `certificate` (its subject, SHA-256 and notAfter are copied), if any.
+    public init(kind: LifecycleEventKind, label: String? = nil, certificate: Certificate? = nil, error: MTLSError? = nil, message: String) {
+        self.kind = kind
+        self.label = label
+        subject = certificate?.subject
+        sha256 = certificate?.sha256Hex
+        notAfter = certificate?.notAfter
+        self.error = error
+        self.message = message
+    }
+}
+
+/// Where lifecycle events go: one handler (replaced by setting another). Handlers run on the
+/// library's watcher thread (`mtls-watch`) for changes it finds, and on the calling thread for a
+/// swap the application makes (``IdentitySource/replace(with:)``).
+public final class LifecycleEvents: Sendable {
+    private let handler = Mutex<(@Sendable (LifecycleEvent) -> Void)?>(nil)
+    /// Run once, when a handler is first set: a fixed identity source starts being watched
+    /// (for its expiry) only when someone listens.
+    let onFirstHandler = Mutex<(@Sendable () -> Void)?>(nil)
+
+    /// No handler: events are dropped until one is set.
+    public init() {}
+
+    /// Sets (nil: clears) the handler. The previous one is released once no event is being
+    /// delivered to it.
+    public func setHandler(_ h: (@Sendable (LifecycleEvent) -> Void)?) {
+        let old = handler.withLock { cur -> (@Sendable (LifecycleEvent) -> Void)? in
+            let o = cur
+            cur = h
+            return o
+        }
+        _ = old // released outside the lock
+        if h != nil, let first = onFirstHandler.withLock({ f -> (@Sendable () -> Void)? in defer { f = nil }; return f }) {
+            first()
+        }
+    }
+
+    func emit(_ event: LifecycleEvent) {
+        // Called outside the lock: a handler may set another handler.
+        handler.withLock { $0 }?(event)
+    }
+}
+
+/// Something the watcher thread looks at periodically.
+protocol LifecycleWatched: AnyObject, Sendable {
+    /// Looks for a change (cheap when nothing changed) and applies it.
+    func refresh()
+}
+
+/// The library's one background thread for lifecycle work (`mtls-watch`): it looks at every
+/// followed store label and policy file every ``interval`` seconds, so handshakes never read the
+/// store. It starts with the first thing followed and ends when nothing is followed any more.
+enum LifecycleWatcher {
+    /// Seconds between two looks: a change made by another process is in force within this
+    /// (plus the time to load it), well under a second.
+    static let interval = 0.25
+
+    private struct Entry { weak var item: (any LifecycleWatched)? }
+    private struct State { var entries: [Entry] = []; var running = false }
+    private static let state = Mutex(State())
+
+    static func watch(_ item: any LifecycleWatched) {
+        let start: Bool = state.withLock { st in
+            st.entries.append(Entry(item: item))
+            guard !st.running else { return false }
+            st.running = true
+            return true
+        }
+        if start && !spawn() { state.withLock { $0.running = false } }
+    }
+
+    private final class Body: Sendable {}
+
+    private static func spawn() -> Bool {
+        var attr = pthread_attr_t()
+        pthread_attr_init(&attr)
+        defer { pthread_attr_destroy(&attr) }
+        pthread_attr_setstacksize(&attr, 512 * 1024)
+        pthread_attr_setdetachstate(&attr, Int32(PTHREAD_CREATE_DETACHED))
+        var tid = pthread_t()
+        return pthread_create(&tid, &attr, { _ in
+            mtls_set_thread_name("mtls-watch")
+            LifecycleWatcher.run()
+            return nil
+        }, nil) == 0
+    }
+
+    private static func run() {
+        while true {
+            // The strong references live only while the items are looked at, never during the
+            // sleep: a source the application let go is freed (and its destroy runs) at once.
+            let more: Bool = {
+                let items: [any LifecycleWatched]? = state.withLock { st in
+                    st.entries.removeAll { $0.item == nil }
+                    if st.entries.isEmpty { st.running = false; return nil }
+                    return st.entries.compactMap(\.item)
+                }
+                guard let items else { return false }
+                for i in items { i.refresh() }
+                return true
+            }()
+            guard more else { return }
+            usleep(useconds_t(interval * 1_000_000))
+        }
+    }
+}
+
+/// The identity a listener, client connections or a configured `SSL_CTX` present: fixed, swapped
+/// by the application (``replace(with:)``), or following a store label (``init(store:label:tokenPIN:warningDays:)``).
+///
+/// Each handshake takes ``current`` once, when it starts, and uses that identity whole (key,
+/// leaf and chain together); connections in flight keep what they started with. Reading
+/// ``current`` is a lock and a reference copy: a followed store is read by the watcher thread,
+/// never on the handshake path.
+public final class IdentitySource: Sendable, LifecycleWatched {
+    /// Events of this source: rotations, failed reloads, expiry within the warning window.
+    public let events = LifecycleEvents()
+    /// Days before notAfter from which an ``LifecycleEventKind/expiryWarning`` is reported.
+    public let warningDays: Int
+    /// The store label followed, if any.
+    public let label: String?
+
+    private struct Current {
+        var identity: Identity
+        /// The leaf whose expiry was last warned about (once per identity).
+        var warned: [UInt8]?
+    }
+    private let current_: Mutex<Current>
+    private let follow: StoreFollow?
+
+    /// What following a store needs: the store, the label and what was seen last.
+    private final class StoreFollow: Sendable {
+        let store: CredentialStore
+        let tokenPIN: SecretBytes?
+        /// The store's change mark when last looked at, and the leaf (hex) of the row then.
+        let seen: Mutex<(mark: [Int64], leaf: String)>
+        /// The last failure reported (the row's leaf and the message): a load that keeps failing
+        /// is retried at each look (a token put back in is found) but reported once.
+        let reported = Mutex<String?>(nil)
+        init(store: CredentialStore, tokenPIN: SecretBytes?, mark: [Int64], leaf: String) {
+            self.store = store
+            self.tokenPIN = tokenPIN
+            seen = Mutex((mark, leaf))
+        }
+    }
+
+    /// A source presenting `identity` until ``replace(with:)`` says otherwise. Once an event
+    /// handler is set, the watcher thread also looks at its expiry.
+    public init(_ identity: Identity, warningDays: Int = 14) {
+        current_ = Mutex(Current(identity: identity))
+        follow = nil
+        label = nil
+        self.warningDays = warningDays
+        events.onFirstHandler.withLock { $0 = { [weak self] in if let self { LifecycleWatcher.watch(self) } } }
+    }
+
+    /// A source following the identity stored under `label` in `store` (a stored identity, else
+    /// a token identity, whose key is found on its token with `tokenPIN` or its URI's PIN). The
+    /// identity is loaded now (a failure throws); a replacement in the store, by this process or
+    /// another, is in force within a second; one that fails to load keeps the last good identity
+    /// and is reported (``LifecycleEventKind/reloadFailed``).
+    public init(store: CredentialStore, label: String, tokenPIN: SecretBytes? = nil, warningDays: Int = 14) throws {
+        let mark = try store.changeMark()
+        let (identity, leaf) = try IdentitySource.load(store, label, tokenPIN)
+        current_ = Mutex(Current(identity: identity))
+        follow = StoreFollow(store: store, tokenPIN: tokenPIN, mark: mark, leaf: leaf)
+        self.label = label
+        self.warningDays = warningDays
+        LifecycleWatcher.watch(self)
+    }
+
+    /// The identity in force now, whole.
+    public var current: Identity { current_.withLock { $0.identity } }
+
+    /// Puts `identity` in force for every handshake that starts from now on, and reports it
+    /// (``LifecycleEventKind/identityRotated``, on the calling thread).
+    public func replace(with identity: Identity) {
+        current_.withLock { $0.identity = identity }
+        events.emit(LifecycleEvent(kind: .identityRotated, label: label, certificate: identity.leaf,
+                                   message: "identity rotated: now presenting \"\(identity.leaf.subjectSummary)\" (sha256 \(identity.leaf.sha256Hex.prefix(16)))"))
+        warnIfExpiring()
+    }
+
+    private static func load(_ store: CredentialStore, _ label: String, _ pin: SecretBytes?) throws -> (Identity, String) {
+        if let info = try? store.info(label: label, itemClass: .identity) {
+            return (try store.identity(label: label), info.leafSHA256)
+        }
+        let reference = try store.tokenIdentity(label: label)
+        return (try Token.identity(reference: reference, pin: pin), reference.certificate.sha256Hex)
+    }
+
+    /// Looks at the followed label now, whatever the change mark says (`mtls serve` on SIGHUP):
+    /// a row whose leaf changed is loaded and put in force, a failure is reported. Does nothing
+    /// for a source that follows no store.
+    public func reload() {
+        follow?.seen.withLock { $0.mark = [] }
+        refresh()
+    }
+
+    /// The watcher's look: the store's change mark first (two integers from SQLite); only when
+    /// it moved, the row's metadata; only when the row's leaf changed, the row itself.
+    func refresh() {
+        warnIfExpiring()
+        guard let follow, let label else { return }
+        let mark: [Int64]
+        do { mark = try follow.store.changeMark() } catch { return }
+        let before = follow.seen.withLock { $0 }
+        guard mark != before.mark else { return }
+        let leaf: String
+        do {
+            if let info = try? follow.store.info(label: label, itemClass: .identity) {
+                leaf = info.leafSHA256
+            } else {
+                leaf = try follow.store.info(label: label, itemClass: .tokenIdentity).leafSHA256
+            }
+        } catch let e as MTLSError {
+            follow.seen.withLock { $0.mark = mark }
+            reportFailure(e)
+            return
+        } catch { return }
+        guard leaf != before.leaf else {
+            follow.seen.withLock { $0.mark = mark }
+            return
+        }
+        do {
+            let (identity, loadedLeaf) = try IdentitySource.load(follow.store, label, follow.tokenPIN)
+            follow.seen.withLock { $0 = (mark, loadedLeaf) }
+            follow.reported.withLock { $0 = nil }
+            replace(with: identity)
+        } catch {
+            // The mark is kept as it was, so the next look tries again (a token put back in).
+            let e = error as? MTLSError ?? MTLSError(.io, "\(error)")
+            let key = leaf + "\u{0}" + e.message
+            let first: Bool = follow.reported.withLock { last in
+                guard last != key else { return false }
+                last = key
+                return true
+            }
+            if first { reportFailure(e) }
+        }
+    }
+
+    private func reportFailure(_ e: MTLSError) {
+        events.emit(LifecycleEvent(kind: .reloadFailed, label: label, error: e,
+                                   message: "reloading \"\(label ?? "")\" failed, the last good identity stays in use: \(e.message)"))
+    }
+
+    private func warnIfExpiring() {
+        let now = Date()
+        let due: Identity? = current_.withLock { c in
+            let leaf = c.identity.leaf
+            guard leaf.notAfter.timeIntervalSince(now) < Double(warningDays) * 86400, c.warned != leaf.sha256 else { return nil }
+            c.warned = leaf.sha256
+            return c.identity
+        }
+        guard let id = due else { return }
+        let days = Int((id.leaf.notAfter.timeIntervalSince(now) / 86400).rounded(.down))
+        events.emit(LifecycleEvent(kind: .expiryWarning, label: label, certificate: id.leaf,
+                                   message: "\"\(id.leaf.subjectSummary)\" expires in \(days) days"))
+    }
+}
+
+/// A policy that follows its JSON file: when the file changes (its size, modification time or
+/// inode), the new file is parsed in full and only then put in force with
+/// ``TrustPolicy/replaceSettings(from:)`` — so sessions made under the old settings are not
+/// resumed (see the resumption binding). A file that does not parse keeps the old settings and
+/// is reported.
+public final class PolicyFileWatch: Sendable, LifecycleWatched {
+    /// The policy kept up to date; give it to listeners, connections and contexts.
+    public let policy: TrustPolicy
+    /// The file followed.
+    public let path: String
+    /// Reloads, failed reloads and anchors within the warning window.
+    public let events = LifecycleEvents()
+    /// Days before an anchor's notAfter from which an ``LifecycleEventKind/expiryWarning`` is reported.
+    public let warningDays: Int
+    private let seen: Mutex<FileStamp?>
+    /// What the program sets on top of the file's settings (a command line's `--revocation`),
+    /// applied to every version of the file before it is put in force, so a reload never drops it.
+    private let adjust: (@Sendable (TrustPolicy) throws -> Void)?
+    /// The anchors already warned about (once per anchor).
+    private let warned = Mutex<Set<String>>([])
+
+    struct FileStamp: Equatable { var size: Int64; var mtime: Int; var mtimeNanos: Int; var inode: UInt64 }
+
+    /// Loads `path` (a failure throws) and follows it from now on. `adjust`, when given, is applied
+    /// to the file's policy at every load, before it is put in force (a failure there is a failed
+    /// reload, and the previous policy stays).
+    public init(path: String, warningDays: Int = 14, adjust: (@Sendable (TrustPolicy) throws -> Void)? = nil) throws {
+        self.path = path
+        self.warningDays = warningDays
+        self.adjust = adjust
+        let stamp = PolicyFileWatch.stamp(path)
+        let loaded = try TrustPolicy.load(path: path)
+        try adjust?(loaded)
+        policy = loaded
+        seen = Mutex(stamp)
+        LifecycleWatcher.watch(self)
+    }
+
+    static func stamp(_ path: String) -> FileStamp? {
+        var st = stat()
+        guard stat(path, &st) == 0 else { return nil }
+        return FileStamp(size: Int64(st.st_size), mtime: st.st_mtim.tv_sec, mtimeNanos: st.st_mtim.tv_nsec, inode: UInt64(st.st_ino))
+    }
+
+    /// Reloads now, whether or not the file looks changed (`mtls serve` on SIGHUP).
+    public func reload() {
+        let stamp = PolicyFileWatch.stamp(path)
+        seen.withLock { $0 = stamp }
+        do {
+            let fresh = try TrustPolicy.load(path: path)
+            try adjust?(fresh)
+            policy.replaceSettings(from: fresh)
+            events.emit(LifecycleEvent(kind: .policyReloaded, label: path, message: "policy \(path) reloaded"))
+        } catch {
+            let e = error as? MTLSError ?? MTLSError(.io, "\(error)")
+            events.emit(LifecycleEvent(kind: .reloadFailed, label: path, error: e,
+                                       message: "reloading policy \(path) failed, the previous policy stays in force: \(e.message)"))
+        }
+    }
+
+    func refresh() {
+        warnAboutAnchors()
+        let stamp = PolicyFileWatch.stamp(path)
+        guard stamp != seen.withLock({ $0 }) else { return }
+        reload()
+    }
+
+    /// Reports each anchor of the policy (its own and its host rules') within the warning window.
+    private func warnAboutAnchors() {
+        let limit = Date().addingTimeInterval(Double(warningDays) * 86400)
+        let anchors = policy.anchors + policy.hostRules.flatMap { $0.anchors ?? [] }
+        let due: [Certificate] = warned.withLock { done in
+            let due = anchors.filter { $0.notAfter < limit && !done.contains($0.sha256Hex) }
+            for c in due { done.insert(c.sha256Hex) }
+            return due
+        }
+        for c in due {
+            let days = Int((c.notAfter.timeIntervalSinceNow / 86400).rounded(.down))
+            events.emit(LifecycleEvent(kind: .expiryWarning, label: path, certificate: c,
+                                       message: "anchor \"\(c.subjectSummary)\" of policy \(path) expires in \(days) days"))
+        }
+    }
+}
+
+/// Anchors taken from store labels (stored certificates), kept up to date in a policy: when
+/// another process replaces one (`mtls store add-cert --replace`...), the policy's anchors are
+/// swapped for the new ones with ``TrustPolicy/replaceSettings(from:)`` within a second (so
+/// sessions judged under the old anchors are not resumed). A label that fails to load keeps the
+/// anchors in force and is reported once.
+public final class StoreAnchorWatch: Sendable, LifecycleWatched {
+    /// The policy whose anchors follow the labels.
+    public let policy: TrustPolicy
+    /// The labels followed.
+    public let labels: [String]
+    /// Reloads and failed reloads.
+    public let events = LifecycleEvents()
+    private let store: CredentialStore
+    /// The store's change mark when last looked at, the certificates in force, the last failure reported.
+    private let state: Mutex<(mark: [Int64], certificates: [Certificate], reported: String?)>
+
+    /// Adds the certificates stored under `labels` to `policy`'s anchors now (a failure throws)
+    /// and follows them from now on.
+    public init(policy: TrustPolicy, store: CredentialStore, labels: [String]) throws {
+        let mark = try store.changeMark()
+        let certificates = try labels.map { try store.certificate(label: $0) }
+        let next = policy.copy()
+        next.anchors = policy.anchors + certificates
+        policy.replaceSettings(from: next)
+        self.policy = policy
+        self.labels = labels
+        self.store = store
+        state = Mutex((mark, certificates, nil))
+        LifecycleWatcher.watch(self)
+    }
+
+    func refresh() {
+        guard let mark = try? store.changeMark() else { return }
+        let before = state.withLock { $0 }
+        guard mark != before.mark else { return }
+        let fresh: [Certificate]
+        do {
+            fresh = try labels.map { try store.certificate(label: $0) }
+        } catch {
+            let e = error as? MTLSError ?? MTLSError(.io, "\(error)")
+            let first: Bool = state.withLock { st in
+                guard st.reported != e.message else { return false }
+                st.reported = e.message
+                return true
+            }
+            if first {
+                events.emit(LifecycleEvent(kind: .reloadFailed, label: labels.joined(separator: ","), error: e,
+                                           message: "reloading the anchors \(labels.joined(separator: ", ")) failed, the anchors in force stay: \(e.message)"))
+            }
+            return
+        }
+        state.withLock { $0.mark = mark; $0.reported = nil }
+        guard fresh.map(\.sha256Hex) != before.certificates.map(\.sha256Hex) else { return }
+        let old = Set(before.certificates.map(\.sha256Hex))
+        let next = policy.copy()
+        next.anchors = policy.anchors.filter { !old.contains($0.sha256Hex) } + fresh
+        policy.replaceSettings(from: next)
+        state.withLock { $0.certificates = fresh }
+        events.emit(LifecycleEvent(kind: .policyReloaded, label: labels.joined(separator: ","),
+                                   message: "anchors \(labels.joined(separator: ", ")) reloaded from the store"))
+    }
+}

@@ -1,0 +1,270 @@
+import ArgumentParser
+import Foundation
+import MTLS
+
+/// `mtls enroll acme|pki`: get an identity from a certificate authority into the store, with
+/// the record `mtls renew` uses.
+struct EnrollCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "enroll",
+        abstract: "Enroll an identity with a certificate authority (ACME, EST, a local mtls pki directory) into the store.",
+        subcommands: [ACME.self, EST.self, PKI.self]
+    )
+
+    /// The JSON object (and text) printed for an enrollment or a renewal.
+    static func report(_ r: EnrollmentResult, renewed: Bool? = nil, json: Bool) {
+        var o: [String: Any] = [
+            "label": r.label, "source": r.record.source, "url": r.record.url,
+            "account": r.record.account as Any? ?? NSNull(), "identifiers": r.record.identifiers,
+            "key_type": r.record.keyType, "token_uri": r.record.tokenURI as Any? ?? NSNull(),
+            "serial": r.certificate.serialHex, "leaf_sha256": r.certificate.sha256Hex,
+            "not_after": CLI.rfc3339(r.certificate.notAfter), "chain": r.chain.map(\.sha256Hex),
+            "previous_sha256": r.previous?.sha256Hex as Any? ?? NSNull(),
+        ]
+        if let renewed { o["renewed"] = renewed }
+        if json { return CLI.printJSON(o) }
+        print("\(r.label): \(r.certificate.subject), serial \(r.certificate.serialHex), until \(CLI.rfc3339(r.certificate.notAfter)) (\(r.record.source) \(r.record.url))")
+    }
+
+    static func loadAnchors(_ paths: [String]) throws -> [Certificate] {
+        try paths.flatMap { try Certificate.load(path: $0) }
+    }
+
+    struct ACME: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "acme",
+            abstract: "Enroll with an ACME server (RFC 8555): http-01, tls-alpn-01 or dns-01.")
+        @OptionGroup var location: StoreCommand.Location
+        @Option(name: .customLong("directory"), help: "The ACME directory URL (https://...).") var directory: String
+        @Option(name: .customLong("anchor"), help: "Trust only this certificate (PEM) for the ACME server's TLS (repeatable).")
+        var anchors: [String] = []
+        @Option(name: .customLong("chain-anchor"), help: "The issued chain must validate to this certificate (repeatable; default: the chain's own top).")
+        var chainAnchors: [String] = []
+        @Option(name: .customLong("name"), help: "A DNS name or IP address to certify (repeatable).") var names: [String] = []
+        @Option(name: .customLong("label"), help: "The store label of the identity.") var label: String
+        @Option(name: .customLong("key-type"), help: "Type of the new key (ec-p256, ec-p384, rsa-2048...; default ec-p256).") var keyType: String?
+        @Option(name: .customLong("token-uri"), help: "Use this token key (pkcs11: URI) instead of a new key in the store.") var tokenURI: String?
+        @Option(name: .customLong("pin-file"), help: "File holding the token's PIN.") var pinFile: String?
+        @Option(name: .customLong("http-port"), help: "Answer http-01 with a built-in responder on this port.") var httpPort: UInt16?
+        @Option(name: .customLong("webroot"), help: "Answer http-01 with files under DIR/.well-known/acme-challenge/.") var webroot: String?
+        @Option(name: .customLong("tls-alpn-port"), help: "Answer tls-alpn-01 with a built-in responder on this port.") var tlsALPNPort: UInt16?
+        @Option(name: .customLong("dns-hook"), help: "Answer dns-01 with this command (sh -c; gets present|cleanup NAME VALUE).") var dnsHook: String?
+        @Option(name: .customLong("listen-address"), help: "Address the built-in responders listen on (default: all IPv4).") var listenAddress: String?
+        @Option(name: .customLong("eab-kid"), help: "External account binding key identifier.") var eabKID: String?
+        @Option(name: .customLong("eab-hmac-file"), help: "File holding the external account binding MAC key (base64url).") var eabHMACFile: String?
+        @Option(name: .customLong("contact"), help: "Account contact URL, such as mailto:ops@example.com (repeatable).") var contact: [String] = []
+        @Option(name: .customLong("timeout"), help: "Seconds an order may stay pending (default 120).") var timeout: Double?
+        @Flag(help: "Machine-readable output.") var json = false
+
+        func validate() throws {
+            if names.isEmpty { throw ValidationError("give at least one --name") }
+            let methods = [httpPort != nil, webroot != nil, tlsALPNPort != nil, dnsHook != nil].filter { $0 }.count
+            if methods != 1 { throw ValidationError("give exactly one of --http-port, --webroot, --tls-alpn-port, --dns-hook") }
+            if (eabKID == nil) != (eabHMACFile == nil) { throw ValidationError("--eab-kid and --eab-hmac-file go together") }
+            if tokenURI != nil && keyType != nil { throw ValidationError("--key-type makes a new key; it does not go with --token-uri") }
+        }
+
+        func run() throws {
+            try CLI.reporting(json: json) {
+                let method: ACMEChallengeMethod
+                if let httpPort { method = .http01(address: listenAddress, port: httpPort) }
+                else if let tlsALPNPort { method = .tlsALPN01(address: listenAddress, port: tlsALPNPort) }
+                else if let webroot { method = .webroot(directory: webroot) }
+                else { method = .dns01(command: dnsHook ?? "") }
+                var request = ACMEEnrollment(directoryURL: directory, identifiers: names, challenge: method)
+                request.directoryAnchors = try EnrollCommand.loadAnchors(anchors)
+                request.chainAnchors = try EnrollCommand.loadAnchors(chainAnchors)
+                if let keyType { request.keySpec = try KeySpec(issuingName: keyType) }
+                request.tokenURI = tokenURI
+                request.tokenPIN = try pinFile.map(CLI.readPINFile)
+                if let eabKID, let eabHMACFile { request.externalAccount = try ACMEExternalAccount.load(keyID: eabKID, hmacFile: eabHMACFile) }
+                request.contact = contact
+                if let timeout { request.pollTimeout = timeout }
+                let result = try location.adding { store in try Enrollment.enrollACME(request, store: store, label: label) }
+                EnrollCommand.report(result, json: json)
+            }
+        }
+    }
+
+    struct EST: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "est",
+            abstract: "Enroll with an EST server (RFC 7030): /simpleenroll with basic auth or a bootstrap identity.")
+        @OptionGroup var location: StoreCommand.Location
+        @Option(name: .customLong("url"), help: "The EST base URL (https://host/.well-known/est).") var url: String
+        @Option(name: .customLong("anchor"), help: "Trust only this certificate (PEM) for the EST server's TLS (repeatable).")
+        var anchors: [String] = []
+        @Option(name: .customLong("user"), help: "HTTP basic authentication user.") var user: String?
+        @Option(name: .customLong("password-file"), help: "File holding the basic authentication password.") var passwordFile: String?
+        @Option(name: .customLong("identity"), help: "A bootstrap identity (store label) presented over TLS.") var identity: String?
+        @Option(name: .customLong("subject"), help: "The subject DN of the request (\"CN=device-1,O=Example\").") var subject: String
+        @Option(name: .customLong("label"), help: "The store label of the identity.") var label: String
+        @Option(name: .customLong("profile"), help: "client (default) or server: the purpose the issued chain is checked for.")
+        var profile: String = "client"
+        @Option(name: .customLong("key-type"), help: "Type of the new key (default ec-p256).") var keyType: String?
+        @Option(name: .customLong("token-uri"), help: "Use this token key (pkcs11: URI) instead of a new key in the store.") var tokenURI: String?
+        @Option(name: .customLong("pin-file"), help: "File holding the token's PIN.") var pinFile: String?
+        @Flag(help: "Machine-readable output.") var json = false
+
+        func validate() throws {
+            if user == nil && identity == nil { throw ValidationError("give --user U --password-file F, or --identity BOOTSTRAP") }
+            if (user == nil) != (passwordFile == nil) { throw ValidationError("--user and --password-file go together") }
+        }
+
+        func run() throws {
+            try CLI.reporting(json: json) {
+                guard let p = CertificateProfile(rawValue: profile), p == .server || p == .client else {
+                    throw MTLSError(.invalidArgument, "--profile is server or client")
+                }
+                let spec = try keyType.map { try KeySpec(issuingName: $0) } ?? .ecP256
+                let password = try passwordFile.map(CLI.readPasswordFile)
+                let pin = try pinFile.map(CLI.readPINFile)
+                let anchorCerts = try EnrollCommand.loadAnchors(anchors)
+                let result = try location.adding { store in
+                    let bootstrap = try identity.map { try store.identity(label: $0) }
+                    return try Enrollment.enrollEST(url: url, subject: subject, anchors: anchorCerts, user: user, password: password,
+                                                    bootstrap: bootstrap, keySpec: spec, tokenURI: tokenURI, tokenPIN: pin,
+                                                    profile: p, store: store, label: label)
+                }
+                EnrollCommand.report(result, json: json)
+            }
+        }
+    }
+
+    struct PKI: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "pki",
+            abstract: "Enroll from a local mtls pki directory (one-machine setups).")
+        @OptionGroup var location: StoreCommand.Location
+        @Option(name: .customLong("dir"), help: "The mtls pki directory.") var dir: String
+        @Option(name: .customLong("ca"), help: "The intermediate CA's name.") var ca: String
+        @Option(name: .customLong("name"), help: "The certificate's name (a DNS name or IP address for a server).") var name: String
+        @Option(name: .customLong("label"), help: "The store label of the identity.") var label: String
+        @Option(name: .customLong("profile"), help: "server (default) or client.") var profile: String = "server"
+        @Option(name: .customLong("key-type"), help: "Type of the new key (default ec-p256).") var keyType: String?
+        @Option(name: .customLong("token-uri"), help: "Use this token key (pkcs11: URI) instead of a new key in the store.") var tokenURI: String?
+        @Option(name: .customLong("pin-file"), help: "File holding the token's PIN.") var pinFile: String?
+        @Option(name: .customLong("key-password-file"), help: "File with the password of the CA keys (default: $MTLS_PKI_KEY_PASSWORD_FILE).")
+        var keyPasswordFile: String?
+        @Flag(help: "Machine-readable output.") var json = false
+
+        func run() throws {
+            try CLI.reporting(json: json) {
+                guard let p = CertificateProfile(rawValue: profile), p == .server || p == .client else {
+                    throw MTLSError(.invalidArgument, "--profile is server or client")
+                }
+                let spec = try keyType.map { try KeySpec(issuingName: $0) } ?? .ecP256
+                let pki = PKIDirectory(path: dir)
+                guard let root = try Certificate.load(path: pki.rootPath + "/cert.pem").first else {
+                    throw MTLSError(.parse, "\(pki.rootPath)/cert.pem holds no certificate")
+                }
+                let pin = try pinFile.map(CLI.readPINFile)
+                let caPassword = try RenewCommand.caKeyPassword(keyPasswordFile)
+                let result = try location.adding { store in
+                    try Enrollment.enrollPKI(directory: dir, caName: ca, name: name, profile: p, keySpec: spec, tokenURI: tokenURI,
+                                             tokenPIN: pin, caKeyPassword: caPassword, chainAnchors: [root], store: store, label: label)
+                }
+                EnrollCommand.report(result, json: json)
+            }
+        }
+    }
+}
+
+/// `mtls renew LABEL [--force] [--loop]`: renew from the recorded enrollment.
+struct RenewCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "renew",
+        abstract: "Renew an enrolled identity when two thirds of its lifetime have passed (or now, with --force).",
+        discussion: """
+            Uses the enrollment record kept beside the identity (mtls enroll). The new identity \
+            replaces the old one in the store only once its key matches and its chain validates \
+            (--policy/--anchor, else the recorded anchors). With --loop, stays running and renews \
+            every enrolled identity of the store when due, backing off exponentially after failures.
+            """)
+    @OptionGroup var location: StoreCommand.Location
+    @Argument(help: "The label (optional with --loop: every enrolled identity).") var label: String?
+    @Flag(name: .customLong("force"), help: "Renew now, whether due or not.") var force = false
+    @Flag(name: .customLong("loop"), help: "Stay running and renew when due.") var loop = false
+    @Option(name: .customLong("policy"), help: "Policy file the renewed chain must satisfy.") var policy: String?
+    @Option(name: .customLong("anchor"), help: "The renewed chain must validate to this certificate (repeatable).") var anchors: [String] = []
+    @Option(name: .customLong("pin-file"), help: "File holding the token's PIN (token identities).") var pinFile: String?
+    @Option(name: .customLong("interval"), help: "With --loop: seconds between checks (default 3600).") var interval: Double = 3600
+    @Option(name: .customLong("key-password-file"), help: "For identities enrolled from a local pki directory: the CA keys' password (default: $MTLS_PKI_KEY_PASSWORD_FILE).")
+    var keyPasswordFile: String?
+    @Flag(help: "Machine-readable output (one JSON object per renewal attempt).") var json = false
+
+    func validate() throws {
+        if label == nil && !loop { throw ValidationError("give a LABEL (or --loop for every enrolled identity)") }
+        if !interval.isFinite || interval < 1 || interval > 86400 * 30 { throw ValidationError("--interval is 1 to 2592000 seconds") }
+    }
+
+    func run() throws {
+        try CLI.reporting(json: json) {
+            let store = try location.open()
+            var trust: TrustPolicy? = try policy.map { try TrustPolicy.load(path: $0) }
+            if !anchors.isEmpty {
+                let a = try EnrollCommand.loadAnchors(anchors)
+                if let t = trust { for c in a { t.addAnchor(c) } } else {
+                    trust = TrustPolicy(anchors: a, anchorsOnly: true, nameCheck: .none)
+                }
+            }
+            let pin = try pinFile.map(CLI.readPINFile)
+            let caPassword = try RenewCommand.caKeyPassword(keyPasswordFile)
+            if !loop {
+                let outcome = try Enrollment.renew(store: store, label: label ?? "", force: force, policy: trust, tokenPIN: pin,
+                                                   caKeyPassword: caPassword)
+                try RenewCommand.report(outcome, label: label ?? "", json: json)
+                return
+            }
+            var failures: [String: Int] = [:]
+            var nextTry: [String: Date] = [:]
+            var firstPass = true  // --force applies to the first pass only, not to every check
+            while true {
+                defer { firstPass = false }
+                let labels = try label.map { [$0] } ?? store.enrolledLabels()
+                for l in labels where (nextTry[l] ?? .distantPast) <= Date() {
+                    do {
+                        let outcome = try Enrollment.renew(store: store, label: l, force: force && firstPass, policy: trust, tokenPIN: pin,
+                                                           caKeyPassword: caPassword)
+                        failures[l] = nil
+                        nextTry[l] = nil
+                        if outcome.renewed { try RenewCommand.report(outcome, label: l, json: json) }
+                    } catch {
+                        let n = (failures[l] ?? 0) + 1
+                        failures[l] = n
+                        let wait = Enrollment.backoff(attempt: n)
+                        nextTry[l] = Date().addingTimeInterval(wait)
+                        let message = (error as? MTLSError)?.message ?? "\(error)"
+                        // The identity runs out before the next attempt: say so, loudly.
+                        let expiresFirst = (try? store.info(label: l).notAfter).map { $0 < nextTry[l] ?? Date() } ?? false
+                        if json {
+                            CLI.printJSON(["label": l, "renewed": false, "error": CLI.errorName(error), "message": message,
+                                           "retry_in": Int(wait), "expires_before_retry": expiresFirst])
+                        } else {
+                            CLI.printError("renewing \(l) failed (attempt \(n), retry in \(Int(wait)) s): \(message)")
+                            if expiresFirst { CLI.printError("warning: \(l) expires before the next attempt") }
+                        }
+                    }
+                }
+                fflush(nil)  // every stream: a supervisor reading the pipe sees each attempt as it happens
+                let soonest = nextTry.values.min().map { max(1, $0.timeIntervalSinceNow) } ?? interval
+                Thread.sleep(forTimeInterval: min(interval, soonest))
+            }
+        }
+    }
+
+    /// The local CA's key password: the file given, else `MTLS_PKI_KEY_PASSWORD_FILE` (as `mtls pki`).
+    static func caKeyPassword(_ file: String?) throws -> SecretBytes? {
+        let env = ProcessInfo.processInfo.environment["MTLS_PKI_KEY_PASSWORD_FILE"].flatMap { $0.isEmpty ? nil : $0 }
+        return try (file ?? env).map(CLI.readPasswordFile)
+    }
+
+    static func report(_ outcome: RenewalOutcome, label: String, json: Bool) throws {
+        if let r = outcome.result { return EnrollCommand.report(r, renewed: true, json: json) }
+        if json {
+            return CLI.printJSON(["label": label, "renewed": false, "due_at": CLI.rfc3339(outcome.dueAt),
+                                  "serial": outcome.current.serialHex, "leaf_sha256": outcome.current.sha256Hex])
+        }
+        print("\(label): not due until \(CLI.rfc3339(outcome.dueAt)) (use --force to renew now)")
+    }
+}

@@ -1,0 +1,108 @@
+import Foundation
+import MTLS
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What `mtls serve` follows (issue 26): its identity when it is a store label, its policy file,
+/// and SIGHUP, which looks at both at once. The library itself never installs a signal handler;
+/// the command line does, here.
+final class ServeFollowing: @unchecked Sendable {
+    let store: CredentialStore?
+    let source: IdentitySource?
+    let policyWatch: PolicyFileWatch?
+    private var signalSource: DispatchSourceSignal?
+
+    init(identityOptions: IdentityOptions, policyPath: String?, revocation: String? = nil) throws {
+        let name = identityOptions.cert == nil ? identityOptions.identity : nil
+        let isLabel = name.map { n in
+            !PKCS11URI.isPKCS11URI(n) && !n.lowercased().hasSuffix(".p12") && !n.lowercased().hasSuffix(".pfx")
+                && !FileManager.default.fileExists(atPath: n)
+        } ?? false
+        // The store is needed for a label; otherwise only for --metrics-port, if one is configured.
+        store = isLabel ? try identityOptions.openStore() : (try? identityOptions.openStore()) ?? nil
+        if isLabel, let store, let name {
+            source = try IdentitySource(store: store, label: name, tokenPIN: try identityOptions.pinFile.map(CLI.readPINFile))
+        } else {
+            source = nil
+        }
+        // --revocation holds for every version of the file, not only the first one.
+        policyWatch = try policyPath.map { try PolicyFileWatch(path: $0, adjust: { try PolicyBuilder.applyRevocation(revocation, to: $0) }) }
+    }
+
+    /// Prints one line per event and reloads on SIGHUP.
+    func start(listener: TLSListener) {
+        let print: @Sendable (LifecycleEvent) -> Void = { e in
+            let what: String
+            switch e.kind {
+            case .identityRotated: what = "rotated"
+            case .policyReloaded: what = "policy reloaded"
+            case .reloadFailed: what = "reload failed [\(e.error?.code.name ?? "error")]"
+            case .expiryWarning: what = "expiry warning"
+            }
+            Swift.print("\(what): \(e.message)")
+            fflush(nil)
+        }
+        listener.events.setHandler(print)
+        policyWatch?.events.setHandler(print)
+        signal(SIGHUP, SIG_IGN)
+        let s = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
+        s.setEventHandler { [self] in
+            Swift.print("SIGHUP: reloading")
+            fflush(nil)
+            source?.reload()
+            policyWatch?.reload()
+        }
+        s.resume()
+        signalSource = s
+    }
+}
+
+/// `mtls serve --metrics-port P`: a plain HTTP server on 127.0.0.1:P answering every request with
+/// the store's certificate metrics and the listener's counters (Prometheus text).
+enum MetricsServer {
+    static func start(port: UInt16, listener: TLSListener, store: CredentialStore?) throws -> UInt16 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw MTLSError(.io, "metrics: socket: \(String(cString: strerror(errno)))") }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = port.bigEndian
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, Glibc.listen(fd, 16) == 0 else {
+            let e = String(cString: strerror(errno))
+            close(fd)
+            throw MTLSError(.io, "metrics: cannot listen on 127.0.0.1:\(port): \(e)")
+        }
+        var got = sockaddr_in()
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &got) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+        nonisolated(unsafe) let store = store
+        Thread.detachNewThread {
+            while true {
+                let c = accept(fd, nil, nil)
+                if c < 0 { if errno == EINTR { continue }; return }
+                var buf = [UInt8](repeating: 0, count: 4096)
+                _ = recv(c, &buf, buf.count, 0) // the request line; every path gets the metrics
+                var body = Prometheus.text(listener.counters)
+                if let store {
+                    do { body += try store.prometheusMetrics() } catch { body += "# store metrics failed: \(error)\n" }
+                }
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n"
+                let out = Array((head + body).utf8)
+                var sent = 0
+                while sent < out.count {
+                    let n = out[sent...].withUnsafeBytes { send(c, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                    if n <= 0 { break }
+                    sent += n
+                }
+                close(c)
+            }
+        }
+        return UInt16(bigEndian: got.sin_port)
+    }
+}

@@ -1,0 +1,60 @@
+import ArgumentParser
+import Foundation
+import MTLS
+
+extension StoreCommand {
+    /// `mtls store check --within DAYS [--json]`: the shape of `openssl x509 -checkend`.
+    struct Check: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Exit 1 when a certificate in the store expires within DAYS days (0 when none does).",
+            discussion: """
+                Every certificate counts: identities and their chains, stored certificates, token \
+                identities' certificates and chains (no private key is opened). Lists label, class, \
+                subject, not_after and days left of each one that expires (expired ones included). \
+                Exit status: 0 nothing expires within DAYS, 1 something does, 2 the store could not be read.
+                """)
+        @OptionGroup var location: Location
+        @Option(name: .customLong("within"), help: "Days from now.") var within: Int
+        @Flag(help: "Machine-readable output: {\"within_days\": n, \"expiring\": [{label, class, subject, sha256, position, not_after, days_left}]}.") var json = false
+
+        func run() throws {
+            guard within >= 0 else { throw ValidationError("--within must be 0 or more days") }
+            let now = Date()
+            let items: [StoreExpiryItem]
+            do {
+                items = try CLI.reporting(json: json) { try location.open().expiring(withinDays: within, at: now) }
+            } catch {
+                throw ExitCode(2)
+            }
+            if json {
+                CLI.printJSON(["within_days": within, "expiring": items.map { i -> [String: Any] in
+                    ["label": i.label, "class": i.itemClass.name, "subject": i.subject, "sha256": i.sha256,
+                     "position": i.position, "not_after": CLI.rfc3339(i.notAfter), "days_left": i.daysLeft(at: now)]
+                }])
+            } else if items.isEmpty {
+                print("nothing expires within \(within) days")
+            } else {
+                for i in items {
+                    print("\(i.label)\t\(i.itemClass.name)\t\(i.subject)\t\(CLI.rfc3339(i.notAfter))\t\(i.daysLeft(at: now)) days left")
+                }
+            }
+            if !items.isEmpty { throw ExitCode(1) }
+        }
+    }
+
+    /// `mtls store metrics`: Prometheus text exposition of every stored certificate's validity.
+    struct Metrics: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print the store's certificates' validity as Prometheus text.",
+            discussion: """
+                Per certificate: mtls_certificate_not_after_seconds{label,class,subject,sha256} and \
+                mtls_certificate_not_before_seconds{...}, in seconds since 1970.
+                """)
+        @OptionGroup var location: Location
+
+        func run() throws {
+            let text = try CLI.reporting { try location.open().prometheusMetrics() }
+            print(text, terminator: "")
+        }
+    }
+}

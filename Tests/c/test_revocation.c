@@ -1,0 +1,145 @@
+/* Revocation through the C ABI (issue 28): the policy and rule setters and their argument checks,
+ * the result's revocation JSON and warnings, hard and soft with no reachable source, and CRLs added
+ * with mtls_policy_add_crl_file answering the check without any network (a revoked leaf refused
+ * in soft mode too). The HTTP cases run against real servers in Tests/e2e/test_revocation.py and
+ * bindings/python/tests/test_revocation.py. */
+#include "test_support.h"
+
+static mtls_trust_result *eval(mtls_policy *p, mtls_issued *leaf, mtls_issued *inter) {
+    mtls_cert *certs[2] = {NULL, NULL};
+    CHECK_OK(mtls_issued_cert(leaf, &certs[0]));
+    CHECK_OK(mtls_issued_cert(inter, &certs[1]));
+    mtls_trust_result *r = NULL;
+    CHECK_OK(mtls_evaluate(p, certs, 2, NULL, MTLS_PURPOSE_CLIENT, 0, &r));
+    mtls_cert_free(certs[0]);
+    mtls_cert_free(certs[1]);
+    return r;
+}
+
+static int trusted(mtls_trust_result *r) { int t = -1; CHECK_OK(mtls_trust_result_trusted(r, &t)); return t; }
+
+static int has_code(mtls_trust_result *r, const char *code) {
+    mtls_trust_reason *list = NULL; size_t n = 0; int found = 0;
+    CHECK_OK(mtls_trust_result_reasons(r, &list, &n));
+    for (size_t i = 0; i < n; i++) if (strcmp(list[i].code, code) == 0) found = 1;
+    mtls_trust_reason_list_free(list, n);
+    return found;
+}
+
+int main(void) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    mtls_issued *root = NULL, *inter = NULL, *alice = NULL, *laptop = NULL;
+    CHECK_OK(mtls_pki_root("C Rev Root", NULL, &root));
+    CHECK_OK(mtls_pki_issue(root, MTLS_PROFILE_INTERMEDIATE, "C Rev CA", NULL, &inter));
+    mtls_issue_options o;
+    CHECK_OK(mtls_issue_options_init(&o, MTLS_ISSUE_OPTIONS_VERSION));
+    o.crl_url = "http://127.0.0.1:9/never-served.crl"; /* port 9 (discard): nothing listens */
+    CHECK_OK(mtls_pki_issue(inter, MTLS_PROFILE_CLIENT, "alice", &o, &alice));
+    CHECK_OK(mtls_pki_issue(inter, MTLS_PROFILE_CLIENT, "laptop", &o, &laptop));
+
+    mtls_policy *p = NULL;
+    CHECK_OK(mtls_policy_new(&p));
+    mtls_cert *anchor = NULL;
+    CHECK_OK(mtls_issued_cert(inter, &anchor));
+    CHECK_OK(mtls_policy_add_anchor(p, anchor));
+    CHECK_OK(mtls_policy_set_anchors_only(p, 1));
+
+    /* argument checks */
+    CHECK_RC(mtls_policy_set_revocation(NULL, MTLS_REVOCATION_HARD, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_set_revocation(p, 7, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_set_revocation(p, MTLS_REVOCATION_HARD, 64), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_set_rule_revocation(p, NULL, MTLS_REVOCATION_HARD, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_set_rule_revocation(p, "", MTLS_REVOCATION_HARD, 0), MTLS_E_INVALID_POLICY);
+    CHECK_RC(mtls_policy_set_revocation_limits(p, 0, -1), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_policy_set_revocation_limits(p, 0, 601000), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_policy_set_revocation_limits(p, 1 << 20, 2000));
+    CHECK_RC(mtls_policy_set_revocation_cache_dir(p, ""), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_policy_set_revocation_cache_dir(p, NULL));
+    CHECK_RC(mtls_trust_result_revocation(NULL, NULL), MTLS_E_INVALID_ARGUMENT);
+    mtls_revocation_cache_clear();
+
+    /* off (default): no revocation report */
+    mtls_trust_result *r = eval(p, alice, inter);
+    char *json = (char *)"unset";
+    CHECK(trusted(r) == 1);
+    CHECK_OK(mtls_trust_result_revocation(r, &json));
+    CHECK(json == NULL);
+    mtls_trust_result_free(r);
+
+    /* hard, nothing reachable: revocation_unknown */
+    CHECK_OK(mtls_policy_set_revocation(p, MTLS_REVOCATION_HARD, MTLS_REVOCATION_SOURCE_CRL));
+    r = eval(p, alice, inter);
+    CHECK(trusted(r) == 0 && has_code(r, "revocation_unknown"));
+    CHECK_OK(mtls_trust_result_revocation(r, &json));
+    CHECK(json != NULL && strstr(json, "\"mode\":\"hard\"") && strstr(json, "\"status\":\"unknown\"")
+          && strstr(json, "never-served.crl"));
+    mtls_string_free(json);
+    mtls_trust_result_free(r);
+
+    /* soft: trusted, with a warning */
+    CHECK_OK(mtls_policy_set_revocation(p, MTLS_REVOCATION_SOFT, 0));
+    r = eval(p, alice, inter);
+    CHECK(trusted(r) == 1);
+    char **warnings = NULL; size_t nw = 0;
+    CHECK_OK(mtls_trust_result_warnings(r, &warnings, &nw));
+    CHECK(nw == 1 && strstr(warnings[0], "trusted anyway") != NULL);
+    mtls_string_list_free(warnings, nw);
+    mtls_trust_result_free(r);
+
+    /* A CRL file revoking laptop answers the check without the network, in every mode. */
+    mtls_cert *lc = NULL;
+    char *serial = NULL;
+    CHECK_OK(mtls_issued_cert(laptop, &lc));
+    CHECK_OK(mtls_cert_serial_hex(lc, &serial));
+    const char *serials[] = {serial};
+    uint8_t *der = NULL; size_t der_len = 0;
+    CHECK_OK(mtls_pki_crl(inter, serials, 1, 1, 0, 0, &der, &der_len));
+    char crl_path[512];
+    snprintf(crl_path, sizeof crl_path, "%s/revocation.crl", tmp);
+    FILE *f = fopen(crl_path, "wb");
+    CHECK(f != NULL && fwrite(der, 1, der_len, f) == der_len);
+    fclose(f);
+    mtls_bytes_free(der);
+    CHECK_OK(mtls_policy_add_crl_file(p, crl_path));
+    r = eval(p, laptop, inter);
+    CHECK(trusted(r) == 0 && has_code(r, "revoked"));
+    mtls_trust_result_free(r);
+    r = eval(p, alice, inter);
+    CHECK(trusted(r) == 1);
+    CHECK_OK(mtls_trust_result_revocation(r, &json));
+    CHECK(json != NULL && strstr(json, "\"status\":\"good\"") && strstr(json, "\"source\":\"crl_file\""));
+    mtls_string_free(json);
+    CHECK_OK(mtls_trust_result_warnings(r, &warnings, &nw));
+    CHECK(nw == 0 && warnings == NULL);
+    mtls_trust_result_free(r);
+
+    /* A host rule's setting wins over the policy's for its peers. */
+    mtls_policy *q = NULL;
+    CHECK_OK(mtls_policy_new(&q));
+    CHECK_OK(mtls_policy_add_anchor(q, anchor));
+    CHECK_OK(mtls_policy_set_anchors_only(q, 1));
+    CHECK_OK(mtls_policy_set_name_check(q, 0));
+    CHECK_OK(mtls_policy_set_rule_revocation(q, "checked.test", MTLS_REVOCATION_HARD, 0));
+    mtls_cert *certs[2] = {NULL, NULL};
+    CHECK_OK(mtls_issued_cert(alice, &certs[0]));
+    CHECK_OK(mtls_issued_cert(inter, &certs[1]));
+    CHECK_OK(mtls_evaluate(q, certs, 2, "checked.test", MTLS_PURPOSE_CLIENT, 0, &r));
+    CHECK(trusted(r) == 0 && has_code(r, "revocation_unknown"));
+    mtls_trust_result_free(r);
+    CHECK_OK(mtls_evaluate(q, certs, 2, "other.test", MTLS_PURPOSE_CLIENT, 0, &r));
+    CHECK(trusted(r) == 1);
+    mtls_trust_result_free(r);
+    mtls_cert_free(certs[0]);
+    mtls_cert_free(certs[1]);
+
+    mtls_string_free(serial);
+    mtls_cert_free(lc);
+    mtls_cert_free(anchor);
+    mtls_policy_free(q);
+    mtls_policy_free(p);
+    mtls_issued_free(laptop);
+    mtls_issued_free(alice);
+    mtls_issued_free(inter);
+    mtls_issued_free(root);
+    DONE();
+}

@@ -1,0 +1,82 @@
+"""`mtls store check --within DAYS [--json]` and `mtls store metrics` (issue 26) on a store whose
+items expire in 3, 20 and 400 days (made with `mtls pki ... --days`)."""
+import json
+import re
+
+import pytest
+
+from conftest import run_cli, write_secret
+
+FAST = ["--kdf-log-n", "10"]
+
+
+def ok(*args):
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    base = tmp_path_factory.mktemp("expiry")
+    d = base / "D"
+    pw = base / "pw"
+    write_secret(pw, "p12-secret\n")
+    write_secret(base / "secret", "store passphrase\n")
+    ok("pki", "init", "--dir", d, "--name", "Expiry Root")
+    ok("pki", "intermediate", "--dir", d, "--name", "Customer A")
+    ok("pki", "issue", "client", "--dir", d, "--ca", "Customer A", "--name", "soon", "--days", "3",
+       "--p12", base / "soon.p12", "--password-file", pw)
+    ok("pki", "issue", "client", "--dir", d, "--ca", "Customer A", "--name", "mid", "--days", "20",
+       "--p12", base / "mid.p12", "--password-file", pw)
+    ok("pki", "issue", "server", "--dir", d, "--ca", "Customer A", "--dns", "far.example", "--days", "400")
+    st = ["store", "--store", base / "store.db", "--secret-file", base / "secret", *FAST]
+    ok(*st, "import", base / "soon.p12", "--label", "soon", "--password-file", pw)
+    ok(*st, "import", base / "mid.p12", "--label", 'mi"d', "--password-file", pw)
+    far = next((d / "ca" / "customer-a" / "issued").glob("far.example*"))
+    far_cert = far / "cert.pem" if far.is_dir() else far
+    ok(*st, "add-cert", far_cert, "--label", "far")
+    return st
+
+
+def test_check_exit_status_and_listing(store):
+    r = run_cli(*store, "check", "--within", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run_cli(*store, "check", "--within", "10", "--json")
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    assert [(i["label"], i["class"], i["position"]) for i in out["expiring"]] == [("soon", "identity", 0)]
+    soon = out["expiring"][0]
+    assert soon["subject"] == "CN=soon" and soon["days_left"] in (2, 3) and soon["not_after"].endswith("Z")
+    r = run_cli(*store, "check", "--within", "30", "--json")
+    assert r.returncode == 1
+    assert [i["label"] for i in json.loads(r.stdout)["expiring"]] == ["soon", 'mi"d']
+    r = run_cli(*store, "check", "--within", "500")
+    assert r.returncode == 1
+    labels = [line.split("\t")[0] for line in r.stdout.splitlines()]
+    assert labels == ["soon", 'mi"d', "far"], r.stdout
+    assert "days left" in r.stdout
+
+
+def test_check_fails_with_status_2_on_a_missing_store(tmp_path):
+    write_secret(tmp_path / "s", "x\n")
+    r = run_cli("store", "--store", tmp_path / "none.db", "--secret-file", tmp_path / "s", "check", "--within", "1")
+    assert r.returncode == 2 and r.stderr.strip()
+
+
+def test_metrics_are_prometheus_text(store):
+    r = ok(*store, "metrics")
+    lines = [line for line in r.stdout.splitlines() if not line.startswith("#")]
+    after = [line for line in lines if line.startswith("mtls_certificate_not_after_seconds{")]
+    before = [line for line in lines if line.startswith("mtls_certificate_not_before_seconds{")]
+    # Every certificate counts: the identities' chains too, not only the three leaves.
+    assert len(after) == len(before) >= 3
+    pattern = re.compile(r'^mtls_certificate_not_after_seconds\{label="((?:[^"\\]|\\.)*)",class="([a-z-]+)",'
+                         r'subject="((?:[^"\\]|\\.)*)",sha256="([0-9a-f]{64})"\} (\d+)$')
+    parsed = [pattern.match(line) for line in after]
+    assert all(parsed), after
+    labels = {m.group(1) for m in parsed}
+    assert labels == {"soon", 'mi\\"d', "far"}
+    classes = {m.group(1): m.group(2) for m in parsed}
+    assert classes["far"] == "certificate" and classes["soon"] == "identity"
+    assert "# TYPE mtls_certificate_not_after_seconds gauge" in r.stdout

@@ -1,0 +1,34 @@
+#!/usr/bin/env python3
+"""Listener full handshakes with an identity that follows a store label, against the same
+listener with a fixed identity, in one process (bench/c/bench_rotation.c): the change check of
+a followed label (issue 26) runs on the library's watcher thread, so it should cost nothing per
+handshake. Target: <= 1.02x."""
+import os
+import subprocess
+import tempfile
+
+from _cbench import build, throughput_row
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PREFIX = os.environ.get("MTLS_PREFIX", os.path.join(ROOT, "out", "bench-prefix"))
+SECONDS = float(os.environ.get("MTLS_BENCH_SECONDS", "6"))
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="mtls-bench-rotation-")
+    pki = os.path.join(work, "pki")
+    subprocess.run([os.path.join(ROOT, "scripts", "test-pki.sh"), pki], check=True)
+    exe = build("bench_rotation", work, PREFIX, libs=["-lpthread"])
+    r = subprocess.run([exe, os.path.join(pki, "server-chain.pem"), os.path.join(pki, "server.key"),
+                        os.path.join(pki, "root.pem"), os.path.join(work, "store.db"), str(SECONDS * 2), "10"],
+                       capture_output=True, text=True, check=True, env=dict(os.environ, LD_LIBRARY_PATH=""))
+    fixed, following, ratio = (float(x) for x in r.stdout.split())
+    print(f"  listener handshakes: fixed identity {fixed:7.0f}/s  store-following {following:7.0f}/s  "
+          f"cost {ratio:.3f}x", flush=True)
+    throughput_row("rotation", "listener full handshakes, store-following vs fixed identity", following, fixed,
+                   1 / 1.02, unit="hs/s", baseline_name="fixed identity")
+
+
+if __name__ == "__main__":
+    main()

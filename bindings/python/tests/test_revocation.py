@@ -1,0 +1,313 @@
+"""Revocation checking through the Python bindings (issue 28): CRLs served over HTTP by a real
+server on 127.0.0.1, fetched at the certificates' distribution points, verified against the
+issuer in the built chain; the Listener and an application's SSL_CTX configured for clients
+check client certificates the same way; single flight; the cache folder."""
+import ctypes
+import ctypes.util
+import http.server
+import os
+import socket
+import stat
+import threading
+import time
+
+import pytest
+
+import mtls
+from mtls import IssuedCertificate, errors
+from mtls.trust import clear_revocation_cache
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        srv = self.server
+        with srv.lock:
+            srv.hits[self.path] = srv.hits.get(self.path, 0) + 1
+        time.sleep(srv.delay)
+        body = srv.files.get(self.path)
+        if body is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/pkix-crl")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class CRLServer:
+    """A threading HTTP server on 127.0.0.1 serving `files` (path -> bytes) and counting requests."""
+
+    def __init__(self, port=0):
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), _Handler)
+        self.httpd.files, self.httpd.hits, self.httpd.delay = {}, {}, 0.0
+        self.httpd.lock = threading.Lock()
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, name):
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def crl_server():
+    s = CRLServer()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def pki(crl_server):
+    """root -> Customer R (publishes at /r.crl; the root at /root.crl) -> server, alice, laptop
+    (revoked), each carrying the distribution point of its issuer."""
+    root = IssuedCertificate.root("Rev Root")
+    inter = root.issue_intermediate("Customer R", crl_url=crl_server.url("root.crl"))
+    url = crl_server.url("r.crl")
+    p = {
+        "root": root, "inter": inter, "url": url,
+        "server": inter.issue_server("server.test", dns=["server.test"], ips=["127.0.0.1"], crl_url=url),
+        "alice": inter.issue_client("alice", crl_url=url),
+        "laptop": inter.issue_client("laptop", crl_url=url),
+    }
+    crl_server.httpd.files["/root.crl"] = root.crl([])
+    crl_server.httpd.files["/r.crl"] = inter.crl([p["laptop"].certificate.serial_hex], number=2)
+    return p
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    clear_revocation_cache()
+    yield
+    clear_revocation_cache()
+
+
+def certs(issued):
+    """The issued certificate and its chain, leaf first."""
+    return mtls.Certificate.parse_all(issued.chain_pem.encode())
+
+
+def client_policy(pki, mode="hard", **kw):
+    return mtls.Policy(anchors=[pki["root"].certificate], revocation=dict(mode=mode, **kw))
+
+
+def test_revoked_client_refused_and_good_client_trusted_with_what_was_checked(pki, crl_server):
+    policy = client_policy(pki)
+    good = policy.evaluate(certs(pki["alice"]), purpose="client")
+    assert good.trusted, good
+    checks = good.revocation["checks"]
+    assert good.revocation["mode"] == "hard"
+    assert [(c["cert_index"], c["status"], c["source"]) for c in checks] == [(0, "good", "crl"), (1, "good", "crl")]
+    assert checks[0]["url"] == pki["url"] and checks[0]["fetched_from"] == "network" and checks[0]["fetched_at"]
+    bad = policy.evaluate(certs(pki["laptop"]), purpose="client")
+    assert not bad.trusted and bad.kind == "fatal_failure"
+    assert bad.codes == ["revoked"]
+    assert "laptop" in bad.reasons[0].message and bad.reasons[0].cert_index == 0
+    assert bad.revocation["checks"][0]["status"] == "revoked"
+    assert bad.revocation["checks"][0]["fetched_from"] == "memory"  # the CRL fetched for alice
+    # Revoked is refused in soft mode too.
+    assert client_policy(pki, "soft").evaluate(certs(pki["laptop"]), purpose="client").codes == ["revoked"]
+    # Off: nothing checked, nothing reported.
+    off = mtls.Policy(anchors=[pki["root"].certificate]).evaluate(certs(pki["laptop"]), purpose="client")
+    assert off.trusted and off.revocation is None
+
+
+def test_unreachable_crl_hard_refuses_soft_trusts_and_says_so(pki):
+    dead = CRLServer()
+    dead_url = dead.url("dead.crl")
+    dead.stop()
+    bob = pki["inter"].issue_client("bob", crl_url=dead_url)
+    hard = client_policy(pki).evaluate(certs(bob), purpose="client")
+    assert not hard.trusted and hard.codes == ["revocation_unknown"], hard
+    assert "Connection refused" in hard.reasons[0].message
+    soft = client_policy(pki, "soft").evaluate(certs(bob), purpose="client")
+    assert soft.trusted and soft.codes == []
+    assert len(soft.warnings) == 1 and "soft" in soft.warnings[0]
+    assert soft.revocation["checks"][0]["status"] == "unknown" and soft.revocation["checks"][0]["url"] == dead_url
+
+
+def test_host_rule_revocation_over_the_policys(pki):
+    policy = mtls.Policy(anchors=[pki["root"].certificate],
+                         host_rules=[mtls.HostRule("checked.test", verify_as="server.test", revocation="hard")])
+    dead = CRLServer()
+    dead_url = dead.url("gone.crl")
+    dead.stop()
+    srv = pki["inter"].issue_server("s2", dns=["server.test"], crl_url=dead_url)
+    assert policy.evaluate(certs(srv), host="checked.test").codes == ["revocation_unknown"]
+    unchecked = policy.evaluate(certs(srv), host="server.test")
+    assert unchecked.trusted and unchecked.revocation is None
+
+
+def test_single_flight_one_request_for_concurrent_evaluations(pki, crl_server):
+    crl_server.httpd.delay = 0.5
+    try:
+        policy = client_policy(pki)
+        policy.set_cache(False)
+        before = dict(crl_server.httpd.hits)
+        results = []
+        chain_ = certs(pki["alice"])
+        threads = [threading.Thread(target=lambda: results.append(policy.evaluate(chain_, purpose="client")))
+                   for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert len(results) == 16 and all(r.trusted for r in results)
+        assert crl_server.httpd.hits.get("/r.crl", 0) - before.get("/r.crl", 0) == 1
+        assert crl_server.httpd.hits.get("/root.crl", 0) - before.get("/root.crl", 0) == 1
+    finally:
+        crl_server.httpd.delay = 0.0
+
+
+def test_cache_folder_keeps_crls_across_restarts_0600(pki, crl_server, tmp_path):
+    cache = tmp_path / "crl-cache"
+    policy = client_policy(pki, cache_dir=str(cache))
+    assert policy.evaluate(certs(pki["alice"]), purpose="client").trusted
+    files = sorted(os.listdir(cache))
+    assert len(files) == 2 and all(f.endswith(".crl") for f in files)
+    for f in files:
+        assert stat.S_IMODE(os.stat(cache / f).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(cache).st_mode) == 0o700
+    clear_revocation_cache()  # as a restarted program: nothing in memory
+    hits = dict(crl_server.httpd.hits)
+    r = client_policy(pki, cache_dir=str(cache)).evaluate(certs(pki["alice"]), purpose="client")
+    assert r.trusted and [c["fetched_from"] for c in r.revocation["checks"]] == ["disk", "disk"]
+    assert crl_server.httpd.hits == hits
+
+
+def test_bad_revocation_arguments():
+    with pytest.raises(ValueError):
+        mtls.Policy(revocation="sometimes")
+    with pytest.raises(ValueError):
+        mtls.Policy(revocation={"mode": "hard", "sources": ["ldap"]})
+    with pytest.raises(errors.InvalidArgument):
+        mtls.Policy(revocation={"mode": "hard", "timeout_ms": 10_000_000})
+    with pytest.raises(errors.InvalidPolicy, match="revocation"):
+        mtls.Policy.from_json('{"revocation": {"mode": "strict"}}')
+    with pytest.raises(errors.InvalidPolicy, match="unknown key"):
+        mtls.Policy.from_json('{"revocation": {"mode": "hard", "refresh": 1}}')
+
+
+def _serve_one(listener, out):
+    try:
+        with listener.accept(timeout=10) as c:
+            out.append(("accepted", c.peer_chain[0].subject_summary, c.evaluation.revocation["checks"][0]["status"]))
+            c.write(c.read())
+    except mtls.MTLSError as e:
+        out.append(("refused", e))
+
+
+def test_listener_refuses_the_revoked_client_and_accepts_the_others(pki):
+    listener = mtls.Listener(pki["server"].identity, client_policy=client_policy(pki), session_tickets=False)
+    server_policy = mtls.Policy(anchors=[pki["root"].certificate])
+    try:
+        for name, ok in (("alice", True), ("laptop", False)):
+            out = []
+            t = threading.Thread(target=_serve_one, args=(listener, out))
+            t.start()
+            try:
+                with mtls.Connection.connect("127.0.0.1", listener.port, identity=pki[name].identity, policy=server_policy,
+                                             verify_as="server.test", handshake_timeout=10) as c:
+                    c.write(b"ping")
+                    c.read()
+            except mtls.MTLSError:
+                pass
+            t.join(15)
+            assert out, name
+            if ok:
+                assert out[0] == ("accepted", "alice", "good")
+            else:
+                assert out[0][0] == "refused" and "revoked" in str(out[0][1]), out
+    finally:
+        listener.close()
+
+
+def test_ssl_ctx_configured_for_clients_refuses_the_revoked_client(pki):
+    libssl = ctypes.CDLL(ctypes.util.find_library("ssl"))
+    libssl.TLS_method.restype = ctypes.c_void_p
+    libssl.SSL_CTX_new.restype = ctypes.c_void_p
+    libssl.SSL_CTX_new.argtypes = [ctypes.c_void_p]
+    libssl.SSL_CTX_free.argtypes = [ctypes.c_void_p]
+    libssl.SSL_new.restype = ctypes.c_void_p
+    libssl.SSL_new.argtypes = [ctypes.c_void_p]
+    libssl.SSL_free.argtypes = [ctypes.c_void_p]
+    libssl.SSL_set_fd.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    libssl.SSL_accept.argtypes = [ctypes.c_void_p]
+    libssl.SSL_get_verify_result.restype = ctypes.c_long
+    libssl.SSL_get_verify_result.argtypes = [ctypes.c_void_p]
+    server_policy = mtls.Policy(anchors=[pki["root"].certificate])
+    for name, accepted in (("alice", True), ("laptop", False)):
+        ctx = libssl.SSL_CTX_new(libssl.TLS_method())
+        mtls.configure_ssl_ctx(ctx, pki["server"].identity, client_policy(pki), accepts_clients=True)
+        lsock = socket.socket()
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(1)
+        verdict = []
+
+        def client():
+            try:
+                with mtls.Connection.connect("127.0.0.1", lsock.getsockname()[1], identity=pki[name].identity,
+                                             policy=server_policy, verify_as="server.test", handshake_timeout=10) as c:
+                    c.write(b"x")
+            except mtls.MTLSError as e:
+                verdict.append(e)
+
+        t = threading.Thread(target=client)
+        t.start()
+        conn, _ = lsock.accept()
+        ssl = libssl.SSL_new(ctx)
+        try:
+            assert libssl.SSL_set_fd(ssl, conn.fileno()) == 1
+            rc = libssl.SSL_accept(ssl)
+            assert (rc == 1) is accepted, name
+            assert (libssl.SSL_get_verify_result(ssl) == 0) is accepted
+        finally:
+            libssl.SSL_free(ssl)
+            conn.close()
+            t.join(15)
+            lsock.close()
+            libssl.SSL_CTX_free(ctx)
+
+
+def test_a_session_made_before_the_revocation_does_not_resume_after_it(pki, crl_server):
+    # Resumption is a decision: the chain is evaluated again, revocation included.
+    carol = pki["inter"].issue_client("carol", crl_url=pki["url"])
+    listener = mtls.Listener(pki["server"].identity, client_policy=client_policy(pki))
+    server_policy = mtls.Policy(anchors=[pki["root"].certificate])
+    saved = crl_server.httpd.files["/r.crl"]
+    try:
+        outcomes = []
+        for step in range(3):
+            out = []
+            t = threading.Thread(target=_serve_one, args=(listener, out))
+            t.start()
+            try:
+                with mtls.Connection.connect("127.0.0.1", listener.port, identity=carol.identity, policy=server_policy,
+                                             verify_as="server.test", handshake_timeout=10) as c:
+                    c.write(b"ping")
+                    c.read()
+                    outcomes.append(("connected", c.resumed))
+            except mtls.MTLSError as e:
+                outcomes.append(("failed", str(e)))
+            t.join(15)
+            outcomes.append(out[0][0] if out else None)
+            if step == 1:
+                # carol is revoked now; the server forgets the CRL it had.
+                crl_server.httpd.files["/r.crl"] = pki["inter"].crl(
+                    [pki["laptop"].certificate.serial_hex, carol.certificate.serial_hex], number=3)
+                clear_revocation_cache()
+        assert outcomes[0] == ("connected", False) and outcomes[1] == "accepted", outcomes
+        # The session resumes while carol is good...
+        assert outcomes[2] == ("connected", True) and outcomes[3] == "accepted", outcomes
+        # ...and not once she is revoked.
+        assert outcomes[5] == "refused", outcomes
+    finally:
+        crl_server.httpd.files["/r.crl"] = saved
+        listener.close()
