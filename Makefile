@@ -18,7 +18,7 @@ LIMBO ?= $(CURDIR)/Tests/limbo
 
 .PHONY: deb wheel print-version
 .PHONY: all deps build build-debug build-release install test test-swift test-abi test-c test-python test-e2e test-limbo bench demo clean
-.PHONY: check
+.PHONY: check test-swift-plugins bench-swift-plugins
 
 all: build
 
@@ -57,6 +57,7 @@ test: deps
 	$(MAKE) --no-print-directory deb wheel CONFIG=debug DPKG_DEB_ARGS=-z1
 	$(MAKE) --no-print-directory test-abi test-c test-limbo test-python test-e2e
 	$(MAKE) --no-print-directory test-fuzz
+	$(MAKE) --no-print-directory test-swift-plugins
 
 # The inner loop: one debug build, the Swift tests, then the installed library's ABI check, C
 # programs and Python tests. No e2e, no limbo, no packages: `make test` runs those.
@@ -220,3 +221,22 @@ test-fuzz: fuzz-build
 	  echo "== regressions of fuzz_$$t"; (cd $(FUZZ_OUT) && ./fuzz_$$t -runs=1 $(CURDIR)/fuzz/regressions/$$t/*); \
 	done
 	$(call fuzz_run,20)
+
+# ---- Swift plugins (Plugins/MTLSNIOSSL): MTLSNIOSSL, libmtls for swift-nio-ssl (AsyncHTTPClient,
+# NIO servers). Its own package, depending on this one by path, so that SwiftNIO is never part of
+# the library's build, libmtls.so or `make demo`; it builds in Plugins/MTLSNIOSSL/.build. Its
+# XCTests start nginx (Tests/support/nginx_server.py), SoftHSM2 tokens and openssl s_client
+# themselves. The first build of SwiftNIO, swift-nio-ssl and AsyncHTTPClient takes minutes.
+PLUGIN_NIOSSL := Plugins/MTLSNIOSSL
+test-swift-plugins: deps
+	@start=$$(date +%s); $(SWIFT) build -c debug --build-tests --package-path $(PLUGIN_NIOSSL) && \
+	echo "test-swift-plugins: built in $$(( $$(date +%s) - start )) s"
+	$(SWIFT) test -c debug --skip-build --package-path $(PLUGIN_NIOSSL)
+
+# AsyncHTTPClient GETs to nginx with MTLSNIOSSL against swift-nio-ssl's own configuration from the
+# same files, kept-alive and new connections: the ratio of median times per request. Run it alone.
+BENCH_REQUESTS ?= 500
+BENCH_ROUNDS ?= 7
+bench-swift-plugins: deps
+	$(SWIFT) build -c release --package-path $(PLUGIN_NIOSSL) --product mtls-niossl-bench
+	$$($(SWIFT) build -c release --package-path $(PLUGIN_NIOSSL) --show-bin-path)/mtls-niossl-bench $(BENCH_REQUESTS) $(BENCH_ROUNDS)

@@ -12,6 +12,7 @@ public enum SubjectAltName: Hashable, Sendable, CustomStringConvertible {
     case email(String)
     case uri(String)
 
+    /// The name as text: `DNS:name`, `IP:address`, `email:...`, `URI:...`.
     public var description: String {
         switch self {
         case .dns(let v): return "DNS:\(v)"
@@ -61,6 +62,7 @@ public enum KeyType: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// The short form (``shortName``).
     public var description: String { shortName }
 
     /// Reads the type of an `EVP_PKEY`.
@@ -85,16 +87,27 @@ public enum KeyType: Hashable, Sendable, CustomStringConvertible {
 
 /// Key usage bits (RFC 5280 §4.2.1.3).
 public struct KeyUsage: OptionSet, Hashable, Sendable {
+    /// The bits, as in the extension (`digitalSignature` is 0x80, `decipherOnly` 0x8000).
     public let rawValue: UInt32
+    /// Key usage from its bits.
     public init(rawValue: UInt32) { self.rawValue = rawValue }
+    /// digitalSignature (0).
     public static let digitalSignature = KeyUsage(rawValue: 0x80)
+    /// nonRepudiation, also named contentCommitment (1).
     public static let nonRepudiation = KeyUsage(rawValue: 0x40)
+    /// keyEncipherment (2).
     public static let keyEncipherment = KeyUsage(rawValue: 0x20)
+    /// dataEncipherment (3).
     public static let dataEncipherment = KeyUsage(rawValue: 0x10)
+    /// keyAgreement (4).
     public static let keyAgreement = KeyUsage(rawValue: 0x08)
+    /// keyCertSign (5): the key signs certificates.
     public static let keyCertSign = KeyUsage(rawValue: 0x04)
+    /// cRLSign (6): the key signs CRLs.
     public static let cRLSign = KeyUsage(rawValue: 0x02)
+    /// encipherOnly (7).
     public static let encipherOnly = KeyUsage(rawValue: 0x01)
+    /// decipherOnly (8).
     public static let decipherOnly = KeyUsage(rawValue: 0x8000)
 
     /// RFC 5280 names of the bits that are set.
@@ -111,12 +124,19 @@ public struct KeyUsage: OptionSet, Hashable, Sendable {
 
 /// Extended key usage purposes, as dotted OIDs.
 public enum ExtendedKeyUsage {
+    /// TLS server authentication (id-kp-serverAuth).
     public static let serverAuth = "1.3.6.1.5.5.7.3.1"
+    /// TLS client authentication (id-kp-clientAuth).
     public static let clientAuth = "1.3.6.1.5.5.7.3.2"
+    /// Code signing (id-kp-codeSigning).
     public static let codeSigning = "1.3.6.1.5.5.7.3.3"
+    /// E-mail protection (id-kp-emailProtection).
     public static let emailProtection = "1.3.6.1.5.5.7.3.4"
+    /// Time stamping (id-kp-timeStamping).
     public static let timeStamping = "1.3.6.1.5.5.7.3.8"
+    /// OCSP response signing (id-kp-OCSPSigning).
     public static let ocspSigning = "1.3.6.1.5.5.7.3.9"
+    /// anyExtendedKeyUsage.
     public static let any = "2.5.29.37.0"
 
     /// A short name for a known OID (`serverAuth`), else the OID itself.
@@ -136,9 +156,11 @@ public enum ExtendedKeyUsage {
 
 /// The basicConstraints extension.
 public struct BasicConstraints: Hashable, Sendable {
+    /// Whether the certificate is a CA's (cA).
     public var isCA: Bool
     /// The pathLenConstraint, if any.
     public var pathLength: Int?
+    /// Whether the extension is marked critical.
     public var critical: Bool
 }
 
@@ -315,10 +337,10 @@ extension Certificate {
     }
 }
 
-/// IP address text and bytes.
-public enum IPAddress {
+/// IP address text and bytes (internal: the public API takes and gives addresses as text).
+enum IPAddress {
     /// Text of a 4- or 16-byte address, or nil for another length.
-    public static func text(_ bytes: [UInt8]) -> String? {
+    static func text(_ bytes: [UInt8]) -> String? {
         var buf = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
         switch bytes.count {
         case 4: return bytes.withUnsafeBytes { inet_ntop(AF_INET, $0.baseAddress, &buf, socklen_t(buf.count)) }.map { _ in String(cBuffer: buf) }
@@ -329,7 +351,7 @@ public enum IPAddress {
 
     /// The bytes of an IPv4 or IPv6 literal (brackets allowed around IPv6), or nil if `text` is
     /// not an IP literal.
-    public static func bytes(_ text: String) -> [UInt8]? {
+    static func bytes(_ text: String) -> [UInt8]? {
         var t = text
         if t.hasPrefix("["), t.hasSuffix("]") { t = String(t.dropFirst().dropLast()) }
         var v4 = [UInt8](repeating: 0, count: 4)
@@ -347,7 +369,7 @@ public enum IPAddress {
     /// literal and must be an interface name or index (1–64 characters, none of
     /// `%`, `:`, `/`, `[`, `]`, space or control). nil for a name, an IPv4 address with a zone, or
     /// a malformed zone.
-    public static func scoped(_ text: String) -> (address: [UInt8], zone: String?)? {
+    static func scoped(_ text: String) -> (address: [UInt8], zone: String?)? {
         var t = text
         if t.hasPrefix("["), t.hasSuffix("]") { t = String(t.dropFirst().dropLast()) }
         guard let percent = t.firstIndex(of: "%") else { return reached(t).map { ($0, nil) } }
@@ -367,7 +389,7 @@ public enum IPAddress {
     /// Whether two zones name the same link: the same text, or an interface name and an index
     /// (or two spellings) the system maps to the same interface. nil zones are equal only to
     /// each other.
-    public static func sameZone(_ a: String?, _ b: String?) -> Bool {
+    static func sameZone(_ a: String?, _ b: String?) -> Bool {
         guard let a, let b else { return a == nil && b == nil }
         if a == b { return true }
         func index(_ z: String) -> UInt32 {
@@ -382,7 +404,7 @@ public enum IPAddress {
     /// resolver takes without a lookup (`127.1`, `0177.0.0.1`, `0x7f.0.0.1`, `2130706433`,
     /// `0:0::1`), an IPv4-mapped IPv6 address (`::ffff:10.0.0.5`) being the IPv4 address. nil for
     /// a name.
-    public static func reached(_ text: String) -> [UInt8]? {
+    static func reached(_ text: String) -> [UInt8]? {
         var t = text
         if t.hasPrefix("["), t.hasSuffix("]") { t = String(t.dropFirst().dropLast()) }
         var b = bytes(t)

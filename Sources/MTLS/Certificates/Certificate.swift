@@ -170,7 +170,10 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
 
     // MARK: Hashable
 
+    /// Two certificates are equal when their DER encodings are.
     public static func == (a: Certificate, b: Certificate) -> Bool { a.der == b.der }
+    /// Hashes the DER encoding.
     public func hash(into h: inout Hasher) { h.combine(der) }
+    /// `Certificate(subject summary, sha256=first 16 hex digits)`, for logs.
     public var description: String { "Certificate(\(subjectSummary), sha256=\(sha256Hex.prefix(16)))" }
 }

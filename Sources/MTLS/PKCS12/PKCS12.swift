@@ -63,6 +63,7 @@ public struct PKCS12ExportOptions: Sendable {
     /// 3DES + SHA-1 MAC, 2048 iterations.
     public static let legacy = PKCS12ExportOptions(scheme: .legacy, friendlyName: nil, iterations: 2048)
 
+    /// Options with `scheme`, the friendly name written on the bags, and the PBKDF2/MAC iteration count.
     public init(scheme: Scheme, friendlyName: String? = nil, iterations: Int = 2048) {
         self.scheme = scheme
         self.friendlyName = friendlyName

@@ -32,6 +32,7 @@ public final class SecretBytes: @unchecked Sendable {
     /// A UTF-8 secret.
     public convenience init(_ string: String) { self.init(Array(string.utf8)) }
 
+    /// The number of bytes.
     public var count: Int { storage.count }
 
     /// Scoped read access.

@@ -10,54 +10,94 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
     /// A stable error code. Raw values never change; new codes are added, never renumbered. Each
     /// is the header's `MTLS_E_*` constant (`make test-abi` checks that every one is mirrored).
     public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        /// The C status number (`MTLS_E_*`, negative; never renumbered).
         public let rawValue: Int32
+        /// The code with C status number `rawValue`.
         public init(rawValue: Int32) { self.rawValue = rawValue }
         /// A code of the header's `mtls_status`: the numbers are written in include/mtls.h only.
         init(header status: mtls_status) { self.rawValue = status.rawValue }
 
         // General
+        /// `MTLS_E_INVALID_ARGUMENT`: invalid argument.
         public static let invalidArgument = Code(header: MTLS_E_INVALID_ARGUMENT)
+        /// `MTLS_E_NO_MEMORY`: out of memory.
         public static let noMemory = Code(header: MTLS_E_NO_MEMORY)
+        /// `MTLS_E_INTERNAL`: internal error.
         public static let `internal` = Code(header: MTLS_E_INTERNAL)
+        /// `MTLS_E_IO`: input/output error.
         public static let io = Code(header: MTLS_E_IO)
+        /// `MTLS_E_PARSE`: cannot parse the data.
         public static let parse = Code(header: MTLS_E_PARSE)
+        /// `MTLS_E_BUFFER_TOO_SMALL`: buffer too small.
         public static let bufferTooSmall = Code(header: MTLS_E_BUFFER_TOO_SMALL)
+        /// `MTLS_E_NOT_FOUND`: not found.
         public static let notFound = Code(header: MTLS_E_NOT_FOUND)
         // PKCS#12 and keys
+        /// `MTLS_E_BAD_PASSWORD`: wrong password.
         public static let badPassword = Code(header: MTLS_E_BAD_PASSWORD)
+        /// `MTLS_E_CORRUPT`: corrupt or truncated data.
         public static let corrupt = Code(header: MTLS_E_CORRUPT)
+        /// `MTLS_E_NOT_PKCS12`: not a PKCS#12 file.
         public static let notPKCS12 = Code(header: MTLS_E_NOT_PKCS12)
+        /// `MTLS_E_NO_IDENTITY`: no private key with a certificate.
         public static let noIdentity = Code(header: MTLS_E_NO_IDENTITY)
+        /// `MTLS_E_UNSUPPORTED`: unsupported algorithm or feature.
         public static let unsupported = Code(header: MTLS_E_UNSUPPORTED)
+        /// `MTLS_E_KEY_MISMATCH`: private key does not match the certificate.
         public static let keyMismatch = Code(header: MTLS_E_KEY_MISMATCH)
+        /// `MTLS_E_LIMIT`: input exceeds a safety limit.
         public static let limitExceeded = Code(header: MTLS_E_LIMIT)
         // Store
+        /// `MTLS_E_DUPLICATE`: an item with this label already exists.
         public static let duplicate = Code(header: MTLS_E_DUPLICATE)
+        /// `MTLS_E_BAD_SECRET`: wrong store secret.
         public static let badSecret = Code(header: MTLS_E_BAD_SECRET)
+        /// `MTLS_E_NOT_A_STORE`: not a libmtls store.
         public static let notAStore = Code(header: MTLS_E_NOT_A_STORE)
+        /// `MTLS_E_SCHEMA_TOO_NEW`: store was written by a newer libmtls.
         public static let schemaTooNew = Code(header: MTLS_E_SCHEMA_TOO_NEW)
+        /// `MTLS_E_LOCKED`: store is locked by another user.
         public static let locked = Code(header: MTLS_E_LOCKED)
+        /// `MTLS_E_READ_ONLY`: store location is read-only.
         public static let readOnly = Code(header: MTLS_E_READ_ONLY)
+        /// `MTLS_E_DISK_FULL`: disk full.
         public static let diskFull = Code(header: MTLS_E_DISK_FULL)
         // Trust
+        /// `MTLS_E_INVALID_POLICY`: invalid trust policy.
         public static let invalidPolicy = Code(header: MTLS_E_INVALID_POLICY)
+        /// `MTLS_E_UNTRUSTED`: peer is not trusted.
         public static let untrusted = Code(header: MTLS_E_UNTRUSTED)
         // Connections
+        /// `MTLS_E_CONNECT`: cannot connect.
         public static let connect = Code(header: MTLS_E_CONNECT)
+        /// `MTLS_E_TIMEOUT`: operation timed out.
         public static let timeout = Code(header: MTLS_E_TIMEOUT)
+        /// `MTLS_E_HANDSHAKE`: TLS handshake failed.
         public static let handshake = Code(header: MTLS_E_HANDSHAKE)
+        /// `MTLS_E_PEER_ALERT`: peer rejected the connection.
         public static let peerAlert = Code(header: MTLS_E_PEER_ALERT)
+        /// `MTLS_E_WANT_READ`: operation would block (wants to read).
         public static let wantRead = Code(header: MTLS_E_WANT_READ)
+        /// `MTLS_E_WANT_WRITE`: operation would block (wants to write).
         public static let wantWrite = Code(header: MTLS_E_WANT_WRITE)
+        /// `MTLS_E_CLOSED`: connection closed.
         public static let closed = Code(header: MTLS_E_CLOSED)
+        /// `MTLS_E_NO_MATCHING_IDENTITY`: no identity matches the server's request.
         public static let noMatchingIdentity = Code(header: MTLS_E_NO_MATCHING_IDENTITY)
         // Tokens
+        /// `MTLS_E_TOKEN`: PKCS#11 token error.
         public static let token = Code(header: MTLS_E_TOKEN)
+        /// `MTLS_E_PIN_INCORRECT`: wrong PIN.
         public static let pinIncorrect = Code(header: MTLS_E_PIN_INCORRECT)
+        /// `MTLS_E_PIN_LOCKED`: PIN is locked.
         public static let pinLocked = Code(header: MTLS_E_PIN_LOCKED)
+        /// `MTLS_E_TOKEN_NOT_PRESENT`: token not present.
         public static let tokenNotPresent = Code(header: MTLS_E_TOKEN_NOT_PRESENT)
+        /// `MTLS_E_TOKEN_REMOVED`: token was removed.
         public static let tokenRemoved = Code(header: MTLS_E_TOKEN_REMOVED)
+        /// `MTLS_E_BAD_URI`: invalid PKCS#11 URI.
         public static let badURI = Code(header: MTLS_E_BAD_URI)
+        /// `MTLS_E_PIN_REQUIRED`: a PIN is required.
         public static let pinRequired = Code(header: MTLS_E_PIN_REQUIRED)
         // Connections, added later
         /// The peer closed the connection without close_notify: what was read may be cut short.
@@ -129,6 +169,7 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
             return Self.all.first { $0.0 == self }?.2 ?? "unknown error"
         }
 
+        /// The stable name (``name``).
         public var description: String { name }
     }
 
@@ -137,11 +178,13 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
     /// What happened, in a sentence.
     public let message: String
 
+    /// An error with a stable code and a message saying what happened.
     public init(_ code: Code, _ message: String) {
         self.code = code
         self.message = message
     }
 
+    /// The message.
     public var description: String { message }
 
     /// An error whose message ends with what OpenSSL put on its error queue, which is drained.

@@ -6,14 +6,19 @@ public struct TokenInfo: Sendable {
     /// The module's name (p11-kit's, e.g. `softhsm2`; the file name for a module loaded by
     /// path) and file.
     public let moduleName: String
+    /// The module's file, when known.
     public let modulePath: String?
     /// The slot's id and description.
     public let slotID: UInt
+    /// The slot's description (CK_SLOT_INFO), without padding.
     public let slotDescription: String
     /// CK_TOKEN_INFO's label, manufacturer, model and serial, without padding.
     public let label: String
+    /// CK_TOKEN_INFO's manufacturerID.
     public let manufacturer: String
+    /// CK_TOKEN_INFO's model.
     public let model: String
+    /// CK_TOKEN_INFO's serialNumber.
     public let serial: String
     /// Whether the token needs a PIN before private objects can be used.
     public let loginRequired: Bool
@@ -26,6 +31,7 @@ public struct TokenInfo: Sendable {
     /// Whether wrong PINs were entered since the last good one, and whether the next wrong one
     /// locks the PIN (as far as the token reports it).
     public let userPINCountLow: Bool
+    /// Whether the next wrong user PIN locks it (CKF_USER_PIN_FINAL_TRY).
     public let userPINFinalTry: Bool
     /// The token's RFC 7512 URI (`pkcs11:model=...;manufacturer=...;serial=...;token=...`).
     public let uri: String
@@ -33,14 +39,17 @@ public struct TokenInfo: Sendable {
 
 /// A certificate or key on a token, as listed by ``PKCS11Modules/objects(tokenURI:pin:)``.
 public struct TokenObject: Sendable {
+    /// The object's class (CKA_CLASS).
     public enum Kind: String, Sendable {
         case certificate
         case privateKey = "private-key"
         case publicKey = "public-key"
     }
+    /// The object's class.
     public let kind: Kind
     /// CKA_LABEL and CKA_ID (the ID ties a key to its certificate).
     public let label: String?
+    /// CKA_ID: the same on a key and its certificate.
     public let id: [UInt8]
     /// The token it lives on.
     public let token: TokenInfo

@@ -22,21 +22,29 @@ public struct PKCS11URI: Sendable, CustomStringConvertible {
     public let text: String
     /// Token attributes (CK_TOKEN_INFO's label, manufacturerID, model, serialNumber).
     public let token: String?
+    /// The `manufacturer` attribute.
     public let manufacturer: String?
+    /// The `model` attribute.
     public let model: String?
+    /// The `serial` attribute.
     public let serial: String?
     /// Object attributes: CKA_LABEL, CKA_ID and CKA_CLASS.
     public let object: String?
+    /// The `id` attribute (CKA_ID), decoded.
     public let id: [UInt8]?
+    /// The `type` attribute (CKA_CLASS: cert, private...).
     public let type: ObjectType?
     /// The PIN given in the URI itself (`pin-value`), and a file to read it from (`pin-source`,
     /// a path or a `file:` URI).
     public let pinValue: String?
+    /// The `pin-source` query attribute.
     public let pinSource: String?
     /// The module to load (`module-path`), or the p11-kit registration to use (`module-name`).
     public let modulePath: String?
+    /// The `module-name` query attribute.
     public let moduleName: String?
 
+    /// The URI's text as given.
     public var description: String { text }
 
     /// Parses `text`. Throws ``MTLSError/Code/badURI`` when it is not a `pkcs11:` URI, has bad

@@ -14,9 +14,11 @@ public typealias TokenPINCallback = @Sendable (_ request: TokenPINRequest) throw
 public struct TokenPINRequest: Sendable {
     /// The token's label and URI.
     public let tokenLabel: String
+    /// The token's RFC 7512 URI.
     public let tokenURI: String
     /// The token says some wrong PINs were entered, or that the next wrong one locks it.
     public let countLow: Bool
+    /// The next wrong PIN locks the token's PIN.
     public let finalTry: Bool
     /// The token as it is at the time of asking, with all its flags (locked, login required,
     /// PIN pad, PIN initialised...).
