@@ -30,7 +30,7 @@ import httpx  # noqa: E402
 
 import mtls  # noqa: E402
 import mtls.httpx  # noqa: E402
-from bench_python import start_nginx  # noqa: E402 - the same nginx as the synchronous rows
+import nginx_server  # noqa: E402 - Tests/support, on the path _cbench sets: the one nginx harness, as the synchronous rows use
 
 TASKS = 50
 SNI = {"sni_hostname": "server.test"}  # both clients reach 127.0.0.1 and check server.test
@@ -94,12 +94,15 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         pki = os.path.join(tmp, "pki")
         subprocess.run([os.path.join(ROOT, "scripts", "test-pki.sh"), pki], check=True, capture_output=True)
-        proc, port = start_nginx(pki, tmp)
+        # The same nginx as the synchronous rows: clients of int-a, verified up to the root.
+        srv = nginx_server.start(os.path.join(tmp, "nginx"), server_chain=os.path.join(pki, "server-chain.pem"),
+                                 server_key=os.path.join(pki, "server.key"), client_ca=os.path.join(pki, "int-a.pem"),
+                                 trusted=os.path.join(pki, "root.pem"), worker_connections=256,
+                                 keepalive_requests=1000000)
         try:
-            asyncio.run(measure(pki, f"https://127.0.0.1:{port}/"))
+            asyncio.run(measure(pki, srv.url + "/"))
         finally:
-            proc.terminate()
-            proc.wait()
+            srv.stop()
 
 
 if __name__ == "__main__":
