@@ -404,6 +404,11 @@ public final class StoreAnchorWatch: Sendable, LifecycleWatched {
         LifecycleWatcher.watch(self)
     }
 
+    /// The certificates of ``labels`` in force now (the last good load), in the order of the labels:
+    /// what a program that also replaces the policy's settings by other means (a followed policy
+    /// file) adds back to each new version.
+    public var certificates: [Certificate] { state.withLock { $0.certificates } }
+
     func refresh() {
         guard let mark = try? store.changeMark() else { return }
         let before = state.withLock { $0 }

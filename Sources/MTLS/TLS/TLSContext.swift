@@ -43,12 +43,18 @@ final class TLSContextConfig {
     /// signature schemes are limited to the token's, so an `SSL` that takes a software key
     /// puts every scheme back (``TLSContext/use(_:onSSL:server:widenSchemes:)``).
     let contextSchemesLimited: Bool
+    /// The identity put on the `SSL_CTX` itself when it was made (a listener's, a configured
+    /// context's): every `SSL` made from the context starts with it, so a handshake that finds
+    /// it still in force in ``identitySource`` has nothing to install (one lock-protected reference
+    /// read and a pointer comparison; see ``TLSHandshakeState/takeIdentity(from:ssl:server:config:)``).
+    let installedIdentity: Identity?
     private static let nextInstance = Atomic<UInt64>(0)
 
     init(policy: TrustPolicy, purpose: TrustPurpose, identity: ClientIdentity, serverALPN: [String],
          serverIdentity: Identity? = nil, applicationOwned: Bool = false,
-         overrides: TrustOverrides? = nil, identitySource: IdentitySource? = nil) throws {
+         overrides: TrustOverrides? = nil, identitySource: IdentitySource? = nil, installedIdentity: Identity? = nil) throws {
         self.identitySource = identitySource
+        self.installedIdentity = installedIdentity
         contextSchemesLimited = identitySource.map { ((try? TokenKey.signatureAlgorithms($0.current.privateKey)) ?? nil) != nil } ?? false
         self.policy = policy
         self.overrides = overrides.flatMap { $0.isEmpty ? nil : $0 }
@@ -115,10 +121,18 @@ final class TLSHandshakeState {
     var bindingIdentities: [[UInt8]]?
 
     /// Takes `source`'s identity for this handshake: put on `ssl` whole, and bound into the
-    /// sessions it makes (a session of an earlier identity is not resumed under this one).
-    func takeIdentity(from source: IdentitySource, ssl: OpaquePointer, server: Bool, widenSchemes: Bool) throws {
+    /// sessions it makes (a session of an earlier identity is not resumed under this one). When
+    /// it is the identity `config`'s `SSL_CTX` was made with, the `SSL` already holds it (copied
+    /// by `SSL_new`): nothing is installed, so a followed identity costs a handshake no more than
+    /// a fixed one (issue 26's bench).
+    func takeIdentity(from source: IdentitySource, ssl: OpaquePointer, server: Bool, config: TLSContextConfig) throws {
         let id = source.current
-        try TLSContext.use(id, onSSL: ssl, server: server, widenSchemes: widenSchemes)
+        if let installed = config.installedIdentity, installed === id {
+            presentedIdentity = id
+            bindingIdentities = nil // the context's own: this identity's leaf
+            return
+        }
+        try TLSContext.use(id, onSSL: ssl, server: server, widenSchemes: config.contextSchemesLimited)
         presentedIdentity = id
         bindingIdentities = [id.leaf.sha256]
     }
@@ -269,13 +283,16 @@ final class TLSContext: @unchecked Sendable {
     /// A server context for `options`.
     static func server(_ options: TLSServerOptions, identitySource: IdentitySource? = nil) throws -> TLSContext {
         try options.clientOverrides?.validate()
+        // Read once: the identity put on the context, bound into its sessions and stapled for.
+        let identity = identitySource?.current ?? options.identity
         let ctx = try newContext()
         do {
             try setVersions(ctx, options.minVersion, options.maxVersion)
             let config = try TLSContextConfig(policy: options.clientPolicySource, purpose: .clientAuth,
                                               identity: .none, serverALPN: options.alpn,
-                                              serverIdentity: identitySource?.current ?? options.identity,
-                                              overrides: options.clientOverrides, identitySource: identitySource)
+                                              serverIdentity: identity,
+                                              overrides: options.clientOverrides, identitySource: identitySource,
+                                              installedIdentity: identity)
             let mode: Int32
             switch options.clientAuthentication {
             case .none: mode = SSL_VERIFY_NONE
@@ -283,7 +300,7 @@ final class TLSContext: @unchecked Sendable {
             case .require: mode = SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT
             }
             if options.clientAuthentication != .none { try requireClientAnchors(options.clientPolicySource, options.clientOverrides) }
-            try install(on: ctx, config: config, identity: identitySource?.current ?? options.identity, verifyMode: mode)
+            try install(on: ctx, config: config, identity: identity, verifyMode: mode)
             if options.clientAuthentication != .none {
                 let names = options.clientCANames ?? (options.clientPolicySource.anchors + (options.clientOverrides?.anchors ?? []))
                 if !names.isEmpty, let sk = mtls_ossl_sk_X509_NAME_new_null() {
@@ -319,7 +336,7 @@ final class TLSContext: @unchecked Sendable {
                 _ = SSL_CTX_set_num_tickets(ctx, 0)
             }
             // OCSP stapling for our own certificate, fetched in the background.
-            let stapler = OCSPStapler.start(for: options.identity)
+            let stapler = OCSPStapler.start(for: identity)
             if let stapler { OCSPStapler.install(stapler, on: ctx) }
             return TLSContext(ctx: ctx, config: config, stapler: stapler)
         } catch {
@@ -341,7 +358,8 @@ final class TLSContext: @unchecked Sendable {
         let config = try TLSContextConfig(policy: handle, purpose: purpose,
                                           identity: purpose == .serverAuth ? identity.map { .identity($0) } ?? .none : .none,
                                           serverALPN: [], serverIdentity: purpose == .clientAuth ? identity : nil,
-                                          applicationOwned: true, overrides: overrides, identitySource: identitySource)
+                                          applicationOwned: true, overrides: overrides, identitySource: identitySource,
+                                          installedIdentity: identity)
         // The application's own choices (require a client certificate, verify once, post-handshake)
         // are kept; libmtls only adds SSL_VERIFY_PEER and its evaluator.
         let kept = SSL_CTX_get_verify_mode(ctx) & (SSL_VERIFY_FAIL_IF_NO_PEER_CERT | SSL_VERIFY_CLIENT_ONCE | SSL_VERIFY_POST_HANDSHAKE)
