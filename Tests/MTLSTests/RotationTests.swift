@@ -77,7 +77,7 @@ final class RotationTests: XCTestCase {
     /// handshake, before or after rotations, and no ticket of the previous identity resumes.
     func testAListenerKeepsOneContextPerIdentityAndResumesNothingAcrossARotation() throws {
         let a = try identity("server"), b = try identity("server-rsa")
-        var so = try TLSServerOptions(identity: a)
+        var so = TLSServerOptions(identity: a)
         so.clientAuthentication = .require
         so.clientPolicy = try policy(["int-a"])
         let source = IdentitySource(a)

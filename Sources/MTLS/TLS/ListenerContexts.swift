@@ -1,5 +1,8 @@
 import Synchronization
 
+// This file owns a listener's contexts for the identity in force: one SSL_CTX per identity of
+// its source, made at the first handshake that finds a new one.
+
 /// A listener's TLS context for the identity in force (issue 26): one `SSL_CTX` per identity of
 /// the listener's ``IdentitySource``, made when a handshake first finds a new identity in force,
 /// so every handshake starts from a context that already holds its identity.
