@@ -188,6 +188,9 @@ struct StoreCommand: ParsableCommand {
                 // unless asked for, and then shown as what it is.
                 let items = try location.open().list(itemClass: cls).filter { enrollments || !StoreCommand.isEnrollmentRecord($0) }
                 if json {
+                    // "kind" (with --enrollments): a row's class, or "enrollment" for a record.
+                    // Without it the rows are exactly as before records existed.
+                    guard enrollments else { return CLI.printJSON(items.map(StoreCommand.json)) }
                     return CLI.printJSON(items.map { i -> [String: Any] in
                         var o = StoreCommand.json(i)
                         o["kind"] = StoreCommand.isEnrollmentRecord(i) ? "enrollment" : i.itemClass.name

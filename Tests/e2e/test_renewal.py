@@ -330,7 +330,7 @@ def test_enrollment_records_are_not_listed_as_identities(store, tmp_path):
     assert run_cli("pki", "intermediate", "--dir", pki, "--name", "Ls CA").returncode == 0
     assert run_cli("enroll", "pki", "--dir", pki, "--ca", "Ls CA", "--name", "ls.local", "--label", "ls", *store).returncode == 0
     listed = json.loads(run_cli("store", "list", *store, "--json").stdout)
-    assert [(i["label"], i["kind"]) for i in listed] == [("ls", "identity")], listed
+    assert [(i["label"], i["class"]) for i in listed] == [("ls", "identity")], listed
     r = run_cli("store", "list", *store)
     assert "mtls-enrollment" not in r.stdout, r.stdout
     listed = json.loads(run_cli("store", "list", "--enrollments", *store, "--json").stdout)
