@@ -17,11 +17,7 @@ public struct ACMERenewalInfo: Sendable, Equatable {
     /// every few minutes do not each draw a new time), spread across a fleet by the
     /// certificate's own hash — the jitter RFC 9773 §4.2 asks for.
     public func chosenTime(for certificate: Certificate) -> Date {
-        let h = certificate.sha256
-        var x: UInt64 = 0
-        for b in h.prefix(8) { x = x << 8 | UInt64(b) }
-        let fraction = Double(x >> 11) / Double(UInt64(1) << 53)
-        return windowStart.addingTimeInterval(windowEnd.timeIntervalSince(windowStart) * fraction)
+        windowStart.addingTimeInterval(windowEnd.timeIntervalSince(windowStart) * Enrollment.hashFraction(certificate))
     }
 
     /// The certificate's ARI identifier (RFC 9773 §4.1): base64url of its authority key

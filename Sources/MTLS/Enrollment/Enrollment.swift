@@ -309,12 +309,21 @@ public enum Enrollment {
 
     // MARK: renewal
 
-    /// When `certificate` is due: two thirds into its lifetime, less a random jitter of up to
-    /// 5 % of the lifetime (so a fleet enrolled together does not renew together).
+    /// When `certificate` is due: two thirds into its lifetime, less a jitter of up to 5 % of
+    /// the lifetime (so a fleet enrolled together does not renew together). The jitter is drawn
+    /// from the certificate's hash, not at each call: every check of the same certificate agrees
+    /// on the date, so a loop that wakes at it finds it due rather than drawing a later one.
     public static func dueDate(_ certificate: Certificate, jitter: Bool = true) -> Date {
         let lifetime = certificate.notAfter.timeIntervalSince(certificate.notBefore)
-        let spread = jitter ? Double.random(in: 0...(max(0, lifetime) * 0.05)) : 0
+        let spread = jitter ? hashFraction(certificate) * max(0, lifetime) * 0.05 : 0
         return certificate.notBefore.addingTimeInterval(lifetime * 2 / 3 - spread)
+    }
+
+    /// A number in [0, 1) taken from the certificate's SHA-256: a per-certificate jitter.
+    static func hashFraction(_ certificate: Certificate) -> Double {
+        var x: UInt64 = 0
+        for b in certificate.sha256.prefix(8) { x = x << 8 | UInt64(b) }
+        return Double(x >> 11) / Double(UInt64(1) << 53)
     }
 
     /// Renews the identity labelled `label` from its enrollment record when it is due (or

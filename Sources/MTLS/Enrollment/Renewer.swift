@@ -86,17 +86,22 @@ public final class Renewer: Sendable {
                                                caKeyPassword: caKeyPassword, options: options, now: now)
             st.failures = 0
             let cert = outcome.result?.certificate ?? outcome.current
-            var next = outcome.renewed ? Enrollment.dueDate(cert) : outcome.dueAt
+            // When the (new) certificate is due; the next look may come earlier (below).
+            let due = outcome.renewed ? Enrollment.dueDate(cert) : outcome.dueAt
+            var next = due
             if let again = outcome.checkAgainAt { next = min(next, again) }
+            // A server with renewal information may move the window (a mass revocation): ask it
+            // again within ``Renewer/renewalInfoPollInterval`` even when it gave no Retry-After.
+            if outcome.renewalInfo != nil { next = min(next, now.addingTimeInterval(Renewer.renewalInfoPollInterval)) }
             st.nextAttempt = next
             if let r = outcome.result {
                 events.emit(LifecycleEvent(kind: .renewalSucceeded, label: l, certificate: r.certificate,
                                            message: "\(l) renewed: serial \(r.certificate.serialHex) until \(Renewer.text(r.certificate.notAfter))",
                                            nextAttempt: next))
             }
-            if st.scheduledReported != outcome.dueAt || outcome.renewed {
-                let due = outcome.renewed ? next : outcome.dueAt
-                st.scheduledReported = outcome.renewed ? nil : outcome.dueAt
+            // Reported when first known and when it moves (a new certificate, a moved window).
+            if st.scheduledReported != due {
+                st.scheduledReported = due
                 let why = outcome.renewalInfo != nil ? "in the ACME server's renewal window" : "two thirds of its lifetime"
                 events.emit(LifecycleEvent(kind: .renewalScheduled, label: l, certificate: cert,
                                            message: "\(l) is due for renewal at \(Renewer.text(due)) (\(why))", nextAttempt: due))
@@ -130,6 +135,9 @@ public final class Renewer: Sendable {
                                   expiresBeforeNextAttempt: expiresFirst)
         }
     }
+
+    /// Longest time between two looks at an ACME server's renewal information (6 h, RFC 9773 §4.3's suggestion).
+    public static let renewalInfoPollInterval: Double = 6 * 3600
 
     static func text(_ d: Date) -> String { d.formatted(Date.ISO8601FormatStyle()) }
 }
