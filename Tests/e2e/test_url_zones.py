@@ -24,8 +24,12 @@ from test_trust_peer import s_server_v6
 LO = socket.if_nametoindex("lo")
 
 
-def policy(pki):
-    return mtls.Policy(anchors=[mtls.Certificate.load(pki("root.pem"))], anchors_only=True, verify_as="server.test")
+WRONG_PIN = "sha256/" + "A" * 43 + "="
+
+
+def policy(pki, rules=()):
+    return mtls.Policy(anchors=[mtls.Certificate.load(pki("root.pem"))], anchors_only=True, verify_as="server.test",
+                       host_rules=list(rules))
 
 
 def identity(pki):
@@ -38,24 +42,46 @@ def v6(pki, peers):  # noqa: F811
     return s_server_v6(pki, peers)
 
 
+def fetchers(pki, pol):
+    """GET through each adapter: requests, httpx, httpx async, urllib."""
+    import httpx
+    import requests
+
+    def with_requests(url):
+        with requests.Session() as s:
+            s.mount("https://", mtls.requests.Adapter(identity=identity(pki), policy=pol))
+            return s.get(url, timeout=10).status_code
+
+    def with_httpx(url):
+        with httpx.Client(transport=mtls.httpx.Transport(identity=identity(pki), policy=pol)) as c:
+            return c.get(url, timeout=10).status_code
+
+    def with_httpx_async(url):
+        async def fetch():
+            async with httpx.AsyncClient(transport=mtls.httpx.AsyncTransport(identity=identity(pki), policy=pol)) as c:
+                return (await c.get(url, timeout=10)).status_code
+        return asyncio.run(fetch())
+
+    def with_urllib(url):
+        opener = urllib.request.build_opener(mtls.http.HTTPSHandler(identity=identity(pki), policy=pol))
+        with opener.open(url, timeout=10) as r:
+            return r.status
+    return {"requests": with_requests, "httpx": with_httpx, "httpx async": with_httpx_async, "urllib": with_urllib}
+
+
 @pytest.mark.parametrize("zone", [f"%25{LO}", f"%{LO}"], ids=["rfc6874", "bare"])
 def test_python_adapters_decode_the_url_zone(pki, v6, zone):
+    """The URL reaches ::1 on the loopback link, and the rule that names that link applies:
+    with "%25" kept (httpx, urllib before), the zone read was "25<n>", which is no link, so the
+    link's rule (pins the chain does not carry) was skipped and the server trusted."""
     url = f"https://[::1{zone}]:{v6}/"
-    import requests
-    with requests.Session() as s:
-        s.mount("https://", mtls.requests.Adapter(identity=identity(pki), policy=policy(pki)))
-        assert s.get(url, timeout=10).status_code == 200
-    import httpx
-    with httpx.Client(transport=mtls.httpx.Transport(identity=identity(pki), policy=policy(pki))) as c:
-        assert c.get(url, timeout=10).status_code == 200
-
-    async def fetch():
-        async with httpx.AsyncClient(transport=mtls.httpx.AsyncTransport(identity=identity(pki), policy=policy(pki))) as c:
-            return (await c.get(url, timeout=10)).status_code
-    assert asyncio.run(fetch()) == 200
-    opener = urllib.request.build_opener(mtls.http.HTTPSHandler(identity=identity(pki), policy=policy(pki)))
-    with opener.open(url, timeout=10) as r:
-        assert r.status == 200
+    for name, get in fetchers(pki, policy(pki)).items():
+        assert get(url) == 200, name
+    link_rule = policy(pki, [{"host": f"::1%{LO}", "pins": [WRONG_PIN]}])
+    for name, get in fetchers(pki, link_rule).items():
+        with pytest.raises(Exception) as e:
+            get(url)
+        assert "pin" in repr(e.value).lower() or "pin" in str(e.value.__cause__ or e.value.__context__).lower(), (name, e.value)
 
 
 def test_cli_connect_takes_a_url_with_an_rfc6874_zone(pki, v6, tmp_path):
