@@ -192,7 +192,7 @@ struct ConnectCommand: ParsableCommand {
         commandName: "connect",
         abstract: "Connect to a TLS server with a client identity; print the server's chain and our evaluation.")
 
-    @Argument(help: "HOST:PORT (a DNS name, an IPv4 address or [IPv6]).") var target: String
+    @Argument(help: "HOST:PORT (a DNS name, an IPv4 address or [IPv6], [IPv6%zone]), or an https:// URL (an IPv6 zone written %25zone, RFC 6874).") var target: String
     @OptionGroup var identityOptions: IdentityOptions
     @Option(help: "A trust policy JSON file.") var policy: String?
     @Option(help: PolicyBuilder.revocationHelp) var revocation: String?
@@ -217,6 +217,15 @@ struct ConnectCommand: ParsableCommand {
     }
 
     static func splitHostPort(_ target: String) throws -> (String, UInt16) {
+        // An https:// URL: its host (an RFC 6874 zone, "%25eth0", decoded) and port.
+        if target.contains("://") {
+            do {
+                let (host, port) = try URLAuthority.hostAndPort(https: target)
+                return (host, port)
+            } catch let e as MTLSError {
+                throw ValidationError(e.message)
+            }
+        }
         guard let colon = target.lastIndex(of: ":"), let port = UInt16(target[target.index(after: colon)...]), port > 0 else {
             throw ValidationError("expected HOST:PORT, got \(target)")
         }

@@ -117,6 +117,9 @@ final class TLSHandshakeState {
     var binding: ResumptionBinding?
     /// The evaluation a session about to be resumed was re-checked with (own clients).
     var resumedEvaluation: TrustResult?
+    /// The record of this handshake's trusted evaluation: made by the verification, or the one a
+    /// resumed ticket was admitted with. The tickets this handshake issues carry it.
+    var record: ResumptionRecord?
     /// This connection's trust overrides (a client connection's); nil: the context's.
     var overrides: TrustOverrides?
     /// The identity this handshake took from an ``IdentitySource`` (by leaf SHA-256), for its

@@ -528,13 +528,18 @@ final class ListenerCore: Sendable {
             failure = error
         }
         // Out of `handshaking` before the socket can be closed (below, or by the connection).
-        state.withLock { st in
+        let someoneWaits: Bool = state.withLock { st in
             _ = st.handshaking.remove(fd)
             let left = st.handshakesBySource[source, default: 1] - 1
             st.handshakesBySource[source] = left > 0 ? left : nil
+            return st.waiting.values.contains { $0.ready }
         }
-        var wake: UInt8 = 0
-        _ = write(turnWakeWrite, &wake, 1) // a client of this address may be waiting for the slot
+        // A client that sent its first byte may be waiting for this slot: wake the turn holder.
+        // (One that becomes ready later is seen by the turn holder itself, after this change.)
+        if someoneWaits {
+            var wake: UInt8 = 0
+            _ = write(turnWakeWrite, &wake, 1)
+        }
         let result: Finished
         switch (conn, failure) {
         case (let c?, nil):
