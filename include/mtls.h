@@ -1522,6 +1522,27 @@ MTLS_EXTERN int mtls_store_earliest_expiry(mtls_store *store, int64_t *not_after
  * mtls_certificate_not_before_seconds per certificate). Free *out with mtls_string_free. */
 MTLS_EXTERN int mtls_store_metrics(mtls_store *store, char **out);
 
+/* ---- Revocation events (issue 28) ----
+ *
+ * A policy that checks revocation (see "Revocation") reports each fetch that failed through its
+ * own event callback: one event per failed fetch of a CRL or an OCSP response (a server that does
+ * not answer, a body over the size or time limit, something that is not a CRL, a CRL or response
+ * that does not verify against the issuer), made for a handshake or an evaluation, or by the
+ * background refresh of a cached CRL (which keeps the CRL in hand until its nextUpdate).
+ * Evaluations that find the failure remembered (it is retried after 10 s) fire none. The event:
+ * `label` is the URL, `subject`/`sha256`/`not_after` the certificate whose status was sought,
+ * `error_code` the MTLS_E_* code of the failure (MTLS_E_IO, MTLS_E_TIMEOUT, MTLS_E_LIMIT,
+ * MTLS_E_PARSE, MTLS_E_UNTRUSTED...), `message` names the issuer and says why. The callback runs
+ * on the thread that made the fetch (a handshake's, an mtls_evaluate caller's, or the refresh
+ * thread "mtls-revocation"): it must not block for long. Event kinds of this block are numbered
+ * from 16. */
+#define MTLS_EVENT_REVOCATION_FETCH_FAILED 16 /* a CRL or OCSP fetch failed */
+/* Sets (cb NULL: clears) the policy's event callback. `destroy(userdata)`, if not NULL, runs once
+ * when the callback is replaced or cleared, or when the policy is freed by its last holder
+ * (connections, listeners and SSL_CTXs keep their own references). */
+MTLS_EXTERN int mtls_policy_set_event_callback(mtls_policy *policy, mtls_event_cb cb, void *userdata,
+                                               void (*destroy)(void *userdata));
+
 #ifdef __cplusplus
 }
 #endif

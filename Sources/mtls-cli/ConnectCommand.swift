@@ -385,7 +385,7 @@ struct ServeCommand: ParsableCommand {
             o.handshakeTimeout = 10
             o.ioTimeout = 10
             let listener = try TLSListener(address: address, port: port, options: o)
-            follow.start(listener: listener)
+            follow.start(listener: listener, clientPolicy: o.clientPolicy)
             CLI.printWarnings()  // before serving: a server runs until stopped
             print("listening on \(address):\(listener.port)")
             if let metricsPort {

@@ -30,8 +30,9 @@ final class ServeFollowing: @unchecked Sendable {
         policyWatch = try policyPath.map { try PolicyFileWatch(path: $0, adjust: { try PolicyBuilder.applyRevocation(revocation, to: $0) }) }
     }
 
-    /// Prints one line per event and reloads on SIGHUP.
-    func start(listener: TLSListener) {
+    /// Prints one line per event (the client policy's revocation fetch failures too) and reloads
+    /// on SIGHUP.
+    func start(listener: TLSListener, clientPolicy: TrustPolicy? = nil) {
         let print: @Sendable (LifecycleEvent) -> Void = { e in
             let what: String
             switch e.kind {
@@ -39,12 +40,14 @@ final class ServeFollowing: @unchecked Sendable {
             case .policyReloaded: what = "policy reloaded"
             case .reloadFailed: what = "reload failed [\(e.error?.code.name ?? "error")]"
             case .expiryWarning: what = "expiry warning"
+            case .revocationFetchFailed: what = "revocation fetch failed [\(e.error?.code.name ?? "error")]"
             }
             Swift.print("\(what): \(e.message)")
             fflush(nil)
         }
         listener.events.setHandler(print)
         policyWatch?.events.setHandler(print)
+        clientPolicy?.events.setHandler(print)
         signal(SIGHUP, SIG_IGN)
         let s = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
         s.setEventHandler { [self] in

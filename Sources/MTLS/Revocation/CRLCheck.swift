@@ -4,7 +4,32 @@ import FoundationEssentials
 /// Why a CRL gives no answer for a certificate: the text of an `unknown` status.
 struct RevocationProblem: Error, CustomStringConvertible {
     let description: String
-    init(_ d: String) { description = d }
+    /// The error code a fetch failure is reported with (``LifecycleEventKind/revocationFetchFailed``):
+    /// the fetcher's (`io`, `timeout`, `limit`...) for the network, `parse` for a body that is no
+    /// CRL, `untrusted` for one that does not verify.
+    let code: MTLSError.Code
+    init(_ d: String, code: MTLSError.Code = .untrusted) {
+        description = d
+        self.code = code
+    }
+
+    /// `error` as a problem (an ``MTLSError`` keeps its code).
+    static func from(_ error: Error) -> RevocationProblem {
+        if let p = error as? RevocationProblem { return p }
+        if let e = error as? MTLSError { return RevocationProblem(e.message, code: e.code) }
+        return RevocationProblem("\(error)", code: .internal)
+    }
+}
+
+/// Reports a failed revocation fetch to a policy's event handler (and the library warnings).
+enum RevocationEvents {
+    static func fetchFailed(_ events: LifecycleEvents?, what: String, url: String, certificate: Certificate,
+                            issuer: Certificate, problem: RevocationProblem) {
+        let message = "revocation: \(what) at \(url) for \"\(certificate.subjectSummary)\" (issuer \"\(issuer.subjectSummary)\") failed: \(problem.description)"
+        LibraryWarnings.emit(message)
+        events?.emit(LifecycleEvent(kind: .revocationFetchFailed, label: url, certificate: certificate,
+                                    error: MTLSError(problem.code, problem.description), message: message))
+    }
 }
 
 /// Checking a CRL against the issuer in the built chain, with OpenSSL, and looking a certificate

@@ -19,6 +19,13 @@ public enum LifecycleEventKind: Int32, Sendable {
     case reloadFailed = 3
     /// The identity presented (or an anchor) expires within the warning window.
     case expiryWarning = 4
+
+    // Revocation (issue 28), numbered from 16, reported by a policy (``TrustPolicy/events``).
+    /// Fetching a CRL or an OCSP response failed (unreachable, over a limit, not a CRL, a CRL
+    /// that does not verify against the issuer): the label is the URL, the certificate the one
+    /// whose status was sought, the error why. Fired once per failed fetch, not per handshake
+    /// that finds the failure remembered.
+    case revocationFetchFailed = 16
 }
 
 /// One lifecycle event.

@@ -43,6 +43,13 @@ final class TLSContextConfig {
     /// signature schemes are limited to the token's, so an `SSL` that takes a software key
     /// puts every scheme back (``TLSContext/use(_:onSSL:server:widenSchemes:)``).
     let contextSchemesLimited: Bool
+    /// An application's server `SSL_CTX`: the OCSP staple for its own certificate (its status
+    /// callback's argument), kept as long as this configuration.
+    var stapler: OCSPStapler? = nil
+    /// A client context that asked servers for a staple and installed ``TLSContext/clientStatusCallback``:
+    /// a TLS 1.2 server's staple arrives after its certificate is verified, so revocation is
+    /// checked in that callback, before the handshake ends.
+    var checksStapleAfterVerify = false
     private static let nextInstance = Atomic<UInt64>(0)
 
     init(policy: TrustPolicy, purpose: TrustPurpose, identity: ClientIdentity, serverALPN: [String],
@@ -73,7 +80,10 @@ final class TLSContextConfig {
         }
     }
 
-    deinit { alpnWire?.deallocate() }
+    deinit {
+        alpnWire?.deallocate()
+        stapler?.stop()
+    }
 }
 
 /// What one TLS connection's callbacks learn during the handshake, attached to its `SSL`.
@@ -108,6 +118,9 @@ final class TLSHandshakeState {
     var binding: ResumptionBinding?
     /// The evaluation a session about to be resumed was re-checked with (own clients).
     var resumedEvaluation: TrustResult?
+    /// A TLS 1.2 client's verification left the revocation check for the status callback (the
+    /// server's staple comes after its certificate).
+    var revocationAwaitingStaple = false
     /// This connection's trust overrides (a client connection's); nil: the context's.
     var overrides: TrustOverrides?
     /// The identity this handshake took from an ``IdentitySource`` (by leaf SHA-256), for its
@@ -319,7 +332,7 @@ final class TLSContext: @unchecked Sendable {
                 _ = SSL_CTX_set_num_tickets(ctx, 0)
             }
             // OCSP stapling for our own certificate, fetched in the background.
-            let stapler = OCSPStapler.start(for: options.identity)
+            let stapler = OCSPStapler.start(for: identitySource?.current ?? options.identity)
             if let stapler { OCSPStapler.install(stapler, on: ctx) }
             return TLSContext(ctx: ctx, config: config, stapler: stapler)
         } catch {
@@ -345,7 +358,19 @@ final class TLSContext: @unchecked Sendable {
         // The application's own choices (require a client certificate, verify once, post-handshake)
         // are kept; libmtls only adds SSL_VERIFY_PEER and its evaluator.
         let kept = SSL_CTX_get_verify_mode(ctx) & (SSL_VERIFY_FAIL_IF_NO_PEER_CERT | SSL_VERIFY_CLIENT_ONCE | SSL_VERIFY_POST_HANDSHAKE)
+        // A status callback installed by an earlier configuration points at its stapler, which
+        // goes with it: taken off first (an application's own callback is left alone).
+        if let previous = SSL_CTX_get_ex_data(ctx, TLSExData.ctx),
+           Unmanaged<TLSContextConfig>.fromOpaque(previous).takeUnretainedValue().stapler != nil {
+            _ = mtls_ossl_SSL_CTX_set_status_cb(ctx, nil, nil)
+        }
+        // A server staples OCSP for its own certificate as the listener does (fetched and
+        // refreshed in the background, never on the handshake path).
+        if purpose == .clientAuth, let identity, let stapler = OCSPStapler.start(for: identity) {
+            config.stapler = stapler
+        }
         try install(on: ctx, config: config, identity: identity, verifyMode: SSL_VERIFY_PEER | kept, ownContext: false)
+        if let stapler = config.stapler { OCSPStapler.install(stapler, on: ctx) }
         ApplicationResumption.install(on: ctx, config: config)
     }
 
@@ -365,7 +390,14 @@ final class TLSContext: @unchecked Sendable {
         if let identity { try use(identity, on: ctx, server: config.purpose == .clientAuth) }
         // A client whose policy checks revocation with OCSP asks servers for a staple (read in
         // the verify callback: TLS 1.3 carries it with the certificate).
-        if config.purpose == .serverAuth, config.policy.wantsOCSP { _ = mtls_ossl_SSL_CTX_request_ocsp_staple(ctx) }
+        if config.purpose == .serverAuth, config.policy.wantsOCSP {
+            _ = mtls_ossl_SSL_CTX_request_ocsp_staple(ctx)
+            // TLS 1.2 carries the staple in a message after the certificate: the status
+            // callback (made after it, before the handshake ends, staple or not) checks it.
+            _ = mtls_ossl_SSL_CTX_set_status_cb(ctx, { ssl, arg in TLSContext.clientStatusCallback(ssl, arg) },
+                                                Unmanaged.passUnretained(config).toOpaque())
+            config.checksStapleAfterVerify = true
+        }
         SSL_CTX_set_verify(ctx, verifyMode, nil)
         SSL_CTX_set_cert_verify_callback(ctx, { store, arg in
             TLSContext.verifyCallback(store, arg)
@@ -510,8 +542,17 @@ final class TLSContext: @unchecked Sendable {
             let n = mtls_ossl_SSL_get_ocsp_staple(ssl, &p)
             if n > 0, n <= 1 << 20, let p { staple = Array(UnsafeBufferPointer(start: p, count: n)) }
         }
-        let result = policy.evaluate(chain: chain, peer: state.peer, purpose: config.purpose, at: nil, overrides: overrides,
+        let result: TrustResult
+        if config.checksStapleAfterVerify, staple == nil, let ssl, SSL_version(ssl) != TLS1_3_VERSION {
+            // TLS 1.2: the staple (if the server sends one) is not here yet. The path is judged
+            // now; revocation in clientStatusCallback, before any application data.
+            result = policy.evaluateDeferringRevocation(chain: chain, peer: state.peer, purpose: config.purpose,
+                                                        overrides: overrides)
+            state.revocationAwaitingStaple = result.trusted
+        } else {
+            result = policy.evaluate(chain: chain, peer: state.peer, purpose: config.purpose, at: nil, overrides: overrides,
                                      stapledOCSP: staple)
+        }
         state.evaluation = result
         if result.trusted {
             if let ssl, let session = SSL_get_session(ssl) {
@@ -530,6 +571,34 @@ final class TLSContext: @unchecked Sendable {
         }
         X509_STORE_CTX_set_error(store, x509Error(for: result))
         return 0
+    }
+
+    /// A client's OCSP status callback, which OpenSSL makes after the server's certificate (and,
+    /// in TLS 1.2, its CertificateStatus message) and before the handshake ends: a verification
+    /// that left revocation for later (``TLSHandshakeState/revocationAwaitingStaple``) is
+    /// completed here with the staple, if one came (a good staple answers without a fetch, a
+    /// revoked one refuses; none: the policy's other sources). Returning 0 ends the handshake.
+    static func clientStatusCallback(_ ssl: OpaquePointer?, _ arg: UnsafeMutableRawPointer?) -> Int32 {
+        guard let ssl, let arg, let state = TLSHandshakeState.of(ssl), state.revocationAwaitingStaple else { return 1 }
+        state.revocationAwaitingStaple = false
+        let config = Unmanaged<TLSContextConfig>.fromOpaque(arg).takeUnretainedValue()
+        var staple: [UInt8]? = nil
+        var p: UnsafePointer<UInt8>? = nil
+        let n = mtls_ossl_SSL_get_ocsp_staple(ssl, &p)
+        if n > 0, n <= 1 << 20, let p { staple = Array(UnsafeBufferPointer(start: p, count: n)) }
+        let overrides = state.overrides ?? config.overrides
+        let result = config.policy.evaluate(chain: state.presentedChain, peer: state.peer, purpose: config.purpose, at: nil,
+                                            overrides: overrides, stapledOCSP: staple)
+        state.evaluation = result
+        guard result.trusted else {
+            SSL_set_verify_result(ssl, Int(x509Error(for: result)))
+            return 0
+        }
+        // The session this handshake makes stands for the evaluation with revocation.
+        if let binding = state.binding, let session = SSL_get_session(ssl) {
+            ResumptionRecord(binding: binding, presentedChain: state.presentedChain, evaluation: result).attach(to: session)
+        }
+        return 1
     }
 
     /// The state of `ssl`'s handshake, made on first use for an `SSL` of an application's context

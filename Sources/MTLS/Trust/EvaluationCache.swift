@@ -37,6 +37,19 @@ final class EvaluationCache: Sendable {
     struct Entry {
         let result: TrustResult
         let window: ClosedRange<Date>
+        /// The result with revocation checking's outcome, as a warm revocation cache gave it.
+        var revocation: RevocationMemo? = nil
+    }
+
+    /// An evaluation's revocation outcome kept with its cached path decision: valid while the
+    /// revocation caches have not changed (``CRLStore/generation``) and before `until` (the
+    /// earliest time at which a CRL or response used is due for refresh), so a handshake with
+    /// a warm cache pays one more comparison, not the checks. Only outcomes read entirely from
+    /// memory (or from CRL files) with every status known are kept.
+    struct RevocationMemo {
+        let generation: UInt64
+        let until: Date
+        let result: TrustResult
     }
 
     static let bucketSeconds: Int64 = 300
@@ -45,10 +58,21 @@ final class EvaluationCache: Sendable {
 
     private let entries = Mutex<[Key: Entry]>([:])
 
-    func lookup(_ key: Key) -> TrustResult? {
+    func lookup(_ key: Key) -> TrustResult? { entry(key)?.result }
+
+    /// The entry for `key` when the key's time is inside its window.
+    func entry(_ key: Key) -> Entry? {
         entries.withLock { e in
             guard let entry = e[key] else { return nil }
-            return entry.window.contains(Date(timeIntervalSince1970: TimeInterval(key.second))) ? entry.result : nil
+            return entry.window.contains(Date(timeIntervalSince1970: TimeInterval(key.second))) ? entry : nil
+        }
+    }
+
+    /// Keeps `memo` with the entry for `key` (if it is still there).
+    func memoize(_ key: Key, _ memo: RevocationMemo) {
+        entries.withLock { e in
+            guard e[key] != nil else { return }
+            e[key]?.revocation = memo
         }
     }
 

@@ -42,6 +42,20 @@ extension TrustPolicy {
         }
     }
 
+    /// ``evaluate(chain:peer:purpose:at:overrides:stapledOCSP:)`` without the revocation check:
+    /// a TLS 1.2 client's verification, whose server's stapled OCSP response arrives after the
+    /// certificate is verified; the handshake's status callback evaluates again with it.
+    func evaluateDeferringRevocation(chain: [Certificate], peer: TrustPeer, purpose: TrustPurpose,
+                                     overrides: TrustOverrides?) -> TrustResult {
+        do {
+            return try evaluate(ders: chain.map(\.der), parse: { chain }, peer: peer, purpose: purpose, at: nil,
+                                overrides: overrides, skipRevocation: true)
+        } catch {
+            let r = TrustReason(code: TrustReason.Code.verificationError, certIndex: nil, message: "\(error)")
+            return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
+        }
+    }
+
     /// Same as ``evaluate(chain:peer:purpose:at:overrides:)`` with the peer written as text: `host`,
     /// `host:port`, `[v6]:port` (see ``TrustPeer/init(hostText:)``).
     public func evaluate(chain: [Certificate], host: String?, purpose: TrustPurpose? = nil, at: Date? = nil,
@@ -66,7 +80,8 @@ extension TrustPolicy {
     }
 
     private func evaluate(ders: [[UInt8]], parse: () throws -> [Certificate], peer: TrustPeer, purpose: TrustPurpose?,
-                          at: Date?, overrides: TrustOverrides?, stapledOCSP: [UInt8]? = nil) throws -> TrustResult {
+                          at: Date?, overrides: TrustOverrides?, stapledOCSP: [UInt8]? = nil,
+                          skipRevocation: Bool = false) throws -> TrustResult {
         let settings: Settings, compiled: CompiledPolicy, version: UInt64
         do {
             (settings, compiled, version) = try snapshot()
@@ -108,8 +123,19 @@ extension TrustPolicy {
         let key = EvaluationCache.Key(chain: ders, host: hostKey, purpose: purpose, version: version,
                                       second: Int64(time.timeIntervalSince1970))
         var result: TrustResult
-        if settings.cacheEnabled, let cached = cache.lookup(key) {
-            result = cached
+        var memoized = false
+        let revocation = skipRevocation ? RevocationSettings.off : EffectivePolicy.revocation(settings: settings, rule: rule)
+        let generation = CRLStore.generation.load(ordering: .acquiring)
+        if settings.cacheEnabled, let cached = cache.entry(key) {
+            // A warm revocation cache: the outcome found last time stands while nothing it was
+            // made from changed (a staple is always looked at).
+            if revocation.mode != .off, stapledOCSP == nil, let memo = cached.revocation, memo.generation == generation,
+               time < memo.until {
+                result = memo.result
+                memoized = true
+            } else {
+                result = cached.result
+            }
         } else {
             let chain = try parse()
             let effective = EffectivePolicy(settings: settings, rule: rule, peer: peer, purpose: purpose, overrides: overrides)
@@ -124,14 +150,17 @@ extension TrustPolicy {
             result = evaluation.run()
             if settings.cacheEnabled { cache.store(key, result, stableUntil: evaluation.stableWindow(built: result.chain)) }
         }
-        // Revocation is checked after the (cached) path decision, on every evaluation: its answer
-        // changes with the CRLs, which have their own cache (CRLStore). Only a trusted chain is
-        // checked: an untrusted one is refused anyway.
-        let revocation = EffectivePolicy.revocation(settings: settings, rule: rule)
-        if revocation.mode != .off, result.trusted {
+        // Revocation is checked after the (cached) path decision, on every evaluation that found
+        // no memoized outcome: its answer changes with the CRLs, which have their own cache
+        // (CRLStore). Only a trusted chain is checked: an untrusted one is refused anyway.
+        if revocation.mode != .off, result.trusted, !memoized {
             let outcome = RevocationChecker.check(built: result.chain, settings: revocation, options: settings.revocationFetch,
-                                                  crlFiles: settings.crls, stapled: stapledOCSP, time: time)
+                                                  crlFiles: settings.crls, stapled: stapledOCSP, time: time,
+                                                  events: events)
             result = result.with(revocation: outcome)
+            if settings.cacheEnabled, stapledOCSP == nil, let until = RevocationChecker.memoizableUntil(outcome.report) {
+                cache.memoize(key, EvaluationCache.RevocationMemo(generation: generation, until: until, result: result))
+            }
         }
         if let rule, rule.enforcement == .reportOnly, let handler = settings.reportHandler, !result.reportedReasons.isEmpty {
             handler(TrustReport(host: peer.host == nil ? nil : peer.description, rule: rule.pattern.text,

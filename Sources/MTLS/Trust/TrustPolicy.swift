@@ -99,6 +99,10 @@ public final class TrustPolicy: Sendable {
     private static let nextInstance = Atomic<UInt64>(0)
     /// Recent evaluations of this policy (see ``EvaluationCache``).
     let cache = EvaluationCache()
+    /// Where this policy reports what happens while it is used: a revocation fetch that failed
+    /// (``LifecycleEventKind/revocationFetchFailed``), on the thread whose evaluation made the
+    /// fetch (a handshake's, or the background refresh thread `mtls-revocation`).
+    public let events = LifecycleEvents()
 
     /// A policy with the given defaults. Anchors are added to the system store unless
     /// `anchorsOnly` is true.

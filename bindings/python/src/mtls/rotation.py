@@ -22,6 +22,9 @@ from .trust import Policy
 
 #: mtls_event kinds
 EVENT_KINDS = {1: "identity_rotated", 2: "policy_reloaded", 3: "reload_failed", 4: "expiry_warning"}
+# Revocation events (issue 28), reported by a Policy (Policy.set_event_callback).
+EVENT_REVOCATION_FETCH_FAILED = 16
+EVENT_KINDS[EVENT_REVOCATION_FETCH_FAILED] = "revocation_fetch_failed"
 WATCH_OPTIONS_VERSION = 1
 
 
@@ -120,14 +123,19 @@ fn("mtls_anchor_watch_set_event_callback", ctypes.c_int, ctypes.c_void_p, EVENT_
    _callbacks.DESTROY_CB)
 # void mtls_anchor_watch_free(mtls_anchor_watch *watch)
 fn("mtls_anchor_watch_free", None, ctypes.c_void_p)
+# int mtls_policy_set_event_callback(mtls_policy *policy, mtls_event_cb cb, void *userdata,
+#                                    void (*destroy)(void *userdata))
+fn("mtls_policy_set_event_callback", ctypes.c_int, ctypes.c_void_p, EVENT_CB, ctypes.c_void_p, _callbacks.DESTROY_CB)
 def _utc(seconds: int) -> Optional[datetime.datetime]:
     return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc) if seconds else None
 
 
 @dataclass(frozen=True)
 class Event:
-    """One lifecycle event: kind is "identity_rotated", "policy_reloaded", "reload_failed" or
-    "expiry_warning"; error is the exception class a reload failed with (None otherwise)."""
+    """One lifecycle event: kind is "identity_rotated", "policy_reloaded", "reload_failed",
+    "expiry_warning" or "revocation_fetch_failed" (a Policy's: label is the URL, subject the
+    certificate whose status was sought); error is the exception class a reload or fetch failed
+    with (None otherwise)."""
     kind: str
     label: Optional[str]
     subject: Optional[str]
