@@ -92,6 +92,18 @@ enum CRLCheck {
         try checkDates(thisUpdate: thisUpdate, nextUpdate: nextUpdate, time: time)
     }
 
+    /// ``verify(_:issuer:time:)`` for a CRL kept in memory: its signature and extensions are
+    /// checked once per issuer; later calls check only its dates against `time`.
+    static func verifyOnce(_ list: RevocationList, issuer: Certificate, time: Date) throws {
+        if list.verifiedIssuers.withLock({ $0.contains(issuer.der) }) {
+            let (thisUpdate, nextUpdate) = dates(list.crl)
+            try checkDates(thisUpdate: thisUpdate, nextUpdate: nextUpdate, time: time)
+            return
+        }
+        try verify(list.crl, issuer: issuer, time: time)
+        list.verifiedIssuers.withLock { if $0.count < 16 { $0.append(issuer.der) } }
+    }
+
     /// Throws unless `time` falls between thisUpdate (less the clock skew) and nextUpdate.
     static func checkDates(thisUpdate: Date, nextUpdate: Date?, time: Date) throws {
         if thisUpdate > time.addingTimeInterval(skew) {
@@ -112,8 +124,8 @@ enum CRLCheck {
 
     /// Whether the CRL covers `cert` (its issuing distribution point may restrict it to end
     /// entities or to CAs).
-    static func covers(_ crl: OpaquePointer, _ cert: Certificate) -> Bool {
-        let idp = mtls_ossl_X509_CRL_idp_flags(crl)
+    static func covers(_ list: RevocationList, _ cert: Certificate) -> Bool {
+        let idp = list.idpFlags
         guard idp > 0 else { return true }
         let isCA = cert.basicConstraints?.isCA == true
         if idp & 4 != 0 && isCA { return false }

@@ -76,8 +76,8 @@ enum RevocationChecker {
             switch source {
             case .crl:
                 // CRLs given to the policy by hand first: no network needed.
-                for file in crlFiles where CRLCheck.covers(file.crl, cert) {
-                    guard (try? CRLCheck.verify(file.crl, issuer: issuer, time: time)) != nil else { continue }
+                for file in crlFiles where CRLCheck.covers(file, cert) {
+                    guard (try? CRLCheck.verifyOnce(file, issuer: issuer, time: time)) != nil else { continue }
                     let (this, next) = CRLCheck.dates(file.crl)
                     return verdict(cert, index, in: file.crl, source: "crl_file", url: nil, fetchedAt: nil, origin: nil,
                                    thisUpdate: this, nextUpdate: next)
@@ -95,7 +95,7 @@ enum RevocationChecker {
                     do {
                         let (crl, origin) = try CRLStore.shared.crl(url: url, issuer: issuer, options: options, time: time,
                                                                     subject: cert, events: events)
-                        guard CRLCheck.covers(crl.list.crl, cert) else {
+                        guard CRLCheck.covers(crl.list, cert) else {
                             problems.append("\(url): the CRL does not cover this kind of certificate")
                             continue
                         }

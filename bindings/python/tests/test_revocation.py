@@ -400,3 +400,25 @@ def test_application_server_session_ends_at_the_crls_next_update_not_at_certific
     finally:
         libssl.SSL_CTX_free(ctx)
         crl_server.httpd.files["/r.crl"] = saved
+
+
+def test_a_warm_outcome_is_reused_only_while_the_revocation_cache_is_unchanged(pki, crl_server):
+    # The outcome kept with the cached evaluation (a warm cache costs a comparison) must not
+    # outlive a change of the CRLs: erin revoked and the cache refetched -> refused at once.
+    erin = pki["inter"].issue_client("erin", crl_url=pki["url"])
+    policy = client_policy(pki)
+    saved = crl_server.httpd.files["/r.crl"]
+    try:
+        first = policy.evaluate(certs(erin), purpose="client")
+        assert first.trusted and first.revocation["checks"][0]["fetched_from"] == "network"
+        for _ in range(3):
+            again = policy.evaluate(certs(erin), purpose="client")
+            assert again.trusted and [c["fetched_from"] for c in again.revocation["checks"]] == ["memory", "memory"]
+        crl_server.httpd.files["/r.crl"] = pki["inter"].crl(
+            [pki["laptop"].certificate.serial_hex, erin.certificate.serial_hex], number=4)
+        clear_revocation_cache()
+        refused = policy.evaluate(certs(erin), purpose="client")
+        assert not refused.trusted and refused.codes == ["revoked"], refused
+        assert policy.evaluate(certs(erin), purpose="client").codes == ["revoked"]
+    finally:
+        crl_server.httpd.files["/r.crl"] = saved
