@@ -58,13 +58,21 @@ final class EvaluationCache: Sendable {
 
     private let entries = Mutex<[Key: Entry]>([:])
 
-    func lookup(_ key: Key) -> TrustResult? { entry(key)?.result }
+    func lookup(_ key: Key) -> TrustResult? { lookup(key, memo: nil, at: Date())?.result }
 
-    /// The entry for `key` when the key's time is inside its window.
-    func entry(_ key: Key) -> Entry? {
+    /// The cached result for `key` when the key's time is inside its window. With a revocation
+    /// cache `memo` generation: the memoized result with revocation's outcome instead
+    /// (`memoized` true) when it was made under that generation and `time` is before its end.
+    /// Decided under the lock, so the warm path copies one result, as a plain lookup does.
+    func lookup(_ key: Key, memo generation: UInt64?, at time: Date) -> (result: TrustResult, memoized: Bool)? {
         entries.withLock { e in
-            guard let entry = e[key] else { return nil }
-            return entry.window.contains(Date(timeIntervalSince1970: TimeInterval(key.second))) ? entry : nil
+            guard let entry = e[key], entry.window.contains(Date(timeIntervalSince1970: TimeInterval(key.second))) else {
+                return nil
+            }
+            if let generation, let memo = entry.revocation, memo.generation == generation, time < memo.until {
+                return (memo.result, true)
+            }
+            return (entry.result, false)
         }
     }
 

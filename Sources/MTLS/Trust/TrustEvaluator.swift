@@ -126,16 +126,12 @@ extension TrustPolicy {
         var memoized = false
         let revocation = skipRevocation ? RevocationSettings.off : EffectivePolicy.revocation(settings: settings, rule: rule)
         let generation = CRLStore.generation.load(ordering: .acquiring)
-        if settings.cacheEnabled, let cached = cache.entry(key) {
-            // A warm revocation cache: the outcome found last time stands while nothing it was
-            // made from changed (a staple is always looked at).
-            if revocation.mode != .off, stapledOCSP == nil, let memo = cached.revocation, memo.generation == generation,
-               time < memo.until {
-                result = memo.result
-                memoized = true
-            } else {
-                result = cached.result
-            }
+        // A warm revocation cache: the outcome found last time stands while nothing it was made
+        // from changed (a staple is always looked at).
+        if settings.cacheEnabled,
+           let cached = cache.lookup(key, memo: revocation.mode != .off && stapledOCSP == nil ? generation : nil, at: time) {
+            result = cached.result
+            memoized = cached.memoized
         } else {
             let chain = try parse()
             let effective = EffectivePolicy(settings: settings, rule: rule, peer: peer, purpose: purpose, overrides: overrides)
