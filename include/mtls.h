@@ -543,8 +543,10 @@ MTLS_EXTERN int mtls_trust_result_provenance(const mtls_trust_result *result, ch
  * with OpenSSL — signature, issuer name, authority key identifier, thisUpdate/nextUpdate,
  * critical extensions; delta, indirect and reason-partitioned CRLs are unsupported — and cached
  * per URL until nextUpdate, in memory and in the cache folder; concurrent evaluations needing
- * one URL make one request; refreshed in the background before nextUpdate), then OCSP (a TLS 1.3
- * client checks the server's stapled response first; else a request with a nonce to the
+ * one URL make one request; refreshed in the background before nextUpdate), then OCSP (a client
+ * checks the server's stapled response first — TLS 1.3 with the certificate, TLS 1.2 in the
+ * OCSP status callback libmtls installs on client contexts whose policy lists OCSP, before the
+ * handshake ends; else a request with a nonce to the
  * certificate's AIA responder, answered by the issuer or a responder it delegated to with
  * id-kp-OCSPSigning, current at the evaluation time, cached until nextUpdate). A
  * certificate found revoked is never trusted (reason "revoked", with its date and reason); when
@@ -1074,7 +1076,10 @@ MTLS_EXTERN void mtls_listener_free(mtls_listener *listener);
  *    SSL and no longer decides); it installs SSL_CTX_set_session_ticket_cb callbacks
  *    (replacing the application's own) that check tickets and evaluate the client's chain again;
  *    a session in the session-id cache gets a timeout that ends when its chain or a fail_closed
- *    rule's pins expire. Sessions do not survive a restart of the process.
+ *    rule's pins expire, or at the earliest nextUpdate of the CRLs and OCSP responses its client
+ *    was judged with (see "Revocation"). Sessions do not survive a restart of the process.
+ *    When `identity` names an OCSP responder (its issuer in its chain), the context staples OCSP
+ *    for it as a listener does (a status callback of libmtls's, fetched in the background).
  *  - accepts_clients 0: a session the application sets (SSL_set_session; libcurl's session
  *    cache) carries what libmtls attached to it when its full handshake was evaluated; one that
  *    does not match, whose server chain is no longer trusted, or that carries nothing (made before
