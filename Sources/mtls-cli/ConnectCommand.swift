@@ -369,14 +369,17 @@ struct ServeCommand: ParsableCommand {
         do {
             // A store label is followed (a replacement in the store is in force within a second);
             // a policy file too. SIGHUP looks at both at once. One line per rotation or failure.
-            let follow = try ServeFollowing(identityOptions: identityOptions, policyPath: policy, revocation: revocation)
+            let follow = try ServeFollowing(identityOptions: identityOptions, policyPath: policy, revocation: revocation,
+                                            clientAnchors: clientAnchor)
             guard let identity = try follow.source?.current ?? identityOptions.explicitIdentity() else {
                 throw ValidationError("serve needs --identity (or --cert and --key)")
             }
             var o = TLSServerOptions(identity: identity)
             o.identitySource = follow.source
-            o.clientPolicy = try follow.policyWatch?.policy ?? PolicyBuilder.policy(file: policy, revocation: revocation)
-            o.clientOverrides = try PolicyBuilder.overrides(anchors: clientAnchor, anchorsOnly: !clientAnchor.isEmpty, pins: [],
+            o.clientPolicy = follow.clientPolicy
+            // Anchors from files are fixed overrides; those from store labels are in the policy,
+            // kept up to date by the store (ServeFollowing).
+            o.clientOverrides = try PolicyBuilder.overrides(anchors: follow.fileAnchors, anchorsOnly: !clientAnchor.isEmpty, pins: [],
                                                             verifyAs: nil, store: identityOptions.openStore)
             if clientSystemAnchors { o.clientPolicy?.systemAnchorsForClients = true }
             o.clientAuthentication = requireClientCert ? .require : (clientAnchor.isEmpty && policy == nil ? .none : .optional)
@@ -385,7 +388,7 @@ struct ServeCommand: ParsableCommand {
             o.handshakeTimeout = 10
             o.ioTimeout = 10
             let listener = try TLSListener(address: address, port: port, options: o)
-            follow.start(listener: listener, clientPolicy: o.clientPolicy)
+            follow.start(listener: listener)
             CLI.printWarnings()  // before serving: a server runs until stopped
             print("listening on \(address):\(listener.port)")
             if let metricsPort {

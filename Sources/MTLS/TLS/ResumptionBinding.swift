@@ -186,8 +186,7 @@ enum ApplicationResumption {
         // An identity that can change: this handshake's, taken whole now, and bound below. On
         // failure the context's own identity (the one in force when it was configured) stays.
         if let source = config.identitySource {
-            try? state.takeIdentity(from: source, ssl: ssl, server: config.purpose == .clientAuth,
-                                   widenSchemes: config.contextSchemesLimited)
+            try? state.takeIdentity(from: source, ssl: ssl, server: config.purpose == .clientAuth, config: config)
         }
         let current = ServerTickets.currentBinding(state, config)
         if config.purpose == .clientAuth {
