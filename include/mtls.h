@@ -543,8 +543,10 @@ MTLS_EXTERN int mtls_trust_result_provenance(const mtls_trust_result *result, ch
  * with OpenSSL — signature, issuer name, authority key identifier, thisUpdate/nextUpdate,
  * critical extensions; delta, indirect and reason-partitioned CRLs are unsupported — and cached
  * per URL until nextUpdate, in memory and in the cache folder; concurrent evaluations needing
- * one URL make one request; refreshed in the background before nextUpdate), then OCSP (a TLS 1.3
- * client checks the server's stapled response first; else a request with a nonce to the
+ * one URL make one request; refreshed in the background before nextUpdate), then OCSP (a client
+ * checks the server's stapled response first — TLS 1.3 with the certificate, TLS 1.2 in the
+ * OCSP status callback libmtls installs on client contexts whose policy lists OCSP, before the
+ * handshake ends; else a request with a nonce to the
  * certificate's AIA responder, answered by the issuer or a responder it delegated to with
  * id-kp-OCSPSigning, current at the evaluation time, cached until nextUpdate). A
  * certificate found revoked is never trusted (reason "revoked", with its date and reason); when
@@ -1073,7 +1075,10 @@ MTLS_EXTERN void mtls_listener_free(mtls_listener *listener);
  *    SSL and no longer decides); it installs SSL_CTX_set_session_ticket_cb callbacks
  *    (replacing the application's own) that check tickets and evaluate the client's chain again;
  *    a session in the session-id cache gets a timeout that ends when its chain or a fail_closed
- *    rule's pins expire. Sessions do not survive a restart of the process.
+ *    rule's pins expire, or at the earliest nextUpdate of the CRLs and OCSP responses its client
+ *    was judged with (see "Revocation"). Sessions do not survive a restart of the process.
+ *    When `identity` names an OCSP responder (its issuer in its chain), the context staples OCSP
+ *    for it as a listener does (a status callback of libmtls's, fetched in the background).
  *  - accepts_clients 0: a session the application sets (SSL_set_session; libcurl's session
  *    cache) carries what libmtls attached to it when its full handshake was evaluated; one that
  *    does not match, whose server chain is no longer trusted, or that carries nothing (made before
@@ -1573,6 +1578,27 @@ MTLS_EXTERN int mtls_store_earliest_expiry(mtls_store *store, int64_t *not_after
 /* The store's certificates as Prometheus text (mtls_certificate_not_after_seconds and
  * mtls_certificate_not_before_seconds per certificate). Free *out with mtls_string_free. */
 MTLS_EXTERN int mtls_store_metrics(mtls_store *store, char **out);
+
+/* ---- Revocation events (issue 28) ----
+ *
+ * A policy that checks revocation (see "Revocation") reports each fetch that failed through its
+ * own event callback: one event per failed fetch of a CRL or an OCSP response (a server that does
+ * not answer, a body over the size or time limit, something that is not a CRL, a CRL or response
+ * that does not verify against the issuer), made for a handshake or an evaluation, or by the
+ * background refresh of a cached CRL (which keeps the CRL in hand until its nextUpdate).
+ * Evaluations that find the failure remembered (it is retried after 10 s) fire none. The event:
+ * `label` is the URL, `subject`/`sha256`/`not_after` the certificate whose status was sought,
+ * `error_code` the MTLS_E_* code of the failure (MTLS_E_IO, MTLS_E_TIMEOUT, MTLS_E_LIMIT,
+ * MTLS_E_PARSE, MTLS_E_UNTRUSTED...), `message` names the issuer and says why. The callback runs
+ * on the thread that made the fetch (a handshake's, an mtls_evaluate caller's, or the refresh
+ * thread "mtls-revocation"): it must not block for long. Event kinds of this block are numbered
+ * from 16. */
+#define MTLS_EVENT_REVOCATION_FETCH_FAILED 16 /* a CRL or OCSP fetch failed */
+/* Sets (cb NULL: clears) the policy's event callback. `destroy(userdata)`, if not NULL, runs once
+ * when the callback is replaced or cleared, or when the policy is freed by its last holder
+ * (connections, listeners and SSL_CTXs keep their own references). */
+MTLS_EXTERN int mtls_policy_set_event_callback(mtls_policy *policy, mtls_event_cb cb, void *userdata,
+                                               void (*destroy)(void *userdata));
 
 #ifdef __cplusplus
 }

@@ -298,3 +298,13 @@ public func mtls_store_earliest_expiry(_ store: OpaquePointer?, _ notAfter: Unsa
 public func mtls_store_metrics(_ store: OpaquePointer?, _ out: CStringOut?) -> Int32 {
     abiCall { try putString(try handle(store, CredentialStore.self, "store").prometheusMetrics(), out) }
 }
+
+// ---- Revocation events (issue 28)
+
+/// `int mtls_policy_set_event_callback(mtls_policy *policy, mtls_event_cb cb, void *userdata, void (*destroy)(void *))`
+@_cdecl("mtls_policy_set_event_callback")
+public func mtls_policy_set_event_callback(_ p: OpaquePointer?, _ cb: EventCallbackBox.Callback?,
+                                           _ userdata: UnsafeMutableRawPointer?,
+                                           _ destroy: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?) -> Int32 {
+    abiCall { EventCallbackBox.install(try handle(p, TrustPolicy.self, "policy").events, cb, userdata, destroy) }
+}

@@ -31,6 +31,13 @@ public enum LifecycleEventKind: Int32, Sendable {
     /// A certificate was issued but not installed: its key does not match or its chain does not
     /// validate under the policy. The old identity stays; retried with backoff like a failure.
     case renewalNotInstalled = 8
+
+    // Revocation (issue 28), numbered from 16, reported by a policy (``TrustPolicy/events``).
+    /// Fetching a CRL or an OCSP response failed (unreachable, over a limit, not a CRL, a CRL
+    /// that does not verify against the issuer): the label is the URL, the certificate the one
+    /// whose status was sought, the error why. Fired once per failed fetch, not per handshake
+    /// that finds the failure remembered.
+    case revocationFetchFailed = 16
 }
 
 /// One lifecycle event.

@@ -162,7 +162,19 @@ final class TLSContext: @unchecked Sendable {
         // The application's own choices (require a client certificate, verify once, post-handshake)
         // are kept; libmtls only adds SSL_VERIFY_PEER and its evaluator.
         let kept = SSL_CTX_get_verify_mode(ctx) & (SSL_VERIFY_FAIL_IF_NO_PEER_CERT | SSL_VERIFY_CLIENT_ONCE | SSL_VERIFY_POST_HANDSHAKE)
+        // A status callback installed by an earlier configuration points at its stapler, which
+        // goes with it: taken off first (an application's own callback is left alone).
+        if let previous = SSL_CTX_get_ex_data(ctx, TLSExData.ctx),
+           Unmanaged<TLSContextConfig>.fromOpaque(previous).takeUnretainedValue().stapler != nil {
+            _ = mtls_ossl_SSL_CTX_set_status_cb(ctx, nil, nil)
+        }
+        // A server staples OCSP for its own certificate as the listener does (fetched and
+        // refreshed in the background, never on the handshake path).
+        if purpose == .clientAuth, let identity, let stapler = OCSPStapler.start(for: identity) {
+            config.stapler = stapler
+        }
         try install(on: ctx, config: config, identity: identity, verifyMode: SSL_VERIFY_PEER | kept, ownContext: false)
+        if let stapler = config.stapler { OCSPStapler.install(stapler, on: ctx) }
         ApplicationResumption.install(on: ctx, config: config)
     }
 
@@ -182,7 +194,14 @@ final class TLSContext: @unchecked Sendable {
         if let identity { try use(identity, on: ctx, server: config.purpose == .clientAuth) }
         // A client whose policy checks revocation with OCSP asks servers for a staple (read in
         // the verify callback: TLS 1.3 carries it with the certificate).
-        if config.purpose == .serverAuth, config.policy.wantsOCSP { _ = mtls_ossl_SSL_CTX_request_ocsp_staple(ctx) }
+        if config.purpose == .serverAuth, config.policy.wantsOCSP {
+            _ = mtls_ossl_SSL_CTX_request_ocsp_staple(ctx)
+            // TLS 1.2 carries the staple in a message after the certificate: the status
+            // callback (made after it, before the handshake ends, staple or not) checks it.
+            _ = mtls_ossl_SSL_CTX_set_status_cb(ctx, { ssl, arg in TLSContext.clientStatusCallback(ssl, arg) },
+                                                Unmanaged.passUnretained(config).toOpaque())
+            config.checksStapleAfterVerify = true
+        }
         SSL_CTX_set_verify(ctx, verifyMode, nil)
         SSL_CTX_set_cert_verify_callback(ctx, { store, arg in
             TLSContext.verifyCallback(store, arg)
