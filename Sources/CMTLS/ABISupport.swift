@@ -161,12 +161,6 @@ func optionalString(_ p: UnsafePointer<CChar>?, _ name: String) throws -> String
     return try string(p, name)
 }
 
-/// An optional argument read the old way: invalid UTF-8 is repaired (U+FFFD), not refused.
-@available(*, deprecated, message: "repairs invalid UTF-8 into another string: use optionalString(_:_:), which refuses it")
-func optionalString(_ p: UnsafePointer<CChar>?) -> String? {
-    p.map { String(cString: $0) }
-}
-
 /// A C string that holds a secret (password, PIN) as secret bytes, copied straight from C
 /// memory (no Swift String, whose copies cannot be wiped). NULL is nil ("none"), "" is empty.
 func secretBytes(_ p: UnsafePointer<CChar>?) -> SecretBytes? {
@@ -179,18 +173,6 @@ func bytes(_ p: UnsafePointer<UInt8>?, _ len: Int, _ name: String) throws -> [UI
     let len = try size(len, "the length of \(name)")
     if len == 0 { return [] }
     return Array(UnsafeBufferPointer(start: try require(p, name), count: len))
-}
-
-/// The one body of the `*_options_init` functions: checks `opts` and `version` (the header's
-/// `*_OPTIONS_VERSION`), then writes the struct `defaults` makes from the core's defaults, with
-/// its `version` field set. `name` is the struct's C name, for the message.
-func initOptions<T>(_ opts: UnsafeMutablePointer<T>?, _ version: UInt32, supported: UInt32, _ name: String,
-                    versionField: WritableKeyPath<T, UInt32>, _ defaults: () -> T) throws {
-    let opts = try require(opts, "opts")
-    guard version == supported else { throw invalid("\(name) version \(version) is not supported (\(supported) is)") }
-    var o = defaults()
-    o[keyPath: versionField] = version
-    opts.pointee = o
 }
 
 /// A versioned options structure as the caller's version has it: only the bytes that version
@@ -206,8 +188,10 @@ func readVersioned<T>(_ p: UnsafePointer<T>, zero: T, sizes: [Int], _ name: Stri
     return out
 }
 
-/// ``initOptions(_:_:supported:_:versionField:_:)`` for a structure with several versions:
-/// writes the core's defaults, only the bytes of `version` (`sizes[version - 1]`).
+/// The one body of the `*_options_init` functions: checks `opts` and `version` (1 to the
+/// header's `*_OPTIONS_VERSION`, one size per version in `sizes`), then writes the struct
+/// `defaults` makes from the core's defaults, with its `version` field set, only the bytes that
+/// version has (`sizes[version - 1]`). `name` is the struct's C name, for the message.
 func initVersionedOptions<T>(_ opts: UnsafeMutablePointer<T>?, _ version: UInt32, sizes: [Int], _ name: String,
                              versionField: WritableKeyPath<T, UInt32>, _ defaults: () -> T) throws {
     let opts = try require(opts, "opts")

@@ -51,6 +51,9 @@ private func milliseconds(_ s: Double?) -> Int32 {
     return Int32(clamping: Int((s * 1000).rounded()))
 }
 
+/// A core count limit as a C field: -1 for no limit.
+private func limitValue(_ n: Int?) -> Int32 { n.map { Int32(clamping: $0) } ?? -1 }
+
 private func alpnList(_ p: UnsafePointer<CChar>?, _ name: String) throws -> [String] {
     try optionalString(p, name).map(ALPN.protocols(commaSeparated:)) ?? []
 }
@@ -59,9 +62,34 @@ private func alpnList(_ p: UnsafePointer<CChar>?, _ name: String) throws -> [Str
 private let connOptionsSizes = [MemoryLayout<mtls_conn_options>.offset(of: \mtls_conn_options.overrides) ?? 0,
                                 MemoryLayout<mtls_conn_options>.offset(of: \mtls_conn_options.identity_source) ?? 0,
                                 MemoryLayout<mtls_conn_options>.size]
-/// mtls_listener_options: version 1 ends where `client_overrides` (version 2) begins.
+/// mtls_listener_options: version 1 ends where `client_overrides` (version 2) begins, version 2
+/// where `client_ca_names` (version 3) begins.
 private let listenerOptionsSizes = [MemoryLayout<mtls_listener_options>.offset(of: \mtls_listener_options.client_overrides) ?? 0,
+                                    MemoryLayout<mtls_listener_options>.offset(of: \mtls_listener_options.client_ca_names) ?? 0,
                                     MemoryLayout<mtls_listener_options>.size]
+
+/// The header's `MTLS_CA_NAMES_*` value of a listener (with its certificates for `_LIST`).
+private func clientCANames(_ v: Int32, _ certs: UnsafePointer<OpaquePointer?>?, _ count: Int) throws -> ClientCANames {
+    switch v {
+    case MTLS_CA_NAMES_ANCHORS: return .anchors
+    case MTLS_CA_NAMES_NONE: return .omitted
+    case MTLS_CA_NAMES_LIST:
+        let n = try size(count, "client_ca_cert_count")
+        if n == 0 { return .certificates([]) }
+        let list = try require(certs, "client_ca_certs")
+        return .certificates(try (0..<n).map { try handle(list[$0], Certificate.self, "client_ca_certs[\($0)]") })
+    default: throw invalid("client_ca_names must be MTLS_CA_NAMES_ANCHORS, _NONE or _LIST, not \(v)")
+    }
+}
+
+/// The header's `MTLS_CA_NAMES_*` value of a core setting (the default's, for options_init).
+private func clientCANamesValue(_ names: ClientCANames) -> Int32 {
+    switch names {
+    case .anchors: return MTLS_CA_NAMES_ANCHORS
+    case .omitted: return MTLS_CA_NAMES_NONE
+    case .certificates: return MTLS_CA_NAMES_LIST
+    }
+}
 
 private func clientOptions(_ p: UnsafePointer<mtls_conn_options>?) throws -> TLSClientOptions {
     var o = TLSClientOptions()
@@ -256,7 +284,8 @@ public func mtls_listener_options_init(_ opts: UnsafeMutablePointer<mtls_listene
             o.io_timeout_ms = milliseconds(TLSDefaults.ioTimeout)
             o.no_session_tickets = TLSDefaults.sessionTickets ? 0 : 1
             o.first_byte_timeout_ms = milliseconds(TLSDefaults.firstByteTimeout)
-            o.max_handshakes_per_address = Int32(clamping: TLSDefaults.maxHandshakesPerAddress)
+            o.max_handshakes_per_address = limitValue(TLSDefaults.maxHandshakesPerAddress)
+            o.client_ca_names = clientCANamesValue(TLSDefaults.clientCANames)
             return o
         }
     }
@@ -290,9 +319,8 @@ func serverOptions(_ opts: UnsafePointer<mtls_listener_options>?, source: Identi
             o.sessionTickets = c.no_session_tickets == 0
             o.clientOverrides = try overridesArgument(c.client_overrides, "opts->client_overrides")
             o.firstByteTimeout = seconds(c.first_byte_timeout_ms)
-            // 0 (a version 1 caller's too): the default; negative: no limit.
-            o.maxHandshakesPerAddress = c.max_handshakes_per_address == 0 ? TLSDefaults.maxHandshakesPerAddress
-                                                                          : max(0, Int(c.max_handshakes_per_address))
+            o.maxHandshakesPerAddress = Int(c.max_handshakes_per_address)  // 0 and negative: the core's convention
+            o.clientCANames = try clientCANames(c.client_ca_names, c.client_ca_certs, c.client_ca_cert_count)
             return o
 }
 

@@ -49,10 +49,9 @@ private func withOptionalCString<R>(_ s: String?, _ body: (UnsafePointer<CChar>?
 private let watchOptionsSizes = [MemoryLayout<mtls_watch_options>.size]
 
 private func watchOptions(_ p: UnsafePointer<mtls_watch_options>?) throws -> (days: Int, pin: SecretBytes?) {
-    guard let p else { return (14, nil) }
+    guard let p else { return (LifecycleDefaults.warningDays, nil) }
     let c = try readVersioned(p, zero: mtls_watch_options(), sizes: watchOptionsSizes, "mtls_watch_options")
-    guard c.warning_days >= 0 else { throw invalid("warning_days must be 0 (14 days) or more") }
-    return (c.warning_days == 0 ? 14 : Int(c.warning_days), secretBytes(c.token_pin))
+    return (try LifecycleDefaults.warningDays(Int(c.warning_days)), secretBytes(c.token_pin))
 }
 
 /// `int mtls_watch_options_init(mtls_watch_options *opts, unsigned int version)`
@@ -61,7 +60,7 @@ public func mtls_watch_options_init(_ opts: UnsafeMutablePointer<mtls_watch_opti
     abiCall {
         try initVersionedOptions(opts, version, sizes: watchOptionsSizes, "mtls_watch_options", versionField: \.version) {
             var o = mtls_watch_options()
-            o.warning_days = 14
+            o.warning_days = Int32(clamping: LifecycleDefaults.warningDays)
             return o
         }
     }

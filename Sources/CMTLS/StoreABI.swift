@@ -5,14 +5,14 @@ import CMTLSHeader
 import Glibc
 #endif
 
+/// mtls_store_options has one version.
+private let storeOptionsSizes = [MemoryLayout<mtls_store_options>.size]
+
 private func options(_ p: UnsafePointer<mtls_store_options>?) throws -> CredentialStore.Options {
     var o = CredentialStore.Options()
     guard let p else { return o }
-    let c = p.pointee
-    guard c.version == UInt32(MTLS_STORE_OPTIONS_VERSION) else {
-        throw invalid("mtls_store_options.version is \(c.version); initialise it with mtls_store_options_init")
-    }
-    o.busyTimeoutMilliseconds = max(c.busy_timeout_ms, 0)
+    let c = try readVersioned(p, zero: mtls_store_options(), sizes: storeOptionsSizes, "mtls_store_options")
+    o.busyTimeoutMilliseconds = c.busy_timeout_ms
     o.create = c.create != 0
     o.kdf = StoreKDFParameters(logN: Int(c.kdf_log_n), r: Int(c.kdf_r), p: Int(c.kdf_p))
     try o.kdf.validate()
@@ -22,14 +22,14 @@ private func options(_ p: UnsafePointer<mtls_store_options>?) throws -> Credenti
 private func secret(_ p: UnsafePointer<UInt8>?, _ len: Int, _ kind: Int32) throws -> StoreSecret {
     // The array built from C memory becomes the SecretBytes' own storage: no unwiped copy.
     switch kind {
-    case 1: return .passphrase(SecretBytes(try bytes(p, len, "secret")))
-    case 2: return .key(SecretBytes(try bytes(p, len, "secret")))
+    case MTLS_STORE_SECRET_PASSPHRASE: return .passphrase(SecretBytes(try bytes(p, len, "secret")))
+    case MTLS_STORE_SECRET_KEY: return .key(SecretBytes(try bytes(p, len, "secret")))
     default: throw invalid("secret_kind must be MTLS_STORE_SECRET_PASSPHRASE or MTLS_STORE_SECRET_KEY")
     }
 }
 
 private func itemClass(_ c: Int32, allowAny: Bool) throws -> StoreItemClass? {
-    if c == 0 && allowAny { return nil }
+    if c == MTLS_STORE_ANY && allowAny { return nil }
     guard let k = StoreItemClass(rawValue: c) else { throw invalid("item_class \(c) is not an MTLS_STORE_* class") }
     return k
 }
@@ -38,17 +38,16 @@ private func itemClass(_ c: Int32, allowAny: Bool) throws -> StoreItemClass? {
 @_cdecl("mtls_store_options_init")
 public func mtls_store_options_init(_ opts: UnsafeMutablePointer<mtls_store_options>?, _ version: UInt32) -> Int32 {
     abiCall {
-        let p = try require(opts, "opts")
-        guard version == UInt32(MTLS_STORE_OPTIONS_VERSION) else { throw invalid("unknown mtls_store_options version \(version)") }
-        let d = CredentialStore.Options()
-        var c = mtls_store_options()
-        c.version = version
-        c.busy_timeout_ms = d.busyTimeoutMilliseconds
-        c.create = d.create ? 1 : 0
-        c.kdf_log_n = Int32(d.kdf.logN)
-        c.kdf_r = Int32(d.kdf.r)
-        c.kdf_p = Int32(d.kdf.p)
-        p.pointee = c
+        try initVersionedOptions(opts, version, sizes: storeOptionsSizes, "mtls_store_options", versionField: \.version) {
+            let d = CredentialStore.Options()
+            var c = mtls_store_options()
+            c.busy_timeout_ms = d.busyTimeoutMilliseconds
+            c.create = d.create ? 1 : 0
+            c.kdf_log_n = Int32(d.kdf.logN)
+            c.kdf_r = Int32(d.kdf.r)
+            c.kdf_p = Int32(d.kdf.p)
+            return c
+        }
     }
 }
 

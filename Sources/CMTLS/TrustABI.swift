@@ -120,7 +120,7 @@ public func mtls_policy_add_crl_file(_ p: OpaquePointer?, _ path: UnsafePointer<
 public func mtls_policy_add_host_rule(_ p: OpaquePointer?, _ pattern: UnsafePointer<CChar>?,
                                       _ verifyAs: UnsafePointer<CChar>?, _ skip: Int32) -> Int32 {
     abiCall {
-        let v = optionalString(verifyAs)
+        let v = try optionalString(verifyAs, "verify_as")
         try policy(p).updateHostRule(try string(pattern, "pattern")) { r in
             r.verifyAs = v
             r.skipNameCheck = skip != 0
@@ -157,10 +157,15 @@ public func mtls_policy_add_pin(_ p: OpaquePointer?, _ pattern: UnsafePointer<CC
 public func mtls_policy_set_pin_expiry(_ p: OpaquePointer?, _ pattern: UnsafePointer<CChar>?, _ expires: Int64,
                                        _ after: Int32) -> Int32 {
     abiCall {
-        guard after == 0 || after == 1 else { throw invalid("after_expiry must be MTLS_PIN_STOP_ENFORCING or MTLS_PIN_FAIL_CLOSED") }
+        let afterExpiry: PinExpiryBehavior
+        switch after {
+        case MTLS_PIN_STOP_ENFORCING: afterExpiry = .stopEnforcing
+        case MTLS_PIN_FAIL_CLOSED: afterExpiry = .failClosed
+        default: throw invalid("after_expiry must be MTLS_PIN_STOP_ENFORCING or MTLS_PIN_FAIL_CLOSED")
+        }
         try policy(p).updateHostRule(try string(pattern, "pattern")) { r in
             r.pinsExpire = expires == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(expires))
-            r.afterExpiry = after == 1 ? .failClosed : .stopEnforcing
+            r.afterExpiry = afterExpiry
         }
     }
 }
@@ -202,8 +207,7 @@ public func mtls_evaluate(_ p: OpaquePointer?, _ certs: UnsafePointer<OpaquePoin
             let h = try handle(p, TrustPolicy.self, "policy")
             let chain = try chainArgument(certs, count)
             let purposeValue = try purposeArgument(purpose)
-            let result = h.evaluate(chain: chain, host: optionalString(host), purpose: purposeValue,
-                                    at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)))
+            let result = h.evaluate(chain: chain, host: try optionalString(host, "host"), purpose: purposeValue, at: timeArgument(at))
             return TrustResultBox(result)
         }
     }
@@ -220,8 +224,8 @@ public func mtls_evaluate_der(_ p: OpaquePointer?, _ ders: UnsafePointer<UnsafeP
             let ders = try require(ders, "ders"), lens = try require(lens, "lens")
             guard count > 0 else { throw invalid("count must be at least 1") }
             let chain = try (0..<count).map { try bytes(ders[$0], lens[$0], "ders[\($0)]") }
-            let result = try h.evaluate(derChain: chain, host: optionalString(host), purpose: try purposeArgument(purpose),
-                                                at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)))
+            let result = try h.evaluate(derChain: chain, host: try optionalString(host, "host"), purpose: try purposeArgument(purpose),
+                                        at: timeArgument(at))
             return TrustResultBox(result)
         }
     }
@@ -233,11 +237,16 @@ public func mtls_policy_set_cache(_ p: OpaquePointer?, _ on: Int32) -> Int32 {
     abiCall { try policy(p).evaluationCacheEnabled = on != 0 }
 }
 
+/// An `int64_t at` argument (seconds since the epoch); 0 is the policy's time or now (nil).
+private func timeArgument(_ at: Int64) -> Date? {
+    at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at))
+}
+
 private func purposeArgument(_ purpose: Int32) throws -> TrustPurpose? {
     switch purpose {
-    case 0: return nil
-    case 1: return .serverAuth
-    case 2: return .clientAuth
+    case MTLS_PURPOSE_DEFAULT: return nil
+    case MTLS_PURPOSE_SERVER: return .serverAuth
+    case MTLS_PURPOSE_CLIENT: return .clientAuth
     default: throw invalid("purpose must be MTLS_PURPOSE_DEFAULT, _SERVER or _CLIENT")
     }
 }
@@ -327,9 +336,9 @@ public func mtls_evaluate_peer(_ p: OpaquePointer?, _ certs: UnsafePointer<Opaqu
         try putHandle(out) {
             let h = try handle(p, TrustPolicy.self, "policy")
             let chain = try chainArgument(certs, count)
-            let peer = TrustPeer(host: optionalString(host), port: port == 0 ? nil : Int(port), verifyAs: optionalString(verifyAs))
-            let result = h.evaluate(chain: chain, peer: peer, purpose: try purposeArgument(purpose),
-                                            at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)))
+            let peer = TrustPeer(host: try optionalString(host, "host"), port: port == 0 ? nil : Int(port),
+                                 verifyAs: try optionalString(verifyAs, "verify_as"))
+            let result = h.evaluate(chain: chain, peer: peer, purpose: try purposeArgument(purpose), at: timeArgument(at))
             return TrustResultBox(result)
         }
     }
@@ -436,11 +445,10 @@ public func mtls_evaluate_with_overrides(_ p: OpaquePointer?, _ certs: UnsafePoi
             let h = try handle(p, TrustPolicy.self, "policy")
             let chain = try chainArgument(certs, count)
             // Port 0: the host may carry its port as text, as mtls_evaluate takes it.
-            var peer = port == 0 ? TrustPeer(hostText: optionalString(host))
-                                 : TrustPeer(host: optionalString(host), port: Int(port))
-            peer.verifyAs = optionalString(verifyAs)
-            let result = h.evaluate(chain: chain, peer: peer, purpose: try purposeArgument(purpose),
-                                    at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)),
+            let hostText = try optionalString(host, "host")
+            var peer = port == 0 ? TrustPeer(hostText: hostText) : TrustPeer(host: hostText, port: Int(port))
+            peer.verifyAs = try optionalString(verifyAs, "verify_as")
+            let result = h.evaluate(chain: chain, peer: peer, purpose: try purposeArgument(purpose), at: timeArgument(at),
                                     overrides: try overridesArgument(overrides))
             return TrustResultBox(result)
         }

@@ -305,14 +305,11 @@ struct ConnectCommand: ParsableCommand {
         }
     }
 
-    /// Who failed or refused: the connection knows for handshake and I/O errors; before there
-    /// is one, a server that cannot be reached is the server's side, anything else (options,
-    /// identity, policy, name resolution) ours.
+    /// Who failed or refused, as the library says: the connection for handshake and I/O errors,
+    /// the error itself before there is one (``MTLSError/side``); anything else (options,
+    /// identity, policy) is ours.
     static func failingSide(_ error: Error, _ conn: TLSConnection?) -> TLSSide {
-        if let side = conn?.failureSide { return side }
-        guard let e = error as? MTLSError else { return .client }
-        if (e.code == .connect && !e.message.hasPrefix("cannot resolve")) || e.code == .timeout { return .server }
-        return .client
+        conn?.failureSide ?? (error as? MTLSError)?.side ?? .client
     }
 
     /// Reads into `all` until the peer closes or stays quiet for `idle` seconds after the last
@@ -364,6 +361,12 @@ struct ServeCommand: ParsableCommand {
     @Option(help: "Stop after this many clients (default: run until killed).") var count: Int?
     @Flag(help: "Issue no session tickets: every client gets a full handshake and a fresh evaluation.") var noSessionTickets = false
     @Option(help: "Serve the store's certificate metrics and the listener's counters as Prometheus text on 127.0.0.1:PORT.") var metricsPort: UInt16?
+    @Flag(help: "Send no CA names in the certificate request (they name the client anchors by default): each client presents the certificate it has. For clients that match the names wrongly, such as an Erlang/OTP 25 TLS 1.3 client whose certificate an intermediate issued. Trust does not change.") var noCaNames = false
+    @Option(help: "Send the subjects of the certificates in FILE (PEM or DER, one or more) as the CA names of the certificate request, instead of the client anchors'. Trust does not change.") var caNames: String?
+
+    func validate() throws {
+        if noCaNames && caNames != nil { throw ValidationError("give --no-ca-names or --ca-names, not both") }
+    }
 
     func run() throws {
         do {
@@ -380,6 +383,8 @@ struct ServeCommand: ParsableCommand {
                                                             verifyAs: nil, store: identityOptions.openStore)
             if clientSystemAnchors { o.clientPolicy?.systemAnchorsForClients = true }
             o.clientAuthentication = requireClientCert ? .require : (clientAnchor.isEmpty && policy == nil ? .none : .optional)
+            if noCaNames { o.clientCANames = .omitted }
+            if let caNames { o.clientCANames = .certificates(try Certificate.load(path: caNames)) }
             o.alpn = alpn
             o.sessionTickets = !noSessionTickets
             o.handshakeTimeout = 10

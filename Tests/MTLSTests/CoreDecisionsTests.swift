@@ -45,6 +45,44 @@ final class CoreDecisionsTests: XCTestCase {
         expectCode(.invalidArgument) { _ = try CertificateRequest.commonName(given: nil, csr: nameless) }
     }
 
+    func testHandshakeLimitAndWarningWindowFollowTheTimeoutConvention() throws {
+        var s = TLSServerOptions(identity: try CertificateAuthority.newRoot(commonName: "Server"))
+        XCTAssertEqual(s.maxHandshakesPerAddress, 32)
+        s.maxHandshakesPerAddress = 0  // the C ABI's 0: the default, decided here and not in CMTLS
+        XCTAssertEqual(s.maxHandshakesPerAddress, TLSDefaults.maxHandshakesPerAddress)
+        s.maxHandshakesPerAddress = -1
+        XCTAssertNil(s.maxHandshakesPerAddress)
+        s.maxHandshakesPerAddress = 3
+        XCTAssertEqual(s.maxHandshakesPerAddress, 3)
+        XCTAssertEqual(try LifecycleDefaults.warningDays(0), 14)
+        XCTAssertEqual(try LifecycleDefaults.warningDays(3), 3)
+        expectCode(.invalidArgument) { _ = try LifecycleDefaults.warningDays(-1) }
+    }
+
+    func testConnectErrorsSayWhichSideFailed() throws {
+        // A name that does not resolve is ours; a server that refuses the TCP connection, theirs.
+        // The CLI's "side" reads this field (it used to match the message text "cannot resolve").
+        var o = TLSClientOptions()
+        o.connectTimeout = 10
+        do {
+            _ = try TLSConnection.connect(host: "no-such-host.invalid", port: 443, options: o)
+            XCTFail("connected to no-such-host.invalid")
+        } catch let e as MTLSError {
+            XCTAssertEqual(e.code, .connect)
+            XCTAssertEqual(e.side, .client, e.message)
+        }
+        let (fd, port) = try Socket.listen(address: "127.0.0.1", port: 0)
+        close(fd)  // nothing listens on the port now
+        do {
+            _ = try TLSConnection.connect(host: "127.0.0.1", port: port, options: o)
+            XCTFail("connected to a closed port")
+        } catch let e as MTLSError {
+            XCTAssertEqual(e.code, .connect)
+            XCTAssertEqual(e.side, .server, e.message)
+        }
+        XCTAssertNil(MTLSError(.parse, "not a certificate").side)
+    }
+
     func testIssuingWithAPKCS12ThatCannotBeWrittenLeavesNothing() throws {
         let dir = try TestPKI.tempDir()
         let pki = PKIDirectory(path: dir)
