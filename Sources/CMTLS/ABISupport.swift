@@ -168,6 +168,24 @@ func secretBytes(_ p: UnsafePointer<CChar>?) -> SecretBytes? {
     return SecretBytes(Array(UnsafeRawBufferPointer(start: p, count: strlen(p))))
 }
 
+/// A `const char *const *` argument with `count` entries, each a UTF-8 string (NULL with a
+/// zero count is an empty list).
+func stringList(_ p: UnsafePointer<UnsafePointer<CChar>?>?, _ count: Int, _ name: String) throws -> [String] {
+    let n = try size(count, "the count of \(name)")
+    if n == 0 { return [] }
+    let list = try require(p, name)
+    return try (0..<n).map { try string(list[$0], "\(name)[\($0)]") }
+}
+
+/// A `T *const *` argument of handles with `count` entries, each checked as ``handle(_:_:_:)``
+/// checks one (NULL with a zero count is an empty list).
+func handleList<T: AnyObject>(_ p: UnsafePointer<OpaquePointer?>?, _ count: Int, _ type: T.Type, _ name: String) throws -> [T] {
+    let n = try size(count, "the count of \(name)")
+    if n == 0 { return [] }
+    let list = try require(p, name)
+    return try (0..<n).map { try handle(list[$0], type, "\(name)[\($0)]") }
+}
+
 /// A `(const uint8_t *, size_t)` argument. NULL with a zero length is an empty buffer.
 func bytes(_ p: UnsafePointer<UInt8>?, _ len: Int, _ name: String) throws -> [UInt8] {
     let len = try size(len, "the length of \(name)")
@@ -181,12 +199,15 @@ func bytes(_ p: UnsafePointer<UInt8>?, _ len: Int, _ name: String) throws -> [UI
 func readVersioned<T>(_ p: UnsafePointer<T>, zero: T, sizes: [Int], _ name: String) throws -> T {
     let version = UnsafeRawPointer(p).load(as: UInt32.self)
     guard version >= 1, Int(version) <= sizes.count else {
-        throw invalid("\(name) version \(version) is not supported (1 to \(sizes.count) are); use \(name)_init")
+        throw invalid("\(name) version \(version) is not supported (\(supportedVersions(sizes))); use \(name)_init")
     }
     var out = zero
     withUnsafeMutableBytes(of: &out) { $0.copyMemory(from: UnsafeRawBufferPointer(start: p, count: sizes[Int(version) - 1])) }
     return out
 }
+
+/// "1 is" or "1 to N are": the versions of a structure with one size per version.
+private func supportedVersions(_ sizes: [Int]) -> String { sizes.count == 1 ? "1 is" : "1 to \(sizes.count) are" }
 
 /// The one body of the `*_options_init` functions: checks `opts` and `version` (1 to the
 /// header's `*_OPTIONS_VERSION`, one size per version in `sizes`), then writes the struct
@@ -196,7 +217,7 @@ func initVersionedOptions<T>(_ opts: UnsafeMutablePointer<T>?, _ version: UInt32
                              versionField: WritableKeyPath<T, UInt32>, _ defaults: () -> T) throws {
     let opts = try require(opts, "opts")
     guard version >= 1, Int(version) <= sizes.count else {
-        throw invalid("\(name) version \(version) is not supported (1 to \(sizes.count) are)")
+        throw invalid("\(name) version \(version) is not supported (\(supportedVersions(sizes)))")
     }
     var o = defaults()
     o[keyPath: versionField] = version

@@ -73,11 +73,7 @@ private func clientCANames(_ v: Int32, _ certs: UnsafePointer<OpaquePointer?>?, 
     switch v {
     case MTLS_CA_NAMES_ANCHORS: return .anchors
     case MTLS_CA_NAMES_NONE: return .omitted
-    case MTLS_CA_NAMES_LIST:
-        let n = try size(count, "client_ca_cert_count")
-        if n == 0 { return .certificates([]) }
-        let list = try require(certs, "client_ca_certs")
-        return .certificates(try (0..<n).map { try handle(list[$0], Certificate.self, "client_ca_certs[\($0)]") })
+    case MTLS_CA_NAMES_LIST: return .certificates(try handleList(certs, count, Certificate.self, "client_ca_certs"))
     default: throw invalid("client_ca_names must be MTLS_CA_NAMES_ANCHORS, _NONE or _LIST, not \(v)")
     }
 }
@@ -106,12 +102,12 @@ private func clientOptions(_ p: UnsafePointer<mtls_conn_options>?) throws -> TLS
     o.ioTimeout = seconds(c.io_timeout_ms)
     o.nonBlocking = c.non_blocking != 0
     o.sessionResumption = c.no_session_resumption == 0
-    let candidateCount = try size(c.candidate_count, "candidate_count")
+    _ = try size(c.candidate_count, "candidate_count")  // checked even when identity is set
     if let id = c.identity {
         o.identity = .identity(try handle(id, Identity.self, "identity"))
-    } else if candidateCount > 0 {
-        let list = try require(c.candidates, "candidates")
-        o.identity = .automatic(try (0..<candidateCount).map { try handle(list[$0], Identity.self, "candidates[\($0)]") })
+    } else {
+        let candidates = try handleList(c.candidates, c.candidate_count, Identity.self, "candidates")
+        if !candidates.isEmpty { o.identity = .automatic(candidates) }
     }
     if let policy = c.policy { o.policy = try handle(policy, TrustPolicy.self, "policy") }
     if let source = c.identity_source { o.identitySource = try handle(source, IdentitySource.self, "identity_source") }
@@ -414,9 +410,6 @@ public func mtls_ssl_ctx_set_peer(_ ctx: UnsafeMutableRawPointer?, _ host: Unsaf
 }
 
 private func sslPeer(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ verifyAs: UnsafePointer<CChar>?) throws -> TrustPeer {
-    let h = try string(host, "host")
-    guard !h.isEmpty else { throw invalid("host must not be empty") }
-    let v = try optionalString(verifyAs, "verify_as")
-    if let v, v.isEmpty { throw invalid("verify_as must be NULL (the host) or a name, not empty") }
-    return TrustPeer(host: h, port: port == 0 ? nil : Int(port), verifyAs: v)
+    try TrustPeer.named(host: try string(host, "host"), port: port == 0 ? nil : Int(port),
+                        verifyAs: try optionalString(verifyAs, "verify_as"))
 }

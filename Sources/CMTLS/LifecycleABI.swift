@@ -226,10 +226,8 @@ public func mtls_policy_follow_store_anchors(_ p: OpaquePointer?, _ store: Opaqu
                                              _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
-            let n = try size(count, "count")
-            guard n > 0 else { throw invalid("count must be at least 1") }
-            let list = try require(labels, "labels")
-            let names = try (0..<n).map { try string(list[$0], "labels[\($0)]") }
+            let names = try stringList(labels, count, "labels")
+            guard !names.isEmpty else { throw invalid("count must be at least 1") }
             return try StoreAnchorWatch(policy: try handle(p, TrustPolicy.self, "policy"),
                                         store: try handle(store, CredentialStore.self, "store"), labels: names)
         }

@@ -59,8 +59,9 @@ public func mtls_store_open(_ path: UnsafePointer<CChar>?, _ secretData: UnsafeP
                             _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
-            try CredentialStore(path: try string(path, "path"), secret: try secret(secretData, secretLen, secretKind),
-                                options: try options(opts))
+            // Opened through withStore: a store this call creates is removed again if the open fails.
+            try CredentialStore.withStore(path: try string(path, "path"), secret: try secret(secretData, secretLen, secretKind),
+                                          options: try options(opts)) { $0 }
         }
     }
 }
@@ -73,7 +74,7 @@ public func mtls_store_open_secret_file(_ path: UnsafePointer<CChar>?, _ secretF
     abiCall {
         try putHandle(out) {
             let s = try StoreSecret.load(path: try string(secretFile, "secret_file"))
-            return try CredentialStore(path: try string(path, "path"), secret: s, options: try options(opts))
+            return try CredentialStore.withStore(path: try string(path, "path"), secret: s, options: try options(opts)) { $0 }
         }
     }
 }
@@ -86,7 +87,7 @@ public func mtls_store_open_key_file(_ path: UnsafePointer<CChar>?, _ keyFile: U
     abiCall {
         try putHandle(out) {
             let s = try StoreSecret.loadKey(path: try string(keyFile, "key_file"))
-            return try CredentialStore(path: try string(path, "path"), secret: s, options: try options(opts))
+            return try CredentialStore.withStore(path: try string(path, "path"), secret: s, options: try options(opts)) { $0 }
         }
     }
 }

@@ -35,9 +35,9 @@ public final class ReportCallbackBox: CallbackUserdata, @unchecked Sendable {
 /// The chain a C caller passes as `certs[0..<count]` (at least one certificate handle), checked
 /// the same way by every evaluate function.
 private func chainArgument(_ certs: UnsafePointer<OpaquePointer?>?, _ count: Int) throws -> [Certificate] {
-    let certs = try require(certs, "certs")
-    guard count > 0 else { throw invalid("count must be at least 1") }
-    return try (0..<count).map { try handle(certs[$0], Certificate.self, "certs[\($0)]") }
+    let chain = try handleList(try require(certs, "certs"), count, Certificate.self, "certs")
+    guard !chain.isEmpty else { throw invalid("count must be at least 1") }
+    return chain
 }
 
 private func policy(_ p: OpaquePointer?) throws -> TrustPolicy {
@@ -111,7 +111,7 @@ public func mtls_policy_set_time(_ p: OpaquePointer?, _ t: Int64) -> Int32 {
 public func mtls_policy_add_crl_file(_ p: OpaquePointer?, _ path: UnsafePointer<CChar>?) -> Int32 {
     abiCall {
         let pol = try policy(p)
-        pol.crls = pol.crls + (try RevocationList.load(path: try string(path, "path")))
+        pol.addCRLs(try RevocationList.load(path: try string(path, "path")))
     }
 }
 
@@ -134,10 +134,7 @@ public func mtls_policy_add_rule_anchor(_ p: OpaquePointer?, _ pattern: UnsafePo
                                         _ cert: OpaquePointer?, _ anchorsOnly: Int32) -> Int32 {
     abiCall {
         let c = try handle(cert, Certificate.self, "cert")
-        try policy(p).updateHostRule(try string(pattern, "pattern")) { r in
-            r.anchors = (r.anchors ?? []) + [c]
-            r.anchorsOnly = anchorsOnly != 0
-        }
+        try policy(p).updateHostRule(try string(pattern, "pattern")) { r in r.addAnchor(c, anchorsOnly: anchorsOnly != 0) }
     }
 }
 
@@ -269,9 +266,9 @@ public func mtls_trust_result_kind(_ r: OpaquePointer?, _ out: UnsafeMutablePoin
     abiCall {
         let k: Int32
         switch try result(r).result.kind {
-        case .proceed: k = 0
-        case .recoverableFailure: k = 1
-        case .fatalFailure: k = 2
+        case .proceed: k = MTLS_TRUST_PROCEED
+        case .recoverableFailure: k = MTLS_TRUST_RECOVERABLE_FAILURE
+        case .fatalFailure: k = MTLS_TRUST_FATAL_FAILURE
         }
         try require(out, "kind").pointee = k
     }
@@ -389,35 +386,27 @@ public func mtls_policy_verify_as(_ p: OpaquePointer?, _ out: CStringOut?) -> In
 @_cdecl("mtls_trust_overrides_init")
 public func mtls_trust_overrides_init(_ o: UnsafeMutablePointer<mtls_trust_overrides>?, _ version: UInt32) -> Int32 {
     abiCall {
-        let o = try require(o, "overrides")
-        guard version == 1 else { throw invalid("mtls_trust_overrides version \(version) is not supported (1 is)") }
-        var v = mtls_trust_overrides()  // zero: no anchors, no pins, no verify_as
-        v.version = 1
-        v.anchors_only = -1
-        o.pointee = v
+        try initVersionedOptions(o, version, sizes: overridesSizes, "mtls_trust_overrides", versionField: \.version) {
+            var v = mtls_trust_overrides()  // zero: no anchors, no pins, no verify_as
+            v.anchors_only = anchorsOnlyValue(TrustOverrides().anchorsOnly)
+            return v
+        }
     }
 }
 
-/// `const char *const *` with `count` entries, each a UTF-8 string.
-private func stringList(_ p: UnsafePointer<UnsafePointer<CChar>?>?, _ count: Int, _ name: String) throws -> [String] {
-    let n = try size(count, "the count of \(name)")
-    if n == 0 { return [] }
-    let list = try require(p, name)
-    return try (0..<n).map { try string(list[$0], "\(name)[\($0)]") }
-}
+/// mtls_trust_overrides has one version.
+private let overridesSizes = [MemoryLayout<mtls_trust_overrides>.size]
+
+/// The `anchors_only` field of an overrides setting: -1 for "as the policy says".
+private func anchorsOnlyValue(_ v: Bool?) -> Int32 { v.map { $0 ? 1 : 0 } ?? -1 }
 
 /// The overrides a C caller passed (NULL: none). A malformed pin or verify-as is
 /// MTLS_E_INVALID_ARGUMENT.
 func overridesArgument(_ p: UnsafePointer<mtls_trust_overrides>?, _ name: String = "overrides") throws -> TrustOverrides? {
     guard let p else { return nil }
-    let c = p.pointee
-    guard c.version == 1 else { throw invalid("\(name) version \(c.version) is not supported (1 is); use mtls_trust_overrides_init") }
+    let c = try readVersioned(p, zero: mtls_trust_overrides(), sizes: overridesSizes, "mtls_trust_overrides")
     var o = TrustOverrides()
-    let n = try size(c.anchor_count, "\(name)->anchor_count")
-    if n > 0 {
-        let list = try require(c.anchors, "\(name)->anchors")
-        o.anchors = try (0..<n).map { try handle(list[$0], Certificate.self, "\(name)->anchors[\($0)]") }
-    }
+    o.anchors = try handleList(c.anchors, c.anchor_count, Certificate.self, "\(name)->anchors")
     switch c.anchors_only {
     case -1: o.anchorsOnly = nil
     case 0: o.anchorsOnly = false
@@ -473,8 +462,9 @@ private func revocationSettings(_ mode: Int32, _ sources: Int32) throws -> Revoc
     }
     let known = MTLS_REVOCATION_SOURCE_CRL | MTLS_REVOCATION_SOURCE_OCSP
     guard sources & ~known == 0 else { throw invalid("sources must be MTLS_REVOCATION_SOURCE_CRL and/or _OCSP flags") }
+    if sources == 0 { return RevocationSettings(mode: m) }  // the core's default sources
     var list: [RevocationSource] = []
-    if sources == 0 || sources & MTLS_REVOCATION_SOURCE_CRL != 0 { list.append(.crl) }
+    if sources & MTLS_REVOCATION_SOURCE_CRL != 0 { list.append(.crl) }
     if sources & MTLS_REVOCATION_SOURCE_OCSP != 0 { list.append(.ocsp) }
     return RevocationSettings(mode: m, sources: list)
 }
@@ -505,11 +495,11 @@ public func mtls_policy_set_revocation_limits(_ p: OpaquePointer?, _ maxBytes: I
     abiCall {
         let pol = try policy(p)
         var f = pol.revocationFetch
-        let defaults = RevocationFetchOptions()
-        f.maxBytes = try size(maxBytes, "max_bytes") == 0 ? defaults.maxBytes : maxBytes
-        guard timeoutMs >= 0 else { throw invalid("timeout_ms must not be negative") }
-        f.timeout = timeoutMs == 0 ? defaults.timeout : Double(timeoutMs) / 1000
-        do { try f.validate() } catch let e as MTLSError { throw invalid(e.message) }
+        do {
+            try f.setLimits(maxBytes: try size(maxBytes, "max_bytes"), timeout: Double(timeoutMs) / 1000)
+        } catch let e as MTLSError where e.code == .invalidPolicy {
+            throw invalid(e.message)
+        }
         pol.revocationFetch = f
     }
 }

@@ -83,6 +83,28 @@ final class CoreDecisionsTests: XCTestCase {
         XCTAssertNil(MTLSError(.parse, "not a certificate").side)
     }
 
+    func testAStoreCreatedForAFailedFirstWriteIsRemoved() throws {
+        let dir = try TestPKI.tempDir()
+        let secret = StoreSecret.passphrase(SecretBytes("pw"))
+        var options = CredentialStore.Options()
+        options.kdf = .testing  // fast: the test is about files
+        let path = "\(dir)/new-folder/store.db"
+        expectCode(.notFound) {
+            _ = try CredentialStore.withStore(path: path, secret: secret, options: options) { store in
+                _ = try store.certificate(label: "missing")
+            }
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: path))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: "\(dir)/new-folder"))  // made for it, removed
+        // An existing store stays, whatever the write does.
+        let cert = try CertificateAuthority.newRoot(commonName: "Kept").leaf
+        try CredentialStore.withStore(path: path, secret: secret, options: options) { try $0.putCertificate(cert, label: "kept") }
+        expectCode(.duplicate) {
+            try CredentialStore.withStore(path: path, secret: secret, options: options) { try $0.putCertificate(cert, label: "kept") }
+        }
+        XCTAssertEqual(try CredentialStore(path: path, secret: secret, options: options).certificate(label: "kept").sha256Hex, cert.sha256Hex)
+    }
+
     func testIssuingWithAPKCS12ThatCannotBeWrittenLeavesNothing() throws {
         let dir = try TestPKI.tempDir()
         let pki = PKIDirectory(path: dir)

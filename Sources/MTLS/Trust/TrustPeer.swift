@@ -45,6 +45,15 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
         self.init(host: h, port: p)
     }
 
+    /// A peer an application names for its own `SSL` or `SSL_CTX` (``SSLContextConfiguration``'s
+    /// `setPeer`): the host is required and a verify-as, when given, is a name, never empty.
+    /// Throws ``MTLSError/Code/invalidArgument`` otherwise.
+    public static func named(host: String, port: Int?, verifyAs: String?) throws -> TrustPeer {
+        guard !host.isEmpty else { throw MTLSError(.invalidArgument, "host must not be empty") }
+        if let v = verifyAs, v.isEmpty { throw MTLSError(.invalidArgument, "verify_as must be NULL (the host) or a name, not empty") }
+        return TrustPeer(host: host, port: port, verifyAs: verifyAs)
+    }
+
     /// A client as a server sees it: the address it connected from selects the client's host
     /// rule (its source port selects nothing: only rules without a port match a client); the
     /// address is not a name the client's certificate must carry. An IPv4-mapped IPv6 address
