@@ -199,13 +199,22 @@ public func mtls_policy_warnings(_ p: OpaquePointer?, _ out: CStringListOut?, _ 
 public func mtls_evaluate(_ p: OpaquePointer?, _ certs: UnsafePointer<OpaquePointer?>?, _ count: Int,
                           _ host: UnsafePointer<CChar>?, _ purpose: Int32, _ at: Int64,
                           _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    evaluation(p, certs, count, purpose, at, out) { policy, chain, purpose, at in
+        policy.evaluate(chain: chain, host: try optionalString(host, "host"), purpose: purpose, at: at)
+    }
+}
+
+/// The one marshalling path of mtls_evaluate, mtls_evaluate_peer and
+/// mtls_evaluate_with_overrides: the policy and the chain checked, purpose and time converted,
+/// `evaluate` run and its result written to `out` as a new handle.
+private func evaluation(_ p: OpaquePointer?, _ certs: UnsafePointer<OpaquePointer?>?, _ count: Int, _ purpose: Int32,
+                        _ at: Int64, _ out: UnsafeMutablePointer<OpaquePointer?>?,
+                        _ evaluate: (TrustPolicy, [Certificate], TrustPurpose?, Date?) throws -> TrustResult) -> Int32 {
     abiCall {
         try putHandle(out) {
-            let h = try handle(p, TrustPolicy.self, "policy")
+            let policy = try handle(p, TrustPolicy.self, "policy")
             let chain = try chainArgument(certs, count)
-            let purposeValue = try purposeArgument(purpose)
-            let result = h.evaluate(chain: chain, host: try optionalString(host, "host"), purpose: purposeValue, at: timeArgument(at))
-            return TrustResultBox(result)
+            return TrustResultBox(try evaluate(policy, chain, try purposeArgument(purpose), timeArgument(at)))
         }
     }
 }
@@ -329,15 +338,10 @@ public func mtls_trust_result_matched_pin(_ r: OpaquePointer?, _ out: CStringOut
 public func mtls_evaluate_peer(_ p: OpaquePointer?, _ certs: UnsafePointer<OpaquePointer?>?, _ count: Int,
                                _ host: UnsafePointer<CChar>?, _ port: UInt16, _ verifyAs: UnsafePointer<CChar>?,
                                _ purpose: Int32, _ at: Int64, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
-    abiCall {
-        try putHandle(out) {
-            let h = try handle(p, TrustPolicy.self, "policy")
-            let chain = try chainArgument(certs, count)
-            let peer = TrustPeer(host: try optionalString(host, "host"), port: port == 0 ? nil : Int(port),
-                                 verifyAs: try optionalString(verifyAs, "verify_as"))
-            let result = h.evaluate(chain: chain, peer: peer, purpose: try purposeArgument(purpose), at: timeArgument(at))
-            return TrustResultBox(result)
-        }
+    evaluation(p, certs, count, purpose, at, out) { policy, chain, purpose, at in
+        let peer = TrustPeer(host: try optionalString(host, "host"), port: port == 0 ? nil : Int(port),
+                             verifyAs: try optionalString(verifyAs, "verify_as"))
+        return policy.evaluate(chain: chain, peer: peer, purpose: purpose, at: at)
     }
 }
 
@@ -429,18 +433,12 @@ public func mtls_evaluate_with_overrides(_ p: OpaquePointer?, _ certs: UnsafePoi
                                          _ host: UnsafePointer<CChar>?, _ port: UInt16, _ verifyAs: UnsafePointer<CChar>?,
                                          _ purpose: Int32, _ at: Int64, _ overrides: UnsafePointer<mtls_trust_overrides>?,
                                          _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
-    abiCall {
-        try putHandle(out) {
-            let h = try handle(p, TrustPolicy.self, "policy")
-            let chain = try chainArgument(certs, count)
-            // Port 0: the host may carry its port as text, as mtls_evaluate takes it.
-            let hostText = try optionalString(host, "host")
-            var peer = port == 0 ? TrustPeer(hostText: hostText) : TrustPeer(host: hostText, port: Int(port))
-            peer.verifyAs = try optionalString(verifyAs, "verify_as")
-            let result = h.evaluate(chain: chain, peer: peer, purpose: try purposeArgument(purpose), at: timeArgument(at),
-                                    overrides: try overridesArgument(overrides))
-            return TrustResultBox(result)
-        }
+    evaluation(p, certs, count, purpose, at, out) { policy, chain, purpose, at in
+        // Port 0: the host may carry its port as text, as mtls_evaluate takes it.
+        let hostText = try optionalString(host, "host")
+        var peer = port == 0 ? TrustPeer(hostText: hostText) : TrustPeer(host: hostText, port: Int(port))
+        peer.verifyAs = try optionalString(verifyAs, "verify_as")
+        return policy.evaluate(chain: chain, peer: peer, purpose: purpose, at: at, overrides: try overridesArgument(overrides))
     }
 }
 

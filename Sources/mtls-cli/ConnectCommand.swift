@@ -216,16 +216,6 @@ struct ConnectCommand: ParsableCommand {
         }
     }
 
-    static func splitHostPort(_ target: String) throws -> (String, UInt16) {
-        guard let colon = target.lastIndex(of: ":"), let port = UInt16(target[target.index(after: colon)...]), port > 0 else {
-            throw ValidationError("expected HOST:PORT, got \(target)")
-        }
-        var host = String(target[..<colon])
-        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        guard !host.isEmpty else { throw ValidationError("expected HOST:PORT, got \(target)") }
-        return (host, port)
-    }
-
     func run() throws {
         var out: [String: Any] = ["connected": false, "tls_version": NSNull(), "alpn": NSNull(), "peer_chain": [String](),
                                   "evaluation": NSNull(), "error": NSNull(), "error_code": NSNull(), "side": NSNull(),
@@ -235,7 +225,7 @@ struct ConnectCommand: ParsableCommand {
         var usedPolicy: TrustPolicy?
         var response: [UInt8] = []
         do {
-            let (host, port) = try Self.splitHostPort(target)
+            let (host, port) = try TrustPeer.splitTarget(target)
             var o = TLSClientOptions()
             o.identity = try identityOptions.clientIdentity()
             // The rule is the one for the peer reached (host and port); --verify-as only changes

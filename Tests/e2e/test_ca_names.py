@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import TEST_PKI, free_port, require_tool, run_cli
-from test_tls import Peer, server_log, verdicts
+from test_tls import Peer, peers, server_log, verdicts  # noqa: F401 (peers: the fixture)
 
 ERLANG_CLIENT = r"""
 ssl:start(),
@@ -36,14 +36,6 @@ def pki(tmp_path_factory):
     d = tmp_path_factory.mktemp("ca-names-pki")
     subprocess.run([TEST_PKI, str(d)], check=True)
     return d
-
-
-@pytest.fixture
-def peers():
-    started = []
-    yield started
-    for p in started:
-        p.stop()
 
 
 def serve(pki, peers, *extra):

@@ -294,52 +294,43 @@ public enum TLSDefaults {
     /// fields are this, in milliseconds): `0` is `defaultValue`, `nil` or a negative value is no
     /// limit (nil), anything else that many seconds.
     public static func timeout(_ seconds: Double?, default defaultValue: Double?) -> Double? {
-        guard let seconds, seconds >= 0 else { return nil }
-        return seconds == 0 ? defaultValue : seconds
+        conventional(seconds, default: defaultValue)
     }
 
     /// A count limit under the timeouts' convention (the C ABI's `max_handshakes_per_address` is
     /// this): `0` is `defaultValue`, `nil` or a negative value is no limit (nil).
     public static func limit(_ count: Int?, default defaultValue: Int?) -> Int? {
-        guard let count, count >= 0 else { return nil }
-        return count == 0 ? defaultValue : count
+        conventional(count, default: defaultValue)
+    }
+
+    /// The convention itself, written once for timeouts and limits.
+    static func conventional<Value: Numeric & Comparable>(_ value: Value?, default defaultValue: Value?) -> Value? {
+        guard let value, value >= 0 else { return nil }
+        return value == 0 ? defaultValue : value
     }
 }
 
-/// A count limit option kept under ``TLSDefaults/limit(_:default:)``'s convention, as
-/// ``TLSTimeout`` keeps timeouts: `0` set reads as the default, a negative value as nil.
+/// An option (a timeout in seconds, a count limit) kept under ``TLSDefaults/timeout(_:default:)``'s
+/// convention: a value is read back as it will be used (`0` set reads as the default, a negative
+/// value as nil). ``TLSTimeout`` and ``TLSLimit`` are its two kinds.
 @propertyWrapper
-public struct TLSLimit: Sendable {
-    private var count: Int?
-    private let defaultCount: Int?
+public struct TLSConventionalOption<Value: Numeric & Comparable & Sendable>: Sendable {
+    private var value: Value?
+    private let defaultValue: Value?
 
-    /// Starts at `defaultCount`, which is also what `0` means.
-    public init(default defaultCount: Int?) {
-        self.count = defaultCount
-        self.defaultCount = defaultCount
+    /// Starts at `defaultValue`, which is also what `0` means.
+    public init(default defaultValue: Value?) {
+        self.value = defaultValue
+        self.defaultValue = defaultValue
     }
 
-    public var wrappedValue: Int? {
-        get { count }
-        set { count = TLSDefaults.limit(newValue, default: defaultCount) }
-    }
-}
-
-/// A timeout option (seconds) kept under ``TLSDefaults/timeout(_:default:)``'s convention: a value
-/// is read back as it will be used (`0` set reads as the default, a negative value as nil).
-@propertyWrapper
-public struct TLSTimeout: Sendable {
-    private var seconds: Double?
-    private let defaultSeconds: Double?
-
-    /// Starts at `defaultSeconds`, which is also what `0` means.
-    public init(default defaultSeconds: Double?) {
-        self.seconds = defaultSeconds
-        self.defaultSeconds = defaultSeconds
-    }
-
-    public var wrappedValue: Double? {
-        get { seconds }
-        set { seconds = TLSDefaults.timeout(newValue, default: defaultSeconds) }
+    public var wrappedValue: Value? {
+        get { value }
+        set { value = TLSDefaults.conventional(newValue, default: defaultValue) }
     }
 }
+
+/// A timeout option (seconds) under the convention of ``TLSDefaults/timeout(_:default:)``.
+public typealias TLSTimeout = TLSConventionalOption<Double>
+/// A count limit option under the same convention (``TLSDefaults/limit(_:default:)``).
+public typealias TLSLimit = TLSConventionalOption<Int>

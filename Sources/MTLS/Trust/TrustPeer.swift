@@ -54,6 +54,18 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
         return TrustPeer(host: host, port: port, verifyAs: verifyAs)
     }
 
+    /// Splits a `HOST:PORT` target (`[v6]:PORT` for an IPv6 address, `[v6%zone]:PORT` with a
+    /// zone), the form `mtls connect` takes, with the host patterns' parser. The host is kept as
+    /// written (brackets removed). Throws ``MTLSError/Code/invalidArgument`` without a port
+    /// (1 to 65535) or a host.
+    public static func splitTarget(_ target: String) throws -> (host: String, port: UInt16) {
+        let hint = target.filter({ $0 == ":" }).count > 1 && !target.hasPrefix("[") ? " ([ADDRESS]:PORT for an IPv6 address)" : ""
+        guard let (host, port) = try? HostPattern.splitPort(target), let port, !host.isEmpty else {
+            throw MTLSError(.invalidArgument, "expected HOST:PORT, got \(target)\(hint)")
+        }
+        return (host, UInt16(port))
+    }
+
     /// A client as a server sees it: the address it connected from selects the client's host
     /// rule (its source port selects nothing: only rules without a port match a client); the
     /// address is not a name the client's certificate must carry. An IPv4-mapped IPv6 address
