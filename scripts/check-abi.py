@@ -218,6 +218,7 @@ def header_constants(header):
 PY_TABLES = [
     ("mtls.tls", "CLIENT_AUTH", "MTLS_CLIENT_AUTH_", "value", {}),
     ("mtls.tls", "CA_NAMES", "MTLS_CA_NAMES_", "value", {}),
+    ("mtls.rotation", "EVENT_KINDS", "MTLS_EVENT_", "key", {}),
     ("mtls.trust", "_KINDS", "MTLS_TRUST_", "key", {}),
     ("mtls.trust", "_PURPOSES", "MTLS_PURPOSE_", "value", {None: "DEFAULT"}),
     ("mtls.tokens", "_KINDS", "MTLS_TOKEN_OBJECT_", "key", {"certificate": "CERT"}),

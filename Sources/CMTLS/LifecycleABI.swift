@@ -17,12 +17,22 @@ public final class EventCallbackBox: CallbackUserdata, @unchecked Sendable {
         super.init(userdata, destroy)
     }
 
+    /// The header's `MTLS_EVENT_*` value of an event kind.
+    private func eventKindValue(_ kind: LifecycleEventKind) -> Int32 {
+        switch kind {
+        case .identityRotated: return MTLS_EVENT_IDENTITY_ROTATED
+        case .policyReloaded: return MTLS_EVENT_POLICY_RELOADED
+        case .reloadFailed: return MTLS_EVENT_RELOAD_FAILED
+        case .expiryWarning: return MTLS_EVENT_EXPIRY_WARNING
+        }
+    }
+
     func deliver(_ e: LifecycleEvent) {
         withOptionalCString(e.label) { label in
             withOptionalCString(e.subject) { subject in
                 withOptionalCString(e.sha256) { sha in
                     e.message.withCString { message in
-                        var ev = mtls_event(kind: e.kind.rawValue, label: label, subject: subject, sha256: sha,
+                        var ev = mtls_event(kind: eventKindValue(e.kind), label: label, subject: subject, sha256: sha,
                                             not_after: e.notAfter.map { Int64($0.timeIntervalSince1970) } ?? 0,
                                             error_code: e.error?.code.rawValue ?? 0, message: message)
                         callback(&ev, userdata)
@@ -150,9 +160,11 @@ public func mtls_listener_set_event_callback(_ l: OpaquePointer?, _ cb: EventCal
 public func mtls_listener_get_counters(_ l: OpaquePointer?, _ out: UnsafeMutablePointer<mtls_listener_counters>?) -> Int32 {
     abiCall {
         let out = try require(out, "out")
-        guard out.pointee.version == 1 else { throw invalid("mtls_listener_counters version \(out.pointee.version) is not supported (1 is)") }
+        guard out.pointee.version == UInt32(MTLS_LISTENER_COUNTERS_VERSION) else {
+            throw invalid("mtls_listener_counters version \(out.pointee.version) is not supported (\(MTLS_LISTENER_COUNTERS_VERSION) is)")
+        }
         let c = try listener(l).counters
-        out.pointee = mtls_listener_counters(version: 1, accepted: c.accepted, resumed: c.resumed,
+        out.pointee = mtls_listener_counters(version: out.pointee.version, accepted: c.accepted, resumed: c.resumed,
                                              refused: c.refused.values.reduce(0, +), current_connections: c.currentConnections)
     }
 }
@@ -263,7 +275,7 @@ public func mtls_store_expiry(_ store: OpaquePointer?, _ out: UnsafeMutablePoint
                 wipeAndFree(label)
                 throw MTLSError(.noMemory, "out of memory")
             }
-            return mtls_expiry_item(label: label, item_class: i.itemClass.rawValue, position: Int32(clamping: i.position),
+            return mtls_expiry_item(label: label, item_class: itemClassValue(i.itemClass), position: Int32(clamping: i.position),
                                     subject: subject, sha256: sha, not_before: Int64(i.notBefore.timeIntervalSince1970),
                                     not_after: Int64(i.notAfter.timeIntervalSince1970))
         }, release: releaseExpiryItem)

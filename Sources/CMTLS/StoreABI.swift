@@ -29,9 +29,22 @@ private func secret(_ p: UnsafePointer<UInt8>?, _ len: Int, _ kind: Int32) throw
 }
 
 private func itemClass(_ c: Int32, allowAny: Bool) throws -> StoreItemClass? {
-    if c == MTLS_STORE_ANY && allowAny { return nil }
-    guard let k = StoreItemClass(rawValue: c) else { throw invalid("item_class \(c) is not an MTLS_STORE_* class") }
-    return k
+    switch c {
+    case MTLS_STORE_ANY where allowAny: return nil
+    case MTLS_STORE_IDENTITY: return .identity
+    case MTLS_STORE_CERTIFICATE: return .certificate
+    case MTLS_STORE_TOKEN_IDENTITY: return .tokenIdentity
+    default: throw invalid("item_class \(c) is not an MTLS_STORE_* class")
+    }
+}
+
+/// The header's `MTLS_STORE_*` value of an item class.
+func itemClassValue(_ c: StoreItemClass) -> Int32 {
+    switch c {
+    case .identity: return MTLS_STORE_IDENTITY
+    case .certificate: return MTLS_STORE_CERTIFICATE
+    case .tokenIdentity: return MTLS_STORE_TOKEN_IDENTITY
+    }
 }
 
 /// `int mtls_store_options_init(mtls_store_options *opts, unsigned int version)`
@@ -302,7 +315,7 @@ public func mtls_store_item_label(_ p: OpaquePointer?, _ out: CStringOut?) -> In
 /// `int mtls_store_item_class(const mtls_store_item *item, int *out)`
 @_cdecl("mtls_store_item_class")
 public func mtls_store_item_class(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<Int32>?) -> Int32 {
-    itemValue(p, out) { $0.itemClass.rawValue }
+    itemValue(p, out) { itemClassValue($0.itemClass) }
 }
 
 /// `int mtls_store_item_subject(const mtls_store_item *item, char **out)`

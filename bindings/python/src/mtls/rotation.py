@@ -23,6 +23,7 @@ from .trust import Policy
 #: mtls_event kinds
 EVENT_KINDS = {1: "identity_rotated", 2: "policy_reloaded", 3: "reload_failed", 4: "expiry_warning"}
 WATCH_OPTIONS_VERSION = 1
+LISTENER_COUNTERS_VERSION = 1
 
 
 class EventC(ctypes.Structure):

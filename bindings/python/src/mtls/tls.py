@@ -431,7 +431,7 @@ class Listener(_Handle):
     @property
     def counters(self) -> dict:
         """{"accepted", "resumed", "refused", "current_connections"}: the listener's counters."""
-        c = rotation.ListenerCountersC(version=1)
+        c = rotation.ListenerCountersC(version=rotation.LISTENER_COUNTERS_VERSION)
         check(lib.mtls_listener_get_counters(self._h, ctypes.byref(c)))
         return {"accepted": c.accepted, "resumed": c.resumed, "refused": c.refused,
                 "current_connections": c.current_connections}
