@@ -24,6 +24,10 @@ public final class EventCallbackBox: CallbackUserdata, @unchecked Sendable {
         case .policyReloaded: return MTLS_EVENT_POLICY_RELOADED
         case .reloadFailed: return MTLS_EVENT_RELOAD_FAILED
         case .expiryWarning: return MTLS_EVENT_EXPIRY_WARNING
+        case .renewalScheduled: return MTLS_EVENT_RENEWAL_SCHEDULED
+        case .renewalSucceeded: return MTLS_EVENT_RENEWAL_SUCCEEDED
+        case .renewalFailed: return MTLS_EVENT_RENEWAL_FAILED
+        case .renewalNotInstalled: return MTLS_EVENT_RENEWAL_NOT_INSTALLED
         }
     }
 
