@@ -828,9 +828,9 @@ typedef struct mtls_listener mtls_listener;
 #define MTLS_TLS_1_2 12
 #define MTLS_TLS_1_3 13
 
-/* Version 2 added `overrides`, version 3 `identity_source`; a program built with an earlier
- * version keeps working unchanged. */
-#define MTLS_CONN_OPTIONS_VERSION 3
+/* Version 2 added `overrides` and `identity_source` (both in 0.2.0); a program built with
+ * version 1 keeps working unchanged. */
+#define MTLS_CONN_OPTIONS_VERSION 2
 /* Client options. Always fill with mtls_conn_options_init first, then change fields: fields are
  * only ever added at the end, with a new version. Pointers are borrowed for the duration of the
  * call that takes the options (the connection keeps its own references). */
@@ -858,7 +858,6 @@ typedef struct mtls_conn_options {
                                        anchors, anchors_only, pins always enforced, a verify_as over
                                        every other (see "One effective policy"); sessions resume
                                        only under the same overrides */
-    /* Version 3: */
     struct mtls_identity_source *identity_source; /* an identity that can change (see "Identities
                                        that change"); when set, each connection presents the one
                                        in force when it starts, instead of identity/candidates, and
@@ -973,11 +972,11 @@ MTLS_EXTERN void mtls_conn_cache_clear(void);
                                     named intermediate sends none) */
 #define MTLS_CA_NAMES_LIST 2     /* the subjects of client_ca_certs, in order */
 
-#define MTLS_LISTENER_OPTIONS_VERSION 3
+#define MTLS_LISTENER_OPTIONS_VERSION 2
 /* Server options; fill with mtls_listener_options_init first. Pointers are borrowed for the
  * duration of mtls_listener_new (the listener keeps its own references). Version 2 added the
- * fields from client_overrides on, version 3 those from client_ca_names on; a program built
- * against an earlier version keeps working (its listener gets the later fields' defaults). */
+ * fields from client_overrides on (all in 0.2.0); a program built against version 1 keeps
+ * working (its listener gets their defaults). */
 typedef struct mtls_listener_options {
     unsigned int version;           /* MTLS_LISTENER_OPTIONS_VERSION */
     int client_auth;                /* MTLS_CLIENT_AUTH_* */
@@ -999,7 +998,6 @@ typedef struct mtls_listener_options {
     int max_handshakes_per_address; /* the most clients of one source address in a handshake at
                                        once; more wait for a slot of their address. 0: 32;
                                        negative: no limit */
-    /* Version 3: */
     int client_ca_names;            /* MTLS_CA_NAMES_*: the CA names of the certificate request
                                        (default MTLS_CA_NAMES_ANCHORS) */
     mtls_cert *const *client_ca_certs; /* with MTLS_CA_NAMES_LIST: the certificates whose subjects

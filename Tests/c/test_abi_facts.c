@@ -2,7 +2,7 @@
  * a count above SSIZE_MAX and a string that is not UTF-8 are MTLS_E_INVALID_ARGUMENT wherever
  * they are given (counts in option structs, list frees, optional strings); a CSR without a CN
  * gets the core's fallback name; an issued .p12 carries the CN as its friendly name; a listener's
- * CA names (version 3) are converted and checked, and a version 2 structure still works. */
+ * CA names are converted and checked, and a version 1 structure still works. */
 #include <stdint.h>
 #include "test_support.h"
 
@@ -31,10 +31,11 @@ int main(void) {
     CHECK(lo.client_ca_names == MTLS_CA_NAMES_ANCHORS && lo.client_ca_certs == NULL && lo.client_ca_cert_count == 0);
     CHECK_RC(mtls_listener_options_init(&lo, 0), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION + 1), MTLS_E_INVALID_ARGUMENT);
-    /* A version 2 caller's structure ends before client_ca_names: init writes nothing past it. */
+    /* A version 1 caller's structure ends before client_overrides: init writes nothing past it,
+     * and a listener made from it gets version 2's defaults (the CA names included). */
     memset(&lo, 0x5a, sizeof lo);
-    CHECK_OK(mtls_listener_options_init(&lo, 2));
-    CHECK(lo.version == 2 && lo.max_handshakes_per_address == 32 && lo.client_ca_names == 0x5a5a5a5a);
+    CHECK_OK(mtls_listener_options_init(&lo, 1));
+    CHECK(lo.version == 1 && lo.max_tls == MTLS_TLS_1_3 && lo.client_ca_names == 0x5a5a5a5a);
     mtls_issue_options io;
     memset(&io, 0x5a, sizeof io);
     CHECK_OK(mtls_issue_options_init(&io, MTLS_ISSUE_OPTIONS_VERSION));

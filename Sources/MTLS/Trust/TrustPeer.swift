@@ -55,10 +55,15 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Splits a `HOST:PORT` target (`[v6]:PORT` for an IPv6 address, `[v6%zone]:PORT` with a
-    /// zone), the form `mtls connect` takes, with the host patterns' parser. The host is kept as
-    /// written (brackets removed). Throws ``MTLSError/Code/invalidArgument`` without a port
-    /// (1 to 65535) or a host.
+    /// zone), the form `mtls connect` takes, with the host patterns' parser, or an `https://` URL
+    /// (``URLAuthority/hostAndPort(https:)``). The host is kept as written (brackets removed).
+    /// Throws ``MTLSError/Code/invalidArgument`` without a port (1 to 65535) or a host.
     public static func splitTarget(_ target: String) throws -> (host: String, port: UInt16) {
+        if target.contains("://") {
+            do { return try URLAuthority.hostAndPort(https: target) } catch let e as MTLSError {
+                throw MTLSError(.invalidArgument, e.message)
+            }
+        }
         let hint = target.filter({ $0 == ":" }).count > 1 && !target.hasPrefix("[") ? " ([ADDRESS]:PORT for an IPv6 address)" : ""
         guard let (host, port) = try? HostPattern.splitPort(target), let port, !host.isEmpty else {
             throw MTLSError(.invalidArgument, "expected HOST:PORT, got \(target)\(hint)")

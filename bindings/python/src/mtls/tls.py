@@ -21,12 +21,12 @@ _VERSIONS = {"1.2": TLS_1_2, "1.3": TLS_1_3, TLS_1_2: TLS_1_2, TLS_1_3: TLS_1_3}
 CLIENT_AUTH = {"none": 0, "optional": 1, "require": 2}
 # The CA names of a listener's certificate request (MTLS_CA_NAMES_*); a list of certificates is "list".
 CA_NAMES = {"anchors": 0, "none": 1, "list": 2}
-CONN_OPTIONS_VERSION = 3
-LISTENER_OPTIONS_VERSION = 3
+CONN_OPTIONS_VERSION = 2
+LISTENER_OPTIONS_VERSION = 2
 
 
 class ConnOptions(ctypes.Structure):
-    """typedef struct mtls_conn_options (version 3)."""
+    """typedef struct mtls_conn_options (version 2)."""
     _fields_ = [
         ("version", ctypes.c_uint),
         ("sni", ctypes.c_char_p),
@@ -49,7 +49,7 @@ class ConnOptions(ctypes.Structure):
 
 
 class ListenerOptions(ctypes.Structure):
-    """typedef struct mtls_listener_options (version 3)."""
+    """typedef struct mtls_listener_options (version 2)."""
     _fields_ = [
         ("version", ctypes.c_uint),
         ("client_auth", ctypes.c_int),
