@@ -964,11 +964,21 @@ MTLS_EXTERN void mtls_conn_cache_clear(void);
 #define MTLS_CLIENT_AUTH_OPTIONAL 1  /* ask; accept clients without one (not untrusted ones) */
 #define MTLS_CLIENT_AUTH_REQUIRE 2   /* ask, and refuse clients without one (default) */
 
+/* Which CA names a listener's certificate request carries (client_ca_names). Clients pick the
+ * identity they present from them; they decide nothing about trust (client_policy does). */
+#define MTLS_CA_NAMES_ANCHORS 0  /* the subjects of the client anchors: client_policy's (and its
+                                    host rules') and client_overrides' (default) */
+#define MTLS_CA_NAMES_NONE 1     /* none: each client presents the identity it has. For clients
+                                    that match the names against the wrong certificates (an
+                                    Erlang/OTP 25 TLS 1.3 client whose certificate is issued by a
+                                    named intermediate sends none) */
+#define MTLS_CA_NAMES_LIST 2     /* the subjects of client_ca_certs, in order */
+
 #define MTLS_LISTENER_OPTIONS_VERSION 2
 /* Server options; fill with mtls_listener_options_init first. Pointers are borrowed for the
  * duration of mtls_listener_new (the listener keeps its own references). Version 2 added the
- * fields from client_overrides on; a program built against version 1 keeps working (its
- * listener gets their defaults). */
+ * fields from client_overrides on (all in 0.2.0); a program built against version 1 keeps
+ * working (its listener gets their defaults). */
 typedef struct mtls_listener_options {
     unsigned int version;           /* MTLS_LISTENER_OPTIONS_VERSION */
     int client_auth;                /* MTLS_CLIENT_AUTH_* */
@@ -990,11 +1000,17 @@ typedef struct mtls_listener_options {
     int max_handshakes_per_address; /* the most clients of one source address in a handshake at
                                        once; more wait for a slot of their address. 0: 32;
                                        negative: no limit */
+    int client_ca_names;            /* MTLS_CA_NAMES_*: the CA names of the certificate request
+                                       (default MTLS_CA_NAMES_ANCHORS) */
+    mtls_cert *const *client_ca_certs; /* with MTLS_CA_NAMES_LIST: the certificates whose subjects
+                                       are sent (none when client_ca_cert_count is 0); not read
+                                       otherwise. The listener keeps its own references */
+    size_t client_ca_cert_count;
 } mtls_listener_options;
 
 /* Fill *opts with the defaults of `version` (MTLS_LISTENER_OPTIONS_VERSION), the library's own:
  * MTLS_CLIENT_AUTH_REQUIRE, TLS 1.2 to 1.3, handshake_timeout_ms 30000, io_timeout_ms -1 (no
- * limit), session tickets on, NULL pointers.
+ * limit), session tickets on, MTLS_CA_NAMES_ANCHORS, NULL pointers.
  *
  * How a listener judges a client (client_policy): the policy's anchors (or, for a client whose
  * address matches one of its host rules, that rule's anchors and pins) decide, and they are also

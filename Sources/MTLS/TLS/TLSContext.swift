@@ -101,11 +101,8 @@ final class TLSContext: @unchecked Sendable {
             if options.clientAuthentication != .none { try requireClientAnchors(options.clientPolicySource, options.clientOverrides) }
             try install(on: ctx, config: config, identity: identity, verifyMode: mode)
             if options.clientAuthentication != .none {
-                let names = options.clientCANames ?? (options.clientPolicySource.anchors + (options.clientOverrides?.anchors ?? []))
-                if !names.isEmpty, let sk = mtls_ossl_sk_X509_NAME_new_null() {
-                    for c in names { _ = mtls_ossl_sk_X509_NAME_push_dup(sk, X509_get_subject_name(c.x509)) }
-                    SSL_CTX_set_client_CA_list(ctx, sk) // takes ownership
-                }
+                try setClientCANames(ctx, options.clientCANames.certificates(anchors: options.clientPolicySource.anchors
+                                                                                + (options.clientOverrides?.anchors ?? [])))
             }
             if config.alpnWire != nil {
                 SSL_CTX_set_alpn_select_cb(ctx, { _, out, outLen, inp, inLen, arg in
@@ -176,6 +173,19 @@ final class TLSContext: @unchecked Sendable {
         try install(on: ctx, config: config, identity: identity, verifyMode: SSL_VERIFY_PEER | kept, ownContext: false)
         if let stapler = config.stapler { OCSPStapler.install(stapler, on: ctx) }
         ApplicationResumption.install(on: ctx, config: config)
+    }
+
+    /// Sets the CA names of the context's certificate request to the subjects of `names`, in
+    /// order. With none the request carries no list (OpenSSL then sends no
+    /// `certificate_authorities` extension in TLS 1.3 and an empty list in TLS 1.2).
+    private static func setClientCANames(_ ctx: OpaquePointer, _ names: [Certificate]) throws {
+        guard !names.isEmpty else { return }
+        guard let sk = mtls_ossl_sk_X509_NAME_new_null() else { throw MTLSError(.noMemory, "no memory for the CA names") }
+        for c in names where mtls_ossl_sk_X509_NAME_push_dup(sk, X509_get_subject_name(c.x509)) <= 0 {
+            mtls_ossl_sk_X509_NAME_pop_free(sk)
+            throw MTLSError.openSSL(.noMemory, "cannot add a CA name")
+        }
+        SSL_CTX_set_client_CA_list(ctx, sk) // takes ownership
     }
 
     /// A server that verifies clients needs anchors for them: it never trusts the system store

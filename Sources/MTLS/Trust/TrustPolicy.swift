@@ -219,6 +219,9 @@ public final class TrustPolicy: Sendable {
     }
     /// CRLs to check revocation against. With CRLs, the leaf must be covered by one.
     public var crls: [RevocationList] { get { readSetting(\.crls) } set { changeSetting { $0.crls = newValue } } }
+    /// Adds CRLs to ``crls`` in one change of the settings (two threads adding at once both keep
+    /// theirs, which reading ``crls`` and setting it again would not promise).
+    public func addCRLs(_ lists: [RevocationList]) { changeSetting { $0.crls += lists } }
     /// Revocation checking for every evaluation (a host rule's ``HostRule/revocation`` wins for
     /// its peers): off (default), soft or hard, from CRL distribution points and/or OCSP.
     /// Policy files: `"revocation": {"mode": "hard", "sources": ["crl"]}`.

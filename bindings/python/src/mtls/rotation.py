@@ -28,6 +28,7 @@ EVENT_KINDS = {1: "identity_rotated", 2: "policy_reloaded", 3: "reload_failed", 
 EVENT_REVOCATION_FETCH_FAILED = 16
 EVENT_KINDS[EVENT_REVOCATION_FETCH_FAILED] = "revocation_fetch_failed"
 WATCH_OPTIONS_VERSION = 1
+LISTENER_COUNTERS_VERSION = 1
 
 
 class EventC(ctypes.Structure):
