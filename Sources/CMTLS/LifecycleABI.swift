@@ -28,6 +28,7 @@ public final class EventCallbackBox: CallbackUserdata, @unchecked Sendable {
         case .renewalSucceeded: return MTLS_EVENT_RENEWAL_SUCCEEDED
         case .renewalFailed: return MTLS_EVENT_RENEWAL_FAILED
         case .renewalNotInstalled: return MTLS_EVENT_RENEWAL_NOT_INSTALLED
+        case .revocationFetchFailed: return MTLS_EVENT_REVOCATION_FETCH_FAILED
         }
     }
 
