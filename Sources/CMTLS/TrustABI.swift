@@ -390,7 +390,7 @@ public func mtls_trust_overrides_init(_ o: UnsafeMutablePointer<mtls_trust_overr
 }
 
 /// `const char *const *` with `count` entries, each a UTF-8 string.
-private func stringList(_ p: UnsafePointer<UnsafePointer<CChar>?>?, _ count: Int, _ name: String) throws -> [String] {
+func stringList(_ p: UnsafePointer<UnsafePointer<CChar>?>?, _ count: Int, _ name: String) throws -> [String] {
     let n = try size(count, "the count of \(name)")
     if n == 0 { return [] }
     let list = try require(p, name)
