@@ -1362,8 +1362,8 @@ MTLS_EXTERN int mtls_pki_crl(const mtls_issued *ca, const char *const *revoked_s
  * is installed only once proven: its key matches the certificate and its chain validates to the
  * chain anchors (and under opts->policy when given); otherwise nothing is written.
  * Each call blocks for the whole exchange with the CA (seconds). Safe to call from any thread;
- * calls for one label should not overlap. *out (may be NULL) is the new leaf certificate: free it
- * with mtls_cert_free. Errors: MTLS_E_INVALID_ARGUMENT (NULL or malformed arguments, an option
+ * calls for one label should not overlap. *out (`out` may be NULL) is the new leaf certificate,
+ * NULL on an error: free it with mtls_cert_free. Errors: MTLS_E_INVALID_ARGUMENT (NULL or malformed arguments, an option
  * that does not apply), MTLS_E_CA_REJECTED (the CA's problem detail in mtls_last_error: a wrong
  * external account binding, a refused request), MTLS_E_CHALLENGE_FAILED (the CA could not
  * validate the challenge, or the issued identity was not proven: nothing installed),

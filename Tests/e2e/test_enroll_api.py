@@ -10,7 +10,7 @@ import pytest
 
 import mtls
 from conftest import free_port, run_cli, write_secret
-from test_enroll import Pebble
+from pebble_server import Pebble  # Tests/support: the one pebble harness
 from test_est import est  # noqa: F401  (the EST endpoint fixture)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

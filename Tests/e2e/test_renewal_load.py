@@ -15,7 +15,7 @@ import time
 
 import mtls
 from conftest import CLI, free_port, wait_port, write_secret
-from test_enroll import Pebble
+from pebble_server import Pebble  # Tests/support: the one pebble harness
 from test_rotation_load import expected
 
 CLIENTS = int(os.environ.get("MTLS_RENEWAL_CLIENTS", "64"))
