@@ -1389,8 +1389,8 @@ typedef struct mtls_enroll_options {
     const char *token_uri;           /* "pkcs11:" URI of an existing token private key, used instead of a new key (NULL: none) */
     const char *pin;                 /* the token's PIN (NULL: the URI's pin-source, or none); not kept */
     int profile;                     /* EST and pki: MTLS_PROFILE_SERVER or _CLIENT (0: EST client, pki server); ACME: 0 */
-    mtls_cert *const *chain_anchors; /* the issued chain must validate to one of these (none: ACME the chain's own top,
-                                        EST the anchors, pki the directory's root) */
+    mtls_cert *const *chain_anchors; /* ACME and pki: the issued chain must validate to one of these (none: ACME the
+                                        chain's own top, pki the directory's root); EST uses `anchors` */
     size_t chain_anchor_count;
     const mtls_policy *policy;       /* the new identity must also validate under it (NULL: the chain anchors only) */
     /* ACME and EST. */

@@ -66,6 +66,8 @@ private struct EnrollOptions {
                           + (source == .acme ? "(ACME issues server certificates: leave it 0)" : "(use MTLS_PROFILE_SERVER or _CLIENT)"))
         }
         chainAnchors = try Self.certificates(o.chain_anchors, o.chain_anchor_count, "opts->chain_anchors")
+        // EST checks the chain against the anchors of its server (opts->anchors), as `mtls enroll est`.
+        try refuse(!chainAnchors.isEmpty && source == .est, "chain_anchors", "ACME and pki")
         policy = try o.policy.map { try handle($0, TrustPolicy.self, "opts->policy") }
         anchors = try Self.certificates(o.anchors, o.anchor_count, "opts->anchors")
         try refuse(!anchors.isEmpty && source == .pki, "anchors", "ACME and EST")

@@ -160,6 +160,16 @@ static void standalone(mtls_store *store, const char *dir) {
     b = e; b.challenge = MTLS_ACME_HTTP01;
     CHECK_RC(mtls_enroll_est(store, "e", est, "CN=device-1", &b, &out), MTLS_E_INVALID_ARGUMENT);
     CHECK(strstr(mtls_last_error(), "ACME") != NULL);
+    /* EST checks the chain against opts->anchors: chain anchors are refused, not ignored */
+    mtls_issued *root = NULL;
+    mtls_cert *root_cert = NULL;
+    CHECK_OK(mtls_pki_root("Unused Root", NULL, &root));
+    CHECK_OK(mtls_issued_cert(root, &root_cert));
+    b = e; b.chain_anchors = &root_cert; b.chain_anchor_count = 1;
+    CHECK_RC(mtls_enroll_est(store, "e", est, "CN=device-1", &b, &out), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "chain_anchors") != NULL);
+    mtls_cert_free(root_cert);
+    mtls_issued_free(root);
     b = e; b.profile = 99;
     CHECK_RC(mtls_enroll_est(store, "e", est, "CN=device-1", &b, &out), MTLS_E_INVALID_ARGUMENT);
     b = e; b.bootstrap = (const mtls_identity *)store;  /* a handle of another type */
