@@ -5,6 +5,7 @@ from typing import Optional, Union
 
 from ._lib import fn, lib, c_void_pp
 from ._handle import utf8, out_handle
+from .certificate import Certificate
 from .errors import check
 from .pki import PROFILE_SERVER, PROFILE_CLIENT
 
@@ -119,7 +120,6 @@ def _options(key_type=None, token_uri=None, pin=None, profile=None, chain_anchor
 
 
 def _enrolled(func, *args):
-    from .certificate import Certificate
     return Certificate(out_handle(func, *args))
 
 
