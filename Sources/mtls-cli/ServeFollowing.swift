@@ -39,6 +39,10 @@ final class ServeFollowing: @unchecked Sendable {
             case .policyReloaded: what = "policy reloaded"
             case .reloadFailed: what = "reload failed [\(e.error?.code.name ?? "error")]"
             case .expiryWarning: what = "expiry warning"
+            // A listener's source never reports renewals (a Renewer does), but the kinds are one enum.
+            case .renewalScheduled: what = "renewal scheduled"
+            case .renewalSucceeded: what = "renewed"
+            case .renewalFailed, .renewalNotInstalled: what = "renewal failed [\(e.error?.code.name ?? "error")]"
             }
             Swift.print("\(what): \(e.message)")
             fflush(nil)

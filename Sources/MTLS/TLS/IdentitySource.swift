@@ -17,8 +17,20 @@ public enum LifecycleEventKind: Int32, Sendable {
     /// A replacement could not be loaded (a row that fails authentication, a token that is gone,
     /// a policy file that does not parse): the last good one stays in force.
     case reloadFailed = 3
-    /// The identity presented (or an anchor) expires within the warning window.
+    /// The identity presented (or an anchor) expires within the warning window; from a
+    /// ``Renewer``: the identity expires before the next renewal attempt.
     case expiryWarning = 4
+    /// A ``Renewer`` worked out when an identity is next renewed (``LifecycleEvent/nextAttempt``):
+    /// reported when that time is first known or changes.
+    case renewalScheduled = 5
+    /// A renewed identity was proven and installed in the store (the event's certificate is the new one).
+    case renewalSucceeded = 6
+    /// A renewal failed (the CA unreachable or refusing...): ``LifecycleEvent/error`` says why,
+    /// ``LifecycleEvent/nextAttempt`` when it is retried (exponential backoff); the old identity stays.
+    case renewalFailed = 7
+    /// A certificate was issued but not installed: its key does not match or its chain does not
+    /// validate under the policy. The old identity stays; retried with backoff like a failure.
+    case renewalNotInstalled = 8
 }
 
 /// One lifecycle event.
@@ -37,9 +49,13 @@ public struct LifecycleEvent: Sendable {
     public var error: MTLSError?
     /// One line saying what happened.
     public var message: String
+    /// For renewal events: when the next renewal attempt is due, if one is planned.
+    public var nextAttempt: Date? = nil
 
     /// An event about `certificate` (its subject, SHA-256 and notAfter are copied), if any.
-    public init(kind: LifecycleEventKind, label: String? = nil, certificate: Certificate? = nil, error: MTLSError? = nil, message: String) {
+    public init(kind: LifecycleEventKind, label: String? = nil, certificate: Certificate? = nil, error: MTLSError? = nil, message: String,
+                nextAttempt: Date? = nil) {
+        self.nextAttempt = nextAttempt
         self.kind = kind
         self.label = label
         subject = certificate?.subject
