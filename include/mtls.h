@@ -828,9 +828,9 @@ typedef struct mtls_listener mtls_listener;
 #define MTLS_TLS_1_2 12
 #define MTLS_TLS_1_3 13
 
-/* Version 2 added `overrides`, version 3 `identity_source`; a program built with an earlier
- * version keeps working unchanged. */
-#define MTLS_CONN_OPTIONS_VERSION 3
+/* Version 2 added `overrides` and `identity_source` (both in 0.2.0); a program built with
+ * version 1 keeps working unchanged. */
+#define MTLS_CONN_OPTIONS_VERSION 2
 /* Client options. Always fill with mtls_conn_options_init first, then change fields: fields are
  * only ever added at the end, with a new version. Pointers are borrowed for the duration of the
  * call that takes the options (the connection keeps its own references). */
@@ -858,7 +858,6 @@ typedef struct mtls_conn_options {
                                        anchors, anchors_only, pins always enforced, a verify_as over
                                        every other (see "One effective policy"); sessions resume
                                        only under the same overrides */
-    /* Version 3: */
     struct mtls_identity_source *identity_source; /* an identity that can change (see "Identities
                                        that change"); when set, each connection presents the one
                                        in force when it starts, instead of identity/candidates, and

@@ -98,6 +98,11 @@ public final class LifecycleEvents: Sendable {
     }
 }
 
+/// Something told of each identity an ``IdentitySource`` puts in force, on the thread that does.
+protocol IdentityObserver: AnyObject, Sendable {
+    func identityReplaced(_ identity: Identity)
+}
+
 /// Something the watcher thread looks at periodically.
 protocol LifecycleWatched: AnyObject, Sendable {
     /// Looks for a change (cheap when nothing changed) and applies it.
@@ -172,6 +177,10 @@ public final class IdentitySource: Sendable, LifecycleWatched {
     }
     private let current_: Mutex<Current>
     private let follow: StoreFollow?
+    /// Told of each new identity before the event, on the thread that put it in force (a
+    /// listener makes its context for it there: see ``ListenerContexts``). Held weakly.
+    private let observers = Mutex<[WeakObserver]>([])
+    private struct WeakObserver { weak var item: (any IdentityObserver)? }
 
     /// What following a store needs: the store, the label and what was seen last.
     private final class StoreFollow: Sendable {
@@ -221,9 +230,19 @@ public final class IdentitySource: Sendable, LifecycleWatched {
     /// (``LifecycleEventKind/identityRotated``, on the calling thread).
     public func replace(with identity: Identity) {
         current_.withLock { $0.identity = identity }
+        let told = observers.withLock { list in
+            list.removeAll { $0.item == nil }
+            return list.compactMap(\.item)
+        }
+        for o in told { o.identityReplaced(identity) }
         events.emit(LifecycleEvent(kind: .identityRotated, label: label, certificate: identity.leaf,
                                    message: "identity rotated: now presenting \"\(identity.leaf.subjectSummary)\" (sha256 \(identity.leaf.sha256Hex.prefix(16)))"))
         warnIfExpiring()
+    }
+
+    /// Tells `observer` of every identity put in force from now on (held weakly).
+    func observe(_ observer: any IdentityObserver) {
+        observers.withLock { $0.append(WeakObserver(item: observer)) }
     }
 
     private static func load(_ store: CredentialStore, _ label: String, _ pin: SecretBytes?) throws -> (Identity, String) {
@@ -419,6 +438,11 @@ public final class StoreAnchorWatch: Sendable, LifecycleWatched {
         state = Mutex((mark, certificates, nil))
         LifecycleWatcher.watch(self)
     }
+
+    /// The certificates of ``labels`` in force now (the last good load), in the order of the labels:
+    /// what a program that also replaces the policy's settings by other means (a followed policy
+    /// file) adds back to each new version.
+    public var certificates: [Certificate] { state.withLock { $0.certificates } }
 
     func refresh() {
         guard let mark = try? store.changeMark() else { return }
