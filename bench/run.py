@@ -32,6 +32,7 @@ EXPECTED = [
     ("python asyncio https", "bench_python_async.py"),
     ("server throughput 64 clients", "bench_server.py"),
     ("revocation", "bench_revocation.py"),
+    ("renewal", "bench_renewal.py (issue 27, informational)"),
 ]
 
 

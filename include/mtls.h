@@ -1375,6 +1375,87 @@ MTLS_EXTERN int mtls_issued_identity(const mtls_issued *issued, mtls_identity **
 MTLS_EXTERN int mtls_pki_crl(const mtls_issued *ca, const char *const *revoked_serials, size_t count,
                              uint64_t number, int validity_days, int64_t now, uint8_t **der, size_t *der_len);
 
+/* ---- Enrollment with a certificate authority (issue 27) ----
+ * What `mtls enroll acme|est|pki` does, from C: a new key (or a key on a token), a CSR signed by
+ * it, the certificate from the CA, and the identity installed in `store` under `label` (replacing
+ * one there) with the enrollment record mtls_renew uses, in one store transaction. The identity
+ * is installed only once proven: its key matches the certificate and its chain validates to the
+ * chain anchors (and under opts->policy when given); otherwise nothing is written.
+ * Each call blocks for the whole exchange with the CA (seconds). Safe to call from any thread;
+ * calls for one label should not overlap. *out (`out` may be NULL) is the new leaf certificate,
+ * NULL on an error: free it with mtls_cert_free. Errors: MTLS_E_INVALID_ARGUMENT (NULL or malformed arguments, an option
+ * that does not apply), MTLS_E_CA_REJECTED (the CA's problem detail in mtls_last_error: a wrong
+ * external account binding, a refused request), MTLS_E_CHALLENGE_FAILED (the CA could not
+ * validate the challenge, or the issued identity was not proven: nothing installed),
+ * MTLS_E_CONNECT (the CA unreachable), MTLS_E_UNTRUSTED (the CA's TLS certificate),
+ * MTLS_E_TIMEOUT, MTLS_E_TOKEN..., the store's errors. */
+
+/* How mtls_enroll_acme answers the ACME challenge (mtls_enroll_options.challenge). */
+#define MTLS_ACME_HTTP01 1     /* http-01, a built-in HTTP responder on listen_address:port */
+#define MTLS_ACME_WEBROOT 2    /* http-01, files written under webroot/.well-known/acme-challenge/ */
+#define MTLS_ACME_TLS_ALPN01 3 /* tls-alpn-01 (RFC 8737), a built-in TLS responder on listen_address:port */
+#define MTLS_ACME_DNS01 4      /* dns-01, dns_hook publishes and removes the TXT record */
+
+/* Options of mtls_enroll_acme, _est and _pki. Versioned: fill with mtls_enroll_options_init,
+ * then set fields; fields are only ever added at the end, with a new version. Strings, arrays
+ * and handles are borrowed for the duration of the call (the record keeps its own copies;
+ * secrets are not kept). A field that does not apply to the source called must stay at its
+ * default, else MTLS_E_INVALID_ARGUMENT. */
+#define MTLS_ENROLL_OPTIONS_VERSION 1
+typedef struct mtls_enroll_options {
+    unsigned int version;            /* MTLS_ENROLL_OPTIONS_VERSION */
+    /* Every source. */
+    const char *key_type;            /* MTLS_KEY_TYPE_* of the new key (NULL: MTLS_KEY_TYPE_EC_P256); not with token_uri */
+    const char *token_uri;           /* "pkcs11:" URI of an existing token private key, used instead of a new key (NULL: none) */
+    const char *pin;                 /* the token's PIN (NULL: the URI's pin-source, or none); not kept */
+    int profile;                     /* EST and pki: MTLS_PROFILE_SERVER or _CLIENT (0: EST client, pki server); ACME: 0 */
+    mtls_cert *const *chain_anchors; /* ACME and pki: the issued chain must validate to one of these (none: ACME the
+                                        chain's own top, pki the directory's root); EST uses `anchors` */
+    size_t chain_anchor_count;
+    const mtls_policy *policy;       /* the new identity must also validate under it (NULL: the chain anchors only) */
+    /* ACME and EST. */
+    mtls_cert *const *anchors;       /* trust only these for the CA server's TLS (none: the system store) */
+    size_t anchor_count;
+    /* ACME. */
+    int challenge;                   /* MTLS_ACME_* (required by mtls_enroll_acme) */
+    const char *listen_address;      /* where the built-in responders listen (NULL: every IPv4 address) */
+    uint16_t port;                   /* the responder's port (MTLS_ACME_HTTP01, _TLS_ALPN01) */
+    const char *webroot;             /* MTLS_ACME_WEBROOT: the web server's document root */
+    const char *dns_hook;            /* MTLS_ACME_DNS01: command given present|cleanup NAME VALUE */
+    const char *eab_kid;             /* external account binding key identifier (NULL: none) */
+    const char *eab_hmac_key;        /* with eab_kid: its MAC key, base64url as the CA gives it; not kept */
+    const char *const *contact;      /* account contact URLs ("mailto:ops@example.com") */
+    size_t contact_count;
+    int timeout_seconds;             /* how long an order may stay pending (0: 120; at most 86400) */
+    /* EST. */
+    const char *user;                /* HTTP basic authentication for /simpleenroll (with password) */
+    const char *password;            /* not kept */
+    const mtls_identity *bootstrap;  /* a bootstrap identity presented over TLS (NULL: none) */
+    /* pki. */
+    const char *ca_key_password;     /* password of the directory's CA keys (NULL: unencrypted keys); not kept */
+} mtls_enroll_options;
+
+/* Fill *opts with the defaults of `version` (MTLS_ENROLL_OPTIONS_VERSION): every field zero or
+ * NULL. MTLS_E_INVALID_ARGUMENT for an unknown version. */
+MTLS_EXTERN int mtls_enroll_options_init(mtls_enroll_options *opts, unsigned int version);
+/* ACME (RFC 8555; `mtls enroll acme`): `names` (name_count DNS names or IP addresses, at least
+ * one; the first is the CN) from the server whose directory is `directory_url` (https://...).
+ * The account key is the one recorded for `label` with the same directory, else a new P-256 key.
+ * opts is required (opts->challenge). */
+MTLS_EXTERN int mtls_enroll_acme(mtls_store *store, const char *label, const char *directory_url,
+                                 const char *const *names, size_t name_count, const mtls_enroll_options *opts,
+                                 mtls_cert **out);
+/* EST (RFC 7030; `mtls enroll est`): /simpleenroll at the base URL `url`
+ * (https://host/.well-known/est) for `subject` (an RFC 4514 DN, "CN=device-1,O=Example"), with
+ * opts->user and opts->password and/or opts->bootstrap (one is required); the chain from
+ * /cacerts. Renewal re-enrolls over mutual TLS with the identity itself. */
+MTLS_EXTERN int mtls_enroll_est(mtls_store *store, const char *label, const char *url, const char *subject,
+                                const mtls_enroll_options *opts, mtls_cert **out);
+/* The local CA (`mtls enroll pki`): signed by the intermediate `ca_name` of the `mtls pki`
+ * directory `dir`, for `name` (a DNS name or IP address for a server). `opts` may be NULL. */
+MTLS_EXTERN int mtls_enroll_pki(mtls_store *store, const char *label, const char *dir, const char *ca_name,
+                                const char *name, const mtls_enroll_options *opts, mtls_cert **out);
+
 /* ---- Identities and policies that change; events; expiry (issue 26) ----
  *
  * An identity source is what a listener, client connections or a configured SSL_CTX present:
