@@ -1455,6 +1455,22 @@ MTLS_EXTERN int mtls_enroll_est(mtls_store *store, const char *label, const char
  * directory `dir`, for `name` (a DNS name or IP address for a server). `opts` may be NULL. */
 MTLS_EXTERN int mtls_enroll_pki(mtls_store *store, const char *label, const char *dir, const char *ca_name,
                                 const char *name, const mtls_enroll_options *opts, mtls_cert **out);
+/* Revoke through the CA (`mtls enroll revoke`; RFC 8555 §7.6): the certificate of the identity
+ * `label` of `store`, enrolled with mtls_enroll_acme (or `mtls enroll acme`), with the account
+ * recorded at enrollment (the request is signed with its key). `reason` is an RFC 5280 CRLReason
+ * code (0 unspecified, 1 keyCompromise, 4 superseded, 5 cessationOfOperation...; 7 does not
+ * exist) or MTLS_REVOKE_NO_REASON to send none. `pin` unlocks the token of a token identity
+ * (NULL: the URI's pin-source, or none); not kept. The identity stays in the store: deleting or
+ * renewing it is the caller's choice. Blocks for the exchange with the CA; safe from any thread.
+ * *out (`out` may be NULL) is the certificate revoked, NULL on an error: free it with
+ * mtls_cert_free. Errors: MTLS_E_INVALID_ARGUMENT (NULL store or label, a reason out of range),
+ * MTLS_E_NOT_FOUND (no such label or no enrollment record), MTLS_E_UNSUPPORTED (the identity
+ * was not enrolled with ACME), MTLS_E_CA_REJECTED (the CA's problem detail in mtls_last_error:
+ * already revoked, unauthorized), MTLS_E_CONNECT, MTLS_E_UNTRUSTED, MTLS_E_TOKEN..., the
+ * store's errors. */
+#define MTLS_REVOKE_NO_REASON -1
+MTLS_EXTERN int mtls_enroll_revoke(mtls_store *store, const char *label, int reason, const char *pin,
+                                   mtls_cert **out);
 
 /* ---- Identities and policies that change; events; expiry (issue 26) ----
  *
@@ -1635,7 +1651,9 @@ typedef struct mtls_renewer_options {
                                     password (NULL: none); copied */
     int64_t delete_previous_keys_after; /* token identities: seconds after which a key replaced
                                            by a renewal is deleted from the token, with its
-                                           objects; -1 (the default): keep previous keys */
+                                           objects; -1 (the default): keep previous keys.
+                                           Deleted only when mtls_renewer_run_once runs for the
+                                           label (due or not): no background deletion */
 } mtls_renewer_options;
 MTLS_EXTERN int mtls_renewer_options_init(mtls_renewer_options *opts, unsigned int version);
 /* A renewer for `label` (NULL: every enrolled identity) of `store`; it keeps its own reference to

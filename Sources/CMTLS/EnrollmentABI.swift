@@ -212,3 +212,18 @@ public func mtls_enroll_pki(_ store: OpaquePointer?, _ label: UnsafePointer<CCha
                                               label: label, policy: o.policy))
     }
 }
+
+/// `int mtls_enroll_revoke(mtls_store *store, const char *label, int reason, const char *pin, mtls_cert **out)`
+@_cdecl("mtls_enroll_revoke")
+public func mtls_enroll_revoke(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?, _ reason: Int32,
+                               _ pin: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    abiCall {
+        out?.pointee = nil
+        let s = try handle(store, CredentialStore.self, "store")
+        let label = try string(label, "label")
+        // MTLS_REVOKE_NO_REASON (-1) sends no reason; any other value is checked by the core.
+        let code: Int? = reason == -1 ? nil : Int(reason)
+        let revoked = try Enrollment.revokeACME(store: s, label: label, reason: code, tokenPIN: secretBytes(pin))
+        out?.pointee = retainHandle(revoked)
+    }
+}

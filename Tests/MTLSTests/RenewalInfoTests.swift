@@ -59,4 +59,15 @@ H46wxugNhwVZHanC3IhNG+Yw2b82Fup2
         XCTAssertEqual(ACMEClient.parseTime("2025-01-02T04:00:00.500Z")?.timeIntervalSince1970, 1_735_790_400.5)
         XCTAssertNil(ACMEClient.parseTime("tomorrow"))
     }
+
+    /// Without Retry-After the ACME poll starts at a quarter second and doubles to a cap (it was
+    /// a flat second, which made every renewal a second slower).
+    func testPollDelayStartsShortAndBacksOffToACap() {
+        XCTAssertEqual(ACMEClient.pollDelay(attempt: 0), 0.25)
+        XCTAssertEqual(ACMEClient.pollDelay(attempt: 1), 0.5)
+        XCTAssertEqual(ACMEClient.pollDelay(attempt: 2), 1.0)
+        XCTAssertEqual(ACMEClient.pollDelay(attempt: 4), ACMEClient.maxPollDelay)
+        XCTAssertEqual(ACMEClient.pollDelay(attempt: 1000), ACMEClient.maxPollDelay)
+        XCTAssertEqual(ACMEClient.pollDelay(attempt: -3), 0.25)
+    }
 }

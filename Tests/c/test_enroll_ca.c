@@ -1,4 +1,4 @@
-/* mtls_enroll_acme, _est and _pki (issue 27): what `mtls enroll acme|est|pki` does, from C.
+/* mtls_enroll_acme, _est, _pki and _revoke (issue 27): what `mtls enroll acme|est|pki` does, from C.
  *
  * Standalone (make test-c): the options' init and version checks, every NULL argument, options
  * that do not go together or do not apply to the source, an ACME directory and an EST server that
@@ -254,6 +254,27 @@ static void against_real_cas(mtls_store *store, char **argv) {
     renewed = 0;
     CHECK_OK(mtls_renew(store, "local", 1, NULL, NULL, &renewed));
     CHECK(renewed == 1);
+
+    /* mtls_enroll_revoke: the argument checks, then the renewed ACME certificate revoked at
+     * pebble (a second revocation is pebble's refusal: it knows the certificate revoked) */
+    out = NULL;
+    CHECK_RC(mtls_enroll_revoke(NULL, "acme", 4, NULL, &out), MTLS_E_INVALID_ARGUMENT);
+    CHECK(out == NULL);
+    CHECK_RC(mtls_enroll_revoke(store, NULL, 4, NULL, &out), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_enroll_revoke(store, "acme", 7, NULL, &out), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "CRLReason") != NULL);
+    CHECK_RC(mtls_enroll_revoke(store, "acme", 11, NULL, &out), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_enroll_revoke(store, "no-such-label", 4, NULL, &out), MTLS_E_NOT_FOUND);
+    CHECK_RC(mtls_enroll_revoke(store, "local", MTLS_REVOKE_NO_REASON, NULL, &out), MTLS_E_UNSUPPORTED);
+    CHECK(out == NULL);
+    CHECK_OK(mtls_enroll_revoke(store, "acme", 4, NULL, &out));
+    CHECK(out != NULL);
+    stored_is(store, "acme", out); /* the identity stays in the store */
+    mtls_cert_free(out);
+    out = NULL;
+    CHECK_RC(mtls_enroll_revoke(store, "acme", MTLS_REVOKE_NO_REASON, NULL, &out), MTLS_E_CA_REJECTED);
+    CHECK(strstr(mtls_last_error(), "alreadyRevoked") != NULL || strstr(mtls_last_error(), "revoked") != NULL);
+    CHECK(out == NULL);
 
     mtls_cert_free(https_root);
     mtls_cert_free(chain_anchor);

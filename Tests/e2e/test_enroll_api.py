@@ -3,8 +3,11 @@ enroll_est/enroll_pki against the real certificate authorities of test_enroll.py
 — pebble (here one that requires external account binding, its 5 % of nonces rejected), the
 nginx + fcgiwrap + openssl EST endpoint, and an `mtls pki` directory — each enrolled identity in
 the store and renewed with mtls_renew / mtls.renew. Bad input each with its stable error."""
+import json
 import os
+import ssl
 import subprocess
+import urllib.request
 
 import pytest
 
@@ -114,6 +117,39 @@ def test_python_enroll_bad_input_each_with_its_error(pebble, store, tmp_path):
         mtls.enroll_pki(store, "x", tmp_path / "missing", "CA", "x.local")
     with pytest.raises(mtls.NotFound):
         store.info("x")
+
+
+def _pebble_status(pebble, serial_hex):
+    """What pebble itself says of a certificate (its management endpoint)."""
+    ctx = ssl.create_default_context(cafile=str(pebble.https_root))
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with urllib.request.urlopen(f"https://127.0.0.1:{pebble.mgmt}/cert-status-by-serial/{serial_hex}", context=ctx,
+                                timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_python_enroll_revoke_is_reported_revoked_by_pebble(pebble, store, pki):
+    """mtls.enroll_revoke → C mtls_enroll_revoke → the core's Enrollment.revokeACME: pebble then
+    reports the certificate revoked with the reason given; a second revocation is pebble's refusal."""
+    leaf = _acme(pebble, store, "py-gone", ["py-gone.test"], eab_kid=EAB_KID, eab_hmac_key=EAB_KEY)
+    assert _pebble_status(pebble, leaf.serial_hex)["Status"] == "Valid"
+    with pytest.raises(ValueError):
+        mtls.enroll_revoke(store, "py-gone", reason="noSuchReason")
+    with pytest.raises(mtls.InvalidArgument):
+        mtls.enroll_revoke(store, "py-gone", reason=7)
+    with pytest.raises(mtls.NotFound):
+        mtls.enroll_revoke(store, "no-such-label")
+    mtls.enroll_pki(store, "py-local", pki, "API CA", "py-local.test")
+    with pytest.raises(mtls.Unsupported):
+        mtls.enroll_revoke(store, "py-local")
+    revoked = mtls.enroll_revoke(store, "py-gone", reason="keyCompromise")
+    assert revoked.sha256_hex == leaf.sha256_hex
+    status = _pebble_status(pebble, leaf.serial_hex)
+    assert status["Status"] == "Revoked" and status["Reason"] == 1, status
+    assert store.info("py-gone").leaf_sha256 == leaf.sha256_hex  # the identity stays in the store
+    with pytest.raises(mtls.CARejected):
+        mtls.enroll_revoke(store, "py-gone", reason=4)
 
 
 def test_python_enroll_pki_then_renew(store, pki):

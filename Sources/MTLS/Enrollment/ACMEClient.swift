@@ -112,6 +112,19 @@ final class ACMEClient {
     var pollTimeout: Double = 120
     static let maxNonceRetries = 16
     static let maxRetryAfter = 10.0
+    /// The first pause between polls when the server sends no `Retry-After`: short, because
+    /// pebble and most CAs validate within a fraction of a second, so a flat 1 s wait made every
+    /// renewal about a second slower than it needs to be.
+    static let firstPollDelay = 0.25
+    /// The longest pause between polls without `Retry-After`; the pause doubles up to it so a
+    /// slow validation is not hammered.
+    static let maxPollDelay = 4.0
+
+    /// The pause before poll number `attempt` (0-based) when the server sent no `Retry-After`:
+    /// ``firstPollDelay`` doubled per attempt, capped at ``maxPollDelay``.
+    static func pollDelay(attempt: Int) -> Double {
+        min(maxPollDelay, firstPollDelay * pow(2, Double(min(max(attempt, 0), 16))))
+    }
 
     private var directory: JSONValue = .null
     private var nonces: [String] = []
@@ -257,6 +270,7 @@ final class ACMEClient {
     /// the first challenge error the object shows.
     private func poll(_ url: String, what: String, until: Set<String>, failing: Set<String>) throws -> JSONValue {
         let deadline = Deadline.now() + pollTimeout
+        var attempt = 0
         while true {
             let r = try post(url, nil, what: "reading \(what)")
             let object = try JSONValue.parse(r.body, what)
@@ -268,7 +282,9 @@ final class ACMEClient {
                 throw MTLSError(.challengeFailed, "\(what) is \(status): \(detail)")
             }
             guard Deadline.now() < deadline else { throw MTLSError(.timeout, "\(what) is still \(status) after \(Int(pollTimeout)) s") }
-            let wait = r.retryAfter(max: ACMEClient.maxRetryAfter) ?? 1
+            // Retry-After wins when the server sends it; otherwise back off exponentially.
+            let wait = r.retryAfter(max: ACMEClient.maxRetryAfter) ?? ACMEClient.pollDelay(attempt: attempt)
+            attempt += 1
             usleep(UInt32(max(0.05, min(wait, deadline - Deadline.now())) * 1_000_000))
         }
     }

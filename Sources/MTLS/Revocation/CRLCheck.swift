@@ -8,9 +8,13 @@ struct RevocationProblem: Error, CustomStringConvertible {
     /// the fetcher's (`io`, `timeout`, `limit`...) for the network, `parse` for a body that is no
     /// CRL, `untrusted` for one that does not verify.
     let code: MTLSError.Code
-    init(_ d: String, code: MTLSError.Code = .untrusted) {
+    /// For a CRL past its nextUpdate: that nextUpdate (a stale CRL is reported once per CRL and
+    /// staleness, not at every retry; ``CRLStore``).
+    let staleNextUpdate: Date?
+    init(_ d: String, code: MTLSError.Code = .untrusted, staleNextUpdate: Date? = nil) {
         description = d
         self.code = code
+        self.staleNextUpdate = staleNextUpdate
     }
 
     /// `error` as a problem (an ``MTLSError`` keeps its code).
@@ -111,7 +115,8 @@ enum CRLCheck {
         }
         guard let nextUpdate else { throw RevocationProblem("the CRL has no nextUpdate, so its freshness cannot be judged") }
         if nextUpdate < time {
-            throw RevocationProblem("the CRL is stale: its nextUpdate \(RevocationCheck.rfc3339(nextUpdate)) has passed and no fresh one was found")
+            throw RevocationProblem("the CRL is stale: its nextUpdate \(RevocationCheck.rfc3339(nextUpdate)) has passed and no fresh one was found",
+                                    staleNextUpdate: nextUpdate)
         }
     }
 

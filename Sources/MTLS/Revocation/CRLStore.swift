@@ -92,6 +92,9 @@ final class CRLStore: Sendable {
     private struct State {
         var entries: [String: FetchedCRL] = [:]
         var failures: [String: (at: Date, problem: RevocationProblem)] = [:]
+        /// Per URL, the nextUpdate of the stale CRL last reported: the same stale CRL served
+        /// again at the next retry is not reported again (a fresh one, or another stale one, is).
+        var staleReported: [String: Date] = [:]
         var flights: [String: RevocationFlight] = [:]
         var refreshing = 0
         /// Network fetches made (for tests and benchmarks: single flight makes one per URL).
@@ -111,7 +114,7 @@ final class CRLStore: Sendable {
 
     /// Forgets every cached CRL and failure (the files of cache folders stay).
     func clear() {
-        state.withLock { $0.entries = [:]; $0.failures = [:]; $0.fetches = 0 }
+        state.withLock { $0.entries = [:]; $0.failures = [:]; $0.staleReported = [:]; $0.fetches = 0 }
         Self.changed()
     }
 
@@ -166,15 +169,25 @@ final class CRLStore: Sendable {
                         }
                         s.entries[url] = e
                         s.failures[url] = nil
+                        s.staleReported[url] = nil
                     }
                     Self.changed()
                     return (e, origin)
                 } catch {
                     let problem = RevocationProblem.from(error)
-                    state.withLock { $0.failures[url] = (Date(), problem) }
+                    // A stale CRL (served again at each retry) is reported once per staleness.
+                    let report: Bool = state.withLock { s in
+                        s.failures[url] = (Date(), problem)
+                        guard let stale = problem.staleNextUpdate else { s.staleReported[url] = nil; return true }
+                        if s.staleReported[url] == stale { return false }
+                        s.staleReported[url] = stale
+                        return true
+                    }
                     Self.changed()
-                    RevocationEvents.fetchFailed(events, what: "fetching the CRL", url: url, certificate: subject ?? issuer,
-                                                 issuer: issuer, problem: problem)
+                    if report {
+                        RevocationEvents.fetchFailed(events, what: problem.staleNextUpdate == nil ? "fetching the CRL" : "fetching a fresh CRL (the one served is stale)",
+                                                     url: url, certificate: subject ?? issuer, issuer: issuer, problem: problem)
+                    }
                     throw problem
                 }
             }
@@ -206,7 +219,7 @@ final class CRLStore: Sendable {
             throw RevocationProblem("\(url) did not serve a CRL (\(body.count) bytes that are neither DER nor PEM CRL)", code: .parse)
         }
         do { try CRLCheck.verify(list.crl, issuer: issuer, time: time) } catch let p as RevocationProblem {
-            throw RevocationProblem("\(url): \(p.description)")
+            throw RevocationProblem("\(url): \(p.description)", code: p.code, staleNextUpdate: p.staleNextUpdate)
         }
         let e = try FetchedCRL(list: list, url: url, fetchedAt: Date(), issuer: issuer)
         if let dir = options.cacheDirectory {

@@ -24,21 +24,43 @@ final class OCSPStapler: Sendable {
 
     private init(leaf: Certificate) { self.leaf = leaf }
 
+    /// Retry after a failed fetch: the first soon (a responder that was down while the server
+    /// started is usually back within seconds), doubling up to the minute.
+    static let firstRetry: TimeInterval = 5
+    static let maxRetry: TimeInterval = 60
+
     /// Starts the stapler for `identity`, or returns nil when its certificate names no responder
-    /// or its issuer is not in the chain.
-    static func start(for identity: Identity, options: RevocationFetchOptions = RevocationFetchOptions()) -> OCSPStapler? {
+    /// or its issuer is not in the chain. A fetch that fails, or an answer that is not `good`
+    /// (nothing is stapled), is reported to `events` (the listener's, those of its identity
+    /// source) as ``LifecycleEventKind/revocationFetchFailed`` with the responder's URL as the
+    /// label, once per failed fetch.
+    static func start(for identity: Identity, options: RevocationFetchOptions = RevocationFetchOptions(),
+                      events: LifecycleEvents? = nil) -> OCSPStapler? {
         let leaf = identity.leaf
         guard let url = leaf.ocspResponders.first,
               let issuer = identity.chain.first(where: { $0.subjectNameDER == leaf.issuerNameDER }) else { return nil }
         let stapler = OCSPStapler(leaf: leaf)
         let shared = stapler.shared
         let started = BackgroundThread.start(name: "mtls-ocsp-staple") {
+            var retry = firstRetry
             while !shared.stopped.load(ordering: .acquiring) {
                 var wait: TimeInterval = 60
                 shared.fetches.add(1, ordering: .relaxed)
-                if let (answer, der) = try? OCSPCheck.queryWithResponse(url: url, cert: leaf, issuer: issuer, options: options,
-                                                                       time: Date()),
-                   answer.status == .good {
+                var failure: RevocationProblem? = nil
+                var fetched: (OCSPCheck.Answer, [UInt8])? = nil
+                do {
+                    let (answer, der) = try OCSPCheck.queryWithResponse(url: url, cert: leaf, issuer: issuer, options: options,
+                                                                       time: Date())
+                    if answer.status == .good {
+                        fetched = (answer, der)
+                    } else {
+                        failure = RevocationProblem("the responder answers \(answer.status) for our own certificate: nothing is stapled")
+                    }
+                } catch {
+                    failure = RevocationProblem.from(error)
+                }
+                if let (answer, der) = fetched {
+                    retry = firstRetry
                     shared.response.withLock { $0 = der }
                     if let next = answer.nextUpdate {
                         let life = next.timeIntervalSince(answer.thisUpdate)
@@ -49,6 +71,13 @@ final class OCSPStapler: Sendable {
                 } else {
                     // Keep a previous good response while it is current; drop a stale one.
                     shared.response.withLock { $0 = nil }
+                    wait = retry
+                    retry = min(maxRetry, retry * 2)
+                    if let failure, let events {
+                        let message = "OCSP stapling: fetching the staple for \"\(leaf.subjectSummary)\" from \(url) failed: \(failure.description) (next attempt in \(Int(wait)) s)"
+                        events.emit(LifecycleEvent(kind: .revocationFetchFailed, label: url, certificate: leaf,
+                                                   error: MTLSError(failure.code, failure.description), message: message))
+                    }
                 }
                 // Sleep in short steps so that a closed listener's thread ends soon.
                 let end = Date().addingTimeInterval(wait)

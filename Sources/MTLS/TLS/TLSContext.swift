@@ -132,7 +132,8 @@ final class TLSContext: @unchecked Sendable {
                 _ = SSL_CTX_set_num_tickets(ctx, 0)
             }
             // OCSP stapling for our own certificate, fetched in the background.
-            let stapler = OCSPStapler.start(for: identity)
+            // Its fetch failures go to the listener's events (those of its identity source).
+            let stapler = OCSPStapler.start(for: identity, events: identitySource?.events)
             if let stapler { OCSPStapler.install(stapler, on: ctx) }
             return TLSContext(ctx: ctx, config: config, stapler: stapler)
         } catch {
@@ -167,7 +168,9 @@ final class TLSContext: @unchecked Sendable {
         }
         // A server staples OCSP for its own certificate as the listener does (fetched and
         // refreshed in the background, never on the handshake path).
-        if purpose == .clientAuth, let identity, let stapler = OCSPStapler.start(for: identity) {
+        // Its fetch failures go to the identity source's events, else to the policy's.
+        if purpose == .clientAuth, let identity,
+           let stapler = OCSPStapler.start(for: identity, events: identitySource?.events ?? handle.events) {
             config.stapler = stapler
         }
         try install(on: ctx, config: config, identity: identity, verifyMode: SSL_VERIFY_PEER | kept, ownContext: false)

@@ -422,3 +422,64 @@ def test_a_warm_outcome_is_reused_only_while_the_revocation_cache_is_unchanged(p
         assert policy.evaluate(certs(erin), purpose="client").codes == ["revoked"]
     finally:
         crl_server.httpd.files["/r.crl"] = saved
+
+
+# ---- The stapler's fetch failures and stale CRLs as events (issue 28, third round)
+
+def _dead_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_a_listener_stapling_with_its_ocsp_responder_down_fires_an_event(pki):
+    """The listener's background stapler cannot reach its certificate's OCSP responder: each failed
+    fetch is a revocation_fetch_failed event on the listener (its identity source), the responder's
+    URL as the label. (Before, the stapler had no way to report: nothing fired.)"""
+    url = f"http://127.0.0.1:{_dead_port()}/ocsp"
+    server = pki["inter"].issue_server("staple.test", dns=["staple.test"], ips=["127.0.0.1"], ocsp_url=url)
+    events = []
+    got = threading.Event()
+
+    def on_event(e):
+        events.append(e)
+        got.set()
+
+    listener = mtls.Listener(server.identity, client_policy=mtls.Policy(anchors=[pki["root"].certificate]))
+    try:
+        listener.set_event_callback(on_event)
+        # The first fetch may fail before the callback is set; the retry follows within 5 s.
+        assert got.wait(30), "no event from the stapler"
+        e = events[0]
+        assert e.kind == "revocation_fetch_failed", e
+        assert e.label == url and e.sha256 == server.certificate.sha256_hex, e
+        assert e.error is not None and issubclass(e.error, mtls.MTLSError)
+        assert "OCSP stapling" in e.message and url in e.message, e.message
+    finally:
+        listener.close()
+
+
+def test_a_stale_crl_fires_one_event_per_staleness(pki, crl_server):
+    """A CRL past its nextUpdate, and no fresh one to be had: the status is unknown and one
+    revocation_fetch_failed event says the CRL is stale; the same stale CRL fetched again at the
+    next retry (10 s later) fires nothing more."""
+    crl_server.httpd.files["/stale.crl"] = pki["inter"].crl([], now=int(time.time()) - 3 * 86400, days=1)
+    url = crl_server.url("stale.crl")
+    erin = pki["inter"].issue_client("erin", crl_url=url)
+    policy = client_policy(pki, "soft")
+    events = []
+    policy.set_event_callback(events.append)
+    r = policy.evaluate(certs(erin), purpose="client")
+    check = r.revocation["checks"][0]
+    assert r.trusted and check["status"] == "unknown" and "stale" in check["error"], check
+    [e] = events
+    assert e.kind == "revocation_fetch_failed" and e.label == url, e
+    assert "stale" in e.message and "erin" in e.message, e.message
+    assert crl_server.httpd.hits["/stale.crl"] == 1
+    time.sleep(10.5)  # past the remembered failure: the next evaluation fetches the same stale CRL again
+    r = policy.evaluate(certs(erin), purpose="client")
+    assert r.revocation["checks"][0]["status"] == "unknown"
+    assert crl_server.httpd.hits["/stale.crl"] == 2  # fetched again...
+    assert len(events) == 1, events  # ...and not reported again

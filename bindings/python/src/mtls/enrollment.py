@@ -247,3 +247,32 @@ def enroll_pki(store, label: str, directory, ca: str, name: str, *, profile: str
     o = _options(key_type, token_uri, pin, profile, chain_anchors, policy, (), ca_key_password=ca_key_password)
     return _enrolled(lib.mtls_enroll_pki, store._h, utf8(label), utf8(str(directory)), utf8(ca), utf8(name),
                      ctypes.byref(o))
+
+
+# int mtls_enroll_revoke(mtls_store *store, const char *label, int reason, const char *pin, mtls_cert **out)
+fn("mtls_enroll_revoke", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, c_void_pp)
+REVOKE_NO_REASON = -1
+
+# RFC 5280 CRLReason names, as `mtls enroll revoke --reason` takes them (7 does not exist).
+_CRL_REASONS = {"unspecified": 0, "keycompromise": 1, "cacompromise": 2, "affiliationchanged": 3, "superseded": 4,
+                "cessationofoperation": 5, "certificatehold": 6, "removefromcrl": 8, "privilegewithdrawn": 9,
+                "aacompromise": 10}
+
+
+def enroll_revoke(store, label: str, reason: Optional[Union[int, str]] = None,
+                  pin: Optional[Union[str, bytes]] = None) -> Certificate:
+    """Revokes, through its CA (RFC 8555 §7.6), the certificate of the identity ``label`` of
+    ``store`` enrolled with :func:`enroll_acme`, signed with the account recorded at enrollment —
+    ``mtls enroll revoke`` (C: ``mtls_enroll_revoke``). ``reason``: an RFC 5280 CRLReason code or
+    name (``"keyCompromise"``, ``"superseded"``...; None: no reason sent). The identity stays in
+    the store. Returns the revoked :class:`mtls.Certificate`. Raises :class:`mtls.CARejected`
+    (already revoked...), :class:`mtls.NotFound`, :class:`mtls.InvalidArgument`..."""
+    if reason is None:
+        code = REVOKE_NO_REASON
+    elif isinstance(reason, str):
+        if reason.lower() not in _CRL_REASONS:
+            raise ValueError(f"{reason!r} is not a CRLReason name")
+        code = _CRL_REASONS[reason.lower()]
+    else:
+        code = int(reason)
+    return _enrolled(lib.mtls_enroll_revoke, store._h, utf8(label), code, utf8(pin) if pin is not None else None)
