@@ -1706,9 +1706,17 @@ MTLS_EXTERN int mtls_store_metrics(mtls_store *store, char **out);
  * `error_code` the MTLS_E_* code of the failure (MTLS_E_IO, MTLS_E_TIMEOUT, MTLS_E_LIMIT,
  * MTLS_E_PARSE, MTLS_E_UNTRUSTED...), `message` names the issuer and says why. The callback runs
  * on the thread that made the fetch (a handshake's, an mtls_evaluate caller's, or the refresh
- * thread "mtls-revocation"): it must not block for long. Event kinds of this block are numbered
- * from 16. */
-#define MTLS_EVENT_REVOCATION_FETCH_FAILED 16 /* a CRL or OCSP fetch failed */
+ * thread "mtls-revocation"): it must not block for long. A stale CRL (past its nextUpdate, and
+ * the distribution point serves no fresher one) is reported once per CRL and nextUpdate, not at
+ * each retry; its status is unknown.
+ * A server's OCSP stapler (a listener's, or an SSL_CTX configured with mtls_ssl_ctx_configure*
+ * to accept clients) reports through the listener's (its identity source's) event callback, or
+ * for an SSL_CTX without an identity source through the policy's: the same kind, once per failed
+ * fetch of the staple or answer that is not "good" (nothing is then stapled), `label` the
+ * responder's URL, `subject`/`sha256` the server's own certificate, on the thread
+ * "mtls-ocsp-staple"; after a failure the stapler retries in 5 s, doubling to a minute.
+ * Event kinds of this block are numbered from 16. */
+#define MTLS_EVENT_REVOCATION_FETCH_FAILED 16 /* a CRL or OCSP fetch failed (or a stale CRL) */
 /* Sets (cb NULL: clears) the policy's event callback. `destroy(userdata)`, if not NULL, runs once
  * when the callback is replaced or cleared, or when the policy is freed by its last holder
  * (connections, listeners and SSL_CTXs keep their own references). */

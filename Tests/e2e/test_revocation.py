@@ -3,6 +3,7 @@ issues carries the distribution point, and `mtls pki crl --out DIR` writes every
 web server; checking fetches them from a real HTTP server on 127.0.0.1."""
 import json
 import os
+import select
 import socketserver
 import subprocess
 import threading
@@ -571,6 +572,37 @@ def test_mtls_serve_staples_ocsp_for_its_own_certificate(ocsp, tmp_path):
         srv.finish()
         responder.terminate()
         responder.wait(10)
+
+
+def test_mtls_serve_prints_its_staplers_fetch_failures(ocsp, tmp_path):
+    """`mtls serve` with a certificate whose OCSP responder is down: the stapler's failed fetches
+    are the listener's revocation_fetch_failed events, and serve prints each (before, the stapler
+    could report nothing)."""
+    from mtls import IssuedCertificate
+    ca = IssuedCertificate.load(ocsp.ca / "cert.pem", ocsp.ca / "key.pem")
+    url = f"http://127.0.0.1:{free_port()}/"  # nobody listens there
+    server = ca.issue_server("nostaple.test", dns=["nostaple.test"], ocsp_url=url)
+    chain, key = tmp_path / "chain.pem", tmp_path / "key.pem"
+    chain.write_text(server.chain_pem)
+    key.write_text(server.key_pem())
+    os.chmod(key, 0o600)
+    srv = Serve("--cert", chain, "--key", key)
+    seen = []
+    try:
+        # The first fetch may fail before serve sets its event handler; the retry comes within 5 s.
+        end = time.monotonic() + 30
+        while time.monotonic() < end and not any("OCSP stapling" in line for line in seen):
+            ready, _, _ = select.select([srv.p.stdout], [], [], 1)
+            if ready:
+                line = srv.p.stdout.readline()
+                if not line:
+                    break
+                seen.append(line)
+    finally:
+        out = srv.finish()
+    lines = [line for line in seen + out.splitlines() if "OCSP stapling" in line]
+    assert lines, seen + out.splitlines()
+    assert lines[0].startswith("revocation fetch failed [") and url in lines[0] and "nostaple.test" in lines[0], lines
 
 
 def test_tls12_server_without_a_staple_is_checked_by_the_policys_other_sources(ocsp, tmp_path):
