@@ -54,6 +54,17 @@ final class CoreDecisionsTests: XCTestCase {
         XCTAssertEqual(ClientAuthentication.requested(certificateRequired: false, clientTrustGiven: false), .none)
     }
 
+    func testTestServerOptionsTakeTheCoresClientAuthAndShortTimeouts() throws {
+        var o = TLSServerOptions(identity: try CertificateAuthority.newRoot(commonName: "Server"))
+        o.configureAsTestServer(certificateRequired: false, clientTrustGiven: true)
+        XCTAssertEqual(o.clientAuthentication, .optional)
+        XCTAssertEqual(o.handshakeTimeout, TLSServerOptions.testServerTimeout)
+        XCTAssertEqual(o.ioTimeout, TLSServerOptions.testServerTimeout)  // the listener default is none
+        XCTAssertNil(TLSDefaults.ioTimeout)
+        o.configureAsTestServer(certificateRequired: false, clientTrustGiven: false)
+        XCTAssertEqual(o.clientAuthentication, ClientAuthentication.none)
+    }
+
     func testHandshakeLimitAndWarningWindowFollowTheTimeoutConvention() throws {
         var s = TLSServerOptions(identity: try CertificateAuthority.newRoot(commonName: "Server"))
         XCTAssertEqual(s.maxHandshakesPerAddress, 32)

@@ -254,6 +254,23 @@ public struct TLSServerOptions: Sendable {
     var clientPolicySource: TrustPolicy { clientPolicy ?? TrustPolicy() }
 }
 
+extension TLSServerOptions {
+    /// Seconds a small test server (`mtls serve`) allows each client's handshake and each read
+    /// or write: short, because its clients are tools such as `openssl s_client -quiet`, which
+    /// never closes, and the server lets go of an idle client so that `--count` can end.
+    public static let testServerTimeout: Double = 10
+
+    /// What a small test server (`mtls serve`) decides beyond the listener defaults: client
+    /// authentication from whether a certificate is required and whether client trust was given
+    /// (``ClientAuthentication/requested(certificateRequired:clientTrustGiven:)``), and
+    /// ``testServerTimeout`` for handshakes, reads and writes.
+    public mutating func configureAsTestServer(certificateRequired: Bool, clientTrustGiven: Bool) {
+        clientAuthentication = .requested(certificateRequired: certificateRequired, clientTrustGiven: clientTrustGiven)
+        handshakeTimeout = Self.testServerTimeout
+        ioTimeout = Self.testServerTimeout
+    }
+}
+
 extension ClientIdentity {
     /// The identity in a PKCS#12 file (its first private key).
     public static func pkcs12(path: String, password: SecretBytes?) throws -> ClientIdentity {
