@@ -72,9 +72,10 @@ public func mtls_store_open(_ path: UnsafePointer<CChar>?, _ secretData: UnsafeP
                             _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
-            // Opened through withStore: a store this call creates is removed again if the open fails.
-            try CredentialStore.withStore(path: try string(path, "path"), secret: try secret(secretData, secretLen, secretKind),
-                                          options: try options(opts)) { $0 }
+            // Not through withStore: processes may race to create one store, and a failed open
+            // must never remove the file under the others (test_store_concurrency.c).
+            try CredentialStore(path: try string(path, "path"), secret: try secret(secretData, secretLen, secretKind),
+                                options: try options(opts))
         }
     }
 }
@@ -87,7 +88,7 @@ public func mtls_store_open_secret_file(_ path: UnsafePointer<CChar>?, _ secretF
     abiCall {
         try putHandle(out) {
             let s = try StoreSecret.load(path: try string(secretFile, "secret_file"))
-            return try CredentialStore.withStore(path: try string(path, "path"), secret: s, options: try options(opts)) { $0 }
+            return try CredentialStore(path: try string(path, "path"), secret: s, options: try options(opts))
         }
     }
 }
@@ -100,7 +101,7 @@ public func mtls_store_open_key_file(_ path: UnsafePointer<CChar>?, _ keyFile: U
     abiCall {
         try putHandle(out) {
             let s = try StoreSecret.loadKey(path: try string(keyFile, "key_file"))
-            return try CredentialStore.withStore(path: try string(path, "path"), secret: s, options: try options(opts)) { $0 }
+            return try CredentialStore(path: try string(path, "path"), secret: s, options: try options(opts))
         }
     }
 }

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import FoundationEssentials
 
 // This file owns the store's keyring: recognising the file, creating a new store's data key
@@ -40,7 +43,7 @@ extension CredentialStore {
         let kek = try StoreCrypto.deriveKEK(secret, salt: salt, parameters: options.kdf)
         let wrapped = try StoreCrypto.seal(newKey, key: kek, aad: CredentialStore.dataKeyAADCurrent)
         let auth = try StoreRowAuthenticator(dataKey: newKey, purpose: StoreRowAuthenticator.header)
-        _ = try db.text("PRAGMA journal_mode=WAL")
+        try enableWAL()
         let created: Bool = try db.writeTransaction {
             guard case .empty = try fileState() else { return false }
             for step in CredentialStore.migrations { try db.execute(step) }
@@ -54,6 +57,21 @@ extension CredentialStore {
             throw MTLSError(.internal, "the store was neither created nor found")
         }
         return try unlockExisting(secret: secret, version: version)
+    }
+
+    /// Switches a new store to WAL. SQLite can answer this switch with "database is locked"
+    /// without waiting in its busy handler while another process is initialising the same new
+    /// file, so the switch is retried until the busy timeout has passed, as any other lock wait.
+    private func enableWAL() throws {
+        let deadline = ContinuousClock.now + .milliseconds(max(0, Int(options.busyTimeoutMilliseconds)))
+        while true {
+            do {
+                _ = try db.text("PRAGMA journal_mode=WAL")
+                return
+            } catch let error as MTLSError where error.code == .locked && ContinuousClock.now < deadline {
+                usleep(10_000)
+            }
+        }
     }
 
     func writeSecretHeader(secret: StoreSecret, salt: [UInt8], parameters: StoreKDFParameters, wrapped: [UInt8]) throws {
