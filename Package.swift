@@ -57,7 +57,8 @@ let package = Package(
                                            "-l_FoundationICU", "-l_FoundationCShims", "-lFoundationInternationalization"])]
         ),
         // COpenSSL: tests drive an application-owned SSL_CTX (bring your own context) directly.
-        .testTarget(name: "MTLSTests", dependencies: ["MTLS", "COpenSSL"]),
+        // CMTLSHeader: tests check the core enums' raw values against the header's macros.
+        .testTarget(name: "MTLSTests", dependencies: ["MTLS", "COpenSSL", "CMTLSHeader"]),
     ],
     // Swift 6 language mode: complete concurrency checking for the library, its C ABI, the CLI and the tests.
     swiftLanguageModes: [.v6]

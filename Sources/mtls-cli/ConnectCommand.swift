@@ -375,13 +375,11 @@ struct ServeCommand: ParsableCommand {
             o.clientOverrides = try PolicyBuilder.overrides(anchors: follow.fileAnchors, anchorsOnly: !clientAnchor.isEmpty, pins: [],
                                                             verifyAs: nil, store: identityOptions.openStore)
             if clientSystemAnchors { o.clientPolicy?.systemAnchorsForClients = true }
-            o.clientAuthentication = requireClientCert ? .require : (clientAnchor.isEmpty && policy == nil ? .none : .optional)
+            o.configureAsTestServer(certificateRequired: requireClientCert, clientTrustGiven: !clientAnchor.isEmpty || policy != nil)
             if noCaNames { o.clientCANames = .omitted }
             if let caNames { o.clientCANames = .certificates(try Certificate.load(path: caNames)) }
             o.alpn = alpn
             o.sessionTickets = !noSessionTickets
-            o.handshakeTimeout = 10
-            o.ioTimeout = 10
             let listener = try TLSListener(address: address, port: port, options: o)
             follow.start(listener: listener)
             CLI.printWarnings()  // before serving: a server runs until stopped

@@ -45,6 +45,26 @@ final class CoreDecisionsTests: XCTestCase {
         expectCode(.invalidArgument) { _ = try CertificateRequest.commonName(given: nil, csr: nameless) }
     }
 
+    func testServeAsksForClientCertificatesOnlyWhereClientsCanBeTrusted() {
+        // mtls serve's rule, decided here for every front end: required when asked; otherwise
+        // requested only where anchors or a policy can judge what a client presents.
+        XCTAssertEqual(ClientAuthentication.requested(certificateRequired: true, clientTrustGiven: true), .require)
+        XCTAssertEqual(ClientAuthentication.requested(certificateRequired: true, clientTrustGiven: false), .require)
+        XCTAssertEqual(ClientAuthentication.requested(certificateRequired: false, clientTrustGiven: true), .optional)
+        XCTAssertEqual(ClientAuthentication.requested(certificateRequired: false, clientTrustGiven: false), .none)
+    }
+
+    func testTestServerOptionsTakeTheCoresClientAuthAndShortTimeouts() throws {
+        var o = TLSServerOptions(identity: try CertificateAuthority.newRoot(commonName: "Server"))
+        o.configureAsTestServer(certificateRequired: false, clientTrustGiven: true)
+        XCTAssertEqual(o.clientAuthentication, .optional)
+        XCTAssertEqual(o.handshakeTimeout, TLSServerOptions.testServerTimeout)
+        XCTAssertEqual(o.ioTimeout, TLSServerOptions.testServerTimeout)  // the listener default is none
+        XCTAssertNil(TLSDefaults.ioTimeout)
+        o.configureAsTestServer(certificateRequired: false, clientTrustGiven: false)
+        XCTAssertEqual(o.clientAuthentication, ClientAuthentication.none)
+    }
+
     func testHandshakeLimitAndWarningWindowFollowTheTimeoutConvention() throws {
         var s = TLSServerOptions(identity: try CertificateAuthority.newRoot(commonName: "Server"))
         XCTAssertEqual(s.maxHandshakesPerAddress, 32)

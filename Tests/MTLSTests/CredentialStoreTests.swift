@@ -318,8 +318,10 @@ final class CredentialStoreTests: XCTestCase {
         XCTAssertEqual(try store.tokenIdentity(label: "evil").uri, "pkcs11:token=t;object=k?module-path=/tmp/evil-module.so")
         store.allowUnregisteredModulePaths(false)
         // SoftHSM2's module, registered with p11-kit by its Debian package, is honoured.
-        let registered = StoreModulePolicy.registeredModulePaths()
+        let registered = PKCS11Module.registeredPaths()
         let softhsm = try XCTUnwrap(registered.first { $0.contains("softhsm") }, "\(registered)")
+        // One registry: the paths checked without initialising are those a listing initialises.
+        XCTAssertEqual(Set(registered), Set(try PKCS11Module.loadRegistered().compactMap(\.path)))
         try store.putTokenIdentity(uri: "pkcs11:token=t;object=k?module-path=\(softhsm)", certificate: a.leaf, label: "hsm")
         XCTAssertNoThrow(try store.tokenIdentity(label: "hsm"))
     }

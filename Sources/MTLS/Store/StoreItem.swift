@@ -1,6 +1,7 @@
 import FoundationEssentials
 
-/// The class of a stored item. A label is unique within a class.
+/// The class of a stored item. A label is unique within a class. The raw values are the header's
+/// `MTLS_STORE_*` numbers (HeaderEnumTests compares them).
 public enum StoreItemClass: Int32, CaseIterable, Sendable, CustomStringConvertible {
     /// A private key (sealed at rest) with its leaf certificate and chain.
     case identity = 1

@@ -1,4 +1,3 @@
-internal import CP11Kit
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
@@ -10,22 +9,6 @@ import Glibc
 /// object that runs in the host program on the next identity selection; the registered list is
 /// what the administrator chose.
 enum StoreModulePolicy {
-    /// The file names of the modules registered with p11-kit (loaded, not initialised).
-    static func registeredModulePaths() -> [String] {
-        guard let list = p11_kit_modules_load(nil, 0) else { return [] }
-        defer { p11_kit_modules_release(list) }
-        var out: [String] = []
-        var i = 0
-        while let m = list[i] {
-            if let f = p11_kit_module_get_filename(m) {
-                out.append(String(cString: f))
-                free(f)
-            }
-            i += 1
-        }
-        return out
-    }
-
     private static func canonical(_ path: String) -> String {
         guard let r = realpath(path, nil) else { return path }
         defer { free(r) }
@@ -35,10 +18,11 @@ enum StoreModulePolicy {
     /// Throws when `reference`'s URI names a `module-path` that p11-kit has not registered.
     static func check(_ reference: StoreTokenReference, allowUnregistered: Bool) throws {
         guard !allowUnregistered, let uri = try? PKCS11URI(reference.uri), let path = uri.modulePath else { return }
-        let registered = registeredModulePaths()
+        // Loaded, not initialised: see PKCS11Module.registeredPaths for why this is not a listing.
+        let registered = PKCS11Module.registeredPaths()
         let wanted = canonical(path)
         let ok = registered.contains { r in
-            r == path || canonical(r) == wanted || (!path.contains("/") && r.split(separator: "/").last.map(String.init) == path)
+            r == path || canonical(r) == wanted || (!path.contains("/") && PKCS11Module.file(r, isNamed: path))
         }
         guard ok else {
             throw MTLSError(.invalidArgument, "the stored token identity \"\(reference.label)\" names module-path=\(path), which is not a PKCS#11 module registered with p11-kit; it is not loaded unless allowed explicitly (--allow-module-path, mtls_store_allow_module_paths)")

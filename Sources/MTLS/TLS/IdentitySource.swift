@@ -8,8 +8,9 @@ import Glibc
 // Certificates that change under a running program (issue 26): identity sources, policy files
 // that are followed, the events they report, and the one library thread that watches them.
 
-/// What changed, or failed to, in an identity source or a followed policy file.
-public enum LifecycleEventKind: Int32, Sendable {
+/// What changed, or failed to, in an identity source or a followed policy file. The raw values
+/// are the header's `MTLS_EVENT_*` numbers (HeaderEnumTests compares them).
+public enum LifecycleEventKind: Int32, CaseIterable, Sendable {
     /// A new identity is in force (swapped by the application, or replaced in the store).
     case identityRotated = 1
     /// A followed policy file changed and its new settings are in force.

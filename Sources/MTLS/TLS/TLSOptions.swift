@@ -1,8 +1,9 @@
 import Synchronization
 import FoundationEssentials
 
-/// A TLS protocol version libmtls speaks.
-public enum TLSVersion: Int, Sendable, Comparable, CustomStringConvertible {
+/// A TLS protocol version libmtls speaks. The raw values are the header's `MTLS_TLS_*` numbers
+/// (HeaderEnumTests compares them).
+public enum TLSVersion: Int, CaseIterable, Sendable, Comparable, CustomStringConvertible {
     case tls12 = 12
     case tls13 = 13
 
@@ -154,14 +155,25 @@ public struct TLSClientOptions: Sendable {
     var policySource: TrustPolicy { policy ?? TrustPolicy() }
 }
 
-/// Whether a server asks clients for a certificate.
-public enum ClientAuthentication: Int, Sendable {
+/// Whether a server asks clients for a certificate. The raw values are the header's
+/// `MTLS_CLIENT_AUTH_*` numbers (HeaderEnumTests compares them).
+public enum ClientAuthentication: Int, CaseIterable, Sendable {
     /// Do not ask.
     case none = 0
     /// Ask; a client without a certificate is accepted, one with an untrusted certificate is not.
     case optional = 1
     /// Ask, and refuse clients that present none.
     case require = 2
+
+    /// What a server asks of clients when its caller says only whether a certificate is required
+    /// (`mtls serve --require-client-cert`): `.require` when it is; otherwise `.optional` when the
+    /// caller gave a way to trust clients (client anchors or a client policy), so that a
+    /// certificate a client presents is judged, and `.none` when nothing could trust one (asking
+    /// would only have clients present certificates that are then refused).
+    public static func requested(certificateRequired: Bool, clientTrustGiven: Bool) -> ClientAuthentication {
+        if certificateRequired { return .require }
+        return clientTrustGiven ? .optional : .none
+    }
 }
 
 /// The CA names a server's certificate request carries (TLS 1.3 `certificate_authorities`, the
@@ -240,6 +252,23 @@ public struct TLSServerOptions: Sendable {
     public init(identity: Identity) { self.identity = identity }
 
     var clientPolicySource: TrustPolicy { clientPolicy ?? TrustPolicy() }
+}
+
+extension TLSServerOptions {
+    /// Seconds a small test server (`mtls serve`) allows each client's handshake and each read
+    /// or write: short, because its clients are tools such as `openssl s_client -quiet`, which
+    /// never closes, and the server lets go of an idle client so that `--count` can end.
+    public static let testServerTimeout: Double = 10
+
+    /// What a small test server (`mtls serve`) decides beyond the listener defaults: client
+    /// authentication from whether a certificate is required and whether client trust was given
+    /// (``ClientAuthentication/requested(certificateRequired:clientTrustGiven:)``), and
+    /// ``testServerTimeout`` for handshakes, reads and writes.
+    public mutating func configureAsTestServer(certificateRequired: Bool, clientTrustGiven: Bool) {
+        clientAuthentication = .requested(certificateRequired: certificateRequired, clientTrustGiven: clientTrustGiven)
+        handshakeTimeout = Self.testServerTimeout
+        ioTimeout = Self.testServerTimeout
+    }
 }
 
 extension ClientIdentity {

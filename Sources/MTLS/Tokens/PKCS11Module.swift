@@ -54,14 +54,39 @@ final class PKCS11Module: @unchecked Sendable {
         guard let list = p11_kit_modules_load_and_initialize(0) else {
             throw MTLSError(.token, "cannot load the PKCS#11 modules registered with p11-kit\(p11KitMessage())")
         }
-        defer { free(list) }
-        var modules: [PKCS11Module] = []
+        defer { free(list) }  // the modules themselves are now the PKCS11Module objects'
+        return entries(list).map { PKCS11Module(taking: $0) }
+    }
+
+    /// The files of the modules registered with p11-kit: the same registry as
+    /// ``loadRegistered()``, but the modules are loaded WITHOUT being initialised and released at
+    /// once. It cannot be ``loadRegistered()``: the store checks a stored `module-path` against
+    /// this list (StoreModulePolicy) each time it reads a token reference, before any token is
+    /// used, and initialising there would run every registered module's `C_Initialize` (card
+    /// readers, daemons, network HSM clients) in the host program where it did not run before.
+    static func registeredPaths() -> [String] {
+        guard let list = p11_kit_modules_load(nil, 0) else { return [] }
+        defer { p11_kit_modules_release(list) }
+        return entries(list).compactMap { m in p11_kit_module_get_filename(m).map { p in defer { free(p) }; return String(cString: p) } }
+    }
+
+    /// The modules of one of p11-kit's NULL-terminated lists (the list stays the caller's to free
+    /// or release): the one walk over the registry, for both ways of loading it.
+    private static func entries(_ list: UnsafeMutablePointer<UnsafeMutablePointer<CK_FUNCTION_LIST>?>) -> [UnsafeMutablePointer<CK_FUNCTION_LIST>] {
+        var out: [UnsafeMutablePointer<CK_FUNCTION_LIST>] = []
         var i = 0
         while let m = list[i] {
-            modules.append(PKCS11Module(taking: m))
+            out.append(m)
             i += 1
         }
-        return modules
+        return out
+    }
+
+    /// Whether a module file (a path p11-kit gave) is the one a bare name names (a URI's
+    /// `module-name`, or a `module-path` without a slash): its file name. One rule for loading
+    /// by name and for the store's check of a stored module path.
+    static func file(_ path: String?, isNamed name: String) -> Bool {
+        path?.split(separator: "/").last.map(String.init) == name
     }
 
     /// The module at `path`, or else the one a URI names (`module-path`, `module-name`), or
@@ -71,7 +96,7 @@ final class PKCS11Module: @unchecked Sendable {
         if let p = uri?.modulePath { return [try load(path: p)] }
         let all = try loadRegistered()
         if let name = uri?.moduleName {
-            let named = all.filter { m in m.name == name || m.path?.split(separator: "/").last.map(String.init) == name }
+            let named = all.filter { m in m.name == name || file(m.path, isNamed: name) }
             if named.isEmpty {
                 throw MTLSError(.tokenNotPresent, "no PKCS#11 module named \"\(name)\" is registered with p11-kit")
             }

@@ -83,7 +83,7 @@ public final class PKCS11Modules {
 
     /// Every initialised token present in a slot of the loaded modules.
     public func tokens() throws -> [TokenInfo] {
-        try modules.flatMap { m in try m.slotsWithToken().compactMap { try TokenInfo(module: m, slot: $0) } }
+        try Token.presentTokens(in: modules, matching: nil).map(\.token)
     }
 
     /// The certificates and keys of the tokens matching `tokenURI` (every token when nil), and
@@ -105,14 +105,8 @@ public final class PKCS11Modules {
     /// ``MTLSError/Code/pinIncorrect`` / ``MTLSError/Code/pinLocked`` for a refused PIN.
     public func objects(tokenURI: String? = nil, pin: SecretBytes? = nil) throws -> [TokenObject] {
         let filter = try tokenURI.map { try P11KitURI($0) }
-        var listed: [(session: PKCS11Session, token: TokenInfo)] = []
-        for m in modules where filter?.matches(module: m.moduleInfo()) ?? true {
-            for slot in try m.slotsWithToken() {
-                guard let token = try TokenInfo(module: m, slot: slot) else { continue }
-                if let filter, !filter.matches(token: try m.tokenInfo(slot)) { continue }
-                listed.append((try PKCS11Session(module: m, slot: slot), token))
-            }
-        }
+        let listed: [(session: PKCS11Session, token: TokenInfo)] = try Token.presentTokens(in: modules, matching: filter)
+            .map { (try PKCS11Session(module: $0.module, slot: $0.slot), $0.token) }
         if listed.isEmpty {
             throw MTLSError(.tokenNotPresent, tokenURI.map { "no token matches \($0)" } ?? "no token is present")
         }

@@ -84,17 +84,28 @@ extension Token {
     /// session (read-write for `readWrite`). ``MTLSError/Code/tokenNotPresent`` when none matches.
     static func presentTokens(uri: PKCS11URI, text: String, modulePath: String?, readWrite: Bool = false) throws -> [PresentToken] {
         let matcher = try P11KitURI(text)
-        var found: [PresentToken] = []
-        for m in try PKCS11Module.candidates(path: modulePath, uri: uri) {
-            guard matcher.matches(module: m.moduleInfo()) else { continue }
+        let found: [PresentToken] = try presentTokens(in: try PKCS11Module.candidates(path: modulePath, uri: uri), matching: matcher)
+            .map { (try PKCS11Session(module: $0.module, slot: $0.slot, readWrite: readWrite), $0.token, $0.info) }
+        if found.isEmpty { throw MTLSError(.tokenNotPresent, "no token present matches \(describeToken(uri)) (\(text))") }
+        return found
+    }
+
+    /// The initialised tokens present in slots of `modules` that `matcher` matches by its module,
+    /// slot and token attributes (every one when nil), in module and slot order, with PKCS#11's
+    /// description of each; no session is opened. A slot whose token cannot be described (taken
+    /// out meanwhile) is passed over. The one walk over modules and slots: identity lookup and
+    /// enrollment (above) and ``PKCS11Modules``' listings go through it.
+    static func presentTokens(in modules: [PKCS11Module], matching matcher: P11KitURI?) throws
+        -> [(module: PKCS11Module, slot: CK_SLOT_ID, token: TokenInfo, info: CK_TOKEN_INFO)] {
+        var found: [(module: PKCS11Module, slot: CK_SLOT_ID, token: TokenInfo, info: CK_TOKEN_INFO)] = []
+        for m in modules where matcher?.matches(module: m.moduleInfo()) ?? true {
             for slot in try m.slotsWithToken() {
-                guard let info = try? m.tokenInfo(slot), matcher.matches(token: info),
-                      let slotInfo = try? m.slotInfo(slot), matcher.matches(slot: slotInfo),
+                guard let info = try? m.tokenInfo(slot), matcher?.matches(token: info) ?? true,
+                      let slotInfo = try? m.slotInfo(slot), matcher?.matches(slot: slotInfo) ?? true,
                       let token = try TokenInfo(module: m, slot: slot, info: info, slotInfo: slotInfo) else { continue }
-                found.append((try PKCS11Session(module: m, slot: slot, readWrite: readWrite), token, info))
+                found.append((m, slot, token, info))
             }
         }
-        if found.isEmpty { throw MTLSError(.tokenNotPresent, "no token present matches \(describeToken(uri)) (\(text))") }
         return found
     }
 

@@ -18,12 +18,11 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Tuple
 from urllib.parse import unquote, urlsplit
 
 from .errors import Error, Timeout, WantRead, WantWrite
-from .tls import Connection
+from .tls import Connection, effective_timeout
 
-# Without timeouts from the caller, libmtls's own defaults (mtls_conn_options: "0: 30 s"): for the
-# TCP connection to the proxy and its answer to CONNECT, and for the handshake through the tunnel.
-DEFAULT_TIMEOUT = 30.0
-DEFAULT_HANDSHAKE_TIMEOUT = 30.0
+# Without timeouts from the caller, libmtls's own defaults (read from the library, see
+# mtls.tls.effective_timeout): for the TCP connection to the proxy and its answer to CONNECT, and
+# for the handshake through the tunnel.
 # The proxy's answer to CONNECT (status line and headers) is read up to this size.
 _MAX_REPLY = 64 * 1024
 
@@ -156,7 +155,7 @@ class ConnectReply:
 def open_tunnel(proxy: HTTPProxy, host: str, port: int, timeout: Optional[float] = None) -> socket.socket:
     """A TCP connection to `proxy` on which it has opened a tunnel to host:port (answered 200 to
     CONNECT). Anything else raises TunnelError naming the proxy and its answer."""
-    t = DEFAULT_TIMEOUT if timeout is None else None if timeout == float("inf") else timeout
+    t = effective_timeout(timeout, "connect_timeout_ms")
     request = connect_request(proxy, host, port)
     try:
         sock = socket.create_connection((proxy.host, proxy.port), timeout=t)
@@ -255,7 +254,8 @@ def connect_via(proxy: HTTPProxy, host: str, port: int, *, timeout: Optional[flo
     """A handshaken libmtls connection to host:port through `proxy`'s CONNECT tunnel. `options`
     are :class:`mtls.ConnectOptions` fields (the identity an Identity already resolved); they and
     the policy apply to the target, never to the proxy. `timeout` bounds reaching the proxy and
-    its answer, `handshake_timeout` the handshake (None: libmtls's default), `io_timeout` each
+    its answer, `handshake_timeout` the handshake (None or 0: libmtls's default; negative or inf: no
+    limit), `io_timeout` each
     read and write (None: none), in seconds. A refused server raises TrustError with the
     evaluation."""
     sock = open_tunnel(proxy, host, port, timeout)
@@ -268,7 +268,7 @@ def connect_via(proxy: HTTPProxy, host: str, port: int, *, timeout: Optional[flo
     conn._sock = sock
     conn._io_timeout = io_timeout
     try:
-        conn.handshake_within(DEFAULT_HANDSHAKE_TIMEOUT if handshake_timeout is None else handshake_timeout)
+        conn.handshake_within(effective_timeout(handshake_timeout, "handshake_timeout_ms"))
     except BaseException:
         conn.close()
         raise

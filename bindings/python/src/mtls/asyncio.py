@@ -93,13 +93,14 @@ from mtls._proxy import (_MAX_REPLY, ConnectReply, HTTPProxy, TunnelError, Unsup
 from mtls.errors import (ConnectError, Error, Timeout, TrustError, WantRead, WantWrite, check,
                          take_callback_exception)
 from mtls.pkcs12 import Identity
-from mtls.tls import Connection, IdentityLike, Listener, resolve_identity
+from mtls.tls import Connection, IdentityLike, Listener, default_timeout, effective_timeout, resolve_identity
 from mtls.trust import Policy
 
 _T = TypeVar("_T")
 
-#: The default time limits (seconds) for connecting and for the handshake: libmtls's own (30 s).
-DEFAULT_TIMEOUT = 30.0
+#: The default time limit (seconds) for connecting: libmtls's own, read from the library (the
+#: handshake's default is the library's handshake_timeout_ms).
+DEFAULT_TIMEOUT = default_timeout("connect_timeout_ms")
 
 # ---- the worker threads
 
@@ -164,11 +165,12 @@ async def _wait_fd(fd: int, writing: bool) -> None:
             loop.remove_reader(fd)
 
 
-async def _bounded(aw: Awaitable[_T], seconds: Optional[float], what: str) -> _T:
-    """aw within `seconds` (None: DEFAULT_TIMEOUT; inf: no limit); mtls.Timeout when exceeded."""
+async def _bounded(aw: Awaitable[_T], seconds: Optional[float], what: str,
+                   field: str = "connect_timeout_ms") -> _T:
+    """aw within `seconds` under libmtls's one convention (None or 0: the library's default for
+    the ConnOptions `field`; negative or inf: no limit); mtls.Timeout when exceeded."""
+    seconds = effective_timeout(seconds, field)
     if seconds is None:
-        seconds = DEFAULT_TIMEOUT
-    if seconds == float("inf"):
         return await aw
     try:
         return await asyncio.wait_for(aw, seconds)
@@ -319,7 +321,7 @@ async def connect(host: str, port: int, *, identity: IdentityLike = None, policy
     try:
         conn = await _bounded(_handshake(sock, host, int(port), dict(identity=identity, policy=policy,
                                                                      verify_as=verify_as, **options)),
-                              handshake_timeout, f"TLS handshake with {host}:{port}")
+                              handshake_timeout, f"TLS handshake with {host}:{port}", "handshake_timeout_ms")
     except BaseException:
         sock.close()
         raise
@@ -661,7 +663,8 @@ async def open_connection(host: str, port: int, *, identity: IdentityLike = None
     MTLS_STORE, or a pkcs11: URI with `pin`), `policy`, `verify_as`, and the
     :class:`mtls.ConnectOptions` fields (``sni``, ``alpn``, ``min_tls``, ``max_tls``,
     ``resume``...). ``connect_timeout`` bounds the TCP connect (name resolution included) and
-    ``handshake_timeout`` the handshake, in seconds (None: 30 s; ``float("inf")``: no limit);
+    ``handshake_timeout`` the handshake, in seconds under libmtls's one convention (None or 0:
+    the library's default, 30 s; negative or ``float("inf")``: no limit);
     exceeding either raises :class:`mtls.Timeout`. Reads have no time limit of their own: wrap them
     in ``asyncio.wait_for``. `limit` is the StreamReader's buffer limit.
 

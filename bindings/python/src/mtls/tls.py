@@ -131,12 +131,42 @@ fn("mtls_ssl_ctx_set_peer", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctyp
 
 
 def _ms(seconds: Optional[float]) -> int:
-    """Seconds (None: the library default) to the C convention (0: default, -1: no limit)."""
-    if seconds is None:
+    """Seconds to a C `*_timeout_ms` field under libmtls's one convention for timeouts and limits
+    (the core's TLSDefaults, as in C): None or 0: the library's default; negative or inf: no
+    limit (-1); anything else that many seconds (at least 1 ms)."""
+    if seconds is None or seconds == 0:
         return 0
-    if seconds == float("inf"):
+    if seconds < 0 or seconds == float("inf"):
         return -1
     return max(1, int(seconds * 1000))
+
+
+def _limit(count: Optional[int]) -> int:
+    """A count limit (max_handshakes_per_address) to its C field, under the timeouts' convention:
+    None or 0: the library's default; negative: no limit (-1); anything else that many."""
+    if count is None:
+        return 0
+    return -1 if count < 0 else int(count)
+
+
+def default_timeout(field: str) -> Optional[float]:
+    """The library's default, in seconds (None: no limit), of a ConnOptions `*_timeout_ms` field,
+    as mtls_conn_options_init writes it: the value is the core's (TLSDefaults), not retyped here."""
+    o = ConnOptions()
+    check(lib.mtls_conn_options_init(ctypes.byref(o), CONN_OPTIONS_VERSION))
+    ms = getattr(o, field)
+    return None if ms < 0 else ms / 1000
+
+
+def effective_timeout(seconds: Optional[float], field: str) -> Optional[float]:
+    """`seconds` as the library uses it under the one convention (None or 0: the default of
+    `field`, see default_timeout; negative or inf: None, no limit), for the waits Python runs
+    itself (asyncio's connect and handshake, a proxy's CONNECT)."""
+    if seconds is None or seconds == 0:
+        return default_timeout(field)
+    if seconds < 0 or seconds == float("inf"):
+        return None
+    return seconds
 
 
 def _version(v: Union[str, int]) -> int:
@@ -157,8 +187,8 @@ class ConnectOptions:
     anchors added for this connection (see Overrides) — verify_as, pins and anchors are overrides
     libmtls composes on top of the policy for this connection only, the Policy object is never
     changed; sni: the name sent (None: the host if it is a name); alpn: protocols offered;
-    min_tls/max_tls: "1.2" or "1.3"; timeouts in seconds (None: the library's default, inf:
-    none); resume: TLS session resumption (only under the same overrides); non_blocking:
+    min_tls/max_tls: "1.2" or "1.3"; timeouts in seconds under libmtls's one convention (None
+    or 0: the library's default; negative or inf: no limit); resume: TLS session resumption (only under the same overrides); non_blocking:
     WantRead/WantWrite instead of waiting."""
     identity: Optional[Identity] = None
     candidates: Optional[Sequence[Identity]] = None
@@ -355,10 +385,12 @@ class Listener(_Handle):
     and judges their certificates with `client_policy` (its policy-wide pins and verify_as
     included; no name check otherwise), with `client_overrides` (an Overrides) on top.
 
-    first_byte_timeout: seconds an accepted client has to send its first byte (None: 5; inf: no
-    limit); until then it takes no handshake slot, after it it is closed silently.
-    max_handshakes_per_address: the most clients of one address in a handshake at once (None:
-    32; 0: no limit).
+    Timeouts and limits follow libmtls's one convention, as in C (None or 0: the library's
+    default; negative, or inf for a timeout: no limit).
+    first_byte_timeout: seconds an accepted client has to send its first byte (default 5 s);
+    until then it takes no handshake slot, after it it is closed silently.
+    max_handshakes_per_address: the most clients of one address in a handshake at once (default
+    32; 0 is the default, no longer "no limit": give a negative number for no limit).
     client_ca_names: the CA names of the certificate request, from which clients pick their
     certificate: "anchors" (the client anchors', the default), "none" (each client presents the one
     it has; for clients that match the names wrongly, such as Erlang/OTP 25 over TLS 1.3), or a
@@ -388,8 +420,7 @@ class Listener(_Handle):
         overrides, keep = (client_overrides or Overrides()).to_c()
         o.client_overrides = overrides
         o.first_byte_timeout_ms = _ms(first_byte_timeout)
-        if max_handshakes_per_address is not None:
-            o.max_handshakes_per_address = -1 if max_handshakes_per_address <= 0 else int(max_handshakes_per_address)
+        o.max_handshakes_per_address = _limit(max_handshakes_per_address)
         ca_certs = None
         if isinstance(client_ca_names, str):
             o.client_ca_names = CA_NAMES[client_ca_names]
