@@ -44,6 +44,7 @@ public struct Revocation: Hashable, Sendable {
     /// Why; nil leaves the reason out of the CRL (RFC 5280 prefers that to `unspecified`).
     public var reason: Reason?
 
+    /// A revocation of the certificate with serial `serialHex`, at `date`, for `reason`.
     public init(serialHex: String, date: Date, reason: Reason? = nil) {
         self.serialHex = serialHex
         self.date = date

@@ -45,6 +45,8 @@ public struct CertificateRequest: Sendable {
     /// expiry: a longer request is shortened to it.
     public var validityDays: Int?
 
+    /// A request for a `profile` certificate named `commonName`; each parameter sets the
+    /// property of the same name. Checked when the certificate is issued.
     public init(profile: CertificateProfile, commonName: String, dnsNames: [String] = [],
                 ipAddresses: [String] = [], validityDays: Int? = nil) {
         self.profile = profile
