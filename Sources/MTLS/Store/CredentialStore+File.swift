@@ -4,8 +4,10 @@ import Glibc
 
 // This file owns the store file's place on disk: creating its directory (0700) and the file
 // itself (0600) before SQLite opens it, and mapping file-system errors to libmtls's codes.
-// (Sealing and the keyring are in StoreCrypto.swift, the whole-store integrity in
-// CredentialStore+Integrity.swift, schema and queries in CredentialStore.swift.)
+// (Sealing is in StoreCrypto.swift, the keyring in CredentialStore+Keyring.swift, the
+// whole-store integrity in CredentialStore+Integrity.swift, the schema in
+// CredentialStore+Schema.swift, items and queries in CredentialStore+Items.swift and
+// CredentialStore+Queries.swift.)
 
 extension CredentialStore {
     /// Creates the directory (0700) and the file (0600) if needed, so that SQLite (which gives

@@ -13,7 +13,7 @@ public enum TLSVersion: Int, Sendable, Comparable, CustomStringConvertible {
     public static func < (a: TLSVersion, b: TLSVersion) -> Bool { a.rawValue < b.rawValue }
 }
 
-/// ALPN protocol lists: as applications write them, and on the wire (TLSContext.swift).
+/// ALPN protocol lists: as applications write them, and on the wire (TLSCallbackState.swift).
 public enum ALPN {
     /// The protocols of a comma-separated list, preferred first (`"h2, http/1.1"`): blanks
     /// around names and empty entries are dropped.

@@ -4,6 +4,11 @@ import FoundationEssentials
 import Glibc
 #endif
 
+// This file owns libmtls's checks on top of OpenSSL's path validation (ChainCheck.all) and the
+// helpers they share (extension presence, SAN and name-constraint decoding). Elsewhere: the
+// public suffix list (PublicSuffixList.swift), the common-name rule (CommonNameRule.swift),
+// loose IP address parsing (IPAddress+LooseParsing.swift).
+
 /// What a policy check sees: the chain OpenSSL built (leaf first), the purpose, the name the leaf
 /// must carry, and the policy's settings.
 struct CheckContext {
@@ -38,20 +43,6 @@ struct ChainCheck: Sendable {
         .authorityInformationAccess, .revocationLists, .commonNameConsistency, .chainDepth,
     ]
 
-    /// The common name is never a name of the peer (the host is matched against the SANs only),
-    /// and a CN that differs from the SANs is no reason to refuse a certificate: private CAs put
-    /// a device's own name, a host's short name, its parent domain, an address, or a name from
-    /// another namespace there (RFC 6125 6.4.4). Two shapes are refused on a server leaf with
-    /// SANs, because they are what CA/B Forum BR 7.1.4.3 forbids and what misleads a reader or an
-    /// old CN-matching client about which host the certificate is for:
-    /// - the CN is one of the SANs (the same host or address) spelled differently: other letter
-    ///   case, a non-canonical IP text (leading zeros, hex, uppercase or uncompressed IPv6);
-    /// - a host-like CN names a sibling of a DNS SAN: another host in the same parent domain
-    ///   (`a.example.com` beside `b.example.com`), or the same domain written in Unicode where
-    ///   the SAN has its A-label.
-    /// A CN equal to a SAN byte for byte, a domain above or below one, a name a wildcard SAN
-    /// covers, an address that is not one of the IP SANs, a name unrelated to every SAN, or a CN
-    /// that is not host-like (spaces, no dot) is free.
     /// The common names of a certificate's subject, as text.
     static func commonNames(_ x: OpaquePointer) -> [String] {
         let subject = X509_get_subject_name(x)
@@ -66,6 +57,20 @@ struct ChainCheck: Sendable {
         return texts
     }
 
+    /// The common name is never a name of the peer (the host is matched against the SANs only),
+    /// and a CN that differs from the SANs is no reason to refuse a certificate: private CAs put
+    /// a device's own name, a host's short name, its parent domain, an address, or a name from
+    /// another namespace there (RFC 6125 6.4.4). Two shapes are refused on a server leaf with
+    /// SANs, because they are what CA/B Forum BR 7.1.4.3 forbids and what misleads a reader or an
+    /// old CN-matching client about which host the certificate is for:
+    /// - the CN is one of the SANs (the same host or address) spelled differently: other letter
+    ///   case, a non-canonical IP text (leading zeros, hex, uppercase or uncompressed IPv6);
+    /// - a host-like CN names a sibling of a DNS SAN: another host in the same parent domain
+    ///   (`a.example.com` beside `b.example.com`), or the same domain written in Unicode where
+    ///   the SAN has its A-label.
+    /// A CN equal to a SAN byte for byte, a domain above or below one, a name a wildcard SAN
+    /// covers, an address that is not one of the IP SANs, a name unrelated to every SAN, or a CN
+    /// that is not host-like (spaces, no dot) is free.
     static let commonNameConsistency = ChainCheck(name: "common_name_consistency") { ctx in
         guard ctx.purpose == .serverAuth, let leaf = ctx.chain.first, !ctx.leafIsAnchor else { return [] }
         let texts = commonNames(leaf)
@@ -588,82 +593,5 @@ struct ChainCheck: Sendable {
         guard parts.count == 2, !parts[0].isEmpty else { return false }
         guard parts[0].utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) else { return false }
         return HostName.isValidReferenceName(String(parts[1]))
-    }
-}
-
-/// The public suffix list (`/usr/share/publicsuffix`, Debian package `publicsuffix`), read once.
-/// When the file is missing no name is a public suffix.
-final class PublicSuffixList: Sendable {
-    static let shared = PublicSuffixList()
-    private let rules: Set<String>
-    private let exceptions: Set<String>
-
-    private init() {
-        var rules = Set<String>(), exceptions = Set<String>()
-        for path in ["/usr/share/publicsuffix/public_suffix_list.dat", "/usr/share/publicsuffix/effective_tld_names.dat"] {
-            guard let bytes = try? FileIO.read(path, limit: 16 << 20) else { continue }
-            for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") {
-                let l = trimmedASCII(String(line)).lowercased()
-                if l.isEmpty || l.hasPrefix("//") { continue }
-                if l.hasPrefix("!") { exceptions.insert(String(l.dropFirst())) } else { rules.insert(l) }
-            }
-            break
-        }
-        self.rules = rules
-        self.exceptions = exceptions
-    }
-
-    /// Whether `name` (lowercase, no trailing dot) is a public suffix.
-    func isPublicSuffix(_ name: String) -> Bool {
-        if exceptions.contains(name) { return false }
-        if rules.contains(name) { return true }
-        if let dot = name.firstIndex(of: ".") {
-            return rules.contains("*." + name[name.index(after: dot)...])
-        }
-        // A single label is a top-level domain.
-        return true
-    }
-}
-
-/// How a host-like common name relates to a leaf's DNS SANs (see `commonNameConsistency`).
-enum CommonNameRule {
-    /// Why `cn` conflicts with the DNS SANs, or nil when it does not.
-    static func conflict(_ cn: String, dnsNames: [String]) -> String? {
-        func related(_ a: String, _ d: String) -> Bool {
-            if a == d || d.hasSuffix("." + a) || a.hasSuffix("." + d) { return true }
-            if d.hasPrefix("*.") {
-                let base = String(d.dropFirst(2))
-                if a == base || base.hasSuffix("." + a) { return true }
-                if a.hasSuffix("." + base), !a.dropLast(base.count + 1).contains(".") { return true }
-            }
-            return false
-        }
-        if dnsNames.contains(where: { related(cn, $0) }) { return nil }
-        let lower = cn.lowercased()
-        if let d = dnsNames.first(where: { related(lower, $0.lowercased()) }) {
-            return "common name \(cn) is the subject alternative name \(d) written another way"
-        }
-        func parent(_ name: String) -> String? {
-            guard let dot = name.firstIndex(of: ".") else { return nil }
-            let rest = name[name.index(after: dot)...]
-            return rest.isEmpty ? nil : String(rest)
-        }
-        guard let cnParent = parent(lower) else { return nil }
-        if let d = dnsNames.first(where: { !$0.hasPrefix("*.") && parent($0.lowercased()) == cnParent }) {
-            return "common name \(cn) names another host than the subject alternative names (\(d) is in the same domain)"
-        }
-        return nil
-    }
-}
-
-extension IPAddress {
-    /// Parses every textual IP form a resolver accepts (`inet_aton`: hex, octal, short forms;
-    /// `inet_pton` for IPv6), to recognise an IP written in a common name.
-    static func parseLoose(_ text: String) -> [UInt8]? {
-        var v4 = in_addr()
-        if inet_aton(text, &v4) != 0 { return withUnsafeBytes(of: v4.s_addr) { Array($0) } }
-        var v6 = in6_addr()
-        if inet_pton(AF_INET6, text, &v6) == 1 { return withUnsafeBytes(of: v6) { Array($0) } }
-        return nil
     }
 }

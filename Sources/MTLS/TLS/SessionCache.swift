@@ -1,0 +1,78 @@
+internal import COpenSSL
+import Synchronization
+
+// This file owns the client session cache: sessions kept for resumption, each with its
+// ResumptionRecord, admitted again only under the same binding.
+
+/// Client sessions for resumption, keyed by host, port, names and identity; each carries its
+/// ``ResumptionRecord`` (binding, presented chain, evaluation), checked before it is offered
+/// again (a resumed handshake carries no certificate).
+final class SessionCache: Sendable {
+    /// A cached session and its record. An established `SSL_SESSION` is reference counted and
+    /// not changed again, and OpenSSL lets threads resume from one session at once: sharing the
+    /// pointer is safe.
+    private struct Entry: @unchecked Sendable {
+        var session: OpaquePointer
+        var record: ResumptionRecord
+    }
+    private let entries = Mutex<[String: Entry]>([:])
+
+    deinit { entries.withLock { for e in $0.values { SSL_SESSION_free(e.session) } } }
+
+    /// A new reference to the cached session for `key`, with the evaluation it resumes with, if
+    /// its record admits it under `binding` (same policy object and version, peer and identity;
+    /// the chain still trusted at the policy's time). A session that does not is dropped.
+    func lookup(_ key: String, binding: ResumptionBinding, policy: TrustPolicy, peer: TrustPeer) -> (OpaquePointer, TrustResult?)? {
+        let found: (OpaquePointer, ResumptionRecord)? = entries.withLock { entries in
+            guard let e = entries[key] else { return nil }
+            SSL_SESSION_up_ref(e.session)
+            return (e.session, e.record)
+        }
+        guard let (session, record) = found else { return nil }
+        guard let admitted = record.admit(under: binding, policy: policy, peer: peer, purpose: .serverAuth) else {
+            SSL_SESSION_free(session)
+            remove(key, ifStill: session)
+            return nil
+        }
+        return (session, admitted)
+    }
+
+    /// Keeps `session` (taking the caller's reference) for `key`.
+    func store(_ key: String, _ session: OpaquePointer, _ record: ResumptionRecord) {
+        entries.withLock { entries in
+            if let old = entries[key] { SSL_SESSION_free(old.session) }
+            if entries.count >= 1024 {
+                for e in entries.values { SSL_SESSION_free(e.session) }
+                entries.removeAll()
+            }
+            entries[key] = Entry(session: session, record: record)
+        }
+    }
+
+    func remove(_ key: String) {
+        entries.withLock { entries in
+            if let old = entries.removeValue(forKey: key) { SSL_SESSION_free(old.session) }
+        }
+    }
+
+    /// Removes the entry for `key` if it still holds `session` (another thread may have stored a
+    /// newer one meanwhile).
+    private func remove(_ key: String, ifStill session: OpaquePointer) {
+        entries.withLock { entries in
+            guard let old = entries[key], old.session == session else { return }
+            entries.removeValue(forKey: key)
+            SSL_SESSION_free(old.session)
+        }
+    }
+
+    /// OpenSSL's new-session callback: TLS 1.2 sessions after the handshake, TLS 1.3 tickets
+    /// whenever they arrive. Returns 1 when the cache took the reference. A session without a
+    /// record (no evaluation was made for it) is not kept.
+    static func newSessionCallback(_ ssl: OpaquePointer?, _ session: OpaquePointer?) -> Int32 {
+        guard let session, let state = TLSHandshakeState.of(ssl), let cache = state.sessionCache,
+              let key = state.sessionKey, let record = ResumptionRecord.of(session),
+              SSL_SESSION_is_resumable(session) == 1 else { return 0 }
+        cache.store(key, session, record)
+        return 1
+    }
+}
