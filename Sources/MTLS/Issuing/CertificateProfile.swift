@@ -13,9 +13,13 @@ import FoundationEssentials
 /// Every certificate carries a subject key identifier; all but the root carry an authority key
 /// identifier.
 public enum CertificateProfile: String, Sendable, CaseIterable {
+    /// A self-signed root CA.
     case root
+    /// An intermediate CA under the root (pathlen 0: it issues only end entities).
     case intermediate
+    /// A TLS server certificate (serverAuth, DNS/IP SANs).
     case server
+    /// A TLS client certificate (clientAuth).
     case client
 
     /// How long a certificate of this profile lives when the request does not say.

@@ -413,7 +413,7 @@ public struct PKIDirectory: Sendable {
 
     /// A name as a folder name: lowercase ASCII letters and digits, other runs turned into one
     /// `-` ("Customer A" → `customer-a`, "api.example.com" → `api.example.com`).
-    public static func slug(_ name: String) throws -> String {
+    static func slug(_ name: String) throws -> String {
         var out = ""
         for s in name.lowercased().unicodeScalars {
             if (s >= "a" && s <= "z") || (s >= "0" && s <= "9") || s == "." || s == "_" {

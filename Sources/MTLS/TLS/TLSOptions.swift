@@ -3,7 +3,9 @@ import FoundationEssentials
 
 /// A TLS protocol version libmtls speaks.
 public enum TLSVersion: Int, Sendable, Comparable, CustomStringConvertible {
+    /// TLS 1.2 (RFC 5246).
     case tls12 = 12
+    /// TLS 1.3 (RFC 8446).
     case tls13 = 13
 
     /// OpenSSL's name for the version ("TLSv1.2", "TLSv1.3").

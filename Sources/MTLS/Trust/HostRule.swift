@@ -167,6 +167,7 @@ public enum PinExpiryBehavior: String, Sendable {
 
 /// Whether a rule's pin failures fail the evaluation or are only reported.
 public enum PinEnforcement: String, Sendable {
+    /// A pin failure makes the evaluation fail (`pin_mismatch`).
     case enforce
     /// The failure goes to the policy's report handler and the evaluation goes on.
     case reportOnly = "report_only"

@@ -3,7 +3,9 @@ import FoundationEssentials
 /// What a peer is being trusted for: the TLS server (checked by a client) or a TLS client (checked
 /// by a server). Selects the required extended key usage and OpenSSL's purpose.
 public enum TrustPurpose: String, Sendable, CaseIterable {
+    /// Judging a TLS server (EKU serverAuth); written `server` in JSON and on the command line.
     case serverAuth = "server"
+    /// Judging a TLS client (EKU clientAuth); written `client`.
     case clientAuth = "client"
 
     /// The EKU OID the leaf must carry for this purpose.

@@ -13,7 +13,7 @@ extension HTTPClient.Configuration {
     /// ```
     /// See ``useMTLS(_:)`` for how the decision is made and what a refused request throws.
     public init(mtls tls: MTLSClientTLS) {
-        self.init()
+        self.init(tlsConfiguration: tls.tlsConfigurationDecidedByLibmtls)
         useMTLS(tls)
     }
 
