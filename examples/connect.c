@@ -9,10 +9,13 @@
  *
  * Exit status: 0 connected (and the request answered), 1 refused or failed, 2 bad usage.
  */
+#define _POSIX_C_SOURCE 200809L /* fileno, fstat */
 #include <mtls.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char *program = "connect";
 
@@ -21,10 +24,31 @@ static int fail(const char *what, int rc) {
     return 1;
 }
 
-/* The first line of a file (a password), without its line ending. */
+/* A secret file is checked as libmtls checks its own (and OpenSSH a private key): refused when
+ * owned by neither this user nor root, when others can write it, or when everyone can read it;
+ * a group-readable one is used with a warning. The mode is read from the file opened. */
+static int secret_file_ok(FILE *f, const char *path, const char *prog) {
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) { fprintf(stderr, "%s: cannot stat %s\n", prog, path); return 0; }
+    if (S_ISCHR(st.st_mode)) return 1; /* a terminal, /dev/stdin */
+    if (st.st_uid != geteuid() && st.st_uid != 0) {
+        fprintf(stderr, "%s: %s is owned by another user (uid %u): refusing to use it\n", prog, path, (unsigned)st.st_uid);
+        return 0;
+    }
+    if (st.st_mode & (S_IWGRP | S_IWOTH | S_IROTH)) {
+        fprintf(stderr, "%s: %s can be read or written by others (mode %03o): refusing to use it; run chmod 600 %s\n",
+                prog, path, (unsigned)(st.st_mode & 0777), path);
+        return 0;
+    }
+    if (st.st_mode & S_IRGRP) fprintf(stderr, "%s: warning: %s is readable by its group; chmod 600 %s keeps it to its owner\n", prog, path, path);
+    return 1;
+}
+
+/* The first line of a secret file (a password), without its line ending. */
 static int first_line(const char *path, char *buf, size_t size) {
     FILE *f = fopen(path, "r");
     if (!f) return -1;
+    if (!secret_file_ok(f, path, program)) { fclose(f); return -1; }
     int ok = fgets(buf, (int)size, f) != NULL;
     fclose(f);
     if (!ok) buf[0] = 0;

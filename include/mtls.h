@@ -828,9 +828,9 @@ typedef struct mtls_listener mtls_listener;
 #define MTLS_TLS_1_2 12
 #define MTLS_TLS_1_3 13
 
-/* Version 2 added `overrides`, version 3 `identity_source`; a program built with an earlier
- * version keeps working unchanged. */
-#define MTLS_CONN_OPTIONS_VERSION 3
+/* Version 2 added `overrides` and `identity_source` (both in 0.2.0); a program built with
+ * version 1 keeps working unchanged. */
+#define MTLS_CONN_OPTIONS_VERSION 2
 /* Client options. Always fill with mtls_conn_options_init first, then change fields: fields are
  * only ever added at the end, with a new version. Pointers are borrowed for the duration of the
  * call that takes the options (the connection keeps its own references). */
@@ -858,7 +858,6 @@ typedef struct mtls_conn_options {
                                        anchors, anchors_only, pins always enforced, a verify_as over
                                        every other (see "One effective policy"); sessions resume
                                        only under the same overrides */
-    /* Version 3: */
     struct mtls_identity_source *identity_source; /* an identity that can change (see "Identities
                                        that change"); when set, each connection presents the one
                                        in force when it starts, instead of identity/candidates, and
@@ -1387,7 +1386,14 @@ typedef struct mtls_policy_watch mtls_policy_watch;
 #define MTLS_EVENT_POLICY_RELOADED 2  /* a followed policy file's new settings are in force */
 #define MTLS_EVENT_RELOAD_FAILED 3    /* a replacement could not be loaded; the last good one stays */
 #define MTLS_EVENT_EXPIRY_WARNING 4   /* the identity presented, or an anchor of a followed policy,
-                                         expires within the warning window */
+                                         expires within the warning window; from a renewer: the
+                                         identity expires before the next renewal attempt */
+/* Renewal events (issue 27), fired by an mtls_renewer (see "Renewal events" below). */
+#define MTLS_EVENT_RENEWAL_SCHEDULED 5   /* next_attempt: when the identity is next renewed */
+#define MTLS_EVENT_RENEWAL_SUCCEEDED 6   /* a renewed identity is proven and installed (the new certificate) */
+#define MTLS_EVENT_RENEWAL_FAILED 7      /* error_code, message: why; next_attempt: the retry (backoff) */
+#define MTLS_EVENT_RENEWAL_NOT_INSTALLED 8 /* issued but its key or chain (under the policy) does not
+                                              prove it: not installed; retried like a failure */
 
 /* One event. Every pointer is valid only during the callback. */
 typedef struct mtls_event {
@@ -1396,8 +1402,12 @@ typedef struct mtls_event {
     const char *subject;       /* RFC 4514 subject of the certificate concerned, or NULL */
     const char *sha256;        /* its lowercase hex SHA-256, or NULL */
     int64_t not_after;         /* its notAfter (seconds since 1970), 0 when none */
-    int error_code;            /* MTLS_EVENT_RELOAD_FAILED: the MTLS_E_* code; else 0 */
+    int error_code;            /* MTLS_EVENT_RELOAD_FAILED, _RENEWAL_FAILED, _RENEWAL_NOT_INSTALLED:
+                                  the MTLS_E_* code; else 0 */
     const char *message;       /* one line saying what happened */
+    int64_t next_attempt;      /* renewal events: when the next renewal attempt is due (seconds
+                                  since 1970); else 0. Added last: the library writes the struct,
+                                  callbacks built against the older header just do not read it. */
 } mtls_event;
 typedef void (*mtls_event_cb)(const mtls_event *event, void *userdata);
 
@@ -1500,6 +1510,48 @@ MTLS_EXTERN int mtls_anchor_watch_set_event_callback(mtls_anchor_watch *watch, m
 /* Stops following. NULL is a no-op. */
 MTLS_EXTERN void mtls_anchor_watch_free(mtls_anchor_watch *watch);
 
+/* ---- Renewal events: the renewer (issue 27) ----
+ * A renewer renews the enrolled identities of a store (one label, or every enrolled identity
+ * when `label` is NULL) and reports what it does through the same event callback as rotation:
+ * MTLS_EVENT_RENEWAL_SCHEDULED / _SUCCEEDED / _FAILED / _NOT_INSTALLED and
+ * MTLS_EVENT_EXPIRY_WARNING (expires before the next attempt). Each mtls_renewer_run_once looks
+ * at the labels whose next attempt has come: renews those due (two thirds of the lifetime with
+ * jitter, or the ACME server's renewal window, RFC 9773), backs off exponentially (30 s doubling
+ * to 1 h, +-20 %) after a failure; the old identity stays until a new one is proven. Events are
+ * delivered on the thread calling mtls_renewer_run_once. The application runs the loop (a timer,
+ * its event loop, a thread) and sleeps until *next_wake. One run_once at a time per renewer. */
+typedef struct mtls_renewer mtls_renewer;
+
+#define MTLS_RENEWER_OPTIONS_VERSION 1
+/* Options of a renewer; fill with mtls_renewer_options_init. */
+typedef struct mtls_renewer_options {
+    unsigned int version;      /* MTLS_RENEWER_OPTIONS_VERSION */
+    const mtls_policy *policy; /* a renewed chain must validate under it (NULL: the anchors
+                                  recorded at enrollment); the renewer keeps its own reference */
+    const char *token_pin;     /* token identities' PIN (NULL: the URI's); copied */
+    const char *ca_key_password; /* identities enrolled from a local pki directory: its CA keys'
+                                    password (NULL: none); copied */
+    int64_t delete_previous_keys_after; /* token identities: seconds after which a key replaced
+                                           by a renewal is deleted from the token, with its
+                                           objects; -1 (the default): keep previous keys */
+} mtls_renewer_options;
+MTLS_EXTERN int mtls_renewer_options_init(mtls_renewer_options *opts, unsigned int version);
+/* A renewer for `label` (NULL: every enrolled identity) of `store`; it keeps its own reference to
+ * the store. opts may be NULL (defaults). Free *out with mtls_renewer_free. */
+MTLS_EXTERN int mtls_renewer_new(mtls_store *store, const char *label, const mtls_renewer_options *opts,
+                                 mtls_renewer **out);
+/* Sets (cb NULL: clears) the renewer's event callback; destroy(userdata) as
+ * mtls_identity_source_set_event_callback. */
+MTLS_EXTERN int mtls_renewer_set_event_callback(mtls_renewer *renewer, mtls_event_cb cb, void *userdata,
+                                                void (*destroy)(void *userdata));
+/* One pass (force non-zero: renew every label now, due or not). A failed renewal is an event,
+ * not an error: the return is an error only when the pass could not run (the store unreadable:
+ * MTLS_E_CORRUPT...). *renewed (may be NULL): identities installed by this pass; *next_wake (may
+ * be NULL): the earliest next attempt (seconds since 1970). Blocks for the exchanges with the CAs. */
+MTLS_EXTERN int mtls_renewer_run_once(mtls_renewer *renewer, int force, size_t *renewed, int64_t *next_wake);
+/* NULL is a no-op. */
+MTLS_EXTERN void mtls_renewer_free(mtls_renewer *renewer);
+
 /* One certificate of a stored item and its validity. */
 typedef struct mtls_expiry_item {
     char *label;               /* the item's label */
@@ -1511,7 +1563,7 @@ typedef struct mtls_expiry_item {
     int64_t not_after;
 } mtls_expiry_item;
 /* Every certificate in the store (identities and chains, stored certificates, token identities'
- * certificates and chains), earliest notAfter first; no private key is opened. A new array of
+ * certificates and chains; not enrollment records), earliest notAfter first; no private key is opened. A new array of
  * *count items: free with mtls_expiry_items_free(*out, *count). */
 MTLS_EXTERN int mtls_store_expiry(mtls_store *store, mtls_expiry_item **out, size_t *count);
 MTLS_EXTERN void mtls_expiry_items_free(mtls_expiry_item *items, size_t count);

@@ -55,9 +55,8 @@ private func alpnList(_ p: UnsafePointer<CChar>?, _ name: String) throws -> [Str
     try optionalString(p, name).map(ALPN.protocols(commaSeparated:)) ?? []
 }
 
-/// mtls_conn_options: version 1 ends where `overrides` (version 2) begins.
+/// mtls_conn_options: version 1 ends where `overrides` (version 2, with `identity_source`) begins.
 private let connOptionsSizes = [MemoryLayout<mtls_conn_options>.offset(of: \mtls_conn_options.overrides) ?? 0,
-                                MemoryLayout<mtls_conn_options>.offset(of: \mtls_conn_options.identity_source) ?? 0,
                                 MemoryLayout<mtls_conn_options>.size]
 /// mtls_listener_options: version 1 ends where `client_overrides` (version 2) begins.
 private let listenerOptionsSizes = [MemoryLayout<mtls_listener_options>.offset(of: \mtls_listener_options.client_overrides) ?? 0,

@@ -24,7 +24,8 @@ public final class EventCallbackBox: CallbackUserdata, @unchecked Sendable {
                     e.message.withCString { message in
                         var ev = mtls_event(kind: e.kind.rawValue, label: label, subject: subject, sha256: sha,
                                             not_after: e.notAfter.map { Int64($0.timeIntervalSince1970) } ?? 0,
-                                            error_code: e.error?.code.rawValue ?? 0, message: message)
+                                            error_code: e.error?.code.rawValue ?? 0, message: message,
+                                            next_attempt: e.nextAttempt.map { Int64($0.timeIntervalSince1970) } ?? 0)
                         callback(&ev, userdata)
                     }
                 }

@@ -192,7 +192,7 @@ struct ConnectCommand: ParsableCommand {
         commandName: "connect",
         abstract: "Connect to a TLS server with a client identity; print the server's chain and our evaluation.")
 
-    @Argument(help: "HOST:PORT (a DNS name, an IPv4 address or [IPv6]).") var target: String
+    @Argument(help: "HOST:PORT (a DNS name, an IPv4 address or [IPv6], [IPv6%zone]), or an https:// URL (an IPv6 zone written %25zone, RFC 6874).") var target: String
     @OptionGroup var identityOptions: IdentityOptions
     @Option(help: "A trust policy JSON file.") var policy: String?
     @Option(help: PolicyBuilder.revocationHelp) var revocation: String?
@@ -217,6 +217,15 @@ struct ConnectCommand: ParsableCommand {
     }
 
     static func splitHostPort(_ target: String) throws -> (String, UInt16) {
+        // An https:// URL: its host (an RFC 6874 zone, "%25eth0", decoded) and port.
+        if target.contains("://") {
+            do {
+                let (host, port) = try URLAuthority.hostAndPort(https: target)
+                return (host, port)
+            } catch let e as MTLSError {
+                throw ValidationError(e.message)
+            }
+        }
         guard let colon = target.lastIndex(of: ":"), let port = UInt16(target[target.index(after: colon)...]), port > 0 else {
             throw ValidationError("expected HOST:PORT, got \(target)")
         }
@@ -369,14 +378,17 @@ struct ServeCommand: ParsableCommand {
         do {
             // A store label is followed (a replacement in the store is in force within a second);
             // a policy file too. SIGHUP looks at both at once. One line per rotation or failure.
-            let follow = try ServeFollowing(identityOptions: identityOptions, policyPath: policy, revocation: revocation)
+            let follow = try ServeFollowing(identityOptions: identityOptions, policyPath: policy, revocation: revocation,
+                                            clientAnchors: clientAnchor)
             guard let identity = try follow.source?.current ?? identityOptions.explicitIdentity() else {
                 throw ValidationError("serve needs --identity (or --cert and --key)")
             }
             var o = TLSServerOptions(identity: identity)
             o.identitySource = follow.source
-            o.clientPolicy = try follow.policyWatch?.policy ?? PolicyBuilder.policy(file: policy, revocation: revocation)
-            o.clientOverrides = try PolicyBuilder.overrides(anchors: clientAnchor, anchorsOnly: !clientAnchor.isEmpty, pins: [],
+            o.clientPolicy = follow.clientPolicy
+            // Anchors from files are fixed overrides; those from store labels are in the policy,
+            // kept up to date by the store (ServeFollowing).
+            o.clientOverrides = try PolicyBuilder.overrides(anchors: follow.fileAnchors, anchorsOnly: !clientAnchor.isEmpty, pins: [],
                                                             verifyAs: nil, store: identityOptions.openStore)
             if clientSystemAnchors { o.clientPolicy?.systemAnchorsForClients = true }
             o.clientAuthentication = requireClientCert ? .require : (clientAnchor.isEmpty && policy == nil ? .none : .optional)

@@ -8,11 +8,11 @@ struct EnrollCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "enroll",
         abstract: "Enroll an identity with a certificate authority (ACME, EST, a local mtls pki directory) into the store.",
-        subcommands: [ACME.self, EST.self, PKI.self]
+        subcommands: [ACME.self, EST.self, PKI.self, Revoke.self]
     )
 
     /// The JSON object (and text) printed for an enrollment or a renewal.
-    static func report(_ r: EnrollmentResult, renewed: Bool? = nil, json: Bool) {
+    static func report(_ r: EnrollmentResult, renewed: Bool? = nil, extra: [String: Any] = [:], json: Bool) {
         var o: [String: Any] = [
             "label": r.label, "source": r.record.source, "url": r.record.url,
             "account": r.record.account as Any? ?? NSNull(), "identifiers": r.record.identifiers,
@@ -22,8 +22,50 @@ struct EnrollCommand: ParsableCommand {
             "previous_sha256": r.previous?.sha256Hex as Any? ?? NSNull(),
         ]
         if let renewed { o["renewed"] = renewed }
+        if let replaced = r.replaced { o["replaces"] = replaced }
+        o.merge(extra) { $1 }
         if json { return CLI.printJSON(o) }
         print("\(r.label): \(r.certificate.subject), serial \(r.certificate.serialHex), until \(CLI.rfc3339(r.certificate.notAfter)) (\(r.record.source) \(r.record.url))")
+    }
+
+    /// `mtls enroll revoke LABEL [--reason R]`: revoke an ACME-enrolled identity's certificate.
+    struct Revoke: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "revoke",
+            abstract: "Revoke the certificate of an identity enrolled with ACME (signed with its recorded account key).",
+            discussion: """
+                The identity stays in the store (renew it with mtls renew LABEL --force, or delete it). \
+                --reason is an RFC 5280 CRLReason: a number or one of unspecified, keyCompromise, \
+                cACompromise, affiliationChanged, superseded, cessationOfOperation, certificateHold, \
+                removeFromCRL, privilegeWithdrawn, aACompromise.
+                """)
+        static let reasons = ["unspecified": 0, "keycompromise": 1, "cacompromise": 2, "affiliationchanged": 3, "superseded": 4,
+                              "cessationofoperation": 5, "certificatehold": 6, "removefromcrl": 8, "privilegewithdrawn": 9,
+                              "aacompromise": 10]
+        @OptionGroup var location: StoreCommand.Location
+        @Argument(help: "The label of the identity.") var label: String
+        @Option(name: .customLong("reason"), help: "CRLReason (name or number; none sent by default).") var reason: String?
+        @Option(name: .customLong("pin-file"), help: "File holding the token's PIN (token identities).") var pinFile: String?
+        @Flag(help: "Machine-readable output: {label, revoked, serial, leaf_sha256, reason}.") var json = false
+
+        func run() throws {
+            try CLI.reporting(json: json) {
+                var code: Int? = nil
+                if let reason {
+                    guard let c = Int(reason) ?? Revoke.reasons[reason.lowercased()] else {
+                        throw MTLSError(.invalidArgument, "--reason: \"\(reason)\" is not a CRLReason")
+                    }
+                    code = c
+                }
+                let pin = try pinFile.map(CLI.readPINFile)
+                let cert = try Enrollment.revokeACME(store: try location.open(), label: label, reason: code, tokenPIN: pin)
+                if json {
+                    return CLI.printJSON(["label": label, "revoked": true, "serial": cert.serialHex, "leaf_sha256": cert.sha256Hex,
+                                          "reason": code as Any? ?? NSNull()])
+                }
+                print("\(label): certificate serial \(cert.serialHex) revoked")
+            }
+        }
     }
 
     static func loadAnchors(_ paths: [String]) throws -> [Certificate] {
@@ -191,9 +233,13 @@ struct RenewCommand: ParsableCommand {
     @Option(name: .customLong("interval"), help: "With --loop: seconds between checks (default 3600).") var interval: Double = 3600
     @Option(name: .customLong("key-password-file"), help: "For identities enrolled from a local pki directory: the CA keys' password (default: $MTLS_PKI_KEY_PASSWORD_FILE).")
     var keyPasswordFile: String?
-    @Flag(help: "Machine-readable output (one JSON object per renewal attempt).") var json = false
+    @Option(name: .customLong("delete-previous-keys-after"),
+            help: "Token identities: delete a key replaced by a renewal this many seconds later (default: keep previous keys).")
+    var deletePreviousKeysAfter: Double?
+    @Flag(help: "Machine-readable output (one JSON object per renewal attempt; with --loop, one per event).") var json = false
 
     func validate() throws {
+        if let d = deletePreviousKeysAfter, !d.isFinite || d < 0 { throw ValidationError("--delete-previous-keys-after is 0 seconds or more") }
         if label == nil && !loop { throw ValidationError("give a LABEL (or --loop for every enrolled identity)") }
         if !interval.isFinite || interval < 1 || interval > 86400 * 30 { throw ValidationError("--interval is 1 to 2592000 seconds") }
     }
@@ -210,47 +256,62 @@ struct RenewCommand: ParsableCommand {
             }
             let pin = try pinFile.map(CLI.readPINFile)
             let caPassword = try RenewCommand.caKeyPassword(keyPasswordFile)
+            var options = RenewalOptions()
+            options.deletePreviousTokenKeysAfter = deletePreviousKeysAfter
             if !loop {
                 let outcome = try Enrollment.renew(store: store, label: label ?? "", force: force, policy: trust, tokenPIN: pin,
-                                                   caKeyPassword: caPassword)
+                                                   caKeyPassword: caPassword, options: options)
                 try RenewCommand.report(outcome, label: label ?? "", json: json)
                 return
             }
-            var failures: [String: Int] = [:]
-            var nextTry: [String: Date] = [:]
+            // The loop prints what the library reports through its lifecycle events: the same
+            // events a C or Python program receives from its renewer.
+            let renewer = Renewer(store: store, label: label, policy: trust, tokenPIN: pin, caKeyPassword: caPassword, options: options)
+            let asJSON = json
+            renewer.events.setHandler { e in
+                RenewCommand.printEvent(e, json: asJSON)
+                fflush(nil)  // a supervisor reading the pipe sees each event as it happens
+            }
             var firstPass = true  // --force applies to the first pass only, not to every check
             while true {
-                defer { firstPass = false }
-                let labels = try label.map { [$0] } ?? store.enrolledLabels()
-                for l in labels where (nextTry[l] ?? .distantPast) <= Date() {
-                    do {
-                        let outcome = try Enrollment.renew(store: store, label: l, force: force && firstPass, policy: trust, tokenPIN: pin,
-                                                           caKeyPassword: caPassword)
-                        failures[l] = nil
-                        nextTry[l] = nil
-                        if outcome.renewed { try RenewCommand.report(outcome, label: l, json: json) }
-                    } catch {
-                        let n = (failures[l] ?? 0) + 1
-                        failures[l] = n
-                        let wait = Enrollment.backoff(attempt: n)
-                        nextTry[l] = Date().addingTimeInterval(wait)
-                        let message = (error as? MTLSError)?.message ?? "\(error)"
-                        // The identity runs out before the next attempt: say so, loudly.
-                        let expiresFirst = (try? store.info(label: l).notAfter).map { $0 < nextTry[l] ?? Date() } ?? false
-                        if json {
-                            CLI.printJSON(["label": l, "renewed": false, "error": CLI.errorName(error), "message": message,
-                                           "retry_in": Int(wait), "expires_before_retry": expiresFirst])
-                        } else {
-                            CLI.printError("renewing \(l) failed (attempt \(n), retry in \(Int(wait)) s): \(message)")
-                            if expiresFirst { CLI.printError("warning: \(l) expires before the next attempt") }
-                        }
-                    }
-                }
-                fflush(nil)  // every stream: a supervisor reading the pipe sees each attempt as it happens
-                let soonest = nextTry.values.min().map { max(1, $0.timeIntervalSinceNow) } ?? interval
+                try renewer.runOnce(force: force && firstPass)
+                firstPass = false
+                let soonest = renewer.nextWake.map { max(1, $0.timeIntervalSinceNow) } ?? interval
                 Thread.sleep(forTimeInterval: min(interval, soonest))
             }
         }
+    }
+
+    /// One event of the loop: a line of text (failures on stderr), or a JSON object with
+    /// `event`, `label`, `message`, `next_attempt` and, as the one-shot output has them,
+    /// `renewed`, `error`, `retry_in`, `serial`/`leaf_sha256`/`not_after` of the certificate concerned.
+    static func printEvent(_ e: LifecycleEvent, json: Bool) {
+        let name: String
+        switch e.kind {
+        case .renewalScheduled: name = "renewal_scheduled"
+        case .renewalSucceeded: name = "renewal_succeeded"
+        case .renewalFailed: name = "renewal_failed"
+        case .renewalNotInstalled: name = "renewal_not_installed"
+        case .expiryWarning: name = "expires_before_next_attempt"
+        default: name = "event_\(e.kind.rawValue)"
+        }
+        guard json else {
+            let failed = e.kind == .renewalFailed || e.kind == .renewalNotInstalled || e.kind == .expiryWarning
+            if failed { CLI.printError(e.message) } else { Swift.print(e.message) }
+            return
+        }
+        var o: [String: Any] = ["event": name, "label": e.label as Any? ?? NSNull(), "message": e.message,
+                                "next_attempt": e.nextAttempt.map(CLI.rfc3339) as Any? ?? NSNull()]
+        if e.kind == .renewalSucceeded { o["renewed"] = true }
+        if e.kind == .renewalFailed || e.kind == .renewalNotInstalled {
+            o["renewed"] = false
+            o["error"] = e.error?.code.name ?? "internal"
+            o["retry_in"] = e.nextAttempt.map { Int($0.timeIntervalSinceNow.rounded()) } as Any? ?? NSNull()
+        }
+        if let sha = e.sha256 { o["leaf_sha256"] = sha }
+        if let subject = e.subject { o["subject"] = subject }
+        if let notAfter = e.notAfter { o["not_after"] = CLI.rfc3339(notAfter) }
+        CLI.printJSON(o)
     }
 
     /// The local CA's key password: the file given, else `MTLS_PKI_KEY_PASSWORD_FILE` (as `mtls pki`).
@@ -260,10 +321,20 @@ struct RenewCommand: ParsableCommand {
     }
 
     static func report(_ outcome: RenewalOutcome, label: String, json: Bool) throws {
-        if let r = outcome.result { return EnrollCommand.report(r, renewed: true, json: json) }
+        if let r = outcome.result {
+            return EnrollCommand.report(r, renewed: true, extra: ["due_source": outcome.renewalInfo == nil ? "lifetime" : "ari"], json: json)
+        }
         if json {
-            return CLI.printJSON(["label": label, "renewed": false, "due_at": CLI.rfc3339(outcome.dueAt),
-                                  "serial": outcome.current.serialHex, "leaf_sha256": outcome.current.sha256Hex])
+            var o: [String: Any] = ["label": label, "renewed": false, "due_at": CLI.rfc3339(outcome.dueAt),
+                                    "serial": outcome.current.serialHex, "leaf_sha256": outcome.current.sha256Hex,
+                                    "due_source": outcome.renewalInfo == nil ? "lifetime" : "ari"]
+            if let info = outcome.renewalInfo {
+                o["renewal_window"] = ["start": CLI.rfc3339(info.windowStart), "end": CLI.rfc3339(info.windowEnd)]
+                o["ari_id"] = info.identifier
+            }
+            if let again = outcome.checkAgainAt { o["check_again_at"] = CLI.rfc3339(again) }
+            if let e = outcome.renewalInfoError { o["renewal_info_error"] = e.message }
+            return CLI.printJSON(o)
         }
         print("\(label): not due until \(CLI.rfc3339(outcome.dueAt)) (use --force to renew now)")
     }

@@ -1,19 +1,44 @@
 import Foundation
 import MTLS
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// What `mtls serve` follows (issue 26): its identity when it is a store label, its policy file,
-/// and SIGHUP, which looks at both at once. The library itself never installs a signal handler;
-/// the command line does, here.
+/// the client anchors it takes from store labels (`--client-anchor LABEL`), and SIGHUP, which
+/// looks at the identity and the policy file at once. The library itself never installs a signal
+/// handler; the command line does, here.
 final class ServeFollowing: @unchecked Sendable {
     let store: CredentialStore?
     let source: IdentitySource?
     let policyWatch: PolicyFileWatch?
+    /// The policy clients are judged by: the followed file's, else one made of `--revocation`
+    /// alone; the stored client anchors are in its anchors.
+    let clientPolicy: TrustPolicy
+    /// The `--client-anchor` values that are files (fixed, given as overrides).
+    let fileAnchors: [String]
+    /// Follows the `--client-anchor` values that are store labels, in ``clientPolicy``.
+    let anchorWatch: StoreAnchorWatch?
     private var signalSource: DispatchSourceSignal?
 
-    init(identityOptions: IdentityOptions, policyPath: String?, revocation: String? = nil) throws {
+    /// Which `--client-anchor` values are stored certificates (`store:LABEL`, or a LABEL that is
+    /// not a file when a store is given), by the rule of ``PolicyBuilder/anchorCertificates(_:store:)``.
+    static func splitAnchors(_ anchors: [String], hasStore: Bool) -> (files: [String], labels: [String]) {
+        var files: [String] = [], labels: [String] = []
+        for a in anchors {
+            if hasStore, a.hasPrefix("store:") {
+                labels.append(String(a.dropFirst("store:".count)))
+            } else if hasStore, !FileManager.default.fileExists(atPath: a) {
+                labels.append(a)
+            } else {
+                files.append(a) // a file, or store:LABEL without a store (anchorCertificates says why)
+            }
+        }
+        return (files, labels)
+    }
+
+    init(identityOptions: IdentityOptions, policyPath: String?, revocation: String? = nil, clientAnchors: [String] = []) throws {
         let name = identityOptions.cert == nil ? identityOptions.identity : nil
         let isLabel = name.map { n in
             !PKCS11URI.isPKCS11URI(n) && !n.lowercased().hasSuffix(".p12") && !n.lowercased().hasSuffix(".pfx")
@@ -26,8 +51,28 @@ final class ServeFollowing: @unchecked Sendable {
         } else {
             source = nil
         }
+        let (files, labels) = ServeFollowing.splitAnchors(clientAnchors, hasStore: store != nil)
+        fileAnchors = files
+        // The stored anchors in force, added back to each new version of the policy file (a
+        // reload replaces the policy's settings with the file's): set once the watch exists.
+        let anchorsInForce = Mutex<StoreAnchorWatch?>(nil)
         // --revocation holds for every version of the file, not only the first one.
-        policyWatch = try policyPath.map { try PolicyFileWatch(path: $0, adjust: { try PolicyBuilder.applyRevocation(revocation, to: $0) }) }
+        policyWatch = try policyPath.map {
+            try PolicyFileWatch(path: $0, adjust: { p in
+                try PolicyBuilder.applyRevocation(revocation, to: p)
+                if let w = anchorsInForce.withLock({ $0 }) { p.anchors += w.certificates }
+            })
+        }
+        clientPolicy = try policyWatch?.policy ?? PolicyBuilder.policy(file: nil, revocation: revocation)
+        if let store, !labels.isEmpty {
+            // Anchors from store labels follow the store: a certificate replaced there by another
+            // process (`mtls store add-cert --replace`) judges the clients that come next.
+            let w = try StoreAnchorWatch(policy: clientPolicy, store: store, labels: labels)
+            anchorsInForce.withLock { $0 = w }
+            anchorWatch = w
+        } else {
+            anchorWatch = nil
+        }
     }
 
     /// Prints one line per event and reloads on SIGHUP.
@@ -39,12 +84,17 @@ final class ServeFollowing: @unchecked Sendable {
             case .policyReloaded: what = "policy reloaded"
             case .reloadFailed: what = "reload failed [\(e.error?.code.name ?? "error")]"
             case .expiryWarning: what = "expiry warning"
+            // A listener's source never reports renewals (a Renewer does), but the kinds are one enum.
+            case .renewalScheduled: what = "renewal scheduled"
+            case .renewalSucceeded: what = "renewed"
+            case .renewalFailed, .renewalNotInstalled: what = "renewal failed [\(e.error?.code.name ?? "error")]"
             }
             Swift.print("\(what): \(e.message)")
             fflush(nil)
         }
         listener.events.setHandler(print)
         policyWatch?.events.setHandler(print)
+        anchorWatch?.events.setHandler(print)
         signal(SIGHUP, SIG_IGN)
         let s = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
         s.setEventHandler { [self] in

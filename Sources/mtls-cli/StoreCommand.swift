@@ -91,6 +91,12 @@ struct StoreCommand: ParsableCommand {
         return c
     }
 
+    /// Whether a listed row is an enrollment record rather than an identity.
+    static func isEnrollmentRecord(_ info: StoreItemInfo) -> Bool {
+        info.itemClass == .identity && EnrollmentRecord.identityLabel(ofRecord: info.label) != nil
+            && info.subject.contains(EnrollmentRecord.commonNameText)
+    }
+
     static func json(_ info: StoreItemInfo) -> [String: Any] {
         ["label": info.label, "class": info.itemClass.name, "subject": info.subject, "issuer": info.issuer,
          "not_after": CLI.rfc3339(info.notAfter), "leaf_sha256": info.leafSHA256]
@@ -170,14 +176,33 @@ struct StoreCommand: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List stored items (nothing is decrypted).")
         @OptionGroup var location: Location
         @Option(name: .customLong("class"), help: "Only this class: identity, certificate or token-identity.") var itemClass: String?
+        @Flag(name: .customLong("enrollments"),
+              help: "Also list the enrollment records (mtls-enrollment:LABEL, kind \"enrollment\": the ACME account key and how LABEL was enrolled).")
+        var enrollments = false
         @Flag(help: "Machine-readable output.") var json = false
 
         func run() throws {
             let cls = try StoreCommand.itemClass(itemClass)
             try CLI.reporting(json: json) {
-                let items = try location.open().list(itemClass: cls)
-                if json { return CLI.printJSON(items.map(StoreCommand.json)) }
+                // An enrollment record is stored as an identity row but is no identity: hidden
+                // unless asked for, and then shown as what it is.
+                let items = try location.open().list(itemClass: cls).filter { enrollments || !StoreCommand.isEnrollmentRecord($0) }
+                if json {
+                    // "kind" (with --enrollments): a row's class, or "enrollment" for a record.
+                    // Without it the rows are exactly as before records existed.
+                    guard enrollments else { return CLI.printJSON(items.map(StoreCommand.json)) }
+                    return CLI.printJSON(items.map { i -> [String: Any] in
+                        var o = StoreCommand.json(i)
+                        o["kind"] = StoreCommand.isEnrollmentRecord(i) ? "enrollment" : i.itemClass.name
+                        if StoreCommand.isEnrollmentRecord(i) { o["enrolled_label"] = EnrollmentRecord.identityLabel(ofRecord: i.label) }
+                        return o
+                    })
+                }
                 for i in items {
+                    if let enrolled = StoreCommand.isEnrollmentRecord(i) ? EnrollmentRecord.identityLabel(ofRecord: i.label) : nil {
+                        print("\(i.label)\tenrollment\trecord of \(enrolled)")
+                        continue
+                    }
                     print("\(i.label)\t\(i.itemClass.name)\t\(i.subject)\tuntil \(CLI.rfc3339(i.notAfter))")
                 }
             }

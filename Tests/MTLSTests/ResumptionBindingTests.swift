@@ -37,7 +37,7 @@ extension TLSConnectionTests {
         let made = policy.evaluate(chain: chain, peer: peer, purpose: .serverAuth)
         XCTAssertTrue(made.trusted, "\(made.reasons)")
         let record = ResumptionRecord(binding: bound, presentedChain: chain, evaluation: made)
-        XCTAssertEqual(record.admit(under: bound, policy: policy, peer: peer, purpose: .serverAuth)??.trusted, true)
+        XCTAssertEqual(record.admit(under: bound, policy: policy, peer: peer, purpose: .serverAuth)?.evaluation?.trusted, true)
         // Another peer, or the same policy changed: no resumption.
         var elsewhere = peer
         elsewhere.port = 9443
@@ -61,5 +61,51 @@ extension TLSConnectionTests {
         let pinnedBinding = ResumptionBinding(policy: pinned, peer: peer, identities: [])
         let expired = ResumptionRecord(binding: pinnedBinding, presentedChain: chain, evaluation: made)
         XCTAssertNil(expired.admit(under: pinnedBinding, policy: pinned, peer: peer, purpose: .serverAuth))
+    }
+
+    /// The re-check before a resumption is comparisons: inside the window of the evaluation kept
+    /// with the session (no certificate involved expires or starts, no pin expiry falls in it),
+    /// under the same binding, the kept evaluation is the answer; outside it the presented chain
+    /// is evaluated again. A policy with a fixed time does not move with the clock.
+    func testAKeptEvaluationStandsInsideItsWindowAndIsMadeAgainOutside() throws {
+        let chain = [try cert("server"), try cert("int-a")]
+        let policy = try self.policy(["root"])
+        let peer = TrustPeer(host: "127.0.0.1", port: 8443, verifyAs: "server.test")
+        let bound = ResumptionBinding(policy: policy, peer: peer, identities: [])
+        let (made, standing) = policy.evaluateStanding(chain: chain, peer: peer, purpose: .serverAuth, overrides: nil)
+        XCTAssertTrue(made.trusted, "\(made.reasons)")
+        let window = try XCTUnwrap(standing)
+        XCTAssertFalse(window.fixedTime)
+        XCTAssertTrue(window.holds(at: Date()))
+        XCTAssertFalse(window.holds(at: chain.map(\.notAfter).min()!.addingTimeInterval(1)), "ends when a certificate expires")
+        XCTAssertFalse(window.holds(at: chain.map(\.notBefore).max()!.addingTimeInterval(-1)), "starts when they all are valid")
+        // A chain that the policy refuses (a client certificate where a server's is expected),
+        // kept with the evaluation above: inside the window the kept evaluation answers, with no
+        // new evaluation; with a window that is over, the chain is evaluated again and refused.
+        let refused = [try cert("client-a"), try cert("int-a")]
+        XCTAssertFalse(policy.evaluate(chain: refused, peer: peer, purpose: .serverAuth).trusted)
+        let inside = ResumptionRecord(binding: bound, presentedChain: refused, evaluation: made, standing: window)
+        let admitted = try XCTUnwrap(inside.admit(under: bound, policy: policy, peer: peer, purpose: .serverAuth))
+        XCTAssertTrue(admitted.record === inside)
+        XCTAssertEqual(admitted.evaluation?.trusted, true)
+        let over = EvaluationStanding(window: Date.distantPast...Date().addingTimeInterval(-10), fixedTime: false)
+        let outside = ResumptionRecord(binding: bound, presentedChain: refused, evaluation: made, standing: over)
+        XCTAssertNil(outside.admit(under: bound, policy: policy, peer: peer, purpose: .serverAuth))
+        // Outside its window a chain still trusted is admitted with a fresh evaluation and window,
+        // carried by a new record (for the tickets of the resumed connection).
+        let renewed = ResumptionRecord(binding: bound, presentedChain: chain, evaluation: made, standing: over, withDigest: true)
+        let again = try XCTUnwrap(renewed.admit(under: bound, policy: policy, peer: peer, purpose: .serverAuth))
+        XCTAssertFalse(again.record === renewed)
+        XCTAssertEqual(again.record.digest, bound.digest)
+        XCTAssertEqual(again.record.standing?.holds(at: Date()), true)
+        // Another binding is refused before any window is looked at.
+        policy.anchorsOnly = true
+        XCTAssertNil(inside.admit(under: ResumptionBinding(policy: policy, peer: peer, identities: []), policy: policy,
+                                  peer: peer, purpose: .serverAuth))
+        // A fixed time: the answer holds whatever the clock says.
+        let fixed = try self.policy(["root"])
+        fixed.time = Date()
+        let (_, fixedStanding) = fixed.evaluateStanding(chain: chain, peer: peer, purpose: .serverAuth, overrides: nil)
+        XCTAssertEqual(fixedStanding?.holds(at: Date.distantFuture), true)
     }
 }

@@ -72,6 +72,41 @@ final class RotationTests: XCTestCase {
         XCTAssertEqual(l.counters.refused.values.reduce(0, +), 0)
     }
 
+    /// A listener's handshakes start from an `SSL_CTX` that already holds the identity in force
+    /// (one per identity, made at the first handshake after a rotation): nothing is installed per
+    /// handshake, before or after rotations, and no ticket of the previous identity resumes.
+    func testAListenerKeepsOneContextPerIdentityAndResumesNothingAcrossARotation() throws {
+        let a = try identity("server"), b = try identity("server-rsa")
+        var so = TLSServerOptions(identity: a)
+        so.clientAuthentication = .require
+        so.clientPolicy = try policy(["int-a"])
+        let source = IdentitySource(a)
+        let first = try TLSContext.server(so, identitySource: source)
+        let contexts = ListenerContexts(first, source: source, options: so)
+        XCTAssertTrue(contexts.current() === first)
+        source.replace(with: b)
+        let second = contexts.current()
+        XCTAssertFalse(second === first)
+        XCTAssertTrue(second.config.installedIdentity === b)
+        XCTAssertTrue(contexts.current() === second, "made once per identity, not per handshake")
+        source.replace(with: a)
+        XCTAssertTrue(contexts.current().config.installedIdentity === a)
+
+        let l = try listener()
+        defer { l.close() }
+        var o = try clientOptions()
+        o.sessionResumption = true
+        XCTAssertEqual(try round(l, o).server, try cert("server").sha256Hex)
+        let again = try round(l, o)
+        XCTAssertTrue(again.resumed && again.serverResumed, "the same identity resumes")
+        l.setIdentity(b)
+        let rotated = try round(l, o)
+        XCTAssertEqual(rotated.server, try cert("server-rsa").sha256Hex)
+        XCTAssertFalse(rotated.resumed || rotated.serverResumed, "a session of the previous identity is not resumed")
+        l.setIdentity(a)
+        XCTAssertEqual(try round(l, o).server, try cert("server").sha256Hex)
+    }
+
     func testListenerFollowsAStoreLabelReplacedElsewhereAndKeepsTheLastGoodOnABrokenRow() throws {
         let dir = try TestPKI.tempDir()
         let ours = try CredentialStore(path: dir + "/s.db", secret: CredentialStoreTests.secret, options: CredentialStoreTests.options())

@@ -24,6 +24,21 @@ final class SecretFileTests: XCTestCase {
         }
     }
 
+    /// A file of another user is theirs to change whatever its mode: refused, naming the file
+    /// and its owner (the tests run as root, who may chown a file to any uid).
+    func testAFileOwnedByAnotherUserIsRefused() throws {
+        let path = try file("1234\n", mode: 0o600)
+        guard geteuid() == 0 else { throw XCTSkip("needs root to give a file to another user") }
+        XCTAssertEqual(chown(path, 4242, 4242), 0)
+        XCTAssertThrowsError(try FileIO.readSecret(path, kind: .pin)) { e in
+            let m = (e as? MTLSError)?.message ?? ""
+            XCTAssertEqual((e as? MTLSError)?.code, .invalidArgument)
+            XCTAssertTrue(m.contains(path) && m.contains("owned by another user (uid 4242)") && m.contains("PIN"), m)
+        }
+        XCTAssertEqual(chown(path, 0, 0), 0)  // root's own files are the user's
+        XCTAssertEqual(try FileIO.readSecret(path, kind: .pin).count, 4)
+    }
+
     func testGroupReadableIsUsedWithAWarningAndOwnerOnlySilently() throws {
         let grouped = try file("1234\n", mode: 0o640)
         _ = LibraryWarnings.take()

@@ -1,6 +1,6 @@
 /* Identities that change (issue 26) through the C ABI: a listener following a store label
  * replaced through another store handle, mtls_listener_set_identity, a client identity source
- * (mtls_conn_options version 3), events with user data and destroy, counters, store expiry. */
+ * (mtls_conn_options version 2), events with user data and destroy, counters, store expiry. */
 #define _DEFAULT_SOURCE /* usleep */
 #include "pki_support.h"
 
@@ -121,7 +121,7 @@ int main(void) {
     CHECK(strcmp(got, want_server) == 0);
     CHECK(__atomic_load_n(&rotated, __ATOMIC_RELAXED) == 2);
 
-    /* A client identity source (mtls_conn_options version 3): the listener sees the swap. */
+    /* A client identity source (mtls_conn_options version 2): the listener sees the swap. */
     mtls_identity_source *csrc = NULL;
     CHECK_OK(mtls_identity_source_new(client_a, &csrc));
     o.identity = NULL;

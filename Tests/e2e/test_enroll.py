@@ -318,15 +318,19 @@ def test_renew_loop_renews_every_enrolled_identity_then_backs_off_on_failure(sto
         r = run_cli("enroll", "pki", "--dir", pki, "--ca", "Loop CA", "--name", f"{label}.local", "--label", label, *store)
         assert r.returncode == 0, r.stdout + r.stderr
     before = {label: show(store, label)["leaf_sha256"] for label in ("one", "two")}
-    lines = _loop_lines(store, 2)
-    assert sorted(line["label"] for line in lines) == ["one", "two"] and all(line["renewed"] for line in lines), lines
+    # One line per library event (renewal_succeeded then renewal_scheduled, per label).
+    lines = _loop_lines(store, 4)
+    succeeded = [line for line in lines if line["event"] == "renewal_succeeded"]
+    assert sorted(line["label"] for line in succeeded) == ["one", "two"] and all(line["renewed"] for line in succeeded), lines
+    assert sorted(line["label"] for line in lines if line["event"] == "renewal_scheduled") == ["one", "two"], lines
     after = {label: show(store, label)["leaf_sha256"] for label in ("one", "two")}
     assert all(after[label] != before[label] for label in after)
     # The CA goes away: each attempt fails, is reported with its backoff, and the identity stays.
     os.rename(pki, tmp_path / "pki-gone")
     lines = _loop_lines(store, 2)
-    assert len(lines) == 2 and all(line["renewed"] is False and line["error"] == "not_found" for line in lines), lines
-    assert all(24 <= line["retry_in"] <= 36 and line["expires_before_retry"] is False for line in lines), lines
+    assert len(lines) == 2 and all(line["event"] == "renewal_failed" and line["renewed"] is False
+                                   and line["error"] == "not_found" for line in lines), lines
+    assert all(24 <= line["retry_in"] <= 36 for line in lines), lines
     assert {label: show(store, label)["leaf_sha256"] for label in ("one", "two")} == after
 
 

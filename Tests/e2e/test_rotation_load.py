@@ -167,10 +167,23 @@ def test_server_memory_is_flat_across_rotations(pki):
         for t in threads:
             t.start()
         names = [f"s{i}" for i in range(KEYS)]
-        # Warm-up, not measured: the allocator's arenas, the listener's ticket book and SQLite's page
-        # cache of the serving process (bounded, 2 MB by default, filled as the store's file grows
-        # with replacements) reach their size.
-        time.sleep(3)
+        # What grows before RSS is flat is not a leak nor a cache. Measured on `mtls serve` under
+        # these 8 clients (out of tree: heaptrack, and /proc RSS with MALLOC_ARENA_MAX=1): the live
+        # heap's floor is about 0.9 MB before the first rotation and stays within 0.92-0.98 MB over
+        # 60 rotations (one identity and one SSL_CTX in force, the previous ones freed with their
+        # last connection; the store's identity cache holds one row, replaced in place). RSS grows
+        # first with the load alone (glibc's per-thread arenas, thread stacks: several MB in the
+        # first seconds), then in a few steps of 1-3 MB during the first rotations: glibc's
+        # high-water mark, when a rotation's long-lived objects (the new identity, its SSL_CTX)
+        # land above memory freed around them, which glibc keeps. It is bounded by the peak
+        # live heap (about 2.5 MB), but when it is reached depends on timing, not on a size the
+        # test could compute: so the warm-up is the load until RSS stops growing, then 50
+        # rotations (the last step seen came at the 48th with the load warmed up), not measured.
+        warm = [rss_kib(serve.pid)]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (len(warm) >= 4 and warm[-1] <= warm[-4] * 1.01):
+            time.sleep(0.5)
+            warm.append(rss_kib(serve.pid))
         warmup = 50
         rss = []
         for k in range(warmup + ROTATIONS):
@@ -182,8 +195,9 @@ def test_server_memory_is_flat_across_rotations(pki):
         stop.set()
         for t in threads:
             t.join(60)
-        print("RSS KiB per rotation:", rss)
-        assert rss[-1] <= rss[0] * 1.05, rss
+        print("RSS KiB under load before any rotation:", warm)
+        print("RSS KiB after each measured rotation:", rss)
+        assert rss[-1] <= rss[0] * 1.05, rss  # after 100 more rotations, within 5 % of after the first
     finally:
         serve.terminate()
         serve.wait(10)

@@ -47,6 +47,19 @@ def test_a_group_readable_password_file_works_with_a_warning_and_owner_only_sile
     assert r.returncode == 0 and r.stderr == "", r.stderr
 
 
+def test_a_password_file_owned_by_another_user_is_refused(pki):
+    """OpenSSH's owner rule: a secret file not owned by the user (or root) is refused, naming it."""
+    import os
+    assert os.geteuid() == 0, "the tests run as root, to give a file to another uid"
+    os.chown(pki / "pw.txt", 4242, 4242)
+    r = p12_inspect(pki)
+    assert r.returncode != 0, r
+    assert "owned by another user (uid 4242)" in r.stderr and str(pki / "pw.txt") in r.stderr, r.stderr
+    assert json.loads(r.stdout)["error"] == "invalid_argument"
+    os.chown(pki / "pw.txt", 0, 0)
+    assert p12_inspect(pki).returncode == 0
+
+
 def test_store_secret_and_key_files_are_secret_files(pki):
     store = pki / "s.db"
     r = run_cli("store", "--store", store, "--secret-file", pki / "secret.txt", "import", pki / "id.p12", "--label", "a",
@@ -76,3 +89,25 @@ def test_a_private_key_file_is_a_secret_file_and_a_certificate_is_not(pki):
     assert "chmod" not in r.stdout + r.stderr and json.loads(r.stdout)["error_code"] == "connect", r
     # Certificates, policies and CRLs are not secrets: a 0644 certificate is read as before.
     assert run_cli("cert", "show", pki / "leaf.pem").returncode == 0
+
+
+@pytest.mark.parametrize("mode, owner, why", [(0o644, 0, "can be read or written by others"),
+                                              (0o600, 4242, "owned by another user (uid 4242)")],
+                         ids=["0644", "other-owner"])
+def test_the_c_example_refuses_an_unprotected_password_file_as_the_library_does(pki, tmp_path, mode, owner, why):
+    """examples/connect.c reads its own password file: it applies the library's secret-file rule
+    (mode and owner) instead of modelling the unsafe read."""
+    import os
+    import subprocess
+    from conftest import REPO
+    prefix = os.environ["MTLS_PREFIX"]
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "mtls"], check=True, capture_output=True, text=True,
+                           env={**os.environ, "PKG_CONFIG_PATH": os.path.join(prefix, "lib", "pkgconfig")}).stdout
+    connect = tmp_path / "connect"
+    sh(f"cc -std=c11 -Wall -Werror -o {connect} {REPO}/examples/connect.c {flags}", tmp_path)
+    pw = pki / "pw.txt"
+    pw.chmod(mode)
+    os.chown(pw, owner, owner)
+    r = subprocess.run([str(connect), "--p12", str(pki / "id.p12"), "--password-file", str(pw), "--anchor",
+                        str(pki / "root.pem"), "127.0.0.1", "1"], capture_output=True, text=True)
+    assert r.returncode != 0 and why in r.stderr and str(pw) in r.stderr, r

@@ -109,6 +109,8 @@ final class ACMEClient {
     private var directory: JSONValue = .null
     private var nonces: [String] = []
     private(set) var accountURL: String?
+    /// The `replaces` value the last order was created with (nil: none was sent).
+    private(set) var lastOrderReplaced: String?
 
     init(directoryURL: String, accountKey: PrivateKey, http: HTTPSClient) {
         self.directoryURL = directoryURL
@@ -185,12 +187,27 @@ final class ACMEClient {
 
     /// Orders a certificate for `identifiers` (DNS names or IP literals), answers each pending
     /// authorization with `method`, finalises with `csr` and returns the chain (leaf first).
-    func issue(identifiers: [String], csr: CertificateSigningRequest, method: ACMEChallengeMethod) throws -> [Certificate] {
+    /// `replaces` (RFC 9773 §5): the ARI identifier of the certificate this order renews; sent
+    /// only when the server offers renewal information, and dropped (the order retried once
+    /// without it) when the server refuses it as already replaced.
+    func issue(identifiers: [String], csr: CertificateSigningRequest, method: ACMEChallengeMethod,
+               replaces: String? = nil) throws -> [Certificate] {
         guard accountURL != nil else { throw MTLSError(.internal, "no ACME account") }
         let ids: [JSONOut] = identifiers.map {
             .object([("type", .string(Socket.isIPLiteral($0) ? "ip" : "dns")), ("value", .string($0))])
         }
-        let created = try post(try endpoint("newOrder"), .object([("identifiers", .array(ids))]), what: "creating the ACME order")
+        var payload: [(String, JSONOut)] = [("identifiers", .array(ids))]
+        if let replaces, try renewalInfoURL() != nil { payload.append(("replaces", .string(replaces))) }
+        let sendsReplaces = payload.count > 1
+        let created: HTTPResponse
+        do {
+            created = try post(try endpoint("newOrder"), .object(payload), what: "creating the ACME order")
+        } catch let e as MTLSError where sendsReplaces && e.message.contains("alreadyReplaced") {
+            // Another order already replaced this certificate (an earlier attempt that failed
+            // later): a plain order still renews it.
+            created = try post(try endpoint("newOrder"), .object([("identifiers", .array(ids))]), what: "creating the ACME order")
+        }
+        lastOrderReplaced = sendsReplaces ? replaces : nil
         guard let orderURL = created.header("location") else { throw MTLSError(.parse, "the ACME server gave no order URL") }
         var order = try JSONValue.parse(created.body, "the ACME order")
         for authz in order["authorizations"]?.arrayValue.compactMap(\.stringValue) ?? [] {
@@ -249,6 +266,44 @@ final class ACMEClient {
         }
     }
 
+    // MARK: renewal information (RFC 9773) and revocation
+
+    /// The directory's `renewalInfo` URL, nil when the server offers no renewal information.
+    func renewalInfoURL() throws -> String? {
+        _ = try endpoint("newNonce")  // reads the directory once
+        return directory["renewalInfo"]?.stringValue
+    }
+
+    /// The server's suggested renewal window for `certificate` (RFC 9773 §4.2), or nil when the
+    /// directory offers no `renewalInfo`. The answer is an unauthenticated GET; its
+    /// `Retry-After` says when to ask again.
+    func renewalInfo(for certificate: Certificate) throws -> ACMERenewalInfo? {
+        guard let base = try renewalInfoURL() else { return nil }
+        let id = try ACMERenewalInfo.identifier(of: certificate)
+        let r = try http.send("GET", (base.hasSuffix("/") ? base : base + "/") + id)
+        guard r.status == 200 else { throw ACMEClient.problem(r, "reading the ACME renewal information") }
+        let doc = try JSONValue.parse(r.body, "the ACME renewal information")
+        guard let start = doc["suggestedWindow"]?["start"]?.stringValue.flatMap(ACMEClient.parseTime),
+              let end = doc["suggestedWindow"]?["end"]?.stringValue.flatMap(ACMEClient.parseTime), end > start else {
+            throw MTLSError(.parse, "the ACME renewal information has no usable suggestedWindow")
+        }
+        return ACMERenewalInfo(identifier: id, windowStart: start, windowEnd: end,
+                               retryAfter: r.retryAfter(max: 86400 * 7), explanationURL: doc["explanationURL"]?.stringValue)
+    }
+
+    static func parseTime(_ s: String) -> Date? {
+        (try? Date.ISO8601FormatStyle().parse(s)) ?? (try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(s))
+    }
+
+    /// Revokes `certificate` (RFC 8555 §7.6), signed with the account key (kid). `reason` is an
+    /// RFC 5280 CRLReason code (nil: none given).
+    func revoke(_ certificate: Certificate, reason: Int?) throws {
+        guard accountURL != nil else { throw MTLSError(.internal, "no ACME account") }
+        var payload: [(String, JSONOut)] = [("certificate", .string(Base64URL.encode(certificate.der)))]
+        if let reason { payload.append(("reason", .int(reason))) }
+        _ = try post(try endpoint("revokeCert"), .object(payload), what: "revoking the certificate")
+    }
+
     /// `type: detail` of a problem document (RFC 7807), subproblems appended.
     static func describe(_ problem: JSONValue) -> String {
         let type = (problem["type"]?.stringValue ?? "").replacing("urn:ietf:params:acme:error:", with: "")
@@ -269,3 +324,4 @@ final class ACMEClient {
         return MTLSError(.caRejected, "\(what): the ACME server answered HTTP \(r.status)")
     }
 }
+

@@ -29,6 +29,11 @@ public struct ACMEEnrollment: Sendable {
     public var contact: [String] = []
     /// Seconds an order or authorization may stay pending.
     public var pollTimeout: Double = 120
+    /// The certificate this enrollment renews: its ARI identifier is sent as the order's
+    /// `replaces` (RFC 9773 §5) when the server offers renewal information.
+    public var replacing: Certificate?
+    /// Carried into the new record (a renewal of a token identity).
+    var previousTokenKeys: [EnrollmentRecord.RetiredTokenKey]?
 
     /// The minimum: a directory, identifiers and a challenge method.
     public init(directoryURL: String, identifiers: [String], challenge: ACMEChallengeMethod) {
@@ -50,6 +55,8 @@ public struct EnrollmentResult: Sendable {
     public var record: EnrollmentRecord
     /// The certificate it replaced, if any.
     public var previous: Certificate?
+    /// The ARI identifier sent as the ACME order's `replaces`, if one was sent.
+    public var replaced: String?
 }
 
 /// What ``Enrollment/renew(store:label:force:policy:tokenPIN:now:)`` did.
@@ -62,6 +69,14 @@ public struct RenewalOutcome: Sendable {
     public var dueAt: Date
     /// The current (or, after renewal, the previous) certificate.
     public var current: Certificate
+    /// The ACME server's renewal information (RFC 9773), when it offers it and answered:
+    /// then ``dueAt`` is a point in its suggested window rather than the two-thirds rule.
+    public var renewalInfo: ACMERenewalInfo? = nil
+    /// Why the renewal information could not be used (the two-thirds rule applied), if it failed.
+    public var renewalInfoError: MTLSError? = nil
+    /// When to look again at the latest, whatever ``dueAt`` says: the renewal information's
+    /// `Retry-After` (the server may move the window).
+    public var checkAgainAt: Date? = nil
 }
 
 /// Enrollment against a certificate authority (ACME, the local `mtls pki` directory) and
@@ -101,13 +116,49 @@ public enum Enrollment {
         let ips = request.identifiers.filter { Socket.isIPLiteral($0) }
         let dns = request.identifiers.filter { !Socket.isIPLiteral($0) }
         let csr = try CertificateSigningRequest.make(subject: "CN=" + (dns.first ?? ips[0]), key: key, dnsNames: dns, ipAddresses: ips)
-        let issued = try client.issue(identifiers: request.identifiers, csr: csr, method: request.challenge)
+        let replaces = request.replacing.flatMap { try? ACMERenewalInfo.identifier(of: $0) }
+        let issued = try client.issue(identifiers: request.identifiers, csr: csr, method: request.challenge, replaces: replaces)
         let record = EnrollmentRecord(source: "acme", url: request.directoryURL, account: accountURL, identifiers: request.identifiers,
                                       keyType: key.keyType.shortName, tokenURI: request.tokenURI, challenge: request.challenge.recorded,
                                       profile: "server", directoryAnchors: EnrollmentRecord.encode(request.directoryAnchors),
-                                      chainAnchors: EnrollmentRecord.encode(request.chainAnchors), enrolledAt: Date().timeIntervalSince1970)
-        return try install(key: key, issued: issued, record: record, accountKey: accountKey, store: store, label: label,
-                           policy: policy, tokenPIN: request.tokenPIN, writeToToken: true)
+                                      chainAnchors: EnrollmentRecord.encode(request.chainAnchors), enrolledAt: Date().timeIntervalSince1970,
+                                      previousTokenKeys: request.previousTokenKeys)
+        var result = try install(key: key, issued: issued, record: record, accountKey: accountKey, store: store, label: label,
+                                 policy: policy, tokenPIN: request.tokenPIN, writeToToken: true)
+        result.replaced = client.lastOrderReplaced
+        return result
+    }
+
+    /// The ACME client for an ACME record: its directory, its anchors, its account key.
+    static func acmeClient(_ record: EnrollmentRecord, accountKey: PrivateKey) -> ACMEClient {
+        var options = TLSClientOptions()
+        if let anchors = try? EnrollmentRecord.decode(record.directoryAnchors), !anchors.isEmpty {
+            options.policy = TrustPolicy(anchors: anchors, anchorsOnly: true)
+        }
+        return ACMEClient(directoryURL: record.url, accountKey: accountKey, http: HTTPSClient(options: options))
+    }
+
+    /// Revokes the ACME certificate of the identity labelled `label` (RFC 8555 §7.6), with the
+    /// account recorded at enrollment (the request is signed with its key). `reason` is an RFC
+    /// 5280 CRLReason code (0 unspecified, 1 keyCompromise, 4 superseded, 5 cessationOfOperation...;
+    /// nil: none sent). The identity stays in the store: a revoked identity is the caller's to
+    /// delete or renew. Returns the certificate revoked.
+    @discardableResult
+    public static func revokeACME(store: CredentialStore, label: String, reason: Int? = nil,
+                                  tokenPIN: SecretBytes? = nil) throws -> Certificate {
+        if let reason, !(0...10).contains(reason) || reason == 7 {
+            throw MTLSError(.invalidArgument, "\(reason) is not a CRLReason code (0-6, 8-10)")
+        }
+        let (record, accountKey) = try store.enrollmentRecordAndKey(label: label)
+        guard record.source == "acme" else {
+            throw MTLSError(.unsupported, "\"\(label)\" was enrolled from \"\(record.source)\": only ACME certificates are revoked through their CA here")
+        }
+        let certificate: Certificate = record.tokenURI == nil ? try store.identity(label: label).leaf
+                                                               : try store.tokenIdentity(label: label).certificate
+        let client = acmeClient(record, accountKey: accountKey)
+        try client.account()
+        try client.revoke(certificate, reason: reason)
+        return certificate
     }
 
     // MARK: EST
@@ -258,12 +309,21 @@ public enum Enrollment {
 
     // MARK: renewal
 
-    /// When `certificate` is due: two thirds into its lifetime, less a random jitter of up to
-    /// 5 % of the lifetime (so a fleet enrolled together does not renew together).
+    /// When `certificate` is due: two thirds into its lifetime, less a jitter of up to 5 % of
+    /// the lifetime (so a fleet enrolled together does not renew together). The jitter is drawn
+    /// from the certificate's hash, not at each call: every check of the same certificate agrees
+    /// on the date, so a loop that wakes at it finds it due rather than drawing a later one.
     public static func dueDate(_ certificate: Certificate, jitter: Bool = true) -> Date {
         let lifetime = certificate.notAfter.timeIntervalSince(certificate.notBefore)
-        let spread = jitter ? Double.random(in: 0...(max(0, lifetime) * 0.05)) : 0
+        let spread = jitter ? hashFraction(certificate) * max(0, lifetime) * 0.05 : 0
         return certificate.notBefore.addingTimeInterval(lifetime * 2 / 3 - spread)
+    }
+
+    /// A number in [0, 1) taken from the certificate's SHA-256: a per-certificate jitter.
+    static func hashFraction(_ certificate: Certificate) -> Double {
+        var x: UInt64 = 0
+        for b in certificate.sha256.prefix(8) { x = x << 8 | UInt64(b) }
+        return Double(x >> 11) / Double(UInt64(1) << 53)
     }
 
     /// Renews the identity labelled `label` from its enrollment record when it is due (or
@@ -271,17 +331,35 @@ public enum Enrollment {
     /// new one is issued and proven (see ``prove``); then both are swapped in one transaction.
     public static func renew(store: CredentialStore, label: String, force: Bool = false, policy: TrustPolicy? = nil,
                              tokenPIN: SecretBytes? = nil, externalAccount: ACMEExternalAccount? = nil,
-                             caKeyPassword: SecretBytes? = nil, now: Date = Date()) throws -> RenewalOutcome {
+                             caKeyPassword: SecretBytes? = nil, options: RenewalOptions = RenewalOptions(),
+                             now: Date = Date()) throws -> RenewalOutcome {
         var record = try store.enrollmentRecord(label: label)
+        if let grace = options.deletePreviousTokenKeysAfter {
+            record = try deletePreviousTokenKeys(store: store, label: label, record: record, grace: grace, pin: tokenPIN, now: now)
+        }
         let current: Certificate = record.tokenURI == nil ? try store.identity(label: label).leaf
                                                            : try store.tokenIdentity(label: label).certificate
-        let due = dueDate(current)
-        guard force || now >= due else { return RenewalOutcome(renewed: false, result: nil, dueAt: due, current: current) }
+        var due = dueDate(current)
+        var info: ACMERenewalInfo? = nil, infoError: MTLSError? = nil
+        if record.source == "acme" {
+            // RFC 9773: the server's window, when it offers one; any failure to get it falls
+            // back to the two-thirds rule (and is reported in the outcome).
+            do {
+                info = try acmeClient(record, accountKey: try store.enrollmentRecordAndKey(label: label).accountKey).renewalInfo(for: current)
+            } catch let e as MTLSError { infoError = e } catch { infoError = MTLSError(.internal, "\(error)") }
+            if let info { due = info.chosenTime(for: current) }
+        }
+        let checkAgain = info?.retryAfter.map { now.addingTimeInterval(max(1, $0)) }
+        guard force || now >= due else {
+            return RenewalOutcome(renewed: false, result: nil, dueAt: due, current: current, renewalInfo: info,
+                                  renewalInfoError: infoError, checkAgainAt: checkAgain)
+        }
         let keySpec = (try? KeySpec(issuingName: record.keyType)) ?? .ecP256
         if let keyURI = record.tokenURI {
             // A token identity is re-keyed on the token: a new key (new CKA_ID, a new label),
             // the CSR signed there; the previous key stays on the token.
             record.tokenURI = try rekeyOnToken(keyURI, keyType: record.keyType, pin: tokenPIN)
+            record.previousTokenKeys = (record.previousTokenKeys ?? []) + [.init(uri: keyURI, retiredAt: now.timeIntervalSince1970)]
         }
         let result: EnrollmentResult
         switch record.source {
@@ -295,6 +373,8 @@ public enum Enrollment {
             request.tokenURI = record.tokenURI
             request.tokenPIN = tokenPIN
             request.externalAccount = externalAccount
+            request.replacing = current
+            request.previousTokenKeys = record.previousTokenKeys
             // The same account: enrollACME takes its key from the record.
             result = try enrollACME(request, store: store, label: label, policy: policy)
         case "pki":
@@ -313,7 +393,36 @@ public enum Enrollment {
         default:
             throw MTLSError(.unsupported, "\"\(label)\" was enrolled from \"\(record.source)\", which this libmtls cannot renew")
         }
-        return RenewalOutcome(renewed: true, result: result, dueAt: due, current: current)
+        if let grace = options.deletePreviousTokenKeysAfter {
+            _ = try deletePreviousTokenKeys(store: store, label: label, record: result.record, grace: grace, pin: tokenPIN, now: now)
+        }
+        return RenewalOutcome(renewed: true, result: result, dueAt: due, current: current, renewalInfo: info,
+                              renewalInfoError: infoError, checkAgainAt: checkAgain)
+    }
+
+    /// Whether `error` says a renewed identity was issued but not installed (not proven by ``prove``).
+    static func isNotInstalled(_ error: MTLSError) -> Bool {
+        error.code == .challengeFailed && error.message.hasSuffix(": not installed")
+    }
+
+    /// Deletes from the token the keys earlier renewals replaced more than `grace` seconds
+    /// ago (a key already gone counts as deleted) and stores the record without them. Returns
+    /// the record as stored.
+    static func deletePreviousTokenKeys(store: CredentialStore, label: String, record: EnrollmentRecord, grace: Double,
+                                        pin: SecretBytes?, now: Date) throws -> EnrollmentRecord {
+        guard grace.isFinite, grace >= 0 else { throw MTLSError(.invalidArgument, "the grace period must be 0 seconds or more") }
+        let retired = record.previousTokenKeys ?? []
+        var kept: [EnrollmentRecord.RetiredTokenKey] = []
+        for k in retired {
+            guard now.timeIntervalSince1970 >= k.retiredAt + grace, k.uri != record.tokenURI else { kept.append(k); continue }
+            do { try Token.deleteKey(uri: k.uri, pin: pin) } catch let e as MTLSError where e.code == .notFound {}
+        }
+        guard kept.count != retired.count else { return record }
+        var r = record
+        r.previousTokenKeys = kept
+        let accountKey = try store.enrollmentRecordAndKey(label: label).accountKey
+        try store.putIdentity(try r.carrier(key: accountKey), label: EnrollmentRecord.label(for: label), replace: true)
+        return r
     }
 
     /// Makes the next key of a token identity beside `uri`'s: same token (and query, such as

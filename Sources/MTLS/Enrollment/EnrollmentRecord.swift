@@ -31,6 +31,17 @@ public struct EnrollmentRecord: Codable, Sendable, Equatable {
     public var chainAnchors: [String]
     /// When the identity was last enrolled or renewed (seconds since 1970).
     public var enrolledAt: Double
+    /// Token identities: the keys earlier renewals replaced, with when (absent in records
+    /// written before it existed). Deleted after ``RenewalOptions/deletePreviousTokenKeysAfter``.
+    public var previousTokenKeys: [RetiredTokenKey]? = nil
+
+    /// A token key a renewal replaced.
+    public struct RetiredTokenKey: Codable, Sendable, Equatable {
+        /// The key's `pkcs11:` URI.
+        public var uri: String
+        /// When it was replaced (seconds since 1970).
+        public var retiredAt: Double
+    }
 
     /// The label of the record for the identity labelled `label`.
     public static func label(for label: String) -> String { "mtls-enrollment:" + label }
@@ -41,6 +52,8 @@ public struct EnrollmentRecord: Codable, Sendable, Equatable {
     }
 
     static let commonName = "libmtls enrollment record"
+    /// The common name of a record's carrier certificate (how a listed row is told from an identity).
+    public static var commonNameText: String { commonName }
     static let prefix = "libmtls-enrollment/v1:"
 
     /// The record with `key` (the ACME account key; a fresh one for sources that have none) as

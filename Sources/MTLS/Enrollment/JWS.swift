@@ -21,7 +21,7 @@ enum Base64URL {
 
 /// A JSON value written by libmtls: members stay in the order given, so the JWK thumbprint's
 /// canonical form (RFC 7638: lexicographic member order, no spaces) is written exactly.
-indirect enum JSONOut {
+indirect enum JSONOut: Sendable {
     case string(String), bool(Bool), int(Int), array([JSONOut]), object([(String, JSONOut)]), raw(String)
 
     var text: String {

@@ -26,11 +26,13 @@ public struct StoreExpiryItem: Sendable, Hashable {
 
 extension CredentialStore {
     /// Every certificate in the store (identities and their chains, stored certificates, token
-    /// identities' certificates and chains), earliest notAfter first. No private key is opened;
+    /// identities' certificates and chains; not enrollment records), earliest notAfter first. No private key is opened;
     /// a row that fails authentication makes the whole call fail (``MTLSError/Code/corrupt``).
     public func expiry() throws -> [StoreExpiryItem] {
         var out: [StoreExpiryItem] = []
-        for (info, certs) in try itemCertificates() {
+        // Enrollment records (`mtls-enrollment:LABEL`) are not identities anyone presents: their
+        // carrier certificate is a container, and its notAfter says nothing about an outage.
+        for (info, certs) in try itemCertificates() where !(info.itemClass == .identity && EnrollmentRecord.identityLabel(ofRecord: info.label) != nil) {
             for (i, c) in certs.enumerated() {
                 out.append(StoreExpiryItem(label: info.label, itemClass: info.itemClass, position: i, subject: c.subject,
                                            sha256: c.sha256Hex, notBefore: c.notBefore, notAfter: c.notAfter))

@@ -77,9 +77,11 @@ public enum FileIO {
     }
 
     /// Reads a secret file of `kind` (see ``SecretKind``), as OpenSSH reads a private key: a file
+    /// owned by a user other than the effective user or root is refused with
+    /// ``MTLSError/Code/invalidArgument`` and a message naming the file and its owner; a file
     /// that anyone but its owner can write (group or other write bit), or that everyone can read
-    /// (other read bit), is refused with ``MTLSError/Code/invalidArgument`` and a message naming
-    /// the file and the `chmod 600` that fixes it; a group-readable one is read, with a warning
+    /// (other read bit), is refused the same way with a message naming the file and the
+    /// `chmod 600` that fixes it; a group-readable one is read, with a warning
     /// through ``LibraryWarnings`` (the library prints nothing). The mode is that of the file
     /// opened (a symbolic link's target), read after opening so it cannot change in between;
     /// terminals and other character devices (`/dev/stdin` on a terminal) are not checked.
@@ -93,6 +95,12 @@ public enum FileIO {
             throw MTLSError(.io, "cannot stat \(path): \(String(cString: strerror(errno)))")
         }
         if (st.st_mode & S_IFMT) != S_IFCHR {
+            // Owned by another user, it can be changed or replaced by them whatever its mode (as
+            // OpenSSH refuses a key file that is not the user's or root's).
+            let me = geteuid()
+            if st.st_uid != me && st.st_uid != 0 {
+                throw MTLSError(.invalidArgument, "the \(kind.rawValue) file \(path) is owned by another user (uid \(st.st_uid)), not by this user (uid \(me)) or root: refusing to use it; run chown \(me) \(path)")
+            }
             let mode = st.st_mode & 0o777
             let octal = "0" + String(mode, radix: 8)
             if mode & 0o022 != 0 {

@@ -17,8 +17,20 @@ public enum LifecycleEventKind: Int32, Sendable {
     /// A replacement could not be loaded (a row that fails authentication, a token that is gone,
     /// a policy file that does not parse): the last good one stays in force.
     case reloadFailed = 3
-    /// The identity presented (or an anchor) expires within the warning window.
+    /// The identity presented (or an anchor) expires within the warning window; from a
+    /// ``Renewer``: the identity expires before the next renewal attempt.
     case expiryWarning = 4
+    /// A ``Renewer`` worked out when an identity is next renewed (``LifecycleEvent/nextAttempt``):
+    /// reported when that time is first known or changes.
+    case renewalScheduled = 5
+    /// A renewed identity was proven and installed in the store (the event's certificate is the new one).
+    case renewalSucceeded = 6
+    /// A renewal failed (the CA unreachable or refusing...): ``LifecycleEvent/error`` says why,
+    /// ``LifecycleEvent/nextAttempt`` when it is retried (exponential backoff); the old identity stays.
+    case renewalFailed = 7
+    /// A certificate was issued but not installed: its key does not match or its chain does not
+    /// validate under the policy. The old identity stays; retried with backoff like a failure.
+    case renewalNotInstalled = 8
 }
 
 /// One lifecycle event.
@@ -37,9 +49,13 @@ public struct LifecycleEvent: Sendable {
     public var error: MTLSError?
     /// One line saying what happened.
     public var message: String
+    /// For renewal events: when the next renewal attempt is due, if one is planned.
+    public var nextAttempt: Date? = nil
 
     /// An event about `certificate` (its subject, SHA-256 and notAfter are copied), if any.
-    public init(kind: LifecycleEventKind, label: String? = nil, certificate: Certificate? = nil, error: MTLSError? = nil, message: String) {
+    public init(kind: LifecycleEventKind, label: String? = nil, certificate: Certificate? = nil, error: MTLSError? = nil, message: String,
+                nextAttempt: Date? = nil) {
+        self.nextAttempt = nextAttempt
         self.kind = kind
         self.label = label
         subject = certificate?.subject
@@ -80,6 +96,11 @@ public final class LifecycleEvents: Sendable {
         // Called outside the lock: a handler may set another handler.
         handler.withLock { $0 }?(event)
     }
+}
+
+/// Something told of each identity an ``IdentitySource`` puts in force, on the thread that does.
+protocol IdentityObserver: AnyObject, Sendable {
+    func identityReplaced(_ identity: Identity)
 }
 
 /// Something the watcher thread looks at periodically.
@@ -156,6 +177,10 @@ public final class IdentitySource: Sendable, LifecycleWatched {
     }
     private let current_: Mutex<Current>
     private let follow: StoreFollow?
+    /// Told of each new identity before the event, on the thread that put it in force (a
+    /// listener makes its context for it there: see ``ListenerContexts``). Held weakly.
+    private let observers = Mutex<[WeakObserver]>([])
+    private struct WeakObserver { weak var item: (any IdentityObserver)? }
 
     /// What following a store needs: the store, the label and what was seen last.
     private final class StoreFollow: Sendable {
@@ -205,9 +230,19 @@ public final class IdentitySource: Sendable, LifecycleWatched {
     /// (``LifecycleEventKind/identityRotated``, on the calling thread).
     public func replace(with identity: Identity) {
         current_.withLock { $0.identity = identity }
+        let told = observers.withLock { list in
+            list.removeAll { $0.item == nil }
+            return list.compactMap(\.item)
+        }
+        for o in told { o.identityReplaced(identity) }
         events.emit(LifecycleEvent(kind: .identityRotated, label: label, certificate: identity.leaf,
                                    message: "identity rotated: now presenting \"\(identity.leaf.subjectSummary)\" (sha256 \(identity.leaf.sha256Hex.prefix(16)))"))
         warnIfExpiring()
+    }
+
+    /// Tells `observer` of every identity put in force from now on (held weakly).
+    func observe(_ observer: any IdentityObserver) {
+        observers.withLock { $0.append(WeakObserver(item: observer)) }
     }
 
     private static func load(_ store: CredentialStore, _ label: String, _ pin: SecretBytes?) throws -> (Identity, String) {
@@ -403,6 +438,11 @@ public final class StoreAnchorWatch: Sendable, LifecycleWatched {
         state = Mutex((mark, certificates, nil))
         LifecycleWatcher.watch(self)
     }
+
+    /// The certificates of ``labels`` in force now (the last good load), in the order of the labels:
+    /// what a program that also replaces the policy's settings by other means (a followed policy
+    /// file) adds back to each new version.
+    public var certificates: [Certificate] { state.withLock { $0.certificates } }
 
     func refresh() {
         guard let mark = try? store.changeMark() else { return }

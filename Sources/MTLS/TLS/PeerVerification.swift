@@ -39,15 +39,19 @@ extension TLSContext {
             let n = mtls_ossl_SSL_get_ocsp_staple(ssl, &p)
             if n > 0, n <= 1 << 20, let p { staple = Array(UnsafeBufferPointer(start: p, count: n)) }
         }
-        let result = policy.evaluate(chain: chain, peer: state.peer, purpose: config.purpose, at: nil, overrides: overrides,
-                                     stapledOCSP: staple)
+        let (result, standing) = policy.evaluateStanding(chain: chain, peer: state.peer, purpose: config.purpose,
+                                                         overrides: overrides, stapledOCSP: staple)
         state.evaluation = result
         if result.trusted {
             if let ssl, let session = SSL_get_session(ssl) {
                 // The session this handshake makes (TLS 1.3 tickets are copies of it) carries
                 // its binding and the chain to re-check; on an application's server context,
                 // whose session cache OpenSSL consults alone, it also expires with its chain.
-                ResumptionRecord(binding: binding, presentedChain: chain, evaluation: result).attach(to: session)
+                // A server's record also goes into the tickets it issues (ServerTickets).
+                let record = ResumptionRecord(binding: binding, presentedChain: chain, evaluation: result, standing: standing,
+                                              withDigest: config.purpose == .clientAuth)
+                record.attach(to: session)
+                state.record = record
                 if config.applicationOwned, config.purpose == .clientAuth,
                    let until = ResumptionRecord.horizon(of: result, policy: policy, peer: state.peer) {
                     let left = max(0, Int(until.timeIntervalSinceNow.rounded(.down)))

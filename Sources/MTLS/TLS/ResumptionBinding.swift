@@ -70,35 +70,60 @@ struct ResumptionBinding: Hashable, Sendable {
 }
 
 /// A session's binding with what is needed to re-check it before it is resumed: the chain the
-/// peer presented at the full handshake and the evaluation made then.
+/// peer presented at the full handshake, the evaluation made then, and how long that evaluation's
+/// answer stands (``EvaluationStanding``). With the last, the re-check is a few comparisons.
 final class ResumptionRecord: Sendable {
     let binding: ResumptionBinding
     /// The chain the peer presented, leaf first; empty when it presented none (a client of a
     /// server that asks for a certificate without requiring one).
     let presentedChain: [Certificate]
     let evaluation: TrustResult?
+    /// Until when `evaluation` stands under `binding`'s policy version (nil: it must be made again).
+    let standing: EvaluationStanding?
+    /// The SHA-256 of `binding` (``ResumptionBinding/digest``), made once for the tickets that
+    /// carry it; nil where no ticket is issued for the record.
+    let digest: [UInt8]?
 
-    init(binding: ResumptionBinding, presentedChain: [Certificate], evaluation: TrustResult?) {
+    init(binding: ResumptionBinding, presentedChain: [Certificate], evaluation: TrustResult?,
+         standing: EvaluationStanding? = nil, withDigest: Bool = false) {
         self.binding = binding
         self.presentedChain = presentedChain
         self.evaluation = evaluation
+        self.standing = standing
+        digest = withDigest ? binding.digest : nil
+    }
+
+    /// What ``admit(under:policy:peer:purpose:)`` lets resume: the evaluation the resumed
+    /// connection reports (nil when the peer presented no certificate), and the record that
+    /// carries it — this one, or a new one with a fresh evaluation — for the tickets the
+    /// resumed connection is given.
+    struct Admission {
+        let evaluation: TrustResult?
+        let record: ResumptionRecord
     }
 
     /// Whether the session may resume under `current` (the binding in force for the new
-    /// handshake): the bindings must be equal, and the presented chain is evaluated again under
-    /// `policy` at its time (the policy's fixed time, else now) — a certificate that expired, or a
-    /// host rule whose pins expired and that fails closed, since the session was made would
-    /// refuse a full handshake, so they refuse the resumption too. The evaluator does the check
-    /// (recent evaluations are cached, so this is a lookup when nothing changed). Returns nil
-    /// when the session must not resume; else the evaluation the resumed connection reports
-    /// (nil inside when the peer presented no certificate).
+    /// handshake). The bindings must be equal: the same policy object and version, peer,
+    /// identity and overrides. Then the evaluation must still stand at the policy's time (the
+    /// policy's fixed time, else now): a certificate that expired, or a host rule whose pins
+    /// expired and that fails closed, since the session was made refuses a full handshake, so it
+    /// refuses the resumption too. Within the evaluation's window (``EvaluationStanding``) its
+    /// answer is the one a new evaluation would give, so it is reused as it is; outside it, or
+    /// where it has no window (revocation checked, CRLs, a report-only rule that reports), the
+    /// presented chain is evaluated again under `policy`. Returns nil when the session must not
+    /// resume.
     func admit(under current: ResumptionBinding, policy: TrustPolicy, peer: TrustPeer,
-               purpose: TrustPurpose) -> TrustResult?? {
+               purpose: TrustPurpose) -> Admission? {
         guard binding == current else { return nil }
-        guard evaluation != nil else { return .some(nil) }
+        guard let evaluation else { return Admission(evaluation: nil, record: self) }
+        if let standing, standing.holds(at: Date()) { return Admission(evaluation: evaluation, record: self) }
         guard !presentedChain.isEmpty else { return nil }
-        let fresh = policy.evaluate(chain: presentedChain, peer: peer, purpose: purpose, at: nil, overrides: current.overrides)
-        return fresh.trusted ? .some(fresh) : nil
+        let (fresh, standing) = policy.evaluateStanding(chain: presentedChain, peer: peer, purpose: purpose,
+                                                        overrides: current.overrides)
+        guard fresh.trusted else { return nil }
+        let record = ResumptionRecord(binding: binding, presentedChain: presentedChain, evaluation: fresh,
+                                      standing: standing, withDigest: digest != nil)
+        return Admission(evaluation: fresh, record: record)
     }
 
     /// The latest moment (real time) until which the evaluation of this session can stay as it
@@ -176,8 +201,7 @@ enum ApplicationResumption {
         // An identity that can change: this handshake's, taken whole now, and bound below. On
         // failure the context's own identity (the one in force when it was configured) stays.
         if let source = config.identitySource {
-            try? state.takeIdentity(from: source, ssl: ssl, server: config.purpose == .clientAuth,
-                                   widenSchemes: config.contextSchemesLimited)
+            try? state.takeIdentity(from: source, ssl: ssl, server: config.purpose == .clientAuth, config: config)
         }
         let current = ServerTickets.currentBinding(state, config)
         if config.purpose == .clientAuth {
@@ -188,7 +212,7 @@ enum ApplicationResumption {
         guard let session = SSL_get_session(ssl) else { return }
         if let record = ResumptionRecord.of(session),
            let admitted = record.admit(under: current, policy: config.policy, peer: state.peer, purpose: .serverAuth) {
-            state.evaluation = admitted
+            state.evaluation = admitted.evaluation
             state.presentedChain = record.presentedChain
         } else {
             _ = SSL_set_session(ssl, nil)

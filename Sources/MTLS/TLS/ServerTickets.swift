@@ -13,37 +13,71 @@ import Synchronization
 /// `fail_closed` rule's pins not expired); otherwise the client gets a full handshake and a
 /// fresh evaluation. A resumed connection reports the evaluation made for the resumption.
 final class ServerTickets: Sendable {
-    /// How many records are kept; the oldest go first (their tickets then give a full handshake).
+    /// How many tickets are kept; the oldest go first (their tickets then give a full handshake).
     static let capacity = 4096
 
+    /// One ticket issued: its record and the application data it carries.
+    private struct Ticket {
+        let record: ResumptionRecord
+        let appData: [UInt8]
+    }
     private struct Book: @unchecked Sendable {
         var next: UInt64 = 1
-        var entries: [UInt64: ResumptionRecord] = [:]
+        var entries: [UInt64: Ticket] = [:]
         var order: [UInt64] = []
         var head = 0
     }
     private let book = Mutex(Book())
 
-    private func keep(_ record: ResumptionRecord) -> UInt64 {
-        book.withLock { b in
+    /// Keeps `record` under a new number; returns what the ticket carries.
+    private func keep(_ record: ResumptionRecord) -> [UInt8]? {
+        guard let digest = record.digest else { return nil }
+        return book.withLock { b in
             let id = b.next
             b.next &+= 1
-            b.entries[id] = record
+            let data = Self.appData(id: id, digest: digest)
+            b.entries[id] = Ticket(record: record, appData: data)
             b.order.append(id)
             while b.entries.count > Self.capacity, b.head < b.order.count {
                 b.entries[b.order[b.head]] = nil
                 b.head += 1
             }
             if b.head > Self.capacity { b.order.removeFirst(b.head); b.head = 0 }
-            return id
+            return data
         }
     }
 
-    private func record(_ id: UInt64) -> ResumptionRecord? { book.withLock { $0.entries[id] } }
+    private func ticket(_ id: UInt64) -> Ticket? { book.withLock { $0.entries[id] } }
 
-    /// What a ticket carries: "v2 <record number> <binding digest, hex>".
-    private static func appData(id: UInt64, binding: ResumptionBinding) -> [UInt8] {
-        Array("v2 \(id) \(Encoding.hex(binding.digest))".utf8)
+    /// What a ticket carries: "v2 <ticket number> <binding digest, hex>" (formatted by hand: it
+    /// is made for every ticket issued).
+    private static func appData(id: UInt64, digest: [UInt8]) -> [UInt8] {
+        let hex: [UInt8] = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = [UInt8(ascii: "v"), UInt8(ascii: "2"), UInt8(ascii: " ")]
+        out.reserveCapacity(3 + 20 + 1 + 2 * digest.count)
+        var digits: [UInt8] = []
+        var n = id
+        repeat { digits.append(UInt8(ascii: "0") + UInt8(n % 10)); n /= 10 } while n > 0
+        out.append(contentsOf: digits.reversed())
+        out.append(UInt8(ascii: " "))
+        for b in digest { out.append(hex[Int(b >> 4)]); out.append(hex[Int(b & 0xf)]) }
+        return out
+    }
+
+    /// The ticket number in what a ticket carries, if it is of this form.
+    private static func ticketNumber(_ data: UnsafeRawBufferPointer) -> UInt64? {
+        guard data.count > 3, data[0] == UInt8(ascii: "v"), data[1] == UInt8(ascii: "2"), data[2] == UInt8(ascii: " ") else { return nil }
+        var id: UInt64 = 0
+        for i in 3..<data.count {
+            let c = data[i]
+            if c == UInt8(ascii: " ") { return i > 3 ? id : nil }
+            guard c >= UInt8(ascii: "0"), c <= UInt8(ascii: "9") else { return nil }
+            let (times, o1) = id.multipliedReportingOverflow(by: 10)
+            let (sum, o2) = times.addingReportingOverflow(UInt64(c - UInt8(ascii: "0")))
+            guard !o1, !o2 else { return nil }
+            id = sum
+        }
+        return nil
     }
 
     private static func config(_ arg: UnsafeMutableRawPointer?) -> TLSContextConfig? {
@@ -64,13 +98,17 @@ final class ServerTickets: Sendable {
         let record: ResumptionRecord
         if let e = state.evaluation {
             guard e.trusted else { return 1 }
-            record = ResumptionRecord(binding: state.binding ?? currentBinding(state, config),
-                                      presentedChain: state.presentedChain, evaluation: e)
+            // The verification's record, or the one a resumed ticket was admitted with.
+            record = state.record.flatMap { $0.digest == nil ? nil : $0 }
+                ?? ResumptionRecord(binding: state.binding ?? currentBinding(state, config), presentedChain: state.presentedChain,
+                                    evaluation: e, withDigest: true)
         } else {
             // No client certificate (client authentication optional or off).
-            record = ResumptionRecord(binding: state.binding ?? currentBinding(state, config), presentedChain: [], evaluation: nil)
+            record = state.record.flatMap { $0.digest == nil || $0.evaluation != nil ? nil : $0 }
+                ?? ResumptionRecord(binding: state.binding ?? currentBinding(state, config), presentedChain: [], evaluation: nil,
+                                    withDigest: true)
         }
-        let data = appData(id: config.tickets.keep(record), binding: record.binding)
+        guard let data = config.tickets.keep(record) else { return 1 }
         _ = data.withUnsafeBytes { SSL_SESSION_set1_ticket_appdata(session, $0.baseAddress, $0.count) }
         return 1
     }
@@ -91,17 +129,17 @@ final class ServerTickets: Sendable {
         guard SSL_SESSION_get0_ticket_appdata(session, &raw, &len) == 1, let raw, len > 0, len < 4096 else {
             return SSL_TICKET_RETURN_IGNORE_RENEW
         }
-        let got = Array(UnsafeRawBufferPointer(start: raw, count: len))
-        let fields = String(decoding: got, as: UTF8.self).split(separator: " ", maxSplits: 2)
-        guard fields.count == 3, fields[0] == "v2", let id = UInt64(fields[1]), let record = config.tickets.record(id),
-              got == appData(id: id, binding: record.binding),
-              let admitted = record.admit(under: currentBinding(state, config), policy: config.policy,
-                                          peer: state.peer, purpose: .clientAuth) else {
+        let got = UnsafeRawBufferPointer(start: raw, count: len)
+        guard let id = ticketNumber(got), let ticket = config.tickets.ticket(id),
+              ticket.appData.elementsEqual(got),
+              let admitted = ticket.record.admit(under: currentBinding(state, config), policy: config.policy,
+                                                 peer: state.peer, purpose: .clientAuth) else {
             return SSL_TICKET_RETURN_IGNORE_RENEW
         }
-        state.evaluation = admitted
-        state.presentedChain = record.presentedChain
-        state.binding = record.binding
+        state.evaluation = admitted.evaluation
+        state.presentedChain = ticket.record.presentedChain
+        state.binding = ticket.record.binding
+        state.record = admitted.record
         return status == SSL_TICKET_SUCCESS ? SSL_TICKET_RETURN_USE : SSL_TICKET_RETURN_USE_RENEW
     }
 }

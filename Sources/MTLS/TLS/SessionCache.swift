@@ -34,7 +34,7 @@ final class SessionCache: Sendable {
             remove(key, ifStill: session)
             return nil
         }
-        return (session, admitted)
+        return (session, admitted.evaluation)
     }
 
     /// Keeps `session` (taking the caller's reference) for `key`.

@@ -46,12 +46,18 @@ final class TLSContextConfig {
     /// signature schemes are limited to the token's, so an `SSL` that takes a software key
     /// puts every scheme back (``TLSContext/use(_:onSSL:server:widenSchemes:)``).
     let contextSchemesLimited: Bool
+    /// The identity put on the `SSL_CTX` itself when it was made (a listener's, a configured
+    /// context's): every `SSL` made from the context starts with it, so a handshake that finds
+    /// it still in force in ``identitySource`` has nothing to install (one lock-protected reference
+    /// read and a pointer comparison; see ``TLSHandshakeState/takeIdentity(from:ssl:server:config:)``).
+    let installedIdentity: Identity?
     private static let nextInstance = Atomic<UInt64>(0)
 
     init(policy: TrustPolicy, purpose: TrustPurpose, identity: ClientIdentity, serverALPN: [String],
          serverIdentity: Identity? = nil, applicationOwned: Bool = false,
-         overrides: TrustOverrides? = nil, identitySource: IdentitySource? = nil) throws {
+         overrides: TrustOverrides? = nil, identitySource: IdentitySource? = nil, installedIdentity: Identity? = nil) throws {
         self.identitySource = identitySource
+        self.installedIdentity = installedIdentity
         contextSchemesLimited = identitySource.map { ((try? TokenKey.signatureAlgorithms($0.current.privateKey)) ?? nil) != nil } ?? false
         self.policy = policy
         self.overrides = overrides.flatMap { $0.isEmpty ? nil : $0 }
@@ -111,6 +117,9 @@ final class TLSHandshakeState {
     var binding: ResumptionBinding?
     /// The evaluation a session about to be resumed was re-checked with (own clients).
     var resumedEvaluation: TrustResult?
+    /// The record of this handshake's trusted evaluation: made by the verification, or the one a
+    /// resumed ticket was admitted with. The tickets this handshake issues carry it.
+    var record: ResumptionRecord?
     /// This connection's trust overrides (a client connection's); nil: the context's.
     var overrides: TrustOverrides?
     /// The identity this handshake took from an ``IdentitySource`` (by leaf SHA-256), for its
@@ -118,10 +127,18 @@ final class TLSHandshakeState {
     var bindingIdentities: [[UInt8]]?
 
     /// Takes `source`'s identity for this handshake: put on `ssl` whole, and bound into the
-    /// sessions it makes (a session of an earlier identity is not resumed under this one).
-    func takeIdentity(from source: IdentitySource, ssl: OpaquePointer, server: Bool, widenSchemes: Bool) throws {
+    /// sessions it makes (a session of an earlier identity is not resumed under this one). When
+    /// it is the identity `config`'s `SSL_CTX` was made with, the `SSL` already holds it (copied
+    /// by `SSL_new`): nothing is installed, so a followed identity costs a handshake no more than
+    /// a fixed one (issue 26's bench).
+    func takeIdentity(from source: IdentitySource, ssl: OpaquePointer, server: Bool, config: TLSContextConfig) throws {
         let id = source.current
-        try TLSContext.use(id, onSSL: ssl, server: server, widenSchemes: widenSchemes)
+        if let installed = config.installedIdentity, installed === id {
+            presentedIdentity = id
+            bindingIdentities = nil // the context's own: this identity's leaf
+            return
+        }
+        try TLSContext.use(id, onSSL: ssl, server: server, widenSchemes: config.contextSchemesLimited)
         presentedIdentity = id
         bindingIdentities = [id.leaf.sha256]
     }

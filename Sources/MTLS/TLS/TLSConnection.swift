@@ -109,7 +109,7 @@ public final class TLSConnection {
         do {
             let bareHost = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
             if let source = options.identitySource {
-                try state.takeIdentity(from: source, ssl: ssl, server: false, widenSchemes: context.config.contextSchemesLimited)
+                try state.takeIdentity(from: source, ssl: ssl, server: false, config: context.config)
             } else if case .identity(let id) = options.identity { state.presentedIdentity = id }
             if !owned { Socket.setNonBlocking(fd, true) } // our own sockets are made non-blocking
             try SocketBIO.attach(ssl, fd: fd)
@@ -168,7 +168,7 @@ public final class TLSConnection {
         state.presentedIdentity = options.identity
         Socket.setNonBlocking(fd, true)
         if let source = context.config.identitySource {
-            do { try state.takeIdentity(from: source, ssl: ssl, server: true, widenSchemes: context.config.contextSchemesLimited) } catch {
+            do { try state.takeIdentity(from: source, ssl: ssl, server: true, config: context.config) } catch {
                 closed = true // the caller closes the socket
                 throw error
             }

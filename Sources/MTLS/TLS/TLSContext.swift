@@ -82,13 +82,16 @@ final class TLSContext: @unchecked Sendable {
     /// A server context for `options`.
     static func server(_ options: TLSServerOptions, identitySource: IdentitySource? = nil) throws -> TLSContext {
         try options.clientOverrides?.validate()
+        // Read once: the identity put on the context, bound into its sessions and stapled for.
+        let identity = identitySource?.current ?? options.identity
         let ctx = try newContext()
         do {
             try setVersions(ctx, options.minVersion, options.maxVersion)
             let config = try TLSContextConfig(policy: options.clientPolicySource, purpose: .clientAuth,
                                               identity: .none, serverALPN: options.alpn,
-                                              serverIdentity: identitySource?.current ?? options.identity,
-                                              overrides: options.clientOverrides, identitySource: identitySource)
+                                              serverIdentity: identity,
+                                              overrides: options.clientOverrides, identitySource: identitySource,
+                                              installedIdentity: identity)
             let mode: Int32
             switch options.clientAuthentication {
             case .none: mode = SSL_VERIFY_NONE
@@ -96,7 +99,7 @@ final class TLSContext: @unchecked Sendable {
             case .require: mode = SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT
             }
             if options.clientAuthentication != .none { try requireClientAnchors(options.clientPolicySource, options.clientOverrides) }
-            try install(on: ctx, config: config, identity: identitySource?.current ?? options.identity, verifyMode: mode)
+            try install(on: ctx, config: config, identity: identity, verifyMode: mode)
             if options.clientAuthentication != .none {
                 let names = options.clientCANames ?? (options.clientPolicySource.anchors + (options.clientOverrides?.anchors ?? []))
                 if !names.isEmpty, let sk = mtls_ossl_sk_X509_NAME_new_null() {
@@ -132,7 +135,7 @@ final class TLSContext: @unchecked Sendable {
                 _ = SSL_CTX_set_num_tickets(ctx, 0)
             }
             // OCSP stapling for our own certificate, fetched in the background.
-            let stapler = OCSPStapler.start(for: options.identity)
+            let stapler = OCSPStapler.start(for: identity)
             if let stapler { OCSPStapler.install(stapler, on: ctx) }
             return TLSContext(ctx: ctx, config: config, stapler: stapler)
         } catch {
@@ -154,7 +157,8 @@ final class TLSContext: @unchecked Sendable {
         let config = try TLSContextConfig(policy: handle, purpose: purpose,
                                           identity: purpose == .serverAuth ? identity.map { .identity($0) } ?? .none : .none,
                                           serverALPN: [], serverIdentity: purpose == .clientAuth ? identity : nil,
-                                          applicationOwned: true, overrides: overrides, identitySource: identitySource)
+                                          applicationOwned: true, overrides: overrides, identitySource: identitySource,
+                                          installedIdentity: identity)
         // The application's own choices (require a client certificate, verify once, post-handshake)
         // are kept; libmtls only adds SSL_VERIFY_PEER and its evaluator.
         let kept = SSL_CTX_get_verify_mode(ctx) & (SSL_VERIFY_FAIL_IF_NO_PEER_CERT | SSL_VERIFY_CLIENT_ONCE | SSL_VERIFY_POST_HANDSHAKE)

@@ -33,7 +33,6 @@ public final class TLSListener: Sendable {
     public let port: UInt16
     /// The listening socket.
     public let fileDescriptor: Int32
-    let context: TLSContext
     let options: TLSServerOptions
     private let core: ListenerCore
     /// The identity each handshake presents: ``TLSServerOptions/identitySource``, else a source
@@ -53,12 +52,14 @@ public final class TLSListener: Sendable {
     /// an ephemeral port).
     public init(address: String? = nil, port: UInt16 = 0, options: TLSServerOptions) throws {
         identitySource = options.identitySource ?? IdentitySource(options.identity)
-        context = try TLSContext.server(options, identitySource: identitySource)
+        // The first of the listener's contexts (one per identity, ListenerContexts).
+        let context = try TLSContext.server(options, identitySource: identitySource)
         self.options = options
         (fileDescriptor, self.port) = try Socket.listen(address: address, port: port)
         Socket.setNonBlocking(fileDescriptor, true)
         do {
-            core = try ListenerCore(listenFD: fileDescriptor, context: context, options: options, counters: counters)
+            core = try ListenerCore(listenFD: fileDescriptor, contexts: ListenerContexts(context, source: identitySource, options: options),
+                                    options: options, counters: counters)
         } catch {
             Glibc.close(fileDescriptor)
             throw error
@@ -179,7 +180,7 @@ final class ListenerCore: Sendable {
     }
 
     private let listenFD: Int32
-    private let context: TLSContext
+    private let contexts: ListenerContexts
     private let options: TLSServerOptions
     private let counters: ListenerCounters
     private let state = Mutex(State())
@@ -196,10 +197,10 @@ final class ListenerCore: Sendable {
     /// core then).
     nonisolated(unsafe) private let workSignal: UnsafeMutablePointer<sem_t>
 
-    init(listenFD: Int32, context: TLSContext, options: TLSServerOptions, counters: ListenerCounters) throws {
+    init(listenFD: Int32, contexts: ListenerContexts, options: TLSServerOptions, counters: ListenerCounters) throws {
         self.counters = counters
         self.listenFD = listenFD
-        self.context = context
+        self.contexts = contexts
         self.options = options
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { throw MTLSError(.io, "pipe: \(String(cString: strerror(errno)))") }
@@ -521,20 +522,25 @@ final class ListenerCore: Sendable {
         var conn: TLSConnection?
         var failure: (any Error)?
         do {
-            let c = try TLSConnection(serverFD: fd, peer: peer, context: context, options: options)
+            let c = try TLSConnection(serverFD: fd, peer: peer, context: contexts.current(), options: options)
             conn = c
             try c.handshake()
         } catch {
             failure = error
         }
         // Out of `handshaking` before the socket can be closed (below, or by the connection).
-        state.withLock { st in
+        let someoneWaits: Bool = state.withLock { st in
             _ = st.handshaking.remove(fd)
             let left = st.handshakesBySource[source, default: 1] - 1
             st.handshakesBySource[source] = left > 0 ? left : nil
+            return st.waiting.values.contains { $0.ready }
         }
-        var wake: UInt8 = 0
-        _ = write(turnWakeWrite, &wake, 1) // a client of this address may be waiting for the slot
+        // A client that sent its first byte may be waiting for this slot: wake the turn holder.
+        // (One that becomes ready later is seen by the turn holder itself, after this change.)
+        if someoneWaits {
+            var wake: UInt8 = 0
+            _ = write(turnWakeWrite, &wake, 1)
+        }
         let result: Finished
         switch (conn, failure) {
         case (let c?, nil):

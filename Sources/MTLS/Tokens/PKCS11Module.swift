@@ -403,6 +403,14 @@ final class PKCS11Session: @unchecked Sendable {
         }
     }
 
+    /// Destroys an object on the token (`C_DestroyObject`).
+    func destroyObject(_ object: CK_OBJECT_HANDLE) throws {
+        try lock.withLock { _ in
+            let rv = f.C_DestroyObject(handle, object)
+            guard rv == CKR_OK else { throw PKCS11.error(rv, "C_DestroyObject") }
+        }
+    }
+
     /// Closes every session of the application on this token (test hook: what a removed token
     /// looks like to the open sessions).
     func closeAllSessions() { _ = f.C_CloseAllSessions(slot) }

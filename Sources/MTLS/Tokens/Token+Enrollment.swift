@@ -227,6 +227,28 @@ extension Token {
         return try P11KitURI.format(token: info, label: label, id: id.isEmpty ? nil : id, cls: CK_OBJECT_CLASS(CKO_CERTIFICATE))
     }
 
+    /// Deletes the private key the URI names and every object sharing its CKA_ID (its public
+    /// key, its certificates): what a renewal's grace period ends with. Returns how many objects
+    /// were destroyed. ``MTLSError/Code/notFound`` when the key is not there.
+    @discardableResult
+    public static func deleteKey(uri text: String, modulePath: String? = nil, pin: SecretBytes? = nil) throws -> Int {
+        let uri = try PKCS11URI(text)
+        let (session, token, _) = try openToken(uri: uri, text: text, modulePath: modulePath, readWrite: true, requireObject: true)
+        try requireLogin(session, token, uri: uri, pin: pin, pinCallback: nil, allowFinalTry: false)
+        let key = try findPrivateKey(session, token: token, uri: uri)
+        let id = try session.attributes(key, [CK_ATTRIBUTE_TYPE(CKA_ID)], guess: 256)[CK_ATTRIBUTE_TYPE(CKA_ID)] ?? []
+        var objects = [key]
+        if !id.isEmpty {
+            // A key without an id shares nothing we could tell apart from other keys' objects.
+            for cls in [CKO_PUBLIC_KEY, CKO_CERTIFICATE] {
+                objects += try session.findObjects([.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(cls)),
+                                                    .bytes(CK_ATTRIBUTE_TYPE(CKA_ID), id)])
+            }
+        }
+        for o in objects { try session.destroyObject(o) }
+        return objects.count
+    }
+
     /// The one private key the URI names (by `id` and/or `object`).
     private static func findPrivateKey(_ session: PKCS11Session, token: TokenInfo, uri: PKCS11URI) throws -> CK_OBJECT_HANDLE {
         var selector: [PKCS11Attribute] = [.ulong(CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ULONG(CKO_PRIVATE_KEY))]

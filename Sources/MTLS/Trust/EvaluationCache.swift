@@ -11,14 +11,21 @@ import Synchronization
 final class EvaluationCache: Sendable {
     struct Key: Hashable {
         let chain: [[UInt8]]
-        let host: String
+        /// The peer as it selects the rule and the name checked (host, zone, port, verify-as; the
+        /// SNI selects nothing), and the overrides' ``TrustOverrides/cacheKey``: fields, not one
+        /// string, so that a lookup formats nothing.
+        let peer: TrustPeer
+        let overrides: String?
         let purpose: TrustPurpose
         let version: UInt64
         let bucket: Int64
 
-        init(chain: [[UInt8]], host: String, purpose: TrustPurpose, version: UInt64, second: Int64) {
+        init(chain: [[UInt8]], peer: TrustPeer, overrides: String?, purpose: TrustPurpose, version: UInt64, second: Int64) {
             self.chain = chain
-            self.host = host
+            var peer = peer
+            peer.sni = nil
+            self.peer = peer
+            self.overrides = overrides
             self.purpose = purpose
             self.version = version
             bucket = second >= 0 ? second / EvaluationCache.bucketSeconds : (second + 1) / EvaluationCache.bucketSeconds - 1
@@ -27,10 +34,11 @@ final class EvaluationCache: Sendable {
         /// Not part of equality: the exact second is checked against the entry's window.
         let second: Int64
         static func == (a: Key, b: Key) -> Bool {
-            a.version == b.version && a.bucket == b.bucket && a.purpose == b.purpose && a.host == b.host && a.chain == b.chain
+            a.version == b.version && a.bucket == b.bucket && a.purpose == b.purpose && a.peer == b.peer
+                && a.overrides == b.overrides && a.chain == b.chain
         }
         func hash(into h: inout Hasher) {
-            h.combine(version); h.combine(bucket); h.combine(purpose); h.combine(host); h.combine(chain)
+            h.combine(version); h.combine(bucket); h.combine(purpose); h.combine(peer); h.combine(overrides); h.combine(chain)
         }
     }
 
@@ -45,10 +53,11 @@ final class EvaluationCache: Sendable {
 
     private let entries = Mutex<[Key: Entry]>([:])
 
-    func lookup(_ key: Key) -> TrustResult? {
+    /// The entry for `key`, when the key's second is inside its window.
+    func lookup(_ key: Key) -> Entry? {
         entries.withLock { e in
             guard let entry = e[key] else { return nil }
-            return entry.window.contains(Date(timeIntervalSince1970: TimeInterval(key.second))) ? entry.result : nil
+            return entry.window.contains(Date(timeIntervalSince1970: TimeInterval(key.second))) ? entry : nil
         }
     }
 
@@ -64,4 +73,21 @@ final class EvaluationCache: Sendable {
 
     /// Forgets every entry.
     func removeAll() { entries.withLock { $0.removeAll() } }
+}
+
+/// How long an evaluation's answer stands without being made again: while the policy keeps the
+/// version it was made under and the evaluation time stays inside `window` (in which no validity
+/// date of a certificate involved and no pin expiry falls — the same window as the cache's), or
+/// for good when the policy has a fixed time. An evaluation whose answer can change otherwise
+/// (CRLs, revocation checking, a report-only rule that reports) has none.
+struct EvaluationStanding: Sendable {
+    let window: ClosedRange<Date>
+    /// The policy has a fixed time: its answer does not move with the clock.
+    let fixedTime: Bool
+
+    /// Whether the answer still stands at `now` (under the same policy version), to the second
+    /// as evaluations are made.
+    func holds(at now: Date) -> Bool {
+        fixedTime || window.contains(Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down)))
+    }
 }

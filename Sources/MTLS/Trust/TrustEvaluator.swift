@@ -67,49 +67,71 @@ extension TrustPolicy {
 
     private func evaluate(ders: [[UInt8]], parse: () throws -> [Certificate], peer: TrustPeer, purpose: TrustPurpose?,
                           at: Date?, overrides: TrustOverrides?, stapledOCSP: [UInt8]? = nil) throws -> TrustResult {
+        try evaluateStanding(ders: ders, parse: parse, peer: peer, purpose: purpose, at: at, overrides: overrides,
+                             stapledOCSP: stapledOCSP, wantStanding: false).result
+    }
+
+    /// ``evaluate(chain:peer:purpose:at:overrides:stapledOCSP:)`` at the policy's time, with how
+    /// long its answer stands (``EvaluationStanding``): what a TLS session keeps so that the
+    /// re-check before it resumes is a comparison, not an evaluation (``ResumptionRecord``).
+    func evaluateStanding(chain: [Certificate], peer: TrustPeer, purpose: TrustPurpose?, overrides: TrustOverrides?,
+                          stapledOCSP: [UInt8]? = nil) -> (result: TrustResult, standing: EvaluationStanding?) {
+        do {
+            return try evaluateStanding(ders: chain.map(\.der), parse: { chain }, peer: peer, purpose: purpose, at: nil,
+                                        overrides: overrides, stapledOCSP: stapledOCSP, wantStanding: true)
+        } catch {
+            // Unreachable: the certificates are already parsed.
+            let r = TrustReason(code: TrustReason.Code.verificationError, certIndex: nil, message: "\(error)")
+            return (TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil), nil)
+        }
+    }
+
+    private func evaluateStanding(ders: [[UInt8]], parse: () throws -> [Certificate], peer: TrustPeer, purpose: TrustPurpose?,
+                                  at: Date?, overrides: TrustOverrides?, stapledOCSP: [UInt8]?,
+                                  wantStanding: Bool) throws -> (result: TrustResult, standing: EvaluationStanding?) {
         let settings: Settings, compiled: CompiledPolicy, version: UInt64
         do {
             (settings, compiled, version) = try snapshot()
         } catch {
             let code = (error as? MTLSError)?.code == .invalidPolicy ? TrustReason.Code.invalidPolicy : TrustReason.Code.verificationError
             let r = TrustReason(code: code, certIndex: nil, message: (error as? MTLSError)?.message ?? "\(error)")
-            return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
+            return (TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil), nil)
         }
         let purpose = purpose ?? settings.purpose
         let time = Date(timeIntervalSince1970: ((at ?? settings.time ?? Date()).timeIntervalSince1970).rounded(.down))
         guard !ders.isEmpty else {
             let r = TrustReason(code: TrustReason.Code.emptyChain, certIndex: nil, message: "no certificate was presented")
-            return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
+            return (TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil), nil)
         }
         // Rules are written in A-labels: a host in Unicode could select a wider rule than its own.
         if !settings.hostRules.isEmpty, let host = peer.host, host.unicodeScalars.contains(where: { !$0.isASCII }) {
             let r = TrustReason(code: TrustReason.Code.invalidHost, certIndex: nil,
                                 message: "the host \"\(host)\" is not ASCII, so its host rule cannot be chosen: name an internationalised host by its A-label (xn--...), as certificates and host rules do")
-            return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
+            return (TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil), nil)
         }
         // A `%` that is no IPv6 zone (`name%eth0`, `10.0.0.1%1`): no rule can be chosen for the
         // host, and the resolver may still reach an address some rule is about.
         if !settings.hostRules.isEmpty, peer.hasUnmatchableZone, let host = peer.host {
             let r = TrustReason(code: TrustReason.Code.invalidHost, certIndex: nil,
                                 message: "the host \"\(host)\" has a zone (%...) but is not an IPv6 address with an interface name or index, so its host rule cannot be chosen")
-            return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
+            return (TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil), nil)
         }
         let overrides = overrides.flatMap { $0.isEmpty ? nil : $0 }
         if let overrides {
             do { try overrides.validate() } catch {
                 let r = TrustReason(code: TrustReason.Code.invalidPolicy, certIndex: nil, message: (error as? MTLSError)?.message ?? "\(error)")
-                return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
+                return (TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil), nil)
             }
         }
         let rule = Self.rule(for: peer, in: settings.hostRules)
 
-        var hostKey = "\(peer.host ?? "")%\(peer.zone ?? "")|\(peer.port ?? 0)|\(peer.verifyAs ?? "")"
-        if let overrides { hostKey += "|" + overrides.cacheKey }
-        let key = EvaluationCache.Key(chain: ders, host: hostKey, purpose: purpose, version: version,
+        let key = EvaluationCache.Key(chain: ders, peer: peer, overrides: overrides?.cacheKey, purpose: purpose, version: version,
                                       second: Int64(time.timeIntervalSince1970))
         var result: TrustResult
+        var window: ClosedRange<Date>? = nil
         if settings.cacheEnabled, let cached = cache.lookup(key) {
-            result = cached
+            result = cached.result
+            window = cached.window
         } else {
             let chain = try parse()
             let effective = EffectivePolicy(settings: settings, rule: rule, peer: peer, purpose: purpose, overrides: overrides)
@@ -119,15 +141,18 @@ extension TrustPolicy {
                                             effective: effective, purpose: purpose, time: time)
             } catch {
                 let r = TrustReason(code: TrustReason.Code.invalidPolicy, certIndex: nil, message: (error as? MTLSError)?.message ?? "\(error)")
-                return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: rule?.pattern.text, matchedPin: nil)
+                return (TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: rule?.pattern.text, matchedPin: nil), nil)
             }
             result = evaluation.run()
-            if settings.cacheEnabled { cache.store(key, result, stableUntil: evaluation.stableWindow(built: result.chain)) }
+            if settings.cacheEnabled || wantStanding { window = evaluation.stableWindow(built: result.chain) }
+            if settings.cacheEnabled { cache.store(key, result, stableUntil: window) }
         }
         // Revocation is checked after the (cached) path decision, on every evaluation: its answer
         // changes with the CRLs, which have their own cache (CRLStore). Only a trusted chain is
         // checked: an untrusted one is refused anyway.
         let revocation = EffectivePolicy.revocation(settings: settings, rule: rule)
+        // An answer that revocation or a report handler takes part in does not stand: it is made again.
+        if revocation.mode != .off { window = nil }
         if revocation.mode != .off, result.trusted {
             let outcome = RevocationChecker.check(built: result.chain, settings: revocation, options: settings.revocationFetch,
                                                   crlFiles: settings.crls, stapled: stapledOCSP, time: time)
@@ -136,8 +161,10 @@ extension TrustPolicy {
         if let rule, rule.enforcement == .reportOnly, let handler = settings.reportHandler, !result.reportedReasons.isEmpty {
             handler(TrustReport(host: peer.host == nil ? nil : peer.description, rule: rule.pattern.text,
                                 reasons: result.reportedReasons, chain: result.chain))
+            window = nil
         }
-        return result
+        guard wantStanding, let window else { return (result, nil) }
+        return (result, EvaluationStanding(window: window, fixedTime: at == nil && settings.time != nil))
     }
 }
 

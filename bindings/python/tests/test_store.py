@@ -135,6 +135,22 @@ def test_secret_files_everyone_can_read_are_refused_and_group_readable_ones_warn
         Store(tmp_path / "k.db", key_file=key, **KDF)
 
 
+def test_a_secret_file_owned_by_another_user_is_refused(tmp_path):
+    """As OpenSSH: a secret file owned by neither the user nor root is refused (InvalidArgument
+    naming the file and its owner), whatever its mode. The tests run as root."""
+    assert os.geteuid() == 0, "the tests run as root, to give a file to another uid"
+    secret = tmp_path / "secret.txt"
+    secret.write_text("store passphrase\n")
+    secret.chmod(0o600)
+    os.chown(secret, 4242, 4242)
+    with pytest.raises(errors.InvalidArgument) as e:
+        Store(tmp_path / "s.db", secret_file=secret, **KDF)
+    assert str(secret) in str(e.value) and "owned by another user (uid 4242)" in str(e.value)
+    os.chown(secret, 0, 0)
+    with Store(tmp_path / "s.db", secret_file=secret, **KDF):
+        pass
+
+
 def test_change_secret_to_a_key_file(pki, tmp_path):
     path, keyfile = tmp_path / "store.db", tmp_path / "store.key"
     keyfile.write_bytes(os.urandom(32))

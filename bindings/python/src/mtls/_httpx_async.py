@@ -23,6 +23,7 @@ from httpx._transports.default import map_httpcore_exceptions
 
 from mtls._httpx_proxy import ProxyRoutes, route_client_proxies
 from mtls._proxy import TunnelError
+from mtls._url import url_host
 from mtls.asyncio import _bare, _bounded, _connect_or_tunnel, _handshake, _off_loop, _wait_fd
 from mtls.errors import Closed, Unsupported, WantRead, WantWrite
 from mtls.pkcs12 import Identity
@@ -137,7 +138,7 @@ class _TCPStream(httpcore.AsyncNetworkStream):
         options: Dict[str, Any] = dict(b.options)
         options["identity"] = await b.identity()
         options["policy"], options["verify_as"] = b.policy, b.verify_as
-        if server_hostname and server_hostname != _bare(self._host) and "sni" not in options:
+        if server_hostname and url_host(server_hostname) != _bare(self._host) and "sni" not in options:
             options["sni"] = server_hostname  # httpx's "sni_hostname" extension
         t = timeout if timeout is not None else b.timeout
         peer = f"{self._host}:{self._port}"
@@ -180,6 +181,7 @@ class _Backend(httpcore.AsyncNetworkBackend):
         t = timeout if timeout is not None else self.timeout
         # The origin's route, as handle_async_request checked it (an unusable one raised there).
         proxy = self._routes.route(httpx.URL(scheme="https", host=_bare(host), port=port))
+        host = url_host(host)  # the URL's host: an RFC 6874 zone ("%25eth0") decoded
         sock = await _connect_or_tunnel(host, port, proxy, float("inf") if t is None else t)
         return _TCPStream(self, sock, host, port)
 

@@ -19,6 +19,7 @@ from typing import Any, Optional, Tuple
 
 from ._proxy import HTTPProxy, connect_via
 from ._socket import TLSSocket
+from ._url import url_host
 from .pkcs12 import Identity
 from .store import Store
 from .tls import IdentityLike, connect, resolve_identity
@@ -87,7 +88,10 @@ class HTTPSHandler(urllib.request.HTTPSHandler):
         self._options = connection_options
 
     def https_open(self, req: urllib.request.Request) -> Any:
-        return self.do_open(HTTPSConnection, req, **self._options)
+        # req.host is the URL's host[:port]: an RFC 6874 zone ("[fe80::1%25eth0]") is decoded.
+        def connection(host: str, **kw: Any) -> HTTPSConnection:
+            return HTTPSConnection(url_host(host), **kw)
+        return self.do_open(connection, req, **self._options)
 
 
 __all__ = ["HTTPSConnection", "HTTPSHandler"]

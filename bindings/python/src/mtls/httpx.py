@@ -34,6 +34,7 @@ import httpx
 
 from ._httpx_proxy import ProxyRoutes, route_client_proxies
 from ._proxy import HTTPProxy, TunnelError
+from ._url import url_host
 from .http import HTTPSConnection
 from .store import Store
 from .tls import IdentityLike, resolve_identity
@@ -167,7 +168,7 @@ class Transport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         if request.url.scheme != "https":
             raise httpx.UnsupportedProtocol(f"mtls.httpx.Transport speaks https only, not {request.url.scheme}:")
-        key = (self._routes.route(request.url), request.url.host, request.url.port or 443)
+        key = (self._routes.route(request.url), url_host(request.url.host), request.url.port or 443)
         try:
             conn, response = self._exchange(key, request)
         except TunnelError as e:

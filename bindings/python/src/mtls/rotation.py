@@ -21,7 +21,9 @@ from .store import Store, ExpiryItem  # noqa: F401 - ExpiryItem is exported from
 from .trust import Policy
 
 #: mtls_event kinds
-EVENT_KINDS = {1: "identity_rotated", 2: "policy_reloaded", 3: "reload_failed", 4: "expiry_warning"}
+EVENT_KINDS = {1: "identity_rotated", 2: "policy_reloaded", 3: "reload_failed", 4: "expiry_warning",
+               # Renewal events (issue 27), from a Renewer (enrollment.py)
+               5: "renewal_scheduled", 6: "renewal_succeeded", 7: "renewal_failed", 8: "renewal_not_installed"}
 WATCH_OPTIONS_VERSION = 1
 
 
@@ -35,6 +37,7 @@ class EventC(ctypes.Structure):
         ("not_after", ctypes.c_int64),
         ("error_code", ctypes.c_int),
         ("message", ctypes.c_char_p),
+        ("next_attempt", ctypes.c_int64),
     ]
 
 
@@ -126,8 +129,10 @@ def _utc(seconds: int) -> Optional[datetime.datetime]:
 
 @dataclass(frozen=True)
 class Event:
-    """One lifecycle event: kind is "identity_rotated", "policy_reloaded", "reload_failed" or
-    "expiry_warning"; error is the exception class a reload failed with (None otherwise)."""
+    """One lifecycle event: kind is "identity_rotated", "policy_reloaded", "reload_failed",
+    "expiry_warning", or from a Renewer "renewal_scheduled", "renewal_succeeded", "renewal_failed",
+    "renewal_not_installed"; error is the exception class a reload or renewal failed with (None
+    otherwise); next_attempt, for renewal events, when the identity is next renewed (or retried)."""
     kind: str
     label: Optional[str]
     subject: Optional[str]
@@ -135,6 +140,7 @@ class Event:
     not_after: Optional[datetime.datetime]
     error: Optional[type]
     message: str
+    next_attempt: Optional[datetime.datetime] = None
 
 
 def _text(b: Optional[bytes]) -> Optional[str]:
@@ -149,7 +155,7 @@ def _event_thunk(event, userdata):
         e = event.contents
         callback(Event(EVENT_KINDS.get(e.kind, str(e.kind)), _text(e.label), _text(e.subject), _text(e.sha256),
                        _utc(e.not_after), BY_CODE.get(e.error_code, Error) if e.error_code else None,
-                       _text(e.message) or ""))
+                       _text(e.message) or "", _utc(e.next_attempt)))
     except BaseException as exc:  # noqa: BLE001 - on the calling thread: re-raised after the C call
         stash_callback_exception(exc)
         traceback.print_exc()

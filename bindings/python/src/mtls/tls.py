@@ -19,12 +19,12 @@ from . import rotation
 TLS_1_2, TLS_1_3 = 12, 13
 _VERSIONS = {"1.2": TLS_1_2, "1.3": TLS_1_3, TLS_1_2: TLS_1_2, TLS_1_3: TLS_1_3}
 CLIENT_AUTH = {"none": 0, "optional": 1, "require": 2}
-CONN_OPTIONS_VERSION = 3
+CONN_OPTIONS_VERSION = 2
 LISTENER_OPTIONS_VERSION = 2
 
 
 class ConnOptions(ctypes.Structure):
-    """typedef struct mtls_conn_options (version 3)."""
+    """typedef struct mtls_conn_options (version 2)."""
     _fields_ = [
         ("version", ctypes.c_uint),
         ("sni", ctypes.c_char_p),

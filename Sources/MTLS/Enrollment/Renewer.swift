@@ -1,0 +1,157 @@
+import Synchronization
+import FoundationEssentials
+
+/// One renewal attempt a ``Renewer`` made (or found not due).
+public struct RenewalAttempt: Sendable {
+    /// The identity's label.
+    public var label: String
+    /// What ``Enrollment/renew(store:label:force:policy:tokenPIN:externalAccount:caKeyPassword:now:)`` did, when it did not fail.
+    public var outcome: RenewalOutcome?
+    /// Why it failed, if it did (the old identity stays).
+    public var error: MTLSError?
+    /// Failures in a row, this one included (0 after a success or a "not due").
+    public var failures: Int
+    /// When this label is looked at again.
+    public var nextAttempt: Date
+    /// The current identity expires before ``nextAttempt``.
+    public var expiresBeforeNextAttempt: Bool
+}
+
+/// Renews the enrolled identities of a store, and reports what it does as lifecycle events
+/// (``LifecycleEventKind/renewalScheduled``, ``LifecycleEventKind/renewalSucceeded``,
+/// ``LifecycleEventKind/renewalFailed``, ``LifecycleEventKind/renewalNotInstalled``, and
+/// ``LifecycleEventKind/expiryWarning`` when an identity expires before the next attempt),
+/// through the same ``LifecycleEvents`` handler mechanism as rotation.
+///
+/// Each ``runOnce(force:now:)`` looks at every label whose next attempt has come: renews it when
+/// due (two thirds of its lifetime with jitter, or the ACME server's renewal window), backs off
+/// exponentially after a failure (``Enrollment/backoff(attempt:base:cap:)``). Events are
+/// delivered on the calling thread. One pass at a time (calls are serialised).
+public final class Renewer: Sendable {
+    /// Where the renewal events go.
+    public let events = LifecycleEvents()
+    /// The store the identities and their records are in.
+    public let store: CredentialStore
+    /// The label renewed; nil: every enrolled identity of the store (read again at each pass).
+    public let label: String?
+    let policy: TrustPolicy?
+    let tokenPIN: SecretBytes?
+    let caKeyPassword: SecretBytes?
+    let options: RenewalOptions
+
+    private struct LabelState {
+        var failures = 0
+        var nextAttempt: Date = .distantPast
+        var scheduledReported: Date?
+    }
+    private let state = Mutex<[String: LabelState]>([:])
+    private let pass = Mutex<Void>(())
+
+    /// Renews `label` (nil: every enrolled identity) of `store`; a renewed chain must validate
+    /// under `policy` (nil: the anchors recorded at enrollment). `tokenPIN` unlocks token keys,
+    /// `caKeyPassword` a local pki directory's CA keys.
+    public init(store: CredentialStore, label: String? = nil, policy: TrustPolicy? = nil, tokenPIN: SecretBytes? = nil,
+                caKeyPassword: SecretBytes? = nil, options: RenewalOptions = RenewalOptions()) {
+        self.store = store
+        self.label = label
+        self.policy = policy
+        self.tokenPIN = tokenPIN
+        self.caKeyPassword = caKeyPassword
+        self.options = options
+    }
+
+    /// One pass over the labels whose next attempt has come (`force`: renew those now, due or
+    /// not). Returns an attempt per label looked at; events are emitted as it goes.
+    @discardableResult
+    public func runOnce(force: Bool = false, now: Date = Date()) throws -> [RenewalAttempt] {
+        try pass.withLock { _ in
+            let labels = try label.map { [$0] } ?? store.enrolledLabels()
+            var attempts: [RenewalAttempt] = []
+            for l in labels {
+                let st = state.withLock { $0[l] ?? LabelState() }
+                guard force || st.nextAttempt <= now else { continue }
+                attempts.append(attempt(l, st, force: force, now: now))
+            }
+            return attempts
+        }
+    }
+
+    /// When the earliest next attempt is (nil before the first pass).
+    public var nextWake: Date? { state.withLock { $0.values.map(\.nextAttempt).min() } }
+
+    private func attempt(_ l: String, _ previous: LabelState, force: Bool, now: Date) -> RenewalAttempt {
+        var st = previous
+        do {
+            let outcome = try Enrollment.renew(store: store, label: l, force: force, policy: policy, tokenPIN: tokenPIN,
+                                               caKeyPassword: caKeyPassword, options: options, now: now)
+            st.failures = 0
+            let cert = outcome.result?.certificate ?? outcome.current
+            // When the (new) certificate is due; the next look may come earlier (below).
+            let due = outcome.renewed ? Enrollment.dueDate(cert) : outcome.dueAt
+            var next = due
+            if let again = outcome.checkAgainAt { next = min(next, again) }
+            // A server with renewal information may move the window (a mass revocation): ask it
+            // again within ``Renewer/renewalInfoPollInterval`` even when it gave no Retry-After.
+            if outcome.renewalInfo != nil { next = min(next, now.addingTimeInterval(Renewer.renewalInfoPollInterval)) }
+            st.nextAttempt = next
+            if let r = outcome.result {
+                events.emit(LifecycleEvent(kind: .renewalSucceeded, label: l, certificate: r.certificate,
+                                           message: "\(l) renewed: serial \(r.certificate.serialHex) until \(Renewer.text(r.certificate.notAfter))",
+                                           nextAttempt: next))
+            }
+            // Reported when first known and when it moves (a new certificate, a moved window).
+            if st.scheduledReported != due {
+                st.scheduledReported = due
+                let why = outcome.renewalInfo != nil ? "in the ACME server's renewal window" : "two thirds of its lifetime"
+                events.emit(LifecycleEvent(kind: .renewalScheduled, label: l, certificate: cert,
+                                           message: "\(l) is due for renewal at \(Renewer.text(due)) (\(why))", nextAttempt: due))
+            }
+            state.withLock { $0[l] = st }
+            return RenewalAttempt(label: l, outcome: outcome, error: nil, failures: 0, nextAttempt: st.nextAttempt,
+                                  expiresBeforeNextAttempt: cert.notAfter < st.nextAttempt)
+        } catch {
+            let e = (error as? MTLSError) ?? MTLSError(.internal, "\(error)")
+            st.failures += 1
+            st.nextAttempt = now.addingTimeInterval(Enrollment.backoff(attempt: st.failures, base: options.backoffBase,
+                                                                       cap: options.backoffCap))
+            st.scheduledReported = nil
+            state.withLock { $0[l] = st }
+            let current = try? store.info(label: l)
+            let kind: LifecycleEventKind = Enrollment.isNotInstalled(e) ? .renewalNotInstalled : .renewalFailed
+            events.emit(LifecycleEvent(kind: kind, label: l, error: e,
+                                       message: "renewing \(l) failed (attempt \(st.failures), next at \(Renewer.text(st.nextAttempt))): \(e.message)",
+                                       nextAttempt: st.nextAttempt))
+            let expiresFirst = current.map { $0.notAfter < st.nextAttempt } ?? false
+            if expiresFirst, let current {
+                var warning = LifecycleEvent(kind: .expiryWarning, label: l,
+                                             message: "\(l) expires at \(Renewer.text(current.notAfter)), before the next renewal attempt",
+                                             nextAttempt: st.nextAttempt)
+                warning.subject = current.subject
+                warning.sha256 = current.leafSHA256
+                warning.notAfter = current.notAfter
+                events.emit(warning)
+            }
+            return RenewalAttempt(label: l, outcome: nil, error: e, failures: st.failures, nextAttempt: st.nextAttempt,
+                                  expiresBeforeNextAttempt: expiresFirst)
+        }
+    }
+
+    /// Longest time between two looks at an ACME server's renewal information (6 h, RFC 9773 §4.3's suggestion).
+    public static let renewalInfoPollInterval: Double = 6 * 3600
+
+    static func text(_ d: Date) -> String { d.formatted(Date.ISO8601FormatStyle()) }
+}
+
+/// Renewal settings beyond the policy and the secrets.
+public struct RenewalOptions: Sendable {
+    /// First retry delay after a failure, in seconds (doubling up to ``backoffCap``, ±20 % jitter).
+    public var backoffBase: Double = 30
+    /// Longest retry delay, in seconds.
+    public var backoffCap: Double = 3600
+    /// Token identities: seconds after which a key replaced by a renewal is deleted from the
+    /// token (with its certificate objects). nil (the default): previous keys are kept.
+    public var deletePreviousTokenKeysAfter: Double? = nil
+
+    /// The defaults: backoff from 30 s to 1 h, previous token keys kept.
+    public init() {}
+}
