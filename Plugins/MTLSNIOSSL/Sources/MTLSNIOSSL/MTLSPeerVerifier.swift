@@ -118,7 +118,7 @@ public final class MTLSPeerVerifier: Sendable {
     /// handler themselves (AsyncHTTPClient: `HTTPClient.Configuration(mtls:)` of the
     /// `MTLSAsyncHTTPClient` product sets it as `http1_1ConnectionDebugInitializer` and
     /// `http2ConnectionDebugInitializer`, which run before the connection's first request, and a
-    /// failed future fails the request with ``MTLSPeerRejected``). A refused connection is closed.
+    /// failed future fails the request with ``MTLSPeerRejected``).
     ///
     /// swift-nio-ssl gives such a caller only the peer's leaf, so the path is rebuilt from the
     /// leaf and ``intermediates``; a server whose issuer is not among them is refused
@@ -136,8 +136,8 @@ public final class MTLSPeerVerifier: Sendable {
             // as a failed connection, not a new one (AsyncHTTPClient then waits on it forever).
             guard channel.isActive else { throw ChannelError.ioOnClosedChannel }
         }
-        // AsyncHTTPClient forgets a connection whose initializer failed without closing it.
-        verdict.whenFailure { _ in channel.close(promise: nil) }
+        // The connection is not closed here: AsyncHTTPClient's pool still tracks it (closing it
+        // under the pool makes its backoff timer find an unknown connection and trap).
         return verdict
     }
 }
