@@ -31,6 +31,8 @@ EXPECTED = [
     ("python https", "bench_python.py (python helper)"),
     ("python asyncio https", "bench_python_async.py"),
     ("server throughput 64 clients", "bench_server.py"),
+    ("revocation", "bench_revocation.py"),
+    ("renewal", "bench_renewal.py (issue 27, informational)"),
 ]
 
 

@@ -543,8 +543,10 @@ MTLS_EXTERN int mtls_trust_result_provenance(const mtls_trust_result *result, ch
  * with OpenSSL — signature, issuer name, authority key identifier, thisUpdate/nextUpdate,
  * critical extensions; delta, indirect and reason-partitioned CRLs are unsupported — and cached
  * per URL until nextUpdate, in memory and in the cache folder; concurrent evaluations needing
- * one URL make one request; refreshed in the background before nextUpdate), then OCSP (a TLS 1.3
- * client checks the server's stapled response first; else a request with a nonce to the
+ * one URL make one request; refreshed in the background before nextUpdate), then OCSP (a client
+ * checks the server's stapled response first — TLS 1.3 with the certificate, TLS 1.2 in the
+ * OCSP status callback libmtls installs on client contexts whose policy lists OCSP, before the
+ * handshake ends; else a request with a nonce to the
  * certificate's AIA responder, answered by the issuer or a responder it delegated to with
  * id-kp-OCSPSigning, current at the evaluation time, cached until nextUpdate). A
  * certificate found revoked is never trusted (reason "revoked", with its date and reason); when
@@ -962,11 +964,21 @@ MTLS_EXTERN void mtls_conn_cache_clear(void);
 #define MTLS_CLIENT_AUTH_OPTIONAL 1  /* ask; accept clients without one (not untrusted ones) */
 #define MTLS_CLIENT_AUTH_REQUIRE 2   /* ask, and refuse clients without one (default) */
 
+/* Which CA names a listener's certificate request carries (client_ca_names). Clients pick the
+ * identity they present from them; they decide nothing about trust (client_policy does). */
+#define MTLS_CA_NAMES_ANCHORS 0  /* the subjects of the client anchors: client_policy's (and its
+                                    host rules') and client_overrides' (default) */
+#define MTLS_CA_NAMES_NONE 1     /* none: each client presents the identity it has. For clients
+                                    that match the names against the wrong certificates (an
+                                    Erlang/OTP 25 TLS 1.3 client whose certificate is issued by a
+                                    named intermediate sends none) */
+#define MTLS_CA_NAMES_LIST 2     /* the subjects of client_ca_certs, in order */
+
 #define MTLS_LISTENER_OPTIONS_VERSION 2
 /* Server options; fill with mtls_listener_options_init first. Pointers are borrowed for the
  * duration of mtls_listener_new (the listener keeps its own references). Version 2 added the
- * fields from client_overrides on; a program built against version 1 keeps working (its
- * listener gets their defaults). */
+ * fields from client_overrides on (all in 0.2.0); a program built against version 1 keeps
+ * working (its listener gets their defaults). */
 typedef struct mtls_listener_options {
     unsigned int version;           /* MTLS_LISTENER_OPTIONS_VERSION */
     int client_auth;                /* MTLS_CLIENT_AUTH_* */
@@ -988,11 +1000,17 @@ typedef struct mtls_listener_options {
     int max_handshakes_per_address; /* the most clients of one source address in a handshake at
                                        once; more wait for a slot of their address. 0: 32;
                                        negative: no limit */
+    int client_ca_names;            /* MTLS_CA_NAMES_*: the CA names of the certificate request
+                                       (default MTLS_CA_NAMES_ANCHORS) */
+    mtls_cert *const *client_ca_certs; /* with MTLS_CA_NAMES_LIST: the certificates whose subjects
+                                       are sent (none when client_ca_cert_count is 0); not read
+                                       otherwise. The listener keeps its own references */
+    size_t client_ca_cert_count;
 } mtls_listener_options;
 
 /* Fill *opts with the defaults of `version` (MTLS_LISTENER_OPTIONS_VERSION), the library's own:
  * MTLS_CLIENT_AUTH_REQUIRE, TLS 1.2 to 1.3, handshake_timeout_ms 30000, io_timeout_ms -1 (no
- * limit), session tickets on, NULL pointers.
+ * limit), session tickets on, MTLS_CA_NAMES_ANCHORS, NULL pointers.
  *
  * How a listener judges a client (client_policy): the policy's anchors (or, for a client whose
  * address matches one of its host rules, that rule's anchors and pins) decide, and they are also
@@ -1073,7 +1091,10 @@ MTLS_EXTERN void mtls_listener_free(mtls_listener *listener);
  *    SSL and no longer decides); it installs SSL_CTX_set_session_ticket_cb callbacks
  *    (replacing the application's own) that check tickets and evaluate the client's chain again;
  *    a session in the session-id cache gets a timeout that ends when its chain or a fail_closed
- *    rule's pins expire. Sessions do not survive a restart of the process.
+ *    rule's pins expire, or at the earliest nextUpdate of the CRLs and OCSP responses its client
+ *    was judged with (see "Revocation"). Sessions do not survive a restart of the process.
+ *    When `identity` names an OCSP responder (its issuer in its chain), the context staples OCSP
+ *    for it as a listener does (a status callback of libmtls's, fetched in the background).
  *  - accepts_clients 0: a session the application sets (SSL_set_session; libcurl's session
  *    cache) carries what libmtls attached to it when its full handshake was evaluated; one that
  *    does not match, whose server chain is no longer trusted, or that carries nothing (made before
@@ -1354,6 +1375,87 @@ MTLS_EXTERN int mtls_issued_identity(const mtls_issued *issued, mtls_identity **
 MTLS_EXTERN int mtls_pki_crl(const mtls_issued *ca, const char *const *revoked_serials, size_t count,
                              uint64_t number, int validity_days, int64_t now, uint8_t **der, size_t *der_len);
 
+/* ---- Enrollment with a certificate authority (issue 27) ----
+ * What `mtls enroll acme|est|pki` does, from C: a new key (or a key on a token), a CSR signed by
+ * it, the certificate from the CA, and the identity installed in `store` under `label` (replacing
+ * one there) with the enrollment record mtls_renew uses, in one store transaction. The identity
+ * is installed only once proven: its key matches the certificate and its chain validates to the
+ * chain anchors (and under opts->policy when given); otherwise nothing is written.
+ * Each call blocks for the whole exchange with the CA (seconds). Safe to call from any thread;
+ * calls for one label should not overlap. *out (`out` may be NULL) is the new leaf certificate,
+ * NULL on an error: free it with mtls_cert_free. Errors: MTLS_E_INVALID_ARGUMENT (NULL or malformed arguments, an option
+ * that does not apply), MTLS_E_CA_REJECTED (the CA's problem detail in mtls_last_error: a wrong
+ * external account binding, a refused request), MTLS_E_CHALLENGE_FAILED (the CA could not
+ * validate the challenge, or the issued identity was not proven: nothing installed),
+ * MTLS_E_CONNECT (the CA unreachable), MTLS_E_UNTRUSTED (the CA's TLS certificate),
+ * MTLS_E_TIMEOUT, MTLS_E_TOKEN..., the store's errors. */
+
+/* How mtls_enroll_acme answers the ACME challenge (mtls_enroll_options.challenge). */
+#define MTLS_ACME_HTTP01 1     /* http-01, a built-in HTTP responder on listen_address:port */
+#define MTLS_ACME_WEBROOT 2    /* http-01, files written under webroot/.well-known/acme-challenge/ */
+#define MTLS_ACME_TLS_ALPN01 3 /* tls-alpn-01 (RFC 8737), a built-in TLS responder on listen_address:port */
+#define MTLS_ACME_DNS01 4      /* dns-01, dns_hook publishes and removes the TXT record */
+
+/* Options of mtls_enroll_acme, _est and _pki. Versioned: fill with mtls_enroll_options_init,
+ * then set fields; fields are only ever added at the end, with a new version. Strings, arrays
+ * and handles are borrowed for the duration of the call (the record keeps its own copies;
+ * secrets are not kept). A field that does not apply to the source called must stay at its
+ * default, else MTLS_E_INVALID_ARGUMENT. */
+#define MTLS_ENROLL_OPTIONS_VERSION 1
+typedef struct mtls_enroll_options {
+    unsigned int version;            /* MTLS_ENROLL_OPTIONS_VERSION */
+    /* Every source. */
+    const char *key_type;            /* MTLS_KEY_TYPE_* of the new key (NULL: MTLS_KEY_TYPE_EC_P256); not with token_uri */
+    const char *token_uri;           /* "pkcs11:" URI of an existing token private key, used instead of a new key (NULL: none) */
+    const char *pin;                 /* the token's PIN (NULL: the URI's pin-source, or none); not kept */
+    int profile;                     /* EST and pki: MTLS_PROFILE_SERVER or _CLIENT (0: EST client, pki server); ACME: 0 */
+    mtls_cert *const *chain_anchors; /* ACME and pki: the issued chain must validate to one of these (none: ACME the
+                                        chain's own top, pki the directory's root); EST uses `anchors` */
+    size_t chain_anchor_count;
+    const mtls_policy *policy;       /* the new identity must also validate under it (NULL: the chain anchors only) */
+    /* ACME and EST. */
+    mtls_cert *const *anchors;       /* trust only these for the CA server's TLS (none: the system store) */
+    size_t anchor_count;
+    /* ACME. */
+    int challenge;                   /* MTLS_ACME_* (required by mtls_enroll_acme) */
+    const char *listen_address;      /* where the built-in responders listen (NULL: every IPv4 address) */
+    uint16_t port;                   /* the responder's port (MTLS_ACME_HTTP01, _TLS_ALPN01) */
+    const char *webroot;             /* MTLS_ACME_WEBROOT: the web server's document root */
+    const char *dns_hook;            /* MTLS_ACME_DNS01: command given present|cleanup NAME VALUE */
+    const char *eab_kid;             /* external account binding key identifier (NULL: none) */
+    const char *eab_hmac_key;        /* with eab_kid: its MAC key, base64url as the CA gives it; not kept */
+    const char *const *contact;      /* account contact URLs ("mailto:ops@example.com") */
+    size_t contact_count;
+    int timeout_seconds;             /* how long an order may stay pending (0: 120; at most 86400) */
+    /* EST. */
+    const char *user;                /* HTTP basic authentication for /simpleenroll (with password) */
+    const char *password;            /* not kept */
+    const mtls_identity *bootstrap;  /* a bootstrap identity presented over TLS (NULL: none) */
+    /* pki. */
+    const char *ca_key_password;     /* password of the directory's CA keys (NULL: unencrypted keys); not kept */
+} mtls_enroll_options;
+
+/* Fill *opts with the defaults of `version` (MTLS_ENROLL_OPTIONS_VERSION): every field zero or
+ * NULL. MTLS_E_INVALID_ARGUMENT for an unknown version. */
+MTLS_EXTERN int mtls_enroll_options_init(mtls_enroll_options *opts, unsigned int version);
+/* ACME (RFC 8555; `mtls enroll acme`): `names` (name_count DNS names or IP addresses, at least
+ * one; the first is the CN) from the server whose directory is `directory_url` (https://...).
+ * The account key is the one recorded for `label` with the same directory, else a new P-256 key.
+ * opts is required (opts->challenge). */
+MTLS_EXTERN int mtls_enroll_acme(mtls_store *store, const char *label, const char *directory_url,
+                                 const char *const *names, size_t name_count, const mtls_enroll_options *opts,
+                                 mtls_cert **out);
+/* EST (RFC 7030; `mtls enroll est`): /simpleenroll at the base URL `url`
+ * (https://host/.well-known/est) for `subject` (an RFC 4514 DN, "CN=device-1,O=Example"), with
+ * opts->user and opts->password and/or opts->bootstrap (one is required); the chain from
+ * /cacerts. Renewal re-enrolls over mutual TLS with the identity itself. */
+MTLS_EXTERN int mtls_enroll_est(mtls_store *store, const char *label, const char *url, const char *subject,
+                                const mtls_enroll_options *opts, mtls_cert **out);
+/* The local CA (`mtls enroll pki`): signed by the intermediate `ca_name` of the `mtls pki`
+ * directory `dir`, for `name` (a DNS name or IP address for a server). `opts` may be NULL. */
+MTLS_EXTERN int mtls_enroll_pki(mtls_store *store, const char *label, const char *dir, const char *ca_name,
+                                const char *name, const mtls_enroll_options *opts, mtls_cert **out);
+
 /* ---- Identities and policies that change; events; expiry (issue 26) ----
  *
  * An identity source is what a listener, client connections or a configured SSL_CTX present:
@@ -1573,6 +1675,27 @@ MTLS_EXTERN int mtls_store_earliest_expiry(mtls_store *store, int64_t *not_after
 /* The store's certificates as Prometheus text (mtls_certificate_not_after_seconds and
  * mtls_certificate_not_before_seconds per certificate). Free *out with mtls_string_free. */
 MTLS_EXTERN int mtls_store_metrics(mtls_store *store, char **out);
+
+/* ---- Revocation events (issue 28) ----
+ *
+ * A policy that checks revocation (see "Revocation") reports each fetch that failed through its
+ * own event callback: one event per failed fetch of a CRL or an OCSP response (a server that does
+ * not answer, a body over the size or time limit, something that is not a CRL, a CRL or response
+ * that does not verify against the issuer), made for a handshake or an evaluation, or by the
+ * background refresh of a cached CRL (which keeps the CRL in hand until its nextUpdate).
+ * Evaluations that find the failure remembered (it is retried after 10 s) fire none. The event:
+ * `label` is the URL, `subject`/`sha256`/`not_after` the certificate whose status was sought,
+ * `error_code` the MTLS_E_* code of the failure (MTLS_E_IO, MTLS_E_TIMEOUT, MTLS_E_LIMIT,
+ * MTLS_E_PARSE, MTLS_E_UNTRUSTED...), `message` names the issuer and says why. The callback runs
+ * on the thread that made the fetch (a handshake's, an mtls_evaluate caller's, or the refresh
+ * thread "mtls-revocation"): it must not block for long. Event kinds of this block are numbered
+ * from 16. */
+#define MTLS_EVENT_REVOCATION_FETCH_FAILED 16 /* a CRL or OCSP fetch failed */
+/* Sets (cb NULL: clears) the policy's event callback. `destroy(userdata)`, if not NULL, runs once
+ * when the callback is replaced or cleared, or when the policy is freed by its last holder
+ * (connections, listeners and SSL_CTXs keep their own references). */
+MTLS_EXTERN int mtls_policy_set_event_callback(mtls_policy *policy, mtls_event_cb cb, void *userdata,
+                                               void (*destroy)(void *userdata));
 
 #ifdef __cplusplus
 }

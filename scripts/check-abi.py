@@ -217,6 +217,8 @@ def header_constants(header):
 # side of the dict holds the value, exceptions to "the word in upper case is the macro's tail").
 PY_TABLES = [
     ("mtls.tls", "CLIENT_AUTH", "MTLS_CLIENT_AUTH_", "value", {}),
+    ("mtls.tls", "CA_NAMES", "MTLS_CA_NAMES_", "value", {}),
+    ("mtls.rotation", "EVENT_KINDS", "MTLS_EVENT_", "key", {}),
     ("mtls.trust", "_KINDS", "MTLS_TRUST_", "key", {}),
     ("mtls.trust", "_PURPOSES", "MTLS_PURPOSE_", "value", {None: "DEFAULT"}),
     ("mtls.tokens", "_KINDS", "MTLS_TOKEN_OBJECT_", "key", {"certificate": "CERT"}),
@@ -359,7 +361,7 @@ def check_constants(header, python_src, library, sources):
                 if literal != header_value:
                     problems.append(f"{path}: {name} = {value}, the header says {header_value!r}")
                 else:
-                    notes.append(f"{path}: {name} retyped (same value; use the header's macro)")
+                    problems.append(f"{path}: {name} retyped (same value; use the header's macro through CMTLSHeader)")
     for n in notes:
         print("  note: " + n)
     print(f"check-abi constants: {len(codes)} codes and {len(macros)} macros of the header, {checked} Python "

@@ -12,6 +12,7 @@ pkgs=(
   pebble  # the ACME test server, with pebble-challtestsrv as its DNS (Tests/e2e/test_enroll.py)
   fcgiwrap  # the EST endpoint: nginx in front of a CGI signing with openssl (Tests/e2e/test_est.py)
   tinyproxy  # a real HTTP CONNECT proxy for the Python proxy tests (bindings/python/tests/test_proxy.py)
+  erlang-nox  # an Erlang/OTP TLS 1.3 client against a listener without CA names (Tests/e2e/test_ca_names.py)
   debhelper dpkg-dev lintian help2man chrpath fakeroot binutils util-linux python3-venv
 )
 missing=()

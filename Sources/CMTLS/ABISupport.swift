@@ -161,17 +161,29 @@ func optionalString(_ p: UnsafePointer<CChar>?, _ name: String) throws -> String
     return try string(p, name)
 }
 
-/// An optional argument read the old way: invalid UTF-8 is repaired (U+FFFD), not refused.
-@available(*, deprecated, message: "repairs invalid UTF-8 into another string: use optionalString(_:_:), which refuses it")
-func optionalString(_ p: UnsafePointer<CChar>?) -> String? {
-    p.map { String(cString: $0) }
-}
-
 /// A C string that holds a secret (password, PIN) as secret bytes, copied straight from C
 /// memory (no Swift String, whose copies cannot be wiped). NULL is nil ("none"), "" is empty.
 func secretBytes(_ p: UnsafePointer<CChar>?) -> SecretBytes? {
     guard let p else { return nil }
     return SecretBytes(Array(UnsafeRawBufferPointer(start: p, count: strlen(p))))
+}
+
+/// A `const char *const *` argument with `count` entries, each a UTF-8 string (NULL with a
+/// zero count is an empty list).
+func stringList(_ p: UnsafePointer<UnsafePointer<CChar>?>?, _ count: Int, _ name: String) throws -> [String] {
+    let n = try size(count, "the count of \(name)")
+    if n == 0 { return [] }
+    let list = try require(p, name)
+    return try (0..<n).map { try string(list[$0], "\(name)[\($0)]") }
+}
+
+/// A `T *const *` argument of handles with `count` entries, each checked as ``handle(_:_:_:)``
+/// checks one (NULL with a zero count is an empty list).
+func handleList<T: AnyObject>(_ p: UnsafePointer<OpaquePointer?>?, _ count: Int, _ type: T.Type, _ name: String) throws -> [T] {
+    let n = try size(count, "the count of \(name)")
+    if n == 0 { return [] }
+    let list = try require(p, name)
+    return try (0..<n).map { try handle(list[$0], type, "\(name)[\($0)]") }
 }
 
 /// A `(const uint8_t *, size_t)` argument. NULL with a zero length is an empty buffer.
@@ -181,38 +193,31 @@ func bytes(_ p: UnsafePointer<UInt8>?, _ len: Int, _ name: String) throws -> [UI
     return Array(UnsafeBufferPointer(start: try require(p, name), count: len))
 }
 
-/// The one body of the `*_options_init` functions: checks `opts` and `version` (the header's
-/// `*_OPTIONS_VERSION`), then writes the struct `defaults` makes from the core's defaults, with
-/// its `version` field set. `name` is the struct's C name, for the message.
-func initOptions<T>(_ opts: UnsafeMutablePointer<T>?, _ version: UInt32, supported: UInt32, _ name: String,
-                    versionField: WritableKeyPath<T, UInt32>, _ defaults: () -> T) throws {
-    let opts = try require(opts, "opts")
-    guard version == supported else { throw invalid("\(name) version \(version) is not supported (\(supported) is)") }
-    var o = defaults()
-    o[keyPath: versionField] = version
-    opts.pointee = o
-}
-
 /// A versioned options structure as the caller's version has it: only the bytes that version
 /// has (`sizes[version - 1]`) are read, the fields added later stay zero (a program built with an
 /// older header passes a smaller structure).
 func readVersioned<T>(_ p: UnsafePointer<T>, zero: T, sizes: [Int], _ name: String) throws -> T {
     let version = UnsafeRawPointer(p).load(as: UInt32.self)
     guard version >= 1, Int(version) <= sizes.count else {
-        throw invalid("\(name) version \(version) is not supported (1 to \(sizes.count) are); use \(name)_init")
+        throw invalid("\(name) version \(version) is not supported (\(supportedVersions(sizes))); use \(name)_init")
     }
     var out = zero
     withUnsafeMutableBytes(of: &out) { $0.copyMemory(from: UnsafeRawBufferPointer(start: p, count: sizes[Int(version) - 1])) }
     return out
 }
 
-/// ``initOptions(_:_:supported:_:versionField:_:)`` for a structure with several versions:
-/// writes the core's defaults, only the bytes of `version` (`sizes[version - 1]`).
+/// "1 is" or "1 to N are": the versions of a structure with one size per version.
+private func supportedVersions(_ sizes: [Int]) -> String { sizes.count == 1 ? "1 is" : "1 to \(sizes.count) are" }
+
+/// The one body of the `*_options_init` functions: checks `opts` and `version` (1 to the
+/// header's `*_OPTIONS_VERSION`, one size per version in `sizes`), then writes the struct
+/// `defaults` makes from the core's defaults, with its `version` field set, only the bytes that
+/// version has (`sizes[version - 1]`). `name` is the struct's C name, for the message.
 func initVersionedOptions<T>(_ opts: UnsafeMutablePointer<T>?, _ version: UInt32, sizes: [Int], _ name: String,
                              versionField: WritableKeyPath<T, UInt32>, _ defaults: () -> T) throws {
     let opts = try require(opts, "opts")
     guard version >= 1, Int(version) <= sizes.count else {
-        throw invalid("\(name) version \(version) is not supported (1 to \(sizes.count) are)")
+        throw invalid("\(name) version \(version) is not supported (\(supportedVersions(sizes)))")
     }
     var o = defaults()
     o[keyPath: versionField] = version

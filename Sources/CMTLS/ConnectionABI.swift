@@ -51,6 +51,9 @@ private func milliseconds(_ s: Double?) -> Int32 {
     return Int32(clamping: Int((s * 1000).rounded()))
 }
 
+/// A core count limit as a C field: -1 for no limit.
+private func limitValue(_ n: Int?) -> Int32 { n.map { Int32(clamping: $0) } ?? -1 }
+
 private func alpnList(_ p: UnsafePointer<CChar>?, _ name: String) throws -> [String] {
     try optionalString(p, name).map(ALPN.protocols(commaSeparated:)) ?? []
 }
@@ -61,6 +64,25 @@ private let connOptionsSizes = [MemoryLayout<mtls_conn_options>.offset(of: \mtls
 /// mtls_listener_options: version 1 ends where `client_overrides` (version 2) begins.
 private let listenerOptionsSizes = [MemoryLayout<mtls_listener_options>.offset(of: \mtls_listener_options.client_overrides) ?? 0,
                                     MemoryLayout<mtls_listener_options>.size]
+
+/// The header's `MTLS_CA_NAMES_*` value of a listener (with its certificates for `_LIST`).
+private func clientCANames(_ v: Int32, _ certs: UnsafePointer<OpaquePointer?>?, _ count: Int) throws -> ClientCANames {
+    switch v {
+    case MTLS_CA_NAMES_ANCHORS: return .anchors
+    case MTLS_CA_NAMES_NONE: return .omitted
+    case MTLS_CA_NAMES_LIST: return .certificates(try handleList(certs, count, Certificate.self, "client_ca_certs"))
+    default: throw invalid("client_ca_names must be MTLS_CA_NAMES_ANCHORS, _NONE or _LIST, not \(v)")
+    }
+}
+
+/// The header's `MTLS_CA_NAMES_*` value of a core setting (the default's, for options_init).
+private func clientCANamesValue(_ names: ClientCANames) -> Int32 {
+    switch names {
+    case .anchors: return MTLS_CA_NAMES_ANCHORS
+    case .omitted: return MTLS_CA_NAMES_NONE
+    case .certificates: return MTLS_CA_NAMES_LIST
+    }
+}
 
 private func clientOptions(_ p: UnsafePointer<mtls_conn_options>?) throws -> TLSClientOptions {
     var o = TLSClientOptions()
@@ -77,12 +99,12 @@ private func clientOptions(_ p: UnsafePointer<mtls_conn_options>?) throws -> TLS
     o.ioTimeout = seconds(c.io_timeout_ms)
     o.nonBlocking = c.non_blocking != 0
     o.sessionResumption = c.no_session_resumption == 0
-    let candidateCount = try size(c.candidate_count, "candidate_count")
+    _ = try size(c.candidate_count, "candidate_count")  // checked even when identity is set
     if let id = c.identity {
         o.identity = .identity(try handle(id, Identity.self, "identity"))
-    } else if candidateCount > 0 {
-        let list = try require(c.candidates, "candidates")
-        o.identity = .automatic(try (0..<candidateCount).map { try handle(list[$0], Identity.self, "candidates[\($0)]") })
+    } else {
+        let candidates = try handleList(c.candidates, c.candidate_count, Identity.self, "candidates")
+        if !candidates.isEmpty { o.identity = .automatic(candidates) }
     }
     if let policy = c.policy { o.policy = try handle(policy, TrustPolicy.self, "policy") }
     if let source = c.identity_source { o.identitySource = try handle(source, IdentitySource.self, "identity_source") }
@@ -255,7 +277,8 @@ public func mtls_listener_options_init(_ opts: UnsafeMutablePointer<mtls_listene
             o.io_timeout_ms = milliseconds(TLSDefaults.ioTimeout)
             o.no_session_tickets = TLSDefaults.sessionTickets ? 0 : 1
             o.first_byte_timeout_ms = milliseconds(TLSDefaults.firstByteTimeout)
-            o.max_handshakes_per_address = Int32(clamping: TLSDefaults.maxHandshakesPerAddress)
+            o.max_handshakes_per_address = limitValue(TLSDefaults.maxHandshakesPerAddress)
+            o.client_ca_names = clientCANamesValue(TLSDefaults.clientCANames)
             return o
         }
     }
@@ -289,9 +312,8 @@ func serverOptions(_ opts: UnsafePointer<mtls_listener_options>?, source: Identi
             o.sessionTickets = c.no_session_tickets == 0
             o.clientOverrides = try overridesArgument(c.client_overrides, "opts->client_overrides")
             o.firstByteTimeout = seconds(c.first_byte_timeout_ms)
-            // 0 (a version 1 caller's too): the default; negative: no limit.
-            o.maxHandshakesPerAddress = c.max_handshakes_per_address == 0 ? TLSDefaults.maxHandshakesPerAddress
-                                                                          : max(0, Int(c.max_handshakes_per_address))
+            o.maxHandshakesPerAddress = Int(c.max_handshakes_per_address)  // 0 and negative: the core's convention
+            o.clientCANames = try clientCANames(c.client_ca_names, c.client_ca_certs, c.client_ca_cert_count)
             return o
 }
 
@@ -385,9 +407,6 @@ public func mtls_ssl_ctx_set_peer(_ ctx: UnsafeMutableRawPointer?, _ host: Unsaf
 }
 
 private func sslPeer(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ verifyAs: UnsafePointer<CChar>?) throws -> TrustPeer {
-    let h = try string(host, "host")
-    guard !h.isEmpty else { throw invalid("host must not be empty") }
-    let v = try optionalString(verifyAs, "verify_as")
-    if let v, v.isEmpty { throw invalid("verify_as must be NULL (the host) or a name, not empty") }
-    return TrustPeer(host: h, port: port == 0 ? nil : Int(port), verifyAs: v)
+    try TrustPeer.named(host: try string(host, "host"), port: port == 0 ? nil : Int(port),
+                        verifyAs: try optionalString(verifyAs, "verify_as"))
 }

@@ -31,14 +31,8 @@ private struct IssueOptions {
         if o.validity_days < 0 { throw MTLSError(.invalidArgument, "validity_days must not be negative") }
         if o.validity_days > 0 { days = Int(o.validity_days) }
         if o.now != 0 { now = Date(timeIntervalSince1970: TimeInterval(o.now)) }
-        dns = try Self.strings(o.dns_names, o.dns_count, "dns_names")
-        ips = try Self.strings(o.ip_addresses, o.ip_count, "ip_addresses")
-    }
-
-    static func strings(_ p: UnsafePointer<UnsafePointer<CChar>?>?, _ n: Int, _ name: String) throws -> [String] {
-        guard try size(n, "the count of \(name)") > 0 else { return [] }
-        let p = try require(p, name)
-        return try (0..<n).map { try string(p[$0], "\(name)[\($0)]") }
+        dns = try stringList(o.dns_names, o.dns_count, "dns_names")
+        ips = try stringList(o.ip_addresses, o.ip_count, "ip_addresses")
     }
 }
 
@@ -179,10 +173,7 @@ public func mtls_pki_crl(_ ca: OpaquePointer?, _ serials: UnsafePointer<UnsafePo
             let identity = try handle(ca, Identity.self, "ca")
             let authority = try CertificateAuthority(certificate: identity.leaf, privateKey: identity.privateKey)
             let when = now != 0 ? Date(timeIntervalSince1970: TimeInterval(now)) : Date()
-            let n = try size(count, "count")
-            let list = n == 0 ? [] : try (0..<n).map { i in
-                try string(try require(serials, "revoked_serials")[i], "revoked_serials[\(i)]")
-            }
+            let list = try stringList(serials, count, "revoked_serials")
             return try authority.makeCRL(revokedSerials: list, number: number,
                                          validityDays: validityDays > 0 ? Int(validityDays) : nil, now: when)
         }

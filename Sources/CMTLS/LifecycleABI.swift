@@ -17,12 +17,27 @@ public final class EventCallbackBox: CallbackUserdata, @unchecked Sendable {
         super.init(userdata, destroy)
     }
 
+    /// The header's `MTLS_EVENT_*` value of an event kind.
+    private func eventKindValue(_ kind: LifecycleEventKind) -> Int32 {
+        switch kind {
+        case .identityRotated: return MTLS_EVENT_IDENTITY_ROTATED
+        case .policyReloaded: return MTLS_EVENT_POLICY_RELOADED
+        case .reloadFailed: return MTLS_EVENT_RELOAD_FAILED
+        case .expiryWarning: return MTLS_EVENT_EXPIRY_WARNING
+        case .renewalScheduled: return MTLS_EVENT_RENEWAL_SCHEDULED
+        case .renewalSucceeded: return MTLS_EVENT_RENEWAL_SUCCEEDED
+        case .renewalFailed: return MTLS_EVENT_RENEWAL_FAILED
+        case .renewalNotInstalled: return MTLS_EVENT_RENEWAL_NOT_INSTALLED
+        case .revocationFetchFailed: return MTLS_EVENT_REVOCATION_FETCH_FAILED
+        }
+    }
+
     func deliver(_ e: LifecycleEvent) {
         withOptionalCString(e.label) { label in
             withOptionalCString(e.subject) { subject in
                 withOptionalCString(e.sha256) { sha in
                     e.message.withCString { message in
-                        var ev = mtls_event(kind: e.kind.rawValue, label: label, subject: subject, sha256: sha,
+                        var ev = mtls_event(kind: eventKindValue(e.kind), label: label, subject: subject, sha256: sha,
                                             not_after: e.notAfter.map { Int64($0.timeIntervalSince1970) } ?? 0,
                                             error_code: e.error?.code.rawValue ?? 0, message: message,
                                             next_attempt: e.nextAttempt.map { Int64($0.timeIntervalSince1970) } ?? 0)
@@ -50,10 +65,9 @@ private func withOptionalCString<R>(_ s: String?, _ body: (UnsafePointer<CChar>?
 private let watchOptionsSizes = [MemoryLayout<mtls_watch_options>.size]
 
 private func watchOptions(_ p: UnsafePointer<mtls_watch_options>?) throws -> (days: Int, pin: SecretBytes?) {
-    guard let p else { return (14, nil) }
+    guard let p else { return (LifecycleDefaults.warningDays, nil) }
     let c = try readVersioned(p, zero: mtls_watch_options(), sizes: watchOptionsSizes, "mtls_watch_options")
-    guard c.warning_days >= 0 else { throw invalid("warning_days must be 0 (14 days) or more") }
-    return (c.warning_days == 0 ? 14 : Int(c.warning_days), secretBytes(c.token_pin))
+    return (try LifecycleDefaults.warningDays(Int(c.warning_days)), secretBytes(c.token_pin))
 }
 
 /// `int mtls_watch_options_init(mtls_watch_options *opts, unsigned int version)`
@@ -62,7 +76,7 @@ public func mtls_watch_options_init(_ opts: UnsafeMutablePointer<mtls_watch_opti
     abiCall {
         try initVersionedOptions(opts, version, sizes: watchOptionsSizes, "mtls_watch_options", versionField: \.version) {
             var o = mtls_watch_options()
-            o.warning_days = 14
+            o.warning_days = Int32(clamping: LifecycleDefaults.warningDays)
             return o
         }
     }
@@ -152,9 +166,11 @@ public func mtls_listener_set_event_callback(_ l: OpaquePointer?, _ cb: EventCal
 public func mtls_listener_get_counters(_ l: OpaquePointer?, _ out: UnsafeMutablePointer<mtls_listener_counters>?) -> Int32 {
     abiCall {
         let out = try require(out, "out")
-        guard out.pointee.version == 1 else { throw invalid("mtls_listener_counters version \(out.pointee.version) is not supported (1 is)") }
+        guard out.pointee.version == UInt32(MTLS_LISTENER_COUNTERS_VERSION) else {
+            throw invalid("mtls_listener_counters version \(out.pointee.version) is not supported (\(MTLS_LISTENER_COUNTERS_VERSION) is)")
+        }
         let c = try listener(l).counters
-        out.pointee = mtls_listener_counters(version: 1, accepted: c.accepted, resumed: c.resumed,
+        out.pointee = mtls_listener_counters(version: out.pointee.version, accepted: c.accepted, resumed: c.resumed,
                                              refused: c.refused.values.reduce(0, +), current_connections: c.currentConnections)
     }
 }
@@ -228,10 +244,8 @@ public func mtls_policy_follow_store_anchors(_ p: OpaquePointer?, _ store: Opaqu
                                              _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
-            let n = try size(count, "count")
-            guard n > 0 else { throw invalid("count must be at least 1") }
-            let list = try require(labels, "labels")
-            let names = try (0..<n).map { try string(list[$0], "labels[\($0)]") }
+            let names = try stringList(labels, count, "labels")
+            guard !names.isEmpty else { throw invalid("count must be at least 1") }
             return try StoreAnchorWatch(policy: try handle(p, TrustPolicy.self, "policy"),
                                         store: try handle(store, CredentialStore.self, "store"), labels: names)
         }
@@ -267,7 +281,7 @@ public func mtls_store_expiry(_ store: OpaquePointer?, _ out: UnsafeMutablePoint
                 wipeAndFree(label)
                 throw MTLSError(.noMemory, "out of memory")
             }
-            return mtls_expiry_item(label: label, item_class: i.itemClass.rawValue, position: Int32(clamping: i.position),
+            return mtls_expiry_item(label: label, item_class: itemClassValue(i.itemClass), position: Int32(clamping: i.position),
                                     subject: subject, sha256: sha, not_before: Int64(i.notBefore.timeIntervalSince1970),
                                     not_after: Int64(i.notAfter.timeIntervalSince1970))
         }, release: releaseExpiryItem)
@@ -297,4 +311,14 @@ public func mtls_store_earliest_expiry(_ store: OpaquePointer?, _ notAfter: Unsa
 @_cdecl("mtls_store_metrics")
 public func mtls_store_metrics(_ store: OpaquePointer?, _ out: CStringOut?) -> Int32 {
     abiCall { try putString(try handle(store, CredentialStore.self, "store").prometheusMetrics(), out) }
+}
+
+// ---- Revocation events (issue 28)
+
+/// `int mtls_policy_set_event_callback(mtls_policy *policy, mtls_event_cb cb, void *userdata, void (*destroy)(void *))`
+@_cdecl("mtls_policy_set_event_callback")
+public func mtls_policy_set_event_callback(_ p: OpaquePointer?, _ cb: EventCallbackBox.Callback?,
+                                           _ userdata: UnsafeMutableRawPointer?,
+                                           _ destroy: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?) -> Int32 {
+    abiCall { EventCallbackBox.install(try handle(p, TrustPolicy.self, "policy").events, cb, userdata, destroy) }
 }

@@ -5,14 +5,14 @@ import CMTLSHeader
 import Glibc
 #endif
 
+/// mtls_store_options has one version.
+private let storeOptionsSizes = [MemoryLayout<mtls_store_options>.size]
+
 private func options(_ p: UnsafePointer<mtls_store_options>?) throws -> CredentialStore.Options {
     var o = CredentialStore.Options()
     guard let p else { return o }
-    let c = p.pointee
-    guard c.version == UInt32(MTLS_STORE_OPTIONS_VERSION) else {
-        throw invalid("mtls_store_options.version is \(c.version); initialise it with mtls_store_options_init")
-    }
-    o.busyTimeoutMilliseconds = max(c.busy_timeout_ms, 0)
+    let c = try readVersioned(p, zero: mtls_store_options(), sizes: storeOptionsSizes, "mtls_store_options")
+    o.busyTimeoutMilliseconds = c.busy_timeout_ms
     o.create = c.create != 0
     o.kdf = StoreKDFParameters(logN: Int(c.kdf_log_n), r: Int(c.kdf_r), p: Int(c.kdf_p))
     try o.kdf.validate()
@@ -22,33 +22,45 @@ private func options(_ p: UnsafePointer<mtls_store_options>?) throws -> Credenti
 private func secret(_ p: UnsafePointer<UInt8>?, _ len: Int, _ kind: Int32) throws -> StoreSecret {
     // The array built from C memory becomes the SecretBytes' own storage: no unwiped copy.
     switch kind {
-    case 1: return .passphrase(SecretBytes(try bytes(p, len, "secret")))
-    case 2: return .key(SecretBytes(try bytes(p, len, "secret")))
+    case MTLS_STORE_SECRET_PASSPHRASE: return .passphrase(SecretBytes(try bytes(p, len, "secret")))
+    case MTLS_STORE_SECRET_KEY: return .key(SecretBytes(try bytes(p, len, "secret")))
     default: throw invalid("secret_kind must be MTLS_STORE_SECRET_PASSPHRASE or MTLS_STORE_SECRET_KEY")
     }
 }
 
 private func itemClass(_ c: Int32, allowAny: Bool) throws -> StoreItemClass? {
-    if c == 0 && allowAny { return nil }
-    guard let k = StoreItemClass(rawValue: c) else { throw invalid("item_class \(c) is not an MTLS_STORE_* class") }
-    return k
+    switch c {
+    case MTLS_STORE_ANY where allowAny: return nil
+    case MTLS_STORE_IDENTITY: return .identity
+    case MTLS_STORE_CERTIFICATE: return .certificate
+    case MTLS_STORE_TOKEN_IDENTITY: return .tokenIdentity
+    default: throw invalid("item_class \(c) is not an MTLS_STORE_* class")
+    }
+}
+
+/// The header's `MTLS_STORE_*` value of an item class.
+func itemClassValue(_ c: StoreItemClass) -> Int32 {
+    switch c {
+    case .identity: return MTLS_STORE_IDENTITY
+    case .certificate: return MTLS_STORE_CERTIFICATE
+    case .tokenIdentity: return MTLS_STORE_TOKEN_IDENTITY
+    }
 }
 
 /// `int mtls_store_options_init(mtls_store_options *opts, unsigned int version)`
 @_cdecl("mtls_store_options_init")
 public func mtls_store_options_init(_ opts: UnsafeMutablePointer<mtls_store_options>?, _ version: UInt32) -> Int32 {
     abiCall {
-        let p = try require(opts, "opts")
-        guard version == UInt32(MTLS_STORE_OPTIONS_VERSION) else { throw invalid("unknown mtls_store_options version \(version)") }
-        let d = CredentialStore.Options()
-        var c = mtls_store_options()
-        c.version = version
-        c.busy_timeout_ms = d.busyTimeoutMilliseconds
-        c.create = d.create ? 1 : 0
-        c.kdf_log_n = Int32(d.kdf.logN)
-        c.kdf_r = Int32(d.kdf.r)
-        c.kdf_p = Int32(d.kdf.p)
-        p.pointee = c
+        try initVersionedOptions(opts, version, sizes: storeOptionsSizes, "mtls_store_options", versionField: \.version) {
+            let d = CredentialStore.Options()
+            var c = mtls_store_options()
+            c.busy_timeout_ms = d.busyTimeoutMilliseconds
+            c.create = d.create ? 1 : 0
+            c.kdf_log_n = Int32(d.kdf.logN)
+            c.kdf_r = Int32(d.kdf.r)
+            c.kdf_p = Int32(d.kdf.p)
+            return c
+        }
     }
 }
 
@@ -60,8 +72,9 @@ public func mtls_store_open(_ path: UnsafePointer<CChar>?, _ secretData: UnsafeP
                             _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
-            try CredentialStore(path: try string(path, "path"), secret: try secret(secretData, secretLen, secretKind),
-                                options: try options(opts))
+            // Opened through withStore: a store this call creates is removed again if the open fails.
+            try CredentialStore.withStore(path: try string(path, "path"), secret: try secret(secretData, secretLen, secretKind),
+                                          options: try options(opts)) { $0 }
         }
     }
 }
@@ -74,7 +87,7 @@ public func mtls_store_open_secret_file(_ path: UnsafePointer<CChar>?, _ secretF
     abiCall {
         try putHandle(out) {
             let s = try StoreSecret.load(path: try string(secretFile, "secret_file"))
-            return try CredentialStore(path: try string(path, "path"), secret: s, options: try options(opts))
+            return try CredentialStore.withStore(path: try string(path, "path"), secret: s, options: try options(opts)) { $0 }
         }
     }
 }
@@ -87,7 +100,7 @@ public func mtls_store_open_key_file(_ path: UnsafePointer<CChar>?, _ keyFile: U
     abiCall {
         try putHandle(out) {
             let s = try StoreSecret.loadKey(path: try string(keyFile, "key_file"))
-            return try CredentialStore(path: try string(path, "path"), secret: s, options: try options(opts))
+            return try CredentialStore.withStore(path: try string(path, "path"), secret: s, options: try options(opts)) { $0 }
         }
     }
 }
@@ -302,7 +315,7 @@ public func mtls_store_item_label(_ p: OpaquePointer?, _ out: CStringOut?) -> In
 /// `int mtls_store_item_class(const mtls_store_item *item, int *out)`
 @_cdecl("mtls_store_item_class")
 public func mtls_store_item_class(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<Int32>?) -> Int32 {
-    itemValue(p, out) { $0.itemClass.rawValue }
+    itemValue(p, out) { itemClassValue($0.itemClass) }
 }
 
 /// `int mtls_store_item_subject(const mtls_store_item *item, char **out)`

@@ -1,5 +1,6 @@
 // mtls_token, mtls_token_object and mtls_identity_from_pkcs11: PKCS#11 tokens through p11-kit.
 import MTLS
+import CMTLSHeader
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -16,13 +17,6 @@ final class TokenObjectHandle {
     init(_ object: TokenObject) { self.object = object }
 }
 
-private let MTLS_TOKEN_LOGIN_REQUIRED: UInt32 = 0x01
-private let MTLS_TOKEN_PIN_LOCKED: UInt32 = 0x02
-private let MTLS_TOKEN_PIN_COUNT_LOW: UInt32 = 0x04
-private let MTLS_TOKEN_PIN_FINAL_TRY: UInt32 = 0x08
-private let MTLS_TOKEN_PROTECTED_AUTH_PATH: UInt32 = 0x10
-private let MTLS_TOKEN_USER_PIN_INITIALIZED: UInt32 = 0x20
-
 // MARK: tokens
 
 /// `int mtls_token_list(const char *module_path, mtls_token ***out, size_t *count)`
@@ -31,7 +25,7 @@ public func mtls_token_list(_ modulePath: UnsafePointer<CChar>?,
                             _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,
                             _ count: UnsafeMutablePointer<Int>?) -> Int32 {
     abiCall {
-        try putHandles(out, count) { try PKCS11Modules(modulePath: optionalString(modulePath)).tokens().map(TokenHandle.init) }
+        try putHandles(out, count) { try PKCS11Modules(modulePath: optionalString(modulePath, "module_path")).tokens().map(TokenHandle.init) }
     }
 }
 
@@ -117,16 +111,16 @@ public func mtls_token_flags(_ t: OpaquePointer?, _ flags: UnsafeMutablePointer<
     }
 }
 
-/// A token's flags as MTLS_TOKEN_* bits.
+/// A token's flags as the header's MTLS_TOKEN_* bits.
 private func flagBits(_ info: TokenInfo) -> UInt32 {
-    var f: UInt32 = 0
+    var f: Int32 = 0
     if info.loginRequired { f |= MTLS_TOKEN_LOGIN_REQUIRED }
     if info.userPINLocked { f |= MTLS_TOKEN_PIN_LOCKED }
     if info.userPINCountLow { f |= MTLS_TOKEN_PIN_COUNT_LOW }
     if info.userPINFinalTry { f |= MTLS_TOKEN_PIN_FINAL_TRY }
     if info.protectedAuthenticationPath { f |= MTLS_TOKEN_PROTECTED_AUTH_PATH }
     if info.userPINInitialized { f |= MTLS_TOKEN_USER_PIN_INITIALIZED }
-    return f
+    return UInt32(bitPattern: f)
 }
 
 // MARK: objects
@@ -140,7 +134,8 @@ public func mtls_token_objects(_ modulePath: UnsafePointer<CChar>?, _ tokenURI: 
     abiCall {
         try putHandles(out, count) {
             let secret = secretBytes(pin)
-            let objects = try PKCS11Modules(modulePath: optionalString(modulePath)).objects(tokenURI: optionalString(tokenURI), pin: secret)
+            let objects = try PKCS11Modules(modulePath: optionalString(modulePath, "module_path"))
+                .objects(tokenURI: optionalString(tokenURI, "token_uri"), pin: secret)
             return objects.map(TokenObjectHandle.init)
         }
     }
@@ -167,9 +162,9 @@ public func mtls_token_object_kind(_ o: OpaquePointer?, _ kind: UnsafeMutablePoi
         let object = try handle(o, TokenObjectHandle.self, "object").object
         let kind = try require(kind, "kind")
         switch object.kind {
-        case .certificate: kind.pointee = 1
-        case .privateKey: kind.pointee = 2
-        case .publicKey: kind.pointee = 3
+        case .certificate: kind.pointee = MTLS_TOKEN_OBJECT_CERT
+        case .privateKey: kind.pointee = MTLS_TOKEN_OBJECT_PRIVATE_KEY
+        case .publicKey: kind.pointee = MTLS_TOKEN_OBJECT_PUBLIC_KEY
         }
     }
 }

@@ -35,9 +35,9 @@ public final class ReportCallbackBox: CallbackUserdata, @unchecked Sendable {
 /// The chain a C caller passes as `certs[0..<count]` (at least one certificate handle), checked
 /// the same way by every evaluate function.
 private func chainArgument(_ certs: UnsafePointer<OpaquePointer?>?, _ count: Int) throws -> [Certificate] {
-    let certs = try require(certs, "certs")
-    guard count > 0 else { throw invalid("count must be at least 1") }
-    return try (0..<count).map { try handle(certs[$0], Certificate.self, "certs[\($0)]") }
+    let chain = try handleList(try require(certs, "certs"), count, Certificate.self, "certs")
+    guard !chain.isEmpty else { throw invalid("count must be at least 1") }
+    return chain
 }
 
 private func policy(_ p: OpaquePointer?) throws -> TrustPolicy {
@@ -111,7 +111,7 @@ public func mtls_policy_set_time(_ p: OpaquePointer?, _ t: Int64) -> Int32 {
 public func mtls_policy_add_crl_file(_ p: OpaquePointer?, _ path: UnsafePointer<CChar>?) -> Int32 {
     abiCall {
         let pol = try policy(p)
-        pol.crls = pol.crls + (try RevocationList.load(path: try string(path, "path")))
+        pol.addCRLs(try RevocationList.load(path: try string(path, "path")))
     }
 }
 
@@ -120,7 +120,7 @@ public func mtls_policy_add_crl_file(_ p: OpaquePointer?, _ path: UnsafePointer<
 public func mtls_policy_add_host_rule(_ p: OpaquePointer?, _ pattern: UnsafePointer<CChar>?,
                                       _ verifyAs: UnsafePointer<CChar>?, _ skip: Int32) -> Int32 {
     abiCall {
-        let v = optionalString(verifyAs)
+        let v = try optionalString(verifyAs, "verify_as")
         try policy(p).updateHostRule(try string(pattern, "pattern")) { r in
             r.verifyAs = v
             r.skipNameCheck = skip != 0
@@ -134,10 +134,7 @@ public func mtls_policy_add_rule_anchor(_ p: OpaquePointer?, _ pattern: UnsafePo
                                         _ cert: OpaquePointer?, _ anchorsOnly: Int32) -> Int32 {
     abiCall {
         let c = try handle(cert, Certificate.self, "cert")
-        try policy(p).updateHostRule(try string(pattern, "pattern")) { r in
-            r.anchors = (r.anchors ?? []) + [c]
-            r.anchorsOnly = anchorsOnly != 0
-        }
+        try policy(p).updateHostRule(try string(pattern, "pattern")) { r in r.addAnchor(c, anchorsOnly: anchorsOnly != 0) }
     }
 }
 
@@ -157,10 +154,15 @@ public func mtls_policy_add_pin(_ p: OpaquePointer?, _ pattern: UnsafePointer<CC
 public func mtls_policy_set_pin_expiry(_ p: OpaquePointer?, _ pattern: UnsafePointer<CChar>?, _ expires: Int64,
                                        _ after: Int32) -> Int32 {
     abiCall {
-        guard after == 0 || after == 1 else { throw invalid("after_expiry must be MTLS_PIN_STOP_ENFORCING or MTLS_PIN_FAIL_CLOSED") }
+        let afterExpiry: PinExpiryBehavior
+        switch after {
+        case MTLS_PIN_STOP_ENFORCING: afterExpiry = .stopEnforcing
+        case MTLS_PIN_FAIL_CLOSED: afterExpiry = .failClosed
+        default: throw invalid("after_expiry must be MTLS_PIN_STOP_ENFORCING or MTLS_PIN_FAIL_CLOSED")
+        }
         try policy(p).updateHostRule(try string(pattern, "pattern")) { r in
             r.pinsExpire = expires == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(expires))
-            r.afterExpiry = after == 1 ? .failClosed : .stopEnforcing
+            r.afterExpiry = afterExpiry
         }
     }
 }
@@ -197,14 +199,22 @@ public func mtls_policy_warnings(_ p: OpaquePointer?, _ out: CStringListOut?, _ 
 public func mtls_evaluate(_ p: OpaquePointer?, _ certs: UnsafePointer<OpaquePointer?>?, _ count: Int,
                           _ host: UnsafePointer<CChar>?, _ purpose: Int32, _ at: Int64,
                           _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    evaluation(p, certs, count, purpose, at, out) { policy, chain, purpose, at in
+        policy.evaluate(chain: chain, host: try optionalString(host, "host"), purpose: purpose, at: at)
+    }
+}
+
+/// The one marshalling path of mtls_evaluate, mtls_evaluate_peer and
+/// mtls_evaluate_with_overrides: the policy and the chain checked, purpose and time converted,
+/// `evaluate` run and its result written to `out` as a new handle.
+private func evaluation(_ p: OpaquePointer?, _ certs: UnsafePointer<OpaquePointer?>?, _ count: Int, _ purpose: Int32,
+                        _ at: Int64, _ out: UnsafeMutablePointer<OpaquePointer?>?,
+                        _ evaluate: (TrustPolicy, [Certificate], TrustPurpose?, Date?) throws -> TrustResult) -> Int32 {
     abiCall {
         try putHandle(out) {
-            let h = try handle(p, TrustPolicy.self, "policy")
+            let policy = try handle(p, TrustPolicy.self, "policy")
             let chain = try chainArgument(certs, count)
-            let purposeValue = try purposeArgument(purpose)
-            let result = h.evaluate(chain: chain, host: optionalString(host), purpose: purposeValue,
-                                    at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)))
-            return TrustResultBox(result)
+            return TrustResultBox(try evaluate(policy, chain, try purposeArgument(purpose), timeArgument(at)))
         }
     }
 }
@@ -220,8 +230,8 @@ public func mtls_evaluate_der(_ p: OpaquePointer?, _ ders: UnsafePointer<UnsafeP
             let ders = try require(ders, "ders"), lens = try require(lens, "lens")
             guard count > 0 else { throw invalid("count must be at least 1") }
             let chain = try (0..<count).map { try bytes(ders[$0], lens[$0], "ders[\($0)]") }
-            let result = try h.evaluate(derChain: chain, host: optionalString(host), purpose: try purposeArgument(purpose),
-                                                at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)))
+            let result = try h.evaluate(derChain: chain, host: try optionalString(host, "host"), purpose: try purposeArgument(purpose),
+                                        at: timeArgument(at))
             return TrustResultBox(result)
         }
     }
@@ -233,11 +243,16 @@ public func mtls_policy_set_cache(_ p: OpaquePointer?, _ on: Int32) -> Int32 {
     abiCall { try policy(p).evaluationCacheEnabled = on != 0 }
 }
 
+/// An `int64_t at` argument (seconds since the epoch); 0 is the policy's time or now (nil).
+private func timeArgument(_ at: Int64) -> Date? {
+    at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at))
+}
+
 private func purposeArgument(_ purpose: Int32) throws -> TrustPurpose? {
     switch purpose {
-    case 0: return nil
-    case 1: return .serverAuth
-    case 2: return .clientAuth
+    case MTLS_PURPOSE_DEFAULT: return nil
+    case MTLS_PURPOSE_SERVER: return .serverAuth
+    case MTLS_PURPOSE_CLIENT: return .clientAuth
     default: throw invalid("purpose must be MTLS_PURPOSE_DEFAULT, _SERVER or _CLIENT")
     }
 }
@@ -260,9 +275,9 @@ public func mtls_trust_result_kind(_ r: OpaquePointer?, _ out: UnsafeMutablePoin
     abiCall {
         let k: Int32
         switch try result(r).result.kind {
-        case .proceed: k = 0
-        case .recoverableFailure: k = 1
-        case .fatalFailure: k = 2
+        case .proceed: k = MTLS_TRUST_PROCEED
+        case .recoverableFailure: k = MTLS_TRUST_RECOVERABLE_FAILURE
+        case .fatalFailure: k = MTLS_TRUST_FATAL_FAILURE
         }
         try require(out, "kind").pointee = k
     }
@@ -323,15 +338,10 @@ public func mtls_trust_result_matched_pin(_ r: OpaquePointer?, _ out: CStringOut
 public func mtls_evaluate_peer(_ p: OpaquePointer?, _ certs: UnsafePointer<OpaquePointer?>?, _ count: Int,
                                _ host: UnsafePointer<CChar>?, _ port: UInt16, _ verifyAs: UnsafePointer<CChar>?,
                                _ purpose: Int32, _ at: Int64, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
-    abiCall {
-        try putHandle(out) {
-            let h = try handle(p, TrustPolicy.self, "policy")
-            let chain = try chainArgument(certs, count)
-            let peer = TrustPeer(host: optionalString(host), port: port == 0 ? nil : Int(port), verifyAs: optionalString(verifyAs))
-            let result = h.evaluate(chain: chain, peer: peer, purpose: try purposeArgument(purpose),
-                                            at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)))
-            return TrustResultBox(result)
-        }
+    evaluation(p, certs, count, purpose, at, out) { policy, chain, purpose, at in
+        let peer = TrustPeer(host: try optionalString(host, "host"), port: port == 0 ? nil : Int(port),
+                             verifyAs: try optionalString(verifyAs, "verify_as"))
+        return policy.evaluate(chain: chain, peer: peer, purpose: purpose, at: at)
     }
 }
 
@@ -380,35 +390,27 @@ public func mtls_policy_verify_as(_ p: OpaquePointer?, _ out: CStringOut?) -> In
 @_cdecl("mtls_trust_overrides_init")
 public func mtls_trust_overrides_init(_ o: UnsafeMutablePointer<mtls_trust_overrides>?, _ version: UInt32) -> Int32 {
     abiCall {
-        let o = try require(o, "overrides")
-        guard version == 1 else { throw invalid("mtls_trust_overrides version \(version) is not supported (1 is)") }
-        var v = mtls_trust_overrides()  // zero: no anchors, no pins, no verify_as
-        v.version = 1
-        v.anchors_only = -1
-        o.pointee = v
+        try initVersionedOptions(o, version, sizes: overridesSizes, "mtls_trust_overrides", versionField: \.version) {
+            var v = mtls_trust_overrides()  // zero: no anchors, no pins, no verify_as
+            v.anchors_only = anchorsOnlyValue(TrustOverrides().anchorsOnly)
+            return v
+        }
     }
 }
 
-/// `const char *const *` with `count` entries, each a UTF-8 string.
-private func stringList(_ p: UnsafePointer<UnsafePointer<CChar>?>?, _ count: Int, _ name: String) throws -> [String] {
-    let n = try size(count, "the count of \(name)")
-    if n == 0 { return [] }
-    let list = try require(p, name)
-    return try (0..<n).map { try string(list[$0], "\(name)[\($0)]") }
-}
+/// mtls_trust_overrides has one version.
+private let overridesSizes = [MemoryLayout<mtls_trust_overrides>.size]
+
+/// The `anchors_only` field of an overrides setting: -1 for "as the policy says".
+private func anchorsOnlyValue(_ v: Bool?) -> Int32 { v.map { $0 ? 1 : 0 } ?? -1 }
 
 /// The overrides a C caller passed (NULL: none). A malformed pin or verify-as is
 /// MTLS_E_INVALID_ARGUMENT.
 func overridesArgument(_ p: UnsafePointer<mtls_trust_overrides>?, _ name: String = "overrides") throws -> TrustOverrides? {
     guard let p else { return nil }
-    let c = p.pointee
-    guard c.version == 1 else { throw invalid("\(name) version \(c.version) is not supported (1 is); use mtls_trust_overrides_init") }
+    let c = try readVersioned(p, zero: mtls_trust_overrides(), sizes: overridesSizes, "mtls_trust_overrides")
     var o = TrustOverrides()
-    let n = try size(c.anchor_count, "\(name)->anchor_count")
-    if n > 0 {
-        let list = try require(c.anchors, "\(name)->anchors")
-        o.anchors = try (0..<n).map { try handle(list[$0], Certificate.self, "\(name)->anchors[\($0)]") }
-    }
+    o.anchors = try handleList(c.anchors, c.anchor_count, Certificate.self, "\(name)->anchors")
     switch c.anchors_only {
     case -1: o.anchorsOnly = nil
     case 0: o.anchorsOnly = false
@@ -431,19 +433,12 @@ public func mtls_evaluate_with_overrides(_ p: OpaquePointer?, _ certs: UnsafePoi
                                          _ host: UnsafePointer<CChar>?, _ port: UInt16, _ verifyAs: UnsafePointer<CChar>?,
                                          _ purpose: Int32, _ at: Int64, _ overrides: UnsafePointer<mtls_trust_overrides>?,
                                          _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
-    abiCall {
-        try putHandle(out) {
-            let h = try handle(p, TrustPolicy.self, "policy")
-            let chain = try chainArgument(certs, count)
-            // Port 0: the host may carry its port as text, as mtls_evaluate takes it.
-            var peer = port == 0 ? TrustPeer(hostText: optionalString(host))
-                                 : TrustPeer(host: optionalString(host), port: Int(port))
-            peer.verifyAs = optionalString(verifyAs)
-            let result = h.evaluate(chain: chain, peer: peer, purpose: try purposeArgument(purpose),
-                                    at: at == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(at)),
-                                    overrides: try overridesArgument(overrides))
-            return TrustResultBox(result)
-        }
+    evaluation(p, certs, count, purpose, at, out) { policy, chain, purpose, at in
+        // Port 0: the host may carry its port as text, as mtls_evaluate takes it.
+        let hostText = try optionalString(host, "host")
+        var peer = port == 0 ? TrustPeer(hostText: hostText) : TrustPeer(host: hostText, port: Int(port))
+        peer.verifyAs = try optionalString(verifyAs, "verify_as")
+        return policy.evaluate(chain: chain, peer: peer, purpose: purpose, at: at, overrides: try overridesArgument(overrides))
     }
 }
 
@@ -465,8 +460,9 @@ private func revocationSettings(_ mode: Int32, _ sources: Int32) throws -> Revoc
     }
     let known = MTLS_REVOCATION_SOURCE_CRL | MTLS_REVOCATION_SOURCE_OCSP
     guard sources & ~known == 0 else { throw invalid("sources must be MTLS_REVOCATION_SOURCE_CRL and/or _OCSP flags") }
+    if sources == 0 { return RevocationSettings(mode: m) }  // the core's default sources
     var list: [RevocationSource] = []
-    if sources == 0 || sources & MTLS_REVOCATION_SOURCE_CRL != 0 { list.append(.crl) }
+    if sources & MTLS_REVOCATION_SOURCE_CRL != 0 { list.append(.crl) }
     if sources & MTLS_REVOCATION_SOURCE_OCSP != 0 { list.append(.ocsp) }
     return RevocationSettings(mode: m, sources: list)
 }
@@ -497,11 +493,11 @@ public func mtls_policy_set_revocation_limits(_ p: OpaquePointer?, _ maxBytes: I
     abiCall {
         let pol = try policy(p)
         var f = pol.revocationFetch
-        let defaults = RevocationFetchOptions()
-        f.maxBytes = try size(maxBytes, "max_bytes") == 0 ? defaults.maxBytes : maxBytes
-        guard timeoutMs >= 0 else { throw invalid("timeout_ms must not be negative") }
-        f.timeout = timeoutMs == 0 ? defaults.timeout : Double(timeoutMs) / 1000
-        do { try f.validate() } catch let e as MTLSError { throw invalid(e.message) }
+        do {
+            try f.setLimits(maxBytes: try size(maxBytes, "max_bytes"), timeout: Double(timeoutMs) / 1000)
+        } catch let e as MTLSError where e.code == .invalidPolicy {
+            throw invalid(e.message)
+        }
         pol.revocationFetch = f
     }
 }

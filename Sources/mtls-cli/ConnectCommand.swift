@@ -216,25 +216,6 @@ struct ConnectCommand: ParsableCommand {
         }
     }
 
-    static func splitHostPort(_ target: String) throws -> (String, UInt16) {
-        // An https:// URL: its host (an RFC 6874 zone, "%25eth0", decoded) and port.
-        if target.contains("://") {
-            do {
-                let (host, port) = try URLAuthority.hostAndPort(https: target)
-                return (host, port)
-            } catch let e as MTLSError {
-                throw ValidationError(e.message)
-            }
-        }
-        guard let colon = target.lastIndex(of: ":"), let port = UInt16(target[target.index(after: colon)...]), port > 0 else {
-            throw ValidationError("expected HOST:PORT, got \(target)")
-        }
-        var host = String(target[..<colon])
-        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        guard !host.isEmpty else { throw ValidationError("expected HOST:PORT, got \(target)") }
-        return (host, port)
-    }
-
     func run() throws {
         var out: [String: Any] = ["connected": false, "tls_version": NSNull(), "alpn": NSNull(), "peer_chain": [String](),
                                   "evaluation": NSNull(), "error": NSNull(), "error_code": NSNull(), "side": NSNull(),
@@ -244,7 +225,7 @@ struct ConnectCommand: ParsableCommand {
         var usedPolicy: TrustPolicy?
         var response: [UInt8] = []
         do {
-            let (host, port) = try Self.splitHostPort(target)
+            let (host, port) = try TrustPeer.splitTarget(target)
             var o = TLSClientOptions()
             o.identity = try identityOptions.clientIdentity()
             // The rule is the one for the peer reached (host and port); --verify-as only changes
@@ -314,14 +295,11 @@ struct ConnectCommand: ParsableCommand {
         }
     }
 
-    /// Who failed or refused: the connection knows for handshake and I/O errors; before there
-    /// is one, a server that cannot be reached is the server's side, anything else (options,
-    /// identity, policy, name resolution) ours.
+    /// Who failed or refused, as the library says: the connection for handshake and I/O errors,
+    /// the error itself before there is one (``MTLSError/side``); anything else (options,
+    /// identity, policy) is ours.
     static func failingSide(_ error: Error, _ conn: TLSConnection?) -> TLSSide {
-        if let side = conn?.failureSide { return side }
-        guard let e = error as? MTLSError else { return .client }
-        if (e.code == .connect && !e.message.hasPrefix("cannot resolve")) || e.code == .timeout { return .server }
-        return .client
+        conn?.failureSide ?? (error as? MTLSError)?.side ?? .client
     }
 
     /// Reads into `all` until the peer closes or stays quiet for `idle` seconds after the last
@@ -373,6 +351,12 @@ struct ServeCommand: ParsableCommand {
     @Option(help: "Stop after this many clients (default: run until killed).") var count: Int?
     @Flag(help: "Issue no session tickets: every client gets a full handshake and a fresh evaluation.") var noSessionTickets = false
     @Option(help: "Serve the store's certificate metrics and the listener's counters as Prometheus text on 127.0.0.1:PORT.") var metricsPort: UInt16?
+    @Flag(help: "Send no CA names in the certificate request (they name the client anchors by default): each client presents the certificate it has. For clients that match the names wrongly, such as an Erlang/OTP 25 TLS 1.3 client whose certificate an intermediate issued. Trust does not change.") var noCaNames = false
+    @Option(help: "Send the subjects of the certificates in FILE (PEM or DER, one or more) as the CA names of the certificate request, instead of the client anchors'. Trust does not change.") var caNames: String?
+
+    func validate() throws {
+        if noCaNames && caNames != nil { throw ValidationError("give --no-ca-names or --ca-names, not both") }
+    }
 
     func run() throws {
         do {
@@ -392,6 +376,8 @@ struct ServeCommand: ParsableCommand {
                                                             verifyAs: nil, store: identityOptions.openStore)
             if clientSystemAnchors { o.clientPolicy?.systemAnchorsForClients = true }
             o.clientAuthentication = requireClientCert ? .require : (clientAnchor.isEmpty && policy == nil ? .none : .optional)
+            if noCaNames { o.clientCANames = .omitted }
+            if let caNames { o.clientCANames = .certificates(try Certificate.load(path: caNames)) }
             o.alpn = alpn
             o.sessionTickets = !noSessionTickets
             o.handshakeTimeout = 10

@@ -196,15 +196,11 @@ struct EnrollCommand: ParsableCommand {
                     throw MTLSError(.invalidArgument, "--profile is server or client")
                 }
                 let spec = try keyType.map { try KeySpec(issuingName: $0) } ?? .ecP256
-                let pki = PKIDirectory(path: dir)
-                guard let root = try Certificate.load(path: pki.rootPath + "/cert.pem").first else {
-                    throw MTLSError(.parse, "\(pki.rootPath)/cert.pem holds no certificate")
-                }
                 let pin = try pinFile.map(CLI.readPINFile)
                 let caPassword = try RenewCommand.caKeyPassword(keyPasswordFile)
                 let result = try location.adding { store in
                     try Enrollment.enrollPKI(directory: dir, caName: ca, name: name, profile: p, keySpec: spec, tokenURI: tokenURI,
-                                             tokenPIN: pin, caKeyPassword: caPassword, chainAnchors: [root], store: store, label: label)
+                                             tokenPIN: pin, caKeyPassword: caPassword, store: store, label: label)
                 }
                 EnrollCommand.report(result, json: json)
             }

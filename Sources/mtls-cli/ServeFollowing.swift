@@ -75,7 +75,8 @@ final class ServeFollowing: @unchecked Sendable {
         }
     }
 
-    /// Prints one line per event and reloads on SIGHUP.
+    /// Prints one line per event (the client policy's revocation fetch failures too) and reloads
+    /// on SIGHUP.
     func start(listener: TLSListener) {
         let print: @Sendable (LifecycleEvent) -> Void = { e in
             let what: String
@@ -88,6 +89,7 @@ final class ServeFollowing: @unchecked Sendable {
             case .renewalScheduled: what = "renewal scheduled"
             case .renewalSucceeded: what = "renewed"
             case .renewalFailed, .renewalNotInstalled: what = "renewal failed [\(e.error?.code.name ?? "error")]"
+            case .revocationFetchFailed: what = "revocation fetch failed [\(e.error?.code.name ?? "error")]"
             }
             Swift.print("\(what): \(e.message)")
             fflush(nil)
@@ -95,6 +97,7 @@ final class ServeFollowing: @unchecked Sendable {
         listener.events.setHandler(print)
         policyWatch?.events.setHandler(print)
         anchorWatch?.events.setHandler(print)
+        clientPolicy.events.setHandler(print)
         signal(SIGHUP, SIG_IGN)
         let s = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
         s.setEventHandler { [self] in

@@ -58,28 +58,15 @@ struct StoreCommand: ParsableCommand {
             var options = CredentialStore.Options()
             options.create = create
             if let kdfLogN { options.kdf.logN = kdfLogN }
-            if let busyTimeout { options.busyTimeoutMilliseconds = max(busyTimeout, 0) }
+            if let busyTimeout { options.busyTimeoutMilliseconds = busyTimeout }  // 0 or negative: no waiting (the core passes it to SQLite)
             options.allowUnregisteredModulePaths = allowModulePath
             return options
         }
 
-        /// Runs `body` with the store, creating it if needed; when `body` fails on a store this
-        /// call created, the new file (and its WAL/SHM) is removed: a failed add leaves nothing
-        /// half-made behind.
+        /// Runs `body` with the store, creating it if needed; a store this call created is
+        /// removed again when `body` fails (``CredentialStore/withStore(path:secret:options:_:)``).
         func adding<T>(_ body: (CredentialStore) throws -> T) throws -> T {
-            let folder = (path as NSString).deletingLastPathComponent
-            let existed = FileManager.default.fileExists(atPath: path)
-            let folderExisted = folder.isEmpty || FileManager.default.fileExists(atPath: folder)
-            do {
-                return try body(try open(create: true))
-            } catch {
-                if !existed {
-                    for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: path + suffix) }
-                    // The folder the store would have lived in, only if this call made it and it is empty.
-                    if !folderExisted { _ = rmdir(folder) }
-                }
-                throw error
-            }
+            try CredentialStore.withStore(path: path, secret: try secret(), options: options(create: true), body)
         }
     }
 

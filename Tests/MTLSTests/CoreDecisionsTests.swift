@@ -45,6 +45,66 @@ final class CoreDecisionsTests: XCTestCase {
         expectCode(.invalidArgument) { _ = try CertificateRequest.commonName(given: nil, csr: nameless) }
     }
 
+    func testHandshakeLimitAndWarningWindowFollowTheTimeoutConvention() throws {
+        var s = TLSServerOptions(identity: try CertificateAuthority.newRoot(commonName: "Server"))
+        XCTAssertEqual(s.maxHandshakesPerAddress, 32)
+        s.maxHandshakesPerAddress = 0  // the C ABI's 0: the default, decided here and not in CMTLS
+        XCTAssertEqual(s.maxHandshakesPerAddress, TLSDefaults.maxHandshakesPerAddress)
+        s.maxHandshakesPerAddress = -1
+        XCTAssertNil(s.maxHandshakesPerAddress)
+        s.maxHandshakesPerAddress = 3
+        XCTAssertEqual(s.maxHandshakesPerAddress, 3)
+        XCTAssertEqual(try LifecycleDefaults.warningDays(0), 14)
+        XCTAssertEqual(try LifecycleDefaults.warningDays(3), 3)
+        expectCode(.invalidArgument) { _ = try LifecycleDefaults.warningDays(-1) }
+    }
+
+    func testConnectErrorsSayWhichSideFailed() throws {
+        // A name that does not resolve is ours; a server that refuses the TCP connection, theirs.
+        // The CLI's "side" reads this field (it used to match the message text "cannot resolve").
+        var o = TLSClientOptions()
+        o.connectTimeout = 10
+        do {
+            _ = try TLSConnection.connect(host: "no-such-host.invalid", port: 443, options: o)
+            XCTFail("connected to no-such-host.invalid")
+        } catch let e as MTLSError {
+            XCTAssertEqual(e.code, .connect)
+            XCTAssertEqual(e.side, .client, e.message)
+        }
+        let (fd, port) = try Socket.listen(address: "127.0.0.1", port: 0)
+        close(fd)  // nothing listens on the port now
+        do {
+            _ = try TLSConnection.connect(host: "127.0.0.1", port: port, options: o)
+            XCTFail("connected to a closed port")
+        } catch let e as MTLSError {
+            XCTAssertEqual(e.code, .connect)
+            XCTAssertEqual(e.side, .server, e.message)
+        }
+        XCTAssertNil(MTLSError(.parse, "not a certificate").side)
+    }
+
+    func testAStoreCreatedForAFailedFirstWriteIsRemoved() throws {
+        let dir = try TestPKI.tempDir()
+        let secret = StoreSecret.passphrase(SecretBytes("pw"))
+        var options = CredentialStore.Options()
+        options.kdf = .testing  // fast: the test is about files
+        let path = "\(dir)/new-folder/store.db"
+        expectCode(.notFound) {
+            _ = try CredentialStore.withStore(path: path, secret: secret, options: options) { store in
+                _ = try store.certificate(label: "missing")
+            }
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: path))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: "\(dir)/new-folder"))  // made for it, removed
+        // An existing store stays, whatever the write does.
+        let cert = try CertificateAuthority.newRoot(commonName: "Kept").leaf
+        try CredentialStore.withStore(path: path, secret: secret, options: options) { try $0.putCertificate(cert, label: "kept") }
+        expectCode(.duplicate) {
+            try CredentialStore.withStore(path: path, secret: secret, options: options) { try $0.putCertificate(cert, label: "kept") }
+        }
+        XCTAssertEqual(try CredentialStore(path: path, secret: secret, options: options).certificate(label: "kept").sha256Hex, cert.sha256Hex)
+    }
+
     func testIssuingWithAPKCS12ThatCannotBeWrittenLeavesNothing() throws {
         let dir = try TestPKI.tempDir()
         let pki = PKIDirectory(path: dir)

@@ -423,6 +423,50 @@ final class TLSConnectionTests: XCTestCase {
         _ = wait2()
     }
 
+    func testListenerCANamesAreTheAnchorsOrNoneOrTheGivenList() throws {
+        var so = TLSServerOptions(identity: try identity("server"))
+        so.clientPolicy = try policy(["int-a"])
+        so.handshakeTimeout = 10
+        var o = try clientOptions(identity: nil)
+
+        // A list the caller gives (customer C's CA): customer A's identity no longer fits the request.
+        so.clientCANames = .certificates([try cert("int-c")])
+        let given = try TLSListener(address: "127.0.0.1", port: 0, options: so)
+        defer { given.close() }
+        let waitGiven = acceptOne(given)
+        o.identity = .automatic([try identity("client-a")])
+        XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: given.port, options: o)) { e in
+            XCTAssertEqual((e as? MTLSError)?.code, .noMatchingIdentity)
+            XCTAssertTrue("\(e)".contains("Customer C CA"), "\(e)")
+        }
+        _ = waitGiven()
+
+        // None: a client picks without names (customer C's identity, which the default request,
+        // naming customer A's CA, rules out), and the trust decision is unchanged: it is refused.
+        so.clientCANames = .omitted
+        let omitted = try TLSListener(address: "127.0.0.1", port: 0, options: so)
+        defer { omitted.close() }
+        let waitOmitted = acceptOne(omitted)
+        o.identity = .automatic([try identity("client-c", chain: ["int-c"])])
+        if let c = try? TLSConnection.connect(host: "127.0.0.1", port: omitted.port, options: o) {
+            XCTAssertEqual(c.presentedIdentity?.leaf.commonName, "client-c")
+            _ = try? c.write(Array("x".utf8))
+            _ = try? c.read()
+            c.close()
+        }
+        guard case .failure(let refused) = waitOmitted() else { return XCTFail("customer C's client was accepted") }
+        XCTAssertEqual((refused as? MTLSError)?.code, .untrusted, "\(refused)")
+
+        // With no names a fitting client is accepted as before.
+        let waitA = acceptOne(omitted)
+        o.identity = .automatic([try identity("client-a")])
+        let a = try TLSConnection.connect(host: "127.0.0.1", port: omitted.port, options: o)
+        try a.write(Array("x".utf8))
+        _ = try a.read()
+        a.close()
+        XCTAssertEqual(try waitA().get().0, "client-a")
+    }
+
     func testAutomaticSelectionLoadsATokenCandidateOnlyWhenChosenAndFallsBackWhenItCannotLoad() throws {
         let listener = try startListener()
         // Token references whose token does not exist: loading one fails.

@@ -160,6 +160,30 @@ final class TokenTests: XCTestCase {
         }
     }
 
+    /// What `mtls enroll pki --token-uri` does in one process: libmtls's own CSR for a token key
+    /// (RSA, P-256, Ed25519) passes a local CA's self-signature check, and the certificate issued
+    /// for it carries the encoded key (not the token's key object: OpenSSL caches the object it is
+    /// given, and the token provider signs but never verifies), which is the token key's public
+    /// half. Before the CSR was parsed back from its DER, the check failed with `corrupt`.
+    func testLocalCAIssuesForALibraryMadeCSROfATokenKey() throws {
+        let root = try CertificateAuthority.newRoot(commonName: "CSR Root", keySpec: .ecP256)
+        let ca = try CertificateAuthority(certificate: root.leaf, privateKey: root.privateKey)
+        for uri in ["pkcs11:token=mtls-test;id=%01", "pkcs11:token=mtls-test;id=%02", "pkcs11:token=mtls-spare;id=%07"] {
+            let key = try Token.signingKey(uri: uri, modulePath: module, pin: SoftHSMFixture.pin)
+            let csr = try CertificateSigningRequest.make(subject: "CN=csr token", key: key)
+            XCTAssertNoThrow(try csr.verifySelfSignature(), uri)
+            XCTAssertNil(try csr.withPublicKey { TokenKey.context(pkey: $0) }, uri)
+            let leaf = try ca.issue(CertificateRequest(profile: .client, commonName: "csr token"), csr: csr)
+            let leafKey = try XCTUnwrap(X509_get0_pubkey(leaf.x509))
+            XCTAssertNil(TokenKey.context(pkey: leafKey), uri)
+            XCTAssertTrue(key.matches(leaf), uri)
+            // The certificate's key is the token's (its certificate on the token has the same key).
+            let identity = try Token.identity(uri: uri, modulePath: module, pin: SoftHSMFixture.pin)
+            XCTAssertEqual(EVP_PKEY_eq(leafKey, X509_get0_pubkey(identity.leaf.x509)), 1, uri)
+            OpenSSLErrorQueue.clear()
+        }
+    }
+
     /// The host program's default OpenSSL context never gets libmtls's provider; libmtls's own
     /// context (where its TLS contexts live) does not either: it has a context of its own.
     func testProviderIsOnlyInItsOwnLibraryContext() throws {

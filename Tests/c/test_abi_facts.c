@@ -1,7 +1,8 @@
 /* What the C layer converts and what the core decides: options_init takes the core's defaults;
  * a count above SSIZE_MAX and a string that is not UTF-8 are MTLS_E_INVALID_ARGUMENT wherever
  * they are given (counts in option structs, list frees, optional strings); a CSR without a CN
- * gets the core's fallback name; an issued .p12 carries the CN as its friendly name. */
+ * gets the core's fallback name; an issued .p12 carries the CN as its friendly name; a listener's
+ * CA names are converted and checked, and a version 1 structure still works. */
 #include <stdint.h>
 #include "test_support.h"
 
@@ -27,7 +28,14 @@ int main(void) {
     CHECK(lo.min_tls == MTLS_TLS_1_2 && lo.max_tls == MTLS_TLS_1_3 && lo.handshake_timeout_ms == 30000 && lo.io_timeout_ms < 0);
     CHECK(lo.identity == NULL && lo.client_policy == NULL && lo.alpn == NULL && lo.no_session_tickets == 0);
     CHECK(lo.client_overrides == NULL && lo.first_byte_timeout_ms == 5000 && lo.max_handshakes_per_address == 32);
+    CHECK(lo.client_ca_names == MTLS_CA_NAMES_ANCHORS && lo.client_ca_certs == NULL && lo.client_ca_cert_count == 0);
     CHECK_RC(mtls_listener_options_init(&lo, 0), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION + 1), MTLS_E_INVALID_ARGUMENT);
+    /* A version 1 caller's structure ends before client_overrides: init writes nothing past it,
+     * and a listener made from it gets version 2's defaults (the CA names included). */
+    memset(&lo, 0x5a, sizeof lo);
+    CHECK_OK(mtls_listener_options_init(&lo, 1));
+    CHECK(lo.version == 1 && lo.max_tls == MTLS_TLS_1_3 && lo.client_ca_names == 0x5a5a5a5a);
     mtls_issue_options io;
     memset(&io, 0x5a, sizeof io);
     CHECK_OK(mtls_issue_options_init(&io, MTLS_ISSUE_OPTIONS_VERSION));
@@ -119,6 +127,37 @@ int main(void) {
     mtls_string_free(summary);
     mtls_cert_free(signed_cert);
     free(csr);
+
+    /* The CA names of a listener's certificate request: checked as arguments (the handshakes
+     * are in the Python, Swift and e2e tests). */
+    mtls_listener *listener = NULL;
+    mtls_policy *client_policy = NULL;
+    CHECK_OK(mtls_policy_new(&client_policy));
+    CHECK_OK(mtls_policy_add_anchor(client_policy, cert));
+    lo = (mtls_listener_options){0};
+    CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
+    lo.identity = alice;
+    lo.client_policy = client_policy;
+    lo.client_ca_names = 7;
+    CHECK_RC(mtls_listener_new("127.0.0.1", 0, &lo, &listener), MTLS_E_INVALID_ARGUMENT);
+    CHECK(listener == NULL && strstr(mtls_last_error(), "MTLS_CA_NAMES_") != NULL);
+    lo.client_ca_names = MTLS_CA_NAMES_LIST;
+    lo.client_ca_cert_count = 1; /* and no certificates */
+    CHECK_RC(mtls_listener_new("127.0.0.1", 0, &lo, &listener), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "client_ca_certs") != NULL);
+    mtls_cert *const names[] = {cert};
+    lo.client_ca_certs = names;
+    lo.client_ca_cert_count = SIZE_MAX;
+    CHECK_RC(mtls_listener_new("127.0.0.1", 0, &lo, &listener), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "SSIZE_MAX") != NULL);
+    lo.client_ca_cert_count = 1;
+    CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &listener));
+    mtls_listener_free(listener);
+    lo.client_ca_names = MTLS_CA_NAMES_NONE;
+    lo.client_ca_certs = NULL; /* not read */
+    CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &listener));
+    mtls_listener_free(listener);
+    mtls_policy_free(client_policy);
 
     mtls_identity_free(alice);
     mtls_cert_free(cert);

@@ -137,11 +137,11 @@ int main(void) {
     mtls_policy *server_policy = anchored("root.pem");
     mtls_policy *client_policy = anchored("int-a.pem");
 
-    /* ---- options: version 2's defaults, version 1 still accepted */
+    /* ---- options: version 2's fields' defaults, version 1 still accepted */
     mtls_listener_options lo;
     CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
-    CHECK(lo.version == 2 && lo.first_byte_timeout_ms == 5000 && lo.max_handshakes_per_address == 32);
-    CHECK_RC(mtls_listener_options_init(&lo, 3), MTLS_E_INVALID_ARGUMENT);
+    CHECK(lo.version == MTLS_LISTENER_OPTIONS_VERSION && lo.first_byte_timeout_ms == 5000 && lo.max_handshakes_per_address == 32);
+    CHECK_RC(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION + 1), MTLS_E_INVALID_ARGUMENT);
     /* A version 1 caller's struct is shorter: init writes only its part. */
     struct { mtls_listener_options v1; int guard; } old;
     old.guard = 0x5a5a5a5a;

@@ -16,6 +16,22 @@ static mtls_trust_result *eval(mtls_policy *p, mtls_issued *leaf, mtls_issued *i
     return r;
 }
 
+/* Revocation events (MTLS_EVENT_REVOCATION_FETCH_FAILED) received through the policy's callback. */
+struct events {
+    int count, kind, error_code, destroyed;
+    char label[256], subject[256], message[1024];
+};
+static void on_event(const mtls_event *e, void *userdata) {
+    struct events *ev = userdata;
+    ev->count++;
+    ev->kind = e->kind;
+    ev->error_code = e->error_code;
+    snprintf(ev->label, sizeof ev->label, "%s", e->label ? e->label : "");
+    snprintf(ev->subject, sizeof ev->subject, "%s", e->subject ? e->subject : "");
+    snprintf(ev->message, sizeof ev->message, "%s", e->message ? e->message : "");
+}
+static void on_destroy(void *userdata) { ((struct events *)userdata)->destroyed++; }
+
 static int trusted(mtls_trust_result *r) { int t = -1; CHECK_OK(mtls_trust_result_trusted(r, &t)); return t; }
 
 static int has_code(mtls_trust_result *r, const char *code) {
@@ -66,20 +82,31 @@ int main(void) {
     CHECK(json == NULL);
     mtls_trust_result_free(r);
 
-    /* hard, nothing reachable: revocation_unknown */
+    /* hard, nothing reachable: revocation_unknown, and one event for the failed fetch */
+    struct events ev;
+    memset(&ev, 0, sizeof ev);
+    CHECK_RC(mtls_policy_set_event_callback(NULL, on_event, &ev, on_destroy), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_policy_set_event_callback(p, on_event, &ev, on_destroy));
     CHECK_OK(mtls_policy_set_revocation(p, MTLS_REVOCATION_HARD, MTLS_REVOCATION_SOURCE_CRL));
     r = eval(p, alice, inter);
     CHECK(trusted(r) == 0 && has_code(r, "revocation_unknown"));
+    CHECK(ev.count == 1 && ev.kind == MTLS_EVENT_REVOCATION_FETCH_FAILED);
+    CHECK(strcmp(ev.label, "http://127.0.0.1:9/never-served.crl") == 0);
+    CHECK(strstr(ev.subject, "CN=alice") != NULL && ev.error_code < 0);
+    CHECK(strstr(ev.message, "C Rev CA") != NULL);
     CHECK_OK(mtls_trust_result_revocation(r, &json));
     CHECK(json != NULL && strstr(json, "\"mode\":\"hard\"") && strstr(json, "\"status\":\"unknown\"")
           && strstr(json, "never-served.crl"));
     mtls_string_free(json);
     mtls_trust_result_free(r);
 
-    /* soft: trusted, with a warning */
+    /* soft: trusted, with a warning; the failure is remembered, so no second event */
     CHECK_OK(mtls_policy_set_revocation(p, MTLS_REVOCATION_SOFT, 0));
     r = eval(p, alice, inter);
     CHECK(trusted(r) == 1);
+    CHECK(ev.count == 1);
+    CHECK_OK(mtls_policy_set_event_callback(p, NULL, NULL, NULL));
+    CHECK(ev.destroyed == 1);
     char **warnings = NULL; size_t nw = 0;
     CHECK_OK(mtls_trust_result_warnings(r, &warnings, &nw));
     CHECK(nw == 1 && strstr(warnings[0], "trusted anyway") != NULL);

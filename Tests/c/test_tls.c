@@ -325,7 +325,7 @@ int main(void) {
         CHECK_OK(mtls_policy_set_pins(customers, pins_b, 1));
         mtls_listener_options lp;
         CHECK_OK(mtls_listener_options_init(&lp, MTLS_LISTENER_OPTIONS_VERSION));
-        CHECK(lp.version == 2 && lp.client_overrides == NULL);
+        CHECK(lp.version == MTLS_LISTENER_OPTIONS_VERSION && lp.client_overrides == NULL);
         lp.identity = server_id;
         lp.client_policy = customers;
         lp.no_session_tickets = 1;

@@ -481,8 +481,12 @@ def test_ocsp_delegated_responder_needs_ocsp_signing(ocsp, tmp_path, eku, believ
         p.wait(10)
 
 
+@pytest.mark.parametrize("version", ["-tls1_3", "-tls1_2"])
 @pytest.mark.parametrize("revoked", [False, True])
-def test_client_checks_a_staple_from_openssl_s_server(ocsp, tmp_path, revoked):
+def test_client_checks_a_staple_from_openssl_s_server(ocsp, tmp_path, revoked, version):
+    # TLS 1.2 sends the staple after the certificate, which OpenSSL verifies first: the check
+    # waits for it (the status callback), so a good staple answers without any fetch (the
+    # responder named is dead) and a revoked one refuses.
     # The server's certificate names a responder nothing listens on: only the staple can answer.
     from mtls import IssuedCertificate
     ca = IssuedCertificate.load(ocsp.ca / "cert.pem", ocsp.ca / "key.pem")
@@ -507,7 +511,7 @@ def test_client_checks_a_staple_from_openssl_s_server(ocsp, tmp_path, revoked):
                    check=True, capture_output=True)
     port = free_port()
     p = subprocess.Popen(["openssl", "s_server", "-accept", str(port), "-cert", crt, "-key", key, "-cert_chain", ca_pem,
-                          "-status_file", resp, "-tls1_3", "-quiet"],
+                          "-status_file", resp, version, "-quiet"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_port(port, p)
@@ -567,3 +571,118 @@ def test_mtls_serve_staples_ocsp_for_its_own_certificate(ocsp, tmp_path):
         srv.finish()
         responder.terminate()
         responder.wait(10)
+
+
+def test_tls12_server_without_a_staple_is_checked_by_the_policys_other_sources(ocsp, tmp_path):
+    # No staple in TLS 1.2 (the status callback is made without one): the check still happens —
+    # the certificate names a dead responder, so hard refuses as unknown, never trusts unchecked.
+    from mtls import IssuedCertificate
+    ca = IssuedCertificate.load(ocsp.ca / "cert.pem", ocsp.ca / "key.pem")
+    dead = free_port()
+    server = ca.issue_server("nostaple.test", dns=["nostaple.test"], ocsp_url=f"http://127.0.0.1:{dead}/")
+    crt, key, ca_pem = tmp_path / "s.pem", tmp_path / "s.key", tmp_path / "ca.pem"
+    crt.write_text(server.certificate.pem)
+    key.write_text(server.key_pem())
+    os.chmod(key, 0o600)
+    ca_pem.write_text(ca.certificate.pem)
+    port = free_port()
+    p = subprocess.Popen(["openssl", "s_server", "-accept", str(port), "-cert", crt, "-key", key, "-cert_chain", ca_pem,
+                          "-tls1_2", "-quiet"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_port(port, p)
+        r = run_cli("connect", f"127.0.0.1:{port}", "--anchor", ocsp.ca / "cert.pem", "--anchors-only",
+                    "--verify-as", "nostaple.test", "--policy", ocsp.policy, "--json", "--timeout", "10")
+        out = json.loads(r.stdout)
+        ev = out["evaluation"]
+        assert r.returncode != 0 and not out["connected"], out
+        assert [x["code"] for x in ev["reasons"]] == ["revocation_unknown"], ev
+        [c] = ev["revocation"]["checks"]
+        assert c["status"] == "unknown" and c["url"] == f"http://127.0.0.1:{dead}/", c
+    finally:
+        p.kill()
+        p.wait(10)
+
+
+def _libssl():
+    import ctypes
+    import ctypes.util
+    libssl = ctypes.CDLL(ctypes.util.find_library("ssl"))
+    for name, res, args in (("TLS_method", ctypes.c_void_p, []), ("SSL_CTX_new", ctypes.c_void_p, [ctypes.c_void_p]),
+                            ("SSL_CTX_free", None, [ctypes.c_void_p]), ("SSL_new", ctypes.c_void_p, [ctypes.c_void_p]),
+                            ("SSL_free", None, [ctypes.c_void_p]), ("SSL_set_fd", ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+                            ("SSL_accept", ctypes.c_int, [ctypes.c_void_p]), ("SSL_shutdown", ctypes.c_int, [ctypes.c_void_p])):
+        f = getattr(libssl, name)
+        f.restype, f.argtypes = res, args
+    return libssl
+
+
+def test_application_ssl_ctx_staples_ocsp_for_its_own_certificate(ocsp, tmp_path):
+    # An application's own SSL_CTX configured to accept clients (mtls_ssl_ctx_configure*) staples
+    # as the listener does: the staple is fetched in the background from the certificate's
+    # responder, and `openssl s_client -status` sees it.
+    import socket
+    import mtls
+    from mtls import IssuedCertificate
+    ca = IssuedCertificate.load(ocsp.ca / "cert.pem", ocsp.ca / "key.pem")
+    port = free_port()
+    server = ca.issue_server("appctx.test", dns=["appctx.test"], ocsp_url=f"http://127.0.0.1:{port}/")
+    serial = server.certificate.serial_hex.upper()
+    serial = "0" * (len(serial) % 2) + serial
+    index = tmp_path / "index.txt"
+    index.write_text(f"V\t{openssl_time(time.time() + 86400)}\t\t{serial}\tunknown\t/CN=appctx.test\n")
+    responder = start_ocsp_responder("-index", index, "-port", port, "-rsigner", ocsp.ca / "cert.pem",
+                                     "-rkey", ocsp.ca / "key.pem", "-CA", ocsp.ca / "cert.pem", "-nmin", "10")
+    libssl = _libssl()
+    ctx = libssl.SSL_CTX_new(libssl.TLS_method())
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(4)
+    lsock.settimeout(0.2)
+    stop = threading.Event()
+    t = None
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = lsock.accept()
+            except OSError:
+                continue
+            conn.setblocking(True)  # accepted from a socket with a timeout: OpenSSL needs it blocking
+            ssl = libssl.SSL_new(ctx)
+            try:
+                libssl.SSL_set_fd(ssl, conn.fileno())
+                if libssl.SSL_accept(ssl) == 1:
+                    libssl.SSL_shutdown(ssl)
+            finally:
+                libssl.SSL_free(ssl)
+                conn.close()
+
+    try:
+        mtls.configure_ssl_ctx(ctx, server.identity, mtls.Policy(anchors=[ca.certificate]), accepts_clients=True)
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        text = ""
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            r = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{lsock.getsockname()[1]}",
+                                "-servername", "appctx.test", "-status", "-CAfile", ocsp.ca / "cert.pem"],
+                               input=b"", capture_output=True, timeout=20)
+            text = r.stdout.decode(errors="replace")
+            if "OCSP Response Status: successful" in text:
+                break
+            time.sleep(0.5)
+        assert "OCSP Response Status: successful" in text, text
+        assert "Cert Status: good" in text
+        assert "appctx.test" in text
+        # TLS 1.2 too.
+        r = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{lsock.getsockname()[1]}", "-tls1_2",
+                            "-status", "-CAfile", ocsp.ca / "cert.pem"], input=b"", capture_output=True, timeout=20)
+        assert "OCSP Response Status: successful" in r.stdout.decode(errors="replace"), (r.stdout + r.stderr).decode()
+    finally:
+        stop.set()
+        if t is not None:
+            t.join(15)
+        lsock.close()
+        responder.terminate()
+        responder.wait(10)
+        libssl.SSL_CTX_free(ctx)

@@ -80,9 +80,16 @@ public struct ACMEExternalAccount: Sendable {
     /// Reads the base64url MAC key the CA gave from the first line of a file (refused when
     /// others may read it, like every secret file).
     public static func load(keyID: String, hmacFile: String) throws -> ACMEExternalAccount {
-        let text = try FileIO.readSecret(hmacFile, kind: .password)
+        try decode(keyID: keyID, base64URLKey: try FileIO.readSecret(hmacFile, kind: .password), source: hmacFile)
+    }
+
+    /// The account from the base64url MAC key as the CA hands it out (surrounding spaces and
+    /// line ends ignored); `source` names where it came from in the error.
+    public static func decode(keyID: String, base64URLKey text: SecretBytes,
+                              source: String = "the external account MAC key") throws -> ACMEExternalAccount {
+        guard !keyID.isEmpty else { throw MTLSError(.invalidArgument, "the external account key identifier is empty") }
         let decoded = text.withBytes { Base64URL.decode(String(decoding: $0, as: UTF8.self).trimmedSpaces) }
-        guard var key = decoded, !key.isEmpty else { throw MTLSError(.invalidArgument, "\(hmacFile) does not hold a base64url MAC key") }
+        guard var key = decoded, !key.isEmpty else { throw MTLSError(.invalidArgument, "\(source) does not hold a base64url MAC key") }
         defer { SecretBytes.wipe(&key) }
         return ACMEExternalAccount(keyID: keyID, hmacKey: SecretBytes(key))
     }

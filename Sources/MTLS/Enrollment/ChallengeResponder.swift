@@ -177,8 +177,8 @@ enum SelfSigned {
     static func make(key: PrivateKey, commonName: String, dnsNames: [String] = [], ipAddresses: [String] = [],
                      validityDays: Int, extensions: [OpaquePointer] = []) throws -> Certificate {
         guard let x = X509_new_ex(LibraryContext.shared.ctx, nil) else { throw MTLSError.openSSL(.noMemory, "X509_new_ex failed") }
-        var owned: OpaquePointer? = x
-        defer { if let owned { X509_free(owned) } }
+        // Freed here: what is returned is the certificate parsed again from its DER (below).
+        defer { X509_free(x) }
         guard X509_set_version(x, Int(X509_VERSION_3)) == 1 else { throw MTLSError.openSSL(.internal, "cannot set the version") }
         try CertificateBuilder.setRandomSerial(x)
         guard let name = X509_NAME_new() else { throw MTLSError.openSSL(.noMemory, "X509_NAME_new failed") }
@@ -199,7 +199,11 @@ enum SelfSigned {
             guard X509_add_ext(x, ext, -1) == 1 else { throw MTLSError.openSSL(.internal, "cannot add an extension") }
         }
         try CertificateBuilder.sign(x, with: key)
-        owned = nil
-        return try Certificate(takingOwnership: x)
+        // As CertificateBuilder.build: X509_set_pubkey keeps `key`'s object itself, so the
+        // certificate is parsed again to carry only the key its bytes encode.
+        guard let der = derEncode({ i2d_X509(x, $0) }) else {
+            throw MTLSError.openSSL(.internal, "cannot encode the certificate just made")
+        }
+        return try Certificate(der: der)
     }
 }

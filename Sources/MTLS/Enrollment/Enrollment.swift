@@ -210,15 +210,24 @@ public enum Enrollment {
 
     /// Enrolls from a local `mtls pki` directory: a new key (in memory, or the token key at
     /// `tokenURI`), a CSR signed by it, signed by the intermediate `caName`, installed under
-    /// `label` with its record.
+    /// `label` with its record. The chain must validate to `chainAnchors` (empty: the
+    /// directory's own root).
     public static func enrollPKI(directory: String, caName: String, name: String, profile: CertificateProfile = .server,
                                  keySpec: KeySpec = .ecP256, tokenURI: String? = nil, tokenPIN: SecretBytes? = nil,
                                  caKeyPassword: SecretBytes? = nil, chainAnchors: [Certificate] = [],
                                  store: CredentialStore, label: String, policy: TrustPolicy? = nil) throws -> EnrollmentResult {
         guard profile == .server || profile == .client else { throw MTLSError(.invalidArgument, "enroll a server or client certificate") }
+        var anchors = chainAnchors
+        if anchors.isEmpty {
+            let rootFile = PKIDirectory(path: directory).rootPath + "/cert.pem"
+            guard let root = try Certificate.load(path: rootFile).first else {
+                throw MTLSError(.parse, "\(rootFile) holds no certificate")
+            }
+            anchors = [root]
+        }
         let record = EnrollmentRecord(source: "pki", url: directory, account: caName, identifiers: [name],
                                       keyType: "", tokenURI: tokenURI, challenge: nil, profile: profile.rawValue,
-                                      directoryAnchors: [], chainAnchors: EnrollmentRecord.encode(chainAnchors),
+                                      directoryAnchors: [], chainAnchors: EnrollmentRecord.encode(anchors),
                                       enrolledAt: Date().timeIntervalSince1970)
         return try issuePKI(record: record, keySpec: keySpec, tokenPIN: tokenPIN, caKeyPassword: caKeyPassword, first: true,
                             store: store, label: label, policy: policy)

@@ -141,8 +141,8 @@ enum CertificateBuilder {
         guard let x = X509_new_ex(LibraryContext.shared.ctx, nil) else {
             throw MTLSError.openSSL(.noMemory, "X509_new_ex failed")
         }
-        var owned: OpaquePointer? = x
-        defer { if let owned { X509_free(owned) } }
+        // Freed here: what is returned is the certificate parsed again from its DER (below).
+        defer { X509_free(x) }
 
         guard X509_set_version(x, Int(X509_VERSION_3)) == 1 else { throw MTLSError.openSSL(.internal, "cannot set the version") }
         try setRandomSerial(x)
@@ -214,8 +214,15 @@ enum CertificateBuilder {
         try addSubjectAltNames(x, dns: request.dnsNames, ips: request.ipAddresses)
 
         try sign(x, with: signingKey)
-        owned = nil
-        return try Certificate(takingOwnership: x)
+        // The certificate as its bytes say, parsed again: X509_set_pubkey keeps the very key
+        // object it was given, so the certificate would otherwise carry the caller's object (a
+        // token key, whose provider never verifies, or the private key itself), and the checks
+        // made on what was issued ("the key matches the certificate", a signature under it)
+        // would compare that object with itself instead of with the encoded key.
+        guard let der = derEncode({ i2d_X509(x, $0) }) else {
+            throw MTLSError.openSSL(.internal, "cannot encode the certificate just made")
+        }
+        return try Certificate(der: der)
     }
 
     /// A random positive 128-bit serial number (RFC 5280 allows up to 20 octets).

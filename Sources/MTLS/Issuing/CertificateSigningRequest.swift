@@ -54,7 +54,25 @@ public final class CertificateSigningRequest: @unchecked Sendable {
             throw MTLSError.openSSL(key.tokenURI == nil ? .internal : .token,
                                     "cannot sign the CSR with the \(key.keyType.shortName) key" + (key.tokenURI.map { " \($0)" } ?? ""))
         }
-        return csr
+        // The request as its bytes say, parsed again. X509_REQ_set_pubkey keeps the very key
+        // object it was given (OpenSSL caches it beside the encoding), so the request would
+        // otherwise carry `key` itself: for a token key an object of libmtls's token provider,
+        // which signs and never verifies, so a local CA's self-signature check
+        // (X509_REQ_verify) failed where a CA reading the DER succeeds; and what a CA issues
+        // for must be the encoded key, not the caller's object. Parsed, the public key is an
+        // ordinary one, as for a CSR read from a file.
+        guard let reparsed = Self.decode(der: csr.der) else {
+            throw MTLSError.openSSL(.internal, "the CSR just made cannot be read back")
+        }
+        return CertificateSigningRequest(takingOwnership: reparsed)
+    }
+
+    /// A DER-encoded PKCS#10 request, nil when it is not one.
+    private static func decode(der: [UInt8]) -> OpaquePointer? {
+        der.withUnsafeBufferPointer { buf in
+            var p: UnsafePointer<UInt8>? = buf.baseAddress
+            return d2i_X509_REQ(nil, &p, buf.count)
+        }
     }
 
     /// Parses a CSR in PEM (`-----BEGIN CERTIFICATE REQUEST-----`) or DER. Throws
@@ -69,10 +87,7 @@ public final class CertificateSigningRequest: @unchecked Sendable {
             let bio = try MemoryBIO(copying: data)
             parsed = PEM_read_bio_X509_REQ(bio.bio, nil, nil, nil)
         } else {
-            parsed = data.withUnsafeBufferPointer { buf in
-                var p: UnsafePointer<UInt8>? = buf.baseAddress
-                return d2i_X509_REQ(nil, &p, buf.count)
-            }
+            parsed = Self.decode(der: data)
         }
         guard let parsed else { throw MTLSError.openSSL(.parse, "not a certificate signing request (PKCS#10, PEM or DER)") }
         self.init(takingOwnership: parsed)

@@ -4,7 +4,32 @@ import FoundationEssentials
 /// Why a CRL gives no answer for a certificate: the text of an `unknown` status.
 struct RevocationProblem: Error, CustomStringConvertible {
     let description: String
-    init(_ d: String) { description = d }
+    /// The error code a fetch failure is reported with (``LifecycleEventKind/revocationFetchFailed``):
+    /// the fetcher's (`io`, `timeout`, `limit`...) for the network, `parse` for a body that is no
+    /// CRL, `untrusted` for one that does not verify.
+    let code: MTLSError.Code
+    init(_ d: String, code: MTLSError.Code = .untrusted) {
+        description = d
+        self.code = code
+    }
+
+    /// `error` as a problem (an ``MTLSError`` keeps its code).
+    static func from(_ error: Error) -> RevocationProblem {
+        if let p = error as? RevocationProblem { return p }
+        if let e = error as? MTLSError { return RevocationProblem(e.message, code: e.code) }
+        return RevocationProblem("\(error)", code: .internal)
+    }
+}
+
+/// Reports a failed revocation fetch to a policy's event handler (and the library warnings).
+enum RevocationEvents {
+    static func fetchFailed(_ events: LifecycleEvents?, what: String, url: String, certificate: Certificate,
+                            issuer: Certificate, problem: RevocationProblem) {
+        let message = "revocation: \(what) at \(url) for \"\(certificate.subjectSummary)\" (issuer \"\(issuer.subjectSummary)\") failed: \(problem.description)"
+        LibraryWarnings.emit(message)
+        events?.emit(LifecycleEvent(kind: .revocationFetchFailed, label: url, certificate: certificate,
+                                    error: MTLSError(problem.code, problem.description), message: message))
+    }
 }
 
 /// Checking a CRL against the issuer in the built chain, with OpenSSL, and looking a certificate
@@ -67,6 +92,18 @@ enum CRLCheck {
         try checkDates(thisUpdate: thisUpdate, nextUpdate: nextUpdate, time: time)
     }
 
+    /// ``verify(_:issuer:time:)`` for a CRL kept in memory: its signature and extensions are
+    /// checked once per issuer; later calls check only its dates against `time`.
+    static func verifyOnce(_ list: RevocationList, issuer: Certificate, time: Date) throws {
+        if list.verifiedIssuers.withLock({ $0.contains(issuer.der) }) {
+            let (thisUpdate, nextUpdate) = dates(list.crl)
+            try checkDates(thisUpdate: thisUpdate, nextUpdate: nextUpdate, time: time)
+            return
+        }
+        try verify(list.crl, issuer: issuer, time: time)
+        list.verifiedIssuers.withLock { if $0.count < 16 { $0.append(issuer.der) } }
+    }
+
     /// Throws unless `time` falls between thisUpdate (less the clock skew) and nextUpdate.
     static func checkDates(thisUpdate: Date, nextUpdate: Date?, time: Date) throws {
         if thisUpdate > time.addingTimeInterval(skew) {
@@ -87,8 +124,8 @@ enum CRLCheck {
 
     /// Whether the CRL covers `cert` (its issuing distribution point may restrict it to end
     /// entities or to CAs).
-    static func covers(_ crl: OpaquePointer, _ cert: Certificate) -> Bool {
-        let idp = mtls_ossl_X509_CRL_idp_flags(crl)
+    static func covers(_ list: RevocationList, _ cert: Certificate) -> Bool {
+        let idp = list.idpFlags
         guard idp > 0 else { return true }
         let isCA = cert.basicConstraints?.isCA == true
         if idp & 4 != 0 && isCA { return false }

@@ -13,9 +13,8 @@ final class FetchedCRL: Sendable {
     let fetchedAt: Date
     let thisUpdate: Date
     let nextUpdate: Date
-    /// The issuer it was verified against (SHA-256 of its certificate), and that certificate, for
-    /// refreshing it in the background.
-    let issuerDigest: [UInt8]
+    /// The issuer it was verified against (its signature is checked once, when fetched or read
+    /// from disk), also for refreshing it in the background.
     let issuer: Certificate
 
     init(list: RevocationList, url: String, fetchedAt: Date, issuer: Certificate) throws {
@@ -26,7 +25,6 @@ final class FetchedCRL: Sendable {
         self.fetchedAt = fetchedAt
         self.thisUpdate = this
         self.nextUpdate = next
-        self.issuerDigest = issuer.sha256
         self.issuer = issuer
     }
 }
@@ -93,7 +91,7 @@ final class CRLStore: Sendable {
 
     private struct State {
         var entries: [String: FetchedCRL] = [:]
-        var failures: [String: (at: Date, message: String)] = [:]
+        var failures: [String: (at: Date, problem: RevocationProblem)] = [:]
         var flights: [String: RevocationFlight] = [:]
         var refreshing = 0
         /// Network fetches made (for tests and benchmarks: single flight makes one per URL).
@@ -101,24 +99,37 @@ final class CRLStore: Sendable {
     }
     private let state = Mutex(State())
 
+    /// Moves whenever what the cache holds changes (a CRL stored or replaced, a failure
+    /// remembered, the cache cleared) or an OCSP answer is cached: an evaluation's revocation
+    /// outcome memoized under one generation (``EvaluationCache``) is reused only while it
+    /// stays the same.
+    static let generation = Atomic<UInt64>(0)
+    static func changed() { generation.add(1, ordering: .releasing) }
+
     /// Network fetches made since the process started (or the last ``clear()``).
     var fetchCount: Int { state.withLock { $0.fetches } }
 
     /// Forgets every cached CRL and failure (the files of cache folders stay).
-    func clear() { state.withLock { $0.entries = [:]; $0.failures = [:]; $0.fetches = 0 } }
+    func clear() {
+        state.withLock { $0.entries = [:]; $0.failures = [:]; $0.fetches = 0 }
+        Self.changed()
+    }
 
     /// A CRL from `url` verified against `issuer` for `time`, and where it came from (`memory`,
-    /// `disk`, `network`). Throws a ``RevocationProblem`` saying why there is none.
-    func crl(url: String, issuer: Certificate, options: RevocationFetchOptions, time: Date) throws -> (FetchedCRL, String) {
-        let deadline = Deadline(seconds: options.timeout)
+    /// `disk`, `network`). Throws a ``RevocationProblem`` saying why there is none. A fetch this
+    /// call makes that fails is reported to `events` (``LifecycleEventKind/revocationFetchFailed``,
+    /// about `subject`, the certificate whose status is sought), once per failed fetch.
+    func crl(url: String, issuer: Certificate, options: RevocationFetchOptions, time: Date,
+             subject: Certificate? = nil, events: LifecycleEvents? = nil) throws -> (FetchedCRL, String) {
+        var deadline: Deadline? = nil
         while true {
-            enum Step { case use(FetchedCRL), fail(String), wait(RevocationFlight), lead(RevocationFlight) }
+            enum Step { case use(FetchedCRL), fail(RevocationProblem), wait(RevocationFlight), lead(RevocationFlight) }
             let now = Date()
-            let digest = issuer.sha256
             let step: Step = state.withLock { s in
-                if let e = s.entries[url], e.nextUpdate > now, e.issuerDigest == digest { return .use(e) }
+                // The issuer compared by its DER (no digest computed on the warm path).
+                if let e = s.entries[url], e.nextUpdate > now, e.issuer.der == issuer.der { return .use(e) }
                 if let f = s.flights[url] { return .wait(f) }
-                if let f = s.failures[url], now.timeIntervalSince(f.at) < Self.failureRetryInterval { return .fail(f.message) }
+                if let f = s.failures[url], now.timeIntervalSince(f.at) < Self.failureRetryInterval { return .fail(f.problem) }
                 let f = RevocationFlight()
                 s.flights[url] = f
                 return .lead(f)
@@ -128,11 +139,14 @@ final class CRLStore: Sendable {
                 // Verified against this issuer when it was loaded (the digest matched): only its
                 // dates depend on the evaluation time.
                 try CRLCheck.checkDates(thisUpdate: e.thisUpdate, nextUpdate: e.nextUpdate, time: time)
-                maybeRefresh(e, options: options)
+                maybeRefresh(e, options: options, subject: subject, events: events)
                 return (e, "memory")
-            case .fail(let message):
-                throw RevocationProblem(message + " (remembered for \(Int(Self.failureRetryInterval)) s)")
+            case .fail(let problem):
+                throw RevocationProblem(problem.description + " (remembered for \(Int(Self.failureRetryInterval)) s)",
+                                        code: problem.code)
             case .wait(let f):
+                if deadline == nil { deadline = Deadline(seconds: options.timeout) }
+                guard let deadline else { continue }
                 let left = Double(deadline.pollTimeout) / 1000
                 if deadline.pollTimeout == 0 || !f.wait(seconds: left) {
                     throw RevocationProblem("\(url): timed out waiting for the fetch under way (limit \(options.timeout) s)")
@@ -153,12 +167,15 @@ final class CRLStore: Sendable {
                         s.entries[url] = e
                         s.failures[url] = nil
                     }
+                    Self.changed()
                     return (e, origin)
                 } catch {
-                    let message = (error as? RevocationProblem)?.description ?? (error as? MTLSError)?.message ?? "\(error)"
-                    state.withLock { $0.failures[url] = (Date(), message) }
-                    LibraryWarnings.emit("revocation: fetching the CRL at \(url) failed: \(message)")
-                    throw RevocationProblem(message)
+                    let problem = RevocationProblem.from(error)
+                    state.withLock { $0.failures[url] = (Date(), problem) }
+                    Self.changed()
+                    RevocationEvents.fetchFailed(events, what: "fetching the CRL", url: url, certificate: subject ?? issuer,
+                                                 issuer: issuer, problem: problem)
+                    throw problem
                 }
             }
         }
@@ -183,10 +200,10 @@ final class CRLStore: Sendable {
         state.withLock { $0.fetches += 1 }
         let body: [UInt8]
         do { body = try HTTPFetcher.get(url, limits: options.limits) } catch let e as MTLSError {
-            throw RevocationProblem(e.message)
+            throw RevocationProblem(e.message, code: e.code)
         }
         guard let list = try? RevocationList.parseAll(body).first else {
-            throw RevocationProblem("\(url) did not serve a CRL (\(body.count) bytes that are neither DER nor PEM CRL)")
+            throw RevocationProblem("\(url) did not serve a CRL (\(body.count) bytes that are neither DER nor PEM CRL)", code: .parse)
         }
         do { try CRLCheck.verify(list.crl, issuer: issuer, time: time) } catch let p as RevocationProblem {
             throw RevocationProblem("\(url): \(p.description)")
@@ -210,7 +227,7 @@ final class CRLStore: Sendable {
     /// Starts a background fetch when `e` is in the last tenth of its life (at least the last
     /// minute), so handshakes keep finding a fresh CRL; at most ``maxRefreshes`` at once, one per
     /// URL (the flight).
-    private func maybeRefresh(_ e: FetchedCRL, options: RevocationFetchOptions) {
+    private func maybeRefresh(_ e: FetchedCRL, options: RevocationFetchOptions, subject: Certificate?, events: LifecycleEvents?) {
         let life = e.nextUpdate.timeIntervalSince(e.thisUpdate)
         let refreshAt = e.nextUpdate.addingTimeInterval(-max(60, life / 10))
         guard Date() >= refreshAt else { return }
@@ -229,10 +246,14 @@ final class CRLStore: Sendable {
                 state.withLock { $0.flights[url] = nil; $0.refreshing -= 1 }
                 flight.finish()
             }
-            var o = options
-            o.cacheDirectory = options.cacheDirectory
-            if let fresh = try? fetchFresh(url: url, issuer: issuer, options: o) {
+            do {
+                let fresh = try fetchFresh(url: url, issuer: issuer, options: options)
                 state.withLock { $0.entries[url] = fresh }
+                Self.changed()
+            } catch {
+                // The CRL in hand stays in use until its nextUpdate; the failure is reported.
+                RevocationEvents.fetchFailed(events, what: "refreshing the CRL", url: url, certificate: subject ?? issuer,
+                                             issuer: issuer, problem: RevocationProblem.from(error))
             }
         }
         if !spawned {

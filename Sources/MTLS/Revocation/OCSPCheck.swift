@@ -22,7 +22,10 @@ enum OCSPCheck {
     private static let cache = Mutex<[String: Answer]>([:])
     static let maxEntries = 4096
 
-    static func clear() { cache.withLock { $0 = [:] } }
+    static func clear() {
+        cache.withLock { $0 = [:] }
+        CRLStore.changed()
+    }
 
     /// The status a stapled response (the server's, DER) gives, checked like a fetched one; nil
     /// with the problem added to `problems`.
@@ -40,7 +43,7 @@ enum OCSPCheck {
 
     /// The certificate's status from its OCSP responders, or nil with the problems added to `problems`.
     static func status(of cert: Certificate, index: Int, issuer: Certificate, options: RevocationFetchOptions,
-                       time: Date, problems: inout [String]) -> RevocationCheck? {
+                       time: Date, problems: inout [String], events: LifecycleEvents? = nil) -> RevocationCheck? {
         let urls = cert.ocspResponders
         if urls.isEmpty { problems.append("it names no OCSP responder") }
         for url in urls {
@@ -58,13 +61,14 @@ enum OCSPCheck {
                         if c.count >= maxEntries { c.removeAll() }
                         c[key] = a
                     }
+                    CRLStore.changed()
                 }
                 if let c = record(a, cert: cert, index: index, source: "ocsp", url: url, origin: "network") { return c }
                 problems.append("OCSP \(url): the responder does not know the certificate (status unknown)")
             } catch {
-                let m = (error as? RevocationProblem)?.description ?? (error as? MTLSError)?.message ?? "\(error)"
-                problems.append("OCSP \(url): \(m)")
-                LibraryWarnings.emit("revocation: the OCSP request to \(url) failed: \(m)")
+                let p = RevocationProblem.from(error)
+                problems.append("OCSP \(url): \(p.description)")
+                RevocationEvents.fetchFailed(events, what: "the OCSP request", url: url, certificate: cert, issuer: issuer, problem: p)
             }
         }
         return nil

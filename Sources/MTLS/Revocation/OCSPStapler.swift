@@ -18,6 +18,11 @@ final class OCSPStapler: Sendable {
         let fetches = Atomic<Int>(0)
     }
     private let shared = Shared()
+    /// The certificate the staple is for: a handshake presenting another one (an identity
+    /// rotated since) gets no staple.
+    let leaf: Certificate
+
+    private init(leaf: Certificate) { self.leaf = leaf }
 
     /// Starts the stapler for `identity`, or returns nil when its certificate names no responder
     /// or its issuer is not in the chain.
@@ -25,7 +30,7 @@ final class OCSPStapler: Sendable {
         let leaf = identity.leaf
         guard let url = leaf.ocspResponders.first,
               let issuer = identity.chain.first(where: { $0.subjectNameDER == leaf.issuerNameDER }) else { return nil }
-        let stapler = OCSPStapler()
+        let stapler = OCSPStapler(leaf: leaf)
         let shared = stapler.shared
         let started = BackgroundThread.start(name: "mtls-ocsp-staple") {
             while !shared.stopped.load(ordering: .acquiring) {
@@ -64,13 +69,16 @@ final class OCSPStapler: Sendable {
 
     deinit { stop() }
 
-    /// Installs the status callback on a server `SSL_CTX`: a client that asks for the status gets
-    /// the kept response. `stapler` must outlive `ctx`.
+    /// Installs the status callback on a server `SSL_CTX` (the listener's, or an application's
+    /// configured to accept clients): a client that asks for the status gets the kept response
+    /// when the handshake presents the stapler's certificate. `stapler` must outlive `ctx`'s use
+    /// of it (until the callback is replaced).
     static func install(_ stapler: OCSPStapler, on ctx: OpaquePointer) {
         _ = mtls_ossl_SSL_CTX_set_status_cb(ctx, { ssl, arg in
             guard let ssl, let arg else { return SSL_TLSEXT_ERR_NOACK }
             let stapler = Unmanaged<OCSPStapler>.fromOpaque(arg).takeUnretainedValue()
-            guard let der = stapler.response, !der.isEmpty,
+            guard let presented = SSL_get_certificate(ssl), X509_cmp(presented, stapler.leaf.x509) == 0,
+                  let der = stapler.response, !der.isEmpty,
                   let mem = mtls_ossl_OPENSSL_malloc(der.count)?.assumingMemoryBound(to: UInt8.self) else {
                 return SSL_TLSEXT_ERR_NOACK
             }

@@ -14,7 +14,8 @@ enum RevocationChecker {
     }
 
     static func check(built: [Certificate], settings: RevocationSettings, options: RevocationFetchOptions,
-                      crlFiles: [RevocationList], stapled: [UInt8]? = nil, time: Date) -> Outcome {
+                      crlFiles: [RevocationList], stapled: [UInt8]? = nil, time: Date,
+                      events: LifecycleEvents? = nil) -> Outcome {
         var checks: [RevocationCheck] = []
         var reasons: [TrustReason] = []
         var warnings: [String] = []
@@ -22,7 +23,7 @@ enum RevocationChecker {
         for i in 0..<max(0, built.count - 1) {
             let cert = built[i], issuer = built[i + 1]
             let c = status(of: cert, index: i, issuer: issuer, settings: settings, options: options, crlFiles: crlFiles,
-                           stapled: i == 0 ? stapled : nil, time: time)
+                           stapled: i == 0 ? stapled : nil, time: time, events: events)
             checks.append(c)
             switch c.status {
             case .good: break
@@ -46,9 +47,24 @@ enum RevocationChecker {
                        reasons: reasons, warnings: warnings)
     }
 
+    /// Until when an outcome may be reused as it is (``EvaluationCache/RevocationMemo``): nil
+    /// unless every status is known and was read from memory or a CRL file; else the earliest
+    /// moment a CRL or response used is due for a background refresh (the last tenth of its
+    /// life, as ``CRLStore`` refreshes it), so that refreshes keep being started by handshakes.
+    static func memoizableUntil(_ report: RevocationReport) -> Date? {
+        var until: Date? = nil
+        for c in report.checks {
+            guard c.status != .unknown, c.fetchedFrom == "memory" || c.source == "crl_file",
+                  let next = c.nextUpdate, let this = c.thisUpdate else { return nil }
+            let refreshAt = next.addingTimeInterval(-max(60, next.timeIntervalSince(this) / 10))
+            until = min(until ?? refreshAt, refreshAt)
+        }
+        return until
+    }
+
     private static func status(of cert: Certificate, index: Int, issuer: Certificate, settings: RevocationSettings,
                                options: RevocationFetchOptions, crlFiles: [RevocationList], stapled: [UInt8]?,
-                               time: Date) -> RevocationCheck {
+                               time: Date, events: LifecycleEvents?) -> RevocationCheck {
         var problems: [String] = []
         var lastURL: String? = nil
         // A staple (the server's own OCSP response, client side) is looked at first.
@@ -60,8 +76,8 @@ enum RevocationChecker {
             switch source {
             case .crl:
                 // CRLs given to the policy by hand first: no network needed.
-                for file in crlFiles where CRLCheck.covers(file.crl, cert) {
-                    guard (try? CRLCheck.verify(file.crl, issuer: issuer, time: time)) != nil else { continue }
+                for file in crlFiles where CRLCheck.covers(file, cert) {
+                    guard (try? CRLCheck.verifyOnce(file, issuer: issuer, time: time)) != nil else { continue }
                     let (this, next) = CRLCheck.dates(file.crl)
                     return verdict(cert, index, in: file.crl, source: "crl_file", url: nil, fetchedAt: nil, origin: nil,
                                    thisUpdate: this, nextUpdate: next)
@@ -77,8 +93,9 @@ enum RevocationChecker {
                     // A URL that is not http: fails in the fetcher with its own message (and is
                     // remembered as a failure like any other).
                     do {
-                        let (crl, origin) = try CRLStore.shared.crl(url: url, issuer: issuer, options: options, time: time)
-                        guard CRLCheck.covers(crl.list.crl, cert) else {
+                        let (crl, origin) = try CRLStore.shared.crl(url: url, issuer: issuer, options: options, time: time,
+                                                                    subject: cert, events: events)
+                        guard CRLCheck.covers(crl.list, cert) else {
                             problems.append("\(url): the CRL does not cover this kind of certificate")
                             continue
                         }
@@ -90,7 +107,7 @@ enum RevocationChecker {
                 }
             case .ocsp:
                 if let c = OCSPCheck.status(of: cert, index: index, issuer: issuer, options: options,
-                                            time: time, problems: &problems) {
+                                            time: time, problems: &problems, events: events) {
                     return c
                 }
                 if lastURL == nil { lastURL = cert.ocspResponders.first }

@@ -88,6 +88,21 @@ public struct RevocationFetchOptions: Hashable, Sendable {
         }
     }
 
+    /// Sets both limits under the options' convention (the C ABI's
+    /// `mtls_policy_set_revocation_limits`): `0` is the default (10 MiB, 5 s), a negative
+    /// value or one ``validate()`` refuses is ``MTLSError/Code/invalidPolicy``.
+    public mutating func setLimits(maxBytes: Int, timeout: Double) throws {
+        guard maxBytes >= 0, timeout >= 0 else {
+            throw MTLSError(.invalidPolicy, "the revocation limits must not be negative (0: the default)")
+        }
+        let defaults = RevocationFetchOptions()
+        var changed = self
+        changed.maxBytes = maxBytes == 0 ? defaults.maxBytes : maxBytes
+        changed.timeout = timeout == 0 ? defaults.timeout : timeout
+        try changed.validate()
+        self = changed
+    }
+
     var limits: HTTPFetcher.Limits { HTTPFetcher.Limits(maxBytes: maxBytes, timeout: timeout) }
 }
 

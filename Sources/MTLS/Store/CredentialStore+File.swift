@@ -3,13 +3,39 @@ import Glibc
 #endif
 
 // This file owns the store file's place on disk: creating its directory (0700) and the file
-// itself (0600) before SQLite opens it, and mapping file-system errors to libmtls's codes.
+// itself (0600) before SQLite opens it, removing a store created for a first write that failed
+// (withStore), and mapping file-system errors to libmtls's codes.
 // (Sealing is in StoreCrypto.swift, the keyring in CredentialStore+Keyring.swift, the
 // whole-store integrity in CredentialStore+Integrity.swift, the schema in
 // CredentialStore+Schema.swift, items and queries in CredentialStore+Items.swift and
 // CredentialStore+Queries.swift.)
 
 extension CredentialStore {
+    /// Opens the store at `path` (created when it is missing and `options.create` allows) and
+    /// runs `body` with it. When the open or `body` fails and this call created the store, the
+    /// store is closed and its file, WAL, shared-memory and journal files are removed, with the
+    /// folder this call made for it when it is empty: a first write that fails leaves nothing
+    /// half-made behind. An existing store is never removed.
+    public static func withStore<T>(path: String, secret: StoreSecret, options: Options = Options(),
+                                    _ body: (CredentialStore) throws -> T) throws -> T {
+        let folder = path.lastIndex(of: "/").map { i in i == path.startIndex ? "/" : String(path[..<i]) } ?? ""
+        let existed = access(path, F_OK) == 0
+        let folderExisted = folder.isEmpty || access(folder, F_OK) == 0
+        var store: CredentialStore?
+        do {
+            let opened = try CredentialStore(path: path, secret: secret, options: options)
+            store = opened
+            return try body(opened)
+        } catch {
+            if !existed {
+                store?.close()
+                for suffix in ["", "-wal", "-shm", "-journal"] { _ = unlink(path + suffix) }
+                if !folderExisted { _ = rmdir(folder) }
+            }
+            throw error
+        }
+    }
+
     /// Creates the directory (0700) and the file (0600) if needed, so that SQLite (which gives
     /// its WAL and shared-memory files the main file's mode) never creates anything wider.
     static func prepareFile(_ path: String, create: Bool) throws {

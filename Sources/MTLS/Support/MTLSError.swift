@@ -177,11 +177,22 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
     public let code: Code
     /// What happened, in a sentence.
     public let message: String
+    /// Which side of a connection failed or refused, where the step that failed knows it before
+    /// there is a TLS connection to ask (``TLSConnection/failureSide`` says it after): a server
+    /// that cannot be reached or does not answer in time is the server's side; a name that does
+    /// not resolve, or a socket that cannot be made, the client's. nil for every other error.
+    public let side: TLSSide?
 
     /// An error with a stable code and a message saying what happened.
     public init(_ code: Code, _ message: String) {
+        self.init(code, message, side: nil)
+    }
+
+    /// An error with a stable code, a message, and the side of the connection that failed.
+    public init(_ code: Code, _ message: String, side: TLSSide?) {
         self.code = code
         self.message = message
+        self.side = side
     }
 
     /// The message.

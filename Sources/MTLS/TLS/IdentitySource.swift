@@ -31,6 +31,27 @@ public enum LifecycleEventKind: Int32, Sendable {
     /// A certificate was issued but not installed: its key does not match or its chain does not
     /// validate under the policy. The old identity stays; retried with backoff like a failure.
     case renewalNotInstalled = 8
+
+    // Revocation (issue 28), numbered from 16, reported by a policy (``TrustPolicy/events``).
+    /// Fetching a CRL or an OCSP response failed (unreachable, over a limit, not a CRL, a CRL
+    /// that does not verify against the issuer): the label is the URL, the certificate the one
+    /// whose status was sought, the error why. Fired once per failed fetch, not per handshake
+    /// that finds the failure remembered.
+    case revocationFetchFailed = 16
+}
+
+/// The expiry warning window of identity sources and followed policies, written once: the
+/// Swift initialisers default to it and the C ABI's `mtls_watch_options` reads it.
+public enum LifecycleDefaults {
+    /// Days before notAfter from which an ``LifecycleEventKind/expiryWarning`` is reported.
+    public static let warningDays = 14
+
+    /// A warning window under the options' convention (the C ABI's `warning_days`): `0` is
+    /// ``warningDays``; a negative count is ``MTLSError/Code/invalidArgument``.
+    public static func warningDays(_ days: Int) throws -> Int {
+        guard days >= 0 else { throw MTLSError(.invalidArgument, "warning_days must be 0 (\(warningDays) days) or more, not \(days)") }
+        return days == 0 ? warningDays : days
+    }
 }
 
 /// One lifecycle event.
@@ -200,7 +221,7 @@ public final class IdentitySource: Sendable, LifecycleWatched {
 
     /// A source presenting `identity` until ``replace(with:)`` says otherwise. Once an event
     /// handler is set, the watcher thread also looks at its expiry.
-    public init(_ identity: Identity, warningDays: Int = 14) {
+    public init(_ identity: Identity, warningDays: Int = LifecycleDefaults.warningDays) {
         current_ = Mutex(Current(identity: identity))
         follow = nil
         label = nil
@@ -213,7 +234,7 @@ public final class IdentitySource: Sendable, LifecycleWatched {
     /// identity is loaded now (a failure throws); a replacement in the store, by this process or
     /// another, is in force within a second; one that fails to load keeps the last good identity
     /// and is reported (``LifecycleEventKind/reloadFailed``).
-    public init(store: CredentialStore, label: String, tokenPIN: SecretBytes? = nil, warningDays: Int = 14) throws {
+    public init(store: CredentialStore, label: String, tokenPIN: SecretBytes? = nil, warningDays: Int = LifecycleDefaults.warningDays) throws {
         let mark = try store.changeMark()
         let (identity, leaf) = try IdentitySource.load(store, label, tokenPIN)
         current_ = Mutex(Current(identity: identity))
@@ -350,7 +371,7 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
     /// Loads `path` (a failure throws) and follows it from now on. `adjust`, when given, is applied
     /// to the file's policy at every load, before it is put in force (a failure there is a failed
     /// reload, and the previous policy stays).
-    public init(path: String, warningDays: Int = 14, adjust: (@Sendable (TrustPolicy) throws -> Void)? = nil) throws {
+    public init(path: String, warningDays: Int = LifecycleDefaults.warningDays, adjust: (@Sendable (TrustPolicy) throws -> Void)? = nil) throws {
         self.path = path
         self.warningDays = warningDays
         self.adjust = adjust

@@ -39,8 +39,21 @@ extension TLSContext {
             let n = mtls_ossl_SSL_get_ocsp_staple(ssl, &p)
             if n > 0, n <= 1 << 20, let p { staple = Array(UnsafeBufferPointer(start: p, count: n)) }
         }
-        let (result, standing) = policy.evaluateStanding(chain: chain, peer: state.peer, purpose: config.purpose,
-                                                         overrides: overrides, stapledOCSP: staple)
+        let result: TrustResult
+        var standing: EvaluationStanding? = nil
+        if config.checksStapleAfterVerify, staple == nil, let ssl, SSL_version(ssl) != TLS1_3_VERSION {
+            // TLS 1.2: the staple (if the server sends one) is not here yet. The path is judged
+            // now; revocation in clientStatusCallback, before any application data. No standing:
+            // a session made so is evaluated in full (revocation included) before it resumes.
+            result = policy.evaluateDeferringRevocation(chain: chain, peer: state.peer, purpose: config.purpose,
+                                                        overrides: overrides)
+            state.revocationAwaitingStaple = result.trusted
+        } else {
+            let made = policy.evaluateStanding(chain: chain, peer: state.peer, purpose: config.purpose,
+                                               overrides: overrides, stapledOCSP: staple)
+            result = made.result
+            standing = made.standing
+        }
         state.evaluation = result
         if result.trusted {
             if let ssl, let session = SSL_get_session(ssl) {
@@ -63,6 +76,34 @@ extension TLSContext {
         }
         X509_STORE_CTX_set_error(store, x509Error(for: result))
         return 0
+    }
+
+    /// A client's OCSP status callback, which OpenSSL makes after the server's certificate (and,
+    /// in TLS 1.2, its CertificateStatus message) and before the handshake ends: a verification
+    /// that left revocation for later (``TLSHandshakeState/revocationAwaitingStaple``) is
+    /// completed here with the staple, if one came (a good staple answers without a fetch, a
+    /// revoked one refuses; none: the policy's other sources). Returning 0 ends the handshake.
+    static func clientStatusCallback(_ ssl: OpaquePointer?, _ arg: UnsafeMutableRawPointer?) -> Int32 {
+        guard let ssl, let arg, let state = TLSHandshakeState.of(ssl), state.revocationAwaitingStaple else { return 1 }
+        state.revocationAwaitingStaple = false
+        let config = Unmanaged<TLSContextConfig>.fromOpaque(arg).takeUnretainedValue()
+        var staple: [UInt8]? = nil
+        var p: UnsafePointer<UInt8>? = nil
+        let n = mtls_ossl_SSL_get_ocsp_staple(ssl, &p)
+        if n > 0, n <= 1 << 20, let p { staple = Array(UnsafeBufferPointer(start: p, count: n)) }
+        let overrides = state.overrides ?? config.overrides
+        let result = config.policy.evaluate(chain: state.presentedChain, peer: state.peer, purpose: config.purpose, at: nil,
+                                            overrides: overrides, stapledOCSP: staple)
+        state.evaluation = result
+        guard result.trusted else {
+            SSL_set_verify_result(ssl, Int(x509Error(for: result)))
+            return 0
+        }
+        // The session this handshake makes stands for the evaluation with revocation.
+        if let binding = state.binding, let session = SSL_get_session(ssl) {
+            ResumptionRecord(binding: binding, presentedChain: state.presentedChain, evaluation: result).attach(to: session)
+        }
+        return 1
     }
 
     /// The state of `ssl`'s handshake, made on first use for an `SSL` of an application's context

@@ -127,8 +127,8 @@ final class ResumptionRecord: Sendable {
     }
 
     /// The latest moment (real time) until which the evaluation of this session can stay as it
-    /// was: the earliest notAfter of the chain judged, and the pin expiry of a `fail_closed` rule
-    /// that applies to `peer`. Nil when nothing bounds it, or when the policy has a fixed time
+    /// was: the earliest notAfter of the chain judged, the pin expiry of a `fail_closed` rule
+    /// that applies to `peer`, and the earliest nextUpdate of the revocation information used. Nil when nothing bounds it, or when the policy has a fixed time
     /// (its evaluations do not move with the clock). Used where OpenSSL decides resumption alone
     /// (an application server's session cache): the session's timeout is cut to it.
     static func horizon(of evaluation: TrustResult, policy: TrustPolicy, peer: TrustPeer) -> Date? {
@@ -137,6 +137,16 @@ final class ResumptionRecord: Sendable {
         if let rule = policy.hostRule(for: peer), !rule.pins.isEmpty, rule.afterExpiry == .failClosed,
            let expiry = rule.pinsExpire {
             until = min(until ?? expiry, expiry)
+        }
+        // Revocation: the session stands for "not revoked" only as long as what said so is
+        // current — the earliest nextUpdate of the CRLs and OCSP responses used; a status that
+        // was unknown (soft mode) is looked at again once a failed fetch is retried.
+        if let report = evaluation.revocation {
+            for check in report.checks {
+                let bound: Date? = check.status == .unknown
+                    ? Date().addingTimeInterval(CRLStore.failureRetryInterval) : check.nextUpdate
+                if let bound { until = min(until ?? bound, bound) }
+            }
         }
         return until
     }

@@ -51,7 +51,7 @@ enum Socket {
             hints.ai_flags = AI_NUMERICSERV
             let rc2 = getaddrinfo(name, String(port), &hints, &list)
             guard rc2 == 0 else {
-                throw MTLSError(.connect, "cannot resolve \(name): \(String(cString: gai_strerror(rc2)))")
+                throw MTLSError(.connect, "cannot resolve \(name): \(String(cString: gai_strerror(rc2)))", side: .client)
             }
         }
         defer { freeaddrinfo(list) }
@@ -67,21 +67,21 @@ enum Socket {
             }
         }
         if let timeout = errors.first(where: { $0.code == .timeout }), errors.allSatisfy({ $0.code == .timeout }) { throw timeout }
-        throw errors.first { $0.code != .timeout } ?? MTLSError(.connect, "cannot connect to \(host) port \(port): no address")
+        throw errors.first { $0.code != .timeout } ?? MTLSError(.connect, "cannot connect to \(host) port \(port): no address", side: .client)
     }
 
     /// Connects a new non-blocking socket to one address, within the deadline.
     private static func connectOne(_ sa: UnsafePointer<sockaddr>, _ len: socklen_t, family: Int32, host: String,
                                    port: UInt16, deadline: Deadline, wait: Bool) throws -> Int32 {
         let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        guard fd >= 0 else { throw MTLSError(.connect, "socket: \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw MTLSError(.connect, "socket: \(String(cString: strerror(errno)))", side: .client) }
         setNoDelay(fd)
         if Glibc.connect(fd, sa, len) == 0 { return fd }
         var address: String { describe(sa, len) }
         if errno != EINPROGRESS {
             let e = errno
             close(fd)
-            throw MTLSError(.connect, "cannot connect to \(host) port \(port) (\(address)): \(String(cString: strerror(e)))")
+            throw MTLSError(.connect, "cannot connect to \(host) port \(port) (\(address)): \(String(cString: strerror(e)))", side: .server)
         }
         if !wait { return fd }
         var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
@@ -89,7 +89,7 @@ enum Socket {
         repeat { n = poll(&p, 1, deadline.pollTimeout) } while n < 0 && errno == EINTR
         if n == 0 {
             close(fd)
-            throw MTLSError(.timeout, "connecting to \(host) port \(port) (\(address)) timed out")
+            throw MTLSError(.timeout, "connecting to \(host) port \(port) (\(address)) timed out", side: .server)
         }
         var soError: Int32 = 0
         var slen = socklen_t(MemoryLayout<Int32>.size)
@@ -97,7 +97,7 @@ enum Socket {
         if n < 0 || soError != 0 {
             let e = n < 0 ? errno : soError
             close(fd)
-            throw MTLSError(.connect, "cannot connect to \(host) port \(port) (\(address)): \(String(cString: strerror(e)))")
+            throw MTLSError(.connect, "cannot connect to \(host) port \(port) (\(address)): \(String(cString: strerror(e)))", side: .server)
         }
         return fd
     }
@@ -111,7 +111,7 @@ enum Socket {
         var len = socklen_t(MemoryLayout<Int32>.size)
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &soError, &len)
         if soError != 0 {
-            throw MTLSError(.connect, "cannot connect to \(host) port \(port): \(String(cString: strerror(soError)))")
+            throw MTLSError(.connect, "cannot connect to \(host) port \(port): \(String(cString: strerror(soError)))", side: .server)
         }
         return true
     }

@@ -46,6 +46,13 @@ final class TLSContextConfig {
     /// signature schemes are limited to the token's, so an `SSL` that takes a software key
     /// puts every scheme back (``TLSContext/use(_:onSSL:server:widenSchemes:)``).
     let contextSchemesLimited: Bool
+    /// An application's server `SSL_CTX`: the OCSP staple for its own certificate (its status
+    /// callback's argument), kept as long as this configuration.
+    var stapler: OCSPStapler? = nil
+    /// A client context that asked servers for a staple and installed ``TLSContext/clientStatusCallback``:
+    /// a TLS 1.2 server's staple arrives after its certificate is verified, so revocation is
+    /// checked in that callback, before the handshake ends.
+    var checksStapleAfterVerify = false
     /// The identity put on the `SSL_CTX` itself when it was made (a listener's, a configured
     /// context's): every `SSL` made from the context starts with it, so a handshake that finds
     /// it still in force in ``identitySource`` has nothing to install (one lock-protected reference
@@ -82,7 +89,10 @@ final class TLSContextConfig {
         }
     }
 
-    deinit { alpnWire?.deallocate() }
+    deinit {
+        alpnWire?.deallocate()
+        stapler?.stop()
+    }
 }
 
 /// What one TLS connection's callbacks learn during the handshake, attached to its `SSL`.
@@ -120,6 +130,9 @@ final class TLSHandshakeState {
     /// The record of this handshake's trusted evaluation: made by the verification, or the one a
     /// resumed ticket was admitted with. The tickets this handshake issues carry it.
     var record: ResumptionRecord?
+    /// A TLS 1.2 client's verification left the revocation check for the status callback (the
+    /// server's staple comes after its certificate).
+    var revocationAwaitingStaple = false
     /// This connection's trust overrides (a client connection's); nil: the context's.
     var overrides: TrustOverrides?
     /// The identity this handshake took from an ``IdentitySource`` (by leaf SHA-256), for its

@@ -250,6 +250,16 @@ public final class TLSConnection {
                 throw e
             }
         }
+        // A TLS 1.2 verification that left revocation for the status callback: should OpenSSL
+        // not have made it, the check is made now, before any application data (fail closed).
+        if state.revocationAwaitingStaple {
+            let config = SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), TLSExData.ctx)
+            if TLSContext.clientStatusCallback(ssl, config) == 0 || state.revocationAwaitingStaple {
+                failureSide = ownSide
+                let why = state.evaluation.map { TLSConnection.describe($0) } ?? "the revocation check could not be made"
+                throw MTLSError(.untrusted, "our evaluation rejected the \(peerRole)'s certificate: \(why)")
+            }
+        }
         isHandshakeComplete = true
         // A resumed session reports the evaluation it was admitted with (its chain re-checked
         // at the policy's time when it was offered); a listener's ticket set it already.

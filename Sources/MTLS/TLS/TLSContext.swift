@@ -101,11 +101,8 @@ final class TLSContext: @unchecked Sendable {
             if options.clientAuthentication != .none { try requireClientAnchors(options.clientPolicySource, options.clientOverrides) }
             try install(on: ctx, config: config, identity: identity, verifyMode: mode)
             if options.clientAuthentication != .none {
-                let names = options.clientCANames ?? (options.clientPolicySource.anchors + (options.clientOverrides?.anchors ?? []))
-                if !names.isEmpty, let sk = mtls_ossl_sk_X509_NAME_new_null() {
-                    for c in names { _ = mtls_ossl_sk_X509_NAME_push_dup(sk, X509_get_subject_name(c.x509)) }
-                    SSL_CTX_set_client_CA_list(ctx, sk) // takes ownership
-                }
+                try setClientCANames(ctx, options.clientCANames.certificates(anchors: options.clientPolicySource.anchors
+                                                                                + (options.clientOverrides?.anchors ?? [])))
             }
             if config.alpnWire != nil {
                 SSL_CTX_set_alpn_select_cb(ctx, { _, out, outLen, inp, inLen, arg in
@@ -162,8 +159,33 @@ final class TLSContext: @unchecked Sendable {
         // The application's own choices (require a client certificate, verify once, post-handshake)
         // are kept; libmtls only adds SSL_VERIFY_PEER and its evaluator.
         let kept = SSL_CTX_get_verify_mode(ctx) & (SSL_VERIFY_FAIL_IF_NO_PEER_CERT | SSL_VERIFY_CLIENT_ONCE | SSL_VERIFY_POST_HANDSHAKE)
+        // A status callback installed by an earlier configuration points at its stapler, which
+        // goes with it: taken off first (an application's own callback is left alone).
+        if let previous = SSL_CTX_get_ex_data(ctx, TLSExData.ctx),
+           Unmanaged<TLSContextConfig>.fromOpaque(previous).takeUnretainedValue().stapler != nil {
+            _ = mtls_ossl_SSL_CTX_set_status_cb(ctx, nil, nil)
+        }
+        // A server staples OCSP for its own certificate as the listener does (fetched and
+        // refreshed in the background, never on the handshake path).
+        if purpose == .clientAuth, let identity, let stapler = OCSPStapler.start(for: identity) {
+            config.stapler = stapler
+        }
         try install(on: ctx, config: config, identity: identity, verifyMode: SSL_VERIFY_PEER | kept, ownContext: false)
+        if let stapler = config.stapler { OCSPStapler.install(stapler, on: ctx) }
         ApplicationResumption.install(on: ctx, config: config)
+    }
+
+    /// Sets the CA names of the context's certificate request to the subjects of `names`, in
+    /// order. With none the request carries no list (OpenSSL then sends no
+    /// `certificate_authorities` extension in TLS 1.3 and an empty list in TLS 1.2).
+    private static func setClientCANames(_ ctx: OpaquePointer, _ names: [Certificate]) throws {
+        guard !names.isEmpty else { return }
+        guard let sk = mtls_ossl_sk_X509_NAME_new_null() else { throw MTLSError(.noMemory, "no memory for the CA names") }
+        for c in names where mtls_ossl_sk_X509_NAME_push_dup(sk, X509_get_subject_name(c.x509)) <= 0 {
+            mtls_ossl_sk_X509_NAME_pop_free(sk)
+            throw MTLSError.openSSL(.noMemory, "cannot add a CA name")
+        }
+        SSL_CTX_set_client_CA_list(ctx, sk) // takes ownership
     }
 
     /// A server that verifies clients needs anchors for them: it never trusts the system store
@@ -182,7 +204,14 @@ final class TLSContext: @unchecked Sendable {
         if let identity { try use(identity, on: ctx, server: config.purpose == .clientAuth) }
         // A client whose policy checks revocation with OCSP asks servers for a staple (read in
         // the verify callback: TLS 1.3 carries it with the certificate).
-        if config.purpose == .serverAuth, config.policy.wantsOCSP { _ = mtls_ossl_SSL_CTX_request_ocsp_staple(ctx) }
+        if config.purpose == .serverAuth, config.policy.wantsOCSP {
+            _ = mtls_ossl_SSL_CTX_request_ocsp_staple(ctx)
+            // TLS 1.2 carries the staple in a message after the certificate: the status
+            // callback (made after it, before the handshake ends, staple or not) checks it.
+            _ = mtls_ossl_SSL_CTX_set_status_cb(ctx, { ssl, arg in TLSContext.clientStatusCallback(ssl, arg) },
+                                                Unmanaged.passUnretained(config).toOpaque())
+            config.checksStapleAfterVerify = true
+        }
         SSL_CTX_set_verify(ctx, verifyMode, nil)
         SSL_CTX_set_cert_verify_callback(ctx, { store, arg in
             TLSContext.verifyCallback(store, arg)

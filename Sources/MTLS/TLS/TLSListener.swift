@@ -408,7 +408,7 @@ final class ListenerCore: Sendable {
     /// watches the silent ones (one poll over all of them, the listening socket and the wake
     /// pipe) and closes those whose first-byte time is over.
     private func acceptNext() -> (Int32, String, String)? {
-        let perSource = options.maxHandshakesPerAddress
+        let perSource = options.maxHandshakesPerAddress ?? 0  // 0: no limit
         while true {
             let now = Deadline.now()
             var expired: [Int32] = []

@@ -171,6 +171,33 @@ public enum ClientAuthentication: Int, Sendable {
     case require = 2
 }
 
+/// The CA names a server's certificate request carries (TLS 1.3 `certificate_authorities`, the
+/// TLS 1.2 request's list), which clients use to pick the identity they present. They decide
+/// nothing about trust: the client policy does.
+public enum ClientCANames: Sendable {
+    /// The subjects of the client anchors (the client policy's and the client overrides'): the
+    /// default.
+    case anchors
+    /// No CA names: each client presents the identity it has. For clients that match the names
+    /// against the wrong certificates: an Erlang/OTP 25 TLS 1.3 client compares them with its
+    /// chain without the leaf, so a client certificate issued by a named intermediate is never
+    /// sent.
+    case omitted
+    /// The subjects of these certificates, in this order.
+    case certificates([Certificate])
+}
+
+extension ClientCANames {
+    /// The certificates whose subjects are sent, given the client anchors.
+    func certificates(anchors: [Certificate]) -> [Certificate] {
+        switch self {
+        case .anchors: return anchors
+        case .omitted: return []
+        case .certificates(let list): return list
+        }
+    }
+}
+
 /// How a ``TLSListener`` accepts clients.
 public struct TLSServerOptions: Sendable {
     /// The server's own identity (required).
@@ -187,9 +214,10 @@ public struct TLSServerOptions: Sendable {
     /// Overrides on top of ``clientPolicy`` for every client (see ``TrustOverrides``): anchors
     /// added (also sent as CA names), anchors-only, pins that are always enforced, a verify-as.
     public var clientOverrides: TrustOverrides?
-    /// The CA names sent in the CertificateRequest, so clients can pick their identity. Defaults
-    /// to the subjects of ``clientPolicy``'s anchors.
-    public var clientCANames: [Certificate]?
+    /// The CA names sent in the certificate request, from which clients pick their identity:
+    /// by default the subjects of the client anchors; none, or the subjects of certificates the
+    /// caller gives (see ``ClientCANames``). Which clients are trusted does not change.
+    public var clientCANames: ClientCANames = TLSDefaults.clientCANames
     /// ALPN protocols the server accepts, most preferred first.
     public var alpn: [String] = []
     /// Lowest TLS version accepted (default 1.2).
@@ -208,10 +236,12 @@ public struct TLSServerOptions: Sendable {
     /// connect and stay silent cannot hold the listener's handshakes up; when the time is over
     /// the socket is closed without a word (nothing is reported to ``TLSListener/accept(timeout:)``).
     @TLSTimeout(default: TLSDefaults.firstByteTimeout) public var firstByteTimeout: Double?
-    /// The most clients from one source address in a handshake at once (0 or less: no limit).
-    /// More from that address wait, having sent their first byte, until one of its handshakes
-    /// ends (or their first-byte time is over), so one address cannot take every handshake slot.
-    public var maxHandshakesPerAddress = TLSDefaults.maxHandshakesPerAddress
+    /// The most clients from one source address in a handshake at once, under the convention of
+    /// the timeouts (``TLSDefaults/limit(_:default:)``: 0 is the default, 32; nil or negative: no
+    /// limit). More from that address wait, having sent their first byte, until one of its
+    /// handshakes ends (or their first-byte time is over), so one address cannot take every
+    /// handshake slot.
+    @TLSLimit(default: TLSDefaults.maxHandshakesPerAddress) public var maxHandshakesPerAddress: Int?
     /// Issue session tickets, so a returning client resumes without the certificate work. A
     /// ticket resumes only under the client policy version that judged the client, from the
     /// same address, while its chain is valid; otherwise the client gets a full handshake.
@@ -259,7 +289,7 @@ public enum TLSDefaults {
     /// Seconds an accepted client has to send its first byte.
     public static let firstByteTimeout: Double? = 5
     /// Handshakes one source address may have under way at a listener at once.
-    public static let maxHandshakesPerAddress = 32
+    public static let maxHandshakesPerAddress: Int? = 32
     /// Seconds for the TCP connect.
     public static let connectTimeout: Double? = 30
     /// Seconds for the TLS handshake.
@@ -272,33 +302,51 @@ public enum TLSDefaults {
     public static let sessionTickets = true
     /// A listener requires a client certificate.
     public static let clientAuthentication = ClientAuthentication.require
+    /// A listener's certificate request names the client anchors.
+    public static let clientCANames = ClientCANames.anchors
 
     /// A timeout under the one convention every front end shares (the C ABI's `*_timeout_ms`
     /// fields are this, in milliseconds): `0` is `defaultValue`, `nil` or a negative value is no
     /// limit (nil), anything else that many seconds.
     public static func timeout(_ seconds: Double?, default defaultValue: Double?) -> Double? {
-        guard let seconds, seconds >= 0 else { return nil }
-        return seconds == 0 ? defaultValue : seconds
+        conventional(seconds, default: defaultValue)
+    }
+
+    /// A count limit under the timeouts' convention (the C ABI's `max_handshakes_per_address` is
+    /// this): `0` is `defaultValue`, `nil` or a negative value is no limit (nil).
+    public static func limit(_ count: Int?, default defaultValue: Int?) -> Int? {
+        conventional(count, default: defaultValue)
+    }
+
+    /// The convention itself, written once for timeouts and limits.
+    static func conventional<Value: Numeric & Comparable>(_ value: Value?, default defaultValue: Value?) -> Value? {
+        guard let value, value >= 0 else { return nil }
+        return value == 0 ? defaultValue : value
     }
 }
 
-/// A timeout option (seconds) kept under ``TLSDefaults/timeout(_:default:)``'s convention: a value
-/// is read back as it will be used (`0` set reads as the default, a negative value as nil).
+/// An option (a timeout in seconds, a count limit) kept under ``TLSDefaults/timeout(_:default:)``'s
+/// convention: a value is read back as it will be used (`0` set reads as the default, a negative
+/// value as nil). ``TLSTimeout`` and ``TLSLimit`` are its two kinds.
 @propertyWrapper
-public struct TLSTimeout: Sendable {
-    private var seconds: Double?
-    private let defaultSeconds: Double?
+public struct TLSConventionalOption<Value: Numeric & Comparable & Sendable>: Sendable {
+    private var value: Value?
+    private let defaultValue: Value?
 
-    /// Starts at `defaultSeconds`, which is also what `0` means.
-    public init(default defaultSeconds: Double?) {
-        self.seconds = defaultSeconds
-        self.defaultSeconds = defaultSeconds
+    /// Starts at `defaultValue`, which is also what `0` means.
+    public init(default defaultValue: Value?) {
+        self.value = defaultValue
+        self.defaultValue = defaultValue
     }
 
-    /// The timeout in seconds as it will be used (nil: no limit); setting it applies the
-    /// convention.
-    public var wrappedValue: Double? {
-        get { seconds }
-        set { seconds = TLSDefaults.timeout(newValue, default: defaultSeconds) }
+    /// The value as it will be used (nil: no limit); setting it applies the convention.
+    public var wrappedValue: Value? {
+        get { value }
+        set { value = TLSDefaults.conventional(newValue, default: defaultValue) }
     }
 }
+
+/// A timeout option (seconds) under the convention of ``TLSDefaults/timeout(_:default:)``.
+public typealias TLSTimeout = TLSConventionalOption<Double>
+/// A count limit option under the same convention (``TLSDefaults/limit(_:default:)``).
+public typealias TLSLimit = TLSConventionalOption<Int>

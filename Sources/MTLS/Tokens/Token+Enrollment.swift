@@ -49,21 +49,10 @@ extension Token {
     /// matching tokens, the one that shows the URI's object (`requireObject`), else an error
     /// asking for `token=`.
     private static func openToken(uri: PKCS11URI, text: String, modulePath: String?, readWrite: Bool,
-                                  requireObject: Bool) throws -> (PKCS11Session, TokenInfo, CK_TOKEN_INFO) {
-        let matcher = try P11KitURI(text)
-        var found: [(PKCS11Session, TokenInfo, CK_TOKEN_INFO)] = []
-        for m in try PKCS11Module.candidates(path: modulePath, uri: uri) {
-            guard matcher.matches(module: m.moduleInfo()) else { continue }
-            for slot in try m.slotsWithToken() {
-                guard let info = try? m.tokenInfo(slot), matcher.matches(token: info),
-                      let slotInfo = try? m.slotInfo(slot), matcher.matches(slot: slotInfo),
-                      let token = try TokenInfo(module: m, slot: slot, info: info, slotInfo: slotInfo) else { continue }
-                found.append((try PKCS11Session(module: m, slot: slot, readWrite: readWrite), token, info))
-            }
-        }
-        if found.isEmpty { throw MTLSError(.tokenNotPresent, "no token present matches \(describeToken(uri)) (\(text))") }
+                                  requireObject: Bool) throws -> PresentToken {
+        var found = try presentTokens(uri: uri, text: text, modulePath: modulePath, readWrite: readWrite)
         if found.count > 1 && requireObject {
-            found = try found.filter { try holdsVisibly($0.0, uri: uri, stored: nil) }
+            found = try found.filter { try holdsVisibly($0.session, uri: uri, stored: nil) }
         }
         guard found.count == 1 else {
             throw MTLSError(.badURI, "\(text) matches \(found.isEmpty ? "no token showing the object among several" : "\(found.count) tokens"): add token= (or serial=) to name one")

@@ -52,24 +52,11 @@ extension Token {
     private static func identity(uri text: String, stored: StoreTokenReference?, modulePath: String?, pin: SecretBytes?,
                                  pinCallback: TokenPINCallback?, allowFinalTry: Bool) throws -> Identity {
         let uri = try PKCS11URI(text)
-        let matcher = try P11KitURI(text)
         if let t = uri.type, t != .certificate, t != .privateKey {
             throw MTLSError(.badURI, "an identity URI names a certificate or a private key, not type=\(t.rawValue): \(text)")
         }
         let plan = PINPlan(pin: pin, callback: pinCallback, uri: uri, allowFinalTry: allowFinalTry)
-        var candidates: [(session: PKCS11Session, token: TokenInfo, info: CK_TOKEN_INFO)] = []
-        for m in try PKCS11Module.candidates(path: modulePath, uri: uri) {
-            guard matcher.matches(module: m.moduleInfo()) else { continue }
-            for slot in try m.slotsWithToken() {
-                guard let info = try? m.tokenInfo(slot), matcher.matches(token: info),
-                      let slotInfo = try? m.slotInfo(slot), matcher.matches(slot: slotInfo),
-                      let token = try TokenInfo(module: m, slot: slot, info: info, slotInfo: slotInfo) else { continue }
-                candidates.append((try PKCS11Session(module: m, slot: slot), token, info))
-            }
-        }
-        if candidates.isEmpty {
-            throw MTLSError(.tokenNotPresent, "no token present matches \(describeToken(uri)) (\(text))")
-        }
+        let candidates = try presentTokens(uri: uri, text: text, modulePath: modulePath)
         // The PIN goes only to a token that holds the object: with several tokens, the ones that
         // show it before any login; with one, that one (its objects may be private).
         var targets = candidates
@@ -86,6 +73,29 @@ extension Token {
             }
         }
         throw MTLSError(.notFound, "no certificate matching \(describeObject(uri)) on token \(targets.map { "\"\($0.token.label)\"" }.joined(separator: ", "))")
+    }
+
+    /// A token present in a slot, with a session on it and PKCS#11's description of it.
+    typealias PresentToken = (session: PKCS11Session, token: TokenInfo, info: CK_TOKEN_INFO)
+
+    /// Token discovery, the one way: every token present that the URI (`uri`, parsed from
+    /// `text`) matches by its module, token and slot attributes, in the module at `modulePath`,
+    /// else the module the URI names, else every module registered with p11-kit; each with a new
+    /// session (read-write for `readWrite`). ``MTLSError/Code/tokenNotPresent`` when none matches.
+    static func presentTokens(uri: PKCS11URI, text: String, modulePath: String?, readWrite: Bool = false) throws -> [PresentToken] {
+        let matcher = try P11KitURI(text)
+        var found: [PresentToken] = []
+        for m in try PKCS11Module.candidates(path: modulePath, uri: uri) {
+            guard matcher.matches(module: m.moduleInfo()) else { continue }
+            for slot in try m.slotsWithToken() {
+                guard let info = try? m.tokenInfo(slot), matcher.matches(token: info),
+                      let slotInfo = try? m.slotInfo(slot), matcher.matches(slot: slotInfo),
+                      let token = try TokenInfo(module: m, slot: slot, info: info, slotInfo: slotInfo) else { continue }
+                found.append((try PKCS11Session(module: m, slot: slot, readWrite: readWrite), token, info))
+            }
+        }
+        if found.isEmpty { throw MTLSError(.tokenNotPresent, "no token present matches \(describeToken(uri)) (\(text))") }
+        return found
     }
 
     /// Whether the token shows, without a login, an object the URI names (a certificate or a

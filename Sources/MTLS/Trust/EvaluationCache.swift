@@ -45,6 +45,19 @@ final class EvaluationCache: Sendable {
     struct Entry {
         let result: TrustResult
         let window: ClosedRange<Date>
+        /// The result with revocation checking's outcome, as a warm revocation cache gave it.
+        var revocation: RevocationMemo? = nil
+    }
+
+    /// An evaluation's revocation outcome kept with its cached path decision: valid while the
+    /// revocation caches have not changed (``CRLStore/generation``) and before `until` (the
+    /// earliest time at which a CRL or response used is due for refresh), so a handshake with
+    /// a warm cache pays one more comparison, not the checks. Only outcomes read entirely from
+    /// memory (or from CRL files) with every status known are kept.
+    struct RevocationMemo {
+        let generation: UInt64
+        let until: Date
+        let result: TrustResult
     }
 
     static let bucketSeconds: Int64 = 300
@@ -53,11 +66,28 @@ final class EvaluationCache: Sendable {
 
     private let entries = Mutex<[Key: Entry]>([:])
 
-    /// The entry for `key`, when the key's second is inside its window.
-    func lookup(_ key: Key) -> Entry? {
+    /// The cached result for `key` when the key's time is inside its window, with that window.
+    /// With a revocation cache `memo` generation: the memoized result with revocation's outcome
+    /// instead (`memoized` true) when it was made under that generation and `time` is before its
+    /// end. Decided under the lock, so the warm path copies one result, as a plain lookup does.
+    func lookup(_ key: Key, memo generation: UInt64? = nil, at time: Date = Date())
+        -> (result: TrustResult, window: ClosedRange<Date>, memoized: Bool)? {
         entries.withLock { e in
-            guard let entry = e[key] else { return nil }
-            return entry.window.contains(Date(timeIntervalSince1970: TimeInterval(key.second))) ? entry : nil
+            guard let entry = e[key], entry.window.contains(Date(timeIntervalSince1970: TimeInterval(key.second))) else {
+                return nil
+            }
+            if let generation, let memo = entry.revocation, memo.generation == generation, time < memo.until {
+                return (memo.result, entry.window, true)
+            }
+            return (entry.result, entry.window, false)
+        }
+    }
+
+    /// Keeps `memo` with the entry for `key` (if it is still there).
+    func memoize(_ key: Key, _ memo: RevocationMemo) {
+        entries.withLock { e in
+            guard e[key] != nil else { return }
+            e[key]?.revocation = memo
         }
     }
 

@@ -220,6 +220,13 @@ public struct HostRule: Sendable {
         if !pins.contains(pin) { pins.append(pin) }
     }
 
+    /// Adds `anchor` to the rule's own anchors (the rule then has anchors of its own, in place of
+    /// the policy's) and sets whether they are the only ones (`anchorsOnly`).
+    public mutating func addAnchor(_ anchor: Certificate, anchorsOnly: Bool) {
+        anchors = (anchors ?? []) + [anchor]
+        self.anchorsOnly = anchorsOnly
+    }
+
     /// Checks what a rule must not say: an empty or whitespace verify-as (which would silently
     /// turn the name check off), a verify-as that is neither a host name nor an IP address, or
     /// both a verify-as and skip_name_check. Throws ``MTLSError/Code/invalidPolicy`` naming the

@@ -42,6 +42,20 @@ extension TrustPolicy {
         }
     }
 
+    /// ``evaluate(chain:peer:purpose:at:overrides:stapledOCSP:)`` without the revocation check:
+    /// a TLS 1.2 client's verification, whose server's stapled OCSP response arrives after the
+    /// certificate is verified; the handshake's status callback evaluates again with it.
+    func evaluateDeferringRevocation(chain: [Certificate], peer: TrustPeer, purpose: TrustPurpose,
+                                     overrides: TrustOverrides?) -> TrustResult {
+        do {
+            return try evaluate(ders: chain.map(\.der), parse: { chain }, peer: peer, purpose: purpose, at: nil,
+                                overrides: overrides, skipRevocation: true)
+        } catch {
+            let r = TrustReason(code: TrustReason.Code.verificationError, certIndex: nil, message: "\(error)")
+            return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
+        }
+    }
+
     /// Same as ``evaluate(chain:peer:purpose:at:overrides:)`` with the peer written as text: `host`,
     /// `host:port`, `[v6]:port` (see ``TrustPeer/init(hostText:)``).
     public func evaluate(chain: [Certificate], host: String?, purpose: TrustPurpose? = nil, at: Date? = nil,
@@ -66,9 +80,10 @@ extension TrustPolicy {
     }
 
     private func evaluate(ders: [[UInt8]], parse: () throws -> [Certificate], peer: TrustPeer, purpose: TrustPurpose?,
-                          at: Date?, overrides: TrustOverrides?, stapledOCSP: [UInt8]? = nil) throws -> TrustResult {
+                          at: Date?, overrides: TrustOverrides?, stapledOCSP: [UInt8]? = nil,
+                          skipRevocation: Bool = false) throws -> TrustResult {
         try evaluateStanding(ders: ders, parse: parse, peer: peer, purpose: purpose, at: at, overrides: overrides,
-                             stapledOCSP: stapledOCSP, wantStanding: false).result
+                             stapledOCSP: stapledOCSP, skipRevocation: skipRevocation, wantStanding: false).result
     }
 
     /// ``evaluate(chain:peer:purpose:at:overrides:stapledOCSP:)`` at the policy's time, with how
@@ -88,7 +103,7 @@ extension TrustPolicy {
 
     private func evaluateStanding(ders: [[UInt8]], parse: () throws -> [Certificate], peer: TrustPeer, purpose: TrustPurpose?,
                                   at: Date?, overrides: TrustOverrides?, stapledOCSP: [UInt8]?,
-                                  wantStanding: Bool) throws -> (result: TrustResult, standing: EvaluationStanding?) {
+                                  skipRevocation: Bool = false, wantStanding: Bool) throws -> (result: TrustResult, standing: EvaluationStanding?) {
         let settings: Settings, compiled: CompiledPolicy, version: UInt64
         do {
             (settings, compiled, version) = try snapshot()
@@ -129,9 +144,16 @@ extension TrustPolicy {
                                       second: Int64(time.timeIntervalSince1970))
         var result: TrustResult
         var window: ClosedRange<Date>? = nil
-        if settings.cacheEnabled, let cached = cache.lookup(key) {
+        var memoized = false
+        let revocation = skipRevocation ? RevocationSettings.off : EffectivePolicy.revocation(settings: settings, rule: rule)
+        let generation = CRLStore.generation.load(ordering: .acquiring)
+        // A warm revocation cache: the outcome found last time stands while nothing it was made
+        // from changed (a staple is always looked at).
+        if settings.cacheEnabled,
+           let cached = cache.lookup(key, memo: revocation.mode != .off && stapledOCSP == nil ? generation : nil, at: time) {
             result = cached.result
             window = cached.window
+            memoized = cached.memoized
         } else {
             let chain = try parse()
             let effective = EffectivePolicy(settings: settings, rule: rule, peer: peer, purpose: purpose, overrides: overrides)
@@ -147,16 +169,20 @@ extension TrustPolicy {
             if settings.cacheEnabled || wantStanding { window = evaluation.stableWindow(built: result.chain) }
             if settings.cacheEnabled { cache.store(key, result, stableUntil: window) }
         }
-        // Revocation is checked after the (cached) path decision, on every evaluation: its answer
-        // changes with the CRLs, which have their own cache (CRLStore). Only a trusted chain is
-        // checked: an untrusted one is refused anyway.
-        let revocation = EffectivePolicy.revocation(settings: settings, rule: rule)
-        // An answer that revocation or a report handler takes part in does not stand: it is made again.
+        // Revocation is checked after the (cached) path decision, on every evaluation that found
+        // no memoized outcome: its answer changes with the CRLs, which have their own cache
+        // (CRLStore). Only a trusted chain is checked: an untrusted one is refused anyway.
+        // An answer that revocation or a report handler takes part in does not stand (for a
+        // session's re-check before it resumes): it is made again.
         if revocation.mode != .off { window = nil }
-        if revocation.mode != .off, result.trusted {
+        if revocation.mode != .off, result.trusted, !memoized {
             let outcome = RevocationChecker.check(built: result.chain, settings: revocation, options: settings.revocationFetch,
-                                                  crlFiles: settings.crls, stapled: stapledOCSP, time: time)
+                                                  crlFiles: settings.crls, stapled: stapledOCSP, time: time,
+                                                  events: events)
             result = result.with(revocation: outcome)
+            if settings.cacheEnabled, stapledOCSP == nil, let until = RevocationChecker.memoizableUntil(outcome.report) {
+                cache.memoize(key, EvaluationCache.RevocationMemo(generation: generation, until: until, result: result))
+            }
         }
         if let rule, rule.enforcement == .reportOnly, let handler = settings.reportHandler, !result.reportedReasons.isEmpty {
             handler(TrustReport(host: peer.host == nil ? nil : peer.description, rule: rule.pattern.text,

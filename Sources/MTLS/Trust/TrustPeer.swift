@@ -48,6 +48,32 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
         self.init(host: h, port: p)
     }
 
+    /// A peer an application names for its own `SSL` or `SSL_CTX` (``SSLContextConfiguration``'s
+    /// `setPeer`): the host is required and a verify-as, when given, is a name, never empty.
+    /// Throws ``MTLSError/Code/invalidArgument`` otherwise.
+    public static func named(host: String, port: Int?, verifyAs: String?) throws -> TrustPeer {
+        guard !host.isEmpty else { throw MTLSError(.invalidArgument, "host must not be empty") }
+        if let v = verifyAs, v.isEmpty { throw MTLSError(.invalidArgument, "verify_as must be NULL (the host) or a name, not empty") }
+        return TrustPeer(host: host, port: port, verifyAs: verifyAs)
+    }
+
+    /// Splits a `HOST:PORT` target (`[v6]:PORT` for an IPv6 address, `[v6%zone]:PORT` with a
+    /// zone), the form `mtls connect` takes, with the host patterns' parser, or an `https://` URL
+    /// (``URLAuthority/hostAndPort(https:)``). The host is kept as written (brackets removed).
+    /// Throws ``MTLSError/Code/invalidArgument`` without a port (1 to 65535) or a host.
+    public static func splitTarget(_ target: String) throws -> (host: String, port: UInt16) {
+        if target.contains("://") {
+            do { return try URLAuthority.hostAndPort(https: target) } catch let e as MTLSError {
+                throw MTLSError(.invalidArgument, e.message)
+            }
+        }
+        let hint = target.filter({ $0 == ":" }).count > 1 && !target.hasPrefix("[") ? " ([ADDRESS]:PORT for an IPv6 address)" : ""
+        guard let (host, port) = try? HostPattern.splitPort(target), let port, !host.isEmpty else {
+            throw MTLSError(.invalidArgument, "expected HOST:PORT, got \(target)\(hint)")
+        }
+        return (host, UInt16(port))
+    }
+
     /// A client as a server sees it: the address it connected from selects the client's host
     /// rule (its source port selects nothing: only rules without a port match a client); the
     /// address is not a name the client's certificate must carry. An IPv4-mapped IPv6 address

@@ -17,9 +17,15 @@ public final class RevocationList: @unchecked Sendable {
     let crl: OpaquePointer
     /// The DER encoding.
     public let der: [UInt8]
+    /// The issuing distribution point's flags (``CRLCheck/covers(_:_:)``), decoded once.
+    let idpFlags: Int32
+    /// The issuers (DER) this CRL was verified against (``CRLCheck/verifyOnce(_:issuer:time:)``):
+    /// a CRL given to a policy is verified once per issuer, not at every evaluation.
+    let verifiedIssuers = Mutex<[[UInt8]]>([])
 
     init(takingOwnership crl: OpaquePointer) throws {
         self.crl = crl
+        idpFlags = mtls_ossl_X509_CRL_idp_flags(crl)
         guard let der = derEncode({ i2d_X509_CRL(crl, $0) }) else {
             X509_CRL_free(crl)
             throw MTLSError.openSSL(.parse, "cannot encode CRL")
@@ -99,6 +105,10 @@ public final class TrustPolicy: Sendable {
     private static let nextInstance = Atomic<UInt64>(0)
     /// Recent evaluations of this policy (see ``EvaluationCache``).
     let cache = EvaluationCache()
+    /// Where this policy reports what happens while it is used: a revocation fetch that failed
+    /// (``LifecycleEventKind/revocationFetchFailed``), on the thread whose evaluation made the
+    /// fetch (a handshake's, or the background refresh thread `mtls-revocation`).
+    public let events = LifecycleEvents()
 
     /// A policy with the given defaults. Anchors are added to the system store unless
     /// `anchorsOnly` is true.
@@ -209,6 +219,9 @@ public final class TrustPolicy: Sendable {
     }
     /// CRLs to check revocation against. With CRLs, the leaf must be covered by one.
     public var crls: [RevocationList] { get { readSetting(\.crls) } set { changeSetting { $0.crls = newValue } } }
+    /// Adds CRLs to ``crls`` in one change of the settings (two threads adding at once both keep
+    /// theirs, which reading ``crls`` and setting it again would not promise).
+    public func addCRLs(_ lists: [RevocationList]) { changeSetting { $0.crls += lists } }
     /// Revocation checking for every evaluation (a host rule's ``HostRule/revocation`` wins for
     /// its peers): off (default), soft or hard, from CRL distribution points and/or OCSP.
     /// Policy files: `"revocation": {"mode": "hard", "sources": ["crl"]}`.

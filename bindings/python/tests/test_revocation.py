@@ -311,3 +311,114 @@ def test_a_session_made_before_the_revocation_does_not_resume_after_it(pki, crl_
     finally:
         crl_server.httpd.files["/r.crl"] = saved
         listener.close()
+
+
+# ---- Revocation events, and an application server's session cache (issue 28, second round)
+
+def test_a_failed_crl_fetch_fires_one_policy_event(pki):
+    dead = CRLServer()
+    dead_url = dead.url("events.crl")
+    dead.stop()
+    dave = pki["inter"].issue_client("dave", crl_url=dead_url)
+    policy = client_policy(pki, "soft")
+    events = []
+    policy.set_event_callback(events.append)
+    r = policy.evaluate(certs(dave), purpose="client")
+    assert r.trusted and r.revocation["checks"][0]["status"] == "unknown"
+    [e] = events
+    assert e.kind == "revocation_fetch_failed", e
+    assert e.label == dead_url and e.subject == dave.certificate.subject
+    assert e.sha256 == dave.certificate.sha256_hex
+    assert e.error is not None and issubclass(e.error, mtls.MTLSError)
+    assert "Customer R" in e.message and "refused" in e.message, e.message
+    # The failure is remembered (retried after 10 s): evaluations meanwhile fire nothing more.
+    policy.evaluate(certs(dave), purpose="client")
+    assert len(events) == 1
+    # A CRL that is fetched fires nothing; a cleared callback gets nothing.
+    policy.set_event_callback(None)
+    clear_revocation_cache()
+    policy.evaluate(certs(dave), purpose="client")
+    assert len(events) == 1
+
+
+def _libssl():
+    libssl = ctypes.CDLL(ctypes.util.find_library("ssl"))
+    for name, res, args in (("TLS_method", ctypes.c_void_p, []), ("SSL_CTX_new", ctypes.c_void_p, [ctypes.c_void_p]),
+                            ("SSL_CTX_free", None, [ctypes.c_void_p]), ("SSL_new", ctypes.c_void_p, [ctypes.c_void_p]),
+                            ("SSL_free", None, [ctypes.c_void_p]), ("SSL_set_fd", ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+                            ("SSL_accept", ctypes.c_int, [ctypes.c_void_p]), ("SSL_shutdown", ctypes.c_int, [ctypes.c_void_p]),
+                            ("SSL_get_session", ctypes.c_void_p, [ctypes.c_void_p]),
+                            ("SSL_SESSION_get_timeout", ctypes.c_long, [ctypes.c_void_p]),
+                            ("SSL_CTX_get_timeout", ctypes.c_long, [ctypes.c_void_p])):
+        f = getattr(libssl, name)
+        f.restype, f.argtypes = res, args
+    return libssl
+
+
+def test_application_server_session_ends_at_the_crls_next_update_not_at_certificate_expiry(pki, crl_server):
+    # A CRL whose nextUpdate is 10 minutes away: the session OpenSSL keeps in the application's
+    # session-id cache (resumed without any callback) must not outlive it. Before, the session
+    # kept OpenSSL's timeout (2 hours), bounded only by the certificates' notAfter (years away).
+    libssl = _libssl()
+    saved = crl_server.httpd.files["/r.crl"]
+    now = int(time.time())
+    crl_server.httpd.files["/r.crl"] = pki["inter"].crl([pki["laptop"].certificate.serial_hex], number=9, days=1,
+                                                         now=now - 86400 + 600)
+    server_policy = mtls.Policy(anchors=[pki["root"].certificate])
+    ctx = libssl.SSL_CTX_new(libssl.TLS_method())
+    try:
+        mtls.configure_ssl_ctx(ctx, pki["server"].identity, client_policy(pki), accepts_clients=True)
+        assert libssl.SSL_CTX_get_timeout(ctx) > 3600
+        lsock = socket.socket()
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(1)
+
+        def client():
+            try:
+                with mtls.Connection.connect("127.0.0.1", lsock.getsockname()[1], identity=pki["alice"].identity,
+                                             policy=server_policy, verify_as="server.test", handshake_timeout=10,
+                                             max_tls="1.2") as c:
+                    c.write(b"x")
+            except mtls.MTLSError:
+                pass
+
+        t = threading.Thread(target=client)
+        t.start()
+        conn, _ = lsock.accept()
+        ssl = libssl.SSL_new(ctx)
+        try:
+            assert libssl.SSL_set_fd(ssl, conn.fileno()) == 1
+            assert libssl.SSL_accept(ssl) == 1
+            timeout = libssl.SSL_SESSION_get_timeout(libssl.SSL_get_session(ssl))
+            assert 0 < timeout <= 600, timeout
+            libssl.SSL_shutdown(ssl)
+        finally:
+            libssl.SSL_free(ssl)
+            conn.close()
+            t.join(15)
+            lsock.close()
+    finally:
+        libssl.SSL_CTX_free(ctx)
+        crl_server.httpd.files["/r.crl"] = saved
+
+
+def test_a_warm_outcome_is_reused_only_while_the_revocation_cache_is_unchanged(pki, crl_server):
+    # The outcome kept with the cached evaluation (a warm cache costs a comparison) must not
+    # outlive a change of the CRLs: erin revoked and the cache refetched -> refused at once.
+    erin = pki["inter"].issue_client("erin", crl_url=pki["url"])
+    policy = client_policy(pki)
+    saved = crl_server.httpd.files["/r.crl"]
+    try:
+        first = policy.evaluate(certs(erin), purpose="client")
+        assert first.trusted and first.revocation["checks"][0]["fetched_from"] == "network"
+        for _ in range(3):
+            again = policy.evaluate(certs(erin), purpose="client")
+            assert again.trusted and [c["fetched_from"] for c in again.revocation["checks"]] == ["memory", "memory"]
+        crl_server.httpd.files["/r.crl"] = pki["inter"].crl(
+            [pki["laptop"].certificate.serial_hex, erin.certificate.serial_hex], number=4)
+        clear_revocation_cache()
+        refused = policy.evaluate(certs(erin), purpose="client")
+        assert not refused.trusted and refused.codes == ["revoked"], refused
+        assert policy.evaluate(certs(erin), purpose="client").codes == ["revoked"]
+    finally:
+        crl_server.httpd.files["/r.crl"] = saved

@@ -134,6 +134,52 @@ def test_refused_and_bad_arguments(pki):
         mtls.Listener(identity(pki, "server"), client_auth="sometimes")
 
 
+def test_listener_ca_names_none_or_a_given_list(pki):
+    """client_ca_names: the certificate request names the client anchors (default), nothing
+    ("none"), or the certificates given; who is trusted does not change."""
+    def serve(names, client_id):
+        listener = mtls.Listener(identity(pki, "server"), client_policy=anchored(pki, "int-a.pem"),
+                                 client_ca_names=names)
+        outcome = []
+
+        def run():
+            try:
+                with listener.accept(timeout=10) as c:
+                    outcome.append(c.peer_chain[0].subject_summary)
+                    c.write(c.read())
+            except mtls.MTLSError as e:
+                outcome.append(e)
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        try:
+            c = client(pki, listener.port, identity=None, candidates=[client_id])
+            presented = c.presented_identity.leaf.subject_summary
+            try:
+                c.write(b"x")
+                c.read()
+            except mtls.MTLSError:
+                pass
+            c.close()
+        except errors.NoMatchingIdentity as e:
+            presented = e
+        t.join(15)
+        listener.close()
+        return presented, outcome
+
+    # A list naming customer C's CA: customer A's identity fits no name.
+    presented, _ = serve([mtls.Certificate.load(pki / "int-c.pem")], identity(pki, "client-a"))
+    assert isinstance(presented, errors.NoMatchingIdentity) and "Customer C CA" in str(presented)
+    # By default customer C's identity fits no name either; with none it is presented, and refused.
+    presented, _ = serve("anchors", identity(pki, "client-c", "int-c"))
+    assert isinstance(presented, errors.NoMatchingIdentity) and "Customer A CA" in str(presented)
+    presented, outcome = serve("none", identity(pki, "client-c", "int-c"))
+    assert presented == "client-c" and isinstance(outcome[0], errors.Untrusted), outcome
+    presented, outcome = serve("none", identity(pki, "client-a"))
+    assert presented == "client-a" and outcome == ["client-a"]
+    with pytest.raises(ValueError):
+        mtls.Listener(identity(pki, "server"), client_policy=anchored(pki, "int-a.pem"), client_ca_names="all")
+
+
 def test_clear_session_cache_then_connect_again(pki, server):
     start, results = server
     port = start(2)

@@ -24,7 +24,7 @@ from .store import Store, StoreItem, StoreKey
 from .identity import Identity, ChainCheck
 from .pkcs12 import PKCS12
 from .pki import IssuedCertificate
-from .enrollment import renew, Renewer
+from .enrollment import renew, Renewer, enroll_acme, enroll_est, enroll_pki
 from .trust import Policy, HostRule, TrustResult, TrustReason, Overrides
 from .tls import (Connection, ConnectOptions, Listener, configure_ssl_ctx, set_ssl_peer, set_ssl_ctx_peer,
                   clear_session_cache, connect, resolve_identity)
@@ -42,7 +42,8 @@ __all__ = [
     "ReadOnly", "DiskFull", "InvalidPolicy", "Untrusted", "ConnectError", "Timeout", "HandshakeError", "PeerAlert",
     "WantRead", "WantWrite", "Closed", "NoMatchingIdentity", "TokenError", "PinIncorrect", "PinLocked",
     "TokenNotPresent", "TokenRemoved", "BadURI", "PinRequired", "TruncatedError", "UpgradeRequired", "CARejected",
-    "ChallengeFailed", "renew", "Renewer", "Certificate", "Store", "StoreItem", "StoreKey", "Identity", "PKCS12", "ChainCheck",
+    "ChallengeFailed", "renew", "Renewer", "enroll_acme", "enroll_est", "enroll_pki", "Certificate", "Store", "StoreItem",
+    "StoreKey", "Identity", "PKCS12", "ChainCheck",
     "IssuedCertificate",
     "Policy", "HostRule", "TrustResult", "TrustReason", "Overrides", "Connection", "ConnectOptions", "Listener",
     "configure_ssl_ctx", "set_ssl_peer", "set_ssl_ctx_peer", "clear_session_cache", "connect", "resolve_identity", "Token", "TokenObject",

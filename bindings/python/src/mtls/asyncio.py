@@ -794,7 +794,7 @@ async def start_server(handler: Callable[[asyncio.StreamReader, asyncio.StreamWr
                        client_policy: Optional[Policy] = None, client_auth: str = "require",
                        store: Any = None, pin: Any = None, alpn: Sequence[str] = (), min_tls: Any = "1.2",
                        max_tls: Any = "1.3", handshake_timeout: Optional[float] = None,
-                       session_tickets: bool = True,
+                       session_tickets: bool = True, client_ca_names: Any = "anchors",
                        limit: int = 2 ** 16) -> Server:
     """Listens on host:port (0: an ephemeral port, see ``Server.port``) with the server
     `identity` (an Identity, a store label or a pkcs11: URI) and judges clients with
@@ -802,7 +802,8 @@ async def start_server(handler: Callable[[asyncio.StreamReader, asyncio.StreamWr
     ``client_auth``: "require" (default), "optional" or "none". Each accepted client runs
     ``handler(reader, writer)`` (a coroutine function or a plain function) on the loop, as with
     ``asyncio.start_server``; ``writer.get_extra_info("peercert")`` / ``"evaluation"`` give the
-    client's certificate and libmtls's evaluation of it."""
+    client's certificate and libmtls's evaluation of it. ``client_ca_names`` as ``Listener``'s:
+    "anchors" (default), "none", or a list of Certificates."""
     ident = await _off_loop(resolve_identity, identity, store, pin) if isinstance(identity, str) else identity
     if not isinstance(ident, Identity):
         raise TypeError("start_server needs a server identity")
@@ -810,7 +811,7 @@ async def start_server(handler: Callable[[asyncio.StreamReader, asyncio.StreamWr
     def make() -> Listener:
         return Listener(ident, address=host, port=port, client_auth=client_auth, client_policy=client_policy,
                         alpn=alpn, min_tls=min_tls, max_tls=max_tls, handshake_timeout=handshake_timeout,
-                        session_tickets=session_tickets)
+                        session_tickets=session_tickets, client_ca_names=client_ca_names)
     listener = await _off_loop(make)
     return Server(asyncio.get_running_loop(), listener, handler, limit)
 

@@ -1,4 +1,5 @@
-"""Renewal of enrolled identities (issue 27), over the C ABI's ``mtls_renew`` and ``mtls_renewer_*``."""
+"""Enrollment with a certificate authority and renewal of enrolled identities (issue 27), over the C
+ABI's ``mtls_enroll_*``, ``mtls_renew`` and ``mtls_renewer_*``."""
 import ctypes
 import datetime
 from typing import Callable, Optional, Tuple, Union
@@ -7,7 +8,9 @@ from . import _callbacks
 from . import rotation as _rotation
 from ._lib import fn, lib, c_void_pp
 from ._handle import _Handle, utf8, out_handle
+from .certificate import Certificate
 from .errors import check
+from .pki import PROFILE_SERVER, PROFILE_CLIENT
 
 # int mtls_renew(mtls_store *store, const char *label, int force, const mtls_policy *policy,
 #                const char *pin, int *renewed)
@@ -92,3 +95,155 @@ class Renewer(_Handle):
         wake = ctypes.c_int64(0)
         check(lib.mtls_renewer_run_once(self._h, int(force), ctypes.byref(renewed), ctypes.byref(wake)))
         return renewed.value, _rotation._utc(wake.value)
+
+
+# ---- Enrollment (issue 27): what `mtls enroll acme|est|pki` does, over mtls_enroll_* ----
+
+MTLS_ENROLL_OPTIONS_VERSION = 1
+# mtls_enroll_options.challenge (the header's MTLS_ACME_*).
+ACME_HTTP01, ACME_WEBROOT, ACME_TLS_ALPN01, ACME_DNS01 = 1, 2, 3, 4
+_PROFILES = {None: 0, "server": PROFILE_SERVER, "client": PROFILE_CLIENT}  # 0: the source's default
+
+
+class _EnrollOptions(ctypes.Structure):
+    # typedef struct mtls_enroll_options { ... } mtls_enroll_options;  (version 1)
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("key_type", ctypes.c_char_p),
+        ("token_uri", ctypes.c_char_p),
+        ("pin", ctypes.c_char_p),
+        ("profile", ctypes.c_int),
+        ("chain_anchors", ctypes.POINTER(ctypes.c_void_p)),
+        ("chain_anchor_count", ctypes.c_size_t),
+        ("policy", ctypes.c_void_p),
+        ("anchors", ctypes.POINTER(ctypes.c_void_p)),
+        ("anchor_count", ctypes.c_size_t),
+        ("challenge", ctypes.c_int),
+        ("listen_address", ctypes.c_char_p),
+        ("port", ctypes.c_uint16),
+        ("webroot", ctypes.c_char_p),
+        ("dns_hook", ctypes.c_char_p),
+        ("eab_kid", ctypes.c_char_p),
+        ("eab_hmac_key", ctypes.c_char_p),
+        ("contact", ctypes.POINTER(ctypes.c_char_p)),
+        ("contact_count", ctypes.c_size_t),
+        ("timeout_seconds", ctypes.c_int),
+        ("user", ctypes.c_char_p),
+        ("password", ctypes.c_char_p),
+        ("bootstrap", ctypes.c_void_p),
+        ("ca_key_password", ctypes.c_char_p),
+    ]
+
+
+_eopts_p = ctypes.POINTER(_EnrollOptions)
+# int mtls_enroll_options_init(mtls_enroll_options *opts, unsigned int version)
+fn("mtls_enroll_options_init", ctypes.c_int, _eopts_p, ctypes.c_uint)
+# int mtls_enroll_acme(mtls_store *store, const char *label, const char *directory_url,
+#                      const char *const *names, size_t name_count, const mtls_enroll_options *opts, mtls_cert **out)
+fn("mtls_enroll_acme", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p),
+   ctypes.c_size_t, _eopts_p, c_void_pp)
+# int mtls_enroll_est(mtls_store *store, const char *label, const char *url, const char *subject,
+#                     const mtls_enroll_options *opts, mtls_cert **out)
+fn("mtls_enroll_est", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, _eopts_p, c_void_pp)
+# int mtls_enroll_pki(mtls_store *store, const char *label, const char *dir, const char *ca_name,
+#                     const char *name, const mtls_enroll_options *opts, mtls_cert **out)
+fn("mtls_enroll_pki", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+   _eopts_p, c_void_pp)
+
+
+def _strings(values):
+    arr = (ctypes.c_char_p * len(values))(*[utf8(v) for v in values])
+    return ctypes.cast(arr, ctypes.POINTER(ctypes.c_char_p)), len(values), arr
+
+
+def _certs(certs):
+    arr = (ctypes.c_void_p * len(certs))(*[c._h for c in certs])
+    return ctypes.cast(arr, ctypes.POINTER(ctypes.c_void_p)), len(certs), arr
+
+
+def _options(key_type=None, token_uri=None, pin=None, profile=None, chain_anchors=(), policy=None, anchors=(), **fields):
+    """A filled mtls_enroll_options (fields the caller left out stay at the library's defaults)."""
+    o = _EnrollOptions()
+    check(lib.mtls_enroll_options_init(ctypes.byref(o), MTLS_ENROLL_OPTIONS_VERSION))
+    if profile not in _PROFILES:
+        raise ValueError(f"profile is 'server' or 'client', not {profile!r}")
+    o.key_type, o.token_uri, o.pin, o.profile = utf8(key_type), utf8(token_uri), utf8(pin), _PROFILES[profile]
+    o.chain_anchors, o.chain_anchor_count, keep_chain = _certs(list(chain_anchors))
+    o.anchors, o.anchor_count, keep_anchors = _certs(list(anchors))
+    o.policy = policy._h if policy is not None else None
+    keep = [keep_chain, keep_anchors]
+    for name, value in fields.items():
+        if value is None:
+            continue
+        if name == "contact":
+            o.contact, o.contact_count, arr = _strings(list(value))
+            keep.append(arr)
+        elif name == "bootstrap":
+            o.bootstrap = value._h
+        elif isinstance(value, int):
+            setattr(o, name, value)
+        else:
+            setattr(o, name, utf8(value))
+    o._keep = keep  # the arrays must live as long as the struct
+    return o
+
+
+def _enrolled(func, *args):
+    return Certificate(out_handle(func, *args))
+
+
+def enroll_acme(store, label: str, directory: str, names, *, http_port: Optional[int] = None,
+                webroot: Optional[str] = None, tls_alpn_port: Optional[int] = None, dns_hook: Optional[str] = None,
+                listen_address: Optional[str] = None, anchors=(), chain_anchors=(), key_type: Optional[str] = None,
+                token_uri: Optional[str] = None, pin: Optional[Union[str, bytes]] = None, eab_kid: Optional[str] = None,
+                eab_hmac_key: Optional[Union[str, bytes]] = None, contact=(), timeout: Optional[int] = None,
+                policy=None):
+    """Enrolls ``names`` (DNS names or IP addresses) with the ACME server whose directory URL is
+    ``directory`` and installs the identity in ``store`` (a :class:`mtls.Store`) under ``label``,
+    with the record :func:`mtls.renew` uses — ``mtls enroll acme`` (C: ``mtls_enroll_acme``).
+    Exactly one challenge: ``http_port`` (a built-in http-01 responder), ``webroot``,
+    ``tls_alpn_port`` (a built-in tls-alpn-01 responder) or ``dns_hook`` (a command given
+    present|cleanup NAME VALUE). ``anchors``: trust only these :class:`mtls.Certificate` for the
+    server's TLS; ``chain_anchors``: the issued chain must validate to one of them. A token key
+    with ``token_uri`` (and ``pin``); external account binding with ``eab_kid`` and
+    ``eab_hmac_key`` (base64url). Returns the new leaf :class:`mtls.Certificate`. Blocks for the
+    exchange with the CA. Raises :class:`mtls.CARejected`, :class:`mtls.ChallengeFailed`,
+    :class:`mtls.ConnectError`, :class:`mtls.InvalidArgument`..."""
+    methods = {ACME_HTTP01: http_port, ACME_WEBROOT: webroot, ACME_TLS_ALPN01: tls_alpn_port, ACME_DNS01: dns_hook}
+    given = [k for k, v in methods.items() if v is not None]
+    if len(given) != 1:
+        raise ValueError("give exactly one of http_port, webroot, tls_alpn_port, dns_hook")
+    if isinstance(names, str):
+        names = [names]
+    port = http_port if http_port is not None else tls_alpn_port
+    o = _options(key_type, token_uri, pin, None, chain_anchors, policy, anchors, challenge=given[0],
+                 listen_address=listen_address, port=port, webroot=webroot, dns_hook=dns_hook, eab_kid=eab_kid,
+                 eab_hmac_key=eab_hmac_key, contact=contact or None, timeout_seconds=timeout)
+    arr, n, keep = _strings(list(names))
+    return _enrolled(lib.mtls_enroll_acme, store._h, utf8(label), utf8(directory), arr, n, ctypes.byref(o))
+
+
+def enroll_est(store, label: str, url: str, subject: str, *, user: Optional[str] = None,
+               password: Optional[Union[str, bytes]] = None, bootstrap=None, anchors=(), profile: str = "client",
+               key_type: Optional[str] = None, token_uri: Optional[str] = None, pin: Optional[Union[str, bytes]] = None,
+               policy=None):
+    """Enrolls with the EST server at ``url`` (``https://host/.well-known/est``) for ``subject``
+    (an RFC 4514 DN) with HTTP basic authentication (``user``, ``password``) and/or a
+    ``bootstrap`` :class:`mtls.Identity` presented over TLS, and installs the identity in
+    ``store`` under ``label`` with its record — ``mtls enroll est`` (C: ``mtls_enroll_est``).
+    Renewal (:func:`mtls.renew`) re-enrolls over mutual TLS. Returns the new leaf
+    :class:`mtls.Certificate`."""
+    o = _options(key_type, token_uri, pin, profile, (), policy, anchors, user=user, password=password, bootstrap=bootstrap)
+    return _enrolled(lib.mtls_enroll_est, store._h, utf8(label), utf8(url), utf8(subject), ctypes.byref(o))
+
+
+def enroll_pki(store, label: str, directory, ca: str, name: str, *, profile: str = "server",
+               key_type: Optional[str] = None, token_uri: Optional[str] = None, pin: Optional[Union[str, bytes]] = None,
+               ca_key_password: Optional[Union[str, bytes]] = None, chain_anchors=(), policy=None):
+    """Enrolls ``name`` from the intermediate ``ca`` of the ``mtls pki`` directory ``directory``
+    and installs the identity in ``store`` under ``label`` with its record — ``mtls enroll pki``
+    (C: ``mtls_enroll_pki``). The chain must validate to ``chain_anchors`` (default: the
+    directory's root). Returns the new leaf :class:`mtls.Certificate`."""
+    o = _options(key_type, token_uri, pin, profile, chain_anchors, policy, (), ca_key_password=ca_key_password)
+    return _enrolled(lib.mtls_enroll_pki, store._h, utf8(label), utf8(str(directory)), utf8(ca), utf8(name),
+                     ctypes.byref(o))

@@ -24,7 +24,11 @@ from .trust import Policy
 EVENT_KINDS = {1: "identity_rotated", 2: "policy_reloaded", 3: "reload_failed", 4: "expiry_warning",
                # Renewal events (issue 27), from a Renewer (enrollment.py)
                5: "renewal_scheduled", 6: "renewal_succeeded", 7: "renewal_failed", 8: "renewal_not_installed"}
+# Revocation events (issue 28), reported by a Policy (Policy.set_event_callback).
+EVENT_REVOCATION_FETCH_FAILED = 16
+EVENT_KINDS[EVENT_REVOCATION_FETCH_FAILED] = "revocation_fetch_failed"
 WATCH_OPTIONS_VERSION = 1
+LISTENER_COUNTERS_VERSION = 1
 
 
 class EventC(ctypes.Structure):
@@ -123,6 +127,9 @@ fn("mtls_anchor_watch_set_event_callback", ctypes.c_int, ctypes.c_void_p, EVENT_
    _callbacks.DESTROY_CB)
 # void mtls_anchor_watch_free(mtls_anchor_watch *watch)
 fn("mtls_anchor_watch_free", None, ctypes.c_void_p)
+# int mtls_policy_set_event_callback(mtls_policy *policy, mtls_event_cb cb, void *userdata,
+#                                    void (*destroy)(void *userdata))
+fn("mtls_policy_set_event_callback", ctypes.c_int, ctypes.c_void_p, EVENT_CB, ctypes.c_void_p, _callbacks.DESTROY_CB)
 def _utc(seconds: int) -> Optional[datetime.datetime]:
     return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc) if seconds else None
 
@@ -131,8 +138,10 @@ def _utc(seconds: int) -> Optional[datetime.datetime]:
 class Event:
     """One lifecycle event: kind is "identity_rotated", "policy_reloaded", "reload_failed",
     "expiry_warning", or from a Renewer "renewal_scheduled", "renewal_succeeded", "renewal_failed",
-    "renewal_not_installed"; error is the exception class a reload or renewal failed with (None
-    otherwise); next_attempt, for renewal events, when the identity is next renewed (or retried)."""
+    "renewal_not_installed", or from a Policy "revocation_fetch_failed" (label: the URL; subject: the
+    certificate whose status was sought); error is the exception class a reload, renewal or fetch
+    failed with (None otherwise); next_attempt, for renewal events, when the identity is next
+    renewed (or retried)."""
     kind: str
     label: Optional[str]
     subject: Optional[str]

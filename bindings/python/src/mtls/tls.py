@@ -19,6 +19,8 @@ from . import rotation
 TLS_1_2, TLS_1_3 = 12, 13
 _VERSIONS = {"1.2": TLS_1_2, "1.3": TLS_1_3, TLS_1_2: TLS_1_2, TLS_1_3: TLS_1_3}
 CLIENT_AUTH = {"none": 0, "optional": 1, "require": 2}
+# The CA names of a listener's certificate request (MTLS_CA_NAMES_*); a list of certificates is "list".
+CA_NAMES = {"anchors": 0, "none": 1, "list": 2}
 CONN_OPTIONS_VERSION = 2
 LISTENER_OPTIONS_VERSION = 2
 
@@ -62,6 +64,9 @@ class ListenerOptions(ctypes.Structure):
         ("client_overrides", ctypes.POINTER(TrustOverridesC)),
         ("first_byte_timeout_ms", ctypes.c_int),
         ("max_handshakes_per_address", ctypes.c_int),
+        ("client_ca_names", ctypes.c_int),
+        ("client_ca_certs", ctypes.POINTER(ctypes.c_void_p)),
+        ("client_ca_cert_count", ctypes.c_size_t),
     ]
 
 
@@ -353,7 +358,11 @@ class Listener(_Handle):
     first_byte_timeout: seconds an accepted client has to send its first byte (None: 5; inf: no
     limit); until then it takes no handshake slot, after it it is closed silently.
     max_handshakes_per_address: the most clients of one address in a handshake at once (None:
-    32; 0: no limit)."""
+    32; 0: no limit).
+    client_ca_names: the CA names of the certificate request, from which clients pick their
+    certificate: "anchors" (the client anchors', the default), "none" (each client presents the one
+    it has; for clients that match the names wrongly, such as Erlang/OTP 25 over TLS 1.3), or a
+    list of Certificates whose subjects are sent. Trust does not change."""
     _free = "mtls_listener_free"
 
     def __init__(self, identity: Identity, *, address: Optional[str] = "127.0.0.1", port: int = 0,
@@ -361,9 +370,12 @@ class Listener(_Handle):
                  min_tls="1.2", max_tls="1.3", handshake_timeout=None, io_timeout=None,
                  session_tickets: bool = True, client_overrides: Optional[Overrides] = None,
                  first_byte_timeout: Optional[float] = None, max_handshakes_per_address: Optional[int] = None,
-                 identity_source: Optional[Any] = None):
+                 identity_source: Optional[Any] = None,
+                 client_ca_names: Union[str, Sequence[Certificate]] = "anchors"):
         if client_auth not in CLIENT_AUTH:
             raise ValueError("client_auth must be 'none', 'optional' or 'require'")
+        if isinstance(client_ca_names, str) and client_ca_names not in ("anchors", "none"):
+            raise ValueError("client_ca_names must be 'anchors', 'none' or a list of Certificates")
         o = ListenerOptions()
         check(lib.mtls_listener_options_init(ctypes.byref(o), LISTENER_OPTIONS_VERSION))
         o.client_auth = CLIENT_AUTH[client_auth]
@@ -378,6 +390,15 @@ class Listener(_Handle):
         o.first_byte_timeout_ms = _ms(first_byte_timeout)
         if max_handshakes_per_address is not None:
             o.max_handshakes_per_address = -1 if max_handshakes_per_address <= 0 else int(max_handshakes_per_address)
+        ca_certs = None
+        if isinstance(client_ca_names, str):
+            o.client_ca_names = CA_NAMES[client_ca_names]
+        else:
+            certs = list(client_ca_names)
+            ca_certs = (ctypes.c_void_p * max(len(certs), 1))(*[c._h for c in certs])
+            o.client_ca_names = CA_NAMES["list"]
+            o.client_ca_certs = ctypes.cast(ca_certs, ctypes.POINTER(ctypes.c_void_p))
+            o.client_ca_cert_count = len(certs)
         if identity_source is not None:
             # issue 26: each handshake presents the source's identity in force when it starts
             super().__init__(out_handle(lib.mtls_listener_new_with_source, utf8(address), int(port), ctypes.byref(o),
@@ -385,7 +406,7 @@ class Listener(_Handle):
             self._identity_source = identity_source  # and with it the Store it follows, kept open
         else:
             super().__init__(out_handle(lib.mtls_listener_new, utf8(address), int(port), ctypes.byref(o)))
-        del keep
+        del keep, ca_certs
 
     @property
     def port(self) -> int:
@@ -410,7 +431,7 @@ class Listener(_Handle):
     @property
     def counters(self) -> dict:
         """{"accepted", "resumed", "refused", "current_connections"}: the listener's counters."""
-        c = rotation.ListenerCountersC(version=1)
+        c = rotation.ListenerCountersC(version=rotation.LISTENER_COUNTERS_VERSION)
         check(lib.mtls_listener_get_counters(self._h, ctypes.byref(c)))
         return {"accepted": c.accepted, "resumed": c.resumed, "refused": c.refused,
                 "current_connections": c.current_connections}

@@ -403,6 +403,14 @@ class Policy(_Handle):
         """Remember recent evaluations (default). The cache never changes an answer."""
         check(lib.mtls_policy_set_cache(self._h, int(on)))
 
+    def set_event_callback(self, callback: "Optional[Callable[[Any], None]]") -> None:
+        """Calls `callback(mtls.rotation.Event)` for each revocation fetch that failed while this
+        policy was used (kind "revocation_fetch_failed"; label: the URL; subject: the certificate
+        whose status was sought; error: the exception class). It runs on the thread that made the
+        fetch (a handshake's, or libmtls's refresh thread). None: stop."""
+        from . import rotation  # rotation imports this module
+        rotation._set_callback(lib.mtls_policy_set_event_callback, self._h, callback)
+
     def add_crl_file(self, path: "Union[str, os.PathLike[str]]") -> None:
         check(lib.mtls_policy_add_crl_file(self._h, utf8(os.fspath(path))))
 
