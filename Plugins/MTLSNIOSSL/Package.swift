@@ -8,12 +8,14 @@ let package = Package(
     name: "MTLSNIOSSL",
     products: [
         .library(name: "MTLSNIOSSL", targets: ["MTLSNIOSSL"]),
+        // AsyncHTTPClient configured in one call, libmtls deciding about every server.
+        .library(name: "MTLSAsyncHTTPClient", targets: ["MTLSAsyncHTTPClient"]),
     ],
     dependencies: [
         .package(name: "libmtls", path: "../.."),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.3"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
-        // Tests only: the HTTP client the plugin is proven with.
+        // MTLSAsyncHTTPClient (only its users build it), the tests and the bench.
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     ],
     targets: [
@@ -26,12 +28,21 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
+        .target(
+            name: "MTLSAsyncHTTPClient",
+            dependencies: [
+                "MTLSNIOSSL",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            ]
+        ),
         // `make bench-swift-plugins`: AsyncHTTPClient with the plugin against swift-nio-ssl's own
         // configuration.
         .executableTarget(
             name: "mtls-niossl-bench",
             dependencies: [
                 "MTLSNIOSSL",
+                "MTLSAsyncHTTPClient",
                 .product(name: "MTLS", package: "libmtls"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -42,6 +53,7 @@ let package = Package(
             name: "MTLSNIOSSLTests",
             dependencies: [
                 "MTLSNIOSSL",
+                "MTLSAsyncHTTPClient",
                 .product(name: "MTLS", package: "libmtls"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -13,9 +13,13 @@ import FoundationEssentials
 /// Every certificate carries a subject key identifier; all but the root carry an authority key
 /// identifier.
 public enum CertificateProfile: String, Sendable, CaseIterable {
+    /// A self-signed root CA.
     case root
+    /// An intermediate CA under the root (pathlen 0: it issues only end entities).
     case intermediate
+    /// A TLS server certificate (serverAuth, DNS/IP SANs).
     case server
+    /// A TLS client certificate (clientAuth).
     case client
 
     /// How long a certificate of this profile lives when the request does not say.
@@ -45,6 +49,8 @@ public struct CertificateRequest: Sendable {
     /// expiry: a longer request is shortened to it.
     public var validityDays: Int?
 
+    /// A request for a `profile` certificate named `commonName`; each parameter sets the
+    /// property of the same name. Checked when the certificate is issued.
     public init(profile: CertificateProfile, commonName: String, dnsNames: [String] = [],
                 ipAddresses: [String] = [], validityDays: Int? = nil) {
         self.profile = profile

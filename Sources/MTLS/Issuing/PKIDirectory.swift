@@ -30,6 +30,7 @@ public struct PKIDirectory: Sendable {
     /// The folder.
     public let path: String
 
+    /// The PKI folder at `path` (nothing is read or created until a method is called).
     public init(path: String) { self.path = path }
 
     /// The root's folder, `D/root`.
@@ -43,8 +44,11 @@ public struct PKIDirectory: Sendable {
         public let identity: Identity
         /// The item's folder.
         public let directory: String
+        /// The certificate, PEM: `DIR/cert.pem`.
         public var certificatePath: String { directory + "/cert.pem" }
+        /// The private key, PEM (0600, encrypted when a key password was given): `DIR/key.pem`.
         public var keyPath: String { directory + "/key.pem" }
+        /// The certificate followed by its issuers up to the root, PEM: `DIR/chain.pem`.
         public var chainPath: String { directory + "/chain.pem" }
     }
 
@@ -96,6 +100,7 @@ public struct PKIDirectory: Sendable {
         /// Its encryption: modern (AES-256, SHA-256 MAC) or legacy (3DES, SHA-1 MAC).
         public var scheme: PKCS12ExportOptions.Scheme
 
+        /// A `.p12` at `path` under `password`, `scheme` encryption (modern by default).
         public init(path: String, password: SecretBytes, scheme: PKCS12ExportOptions.Scheme = .modern) {
             self.path = path
             self.password = password
@@ -228,6 +233,7 @@ public struct PKIDirectory: Sendable {
         public let profile: CertificateProfile
         /// The issuing intermediate's name, for server and client certificates.
         public let caName: String?
+        /// The certificate.
         public let certificate: Certificate
         /// The certificate file.
         public let path: String
@@ -407,7 +413,7 @@ public struct PKIDirectory: Sendable {
 
     /// A name as a folder name: lowercase ASCII letters and digits, other runs turned into one
     /// `-` ("Customer A" → `customer-a`, "api.example.com" → `api.example.com`).
-    public static func slug(_ name: String) throws -> String {
+    static func slug(_ name: String) throws -> String {
         var out = ""
         for s in name.lowercased().unicodeScalars {
             if (s >= "a" && s <= "z") || (s >= "0" && s <= "9") || s == "." || s == "_" {

@@ -13,8 +13,9 @@ public struct StoreExpiryItem: Sendable, Hashable {
     public let subject: String
     /// Lowercase hex SHA-256 of the certificate's DER.
     public let sha256: String
-    /// The certificate's validity.
+    /// The start of the certificate's validity.
     public let notBefore: Date
+    /// The end of the certificate's validity.
     public let notAfter: Date
 
     /// Whole days from `now` to notAfter (negative once expired), rounded down.
@@ -65,7 +66,7 @@ extension CredentialStore {
 public enum Prometheus {
     /// A label value escaped as the exposition format wants it: backslash, double quote and
     /// line feed as `\\`, `\"` and `\n`.
-    public static func escape(_ value: String) -> String {
+    static func escape(_ value: String) -> String {
         var out = ""
         for ch in value.unicodeScalars {
             switch ch {

@@ -25,6 +25,7 @@ public enum StoreItemClass: Int32, CaseIterable, Sendable, CustomStringConvertib
         self = c
     }
 
+    /// The class's name (``name``).
     public var description: String { name }
 }
 

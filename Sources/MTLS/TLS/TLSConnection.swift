@@ -6,7 +6,10 @@ import Glibc
 
 /// The two ends of a TLS connection.
 public enum TLSSide: String, Sendable {
-    case client, server
+    /// The end that connected.
+    case client
+    /// The end that accepted.
+    case server
 }
 
 /// One mutual-TLS connection, client or server side, over OpenSSL's libssl.

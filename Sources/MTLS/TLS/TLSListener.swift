@@ -98,7 +98,8 @@ public final class ListenerCounters: Sendable {
     private let current_ = Atomic<Int64>(0)
     private let refused_ = Mutex<[MTLSError.Code: UInt64]>([:])
 
-    public init() {}
+    /// Only a listener counts (``TLSListener/counters``): a counter of no listener means nothing.
+    init() {}
 
     /// Handshakes that succeeded (resumed ones included).
     public var accepted: UInt64 { accepted_.load(ordering: .relaxed) }

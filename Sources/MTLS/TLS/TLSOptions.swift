@@ -4,12 +4,15 @@ import FoundationEssentials
 /// A TLS protocol version libmtls speaks. The raw values are the header's `MTLS_TLS_*` numbers
 /// (HeaderEnumTests compares them).
 public enum TLSVersion: Int, CaseIterable, Sendable, Comparable, CustomStringConvertible {
+    /// TLS 1.2 (RFC 5246).
     case tls12 = 12
+    /// TLS 1.3 (RFC 8446).
     case tls13 = 13
 
     /// OpenSSL's name for the version ("TLSv1.2", "TLSv1.3").
     public var description: String { self == .tls12 ? "TLSv1.2" : "TLSv1.3" }
 
+    /// TLS 1.2 is older than TLS 1.3.
     public static func < (a: TLSVersion, b: TLSVersion) -> Bool { a.rawValue < b.rawValue }
 }
 
@@ -116,13 +119,15 @@ public struct TLSClientOptions: Sendable {
     public var validationName: String?
     /// ALPN protocols to offer, most preferred first.
     public var alpn: [String] = []
-    /// Lowest and highest TLS versions (defaults 1.2 and 1.3).
+    /// Lowest TLS version offered (default 1.2).
     public var minVersion: TLSVersion = TLSDefaults.minVersion
+    /// Highest TLS version offered (default 1.3).
     public var maxVersion: TLSVersion = TLSDefaults.maxVersion
     /// Seconds allowed for the TCP connect, the TLS handshake and each read or write, under
     /// ``TLSDefaults/timeout(_:default:)``'s convention: `nil` or negative waits forever, `0` is
     /// the default (30 s for the connect and the handshake, forever for reads and writes).
     @TLSTimeout(default: TLSDefaults.connectTimeout) public var connectTimeout: Double?
+    /// Seconds allowed for the TLS handshake (the convention of ``connectTimeout``; default 30).
     @TLSTimeout(default: TLSDefaults.handshakeTimeout) public var handshakeTimeout: Double?
     @TLSTimeout(default: TLSDefaults.ioTimeout) public var ioTimeout: Double?
     /// The identity to present.
@@ -150,6 +155,8 @@ public struct TLSClientOptions: Sendable {
     /// failed TCP connect is ``MTLSError/Code/connect`` from ``TLSConnection/handshake()``.
     public var nonBlocking = false
 
+    /// Options with every default: no identity, a default ``TrustPolicy`` (when ``policy`` is
+    /// nil), TLS 1.2 to 1.3, session resumption on.
     public init() {}
 
     var policySource: TrustPolicy { policy ?? TrustPolicy() }
@@ -225,11 +232,14 @@ public struct TLSServerOptions: Sendable {
     public var clientCANames: ClientCANames = TLSDefaults.clientCANames
     /// ALPN protocols the server accepts, most preferred first.
     public var alpn: [String] = []
+    /// Lowest TLS version accepted (default 1.2).
     public var minVersion: TLSVersion = TLSDefaults.minVersion
+    /// Highest TLS version accepted (default 1.3).
     public var maxVersion: TLSVersion = TLSDefaults.maxVersion
-    /// Seconds allowed for each accepted client's handshake, and for reads and writes (the
-    /// convention of ``TLSClientOptions/connectTimeout``).
+    /// Seconds allowed for each accepted client's handshake (the convention of
+    /// ``TLSClientOptions/connectTimeout``; default 30).
     @TLSTimeout(default: TLSDefaults.handshakeTimeout) public var handshakeTimeout: Double?
+    /// Seconds allowed for each read and write on an accepted connection (default: no limit).
     @TLSTimeout(default: TLSDefaults.ioTimeout) public var ioTimeout: Double?
     /// Seconds an accepted client has to send its first byte (its ClientHello), under the
     /// convention of ``TLSClientOptions/connectTimeout`` (0: the default, 5 s; nil or negative: no
@@ -249,6 +259,8 @@ public struct TLSServerOptions: Sendable {
     /// same address, while its chain is valid; otherwise the client gets a full handshake.
     public var sessionTickets = TLSDefaults.sessionTickets
 
+    /// Options for a server presenting `identity`, every other option at its default (a client
+    /// certificate required; set ``clientPolicy`` to say which clients are trusted).
     public init(identity: Identity) { self.identity = identity }
 
     var clientPolicySource: TrustPolicy { clientPolicy ?? TrustPolicy() }
@@ -299,20 +311,23 @@ extension ClientIdentity {
 /// timeout, written once: the options start from them, and the C ABI's `mtls_conn_options_init`
 /// and `mtls_listener_options_init` read them (the C layer converts, it does not decide).
 public enum TLSDefaults {
-    /// Lowest and highest TLS versions offered or accepted.
+    /// Lowest TLS version offered or accepted.
     public static let minVersion = TLSVersion.tls12
+    /// Highest TLS version offered or accepted.
     public static let maxVersion = TLSVersion.tls13
     /// Seconds an accepted client has to send its first byte.
     public static let firstByteTimeout: Double? = 5
     /// Handshakes one source address may have under way at a listener at once.
     public static let maxHandshakesPerAddress: Int? = 32
-    /// Seconds for the TCP connect and for the TLS handshake.
+    /// Seconds for the TCP connect.
     public static let connectTimeout: Double? = 30
+    /// Seconds for the TLS handshake.
     public static let handshakeTimeout: Double? = 30
     /// Reads and writes wait as long as the peer takes.
     public static let ioTimeout: Double? = nil
-    /// Client sessions are resumed, server tickets issued.
+    /// Client sessions are resumed.
     public static let sessionResumption = true
+    /// Servers issue session tickets.
     public static let sessionTickets = true
     /// A listener requires a client certificate.
     public static let clientAuthentication = ClientAuthentication.require
@@ -353,6 +368,7 @@ public struct TLSConventionalOption<Value: Numeric & Comparable & Sendable>: Sen
         self.defaultValue = defaultValue
     }
 
+    /// The value as it will be used (nil: no limit); setting it applies the convention.
     public var wrappedValue: Value? {
         get { value }
         set { value = TLSDefaults.conventional(newValue, default: defaultValue) }

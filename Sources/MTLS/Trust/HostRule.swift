@@ -75,6 +75,8 @@ public struct HostPattern: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// The pattern as it was written (`host`, `*.suffix`, `**.suffix`, an IP literal, with its
+    /// `:port` if any).
     public var description: String { text }
 
     private static func name(_ s: String, _ whole: String) throws -> String {
@@ -165,6 +167,7 @@ public enum PinExpiryBehavior: String, Sendable {
 
 /// Whether a rule's pin failures fail the evaluation or are only reported.
 public enum PinEnforcement: String, Sendable {
+    /// A pin failure makes the evaluation fail (`pin_mismatch`).
     case enforce
     /// The failure goes to the policy's report handler and the evaluation goes on.
     case reportOnly = "report_only"
@@ -194,6 +197,9 @@ public struct HostRule: Sendable {
     /// Revocation checking for peers under this rule, over the policy's (nil: the policy's).
     public var revocation: RevocationSettings? = nil
 
+    /// A rule for the peers `pattern` matches; each parameter sets the property of the same name
+    /// (``pinsExpire`` nil: the pins never expire). The rule takes effect when added to a policy
+    /// (``TrustPolicy/addHostRule(_:)``), which validates it.
     public init(pattern: HostPattern, verifyAs: String? = nil, skipNameCheck: Bool = false,
                 anchors: [Certificate]? = nil, anchorsOnly: Bool? = nil, pins: [SPKIPin] = [],
                 pinsExpire: Date? = nil, afterExpiry: PinExpiryBehavior = .stopEnforcing,

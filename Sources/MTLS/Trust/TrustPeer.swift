@@ -24,6 +24,9 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
     /// The name or IP the certificate must carry instead of ``host``.
     public var verifyAs: String?
 
+    /// A peer. `host` may be bracketed (`[::1]`) and may carry an IPv6 zone (`fe80::1%eth0`,
+    /// kept apart in ``zone``); an address is kept in its canonical text; an empty host is no
+    /// host, a port of 0 or less no port.
     public init(host: String? = nil, port: Int? = nil, sni: String? = nil, verifyAs: String? = nil) {
         if let h = host, h.hasPrefix("["), h.hasSuffix("]") { self.host = String(h.dropFirst().dropLast()) } else { self.host = host }
         if self.host?.isEmpty == true { self.host = nil }

@@ -3,7 +3,9 @@ import FoundationEssentials
 /// What a peer is being trusted for: the TLS server (checked by a client) or a TLS client (checked
 /// by a server). Selects the required extended key usage and OpenSSL's purpose.
 public enum TrustPurpose: String, Sendable, CaseIterable {
+    /// Judging a TLS server (EKU serverAuth); written `server` in JSON and on the command line.
     case serverAuth = "server"
+    /// Judging a TLS client (EKU clientAuth); written `client`.
     case clientAuth = "client"
 
     /// The EKU OID the leaf must carry for this purpose.
@@ -33,6 +35,7 @@ public struct TrustReason: Sendable, Hashable, CustomStringConvertible {
         self.message = message
     }
 
+    /// `code (cert N): message`, or `code: message` for the whole chain.
     public var description: String {
         certIndex.map { "\(code) (cert \($0)): \(message)" } ?? "\(code): \(message)"
     }
@@ -40,54 +43,104 @@ public struct TrustReason: Sendable, Hashable, CustomStringConvertible {
     /// The reason codes libmtls produces. Stable: never renamed, new ones are added.
     public enum Code {
         // From OpenSSL's path validation
+        /// A certificate of the chain is past its notAfter at the evaluation time.
         public static let expired = "expired"
+        /// A certificate of the chain is before its notBefore at the evaluation time.
         public static let notYetValid = "not_yet_valid"
+        /// The leaf carries no SAN matching the name checked (DNS with RFC 6125 wildcards, or an IP address).
         public static let nameMismatch = "name_mismatch"
+        /// The chain ends in a root that is not an anchor in force (nor in the system store when it is used).
         public static let untrustedRoot = "untrusted_root"
+        /// No issuer of a certificate was found among the presented certificates and the anchors: no path to an anchor.
         public static let unknownIssuer = "unknown_issuer"
+        /// A certificate's (or a CRL's) signature does not verify with its issuer's key.
         public static let badSignature = "bad_signature"
+        /// A certificate of the chain is revoked (by a CRL or an OCSP response), in every revocation mode.
         public static let revoked = "revoked"
+        /// A CRL needed for a certificate of the chain was not available.
         public static let crlUnavailable = "crl_unavailable"
+        /// A CRL is not valid (its signature, dates or issuer).
         public static let crlInvalid = "crl_invalid"
+        /// The leaf (or a CA) is not good for the purpose: its EKU or key usage excludes it.
         public static let wrongPurpose = "wrong_purpose"
+        /// A certificate used as an issuer is not a CA (basicConstraints).
         public static let notACA = "not_a_ca"
+        /// A CA's pathLenConstraint is exceeded by the chain below it.
         public static let pathLengthExceeded = "path_length_exceeded"
+        /// The chain has more intermediates than the policy allows, or OpenSSL found it too long or a loop.
         public static let chainTooLong = "chain_too_long"
+        /// A name of the leaf (or a DNS-like CN) is outside a CA's name constraints.
         public static let nameConstraintViolation = "name_constraint_violation"
+        /// A certificate has a critical extension that is not understood.
         public static let unhandledCriticalExtension = "unhandled_critical_extension"
+        /// A certificate's key is below the policy's minimum size (``TrustPolicy/minimumRSABits``...).
         public static let weakKey = "weak_key"
+        /// A certificate is signed with an algorithm the policy bans (SHA-1, MD5...).
         public static let weakSignature = "weak_signature"
+        /// A certificate (or an extension of it) does not decode.
         public static let malformedCertificate = "malformed_certificate"
+        /// The chain's certificate policies are invalid or no explicit policy is acceptable.
         public static let policyViolation = "policy_violation"
+        /// Path validation failed for a reason that has no code of its own (the message says what OpenSSL said).
         public static let verificationError = "verification_error"
         // libmtls's policy layer (checks OpenSSL does not make)
+        /// The serial number is missing, negative, zero or too long (RFC 5280 4.1.2.2).
         public static let serialNumberInvalid = "serial_number_invalid"
+        /// The certificate is not X.509 version 3.
         public static let versionUnsupported = "version_unsupported"
+        /// The issuer name, or a CA's subject name, is empty.
         public static let emptyName = "empty_name"
+        /// A validity date is missing or not in RFC 5280's form (UTCTime up to 2049, GeneralizedTime after).
         public static let validityEncoding = "validity_encoding"
+        /// A certificate that is neither self-issued nor an anchor has no authority key identifier.
         public static let akiMissing = "aki_missing"
+        /// The authority key identifier is critical, or does not agree with the subject key identifier.
         public static let akiInvalid = "aki_invalid"
+        /// A CA certificate has no subject key identifier.
         public static let skiMissing = "ski_missing"
+        /// The subject key identifier is critical.
         public static let skiInvalid = "ski_invalid"
+        /// The extended key usage OpenSSL requires for the purpose is absent.
         public static let ekuMissing = "eku_missing"
+        /// The leaf's extended key usage is critical or includes anyExtendedKeyUsage.
         public static let ekuInvalid = "eku_invalid"
+        /// The root certificate carries an extended key usage.
         public static let anchorHasEKU = "anchor_has_eku"
+        /// The leaf has no subject alternative name (the common name is never used as a name).
         public static let sanMissing = "san_missing"
+        /// The subject alternative name is malformed, or its criticality does not match an empty or
+        /// non-empty subject.
         public static let sanInvalid = "san_invalid"
+        /// A DNS-like common name is not among the leaf's SANs.
         public static let commonNameMismatch = "common_name_mismatch"
+        /// The leaf is a CA certificate (basicConstraints cA, or a key usage allowing certificate signing).
         public static let caAsLeaf = "ca_as_leaf"
+        /// An issuing certificate is not marked as a CA, or a CA's basicConstraints is not critical.
         public static let basicConstraintsInvalid = "basic_constraints_invalid"
+        /// The public key does not decode, or its type or parameters are not allowed (an explicit EC
+        /// curve, a curve outside the allowed ones...).
         public static let keyForbidden = "key_forbidden"
+        /// The signature algorithm in the certificate's body and outside it differ.
         public static let signatureAlgorithmMismatch = "signature_algorithm_mismatch"
+        /// Name constraints are malformed, have no subtree, or sit on an end-entity certificate.
         public static let nameConstraintsInvalid = "name_constraints_invalid"
+        /// The policy constraints extension is not critical.
         public static let policyConstraintsInvalid = "policy_constraints_invalid"
+        /// The authority information access extension is critical.
         public static let aiaInvalid = "aia_invalid"
+        /// An extension is malformed or appears twice.
         public static let extensionInvalid = "extension_invalid"
+        /// The peer's host cannot select a host rule (not ASCII, a zone that is not an IPv6 interface).
         public static let invalidHost = "invalid_host"
+        /// A wildcard name covers a whole public suffix (`*.com`) and matches nothing.
         public static let wildcardPublicSuffix = "wildcard_public_suffix"
         // Pins and rules
+        /// No SPKI pin of a set in force matches the chain.
         public static let pinMismatch = "pin_mismatch"
+        /// The pins in force expired and their rule fails closed after expiry (a rule that stops
+        /// enforcing at expiry gives no reason).
         public static let pinExpired = "pin_expired"
+        /// The peer presented no certificate.
         public static let emptyChain = "empty_chain"
         /// A server was evaluated under a policy that checks names, but no name or IP to check
         /// it against was given (fatal: fail closed rather than skip the check silently).
@@ -149,7 +202,8 @@ public struct TrustResult: Sendable {
     /// certificate's status ("trusted anyway").
     public let warnings: [String]
 
-    /// A result as the evaluator makes it (public for tests and wrappers).
+    /// A result with these fields. Only the evaluator's results are decisions; this is for
+    /// tests of code that handles results (an `MTLSPeerRejected` from `MTLSNIOSSL`...).
     public init(trusted: Bool, kind: TrustResultKind, reasons: [TrustReason], chain: [Certificate],
                 matchedRule: String?, matchedPin: String?, provenance: TrustProvenance? = nil,
                 reportedReasons: [TrustReason] = [], revocation: RevocationReport? = nil, warnings: [String] = []) {

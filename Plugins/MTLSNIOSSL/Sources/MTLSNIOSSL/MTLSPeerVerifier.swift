@@ -32,8 +32,8 @@ public struct MTLSPeerRejected: Error, CustomStringConvertible, Sendable {
 ///   ``verificationCallback(clientOf:)`` give a `NIOSSLCustomVerificationCallback` for
 ///   `NIOSSLClientHandler`/`NIOSSLServerHandler`: libmtls's decision replaces BoringSSL's.
 /// - AsyncHTTPClient builds its TLS handlers itself and takes no verification callback: there,
-///   ``verifyEstablishedConnection(_:peer:)`` re-judges each new connection before its first
-///   request (see ``MTLSClientTLS``).
+///   ``verifyEstablishedConnection(_:peer:)`` judges each new connection before its first
+///   request (see ``MTLSClientTLS`` and the `MTLSAsyncHTTPClient` product).
 ///
 /// Evaluations run on ``threadPool`` when one is given (a cold evaluation builds paths and may
 /// read CRL files), never blocking the event loop. Safe to share across connections and threads.
@@ -51,6 +51,8 @@ public final class MTLSPeerVerifier: Sendable {
     /// Certificates offered to path building besides the peer's leaf in
     /// ``verifyEstablishedConnection(_:peer:)`` (AsyncHTTPClient shows only the leaf).
     public let intermediates: [Certificate]
+    /// ``intermediates`` as DER, made once.
+    private let intermediateDERs: [[UInt8]]
     /// Told of every refusal (for logs and metrics), on the thread that evaluated.
     let onRefusal: (@Sendable (MTLSPeerRejected) -> Void)?
 
@@ -63,6 +65,7 @@ public final class MTLSPeerVerifier: Sendable {
         self.purpose = purpose
         self.overrides = overrides
         self.intermediates = intermediates
+        self.intermediateDERs = intermediates.map(\.der)
         self.threadPool = threadPool
         self.onRefusal = onRefusal
     }
@@ -112,26 +115,29 @@ public final class MTLSPeerVerifier: Sendable {
     }
 
     /// Judges an established connection's server with libmtls, for stacks that build their TLS
-    /// handler themselves (AsyncHTTPClient: set it as `http1_1ConnectionDebugInitializer` and
-    /// `http2ConnectionDebugInitializer`, which run before the connection's first request, and
-    /// fail the request with ``MTLSPeerRejected`` when the future fails).
+    /// handler themselves (AsyncHTTPClient: `HTTPClient.Configuration(mtls:)` of the
+    /// `MTLSAsyncHTTPClient` product sets it as `http1_1ConnectionDebugInitializer` and
+    /// `http2ConnectionDebugInitializer`, which run before the connection's first request, and a
+    /// failed future fails the request with ``MTLSPeerRejected``).
     ///
     /// swift-nio-ssl gives such a caller only the peer's leaf, so the path is rebuilt from the
     /// leaf and ``intermediates``; a server whose issuer is not among them is refused
     /// (`unknown_issuer`): fail closed. `peer` nil: the connection's remote address and port.
     public func verifyEstablishedConnection(_ channel: Channel, peer: TrustPeer? = nil) -> EventLoopFuture<Void> {
         let peer = peer ?? TrustPeer(host: channel.remoteAddress?.ipAddress, port: channel.remoteAddress?.port)
-        let intermediates = self.intermediates.map(\.der)
-        return channel.nioSSL_peerCertificate().flatMap { leaf in
+        let verdict = channel.nioSSL_peerCertificate().flatMap { [intermediateDERs] leaf in
             guard let leaf, let der = try? leaf.toDERBytes() else {
                 return channel.eventLoop.makeFailedFuture(MTLSError(.handshake, "the server presented no certificate"))
             }
-            return self.verify(derChain: [der] + intermediates, peer: peer, on: channel.eventLoop)
+            return self.verify(derChain: [der] + intermediateDERs, peer: peer, on: channel.eventLoop)
         }.flatMapThrowing {
             // The server may have closed the connection meanwhile (a TLS 1.3 server refusing the
             // client's certificate does so after the client's handshake is complete): report it
             // as a failed connection, not a new one (AsyncHTTPClient then waits on it forever).
             guard channel.isActive else { throw ChannelError.ioOnClosedChannel }
         }
+        // The connection is not closed here: AsyncHTTPClient's pool still tracks it (closing it
+        // under the pool makes its backoff timer find an unknown connection and trap).
+        return verdict
     }
 }

@@ -13,9 +13,10 @@ public enum MTLSKeyUse: Sendable {
 }
 
 extension Identity {
-    /// The identity's certificates (leaf first, then its chain) for a `TLSConfiguration`.
+    /// The identity's certificates for a `TLSConfiguration`: the leaf, then its chain up to but
+    /// excluding a self-signed root (a peer never needs it sent), as libmtls's own connections do.
     func nioCertificateChain() throws -> [NIOSSLCertificateSource] {
-        try allCertificates.map { .certificate(try NIOSSLCertificate(bytes: $0.der, format: .der)) }
+        try ([leaf] + chain.filter { !$0.isSelfSigned }).map { .certificate(try NIOSSLCertificate(bytes: $0.der, format: .der)) }
     }
 
     /// The identity's key for a `TLSConfiguration` (see ``MTLSKeyUse``).
@@ -41,21 +42,17 @@ extension TrustPolicy {
 /// `.p12`, a store label or a token, signing on the token off the event loop) and the server
 /// judged by an MTLS ``MTLS/TrustPolicy`` (host rules, pinned anchors, pins, verify-as).
 ///
-/// With AsyncHTTPClient:
-/// ```swift
-/// let tls = try MTLSClientTLS(identity: identity, policy: policy)
-/// var configuration = HTTPClient.Configuration(tlsConfiguration: tls.tlsConfiguration)
-/// configuration.http1_1ConnectionDebugInitializer = tls.connectionVerifier
-/// configuration.http2ConnectionDebugInitializer = tls.connectionVerifier
-/// let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
-/// ```
-/// AsyncHTTPClient takes no verification callback, so the decision is made in two steps, both
-/// fail-closed: during the handshake BoringSSL checks that the server chains to one of the
-/// policy's anchors (``tlsConfiguration``; no name check, since verify-as may name another
-/// name), then before the connection's first request libmtls evaluates the server for the
-/// peer reached (``connectionVerifier``) and a refusal fails the request with
-/// ``MTLSPeerRejected``. With NIO directly, ``makeClientHandler(context:peer:)`` gives libmtls
-/// the whole decision during the handshake.
+/// With AsyncHTTPClient, use the `MTLSAsyncHTTPClient` product:
+/// `HTTPClient.Configuration(mtls: tls)` lets libmtls make the whole decision, so a refused
+/// server fails the request with ``MTLSPeerRejected`` and libmtls's reasons (`untrusted_root`,
+/// `unknown_issuer`, `pin_mismatch`, `name_mismatch`...).
+///
+/// ``tlsConfiguration`` used alone (with a stack that takes no verification callback) still fails
+/// closed: BoringSSL checks during the handshake that the server chains to one of the policy's
+/// anchors (no name check, since verify-as may name another name), and ``connectionVerifier``
+/// adds libmtls's decision before the first request — but a server outside the anchors is then
+/// refused with BoringSSL's reason (`CERTIFICATE_VERIFY_FAILED`). With NIO directly,
+/// ``makeClientHandler(context:peer:)`` gives libmtls the whole decision during the handshake.
 public struct MTLSClientTLS: Sendable {
     /// The configuration: the identity's chain and key, BoringSSL's trust store from the
     /// policy's anchors (anchors only when the policy says so), TLS 1.2 and 1.3. Change it
@@ -100,6 +97,15 @@ public struct MTLSClientTLS: Sendable {
         let known = (identity.map { $0.chain + $0.extraCertificates } ?? []) + intermediates
         self.verifier = MTLSPeerVerifier(policy: policy, purpose: .serverAuth, overrides: overrides, intermediates: known,
                                          threadPool: threadPool)
+    }
+
+    /// ``tlsConfiguration`` with BoringSSL's own verification off, for a stack where
+    /// ``connectionVerifier`` runs on every connection before its first request and so makes the
+    /// whole decision (`MTLSAsyncHTTPClient` installs both together; never used alone).
+    package var tlsConfigurationDecidedByLibmtls: TLSConfiguration {
+        var configuration = tlsConfiguration
+        configuration.certificateVerification = .none
+        return configuration
     }
 
     /// For AsyncHTTPClient's `http1_1ConnectionDebugInitializer` and

@@ -1,5 +1,6 @@
 // mtls-niossl-bench: AsyncHTTPClient GETs to nginx (`ssl_verify_client on`, 127.0.0.1) with
-// MTLSNIOSSL (identity from the .p12, root pinned, libmtls judging the server) against
+// MTLSNIOSSL (identity from the .p12, root pinned, libmtls judging the server through
+// `HTTPClient.Configuration.useMTLS`) against
 // AsyncHTTPClient with swift-nio-ssl's own configuration from the same files (client-a-chain.pem,
 // client-a.key, root.pem as the trust roots), on kept-alive connections and on a new connection
 // per request. Rounds alternate the two; the result is the ratio of median times per request.
@@ -8,6 +9,7 @@
 import AsyncHTTPClient
 import Foundation
 import MTLS
+import MTLSAsyncHTTPClient
 import MTLSNIOSSL
 import NIOCore
 import NIOSSL
@@ -60,10 +62,11 @@ native.privateKey = .privateKey(try NIOSSLPrivateKey(file: pki + "/client-a.key"
 native.trustRoots = .file(pki + "/root.pem")
 native.certificateVerification = .noHostnameVerification
 
-func run(_ tls: TLSConfiguration, verifier: (@Sendable (Channel) -> EventLoopFuture<Void>)?, newConnections: Bool) async throws -> Double {
+/// `plugin` nil: swift-nio-ssl's own configuration `tls`; else `plugin` through `useMTLS`.
+func run(_ tls: TLSConfiguration, plugin: MTLSClientTLS?, newConnections: Bool) async throws -> Double {
     var configuration = HTTPClient.Configuration(tlsConfiguration: tls)
+    if let plugin { configuration.useMTLS(plugin) }
     configuration.httpVersion = .http1Only
-    configuration.http1_1ConnectionDebugInitializer = verifier
     if newConnections { configuration.maximumUsesPerConnection = 1 }
     let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     let request = HTTPClientRequest(url: "https://127.0.0.1:\(port)/")
@@ -92,8 +95,8 @@ func median(_ xs: [Double]) -> Double { xs.sorted()[xs.count / 2] }
 for newConnections in [false, true] {
     var withPlugin: [Double] = [], withNative: [Double] = []
     for _ in 0..<rounds {
-        withNative.append(try await run(native, verifier: nil, newConnections: newConnections))
-        withPlugin.append(try await run(plugin.tlsConfiguration, verifier: plugin.connectionVerifier, newConnections: newConnections))
+        withNative.append(try await run(native, plugin: nil, newConnections: newConnections))
+        withPlugin.append(try await run(native, plugin: plugin, newConnections: newConnections))
     }
     let p = median(withPlugin), n = median(withNative)
     print(String(format: "%@: MTLSNIOSSL %.1f us/request, swift-nio-ssl %.1f us/request, ratio %.3f (%d requests x %d rounds)",

@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 import MTLS
+import MTLSAsyncHTTPClient
 import MTLSNIOSSL
 import NIOCore
 import NIOSSL
@@ -42,19 +43,28 @@ final class AsyncHTTPClientTests: XCTestCase {
         try Token.identity(uri: "pkcs11:token=mtls-test;object=\(object)", modulePath: Fixture.module, pin: SecretBytes("1234"))
     }
 
-    /// GET https://127.0.0.1:PORT/ with `tls`; the body, or the error the request failed with.
-    func get(_ tls: MTLSClientTLS, port: Int, version: NIOSSL.TLSVersion) async throws -> String {
-        var tlsConfiguration = tls.tlsConfiguration
-        tlsConfiguration.minimumTLSVersion = version
-        tlsConfiguration.maximumTLSVersion = version
-        var configuration = HTTPClient.Configuration(tlsConfiguration: tlsConfiguration)
+    /// AsyncHTTPClient configured by `HTTPClient.Configuration(mtls:)` (libmtls decides), HTTP/1.1
+    /// over `version` only, no connection retries unless `retry`.
+    func configuration(_ tls: MTLSClientTLS, version: NIOSSL.TLSVersion, retry: Bool = false) -> HTTPClient.Configuration {
+        var tls = tls
+        tls.tlsConfiguration.minimumTLSVersion = version
+        tls.tlsConfiguration.maximumTLSVersion = version
+        var configuration = HTTPClient.Configuration(mtls: tls)
         configuration.httpVersion = .http1Only
-        configuration.connectionPool.retryConnectionEstablishment = false
-        configuration.http1_1ConnectionDebugInitializer = tls.connectionVerifier
-        configuration.http2ConnectionDebugInitializer = tls.connectionVerifier
+        configuration.connectionPool.retryConnectionEstablishment = retry
+        return configuration
+    }
+
+    /// GET https://127.0.0.1:PORT/ with `tls` (see ``configuration(_:version:retry:)``); the body,
+    /// or the error the request failed with.
+    func get(_ tls: MTLSClientTLS, port: Int, version: NIOSSL.TLSVersion) async throws -> String {
+        try await get(configuration(tls, version: version), port: port)
+    }
+
+    func get(_ configuration: HTTPClient.Configuration, port: Int, timeout: TimeAmount = .seconds(20)) async throws -> String {
         let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
         do {
-            let response = try await client.execute(HTTPClientRequest(url: "https://127.0.0.1:\(port)/"), timeout: .seconds(20))
+            let response = try await client.execute(HTTPClientRequest(url: "https://127.0.0.1:\(port)/"), timeout: timeout)
             let body = try await response.body.collect(upTo: 1 << 20)
             try await client.shutdown()
             XCTAssertEqual(response.status, .ok)
@@ -63,6 +73,20 @@ final class AsyncHTTPClientTests: XCTestCase {
             try? await client.shutdown()
             throw error
         }
+    }
+
+    /// The refusal `error` must be: libmtls's, with one of `codes` among its reasons, its code and
+    /// message in the text the caller prints.
+    func assertRefusedByLibmtls(_ error: Error, with codes: [String], file: StaticString = #filePath, line: UInt = #line) {
+        guard let rejected = error as? MTLSPeerRejected else {
+            return XCTFail("refused, but not by libmtls: \(error)", file: file, line: line)
+        }
+        XCTAssertFalse(rejected.result.trusted, file: file, line: line)
+        guard let reason = rejected.result.reasons.first(where: { codes.contains($0.code) }) else {
+            return XCTFail("libmtls refused for other reasons than \(codes): \(rejected)", file: file, line: line)
+        }
+        XCTAssertFalse(reason.message.isEmpty, file: file, line: line)
+        XCTAssertTrue("\(error)".contains("\(reason.code): \(reason.message)"), "\(error)", file: file, line: line)
     }
 
     func testP12IdentityGETsByAddressValidatingAsTheNameTLS13AndTLS12() async throws {
@@ -107,12 +131,13 @@ final class AsyncHTTPClientTests: XCTestCase {
         let wrongPin = try SPKIPin("sha256/" + Data(repeating: 7, count: 32).base64EncodedString())
         let tls = try MTLSClientTLS(identity: try p12Identity("client-a"), policy: try seedPolicy(),
                                     overrides: TrustOverrides(pins: [wrongPin]))
-        do {
-            let body = try await get(tls, port: server.port, version: .tlsv13)
-            XCTFail("a server that matches no pin was trusted: \(body)")
-        } catch let rejected as MTLSPeerRejected {
-            XCTAssertTrue(rejected.result.reasonCodes.contains(TrustReason.Code.pinMismatch), "\(rejected)")
-            XCTAssertTrue("\(rejected)".contains("pin_mismatch"), "\(rejected)")
+        for version in [NIOSSL.TLSVersion.tlsv13, .tlsv12] {
+            do {
+                let body = try await get(tls, port: server.port, version: version)
+                XCTFail("\(version): a server that matches no pin was trusted: \(body)")
+            } catch {
+                assertRefusedByLibmtls(error, with: [TrustReason.Code.pinMismatch])
+            }
         }
     }
 
@@ -124,34 +149,43 @@ final class AsyncHTTPClientTests: XCTestCase {
         XCTAssertTrue(body.contains("client-a"), body)
     }
 
-    /// The other server has a valid certificate for server.test, from a root nobody pinned.
-    func testServerOutsideThePinnedAnchorIsRefused() async throws {
+    /// The other server has a valid certificate for server.test, from a root nobody pinned:
+    /// AsyncHTTPClient's caller sees libmtls's refusal (its code and message), TLS 1.3 and 1.2,
+    /// and also with AsyncHTTPClient's connection retries on (the request then fails at its
+    /// deadline with the last connection's error).
+    func testServerOutsideThePinnedAnchorIsRefusedWithLibmtlsReason() async throws {
         let other = try Self.otherServer.get()
         let tls = try MTLSClientTLS(identity: try p12Identity("client-a"), policy: try seedPolicy())
+        let outside = [TrustReason.Code.unknownIssuer, TrustReason.Code.untrustedRoot]
+        for version in [NIOSSL.TLSVersion.tlsv13, .tlsv12] {
+            do {
+                let body = try await get(tls, port: other.port, version: version)
+                XCTFail("\(version): a server outside the pinned root was trusted: \(body)")
+            } catch {
+                assertRefusedByLibmtls(error, with: outside)
+            }
+        }
         do {
-            let body = try await get(tls, port: other.port, version: .tlsv13)
+            let body = try await get(configuration(tls, version: .tlsv13, retry: true), port: other.port, timeout: .seconds(2))
             XCTFail("a server outside the pinned root was trusted: \(body)")
         } catch {
-            // BoringSSL refuses it first (its trust store holds only the pinned root).
-            XCTAssertTrue("\(error)".contains("CERTIFICATE_VERIFY_FAILED"), "\(error)")
-        }
-        // Judged by libmtls alone (no BoringSSL trust store): refused with libmtls's reason.
-        var config = tls.tlsConfiguration
-        config.certificateVerification = .none
-        let open = MTLSClientTLS(copying: tls, tlsConfiguration: config)
-        do {
-            let body = try await get(open, port: other.port, version: .tlsv13)
-            XCTFail("a server outside the pinned root was trusted: \(body)")
-        } catch let rejected as MTLSPeerRejected {
-            XCTAssertFalse(rejected.result.trusted)
-            XCTAssertTrue(rejected.result.reasonCodes.contains { ["untrusted_root", "unknown_issuer"].contains($0) }, "\(rejected)")
+            assertRefusedByLibmtls(error, with: outside)
         }
     }
-}
 
-extension MTLSClientTLS {
-    init(copying other: MTLSClientTLS, tlsConfiguration: TLSConfiguration) {
-        self = other
-        self.tlsConfiguration = tlsConfiguration
+    /// ``MTLSClientTLS/tlsConfiguration`` alone, without libmtls's connection verifier (a stack
+    /// that takes no callback): BoringSSL still refuses a server outside the pinned root.
+    func testTLSConfigurationAloneRefusesServerOutsideThePinnedAnchor() async throws {
+        let other = try Self.otherServer.get()
+        let tls = try MTLSClientTLS(identity: try p12Identity("client-a"), policy: try seedPolicy())
+        var configuration = HTTPClient.Configuration(tlsConfiguration: tls.tlsConfiguration)
+        configuration.httpVersion = .http1Only
+        configuration.connectionPool.retryConnectionEstablishment = false
+        do {
+            let body = try await get(configuration, port: other.port)
+            XCTFail("a server outside the pinned root was trusted: \(body)")
+        } catch {
+            XCTAssertTrue("\(error)".contains("CERTIFICATE_VERIFY_FAILED"), "\(error)")
+        }
     }
 }
