@@ -24,38 +24,6 @@ static int fail(const char *what, int rc) {
     return 1;
 }
 
-/* A secret file is checked as libmtls checks its own (and OpenSSH a private key): refused when
- * owned by neither this user nor root, when others can write it, or when everyone can read it;
- * a group-readable one is used with a warning. The mode is read from the file opened. */
-static int secret_file_ok(FILE *f, const char *path, const char *prog) {
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) { fprintf(stderr, "%s: cannot stat %s\n", prog, path); return 0; }
-    if (S_ISCHR(st.st_mode)) return 1; /* a terminal, /dev/stdin */
-    if (st.st_uid != geteuid() && st.st_uid != 0) {
-        fprintf(stderr, "%s: %s is owned by another user (uid %u): refusing to use it\n", prog, path, (unsigned)st.st_uid);
-        return 0;
-    }
-    if (st.st_mode & (S_IWGRP | S_IWOTH | S_IROTH)) {
-        fprintf(stderr, "%s: %s can be read or written by others (mode %03o): refusing to use it; run chmod 600 %s\n",
-                prog, path, (unsigned)(st.st_mode & 0777), path);
-        return 0;
-    }
-    if (st.st_mode & S_IRGRP) fprintf(stderr, "%s: warning: %s is readable by its group; chmod 600 %s keeps it to its owner\n", prog, path, path);
-    return 1;
-}
-
-/* The first line of a secret file (a password), without its line ending. */
-static int first_line(const char *path, char *buf, size_t size) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    if (!secret_file_ok(f, path, program)) { fclose(f); return -1; }
-    int ok = fgets(buf, (int)size, f) != NULL;
-    fclose(f);
-    if (!ok) buf[0] = 0;
-    buf[strcspn(buf, "\r\n")] = 0;
-    return 0;
-}
-
 /* `\r`, `\n` and `\\` escapes in place, so a request can be given on the command line. */
 static size_t unescape(char *s) {
     char *out = s;
@@ -130,15 +98,18 @@ int main(int argc, char **argv) {
     }
 
     /* The client identity: the first private key in the file, with its chain. */
-    char password[1024] = "";
-    if (password_file && first_line(password_file, password, sizeof password) != 0) {
-        fprintf(stderr, "%s: cannot read %s\n", program, password_file);
+    /* The password file is read by the library, with its rule for secret files (owner and mode
+     * checked, as OpenSSH checks a key file); mtls_string_free zeroes the copy. */
+    char *password = NULL;
+    int rc;
+    if (password_file && (rc = mtls_password_file_read(password_file, &password)) != MTLS_OK) {
+        fail(password_file, rc);
         return 2;
     }
     /* The identity: the PKCS#12 file's (its first identity, with its chain). */
     mtls_identity *identity = NULL;
-    int rc = mtls_identity_resolve(p12_path, NULL, password_file ? password : NULL, NULL, NULL, &identity);
-    memset(password, 0, sizeof password);
+    rc = mtls_identity_resolve(p12_path, NULL, password, NULL, NULL, &identity);
+    mtls_string_free(password);
     if (rc != MTLS_OK) return fail(p12_path, rc);
 
     /* Trust: the pinned anchor(s) in the file and nothing else, not the system store. */

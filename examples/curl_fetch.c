@@ -60,37 +60,6 @@ static CURLcode configure_ssl_ctx(CURL *curl, void *ssl_ctx, void *userptr) {
     return res;
 }
 
-/* A secret file is checked as libmtls checks its own (and OpenSSH a private key): refused when
- * owned by neither this user nor root, when others can write it, or when everyone can read it;
- * a group-readable one is used with a warning. The mode is read from the file opened. */
-static int secret_file_ok(FILE *f, const char *path, const char *prog) {
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) { fprintf(stderr, "%s: cannot stat %s\n", prog, path); return 0; }
-    if (S_ISCHR(st.st_mode)) return 1; /* a terminal, /dev/stdin */
-    if (st.st_uid != geteuid() && st.st_uid != 0) {
-        fprintf(stderr, "%s: %s is owned by another user (uid %u): refusing to use it\n", prog, path, (unsigned)st.st_uid);
-        return 0;
-    }
-    if (st.st_mode & (S_IWGRP | S_IWOTH | S_IROTH)) {
-        fprintf(stderr, "%s: %s can be read or written by others (mode %03o): refusing to use it; run chmod 600 %s\n",
-                prog, path, (unsigned)(st.st_mode & 0777), path);
-        return 0;
-    }
-    if (st.st_mode & S_IRGRP) fprintf(stderr, "%s: warning: %s is readable by its group; chmod 600 %s keeps it to its owner\n", prog, path, path);
-    return 1;
-}
-
-/* The first line of a secret file (a password), without its line ending. */
-static char *first_line(const char *path) {
-    static char buf[1024];
-    FILE *f = fopen(path, "r");
-    if (f && !secret_file_ok(f, path, "curl_fetch")) exit(2);
-    if (!f || !fgets(buf, sizeof buf, f)) { fprintf(stderr, "curl_fetch: cannot read %s\n", path); exit(2); }
-    fclose(f);
-    buf[strcspn(buf, "\r\n")] = 0;
-    return buf;
-}
-
 static int fail(const char *what, int rc) {
     fprintf(stderr, "curl_fetch: %s: %s (%s)\n", what, mtls_last_error(), mtls_error_name(rc));
     return 1;
@@ -134,8 +103,15 @@ int main(int argc, char **argv) {
         mtls_store_close(s);
         if (rc != MTLS_OK) return fail(label, rc);
     } else {
-        rc = mtls_identity_resolve(p12, NULL, password_file ? first_line(password_file) : NULL, NULL, NULL,
-                                   &setup.identity);
+        /* The password file is read by the library, with its rule for secret files (owner and
+         * mode checked); mtls_string_free zeroes the copy. */
+        char *password = NULL;
+        if (password_file && (rc = mtls_password_file_read(password_file, &password)) != MTLS_OK) {
+            fail(password_file, rc);
+            return 2;
+        }
+        rc = mtls_identity_resolve(p12, NULL, password, NULL, NULL, &setup.identity);
+        mtls_string_free(password);
         if (rc != MTLS_OK) return fail(p12, rc);
     }
     /* The policy: a policy file (host rules, pins), and/or the pinned anchor only, not the

@@ -148,6 +148,16 @@ MTLS_EXTERN void mtls_string_list_free(char **list, size_t count);
  * NULL is a no-op. */
 MTLS_EXTERN void mtls_bytes_free(uint8_t *b);
 
+/* Read a password from a secret file as libmtls reads its own secret files (and OpenSSH a key):
+ * refused with MTLS_E_INVALID_ARGUMENT, naming the file, when it is owned by neither the
+ * effective user nor root, when anyone but its owner can write it, or when everyone can read it
+ * (a group-readable one is read, with a warning through mtls_take_warnings); terminals are not
+ * checked. *out receives the first line without its line ending (it may be empty), a NUL-terminated
+ * copy the caller frees with mtls_string_free, which zeroes it; a line holding a NUL byte is
+ * MTLS_E_INVALID_ARGUMENT. Also: MTLS_E_NOT_FOUND, MTLS_E_IO, MTLS_E_LIMIT_EXCEEDED (over 64 KiB).
+ * *out is NULL on any error. */
+MTLS_EXTERN int mtls_password_file_read(const char *path, char **out);
+
 /* ======================================================================================
  * Certificates. An mtls_cert is immutable and reference counted: share it across threads
  * freely; each mtls_cert_ref needs one mtls_cert_free.

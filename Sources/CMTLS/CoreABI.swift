@@ -64,6 +64,32 @@ public func mtls_string_list_free(_ list: UnsafeMutablePointer<UnsafeMutablePoin
     freeArray(list, count) { wipeAndFree($0) }
 }
 
+/// `int mtls_password_file_read(const char *path, char **out)`: the core's secret-file reader
+/// (``FileIO/readSecret(_:kind:)``), copied into malloc'ed memory without passing through a Swift
+/// `String` (which could not be wiped).
+@_cdecl("mtls_password_file_read")
+public func mtls_password_file_read(_ path: UnsafePointer<CChar>?,
+                                    _ out: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    abiCall {
+        let out = try require(out, "out")
+        out.pointee = nil
+        let secret = try FileIO.readSecret(try string(path, "path"), kind: .password)
+        try secret.withBytes { b in
+            guard !b.contains(0) else {
+                throw MTLSError(.invalidArgument, "the password file holds a NUL byte on its first line")
+            }
+            guard let mem = malloc(b.count + 1)?.assumingMemoryBound(to: CChar.self) else {
+                throw MTLSError(.noMemory, "out of memory")
+            }
+            b.withMemoryRebound(to: CChar.self) { c in
+                if let base = c.baseAddress { mem.update(from: base, count: c.count) }
+            }
+            mem[b.count] = 0
+            out.pointee = mem
+        }
+    }
+}
+
 /// `void mtls_bytes_free(uint8_t *b)`
 @_cdecl("mtls_bytes_free")
 public func mtls_bytes_free(_ b: UnsafeMutablePointer<UInt8>?) { wipeAndFree(b) }

@@ -4,11 +4,40 @@
  * gets the core's fallback name; an issued .p12 carries the CN as its friendly name; a listener's
  * CA names are converted and checked, and a version 1 structure still works. */
 #include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "test_support.h"
 
 int main(void) {
     const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
     char cmd[4096], csr_path[512];
+
+    /* Secret files are read by the core's one reader, for C programs too (the examples use it):
+     * the first line without its ending, owner and mode checked, NULL out on every error. */
+    {
+        char pw_path[512];
+        char *pw = (char *)1;
+        snprintf(pw_path, sizeof pw_path, "%s/facts-pw.txt", tmp);
+        FILE *f = fopen(pw_path, "w");
+        CHECK(f != NULL);
+        fputs("s3cret\r\nsecond line\n", f);
+        fclose(f);
+        CHECK(chmod(pw_path, 0600) == 0);
+        CHECK_OK(mtls_password_file_read(pw_path, &pw));
+        CHECK(pw != NULL && strcmp(pw, "s3cret") == 0);
+        mtls_string_free(pw);
+        CHECK(chmod(pw_path, 0644) == 0);
+        pw = (char *)1;
+        CHECK_RC(mtls_password_file_read(pw_path, &pw), MTLS_E_INVALID_ARGUMENT);
+        CHECK(pw == NULL && strstr(mtls_last_error(), "readable by everyone") != NULL);
+        CHECK(chmod(pw_path, 0600) == 0 && chown(pw_path, 4242, 4242) == 0);
+        CHECK_RC(mtls_password_file_read(pw_path, &pw), MTLS_E_INVALID_ARGUMENT);
+        CHECK(strstr(mtls_last_error(), "owned by another user") != NULL);
+        CHECK(unlink(pw_path) == 0);
+        CHECK_RC(mtls_password_file_read(pw_path, &pw), MTLS_E_NOT_FOUND);
+        CHECK_RC(mtls_password_file_read(NULL, &pw), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_password_file_read(pw_path, NULL), MTLS_E_INVALID_ARGUMENT);
+    }
 
     /* Defaults come from the core: what a zeroed struct would mean, spelt out. */
     mtls_conn_options o;

@@ -91,7 +91,7 @@ def test_a_private_key_file_is_a_secret_file_and_a_certificate_is_not(pki):
     assert run_cli("cert", "show", pki / "leaf.pem").returncode == 0
 
 
-@pytest.mark.parametrize("mode, owner, why", [(0o644, 0, "can be read or written by others"),
+@pytest.mark.parametrize("mode, owner, why", [(0o644, 0, "is readable by everyone (mode 0644)"),
                                               (0o600, 4242, "owned by another user (uid 4242)")],
                          ids=["0644", "other-owner"])
 def test_the_c_example_refuses_an_unprotected_password_file_as_the_library_does(pki, tmp_path, mode, owner, why):
