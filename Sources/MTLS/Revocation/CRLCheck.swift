@@ -34,6 +34,27 @@ enum RevocationEvents {
         events?.emit(LifecycleEvent(kind: .revocationFetchFailed, label: url, certificate: certificate,
                                     error: MTLSError(problem.code, problem.description), message: message))
     }
+
+    /// Reports a CRL file given to the policy that is past its nextUpdate (`problem` carries it),
+    /// once per file and staleness: the same stale file met at every evaluation is reported once;
+    /// a file whose CRL has another nextUpdate would be reported again. The event is labelled
+    /// with the file's path (the issuer's name for a CRL parsed from memory).
+    static func staleFile(_ events: LifecycleEvents?, file: RevocationList, certificate: Certificate, issuer: Certificate,
+                          problem: RevocationProblem) {
+        guard let stale = problem.staleNextUpdate else { return }
+        let first = file.staleReported.withLock { reported -> Bool in
+            if reported == stale { return false }
+            reported = stale
+            return true
+        }
+        guard first else { return }
+        let label = file.path ?? issuer.subject
+        let message = "revocation: the CRL file \(file.path ?? "given to the policy") of \"\(issuer.subjectSummary)\" is past its nextUpdate "
+            + "\(RevocationCheck.rfc3339(stale)): load a fresh one (checking \"\(certificate.subjectSummary)\")"
+        LibraryWarnings.emit(message)
+        events?.emit(LifecycleEvent(kind: .revocationFetchFailed, label: label, certificate: certificate,
+                                    error: MTLSError(problem.code, problem.description), message: message))
+    }
 }
 
 /// Checking a CRL against the issuer in the built chain, with OpenSSL, and looking a certificate

@@ -483,3 +483,60 @@ def test_a_stale_crl_fires_one_event_per_staleness(pki, crl_server):
     assert r.revocation["checks"][0]["status"] == "unknown"
     assert crl_server.httpd.hits["/stale.crl"] == 2  # fetched again...
     assert len(events) == 1, events  # ...and not reported again
+
+
+def test_a_stale_crl_file_fires_one_event_per_file_and_staleness(pki, tmp_path):
+    """A CRL file given to the policy (mtls_policy_add_crl_file) that is past its nextUpdate: the
+    status is unknown, said so, and one revocation_fetch_failed event, labelled with the file's
+    path, says the CRL file is past its nextUpdate -- once, not at every evaluation (issue 28;
+    before, the status was unknown with no event at all)."""
+    path = tmp_path / "customer-r.crl"
+    path.write_bytes(pki["inter"].crl([], now=int(time.time()) - 3 * 86400, days=1))
+    gina, hank = pki["inter"].issue_client("gina"), pki["inter"].issue_client("hank")  # no distribution point
+    policy = mtls.Policy(anchors=[pki["root"].certificate], revocation=dict(mode="soft"), crl_files=[path])
+    events = []
+    policy.set_event_callback(events.append)
+    r = policy.evaluate(certs(gina), purpose="client")
+    check = r.revocation["checks"][0]
+    assert r.trusted and check["status"] == "unknown", check
+    assert str(path) in check["error"] and "stale" in check["error"], check
+    [e] = events
+    assert e.kind == "revocation_fetch_failed" and e.label == str(path), e
+    assert "past its nextUpdate" in e.message and "Customer R" in e.message, e.message
+    assert e.error is not None and issubclass(e.error, mtls.MTLSError)
+    # Again, and for another certificate the same file covers: the same staleness, no new event.
+    for issued in (gina, hank, gina):
+        assert policy.evaluate(certs(issued), purpose="client").revocation["checks"][0]["status"] == "unknown"
+    assert len(events) == 1, events
+    # Hard refuses, as before.
+    hard = mtls.Policy(anchors=[pki["root"].certificate], revocation=dict(mode="hard"), crl_files=[path])
+    assert hard.evaluate(certs(gina), purpose="client").codes == ["revocation_unknown"]
+
+
+class _V6CRLServer(http.server.ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def test_a_crl_distribution_point_with_an_rfc6874_zone_is_fetched(pki):
+    """A CRL distribution point naming the loopback with a zone, http://[::1%25N]:P/z.crl with N
+    the index of lo (RFC 6874: "%25" is the encoded "%"; glibc resolves interface names for
+    link-local addresses only), is read by the core's one URL parser: fetched from ::1 on lo (the
+    zone decoded; before, "25N" was taken for the interface and the fetch failed)."""
+    httpd = _V6CRLServer(("::1", 0), _Handler)
+    httpd.files, httpd.hits, httpd.delay, httpd.lock = {}, {}, 0.0, threading.Lock()
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://[::1%25{socket.if_nametoindex('lo')}]:{httpd.server_address[1]}/z.crl"
+        ivy = pki["inter"].issue_client("ivy", crl_url=url)
+        assert ivy.certificate.crl_urls == [url]
+        httpd.files["/z.crl"] = pki["inter"].crl([ivy.certificate.serial_hex], number=3)
+        r = client_policy(pki).evaluate(certs(ivy), purpose="client")
+        assert r.codes == ["revoked"], r
+        assert r.revocation["checks"][0]["url"] == url and httpd.hits["/z.crl"] == 1
+        # A broken zone is refused by the same parser, here when a CA would publish it.
+        with pytest.raises(errors.InvalidArgument):
+            pki["inter"].issue_client("ivy-bad", crl_url=f"http://[::1%25%zz]:{httpd.server_address[1]}/z.crl")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
