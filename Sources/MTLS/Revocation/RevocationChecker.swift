@@ -80,11 +80,10 @@ enum RevocationChecker {
                     do {
                         try CRLCheck.verifyOnce(file, issuer: issuer, time: time)
                     } catch let p as RevocationProblem where p.staleNextUpdate != nil {
-                        // This issuer's CRL file, past its nextUpdate: said in the status and,
-                        // once per staleness, as an event (as a stale fetched CRL is).
+                        // This issuer's CRL file, past its nextUpdate, said in the status (the
+                        // event is fired once per staleness by the evaluator: RevocationEvents.staleFiles).
                         let name = file.path.map { "the CRL file \($0)" } ?? "a CRL given to the policy"
                         problems.append("\(name) (issuer \"\(issuer.subjectSummary)\") is stale: \(p.description)")
-                        RevocationEvents.staleFile(events, file: file, certificate: cert, issuer: issuer, problem: p)
                         continue
                     } catch {
                         continue  // another issuer's CRL, or one that does not verify: not this certificate's

@@ -28,10 +28,13 @@ public final class RevocationList: @unchecked Sendable {
     /// The nextUpdate of this CRL last reported stale (``RevocationEvents/staleFile``): a CRL file
     /// past its nextUpdate is reported once per staleness, not at every evaluation.
     let staleReported = Mutex<Date?>(nil)
+    /// The CRL's nextUpdate, read once: whether it is stale is asked at every evaluation.
+    let nextUpdate: Date?
 
     init(takingOwnership crl: OpaquePointer, path: String? = nil) throws {
         self.crl = crl
         self.path = path
+        nextUpdate = X509_CRL_get0_nextUpdate(crl).map { Certificate.date($0) }
         idpFlags = mtls_ossl_X509_CRL_idp_flags(crl)
         guard let der = derEncode({ i2d_X509_CRL(crl, $0) }) else {
             X509_CRL_free(crl)

@@ -486,31 +486,40 @@ def test_a_stale_crl_fires_one_event_per_staleness(pki, crl_server):
 
 
 def test_a_stale_crl_file_fires_one_event_per_file_and_staleness(pki, tmp_path):
-    """A CRL file given to the policy (mtls_policy_add_crl_file) that is past its nextUpdate: the
-    status is unknown, said so, and one revocation_fetch_failed event, labelled with the file's
-    path, says the CRL file is past its nextUpdate -- once, not at every evaluation (issue 28;
-    before, the status was unknown with no event at all)."""
-    path = tmp_path / "customer-r.crl"
-    path.write_bytes(pki["inter"].crl([], now=int(time.time()) - 3 * 86400, days=1))
-    gina, hank = pki["inter"].issue_client("gina"), pki["inter"].issue_client("hank")  # no distribution point
-    policy = mtls.Policy(anchors=[pki["root"].certificate], revocation=dict(mode="soft"), crl_files=[path])
+    """A CRL file given to the policy (mtls_policy_add_crl_file) that is past its nextUpdate fires
+    one revocation_fetch_failed event, labelled with the file's path, saying the CRL file is past
+    its nextUpdate -- once per file and staleness, not at every evaluation (issue 28; before, no
+    event at all). The root's stale CRL leaves the intermediate's status unknown (said so); the
+    issuing CA's stale CRL is refused by OpenSSL's CRL check (crl_invalid), as before."""
+    old = int(time.time()) - 3 * 86400
+    inter = pki["root"].issue_intermediate("Customer S")  # no distribution point: the files only
+    fresh, stale_root, stale_s = tmp_path / "s.crl", tmp_path / "root.crl", tmp_path / "s-stale.crl"
+    fresh.write_bytes(inter.crl([], number=2))
+    stale_root.write_bytes(pki["root"].crl([], now=old, days=1))
+    stale_s.write_bytes(inter.crl([], now=old, days=1))
+    gina, hank = inter.issue_client("gina"), inter.issue_client("hank")
+    policy = mtls.Policy(anchors=[pki["root"].certificate], revocation=dict(mode="soft"), crl_files=[fresh, stale_root])
     events = []
     policy.set_event_callback(events.append)
     r = policy.evaluate(certs(gina), purpose="client")
-    check = r.revocation["checks"][0]
-    assert r.trusted and check["status"] == "unknown", check
-    assert str(path) in check["error"] and "stale" in check["error"], check
+    assert r.trusted, r
+    checks = r.revocation["checks"]
+    assert [(c["status"], c.get("source")) for c in checks] == [("good", "crl_file"), ("unknown", None)], checks
+    assert str(stale_root) in checks[1]["error"] and "stale" in checks[1]["error"], checks
     [e] = events
-    assert e.kind == "revocation_fetch_failed" and e.label == str(path), e
-    assert "past its nextUpdate" in e.message and "Customer R" in e.message, e.message
+    assert e.kind == "revocation_fetch_failed" and e.label == str(stale_root), e
+    assert "past its nextUpdate" in e.message and "Rev Root" in e.message and str(stale_root) in e.message, e.message
     assert e.error is not None and issubclass(e.error, mtls.MTLSError)
-    # Again, and for another certificate the same file covers: the same staleness, no new event.
+    # Again, and for another certificate: the same staleness, no new event.
     for issued in (gina, hank, gina):
-        assert policy.evaluate(certs(issued), purpose="client").revocation["checks"][0]["status"] == "unknown"
+        assert policy.evaluate(certs(issued), purpose="client").revocation["checks"][1]["status"] == "unknown"
     assert len(events) == 1, events
-    # Hard refuses, as before.
-    hard = mtls.Policy(anchors=[pki["root"].certificate], revocation=dict(mode="hard"), crl_files=[path])
-    assert hard.evaluate(certs(gina), purpose="client").codes == ["revocation_unknown"]
+    # The issuing CA's own CRL stale: refused (crl_invalid), whatever the mode, and reported once.
+    refusing = mtls.Policy(anchors=[pki["root"].certificate], crl_files=[stale_s])
+    refusing.set_event_callback(events.append)
+    for issued in (gina, hank):
+        assert refusing.evaluate(certs(issued), purpose="client").codes == ["crl_invalid"]
+    assert [e.label for e in events] == [str(stale_root), str(stale_s)], events
 
 
 class _V6CRLServer(http.server.ThreadingHTTPServer):
