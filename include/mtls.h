@@ -158,6 +158,15 @@ MTLS_EXTERN void mtls_bytes_free(uint8_t *b);
  * *out is NULL on any error. */
 MTLS_EXTERN int mtls_password_file_read(const char *path, char **out);
 
+/* Split an http:// or https:// URL as libmtls reads every URL it connects to (mtls connect, the
+ * ACME and EST clients, CRL distribution points, OCSP responders), so that a front end reading a
+ * URL of its own (a proxy URL) reads it the same way: *host receives the host, a new string the
+ * caller frees with mtls_string_free (an IPv6 literal without its brackets, an RFC 6874 zone
+ * "[fe80::1%25eth0]" decoded to "fe80::1%eth0"); *port the port (80 for http, 443 for https when
+ * the URL names none). Another scheme, user information, no host, an IPv6 address without
+ * brackets, a malformed port or zone: MTLS_E_INVALID_ARGUMENT. *host is NULL on any error. */
+MTLS_EXTERN int mtls_url_host_port(const char *url, char **host, uint16_t *port);
+
 /* ======================================================================================
  * Certificates. An mtls_cert is immutable and reference counted: share it across threads
  * freely; each mtls_cert_ref needs one mtls_cert_free.

@@ -105,3 +105,22 @@ func wipeAndFree<T>(_ p: UnsafeMutablePointer<T>?) {
     explicit_bzero(p, libmtls_malloc_usable_size(p))
     free(p)
 }
+
+/// `int mtls_url_host_port(const char *url, char **host, uint16_t *port)`: the core's URL
+/// parser (``URLAuthority``) for front ends that read a URL of their own (Python's proxy URLs).
+@_cdecl("mtls_url_host_port")
+public func mtls_url_host_port(_ url: UnsafePointer<CChar>?, _ host: CStringOut?, _ port: UnsafeMutablePointer<UInt16>?) -> Int32 {
+    abiCall {
+        let host = try require(host, "host")
+        host.pointee = nil
+        let port = try require(port, "port")
+        let text = try string(url, "url")
+        guard text.lowercased().hasPrefix("http://") || text.lowercased().hasPrefix("https://") else {
+            throw MTLSError(.invalidArgument, "not an http:// or https:// URL: \(text)")
+        }
+        let parts = text.lowercased().hasPrefix("http://") ? try URLAuthority.hostAndPort(http: text)
+                                                           : try URLAuthority.hostAndPort(https: text)
+        try putString(parts.host, host)
+        port.pointee = parts.port
+    }
+}

@@ -39,6 +39,26 @@ int main(void) {
         CHECK_RC(mtls_password_file_read(pw_path, NULL), MTLS_E_INVALID_ARGUMENT);
     }
 
+    /* URLs are read by the core's one parser (issue 23): an RFC 6874 zone decoded, the scheme's
+     * default port, a broken zone refused with *host NULL. */
+    {
+        char *host = (char *)1;
+        uint16_t port = 0;
+        CHECK_OK(mtls_url_host_port("http://[fe80::1%25eth0]:3128/x", &host, &port));
+        CHECK(host != NULL && strcmp(host, "fe80::1%eth0") == 0 && port == 3128);
+        mtls_string_free(host);
+        CHECK_OK(mtls_url_host_port("HTTPS://ca.test/acme", &host, &port));
+        CHECK(strcmp(host, "ca.test") == 0 && port == 443);
+        mtls_string_free(host);
+        host = (char *)1;
+        CHECK_RC(mtls_url_host_port("http://[fe80::1%25%zz]/", &host, &port), MTLS_E_INVALID_ARGUMENT);
+        CHECK(host == NULL && strstr(mtls_last_error(), "percent-encoding in the IPv6 zone") != NULL);
+        CHECK_RC(mtls_url_host_port("ftp://ca.test/", &host, &port), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_url_host_port(NULL, &host, &port), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_url_host_port("http://ca.test/", NULL, &port), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_url_host_port("http://ca.test/", &host, NULL), MTLS_E_INVALID_ARGUMENT);
+    }
+
     /* Defaults come from the core: what a zeroed struct would mean, spelt out. */
     mtls_conn_options o;
     memset(&o, 0x5a, sizeof o);

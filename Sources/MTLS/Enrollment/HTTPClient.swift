@@ -7,44 +7,16 @@ struct HTTPSURL: Sendable, CustomStringConvertible {
     /// The path and query, starting with "/".
     var target: String
 
-    /// Parses `https://host[:port][/path]` (an IPv6 host in brackets). Anything else is
-    /// ``MTLSError/Code/invalidArgument``: enrollment speaks only HTTPS.
+    /// Parses `https://host[:port][/path]` with the one URL parser of libmtls
+    /// (``URLAuthority``): an IPv6 host in brackets, its RFC 6874 zone (`[fe80::1%25eth0]`)
+    /// decoded. Anything else is ``MTLSError/Code/invalidArgument``: enrollment speaks only HTTPS.
     init(_ text: String) throws {
-        guard text.lowercased().hasPrefix("https://") else {
-            throw MTLSError(.invalidArgument, "not an https:// URL: \(text)")
-        }
-        let rest = text.dropFirst("https://".count)
-        let slash = rest.firstIndex(of: "/") ?? rest.endIndex
-        let authority = String(rest[..<slash])
-        target = slash == rest.endIndex ? "/" : String(rest[slash...])
-        guard !authority.isEmpty, !authority.contains("@"), !target.contains(" ") else {
-            throw MTLSError(.invalidArgument, "not a usable https:// URL: \(text)")
-        }
-        var hostPart = authority, portPart: Substring? = nil
-        if authority.hasPrefix("[") {
-            guard let close = authority.firstIndex(of: "]") else { throw MTLSError(.invalidArgument, "bad IPv6 host in \(text)") }
-            hostPart = String(authority[authority.index(after: authority.startIndex)..<close])
-            let after = authority[authority.index(after: close)...]
-            if after.hasPrefix(":") { portPart = after.dropFirst() } else if !after.isEmpty {
-                throw MTLSError(.invalidArgument, "bad authority in \(text)")
-            }
-        } else if let colon = authority.lastIndex(of: ":") {
-            hostPart = String(authority[..<colon])
-            portPart = authority[authority.index(after: colon)...]
-        }
-        host = hostPart
-        if let portPart {
-            guard let p = UInt16(portPart), p > 0 else { throw MTLSError(.invalidArgument, "bad port in \(text)") }
-            port = p
-        } else {
-            port = 443
-        }
-        guard !host.isEmpty else { throw MTLSError(.invalidArgument, "no host in \(text)") }
+        (host, port, target) = try URLAuthority.parse(text, scheme: "https", defaultPort: 443)
+        guard !target.contains(" ") else { throw MTLSError(.invalidArgument, "not a usable https:// URL: \(text)") }
     }
 
     var description: String {
-        let h = host.contains(":") ? "[\(host)]" : host
-        return "https://\(h)\(port == 443 ? "" : ":\(port)")\(target)"
+        "https://\(URLAuthority.uriHost(host))\(port == 443 ? "" : ":\(port)")\(target)"
     }
 }
 
@@ -94,7 +66,7 @@ struct HTTPSClient: Sendable {
         if opts.serverName == nil && !Socket.isIPLiteral(u.host) { opts.serverName = u.host }
         let conn = try TLSConnection.connect(host: u.host, port: u.port, options: opts)
         defer { conn.close() }
-        let hostHeader = (u.host.contains(":") ? "[\(u.host)]" : u.host) + (u.port == 443 ? "" : ":\(u.port)")
+        let hostHeader = URLAuthority.hostHeader(u.host, port: u.port, defaultPort: 443)
         var head = "\(method) \(u.target) HTTP/1.1\r\nHost: \(hostHeader)\r\nConnection: close\r\nUser-Agent: libmtls/\(MTLSVersion.string)\r\n"
         for (name, value) in headers {
             guard !name.contains(where: { $0 == "\r" || $0 == "\n" || $0 == ":" }), !value.contains(where: { $0 == "\r" || $0 == "\n" }) else {

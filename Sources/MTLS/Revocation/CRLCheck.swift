@@ -34,6 +34,33 @@ enum RevocationEvents {
         events?.emit(LifecycleEvent(kind: .revocationFetchFailed, label: url, certificate: certificate,
                                     error: MTLSError(problem.code, problem.description), message: message))
     }
+
+    /// Reports each CRL given to the policy (``TrustPolicy/crls``: `mtls_policy_add_crl_file`,
+    /// policy JSON `crls`) that is past its nextUpdate at `time`, once per file and staleness:
+    /// the same stale file met at every evaluation is reported once; a CRL with another
+    /// nextUpdate would be reported again. Whatever the revocation mode: a stale file is refused
+    /// by OpenSSL's CRL check (`crl_invalid`) for the leaf and leaves the status `unknown` in the
+    /// revocation checks, and either way someone has to load a fresh one. The event is labelled
+    /// with the file's path (the CRL's issuer for a CRL parsed from memory).
+    static func staleFiles(_ files: [RevocationList], time: Date, events: LifecycleEvents?) {
+        for file in files {
+            guard let next = file.nextUpdate, next < time else { continue }
+            let first = file.staleReported.withLock { reported -> Bool in
+                if reported == next { return false }
+                reported = next
+                return true
+            }
+            guard first else { continue }
+            let issuer = Certificate.rfc4514(X509_CRL_get_issuer(file.crl))
+            let what = file.path.map { "the CRL file \($0)" } ?? "a CRL given to the policy"
+            let message = "revocation: \(what) (issuer \"\(issuer)\") is past its nextUpdate \(RevocationCheck.rfc3339(next)): "
+                + "certificates it covers get no revocation answer from it until a fresh one is loaded"
+            LibraryWarnings.emit(message)
+            events?.emit(LifecycleEvent(kind: .revocationFetchFailed, label: file.path ?? issuer,
+                                        error: MTLSError(.untrusted, "\(what) is stale: its nextUpdate \(RevocationCheck.rfc3339(next)) has passed"),
+                                        message: message))
+        }
+    }
 }
 
 /// Checking a CRL against the issuer in the built chain, with OpenSSL, and looking a certificate

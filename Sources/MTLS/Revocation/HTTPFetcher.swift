@@ -14,44 +14,22 @@ public struct HTTPURL: Hashable, Sendable, CustomStringConvertible {
     /// The URL as given.
     public let description: String
 
-    /// Parses `http://host[:port][/path]`; nil for any other scheme, user information, an empty
-    /// host or a bad port. The scheme is case-insensitive.
+    /// Parses `http://host[:port][/path]` with the one URL parser of libmtls (``URLAuthority``:
+    /// an IPv6 host in brackets, its RFC 6874 zone `[fe80::1%25eth0]` decoded); nil for any other
+    /// scheme, user information, an empty host, a bad port or zone, or text that is not printable
+    /// ASCII. The scheme is case-insensitive.
     public init?(_ text: String) {
-        guard text.utf8.count <= 2048, text.lowercased().hasPrefix("http://"),
-              text.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) else { return nil }
-        let rest = text.dropFirst(7)
-        let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
-        let authority = String(rest[..<authorityEnd])
-        var path = String(rest[authorityEnd...])
-        if let hash = path.firstIndex(of: "#") { path = String(path[..<hash]) }
-        if path.isEmpty { path = "/" } else if path.hasPrefix("?") { path = "/" + path }
-        guard !authority.isEmpty, !authority.contains("@") else { return nil }
-        var host: String
-        var portText: String?
-        if authority.hasPrefix("[") {
-            guard let close = authority.firstIndex(of: "]") else { return nil }
-            host = String(authority[authority.index(after: authority.startIndex)..<close])
-            let after = authority[authority.index(after: close)...]
-            if !after.isEmpty {
-                guard after.hasPrefix(":") else { return nil }
-                portText = String(after.dropFirst())
-            }
-        } else {
-            let parts = authority.split(separator: ":", omittingEmptySubsequences: false)
-            guard parts.count <= 2 else { return nil }
-            host = String(parts[0])
-            if parts.count == 2 { portText = String(parts[1]) }
+        guard let parsed = try? HTTPURL(parsing: text) else { return nil }
+        self = parsed
+    }
+
+    /// ``init(_:)``, throwing ``MTLSError/Code/invalidArgument`` with what is wrong.
+    public init(parsing text: String) throws {
+        guard text.utf8.count <= 2048, text.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) else {
+            throw MTLSError(.invalidArgument, "not a usable http:// URL (at most 2048 printable ASCII characters): \(text)")
         }
-        guard !host.isEmpty else { return nil }
-        var port: UInt16 = 80
-        if let portText {
-            guard let p = UInt16(portText), p > 0 else { return nil }
-            port = p
-        }
-        self.host = host
-        self.port = port
-        self.path = path
-        self.description = text
+        (host, port, path) = try URLAuthority.parse(text, scheme: "http", defaultPort: 80)
+        description = text
     }
 }
 
@@ -94,10 +72,14 @@ public enum HTTPFetcher {
         let deadline = Deadline(seconds: limits.timeout)
         var current = url
         for _ in 0...3 {
-            guard let target = HTTPURL(current) else {
+            guard current.lowercased().hasPrefix("http://") else {
                 throw MTLSError(.invalidArgument, current == url
                     ? "\(current) is not an http: URL (libmtls fetches revocation data over http: only)"
                     : "\(url) redirects to \(current), which is not an http: URL: refused")
+            }
+            let target: HTTPURL
+            do { target = try HTTPURL(parsing: current) } catch let e as MTLSError {
+                throw MTLSError(.invalidArgument, current == url ? e.message : "\(url) redirects to an unusable URL: \(e.message)")
             }
             switch try exchange(target, method: method, body: body, contentType: contentType, limits: limits, deadline: deadline) {
             case .body(let b): return b
@@ -113,8 +95,7 @@ public enum HTTPFetcher {
     /// a scheme is returned as is, to be checked by the caller).
     private static func resolve(_ location: String, against base: HTTPURL) -> String {
         if location.hasPrefix("/") && !location.hasPrefix("//") {
-            let host = base.host.contains(":") ? "[\(base.host)]" : base.host
-            return "http://\(host):\(base.port)\(location)"
+            return "http://\(URLAuthority.uriHost(base.host)):\(base.port)\(location)"
         }
         return location
     }
@@ -123,7 +104,7 @@ public enum HTTPFetcher {
                                  deadline: Deadline) throws -> Answer {
         let fd = try Socket.connect(host: url.host, port: url.port, deadline: deadline)
         defer { close(fd) }
-        let hostHeader = (url.host.contains(":") ? "[\(url.host)]" : url.host) + (url.port == 80 ? "" : ":\(url.port)")
+        let hostHeader = URLAuthority.hostHeader(url.host, port: url.port, defaultPort: 80)
         var head = "\(method) \(url.path) HTTP/1.1\r\nHost: \(hostHeader)\r\nUser-Agent: libmtls/\(MTLSVersion.string)\r\n"
             + "Accept: */*\r\nConnection: close\r\n"
         if let body {

@@ -77,7 +77,17 @@ enum RevocationChecker {
             case .crl:
                 // CRLs given to the policy by hand first: no network needed.
                 for file in crlFiles where CRLCheck.covers(file, cert) {
-                    guard (try? CRLCheck.verifyOnce(file, issuer: issuer, time: time)) != nil else { continue }
+                    do {
+                        try CRLCheck.verifyOnce(file, issuer: issuer, time: time)
+                    } catch let p as RevocationProblem where p.staleNextUpdate != nil {
+                        // This issuer's CRL file, past its nextUpdate, said in the status (the
+                        // event is fired once per staleness by the evaluator: RevocationEvents.staleFiles).
+                        let name = file.path.map { "the CRL file \($0)" } ?? "a CRL given to the policy"
+                        problems.append("\(name) (issuer \"\(issuer.subjectSummary)\") is stale: \(p.description)")
+                        continue
+                    } catch {
+                        continue  // another issuer's CRL, or one that does not verify: not this certificate's
+                    }
                     let (this, next) = CRLCheck.dates(file.crl)
                     return verdict(cert, index, in: file.crl, source: "crl_file", url: nil, fetchedAt: nil, origin: nil,
                                    thisUpdate: this, nextUpdate: next)

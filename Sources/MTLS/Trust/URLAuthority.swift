@@ -1,6 +1,9 @@
 import FoundationEssentials
 
-/// The host and port of an `https://` URL, as a peer to connect to (`mtls connect https://...`).
+/// The one parser of the URLs libmtls connects to: `mtls connect https://...`, the ACME
+/// directory and every URL in its answers, the EST server's URL (``HTTPSURL``), CRL
+/// distribution points and OCSP responders (``HTTPURL``). Each reads the host, port and zone
+/// the same way and refuses the same malformed ones with the same message.
 ///
 /// An IPv6 literal's zone is read as RFC 6874 writes it in a URI: `[fe80::1%25eth0]` is the
 /// address `fe80::1` on the link `eth0` ("%25" is the percent-encoded "%"; the zone after it is
@@ -12,11 +15,35 @@ public enum URLAuthority {
     /// (443 when the URL names none) of `url`. Throws ``MTLSError/Code/invalidArgument`` when
     /// `url` is not an `https://` URL with a host, or its port or zone is malformed.
     public static func hostAndPort(https url: String) throws -> (host: String, port: UInt16) {
+        let parts = try parse(url, scheme: "https", defaultPort: 443)
+        return (parts.host, parts.port)
+    }
+
+    /// The host and port of an `http://` URL (port 80 by default), read as
+    /// ``hostAndPort(https:)`` reads an `https://` one.
+    public static func hostAndPort(http url: String) throws -> (host: String, port: UInt16) {
+        let parts = try parse(url, scheme: "http", defaultPort: 80)
+        return (parts.host, parts.port)
+    }
+
+    /// `url` (`scheme://host[:port][/path][?query][#fragment]`, the scheme case-insensitive)
+    /// split: the host (an IPv6 literal without brackets, its zone decoded as `%zone`), the port
+    /// (`defaultPort` when absent or empty) and the request target (path and query, starting
+    /// with "/"; the fragment dropped). Throws ``MTLSError/Code/invalidArgument`` for another
+    /// scheme, user information, a missing host, an unbracketed IPv6 address, a malformed port
+    /// or zone.
+    static func parse(_ url: String, scheme: String, defaultPort: UInt16) throws -> (host: String, port: UInt16, target: String) {
         func bad(_ why: String) -> MTLSError { MTLSError(.invalidArgument, "\(why): \(url)") }
-        let scheme = "https://"
-        guard url.count > scheme.count, url.prefix(scheme.count).lowercased() == scheme else { throw bad("not an https:// URL") }
-        var authority = Substring(url.dropFirst(scheme.count))
-        if let end = authority.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) { authority = authority[..<end] }
+        let prefix = scheme + "://"
+        guard url.count > prefix.count, url.prefix(prefix.count).lowercased() == prefix else { throw bad("not an \(prefix) URL") }
+        var authority = Substring(url.dropFirst(prefix.count))
+        var target = "/"
+        if let end = authority.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) {
+            var rest = authority[end...]
+            if let hash = rest.firstIndex(of: "#") { rest = rest[..<hash] }
+            target = rest.hasPrefix("/") ? String(rest) : "/" + rest
+            authority = authority[..<end]
+        }
         guard !authority.contains("@") else { throw bad("a URL with a user name cannot be a peer") }
         var host: String
         var portText: Substring?
@@ -44,11 +71,36 @@ public enum URLAuthority {
                 authority = authority[..<colon]
             }
             host = String(authority)
+            // "http://::1:80/" could be read several ways: RFC 3986 brackets IPv6 literals.
+            guard !host.contains(":") else { throw bad("an IPv6 address must be written in brackets ([::1]:port)") }
         }
         guard !host.isEmpty else { throw bad("a URL without a host") }
-        guard let portText, !portText.isEmpty else { return (host, 443) }
-        guard portText.allSatisfy(\.isASCII), let port = UInt16(portText), port > 0 else { throw bad("a malformed port") }
-        return (host, port)
+        guard let portText, !portText.isEmpty else { return (host, defaultPort, target) }
+        guard portText.allSatisfy({ $0.isASCII && $0.isNumber }), let port = UInt16(portText), port > 0 else { throw bad("a malformed port") }
+        return (host, port, target)
+    }
+
+    /// `host` as a URL writes it: an IPv6 literal in brackets, its zone as RFC 6874 encodes it
+    /// (`[fe80::1%25eth0]`), so that ``parse(_:scheme:defaultPort:)`` reads it back unchanged.
+    static func uriHost(_ host: String) -> String {
+        guard host.contains(":") else { return host }
+        guard let percent = host.firstIndex(of: "%") else { return "[\(host)]" }
+        var zone = ""
+        for b in host[host.index(after: percent)...].utf8 {
+            let c = Character(Unicode.Scalar(b))
+            if b < 0x80, c.isLetter || c.isNumber || "-._~".contains(c) { zone.append(c) } else {
+                zone += "%" + String(b, radix: 16, uppercase: true).leftPadded(to: 2)
+            }
+        }
+        return "[\(host[..<percent])%25\(zone)]"
+    }
+
+    /// The value of an HTTP `Host` header for `host` and `port`: an IPv6 literal in brackets and
+    /// without its zone (the zone names a link on this machine, nothing the server knows; curl
+    /// leaves it out too), the port only when it is not `defaultPort`.
+    static func hostHeader(_ host: String, port: UInt16, defaultPort: UInt16) -> String {
+        let bare = host.contains(":") ? "[\(host.split(separator: "%", maxSplits: 1).first.map(String.init) ?? host)]" : host
+        return bare + (port == defaultPort ? "" : ":\(port)")
     }
 
     /// `text` with each %HH decoded; nil when a "%" is not followed by two hexadecimal digits or
@@ -75,4 +127,8 @@ public enum URLAuthority {
         default: return nil
         }
     }
+}
+
+private extension String {
+    func leftPadded(to width: Int) -> String { count >= width ? self : String(repeating: "0", count: width - count) + self }
 }

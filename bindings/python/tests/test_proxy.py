@@ -472,6 +472,24 @@ def test_a_tunnel_that_never_answers_the_handshake_times_out(pki):
         silent.stop()
 
 
+def test_proxy_url_host_is_read_by_the_core_parser():
+    """A proxy URL's host and port are read by the core's one URL parser (mtls_url_host_port), as
+    every URL libmtls connects to: an RFC 6874 zone "%25eth0" decoded to "%eth0" (before, the
+    proxy's host kept "%25eth0", which the resolver reads as the interface "25eth0"); a malformed
+    port refused as the core refuses it; user information still read here."""
+    p = mtls._proxy
+    proxy = p.HTTPProxy.from_url("http://user:pw@[fe80::1%25eth0]:3128")
+    assert (proxy.host, proxy.port) == ("fe80::1%eth0", 3128)
+    assert dict(proxy.headers)["Proxy-Authorization"] == "Basic dXNlcjpwdw=="
+    assert (p.HTTPProxy.from_url("[::1%25lo]").host, p.HTTPProxy.from_url("[::1%25lo]").port) == ("::1%lo", 80)
+    assert p.HTTPProxy.from_url("http://proxy.test:8080").host == "proxy.test"
+    with pytest.raises(p.UnsupportedProxy, match="malformed port"):
+        p.HTTPProxy.from_url("http://[fe80::1%25eth0]:99999")
+    with pytest.raises(mtls.errors.InvalidArgument, match="percent-encoding in the IPv6 zone"):
+        mtls._url.url_host("[fe80::1%25eth%zz]:8443")
+    assert mtls._url.url_host("[fe80::1%25eth0]:8443") == "[fe80::1%eth0]:8443"
+
+
 def test_connect_reply_takes_exactly_the_proxys_answer():
     """The reading of CONNECT's answer that the blocking and asyncio tunnels share: it takes the
     answer up to its blank line and not one byte of the server's TLS that may follow in the same

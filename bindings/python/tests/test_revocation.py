@@ -483,3 +483,69 @@ def test_a_stale_crl_fires_one_event_per_staleness(pki, crl_server):
     assert r.revocation["checks"][0]["status"] == "unknown"
     assert crl_server.httpd.hits["/stale.crl"] == 2  # fetched again...
     assert len(events) == 1, events  # ...and not reported again
+
+
+def test_a_stale_crl_file_fires_one_event_per_file_and_staleness(pki, tmp_path):
+    """A CRL file given to the policy (mtls_policy_add_crl_file) that is past its nextUpdate fires
+    one revocation_fetch_failed event, labelled with the file's path, saying the CRL file is past
+    its nextUpdate -- once per file and staleness, not at every evaluation (issue 28; before, no
+    event at all). The root's stale CRL leaves the intermediate's status unknown (said so); the
+    issuing CA's stale CRL is refused by OpenSSL's CRL check (crl_invalid), as before."""
+    old = int(time.time()) - 3 * 86400
+    inter = pki["root"].issue_intermediate("Customer S")  # no distribution point: the files only
+    fresh, stale_root, stale_s = tmp_path / "s.crl", tmp_path / "root.crl", tmp_path / "s-stale.crl"
+    fresh.write_bytes(inter.crl([], number=2))
+    stale_root.write_bytes(pki["root"].crl([], now=old, days=1))
+    stale_s.write_bytes(inter.crl([], now=old, days=1))
+    gina, hank = inter.issue_client("gina"), inter.issue_client("hank")
+    policy = mtls.Policy(anchors=[pki["root"].certificate], revocation=dict(mode="soft"), crl_files=[fresh, stale_root])
+    events = []
+    policy.set_event_callback(events.append)
+    r = policy.evaluate(certs(gina), purpose="client")
+    assert r.trusted, r
+    checks = r.revocation["checks"]
+    assert [(c["status"], c.get("source")) for c in checks] == [("good", "crl_file"), ("unknown", None)], checks
+    assert str(stale_root) in checks[1]["error"] and "stale" in checks[1]["error"], checks
+    [e] = events
+    assert e.kind == "revocation_fetch_failed" and e.label == str(stale_root), e
+    assert "past its nextUpdate" in e.message and "Rev Root" in e.message and str(stale_root) in e.message, e.message
+    assert e.error is not None and issubclass(e.error, mtls.MTLSError)
+    # Again, and for another certificate: the same staleness, no new event.
+    for issued in (gina, hank, gina):
+        assert policy.evaluate(certs(issued), purpose="client").revocation["checks"][1]["status"] == "unknown"
+    assert len(events) == 1, events
+    # The issuing CA's own CRL stale: refused (crl_invalid), whatever the mode, and reported once.
+    refusing = mtls.Policy(anchors=[pki["root"].certificate], crl_files=[stale_s])
+    refusing.set_event_callback(events.append)
+    for issued in (gina, hank):
+        assert refusing.evaluate(certs(issued), purpose="client").codes == ["crl_invalid"]
+    assert [e.label for e in events] == [str(stale_root), str(stale_s)], events
+
+
+class _V6CRLServer(http.server.ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def test_a_crl_distribution_point_with_an_rfc6874_zone_is_fetched(pki):
+    """A CRL distribution point naming the loopback with a zone, http://[::1%25N]:P/z.crl with N
+    the index of lo (RFC 6874: "%25" is the encoded "%"; glibc resolves interface names for
+    link-local addresses only), is read by the core's one URL parser: fetched from ::1 on lo (the
+    zone decoded; before, "25N" was taken for the interface and the fetch failed)."""
+    httpd = _V6CRLServer(("::1", 0), _Handler)
+    httpd.files, httpd.hits, httpd.delay, httpd.lock = {}, {}, 0.0, threading.Lock()
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://[::1%25{socket.if_nametoindex('lo')}]:{httpd.server_address[1]}/z.crl"
+        ivy = pki["inter"].issue_client("ivy", crl_url=url)
+        assert ivy.certificate.crl_urls == [url]
+        httpd.files["/z.crl"] = pki["inter"].crl([ivy.certificate.serial_hex], number=3)
+        r = client_policy(pki).evaluate(certs(ivy), purpose="client")
+        assert r.codes == ["revoked"], r
+        assert r.revocation["checks"][0]["url"] == url and httpd.hits["/z.crl"] == 1
+        # A broken zone is refused by the same parser, here when a CA would publish it.
+        with pytest.raises(errors.InvalidArgument):
+            pki["inter"].issue_client("ivy-bad", crl_url=f"http://[::1%25%zz]:{httpd.server_address[1]}/z.crl")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Optional, Tuple
 from urllib.parse import unquote, urlsplit
 
-from .errors import Error, Timeout, WantRead, WantWrite
+from ._url import url_host_port
+from .errors import Error, InvalidArgument, Timeout, WantRead, WantWrite
 from .tls import Connection, effective_timeout
 
 # Without timeouts from the caller, libmtls's own defaults (read from the library, see
@@ -66,17 +67,20 @@ class HTTPProxy:
                                    f"http:// proxies (HTTP CONNECT); {what}")
         if not parts.hostname:
             raise UnsupportedProxy(f"the proxy URL {_redact(parts)} has no host")
+        # The host and port as the core reads every URL it connects to (an RFC 6874 zone,
+        # "[fe80::1%25eth0]", decoded; a malformed port or zone refused); the user information,
+        # which the core does not take in a URL, read here.
         try:
-            port = parts.port or 80
-        except ValueError as e:
-            raise UnsupportedProxy(f"the proxy URL {_redact(parts)} has an invalid port") from e
+            host, port = url_host_port(f"http://{parts.netloc.rpartition('@')[2]}/")
+        except InvalidArgument as e:
+            raise UnsupportedProxy(f"the proxy URL {_redact(parts)} is not usable: {e}") from e
         hdrs = dict(headers or {})
         if auth is None and parts.username is not None:
             auth = (unquote(parts.username), unquote(parts.password or ""))
         if auth is not None and not any(k.lower() == "proxy-authorization" for k in hdrs):
             token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode("latin-1")).decode("ascii")
             hdrs["Proxy-Authorization"] = "Basic " + token
-        return cls(parts.hostname, port, tuple(hdrs.items()))
+        return cls(host, port, tuple(hdrs.items()))
 
     def __str__(self) -> str:
         """The proxy's address, without credentials (for messages)."""

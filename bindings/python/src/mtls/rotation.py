@@ -19,30 +19,11 @@ from .errors import check, stash_callback_exception, BY_CODE, Error
 from .identity import Identity
 from .store import Store, ExpiryItem  # noqa: F401 - ExpiryItem is exported from here too
 from .trust import Policy
+from .events import (  # noqa: F401 - the event names are exported from here too, as before
+    EVENT_KINDS, EVENT_REVOCATION_FETCH_FAILED, EVENT_CB, EventC, Event, _set_callback)
 
-#: mtls_event kinds
-EVENT_KINDS = {1: "identity_rotated", 2: "policy_reloaded", 3: "reload_failed", 4: "expiry_warning",
-               # Renewal events (issue 27), from a Renewer (enrollment.py)
-               5: "renewal_scheduled", 6: "renewal_succeeded", 7: "renewal_failed", 8: "renewal_not_installed"}
-# Revocation events (issue 28), reported by a Policy (Policy.set_event_callback).
-EVENT_REVOCATION_FETCH_FAILED = 16
-EVENT_KINDS[EVENT_REVOCATION_FETCH_FAILED] = "revocation_fetch_failed"
 WATCH_OPTIONS_VERSION = 1
 LISTENER_COUNTERS_VERSION = 1
-
-
-class EventC(ctypes.Structure):
-    """typedef struct mtls_event."""
-    _fields_ = [
-        ("kind", ctypes.c_int),
-        ("label", ctypes.c_char_p),
-        ("subject", ctypes.c_char_p),
-        ("sha256", ctypes.c_char_p),
-        ("not_after", ctypes.c_int64),
-        ("error_code", ctypes.c_int),
-        ("message", ctypes.c_char_p),
-        ("next_attempt", ctypes.c_int64),
-    ]
 
 
 class WatchOptions(ctypes.Structure):
@@ -65,8 +46,6 @@ class ListenerCountersC(ctypes.Structure):
     ]
 
 
-#: void (*mtls_event_cb)(const mtls_event *event, void *userdata)
-EVENT_CB = ctypes.CFUNCTYPE(None, ctypes.POINTER(EventC), ctypes.c_void_p)
 _wopts_p = ctypes.POINTER(WatchOptions)
 
 # int mtls_watch_options_init(mtls_watch_options *opts, unsigned int version)
@@ -127,60 +106,6 @@ fn("mtls_anchor_watch_set_event_callback", ctypes.c_int, ctypes.c_void_p, EVENT_
    _callbacks.DESTROY_CB)
 # void mtls_anchor_watch_free(mtls_anchor_watch *watch)
 fn("mtls_anchor_watch_free", None, ctypes.c_void_p)
-# int mtls_policy_set_event_callback(mtls_policy *policy, mtls_event_cb cb, void *userdata,
-#                                    void (*destroy)(void *userdata))
-fn("mtls_policy_set_event_callback", ctypes.c_int, ctypes.c_void_p, EVENT_CB, ctypes.c_void_p, _callbacks.DESTROY_CB)
-def _utc(seconds: int) -> Optional[datetime.datetime]:
-    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc) if seconds else None
-
-
-@dataclass(frozen=True)
-class Event:
-    """One lifecycle event: kind is "identity_rotated", "policy_reloaded", "reload_failed",
-    "expiry_warning", or from a Renewer "renewal_scheduled", "renewal_succeeded", "renewal_failed",
-    "renewal_not_installed", or from a Policy "revocation_fetch_failed" (label: the URL; subject: the
-    certificate whose status was sought); error is the exception class a reload, renewal or fetch
-    failed with (None otherwise); next_attempt, for renewal events, when the identity is next
-    renewed (or retried)."""
-    kind: str
-    label: Optional[str]
-    subject: Optional[str]
-    sha256: Optional[str]
-    not_after: Optional[datetime.datetime]
-    error: Optional[type]
-    message: str
-    next_attempt: Optional[datetime.datetime] = None
-
-
-def _text(b: Optional[bytes]) -> Optional[str]:
-    return b.decode("utf-8", "replace") if b else None
-
-
-def _event_thunk(event, userdata):
-    try:
-        callback = _callbacks.lookup(userdata)
-        if callback is None or not event:
-            return
-        e = event.contents
-        callback(Event(EVENT_KINDS.get(e.kind, str(e.kind)), _text(e.label), _text(e.subject), _text(e.sha256),
-                       _utc(e.not_after), BY_CODE.get(e.error_code, Error) if e.error_code else None,
-                       _text(e.message) or "", _utc(e.next_attempt)))
-    except BaseException as exc:  # noqa: BLE001 - on the calling thread: re-raised after the C call
-        stash_callback_exception(exc)
-        traceback.print_exc()
-
-
-_EVENT = EVENT_CB(_event_thunk)
-
-
-def _set_callback(func, h, callback: Optional[Callable[[Event], None]]) -> None:
-    if callback is None:
-        check(func(h, EVENT_CB(), None, _callbacks.DESTROY_CB()))
-        return
-    key = _callbacks.register(callback)
-    check(func(h, _EVENT, key, _callbacks.DESTROY))
-
-
 def _watch_options(warning_days: int, token_pin) -> WatchOptions:
     o = WatchOptions()
     check(lib.mtls_watch_options_init(ctypes.byref(o), WATCH_OPTIONS_VERSION))

@@ -11,6 +11,7 @@ from . import _callbacks
 from ._lib import lib, fn, c_void_pp, c_size_p, c_int_p
 from ._handle import _Handle, utf8, out_handle, out_string, out_value, take_strings
 from .certificate import Certificate
+from .events import EVENT_CB, _set_callback as _set_event_callback
 from .errors import check, stash_callback_exception
 
 PURPOSE_DEFAULT, PURPOSE_SERVER, PURPOSE_CLIENT = 0, 1, 2
@@ -73,6 +74,9 @@ fn("mtls_evaluate_der", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_c
    ctypes.c_char_p, ctypes.c_int, ctypes.c_int64, c_void_pp)
 # int mtls_policy_set_cache(mtls_policy *policy, int enabled)
 fn("mtls_policy_set_cache", ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
+# int mtls_policy_set_event_callback(mtls_policy *policy, mtls_event_cb cb, void *userdata,
+#                                    void (*destroy)(void *userdata))
+fn("mtls_policy_set_event_callback", ctypes.c_int, ctypes.c_void_p, EVENT_CB, ctypes.c_void_p, _callbacks.DESTROY_CB)
 # int mtls_evaluate_peer(mtls_policy *policy, mtls_cert *const *certs, size_t count, const char *host, uint16_t port,
 #                        const char *verify_as, int purpose, int64_t at, mtls_trust_result **out)
 fn("mtls_evaluate_peer", ctypes.c_int, ctypes.c_void_p, c_void_pp, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_uint16,
@@ -408,8 +412,7 @@ class Policy(_Handle):
         policy was used (kind "revocation_fetch_failed"; label: the URL; subject: the certificate
         whose status was sought; error: the exception class). It runs on the thread that made the
         fetch (a handshake's, or libmtls's refresh thread). None: stop."""
-        from . import rotation  # rotation imports this module
-        rotation._set_callback(lib.mtls_policy_set_event_callback, self._h, callback)
+        _set_event_callback(lib.mtls_policy_set_event_callback, self._h, callback)
 
     def add_crl_file(self, path: "Union[str, os.PathLike[str]]") -> None:
         check(lib.mtls_policy_add_crl_file(self._h, utf8(os.fspath(path))))
