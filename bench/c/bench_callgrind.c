@@ -51,7 +51,11 @@ static int tcp_connect(int port) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
     inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa)) die("connect");
+    /* A server that prints "ready" before it listens (older libmtls builds): a few tries. */
+    for (int tries = 0; connect(fd, (struct sockaddr *)&sa, sizeof sa); tries++) {
+        if (tries == 50) die("connect");
+        usleep(100000);
+    }
     return fd;
 }
 
