@@ -5,7 +5,7 @@ import datetime
 from typing import Callable, Optional, Tuple, Union
 
 from . import _callbacks
-from . import rotation as _rotation
+from . import events as _events
 from ._lib import fn, lib, c_void_pp
 from ._handle import _Handle, utf8, out_handle
 from .certificate import Certificate
@@ -53,7 +53,7 @@ fn("mtls_renewer_options_init", ctypes.c_int, _ropts_p, ctypes.c_uint)
 fn("mtls_renewer_new", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, _ropts_p, c_void_pp)
 # int mtls_renewer_set_event_callback(mtls_renewer *renewer, mtls_event_cb cb, void *userdata,
 #                                     void (*destroy)(void *userdata))
-fn("mtls_renewer_set_event_callback", ctypes.c_int, ctypes.c_void_p, _rotation.EVENT_CB, ctypes.c_void_p,
+fn("mtls_renewer_set_event_callback", ctypes.c_int, ctypes.c_void_p, _events.EVENT_CB, ctypes.c_void_p,
    _callbacks.DESTROY_CB)
 # int mtls_renewer_run_once(mtls_renewer *renewer, int force, size_t *renewed, int64_t *next_wake)
 fn("mtls_renewer_run_once", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t),
@@ -85,16 +85,16 @@ class Renewer(_Handle):
                                     ctypes.byref(o)))
         self._store = store  # closing the Store closes its file for every holder: keep it open
 
-    def set_event_callback(self, callback: Optional[Callable[["_rotation.Event"], None]]) -> None:
+    def set_event_callback(self, callback: Optional[Callable[["_events.Event"], None]]) -> None:
         """Calls ``callback(Event)`` for each renewal event, on the thread running :meth:`run_once` (None: stop)."""
-        _rotation._set_callback(lib.mtls_renewer_set_event_callback, self._h, callback)
+        _events._set_callback(lib.mtls_renewer_set_event_callback, self._h, callback)
 
     def run_once(self, force: bool = False) -> Tuple[int, Optional[datetime.datetime]]:
         """One pass: (identities renewed, the earliest next attempt)."""
         renewed = ctypes.c_size_t(0)
         wake = ctypes.c_int64(0)
         check(lib.mtls_renewer_run_once(self._h, int(force), ctypes.byref(renewed), ctypes.byref(wake)))
-        return renewed.value, _rotation._utc(wake.value)
+        return renewed.value, _events._utc(wake.value)
 
 
 # ---- Enrollment (issue 27): what `mtls enroll acme|est|pki` does, over mtls_enroll_* ----

@@ -6,16 +6,13 @@ Event callbacks run on libmtls's watcher thread ("mtls-watch") for changes it fi
 calling thread for a swap (IdentitySource.set, Listener.set_identity). An exception raised by a
 callback on the watcher thread has no caller to go to: it is printed (traceback) and dropped."""
 import ctypes
-import datetime
 import os
-import traceback
-from dataclasses import dataclass
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional
 
 from . import _callbacks
 from ._lib import lib, fn, c_void_pp
 from ._handle import _Handle, utf8, out_handle, out_string
-from .errors import check, stash_callback_exception, BY_CODE, Error
+from .errors import check
 from .identity import Identity
 from .store import Store, ExpiryItem  # noqa: F401 - ExpiryItem is exported from here too
 from .trust import Policy
