@@ -1525,7 +1525,7 @@ typedef struct mtls_policy_watch mtls_policy_watch;
 #define MTLS_EVENT_EXPIRY_WARNING 4   /* the identity presented, or an anchor of a followed policy,
                                          expires within the warning window; from a renewer: the
                                          identity expires before the next renewal attempt */
-/* Renewal events (issue 27), fired by an mtls_renewer (see "Renewal events" below). */
+/* Renewal events (issue 27), fired by a renewer: see "Renewal events" below, mtls_renewer_new. */
 #define MTLS_EVENT_RENEWAL_SCHEDULED 5   /* next_attempt: when the identity is next renewed */
 #define MTLS_EVENT_RENEWAL_SUCCEEDED 6   /* a renewed identity is proven and installed (the new certificate) */
 #define MTLS_EVENT_RENEWAL_FAILED 7      /* error_code, message: why; next_attempt: the retry (backoff) */
