@@ -208,10 +208,11 @@ public final class IdentitySource: Sendable, LifecycleWatched {
     private final class StoreFollow: Sendable {
         let store: CredentialStore
         let tokenPIN: SecretBytes?
-        /// The store's change mark when last looked at, and the leaf (hex) of the row then.
+        /// The store's change mark when last looked at, and the row in force then (its class and
+        /// leaf, ``IdentitySource/rowKey(_:)``).
         let seen: Mutex<(mark: [Int64], leaf: String)>
-        /// The last failure reported (the row's leaf and the message): a load that keeps failing
-        /// is retried at each look (a token put back in is found) but reported once.
+        /// The last failure reported (its code and message): a look that keeps failing is retried
+        /// at each look (a token put back in is found) but reported once.
         let reported = Mutex<String?>(nil)
         init(store: CredentialStore, tokenPIN: SecretBytes?, mark: [Int64], leaf: String) {
             self.store = store
@@ -267,56 +268,75 @@ public final class IdentitySource: Sendable, LifecycleWatched {
         observers.withLock { $0.append(WeakObserver(item: observer)) }
     }
 
+    /// What the followed label holds now: its row's metadata (a stored identity, else a token
+    /// identity; nothing decrypted). Only "no stored identity" falls through to the token
+    /// identities: any other failure (a row that fails authentication) is that failure, so the
+    /// event says why (``MTLSError/Code/corrupt``), not "no token identity".
+    private static func info(_ store: CredentialStore, _ label: String) throws -> StoreItemInfo {
+        do {
+            return try store.info(label: label, itemClass: .identity)
+        } catch let e as MTLSError where e.code == .notFound {
+            do {
+                return try store.info(label: label, itemClass: .tokenIdentity)
+            } catch let t as MTLSError where t.code == .notFound {
+                throw MTLSError(.notFound, "no identity or token identity labelled \"\(label)\" in the store")
+            }
+        }
+    }
+
+    /// What a look compares with the row in force: the class and the leaf (a label switched from
+    /// a stored identity to a token identity of the same certificate is loaded again, from the token).
+    private static func rowKey(_ info: StoreItemInfo) -> String { "\(info.itemClass.rawValue):\(info.leafSHA256)" }
+
     private static func load(_ store: CredentialStore, _ label: String, _ pin: SecretBytes?) throws -> (Identity, String) {
-        if let info = try? store.info(label: label, itemClass: .identity) {
-            return (try store.identity(label: label), info.leafSHA256)
+        let info = try info(store, label)
+        if info.itemClass == .identity {
+            let identity = try store.identity(label: label)
+            return (identity, "\(StoreItemClass.identity.rawValue):\(identity.leaf.sha256Hex)")
         }
         let reference = try store.tokenIdentity(label: label)
-        return (try Token.identity(reference: reference, pin: pin), reference.certificate.sha256Hex)
+        return (try Token.identity(reference: reference, pin: pin), "\(StoreItemClass.tokenIdentity.rawValue):\(reference.certificate.sha256Hex)")
     }
 
     /// Looks at the followed label now, whatever the change mark says (`mtls serve` on SIGHUP):
-    /// a row whose leaf changed is loaded and put in force, a failure is reported. Does nothing
-    /// for a source that follows no store.
+    /// a row whose leaf changed is loaded and put in force; a failure is reported, even one
+    /// already reported (whoever asked for the reload hears how it went). Does nothing for a
+    /// source that follows no store.
     public func reload() {
-        follow?.seen.withLock { $0.mark = [] }
+        guard let follow else { return }
+        follow.reported.withLock { $0 = nil }
+        follow.seen.withLock { $0.mark = [] }
         refresh()
     }
 
     /// The watcher's look: the store's change mark first (two integers from SQLite); only when
-    /// it moved, the row's metadata; only when the row's leaf changed, the row itself.
+    /// it moved, the row's metadata; only when the row's leaf (or class) changed, the row itself.
+    /// A failure keeps the mark as it was, so that the next look tries again (a token put back
+    /// in, a row stored again), and is reported once until a look succeeds: a label deleted or a
+    /// row that fails authentication is not reported again at every other write to the store.
     func refresh() {
         warnIfExpiring()
         guard let follow, let label else { return }
-        let mark: [Int64]
-        do { mark = try follow.store.changeMark() } catch { return }
+        guard let mark = try? follow.store.changeMark() else { return }
         let before = follow.seen.withLock { $0 }
         guard mark != before.mark else { return }
-        let leaf: String
         do {
-            if let info = try? follow.store.info(label: label, itemClass: .identity) {
-                leaf = info.leafSHA256
-            } else {
-                leaf = try follow.store.info(label: label, itemClass: .tokenIdentity).leafSHA256
+            let info = try IdentitySource.info(follow.store, label)
+            if IdentitySource.rowKey(info) == before.leaf {
+                // The row in force (still, or again): nothing to load, and a later failure is news.
+                follow.seen.withLock { $0.mark = mark }
+                follow.reported.withLock { $0 = nil }
+                return
             }
-        } catch let e as MTLSError {
-            follow.seen.withLock { $0.mark = mark }
-            reportFailure(e)
-            return
-        } catch { return }
-        guard leaf != before.leaf else {
-            follow.seen.withLock { $0.mark = mark }
-            return
-        }
-        do {
-            let (identity, loadedLeaf) = try IdentitySource.load(follow.store, label, follow.tokenPIN)
-            follow.seen.withLock { $0 = (mark, loadedLeaf) }
+            let (identity, loaded) = try IdentitySource.load(follow.store, label, follow.tokenPIN)
+            follow.seen.withLock { $0 = (mark, loaded) }
             follow.reported.withLock { $0 = nil }
             replace(with: identity)
+        } catch let e as MTLSError where e.code == .locked {
+            return // another process's write holds the store beyond the busy timeout: the next look retries
         } catch {
-            // The mark is kept as it was, so the next look tries again (a token put back in).
             let e = error as? MTLSError ?? MTLSError(.io, "\(error)")
-            let key = leaf + "\u{0}" + e.message
+            let key = "\(e.code.rawValue)\u{0}\(e.message)"
             let first: Bool = follow.reported.withLock { last in
                 guard last != key else { return false }
                 last = key
@@ -346,8 +366,9 @@ public final class IdentitySource: Sendable, LifecycleWatched {
     }
 }
 
-/// A policy that follows its JSON file: when the file changes (its size, modification time or
-/// inode), the new file is parsed in full and only then put in force with
+/// A policy that follows its JSON file: when the file changes (its size, modification or change
+/// time, inode or device — or, while its times are within a timestamp's granularity of the last
+/// read, its bytes), the new file is parsed in full and only then put in force with
 /// ``TrustPolicy/replaceSettings(from:)`` — so sessions made under the old settings are not
 /// resumed (see the resumption binding). A file that does not parse keeps the old settings and
 /// is reported.
@@ -360,14 +381,29 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
     public let events = LifecycleEvents()
     /// Days before an anchor's notAfter from which an ``LifecycleEventKind/expiryWarning`` is reported.
     public let warningDays: Int
-    private let seen: Mutex<FileStamp?>
+    private let seen: Mutex<Seen>
     /// What the program sets on top of the file's settings (a command line's `--revocation`),
     /// applied to every version of the file before it is put in force, so a reload never drops it.
     private let adjust: (@Sendable (TrustPolicy) throws -> Void)?
     /// The anchors already warned about (once per anchor).
     private let warned = Mutex<Set<String>>([])
 
-    struct FileStamp: Equatable { var size: Int64; var mtime: Int; var mtimeNanos: Int; var inode: UInt64 }
+    struct FileStamp: Equatable {
+        var size: Int64, inode: UInt64, device: UInt64
+        var mtime: Int, mtimeNanos: Int, ctime: Int, ctimeNanos: Int
+        /// The later of the modification and change times, in seconds since 1970.
+        var changedAt: Double { max(Double(mtime) + Double(mtimeNanos) / 1e9, Double(ctime) + Double(ctimeNanos) / 1e9) }
+    }
+
+    /// What the last read saw: the file's stamp, the SHA-256 of its bytes (nil when it could not
+    /// be read), and when it was read (seconds since 1970, taken before the read).
+    struct Seen { var stamp: FileStamp?; var digest: [UInt8]?; var readAt: Double }
+
+    /// How far a file's timestamps may lag behind a write: the kernel stamps files from a clock
+    /// that ticks once per jiffy, and some filesystems keep whole seconds (two for FAT). A
+    /// rewrite of the same size within that of the last read leaves the stamp as it was; while
+    /// the stamp is that recent, the bytes are compared too (git's "racy clean" rule), then no more.
+    static let timestampGranularity = 2.0
 
     /// Loads `path` (a failure throws) and follows it from now on. `adjust`, when given, is applied
     /// to the file's policy at every load, before it is put in force (a failure there is a failed
@@ -377,40 +413,71 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
         self.warningDays = warningDays
         self.adjust = adjust
         let stamp = PolicyFileWatch.stamp(path)
-        let loaded = try TrustPolicy.load(path: path)
+        let readAt = Date().timeIntervalSince1970
+        let bytes = try FileIO.read(path)
+        let loaded = try TrustPolicy.load(bytes: bytes, path: path)
         try adjust?(loaded)
         policy = loaded
-        seen = Mutex(stamp)
+        seen = Mutex(Seen(stamp: stamp, digest: Encoding.sha256(bytes), readAt: readAt))
         LifecycleWatcher.watch(self)
+    }
+
+    /// Whether a file whose stamp is `stamp` may have been written after it was read at `readAt`
+    /// (seconds since 1970) with its stamp unchanged: its last change is within a timestamp's
+    /// granularity of the read.
+    static func mayHaveChangedUnseen(_ stamp: FileStamp, readAt: Double) -> Bool {
+        stamp.changedAt + timestampGranularity >= readAt
     }
 
     static func stamp(_ path: String) -> FileStamp? {
         var st = stat()
         guard stat(path, &st) == 0 else { return nil }
-        return FileStamp(size: Int64(st.st_size), mtime: st.st_mtim.tv_sec, mtimeNanos: st.st_mtim.tv_nsec, inode: UInt64(st.st_ino))
+        return FileStamp(size: Int64(st.st_size), inode: UInt64(st.st_ino), device: UInt64(st.st_dev),
+                         mtime: st.st_mtim.tv_sec, mtimeNanos: st.st_mtim.tv_nsec, ctime: st.st_ctim.tv_sec, ctimeNanos: st.st_ctim.tv_nsec)
     }
 
     /// Reloads now, whether or not the file looks changed (`mtls serve` on SIGHUP).
     public func reload() {
+        // The stamp and the time before the bytes: a write after them is seen by the next look.
         let stamp = PolicyFileWatch.stamp(path)
-        seen.withLock { $0 = stamp }
+        let readAt = Date().timeIntervalSince1970
+        let bytes: [UInt8]
         do {
-            let fresh = try TrustPolicy.load(path: path)
+            bytes = try FileIO.read(path)
+        } catch {
+            seen.withLock { $0 = Seen(stamp: stamp, digest: nil, readAt: readAt) }
+            reportFailure(error)
+            return
+        }
+        seen.withLock { $0 = Seen(stamp: stamp, digest: Encoding.sha256(bytes), readAt: readAt) }
+        do {
+            let fresh = try TrustPolicy.load(bytes: bytes, path: path)
             try adjust?(fresh)
             policy.replaceSettings(from: fresh)
             events.emit(LifecycleEvent(kind: .policyReloaded, label: path, message: "policy \(path) reloaded"))
         } catch {
-            let e = error as? MTLSError ?? MTLSError(.io, "\(error)")
-            events.emit(LifecycleEvent(kind: .reloadFailed, label: path, error: e,
-                                       message: "reloading policy \(path) failed, the previous policy stays in force: \(e.message)"))
+            reportFailure(error)
         }
+    }
+
+    private func reportFailure(_ error: any Error) {
+        let e = error as? MTLSError ?? MTLSError(.io, "\(error)")
+        events.emit(LifecycleEvent(kind: .reloadFailed, label: path, error: e,
+                                   message: "reloading policy \(path) failed, the previous policy stays in force: \(e.message)"))
     }
 
     func refresh() {
         warnAboutAnchors()
         let stamp = PolicyFileWatch.stamp(path)
-        guard stamp != seen.withLock({ $0 }) else { return }
-        reload()
+        let last = seen.withLock { $0 }
+        guard stamp == last.stamp else { return reload() }
+        // Same stamp: only a file written within a timestamp's granularity of the last read can
+        // have changed unseen; its bytes say whether it did.
+        guard let stamp, PolicyFileWatch.mayHaveChangedUnseen(stamp, readAt: last.readAt) else { return }
+        let readAt = Date().timeIntervalSince1970
+        guard let bytes = try? FileIO.read(path) else { return }
+        if Encoding.sha256(bytes) != last.digest { return reload() }
+        seen.withLock { $0.readAt = readAt }
     }
 
     /// Reports each anchor of the policy (its own and its host rules') within the warning window.

@@ -249,8 +249,13 @@ extension TrustPolicy {
 
     /// Reads a policy file; relative paths in it are resolved against the file's directory.
     public static func load(path: String) throws -> TrustPolicy {
-        let bytes = try FileIO.read(path)
-        let dir: String? = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : nil
+        try load(bytes: try FileIO.read(path), path: path)
+    }
+
+    /// A policy file's bytes, already read from `path` (relative paths in it are resolved
+    /// against the file's directory): what a followed file compares and parses.
+    static func load(bytes: [UInt8], path: String) throws -> TrustPolicy {
+        let dir: String? = path.lastIndex(of: "/").map { String(path[..<$0]) }
         return try TrustPolicy(json: bytes, baseDirectory: dir.map { $0.isEmpty ? "/" : $0 })
     }
 }

@@ -1,0 +1,202 @@
+import Foundation
+import XCTest
+@testable import MTLS
+
+/// How followed store labels and policy files fail, and come back (issue 26, server side): each
+/// failure says why and is reported once, not again at every other write to the store; an
+/// explicit reload reports how it went; a policy file rewritten in place without its size or
+/// modification time changing is still seen; symlinks, deletions and directories in its place.
+final class RotationFailureTests: XCTestCase {
+    var pki: String { TLSConnectionTests.pkiDir }
+    func cert(_ name: String) throws -> Certificate { try Certificate.load(path: pki + "/" + name + ".pem")[0] }
+    func identity(_ name: String) throws -> Identity {
+        let key = try PrivateKey(pem: FileIO.read(pki + "/" + name + ".key"), password: nil)
+        return try Identity(privateKey: key, leaf: cert(name), certificates: [cert("int-a")])
+    }
+
+    /// Two handles on one new store file: ours follows, the other writes as another process would.
+    func stores() throws -> (ours: CredentialStore, other: CredentialStore) {
+        let path = try TestPKI.tempDir() + "/s.db"
+        let other = try CredentialStore(path: path, secret: CredentialStoreTests.secret, options: CredentialStoreTests.options())
+        let ours = try CredentialStore(path: path, secret: CredentialStoreTests.secret, options: CredentialStoreTests.options())
+        return (ours, other)
+    }
+
+    /// Long enough for the watcher (every 250 ms) to look at least twice.
+    func settle() { usleep(700_000) }
+
+    func testATamperedRowIsReportedAsTamperedOnceWhateverElseIsWrittenToTheStore() throws {
+        let (ours, other) = try stores()
+        try other.putIdentity(try identity("server"), label: "srv")
+        let source = try IdentitySource(store: ours, label: "srv")
+        let events = LockedBox<[LifecycleEvent]>([])
+        source.events.setHandler { e in events.mutate { $0.append(e) } }
+        // Someone with write access to the file but not the secret edits the row.
+        try other._testExecute("UPDATE items SET subject = 'CN=evil' WHERE label = 'srv'")
+        settle()
+        // Other labels written afterwards: the same failure is not news.
+        try other.putCertificate(try cert("root"), label: "a")
+        settle()
+        try other.putCertificate(try cert("int-b"), label: "b")
+        settle()
+        XCTAssertEqual(events.value.map(\.kind), [.reloadFailed], "\(events.value.map(\.message))")
+        XCTAssertEqual(events.value.first?.error?.code, .corrupt, "the event says the row is tampered, not that no token identity exists")
+        XCTAssertEqual(source.current.leaf, try cert("server"), "the last good identity stays")
+    }
+
+    func testADeletedLabelIsReportedOnceAndAgainWhenDeletedAgainAfterComingBack() throws {
+        let (ours, other) = try stores()
+        try other.putIdentity(try identity("server"), label: "srv")
+        let source = try IdentitySource(store: ours, label: "srv")
+        let events = LockedBox<[LifecycleEvent]>([])
+        source.events.setHandler { e in events.mutate { $0.append(e) } }
+        _ = try other.delete(label: "srv")
+        settle()
+        try other.putCertificate(try cert("root"), label: "a")
+        settle()
+        XCTAssertEqual(events.value.map(\.kind), [.reloadFailed], "\(events.value.map(\.message))")
+        XCTAssertEqual(events.value.first?.error?.code, .notFound)
+        // Stored again (the same identity): in force as it was, nothing to report.
+        try other.putIdentity(try identity("server"), label: "srv")
+        settle()
+        XCTAssertEqual(events.value.map(\.kind), [.reloadFailed])
+        // Deleted again: that is news again.
+        _ = try other.delete(label: "srv")
+        settle()
+        XCTAssertEqual(events.value.map(\.kind), [.reloadFailed, .reloadFailed], "\(events.value.map(\.message))")
+        XCTAssertEqual(source.current.leaf, try cert("server"))
+    }
+
+    func testAnExplicitReloadReportsAFailureAlreadyReported() throws {
+        setenv("SOFTHSM2_CONF", SoftHSMFixture.dir + "/softhsm2.conf", 1)
+        let good = try Token.identity(uri: "pkcs11:token=mtls-test;id=%02", modulePath: SoftHSMFixture.module, pin: SoftHSMFixture.pin)
+        let (ours, other) = try stores()
+        try other.putTokenIdentity(uri: "pkcs11:token=mtls-test;id=%02", certificate: good.leaf, chain: good.chain, label: "tok")
+        let source = try IdentitySource(store: ours, label: "tok", tokenPIN: SoftHSMFixture.pin)
+        let events = LockedBox<[LifecycleEvent]>([])
+        source.events.setHandler { e in events.mutate { $0.append(e) } }
+        try other.putTokenIdentity(uri: "pkcs11:token=no-such-token;id=%02", certificate: try cert("server"), label: "tok", replace: true)
+        settle()
+        XCTAssertEqual(events.value.map(\.kind), [.reloadFailed], "retried at every look, reported once")
+        // `mtls serve` on SIGHUP: whoever asked for the reload hears that it failed.
+        source.reload()
+        XCTAssertEqual(events.value.map(\.kind), [.reloadFailed, .reloadFailed], "\(events.value.map(\.message))")
+        XCTAssertEqual(events.value.last?.error?.code, .tokenNotPresent)
+        XCTAssertEqual(source.current.leaf, good.leaf)
+    }
+
+    func testAPolicyFileRewrittenInPlaceWithItsSizeAndModificationTimeUnchangedIsReloaded() throws {
+        let path = try TestPKI.tempDir() + "/p.json"
+        let before = #"{"anchors_only": true} "#, after = #"{"anchors_only": false}"#
+        XCTAssertEqual(before.utf8.count, after.utf8.count)
+        try Data(before.utf8).write(to: URL(fileURLWithPath: path))
+        let watch = try PolicyFileWatch(path: path)
+        XCTAssertTrue(watch.policy.anchorsOnly)
+        let version = watch.policy.version
+        var st = stat()
+        XCTAssertEqual(stat(path, &st), 0)
+        usleep(300_000)
+        // The same inode, the same size, and the modification time put back as it was: what a
+        // rewrite within one timestamp tick (or a copy that keeps times) leaves behind.
+        let fd = open(path, O_WRONLY)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        XCTAssertEqual(Array(after.utf8).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }, after.utf8.count)
+        close(fd)
+        var times = [st.st_atim, st.st_mtim]
+        XCTAssertEqual(utimensat(AT_FDCWD, path, &times, 0), 0)
+        usleep(1_000_000)
+        XCTAssertGreaterThan(watch.policy.version, version, "the new file is in force")
+        XCTAssertFalse(watch.policy.anchorsOnly)
+    }
+
+    func testAStampWithinATimestampTickOfTheLastReadHasItsBytesCompared() {
+        func stamp(_ changedAt: Int) -> PolicyFileWatch.FileStamp {
+            PolicyFileWatch.FileStamp(size: 10, inode: 1, device: 1, mtime: changedAt, mtimeNanos: 0, ctime: changedAt, ctimeNanos: 500_000_000)
+        }
+        XCTAssertTrue(PolicyFileWatch.mayHaveChangedUnseen(stamp(1000), readAt: 1000.2), "written in the tick of the read")
+        XCTAssertTrue(PolicyFileWatch.mayHaveChangedUnseen(stamp(1000), readAt: 1002.4), "within a 2 s filesystem granularity")
+        XCTAssertFalse(PolicyFileWatch.mayHaveChangedUnseen(stamp(1000), readAt: 1003), "read well after its last change: the stamp says it all")
+    }
+
+    func testAFollowedPolicyFileThroughASymlinkDeletedReplacedByADirectoryAndPutBack() throws {
+        let dir = try TestPKI.tempDir()
+        try Data(#"{"anchors_only": true}"#.utf8).write(to: URL(fileURLWithPath: dir + "/v1.json"))
+        try Data(#"{"anchors_only": false}"#.utf8).write(to: URL(fileURLWithPath: dir + "/v2.json"))
+        let path = dir + "/policy.json"
+        XCTAssertEqual(symlink(dir + "/v1.json", path), 0)
+        let watch = try PolicyFileWatch(path: path)
+        let events = LockedBox<[LifecycleEvent]>([])
+        watch.events.setHandler { e in events.mutate { $0.append(e) } }
+        // The link swapped atomically to another file (as Kubernetes does with a ConfigMap).
+        XCTAssertEqual(symlink(dir + "/v2.json", dir + "/next"), 0)
+        XCTAssertEqual(rename(dir + "/next", path), 0)
+        settle()
+        XCTAssertEqual(events.value.map(\.kind), [.policyReloaded])
+        XCTAssertFalse(watch.policy.anchorsOnly)
+        let v2 = watch.policy.version
+        // Gone: reported once, the policy in force stays.
+        XCTAssertEqual(unlink(path), 0)
+        settle()
+        XCTAssertEqual(events.value.map(\.kind), [.policyReloaded, .reloadFailed])
+        // A directory where the file was: reported once.
+        XCTAssertEqual(mkdir(path, 0o700), 0)
+        settle()
+        XCTAssertEqual(events.value.map(\.kind), [.policyReloaded, .reloadFailed, .reloadFailed], "\(events.value.map(\.message))")
+        XCTAssertEqual(watch.policy.version, v2)
+        XCTAssertFalse(watch.policy.anchorsOnly)
+        // Put back: in force again.
+        XCTAssertEqual(rmdir(path), 0)
+        try Data(#"{"anchors_only": true}"#.utf8).write(to: URL(fileURLWithPath: path))
+        settle()
+        XCTAssertEqual(events.value.map(\.kind), [.policyReloaded, .reloadFailed, .reloadFailed, .policyReloaded])
+        XCTAssertTrue(watch.policy.anchorsOnly)
+    }
+
+    /// A client resuming a ticket after the listener's followed policy file changed is judged by
+    /// the new file: refused when it no longer trusts the client, never resumed.
+    func testAResumedClientObeysTheReloadedPolicyFile() throws {
+        let dir = try TestPKI.tempDir()
+        let path = dir + "/clients.json"
+        try Data(#"{"anchors": ["\#(pki)/int-a.pem"], "anchors_only": true}"#.utf8).write(to: URL(fileURLWithPath: path))
+        let watch = try PolicyFileWatch(path: path)
+        var so = TLSServerOptions(identity: try identity("server"))
+        so.clientAuthentication = .require
+        so.clientPolicy = watch.policy
+        so.handshakeTimeout = 10
+        let l = try TLSListener(address: "127.0.0.1", port: 0, options: so)
+        defer { l.close() }
+        var o = TLSClientOptions()
+        o.identity = .identity(try identity("client-a"))
+        o.policy = TrustPolicy(anchors: [try cert("root")], anchorsOnly: true)
+        o.validationName = "server.test"
+        o.handshakeTimeout = 10
+        o.ioTimeout = 10
+        o.minVersion = .tls13
+        let options = o
+
+        /// One client; what the listener made of it (its resumption, or the error it refused it with).
+        func round() -> Result<Bool, Error> {
+            let client = Thread {
+                if let c = try? TLSConnection.connect(host: "127.0.0.1", port: l.port, options: options) {
+                    _ = try? c.write(Array("ping".utf8))
+                    _ = try? c.read()
+                    c.close()
+                }
+            }
+            client.start()
+            return Result {
+                let c = try l.accept(timeout: 10)
+                defer { c.close() }
+                try c.write(try c.read())
+                return c.isResumed
+            }
+        }
+        XCTAssertEqual(try round().get(), false)
+        XCTAssertEqual(try round().get(), true, "the same policy resumes")
+        try Data(#"{"anchors": ["\#(pki)/int-b.pem"], "anchors_only": true}"#.utf8).write(to: URL(fileURLWithPath: path + ".new"))
+        XCTAssertEqual(rename(path + ".new", path), 0)
+        settle()
+        XCTAssertThrowsError(try round().get()) { e in XCTAssertEqual((e as? MTLSError)?.code, .untrusted, "\(e)") }
+        XCTAssertEqual(l.counters.resumed, 1)
+    }
+}
