@@ -28,8 +28,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # Python test tools (PyPI): pytest, cryptography as one of the PKCS#12 producers, and requests and
 # httpx (the bindings' optional HTTP extras, tested and benchmarked against nginx).
+# prometheus_client: its own text parser reads `mtls serve --metrics-port`
+# (Tests/e2e/test_serve_metrics_endpoint.py, test_cli_store_expiry.py).
 PY=${PYTHON:-python3}
-$PY - <<'PYEOF' || $PY -m pip install -q pytest cryptography requests httpx
-import pytest, cryptography, requests, httpx  # noqa: F401
+$PY - <<'PYEOF' || $PY -m pip install -q pytest cryptography requests httpx prometheus_client
+import pytest, cryptography, requests, httpx, prometheus_client  # noqa: F401
 PYEOF
 true

@@ -384,10 +384,14 @@ struct ServeCommand: ParsableCommand {
             follow.start(listener: listener)
             CLI.printWarnings()  // before serving: a server runs until stopped
             print("listening on \(address):\(listener.port)")
+            // Kept for as long as the command runs (the endpoint stops when released).
+            var metrics: MetricsEndpoint?
             if let metricsPort {
-                let bound = try MetricsServer.start(port: metricsPort, listener: listener, store: follow.store)
-                print("metrics on 127.0.0.1:\(bound)")
+                let store = follow.store
+                metrics = try MetricsEndpoint(port: metricsPort) { Prometheus.exposition(listener.counters, store: store) }
+                print("metrics on 127.0.0.1:\(metrics?.port ?? 0)")
             }
+            defer { metrics?.close() }
             fflush(nil)  // all streams: Swift 6 does not let code touch the C global `stdout`
             var served = 0
             // Each client is served on its own thread; with --count the last ones must be served

@@ -11,10 +11,12 @@ extension StoreCommand {
                 Every certificate counts: identities and their chains, stored certificates, token \
                 identities' certificates and chains (no private key is opened). Lists label, class, \
                 subject, not_after and days left of each one that expires (expired ones included). \
-                Exit status: 0 nothing expires within DAYS, 1 something does, 2 the store could not be read.
+                Exit status: 0 nothing expires within DAYS, 1 something does, 2 the store could not be read, \
+                64 a bad argument (DAYS not a whole number of days, 0 or more).
                 """)
         @OptionGroup var location: Location
-        @Option(name: .customLong("within"), help: "Days from now.") var within: Int
+        // Unconditional: `--within -1` is a negative count (refused as such below), not a missing value.
+        @Option(name: .customLong("within"), parsing: .unconditional, help: "Days from now (a whole number, 0 or more).") var within: Int
         @Flag(help: "Machine-readable output: {\"within_days\": n, \"expiring\": [{label, class, subject, sha256, position, not_after, days_left}]}.") var json = false
 
         func run() throws {

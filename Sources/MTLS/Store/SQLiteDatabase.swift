@@ -197,7 +197,19 @@ final class SQLiteDatabase {
                 switch v {
                 case .null: sqlite3_bind_null(stmt, idx)
                 case .int(let n): sqlite3_bind_int64(stmt, idx, n)
-                case .text(let s): sqlite3_bind_text(stmt, idx, s, -1, mtls_sqlite_transient())
+                // With its byte length, not -1: a text with a NUL in it (a certificate's common
+                // name can hold one) is stored whole, as the row's MAC was computed over it.
+                case .text(let s):
+                    var t = s
+                    t.withUTF8 { u in
+                        u.withMemoryRebound(to: CChar.self) { c in
+                            if let base = c.baseAddress {
+                                _ = sqlite3_bind_text(stmt, idx, base, Int32(clamping: c.count), mtls_sqlite_transient())
+                            } else {
+                                _ = sqlite3_bind_text(stmt, idx, "", 0, mtls_sqlite_transient()) // an empty text
+                            }
+                        }
+                    }
                 case .blob(let b):
                     b.withUnsafeBytes { p in
                         _ = sqlite3_bind_blob(stmt, idx, p.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(p.count), mtls_sqlite_transient())
@@ -234,8 +246,9 @@ final class SQLiteDatabase {
         func isNull(_ col: Int32) -> Bool { sqlite3_column_type(stmt, col) == SQLITE_NULL }
         func int64(_ col: Int32) -> Int64 { sqlite3_column_int64(stmt, col) }
         func text(_ col: Int32) -> String? {
+            // By its byte length: a NUL inside a stored text is part of it.
             guard let p = sqlite3_column_text(stmt, col) else { return nil }
-            return String(cString: p)
+            return String(decoding: UnsafeBufferPointer(start: p, count: Int(sqlite3_column_bytes(stmt, col))), as: UTF8.self)
         }
         func blob(_ col: Int32) -> [UInt8] {
             let n = Int(sqlite3_column_bytes(stmt, col))

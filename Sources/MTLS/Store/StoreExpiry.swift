@@ -85,13 +85,37 @@ public enum Prometheus {
 
     /// A listener's counters as Prometheus text.
     public static func text(_ c: ListenerCounters) -> String {
-        var out = "# TYPE mtls_listener_handshakes_accepted_total counter\nmtls_listener_handshakes_accepted_total \(c.accepted)\n"
+        var out = "# HELP mtls_listener_handshakes_accepted_total Handshakes that succeeded, resumed ones included.\n"
+        out += "# TYPE mtls_listener_handshakes_accepted_total counter\nmtls_listener_handshakes_accepted_total \(c.accepted)\n"
+        out += "# HELP mtls_listener_handshakes_resumed_total Handshakes that resumed a session.\n"
         out += "# TYPE mtls_listener_handshakes_resumed_total counter\nmtls_listener_handshakes_resumed_total \(c.resumed)\n"
+        out += "# HELP mtls_listener_handshakes_refused_total Handshakes refused, by the error code they failed with.\n"
         out += "# TYPE mtls_listener_handshakes_refused_total counter\n"
         for (code, n) in c.refused.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
             out += "mtls_listener_handshakes_refused_total{reason=\"\(escape(code.name))\"} \(n)\n"
         }
+        out += "# HELP mtls_listener_connections Accepted connections not yet closed.\n"
         out += "# TYPE mtls_listener_connections gauge\nmtls_listener_connections \(c.currentConnections)\n"
         return out
+    }
+
+    /// What `mtls serve --metrics-port` serves: the listener's counters, then, with a store, its
+    /// certificates' validity. A store that cannot be read leaves one comment line saying why
+    /// instead (its message on one line: a label in it cannot start a line of its own).
+    public static func exposition(_ counters: ListenerCounters, store: CredentialStore?) -> String {
+        var out = text(counters)
+        guard let store else { return out }
+        do {
+            out += try store.prometheusMetrics()
+        } catch {
+            let message = (error as? MTLSError)?.message ?? "\(error)"
+            out += "# store metrics failed: \(oneLine(message))\n"
+        }
+        return out
+    }
+
+    /// `text` with every control character (line feeds and carriage returns among them) as a blank.
+    static func oneLine(_ text: String) -> String {
+        String(String.UnicodeScalarView(text.unicodeScalars.map { $0.properties.generalCategory == .control ? " " : $0 }))
     }
 }
