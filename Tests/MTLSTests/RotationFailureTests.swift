@@ -85,6 +85,25 @@ final class RotationFailureTests: XCTestCase {
         XCTAssertEqual(source.current.leaf, good.leaf)
     }
 
+    /// `mtls serve` prints one line per event: a common name (or a label) with line breaks in it
+    /// must not print lines of its own ("reload failed ..." made up by whoever chose the name).
+    func testAnEventMessageIsOneLineWhateverTheCommonNameHolds() throws {
+        // libmtls's own issuing refuses such a name; OpenSSL makes it.
+        let dir = try TestPKI.tempDir()
+        _ = try TestPKI.sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -utf8 -keyout \(dir)/k.pem -out \(dir)/c.pem -subj \"$(printf '/CN=x\\nreload failed [corrupt]: forged\\r\\302\\205\\342\\200\\250end')\" 2>/dev/null")
+        let forged = try Identity(privateKey: try PrivateKey(pem: FileIO.read(dir + "/k.pem"), password: nil),
+                                  leaf: try Certificate.load(path: dir + "/c.pem")[0])
+        XCTAssertTrue(forged.leaf.subjectSummary.contains("\n"), forged.leaf.subjectSummary)
+        let source = IdentitySource(try identity("server"))
+        let events = LockedBox<[LifecycleEvent]>([])
+        source.events.setHandler { e in events.mutate { $0.append(e) } }
+        source.replace(with: forged)
+        let rotated = try XCTUnwrap(events.value.first { $0.kind == .identityRotated })
+        XCTAssertTrue(rotated.message.contains("reload failed [corrupt]: forged"), rotated.message)
+        XCTAssertFalse(rotated.message.unicodeScalars.contains { ["\n", "\r", "\u{85}", "\u{2028}"].contains($0) }, rotated.message)
+        XCTAssertEqual(rotated.subject, forged.leaf.subject, "the event's fields stay as they are")
+    }
+
     func testAPolicyFileRewrittenInPlaceWithItsSizeAndModificationTimeUnchangedIsReloaded() throws {
         let path = try TestPKI.tempDir() + "/p.json"
         let before = #"{"anchors_only": true} "#, after = #"{"anchors_only": false}"#

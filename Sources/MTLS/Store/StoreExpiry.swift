@@ -109,13 +109,8 @@ public enum Prometheus {
             out += try store.prometheusMetrics()
         } catch {
             let message = (error as? MTLSError)?.message ?? "\(error)"
-            out += "# store metrics failed: \(oneLine(message))\n"
+            out += "# store metrics failed: \(OneLine.text(message))\n"
         }
         return out
-    }
-
-    /// `text` with every control character (line feeds and carriage returns among them) as a blank.
-    static func oneLine(_ text: String) -> String {
-        String(String.UnicodeScalarView(text.unicodeScalars.map { $0.properties.generalCategory == .control ? " " : $0 }))
     }
 }

@@ -69,7 +69,8 @@ public struct LifecycleEvent: Sendable {
     public var notAfter: Date?
     /// For ``LifecycleEventKind/reloadFailed``: why.
     public var error: MTLSError?
-    /// One line saying what happened.
+    /// One line saying what happened (the library's events never hold a line break: a label or
+    /// a common name in them has its control characters as blanks).
     public var message: String
     /// For renewal events: when the next renewal attempt is due, if one is planned.
     public var nextAttempt: Date? = nil
@@ -84,7 +85,7 @@ public struct LifecycleEvent: Sendable {
         sha256 = certificate?.sha256Hex
         notAfter = certificate?.notAfter
         self.error = error
-        self.message = message
+        self.message = OneLine.text(message)
     }
 }
 
