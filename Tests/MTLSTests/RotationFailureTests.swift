@@ -219,3 +219,27 @@ final class RotationFailureTests: XCTestCase {
         XCTAssertEqual(l.counters.resumed, 1)
     }
 }
+
+/// Expiry as data on the awkward rows: a token identity whose token is absent (its certificates
+/// are in the row), a chain that repeats a certificate, an intermediate that ends before its leaf.
+final class StoreExpiryAuditTests: XCTestCase {
+    var pki: String { TLSConnectionTests.pkiDir }
+    func cert(_ name: String) throws -> Certificate { try Certificate.load(path: pki + "/" + name + ".pem")[0] }
+
+    func testATokenIdentityWithoutItsTokenAndARepeatedChainCertificateAreEachListedOnce() throws {
+        let store = try CredentialStore(path: try TestPKI.tempDir() + "/s.db", secret: CredentialStoreTests.secret,
+                                        options: CredentialStoreTests.options())
+        try store.putTokenIdentity(uri: "pkcs11:token=no-such-token;id=%01", certificate: try cert("server"),
+                                   chain: [try cert("int-a"), try cert("int-a"), try cert("root")], label: "tok")
+        let items = try store.expiry()
+        XCTAssertEqual(Set(items.map(\.sha256)), Set(try ["server", "int-a", "root"].map { try cert($0).sha256Hex }))
+        XCTAssertEqual(items.count, 3, "one entry per certificate of the item: \(items.map(\.position))")
+        XCTAssertTrue(items.allSatisfy { $0.label == "tok" && $0.itemClass == .tokenIdentity })
+        // Prometheus refuses a whole scrape with one series twice.
+        let series = try store.prometheusMetrics().split(separator: "\n").filter { !$0.hasPrefix("#") }.map { $0.split(separator: "}")[0] }
+        XCTAssertEqual(Set(series).count, series.count, "\(series)")
+        // Earliest first, whatever the position: what ends first is what needs doing first.
+        XCTAssertEqual(items.map(\.notAfter), items.map(\.notAfter).sorted())
+        XCTAssertEqual(try store.expiring(withinDays: 36500).count, 3)
+    }
+}
