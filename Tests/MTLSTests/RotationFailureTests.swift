@@ -171,6 +171,32 @@ final class RotationFailureTests: XCTestCase {
         XCTAssertTrue(watch.policy.anchorsOnly)
     }
 
+    /// A deployment that writes the policy before the anchor file it names: the new policy fails
+    /// (reported once, the old one stays), and is in force once the anchor file is there.
+    func testAPolicyFileNamingAnAnchorWrittenAfterItIsPutInForceOnceTheAnchorIsThere() throws {
+        let dir = try TestPKI.tempDir()
+        let path = dir + "/policy.json"
+        try Data(#"{"anchors_only": true}"#.utf8).write(to: URL(fileURLWithPath: path))
+        let watch = try PolicyFileWatch(path: path)
+        let events = LockedBox<[LifecycleEvent]>([])
+        watch.events.setHandler { e in events.mutate { $0.append(e) } }
+        try Data(#"{"anchors": ["customer.pem"], "anchors_only": true}"#.utf8).write(to: URL(fileURLWithPath: path + ".new"))
+        XCTAssertEqual(rename(path + ".new", path), 0)
+        settle()
+        settle()
+        XCTAssertEqual(events.value.map(\.kind), [.reloadFailed], "tried at each look, reported once: \(events.value.map(\.message))")
+        XCTAssertTrue(watch.policy.anchors.isEmpty)
+        _ = try TestPKI.sh("cp \(pki)/int-a.pem \(dir)/customer.pem")
+        settle()
+        XCTAssertEqual(events.value.map(\.kind), [.reloadFailed, .policyReloaded])
+        XCTAssertEqual(watch.policy.anchors.map(\.sha256Hex), [try cert("int-a").sha256Hex])
+        // An explicit reload of a file that fails reports it, whatever was reported before.
+        try Data("{ broken".utf8).write(to: URL(fileURLWithPath: path))
+        settle()
+        watch.reload()
+        XCTAssertEqual(events.value.map(\.kind), [.reloadFailed, .policyReloaded, .reloadFailed, .reloadFailed])
+    }
+
     /// A client resuming a ticket after the listener's followed policy file changed is judged by
     /// the new file: refused when it no longer trusts the client, never resumed.
     func testAResumedClientObeysTheReloadedPolicyFile() throws {

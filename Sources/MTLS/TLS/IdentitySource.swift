@@ -397,8 +397,11 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
     }
 
     /// What the last read saw: the file's stamp, the SHA-256 of its bytes (nil when it could not
-    /// be read), and when it was read (seconds since 1970, taken before the read).
-    struct Seen { var stamp: FileStamp?; var digest: [UInt8]?; var readAt: Double }
+    /// be read), when it was read (seconds since 1970, taken before the read), and the failure of
+    /// that load (its code and message; nil when the file was put in force). A file that failed
+    /// is loaded again at each look, since what failed may be a file it names (an anchor written
+    /// after the policy), and reported again only when the failure is another one.
+    struct Seen { var stamp: FileStamp?; var digest: [UInt8]?; var readAt: Double; var failure: String? = nil }
 
     /// How far a file's timestamps may lag behind a write: the kernel stamps files from a clock
     /// that ticks once per jiffy, and some filesystems keep whole seconds (two for FAT). A
@@ -437,32 +440,40 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
                          mtime: st.st_mtim.tv_sec, mtimeNanos: st.st_mtim.tv_nsec, ctime: st.st_ctim.tv_sec, ctimeNanos: st.st_ctim.tv_nsec)
     }
 
-    /// Reloads now, whether or not the file looks changed (`mtls serve` on SIGHUP).
-    public func reload() {
+    /// Reloads now, whether or not the file looks changed (`mtls serve` on SIGHUP); a failure is
+    /// reported even when it is the one already reported.
+    public func reload() { load(reportingAgain: true) }
+
+    /// Reads, parses and puts the file in force; a failure keeps the policy in force and is
+    /// reported when `reportingAgain` or when it is not the last failure reported.
+    private func load(reportingAgain: Bool) {
         // The stamp and the time before the bytes: a write after them is seen by the next look.
         let stamp = PolicyFileWatch.stamp(path)
         let readAt = Date().timeIntervalSince1970
-        let bytes: [UInt8]
+        let previous = seen.withLock { $0.failure }
         do {
-            bytes = try FileIO.read(path)
-        } catch {
-            seen.withLock { $0 = Seen(stamp: stamp, digest: nil, readAt: readAt) }
-            reportFailure(error)
-            return
-        }
-        seen.withLock { $0 = Seen(stamp: stamp, digest: Encoding.sha256(bytes), readAt: readAt) }
-        do {
+            let bytes: [UInt8]
+            do {
+                bytes = try FileIO.read(path)
+            } catch {
+                seen.withLock { $0 = Seen(stamp: stamp, digest: nil, readAt: readAt, failure: previous) }
+                throw error
+            }
+            seen.withLock { $0 = Seen(stamp: stamp, digest: Encoding.sha256(bytes), readAt: readAt, failure: previous) }
             let fresh = try TrustPolicy.load(bytes: bytes, path: path)
             try adjust?(fresh)
             policy.replaceSettings(from: fresh)
+            seen.withLock { $0.failure = nil }
             events.emit(LifecycleEvent(kind: .policyReloaded, label: path, message: "policy \(path) reloaded"))
         } catch {
-            reportFailure(error)
+            let e = error as? MTLSError ?? MTLSError(.io, "\(error)")
+            let key = "\(e.code.rawValue)\u{0}\(e.message)"
+            seen.withLock { $0.failure = key }
+            if reportingAgain || key != previous { reportFailure(e) }
         }
     }
 
-    private func reportFailure(_ error: any Error) {
-        let e = error as? MTLSError ?? MTLSError(.io, "\(error)")
+    private func reportFailure(_ e: MTLSError) {
         events.emit(LifecycleEvent(kind: .reloadFailed, label: path, error: e,
                                    message: "reloading policy \(path) failed, the previous policy stays in force: \(e.message)"))
     }
@@ -471,13 +482,16 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
         warnAboutAnchors()
         let stamp = PolicyFileWatch.stamp(path)
         let last = seen.withLock { $0 }
-        guard stamp == last.stamp else { return reload() }
+        // Another version of the file: loaded, and its failure reported whatever came before.
+        guard stamp == last.stamp else { return load(reportingAgain: true) }
+        // The same version failed last time: tried again, quietly unless it fails otherwise.
+        if last.failure != nil { return load(reportingAgain: false) }
         // Same stamp: only a file written within a timestamp's granularity of the last read can
         // have changed unseen; its bytes say whether it did.
         guard let stamp, PolicyFileWatch.mayHaveChangedUnseen(stamp, readAt: last.readAt) else { return }
         let readAt = Date().timeIntervalSince1970
         guard let bytes = try? FileIO.read(path) else { return }
-        if Encoding.sha256(bytes) != last.digest { return reload() }
+        if Encoding.sha256(bytes) != last.digest { return load(reportingAgain: true) }
         seen.withLock { $0.readAt = readAt }
     }
 
