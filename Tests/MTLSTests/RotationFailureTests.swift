@@ -104,6 +104,24 @@ final class RotationFailureTests: XCTestCase {
         XCTAssertEqual(rotated.subject, forged.leaf.subject, "the event's fields stay as they are")
     }
 
+    /// `mtls serve` reloads on SIGHUP from a thread of its own while the watcher looks too: one
+    /// replacement is one rotation, however many look at it at once.
+    func testConcurrentReloadsPutAReplacementInForceOnce() throws {
+        let (ours, other) = try stores()
+        try other.putIdentity(try identity("server"), label: "srv")
+        let source = try IdentitySource(store: ours, label: "srv")
+        let events = LockedBox<[LifecycleEvent]>([])
+        source.events.setHandler { e in events.mutate { $0.append(e) } }
+        for round in 0..<5 {
+            try other.putIdentity(try identity(round % 2 == 0 ? "server-rsa" : "server"), label: "srv", replace: true)
+            DispatchQueue.concurrentPerform(iterations: 8) { _ in source.reload() }
+            settle()
+            XCTAssertEqual(events.value.filter { $0.kind == .identityRotated }.count, round + 1, "\(events.value.map(\.message))")
+        }
+        XCTAssertEqual(source.current.leaf, try cert("server-rsa"))
+        XCTAssertTrue(events.value.allSatisfy { $0.kind == .identityRotated })
+    }
+
     func testAPolicyFileRewrittenInPlaceWithItsSizeAndModificationTimeUnchangedIsReloaded() throws {
         let path = try TestPKI.tempDir() + "/p.json"
         let before = #"{"anchors_only": true} "#, after = #"{"anchors_only": false}"#

@@ -215,6 +215,8 @@ public final class IdentitySource: Sendable, LifecycleWatched {
         /// The last failure reported (its code and message): a look that keeps failing is retried
         /// at each look (a token put back in is found) but reported once.
         let reported = Mutex<String?>(nil)
+        /// Held for the whole of a look (see ``IdentitySource/refresh()``).
+        let looking = Mutex(())
         init(store: CredentialStore, tokenPIN: SecretBytes?, mark: [Int64], leaf: String) {
             self.store = store
             self.tokenPIN = tokenPIN
@@ -304,10 +306,12 @@ public final class IdentitySource: Sendable, LifecycleWatched {
     /// already reported (whoever asked for the reload hears how it went). Does nothing for a
     /// source that follows no store.
     public func reload() {
-        guard let follow else { return }
-        follow.reported.withLock { $0 = nil }
-        follow.seen.withLock { $0.mark = [] }
-        refresh()
+        guard let follow, let label else { return }
+        apply(follow.looking.withLock { _ in
+            follow.reported.withLock { $0 = nil }
+            follow.seen.withLock { $0.mark = [] }
+            return look(follow, label)
+        })
     }
 
     /// The watcher's look: the store's change mark first (two integers from SQLite); only when
@@ -315,26 +319,44 @@ public final class IdentitySource: Sendable, LifecycleWatched {
     /// A failure keeps the mark as it was, so that the next look tries again (a token put back
     /// in, a row stored again), and is reported once until a look succeeds: a label deleted or a
     /// row that fails authentication is not reported again at every other write to the store.
+    /// One look at a time (the watcher's, a reload on another thread): two that found the same
+    /// replacement would put it in force, and report it, twice. What a look finds is put in
+    /// force and reported after it, so that a handler may call back into the source.
     func refresh() {
         warnIfExpiring()
         guard let follow, let label else { return }
-        guard let mark = try? follow.store.changeMark() else { return }
+        apply(follow.looking.withLock { _ in look(follow, label) })
+    }
+
+    private func apply(_ found: Found) {
+        switch found {
+        case .rotated(let identity): replace(with: identity)
+        case .failed(let e): reportFailure(e)
+        case .unchanged: break
+        }
+    }
+
+    /// What a look found.
+    private enum Found: Sendable { case unchanged, rotated(Identity), failed(MTLSError) }
+
+    private func look(_ follow: StoreFollow, _ label: String) -> Found {
+        guard let mark = try? follow.store.changeMark() else { return .unchanged }
         let before = follow.seen.withLock { $0 }
-        guard mark != before.mark else { return }
+        guard mark != before.mark else { return .unchanged }
         do {
             let info = try IdentitySource.info(follow.store, label)
             if IdentitySource.rowKey(info) == before.leaf {
                 // The row in force (still, or again): nothing to load, and a later failure is news.
                 follow.seen.withLock { $0.mark = mark }
                 follow.reported.withLock { $0 = nil }
-                return
+                return .unchanged
             }
             let (identity, loaded) = try IdentitySource.load(follow.store, label, follow.tokenPIN)
             follow.seen.withLock { $0 = (mark, loaded) }
             follow.reported.withLock { $0 = nil }
-            replace(with: identity)
+            return .rotated(identity)
         } catch let e as MTLSError where e.code == .locked {
-            return // another process's write holds the store beyond the busy timeout: the next look retries
+            return .unchanged // another process's write holds the store beyond the busy timeout: the next look retries
         } catch {
             let e = error as? MTLSError ?? MTLSError(.io, "\(error)")
             let key = "\(e.code.rawValue)\u{0}\(e.message)"
@@ -343,7 +365,7 @@ public final class IdentitySource: Sendable, LifecycleWatched {
                 last = key
                 return true
             }
-            if first { reportFailure(e) }
+            return first ? .failed(e) : .unchanged
         }
     }
 
@@ -383,6 +405,8 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
     /// Days before an anchor's notAfter from which an ``LifecycleEventKind/expiryWarning`` is reported.
     public let warningDays: Int
     private let seen: Mutex<Seen>
+    /// Held for the whole of a look or a reload.
+    private let looking = Mutex(())
     /// What the program sets on top of the file's settings (a command line's `--revocation`),
     /// applied to every version of the file before it is put in force, so a reload never drops it.
     private let adjust: (@Sendable (TrustPolicy) throws -> Void)?
@@ -442,11 +466,15 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
 
     /// Reloads now, whether or not the file looks changed (`mtls serve` on SIGHUP); a failure is
     /// reported even when it is the one already reported.
-    public func reload() { load(reportingAgain: true) }
+    public func reload() {
+        if let e = looking.withLock({ _ in load(reportingAgain: true) }) { events.emit(e) }
+    }
 
     /// Reads, parses and puts the file in force; a failure keeps the policy in force and is
-    /// reported when `reportingAgain` or when it is not the last failure reported.
-    private func load(reportingAgain: Bool) {
+    /// reported when `reportingAgain` or when it is not the last failure reported. Returns the
+    /// event to report, emitted by the caller once ``looking`` is released (a handler may call
+    /// back into the watch).
+    private func load(reportingAgain: Bool) -> LifecycleEvent? {
         // The stamp and the time before the bytes: a write after them is seen by the next look.
         let stamp = PolicyFileWatch.stamp(path)
         let readAt = Date().timeIntervalSince1970
@@ -464,22 +492,25 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
             try adjust?(fresh)
             policy.replaceSettings(from: fresh)
             seen.withLock { $0.failure = nil }
-            events.emit(LifecycleEvent(kind: .policyReloaded, label: path, message: "policy \(path) reloaded"))
+            return LifecycleEvent(kind: .policyReloaded, label: path, message: "policy \(path) reloaded")
         } catch {
             let e = error as? MTLSError ?? MTLSError(.io, "\(error)")
             let key = "\(e.code.rawValue)\u{0}\(e.message)"
             seen.withLock { $0.failure = key }
-            if reportingAgain || key != previous { reportFailure(e) }
+            guard reportingAgain || key != previous else { return nil }
+            return LifecycleEvent(kind: .reloadFailed, label: path, error: e,
+                                  message: "reloading policy \(path) failed, the previous policy stays in force: \(e.message)")
         }
-    }
-
-    private func reportFailure(_ e: MTLSError) {
-        events.emit(LifecycleEvent(kind: .reloadFailed, label: path, error: e,
-                                   message: "reloading policy \(path) failed, the previous policy stays in force: \(e.message)"))
     }
 
     func refresh() {
         warnAboutAnchors()
+        if let e = looking.withLock({ _ in look() }) { events.emit(e) }
+    }
+
+    /// One look (under ``looking``: the watcher's and a reload on another thread never load the
+    /// same version twice, nor interleave their notes of what they read).
+    private func look() -> LifecycleEvent? {
         let stamp = PolicyFileWatch.stamp(path)
         let last = seen.withLock { $0 }
         // Another version of the file: loaded, and its failure reported whatever came before.
@@ -488,11 +519,12 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
         if last.failure != nil { return load(reportingAgain: false) }
         // Same stamp: only a file written within a timestamp's granularity of the last read can
         // have changed unseen; its bytes say whether it did.
-        guard let stamp, PolicyFileWatch.mayHaveChangedUnseen(stamp, readAt: last.readAt) else { return }
+        guard let stamp, PolicyFileWatch.mayHaveChangedUnseen(stamp, readAt: last.readAt) else { return nil }
         let readAt = Date().timeIntervalSince1970
-        guard let bytes = try? FileIO.read(path) else { return }
+        guard let bytes = try? FileIO.read(path) else { return nil }
         if Encoding.sha256(bytes) != last.digest { return load(reportingAgain: true) }
         seen.withLock { $0.readAt = readAt }
+        return nil
     }
 
     /// Reports each anchor of the policy (its own and its host rules') within the warning window.
