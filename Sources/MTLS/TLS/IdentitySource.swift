@@ -140,7 +140,16 @@ enum LifecycleWatcher {
     static let interval = 0.25
 
     private struct Entry { weak var item: (any LifecycleWatched)? }
-    private struct State { var entries: [Entry] = []; var running = false }
+    private struct State {
+        var entries: [Entry] = []
+        var running = false
+        /// Looks left before freed memory is given back (0: none due).
+        var releaseIn = 0
+    }
+    /// Looks between a rotation or reload and giving back what it freed: long enough for the
+    /// connections still holding the previous identity or policy to end, and a burst of
+    /// changes gives back once.
+    static let releaseDelay = 3
     private static let state = Mutex(State())
 
     static func watch(_ item: any LifecycleWatched) {
@@ -151,6 +160,16 @@ enum LifecycleWatcher {
             return true
         }
         if start && !spawn() { state.withLock { $0.running = false } }
+    }
+
+    /// Asks for the memory a rotation or reload freed to be given back to the system
+    /// ``releaseDelay`` looks from now (once for a burst of changes), when the connections that
+    /// held the previous identity or policy have had time to end. Does nothing unless the
+    /// watcher thread runs (something follows a store or a file).
+    static func releaseFreedMemorySoon() {
+        state.withLock { st in
+            if st.running && st.releaseIn == 0 { st.releaseIn = releaseDelay }
+        }
     }
 
     private static func spawn() -> Bool {
@@ -169,6 +188,18 @@ enum LifecycleWatcher {
                 }
                 guard let items else { return false }
                 for i in items { i.refresh() }
+                let release: Bool = state.withLock { st in
+                    guard st.releaseIn > 0 else { return false }
+                    st.releaseIn -= 1
+                    return st.releaseIn == 0
+                }
+                // Under load, the previous identity's SSL_CTX and the connections' buffers are
+                // freed across glibc's per-thread arenas, which keep the pages: without this a
+                // rotating server's RSS climbs after each rotation to a new high-water mark
+                // (measured: +13-25 % over 100 rotations under 64 clients), with its live heap
+                // flat. malloc_trim changes no setting of the host; it runs here, at most once
+                // per `releaseDelay` looks, never on a handshake.
+                if release { mtls_release_free_memory() }
                 return true
             }()
             guard more else { return }
@@ -257,6 +288,7 @@ public final class IdentitySource: Sendable, LifecycleWatched {
             return list.compactMap(\.item)
         }
         for o in told { o.identityReplaced(identity) }
+        LifecycleWatcher.releaseFreedMemorySoon()
         events.emit(LifecycleEvent(kind: .identityRotated, label: label, certificate: identity.leaf,
                                    message: "identity rotated: now presenting \"\(identity.leaf.subjectSummary)\" (sha256 \(identity.leaf.sha256Hex.prefix(16)))"))
         warnIfExpiring()
@@ -398,6 +430,7 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
             let fresh = try TrustPolicy.load(path: path)
             try adjust?(fresh)
             policy.replaceSettings(from: fresh)
+            LifecycleWatcher.releaseFreedMemorySoon()
             events.emit(LifecycleEvent(kind: .policyReloaded, label: path, message: "policy \(path) reloaded"))
         } catch {
             let e = error as? MTLSError ?? MTLSError(.io, "\(error)")
@@ -493,6 +526,7 @@ public final class StoreAnchorWatch: Sendable, LifecycleWatched {
         next.anchors = policy.anchors.filter { !old.contains($0.sha256Hex) } + fresh
         policy.replaceSettings(from: next)
         state.withLock { $0.certificates = fresh }
+        LifecycleWatcher.releaseFreedMemorySoon()
         events.emit(LifecycleEvent(kind: .policyReloaded, label: labels.joined(separator: ","),
                                    message: "anchors \(labels.joined(separator: ", ")) reloaded from the store"))
     }
