@@ -137,7 +137,11 @@ class IdentitySource(_Handle):
         return source
 
     def set(self, identity: Identity) -> None:
-        """Presents `identity` from the next handshake on."""
+        """Presents `identity` from the next handshake on. An identity whose certificate has
+        expired or is not valid yet raises InvalidArgument (and fires "reload_failed"): the
+        identity in force stays."""
+        if not isinstance(identity, Identity):
+            raise TypeError("IdentitySource.set needs an mtls.Identity (for a store label, use IdentitySource.follow)")
         check(lib.mtls_identity_source_set(self._h, identity._h))
 
     @property
