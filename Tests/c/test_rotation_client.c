@@ -5,7 +5,8 @@
  *  - swaps to what is not an identity (NULL, a freed handle, a handle of another type) and to
  *    identities that cannot be presented (expired, not yet valid) are refused with a clear error,
  *    the identity in force stays, and the refusal is reported as MTLS_EVENT_RELOAD_FAILED;
- *    a key that does not match its certificate never becomes an identity;
+ *    a key that does not match its certificate never becomes an identity; a store replacement
+ *    that expired is a failed reload (the last good identity stays);
  *  - an identity an application's SSL_CTX refuses (its security level) keeps the last good one
  *    on that context and is reported: never a handshake without a certificate;
  *  - a swap loop hammered against handshakes from many threads, for libmtls's own client
@@ -417,6 +418,50 @@ int main(void) {
     CHECK_OK(mtls_identity_source_set(src, fresh));
     CHECK(ev.rotated == 1);
     mtls_identity_source_free(src);
+
+    /* A source following a store label: another handle replaces the row with an expired
+     * identity. A failed reload: the last good identity stays, reported once; a valid
+     * replacement after it is put in force. */
+    {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/rotation-client-%d.db", tmp, (int)getpid());
+        unlink(path);
+        mtls_store_options so;
+        CHECK_OK(mtls_store_options_init(&so, MTLS_STORE_OPTIONS_VERSION));
+        so.kdf_log_n = 10;
+        mtls_store *ours = NULL, *other = NULL;
+        CHECK_OK(mtls_store_open(path, (const uint8_t *)"secret", 6, MTLS_STORE_SECRET_PASSPHRASE, &so, &other));
+        CHECK_OK(mtls_store_put_identity(other, "cl", client_a, 0));
+        CHECK_OK(mtls_store_open(path, (const uint8_t *)"secret", 6, MTLS_STORE_SECRET_PASSPHRASE, &so, &ours));
+        struct events ev3 = { .lock = PTHREAD_MUTEX_INITIALIZER };
+        CHECK_OK(mtls_identity_source_follow_store(ours, "cl", NULL, &src));
+        CHECK_OK(mtls_identity_source_set_event_callback(src, on_event, &ev3, NULL));
+        CHECK_OK(mtls_store_put_identity(other, "cl", expired, 1));
+        for (int i = 0; i < 100 && events_failed(&ev3) == 0; i++) usleep(20000);
+        usleep(600000); /* more looks at the store: still reported once */
+        CHECK(events_failed(&ev3) == 1);
+        CHECK(ev3.last_code == MTLS_E_INVALID_ARGUMENT && ev3.rotated == 0);
+        CHECK_OK(mtls_identity_source_current(src, &cur));
+        leaf_hex(cur, cur_hex);
+        mtls_identity_free(cur);
+        CHECK(strcmp(cur_hex, want_a) == 0);
+        CHECK_OK(mtls_store_put_identity(other, "cl", client_rsa, 1));
+        for (int i = 0; i < 100; i++) {
+            pthread_mutex_lock(&ev3.lock);
+            int r = ev3.rotated;
+            pthread_mutex_unlock(&ev3.lock);
+            if (r) break;
+            usleep(20000);
+        }
+        CHECK_OK(mtls_identity_source_current(src, &cur));
+        leaf_hex(cur, cur_hex);
+        mtls_identity_free(cur);
+        CHECK(strcmp(cur_hex, want_rsa) == 0);
+        mtls_identity_source_free(src);
+        mtls_store_close(ours);
+        mtls_store_close(other);
+        unlink(path);
+    }
     mtls_identity_free(expired); mtls_identity_free(future); mtls_identity_free(fresh);
     mtls_issued_free(ca);
 
