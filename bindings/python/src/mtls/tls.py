@@ -452,7 +452,10 @@ class Listener(_Handle):
     # ---- issue 26: identities that change, events, counters
 
     def set_identity(self, identity: Identity) -> None:
-        """Presents `identity` from the next handshake on; connections already made keep theirs."""
+        """Presents `identity` from the next handshake on; connections already made keep theirs.
+        An expired or not yet valid identity raises InvalidArgument (the identity in force stays)."""
+        if not isinstance(identity, Identity):
+            raise TypeError("Listener.set_identity needs an mtls.Identity")
         check(lib.mtls_listener_set_identity(self._h, identity._h))
 
     def set_event_callback(self, callback) -> None:
