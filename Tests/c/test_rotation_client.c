@@ -15,7 +15,9 @@
  *    session ids: every handshake succeeds and the server sees, for every connection, resumed
  *    or not, the certificate the client took when the handshake started (so the key that signed
  *    CertificateVerify was that certificate's, and no session of one identity resumed under
- *    another). */
+ *    another);
+ *  - a TLS 1.2 server's HelloRequest (a renegotiation asked for) after a swap, on an
+ *    application's client SSL_CTX: the live connection keeps its session and goes on. */
 #define _GNU_SOURCE
 #include "pki_support.h"
 #include <arpa/inet.h>
@@ -75,6 +77,7 @@ static int events_failed(struct events *ev) {
 struct server {
     SSL_CTX *ctx;
     int fd, stop;
+    int hello_request; /* after the client's claim: a HelloRequest (TLS 1.2), then the answer */
     uint16_t port;
     pthread_t threads[4];
     int nthreads;
@@ -101,6 +104,11 @@ static void *serve(void *arg) {
         if (ok) {
             reused = SSL_session_reused(ssl);
             int n = SSL_read(ssl, claim, 64);
+            if (ok && n == 64 && s->hello_request) {
+                /* As a server asking for a renegotiation does (Apache's per-directory client
+                 * certificates): the HelloRequest goes out before the answer. */
+                ok = SSL_renegotiate(ssl) == 1 && SSL_do_handshake(ssl) == 1;
+            }
             if (ok && n == 64) {
                 claim[64] = 0;
                 hex_of(SSL_get0_peer_certificate(ssl), seen);
@@ -241,6 +249,10 @@ static void app_client_free(struct app_client *a) {
     SSL_CTX_free(a->ctx);
 }
 
+/* When set, app_round swaps `swap_source` to `swap_to` once its handshake is done. */
+static mtls_identity_source *swap_source;
+static mtls_identity *swap_to;
+
 /* One connection from `a`, offering its kept session: returns 1 when the server answered "ok".
  * The claim is the certificate the SSL holds once its handshake started (what it presents). */
 static int app_round(struct app_client *a, uint16_t port, int *resumed) {
@@ -257,6 +269,7 @@ static int app_round(struct app_client *a, uint16_t port, int *resumed) {
         if (resumed) *resumed = SSL_session_reused(ssl);
         char claim[65];
         hex_of(SSL_get_certificate(ssl), claim);
+        if (swap_source) CHECK_OK(mtls_identity_source_set(swap_source, swap_to));
         ok = SSL_write(ssl, claim, 64) == 64;
         ok = ok && SSL_read(ssl, reply, 2) == 2 && memcmp(reply, "ok", 2) == 0;
         SSL_SESSION *s = SSL_get1_session(ssl);
@@ -508,6 +521,29 @@ int main(void) {
         CHECK(strcmp(s.last_seen, want_a) == 0);
         server_stop(&s);
         CHECK(s.without_cert == 0);
+        app_client_free(&app);
+        mtls_identity_source_free(src);
+    }
+
+    /* ---- a TLS 1.2 server's HelloRequest after a swap, on an application's client SSL_CTX:
+     * libmtls's check of the session at each handshake start took the session off the live
+     * connection (SSL_set_session resets the SSL's method and record layer), and the next read
+     * failed with OpenSSL internal errors. The connection keeps its session and goes on. */
+    {
+        struct server s;
+        server_start(&s, TLS1_2_VERSION, 0, 0, 1);
+        s.hello_request = 1;
+        CHECK_OK(mtls_identity_source_new(client_a, &src));
+        struct app_client app;
+        app_client_init(&app, src, s.port, TLS1_2_VERSION);
+        swap_source = src;
+        swap_to = client_rsa;
+        CHECK(app_round(&app, s.port, NULL));
+        swap_to = client_a;
+        CHECK(app_round(&app, s.port, NULL)); /* a resumed connection, swapped back */
+        swap_source = NULL;
+        server_stop(&s);
+        CHECK(s.failed == 0 && s.mismatched == 0 && s.accepted == 2);
         app_client_free(&app);
         mtls_identity_source_free(src);
     }
