@@ -16,6 +16,8 @@
  *    or not, the certificate the client took when the handshake started (so the key that signed
  *    CertificateVerify was that certificate's, and no session of one identity resumed under
  *    another);
+ *  - token keys (SoftHSM2) swapped with keys in memory, and a followed stored token identity
+ *    repointed at another token key, on both client front ends;
  *  - a TLS 1.2 server's HelloRequest (a renegotiation asked for) after a swap, on an
  *    application's client SSL_CTX: the live connection keeps its session and goes on. */
 #define _GNU_SOURCE
@@ -150,6 +152,9 @@ static void record(struct server *s, int ok, int reused, int match, const char *
 /* A server presenting `server` (with int-a), asking for a client certificate (required unless
  * `optional`), trusting root.pem for clients; TLS up to max_version; TLS 1.2 tickets or, with
  * no_tickets, its session-id cache. */
+/* A second CA the server trusts for clients (the token identities' CA), when set. */
+static char extra_client_ca[1024];
+
 static void server_start(struct server *s, int max_version, int no_tickets, int optional, int threads) {
     memset(s, 0, sizeof *s);
     pthread_mutex_init(&s->lock, NULL);
@@ -162,6 +167,7 @@ static void server_start(struct server *s, int max_version, int no_tickets, int 
     CHECK(SSL_CTX_use_certificate_chain_file(s->ctx, path) == 1);
     CHECK(SSL_CTX_use_PrivateKey_file(s->ctx, key, SSL_FILETYPE_PEM) == 1);
     CHECK(SSL_CTX_load_verify_locations(s->ctx, ca, NULL) == 1);
+    if (extra_client_ca[0]) CHECK(SSL_CTX_load_verify_locations(s->ctx, extra_client_ca, NULL) == 1);
     SSL_CTX_set_verify(s->ctx, SSL_VERIFY_PEER | (optional ? 0 : SSL_VERIFY_FAIL_IF_NO_PEER_CERT), NULL);
     SSL_CTX_set_max_proto_version(s->ctx, max_version);
     static const unsigned char sid[] = "test_rotation_client";
@@ -546,6 +552,98 @@ int main(void) {
         CHECK(s.failed == 0 && s.mismatched == 0 && s.accepted == 2);
         app_client_free(&app);
         mtls_identity_source_free(src);
+    }
+
+    /* ---- token keys (SoftHSM2): a source swapped between keys on the token and in memory, and
+     * a source following a stored token identity (its URI), on both client front ends, TLS 1.3
+     * and 1.2: each handshake signs with the key of the certificate it presents. */
+    {
+        if (access("/usr/lib/softhsm/libsofthsm2.so", F_OK) != 0) {
+            fprintf(stderr, "SoftHSM2 is not installed: run scripts/install-deps.sh\n");
+            return 1;
+        }
+        char dir[600], conf[700], path[700], tcmd[1400];
+        snprintf(dir, sizeof dir, "%s/rotation-client-tokens-%d", tmp, (int)getpid());
+        snprintf(tcmd, sizeof tcmd, "rm -rf %s && scripts/softhsm-token.sh %s", dir, dir);
+        t_sh(tcmd);
+        snprintf(conf, sizeof conf, "%s/softhsm2.conf", dir);
+        setenv("SOFTHSM2_CONF", conf, 1);
+        snprintf(extra_client_ca, sizeof extra_client_ca, "%s/ca.pem", dir);
+        mtls_identity *tok_ec = NULL, *tok_rsa = NULL;
+        CHECK_OK(mtls_identity_from_pkcs11("pkcs11:token=mtls-test;id=%02?pin-value=1234", NULL, NULL, NULL, &tok_ec));
+        CHECK_OK(mtls_identity_from_pkcs11("pkcs11:token=mtls-test;id=%01?pin-value=1234", NULL, NULL, NULL, &tok_rsa));
+        char want_tok_ec[65], want_tok_rsa[65];
+        leaf_hex(tok_ec, want_tok_ec);
+        leaf_hex(tok_rsa, want_tok_rsa);
+        mtls_identity *order[] = { tok_ec, client_a, tok_rsa, client_rsa, tok_ec };
+        const char *want[] = { want_tok_ec, want_a, want_tok_rsa, want_rsa, want_tok_ec };
+        for (int v = 0; v < 2; v++) {
+            int ossl = v ? TLS1_2_VERSION : TLS1_3_VERSION, own = v ? MTLS_TLS_1_2 : MTLS_TLS_1_3;
+            struct server s;
+            server_start(&s, ossl, 0, 0, 1);
+            for (int app = 0; app < 2; app++) {
+                CHECK_OK(mtls_identity_source_new(tok_ec, &src));
+                struct app_client client;
+                if (app) app_client_init(&client, src, s.port, ossl);
+                for (int i = 0; i < 5; i++) {
+                    CHECK_OK(mtls_identity_source_set(src, order[i]));
+                    CHECK(app ? app_round(&client, s.port, NULL) : own_round(src, s.port, own, NULL));
+                    CHECK(strcmp(s.last_seen, want[i]) == 0);
+                }
+                if (app) app_client_free(&client);
+                mtls_identity_source_free(src);
+            }
+            /* A stored token identity, followed; another handle points the label at the other
+             * token key. */
+            snprintf(path, sizeof path, "%s/rotation-client-tok-%d.db", tmp, (int)getpid());
+            unlink(path);
+            mtls_store_options so;
+            CHECK_OK(mtls_store_options_init(&so, MTLS_STORE_OPTIONS_VERSION));
+            so.kdf_log_n = 10;
+            mtls_store *ours = NULL, *other = NULL;
+            CHECK_OK(mtls_store_open(path, (const uint8_t *)"secret", 6, MTLS_STORE_SECRET_PASSPHRASE, &so, &other));
+            mtls_cert *leaf = NULL;
+            CHECK_OK(mtls_identity_leaf(tok_ec, &leaf));
+            CHECK_OK(mtls_store_put_token_identity(other, "tok", "pkcs11:token=mtls-test;id=%02", leaf, NULL, 0, 0));
+            mtls_cert_free(leaf);
+            CHECK_OK(mtls_store_open(path, (const uint8_t *)"secret", 6, MTLS_STORE_SECRET_PASSPHRASE, &so, &ours));
+            mtls_watch_options wo;
+            CHECK_OK(mtls_watch_options_init(&wo, MTLS_WATCH_OPTIONS_VERSION));
+            wo.token_pin = "1234";
+            CHECK_OK(mtls_identity_source_follow_store(ours, "tok", &wo, &src));
+            struct app_client client;
+            app_client_init(&client, src, s.port, ossl);
+            CHECK(app_round(&client, s.port, NULL));
+            CHECK(strcmp(s.last_seen, want_tok_ec) == 0);
+            CHECK(own_round(src, s.port, own, NULL));
+            CHECK(strcmp(s.last_seen, want_tok_ec) == 0);
+            CHECK_OK(mtls_identity_leaf(tok_rsa, &leaf));
+            CHECK_OK(mtls_store_put_token_identity(other, "tok", "pkcs11:token=mtls-test;id=%01", leaf, NULL, 0, 1));
+            mtls_cert_free(leaf);
+            char now_hex[65] = "";
+            for (int i = 0; i < 100 && strcmp(now_hex, want_tok_rsa) != 0; i++) {
+                usleep(20000);
+                CHECK_OK(mtls_identity_source_current(src, &cur));
+                leaf_hex(cur, now_hex);
+                mtls_identity_free(cur);
+            }
+            CHECK(app_round(&client, s.port, NULL));
+            CHECK(strcmp(s.last_seen, want_tok_rsa) == 0);
+            CHECK(own_round(src, s.port, own, NULL));
+            CHECK(strcmp(s.last_seen, want_tok_rsa) == 0);
+            app_client_free(&client);
+            mtls_identity_source_free(src);
+            mtls_store_close(ours);
+            mtls_store_close(other);
+            unlink(path);
+            server_stop(&s);
+            CHECK(s.failed == 0 && s.mismatched == 0);
+        }
+        mtls_identity_free(tok_ec);
+        mtls_identity_free(tok_rsa);
+        extra_client_ca[0] = 0;
+        snprintf(tcmd, sizeof tcmd, "rm -rf %s", dir);
+        t_sh(tcmd);
     }
 
     /* ---- the hammer */
