@@ -1561,7 +1561,10 @@ typedef struct mtls_watch_options {
 MTLS_EXTERN int mtls_watch_options_init(mtls_watch_options *opts, unsigned int version);
 
 /* A source presenting `identity` (required) until mtls_identity_source_set. It keeps its own
- * reference to the identity. Free *out with mtls_identity_source_free. */
+ * reference to the identity. Free *out with mtls_identity_source_free. The first identity is not
+ * checked against the clock (a program starts with what it has; one within the warning window,
+ * or past it, is reported as MTLS_EVENT_EXPIRY_WARNING once a callback is set): only a
+ * replacement must be valid now (see mtls_identity_source_set). */
 MTLS_EXTERN int mtls_identity_source_new(const mtls_identity *identity, mtls_identity_source **out);
 /* A source following `label` in `store` (a stored identity, else a token identity). The identity
  * is loaded now: a failure is returned (MTLS_E_NOT_FOUND, MTLS_E_CORRUPT, token errors). The

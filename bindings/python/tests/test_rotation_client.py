@@ -113,6 +113,8 @@ def test_set_refuses_what_cannot_be_presented(pki, expired_and_future):
         source.set(None)
     with pytest.raises(TypeError):
         source.set("client-a")  # a label is followed (IdentitySource.follow), not swapped in
+    with pytest.raises(TypeError):  # an identity where a source is wanted: said, not an AttributeError
+        mtls.Connection.connect("127.0.0.1", 1, identity_source=a)
     with pytest.raises(mtls.InvalidArgument, match="expired"):
         source.set(expired)
     with pytest.raises(mtls.InvalidArgument, match="not valid before"):
