@@ -3,7 +3,8 @@ Python's own ssl module as the server (it checks each CertificateVerify with the
 was sent, and keeps its own TLS 1.2 session-id cache and tickets):
 
 - IdentitySource.set refuses what cannot be presented (not an Identity, expired, not yet valid)
-  and the identity in force stays;
+  and the identity in force stays; an identity a connection's context refuses (a key below
+  OpenSSL's security level) keeps the last good one there, reported once;
 - a swap loop against handshakes from many threads (mtls.Connection, resumption on, TLS 1.3 and
   1.2): the server sees, for every connection, resumed or not, the certificate the client took;
 - the adapters (requests, httpx sync and async, urllib, http.client) and mtls.asyncio streams
@@ -14,6 +15,7 @@ import asyncio
 import hashlib
 import http.server
 import ssl
+import subprocess
 import threading
 import time
 import urllib.request
@@ -30,7 +32,7 @@ import mtls.requests
 from mtls import IdentitySource
 from mtls.pki import IssuedCertificate
 
-from conftest import anchored, identity
+from conftest import PKI_SCRIPT, anchored, identity
 
 
 def sha(der: bytes) -> str:
@@ -132,6 +134,44 @@ def test_set_refuses_what_cannot_be_presented(pki, expired_and_future):
     finally:
         server.close()
     assert server.seen == [a.leaf.sha256_hex]
+
+
+def test_an_identity_the_context_refuses_keeps_the_last_good_one_and_is_reported(pki, tmp_path):
+    """An RSA-1024 client certificate (OpenSSL's security level 2 refuses it): libmtls's context
+    presents the last identity it could, whole, and says so once; with none before it, the
+    connection fails with HandshakeError (as a fixed identity does)."""
+    for name in ("int-a.pem", "int-a.key"):
+        (tmp_path / name).write_bytes((pki / name).read_bytes())
+    subprocess.run([str(PKI_SCRIPT), "--leaf", str(tmp_path), "weak", "rsa1024", "weak-client", "int-a"], check=True,
+                   capture_output=True)
+    weak = mtls.Identity.from_pem((tmp_path / "weak.pem").read_text() + (pki / "int-a.pem").read_text(),
+                                  (tmp_path / "weak.key").read_text())
+    a = identity(pki, "client-a")
+    server = ClaimServer(pki, ssl.TLSVersion.TLSv1_3)
+    policy = anchored(pki, "root.pem")
+
+    def connect(source):
+        with mtls.Connection.connect("127.0.0.1", server.port, identity_source=source, policy=policy,
+                                     verify_as="server.test", handshake_timeout=10, resume=False) as c:
+            c.write(c.presented_identity.leaf.sha256_hex.encode())
+            assert c.read(2) == b"ok"
+
+    try:
+        with pytest.raises(mtls.HandshakeError, match="too small"):
+            connect(IdentitySource(weak))  # nothing to fall back on
+        source = IdentitySource(a)
+        events = []
+        source.set_event_callback(events.append)
+        connect(source)
+        source.set(weak)  # the source takes it: another context may present it
+        connect(source)
+        connect(source)
+    finally:
+        server.close()
+    assert server.seen == [a.leaf.sha256_hex] * 3  # never no certificate, never the refused one
+    failed = [e for e in events if e.kind == "reload_failed"]
+    assert len(failed) == 1 and failed[0].sha256 == weak.leaf.sha256_hex and failed[0].error is mtls.HandshakeError
+    assert "client-a" in failed[0].message
 
 
 @pytest.mark.parametrize("max_tls", [ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2])
