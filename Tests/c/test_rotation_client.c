@@ -16,6 +16,9 @@
  *    or not, the certificate the client took when the handshake started (so the key that signed
  *    CertificateVerify was that certificate's, and no session of one identity resumed under
  *    another);
+ *  - an application's server SSL_CTX (accepts_clients 1) presenting a source: the same fallback,
+ *    and a swap loop against raw OpenSSL clients resuming sessions (never one made under the
+ *    other server identity);
  *  - token keys (SoftHSM2) swapped with keys in memory, and a followed stored token identity
  *    repointed at another token key, on both client front ends;
  *  - a TLS 1.2 server's HelloRequest (a renegotiation asked for) after a swap, on an
@@ -354,6 +357,175 @@ static void hammer(const char *what, mtls_identity *a, mtls_identity *b, int app
     mtls_identity_source_free(h.src);
 }
 
+/* ---------------------------------------------------------------- an application's server */
+
+/* An application's server SSL_CTX (nginx-style: its own session id context, session cache,
+ * tickets unless no_tickets) presenting an identity source through mtls_ssl_ctx_configure_source.
+ * Each accepted client is told the SHA-256 of the certificate the server's SSL holds for that
+ * handshake; the client compares it with the one its handshake gave it. */
+struct app_server {
+    SSL_CTX *ctx;
+    int fd, stop, nthreads;
+    uint16_t port;
+    pthread_t threads[4];
+};
+
+static void *app_serve(void *arg) {
+    struct app_server *s = arg;
+    while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+        int fd = accept(s->fd, NULL, NULL);
+        if (fd < 0) break;
+        struct timeval tv = { 10, 0 };
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        SSL *ssl = SSL_new(s->ctx);
+        SSL_set_fd(ssl, fd);
+        if (SSL_accept(ssl) == 1) {
+            char held[65];
+            hex_of(SSL_get_certificate(ssl), held);
+            SSL_write(ssl, held, 64);
+            SSL_shutdown(ssl);
+        }
+        ERR_clear_error();
+        SSL_free(ssl);
+        close(fd);
+    }
+    return NULL;
+}
+
+static void app_server_start(struct app_server *s, mtls_identity_source *src, mtls_policy *clients, int max_version,
+                             int no_tickets, int security_level) {
+    memset(s, 0, sizeof *s);
+    s->ctx = SSL_CTX_new(TLS_server_method());
+    CHECK(s->ctx != NULL);
+    if (security_level) SSL_CTX_set_security_level(s->ctx, security_level);
+    SSL_CTX_set_max_proto_version(s->ctx, max_version);
+    static const unsigned char sid[] = "nginx-style virtual server";
+    CHECK(SSL_CTX_set_session_id_context(s->ctx, sid, sizeof sid - 1) == 1);
+    SSL_CTX_set_session_cache_mode(s->ctx, SSL_SESS_CACHE_SERVER);
+    if (no_tickets) SSL_CTX_set_options(s->ctx, SSL_OP_NO_TICKET);
+    SSL_CTX_set_verify(s->ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+    CHECK_OK(mtls_ssl_ctx_configure_source(s->ctx, src, clients, 1, NULL));
+    s->fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    CHECK(bind(s->fd, (struct sockaddr *)&a, sizeof a) == 0);
+    CHECK(listen(s->fd, 64) == 0);
+    socklen_t len = sizeof a;
+    CHECK(getsockname(s->fd, (struct sockaddr *)&a, &len) == 0);
+    s->port = ntohs(a.sin_port);
+    s->nthreads = 4;
+    for (int i = 0; i < s->nthreads; i++) CHECK(pthread_create(&s->threads[i], NULL, app_serve, s) == 0);
+}
+
+static void app_server_stop(struct app_server *s) {
+    __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
+    shutdown(s->fd, SHUT_RDWR);
+    for (int i = 0; i < s->nthreads; i++) pthread_join(s->threads[i], NULL);
+    close(s->fd);
+    SSL_CTX_free(s->ctx);
+}
+
+/* A raw OpenSSL client presenting client-a, keeping its last session for the next connection. */
+struct raw_client {
+    SSL_CTX *ctx;
+    SSL_SESSION *session;
+    pthread_mutex_t lock;
+    uint16_t port;
+    int rounds, ok, failed, resumed, mismatched;
+    char last_seen[65];
+};
+
+static int raw_round(struct raw_client *c) {
+    int fd = tcp_connect(c->port);
+    SSL *ssl = SSL_new(c->ctx);
+    SSL_set_fd(ssl, fd);
+    pthread_mutex_lock(&c->lock);
+    if (c->session) SSL_set_session(ssl, c->session);
+    pthread_mutex_unlock(&c->lock);
+    int ok = SSL_connect(ssl) == 1;
+    if (ok) {
+        char held[65] = "", seen[65];
+        ok = SSL_read(ssl, held, 64) == 64;
+        hex_of(SSL_get0_peer_certificate(ssl), seen);
+        if (ok) {
+            int match = strcmp(held, seen) == 0;
+            pthread_mutex_lock(&c->lock);
+            c->resumed += SSL_session_reused(ssl);
+            if (!match) c->mismatched++;
+            snprintf(c->last_seen, sizeof c->last_seen, "%s", seen);
+            if (c->session) SSL_SESSION_free(c->session);
+            c->session = SSL_get1_session(ssl);
+            pthread_mutex_unlock(&c->lock);
+        }
+        SSL_shutdown(ssl);
+    }
+    ERR_clear_error();
+    SSL_free(ssl);
+    close(fd);
+    return ok;
+}
+
+static void raw_client_init(struct raw_client *c, uint16_t port, int max_version) {
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->lock, NULL);
+    c->port = port;
+    char chain[1024], key[1024];
+    snprintf(chain, sizeof chain, "%s/client-a-chain.pem", pki);
+    snprintf(key, sizeof key, "%s/client-a.key", pki);
+    c->ctx = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_max_proto_version(c->ctx, max_version);
+    SSL_CTX_set_session_cache_mode(c->ctx, SSL_SESS_CACHE_CLIENT);
+    CHECK(SSL_CTX_use_certificate_chain_file(c->ctx, chain) == 1);
+    CHECK(SSL_CTX_use_PrivateKey_file(c->ctx, key, SSL_FILETYPE_PEM) == 1);
+}
+
+static void raw_client_free(struct raw_client *c) {
+    if (c->session) SSL_SESSION_free(c->session);
+    SSL_CTX_free(c->ctx);
+}
+
+struct server_hammer { struct raw_client *c; mtls_identity_source *src; mtls_identity *a, *b; int stop; };
+
+static void *server_swapper(void *arg) {
+    struct server_hammer *h = arg;
+    for (int i = 0; !__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE); i++) {
+        CHECK_OK(mtls_identity_source_set(h->src, (i & 1) ? h->b : h->a));
+        usleep(700);
+    }
+    return NULL;
+}
+
+static void *raw_loop(void *arg) {
+    struct raw_client *c = arg;
+    for (int i = 0; i < c->rounds; i++) __atomic_fetch_add(raw_round(c) ? &c->ok : &c->failed, 1, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+static void server_side_hammer(const char *what, mtls_identity *a, mtls_identity *b, mtls_policy *clients, int max_version,
+                               int no_tickets) {
+    struct server_hammer h = { .a = a, .b = b };
+    CHECK_OK(mtls_identity_source_new(a, &h.src));
+    struct app_server s;
+    app_server_start(&s, h.src, clients, max_version, no_tickets, 0);
+    struct raw_client c;
+    raw_client_init(&c, s.port, max_version);
+    c.rounds = 25;
+    h.c = &c;
+    enum { THREADS = 6 };
+    pthread_t t[THREADS], sw;
+    CHECK(pthread_create(&sw, NULL, server_swapper, &h) == 0);
+    for (int i = 0; i < THREADS; i++) CHECK(pthread_create(&t[i], NULL, raw_loop, &c) == 0);
+    for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+    __atomic_store_n(&h.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(sw, NULL);
+    app_server_stop(&s);
+    printf("%s: %d handshakes, %d failed, %d resumed, %d mismatched\n", what, c.ok + c.failed, c.failed, c.resumed, c.mismatched);
+    CHECK(c.failed == 0 && c.ok == THREADS * c.rounds);
+    CHECK(c.mismatched == 0); /* never a session made under one server identity resumed under the other */
+    CHECK(c.resumed > 0 && c.resumed < c.ok);
+    raw_client_free(&c);
+    mtls_identity_source_free(h.src);
+}
+
 /* ---------------------------------------------------------------- main */
 
 static mtls_identity *issued_identity(mtls_issued *ca, const char *name, int64_t now, int days) {
@@ -644,6 +816,40 @@ int main(void) {
         extra_client_ca[0] = 0;
         snprintf(tcmd, sizeof tcmd, "rm -rf %s", dir);
         t_sh(tcmd);
+    }
+
+    /* ---- an application's server SSL_CTX (accepts_clients 1) presenting a source: one whose
+     * security level refuses the new identity keeps the last good one and reports it; a swap
+     * loop against raw OpenSSL clients resuming their sessions. */
+    {
+        mtls_identity *server = identity("server", "int-a.pem"), *server_rsa = identity("server-rsa", "int-a.pem");
+        mtls_policy *clients = anchored("int-a.pem");
+        char want_server[65];
+        leaf_hex(server, want_server);
+        struct events ev4 = { .lock = PTHREAD_MUTEX_INITIALIZER };
+        CHECK_OK(mtls_identity_source_new(server, &src));
+        CHECK_OK(mtls_identity_source_set_event_callback(src, on_event, &ev4, NULL));
+        struct app_server s;
+        app_server_start(&s, src, clients, TLS1_3_VERSION, 0, 3);
+        struct raw_client c;
+        raw_client_init(&c, s.port, TLS1_3_VERSION);
+        CHECK(raw_round(&c));
+        CHECK(strcmp(c.last_seen, want_server) == 0);
+        CHECK_OK(mtls_identity_source_set(src, server_rsa));
+        SSL_SESSION_free(c.session);
+        c.session = NULL;
+        CHECK(raw_round(&c));                              /* it failed: no certificate to present */
+        CHECK(strcmp(c.last_seen, want_server) == 0);
+        CHECK(events_failed(&ev4) == 1 && c.mismatched == 0);
+        raw_client_free(&c);
+        app_server_stop(&s);
+        mtls_identity_source_free(src);
+        server_side_hammer("application server SSL_CTX, TLS 1.3 tickets", server, server_rsa, clients, TLS1_3_VERSION, 0);
+        server_side_hammer("application server SSL_CTX, TLS 1.2 tickets", server, server_rsa, clients, TLS1_2_VERSION, 0);
+        server_side_hammer("application server SSL_CTX, TLS 1.2 session ids", server, server_rsa, clients, TLS1_2_VERSION, 1);
+        mtls_identity_free(server);
+        mtls_identity_free(server_rsa);
+        mtls_policy_free(clients);
     }
 
     /* ---- the hammer */
