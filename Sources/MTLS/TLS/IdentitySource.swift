@@ -281,7 +281,45 @@ public final class IdentitySource: Sendable, LifecycleWatched {
 
     /// Puts `identity` in force for every handshake that starts from now on, and reports it
     /// (``LifecycleEventKind/identityRotated``, on the calling thread).
-    public func replace(with identity: Identity) {
+    ///
+    /// An identity whose certificate has expired or is not valid yet is refused: every peer
+    /// would refuse it, so putting it in force would only stop every handshake. It throws
+    /// ``MTLSError/Code/invalidArgument`` saying so, the identity in force stays, and the refusal
+    /// is reported as ``LifecycleEventKind/reloadFailed`` (on the calling thread).
+    public func replace(with identity: Identity) throws {
+        if let refusal = IdentitySource.refusal(of: identity) {
+            events.emit(LifecycleEvent(kind: .reloadFailed, label: label, certificate: identity.leaf, error: refusal,
+                                       message: "\(refusal.message); the identity in force stays"))
+            throw refusal
+        }
+        put(identity)
+    }
+
+    /// Why `identity` must not replace the identity in force at `now`: a certificate outside its
+    /// validity (expired, or not valid yet). Nil when it may.
+    static func refusal(of identity: Identity, at now: Date = Date()) -> MTLSError? {
+        let leaf = identity.leaf
+        if leaf.notAfter < now {
+            return MTLSError(.invalidArgument, "the certificate \"\(leaf.subjectSummary)\" expired at \(leaf.notAfter): it is not put in force")
+        }
+        if leaf.notBefore > now {
+            return MTLSError(.invalidArgument, "the certificate \"\(leaf.subjectSummary)\" is not valid before \(leaf.notBefore): it is not put in force")
+        }
+        return nil
+    }
+
+    /// Reports that a TLS context could not present `refused` (its security level, its
+    /// signature schemes) and presents `fallback`, the last identity it could, instead (nil: none,
+    /// the handshake fails). On the thread of the handshake that found it.
+    func reportRefusedByContext(_ refused: Identity, error: MTLSError, fallback: Identity?) {
+        let stays = fallback.map { "the last good identity there, \"\($0.leaf.subjectSummary)\", stays in use" }
+            ?? "that context has no identity it could present, its handshakes fail"
+        events.emit(LifecycleEvent(kind: .reloadFailed, label: label, certificate: refused.leaf, error: error,
+                                   message: "a TLS context cannot present \"\(refused.leaf.subjectSummary)\" (\(error.message)); \(stays)"))
+    }
+
+    /// Puts `identity` in force (checked), tells the observers, reports the rotation.
+    private func put(_ identity: Identity) {
         current_.withLock { $0.identity = identity }
         let told = observers.withLock { list in
             list.removeAll { $0.item == nil }
@@ -342,11 +380,15 @@ public final class IdentitySource: Sendable, LifecycleWatched {
         }
         do {
             let (identity, loadedLeaf) = try IdentitySource.load(follow.store, label, follow.tokenPIN)
+            // An expired or not yet valid replacement is a failed reload: the last good identity
+            // stays (one that becomes valid later is put in force then, at a later look).
+            if let refusal = IdentitySource.refusal(of: identity) { throw refusal }
             follow.seen.withLock { $0 = (mark, loadedLeaf) }
             follow.reported.withLock { $0 = nil }
-            replace(with: identity)
+            put(identity)
         } catch {
-            // The mark is kept as it was, so the next look tries again (a token put back in).
+            // The mark is kept as it was, so the next look tries again (a token put back in, a
+            // certificate that becomes valid).
             let e = error as? MTLSError ?? MTLSError(.io, "\(error)")
             let key = leaf + "\u{0}" + e.message
             let first: Bool = follow.reported.withLock { last in
