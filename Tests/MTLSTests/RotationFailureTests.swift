@@ -215,6 +215,35 @@ final class RotationFailureTests: XCTestCase {
         XCTAssertEqual(events.value.map(\.kind), [.reloadFailed, .policyReloaded, .reloadFailed, .reloadFailed])
     }
 
+    /// A FIFO put where a followed policy file was: refused as not a regular file, and the
+    /// watcher thread, which every followed label and file shares, goes on (it waited for a
+    /// writer for ever, and nothing else in the process was followed any more).
+    func testAFIFOInPlaceOfAPolicyFileHoldsUpNothing() throws {
+        let dir = try TestPKI.tempDir()
+        let path = dir + "/policy.json", other = dir + "/other.json"
+        try Data(#"{"anchors_only": true}"#.utf8).write(to: URL(fileURLWithPath: path))
+        try Data(#"{"anchors_only": true}"#.utf8).write(to: URL(fileURLWithPath: other))
+        let watch = try PolicyFileWatch(path: path), bystander = try PolicyFileWatch(path: other)
+        let events = LockedBox<[LifecycleEvent]>([])
+        watch.events.setHandler { e in events.mutate { $0.append(e) } }
+        // Renamed over the file in one step: the watcher sees the FIFO, never a missing file.
+        XCTAssertEqual(mkfifo(dir + "/fifo", 0o600), 0)
+        XCTAssertEqual(rename(dir + "/fifo", path), 0)
+        defer {
+            // Whatever happened, let a reader stuck on the FIFO go (open fails with ENXIO when none waits).
+            let w = open(path, O_WRONLY | O_NONBLOCK)
+            if w >= 0 { close(w) }
+        }
+        settle()
+        try Data(#"{"anchors_only": false}"#.utf8).write(to: URL(fileURLWithPath: other + ".new"))
+        XCTAssertEqual(rename(other + ".new", other), 0)
+        settle()
+        XCTAssertFalse(bystander.policy.anchorsOnly, "the watcher went on to the other file")
+        XCTAssertEqual(events.value.map(\.kind), [.reloadFailed], "\(events.value.map(\.message))")
+        XCTAssertTrue(events.value.first?.message.contains("not a regular file") ?? false)
+        XCTAssertTrue(watch.policy.anchorsOnly, "the policy in force stays")
+    }
+
     /// A client resuming a ticket after the listener's followed policy file changed is judged by
     /// the new file: refused when it no longer trusts the client, never resumed.
     func testAResumedClientObeysTheReloadedPolicyFile() throws {

@@ -15,6 +15,26 @@ public enum FileIO {
         return try readAll(fd, path: path, limit: limit)
     }
 
+    /// Reads a whole regular file, refusing anything over `limit` bytes and anything else at
+    /// `path` (a FIFO, a device, a socket) without waiting on it: what a background thread reads
+    /// (a followed policy file), which a FIFO put in the file's place must not hold up for ever.
+    static func readRegularFile(_ path: String, limit: Int = maxReadSize) throws -> [UInt8] {
+        // O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else {
+            throw MTLSError(errno == ENOENT ? .notFound : .io, "cannot open \(path): \(String(cString: strerror(errno)))")
+        }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw MTLSError(.io, "cannot read \(path): \(String(cString: strerror(errno)))") }
+        switch st.st_mode & S_IFMT {
+        case S_IFREG: break
+        case S_IFDIR: throw MTLSError(.io, "\(path) is a directory")
+        default: throw MTLSError(.io, "\(path) is not a regular file")
+        }
+        return try readAll(fd, path: path, limit: limit)
+    }
+
     private static func openForReading(_ path: String) throws -> Int32 {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {

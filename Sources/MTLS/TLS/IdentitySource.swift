@@ -557,7 +557,7 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
         do {
             let bytes: [UInt8]
             do {
-                bytes = try FileIO.read(path)
+                bytes = try FileIO.readRegularFile(path)
             } catch {
                 seen.withLock { $0 = Seen(stamp: stamp, digest: nil, readAt: readAt, failure: previous) }
                 throw error
@@ -597,7 +597,7 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
         // have changed unseen; its bytes say whether it did.
         guard let stamp, PolicyFileWatch.mayHaveChangedUnseen(stamp, readAt: last.readAt) else { return nil }
         let readAt = Date().timeIntervalSince1970
-        guard let bytes = try? FileIO.read(path) else { return nil }
+        guard let bytes = try? FileIO.readRegularFile(path) else { return nil }
         if Encoding.sha256(bytes) != last.digest { return load(reportingAgain: true) }
         seen.withLock { $0.readAt = readAt }
         return nil
