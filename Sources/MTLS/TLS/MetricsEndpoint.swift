@@ -33,7 +33,12 @@ public final class MetricsEndpoint: Sendable {
     /// Listens on 127.0.0.1:`port` (0: an ephemeral port) and answers scrapes with `body()`,
     /// called once per scrape on the endpoint's thread.
     public init(port: UInt16, body: @escaping @Sendable () -> String) throws {
-        let (fd, bound) = try Socket.listen(address: "127.0.0.1", port: port, backlog: 64)
+        let fd: Int32, bound: UInt16
+        do {
+            (fd, bound) = try Socket.listen(address: "127.0.0.1", port: port, backlog: 64)
+        } catch let e as MTLSError {
+            throw MTLSError(e.code, "metrics endpoint: \(e.message)") // which of a server's ports failed
+        }
         Socket.setNonBlocking(fd, true)
         let core = Core(fd: fd, body: body)
         guard BackgroundThread.start(name: "mtls-metrics", { core.run() }) else {
