@@ -144,3 +144,13 @@ def test_check_counts_expired_certificates_and_not_yet_valid_ones_by_their_end(t
     assert item["label"] == "old" and item["days_left"] in (-3, -2)
     r = run_cli(*st, "check", "--within", "400", "--json")
     assert r.returncode == 1 and [i["label"] for i in json.loads(r.stdout)["expiring"]] == ["old", "later"]
+
+
+def test_check_with_a_wrong_secret_is_status_2_and_says_so(store, tmp_path):
+    write_secret(tmp_path / "wrong", "not the passphrase\n")
+    st = list(store)
+    st[st.index("--secret-file") + 1] = tmp_path / "wrong"
+    r = run_cli(*st, "check", "--within", "1")
+    assert r.returncode == 2 and "wrong store secret" in r.stderr, r.stderr
+    r = run_cli(*st, "check", "--within", "1", "--json")
+    assert r.returncode == 2 and json.loads(r.stdout)["error"] == "bad_secret", r.stdout
