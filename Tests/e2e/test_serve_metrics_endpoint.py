@@ -98,8 +98,8 @@ def test_silent_slow_and_huge_clients_block_neither_scrapes_nor_tls(served):
         try:
             answer = raw(metrics, b"GET /" + b"a" * 1_000_000 + b" HTTP/1.1\r\n\r\n")
             assert answer.startswith(b"HTTP/1.1 431 ")
-        except ConnectionResetError:
-            pass  # the server may close while the client still writes its megabyte
+        except ConnectionError:
+            pass  # the server may close (reset, broken pipe) while the client still writes its megabyte
         assert scrape(metrics, timeout=3)[0] == 200
     finally:
         for s in silent + [slow]:
