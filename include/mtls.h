@@ -1505,9 +1505,11 @@ MTLS_EXTERN int mtls_enroll_revoke(mtls_store *store, const char *label, int rea
  * 250 ms (SQLite's data_version and the connection's own changes: two integers, no row read);
  * only when it moved is the label's row metadata read, and only when its leaf changed is the row
  * loaded. A replacement made by another process (mtls store import --replace) is in force within
- * a second. A replacement that fails to load (a row that fails authentication, a token that is
- * gone) keeps the last good identity and is reported as MTLS_EVENT_RELOAD_FAILED. Handshakes
- * never read the store.
+ * a second. A replacement that fails to load (a row that fails authentication: MTLS_E_CORRUPT; a
+ * label deleted: MTLS_E_NOT_FOUND; a token that is gone) keeps the last good identity and is
+ * reported as MTLS_EVENT_RELOAD_FAILED, once: not again at every other write to the store, until
+ * a look succeeds (it is tried again at each look). Handshakes never read the store. Every
+ * event's message is one line (control characters of a label or a name in it are blanks).
  *
  * Events: callbacks run on the "mtls-watch" thread for what it finds, on the calling thread
  * for mtls_identity_source_set / mtls_listener_set_identity, and on a handshake's thread for an
@@ -1627,14 +1629,19 @@ MTLS_EXTERN int mtls_ssl_ctx_configure_source(void *ssl_ctx, mtls_identity_sourc
 /* A policy loaded from a JSON file and kept up to date with it: when the file changes, the new
  * file is parsed in full and only then put in force (mtls_policy_replace semantics: sessions of
  * the old settings are not resumed); a file that does not parse keeps the old settings and fires
- * MTLS_EVENT_RELOAD_FAILED. The first load's failure is returned. opts may be NULL. Free with
- * mtls_policy_watch_free. */
+ * MTLS_EVENT_RELOAD_FAILED (once per version of the file; a file that failed is tried again at
+ * each look, so a policy written before an anchor file it names is in force once that file is
+ * there). A change is seen by the file's size, times, inode and device, and while its times are
+ * within 2 s of the last read by its bytes; a reload reads only a regular file (a FIFO in its
+ * place is a failed reload, not a wait). The first load's failure is returned. opts may be NULL.
+ * Free with mtls_policy_watch_free. */
 MTLS_EXTERN int mtls_policy_watch_new(const char *path, const mtls_watch_options *opts, mtls_policy_watch **out);
 /* The followed policy, to give to listeners, connections and contexts: a new reference, free
  * with mtls_policy_free. */
 MTLS_EXTERN int mtls_policy_watch_policy(const mtls_policy_watch *watch, mtls_policy **out);
 /* Reloads now, whether or not the file looks changed (on SIGHUP, say). Returns MTLS_OK even when
- * the file is broken: that is reported through the event callback. */
+ * the file is broken: that is reported through the event callback (even when the same failure
+ * was reported before). */
 MTLS_EXTERN int mtls_policy_watch_reload(mtls_policy_watch *watch);
 MTLS_EXTERN int mtls_policy_watch_set_event_callback(mtls_policy_watch *watch, mtls_event_cb cb, void *userdata,
                                                      void (*destroy)(void *userdata));
