@@ -239,7 +239,7 @@ public final class IdentitySource: Sendable, LifecycleWatched {
     private final class StoreFollow: Sendable {
         let store: CredentialStore
         let tokenPIN: SecretBytes?
-        /// The store's change mark when last looked at, and the leaf (hex) of the row then.
+        /// The store's change mark when last looked at, and the row's ``fingerprint(_:)`` then.
         let seen: Mutex<(mark: [Int64], leaf: String)>
         /// The last failure reported (the row's leaf and the message): a load that keeps failing
         /// is retried at each look (a token put back in is found) but reported once.
@@ -337,16 +337,32 @@ public final class IdentitySource: Sendable, LifecycleWatched {
         observers.withLock { $0.append(WeakObserver(item: observer)) }
     }
 
+    /// The followed row's metadata: the stored identity under `label`, else the token identity.
+    private static func rowInfo(_ store: CredentialStore, _ label: String) throws -> StoreItemInfo {
+        if let info = try? store.info(label: label, itemClass: .identity) { return info }
+        return try store.info(label: label, itemClass: .tokenIdentity)
+    }
+
+    /// What a replacement changes: the leaf, the chain above it (an intermediate re-issued or
+    /// cross-signed under the same leaf), and a token identity's key URI (the key moved to
+    /// another token). The row's metadata says it without decrypting anything.
+    private static func fingerprint(_ info: StoreItemInfo) -> String {
+        ([info.itemClass.name, info.leafSHA256] + info.chainSHA256 + [info.tokenURI ?? ""]).joined(separator: ",")
+    }
+
     private static func load(_ store: CredentialStore, _ label: String, _ pin: SecretBytes?) throws -> (Identity, String) {
-        if let info = try? store.info(label: label, itemClass: .identity) {
-            return (try store.identity(label: label), info.leafSHA256)
+        // The metadata is read first: if the row is replaced between the two reads, the next
+        // look sees a fingerprint that differs from this one and loads the row again.
+        let info = try rowInfo(store, label)
+        if info.itemClass == .identity {
+            return (try store.identity(label: label), fingerprint(info))
         }
         let reference = try store.tokenIdentity(label: label)
-        return (try Token.identity(reference: reference, pin: pin), reference.certificate.sha256Hex)
+        return (try Token.identity(reference: reference, pin: pin), fingerprint(info))
     }
 
     /// Looks at the followed label now, whatever the change mark says (`mtls serve` on SIGHUP):
-    /// a row whose leaf changed is loaded and put in force, a failure is reported. Does nothing
+    /// a row whose leaf, chain or key URI changed is loaded and put in force, a failure is reported. Does nothing
     /// for a source that follows no store.
     public func reload() {
         follow?.seen.withLock { $0.mark = [] }
@@ -354,7 +370,7 @@ public final class IdentitySource: Sendable, LifecycleWatched {
     }
 
     /// The watcher's look: the store's change mark first (two integers from SQLite); only when
-    /// it moved, the row's metadata; only when the row's leaf changed, the row itself.
+    /// it moved, the row's metadata; only when the row's fingerprint changed, the row itself.
     func refresh() {
         warnIfExpiring()
         guard let follow, let label else { return }
@@ -364,11 +380,7 @@ public final class IdentitySource: Sendable, LifecycleWatched {
         guard mark != before.mark else { return }
         let leaf: String
         do {
-            if let info = try? follow.store.info(label: label, itemClass: .identity) {
-                leaf = info.leafSHA256
-            } else {
-                leaf = try follow.store.info(label: label, itemClass: .tokenIdentity).leafSHA256
-            }
+            leaf = IdentitySource.fingerprint(try IdentitySource.rowInfo(follow.store, label))
         } catch let e as MTLSError {
             follow.seen.withLock { $0.mark = mark }
             reportFailure(e)
