@@ -211,12 +211,13 @@ def enroll_acme(store, label: str, directory: str, names, *, http_port: Optional
     :class:`mtls.ConnectError`, :class:`mtls.InvalidArgument`..."""
     methods = {ACME_HTTP01: http_port, ACME_WEBROOT: webroot, ACME_TLS_ALPN01: tls_alpn_port, ACME_DNS01: dns_hook}
     given = [k for k, v in methods.items() if v is not None]
-    if len(given) != 1:
-        raise ValueError("give exactly one of http_port, webroot, tls_alpn_port, dns_hook")
+    # opts->challenge names one method: none or several given is passed as 0, and the library's
+    # rule (exactly one) refuses it, as it refuses a parameter of another method.
+    challenge = given[0] if len(given) == 1 else 0
     if isinstance(names, str):
         names = [names]
     port = http_port if http_port is not None else tls_alpn_port
-    o = _options(key_type, token_uri, pin, None, chain_anchors, policy, anchors, challenge=given[0],
+    o = _options(key_type, token_uri, pin, None, chain_anchors, policy, anchors, challenge=challenge,
                  listen_address=listen_address, port=port, webroot=webroot, dns_hook=dns_hook, eab_kid=eab_kid,
                  eab_hmac_key=eab_hmac_key, contact=contact or None, timeout_seconds=timeout)
     arr, n, keep = _strings(list(names))
