@@ -33,7 +33,6 @@ private let enrollOptionNames = EnrollmentOptionNames { option in
     case .tlsALPN01: return "opts->challenge = MTLS_ACME_TLS_ALPN01"
     case .dns01: return "opts->challenge = MTLS_ACME_DNS01"
     case .port: return "opts->port"
-    case .listenAddress: return "opts->listen_address"
     case .webrootDirectory: return "opts->webroot"
     case .dnsHook: return "opts->dns_hook"
     case .eabKeyID: return "opts->eab_kid"

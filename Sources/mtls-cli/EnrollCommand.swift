@@ -81,7 +81,6 @@ struct EnrollCommand: ParsableCommand {
         case .tlsALPN01: return "--tls-alpn-port"
         case .dns01, .dnsHook: return "--dns-hook"
         case .port: return "a port"
-        case .listenAddress: return "--listen-address"
         case .eabKeyID: return "--eab-kid"
         case .eabKey: return "--eab-hmac-file"
         case .pollTimeout: return "--timeout"

@@ -94,9 +94,10 @@ def test_python_enroll_acme_tls_alpn01(pebble, store):
 
 
 def test_python_enroll_bad_input_each_with_its_error(pebble, store, tmp_path):
-    with pytest.raises(ValueError):  # no challenge, or two
+    # no challenge, or two: the library's rule, through C (InvalidArgument is a ValueError)
+    with pytest.raises(mtls.InvalidArgument, match="give exactly one of"):
         mtls.enroll_acme(store, "x", pebble.directory, ["x.test"])
-    with pytest.raises(ValueError):
+    with pytest.raises(mtls.InvalidArgument, match="give exactly one of"):
         mtls.enroll_acme(store, "x", pebble.directory, ["x.test"], http_port=1, dns_hook="/bin/true")
     with pytest.raises(mtls.InvalidArgument):
         _acme(pebble, store, "x", ["not a name!"])

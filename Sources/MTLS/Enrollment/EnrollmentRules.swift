@@ -19,8 +19,6 @@ public enum EnrollmentOption: String, Sendable, CaseIterable {
     case dns01
     /// The port of a built-in responder (http-01, tls-alpn-01).
     case port
-    /// The address the built-in responders listen on.
-    case listenAddress
     /// The document root of the webroot method.
     case webrootDirectory
     /// The command of the dns-01 method.
@@ -53,7 +51,6 @@ public enum EnrollmentOption: String, Sendable, CaseIterable {
         case .tlsALPN01: return "tls-alpn-01"
         case .dns01: return "dns-01"
         case .port: return "a port"
-        case .listenAddress: return "a listen address"
         case .webrootDirectory: return "a directory"
         case .dnsHook: return "a command"
         case .eabKeyID: return "the external account key identifier"
@@ -116,7 +113,9 @@ public struct ACMEChallengeOptions: Sendable, Equatable {
     public var kinds: [Kind] = []
     /// The built-in responder's port (1 to 65535).
     public var port: UInt16?
-    /// Where the built-in responders listen (nil: every IPv4 address).
+    /// Where the built-in responders listen (nil: every IPv4 address). A setting for whichever
+    /// responder runs, not a parameter of one method: the webroot and dns-01 methods run none
+    /// and leave it unused (`mtls enroll acme` has always taken it with every method).
     public var listenAddress: String?
     /// The webroot method's document root.
     public var webroot: String?
@@ -138,7 +137,8 @@ public struct ACMEChallengeOptions: Sendable, Equatable {
 
     /// The one method these options describe. ``MTLSError/Code/invalidArgument`` when no method
     /// or several are asked for, when the method lacks its parameter (a port from 1 to 65535, a
-    /// directory, a command), or when a parameter of another method is given.
+    /// directory, a command), or when a parameter of another method (a port, a directory, a
+    /// command) is given.
     public func method(names: EnrollmentOptionNames = .descriptive) throws -> ACMEChallengeMethod {
         guard kinds.count == 1, let kind = kinds.first else {
             let all = Kind.allCases.map { names[$0.option] }.joined(separator: ", ")
@@ -152,7 +152,6 @@ public struct ACMEChallengeOptions: Sendable, Equatable {
         }
         let responder = kind == .http01 || kind == .tlsALPN01
         try notWith(!responder && port != nil, .port)
-        try notWith(!responder && listenAddress != nil, .listenAddress)
         try notWith(kind != .webroot && webroot != nil, .webrootDirectory)
         try notWith(kind != .dns01 && dnsHook != nil, .dnsHook)
         switch kind {
