@@ -268,7 +268,7 @@ struct RenewCommand: ParsableCommand {
     @Option(name: .customLong("policy"), help: "Policy file the renewed chain must satisfy.") var policy: String?
     @Option(name: .customLong("anchor"), help: "The renewed chain must validate to this certificate (repeatable).") var anchors: [String] = []
     @Option(name: .customLong("pin-file"), help: "File holding the token's PIN (token identities).") var pinFile: String?
-    @Option(name: .customLong("interval"), help: "With --loop: seconds between checks (default 3600).") var interval: Double = 3600
+    @Option(name: .customLong("interval"), help: "With --loop: seconds between checks.") var interval: Double = Renewer.defaultCheckInterval
     @Option(name: .customLong("key-password-file"), help: "For identities enrolled from a local pki directory: the CA keys' password (default: $MTLS_PKI_KEY_PASSWORD_FILE).")
     var keyPasswordFile: String?
     @Option(name: .customLong("delete-previous-keys-after"),
@@ -279,7 +279,9 @@ struct RenewCommand: ParsableCommand {
     func validate() throws {
         if let d = deletePreviousKeysAfter, !d.isFinite || d < 0 { throw ValidationError("--delete-previous-keys-after is 0 seconds or more") }
         if label == nil && !loop { throw ValidationError("give a LABEL (or --loop for every enrolled identity)") }
-        if !interval.isFinite || interval < 1 || interval > 86400 * 30 { throw ValidationError("--interval is 1 to 2592000 seconds") }
+        if !Renewer.checkIntervals.contains(interval) {
+            throw ValidationError("--interval is \(Int(Renewer.checkIntervals.lowerBound)) to \(Int(Renewer.checkIntervals.upperBound)) seconds")
+        }
     }
 
     func run() throws {
