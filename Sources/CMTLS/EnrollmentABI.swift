@@ -132,6 +132,16 @@ private struct EnrollOptions {
         try refuse(caKeyPassword != nil && source != .pki, "ca_key_password", "pki")
     }
 
+    /// `request` with the fields every source shares: the key, the token PIN, the C names.
+    func keyed<R: EnrollmentRequest>(_ request: R) -> R {
+        var r = request
+        r.optionNames = enrollOptionNames
+        r.keySpec = keySpec
+        r.tokenURI = tokenURI
+        r.tokenPIN = pin
+        return r
+    }
+
     static func certificates(_ p: UnsafePointer<OpaquePointer?>?, _ count: Int, _ name: String) throws -> [Certificate] {
         let n = try size(count, "the count of \(name)")
         if n == 0 { return [] }
@@ -169,14 +179,10 @@ public func mtls_enroll_acme(_ store: OpaquePointer?, _ label: UnsafePointer<CCh
         let url = try string(directoryURL, "directory_url")
         let identifiers = try stringList(names, nameCount, "names")
         let o = try EnrollOptions(opts, for: .acme)
-        var request = ACMEEnrollment(directoryURL: url, identifiers: identifiers,
-                                     challenge: try o.challenge.method(names: enrollOptionNames))
-        request.optionNames = enrollOptionNames
+        var request = o.keyed(ACMEEnrollment(directoryURL: url, identifiers: identifiers,
+                                             challenge: try o.challenge.method(names: enrollOptionNames)))
         request.directoryAnchors = o.anchors
         request.chainAnchors = o.chainAnchors
-        request.keySpec = o.keySpec
-        request.tokenURI = o.tokenURI
-        request.tokenPIN = o.pin
         request.externalAccount = try ACMEExternalAccount.given(keyID: o.eabKID, key: o.eabKey, names: enrollOptionNames)
         request.contact = o.contact
         if let t = o.timeout { request.pollTimeout = t }
@@ -197,15 +203,11 @@ public func mtls_enroll_est(_ store: OpaquePointer?, _ label: UnsafePointer<CCha
         let url = try string(url, "url")
         let subject = try string(subject, "subject")
         let o = try EnrollOptions(opts, for: .est)
-        var request = ESTEnrollment(url: url, subject: subject)
-        request.optionNames = enrollOptionNames
+        var request = o.keyed(ESTEnrollment(url: url, subject: subject))
         request.anchors = o.anchors
         request.user = o.user
         request.password = o.password
         request.bootstrap = o.bootstrap
-        request.keySpec = o.keySpec
-        request.tokenURI = o.tokenURI
-        request.tokenPIN = o.pin
         if let p = o.profile { request.profile = p }
         putLeaf(out, try Enrollment.enrollEST(request, store: s, label: label, policy: o.policy))
     }
@@ -225,12 +227,8 @@ public func mtls_enroll_pki(_ store: OpaquePointer?, _ label: UnsafePointer<CCha
         let caName = try string(caName, "ca_name")
         let name = try string(name, "name")
         let o = try EnrollOptions(opts, for: .pki)
-        var request = PKIEnrollment(directory: dir, caName: caName, name: name)
-        request.optionNames = enrollOptionNames
+        var request = o.keyed(PKIEnrollment(directory: dir, caName: caName, name: name))
         if let p = o.profile { request.profile = p }
-        request.keySpec = o.keySpec
-        request.tokenURI = o.tokenURI
-        request.tokenPIN = o.pin
         request.caKeyPassword = o.caKeyPassword
         request.chainAnchors = o.chainAnchors
         putLeaf(out, try Enrollment.enrollPKI(request, store: s, label: label, policy: o.policy))

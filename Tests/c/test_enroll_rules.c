@@ -130,17 +130,8 @@ static void pki_rules(mtls_store *store, const char *dir) {
 }
 
 int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char dir[512], cmd[1200], path[600];
-    snprintf(dir, sizeof dir, "%s/enroll-rules-c-%d", tmp, (int)getpid());
-    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
-    t_sh(cmd);
-    snprintf(path, sizeof path, "%s/store.db", dir);
-    mtls_store_options so;
-    CHECK_OK(mtls_store_options_init(&so, MTLS_STORE_OPTIONS_VERSION));
-    so.kdf_log_n = 10;
-    mtls_store *store = NULL;
-    CHECK_OK(mtls_store_open(path, PASS, sizeof PASS - 1, MTLS_STORE_SECRET_PASSPHRASE, &so, &store));
+    char dir[512];
+    mtls_store *store = t_temp_store("enroll-rules-c", PASS, sizeof PASS - 1, dir, sizeof dir);
 
     acme_rules(store);
     est_rules(store);
@@ -152,8 +143,6 @@ int main(void) {
         mtls_identity *id = NULL;
         CHECK_RC(mtls_store_get_identity(store, labels[i], &id), MTLS_E_NOT_FOUND);
     }
-    mtls_store_close(store);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    t_sh(cmd);
+    t_close_temp_store(store, dir);
     DONE();
 }

@@ -190,15 +190,31 @@ extension ACMEExternalAccount {
     }
 }
 
-/// The rules the three sources share.
-enum EnrollmentRules {
+/// What the requests of the three sources (``ACMEEnrollment``, ``ESTEnrollment``,
+/// ``PKIEnrollment``) share: the key of the new identity, and how their rules name the options.
+public protocol EnrollmentRequest: Sendable {
+    /// Type of a new key made in memory (nil: EC P-256); not with ``tokenURI``.
+    var keySpec: KeySpec? { get set }
+    /// A key on a token (`pkcs11:` URI of an existing private key) instead of a new key.
+    var tokenURI: String? { get set }
+    /// The token's PIN (else the URI's pin-source, or none).
+    var tokenPIN: SecretBytes? { get set }
+    /// How the messages of `validate()` name the options.
+    var optionNames: EnrollmentOptionNames { get set }
+}
+
+extension EnrollmentRequest {
     /// A key type asks for a new key: it does not go with a token key.
-    static func newKey(_ keySpec: KeySpec?, tokenURI: String?, names: EnrollmentOptionNames) throws {
+    func checkNewKey() throws {
         if keySpec != nil && tokenURI != nil {
-            throw MTLSError(.invalidArgument, "\(names[.keyType]) makes a new key; it does not go with \(names[.tokenURI])")
+            throw MTLSError(.invalidArgument,
+                            "\(optionNames[.keyType]) makes a new key; it does not go with \(optionNames[.tokenURI])")
         }
     }
+}
 
+/// The rules the sources share beyond the key.
+enum EnrollmentRules {
     /// EST and the local CA issue end-entity certificates: server or client.
     static func endEntity(_ profile: CertificateProfile, names: EnrollmentOptionNames) throws {
         guard profile == .server || profile == .client else {
@@ -207,7 +223,7 @@ enum EnrollmentRules {
     }
 }
 
-extension ACMEEnrollment {
+extension ACMEEnrollment: EnrollmentRequest {
     /// The longest ``pollTimeout`` (a day).
     public static let maxPollTimeout: Double = 86400
 
@@ -223,7 +239,7 @@ extension ACMEEnrollment {
             throw MTLSError(.invalidArgument, "not a DNS name or IP address: \"\(name)\"")
         }
         _ = try ACMEChallengeOptions(challenge).method(names: names)
-        try EnrollmentRules.newKey(keySpec, tokenURI: tokenURI, names: names)
+        try checkNewKey()
         guard pollTimeout.isFinite, (1...Self.maxPollTimeout).contains(pollTimeout) else {
             throw MTLSError(.invalidArgument, "\(names[.pollTimeout]) must be 1 to \(Int(Self.maxPollTimeout)) seconds")
         }
@@ -231,7 +247,7 @@ extension ACMEEnrollment {
 }
 
 /// What an EST enrollment needs (see ``Enrollment/enrollEST(_:store:label:policy:)``).
-public struct ESTEnrollment: Sendable {
+public struct ESTEnrollment: EnrollmentRequest {
     /// The EST base URL (`https://est.example/.well-known/est`).
     public var url: String
     /// The subject DN of the request (`CN=device-1,O=Example`).
@@ -275,14 +291,14 @@ public struct ESTEnrollment: Sendable {
         if user == nil && bootstrap == nil {
             throw MTLSError(.invalidArgument, "give \(names[.user]) and \(names[.password]), or \(names[.bootstrap])")
         }
-        try EnrollmentRules.newKey(keySpec, tokenURI: tokenURI, names: names)
+        try checkNewKey()
         try EnrollmentRules.endEntity(profile, names: names)
     }
 }
 
 /// What an enrollment from a local `mtls pki` directory needs (see
 /// ``Enrollment/enrollPKI(_:store:label:policy:)``).
-public struct PKIEnrollment: Sendable {
+public struct PKIEnrollment: EnrollmentRequest {
     /// The `mtls pki` directory.
     public var directory: String
     /// The intermediate CA that signs.
@@ -315,7 +331,7 @@ public struct PKIEnrollment: Sendable {
     /// calls it): no key type with a token key; a server or client profile.
     /// ``MTLSError/Code/invalidArgument`` otherwise, naming the options as ``optionNames`` spells them.
     public func validate() throws {
-        try EnrollmentRules.newKey(keySpec, tokenURI: tokenURI, names: optionNames)
+        try checkNewKey()
         try EnrollmentRules.endEntity(profile, names: optionNames)
     }
 }
