@@ -77,10 +77,13 @@ struct EnrollCommand: ParsableCommand {
         switch option {
         case .identifiers: return "--name"
         case .http01: return "--http-port"
-        case .webroot, .webrootDirectory: return "--webroot"
+        case .webroot: return "--webroot"
         case .tlsALPN01: return "--tls-alpn-port"
-        case .dns01, .dnsHook: return "--dns-hook"
+        case .dns01: return "--dns-hook"
+        // The parameters are each method flag's value ("--webroot needs a directory").
         case .port: return "a port"
+        case .webrootDirectory: return "a directory"
+        case .dnsHook: return "a command"
         case .eabKeyID: return "--eab-kid"
         case .eabKey: return "--eab-hmac-file"
         case .pollTimeout: return "--timeout"
