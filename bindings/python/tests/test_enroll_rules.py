@@ -50,6 +50,8 @@ def test_est_and_pki_rules_come_from_the_library(store, tmp_path):
             "CN=e", user="device", password="pw", key_type="ec-p256", token_uri="pkcs11:token=t;object=k")
     refused("opts->key_type makes a new key; it does not go with opts->token_uri", mtls.enroll_pki, store, "p",
             tmp_path / "missing", "CA", "p.local", key_type="rsa-2048", token_uri="pkcs11:token=t;object=k")
+    refused("opts->profile is server or client, not intermediate", mtls.enroll_pki, store, "p", tmp_path / "missing",
+            "CA", "p.local", profile="intermediate")
     with pytest.raises(mtls.ConnectError):
         mtls.enroll_est(store, "e", EST, "CN=e", user="device", password="pw")
     assert store.list() == []
