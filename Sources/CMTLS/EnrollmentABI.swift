@@ -86,7 +86,7 @@ private struct EnrollOptions {
         try refuse(o.profile != 0 && source == .acme, "profile", "EST and pki (ACME issues server certificates)")
         if o.profile != 0 {
             guard let p = certificateProfile(o.profile) else {
-                throw invalid("opts->profile \(o.profile) is not one of MTLS_PROFILE_SERVER, _CLIENT")
+                throw invalid("opts->profile \(o.profile) is not an MTLS_PROFILE_* value")
             }
             profile = p
         }

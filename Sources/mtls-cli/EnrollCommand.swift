@@ -106,7 +106,7 @@ struct EnrollCommand: ParsableCommand {
     /// the core's rule).
     static func profile(_ text: String) throws -> CertificateProfile {
         guard let p = CertificateProfile(rawValue: text) else {
-            throw ValidationError("--profile is server or client, not \"\(text)\"")
+            throw ValidationError("--profile: \"\(text)\" is not a certificate profile")
         }
         return p
     }
