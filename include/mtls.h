@@ -1510,8 +1510,9 @@ MTLS_EXTERN int mtls_enroll_revoke(mtls_store *store, const char *label, int rea
  * gone) keeps the last good identity and is reported as MTLS_EVENT_RELOAD_FAILED. Handshakes
  * never read the store.
  *
- * Events: callbacks run on the "mtls-watch" thread for what it finds, and on the calling thread
- * for mtls_identity_source_set / mtls_listener_set_identity. They must not block for long (they
+ * Events: callbacks run on the "mtls-watch" thread for what it finds, on the calling thread
+ * for mtls_identity_source_set / mtls_listener_set_identity, and on a handshake's thread for an
+ * identity its context cannot take. They must not block for long (they
  * hold up the watcher) and must not free the object they were registered on.
  *
  * Thread safety: an mtls_identity_source and an mtls_policy_watch may be shared across threads
@@ -1561,7 +1562,10 @@ typedef struct mtls_watch_options {
 MTLS_EXTERN int mtls_watch_options_init(mtls_watch_options *opts, unsigned int version);
 
 /* A source presenting `identity` (required) until mtls_identity_source_set. It keeps its own
- * reference to the identity. Free *out with mtls_identity_source_free. */
+ * reference to the identity. Free *out with mtls_identity_source_free. The first identity is not
+ * checked against the clock (a program starts with what it has; one within the warning window,
+ * or past it, is reported as MTLS_EVENT_EXPIRY_WARNING once a callback is set): only a
+ * replacement must be valid now (see mtls_identity_source_set). */
 MTLS_EXTERN int mtls_identity_source_new(const mtls_identity *identity, mtls_identity_source **out);
 /* A source following `label` in `store` (a stored identity, else a token identity). The identity
  * is loaded now: a failure is returned (MTLS_E_NOT_FOUND, MTLS_E_CORRUPT, token errors). The
@@ -1570,7 +1574,12 @@ MTLS_EXTERN int mtls_identity_source_new(const mtls_identity *identity, mtls_ide
 MTLS_EXTERN int mtls_identity_source_follow_store(mtls_store *store, const char *label, const mtls_watch_options *opts,
                                                   mtls_identity_source **out);
 /* Puts `identity` in force for every handshake that starts from now on (a followed label's next
- * change in the store replaces it again). Fires MTLS_EVENT_IDENTITY_ROTATED on this thread. */
+ * change in the store replaces it again). Fires MTLS_EVENT_IDENTITY_ROTATED on this thread.
+ * An identity whose certificate has expired or is not valid yet is refused: MTLS_E_INVALID_ARGUMENT,
+ * the identity in force stays, MTLS_EVENT_RELOAD_FAILED fires on this thread (a store replacement
+ * like it is a failed reload too). A context whose SSLs cannot take the identity in force (an
+ * application's SSL_CTX with a security level above its key) presents the last identity it
+ * could, whole, and fires MTLS_EVENT_RELOAD_FAILED once, on the thread of that handshake. */
 MTLS_EXTERN int mtls_identity_source_set(mtls_identity_source *source, const mtls_identity *identity);
 /* The identity in force now: a new reference, free with mtls_identity_free. */
 MTLS_EXTERN int mtls_identity_source_current(const mtls_identity_source *source, mtls_identity **out);
@@ -1588,7 +1597,8 @@ MTLS_EXTERN void mtls_identity_source_free(mtls_identity_source *source);
 MTLS_EXTERN int mtls_listener_new_with_source(const char *address, uint16_t port, const mtls_listener_options *opts,
                                               mtls_identity_source *source, mtls_listener **out);
 /* Presents `identity` from the listener's next handshake on; handshakes under way and accepted
- * connections keep theirs. Fires MTLS_EVENT_IDENTITY_ROTATED (on this thread). */
+ * connections keep theirs. Fires MTLS_EVENT_IDENTITY_ROTATED (on this thread). Refuses an
+ * expired or not yet valid identity as mtls_identity_source_set does. */
 MTLS_EXTERN int mtls_listener_set_identity(mtls_listener *listener, const mtls_identity *identity);
 /* The listener's event callback (its identity source's): as mtls_identity_source_set_event_callback. */
 MTLS_EXTERN int mtls_listener_set_event_callback(mtls_listener *listener, mtls_event_cb cb, void *userdata,

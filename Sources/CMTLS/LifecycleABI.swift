@@ -109,7 +109,7 @@ public func mtls_identity_source_follow_store(_ store: OpaquePointer?, _ label: 
 public func mtls_identity_source_set(_ s: OpaquePointer?, _ identity: OpaquePointer?) -> Int32 {
     abiCall {
         let src = try source(s)
-        src.replace(with: try handle(identity, Identity.self, "identity"))
+        try src.replace(with: try handle(identity, Identity.self, "identity"))
     }
 }
 
@@ -149,7 +149,7 @@ private func listener(_ p: OpaquePointer?) throws -> TLSListener { try handle(p,
 public func mtls_listener_set_identity(_ l: OpaquePointer?, _ identity: OpaquePointer?) -> Int32 {
     abiCall {
         let lst = try listener(l)
-        lst.setIdentity(try handle(identity, Identity.self, "identity"))
+        try lst.setIdentity(try handle(identity, Identity.self, "identity"))
     }
 }
 

@@ -129,6 +129,14 @@ static inline void mtls_tsan_release(void *addr) { if (__tsan_release) __tsan_re
 #include <pthread.h>
 int pthread_setname_np(pthread_t thread, const char *name);
 static inline void mtls_set_thread_name(const char *name) { (void)pthread_setname_np(pthread_self(), name); }
+/* Gives the pages the allocator holds free back to the system (glibc's malloc_trim); does
+ * nothing with another C library. */
+#if defined(__GLIBC__)
+#include <malloc.h>
+static inline void mtls_release_free_memory(void) { (void)malloc_trim(0); }
+#else
+static inline void mtls_release_free_memory(void) { }
+#endif
 static inline STACK_OF(X509_NAME) *mtls_ossl_sk_X509_NAME_new_null(void) { return sk_X509_NAME_new_null(); }
 static inline void mtls_ossl_sk_X509_NAME_pop_free(STACK_OF(X509_NAME) *sk) { sk_X509_NAME_pop_free(sk, X509_NAME_free); }
 

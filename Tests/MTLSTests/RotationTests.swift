@@ -65,7 +65,7 @@ final class RotationTests: XCTestCase {
         let events = LockedBox<[LifecycleEventKind]>([])
         l.events.setHandler { e in events.mutate { $0.append(e.kind) } }
         XCTAssertEqual(try round(l, clientOptions()).server, try cert("server").sha256Hex)
-        l.setIdentity(try identity("server-rsa"))
+        try l.setIdentity(try identity("server-rsa"))
         XCTAssertEqual(try round(l, clientOptions()).server, try cert("server-rsa").sha256Hex)
         XCTAssertEqual(events.value, [.identityRotated])
         XCTAssertEqual(l.counters.accepted, 2)
@@ -84,12 +84,12 @@ final class RotationTests: XCTestCase {
         let first = try TLSContext.server(so, identitySource: source)
         let contexts = ListenerContexts(first, source: source, options: so)
         XCTAssertTrue(contexts.current() === first)
-        source.replace(with: b)
+        try source.replace(with: b)
         let second = contexts.current()
         XCTAssertFalse(second === first)
         XCTAssertTrue(second.config.installedIdentity === b)
         XCTAssertTrue(contexts.current() === second, "made once per identity, not per handshake")
-        source.replace(with: a)
+        try source.replace(with: a)
         XCTAssertTrue(contexts.current().config.installedIdentity === a)
 
         let l = try listener()
@@ -99,11 +99,11 @@ final class RotationTests: XCTestCase {
         XCTAssertEqual(try round(l, o).server, try cert("server").sha256Hex)
         let again = try round(l, o)
         XCTAssertTrue(again.resumed && again.serverResumed, "the same identity resumes")
-        l.setIdentity(b)
+        try l.setIdentity(b)
         let rotated = try round(l, o)
         XCTAssertEqual(rotated.server, try cert("server-rsa").sha256Hex)
         XCTAssertFalse(rotated.resumed || rotated.serverResumed, "a session of the previous identity is not resumed")
-        l.setIdentity(a)
+        try l.setIdentity(a)
         XCTAssertEqual(try round(l, o).server, try cert("server").sha256Hex)
     }
 
@@ -150,7 +150,7 @@ final class RotationTests: XCTestCase {
         XCTAssertEqual(first.client, try cert("client-a").sha256Hex)
         let second = try round(l, o)
         XCTAssertTrue(second.resumed && second.serverResumed, "the same identity resumes")
-        source.replace(with: try identity("client-a-rsa"))
+        try source.replace(with: try identity("client-a-rsa"))
         let third = try round(l, o)
         XCTAssertFalse(third.resumed, "a session made with the old identity must not be resumed")
         XCTAssertEqual(third.client, try cert("client-a-rsa").sha256Hex, "the server sees the new client certificate")
@@ -186,13 +186,13 @@ final class RotationTests: XCTestCase {
         // With a handler set, the watcher looks at the fixed identity's expiry too (once).
         usleep(600_000)
         XCTAssertEqual(events.value, [.expiryWarning])
-        source.replace(with: try identity("server-rsa"))
+        try source.replace(with: try identity("server-rsa"))
         usleep(600_000)
         XCTAssertEqual(events.value, [.expiryWarning, .identityRotated, .expiryWarning], "once per identity")
         let quiet = IdentitySource(try identity("server"), warningDays: 0)
         let none = LockedBox<[LifecycleEventKind]>([])
         quiet.events.setHandler { e in none.mutate { $0.append(e.kind) } }
-        quiet.replace(with: try identity("server-rsa"))
+        try quiet.replace(with: try identity("server-rsa"))
         XCTAssertEqual(none.value, [.identityRotated])
 
         let dir = try TestPKI.tempDir()
@@ -213,7 +213,7 @@ final class RotationTests: XCTestCase {
         try SSLContextConfiguration.configure(sslContext: UnsafeMutableRawPointer(ctx), identitySource: source,
                                               policy: try policy(["int-a"]), purpose: .clientAuth)
         for (swapTo, expected) in [(nil as String?, "server"), ("server-rsa", "server-rsa")] {
-            if let swapTo { source.replace(with: try identity(swapTo)) }
+            if let swapTo { try source.replace(with: try identity(swapTo)) }
             let seen = LockedBox<String?>(nil)
             var o = try clientOptions()
             o.maxVersion = .tls12
@@ -272,9 +272,9 @@ final class RotationTests: XCTestCase {
         o.identity = .none
         o.identitySource = source
         XCTAssertEqual(try round(l, o).client, token.leaf.sha256Hex, "signed on the token")
-        source.replace(with: try identity("client-a"))
+        try source.replace(with: try identity("client-a"))
         XCTAssertEqual(try round(l, o).client, try cert("client-a").sha256Hex)
-        source.replace(with: token)
+        try source.replace(with: token)
         XCTAssertEqual(try round(l, o).client, token.leaf.sha256Hex)
     }
 

@@ -163,41 +163,49 @@ def test_server_memory_is_flat_across_rotations(pki):
                                              handshake_timeout=60):
                     pass
 
-        threads = [threading.Thread(target=client, daemon=True) for _ in range(8)]
+        threads = [threading.Thread(target=client, daemon=True) for _ in range(CLIENTS)]
         for t in threads:
             t.start()
         names = [f"s{i}" for i in range(KEYS)]
-        # What grows before RSS is flat is not a leak nor a cache. Measured on `mtls serve` under
-        # these 8 clients (out of tree: heaptrack, and /proc RSS with MALLOC_ARENA_MAX=1): the live
-        # heap's floor is about 0.9 MB before the first rotation and stays within 0.92-0.98 MB over
-        # 60 rotations (one identity and one SSL_CTX in force, the previous ones freed with their
-        # last connection; the store's identity cache holds one row, replaced in place). RSS grows
-        # first with the load alone (glibc's per-thread arenas, thread stacks: several MB in the
-        # first seconds), then in a few steps of 1-3 MB during the first rotations: glibc's
-        # high-water mark, when a rotation's long-lived objects (the new identity, its SSL_CTX)
-        # land above memory freed around them, which glibc keeps. It is bounded by the peak
-        # live heap (about 2.5 MB), but when it is reached depends on timing, not on a size the
-        # test could compute: so the warm-up is the load until RSS stops growing, then 50
-        # rotations (the last step seen came at the 48th with the load warmed up), not measured.
+        # The load alone first, until RSS has been flat for 10 s: that is the program's size under
+        # this load, before any rotation. Measured on `mtls serve` with no rotation at all, RSS
+        # under 64 clients climbs 13-19 % over its first ~100 s and is flat after: glibc's
+        # per-thread arenas and caches settling, as connections are made on the listener's
+        # threads and freed on the serving ones (with GLIBC_TUNABLES arena_max=1 and
+        # tcache_count=0 the climb is 3 %). Measuring rotations during that climb measures glibc.
         warm = [rss_kib(serve.pid)]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (len(warm) >= 4 and warm[-1] <= warm[-4] * 1.01):
-            time.sleep(0.5)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not (len(warm) > 10 and warm[-1] <= warm[-11] * 1.01):
+            time.sleep(1.0)
             warm.append(rss_kib(serve.pid))
-        warmup = 50
-        rss = []
-        for k in range(warmup + ROTATIONS):
+        # Then ROTATIONS replacements, measured from the first. The live heap stays flat across
+        # them (heaptrack); what made RSS climb 13-25 % over 100 rotations under this load was
+        # freed memory glibc's per-thread arenas kept. The watcher gives it back a few looks after
+        # a rotation (LifecycleWatcher.releaseFreedMemorySoon). "RSS after" a rotation is the
+        # median of five samples over the second after it: one sample is the connections in
+        # flight at that instant (64 handshakes of ~70 KB each come and go).
+        rss, after = [], {}
+        for k in range(ROTATIONS):
             ok(*store_args(base, "mem"), "import", base / f"{names[(k + 1) % len(names)]}.p12", "--label", "srv", "--replace",
                "--password-file", pw)
-            time.sleep(0.2)
-            if k >= warmup:
-                rss.append(rss_kib(serve.pid))
+            if k in (0, ROTATIONS - 1):
+                time.sleep(1.0)
+                samples = []
+                for _ in range(5):
+                    samples.append(rss_kib(serve.pid))
+                    time.sleep(0.2)
+                after[k] = sorted(samples)[2]
+            else:
+                time.sleep(0.2)
+            rss.append(rss_kib(serve.pid))
         stop.set()
         for t in threads:
             t.join(60)
         print("RSS KiB under load before any rotation:", warm)
-        print("RSS KiB after each measured rotation:", rss)
-        assert rss[-1] <= rss[0] * 1.05, rss  # after 100 more rotations, within 5 % of after the first
+        print("RSS KiB after each rotation:", rss)
+        print("RSS KiB after the first and the last rotation:", after)
+        first, last = after[0], after[ROTATIONS - 1]
+        assert last <= first * 1.05, (first, last, rss)  # after the last rotation, within 5 % of after the first
     finally:
         serve.terminate()
         serve.wait(10)

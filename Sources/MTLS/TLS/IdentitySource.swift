@@ -140,7 +140,16 @@ enum LifecycleWatcher {
     static let interval = 0.25
 
     private struct Entry { weak var item: (any LifecycleWatched)? }
-    private struct State { var entries: [Entry] = []; var running = false }
+    private struct State {
+        var entries: [Entry] = []
+        var running = false
+        /// Looks left before freed memory is given back (0: none due).
+        var releaseIn = 0
+    }
+    /// Looks between a rotation or reload and giving back what it freed: long enough for the
+    /// connections still holding the previous identity or policy to end, and a burst of
+    /// changes gives back once.
+    static let releaseDelay = 3
     private static let state = Mutex(State())
 
     static func watch(_ item: any LifecycleWatched) {
@@ -151,6 +160,16 @@ enum LifecycleWatcher {
             return true
         }
         if start && !spawn() { state.withLock { $0.running = false } }
+    }
+
+    /// Asks for the memory a rotation or reload freed to be given back to the system
+    /// ``releaseDelay`` looks from now (once for a burst of changes), when the connections that
+    /// held the previous identity or policy have had time to end. Does nothing unless the
+    /// watcher thread runs (something follows a store or a file).
+    static func releaseFreedMemorySoon() {
+        state.withLock { st in
+            if st.running && st.releaseIn == 0 { st.releaseIn = releaseDelay }
+        }
     }
 
     private static func spawn() -> Bool {
@@ -169,6 +188,18 @@ enum LifecycleWatcher {
                 }
                 guard let items else { return false }
                 for i in items { i.refresh() }
+                let release: Bool = state.withLock { st in
+                    guard st.releaseIn > 0 else { return false }
+                    st.releaseIn -= 1
+                    return st.releaseIn == 0
+                }
+                // Under load, the previous identity's SSL_CTX and the connections' buffers are
+                // freed across glibc's per-thread arenas, which keep the pages: without this a
+                // rotating server's RSS climbs after each rotation to a new high-water mark
+                // (measured: +13-25 % over 100 rotations under 64 clients), with its live heap
+                // flat. malloc_trim changes no setting of the host; it runs here, at most once
+                // per `releaseDelay` looks, never on a handshake.
+                if release { mtls_release_free_memory() }
                 return true
             }()
             guard more else { return }
@@ -250,13 +281,52 @@ public final class IdentitySource: Sendable, LifecycleWatched {
 
     /// Puts `identity` in force for every handshake that starts from now on, and reports it
     /// (``LifecycleEventKind/identityRotated``, on the calling thread).
-    public func replace(with identity: Identity) {
+    ///
+    /// An identity whose certificate has expired or is not valid yet is refused: every peer
+    /// would refuse it, so putting it in force would only stop every handshake. It throws
+    /// ``MTLSError/Code/invalidArgument`` saying so, the identity in force stays, and the refusal
+    /// is reported as ``LifecycleEventKind/reloadFailed`` (on the calling thread).
+    public func replace(with identity: Identity) throws {
+        if let refusal = IdentitySource.refusal(of: identity) {
+            events.emit(LifecycleEvent(kind: .reloadFailed, label: label, certificate: identity.leaf, error: refusal,
+                                       message: "\(refusal.message); the identity in force stays"))
+            throw refusal
+        }
+        put(identity)
+    }
+
+    /// Why `identity` must not replace the identity in force at `now`: a certificate outside its
+    /// validity (expired, or not valid yet). Nil when it may.
+    static func refusal(of identity: Identity, at now: Date = Date()) -> MTLSError? {
+        let leaf = identity.leaf
+        if leaf.notAfter < now {
+            return MTLSError(.invalidArgument, "the certificate \"\(leaf.subjectSummary)\" expired at \(leaf.notAfter): it is not put in force")
+        }
+        if leaf.notBefore > now {
+            return MTLSError(.invalidArgument, "the certificate \"\(leaf.subjectSummary)\" is not valid before \(leaf.notBefore): it is not put in force")
+        }
+        return nil
+    }
+
+    /// Reports that a TLS context could not present `refused` (its security level, its
+    /// signature schemes) and presents `fallback`, the last identity it could, instead (nil: none,
+    /// the handshake fails). On the thread of the handshake that found it.
+    func reportRefusedByContext(_ refused: Identity, error: MTLSError, fallback: Identity?) {
+        let stays = fallback.map { "the last good identity there, \"\($0.leaf.subjectSummary)\", stays in use" }
+            ?? "that context has no identity it could present, its handshakes fail"
+        events.emit(LifecycleEvent(kind: .reloadFailed, label: label, certificate: refused.leaf, error: error,
+                                   message: "a TLS context cannot present \"\(refused.leaf.subjectSummary)\" (\(error.message)); \(stays)"))
+    }
+
+    /// Puts `identity` in force (checked), tells the observers, reports the rotation.
+    private func put(_ identity: Identity) {
         current_.withLock { $0.identity = identity }
         let told = observers.withLock { list in
             list.removeAll { $0.item == nil }
             return list.compactMap(\.item)
         }
         for o in told { o.identityReplaced(identity) }
+        LifecycleWatcher.releaseFreedMemorySoon()
         events.emit(LifecycleEvent(kind: .identityRotated, label: label, certificate: identity.leaf,
                                    message: "identity rotated: now presenting \"\(identity.leaf.subjectSummary)\" (sha256 \(identity.leaf.sha256Hex.prefix(16)))"))
         warnIfExpiring()
@@ -310,11 +380,15 @@ public final class IdentitySource: Sendable, LifecycleWatched {
         }
         do {
             let (identity, loadedLeaf) = try IdentitySource.load(follow.store, label, follow.tokenPIN)
+            // An expired or not yet valid replacement is a failed reload: the last good identity
+            // stays (one that becomes valid later is put in force then, at a later look).
+            if let refusal = IdentitySource.refusal(of: identity) { throw refusal }
             follow.seen.withLock { $0 = (mark, loadedLeaf) }
             follow.reported.withLock { $0 = nil }
-            replace(with: identity)
+            put(identity)
         } catch {
-            // The mark is kept as it was, so the next look tries again (a token put back in).
+            // The mark is kept as it was, so the next look tries again (a token put back in, a
+            // certificate that becomes valid).
             let e = error as? MTLSError ?? MTLSError(.io, "\(error)")
             let key = leaf + "\u{0}" + e.message
             let first: Bool = follow.reported.withLock { last in
@@ -398,6 +472,7 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
             let fresh = try TrustPolicy.load(path: path)
             try adjust?(fresh)
             policy.replaceSettings(from: fresh)
+            LifecycleWatcher.releaseFreedMemorySoon()
             events.emit(LifecycleEvent(kind: .policyReloaded, label: path, message: "policy \(path) reloaded"))
         } catch {
             let e = error as? MTLSError ?? MTLSError(.io, "\(error)")
@@ -493,6 +568,7 @@ public final class StoreAnchorWatch: Sendable, LifecycleWatched {
         next.anchors = policy.anchors.filter { !old.contains($0.sha256Hex) } + fresh
         policy.replaceSettings(from: next)
         state.withLock { $0.certificates = fresh }
+        LifecycleWatcher.releaseFreedMemorySoon()
         events.emit(LifecycleEvent(kind: .policyReloaded, label: labels.joined(separator: ","),
                                    message: "anchors \(labels.joined(separator: ", ")) reloaded from the store"))
     }

@@ -219,6 +219,12 @@ enum ApplicationResumption {
             _ = SSL_set_session_id_context(ssl, &digest, UInt32(digest.count))
             return
         }
+        // A TLS 1.2 renegotiation the server asked for (Apache's per-directory client
+        // certificates) starts on a connection already established: its session is the one in
+        // use, and taking it off (SSL_set_session) would reset the SSL's method and record layer
+        // under the live connection (it then failed with internal errors). The connection keeps
+        // its session; the new handshake presents the identity in force now, as any handshake.
+        guard SSL_in_before(ssl) == 1 else { return }
         guard let session = SSL_get_session(ssl) else { return }
         if let record = ResumptionRecord.of(session),
            let admitted = record.admit(under: current, policy: config.policy, peer: state.peer, purpose: .serverAuth) {

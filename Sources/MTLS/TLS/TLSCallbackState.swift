@@ -58,6 +58,11 @@ final class TLSContextConfig {
     /// it still in force in ``identitySource`` has nothing to install (one lock-protected reference
     /// read and a pointer comparison; see ``TLSHandshakeState/takeIdentity(from:ssl:server:config:)``).
     let installedIdentity: Identity?
+    /// The last identity from ``identitySource`` an `SSL` of this context took (at first
+    /// ``installedIdentity``), and the leaf of the last one OpenSSL refused here (its security
+    /// level, its signature schemes): a refused identity is reported once, and the last good one
+    /// is presented instead — never no certificate (``TLSHandshakeState/takeIdentity(from:ssl:server:config:)``).
+    let taken: Mutex<(good: Identity?, refused: [UInt8]?)>
     private static let nextInstance = Atomic<UInt64>(0)
 
     init(policy: TrustPolicy, purpose: TrustPurpose, identity: ClientIdentity, serverALPN: [String],
@@ -65,6 +70,7 @@ final class TLSContextConfig {
          overrides: TrustOverrides? = nil, identitySource: IdentitySource? = nil, installedIdentity: Identity? = nil) throws {
         self.identitySource = identitySource
         self.installedIdentity = installedIdentity
+        taken = Mutex((installedIdentity, nil))
         contextSchemesLimited = identitySource.map { ((try? TokenKey.signatureAlgorithms($0.current.privateKey)) ?? nil) != nil } ?? false
         self.policy = policy
         self.overrides = overrides.flatMap { $0.isEmpty ? nil : $0 }
@@ -144,6 +150,12 @@ final class TLSHandshakeState {
     /// it is the identity `config`'s `SSL_CTX` was made with, the `SSL` already holds it (copied
     /// by `SSL_new`): nothing is installed, so a followed identity costs a handshake no more than
     /// a fixed one (issue 26's bench).
+    ///
+    /// An identity this context's `SSL`s cannot take (OpenSSL refuses it: an application's
+    /// security level above its key, say) is reported once on the source's events
+    /// (``LifecycleEventKind/reloadFailed``), and the last identity the context could present
+    /// is presented instead, whole, as a store replacement that fails to load keeps the last good
+    /// one: never a handshake without a certificate. With none to fall back on, this throws.
     func takeIdentity(from source: IdentitySource, ssl: OpaquePointer, server: Bool, config: TLSContextConfig) throws {
         let id = source.current
         if let installed = config.installedIdentity, installed === id {
@@ -151,7 +163,26 @@ final class TLSHandshakeState {
             bindingIdentities = nil // the context's own: this identity's leaf
             return
         }
-        try TLSContext.use(id, onSSL: ssl, server: server, widenSchemes: config.contextSchemesLimited)
+        do {
+            try TLSContext.use(id, onSSL: ssl, server: server, widenSchemes: config.contextSchemesLimited)
+        } catch {
+            let e = error as? MTLSError ?? MTLSError(.internal, "\(error)")
+            let (good, first): (Identity?, Bool) = config.taken.withLock { t in
+                let first = t.refused != id.leaf.sha256
+                t.refused = id.leaf.sha256
+                return (t.good, first)
+            }
+            if first { source.reportRefusedByContext(id, error: e, fallback: good) }
+            guard let good, good !== id else { throw e }
+            // `use` may have cleared the SSL's certificates: the fallback is put on it whole.
+            try TLSContext.use(good, onSSL: ssl, server: server, widenSchemes: config.contextSchemesLimited)
+            presentedIdentity = good
+            bindingIdentities = [good.leaf.sha256]
+            return
+        }
+        config.taken.withLock { t in
+            if t.good !== id { t.good = id; t.refused = nil } // a later refusal is news again
+        }
         presentedIdentity = id
         bindingIdentities = [id.leaf.sha256]
     }

@@ -314,8 +314,11 @@ final class TLSContext: @unchecked Sendable {
         // OpenSSL keeps one certificate per key type: the context's (an EC one, say) would still
         // be chosen over an RSA replacement. Only this identity is left on the SSL.
         SSL_certs_clear(ssl)
+        // An identity's key always matches its certificate (checked when it was made): what
+        // OpenSSL refuses here is the certificate for this context (its security level: "ee key
+        // too small"), the same code as a fixed identity refused by its context.
         guard SSL_use_cert_and_key(ssl, identity.leaf.x509, identity.privateKey.pkey, sk, 1) == 1 else {
-            throw MTLSError.openSSL(.keyMismatch, "cannot use the identity \"\(identity.leaf.subjectSummary)\"")
+            throw MTLSError.openSSL(.handshake, "cannot use the identity \"\(identity.leaf.subjectSummary)\"")
         }
     }
 

@@ -84,7 +84,8 @@ public final class TLSListener: Sendable {
     /// Presents `identity` from the next handshake on; handshakes under way and connections
     /// accepted keep the identity they started with. Reported to ``events`` as a rotation.
     /// (When the listener follows a store label, the next change in the store replaces it again.)
-    public func setIdentity(_ identity: Identity) { identitySource.replace(with: identity) }
+    /// Throws as ``IdentitySource/replace(with:)`` for an identity outside its validity.
+    public func setIdentity(_ identity: Identity) throws { try identitySource.replace(with: identity) }
 
     /// The listener's lifecycle events (those of its identity source): rotations, failed
     /// reloads, its identity within the warning window of expiry.

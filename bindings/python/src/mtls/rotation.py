@@ -119,7 +119,12 @@ class IdentitySource(_Handle):
     SSL_CTX present: IdentitySource(identity) is swapped with set(); IdentitySource.follow(store,
     label) follows a store label (a replacement by another process is in force within a second;
     one that fails to load keeps the last good identity and fires a "reload_failed" event). Each
-    handshake takes the identity in force when it starts, whole."""
+    handshake takes the identity in force when it starts, whole.
+
+    The adapters (requests, httpx, mtls.httpx.AsyncTransport, urllib, http.client) and
+    mtls.asyncio take it as ``identity_source=``: a kept-alive pooled connection keeps the
+    identity it was made with (as Go's transport); every new connection presents the identity in
+    force when it starts and never resumes a session made with another."""
     _free = "mtls_identity_source_free"
 
     def __init__(self, identity: Optional[Identity] = None, *, _handle: Optional[int] = None):
@@ -142,7 +147,11 @@ class IdentitySource(_Handle):
         return source
 
     def set(self, identity: Identity) -> None:
-        """Presents `identity` from the next handshake on."""
+        """Presents `identity` from the next handshake on. An identity whose certificate has
+        expired or is not valid yet raises InvalidArgument (and fires "reload_failed"): the
+        identity in force stays."""
+        if not isinstance(identity, Identity):
+            raise TypeError("IdentitySource.set needs an mtls.Identity (for a store label, use IdentitySource.follow)")
         check(lib.mtls_identity_source_set(self._h, identity._h))
 
     @property

@@ -247,6 +247,9 @@ class ConnectOptions:
         if self.policy is not None:
             o.policy = self.policy._h
         if self.identity_source is not None:
+            if not isinstance(self.identity_source, rotation.IdentitySource):
+                raise TypeError("identity_source must be an mtls.IdentitySource (IdentitySource(identity) or "
+                                "IdentitySource.follow(store, label))")
             o.identity_source = self.identity_source._h
             keep.append(self.identity_source)
         return o, keep
@@ -440,6 +443,8 @@ class Listener(_Handle):
             o.client_ca_certs = ctypes.cast(ca_certs, ctypes.POINTER(ctypes.c_void_p))
             o.client_ca_cert_count = len(certs)
         if identity_source is not None:
+            if not isinstance(identity_source, rotation.IdentitySource):
+                raise TypeError("identity_source must be an mtls.IdentitySource")
             # issue 26: each handshake presents the source's identity in force when it starts
             super().__init__(out_handle(lib.mtls_listener_new_with_source, utf8(address), int(port), ctypes.byref(o),
                                         identity_source._h))
@@ -461,7 +466,10 @@ class Listener(_Handle):
     # ---- issue 26: identities that change, events, counters
 
     def set_identity(self, identity: Identity) -> None:
-        """Presents `identity` from the next handshake on; connections already made keep theirs."""
+        """Presents `identity` from the next handshake on; connections already made keep theirs.
+        An expired or not yet valid identity raises InvalidArgument (the identity in force stays)."""
+        if not isinstance(identity, Identity):
+            raise TypeError("Listener.set_identity needs an mtls.Identity")
         check(lib.mtls_listener_set_identity(self._h, identity._h))
 
     def set_event_callback(self, callback) -> None:
@@ -493,6 +501,8 @@ def configure_ssl_ctx(ssl_ctx: int, identity: Optional[Identity] = None, policy:
     top, through libmtls's evaluator."""
     o, keep = (overrides or Overrides()).to_c()
     if identity_source is not None:
+        if not isinstance(identity_source, rotation.IdentitySource):
+            raise TypeError("identity_source must be an mtls.IdentitySource")
         check(lib.mtls_ssl_ctx_configure_source(ssl_ctx, identity_source._h, policy._h if policy else None,
                                                 int(accepts_clients), ctypes.cast(o, ctypes.c_void_p)))
         del keep
