@@ -1437,7 +1437,8 @@ typedef struct mtls_enroll_options {
     size_t anchor_count;
     /* ACME. */
     int challenge;                   /* MTLS_ACME_* (required by mtls_enroll_acme) */
-    const char *listen_address;      /* where the built-in responders listen (NULL: every IPv4 address) */
+    const char *listen_address;      /* where the built-in responders listen (NULL: every IPv4 address); unused by
+                                        _WEBROOT and _DNS01, which run none */
     uint16_t port;                   /* the responder's port (MTLS_ACME_HTTP01, _TLS_ALPN01) */
     const char *webroot;             /* MTLS_ACME_WEBROOT: the web server's document root */
     const char *dns_hook;            /* MTLS_ACME_DNS01: command given present|cleanup NAME VALUE */
@@ -1445,7 +1446,7 @@ typedef struct mtls_enroll_options {
     const char *eab_hmac_key;        /* with eab_kid: its MAC key, base64url as the CA gives it; not kept */
     const char *const *contact;      /* account contact URLs ("mailto:ops@example.com") */
     size_t contact_count;
-    int timeout_seconds;             /* how long an order may stay pending (0: 120; at most 86400) */
+    int timeout_seconds;             /* how long an order may stay pending (0: 120; 1 to 86400) */
     /* EST. */
     const char *user;                /* HTTP basic authentication for /simpleenroll (with password) */
     const char *password;            /* not kept */

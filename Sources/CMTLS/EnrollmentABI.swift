@@ -23,8 +23,34 @@ public func mtls_renew(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?, 
 /// mtls_enroll_options has one version so far.
 private let enrollOptionsSizes = [MemoryLayout<mtls_enroll_options>.size]
 
-/// The converted mtls_enroll_options, each field checked; the fields of the other sources are
-/// refused when set (an EST password given to mtls_enroll_pki is a mistake, not a no-op).
+/// How the core's enrollment rules name the options for a C caller (and Python, through it):
+/// the fields of mtls_enroll_options and the MTLS_ACME_* values of its `challenge`.
+private let enrollOptionNames = EnrollmentOptionNames { option in
+    switch option {
+    case .identifiers: return "name in names"
+    case .http01: return "opts->challenge = MTLS_ACME_HTTP01"
+    case .webroot: return "opts->challenge = MTLS_ACME_WEBROOT"
+    case .tlsALPN01: return "opts->challenge = MTLS_ACME_TLS_ALPN01"
+    case .dns01: return "opts->challenge = MTLS_ACME_DNS01"
+    case .port: return "opts->port"
+    case .webrootDirectory: return "opts->webroot"
+    case .dnsHook: return "opts->dns_hook"
+    case .eabKeyID: return "opts->eab_kid"
+    case .eabKey: return "opts->eab_hmac_key"
+    case .pollTimeout: return "opts->timeout_seconds"
+    case .keyType: return "opts->key_type"
+    case .tokenURI: return "opts->token_uri"
+    case .user: return "opts->user"
+    case .password: return "opts->password"
+    case .bootstrap: return "opts->bootstrap"
+    case .profile: return "opts->profile"
+    }
+}
+
+/// The converted mtls_enroll_options. Each field is converted and checked as an argument; the
+/// fields of the other sources are refused when set (an EST password given to mtls_enroll_pki
+/// is a mistake, not a no-op). Which options go together is the core's rule (the requests'
+/// `validate()`), not checked here.
 private struct EnrollOptions {
     enum Source: String { case acme, est, pki }
 
@@ -35,8 +61,9 @@ private struct EnrollOptions {
     var chainAnchors: [Certificate] = []
     var policy: TrustPolicy?
     var anchors: [Certificate] = []
-    var challenge: ACMEChallengeMethod?
-    var externalAccount: ACMEExternalAccount?
+    var challenge = ACMEChallengeOptions()
+    var eabKID: String?
+    var eabKey: SecretBytes?
     var contact: [String] = []
     var timeout: Double?
     var user: String?
@@ -45,25 +72,23 @@ private struct EnrollOptions {
     var caKeyPassword: SecretBytes?
 
     init(_ p: UnsafePointer<mtls_enroll_options>?, for source: Source) throws {
-        // NULL is every default, checked like a struct given (EST still needs its authentication).
+        // NULL is every default, checked like a struct given (EST still needs its authentication);
+        // ACME has no default challenge.
+        if p == nil && source == .acme { throw invalid("opts must not be NULL for mtls_enroll_acme: it names the challenge") }
         let o = try p.map { try readVersioned($0, zero: mtls_enroll_options(), sizes: enrollOptionsSizes, "mtls_enroll_options") }
             ?? mtls_enroll_options()
         func refuse(_ set: Bool, _ field: String, _ sources: String) throws {
             if set { throw invalid("opts->\(field) is for \(sources), not mtls_enroll_\(source.rawValue)") }
         }
         tokenURI = try optionalString(o.token_uri, "opts->token_uri")
-        if let k = try optionalString(o.key_type, "opts->key_type") {
-            if tokenURI != nil { throw invalid("opts->key_type makes a new key; it does not go with opts->token_uri") }
-            keySpec = try KeySpec(issuingName: k)
-        }
+        keySpec = try optionalString(o.key_type, "opts->key_type").map { try KeySpec(issuingName: $0) }
         pin = secretBytes(o.pin)
-        switch o.profile {
-        case 0: profile = nil
-        case MTLS_PROFILE_SERVER where source != .acme: profile = .server
-        case MTLS_PROFILE_CLIENT where source != .acme: profile = .client
-        default:
-            throw invalid("opts->profile \(o.profile) is not allowed for mtls_enroll_\(source.rawValue) "
-                          + (source == .acme ? "(ACME issues server certificates: leave it 0)" : "(use MTLS_PROFILE_SERVER or _CLIENT)"))
+        try refuse(o.profile != 0 && source == .acme, "profile", "EST and pki (ACME issues server certificates)")
+        if o.profile != 0 {
+            guard let p = certificateProfile(o.profile) else {
+                throw invalid("opts->profile \(o.profile) is not an MTLS_PROFILE_* value")
+            }
+            profile = p
         }
         chainAnchors = try Self.certificates(o.chain_anchors, o.chain_anchor_count, "opts->chain_anchors")
         // EST checks the chain against the anchors of its server (opts->anchors), as `mtls enroll est`.
@@ -73,53 +98,48 @@ private struct EnrollOptions {
         try refuse(!anchors.isEmpty && source == .pki, "anchors", "ACME and EST")
 
         // ACME
-        let listen = try optionalString(o.listen_address, "opts->listen_address")
-        let webroot = try optionalString(o.webroot, "opts->webroot")
-        let hook = try optionalString(o.dns_hook, "opts->dns_hook")
-        let kid = try optionalString(o.eab_kid, "opts->eab_kid")
+        switch o.challenge {
+        case 0: challenge.kinds = []
+        case MTLS_ACME_HTTP01: challenge.kinds = [.http01]
+        case MTLS_ACME_WEBROOT: challenge.kinds = [.webroot]
+        case MTLS_ACME_TLS_ALPN01: challenge.kinds = [.tlsALPN01]
+        case MTLS_ACME_DNS01: challenge.kinds = [.dns01]
+        default: throw invalid("opts->challenge \(o.challenge) is not one of MTLS_ACME_HTTP01, _WEBROOT, _TLS_ALPN01, _DNS01")
+        }
+        challenge.port = o.port == 0 ? nil : o.port
+        challenge.listenAddress = try optionalString(o.listen_address, "opts->listen_address")
+        challenge.webroot = try optionalString(o.webroot, "opts->webroot")
+        challenge.dnsHook = try optionalString(o.dns_hook, "opts->dns_hook")
+        eabKID = try optionalString(o.eab_kid, "opts->eab_kid")
+        eabKey = secretBytes(o.eab_hmac_key)
         contact = try stringList(o.contact, o.contact_count, "opts->contact")
+        // 0 is the core's default; any other value is the core's to judge (negative included).
+        timeout = o.timeout_seconds == 0 ? nil : Double(o.timeout_seconds)
         if source != .acme {
-            try refuse(o.challenge != 0 || listen != nil || o.port != 0 || webroot != nil || hook != nil, "challenge", "ACME")
-            try refuse(kid != nil || o.eab_hmac_key != nil || !contact.isEmpty || o.timeout_seconds != 0,
+            try refuse(challenge != ACMEChallengeOptions(), "challenge", "ACME")
+            try refuse(eabKID != nil || eabKey != nil || !contact.isEmpty || timeout != nil,
                        "eab_kid, eab_hmac_key, contact and timeout_seconds", "ACME")
-        } else {
-            func needs(_ port: Bool, _ webroot: Bool, _ hook: Bool, _ name: String) throws {
-                if port != (o.port != 0) { throw invalid(port ? "\(name) needs opts->port" : "opts->port does not go with \(name)") }
-                if webroot != (o.webroot != nil) { throw invalid(webroot ? "\(name) needs opts->webroot" : "opts->webroot does not go with \(name)") }
-                if hook != (o.dns_hook != nil) { throw invalid(hook ? "\(name) needs opts->dns_hook" : "opts->dns_hook does not go with \(name)") }
-                if !port && listen != nil { throw invalid("opts->listen_address does not go with \(name)") }
-            }
-            switch o.challenge {
-            case MTLS_ACME_HTTP01: try needs(true, false, false, "MTLS_ACME_HTTP01"); challenge = .http01(address: listen, port: o.port)
-            case MTLS_ACME_TLS_ALPN01: try needs(true, false, false, "MTLS_ACME_TLS_ALPN01"); challenge = .tlsALPN01(address: listen, port: o.port)
-            case MTLS_ACME_WEBROOT: try needs(false, true, false, "MTLS_ACME_WEBROOT"); challenge = .webroot(directory: webroot ?? "")
-            case MTLS_ACME_DNS01: try needs(false, false, true, "MTLS_ACME_DNS01"); challenge = .dns01(command: hook ?? "")
-            default:
-                if p == nil { throw invalid("opts must not be NULL for mtls_enroll_acme: it names the challenge") }
-                throw invalid("opts->challenge \(o.challenge) is not one of MTLS_ACME_HTTP01, _WEBROOT, _TLS_ALPN01, _DNS01")
-            }
-            if (kid == nil) != (o.eab_hmac_key == nil) { throw invalid("opts->eab_kid and opts->eab_hmac_key go together") }
-            if let kid, let key = secretBytes(o.eab_hmac_key) {
-                externalAccount = try ACMEExternalAccount.decode(keyID: kid, base64URLKey: key, source: "opts->eab_hmac_key")
-            }
-            if o.timeout_seconds < 0 { throw invalid("opts->timeout_seconds must not be negative") }
-            if o.timeout_seconds > 0 { timeout = Double(o.timeout_seconds) }
         }
 
         // EST
         user = try optionalString(o.user, "opts->user")
         password = secretBytes(o.password)
         bootstrap = try o.bootstrap.map { try handle($0, Identity.self, "opts->bootstrap") }
-        if source == .est {
-            if (user == nil) != (password == nil) { throw invalid("opts->user and opts->password go together") }
-            if user == nil && bootstrap == nil { throw invalid("give opts->user and opts->password, or opts->bootstrap") }
-        } else {
-            try refuse(user != nil || password != nil || bootstrap != nil, "user, password and bootstrap", "EST")
-        }
+        try refuse(source != .est && (user != nil || password != nil || bootstrap != nil), "user, password and bootstrap", "EST")
 
         // pki
         caKeyPassword = secretBytes(o.ca_key_password)
         try refuse(caKeyPassword != nil && source != .pki, "ca_key_password", "pki")
+    }
+
+    /// `request` with the fields every source shares: the key, the token PIN, the C names.
+    func keyed<R: EnrollmentRequest>(_ request: R) -> R {
+        var r = request
+        r.optionNames = enrollOptionNames
+        r.keySpec = keySpec
+        r.tokenURI = tokenURI
+        r.tokenPIN = pin
+        return r
     }
 
     static func certificates(_ p: UnsafePointer<OpaquePointer?>?, _ count: Int, _ name: String) throws -> [Certificate] {
@@ -159,13 +179,11 @@ public func mtls_enroll_acme(_ store: OpaquePointer?, _ label: UnsafePointer<CCh
         let url = try string(directoryURL, "directory_url")
         let identifiers = try stringList(names, nameCount, "names")
         let o = try EnrollOptions(opts, for: .acme)
-        var request = ACMEEnrollment(directoryURL: url, identifiers: identifiers, challenge: o.challenge ?? .http01(address: nil, port: 0))
+        var request = o.keyed(ACMEEnrollment(directoryURL: url, identifiers: identifiers,
+                                             challenge: try o.challenge.method(names: enrollOptionNames)))
         request.directoryAnchors = o.anchors
         request.chainAnchors = o.chainAnchors
-        if let spec = o.keySpec { request.keySpec = spec }
-        request.tokenURI = o.tokenURI
-        request.tokenPIN = o.pin
-        request.externalAccount = o.externalAccount
+        request.externalAccount = try ACMEExternalAccount.given(keyID: o.eabKID, key: o.eabKey, names: enrollOptionNames)
         request.contact = o.contact
         if let t = o.timeout { request.pollTimeout = t }
         putLeaf(out, try Enrollment.enrollACME(request, store: s, label: label, policy: o.policy))
@@ -185,10 +203,13 @@ public func mtls_enroll_est(_ store: OpaquePointer?, _ label: UnsafePointer<CCha
         let url = try string(url, "url")
         let subject = try string(subject, "subject")
         let o = try EnrollOptions(opts, for: .est)
-        putLeaf(out, try Enrollment.enrollEST(url: url, subject: subject, anchors: o.anchors, user: o.user, password: o.password,
-                                              bootstrap: o.bootstrap, keySpec: o.keySpec ?? .ecP256, tokenURI: o.tokenURI,
-                                              tokenPIN: o.pin, profile: o.profile ?? .client, store: s, label: label,
-                                              policy: o.policy))
+        var request = o.keyed(ESTEnrollment(url: url, subject: subject))
+        request.anchors = o.anchors
+        request.user = o.user
+        request.password = o.password
+        request.bootstrap = o.bootstrap
+        if let p = o.profile { request.profile = p }
+        putLeaf(out, try Enrollment.enrollEST(request, store: s, label: label, policy: o.policy))
     }
 }
 
@@ -206,10 +227,11 @@ public func mtls_enroll_pki(_ store: OpaquePointer?, _ label: UnsafePointer<CCha
         let caName = try string(caName, "ca_name")
         let name = try string(name, "name")
         let o = try EnrollOptions(opts, for: .pki)
-        putLeaf(out, try Enrollment.enrollPKI(directory: dir, caName: caName, name: name, profile: o.profile ?? .server,
-                                              keySpec: o.keySpec ?? .ecP256, tokenURI: o.tokenURI, tokenPIN: o.pin,
-                                              caKeyPassword: o.caKeyPassword, chainAnchors: o.chainAnchors, store: s,
-                                              label: label, policy: o.policy))
+        var request = o.keyed(PKIEnrollment(directory: dir, caName: caName, name: name))
+        if let p = o.profile { request.profile = p }
+        request.caKeyPassword = o.caKeyPassword
+        request.chainAnchors = o.chainAnchors
+        putLeaf(out, try Enrollment.enrollPKI(request, store: s, label: label, policy: o.policy))
     }
 }
 

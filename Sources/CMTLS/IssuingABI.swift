@@ -36,14 +36,23 @@ private struct IssueOptions {
     }
 }
 
-/// The profile constants of the header (`MTLS_PROFILE_*`).
-private func profile(_ value: Int32) throws -> CertificateProfile {
+/// The profile a header constant (`MTLS_PROFILE_*`) names; nil for any other value.
+func certificateProfile(_ value: Int32) -> CertificateProfile? {
     switch value {
+    case MTLS_PROFILE_ROOT: return .root
     case MTLS_PROFILE_INTERMEDIATE: return .intermediate
     case MTLS_PROFILE_SERVER: return .server
     case MTLS_PROFILE_CLIENT: return .client
-    case MTLS_PROFILE_ROOT: throw MTLSError(.invalidArgument, "a root is made with mtls_pki_root, not issued")
-    default: throw MTLSError(.invalidArgument, "unknown profile \(value) (use MTLS_PROFILE_INTERMEDIATE, _SERVER or _CLIENT)")
+    default: return nil
+    }
+}
+
+/// The profile of an issuing call (`MTLS_PROFILE_*` but ROOT).
+private func profile(_ value: Int32) throws -> CertificateProfile {
+    switch certificateProfile(value) {
+    case .root: throw MTLSError(.invalidArgument, "a root is made with mtls_pki_root, not issued")
+    case let p?: return p
+    case nil: throw MTLSError(.invalidArgument, "unknown profile \(value) (use MTLS_PROFILE_INTERMEDIATE, _SERVER or _CLIENT)")
     }
 }
 

@@ -202,9 +202,10 @@ struct ConnectCommand: ParsableCommand {
     @Option(help: "The SNI to send (default HOST when it is a name; \"\" for none).") var sni: String?
     @Option(help: "An SPKI pin sha256/BASE64; repeatable; always enforced, on top of the policy and its host rule.") var pin: [String] = []
     @Option(help: "ALPN protocol to offer; repeatable.") var alpn: [String] = []
-    @Option(help: "Lowest TLS version: 1.2 or 1.3.") var tlsMin: String = "1.2"
-    @Option(help: "Highest TLS version: 1.2 or 1.3.") var tlsMax: String = "1.3"
-    @Option(help: "Seconds allowed for connect, handshake and each read.") var timeout: Double = 10
+    @Option(help: "Lowest TLS version: 1.2 or 1.3 (default: the library's, \(TLSDefaults.minVersion)).") var tlsMin: String?
+    @Option(help: "Highest TLS version: 1.2 or 1.3 (default: the library's, \(TLSDefaults.maxVersion)).") var tlsMax: String?
+    // The core's command-line default, shorter than a program's on purpose (see its doc comment).
+    @Option(help: "Seconds allowed for connect, handshake and each read.") var timeout: Double = TLSClientOptions.commandLineTimeout
     @Option(help: "Text to send after the handshake (\\r \\n escapes allowed); the reply is printed.") var send: String?
     @Flag(help: "Machine-readable output.") var json = false
 
@@ -238,8 +239,8 @@ struct ConnectCommand: ParsableCommand {
             usedPolicy = o.policy
             o.serverName = sni
             o.alpn = alpn
-            o.minVersion = try Self.version(tlsMin)
-            o.maxVersion = try Self.version(tlsMax)
+            if let tlsMin { o.minVersion = try Self.version(tlsMin) }
+            if let tlsMax { o.maxVersion = try Self.version(tlsMax) }
             o.connectTimeout = timeout
             o.handshakeTimeout = timeout
             let c = try TLSConnection.open(host: host, port: port, options: o)

@@ -72,6 +72,45 @@ struct EnrollCommand: ParsableCommand {
         try paths.flatMap { try Certificate.load(path: $0) }
     }
 
+    /// How the core's enrollment rules name the options on the command line: by their flags.
+    static let optionNames = EnrollmentOptionNames { option in
+        switch option {
+        case .identifiers: return "--name"
+        case .http01: return "--http-port"
+        case .webroot: return "--webroot"
+        case .tlsALPN01: return "--tls-alpn-port"
+        case .dns01: return "--dns-hook"
+        // The parameters are each method flag's value ("--webroot needs a directory").
+        case .port: return "a port"
+        case .webrootDirectory: return "a directory"
+        case .dnsHook: return "a command"
+        case .eabKeyID: return "--eab-kid"
+        case .eabKey: return "--eab-hmac-file"
+        case .pollTimeout: return "--timeout"
+        case .keyType: return "--key-type"
+        case .tokenURI: return "--token-uri"
+        case .user: return "--user"
+        case .password: return "--password-file"
+        case .bootstrap: return "--identity"
+        case .profile: return "--profile"
+        }
+    }
+
+    /// Runs `body`, a check of the core's enrollment rules, and reports a broken rule as a usage
+    /// error (exit status 64 and the pointer to --help), as ArgumentParser's own checks are.
+    static func usage<T>(_ body: () throws -> T) throws -> T {
+        do { return try body() } catch let e as MTLSError where e.code == .invalidArgument { throw ValidationError(e.message) }
+    }
+
+    /// `--profile`: the certificate profile it names (whether it is one this source issues is
+    /// the core's rule).
+    static func profile(_ text: String) throws -> CertificateProfile {
+        guard let p = CertificateProfile(rawValue: text) else {
+            throw ValidationError("--profile: \"\(text)\" is not a certificate profile")
+        }
+        return p
+    }
+
     struct ACME: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "acme",
@@ -95,33 +134,39 @@ struct EnrollCommand: ParsableCommand {
         @Option(name: .customLong("eab-kid"), help: "External account binding key identifier.") var eabKID: String?
         @Option(name: .customLong("eab-hmac-file"), help: "File holding the external account binding MAC key (base64url).") var eabHMACFile: String?
         @Option(name: .customLong("contact"), help: "Account contact URL, such as mailto:ops@example.com (repeatable).") var contact: [String] = []
-        @Option(name: .customLong("timeout"), help: "Seconds an order may stay pending (default 120).") var timeout: Double?
+        @Option(name: .customLong("timeout"), help: "Seconds an order may stay pending (default \(Int(ACMEEnrollment.defaultPollTimeout))).")
+        var timeout: Double?
         @Flag(help: "Machine-readable output.") var json = false
-
-        func validate() throws {
-            if names.isEmpty { throw ValidationError("give at least one --name") }
-            let methods = [httpPort != nil, webroot != nil, tlsALPNPort != nil, dnsHook != nil].filter { $0 }.count
-            if methods != 1 { throw ValidationError("give exactly one of --http-port, --webroot, --tls-alpn-port, --dns-hook") }
-            if (eabKID == nil) != (eabHMACFile == nil) { throw ValidationError("--eab-kid and --eab-hmac-file go together") }
-            if tokenURI != nil && keyType != nil { throw ValidationError("--key-type makes a new key; it does not go with --token-uri") }
-        }
 
         func run() throws {
             try CLI.reporting(json: json) {
-                let method: ACMEChallengeMethod
-                if let httpPort { method = .http01(address: listenAddress, port: httpPort) }
-                else if let tlsALPNPort { method = .tlsALPN01(address: listenAddress, port: tlsALPNPort) }
-                else if let webroot { method = .webroot(directory: webroot) }
-                else { method = .dns01(command: dnsHook ?? "") }
-                var request = ACMEEnrollment(directoryURL: directory, identifiers: names, challenge: method)
+                let keySpec = try keyType.map { try KeySpec(issuingName: $0) }
+                var request = try EnrollCommand.usage { () throws -> ACMEEnrollment in
+                    var challenge = ACMEChallengeOptions()
+                    let asked: [(Bool, ACMEChallengeOptions.Kind)] = [(httpPort != nil, .http01), (webroot != nil, .webroot),
+                                                                       (tlsALPNPort != nil, .tlsALPN01), (dnsHook != nil, .dns01)]
+                    challenge.kinds = asked.filter(\.0).map(\.1)
+                    challenge.port = httpPort ?? tlsALPNPort
+                    challenge.listenAddress = listenAddress
+                    challenge.webroot = webroot
+                    challenge.dnsHook = dnsHook
+                    var request = ACMEEnrollment(directoryURL: directory, identifiers: names,
+                                                 challenge: try challenge.method(names: EnrollCommand.optionNames))
+                    request.optionNames = EnrollCommand.optionNames
+                    request.keySpec = keySpec
+                    request.tokenURI = tokenURI
+                    if let timeout { request.pollTimeout = timeout }
+                    // Before the MAC key's file is read.
+                    try ACMEExternalAccount.checkParts(keyID: eabKID != nil, key: eabHMACFile != nil, names: EnrollCommand.optionNames)
+                    try request.validate()
+                    return request
+                }
                 request.directoryAnchors = try EnrollCommand.loadAnchors(anchors)
                 request.chainAnchors = try EnrollCommand.loadAnchors(chainAnchors)
-                if let keyType { request.keySpec = try KeySpec(issuingName: keyType) }
-                request.tokenURI = tokenURI
                 request.tokenPIN = try pinFile.map(CLI.readPINFile)
-                if let eabKID, let eabHMACFile { request.externalAccount = try ACMEExternalAccount.load(keyID: eabKID, hmacFile: eabHMACFile) }
+                request.externalAccount = try ACMEExternalAccount.given(keyID: eabKID, key: try eabHMACFile.map(CLI.readPasswordFile),
+                                                                        keySource: eabHMACFile, names: EnrollCommand.optionNames)
                 request.contact = contact
-                if let timeout { request.pollTimeout = timeout }
                 let result = try location.adding { store in try Enrollment.enrollACME(request, store: store, label: label) }
                 EnrollCommand.report(result, json: json)
             }
@@ -148,25 +193,26 @@ struct EnrollCommand: ParsableCommand {
         @Option(name: .customLong("pin-file"), help: "File holding the token's PIN.") var pinFile: String?
         @Flag(help: "Machine-readable output.") var json = false
 
-        func validate() throws {
-            if user == nil && identity == nil { throw ValidationError("give --user U --password-file F, or --identity BOOTSTRAP") }
-            if (user == nil) != (passwordFile == nil) { throw ValidationError("--user and --password-file go together") }
-        }
-
         func run() throws {
             try CLI.reporting(json: json) {
-                guard let p = CertificateProfile(rawValue: profile), p == .server || p == .client else {
-                    throw MTLSError(.invalidArgument, "--profile is server or client")
-                }
-                let spec = try keyType.map { try KeySpec(issuingName: $0) } ?? .ecP256
+                let profile = try EnrollCommand.profile(profile)
+                let spec = try keyType.map { try KeySpec(issuingName: $0) }
                 let password = try passwordFile.map(CLI.readPasswordFile)
                 let pin = try pinFile.map(CLI.readPINFile)
                 let anchorCerts = try EnrollCommand.loadAnchors(anchors)
                 let result = try location.adding { store in
-                    let bootstrap = try identity.map { try store.identity(label: $0) }
-                    return try Enrollment.enrollEST(url: url, subject: subject, anchors: anchorCerts, user: user, password: password,
-                                                    bootstrap: bootstrap, keySpec: spec, tokenURI: tokenURI, tokenPIN: pin,
-                                                    profile: p, store: store, label: label)
+                    var request = ESTEnrollment(url: url, subject: subject)
+                    request.optionNames = EnrollCommand.optionNames
+                    request.anchors = anchorCerts
+                    request.user = user
+                    request.password = password
+                    request.bootstrap = try identity.map { try store.identity(label: $0) }
+                    request.keySpec = spec
+                    request.tokenURI = tokenURI
+                    request.tokenPIN = pin
+                    request.profile = profile
+                    try EnrollCommand.usage { try request.validate() }
+                    return try Enrollment.enrollEST(request, store: store, label: label)
                 }
                 EnrollCommand.report(result, json: json)
             }
@@ -192,16 +238,15 @@ struct EnrollCommand: ParsableCommand {
 
         func run() throws {
             try CLI.reporting(json: json) {
-                guard let p = CertificateProfile(rawValue: profile), p == .server || p == .client else {
-                    throw MTLSError(.invalidArgument, "--profile is server or client")
-                }
-                let spec = try keyType.map { try KeySpec(issuingName: $0) } ?? .ecP256
-                let pin = try pinFile.map(CLI.readPINFile)
-                let caPassword = try RenewCommand.caKeyPassword(keyPasswordFile)
-                let result = try location.adding { store in
-                    try Enrollment.enrollPKI(directory: dir, caName: ca, name: name, profile: p, keySpec: spec, tokenURI: tokenURI,
-                                             tokenPIN: pin, caKeyPassword: caPassword, store: store, label: label)
-                }
+                var request = PKIEnrollment(directory: dir, caName: ca, name: name)
+                request.optionNames = EnrollCommand.optionNames
+                request.profile = try EnrollCommand.profile(profile)
+                request.keySpec = try keyType.map { try KeySpec(issuingName: $0) }
+                request.tokenURI = tokenURI
+                try EnrollCommand.usage { try request.validate() }
+                request.tokenPIN = try pinFile.map(CLI.readPINFile)
+                request.caKeyPassword = try RenewCommand.caKeyPassword(keyPasswordFile)
+                let result = try location.adding { store in try Enrollment.enrollPKI(request, store: store, label: label) }
                 EnrollCommand.report(result, json: json)
             }
         }
@@ -226,7 +271,7 @@ struct RenewCommand: ParsableCommand {
     @Option(name: .customLong("policy"), help: "Policy file the renewed chain must satisfy.") var policy: String?
     @Option(name: .customLong("anchor"), help: "The renewed chain must validate to this certificate (repeatable).") var anchors: [String] = []
     @Option(name: .customLong("pin-file"), help: "File holding the token's PIN (token identities).") var pinFile: String?
-    @Option(name: .customLong("interval"), help: "With --loop: seconds between checks (default 3600).") var interval: Double = 3600
+    @Option(name: .customLong("interval"), help: "With --loop: seconds between checks.") var interval: Double = Renewer.defaultCheckInterval
     @Option(name: .customLong("key-password-file"), help: "For identities enrolled from a local pki directory: the CA keys' password (default: $MTLS_PKI_KEY_PASSWORD_FILE).")
     var keyPasswordFile: String?
     @Option(name: .customLong("delete-previous-keys-after"),
@@ -237,7 +282,9 @@ struct RenewCommand: ParsableCommand {
     func validate() throws {
         if let d = deletePreviousKeysAfter, !d.isFinite || d < 0 { throw ValidationError("--delete-previous-keys-after is 0 seconds or more") }
         if label == nil && !loop { throw ValidationError("give a LABEL (or --loop for every enrolled identity)") }
-        if !interval.isFinite || interval < 1 || interval > 86400 * 30 { throw ValidationError("--interval is 1 to 2592000 seconds") }
+        if !Renewer.checkIntervals.contains(interval) {
+            throw ValidationError("--interval is \(Int(Renewer.checkIntervals.lowerBound)) to \(Int(Renewer.checkIntervals.upperBound)) seconds")
+        }
     }
 
     func run() throws {

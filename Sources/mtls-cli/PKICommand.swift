@@ -55,7 +55,8 @@ struct PKICommand: ParsableCommand {
     /// Options for anything that makes a key and a certificate.
     struct KeyOptions: ParsableArguments {
         @Option(help: "Key kind: \(KeySpec.issuingNames.joined(separator: " | ")).") var key = KeySpec.issuingDefault.issuingName
-        @Option(help: "Validity in days (default: root 20 years, intermediate 10, server and client 3).") var days: Int?
+        @Option(help: "Validity in days (default: root \(CertificateProfile.root.defaultValidityDays), intermediate \(CertificateProfile.intermediate.defaultValidityDays), server and client \(CertificateProfile.server.defaultValidityDays)).")
+        var days: Int?
 
         func spec() throws -> KeySpec { try KeySpec(issuingName: key) }
     }
@@ -190,7 +191,8 @@ struct PKICommand: ParsableCommand {
             @Option(help: "The issuing intermediate's name.") var ca: String
             @Option(help: "The certificate signing request (PEM or DER); its self-signature must verify.") var csr: String
             @Option(help: "Where to write the certificate (PEM; then its chain up to the root).") var out: String
-            @Option(help: "Validity in days (default 3 years, never past the intermediate's).") var days: Int?
+            @Option(help: "Validity in days (default \(CertificateProfile.server.defaultValidityDays), never past the intermediate's).")
+            var days: Int?
             @Option(help: "The certificate's name (CN); default: the CSR's CN.") var name: String?
         }
 

@@ -33,7 +33,7 @@ struct StoreCommand: ParsableCommand {
         var keyFile: String?
         @Flag(name: .customLong("allow-module-path"), help: "Honour a stored token URI's module-path even when p11-kit has not registered that module.")
         var allowModulePath = false
-        @Option(name: .customLong("busy-timeout"), help: "Milliseconds to wait for another user's lock before failing (default 10000).")
+        @Option(name: .customLong("busy-timeout"), help: "Milliseconds to wait for another user's lock before failing (default \(CredentialStore.Options().busyTimeoutMilliseconds)).")
         var busyTimeout: Int32?
         @Option(name: .customLong("kdf-log-n"), help: ArgumentHelp("scrypt cost of a new store, for tests only.", visibility: .hidden))
         var kdfLogN: Int?

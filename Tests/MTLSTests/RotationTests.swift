@@ -137,6 +137,31 @@ final class RotationTests: XCTestCase {
         XCTAssertEqual(l.counters.refused.values.reduce(0, +), 0)
     }
 
+    /// A replacement that keeps the leaf and changes only the chain above it (an intermediate
+    /// re-issued, or a cross-signed one added) is a replacement: the source was comparing leaves
+    /// only, and kept presenting the old chain.
+    func testAReplacementThatChangesOnlyTheChainIsFollowed() throws {
+        let dir = try TestPKI.tempDir()
+        let ours = try CredentialStore(path: dir + "/s.db", secret: CredentialStoreTests.secret, options: CredentialStoreTests.options())
+        let other = try CredentialStore(path: dir + "/s.db", secret: CredentialStoreTests.secret, options: CredentialStoreTests.options())
+        try other.putIdentity(try identity("server", chain: []), label: "srv")
+        let source = try IdentitySource(store: ours, label: "srv")
+        let events = LockedBox<[LifecycleEvent]>([])
+        source.events.setHandler { e in events.mutate { $0.append(e) } }
+        XCTAssertEqual(source.current.chain.count, 0)
+
+        try other.putIdentity(try identity("server", chain: ["int-a"]), label: "srv", replace: true)
+        let deadline = Date().addingTimeInterval(3)
+        while source.current.chain.isEmpty && Date() < deadline { usleep(50_000) }
+        XCTAssertEqual(source.current.chain.map(\.sha256Hex), [try cert("int-a").sha256Hex])
+        XCTAssertEqual(events.value.map(\.kind), [.identityRotated])
+
+        // The same row put again (same leaf, same chain) is no replacement.
+        try other.putIdentity(try identity("server", chain: ["int-a"]), label: "srv", replace: true)
+        usleep(1_000_000)
+        XCTAssertEqual(events.value.map(\.kind), [.identityRotated])
+    }
+
     func testClientSessionIsNotResumedAfterTheClientIdentityChanges() throws {
         let l = try listener()
         defer { l.close() }

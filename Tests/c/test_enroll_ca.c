@@ -281,17 +281,8 @@ static void against_real_cas(mtls_store *store, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char dir[512], cmd[1200], path[600];
-    snprintf(dir, sizeof dir, "%s/enroll-ca-c-%d", tmp, (int)getpid());
-    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
-    t_sh(cmd);
-    snprintf(path, sizeof path, "%s/store.db", dir);
-    mtls_store_options so;
-    CHECK_OK(mtls_store_options_init(&so, MTLS_STORE_OPTIONS_VERSION));
-    so.kdf_log_n = 10;
-    mtls_store *store = NULL;
-    CHECK_OK(mtls_store_open(path, PASS, sizeof PASS - 1, MTLS_STORE_SECRET_PASSPHRASE, &so, &store));
+    char dir[512];
+    mtls_store *store = t_temp_store("enroll-ca-c", PASS, sizeof PASS - 1, dir, sizeof dir);
 
     if (argc == 1) {
         standalone(store, dir);
@@ -301,8 +292,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s [DIRECTORY_URL HTTPS_ROOT CHAIN_ANCHOR HTTP_PORT EAB_KID EAB_KEY PKI_DIR PKI_CA]\n", argv[0]);
         return 2;
     }
-    mtls_store_close(store);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    t_sh(cmd);
+    t_close_temp_store(store, dir);
     DONE();
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <mtls.h>
 
 /* Counted atomically: several tests CHECK from more than one thread. */
@@ -32,5 +33,31 @@ static inline uint8_t *t_read_file(const char *path, size_t *len) {
 /* Runs a shell command; fails the test if it does not exit 0. */
 static inline void t_sh(const char *cmd) {
     if (system(cmd) != 0) { fprintf(stderr, "command failed: %s\n", cmd); exit(1); }
+}
+
+/* A new empty folder `dir` ($MTLS_TEST_TMP, else /tmp, then NAME-PID) holding a new store,
+ * store.db, opened with `passphrase` and a cheap scrypt (2^10). Remove both with
+ * t_close_temp_store. */
+static inline mtls_store *t_temp_store(const char *name, const uint8_t *passphrase, size_t len, char *dir, size_t dir_size) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    char cmd[1200], path[1100];
+    snprintf(dir, dir_size, "%s/%s-%d", tmp, name, (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
+    t_sh(cmd);
+    snprintf(path, sizeof path, "%s/store.db", dir);
+    mtls_store_options so;
+    CHECK_OK(mtls_store_options_init(&so, MTLS_STORE_OPTIONS_VERSION));
+    so.kdf_log_n = 10;
+    mtls_store *store = NULL;
+    CHECK_OK(mtls_store_open(path, passphrase, len, MTLS_STORE_SECRET_PASSPHRASE, &so, &store));
+    return store;
+}
+
+/* Closes a store made by t_temp_store and removes its folder. */
+static inline void t_close_temp_store(mtls_store *store, const char *dir) {
+    char cmd[1100];
+    mtls_store_close(store);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    t_sh(cmd);
 }
 #endif

@@ -94,9 +94,10 @@ def test_python_enroll_acme_tls_alpn01(pebble, store):
 
 
 def test_python_enroll_bad_input_each_with_its_error(pebble, store, tmp_path):
-    with pytest.raises(ValueError):  # no challenge, or two
+    # no challenge, or two: the library's rule, through C (InvalidArgument is a ValueError)
+    with pytest.raises(mtls.InvalidArgument, match="give exactly one of"):
         mtls.enroll_acme(store, "x", pebble.directory, ["x.test"])
-    with pytest.raises(ValueError):
+    with pytest.raises(mtls.InvalidArgument, match="give exactly one of"):
         mtls.enroll_acme(store, "x", pebble.directory, ["x.test"], http_port=1, dns_hook="/bin/true")
     with pytest.raises(mtls.InvalidArgument):
         _acme(pebble, store, "x", ["not a name!"])
@@ -111,7 +112,7 @@ def test_python_enroll_bad_input_each_with_its_error(pebble, store, tmp_path):
                          anchors=[mtls.Certificate.load(str(pebble.issuing_ca))], eab_kid=EAB_KID, eab_hmac_key=EAB_KEY)
     with pytest.raises(mtls.InvalidArgument):
         mtls.enroll_est(store, "x", "https://127.0.0.1:1/.well-known/est", "CN=x")  # no authentication
-    with pytest.raises(ValueError):
+    with pytest.raises(mtls.InvalidArgument, match="opts->profile is server or client"):  # the library's rule
         mtls.enroll_pki(store, "x", tmp_path, "CA", "x.local", profile="intermediate")
     with pytest.raises(mtls.NotFound):
         mtls.enroll_pki(store, "x", tmp_path / "missing", "CA", "x.local")

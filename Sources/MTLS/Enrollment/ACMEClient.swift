@@ -109,7 +109,7 @@ final class ACMEClient {
     let accountKey: PrivateKey
     let http: HTTPSClient
     /// Seconds an order or authorization may stay pending.
-    var pollTimeout: Double = 120
+    var pollTimeout: Double = ACMEEnrollment.defaultPollTimeout
     static let maxNonceRetries = 16
     static let maxRetryAfter = 10.0
     /// The first pause between polls when the server sends no `Retry-After`: short, because

@@ -3,7 +3,8 @@ import FoundationEssentials
 import Glibc
 #endif
 
-/// What an ACME enrollment needs (see ``Enrollment/enrollACME(_:store:label:)``).
+/// What an ACME enrollment needs (see ``Enrollment/enrollACME(_:store:label:policy:)``; the rules
+/// about which options go together are ``validate()``'s, in EnrollmentRules.swift).
 public struct ACMEEnrollment: Sendable {
     /// The directory URL (`https://...`).
     public var directoryURL: String
@@ -17,8 +18,8 @@ public struct ACMEEnrollment: Sendable {
     /// Anchors the issued chain must validate to before it is installed (empty: the chain must
     /// at least validate to its own top certificate).
     public var chainAnchors: [Certificate] = []
-    /// Type of a new key made in memory (ignored with ``tokenURI``).
-    public var keySpec: KeySpec = .ecP256
+    /// Type of a new key made in memory (nil: EC P-256); not with ``tokenURI``.
+    public var keySpec: KeySpec?
     /// A key on a token (`pkcs11:` URI of an existing private key) instead of a new file key.
     public var tokenURI: String?
     /// The token's PIN (else the URI's pin-source, or none).
@@ -27,13 +28,17 @@ public struct ACMEEnrollment: Sendable {
     public var externalAccount: ACMEExternalAccount?
     /// Account contact URLs (`mailto:...`).
     public var contact: [String] = []
-    /// Seconds an order or authorization may stay pending.
-    public var pollTimeout: Double = 120
+    /// Seconds an order or authorization may stay pending (1 to ``maxPollTimeout``).
+    public var pollTimeout: Double = ACMEEnrollment.defaultPollTimeout
+    /// The default ``pollTimeout``: two minutes.
+    public static let defaultPollTimeout: Double = 120
     /// The certificate this enrollment renews: its ARI identifier is sent as the order's
     /// `replaces` (RFC 9773 §5) when the server offers renewal information.
     public var replacing: Certificate?
     /// Carried into the new record (a renewal of a token identity).
     var previousTokenKeys: [EnrollmentRecord.RetiredTokenKey]?
+    /// How the messages of ``validate()`` name the options.
+    public var optionNames: EnrollmentOptionNames = .descriptive
 
     /// The minimum: a directory, identifiers and a challenge method.
     public init(directoryURL: String, identifiers: [String], challenge: ACMEChallengeMethod) {
@@ -91,16 +96,11 @@ public enum Enrollment {
 
     /// Enrolls `request.identifiers` with an ACME server and installs the identity under `label`
     /// (replacing one that is there). The account key is the one recorded for this label when the
-    /// directory is the same, else a new P-256 key; it is kept sealed in the record.
+    /// directory is the same, else a new P-256 key; it is kept sealed in the record. The request
+    /// is checked first (``ACMEEnrollment/validate()``).
     public static func enrollACME(_ request: ACMEEnrollment, store: CredentialStore, label: String,
                                   policy: TrustPolicy? = nil) throws -> EnrollmentResult {
-        guard !request.identifiers.isEmpty else { throw MTLSError(.invalidArgument, "give at least one DNS name or IP address") }
-        guard request.pollTimeout.isFinite, (1...86400).contains(request.pollTimeout) else {
-            throw MTLSError(.invalidArgument, "the ACME poll timeout must be 1 to 86400 seconds")
-        }
-        for name in request.identifiers where !Socket.isIPLiteral(name) && !CertificateRequest.isValidDNSName(name) {
-            throw MTLSError(.invalidArgument, "not a DNS name or IP address: \"\(name)\"")
-        }
+        try request.validate()
         let previous = try? store.enrollmentRecordAndKey(label: label)
         let recordedKey = previous.flatMap { $0.record.source == "acme" && $0.record.url == request.directoryURL ? $0.accountKey : nil }
         let accountKey = try recordedKey ?? PrivateKey.generate(.ecP256)
@@ -112,7 +112,7 @@ public enum Enrollment {
         client.pollTimeout = request.pollTimeout
         let accountURL = try client.account(contact: request.contact, externalAccount: request.externalAccount)
 
-        let key = try request.tokenURI.map { try Token.signingKey(uri: $0, pin: request.tokenPIN) } ?? PrivateKey.generate(request.keySpec)
+        let key = try request.tokenURI.map { try Token.signingKey(uri: $0, pin: request.tokenPIN) } ?? PrivateKey.generate(request.keySpec ?? .ecP256)
         let ips = request.identifiers.filter { Socket.isIPLiteral($0) }
         let dns = request.identifiers.filter { !Socket.isIPLiteral($0) }
         let csr = try CertificateSigningRequest.make(subject: "CN=" + (dns.first ?? ips[0]), key: key, dnsNames: dns, ipAddresses: ips)
@@ -163,23 +163,23 @@ public enum Enrollment {
 
     // MARK: EST
 
-    /// Enrolls with an EST server (RFC 7030) at `url` (the base, such as
+    /// Enrolls with an EST server (RFC 7030) at `request.url` (the base, such as
     /// `https://est.example/.well-known/est`): a new key (or the token key at `tokenURI`), a CSR
     /// for `subject` signed by it, sent to `/simpleenroll` with HTTP basic authentication (`user`,
     /// `password`) and/or a bootstrap identity presented over TLS; the chain comes from
     /// `/cacerts`. Installed under `label` with its record; renewal re-enrolls over mutual TLS
-    /// with the identity itself (`/simplereenroll`).
-    public static func enrollEST(url: String, subject: String, anchors: [Certificate] = [], user: String? = nil,
-                                 password: SecretBytes? = nil, bootstrap: Identity? = nil, keySpec: KeySpec = .ecP256,
-                                 tokenURI: String? = nil, tokenPIN: SecretBytes? = nil, profile: CertificateProfile = .client,
-                                 store: CredentialStore, label: String, policy: TrustPolicy? = nil) throws -> EnrollmentResult {
-        let record = EnrollmentRecord(source: "est", url: url, account: user, identifiers: [subject], keyType: "",
-                                      tokenURI: tokenURI, challenge: nil, profile: profile.rawValue,
-                                      directoryAnchors: EnrollmentRecord.encode(anchors), chainAnchors: EnrollmentRecord.encode(anchors),
-                                      enrolledAt: Date().timeIntervalSince1970)
-        return try issueEST(record: record, keySpec: keySpec, user: user, password: password,
-                            client: bootstrap.map { .identity($0) } ?? ClientIdentity.none, reenroll: false,
-                            tokenPIN: tokenPIN, store: store, label: label, policy: policy)
+    /// with the identity itself (`/simplereenroll`). The request is checked first
+    /// (``ESTEnrollment/validate()``).
+    public static func enrollEST(_ request: ESTEnrollment, store: CredentialStore, label: String,
+                                 policy: TrustPolicy? = nil) throws -> EnrollmentResult {
+        try request.validate()
+        let anchors = EnrollmentRecord.encode(request.anchors)
+        let record = EnrollmentRecord(source: "est", url: request.url, account: request.user, identifiers: [request.subject],
+                                      keyType: "", tokenURI: request.tokenURI, challenge: nil, profile: request.profile.rawValue,
+                                      directoryAnchors: anchors, chainAnchors: anchors, enrolledAt: Date().timeIntervalSince1970)
+        return try issueEST(record: record, keySpec: request.keySpec ?? .ecP256, user: request.user, password: request.password,
+                            client: request.bootstrap.map { .identity($0) } ?? ClientIdentity.none, reenroll: false,
+                            tokenPIN: request.tokenPIN, store: store, label: label, policy: policy)
     }
 
     private static func issueEST(record: EnrollmentRecord, keySpec: KeySpec, user: String?, password: SecretBytes?,
@@ -211,26 +211,24 @@ public enum Enrollment {
     /// Enrolls from a local `mtls pki` directory: a new key (in memory, or the token key at
     /// `tokenURI`), a CSR signed by it, signed by the intermediate `caName`, installed under
     /// `label` with its record. The chain must validate to `chainAnchors` (empty: the
-    /// directory's own root).
-    public static func enrollPKI(directory: String, caName: String, name: String, profile: CertificateProfile = .server,
-                                 keySpec: KeySpec = .ecP256, tokenURI: String? = nil, tokenPIN: SecretBytes? = nil,
-                                 caKeyPassword: SecretBytes? = nil, chainAnchors: [Certificate] = [],
-                                 store: CredentialStore, label: String, policy: TrustPolicy? = nil) throws -> EnrollmentResult {
-        guard profile == .server || profile == .client else { throw MTLSError(.invalidArgument, "enroll a server or client certificate") }
-        var anchors = chainAnchors
+    /// directory's own root). The request is checked first (``PKIEnrollment/validate()``).
+    public static func enrollPKI(_ request: PKIEnrollment, store: CredentialStore, label: String,
+                                 policy: TrustPolicy? = nil) throws -> EnrollmentResult {
+        try request.validate()
+        var anchors = request.chainAnchors
         if anchors.isEmpty {
-            let rootFile = PKIDirectory(path: directory).rootPath + "/cert.pem"
+            let rootFile = PKIDirectory(path: request.directory).rootPath + "/cert.pem"
             guard let root = try Certificate.load(path: rootFile).first else {
                 throw MTLSError(.parse, "\(rootFile) holds no certificate")
             }
             anchors = [root]
         }
-        let record = EnrollmentRecord(source: "pki", url: directory, account: caName, identifiers: [name],
-                                      keyType: "", tokenURI: tokenURI, challenge: nil, profile: profile.rawValue,
+        let record = EnrollmentRecord(source: "pki", url: request.directory, account: request.caName, identifiers: [request.name],
+                                      keyType: "", tokenURI: request.tokenURI, challenge: nil, profile: request.profile.rawValue,
                                       directoryAnchors: [], chainAnchors: EnrollmentRecord.encode(anchors),
                                       enrolledAt: Date().timeIntervalSince1970)
-        return try issuePKI(record: record, keySpec: keySpec, tokenPIN: tokenPIN, caKeyPassword: caKeyPassword, first: true,
-                            store: store, label: label, policy: policy)
+        return try issuePKI(record: record, keySpec: request.keySpec ?? .ecP256, tokenPIN: request.tokenPIN,
+                            caKeyPassword: request.caKeyPassword, first: true, store: store, label: label, policy: policy)
     }
 
     private static func issuePKI(record: EnrollmentRecord, keySpec: KeySpec, tokenPIN: SecretBytes?, caKeyPassword: SecretBytes?,
@@ -378,7 +376,8 @@ public enum Enrollment {
                                          challenge: try ACMEChallengeMethod(recorded: challenge))
             request.directoryAnchors = try EnrollmentRecord.decode(record.directoryAnchors)
             request.chainAnchors = try EnrollmentRecord.decode(record.chainAnchors)
-            request.keySpec = keySpec
+            // A token identity's key is the re-keyed token key: no key type goes with it.
+            if record.tokenURI == nil { request.keySpec = keySpec }
             request.tokenURI = record.tokenURI
             request.tokenPIN = tokenPIN
             request.externalAccount = externalAccount

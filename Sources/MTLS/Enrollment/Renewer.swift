@@ -139,6 +139,13 @@ public final class Renewer: Sendable {
     /// Longest time between two looks at an ACME server's renewal information (6 h, RFC 9773 §4.3's suggestion).
     public static let renewalInfoPollInterval: Double = 6 * 3600
 
+    /// How often a long-running renewal loop (`mtls renew --loop`) looks at the store when
+    /// nothing is due sooner (``nextWake``), by default: an hour, so an identity enrolled or
+    /// changed by another process is picked up within the hour.
+    public static let defaultCheckInterval: Double = 3600
+    /// The check intervals a renewal loop accepts, in seconds: a second to 30 days.
+    public static let checkIntervals: ClosedRange<Double> = 1...(30 * 86400)
+
     static func text(_ d: Date) -> String { d.formatted(Date.ISO8601FormatStyle()) }
 }
 

@@ -240,8 +240,7 @@ public final class IdentitySource: Sendable, LifecycleWatched {
     private final class StoreFollow: Sendable {
         let store: CredentialStore
         let tokenPIN: SecretBytes?
-        /// The store's change mark when last looked at, and the row in force then (its class and
-        /// leaf, ``IdentitySource/rowKey(_:)``).
+        /// The store's change mark when last looked at, and the row's ``fingerprint(_:)`` then.
         let seen: Mutex<(mark: [Int64], leaf: String)>
         /// The last failure reported (its code and message): a look that keeps failing is retried
         /// at each look (a token put back in is found) but reported once.
@@ -345,7 +344,7 @@ public final class IdentitySource: Sendable, LifecycleWatched {
     /// identity; nothing decrypted). Only "no stored identity" falls through to the token
     /// identities: any other failure (a row that fails authentication) is that failure, so the
     /// event says why (``MTLSError/Code/corrupt``), not "no token identity".
-    private static func info(_ store: CredentialStore, _ label: String) throws -> StoreItemInfo {
+    private static func rowInfo(_ store: CredentialStore, _ label: String) throws -> StoreItemInfo {
         do {
             return try store.info(label: label, itemClass: .identity)
         } catch let e as MTLSError where e.code == .notFound {
@@ -357,24 +356,29 @@ public final class IdentitySource: Sendable, LifecycleWatched {
         }
     }
 
-    /// What a look compares with the row in force: the class and the leaf (a label switched from
-    /// a stored identity to a token identity of the same certificate is loaded again, from the token).
-    private static func rowKey(_ info: StoreItemInfo) -> String { "\(info.itemClass.rawValue):\(info.leafSHA256)" }
+    /// What a replacement changes: the class (a label switched between a stored identity and a
+    /// token identity of the same certificate), the leaf, the chain above it (an intermediate
+    /// re-issued or cross-signed under the same leaf), and a token identity's key URI (the key
+    /// moved to another token). The row's metadata says it without decrypting anything.
+    private static func fingerprint(_ info: StoreItemInfo) -> String {
+        ([info.itemClass.name, info.leafSHA256] + info.chainSHA256 + [info.tokenURI ?? ""]).joined(separator: ",")
+    }
 
     private static func load(_ store: CredentialStore, _ label: String, _ pin: SecretBytes?) throws -> (Identity, String) {
-        let info = try info(store, label)
+        // The metadata is read first: if the row is replaced between the two reads, the next
+        // look sees a fingerprint that differs from this one and loads the row again.
+        let info = try rowInfo(store, label)
         if info.itemClass == .identity {
-            let identity = try store.identity(label: label)
-            return (identity, "\(StoreItemClass.identity.rawValue):\(identity.leaf.sha256Hex)")
+            return (try store.identity(label: label), fingerprint(info))
         }
         let reference = try store.tokenIdentity(label: label)
-        return (try Token.identity(reference: reference, pin: pin), "\(StoreItemClass.tokenIdentity.rawValue):\(reference.certificate.sha256Hex)")
+        return (try Token.identity(reference: reference, pin: pin), fingerprint(info))
     }
 
     /// Looks at the followed label now, whatever the change mark says (`mtls serve` on SIGHUP):
-    /// a row whose leaf changed is loaded and put in force; a failure is reported, even one
-    /// already reported (whoever asked for the reload hears how it went). Does nothing for a
-    /// source that follows no store.
+    /// a row whose leaf, chain or key URI changed is loaded and put in force; a failure is
+    /// reported, even one already reported (whoever asked for the reload hears how it went).
+    /// Does nothing for a source that follows no store.
     public func reload() {
         guard let follow, let label else { return }
         apply(follow.looking.withLock { _ in
@@ -385,7 +389,7 @@ public final class IdentitySource: Sendable, LifecycleWatched {
     }
 
     /// The watcher's look: the store's change mark first (two integers from SQLite); only when
-    /// it moved, the row's metadata; only when the row's leaf (or class) changed, the row itself.
+    /// it moved, the row's metadata; only when the row's fingerprint changed, the row itself.
     /// A failure keeps the mark as it was, so that the next look tries again (a token put back
     /// in, a row stored again), and is reported once until a look succeeds: a label deleted or a
     /// row that fails authentication is not reported again at every other write to the store.
@@ -414,8 +418,8 @@ public final class IdentitySource: Sendable, LifecycleWatched {
         let before = follow.seen.withLock { $0 }
         guard mark != before.mark else { return .unchanged }
         do {
-            let info = try IdentitySource.info(follow.store, label)
-            if IdentitySource.rowKey(info) == before.leaf {
+            let info = try IdentitySource.rowInfo(follow.store, label)
+            if IdentitySource.fingerprint(info) == before.leaf {
                 // The row in force (still, or again): nothing to load, and a later failure is news.
                 follow.seen.withLock { $0.mark = mark }
                 follow.reported.withLock { $0 = nil }

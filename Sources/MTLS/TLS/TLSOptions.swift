@@ -266,6 +266,15 @@ public struct TLSServerOptions: Sendable {
     var clientPolicySource: TrustPolicy { clientPolicy ?? TrustPolicy() }
 }
 
+extension TLSClientOptions {
+    /// Seconds `mtls connect` allows by default for the TCP connect, the handshake and each read
+    /// of the reply (its `--timeout`). Shorter than the library's defaults on purpose
+    /// (``TLSDefaults/connectTimeout`` and ``TLSDefaults/handshakeTimeout`` 30 s, reads
+    /// unbounded): a person waits at a terminal for a one-shot probe, so a peer that does not
+    /// answer is reported within seconds, and a reply that never ends does not hang the command.
+    public static let commandLineTimeout: Double = 10
+}
+
 extension TLSServerOptions {
     /// Seconds a small test server (`mtls serve`) allows each client's handshake and each read
     /// or write: short, because its clients are tools such as `openssl s_client -quiet`, which

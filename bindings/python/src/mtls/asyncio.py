@@ -795,8 +795,8 @@ class Server:
 async def start_server(handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any],
                        host: Optional[str] = "127.0.0.1", port: int = 0, *, identity: IdentityLike,
                        client_policy: Optional[Policy] = None, client_auth: str = "require",
-                       store: Any = None, pin: Any = None, alpn: Sequence[str] = (), min_tls: Any = "1.2",
-                       max_tls: Any = "1.3", handshake_timeout: Optional[float] = None,
+                       store: Any = None, pin: Any = None, alpn: Sequence[str] = (), min_tls: Any = None,
+                       max_tls: Any = None, handshake_timeout: Optional[float] = None,
                        session_tickets: bool = True, client_ca_names: Any = "anchors",
                        limit: int = 2 ** 16) -> Server:
     """Listens on host:port (0: an ephemeral port, see ``Server.port``) with the server

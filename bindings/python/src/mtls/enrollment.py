@@ -10,7 +10,7 @@ from ._lib import fn, lib, c_void_pp
 from ._handle import _Handle, utf8, out_handle
 from .certificate import Certificate
 from .errors import check
-from .pki import PROFILE_SERVER, PROFILE_CLIENT
+from .pki import PROFILE_INTERMEDIATE, PROFILE_SERVER, PROFILE_CLIENT
 
 # int mtls_renew(mtls_store *store, const char *label, int force, const mtls_policy *policy,
 #                const char *pin, int *renewed)
@@ -102,7 +102,9 @@ class Renewer(_Handle):
 MTLS_ENROLL_OPTIONS_VERSION = 1
 # mtls_enroll_options.challenge (the header's MTLS_ACME_*).
 ACME_HTTP01, ACME_WEBROOT, ACME_TLS_ALPN01, ACME_DNS01 = 1, 2, 3, 4
-_PROFILES = {None: 0, "server": PROFILE_SERVER, "client": PROFILE_CLIENT}  # 0: the source's default
+# The profile names Python takes, as the header's constants (0: the source's default). Which of
+# them a source issues (server or client) is the library's rule, not checked here.
+_PROFILES = {None: 0, "server": PROFILE_SERVER, "client": PROFILE_CLIENT, "intermediate": PROFILE_INTERMEDIATE}
 
 
 class _EnrollOptions(ctypes.Structure):
@@ -166,7 +168,7 @@ def _options(key_type=None, token_uri=None, pin=None, profile=None, chain_anchor
     o = _EnrollOptions()
     check(lib.mtls_enroll_options_init(ctypes.byref(o), MTLS_ENROLL_OPTIONS_VERSION))
     if profile not in _PROFILES:
-        raise ValueError(f"profile is 'server' or 'client', not {profile!r}")
+        raise ValueError(f"{profile!r} is not a certificate profile name")
     o.key_type, o.token_uri, o.pin, o.profile = utf8(key_type), utf8(token_uri), utf8(pin), _PROFILES[profile]
     o.chain_anchors, o.chain_anchor_count, keep_chain = _certs(list(chain_anchors))
     o.anchors, o.anchor_count, keep_anchors = _certs(list(anchors))
@@ -211,12 +213,13 @@ def enroll_acme(store, label: str, directory: str, names, *, http_port: Optional
     :class:`mtls.ConnectError`, :class:`mtls.InvalidArgument`..."""
     methods = {ACME_HTTP01: http_port, ACME_WEBROOT: webroot, ACME_TLS_ALPN01: tls_alpn_port, ACME_DNS01: dns_hook}
     given = [k for k, v in methods.items() if v is not None]
-    if len(given) != 1:
-        raise ValueError("give exactly one of http_port, webroot, tls_alpn_port, dns_hook")
+    # opts->challenge names one method: none or several given is passed as 0, and the library's
+    # rule (exactly one) refuses it, as it refuses a parameter of another method.
+    challenge = given[0] if len(given) == 1 else 0
     if isinstance(names, str):
         names = [names]
     port = http_port if http_port is not None else tls_alpn_port
-    o = _options(key_type, token_uri, pin, None, chain_anchors, policy, anchors, challenge=given[0],
+    o = _options(key_type, token_uri, pin, None, chain_anchors, policy, anchors, challenge=challenge,
                  listen_address=listen_address, port=port, webroot=webroot, dns_hook=dns_hook, eab_kid=eab_kid,
                  eab_hmac_key=eab_hmac_key, contact=contact or None, timeout_seconds=timeout)
     arr, n, keep = _strings(list(names))

@@ -103,10 +103,13 @@ fn("mtls_anchor_watch_set_event_callback", ctypes.c_int, ctypes.c_void_p, EVENT_
    _callbacks.DESTROY_CB)
 # void mtls_anchor_watch_free(mtls_anchor_watch *watch)
 fn("mtls_anchor_watch_free", None, ctypes.c_void_p)
-def _watch_options(warning_days: int, token_pin) -> WatchOptions:
+def _watch_options(warning_days: Optional[int], token_pin) -> WatchOptions:
+    """The watch options; warning_days None keeps the library's window (mtls_watch_options_init
+    writes it: 14 days), not a number retyped here."""
     o = WatchOptions()
     check(lib.mtls_watch_options_init(ctypes.byref(o), WATCH_OPTIONS_VERSION))
-    o.warning_days = int(warning_days)
+    if warning_days is not None:
+        o.warning_days = int(warning_days)
     o.token_pin = utf8(token_pin)
     return o
 
@@ -132,9 +135,11 @@ class IdentitySource(_Handle):
         super().__init__(_handle)
 
     @classmethod
-    def follow(cls, store: Store, label: str, *, warning_days: int = 14, token_pin=None) -> "IdentitySource":
-        """A source following `label` in `store` (a stored identity, else a token identity). The
-        source keeps `store` open (closing a Store closes its file for every holder)."""
+    def follow(cls, store: Store, label: str, *, warning_days: Optional[int] = None, token_pin=None) -> "IdentitySource":
+        """A source following `label` in `store` (a stored identity, else a token identity). An
+        "expiry_warning" event fires `warning_days` before the identity expires (None: the
+        library's window). The source keeps `store` open (closing a Store closes its file for
+        every holder)."""
         o = _watch_options(warning_days, token_pin)
         source = cls(_handle=out_handle(lib.mtls_identity_source_follow_store, store._h, utf8(label), ctypes.byref(o)))
         # Closing the Store (its __del__ too) closes the file for every holder: keep it open.

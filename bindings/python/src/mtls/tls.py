@@ -175,6 +175,15 @@ def _version(v: Union[str, int]) -> int:
     return _VERSIONS[v]
 
 
+def _set_versions(o: Any, min_tls: Optional[Union[str, int]], max_tls: Optional[Union[str, int]]) -> None:
+    """Sets the bounds given on options filled by their init function; None keeps the library's
+    default, which the init function wrote (TLSDefaults in the core), not a value retyped here."""
+    if min_tls is not None:
+        o.min_tls = _version(min_tls)
+    if max_tls is not None:
+        o.max_tls = _version(max_tls)
+
+
 @dataclass(frozen=True)
 class ConnectOptions:
     """The options of a client connection, and their defaults (stated here only).
@@ -187,7 +196,7 @@ class ConnectOptions:
     anchors added for this connection (see Overrides) — verify_as, pins and anchors are overrides
     libmtls composes on top of the policy for this connection only, the Policy object is never
     changed; sni: the name sent (None: the host if it is a name); alpn: protocols offered;
-    min_tls/max_tls: "1.2" or "1.3"; timeouts in seconds under libmtls's one convention (None
+    min_tls/max_tls: "1.2" or "1.3" (None: the library's bounds, 1.2 to 1.3); timeouts in seconds under libmtls's one convention (None
     or 0: the library's default; negative or inf: no limit); resume: TLS session resumption (only under the same overrides); non_blocking:
     WantRead/WantWrite instead of waiting."""
     identity: Optional[Identity] = None
@@ -196,8 +205,8 @@ class ConnectOptions:
     verify_as: Optional[str] = None
     sni: Optional[str] = None
     alpn: Sequence[str] = ()
-    min_tls: Union[str, int] = "1.2"
-    max_tls: Union[str, int] = "1.3"
+    min_tls: Optional[Union[str, int]] = None
+    max_tls: Optional[Union[str, int]] = None
     connect_timeout: Optional[float] = None
     handshake_timeout: Optional[float] = None
     io_timeout: Optional[float] = None
@@ -223,7 +232,7 @@ class ConnectOptions:
         o.overrides = overrides
         o.sni = utf8(self.sni)
         o.alpn = utf8(",".join(self.alpn)) if self.alpn else None
-        o.min_tls, o.max_tls = _version(self.min_tls), _version(self.max_tls)
+        _set_versions(o, self.min_tls, self.max_tls)
         o.connect_timeout_ms, o.handshake_timeout_ms = _ms(self.connect_timeout), _ms(self.handshake_timeout)
         o.io_timeout_ms = _ms(self.io_timeout)
         o.non_blocking, o.no_session_resumption = int(self.non_blocking), int(not self.resume)
@@ -402,7 +411,7 @@ class Listener(_Handle):
 
     def __init__(self, identity: Identity, *, address: Optional[str] = "127.0.0.1", port: int = 0,
                  client_auth: str = "require", client_policy: Optional[Policy] = None, alpn: Sequence[str] = (),
-                 min_tls="1.2", max_tls="1.3", handshake_timeout=None, io_timeout=None,
+                 min_tls=None, max_tls=None, handshake_timeout=None, io_timeout=None,
                  session_tickets: bool = True, client_overrides: Optional[Overrides] = None,
                  first_byte_timeout: Optional[float] = None, max_handshakes_per_address: Optional[int] = None,
                  identity_source: Optional[Any] = None,
@@ -417,7 +426,7 @@ class Listener(_Handle):
         o.identity = identity._h if identity is not None else None
         o.client_policy = client_policy._h if client_policy is not None else None
         o.alpn = utf8(",".join(alpn)) if alpn else None
-        o.min_tls, o.max_tls = _version(min_tls), _version(max_tls)
+        _set_versions(o, min_tls, max_tls)
         o.handshake_timeout_ms, o.io_timeout_ms = _ms(handshake_timeout), _ms(io_timeout)
         o.no_session_tickets = 0 if session_tickets else 1
         overrides, keep = (client_overrides or Overrides()).to_c()
