@@ -1633,8 +1633,10 @@ MTLS_EXTERN int mtls_ssl_ctx_configure_source(void *ssl_ctx, mtls_identity_sourc
  * MTLS_EVENT_RELOAD_FAILED (once per version of the file; a file that failed is tried again at
  * each look, so a policy written before an anchor file it names is in force once that file is
  * there). A change is seen by the file's size, times, inode and device, and while its times are
- * within 2 s of the last read by its bytes; a reload reads only a regular file (a FIFO in its
- * place is a failed reload, not a wait). The first load's failure is returned. opts may be NULL.
+ * within 2 s of the last read by its bytes; the file is also read again when an anchor or CRL
+ * file it names changes (size, times, inode or device); a reload reads only a regular file (a
+ * FIFO in its place is a failed reload, not a wait). The first load's failure is returned. opts
+ * may be NULL.
  * Free with mtls_policy_watch_free. */
 MTLS_EXTERN int mtls_policy_watch_new(const char *path, const mtls_watch_options *opts, mtls_policy_watch **out);
 /* The followed policy, to give to listeners, connections and contexts: a new reference, free

@@ -203,6 +203,45 @@ final class RotationTests: XCTestCase {
         XCTAssertEqual(watch.policy.version, v1, "a broken file leaves the policy in force")
     }
 
+    /// A followed policy file is read again when an anchor file it names changes (a CA bundle
+    /// updated in place or replaced), not only when the policy file itself does; a broken anchor
+    /// file keeps the policy in force and is reported.
+    func testAFollowedPolicyIsReadAgainWhenAnAnchorFileItNamesChanges() throws {
+        let dir = try TestPKI.tempDir()
+        let path = dir + "/p.json"
+        func put(_ bytes: [UInt8], _ to: String) throws {
+            try Data(bytes).write(to: URL(fileURLWithPath: to + ".new"))
+            XCTAssertEqual(rename(to + ".new", to), 0)
+        }
+        try put(FileIO.read(pki + "/int-a.pem"), dir + "/ca.pem")
+        try put(Array(#"{"anchors": ["ca.pem"], "anchors_only": true}"#.utf8), path)
+        let watch = try PolicyFileWatch(path: path)
+        let events = LockedBox<[LifecycleEventKind]>([])
+        watch.events.setHandler { e in if e.kind != .expiryWarning { events.mutate { $0.append(e.kind) } } }
+        XCTAssertEqual(watch.policy.anchors.map(\.sha256Hex), [try cert("int-a").sha256Hex])
+
+        // The bundle replaced: the policy file is untouched, the anchors in force change.
+        try put(FileIO.read(pki + "/root.pem"), dir + "/ca.pem")
+        let deadline = Date().addingTimeInterval(3)
+        while events.value.isEmpty && Date() < deadline { usleep(50_000) }
+        XCTAssertEqual(events.value, [.policyReloaded])
+        XCTAssertEqual(watch.policy.anchors.map(\.sha256Hex), [try cert("root").sha256Hex])
+
+        // A broken bundle: the anchors in force stay, and it is reported once.
+        try put(Array("not a certificate".utf8), dir + "/ca.pem")
+        usleep(1_000_000)
+        XCTAssertEqual(events.value, [.policyReloaded, .reloadFailed])
+        XCTAssertEqual(watch.policy.anchors.map(\.sha256Hex), [try cert("root").sha256Hex])
+
+        // Nothing changed: no reload (a look only stats the files).
+        try put(FileIO.read(pki + "/int-a.pem"), dir + "/ca.pem")
+        usleep(1_000_000)
+        XCTAssertEqual(events.value, [.policyReloaded, .reloadFailed, .policyReloaded])
+        usleep(1_000_000)
+        XCTAssertEqual(events.value, [.policyReloaded, .reloadFailed, .policyReloaded])
+        XCTAssertEqual(watch.policy.anchors.map(\.sha256Hex), [try cert("int-a").sha256Hex])
+    }
+
     func testIdentityAndAnchorsWithinTheWarningWindowAreReported() throws {
         // A window of 100 years: the test certificates (30 days) are inside it; 0 days: outside.
         let source = IdentitySource(try identity("server"), warningDays: 36500)

@@ -504,7 +504,22 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
     /// that load (its code and message; nil when the file was put in force). A file that failed
     /// is loaded again at each look, since what failed may be a file it names (an anchor written
     /// after the policy), and reported again only when the failure is another one.
-    struct Seen { var stamp: FileStamp?; var digest: [UInt8]?; var readAt: Double; var failure: String? = nil }
+    struct Seen {
+        var stamp: FileStamp?; var digest: [UInt8]?; var readAt: Double; var failure: String? = nil
+        /// The anchor and CRL files the policy in force took in, with their stamps from before
+        /// they were read (from just after, for a file named the first time): when one changes,
+        /// the policy file is read again, as when the policy file itself changes.
+        var named: [NamedFile] = []
+    }
+    struct NamedFile: Sendable { var path: String; var stamp: FileStamp? }
+
+    /// Stamps `files`, taking each one's stamp from `before` when it was taken there.
+    static func named(_ files: [String], before: [String: FileStamp?]) -> [NamedFile] {
+        files.map { f in
+            if let s = before[f] { return NamedFile(path: f, stamp: s) }
+            return NamedFile(path: f, stamp: stamp(f))
+        }
+    }
 
     /// How far a file's timestamps may lag behind a write: the kernel stamps files from a clock
     /// that ticks once per jiffy, and some filesystems keep whole seconds (two for FAT). A
@@ -522,10 +537,11 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
         let stamp = PolicyFileWatch.stamp(path)
         let readAt = Date().timeIntervalSince1970
         let bytes = try FileIO.read(path)
-        let loaded = try TrustPolicy.load(bytes: bytes, path: path)
+        let (loaded, files) = try TrustPolicy.loadNamingFiles(bytes: bytes, path: path)
         try adjust?(loaded)
         policy = loaded
-        seen = Mutex(Seen(stamp: stamp, digest: Encoding.sha256(bytes), readAt: readAt))
+        seen = Mutex(Seen(stamp: stamp, digest: Encoding.sha256(bytes), readAt: readAt,
+                          named: PolicyFileWatch.named(files, before: [:])))
         LifecycleWatcher.watch(self)
     }
 
@@ -557,20 +573,22 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
         // The stamp and the time before the bytes: a write after them is seen by the next look.
         let stamp = PolicyFileWatch.stamp(path)
         let readAt = Date().timeIntervalSince1970
-        let previous = seen.withLock { $0.failure }
+        let (previous, named) = seen.withLock { ($0.failure, $0.named) }
+        // The files the last version named, stamped before this read takes them in again.
+        let before = Dictionary(named.map { ($0.path, PolicyFileWatch.stamp($0.path)) }, uniquingKeysWith: { a, _ in a })
         do {
             let bytes: [UInt8]
             do {
                 bytes = try FileIO.readRegularFile(path)
             } catch {
-                seen.withLock { $0 = Seen(stamp: stamp, digest: nil, readAt: readAt, failure: previous) }
+                seen.withLock { $0 = Seen(stamp: stamp, digest: nil, readAt: readAt, failure: previous, named: named) }
                 throw error
             }
-            seen.withLock { $0 = Seen(stamp: stamp, digest: Encoding.sha256(bytes), readAt: readAt, failure: previous) }
-            let fresh = try TrustPolicy.load(bytes: bytes, path: path)
+            seen.withLock { $0 = Seen(stamp: stamp, digest: Encoding.sha256(bytes), readAt: readAt, failure: previous, named: named) }
+            let (fresh, files) = try TrustPolicy.loadNamingFiles(bytes: bytes, path: path)
             try adjust?(fresh)
             policy.replaceSettings(from: fresh)
-            seen.withLock { $0.failure = nil }
+            seen.withLock { $0.failure = nil; $0.named = PolicyFileWatch.named(files, before: before) }
             LifecycleWatcher.releaseFreedMemorySoon()
             return LifecycleEvent(kind: .policyReloaded, label: path, message: "policy \(path) reloaded")
         } catch {
@@ -597,6 +615,9 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
         guard stamp == last.stamp else { return load(reportingAgain: true) }
         // The same version failed last time: tried again, quietly unless it fails otherwise.
         if last.failure != nil { return load(reportingAgain: false) }
+        // An anchor or CRL file the policy took in was replaced or rewritten (a CA bundle
+        // updated, a fresh CRL): the policy is read again, whole, like a changed policy file.
+        if last.named.contains(where: { PolicyFileWatch.stamp($0.path) != $0.stamp }) { return load(reportingAgain: true) }
         // Same stamp: only a file written within a timestamp's granularity of the last read can
         // have changed unseen; its bytes say whether it did.
         guard let stamp, PolicyFileWatch.mayHaveChangedUnseen(stamp, readAt: last.readAt) else { return nil }

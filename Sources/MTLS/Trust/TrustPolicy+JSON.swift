@@ -44,6 +44,10 @@ enum JSONValue: Decodable {
 struct PolicyFileReader {
     /// Relative certificate and CRL paths are resolved against this directory.
     let baseDirectory: String?
+    /// The files whose contents the policy took in as it was read (anchor and CRL files), in
+    /// the order read: a followed policy file is read again when one of them changes.
+    final class FilesRead { var paths: [String] = [] }
+    let filesRead = FilesRead()
 
     func error(_ m: String) -> MTLSError { MTLSError(.invalidPolicy, "policy: \(m)") }
 
@@ -93,8 +97,14 @@ struct PolicyFileReader {
         throw error("\(key) is not an RFC 3339 time: \(s)")
     }
     func path(_ p: String) -> String {
-        if p.hasPrefix("/") || baseDirectory == nil { return p }
-        return baseDirectory! + "/" + p
+        guard let baseDirectory, !p.hasPrefix("/") else { return p }
+        return baseDirectory + "/" + p
+    }
+    /// `path(p)`, noted as a file whose contents the policy takes in.
+    func contentsPath(_ p: String) -> String {
+        let full = path(p)
+        filesRead.paths.append(full)
+        return full
     }
     /// Anchors: file paths or inline PEM.
     func certificates(_ v: JSONValue?, _ key: String) throws -> [Certificate]? {
@@ -102,7 +112,7 @@ struct PolicyFileReader {
         return try list.flatMap { item -> [Certificate] in
             do {
                 if item.contains("-----BEGIN") { return try Certificate.parseAll(Array(item.utf8)) }
-                return try Certificate.load(path: path(item))
+                return try Certificate.load(path: contentsPath(item))
             } catch let e as MTLSError {
                 throw error("\(key): \(e.message)")
             }
@@ -155,7 +165,7 @@ struct PolicyFileReader {
         if let l = try strings(o["banned_signature_digests"], "banned_signature_digests") { p.bannedSignatureDigests = Set(l) }
         if let l = try strings(o["crls"], "crls") {
             p.crls = try l.flatMap { f -> [RevocationList] in
-                do { return try RevocationList.load(path: path(f)) } catch let e as MTLSError { throw error("crls: \(e.message)") }
+                do { return try RevocationList.load(path: contentsPath(f)) } catch let e as MTLSError { throw error("crls: \(e.message)") }
             }
         }
         if let b = try bool(o["crl_check_all"], "crl_check_all") { p.checkCRLsForWholeChain = b }
@@ -228,6 +238,14 @@ extension TrustPolicy {
     /// names are resolved against `baseDirectory` (the current directory when nil). Throws
     /// ``MTLSError/Code/invalidPolicy`` with the offending key for anything malformed.
     public convenience init(json: [UInt8], baseDirectory: String? = nil) throws {
+        let (read, _) = try TrustPolicy.parse(json: json, baseDirectory: baseDirectory)
+        self.init()
+        copySettings(from: read)
+    }
+
+    /// The policy `json` says, and the files it took in (anchor and CRL files), for
+    /// ``init(json:baseDirectory:)`` and a followed file.
+    private static func parse(json: [UInt8], baseDirectory: String?) throws -> (TrustPolicy, [String]) {
         // JSON is UTF-8 (RFC 8259 §8.1); the decoder would also guess UTF-16/32, which the
         // depth count below could not follow.
         guard !json.contains(0), String(validating: json, as: UTF8.self) != nil else {
@@ -242,9 +260,9 @@ extension TrustPolicy {
         do { root = try JSONDecoder().decode(JSONValue.self, from: Data(json)) } catch {
             throw MTLSError(.invalidPolicy, "policy: not valid JSON")
         }
-        let read = try PolicyFileReader(baseDirectory: baseDirectory).read(root)
-        self.init()
-        copySettings(from: read)
+        let reader = PolicyFileReader(baseDirectory: baseDirectory)
+        let read = try reader.read(root)
+        return (read, reader.filesRead.paths)
     }
 
     /// Reads a policy file; relative paths in it are resolved against the file's directory.
@@ -255,7 +273,15 @@ extension TrustPolicy {
     /// A policy file's bytes, already read from `path` (relative paths in it are resolved
     /// against the file's directory): what a followed file compares and parses.
     static func load(bytes: [UInt8], path: String) throws -> TrustPolicy {
+        try loadNamingFiles(bytes: bytes, path: path).policy
+    }
+
+    /// ``load(bytes:path:)``, with the files the policy took in (anchor and CRL files).
+    static func loadNamingFiles(bytes: [UInt8], path: String) throws -> (policy: TrustPolicy, files: [String]) {
         let dir: String? = path.lastIndex(of: "/").map { String(path[..<$0]) }
-        return try TrustPolicy(json: bytes, baseDirectory: dir.map { $0.isEmpty ? "/" : $0 })
+        let (read, files) = try parse(json: bytes, baseDirectory: dir.map { $0.isEmpty ? "/" : $0 })
+        let policy = TrustPolicy()
+        policy.copySettings(from: read)
+        return (policy, files)
     }
 }
