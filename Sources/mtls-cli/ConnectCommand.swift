@@ -413,12 +413,13 @@ struct ServeCommand: ParsableCommand {
                 do {
                     conn = try listener.accept()
                 } catch let e as MTLSError {
-                    print("rejected \(e.message) [\(e.code.name)]")
+                    // A peer's certificate fields are in messages: one line each, whatever they hold.
+                    print("rejected \(OneLine.text(e.message)) [\(e.code.name)]")
                     fflush(nil)
                     continue
                 }
                 let subject = conn.peerCertificate?.subject ?? "(no certificate)"
-                print("accepted \(conn.peerAddress) \(conn.tlsVersion) client \(subject): \(PolicyBuilder.summary(conn.evaluation))")
+                print(OneLine.text("accepted \(conn.peerAddress) \(conn.tlsVersion) client \(subject): \(PolicyBuilder.summary(conn.evaluation))"))
                 fflush(nil)
                 serving.enter()
                 // The connection moves to the serving thread: this loop never touches it again

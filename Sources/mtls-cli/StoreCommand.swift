@@ -187,10 +187,10 @@ struct StoreCommand: ParsableCommand {
                 }
                 for i in items {
                     if let enrolled = StoreCommand.isEnrollmentRecord(i) ? EnrollmentRecord.identityLabel(ofRecord: i.label) : nil {
-                        print("\(i.label)\tenrollment\trecord of \(enrolled)")
+                        print("\(OneLine.text(i.label))\tenrollment\trecord of \(OneLine.text(enrolled))")
                         continue
                     }
-                    print("\(i.label)\t\(i.itemClass.name)\t\(i.subject)\tuntil \(CLI.rfc3339(i.notAfter))")
+                    print("\(OneLine.text(i.label))\t\(i.itemClass.name)\t\(OneLine.text(i.subject))\tuntil \(CLI.rfc3339(i.notAfter))")
                 }
             }
         }

@@ -37,7 +37,7 @@ extension StoreCommand {
                 print("nothing expires within \(within) days")
             } else {
                 for i in items {
-                    print("\(i.label)\t\(i.itemClass.name)\t\(i.subject)\t\(CLI.rfc3339(i.notAfter))\t\(i.daysLeft(at: now)) days left")
+                    print("\(OneLine.text(i.label))\t\(i.itemClass.name)\t\(OneLine.text(i.subject))\t\(CLI.rfc3339(i.notAfter))\t\(i.daysLeft(at: now)) days left")
                 }
             }
             if !items.isEmpty { throw ExitCode(1) }

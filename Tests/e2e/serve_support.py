@@ -31,9 +31,10 @@ def make_pki(tmp_path, names=("one", "two")):
     return ["store", "--store", tmp_path / "s.db", "--secret-file", tmp_path / "secret", *FAST]
 
 
-def hostile_certificate(path, common_name, days=5):
+def hostile_certificate(path, common_name, days=5, key_path=None):
     """A self-signed certificate (PEM at `path`) whose common name is `common_name` as given
-    (NUL, line feeds, quotes...), valid from now for `days` days (negative: expired)."""
+    (NUL, line feeds, quotes...), valid from now for `days` days (negative: expired); its key
+    (PEM) at `key_path` when given."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -48,6 +49,9 @@ def hostile_certificate(path, common_name, days=5):
             .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
             .sign(key, hashes.SHA256()))
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    if key_path is not None:
+        key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
     return cert
 
 

@@ -25,12 +25,13 @@ enum JSONText {
     }
 }
 
-/// Text meant to be one line (an event's message, a comment in Prometheus text): written once.
-enum OneLine {
+/// Text meant to be one line (an event's message, a comment in Prometheus text, a field of a
+/// command's line-per-item output): written once.
+public enum OneLine {
     /// `text` with every control character (line feed, carriage return, NUL, C1...) and line or
     /// paragraph separator as a blank, so that nothing in it (a label, a certificate's common
     /// name) can start a line of its own wherever it is printed.
-    static func text(_ text: String) -> String {
+    public static func text(_ text: String) -> String {
         String(String.UnicodeScalarView(text.unicodeScalars.map { u -> Unicode.Scalar in
             switch u.properties.generalCategory {
             case .control, .lineSeparator, .paragraphSeparator: return " "
