@@ -21,6 +21,10 @@ final class ListenerContexts: Sendable, IdentityObserver {
     private let source: IdentitySource
     private let options: TLSServerOptions
     private let context: Mutex<TLSContext>
+    /// The last identity no context could be made for: handshakes do not try again for it (each
+    /// try builds a whole `SSL_CTX`), they go on from the previous context and install it on
+    /// their `SSL` (or present the last good one). Another identity put in force is tried.
+    private let unusable = Mutex<Identity?>(nil)
 
     /// Starts with `first`, made for `source`'s identity in force now.
     init(_ first: TLSContext, source: IdentitySource, options: TLSServerOptions) {
@@ -45,8 +49,12 @@ final class ListenerContexts: Sendable, IdentityObserver {
         let id = source.current
         let ctx = context.withLock { $0 }
         if ctx.config.installedIdentity === id { return ctx }
+        if unusable.withLock({ $0 === id }) { return ctx }
         guard let fresh = try? TLSContext.server(options, identitySource: source),
-              let made = fresh.config.installedIdentity else { return ctx }
+              let made = fresh.config.installedIdentity else {
+            unusable.withLock { $0 = id }
+            return ctx
+        }
         // Two handshakes may make one each at once: keep the newer one, and never put back an
         // identity the source has already left.
         context.withLock { cur in
