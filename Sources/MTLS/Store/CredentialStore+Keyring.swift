@@ -15,10 +15,15 @@ extension CredentialStore {
     private enum FileState { case empty, store(version: Int64) }
 
     private func fileState() throws -> FileState {
-        let appID = try db.integer("PRAGMA application_id")
-        let version = try db.integer("PRAGMA user_version")
+        // One statement, so one snapshot: read one by one, the three could straddle another
+        // process's commit of a new store (no application id yet, then its tables), and a store
+        // being created looked like some other SQLite database (test_store_concurrency).
+        let s = try db.statement("SELECT (SELECT application_id FROM pragma_application_id), "
+            + "(SELECT user_version FROM pragma_user_version), (SELECT count(*) FROM sqlite_master)")
+        defer { s.reset() }
+        guard try s.step() else { throw MTLSError(.io, "\(path): the store's header could not be read") }
+        let appID = s.int64(0), version = s.int64(1), objects = s.int64(2)
         if appID == CredentialStore.applicationID { return .store(version: version) }
-        let objects = try db.integer("SELECT count(*) FROM sqlite_master")
         if appID == 0 && objects == 0 && version == 0 { return .empty }
         throw MTLSError(.notAStore, "\(path) is an SQLite database but not a libmtls store")
     }
