@@ -240,6 +240,18 @@ final class RotationTests: XCTestCase {
         usleep(1_000_000)
         XCTAssertEqual(events.value, [.policyReloaded, .reloadFailed, .policyReloaded])
         XCTAssertEqual(watch.policy.anchors.map(\.sha256Hex), [try cert("int-a").sha256Hex])
+
+        // A FIFO put in the bundle's place is a failed reload at once, not a watcher thread
+        // waiting for a writer: the bundle put back is seen at the next looks.
+        XCTAssertEqual(unlink(dir + "/ca.pem"), 0)
+        XCTAssertEqual(mkfifo(dir + "/ca.pem", 0o600), 0)
+        usleep(1_000_000)
+        XCTAssertEqual(events.value.last, .reloadFailed)
+        XCTAssertEqual(unlink(dir + "/ca.pem"), 0)
+        try put(FileIO.read(pki + "/root.pem"), dir + "/ca.pem")
+        usleep(1_000_000)
+        XCTAssertEqual(events.value.last, .policyReloaded)
+        XCTAssertEqual(watch.policy.anchors.map(\.sha256Hex), [try cert("root").sha256Hex])
     }
 
     func testIdentityAndAnchorsWithinTheWarningWindowAreReported() throws {

@@ -100,11 +100,13 @@ struct PolicyFileReader {
         guard let baseDirectory, !p.hasPrefix("/") else { return p }
         return baseDirectory + "/" + p
     }
-    /// `path(p)`, noted as a file whose contents the policy takes in.
-    func contentsPath(_ p: String) -> String {
+    /// The bytes of the file `p` names, noted as a file whose contents the policy takes in. Only
+    /// a regular file is read (a FIFO put in its place fails at once): a followed policy is read
+    /// again on the library's one watcher thread when such a file changes, and must never wait.
+    func contents(_ p: String) throws -> [UInt8] {
         let full = path(p)
         filesRead.paths.append(full)
-        return full
+        return try FileIO.readRegularFile(full)
     }
     /// Anchors: file paths or inline PEM.
     func certificates(_ v: JSONValue?, _ key: String) throws -> [Certificate]? {
@@ -112,7 +114,7 @@ struct PolicyFileReader {
         return try list.flatMap { item -> [Certificate] in
             do {
                 if item.contains("-----BEGIN") { return try Certificate.parseAll(Array(item.utf8)) }
-                return try Certificate.load(path: contentsPath(item))
+                return try Certificate.parseAll(contents(item))
             } catch let e as MTLSError {
                 throw error("\(key): \(e.message)")
             }
@@ -165,7 +167,7 @@ struct PolicyFileReader {
         if let l = try strings(o["banned_signature_digests"], "banned_signature_digests") { p.bannedSignatureDigests = Set(l) }
         if let l = try strings(o["crls"], "crls") {
             p.crls = try l.flatMap { f -> [RevocationList] in
-                do { return try RevocationList.load(path: contentsPath(f)) } catch let e as MTLSError { throw error("crls: \(e.message)") }
+                do { return try RevocationList.parseAll(contents(f), path: path(f)) } catch let e as MTLSError { throw error("crls: \(e.message)") }
             }
         }
         if let b = try bool(o["crl_check_all"], "crl_check_all") { p.checkCRLsForWholeChain = b }
