@@ -380,7 +380,15 @@ MTLS_EXTERN int mtls_policy_replace(mtls_policy *policy, const mtls_policy *from
 /* Adds an anchor (root, intermediate or the peer's own certificate). The policy keeps its own
  * reference to `cert`. */
 MTLS_EXTERN int mtls_policy_add_anchor(mtls_policy *policy, const mtls_cert *cert);
-/* Non-zero: trust only the anchors. Zero (default): anchors are added to the system store. */
+/* Since 0.3.0 a policy that has anchors trusts those anchors only; a policy without anchors
+ * trusts the system store. mtls_policy_set_system_anchors(policy, 1) trusts the system store as
+ * well as the anchors (policy files: "system_anchors": true; CLI: --system-anchors; Python:
+ * Policy(system_anchors=True)); 0 never trusts the system store; -1 returns to the default. Host
+ * rules and overrides follow the same rule. */
+MTLS_EXTERN int mtls_policy_set_system_anchors(mtls_policy *policy, int enabled);
+/* The older spelling of mtls_policy_set_system_anchors, turned around: non-zero trusts only the
+ * anchors (the default when there are anchors); zero trusts the system store too (the 0.2
+ * meaning, which stays). */
 MTLS_EXTERN int mtls_policy_set_anchors_only(mtls_policy *policy, int anchors_only);
 /* Non-zero (default): check the host against the SANs. Zero: basic X.509 policy, no name check. */
 MTLS_EXTERN int mtls_policy_set_name_check(mtls_policy *policy, int enabled);
@@ -400,7 +408,9 @@ MTLS_EXTERN int mtls_policy_add_crl_file(mtls_policy *policy, const char *path);
  * followed by 44 base64 characters, in mtls_policy_add_pin and in policy files). */
 MTLS_EXTERN int mtls_policy_add_host_rule(mtls_policy *policy, const char *pattern, const char *verify_as,
                                           int skip_name_check);
-/* Adds an anchor of the rule's own; `anchors_only` non-zero ignores the system store for the rule. */
+/* Adds an anchor of the rule's own. The rule then trusts its own anchors only, unless the policy
+ * says system_anchors 1; `anchors_only` non-zero ignores the system store for the rule whatever
+ * the policy says (zero: as the policy says; before 0.3.0 zero added the system store). */
 MTLS_EXTERN int mtls_policy_add_rule_anchor(mtls_policy *policy, const char *pattern, const mtls_cert *cert,
                                             int anchors_only);
 /* Adds an SPKI pin "sha256/BASE64"; one pin must match a certificate of the built chain. A rule
@@ -452,8 +462,8 @@ MTLS_EXTERN int mtls_evaluate_peer(mtls_policy *policy, mtls_cert *const *certs,
                                    uint16_t port, const char *verify_as, int purpose, int64_t at,
                                    mtls_trust_result **out);
 /* Non-zero: client certificates (purpose client) may chain to the system trust store too. Default
- * zero: clients are judged by the policy's (and its rules') anchors only, even when anchors_only is
- * off, and a listener or mtls_ssl_ctx_configure(..., accepts_clients=1) whose client policy has no
+ * zero: clients are judged by the policy's (and its rules') anchors only, even with system_anchors
+ * 1, and a listener or mtls_ssl_ctx_configure(..., accepts_clients=1) whose client policy has no
  * anchor is refused with MTLS_E_INVALID_POLICY unless this is set. Policy files:
  * "system_anchors_for_clients": true. */
 MTLS_EXTERN int mtls_policy_set_system_anchors_for_clients(mtls_policy *policy, int enabled);
@@ -527,8 +537,9 @@ typedef struct mtls_trust_overrides {
     unsigned int version;           /* MTLS_TRUST_OVERRIDES_VERSION */
     mtls_cert *const *anchors;      /* anchors added to those in force (the rule's, else the policy's) */
     size_t anchor_count;
-    int anchors_only;               /* -1 (default): as the rule, else the policy, says; 0: anchors are
-                                       added to the system store; 1: only the anchors are trusted */
+    int anchors_only;               /* -1 (default): as the rule, else the policy, says (anchors in
+                                       force: those only, unless system_anchors); 0: the system store
+                                       as well (system_anchors); 1: only the anchors are trusted */
     const char *const *pins;        /* SPKI pins "sha256/BASE64"; one must match; always enforced */
     size_t pin_count;
     const char *verify_as;          /* validate as this name or IP, over every other verify-as; NULL: none */

@@ -94,6 +94,21 @@ public func mtls_policy_set_anchors_only(_ p: OpaquePointer?, _ on: Int32) -> In
     abiCall { try policy(p).anchorsOnly = on != 0 }
 }
 
+/// `int mtls_policy_set_system_anchors(mtls_policy *policy, int enabled)`: 1 the system store as
+/// well as the anchors, 0 never the system store, -1 the default (only when there are no anchors).
+@_cdecl("mtls_policy_set_system_anchors")
+public func mtls_policy_set_system_anchors(_ p: OpaquePointer?, _ on: Int32) -> Int32 {
+    abiCall {
+        let pol = try policy(p)
+        switch on {
+        case -1: pol.systemAnchors = nil
+        case 0: pol.systemAnchors = false
+        case 1: pol.systemAnchors = true
+        default: throw MTLSError(.invalidArgument, "system_anchors must be -1 (the default), 0 or 1, not \(on)")
+        }
+    }
+}
+
 /// `int mtls_policy_set_name_check(mtls_policy *policy, int enabled)`
 @_cdecl("mtls_policy_set_name_check")
 public func mtls_policy_set_name_check(_ p: OpaquePointer?, _ on: Int32) -> Int32 {
@@ -134,7 +149,7 @@ public func mtls_policy_add_rule_anchor(_ p: OpaquePointer?, _ pattern: UnsafePo
                                         _ cert: OpaquePointer?, _ anchorsOnly: Int32) -> Int32 {
     abiCall {
         let c = try handle(cert, Certificate.self, "cert")
-        try policy(p).updateHostRule(try string(pattern, "pattern")) { r in r.addAnchor(c, anchorsOnly: anchorsOnly != 0) }
+        try policy(p).updateHostRule(try string(pattern, "pattern")) { r in r.addAnchor(c, anchorsOnly: anchorsOnly != 0 ? true : nil) }
     }
 }
 

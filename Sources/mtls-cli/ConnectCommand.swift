@@ -2,16 +2,17 @@ import ArgumentParser
 import Foundation
 import MTLS
 
-/// Where a command's identity comes from: a .p12 file, a store label, PEM files, or (with a
-/// store and no --identity) automatic choice among the store's identities.
+/// Where a command's identity comes from: a .p12 file, a store label, PEM files, or (with
+/// `--identity auto`) automatic choice among the store's identities. Without `--identity` a
+/// client presents nothing, whatever store is set.
 struct IdentityOptions: ParsableArguments {
-    @Option(help: "The identity to present: a store label, a FILE.p12, or a pkcs11: URI (with --pin-file).") var identity: String?
+    @Option(help: "The identity to present: a store label, a FILE.p12, a pkcs11: URI (with --pin-file), or \"auto\" (a client chooses among the store's identities and token identities; a label auto is store:auto). Without it a client presents no certificate.") var identity: String?
     @Option(help: "File with the .p12 password (first line).") var passwordFile: String?
     @Option(help: "File with the token PIN (first line).") var pinFile: String?
     @Flag(help: "Send the PIN file's PIN even when the token says the next wrong PIN locks it.") var allowFinalTry = false
     @Option(help: "Certificate PEM file (leaf first, then its chain), with --key.") var cert: String?
     @Option(help: "Private key PEM file, with --cert (encrypted keys use --password-file).") var key: String?
-    @Option(help: "The credential store (default $MTLS_STORE); must exist. Without --identity, a client chooses among its identities and token identities.") var store: String?
+    @Option(help: "The credential store (default $MTLS_STORE); must exist. With --identity auto, a client chooses among its identities and token identities.") var store: String?
     @Option(help: "File with the store secret (default $MTLS_STORE_SECRET_FILE).") var secretFile: String?
     @Option(help: "File with a raw 32-byte store key, instead of --secret-file (default $MTLS_STORE_KEY_FILE).") var keyFile: String?
     @Flag(name: .customLong("allow-module-path"), help: "Honour a stored token URI's module-path even when p11-kit has not registered that module.")
@@ -47,18 +48,29 @@ struct IdentityOptions: ParsableArguments {
         return try CredentialStore(path: storePath, secret: try secretSource.load(), options: options)
     }
 
-    /// The identity for a client: explicit, or automatic among the store's identities.
+    /// The `--identity` value that asks for automatic selection.
+    static let automaticIdentity = "auto"
+
+    /// The identity for a client: the one named, automatic among the store's identities when
+    /// asked for by name (`--identity auto`), else none (a client certificate says who we are:
+    /// nothing is presented unasked, even with a store set).
     func clientIdentity() throws -> ClientIdentity {
-        if let id = try explicitIdentity() { return .identity(id) }
-        if let store = try openStore() {
+        if identity == Self.automaticIdentity && cert == nil {
+            guard let store = try openStore() else {
+                throw ValidationError("--identity auto needs a store (--store or MTLS_STORE)")
+            }
             // Stored identities and token identities (PIN: --pin-file, else the URI's pin-value/pin-source).
             return try .automatic(from: store, tokenPIN: try pinFile.map(CLI.readPINFile))
         }
+        if let id = try explicitIdentity() { return .identity(id) }
         return .none
     }
 
     func explicitIdentity() throws -> Identity? {
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
+        if cert == nil && identity == Self.automaticIdentity {
+            throw ValidationError("--identity auto is for a client; name the identity to present")
+        }
         guard let name = cert ?? identity else { return nil }
         return try Identity.resolve(name, keyPath: key, password: try passwordFile.map(CLI.readPasswordFile),
                                     pin: try pinFile.map(CLI.readPINFile), allowFinalTry: allowFinalTry, openStore: openStore)
@@ -89,16 +101,20 @@ enum PolicyBuilder {
 
     static let revocationHelp: ArgumentHelp = "Check revocation of every certificate below the anchor (CRLs from their distribution points; the policy file's \"revocation\" says more): off, soft (unknown status trusted, with a warning) or hard (unknown refused). Revoked is always refused."
 
-    /// `--anchor`, `--anchors-only`, `--pin` and `--verify-as` as overrides, which the library
-    /// composes on top of the policy for this one evaluation or connection: anchors are added to
-    /// those in force (the selected rule's own, else the policy's), `--anchors-only` replaces
-    /// anchors-only, `--pin`s are always enforced (whatever a rule says about report-only or pin
-    /// expiry), `--verify-as` is the name checked. nil when no flag was given.
-    static func overrides(anchors: [String], anchorsOnly: Bool, pins: [String], verifyAs: String?,
+    /// `--anchor`, `--system-anchors`, `--anchors-only`, `--pin` and `--verify-as` as overrides,
+    /// which the library composes on top of the policy for this one evaluation or connection:
+    /// anchors are added to those in force (the selected rule's own, else the policy's; anchors
+    /// in force are the only ones trusted unless `--system-anchors`), `--system-anchors` trusts
+    /// the system store as well, `--anchors-only` never, `--pin`s are always enforced (whatever a
+    /// rule says about report-only or pin expiry), `--verify-as` is the name checked. nil when no
+    /// flag was given.
+    static func overrides(anchors: [String], anchorsOnly: Bool, systemAnchors: Bool = false, pins: [String], verifyAs: String?,
                           store: () throws -> CredentialStore?) throws -> TrustOverrides? {
+        if anchorsOnly && systemAnchors { throw MTLSError(.invalidArgument, "give --system-anchors or --anchors-only, not both") }
         var o = TrustOverrides()
         o.anchors = try anchorCertificates(anchors, store: store)
-        if anchorsOnly { o.anchorsOnly = true }
+        if anchorsOnly { o.systemAnchors = false }
+        if systemAnchors { o.systemAnchors = true }
         o.pins = try pins.map { pin in
             do { return try SPKIPin(pin) } catch let e as MTLSError { throw MTLSError(.invalidArgument, "--pin: \(e.message)") }
         }
@@ -119,6 +135,7 @@ enum PolicyBuilder {
             "skip_name_check": rule.skipNameCheck,
             "anchors": rule.anchors.map { $0.map(\.sha256Hex) as Any } ?? NSNull(),
             "anchors_only": rule.anchorsOnly.map { $0 as Any } ?? NSNull(),
+            "system_anchors": rule.systemAnchors.map { $0 as Any } ?? NSNull(),
             "pins": rule.pins.map(\.description),
             "enforcement": rule.enforcement.rawValue,
         ] as [String: Any]
@@ -197,7 +214,8 @@ struct ConnectCommand: ParsableCommand {
     @Option(help: "A trust policy JSON file.") var policy: String?
     @Option(help: PolicyBuilder.revocationHelp) var revocation: String?
     @Option(help: "A pinned anchor (root, intermediate or the server's own certificate): a file, or a certificate stored under a label (LABEL with a store, or store:LABEL); repeatable.") var anchor: [String] = []
-    @Flag(help: "Trust only the anchors given, not the system store.") var anchorsOnly = false
+    @Flag(help: "Never trust the system store (the default once anchors are given).") var anchorsOnly = false
+    @Flag(help: "Trust the system store as well as the anchors (--anchor, the policy's); without it anchors are the only ones trusted.") var systemAnchors = false
     @Option(help: "Validate the server's certificate as this name instead of HOST, over the policy's and its rule's verify-as.") var verifyAs: String?
     @Option(help: "The SNI to send (default HOST when it is a name; \"\" for none).") var sni: String?
     @Option(help: "An SPKI pin sha256/BASE64; repeatable; always enforced, on top of the policy and its host rule.") var pin: [String] = []
@@ -234,7 +252,7 @@ struct ConnectCommand: ParsableCommand {
             // --verify-as, --pin, --anchor and --anchors-only are overrides: the library composes
             // them on top of the policy (and of the rule the host and port select).
             o.policy = try PolicyBuilder.policy(file: policy, revocation: revocation)
-            o.overrides = try PolicyBuilder.overrides(anchors: anchor, anchorsOnly: anchorsOnly, pins: pin, verifyAs: verifyAs,
+            o.overrides = try PolicyBuilder.overrides(anchors: anchor, anchorsOnly: anchorsOnly, systemAnchors: systemAnchors, pins: pin, verifyAs: verifyAs,
                                                       store: identityOptions.openStore)
             usedPolicy = o.policy
             o.serverName = sni
@@ -346,7 +364,8 @@ struct ServeCommand: ParsableCommand {
     @Option(help: "An anchor for client certificates (e.g. one customer's intermediate): a file, or a stored certificate's label (LABEL with a store, or store:LABEL); repeatable.") var clientAnchor: [String] = []
     @Option(help: "A trust policy JSON file for clients.") var policy: String?
     @Option(help: PolicyBuilder.revocationHelp) var revocation: String?
-    @Flag(help: "Refuse clients without a certificate.") var requireClientCert = false
+    @Flag(help: "Refuse clients without a certificate (the default with --client-anchor or --policy).") var requireClientCert = false
+    @Flag(help: "Accept clients without a certificate too (a certificate a client presents is still judged).") var optionalClientCert = false
     @Flag(help: "Also accept client certificates of the system trust store (public CAs); without it clients need --client-anchor or a policy with anchors.") var clientSystemAnchors = false
     @Option(help: "ALPN protocol to accept; repeatable.") var alpn: [String] = []
     @Option(help: "Stop after this many clients (default: run until killed).") var count: Int?
@@ -357,6 +376,7 @@ struct ServeCommand: ParsableCommand {
 
     func validate() throws {
         if noCaNames && caNames != nil { throw ValidationError("give --no-ca-names or --ca-names, not both") }
+        if requireClientCert && optionalClientCert { throw ValidationError("give --require-client-cert or --optional-client-cert, not both") }
     }
 
     func run() throws {
@@ -376,7 +396,7 @@ struct ServeCommand: ParsableCommand {
             o.clientOverrides = try PolicyBuilder.overrides(anchors: follow.fileAnchors, anchorsOnly: !clientAnchor.isEmpty, pins: [],
                                                             verifyAs: nil, store: identityOptions.openStore)
             if clientSystemAnchors { o.clientPolicy?.systemAnchorsForClients = true }
-            o.configureAsTestServer(certificateRequired: requireClientCert, clientTrustGiven: !clientAnchor.isEmpty || policy != nil)
+            o.configureAsTestServer(certificateRequired: requireClientCert, certificateOptional: optionalClientCert, clientTrustGiven: !clientAnchor.isEmpty || policy != nil)
             if noCaNames { o.clientCANames = .omitted }
             if let caNames { o.clientCANames = .certificates(try Certificate.load(path: caNames)) }
             o.alpn = alpn

@@ -78,12 +78,6 @@ struct StoreCommand: ParsableCommand {
         return c
     }
 
-    /// Whether a listed row is an enrollment record rather than an identity.
-    static func isEnrollmentRecord(_ info: StoreItemInfo) -> Bool {
-        info.itemClass == .identity && EnrollmentRecord.identityLabel(ofRecord: info.label) != nil
-            && info.subject.contains(EnrollmentRecord.commonNameText)
-    }
-
     static func json(_ info: StoreItemInfo) -> [String: Any] {
         ["label": info.label, "class": info.itemClass.name, "subject": info.subject, "issuer": info.issuer,
          "not_after": CLI.rfc3339(info.notAfter), "leaf_sha256": info.leafSHA256]
@@ -173,20 +167,20 @@ struct StoreCommand: ParsableCommand {
             try CLI.reporting(json: json) {
                 // An enrollment record is stored as an identity row but is no identity: hidden
                 // unless asked for, and then shown as what it is.
-                let items = try location.open().list(itemClass: cls).filter { enrollments || !StoreCommand.isEnrollmentRecord($0) }
+                let items = try location.open().list(itemClass: cls).filter { enrollments || !$0.isEnrollmentRecord }
                 if json {
                     // "kind" (with --enrollments): a row's class, or "enrollment" for a record.
                     // Without it the rows are exactly as before records existed.
                     guard enrollments else { return CLI.printJSON(items.map(StoreCommand.json)) }
                     return CLI.printJSON(items.map { i -> [String: Any] in
                         var o = StoreCommand.json(i)
-                        o["kind"] = StoreCommand.isEnrollmentRecord(i) ? "enrollment" : i.itemClass.name
-                        if StoreCommand.isEnrollmentRecord(i) { o["enrolled_label"] = EnrollmentRecord.identityLabel(ofRecord: i.label) }
+                        o["kind"] = i.isEnrollmentRecord ? "enrollment" : i.itemClass.name
+                        if i.isEnrollmentRecord { o["enrolled_label"] = EnrollmentRecord.identityLabel(ofRecord: i.label) }
                         return o
                     })
                 }
                 for i in items {
-                    if let enrolled = StoreCommand.isEnrollmentRecord(i) ? EnrollmentRecord.identityLabel(ofRecord: i.label) : nil {
+                    if let enrolled = i.isEnrollmentRecord ? EnrollmentRecord.identityLabel(ofRecord: i.label) : nil {
                         print("\(OneLine.text(i.label))\tenrollment\trecord of \(OneLine.text(enrolled))")
                         continue
                     }

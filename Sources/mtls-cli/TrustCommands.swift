@@ -23,8 +23,10 @@ struct VerifyCommand: ParsableCommand {
     var store: String?
     @Option(help: "File with the store secret (default $MTLS_STORE_SECRET_FILE).")
     var secretFile: String?
-    @Flag(help: "Trust only the anchors, not the system store.")
+    @Flag(help: "Never trust the system store (the default once anchors are given).")
     var anchorsOnly = false
+    @Flag(help: "Trust the system store as well as the anchors (--anchor, the policy's); without it anchors are the only ones trusted.")
+    var systemAnchors = false
     @Option(help: "Validate the certificate as this name, over the policy's and its rule's verify-as (the host and port still select the host rule).")
     var verifyAs: String?
     @Option(name: .customLong("pin"), help: "An SPKI pin sha256/BASE64 (repeatable); always enforced, on top of the policy and its host rule.")
@@ -46,7 +48,8 @@ struct VerifyCommand: ParsableCommand {
             let p = try PolicyBuilder.policy(file: policy, revocation: revocation)
             // The flags are overrides the library composes on top of the policy and of the rule
             // the host selects; they are never merged into the policy's rules.
-            let overrides = try PolicyBuilder.overrides(anchors: anchors, anchorsOnly: anchorsOnly, pins: pins, verifyAs: verifyAs) {
+            let overrides = try PolicyBuilder.overrides(anchors: anchors, anchorsOnly: anchorsOnly, systemAnchors: systemAnchors, pins: pins,
+                                                           verifyAs: verifyAs) {
                 try IdentityOptions.openExistingStore(path: store, secretFile: secretFile)
             }
             usedPolicy = p

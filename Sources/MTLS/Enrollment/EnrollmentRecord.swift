@@ -90,12 +90,6 @@ public struct EnrollmentRecord: Codable, Sendable, Equatable {
         }
     }
 
-    /// Whether `certificate` is a record's carrier (never to be presented to a peer: automatic
-    /// identity selection leaves these out).
-    static func isCarrier(_ certificate: Certificate) -> Bool {
-        certificate.commonName == commonName && certificate.subject == certificate.issuer && (try? read(carrier: certificate)) != nil
-    }
-
     static func encode(_ certificates: [Certificate]) -> [String] { certificates.map { Data($0.der).base64EncodedString() } }
 
     static func decode(_ texts: [String]) throws -> [Certificate] {
@@ -124,5 +118,16 @@ extension CredentialStore {
     /// The labels of every identity that has an enrollment record.
     public func enrolledLabels() throws -> [String] {
         try list(itemClass: .identity).compactMap { EnrollmentRecord.identityLabel(ofRecord: $0.label) }
+    }
+}
+
+extension StoreItemInfo {
+    /// Whether this row is an enrollment record (an identity row labelled `mtls-enrollment:LABEL`,
+    /// the label space records are kept under) rather than an identity. The one rule: such rows
+    /// are never offered as identities (``CredentialStore/identities()``, automatic selection,
+    /// `mtls_store_identities`, Python's `Store.identities()`), nor counted as expiring
+    /// certificates; `mtls store list` shows them only with `--enrollments`.
+    public var isEnrollmentRecord: Bool {
+        itemClass == .identity && EnrollmentRecord.identityLabel(ofRecord: label) != nil
     }
 }

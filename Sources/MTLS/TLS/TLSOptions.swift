@@ -173,13 +173,18 @@ public enum ClientAuthentication: Int, CaseIterable, Sendable {
     case require = 2
 
     /// What a server asks of clients when its caller says only whether a certificate is required
-    /// (`mtls serve --require-client-cert`): `.require` when it is; otherwise `.optional` when the
-    /// caller gave a way to trust clients (client anchors or a client policy), so that a
-    /// certificate a client presents is judged, and `.none` when nothing could trust one (asking
-    /// would only have clients present certificates that are then refused).
-    public static func requested(certificateRequired: Bool, clientTrustGiven: Bool) -> ClientAuthentication {
+    /// or optional (`mtls serve --require-client-cert`, `--optional-client-cert`): `.require`
+    /// when it is required; otherwise, when the caller gave a way to trust clients (client
+    /// anchors or a client policy), `.require` (a server that names client anchors wants to know
+    /// its clients; the listener's default too) unless optional certificates are asked for by
+    /// name (`.optional`: a certificate a client presents is still judged), and `.none` when
+    /// nothing could trust one (asking would only have clients present certificates that are
+    /// then refused).
+    public static func requested(certificateRequired: Bool, certificateOptional: Bool = false,
+                                 clientTrustGiven: Bool) -> ClientAuthentication {
         if certificateRequired { return .require }
-        return clientTrustGiven ? .optional : .none
+        guard clientTrustGiven else { return .none }
+        return certificateOptional ? .optional : .require
     }
 }
 
@@ -283,10 +288,12 @@ extension TLSServerOptions {
 
     /// What a small test server (`mtls serve`) decides beyond the listener defaults: client
     /// authentication from whether a certificate is required and whether client trust was given
-    /// (``ClientAuthentication/requested(certificateRequired:clientTrustGiven:)``), and
+    /// (``ClientAuthentication/requested(certificateRequired:certificateOptional:clientTrustGiven:)``), and
     /// ``testServerTimeout`` for handshakes, reads and writes.
-    public mutating func configureAsTestServer(certificateRequired: Bool, clientTrustGiven: Bool) {
-        clientAuthentication = .requested(certificateRequired: certificateRequired, clientTrustGiven: clientTrustGiven)
+    public mutating func configureAsTestServer(certificateRequired: Bool, certificateOptional: Bool = false,
+                                               clientTrustGiven: Bool) {
+        clientAuthentication = .requested(certificateRequired: certificateRequired, certificateOptional: certificateOptional,
+                                          clientTrustGiven: clientTrustGiven)
         handshakeTimeout = Self.testServerTimeout
         ioTimeout = Self.testServerTimeout
     }
@@ -310,7 +317,8 @@ extension ClientIdentity {
     /// its self-signed carrier) are never candidates.
     public static func automatic(from store: CredentialStore, tokenPIN: SecretBytes? = nil,
                                  pinCallback: TokenPINCallback? = nil) throws -> ClientIdentity {
-        let stored = try store.identities().filter { !EnrollmentRecord.isCarrier($0.leaf) }.map { IdentityCandidate($0) }
+        // identities() leaves enrollment records out (the one rule, in the store).
+        let stored = try store.identities().map { IdentityCandidate($0) }
         let tokens = try store.tokenIdentities().map { IdentityCandidate(token: $0, pin: tokenPIN, pinCallback: pinCallback) }
         return .candidates(stored + tokens)
     }

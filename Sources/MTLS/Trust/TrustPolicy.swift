@@ -84,7 +84,9 @@ public final class TrustPolicy: Sendable {
     /// The policy's settings, changed together under one lock.
     struct Settings {
         var anchors: [Certificate] = []
-        var anchorsOnly = false
+        /// Whether the system store is trusted as well as the anchors; nil: only when there are
+        /// no anchors (``EffectivePolicy/trustsSystemStore(anchors:systemAnchors:)``).
+        var systemAnchors: Bool? = nil
         var systemCAFile: String? = nil
         var systemCADirectory: String? = nil
         var purpose: TrustPurpose = .serverAuth
@@ -123,15 +125,18 @@ public final class TrustPolicy: Sendable {
     /// fetch (a handshake's, or the background refresh thread `mtls-revocation`).
     public let events = LifecycleEvents()
 
-    /// A policy with the given defaults. Anchors are added to the system store unless
-    /// `anchorsOnly` is true.
-    public init(anchors: [Certificate] = [], anchorsOnly: Bool = false, purpose: TrustPurpose = .serverAuth,
+    /// A policy with the given defaults. A policy with anchors trusts those anchors only, unless
+    /// `systemAnchors` is true (the system store too); without anchors it trusts the system store.
+    /// `anchorsOnly`, kept for compatibility, is `systemAnchors` turned around (false: the system
+    /// store too).
+    public init(anchors: [Certificate] = [], anchorsOnly: Bool? = nil, systemAnchors: Bool? = nil,
+                purpose: TrustPurpose = .serverAuth,
                 nameCheck: NameCheck = .ssl, hostRules: [HostRule] = [], minimumRSABits: Int = 2048,
                 minimumECBits: Int = 256, bannedSignatureDigests: Set<String> = ["md5", "sha1"],
                 crls: [RevocationList] = [], time: Date? = nil, maxChainDepth: Int? = nil) {
         var s = Settings()
         s.anchors = anchors
-        s.anchorsOnly = anchorsOnly
+        s.systemAnchors = systemAnchors ?? anchorsOnly.map { !$0 }
         s.purpose = purpose
         s.nameCheck = nameCheck
         s.hostRules = hostRules
@@ -160,8 +165,21 @@ public final class TrustPolicy: Sendable {
     public var anchors: [Certificate] { get { readSetting(\.anchors) } set { changeSetting { $0.anchors = newValue } } }
     /// Adds one anchor.
     public func addAnchor(_ cert: Certificate) { changeSetting { $0.anchors.append(cert) } }
-    /// True: only ``anchors`` are trusted. False: anchors are added to the system store.
-    public var anchorsOnly: Bool { get { readSetting(\.anchorsOnly) } set { changeSetting { $0.anchorsOnly = newValue } } }
+    /// Whether the system trust store is trusted as well as the anchors (JSON `system_anchors`,
+    /// C `mtls_policy_set_system_anchors`, CLI `--system-anchors`, Python `system_anchors`).
+    /// nil (the default): a policy with anchors trusts those anchors only, a policy without
+    /// anchors the system store. true: the system store too. false: never the system store.
+    /// Host rules and overrides may say otherwise for their peers (``HostRule/systemAnchors``).
+    public var systemAnchors: Bool? {
+        get { readSetting(\.systemAnchors) } set { changeSetting { $0.systemAnchors = newValue } }
+    }
+    /// Compatibility name of ``systemAnchors``, turned around. Reads true when the policy's own
+    /// evaluations (without a rule or overrides) do not use the system store; setting it sets
+    /// ``systemAnchors`` to the opposite (false: the system store too, as in 0.2).
+    public var anchorsOnly: Bool {
+        get { readSetting { !EffectivePolicy.trustsSystemStore(anchors: $0.anchors, systemAnchors: $0.systemAnchors) } }
+        set { changeSetting { $0.systemAnchors = !newValue } }
+    }
     /// A CA file used as the system store instead of OpenSSL's default (`/etc/ssl/certs`).
     public var systemCAFile: String? { get { readSetting(\.systemCAFile) } set { changeSetting { $0.systemCAFile = newValue } } }
     /// A hashed CA directory used as the system store instead of OpenSSL's default.
@@ -263,7 +281,7 @@ public final class TrustPolicy: Sendable {
     public var maxChainDepth: Int? { get { readSetting(\.maxChainDepth) } set { changeSetting { $0.maxChainDepth = newValue } } }
     /// Whether client certificates (purpose clientAuth) may chain to the system trust store.
     /// Default false: a server that verifies clients trusts only the anchors it was given, even
-    /// when ``anchorsOnly`` is false, because a public CA's clientAuth certificate says nothing
+    /// when ``systemAnchors`` is true, because a public CA's clientAuth certificate says nothing
     /// about who may use a private service. Turn on only to accept public-CA client certificates.
     public var systemAnchorsForClients: Bool {
         get { readSetting(\.systemAnchorsForClients) } set { changeSetting { $0.systemAnchorsForClients = newValue } }
@@ -418,12 +436,14 @@ final class CompiledPolicy: @unchecked Sendable {
             return store
         }
         do {
-            defaultStore = try makeStore(anchors: s.anchors, anchorsOnly: s.anchorsOnly)
+            let policyOnly = !EffectivePolicy.trustsSystemStore(anchors: s.anchors, systemAnchors: s.systemAnchors)
+            defaultStore = try makeStore(anchors: s.anchors, anchorsOnly: policyOnly)
             let clientsOnlyAnchors = !s.systemAnchorsForClients
-            clientDefaultStore = clientsOnlyAnchors && !s.anchorsOnly ? try makeStore(anchors: s.anchors, anchorsOnly: true) : defaultStore
+            clientDefaultStore = clientsOnlyAnchors && !policyOnly ? try makeStore(anchors: s.anchors, anchorsOnly: true) : defaultStore
             var rs: [String: OpaquePointer] = [:], crs: [String: OpaquePointer] = [:]
-            for r in s.hostRules where r.anchors != nil || r.anchorsOnly != nil {
-                let only = r.anchorsOnly ?? s.anchorsOnly
+            for r in s.hostRules where r.anchors != nil || r.systemAnchors != nil {
+                let only = !EffectivePolicy.trustsSystemStore(anchors: r.anchors ?? s.anchors,
+                                                               systemAnchors: r.systemAnchors ?? s.systemAnchors)
                 let store = try makeStore(anchors: r.anchors ?? s.anchors, anchorsOnly: only)
                 rs[r.pattern.text] = store
                 crs[r.pattern.text] = clientsOnlyAnchors && !only ? try makeStore(anchors: r.anchors ?? s.anchors, anchorsOnly: true) : store
