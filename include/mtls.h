@@ -385,7 +385,7 @@ MTLS_EXTERN int mtls_policy_add_anchor(mtls_policy *policy, const mtls_cert *cer
  * well as the anchors (policy files: "system_anchors": true; CLI: --system-anchors; Python:
  * Policy(system_anchors=True)); 0 never trusts the system store; -1 returns to the default. Host
  * rules and overrides follow the same rule. */
-MTLS_EXTERN int mtls_policy_set_system_anchors(mtls_policy *policy, int enabled);
+MTLS_EXTERN int mtls_policy_set_system_anchors(mtls_policy *policy, int system_anchors);
 /* The older spelling of mtls_policy_set_system_anchors, turned around: non-zero trusts only the
  * anchors (the default when there are anchors); zero trusts the system store too (the 0.2
  * meaning, which stays). */
@@ -413,6 +413,9 @@ MTLS_EXTERN int mtls_policy_add_host_rule(mtls_policy *policy, const char *patte
  * the policy says (zero: as the policy says; before 0.3.0 zero added the system store). */
 MTLS_EXTERN int mtls_policy_add_rule_anchor(mtls_policy *policy, const char *pattern, const mtls_cert *cert,
                                             int anchors_only);
+/* The rule's own system_anchors (as mtls_policy_set_system_anchors; -1: as the policy says). Policy
+ * files: a host rule's "system_anchors". */
+MTLS_EXTERN int mtls_policy_set_rule_system_anchors(mtls_policy *policy, const char *pattern, int system_anchors);
 /* Adds an SPKI pin "sha256/BASE64"; one pin must match a certificate of the built chain. A rule
  * with a single pin gets a warning (no backup pin): see mtls_policy_warnings. */
 MTLS_EXTERN int mtls_policy_add_pin(mtls_policy *policy, const char *pattern, const char *pin);
@@ -979,6 +982,11 @@ MTLS_EXTERN int mtls_conn_alpn(const mtls_conn *conn, char **out);
 MTLS_EXTERN int mtls_conn_tls_version(const mtls_conn *conn, char **out);
 /* *resumed = 1 when the handshake resumed an earlier session. */
 MTLS_EXTERN int mtls_conn_resumed(const mtls_conn *conn, int *resumed);
+/* *changed = 1 when the policy judging the peer has changed since the connection was made
+ * (mtls_policy_replace, a followed policy file's reload, any mtls_policy_set_*): the peer was
+ * judged under the old settings. A pool of kept-alive connections drops an idle one for which
+ * this is 1 (the Python adapters do: requests, httpx, mtls.httpx.AsyncTransport, urllib). */
+MTLS_EXTERN int mtls_conn_policy_changed(const mtls_conn *conn, int *changed);
 /* The identity we presented (the chosen one, with automatic selection); *out is NULL when none.
  * Free *out with mtls_identity_free. */
 MTLS_EXTERN int mtls_conn_presented_identity(const mtls_conn *conn, mtls_identity **out);

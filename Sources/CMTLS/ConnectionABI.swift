@@ -252,6 +252,12 @@ public func mtls_conn_resumed(_ conn: OpaquePointer?, _ resumed: UnsafeMutablePo
     abiCall { try require(resumed, "resumed").pointee = try handle(conn, TLSConnection.self, "conn").isResumed ? 1 : 0 }
 }
 
+/// `int mtls_conn_policy_changed(const mtls_conn *conn, int *changed)`
+@_cdecl("mtls_conn_policy_changed")
+public func mtls_conn_policy_changed(_ conn: OpaquePointer?, _ changed: UnsafeMutablePointer<Int32>?) -> Int32 {
+    abiCall { try require(changed, "changed").pointee = try handle(conn, TLSConnection.self, "conn").isPolicyChanged ? 1 : 0 }
+}
+
 /// `int mtls_conn_presented_identity(const mtls_conn *conn, mtls_identity **out)`
 @_cdecl("mtls_conn_presented_identity")
 public func mtls_conn_presented_identity(_ conn: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {

@@ -94,18 +94,29 @@ public func mtls_policy_set_anchors_only(_ p: OpaquePointer?, _ on: Int32) -> In
     abiCall { try policy(p).anchorsOnly = on != 0 }
 }
 
-/// `int mtls_policy_set_system_anchors(mtls_policy *policy, int enabled)`: 1 the system store as
-/// well as the anchors, 0 never the system store, -1 the default (only when there are no anchors).
+/// A C `system_anchors` value: 1 the system store as well as the anchors, 0 never the system
+/// store, -1 the default (the rule's: only when there are no anchors in force).
+private func systemAnchorsValue(_ on: Int32) throws -> Bool? {
+    switch on {
+    case -1: return nil
+    case 0: return false
+    case 1: return true
+    default: throw MTLSError(.invalidArgument, "system_anchors must be -1 (the default), 0 or 1, not \(on)")
+    }
+}
+
+/// `int mtls_policy_set_system_anchors(mtls_policy *policy, int system_anchors)`
 @_cdecl("mtls_policy_set_system_anchors")
 public func mtls_policy_set_system_anchors(_ p: OpaquePointer?, _ on: Int32) -> Int32 {
+    abiCall { try policy(p).systemAnchors = try systemAnchorsValue(on) }
+}
+
+/// `int mtls_policy_set_rule_system_anchors(mtls_policy *policy, const char *pattern, int system_anchors)`
+@_cdecl("mtls_policy_set_rule_system_anchors")
+public func mtls_policy_set_rule_system_anchors(_ p: OpaquePointer?, _ pattern: UnsafePointer<CChar>?, _ on: Int32) -> Int32 {
     abiCall {
-        let pol = try policy(p)
-        switch on {
-        case -1: pol.systemAnchors = nil
-        case 0: pol.systemAnchors = false
-        case 1: pol.systemAnchors = true
-        default: throw MTLSError(.invalidArgument, "system_anchors must be -1 (the default), 0 or 1, not \(on)")
-        }
+        let v = try systemAnchorsValue(on)
+        try policy(p).updateHostRule(try string(pattern, "pattern")) { r in r.systemAnchors = v }
     }
 }
 

@@ -43,6 +43,15 @@ public final class TLSConnection {
     /// it sent an alert, hung up or did not answer in time; this side when our evaluation, our
     /// identity or our token stopped it.
     public private(set) var failureSide: TLSSide?
+    /// The policy version this connection started under (its context's policy, which judges
+    /// the peer): see ``isPolicyChanged``.
+    private let policyVersionAtStart: UInt64
+    /// Whether the policy that judges this connection's peer has changed since the connection
+    /// was made (``TrustPolicy/replaceSettings(from:)`` / `mtls_policy_replace`, a followed
+    /// policy file's reload, any setting). The peer was judged under the old settings: pools
+    /// that keep connections alive drop an idle one for which this is true (the Python
+    /// adapters do), as a new connection is judged under the policy in force.
+    public var isPolicyChanged: Bool { context.config.policy.version != policyVersionAtStart }
     /// Non-blocking connect: the TCP connect may still be under way when the handshake starts.
     private var connecting = false
     private var connectPort: UInt16 = 0
@@ -94,6 +103,7 @@ public final class TLSConnection {
 
     private init(clientFD fd: Int32, owned: Bool, host: String, port: UInt16, options: TLSClientOptions) throws {
         context = try TLSContext.sharedClient(options)
+        policyVersionAtStart = context.config.policy.version
         guard let ssl = SSL_new(context.ctx) else { throw MTLSError.openSSL(.noMemory, "cannot create a TLS connection") }
         self.ssl = ssl
         fileDescriptor = fd
@@ -153,6 +163,7 @@ public final class TLSConnection {
     /// The server side of an accepted socket (owned by the connection).
     init(serverFD fd: Int32, peer: String, context: TLSContext, options: TLSServerOptions) throws {
         self.context = context
+        policyVersionAtStart = context.config.policy.version
         guard let ssl = SSL_new(context.ctx) else { throw MTLSError.openSSL(.noMemory, "cannot create a TLS connection") }
         self.ssl = ssl
         fileDescriptor = fd

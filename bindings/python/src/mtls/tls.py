@@ -104,6 +104,8 @@ fn("mtls_conn_alpn", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 fn("mtls_conn_tls_version", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 # int mtls_conn_resumed(const mtls_conn *conn, int *resumed)
 fn("mtls_conn_resumed", ctypes.c_int, ctypes.c_void_p, c_int_p)
+# int mtls_conn_policy_changed(const mtls_conn *conn, int *changed)
+fn("mtls_conn_policy_changed", ctypes.c_int, ctypes.c_void_p, c_int_p)
 # int mtls_conn_presented_identity(const mtls_conn *conn, mtls_identity **out)
 fn("mtls_conn_presented_identity", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 # void mtls_conn_cache_clear(void)
@@ -192,8 +194,9 @@ class ConnectOptions:
     candidates: identities to choose from by the server's CA list (instead of identity);
     policy: judges the server (None: the system trust store); verify_as: validate the server as
     this name, over the policy's and its rules' verify_as (None: as the policy says, else the
-    host); pins: SPKI pins this connection requires, always enforced; anchors / anchors_only:
-    anchors added for this connection (see Overrides) — verify_as, pins and anchors are overrides
+    host); pins: SPKI pins this connection requires, always enforced; anchors / system_anchors /
+    anchors_only: anchors added for this connection, the only ones trusted unless system_anchors
+    (see Overrides) — verify_as, pins and anchors are overrides
     libmtls composes on top of the policy for this connection only, the Policy object is never
     changed; sni: the name sent (None: the host if it is a name); alpn: protocols offered;
     min_tls/max_tls: "1.2" or "1.3" (None: the library's bounds, 1.2 to 1.3); timeouts in seconds under libmtls's one convention (None
@@ -215,6 +218,7 @@ class ConnectOptions:
     pins: Sequence[str] = ()
     anchors: Sequence[Any] = ()
     anchors_only: Optional[bool] = None
+    system_anchors: Optional[bool] = None
     #: an mtls.rotation.IdentitySource: presented instead of identity/candidates, each connection
     #: taking the identity in force when it starts (a session of another identity never resumes)
     identity_source: Optional[Any] = None
@@ -228,7 +232,7 @@ class ConnectOptions:
         # top of the policy (and of the rule its host and port select); nothing is written into
         # the policy.
         overrides, keep_overrides = Overrides(anchors=self.anchors, anchors_only=self.anchors_only, pins=self.pins,
-                                              verify_as=self.verify_as).to_c()
+                                              verify_as=self.verify_as, system_anchors=self.system_anchors).to_c()
         o.overrides = overrides
         o.sni = utf8(self.sni)
         o.alpn = utf8(",".join(self.alpn)) if self.alpn else None
@@ -384,6 +388,15 @@ class Connection(_Handle):
     @property
     def resumed(self) -> bool:
         return bool(out_value(ctypes.c_int, lib.mtls_conn_resumed, self._h))
+
+    @property
+    def policy_changed(self) -> bool:
+        """True when the policy judging the peer changed since this connection was made
+        (Policy.replace, a followed policy file's reload, any setting): the adapters' pools drop
+        such a connection instead of reusing it. False once closed."""
+        if self._h is None:
+            return False
+        return bool(out_value(ctypes.c_int, lib.mtls_conn_policy_changed, self._h))
 
     @property
     def presented_identity(self) -> Optional[Identity]:
