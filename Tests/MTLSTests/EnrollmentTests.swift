@@ -82,6 +82,11 @@ final class EnrollmentTests: XCTestCase {
         try store.putIdentity(other, label: "plain")
         guard case .candidates(let candidates) = try ClientIdentity.automatic(from: store) else { return XCTFail("not candidates") }
         XCTAssertEqual(candidates.map(\.leaf), [other.leaf])
+        // Issue 35 item 4: nor by the store's identities (mtls_store_identities and Python's
+        // Store.identities() are this call), nor counted among expiring certificates.
+        XCTAssertEqual(try store.identities().map(\.leaf), [other.leaf])
+        XCTAssertEqual(try store.list(itemClass: .identity).filter(\.isEnrollmentRecord).map(\.label), ["mtls-enrollment:web"])
+        XCTAssertFalse(try store.expiry().contains { $0.label == "mtls-enrollment:web" })
     }
 
     func testRenewalIsDueAtTwoThirdsOfTheLifetimeLessJitter() throws {

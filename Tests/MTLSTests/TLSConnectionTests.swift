@@ -91,6 +91,30 @@ final class TLSConnectionTests: XCTestCase {
         }
     }
 
+    /// Issue 35 item 13: a connection knows when the policy that judged its peer has changed
+    /// since it was made (what the Python pools drop idle connections on).
+    func testConnectionSaysWhenItsPolicyChanged() throws {
+        var so = TLSServerOptions(identity: try identity("server"))
+        so.clientPolicy = try policy(["root"])
+        so.handshakeTimeout = 10
+        let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
+        let served = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            for _ in 0..<2 { (try? listener.accept())?.close() }
+            served.signal()
+        }
+        let o = try clientOptions(identity: identity("client-a"))
+        let c = try TLSConnection.connect(host: "127.0.0.1", port: listener.port, options: o)
+        XCTAssertFalse(c.isPolicyChanged)
+        o.policy?.replaceSettings(from: try policy(["root"]))
+        XCTAssertTrue(c.isPolicyChanged, "replaced (even with the same settings): judged under the old version")
+        let fresh = try TLSConnection.connect(host: "127.0.0.1", port: listener.port, options: o)
+        XCTAssertFalse(fresh.isPolicyChanged)
+        fresh.close()
+        c.close()
+        served.wait()
+    }
+
     func testPinnedIntermediateAndLeafAccepted() throws {
         let port = Self.freePort()
         let server = try startSServer(sserverArgs(), port: port)

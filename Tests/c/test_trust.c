@@ -426,6 +426,86 @@ int main(void) {
         mtls_policy_free(pp);
     }
 
+    /* Issue 35 item 1: a policy that names anchors trusts those anchors only, even when the
+     * system store (SSL_CERT_FILE here, holding the root that signs the server) would trust
+     * the chain; mtls_policy_set_system_anchors(p, 1) is the opt-in, set_anchors_only(p, 0) its
+     * older spelling; a policy without anchors uses the system store; a rule's anchors too. */
+    {
+        CHECK(setenv("SSL_CERT_FILE", path("root.pem"), 1) == 0);
+        mtls_policy *ps = NULL;
+        CHECK_OK(mtls_policy_new(&ps));
+        CHECK_OK(mtls_policy_set_time(ps, now));
+        mtls_trust_result *rs = eval(ps, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
+        CHECK(trusted(rs) == 1); /* no anchors: the system store */
+        mtls_trust_result_free(rs);
+        CHECK_OK(mtls_policy_add_anchor(ps, other[0]));
+        rs = eval(ps, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
+        CHECK(trusted(rs) == 0); /* anchors: those only */
+        mtls_trust_result_free(rs);
+        CHECK_RC(mtls_policy_set_system_anchors(NULL, 1), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_policy_set_system_anchors(ps, 2), MTLS_E_INVALID_ARGUMENT);
+        CHECK_OK(mtls_policy_set_system_anchors(ps, 1));
+        rs = eval(ps, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
+        CHECK(trusted(rs) == 1);
+        mtls_trust_result_free(rs);
+        CHECK_OK(mtls_policy_set_system_anchors(ps, -1));
+        rs = eval(ps, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
+        CHECK(trusted(rs) == 0);
+        mtls_trust_result_free(rs);
+        CHECK_OK(mtls_policy_set_anchors_only(ps, 0));
+        rs = eval(ps, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
+        CHECK(trusted(rs) == 1);
+        mtls_trust_result_free(rs);
+        mtls_policy_free(ps);
+        /* A host rule's own anchors. */
+        CHECK_OK(mtls_policy_new(&ps));
+        CHECK_OK(mtls_policy_set_time(ps, now));
+        CHECK_OK(mtls_policy_add_rule_anchor(ps, "server.test", other[0], 0));
+        rs = eval(ps, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
+        CHECK(trusted(rs) == 0);
+        mtls_trust_result_free(rs);
+        CHECK_OK(mtls_policy_set_rule_system_anchors(ps, "server.test", 1));
+        rs = eval(ps, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
+        CHECK(trusted(rs) == 1);
+        mtls_trust_result_free(rs);
+        mtls_policy_free(ps);
+        /* Overrides: anchors given for one evaluation are the only ones. */
+        CHECK_OK(mtls_policy_new(&ps));
+        CHECK_OK(mtls_policy_set_time(ps, now));
+        mtls_trust_overrides ov;
+        CHECK_OK(mtls_trust_overrides_init(&ov, MTLS_TRUST_OVERRIDES_VERSION));
+        ov.anchors = other;
+        ov.anchor_count = 1;
+        size_t cn = 0;
+        mtls_cert **certs = chain_of("chain.pem", &cn);
+        CHECK_OK(mtls_evaluate_with_overrides(ps, certs, cn, "server.test", 0, NULL, MTLS_PURPOSE_SERVER, 0, &ov, &rs));
+        CHECK(trusted(rs) == 0);
+        mtls_trust_result_free(rs);
+        ov.anchors_only = 0;
+        CHECK_OK(mtls_evaluate_with_overrides(ps, certs, cn, "server.test", 0, NULL, MTLS_PURPOSE_SERVER, 0, &ov, &rs));
+        CHECK(trusted(rs) == 1);
+        mtls_trust_result_free(rs);
+        mtls_cert_list_free(certs, cn);
+        mtls_policy_free(ps);
+        /* JSON: the same rule, one name. */
+        char json[2048];
+        snprintf(json, sizeof json, "{\"anchors\": [\"%s\"]}", path("other-root.pem"));
+        CHECK_OK(mtls_policy_from_json(json, &ps));
+        CHECK_OK(mtls_policy_set_time(ps, now));
+        rs = eval(ps, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
+        CHECK(trusted(rs) == 0);
+        mtls_trust_result_free(rs);
+        mtls_policy_free(ps);
+        snprintf(json, sizeof json, "{\"anchors\": [\"%s\"], \"system_anchors\": true}", path("other-root.pem"));
+        CHECK_OK(mtls_policy_from_json(json, &ps));
+        CHECK_OK(mtls_policy_set_time(ps, now));
+        rs = eval(ps, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
+        CHECK(trusted(rs) == 1);
+        mtls_trust_result_free(rs);
+        mtls_policy_free(ps);
+        CHECK(unsetenv("SSL_CERT_FILE") == 0);
+    }
+
     /* One effective policy (issue 23): policy-wide pins and verify-as, overrides, provenance. */
     {
         mtls_policy *pw = NULL;
