@@ -1,6 +1,7 @@
 /* Trust policies and evaluation through the installed C ABI: every mtls_policy_* /
  * mtls_trust_result_* / mtls_evaluate function, NULL arguments included. The PKI is made at
  * run time by scripts/test-pki.sh --trust. */
+#define _DEFAULT_SOURCE /* setenv */
 #include "test_support.h"
 #include <time.h>
 
