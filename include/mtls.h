@@ -50,7 +50,7 @@ extern "C" {
 /* The version is written here and nowhere else: the library, the command line, the packages
  * and mtls.pc take it from these three macros. */
 #define MTLS_VERSION_MAJOR 0
-#define MTLS_VERSION_MINOR 2
+#define MTLS_VERSION_MINOR 3
 #define MTLS_VERSION_PATCH 0
 #define MTLS_VERSION_NUMBER (MTLS_VERSION_MAJOR * 10000 + MTLS_VERSION_MINOR * 100 + MTLS_VERSION_PATCH)
 #define MTLS_STRINGIFY_(x) #x

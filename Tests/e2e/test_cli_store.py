@@ -186,7 +186,8 @@ def test_reading_a_missing_store_fails_and_creates_nothing(pki, args):
 
 def test_connect_with_a_missing_store_fails_and_creates_nothing(pki):
     missing = pki / "typo.db"
-    for extra in ([], ["--identity", "client"]):
+    # The store is opened when an identity is asked of it (a label, or automatic selection).
+    for extra in (["--identity", "auto"], ["--identity", "client"]):
         r = subprocess.run([CLI, "connect", "127.0.0.1:1", "--store", str(missing), "--secret-file",
                             str(pki / "secret.txt"), *extra], capture_output=True, text=True, timeout=60)
         assert r.returncode != 0
