@@ -60,6 +60,14 @@ static int trusted(const mtls_trust_result *r) {
     return t;
 }
 
+/* Whether `p` trusts chain.pem as server.test. */
+static int server_trusted(mtls_policy *p) {
+    mtls_trust_result *r = eval(p, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
+    int t = trusted(r);
+    mtls_trust_result_free(r);
+    return t;
+}
+
 int main(void) {
     const char *tmp = getenv("MTLS_TEST_TMP");
     snprintf(dir, sizeof dir, "%s/trust-pki", tmp ? tmp : "/tmp");
@@ -436,39 +444,25 @@ int main(void) {
         mtls_policy *ps = NULL;
         CHECK_OK(mtls_policy_new(&ps));
         CHECK_OK(mtls_policy_set_time(ps, now));
-        mtls_trust_result *rs = eval(ps, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
-        CHECK(trusted(rs) == 1); /* no anchors: the system store */
-        mtls_trust_result_free(rs);
+        CHECK(server_trusted(ps) == 1); /* no anchors: the system store */
         CHECK_OK(mtls_policy_add_anchor(ps, other[0]));
-        rs = eval(ps, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
-        CHECK(trusted(rs) == 0); /* anchors: those only */
-        mtls_trust_result_free(rs);
+        CHECK(server_trusted(ps) == 0); /* anchors: those only */
         CHECK_RC(mtls_policy_set_system_anchors(NULL, 1), MTLS_E_INVALID_ARGUMENT);
         CHECK_RC(mtls_policy_set_system_anchors(ps, 2), MTLS_E_INVALID_ARGUMENT);
         CHECK_OK(mtls_policy_set_system_anchors(ps, 1));
-        rs = eval(ps, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
-        CHECK(trusted(rs) == 1);
-        mtls_trust_result_free(rs);
+        CHECK(server_trusted(ps) == 1);
         CHECK_OK(mtls_policy_set_system_anchors(ps, -1));
-        rs = eval(ps, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
-        CHECK(trusted(rs) == 0);
-        mtls_trust_result_free(rs);
+        CHECK(server_trusted(ps) == 0);
         CHECK_OK(mtls_policy_set_anchors_only(ps, 0));
-        rs = eval(ps, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
-        CHECK(trusted(rs) == 1);
-        mtls_trust_result_free(rs);
+        CHECK(server_trusted(ps) == 1);
         mtls_policy_free(ps);
         /* A host rule's own anchors. */
         CHECK_OK(mtls_policy_new(&ps));
         CHECK_OK(mtls_policy_set_time(ps, now));
         CHECK_OK(mtls_policy_add_rule_anchor(ps, "server.test", other[0], 0));
-        rs = eval(ps, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
-        CHECK(trusted(rs) == 0);
-        mtls_trust_result_free(rs);
+        CHECK(server_trusted(ps) == 0);
         CHECK_OK(mtls_policy_set_rule_system_anchors(ps, "server.test", 1));
-        rs = eval(ps, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
-        CHECK(trusted(rs) == 1);
-        mtls_trust_result_free(rs);
+        CHECK(server_trusted(ps) == 1);
         mtls_policy_free(ps);
         /* Overrides: anchors given for one evaluation are the only ones. */
         CHECK_OK(mtls_policy_new(&ps));
@@ -478,6 +472,7 @@ int main(void) {
         ov.anchors = other;
         ov.anchor_count = 1;
         size_t cn = 0;
+        mtls_trust_result *rs = NULL;
         mtls_cert **certs = chain_of("chain.pem", &cn);
         CHECK_OK(mtls_evaluate_with_overrides(ps, certs, cn, "server.test", 0, NULL, MTLS_PURPOSE_SERVER, 0, &ov, &rs));
         CHECK(trusted(rs) == 0);
@@ -493,16 +488,12 @@ int main(void) {
         snprintf(json, sizeof json, "{\"anchors\": [\"%s\"]}", path("other-root.pem"));
         CHECK_OK(mtls_policy_from_json(json, &ps));
         CHECK_OK(mtls_policy_set_time(ps, now));
-        rs = eval(ps, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
-        CHECK(trusted(rs) == 0);
-        mtls_trust_result_free(rs);
+        CHECK(server_trusted(ps) == 0);
         mtls_policy_free(ps);
         snprintf(json, sizeof json, "{\"anchors\": [\"%s\"], \"system_anchors\": true}", path("other-root.pem"));
         CHECK_OK(mtls_policy_from_json(json, &ps));
         CHECK_OK(mtls_policy_set_time(ps, now));
-        rs = eval(ps, "chain.pem", "server.test", MTLS_PURPOSE_SERVER);
-        CHECK(trusted(rs) == 1);
-        mtls_trust_result_free(rs);
+        CHECK(server_trusted(ps) == 1);
         mtls_policy_free(ps);
         CHECK(unsetenv("SSL_CERT_FILE") == 0);
     }
