@@ -561,7 +561,7 @@ def test_automatic_identity_picks_the_one_the_server_asks_for(pki, peers, tmp_pa
     assert [i["label"] for i in listed] == sorted(labels), listed  # client-a really is the last candidate
     # s_server lists the CAs of -CAfile in its CertificateRequest: customer A's intermediate only.
     port = s_server(pki, peers, cafile="int-a.pem", extra=["-verifyCAfile", pki("root.pem")])
-    r = run_cli("connect", f"127.0.0.1:{port}", "--store", store, "--secret-file", secret,
+    r = run_cli("connect", f"127.0.0.1:{port}", "--store", store, "--secret-file", secret, "--identity", "auto",
                 "--anchor", pki("root.pem"), "--verify-as", "server.test", "--send", HTTP_GET)
     assert r.returncode == 0, r.stderr
     assert "presented client-a" in r.stdout, r.stdout
@@ -705,7 +705,7 @@ def test_automatic_identity_matches_the_curve_to_the_servers_tls13_schemes(pki, 
     for sigalg, chosen in (("ECDSA+SHA256", "client-a"), ("ECDSA+SHA384", "client-p384"),
                            ("RSA+SHA256:ECDSA+SHA256", "client-a"), ("RSA-PSS+SHA256", "client-a-rsa")):
         port = s_server(pki, peers, extra=["-tls1_3", "-client_sigalgs", sigalg])
-        r = run_cli("connect", f"127.0.0.1:{port}", "--store", store, "--secret-file", secret,
+        r = run_cli("connect", f"127.0.0.1:{port}", "--store", store, "--secret-file", secret, "--identity", "auto",
                     "--anchor", pki("root.pem"), "--verify-as", "server.test", "--send", HTTP_GET)
         assert r.returncode == 0, r.stdout + r.stderr
         assert f"presented {chosen}\n" in r.stdout, r.stdout  # the line ends with the chosen name
