@@ -6,7 +6,7 @@ import MTLS
 /// `--identity auto`) automatic choice among the store's identities. Without `--identity` a
 /// client presents nothing, whatever store is set.
 struct IdentityOptions: ParsableArguments {
-    @Option(help: "The identity to present: a store label, a FILE.p12, a pkcs11: URI (with --pin-file), or \"auto\" (a client chooses among the store's identities and token identities; a label auto is store:auto). Without it a client presents no certificate.") var identity: String?
+    @Option(help: "The identity to present: a store label, a FILE.p12, a pkcs11: URI (with --pin-file), or \"auto\" (a client chooses among the store's identities and token identities). Without it a client presents no certificate.") var identity: String?
     @Option(help: "File with the .p12 password (first line).") var passwordFile: String?
     @Option(help: "File with the token PIN (first line).") var pinFile: String?
     @Flag(help: "Send the PIN file's PIN even when the token says the next wrong PIN locks it.") var allowFinalTry = false
