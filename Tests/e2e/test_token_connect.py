@@ -195,7 +195,7 @@ def auto_store(hsm, tmp_path, *tokens):
 
 
 def connect_automatic(hsm, server, store, *args):
-    return run_cli("connect", f"127.0.0.1:{server.port}", *store, "--anchor", hsm / "ca.pem", "--anchors-only",
+    return run_cli("connect", f"127.0.0.1:{server.port}", *store, "--identity", "auto", "--anchor", hsm / "ca.pem", "--anchors-only",
                    "--send", "hello from the token\\n", "--timeout", "2", "--json", *args)
 
 
