@@ -126,7 +126,11 @@ MTLS_EXTERN const char *mtls_strerror(int code);
 /* The stable snake_case name of a code ("bad_password"), as used in JSON output. Static. */
 MTLS_EXTERN const char *mtls_error_name(int code);
 /* The detailed message of the last failed call on this thread, or "" if none. The pointer is
- * owned by the library and valid until the next failing call on the same thread. */
+ * owned by the library and valid until the next failing call on the same thread. It is one line
+ * whatever outside text it quotes (a file name, a label, a CA's problem detail, a server's
+ * answer): control characters (C0, DEL, C1), line and paragraph separators and bidirectional
+ * controls (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069) are blanks in it, so it can be
+ * printed or logged as it is. The same holds for mtls_take_warnings and event messages. */
 MTLS_EXTERN const char *mtls_last_error(void);
 
 /* The warnings libmtls gave on the calling thread since the last call, oldest first (at most
