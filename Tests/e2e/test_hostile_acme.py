@@ -295,3 +295,47 @@ def test_a_webroot_challenge_file_is_not_written_through_a_planted_link(acme, st
     assert b"planted" in r.stderr, r.stderr
     assert target.read_text() == "original\n"
     assert (www / ".well-known" / "acme-challenge" / "planted").is_symlink()
+
+
+def test_an_est_error_body_reaches_the_terminal_clean(tmp_path, store):
+    """An EST server refusing with a body of C0, C1, bidi controls, bytes that are not UTF-8 and
+    a forged line (issue 41 item 4)."""
+    ca = CA(tmp_path)
+    body = HOSTILE.encode() + b"\xff\xfe\xc0\xaf tail"
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.send_response(401 if "simpleenroll" in self.path else 500)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+            self.close_connection = True
+
+        do_GET = do_POST
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(ca.tls_cert), str(ca.tls_key))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    write_secret(tmp_path / "pw", "est password\n")
+    try:
+        for json_flag in ([], ["--json"]):
+            r = subprocess.run([CLI, "enroll", "est", "--url", f"https://127.0.0.1:{server.server_address[1]}/.well-known/est",
+                                "--anchor", str(ca.root_pem), "--subject", "CN=device", "--label", "dev", "--user", "u",
+                                "--password-file", str(tmp_path / "pw"), *map(str, store), *json_flag],
+                               capture_output=True, timeout=120)
+            assert r.returncode == 1, r
+            clean(r.stdout + r.stderr, "enroll est")
+            assert b"denied" in r.stderr and b"tail" in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -375,7 +375,8 @@ final class ACMEClient {
             (sub["identifier"]?["value"]?.stringValue.map { $0 + ": " } ?? "") + (sub["detail"]?.stringValue ?? "")
         } ?? []
         if !subs.isEmpty { text += " (" + subs.joined(separator: "; ") + ")" }
-        return String(text.prefix(2048))
+        // The CA's words, one clean line (they reach terminals and `renew --loop` logs).
+        return OneLine.text(String(text.prefix(2048)))
     }
 
     /// The error for a failed response: its problem document when it has one.
