@@ -790,7 +790,9 @@ MTLS_EXTERN int mtls_store_change_secret(mtls_store *store, const uint8_t *secre
 MTLS_EXTERN int mtls_store_write_counter(mtls_store *store, uint64_t *out);
 /* A store made by a libmtls from before row authentication opens with MTLS_E_UPGRADE_REQUIRED:
  * its rows are trusted only when someone vouches for them. mtls_store_upgrade_preview lists what
- * an upgrade would vouch for (every row; token URIs without any pin-value) and changes nothing:
+ * an upgrade would vouch for (every row; token URIs without any pin-value; subject, issuer,
+ * expiry and SHA-256 fingerprints read from the certificates the row holds, which are what the
+ * upgrade authenticates, never from its text columns) and changes nothing:
  * free *items with mtls_store_item_list_free(*items, *count) and *confirmation with
  * mtls_string_free; *confirmation is NULL (and *count 0) when the store needs no explicit
  * upgrade (current, or of the schema before the header, whose authenticated rows any open
