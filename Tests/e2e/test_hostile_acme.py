@@ -8,6 +8,7 @@ hook and the webroot are checked for what they did."""
 import base64
 import datetime
 import http.server
+import ipaddress
 import json
 import os
 import select
@@ -63,7 +64,7 @@ class CA:
         self.root_pem = tmp / "root.pem"
         self.root_pem.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
         tls_key = ec.generate_private_key(ec.SECP256R1())
-        tls = self.issue(tls_key.public_key(), "127.0.0.1", [x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))])
+        tls = self.issue(tls_key.public_key(), "127.0.0.1", [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
         self.tls_cert, self.tls_key = tmp / "tls.pem", tmp / "tls.key"
         self.tls_cert.write_bytes(tls.public_bytes(serialization.Encoding.PEM))
         self.tls_key.write_bytes(tls_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -79,6 +80,17 @@ class CA:
                 .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
                 .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False)
                 .sign(self.key, hashes.SHA256()))
+
+
+def serve_https(handler, ca):
+    """An HTTPS server on 127.0.0.1 (an ephemeral port) with `ca`'s certificate for 127.0.0.1,
+    serving `handler` on a thread until shut down."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(ca.tls_cert), str(ca.tls_key))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 class HostileACME:
@@ -131,13 +143,9 @@ class HostileACME:
                 payload = json.loads(unb64url(jws["payload"])) if jws.get("payload") else None
                 self.reply(*acme.answer(self.path, payload))
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(str(self.ca.tls_cert), str(self.ca.tls_key))
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.server = serve_https(Handler, self.ca)
         self.port = self.server.server_address[1]
         self.directory = self.url("/dir")
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def url(self, path):
         return f"https://127.0.0.1:{self.port}{path}"
@@ -321,11 +329,7 @@ def test_an_est_error_body_reaches_the_terminal_clean(tmp_path, store):
 
         do_GET = do_POST
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(str(ca.tls_cert), str(ca.tls_key))
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_https(Refusing, ca)
     write_secret(tmp_path / "pw", "est password\n")
     try:
         for json_flag in ([], ["--json"]):
