@@ -126,7 +126,11 @@ MTLS_EXTERN const char *mtls_strerror(int code);
 /* The stable snake_case name of a code ("bad_password"), as used in JSON output. Static. */
 MTLS_EXTERN const char *mtls_error_name(int code);
 /* The detailed message of the last failed call on this thread, or "" if none. The pointer is
- * owned by the library and valid until the next failing call on the same thread. */
+ * owned by the library and valid until the next failing call on the same thread. It is one line
+ * whatever outside text it quotes (a file name, a label, a CA's problem detail, a server's
+ * answer): control characters (C0, DEL, C1), line and paragraph separators and bidirectional
+ * controls (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069) are blanks in it, so it can be
+ * printed or logged as it is. The same holds for mtls_take_warnings and event messages. */
 MTLS_EXTERN const char *mtls_last_error(void);
 
 /* The warnings libmtls gave on the calling thread since the last call, oldest first (at most
@@ -800,7 +804,9 @@ MTLS_EXTERN int mtls_store_change_secret(mtls_store *store, const uint8_t *secre
 MTLS_EXTERN int mtls_store_write_counter(mtls_store *store, uint64_t *out);
 /* A store made by a libmtls from before row authentication opens with MTLS_E_UPGRADE_REQUIRED:
  * its rows are trusted only when someone vouches for them. mtls_store_upgrade_preview lists what
- * an upgrade would vouch for (every row; token URIs without any pin-value) and changes nothing:
+ * an upgrade would vouch for (every row; token URIs without any pin-value; subject, issuer,
+ * expiry and SHA-256 fingerprints read from the certificates the row holds, which are what the
+ * upgrade authenticates, never from its text columns) and changes nothing:
  * free *items with mtls_store_item_list_free(*items, *count) and *confirmation with
  * mtls_string_free; *confirmation is NULL (and *count 0) when the store needs no explicit
  * upgrade (current, or of the schema before the header, whose authenticated rows any open

@@ -344,11 +344,13 @@ struct ConnectCommand: ParsableCommand {
             }
             print("evaluation: \(PolicyBuilder.summary(c.evaluation))")
             if c.isHandshakeComplete {
-                print("connected: \(c.tlsVersion), alpn \(c.alpn ?? "none"), \(c.isResumed ? "resumed" : "full handshake")"
-                      + (c.presentedIdentity.map { ", presented \($0.leaf.subjectSummary)" } ?? ", no client certificate"))
+                let presented = c.presentedIdentity.map { ", presented \($0.leaf.subjectSummary)" } ?? ", no client certificate"
+                print("connected: \(c.tlsVersion), alpn \(c.alpn ?? "none"), \(c.isResumed ? "resumed" : "full handshake")\(presented)")
             }
         }
-        if let r = out["response"] as? String { print(r, terminator: r.hasSuffix("\n") ? "" : "\n") }
+        // The server's reply, line by line: its control and bidirectional characters as blanks
+        // (--json gives it exact).
+        if let r = out["response"] as? String { print(TerminalText(lines: r), terminator: r.hasSuffix("\n") ? "" : "\n") }
     }
 }
 
@@ -434,12 +436,12 @@ struct ServeCommand: ParsableCommand {
                     conn = try listener.accept()
                 } catch let e as MTLSError {
                     // A peer's certificate fields are in messages: one line each, whatever they hold.
-                    print("rejected \(OneLine.text(e.message)) [\(e.code.name)]")
+                    print("rejected \(e.message) [\(e.code.name)]")
                     fflush(nil)
                     continue
                 }
                 let subject = conn.peerCertificate?.subject ?? "(no certificate)"
-                print(OneLine.text("accepted \(conn.peerAddress) \(conn.tlsVersion) client \(subject): \(PolicyBuilder.summary(conn.evaluation))"))
+                print("accepted \(conn.peerAddress) \(conn.tlsVersion) client \(subject): \(PolicyBuilder.summary(conn.evaluation))")
                 fflush(nil)
                 serving.enter()
                 // The connection moves to the serving thread: this loop never touches it again

@@ -340,7 +340,7 @@ struct RenewCommand: ParsableCommand {
         }
         guard json else {
             let failed = e.kind == .renewalFailed || e.kind == .renewalNotInstalled || e.kind == .expiryWarning
-            if failed { CLI.printError(e.message) } else { Swift.print(e.message) }
+            if failed { CLI.printError(e.message) } else { print("\(e.message)") }
             return
         }
         var o: [String: Any] = ["event": name, "label": e.label as Any? ?? NSNull(), "message": e.message,

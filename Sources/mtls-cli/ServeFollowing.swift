@@ -78,7 +78,7 @@ final class ServeFollowing: @unchecked Sendable {
     /// Prints one line per event (the client policy's revocation fetch failures too) and reloads
     /// on SIGHUP.
     func start(listener: TLSListener) {
-        let print: @Sendable (LifecycleEvent) -> Void = { e in
+        let report: @Sendable (LifecycleEvent) -> Void = { e in
             let what: String
             switch e.kind {
             case .identityRotated: what = "rotated"
@@ -91,17 +91,17 @@ final class ServeFollowing: @unchecked Sendable {
             case .renewalFailed, .renewalNotInstalled: what = "renewal failed [\(e.error?.code.name ?? "error")]"
             case .revocationFetchFailed: what = "revocation fetch failed [\(e.error?.code.name ?? "error")]"
             }
-            Swift.print("\(what): \(e.message)")
+            print("\(what): \(e.message)")
             fflush(nil)
         }
-        listener.events.setHandler(print)
-        policyWatch?.events.setHandler(print)
-        anchorWatch?.events.setHandler(print)
-        clientPolicy.events.setHandler(print)
+        listener.events.setHandler(report)
+        policyWatch?.events.setHandler(report)
+        anchorWatch?.events.setHandler(report)
+        clientPolicy.events.setHandler(report)
         signal(SIGHUP, SIG_IGN)
         let s = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
         s.setEventHandler { [self] in
-            Swift.print("SIGHUP: reloading")
+            print("SIGHUP: reloading")
             fflush(nil)
             source?.reload()
             policyWatch?.reload()

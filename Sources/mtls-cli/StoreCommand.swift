@@ -181,10 +181,10 @@ struct StoreCommand: ParsableCommand {
                 }
                 for i in items {
                     if let enrolled = i.isEnrollmentRecord ? EnrollmentRecord.identityLabel(ofRecord: i.label) : nil {
-                        print("\(OneLine.text(i.label))\tenrollment\trecord of \(OneLine.text(enrolled))")
+                        print("\(i.label)\tenrollment\trecord of \(enrolled)")
                         continue
                     }
-                    print("\(OneLine.text(i.label))\t\(i.itemClass.name)\t\(OneLine.text(i.subject))\tuntil \(CLI.rfc3339(i.notAfter))")
+                    print("\(i.label)\t\(i.itemClass.name)\t\(i.subject)\tuntil \(CLI.rfc3339(i.notAfter))")
                 }
             }
         }
@@ -313,11 +313,12 @@ struct StoreCommand: ParsableCommand {
                 if !json {
                     print("\(location.path) was made by a libmtls from before row authentication (schema \(preview.schemaVersion)).")
                     print("Upgrading vouches for these \(preview.items.count) item\(preview.items.count == 1 ? "" : "s"): from then on they are trusted as if stored by you.")
-                    for i in preview.items {
-                        print("  \(i.label)\t\(i.itemClass.name)\t\(i.subject)")
-                        print("      SHA-256 \(i.leafSHA256)")
-                        for c in i.chainSHA256 { print("      chain   \(c)") }
-                        if let uri = i.tokenURI { print("      URI     \(uri)") }
+                    // One line per row, numbered, every field cleaned; the fingerprints are those of
+                    // the certificates in the row, the bytes the upgrade authenticates.
+                    for (n, i) in preview.items.enumerated() {
+                        let chain: TerminalText = i.chainSHA256.isEmpty ? "" : "\tchain SHA-256 \(i.chainSHA256.joined(separator: ","))"
+                        let uri: TerminalText = i.tokenURI.map { "\tURI \($0)" } ?? ""
+                        print("  \(n + 1). \(i.label)\t\(i.itemClass.name)\t\(i.subject)\tSHA-256 \(i.leafSHA256)\(chain)\(uri)")
                     }
                 }
                 var confirmed = yes
@@ -352,7 +353,7 @@ struct StoreCommand: ParsableCommand {
             try CLI.reporting(json: json) {
                 let n = try location.open().writeCounter()
                 if json { return CLI.printJSON(["write_counter": n]) }
-                print(n)
+                print("\(n)")
             }
         }
     }

@@ -72,12 +72,12 @@ struct VerifyCommand: ParsableCommand {
             o["pin"] = result.matchedPin.map { $0 as Any } ?? NSNull()
             CLI.printJSON(o)
         } else {
-            print(result.trusted ? "trusted" : "NOT trusted (\(result.kind.rawValue))")
+            if result.trusted { print("trusted") } else { print("NOT trusted (\(result.kind.rawValue))") }
             for r in result.reasons { print("  \(r)") }
             for w in result.warnings { print("  warning: \(w)") }
             for c in result.revocation?.checks ?? [] {
-                print("  revocation [\(c.certIndex)] \(c.status.rawValue)" + (c.url.map { " from \($0)" } ?? c.source.map { " from \($0)" } ?? "")
-                      + (c.fetchedFrom.map { " (\($0))" } ?? ""))
+                let from = (c.url ?? c.source).map { " from \($0)" } ?? ""
+                print("  revocation [\(c.certIndex)] \(c.status.rawValue)\(from)\(c.fetchedFrom.map { " (\($0))" } ?? "")")
             }
             for (i, c) in result.chain.enumerated() { print("  [\(i)] \(c.subjectSummary)  sha256=\(c.sha256Hex)") }
             if let r = result.matchedRule { print("  rule: \(r)") }

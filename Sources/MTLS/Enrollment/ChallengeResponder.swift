@@ -28,18 +28,8 @@ final class ChallengeResponder: @unchecked Sendable {
             }
             guard responder.thread != nil else { Glibc.close(fd); throw MTLSError(.internal, "cannot start the http-01 responder thread") }
         case .webroot(let directory):
-            let dir = directory + "/.well-known/acme-challenge"
-            for d in [directory + "/.well-known", dir] where mkdir(d, 0o755) != 0 && errno != EEXIST {
-                throw MTLSError(.io, "cannot create \(d): \(String(cString: strerror(errno)))")
-            }
-            let file = dir + "/" + token
-            let fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-            guard fd >= 0 else { throw MTLSError(.io, "cannot write \(file): \(String(cString: strerror(errno)))") }
-            let bytes = Array(keyAuthorization.utf8)
-            let n = write(fd, bytes, bytes.count)
-            Glibc.close(fd)
-            guard n == bytes.count else { unlink(file); throw MTLSError(.io, "cannot write \(file)") }
-            responder.cleanup = { unlink(file) }
+            let file = try WebrootFile(directory: directory, token: token, contents: Array(keyAuthorization.utf8))
+            responder.cleanup = { file.remove() }
         case .tlsALPN01(let address, let port):
             let identity = try ChallengeResponder.alpnIdentity(identifier: identifier, keyAuthorization: keyAuthorization)
             var options = TLSServerOptions(identity: identity)
@@ -168,6 +158,74 @@ final class ChallengeResponder: @unchecked Sendable {
         guard exited && code == 0 else {
             throw MTLSError(.challengeFailed, "the dns-01 hook (\(action) \(name)) failed with status \(exited ? code : 128 + (status & 0x7f))")
         }
+    }
+}
+
+/// An http-01 answer written under a web server's root, at
+/// `DIRECTORY/.well-known/acme-challenge/TOKEN`, without following any link below the root the
+/// operator named: each folder is opened from its parent's descriptor with `O_NOFOLLOW` (made
+/// 0755 when missing), and the file is created with `O_CREAT | O_EXCL | O_NOFOLLOW`, so a link
+/// or a file someone planted there (the token is the CA's choice) is refused, never written
+/// through. Removed through the same folder descriptor.
+final class WebrootFile: @unchecked Sendable {
+    // @unchecked: set once in init; remove() is called once, by the responder's stop().
+    private let folder: Int32
+    private let name: String
+    private let path: String
+
+    init(directory: String, token: String, contents: [UInt8]) throws {
+        let root = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard root >= 0 else { throw MTLSError(.io, "cannot open the webroot \(directory): \(String(cString: strerror(errno)))") }
+        defer { Glibc.close(root) }
+        let wellKnown = try WebrootFile.folder(root, ".well-known", path: directory + "/.well-known")
+        defer { Glibc.close(wellKnown) }
+        let dirPath = directory + "/.well-known/acme-challenge"
+        folder = try WebrootFile.folder(wellKnown, "acme-challenge", path: dirPath)
+        name = token
+        path = dirPath + "/" + token
+        let fd = openat(folder, token, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
+        guard fd >= 0 else {
+            let e = errno
+            Glibc.close(folder)
+            if e == EEXIST {
+                throw MTLSError(.io, "\(path) already exists (a file or a link someone put there): the challenge file is not written")
+            }
+            throw MTLSError(.io, "cannot create \(path): \(String(cString: strerror(e)))")
+        }
+        var written = 0
+        while written < contents.count {
+            let n = contents[written...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            if n > 0 { written += n } else if n < 0 && errno == EINTR { continue } else { break }
+        }
+        Glibc.close(fd)
+        guard written == contents.count else {
+            unlinkat(folder, token, 0)
+            Glibc.close(folder)
+            throw MTLSError(.io, "cannot write \(path)")
+        }
+    }
+
+    /// The folder `name` under the folder `parent`, made when missing, opened without following
+    /// a link.
+    private static func folder(_ parent: Int32, _ name: String, path: String) throws -> Int32 {
+        if mkdirat(parent, name, 0o755) != 0 && errno != EEXIST {
+            throw MTLSError(.io, "cannot create \(path): \(String(cString: strerror(errno)))")
+        }
+        let fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else {
+            let e = errno
+            if e == ELOOP || e == ENOTDIR {
+                throw MTLSError(.io, "\(path) is a link or not a folder: the challenge file is not written through it")
+            }
+            throw MTLSError(.io, "cannot open \(path): \(String(cString: strerror(e)))")
+        }
+        return fd
+    }
+
+    /// Removes the file (whatever now has its name in the folder) and closes the folder.
+    func remove() {
+        unlinkat(folder, name, 0)
+        Glibc.close(folder)
     }
 }
 
