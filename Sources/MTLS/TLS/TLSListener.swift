@@ -44,7 +44,10 @@ public final class TLSListener: Sendable {
     /// The identity each handshake presents: ``TLSServerOptions/identitySource``, else a source
     /// made of ``TLSServerOptions/identity`` that ``setIdentity(_:)`` swaps.
     public let identitySource: IdentitySource
-    /// Handshakes accepted, refused (by reason), resumed, and connections open.
+    /// Handshakes accepted, refused (by reason), resumed, and connections open. A client that
+    /// sent a part of a ClientHello and left, or was closed when its time was over, counts as
+    /// refused (``MTLSError/Code/handshake``, ``MTLSError/Code/timeout``) though it never took a
+    /// slot; one that never sent a byte counts nowhere.
     public let counters = ListenerCounters()
     /// The most clients handshaking or handshaken and not yet accepted at once.
     public static let maxPending = 256
@@ -456,6 +459,7 @@ final class ListenerCore: Sendable {
             var expired: [Int32] = []
             var fds: [pollfd] = []
             var nearest: Double?
+            var partExpired = 0
             let picked: (Int32, String, HandshakeProgress)?? = state.withLock { st in
                 if st.closed {
                     // The turn holder owns the waiting sockets: close them on the way out.
@@ -477,7 +481,10 @@ final class ListenerCore: Sendable {
                         startable += 1
                         if first.map({ w.order < $0.order }) ?? true { first = (fd, w.order) }
                     } else if let d = w.deadline {
-                        if now >= d { expired.append(fd) } else { nearest = min(nearest ?? d, d) }
+                        if now >= d {
+                            expired.append(fd)
+                            if w.received > 0 { partExpired += 1 }
+                        } else { nearest = min(nearest ?? d, d) }
                     }
                 }
                 for fd in expired { st.waiting[fd] = nil }
@@ -500,6 +507,9 @@ final class ListenerCore: Sendable {
                 return nil
             }
             for fd in expired { Glibc.close(fd) }
+            // A ClientHello begun and not finished in time is a refused handshake, as it was when
+            // it took a slot (one that never sent a byte is none).
+            for _ in 0..<partExpired { counters.handshakeRefused(.timeout) }
             if let picked { return picked }
             // Wake up for the nearest deadline, and at least every 250 ms (a slot freed by the
             // application accepting, or a handshake that now counts as stalled, is seen then).
@@ -515,13 +525,16 @@ final class ListenerCore: Sendable {
                 while read(turnWakeRead, &buf, buf.count) > 0 {}
             }
             var gone: [Int32] = []
+            var partGone = 0
             var arrived: [(fd: Int32, received: Int, lowWater: Int, ready: Bool)] = []
             for p in fds.dropFirst(2) where p.revents != 0 {
                 let seen = state.withLock { $0.waiting[p.fd].map { ($0.received, $0.lowWater) } }
                 guard let (before, lowWater) = seen else { continue }
                 switch look(at: p.fd, hungUp: p.revents & (ListenerCore.pollReadHangUp | Int16(POLLHUP) | Int16(POLLERR)) != 0,
                             before: before, lowWater: lowWater) {
-                case .gone: gone.append(p.fd)
+                case .gone(let sentSome):
+                    gone.append(p.fd)
+                    if sentSome || before > 0 { partGone += 1 }
                 case .waiting(let received, let low): arrived.append((p.fd, received, low, false))
                 case .whole(let received): arrived.append((p.fd, received, 1, true))
                 }
@@ -535,13 +548,14 @@ final class ListenerCore: Sendable {
                 for fd in gone { st.waiting[fd] = nil }
             }
             for fd in gone { Glibc.close(fd) } // connected and left without a whole ClientHello
+            for _ in 0..<partGone { counters.handshakeRefused(.handshake) }
             if fds[0].revents != 0 { acceptWaiting() }
         }
     }
 
     private enum Arrival {
-        /// Closed (or reset) before its ClientHello was whole.
-        case gone
+        /// Closed (or reset) before its ClientHello was whole; whether it had sent a part of it.
+        case gone(sentSome: Bool)
         /// `received` bytes so far; the socket wakes poll when `lowWater` have come.
         case waiting(received: Int, lowWater: Int)
         /// The ClientHello is whole (or the bytes are no ClientHello worth waiting for: its
@@ -554,7 +568,7 @@ final class ListenerCore: Sendable {
     /// back to 1 once it is whole.
     private func look(at fd: Int32, hungUp: Bool, before: Int, lowWater: Int) -> Arrival {
         let r = recv(fd, peekBuffer.baseAddress, peekBuffer.count, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT))
-        if r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) { return .gone }
+        if r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) { return .gone(sentSome: false) }
         if r < 0 { return .waiting(received: before, lowWater: lowWater) }
         let needed = ClientHelloArrival.bytesNeeded(UnsafeRawBufferPointer(rebasing: peekBuffer[..<r]),
                                                     limit: TLSListener.clientHelloWaitLimit)
@@ -562,7 +576,7 @@ final class ListenerCore: Sendable {
             if lowWater > 1 { setLowWater(fd, 1) }
             return .whole(received: r)
         }
-        if hungUp { return .gone }  // it cannot finish a handshake it stopped sending for
+        if hungUp { return .gone(sentSome: true) }  // it cannot finish a handshake it stopped sending for
         // Readable with nothing new and no hang-up: the socket woke poll for a reason the
         // low-water mark did not foresee. Never spin on it: its handshake takes it from here
         // (a slot that stalls is cut short as any other stalled handshake).
@@ -646,15 +660,16 @@ final class ListenerCore: Sendable {
     /// there is none.
     @discardableResult
     private func evictOldestUnready() -> Bool {
-        let fd: Int32? = state.withLock { st in
+        let evicted: (fd: Int32, sentSome: Bool)? = state.withLock { st in
             var oldest: (fd: Int32, order: UInt64)?
             for (fd, w) in st.waiting where !w.ready && (oldest.map { w.order < $0.order } ?? true) { oldest = (fd, w.order) }
-            guard let oldest else { return nil }
-            st.waiting[oldest.fd] = nil
-            return oldest.fd
+            guard let oldest, let w = st.waiting.removeValue(forKey: oldest.fd) else { return nil }
+            return (oldest.fd, w.received > 0)
         }
-        if let fd { Glibc.close(fd) }
-        return fd != nil
+        guard let (fd, sentSome) = evicted else { return false }
+        Glibc.close(fd)
+        if sentSome { counters.handshakeRefused(.timeout) }
+        return true
     }
 
     private func handshake(fd: Int32, peer: String, progress: HandshakeProgress) {

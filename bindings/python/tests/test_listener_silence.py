@@ -4,6 +4,8 @@ while real clients are served; the keywords reach the C options (version 2)."""
 import socket
 import threading
 
+import pytest
+
 import mtls
 from conftest import anchored, identity
 
@@ -36,3 +38,46 @@ def test_silent_client_is_closed_unreported_and_real_clients_are_served(pki):
                 assert c.read() == b"hi"
         t.join(10)
         assert accepted == ["client-a", "client-a"] and errors == []  # nothing reported for the silent ones
+
+
+def test_part_of_a_client_hello_is_closed_at_client_hello_timeout_unreported(pki):
+    """Issue 35 item 8: one byte, or a record header that promises a ClientHello, takes no
+    handshake slot: the socket is closed, unreported, when client_hello_timeout is over, though its
+    first byte came in time; real clients are served meanwhile."""
+    with mtls.Listener(identity(pki, "server"), client_policy=anchored(pki, "int-a.pem"),
+                       client_hello_timeout=0.4, ipv6_source_prefix_length=48) as listener:
+        accepted, errors = [], []
+
+        def serve():
+            try:
+                with listener.accept(timeout=5) as c:
+                    accepted.append(c.peer_chain[0].subject_summary)
+                    c.write(c.read())
+            except mtls.Error as e:
+                errors.append(e)
+
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        partial = []
+        for head in (b"\x16", b"\x16\x03\x01\x02\x00\x01"):
+            s = socket.create_connection(("127.0.0.1", listener.port))
+            s.sendall(head)
+            s.settimeout(5)
+            partial.append(s)
+        with mtls.connect("127.0.0.1", listener.port, identity=identity(pki, "client-a"),
+                          policy=anchored(pki, "root.pem"), verify_as="server.test") as c:
+            c.write(b"hi")
+            assert c.read() == b"hi"
+        for s in partial:
+            try:
+                assert s.recv(1) == b""  # the listener hung up on it...
+            except ConnectionResetError:
+                pass  # ...with its bytes unread, so the kernel says so with a reset
+            s.close()
+        t.join(10)
+        assert accepted == ["client-a"] and errors == []  # nothing reported for the partial ones
+
+
+def test_ipv6_source_prefix_longer_than_an_address_is_refused(pki):
+    with pytest.raises(mtls.InvalidArgument, match="prefix"):
+        mtls.Listener(identity(pki, "server"), client_policy=anchored(pki, "int-a.pem"), ipv6_source_prefix_length=129)
