@@ -147,6 +147,9 @@ public final class ListenerCounters: Sendable {
 final class ListenerCore: Sendable {
     private struct State {
         var ready: [Finished] = []
+        /// Items of `ready` that hold a connection: with `inFlight`, what takes the slots (a
+        /// queued refusal holds nothing).
+        var queuedConnections = 0
         var inFlight = 0
         var started = false
         var closed = false
@@ -215,7 +218,12 @@ final class ListenerCore: Sendable {
         // this, then the accepting thread that dequeues it.
         nonisolated(unsafe) var connection: TLSConnection?
         let error: (any Error)?
-        init(_ connection: TLSConnection?, _ error: (any Error)?) { self.connection = connection; self.error = error }
+        let holdsConnection: Bool
+        init(_ connection: TLSConnection?, _ error: (any Error)?) {
+            self.connection = connection
+            self.error = error
+            holdsConnection = connection != nil
+        }
     }
 
     private let listenFD: Int32
@@ -282,7 +290,10 @@ final class ListenerCore: Sendable {
         try startIfNeeded()
         while true {
             let (item, closed): (Finished?, Bool) = state.withLock { st in
-                (st.ready.isEmpty ? nil : st.ready.removeFirst(), st.closed)
+                guard !st.ready.isEmpty else { return (nil, st.closed) }
+                let item = st.ready.removeFirst()
+                if item.holdsConnection { st.queuedConnections -= 1 }
+                return (item, st.closed)
             }
             if let item {
                 // What the handshake thread wrote before queueing the item happened before this.
@@ -312,6 +323,7 @@ final class ListenerCore: Sendable {
             st.closed = true
             let d = st.ready
             st.ready = []
+            st.queuedConnections = 0
             let idle = st.idleThreads
             st.idleThreads = 0
             for fd in st.handshaking.keys { _ = shutdown(fd, Int32(SHUT_RDWR)) } // open: see `handshaking`
@@ -459,7 +471,7 @@ final class ListenerCore: Sendable {
             var expired: [Int32] = []
             var fds: [pollfd] = []
             var nearest: Double?
-            var partExpired = 0
+            var refusals: [MTLSError] = []
             let picked: (Int32, String, HandshakeProgress)?? = state.withLock { st in
                 if st.closed {
                     // The turn holder owns the waiting sockets: close them on the way out.
@@ -483,12 +495,15 @@ final class ListenerCore: Sendable {
                     } else if let d = w.deadline {
                         if now >= d {
                             expired.append(fd)
-                            if w.received > 0 { partExpired += 1 }
+                            if w.received > 0 {
+                                refusals.append(MTLSError(.timeout, "client \(w.peer): its ClientHello did not arrive whole in time "
+                                                          + "(\(w.received) bytes came)"))
+                            }
                         } else { nearest = min(nearest ?? d, d) }
                     }
                 }
                 for fd in expired { st.waiting[fd] = nil }
-                if let first, st.inFlight + st.ready.count < TLSListener.maxPending, let w = st.waiting.removeValue(forKey: first.fd) {
+                if let first, st.inFlight + st.queuedConnections < TLSListener.maxPending, let w = st.waiting.removeValue(forKey: first.fd) {
                     let progress = HandshakeProgress()
                     st.inFlight += 1
                     st.handshaking[first.fd] = Handshaking(source: w.source, progress: progress)
@@ -509,7 +524,7 @@ final class ListenerCore: Sendable {
             for fd in expired { Glibc.close(fd) }
             // A ClientHello begun and not finished in time is a refused handshake, as it was when
             // it took a slot (one that never sent a byte is none).
-            for _ in 0..<partExpired { counters.handshakeRefused(.timeout) }
+            refuse(refusals)
             if let picked { return picked }
             // Wake up for the nearest deadline, and at least every 250 ms (a slot freed by the
             // application accepting, or a handshake that now counts as stalled, is seen then).
@@ -525,7 +540,7 @@ final class ListenerCore: Sendable {
                 while read(turnWakeRead, &buf, buf.count) > 0 {}
             }
             var gone: [Int32] = []
-            var partGone = 0
+            var left: [(fd: Int32, sentSome: Bool)] = []
             var arrived: [(fd: Int32, received: Int, lowWater: Int, ready: Bool)] = []
             for p in fds.dropFirst(2) where p.revents != 0 {
                 let seen = state.withLock { $0.waiting[p.fd].map { ($0.received, $0.lowWater) } }
@@ -534,21 +549,24 @@ final class ListenerCore: Sendable {
                             before: before, lowWater: lowWater) {
                 case .gone(let sentSome):
                     gone.append(p.fd)
-                    if sentSome || before > 0 { partGone += 1 }
+                    left.append((p.fd, sentSome || before > 0))
                 case .waiting(let received, let low): arrived.append((p.fd, received, low, false))
                 case .whole(let received): arrived.append((p.fd, received, 1, true))
                 }
             }
-            state.withLock { st in
+            let ended: [MTLSError] = state.withLock { st in
                 for a in arrived {
                     st.waiting[a.fd]?.received = a.received
                     st.waiting[a.fd]?.lowWater = a.lowWater
                     st.waiting[a.fd]?.ready = a.ready
                 }
-                for fd in gone { st.waiting[fd] = nil }
+                return left.compactMap { l in
+                    guard let w = st.waiting.removeValue(forKey: l.fd), l.sentSome else { return nil }
+                    return MTLSError(.handshake, "client \(w.peer): the connection ended before its ClientHello was whole")
+                }
             }
             for fd in gone { Glibc.close(fd) } // connected and left without a whole ClientHello
-            for _ in 0..<partGone { counters.handshakeRefused(.handshake) }
+            refuse(ended)
             if fds[0].revents != 0 { acceptWaiting() }
         }
     }
@@ -650,6 +668,24 @@ final class ListenerCore: Sendable {
         }
     }
 
+    /// Counts and reports clients refused before their handshake began (a ClientHello begun and
+    /// not finished), as a failed handshake is: ``TLSListener/accept(timeout:)`` throws them, in
+    /// turn. A refusal holds no slot; beyond ``TLSListener/maxWaitingForFirstByte`` unaccepted
+    /// items, refusals are only counted (an application that does not accept cannot make them
+    /// pile up).
+    private func refuse(_ errors: [MTLSError]) {
+        guard !errors.isEmpty else { return }
+        for e in errors { counters.handshakeRefused(e.code) }
+        let queued: Int = state.withLock { st in
+            guard !st.closed else { return 0 }
+            let room = max(0, TLSListener.maxWaitingForFirstByte - st.ready.count)
+            for e in errors.prefix(room) { st.ready.append(Finished(nil, e)) }
+            return min(room, errors.count)
+        }
+        var b: UInt8 = 0
+        for _ in 0..<queued { _ = write(wakeWrite, &b, 1) }
+    }
+
     /// Seconds a client has for its first byte or its ClientHello (`timeout`), never more than
     /// the handshake timeout (a client cannot take longer to begin its handshake than to finish it).
     private func limit(_ timeout: Double?) -> Double? {
@@ -660,15 +696,17 @@ final class ListenerCore: Sendable {
     /// there is none.
     @discardableResult
     private func evictOldestUnready() -> Bool {
-        let evicted: (fd: Int32, sentSome: Bool)? = state.withLock { st in
+        let evicted: (fd: Int32, peer: String?)? = state.withLock { st in
             var oldest: (fd: Int32, order: UInt64)?
             for (fd, w) in st.waiting where !w.ready && (oldest.map { w.order < $0.order } ?? true) { oldest = (fd, w.order) }
             guard let oldest, let w = st.waiting.removeValue(forKey: oldest.fd) else { return nil }
-            return (oldest.fd, w.received > 0)
+            return (oldest.fd, w.received > 0 ? w.peer : nil)
         }
-        guard let (fd, sentSome) = evicted else { return false }
+        guard let (fd, peer) = evicted else { return false }
         Glibc.close(fd)
-        if sentSome { counters.handshakeRefused(.timeout) }
+        if let peer {
+            refuse([MTLSError(.timeout, "client \(peer): closed before its ClientHello was whole, to make room for newer clients")])
+        }
         return true
     }
 
@@ -722,6 +760,7 @@ final class ListenerCore: Sendable {
             st.inFlight -= 1
             guard !st.closed else { return false }
             st.ready.append(result)
+            if result.holdsConnection { st.queuedConnections += 1 }
             return true
         }
         if queued {
