@@ -1032,8 +1032,9 @@ typedef struct mtls_listener_options {
                                        its whole ClientHello; until then it takes no handshake
                                        slot and no thread (a client that sends a byte, or a part
                                        of a ClientHello, and stalls holds nothing), and after it
-                                       the socket is closed silently. 0: 10 s; negative: no
-                                       limit; never more than handshake_timeout_ms */
+                                       the socket is closed and mtls_listener_accept reports the
+                                       client as MTLS_E_TIMEOUT. 0: 10 s; negative: no limit;
+                                       never more than handshake_timeout_ms */
     int ipv6_source_prefix_length;  /* the leading bits of an IPv6 client address that make one
                                        source for max_handshakes_per_address (an IPv6 host may use
                                        any address of its network). 0: 64; 128 or negative: each
@@ -1072,8 +1073,10 @@ MTLS_EXTERN int mtls_listener_new(const char *address, uint16_t port, const mtls
 MTLS_EXTERN int mtls_listener_port(const mtls_listener *listener, uint16_t *port);
 /* Wait up to timeout_ms (negative: forever) for a client and run its handshake. Clients that
  * have not sent their whole ClientHello yet are not waited for here: they take no handshake slot
- * until it has arrived, and are closed silently after first_byte_timeout_ms with nothing sent,
- * or client_hello_timeout_ms with a part of it. When all 256 handshake slots (or all of its
+ * until it has arrived; one that sent nothing is closed silently after first_byte_timeout_ms,
+ * one that sent a part of its ClientHello is closed after client_hello_timeout_ms and reported
+ * here as MTLS_E_TIMEOUT (MTLS_E_HANDSHAKE when it leaves before it is whole), as a handshake
+ * that failed is. When all 256 handshake slots (or all of its
  * source's) are taken and a client whose ClientHello came waits, the handshake that has made no
  * progress (no handshake message read or written) for longest, at least 1 s, is cut short for it
  * and reported here as MTLS_E_TIMEOUT. The listener

@@ -23,11 +23,12 @@ final class ListenerAdmissionTests: XCTestCase {
     }
 
     func testAClientHelloOverTwoRecordsIsWholeWithItsSecondRecord() {
-        // A 10-byte message: its header and 2 bytes in the first record, 6 in the second.
+        // A message with a 10-byte body: its header and 2 bytes in the first record, 8 in the second.
         let first = record(6, [0x01, 0x00, 0x00, 0x0a, 0, 0])
         XCTAssertEqual(needed(first), first.count + 5)
-        XCTAssertEqual(needed(first + record(6, [0])), first.count + 5 + 6)
-        XCTAssertNil(needed(first + record(6, [0, 0, 0, 0, 0, 0])))
+        XCTAssertEqual(needed(first + record(8, [0])), first.count + 5 + 8)
+        XCTAssertEqual(needed(first + record(6, [UInt8](repeating: 0, count: 6))), first.count + 11 + 5)  // still 2 bytes short
+        XCTAssertNil(needed(first + record(8, [UInt8](repeating: 0, count: 8))))
         // The handshake header itself split across records.
         let split = record(2, [0x01, 0x00]) + record(6, [0x00, 0x02, 0xaa, 0xbb, 0, 0])
         XCTAssertNil(needed(split))

@@ -27,7 +27,8 @@ import Glibc
 /// `poll` over every such socket, at most ``maxWaitingForFirstByte`` of them, the oldest closed
 /// first when more come; a socket with part of a ClientHello wakes the poll only when the rest
 /// has come, `SO_RCVLOWAT`), and closes it when ``TLSServerOptions/firstByteTimeout`` is over
-/// with nothing sent, or ``TLSServerOptions/clientHelloTimeout`` with the ClientHello not whole.
+/// with nothing sent (silently: it is no client), or ``TLSServerOptions/clientHelloTimeout`` with
+/// the ClientHello not whole (reported by ``accept(timeout:)`` as ``MTLSError/Code/timeout``).
 /// One source (an IPv4 address, an IPv6 /64: ``TLSServerOptions/ipv6SourcePrefixLength``) has
 /// at most ``TLSServerOptions/maxHandshakesPerAddress`` handshakes under way. When every slot
 /// (or every slot of its source) is taken and a client with a whole ClientHello waits, the

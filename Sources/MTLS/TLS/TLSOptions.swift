@@ -259,7 +259,8 @@ public struct TLSServerOptions: Sendable {
     /// negative: no limit other than ``handshakeTimeout``, which also bounds it). Until its
     /// ClientHello is whole a client takes no handshake slot and no thread (as before its first
     /// byte): a client that sends a byte or a part of a ClientHello and stalls is watched with the
-    /// silent ones, and closed without a word when this time is over.
+    /// silent ones, and closed when this time is over (``TLSListener/accept(timeout:)`` throws
+    /// ``MTLSError/Code/timeout`` for it, as for a handshake that timed out).
     @TLSTimeout(default: TLSDefaults.clientHelloTimeout) public var clientHelloTimeout: Double?
     /// How many leading bits of an IPv6 source address make one source for
     /// ``maxHandshakesPerAddress`` (and for choosing which stalled handshake goes first), under the
