@@ -167,26 +167,28 @@ static void wait_accepted(uint16_t port) {
     CHECK(accept_queue(port) == 0);
 }
 
-static mtls_listener *start(mtls_identity *server_id, mtls_policy *client_policy, struct server *s, pthread_t *t,
-                            uint16_t *port, int client_hello_timeout_ms) {
+/* The identities and policies of both sides. */
+struct parties { mtls_identity *server_id, *client_a; mtls_policy *server_policy, *client_policy; };
+
+/* A listener with default options but client_hello_timeout_ms, and the thread accepting from it. */
+struct running { struct server s; pthread_t t; uint16_t port; };
+
+static void start(struct running *r, const struct parties *p, int client_hello_timeout_ms) {
     mtls_listener_options lo;
     CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
-    lo.identity = server_id;
-    lo.client_policy = client_policy;
+    lo.identity = p->server_id;
+    lo.client_policy = p->client_policy;
     lo.client_hello_timeout_ms = client_hello_timeout_ms;
-    mtls_listener *listener = NULL;
-    CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &listener));
-    CHECK_OK(mtls_listener_port(listener, port));
-    memset(s, 0, sizeof *s);
-    s->listener = listener;
-    CHECK(pthread_create(t, NULL, serve, s) == 0);
-    return listener;
+    memset(r, 0, sizeof *r);
+    CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &r->s.listener));
+    CHECK_OK(mtls_listener_port(r->s.listener, &r->port));
+    CHECK(pthread_create(&r->t, NULL, serve, &r->s) == 0);
 }
 
-static void stop(mtls_listener *listener, struct server *s, pthread_t t) {
-    __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
-    pthread_join(t, NULL);
-    mtls_listener_free(listener);
+static void stop(struct running *r) {
+    __atomic_store_n(&r->s.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(r->t, NULL);
+    mtls_listener_free(r->s.listener);
 }
 
 /* Issue 35 item 8: 2,000 connections from 64 source addresses (127.0.0.2 to 127.0.0.65, 31 or
@@ -194,101 +196,92 @@ static void stop(mtls_listener *listener, struct server *s, pthread_t t) {
  * send 0x16, the first byte of a ClientHello, and nothing more. A real client is served at
  * once, and nothing is reported for them. (On 1b44a1d the one byte took a slot until the 30 s
  * handshake timeout, and the real client timed out.) */
-static void stalling_clients(mtls_identity *server_id, mtls_identity *client_a, mtls_policy *server_policy,
-                             mtls_policy *client_policy) {
-    struct server s;
-    pthread_t t;
-    uint16_t port = 0;
-    mtls_listener *listener = start(server_id, client_policy, &s, &t, &port, 0);
+static void stalling_clients(const struct parties *p) {
+    static struct running r;
+    start(&r, p, 0);
     static int stalling[STALLING];
     char source[32];
     for (int i = 0; i < STALLING; i++) {
         snprintf(source, sizeof source, "127.0.0.%d", 2 + i % STALLING_SOURCES);
-        stalling[i] = tcp_from(source, port, 0);
+        stalling[i] = tcp_from(source, r.port, 0);
     }
     double until = now_s() + 10;
     int sent = 0;
     for (int i = 0; i < STALLING; i++) {
-        struct pollfd p = { .fd = stalling[i], .events = POLLOUT };
-        while (poll(&p, 1, 100) == 0 && now_s() < until) {}
+        struct pollfd w = { .fd = stalling[i], .events = POLLOUT };
+        while (poll(&w, 1, 100) == 0 && now_s() < until) {}
         sent += write(stalling[i], "\x16", 1) == 1;
     }
     CHECK(sent == STALLING);
-    wait_accepted(port); /* every stalling connection is the listener's before the real client comes */
+    wait_accepted(r.port); /* every stalling connection is the listener's before the real client comes */
 
     double start_at = now_s();
-    int rc = real_client(port, "127.0.0.1", client_a, server_policy, 5000);
+    int rc = real_client(r.port, "127.0.0.1", p->client_a, p->server_policy, 5000);
     double served = now_s() - start_at;
     fprintf(stderr, "real client: %s in %.3f s with %d connections from %d addresses stalled after 0x16\n",
             mtls_error_name(rc), served, STALLING, STALLING_SOURCES);
     CHECK_OK(rc);
     CHECK(served < 2.0); /* at once; the bound leaves room for a loaded machine */
-    wait_count(&s, 1, 5);
-    CHECK(s.count == 1 && s.codes[0] == MTLS_OK && strstr(s.cn[0], "client-a") != NULL);
+    wait_count(&r.s, 1, 5);
+    CHECK(r.s.count == 1 && r.s.codes[0] == MTLS_OK && strstr(r.s.cn[0], "client-a") != NULL);
     /* The stalling connections are still open (their time is not over), and no client. */
     int open = 0;
     for (int i = 0; i < STALLING; i++) {
         struct pollfd q = { .fd = stalling[i], .events = POLLIN };
         open += poll(&q, 1, 0) == 0;
     }
-    CHECK(open == STALLING && __atomic_load_n(&s.count, __ATOMIC_ACQUIRE) == 1);
+    CHECK(open == STALLING && __atomic_load_n(&r.s.count, __ATOMIC_ACQUIRE) == 1);
     /* (Closed now, each is a ClientHello begun and left: a refused handshake.) */
     for (int i = 0; i < STALLING; i++) close(stalling[i]);
-    stop(listener, &s, t);
+    stop(&r);
 }
 
 /* A part of a ClientHello (a record header that promises more) is closed when
  * client_hello_timeout_ms is over, though it sent its first byte in time, and reported as
  * MTLS_E_TIMEOUT (a refused handshake, as when it took a slot); a real client is served
  * meanwhile. */
-static void partial_hello(mtls_identity *server_id, mtls_identity *client_a, mtls_policy *server_policy,
-                          mtls_policy *client_policy) {
-    struct server s;
-    pthread_t t;
-    uint16_t port = 0;
-    mtls_listener *listener = start(server_id, client_policy, &s, &t, &port, 400);
-    int partial = tcp_from("127.0.0.1", port, 1);
+static void partial_hello(const struct parties *p) {
+    static struct running r;
+    start(&r, p, 400);
+    int partial = tcp_from("127.0.0.1", r.port, 1);
     CHECK(partial >= 0);
     double sent_at = now_s();
     CHECK(write(partial, "\x16\x03\x01\x02\x00\x01", 6) == 6); /* a 512-byte record: 1 byte of it */
-    CHECK_OK(real_client(port, "127.0.0.1", client_a, server_policy, 5000));
-    struct pollfd p = { .fd = partial, .events = POLLIN };
-    CHECK(poll(&p, 1, 5000) == 1); /* the listener hung up on it */
+    CHECK_OK(real_client(r.port, "127.0.0.1", p->client_a, p->server_policy, 5000));
+    struct pollfd pf = { .fd = partial, .events = POLLIN };
+    CHECK(poll(&pf, 1, 5000) == 1); /* the listener hung up on it */
     char b;
     CHECK(read(partial, &b, 1) <= 0);
     double closed_after = now_s() - sent_at;
     fprintf(stderr, "a part of a ClientHello closed after %.3f s (client_hello_timeout_ms 400)\n", closed_after);
     CHECK(closed_after >= 0.3 && closed_after < 3.0);
     close(partial);
-    wait_count(&s, 2, 5);
-    CHECK(s.count == 2 && (s.codes[0] == MTLS_OK) + (s.codes[1] == MTLS_OK) == 1
-          && (s.codes[0] == MTLS_E_TIMEOUT) + (s.codes[1] == MTLS_E_TIMEOUT) == 1);
-    stop(listener, &s, t);
+    wait_count(&r.s, 2, 5);
+    CHECK(r.s.count == 2 && (r.s.codes[0] == MTLS_OK) + (r.s.codes[1] == MTLS_OK) == 1
+          && (r.s.codes[0] == MTLS_E_TIMEOUT) + (r.s.codes[1] == MTLS_E_TIMEOUT) == 1);
+    stop(&r);
 }
 
 /* Clients that send a whole ClientHello and stall, 300 of them from 10 addresses (30 each, under the
  * per-address cap), take every one of the 256 handshake slots; a real client is still served:
  * the handshakes stalled for longest (1 s or more) are cut short for the clients that wait, and
  * reported as MTLS_E_TIMEOUT. (On 1b44a1d the real client waited for a 30 s handshake timeout.) */
-static void stalled_hellos(mtls_identity *server_id, mtls_identity *client_a, mtls_policy *server_policy,
-                           mtls_policy *client_policy) {
-    struct server s;
-    pthread_t t;
-    uint16_t port = 0;
-    mtls_listener *listener = start(server_id, client_policy, &s, &t, &port, 0);
+static void stalled_hellos(const struct parties *p) {
+    static struct running r;
+    start(&r, p, 0);
     static int fds[STALLED_HELLOS];
     static uint8_t hello[16384];
-    size_t hello_len = client_hello(client_a, server_policy, hello, sizeof hello);
+    size_t hello_len = client_hello(p->client_a, p->server_policy, hello, sizeof hello);
     char source[32];
     for (int i = 0; i < STALLED_HELLOS; i++) {
         snprintf(source, sizeof source, "127.0.0.%d", 100 + i % 10);
-        fds[i] = tcp_from(source, port, 1);
+        fds[i] = tcp_from(source, r.port, 1);
         CHECK(fds[i] >= 0);
         CHECK(write(fds[i], hello, hello_len) == (ssize_t)hello_len); /* a whole ClientHello; no more */
     }
-    wait_accepted(port);
+    wait_accepted(r.port);
     double start_at = now_s();
-    int rc = real_client(port, "127.0.0.1", client_a, server_policy, 8000);
+    int rc = real_client(r.port, "127.0.0.1", p->client_a, p->server_policy, 8000);
     double served = now_s() - start_at;
     fprintf(stderr, "real client: %s in %.3f s with %d clients stalled after their ClientHello\n",
             mtls_error_name(rc), served, STALLED_HELLOS);
@@ -298,18 +291,18 @@ static void stalled_hellos(mtls_identity *server_id, mtls_identity *client_a, mt
     double until = now_s() + 5;
     int ok = 0, evicted = 0;
     while (now_s() < until) {
-        int n = __atomic_load_n(&s.count, __ATOMIC_ACQUIRE);
+        int n = __atomic_load_n(&r.s.count, __ATOMIC_ACQUIRE);
         ok = evicted = 0;
         for (int i = 0; i < n; i++) {
-            ok += s.codes[i] == MTLS_OK;
-            evicted += s.codes[i] == MTLS_E_TIMEOUT;
+            ok += r.s.codes[i] == MTLS_OK;
+            evicted += r.s.codes[i] == MTLS_E_TIMEOUT;
         }
         if (ok >= 1 && evicted >= 1) break;
         usleep(10 * 1000);
     }
     CHECK(ok == 1 && evicted >= 1);
     for (int i = 0; i < STALLED_HELLOS; i++) close(fds[i]);
-    stop(listener, &s, t);
+    stop(&r);
 }
 
 int main(void) {
@@ -462,9 +455,10 @@ int main(void) {
     pthread_join(t, NULL);
     mtls_listener_free(listener);
 
-    stalling_clients(server_id, client_a, server_policy, client_policy);
-    partial_hello(server_id, client_a, server_policy, client_policy);
-    stalled_hellos(server_id, client_a, server_policy, client_policy);
+    struct parties parties = { server_id, client_a, server_policy, client_policy };
+    stalling_clients(&parties);
+    partial_hello(&parties);
+    stalled_hellos(&parties);
 
     mtls_policy_free(server_policy);
     mtls_policy_free(client_policy);
