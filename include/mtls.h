@@ -1018,11 +1018,12 @@ MTLS_EXTERN void mtls_conn_cache_clear(void);
                                     named intermediate sends none) */
 #define MTLS_CA_NAMES_LIST 2     /* the subjects of client_ca_certs, in order */
 
-#define MTLS_LISTENER_OPTIONS_VERSION 2
+#define MTLS_LISTENER_OPTIONS_VERSION 3
 /* Server options; fill with mtls_listener_options_init first. Pointers are borrowed for the
  * duration of mtls_listener_new (the listener keeps its own references). Version 2 added the
- * fields from client_overrides on (all in 0.2.0); a program built against version 1 keeps
- * working (its listener gets their defaults). */
+ * fields from client_overrides on (all in 0.2.0), version 3 those from client_hello_timeout_ms
+ * on (0.3.0); a program built against an earlier version keeps working (its listener gets the
+ * later fields' defaults). */
 typedef struct mtls_listener_options {
     unsigned int version;           /* MTLS_LISTENER_OPTIONS_VERSION */
     int client_auth;                /* MTLS_CLIENT_AUTH_* */
@@ -1041,8 +1042,9 @@ typedef struct mtls_listener_options {
                                        thread, and after it the socket is closed silently (nothing
                                        is reported to mtls_listener_accept). 0: 5 s; negative: no
                                        limit; never more than handshake_timeout_ms */
-    int max_handshakes_per_address; /* the most clients of one source address in a handshake at
-                                       once; more wait for a slot of their address. 0: 32;
+    int max_handshakes_per_address; /* the most clients of one source (an IPv4 address; an IPv6
+                                       prefix, see ipv6_source_prefix_length) in a handshake at
+                                       once; more wait for a slot of their source. 0: 32;
                                        negative: no limit */
     int client_ca_names;            /* MTLS_CA_NAMES_*: the CA names of the certificate request
                                        (default MTLS_CA_NAMES_ANCHORS) */
@@ -1050,11 +1052,27 @@ typedef struct mtls_listener_options {
                                        are sent (none when client_ca_cert_count is 0); not read
                                        otherwise. The listener keeps its own references */
     size_t client_ca_cert_count;
+    /* Version 3: */
+    int client_hello_timeout_ms;    /* time an accepted client has, from its connection, to send
+                                       its whole ClientHello; until then it takes no handshake
+                                       slot and no thread (a client that sends a byte, or a part
+                                       of a ClientHello, and stalls holds nothing), and after it
+                                       the socket is closed and mtls_listener_accept reports the
+                                       client as MTLS_E_TIMEOUT. 0: 10 s; negative: no limit;
+                                       never more than handshake_timeout_ms */
+    int ipv6_source_prefix_length;  /* the leading bits of an IPv6 client address that make one
+                                       source for max_handshakes_per_address (an IPv6 host may use
+                                       any address of its network). 0: 64; 128 or negative: each
+                                       address alone; above 128: MTLS_E_INVALID_ARGUMENT at
+                                       mtls_listener_new. IPv4 clients count by address (an
+                                       IPv4-mapped address as its IPv4 address) */
 } mtls_listener_options;
 
 /* Fill *opts with the defaults of `version` (MTLS_LISTENER_OPTIONS_VERSION), the library's own:
  * MTLS_CLIENT_AUTH_REQUIRE, TLS 1.2 to 1.3, handshake_timeout_ms 30000, io_timeout_ms -1 (no
- * limit), session tickets on, MTLS_CA_NAMES_ANCHORS, NULL pointers.
+ * limit), session tickets on, first_byte_timeout_ms 5000, max_handshakes_per_address 32,
+ * MTLS_CA_NAMES_ANCHORS, client_hello_timeout_ms 10000, ipv6_source_prefix_length 64, NULL
+ * pointers.
  *
  * How a listener judges a client (client_policy): the policy's anchors (or, for a client whose
  * address matches one of its host rules, that rule's anchors and pins) decide, and they are also
@@ -1079,8 +1097,14 @@ MTLS_EXTERN int mtls_listener_new(const char *address, uint16_t port, const mtls
 /* The port listened on. */
 MTLS_EXTERN int mtls_listener_port(const mtls_listener *listener, uint16_t *port);
 /* Wait up to timeout_ms (negative: forever) for a client and run its handshake. Clients that
- * have sent nothing yet are not waited for here: they take no handshake slot until their first
- * byte arrives, and are closed silently after first_byte_timeout_ms. The listener
+ * have not sent their whole ClientHello yet are not waited for here: they take no handshake slot
+ * until it has arrived; one that sent nothing is closed silently after first_byte_timeout_ms,
+ * one that sent a part of its ClientHello is closed after client_hello_timeout_ms and reported
+ * here as MTLS_E_TIMEOUT (MTLS_E_HANDSHAKE when it leaves before it is whole), as a handshake
+ * that failed is. When all 256 handshake slots (or all of its
+ * source's) are taken and a client whose ClientHello came waits, the handshake that has made no
+ * progress (no handshake message read or written) for longest, at least 1 s, is cut short for it
+ * and reported here as MTLS_E_TIMEOUT. The listener
  * issues session tickets (unless no_session_tickets): a returning client resumes without the
  * certificate work. A ticket resumes only while the client policy is the object and version
  * that judged the client (any change to the policy invalidates every ticket), from the same

@@ -103,6 +103,18 @@ enum CLI {
         for w in LibraryWarnings.take() { printError("warning: \(w)") }
     }
 
+    /// Raises this process's soft limit of open files to its hard limit, for a server that holds
+    /// a socket per client (each waiting for its ClientHello too): the usual soft limit of 1,024
+    /// would run out long before the listener's own limits do. A program decides this for
+    /// itself, so the library never does; the command line, being the program, does it for
+    /// `serve`. Nothing happens when the limit cannot be read or raised.
+    static func raiseOpenFileLimit() {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+        limit.rlim_cur = limit.rlim_max
+        _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    }
+
     /// The stable snake_case name of a failure for `--json` output (`internal` for anything that
     /// is not an ``MTLSError``).
     static func errorName(_ error: Error) -> String { (error as? MTLSError)?.code.name ?? "internal" }

@@ -375,6 +375,8 @@ struct ServeCommand: ParsableCommand {
     @Option(help: "Serve the store's certificate metrics and the listener's counters as Prometheus text on 127.0.0.1:PORT.") var metricsPort: UInt16?
     @Flag(help: "Send no CA names in the certificate request (they name the client anchors by default): each client presents the certificate it has. For clients that match the names wrongly, such as an Erlang/OTP 25 TLS 1.3 client whose certificate an intermediate issued. Trust does not change.") var noCaNames = false
     @Option(help: "Send the subjects of the certificates in FILE (PEM or DER, one or more) as the CA names of the certificate request, instead of the client anchors'. Trust does not change.") var caNames: String?
+    @Option(help: "Seconds a client has, from its connection, to send its whole ClientHello; until then it holds no handshake slot (default: the library's, \(TLSDefaults.clientHelloTimeout.map { "\(Int($0)) s" } ?? "none"), never more than the handshake timeout; 0: the default; negative: none).") var clientHelloTimeout: Double?
+    @Option(help: "Leading bits of an IPv6 client address that make one source for the per-source handshake cap (default: the library's, \(TLSDefaults.ipv6SourcePrefixLength ?? 128); 128: each address alone).") var ipv6SourcePrefixLength: Int?
 
     func validate() throws {
         if noCaNames && caNames != nil { throw ValidationError("give --no-ca-names or --ca-names, not both") }
@@ -403,6 +405,9 @@ struct ServeCommand: ParsableCommand {
             if let caNames { o.clientCANames = .certificates(try Certificate.load(path: caNames)) }
             o.alpn = alpn
             o.sessionTickets = !noSessionTickets
+            if let clientHelloTimeout { o.clientHelloTimeout = clientHelloTimeout }
+            if let ipv6SourcePrefixLength { o.ipv6SourcePrefixLength = ipv6SourcePrefixLength }
+            CLI.raiseOpenFileLimit()  // a socket per client, silent ones included
             let listener = try TLSListener(address: address, port: port, options: o)
             follow.start(listener: listener)
             CLI.printWarnings()  // before serving: a server runs until stopped

@@ -37,6 +37,10 @@ public final class TLSConnection {
     /// The counters of the listener that accepted this connection: its current connections
     /// count this one until it is freed.
     var listenerCounters: ListenerCounters?
+    /// Set by a listener for the handshake it runs: told each time the handshake's state machine
+    /// moves (a message read or written), so the listener knows which handshakes are stalled.
+    var handshakeProgress: HandshakeProgress?
+    private var lastHandshakeState: OSSL_HANDSHAKE_STATE?
     /// Whether the handshake has finished.
     public private(set) var isHandshakeComplete = false
     /// After a failed handshake, read or write: the side that failed or refused — the peer when
@@ -243,6 +247,12 @@ public final class TLSConnection {
             switch err {
             case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
                 let writing = err == SSL_ERROR_WANT_WRITE
+                if let progress = handshakeProgress {
+                    // Progress is a message, not a byte: a peer that sends its flight a byte at a
+                    // time does not look busy.
+                    let now = SSL_get_state(ssl)
+                    if now != lastHandshakeState { lastHandshakeState = now; progress.advanced() }
+                }
                 if nonBlocking {
                     throw MTLSError(writing ? .wantWrite : .wantRead, "the handshake is waiting for the socket")
                 }

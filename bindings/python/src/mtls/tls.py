@@ -22,7 +22,7 @@ CLIENT_AUTH = {"none": 0, "optional": 1, "require": 2}
 # The CA names of a listener's certificate request (MTLS_CA_NAMES_*); a list of certificates is "list".
 CA_NAMES = {"anchors": 0, "none": 1, "list": 2}
 CONN_OPTIONS_VERSION = 2
-LISTENER_OPTIONS_VERSION = 2
+LISTENER_OPTIONS_VERSION = 3
 
 
 class ConnOptions(ctypes.Structure):
@@ -49,7 +49,7 @@ class ConnOptions(ctypes.Structure):
 
 
 class ListenerOptions(ctypes.Structure):
-    """typedef struct mtls_listener_options (version 2)."""
+    """typedef struct mtls_listener_options (version 3)."""
     _fields_ = [
         ("version", ctypes.c_uint),
         ("client_auth", ctypes.c_int),
@@ -67,6 +67,8 @@ class ListenerOptions(ctypes.Structure):
         ("client_ca_names", ctypes.c_int),
         ("client_ca_certs", ctypes.POINTER(ctypes.c_void_p)),
         ("client_ca_cert_count", ctypes.c_size_t),
+        ("client_hello_timeout_ms", ctypes.c_int),
+        ("ipv6_source_prefix_length", ctypes.c_int),
     ]
 
 
@@ -414,8 +416,15 @@ class Listener(_Handle):
     default; negative, or inf for a timeout: no limit).
     first_byte_timeout: seconds an accepted client has to send its first byte (default 5 s);
     until then it takes no handshake slot, after it it is closed silently.
-    max_handshakes_per_address: the most clients of one address in a handshake at once (default
-    32; 0 is the default, no longer "no limit": give a negative number for no limit).
+    max_handshakes_per_address: the most clients of one source (an IPv4 address, an IPv6 /64) in a
+    handshake at once (default 32; 0 is the default, no longer "no limit": give a negative number
+    for no limit).
+    client_hello_timeout: seconds an accepted client has to send its whole ClientHello (default
+    10 s); until then it takes no handshake slot (a byte, or a part of a ClientHello, holds
+    nothing), after it it is closed silently.
+    ipv6_source_prefix_length: the leading bits of an IPv6 client address that make one source for
+    max_handshakes_per_address (default 64; 128 or negative: each address alone; above 128:
+    refused).
     client_ca_names: the CA names of the certificate request, from which clients pick their
     certificate: "anchors" (the client anchors', the default), "none" (each client presents the one
     it has; for clients that match the names wrongly, such as Erlang/OTP 25 over TLS 1.3), or a
@@ -428,7 +437,8 @@ class Listener(_Handle):
                  session_tickets: bool = True, client_overrides: Optional[Overrides] = None,
                  first_byte_timeout: Optional[float] = None, max_handshakes_per_address: Optional[int] = None,
                  identity_source: Optional[Any] = None,
-                 client_ca_names: Union[str, Sequence[Certificate]] = "anchors"):
+                 client_ca_names: Union[str, Sequence[Certificate]] = "anchors",
+                 client_hello_timeout: Optional[float] = None, ipv6_source_prefix_length: Optional[int] = None):
         if client_auth not in CLIENT_AUTH:
             raise ValueError("client_auth must be 'none', 'optional' or 'require'")
         if isinstance(client_ca_names, str) and client_ca_names not in ("anchors", "none"):
@@ -446,6 +456,8 @@ class Listener(_Handle):
         o.client_overrides = overrides
         o.first_byte_timeout_ms = _ms(first_byte_timeout)
         o.max_handshakes_per_address = _limit(max_handshakes_per_address)
+        o.client_hello_timeout_ms = _ms(client_hello_timeout)
+        o.ipv6_source_prefix_length = _limit(ipv6_source_prefix_length)
         ca_certs = None
         if isinstance(client_ca_names, str):
             o.client_ca_names = CA_NAMES[client_ca_names]
