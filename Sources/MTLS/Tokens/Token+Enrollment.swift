@@ -132,16 +132,16 @@ extension Token {
         let (session, token, info) = try openToken(uri: uri, text: text, modulePath: modulePath, readWrite: false, requireObject: true)
         try requireLogin(session, token, uri: uri, pin: pin, pinCallback: pinCallback, allowFinalTry: allowFinalTry)
         let key = try findPrivateKey(session, token: token, uri: uri)
-        let attributes = try session.attributes(key, [CK_ATTRIBUTE_TYPE(CKA_ID), CK_ATTRIBUTE_TYPE(CKA_LABEL)], guess: 256)
+        let attributes = try session.attributes(key, [CK_ATTRIBUTE_TYPE(CKA_ID), CK_ATTRIBUTE_TYPE(CKA_LABEL),
+                                                      CK_ATTRIBUTE_TYPE(CKA_ALWAYS_AUTHENTICATE)], guess: 256)
         let id = attributes[CK_ATTRIBUTE_TYPE(CKA_ID)] ?? []
         let label = attributes[CK_ATTRIBUTE_TYPE(CKA_LABEL)].map { String(decoding: $0, as: UTF8.self) }
         let publicKey = try publicKey(session, token: token, privateKey: key, id: id)
         defer { EVP_PKEY_free(publicKey) }
         let keyURI = try P11KitURI.format(token: info, label: label, id: id.isEmpty ? nil : id, cls: CK_OBJECT_CLASS(CKO_PRIVATE_KEY))
-        let context = TokenKeyContext(session: session, key: key, uri: keyURI)
-        reconnect(session, token: token, key: key, id: id, label: label,
-                  plan: PINPlan(pin: pin, callback: pinCallback, uri: uri, allowFinalTry: allowFinalTry))
-        return PrivateKey(takingOwnership: try TokenKey.make(publicKey: publicKey, context: context), tokenURI: keyURI)
+        return try tokenPrivateKey(key, attributes: attributes, keyURI: keyURI, id: id, label: label, publicKey: publicKey,
+                                   session: session, token: token,
+                                   plan: PINPlan(pin: pin, callback: pinCallback, uri: uri, allowFinalTry: allowFinalTry))
     }
 
     /// A CSR for the key the URI names, signed on the token (C_Sign).
