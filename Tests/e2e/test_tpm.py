@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -280,3 +281,31 @@ def test_serve_with_a_tpm_server_key(tpm, enrolled, version):
         log = p.stop()
     assert r.returncode == 0, r.stderr + log
     assert r.stdout == "hello anonymous\n", r.stdout
+
+
+PYTHON_ENROLL = r"""
+import sys, warnings
+import mtls
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    uri = mtls.tokens.generate_key("pkcs11:token=tpm-card;object=py-p384", "ec-p384", pin="1234")
+print("URI", uri)
+print("WARN", " | ".join(str(w.message) for w in seen if issubclass(w.category, mtls.LibraryWarning)))
+sys.stdout.write(mtls.tokens.make_csr("pkcs11:token=tpm-card;object=py-p384", "CN=python p384", pin="1234"))
+"""
+
+
+def test_python_generates_a_key_on_the_tpm_and_signs_a_csr(tpm, tmp_path):
+    """Python's generate_key and make_csr (the C ABI, p11-kit's registered modules), in a process
+    of their own so that tpm2-pkcs11 starts with this TPM's environment."""
+    r = subprocess.run([sys.executable, "-c", PYTHON_ENROLL], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("URI pkcs11:model=SW%20%20%20TPM;"), r.stdout
+    # tpm2-pkcs11 refused the template with CKA_DECRYPT=false; the warning says what the key has.
+    assert "CKA_DECRYPT" in lines[1] and "ec-p384" in lines[1], r.stdout
+    (tmp_path / "py.csr").write_text("\n".join(lines[2:]) + "\n")
+    v = subprocess.run(["openssl", "req", "-in", tmp_path / "py.csr", "-noout", "-verify", "-subject"],
+                       capture_output=True, text=True)
+    assert "verify OK" in v.stdout + v.stderr and "CN = python p384" in v.stdout, v
