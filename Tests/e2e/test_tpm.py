@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import free_port, require_tool, run_cli, wait_port, write_secret
+from conftest import free_port, require_tool, run_cli, server_pki, wait_port, write_secret
 from test_tls import Peer
 
 KEY_TYPES = ["ec-p256", "rsa-2048"]
@@ -133,16 +133,7 @@ def tpm(tmp_path_factory):
         t.start()
         write_secret(d / "pin", "1234\n")
         write_secret(d / "bad-pin", "0000\n")
-        pki = d / "pki"
-        for args in (["init", "--name", "TPM Root"], ["intermediate", "--name", "Customer A"],
-                     ["issue", "server", "--ca", "Customer A", "--dns", "localhost", "--ip", "127.0.0.1"]):
-            r = run_cli("pki", *args, "--dir", pki)
-            assert r.returncode == 0, r.stderr
-        issued = pki / "ca" / "customer-a" / "issued" / "localhost"
-        (d / "server.pem").write_text((issued / "cert.pem").read_text())
-        (d / "server.key").write_text((issued / "key.pem").read_text())
-        (d / "int.pem").write_text((pki / "ca" / "customer-a" / "cert.pem").read_text())
-        (d / "root.pem").write_text((pki / "root" / "cert.pem").read_text())
+        server_pki(d, "TPM Root")
         yield t
     finally:
         t.stop()
