@@ -3,7 +3,8 @@ as its resource manager on a private D-Bus session bus, tpm2-pkcs11 as the PKCS#
 store in the test's own directory (TPM2_PKCS11_STORE), a token made with tpm2_ptool. End to end:
 keygen (EC P-256, RSA-2048), CSR, `mtls pki sign`, import-cert with the chain, mutual TLS against
 `openssl s_server -Verify` over TLS 1.3 and 1.2, a wrong PIN (the TPM's dictionary-attack lockout
-cleared in this TPM afterwards), a stored token identity, `mtls serve` with a TPM key.
+cleared in this TPM afterwards), swtpm stopped (token_not_present) and started again, a stored
+token identity, `mtls serve` with a TPM key, Python's generate_key and make_csr.
 
 tpm2-pkcs11 keys always sign and decrypt: a key template saying CKA_DECRYPT=false made keygen
 fail (CKR_GENERAL_ERROR) before libmtls left its usage preferences out when a module refuses them.
@@ -71,26 +72,38 @@ class TPM:
         (d / "store").mkdir()
         port = two_free_ports()
         self.port = port
-        self.spawn(["swtpm", "socket", "--tpm2", "--tpmstate", f"dir={d}/state",
-                    "--server", f"type=tcp,port={port},bindaddr=127.0.0.1",
-                    "--ctrl", f"type=tcp,port={port + 1},bindaddr=127.0.0.1", "--flags", "not-need-init,startup-clear"])
-        wait_port(port, self.procs[-1])
         bus = self.spawn(["dbus-daemon", "--session", "--nofork", "--print-address=1", f"--address=unix:path={d}/bus"],
                          stdout=subprocess.PIPE)
         address = bus.stdout.readline().strip()
         assert address.startswith("unix:"), address
-        name = f"com.intel.tss2.Tabrmd.mtls{os.getpid()}"
-        abrmd = shutil.which("tpm2-abrmd") or "/usr/sbin/tpm2-abrmd"
-        tcti = f"tabrmd:bus_type=session,bus_name={name}"
+        self.bus_name = f"com.intel.tss2.Tabrmd.mtls{os.getpid()}"
+        tcti = f"tabrmd:bus_type=session,bus_name={self.bus_name}"
         self.setenv(DBUS_SESSION_BUS_ADDRESS=address, TPM2TOOLS_TCTI=tcti, TPM2_PKCS11_TCTI=tcti,
                     TPM2_PKCS11_STORE=str(d / "store"), TPM2_PKCS11_LOG_LEVEL="0")
-        self.spawn([abrmd, *(["--allow-root"] if os.geteuid() == 0 else []), "--session", f"--dbus-name={name}",
-                    f"--tcti=swtpm:host=127.0.0.1,port={port}", "--flush-all"])
-        # tpm2-abrmd is up when a command goes through it.
-        wait_for("tpm2-abrmd on the session bus", lambda: subprocess.run(
-            ["tpm2_getcap", "properties-fixed"], capture_output=True).returncode == 0)
+        self.launch()
         self.run(["tpm2_ptool", "init"])
         self.run(["tpm2_ptool", "addtoken", "--pid=1", f"--label={TOKEN}", "--userpin=1234", "--sopin=5678"])
+
+    def launch(self):
+        """swtpm on its state directory, and tpm2-abrmd in front of it; back when a command goes through."""
+        d, port = self.dir, self.port
+        self.swtpm = self.spawn(["swtpm", "socket", "--tpm2", "--tpmstate", f"dir={d}/state",
+                                 "--server", f"type=tcp,port={port},bindaddr=127.0.0.1",
+                                 "--ctrl", f"type=tcp,port={port + 1},bindaddr=127.0.0.1",
+                                 "--flags", "not-need-init,startup-clear"])
+        wait_port(port, self.swtpm)
+        abrmd = shutil.which("tpm2-abrmd") or "/usr/sbin/tpm2-abrmd"
+        self.abrmd = self.spawn([abrmd, *(["--allow-root"] if os.geteuid() == 0 else []), "--session",
+                                 f"--dbus-name={self.bus_name}", f"--tcti=swtpm:host=127.0.0.1,port={port}", "--flush-all"])
+        wait_for("tpm2-abrmd on the session bus", lambda: subprocess.run(
+            ["tpm2_getcap", "properties-fixed"], capture_output=True).returncode == 0)
+
+    def halt(self):
+        """Stops tpm2-abrmd and swtpm (the TPM's state stays in its directory)."""
+        for p in (self.abrmd, self.swtpm):
+            p.terminate()
+            p.wait(10)
+            self.procs.remove(p)
 
     def spawn(self, args, stdout=subprocess.DEVNULL):
         p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.DEVNULL, text=True)
@@ -233,6 +246,28 @@ def test_wrong_pin_is_pin_incorrect_and_the_right_pin_works_after_the_lockout_is
     finally:
         log = s.stop()
     assert r.returncode == 0, r.stdout + r.stderr + log
+
+
+def test_swtpm_stopped_is_an_error_and_after_a_restart_the_identity_works_again(tpm, enrolled):
+    tpm.halt()
+    try:
+        s = s_server(tpm, "1.3")
+        try:
+            r = connect(tpm, s.port, enrolled["ec-p256"], "1.3")
+        finally:
+            s.stop()
+        assert r.returncode != 0, r.stdout
+        assert json.loads(r.stdout)["error_code"] == "token_not_present", r.stdout + r.stderr
+    finally:
+        tpm.launch()
+    s = s_server(tpm, "1.2")
+    try:
+        r = connect(tpm, s.port, enrolled["ec-p256"], "1.2")
+        log = s.output_until(lambda log: "hello from the TPM" in log, timeout=20)
+    finally:
+        log = s.stop()
+    assert r.returncode == 0, r.stdout + r.stderr + log
+    assert "subject=CN = tpm-ec-p256" in log, log
 
 
 def test_stored_token_identity_on_the_tpm(tpm, enrolled, tmp_path):
