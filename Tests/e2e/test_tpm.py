@@ -200,6 +200,18 @@ def connect(t, port, identity, version, *extra, pin="pin"):
     return r
 
 
+def handshake(t, identity, version, *extra, pin="pin"):
+    """`mtls connect` with `identity` to a fresh s_server; (the CLI's result, s_server's output)."""
+    s = s_server(t, version)
+    try:
+        r = connect(t, s.port, identity, version, *extra, pin=pin)
+        if r.returncode == 0:
+            s.output_until(lambda log: "hello from the TPM" in log, timeout=20)
+    finally:
+        log = s.stop()
+    return r, log
+
+
 def test_keygen_on_the_tpm_makes_sign_keys_and_uris_without_padding(tpm, enrolled):
     r = run_cli("token", "list", "--module", tpm.module, "--json")
     assert r.returncode == 0, r.stderr
@@ -217,12 +229,7 @@ def test_keygen_on_the_tpm_makes_sign_keys_and_uris_without_padding(tpm, enrolle
 @pytest.mark.parametrize("key_type", KEY_TYPES)
 @pytest.mark.parametrize("version", ["1.3", "1.2"])
 def test_mutual_tls_with_a_tpm_key(tpm, enrolled, key_type, version):
-    s = s_server(tpm, version)
-    try:
-        r = connect(tpm, s.port, enrolled[key_type], version)
-        log = s.output_until(lambda log: "hello from the TPM" in log, timeout=20)
-    finally:
-        log = s.stop()
+    r, log = handshake(tpm, enrolled[key_type], version)
     assert r.returncode == 0, r.stdout + r.stderr + log
     out = json.loads(r.stdout)
     assert out["connected"] and out["tls_version"] == f"TLSv{version}", out
@@ -230,42 +237,24 @@ def test_mutual_tls_with_a_tpm_key(tpm, enrolled, key_type, version):
 
 
 def test_wrong_pin_is_pin_incorrect_and_the_right_pin_works_after_the_lockout_is_cleared(tpm, enrolled):
-    s = s_server(tpm, "1.3")
-    try:
-        r = connect(tpm, s.port, enrolled["ec-p256"], "1.3", pin="bad-pin")
-    finally:
-        s.stop()
+    r, _ = handshake(tpm, enrolled["ec-p256"], "1.3", pin="bad-pin")
     assert r.returncode != 0
     assert "pin_incorrect" in r.stdout + r.stderr or "wrong PIN" in r.stdout + r.stderr, r.stdout + r.stderr
     # A TPM locks its dictionary-attack protection after a few wrong tries: clear it in this TPM.
     tpm.run(["tpm2_dictionarylockout", "--clear-lockout"])
-    s = s_server(tpm, "1.3")
-    try:
-        r = connect(tpm, s.port, enrolled["ec-p256"], "1.3")
-        log = s.output_until(lambda log: "hello from the TPM" in log, timeout=20)
-    finally:
-        log = s.stop()
+    r, log = handshake(tpm, enrolled["ec-p256"], "1.3")
     assert r.returncode == 0, r.stdout + r.stderr + log
 
 
 def test_swtpm_stopped_is_an_error_and_after_a_restart_the_identity_works_again(tpm, enrolled):
     tpm.halt()
     try:
-        s = s_server(tpm, "1.3")
-        try:
-            r = connect(tpm, s.port, enrolled["ec-p256"], "1.3")
-        finally:
-            s.stop()
+        r, _ = handshake(tpm, enrolled["ec-p256"], "1.3")
         assert r.returncode != 0, r.stdout
         assert json.loads(r.stdout)["error_code"] == "token_not_present", r.stdout + r.stderr
     finally:
         tpm.launch()
-    s = s_server(tpm, "1.2")
-    try:
-        r = connect(tpm, s.port, enrolled["ec-p256"], "1.2")
-        log = s.output_until(lambda log: "hello from the TPM" in log, timeout=20)
-    finally:
-        log = s.stop()
+    r, log = handshake(tpm, enrolled["ec-p256"], "1.2")
     assert r.returncode == 0, r.stdout + r.stderr + log
     assert "subject=CN = tpm-ec-p256" in log, log
 
@@ -280,12 +269,7 @@ def test_stored_token_identity_on_the_tpm(tpm, enrolled, tmp_path):
     r = run_cli("store", *store, "list", "--json")
     item = next(i for i in json.loads(r.stdout) if i["label"] == "tpm")
     assert item["class"] == "token-identity" and item["subject"] == "CN=tpm-rsa-2048", item
-    s = s_server(tpm, "1.3")
-    try:
-        r = connect(tpm, s.port, "tpm", "1.3", *store)
-        log = s.output_until(lambda log: "hello from the TPM" in log, timeout=20)
-    finally:
-        log = s.stop()
+    r, log = handshake(tpm, "tpm", "1.3", *store)
     assert r.returncode == 0, r.stdout + r.stderr + log
     assert "subject=CN = tpm-rsa-2048" in log, log
 
