@@ -1325,12 +1325,16 @@ MTLS_EXTERN int mtls_identity_token_uri(const mtls_identity *identity, char **ou
  * never extractable, for signing, with CKA_ID from id= (random when absent) and CKA_LABEL from
  * object=. *key_uri is the new private key's URI; free it with mtls_string_free.
  * MTLS_E_DUPLICATE when the token has a key with that id or label; MTLS_E_UNSUPPORTED when the
- * token cannot make that type. */
+ * token cannot make that type (the message names the attribute when that can be known, such as
+ * CKA_MODULUS_BITS outside the token's range). "No encrypt, decrypt, wrap or unwrap" is only a
+ * preference: a module that refuses it (tpm2-pkcs11's keys always sign and decrypt) gets the
+ * key without it, and a warning (mtls_take_warnings) names the attributes it set anyway. */
 MTLS_EXTERN int mtls_token_keygen(const char *uri, const char *key_type, mtls_pin_cb pin_cb, void *userdata,
                                   char **key_uri);
 /* A PKCS#10 certificate signing request for the token key the URI names, with `subject`
- * ("CN=alice", "CN=alice,O=Example"), signed on the token. *csr_pem (PEM) is freed with
- * mtls_string_free. */
+ * ("CN=alice", "CN=alice,O=Example"), signed on the token (a CKA_ALWAYS_AUTHENTICATE key gets
+ * its context-specific login before the signature, as in a handshake). *csr_pem (PEM) is freed
+ * with mtls_string_free. */
 MTLS_EXTERN int mtls_token_csr(const char *uri, const char *subject, mtls_pin_cb pin_cb, void *userdata, char **csr_pem);
 /* Write `cert` onto the token beside the private key the URI names (same CKA_ID; label from the
  * URI's object=, else the key's). MTLS_E_KEY_MISMATCH when it is not that key's certificate,

@@ -95,6 +95,24 @@ def run_cli(*args, check=False, input=None, timeout=60):
                           timeout=timeout, check=check)
 
 
+def server_pki(d, root_name):
+    """A PKI made with `mtls pki` in d/pki: root `root_name`, intermediate "Customer A", a server
+    certificate for localhost and 127.0.0.1; written beside it as server.pem, server.key,
+    server-chain.pem (leaf + intermediate), int.pem and root.pem."""
+    pki = d / "pki"
+    for args in (["init", "--name", root_name], ["intermediate", "--name", "Customer A"],
+                 ["issue", "server", "--ca", "Customer A", "--dns", "localhost", "--ip", "127.0.0.1"]):
+        r = run_cli("pki", *args, "--dir", pki)
+        assert r.returncode == 0, r.stderr
+    issued = pki / "ca" / "customer-a" / "issued" / "localhost"
+    intermediate = (pki / "ca" / "customer-a" / "cert.pem").read_text()
+    (d / "server.pem").write_text((issued / "cert.pem").read_text())
+    (d / "server.key").write_text((issued / "key.pem").read_text())
+    (d / "server-chain.pem").write_text((issued / "cert.pem").read_text() + intermediate)
+    (d / "int.pem").write_text(intermediate)
+    (d / "root.pem").write_text((pki / "root" / "cert.pem").read_text())
+
+
 @pytest.fixture
 def cli():
     return run_cli

@@ -205,6 +205,26 @@ final class ACMEClient {
         return location
     }
 
+    /// Uses the account recorded at enrollment: later requests are signed with the key and its
+    /// URL as `kid` (RFC 8555 §6.2), and no `newAccount` is sent (a server that wants a contact or
+    /// an external account binding there refuses a bare one).
+    func useAccount(_ url: String) {
+        accountURL = url
+    }
+
+    /// Finds the key's existing account without making one (RFC 8555 §7.3.1,
+    /// `onlyReturnExisting`); returns its URL. ``MTLSError/Code/caRejected`` when the server knows
+    /// no account for the key (`accountDoesNotExist`).
+    @discardableResult
+    func existingAccount() throws -> String {
+        if let accountURL { return accountURL }
+        let r = try post(try endpoint("newAccount"), .object([("onlyReturnExisting", .bool(true))]), useJWK: true,
+                         what: "looking up the ACME account of the recorded key")
+        guard let location = r.header("location") else { throw MTLSError(.parse, "the ACME server gave no account URL") }
+        accountURL = location
+        return location
+    }
+
     /// Orders a certificate for `identifiers` (DNS names or IP literals), answers each pending
     /// authorization with `method`, finalises with `csr` and returns the chain (leaf first).
     /// `replaces` (RFC 9773 §5): the ARI identifier of the certificate this order renews; sent

@@ -110,6 +110,10 @@ public enum Enrollment {
         }
         let client = ACMEClient(directoryURL: request.directoryURL, accountKey: accountKey, http: HTTPSClient(options: options))
         client.pollTimeout = request.pollTimeout
+        if recordedKey != nil, let record = previous?.record {
+            // Renewal, or enrollment again under the label: the recorded account, not a new one.
+            try useRecordedAccount(client, record: record)
+        }
         let accountURL = try client.account(contact: request.contact, externalAccount: request.externalAccount)
 
         let key = try request.tokenURI.map { try Token.signingKey(uri: $0, pin: request.tokenPIN) } ?? PrivateKey.generate(request.keySpec ?? .ecP256)
@@ -127,6 +131,18 @@ public enum Enrollment {
                                  policy: policy, tokenPIN: request.tokenPIN, writeToToken: true)
         result.replaced = client.lastOrderReplaced
         return result
+    }
+
+    /// The account of an ACME record for `client` (made with the record's account key): its
+    /// recorded URL as `kid`; a record without one is looked up with `onlyReturnExisting`. No
+    /// account is made again (which a server wanting a contact or an external account binding
+    /// refuses).
+    static func useRecordedAccount(_ client: ACMEClient, record: EnrollmentRecord) throws {
+        if let url = record.account, !url.isEmpty {
+            client.useAccount(url)
+        } else {
+            try client.existingAccount()
+        }
     }
 
     /// The ACME client for an ACME record: its directory, its anchors, its account key.
@@ -156,7 +172,7 @@ public enum Enrollment {
         let certificate: Certificate = record.tokenURI == nil ? try store.identity(label: label).leaf
                                                                : try store.tokenIdentity(label: label).certificate
         let client = acmeClient(record, accountKey: accountKey)
-        try client.account()
+        try useRecordedAccount(client, record: record)
         try client.revoke(certificate, reason: reason)
         return certificate
     }
