@@ -191,7 +191,13 @@ struct EnrollCommand: ParsableCommand {
         @Option(name: .customLong("key-type"), help: "Type of the new key (default ec-p256).") var keyType: String?
         @Option(name: .customLong("token-uri"), help: "Use this token key (pkcs11: URI) instead of a new key in the store.") var tokenURI: String?
         @Option(name: .customLong("pin-file"), help: "File holding the token's PIN.") var pinFile: String?
+        @Option(name: .customLong("timeout"), help: "Seconds each exchange with the EST server may take in all (default \(Int(ESTEnrollment.defaultTimeout))).")
+        var timeout: Double?
         @Flag(help: "Machine-readable output.") var json = false
+
+        func validate() throws {
+            if let timeout, !(timeout.isFinite && timeout > 0) { throw ValidationError("--timeout is a number of seconds above 0") }
+        }
 
         func run() throws {
             try CLI.reporting(json: json) {
@@ -211,6 +217,7 @@ struct EnrollCommand: ParsableCommand {
                     request.tokenURI = tokenURI
                     request.tokenPIN = pin
                     request.profile = profile
+                    if let timeout { request.timeout = timeout }
                     try EnrollCommand.usage { try request.validate() }
                     return try Enrollment.enrollEST(request, store: store, label: label)
                 }
