@@ -351,12 +351,17 @@ struct ServeCommand: ParsableCommand {
     @Option(help: "ALPN protocol to accept; repeatable.") var alpn: [String] = []
     @Option(help: "Stop after this many clients (default: run until killed).") var count: Int?
     @Flag(help: "Issue no session tickets: every client gets a full handshake and a fresh evaluation.") var noSessionTickets = false
-    @Option(help: "Serve the store's certificate metrics and the listener's counters as Prometheus text on 127.0.0.1:PORT.") var metricsPort: UInt16?
+    @Option(help: "Serve the store's certificate metrics and the listener's counters as Prometheus text on 127.0.0.1:PORT (see --metrics-listen).") var metricsPort: UInt16?
+    @Option(help: "With --metrics-port: the address the metrics endpoint listens on (default 127.0.0.1, loopback only).") var metricsListen: String?
+    @Option(help: "With --metrics-port: only scrapes sending 'Authorization: Bearer <token>' with the token in FILE (first line; a secret file, chmod 600) see the metrics; others get 401.") var metricsTokenFile: String?
     @Flag(help: "Send no CA names in the certificate request (they name the client anchors by default): each client presents the certificate it has. For clients that match the names wrongly, such as an Erlang/OTP 25 TLS 1.3 client whose certificate an intermediate issued. Trust does not change.") var noCaNames = false
     @Option(help: "Send the subjects of the certificates in FILE (PEM or DER, one or more) as the CA names of the certificate request, instead of the client anchors'. Trust does not change.") var caNames: String?
 
     func validate() throws {
         if noCaNames && caNames != nil { throw ValidationError("give --no-ca-names or --ca-names, not both") }
+        if metricsPort == nil && (metricsListen != nil || metricsTokenFile != nil) {
+            throw ValidationError("--metrics-listen and --metrics-token-file go with --metrics-port")
+        }
     }
 
     func run() throws {
@@ -389,8 +394,13 @@ struct ServeCommand: ParsableCommand {
             var metrics: MetricsEndpoint?
             if let metricsPort {
                 let store = follow.store
-                metrics = try MetricsEndpoint(port: metricsPort) { Prometheus.exposition(listener.counters, store: store) }
-                print("metrics on 127.0.0.1:\(metrics?.port ?? 0)")
+                let token = try metricsTokenFile.map { try FileIO.readSecret($0, kind: .bearerToken) }
+                let metricsAddress = metricsListen ?? MetricsEndpoint.defaultAddress
+                metrics = try MetricsEndpoint(address: metricsAddress, port: metricsPort, bearerToken: token) {
+                    Prometheus.exposition(listener.counters, store: store)
+                }
+                print("metrics on \(metricsAddress.contains(":") ? "[\(metricsAddress)]" : metricsAddress):\(metrics?.port ?? 0)"
+                      + (token == nil ? "" : " (bearer token required)"))
             }
             defer { metrics?.close() }
             fflush(nil)  // all streams: Swift 6 does not let code touch the C global `stdout`

@@ -322,13 +322,9 @@ struct RenewCommand: ParsableCommand {
                 RenewCommand.printEvent(e, json: asJSON)
                 fflush(nil)  // a supervisor reading the pipe sees each event as it happens
             }
-            var firstPass = true  // --force applies to the first pass only, not to every check
-            while true {
-                try renewer.runOnce(force: force && firstPass)
-                firstPass = false
-                let soonest = renewer.nextWake.map { max(1, $0.timeIntervalSinceNow) } ?? interval
-                Thread.sleep(forTimeInterval: min(interval, soonest))
-            }
+            // Each label on its own schedule (one stuck CA delays no other label); --force
+            // applies to each label's first attempt only.
+            try renewer.runLoop(force: force, checkInterval: interval)
         }
     }
 
