@@ -129,10 +129,10 @@ def enroll_acme(pki, store, directory, *extra, timeout=60):
                    "--dns-hook", "true", "--label", "a", *store, *extra, timeout=timeout)
 
 
-def enroll_est(pki, store, url, tmp_path, *extra, timeout=60):
+def enroll_est(pki, store, url, tmp_path, *extra, timeout=60, label="e"):
     write_secret(tmp_path / "estpass", "pw\n")
     return run_cli("enroll", "est", "--url", url, "--anchor", pki.root, "--user", "u", "--password-file", tmp_path / "estpass",
-                   "--subject", "CN=device", "--label", "e", *store, *extra, timeout=timeout)
+                   "--subject", "CN=device", "--label", label, *store, *extra, timeout=timeout)
 
 
 # --- one deadline for the whole exchange (issue 41 item 5, issue 35 item 9) ---
@@ -371,3 +371,73 @@ def test_metrics_endpoint_listens_on_loopback_unless_told_otherwise(pki, tmp_pat
     finally:
         p.kill()
         p.wait()
+
+
+# --- renew --loop: each label on its own schedule (issue 35 item 9) ---
+
+def est_ca(pki, tmp_path):
+    """A small EST server's answers (RFC 7030 /cacerts and /simpleenroll, PKCS#7 made by openssl)
+    signing with the test PKI's CA; `state["silent"]` makes it accept and never answer."""
+    ca = pki.dir / "ca" / "hostile-ca"
+    chain = tmp_path / "est-chain.pem"
+    chain.write_text((ca / "cert.pem").read_text() + pki.root.read_text())
+    state = {"silent": False}
+
+    def pkcs7(certfile):
+        der = subprocess.run(["openssl", "crl2pkcs7", "-nocrl", "-certfile", str(certfile), "-outform", "DER"],
+                             capture_output=True, check=True).stdout
+        return subprocess.run(["base64"], input=der, capture_output=True, check=True).stdout
+
+    def answer(server, conn, head):
+        if state["silent"]:
+            server.stop.wait(120)
+            return
+        line, _, rest = head.partition(b"\r\n")
+        headers, _, body = rest.partition(b"\r\n\r\n")
+        m = re.search(rb"(?i)content-length:\s*(\d+)", headers)
+        while m and len(body) < int(m.group(1)):
+            body += conn.recv(65536)
+        if b"/cacerts" in line:
+            out = pkcs7(chain)
+        else:
+            d = tmp_path / f"req-{time.monotonic_ns()}"
+            d.mkdir()
+            (d / "req.der").write_bytes(subprocess.run(["base64", "-d"], input=body, capture_output=True, check=True).stdout)
+            (d / "ext").write_text("basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n")
+            subprocess.run(["openssl", "req", "-inform", "DER", "-in", d / "req.der", "-out", d / "req.pem"], check=True, capture_output=True)
+            subprocess.run(["openssl", "x509", "-req", "-in", d / "req.pem", "-CA", ca / "cert.pem", "-CAkey", ca / "key.pem",
+                            "-set_serial", "0x" + os.urandom(16).hex(), "-days", "30", "-sha256", "-extfile", d / "ext",
+                            "-out", d / "cert.pem"], check=True, capture_output=True)
+            out = pkcs7(d / "cert.pem")
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/pkcs7-mime\r\nContent-Transfer-Encoding: base64\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(out) + out)
+        time.sleep(0.2)
+    return state, answer
+
+
+def test_renew_loop_renews_a_good_label_while_another_labels_ca_is_stuck(pki, store, tmp_path):
+    state, answer = est_ca(pki, tmp_path)
+    s = Server(answer, tls_context(pki))
+    loop = None
+    try:
+        # "a-stuck" first: the labels were renewed one after another, in this order.
+        r = enroll_est(pki, store, f"https://127.0.0.1:{s.port}/.well-known/est", tmp_path, label="a-stuck")
+        assert r.returncode == 0, r.stdout + r.stderr
+        ok("enroll", "pki", "--dir", pki.dir, "--ca", "Hostile CA", "--name", "good.test", "--label", "b-good", *store)
+        state["silent"] = True
+        loop = subprocess.Popen([CLI, "renew", "--loop", "--force", "--json", *map(str, store)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        events = []
+        reader = threading.Thread(target=lambda: events.extend(json.loads(l) for l in loop.stdout), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not any(e.get("event") == "renewal_succeeded" and e.get("label") == "b-good"
+                                                      for e in list(events)):
+            time.sleep(0.1)
+        renewed = [e for e in list(events) if e.get("event") == "renewal_succeeded"]
+        assert [e["label"] for e in renewed] == ["b-good"], events
+    finally:
+        if loop:
+            loop.kill()
+            loop.wait()
+        s.close()
