@@ -130,7 +130,7 @@ package struct HTTPClient: Sendable {
         head += "\r\n"
         let request = Array(head.utf8) + (body ?? [])
         var parser = HTTPResponseParser(maxBody: limits.maxBody, headOnly: method == "HEAD")
-        let timedOut = { MTLSError(.timeout, "\(what): no complete answer within \(HTTPClient.seconds(self.limits.timeout)) s") }
+        let timedOut = { MTLSError(.timeout, "\(what): timed out (no complete answer within \(HTTPClient.seconds(self.limits.timeout)) s)") }
         do {
             let connection = try Connection.open(target.host, target.port, tls: tls, deadline: deadline)
             defer { connection.close() }

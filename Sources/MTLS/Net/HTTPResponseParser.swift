@@ -118,10 +118,8 @@ package struct HTTPResponseParser: Sendable {
                 try readHead(buffer[position..<end])
                 position = end + 4
             case .fixed(let remaining):
-                let n = min(remaining, buffer.count - position)
-                body += buffer[position..<(position + n)]
-                position += n
-                guard remaining - n == 0 else { state = .fixed(remaining: remaining - n); return nil }
+                let left = takeBody(remaining)
+                guard left == 0 else { state = .fixed(remaining: left); return nil }
                 state = .done
             case .chunkSize:
                 guard let line = try nextLine() else { return nil }
@@ -134,13 +132,11 @@ package struct HTTPResponseParser: Sendable {
                 }
                 let size = digits.reduce(0) { $0 << 4 | Int(Self.hex($1) ?? 0) }
                 if size == 0 { state = .trailers; continue }
-                guard size <= maxBody - body.count else { throw MTLSError(.limitExceeded, "the HTTP body is over \(maxBody) bytes") }
+                guard size <= maxBody - body.count else { throw MTLSError(.limitExceeded, "the HTTP body is over the limit of \(maxBody) bytes") }
                 state = .chunkData(remaining: size)
             case .chunkData(let remaining):
-                let n = min(remaining, buffer.count - position)
-                body += buffer[position..<(position + n)]
-                position += n
-                guard remaining - n == 0 else { state = .chunkData(remaining: remaining - n); return nil }
+                let left = takeBody(remaining)
+                guard left == 0 else { state = .chunkData(remaining: left); return nil }
                 state = .chunkEnd
             case .chunkEnd:
                 guard buffer.count - position >= 2 else { return nil }
@@ -154,7 +150,7 @@ package struct HTTPResponseParser: Sendable {
                 if line.isEmpty { state = .done }
             case .untilEnd:
                 let n = buffer.count - position
-                guard n <= maxBody - body.count else { throw MTLSError(.limitExceeded, "the HTTP body is over \(maxBody) bytes") }
+                guard n <= maxBody - body.count else { throw MTLSError(.limitExceeded, "the HTTP body is over the limit of \(maxBody) bytes") }
                 body += buffer[position...]
                 position = buffer.count
                 return nil
@@ -226,6 +222,14 @@ package struct HTTPResponseParser: Sendable {
             return
         }
         state = .untilEnd
+    }
+
+    /// Moves up to `remaining` body bytes from the buffer to the body; returns how many are still to come.
+    private mutating func takeBody(_ remaining: Int) -> Int {
+        let n = min(remaining, buffer.count - position)
+        body += buffer[position..<(position + n)]
+        position += n
+        return remaining - n
     }
 
     /// The next CR LF-terminated line (without it), nil when it has not all arrived.
