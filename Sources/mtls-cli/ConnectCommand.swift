@@ -354,13 +354,14 @@ struct ServeCommand: ParsableCommand {
     @Option(help: "Serve the store's certificate metrics and the listener's counters as Prometheus text on 127.0.0.1:PORT (see --metrics-listen).") var metricsPort: UInt16?
     @Option(help: "With --metrics-port: the address the metrics endpoint listens on (default 127.0.0.1, loopback only).") var metricsListen: String?
     @Option(help: "With --metrics-port: only scrapes sending 'Authorization: Bearer <token>' with the token in FILE (first line; a secret file, chmod 600) see the metrics; others get 401.") var metricsTokenFile: String?
+    @Option(help: "With --metrics-port: serve the metrics over TLS with the server's identity, to clients presenting a certificate that chains to this anchor (PEM file; repeatable).") var metricsClientAnchor: [String] = []
     @Flag(help: "Send no CA names in the certificate request (they name the client anchors by default): each client presents the certificate it has. For clients that match the names wrongly, such as an Erlang/OTP 25 TLS 1.3 client whose certificate an intermediate issued. Trust does not change.") var noCaNames = false
     @Option(help: "Send the subjects of the certificates in FILE (PEM or DER, one or more) as the CA names of the certificate request, instead of the client anchors'. Trust does not change.") var caNames: String?
 
     func validate() throws {
         if noCaNames && caNames != nil { throw ValidationError("give --no-ca-names or --ca-names, not both") }
-        if metricsPort == nil && (metricsListen != nil || metricsTokenFile != nil) {
-            throw ValidationError("--metrics-listen and --metrics-token-file go with --metrics-port")
+        if metricsPort == nil && (metricsListen != nil || metricsTokenFile != nil || !metricsClientAnchor.isEmpty) {
+            throw ValidationError("--metrics-listen, --metrics-token-file and --metrics-client-anchor go with --metrics-port")
         }
     }
 
@@ -396,11 +397,24 @@ struct ServeCommand: ParsableCommand {
                 let store = follow.store
                 let token = try metricsTokenFile.map { try FileIO.readSecret($0, kind: .bearerToken) }
                 let metricsAddress = metricsListen ?? MetricsEndpoint.defaultAddress
-                metrics = try MetricsEndpoint(address: metricsAddress, port: metricsPort, bearerToken: token) {
+                // Client certificates under a policy: TLS with the server's own identity, a
+                // certificate required and judged against the metrics anchors only.
+                var metricsTLS: TLSServerOptions?
+                if !metricsClientAnchor.isEmpty {
+                    var m = TLSServerOptions(identity: identity)
+                    m.identitySource = follow.source
+                    m.clientPolicy = TrustPolicy(anchors: try metricsClientAnchor.flatMap { try Certificate.load(path: $0) }, anchorsOnly: true,
+                                                 purpose: .clientAuth, nameCheck: .none)
+                    m.clientAuthentication = .require
+                    m.handshakeTimeout = MetricsEndpoint.requestTimeout
+                    m.ioTimeout = MetricsEndpoint.requestTimeout
+                    metricsTLS = m
+                }
+                metrics = try MetricsEndpoint(address: metricsAddress, port: metricsPort, bearerToken: token, tls: metricsTLS) {
                     Prometheus.exposition(listener.counters, store: store)
                 }
                 print("metrics on \(metricsAddress.contains(":") ? "[\(metricsAddress)]" : metricsAddress):\(metrics?.port ?? 0)"
-                      + (token == nil ? "" : " (bearer token required)"))
+                      + (token == nil ? "" : " (bearer token required)") + (metricsTLS == nil ? "" : " (TLS, client certificate required)"))
             }
             defer { metrics?.close() }
             fflush(nil)  // all streams: Swift 6 does not let code touch the C global `stdout`

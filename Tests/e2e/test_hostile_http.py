@@ -441,3 +441,42 @@ def test_renew_loop_renews_a_good_label_while_another_labels_ca_is_stuck(pki, st
             loop.kill()
             loop.wait()
         s.close()
+
+
+def test_metrics_endpoint_can_require_a_client_certificate(pki, tmp_path):
+    ok("pki", "issue", "client", "--dir", pki.dir, "--ca", "Hostile CA", "--name", "scraper")
+    scraper = pki.dir / "ca" / "hostile-ca" / "issued" / "scraper"
+    p, address, port, line = serve_with_metrics(pki, tmp_path, "--metrics-client-anchor", pki.root)
+    try:
+        assert "client certificate required" in line
+
+        def get(with_cert):
+            c = ssl.create_default_context(cafile=str(pki.root))
+            if with_cert:
+                c.load_cert_chain(str(scraper / "chain.pem"), str(scraper / "key.pem"))
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+                with c.wrap_socket(raw, server_hostname="localhost") as s:
+                    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                    data = b""
+                    while True:
+                        b = s.recv(65536)
+                        if not b:
+                            return data
+                        data += b
+
+        assert get(True).startswith(b"HTTP/1.1 200") and b"mtls_" in get(True)
+        try:
+            answer = get(False)
+        except (ssl.SSLError, OSError):
+            answer = b""
+        assert b"mtls_" not in answer
+        # Plain HTTP gets nothing either.
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            raw.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            try:
+                assert b"mtls_" not in raw.recv(65536)
+            except OSError:
+                pass
+    finally:
+        p.kill()
+        p.wait()

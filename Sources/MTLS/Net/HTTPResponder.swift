@@ -134,7 +134,8 @@ package struct HTTPAnswer: Sendable {
 package final class HTTPResponder: Sendable {
     /// The port listened on (the one the system picked when 0 was asked for).
     package let port: UInt16
-    private let core: Core
+    private let core: Core?
+    private let tlsCore: TLSCore?
 
     /// The most clients open at once, by default.
     package static let maxClients = 64
@@ -158,20 +159,47 @@ package final class HTTPResponder: Sendable {
             throw MTLSError(.io, "cannot start the \(threadName) thread")
         }
         self.core = core
+        self.tlsCore = nil
         self.port = bound
+    }
+
+    /// Serves the clients `listener` accepts (their handshakes done by the listener, under its
+    /// options: a client certificate required and judged by its client policy, say), each on a
+    /// thread of its own under `requestTimeout` for its request and again for the answer, at most
+    /// `maxClients` at once (a client beyond them is closed at once). The responder owns the
+    /// listener and closes it.
+    package init(listener: TLSListener, threadName: String, maxClients: Int = HTTPResponder.maxClients,
+                 requestTimeout: Double = HTTPResponder.requestTimeout,
+                 handler: @escaping @Sendable (HTTPRequest) -> HTTPAnswer) throws {
+        let core = TLSCore(listener: listener, threadName: threadName, maxClients: max(1, maxClients), requestTimeout: requestTimeout,
+                           handler: handler)
+        guard BackgroundThread.start(name: threadName, { core.run() }) else {
+            listener.close()
+            throw MTLSError(.io, "cannot start the \(threadName) thread")
+        }
+        self.core = nil
+        self.tlsCore = core
+        self.port = listener.port
     }
 
     deinit { close() }
 
     /// Stops listening; the responder's thread closes every client and ends within 250 ms.
-    package func close() { core.close() }
+    package func close() {
+        core?.close()
+        tlsCore?.close()
+    }
 
     /// ``close()``, then waits (up to 2 s) until the thread has closed the listening socket, so
     /// that the port can be listened on again at once (the next challenge on the same port).
     package func stop() {
         close()
         let deadline = Deadline.now() + 2
-        while !core.ended.load(ordering: .acquiring) && Deadline.now() < deadline { usleep(5_000) }
+        func ended() -> Bool {
+            if let core { return core.ended.load(ordering: .acquiring) }
+            return tlsCore?.ended.load(ordering: .acquiring) ?? true
+        }
+        while !ended() && Deadline.now() < deadline { usleep(5_000) }
     }
 
     /// The answer to what a client sent.
@@ -183,6 +211,75 @@ package final class HTTPResponder: Sendable {
             return a
         case .tooLarge: return .status(431, "Request Header Fields Too Large")
         case .incomplete, .malformed: return .status(400, "Bad Request")
+        }
+    }
+
+    /// A connection handed from the accept loop to the one thread that serves it (and only it).
+    private final class Handed: @unchecked Sendable {
+        let conn: TLSConnection
+        init(_ conn: TLSConnection) { self.conn = conn }
+    }
+
+    /// The TLS side: an accept loop, and a short-lived thread per client.
+    private final class TLSCore: Sendable {
+        let listener: TLSListener
+        let threadName: String
+        let maxClients: Int
+        let requestTimeout: Double
+        let handler: @Sendable (HTTPRequest) -> HTTPAnswer
+        private let closed = Atomic<Bool>(false)
+        let ended = Atomic<Bool>(false)
+        private let active = Atomic<Int>(0)
+
+        init(listener: TLSListener, threadName: String, maxClients: Int, requestTimeout: Double,
+             handler: @escaping @Sendable (HTTPRequest) -> HTTPAnswer) {
+            self.listener = listener
+            self.threadName = threadName
+            self.maxClients = maxClients
+            self.requestTimeout = requestTimeout
+            self.handler = handler
+        }
+
+        func close() { closed.store(true, ordering: .relaxed) }
+
+        func run() {
+            defer {
+                listener.close()
+                ended.store(true, ordering: .releasing)
+            }
+            while !closed.load(ordering: .relaxed) {
+                // A refused client (no certificate, an untrusted one) is the listener's to report: go on.
+                guard let conn = try? listener.accept(timeout: 0.25) else { continue }
+                guard active.add(1, ordering: .relaxed).newValue <= maxClients else {
+                    active.subtract(1, ordering: .relaxed)
+                    conn.close()
+                    continue
+                }
+                let handed = Handed(conn)
+                let started = BackgroundThread.start(name: threadName) { [self] in
+                    serve(handed.conn)
+                    active.subtract(1, ordering: .relaxed)
+                }
+                if !started {
+                    active.subtract(1, ordering: .relaxed)
+                    conn.close()
+                }
+            }
+        }
+
+        private func serve(_ conn: TLSConnection) {
+            defer { conn.close() }
+            var head: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            let deadline = Deadline(seconds: requestTimeout)
+            var result = HTTPRequestParser.Result.incomplete
+            while result == .incomplete {
+                guard let n = try? chunk.withUnsafeMutableBytes({ try conn.read(into: $0, deadline: deadline) }), n > 0 else { break }
+                head += chunk[..<n]
+                result = HTTPRequestParser.parse(head, maxHead: HTTPResponder.maxRequestHead)
+            }
+            let answer = HTTPResponder.answer(result, handler: handler).bytes
+            _ = try? answer.withUnsafeBytes { try conn.write($0, deadline: Deadline(seconds: requestTimeout)) }
         }
     }
 

@@ -39,12 +39,22 @@ public final class MetricsEndpoint: Sendable {
     /// otherwise) and `port`. With `bearerToken` (read with ``FileIO/readSecret(_:kind:)`` and
     /// ``FileIO/SecretKind/bearerToken`` from a token file), only requests carrying
     /// `Authorization: Bearer <token>` are answered with the metrics; the others get 401.
-    public init(address: String, port: UInt16, bearerToken: SecretBytes?, body: @escaping @Sendable () -> String) throws {
+    ///
+    /// With `tls`, the endpoint speaks HTTPS through a ``TLSListener`` with these options: its
+    /// identity, and, to let only some scrapers in, a client certificate required
+    /// (``TLSServerOptions/clientAuthentication``) and judged by its client policy or overrides
+    /// (Prometheus scrapes with TLS client certificates). Both may be asked: a token and a certificate.
+    public init(address: String, port: UInt16, bearerToken: SecretBytes?, tls: TLSServerOptions? = nil,
+                body: @escaping @Sendable () -> String) throws {
         if let bearerToken, bearerToken.count == 0 { throw MTLSError(.invalidArgument, "metrics endpoint: the bearer token is empty") }
         let expected = bearerToken.map { t in t.withBytes { Array($0) } }
+        let handler: @Sendable (HTTPRequest) -> HTTPAnswer = { request in MetricsEndpoint.answer(to: request, token: expected, body: body) }
         do {
-            responder = try HTTPResponder(address: address, port: port, threadName: "mtls-metrics") { request in
-                MetricsEndpoint.answer(to: request, token: expected, body: body)
+            if let tls {
+                responder = try HTTPResponder(listener: TLSListener(address: address, port: port, options: tls), threadName: "mtls-metrics",
+                                              handler: handler)
+            } else {
+                responder = try HTTPResponder(address: address, port: port, threadName: "mtls-metrics", handler: handler)
             }
         } catch let e as MTLSError {
             throw MTLSError(e.code, "metrics endpoint: \(e.message)") // which of a server's ports failed
