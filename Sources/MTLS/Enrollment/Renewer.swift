@@ -80,10 +80,18 @@ public final class Renewer: Sendable {
     @discardableResult
     public func runOnce(force: Bool = false, now: Date = Date()) throws -> [RenewalAttempt] {
         try pass.withLock { _ in
-            let labels = try label.map { [$0] } ?? store.enrolledLabels()
-            let started = start(labels, force: force, now: now)
-            while !(done.withLock { d in started.allSatisfy { d[$0] != nil } }) {
+            var waiting = try label.map { [$0] } ?? store.enrolledLabels()
+            var started: [String] = []
+            while true {
+                // At most ``maxConcurrentRenewals`` at once; the others as those end.
+                let room = Renewer.maxConcurrentRenewals - inFlight.withLock { $0.count }
+                if room > 0, !waiting.isEmpty {
+                    let next = Array(waiting.prefix(room))
+                    waiting.removeFirst(next.count)
+                    started += start(next, force: force, now: now)
+                }
                 deliver()
+                if waiting.isEmpty && done.withLock({ d in started.allSatisfy { d[$0] != nil } }) { break }
                 usleep(5_000)
             }
             deliver()
@@ -121,7 +129,7 @@ public final class Renewer: Sendable {
     /// way; returns the labels started. Each ends with its result in ``done``.
     private func start(_ labels: [String], force: Bool, now: Date) -> [String] {
         var started: [String] = []
-        for l in labels {
+        for l in labels where inFlight.withLock({ $0.count }) < Renewer.maxConcurrentRenewals {
             let st = state.withLock { $0[l] ?? LabelState() }
             guard force || st.nextAttempt <= now else { continue }
             guard inFlight.withLock({ $0.insert(l).inserted }) else { continue }
@@ -202,6 +210,9 @@ public final class Renewer: Sendable {
                                   expiresBeforeNextAttempt: expiresFirst)
         }
     }
+
+    /// The most labels renewed at once (each on a thread of its own); the others wait their turn.
+    public static let maxConcurrentRenewals = 16
 
     /// Longest time between two looks at an ACME server's renewal information (6 h, RFC 9773 §4.3's suggestion).
     public static let renewalInfoPollInterval: Double = 6 * 3600
