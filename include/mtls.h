@@ -1727,8 +1727,11 @@ MTLS_EXTERN void mtls_anchor_watch_free(mtls_anchor_watch *watch);
  * MTLS_EVENT_EXPIRY_WARNING (expires before the next attempt). Each mtls_renewer_run_once looks
  * at the labels whose next attempt has come: renews those due (two thirds of the lifetime with
  * jitter, or the ACME server's renewal window, RFC 9773), backs off exponentially (30 s doubling
- * to 1 h, +-20 %) after a failure; the old identity stays until a new one is proven. Events are
- * delivered on the thread calling mtls_renewer_run_once. The application runs the loop (a timer,
+ * to 1 h, +-20 %) after a failure; the old identity stays until a new one is proven. The labels
+ * due are renewed side by side, each on a thread of its own, so a CA that does not answer delays
+ * no other label (every exchange with a CA ends within its deadline, 30 s at most). Events are
+ * delivered on the thread calling mtls_renewer_run_once, as each attempt ends; run_once returns
+ * when every attempt it started has ended. The application runs the loop (a timer,
  * its event loop, a thread) and sleeps until *next_wake. One run_once at a time per renewer. */
 typedef struct mtls_renewer mtls_renewer;
 

@@ -372,7 +372,10 @@ struct ServeCommand: ParsableCommand {
     @Option(help: "ALPN protocol to accept; repeatable.") var alpn: [String] = []
     @Option(help: "Stop after this many clients (default: run until killed).") var count: Int?
     @Flag(help: "Issue no session tickets: every client gets a full handshake and a fresh evaluation.") var noSessionTickets = false
-    @Option(help: "Serve the store's certificate metrics and the listener's counters as Prometheus text on 127.0.0.1:PORT.") var metricsPort: UInt16?
+    @Option(help: "Serve the store's certificate metrics and the listener's counters as Prometheus text on 127.0.0.1:PORT (see --metrics-listen).") var metricsPort: UInt16?
+    @Option(help: "With --metrics-port: the address the metrics endpoint listens on (default 127.0.0.1, loopback only).") var metricsListen: String?
+    @Option(help: "With --metrics-port: only scrapes sending 'Authorization: Bearer <token>' with the token in FILE (first line; a secret file, chmod 600) see the metrics; others get 401.") var metricsTokenFile: String?
+    @Option(help: "With --metrics-port: serve the metrics over TLS with the server's identity, to clients presenting a certificate that chains to this anchor (PEM file; repeatable).") var metricsClientAnchor: [String] = []
     @Flag(help: "Send no CA names in the certificate request (they name the client anchors by default): each client presents the certificate it has. For clients that match the names wrongly, such as an Erlang/OTP 25 TLS 1.3 client whose certificate an intermediate issued. Trust does not change.") var noCaNames = false
     @Option(help: "Send the subjects of the certificates in FILE (PEM or DER, one or more) as the CA names of the certificate request, instead of the client anchors'. Trust does not change.") var caNames: String?
     @Option(help: "Seconds a client has, from its connection, to send its whole ClientHello; until then it holds no handshake slot (default: the library's, \(TLSDefaults.clientHelloTimeout.map { "\(Int($0)) s" } ?? "none"), never more than the handshake timeout; 0: the default; negative: none).") var clientHelloTimeout: Double?
@@ -381,6 +384,9 @@ struct ServeCommand: ParsableCommand {
     func validate() throws {
         if noCaNames && caNames != nil { throw ValidationError("give --no-ca-names or --ca-names, not both") }
         if requireClientCert && optionalClientCert { throw ValidationError("give --require-client-cert or --optional-client-cert, not both") }
+        if metricsPort == nil && (metricsListen != nil || metricsTokenFile != nil || !metricsClientAnchor.isEmpty) {
+            throw ValidationError("--metrics-listen, --metrics-token-file and --metrics-client-anchor go with --metrics-port")
+        }
     }
 
     func run() throws {
@@ -416,8 +422,26 @@ struct ServeCommand: ParsableCommand {
             var metrics: MetricsEndpoint?
             if let metricsPort {
                 let store = follow.store
-                metrics = try MetricsEndpoint(port: metricsPort) { Prometheus.exposition(listener.counters, store: store) }
-                print("metrics on 127.0.0.1:\(metrics?.port ?? 0)")
+                let token = try metricsTokenFile.map { try FileIO.readSecret($0, kind: .bearerToken) }
+                let metricsAddress = metricsListen ?? MetricsEndpoint.defaultAddress
+                // Client certificates under a policy: TLS with the server's own identity, a
+                // certificate required and judged against the metrics anchors only.
+                var metricsTLS: TLSServerOptions?
+                if !metricsClientAnchor.isEmpty {
+                    var m = TLSServerOptions(identity: identity)
+                    m.identitySource = follow.source
+                    m.clientPolicy = TrustPolicy(anchors: try metricsClientAnchor.flatMap { try Certificate.load(path: $0) }, anchorsOnly: true,
+                                                 purpose: .clientAuth, nameCheck: .none)
+                    m.clientAuthentication = .require
+                    m.handshakeTimeout = MetricsEndpoint.requestTimeout
+                    m.ioTimeout = MetricsEndpoint.requestTimeout
+                    metricsTLS = m
+                }
+                metrics = try MetricsEndpoint(address: metricsAddress, port: metricsPort, bearerToken: token, tls: metricsTLS) {
+                    Prometheus.exposition(listener.counters, store: store)
+                }
+                print("metrics on \(metricsAddress.contains(":") ? "[\(metricsAddress)]" : metricsAddress):\(metrics?.port ?? 0)"
+                      + (token == nil ? "" : " (bearer token required)") + (metricsTLS == nil ? "" : " (TLS, client certificate required)"))
             }
             defer { metrics?.close() }
             fflush(nil)  // all streams: Swift 6 does not let code touch the C global `stdout`

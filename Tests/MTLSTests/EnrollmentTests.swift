@@ -105,10 +105,10 @@ final class EnrollmentTests: XCTestCase {
     func testHostileURLsAreRefusedNotTrapped() {
         for bad in ["http://a/", "https://", "https://[::1/", "https://a:0/", "https://a:99999/", "https://u@a/", "https://a/ b",
                     "https://:443/"] {
-            XCTAssertThrowsError(try HTTPSURL(bad), bad)
+            XCTAssertThrowsError(try httpsParts(bad), bad)
         }
-        XCTAssertEqual(try HTTPSURL("https://[::1]:8443/dir").host, "::1")
-        XCTAssertEqual(try HTTPSURL("https://ca.test").target, "/")
+        XCTAssertEqual(try httpsParts("https://[::1]:8443/dir").host, "::1")
+        XCTAssertEqual(try httpsParts("https://ca.test").target, "/")
     }
 
     func testProofRefusesAKeyThatIsNotTheCertificatesAndAChainOutsideThePolicy() throws {

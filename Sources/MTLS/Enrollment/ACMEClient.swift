@@ -107,7 +107,7 @@ public struct ACMEExternalAccount: Sendable {
 final class ACMEClient {
     let directoryURL: String
     let accountKey: PrivateKey
-    let http: HTTPSClient
+    let http: HTTPClient
     /// Seconds an order or authorization may stay pending.
     var pollTimeout: Double = ACMEEnrollment.defaultPollTimeout
     static let maxNonceRetries = 16
@@ -132,7 +132,7 @@ final class ACMEClient {
     /// The `replaces` value the last order was created with (nil: none was sent).
     private(set) var lastOrderReplaced: String?
 
-    init(directoryURL: String, accountKey: PrivateKey, http: HTTPSClient) {
+    init(directoryURL: String, accountKey: PrivateKey, http: HTTPClient) {
         self.directoryURL = directoryURL
         self.accountKey = accountKey
         self.http = http

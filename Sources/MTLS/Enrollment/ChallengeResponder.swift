@@ -19,14 +19,17 @@ final class ChallengeResponder: @unchecked Sendable {
         let responder = ChallengeResponder()
         switch method {
         case .http01(let address, let port):
-            let (fd, _) = try Socket.listen(address: address, port: port)
-            Socket.setNonBlocking(fd, true)
+            // The one small responder of libmtls: concurrent clients, each under a short deadline,
+            // with a cap, so silent connections to the port cannot make the CA's validation fail.
             let path = "/.well-known/acme-challenge/" + token
-            responder.thread = Threads.spawn { [responder] in
-                responder.serveHTTP(fd, path: path, body: Array(keyAuthorization.utf8))
-                Glibc.close(fd)
+            let body = Array(keyAuthorization.utf8)
+            let http = try HTTPResponder(address: address, port: port, threadName: "mtls-http-01") { request in
+                guard request.method == "GET" || request.method == "HEAD", request.path == path else {
+                    return .status(404, "Not Found")
+                }
+                return HTTPAnswer(status: 200, reason: "OK", body: body)
             }
-            guard responder.thread != nil else { Glibc.close(fd); throw MTLSError(.internal, "cannot start the http-01 responder thread") }
+            responder.cleanup = { http.stop() }
         case .webroot(let directory):
             let file = try WebrootFile(directory: directory, token: token, contents: Array(keyAuthorization.utf8))
             responder.cleanup = { file.remove() }
@@ -64,39 +67,6 @@ final class ChallengeResponder: @unchecked Sendable {
         thread = nil
         cleanup?()
         cleanup = nil
-    }
-
-    // MARK: http-01
-
-    /// A minimal HTTP/1.1 responder: the token's path gets the key authorization, anything
-    /// else 404. One request per connection; requests are read up to 8 KiB.
-    private func serveHTTP(_ listener: Int32, path: String, body: [UInt8]) {
-        while !stopped.load(ordering: .acquiring) {
-            guard let (fd, _) = try? Socket.accept(listener, deadline: Deadline(seconds: 0.2)) else { continue }
-            defer { Glibc.close(fd) }
-            Socket.setNonBlocking(fd, true)
-            var request: [UInt8] = []
-            let deadline = Deadline(seconds: 5)
-            while HTTPSClient.find([13, 10, 13, 10], in: request) == nil && request.count < 8192 {
-                guard (try? Socket.wait(fd, forWriting: false, deadline: deadline, what: "http-01 read")) != nil else { break }
-                var buf = [UInt8](repeating: 0, count: 2048)
-                let n = read(fd, &buf, buf.count)
-                if n <= 0 { break }
-                request += buf[..<n]
-            }
-            let line = String(decoding: request.prefix { $0 != 13 && $0 != 10 }, as: UTF8.self).split(separator: " ")
-            let found = line.count >= 2 && line[0] == "GET" && String(line[1]) == path
-            let payload = found ? body : Array("not found\n".utf8)
-            let head = "HTTP/1.1 \(found ? "200 OK" : "404 Not Found")\r\nContent-Type: text/plain\r\nContent-Length: \(payload.count)\r\nConnection: close\r\n\r\n"
-            let out = Array(head.utf8) + payload
-            var sent = 0
-            while sent < out.count {
-                let n = out[sent...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-                if n > 0 { sent += n; continue }
-                if errno == EAGAIN, (try? Socket.wait(fd, forWriting: true, deadline: deadline, what: "http-01 write")) != nil { continue }
-                break
-            }
-        }
     }
 
     // MARK: tls-alpn-01

@@ -10,7 +10,7 @@ import Glibc
 struct ESTClient {
     /// The EST base URL, up to and including `/.well-known/est` (or an arbitrary label path).
     let baseURL: String
-    let http: HTTPSClient
+    let http: HTTPClient
     var pollTimeout: Double = 120
 
     private var base: String { baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL }

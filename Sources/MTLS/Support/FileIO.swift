@@ -91,8 +91,10 @@ public enum FileIO {
         case storeSecret = "store secret"
         case storeKey = "store key"
         case privateKey = "private key"
+        /// A bearer token a client must present (the metrics endpoint's `--metrics-token-file`).
+        case bearerToken = "bearer token"
 
-        var firstLineOnly: Bool { self == .pin || self == .password || self == .storeSecret }
+        var firstLineOnly: Bool { self == .pin || self == .password || self == .storeSecret || self == .bearerToken }
         var mayBeEmpty: Bool { self == .password }
     }
 

@@ -442,8 +442,14 @@ public final class TLSConnection {
     /// may write part and returns how much.
     @discardableResult
     public func write(_ bytes: UnsafeRawBufferPointer) throws -> Int {
+        try write(bytes, deadline: Deadline(seconds: ioTimeout))
+    }
+
+    /// ``write(_:)-(UnsafeRawBufferPointer)`` under the caller's deadline (the HTTP client's one
+    /// deadline for a whole exchange).
+    @discardableResult
+    func write(_ bytes: UnsafeRawBufferPointer, deadline: Deadline) throws -> Int {
         try handshake()
-        let deadline = Deadline(seconds: ioTimeout)
         var off = 0
         while off < bytes.count {
             OpenSSLErrorQueue.clear()
