@@ -440,8 +440,9 @@ struct ServeCommand: ParsableCommand {
                 metrics = try MetricsEndpoint(address: metricsAddress, port: metricsPort, bearerToken: token, tls: metricsTLS) {
                     Prometheus.exposition(listener.counters, store: store)
                 }
-                print("metrics on \(metricsAddress.contains(":") ? "[\(metricsAddress)]" : metricsAddress):\(metrics?.port ?? 0)"
-                      + (token == nil ? "" : " (bearer token required)") + (metricsTLS == nil ? "" : " (TLS, client certificate required)"))
+                let host = metricsAddress.contains(":") ? "[\(metricsAddress)]" : metricsAddress
+                let access = (token == nil ? "" : " (bearer token required)") + (metricsTLS == nil ? "" : " (TLS, client certificate required)")
+                print("metrics on \(host):\(metrics?.port ?? 0)\(access)")
             }
             defer { metrics?.close() }
             fflush(nil)  // all streams: Swift 6 does not let code touch the C global `stdout`
