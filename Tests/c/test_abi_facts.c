@@ -33,6 +33,14 @@ int main(void) {
         CHECK(chmod(pw_path, 0600) == 0 && chown(pw_path, 4242, 4242) == 0);
         CHECK_RC(mtls_password_file_read(pw_path, &pw), MTLS_E_INVALID_ARGUMENT);
         CHECK(strstr(mtls_last_error(), "owned by another user") != NULL);
+        /* Over 64 KiB: MTLS_E_LIMIT, the code mtls.h names. */
+        CHECK(chown(pw_path, getuid(), getgid()) == 0);
+        f = fopen(pw_path, "w");
+        CHECK(f != NULL);
+        for (int i = 0; i < 64 * 1024 + 1; i++) fputc('x', f);
+        fclose(f);
+        CHECK_RC(mtls_password_file_read(pw_path, &pw), MTLS_E_LIMIT);
+        CHECK(pw == NULL);
         CHECK(unlink(pw_path) == 0);
         CHECK_RC(mtls_password_file_read(pw_path, &pw), MTLS_E_NOT_FOUND);
         CHECK_RC(mtls_password_file_read(NULL, &pw), MTLS_E_INVALID_ARGUMENT);
