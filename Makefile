@@ -81,11 +81,14 @@ wheel: build
 # The header is the only definition of the C ABI: every declared function is exported with the
 # same parameter count as its Swift definition (and nothing else is exported), and the Python
 # ctypes structures have the header's sizes and offsets, and every constant (status codes and
-# their names, flags, key types) in Python and Swift is the header's.
+# their names, flags, key types) in Python and Swift is the header's; every Python ctypes
+# declaration (restype, argtypes, callback types) and every Swift @_cdecl parameter has the
+# header's type, argument by argument.
 test-abi:
 	$(PYTHON) scripts/check-abi.py exports $(TEST_PREFIX)/include/mtls.h $(TEST_PREFIX)/lib/libmtls.so Sources
 	$(PYTHON) scripts/check-abi.py layout $(TEST_PREFIX)/include/mtls.h bindings/python/src $(TEST_PREFIX)/lib/libmtls.so
 	$(PYTHON) scripts/check-abi.py constants $(TEST_PREFIX)/include/mtls.h bindings/python/src $(TEST_PREFIX)/lib/libmtls.so Sources
+	$(PYTHON) scripts/check-abi.py types $(TEST_PREFIX)/include/mtls.h bindings/python/src $(TEST_PREFIX)/lib/libmtls.so Sources
 
 # C programs compiled against the installed header through pkg-config, run with no
 # LD_LIBRARY_PATH.
