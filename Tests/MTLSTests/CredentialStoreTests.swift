@@ -83,6 +83,8 @@ final class CredentialStoreTests: XCTestCase {
         let before = try store.info(label: "client")
         assertCode(.duplicate) { try store.putIdentity(b, label: "client") }
         XCTAssertEqual(try store.identity(label: "client").leaf, a.leaf)
+        // Time passing is what is tested: the replacement's modified time is later than the
+        // creation time, which the replacement keeps.
         Thread.sleep(forTimeInterval: 0.01)
         try store.putIdentity(b, label: "client", replace: true)
         XCTAssertEqual(try store.identity(label: "client").leaf, b.leaf)
