@@ -115,7 +115,7 @@ static void policy_file(const char *tmp) {
     CHECK(count(&s.last_error) == MTLS_E_INVALID_POLICY);
     CHECK(trusts(p, "client-b", "int-b.pem") == 1);
     CHECK(trusts(p, "client-a", "int-a.pem") == 0);
-    usleep(600000); /* two more looks: an unchanged broken file is not reported again */
+    t_wait_watcher_looks(); /* more looks: an unchanged broken file is not reported again */
     CHECK(count(&s.failed) == 1);
     /* An anchor file that is gone is a failed reload too, not an empty policy. */
     snprintf(json, sizeof json, "{\"anchors\": [\"%s/no-such.pem\"], \"anchors_only\": true}", pki);
@@ -192,7 +192,7 @@ static void store_anchors(const char *tmp) {
     CHECK(count(&s.failed) == 1 && count(&s.last_error) == MTLS_E_NOT_FOUND);
     CHECK(trusts(p, "client-b", "int-b.pem") == 1);
     CHECK_OK(mtls_store_put_cert(other, "unrelated", int_a, 0)); /* the store moves again, the label still gone */
-    usleep(600000);
+    t_wait_watcher_looks();
     CHECK(count(&s.failed) == 1);
     CHECK(trusts(p, "client-a", "int-a.pem") == 0);
     /* Put back: followed again. */

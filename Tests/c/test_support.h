@@ -12,6 +12,7 @@
  * with no RUN counts its CHECKs instead, as before. */
 #ifndef MTLS_TEST_SUPPORT_H
 #define MTLS_TEST_SUPPORT_H
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdio.h>
@@ -105,5 +106,41 @@ static inline void t_close_temp_store(mtls_store *store, const char *dir) {
     mtls_store_close(store);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     t_sh(cmd);
+}
+/* Waits until the library's watcher thread (mtls-watch) has looked at everything it follows at
+ * least once after this call began: a waited-on condition, for checks that something did NOT
+ * happen ("an unchanged broken file is not reported again"), instead of a fixed sleep. A canary
+ * policy file, followed for the purpose, is rewritten twice and each reload waited for: the
+ * watcher looks at every followed item in each pass, so the second reload comes in a pass that
+ * began after the first one ended. */
+static int t_canary_reloads = 0;
+static void t_canary_event(const mtls_event *e, void *userdata) {
+    (void)userdata;
+    if (e->kind == MTLS_EVENT_POLICY_RELOADED) __atomic_fetch_add(&t_canary_reloads, 1, __ATOMIC_SEQ_CST);
+}
+static inline void t_wait_watcher_looks(void) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    static const char *const versions[] = { "{}", "{\"anchors_only\": true}", "{\"anchors_only\": false}" };
+    char path[600], next[620];
+    snprintf(path, sizeof path, "%s/watcher-canary-%d.json", tmp, (int)getpid());
+    snprintf(next, sizeof next, "%s.new", path);
+    mtls_policy_watch *w = NULL;
+    for (int round = 0; round < 3; round++) {
+        FILE *f = fopen(next, "w");
+        CHECK(f != NULL);
+        fputs(versions[round], f);
+        fclose(f);
+        CHECK(rename(next, path) == 0);
+        if (round == 0) {
+            CHECK_OK(mtls_policy_watch_new(path, NULL, &w));
+            CHECK_OK(mtls_policy_watch_set_event_callback(w, t_canary_event, NULL, NULL));
+            continue;
+        }
+        int want = __atomic_load_n(&t_canary_reloads, __ATOMIC_SEQ_CST) + 1;
+        for (int i = 0; i < 6000 && __atomic_load_n(&t_canary_reloads, __ATOMIC_SEQ_CST) < want; i++) poll(NULL, 0, 10);
+        CHECK(__atomic_load_n(&t_canary_reloads, __ATOMIC_SEQ_CST) >= want);
+    }
+    mtls_policy_watch_free(w);
+    unlink(path);
 }
 #endif
