@@ -107,6 +107,24 @@ static inline void t_close_temp_store(mtls_store *store, const char *dir) {
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     t_sh(cmd);
 }
+/* Waits (up to `seconds`) until the file at `path` holds `needle` (a peer's log line, say);
+ * fails the test if it never does. */
+static inline void t_wait_file_contains(const char *path, const char *needle, int seconds) {
+    for (int i = 0; i <= seconds * 100; i++) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            char buf[65536];
+            size_t n = fread(buf, 1, sizeof buf - 1, f);
+            fclose(f);
+            buf[n] = 0;
+            if (strstr(buf, needle) != NULL) return;
+        }
+        poll(NULL, 0, 10);
+    }
+    fprintf(stderr, "%s never held \"%s\"\n", path, needle);
+    t_fail();
+}
+
 /* Waits until the library's watcher thread (mtls-watch) has looked at everything it follows at
  * least once after this call began: a waited-on condition, for checks that something did NOT
  * happen ("an unchanged broken file is not reported again"), instead of a fixed sleep. A canary
