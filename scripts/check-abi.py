@@ -70,16 +70,12 @@ def balanced(text, start):
 
 
 def header_functions(header):
-    text = strip_comments(open(header).read())
-    funcs = {}
-    for m in re.finditer(r"MTLS_EXTERN[^;{]*?\b(mtls_[a-z0-9_]+)\s*\(", text):
-        params = split_top(balanced(text, m.end() - 1))
-        funcs[m.group(1)] = 0 if params in ([], ["void"]) else len(params)
-    return funcs
+    """{function: parameter count} of every function the header declares."""
+    return {name: len(params) for name, (_, params) in header_signatures(header)[0].items()}
 
 
-def swift_functions(sources):
-    funcs = {}
+def swift_cdecls(sources):
+    """(C name, parameter texts, return type text or None, file) of every @_cdecl/@c function."""
     for root, _, files in os.walk(sources):
         for f in files:
             if not f.endswith(".swift"):
@@ -89,9 +85,13 @@ def swift_functions(sources):
                 fm = re.compile(r"\bfunc\s+[A-Za-z0-9_]+\s*(?:<[^>]*>)?\s*\(").search(text, m.end())
                 if not fm:
                     continue
-                params = split_top(balanced(text, fm.end() - 1))
-                funcs[m.group(1)] = len(params)
-    return funcs
+                inside = balanced(text, fm.end() - 1)
+                rm = re.match(r"\s*->\s*([^{]+?)\s*\{", text[fm.end() + len(inside) + 1:])
+                yield m.group(1), split_top(inside), rm.group(1) if rm else None, f
+
+
+def swift_functions(sources):
+    return {name: len(params) for name, params, _, _ in swift_cdecls(sources)}
 
 
 def exported(library):
@@ -620,22 +620,9 @@ def swift_compatible(c, sw, opaque):
 
 def swift_signatures(sources, typedefs):
     aliases = swift_aliases(sources)
-    sigs = {}
-    for root, _, files in os.walk(sources):
-        for f in files:
-            if not f.endswith(".swift"):
-                continue
-            text = strip_comments(open(os.path.join(root, f)).read())
-            for m in re.finditer(r'@(?:_cdecl\("|c\()(mtls_[a-z0-9_]+)', text):
-                fm = re.compile(r"\bfunc\s+[A-Za-z0-9_]+\s*(?:<[^>]*>)?\s*\(").search(text, m.end())
-                if not fm:
-                    continue
-                params = split_top(balanced(text, fm.end() - 1))
-                rest = text[fm.end() - 1 + len(balanced(text, fm.end() - 1)) + 2:]
-                rm = re.match(r"\s*->\s*([^{]+?)\s*\{", rest)
-                st = lambda x: swift_type(x, aliases, typedefs)  # noqa: E731
-                sigs[m.group(1)] = (st(rm.group(1)) if rm else ("void", 0), [st(x) for x in params], f)
-    return sigs
+    st = lambda x: swift_type(x, aliases, typedefs)  # noqa: E731
+    return {name: (st(ret) if ret else ("void", 0), [st(x) for x in params], f)
+            for name, params, ret, f in swift_cdecls(sources)}
 
 
 def check_types(header, python_src, library, sources):
