@@ -60,7 +60,6 @@ static void write_policy(const char *path, const char *json) {
     snprintf(tmp, sizeof tmp, "%s.new", path);
     FILE *f = fopen(tmp, "w");
     CHECK(f != NULL);
-    if (!f) exit(1);
     fputs(json, f);
     fclose(f);
     CHECK(rename(tmp, path) == 0);
@@ -213,13 +212,18 @@ static void store_anchors(const char *tmp) {
     unlink(path);
 }
 
+static const char *test_tmp;
+TEST(a_followed_policy_file) { policy_file(test_tmp); }
+TEST(anchors_followed_in_a_store) { store_anchors(test_tmp); }
+
 int main(void) {
     const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
     char cmd[2048];
     snprintf(pki, sizeof pki, "%s/policy-watch-pki", tmp);
     snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
     t_sh(cmd);
-    policy_file(tmp);
-    store_anchors(tmp);
+    test_tmp = tmp;
+    RUN(a_followed_policy_file);
+    RUN(anchors_followed_in_a_store);
     DONE();
 }
