@@ -24,3 +24,26 @@ func waitForWatcherLooks(_ count: Int = 2, timeout: Double = 20, file: StaticStr
     XCTAssertTrue(waitUntil(timeout: timeout) { LifecycleWatcher.completedLooks >= target },
                   "the watcher made no \(count) looks in \(timeout) s", file: file, line: line)
 }
+
+/// Reads `pipe` (a peer's output) until what it wrote holds `text`, at most `timeout` seconds;
+/// returns what was read. What comes after stays in the pipe.
+@discardableResult
+func waitForOutput(_ pipe: Pipe, containing text: String, timeout: Double = 20,
+                   file: StaticString = #filePath, line: UInt = #line) -> String {
+    let fd = pipe.fileHandleForReading.fileDescriptor
+    let deadline = Date().addingTimeInterval(timeout)
+    var seen: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 4096)
+    while !String(decoding: seen, as: UTF8.self).contains(text) {
+        let left = deadline.timeIntervalSinceNow
+        var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        guard left > 0, poll(&p, 1, Int32(min(left, 0.1) * 1000) + 1) >= 0 else { break }
+        if p.revents == 0 { continue }
+        let n = read(fd, &chunk, chunk.count)
+        if n <= 0 { break }
+        seen += chunk[0..<n]
+    }
+    let out = String(decoding: seen, as: UTF8.self)
+    XCTAssertTrue(out.contains(text), "no \"\(text)\" in: \(out.suffix(400))", file: file, line: line)
+    return out
+}
