@@ -626,7 +626,6 @@ def swift_signatures(sources, typedefs):
 
 
 def check_types(header, python_src, library, sources):
-    import ctypes
     sigs, typedefs = header_signatures(header)
     text = strip_comments(open(header).read())
     opaque = set(re.findall(r"typedef\s+struct\s+(mtls_\w+)\s+\1\s*;", text))
