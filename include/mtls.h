@@ -158,7 +158,7 @@ MTLS_EXTERN void mtls_bytes_free(uint8_t *b);
  * (a group-readable one is read, with a warning through mtls_take_warnings); terminals are not
  * checked. *out receives the first line without its line ending (it may be empty), a NUL-terminated
  * copy the caller frees with mtls_string_free, which zeroes it; a line holding a NUL byte is
- * MTLS_E_INVALID_ARGUMENT. Also: MTLS_E_NOT_FOUND, MTLS_E_IO, MTLS_E_LIMIT_EXCEEDED (over 64 KiB).
+ * MTLS_E_INVALID_ARGUMENT. Also: MTLS_E_NOT_FOUND, MTLS_E_IO, MTLS_E_LIMIT (over 64 KiB).
  * *out is NULL on any error. */
 MTLS_EXTERN int mtls_password_file_read(const char *path, char **out);
 
@@ -998,9 +998,10 @@ MTLS_EXTERN int mtls_conn_policy_changed(const mtls_conn *conn, int *changed);
 MTLS_EXTERN int mtls_conn_presented_identity(const mtls_conn *conn, mtls_identity **out);
 
 /* Forget every cached TLS session and the OpenSSL contexts behind them. libmtls keeps the
- * contexts of the 16 most recent (identity or candidates, policy, versions) combinations, each
- * with its session cache, so repeated connections resume; they hold references to their
- * identities (and keys) until cleared or evicted. Open connections are not affected.
+ * contexts of the 16 most recently used (identity or candidates, policy, versions) combinations,
+ * each with its session cache, so repeated connections resume; a 17th combination evicts the
+ * least recently used one. They hold references to their identities (and keys) until cleared or
+ * evicted. Open connections are not affected.
  * Thread-safe. */
 MTLS_EXTERN void mtls_conn_cache_clear(void);
 

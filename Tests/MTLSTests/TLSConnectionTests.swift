@@ -200,7 +200,7 @@ final class TLSConnectionTests: XCTestCase {
         }
         let conn = try XCTUnwrap(c)
         try conn.write(Array("hello\n".utf8))
-        usleep(200_000)
+        waitForOutput(qout, containing: "hello")  // the server has read it
         qin.fileHandleForWriting.write(Data("R\n".utf8))
         let start = Date()
         var ended: String = "no end"
@@ -245,7 +245,7 @@ final class TLSConnectionTests: XCTestCase {
         let (cl, cin, cout) = try openssl("s_client -connect 127.0.0.1:\(listener.port) -tls1_2 -cert \(path("client-a.pem")) " +
                                           "-key \(path("client-a.key")) -cert_chain \(path("int-a.pem")) -CAfile \(path("root.pem"))")
         defer { cl.terminate() }
-        usleep(500_000)
+        waitForOutput(cout, containing: "Verify return code")  // the handshake is done
         cin.fileHandleForWriting.write(Data("R\n".utf8))
         let asked = Date()
         XCTAssertEqual(served.wait(timeout: .now() + 8), .success, "the listener's connection ended")

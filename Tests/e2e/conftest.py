@@ -1,6 +1,8 @@
 """Shared fixtures for end-to-end tests: the installed mtls CLI, temp dirs, free ports."""
 import contextlib
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -72,6 +74,12 @@ needs_softhsm = pytest.mark.usefixtures("softhsm_installed")
 def sh(cmd, cwd):
     """Runs a shell command in `cwd` quietly; raises if it fails (for making test files)."""
     subprocess.run(cmd, shell=True, cwd=cwd, check=True, capture_output=True)
+
+
+def fresh_copy(made, tmp_path):
+    """A copy, for one test, of files a module made once (keys, certificates, .p12 files: seconds
+    to make, milliseconds to copy), modes kept: each test gets its own, as when it made them."""
+    return pathlib.Path(shutil.copytree(made, tmp_path / made.name, symlinks=True))
 
 
 @contextlib.contextmanager

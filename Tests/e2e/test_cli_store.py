@@ -5,18 +5,24 @@ import subprocess
 
 import pytest
 
-from conftest import CLI, TEST_PKI, sh, write_secret
+from conftest import CLI, TEST_PKI, fresh_copy, sh, write_secret
 
 FAST = ["--kdf-log-n", "10"]  # hidden test-only scrypt cost; the default is 2^17
 
 
-@pytest.fixture
-def pki(tmp_path):
+@pytest.fixture(scope="module")
+def pki_made(tmp_path_factory):
+    made = tmp_path_factory.mktemp("storepki")
     sh(f"{TEST_PKI} --root . ca 'E2E Store CA' && {TEST_PKI} --leaf . c p256 e2e-client ca && "
        "openssl pkcs12 -export -inkey c.key -in c.pem -certfile ca.pem -passout pass:pw -out c.p12 && "
        "echo pw > pw.txt && echo 'store passphrase' > secret.txt && echo out > outpw.txt && "
-       "chmod 600 pw.txt secret.txt outpw.txt", tmp_path)
-    return tmp_path
+       "chmod 600 pw.txt secret.txt outpw.txt", made)
+    return made
+
+
+@pytest.fixture
+def pki(pki_made, tmp_path):
+    return fresh_copy(pki_made, tmp_path)
 
 
 def store(pki, *args, env=None):

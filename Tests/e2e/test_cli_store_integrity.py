@@ -12,20 +12,26 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLI, TEST_PKI, sh
+from conftest import CLI, TEST_PKI, fresh_copy, sh
 
 FAST = ["--kdf-log-n", "10"]  # hidden test-only scrypt cost
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "store"
 
 
-@pytest.fixture
-def pki(tmp_path):
+@pytest.fixture(scope="module")
+def pki_made(tmp_path_factory):
+    made = tmp_path_factory.mktemp("integritypki")
     sh(f"{TEST_PKI} --root . ca 'Acme Root' && {TEST_PKI} --leaf . c p256 e2e-client ca && "
        f"{TEST_PKI} --root . evil 'Acme Root' && {TEST_PKI} --leaf . e p256 e2e-client evil && "
        "openssl pkcs12 -export -inkey c.key -in c.pem -certfile ca.pem -passout pass:pw -out c.p12 && "
        "echo pw > pw.txt && echo 'store passphrase' > secret.txt && echo 'new passphrase' > new.txt && "
-       "echo out > outpw.txt && chmod 600 pw.txt secret.txt new.txt outpw.txt", tmp_path)
-    return tmp_path
+       "echo out > outpw.txt && chmod 600 pw.txt secret.txt new.txt outpw.txt", made)
+    return made
+
+
+@pytest.fixture
+def pki(pki_made, tmp_path):
+    return fresh_copy(pki_made, tmp_path)
 
 
 def run(*args):

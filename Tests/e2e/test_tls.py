@@ -4,6 +4,7 @@ against openssl s_client, curl, GnuTLS's gnutls-cli, Java, Go and Python ssl cli
 is started here on 127.0.0.1 (ephemeral ports) and stopped after."""
 import json
 import os
+import select
 import socket
 import ssl
 import subprocess
@@ -429,9 +430,29 @@ def verdicts(log, word):
 
 
 def s_client(pki, port, *args, data=b"hello\n"):
-    return subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-servername", "server.test",
-                           "-CAfile", pki("root.pem"), "-verify_return_error", "-quiet", *args],
-                          input=data, capture_output=True, timeout=20)
+    """openssl s_client sends `data`; returns once `mtls serve` has echoed it back or s_client has
+    ended (refused). s_client -quiet never closes by itself: waiting for it to end waited for the
+    server's 10 s idle timeout in every accepted case."""
+    p = subprocess.Popen(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-servername", "server.test",
+                          "-CAfile", pki("root.pem"), "-verify_return_error", "-quiet", *args],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        p.stdin.write(data)
+        p.stdin.flush()
+    except BrokenPipeError:
+        pass  # refused before it read its input
+    out, fd, end = b"", p.stdout.fileno(), time.monotonic() + 20
+    while data.strip() not in out and time.monotonic() < end:
+        if not select.select([fd], [], [], max(0.0, end - time.monotonic()))[0]:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        out += chunk
+    if p.poll() is None:
+        p.terminate()
+    rest, err = p.communicate(timeout=20)
+    return subprocess.CompletedProcess(p.args, p.returncode, out + rest, err)
 
 
 def test_s_client_from_right_intermediate_is_accepted(pki, mtls_server):
