@@ -5,6 +5,7 @@ check client certificates the same way; single flight; the cache folder."""
 import ctypes
 import ctypes.util
 import http.server
+import itertools
 import os
 import socket
 import stat
@@ -87,6 +88,19 @@ def fresh_cache():
     clear_revocation_cache()
     yield
     clear_revocation_cache()
+
+
+# Customer R's CRLs are numbered upwards, as a CA's are: a CRL older than one already seen is
+# never used in its place (issue 35), so a test that changes /r.crl and puts the list back serves
+# the same list under a new number.
+_r_crl_numbers = itertools.count(10)
+
+
+def r_crl(pki, *revoked, **kw):
+    """A new CRL of Customer R listing laptop and `revoked` (issued certificates), numbered after
+    every one served before."""
+    serials = [pki["laptop"].certificate.serial_hex] + [c.certificate.serial_hex for c in revoked]
+    return pki["inter"].crl(serials, number=next(_r_crl_numbers), **kw)
 
 
 def certs(issued):
@@ -281,7 +295,6 @@ def test_a_session_made_before_the_revocation_does_not_resume_after_it(pki, crl_
     carol = pki["inter"].issue_client("carol", crl_url=pki["url"])
     listener = mtls.Listener(pki["server"].identity, client_policy=client_policy(pki))
     server_policy = mtls.Policy(anchors=[pki["root"].certificate])
-    saved = crl_server.httpd.files["/r.crl"]
     try:
         outcomes = []
         for step in range(3):
@@ -300,8 +313,7 @@ def test_a_session_made_before_the_revocation_does_not_resume_after_it(pki, crl_
             outcomes.append(out[0][0] if out else None)
             if step == 1:
                 # carol is revoked now; the server forgets the CRL it had.
-                crl_server.httpd.files["/r.crl"] = pki["inter"].crl(
-                    [pki["laptop"].certificate.serial_hex, carol.certificate.serial_hex], number=3)
+                crl_server.httpd.files["/r.crl"] = r_crl(pki, carol)
                 clear_revocation_cache()
         assert outcomes[0] == ("connected", False) and outcomes[1] == "accepted", outcomes
         # The session resumes while carol is good...
@@ -309,7 +321,7 @@ def test_a_session_made_before_the_revocation_does_not_resume_after_it(pki, crl_
         # ...and not once she is revoked.
         assert outcomes[5] == "refused", outcomes
     finally:
-        crl_server.httpd.files["/r.crl"] = saved
+        crl_server.httpd.files["/r.crl"] = r_crl(pki)
         listener.close()
 
 
@@ -360,10 +372,8 @@ def test_application_server_session_ends_at_the_crls_next_update_not_at_certific
     # session-id cache (resumed without any callback) must not outlive it. Before, the session
     # kept OpenSSL's timeout (2 hours), bounded only by the certificates' notAfter (years away).
     libssl = _libssl()
-    saved = crl_server.httpd.files["/r.crl"]
     now = int(time.time())
-    crl_server.httpd.files["/r.crl"] = pki["inter"].crl([pki["laptop"].certificate.serial_hex], number=9, days=1,
-                                                         now=now - 86400 + 600)
+    crl_server.httpd.files["/r.crl"] = r_crl(pki, days=1, now=now - 86400 + 600)
     server_policy = mtls.Policy(anchors=[pki["root"].certificate])
     ctx = libssl.SSL_CTX_new(libssl.TLS_method())
     try:
@@ -399,7 +409,7 @@ def test_application_server_session_ends_at_the_crls_next_update_not_at_certific
             lsock.close()
     finally:
         libssl.SSL_CTX_free(ctx)
-        crl_server.httpd.files["/r.crl"] = saved
+        crl_server.httpd.files["/r.crl"] = r_crl(pki)
 
 
 def test_a_warm_outcome_is_reused_only_while_the_revocation_cache_is_unchanged(pki, crl_server):
@@ -407,21 +417,19 @@ def test_a_warm_outcome_is_reused_only_while_the_revocation_cache_is_unchanged(p
     # outlive a change of the CRLs: erin revoked and the cache refetched -> refused at once.
     erin = pki["inter"].issue_client("erin", crl_url=pki["url"])
     policy = client_policy(pki)
-    saved = crl_server.httpd.files["/r.crl"]
     try:
         first = policy.evaluate(certs(erin), purpose="client")
         assert first.trusted and first.revocation["checks"][0]["fetched_from"] == "network"
         for _ in range(3):
             again = policy.evaluate(certs(erin), purpose="client")
             assert again.trusted and [c["fetched_from"] for c in again.revocation["checks"]] == ["memory", "memory"]
-        crl_server.httpd.files["/r.crl"] = pki["inter"].crl(
-            [pki["laptop"].certificate.serial_hex, erin.certificate.serial_hex], number=4)
+        crl_server.httpd.files["/r.crl"] = r_crl(pki, erin)
         clear_revocation_cache()
         refused = policy.evaluate(certs(erin), purpose="client")
         assert not refused.trusted and refused.codes == ["revoked"], refused
         assert policy.evaluate(certs(erin), purpose="client").codes == ["revoked"]
     finally:
-        crl_server.httpd.files["/r.crl"] = saved
+        crl_server.httpd.files["/r.crl"] = r_crl(pki)
 
 
 # ---- The stapler's fetch failures and stale CRLs as events (issue 28, third round)
