@@ -927,3 +927,95 @@ def test_mtls_serve_does_not_staple_a_stale_answer(ocsp, tmp_path):
             srv.finish()
     finally:
         replay.stop()
+
+
+# ---- The CRL cache folder, and one CRL acceptance rule (issue 35 item 7, issue 36) -------------
+
+def cache_name(url):
+    import hashlib
+    return hashlib.sha256(url.encode()).hexdigest() + ".crl"
+
+
+def cache_policy(tmp_path, cache):
+    p = tmp_path / "cache-policy.json"
+    p.write_text(json.dumps({"revocation": {"mode": "hard", "cache_dir": str(cache)}}))
+    return p
+
+
+def test_a_fifo_planted_in_the_crl_cache_folder_does_not_block_the_check(pki, published, tmp_path):
+    """A FIFO under a URL's cache file name: the check does not wait on it (read only if a
+    regular file, opened non-blocking, links not followed) and fetches. Before, it blocked for
+    ever."""
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    for url in (f"{pki.url}/customer-a.crl", f"{pki.url}/root.crl"):
+        os.mkfifo(cache / cache_name(url), 0o600)
+    r, out = verify(pki, "alice", "--policy", cache_policy(tmp_path, cache))
+    assert r.returncode == 0 and out["trusted"], out
+    assert [c["fetched_from"] for c in out["revocation"]["checks"]] == ["network", "network"], out
+    # The fetched CRLs replaced the FIFOs: a regular file, 0600, read by the next run.
+    assert all(os.path.isfile(cache / cache_name(u)) for u in (f"{pki.url}/customer-a.crl", f"{pki.url}/root.crl"))
+    r, out = verify(pki, "alice", "--policy", cache_policy(tmp_path, cache))
+    assert [c["fetched_from"] for c in out["revocation"]["checks"]] == ["disk", "disk"], out
+
+
+def test_a_crl_cache_folder_others_can_write_is_not_used(pki, published, tmp_path):
+    """A cache folder anyone can write, holding a genuine older CRL that does not list the revoked
+    laptop: not used (a warning says why and how to fix it); the CRL is fetched and laptop refused.
+    Before, the planted CRL answered "good"."""
+    from mtls import IssuedCertificate
+    ca = IssuedCertificate.load(pki.inter / "cert.pem", pki.inter / "key.pem")
+    cache = tmp_path / "open-cache"
+    cache.mkdir()
+    os.chmod(cache, 0o777)
+    (cache / cache_name(f"{pki.url}/customer-a.crl")).write_bytes(ca.crl([], number=1, days=30))
+    r, out = verify(pki, "laptop", "--policy", cache_policy(tmp_path, cache))
+    assert r.returncode != 0 and [x["code"] for x in out["reasons"]] == ["revoked"], out
+    assert out["revocation"]["checks"][0]["fetched_from"] == "network", out
+    assert "revocation cache folder" in r.stderr and "can be written by others" in r.stderr, r.stderr
+    assert f"chmod 700 {cache}" in r.stderr, r.stderr
+    # A symbolic link in the folder's place is not followed either.
+    link = tmp_path / "link-cache"
+    link.symlink_to(cache)
+    r, out = verify(pki, "laptop", "--policy", cache_policy(tmp_path, link))
+    assert [x["code"] for x in out["reasons"]] == ["revoked"] and "not a folder" in r.stderr, (out, r.stderr)
+
+
+def crl_without_number(pki, revoked_names):
+    """A genuine CRL of customer A without a CRL number (cryptography's builder, as many CAs
+    that are not libmtls make them), listing `revoked_names`."""
+    import datetime
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    issuer = x509.load_pem_x509_certificate((pki.inter / "cert.pem").read_bytes())
+    key = serialization.load_pem_private_key((pki.inter / "key.pem").read_bytes(), None)
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    b = (x509.CertificateRevocationListBuilder().issuer_name(issuer.subject)
+         .last_update(now - datetime.timedelta(minutes=1)).next_update(now + datetime.timedelta(days=1)))
+    for name in revoked_names:
+        cert = x509.load_pem_x509_certificate((pki.issued(name) / "cert.pem").read_bytes())
+        b = b.add_revoked_certificate(x509.RevokedCertificateBuilder().serial_number(cert.serial_number)
+                                      .revocation_date(now - datetime.timedelta(minutes=1)).build())
+    return b.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+
+@pytest.mark.parametrize("mode", ["off", "hard"])
+def test_a_policy_crl_file_without_a_crl_number_is_used(pki, tmp_path, mode):
+    """A CRL file given to the policy without a CRL number is used, as a fetched one is and as
+    OpenSSL uses it: alice trusted, laptop refused as revoked, with revocation off or hard. Before,
+    every chain of its issuer was refused (crl_invalid "the CRL has no CRL number"), even off."""
+    crl = tmp_path / "no-number.crl"
+    crl.write_bytes(crl_without_number(pki, ["laptop"]))
+    policy = tmp_path / "p.json"
+    policy.write_text(json.dumps({"crls": [str(crl)], "revocation": {"mode": mode, "sources": ["crl"]}}))
+    r, out = verify(pki, "alice", "--policy", policy)
+    if mode == "hard":
+        # The root's CRL comes from its distribution point, which nothing serves here: only
+        # the leaf is asked about in the CRL file; the root CA's status is unknown.
+        assert out["revocation"]["checks"][0]["source"] == "crl_file", out
+        assert out["revocation"]["checks"][0]["status"] == "good", out
+    else:
+        assert r.returncode == 0 and out["trusted"], out
+    assert "crl_invalid" not in [x["code"] for x in out["reasons"]], out
+    r, out = verify(pki, "laptop", "--policy", policy)
+    assert r.returncode != 0 and "revoked" in [x["code"] for x in out["reasons"]], out

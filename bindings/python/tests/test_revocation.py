@@ -196,6 +196,37 @@ def test_cache_folder_keeps_crls_across_restarts_0600(pki, crl_server, tmp_path)
     assert crl_server.httpd.hits == hits
 
 
+def test_an_older_crl_planted_in_the_cache_folder_does_not_hide_a_revocation_seen(pki, crl_server, tmp_path):
+    """A genuine, current but older CRL of Customer R that does not list laptop, written over the
+    cache file after a newer one (listing laptop) was seen: never used in its place — the CRL is
+    fetched again and laptop refused. Before, the memory cache cleared, the planted CRL answered
+    "good" until its nextUpdate (issue 35)."""
+    import hashlib
+    cache = tmp_path / "crl-cache"
+    policy = client_policy(pki, cache_dir=str(cache))
+    r = policy.evaluate(certs(pki["laptop"]), purpose="client")
+    assert r.codes == ["revoked"], r
+    older = pki["inter"].crl([], number=1, days=30)
+    (cache / (hashlib.sha256(pki["url"].encode()).hexdigest() + ".crl")).write_bytes(older)
+    clear_revocation_cache()
+    r = client_policy(pki, cache_dir=str(cache)).evaluate(certs(pki["laptop"]), purpose="client")
+    assert r.codes == ["revoked"], r
+    assert r.revocation["checks"][0]["fetched_from"] == "network", r.revocation
+
+
+def test_revocation_max_age_through_python_and_json(pki):
+    """The maximum age of an answer without nextUpdate: Policy.set_revocation(max_age_seconds=),
+    JSON "max_age_seconds"; bad values refused with a clear error."""
+    mtls.Policy(revocation={"mode": "hard", "max_age_seconds": 3600})
+    mtls.Policy.from_json('{"revocation": {"mode": "hard", "max_age_seconds": 86400}}')
+    with pytest.raises(errors.InvalidArgument, match="maximum age"):
+        mtls.Policy(revocation={"mode": "hard", "max_age_seconds": -1})
+    with pytest.raises(errors.InvalidArgument, match="maximum age"):
+        mtls.Policy(revocation={"mode": "hard", "max_age_seconds": 400 * 86400})
+    with pytest.raises(errors.InvalidPolicy, match="maximum age"):
+        mtls.Policy.from_json('{"revocation": {"mode": "hard", "max_age_seconds": 0}}')
+
+
 def test_bad_revocation_arguments():
     with pytest.raises(ValueError):
         mtls.Policy(revocation="sometimes")
