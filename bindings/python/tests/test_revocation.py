@@ -414,14 +414,16 @@ def test_application_server_session_ends_at_the_crls_next_update_not_at_certific
         lsock.bind(("127.0.0.1", 0))
         lsock.listen(1)
 
+        client_errors = []
+
         def client():
             try:
                 with mtls.Connection.connect("127.0.0.1", lsock.getsockname()[1], identity=pki["alice"].identity,
                                              policy=server_policy, verify_as="server.test", handshake_timeout=10,
                                              max_tls="1.2") as c:
                     c.write(b"x")
-            except mtls.MTLSError:
-                pass
+            except mtls.MTLSError as e:
+                client_errors.append(e)
 
         t = threading.Thread(target=client)
         t.start()
@@ -429,7 +431,8 @@ def test_application_server_session_ends_at_the_crls_next_update_not_at_certific
         ssl = libssl.SSL_new(ctx)
         try:
             assert libssl.SSL_set_fd(ssl, conn.fileno()) == 1
-            assert libssl.SSL_accept(ssl) == 1
+            rc = libssl.SSL_accept(ssl)
+            assert rc == 1, (rc, client_errors)
             timeout = libssl.SSL_SESSION_get_timeout(libssl.SSL_get_session(ssl))
             assert 0 < timeout <= 600, timeout
             libssl.SSL_shutdown(ssl)
