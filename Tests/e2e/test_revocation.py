@@ -414,6 +414,9 @@ def test_ocsp_responder_good_revoked_and_unknown(ocsp):
     assert r.returncode == 1 and [x["code"] for x in out["reasons"]] == ["revoked"], out
     [c] = out["revocation"]["checks"]
     assert c["status"] == "revoked" and c["reason"] == "keyCompromise" and c["revoked_at"]
+    # Said as an OCSP answer, not a CRL's (issue 36).
+    message = out["reasons"][0]["message"]
+    assert f"(OCSP http://127.0.0.1:{ocsp.port}/)" in message and "CRL" not in message, message
     # Not in the responder's index: the responder says "unknown", which is no answer: hard refuses.
     r, out = ocsp_verify(ocsp, "stranger")
     assert r.returncode == 1 and [x["code"] for x in out["reasons"]] == ["revocation_unknown"], out
