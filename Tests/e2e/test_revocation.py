@@ -485,6 +485,23 @@ def test_ocsp_delegated_responder_needs_ocsp_signing(ocsp, tmp_path, eku, believ
         p.wait(10)
 
 
+def connect_to_openssl_stapling(ocsp, crt, key, ca_pem, resp, version, name):
+    """`mtls connect --json` (the OCSP policy, hard) to `openssl s_server` stapling the response
+    file `resp`: the CompletedProcess and its JSON."""
+    port = free_port()
+    p = subprocess.Popen(["openssl", "s_server", "-accept", str(port), "-cert", crt, "-key", key, "-cert_chain", ca_pem,
+                          "-status_file", resp, version, "-quiet"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_port(port, p)
+        r = run_cli("connect", f"127.0.0.1:{port}", "--anchor", ocsp.ca / "cert.pem", "--anchors-only",
+                    "--verify-as", name, "--policy", ocsp.policy, "--json", "--timeout", "10")
+        return r, json.loads(r.stdout)
+    finally:
+        p.kill()
+        p.wait(10)
+
+
 @pytest.mark.parametrize("version", ["-tls1_3", "-tls1_2"])
 @pytest.mark.parametrize("revoked", [False, True])
 def test_client_checks_a_staple_from_openssl_s_server(ocsp, tmp_path, revoked, version):
@@ -513,26 +530,15 @@ def test_client_checks_a_staple_from_openssl_s_server(ocsp, tmp_path, revoked, v
     subprocess.run(["openssl", "ocsp", "-index", index, "-rsigner", ocsp.ca / "cert.pem", "-rkey", ocsp.ca / "key.pem",
                     "-CA", ocsp.ca / "cert.pem", "-reqin", req, "-respout", resp, "-nmin", "10"],
                    check=True, capture_output=True)
-    port = free_port()
-    p = subprocess.Popen(["openssl", "s_server", "-accept", str(port), "-cert", crt, "-key", key, "-cert_chain", ca_pem,
-                          "-status_file", resp, version, "-quiet"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        wait_port(port, p)
-        r = run_cli("connect", f"127.0.0.1:{port}", "--anchor", ocsp.ca / "cert.pem", "--anchors-only",
-                    "--verify-as", "staple.test", "--policy", ocsp.policy, "--json", "--timeout", "10")
-        out = json.loads(r.stdout)
-        ev = out["evaluation"]
-        [c] = ev["revocation"]["checks"]
-        assert c["source"] == "ocsp_staple" and c["fetched_from"] == "staple", c
-        if revoked:
-            assert r.returncode != 0 and c["status"] == "revoked" and c["reason"] == "keyCompromise", out
-            assert [x["code"] for x in ev["reasons"]] == ["revoked"]
-        else:
-            assert r.returncode == 0 and out["connected"] and c["status"] == "good", out
-    finally:
-        p.kill()
-        p.wait(10)
+    r, out = connect_to_openssl_stapling(ocsp, crt, key, ca_pem, resp, version, "staple.test")
+    ev = out["evaluation"]
+    [c] = ev["revocation"]["checks"]
+    assert c["source"] == "ocsp_staple" and c["fetched_from"] == "staple", c
+    if revoked:
+        assert r.returncode != 0 and c["status"] == "revoked" and c["reason"] == "keyCompromise", out
+        assert [x["code"] for x in ev["reasons"]] == ["revoked"]
+    else:
+        assert r.returncode == 0 and out["connected"] and c["status"] == "good", out
 
 
 def test_mtls_serve_staples_ocsp_for_its_own_certificate(ocsp, tmp_path):
@@ -577,6 +583,21 @@ def test_mtls_serve_staples_ocsp_for_its_own_certificate(ocsp, tmp_path):
         responder.wait(10)
 
 
+def stapling_lines(srv, within=30):
+    """What `mtls serve` prints until its first "OCSP stapling" line (or `within` seconds). The
+    stapler's first fetch may end before serve sets its event handler; the retry comes within 5 s."""
+    seen = []
+    end = time.monotonic() + within
+    while time.monotonic() < end and not any("OCSP stapling" in line for line in seen):
+        ready, _, _ = select.select([srv.p.stdout], [], [], 1)
+        if ready:
+            line = srv.p.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+    return seen
+
+
 def test_mtls_serve_prints_its_staplers_fetch_failures(ocsp, tmp_path):
     """`mtls serve` with a certificate whose OCSP responder is down: the stapler's failed fetches
     are the listener's revocation_fetch_failed events, and serve prints each (before, the stapler
@@ -590,17 +611,8 @@ def test_mtls_serve_prints_its_staplers_fetch_failures(ocsp, tmp_path):
     key.write_text(server.key_pem())
     os.chmod(key, 0o600)
     srv = Serve("--cert", chain, "--key", key)
-    seen = []
     try:
-        # The first fetch may fail before serve sets its event handler; the retry comes within 5 s.
-        end = time.monotonic() + 30
-        while time.monotonic() < end and not any("OCSP stapling" in line for line in seen):
-            ready, _, _ = select.select([srv.p.stdout], [], [], 1)
-            if ready:
-                line = srv.p.stdout.readline()
-                if not line:
-                    break
-                seen.append(line)
+        seen = stapling_lines(srv)
     finally:
         out = srv.finish()
     lines = [line for line in seen + out.splitlines() if "OCSP stapling" in line]
@@ -879,23 +891,12 @@ def test_client_refuses_a_stale_staple_from_openssl_s_server(ocsp, tmp_path, ver
     crt.write_text(leaf.certificate.pem)
     ca_pem.write_text((ocsp.ca / "cert.pem").read_text())
     resp.write_bytes(signed_ocsp_answer(ocsp, leaf, time.time() - 400 * 86400))
-    port = free_port()
-    p = subprocess.Popen(["openssl", "s_server", "-accept", str(port), "-cert", crt, "-key", key, "-cert_chain", ca_pem,
-                          "-status_file", resp, version, "-quiet"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        wait_port(port, p)
-        r = run_cli("connect", f"127.0.0.1:{port}", "--anchor", ocsp.ca / "cert.pem", "--anchors-only",
-                    "--verify-as", "stale-staple.test", "--policy", ocsp.policy, "--json", "--timeout", "10")
-        out = json.loads(r.stdout)
-        ev = out["evaluation"]
-        [c] = ev["revocation"]["checks"]
-        assert r.returncode != 0 and not out["connected"] and c["status"] == "unknown", out
-        assert "stapled OCSP response" in c["error"] and "maximum age" in c["error"], c
-        assert [x["code"] for x in ev["reasons"]] == ["revocation_unknown"], ev
-    finally:
-        p.kill()
-        p.wait(10)
+    r, out = connect_to_openssl_stapling(ocsp, crt, key, ca_pem, resp, version, "stale-staple.test")
+    ev = out["evaluation"]
+    [c] = ev["revocation"]["checks"]
+    assert r.returncode != 0 and not out["connected"] and c["status"] == "unknown", out
+    assert "stapled OCSP response" in c["error"] and "maximum age" in c["error"], c
+    assert [x["code"] for x in ev["reasons"]] == ["revocation_unknown"], ev
 
 
 def test_mtls_serve_does_not_staple_a_stale_answer(ocsp, tmp_path):
@@ -907,18 +908,9 @@ def test_mtls_serve_does_not_staple_a_stale_answer(ocsp, tmp_path):
         leaf, chain, key = ocsp_leaf(ocsp, tmp_path, "stale-stapler.test", replay.url, server=True)
         replay.body = signed_ocsp_answer(ocsp, leaf, time.time() - 400 * 86400)
         srv = Serve("--cert", chain, "--key", key)
-        seen = []
         try:
-            # The stapler's first fetch may end before serve sets its event handler; the retry
-            # comes within 5 s. Its failure is printed after what it keeps was decided.
-            end = time.monotonic() + 30
-            while time.monotonic() < end and not any("OCSP stapling" in line for line in seen):
-                ready, _, _ = select.select([srv.p.stdout], [], [], 1)
-                if ready:
-                    line = srv.p.stdout.readline()
-                    if not line:
-                        break
-                    seen.append(line)
+            # The failure is printed after what the stapler keeps was decided.
+            seen = stapling_lines(srv)
             lines = [line for line in seen if "OCSP stapling" in line]
             assert lines and "maximum age" in lines[0], seen
             r = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{srv.port}", "-servername",
