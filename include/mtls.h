@@ -615,8 +615,10 @@ MTLS_EXTERN int mtls_trust_result_revocation(const mtls_trust_result *result, ch
 /* Warnings of a trusted result (a soft revocation check that found no status), a new array of
  * *count strings. Free it with mtls_string_list_free. */
 MTLS_EXTERN int mtls_trust_result_warnings(const mtls_trust_result *result, char ***out, size_t *count);
-/* Forgets every CRL cached in memory and every remembered fetch failure (a failed fetch is
- * otherwise retried after 10 s). Cache folders are left as they are. Thread-safe. */
+/* Forgets every CRL and OCSP answer cached in memory and every remembered fetch failure (a failed
+ * fetch is otherwise retried after 10 s). Cache folders are left as they are, and so is what was
+ * seen: a CRL older than one already seen for its URL is still never used in its place.
+ * Thread-safe. */
 MTLS_EXTERN void mtls_revocation_cache_clear(void);
 
 /* ======================================================================================

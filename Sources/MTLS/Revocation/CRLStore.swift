@@ -118,7 +118,8 @@ final class CRLStore: Sendable {
     /// Network fetches made since the process started (or the last ``clear()``).
     var fetchCount: Int { state.withLock { $0.fetches } }
 
-    /// Forgets every cached CRL and failure (the files of cache folders stay).
+    /// Forgets every cached CRL and failure (the files of cache folders stay, and so does the
+    /// newest CRL seen per URL: an older one is still never used).
     func clear() {
         state.withLock { $0.entries = [:]; $0.failures = [:]; $0.staleReported = [:]; $0.fetches = 0 }
         Self.changed()

@@ -214,7 +214,8 @@ public struct RevocationReport: Sendable, Hashable {
 
 /// The process-wide revocation cache, for front ends and tests.
 public enum RevocationCache {
-    /// Forgets every CRL cached in memory and every remembered fetch failure.
+    /// Forgets every CRL and OCSP answer cached in memory and every remembered fetch failure. What
+    /// was seen stays: a CRL older than one already seen for its URL is still never used.
     public static func clear() {
         CRLStore.shared.clear()
         OCSPCheck.clear()

@@ -602,6 +602,7 @@ class Policy(_Handle):
 
 
 def clear_revocation_cache() -> None:
-    """Forgets every CRL cached in memory and every remembered fetch failure
-    (mtls_revocation_cache_clear); cache folders are left as they are."""
+    """Forgets every CRL and OCSP answer cached in memory and every remembered fetch failure
+    (mtls_revocation_cache_clear); cache folders are left as they are, and a CRL older than one
+    already seen for its URL is still never used."""
     lib.mtls_revocation_cache_clear()
