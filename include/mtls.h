@@ -585,13 +585,20 @@ MTLS_EXTERN int mtls_trust_result_provenance(const mtls_trust_result *result, ch
  * OCSP status callback libmtls installs on client contexts whose policy lists OCSP, before the
  * handshake ends; else a request with a nonce to the
  * certificate's AIA responder, answered by the issuer or a responder it delegated to with
- * id-kp-OCSPSigning, current at the evaluation time, cached until nextUpdate). A
+ * id-kp-OCSPSigning, current at the evaluation time, cached while current). One freshness rule
+ * holds for every CRL and OCSP response, whatever its source (file, distribution point, cache,
+ * fetched, stapled, and the staple a listener sends): current until its nextUpdate; without a
+ * nextUpdate, until its thisUpdate plus the maximum age (mtls_policy_set_revocation_max_age,
+ * default 7 days); a thisUpdate more than 5 minutes in the future is refused. A CRL without a CRL
+ * number is used (as OpenSSL does); of two CRLs of one issuer the newer (CRL number, else
+ * thisUpdate) answers, and one older than a CRL already seen is never used in its place. A
  * certificate found revoked is never trusted (reason "revoked", with its date and reason); when
  * no source answers (unreachable, stale, unsupported, invalid) the status is unknown: HARD
  * refuses with reason "revocation_unknown", SOFT trusts and says so (mtls_trust_result_warnings,
  * mtls_trust_result_revocation). A handshake that needs a fetch waits for it within the fetch
  * time limit. Policy files: "revocation": {"mode": "hard", "sources": ["crl"], "max_bytes": N,
- * "timeout_ms": N, "cache_dir": "dir"} and per host rule {"mode": ..., "sources": [...]}. */
+ * "timeout_ms": N, "cache_dir": "dir", "max_age_seconds": N} and per host rule {"mode": ...,
+ * "sources": [...]}. */
 #define MTLS_REVOCATION_OFF 0   /* default */
 #define MTLS_REVOCATION_SOFT 1
 #define MTLS_REVOCATION_HARD 2
@@ -607,8 +614,15 @@ MTLS_EXTERN int mtls_policy_set_rule_revocation(mtls_policy *policy, const char 
  * for the whole exchange (`timeout_ms`, 0: 5000). A larger body or a slower server is an unknown
  * status, never a hang. */
 MTLS_EXTERN int mtls_policy_set_revocation_limits(mtls_policy *policy, size_t max_bytes, int timeout_ms);
+/* How long a CRL or OCSP response without a nextUpdate stays current after its thisUpdate, in
+ * seconds (0: the default, 7 days; at most 366 days). MTLS_E_INVALID_ARGUMENT for a negative or
+ * too large value. */
+MTLS_EXTERN int mtls_policy_set_revocation_max_age(mtls_policy *policy, int64_t seconds);
 /* A folder where fetched CRLs are kept (made 0700 when missing; files 0600, one per URL), so a
- * restarted program does not fetch them again; NULL: memory only. The string is copied. */
+ * restarted program does not fetch them again; NULL: memory only. The string is copied. An
+ * existing folder must belong to the user and not be writable by group or others, else it is not
+ * used (a library warning says why) and CRLs are fetched; cache files are read only if they are
+ * regular files (not through symbolic links, never waiting on a FIFO). */
 MTLS_EXTERN int mtls_policy_set_revocation_cache_dir(mtls_policy *policy, const char *dir);
 /* What revocation checking did, as JSON: {"mode": "hard", "sources": ["crl"], "checks": [{
  * "cert_index": 0, "subject": ..., "status": "good"|"revoked"|"unknown", "source": "crl"|
@@ -619,8 +633,10 @@ MTLS_EXTERN int mtls_trust_result_revocation(const mtls_trust_result *result, ch
 /* Warnings of a trusted result (a soft revocation check that found no status), a new array of
  * *count strings. Free it with mtls_string_list_free. */
 MTLS_EXTERN int mtls_trust_result_warnings(const mtls_trust_result *result, char ***out, size_t *count);
-/* Forgets every CRL cached in memory and every remembered fetch failure (a failed fetch is
- * otherwise retried after 10 s). Cache folders are left as they are. Thread-safe. */
+/* Forgets every CRL and OCSP answer cached in memory and every remembered fetch failure (a failed
+ * fetch is otherwise retried after 10 s). Cache folders are left as they are, and so is what was
+ * seen: a CRL older than one already seen for its URL is still never used in its place.
+ * Thread-safe. */
 MTLS_EXTERN void mtls_revocation_cache_clear(void);
 
 /* ======================================================================================

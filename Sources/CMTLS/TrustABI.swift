@@ -528,6 +528,17 @@ public func mtls_policy_set_revocation_limits(_ p: OpaquePointer?, _ maxBytes: I
     }
 }
 
+/// `int mtls_policy_set_revocation_max_age(mtls_policy *policy, int64_t seconds)`
+@_cdecl("mtls_policy_set_revocation_max_age")
+public func mtls_policy_set_revocation_max_age(_ p: OpaquePointer?, _ seconds: Int64) -> Int32 {
+    abiCall {
+        let pol = try policy(p)
+        var f = pol.revocationFetch
+        do { try f.setMaxAge(seconds: seconds) } catch let e as MTLSError where e.code == .invalidPolicy { throw invalid(e.message) }
+        pol.revocationFetch = f
+    }
+}
+
 /// `int mtls_policy_set_revocation_cache_dir(mtls_policy *policy, const char *dir)`
 @_cdecl("mtls_policy_set_revocation_cache_dir")
 public func mtls_policy_set_revocation_cache_dir(_ p: OpaquePointer?, _ dir: UnsafePointer<CChar>?) -> Int32 {

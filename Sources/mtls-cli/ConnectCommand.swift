@@ -82,15 +82,23 @@ struct IdentityOptions: ParsableArguments {
 enum PolicyBuilder {
     /// The policy file, or an empty policy (the system trust store, name check on). The command
     /// line's trust options never go into it: they are ``overrides(anchors:anchorsOnly:pins:verifyAs:store:)``.
-    static func policy(file: String?, revocation: String? = nil) throws -> TrustPolicy {
+    static func policy(file: String?, revocation: String? = nil, revocationMaxAge: Int64? = nil) throws -> TrustPolicy {
         let p = try file.map { try TrustPolicy.load(path: $0) } ?? TrustPolicy()
-        try applyRevocation(revocation, to: p)
+        try applyRevocation(revocation, maxAge: revocationMaxAge, to: p)
         return p
     }
 
     /// `--revocation off|soft|hard`: the policy-wide mode (the policy file's sources, limits and
-    /// cache folder, and its host rules' own settings, are kept).
-    static func applyRevocation(_ mode: String?, to p: TrustPolicy) throws {
+    /// cache folder, and its host rules' own settings, are kept); `--revocation-max-age SECONDS`:
+    /// the maximum age of an answer without nextUpdate (the policy file's `max_age_seconds`).
+    static func applyRevocation(_ mode: String?, maxAge: Int64? = nil, to p: TrustPolicy) throws {
+        if let maxAge {
+            var f = p.revocationFetch
+            do { try f.setMaxAge(seconds: maxAge) } catch let e as MTLSError {
+                throw MTLSError(.invalidArgument, "--revocation-max-age: \(e.message)")
+            }
+            p.revocationFetch = f
+        }
         guard let mode else { return }
         let m: RevocationMode
         do { m = try RevocationSettings.mode(mode) } catch let e as MTLSError { throw MTLSError(.invalidArgument, "--revocation: \(e.message)") }
@@ -98,6 +106,8 @@ enum PolicyBuilder {
         r.mode = m
         p.revocation = r
     }
+
+    static let revocationMaxAgeHelp: ArgumentHelp = "Seconds a CRL or OCSP response without a nextUpdate stays current after its thisUpdate (default 7 days; the policy file's revocation \"max_age_seconds\")."
 
     static let revocationHelp: ArgumentHelp = "Check revocation of every certificate below the anchor (CRLs from their distribution points; the policy file's \"revocation\" says more): off, soft (unknown status trusted, with a warning) or hard (unknown refused). Revoked is always refused."
 
@@ -213,6 +223,7 @@ struct ConnectCommand: ParsableCommand {
     @OptionGroup var identityOptions: IdentityOptions
     @Option(help: "A trust policy JSON file.") var policy: String?
     @Option(help: PolicyBuilder.revocationHelp) var revocation: String?
+    @Option(help: PolicyBuilder.revocationMaxAgeHelp) var revocationMaxAge: Int64?
     @Option(help: "A pinned anchor (root, intermediate or the server's own certificate): a file, or a certificate stored under a label (LABEL with a store, or store:LABEL); repeatable.") var anchor: [String] = []
     @Flag(help: "Never trust the system store (the default once anchors are given).") var anchorsOnly = false
     @Flag(help: "Trust the system store as well as the anchors (--anchor, the policy's); without it anchors are the only ones trusted.") var systemAnchors = false
@@ -251,7 +262,7 @@ struct ConnectCommand: ParsableCommand {
             // the name checked.
             // --verify-as, --pin, --anchor and --anchors-only are overrides: the library composes
             // them on top of the policy (and of the rule the host and port select).
-            o.policy = try PolicyBuilder.policy(file: policy, revocation: revocation)
+            o.policy = try PolicyBuilder.policy(file: policy, revocation: revocation, revocationMaxAge: revocationMaxAge)
             o.overrides = try PolicyBuilder.overrides(anchors: anchor, anchorsOnly: anchorsOnly, systemAnchors: systemAnchors, pins: pin, verifyAs: verifyAs,
                                                       store: identityOptions.openStore)
             usedPolicy = o.policy
@@ -366,6 +377,7 @@ struct ServeCommand: ParsableCommand {
     @Option(help: "An anchor for client certificates (e.g. one customer's intermediate): a file, or a stored certificate's label (LABEL with a store, or store:LABEL); repeatable.") var clientAnchor: [String] = []
     @Option(help: "A trust policy JSON file for clients.") var policy: String?
     @Option(help: PolicyBuilder.revocationHelp) var revocation: String?
+    @Option(help: PolicyBuilder.revocationMaxAgeHelp) var revocationMaxAge: Int64?
     @Flag(help: "Refuse clients without a certificate (the default with --client-anchor or --policy).") var requireClientCert = false
     @Flag(help: "Accept clients without a certificate too (a certificate a client presents is still judged).") var optionalClientCert = false
     @Flag(help: "Also accept client certificates of the system trust store (public CAs); without it clients need --client-anchor or a policy with anchors.") var clientSystemAnchors = false
@@ -394,6 +406,7 @@ struct ServeCommand: ParsableCommand {
             // A store label is followed (a replacement in the store is in force within a second);
             // a policy file too. SIGHUP looks at both at once. One line per rotation or failure.
             let follow = try ServeFollowing(identityOptions: identityOptions, policyPath: policy, revocation: revocation,
+                                            revocationMaxAge: revocationMaxAge,
                                             clientAnchors: clientAnchor)
             guard let identity = try follow.source?.current ?? identityOptions.explicitIdentity() else {
                 throw ValidationError("serve needs --identity (or --cert and --key)")

@@ -35,6 +35,8 @@ struct VerifyCommand: ParsableCommand {
     var at: String?
     @Option(help: PolicyBuilder.revocationHelp)
     var revocation: String?
+    @Option(help: PolicyBuilder.revocationMaxAgeHelp)
+    var revocationMaxAge: Int64?
     @Flag(help: "Print the evaluation as JSON.")
     var json = false
 
@@ -45,7 +47,7 @@ struct VerifyCommand: ParsableCommand {
             let certs = try Certificate.load(path: chain)
             let peer = host.map { TrustPeer(hostText: $0) }
             if verifyAs != nil && host == nil { throw MTLSError(.invalidArgument, "--verify-as needs --host (the peer reached)") }
-            let p = try PolicyBuilder.policy(file: policy, revocation: revocation)
+            let p = try PolicyBuilder.policy(file: policy, revocation: revocation, revocationMaxAge: revocationMaxAge)
             // The flags are overrides the library composes on top of the policy and of the rule
             // the host selects; they are never merged into the policy's rules.
             let overrides = try PolicyBuilder.overrides(anchors: anchors, anchorsOnly: anchorsOnly, systemAnchors: systemAnchors, pins: pins,

@@ -131,7 +131,7 @@ struct PolicyFileReader {
         "enforcement", "revocation", "system_anchors",
     ]
     static let revocationKeys: Set<String> = ["mode", "sources"]
-    static let policyRevocationKeys: Set<String> = ["mode", "sources", "max_bytes", "timeout_ms", "cache_dir"]
+    static let policyRevocationKeys: Set<String> = ["mode", "sources", "max_bytes", "timeout_ms", "cache_dir", "max_age_seconds"]
 
     /// `{"mode": "off"|"soft"|"hard", "sources": ["crl", "ocsp"]}` (sources default to ["crl"]).
     func revocation(_ o: [String: JSONValue], _ what: String) throws -> RevocationSettings {
@@ -202,6 +202,7 @@ struct PolicyFileReader {
             if let n = try int(r["max_bytes"], "revocation.max_bytes") { f.maxBytes = n }
             if let n = try int(r["timeout_ms"], "revocation.timeout_ms") { f.timeout = Double(n) / 1000 }
             if let d = try string(r["cache_dir"], "revocation.cache_dir") { f.cacheDirectory = path(d) }
+            if let n = try int(r["max_age_seconds"], "revocation.max_age_seconds") { f.maxAge = TimeInterval(n) }
             do { try f.validate() } catch let e as MTLSError { throw error("revocation: \(e.message)") }
             p.revocationFetch = f
         }

@@ -11,68 +11,6 @@ public enum NameCheck: String, Sendable {
     case none
 }
 
-/// A certificate revocation list read from a file, parsed once.
-/// Sendable: the `X509_CRL` is only read after parsing.
-public final class RevocationList: @unchecked Sendable {
-    let crl: OpaquePointer
-    /// The DER encoding.
-    public let der: [UInt8]
-    /// The issuing distribution point's flags (``CRLCheck/covers(_:_:)``), decoded once.
-    let idpFlags: Int32
-    /// The issuers (DER) this CRL was verified against (``CRLCheck/verifyOnce(_:issuer:time:)``):
-    /// a CRL given to a policy is verified once per issuer, not at every evaluation.
-    let verifiedIssuers = Mutex<[[UInt8]]>([])
-    /// The file this CRL was read from (``load(path:)``), nil when parsed from memory: what a
-    /// stale-CRL event names.
-    public let path: String?
-    /// The nextUpdate of this CRL last reported stale (``RevocationEvents/staleFile``): a CRL file
-    /// past its nextUpdate is reported once per staleness, not at every evaluation.
-    let staleReported = Mutex<Date?>(nil)
-    /// The CRL's nextUpdate, read once: whether it is stale is asked at every evaluation.
-    let nextUpdate: Date?
-
-    init(takingOwnership crl: OpaquePointer, path: String? = nil) throws {
-        self.crl = crl
-        self.path = path
-        nextUpdate = X509_CRL_get0_nextUpdate(crl).map { Certificate.date($0) }
-        idpFlags = mtls_ossl_X509_CRL_idp_flags(crl)
-        guard let der = derEncode({ i2d_X509_CRL(crl, $0) }) else {
-            X509_CRL_free(crl)
-            throw MTLSError.openSSL(.parse, "cannot encode CRL")
-        }
-        self.der = der
-    }
-
-    deinit { X509_CRL_free(crl) }
-
-    /// Parses every CRL in `data` (PEM `X509 CRL` blocks, or one DER CRL).
-    public static func parseAll(_ data: [UInt8]) throws -> [RevocationList] { try parseAll(data, path: nil) }
-
-    /// ``parseAll(_:)``, each CRL remembering the file `path` it came from.
-    static func parseAll(_ data: [UInt8], path: String?) throws -> [RevocationList] {
-        guard !data.isEmpty else { throw MTLSError(.parse, "empty CRL data") }
-        if Certificate.looksLikePEM(data) {
-            let bio = try MemoryBIO(copying: data)
-            var out: [RevocationList] = []
-            while let c = PEM_read_bio_X509_CRL(bio.bio, nil, nil, nil) {
-                out.append(try RevocationList(takingOwnership: c, path: path))
-            }
-            OpenSSLErrorQueue.clear()
-            guard !out.isEmpty else { throw MTLSError(.parse, "PEM input holds no X509 CRL block") }
-            return out
-        }
-        let crl = data.withUnsafeBufferPointer { buf -> OpaquePointer? in
-            var p: UnsafePointer<UInt8>? = buf.baseAddress
-            return d2i_X509_CRL(nil, &p, buf.count)
-        }
-        guard let crl else { throw MTLSError.openSSL(.parse, "not a CRL (neither PEM nor DER)") }
-        return [try RevocationList(takingOwnership: crl, path: path)]
-    }
-
-    /// Reads a file of CRLs.
-    public static func load(path: String) throws -> [RevocationList] { try parseAll(FileIO.read(path), path: path) }
-}
-
 /// A trust policy: anchors, name checking, host rules with pins, key and signature strength,
 /// CRLs and an optional fixed time. Evaluate a peer with
 /// ``evaluate(chain:host:purpose:at:)``.
@@ -266,8 +204,9 @@ public final class TrustPolicy: Sendable {
             ([s.revocation] + s.hostRules.compactMap(\.revocation)).contains { $0.mode != .off && $0.sources.contains(.ocsp) }
         }
     }
-    /// Size and time limits of revocation fetches and the folder fetched CRLs are kept in.
-    /// Policy files: `"revocation": {"max_bytes": N, "timeout_ms": N, "cache_dir": "..."}`.
+    /// Size and time limits of revocation fetches, the folder fetched CRLs are kept in, and the
+    /// maximum age of an answer without nextUpdate. Policy files: `"revocation": {"max_bytes": N,
+    /// "timeout_ms": N, "cache_dir": "...", "max_age_seconds": N}`.
     public var revocationFetch: RevocationFetchOptions {
         get { readSetting(\.revocationFetch) } set { changeSetting { $0.revocationFetch = newValue } }
     }

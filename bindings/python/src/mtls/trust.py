@@ -127,6 +127,8 @@ fn("mtls_policy_set_revocation", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ct
 fn("mtls_policy_set_rule_revocation", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int)
 # int mtls_policy_set_revocation_limits(mtls_policy *policy, size_t max_bytes, int timeout_ms)
 fn("mtls_policy_set_revocation_limits", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+# int mtls_policy_set_revocation_max_age(mtls_policy *policy, int64_t seconds)
+fn("mtls_policy_set_revocation_max_age", ctypes.c_int, ctypes.c_void_p, ctypes.c_int64)
 # int mtls_policy_set_revocation_cache_dir(mtls_policy *policy, const char *dir)
 fn("mtls_policy_set_revocation_cache_dir", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)
 # int mtls_trust_result_revocation(const mtls_trust_result *result, char **out)
@@ -489,19 +491,25 @@ class Policy(_Handle):
         return _REVOCATION_MODES[mode], flags
 
     def set_revocation(self, mode: str, sources: Iterable[str] = ("crl",), max_bytes: Optional[int] = None,
-                       timeout_ms: Optional[int] = None, cache_dir: "Union[None, str, os.PathLike[str]]" = None) -> None:
+                       timeout_ms: Optional[int] = None, cache_dir: "Union[None, str, os.PathLike[str]]" = None,
+                       max_age_seconds: Optional[int] = None) -> None:
         """Policy-wide revocation checking (mtls_policy_set_revocation): `mode` "off", "soft"
         (an unknown status is trusted, with a warning in the result) or "hard" (refused with
         "revocation_unknown"); a revoked certificate is always refused. `sources` in order: "crl"
         (the certificates' CRL distribution points, over http:), "ocsp". `max_bytes` and
         `timeout_ms` bound each fetch (None: 10 MiB, 5000 ms); `cache_dir` keeps fetched CRLs
-        across restarts (files 0600)."""
+        across restarts (files 0600; a folder that is not the user's, or that group or others can
+        write, is not used). `max_age_seconds`: how long a CRL or OCSP response without a
+        nextUpdate stays current after its thisUpdate (None: 7 days;
+        mtls_policy_set_revocation_max_age)."""
         m, flags = self._revocation_args(mode, sources)
         check(lib.mtls_policy_set_revocation(self._h, m, flags))
         if max_bytes is not None or timeout_ms is not None:
             check(lib.mtls_policy_set_revocation_limits(self._h, int(max_bytes or 0), int(timeout_ms or 0)))
         if cache_dir is not None:
             check(lib.mtls_policy_set_revocation_cache_dir(self._h, utf8(os.fspath(cache_dir))))
+        if max_age_seconds is not None:
+            check(lib.mtls_policy_set_revocation_max_age(self._h, int(max_age_seconds)))
 
     def set_rule_revocation(self, pattern: str, mode: str, sources: Iterable[str] = ("crl",)) -> None:
         """Revocation checking for peers under the host rule `pattern`, over the policy's."""
@@ -638,6 +646,7 @@ class Policy(_Handle):
 
 
 def clear_revocation_cache() -> None:
-    """Forgets every CRL cached in memory and every remembered fetch failure
-    (mtls_revocation_cache_clear); cache folders are left as they are."""
+    """Forgets every CRL and OCSP answer cached in memory and every remembered fetch failure
+    (mtls_revocation_cache_clear); cache folders are left as they are, and a CRL older than one
+    already seen for its URL is still never used."""
     lib.mtls_revocation_cache_clear()
