@@ -51,6 +51,9 @@ struct TokenCommand: ParsableCommand {
 
         func run() throws {
             try CLI.reporting(json: options.json) {
+                // A bad URI is refused before any module is loaded (a module may print its own
+                // lines while it initialises: the error stays one line).
+                _ = try token.map { try PKCS11URI($0) }
                 let pin = try pinFile.map(CLI.readPINFile)
                 let modules = try PKCS11Modules(modulePath: options.module)
                 let objects = try modules.objects(tokenURI: token, pin: pin)
