@@ -2,6 +2,7 @@
 #   make demo     build, then run the end-to-end demo (private PKI, store, mTLS server + client)
 #   make test     everything: Swift tests, C tests against the installed header, Python, e2e, limbo
 #   make check    the inner loop: Swift tests, the ABI check, C and Python tests (no e2e, limbo, packages)
+#   make docs     the docs site (MkDocs, docs/ + generated reference pages) into out/docs
 #   make bench    benchmarks, each printed as a ratio against a raw OpenSSL C baseline
 #   make install PREFIX=/usr/local
 SHELL := /bin/bash
@@ -18,7 +19,7 @@ LIMBO ?= $(CURDIR)/Tests/limbo
 
 .PHONY: deb wheel print-version
 .PHONY: all deps build build-debug build-release install test test-swift test-abi test-c test-python test-e2e test-limbo bench demo clean
-.PHONY: check test-swift-plugins bench-swift-plugins
+.PHONY: check test-swift-plugins bench-swift-plugins docs test-docs
 
 all: build
 
@@ -56,6 +57,7 @@ test: deps
 	$(MAKE) --no-print-directory install CONFIG=debug PREFIX=$(TEST_PREFIX) DESTDIR=
 	$(MAKE) --no-print-directory deb wheel CONFIG=debug DPKG_DEB_ARGS=-z1
 	$(MAKE) --no-print-directory test-abi test-c test-limbo test-python test-e2e
+	$(MAKE) --no-print-directory test-docs
 	$(MAKE) --no-print-directory test-fuzz
 	$(MAKE) --no-print-directory test-swift-plugins
 
@@ -69,6 +71,19 @@ check: deps
 
 test-swift:
 	$(SWIFT) test -c debug --skip-build
+
+# The docs site: the reference pages generated from their sources (error codes and the C API from
+# include/mtls.h, the Python API from docstrings, every command's --help from the installed mtls
+# when there is one), then `mkdocs build --strict` (a warning, such as a link to a missing page,
+# fails) into out/docs, then every local link and #anchor of the built site checked.
+MTLS_DOCS_CLI ?= $(TEST_PREFIX)/bin/mtls
+docs:
+	$(PYTHON) scripts/gen-docs.py $(MTLS_DOCS_CLI)
+	mkdocs build --strict --quiet --site-dir $(OUT)/docs
+	$(PYTHON) scripts/gen-docs.py --check-links $(OUT)/docs
+
+# make test runs it after the install, so the CLI reference is the built mtls's.
+test-docs: docs
 
 # Debian packages (libmtls0, libmtls-dev, mtls) in out/deb/, made with debhelper's tools.
 deb: build
