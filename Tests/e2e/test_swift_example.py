@@ -69,9 +69,9 @@ def test_example_refuses_when_the_name_is_not_the_certificates(example, served):
     assert "error: untrusted" in r.stdout and "name_mismatch" in r.stdout, r.stdout
 
 
-def test_readme_swift_example_is_the_example_package():
-    """The README's "Using it from Swift" program is examples/swift's, which the tests above build
-    and run: the README's example compiles and works as written."""
-    readme = open(os.path.join(REPO, "README.md")).read()
-    first = readme.split("## Using it from Swift", 1)[1].split("```swift\n", 1)[1].split("```", 1)[0]
+def test_swift_guide_example_is_the_example_package():
+    """The Swift guide's program (docs/guides/swift.md) is examples/swift's, which the tests above
+    build and run: the guide's example compiles and works as written."""
+    guide = open(os.path.join(REPO, "docs", "guides", "swift.md")).read()
+    first = guide.split("# Using it from Swift", 1)[1].split("```swift\n", 1)[1].split("```", 1)[0]
     assert first == open(os.path.join(EXAMPLE, "Sources", "mtls-swift-example", "main.swift")).read()

@@ -136,11 +136,12 @@ def test_pki_sign_refuses_a_csr_whose_signature_does_not_verify(blank, tmp_path)
 
 
 def test_readme_sequence_takes_a_blank_token_to_mutual_tls(tmp_path):
-    """The README's "blank token to mTLS" block, run as written with the installed mtls."""
+    """The tokens page's "blank token to mTLS" block (docs/topics/tokens.md), run as written with the
+    installed mtls."""
     import re
-    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "topics", "tokens.md")).read()
     blocks = [b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "# blank token to mTLS" in b]
-    assert len(blocks) == 1, "README.md has no \"blank token to mTLS\" block"
+    assert len(blocks) == 1, "docs/topics/tokens.md has no \"blank token to mTLS\" block"
     bindir = os.path.dirname(os.path.abspath(os.environ["MTLS_CLI"]))
     env = dict(os.environ, PATH=bindir + os.pathsep + os.environ["PATH"], PORT=str(free_port()))
     r = subprocess.run(["bash", "-ec", blocks[0] + "\nwait\n"], cwd=tmp_path, capture_output=True, text=True,
