@@ -164,6 +164,30 @@ def test_debian_packages_are_lintian_clean():
     assert "swift" not in depends.lower()
 
 
+def test_mtls_deb_has_a_man_page_per_command(tmp_path):
+    """The mtls package carries mtls(1) and one page per command (mtls-connect(1),
+    mtls-store-import(1)...), each made from that command's --help: its NAME is the help's first
+    sentence and its text has the command's options."""
+    deb = artifacts("deb/mtls_*.deb", "the mtls package")[0]
+    subprocess.run(["dpkg-deb", "-x", deb, str(tmp_path)], check=True)
+    man1 = tmp_path / "usr" / "share" / "man" / "man1"
+    cli = os.environ["MTLS_CLI"]
+    commands = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "gen-docs.py"), "--list-commands", cli],
+                              check=True, capture_output=True, text=True).stdout.split("\n")
+    commands = [c for c in commands if c]
+    assert {"connect", "serve", "store import", "pki issue server"} <= set(commands), commands
+    pages = {p.name for p in man1.iterdir()}
+    expected = {"mtls.1.gz"} | {"mtls-" + c.replace(" ", "-") + ".1.gz" for c in commands}
+    assert expected <= pages, sorted(expected - pages)
+    text = subprocess.run(["man", "-l", "-P", "cat", str(man1 / "mtls-store-import.1.gz")], capture_output=True, text=True,
+                          env=dict(os.environ, MANWIDTH="200")).stdout
+    assert "mtls-store-import - Import a PKCS#12 file's identity under a label" in " ".join(text.split()), text
+    assert "--password-file" in text and "--replace" in text, text
+    top = subprocess.run(["man", "-l", "-P", "cat", str(man1 / "mtls.1.gz")], capture_output=True, text=True,
+                         env=dict(os.environ, MANWIDTH="200")).stdout
+    assert "mtls-connect(1)" in top, top
+
+
 def test_debian_packages_install_build_run_and_purge_clean(pki, s_server, tmp_path):
     debs = artifacts("deb/*.deb", "Debian packages")
     names = ["libmtls0", "libmtls-dev", "mtls"]
@@ -190,7 +214,7 @@ def test_debian_packages_install_build_run_and_purge_clean(pki, s_server, tmp_pa
                                env={**env, "PATH": "/usr/bin:/bin"})
         assert which.stdout.split() == ["/usr/bin/mtls", artifacts("deb/mtls_*.deb", "")[0].split("_")[1].split("-")[0]]
         man = subprocess.run(["dpkg", "-L", "mtls"], capture_output=True, text=True).stdout
-        assert "/usr/share/man/man1/mtls.1.gz" in man
+        assert "/usr/share/man/man1/mtls.1.gz" in man and "/usr/share/man/man1/mtls-connect.1.gz" in man
     finally:
         subprocess.run(["apt-get", "purge", "-y", "-qq", *names], check=True, capture_output=True, env=env)
     left = [f for f in files if os.path.lexists(f)]

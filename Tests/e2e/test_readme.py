@@ -174,6 +174,16 @@ def test_readme_is_a_front_door():
             assert os.path.exists(os.path.join(REPO, link)), link
 
 
+def test_operator_guide_walks_through_the_quick_start():
+    """The operator's guide explains the README's story step by step: each of its commands is one of
+    the quick start's, so the two tell the same story."""
+    guide = open(os.path.join(REPO, "docs", "guides", "operator.md")).read().split("## The demo", 1)[0]
+    story = quickstart("operator")
+    for block in re.findall(r"```sh\n(.*?)```", guide, re.S):
+        for line in block.strip().split("\n"):
+            assert line.split("  #")[0].strip() in story, line
+
+
 # The guides' complete examples (moved from the old README), run as written.
 
 def test_python_guide_example_runs(tmp_path):
