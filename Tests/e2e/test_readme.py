@@ -163,15 +163,14 @@ def test_swift_quickstart_is_the_example_target_and_connects(operator):
 
 
 def test_readme_is_a_front_door():
-    """README.md stays short, and every page it links exists in docs/ (or is one gen-docs.py makes)."""
+    """README.md stays short, and every file it links is in the repository (the generated reference
+    pages, which exist only once `make docs` has run, are named, not linked)."""
     text = open(README).read()
     assert len(text.split("\n")) <= 250
-    generated = {"reference/errors.md", "reference/c-api.md", "reference/python-api.md", "reference/cli-help.md"}
-    for link in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
-        if link.startswith("docs/") and link[len("docs/"):] in generated:
-            assert link[len("docs/"):] in open(os.path.join(REPO, "scripts", "gen-docs.py")).read()
-        else:
-            assert os.path.exists(os.path.join(REPO, link)), link
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    assert "docs/guides/operator.md" in links
+    for link in links:
+        assert os.path.exists(os.path.join(REPO, link)), link
 
 
 def test_operator_guide_walks_through_the_quick_start():
