@@ -177,7 +177,8 @@ clean:
 # the targets so the sanitizer runtimes match. `make fuzz` runs each target FUZZ_SECONDS;
 # `make test-fuzz` (a stage of `make test`) runs each 20 s and replays fuzz/regressions/.
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS := pkcs12 cert policy chain store p11uri tls_client
+FUZZ_TARGETS := pkcs12 cert policy chain store p11uri tls_client \
+  http_response http_request acme renewal_info est ocsp crl
 FUZZ_CC ?= $(dir $(shell readlink -f $$(command -v $(SWIFT))))clang
 FUZZ_BUILD := $(CURDIR)/.build-fuzz
 FUZZ_OUT := $(OUT)/fuzz
@@ -188,7 +189,8 @@ export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 .PHONY: fuzz test-fuzz fuzz-build
 fuzz-build:
 	$(SWIFT) build -c debug --product mtls --scratch-path $(FUZZ_BUILD) \
-	  -Xswiftc -sanitize=fuzzer,address
+	  -Xswiftc -sanitize=fuzzer,address -Xswiftc -DMTLS_FUZZ \
+	  -Xlinker --version-script=$(CURDIR)/fuzz/fuzz.map
 	@ln -sf libmtls.so $(FUZZ_BUILD)/debug/libmtls.so.0 && mkdir -p $(FUZZ_OUT) && set -e; \
 	for t in $(FUZZ_TARGETS); do \
 	  $(FUZZ_CC) -fuse-ld=lld -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \

@@ -215,20 +215,25 @@ final class CRLStore: Sendable {
         do { body = try HTTPFetcher.get(url, limits: options.limits) } catch let e as MTLSError {
             throw RevocationProblem(e.message, code: e.code)
         }
+        let e = try Self.accept(body, url: url, issuer: issuer, time: time)
+        if let dir = options.cacheDirectory {
+            // Best effort: a cache folder that cannot be written costs a refetch after a restart.
+            if PKIDirectory.exists(dir) || mkdir(dir, 0o700) == 0 {
+                try? FileIO.writeAtomically(Self.cacheFile(dir, url), e.list.der, mode: 0o600)
+            }
+        }
+        return (e, "network")
+    }
+
+    /// What `url` served, as a CRL of `issuer` usable at `time` (parsed, verified, with a nextUpdate).
+    static func accept(_ body: [UInt8], url: String, issuer: Certificate, time: Date) throws -> FetchedCRL {
         guard let list = try? RevocationList.parseAll(body).first else {
             throw RevocationProblem("\(url) did not serve a CRL (\(body.count) bytes that are neither DER nor PEM CRL)", code: .parse)
         }
         do { try CRLCheck.verify(list.crl, issuer: issuer, time: time) } catch let p as RevocationProblem {
             throw RevocationProblem("\(url): \(p.description)", code: p.code, staleNextUpdate: p.staleNextUpdate)
         }
-        let e = try FetchedCRL(list: list, url: url, fetchedAt: Date(), issuer: issuer)
-        if let dir = options.cacheDirectory {
-            // Best effort: a cache folder that cannot be written costs a refetch after a restart.
-            if PKIDirectory.exists(dir) || mkdir(dir, 0o700) == 0 {
-                try? FileIO.writeAtomically(Self.cacheFile(dir, url), list.der, mode: 0o600)
-            }
-        }
-        return (e, "network")
+        return try FetchedCRL(list: list, url: url, fetchedAt: Date(), issuer: issuer)
     }
 
     private static func modificationTime(_ file: String) -> Date? {
