@@ -10,13 +10,12 @@ D=data; C=corpus; T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 for t in http_response http_request acme renewal_info est ocsp crl; do rm -rf "${C:?}/$t"; mkdir -p "$C/$t"; done
 o() { openssl "$@" 2>/dev/null; }
 # --- HTTP responses (CR LF line ends; the body after the blank line as is)
-resp() { local f=$1; shift; printf '%s\r\n' "$@" > "$C/http_response/$f"; }
-resp ok-length 'HTTP/1.1 200 OK' 'Content-Type: application/json' 'Content-Length: 17' 'Replay-Nonce: abc_-123' '' '{"status":"ok"} '
+printf 'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\nReplay-Nonce: abc_-123\r\n\r\n{"status":"ok"}' > $C/http_response/ok-length
 printf 'HTTP/1.1 200 OK\r\nContent-Type: application/pkix-crl\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n1a\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nX-Trailer: yes\r\n\r\n' > $C/http_response/chunked
 printf 'HTTP/1.1 301 Moved Permanently\r\nLocation: http://crl.example.com/ca.crl\r\nContent-Length: 0\r\n\r\n' > $C/http_response/redirect
 printf 'HTTP/1.1 307 Temporary Redirect\r\nLocation: /acme/new-order\r\nRetry-After: 3\r\nContent-Length: 0\r\n\r\n' > $C/http_response/redirect-relative
 printf 'HTTP/1.0 200 OK\r\nContent-Type: application/ocsp-response\r\n\r\nbody until the connection ends' > $C/http_response/until-close
-printf 'HTTP/1.1 400 Bad Request\r\nContent-Type: application/problem+json\r\nContent-Length: 84\r\nLink: <https://acme.example/dir>;rel="index"\r\n\r\n{"type":"urn:ietf:params:acme:error:badNonce","detail":"JWS has an invalid anti-replay nonce"}' > $C/http_response/problem
+printf 'HTTP/1.1 400 Bad Request\r\nContent-Type: application/problem+json\r\nContent-Length: 94\r\nLink: <https://acme.example/dir>;rel="index"\r\n\r\n{"type":"urn:ietf:params:acme:error:badNonce","detail":"JWS has an invalid anti-replay nonce"}' > $C/http_response/problem
 printf 'HTTP/1.1 204 No Content\r\nReplay-Nonce: n1\r\nCache-Control: no-store\r\n\r\n' > $C/http_response/no-content
 printf 'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok' > $C/http_response/continue
 # --- request heads, as a scraper or an ACME validation server sends them
