@@ -81,7 +81,7 @@ o ocsp -issuer $D/rev-ca.pem -cert $D/rev-leaf.pem -no_nonce -reqout $T/req.der
 o ocsp -index $T/ca/good.txt -CA $D/rev-ca.pem -rsigner $D/rev-ca.pem -rkey $T/ca.key -reqin $T/req.der -ndays 7000 -respout $C/ocsp/good-by-ca.der
 o ocsp -index $T/ca/index.txt -CA $D/rev-ca.pem -rsigner $D/rev-ca.pem -rkey $T/ca.key -reqin $T/req.der -ndays 7000 -respout $C/ocsp/revoked-by-ca.der
 o ocsp -index $T/ca/good.txt -CA $D/rev-ca.pem -rsigner $T/resp.pem -rkey $T/resp.key -reqin $T/req.der -ndays 7000 -respout $C/ocsp/good-delegated.der
-o ocsp -index $T/ca/index.txt -CA $D/rev-ca.pem -rsigner $T/resp.pem -rkey $T/resp.key -resp_no_certs -reqin $T/req.der -ndays 7000 -respout $C/ocsp/revoked-no-certs.der
+o ocsp -index $T/ca/index.txt -CA $D/rev-ca.pem -rsigner $D/rev-ca.pem -rkey $T/ca.key -resp_no_certs -reqin $T/req.der -ndays 7000 -respout $C/ocsp/revoked-no-certs.der
 printf '\x30\x03\x0a\x01\x06' > $C/ocsp/unauthorized.der
 # --- EST certs-only PKCS#7 (RFC 7030 §4.1.3): base64 as sent, DER, and a CA chain
 o crl2pkcs7 -nocrl -certfile $D/rev-leaf.pem -outform DER -out $C/est/leaf.p7.der

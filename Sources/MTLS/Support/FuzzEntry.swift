@@ -5,14 +5,17 @@
 // fuzz/fuzz.h). Only a crash, a sanitizer report, a leak or a hang is a finding; errors thrown
 // by the parsers are the expected answer to most inputs. A few checks below are oracles: a
 // disagreement between two ways of reading the same bytes traps, so the fuzzer reports it.
-#if MTLS_FUZZ
 import FoundationEssentials
 
+/// What the fuzz targets and the test of their seeds (Tests/MTLSTests/FuzzSeedTests.swift) share.
+enum FuzzFixtures {
+    /// A fixed time inside the validity of the committed OCSP and CRL seeds (fuzz/make-net-data.sh).
+    static let time = Date(timeIntervalSince1970: 1_800_000_000)  // 2027-01-15
+}
+
+#if MTLS_FUZZ
 /// The certificates the revocation targets check against (fuzz/data/rev-*.pem), read once.
 private nonisolated(unsafe) var fuzzRevocationPair: (leaf: Certificate, issuer: Certificate)?
-
-/// A fixed time inside the validity of the committed OCSP and CRL seeds (fuzz/make-net-data.sh).
-private let fuzzTime = Date(timeIntervalSince1970: 1_800_000_000)  // 2027-01-15
 
 private func revocationPair(_ dataDir: String) -> (leaf: Certificate, issuer: Certificate) {
     if let p = fuzzRevocationPair { return p }
@@ -122,12 +125,12 @@ enum FuzzTargets {
 
     /// An OCSP response for the fixed leaf and issuer, checked as a fetched or stapled one is.
     static func ocsp(_ bytes: [UInt8], _ pair: (leaf: Certificate, issuer: Certificate)) {
-        _ = try? OCSPCheck.check(response: bytes, cert: pair.leaf, issuer: pair.issuer, nonceRequest: nil, time: fuzzTime)
+        _ = try? OCSPCheck.check(response: bytes, cert: pair.leaf, issuer: pair.issuer, nonceRequest: nil, time: FuzzFixtures.time)
     }
 
     /// What a CRL distribution point served, accepted for the fixed issuer, and the leaf looked up in it.
     static func crl(_ bytes: [UInt8], _ pair: (leaf: Certificate, issuer: Certificate)) {
-        guard let fetched = try? CRLStore.accept(bytes, url: "http://crl.fuzz.invalid/ca.crl", issuer: pair.issuer, time: fuzzTime) else { return }
+        guard let fetched = try? CRLStore.accept(bytes, url: "http://crl.fuzz.invalid/ca.crl", issuer: pair.issuer, time: FuzzFixtures.time) else { return }
         if CRLCheck.covers(fetched.list, pair.leaf) { _ = CRLCheck.lookup(fetched.list.crl, pair.leaf) }
     }
 }
