@@ -45,6 +45,21 @@ func mtlsfuzz_input(_ target: UnsafePointer<CChar>, _ dataDir: UnsafePointer<CCh
 }
 
 enum FuzzTargets {
+    /// An oracle: a message made from what a peer sent holds no character ``OneLine`` cleans
+    /// (issue 41: nothing a server sends reaches a terminal raw).
+    static func clean(_ text: String, _ what: String) {
+        if text.unicodeScalars.contains(where: OneLine.isUnsafe) { fatalError("fuzz: \(what) holds a control or bidirectional character") }
+    }
+
+    /// ``clean(_:_:)`` for a thrown error's message.
+    static func clean(_ error: Error, _ what: String) {
+        clean((error as? MTLSError)?.message ?? (error as? RevocationProblem)?.description ?? "\(error)", what)
+    }
+
+    /// Runs `body`, checking the message of what it throws; nil then.
+    static func attempt<T>(_ what: String, _ body: () throws -> T) -> T? {
+        do { return try body() } catch { clean(error, what); return nil }
+    }
     /// A response as ``HTTPClient`` receives it: read whole, and fed in three pieces (the head
     /// or a chunk cut anywhere), which must give the same response or the same kind of error.
     static func httpResponse(_ bytes: [UInt8]) {
@@ -67,6 +82,7 @@ enum FuzzTargets {
                 _ = x.retryAfter(max: 10)
                 _ = x.isRedirect
             case (.failure(let x), .failure(let y)):
+                clean(x, "an HTTP response error")
                 guard (x as? MTLSError)?.code == (y as? MTLSError)?.code else { fatalError("fuzz: the response read whole and in pieces fail differently") }
             default:
                 fatalError("fuzz: the response read whole and in pieces disagree")
@@ -95,42 +111,49 @@ enum FuzzTargets {
     /// A JSON object from an ACME server, read as each step reads it: the directory, an order,
     /// an authorization (for the names ordered), a challenge, a failed object, a problem document.
     static func acme(_ bytes: [UInt8]) {
-        _ = ACMEClient.problem(HTTPResponse(status: 403, headers: [("content-type", "application/problem+json")], body: bytes), "fuzzing")
-        guard let doc = try? JSONValue.parse(bytes, "the fuzz input") else { return }
+        clean(ACMEClient.problem(HTTPResponse(status: 403, headers: [("content-type", "application/problem+json")], body: bytes), "fuzzing"),
+              "an ACME problem")
+        guard let doc = attempt("an ACME JSON error", { try JSONValue.parse(bytes, "the fuzz input") }) else { return }
         for name in ["newNonce", "newAccount", "newOrder", "revokeCert", "renewalInfo"] { _ = doc[name]?.stringValue }
         _ = doc["authorizations"]?.arrayValue.compactMap(\.stringValue)
         _ = doc["finalize"]?.stringValue
         _ = doc["certificate"]?.stringValue
         _ = ACMEClient.orderedIdentifier(of: doc, among: ["example.com", "*.example.org", "192.0.2.7", "2001:db8::7"])
         for method in [ACMEChallengeMethod.http01(address: nil, port: 80), .tlsALPN01(address: nil, port: 443), .dns01(command: "true")] {
-            _ = try? ACMEClient.challenge(in: doc, method: method, identifier: "example.com")
+            _ = attempt("an ACME challenge error") { try ACMEClient.challenge(in: doc, method: method, identifier: "example.com") }
         }
-        _ = ACMEClient.failureDetail(doc)
-        _ = ACMEClient.describe(doc)
+        clean(ACMEClient.failureDetail(doc), "an ACME failure detail")
+        clean(ACMEClient.describe(doc), "an ACME problem description")
     }
 
     /// A renewalInfo answer (RFC 9773) for the fixed leaf, its window and chosen time.
     static func renewalInfo(_ bytes: [UInt8], _ leaf: Certificate) {
         let r = HTTPResponse(status: 200, headers: [("retry-after", "21600")], body: bytes)
-        if let info = try? ACMEClient.renewalInfo(r, identifier: "fuzz") { _ = info.chosenTime(for: leaf) }
+        if let info = attempt("a renewal information error", { try ACMEClient.renewalInfo(r, identifier: "fuzz") }) {
+            _ = info.chosenTime(for: leaf)
+        }
     }
 
     /// An EST answer body (RFC 7030: base64 or DER PKCS#7 certs-only), and the same bytes as an error body.
     static func est(_ bytes: [UInt8]) {
-        if let certs = try? ESTClient.certificates(bytes, "the fuzz input") {
+        if let certs = attempt("an EST error", { try ESTClient.certificates(bytes, "the fuzz input") }) {
             for c in certs { _ = c.subject; _ = c.subjectSummary }
         }
-        _ = ESTClient.failure(HTTPResponse(status: 401, headers: [], body: bytes), "fuzzing")
+        clean(ESTClient.failure(HTTPResponse(status: 401, headers: [], body: bytes), "fuzzing"), "an EST error body")
     }
 
     /// An OCSP response for the fixed leaf and issuer, checked as a fetched or stapled one is.
     static func ocsp(_ bytes: [UInt8], _ pair: (leaf: Certificate, issuer: Certificate)) {
-        _ = try? OCSPCheck.check(response: bytes, cert: pair.leaf, issuer: pair.issuer, nonceRequest: nil, time: FuzzFixtures.time)
+        _ = attempt("an OCSP error") {
+            try OCSPCheck.check(response: bytes, cert: pair.leaf, issuer: pair.issuer, nonceRequest: nil, time: FuzzFixtures.time)
+        }
     }
 
     /// What a CRL distribution point served, accepted for the fixed issuer, and the leaf looked up in it.
     static func crl(_ bytes: [UInt8], _ pair: (leaf: Certificate, issuer: Certificate)) {
-        guard let fetched = try? CRLStore.accept(bytes, url: "http://crl.fuzz.invalid/ca.crl", issuer: pair.issuer, time: FuzzFixtures.time) else { return }
+        guard let fetched = attempt("a CRL error", {
+            try CRLStore.accept(bytes, url: "http://crl.fuzz.invalid/ca.crl", issuer: pair.issuer, time: FuzzFixtures.time)
+        }) else { return }
         if CRLCheck.covers(fetched.list, pair.leaf) { _ = CRLCheck.lookup(fetched.list.crl, pair.leaf) }
     }
 }
