@@ -39,6 +39,7 @@ J
 cat > $C/acme/problem.json <<'J'
 {"type":"urn:ietf:params:acme:error:rejectedIdentifier","detail":"Some of the identifiers requested were rejected","status":400,"subproblems":[{"type":"urn:ietf:params:acme:error:malformed","detail":"Invalid underscore in DNS name \"_example.org\"","identifier":{"type":"dns","value":"_example.org"}},{"type":"urn:ietf:params:acme:error:rejectedIdentifier","detail":"This CA will not issue for \"example.net\"","identifier":{"type":"dns","value":"example.net"}}]}
 J
+printf '{"type":"urn:ietf:params:acme:error:caa","detail":"CAA forbids \\u202eissuance\\u001b[2J\\u009b31m","subproblems":[{"identifier":{"type":"dns","value":"a\\r\\nb.example"},"detail":"\\u2028x"}]}' > $C/acme/problem-hostile.json
 # --- renewal information (RFC 9773 §4.2)
 cat > $C/renewal_info/window.json <<'J'
 {"suggestedWindow":{"start":"2027-01-02T04:00:00Z","end":"2027-01-03T04:00:00Z"},"explanationURL":"https://acme.example/docs/ari"}
@@ -75,6 +76,13 @@ o crl -in $T/good.pem -outform DER -out $C/crl/good.der
 printf 'R\t491231235959Z\t261101000000Z,keyCompromise\t1001\tunknown\t/CN=revoked.example\n' >> $T/ca/index.txt
 o ca -config $T/ca.cnf -gencrl -keyfile $T/ca.key -cert $D/rev-ca.pem -out $C/crl/revoked.pem
 o crl -in $C/crl/revoked.pem -outform DER -out $C/crl/revoked.der
+# a CRL of another CA whose name holds U+202E and an escape (refused, and quoted clean)
+o req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout $T/evil.key -out $T/evil.pem -days 7300 -utf8 \
+  -subj "/CN=Evil$(printf '\xe2\x80\xae')gpj.exe$(printf '\x1b')[2J"
+: > $T/ca/evil.txt
+sed "s|index.txt|evil.txt|" $T/ca.cnf > $T/evil.cnf
+o ca -config $T/evil.cnf -gencrl -keyfile $T/evil.key -cert $T/evil.pem -out $T/evil.crl
+o crl -in $T/evil.crl -outform DER -out $C/crl/other-issuer-hostile-name.der
 # OCSP (RFC 6960): good, revoked (index above), from the CA itself and from a delegated responder
 o ocsp -issuer $D/rev-ca.pem -cert $D/rev-leaf.pem -no_nonce -reqout $T/req.der
 : > $T/ca/good.txt; printf 'V\t491231235959Z\t\t1001\tunknown\t/CN=revoked.example\n' > $T/ca/good.txt
