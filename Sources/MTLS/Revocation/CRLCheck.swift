@@ -1,7 +1,10 @@
 internal import COpenSSL
 import FoundationEssentials
 
-/// Why a CRL or an OCSP response gives no answer for a certificate: the text of an `unknown` status.
+/// Why a CRL or an OCSP response gives no answer for a certificate: the text of an `unknown`
+/// status. Like an ``MTLSError``'s message, it is cleaned as it is made (``OneLine/text(_:)``): it
+/// quotes what a CRL or OCSP server sent (a CRL's issuer name), over plain HTTP, and reaches
+/// verdicts, events and warnings.
 struct RevocationProblem: Error, CustomStringConvertible {
     let description: String
     /// The error code a fetch failure is reported with (``LifecycleEventKind/revocationFetchFailed``):
@@ -12,7 +15,7 @@ struct RevocationProblem: Error, CustomStringConvertible {
     /// staleness, not at every retry; ``CRLStore``).
     let staleNextUpdate: Date?
     init(_ d: String, code: MTLSError.Code = .untrusted, staleNextUpdate: Date? = nil) {
-        description = d
+        description = OneLine.text(d)
         self.code = code
         self.staleNextUpdate = staleNextUpdate
     }
