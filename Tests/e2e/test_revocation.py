@@ -503,13 +503,10 @@ def connect_to_openssl_stapling(ocsp, crt, key, ca_pem, resp, version, name):
         p.wait(10)
 
 
-@pytest.mark.parametrize("version", ["-tls1_3", "-tls1_2"])
-@pytest.mark.parametrize("revoked", [False, True])
-def test_client_checks_a_staple_from_openssl_s_server(ocsp, tmp_path, revoked, version):
-    # TLS 1.2 sends the staple after the certificate, which OpenSSL verifies first: the check
-    # waits for it (the status callback), so a good staple answers without any fetch (the
-    # responder named is dead) and a revoked one refuses.
-    # The server's certificate names a responder nothing listens on: only the staple can answer.
+def staple_files(ocsp, tmp_path, revoked):
+    """A server certificate for staple.test naming a responder nothing listens on, its key, its
+    CA and a fresh OCSP response for it (good, or revoked keyCompromise) made by `openssl ocsp`:
+    only a staple can answer for it."""
     from mtls import IssuedCertificate
     ca = IssuedCertificate.load(ocsp.ca / "cert.pem", ocsp.ca / "key.pem")
     dead = free_port()
@@ -531,6 +528,16 @@ def test_client_checks_a_staple_from_openssl_s_server(ocsp, tmp_path, revoked, v
     subprocess.run(["openssl", "ocsp", "-index", index, "-rsigner", ocsp.ca / "cert.pem", "-rkey", ocsp.ca / "key.pem",
                     "-CA", ocsp.ca / "cert.pem", "-reqin", req, "-respout", resp, "-nmin", "10"],
                    check=True, capture_output=True)
+    return crt, key, ca_pem, resp
+
+
+@pytest.mark.parametrize("version", ["-tls1_3", "-tls1_2"])
+@pytest.mark.parametrize("revoked", [False, True])
+def test_client_checks_a_staple_from_openssl_s_server(ocsp, tmp_path, revoked, version):
+    # TLS 1.2 sends the staple after the certificate, which OpenSSL verifies first: the check
+    # waits for it (the status callback), so a good staple answers without any fetch (the
+    # responder named is dead) and a revoked one refuses.
+    crt, key, ca_pem, resp = staple_files(ocsp, tmp_path, revoked)
     r, out = connect_to_openssl_stapling(ocsp, crt, key, ca_pem, resp, version, "staple.test")
     ev = out["evaluation"]
     [c] = ev["revocation"]["checks"]
@@ -1015,3 +1022,45 @@ def test_a_policy_crl_file_without_a_crl_number_is_used(pki, tmp_path, mode):
     assert "crl_invalid" not in [x["code"] for x in out["reasons"]], out
     r, out = verify(pki, "laptop", "--policy", policy)
     assert r.returncode != 0 and "revoked" in [x["code"] for x in out["reasons"]], out
+
+
+@pytest.mark.parametrize("revoked", [False, True])
+def test_application_client_ssl_ctx_uses_a_tls12_staple(ocsp, tmp_path, revoked):
+    """Issue 37: an application's own client SSL_CTX (curl-style) configured by libmtls, with a
+    hard OCSP policy, against `openssl s_server -status_file` over TLS 1.2 (the staple arrives
+    after the certificate is verified): a good fresh staple completes the handshake without the
+    responder (nothing listens there), a revoked one fails it."""
+    import ctypes
+    import socket
+    import struct
+    import mtls
+    crt, key, ca_pem, resp = staple_files(ocsp, tmp_path, revoked)
+    port = free_port()
+    p = subprocess.Popen(["openssl", "s_server", "-accept", str(port), "-cert", crt, "-key", key, "-cert_chain", ca_pem,
+                          "-status_file", resp, "-tls1_2", "-quiet"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    libssl = _libssl()
+    libssl.SSL_connect.restype, libssl.SSL_connect.argtypes = ctypes.c_int, [ctypes.c_void_p]
+    ctx = libssl.SSL_CTX_new(libssl.TLS_method())
+    try:
+        wait_port(port, p)
+        policy = mtls.Policy(anchors=[mtls.Certificate.load(str(ocsp.ca / "cert.pem"))],
+                             revocation={"mode": "hard", "sources": ["ocsp"], "timeout_ms": 3000})
+        mtls.configure_ssl_ctx(ctx, None, policy)
+        mtls.set_ssl_ctx_peer(ctx, "127.0.0.1", port, verify_as="staple.test")
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+            sock.settimeout(None)  # OpenSSL needs the descriptor blocking; a stalled server still ends:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 20, 0))
+            ssl = libssl.SSL_new(ctx)
+            try:
+                libssl.SSL_set_fd(ssl, sock.fileno())
+                rc = libssl.SSL_connect(ssl)
+                if rc == 1:
+                    libssl.SSL_shutdown(ssl)
+            finally:
+                libssl.SSL_free(ssl)
+        assert (rc == 1) == (not revoked), rc
+    finally:
+        libssl.SSL_CTX_free(ctx)
+        p.kill()
+        p.wait(10)
