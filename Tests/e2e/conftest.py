@@ -103,6 +103,23 @@ def run_cli(*args, check=False, input=None, timeout=60):
                           timeout=timeout, check=check)
 
 
+def stop(*procs):
+    """Terminates each process started by a fixture, killing one that does not end within 10 s."""
+    for p in procs:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def store_args(d, secret):
+    """The CLI arguments of a store in `d` whose secret file holds `secret`."""
+    write_secret(d / "secret", secret + "\n")
+    return ["--store", d / "store.db", "--secret-file", d / "secret"]
+
+
 def server_pki(d, root_name):
     """A PKI made with `mtls pki` in d/pki: root `root_name`, intermediate "Customer A", a server
     certificate for localhost and 127.0.0.1; written beside it as server.pem, server.key,

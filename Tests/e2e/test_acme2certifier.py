@@ -1,5 +1,5 @@
 """A second ACME server besides pebble (issue 37): acme2certifier (PyPI; GPL, run here as a
-program, not copied), its openssl CA handler signing with a `mtls pki` intermediate, its WSGI
+program, not copied), its openssl CA handler signing with a `mtls pki` intermediate (conftest's server_pki), its WSGI
 application under Python's wsgiref on 127.0.0.1 with TLS. Two instances: one open, one that
 requires external account binding (its CSV EAB handler). Enroll, renew, EAB renew and revoke.
 
@@ -14,12 +14,11 @@ The server runs in its own virtual environment (scripts/install-deps.sh makes it
 import json
 import os
 import subprocess
-import time
 import types
 
 import pytest
 
-from conftest import free_port, require_tool, run_cli, wait_port, write_secret
+from conftest import free_port, require_tool, run_cli, server_pki, stop, store_args, wait_port, write_secret
 
 A2C_PYTHON = os.environ.get("MTLS_A2C_PYTHON", "/opt/libmtls-tests/acme2certifier/bin/python")
 EAB_KEY = "zWNDZM6eQGHWpSRTPal5eIUYFTu7EajVIoguysqZ9wG44nMEtx3MUAsUDkMTQ12W"
@@ -93,13 +92,8 @@ def a2c(tmp_path_factory):
         [A2C_PYTHON, "-c", "import acme2certifier.acme_srv"], capture_output=True).returncode == 0
     require_tool(ok, f"acme2certifier (a python that imports it: {A2C_PYTHON}; see scripts/install-deps.sh)")
     base = tmp_path_factory.mktemp("a2c")
-    pki = base / "pki"
-    for args in (["init", "--name", "A2C Root"], ["intermediate", "--name", "A2C Issuing"],
-                 ["issue", "server", "--ca", "A2C Issuing", "--dns", "localhost", "--ip", "127.0.0.1"]):
-        r = run_cli("pki", *args, "--dir", pki)
-        assert r.returncode == 0, r.stderr
-    ca, root = pki / "ca" / "a2c-issuing", pki / "root" / "cert.pem"
-    served = ca / "issued" / "localhost"
+    server_pki(base, "A2C Root")  # the CA signs with "Customer A"; the server presents localhost
+    ca, root = base / "pki" / "ca" / "customer-a", base / "root.pem"
     (base / "run.py").write_text(RUN)
     procs, urls = [], {}
     try:
@@ -109,25 +103,19 @@ def a2c(tmp_path_factory):
             config(d, ca, root, eab)
             port = free_port()
             env = dict(os.environ, ACME_SRV_CONFIGFILE=str(d / "acme_srv.cfg"), ACME2CERTIFIER_I_KNOW_THE_RISK="1")
-            p = subprocess.Popen([A2C_PYTHON, base / "run.py", str(port), served / "chain.pem", served / "key.pem"],
+            p = subprocess.Popen([A2C_PYTHON, base / "run.py", str(port), base / "server-chain.pem", base / "server.key"],
                                  cwd=d, env=env, stdout=subprocess.DEVNULL, stderr=open(d / "server.log", "w"))
             procs.append(p)
             wait_port(port, p)
             urls[name] = f"https://127.0.0.1:{port}/directory"
         yield types.SimpleNamespace(open=urls["open"], eab=urls["eab"], root=root, issuing=ca / "cert.pem", base=base)
     finally:
-        for p in procs:
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(*procs)
 
 
 @pytest.fixture
 def store(tmp_path):
-    write_secret(tmp_path / "secret", "a2c secret\n")
-    return ["--store", tmp_path / "store.db", "--secret-file", tmp_path / "secret"]
+    return store_args(tmp_path, "a2c secret")
 
 
 def enroll(a2c, directory, store, label, name, *extra):

@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from conftest import free_port, wait_port, run_cli, write_secret, require_tool
+from conftest import free_port, wait_port, run_cli, write_secret, require_tool, stop, store_args
 
 CGI = r"""#!/bin/sh
 # EST over CGI: /cacerts, /simpleenroll, /simplereenroll (nginx decides who may call which).
@@ -62,6 +62,26 @@ def est(tmp_path_factory):
     issued = ca / "issued" / "localhost"
     fastcgi = f"""include /etc/nginx/fastcgi_params; fastcgi_param SCRIPT_FILENAME {cgi};
       fastcgi_param SCRIPT_NAME $uri; fastcgi_param EST_DIR {d}; fastcgi_pass unix:{sock};"""
+
+    def server(listen, reenroll_auth):
+        """One EST server block; `reenroll_auth` adds HTTP authentication to /simplereenroll."""
+        auth = f'auth_basic "est"; auth_basic_user_file {d / "htpasswd"};' if reenroll_auth else ""
+        return f"""
+  server {{
+    listen 127.0.0.1:{listen} ssl;
+    ssl_certificate {issued / "chain.pem"}; ssl_certificate_key {issued / "key.pem"};
+    ssl_client_certificate {d / "chain.pem"}; ssl_verify_client optional; ssl_verify_depth 3;
+    location = /.well-known/est/cacerts {{ {fastcgi} }}
+    location = /.well-known/est/simpleenroll {{ auth_basic "est"; auth_basic_user_file {d / "htpasswd"}; {fastcgi} }}
+    location = /.well-known/est/simplereenroll {{
+      if ($ssl_client_verify != SUCCESS) {{ return 403; }}
+      {auth}
+      {fastcgi}
+    }}
+  }}"""
+
+    # port_auth: as Cisco libest's estserver by default (RFC 7030 §3.2.3), HTTP authentication on
+    # /simplereenroll as well as the client certificate.
     (d / "nginx.conf").write_text(f"""
 error_log {d}/logs/error.log;
 pid {d}/nginx.pid;
@@ -70,31 +90,8 @@ http {{
   access_log {d}/logs/access.log;
   client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;
   fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
-  server {{
-    listen 127.0.0.1:{port} ssl;
-    ssl_certificate {issued / "chain.pem"}; ssl_certificate_key {issued / "key.pem"};
-    ssl_client_certificate {d / "chain.pem"}; ssl_verify_client optional; ssl_verify_depth 3;
-    location = /.well-known/est/cacerts {{ {fastcgi} }}
-    location = /.well-known/est/simpleenroll {{ auth_basic "est"; auth_basic_user_file {d / "htpasswd"}; {fastcgi} }}
-    location = /.well-known/est/simplereenroll {{
-      if ($ssl_client_verify != SUCCESS) {{ return 403; }}
-      {fastcgi}
-    }}
-  }}
-  # As Cisco libest's estserver by default (RFC 7030 §3.2.3): HTTP authentication on
-  # /simplereenroll as well as the client certificate.
-  server {{
-    listen 127.0.0.1:{port_auth} ssl;
-    ssl_certificate {issued / "chain.pem"}; ssl_certificate_key {issued / "key.pem"};
-    ssl_client_certificate {d / "chain.pem"}; ssl_verify_client optional; ssl_verify_depth 3;
-    location = /.well-known/est/cacerts {{ {fastcgi} }}
-    location = /.well-known/est/simpleenroll {{ auth_basic "est"; auth_basic_user_file {d / "htpasswd"}; {fastcgi} }}
-    location = /.well-known/est/simplereenroll {{
-      if ($ssl_client_verify != SUCCESS) {{ return 403; }}
-      auth_basic "est"; auth_basic_user_file {d / "htpasswd"};
-      {fastcgi}
-    }}
-  }}
+{server(port, False)}
+{server(port_auth, True)}
 }}
 """)
     nginx = subprocess.Popen(["nginx", "-c", str(d / "nginx.conf"), "-p", str(d), "-g", "daemon off; master_process off;"],
@@ -105,18 +102,12 @@ http {{
         yield types.SimpleNamespace(dir=d, url=f"https://127.0.0.1:{port}/.well-known/est", root=pki / "root" / "cert.pem",
                                     url_auth=f"https://127.0.0.1:{port_auth}/.well-known/est")
     finally:
-        for p in (nginx, fcgi):
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(nginx, fcgi)
 
 
 @pytest.fixture
 def store(tmp_path):
-    write_secret(tmp_path / "secret", "est secret\n")
-    return ["--store", tmp_path / "store.db", "--secret-file", tmp_path / "secret"]
+    return store_args(tmp_path, "est secret")
 
 
 def show(store, label):
