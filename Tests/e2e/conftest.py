@@ -11,6 +11,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "Tests", "support"))
 from ports import free_port, wait_port  # noqa: E402,F401 (the shared helpers, for the tests)
+from nginx_server import stop_process  # noqa: E402
 DEFAULT_PREFIX = os.path.join(REPO, "out", "prefix")
 
 
@@ -104,14 +105,9 @@ def run_cli(*args, check=False, input=None, timeout=60):
 
 
 def stop(*procs):
-    """Terminates each process started by a fixture, killing one that does not end within 10 s."""
+    """Stops each process a fixture started (nginx_server.stop_process: SIGTERM, SIGKILL after 10 s)."""
     for p in procs:
-        p.terminate()
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        stop_process(p)
 
 
 def store_args(d, secret):

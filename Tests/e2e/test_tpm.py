@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from conftest import free_port, require_tool, run_cli, server_pki, wait_port, write_secret
+from conftest import free_port, require_tool, run_cli, server_pki, stop, wait_port, write_secret
 from test_tls import Peer
 
 KEY_TYPES = ["ec-p256", "rsa-2048"]
@@ -121,14 +121,7 @@ class TPM:
         return r
 
     def stop(self):
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        stop(*reversed(self.procs))
         for k, v in self.env_before.items():
             if v is None:
                 os.environ.pop(k, None)
