@@ -1700,7 +1700,9 @@ MTLS_EXTERN int mtls_listener_metrics(const mtls_listener *listener, char **out)
 
 /* Configures an application's SSL_CTX as mtls_ssl_ctx_configure_overrides does, presenting
  * `source`'s identity: each SSL takes the identity in force when its handshake starts. The
- * context keeps its own reference to the source. */
+ * context keeps its own reference to the source. With accepts_clients, the OCSP staple follows
+ * the identity in force, as a listener's does (fetched in the background for a new certificate
+ * once a handshake presents it; no staple until then). */
 MTLS_EXTERN int mtls_ssl_ctx_configure_source(void *ssl_ctx, mtls_identity_source *source, const mtls_policy *policy,
                                               int accepts_clients, const mtls_trust_overrides *overrides);
 
