@@ -727,6 +727,7 @@ class AppServer:
         self.stop_event.set()
         self.thread.join(15)
         self.lsock.close()
+        self.libssl.SSL_CTX_free(self.ctx)
 
 
 def app_server_certificates(ocsp, tmp_path, names, port):
@@ -796,6 +797,12 @@ def test_application_ssl_ctx_following_an_identity_source_staples_the_current_id
             app.close()
         responder.terminate()
         responder.wait(10)
+
+
+# ---- One freshness rule for every revocation answer (issue 35 item 5) -------------------------
+
+def rfc3339(epoch):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 def ocsp_leaf(ocsp, tmp_path, name, url, server=False):
