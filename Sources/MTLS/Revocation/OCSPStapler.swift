@@ -140,7 +140,9 @@ final class OCSPStapler: Sendable {
 /// identity (as a listener makes a new context, with its own stapler, when its identity changes),
 /// the previous one stopped. The first handshakes after a change get no staple until it is fetched.
 final class FollowingStapler: Sendable {
-    private let current: Mutex<OCSPStapler?>
+    /// The certificate last stapled for and its stapler (nil: it names no responder), so that
+    /// a certificate without one is looked at once, not at every handshake.
+    private let current: Mutex<(leaf: Certificate, stapler: OCSPStapler?)>
     private let source: IdentitySource
     private let options: RevocationFetchOptions
     private let events: LifecycleEvents?
@@ -149,7 +151,8 @@ final class FollowingStapler: Sendable {
         self.source = source
         self.options = options
         self.events = events
-        current = Mutex(OCSPStapler.start(for: source.current, options: options, events: events))
+        let identity = source.current
+        current = Mutex((identity.leaf, OCSPStapler.start(for: identity, options: options, events: events)))
     }
 
     /// The stapler for the certificate `ssl` presents: the running one when it is for it, else a
@@ -157,12 +160,12 @@ final class FollowingStapler: Sendable {
     private func stapler(for ssl: OpaquePointer) -> OCSPStapler? {
         guard let presented = SSL_get_certificate(ssl) else { return nil }
         return current.withLock { running in
-            if let running, X509_cmp(presented, running.leaf.x509) == 0 { return running }
+            if X509_cmp(presented, running.leaf.x509) == 0 { return running.stapler }
             let identity = source.current
             guard X509_cmp(presented, identity.leaf.x509) == 0 else { return nil }
-            running?.stop()
-            running = OCSPStapler.start(for: identity, options: options, events: events)
-            return running
+            running.stapler?.stop()
+            running = (identity.leaf, OCSPStapler.start(for: identity, options: options, events: events))
+            return running.stapler
         }
     }
 
@@ -178,7 +181,7 @@ final class FollowingStapler: Sendable {
     }
 
     /// Stops the running stapler's thread.
-    func stop() { current.withLock { $0?.stop() } }
+    func stop() { current.withLock { $0.stapler?.stop() } }
 
     deinit { stop() }
 }
