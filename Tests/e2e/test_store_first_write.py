@@ -126,7 +126,7 @@ def test_interrupted_during_kdf_leaves_no_store_file(d):
 
 
 @pytest.mark.parametrize("args", [["list"], ["show", "alice"], ["check", "--within", "30"], ["metrics"],
-                                  ["export", "alice", "OUT", "--password-file", "pw.txt"]])
+                                  ["export", "alice", "--out", "OUT", "--password-file", "pw.txt"]])
 def test_read_only_commands_never_create_a_store(d, args):
     args = [str(d / "out.p12") if a == "OUT" else str(d / a) if a == "pw.txt" else a for a in args]
     r = run(d, "secret.txt", *args)

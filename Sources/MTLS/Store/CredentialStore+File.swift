@@ -1,3 +1,4 @@
+internal import CSQLite
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -100,10 +101,13 @@ extension CredentialStore {
             // Only an empty file is replaced: one that became a store meanwhile is used as it is.
             guard stat(path, &st) == 0, st.st_size == 0 else { return false }
             if rename(temp, path) != 0 { throw fileError(errno, "cannot create the store \(path)") }
-        } else if link(temp, path) != 0 {
-            let err = errno
+        } else if mtls_rename_noreplace(temp, path) != 0 {
+            // Moved into place whole, never over a store another process made meanwhile; where
+            // the file system cannot (EINVAL, ENOSYS), linked then unlinked (the defer).
+            var err = errno
+            if err == EINVAL || err == ENOSYS { err = link(temp, path) == 0 ? 0 : errno }
             if err == EEXIST { return false }  // another process created it first: use theirs
-            throw fileError(err, "cannot create the store \(path)")
+            if err != 0 { throw fileError(err, "cannot create the store \(path)") }
         }
         let dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if dfd >= 0 { _ = fsync(dfd); Glibc.close(dfd) }
