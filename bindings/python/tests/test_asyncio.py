@@ -397,7 +397,7 @@ def test_async_client_100_concurrent_requests(pki, tmp_path, start_nginx, tokens
         if kind == "p12":
             ident = mtls.Identity.from_pkcs12((pki / "client-a.p12").read_bytes(), "pw")
         else:
-            store = mtls.Store(tmp_path / "store.db", secret="store secret", kdf_log_n=10)
+            store = mtls.Store(tmp_path / "store.db", secret="store secret", kdf_log_n=10, create=True)
             store.import_pkcs12("alice", (pki / "client-a.p12").read_bytes(), "pw")
             ident = "alice"
 

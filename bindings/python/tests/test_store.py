@@ -14,7 +14,7 @@ import mtls
 from mtls import errors
 from mtls.store import Store, StoreKey
 
-KDF = {"kdf_log_n": 10}  # cheap scrypt for tests; the default is 2^17
+KDF = {"kdf_log_n": 10, "create": True}  # cheap scrypt for tests (the default is 2^17); each test makes its stores
 
 
 def sh(cmd, cwd):
@@ -100,7 +100,7 @@ def test_errors_bad_secret_not_a_store_schema_too_new(pki, tmp_path):
     with pytest.raises(errors.NotAStore):
         Store(pki / "alice.p12", "x", **KDF)
     with pytest.raises(errors.NotFound):
-        Store(tmp_path / "missing.db", "x", create=False, **KDF)
+        Store(tmp_path / "missing.db", "x", kdf_log_n=10)
     with pytest.raises(errors.ReadOnly):
         Store("/sys/mtls-py-store.db", "x", **KDF)
     db = sqlite3.connect(path)

@@ -13,8 +13,9 @@ label or a ``pkcs11:`` URI (opened once, shared by the pooled connections). TLS 
 alone: the server is judged by ``policy`` and the identity is the adapter's, so requests' ``cert=``
 is refused (:class:`mtls.InvalidArgument`, naming ``identity=``), as is ``verify=False``
 (libmtls never stops verifying: name what to trust in ``policy``), while ``verify=`` with a CA
-bundle path (also what ``REQUESTS_CA_BUNDLE`` sets) is not used and says so with an
-:class:`IgnoredVerifyWarning` (the policy's anchors decide). Needs the ``requests`` extra
+bundle path is not used and says so with an :class:`IgnoredVerifyWarning` (the policy's anchors
+decide; the bundle requests takes from ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` is not used
+either, without a warning: it is the machine's setting, not the program's). Needs the ``requests`` extra
 (``pip install mtls[requests]``).
 
 Failures are requests' own exceptions, so existing ``except`` and retry code catches them: a
@@ -33,6 +34,7 @@ kept alive per proxy and target. A plain http:// URL through a proxy (when the a
 mounted for http://) is forwarded by requests as usual: no TLS is involved. An ``https://`` or
 SOCKS proxy raises ``requests.exceptions.InvalidProxyURL``; a proxy that cannot be reached or
 refuses the tunnel raises ``requests.exceptions.ProxyError`` with its status."""
+import os
 import warnings
 from typing import Any, Dict, Optional
 
@@ -235,7 +237,10 @@ class Adapter(HTTPAdapter):
             raise InvalidArgument("mtls.requests.Adapter always verifies the server by its policy: verify=False "
                                   "is not honoured; name what to trust in policy= (mtls.Policy(anchors=...))",
                                   InvalidArgument.code)
-        if verify is not True and verify is not None:
+        # requests itself sets verify= from REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE (trust_env): a
+        # setting of the machine, not of this program, which says nothing to warn about.
+        from_env = {os.environ.get("REQUESTS_CA_BUNDLE"), os.environ.get("CURL_CA_BUNDLE")} - {None, ""}
+        if verify is not True and verify is not None and verify not in from_env:
             warnings.warn(f"verify={verify!r} is not used by mtls.requests.Adapter: the server is judged by "
                           "the adapter's policy (mtls.Policy(anchors=...))", IgnoredVerifyWarning, stacklevel=2)
 
