@@ -69,9 +69,9 @@ struct DoctorCommand: ParsableCommand {
         steps.append(resolve(host))
         if steps.last?.ok == false { return steps }
 
-        // The connection as `mtls connect` would make it.
+        // The connection as `mtls connect` would make it (closed before the version probes: a
+        // server may serve one connection at a time, as openssl s_server does).
         let main = attempt(host, port, options)
-        defer { main.conn?.close() }
         if let e = main.error, main.conn == nil {
             steps.append(Step(name: "tcp", ok: false, detail: e.message,
                               fix: e.code == .timeout
@@ -80,10 +80,10 @@ struct DoctorCommand: ParsableCommand {
             return steps
         }
         steps.append(Step(name: "tcp", ok: true, detail: "connected to \(host) port \(port)", fix: nil))
+        let later = serverChain(main, options) + clientCertificate(main)
+        main.conn?.close()
         steps.append(versions(host, port, options))
-        steps.append(contentsOf: serverChain(main, options))
-        steps.append(contentsOf: clientCertificate(main))
-        return steps
+        return steps + later
     }
 
     // MARK: steps
@@ -241,7 +241,7 @@ struct DoctorCommand: ParsableCommand {
         let alert = main.conn?.receivedAlert
         let said = alert.map { "the server sent the alert \"\($0)\"" } ?? "the handshake failed"
         var fix: String
-        switch alert ?? "" {
+        switch (alert ?? "").lowercased() {
         case let a where a.contains("required"):
             fix = "present a client certificate" + (names.isEmpty ? "" : " issued by \(names)") + ": --identity LABEL|FILE.p12|pkcs11:URI, --cert/--key, or --identity auto with a store"
         case let a where a.contains("unknown ca") || a.contains("bad certificate") || a.contains("unsupported certificate"):
