@@ -92,7 +92,11 @@ def test_interrupted_first_import_leaves_no_file_or_a_complete_store(d, point):
             "while_creating": anything_in,
             "once_the_store_is_there": store_file_appeared}[point]
     interrupt_import(d, when)
-    assert_no_store_or_complete(d)
+    if assert_no_store_or_complete(d) == "none":
+        # Another secret finds no store, and makes none.
+        r = run(d, "other.txt", "list")
+        assert r.returncode != 0 and "no store at" in r.stderr, r.stderr
+        assert not (d / "st" / "store.db").exists()
     # Nothing a later command would take for a store, and the intended secret works next time.
     r = run(d, "secret.txt", "import", d / "c.p12", "--label", "alice", "--password-file", d / "pw.txt")
     assert r.returncode == 0 or "already" in r.stderr, r.stderr
@@ -100,29 +104,6 @@ def test_interrupted_first_import_leaves_no_file_or_a_complete_store(d, point):
     assert r.returncode == 0 and '"alice"' in r.stdout, (r.stdout, r.stderr)
     # An interrupted creation's temporary file is swept by the next creation in that folder.
     assert sorted(os.listdir(d / "st")) in (["store.db"], ["store.db", "store.db-shm", "store.db-wal"])
-
-
-def test_interrupted_during_kdf_leaves_no_store_file(d):
-    """Interrupted while the new store is being made (before it is complete): no file at the path,
-    so `store list` with another secret finds no store instead of creating one."""
-    p = subprocess.Popen(store_cmd(d, "secret.txt", "import", d / "c.p12", "--label", "alice",
-                                   "--password-file", d / "pw.txt"),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert wait_for(lambda: anything_in(d / "st"), p)
-        p.send_signal(signal.SIGINT)
-        p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    assert_no_store_or_complete(d)
-    r = run(d, "other.txt", "list")
-    if not (d / "st" / "store.db").exists():
-        assert r.returncode != 0 and "no store at" in r.stderr, r.stderr
-        assert not (d / "st" / "store.db").exists()
-    r = run(d, "secret.txt", "import", d / "c.p12", "--label", "alice", "--password-file", d / "pw.txt")
-    assert r.returncode == 0, r.stderr
 
 
 @pytest.mark.parametrize("args", [["list"], ["show", "alice"], ["check", "--within", "30"], ["metrics"],
