@@ -19,7 +19,8 @@ struct DoctorCommand: ParsableCommand {
             available identity (the one given, the store's identities and token identities) fits it \
             and why the others do not, and what the server answered to the certificate sent. \
             --json prints {"target", "ok", "steps": [{"name", "ok", "detail", "fix"}]} ("fix" is \
-            null for a step that passed). Exit status 0 when the connection would work, 1 when not.
+            null for a step that passed). Exit status 0 when the connection would work, 1 when not. \
+            (--send is accepted, as connect's, and not sent: doctor sends no data.)
             """)
 
     /// Every option of `mtls connect` (the same names, parsed the same way).
@@ -208,12 +209,19 @@ struct DoctorCommand: ParsableCommand {
                 }
             }
             let presented = conn.presentedIdentity
+            // A server that asks but accepts what it got (an optional request, or a certificate
+            // it takes although its names did not list the issuer): the connection works.
+            let accepted = main.error == nil && main.laterError == nil
             let detail = candidates.isEmpty ? "no identity is available (no --identity, --cert, or store)" : lines.joined(separator: "; ")
             if let presented {
                 let why = request.mismatch(presented)
-                steps.append(Step(name: "client_identity", ok: why == nil,
+                let ok = why == nil || accepted
+                steps.append(Step(name: "client_identity", ok: ok,
                                   detail: "presented \(presented.leaf.subject) (issuer \(presented.leaf.issuer))" + (why.map { ": does not fit: \($0)" } ?? ": fits the request") + "; " + detail,
-                                  fix: why == nil ? nil : Self.identityFix(fitting: fitting, caNames: namesText)))
+                                  fix: ok ? nil : Self.identityFix(fitting: fitting, caNames: namesText)))
+            } else if accepted {
+                steps.append(Step(name: "client_identity", ok: true,
+                                  detail: "no certificate was presented, and the server accepted the connection without one; " + detail, fix: nil))
             } else {
                 steps.append(Step(name: "client_identity", ok: false, detail: "no certificate was presented; " + detail,
                                   fix: Self.identityFix(fitting: fitting, caNames: namesText)))

@@ -64,12 +64,24 @@ def s_server(pki, cert, key):
     return p, port
 
 
+def mtls_serve_optional(pki):
+    """`mtls serve` asking for a client certificate without requiring one."""
+    port = free_port()
+    p = subprocess.Popen([CLI, "serve", "--address", "127.0.0.1", "--port", str(port), "--cert", str(pki / "chain.pem"),
+                          "--key", str(pki / "server.key"), "--client-anchor", str(pki / "root.pem"),
+                          "--optional-client-cert"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, p)
+    return p, port
+
+
 @pytest.fixture(scope="module")
 def servers(pki):
     good, good_port = s_server(pki, "server.pem", "server.key")
     old, old_port = s_server(pki, "expired.pem", "expired.key")
-    yield {"good": good_port, "expired": old_port}
-    for p in (good, old):
+    optional, optional_port = mtls_serve_optional(pki)
+    yield {"good": good_port, "expired": old_port, "optional": optional_port}
+    for p in (good, old, optional):
         p.terminate()
         p.wait(10)
 
@@ -107,6 +119,14 @@ def test_a_working_setup_exits_zero(pki, servers):
     assert "TLSv1.3 and TLSv1.2" in steps["tls_versions"]["detail"]
     assert "root" in steps["client_ca_names"]["detail"].lower()
     assert "the connection works" in text.stdout
+
+
+def test_a_server_that_asks_but_does_not_require_works_without_an_identity(pki, servers):
+    text, out = doctor(f"127.0.0.1:{servers['optional']}", "--anchor", pki / "root.pem")
+    assert text.returncode == 0, text.stdout + text.stderr
+    steps = {s["name"]: s for s in out["steps"]}
+    assert "accepted the connection without one" in steps["client_identity"]["detail"]
+    assert steps["server_verdict"]["ok"]
 
 
 def test_wrong_name_lists_the_certificates_names_and_suggests_verify_as(pki, servers):
