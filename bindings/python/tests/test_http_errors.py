@@ -7,6 +7,8 @@ silently ignored."""
 import asyncio
 import re
 import socket
+import threading
+import time
 import warnings
 
 import httpx
@@ -91,6 +93,45 @@ def test_requests_handshake_timeout_is_a_connect_timeout(pki, silent_server):
             s.get(silent_server + "/", timeout=0.5)
     assert isinstance(e.value, requests.exceptions.ConnectTimeout)
     assert isinstance(e.value, mtls.Timeout) and e.value.name == "timeout"
+
+
+def test_requests_connect_retries_still_apply(pki):
+    """Refused connections and timeouts go through urllib3's own connection errors, so a
+    Retry(connect=N) retries them as with requests' own adapter; the last is raised as requests'
+    exception, of libmtls's class."""
+    from urllib3.util.retry import Retry
+    accepted = []
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(8)
+    stop = threading.Event()
+
+    def accept():
+        s.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(s.accept()[0])
+            except OSError:
+                pass
+    t = threading.Thread(target=accept)
+    t.start()
+    try:
+        with requests.Session() as session:
+            session.mount("https://", mtls.requests.Adapter(identity=identity(pki, "client-a"), policy=trusting(pki),
+                                                            max_retries=Retry(connect=2, backoff_factor=0)))
+            with pytest.raises(requests.exceptions.ConnectTimeout) as e:
+                session.get(f"https://127.0.0.1:{s.getsockname()[1]}/", timeout=0.3)
+        assert isinstance(e.value, mtls.Timeout)
+        deadline = time.monotonic() + 10  # the accepting thread may still be taking the last one
+        while len(accepted) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(accepted) == 3  # the first try and two retries
+    finally:
+        stop.set()
+        t.join()
+        for c in accepted:
+            c.close()
+        s.close()
 
 
 def test_requests_cert_and_verify_false_are_refused_and_a_ca_bundle_warns(pki, nginx, monkeypatch):

@@ -40,10 +40,10 @@ from typing import Any, Dict, Optional
 
 from requests.adapters import DEFAULT_POOLBLOCK, DEFAULT_POOLSIZE, DEFAULT_RETRIES, HTTPAdapter
 from requests.exceptions import ConnectionError as RequestsConnectionError
-from requests.exceptions import ConnectTimeout, InvalidProxyURL, SSLError
+from requests.exceptions import InvalidProxyURL, SSLError
 from urllib3.connection import HTTPConnection
 from urllib3.connectionpool import HTTPConnectionPool
-from urllib3.exceptions import ProxyError
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ProxyError
 from urllib3.poolmanager import SSL_KEYWORDS, PoolManager, ProxyManager
 
 from ._proxy import HTTPProxy, TunnelError, UnsupportedProxy, connect_via
@@ -69,13 +69,11 @@ class _ConnectFailed(Exception):
 
 
 def _as_requests_error(e: Error, request: Any) -> BaseException:
-    """`e` as requests raises it (and still of libmtls's class); other failures as they are."""
+    """A TLS failure while connecting as requests raises it (``SSLError``, and still of
+    libmtls's class); other failures as they are. (Refused connections and timeouts go through
+    urllib3's own errors, and its retries: see Adapter.send.)"""
     if isinstance(e, TLS_FAILURES):
         return as_http_error(e, SSLError, request=request)
-    if isinstance(e, Timeout):
-        return as_http_error(e, ConnectTimeout, request=request)
-    if isinstance(e, (ConnectError, Closed)):
-        return as_http_error(e, RequestsConnectionError, request=request)
     return e
 
 
@@ -90,6 +88,12 @@ class _MTLSHTTPConnection(HTTPConnection):
     def connect(self) -> None:
         try:
             self._connect()
+        except (ConnectError, Closed) as e:
+            # urllib3's own errors for these, so its Retry(connect=...) retries them as usual;
+            # Adapter.send raises the libmtls error they carry as requests' exception.
+            raise NewConnectionError(self, str(e)) from e
+        except Timeout as e:
+            raise ConnectTimeoutError(self, str(e)) from e
         except Error as e:
             raise _ConnectFailed(e) from None
 
@@ -225,6 +229,14 @@ class Adapter(HTTPAdapter):
             return super().send(request, *args, **kw)
         except _ConnectFailed as f:
             raise _as_requests_error(f.error, request) from f.error
+        except RequestsConnectionError as e:
+            # A refused or timed-out connection, after urllib3's retries: requests' exception
+            # (ConnectionError, ConnectTimeout) carrying libmtls's error it came from.
+            reason = getattr(e.args[0] if e.args else None, "reason", None)
+            cause = getattr(reason, "__cause__", None)
+            if isinstance(cause, Error) and not isinstance(e, Error):
+                raise as_http_error(cause, type(e), request=request) from e
+            raise
 
     def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
         """libmtls presents the identity and judges the server: requests' ``cert=`` and
