@@ -196,7 +196,10 @@ struct DoctorCommand: ParsableCommand {
                               detail: names.isEmpty ? "the server asks for a client certificate from any CA\(schemes)"
                                   : "the server asks for a client certificate issued by \(namesText)\(schemes)", fix: nil))
             var lines: [String] = [], fitting: [String] = []
+            let presented = conn.presentedIdentity
             for c in candidates {
+                // The identity presented is described on its own below.
+                if case .success(let (leaf, _)) = c.value, leaf == presented?.leaf { continue }
                 switch c.value {
                 case .failure(let e): lines.append("\(c.name): cannot be read: \(e.message)")
                 case .success(let (leaf, chain)):
@@ -208,16 +211,18 @@ struct DoctorCommand: ParsableCommand {
                     }
                 }
             }
-            let presented = conn.presentedIdentity
             // A server that asks but accepts what it got (an optional request, or a certificate
             // it takes although its names did not list the issuer): the connection works.
             let accepted = main.error == nil && main.laterError == nil
-            let detail = candidates.isEmpty ? "no identity is available (no --identity, --cert, or store)" : lines.joined(separator: "; ")
+            let detail = candidates.isEmpty ? "no identity is available (no --identity, --cert, or store)"
+                : lines.isEmpty ? "no other identity is available" : lines.joined(separator: "; ")
+            // A handshake we ended at the server's certificate sent none of ours.
+            let verb = main.error?.code == .untrusted ? "would present" : "presented"
             if let presented {
                 let why = request.mismatch(presented)
                 let ok = why == nil || accepted
                 steps.append(Step(name: "client_identity", ok: ok,
-                                  detail: "presented \(presented.leaf.subject) (issuer \(presented.leaf.issuer))" + (why.map { ": does not fit: \($0)" } ?? ": fits the request") + "; " + detail,
+                                  detail: "\(verb) \(presented.leaf.subject) (issuer \(presented.leaf.issuer))" + (why.map { ": does not fit: \($0)" } ?? ": fits the request") + "; " + detail,
                                   fix: ok ? nil : Self.identityFix(fitting: fitting, caNames: namesText)))
             } else if accepted {
                 steps.append(Step(name: "client_identity", ok: true,
