@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import CLI, TEST_PKI, free_port, wait_port
+from conftest import CLI, TEST_PKI, free_port, wait_port, write_secret
 
 
 def expired_server(d):
@@ -187,6 +187,27 @@ def test_no_identity_offered_when_the_server_requires_one(pki, servers):
     verdict = failed(out, "server_verdict")
     assert "--identity" in verdict["fix"] and "present a client certificate" in verdict["fix"]
     assert "present a client certificate" in text.stdout
+
+
+def test_store_identities_which_fits_and_why_the_others_do_not(pki, servers, tmp_path):
+    """No identity named, a store holding one that fits and one from another CA: doctor names the
+    one to present and says why the other does not fit."""
+    write_secret(tmp_path / "secret", "doctor store\n")
+    write_secret(tmp_path / "pw", "pw\n")
+    store = ["--store", tmp_path / "s.db", "--secret-file", tmp_path / "secret"]
+    for label, cert, key in (("good", "client-chain.pem", "client.key"), ("other", "stranger.pem", "stranger.key")):
+        subprocess.run(["openssl", "pkcs12", "-export", "-in", pki / cert, "-inkey", pki / key, "-passout", "pass:pw",
+                        "-out", tmp_path / f"{label}.p12"], check=True, capture_output=True)
+        r = subprocess.run([CLI, "store", "import", tmp_path / f"{label}.p12", "--label", label, "--password-file",
+                            tmp_path / "pw", *store, "--kdf-log-n", "10"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    text, out = doctor(f"127.0.0.1:{servers['good']}", "--anchor", pki / "root.pem", *store)
+    assert text.returncode != 0
+    ident = failed(out, "client_identity")
+    assert 'store identity "good" (CN=client.test): fits' in ident["detail"]
+    assert 'store identity "other" (CN=stranger, issuer CN=Other Root): does not fit: no certificate on its path ' \
+           'is issued by a CA the server names' in ident["detail"]
+    assert ident["fix"].startswith('present store identity "good"') and "--identity" in ident["fix"]
 
 
 def test_nothing_listening_fails_at_tcp(pki):
