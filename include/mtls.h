@@ -676,7 +676,10 @@ typedef struct mtls_store_item mtls_store_item;
 typedef struct mtls_store_options {
     unsigned int version; /* MTLS_STORE_OPTIONS_VERSION */
     int busy_timeout_ms;  /* wait for other users' locks this long, then MTLS_E_LOCKED (10000) */
-    int create;           /* create the file (0600) and its directory (0700) if missing (1) */
+    int create;           /* create the file (0600) and its directory (0700) if missing (1); a
+                           * new store is initialised in a temporary file beside it and moved
+                           * into place only once complete (an interrupted creation leaves no
+                           * file at `path`). 0: a missing store is MTLS_E_NOT_FOUND. */
     int kdf_log_n;        /* scrypt N = 2^kdf_log_n for a new store or a new secret (17) */
     int kdf_r;            /* scrypt r (8) */
     int kdf_p;            /* scrypt p (1) */

@@ -41,7 +41,7 @@ def pki(tmp_path):
 @pytest.fixture
 def store(tmp_path):
     write_secret(tmp_path / "secret", "api secret\n")
-    with mtls.Store(tmp_path / "store.db", secret_file=tmp_path / "secret") as st:
+    with mtls.Store(tmp_path / "store.db", secret_file=tmp_path / "secret", create=True) as st:
         yield st
 
 
