@@ -225,11 +225,13 @@ struct ConnectCommand: ParsableCommand {
     @Option(help: PolicyBuilder.revocationHelp) var revocation: String?
     @Option(help: PolicyBuilder.revocationMaxAgeHelp) var revocationMaxAge: Int64?
     @Option(help: "A pinned anchor (root, intermediate or the server's own certificate): a file, or a certificate stored under a label (LABEL with a store, or store:LABEL); repeatable.") var anchor: [String] = []
+    // curl's name for the same idea: a user coming from curl is taken to --anchor, not to --cert.
+    @Option(name: .customLong("cacert"), help: ArgumentHelp("curl's name of --anchor.", visibility: .hidden)) var cacert: [String] = []
     @Flag(help: "Never trust the system store (the default once anchors are given).") var anchorsOnly = false
     @Flag(help: "Trust the system store as well as the anchors (--anchor, the policy's); without it anchors are the only ones trusted.") var systemAnchors = false
     @Option(help: "Validate the server's certificate as this name instead of HOST, over the policy's and its rule's verify-as.") var verifyAs: String?
     @Option(help: "The SNI to send (default HOST when it is a name; \"\" for none).") var sni: String?
-    @Option(help: "An SPKI pin sha256/BASE64; repeatable; always enforced, on top of the policy and its host rule.") var pin: [String] = []
+    @Option(help: "An SPKI pin sha256/BASE64 (or curl's sha256//BASE64); repeatable; always enforced, on top of the policy and its host rule.") var pin: [String] = []
     @Option(help: "ALPN protocol to offer; repeatable.") var alpn: [String] = []
     @Option(help: "Lowest TLS version: 1.2 or 1.3 (default: the library's, \(TLSDefaults.minVersion)).") var tlsMin: String?
     @Option(help: "Highest TLS version: 1.2 or 1.3 (default: the library's, \(TLSDefaults.maxVersion)).") var tlsMax: String?
@@ -263,7 +265,7 @@ struct ConnectCommand: ParsableCommand {
             // --verify-as, --pin, --anchor and --anchors-only are overrides: the library composes
             // them on top of the policy (and of the rule the host and port select).
             o.policy = try PolicyBuilder.policy(file: policy, revocation: revocation, revocationMaxAge: revocationMaxAge)
-            o.overrides = try PolicyBuilder.overrides(anchors: anchor, anchorsOnly: anchorsOnly, systemAnchors: systemAnchors, pins: pin, verifyAs: verifyAs,
+            o.overrides = try PolicyBuilder.overrides(anchors: anchor + cacert, anchorsOnly: anchorsOnly, systemAnchors: systemAnchors, pins: pin, verifyAs: verifyAs,
                                                       store: identityOptions.openStore)
             usedPolicy = o.policy
             o.serverName = sni
@@ -354,7 +356,9 @@ struct ConnectCommand: ParsableCommand {
                 print("peer[\(i)] \(cert.subject)  sha256=\(cert.sha256Hex)")
             }
             print("evaluation: \(PolicyBuilder.summary(c.evaluation))")
-            if c.isHandshakeComplete {
+            // Only once the outcome is known: a server that refuses our certificate after the
+            // handshake (TLS 1.3) did not let us connect, and the error line says so.
+            if c.isHandshakeComplete && out["connected"] as? Bool == true {
                 let presented = c.presentedIdentity.map { ", presented \($0.leaf.subjectSummary)" } ?? ", no client certificate"
                 print("connected: \(c.tlsVersion), alpn \(c.alpn ?? "none"), \(c.isResumed ? "resumed" : "full handshake")\(presented)")
             }
@@ -479,13 +483,11 @@ struct ServeCommand: ParsableCommand {
                     conn = try listener.accept()
                 } catch let e as MTLSError {
                     // A peer's certificate fields are in messages: one line each, whatever they hold.
-                    print("rejected \(e.message) [\(e.code.name)]")
-                    fflush(nil)
+                    ServeLog.line("rejected \(e.message) [\(e.code.name)]")
                     continue
                 }
                 let subject = conn.peerCertificate?.subject ?? "(no certificate)"
-                print("accepted \(conn.peerAddress) \(conn.tlsVersion) client \(subject): \(PolicyBuilder.summary(conn.evaluation))")
-                fflush(nil)
+                ServeLog.line("accepted \(conn.peerAddress) \(conn.tlsVersion) client \(subject): \(PolicyBuilder.summary(conn.evaluation))")
                 serving.enter()
                 // The connection moves to the serving thread: this loop never touches it again
                 // (a connection is used by one thread at a time, so it is not Sendable).
