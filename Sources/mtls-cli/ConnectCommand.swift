@@ -396,6 +396,7 @@ struct ServeCommand: ParsableCommand {
     @Option(help: "Send the subjects of the certificates in FILE (PEM or DER, one or more) as the CA names of the certificate request, instead of the client anchors'. Trust does not change.") var caNames: String?
     @Option(help: "Seconds a client has, from its connection, to send its whole ClientHello; until then it holds no handshake slot (default: the library's, \(TLSDefaults.clientHelloTimeout.map { "\(Int($0)) s" } ?? "none"), never more than the handshake timeout; 0: the default; negative: none).") var clientHelloTimeout: Double?
     @Option(help: "Leading bits of an IPv6 client address that make one source for the per-source handshake cap (default: the library's, \(TLSDefaults.ipv6SourcePrefixLength ?? 128); 128: each address alone).") var ipv6SourcePrefixLength: Int?
+    @Flag(help: "Machine-readable output: one JSON object per line ({\"listening\": {address, port}}, then {time, event, message} per event); a failure to start is {error, message}.") var json = false
 
     func validate() throws {
         if noCaNames && caNames != nil { throw ValidationError("give --no-ca-names or --ca-names, not both") }
@@ -434,7 +435,12 @@ struct ServeCommand: ParsableCommand {
             let listener = try TLSListener(address: address, port: port, options: o)
             follow.start(listener: listener)
             CLI.printWarnings()  // before serving: a server runs until stopped
-            print("listening on \(address):\(listener.port)")
+            ServeLog.json = json
+            if json {
+                CLI.printJSON(["listening": ["address": address, "port": Int(listener.port)] as [String: Any]])
+            } else {
+                print("listening on \(address):\(listener.port)")
+            }
             // Kept for as long as the command runs (the endpoint stops when released).
             var metrics: MetricsEndpoint?
             if let metricsPort {
@@ -459,7 +465,12 @@ struct ServeCommand: ParsableCommand {
                 }
                 let host = metricsAddress.contains(":") ? "[\(metricsAddress)]" : metricsAddress
                 let access = (token == nil ? "" : " (bearer token required)") + (metricsTLS == nil ? "" : " (TLS, client certificate required)")
-                print("metrics on \(host):\(metrics?.port ?? 0)\(access)")
+                if json {
+                    CLI.printJSON(["metrics": ["address": metricsAddress, "port": Int(metrics?.port ?? 0),
+                                               "bearer_token": token != nil, "tls": metricsTLS != nil] as [String: Any]])
+                } else {
+                    print("metrics on \(host):\(metrics?.port ?? 0)\(access)")
+                }
             }
             defer { metrics?.close() }
             fflush(nil)  // all streams: Swift 6 does not let code touch the C global `stdout`
@@ -473,8 +484,7 @@ struct ServeCommand: ParsableCommand {
                 serving.wait()
                 let c = listener.counters
                 // Worded apart from the per-client "accepted"/"rejected" lines that scripts count.
-                print("counters: handshakes \(c.accepted) (resumed \(c.resumed)), refused \(c.refused.values.reduce(0, +)), open \(c.currentConnections)")
-                fflush(nil)
+                ServeLog.line("counters: handshakes \(c.accepted) (resumed \(c.resumed)), refused \(c.refused.values.reduce(0, +)), open \(c.currentConnections)")
             }
             while count.map({ served < $0 }) ?? true {
                 served += 1
@@ -498,6 +508,10 @@ struct ServeCommand: ParsableCommand {
                 }
             }
         } catch {
+            if json {
+                let name = error is ValidationError ? MTLSError.Code.invalidArgument.name : CLI.errorName(error)
+                CLI.printJSON(["error": name, "message": (error as? MTLSError)?.message ?? "\(error)"])
+            }
             throw CLI.fail(error)
         }
     }

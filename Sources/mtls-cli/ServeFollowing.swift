@@ -7,9 +7,20 @@ import Glibc
 
 /// `mtls serve`'s log: one line per event, each starting with its RFC 3339 UTC time
 /// (`2026-11-28T23:10:00Z accepted ...`), written at once.
+/// With `--json`, each line is an object instead: `{"time", "event", "message"}` (`event` the
+/// line's first word: accepted, rejected, rotated, policy, reload, recovered, SIGHUP...).
 enum ServeLog {
+    /// Set once by `serve --json`, before the first line.
+    nonisolated(unsafe) static var json = false
+
     static func line(_ text: TerminalText) {
-        print("\(CLI.rfc3339(Date())) \(text)")
+        let time = CLI.rfc3339(Date())
+        if json {
+            let word = text.text.prefix { $0 != " " && $0 != ":" }
+            CLI.printJSON(["time": time, "event": String(word), "message": text.text])
+        } else {
+            print("\(time) \(text)")
+        }
         fflush(nil)  // all streams: Swift 6 does not let code touch the C global `stdout`
     }
 }

@@ -64,8 +64,18 @@ extension StoreCommand {
                 mtls_certificate_not_before_seconds{...}, in seconds since 1970.
                 """)
         @OptionGroup var location: Location
+        @Flag(help: "Machine-readable output instead: [{label, class, subject, sha256, position, not_before, not_after}].") var json = false
 
         func run() throws {
+            if json {
+                let items = try CLI.reporting(json: true) { try location.open().itemCertificates() }
+                return CLI.printJSON(items.flatMap { item in
+                    item.certificates.enumerated().map { (n, c) -> [String: Any] in
+                        ["label": item.info.label, "class": item.info.itemClass.name, "subject": c.subject, "sha256": c.sha256Hex,
+                         "position": n, "not_before": CLI.rfc3339(c.notBefore), "not_after": CLI.rfc3339(c.notAfter)]
+                    }
+                })
+            }
             let text = try CLI.reporting { try location.open().prometheusMetrics() }
             print(TerminalText(lines: text), terminator: "")
         }

@@ -138,12 +138,15 @@ struct LimboCommand: ParsableCommand {
         commandName: "limbo",
         abstract: "Read an x509-limbo suite (limbo.json) on stdin, write a LimboResult JSON on stdout."
     )
+    @Flag(help: "Machine-readable output (always: accepted as every command accepts it).") var json = false
 
     func run() throws {
         let input = FileHandle.standardInput.readDataToEndOfFile()
-        guard let suite = try JSONSerialization.jsonObject(with: input) as? [String: Any],
+        guard let suite = try? JSONSerialization.jsonObject(with: input) as? [String: Any],
               let cases = suite["testcases"] as? [[String: Any]] else {
-            throw CLI.fail(MTLSError(.parse, "stdin is not an x509-limbo suite"))
+            let e = MTLSError(.parse, "stdin is not an x509-limbo suite")
+            CLI.printJSON(["error": CLI.errorName(e), "message": e.message])
+            throw CLI.fail(e)
         }
         var results: [[String: Any]] = []
         for tc in cases {

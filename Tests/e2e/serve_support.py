@@ -6,7 +6,7 @@ import subprocess
 import threading
 import time
 
-from conftest import CLI, wait_port, write_secret
+from conftest import CLI, untimed, wait_port, write_secret
 
 FAST = ["--kdf-log-n", "10"]
 
@@ -67,7 +67,7 @@ class Serve:
 
     def _pump(self):
         for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
+            self.lines.put(untimed(line.rstrip("\n")))
 
     def next_lines(self, seconds):
         """Every line printed within `seconds` from now."""

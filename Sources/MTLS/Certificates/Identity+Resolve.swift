@@ -39,7 +39,7 @@ extension Identity {
         }
         // A value written as a path (./alice, ../x, /etc/x, ~/x) is a file that is missing, never a label.
         if name.hasPrefix("/") || name.hasPrefix("./") || name.hasPrefix("../") || name.hasPrefix("~") {
-            throw MTLSError(.notFound, "no such file: \(name) (a .p12 file was named; check the path)")
+            throw MTLSError(.notFound, "no such file: \(name) (a path, not a store label: check the path)")
         }
         guard let store = try openStore() else {
             throw MTLSError(.invalidArgument, "\"\(name)\" is not a file, and a store label needs a store")
