@@ -56,18 +56,21 @@ def hostile_certificate(path, common_name, days=5, key_path=None):
 
 
 class Serve:
-    """`mtls serve ARGS` with its output lines in a queue; stop() ends it."""
+    """`mtls serve ARGS` with its output lines in a queue (without the time that starts each
+    line, unless `timed`); stop() ends it."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, timed=False):
         self.proc = subprocess.Popen([CLI, "serve", *map(str, args)], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         self.lines = queue.Queue()
         self.seen = []
+        self.timed = timed
         threading.Thread(target=self._pump, daemon=True).start()
 
     def _pump(self):
         for line in self.proc.stdout:
-            self.lines.put(untimed(line.rstrip("\n")))
+            line = line.rstrip("\n")
+            self.lines.put(line if self.timed else untimed(line))
 
     def next_lines(self, seconds):
         """Every line printed within `seconds` from now."""
@@ -81,6 +84,10 @@ class Serve:
         return out
 
     def wait_line(self, prefix, timeout=15):
+        return self.wait_for(lambda line: line.startswith(prefix), f"starting with {prefix!r}", timeout)
+
+    def wait_for(self, want, what="wanted", timeout=15):
+        """The next line for which `want(line)` holds."""
         end = time.time() + timeout
         while time.time() < end:
             try:
@@ -90,13 +97,13 @@ class Serve:
                     break
                 continue
             self.seen.append(line)
-            if line.startswith(prefix):
+            if want(line):
                 return line
-        raise AssertionError(f"no line starting with {prefix!r}; seen {self.seen!r}")
+        raise AssertionError(f"no line {what}; seen {self.seen!r}")
 
     def listening(self):
         """The TLS port (waits for it to accept)."""
-        port = int(self.wait_line("listening on ").rsplit(":", 1)[1])
+        port = int(self.wait_for(lambda line: "listening on " in line).rsplit(":", 1)[1])
         wait_port(port, self.proc)
         return port
 

@@ -3,16 +3,14 @@ that say what to do next, re-issue and repackaging, and serve's log. Real `mtls`
 127.0.0.1 ephemeral ports."""
 import json
 import os
-import queue
 import re
 import socket
 import subprocess
-import threading
-import time
 
 import pytest
 
-from conftest import CLI, run_cli, wait_port, write_secret
+from conftest import CLI, run_cli, write_secret
+from serve_support import Serve
 
 FAST = ["--kdf-log-n", "10"]
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ")
@@ -58,39 +56,16 @@ def store(d, name="s.db"):
     return ["store", "--store", d / name, "--secret-file", d / "secret", *FAST]
 
 
-class Server:
-    """`mtls serve` with the raw lines it prints (timestamps kept)."""
-
-    def __init__(self, d, *extra):
-        self.proc = subprocess.Popen(
-            [CLI, "serve", "--port", "0", "--identity", d / "server.p12", "--password-file", d / "pw",
-             "--client-anchor", d / "pki" / "ca" / "customer-a" / "cert.pem", *map(str, extra)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines, self.seen = queue.Queue(), []
-        threading.Thread(target=lambda: [self.lines.put(x.rstrip("\n")) for x in self.proc.stdout], daemon=True).start()
-        self.port = int(self.wait(lambda x: x.startswith("listening on ")).rsplit(":", 1)[1])
-        wait_port(self.port, self.proc)
-
-    def wait(self, want, timeout=20):
-        end = time.time() + timeout
-        while time.time() < end:
-            try:
-                line = self.lines.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            self.seen.append(line)
-            if want(line):
-                return line
-        raise AssertionError(f"no such line; seen {self.seen!r}")
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(10)
+def serve(d, *extra):
+    """`mtls serve` with the client anchor of "Customer A", its lines as printed (times kept)."""
+    return Serve("--port", 0, "--identity", d / "server.p12", "--password-file", d / "pw",
+                 "--client-anchor", d / "pki" / "ca" / "customer-a" / "cert.pem", *extra, timed=True)
 
 
 @pytest.fixture
 def server(pki):
-    s = Server(pki)
+    s = serve(pki)
+    s.port = s.listening()
     yield s
     s.stop()
 
@@ -229,7 +204,7 @@ def test_plain_http_to_serve_is_named(server):
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as c:
         c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         c.recv(100)
-    line = server.wait(lambda x: "rejected" in x and "plain HTTP" in x)
+    line = server.wait_for(lambda x: "rejected" in x and "plain HTTP" in x)
     assert "the client spoke plain HTTP, not TLS" in line and "0A00009C" not in line, line
 
 
@@ -311,28 +286,14 @@ def test_serve_log_lines_have_rfc3339_times_and_say_rotated_once_and_recovered(p
     policy = tmp_path / "clients.json"
     anchor = pki / "pki" / "ca" / "customer-a" / "cert.pem"
     policy.write_text(json.dumps({"anchors": [str(anchor)], "anchors_only": True}))
-    p = subprocess.Popen([CLI, "serve", "--port", "0", "--identity", "srv", "--store", tmp_path / "s.db",
-                          "--secret-file", tmp_path / "secret", "--policy", policy],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x.rstrip("\n")) for x in p.stdout], daemon=True).start()
-    seen = []
+    srv = Serve("--port", 0, "--identity", "srv", "--store", tmp_path / "s.db", "--secret-file", tmp_path / "secret",
+                "--policy", policy, timed=True)
 
-    def wait(word, timeout=20):
-        end = time.time() + timeout
-        while time.time() < end:
-            try:
-                line = lines.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            seen.append(line)
-            if word in line:
-                return line
-        raise AssertionError(f"no {word!r} line in {seen!r}")
+    def wait(word):
+        return srv.wait_for(lambda line: word in line, f"with {word!r}", timeout=20)
 
     try:
-        port = int(wait("listening on ").rsplit(":", 1)[1])
-        wait_port(port, p)
+        srv.listening()
         policy.write_text("{ broken")
         failed = wait("reload failed")
         assert RFC3339.match(failed), failed
@@ -345,7 +306,7 @@ def test_serve_log_lines_have_rfc3339_times_and_say_rotated_once_and_recovered(p
         rotated = wait("rotated:")
         assert RFC3339.match(rotated) and "identity rotated" not in rotated and "now presenting" in rotated, rotated
     finally:
-        p.terminate()
-        p.wait(10)
+        srv.stop()
+    seen = srv.seen + srv.next_lines(0.5)
     # One recovered line for the one failure.
     assert len([x for x in seen if "recovered:" in x]) == 1, seen
