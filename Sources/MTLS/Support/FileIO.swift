@@ -187,7 +187,7 @@ public enum FileIO {
             let err = errno
             let folder = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? ""
             if err == ENOENT {
-                throw MTLSError(.notFound, "cannot write \(path): the folder \(folder.isEmpty ? "." : folder) does not exist (create it first)")
+                throw MTLSError(.io, "cannot write \(path): the folder \(folder.isEmpty ? "." : folder) does not exist (create it first)")
             }
             throw MTLSError(err == ENOSPC ? .diskFull : .io, "cannot write \(path): \(String(cString: strerror(err)))")
         }
