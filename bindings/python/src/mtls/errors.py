@@ -148,8 +148,11 @@ class TrustError(Error):
         return [r.code for r in self.reasons]
 
     def __str__(self) -> str:
-        if self.codes:
-            return f"{self.message} [{', '.join(self.codes)}]"
+        # The core's message names each reason's code in brackets already ("... [unknown_issuer,
+        # certificate 1]"): the codes are added only when it does not, never twice.
+        missing = [c for c in self.codes if f"[{c}" not in self.message]
+        if missing:
+            return f"{self.message} [{', '.join(missing)}]"
         return self.message
 
 
