@@ -7,7 +7,8 @@ import MTLS
 /// client presents nothing, whatever store is set.
 struct IdentityOptions: ParsableArguments {
     @Option(help: "The identity to present: a store label, a FILE.p12, a pkcs11: URI (with --pin-file), or \"auto\" (a client chooses among the store's identities and token identities). Without it a client presents no certificate.") var identity: String?
-    @Option(help: "File with the .p12 password (first line).") var passwordFile: String?
+    @Option(help: "File with the .p12 (or encrypted --key) password (first line; default: $MTLS_P12_PASSWORD for a .p12).") var passwordFile: String?
+    @Flag(help: "The .p12 has no password (not the same as the empty password).") var noPassword = false
     @Option(help: "File with the token PIN (first line).") var pinFile: String?
     @Flag(help: "Send the PIN file's PIN even when the token says the next wrong PIN locks it.") var allowFinalTry = false
     @Option(help: "Certificate PEM file (leaf first, then its chain), with --key.") var cert: String?
@@ -72,7 +73,11 @@ struct IdentityOptions: ParsableArguments {
             throw ValidationError("--identity auto is for a client; name the identity to present")
         }
         guard let name = cert ?? identity else { return nil }
-        return try Identity.resolve(name, keyPath: key, password: try passwordFile.map(CLI.readPasswordFile),
+        // As every command that reads a .p12: --password-file, --no-password, else MTLS_P12_PASSWORD
+        // (that one for a .p12 only, never for a PEM key).
+        let password = key == nil ? try CLI.p12Password(file: passwordFile, noPassword: noPassword, required: false)
+            : try passwordFile.map(CLI.readPasswordFile)
+        return try Identity.resolve(name, keyPath: key, password: password,
                                     pin: try pinFile.map(CLI.readPINFile), allowFinalTry: allowFinalTry, openStore: openStore)
     }
 }

@@ -1,6 +1,7 @@
 """A running `mtls serve` for e2e tests: its output lines as they come, and a cheap store and PKI
 made with `mtls pki` (issue 26's serve tests)."""
 import datetime
+import os
 import queue
 import subprocess
 import threading
@@ -59,9 +60,10 @@ class Serve:
     """`mtls serve ARGS` with its output lines in a queue (without the time that starts each
     line, unless `timed`); stop() ends it."""
 
-    def __init__(self, *args, timed=False):
+    def __init__(self, *args, timed=False, env=None):
         self.proc = subprocess.Popen([CLI, "serve", *map(str, args)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
+                                     stderr=subprocess.STDOUT, text=True,
+                                     env=None if env is None else {**os.environ, **env})
         self.lines = queue.Queue()
         self.seen = []
         self.timed = timed

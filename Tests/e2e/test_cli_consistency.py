@@ -151,7 +151,7 @@ def test_one_name_per_idea(command):
         assert {"--dns", "--ip"} <= options, options
     # Where a PKCS#12 file is read or written with a password, --password-file gives it and
     # --no-password says there is none.
-    if tuple(command) in {("p12", "inspect"), ("p12", "create"), ("store", "import")}:
+    if tuple(command) in {("p12", "inspect"), ("p12", "create"), ("store", "import"), ("connect",), ("serve",)}:
         assert {"--password-file", "--no-password"} <= options, options
     # Trust anchors are --anchor (curl's --cacert is a hidden alias, never shown).
     assert "--cacert" not in options

@@ -56,10 +56,10 @@ def store(d, name="s.db"):
     return ["store", "--store", d / name, "--secret-file", d / "secret", *FAST]
 
 
-def serve(d, *extra):
+def serve(d, *extra, password=("--password-file", "{d}/pw"), env=None):
     """`mtls serve` with the client anchor of "Customer A", its lines as printed (times kept)."""
-    return Serve("--port", 0, "--identity", d / "server.p12", "--password-file", d / "pw",
-                 "--client-anchor", d / "pki" / "ca" / "customer-a" / "cert.pem", *extra, timed=True)
+    return Serve("--port", 0, "--identity", d / "server.p12", *[a.format(d=d) for a in password],
+                 "--client-anchor", d / "pki" / "ca" / "customer-a" / "cert.pem", *extra, timed=True, env=env)
 
 
 @pytest.fixture
@@ -147,6 +147,16 @@ def test_p12_password_from_the_environment_or_none_in_store_import(pki, tmp_path
        "--key", pki / "pki" / "ca" / "customer-a" / "issued" / "alice" / "key.pem", "--out", tmp_path / "none.p12",
        "--no-password")
     ok(*s, "import", tmp_path / "none.p12", "--label", "none", "--no-password")
+
+    # connect and serve read a .p12 the same way.
+    srv = serve(pki, password=(), env={"MTLS_P12_PASSWORD": "pw"})
+    try:
+        port = srv.listening()
+        r = run_cli("connect", f"127.0.0.1:{port}", "--anchor", pki / "pki" / "root" / "cert.pem",
+                    "--identity", tmp_path / "none.p12", "--no-password")
+        assert "no client certificate" not in r.stdout and "presented alice" in r.stdout, (r.stdout, r.stderr)
+    finally:
+        srv.stop()
 
 
 def test_cacert_is_an_alias_of_anchor_and_curl_pins_are_accepted(pki, server):
