@@ -73,7 +73,7 @@ def server(pki):
 # ---- Item 2: one name per idea, the old names hidden aliases.
 
 HIDDEN = [(["pki", "init"], "--key "), (["pki", "issue", "server"], "--key "), (["store", "check"], "--within"),
-          (["connect"], "--cacert")]
+          (["connect"], "--cacert"), (["verify"], "--cacert")]
 
 
 @pytest.mark.parametrize("command, old", HIDDEN, ids=[" ".join(c) + " " + o for c, o in HIDDEN])
@@ -165,6 +165,13 @@ def test_cacert_is_an_alias_of_anchor_and_curl_pins_are_accepted(pki, server):
     pin = shown["spki_pin"]
     ok("connect", f"127.0.0.1:{server.port}", "--cacert", pki / "pki" / "root" / "cert.pem",
        "--identity", pki / "alice.p12", "--password-file", pki / "pw", "--pin", "sha256//" + pin[len("sha256/"):])
+
+
+def test_verify_takes_cacert_too(pki):
+    chain = pki / "pki" / "ca" / "customer-a" / "issued" / "localhost" / "chain.pem"
+    out = json.loads(ok("verify", chain, "--cacert", pki / "pki" / "root" / "cert.pem", "--host", "localhost",
+                        "--json").stdout)
+    assert out["trusted"] is True, out
 
 
 # ---- Item 3: every error says what to do next.
