@@ -262,10 +262,15 @@ struct PKICommand: ParsableCommand {
         @Option(help: "The name the certificate was issued under.") var name: String?
         @Option(help: "The certificate file to revoke.") var cert: String?
         @Option(help: "Reason: \(Revocation.Reason.allCases.map(\.name).joined(separator: ", ")).") var reason: String?
-        @Option(help: "Days until the CRL's nextUpdate.") var crlDays = CertificateAuthority.defaultCRLValidityDays
+        // --days, as in `pki crl`: a number of days is --days in every command.
+        @Option(name: .customLong("days"), help: "Days until the new CRL's nextUpdate (default \(CertificateAuthority.defaultCRLValidityDays)).")
+        var days: Int?
+        @Option(name: .customLong("crl-days"), help: ArgumentHelp("The old name of --days.", visibility: .hidden))
+        var crlDays: Int?
 
         func validate() throws {
             if (name == nil) == (cert == nil) { throw ValidationError("give exactly one of --name or --cert") }
+            if days != nil && crlDays != nil { throw ValidationError("give --days once (--crl-days is its old name)") }
         }
 
         func run() throws {
@@ -279,7 +284,7 @@ struct PKICommand: ParsableCommand {
                 }
                 let target = try cert.map { try Certificate.load(path: $0)[0] }
                     ?? pki.issuedCertificate(caName: ca, name: name!)
-                let (path, der) = try pki.revoke(target, caName: ca, reason: reasonValue, crlValidityDays: crlDays,
+                let (path, der) = try pki.revoke(target, caName: ca, reason: reasonValue, crlValidityDays: days ?? crlDays ?? CertificateAuthority.defaultCRLValidityDays,
                                                  keyPassword: try common.keyPassword())
                 if common.json {
                     CLI.printJSON(["revoked": target.subjectSummary, "serial": target.serialHex,

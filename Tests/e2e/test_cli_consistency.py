@@ -140,7 +140,7 @@ def test_every_command_takes_json(command):
 def test_one_name_per_idea(command):
     options = _options(command)
     # A number of days is --days (never --within).
-    assert "--within" not in options
+    assert "--within" not in options and "--crl-days" not in options
     # A key type is --key-type wherever one is chosen; --key is always a key file.
     key_type_commands = {("pki", "init"), ("pki", "intermediate"), ("pki", "issue", "server"), ("pki", "issue", "client"),
                          ("enroll", "acme"), ("enroll", "est"), ("enroll", "pki")}
