@@ -2,6 +2,7 @@
 import contextlib
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "Tests", "support"))
 from ports import free_port, wait_port  # noqa: E402,F401 (the shared helpers, for the tests)
+from nginx_server import stop_process  # noqa: E402
 DEFAULT_PREFIX = os.path.join(REPO, "out", "prefix")
 
 
@@ -103,6 +105,18 @@ def run_cli(*args, check=False, input=None, timeout=60):
                           timeout=timeout, check=check)
 
 
+def stop(*procs):
+    """Stops each process a fixture started (nginx_server.stop_process: SIGTERM, SIGKILL after 10 s)."""
+    for p in procs:
+        stop_process(p)
+
+
+def store_args(d, secret):
+    """The CLI arguments of a store in `d` whose secret file holds `secret`."""
+    write_secret(d / "secret", secret + "\n")
+    return ["--store", d / "store.db", "--secret-file", d / "secret"]
+
+
 def server_pki(d, root_name):
     """A PKI made with `mtls pki` in d/pki: root `root_name`, intermediate "Customer A", a server
     certificate for localhost and 127.0.0.1; written beside it as server.pem, server.key,
@@ -134,3 +148,12 @@ def write_secret(path, data):
     os.fchmod(fd, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
+
+
+# `mtls serve` starts each log line with its RFC 3339 UTC time (issue 38).
+SERVE_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", re.M)
+
+
+def untimed(text):
+    """`mtls serve` output (a line or many) without the time at the start of each line."""
+    return SERVE_TIMESTAMP.sub("", text)

@@ -75,6 +75,15 @@ final class StoreRowAuthenticator: @unchecked Sendable {
         return out
     }
 
+    /// A 32-byte key for `purpose` derived from `secret` (HMAC-SHA256(secret, purpose)), as the
+    /// row and header keys are derived from the data key: one key per purpose.
+    static func derive(_ secret: SecretBytes, purpose: String) throws -> SecretBytes {
+        let base = try keyed(secret.withBytes { Array($0) })
+        defer { EVP_MAC_CTX_free(base) }
+        let key = try tag(base, Array(purpose.utf8))
+        return SecretBytes(consume key)
+    }
+
     /// The tag of one row's fields (each length-prefixed, nil distinct from empty).
     func tag(_ fields: RowFields) throws -> [UInt8] { try Self.tag(template, fields.bytes) }
 
