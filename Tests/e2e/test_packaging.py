@@ -181,7 +181,9 @@ def test_mtls_deb_has_a_man_page_per_command(tmp_path):
     assert expected <= pages, sorted(expected - pages)
     text = subprocess.run(["man", "-l", "-P", "cat", str(man1 / "mtls-store-import.1.gz")], capture_output=True, text=True,
                           env=dict(os.environ, MANWIDTH="200")).stdout
-    assert "mtls-store-import - Import a PKCS#12 file's identity under a label" in " ".join(text.split()), text
+    overview = subprocess.run([cli, "store", "import", "--help"], capture_output=True, text=True, check=True).stdout
+    first_sentence = " ".join(overview.split("\n\n")[0].split()).removeprefix("OVERVIEW: ").split(". ")[0].rstrip(".")
+    assert f"mtls-store-import - {first_sentence}" in " ".join(text.split()), text
     assert "--password-file" in text and "--replace" in text, text
     top = subprocess.run(["man", "-l", "-P", "cat", str(man1 / "mtls.1.gz")], capture_output=True, text=True,
                          env=dict(os.environ, MANWIDTH="200")).stdout
