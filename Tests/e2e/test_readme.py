@@ -70,7 +70,8 @@ def operator(tmp_path_factory):
     port = free_port()
     log = d / "quickstart.log"
     bindir = os.path.dirname(os.path.abspath(CLI))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MTLS_STORE") and k != "MTLS_PKI_KEY_PASSWORD_FILE"}
+    # A new user's shell: none of libmtls's variables set but those the block exports.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MTLS_")}
     env["PATH"] = bindir + os.pathsep + os.environ["PATH"]
     script = operator_script(quickstart("operator"), port, log)
     with open(log, "w") as out:
