@@ -75,21 +75,33 @@ static void nothing_stored(mtls_store *store, const char *label) {
     CHECK(id == NULL);
 }
 
-static void standalone(mtls_store *store, const char *dir) {
-    mtls_enroll_options o;
+/* What the standalone tests share, made once in main: the store, its folder, and ACME options
+ * (HTTP-01 on port 5002) pointed at a directory URL nobody listens on. */
+static mtls_store *store;
+static char dir[512];
+static mtls_enroll_options o;
+static char url[128];
+static const char *names[] = {"svc.test"};
+
+/* The standard options of the ACME tests; `o` as enroll_options_init leaves it, then these. */
+static void acme_options(void) {
+    CHECK_OK(mtls_enroll_options_init(&o, MTLS_ENROLL_OPTIONS_VERSION));
+    snprintf(url, sizeof url, "https://127.0.0.1:%d/dir", closed_port());
+    o.challenge = MTLS_ACME_HTTP01;
+    o.port = 5002;
+}
+
+TEST(enroll_options_init) {
     CHECK_RC(mtls_enroll_options_init(NULL, MTLS_ENROLL_OPTIONS_VERSION), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_enroll_options_init(&o, 0), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_enroll_options_init(&o, MTLS_ENROLL_OPTIONS_VERSION + 1), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_enroll_options_init(&o, MTLS_ENROLL_OPTIONS_VERSION));
     CHECK(o.version == MTLS_ENROLL_OPTIONS_VERSION && o.key_type == NULL && o.challenge == 0 && o.port == 0);
+}
 
-    char url[128];
-    snprintf(url, sizeof url, "https://127.0.0.1:%d/dir", closed_port());
-    const char *names[] = {"svc.test"};
+TEST(acme_null_arguments) {
+    acme_options();
     mtls_cert *out = (mtls_cert *)&o;  /* not NULL: a failure must leave it NULL */
-    o.challenge = MTLS_ACME_HTTP01;
-    o.port = 5002;
-
     /* NULL arguments */
     CHECK_RC(mtls_enroll_acme(NULL, "a", url, names, 1, &o, &out), MTLS_E_INVALID_ARGUMENT);
     CHECK(out == NULL);
@@ -103,7 +115,11 @@ static void standalone(mtls_store *store, const char *dir) {
     CHECK(strstr(mtls_last_error(), "challenge") != NULL);
     const char *bad_name[] = {"not a name!"};
     CHECK_RC(mtls_enroll_acme(store, "a", url, bad_name, 1, &o, &out), MTLS_E_INVALID_ARGUMENT);
+}
 
+TEST(acme_options_that_do_not_go_together) {
+    acme_options();
+    mtls_cert *out = NULL;
     /* options that do not go together, or not with ACME */
     mtls_enroll_options b = o;
     b.challenge = 0;
@@ -152,12 +168,21 @@ static void standalone(mtls_store *store, const char *dir) {
     CHECK_RC(mtls_enroll_acme(store, "a", url, names, 1, &b, &out), MTLS_E_INVALID_ARGUMENT);
     b = o; b.version = 7;
     CHECK_RC(mtls_enroll_acme(store, "a", url, names, 1, &b, &out), MTLS_E_INVALID_ARGUMENT);
+}
 
+TEST(acme_nobody_listens) {
+    acme_options();
+    mtls_cert *out = (mtls_cert *)&o;  /* not NULL: a failure must leave it NULL */
     /* nobody listens at the directory */
     CHECK_RC(mtls_enroll_acme(store, "a", url, names, 1, &o, &out), MTLS_E_CONNECT);
     CHECK(out == NULL);
     nothing_stored(store, "a");
+}
 
+TEST(est_arguments_and_nobody_listens) {
+    acme_options();
+    mtls_cert *out = NULL;
+    mtls_enroll_options b;
     /* EST */
     mtls_enroll_options e;
     CHECK_OK(mtls_enroll_options_init(&e, MTLS_ENROLL_OPTIONS_VERSION));
@@ -191,7 +216,15 @@ static void standalone(mtls_store *store, const char *dir) {
     CHECK_RC(mtls_enroll_est(store, "e", est, "CN=device-1", &b, &out), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_enroll_est(store, "e", est, "CN=device-1", &e, &out), MTLS_E_CONNECT);
     nothing_stored(store, "e");
+}
 
+TEST(local_ca_not_there) {
+    acme_options();
+    mtls_cert *out = NULL;
+    mtls_enroll_options b, e;
+    CHECK_OK(mtls_enroll_options_init(&e, MTLS_ENROLL_OPTIONS_VERSION));
+    e.user = "device";
+    e.password = "secret";
     /* the local CA */
     char missing[600];
     snprintf(missing, sizeof missing, "%s/no-such-pki", dir);
@@ -207,7 +240,11 @@ static void standalone(mtls_store *store, const char *dir) {
 }
 
 /* Against pebble (external account binding required) and an `mtls pki` directory. */
-static void against_real_cas(mtls_store *store, char **argv) {
+static char **real_argv;
+
+/* One test: each step goes on from the store the one before left. */
+TEST(against_real_cas) {
+    char **argv = real_argv;
     const char *directory = argv[1], *kid = argv[5], *key = argv[6], *pki = argv[7], *ca = argv[8];
     mtls_cert *https_root = load_cert(argv[2]), *chain_anchor = load_cert(argv[3]);
     mtls_enroll_options o;
@@ -296,13 +333,18 @@ static void against_real_cas(mtls_store *store, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    char dir[512];
-    mtls_store *store = t_temp_store("enroll-ca-c", PASS, sizeof PASS - 1, dir, sizeof dir);
+    store = t_temp_store("enroll-ca-c", PASS, sizeof PASS - 1, dir, sizeof dir);
 
     if (argc == 1) {
-        standalone(store, dir);
+        RUN(enroll_options_init);
+        RUN(acme_null_arguments);
+        RUN(acme_options_that_do_not_go_together);
+        RUN(acme_nobody_listens);
+        RUN(est_arguments_and_nobody_listens);
+        RUN(local_ca_not_there);
     } else if (argc == 9) {
-        against_real_cas(store, argv);
+        real_argv = argv;
+        RUN(against_real_cas);
     } else {
         fprintf(stderr, "usage: %s [DIRECTORY_URL HTTPS_ROOT CHAIN_ANCHOR HTTP_PORT EAB_KID EAB_KEY PKI_DIR PKI_CA]\n", argv[0]);
         return 2;
