@@ -144,29 +144,6 @@ static size_t client_hello(mtls_identity *id, mtls_policy *policy, uint8_t *out,
     return (size_t)n;
 }
 
-/* The length of the accept queue of the socket listening on 127.0.0.1:port (the rx_queue of its
- * LISTEN line in /proc/net/tcp), or -1 when it is not found. */
-static int accept_queue(uint16_t port) {
-    FILE *f = fopen("/proc/net/tcp", "r");
-    if (!f) return -1;
-    char line[512];
-    int found = -1;
-    while (fgets(line, sizeof line, f)) {
-        unsigned addr, lport, st, txq, rxq;
-        if (sscanf(line, " %*d: %8X:%4X %*8X:%*4X %2X %8X:%8X", &addr, &lport, &st, &txq, &rxq) == 5
-            && lport == port && st == 0x0A) { found = (int)rxq; break; }
-    }
-    fclose(f);
-    return found;
-}
-
-/* Waits (at most 10 s) until the listener has taken every connection off its accept queue. */
-static void wait_accepted(uint16_t port) {
-    double until = now_s() + 10;
-    while (accept_queue(port) != 0 && now_s() < until) usleep(10 * 1000);
-    CHECK(accept_queue(port) == 0);
-}
-
 /* The identities and policies of both sides. */
 struct parties { mtls_identity *server_id, *client_a; mtls_policy *server_policy, *client_policy; };
 
@@ -213,7 +190,7 @@ static void stalling_clients(const struct parties *p) {
         sent += write(stalling[i], "\x16", 1) == 1;
     }
     CHECK(sent == STALLING);
-    wait_accepted(r.port); /* every stalling connection is the listener's before the real client comes */
+    t_wait_accepted(r.port); /* every stalling connection is the listener's before the real client comes */
 
     double start_at = now_s();
     int rc = real_client(r.port, "127.0.0.1", p->client_a, p->server_policy, 5000);
@@ -279,7 +256,7 @@ static void stalled_hellos(const struct parties *p) {
         CHECK(fds[i] >= 0);
         CHECK(write(fds[i], hello, hello_len) == (ssize_t)hello_len); /* a whole ClientHello; no more */
     }
-    wait_accepted(r.port);
+    t_wait_accepted(r.port);
     double start_at = now_s();
     int rc = real_client(r.port, "127.0.0.1", p->client_a, p->server_policy, 8000);
     double served = now_s() - start_at;
@@ -363,7 +340,7 @@ TEST(silent_connections_then_real_client) {
         struct pollfd p = { .fd = silent[i], .events = POLLOUT };
         while (poll(&p, 1, 100) == 0 && now_s() < until) {}
     }
-    wait_accepted(port); /* the listener took what the kernel queued */
+    t_wait_accepted(port); /* the listener took what the kernel queued */
 
     double start = now_s();
     CHECK_OK(real_client(port, "127.0.0.1", client_a, server_policy, 5000));
@@ -442,7 +419,7 @@ TEST(per_address_cap) {
         CHECK(stalled[i] >= 0);
         CHECK(write(stalled[i], hello, hello_len) == (ssize_t)hello_len); /* a ClientHello, no more */
     }
-    wait_accepted(port); /* the listener took the stalled two (and reads their ClientHellos) */
+    t_wait_accepted(port); /* the listener took the stalled two (and reads their ClientHellos) */
     CHECK_OK(real_client(port, "127.0.0.2", client_a, server_policy, 5000));
     wait_count(&s, 1, 5);
     CHECK(s.count == 1 && s.codes[0] == MTLS_OK);

@@ -107,6 +107,29 @@ static inline void t_close_temp_store(mtls_store *store, const char *dir) {
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     t_sh(cmd);
 }
+/* The length of the accept queue of the socket listening on 127.0.0.1:port (the rx_queue of its
+ * LISTEN line in /proc/net/tcp), or -1 when it is not found. */
+static inline int t_accept_queue(uint16_t port) {
+    FILE *f = fopen("/proc/net/tcp", "r");
+    if (!f) return -1;
+    char line[512];
+    int found = -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned addr, lport, st, txq, rxq;
+        if (sscanf(line, " %*d: %8X:%4X %*8X:%*4X %2X %8X:%8X", &addr, &lport, &st, &txq, &rxq) == 5
+            && lport == port && st == 0x0A) { found = (int)rxq; break; }
+    }
+    fclose(f);
+    return found;
+}
+
+/* Waits (at most 10 s) until the listener on 127.0.0.1:port has taken every connection off its
+ * accept queue; fails the test if it never does. */
+static inline void t_wait_accepted(uint16_t port) {
+    for (int i = 0; i < 1000 && t_accept_queue(port) != 0; i++) poll(NULL, 0, 10);
+    CHECK(t_accept_queue(port) == 0);
+}
+
 /* Waits (up to `seconds`) until the file at `path` holds `needle` (a peer's log line, say);
  * fails the test if it never does. */
 static inline void t_wait_file_contains(const char *path, const char *needle, int seconds) {
