@@ -8,8 +8,8 @@
  * RUN prints "ok   name" or "FAIL name" for each test; a failed CHECK ends only its own test
  * (it returns to RUN), so the next ones still run. DONE prints "N passed, M failed" (tests) and
  * exits non-zero if any failed. A CHECK that fails outside RUN, or on a thread other than the
- * one running the test, exits the program at once (there is nothing to return to). A program
- * with no RUN counts its CHECKs instead, as before. */
+ * one running the test, or in a process the test forked, exits that program at once (there is
+ * nothing to return to). A program with no RUN counts its CHECKs instead, as before. */
 #ifndef MTLS_TEST_SUPPORT_H
 #define MTLS_TEST_SUPPORT_H
 #include <poll.h>
@@ -26,13 +26,15 @@ static int t_passed = 0;
 static int t_tests_passed = 0, t_tests_failed = 0;
 static int t_in_test = 0;
 static pthread_t t_test_thread;
+static pid_t t_test_pid;
 static jmp_buf t_test_jump;
 #define T_PASS() __atomic_fetch_add(&t_passed, 1, __ATOMIC_RELAXED)
 
-/* A failed CHECK: back to RUN when on the test's own thread, else the program ends. */
+/* A failed CHECK: back to RUN when on the test's own thread (in the test's own process: a
+ * forked child has nothing to go back to), else the program ends. */
 __attribute__((noreturn)) static inline void t_fail(void) {
     fflush(stdout);
-    if (t_in_test && pthread_equal(pthread_self(), t_test_thread)) longjmp(t_test_jump, 1);
+    if (t_in_test && pthread_equal(pthread_self(), t_test_thread) && getpid() == t_test_pid) longjmp(t_test_jump, 1);
     exit(1);
 }
 #define CHECK(cond) do { if (!(cond)) { \
@@ -48,6 +50,7 @@ __attribute__((noreturn)) static inline void t_fail(void) {
 #define RUN(name) t_run(#name, name)
 static inline void t_run(const char *name, void (*test)(void)) {
     t_test_thread = pthread_self();
+    t_test_pid = getpid();
     t_in_test = 1;
     if (setjmp(t_test_jump) == 0) {
         test();
