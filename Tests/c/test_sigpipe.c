@@ -50,7 +50,7 @@ static void write_until_refused(mtls_conn *c, int non_blocking) {
             poll(&p, 1, 1000);
             rc = MTLS_OK;
         }
-        if (rc == MTLS_OK) usleep(20 * 1000);
+        if (rc == MTLS_OK) usleep(20 * 1000); /* paced writes, until one fails (at most 200) */
     }
     if (rc != MTLS_E_PEER_ALERT && rc != MTLS_E_CLOSED)
         fprintf(stderr, "write ended with %d (%s): %s\n", rc, mtls_error_name(rc), mtls_last_error());
@@ -73,7 +73,7 @@ static void *write_to_client(void *arg) {
     for (int i = 0; i < 500 && rc == MTLS_OK; i++) {
         size_t n = 0;
         rc = mtls_conn_write(c, chunk, sizeof chunk, &n);
-        if (rc == MTLS_OK) usleep(10 * 1000);
+        if (rc == MTLS_OK) usleep(10 * 1000); /* paced writes, until the client's hang-up stops them */
     }
     w->write_code = rc;
     w->shutdown_code = mtls_conn_shutdown(c);

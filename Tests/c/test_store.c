@@ -335,7 +335,8 @@ TEST(secret_file_modes_checked) {
 }
 
 TEST(locked_beyond_busy_timeout) {
-    /* locked beyond the busy timeout: another process holds the write lock */
+    /* locked beyond the busy timeout: another process holds the write lock (for 3 s: time
+     * passing is what is tested, a busy timeout shorter and one longer than that) */
     char flag[700];
     snprintf(flag, sizeof flag, "%s/locked.flag", dir);
     snprintf(cmd, sizeof cmd,
