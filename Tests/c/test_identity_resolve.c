@@ -75,13 +75,9 @@ TEST(token_uri_not_utf8_refused) {
 int main(void) {
     const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
     snprintf(dir, sizeof dir, "%s/resolve-c-%d", tmp, (int)getpid());
-    snprintf(cmd, sizeof cmd,
-             "rm -rf %1$s && mkdir -p %1$s && cd %1$s && "
-             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout c.key -out c.pem "
-             "-subj '/CN=resolve-client' -days 5 2>/dev/null && "
-             "openssl pkcs12 -export -inkey c.key -in c.pem -passout pass:pw -out c.p12",
-             dir);
+    snprintf(cmd, sizeof cmd, "rm -rf %1$s && mkdir -p %1$s", dir);
     t_sh(cmd);
+    t_self_signed(dir, "resolve-client");
     snprintf(pem, sizeof pem, "%s/c.pem", dir);
     snprintf(key, sizeof key, "%s/c.key", dir);
     snprintf(p12, sizeof p12, "%s/c.p12", dir);

@@ -30,7 +30,7 @@ static void on_destroy(void *userdata) { ((struct seen *)userdata)->destroyed++;
 
 /* What the tests share, made once in main: a store holding "plain" (a self-signed identity no CA
  * renews), its leaf's hash, and the renewer of the second test, which the third frees. */
-static char dir[512], cmd[4096];
+static char dir[512];
 static uint8_t *p12;
 static mtls_store *store = NULL;
 static mtls_identity *id = NULL, *again = NULL;
@@ -106,25 +106,12 @@ TEST(every_enrolled_identity_and_destroy) {
 }
 
 int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char path[600], p12path[600];
-    snprintf(dir, sizeof dir, "%s/renewer-c-%d", tmp, (int)getpid());
-    snprintf(cmd, sizeof cmd,
-             "rm -rf %1$s && mkdir -p %1$s && cd %1$s && "
-             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout c.key -out c.pem "
-             "-subj '/CN=plain' -days 5 2>/dev/null && "
-             "openssl pkcs12 -export -inkey c.key -in c.pem -passout pass:pw -out c.p12",
-             dir);
-    t_sh(cmd);
-    snprintf(path, sizeof path, "%s/store.db", dir);
+    char p12path[600];
+    store = t_temp_store("renewer-c", PASS, sizeof PASS - 1, dir, sizeof dir);
+    t_self_signed(dir, "plain");
     snprintf(p12path, sizeof p12path, "%s/c.p12", dir);
     size_t p12len;
     p12 = t_read_file(p12path, &p12len);
-
-    mtls_store_options o;
-    CHECK_OK(mtls_store_options_init(&o, MTLS_STORE_OPTIONS_VERSION));
-    o.kdf_log_n = 10;
-    CHECK_OK(mtls_store_open(path, PASS, sizeof PASS - 1, MTLS_STORE_SECRET_PASSPHRASE, &o, &store));
     CHECK_OK(mtls_store_import_p12(store, "plain", p12, p12len, "pw", 0, &id));
     mtls_cert *leaf = NULL;
     CHECK_OK(mtls_identity_leaf(id, &leaf));
@@ -139,9 +126,7 @@ int main(void) {
     mtls_string_free(after);
     mtls_identity_free(again);
     mtls_identity_free(id);
-    mtls_store_close(store);
+    t_close_temp_store(store, dir);
     free(p12);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    t_sh(cmd);
     DONE();
 }

@@ -103,6 +103,18 @@ static inline mtls_store *t_temp_store(const char *name, const uint8_t *passphra
     return store;
 }
 
+/* Writes a self-signed P-256 certificate for CN=`cn` (valid 5 days) into the folder `dir`, which
+ * exists: c.pem, c.key (not encrypted) and c.p12 (both, password "pw"). */
+static inline void t_self_signed(const char *dir, const char *cn) {
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout c.key -out c.pem "
+             "-subj '/CN=%s' -days 5 2>/dev/null && "
+             "openssl pkcs12 -export -inkey c.key -in c.pem -passout pass:pw -out c.p12",
+             dir, cn);
+    t_sh(cmd);
+}
+
 /* Closes a store made by t_temp_store and removes its folder. */
 static inline void t_close_temp_store(mtls_store *store, const char *dir) {
     char cmd[1100];
