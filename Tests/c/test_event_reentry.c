@@ -176,10 +176,7 @@ int main(void) {
     alarm(120); /* a deadlock fails the test (SIGALRM ends the program) rather than hanging it */
     main_thread = pthread_self();
     tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048];
-    snprintf(pki, sizeof pki, "%s/reentry-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
-    t_sh(cmd);
+    make_pki("reentry-pki");
     server = identity("server", "int-a.pem");
     server_rsa = identity("server-rsa", "int-a.pem");
 

@@ -443,11 +443,7 @@ TEST(partial_hello_test) { partial_hello(&parties); }
 TEST(stalled_hellos_test) { stalled_hellos(&parties); }
 
 int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048];
-    snprintf(pki, sizeof pki, "%s/tls-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
-    t_sh(cmd);
+    make_pki("tls-pki");
 
     /* Both ends of 1,000 connections live in this process. */
     struct rlimit rl;

@@ -154,11 +154,7 @@ TEST(free_cuts_stalled_handshake_short) {
 }
 
 int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048];
-    snprintf(pki, sizeof pki, "%s/load-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
-    t_sh(cmd);
+    make_pki("load-pki");
     server_id = identity("server", "int-a.pem");
     client_id = identity("client-a", "int-a.pem");
     server_policy = anchored("root.pem");

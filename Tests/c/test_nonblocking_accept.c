@@ -120,11 +120,7 @@ TEST(close_notify_from_non_blocking_server) {
 }
 
 int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048];
-    snprintf(pki, sizeof pki, "%s/nonblocking-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
-    t_sh(cmd);
+    make_pki("nonblocking-pki");
     server_id = identity("server", "int-a.pem");
     client_a = identity("client-a", "int-a.pem");
     server_policy = anchored("root.pem");

@@ -562,10 +562,7 @@ TEST(expiring_pins_and_certificates_fail_closed) {
 
 int main(void) {
     tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048];
-    snprintf(pki, sizeof pki, "%s/tls-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
-    t_sh(cmd);
+    make_pki("tls-pki");
     signal(SIGPIPE, SIG_IGN); /* the application server's own writes to clients it refused */
 
     server_id = identity("server", "int-a.pem");

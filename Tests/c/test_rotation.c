@@ -166,10 +166,7 @@ TEST(expiry_as_data) {
 
 int main(void) {
     const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048];
-    snprintf(pki, sizeof pki, "%s/rotation-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
-    t_sh(cmd);
+    make_pki("rotation-pki");
     snprintf(path, sizeof path, "%s/rotation-%d.db", tmp, (int)getpid());
     unlink(path);
 

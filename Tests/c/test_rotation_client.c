@@ -892,10 +892,7 @@ TEST(hammer_application_ctx_tls12_session_ids) {
 
 int main(void) {
     tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048];
-    snprintf(pki, sizeof pki, "%s/rotation-client-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
-    t_sh(cmd);
+    make_pki("rotation-client-pki");
     servers = anchored("root.pem");
     client_a = identity("client-a", "int-a.pem");
     client_rsa = identity("client-a-rsa", "int-a.pem");

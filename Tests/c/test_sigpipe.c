@@ -179,11 +179,7 @@ TEST(sigpipe_disposition_left_alone) {
 }
 
 int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048];
-    snprintf(pki, sizeof pki, "%s/tls-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
-    t_sh(cmd);
+    make_pki("tls-pki");
 
     /* SIGPIPE's default action ends the process: any write that raised it would kill this test. */
     signal(SIGPIPE, SIG_DFL);

@@ -529,11 +529,7 @@ TEST(report_callback_outlives_policy) {
 }
 
 int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048];
-    snprintf(pki, sizeof pki, "%s/tls-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
-    t_sh(cmd);
+    make_pki("tls-pki");
 
     server_id = identity("server", "int-a.pem");
     client_a = identity("client-a", "int-a.pem");
