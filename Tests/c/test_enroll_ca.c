@@ -240,41 +240,47 @@ TEST(local_ca_not_there) {
 }
 
 /* Against pebble (external account binding required) and an `mtls pki` directory. */
-static char **real_argv;
+/* Against pebble (external account binding required) and an `mtls pki` directory: what the
+ * tests share, set up once from the arguments. The tests run in order: the ACME identity the
+ * first enrolls is the one the last revokes. */
+static const char *directory, *kid, *key, *pki, *ca;
+static mtls_cert *https_root, *chain_anchor;
+static mtls_enroll_options ro;
+static const char *real_names[] = {"c-abi.test", "127.0.0.1"};
 
-/* One test: each step goes on from the store the one before left. */
-TEST(against_real_cas) {
-    char **argv = real_argv;
-    const char *directory = argv[1], *kid = argv[5], *key = argv[6], *pki = argv[7], *ca = argv[8];
-    mtls_cert *https_root = load_cert(argv[2]), *chain_anchor = load_cert(argv[3]);
-    mtls_enroll_options o;
-    CHECK_OK(mtls_enroll_options_init(&o, MTLS_ENROLL_OPTIONS_VERSION));
-    o.challenge = MTLS_ACME_HTTP01;
-    o.port = (uint16_t)atoi(argv[4]);
-    o.listen_address = "127.0.0.1";
-    o.anchors = &https_root;
-    o.anchor_count = 1;
-    o.chain_anchors = &chain_anchor;
-    o.chain_anchor_count = 1;
-    const char *names[] = {"c-abi.test", "127.0.0.1"};
+static void real_cas_setup(char **argv) {
+    directory = argv[1]; kid = argv[5]; key = argv[6]; pki = argv[7]; ca = argv[8];
+    https_root = load_cert(argv[2]);
+    chain_anchor = load_cert(argv[3]);
+    CHECK_OK(mtls_enroll_options_init(&ro, MTLS_ENROLL_OPTIONS_VERSION));
+    ro.challenge = MTLS_ACME_HTTP01;
+    ro.port = (uint16_t)atoi(argv[4]);
+    ro.listen_address = "127.0.0.1";
+    ro.anchors = &https_root;
+    ro.anchor_count = 1;
+    ro.chain_anchors = &chain_anchor;
+    ro.chain_anchor_count = 1;
+}
+
+TEST(acme_with_external_account_binding) {
+    const char **names = real_names;
     mtls_cert *out = NULL;
-
     /* pebble requires the binding: a CA rejection with its detail, nothing stored */
-    CHECK_RC(mtls_enroll_acme(store, "acme", directory, names, 2, &o, &out), MTLS_E_CA_REJECTED);
+    CHECK_RC(mtls_enroll_acme(store, "acme", directory, names, 2, &ro, &out), MTLS_E_CA_REJECTED);
     CHECK(strstr(mtls_last_error(), "externalAccountRequired") != NULL);
     CHECK(out == NULL);
     nothing_stored(store, "acme");
-    o.eab_kid = kid;
-    o.eab_hmac_key = "b10lLJs8l1GPIzsLP0s6pMt8O0XVGnfTaCeROxQM0BIt2XrJMDHJZBM5NuQmQJQH";  /* another key */
-    CHECK_RC(mtls_enroll_acme(store, "acme", directory, names, 2, &o, &out), MTLS_E_CA_REJECTED);
+    ro.eab_kid = kid;
+    ro.eab_hmac_key = "b10lLJs8l1GPIzsLP0s6pMt8O0XVGnfTaCeROxQM0BIt2XrJMDHJZBM5NuQmQJQH";  /* another key */
+    CHECK_RC(mtls_enroll_acme(store, "acme", directory, names, 2, &ro, &out), MTLS_E_CA_REJECTED);
     nothing_stored(store, "acme");
     /* the CA's TLS certificate under anchors that are not its own */
-    o.eab_hmac_key = key;
-    o.anchors = &chain_anchor;
-    CHECK_RC(mtls_enroll_acme(store, "acme", directory, names, 2, &o, &out), MTLS_E_UNTRUSTED);
-    o.anchors = &https_root;
+    ro.eab_hmac_key = key;
+    ro.anchors = &chain_anchor;
+    CHECK_RC(mtls_enroll_acme(store, "acme", directory, names, 2, &ro, &out), MTLS_E_UNTRUSTED);
+    ro.anchors = &https_root;
 
-    CHECK_OK(mtls_enroll_acme(store, "acme", directory, names, 2, &o, &out));
+    CHECK_OK(mtls_enroll_acme(store, "acme", directory, names, 2, &ro, &out));
     CHECK(out != NULL);
     stored_is(store, "acme", out);
     char *first = sha256(out);
@@ -288,7 +294,11 @@ TEST(against_real_cas) {
     mtls_string_free(first);
     mtls_string_free(second);
     mtls_cert_free(now);
+}
 
+TEST(local_ca_enrollment) {
+    mtls_cert *out = NULL;
+    int renewed = 0;
     /* the local CA, a client certificate; out may be NULL */
     mtls_enroll_options p;
     CHECK_OK(mtls_enroll_options_init(&p, MTLS_ENROLL_OPTIONS_VERSION));
@@ -306,7 +316,10 @@ TEST(against_real_cas) {
     renewed = 0;
     CHECK_OK(mtls_renew(store, "local", 1, NULL, NULL, &renewed));
     CHECK(renewed == 1);
+}
 
+TEST(revoke_at_the_ca) {
+    mtls_cert *out = NULL;
     /* mtls_enroll_revoke: the argument checks, then the renewed ACME certificate revoked at
      * pebble (a second revocation is pebble's refusal: it knows the certificate revoked) */
     out = NULL;
@@ -327,9 +340,6 @@ TEST(against_real_cas) {
     CHECK_RC(mtls_enroll_revoke(store, "acme", MTLS_REVOKE_NO_REASON, NULL, &out), MTLS_E_CA_REJECTED);
     CHECK(strstr(mtls_last_error(), "alreadyRevoked") != NULL || strstr(mtls_last_error(), "revoked") != NULL);
     CHECK(out == NULL);
-
-    mtls_cert_free(https_root);
-    mtls_cert_free(chain_anchor);
 }
 
 int main(int argc, char **argv) {
@@ -343,8 +353,12 @@ int main(int argc, char **argv) {
         RUN(est_arguments_and_nobody_listens);
         RUN(local_ca_not_there);
     } else if (argc == 9) {
-        real_argv = argv;
-        RUN(against_real_cas);
+        real_cas_setup(argv);
+        RUN(acme_with_external_account_binding);
+        RUN(local_ca_enrollment);
+        RUN(revoke_at_the_ca);
+        mtls_cert_free(https_root);
+        mtls_cert_free(chain_anchor);
     } else {
         fprintf(stderr, "usage: %s [DIRECTORY_URL HTTPS_ROOT CHAIN_ANCHOR HTTP_PORT EAB_KID EAB_KEY PKI_DIR PKI_CA]\n", argv[0]);
         return 2;
