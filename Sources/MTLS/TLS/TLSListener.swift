@@ -654,8 +654,7 @@ final class ListenerCore: Sendable {
                 if !evictOldestUnready() { usleep(10_000) }
                 return
             }
-            guard let (fd, peer) = next else { return }
-            Socket.setNonBlocking(fd, true)
+            guard let (fd, peer) = next else { return } // non-blocking and close-on-exec from accept4
             let now = Deadline.now()
             let client = WaitingClient(peer: peer, source: ListenerSource.key(peer: peer, ipv6PrefixLength: prefix),
                                        firstByteDeadline: firstByte.map { now + $0 }, helloDeadline: hello.map { now + $0 },
