@@ -5,6 +5,7 @@
  * poll(), as an event loop would. */
 #define _GNU_SOURCE
 #include "pki_support.h"
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -63,6 +64,13 @@ int main(void) {
     pthread_join(th, NULL);
     CHECK_OK(acc.rc);
     mtls_conn *server = acc.conn;
+
+    /* The accepted socket is non-blocking and close-on-exec from its accept (mtls.h,
+     * mtls_listener_accept), whatever mode the connection is in. */
+    int sfd = -1;
+    CHECK_OK(mtls_conn_fd(server, &sfd));
+    CHECK((fcntl(sfd, F_GETFL) & O_NONBLOCK) != 0);
+    CHECK((fcntl(sfd, F_GETFD) & FD_CLOEXEC) != 0);
 
     /* Arguments. */
     CHECK_RC(mtls_conn_set_non_blocking(NULL, 1), MTLS_E_INVALID_ARGUMENT);
