@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from _cbench import build, free_port, row, wait_port
+from _cbench import build, free_port, row, stop, wait_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -177,12 +177,7 @@ http {{ access_log off; client_body_temp_path {work}; proxy_temp_path {work}; fa
             m_growth / n_growth, 1.0, mtls=round(m_growth), baseline=round(n_growth), unit="KiB",
             baseline_name="nginx ssl_verify_client on, 1 worker")
     finally:
-        for pr in procs:
-            pr.terminate()
-            try:
-                pr.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pr.kill()
+        stop(procs)
         shutil.rmtree(work, ignore_errors=True)
 
 
