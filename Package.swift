@@ -26,9 +26,31 @@ let package = Package(
         .systemLibrary(name: "CMTLSHeader"),
         // The OpenSSL 3 provider for PKCS#11 token keys (C: a provider is C dispatch tables).
         .target(name: "CMTLSProvider", linkerSettings: [.linkedLibrary("crypto")]),
+        // The Swift core, one target per layer. Each target depends only on the layers below it,
+        // so a back edge (a lower layer importing a higher one) is a build error. Internals shared
+        // across layers are `package`; what is `public` is the Swift API. Bottom to top:
+        // base: errors, lifecycle events, the thread starter, bytes, file IO, JSON text.
+        .target(name: "MTLSBase", dependencies: ["COpenSSL", "CMTLSHeader"]),
+        // net: sockets and deadlines, URL authority, IP address literals, the plain HTTP/1 fetcher.
+        .target(name: "MTLSNet", dependencies: ["MTLSBase"]),
+        // X.509: certificates, keys, identities, PKCS#12, CSRs, the library's OpenSSL context, and
+        // PKCS#11 tokens (the context loads the token-key provider; keys sign through it).
+        .target(name: "MTLSX509", dependencies: ["MTLSNet", "COpenSSL", "CP11Kit", "CMTLSProvider"]),
+        // store: the credential store (SQLite).
+        .target(name: "MTLSStore", dependencies: ["MTLSX509", "COpenSSL", "CP11Kit", "CSQLite"]),
+        // trust: policies, evaluation, revocation (one check stage of the evaluation).
+        .target(name: "MTLSTrust", dependencies: ["MTLSStore", "COpenSSL"]),
+        // TLS: connections, listener, contexts, identity selection in the handshake.
+        .target(name: "MTLSTLS", dependencies: ["MTLSTrust", "COpenSSL"]),
+        // enrollment and issuing: ACME, EST, the local CA, PKI directories.
+        .target(name: "MTLSEnrollment", dependencies: ["MTLSTLS", "COpenSSL", "CMTLSHeader"]),
+        // lifecycle: identity sources, watches, the renewer, metrics (Prometheus text), expiry.
+        .target(name: "MTLSLifecycle", dependencies: ["MTLSEnrollment", "COpenSSL"]),
+        // The umbrella: identity resolution and automatic selection; re-exports every layer, so
+        // the C layer, the CLI, the tests and the swift-nio-ssl plugin `import MTLS` only.
         .target(
             name: "MTLS",
-            dependencies: ["COpenSSL", "CP11Kit", "CSQLite", "CMTLSProvider", "CMTLSHeader"]
+            dependencies: ["MTLSLifecycle", "COpenSSL", "CP11Kit", "CSQLite", "CMTLSProvider", "CMTLSHeader"]
         ),
         .target(
             name: "CMTLS",

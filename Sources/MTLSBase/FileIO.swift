@@ -15,6 +15,12 @@ public enum FileIO {
         return try readAll(fd, path: path, limit: limit)
     }
 
+    /// Whether anything (a file, a directory, a link's target) exists at `path`.
+    package static func exists(_ path: String) -> Bool {
+        var st = stat()
+        return stat(path, &st) == 0
+    }
+
     /// Reads a whole regular file, refusing anything over `limit` bytes and anything else at
     /// `path` (a FIFO, a device, a socket) without waiting on it: what a background thread reads
     /// (a followed policy file), which a FIFO put in the file's place must not hold up for ever.

@@ -3,7 +3,7 @@ import Glibc
 #endif
 
 // This file owns loose IP address parsing: every textual form a resolver accepts, to recognise
-// an address written in a common name (the strict forms are IPAddress in Certificate+Fields.swift).
+// an address written in a common name (the strict forms are IPAddress in IPAddress.swift).
 
 extension IPAddress {
     /// Parses every textual IP form a resolver accepts (`inet_aton`: hex, octal, short forms;

@@ -4,14 +4,6 @@ import FoundationEssentials
 import Glibc
 #endif
 
-/// The two ends of a TLS connection.
-public enum TLSSide: String, Sendable {
-    /// The end that connected.
-    case client
-    /// The end that accepted.
-    case server
-}
-
 /// One mutual-TLS connection, client or server side, over OpenSSL's libssl.
 ///
 /// Used by one thread at a time. Blocking by default, each step bounded by the options'

@@ -381,7 +381,7 @@ public struct PKIDirectory: Sendable {
     static func readPublication(_ dir: String) throws -> CAPublication {
         func read(_ name: String) throws -> String? {
             let file = dir + "/" + name
-            guard exists(file) else { return nil }
+            guard FileIO.exists(file) else { return nil }
             let text = String(decoding: try FileIO.read(file, limit: 2048), as: UTF8.self).filter { !$0.isWhitespace }
             return text.isEmpty ? nil : text
         }
@@ -468,11 +468,6 @@ public struct PKIDirectory: Sendable {
                             "cannot move \(tmp) to \(dir): \(String(cString: strerror(errno)))")
         }
         done = true
-    }
-
-    static func exists(_ p: String) -> Bool {
-        var st = stat()
-        return stat(p, &st) == 0
     }
 
     static func makeDirectories(_ p: String) throws {

@@ -224,7 +224,7 @@ final class CRLStore: Sendable {
         let e = try FetchedCRL(list: list, url: url, fetchedAt: Date(), issuer: issuer)
         if let dir = options.cacheDirectory {
             // Best effort: a cache folder that cannot be written costs a refetch after a restart.
-            if PKIDirectory.exists(dir) || mkdir(dir, 0o700) == 0 {
+            if FileIO.exists(dir) || mkdir(dir, 0o700) == 0 {
                 try? FileIO.writeAtomically(Self.cacheFile(dir, url), list.der, mode: 0o600)
             }
         }
@@ -281,7 +281,7 @@ final class CRLStore: Sendable {
         var o = options
         o.cacheDirectory = nil
         let (e, _) = try load(url: url, issuer: issuer, options: o, time: Date())
-        if let dir = options.cacheDirectory, PKIDirectory.exists(dir) {
+        if let dir = options.cacheDirectory, FileIO.exists(dir) {
             try? FileIO.writeAtomically(Self.cacheFile(dir, url), e.list.der, mode: 0o600)
         }
         return e
