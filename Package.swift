@@ -35,16 +35,20 @@ let package = Package(
         .target(name: "MTLSNet", dependencies: ["MTLSBase"]),
         // X.509: certificates, keys, identities, PKCS#12, CSRs, the library's OpenSSL context, and
         // PKCS#11 tokens (the context loads the token-key provider; keys sign through it).
-        .target(name: "MTLSX509", dependencies: ["MTLSNet", "COpenSSL", "CP11Kit", "CMTLSProvider"]),
+        .target(name: "MTLSX509", dependencies: ["MTLSNet", "COpenSSL", "CP11Kit", "CMTLSProvider", "CMTLSHeader"]),
         // store: the credential store (SQLite).
         .target(name: "MTLSStore", dependencies: ["MTLSX509", "COpenSSL", "CP11Kit", "CSQLite"]),
         // trust: policies, evaluation, revocation (one check stage of the evaluation).
         .target(name: "MTLSTrust", dependencies: ["MTLSStore", "COpenSSL"]),
+        // identity sources and watches: the identity a listener or client presents and what
+        // replaces it (store rows, files, tokens), followed policy files and store anchors, and
+        // the one watcher thread. Below TLS: TLS options and the listener hold an IdentitySource.
+        .target(name: "MTLSSources", dependencies: ["MTLSTrust", "COpenSSL"]),
         // TLS: connections, listener, contexts, identity selection in the handshake.
-        .target(name: "MTLSTLS", dependencies: ["MTLSTrust", "COpenSSL"]),
+        .target(name: "MTLSTLS", dependencies: ["MTLSSources", "COpenSSL"]),
         // enrollment and issuing: ACME, EST, the local CA, PKI directories.
         .target(name: "MTLSEnrollment", dependencies: ["MTLSTLS", "COpenSSL", "CMTLSHeader"]),
-        // lifecycle: identity sources, watches, the renewer, metrics (Prometheus text), expiry.
+        // lifecycle: the renewer, the metrics endpoint, the Prometheus text, store expiry.
         .target(name: "MTLSLifecycle", dependencies: ["MTLSEnrollment", "COpenSSL"]),
         // The umbrella: identity resolution and automatic selection; re-exports every layer, so
         // the C layer, the CLI, the tests and the swift-nio-ssl plugin `import MTLS` only.

@@ -5,7 +5,7 @@ import Glibc
 
 /// Detached, named background threads for the library's own work (CRL refresh, the
 /// lifecycle watcher), made one way: 512 KiB stack, detached, named for `top -H`.
-enum BackgroundThread {
+package enum BackgroundThread {
     private final class Body {
         let run: @Sendable () -> Void
         let name: String
@@ -13,7 +13,7 @@ enum BackgroundThread {
     }
 
     /// Runs `body` on a new detached thread named `name`; false when no thread could be made.
-    static func start(name: String, _ body: @escaping @Sendable () -> Void) -> Bool {
+    package static func start(name: String, _ body: @escaping @Sendable () -> Void) -> Bool {
         let box = Unmanaged.passRetained(Body(name, body)).toOpaque()
         var attr = pthread_attr_t()
         pthread_attr_init(&attr)

@@ -2,8 +2,8 @@ internal import COpenSSL
 import FoundationEssentials
 
 /// Hex and base64 forms used across libmtls (fingerprints, pins).
-enum Encoding {
-    static func hex<S: Sequence>(_ bytes: S) -> String where S.Element == UInt8 {
+package enum Encoding {
+    package static func hex<S: Sequence>(_ bytes: S) -> String where S.Element == UInt8 {
         let digits: [Character] = Array("0123456789abcdef")
         var s = ""
         for b in bytes {
@@ -13,7 +13,7 @@ enum Encoding {
         return s
     }
 
-    static func sha256(_ bytes: [UInt8]) -> [UInt8] {
+    package static func sha256(_ bytes: [UInt8]) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: 32)
         bytes.withUnsafeBufferPointer { p in
             _ = SHA256(p.baseAddress, p.count, &out)
@@ -25,7 +25,7 @@ enum Encoding {
 /// A buffer of secret bytes (passwords, PINs, key material) that is wiped when released.
 /// Sendable: the bytes are written only by `init` and by the wipe in `deinit`.
 public final class SecretBytes: @unchecked Sendable {
-    private(set) var storage: [UInt8]
+    package private(set) var storage: [UInt8]
 
     /// Takes a copy of `bytes`; the caller wipes its own copy.
     public init(_ bytes: [UInt8]) { storage = bytes }
@@ -52,11 +52,11 @@ public final class SecretBytes: @unchecked Sendable {
 }
 
 /// Owns a memory BIO; frees it on deinit.
-final class MemoryBIO {
-    let bio: OpaquePointer
+package final class MemoryBIO {
+    package let bio: OpaquePointer
 
     /// A read-only BIO over a copy of `bytes`.
-    init(copying bytes: [UInt8]) throws {
+    package init(copying bytes: [UInt8]) throws {
         guard let b = BIO_new(BIO_s_mem()) else { throw MTLSError(.noMemory, "BIO_new failed") }
         guard bytes.count <= Int(Int32.max) else {
             BIO_free(b)
@@ -70,13 +70,13 @@ final class MemoryBIO {
     }
 
     /// An empty, writable BIO.
-    init() throws {
+    package init() throws {
         guard let b = BIO_new(BIO_s_mem()) else { throw MTLSError(.noMemory, "BIO_new failed") }
         bio = b
     }
 
     /// Everything written so far.
-    var contents: [UInt8] {
+    package var contents: [UInt8] {
         var p: UnsafeMutablePointer<CChar>? = nil
         let n = mtls_ossl_BIO_get_mem_data(bio, &p)
         guard n > 0, let p else { return [] }
@@ -87,7 +87,7 @@ final class MemoryBIO {
 }
 
 /// Calls an OpenSSL `i2d_*` function twice (size, then bytes) and returns the DER.
-func derEncode(_ encode: (UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?) -> Int32) -> [UInt8]? {
+package func derEncode(_ encode: (UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?) -> Int32) -> [UInt8]? {
     let n = encode(nil)
     guard n > 0 else { return nil }
     var out = [UInt8](repeating: 0, count: Int(n))
@@ -101,7 +101,7 @@ func derEncode(_ encode: (UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?) -
 extension String {
     /// The text of a C buffer that holds a NUL-terminated string (or fills the buffer without a
     /// NUL); invalid UTF-8 is repaired, never trapped on.
-    init(cBuffer buffer: [CChar]) {
+    package init(cBuffer buffer: [CChar]) {
         let end = buffer.firstIndex(of: 0) ?? buffer.endIndex
         self = String(decoding: buffer[..<end].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }

@@ -24,7 +24,7 @@ public enum FileIO {
     /// Reads a whole regular file, refusing anything over `limit` bytes and anything else at
     /// `path` (a FIFO, a device, a socket) without waiting on it: what a background thread reads
     /// (a followed policy file), which a FIFO put in the file's place must not hold up for ever.
-    static func readRegularFile(_ path: String, limit: Int = maxReadSize) throws -> [UInt8] {
+    package static func readRegularFile(_ path: String, limit: Int = maxReadSize) throws -> [UInt8] {
         // O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one.
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else {

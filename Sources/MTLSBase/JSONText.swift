@@ -1,9 +1,9 @@
 /// Minimal JSON text output (no Foundation JSON in the core's hot path): written once and used by
 /// the provenance and revocation JSON and the enrollment JWS encoder.
-enum JSONText {
+package enum JSONText {
     /// `s` as a JSON string literal: quote, backslash, newline, return and tab escaped by name,
     /// other control characters as `\u00XX`.
-    static func quoted(_ s: String) -> String {
+    package static func quoted(_ s: String) -> String {
         var out = "\""
         for u in s.unicodeScalars {
             switch u {

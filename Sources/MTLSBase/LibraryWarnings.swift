@@ -27,7 +27,7 @@ public enum LibraryWarnings {
     }
 
     /// Records a warning on this thread.
-    static func emit(_ message: String) {
+    package static func emit(_ message: String) {
         let b = box
         b.messages.append(message)
         if b.messages.count > limit { b.messages.removeFirst(b.messages.count - limit) }

@@ -199,7 +199,7 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
     public var description: String { message }
 
     /// An error whose message ends with what OpenSSL put on its error queue, which is drained.
-    static func openSSL(_ code: Code, _ message: String) -> MTLSError {
+    package static func openSSL(_ code: Code, _ message: String) -> MTLSError {
         let stack = OpenSSLErrorQueue.drain()
         if stack.isEmpty { return MTLSError(code, message) }
         return MTLSError(code, "\(message): \(stack.joined(separator: "; "))")
@@ -207,9 +207,9 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
 }
 
 /// OpenSSL's per-thread error queue.
-enum OpenSSLErrorQueue {
+package enum OpenSSLErrorQueue {
     /// Removes every entry from this thread's error queue and returns their texts, oldest first.
-    static func drain() -> [String] {
+    package static func drain() -> [String] {
         var out: [String] = []
         while true {
             var file: UnsafePointer<CChar>? = nil
@@ -230,9 +230,9 @@ enum OpenSSLErrorQueue {
     }
 
     /// The reason code of the most recent entry, without removing anything.
-    static func peekLastReason() -> Int32 {
+    package static func peekLastReason() -> Int32 {
         ERR_GET_REASON(ERR_peek_last_error())
     }
 
-    static func clear() { ERR_clear_error() }
+    package static func clear() { ERR_clear_error() }
 }

@@ -8,7 +8,7 @@ import Glibc
 extension IPAddress {
     /// Parses every textual IP form a resolver accepts (`inet_aton`: hex, octal, short forms;
     /// `inet_pton` for IPv6), to recognise an IP written in a common name.
-    static func parseLoose(_ text: String) -> [UInt8]? {
+    package static func parseLoose(_ text: String) -> [UInt8]? {
         var v4 = in_addr()
         if inet_aton(text, &v4) != 0 { return withUnsafeBytes(of: v4.s_addr) { Array($0) } }
         var v6 = in6_addr()

@@ -4,9 +4,9 @@ import Glibc
 #endif
 
 /// IP address text and bytes (internal: the public API takes and gives addresses as text).
-enum IPAddress {
+package enum IPAddress {
     /// Text of a 4- or 16-byte address, or nil for another length.
-    static func text(_ bytes: [UInt8]) -> String? {
+    package static func text(_ bytes: [UInt8]) -> String? {
         var buf = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
         switch bytes.count {
         case 4: return bytes.withUnsafeBytes { inet_ntop(AF_INET, $0.baseAddress, &buf, socklen_t(buf.count)) }.map { _ in String(cBuffer: buf) }
@@ -17,7 +17,7 @@ enum IPAddress {
 
     /// The bytes of an IPv4 or IPv6 literal (brackets allowed around IPv6), or nil if `text` is
     /// not an IP literal.
-    static func bytes(_ text: String) -> [UInt8]? {
+    package static func bytes(_ text: String) -> [UInt8]? {
         var t = text
         if t.hasPrefix("["), t.hasSuffix("]") { t = String(t.dropFirst().dropLast()) }
         var v4 = [UInt8](repeating: 0, count: 4)
@@ -35,7 +35,7 @@ enum IPAddress {
     /// literal and must be an interface name or index (1–64 characters, none of
     /// `%`, `:`, `/`, `[`, `]`, space or control). nil for a name, an IPv4 address with a zone, or
     /// a malformed zone.
-    static func scoped(_ text: String) -> (address: [UInt8], zone: String?)? {
+    package static func scoped(_ text: String) -> (address: [UInt8], zone: String?)? {
         var t = text
         if t.hasPrefix("["), t.hasSuffix("]") { t = String(t.dropFirst().dropLast()) }
         guard let percent = t.firstIndex(of: "%") else { return reached(t).map { ($0, nil) } }
@@ -55,7 +55,7 @@ enum IPAddress {
     /// Whether two zones name the same link: the same text, or an interface name and an index
     /// (or two spellings) the system maps to the same interface. nil zones are equal only to
     /// each other.
-    static func sameZone(_ a: String?, _ b: String?) -> Bool {
+    package static func sameZone(_ a: String?, _ b: String?) -> Bool {
         guard let a, let b else { return a == nil && b == nil }
         if a == b { return true }
         func index(_ z: String) -> UInt32 {

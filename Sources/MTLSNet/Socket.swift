@@ -4,22 +4,22 @@ import Glibc
 #endif
 
 /// A point in time on the monotonic clock after which an operation gives up.
-struct Deadline {
+package struct Deadline {
     private let end: Double?
 
     /// No deadline when `seconds` is nil or not positive.
-    init(seconds: Double?) {
+    package init(seconds: Double?) {
         if let seconds, seconds > 0 { end = Deadline.now() + seconds } else { end = nil }
     }
 
-    static func now() -> Double {
+    package static func now() -> Double {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)
         return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     }
 
     /// Milliseconds left for poll(2): -1 for no deadline, 0 once expired.
-    var pollTimeout: Int32 {
+    package var pollTimeout: Int32 {
         guard let end else { return -1 }
         let left = end - Deadline.now()
         return left <= 0 ? 0 : Int32(min(left * 1000 + 1, Double(Int32.max)))
@@ -27,13 +27,13 @@ struct Deadline {
 }
 
 /// Plain TCP sockets under the TLS layer: resolve, connect with a timeout, listen, wait.
-enum Socket {
+package enum Socket {
     /// Resolves `host` (a DNS name or an IPv4/IPv6 literal, with or without brackets) and connects
     /// to the first address that answers. The socket is returned non-blocking.
     ///
     /// With `waitForConnection` false the first address's connect is started and the socket
     /// returned at once, still connecting (see ``finishConnect(_:host:port:)``).
-    static func connect(host: String, port: UInt16, deadline: Deadline, waitForConnection: Bool = true) throws -> Int32 {
+    package static func connect(host: String, port: UInt16, deadline: Deadline, waitForConnection: Bool = true) throws -> Int32 {
         let name = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
         if let literal = IPSocketAddress(name, port: port) {
             // An IP literal needs no resolver.
@@ -104,7 +104,7 @@ enum Socket {
 
     /// For a socket from `connect(..., waitForConnection: false)`: false while the TCP connect
     /// is still under way, true once it succeeded; throws ``MTLSError/Code/connect`` when it failed.
-    static func finishConnect(_ fd: Int32, host: String, port: UInt16) throws -> Bool {
+    package static func finishConnect(_ fd: Int32, host: String, port: UInt16) throws -> Bool {
         var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
         guard poll(&p, 1, 0) > 0 else { return false }
         var soError: Int32 = 0
@@ -118,7 +118,7 @@ enum Socket {
 
     /// Binds and listens on `address` ("" or nil for every IPv4 address, "::" for IPv6) and
     /// `port` (0 picks a free port). Returns the socket and the bound port.
-    static func listen(address: String?, port: UInt16, backlog: Int32 = 128) throws -> (Int32, UInt16) {
+    package static func listen(address: String?, port: UInt16, backlog: Int32 = 128) throws -> (Int32, UInt16) {
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV
@@ -164,7 +164,7 @@ enum Socket {
 
     /// Accepts a client waiting on the non-blocking `listener`, or returns nil when none waits.
     /// Throws for anything else (EMFILE: out of file descriptors...).
-    static func acceptNow(_ listener: Int32) throws -> (Int32, String)? {
+    package static func acceptNow(_ listener: Int32) throws -> (Int32, String)? {
         while true {
             var storage = sockaddr_storage()
             var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
@@ -188,7 +188,7 @@ enum Socket {
     }
 
     /// Waits until `fd` is readable (or writable), or throws ``MTLSError/Code/timeout``.
-    static func wait(_ fd: Int32, forWriting: Bool, deadline: Deadline, what: String) throws {
+    package static func wait(_ fd: Int32, forWriting: Bool, deadline: Deadline, what: String) throws {
         var p = pollfd(fd: fd, events: Int16(forWriting ? POLLOUT : POLLIN), revents: 0)
         while true {
             let n = poll(&p, 1, deadline.pollTimeout)
@@ -198,7 +198,7 @@ enum Socket {
         }
     }
 
-    static func setNonBlocking(_ fd: Int32, _ on: Bool) {
+    package static func setNonBlocking(_ fd: Int32, _ on: Bool) {
         let flags = fcntl(fd, F_GETFL)
         _ = fcntl(fd, F_SETFL, on ? flags | O_NONBLOCK : flags & ~O_NONBLOCK)
     }
@@ -223,7 +223,7 @@ enum Socket {
 
     /// "127.0.0.1:443" or "[::1]:443" for the peer a connected TCP socket reaches (`getpeername`),
     /// or nil when `fd` is not one.
-    static func peerDescription(_ fd: Int32) -> String? {
+    package static func peerDescription(_ fd: Int32) -> String? {
         guard fd >= 0 else { return nil }
         var storage = sockaddr_storage()
         var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
@@ -240,7 +240,7 @@ enum Socket {
     /// Whether the resolver takes `host` as an address without a lookup (any spelling of one:
     /// `127.1` too, and an IPv6 address with its zone, `fe80::1%eth0`), so it is no server name
     /// to send.
-    static func isIPLiteral(_ host: String) -> Bool {
+    package static func isIPLiteral(_ host: String) -> Bool {
         IPAddress.scoped(host) != nil
     }
 }

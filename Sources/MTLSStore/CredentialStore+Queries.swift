@@ -146,7 +146,7 @@ extension CredentialStore {
     /// Moves whenever a row may have changed: SQLite's `data_version` (commits by other
     /// connections, other processes included) and `total_changes()` (this connection's own).
     /// Two integers, no row read: what an identity source following a label looks at first.
-    func changeMark() throws -> [Int64] {
+    package func changeMark() throws -> [Int64] {
         try lock.withLock { _ in [try db.integer("PRAGMA data_version"), try db.integer("SELECT total_changes()")] }
     }
 

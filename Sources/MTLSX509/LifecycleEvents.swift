@@ -89,7 +89,7 @@ public final class LifecycleEvents: Sendable {
     private let handler = Mutex<(@Sendable (LifecycleEvent) -> Void)?>(nil)
     /// Run once, when a handler is first set: a fixed identity source starts being watched
     /// (for its expiry) only when someone listens.
-    let onFirstHandler = Mutex<(@Sendable () -> Void)?>(nil)
+    package let onFirstHandler = Mutex<(@Sendable () -> Void)?>(nil)
 
     /// No handler: events are dropped until one is set.
     public init() {}
@@ -108,7 +108,7 @@ public final class LifecycleEvents: Sendable {
         }
     }
 
-    func emit(_ event: LifecycleEvent) {
+    package func emit(_ event: LifecycleEvent) {
         // Called outside the lock: a handler may set another handler.
         handler.withLock { $0 }?(event)
     }

@@ -79,11 +79,11 @@ final class RevocationFlight: @unchecked Sendable {
 /// evaluations needing one URL at once make one request) and refreshed in the background before
 /// nextUpdate. A failed fetch is remembered for ``failureRetryInterval`` so that a dead server
 /// costs one time limit, not one per handshake.
-final class CRLStore: Sendable {
+package final class CRLStore: Sendable {
     static let shared = CRLStore()
 
     /// How long a failed fetch is remembered before the URL is tried again.
-    static let failureRetryInterval: TimeInterval = 10
+    package static let failureRetryInterval: TimeInterval = 10
     /// Most URLs kept in memory.
     static let maxEntries = 512
     /// Most background refreshes at once.

@@ -10,7 +10,7 @@ import Glibc
 /// response, checks it as a client would (``OCSPCheck``), keeps it, and fetches again in the last
 /// tenth of its life (a minute after a failure). Handshakes only read what is kept: the staple is
 /// never fetched on the handshake path. A response that is not `good` is not stapled.
-final class OCSPStapler: Sendable {
+package final class OCSPStapler: Sendable {
     private final class Shared: Sendable {
         let response = Mutex<[UInt8]?>(nil)
         let stopped = Atomic<Bool>(false)
@@ -34,7 +34,7 @@ final class OCSPStapler: Sendable {
     /// (nothing is stapled), is reported to `events` (the listener's, those of its identity
     /// source) as ``LifecycleEventKind/revocationFetchFailed`` with the responder's URL as the
     /// label, once per failed fetch.
-    static func start(for identity: Identity, options: RevocationFetchOptions = RevocationFetchOptions(),
+    package static func start(for identity: Identity, options: RevocationFetchOptions = RevocationFetchOptions(),
                       events: LifecycleEvents? = nil) -> OCSPStapler? {
         let leaf = identity.leaf
         guard let url = leaf.ocspResponders.first,
@@ -94,7 +94,7 @@ final class OCSPStapler: Sendable {
     var fetchCount: Int { shared.fetches.load(ordering: .relaxed) }
 
     /// Ends the background thread (within a fifth of a second).
-    func stop() { shared.stopped.store(true, ordering: .releasing) }
+    package func stop() { shared.stopped.store(true, ordering: .releasing) }
 
     deinit { stop() }
 
@@ -102,7 +102,7 @@ final class OCSPStapler: Sendable {
     /// configured to accept clients): a client that asks for the status gets the kept response
     /// when the handshake presents the stapler's certificate. `stapler` must outlive `ctx`'s use
     /// of it (until the callback is replaced).
-    static func install(_ stapler: OCSPStapler, on ctx: OpaquePointer) {
+    package static func install(_ stapler: OCSPStapler, on ctx: OpaquePointer) {
         _ = mtls_ossl_SSL_CTX_set_status_cb(ctx, { ssl, arg in
             guard let ssl, let arg else { return SSL_TLSEXT_ERR_NOACK }
             let stapler = Unmanaged<OCSPStapler>.fromOpaque(arg).takeUnretainedValue()

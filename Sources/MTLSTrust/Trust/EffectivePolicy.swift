@@ -41,7 +41,7 @@ public struct TrustOverrides: Sendable, Hashable {
     }
 
     /// What tells two sets of overrides apart, for the evaluation cache and TLS session keys.
-    var cacheKey: String {
+    package var cacheKey: String {
         if isEmpty { return "" }
         var s = "a=" + anchors.map(\.sha256Hex).joined(separator: ",")
         s += "|o=" + (anchorsOnly.map { $0 ? "1" : "0" } ?? "-")

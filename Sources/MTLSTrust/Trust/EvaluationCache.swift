@@ -110,14 +110,14 @@ final class EvaluationCache: Sendable {
 /// date of a certificate involved and no pin expiry falls — the same window as the cache's), or
 /// for good when the policy has a fixed time. An evaluation whose answer can change otherwise
 /// (CRLs, revocation checking, a report-only rule that reports) has none.
-struct EvaluationStanding: Sendable {
+package struct EvaluationStanding: Sendable {
     let window: ClosedRange<Date>
     /// The policy has a fixed time: its answer does not move with the clock.
     let fixedTime: Bool
 
     /// Whether the answer still stands at `now` (under the same policy version), to the second
     /// as evaluations are made.
-    func holds(at now: Date) -> Bool {
+    package func holds(at now: Date) -> Bool {
         fixedTime || window.contains(Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down)))
     }
 }

@@ -45,7 +45,7 @@ extension TrustPolicy {
     /// ``evaluate(chain:peer:purpose:at:overrides:stapledOCSP:)`` without the revocation check:
     /// a TLS 1.2 client's verification, whose server's stapled OCSP response arrives after the
     /// certificate is verified; the handshake's status callback evaluates again with it.
-    func evaluateDeferringRevocation(chain: [Certificate], peer: TrustPeer, purpose: TrustPurpose,
+    package func evaluateDeferringRevocation(chain: [Certificate], peer: TrustPeer, purpose: TrustPurpose,
                                      overrides: TrustOverrides?) -> TrustResult {
         do {
             return try evaluate(ders: chain.map(\.der), parse: { chain }, peer: peer, purpose: purpose, at: nil,
@@ -89,7 +89,7 @@ extension TrustPolicy {
     /// ``evaluate(chain:peer:purpose:at:overrides:stapledOCSP:)`` at the policy's time, with how
     /// long its answer stands (``EvaluationStanding``): what a TLS session keeps so that the
     /// re-check before it resumes is a comparison, not an evaluation (``ResumptionRecord``).
-    func evaluateStanding(chain: [Certificate], peer: TrustPeer, purpose: TrustPurpose?, overrides: TrustOverrides?,
+    package func evaluateStanding(chain: [Certificate], peer: TrustPeer, purpose: TrustPurpose?, overrides: TrustOverrides?,
                           stapledOCSP: [UInt8]? = nil) -> (result: TrustResult, standing: EvaluationStanding?) {
         do {
             return try evaluateStanding(ders: chain.map(\.der), parse: { chain }, peer: peer, purpose: purpose, at: nil,

@@ -279,7 +279,7 @@ extension TrustPolicy {
     }
 
     /// ``load(bytes:path:)``, with the files the policy took in (anchor and CRL files).
-    static func loadNamingFiles(bytes: [UInt8], path: String) throws -> (policy: TrustPolicy, files: [String]) {
+    package static func loadNamingFiles(bytes: [UInt8], path: String) throws -> (policy: TrustPolicy, files: [String]) {
         let dir: String? = path.lastIndex(of: "/").map { String(path[..<$0]) }
         let (read, files) = try parse(json: bytes, baseDirectory: dir.map { $0.isEmpty ? "/" : $0 })
         let policy = TrustPolicy()

@@ -114,7 +114,7 @@ public final class TrustPolicy: Sendable {
     /// A number no other policy object of this process has, ever: what a TLS session is bound to
     /// (``ResumptionBinding``), so a session made under one policy is never taken for another's,
     /// even when the first object is freed and a new one takes its address.
-    let instance: UInt64 = TrustPolicy.nextInstance.add(1, ordering: .relaxed).newValue
+    package let instance: UInt64 = TrustPolicy.nextInstance.add(1, ordering: .relaxed).newValue
     private static let nextInstance = Atomic<UInt64>(0)
     /// Recent evaluations of this policy (see ``EvaluationCache``).
     let cache = EvaluationCache()
@@ -243,7 +243,7 @@ public final class TrustPolicy: Sendable {
     }
     /// Whether revocation is checked with OCSP anywhere in the policy (policy-wide or in a rule):
     /// clients then ask servers for a stapled response.
-    var wantsOCSP: Bool {
+    package var wantsOCSP: Bool {
         readSetting { s in
             ([s.revocation] + s.hostRules.compactMap(\.revocation)).contains { $0.mode != .off && $0.sources.contains(.ocsp) }
         }

@@ -1,4 +1,4 @@
-internal import COpenSSL
+package import COpenSSL
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
@@ -288,7 +288,7 @@ extension Certificate {
 
     // MARK: helpers
 
-    static func rfc4514(_ name: OpaquePointer?) -> String {
+    package static func rfc4514(_ name: OpaquePointer?) -> String {
         guard let name, let bio = try? MemoryBIO() else { return "" }
         let flags = mtls_ossl_XN_FLAG_RFC2253_UTF8()
         guard X509_NAME_print_ex(bio.bio, name, 0, flags) >= 0 else { return "" }
@@ -314,13 +314,13 @@ extension Certificate {
         return last
     }
 
-    static func oidText(_ obj: OpaquePointer) -> String {
+    package static func oidText(_ obj: OpaquePointer) -> String {
         var buf = [CChar](repeating: 0, count: 128)
         let n = OBJ_obj2txt(&buf, Int32(buf.count), obj, 1)
         return n > 0 ? String(cBuffer: buf) : ""
     }
 
-    static func bytes(_ s: UnsafeMutablePointer<ASN1_STRING>?) -> [UInt8] {
+    package static func bytes(_ s: UnsafeMutablePointer<ASN1_STRING>?) -> [UInt8] {
         guard let s, let p = mtls_ossl_ASN1_STRING_get0_data(s) else { return [] }
         return Array(UnsafeBufferPointer(start: p, count: Int(ASN1_STRING_length(s))))
     }
@@ -329,7 +329,7 @@ extension Certificate {
         String(decoding: bytes(s), as: UTF8.self)
     }
 
-    static func date(_ t: UnsafePointer<ASN1_TIME>?) -> Date {
+    package static func date(_ t: UnsafePointer<ASN1_TIME>?) -> Date {
         guard let t else { return Date(timeIntervalSince1970: 0) }
         var tm = Glibc.tm()
         guard ASN1_TIME_to_tm(t, &tm) == 1 else { return Date(timeIntervalSince1970: 0) }

@@ -8,12 +8,12 @@ import FoundationEssentials
 /// Sendable: the `X509` is never changed after parsing, and OpenSSL allows concurrent reads.
 public final class Certificate: @unchecked Sendable, Hashable, CustomStringConvertible {
     /// The OpenSSL object. Owned by this instance; never freed by anyone else.
-    let x509: OpaquePointer
+    package let x509: OpaquePointer
     /// The DER encoding, as parsed.
     public let der: [UInt8]
 
     /// Takes ownership of `x509` (one reference).
-    init(takingOwnership x509: OpaquePointer) throws {
+    package init(takingOwnership x509: OpaquePointer) throws {
         self.x509 = x509
         guard let der = derEncode({ i2d_X509(x509, $0) }) else {
             X509_free(x509)
@@ -25,7 +25,7 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
     }
 
     /// Adds a reference to `x509` and wraps it; the caller keeps its own reference.
-    convenience init(borrowing x509: OpaquePointer) throws {
+    package convenience init(borrowing x509: OpaquePointer) throws {
         X509_up_ref(x509)
         try self.init(takingOwnership: x509)
     }
@@ -88,7 +88,7 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
         try parseAll(FileIO.read(path))
     }
 
-    static func looksLikePEM(_ data: [UInt8]) -> Bool {
+    package static func looksLikePEM(_ data: [UInt8]) -> Bool {
         let marker = Array("-----BEGIN ".utf8)
         let limit = min(data.count, 64 * 1024)
         guard limit >= marker.count else { return false }

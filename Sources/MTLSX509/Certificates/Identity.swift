@@ -40,7 +40,7 @@ public final class Identity: Sendable {
     /// `orderedChain` was built leaf → root when it was put, and the store's AEAD authenticates
     /// that neither changed since. Skips the key match and the chain building (the costly part
     /// of loading). Not for anything read from outside.
-    init(verifiedStoredKey privateKey: PrivateKey, leaf: Certificate, orderedChain: [Certificate], friendlyName: String?) {
+    package init(verifiedStoredKey privateKey: PrivateKey, leaf: Certificate, orderedChain: [Certificate], friendlyName: String?) {
         self.privateKey = privateKey
         self.leaf = leaf
         self.chain = orderedChain
@@ -52,7 +52,7 @@ public final class Identity: Sendable {
     /// Orders `pool` into the issuer path above `leaf` (OpenSSL's `X509_check_issued` decides
     /// each link: names, AKI/SKI and key usage), stopping at a self-issued certificate or when
     /// no issuer is found. Returns the path and what was left over.
-    static func buildChain(from leaf: Certificate, using pool: [Certificate]) -> ([Certificate], [Certificate]) {
+    package static func buildChain(from leaf: Certificate, using pool: [Certificate]) -> ([Certificate], [Certificate]) {
         var remaining = pool
         var path: [Certificate] = []
         var current = leaf

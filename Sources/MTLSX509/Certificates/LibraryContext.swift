@@ -8,11 +8,11 @@ internal import CMTLSProvider
 /// keys only into a second context of its own (``tokenKeys``), and the TLS contexts libmtls makes
 /// are created in this one (`SSL_CTX_new_ex`).
 /// Sendable: `OSSL_LIB_CTX` is thread-safe, and `ctx`/`hasLegacy`/`tokenKeys` never change after `init`.
-final class LibraryContext: @unchecked Sendable {
+package final class LibraryContext: @unchecked Sendable {
     /// The shared context, created on first use. OpenSSL's library contexts are thread-safe.
-    static let shared = LibraryContext()
+    package static let shared = LibraryContext()
 
-    let ctx: OpaquePointer
+    package let ctx: OpaquePointer
     /// Whether the legacy provider could be loaded (it ships in Debian's libssl3).
     let hasLegacy: Bool
     /// The library context of libmtls's provider for PKCS#11 token keys (`Sources/CMTLSProvider`),

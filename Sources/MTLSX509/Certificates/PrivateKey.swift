@@ -4,7 +4,7 @@ internal import COpenSSL
 /// token). Never serialised in the clear by libmtls. Safe to share across threads.
 public final class PrivateKey: @unchecked Sendable {
     /// The OpenSSL key. Owned by this instance.
-    let pkey: OpaquePointer
+    package let pkey: OpaquePointer
     /// Where the key lives, when it is not in memory (a `pkcs11:` URI).
     public let tokenURI: String?
 

@@ -13,7 +13,7 @@ import Glibc
 /// reference-counts the real module's `C_Initialize`/`C_Finalize`, so libmtls never finalises a
 /// module under another user in the same process. Thread-safe (PKCS#11 modules loaded by
 /// p11-kit are initialised for multi-threaded use).
-final class PKCS11Module: @unchecked Sendable {
+package final class PKCS11Module: @unchecked Sendable {
     let functions: UnsafeMutablePointer<CK_FUNCTION_LIST>
     /// p11-kit's name for the module (the registration file's name, e.g. `softhsm2`), if any.
     let name: String?
@@ -64,7 +64,7 @@ final class PKCS11Module: @unchecked Sendable {
     /// this list (StoreModulePolicy) each time it reads a token reference, before any token is
     /// used, and initialising there would run every registered module's `C_Initialize` (card
     /// readers, daemons, network HSM clients) in the host program where it did not run before.
-    static func registeredPaths() -> [String] {
+    package static func registeredPaths() -> [String] {
         guard let list = p11_kit_modules_load(nil, 0) else { return [] }
         defer { p11_kit_modules_release(list) }
         return entries(list).compactMap { m in p11_kit_module_get_filename(m).map { p in defer { free(p) }; return String(cString: p) } }
@@ -85,7 +85,7 @@ final class PKCS11Module: @unchecked Sendable {
     /// Whether a module file (a path p11-kit gave) is the one a bare name names (a URI's
     /// `module-name`, or a `module-path` without a slash): its file name. One rule for loading
     /// by name and for the store's check of a stored module path.
-    static func file(_ path: String?, isNamed name: String) -> Bool {
+    package static func file(_ path: String?, isNamed name: String) -> Bool {
         path?.split(separator: "/").last.map(String.init) == name
     }
 

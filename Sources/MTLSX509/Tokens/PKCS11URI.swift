@@ -88,10 +88,10 @@ public struct PKCS11URI: Sendable, CustomStringConvertible {
 }
 
 /// Owns a `P11KitUri`.
-final class P11KitURI {
-    let uri: OpaquePointer
+package final class P11KitURI {
+    package let uri: OpaquePointer
 
-    init(_ text: String) throws {
+    package init(_ text: String) throws {
         guard PKCS11URI.isPKCS11URI(text) else {
             throw MTLSError(.badURI, "not a PKCS#11 URI (it must start with \"pkcs11:\"): \(text)")
         }

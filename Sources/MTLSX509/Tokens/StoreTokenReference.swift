@@ -10,4 +10,11 @@ public struct StoreTokenReference: Sendable {
     public let certificate: Certificate
     /// Issuers above the leaf, leaf's issuer first.
     public let chain: [Certificate]
+
+    package init(label: String, uri: String, certificate: Certificate, chain: [Certificate]) {
+        self.label = label
+        self.uri = uri
+        self.certificate = certificate
+        self.chain = chain
+    }
 }

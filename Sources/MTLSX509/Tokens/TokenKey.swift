@@ -14,7 +14,7 @@ import Glibc
 /// Owned by the OpenSSL key object (libmtls's provider holds one reference, dropped when OpenSSL
 /// frees the key), so a TLS context that still holds the `EVP_PKEY` keeps the session open after
 /// every Swift object is gone. Thread-safe: signatures are serialised on the session.
-final class TokenKeyContext: @unchecked Sendable {
+package final class TokenKeyContext: @unchecked Sendable {
     let session: PKCS11Session
     let key: CK_OBJECT_HANDLE
     /// The key's URI, for messages.
@@ -71,7 +71,7 @@ final class TokenKeyContext: @unchecked Sendable {
 
     /// The TLS signature schemes (OpenSSL's names) this key can make with the token's
     /// mechanisms, for a key of OpenSSL type `keyType`.
-    func signatureSchemes(keyType: Int32) -> [String] {
+    package func signatureSchemes(keyType: Int32) -> [String] {
         let mechanisms = self.mechanisms
         var out: [String] = []
         switch keyType {
@@ -102,7 +102,7 @@ final class TokenKeyContext: @unchecked Sendable {
 /// signature operations (RSA PKCS#1 v1.5 and PSS, ECDSA, Ed25519) call ``TokenKeyContext/sign``
 /// through the callbacks below. OpenSSL's TLS stack signs with such a key like any other, TLS 1.2
 /// and 1.3. The private half cannot be exported: the provider exports only the public half.
-enum TokenKey {
+package enum TokenKey {
     /// A new `EVP_PKEY` (one reference, owned by the caller) with `publicKey`'s public half
     /// and private operations signed on the token through `context`.
     static func make(publicKey: OpaquePointer, context: TokenKeyContext) throws -> OpaquePointer {
@@ -124,7 +124,7 @@ enum TokenKey {
     }
 
     /// The token context of a key made by ``make(publicKey:context:)``, nil for other keys.
-    static func context(of key: PrivateKey) -> TokenKeyContext? {
+    package static func context(of key: PrivateKey) -> TokenKeyContext? {
         context(pkey: key.pkey)
     }
 
@@ -135,7 +135,7 @@ enum TokenKey {
 
     /// The signature schemes (OpenSSL's sigalgs list) `key` can make, or nil when it is not a
     /// token key (any scheme of its type then).
-    static func signatureAlgorithms(_ key: PrivateKey) throws -> String? {
+    package static func signatureAlgorithms(_ key: PrivateKey) throws -> String? {
         guard let context = context(of: key) else { return nil }
         let schemes = context.signatureSchemes(keyType: EVP_PKEY_get_base_id(key.pkey))
         guard !schemes.isEmpty else {
@@ -146,10 +146,10 @@ enum TokenKey {
 
     /// Every TLS signature scheme libmtls accepts from a peer, in OpenSSL's names (what a server
     /// with a token key still offers for client signatures).
-    static let allSignatureSchemes = "ecdsa_secp256r1_sha256:ecdsa_secp384r1_sha384:ecdsa_secp521r1_sha512:ed25519:ed448:rsa_pss_pss_sha256:rsa_pss_pss_sha384:rsa_pss_pss_sha512:rsa_pss_rsae_sha256:rsa_pss_rsae_sha384:rsa_pss_rsae_sha512:rsa_pkcs1_sha256:rsa_pkcs1_sha384:rsa_pkcs1_sha512"
+    package static let allSignatureSchemes = "ecdsa_secp256r1_sha256:ecdsa_secp384r1_sha384:ecdsa_secp521r1_sha512:ed25519:ed448:rsa_pss_pss_sha256:rsa_pss_pss_sha384:rsa_pss_pss_sha512:rsa_pss_rsae_sha256:rsa_pss_rsae_sha384:rsa_pss_rsae_sha512:rsa_pkcs1_sha256:rsa_pkcs1_sha384:rsa_pkcs1_sha512"
 
     /// The TLS SignatureScheme code points (RFC 8446 4.2.3) of OpenSSL's scheme names.
-    static let schemeCodes: [String: UInt16] = [
+    package static let schemeCodes: [String: UInt16] = [
         "rsa_pkcs1_sha256": 0x0401, "rsa_pkcs1_sha384": 0x0501, "rsa_pkcs1_sha512": 0x0601,
         "ecdsa_secp256r1_sha256": 0x0403, "ecdsa_secp384r1_sha384": 0x0503, "ecdsa_secp521r1_sha512": 0x0603,
         "rsa_pss_rsae_sha256": 0x0804, "rsa_pss_rsae_sha384": 0x0805, "rsa_pss_rsae_sha512": 0x0806,
@@ -167,7 +167,7 @@ enum TokenKey {
     /// The token failure behind the OpenSSL error now at the front of this thread's queue, if
     /// there is one (a TLS handshake uses it so a removed token is ``MTLSError/Code/tokenRemoved``,
     /// a lost login ``MTLSError/Code/pinRequired``..., not a generic handshake error). Clears it.
-    static func takeFailure() -> MTLSError? {
+    package static func takeFailure() -> MTLSError? {
         guard let failure = FailureSlot.take() else { return nil }
         return ERR_GET_LIB(ERR_peek_error()) == ERR_LIB_USER ? failure : nil
     }

@@ -9,7 +9,7 @@ import Glibc
 // that are followed, the events they report, and the one library thread that watches them.
 
 /// Something told of each identity an ``IdentitySource`` puts in force, on the thread that does.
-protocol IdentityObserver: AnyObject, Sendable {
+package protocol IdentityObserver: AnyObject, Sendable {
     func identityReplaced(_ identity: Identity)
 }
 
@@ -201,7 +201,7 @@ public final class IdentitySource: Sendable, LifecycleWatched {
     /// Reports that a TLS context could not present `refused` (its security level, its
     /// signature schemes) and presents `fallback`, the last identity it could, instead (nil: none,
     /// the handshake fails). On the thread of the handshake that found it.
-    func reportRefusedByContext(_ refused: Identity, error: MTLSError, fallback: Identity?) {
+    package func reportRefusedByContext(_ refused: Identity, error: MTLSError, fallback: Identity?) {
         let stays = fallback.map { "the last good identity there, \"\($0.leaf.subjectSummary)\", stays in use" }
             ?? "that context has no identity it could present, its handshakes fail"
         events.emit(LifecycleEvent(kind: .reloadFailed, label: label, certificate: refused.leaf, error: error,
@@ -223,7 +223,7 @@ public final class IdentitySource: Sendable, LifecycleWatched {
     }
 
     /// Tells `observer` of every identity put in force from now on (held weakly).
-    func observe(_ observer: any IdentityObserver) {
+    package func observe(_ observer: any IdentityObserver) {
         observers.withLock { $0.append(WeakObserver(item: observer)) }
     }
 
