@@ -155,7 +155,7 @@ package enum Socket {
 
     /// Accepts one connection, waiting up to the deadline. Returns the socket and the peer's
     /// address as text.
-    static func accept(_ listener: Int32, deadline: Deadline) throws -> (Int32, String) {
+    package static func accept(_ listener: Int32, deadline: Deadline) throws -> (Int32, String) {
         while true {
             if let accepted = try acceptNow(listener) { return accepted }
             try wait(listener, forWriting: false, deadline: deadline, what: "accept")

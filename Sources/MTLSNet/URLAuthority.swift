@@ -32,7 +32,7 @@ public enum URLAuthority {
     /// with "/"; the fragment dropped). Throws ``MTLSError/Code/invalidArgument`` for another
     /// scheme, user information, a missing host, an unbracketed IPv6 address, a malformed port
     /// or zone.
-    static func parse(_ url: String, scheme: String, defaultPort: UInt16) throws -> (host: String, port: UInt16, target: String) {
+    package static func parse(_ url: String, scheme: String, defaultPort: UInt16) throws -> (host: String, port: UInt16, target: String) {
         func bad(_ why: String) -> MTLSError { MTLSError(.invalidArgument, "\(why): \(url)") }
         let prefix = scheme + "://"
         guard url.count > prefix.count, url.prefix(prefix.count).lowercased() == prefix else { throw bad("not an \(prefix) URL") }
@@ -82,7 +82,7 @@ public enum URLAuthority {
 
     /// `host` as a URL writes it: an IPv6 literal in brackets, its zone as RFC 6874 encodes it
     /// (`[fe80::1%25eth0]`), so that ``parse(_:scheme:defaultPort:)`` reads it back unchanged.
-    static func uriHost(_ host: String) -> String {
+    package static func uriHost(_ host: String) -> String {
         guard host.contains(":") else { return host }
         guard let percent = host.firstIndex(of: "%") else { return "[\(host)]" }
         var zone = ""
@@ -98,7 +98,7 @@ public enum URLAuthority {
     /// The value of an HTTP `Host` header for `host` and `port`: an IPv6 literal in brackets and
     /// without its zone (the zone names a link on this machine, nothing the server knows; curl
     /// leaves it out too), the port only when it is not `defaultPort`.
-    static func hostHeader(_ host: String, port: UInt16, defaultPort: UInt16) -> String {
+    package static func hostHeader(_ host: String, port: UInt16, defaultPort: UInt16) -> String {
         let bare = host.contains(":") ? "[\(host.split(separator: "%", maxSplits: 1).first.map(String.init) ?? host)]" : host
         return bare + (port == defaultPort ? "" : ":\(port)")
     }

@@ -1,4 +1,4 @@
-internal import COpenSSL
+package import COpenSSL
 import Synchronization
 import FoundationEssentials
 #if canImport(Glibc)
@@ -575,7 +575,7 @@ final class ListenerCore: Sendable {
 }
 
 /// Joinable threads for the listener (the library starts no other threads).
-enum Threads {
+package enum Threads {
     private final class Body: Sendable {
         let run: @Sendable () -> Void
         init(_ run: @escaping @Sendable () -> Void) { self.run = run }
@@ -583,7 +583,7 @@ enum Threads {
 
     /// Runs `body` on a new joinable thread; nil when no thread could be created. The caller
     /// joins it.
-    static func spawn(_ body: @escaping @Sendable () -> Void) -> pthread_t? {
+    package static func spawn(_ body: @escaping @Sendable () -> Void) -> pthread_t? {
         let box = Unmanaged.passRetained(Body(body)).toOpaque()
         var attr = pthread_attr_t()
         pthread_attr_init(&attr)

@@ -409,7 +409,7 @@ public enum Enrollment {
     }
 
     /// Whether `error` says a renewed identity was issued but not installed (not proven by ``prove``).
-    static func isNotInstalled(_ error: MTLSError) -> Bool {
+    package static func isNotInstalled(_ error: MTLSError) -> Bool {
         error.code == .challengeFailed && error.message.hasSuffix(": not installed")
     }
 

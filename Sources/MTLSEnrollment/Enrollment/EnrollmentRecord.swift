@@ -92,7 +92,7 @@ public struct EnrollmentRecord: Codable, Sendable, Equatable {
 
     /// Whether `certificate` is a record's carrier (never to be presented to a peer: automatic
     /// identity selection leaves these out).
-    static func isCarrier(_ certificate: Certificate) -> Bool {
+    package static func isCarrier(_ certificate: Certificate) -> Bool {
         certificate.commonName == commonName && certificate.subject == certificate.issuer && (try? read(carrier: certificate)) != nil
     }
 

@@ -381,7 +381,7 @@ public struct PKIDirectory: Sendable {
     static func readPublication(_ dir: String) throws -> CAPublication {
         func read(_ name: String) throws -> String? {
             let file = dir + "/" + name
-            guard FileIO.exists(file) else { return nil }
+            guard exists(file) else { return nil }
             let text = String(decoding: try FileIO.read(file, limit: 2048), as: UTF8.self).filter { !$0.isWhitespace }
             return text.isEmpty ? nil : text
         }
@@ -469,6 +469,8 @@ public struct PKIDirectory: Sendable {
         }
         done = true
     }
+
+    static func exists(_ p: String) -> Bool { FileIO.exists(p) }
 
     static func makeDirectories(_ p: String) throws {
         var built = p.hasPrefix("/") ? "" : "."

@@ -1,10 +1,10 @@
 import FoundationEssentials
 
 /// A JSON value, for reading policy files strictly (unknown keys are errors, not ignored).
-enum JSONValue: Decodable {
+package enum JSONValue: Decodable {
     case null, bool(Bool), number(Double), string(String), array([JSONValue]), object([String: JSONValue])
 
-    init(from decoder: Decoder) throws {
+    package init(from decoder: Decoder) throws {
         let c = try decoder.singleValueContainer()
         if c.decodeNil() { self = .null }
         else if let b = try? c.decode(Bool.self) { self = .bool(b) }
@@ -15,11 +15,11 @@ enum JSONValue: Decodable {
     }
 
     /// Deepest nesting a policy file may use; the format itself needs 4.
-    static let maximumDepth = 32
+    package static let maximumDepth = 32
 
     /// The deepest nesting of arrays and objects in `bytes`, brackets inside strings not
     /// counted. Stops counting once past ``maximumDepth``; malformed text is the decoder's to refuse.
-    static func nestingDepth(_ bytes: [UInt8]) -> Int {
+    package static func nestingDepth(_ bytes: [UInt8]) -> Int {
         var depth = 0, deepest = 0, inString = false, escaped = false
         for b in bytes {
             if inString {

@@ -66,7 +66,7 @@ public enum KeyType: Hashable, Sendable, CustomStringConvertible {
     public var description: String { shortName }
 
     /// Reads the type of an `EVP_PKEY`.
-    init(pkey: OpaquePointer) {
+    package init(pkey: OpaquePointer) {
         let bits = Int(EVP_PKEY_get_bits(pkey))
         switch EVP_PKEY_get_base_id(pkey) {
         case EVP_PKEY_RSA, EVP_PKEY_RSA_PSS: self = .rsa(bits: bits)

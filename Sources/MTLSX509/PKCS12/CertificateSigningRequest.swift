@@ -109,7 +109,7 @@ public final class CertificateSigningRequest: @unchecked Sendable {
         }
     }
 
-    func withPublicKey<T>(_ body: (OpaquePointer) throws -> T) throws -> T {
+    package func withPublicKey<T>(_ body: (OpaquePointer) throws -> T) throws -> T {
         guard let key = X509_REQ_get0_pubkey(req) else {
             throw MTLSError.openSSL(.parse, "the CSR's public key cannot be read")
         }
