@@ -379,7 +379,7 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
     /// The anchors already warned about (once per anchor).
     private let warned = Mutex<Set<String>>([])
 
-    struct FileStamp: Equatable {
+    package struct FileStamp: Equatable {
         var size: Int64, inode: UInt64, device: UInt64
         var mtime: Int, mtimeNanos: Int, ctime: Int, ctimeNanos: Int
         /// The later of the modification and change times, in seconds since 1970.
@@ -435,7 +435,7 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
     /// Whether a file whose stamp is `stamp` may have been written after it was read at `readAt`
     /// (seconds since 1970) with its stamp unchanged: its last change is within a timestamp's
     /// granularity of the read.
-    static func mayHaveChangedUnseen(_ stamp: FileStamp, readAt: Double) -> Bool {
+    package static func mayHaveChangedUnseen(_ stamp: FileStamp, readAt: Double) -> Bool {
         stamp.changedAt + timestampGranularity >= readAt
     }
 

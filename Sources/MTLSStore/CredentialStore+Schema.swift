@@ -54,7 +54,7 @@ extension CredentialStore {
     /// Turns this (current) store into what an older libmtls wrote, schema `version` (1...3):
     /// the data key wrapped the old way, no header or manifest, rows tagged the schema-3 way or
     /// (below 3) not at all. Tests use it to make genuine older stores.
-    func _testMakeLegacy(version: Int, secret: StoreSecret) throws {
+    package func _testMakeLegacy(version: Int, secret: StoreSecret) throws {
         try lock.withLock { _ in
             try db.writeTransaction {
                 let meta = try readMeta()

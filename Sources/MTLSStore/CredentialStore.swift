@@ -178,9 +178,9 @@ public final class CredentialStore: @unchecked Sendable {
     // MARK: for tests
 
     /// Runs raw SQL on the store's connection (tests simulate corruption, full disks, locks).
-    func _testExecute(_ sql: String) throws { try lock.withLock { _ in try db.execute(sql) } }
+    package func _testExecute(_ sql: String) throws { try lock.withLock { _ in try db.execute(sql) } }
     /// One text value from raw SQL (tests).
-    func _testText(_ sql: String) throws -> String? { try lock.withLock { _ in try db.text(sql) } }
+    package func _testText(_ sql: String) throws -> String? { try lock.withLock { _ in try db.text(sql) } }
     /// One integer from raw SQL (tests).
-    func _testInteger(_ sql: String) throws -> Int64 { try lock.withLock { _ in try db.integer(sql) } }
+    package func _testInteger(_ sql: String) throws -> Int64 { try lock.withLock { _ in try db.integer(sql) } }
 }

@@ -60,7 +60,7 @@ public struct StoreKDFParameters: Hashable, Sendable, CustomStringConvertible {
     public static let `default` = StoreKDFParameters(logN: 17, r: 8, p: 1)
     /// A cheap setting for tests only (N = 2^10): never use it for a real store, so not public
     /// (a test that needs it imports MTLS with `@testable`; C and Python pass the numbers).
-    static let testing = StoreKDFParameters(logN: 10, r: 8, p: 1)
+    package static let testing = StoreKDFParameters(logN: 10, r: 8, p: 1)
 
     /// Memory scrypt needs for these parameters, in bytes.
     var memory: UInt64 { 128 * UInt64(r) * (UInt64(1) << UInt64(logN) + UInt64(p) + 2) }

@@ -17,7 +17,7 @@ import Synchronization
 /// new one (each `SSL_CTX` has its own ticket keys), so a client resumes nothing made under the
 /// old identity. If a new context cannot be made, handshakes go on from the previous one and
 /// install the new identity on each `SSL` (``TLSHandshakeState/takeIdentity(from:ssl:server:config:)``).
-final class ListenerContexts: Sendable, IdentityObserver {
+package final class ListenerContexts: Sendable, IdentityObserver {
     private let source: IdentitySource
     private let options: TLSServerOptions
     private let context: Mutex<TLSContext>
@@ -27,7 +27,7 @@ final class ListenerContexts: Sendable, IdentityObserver {
     private let unusable = Mutex<Identity?>(nil)
 
     /// Starts with `first`, made for `source`'s identity in force now.
-    init(_ first: TLSContext, source: IdentitySource, options: TLSServerOptions) {
+    package init(_ first: TLSContext, source: IdentitySource, options: TLSServerOptions) {
         self.source = source
         self.options = options
         context = Mutex(first)
@@ -40,12 +40,12 @@ final class ListenerContexts: Sendable, IdentityObserver {
     /// where they would sit among each handshake's short-lived ones and keep freed memory from
     /// being reused (RSS that steps up with rotations although the live heap does not grow).
     /// A handshake that starts before it is made makes it itself (``current()``).
-    func identityReplaced(_ identity: Identity) {
+    package func identityReplaced(_ identity: Identity) {
         _ = current()
     }
 
     /// The context whose `SSL_CTX` holds the identity in force now.
-    func current() -> TLSContext {
+    package func current() -> TLSContext {
         let id = source.current
         let ctx = context.withLock { $0 }
         if ctx.config.installedIdentity === id { return ctx }

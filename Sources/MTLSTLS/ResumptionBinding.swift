@@ -12,7 +12,7 @@ import FoundationEssentials
 /// Per-connection trust overrides (anchors, pins, verify-as given for one connection rather than
 /// by the policy) change the decision as much as the policy does: they are one more field,
 /// hashed into ``digest`` like the others, and the re-check before resuming applies them.
-struct ResumptionBinding: Hashable, Sendable {
+package struct ResumptionBinding: Hashable, Sendable {
     /// The policy object (``TrustPolicy/instance``, unique in the process) and the version of its
     /// settings: any change to the policy, including ``TrustPolicy/replaceSettings(from:)``,
     /// makes earlier sessions stale.
@@ -33,7 +33,7 @@ struct ResumptionBinding: Hashable, Sendable {
     /// The overrides on top of the policy for this peer (nil: none).
     var overrides: TrustOverrides?
 
-    init(policy: TrustPolicy, peer: TrustPeer, identities: [[UInt8]], context: String = "", overrides: TrustOverrides? = nil) {
+    package init(policy: TrustPolicy, peer: TrustPeer, identities: [[UInt8]], context: String = "", overrides: TrustOverrides? = nil) {
         policyInstance = policy.instance
         policyVersion = policy.version
         host = peer.host
@@ -48,7 +48,7 @@ struct ResumptionBinding: Hashable, Sendable {
     /// 32 bytes that stand for the whole binding: what a session id context (at most
     /// `SSL_MAX_SID_CTX_LENGTH`, 32 bytes) and a ticket carry. Each field is length-prefixed, so
     /// no two bindings encode alike.
-    var digest: [UInt8] {
+    package var digest: [UInt8] {
         var text: [UInt8] = Array("libmtls resumption v1".utf8)
         func field(_ bytes: [UInt8]) {
             let n = UInt32(bytes.count)
@@ -72,7 +72,7 @@ struct ResumptionBinding: Hashable, Sendable {
 /// A session's binding with what is needed to re-check it before it is resumed: the chain the
 /// peer presented at the full handshake, the evaluation made then, and how long that evaluation's
 /// answer stands (``EvaluationStanding``). With the last, the re-check is a few comparisons.
-final class ResumptionRecord: Sendable {
+package final class ResumptionRecord: Sendable {
     let binding: ResumptionBinding
     /// The chain the peer presented, leaf first; empty when it presented none (a client of a
     /// server that asks for a certificate without requiring one).
@@ -84,7 +84,7 @@ final class ResumptionRecord: Sendable {
     /// carry it; nil where no ticket is issued for the record.
     let digest: [UInt8]?
 
-    init(binding: ResumptionBinding, presentedChain: [Certificate], evaluation: TrustResult?,
+    package init(binding: ResumptionBinding, presentedChain: [Certificate], evaluation: TrustResult?,
          standing: EvaluationStanding? = nil, withDigest: Bool = false) {
         self.binding = binding
         self.presentedChain = presentedChain
@@ -97,9 +97,9 @@ final class ResumptionRecord: Sendable {
     /// connection reports (nil when the peer presented no certificate), and the record that
     /// carries it — this one, or a new one with a fresh evaluation — for the tickets the
     /// resumed connection is given.
-    struct Admission {
-        let evaluation: TrustResult?
-        let record: ResumptionRecord
+    package struct Admission {
+        package let evaluation: TrustResult?
+        package let record: ResumptionRecord
     }
 
     /// Whether the session may resume under `current` (the binding in force for the new
@@ -112,7 +112,7 @@ final class ResumptionRecord: Sendable {
     /// where it has no window (revocation checked, CRLs, a report-only rule that reports), the
     /// presented chain is evaluated again under `policy`. Returns nil when the session must not
     /// resume.
-    func admit(under current: ResumptionBinding, policy: TrustPolicy, peer: TrustPeer,
+    package func admit(under current: ResumptionBinding, policy: TrustPolicy, peer: TrustPeer,
                purpose: TrustPurpose) -> Admission? {
         guard binding == current else { return nil }
         guard let evaluation else { return Admission(evaluation: nil, record: self) }

@@ -11,7 +11,7 @@ import Synchronization
 /// What OpenSSL's callbacks on one `SSL_CTX` need: how peers are judged and which identity a
 /// client picks. Kept alive by the `SSL_CTX` itself (ex_data, released when it is freed), so it
 /// also serves contexts that belong to the application (``TLSContext/configure(sslContext:identity:policy:purpose:)``).
-final class TLSContextConfig {
+package final class TLSContextConfig {
     /// Read at each verification, so a replaced policy applies to the next handshake.
     let policy: TrustPolicy
     let purpose: TrustPurpose
@@ -57,7 +57,7 @@ final class TLSContextConfig {
     /// context's): every `SSL` made from the context starts with it, so a handshake that finds
     /// it still in force in ``identitySource`` has nothing to install (one lock-protected reference
     /// read and a pointer comparison; see ``TLSHandshakeState/takeIdentity(from:ssl:server:config:)``).
-    let installedIdentity: Identity?
+    package let installedIdentity: Identity?
     /// The last identity from ``identitySource`` an `SSL` of this context took (at first
     /// ``installedIdentity``), and the leaf of the last one OpenSSL refused here (its security
     /// level, its signature schemes): a refused identity is reported once, and the last good one
@@ -102,12 +102,12 @@ final class TLSContextConfig {
 }
 
 /// What one TLS connection's callbacks learn during the handshake, attached to its `SSL`.
-final class TLSHandshakeState {
+package final class TLSHandshakeState {
     /// The peer as the application reached it (host, port, SNI, verify-as): selects the host
     /// rule and the name checked. A server's clients have no peer name.
     var peer = TrustPeer()
     /// Our evaluation of the peer's chain, from inside OpenSSL's verification.
-    var evaluation: TrustResult?
+    package var evaluation: TrustResult?
     /// The chain the peer presented, as our verification saw it (kept even when it failed).
     var presentedChain: [Certificate] = []
     /// The alert the peer sent us, in OpenSSL's words ("certificate required").
@@ -190,7 +190,7 @@ final class TLSHandshakeState {
     init() {}
 
     /// The state attached to `ssl`, if any.
-    static func of(_ ssl: OpaquePointer?) -> TLSHandshakeState? {
+    package static func of(_ ssl: OpaquePointer?) -> TLSHandshakeState? {
         guard let ssl, let p = SSL_get_ex_data(ssl, TLSExData.ssl) else { return nil }
         return Unmanaged<TLSHandshakeState>.fromOpaque(p).takeUnretainedValue()
     }

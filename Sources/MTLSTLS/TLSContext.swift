@@ -15,9 +15,9 @@ import Glibc
 /// An OpenSSL `SSL_CTX` made by libmtls, in libmtls's own library context, with its identity,
 /// verification through ``TrustPolicy/evaluate(chain:host:purpose:at:)`` and (clients) a session
 /// cache. Shared by every connection made with the same settings; thread-safe.
-final class TLSContext: @unchecked Sendable {
+package final class TLSContext: @unchecked Sendable {
     let ctx: OpaquePointer
-    let config: TLSContextConfig
+    package let config: TLSContextConfig
     let sessions = SessionCache()
     /// A server's OCSP staple for its own certificate (when it names a responder).
     let stapler: OCSPStapler?
@@ -80,7 +80,7 @@ final class TLSContext: @unchecked Sendable {
     }
 
     /// A server context for `options`.
-    static func server(_ options: TLSServerOptions, identitySource: IdentitySource? = nil) throws -> TLSContext {
+    package static func server(_ options: TLSServerOptions, identitySource: IdentitySource? = nil) throws -> TLSContext {
         try options.clientOverrides?.validate()
         // Read once: the identity put on the context, bound into its sessions and stapled for.
         let identity = identitySource?.current ?? options.identity

@@ -1,6 +1,8 @@
 import Foundation
 import XCTest
 @testable import MTLS
+@testable import MTLSTLS
+@testable import MTLSTrust
 
 /// What a TLS session is bound to (``ResumptionBinding``) and how a kept session is admitted
 /// again (``ResumptionRecord``): the end-to-end proofs through every place sessions live are in

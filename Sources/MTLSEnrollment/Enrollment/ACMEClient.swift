@@ -104,7 +104,7 @@ public struct ACMEExternalAccount: Sendable {
 /// - Polling honours `Retry-After` (capped) and gives up after ``pollTimeout`` seconds.
 /// - A problem document becomes ``MTLSError/Code/caRejected`` (or
 ///   ``MTLSError/Code/challengeFailed`` for a failed validation) carrying its type and detail.
-final class ACMEClient {
+package final class ACMEClient {
     let directoryURL: String
     let accountKey: PrivateKey
     let http: HTTPSClient
@@ -118,11 +118,11 @@ final class ACMEClient {
     static let firstPollDelay = 0.25
     /// The longest pause between polls without `Retry-After`; the pause doubles up to it so a
     /// slow validation is not hammered.
-    static let maxPollDelay = 4.0
+    package static let maxPollDelay = 4.0
 
     /// The pause before poll number `attempt` (0-based) when the server sent no `Retry-After`:
     /// ``firstPollDelay`` doubled per attempt, capped at ``maxPollDelay``.
-    static func pollDelay(attempt: Int) -> Double {
+    package static func pollDelay(attempt: Int) -> Double {
         min(maxPollDelay, firstPollDelay * pow(2, Double(min(max(attempt, 0), 16))))
     }
 
@@ -314,7 +314,7 @@ final class ACMEClient {
                                retryAfter: r.retryAfter(max: 86400 * 7), explanationURL: doc["explanationURL"]?.stringValue)
     }
 
-    static func parseTime(_ s: String) -> Date? {
+    package static func parseTime(_ s: String) -> Date? {
         (try? Date.ISO8601FormatStyle().parse(s)) ?? (try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(s))
     }
 

@@ -6,7 +6,7 @@ import Glibc
 #endif
 
 /// Answers one ACME challenge while the CA validates it, then goes away.
-final class ChallengeResponder: @unchecked Sendable {
+package final class ChallengeResponder: @unchecked Sendable {
     // @unchecked: `stopped` is atomic; the rest is set before the thread starts and only read.
     private let stopped = Atomic<Bool>(false)
     private var thread: pthread_t?
@@ -114,7 +114,7 @@ final class ChallengeResponder: @unchecked Sendable {
     /// The RFC 8737 certificate: self-signed, the identifier as its only SAN (DNS or IP), and
     /// the critical acmeIdentifier extension (1.3.6.1.5.5.7.1.31) holding the SHA-256 of the key
     /// authorization as an OCTET STRING — encoded by OpenSSL.
-    static func alpnIdentity(identifier: String, keyAuthorization: String) throws -> Identity {
+    package static func alpnIdentity(identifier: String, keyAuthorization: String) throws -> Identity {
         let key = try PrivateKey.generate(.ecP256)
         let digest = Encoding.sha256(Array(keyAuthorization.utf8))
         guard let octets = ASN1_OCTET_STRING_new() else { throw MTLSError(.noMemory, "out of memory") }

@@ -293,7 +293,7 @@ public enum Enrollment {
     /// The proof a new identity must pass before it is stored: the key is the certificate's,
     /// and the chain validates under `policy` (the program's), else to the recorded anchors,
     /// else at least to its own top certificate. ``MTLSError/Code/challengeFailed`` otherwise.
-    static func prove(key: PrivateKey, leaf: Certificate, chain: [Certificate], record: EnrollmentRecord, policy: TrustPolicy?) throws {
+    package static func prove(key: PrivateKey, leaf: Certificate, chain: [Certificate], record: EnrollmentRecord, policy: TrustPolicy?) throws {
         guard key.matches(leaf) else {
             throw MTLSError(.challengeFailed, "the issued certificate is not for the identity's key: not installed")
         }

@@ -113,7 +113,7 @@ extension CredentialStore {
         try enrollmentRecordAndKey(label: label).record
     }
 
-    func enrollmentRecordAndKey(label: String) throws -> (record: EnrollmentRecord, accountKey: PrivateKey) {
+    package func enrollmentRecordAndKey(label: String) throws -> (record: EnrollmentRecord, accountKey: PrivateKey) {
         let carrier: Identity
         do { carrier = try identity(label: EnrollmentRecord.label(for: label)) } catch let e as MTLSError where e.code == .notFound {
             throw MTLSError(.notFound, "\"\(label)\" has no enrollment record: enroll it with mtls enroll first")

@@ -1,21 +1,21 @@
 import FoundationEssentials
 
 /// An `https://` URL split into what a connection needs.
-struct HTTPSURL: Sendable, CustomStringConvertible {
-    var host: String
-    var port: UInt16
+package struct HTTPSURL: Sendable, CustomStringConvertible {
+    package var host: String
+    package var port: UInt16
     /// The path and query, starting with "/".
-    var target: String
+    package var target: String
 
     /// Parses `https://host[:port][/path]` with the one URL parser of libmtls
     /// (``URLAuthority``): an IPv6 host in brackets, its RFC 6874 zone (`[fe80::1%25eth0]`)
     /// decoded. Anything else is ``MTLSError/Code/invalidArgument``: enrollment speaks only HTTPS.
-    init(_ text: String) throws {
+    package init(_ text: String) throws {
         (host, port, target) = try URLAuthority.parse(text, scheme: "https", defaultPort: 443)
         guard !target.contains(" ") else { throw MTLSError(.invalidArgument, "not a usable https:// URL: \(text)") }
     }
 
-    var description: String {
+    package var description: String {
         "https://\(URLAuthority.uriHost(host))\(port == 443 ? "" : ":\(port)")\(target)"
     }
 }

@@ -2,8 +2,8 @@ internal import COpenSSL
 import FoundationEssentials
 
 /// base64url without padding (RFC 7515 §2), as JWS and ACME use it.
-enum Base64URL {
-    static func encode(_ bytes: [UInt8]) -> String {
+package enum Base64URL {
+    package static func encode(_ bytes: [UInt8]) -> String {
         Data(bytes).base64EncodedString().replacing("+", with: "-")
             .replacing("/", with: "_").replacing("=", with: "")
     }
@@ -11,7 +11,7 @@ enum Base64URL {
     static func encode(_ text: String) -> String { encode(Array(text.utf8)) }
 
     /// Decodes base64url (padding optional); nil for anything else.
-    static func decode(_ text: String) -> [UInt8]? {
+    package static func decode(_ text: String) -> [UInt8]? {
         var s = text.replacing("-", with: "+").replacing("_", with: "/")
         guard !s.contains("=") || text.hasSuffix("=") else { return nil }
         while s.count % 4 != 0 { s += "=" }
@@ -21,10 +21,10 @@ enum Base64URL {
 
 /// A JSON value written by libmtls: members stay in the order given, so the JWK thumbprint's
 /// canonical form (RFC 7638: lexicographic member order, no spaces) is written exactly.
-indirect enum JSONOut: Sendable {
+package indirect enum JSONOut: Sendable {
     case string(String), bool(Bool), int(Int), array([JSONOut]), object([(String, JSONOut)]), raw(String)
 
-    var text: String {
+    package var text: String {
         switch self {
         case .string(let s): return JSONText.quoted(s)
         case .bool(let b): return b ? "true" : "false"
@@ -70,9 +70,9 @@ extension JSONValue {
 /// account key, signed by OpenSSL. The only work done here is encoding: OpenSSL's DER
 /// ECDSA-Sig-Value is taken apart with OpenSSL (`d2i_ECDSA_SIG`) into the fixed-width `r || s`
 /// that JWS requires.
-enum JWS {
+package enum JWS {
     /// The account key's public JWK, members in RFC 7638 order.
-    static func jwk(_ key: PrivateKey) throws -> JSONOut {
+    package static func jwk(_ key: PrivateKey) throws -> JSONOut {
         guard key.keyType.shortName == "p256" else {
             throw MTLSError(.unsupported, "an ACME account key must be EC P-256 (ES256)")
         }
@@ -93,7 +93,7 @@ enum JWS {
     }
 
     /// ES256 signature of `input`: SHA-256 and ECDSA by OpenSSL, then `r || s` (32 bytes each).
-    static func es256(_ input: [UInt8], key: PrivateKey) throws -> [UInt8] {
+    package static func es256(_ input: [UInt8], key: PrivateKey) throws -> [UInt8] {
         guard let md = EVP_MD_CTX_new() else { throw MTLSError(.noMemory, "out of memory") }
         defer { EVP_MD_CTX_free(md) }
         guard EVP_DigestSignInit_ex(md, nil, "SHA256", LibraryContext.shared.ctx, nil, key.pkey, nil) == 1 else {

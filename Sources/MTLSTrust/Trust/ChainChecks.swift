@@ -31,12 +31,12 @@ struct CheckContext {
 /// does not apply (serial numbers, key identifiers, EKU presence, SAN syntax, key strength,
 /// malformed name constraints...). Each has a name and produces reasons with its own code.
 /// Every evaluation runs all of them (the model is swift-certificates' `VerifierPolicy`).
-struct ChainCheck: Sendable {
+package struct ChainCheck: Sendable {
     /// A short name for documentation and tests.
-    let name: String
+    package let name: String
     let run: @Sendable (CheckContext) -> [TrustReason]
 
-    static let all: [ChainCheck] = [
+    package static let all: [ChainCheck] = [
         .version, .serialNumber, .names, .validityEncoding, .extensionSyntax, .authorityKeyIdentifier,
         .subjectKeyIdentifier, .basicConstraints, .leafIsNotCA, .extendedKeyUsage, .subjectAltName,
         .referenceName, .keyStrength, .signatureAlgorithm, .nameConstraints, .policyConstraints,

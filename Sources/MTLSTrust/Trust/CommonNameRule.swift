@@ -2,9 +2,9 @@
 // (ChainCheck.commonNameConsistency applies it).
 
 /// How a host-like common name relates to a leaf's DNS SANs (see `commonNameConsistency`).
-enum CommonNameRule {
+package enum CommonNameRule {
     /// Why `cn` conflicts with the DNS SANs, or nil when it does not.
-    static func conflict(_ cn: String, dnsNames: [String]) -> String? {
+    package static func conflict(_ cn: String, dnsNames: [String]) -> String? {
         func related(_ a: String, _ d: String) -> Bool {
             if a == d || d.hasSuffix("." + a) || a.hasSuffix("." + d) { return true }
             if d.hasPrefix("*.") {

@@ -113,7 +113,7 @@ final class EvaluationCache: Sendable {
 package struct EvaluationStanding: Sendable {
     let window: ClosedRange<Date>
     /// The policy has a fixed time: its answer does not move with the clock.
-    let fixedTime: Bool
+    package let fixedTime: Bool
 
     /// Whether the answer still stands at `now` (under the same policy version), to the second
     /// as evaluations are made.

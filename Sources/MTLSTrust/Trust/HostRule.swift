@@ -142,7 +142,7 @@ public struct HostPattern: Hashable, Sendable, CustomStringConvertible {
     /// Whether the pattern covers `host` (already normalised: lowercase name without a trailing
     /// dot, or IP bytes, with the IPv6 zone apart) on `port`. A pattern without a zone covers the
     /// address on any link; one with a zone only that link.
-    func matches(name: String?, ip: [UInt8]?, zone: String? = nil, port: Int?) -> Bool {
+    package func matches(name: String?, ip: [UInt8]?, zone: String? = nil, port: Int?) -> Bool {
         if let p = self.port, p != port { return false }
         switch kind {
         case .ip(let b, let z): return ip == b && (z == nil || IPAddress.sameZone(z, zone))

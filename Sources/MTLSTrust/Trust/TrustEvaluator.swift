@@ -214,7 +214,7 @@ struct PeerHost {
 }
 
 /// One evaluation: OpenSSL path validation, then the policy layer, then pins.
-struct Evaluation {
+package struct Evaluation {
     let settings: TrustPolicy.Settings
     let compiled: CompiledPolicy
     let chain: [Certificate]
@@ -358,7 +358,7 @@ struct Evaluation {
     /// the same certificate (an EKU without the purpose is OpenSSL's error 26 and libmtls's EKU
     /// check). Reasons with the same code and certificate index are merged at the place of the
     /// first, keeping the policy layer's message (it names what is wrong) over OpenSSL's generic one.
-    static func deduplicated(openSSL: [TrustReason], policy: [TrustReason]) -> [TrustReason] {
+    package static func deduplicated(openSSL: [TrustReason], policy: [TrustReason]) -> [TrustReason] {
         struct Key: Hashable { let code: String; let certIndex: Int? }
         var out: [(reason: TrustReason, isPolicy: Bool)] = []
         var position: [Key: Int] = [:]

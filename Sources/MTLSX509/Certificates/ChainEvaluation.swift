@@ -88,7 +88,7 @@ extension Identity {
 
     /// The first instant after `time` at which a certificate of the identity becomes valid or
     /// stops being valid (distantFuture when none).
-    func nextValidityBoundary(after time: Date) -> Date {
+    package func nextValidityBoundary(after time: Date) -> Date {
         var next = Date.distantFuture
         for c in allCertificates {
             for d in [c.notBefore, c.notAfter.addingTimeInterval(1)] where d > time && d < next { next = d }

@@ -18,7 +18,7 @@ package final class LibraryContext: @unchecked Sendable {
     /// The library context of libmtls's provider for PKCS#11 token keys (`Sources/CMTLSProvider`),
     /// where it is the only provider with keys or signatures (OpenSSL's "base" provider, encoders
     /// only, writes their public halves); nil if it could not be loaded.
-    let tokenKeys: OpaquePointer?
+    package let tokenKeys: OpaquePointer?
 
     private init() {
         guard let ctx = OSSL_LIB_CTX_new() else {

@@ -30,7 +30,7 @@ public enum PKCS12Limits {
 /// the other too, and ``PKCS12Contents/passwordEncoding`` says which opened it. OpenSSL does
 /// every decryption, MAC and KDF; this type only walks the structure, checks limits and
 /// algorithm availability, and classifies failures.
-struct PKCS12Reader {
+package struct PKCS12Reader {
     let data: [UInt8]
     let password: SecretBytes?
 
@@ -566,7 +566,7 @@ struct PKCS12Reader {
 
     /// UTF-16BE bytes to a String, refusing unpaired surrogates (nil) rather than guessing.
     /// A trailing NUL some producers add is dropped.
-    static func decodeBMPString(_ bytes: [UInt8]) -> String? {
+    package static func decodeBMPString(_ bytes: [UInt8]) -> String? {
         guard bytes.count % 2 == 0 else { return nil }
         var units: [UInt16] = []
         units.reserveCapacity(bytes.count / 2)

@@ -1,5 +1,5 @@
 internal import COpenSSL
-internal import CP11Kit
+package import CP11Kit
 import FoundationEssentials
 import Synchronization
 #if canImport(Glibc)
@@ -18,7 +18,7 @@ package final class PKCS11Module: @unchecked Sendable {
     /// p11-kit's name for the module (the registration file's name, e.g. `softhsm2`), if any.
     let name: String?
     /// The module's shared-object path, if p11-kit knows it.
-    let path: String?
+    package let path: String?
 
     private init(taking functions: UnsafeMutablePointer<CK_FUNCTION_LIST>) {
         self.functions = functions
@@ -50,7 +50,7 @@ package final class PKCS11Module: @unchecked Sendable {
 
     /// Loads and initialises every module registered with p11-kit (pkcs11.conf(5)) that is
     /// enabled for this program. A module that fails to initialise is skipped by p11-kit.
-    static func loadRegistered() throws -> [PKCS11Module] {
+    package static func loadRegistered() throws -> [PKCS11Module] {
         guard let list = p11_kit_modules_load_and_initialize(0) else {
             throw MTLSError(.token, "cannot load the PKCS#11 modules registered with p11-kit\(p11KitMessage())")
         }
@@ -145,7 +145,7 @@ package final class PKCS11Module: @unchecked Sendable {
 /// A read-only session on one token. PKCS#11 forbids using one session from two threads at
 /// once, so every operation holds ``lock``; the session is closed when the last user (a token
 /// key, a listing) releases it. Keeps its module loaded.
-final class PKCS11Session: @unchecked Sendable {
+package final class PKCS11Session: @unchecked Sendable {
     let module: PKCS11Module
     /// The slot and session handle; they change only when ``reconnect()`` replaces a session
     /// lost to a removed token or a fork (under ``lock``).
@@ -153,7 +153,7 @@ final class PKCS11Session: @unchecked Sendable {
     private(set) var handle: CK_SESSION_HANDLE
     let lock = Mutex<Void>(())
     /// How to find the token and the key again (set for token keys); nil: no reconnection.
-    var reconnection: TokenReconnection?
+    package var reconnection: TokenReconnection?
     /// Key handles of the first session → the same keys in the current one.
     private var keyHandles: [CK_OBJECT_HANDLE: CK_OBJECT_HANDLE] = [:]
     /// The process the session belongs to: a fork()ed child must initialise the module again.
@@ -438,13 +438,13 @@ final class PKCS11Session: @unchecked Sendable {
 
     /// Closes every session of the application on this token (test hook: what a removed token
     /// looks like to the open sessions).
-    func closeAllSessions() { _ = f.C_CloseAllSessions(slot) }
+    package func closeAllSessions() { _ = f.C_CloseAllSessions(slot) }
 }
 
 /// What a token key's session needs to come back (see ``PKCS11Session/sign(key:mechanism:input:maxLength:)``):
 /// the token by serial and label, the key by CKA_ID and label, and a login with the PIN source
 /// the identity was made with (a static one; a PIN callback is not called again).
-final class TokenReconnection: Sendable {
+package final class TokenReconnection: Sendable {
     let tokenLabel: String
     let serial: String
     let keyHandle: CK_OBJECT_HANDLE
@@ -498,7 +498,7 @@ struct PKCS11Attribute {
 }
 
 /// PKCS#11 return values as libmtls errors.
-enum PKCS11 {
+package enum PKCS11 {
     /// p11-kit's text for a return value (`"The PIN is incorrect"`), with its CKR_ number.
     static func text(_ rv: CK_RV) -> String {
         let t = p11_kit_strerror(rv).map { String(cString: $0) } ?? "error"
@@ -520,7 +520,7 @@ enum PKCS11 {
             .map { CK_RV($0) }.contains(rv)
     }
 
-    static func code(_ rv: CK_RV) -> MTLSError.Code {
+    package static func code(_ rv: CK_RV) -> MTLSError.Code {
         switch rv {
         case CK_RV(CKR_PIN_INCORRECT), CK_RV(CKR_PIN_INVALID), CK_RV(CKR_PIN_LEN_RANGE): return .pinIncorrect
         case CK_RV(CKR_PIN_LOCKED), CK_RV(CKR_PIN_EXPIRED): return .pinLocked

@@ -391,7 +391,7 @@ extension Token {
     /// The PIN in the file a `pin-source` names (a path or a `file:` URI): its first line, read
     /// as a secret file (``FileIO/readSecret(_:kind:)``: refused when others can write it or
     /// everyone can read it, or when empty).
-    static func readPINSource(_ source: String) throws -> SecretBytes {
+    package static func readPINSource(_ source: String) throws -> SecretBytes {
         var path = source
         if path.hasPrefix("file://") { path.removeFirst("file://".count) } else if path.hasPrefix("file:") { path.removeFirst("file:".count) }
         guard path.hasPrefix("/") else {

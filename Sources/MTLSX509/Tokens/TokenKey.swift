@@ -1,5 +1,5 @@
 internal import COpenSSL
-internal import CP11Kit
+package import CP11Kit
 internal import CMTLSProvider
 import Synchronization
 #if canImport(Glibc)
@@ -15,7 +15,7 @@ import Glibc
 /// frees the key), so a TLS context that still holds the `EVP_PKEY` keeps the session open after
 /// every Swift object is gone. Thread-safe: signatures are serialised on the session.
 package final class TokenKeyContext: @unchecked Sendable {
-    let session: PKCS11Session
+    package let session: PKCS11Session
     let key: CK_OBJECT_HANDLE
     /// The key's URI, for messages.
     let uri: String
@@ -24,11 +24,11 @@ package final class TokenKeyContext: @unchecked Sendable {
     var mechanisms: Set<CK_MECHANISM_TYPE> { Self.mechanisms(session) }
     /// Set for a `CKA_ALWAYS_AUTHENTICATE` key: the PIN for the login before each signature
     /// (asked each time, so a PIN callback is asked per signature).
-    let contextPIN: (@Sendable () throws -> SecretBytes?)?
+    package let contextPIN: (@Sendable () throws -> SecretBytes?)?
     /// Signatures made on the token so far (what tests use to prove the token signed).
-    let signatureCount = Atomic<Int>(0)
+    package let signatureCount = Atomic<Int>(0)
     /// Context-specific logins made so far.
-    let contextLoginCount = Atomic<Int>(0)
+    package let contextLoginCount = Atomic<Int>(0)
 
     init(session: PKCS11Session, key: CK_OBJECT_HANDLE, uri: String, contextPIN: (@Sendable () throws -> SecretBytes?)? = nil) {
         self.session = session
@@ -48,7 +48,7 @@ package final class TokenKeyContext: @unchecked Sendable {
 
     /// Signs on the token: `C_SignInit`, the context-specific login when the key needs one,
     /// `C_Sign`. Errors name the key and carry the token codes (removed, PIN...).
-    func sign(mechanism: CK_MECHANISM_TYPE, parameter: UnsafeMutableRawBufferPointer? = nil,
+    package func sign(mechanism: CK_MECHANISM_TYPE, parameter: UnsafeMutableRawBufferPointer? = nil,
               input: UnsafeBufferPointer<UInt8>, maxLength: Int) throws -> [UInt8] {
         // The PIN is read before the session is locked (a PIN callback may take its time).
         var pin: SecretBytes? = nil

@@ -34,7 +34,7 @@ enum PINOrigin {
 /// - a static PIN is not sent to a token whose flags say the next wrong PIN locks it
 ///   (CKF_USER_PIN_FINAL_TRY), unless the caller allows it;
 /// - a locked PIN is reported without trying.
-enum TokenLogin {
+package enum TokenLogin {
     /// Digests of (token, PIN) pairs the token refused.
     private static let refused = Mutex<Set<[UInt8]>>([])
     /// A per-process salt so that the digests say nothing about the PIN outside this process.
@@ -96,5 +96,5 @@ enum TokenLogin {
     }
 
     /// Forgets every refused PIN (tests; a program that knows its PIN files changed).
-    static func forgetRefusedPINs() { refused.withLock { $0.removeAll() } }
+    package static func forgetRefusedPINs() { refused.withLock { $0.removeAll() } }
 }
