@@ -18,8 +18,7 @@ package enum IPAddress {
     /// The bytes of an IPv4 or IPv6 literal (brackets allowed around IPv6), or nil if `text` is
     /// not an IP literal.
     package static func bytes(_ text: String) -> [UInt8]? {
-        var t = text
-        if t.hasPrefix("["), t.hasSuffix("]") { t = String(t.dropFirst().dropLast()) }
+        let t = HostLiteral.unbracketed(text)
         var v4 = [UInt8](repeating: 0, count: 4)
         if inet_pton(AF_INET, t, &v4) == 1 { return v4 }
         var v6 = [UInt8](repeating: 0, count: 16)
@@ -36,8 +35,7 @@ package enum IPAddress {
     /// `%`, `:`, `/`, `[`, `]`, space or control). nil for a name, an IPv4 address with a zone, or
     /// a malformed zone.
     package static func scoped(_ text: String) -> (address: [UInt8], zone: String?)? {
-        var t = text
-        if t.hasPrefix("["), t.hasSuffix("]") { t = String(t.dropFirst().dropLast()) }
+        let t = HostLiteral.unbracketed(text)
         guard let percent = t.firstIndex(of: "%") else { return reached(t).map { ($0, nil) } }
         let address = String(t[..<percent]), zone = String(t[t.index(after: percent)...])
         guard address.contains(":"), isValidZone(zone), let bytes = reached(address) else { return nil }
@@ -71,8 +69,7 @@ package enum IPAddress {
     /// `0:0::1`), an IPv4-mapped IPv6 address (`::ffff:10.0.0.5`) being the IPv4 address. nil for
     /// a name.
     static func reached(_ text: String) -> [UInt8]? {
-        var t = text
-        if t.hasPrefix("["), t.hasSuffix("]") { t = String(t.dropFirst().dropLast()) }
+        let t = HostLiteral.unbracketed(text)
         var b = bytes(t)
         if b == nil, t.contains(where: \.isNumber), t.allSatisfy({ $0.isHexDigit || "xX.:".contains($0) }) {
             var hints = addrinfo()

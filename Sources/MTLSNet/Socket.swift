@@ -34,7 +34,7 @@ package enum Socket {
     /// With `waitForConnection` false the first address's connect is started and the socket
     /// returned at once, still connecting (see ``finishConnect(_:host:port:)``).
     package static func connect(host: String, port: UInt16, deadline: Deadline, waitForConnection: Bool = true) throws -> Int32 {
-        let name = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        let name = HostLiteral.unbracketed(host)
         if let literal = IPSocketAddress(name, port: port) {
             // An IP literal needs no resolver.
             return try literal.withSockaddr { sa, len in

@@ -45,12 +45,12 @@ extension TLSContext {
             // TLS 1.2: the staple (if the server sends one) is not here yet. The path is judged
             // now; revocation in clientStatusCallback, before any application data. No standing:
             // a session made so is evaluated in full (revocation included) before it resumes.
-            result = policy.evaluateDeferringRevocation(chain: chain, peer: state.peer, purpose: config.purpose,
-                                                        overrides: overrides)
+            result = policy.verifyPeer(chain: chain, peer: state.peer, purpose: config.purpose, overrides: overrides,
+                                       deferRevocation: true).result
             state.revocationAwaitingStaple = result.trusted
         } else {
-            let made = policy.evaluateStanding(chain: chain, peer: state.peer, purpose: config.purpose,
-                                               overrides: overrides, stapledOCSP: staple)
+            let made = policy.verifyPeer(chain: chain, peer: state.peer, purpose: config.purpose,
+                                         overrides: overrides, stapledOCSP: staple)
             result = made.result
             standing = made.standing
         }
@@ -92,8 +92,8 @@ extension TLSContext {
         let n = mtls_ossl_SSL_get_ocsp_staple(ssl, &p)
         if n > 0, n <= 1 << 20, let p { staple = Array(UnsafeBufferPointer(start: p, count: n)) }
         let overrides = state.overrides ?? config.overrides
-        let result = config.policy.evaluate(chain: state.presentedChain, peer: state.peer, purpose: config.purpose, at: nil,
-                                            overrides: overrides, stapledOCSP: staple)
+        let result = config.policy.verifyPeer(chain: state.presentedChain, peer: state.peer, purpose: config.purpose,
+                                              overrides: overrides, stapledOCSP: staple, withStanding: false).result
         state.evaluation = result
         guard result.trusted else {
             SSL_set_verify_result(ssl, Int(x509Error(for: result)))

@@ -118,8 +118,8 @@ package final class ResumptionRecord: Sendable {
         guard let evaluation else { return Admission(evaluation: nil, record: self) }
         if let standing, standing.holds(at: Date()) { return Admission(evaluation: evaluation, record: self) }
         guard !presentedChain.isEmpty else { return nil }
-        let (fresh, standing) = policy.evaluateStanding(chain: presentedChain, peer: peer, purpose: purpose,
-                                                        overrides: current.overrides)
+        let (fresh, standing) = policy.verifyPeer(chain: presentedChain, peer: peer, purpose: purpose,
+                                                  overrides: current.overrides)
         guard fresh.trusted else { return nil }
         let record = ResumptionRecord(binding: binding, presentedChain: presentedChain, evaluation: fresh,
                                       standing: standing, withDigest: digest != nil)

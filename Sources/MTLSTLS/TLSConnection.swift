@@ -99,7 +99,7 @@ public final class TLSConnection {
         state.attach(to: ssl)
         // On failure the caller closes the socket; the deinit must not close it again.
         do {
-            let bareHost = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+            let bareHost = HostLiteral.unbracketed(host)
             if let source = options.identitySource {
                 try state.takeIdentity(from: source, ssl: ssl, server: false, config: context.config)
             } else if case .identity(let id) = options.identity { state.presentedIdentity = id }

@@ -1,4 +1,4 @@
-package import COpenSSL
+internal import COpenSSL
 import Synchronization
 import FoundationEssentials
 #if canImport(Glibc)
@@ -6,7 +6,7 @@ import Glibc
 #endif
 
 // This file owns the listener: its socket, the threads that accept and handshake clients
-// (ListenerCore, Threads), and its counters. The configuration of an application's own `SSL_CTX`
+// (ListenerCore; the threads come from BackgroundThread), and its counters. The configuration of an application's own `SSL_CTX`
 // is in SSLContextConfiguration.swift.
 
 /// A TLS server socket: listens on an address and port and accepts clients with the server's
@@ -365,7 +365,7 @@ final class ListenerCore: Sendable {
             let ended = st.ended
             st.ended = []
             // Started under the lock, so the thread is registered before it can look itself up.
-            guard !st.closed, let t = Threads.spawn({ [self] in run() }) else { return (false, ended) }
+            guard !st.closed, let t = BackgroundThread.startJoinable(name: "mtls-listener", { [self] in run() }) else { return (false, ended) }
             st.threads.append(t)
             return (true, ended)
         }
@@ -571,35 +571,5 @@ final class ListenerCore: Sendable {
         } else {
             result.connection = nil
         }
-    }
-}
-
-/// Joinable threads for the listener (the library starts no other threads).
-package enum Threads {
-    private final class Body: Sendable {
-        let run: @Sendable () -> Void
-        init(_ run: @escaping @Sendable () -> Void) { self.run = run }
-    }
-
-    /// Runs `body` on a new joinable thread; nil when no thread could be created. The caller
-    /// joins it.
-    package static func spawn(_ body: @escaping @Sendable () -> Void) -> pthread_t? {
-        let box = Unmanaged.passRetained(Body(body)).toOpaque()
-        var attr = pthread_attr_t()
-        pthread_attr_init(&attr)
-        defer { pthread_attr_destroy(&attr) }
-        pthread_attr_setstacksize(&attr, 512 * 1024)
-        var tid = pthread_t()
-        let rc = pthread_create(&tid, &attr, { arg in
-            guard let arg else { return nil }
-            mtls_set_thread_name("mtls-listener") // what `top -H` and /proc/<pid>/task/*/comm show
-            Unmanaged<Body>.fromOpaque(arg).takeRetainedValue().run()
-            return nil
-        }, box)
-        if rc != 0 {
-            Unmanaged<Body>.fromOpaque(box).release()
-            return nil
-        }
-        return tid
     }
 }

@@ -22,7 +22,7 @@ package final class ChallengeResponder: @unchecked Sendable {
             let (fd, _) = try Socket.listen(address: address, port: port)
             Socket.setNonBlocking(fd, true)
             let path = "/.well-known/acme-challenge/" + token
-            responder.thread = Threads.spawn { [responder] in
+            responder.thread = BackgroundThread.startJoinable(name: "mtls-acme-http01") { [responder] in
                 responder.serveHTTP(fd, path: path, body: Array(keyAuthorization.utf8))
                 Glibc.close(fd)
             }
@@ -47,7 +47,7 @@ package final class ChallengeResponder: @unchecked Sendable {
             options.clientAuthentication = .none
             options.sessionTickets = false
             let listener = try TLSListener(address: address, port: port, options: options)
-            responder.thread = Threads.spawn { [responder] in
+            responder.thread = BackgroundThread.startJoinable(name: "mtls-acme-alpn") { [responder] in
                 while !responder.stopped.load(ordering: .acquiring) {
                     // The CA's validation is the handshake itself: accept, then close.
                     do { try listener.accept(timeout: 0.2).close() } catch let e as MTLSError where e.code == .timeout {

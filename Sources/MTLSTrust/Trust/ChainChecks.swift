@@ -76,7 +76,7 @@ package struct ChainCheck: Sendable {
         let texts = commonNames(leaf)
         guard !texts.isEmpty else { return [] }
         var dnsNames: [String] = [], ips: [[UInt8]] = []
-        for n in decodedSANs(leaf) ?? [] {
+        for n in Certificate.decodedSANs(leaf) ?? [] {
             switch n {
             case .dns(let d): dnsNames.append(d)
             case .ip(let b): ips.append(b)
@@ -297,7 +297,7 @@ package struct ChainCheck: Sendable {
             if !critical && emptySubject {
                 out.append(reason(C.sanInvalid, i, "subject is empty and the subject alternative name is not critical"))
             }
-            guard let names = decodedSANs(x) else {
+            guard let names = Certificate.decodedSANs(x) else {
                 out.append(reason(C.sanInvalid, i, "subject alternative name is malformed"))
                 continue
             }
@@ -324,7 +324,7 @@ package struct ChainCheck: Sendable {
         if !HostName.isValidReferenceName(name) {
             return [reason(C.invalidHost, nil, "\(name) is not a valid host name")]
         }
-        guard let leaf = ctx.chain.first, let names = decodedSANs(leaf) else { return [] }
+        guard let leaf = ctx.chain.first, let names = Certificate.decodedSANs(leaf) else { return [] }
         let parent = name.split(separator: ".", maxSplits: 1).dropFirst().first.map(String.init) ?? ""
         for case .dns(let d) in names where d.hasPrefix("*.") {
             let base = String(d.dropFirst(2)).lowercased()
@@ -402,7 +402,7 @@ package struct ChainCheck: Sendable {
     /// (OpenSSL compares the wildcard as a literal string).
     static let nameConstraints = ChainCheck(name: "name_constraints") { ctx in
         var out: [TrustReason] = []
-        let leafNames = ctx.chain.first.flatMap(decodedSANs) ?? []
+        let leafNames = ctx.chain.first.flatMap(Certificate.decodedSANs) ?? []
         let wildcards: [String] = leafNames.compactMap {
             if case .dns(let d) = $0, d.hasPrefix("*.") { return String(d.dropFirst(2)).lowercased() }
             return nil
@@ -513,39 +513,13 @@ package struct ChainCheck: Sendable {
         return true
     }
 
-    enum Name {
-        case dns(String)
-        case ip([UInt8])
-        case email(String)
-        case other
-    }
-
-    /// The SAN entries, or nil when the extension is present but does not decode.
-    static func decodedSANs(_ x: OpaquePointer) -> [Name]? {
-        var crit: Int32 = 0
-        guard let raw = X509_get_ext_d2i(x, NID_subject_alt_name, &crit, nil) else {
-            OpenSSLErrorQueue.clear()
-            return crit == -1 ? [] : nil
-        }
-        let gens = OpaquePointer(raw)
-        defer { mtls_ossl_GENERAL_NAMES_free(gens) }
-        return (0..<mtls_ossl_sk_GENERAL_NAME_num(gens)).map { generalName(mtls_ossl_sk_GENERAL_NAME_value(gens, $0)) }
-    }
-
-    static func generalName(_ g: UnsafeMutablePointer<GENERAL_NAME>?) -> Name {
-        guard let g else { return .other }
-        switch g.pointee.type {
-        case GEN_DNS: return .dns(String(decoding: Certificate.bytes(g.pointee.d.dNSName), as: UTF8.self))
-        case GEN_IPADD: return .ip(Certificate.bytes(g.pointee.d.iPAddress))
-        case GEN_EMAIL: return .email(String(decoding: Certificate.bytes(g.pointee.d.rfc822Name), as: UTF8.self))
-        default: return .other
-        }
-    }
+    /// Names as the X.509 layer decodes them (``GeneralName``, ``Certificate/decodedSANs(_:)``).
+    typealias Name = GeneralName
 
     static func subtrees(_ sk: OpaquePointer?) -> [Name] {
         guard let sk else { return [] }
         return (0..<mtls_ossl_sk_GENERAL_SUBTREE_num(sk)).map { i in
-            generalName(mtls_ossl_sk_GENERAL_SUBTREE_value(sk, i)?.pointee.base)
+            GeneralName(mtls_ossl_sk_GENERAL_SUBTREE_value(sk, i)?.pointee.base)
         }
     }
 
@@ -582,7 +556,7 @@ package struct ChainCheck: Sendable {
             else if !HostName.isValidReferenceName(m.hasPrefix(".") ? String(m.dropFirst()) : m) {
                 return "malformed email domain name constraint: \(m)"
             }
-        case .other: break
+        case .uri, .other: break
         }
         return nil
     }

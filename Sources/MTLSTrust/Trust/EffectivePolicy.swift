@@ -56,7 +56,7 @@ enum VerifyAsName {
     static func isValid(_ v: String) -> Bool {
         let t = trimmedASCII(v)
         guard !t.isEmpty, t == v else { return false }
-        let bare = t.hasPrefix("[") && t.hasSuffix("]") ? String(t.dropFirst().dropLast()) : t
+        let bare = HostLiteral.unbracketed(t)
         return IPAddress.bytes(bare) != nil || HostName.isValidReferenceName(bare)
     }
 }

@@ -237,7 +237,7 @@ public struct HostRule: Sendable {
             guard !t.isEmpty else {
                 throw MTLSError(.invalidPolicy, "host rule \(pattern.text): verify_as is empty (to turn the name check off, say skip_name_check: true)")
             }
-            let bare = t.hasPrefix("[") && t.hasSuffix("]") ? String(t.dropFirst().dropLast()) : t
+            let bare = HostLiteral.unbracketed(t)
             guard t == v, IPAddress.scoped(bare) != nil || HostName.isValidReferenceName(bare) else {
                 throw MTLSError(.invalidPolicy, "host rule \(pattern.text): verify_as \"\(v)\" is not a host name or IP address")
             }

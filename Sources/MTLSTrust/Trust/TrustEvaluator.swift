@@ -37,22 +37,7 @@ extension TrustPolicy {
                                 stapledOCSP: stapledOCSP)
         } catch {
             // Unreachable: the certificates are already parsed.
-            let r = TrustReason(code: TrustReason.Code.verificationError, certIndex: nil, message: "\(error)")
-            return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
-        }
-    }
-
-    /// ``evaluate(chain:peer:purpose:at:overrides:stapledOCSP:)`` without the revocation check:
-    /// a TLS 1.2 client's verification, whose server's stapled OCSP response arrives after the
-    /// certificate is verified; the handshake's status callback evaluates again with it.
-    package func evaluateDeferringRevocation(chain: [Certificate], peer: TrustPeer, purpose: TrustPurpose,
-                                     overrides: TrustOverrides?) -> TrustResult {
-        do {
-            return try evaluate(ders: chain.map(\.der), parse: { chain }, peer: peer, purpose: purpose, at: nil,
-                                overrides: overrides, skipRevocation: true)
-        } catch {
-            let r = TrustReason(code: TrustReason.Code.verificationError, certIndex: nil, message: "\(error)")
-            return TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil)
+            return TrustResult.fatal(TrustReason.Code.verificationError, "\(error)")
         }
     }
 
@@ -86,18 +71,25 @@ extension TrustPolicy {
                              stapledOCSP: stapledOCSP, skipRevocation: skipRevocation, wantStanding: false).result
     }
 
-    /// ``evaluate(chain:peer:purpose:at:overrides:stapledOCSP:)`` at the policy's time, with how
-    /// long its answer stands (``EvaluationStanding``): what a TLS session keeps so that the
-    /// re-check before it resumes is a comparison, not an evaluation (``ResumptionRecord``).
-    package func evaluateStanding(chain: [Certificate], peer: TrustPeer, purpose: TrustPurpose?, overrides: TrustOverrides?,
-                          stapledOCSP: [UInt8]? = nil) -> (result: TrustResult, standing: EvaluationStanding?) {
+    /// The one entry point of the TLS layer (the handshake's verification, the TLS 1.2 staple
+    /// check, the re-check before a session resumes): ``evaluate(chain:peer:purpose:at:overrides:stapledOCSP:)``
+    /// of the chain the peer presented, at the policy's time, with the connection's overrides
+    /// and the peer's staple, and how long its answer stands (``EvaluationStanding``): what a
+    /// TLS session keeps so that the re-check before it resumes is a comparison, not an
+    /// evaluation (``ResumptionRecord``). `deferRevocation`: the path now, revocation later (a
+    /// TLS 1.2 server's stapled OCSP response arrives after its certificate; the handshake's
+    /// status callback checks again with it), and no standing. `withStanding` false: the answer
+    /// alone.
+    package func verifyPeer(chain: [Certificate], peer: TrustPeer, purpose: TrustPurpose, overrides: TrustOverrides?,
+                            stapledOCSP: [UInt8]? = nil, deferRevocation: Bool = false,
+                            withStanding: Bool = true) -> (result: TrustResult, standing: EvaluationStanding?) {
         do {
             return try evaluateStanding(ders: chain.map(\.der), parse: { chain }, peer: peer, purpose: purpose, at: nil,
-                                        overrides: overrides, stapledOCSP: stapledOCSP, wantStanding: true)
+                                        overrides: overrides, stapledOCSP: stapledOCSP, skipRevocation: deferRevocation,
+                                        wantStanding: withStanding && !deferRevocation)
         } catch {
             // Unreachable: the certificates are already parsed.
-            let r = TrustReason(code: TrustReason.Code.verificationError, certIndex: nil, message: "\(error)")
-            return (TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil), nil)
+            return (TrustResult.fatal(TrustReason.Code.verificationError, "\(error)"), nil)
         }
     }
 
@@ -109,33 +101,26 @@ extension TrustPolicy {
             (settings, compiled, version) = try snapshot()
         } catch {
             let code = (error as? MTLSError)?.code == .invalidPolicy ? TrustReason.Code.invalidPolicy : TrustReason.Code.verificationError
-            let r = TrustReason(code: code, certIndex: nil, message: (error as? MTLSError)?.message ?? "\(error)")
-            return (TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil), nil)
+            return (TrustResult.fatal(code, (error as? MTLSError)?.message ?? "\(error)"), nil)
         }
         let purpose = purpose ?? settings.purpose
         let time = Date(timeIntervalSince1970: ((at ?? settings.time ?? Date()).timeIntervalSince1970).rounded(.down))
         guard !ders.isEmpty else {
-            let r = TrustReason(code: TrustReason.Code.emptyChain, certIndex: nil, message: "no certificate was presented")
-            return (TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil), nil)
+            return (TrustResult.fatal(TrustReason.Code.emptyChain, "no certificate was presented"), nil)
         }
         // Rules are written in A-labels: a host in Unicode could select a wider rule than its own.
         if !settings.hostRules.isEmpty, let host = peer.host, host.unicodeScalars.contains(where: { !$0.isASCII }) {
-            let r = TrustReason(code: TrustReason.Code.invalidHost, certIndex: nil,
-                                message: "the host \"\(host)\" is not ASCII, so its host rule cannot be chosen: name an internationalised host by its A-label (xn--...), as certificates and host rules do")
-            return (TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil), nil)
+            return (TrustResult.fatal(TrustReason.Code.invalidHost, "the host \"\(host)\" is not ASCII, so its host rule cannot be chosen: name an internationalised host by its A-label (xn--...), as certificates and host rules do"), nil)
         }
         // A `%` that is no IPv6 zone (`name%eth0`, `10.0.0.1%1`): no rule can be chosen for the
         // host, and the resolver may still reach an address some rule is about.
         if !settings.hostRules.isEmpty, peer.hasUnmatchableZone, let host = peer.host {
-            let r = TrustReason(code: TrustReason.Code.invalidHost, certIndex: nil,
-                                message: "the host \"\(host)\" has a zone (%...) but is not an IPv6 address with an interface name or index, so its host rule cannot be chosen")
-            return (TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil), nil)
+            return (TrustResult.fatal(TrustReason.Code.invalidHost, "the host \"\(host)\" has a zone (%...) but is not an IPv6 address with an interface name or index, so its host rule cannot be chosen"), nil)
         }
         let overrides = overrides.flatMap { $0.isEmpty ? nil : $0 }
         if let overrides {
             do { try overrides.validate() } catch {
-                let r = TrustReason(code: TrustReason.Code.invalidPolicy, certIndex: nil, message: (error as? MTLSError)?.message ?? "\(error)")
-                return (TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: nil, matchedPin: nil), nil)
+                return (TrustResult.fatal(TrustReason.Code.invalidPolicy, (error as? MTLSError)?.message ?? "\(error)"), nil)
             }
         }
         let rule = Self.rule(for: peer, in: settings.hostRules)
@@ -164,8 +149,7 @@ extension TrustPolicy {
                 evaluation = try Evaluation(settings: settings, compiled: compiled, chain: chain, peer: peer,
                                             effective: effective, purpose: purpose, time: time)
             } catch {
-                let r = TrustReason(code: TrustReason.Code.invalidPolicy, certIndex: nil, message: (error as? MTLSError)?.message ?? "\(error)")
-                return (TrustResult(trusted: false, kind: .fatalFailure, reasons: [r], chain: [], matchedRule: rule?.pattern.text, matchedPin: nil), nil)
+                return (TrustResult.fatal(TrustReason.Code.invalidPolicy, (error as? MTLSError)?.message ?? "\(error)", matchedRule: rule?.pattern.text), nil)
             }
             result = evaluation.run()
             if settings.cacheEnabled || wantStanding { window = evaluation.stableWindow(built: result.chain) }
@@ -204,7 +188,7 @@ struct PeerHost {
 
     init(_ host: String?) {
         guard let host, !host.isEmpty else { return }
-        let h = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        let h = HostLiteral.unbracketed(host)
         text = h
         if let scoped = IPAddress.scoped(h) { ip = scoped.address } else {  // a zone names a link, not the certificate's address
             let n = h.lowercased()

@@ -28,7 +28,7 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
     /// kept apart in ``zone``); an address is kept in its canonical text; an empty host is no
     /// host, a port of 0 or less no port.
     public init(host: String? = nil, port: Int? = nil, sni: String? = nil, verifyAs: String? = nil) {
-        if let h = host, h.hasPrefix("["), h.hasSuffix("]") { self.host = String(h.dropFirst().dropLast()) } else { self.host = host }
+        self.host = host.map(HostLiteral.unbracketed)
         if self.host?.isEmpty == true { self.host = nil }
         zone = nil
         if let h = self.host, let scoped = IPAddress.scoped(h), let text = IPAddress.text(scoped.address) {

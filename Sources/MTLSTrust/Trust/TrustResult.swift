@@ -202,6 +202,13 @@ public struct TrustResult: Sendable {
     /// certificate's status ("trusted anyway").
     public let warnings: [String]
 
+    /// The evaluator's fatal failure, found before any chain is built (a policy that does not
+    /// load, no certificate, a host no rule can be chosen for): one reason, no chain.
+    package static func fatal(_ code: String, _ message: String, matchedRule: String? = nil) -> TrustResult {
+        TrustResult(trusted: false, kind: .fatalFailure, reasons: [TrustReason(code: code, certIndex: nil, message: message)],
+                    chain: [], matchedRule: matchedRule, matchedPin: nil)
+    }
+
     /// A result with these fields. Only the evaluator's results are decisions; this is for
     /// tests of code that handles results (an `MTLSPeerRejected` from `MTLSNIOSSL`...).
     public init(trusted: Bool, kind: TrustResultKind, reasons: [TrustReason], chain: [Certificate],

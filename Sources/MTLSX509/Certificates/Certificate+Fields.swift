@@ -85,6 +85,28 @@ public enum KeyType: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
+/// One name of a GeneralNames (a subjectAltName entry, a name-constraint base), decoded once
+/// for every reader: ``Certificate/subjectAltNames`` and the chain checks.
+package enum GeneralName {
+    case dns(String)
+    /// The raw bytes: 4 or 16 in a subjectAltName, 8 or 32 (address and mask) in a constraint.
+    case ip([UInt8])
+    case email(String)
+    case uri(String)
+    case other
+
+    package init(_ g: UnsafeMutablePointer<GENERAL_NAME>?) {
+        guard let g else { self = .other; return }
+        switch g.pointee.type {
+        case GEN_DNS: self = .dns(Certificate.string(g.pointee.d.dNSName))
+        case GEN_IPADD: self = .ip(Certificate.bytes(g.pointee.d.iPAddress))
+        case GEN_EMAIL: self = .email(Certificate.string(g.pointee.d.rfc822Name))
+        case GEN_URI: self = .uri(Certificate.string(g.pointee.d.uniformResourceIdentifier))
+        default: self = .other
+        }
+    }
+}
+
 /// Key usage bits (RFC 5280 §4.2.1.3).
 public struct KeyUsage: OptionSet, Hashable, Sendable {
     /// The bits, as in the extension (`digitalSignature` is 0x80, `decipherOnly` 0x8000).
@@ -204,23 +226,28 @@ extension Certificate {
 
     /// Subject alternative names (DNS, IP, email, URI; other kinds are left out).
     public var subjectAltNames: [SubjectAltName] {
-        guard let raw = X509_get_ext_d2i(x509, NID_subject_alt_name, nil, nil) else { return [] }
-        let gens = OpaquePointer(raw)
-        defer { mtls_ossl_GENERAL_NAMES_free(gens) }
-        var out: [SubjectAltName] = []
-        for i in 0..<mtls_ossl_sk_GENERAL_NAME_num(gens) {
-            guard let gen = mtls_ossl_sk_GENERAL_NAME_value(gens, i) else { continue }
-            switch gen.pointee.type {
-            case GEN_DNS: out.append(.dns(Self.string(gen.pointee.d.dNSName)))
-            case GEN_EMAIL: out.append(.email(Self.string(gen.pointee.d.rfc822Name)))
-            case GEN_URI: out.append(.uri(Self.string(gen.pointee.d.uniformResourceIdentifier)))
-            case GEN_IPADD:
-                let bytes = Self.bytes(gen.pointee.d.iPAddress)
-                out.append(.ip(IPAddress.text(bytes) ?? Encoding.hex(bytes)))
-            default: continue
+        (Self.decodedSANs(x509) ?? []).compactMap { name -> SubjectAltName? in
+            switch name {
+            case .dns(let d): return .dns(d)
+            case .email(let m): return .email(m)
+            case .uri(let u): return .uri(u)
+            case .ip(let bytes): return .ip(IPAddress.text(bytes) ?? Encoding.hex(bytes))
+            case .other: return nil
             }
         }
-        return out
+    }
+
+    /// The subjectAltName entries of `x`: [] when it has none, nil when the extension is present
+    /// but does not decode (what the chain checks refuse).
+    package static func decodedSANs(_ x: OpaquePointer) -> [GeneralName]? {
+        var crit: Int32 = 0
+        guard let raw = X509_get_ext_d2i(x, NID_subject_alt_name, &crit, nil) else {
+            OpenSSLErrorQueue.clear()
+            return crit == -1 ? [] : nil
+        }
+        let gens = OpaquePointer(raw)
+        defer { mtls_ossl_GENERAL_NAMES_free(gens) }
+        return (0..<mtls_ossl_sk_GENERAL_NAME_num(gens)).map { GeneralName(mtls_ossl_sk_GENERAL_NAME_value(gens, $0)) }
     }
 
     /// The public key's type and size.
