@@ -22,7 +22,7 @@ package final class ChallengeResponder: @unchecked Sendable {
             let (fd, _) = try Socket.listen(address: address, port: port)
             Socket.setNonBlocking(fd, true)
             let path = "/.well-known/acme-challenge/" + token
-            responder.thread = BackgroundThread.startJoinable(name: "mtls-acme-http01") { [responder] in
+            responder.thread = BackgroundThread.startJoinable(name: "mtls-acme-http") { [responder] in
                 responder.serveHTTP(fd, path: path, body: Array(keyAuthorization.utf8))
                 Glibc.close(fd)
             }
