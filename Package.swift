@@ -29,12 +29,13 @@ let package = Package(
         // The Swift core, one target per layer. Each target depends only on the layers below it,
         // so a back edge (a lower layer importing a higher one) is a build error. Internals shared
         // across layers are `package`; what is `public` is the Swift API. Bottom to top:
-        // base: errors, lifecycle events, the thread starter, bytes, file IO, JSON text.
+        // base: errors, the thread starter, bytes and secrets, file IO, JSON text, TLS sides.
         .target(name: "MTLSBase", dependencies: ["COpenSSL", "CMTLSHeader"]),
         // net: sockets and deadlines, URL authority, IP address literals, the plain HTTP/1 fetcher.
         .target(name: "MTLSNet", dependencies: ["MTLSBase"]),
-        // X.509: certificates, keys, identities, PKCS#12, CSRs, the library's OpenSSL context, and
-        // PKCS#11 tokens (the context loads the token-key provider; keys sign through it).
+        // X.509: certificates, keys, identities, PKCS#12, CSRs, CRL entries, lifecycle events (they
+        // carry a certificate), the library's OpenSSL context, and PKCS#11 tokens (the context
+        // loads the token-key provider, keys sign through it, CSRs and token keys are made here).
         .target(name: "MTLSX509", dependencies: ["MTLSNet", "COpenSSL", "CP11Kit", "CMTLSProvider", "CMTLSHeader"]),
         // store: the credential store (SQLite).
         .target(name: "MTLSStore", dependencies: ["MTLSX509", "COpenSSL", "CP11Kit", "CSQLite"]),
@@ -47,14 +48,14 @@ let package = Package(
         // TLS: connections, listener, contexts, identity selection in the handshake.
         .target(name: "MTLSTLS", dependencies: ["MTLSSources", "COpenSSL"]),
         // enrollment and issuing: ACME, EST, the local CA, PKI directories.
-        .target(name: "MTLSEnrollment", dependencies: ["MTLSTLS", "COpenSSL", "CMTLSHeader"]),
+        .target(name: "MTLSEnrollment", dependencies: ["MTLSTLS", "COpenSSL"]),
         // lifecycle: the renewer, the metrics endpoint, the Prometheus text, store expiry.
-        .target(name: "MTLSLifecycle", dependencies: ["MTLSEnrollment", "COpenSSL"]),
+        .target(name: "MTLSLifecycle", dependencies: ["MTLSEnrollment"]),
         // The umbrella: identity resolution and automatic selection; re-exports every layer, so
         // the C layer, the CLI, the tests and the swift-nio-ssl plugin `import MTLS` only.
         .target(
             name: "MTLS",
-            dependencies: ["MTLSLifecycle", "COpenSSL", "CP11Kit", "CSQLite", "CMTLSProvider", "CMTLSHeader"]
+            dependencies: ["MTLSLifecycle"]
         ),
         .target(
             name: "CMTLS",
