@@ -81,28 +81,33 @@ wheel: build
 # The header is the only definition of the C ABI: every declared function is exported with the
 # same parameter count as its Swift definition (and nothing else is exported), and the Python
 # ctypes structures have the header's sizes and offsets, and every constant (status codes and
-# their names, flags, key types) in Python and Swift is the header's.
+# their names, flags, key types) in Python and Swift is the header's; every Python ctypes
+# declaration (restype, argtypes, callback types) and every Swift @_cdecl parameter has the
+# header's type, argument by argument.
 test-abi:
 	$(PYTHON) scripts/check-abi.py exports $(TEST_PREFIX)/include/mtls.h $(TEST_PREFIX)/lib/libmtls.so Sources
 	$(PYTHON) scripts/check-abi.py layout $(TEST_PREFIX)/include/mtls.h bindings/python/src $(TEST_PREFIX)/lib/libmtls.so
 	$(PYTHON) scripts/check-abi.py constants $(TEST_PREFIX)/include/mtls.h bindings/python/src $(TEST_PREFIX)/lib/libmtls.so Sources
+	$(PYTHON) scripts/check-abi.py types $(TEST_PREFIX)/include/mtls.h bindings/python/src $(TEST_PREFIX)/lib/libmtls.so Sources
 
 # C programs compiled against the installed header through pkg-config, run with no
 # LD_LIBRARY_PATH.
+# Every program runs, whatever failed before it; the failed ones are named at the end.
 test-c:
-	@mkdir -p $(OUT)/c && set -e; \
+	@mkdir -p $(OUT)/c && set -e; failed=""; \
 	export PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig; \
 	for src in Tests/c/*.c; do \
 	  exe=$(OUT)/c/$$(basename $$src .c); \
 	  links=$$(sed -n '1s|^/\* test-c links: \(.*\) \*/$$|\1|p' $$src); \
 	  cc -std=c11 -Wall -Wextra -Werror -o $$exe $$src $$(pkg-config --cflags --libs mtls $$links); \
-	  echo "== $$exe"; env -u LD_LIBRARY_PATH MTLS_TEST_TMP=$(OUT)/c $$exe; \
+	  echo "== $$exe"; env -u LD_LIBRARY_PATH MTLS_TEST_TMP=$(OUT)/c $$exe || failed="$$failed $$exe"; \
 	done; \
 	for src in Tests/c/*.cpp; do [ -e "$$src" ] || continue; \
 	  exe=$(OUT)/c/$$(basename $$src .cpp)-cpp; \
 	  c++ -std=c++17 -Wall -Wextra -Werror -pedantic -o $$exe $$src $$(pkg-config --cflags --libs mtls); \
-	  echo "== $$exe"; env -u LD_LIBRARY_PATH MTLS_TEST_TMP=$(OUT)/c $$exe; \
-	done
+	  echo "== $$exe"; env -u LD_LIBRARY_PATH MTLS_TEST_TMP=$(OUT)/c $$exe || failed="$$failed $$exe"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "test-c: failed:$$failed"; exit 1; fi
 
 test-python:
 	cd bindings/python && MTLS_LIBRARY=$(TEST_PREFIX)/lib/libmtls.so PYTHONPATH=src \

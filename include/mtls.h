@@ -50,7 +50,7 @@ extern "C" {
 /* The version is written here and nowhere else: the library, the command line, the packages
  * and mtls.pc take it from these three macros. */
 #define MTLS_VERSION_MAJOR 0
-#define MTLS_VERSION_MINOR 2
+#define MTLS_VERSION_MINOR 3
 #define MTLS_VERSION_PATCH 0
 #define MTLS_VERSION_NUMBER (MTLS_VERSION_MAJOR * 10000 + MTLS_VERSION_MINOR * 100 + MTLS_VERSION_PATCH)
 #define MTLS_STRINGIFY_(x) #x
@@ -126,7 +126,11 @@ MTLS_EXTERN const char *mtls_strerror(int code);
 /* The stable snake_case name of a code ("bad_password"), as used in JSON output. Static. */
 MTLS_EXTERN const char *mtls_error_name(int code);
 /* The detailed message of the last failed call on this thread, or "" if none. The pointer is
- * owned by the library and valid until the next failing call on the same thread. */
+ * owned by the library and valid until the next failing call on the same thread. It is one line
+ * whatever outside text it quotes (a file name, a label, a CA's problem detail, a server's
+ * answer): control characters (C0, DEL, C1), line and paragraph separators and bidirectional
+ * controls (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069) are blanks in it, so it can be
+ * printed or logged as it is. The same holds for mtls_take_warnings and event messages. */
 MTLS_EXTERN const char *mtls_last_error(void);
 
 /* The warnings libmtls gave on the calling thread since the last call, oldest first (at most
@@ -154,7 +158,7 @@ MTLS_EXTERN void mtls_bytes_free(uint8_t *b);
  * (a group-readable one is read, with a warning through mtls_take_warnings); terminals are not
  * checked. *out receives the first line without its line ending (it may be empty), a NUL-terminated
  * copy the caller frees with mtls_string_free, which zeroes it; a line holding a NUL byte is
- * MTLS_E_INVALID_ARGUMENT. Also: MTLS_E_NOT_FOUND, MTLS_E_IO, MTLS_E_LIMIT_EXCEEDED (over 64 KiB).
+ * MTLS_E_INVALID_ARGUMENT. Also: MTLS_E_NOT_FOUND, MTLS_E_IO, MTLS_E_LIMIT (over 64 KiB).
  * *out is NULL on any error. */
 MTLS_EXTERN int mtls_password_file_read(const char *path, char **out);
 
@@ -380,7 +384,15 @@ MTLS_EXTERN int mtls_policy_replace(mtls_policy *policy, const mtls_policy *from
 /* Adds an anchor (root, intermediate or the peer's own certificate). The policy keeps its own
  * reference to `cert`. */
 MTLS_EXTERN int mtls_policy_add_anchor(mtls_policy *policy, const mtls_cert *cert);
-/* Non-zero: trust only the anchors. Zero (default): anchors are added to the system store. */
+/* Since 0.3.0 a policy that has anchors trusts those anchors only; a policy without anchors
+ * trusts the system store. mtls_policy_set_system_anchors(policy, 1) trusts the system store as
+ * well as the anchors (policy files: "system_anchors": true; CLI: --system-anchors; Python:
+ * Policy(system_anchors=True)); 0 never trusts the system store; -1 returns to the default. Host
+ * rules and overrides follow the same rule. */
+MTLS_EXTERN int mtls_policy_set_system_anchors(mtls_policy *policy, int system_anchors);
+/* The older spelling of mtls_policy_set_system_anchors, turned around: non-zero trusts only the
+ * anchors (the default when there are anchors); zero trusts the system store too (the 0.2
+ * meaning, which stays). */
 MTLS_EXTERN int mtls_policy_set_anchors_only(mtls_policy *policy, int anchors_only);
 /* Non-zero (default): check the host against the SANs. Zero: basic X.509 policy, no name check. */
 MTLS_EXTERN int mtls_policy_set_name_check(mtls_policy *policy, int enabled);
@@ -400,9 +412,14 @@ MTLS_EXTERN int mtls_policy_add_crl_file(mtls_policy *policy, const char *path);
  * followed by 44 base64 characters, in mtls_policy_add_pin and in policy files). */
 MTLS_EXTERN int mtls_policy_add_host_rule(mtls_policy *policy, const char *pattern, const char *verify_as,
                                           int skip_name_check);
-/* Adds an anchor of the rule's own; `anchors_only` non-zero ignores the system store for the rule. */
+/* Adds an anchor of the rule's own. The rule then trusts its own anchors only, unless the policy
+ * says system_anchors 1; `anchors_only` non-zero ignores the system store for the rule whatever
+ * the policy says (zero: as the policy says; before 0.3.0 zero added the system store). */
 MTLS_EXTERN int mtls_policy_add_rule_anchor(mtls_policy *policy, const char *pattern, const mtls_cert *cert,
                                             int anchors_only);
+/* The rule's own system_anchors (as mtls_policy_set_system_anchors; -1: as the policy says). Policy
+ * files: a host rule's "system_anchors". */
+MTLS_EXTERN int mtls_policy_set_rule_system_anchors(mtls_policy *policy, const char *pattern, int system_anchors);
 /* Adds an SPKI pin "sha256/BASE64"; one pin must match a certificate of the built chain. A rule
  * with a single pin gets a warning (no backup pin): see mtls_policy_warnings. */
 MTLS_EXTERN int mtls_policy_add_pin(mtls_policy *policy, const char *pattern, const char *pin);
@@ -452,8 +469,8 @@ MTLS_EXTERN int mtls_evaluate_peer(mtls_policy *policy, mtls_cert *const *certs,
                                    uint16_t port, const char *verify_as, int purpose, int64_t at,
                                    mtls_trust_result **out);
 /* Non-zero: client certificates (purpose client) may chain to the system trust store too. Default
- * zero: clients are judged by the policy's (and its rules') anchors only, even when anchors_only is
- * off, and a listener or mtls_ssl_ctx_configure(..., accepts_clients=1) whose client policy has no
+ * zero: clients are judged by the policy's (and its rules') anchors only, even with system_anchors
+ * 1, and a listener or mtls_ssl_ctx_configure(..., accepts_clients=1) whose client policy has no
  * anchor is refused with MTLS_E_INVALID_POLICY unless this is set. Policy files:
  * "system_anchors_for_clients": true. */
 MTLS_EXTERN int mtls_policy_set_system_anchors_for_clients(mtls_policy *policy, int enabled);
@@ -527,8 +544,9 @@ typedef struct mtls_trust_overrides {
     unsigned int version;           /* MTLS_TRUST_OVERRIDES_VERSION */
     mtls_cert *const *anchors;      /* anchors added to those in force (the rule's, else the policy's) */
     size_t anchor_count;
-    int anchors_only;               /* -1 (default): as the rule, else the policy, says; 0: anchors are
-                                       added to the system store; 1: only the anchors are trusted */
+    int anchors_only;               /* -1 (default): as the rule, else the policy, says (anchors in
+                                       force: those only, unless system_anchors); 0: the system store
+                                       as well (system_anchors); 1: only the anchors are trusted */
     const char *const *pins;        /* SPKI pins "sha256/BASE64"; one must match; always enforced */
     size_t pin_count;
     const char *verify_as;          /* validate as this name or IP, over every other verify-as; NULL: none */
@@ -567,13 +585,20 @@ MTLS_EXTERN int mtls_trust_result_provenance(const mtls_trust_result *result, ch
  * OCSP status callback libmtls installs on client contexts whose policy lists OCSP, before the
  * handshake ends; else a request with a nonce to the
  * certificate's AIA responder, answered by the issuer or a responder it delegated to with
- * id-kp-OCSPSigning, current at the evaluation time, cached until nextUpdate). A
+ * id-kp-OCSPSigning, current at the evaluation time, cached while current). One freshness rule
+ * holds for every CRL and OCSP response, whatever its source (file, distribution point, cache,
+ * fetched, stapled, and the staple a listener sends): current until its nextUpdate; without a
+ * nextUpdate, until its thisUpdate plus the maximum age (mtls_policy_set_revocation_max_age,
+ * default 7 days); a thisUpdate more than 5 minutes in the future is refused. A CRL without a CRL
+ * number is used (as OpenSSL does); of two CRLs of one issuer the newer (CRL number, else
+ * thisUpdate) answers, and one older than a CRL already seen is never used in its place. A
  * certificate found revoked is never trusted (reason "revoked", with its date and reason); when
  * no source answers (unreachable, stale, unsupported, invalid) the status is unknown: HARD
  * refuses with reason "revocation_unknown", SOFT trusts and says so (mtls_trust_result_warnings,
  * mtls_trust_result_revocation). A handshake that needs a fetch waits for it within the fetch
  * time limit. Policy files: "revocation": {"mode": "hard", "sources": ["crl"], "max_bytes": N,
- * "timeout_ms": N, "cache_dir": "dir"} and per host rule {"mode": ..., "sources": [...]}. */
+ * "timeout_ms": N, "cache_dir": "dir", "max_age_seconds": N} and per host rule {"mode": ...,
+ * "sources": [...]}. */
 #define MTLS_REVOCATION_OFF 0   /* default */
 #define MTLS_REVOCATION_SOFT 1
 #define MTLS_REVOCATION_HARD 2
@@ -589,8 +614,15 @@ MTLS_EXTERN int mtls_policy_set_rule_revocation(mtls_policy *policy, const char 
  * for the whole exchange (`timeout_ms`, 0: 5000). A larger body or a slower server is an unknown
  * status, never a hang. */
 MTLS_EXTERN int mtls_policy_set_revocation_limits(mtls_policy *policy, size_t max_bytes, int timeout_ms);
+/* How long a CRL or OCSP response without a nextUpdate stays current after its thisUpdate, in
+ * seconds (0: the default, 7 days; at most 366 days). MTLS_E_INVALID_ARGUMENT for a negative or
+ * too large value. */
+MTLS_EXTERN int mtls_policy_set_revocation_max_age(mtls_policy *policy, int64_t seconds);
 /* A folder where fetched CRLs are kept (made 0700 when missing; files 0600, one per URL), so a
- * restarted program does not fetch them again; NULL: memory only. The string is copied. */
+ * restarted program does not fetch them again; NULL: memory only. The string is copied. An
+ * existing folder must belong to the user and not be writable by group or others, else it is not
+ * used (a library warning says why) and CRLs are fetched; cache files are read only if they are
+ * regular files (not through symbolic links, never waiting on a FIFO). */
 MTLS_EXTERN int mtls_policy_set_revocation_cache_dir(mtls_policy *policy, const char *dir);
 /* What revocation checking did, as JSON: {"mode": "hard", "sources": ["crl"], "checks": [{
  * "cert_index": 0, "subject": ..., "status": "good"|"revoked"|"unknown", "source": "crl"|
@@ -601,8 +633,10 @@ MTLS_EXTERN int mtls_trust_result_revocation(const mtls_trust_result *result, ch
 /* Warnings of a trusted result (a soft revocation check that found no status), a new array of
  * *count strings. Free it with mtls_string_list_free. */
 MTLS_EXTERN int mtls_trust_result_warnings(const mtls_trust_result *result, char ***out, size_t *count);
-/* Forgets every CRL cached in memory and every remembered fetch failure (a failed fetch is
- * otherwise retried after 10 s). Cache folders are left as they are. Thread-safe. */
+/* Forgets every CRL and OCSP answer cached in memory and every remembered fetch failure (a failed
+ * fetch is otherwise retried after 10 s). Cache folders are left as they are, and so is what was
+ * seen: a CRL older than one already seen for its URL is still never used in its place.
+ * Thread-safe. */
 MTLS_EXTERN void mtls_revocation_cache_clear(void);
 
 /* ======================================================================================
@@ -786,7 +820,9 @@ MTLS_EXTERN int mtls_store_change_secret(mtls_store *store, const uint8_t *secre
 MTLS_EXTERN int mtls_store_write_counter(mtls_store *store, uint64_t *out);
 /* A store made by a libmtls from before row authentication opens with MTLS_E_UPGRADE_REQUIRED:
  * its rows are trusted only when someone vouches for them. mtls_store_upgrade_preview lists what
- * an upgrade would vouch for (every row; token URIs without any pin-value) and changes nothing:
+ * an upgrade would vouch for (every row; token URIs without any pin-value; subject, issuer,
+ * expiry and SHA-256 fingerprints read from the certificates the row holds, which are what the
+ * upgrade authenticates, never from its text columns) and changes nothing:
  * free *items with mtls_store_item_list_free(*items, *count) and *confirmation with
  * mtls_string_free; *confirmation is NULL (and *count 0) when the store needs no explicit
  * upgrade (current, or of the schema before the header, whose authenticated rows any open
@@ -968,14 +1004,20 @@ MTLS_EXTERN int mtls_conn_alpn(const mtls_conn *conn, char **out);
 MTLS_EXTERN int mtls_conn_tls_version(const mtls_conn *conn, char **out);
 /* *resumed = 1 when the handshake resumed an earlier session. */
 MTLS_EXTERN int mtls_conn_resumed(const mtls_conn *conn, int *resumed);
+/* *changed = 1 when the policy judging the peer has changed since the connection was made
+ * (mtls_policy_replace, a followed policy file's reload, any mtls_policy_set_*): the peer was
+ * judged under the old settings. A pool of kept-alive connections drops an idle one for which
+ * this is 1 (the Python adapters do: requests, httpx, mtls.httpx.AsyncTransport, urllib). */
+MTLS_EXTERN int mtls_conn_policy_changed(const mtls_conn *conn, int *changed);
 /* The identity we presented (the chosen one, with automatic selection); *out is NULL when none.
  * Free *out with mtls_identity_free. */
 MTLS_EXTERN int mtls_conn_presented_identity(const mtls_conn *conn, mtls_identity **out);
 
 /* Forget every cached TLS session and the OpenSSL contexts behind them. libmtls keeps the
- * contexts of the 16 most recent (identity or candidates, policy, versions) combinations, each
- * with its session cache, so repeated connections resume; they hold references to their
- * identities (and keys) until cleared or evicted. Open connections are not affected.
+ * contexts of the 16 most recently used (identity or candidates, policy, versions) combinations,
+ * each with its session cache, so repeated connections resume; a 17th combination evicts the
+ * least recently used one. They hold references to their identities (and keys) until cleared or
+ * evicted. Open connections are not affected.
  * Thread-safe. */
 MTLS_EXTERN void mtls_conn_cache_clear(void);
 
@@ -993,11 +1035,12 @@ MTLS_EXTERN void mtls_conn_cache_clear(void);
                                     named intermediate sends none) */
 #define MTLS_CA_NAMES_LIST 2     /* the subjects of client_ca_certs, in order */
 
-#define MTLS_LISTENER_OPTIONS_VERSION 2
+#define MTLS_LISTENER_OPTIONS_VERSION 3
 /* Server options; fill with mtls_listener_options_init first. Pointers are borrowed for the
  * duration of mtls_listener_new (the listener keeps its own references). Version 2 added the
- * fields from client_overrides on (all in 0.2.0); a program built against version 1 keeps
- * working (its listener gets their defaults). */
+ * fields from client_overrides on (all in 0.2.0), version 3 those from client_hello_timeout_ms
+ * on (0.3.0); a program built against an earlier version keeps working (its listener gets the
+ * later fields' defaults). */
 typedef struct mtls_listener_options {
     unsigned int version;           /* MTLS_LISTENER_OPTIONS_VERSION */
     int client_auth;                /* MTLS_CLIENT_AUTH_* */
@@ -1016,8 +1059,9 @@ typedef struct mtls_listener_options {
                                        thread, and after it the socket is closed silently (nothing
                                        is reported to mtls_listener_accept). 0: 5 s; negative: no
                                        limit; never more than handshake_timeout_ms */
-    int max_handshakes_per_address; /* the most clients of one source address in a handshake at
-                                       once; more wait for a slot of their address. 0: 32;
+    int max_handshakes_per_address; /* the most clients of one source (an IPv4 address; an IPv6
+                                       prefix, see ipv6_source_prefix_length) in a handshake at
+                                       once; more wait for a slot of their source. 0: 32;
                                        negative: no limit */
     int client_ca_names;            /* MTLS_CA_NAMES_*: the CA names of the certificate request
                                        (default MTLS_CA_NAMES_ANCHORS) */
@@ -1025,11 +1069,27 @@ typedef struct mtls_listener_options {
                                        are sent (none when client_ca_cert_count is 0); not read
                                        otherwise. The listener keeps its own references */
     size_t client_ca_cert_count;
+    /* Version 3: */
+    int client_hello_timeout_ms;    /* time an accepted client has, from its connection, to send
+                                       its whole ClientHello; until then it takes no handshake
+                                       slot and no thread (a client that sends a byte, or a part
+                                       of a ClientHello, and stalls holds nothing), and after it
+                                       the socket is closed and mtls_listener_accept reports the
+                                       client as MTLS_E_TIMEOUT. 0: 10 s; negative: no limit;
+                                       never more than handshake_timeout_ms */
+    int ipv6_source_prefix_length;  /* the leading bits of an IPv6 client address that make one
+                                       source for max_handshakes_per_address (an IPv6 host may use
+                                       any address of its network). 0: 64; 128 or negative: each
+                                       address alone; above 128: MTLS_E_INVALID_ARGUMENT at
+                                       mtls_listener_new. IPv4 clients count by address (an
+                                       IPv4-mapped address as its IPv4 address) */
 } mtls_listener_options;
 
 /* Fill *opts with the defaults of `version` (MTLS_LISTENER_OPTIONS_VERSION), the library's own:
  * MTLS_CLIENT_AUTH_REQUIRE, TLS 1.2 to 1.3, handshake_timeout_ms 30000, io_timeout_ms -1 (no
- * limit), session tickets on, MTLS_CA_NAMES_ANCHORS, NULL pointers.
+ * limit), session tickets on, first_byte_timeout_ms 5000, max_handshakes_per_address 32,
+ * MTLS_CA_NAMES_ANCHORS, client_hello_timeout_ms 10000, ipv6_source_prefix_length 64, NULL
+ * pointers.
  *
  * How a listener judges a client (client_policy): the policy's anchors (or, for a client whose
  * address matches one of its host rules, that rule's anchors and pins) decide, and they are also
@@ -1054,8 +1114,14 @@ MTLS_EXTERN int mtls_listener_new(const char *address, uint16_t port, const mtls
 /* The port listened on. */
 MTLS_EXTERN int mtls_listener_port(const mtls_listener *listener, uint16_t *port);
 /* Wait up to timeout_ms (negative: forever) for a client and run its handshake. Clients that
- * have sent nothing yet are not waited for here: they take no handshake slot until their first
- * byte arrives, and are closed silently after first_byte_timeout_ms. The listener
+ * have not sent their whole ClientHello yet are not waited for here: they take no handshake slot
+ * until it has arrived; one that sent nothing is closed silently after first_byte_timeout_ms,
+ * one that sent a part of its ClientHello is closed after client_hello_timeout_ms and reported
+ * here as MTLS_E_TIMEOUT (MTLS_E_HANDSHAKE when it leaves before it is whole), as a handshake
+ * that failed is. When all 256 handshake slots (or all of its
+ * source's) are taken and a client whose ClientHello came waits, the handshake that has made no
+ * progress (no handshake message read or written) for longest, at least 1 s, is cut short for it
+ * and reported here as MTLS_E_TIMEOUT. The listener
  * issues session tickets (unless no_session_tickets): a returning client resumes without the
  * certificate work. A ticket resumes only while the client policy is the object and version
  * that judged the client (any change to the policy invalidates every ticket), from the same
@@ -1276,12 +1342,16 @@ MTLS_EXTERN int mtls_identity_token_uri(const mtls_identity *identity, char **ou
  * never extractable, for signing, with CKA_ID from id= (random when absent) and CKA_LABEL from
  * object=. *key_uri is the new private key's URI; free it with mtls_string_free.
  * MTLS_E_DUPLICATE when the token has a key with that id or label; MTLS_E_UNSUPPORTED when the
- * token cannot make that type. */
+ * token cannot make that type (the message names the attribute when that can be known, such as
+ * CKA_MODULUS_BITS outside the token's range). "No encrypt, decrypt, wrap or unwrap" is only a
+ * preference: a module that refuses it (tpm2-pkcs11's keys always sign and decrypt) gets the
+ * key without it, and a warning (mtls_take_warnings) names the attributes it set anyway. */
 MTLS_EXTERN int mtls_token_keygen(const char *uri, const char *key_type, mtls_pin_cb pin_cb, void *userdata,
                                   char **key_uri);
 /* A PKCS#10 certificate signing request for the token key the URI names, with `subject`
- * ("CN=alice", "CN=alice,O=Example"), signed on the token. *csr_pem (PEM) is freed with
- * mtls_string_free. */
+ * ("CN=alice", "CN=alice,O=Example"), signed on the token (a CKA_ALWAYS_AUTHENTICATE key gets
+ * its context-specific login before the signature, as in a handshake). *csr_pem (PEM) is freed
+ * with mtls_string_free. */
 MTLS_EXTERN int mtls_token_csr(const char *uri, const char *subject, mtls_pin_cb pin_cb, void *userdata, char **csr_pem);
 /* Write `cert` onto the token beside the private key the URI names (same CKA_ID; label from the
  * URI's object=, else the key's). MTLS_E_KEY_MISMATCH when it is not that key's certificate,
@@ -1674,8 +1744,11 @@ MTLS_EXTERN void mtls_anchor_watch_free(mtls_anchor_watch *watch);
  * MTLS_EVENT_EXPIRY_WARNING (expires before the next attempt). Each mtls_renewer_run_once looks
  * at the labels whose next attempt has come: renews those due (two thirds of the lifetime with
  * jitter, or the ACME server's renewal window, RFC 9773), backs off exponentially (30 s doubling
- * to 1 h, +-20 %) after a failure; the old identity stays until a new one is proven. Events are
- * delivered on the thread calling mtls_renewer_run_once. The application runs the loop (a timer,
+ * to 1 h, +-20 %) after a failure; the old identity stays until a new one is proven. The labels
+ * due are renewed side by side, each on a thread of its own, so a CA that does not answer delays
+ * no other label (every exchange with a CA ends within its deadline, 30 s at most). Events are
+ * delivered on the thread calling mtls_renewer_run_once, as each attempt ends; run_once returns
+ * when every attempt it started has ended. The application runs the loop (a timer,
  * its event loop, a thread) and sleeps until *next_wake. One run_once at a time per renewer. */
 typedef struct mtls_renewer mtls_renewer;
 

@@ -14,6 +14,13 @@
       constant, flag table and key-type list named after a header macro has its value; the
       Swift codes are the header's (MTLSError.swift uses the MTLS_E_* macros, all of them),
       and no Swift source retypes a macro with another value.
+  check-abi.py types HEADER PYTHON_SRC LIBRARY SOURCES_DIR
+      every function's return and parameter types, argument by argument: the ctypes restype
+      and argtypes the Python package declares (every library function it declares), and the
+      parameter types of the Swift @_cdecl/@c definitions. An integer must be the same width
+      and signedness, a pointer a pointer to the same thing (c_void_p stands for any pointer,
+      c_char_p for a char or byte pointer, an opaque handle is OpaquePointer in Swift), a
+      struct pointer the struct, a callback the typedef's signature.
 
 Exits non-zero with one line per difference.
 """
@@ -63,16 +70,12 @@ def balanced(text, start):
 
 
 def header_functions(header):
-    text = strip_comments(open(header).read())
-    funcs = {}
-    for m in re.finditer(r"MTLS_EXTERN[^;{]*?\b(mtls_[a-z0-9_]+)\s*\(", text):
-        params = split_top(balanced(text, m.end() - 1))
-        funcs[m.group(1)] = 0 if params in ([], ["void"]) else len(params)
-    return funcs
+    """{function: parameter count} of every function the header declares."""
+    return {name: len(params) for name, (_, params) in header_signatures(header)[0].items()}
 
 
-def swift_functions(sources):
-    funcs = {}
+def swift_cdecls(sources):
+    """(C name, parameter texts, return type text or None, file) of every @_cdecl/@c function."""
     for root, _, files in os.walk(sources):
         for f in files:
             if not f.endswith(".swift"):
@@ -82,9 +85,13 @@ def swift_functions(sources):
                 fm = re.compile(r"\bfunc\s+[A-Za-z0-9_]+\s*(?:<[^>]*>)?\s*\(").search(text, m.end())
                 if not fm:
                     continue
-                params = split_top(balanced(text, fm.end() - 1))
-                funcs[m.group(1)] = len(params)
-    return funcs
+                inside = balanced(text, fm.end() - 1)
+                rm = re.match(r"\s*->\s*([^{]+?)\s*\{", text[fm.end() + len(inside) + 1:])
+                yield m.group(1), split_top(inside), rm.group(1) if rm else None, f
+
+
+def swift_functions(sources):
+    return {name: len(params) for name, params, _, _ in swift_cdecls(sources)}
 
 
 def exported(library):
@@ -369,12 +376,309 @@ def check_constants(header, python_src, library, sources):
     return problems
 
 
+# ---- types, argument by argument -------------------------------------------------------------
+#
+# A C type is reduced to (base, depth, const): base is a scalar name ("int", "uint", "size",
+# "int64", "uint8", "char", "void", "ulong", ...), a struct name ("mtls_conn"), or a callback
+# ("fn", return, params); depth counts pointers; const is whether the pointee is const.
+
+C_SCALARS = {
+    "int": "int", "signed int": "int", "unsigned": "uint", "unsigned int": "uint", "size_t": "size",
+    "ssize_t": "ssize", "int64_t": "int64", "uint64_t": "uint64", "int32_t": "int", "uint32_t": "uint",
+    "uint16_t": "uint16", "int16_t": "int16", "uint8_t": "uint8", "int8_t": "int8", "char": "char",
+    "unsigned char": "uint8", "void": "void", "unsigned long": "ulong", "long": "long", "double": "double",
+    "_Bool": "bool", "bool": "bool", "time_t": "int64", "mtls_status": "int",
+}
+
+
+def c_type(decl, typedefs, param=True):
+    """(base, depth, const) of a C parameter declaration or return type."""
+    decl = decl.strip()
+    fp = re.match(r"(.*?)\(\s*\*\s*([A-Za-z_][A-Za-z0-9_]*)?\s*\)\s*\((.*)\)$", decl, flags=re.S)
+    if fp:  # an inline function pointer parameter
+        params = split_top(fp.group(3))
+        return (("fn", c_type(fp.group(1), typedefs, False),
+                 tuple(c_type(x, typedefs) for x in params if x.strip() != "void")), 0, False)
+    depth = decl.count("*")
+    if re.search(r"\[\s*\]$", decl):
+        depth += 1
+        decl = re.sub(r"\[\s*\]$", "", decl)
+    words = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", decl)
+    const = "const" in words
+    words = [w for w in words if w not in ("const", "struct", "enum", "MTLS_EXTERN", "restrict")]
+    if param and len(words) > 1 and not (len(words) == 2 and words[0] in ("unsigned", "signed", "long")
+                                         and words[1] in ("int", "char", "long") ):
+        words = words[:-1]  # the parameter's name
+    name = " ".join(words)
+    if name in typedefs:
+        base, d, _ = typedefs[name]
+        return (base, d + depth, const)
+    if name in C_SCALARS:
+        return (C_SCALARS[name], depth, const)
+    return (name, depth, const)
+
+
+def header_signatures(header):
+    """{function: (return type, [parameter types])} and the header's callback typedefs."""
+    text = strip_comments(open(header).read())
+    typedefs = {}
+    for m in re.finditer(r"typedef\s+enum\s+\w*\s*\{.*?\}\s*(\w+)\s*;", text, flags=re.S):
+        typedefs[m.group(1)] = ("int", 0, False)
+    for m in re.finditer(r"typedef\s+([^;(]*?)\(\s*\*\s*(mtls_\w+)\s*\)\s*\(", text):
+        params = split_top(balanced(text, m.end() - 1))
+        typedefs[m.group(2)] = (("fn", c_type(m.group(1), typedefs, False),
+                                 tuple(c_type(x, typedefs) for x in params if x.strip() != "void")), 0, False)
+    sigs = {}
+    for m in re.finditer(r"^MTLS_EXTERN\s+([^;{#]*?)\b(mtls_[a-z0-9_]+)\s*\(", text, flags=re.M):
+        params = split_top(balanced(text, m.end() - 1))
+        sigs[m.group(2)] = (c_type(m.group(1), typedefs, False),
+                            [c_type(x, typedefs) for x in params if x.strip() != "void"])
+    return sigs, typedefs
+
+
+def show(t):
+    base, depth, const = t
+    if isinstance(base, tuple):
+        b = "callback(" + ", ".join(show(x) for x in base[2]) + ") -> " + show(base[1])
+    else:
+        b = base
+    return ("const " if const and depth else "") + b + " " + "*" * depth if depth else b
+
+
+PY_SCALARS = {
+    "c_int": "int", "c_uint": "uint", "c_size_t": "size", "c_ssize_t": "ssize", "c_int64": "int64",
+    "c_uint64": "uint64", "c_uint16": "uint16", "c_int16": "int16", "c_uint8": "uint8", "c_ubyte": "uint8",
+    "c_int8": "int8", "c_byte": "int8", "c_char": "char", "c_ulong": "ulong", "c_long": "long",
+    "c_double": "double", "c_bool": "bool", "c_int32": "int", "c_uint32": "uint", "c_longlong": "int64",
+    "c_ulonglong": "uint64",
+}
+
+
+def py_type(t, structs):
+    """(base, depth) of a ctypes type; base "any" for c_void_p (any pointer), "bytes" for c_char_p."""
+    import ctypes
+    if t is None:
+        return ("void", 0)
+    if t is ctypes.c_void_p:
+        return ("any", 1)
+    if t is ctypes.c_char_p:
+        return ("bytes", 1)
+    if isinstance(t, type) and issubclass(t, ctypes._Pointer):
+        base, depth = py_type(t._type_, structs)
+        return (base, depth + 1)
+    if isinstance(t, type) and issubclass(t, ctypes._CFuncPtr):
+        return (("fn", py_type(t._restype_, structs), tuple(py_type(a, structs) for a in (t._argtypes_ or ()))), 0)
+    if isinstance(t, type) and issubclass(t, ctypes.Structure):
+        return (structs.get(t, "struct " + t.__name__), 0)
+    # ctypes aliases (c_uint32 is c_uint on this platform): compare by size and signedness.
+    for name, base in PY_SCALARS.items():
+        if t is getattr(ctypes, name, None):
+            return (base, 0)
+    return (repr(t), 0)
+
+
+# Integers compare by width and signedness (ctypes' c_int64 is c_long on LP64, c_size_t c_ulong).
+INTEGERS = {"int": (4, True), "uint": (4, False), "size": (8, False), "ssize": (8, True), "int64": (8, True),
+            "uint64": (8, False), "long": (8, True), "ulong": (8, False), "uint16": (2, False),
+            "int16": (2, True), "uint8": (1, False), "int8": (1, True), "char": (1, True), "bool": (1, False)}
+
+
+def same_scalar(a, b):
+    return a == b or (a in INTEGERS and INTEGERS.get(a) == INTEGERS.get(b))
+
+
+def compatible(c, py):
+    """Whether a ctypes type (base, depth) declares the C type c = (base, depth, const)."""
+    cb, cd, _ = c
+    pb, pd = py
+    if pb == "any":  # c_void_p, or POINTER(c_void_p) ...: any pointer at least that deep
+        return cd >= pd
+    if pb == "bytes":  # c_char_p: a char, byte or void pointer
+        return cd == pd and cb in ("char", "uint8", "int8", "void")
+    if cb == "void" and cd >= 1 and pd >= 1:
+        return cd <= pd  # void * accepts any pointer
+    if isinstance(cb, tuple) or isinstance(pb, tuple):
+        if not (isinstance(cb, tuple) and isinstance(pb, tuple)) or cd != pd:
+            return False
+        _, cret, cparams = cb
+        _, pret, pparams = pb
+        return compatible(cret, pret) and len(cparams) == len(pparams) and \
+            all(compatible(a, b) for a, b in zip(cparams, pparams))
+    if cd != pd:
+        return False
+    return same_scalar(cb, pb)
+
+
+def python_functions(python_src):
+    """{name: (restype, argtypes)} of every library function the Python package declares."""
+    import ctypes
+    python_structures(python_src)  # imports every module, so every declaration has run
+    import importlib
+    lib = importlib.import_module("mtls._lib").lib
+    out = {}
+    for name, f in vars(lib).items():
+        if name.startswith("mtls_") and isinstance(f, ctypes._CFuncPtr) and f.argtypes is not None:
+            out[name] = (f.restype, list(f.argtypes))
+    return out
+
+
+SWIFT_SCALARS = {
+    "Int32": "int", "CInt": "int", "UInt32": "uint", "CUnsignedInt": "uint", "Int": "ssize", "UInt": "size",
+    "Int64": "int64", "UInt64": "uint64", "UInt16": "uint16", "Int16": "int16", "UInt8": "uint8", "Int8": "char",
+    "CChar": "char", "CUnsignedLong": "ulong", "CLong": "long", "Double": "double", "Bool": "bool",
+    "Void": "void", "()": "void", "CUnsignedChar": "uint8", "CBool": "bool",
+}
+
+
+def swift_type(t, aliases=None, typedefs=None, scope=None):
+    """(base, depth) of a Swift parameter type of a @_cdecl function; `aliases` are the Swift
+    typealiases ({name or Type.name: text}), `typedefs` the header's callback typedefs."""
+    aliases, typedefs = aliases or {}, typedefs or {}
+    again = lambda x: swift_type(x, aliases, typedefs, scope)  # noqa: E731
+    t = t.strip().replace(" returns ", " -> ")
+    t = re.sub(r"^(?:_\s+)?[A-Za-z_][A-Za-z0-9_]*\s*:", "", t).strip() if re.match(r"^(?:_\s+)?[A-Za-z_]\w*\s*:", t) else t
+    t = re.sub(r"=.*$", "", t).strip()
+    t = t.removeprefix("@escaping").strip()
+    while t.endswith("?") or t.endswith("!"):
+        t = t[:-1].strip()
+    while t.startswith("(") and len(balanced(t, 0)) == len(t) - 2:  # (T)? is T
+        t = t[1:-1].strip()
+        while t.endswith("?") or t.endswith("!"):
+            t = t[:-1].strip()
+    if "." in t and t in aliases:
+        return again(aliases[t])
+    if t in aliases or (scope and f"{scope}.{t}" in aliases):
+        return again(aliases.get(f"{scope}.{t}", aliases.get(t)))
+    if t in typedefs:  # a C callback typedef imported from the header
+        base, depth, _ = typedefs[t]
+        return (("fn", drop_const(base[1]), tuple(drop_const(x) for x in base[2])), depth)
+    cm = re.match(r"@convention\(c\)\s*\((.*)\)\s*->\s*(.*)$", t, flags=re.S)
+    if cm:
+        params = [x for x in split_top(cm.group(1)) if x]
+        return (("fn", again(cm.group(2)), tuple(again(x) for x in params)), 0)
+    pm = re.match(r"Unsafe(?:Mutable)?Pointer<(.*)>$", t, flags=re.S)
+    if pm:
+        base, depth = again(pm.group(1))
+        return (base, depth + 1)
+    if t in ("UnsafeRawPointer", "UnsafeMutableRawPointer"):
+        return ("void", 1)
+    if t == "OpaquePointer":
+        return ("opaque", 1)
+    if t in SWIFT_SCALARS:
+        return (SWIFT_SCALARS[t], 0)
+    return (t, 0)
+
+
+def drop_const(t):
+    base, depth, _ = t
+    return (base, depth)
+
+
+def swift_aliases(sources):
+    """Every Swift typealias in `sources`: {Name: text} and {Enclosing.Name: text}."""
+    aliases = {}
+    for root, _, files in os.walk(sources):
+        for f in files:
+            if not f.endswith(".swift"):
+                continue
+            lines = strip_comments(open(os.path.join(root, f)).read()).split("\n")
+            enclosing = []
+            for i, line in enumerate(lines):
+                d = re.match(r"^(\s*)(?:[a-z]+\s+)*(?:class|struct|enum|extension)\s+(\w+)", line)
+                if d:
+                    enclosing = [e for e in enclosing if e[0] < len(d.group(1))] + [(len(d.group(1)), d.group(2))]
+                a = re.match(r"^(\s*)(?:[a-z]+\s+)*typealias\s+(\w+)\s*=\s*(.*)$", line)
+                if a:
+                    text = a.group(3)
+                    j = i
+                    while text.count("(") > text.count(")") and j + 1 < len(lines):
+                        j += 1
+                        text += " " + lines[j].strip()
+                    owners = [e for e in enclosing if e[0] < len(a.group(1))]
+                    key = f"{owners[-1][1]}.{a.group(2)}" if owners and a.group(1) else a.group(2)
+                    aliases[key] = text.strip()
+                    aliases.setdefault(a.group(2), text.strip())
+    return aliases
+
+
+def swift_compatible(c, sw, opaque):
+    cb, cd, _ = c
+    sb, sd = sw
+    if sb == "opaque":  # OpaquePointer: a pointer to one of the header's opaque handles
+        return cd >= sd and (cd > sd or cb in opaque)
+    if isinstance(cb, tuple) or isinstance(sb, tuple):
+        if not (isinstance(cb, tuple) and isinstance(sb, tuple)) or cd != sd:
+            return False
+        return swift_compatible(cb[1], sb[1], opaque) and len(cb[2]) == len(sb[2]) and \
+            all(swift_compatible(a, b, opaque) for a, b in zip(cb[2], sb[2]))
+    if cd != sd:
+        return False
+    if same_scalar(cb, sb):
+        return True
+    return cb == "size" and sb == "ssize"  # Swift imports size_t as Int
+
+
+def swift_signatures(sources, typedefs):
+    aliases = swift_aliases(sources)
+    st = lambda x: swift_type(x, aliases, typedefs)  # noqa: E731
+    return {name: (st(ret) if ret else ("void", 0), [st(x) for x in params], f)
+            for name, params, ret, f in swift_cdecls(sources)}
+
+
+def check_types(header, python_src, library, sources):
+    sigs, typedefs = header_signatures(header)
+    text = strip_comments(open(header).read())
+    opaque = set(re.findall(r"typedef\s+struct\s+(mtls_\w+)\s+\1\s*;", text))
+    # Python Structures stand for the header struct with their fields.
+    structs = {}
+    fields = header_structs(header)
+    for p in python_structures(python_src):
+        for name, fs in fields.items():
+            if [f[0] for f in p._fields_] == fs:
+                structs[p] = name
+    problems = []
+    pyfuncs = python_functions(python_src)
+    for name, (restype, argtypes) in sorted(pyfuncs.items()):
+        if name not in sigs:
+            problems.append(f"{name}: declared in Python, not in the header")
+            continue
+        cret, cparams = sigs[name]
+        if len(argtypes) != len(cparams):
+            problems.append(f"{name}: {len(cparams)} parameter(s) in the header, {len(argtypes)} argtypes in Python")
+            continue
+        pret = py_type(restype, structs)
+        # A returned string the caller must free is declared c_void_p so ctypes does not copy it away.
+        if not compatible(cret, pret) and not (cret[1] == 0 and cret[0] == "int" and pret == ("int", 0)):
+            problems.append(f"{name}: returns {show(cret)} in the header, restype {restype!r} in Python")
+        for i, (ct, pt) in enumerate(zip(cparams, argtypes)):
+            if not compatible(ct, py_type(pt, structs)):
+                problems.append(f"{name}: parameter {i + 1} is {show(ct)} in the header, {getattr(pt, '__name__', pt)} in Python")
+    swift = swift_signatures(sources, typedefs)
+    for name, (sret, sparams, where) in sorted(swift.items()):
+        if name not in sigs:
+            continue  # check_exports reports it
+        cret, cparams = sigs[name]
+        if len(sparams) != len(cparams):
+            continue  # check_exports reports it
+        if not swift_compatible(cret, sret, opaque):
+            problems.append(f"{name}: returns {show(cret)} in the header, {sret} in {where}")
+        for i, (ct, st) in enumerate(zip(cparams, sparams)):
+            if not swift_compatible(ct, st, opaque):
+                problems.append(f"{name}: parameter {i + 1} is {show(ct)} in the header, {st} in {where}")
+    print(f"check-abi types: {len(sigs)} functions of the header, {len(pyfuncs)} declared in Python and "
+          f"{len(swift)} defined in Swift checked argument by argument, {len(problems)} problem(s)")
+    return problems
+
+
 def main():
     if len(sys.argv) == 5 and sys.argv[1] == "exports":
         problems = check_exports(*sys.argv[2:])
     elif len(sys.argv) == 5 and sys.argv[1] == "layout":
         os.environ.setdefault("MTLS_LIBRARY", sys.argv[4])
         problems = check_layout(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 6 and sys.argv[1] == "types":
+        os.environ.setdefault("MTLS_LIBRARY", sys.argv[4])
+        problems = check_types(*sys.argv[2:])
     elif len(sys.argv) == 6 and sys.argv[1] == "constants":
         os.environ.setdefault("MTLS_LIBRARY", sys.argv[4])
         problems = check_constants(*sys.argv[2:])

@@ -13,6 +13,7 @@ pkgs=(
   fcgiwrap  # the EST endpoint: nginx in front of a CGI signing with openssl (Tests/e2e/test_est.py)
   tinyproxy  # a real HTTP CONNECT proxy for the Python proxy tests (bindings/python/tests/test_proxy.py)
   erlang-nox  # an Erlang/OTP TLS 1.3 client against a listener without CA names (Tests/e2e/test_ca_names.py)
+  swtpm swtpm-tools tpm2-tools tpm2-abrmd libtss2-tcti-tabrmd0 libtpm2-pkcs11-1 libtpm2-pkcs11-tools dbus  # a TPM 2.0 token: swtpm, its resource manager and tpm2-pkcs11 (Tests/e2e/test_tpm.py)
   debhelper dpkg-dev lintian help2man chrpath fakeroot binutils util-linux python3-venv
 )
 missing=()

@@ -61,8 +61,10 @@ private func alpnList(_ p: UnsafePointer<CChar>?, _ name: String) throws -> [Str
 /// mtls_conn_options: version 1 ends where `overrides` (version 2, with `identity_source`) begins.
 private let connOptionsSizes = [MemoryLayout<mtls_conn_options>.offset(of: \mtls_conn_options.overrides) ?? 0,
                                 MemoryLayout<mtls_conn_options>.size]
-/// mtls_listener_options: version 1 ends where `client_overrides` (version 2) begins.
+/// mtls_listener_options: version 1 ends where `client_overrides` (version 2) begins, version 2
+/// where `client_hello_timeout_ms` (version 3) begins.
 private let listenerOptionsSizes = [MemoryLayout<mtls_listener_options>.offset(of: \mtls_listener_options.client_overrides) ?? 0,
+                                    MemoryLayout<mtls_listener_options>.offset(of: \mtls_listener_options.client_hello_timeout_ms) ?? 0,
                                     MemoryLayout<mtls_listener_options>.size]
 
 /// The header's `MTLS_CA_NAMES_*` value of a listener (with its certificates for `_LIST`).
@@ -252,6 +254,12 @@ public func mtls_conn_resumed(_ conn: OpaquePointer?, _ resumed: UnsafeMutablePo
     abiCall { try require(resumed, "resumed").pointee = try handle(conn, TLSConnection.self, "conn").isResumed ? 1 : 0 }
 }
 
+/// `int mtls_conn_policy_changed(const mtls_conn *conn, int *changed)`
+@_cdecl("mtls_conn_policy_changed")
+public func mtls_conn_policy_changed(_ conn: OpaquePointer?, _ changed: UnsafeMutablePointer<Int32>?) -> Int32 {
+    abiCall { try require(changed, "changed").pointee = try handle(conn, TLSConnection.self, "conn").isPolicyChanged ? 1 : 0 }
+}
+
 /// `int mtls_conn_presented_identity(const mtls_conn *conn, mtls_identity **out)`
 @_cdecl("mtls_conn_presented_identity")
 public func mtls_conn_presented_identity(_ conn: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
@@ -279,6 +287,8 @@ public func mtls_listener_options_init(_ opts: UnsafeMutablePointer<mtls_listene
             o.first_byte_timeout_ms = milliseconds(TLSDefaults.firstByteTimeout)
             o.max_handshakes_per_address = limitValue(TLSDefaults.maxHandshakesPerAddress)
             o.client_ca_names = clientCANamesValue(TLSDefaults.clientCANames)
+            o.client_hello_timeout_ms = milliseconds(TLSDefaults.clientHelloTimeout)
+            o.ipv6_source_prefix_length = limitValue(TLSDefaults.ipv6SourcePrefixLength)
             return o
         }
     }
@@ -314,6 +324,8 @@ func serverOptions(_ opts: UnsafePointer<mtls_listener_options>?, source: Identi
             o.firstByteTimeout = seconds(c.first_byte_timeout_ms)
             o.maxHandshakesPerAddress = Int(c.max_handshakes_per_address)  // 0 and negative: the core's convention
             o.clientCANames = try clientCANames(c.client_ca_names, c.client_ca_certs, c.client_ca_cert_count)
+            o.clientHelloTimeout = seconds(c.client_hello_timeout_ms)
+            o.ipv6SourcePrefixLength = Int(c.ipv6_source_prefix_length)  // 0 and negative: the core's convention
             return o
 }
 

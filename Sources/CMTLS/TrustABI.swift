@@ -94,6 +94,32 @@ public func mtls_policy_set_anchors_only(_ p: OpaquePointer?, _ on: Int32) -> In
     abiCall { try policy(p).anchorsOnly = on != 0 }
 }
 
+/// A C `system_anchors` value: 1 the system store as well as the anchors, 0 never the system
+/// store, -1 the default (the rule's: only when there are no anchors in force).
+private func systemAnchorsValue(_ on: Int32) throws -> Bool? {
+    switch on {
+    case -1: return nil
+    case 0: return false
+    case 1: return true
+    default: throw MTLSError(.invalidArgument, "system_anchors must be -1 (the default), 0 or 1, not \(on)")
+    }
+}
+
+/// `int mtls_policy_set_system_anchors(mtls_policy *policy, int system_anchors)`
+@_cdecl("mtls_policy_set_system_anchors")
+public func mtls_policy_set_system_anchors(_ p: OpaquePointer?, _ on: Int32) -> Int32 {
+    abiCall { try policy(p).systemAnchors = try systemAnchorsValue(on) }
+}
+
+/// `int mtls_policy_set_rule_system_anchors(mtls_policy *policy, const char *pattern, int system_anchors)`
+@_cdecl("mtls_policy_set_rule_system_anchors")
+public func mtls_policy_set_rule_system_anchors(_ p: OpaquePointer?, _ pattern: UnsafePointer<CChar>?, _ on: Int32) -> Int32 {
+    abiCall {
+        let v = try systemAnchorsValue(on)
+        try policy(p).updateHostRule(try string(pattern, "pattern")) { r in r.systemAnchors = v }
+    }
+}
+
 /// `int mtls_policy_set_name_check(mtls_policy *policy, int enabled)`
 @_cdecl("mtls_policy_set_name_check")
 public func mtls_policy_set_name_check(_ p: OpaquePointer?, _ on: Int32) -> Int32 {
@@ -134,7 +160,7 @@ public func mtls_policy_add_rule_anchor(_ p: OpaquePointer?, _ pattern: UnsafePo
                                         _ cert: OpaquePointer?, _ anchorsOnly: Int32) -> Int32 {
     abiCall {
         let c = try handle(cert, Certificate.self, "cert")
-        try policy(p).updateHostRule(try string(pattern, "pattern")) { r in r.addAnchor(c, anchorsOnly: anchorsOnly != 0) }
+        try policy(p).updateHostRule(try string(pattern, "pattern")) { r in r.addAnchor(c, anchorsOnly: anchorsOnly != 0 ? true : nil) }
     }
 }
 
@@ -498,6 +524,17 @@ public func mtls_policy_set_revocation_limits(_ p: OpaquePointer?, _ maxBytes: I
         } catch let e as MTLSError where e.code == .invalidPolicy {
             throw invalid(e.message)
         }
+        pol.revocationFetch = f
+    }
+}
+
+/// `int mtls_policy_set_revocation_max_age(mtls_policy *policy, int64_t seconds)`
+@_cdecl("mtls_policy_set_revocation_max_age")
+public func mtls_policy_set_revocation_max_age(_ p: OpaquePointer?, _ seconds: Int64) -> Int32 {
+    abiCall {
+        let pol = try policy(p)
+        var f = pol.revocationFetch
+        do { try f.setMaxAge(seconds: seconds) } catch let e as MTLSError where e.code == .invalidPolicy { throw invalid(e.message) }
         pol.revocationFetch = f
     }
 }

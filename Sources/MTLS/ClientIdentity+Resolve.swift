@@ -18,7 +18,8 @@ extension ClientIdentity {
     /// its self-signed carrier) are never candidates.
     public static func automatic(from store: CredentialStore, tokenPIN: SecretBytes? = nil,
                                  pinCallback: TokenPINCallback? = nil) throws -> ClientIdentity {
-        let stored = try store.identities().filter { !EnrollmentRecord.isCarrier($0.leaf) }.map { IdentityCandidate($0) }
+        // identities() leaves enrollment records out (the one rule, in the store).
+        let stored = try store.identities().map { IdentityCandidate($0) }
         let tokens = try store.tokenIdentities().map { IdentityCandidate(token: $0, pin: tokenPIN, pinCallback: pinCallback) }
         return .candidates(stored + tokens)
     }

@@ -24,10 +24,13 @@ public enum FileIO {
     /// Reads a whole regular file, refusing anything over `limit` bytes and anything else at
     /// `path` (a FIFO, a device, a socket) without waiting on it: what a background thread reads
     /// (a followed policy file), which a FIFO put in the file's place must not hold up for ever.
-    package static func readRegularFile(_ path: String, limit: Int = maxReadSize) throws -> [UInt8] {
+    /// With `followLinks` false, a symbolic link at `path` is refused too (O_NOFOLLOW: a cache
+    /// file, which only libmtls writes).
+    package static func readRegularFile(_ path: String, limit: Int = maxReadSize, followLinks: Bool = true) throws -> [UInt8] {
         // O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one.
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (followLinks ? 0 : O_NOFOLLOW))
         guard fd >= 0 else {
+            if errno == ELOOP && !followLinks { throw MTLSError(.io, "\(path) is a symbolic link: not followed") }
             throw MTLSError(errno == ENOENT ? .notFound : .io, "cannot open \(path): \(String(cString: strerror(errno)))")
         }
         defer { close(fd) }
@@ -97,8 +100,10 @@ public enum FileIO {
         case storeSecret = "store secret"
         case storeKey = "store key"
         case privateKey = "private key"
+        /// A bearer token a client must present (the metrics endpoint's `--metrics-token-file`).
+        case bearerToken = "bearer token"
 
-        var firstLineOnly: Bool { self == .pin || self == .password || self == .storeSecret }
+        var firstLineOnly: Bool { self == .pin || self == .password || self == .storeSecret || self == .bearerToken }
         var mayBeEmpty: Bool { self == .password }
     }
 
@@ -121,17 +126,9 @@ public enum FileIO {
             throw MTLSError(.io, "cannot stat \(path): \(String(cString: strerror(errno)))")
         }
         if (st.st_mode & S_IFMT) != S_IFCHR {
-            // Owned by another user, it can be changed or replaced by them whatever its mode (as
-            // OpenSSH refuses a key file that is not the user's or root's).
-            let me = geteuid()
-            if st.st_uid != me && st.st_uid != 0 {
-                throw MTLSError(.invalidArgument, "the \(kind.rawValue) file \(path) is owned by another user (uid \(st.st_uid)), not by this user (uid \(me)) or root: refusing to use it; run chown \(me) \(path)")
-            }
+            try checkOwnerOnlyWritable(st, what: "the \(kind.rawValue) file \(path)", path: path, chmod: "600")
             let mode = st.st_mode & 0o777
             let octal = "0" + String(mode, radix: 8)
-            if mode & 0o022 != 0 {
-                throw MTLSError(.invalidArgument, "the \(kind.rawValue) file \(path) can be written by others (mode \(octal)): refusing to use it; run chmod 600 \(path)")
-            }
             if mode & 0o004 != 0 {
                 throw MTLSError(.invalidArgument, "the \(kind.rawValue) file \(path) is readable by everyone (mode \(octal)): refusing to use it; run chmod 600 \(path)")
             }
@@ -150,6 +147,40 @@ public enum FileIO {
             throw MTLSError(.invalidArgument, "the \(kind.rawValue) file \(path) is empty")
         }
         return SecretBytes(Array(bytes[0..<end]))
+    }
+
+    /// Throws ``MTLSError/Code/invalidArgument`` unless the file or folder `st` describes belongs
+    /// to the effective user (or root) and can be written by no one else (no group or other write
+    /// bit): what one who is not the user could change or replace is not trusted, a secret file
+    /// (as OpenSSH refuses a key file that is not the user's or root's) or a cache folder alike.
+    /// `what` names it in the message, `chmod` is the mode the fix suggests.
+    static func checkOwnerOnlyWritable(_ st: stat, what: String, path: String, chmod: String) throws {
+        let me = geteuid()
+        if st.st_uid != me && st.st_uid != 0 {
+            throw MTLSError(.invalidArgument, "\(what) is owned by another user (uid \(st.st_uid)), not by this user (uid \(me)) or root: refusing to use it; run chown \(me) \(path)")
+        }
+        let mode = st.st_mode & 0o777
+        if mode & 0o022 != 0 {
+            throw MTLSError(.invalidArgument, "\(what) can be written by others (mode 0\(String(mode, radix: 8))): refusing to use it; run chmod \(chmod) \(path)")
+        }
+    }
+
+    /// A folder only the user may change, for files libmtls keeps (the revocation cache): made
+    /// 0700 when missing; an existing one must be a folder (not followed through a symbolic link)
+    /// that ``checkOwnerOnlyWritable(_:what:path:chmod:)`` accepts. Throws saying why not.
+    package static func privateDirectory(_ path: String, what: String) throws {
+        var st = stat()
+        if lstat(path, &st) != 0 {
+            guard errno == ENOENT else { throw MTLSError(.io, "\(what) \(path): \(String(cString: strerror(errno)))") }
+            if mkdir(path, 0o700) == 0 { return }
+            guard errno == EEXIST, lstat(path, &st) == 0 else {
+                throw MTLSError(.io, "cannot create \(what) \(path): \(String(cString: strerror(errno)))")
+            }
+        }
+        guard (st.st_mode & S_IFMT) == S_IFDIR else {
+            throw MTLSError(.invalidArgument, "\(what) \(path) is not a folder (a symbolic link or a file): refusing to use it")
+        }
+        try checkOwnerOnlyWritable(st, what: "\(what) \(path)", path: path, chmod: "700")
     }
 
     /// Writes `bytes` to `path` with mode 0600 (or `mode`), atomically: a temporary file in the

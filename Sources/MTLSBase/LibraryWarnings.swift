@@ -26,10 +26,11 @@ public enum LibraryWarnings {
         return b
     }
 
-    /// Records a warning on this thread.
+    /// Records a warning on this thread, as one clean line (``OneLine/text(_:)``: it may quote a
+    /// file name).
     package static func emit(_ message: String) {
         let b = box
-        b.messages.append(message)
+        b.messages.append(OneLine.text(message))
         if b.messages.count > limit { b.messages.removeFirst(b.messages.count - limit) }
     }
 

@@ -175,7 +175,9 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
 
     /// The stable code.
     public let code: Code
-    /// What happened, in a sentence.
+    /// What happened, in a sentence: one line, whatever outside text it quotes (a file name, a
+    /// label, a CA's problem detail, a server's answer) — ``OneLine/text(_:)`` cleans it as it is
+    /// made, so no front end prints a control, separator or bidirectional character from it.
     public let message: String
     /// Which side of a connection failed or refused, where the step that failed knows it before
     /// there is a TLS connection to ask (``TLSConnection/failureSide`` says it after): a server
@@ -191,7 +193,7 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
     /// An error with a stable code, a message, and the side of the connection that failed.
     public init(_ code: Code, _ message: String, side: TLSSide?) {
         self.code = code
-        self.message = message
+        self.message = OneLine.text(message)
         self.side = side
     }
 

@@ -32,7 +32,7 @@ extension CredentialStore {
         var out: [StoreExpiryItem] = []
         // Enrollment records (`mtls-enrollment:LABEL`) are not identities anyone presents: their
         // carrier certificate is a container, and its notAfter says nothing about an outage.
-        for (info, certs) in try itemCertificates() where !(info.itemClass == .identity && EnrollmentRecord.identityLabel(ofRecord: info.label) != nil) {
+        for (info, certs) in try itemCertificates() where !info.isEnrollmentRecord {
             for (i, c) in certs.enumerated() {
                 out.append(StoreExpiryItem(label: info.label, itemClass: info.itemClass, position: i, subject: c.subject,
                                            sha256: c.sha256Hex, notBefore: c.notBefore, notAfter: c.notAfter))

@@ -18,6 +18,9 @@ package struct Deadline {
         return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     }
 
+    /// Seconds left (nil: no deadline; 0 once expired).
+    package var remaining: Double? { end.map { max(0, $0 - Deadline.now()) } }
+
     /// Milliseconds left for poll(2): -1 for no deadline, 0 once expired.
     package var pollTimeout: Int32 {
         guard let end else { return -1 }

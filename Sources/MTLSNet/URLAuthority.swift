@@ -1,7 +1,7 @@
 import FoundationEssentials
 
 /// The one parser of the URLs libmtls connects to: `mtls connect https://...`, the ACME
-/// directory and every URL in its answers, the EST server's URL (``HTTPSURL``), CRL
+/// directory and every URL in its answers, the EST server's URL (all through ``HTTPClient``), CRL
 /// distribution points and OCSP responders (``HTTPURL``). Each reads the host, port and zone
 /// the same way and refuses the same malformed ones with the same message.
 ///
@@ -32,8 +32,18 @@ public enum URLAuthority {
     /// with "/"; the fragment dropped). Throws ``MTLSError/Code/invalidArgument`` for another
     /// scheme, user information, a missing host, an unbracketed IPv6 address, a malformed port
     /// or zone.
+    ///
+    /// Whatever its source (a command line, an ACME directory or any URL learned after it, a
+    /// CRL distribution point, an OCSP responder, an EST base URL, a redirect), a URL is at most
+    /// ``maxLength`` bytes of printable ASCII: a control character (CR LF would become header
+    /// lines of the request), a space or a non-ASCII byte anywhere refuses it, and the message
+    /// then never quotes it raw.
     package static func parse(_ url: String, scheme: String, defaultPort: UInt16) throws -> (host: String, port: UInt16, target: String) {
-        func bad(_ why: String) -> MTLSError { MTLSError(.invalidArgument, "\(why): \(url)") }
+        guard url.utf8.count <= maxLength, url.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) else {
+            throw MTLSError(.invalidArgument, "not a usable \(scheme):// URL (at most \(maxLength) printable ASCII characters, "
+                + "no spaces or control characters): \(printable(url))")
+        }
+        func bad(_ why: String) -> MTLSError { MTLSError(.invalidArgument, "\(why): \(printable(url))") }
         let prefix = scheme + "://"
         guard url.count > prefix.count, url.prefix(prefix.count).lowercased() == prefix else { throw bad("not an \(prefix) URL") }
         var authority = Substring(url.dropFirst(prefix.count))
@@ -78,6 +88,16 @@ public enum URLAuthority {
         guard let portText, !portText.isEmpty else { return (host, defaultPort, target) }
         guard portText.allSatisfy({ $0.isASCII && $0.isNumber }), let port = UInt16(portText), port > 0 else { throw bad("a malformed port") }
         return (host, port, target)
+    }
+
+    /// The longest URL accepted, in bytes.
+    static let maxLength = 2048
+
+    /// A URL that may hold anything, as an error message may show it: one line (``OneLine``),
+    /// at most 120 characters.
+    static func printable(_ url: String) -> String {
+        let line = OneLine.text(url)
+        return line.count > 120 ? String(line.prefix(120)) + "..." : line
     }
 
     /// `host` as a URL writes it: an IPv6 literal in brackets, its zone as RFC 6874 encodes it

@@ -22,7 +22,7 @@ protocol LifecycleWatched: AnyObject, Sendable {
 /// The library's one background thread for lifecycle work (`mtls-watch`): it looks at every
 /// followed store label and policy file every ``interval`` seconds, so handshakes never read the
 /// store. It starts with the first thing followed and ends when nothing is followed any more.
-enum LifecycleWatcher {
+package enum LifecycleWatcher {
     /// Seconds between two looks: a change made by another process is in force within this
     /// (plus the time to load it), well under a second.
     static let interval = 0.25
@@ -33,6 +33,8 @@ enum LifecycleWatcher {
         var running = false
         /// Looks left before freed memory is given back (0: none due).
         var releaseIn = 0
+        /// Complete looks at every followed item since the process started.
+        var looks = 0
     }
     /// Looks between a rotation or reload and giving back what it freed: long enough for the
     /// connections still holding the previous identity or policy to end, and a burst of
@@ -60,6 +62,10 @@ enum LifecycleWatcher {
         }
     }
 
+    /// Complete looks at every followed item so far: after two more than now, whatever was
+    /// changed before has been seen and its events delivered (tests wait on this, not on time).
+    package static var completedLooks: Int { state.withLock { $0.looks } }
+
     private static func spawn() -> Bool {
         BackgroundThread.start(name: "mtls-watch") { LifecycleWatcher.run() }
     }
@@ -77,6 +83,7 @@ enum LifecycleWatcher {
                 guard let items else { return false }
                 for i in items { i.refresh() }
                 let release: Bool = state.withLock { st in
+                    st.looks += 1
                     guard st.releaseIn > 0 else { return false }
                     st.releaseIn -= 1
                     return st.releaseIn == 0

@@ -284,10 +284,15 @@ extension CredentialStore {
 
     // MARK: upgrading an older store
 
-    /// The rows of a store as found, for an upgrade (schema < 4: no manifest yet).
+    /// The rows of a store as found, for an upgrade (schema < 4: no manifest yet). What a row
+    /// says of its certificates (subject, issuer, expiry, fingerprints) is read from the
+    /// certificates it holds, the bytes the upgrade authenticates, never from the row's text
+    /// columns: in a store from before row authentication (schema 1, 2) anyone who could write
+    /// the file may have put a rogue certificate's DER under a genuine fingerprint. A schema-3
+    /// row's tag covers its columns: there, certificates that differ from them are tampering.
     private func legacyRows(version: Int64) throws -> [(info: StoreItemInfo, id: Int64, generation: Int64, subjectCN: String?)] {
-        let columns = version >= 3 ? "label, class, subject, issuer, not_after, leaf_sha256, chain_sha256, token_uri, created, modified, subject_cn, generation, mac, id"
-                                   : "label, class, subject, issuer, not_after, leaf_sha256, chain_sha256, token_uri, created, modified, subject_cn, generation, NULL, id"
+        let columns = version >= 3 ? "label, class, subject, issuer, not_after, leaf_sha256, chain_sha256, token_uri, created, modified, subject_cn, generation, mac, id, leaf, chain"
+                                   : "label, class, subject, issuer, not_after, leaf_sha256, chain_sha256, token_uri, created, modified, subject_cn, generation, NULL, id, leaf, chain"
         let s = try db.statement("SELECT \(columns) FROM items ORDER BY label, class")
         defer { s.reset() }
         let v3 = version >= 3 ? try StoreRowAuthenticator(dataKey: dataKey, purpose: StoreRowAuthenticator.rowsV3) : nil
@@ -302,11 +307,20 @@ extension CredentialStore {
                                          chainSHA256: 6, tokenURI: 7, generation: 11, mac: 12) {
                 throw MTLSError(.corrupt, "the stored \(itemClass.name) \"\(raw.label)\" is tampered or damaged: its row does not authenticate under the store's key; the store is not upgraded (delete the row with a libmtls that reads it, or restore a backup)")
             }
+            let leaf: Certificate, chain: [Certificate]
+            do {
+                leaf = try Certificate(der: s.blob(14))
+                chain = try CredentialStore.splitDER(s.blob(15))
+            } catch {
+                throw MTLSError(.corrupt, "the stored \(itemClass.name) \"\(raw.label)\" holds a certificate that cannot be read: the store is not upgraded (delete the row with a libmtls that reads it, or restore a backup)")
+            }
+            if v3 != nil { try checkBlobs(raw, leaf: leaf, chain: chain) }
             let uri = raw.tokenURI.map { CredentialStore.strippingPINValue($0).uri }
-            let info = StoreItemInfo(label: raw.label, itemClass: raw.itemClass, subject: raw.subject, issuer: raw.issuer,
-                                     notAfter: raw.notAfter, leafSHA256: raw.leafSHA256, chainSHA256: raw.chainSHA256,
+            let info = StoreItemInfo(label: raw.label, itemClass: itemClass, subject: leaf.subject, issuer: leaf.issuer,
+                                     notAfter: Date(timeIntervalSince1970: Double(Int64(leaf.notAfter.timeIntervalSince1970))),
+                                     leafSHA256: leaf.sha256Hex, chainSHA256: chain.map(\.sha256Hex),
                                      tokenURI: uri, created: raw.created, modified: raw.modified)
-            out.append((info, s.int64(13), s.int64(11), s.isNull(10) ? nil : s.text(10)))
+            out.append((info, s.int64(13), s.int64(11), leaf.commonName))
         }
         return out
     }
@@ -364,8 +378,14 @@ extension CredentialStore {
                         itemClass: Int64(i.itemClass.rawValue), label: i.label, subject: i.subject, subjectCN: row.subjectCN,
                         issuer: i.issuer, notAfter: Int64(i.notAfter.timeIntervalSince1970), leafSHA256: i.leafSHA256,
                         chainSHA256: i.chainSHA256.joined(separator: ","), tokenURI: i.tokenURI, generation: row.generation))
-                    try db.statement("UPDATE items SET mac = ?, token_uri = ? WHERE id = ?")
-                        .bind(.blob(tag), i.tokenURI.map { .text($0) } ?? .null, .int(row.id)).run()
+                    // The columns as read from the row's certificates (what the preview showed).
+                    try db.statement("""
+                        UPDATE items SET mac = ?, token_uri = ?, subject = ?, subject_cn = ?, issuer = ?, not_after = ?,
+                                         leaf_sha256 = ?, chain_sha256 = ? WHERE id = ?
+                        """)
+                        .bind(.blob(tag), i.tokenURI.map { .text($0) } ?? .null, .text(i.subject), row.subjectCN.map { .text($0) } ?? .null,
+                              .text(i.issuer), .int(Int64(i.notAfter.timeIntervalSince1970)), .text(i.leafSHA256),
+                              .text(i.chainSHA256.joined(separator: ",")), .int(row.id)).run()
                 }
                 try db.statement("INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)").bind(.text("wrapped_key"), .blob(wrapped)).run()
                 var meta = try readMeta()

@@ -176,16 +176,23 @@ extension CredentialStore {
     }
 
     /// Every stored identity (decrypted), in label order — the candidates for automatic
-    /// identity selection. Token references are not included (see ``tokenIdentities()``).
+    /// identity selection. Token references are not included (see ``tokenIdentities()``), nor
+    /// are enrollment records (``StoreItemInfo/isEnrollmentRecord``), which are no identity
+    /// anyone presents (each row is still authenticated).
     public func identities() throws -> [Identity] {
         try lock.withLock { _ in
             try db.readTransaction {
                 let s = try db.statement(RowQuery.allIdentities)
                 defer { s.reset() }
                 var out: [Identity] = []
-                while try s.step() { out.append(try decodeIdentity(s)) }
+                var seen = 0
+                while try s.step() {
+                    let identity = try decodeIdentity(s)
+                    seen += 1
+                    if !CredentialStore.info(s).isEnrollmentRecord { out.append(identity) }
+                }
                 s.reset()
-                try checkComplete(itemClass: .identity, seen: out.count)
+                try checkComplete(itemClass: .identity, seen: seen)
                 return out
             }
         }

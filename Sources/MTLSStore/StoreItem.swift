@@ -52,3 +52,18 @@ public struct StoreItemInfo: Hashable, Sendable {
     /// When the item was last put (replace updates this, not ``created``).
     public let modified: Date
 }
+
+extension StoreItemInfo {
+    /// Whether this row is an enrollment record (an identity row labelled `mtls-enrollment:LABEL`,
+    /// the label space records are kept under) rather than an identity. The one rule: such rows
+    /// are never offered as identities (``CredentialStore/identities()``, automatic selection,
+    /// `mtls_store_identities`, Python's `Store.identities()`), nor counted as expiring
+    /// certificates; `mtls store list` shows them only with `--enrollments`.
+    public var isEnrollmentRecord: Bool {
+        itemClass == .identity && label.hasPrefix(Self.enrollmentRecordPrefix)
+    }
+
+    /// The label space of enrollment records: `mtls-enrollment:` and the identity's label
+    /// (``EnrollmentRecord/label(for:)``, in the enrollment layer, names them).
+    package static let enrollmentRecordPrefix = "mtls-enrollment:"
+}

@@ -33,7 +33,7 @@ extension TLSContext {
                                         context: config.bindingContext, overrides: overrides)
         state.binding = binding
         // The server's stapled OCSP response, for a policy that checks revocation with OCSP.
-        let staple = config.purpose == .serverAuth ? ssl.flatMap { stapledOCSP($0) } : nil
+        let staple = config.purpose == .serverAuth ? ssl.flatMap(stapledResponse) : nil
         let result: TrustResult
         var standing: EvaluationStanding? = nil
         if config.checksStapleAfterVerify, staple == nil, let ssl, SSL_version(ssl) != TLS1_3_VERSION {
@@ -73,8 +73,8 @@ extension TLSContext {
         return 0
     }
 
-    /// The OCSP response the server stapled (DER), nil when none came or it is over 1 MiB.
-    static func stapledOCSP(_ ssl: OpaquePointer) -> [UInt8]? {
+    /// The OCSP response the server stapled to `ssl`'s handshake (DER, at most 1 MiB), if any.
+    static func stapledResponse(_ ssl: OpaquePointer) -> [UInt8]? {
         var p: UnsafePointer<UInt8>? = nil
         let n = mtls_ossl_SSL_get_ocsp_staple(ssl, &p)
         guard n > 0, n <= 1 << 20, let p else { return nil }
@@ -90,7 +90,7 @@ extension TLSContext {
         guard let ssl, let arg, let state = TLSHandshakeState.of(ssl), state.revocationAwaitingStaple else { return 1 }
         state.revocationAwaitingStaple = false
         let config = Unmanaged<TLSContextConfig>.fromOpaque(arg).takeUnretainedValue()
-        let staple = stapledOCSP(ssl)
+        let staple = stapledResponse(ssl)
         let overrides = state.overrides ?? config.overrides
         let result = config.policy.verifyPeer(chain: state.presentedChain, peer: state.peer, purpose: config.purpose,
                                               overrides: overrides, stapledOCSP: staple, withStanding: false).result

@@ -139,12 +139,14 @@ package final class ResumptionRecord: Sendable {
             until = min(until ?? expiry, expiry)
         }
         // Revocation: the session stands for "not revoked" only as long as what said so is
-        // current — the earliest nextUpdate of the CRLs and OCSP responses used; a status that
+        // current — the earliest moment a CRL or OCSP response used goes stale (RevocationFreshness); a status that
         // was unknown (soft mode) is looked at again once a failed fetch is retried.
         if let report = evaluation.revocation {
             for check in report.checks {
+                let maxAge = policy.revocationFetch.maxAge
                 let bound: Date? = check.status == .unknown
-                    ? Date().addingTimeInterval(CRLStore.failureRetryInterval) : check.nextUpdate
+                    ? Date().addingTimeInterval(CRLStore.failureRetryInterval)
+                    : check.thisUpdate.map { RevocationFreshness.validUntil(thisUpdate: $0, nextUpdate: check.nextUpdate, maxAge: maxAge) }
                 if let bound { until = min(until ?? bound, bound) }
             }
         }

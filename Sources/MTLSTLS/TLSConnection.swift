@@ -29,12 +29,25 @@ public final class TLSConnection {
     /// The counters of the listener that accepted this connection: its current connections
     /// count this one until it is freed.
     var listenerCounters: ListenerCounters?
+    /// Set by a listener for the handshake it runs: told each time the handshake's state machine
+    /// moves (a message read or written), so the listener knows which handshakes are stalled.
+    var handshakeProgress: HandshakeProgress?
+    private var lastHandshakeState: OSSL_HANDSHAKE_STATE?
     /// Whether the handshake has finished.
     public private(set) var isHandshakeComplete = false
     /// After a failed handshake, read or write: the side that failed or refused — the peer when
     /// it sent an alert, hung up or did not answer in time; this side when our evaluation, our
     /// identity or our token stopped it.
     public private(set) var failureSide: TLSSide?
+    /// The policy version this connection started under (its context's policy, which judges
+    /// the peer): see ``isPolicyChanged``.
+    private let policyVersionAtStart: UInt64
+    /// Whether the policy that judges this connection's peer has changed since the connection
+    /// was made (``TrustPolicy/replaceSettings(from:)`` / `mtls_policy_replace`, a followed
+    /// policy file's reload, any setting). The peer was judged under the old settings: pools
+    /// that keep connections alive drop an idle one for which this is true (the Python
+    /// adapters do), as a new connection is judged under the policy in force.
+    public var isPolicyChanged: Bool { context.config.policy.version != policyVersionAtStart }
     /// Non-blocking connect: the TCP connect may still be under way when the handshake starts.
     private var connecting = false
     private var connectPort: UInt16 = 0
@@ -86,6 +99,7 @@ public final class TLSConnection {
 
     private init(clientFD fd: Int32, owned: Bool, host: String, port: UInt16, options: TLSClientOptions) throws {
         context = try TLSContext.sharedClient(options)
+        policyVersionAtStart = context.config.policy.version
         guard let ssl = SSL_new(context.ctx) else { throw MTLSError.openSSL(.noMemory, "cannot create a TLS connection") }
         self.ssl = ssl
         fileDescriptor = fd
@@ -145,6 +159,7 @@ public final class TLSConnection {
     /// The server side of an accepted socket (owned by the connection).
     init(serverFD fd: Int32, peer: String, context: TLSContext, options: TLSServerOptions) throws {
         self.context = context
+        policyVersionAtStart = context.config.policy.version
         guard let ssl = SSL_new(context.ctx) else { throw MTLSError.openSSL(.noMemory, "cannot create a TLS connection") }
         self.ssl = ssl
         fileDescriptor = fd
@@ -224,6 +239,12 @@ public final class TLSConnection {
             switch err {
             case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
                 let writing = err == SSL_ERROR_WANT_WRITE
+                if let progress = handshakeProgress {
+                    // Progress is a message, not a byte: a peer that sends its flight a byte at a
+                    // time does not look busy.
+                    let now = SSL_get_state(ssl)
+                    if now != lastHandshakeState { lastHandshakeState = now; progress.advanced() }
+                }
                 if nonBlocking {
                     throw MTLSError(writing ? .wantWrite : .wantRead, "the handshake is waiting for the socket")
                 }
@@ -355,7 +376,7 @@ public final class TLSConnection {
         try read(into: buffer, deadline: Deadline(seconds: ioTimeout))
     }
 
-    func read(into buffer: UnsafeMutableRawBufferPointer, deadline: Deadline) throws -> Int {
+    package func read(into buffer: UnsafeMutableRawBufferPointer, deadline: Deadline) throws -> Int {
         try handshake()
         guard buffer.count > 0 else { return 0 }
         while true {
@@ -413,8 +434,14 @@ public final class TLSConnection {
     /// may write part and returns how much.
     @discardableResult
     public func write(_ bytes: UnsafeRawBufferPointer) throws -> Int {
+        try write(bytes, deadline: Deadline(seconds: ioTimeout))
+    }
+
+    /// ``write(_:)-(UnsafeRawBufferPointer)`` under the caller's deadline (the HTTP client's one
+    /// deadline for a whole exchange).
+    @discardableResult
+    package func write(_ bytes: UnsafeRawBufferPointer, deadline: Deadline) throws -> Int {
         try handshake()
-        let deadline = Deadline(seconds: ioTimeout)
         var off = 0
         while off < bytes.count {
             OpenSSLErrorQueue.clear()

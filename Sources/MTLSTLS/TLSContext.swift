@@ -133,7 +133,9 @@ package final class TLSContext: @unchecked Sendable {
             }
             // OCSP stapling for our own certificate, fetched in the background.
             // Its fetch failures go to the listener's events (those of its identity source).
-            let stapler = OCSPStapler.start(for: identity, events: identitySource?.events)
+            // Its limits and maximum age are those of the listener's policy.
+            let stapler = OCSPStapler.start(for: identity, options: options.clientPolicySource.revocationFetch,
+                                            events: identitySource?.events)
             if let stapler { OCSPStapler.install(stapler, on: ctx) }
             return TLSContext(ctx: ctx, config: config, stapler: stapler)
         } catch {
@@ -170,7 +172,8 @@ package final class TLSContext: @unchecked Sendable {
         // refreshed in the background, never on the handshake path).
         // Its fetch failures go to the identity source's events, else to the policy's.
         if purpose == .clientAuth, let identity,
-           let stapler = OCSPStapler.start(for: identity, events: identitySource?.events ?? handle.events) {
+           let stapler = OCSPStapler.start(for: identity, options: handle.revocationFetch,
+                                           events: identitySource?.events ?? handle.events) {
             config.stapler = stapler
         }
         try install(on: ctx, config: config, identity: identity, verifyMode: SSL_VERIFY_PEER | kept, ownContext: false)

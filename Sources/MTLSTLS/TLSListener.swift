@@ -22,12 +22,19 @@ import Glibc
 /// ``maxPending`` clients are handshaking or waiting to be accepted; beyond that the kernel's
 /// backlog holds them.
 ///
-/// A client takes a handshake slot and a thread only once it has sent its first byte: until
-/// then the thread holding the turn at accepting watches it with the listening socket (one
+/// A client takes a handshake slot and a thread only once its whole ClientHello has arrived:
+/// until then the thread holding the turn at accepting watches it with the listening socket (one
 /// `poll` over every such socket, at most ``maxWaitingForFirstByte`` of them, the oldest closed
-/// first when more come), and closes it when ``TLSServerOptions/firstByteTimeout`` is over.
-/// One source address has at most ``TLSServerOptions/maxHandshakesPerAddress`` handshakes under
-/// way. So connections that never send a ClientHello cannot keep real clients waiting.
+/// first when more come; a socket with part of a ClientHello wakes the poll only when the rest
+/// has come, `SO_RCVLOWAT`), and closes it when ``TLSServerOptions/firstByteTimeout`` is over
+/// with nothing sent (silently: it is no client), or ``TLSServerOptions/clientHelloTimeout`` with
+/// the ClientHello not whole (reported by ``accept(timeout:)`` as ``MTLSError/Code/timeout``).
+/// One source (an IPv4 address, an IPv6 /64: ``TLSServerOptions/ipv6SourcePrefixLength``) has
+/// at most ``TLSServerOptions/maxHandshakesPerAddress`` handshakes under way. When every slot
+/// (or every slot of its source) is taken and a client with a whole ClientHello waits, the
+/// handshake that has made no progress for longest (at least ``stalledAfter`` seconds) is cut
+/// short for it: it fails with ``MTLSError/Code/timeout``. So connections that send nothing, a
+/// byte, or a ClientHello and then nothing cannot keep real clients waiting.
 public final class TLSListener: Sendable {
     /// The port listened on (the one the system picked when 0 was asked for).
     public let port: UInt16
@@ -38,20 +45,33 @@ public final class TLSListener: Sendable {
     /// The identity each handshake presents: ``TLSServerOptions/identitySource``, else a source
     /// made of ``TLSServerOptions/identity`` that ``setIdentity(_:)`` swaps.
     public let identitySource: IdentitySource
-    /// Handshakes accepted, refused (by reason), resumed, and connections open.
+    /// Handshakes accepted, refused (by reason), resumed, and connections open. A client that
+    /// sent a part of a ClientHello and left, or was closed when its time was over, counts as
+    /// refused (``MTLSError/Code/handshake``, ``MTLSError/Code/timeout``) though it never took a
+    /// slot; one that never sent a byte counts nowhere.
     public let counters = ListenerCounters()
     /// The most clients handshaking or handshaken and not yet accepted at once.
     public static let maxPending = 256
     /// The most handshake threads kept waiting for the next client.
     public static let maxIdleThreads = 16
-    /// The most accepted sockets waiting for their first byte; when another comes, the oldest
-    /// that has sent nothing is closed.
+    /// The most accepted sockets waiting for their first byte or the rest of their ClientHello;
+    /// when another comes, the oldest whose ClientHello is not whole is closed.
     public static let maxWaitingForFirstByte = 4096
+    /// Seconds without progress (no handshake message read or written) after which a handshake
+    /// under way counts as stalled: it is cut short when a client with a whole ClientHello waits
+    /// for its slot (the stalest first).
+    public static let stalledAfter: Double = 1
+    /// The most bytes of a ClientHello waited for before it takes a slot: a longer one (over
+    /// several records) goes to its handshake once this much has arrived.
+    package static let clientHelloWaitLimit = 16 * 1024 + 5 + 4
 
     /// Listens on `address` (nil: every IPv4 address; "127.0.0.1", "::1"...) and `port` (0 for
     /// an ephemeral port).
     public init(address: String? = nil, port: UInt16 = 0, options: TLSServerOptions) throws {
         identitySource = options.identitySource ?? IdentitySource(options.identity)
+        if let bits = options.ipv6SourcePrefixLength, bits > 128 {
+            throw MTLSError(.invalidArgument, "the IPv6 source prefix length must be 1 to 128 bits, not \(bits)")
+        }
         // The first of the listener's contexts (one per identity, ListenerContexts).
         let context = try TLSContext.server(options, identitySource: identitySource)
         self.options = options
@@ -128,6 +148,9 @@ public final class ListenerCounters: Sendable {
 final class ListenerCore: Sendable {
     private struct State {
         var ready: [Finished] = []
+        /// Items of `ready` that hold a connection: with `inFlight`, what takes the slots (a
+        /// queued refusal holds nothing).
+        var queuedConnections = 0
         var inFlight = 0
         var started = false
         var closed = false
@@ -144,31 +167,50 @@ final class ListenerCore: Sendable {
         var ended: [pthread_t] = []
         /// Client sockets in a handshake. A thread removes its socket before it closes it, so
         /// every socket here is open while the lock is held: close shuts them down, cutting
-        /// their handshakes short.
-        var handshaking: Set<Int32> = []
+        /// their handshakes short, and so does the eviction of a stalled one.
+        var handshaking: [Int32: Handshaking] = [:]
         /// The thread that closes joins the others; a second close returns at once.
         var joined = false
-        /// Accepted sockets that take no handshake slot yet: silent ones, watched by the thread
-        /// holding the turn at accepting, and ready ones (their first byte came) waiting for a
-        /// slot or for their address to be under its cap. The turn holder closes them when the
-        /// listener closes.
+        /// Accepted sockets that take no handshake slot yet: those whose ClientHello is not whole
+        /// (silent ones, and those with a part of it), watched by the thread holding the turn at
+        /// accepting, and ready ones (their ClientHello came) waiting for a slot or for their
+        /// source to be under its cap. The turn holder closes them when the listener closes.
         var waiting: [Int32: WaitingClient] = [:]
-        /// Clients in a handshake (in `handshaking`), by source address.
+        /// Clients in a handshake (in `handshaking`), by source.
         var handshakesBySource: [String: Int] = [:]
+    }
+
+    /// A handshake under way.
+    private struct Handshaking {
+        let source: String
+        let progress: HandshakeProgress
     }
 
     /// An accepted socket before its handshake.
     private struct WaitingClient {
-        /// Its address as text ("127.0.0.1:40404"), and the source address alone that the
-        /// per-address cap counts.
+        /// Its address as text ("127.0.0.1:40404"), and the source that the per-source cap
+        /// counts (``ListenerSource``).
         let peer: String
         let source: String
-        /// When it must have sent its first byte (``Deadline/now()``), if ever.
-        let deadline: Double?
-        /// Accepted in this order (the oldest silent one goes first when too many wait).
+        /// When it must have sent its first byte, and its whole ClientHello (``Deadline/now()``),
+        /// if ever.
+        let firstByteDeadline: Double?
+        let helloDeadline: Double?
+        /// Accepted in this order (the oldest not ready goes first when too many wait).
         let order: UInt64
-        /// Its first byte came: it takes a slot as soon as one (and its address) allows.
+        /// Bytes of its ClientHello seen so far.
+        var received = 0
+        /// The socket's `SO_RCVLOWAT` (1, the system's, unless a part of the ClientHello came).
+        var lowWater = 1
+        /// Its ClientHello came whole: it takes a slot as soon as one (and its source) allows.
         var ready = false
+
+        /// When it is closed if its ClientHello is still not whole.
+        var deadline: Double? {
+            if ready { return nil }
+            let limits = received == 0 ? [firstByteDeadline, helloDeadline] : [helloDeadline]
+            return limits.compactMap { $0 }.min()
+        }
     }
 
     /// A finished handshake: moved from its handshake thread to the thread that accepts it.
@@ -177,7 +219,12 @@ final class ListenerCore: Sendable {
         // this, then the accepting thread that dequeues it.
         nonisolated(unsafe) var connection: TLSConnection?
         let error: (any Error)?
-        init(_ connection: TLSConnection?, _ error: (any Error)?) { self.connection = connection; self.error = error }
+        let holdsConnection: Bool
+        init(_ connection: TLSConnection?, _ error: (any Error)?) {
+            self.connection = connection
+            self.error = error
+            holdsConnection = connection != nil
+        }
     }
 
     private let listenFD: Int32
@@ -197,6 +244,9 @@ final class ListenerCore: Sendable {
     /// waiting thread when the listener closes. Allocated once, freed in deinit (no thread holds the
     /// core then).
     nonisolated(unsafe) private let workSignal: UnsafeMutablePointer<sem_t>
+    /// Where the thread holding the turn at accepting peeks at ClientHellos (one thread holds it
+    /// at a time; the state lock orders one holder after the next). Freed in deinit.
+    nonisolated(unsafe) private let peekBuffer: UnsafeMutableRawBufferPointer
 
     init(listenFD: Int32, contexts: ListenerContexts, options: TLSServerOptions, counters: ListenerCounters) throws {
         self.counters = counters
@@ -224,6 +274,7 @@ final class ListenerCore: Sendable {
         turnWakeWrite = fds[1]
         workSignal = .allocate(capacity: 1)
         sem_init(workSignal, 0, 0)
+        peekBuffer = .allocate(byteCount: TLSListener.clientHelloWaitLimit, alignment: 8)
     }
 
     deinit {
@@ -233,13 +284,17 @@ final class ListenerCore: Sendable {
         Glibc.close(turnWakeWrite)
         sem_destroy(workSignal)
         workSignal.deallocate()
+        peekBuffer.deallocate()
     }
 
     func next(deadline: Deadline, timeout: Double?) throws -> TLSConnection {
         try startIfNeeded()
         while true {
             let (item, closed): (Finished?, Bool) = state.withLock { st in
-                (st.ready.isEmpty ? nil : st.ready.removeFirst(), st.closed)
+                guard !st.ready.isEmpty else { return (nil, st.closed) }
+                let item = st.ready.removeFirst()
+                if item.holdsConnection { st.queuedConnections -= 1 }
+                return (item, st.closed)
             }
             if let item {
                 // What the handshake thread wrote before queueing the item happened before this.
@@ -269,9 +324,10 @@ final class ListenerCore: Sendable {
             st.closed = true
             let d = st.ready
             st.ready = []
+            st.queuedConnections = 0
             let idle = st.idleThreads
             st.idleThreads = 0
-            for fd in st.handshaking { _ = shutdown(fd, Int32(SHUT_RDWR)) } // open: see `handshaking`
+            for fd in st.handshaking.keys { _ = shutdown(fd, Int32(SHUT_RDWR)) } // open: see `handshaking`
             return (st.acceptorRunning, d, idle)
         }
         for d in dropped { d.connection = nil }
@@ -332,7 +388,7 @@ final class ListenerCore: Sendable {
     private func run() {
         while true {
             // The client comes with its slot taken (inFlight, handshaking, its address's count).
-            guard let (fd, peer, source) = acceptNext() else {
+            guard let (fd, peer, progress) = acceptNext() else {
                 state.withLock { $0.acceptorRunning = false }
                 closeListenFD()
                 return
@@ -347,10 +403,10 @@ final class ListenerCore: Sendable {
             if handOn {
                 sem_post(workSignal)
             } else if !spawnThread() {
-                handshake(fd: fd, peer: peer, source: source) // no thread to spare: handshake here, keep the turn
+                handshake(fd: fd, peer: peer, progress: progress) // no thread to spare: handshake here, keep the turn
                 continue
             }
-            handshake(fd: fd, peer: peer, source: source)
+            handshake(fd: fd, peer: peer, progress: progress)
             guard waitForTurn() else {
                 endOnItsOwn()
                 return
@@ -403,47 +459,76 @@ final class ListenerCore: Sendable {
         }
     }
 
-    /// The accepting turn: the next client that has sent its first byte and may take a slot
-    /// (fewer than ``TLSListener/maxPending`` in flight, its address under its cap), with the
-    /// slot taken; nil when the listener closed. Meanwhile accepts new clients into `waiting`,
-    /// watches the silent ones (one poll over all of them, the listening socket and the wake
-    /// pipe) and closes those whose first-byte time is over.
-    private func acceptNext() -> (Int32, String, String)? {
+    /// The accepting turn: the next client whose ClientHello has arrived and that may take a slot
+    /// (fewer than ``TLSListener/maxPending`` in flight, its source under its cap), with the slot
+    /// taken; nil when the listener closed. Meanwhile accepts new clients into `waiting`, watches
+    /// those whose ClientHello is not whole (one poll over all of them, the listening socket and
+    /// the wake pipe), closes those whose time is over, and cuts stalled handshakes short for
+    /// clients that wait for a slot.
+    private func acceptNext() -> (Int32, String, HandshakeProgress)? {
         let perSource = options.maxHandshakesPerAddress ?? 0  // 0: no limit
         while true {
             let now = Deadline.now()
             var expired: [Int32] = []
             var fds: [pollfd] = []
-            let picked: (Int32, String, String)?? = state.withLock { st in
+            var nearest: Double?
+            var refusals: [MTLSError] = []
+            let picked: (Int32, String, HandshakeProgress)?? = state.withLock { st in
                 if st.closed {
                     // The turn holder owns the waiting sockets: close them on the way out.
                     expired = Array(st.waiting.keys)
                     st.waiting.removeAll()
                     return .some(nil)
                 }
-                for (fd, w) in st.waiting where !w.ready && (w.deadline.map { now >= $0 } ?? false) {
-                    expired.append(fd)
+                // One pass: the expired, the oldest ready client that may start, how many ready
+                // ones may start, and the sources whose ready clients wait for their cap.
+                var first: (fd: Int32, order: UInt64)?
+                var startable = 0
+                var capped: Set<String> = []
+                for (fd, w) in st.waiting {
+                    if w.ready {
+                        if perSource > 0 && st.handshakesBySource[w.source, default: 0] >= perSource {
+                            capped.insert(w.source)
+                            continue
+                        }
+                        startable += 1
+                        if first.map({ w.order < $0.order }) ?? true { first = (fd, w.order) }
+                    } else if let d = w.deadline {
+                        if now >= d {
+                            expired.append(fd)
+                            if w.received > 0 {
+                                refusals.append(MTLSError(.timeout, "client \(w.peer): its ClientHello did not arrive whole in time "
+                                                          + "(\(w.received) bytes came)"))
+                            }
+                        } else { nearest = min(nearest ?? d, d) }
+                    }
                 }
                 for fd in expired { st.waiting[fd] = nil }
-                if st.inFlight + st.ready.count < TLSListener.maxPending,
-                   let (fd, w) = st.waiting.filter({ $0.value.ready && (perSource <= 0 || st.handshakesBySource[$0.value.source, default: 0] < perSource) })
-                    .min(by: { $0.value.order < $1.value.order }) {
-                    st.waiting[fd] = nil
+                if let first, st.inFlight + st.queuedConnections < TLSListener.maxPending, let w = st.waiting.removeValue(forKey: first.fd) {
+                    let progress = HandshakeProgress()
                     st.inFlight += 1
-                    st.handshaking.insert(fd)
+                    st.handshaking[first.fd] = Handshaking(source: w.source, progress: progress)
                     st.handshakesBySource[w.source, default: 0] += 1
-                    return .some((fd, w.peer, w.source))
+                    return .some((first.fd, w.peer, progress))
                 }
+                // Clients wait for a slot: the stalled handshakes go first, one for each waiting
+                // client (less those already cut short and not yet ended).
+                if startable > 0 { evictStalled(&st, count: startable, source: nil, now: now) }
+                for source in capped { evictStalled(&st, count: 1, source: source, now: now) }
                 fds.append(pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0))
                 fds.append(pollfd(fd: turnWakeRead, events: Int16(POLLIN), revents: 0))
-                for (fd, w) in st.waiting where !w.ready { fds.append(pollfd(fd: fd, events: Int16(POLLIN), revents: 0)) }
+                for (fd, w) in st.waiting where !w.ready {
+                    fds.append(pollfd(fd: fd, events: Int16(POLLIN) | ListenerCore.pollReadHangUp, revents: 0))
+                }
                 return nil
             }
             for fd in expired { Glibc.close(fd) }
+            // A ClientHello begun and not finished in time is a refused handshake, as it was when
+            // it took a slot (one that never sent a byte is none).
+            refuse(refusals)
             if let picked { return picked }
-            // Wake up for the nearest first-byte deadline, and at least every 250 ms (a slot
-            // freed by the application accepting is seen then).
-            let nearest: Double? = state.withLock { st in st.waiting.values.compactMap { $0.ready ? nil : $0.deadline }.min() }
+            // Wake up for the nearest deadline, and at least every 250 ms (a slot freed by the
+            // application accepting, or a handshake that now counts as stalled, is seen then).
             let wait = min(250, nearest.map { max(0, Int32(($0 - now) * 1000) + 1) } ?? 250)
             let n = poll(&fds, nfds_t(fds.count), wait)
             if n < 0 {
@@ -455,42 +540,125 @@ final class ListenerCore: Sendable {
                 var buf = [UInt8](repeating: 0, count: 256)
                 while read(turnWakeRead, &buf, buf.count) > 0 {}
             }
-            var closedSilently: [Int32] = []
-            var nowReady: [Int32] = []
+            var gone: [Int32] = []
+            var left: [(fd: Int32, sentSome: Bool)] = []
+            var arrived: [(fd: Int32, received: Int, lowWater: Int, ready: Bool)] = []
             for p in fds.dropFirst(2) where p.revents != 0 {
-                // Data, or the end: peek, so the handshake still reads the ClientHello whole.
-                var byte: UInt8 = 0
-                let r = recv(p.fd, &byte, 1, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT))
-                if r > 0 { nowReady.append(p.fd) } else if r == 0 || (errno != EAGAIN && errno != EINTR) { closedSilently.append(p.fd) }
+                let seen = state.withLock { $0.waiting[p.fd].map { ($0.received, $0.lowWater) } }
+                guard let (before, lowWater) = seen else { continue }
+                switch look(at: p.fd, hungUp: p.revents & (ListenerCore.pollReadHangUp | Int16(POLLHUP) | Int16(POLLERR)) != 0,
+                            before: before, lowWater: lowWater) {
+                case .gone(let sentSome):
+                    gone.append(p.fd)
+                    left.append((p.fd, sentSome || before > 0))
+                case .waiting(let received, let low): arrived.append((p.fd, received, low, false))
+                case .whole(let received): arrived.append((p.fd, received, 1, true))
+                }
             }
-            state.withLock { st in
-                for fd in nowReady { st.waiting[fd]?.ready = true }
-                for fd in closedSilently { st.waiting[fd] = nil }
+            let ended: [MTLSError] = state.withLock { st in
+                for a in arrived {
+                    st.waiting[a.fd]?.received = a.received
+                    st.waiting[a.fd]?.lowWater = a.lowWater
+                    st.waiting[a.fd]?.ready = a.ready
+                }
+                return left.compactMap { l in
+                    guard let w = st.waiting.removeValue(forKey: l.fd), l.sentSome else { return nil }
+                    return MTLSError(.handshake, "client \(w.peer): the connection ended before its ClientHello was whole")
+                }
             }
-            for fd in closedSilently { Glibc.close(fd) } // connected and left without a word
+            for fd in gone { Glibc.close(fd) } // connected and left without a whole ClientHello
+            refuse(ended)
             if fds[0].revents != 0 { acceptWaiting() }
         }
     }
 
+    private enum Arrival {
+        /// Closed (or reset) before its ClientHello was whole; whether it had sent a part of it.
+        case gone(sentSome: Bool)
+        /// `received` bytes so far; the socket wakes poll when `lowWater` have come.
+        case waiting(received: Int, lowWater: Int)
+        /// The ClientHello is whole (or the bytes are no ClientHello worth waiting for: its
+        /// handshake answers them at once).
+        case whole(received: Int)
+    }
+
+    /// What has arrived on a waiting socket that poll found readable: peeks (so the handshake
+    /// still reads the ClientHello whole) and sets `SO_RCVLOWAT` to the bytes still missing, or
+    /// back to 1 once it is whole.
+    private func look(at fd: Int32, hungUp: Bool, before: Int, lowWater: Int) -> Arrival {
+        let r = recv(fd, peekBuffer.baseAddress, peekBuffer.count, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT))
+        if r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) { return .gone(sentSome: false) }
+        if r < 0 { return .waiting(received: before, lowWater: lowWater) }
+        let needed = ClientHelloArrival.bytesNeeded(UnsafeRawBufferPointer(rebasing: peekBuffer[..<r]),
+                                                    limit: TLSListener.clientHelloWaitLimit)
+        guard let needed else {
+            if lowWater > 1 { setLowWater(fd, 1) }
+            return .whole(received: r)
+        }
+        if hungUp { return .gone(sentSome: true) }  // it cannot finish a handshake it stopped sending for
+        // Readable with nothing new and no hang-up: the socket woke poll for a reason the
+        // low-water mark did not foresee. Never spin on it: its handshake takes it from here
+        // (a slot that stalls is cut short as any other stalled handshake).
+        if r <= before {
+            if lowWater > 1 { setLowWater(fd, 1) }
+            return .whole(received: r)
+        }
+        if needed != lowWater { setLowWater(fd, needed) }
+        return .waiting(received: r, lowWater: needed)
+    }
+
+    /// POLLRDHUP (Linux, <poll.h> under _GNU_SOURCE, which the importer does not see): the peer
+    /// shut its sending side down.
+    private static let pollReadHangUp: Int16 = 0x2000
+
+    private func setLowWater(_ fd: Int32, _ bytes: Int) {
+        var v = Int32(bytes)
+        _ = setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    /// Cuts short up to `count` handshakes (of `source`, or any) that have made no progress for
+    /// ``TLSListener/stalledAfter`` seconds, the stalest first, less those already cut short and
+    /// not yet ended. The socket is shut down under the lock (so it is open, see `handshaking`);
+    /// its handshake fails at once and frees the slot.
+    private func evictStalled(_ st: inout State, count: Int, source: String?, now: Double) {
+        var pending = 0
+        var candidates: [(fd: Int32, last: Double)] = []
+        for (fd, h) in st.handshaking where source == nil || h.source == source {
+            if h.progress.isEvicted { pending += 1; continue }
+            let last = h.progress.lastProgress
+            if now - last >= TLSListener.stalledAfter { candidates.append((fd, last)) }
+        }
+        let wanted = count - pending
+        guard wanted > 0, !candidates.isEmpty else { return }
+        for c in candidates.sorted(by: { $0.last < $1.last }).prefix(wanted) {
+            st.handshaking[c.fd]?.progress.evict(stalledFor: now - c.last)
+            _ = shutdown(c.fd, Int32(SHUT_RDWR))
+        }
+    }
+
     /// Accepts every client the kernel holds into `waiting`. When too many wait (or no file
-    /// descriptor is left), the oldest silent one is closed to make room.
+    /// descriptor is left), the oldest whose ClientHello is not whole is closed to make room.
     private func acceptWaiting() {
+        let firstByte = limit(options.firstByteTimeout)
+        let hello = limit(options.clientHelloTimeout)
+        let prefix = options.ipv6SourcePrefixLength ?? 128
         while true {
-            if state.withLock({ $0.waiting.count >= TLSListener.maxWaitingForFirstByte }) { evictOldestSilent() }
+            if state.withLock({ $0.waiting.count >= TLSListener.maxWaitingForFirstByte }) { evictOldestUnready() }
             let next: (Int32, String)?
             do {
                 next = try Socket.acceptNow(listenFD)
             } catch {
                 if state.withLock({ $0.closed }) { return }
-                // EMFILE and the like: a silent socket gives its descriptor to a newcomer; with
+                // EMFILE and the like: a waiting socket gives its descriptor to a newcomer; with
                 // none to close, let handshakes finish.
-                if !evictOldestSilent() { usleep(10_000) }
+                if !evictOldestUnready() { usleep(10_000) }
                 return
             }
             guard let (fd, peer) = next else { return }
             Socket.setNonBlocking(fd, true)
-            let client = WaitingClient(peer: peer, source: TrustPeer.client(address: peer).host ?? peer,
-                                       deadline: firstByteLimit.map { Deadline.now() + $0 },
+            let now = Deadline.now()
+            let client = WaitingClient(peer: peer, source: ListenerSource.key(peer: peer, ipv6PrefixLength: prefix),
+                                       firstByteDeadline: firstByte.map { now + $0 }, helloDeadline: hello.map { now + $0 },
                                        order: accepted.add(1, ordering: .relaxed).newValue)
             let kept: Bool = state.withLock { st in
                 guard !st.closed else { return false }
@@ -501,42 +669,72 @@ final class ListenerCore: Sendable {
         }
     }
 
-    /// Seconds a client has for its first byte: the first-byte timeout, and never more than the
-    /// handshake timeout (a client cannot take longer to begin its handshake than to finish it).
-    private var firstByteLimit: Double? {
-        [options.firstByteTimeout, options.handshakeTimeout].compactMap { $0.flatMap { $0 > 0 ? $0 : nil } }.min()
-    }
-
-    /// Closes the silent socket accepted first; false when there is none.
-    @discardableResult
-    private func evictOldestSilent() -> Bool {
-        let fd: Int32? = state.withLock { st in
-            guard let (fd, _) = st.waiting.filter({ !$0.value.ready }).min(by: { $0.value.order < $1.value.order }) else { return nil }
-            st.waiting[fd] = nil
-            return fd
+    /// Counts and reports clients refused before their handshake began (a ClientHello begun and
+    /// not finished), as a failed handshake is: ``TLSListener/accept(timeout:)`` throws them, in
+    /// turn. A refusal holds no slot; beyond ``TLSListener/maxWaitingForFirstByte`` unaccepted
+    /// items, refusals are only counted (an application that does not accept cannot make them
+    /// pile up).
+    private func refuse(_ errors: [MTLSError]) {
+        guard !errors.isEmpty else { return }
+        for e in errors { counters.handshakeRefused(e.code) }
+        let queued: Int = state.withLock { st in
+            guard !st.closed else { return 0 }
+            let room = max(0, TLSListener.maxWaitingForFirstByte - st.ready.count)
+            for e in errors.prefix(room) { st.ready.append(Finished(nil, e)) }
+            return min(room, errors.count)
         }
-        if let fd { Glibc.close(fd) }
-        return fd != nil
+        var b: UInt8 = 0
+        for _ in 0..<queued { _ = write(wakeWrite, &b, 1) }
     }
 
-    private func handshake(fd: Int32, peer: String, source: String) {
+    /// Seconds a client has for its first byte or its ClientHello (`timeout`), never more than
+    /// the handshake timeout (a client cannot take longer to begin its handshake than to finish it).
+    private func limit(_ timeout: Double?) -> Double? {
+        [timeout, options.handshakeTimeout].compactMap { $0.flatMap { $0 > 0 ? $0 : nil } }.min()
+    }
+
+    /// Closes the socket accepted first among those whose ClientHello is not whole; false when
+    /// there is none.
+    @discardableResult
+    private func evictOldestUnready() -> Bool {
+        let evicted: (fd: Int32, peer: String?)? = state.withLock { st in
+            var oldest: (fd: Int32, order: UInt64)?
+            for (fd, w) in st.waiting where !w.ready && (oldest.map { w.order < $0.order } ?? true) { oldest = (fd, w.order) }
+            guard let oldest, let w = st.waiting.removeValue(forKey: oldest.fd) else { return nil }
+            return (oldest.fd, w.received > 0 ? w.peer : nil)
+        }
+        guard let (fd, peer) = evicted else { return false }
+        Glibc.close(fd)
+        if let peer {
+            refuse([MTLSError(.timeout, "client \(peer): closed before its ClientHello was whole, to make room for newer clients")])
+        }
+        return true
+    }
+
+    private func handshake(fd: Int32, peer: String, progress: HandshakeProgress) {
         var conn: TLSConnection?
         var failure: (any Error)?
         do {
             let c = try TLSConnection(serverFD: fd, peer: peer, context: contexts.current(), options: options)
             conn = c
+            c.handshakeProgress = progress
             try c.handshake()
+            c.handshakeProgress = nil
         } catch {
             failure = error
         }
+        if failure != nil, let stalled = progress.evictedAfter {
+            failure = MTLSError(.timeout, "its handshake made no progress for \((stalled * 10).rounded() / 10) s while clients waited "
+                                + "for a handshake slot; it was cut short to serve them")
+        }
         // Out of `handshaking` before the socket can be closed (below, or by the connection).
         let someoneWaits: Bool = state.withLock { st in
-            _ = st.handshaking.remove(fd)
-            let left = st.handshakesBySource[source, default: 1] - 1
-            st.handshakesBySource[source] = left > 0 ? left : nil
+            guard let h = st.handshaking.removeValue(forKey: fd) else { return false }
+            let left = st.handshakesBySource[h.source, default: 1] - 1
+            st.handshakesBySource[h.source] = left > 0 ? left : nil
             return st.waiting.values.contains { $0.ready }
         }
-        // A client that sent its first byte may be waiting for this slot: wake the turn holder.
+        // A client whose ClientHello came may be waiting for this slot: wake the turn holder.
         // (One that becomes ready later is seen by the turn holder itself, after this change.)
         if someoneWaits {
             var wake: UInt8 = 0
@@ -563,6 +761,7 @@ final class ListenerCore: Sendable {
             st.inFlight -= 1
             guard !st.closed else { return false }
             st.ready.append(result)
+            if result.holdsConnection { st.queuedConnections += 1 }
             return true
         }
         if queued {
@@ -570,6 +769,82 @@ final class ListenerCore: Sendable {
             _ = write(wakeWrite, &b, 1)
         } else {
             result.connection = nil
+        }
+    }
+}
+
+/// One handshake under way at a listener, as the listener sees it: when its state machine last
+/// moved (``TLSConnection`` says so each time a message was read or written), and whether the
+/// listener cut it short as stalled to give its slot to a waiting client.
+final class HandshakeProgress: Sendable {
+    /// ``Deadline/now()`` of the last progress, as its bit pattern.
+    private let last = Atomic<UInt64>(Deadline.now().bitPattern)
+    /// Seconds it had been stalled when it was cut short (bit pattern; 0: not cut short).
+    private let evicted = Atomic<UInt64>(0)
+
+    func advanced() { last.store(Deadline.now().bitPattern, ordering: .relaxed) }
+    var lastProgress: Double { Double(bitPattern: last.load(ordering: .relaxed)) }
+
+    func evict(stalledFor seconds: Double) { evicted.store(max(seconds, .leastNonzeroMagnitude).bitPattern, ordering: .relaxed) }
+    var isEvicted: Bool { evicted.load(ordering: .relaxed) != 0 }
+    var evictedAfter: Double? { isEvicted ? Double(bitPattern: evicted.load(ordering: .relaxed)) : nil }
+}
+
+/// The source a listener's per-source cap counts a client under: an IPv4 address (an
+/// IPv4-mapped IPv6 address is its IPv4 address), or an IPv6 address's leading `ipv6PrefixLength`
+/// bits ("2001:db8:1:2::/64"), since one IPv6 host may use any address of its network.
+package enum ListenerSource {
+    package static func key(peer: String, ipv6PrefixLength: Int) -> String {
+        let host = TrustPeer.client(address: peer).host ?? peer
+        guard ipv6PrefixLength < 128, let bytes = IPAddress.bytes(host), bytes.count == 16 else { return host }
+        let bits = max(0, ipv6PrefixLength)
+        var masked = bytes
+        for i in 0..<16 {
+            let keep = min(8, max(0, bits - i * 8))
+            masked[i] &= keep == 8 ? 0xff : UInt8(truncatingIfNeeded: 0xff << (8 - keep))
+        }
+        return "\(IPAddress.text(masked) ?? host)/\(bits)"
+    }
+}
+
+/// How much of a ClientHello has arrived, from the first bytes a client sent (TLS records of
+/// RFC 8446 §5.1 carrying a handshake message of §4: type 1, a 24-bit length). Only framing is
+/// read, to know when to stop waiting; OpenSSL parses the message.
+package enum ClientHelloArrival {
+    /// The most a record may hold (2^14 plus the expansion TLS 1.2 allows) and the longest
+    /// ClientHello OpenSSL takes: beyond them OpenSSL refuses the bytes at once.
+    private static let maxRecord = 16384 + 2048
+    private static let maxClientHello = 131_396
+
+    /// The number of bytes that must have arrived for the ClientHello to be whole (every record
+    /// that carries a part of it), at most `limit`; nil when `prefix` holds it whole, when
+    /// `limit` bytes have arrived, or when the bytes are no ClientHello a wait would help (not a
+    /// handshake record, a length OpenSSL refuses): then the handshake reads them and answers.
+    package static func bytesNeeded(_ prefix: UnsafeRawBufferPointer, limit: Int) -> Int? {
+        if prefix.count >= limit { return nil }
+        var offset = 0          // where the current record starts
+        var header: [UInt8] = []  // the handshake message's first 4 bytes
+        var total: Int?         // its whole length, header included
+        var gathered = 0        // its bytes in the records before this one
+        while true {
+            guard prefix.count >= offset + 5 else { return min(offset + 5, limit) }
+            guard prefix[offset] == 0x16 else { return nil }
+            let length = Int(prefix[offset + 3]) << 8 | Int(prefix[offset + 4])
+            guard length > 0, length <= maxRecord else { return nil }
+            let body = offset + 5, end = body + length
+            var i = body
+            while header.count < 4, i < min(end, prefix.count) { header.append(prefix[i]); i += 1 }
+            if total == nil, header.count == 4 {
+                guard header[0] == 1 else { return nil }
+                let m = Int(header[1]) << 16 | Int(header[2]) << 8 | Int(header[3])
+                guard m <= maxClientHello else { return nil }
+                total = 4 + m
+            }
+            // OpenSSL reads a record whole before it reads what the record holds.
+            if prefix.count < end { return min(end, limit) }
+            gathered += length
+            if let total, gathered >= total { return nil }
+            offset = end
         }
     }
 }

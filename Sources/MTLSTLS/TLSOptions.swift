@@ -173,13 +173,18 @@ public enum ClientAuthentication: Int, CaseIterable, Sendable {
     case require = 2
 
     /// What a server asks of clients when its caller says only whether a certificate is required
-    /// (`mtls serve --require-client-cert`): `.require` when it is; otherwise `.optional` when the
-    /// caller gave a way to trust clients (client anchors or a client policy), so that a
-    /// certificate a client presents is judged, and `.none` when nothing could trust one (asking
-    /// would only have clients present certificates that are then refused).
-    public static func requested(certificateRequired: Bool, clientTrustGiven: Bool) -> ClientAuthentication {
+    /// or optional (`mtls serve --require-client-cert`, `--optional-client-cert`): `.require`
+    /// when it is required; otherwise, when the caller gave a way to trust clients (client
+    /// anchors or a client policy), `.require` (a server that names client anchors wants to know
+    /// its clients; the listener's default too) unless optional certificates are asked for by
+    /// name (`.optional`: a certificate a client presents is still judged), and `.none` when
+    /// nothing could trust one (asking would only have clients present certificates that are
+    /// then refused).
+    public static func requested(certificateRequired: Bool, certificateOptional: Bool = false,
+                                 clientTrustGiven: Bool) -> ClientAuthentication {
         if certificateRequired { return .require }
-        return clientTrustGiven ? .optional : .none
+        guard clientTrustGiven else { return .none }
+        return certificateOptional ? .optional : .require
     }
 }
 
@@ -254,6 +259,21 @@ public struct TLSServerOptions: Sendable {
     /// handshakes ends (or their first-byte time is over), so one address cannot take every
     /// handshake slot.
     @TLSLimit(default: TLSDefaults.maxHandshakesPerAddress) public var maxHandshakesPerAddress: Int?
+    /// Seconds an accepted client has, from its connection, to send its whole ClientHello, under
+    /// the convention of ``TLSClientOptions/connectTimeout`` (0: the default, 10 s; nil or
+    /// negative: no limit other than ``handshakeTimeout``, which also bounds it). Until its
+    /// ClientHello is whole a client takes no handshake slot and no thread (as before its first
+    /// byte): a client that sends a byte or a part of a ClientHello and stalls is watched with the
+    /// silent ones, and closed when this time is over (``TLSListener/accept(timeout:)`` throws
+    /// ``MTLSError/Code/timeout`` for it, as for a handshake that timed out).
+    @TLSTimeout(default: TLSDefaults.clientHelloTimeout) public var clientHelloTimeout: Double?
+    /// How many leading bits of an IPv6 source address make one source for
+    /// ``maxHandshakesPerAddress`` (and for choosing which stalled handshake goes first), under the
+    /// convention of the limits: 0 is the default, 64 (one customer's or one host's network: an
+    /// IPv6 host may use any address of its /64); nil or negative counts each address alone (as
+    /// 128 does). IPv4 sources always count by address (an IPv4-mapped address is its IPv4
+    /// address). A listener refuses a value above 128 (``MTLSError/Code/invalidArgument``).
+    @TLSLimit(default: TLSDefaults.ipv6SourcePrefixLength) public var ipv6SourcePrefixLength: Int?
     /// Issue session tickets, so a returning client resumes without the certificate work. A
     /// ticket resumes only under the client policy version that judged the client, from the
     /// same address, while its chain is valid; otherwise the client gets a full handshake.
@@ -283,10 +303,12 @@ extension TLSServerOptions {
 
     /// What a small test server (`mtls serve`) decides beyond the listener defaults: client
     /// authentication from whether a certificate is required and whether client trust was given
-    /// (``ClientAuthentication/requested(certificateRequired:clientTrustGiven:)``), and
+    /// (``ClientAuthentication/requested(certificateRequired:certificateOptional:clientTrustGiven:)``), and
     /// ``testServerTimeout`` for handshakes, reads and writes.
-    public mutating func configureAsTestServer(certificateRequired: Bool, clientTrustGiven: Bool) {
-        clientAuthentication = .requested(certificateRequired: certificateRequired, clientTrustGiven: clientTrustGiven)
+    public mutating func configureAsTestServer(certificateRequired: Bool, certificateOptional: Bool = false,
+                                               clientTrustGiven: Bool) {
+        clientAuthentication = .requested(certificateRequired: certificateRequired, certificateOptional: certificateOptional,
+                                          clientTrustGiven: clientTrustGiven)
         handshakeTimeout = Self.testServerTimeout
         ioTimeout = Self.testServerTimeout
     }
@@ -304,6 +326,10 @@ public enum TLSDefaults {
     public static let firstByteTimeout: Double? = 5
     /// Handshakes one source address may have under way at a listener at once.
     public static let maxHandshakesPerAddress: Int? = 32
+    /// Seconds an accepted client has to send its whole ClientHello.
+    public static let clientHelloTimeout: Double? = 10
+    /// IPv6 sources are counted by their /64.
+    public static let ipv6SourcePrefixLength: Int? = 64
     /// Seconds for the TCP connect.
     public static let connectTimeout: Double? = 30
     /// Seconds for the TLS handshake.

@@ -55,8 +55,12 @@ enum CertJSON {
         return o
     }
 
-    static func text(_ c: Certificate) -> String {
-        var lines = [
+    /// The text form, one line per field (every field cleaned: a name can hold anything).
+    static func text(_ c: Certificate) -> TerminalText { TerminalText.joined(lines(c), separator: "\n") }
+
+    /// The lines of ``text(_:)``.
+    static func lines(_ c: Certificate) -> [TerminalText] {
+        var lines: [TerminalText] = [
             "Subject:     \(c.subject)",
             "Issuer:      \(c.issuer)",
             "Serial:      \(c.serialHex)",
@@ -67,12 +71,12 @@ enum CertJSON {
         let sans = c.subjectAltNames
         if !sans.isEmpty { lines.append("SANs:        \(sans.map { $0.description }.joined(separator: ", "))") }
         if let bc = c.basicConstraints {
-            lines.append("CA:          \(bc.isCA)" + (bc.pathLength.map { " (pathlen \($0))" } ?? ""))
+            lines.append("CA:          \(bc.isCA)\(bc.pathLength.map { " (pathlen \($0))" } ?? "")")
         }
         if let ku = c.keyUsage { lines.append("Key usage:   \(ku.names.joined(separator: ", "))") }
         if let eku = c.extendedKeyUsages { lines.append("EKU:         \(eku.map(ExtendedKeyUsage.name(of:)).joined(separator: ", "))") }
         lines.append("SHA-256:     \(c.sha256Hex)")
         lines.append("SPKI pin:    \(c.spkiPin)")
-        return lines.joined(separator: "\n")
+        return lines
     }
 }

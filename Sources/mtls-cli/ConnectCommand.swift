@@ -2,16 +2,17 @@ import ArgumentParser
 import Foundation
 import MTLS
 
-/// Where a command's identity comes from: a .p12 file, a store label, PEM files, or (with a
-/// store and no --identity) automatic choice among the store's identities.
+/// Where a command's identity comes from: a .p12 file, a store label, PEM files, or (with
+/// `--identity auto`) automatic choice among the store's identities. Without `--identity` a
+/// client presents nothing, whatever store is set.
 struct IdentityOptions: ParsableArguments {
-    @Option(help: "The identity to present: a store label, a FILE.p12, or a pkcs11: URI (with --pin-file).") var identity: String?
+    @Option(help: "The identity to present: a store label, a FILE.p12, a pkcs11: URI (with --pin-file), or \"auto\" (a client chooses among the store's identities and token identities). Without it a client presents no certificate.") var identity: String?
     @Option(help: "File with the .p12 password (first line).") var passwordFile: String?
     @Option(help: "File with the token PIN (first line).") var pinFile: String?
     @Flag(help: "Send the PIN file's PIN even when the token says the next wrong PIN locks it.") var allowFinalTry = false
     @Option(help: "Certificate PEM file (leaf first, then its chain), with --key.") var cert: String?
     @Option(help: "Private key PEM file, with --cert (encrypted keys use --password-file).") var key: String?
-    @Option(help: "The credential store (default $MTLS_STORE); must exist. Without --identity, a client chooses among its identities and token identities.") var store: String?
+    @Option(help: "The credential store (default $MTLS_STORE); must exist. With --identity auto, a client chooses among its identities and token identities.") var store: String?
     @Option(help: "File with the store secret (default $MTLS_STORE_SECRET_FILE).") var secretFile: String?
     @Option(help: "File with a raw 32-byte store key, instead of --secret-file (default $MTLS_STORE_KEY_FILE).") var keyFile: String?
     @Flag(name: .customLong("allow-module-path"), help: "Honour a stored token URI's module-path even when p11-kit has not registered that module.")
@@ -47,18 +48,29 @@ struct IdentityOptions: ParsableArguments {
         return try CredentialStore(path: storePath, secret: try secretSource.load(), options: options)
     }
 
-    /// The identity for a client: explicit, or automatic among the store's identities.
+    /// The `--identity` value that asks for automatic selection.
+    static let automaticIdentity = "auto"
+
+    /// The identity for a client: the one named, automatic among the store's identities when
+    /// asked for by name (`--identity auto`), else none (a client certificate says who we are:
+    /// nothing is presented unasked, even with a store set).
     func clientIdentity() throws -> ClientIdentity {
-        if let id = try explicitIdentity() { return .identity(id) }
-        if let store = try openStore() {
+        if identity == Self.automaticIdentity && cert == nil {
+            guard let store = try openStore() else {
+                throw ValidationError("--identity auto needs a store (--store or MTLS_STORE)")
+            }
             // Stored identities and token identities (PIN: --pin-file, else the URI's pin-value/pin-source).
             return try .automatic(from: store, tokenPIN: try pinFile.map(CLI.readPINFile))
         }
+        if let id = try explicitIdentity() { return .identity(id) }
         return .none
     }
 
     func explicitIdentity() throws -> Identity? {
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
+        if cert == nil && identity == Self.automaticIdentity {
+            throw ValidationError("--identity auto is for a client; name the identity to present")
+        }
         guard let name = cert ?? identity else { return nil }
         return try Identity.resolve(name, keyPath: key, password: try passwordFile.map(CLI.readPasswordFile),
                                     pin: try pinFile.map(CLI.readPINFile), allowFinalTry: allowFinalTry, openStore: openStore)
@@ -70,15 +82,23 @@ struct IdentityOptions: ParsableArguments {
 enum PolicyBuilder {
     /// The policy file, or an empty policy (the system trust store, name check on). The command
     /// line's trust options never go into it: they are ``overrides(anchors:anchorsOnly:pins:verifyAs:store:)``.
-    static func policy(file: String?, revocation: String? = nil) throws -> TrustPolicy {
+    static func policy(file: String?, revocation: String? = nil, revocationMaxAge: Int64? = nil) throws -> TrustPolicy {
         let p = try file.map { try TrustPolicy.load(path: $0) } ?? TrustPolicy()
-        try applyRevocation(revocation, to: p)
+        try applyRevocation(revocation, maxAge: revocationMaxAge, to: p)
         return p
     }
 
     /// `--revocation off|soft|hard`: the policy-wide mode (the policy file's sources, limits and
-    /// cache folder, and its host rules' own settings, are kept).
-    static func applyRevocation(_ mode: String?, to p: TrustPolicy) throws {
+    /// cache folder, and its host rules' own settings, are kept); `--revocation-max-age SECONDS`:
+    /// the maximum age of an answer without nextUpdate (the policy file's `max_age_seconds`).
+    static func applyRevocation(_ mode: String?, maxAge: Int64? = nil, to p: TrustPolicy) throws {
+        if let maxAge {
+            var f = p.revocationFetch
+            do { try f.setMaxAge(seconds: maxAge) } catch let e as MTLSError {
+                throw MTLSError(.invalidArgument, "--revocation-max-age: \(e.message)")
+            }
+            p.revocationFetch = f
+        }
         guard let mode else { return }
         let m: RevocationMode
         do { m = try RevocationSettings.mode(mode) } catch let e as MTLSError { throw MTLSError(.invalidArgument, "--revocation: \(e.message)") }
@@ -87,18 +107,24 @@ enum PolicyBuilder {
         p.revocation = r
     }
 
+    static let revocationMaxAgeHelp: ArgumentHelp = "Seconds a CRL or OCSP response without a nextUpdate stays current after its thisUpdate (default 7 days; the policy file's revocation \"max_age_seconds\")."
+
     static let revocationHelp: ArgumentHelp = "Check revocation of every certificate below the anchor (CRLs from their distribution points; the policy file's \"revocation\" says more): off, soft (unknown status trusted, with a warning) or hard (unknown refused). Revoked is always refused."
 
-    /// `--anchor`, `--anchors-only`, `--pin` and `--verify-as` as overrides, which the library
-    /// composes on top of the policy for this one evaluation or connection: anchors are added to
-    /// those in force (the selected rule's own, else the policy's), `--anchors-only` replaces
-    /// anchors-only, `--pin`s are always enforced (whatever a rule says about report-only or pin
-    /// expiry), `--verify-as` is the name checked. nil when no flag was given.
-    static func overrides(anchors: [String], anchorsOnly: Bool, pins: [String], verifyAs: String?,
+    /// `--anchor`, `--system-anchors`, `--anchors-only`, `--pin` and `--verify-as` as overrides,
+    /// which the library composes on top of the policy for this one evaluation or connection:
+    /// anchors are added to those in force (the selected rule's own, else the policy's; anchors
+    /// in force are the only ones trusted unless `--system-anchors`), `--system-anchors` trusts
+    /// the system store as well, `--anchors-only` never, `--pin`s are always enforced (whatever a
+    /// rule says about report-only or pin expiry), `--verify-as` is the name checked. nil when no
+    /// flag was given.
+    static func overrides(anchors: [String], anchorsOnly: Bool, systemAnchors: Bool = false, pins: [String], verifyAs: String?,
                           store: () throws -> CredentialStore?) throws -> TrustOverrides? {
+        if anchorsOnly && systemAnchors { throw MTLSError(.invalidArgument, "give --system-anchors or --anchors-only, not both") }
         var o = TrustOverrides()
         o.anchors = try anchorCertificates(anchors, store: store)
-        if anchorsOnly { o.anchorsOnly = true }
+        if anchorsOnly { o.systemAnchors = false }
+        if systemAnchors { o.systemAnchors = true }
         o.pins = try pins.map { pin in
             do { return try SPKIPin(pin) } catch let e as MTLSError { throw MTLSError(.invalidArgument, "--pin: \(e.message)") }
         }
@@ -119,6 +145,7 @@ enum PolicyBuilder {
             "skip_name_check": rule.skipNameCheck,
             "anchors": rule.anchors.map { $0.map(\.sha256Hex) as Any } ?? NSNull(),
             "anchors_only": rule.anchorsOnly.map { $0 as Any } ?? NSNull(),
+            "system_anchors": rule.systemAnchors.map { $0 as Any } ?? NSNull(),
             "pins": rule.pins.map(\.description),
             "enforcement": rule.enforcement.rawValue,
         ] as [String: Any]
@@ -196,8 +223,10 @@ struct ConnectCommand: ParsableCommand {
     @OptionGroup var identityOptions: IdentityOptions
     @Option(help: "A trust policy JSON file.") var policy: String?
     @Option(help: PolicyBuilder.revocationHelp) var revocation: String?
+    @Option(help: PolicyBuilder.revocationMaxAgeHelp) var revocationMaxAge: Int64?
     @Option(help: "A pinned anchor (root, intermediate or the server's own certificate): a file, or a certificate stored under a label (LABEL with a store, or store:LABEL); repeatable.") var anchor: [String] = []
-    @Flag(help: "Trust only the anchors given, not the system store.") var anchorsOnly = false
+    @Flag(help: "Never trust the system store (the default once anchors are given).") var anchorsOnly = false
+    @Flag(help: "Trust the system store as well as the anchors (--anchor, the policy's); without it anchors are the only ones trusted.") var systemAnchors = false
     @Option(help: "Validate the server's certificate as this name instead of HOST, over the policy's and its rule's verify-as.") var verifyAs: String?
     @Option(help: "The SNI to send (default HOST when it is a name; \"\" for none).") var sni: String?
     @Option(help: "An SPKI pin sha256/BASE64; repeatable; always enforced, on top of the policy and its host rule.") var pin: [String] = []
@@ -233,8 +262,8 @@ struct ConnectCommand: ParsableCommand {
             // the name checked.
             // --verify-as, --pin, --anchor and --anchors-only are overrides: the library composes
             // them on top of the policy (and of the rule the host and port select).
-            o.policy = try PolicyBuilder.policy(file: policy, revocation: revocation)
-            o.overrides = try PolicyBuilder.overrides(anchors: anchor, anchorsOnly: anchorsOnly, pins: pin, verifyAs: verifyAs,
+            o.policy = try PolicyBuilder.policy(file: policy, revocation: revocation, revocationMaxAge: revocationMaxAge)
+            o.overrides = try PolicyBuilder.overrides(anchors: anchor, anchorsOnly: anchorsOnly, systemAnchors: systemAnchors, pins: pin, verifyAs: verifyAs,
                                                       store: identityOptions.openStore)
             usedPolicy = o.policy
             o.serverName = sni
@@ -326,11 +355,13 @@ struct ConnectCommand: ParsableCommand {
             }
             print("evaluation: \(PolicyBuilder.summary(c.evaluation))")
             if c.isHandshakeComplete {
-                print("connected: \(c.tlsVersion), alpn \(c.alpn ?? "none"), \(c.isResumed ? "resumed" : "full handshake")"
-                      + (c.presentedIdentity.map { ", presented \($0.leaf.subjectSummary)" } ?? ", no client certificate"))
+                let presented = c.presentedIdentity.map { ", presented \($0.leaf.subjectSummary)" } ?? ", no client certificate"
+                print("connected: \(c.tlsVersion), alpn \(c.alpn ?? "none"), \(c.isResumed ? "resumed" : "full handshake")\(presented)")
             }
         }
-        if let r = out["response"] as? String { print(r, terminator: r.hasSuffix("\n") ? "" : "\n") }
+        // The server's reply, line by line: its control and bidirectional characters as blanks
+        // (--json gives it exact).
+        if let r = out["response"] as? String { print(TerminalText(lines: r), terminator: r.hasSuffix("\n") ? "" : "\n") }
     }
 }
 
@@ -346,17 +377,28 @@ struct ServeCommand: ParsableCommand {
     @Option(help: "An anchor for client certificates (e.g. one customer's intermediate): a file, or a stored certificate's label (LABEL with a store, or store:LABEL); repeatable.") var clientAnchor: [String] = []
     @Option(help: "A trust policy JSON file for clients.") var policy: String?
     @Option(help: PolicyBuilder.revocationHelp) var revocation: String?
-    @Flag(help: "Refuse clients without a certificate.") var requireClientCert = false
+    @Option(help: PolicyBuilder.revocationMaxAgeHelp) var revocationMaxAge: Int64?
+    @Flag(help: "Refuse clients without a certificate (the default with --client-anchor or --policy).") var requireClientCert = false
+    @Flag(help: "Accept clients without a certificate too (a certificate a client presents is still judged).") var optionalClientCert = false
     @Flag(help: "Also accept client certificates of the system trust store (public CAs); without it clients need --client-anchor or a policy with anchors.") var clientSystemAnchors = false
     @Option(help: "ALPN protocol to accept; repeatable.") var alpn: [String] = []
     @Option(help: "Stop after this many clients (default: run until killed).") var count: Int?
     @Flag(help: "Issue no session tickets: every client gets a full handshake and a fresh evaluation.") var noSessionTickets = false
-    @Option(help: "Serve the store's certificate metrics and the listener's counters as Prometheus text on 127.0.0.1:PORT.") var metricsPort: UInt16?
+    @Option(help: "Serve the store's certificate metrics and the listener's counters as Prometheus text on 127.0.0.1:PORT (see --metrics-listen).") var metricsPort: UInt16?
+    @Option(help: "With --metrics-port: the address the metrics endpoint listens on (default 127.0.0.1, loopback only).") var metricsListen: String?
+    @Option(help: "With --metrics-port: only scrapes sending 'Authorization: Bearer <token>' with the token in FILE (first line; a secret file, chmod 600) see the metrics; others get 401.") var metricsTokenFile: String?
+    @Option(help: "With --metrics-port: serve the metrics over TLS with the server's identity, to clients presenting a certificate that chains to this anchor (PEM file; repeatable).") var metricsClientAnchor: [String] = []
     @Flag(help: "Send no CA names in the certificate request (they name the client anchors by default): each client presents the certificate it has. For clients that match the names wrongly, such as an Erlang/OTP 25 TLS 1.3 client whose certificate an intermediate issued. Trust does not change.") var noCaNames = false
     @Option(help: "Send the subjects of the certificates in FILE (PEM or DER, one or more) as the CA names of the certificate request, instead of the client anchors'. Trust does not change.") var caNames: String?
+    @Option(help: "Seconds a client has, from its connection, to send its whole ClientHello; until then it holds no handshake slot (default: the library's, \(TLSDefaults.clientHelloTimeout.map { "\(Int($0)) s" } ?? "none"), never more than the handshake timeout; 0: the default; negative: none).") var clientHelloTimeout: Double?
+    @Option(help: "Leading bits of an IPv6 client address that make one source for the per-source handshake cap (default: the library's, \(TLSDefaults.ipv6SourcePrefixLength ?? 128); 128: each address alone).") var ipv6SourcePrefixLength: Int?
 
     func validate() throws {
         if noCaNames && caNames != nil { throw ValidationError("give --no-ca-names or --ca-names, not both") }
+        if requireClientCert && optionalClientCert { throw ValidationError("give --require-client-cert or --optional-client-cert, not both") }
+        if metricsPort == nil && (metricsListen != nil || metricsTokenFile != nil || !metricsClientAnchor.isEmpty) {
+            throw ValidationError("--metrics-listen, --metrics-token-file and --metrics-client-anchor go with --metrics-port")
+        }
     }
 
     func run() throws {
@@ -364,6 +406,7 @@ struct ServeCommand: ParsableCommand {
             // A store label is followed (a replacement in the store is in force within a second);
             // a policy file too. SIGHUP looks at both at once. One line per rotation or failure.
             let follow = try ServeFollowing(identityOptions: identityOptions, policyPath: policy, revocation: revocation,
+                                            revocationMaxAge: revocationMaxAge,
                                             clientAnchors: clientAnchor)
             guard let identity = try follow.source?.current ?? identityOptions.explicitIdentity() else {
                 throw ValidationError("serve needs --identity (or --cert and --key)")
@@ -376,11 +419,14 @@ struct ServeCommand: ParsableCommand {
             o.clientOverrides = try PolicyBuilder.overrides(anchors: follow.fileAnchors, anchorsOnly: !clientAnchor.isEmpty, pins: [],
                                                             verifyAs: nil, store: identityOptions.openStore)
             if clientSystemAnchors { o.clientPolicy?.systemAnchorsForClients = true }
-            o.configureAsTestServer(certificateRequired: requireClientCert, clientTrustGiven: !clientAnchor.isEmpty || policy != nil)
+            o.configureAsTestServer(certificateRequired: requireClientCert, certificateOptional: optionalClientCert, clientTrustGiven: !clientAnchor.isEmpty || policy != nil)
             if noCaNames { o.clientCANames = .omitted }
             if let caNames { o.clientCANames = .certificates(try Certificate.load(path: caNames)) }
             o.alpn = alpn
             o.sessionTickets = !noSessionTickets
+            if let clientHelloTimeout { o.clientHelloTimeout = clientHelloTimeout }
+            if let ipv6SourcePrefixLength { o.ipv6SourcePrefixLength = ipv6SourcePrefixLength }
+            CLI.raiseOpenFileLimit()  // a socket per client, silent ones included
             let listener = try TLSListener(address: address, port: port, options: o)
             follow.start(listener: listener)
             CLI.printWarnings()  // before serving: a server runs until stopped
@@ -389,8 +435,27 @@ struct ServeCommand: ParsableCommand {
             var metrics: MetricsEndpoint?
             if let metricsPort {
                 let store = follow.store
-                metrics = try MetricsEndpoint(port: metricsPort) { Prometheus.exposition(listener.counters, store: store) }
-                print("metrics on 127.0.0.1:\(metrics?.port ?? 0)")
+                let token = try metricsTokenFile.map { try FileIO.readSecret($0, kind: .bearerToken) }
+                let metricsAddress = metricsListen ?? MetricsEndpoint.defaultAddress
+                // Client certificates under a policy: TLS with the server's own identity, a
+                // certificate required and judged against the metrics anchors only.
+                var metricsTLS: TLSServerOptions?
+                if !metricsClientAnchor.isEmpty {
+                    var m = TLSServerOptions(identity: identity)
+                    m.identitySource = follow.source
+                    m.clientPolicy = TrustPolicy(anchors: try metricsClientAnchor.flatMap { try Certificate.load(path: $0) }, anchorsOnly: true,
+                                                 purpose: .clientAuth, nameCheck: .none)
+                    m.clientAuthentication = .require
+                    m.handshakeTimeout = MetricsEndpoint.requestTimeout
+                    m.ioTimeout = MetricsEndpoint.requestTimeout
+                    metricsTLS = m
+                }
+                metrics = try MetricsEndpoint(address: metricsAddress, port: metricsPort, bearerToken: token, tls: metricsTLS) {
+                    Prometheus.exposition(listener.counters, store: store)
+                }
+                let host = metricsAddress.contains(":") ? "[\(metricsAddress)]" : metricsAddress
+                let access = (token == nil ? "" : " (bearer token required)") + (metricsTLS == nil ? "" : " (TLS, client certificate required)")
+                print("metrics on \(host):\(metrics?.port ?? 0)\(access)")
             }
             defer { metrics?.close() }
             fflush(nil)  // all streams: Swift 6 does not let code touch the C global `stdout`
@@ -414,12 +479,12 @@ struct ServeCommand: ParsableCommand {
                     conn = try listener.accept()
                 } catch let e as MTLSError {
                     // A peer's certificate fields are in messages: one line each, whatever they hold.
-                    print("rejected \(OneLine.text(e.message)) [\(e.code.name)]")
+                    print("rejected \(e.message) [\(e.code.name)]")
                     fflush(nil)
                     continue
                 }
                 let subject = conn.peerCertificate?.subject ?? "(no certificate)"
-                print(OneLine.text("accepted \(conn.peerAddress) \(conn.tlsVersion) client \(subject): \(PolicyBuilder.summary(conn.evaluation))"))
+                print("accepted \(conn.peerAddress) \(conn.tlsVersion) client \(subject): \(PolicyBuilder.summary(conn.evaluation))")
                 fflush(nil)
                 serving.enter()
                 // The connection moves to the serving thread: this loop never touches it again

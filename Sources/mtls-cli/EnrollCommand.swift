@@ -191,7 +191,13 @@ struct EnrollCommand: ParsableCommand {
         @Option(name: .customLong("key-type"), help: "Type of the new key (default ec-p256).") var keyType: String?
         @Option(name: .customLong("token-uri"), help: "Use this token key (pkcs11: URI) instead of a new key in the store.") var tokenURI: String?
         @Option(name: .customLong("pin-file"), help: "File holding the token's PIN.") var pinFile: String?
+        @Option(name: .customLong("timeout"), help: "Seconds each exchange with the EST server may take in all (default \(Int(ESTEnrollment.defaultTimeout))).")
+        var timeout: Double?
         @Flag(help: "Machine-readable output.") var json = false
+
+        func validate() throws {
+            if let timeout, !(timeout.isFinite && timeout > 0) { throw ValidationError("--timeout is a number of seconds above 0") }
+        }
 
         func run() throws {
             try CLI.reporting(json: json) {
@@ -211,6 +217,7 @@ struct EnrollCommand: ParsableCommand {
                     request.tokenURI = tokenURI
                     request.tokenPIN = pin
                     request.profile = profile
+                    if let timeout { request.timeout = timeout }
                     try EnrollCommand.usage { try request.validate() }
                     return try Enrollment.enrollEST(request, store: store, label: label)
                 }
@@ -315,13 +322,9 @@ struct RenewCommand: ParsableCommand {
                 RenewCommand.printEvent(e, json: asJSON)
                 fflush(nil)  // a supervisor reading the pipe sees each event as it happens
             }
-            var firstPass = true  // --force applies to the first pass only, not to every check
-            while true {
-                try renewer.runOnce(force: force && firstPass)
-                firstPass = false
-                let soonest = renewer.nextWake.map { max(1, $0.timeIntervalSinceNow) } ?? interval
-                Thread.sleep(forTimeInterval: min(interval, soonest))
-            }
+            // Each label on its own schedule (one stuck CA delays no other label); --force
+            // applies to each label's first attempt only.
+            try renewer.runLoop(force: force, checkInterval: interval)
         }
     }
 
@@ -340,7 +343,7 @@ struct RenewCommand: ParsableCommand {
         }
         guard json else {
             let failed = e.kind == .renewalFailed || e.kind == .renewalNotInstalled || e.kind == .expiryWarning
-            if failed { CLI.printError(e.message) } else { Swift.print(e.message) }
+            if failed { CLI.printError(e.message) } else { print("\(e.message)") }
             return
         }
         var o: [String: Any] = ["event": name, "label": e.label as Any? ?? NSNull(), "message": e.message,

@@ -91,8 +91,8 @@ enum P12JSON {
         }
     }
 
-    static func text(_ c: PKCS12Contents) -> String {
-        var lines: [String] = []
+    static func text(_ c: PKCS12Contents) -> TerminalText {
+        var lines: [TerminalText] = []
         lines.append("\(c.identities.count) identit\(c.identities.count == 1 ? "y" : "ies"), \(c.certificates.count) certificate\(c.certificates.count == 1 ? "" : "s")")
         for (i, id) in c.identities.enumerated() {
             let e = id.chainEvaluation
@@ -103,14 +103,13 @@ enum P12JSON {
             lines.append("  Leaf SHA-256:  \(id.leaf.sha256Hex)")
             for (j, cert) in id.chain.enumerated() { lines.append("  Chain[\(j)]:      \(cert.subject)") }
             if let kid = id.localKeyID { lines.append("  Local key id:  \(kid.map { String(format: "%02x", $0) }.joined())") }
-            lines.append("  Chain check:   \(e.verified ? "verified" : "not verified: \(e.message)")"
-                         + "\(e.reachesSelfSignedRoot ? "" : ", incomplete (no self-signed root)")")
+            lines.append("  Chain check:   \(e.verified ? "verified" : "not verified: \(e.message)")\(e.reachesSelfSignedRoot ? "" : ", incomplete (no self-signed root)")")
         }
         for (i, cert) in c.certificates.enumerated() {
             lines.append("")
             lines.append("Certificate #\(i + 1)")
-            lines.append(CertJSON.text(cert).split(separator: "\n").map { "  " + $0 }.joined(separator: "\n"))
+            lines += CertJSON.lines(cert).map { "  \($0)" }
         }
-        return lines.joined(separator: "\n")
+        return TerminalText.joined(lines, separator: "\n")
     }
 }

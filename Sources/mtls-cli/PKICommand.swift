@@ -307,12 +307,9 @@ struct PKICommand: ParsableCommand {
                 for e in entries {
                     let c = e.certificate
                     let indent = e.profile == .root ? "" : e.profile == .intermediate ? "  " : "    "
-                    var line = "\(indent)\(e.profile.rawValue) \"\(c.subjectSummary)\"  until \(CLI.rfc3339(c.notAfter))"
-                    if !c.subjectAltNames.isEmpty { line += "  " + c.subjectAltNames.map(\.description).joined(separator: ", ") }
-                    if let r = e.revocation {
-                        line += "  REVOKED \(CLI.rfc3339(r.date))" + (r.reason.map { " (\($0.name))" } ?? "")
-                    }
-                    print(line)
+                    let sans = c.subjectAltNames.isEmpty ? "" : "  " + c.subjectAltNames.map(\.description).joined(separator: ", ")
+                    let revoked = e.revocation.map { r in "  REVOKED \(CLI.rfc3339(r.date))" + (r.reason.map { " (\($0.name))" } ?? "") } ?? ""
+                    print("\(indent)\(e.profile.rawValue) \"\(c.subjectSummary)\"  until \(CLI.rfc3339(c.notAfter))\(sans)\(revoked)")
                 }
             }
         }
@@ -384,7 +381,7 @@ enum PKIOutput {
     /// Says so on stderr before a key generation that may take seconds.
     static func progress(_ spec: KeySpec, json: Bool) {
         guard spec.isSlowToGenerate else { return }
-        FileHandle.standardError.write(Data("mtls: generating an \(spec.issuingName) key, this can take a few seconds...\n".utf8))
+        CLI.printError("generating an \(spec.issuingName) key, this can take a few seconds...")
     }
 
     static func report(_ what: String, kind: String, item: PKIDirectory.Item, ca: String?,
@@ -405,7 +402,7 @@ enum PKIOutput {
             ])
             return
         }
-        print("\(ok)\(what) \"\(c.subjectSummary)\"" + (ca.map { " from \"\($0)\"" } ?? ""))
+        print("\(ok)\(what) \"\(c.subjectSummary)\"\(ca.map { " from \"\($0)\"" } ?? "")")
         print("  certificate: \(item.certificatePath)")
         print("  key:         \(item.keyPath) (\(c.keyType.shortName), 0600, \(encrypted ? "encrypted" : "not encrypted"))")
         if hasChain { print("  chain:       \(item.chainPath)") }

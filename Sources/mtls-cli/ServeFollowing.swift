@@ -38,7 +38,8 @@ final class ServeFollowing: @unchecked Sendable {
         return (files, labels)
     }
 
-    init(identityOptions: IdentityOptions, policyPath: String?, revocation: String? = nil, clientAnchors: [String] = []) throws {
+    init(identityOptions: IdentityOptions, policyPath: String?, revocation: String? = nil, revocationMaxAge: Int64? = nil,
+         clientAnchors: [String] = []) throws {
         let name = identityOptions.cert == nil ? identityOptions.identity : nil
         let isLabel = name.map { n in
             !PKCS11URI.isPKCS11URI(n) && !n.lowercased().hasSuffix(".p12") && !n.lowercased().hasSuffix(".pfx")
@@ -56,14 +57,14 @@ final class ServeFollowing: @unchecked Sendable {
         // The stored anchors in force, added back to each new version of the policy file (a
         // reload replaces the policy's settings with the file's): set once the watch exists.
         let anchorsInForce = Mutex<StoreAnchorWatch?>(nil)
-        // --revocation holds for every version of the file, not only the first one.
+        // --revocation and --revocation-max-age hold for every version of the file, not only the first one.
         policyWatch = try policyPath.map {
             try PolicyFileWatch(path: $0, adjust: { p in
-                try PolicyBuilder.applyRevocation(revocation, to: p)
+                try PolicyBuilder.applyRevocation(revocation, maxAge: revocationMaxAge, to: p)
                 if let w = anchorsInForce.withLock({ $0 }) { p.anchors += w.certificates }
             })
         }
-        clientPolicy = try policyWatch?.policy ?? PolicyBuilder.policy(file: nil, revocation: revocation)
+        clientPolicy = try policyWatch?.policy ?? PolicyBuilder.policy(file: nil, revocation: revocation, revocationMaxAge: revocationMaxAge)
         if let store, !labels.isEmpty {
             // Anchors from store labels follow the store: a certificate replaced there by another
             // process (`mtls store add-cert --replace`) judges the clients that come next.
@@ -78,7 +79,7 @@ final class ServeFollowing: @unchecked Sendable {
     /// Prints one line per event (the client policy's revocation fetch failures too) and reloads
     /// on SIGHUP.
     func start(listener: TLSListener) {
-        let print: @Sendable (LifecycleEvent) -> Void = { e in
+        let report: @Sendable (LifecycleEvent) -> Void = { e in
             let what: String
             switch e.kind {
             case .identityRotated: what = "rotated"
@@ -91,17 +92,17 @@ final class ServeFollowing: @unchecked Sendable {
             case .renewalFailed, .renewalNotInstalled: what = "renewal failed [\(e.error?.code.name ?? "error")]"
             case .revocationFetchFailed: what = "revocation fetch failed [\(e.error?.code.name ?? "error")]"
             }
-            Swift.print("\(what): \(e.message)")
+            print("\(what): \(e.message)")
             fflush(nil)
         }
-        listener.events.setHandler(print)
-        policyWatch?.events.setHandler(print)
-        anchorWatch?.events.setHandler(print)
-        clientPolicy.events.setHandler(print)
+        listener.events.setHandler(report)
+        policyWatch?.events.setHandler(report)
+        anchorWatch?.events.setHandler(report)
+        clientPolicy.events.setHandler(report)
         signal(SIGHUP, SIG_IGN)
         let s = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
         s.setEventHandler { [self] in
-            Swift.print("SIGHUP: reloading")
+            print("SIGHUP: reloading")
             fflush(nil)
             source?.reload()
             policyWatch?.reload()

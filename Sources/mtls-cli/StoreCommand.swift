@@ -78,12 +78,6 @@ struct StoreCommand: ParsableCommand {
         return c
     }
 
-    /// Whether a listed row is an enrollment record rather than an identity.
-    static func isEnrollmentRecord(_ info: StoreItemInfo) -> Bool {
-        info.itemClass == .identity && EnrollmentRecord.identityLabel(ofRecord: info.label) != nil
-            && info.subject.contains(EnrollmentRecord.commonNameText)
-    }
-
     static func json(_ info: StoreItemInfo) -> [String: Any] {
         ["label": info.label, "class": info.itemClass.name, "subject": info.subject, "issuer": info.issuer,
          "not_after": CLI.rfc3339(info.notAfter), "leaf_sha256": info.leafSHA256]
@@ -173,24 +167,24 @@ struct StoreCommand: ParsableCommand {
             try CLI.reporting(json: json) {
                 // An enrollment record is stored as an identity row but is no identity: hidden
                 // unless asked for, and then shown as what it is.
-                let items = try location.open().list(itemClass: cls).filter { enrollments || !StoreCommand.isEnrollmentRecord($0) }
+                let items = try location.open().list(itemClass: cls).filter { enrollments || !$0.isEnrollmentRecord }
                 if json {
                     // "kind" (with --enrollments): a row's class, or "enrollment" for a record.
                     // Without it the rows are exactly as before records existed.
                     guard enrollments else { return CLI.printJSON(items.map(StoreCommand.json)) }
                     return CLI.printJSON(items.map { i -> [String: Any] in
                         var o = StoreCommand.json(i)
-                        o["kind"] = StoreCommand.isEnrollmentRecord(i) ? "enrollment" : i.itemClass.name
-                        if StoreCommand.isEnrollmentRecord(i) { o["enrolled_label"] = EnrollmentRecord.identityLabel(ofRecord: i.label) }
+                        o["kind"] = i.isEnrollmentRecord ? "enrollment" : i.itemClass.name
+                        if i.isEnrollmentRecord { o["enrolled_label"] = EnrollmentRecord.identityLabel(ofRecord: i.label) }
                         return o
                     })
                 }
                 for i in items {
-                    if let enrolled = StoreCommand.isEnrollmentRecord(i) ? EnrollmentRecord.identityLabel(ofRecord: i.label) : nil {
-                        print("\(OneLine.text(i.label))\tenrollment\trecord of \(OneLine.text(enrolled))")
+                    if let enrolled = i.isEnrollmentRecord ? EnrollmentRecord.identityLabel(ofRecord: i.label) : nil {
+                        print("\(i.label)\tenrollment\trecord of \(enrolled)")
                         continue
                     }
-                    print("\(OneLine.text(i.label))\t\(i.itemClass.name)\t\(OneLine.text(i.subject))\tuntil \(CLI.rfc3339(i.notAfter))")
+                    print("\(i.label)\t\(i.itemClass.name)\t\(i.subject)\tuntil \(CLI.rfc3339(i.notAfter))")
                 }
             }
         }
@@ -319,11 +313,12 @@ struct StoreCommand: ParsableCommand {
                 if !json {
                     print("\(location.path) was made by a libmtls from before row authentication (schema \(preview.schemaVersion)).")
                     print("Upgrading vouches for these \(preview.items.count) item\(preview.items.count == 1 ? "" : "s"): from then on they are trusted as if stored by you.")
-                    for i in preview.items {
-                        print("  \(i.label)\t\(i.itemClass.name)\t\(i.subject)")
-                        print("      SHA-256 \(i.leafSHA256)")
-                        for c in i.chainSHA256 { print("      chain   \(c)") }
-                        if let uri = i.tokenURI { print("      URI     \(uri)") }
+                    // One line per row, numbered, every field cleaned; the fingerprints are those of
+                    // the certificates in the row, the bytes the upgrade authenticates.
+                    for (n, i) in preview.items.enumerated() {
+                        let chain: TerminalText = i.chainSHA256.isEmpty ? "" : "\tchain SHA-256 \(i.chainSHA256.joined(separator: ","))"
+                        let uri: TerminalText = i.tokenURI.map { "\tURI \($0)" } ?? ""
+                        print("  \(n + 1). \(i.label)\t\(i.itemClass.name)\t\(i.subject)\tSHA-256 \(i.leafSHA256)\(chain)\(uri)")
                     }
                 }
                 var confirmed = yes
@@ -358,7 +353,7 @@ struct StoreCommand: ParsableCommand {
             try CLI.reporting(json: json) {
                 let n = try location.open().writeCounter()
                 if json { return CLI.printJSON(["write_counter": n]) }
-                print(n)
+                print("\(n)")
             }
         }
     }

@@ -37,7 +37,7 @@ extension StoreCommand {
                 print("nothing expires within \(within) days")
             } else {
                 for i in items {
-                    print("\(OneLine.text(i.label))\t\(i.itemClass.name)\t\(OneLine.text(i.subject))\t\(CLI.rfc3339(i.notAfter))\t\(i.daysLeft(at: now)) days left")
+                    print("\(i.label)\t\(i.itemClass.name)\t\(i.subject)\t\(CLI.rfc3339(i.notAfter))\t\(i.daysLeft(at: now)) days left")
                 }
             }
             if !items.isEmpty { throw ExitCode(1) }
@@ -56,7 +56,7 @@ extension StoreCommand {
 
         func run() throws {
             let text = try CLI.reporting { try location.open().prometheusMetrics() }
-            print(text, terminator: "")
+            print(TerminalText(lines: text), terminator: "")
         }
     }
 }

@@ -51,6 +51,9 @@ struct TokenCommand: ParsableCommand {
 
         func run() throws {
             try CLI.reporting(json: options.json) {
+                // A bad URI is refused before any module is loaded (a module may print its own
+                // lines while it initialises: the error stays one line).
+                _ = try token.map { try PKCS11URI($0) }
                 let pin = try pinFile.map(CLI.readPINFile)
                 let modules = try PKCS11Modules(modulePath: options.module)
                 let objects = try modules.objects(tokenURI: token, pin: pin)
@@ -67,12 +70,12 @@ struct TokenCommand: ParsableCommand {
                     })
                     return
                 }
-                if objects.isEmpty { print("no objects" + (pin == nil ? " (give --token and --pin-file to see a token's private keys)" : "")) }
+                if objects.isEmpty { print("no objects\(pin == nil ? " (give --token and --pin-file to see a token's private keys)" : "")") }
                 var lastToken = ""
                 for o in objects {
                     if o.token.uri != lastToken { print("token \(o.token.label): \(o.token.uri)"); lastToken = o.token.uri }
                     let id = o.id.map { String(format: "%02x", $0) }.joined()
-                    print("  \(o.kind.rawValue) \"\(o.label ?? "")\" id=\(id)" + (o.certificate.map { "  \($0.subject)" } ?? ""))
+                    print("  \(o.kind.rawValue) \"\(o.label ?? "")\" id=\(id)\(o.certificate.map { "  \($0.subject)" } ?? "")")
                     print("    \(o.uri)")
                 }
             }
@@ -143,7 +146,7 @@ extension TokenCommand {
                     CLI.printJSON(["csr": out ?? csr.pem, "subject_cn": csr.commonName as Any? ?? NSNull(),
                                    "key_type": csr.keyType?.shortName as Any? ?? NSNull()])
                 } else if out == nil {
-                    print(csr.pem, terminator: "")
+                    print(TerminalText(lines: csr.pem), terminator: "")
                 } else {
                     print("wrote \(out!) for \(subject)")
                 }

@@ -23,8 +23,10 @@ struct VerifyCommand: ParsableCommand {
     var store: String?
     @Option(help: "File with the store secret (default $MTLS_STORE_SECRET_FILE).")
     var secretFile: String?
-    @Flag(help: "Trust only the anchors, not the system store.")
+    @Flag(help: "Never trust the system store (the default once anchors are given).")
     var anchorsOnly = false
+    @Flag(help: "Trust the system store as well as the anchors (--anchor, the policy's); without it anchors are the only ones trusted.")
+    var systemAnchors = false
     @Option(help: "Validate the certificate as this name, over the policy's and its rule's verify-as (the host and port still select the host rule).")
     var verifyAs: String?
     @Option(name: .customLong("pin"), help: "An SPKI pin sha256/BASE64 (repeatable); always enforced, on top of the policy and its host rule.")
@@ -33,6 +35,8 @@ struct VerifyCommand: ParsableCommand {
     var at: String?
     @Option(help: PolicyBuilder.revocationHelp)
     var revocation: String?
+    @Option(help: PolicyBuilder.revocationMaxAgeHelp)
+    var revocationMaxAge: Int64?
     @Flag(help: "Print the evaluation as JSON.")
     var json = false
 
@@ -43,10 +47,11 @@ struct VerifyCommand: ParsableCommand {
             let certs = try Certificate.load(path: chain)
             let peer = host.map { TrustPeer(hostText: $0) }
             if verifyAs != nil && host == nil { throw MTLSError(.invalidArgument, "--verify-as needs --host (the peer reached)") }
-            let p = try PolicyBuilder.policy(file: policy, revocation: revocation)
+            let p = try PolicyBuilder.policy(file: policy, revocation: revocation, revocationMaxAge: revocationMaxAge)
             // The flags are overrides the library composes on top of the policy and of the rule
             // the host selects; they are never merged into the policy's rules.
-            let overrides = try PolicyBuilder.overrides(anchors: anchors, anchorsOnly: anchorsOnly, pins: pins, verifyAs: verifyAs) {
+            let overrides = try PolicyBuilder.overrides(anchors: anchors, anchorsOnly: anchorsOnly, systemAnchors: systemAnchors, pins: pins,
+                                                           verifyAs: verifyAs) {
                 try IdentityOptions.openExistingStore(path: store, secretFile: secretFile)
             }
             usedPolicy = p
@@ -69,12 +74,12 @@ struct VerifyCommand: ParsableCommand {
             o["pin"] = result.matchedPin.map { $0 as Any } ?? NSNull()
             CLI.printJSON(o)
         } else {
-            print(result.trusted ? "trusted" : "NOT trusted (\(result.kind.rawValue))")
+            if result.trusted { print("trusted") } else { print("NOT trusted (\(result.kind.rawValue))") }
             for r in result.reasons { print("  \(r)") }
             for w in result.warnings { print("  warning: \(w)") }
             for c in result.revocation?.checks ?? [] {
-                print("  revocation [\(c.certIndex)] \(c.status.rawValue)" + (c.url.map { " from \($0)" } ?? c.source.map { " from \($0)" } ?? "")
-                      + (c.fetchedFrom.map { " (\($0))" } ?? ""))
+                let from = (c.url ?? c.source).map { " from \($0)" } ?? ""
+                print("  revocation [\(c.certIndex)] \(c.status.rawValue)\(from)\(c.fetchedFrom.map { " (\($0))" } ?? "")")
             }
             for (i, c) in result.chain.enumerated() { print("  [\(i)] \(c.subjectSummary)  sha256=\(c.sha256Hex)") }
             if let r = result.matchedRule { print("  rule: \(r)") }

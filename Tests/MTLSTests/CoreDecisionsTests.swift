@@ -46,17 +46,23 @@ final class CoreDecisionsTests: XCTestCase {
     }
 
     func testServeAsksForClientCertificatesOnlyWhereClientsCanBeTrusted() {
-        // mtls serve's rule, decided here for every front end: required when asked; otherwise
-        // requested only where anchors or a policy can judge what a client presents.
+        // mtls serve's rule, decided here for every front end: required when asked, and (issue
+        // 35 item 2) by default where anchors or a policy can judge what a client presents;
+        // optional only when asked for by name; not requested where nothing could trust one.
         XCTAssertEqual(ClientAuthentication.requested(certificateRequired: true, clientTrustGiven: true), .require)
         XCTAssertEqual(ClientAuthentication.requested(certificateRequired: true, clientTrustGiven: false), .require)
-        XCTAssertEqual(ClientAuthentication.requested(certificateRequired: false, clientTrustGiven: true), .optional)
+        XCTAssertEqual(ClientAuthentication.requested(certificateRequired: false, clientTrustGiven: true), .require)
+        XCTAssertEqual(ClientAuthentication.requested(certificateRequired: false, certificateOptional: true,
+                                                      clientTrustGiven: true), .optional)
         XCTAssertEqual(ClientAuthentication.requested(certificateRequired: false, clientTrustGiven: false), .none)
+        XCTAssertEqual(TLSDefaults.clientAuthentication, .require)
     }
 
     func testTestServerOptionsTakeTheCoresClientAuthAndShortTimeouts() throws {
         var o = TLSServerOptions(identity: try CertificateAuthority.newRoot(commonName: "Server"))
         o.configureAsTestServer(certificateRequired: false, clientTrustGiven: true)
+        XCTAssertEqual(o.clientAuthentication, .require)
+        o.configureAsTestServer(certificateRequired: false, certificateOptional: true, clientTrustGiven: true)
         XCTAssertEqual(o.clientAuthentication, .optional)
         XCTAssertEqual(o.handshakeTimeout, TLSServerOptions.testServerTimeout)
         XCTAssertEqual(o.ioTimeout, TLSServerOptions.testServerTimeout)  // the listener default is none

@@ -83,6 +83,8 @@ final class CredentialStoreTests: XCTestCase {
         let before = try store.info(label: "client")
         assertCode(.duplicate) { try store.putIdentity(b, label: "client") }
         XCTAssertEqual(try store.identity(label: "client").leaf, a.leaf)
+        // Time passing is what is tested: the replacement's modified time is later than the
+        // creation time, which the replacement keeps.
         Thread.sleep(forTimeInterval: 0.01)
         try store.putIdentity(b, label: "client", replace: true)
         XCTAssertEqual(try store.identity(label: "client").leaf, b.leaf)
@@ -320,8 +322,12 @@ final class CredentialStoreTests: XCTestCase {
         // SoftHSM2's module, registered with p11-kit by its Debian package, is honoured.
         let registered = PKCS11Module.registeredPaths()
         let softhsm = try XCTUnwrap(registered.first { $0.contains("softhsm") }, "\(registered)")
-        // One registry: the paths checked without initialising are those a listing initialises.
-        XCTAssertEqual(Set(registered), Set(try PKCS11Module.loadRegistered().compactMap(\.path)))
+        // One registry: every module a listing initialises is one of the paths checked without
+        // initialising. Not equal sets: p11-kit skips a registered module whose C_Initialize
+        // fails (tpm2-pkcs11 without a TPM), and what else is installed is the machine's.
+        let initialised = Set(try PKCS11Module.loadRegistered().compactMap(\.path))
+        XCTAssertTrue(initialised.isSubset(of: Set(registered)), "\(initialised) not within \(registered)")
+        XCTAssertTrue(initialised.contains(softhsm), "\(initialised)")
         try store.putTokenIdentity(uri: "pkcs11:token=t;object=k?module-path=\(softhsm)", certificate: a.leaf, label: "hsm")
         XCTAssertNoThrow(try store.tokenIdentity(label: "hsm"))
     }

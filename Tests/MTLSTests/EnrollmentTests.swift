@@ -83,6 +83,11 @@ final class EnrollmentTests: XCTestCase {
         try store.putIdentity(other, label: "plain")
         guard case .candidates(let candidates) = try ClientIdentity.automatic(from: store) else { return XCTFail("not candidates") }
         XCTAssertEqual(candidates.map(\.leaf), [other.leaf])
+        // Issue 35 item 4: nor by the store's identities (mtls_store_identities and Python's
+        // Store.identities() are this call), nor counted among expiring certificates.
+        XCTAssertEqual(try store.identities().map(\.leaf), [other.leaf])
+        XCTAssertEqual(try store.list(itemClass: .identity).filter(\.isEnrollmentRecord).map(\.label), ["mtls-enrollment:web"])
+        XCTAssertFalse(try store.expiry().contains { $0.label == "mtls-enrollment:web" })
     }
 
     func testRenewalIsDueAtTwoThirdsOfTheLifetimeLessJitter() throws {
@@ -101,10 +106,10 @@ final class EnrollmentTests: XCTestCase {
     func testHostileURLsAreRefusedNotTrapped() {
         for bad in ["http://a/", "https://", "https://[::1/", "https://a:0/", "https://a:99999/", "https://u@a/", "https://a/ b",
                     "https://:443/"] {
-            XCTAssertThrowsError(try HTTPSURL(bad), bad)
+            XCTAssertThrowsError(try httpsParts(bad), bad)
         }
-        XCTAssertEqual(try HTTPSURL("https://[::1]:8443/dir").host, "::1")
-        XCTAssertEqual(try HTTPSURL("https://ca.test").target, "/")
+        XCTAssertEqual(try httpsParts("https://[::1]:8443/dir").host, "::1")
+        XCTAssertEqual(try httpsParts("https://ca.test").target, "/")
     }
 
     func testProofRefusesAKeyThatIsNotTheCertificatesAndAChainOutsideThePolicy() throws {

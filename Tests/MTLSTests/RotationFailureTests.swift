@@ -23,8 +23,8 @@ final class RotationFailureTests: XCTestCase {
         return (ours, other)
     }
 
-    /// Long enough for the watcher (every 250 ms) to look at least twice.
-    func settle() { usleep(700_000) }
+    /// Until the watcher has looked twice more: what was written before has been seen.
+    func settle() { waitForWatcherLooks() }
 
     func testATamperedRowIsReportedAsTamperedOnceWhateverElseIsWrittenToTheStore() throws {
         let (ours, other) = try stores()
@@ -133,7 +133,7 @@ final class RotationFailureTests: XCTestCase {
         let version = watch.policy.version
         var st = stat()
         XCTAssertEqual(stat(path, &st), 0)
-        usleep(300_000)
+        waitForWatcherLooks()  // the watcher has the file's state before the rewrite
         // The same inode, the same size, and the modification time put back as it was: what a
         // rewrite within one timestamp tick (or a copy that keeps times) leaves behind.
         let fd = open(path, O_WRONLY)
@@ -142,7 +142,7 @@ final class RotationFailureTests: XCTestCase {
         close(fd)
         var times = [st.st_atim, st.st_mtim]
         XCTAssertEqual(utimensat(AT_FDCWD, path, &times, 0), 0)
-        usleep(1_000_000)
+        waitUntil { watch.policy.version > version }
         XCTAssertGreaterThan(watch.policy.version, version, "the new file is in force")
         XCTAssertFalse(watch.policy.anchorsOnly)
     }

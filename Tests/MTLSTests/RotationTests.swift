@@ -123,13 +123,15 @@ final class RotationTests: XCTestCase {
 
         // Another connection (as another process would) replaces the row: seen within a second.
         try other.putIdentity(try identity("server-rsa"), label: "srv", replace: true)
-        usleep(1_000_000)
+        waitUntil { !events.value.isEmpty }
+        waitForWatcherLooks()
         XCTAssertEqual(try round(l, clientOptions()).server, try cert("server-rsa").sha256Hex)
         XCTAssertEqual(events.value.map(\.kind), [.identityRotated])
 
         // A row that fails authentication: the last good identity keeps serving, and it is reported.
         try other._testExecute("UPDATE items SET leaf_sha256 = '\(try cert("server").sha256Hex)', generation = generation + 1 WHERE label = 'srv'")
-        usleep(1_000_000)
+        waitUntil { events.value.count >= 2 }
+        waitForWatcherLooks()
         XCTAssertEqual(try round(l, clientOptions()).server, try cert("server-rsa").sha256Hex)
         let failed = events.value.filter { $0.kind == .reloadFailed }
         XCTAssertEqual(failed.count, 1, "\(events.value.map(\.message))")
@@ -151,14 +153,14 @@ final class RotationTests: XCTestCase {
         XCTAssertEqual(source.current.chain.count, 0)
 
         try other.putIdentity(try identity("server", chain: ["int-a"]), label: "srv", replace: true)
-        let deadline = Date().addingTimeInterval(3)
-        while source.current.chain.isEmpty && Date() < deadline { usleep(50_000) }
+        waitUntil { !source.current.chain.isEmpty }
+        waitForWatcherLooks()
         XCTAssertEqual(source.current.chain.map(\.sha256Hex), [try cert("int-a").sha256Hex])
         XCTAssertEqual(events.value.map(\.kind), [.identityRotated])
 
         // The same row put again (same leaf, same chain) is no replacement.
         try other.putIdentity(try identity("server", chain: ["int-a"]), label: "srv", replace: true)
-        usleep(1_000_000)
+        waitForWatcherLooks()
         XCTAssertEqual(events.value.map(\.kind), [.identityRotated])
     }
 
@@ -192,13 +194,15 @@ final class RotationTests: XCTestCase {
         let v0 = watch.policy.version
         try Data(#"{"anchors_only": false}"#.utf8).write(to: URL(fileURLWithPath: path + ".new"))
         rename(path + ".new", path)
-        usleep(1_000_000)
+        waitUntil { !events.value.isEmpty }
+        waitForWatcherLooks()
         XCTAssertEqual(events.value, [.policyReloaded])
         XCTAssertGreaterThan(watch.policy.version, v0)
         let v1 = watch.policy.version
         try Data("{ not json".utf8).write(to: URL(fileURLWithPath: path + ".new"))
         rename(path + ".new", path)
-        usleep(1_000_000)
+        waitUntil { events.value.count >= 2 }
+        waitForWatcherLooks()
         XCTAssertEqual(events.value, [.policyReloaded, .reloadFailed])
         XCTAssertEqual(watch.policy.version, v1, "a broken file leaves the policy in force")
     }
@@ -222,22 +226,24 @@ final class RotationTests: XCTestCase {
 
         // The bundle replaced: the policy file is untouched, the anchors in force change.
         try put(FileIO.read(pki + "/root.pem"), dir + "/ca.pem")
-        let deadline = Date().addingTimeInterval(3)
-        while events.value.isEmpty && Date() < deadline { usleep(50_000) }
+        waitUntil { !events.value.isEmpty }
+        waitForWatcherLooks()
         XCTAssertEqual(events.value, [.policyReloaded])
         XCTAssertEqual(watch.policy.anchors.map(\.sha256Hex), [try cert("root").sha256Hex])
 
         // A broken bundle: the anchors in force stay, and it is reported once.
         try put(Array("not a certificate".utf8), dir + "/ca.pem")
-        usleep(1_000_000)
+        waitUntil { events.value.count >= 2 }
+        waitForWatcherLooks()
         XCTAssertEqual(events.value, [.policyReloaded, .reloadFailed])
         XCTAssertEqual(watch.policy.anchors.map(\.sha256Hex), [try cert("root").sha256Hex])
 
         // Nothing changed: no reload (a look only stats the files).
         try put(FileIO.read(pki + "/int-a.pem"), dir + "/ca.pem")
-        usleep(1_000_000)
+        waitUntil { events.value.count >= 3 }
+        waitForWatcherLooks()
         XCTAssertEqual(events.value, [.policyReloaded, .reloadFailed, .policyReloaded])
-        usleep(1_000_000)
+        waitForWatcherLooks()
         XCTAssertEqual(events.value, [.policyReloaded, .reloadFailed, .policyReloaded])
         XCTAssertEqual(watch.policy.anchors.map(\.sha256Hex), [try cert("int-a").sha256Hex])
 
@@ -245,11 +251,11 @@ final class RotationTests: XCTestCase {
         // waiting for a writer: the bundle put back is seen at the next looks.
         XCTAssertEqual(unlink(dir + "/ca.pem"), 0)
         XCTAssertEqual(mkfifo(dir + "/ca.pem", 0o600), 0)
-        usleep(1_000_000)
+        waitUntil { events.value.last == .reloadFailed }
         XCTAssertEqual(events.value.last, .reloadFailed)
         XCTAssertEqual(unlink(dir + "/ca.pem"), 0)
         try put(FileIO.read(pki + "/root.pem"), dir + "/ca.pem")
-        usleep(1_000_000)
+        waitUntil { events.value.last == .policyReloaded }
         XCTAssertEqual(events.value.last, .policyReloaded)
         XCTAssertEqual(watch.policy.anchors.map(\.sha256Hex), [try cert("root").sha256Hex])
     }
@@ -260,10 +266,12 @@ final class RotationTests: XCTestCase {
         let events = LockedBox<[LifecycleEventKind]>([])
         source.events.setHandler { e in events.mutate { $0.append(e.kind) } }
         // With a handler set, the watcher looks at the fixed identity's expiry too (once).
-        usleep(600_000)
+        waitUntil { !events.value.isEmpty }
+        waitForWatcherLooks()
         XCTAssertEqual(events.value, [.expiryWarning])
         try source.replace(with: try identity("server-rsa"))
-        usleep(600_000)
+        waitUntil { events.value.count >= 3 }
+        waitForWatcherLooks()
         XCTAssertEqual(events.value, [.expiryWarning, .identityRotated, .expiryWarning], "once per identity")
         let quiet = IdentitySource(try identity("server"), warningDays: 0)
         let none = LockedBox<[LifecycleEventKind]>([])
@@ -276,7 +284,8 @@ final class RotationTests: XCTestCase {
         let watch = try PolicyFileWatch(path: dir + "/p.json", warningDays: 36500)
         let warned = LockedBox<[String]>([])
         watch.events.setHandler { e in if e.kind == .expiryWarning { warned.mutate { $0.append(e.sha256 ?? "") } } }
-        usleep(1_000_000)
+        waitUntil { !warned.value.isEmpty }
+        waitForWatcherLooks()
         XCTAssertEqual(warned.value, [try cert("root").sha256Hex], "once per anchor")
     }
 
@@ -308,7 +317,7 @@ final class RotationTests: XCTestCase {
             _ = SSL_shutdown(ssl)
             SSL_free(ssl)
             close(fd)
-            for _ in 0..<100 where seen.value == nil { usleep(20_000) }
+            waitUntil { seen.value != nil }
             XCTAssertEqual(seen.value, try cert(expected).sha256Hex)
         }
     }
@@ -327,7 +336,8 @@ final class RotationTests: XCTestCase {
         source.events.setHandler { e in events.mutate { $0.append(e) } }
         // Another process points the label at a token that is not there.
         try other.putTokenIdentity(uri: "pkcs11:token=no-such-token;id=%02", certificate: try cert("server"), label: "tok", replace: true)
-        usleep(1_000_000)
+        waitUntil { !events.value.isEmpty }
+        waitForWatcherLooks()
         XCTAssertEqual(source.current.leaf, good.leaf, "the last good identity stays in use")
         XCTAssertEqual(events.value.map(\.kind), [.reloadFailed], "\(events.value.map(\.message))")
         XCTAssertEqual(events.value.first?.error?.code, .tokenNotPresent)
@@ -367,12 +377,14 @@ final class RotationTests: XCTestCase {
         let version = clients.version
         // Another process pins another customer's intermediate under the label.
         try other.putCertificate(try cert("int-b"), label: "customer", replace: true)
-        usleep(1_000_000)
+        waitUntil { !events.value.isEmpty }
+        waitForWatcherLooks()
         XCTAssertEqual(clients.anchors.map(\.sha256Hex), [try cert("int-b").sha256Hex])
         XCTAssertGreaterThan(clients.version, version, "sessions of the old anchors are not resumed")
         XCTAssertEqual(events.value, [.policyReloaded])
         _ = try other.delete(label: "customer")
-        usleep(1_000_000)
+        waitUntil { events.value.count >= 2 }
+        waitForWatcherLooks()
         XCTAssertEqual(clients.anchors.map(\.sha256Hex), [try cert("int-b").sha256Hex], "the anchors in force stay")
         XCTAssertEqual(events.value, [.policyReloaded, .reloadFailed])
     }

@@ -91,6 +91,30 @@ final class TLSConnectionTests: XCTestCase {
         }
     }
 
+    /// Issue 35 item 13: a connection knows when the policy that judged its peer has changed
+    /// since it was made (what the Python pools drop idle connections on).
+    func testConnectionSaysWhenItsPolicyChanged() throws {
+        var so = TLSServerOptions(identity: try identity("server"))
+        so.clientPolicy = try policy(["root"])
+        so.handshakeTimeout = 10
+        let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
+        let served = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            for _ in 0..<2 { (try? listener.accept())?.close() }
+            served.signal()
+        }
+        let o = try clientOptions(identity: identity("client-a"))
+        let c = try TLSConnection.connect(host: "127.0.0.1", port: listener.port, options: o)
+        XCTAssertFalse(c.isPolicyChanged)
+        o.policy?.replaceSettings(from: try policy(["root"]))
+        XCTAssertTrue(c.isPolicyChanged, "replaced (even with the same settings): judged under the old version")
+        let fresh = try TLSConnection.connect(host: "127.0.0.1", port: listener.port, options: o)
+        XCTAssertFalse(fresh.isPolicyChanged)
+        fresh.close()
+        c.close()
+        served.wait()
+    }
+
     func testPinnedIntermediateAndLeafAccepted() throws {
         let port = Self.freePort()
         let server = try startSServer(sserverArgs(), port: port)
@@ -176,7 +200,7 @@ final class TLSConnectionTests: XCTestCase {
         }
         let conn = try XCTUnwrap(c)
         try conn.write(Array("hello\n".utf8))
-        usleep(200_000)
+        waitForOutput(qout, containing: "hello")  // the server has read it
         qin.fileHandleForWriting.write(Data("R\n".utf8))
         let start = Date()
         var ended: String = "no end"
@@ -221,7 +245,7 @@ final class TLSConnectionTests: XCTestCase {
         let (cl, cin, cout) = try openssl("s_client -connect 127.0.0.1:\(listener.port) -tls1_2 -cert \(path("client-a.pem")) " +
                                           "-key \(path("client-a.key")) -cert_chain \(path("int-a.pem")) -CAfile \(path("root.pem"))")
         defer { cl.terminate() }
-        usleep(500_000)
+        waitForOutput(cout, containing: "Verify return code")  // the handshake is done
         cin.fileHandleForWriting.write(Data("R\n".utf8))
         let asked = Date()
         XCTAssertEqual(served.wait(timeout: .now() + 8), .success, "the listener's connection ended")

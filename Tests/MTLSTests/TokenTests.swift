@@ -236,6 +236,54 @@ final class TokenTests: XCTestCase {
         OpenSSLErrorQueue.clear()
     }
 
+    /// A CSR signed by a CKA_ALWAYS_AUTHENTICATE key (`mtls token csr`, Python's `make_csr`):
+    /// the key made for it logs in before its signature as the handshake's does (one key
+    /// context). Before, C_Sign failed with pinRequired (CKR_USER_NOT_LOGGED_IN).
+    func testCSRForAnAlwaysAuthenticateKeyLogsInBeforeSigning() throws {
+        let uri = "pkcs11:token=mtls-spare;id=%08"
+        let key = try Token.signingKey(uri: uri, modulePath: module, pin: SoftHSMFixture.pin)
+        let context = try XCTUnwrap(TokenKey.context(of: key))
+        XCTAssertNotNil(context.contextPIN)
+        let csr = try Token.makeCSR(uri: uri, subject: "CN=always csr", modulePath: module, pin: SoftHSMFixture.pin)
+        XCTAssertNoThrow(try csr.verifySelfSignature())
+        let again = try CertificateSigningRequest.make(subject: "CN=always csr 2", key: key)
+        XCTAssertNoThrow(try again.verifySelfSignature())
+        XCTAssertEqual(context.contextLoginCount.load(ordering: .relaxed), 1)
+        // With a PIN callback, asked for the login and again for the signature.
+        let calls = Atomic<Int>(0)
+        let byCallback = try Token.makeCSR(uri: uri, subject: "CN=always csr 3", modulePath: module) { _ in
+            calls.add(1, ordering: .relaxed)
+            return SoftHSMFixture.pin
+        }
+        XCTAssertNoThrow(try byCallback.verifySelfSignature())
+        XCTAssertEqual(calls.load(ordering: .relaxed), 2)
+    }
+
+    /// Token URIs leave out a module's padding, NULs as blanks (tpm2-pkcs11 pads its model with
+    /// NULs: the URIs read model=SW%20%20%20TPM%00...), and a URI printed with the NULs still
+    /// names the token.
+    func testTokenURIsTrimNULAndBlankPadding() throws {
+        var info = CK_TOKEN_INFO()
+        func fill<T>(_ field: inout T, _ text: String, pad: UInt8) {
+            withUnsafeMutableBytes(of: &field) { p in
+                for i in 0..<p.count { p[i] = pad }
+                for (i, b) in text.utf8.enumerated() { p[i] = b }
+            }
+        }
+        fill(&info.label, "tpm token", pad: 0x20)
+        fill(&info.manufacturerID, "IBM", pad: 0)
+        fill(&info.model, "SW   TPM", pad: 0)
+        fill(&info.serialNumber, "0000000000000000", pad: 0x20)
+        let uri = try P11KitURI.format(token: info, label: "k", id: [1], cls: CK_OBJECT_CLASS(CKO_PRIVATE_KEY))
+        XCTAssertFalse(uri.contains("%00"), uri)
+        XCTAssertTrue(uri.contains("model=SW%20%20%20TPM;") && uri.contains("manufacturer=IBM;"), uri)
+        XCTAssertTrue(try P11KitURI(uri).matches(token: info), uri)
+        let old = "pkcs11:model=SW%20%20%20TPM%00%00%00%00%00%00%00%00;manufacturer=IBM;serial=0000000000000000;token=tpm%20token"
+        XCTAssertTrue(try P11KitURI(old).matches(token: info))
+        XCTAssertEqual(try PKCS11URI(old).model, "SW   TPM")
+        XCTAssertFalse(try P11KitURI("pkcs11:model=SW%20%20%20TPM2").matches(token: info))
+    }
+
     func testIdentityByObjectLabelWithPINFromURIAndFromPINSource() throws {
         let a = try Token.identity(uri: "pkcs11:token=mtls-test;object=rsa-client?pin-value=1234", modulePath: module)
         XCTAssertEqual(a.leaf.subjectSummary, "token rsa-client")

@@ -475,8 +475,54 @@ final class TrustTests: XCTestCase {
         XCTAssertFalse(old.evaluate(chain: try certs("ro-chain.pem"), host: "server.test", at: later).trusted)
     }
 
+    /// Issue 35 item 1: a policy that names anchors trusts those anchors only, whatever the
+    /// system store holds (here a CA file playing it that signs the server), in the policy, a
+    /// host rule, a JSON file and the overrides; `system_anchors` true is the one opt-in; a
+    /// policy without anchors uses the system store.
+    func testAnchorsMeanThoseAnchorsOnlyUnlessSystemAnchors() throws {
+        let system = "\(Self.dir)/root.pem" // plays the system trust store; it signs chain.pem
+        let chain = try certs("chain.pem")
+        func judged(_ p: TrustPolicy, overrides: TrustOverrides? = nil) -> TrustResult {
+            p.systemCAFile = system
+            p.time = Self.now
+            return p.evaluate(chain: chain, peer: TrustPeer(host: "server.test"), purpose: .serverAuth,
+                              overrides: overrides)
+        }
+        let other = try cert("other-root.pem")
+        // No anchors: the system store.
+        assertTrusted(judged(TrustPolicy()))
+        // Anchors: those only (refused), unless system_anchors.
+        let only = judged(TrustPolicy(anchors: [other]))
+        XCTAssertFalse(only.trusted)
+        XCTAssertEqual(only.provenance?.anchorsOnly, true)
+        assertTrusted(judged(TrustPolicy(anchors: [other], systemAnchors: true)))
+        // The older spelling keeps its meaning: anchors_only false is the system store too.
+        assertTrusted(judged(TrustPolicy(anchors: [other], anchorsOnly: false)))
+        let p = TrustPolicy(anchors: [other])
+        XCTAssertTrue(p.anchorsOnly)
+        XCTAssertNil(p.systemAnchors)
+        // Overrides: anchors given for one evaluation over a policy without any are the only ones.
+        XCTAssertFalse(judged(TrustPolicy(), overrides: TrustOverrides(anchors: [other])).trusted)
+        assertTrusted(judged(TrustPolicy(), overrides: TrustOverrides(anchors: [other], systemAnchors: true)))
+        // A host rule's own anchors: the same rule.
+        let ruled = TrustPolicy()
+        ruled.addHostRule(HostRule(pattern: try HostPattern("server.test"), anchors: [other]))
+        XCTAssertFalse(judged(ruled).trusted)
+        let ruledToo = TrustPolicy()
+        ruledToo.addHostRule(HostRule(pattern: try HostPattern("server.test"), anchors: [other], systemAnchors: true))
+        assertTrusted(judged(ruledToo))
+        // JSON: anchors only by default; "system_anchors": true, or the old "anchors_only": false.
+        let pem = other.pem.replacingOccurrences(of: "\n", with: "\\n")
+        XCTAssertFalse(judged(try TrustPolicy(json: Array(#"{"anchors": ["\#(pem)"]}"#.utf8))).trusted)
+        assertTrusted(judged(try TrustPolicy(json: Array(#"{"anchors": ["\#(pem)"], "system_anchors": true}"#.utf8))))
+        assertTrusted(judged(try TrustPolicy(json: Array(#"{"anchors": ["\#(pem)"], "anchors_only": false}"#.utf8))))
+        XCTAssertFalse(judged(try TrustPolicy(json: Array(#"{"hosts": [{"host": "server.test", "anchors": ["\#(pem)"]}]}"#.utf8))).trusted)
+        assertTrusted(judged(try TrustPolicy(json: Array(#"{"hosts": [{"host": "server.test", "anchors": ["\#(pem)"], "system_anchors": true}]}"#.utf8))))
+        XCTAssertThrowsError(try TrustPolicy(json: Array(#"{"system_anchors": true, "anchors_only": true}"#.utf8)))
+    }
+
     func testClientsAreNeverJudgedByTheSystemStoreUnlessAsked() throws {
-        let p = TrustPolicy(anchors: [try cert("other-root.pem")], time: Self.now)
+        let p = TrustPolicy(anchors: [try cert("other-root.pem")], systemAnchors: true, time: Self.now)
         p.systemCAFile = "\(Self.dir)/root.pem" // plays the system trust store
         assertTrusted(p.evaluate(chain: try certs("chain.pem"), host: "server.test"))
         let r = p.evaluate(chain: try certs("client-chain.pem"), host: nil, purpose: .clientAuth)

@@ -34,8 +34,8 @@ final class ThreadNameTests: XCTestCase {
         defer { responder.stop() }
         // The thread names itself as it starts: wait for it, never a fixed sleep.
         let deadline = Date().addingTimeInterval(10)
-        while !threadNames().contains("mtls-acme-http") && Date() < deadline { usleep(1000) }
-        XCTAssertTrue(threadNames().contains("mtls-acme-http"), "\(threadNames())")
+        while !threadNames().contains("mtls-http-01") && Date() < deadline { usleep(1000) }
+        XCTAssertTrue(threadNames().contains("mtls-http-01"), "\(threadNames())")
         XCTAssertFalse(threadNames().contains("mtls-listener"), "\(threadNames())")
     }
 }

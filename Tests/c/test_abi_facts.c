@@ -8,13 +8,16 @@
 #include <unistd.h>
 #include "test_support.h"
 
-int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[4096], csr_path[512];
+/* What several tests share: a fixed clock's root, intermediate and client "alice". */
+static const char *tmp;
+static mtls_issue_options io;
+static mtls_issued *root, *inter, *client;
+static mtls_cert *cert;
+static mtls_identity *alice;
 
-    /* Secret files are read by the core's one reader, for C programs too (the examples use it):
-     * the first line without its ending, owner and mode checked, NULL out on every error. */
-    {
+/* Secret files are read by the core's one reader, for C programs too (the examples use it):
+ * the first line without its ending, owner and mode checked, NULL out on every error. */
+TEST(secret_files_read_by_the_core) {
         char pw_path[512];
         char *pw = (char *)1;
         snprintf(pw_path, sizeof pw_path, "%s/facts-pw.txt", tmp);
@@ -33,15 +36,23 @@ int main(void) {
         CHECK(chmod(pw_path, 0600) == 0 && chown(pw_path, 4242, 4242) == 0);
         CHECK_RC(mtls_password_file_read(pw_path, &pw), MTLS_E_INVALID_ARGUMENT);
         CHECK(strstr(mtls_last_error(), "owned by another user") != NULL);
+        /* Over 64 KiB: MTLS_E_LIMIT, the code mtls.h names. */
+        CHECK(chown(pw_path, getuid(), getgid()) == 0);
+        f = fopen(pw_path, "w");
+        CHECK(f != NULL);
+        for (int i = 0; i < 64 * 1024 + 1; i++) fputc('x', f);
+        fclose(f);
+        CHECK_RC(mtls_password_file_read(pw_path, &pw), MTLS_E_LIMIT);
+        CHECK(pw == NULL);
         CHECK(unlink(pw_path) == 0);
         CHECK_RC(mtls_password_file_read(pw_path, &pw), MTLS_E_NOT_FOUND);
         CHECK_RC(mtls_password_file_read(NULL, &pw), MTLS_E_INVALID_ARGUMENT);
         CHECK_RC(mtls_password_file_read(pw_path, NULL), MTLS_E_INVALID_ARGUMENT);
-    }
+}
 
     /* URLs are read by the core's one parser (issue 23): an RFC 6874 zone decoded, the scheme's
      * default port, a broken zone refused with *host NULL. */
-    {
+TEST(urls_read_by_the_core) {
         char *host = (char *)1;
         uint16_t port = 0;
         CHECK_OK(mtls_url_host_port("http://[fe80::1%25eth0]:3128/x", &host, &port));
@@ -57,8 +68,9 @@ int main(void) {
         CHECK_RC(mtls_url_host_port(NULL, &host, &port), MTLS_E_INVALID_ARGUMENT);
         CHECK_RC(mtls_url_host_port("http://ca.test/", NULL, &port), MTLS_E_INVALID_ARGUMENT);
         CHECK_RC(mtls_url_host_port("http://ca.test/", &host, NULL), MTLS_E_INVALID_ARGUMENT);
-    }
+}
 
+TEST(option_defaults_come_from_the_core) {
     /* Defaults come from the core: what a zeroed struct would mean, spelt out. */
     mtls_conn_options o;
     memset(&o, 0x5a, sizeof o);
@@ -85,11 +97,15 @@ int main(void) {
     memset(&lo, 0x5a, sizeof lo);
     CHECK_OK(mtls_listener_options_init(&lo, 1));
     CHECK(lo.version == 1 && lo.max_tls == MTLS_TLS_1_3 && lo.client_ca_names == 0x5a5a5a5a);
-    mtls_issue_options io;
-    memset(&io, 0x5a, sizeof io);
-    CHECK_OK(mtls_issue_options_init(&io, MTLS_ISSUE_OPTIONS_VERSION));
-    CHECK(io.version == MTLS_ISSUE_OPTIONS_VERSION && io.key_type == NULL && io.validity_days == 0 && io.dns_count == 0);
+    mtls_issue_options fresh;
+    memset(&fresh, 0x5a, sizeof fresh);
+    CHECK_OK(mtls_issue_options_init(&fresh, MTLS_ISSUE_OPTIONS_VERSION));
+    CHECK(fresh.version == MTLS_ISSUE_OPTIONS_VERSION && fresh.key_type == NULL && fresh.validity_days == 0 && fresh.dns_count == 0);
+}
 
+TEST(counts_above_ssize_max_are_errors) {
+    mtls_conn_options o;
+    mtls_issued *none = NULL;
     /* A count above SSIZE_MAX is an error, not "none". */
     mtls_conn *conn = NULL;
     o = (mtls_conn_options){0};
@@ -98,34 +114,31 @@ int main(void) {
     CHECK_RC(mtls_conn_connect("127.0.0.1", 1, &o, &conn), MTLS_E_INVALID_ARGUMENT);
     CHECK(conn == NULL && strstr(mtls_last_error(), "SSIZE_MAX") != NULL);
 
-    mtls_issued *root = NULL, *inter = NULL, *client = NULL;
-    io.now = 1893456000; /* 2030-01-01: a fixed clock */
-    CHECK_OK(mtls_pki_root("Facts Root", &io, &root));
-    CHECK_OK(mtls_pki_issue(root, MTLS_PROFILE_INTERMEDIATE, "Facts CA", &io, &inter));
     mtls_issue_options huge = io;
     huge.dns_count = SIZE_MAX;
-    CHECK_RC(mtls_pki_issue(inter, MTLS_PROFILE_CLIENT, "huge", &huge, &client), MTLS_E_INVALID_ARGUMENT);
-    CHECK(client == NULL && strstr(mtls_last_error(), "SSIZE_MAX") != NULL);
+    CHECK_RC(mtls_pki_issue(inter, MTLS_PROFILE_CLIENT, "huge", &huge, &none), MTLS_E_INVALID_ARGUMENT);
+    CHECK(none == NULL && strstr(mtls_last_error(), "SSIZE_MAX") != NULL);
+}
 
+TEST(a_list_freed_with_a_count_above_ssize_max_is_left_alone) {
     /* A list freed with a count above SSIZE_MAX is left alone (the last error says why), so the
      * right call can still free it. */
-    mtls_cert *cert = NULL;
     char **ekus = NULL;
     size_t n = 0;
-    CHECK_OK(mtls_pki_issue(inter, MTLS_PROFILE_CLIENT, "alice", &io, &client));
-    CHECK_OK(mtls_issued_cert(client, &cert));
     CHECK_OK(mtls_cert_ekus(cert, &ekus, &n));
     CHECK(n == 1 && strcmp(ekus[0], "1.3.6.1.5.5.7.3.2") == 0); /* clientAuth */
     mtls_string_list_free(ekus, SIZE_MAX);
     CHECK(strstr(mtls_last_error(), "SSIZE_MAX") != NULL);
     CHECK(strcmp(ekus[0], "1.3.6.1.5.5.7.3.2") == 0); /* untouched: neither wiped nor freed */
     mtls_string_list_free(ekus, n);
+}
 
+TEST(optional_strings_that_are_not_utf8_are_refused) {
+    mtls_conn_options o;
+    mtls_conn *conn = NULL;
     /* An optional string that is not UTF-8 is refused like a required one, never repaired. */
-    mtls_identity *alice = NULL;
     uint8_t *p12 = NULL;
     size_t p12_len = 0;
-    CHECK_OK(mtls_issued_identity(client, &alice));
     CHECK_RC(mtls_pkcs12_export(alice, "pw", MTLS_PKCS12_MODERN, "bad \xff\xfe name", &p12, &p12_len), MTLS_E_INVALID_ARGUMENT);
     CHECK(p12 == NULL && strstr(mtls_last_error(), "friendly_name is not valid UTF-8") != NULL);
     o = (mtls_conn_options){0};
@@ -138,7 +151,11 @@ int main(void) {
     mtls_issued *none = NULL;
     CHECK_RC(mtls_pki_root("R", &bad_key, &none), MTLS_E_INVALID_ARGUMENT);
     CHECK(strstr(mtls_last_error(), "key_type is not valid UTF-8") != NULL);
+}
 
+TEST(an_issued_p12s_friendly_name_is_the_cn) {
+    uint8_t *p12 = NULL;
+    size_t p12_len = 0;
     /* An issued .p12's friendly name is the certificate's CN (the core's choice for C and CLI). */
     CHECK_OK(mtls_issued_export_p12(client, "pw", MTLS_PKCS12_MODERN, &p12, &p12_len));
     mtls_pkcs12 *parsed = NULL;
@@ -154,7 +171,10 @@ int main(void) {
     mtls_identity_list_free(ids, nids);
     mtls_pkcs12_free(parsed);
     mtls_bytes_free(p12);
+}
 
+TEST(a_csr_without_cn_gets_the_cores_fallback) {
+    char cmd[4096], csr_path[512];
     /* A CSR without a CN: the core's fallback, the first DNS name (as `mtls pki sign`). */
     snprintf(csr_path, sizeof csr_path, "%s/facts-nocn.csr", tmp);
     snprintf(cmd, sizeof cmd, "openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout %s/facts-nocn.key "
@@ -176,7 +196,10 @@ int main(void) {
     mtls_string_free(summary);
     mtls_cert_free(signed_cert);
     free(csr);
+}
 
+TEST(listener_ca_names_checked_as_arguments) {
+    mtls_listener_options lo;
     /* The CA names of a listener's certificate request: checked as arguments (the handshakes
      * are in the Python, Swift and e2e tests). */
     mtls_listener *listener = NULL;
@@ -206,7 +229,27 @@ int main(void) {
     lo.client_ca_certs = NULL; /* not read */
     CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &listener));
     mtls_listener_free(listener);
-    mtls_policy_free(client_policy);
+}
+
+int main(void) {
+    tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    CHECK_OK(mtls_issue_options_init(&io, MTLS_ISSUE_OPTIONS_VERSION));
+    io.now = 1893456000; /* 2030-01-01: a fixed clock */
+    CHECK_OK(mtls_pki_root("Facts Root", &io, &root));
+    CHECK_OK(mtls_pki_issue(root, MTLS_PROFILE_INTERMEDIATE, "Facts CA", &io, &inter));
+    CHECK_OK(mtls_pki_issue(inter, MTLS_PROFILE_CLIENT, "alice", &io, &client));
+    CHECK_OK(mtls_issued_cert(client, &cert));
+    CHECK_OK(mtls_issued_identity(client, &alice));
+
+    RUN(secret_files_read_by_the_core);
+    RUN(urls_read_by_the_core);
+    RUN(option_defaults_come_from_the_core);
+    RUN(counts_above_ssize_max_are_errors);
+    RUN(a_list_freed_with_a_count_above_ssize_max_is_left_alone);
+    RUN(optional_strings_that_are_not_utf8_are_refused);
+    RUN(an_issued_p12s_friendly_name_is_the_cn);
+    RUN(a_csr_without_cn_gets_the_cores_fallback);
+    RUN(listener_ca_names_checked_as_arguments);
 
     mtls_identity_free(alice);
     mtls_cert_free(cert);

@@ -19,7 +19,7 @@ static const char *NAMES[] = {"svc.test"};
     CHECK_RC(call, MTLS_E_INVALID_ARGUMENT); \
     CHECK(out == NULL); \
     if (strstr(mtls_last_error(), message) == NULL) { \
-        fprintf(stderr, "%s:%d: wanted \"%s\" in \"%s\"\n", __FILE__, __LINE__, message, mtls_last_error()); exit(1); } \
+        fprintf(stderr, "%s:%d: wanted \"%s\" in \"%s\"\n", __FILE__, __LINE__, message, mtls_last_error()); t_fail(); } \
     T_PASS(); } while (0)
 
 static mtls_enroll_options acme_options(void) {
@@ -129,13 +129,21 @@ static void pki_rules(mtls_store *store, const char *dir) {
     CHECK_RC(mtls_enroll_pki(store, "p", missing, "CA", "p.local", &o, &out), MTLS_E_NOT_FOUND);
 }
 
+static mtls_store *test_store;
+static const char *test_dir;
+TEST(acme_rules_refuse_before_any_request) { acme_rules(test_store); }
+TEST(est_rules_refuse_before_any_request) { est_rules(test_store); }
+TEST(pki_rules_refuse_before_issuing) { pki_rules(test_store, test_dir); }
+
 int main(void) {
     char dir[512];
     mtls_store *store = t_temp_store("enroll-rules-c", PASS, sizeof PASS - 1, dir, sizeof dir);
 
-    acme_rules(store);
-    est_rules(store);
-    pki_rules(store, dir);
+    test_store = store;
+    test_dir = dir;
+    RUN(acme_rules_refuse_before_any_request);
+    RUN(est_rules_refuse_before_any_request);
+    RUN(pki_rules_refuse_before_issuing);
 
     /* nothing was stored by any of them */
     const char *labels[] = {"a", "e", "p"};

@@ -146,7 +146,7 @@ int main(void) {
     CHECK(strcmp(watcher.thread, "mtls-watch") == 0);
     /* Cleared: the next replacement calls nothing. A new registration is destroyed with the source. */
     CHECK_OK(mtls_store_put_identity(other, "srv", server, 1));
-    usleep(700000);
+    t_wait_watcher_looks(); /* the replacement has been seen: nothing was called */
     CHECK(count(&watcher.calls) == 1 && count(&watcher.destroyed) == 1);
     CHECK_OK(mtls_identity_source_set_event_callback(source, on_watcher, &clearing, on_destroy));
     mtls_identity_source_free(source);

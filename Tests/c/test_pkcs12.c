@@ -15,21 +15,10 @@ static uint8_t *make_p12(const char *args, const char *name, size_t *len) {
     return t_read_file(path, len);
 }
 
-int main(void) {
-    const char *base = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[4096];
-    snprintf(tmp_dir, sizeof tmp_dir, "%s/p12-c", base);
-    snprintf(cmd, sizeof cmd,
-             "rm -rf %s && mkdir -p %s && cd %s && "
-             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout root.key -out root.pem "
-             "-subj '/CN=C Root' -days 5 2>/dev/null && "
-             "openssl req -newkey rsa:2048 -nodes -keyout leaf.key -out leaf.csr -subj '/CN=c.example' 2>/dev/null && "
-             "openssl x509 -req -in leaf.csr -CA root.pem -CAkey root.key -CAcreateserial -out leaf.pem -days 5 2>/dev/null && "
-             "openssl pkey -in leaf.key -aes256 -passout pass:kp -out leaf-enc.key && "
-             "cat leaf.pem root.pem > chain.pem",
-             tmp_dir, tmp_dir, tmp_dir);
-    t_sh(cmd);
+/* The identity of default.p12 (RSA 2048, "c id", chain of 1), for the tests that use one. */
+static mtls_identity *id;
 
+TEST(import_default_scheme_and_arguments) {
     /* import: the OpenSSL default scheme */
     size_t len; uint8_t *der = make_p12("", "default.p12", &len);
     mtls_pkcs12 *p12 = NULL;
@@ -70,12 +59,20 @@ int main(void) {
     }
 
     CHECK_OK(mtls_pkcs12_identities(p12, &ids, &n)); CHECK(n == 1);
-    mtls_identity *id = mtls_identity_ref(ids[0]);
+    mtls_identity *own = mtls_identity_ref(ids[0]);
     mtls_identity_list_free(ids, n);
     mtls_identity_list_free(NULL, 0);
     mtls_pkcs12_free(p12);   /* the identity outlives the import result */
     mtls_pkcs12_free(NULL);
+    CHECK_OK(mtls_identity_friendly_name(own, &encoding)); /* still usable */
+    CHECK(encoding && strcmp(encoding, "c id") == 0);
+    mtls_string_free(encoding);
+    mtls_identity_free(own);
+    free(der);
+}
 
+TEST(identity_accessors) {
+    size_t n = 0;
     /* identity accessors */
     char *s = NULL; int bits = 0;
     CHECK_RC(mtls_identity_key_type(NULL, &s, &bits), MTLS_E_INVALID_ARGUMENT);
@@ -116,7 +113,11 @@ int main(void) {
     CHECK(extra == id);
     mtls_identity_free(extra);
     mtls_identity_free(NULL);
+}
 
+TEST(export_both_schemes_and_back) {
+    char *s = NULL;
+    size_t n = 0;
     /* export, both schemes, and back */
     uint8_t *out = NULL; size_t out_len = 0;
     CHECK_RC(mtls_pkcs12_export(NULL, "x", MTLS_PKCS12_MODERN, NULL, &out, &out_len), MTLS_E_INVALID_ARGUMENT);
@@ -148,7 +149,11 @@ int main(void) {
         mtls_pkcs12_free(back);
         mtls_bytes_free(out);
     }
+}
 
+TEST(identity_from_pem) {
+    char *s = NULL;
+    uint8_t *kid = NULL; size_t kid_len = 0;
     /* identity from PEM */
     size_t cl, kl, el;
     char path[1024];
@@ -171,8 +176,13 @@ int main(void) {
     mtls_identity_free(pid);
     CHECK_OK(mtls_identity_from_pem(chain, key, NULL, &pid));
     mtls_identity_free(pid);
-    mtls_identity_free(id);
+    free(chain); free(key); free(enc); free(root);
+}
 
+TEST(legacy_rc2_files_open_in_libmtls_context_only) {
+    size_t len = 0;
+    char path[1024];
+    mtls_pkcs12 *p12 = NULL;
     /* legacy (RC2-40) files open, and the program's own default OpenSSL context still has no
        RC2: the legacy provider lives only in libmtls's context. */
     uint8_t *legacy = make_p12("-legacy -certpbe PBE-SHA1-RC2-40", "rc2.p12", &len);
@@ -188,7 +198,15 @@ int main(void) {
     CHECK(cipher_fetch != NULL);
     CHECK(cipher_fetch(NULL, "RC2-40-CBC", NULL) == NULL);
     CHECK(cipher_fetch(NULL, "AES-256-CBC", NULL) != NULL);
+    free(legacy);
+}
 
+TEST(a_certificate_only_file) {
+    char cmd[4096], path[1024];
+    mtls_pkcs12 *p12 = NULL;
+    mtls_identity **ids = NULL;
+    mtls_cert **certs = NULL;
+    size_t n = 0;
     /* a certificate-only file */
     snprintf(cmd, sizeof cmd, "cd %s && openssl pkcs12 -export -nokeys -in chain.pem -passout pass:pw -out certs.p12", tmp_dir);
     t_sh(cmd);
@@ -198,7 +216,42 @@ int main(void) {
     CHECK_OK(mtls_pkcs12_certs(p12, &certs, &n)); CHECK(n == 2);
     mtls_cert_list_free(certs, n);
     mtls_pkcs12_free(p12);
+}
 
-    free(der); free(legacy); free(chain); free(key); free(enc); free(root);
+int main(void) {
+    const char *base = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    char cmd[4096];
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/p12-c", base);
+    snprintf(cmd, sizeof cmd,
+             "rm -rf %s && mkdir -p %s && cd %s && "
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout root.key -out root.pem "
+             "-subj '/CN=C Root' -days 5 2>/dev/null && "
+             "openssl req -newkey rsa:2048 -nodes -keyout leaf.key -out leaf.csr -subj '/CN=c.example' 2>/dev/null && "
+             "openssl x509 -req -in leaf.csr -CA root.pem -CAkey root.key -CAcreateserial -out leaf.pem -days 5 2>/dev/null && "
+             "openssl pkey -in leaf.key -aes256 -passout pass:kp -out leaf-enc.key && "
+             "cat leaf.pem root.pem > chain.pem",
+             tmp_dir, tmp_dir, tmp_dir);
+    t_sh(cmd);
+    {
+        size_t len = 0, n = 0;
+        uint8_t *der = make_p12("", "default.p12", &len);
+        mtls_pkcs12 *p12 = NULL;
+        mtls_identity **ids = NULL;
+        CHECK_OK(mtls_pkcs12_import(der, len, "pw", &p12));
+        CHECK_OK(mtls_pkcs12_identities(p12, &ids, &n));
+        CHECK(n == 1);
+        id = mtls_identity_ref(ids[0]);
+        mtls_identity_list_free(ids, n);
+        mtls_pkcs12_free(p12);
+        free(der);
+    }
+
+    RUN(import_default_scheme_and_arguments);
+    RUN(identity_accessors);
+    RUN(export_both_schemes_and_back);
+    RUN(identity_from_pem);
+    RUN(legacy_rc2_files_open_in_libmtls_context_only);
+    RUN(a_certificate_only_file);
+    mtls_identity_free(id);
     DONE();
 }

@@ -60,7 +60,6 @@ static void write_policy(const char *path, const char *json) {
     snprintf(tmp, sizeof tmp, "%s.new", path);
     FILE *f = fopen(tmp, "w");
     CHECK(f != NULL);
-    if (!f) exit(1);
     fputs(json, f);
     fclose(f);
     CHECK(rename(tmp, path) == 0);
@@ -115,7 +114,7 @@ static void policy_file(const char *tmp) {
     CHECK(count(&s.last_error) == MTLS_E_INVALID_POLICY);
     CHECK(trusts(p, "client-b", "int-b.pem") == 1);
     CHECK(trusts(p, "client-a", "int-a.pem") == 0);
-    usleep(600000); /* two more looks: an unchanged broken file is not reported again */
+    t_wait_watcher_looks(); /* more looks: an unchanged broken file is not reported again */
     CHECK(count(&s.failed) == 1);
     /* An anchor file that is gone is a failed reload too, not an empty policy. */
     snprintf(json, sizeof json, "{\"anchors\": [\"%s/no-such.pem\"], \"anchors_only\": true}", pki);
@@ -192,7 +191,7 @@ static void store_anchors(const char *tmp) {
     CHECK(count(&s.failed) == 1 && count(&s.last_error) == MTLS_E_NOT_FOUND);
     CHECK(trusts(p, "client-b", "int-b.pem") == 1);
     CHECK_OK(mtls_store_put_cert(other, "unrelated", int_a, 0)); /* the store moves again, the label still gone */
-    usleep(600000);
+    t_wait_watcher_looks();
     CHECK(count(&s.failed) == 1);
     CHECK(trusts(p, "client-a", "int-a.pem") == 0);
     /* Put back: followed again. */
@@ -213,13 +212,18 @@ static void store_anchors(const char *tmp) {
     unlink(path);
 }
 
+static const char *test_tmp;
+TEST(a_followed_policy_file) { policy_file(test_tmp); }
+TEST(anchors_followed_in_a_store) { store_anchors(test_tmp); }
+
 int main(void) {
     const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
     char cmd[2048];
     snprintf(pki, sizeof pki, "%s/policy-watch-pki", tmp);
     snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
     t_sh(cmd);
-    policy_file(tmp);
-    store_anchors(tmp);
+    test_tmp = tmp;
+    RUN(a_followed_policy_file);
+    RUN(anchors_followed_in_a_store);
     DONE();
 }

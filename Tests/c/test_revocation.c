@@ -70,6 +70,12 @@ int main(void) {
     CHECK_RC(mtls_policy_set_revocation_limits(p, 0, 601000), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_policy_set_revocation_limits(p, 1 << 20, 2000));
     CHECK_RC(mtls_policy_set_revocation_cache_dir(p, ""), MTLS_E_INVALID_ARGUMENT);
+    /* The maximum age of an answer without nextUpdate (issue 35): 0 is the default (7 days). */
+    CHECK_RC(mtls_policy_set_revocation_max_age(p, -1), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "maximum age") != NULL);
+    CHECK_RC(mtls_policy_set_revocation_max_age(p, 367LL * 86400), MTLS_E_INVALID_ARGUMENT);
+    CHECK_OK(mtls_policy_set_revocation_max_age(p, 3600));
+    CHECK_OK(mtls_policy_set_revocation_max_age(p, 0));
     CHECK_OK(mtls_policy_set_revocation_cache_dir(p, NULL));
     CHECK_RC(mtls_trust_result_revocation(NULL, NULL), MTLS_E_INVALID_ARGUMENT);
     mtls_revocation_cache_clear();
@@ -139,6 +145,38 @@ int main(void) {
     CHECK_OK(mtls_trust_result_warnings(r, &warnings, &nw));
     CHECK(nw == 0 && warnings == NULL);
     mtls_trust_result_free(r);
+
+    /* Two CRL files of one issuer: the newer (CRL number 2, revoking laptop) answers, whatever
+     * the order they were given in; the older (number 1, revoking nothing) never hides it. */
+    {
+        mtls_policy *two = NULL;
+        CHECK_OK(mtls_policy_new(&two));
+        CHECK_OK(mtls_policy_add_anchor(two, anchor));
+        CHECK_OK(mtls_policy_set_anchors_only(two, 1));
+        CHECK_OK(mtls_policy_set_name_check(two, 0));
+        CHECK_OK(mtls_policy_set_revocation(two, MTLS_REVOCATION_HARD, 0));
+        char older_path[512];
+        snprintf(older_path, sizeof older_path, "%s/revocation-older.crl", tmp);
+        CHECK_OK(mtls_pki_crl(inter, NULL, 0, 1, 0, 0, &der, &der_len));
+        f = fopen(older_path, "wb");
+        CHECK(f != NULL && fwrite(der, 1, der_len, f) == der_len);
+        fclose(f);
+        mtls_bytes_free(der);
+        CHECK_OK(mtls_pki_crl(inter, serials, 1, 2, 0, 0, &der, &der_len));
+        f = fopen(crl_path, "wb");
+        CHECK(f != NULL && fwrite(der, 1, der_len, f) == der_len);
+        fclose(f);
+        mtls_bytes_free(der);
+        CHECK_OK(mtls_policy_add_crl_file(two, older_path));
+        CHECK_OK(mtls_policy_add_crl_file(two, crl_path));
+        r = eval(two, laptop, inter);
+        CHECK(trusted(r) == 0 && has_code(r, "revoked"));
+        CHECK_OK(mtls_trust_result_revocation(r, &json));
+        CHECK(json != NULL && strstr(json, "\"status\":\"revoked\"") && strstr(json, "\"source\":\"crl_file\""));
+        mtls_string_free(json);
+        mtls_trust_result_free(r);
+        mtls_policy_free(two);
+    }
 
     /* A host rule's setting wins over the policy's for its peers. */
     mtls_policy *q = NULL;

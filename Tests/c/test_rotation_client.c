@@ -629,7 +629,7 @@ int main(void) {
         CHECK_OK(mtls_identity_source_set_event_callback(src, on_event, &ev3, NULL));
         CHECK_OK(mtls_store_put_identity(other, "cl", expired, 1));
         for (int i = 0; i < 100 && events_failed(&ev3) == 0; i++) usleep(20000);
-        usleep(600000); /* more looks at the store: still reported once */
+        t_wait_watcher_looks(); /* more looks at the store: still reported once */
         CHECK(events_failed(&ev3) == 1);
         CHECK(ev3.last_code == MTLS_E_INVALID_ARGUMENT && ev3.rotated == 0);
         CHECK_OK(mtls_identity_source_current(src, &cur));

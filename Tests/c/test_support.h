@@ -1,7 +1,20 @@
-/* Tiny assertion helpers shared by the C test programs. Each program prints
- * "N passed, 0 failed" and exits non-zero on the first failure. */
+/* Tiny assertion helpers and test runner shared by the C test programs.
+ *
+ * A program names its tests and runs them all from main:
+ *
+ *     TEST(policy_constructors) { CHECK(...); ... }
+ *     int main(void) { RUN(policy_constructors); RUN(...); DONE(); }
+ *
+ * RUN prints "ok   name" or "FAIL name" for each test; a failed CHECK ends only its own test
+ * (it returns to RUN), so the next ones still run. DONE prints "N passed, M failed" (tests) and
+ * exits non-zero if any failed. A CHECK that fails outside RUN, or on a thread other than the
+ * one running the test, exits the program at once (there is nothing to return to). A program
+ * with no RUN counts its CHECKs instead, as before. */
 #ifndef MTLS_TEST_SUPPORT_H
 #define MTLS_TEST_SUPPORT_H
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,29 +23,63 @@
 
 /* Counted atomically: several tests CHECK from more than one thread. */
 static int t_passed = 0;
+static int t_tests_passed = 0, t_tests_failed = 0;
+static int t_in_test = 0;
+static pthread_t t_test_thread;
+static jmp_buf t_test_jump;
 #define T_PASS() __atomic_fetch_add(&t_passed, 1, __ATOMIC_RELAXED)
+
+/* A failed CHECK: back to RUN when on the test's own thread, else the program ends. */
+__attribute__((noreturn)) static inline void t_fail(void) {
+    fflush(stdout);
+    if (t_in_test && pthread_equal(pthread_self(), t_test_thread)) longjmp(t_test_jump, 1);
+    exit(1);
+}
 #define CHECK(cond) do { if (!(cond)) { \
     fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, mtls_last_error()); \
-    exit(1); } T_PASS(); } while (0)
+    t_fail(); } T_PASS(); } while (0)
 #define CHECK_RC(expr, want) do { int rc_ = (expr); if (rc_ != (want)) { \
     fprintf(stderr, "%s:%d: %s returned %d (%s), wanted %d (last error: %s)\n", __FILE__, __LINE__, #expr, \
-            rc_, mtls_error_name(rc_), (want), mtls_last_error()); exit(1); } T_PASS(); } while (0)
+            rc_, mtls_error_name(rc_), (want), mtls_last_error()); t_fail(); } T_PASS(); } while (0)
 #define CHECK_OK(expr) CHECK_RC(expr, MTLS_OK)
-#define DONE() do { printf("%d passed, 0 failed\n", __atomic_load_n(&t_passed, __ATOMIC_RELAXED)); return 0; } while (0)
+
+/* A named test: a function of no arguments, run by RUN. */
+#define TEST(name) static void name(void)
+#define RUN(name) t_run(#name, name)
+static inline void t_run(const char *name, void (*test)(void)) {
+    t_test_thread = pthread_self();
+    t_in_test = 1;
+    if (setjmp(t_test_jump) == 0) {
+        test();
+        t_in_test = 0;
+        t_tests_passed++;
+        printf("ok   %s\n", name);
+    } else {
+        t_in_test = 0;
+        t_tests_failed++;
+        printf("FAIL %s\n", name);
+    }
+    fflush(stdout);
+}
+#define DONE() do { \
+    if (t_tests_passed + t_tests_failed > 0) { \
+        printf("%d passed, %d failed\n", t_tests_passed, t_tests_failed); \
+        return t_tests_failed ? 1 : 0; } \
+    printf("%d passed, 0 failed\n", __atomic_load_n(&t_passed, __ATOMIC_RELAXED)); return 0; } while (0)
 
 /* Reads a whole file into a malloc'ed buffer. */
 static inline uint8_t *t_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
-    if (!f) { fprintf(stderr, "cannot open %s\n", path); exit(1); }
+    if (!f) { fprintf(stderr, "cannot open %s\n", path); t_fail(); }
     fseek(f, 0, SEEK_END); long n = ftell(f); fseek(f, 0, SEEK_SET);
     uint8_t *buf = malloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) { fprintf(stderr, "short read %s\n", path); exit(1); }
+    if (fread(buf, 1, (size_t)n, f) != (size_t)n) { fprintf(stderr, "short read %s\n", path); t_fail(); }
     fclose(f); *len = (size_t)n; return buf;
 }
 
 /* Runs a shell command; fails the test if it does not exit 0. */
 static inline void t_sh(const char *cmd) {
-    if (system(cmd) != 0) { fprintf(stderr, "command failed: %s\n", cmd); exit(1); }
+    if (system(cmd) != 0) { fprintf(stderr, "command failed: %s\n", cmd); t_fail(); }
 }
 
 /* A new empty folder `dir` ($MTLS_TEST_TMP, else /tmp, then NAME-PID) holding a new store,
@@ -59,5 +106,59 @@ static inline void t_close_temp_store(mtls_store *store, const char *dir) {
     mtls_store_close(store);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     t_sh(cmd);
+}
+/* Waits (up to `seconds`) until the file at `path` holds `needle` (a peer's log line, say);
+ * fails the test if it never does. */
+static inline void t_wait_file_contains(const char *path, const char *needle, int seconds) {
+    for (int i = 0; i <= seconds * 100; i++) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            char buf[65536];
+            size_t n = fread(buf, 1, sizeof buf - 1, f);
+            fclose(f);
+            buf[n] = 0;
+            if (strstr(buf, needle) != NULL) return;
+        }
+        poll(NULL, 0, 10);
+    }
+    fprintf(stderr, "%s never held \"%s\"\n", path, needle);
+    t_fail();
+}
+
+/* Waits until the library's watcher thread (mtls-watch) has looked at everything it follows at
+ * least once after this call began: a waited-on condition, for checks that something did NOT
+ * happen ("an unchanged broken file is not reported again"), instead of a fixed sleep. A canary
+ * policy file, followed for the purpose, is rewritten twice and each reload waited for: the
+ * watcher looks at every followed item in each pass, so the second reload comes in a pass that
+ * began after the first one ended. */
+static int t_canary_reloads = 0;
+static void t_canary_event(const mtls_event *e, void *userdata) {
+    (void)userdata;
+    if (e->kind == MTLS_EVENT_POLICY_RELOADED) __atomic_fetch_add(&t_canary_reloads, 1, __ATOMIC_SEQ_CST);
+}
+static inline void t_wait_watcher_looks(void) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    static const char *const versions[] = { "{}", "{\"anchors_only\": true}", "{\"anchors_only\": false}" };
+    char path[600], next[620];
+    snprintf(path, sizeof path, "%s/watcher-canary-%d.json", tmp, (int)getpid());
+    snprintf(next, sizeof next, "%s.new", path);
+    mtls_policy_watch *w = NULL;
+    for (int round = 0; round < 3; round++) {
+        FILE *f = fopen(next, "w");
+        CHECK(f != NULL);
+        fputs(versions[round], f);
+        fclose(f);
+        CHECK(rename(next, path) == 0);
+        if (round == 0) {
+            CHECK_OK(mtls_policy_watch_new(path, NULL, &w));
+            CHECK_OK(mtls_policy_watch_set_event_callback(w, t_canary_event, NULL, NULL));
+            continue;
+        }
+        int want = __atomic_load_n(&t_canary_reloads, __ATOMIC_SEQ_CST) + 1;
+        for (int i = 0; i < 6000 && __atomic_load_n(&t_canary_reloads, __ATOMIC_SEQ_CST) < want; i++) poll(NULL, 0, 10);
+        CHECK(__atomic_load_n(&t_canary_reloads, __ATOMIC_SEQ_CST) >= want);
+    }
+    mtls_policy_watch_free(w);
+    unlink(path);
 }
 #endif

@@ -135,6 +135,12 @@ int main(void) {
     CHECK_OK(mtls_conn_resumed(c, &resumed)); CHECK(resumed == 0);
     CHECK_RC(mtls_conn_resumed(NULL, &resumed), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_conn_resumed(c, NULL), MTLS_E_INVALID_ARGUMENT);
+    /* The policy that judged the server has not changed since (issue 35 item 13: pools drop a
+     * kept-alive connection once it has; Tests/MTLSTests and the Python adapters test that). */
+    int changed = -1;
+    CHECK_OK(mtls_conn_policy_changed(c, &changed)); CHECK(changed == 0);
+    CHECK_RC(mtls_conn_policy_changed(NULL, &changed), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_policy_changed(c, NULL), MTLS_E_INVALID_ARGUMENT);
     int fd = -1;
     CHECK_OK(mtls_conn_fd(c, &fd)); CHECK(fd >= 0);
     CHECK_RC(mtls_conn_fd(NULL, &fd), MTLS_E_INVALID_ARGUMENT);

@@ -61,7 +61,8 @@ static void handshake(const char *dir, mtls_identity *identity, int tls, const c
     int rc = mtls_conn_read(conn, buf, sizeof buf, &got);
     CHECK(rc == MTLS_OK || rc == MTLS_E_TIMEOUT || rc == MTLS_E_CLOSED);
     mtls_conn_free(conn);
-    usleep(200 * 1000);
+    snprintf(path, sizeof path, "%s/sserver.out", dir);
+    t_wait_file_contains(path, "ping", 20); /* the server has read it */
     kill(server, SIGTERM);
     waitpid(server, NULL, 0);
     snprintf(path, sizeof path, "grep -q 'subject=CN = token' %s/sserver.out && grep -q ping %s/sserver.out", dir, dir);
@@ -126,7 +127,8 @@ static void byo_handshake(const char *dir, mtls_identity *identity, const char *
     CHECK(set1_host(ssl, "localhost") == 1);
     CHECK(ssl_connect(ssl) == 1);
     CHECK(ssl_write(ssl, "ping\n", 5) == 5);
-    usleep(300 * 1000);
+    snprintf(path, sizeof path, "%s/sserver.out", dir);
+    t_wait_file_contains(path, "ping", 20); /* the server has read it */
     ssl_shutdown(ssl);
     ssl_free(ssl);
     ctx_free(ctx);

@@ -1,6 +1,8 @@
 """Shared fixtures for end-to-end tests: the installed mtls CLI, temp dirs, free ports."""
 import contextlib
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -74,6 +76,12 @@ def sh(cmd, cwd):
     subprocess.run(cmd, shell=True, cwd=cwd, check=True, capture_output=True)
 
 
+def fresh_copy(made, tmp_path):
+    """A copy, for one test, of files a module made once (keys, certificates, .p12 files: seconds
+    to make, milliseconds to copy), modes kept: each test gets its own, as when it made them."""
+    return pathlib.Path(shutil.copytree(made, tmp_path / made.name, symlinks=True))
+
+
 @contextlib.contextmanager
 def softhsm_conf(conf):
     """SOFTHSM2_CONF=conf in this process (the library and the CLI read it) for the block, then
@@ -93,6 +101,24 @@ def run_cli(*args, check=False, input=None, timeout=60):
     """Runs the mtls CLI; returns the CompletedProcess (text mode)."""
     return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, input=input,
                           timeout=timeout, check=check)
+
+
+def server_pki(d, root_name):
+    """A PKI made with `mtls pki` in d/pki: root `root_name`, intermediate "Customer A", a server
+    certificate for localhost and 127.0.0.1; written beside it as server.pem, server.key,
+    server-chain.pem (leaf + intermediate), int.pem and root.pem."""
+    pki = d / "pki"
+    for args in (["init", "--name", root_name], ["intermediate", "--name", "Customer A"],
+                 ["issue", "server", "--ca", "Customer A", "--dns", "localhost", "--ip", "127.0.0.1"]):
+        r = run_cli("pki", *args, "--dir", pki)
+        assert r.returncode == 0, r.stderr
+    issued = pki / "ca" / "customer-a" / "issued" / "localhost"
+    intermediate = (pki / "ca" / "customer-a" / "cert.pem").read_text()
+    (d / "server.pem").write_text((issued / "cert.pem").read_text())
+    (d / "server.key").write_text((issued / "key.pem").read_text())
+    (d / "server-chain.pem").write_text((issued / "cert.pem").read_text() + intermediate)
+    (d / "int.pem").write_text(intermediate)
+    (d / "root.pem").write_text((pki / "root" / "cert.pem").read_text())
 
 
 @pytest.fixture

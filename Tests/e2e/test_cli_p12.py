@@ -7,19 +7,25 @@ import subprocess
 
 import pytest
 
-from conftest import TEST_PKI, sh, write_secret
+from conftest import TEST_PKI, fresh_copy, sh, write_secret
 
 
-@pytest.fixture
-def pki(tmp_path):
+@pytest.fixture(scope="module")
+def pki_made(tmp_path_factory):
+    made = tmp_path_factory.mktemp("p12pki")
     sh(f"{TEST_PKI} --root . root 'E2E Root' && {TEST_PKI} --leaf . leaf rsa2048 e2e.client root && "
        "openssl x509 -in leaf.pem -outform DER -out leaf.der && "
        "openssl pkcs12 -export -inkey leaf.key -in leaf.pem -certfile root.pem -name 'e2e id' -passout pass:pw -out id.p12 && "
        "openssl pkcs12 -export -inkey leaf.key -in leaf.pem -certfile root.pem -passout pass: -out empty.p12 && "
        "openssl pkcs12 -export -nokeys -in root.pem -passout pass:pw -out certs.p12 && "
        "printf 'pw\\n' > pw.txt && : > empty.txt && chmod 600 pw.txt empty.txt",
-       tmp_path)
-    return tmp_path
+       made)
+    return made
+
+
+@pytest.fixture
+def pki(pki_made, tmp_path):
+    return fresh_copy(pki_made, tmp_path)
 
 
 def test_inspect_json_has_exactly_the_documented_keys(pki, cli):

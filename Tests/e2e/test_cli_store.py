@@ -5,18 +5,24 @@ import subprocess
 
 import pytest
 
-from conftest import CLI, TEST_PKI, sh, write_secret
+from conftest import CLI, TEST_PKI, fresh_copy, sh, write_secret
 
 FAST = ["--kdf-log-n", "10"]  # hidden test-only scrypt cost; the default is 2^17
 
 
-@pytest.fixture
-def pki(tmp_path):
+@pytest.fixture(scope="module")
+def pki_made(tmp_path_factory):
+    made = tmp_path_factory.mktemp("storepki")
     sh(f"{TEST_PKI} --root . ca 'E2E Store CA' && {TEST_PKI} --leaf . c p256 e2e-client ca && "
        "openssl pkcs12 -export -inkey c.key -in c.pem -certfile ca.pem -passout pass:pw -out c.p12 && "
        "echo pw > pw.txt && echo 'store passphrase' > secret.txt && echo out > outpw.txt && "
-       "chmod 600 pw.txt secret.txt outpw.txt", tmp_path)
-    return tmp_path
+       "chmod 600 pw.txt secret.txt outpw.txt", made)
+    return made
+
+
+@pytest.fixture
+def pki(pki_made, tmp_path):
+    return fresh_copy(pki_made, tmp_path)
 
 
 def store(pki, *args, env=None):
@@ -186,7 +192,8 @@ def test_reading_a_missing_store_fails_and_creates_nothing(pki, args):
 
 def test_connect_with_a_missing_store_fails_and_creates_nothing(pki):
     missing = pki / "typo.db"
-    for extra in ([], ["--identity", "client"]):
+    # The store is opened when an identity is asked of it (a label, or automatic selection).
+    for extra in (["--identity", "auto"], ["--identity", "client"]):
         r = subprocess.run([CLI, "connect", "127.0.0.1:1", "--store", str(missing), "--secret-file",
                             str(pki / "secret.txt"), *extra], capture_output=True, text=True, timeout=60)
         assert r.returncode != 0

@@ -12,20 +12,26 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLI, TEST_PKI, sh
+from conftest import CLI, TEST_PKI, fresh_copy, sh
 
 FAST = ["--kdf-log-n", "10"]  # hidden test-only scrypt cost
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "store"
 
 
-@pytest.fixture
-def pki(tmp_path):
+@pytest.fixture(scope="module")
+def pki_made(tmp_path_factory):
+    made = tmp_path_factory.mktemp("integritypki")
     sh(f"{TEST_PKI} --root . ca 'Acme Root' && {TEST_PKI} --leaf . c p256 e2e-client ca && "
        f"{TEST_PKI} --root . evil 'Acme Root' && {TEST_PKI} --leaf . e p256 e2e-client evil && "
        "openssl pkcs12 -export -inkey c.key -in c.pem -certfile ca.pem -passout pass:pw -out c.p12 && "
        "echo pw > pw.txt && echo 'store passphrase' > secret.txt && echo 'new passphrase' > new.txt && "
-       "echo out > outpw.txt && chmod 600 pw.txt secret.txt new.txt outpw.txt", tmp_path)
-    return tmp_path
+       "echo out > outpw.txt && chmod 600 pw.txt secret.txt new.txt outpw.txt", made)
+    return made
+
+
+@pytest.fixture
+def pki(pki_made, tmp_path):
+    return fresh_copy(pki_made, tmp_path)
 
 
 def run(*args):
@@ -180,6 +186,43 @@ def test_upgrade_of_an_older_store_lists_what_it_vouches_for_and_needs_confirmat
     out = json.loads(r.stdout)
     assert r.returncode == 0 and out["upgraded"] is True
     assert {i["label"]: i["leaf_sha256"] for i in out["items"]}["acme-root"] == root_sha
+
+
+FORBIDDEN = [b"\x1b", b"\x07", b"\r", b"\xc2\x9b", "\u202e".encode()]
+
+
+def test_upgrade_preview_shows_the_fingerprints_of_the_rows_certificates_one_clean_numbered_line_each(pki):
+    """Issue 35 item 6: someone who can write an old store file, without its secret, puts a rogue
+    root's DER in the anchor's row (leaving its genuine fingerprint column) and adds a row whose
+    label holds terminal escapes. The review shows the rogue root's fingerprint, since that is
+    what the upgrade authenticates, and no raw escape; each row is one numbered line."""
+    base = fixture_store(pki, "v2.db")
+    rogue = der(pki / "evil.pem")
+    rogue_sha, root_sha = hashlib.sha256(rogue).hexdigest(), hashlib.sha256(der(FIXTURES / "ca.pem")).hexdigest()
+    hostile = "x\x1b[2J\x1b]0;pwned\x07\u009b1m\u202eevil\r\n  4. forged"
+    edit(pki / "old.db", "UPDATE items SET leaf = ? WHERE label = 'acme-root'",
+         "INSERT INTO items (class, label, subject, subject_cn, issuer, not_after, leaf_sha256, chain_sha256, leaf, chain, "
+         "generation, created, modified) SELECT 2, ?, subject, subject_cn, issuer, not_after, leaf_sha256, chain_sha256, "
+         "leaf, chain, 7, created, modified FROM items WHERE label = 'acme-root'",
+         params=[(rogue,), (hostile,)])
+    r = subprocess.run([CLI, *map(str, base), "upgrade"], capture_output=True, timeout=120)
+    assert r.returncode != 0 and b"nothing was changed" in r.stderr, r.stderr
+    for bad in FORBIDDEN:
+        assert bad not in r.stdout + r.stderr, (bad, r.stdout)
+    rows = [line for line in r.stdout.decode().splitlines() if line.startswith("  ")]
+    assert [line.split(".")[0] for line in rows] == ["  1", "  2", "  3", "  4"], rows
+    anchor = [line for line in rows if "\tcertificate\t" in line and line.startswith("  1. acme-root\t")]
+    assert len(anchor) == 1 and rogue_sha in anchor[0] and root_sha not in anchor[0], rows
+    assert any("forged" in line and rogue_sha in line for line in rows), rows  # the hostile row, on its own line
+    # What was shown is what is authenticated: the rogue root, under its own fingerprint.
+    r = subprocess.run([CLI, *map(str, base), "upgrade", "--yes", "--json"], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for bad in FORBIDDEN:
+        assert bad not in r.stdout, (bad, r.stdout)  # escaped in the JSON text...
+    items = {i["label"]: i for i in json.loads(r.stdout)["items"]}
+    assert items["acme-root"]["leaf_sha256"] == rogue_sha and hostile in items, items  # ... and exact once read
+    shown = json.loads(run(*base, "show", "acme-root", "--json").stdout)
+    assert shown["leaf_sha256"] == rogue_sha, shown
 
 
 def test_a_schema_3_store_opens_after_its_rows_authenticate(pki):

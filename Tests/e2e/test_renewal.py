@@ -72,6 +72,10 @@ class ARIFront:
         self.status = 200
         self.retry_after = None
         self.seen = []
+        # When set, the directory's newAccount is this front's, which refuses every request as a
+        # server wanting a contact does (and counts them): the recorded account must be used.
+        self.refuse_new_account = False
+        self.new_account_posts = 0
         front = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -93,6 +97,8 @@ class ARIFront:
                     with urllib.request.urlopen(front.pebble.directory, context=ctx, timeout=10) as r:
                         d = json.loads(r.read())
                     d["renewalInfo"] = f"https://127.0.0.1:{front.port}/renewal-info"
+                    if front.refuse_new_account:
+                        d["newAccount"] = f"https://127.0.0.1:{front.port}/new-account"
                     return self._send(200, json.dumps(d).encode(), [("Content-Type", "application/json")])
                 if self.path.startswith("/renewal-info/"):
                     front.seen.append(self.path[len("/renewal-info/"):])
@@ -105,6 +111,15 @@ class ARIFront:
                     if front.retry_after is not None:
                         headers.append(("Retry-After", str(front.retry_after)))
                     return self._send(200, body, headers)
+                self._send(404, b"")
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if self.path == "/new-account":
+                    front.new_account_posts += 1
+                    return self._send(400, b'{"type":"urn:ietf:params:acme:error:malformed",'
+                                           b'"detail":"Contact information is missing"}',
+                                      [("Content-Type", "application/problem+json")])
                 self._send(404, b"")
 
         issued = pebble.d / "pki" / "ca" / "acme" / "issued" / "localhost"
@@ -210,6 +225,24 @@ def test_pebble_without_renewal_information_uses_two_thirds_and_sends_no_replace
     r = run_cli("renew", "plain", "--force", *store, "--json", timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "replaces" not in json.loads(r.stdout)
+
+
+def test_renew_and_revoke_use_the_recorded_account_not_a_new_account_request(pebble, ari, store):
+    """Renewal and revoke sign with the recorded account URL as kid: a server whose newAccount
+    wants a contact (or an external account binding) is not asked again. Before, both sent
+    newAccount with only termsOfServiceAgreed and failed with "Contact information is missing"."""
+    first = enroll_via(ari, pebble, store, "kid", "kid.test")
+    ari.window = (datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=2),
+                  datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1))
+    ari.refuse_new_account = True
+    r = run_cli("renew", "kid", "--force", *store, "--json", timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    renewed = json.loads(r.stdout)
+    assert renewed["renewed"] and renewed["serial"] != first["serial"], renewed
+    r = run_cli("enroll", "revoke", "kid", *store, "--json", timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["revoked"] is True
+    assert ari.new_account_posts == 0
 
 
 def _cert_status(pebble, serial_hex):

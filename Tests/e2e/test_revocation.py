@@ -268,7 +268,8 @@ HOSTILE = {
     "garbage": "did not serve a CRL",
     "other-sig": "another key",
     "other-issuer": "not by the certificate's issuer",
-    "redirect": "redirects to file:///etc/passwd, which is not an http: URL",
+    # The Location is never quoted (issue 41: it may hold anything).
+    "redirect": "redirects to a URL that is not http:",
 }
 
 
@@ -414,6 +415,9 @@ def test_ocsp_responder_good_revoked_and_unknown(ocsp):
     assert r.returncode == 1 and [x["code"] for x in out["reasons"]] == ["revoked"], out
     [c] = out["revocation"]["checks"]
     assert c["status"] == "revoked" and c["reason"] == "keyCompromise" and c["revoked_at"]
+    # Said as an OCSP answer, not a CRL's (issue 36).
+    message = out["reasons"][0]["message"]
+    assert f"(OCSP http://127.0.0.1:{ocsp.port}/)" in message and "CRL" not in message, message
     # Not in the responder's index: the responder says "unknown", which is no answer: hard refuses.
     r, out = ocsp_verify(ocsp, "stranger")
     assert r.returncode == 1 and [x["code"] for x in out["reasons"]] == ["revocation_unknown"], out
@@ -482,6 +486,23 @@ def test_ocsp_delegated_responder_needs_ocsp_signing(ocsp, tmp_path, eku, believ
         p.wait(10)
 
 
+def connect_to_openssl_stapling(ocsp, crt, key, ca_pem, resp, version, name):
+    """`mtls connect --json` (the OCSP policy, hard) to `openssl s_server` stapling the response
+    file `resp`: the CompletedProcess and its JSON."""
+    port = free_port()
+    p = subprocess.Popen(["openssl", "s_server", "-accept", str(port), "-cert", crt, "-key", key, "-cert_chain", ca_pem,
+                          "-status_file", resp, version, "-quiet"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_port(port, p)
+        r = run_cli("connect", f"127.0.0.1:{port}", "--anchor", ocsp.ca / "cert.pem", "--anchors-only",
+                    "--verify-as", name, "--policy", ocsp.policy, "--json", "--timeout", "10")
+        return r, json.loads(r.stdout)
+    finally:
+        p.kill()
+        p.wait(10)
+
+
 @pytest.mark.parametrize("version", ["-tls1_3", "-tls1_2"])
 @pytest.mark.parametrize("revoked", [False, True])
 def test_client_checks_a_staple_from_openssl_s_server(ocsp, tmp_path, revoked, version):
@@ -510,26 +531,15 @@ def test_client_checks_a_staple_from_openssl_s_server(ocsp, tmp_path, revoked, v
     subprocess.run(["openssl", "ocsp", "-index", index, "-rsigner", ocsp.ca / "cert.pem", "-rkey", ocsp.ca / "key.pem",
                     "-CA", ocsp.ca / "cert.pem", "-reqin", req, "-respout", resp, "-nmin", "10"],
                    check=True, capture_output=True)
-    port = free_port()
-    p = subprocess.Popen(["openssl", "s_server", "-accept", str(port), "-cert", crt, "-key", key, "-cert_chain", ca_pem,
-                          "-status_file", resp, version, "-quiet"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        wait_port(port, p)
-        r = run_cli("connect", f"127.0.0.1:{port}", "--anchor", ocsp.ca / "cert.pem", "--anchors-only",
-                    "--verify-as", "staple.test", "--policy", ocsp.policy, "--json", "--timeout", "10")
-        out = json.loads(r.stdout)
-        ev = out["evaluation"]
-        [c] = ev["revocation"]["checks"]
-        assert c["source"] == "ocsp_staple" and c["fetched_from"] == "staple", c
-        if revoked:
-            assert r.returncode != 0 and c["status"] == "revoked" and c["reason"] == "keyCompromise", out
-            assert [x["code"] for x in ev["reasons"]] == ["revoked"]
-        else:
-            assert r.returncode == 0 and out["connected"] and c["status"] == "good", out
-    finally:
-        p.kill()
-        p.wait(10)
+    r, out = connect_to_openssl_stapling(ocsp, crt, key, ca_pem, resp, version, "staple.test")
+    ev = out["evaluation"]
+    [c] = ev["revocation"]["checks"]
+    assert c["source"] == "ocsp_staple" and c["fetched_from"] == "staple", c
+    if revoked:
+        assert r.returncode != 0 and c["status"] == "revoked" and c["reason"] == "keyCompromise", out
+        assert [x["code"] for x in ev["reasons"]] == ["revoked"]
+    else:
+        assert r.returncode == 0 and out["connected"] and c["status"] == "good", out
 
 
 def test_mtls_serve_staples_ocsp_for_its_own_certificate(ocsp, tmp_path):
@@ -574,6 +584,21 @@ def test_mtls_serve_staples_ocsp_for_its_own_certificate(ocsp, tmp_path):
         responder.wait(10)
 
 
+def stapling_lines(srv, within=30):
+    """What `mtls serve` prints until its first "OCSP stapling" line (or `within` seconds). The
+    stapler's first fetch may end before serve sets its event handler; the retry comes within 5 s."""
+    seen = []
+    end = time.monotonic() + within
+    while time.monotonic() < end and not any("OCSP stapling" in line for line in seen):
+        ready, _, _ = select.select([srv.p.stdout], [], [], 1)
+        if ready:
+            line = srv.p.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+    return seen
+
+
 def test_mtls_serve_prints_its_staplers_fetch_failures(ocsp, tmp_path):
     """`mtls serve` with a certificate whose OCSP responder is down: the stapler's failed fetches
     are the listener's revocation_fetch_failed events, and serve prints each (before, the stapler
@@ -587,17 +612,8 @@ def test_mtls_serve_prints_its_staplers_fetch_failures(ocsp, tmp_path):
     key.write_text(server.key_pem())
     os.chmod(key, 0o600)
     srv = Serve("--cert", chain, "--key", key)
-    seen = []
     try:
-        # The first fetch may fail before serve sets its event handler; the retry comes within 5 s.
-        end = time.monotonic() + 30
-        while time.monotonic() < end and not any("OCSP stapling" in line for line in seen):
-            ready, _, _ = select.select([srv.p.stdout], [], [], 1)
-            if ready:
-                line = srv.p.stdout.readline()
-                if not line:
-                    break
-                seen.append(line)
+        seen = stapling_lines(srv)
     finally:
         out = srv.finish()
     lines = [line for line in seen + out.splitlines() if "OCSP stapling" in line]
@@ -718,3 +734,284 @@ def test_application_ssl_ctx_staples_ocsp_for_its_own_certificate(ocsp, tmp_path
         responder.terminate()
         responder.wait(10)
         libssl.SSL_CTX_free(ctx)
+
+
+# ---- One freshness rule for every revocation answer (issue 35 item 5) -------------------------
+
+def rfc3339(epoch):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def ocsp_leaf(ocsp, tmp_path, name, url, server=False):
+    """A certificate of the OCSP CA naming the responder `url`: (issued, chain file, key file)."""
+    from mtls import IssuedCertificate
+    ca = IssuedCertificate.load(ocsp.ca / "cert.pem", ocsp.ca / "key.pem")
+    leaf = (ca.issue_server(name, dns=[name], ocsp_url=url, days=60) if server
+            else ca.issue_client(name, ocsp_url=url, days=60))
+    chain, key = tmp_path / f"{name}-chain.pem", tmp_path / f"{name}-key.pem"
+    chain.write_text(leaf.chain_pem)
+    key.write_text(leaf.key_pem())
+    os.chmod(key, 0o600)
+    return leaf, chain, key
+
+
+def signed_ocsp_answer(ocsp, leaf, this_update, next_update=None):
+    """A genuine "good" OCSP response for `leaf`, signed by its CA, with the given dates and no
+    nonce (cryptography's builder: `openssl ocsp` cannot backdate thisUpdate)."""
+    import datetime
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509 import ocsp as cocsp
+    issuer = x509.load_pem_x509_certificate((ocsp.ca / "cert.pem").read_bytes())
+    key = serialization.load_pem_private_key((ocsp.ca / "key.pem").read_bytes(), None)
+    cert = x509.load_pem_x509_certificate(leaf.certificate.pem.encode())
+
+    def utc(epoch):
+        return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).replace(tzinfo=None)
+    b = cocsp.OCSPResponseBuilder().add_response(
+        cert=cert, issuer=issuer, algorithm=hashes.SHA1(), cert_status=cocsp.OCSPCertStatus.GOOD,
+        this_update=utc(this_update), next_update=utc(next_update) if next_update else None,
+        revocation_time=None, revocation_reason=None).responder_id(cocsp.OCSPResponderEncoding.HASH, issuer)
+    return b.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.DER)
+
+
+class ReplayResponder:
+    """A plain-HTTP "responder" on 127.0.0.1 answering every POST with one recorded response
+    (`body`, set once the certificate naming it exists), as someone in the path replaces the real
+    responder's answer; `asked` is set at the first request."""
+
+    def __init__(self):
+        import http.server
+        outer = self
+        self.body = b""
+        self.asked = threading.Event()
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/ocsp-response")
+                self.send_header("Content-Length", str(len(outer.body)))
+                self.end_headers()
+                self.wfile.write(outer.body)
+                outer.asked.set()
+
+            def log_message(self, *args):
+                pass
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_ocsp_answer_without_next_update_is_current_for_the_maximum_age_only(ocsp, tmp_path):
+    """`openssl ocsp` without -nmin/-ndays answers without nextUpdate: such an answer is current
+    until its thisUpdate plus the maximum age (default 7 days; --revocation-max-age, policy
+    max_age_seconds), then refused under hard. Before, it was accepted for ever."""
+    port = free_port()
+    leaf, chain, _ = ocsp_leaf(ocsp, tmp_path, "no-next", f"http://127.0.0.1:{port}/")
+    serial = leaf.certificate.serial_hex.upper()
+    serial = "0" * (len(serial) % 2) + serial
+    index = tmp_path / "index.txt"
+    index.write_text(f"V\t{openssl_time(time.time() + 365 * 86400)}\t\t{serial}\tunknown\t/CN=no-next\n")
+    p = start_ocsp_responder("-index", index, "-port", port, "-rsigner", ocsp.ca / "cert.pem",
+                             "-rkey", ocsp.ca / "key.pem", "-CA", ocsp.ca / "cert.pem")
+    max_age_policy = tmp_path / "max-age.json"
+    max_age_policy.write_text(json.dumps({"revocation": {"mode": "hard", "sources": ["ocsp"], "max_age_seconds": 3600}}))
+
+    def check(*args, policy=ocsp.policy):
+        r = run_cli("verify", chain, "--purpose", "client", "--anchor", ocsp.ca / "cert.pem", "--anchors-only",
+                    "--policy", policy, "--json", *args, timeout=60)
+        out = json.loads(r.stdout)
+        [c] = out["revocation"]["checks"]
+        return r, out, c
+    try:
+        now = time.time()
+        r, out, c = check("--at", rfc3339(now + 86400))
+        assert r.returncode == 0 and c["status"] == "good" and c["next_update"] is None, out
+        r, out, c = check("--at", rfc3339(now + 8 * 86400))
+        assert r.returncode != 0 and c["status"] == "unknown", out
+        assert "no nextUpdate" in c["error"] and "maximum age" in c["error"], c
+        assert [x["code"] for x in out["reasons"]] == ["revocation_unknown"], out
+        # The maximum age from the command line and from the policy file.
+        r, out, c = check("--at", rfc3339(now + 7200), "--revocation-max-age", "3600")
+        assert r.returncode != 0 and "maximum age of 3600 s" in c["error"], out
+        r, out, c = check("--at", rfc3339(now + 7200), policy=max_age_policy)
+        assert r.returncode != 0 and "maximum age of 3600 s" in c["error"], out
+        r, out, c = check("--at", rfc3339(now + 1800), policy=max_age_policy)
+        assert r.returncode == 0 and c["status"] == "good", out
+        r = run_cli("verify", chain, "--revocation-max-age", "-5")
+        assert r.returncode != 0 and "--revocation-max-age" in r.stderr, r.stderr
+    finally:
+        p.terminate()
+        p.wait(10)
+
+
+def test_an_old_ocsp_answer_replayed_over_plain_http_is_refused_under_hard(ocsp, tmp_path):
+    """A genuine "good" answer 400 days old, without nextUpdate and nonce, served over plain HTTP
+    in place of the responder: refused under hard, saying why. Before, it was trusted."""
+    replay = ReplayResponder()
+    try:
+        leaf, chain, _ = ocsp_leaf(ocsp, tmp_path, "replayed", replay.url)
+        replay.body = signed_ocsp_answer(ocsp, leaf, time.time() - 400 * 86400)
+        r = run_cli("verify", chain, "--purpose", "client", "--anchor", ocsp.ca / "cert.pem", "--anchors-only",
+                    "--policy", ocsp.policy, "--json", timeout=60)
+        out = json.loads(r.stdout)
+        [c] = out["revocation"]["checks"]
+        assert replay.asked.is_set()
+        assert r.returncode != 0 and not out["trusted"] and c["status"] == "unknown", out
+        assert "OCSP" in c["error"] and "no nextUpdate" in c["error"] and "maximum age" in c["error"], c
+        # The same answer, 400 days old but with a nextUpdate still ahead, is current: the rule
+        # is nextUpdate first.
+        replay.body = signed_ocsp_answer(ocsp, leaf, time.time() - 400 * 86400, time.time() + 3600)
+        r = run_cli("verify", chain, "--purpose", "client", "--anchor", ocsp.ca / "cert.pem", "--anchors-only",
+                    "--policy", ocsp.policy, "--json", timeout=60)
+        out = json.loads(r.stdout)
+        assert r.returncode == 0 and out["revocation"]["checks"][0]["status"] == "good", out
+        # A thisUpdate an hour in the future (beyond the 5 minutes of clock skew) is refused.
+        replay.body = signed_ocsp_answer(ocsp, leaf, time.time() + 3600, time.time() + 7200)
+        r = run_cli("verify", chain, "--purpose", "client", "--anchor", ocsp.ca / "cert.pem", "--anchors-only",
+                    "--policy", ocsp.policy, "--json", timeout=60)
+        out = json.loads(r.stdout)
+        assert r.returncode != 0 and "not valid yet" in out["revocation"]["checks"][0]["error"], out
+    finally:
+        replay.stop()
+
+
+@pytest.mark.parametrize("version", ["-tls1_3", "-tls1_2"])
+def test_client_refuses_a_stale_staple_from_openssl_s_server(ocsp, tmp_path, version):
+    """A server stapling a genuine "good" answer 400 days old without nextUpdate: under hard the
+    client refuses (the staple is stale, and the responder named is dead), TLS 1.3 and 1.2.
+    Before, the staple was taken as good."""
+    dead = free_port()
+    leaf, chain, key = ocsp_leaf(ocsp, tmp_path, "stale-staple.test", f"http://127.0.0.1:{dead}/", server=True)
+    crt, ca_pem, resp = tmp_path / "s.pem", tmp_path / "ca.pem", tmp_path / "resp.der"
+    crt.write_text(leaf.certificate.pem)
+    ca_pem.write_text((ocsp.ca / "cert.pem").read_text())
+    resp.write_bytes(signed_ocsp_answer(ocsp, leaf, time.time() - 400 * 86400))
+    r, out = connect_to_openssl_stapling(ocsp, crt, key, ca_pem, resp, version, "stale-staple.test")
+    ev = out["evaluation"]
+    [c] = ev["revocation"]["checks"]
+    assert r.returncode != 0 and not out["connected"] and c["status"] == "unknown", out
+    assert "stapled OCSP response" in c["error"] and "maximum age" in c["error"], c
+    assert [x["code"] for x in ev["reasons"]] == ["revocation_unknown"], ev
+
+
+def test_mtls_serve_does_not_staple_a_stale_answer(ocsp, tmp_path):
+    """`mtls serve` whose responder (replayed) answers "good" with a thisUpdate 400 days old and
+    no nextUpdate: nothing is stapled, and the refusal is printed as a stapling failure. Before,
+    the stale answer was stapled to every handshake."""
+    replay = ReplayResponder()
+    try:
+        leaf, chain, key = ocsp_leaf(ocsp, tmp_path, "stale-stapler.test", replay.url, server=True)
+        replay.body = signed_ocsp_answer(ocsp, leaf, time.time() - 400 * 86400)
+        srv = Serve("--cert", chain, "--key", key)
+        try:
+            # The failure is printed after what the stapler keeps was decided.
+            seen = stapling_lines(srv)
+            lines = [line for line in seen if "OCSP stapling" in line]
+            assert lines and "maximum age" in lines[0], seen
+            r = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{srv.port}", "-servername",
+                                "stale-stapler.test", "-status", "-CAfile", ocsp.ca / "cert.pem"],
+                               input=b"", capture_output=True, timeout=20)
+            text = r.stdout.decode(errors="replace")
+            assert "OCSP response: no response sent" in text, text
+        finally:
+            srv.finish()
+    finally:
+        replay.stop()
+
+
+# ---- The CRL cache folder, and one CRL acceptance rule (issue 35 item 7, issue 36) -------------
+
+def cache_name(url):
+    import hashlib
+    return hashlib.sha256(url.encode()).hexdigest() + ".crl"
+
+
+def cache_policy(tmp_path, cache):
+    p = tmp_path / "cache-policy.json"
+    p.write_text(json.dumps({"revocation": {"mode": "hard", "cache_dir": str(cache)}}))
+    return p
+
+
+def test_a_fifo_planted_in_the_crl_cache_folder_does_not_block_the_check(pki, published, tmp_path):
+    """A FIFO under a URL's cache file name: the check does not wait on it (read only if a
+    regular file, opened non-blocking, links not followed) and fetches. Before, it blocked for
+    ever."""
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    for url in (f"{pki.url}/customer-a.crl", f"{pki.url}/root.crl"):
+        os.mkfifo(cache / cache_name(url), 0o600)
+    r, out = verify(pki, "alice", "--policy", cache_policy(tmp_path, cache))
+    assert r.returncode == 0 and out["trusted"], out
+    assert [c["fetched_from"] for c in out["revocation"]["checks"]] == ["network", "network"], out
+    # The fetched CRLs replaced the FIFOs: a regular file, 0600, read by the next run.
+    assert all(os.path.isfile(cache / cache_name(u)) for u in (f"{pki.url}/customer-a.crl", f"{pki.url}/root.crl"))
+    r, out = verify(pki, "alice", "--policy", cache_policy(tmp_path, cache))
+    assert [c["fetched_from"] for c in out["revocation"]["checks"]] == ["disk", "disk"], out
+
+
+def test_a_crl_cache_folder_others_can_write_is_not_used(pki, published, tmp_path):
+    """A cache folder anyone can write, holding a genuine older CRL that does not list the revoked
+    laptop: not used (a warning says why and how to fix it); the CRL is fetched and laptop refused.
+    Before, the planted CRL answered "good"."""
+    from mtls import IssuedCertificate
+    ca = IssuedCertificate.load(pki.inter / "cert.pem", pki.inter / "key.pem")
+    cache = tmp_path / "open-cache"
+    cache.mkdir()
+    os.chmod(cache, 0o777)
+    (cache / cache_name(f"{pki.url}/customer-a.crl")).write_bytes(ca.crl([], number=1, days=30))
+    r, out = verify(pki, "laptop", "--policy", cache_policy(tmp_path, cache))
+    assert r.returncode != 0 and [x["code"] for x in out["reasons"]] == ["revoked"], out
+    assert out["revocation"]["checks"][0]["fetched_from"] == "network", out
+    assert "revocation cache folder" in r.stderr and "can be written by others" in r.stderr, r.stderr
+    assert f"chmod 700 {cache}" in r.stderr, r.stderr
+    # A symbolic link in the folder's place is not followed either.
+    link = tmp_path / "link-cache"
+    link.symlink_to(cache)
+    r, out = verify(pki, "laptop", "--policy", cache_policy(tmp_path, link))
+    assert [x["code"] for x in out["reasons"]] == ["revoked"] and "not a folder" in r.stderr, (out, r.stderr)
+
+
+def crl_without_number(pki, revoked_names):
+    """A genuine CRL of customer A without a CRL number (cryptography's builder, as many CAs
+    that are not libmtls make them), listing `revoked_names`."""
+    import datetime
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    issuer = x509.load_pem_x509_certificate((pki.inter / "cert.pem").read_bytes())
+    key = serialization.load_pem_private_key((pki.inter / "key.pem").read_bytes(), None)
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    b = (x509.CertificateRevocationListBuilder().issuer_name(issuer.subject)
+         .last_update(now - datetime.timedelta(minutes=1)).next_update(now + datetime.timedelta(days=1)))
+    for name in revoked_names:
+        cert = x509.load_pem_x509_certificate((pki.issued(name) / "cert.pem").read_bytes())
+        b = b.add_revoked_certificate(x509.RevokedCertificateBuilder().serial_number(cert.serial_number)
+                                      .revocation_date(now - datetime.timedelta(minutes=1)).build())
+    return b.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+
+@pytest.mark.parametrize("mode", ["off", "hard"])
+def test_a_policy_crl_file_without_a_crl_number_is_used(pki, tmp_path, mode):
+    """A CRL file given to the policy without a CRL number is used, as a fetched one is and as
+    OpenSSL uses it: alice trusted, laptop refused as revoked, with revocation off or hard. Before,
+    every chain of its issuer was refused (crl_invalid "the CRL has no CRL number"), even off."""
+    crl = tmp_path / "no-number.crl"
+    crl.write_bytes(crl_without_number(pki, ["laptop"]))
+    policy = tmp_path / "p.json"
+    policy.write_text(json.dumps({"crls": [str(crl)], "revocation": {"mode": mode, "sources": ["crl"]}}))
+    r, out = verify(pki, "alice", "--policy", policy)
+    if mode == "hard":
+        # The root's CRL comes from its distribution point, which nothing serves here: only
+        # the leaf is asked about in the CRL file; the root CA's status is unknown.
+        assert out["revocation"]["checks"][0]["source"] == "crl_file", out
+        assert out["revocation"]["checks"][0]["status"] == "good", out
+    else:
+        assert r.returncode == 0 and out["trusted"], out
+    assert "crl_invalid" not in [x["code"] for x in out["reasons"]], out
+    r, out = verify(pki, "laptop", "--policy", policy)
+    assert r.returncode != 0 and "revoked" in [x["code"] for x in out["reasons"]], out

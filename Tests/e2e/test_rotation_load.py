@@ -17,6 +17,7 @@ import pytest
 
 import mtls
 from conftest import CLI, free_port, wait_port, write_secret
+from waits import wait_until
 
 CLIENTS = int(os.environ.get("MTLS_ROTATION_CLIENTS", "64"))
 ROTATIONS = int(os.environ.get("MTLS_ROTATIONS", "100"))
@@ -71,7 +72,7 @@ def rotate(base, pw, store_name, label, names, record):
         ok(*store_args(base, store_name), "import", base / f"{name}.p12", "--label", label, "--replace",
            "--password-file", pw)
         record.append((started, time.monotonic(), name))
-        time.sleep(1.5 if k % 10 == 0 else 0.1)
+        time.sleep(1.5 if k % 10 == 0 else 0.1)  # the hold is what is tested (see the docstring)
 
 
 def expected(record, started, ended):
@@ -122,9 +123,9 @@ def test_server_identity_rotates_under_load(pki):
         threads = [threading.Thread(target=client, daemon=True) for _ in range(CLIENTS)]
         for t in threads:
             t.start()
-        time.sleep(2)
+        wait_until(lambda: len(results) >= CLIENTS, what="a handshake per client before the rotations")
         rotate(base, pw, "server", "srv", [f"s{i}" for i in range(KEYS)], record)
-        time.sleep(1.5)
+        time.sleep(1.5)  # handshakes that start more than a second after the last rotation: time is tested
         stop.set()
         for t in threads:
             t.join(90)
@@ -176,36 +177,33 @@ def test_server_memory_is_flat_across_rotations(pki):
         warm = [rss_kib(serve.pid)]
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and not (len(warm) > 10 and warm[-1] <= warm[-11] * 1.01):
-            time.sleep(1.0)
+            time.sleep(1.0)  # one sample a second: RSS over time is what is measured
             warm.append(rss_kib(serve.pid))
-        # Then ROTATIONS replacements, measured from the first. The live heap stays flat across
-        # them (heaptrack); what made RSS climb 13-25 % over 100 rotations under this load was
-        # freed memory glibc's per-thread arenas kept. The watcher gives it back a few looks after
-        # a rotation (LifecycleWatcher.releaseFreedMemorySoon). "RSS after" a rotation is the
-        # median of five samples over the second after it: one sample is the connections in
-        # flight at that instant (64 handshakes of ~70 KB each come and go).
-        rss, after = [], {}
+        # Then ROTATIONS replacements. The live heap stays flat across them (heaptrack, and
+        # malloc_stats' "in use" bytes at rotations 1, 50, ... 300: 2.7-4.9 MiB with no trend,
+        # the spread being the handshakes in flight); what made RSS climb 13-25 % over 100
+        # rotations under this load was freed memory glibc's per-thread arenas kept. The watcher
+        # gives it back a few looks after a rotation (LifecycleWatcher.releaseFreedMemorySoon).
+        # One RSS sample is the connections in flight at that instant (64 handshakes of ~70 KB
+        # each come and go: +-4 % between two samples a second apart), so one sample, or five
+        # over a second, compared with another is noise: this failed once at +6.8 % with no
+        # leak. A leak grows with the number of rotations; compared here are the medians of the
+        # samples taken after each of the first and of the last WINDOW rotations.
+        rss = []
         for k in range(ROTATIONS):
             ok(*store_args(base, "mem"), "import", base / f"{names[(k + 1) % len(names)]}.p12", "--label", "srv", "--replace",
                "--password-file", pw)
-            if k in (0, ROTATIONS - 1):
-                time.sleep(1.0)
-                samples = []
-                for _ in range(5):
-                    samples.append(rss_kib(serve.pid))
-                    time.sleep(0.2)
-                after[k] = sorted(samples)[2]
-            else:
-                time.sleep(0.2)
+            time.sleep(0.2)  # samples spread over the run: time passing is what is sampled
             rss.append(rss_kib(serve.pid))
         stop.set()
         for t in threads:
             t.join(60)
+        window = max(1, min(20, ROTATIONS // 4))
+        first, last = sorted(rss[:window])[window // 2], sorted(rss[-window:])[window // 2]
         print("RSS KiB under load before any rotation:", warm)
         print("RSS KiB after each rotation:", rss)
-        print("RSS KiB after the first and the last rotation:", after)
-        first, last = after[0], after[ROTATIONS - 1]
-        assert last <= first * 1.05, (first, last, rss)  # after the last rotation, within 5 % of after the first
+        print(f"median RSS KiB after the first and the last {window} rotations:", first, last)
+        assert last <= first * 1.05, (first, last, rss)  # within 5 %
     finally:
         serve.terminate()
         serve.wait(10)
@@ -249,7 +247,7 @@ def test_client_identity_rotates_and_old_sessions_are_not_resumed(pki, tmp_path)
     threads = [threading.Thread(target=client, daemon=True) for _ in range(4)]
     for t in threads:
         t.start()
-    time.sleep(1)
+    wait_until(lambda: len(seen) >= 4, what="the clients' first handshakes")
     rotations = max(10, ROTATIONS // 5)
     for k in range(rotations):
         name = f"c{(k + 1) % KEYS}"
@@ -257,7 +255,7 @@ def test_client_identity_rotates_and_old_sessions_are_not_resumed(pki, tmp_path)
         ok(*store_args(base, "client"), "import", base / f"{name}.p12", "--label", "cli", "--replace",
            "--password-file", pw)
         record.append((started, time.monotonic(), name))
-        time.sleep(1.2 if k % 3 == 0 else 0.1)
+        time.sleep(1.2 if k % 3 == 0 else 0.1)  # handshakes starting over a second after it: time is tested
     time.sleep(1.2)
     stop.set()
     for t in threads:

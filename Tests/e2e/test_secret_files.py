@@ -6,17 +6,23 @@ import json
 
 import pytest
 
-from conftest import TEST_PKI, run_cli, sh, write_secret
+from conftest import TEST_PKI, fresh_copy, run_cli, sh, write_secret
+
+
+@pytest.fixture(scope="module")
+def pki_made(tmp_path_factory):
+    made = tmp_path_factory.mktemp("secretpki")
+    sh(f"{TEST_PKI} --root . root 'Secret Root' && {TEST_PKI} --leaf . leaf p256 secret.client root && "
+       "openssl pkcs12 -export -inkey leaf.key -in leaf.pem -certfile root.pem -passout pass:pw -out id.p12 && "
+       "chmod 644 leaf.pem root.pem id.p12", made)
+    write_secret(made / "pw.txt", "pw\n")
+    write_secret(made / "secret.txt", "store passphrase\n")
+    return made
 
 
 @pytest.fixture
-def pki(tmp_path):
-    sh(f"{TEST_PKI} --root . root 'Secret Root' && {TEST_PKI} --leaf . leaf p256 secret.client root && "
-       "openssl pkcs12 -export -inkey leaf.key -in leaf.pem -certfile root.pem -passout pass:pw -out id.p12 && "
-       "chmod 644 leaf.pem root.pem id.p12", tmp_path)
-    write_secret(tmp_path / "pw.txt", "pw\n")
-    write_secret(tmp_path / "secret.txt", "store passphrase\n")
-    return tmp_path
+def pki(pki_made, tmp_path):
+    return fresh_copy(pki_made, tmp_path)
 
 
 def p12_inspect(pki):

@@ -4,6 +4,7 @@ against openssl s_client, curl, GnuTLS's gnutls-cli, Java, Go and Python ssl cli
 is started here on 127.0.0.1 (ephemeral ports) and stopped after."""
 import json
 import os
+import select
 import socket
 import ssl
 import subprocess
@@ -429,9 +430,29 @@ def verdicts(log, word):
 
 
 def s_client(pki, port, *args, data=b"hello\n"):
-    return subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-servername", "server.test",
-                           "-CAfile", pki("root.pem"), "-verify_return_error", "-quiet", *args],
-                          input=data, capture_output=True, timeout=20)
+    """openssl s_client sends `data`; returns once `mtls serve` has echoed it back or s_client has
+    ended (refused). s_client -quiet never closes by itself: waiting for it to end waited for the
+    server's 10 s idle timeout in every accepted case."""
+    p = subprocess.Popen(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-servername", "server.test",
+                          "-CAfile", pki("root.pem"), "-verify_return_error", "-quiet", *args],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        p.stdin.write(data)
+        p.stdin.flush()
+    except BrokenPipeError:
+        pass  # refused before it read its input
+    out, fd, end = b"", p.stdout.fileno(), time.monotonic() + 20
+    while data.strip() not in out and time.monotonic() < end:
+        if not select.select([fd], [], [], max(0.0, end - time.monotonic()))[0]:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        out += chunk
+    if p.poll() is None:
+        p.terminate()
+    rest, err = p.communicate(timeout=20)
+    return subprocess.CompletedProcess(p.args, p.returncode, out + rest, err)
 
 
 def test_s_client_from_right_intermediate_is_accepted(pki, mtls_server):
@@ -561,7 +582,7 @@ def test_automatic_identity_picks_the_one_the_server_asks_for(pki, peers, tmp_pa
     assert [i["label"] for i in listed] == sorted(labels), listed  # client-a really is the last candidate
     # s_server lists the CAs of -CAfile in its CertificateRequest: customer A's intermediate only.
     port = s_server(pki, peers, cafile="int-a.pem", extra=["-verifyCAfile", pki("root.pem")])
-    r = run_cli("connect", f"127.0.0.1:{port}", "--store", store, "--secret-file", secret,
+    r = run_cli("connect", f"127.0.0.1:{port}", "--store", store, "--secret-file", secret, "--identity", "auto",
                 "--anchor", pki("root.pem"), "--verify-as", "server.test", "--send", HTTP_GET)
     assert r.returncode == 0, r.stderr
     assert "presented client-a" in r.stdout, r.stdout
@@ -705,7 +726,7 @@ def test_automatic_identity_matches_the_curve_to_the_servers_tls13_schemes(pki, 
     for sigalg, chosen in (("ECDSA+SHA256", "client-a"), ("ECDSA+SHA384", "client-p384"),
                            ("RSA+SHA256:ECDSA+SHA256", "client-a"), ("RSA-PSS+SHA256", "client-a-rsa")):
         port = s_server(pki, peers, extra=["-tls1_3", "-client_sigalgs", sigalg])
-        r = run_cli("connect", f"127.0.0.1:{port}", "--store", store, "--secret-file", secret,
+        r = run_cli("connect", f"127.0.0.1:{port}", "--store", store, "--secret-file", secret, "--identity", "auto",
                     "--anchor", pki("root.pem"), "--verify-as", "server.test", "--send", HTTP_GET)
         assert r.returncode == 0, r.stdout + r.stderr
         assert f"presented {chosen}\n" in r.stdout, r.stdout  # the line ends with the chosen name

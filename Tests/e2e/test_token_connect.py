@@ -113,6 +113,17 @@ def test_gnutls_server_accepts_token_signatures(hsm, uri, tls):
         p.wait()
 
 
+def test_csr_of_an_always_authenticate_key_logs_in_before_signing(hsm, tmp_path):
+    """`mtls token csr` on a CKA_ALWAYS_AUTHENTICATE key does the context-specific login before
+    C_Sign, as the handshake does (before: pin_required ... No user has logged in)."""
+    r = run_cli("token", "csr", "pkcs11:token=mtls-spare;object=always-auth", "--subject", "CN=always csr",
+                "--pin-file", hsm / "pin", "--module", MODULE, "--out", tmp_path / "always.csr")
+    assert r.returncode == 0, r.stdout + r.stderr
+    v = subprocess.run(["openssl", "req", "-in", tmp_path / "always.csr", "-noout", "-verify", "-subject"],
+                       capture_output=True, text=True)
+    assert "verify OK" in v.stdout + v.stderr and "CN = always csr" in v.stdout, v
+
+
 def test_pin_in_the_uri_and_registered_modules(hsm):
     server = SServer(hsm)
     r = connect(hsm, server, f"pkcs11:token=mtls-test;id=%02?pin-source=file:{hsm}/pin")
@@ -195,7 +206,7 @@ def auto_store(hsm, tmp_path, *tokens):
 
 
 def connect_automatic(hsm, server, store, *args):
-    return run_cli("connect", f"127.0.0.1:{server.port}", *store, "--anchor", hsm / "ca.pem", "--anchors-only",
+    return run_cli("connect", f"127.0.0.1:{server.port}", *store, "--identity", "auto", "--anchor", hsm / "ca.pem", "--anchors-only",
                    "--send", "hello from the token\\n", "--timeout", "2", "--json", *args)
 
 

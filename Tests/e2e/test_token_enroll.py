@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import free_port, run_cli, SOFTHSM_MODULE as MODULE, needs_softhsm, softhsm_conf, write_secret
+from conftest import free_port, run_cli, SOFTHSM_MODULE as MODULE, needs_softhsm, server_pki, softhsm_conf, write_secret
 from test_tls import Peer
 
 pytestmark = needs_softhsm
@@ -27,17 +27,7 @@ def blank(tmp_path_factory):
     with softhsm_conf(d / "softhsm2.conf"):
         subprocess.run(["softhsm2-util", "--init-token", "--free", "--label", "enroll-card", "--pin", "1234",
                         "--so-pin", "5678"], check=True, capture_output=True)
-        pki = d / "pki"
-        for args in (["init", "--name", "Enroll Root"], ["intermediate", "--name", "Customer A"],
-                     ["issue", "server", "--ca", "Customer A", "--dns", "localhost", "--ip", "127.0.0.1"]):
-            r = run_cli("pki", *args, "--dir", pki)
-            assert r.returncode == 0, r.stderr
-        issued = pki / "ca" / "customer-a" / "issued" / "localhost"
-        (d / "server.pem").write_text((issued / "cert.pem").read_text())
-        (d / "server.key").write_text((issued / "key.pem").read_text())
-        (d / "server-chain.pem").write_text((issued / "cert.pem").read_text() + (pki / "ca" / "customer-a" / "cert.pem").read_text())
-        (d / "int.pem").write_text((pki / "ca" / "customer-a" / "cert.pem").read_text())
-        (d / "root.pem").write_text((pki / "root" / "cert.pem").read_text())
+        server_pki(d, "Enroll Root")
         (d / "cas.pem").write_text((d / "int.pem").read_text() + (d / "root.pem").read_text())
         yield d
 

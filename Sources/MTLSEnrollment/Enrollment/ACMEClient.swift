@@ -107,7 +107,7 @@ public struct ACMEExternalAccount: Sendable {
 package final class ACMEClient {
     let directoryURL: String
     let accountKey: PrivateKey
-    let http: HTTPSClient
+    let http: HTTPClient
     /// Seconds an order or authorization may stay pending.
     var pollTimeout: Double = ACMEEnrollment.defaultPollTimeout
     static let maxNonceRetries = 16
@@ -132,7 +132,7 @@ package final class ACMEClient {
     /// The `replaces` value the last order was created with (nil: none was sent).
     private(set) var lastOrderReplaced: String?
 
-    init(directoryURL: String, accountKey: PrivateKey, http: HTTPSClient) {
+    init(directoryURL: String, accountKey: PrivateKey, http: HTTPClient) {
         self.directoryURL = directoryURL
         self.accountKey = accountKey
         self.http = http
@@ -205,6 +205,26 @@ package final class ACMEClient {
         return location
     }
 
+    /// Uses the account recorded at enrollment: later requests are signed with the key and its
+    /// URL as `kid` (RFC 8555 §6.2), and no `newAccount` is sent (a server that wants a contact or
+    /// an external account binding there refuses a bare one).
+    func useAccount(_ url: String) {
+        accountURL = url
+    }
+
+    /// Finds the key's existing account without making one (RFC 8555 §7.3.1,
+    /// `onlyReturnExisting`); returns its URL. ``MTLSError/Code/caRejected`` when the server knows
+    /// no account for the key (`accountDoesNotExist`).
+    @discardableResult
+    func existingAccount() throws -> String {
+        if let accountURL { return accountURL }
+        let r = try post(try endpoint("newAccount"), .object([("onlyReturnExisting", .bool(true))]), useJWK: true,
+                         what: "looking up the ACME account of the recorded key")
+        guard let location = r.header("location") else { throw MTLSError(.parse, "the ACME server gave no account URL") }
+        accountURL = location
+        return location
+    }
+
     /// Orders a certificate for `identifiers` (DNS names or IP literals), answers each pending
     /// authorization with `method`, finalises with `csr` and returns the chain (leaf first).
     /// `replaces` (RFC 9773 §5): the ARI identifier of the certificate this order renews; sent
@@ -230,8 +250,24 @@ package final class ACMEClient {
         lastOrderReplaced = sendsReplaces ? replaces : nil
         guard let orderURL = created.header("location") else { throw MTLSError(.parse, "the ACME server gave no order URL") }
         var order = try JSONValue.parse(created.body, "the ACME order")
-        for authz in order["authorizations"]?.arrayValue.compactMap(\.stringValue) ?? [] {
-            try authorize(authz, method: method)
+        // Every authorization is read and checked against what was ordered before any challenge
+        // is answered: a CA's word alone never makes the dns-01 hook publish a record, or the
+        // webroot or a responder answer, for a name the order did not ask for.
+        let urls = order["authorizations"]?.arrayValue.compactMap(\.stringValue) ?? []
+        guard urls.count <= identifiers.count else {
+            throw MTLSError(.challengeFailed, "the ACME order lists \(urls.count) authorizations for \(identifiers.count) identifiers: refused, no challenge was answered")
+        }
+        var pending: [(url: String, authorization: JSONValue, identifier: String)] = []
+        for url in urls {
+            let authz = try JSONValue.parse(try post(url, nil, what: "reading an ACME authorization").body, "the ACME authorization")
+            guard let identifier = ACMEClient.orderedIdentifier(of: authz, among: identifiers) else {
+                let id = authz["identifier"]
+                throw MTLSError(.challengeFailed, "the ACME server asks to authorize \(id?["type"]?.stringValue ?? "?") \"\(id?["value"]?.stringValue ?? "")\"\((authz["wildcard"]?.boolValue ?? false) ? " (wildcard)" : ""), which the order did not request: refused, no challenge was answered")
+            }
+            if authz["status"]?.stringValue != "valid" { pending.append((url, authz, identifier)) }
+        }
+        for p in pending {
+            try authorize(p.url, p.authorization, identifier: p.identifier, method: method)
         }
         guard let finalizeURL = order["finalize"]?.stringValue else { throw MTLSError(.parse, "the ACME order has no finalize URL") }
         order = try poll(orderURL, what: "the ACME order", until: ["ready"], failing: ["invalid"])
@@ -247,10 +283,33 @@ package final class ACMEClient {
         return chain
     }
 
-    private func authorize(_ url: String, method: ACMEChallengeMethod) throws {
-        let authz = try JSONValue.parse(try post(url, nil, what: "reading an ACME authorization").body, "the ACME authorization")
-        if authz["status"]?.stringValue == "valid" { return }
-        let identifier = authz["identifier"]?["value"]?.stringValue ?? ""
+    /// The identifier an authorization is for, as it names it (without the `*.` of a
+    /// wildcard), when the order asked for it (`identifiers`, as given to ``issue``): DNS names
+    /// compared without regard to case, a wildcard authorization (RFC 8555 §7.1.3) only for a
+    /// `*.` name ordered, IP addresses (RFC 8738) compared as addresses. nil for anything else.
+    package static func orderedIdentifier(of authz: JSONValue, among identifiers: [String]) -> String? {
+        guard let type = authz["identifier"]?["type"]?.stringValue, let value = authz["identifier"]?["value"]?.stringValue,
+              !value.isEmpty else { return nil }
+        let wildcard = authz["wildcard"]?.boolValue ?? false
+        let matched = identifiers.contains { ordered in
+            let orderedIsIP = Socket.isIPLiteral(ordered)
+            switch type {
+            case "dns":
+                guard !orderedIsIP else { return false }
+                return ordered.lowercased() == (wildcard ? "*." : "") + value.lowercased()
+            case "ip":
+                guard orderedIsIP, !wildcard, let a = IPAddress.bytes(ordered), let b = IPAddress.bytes(value) else { return false }
+                return a == b
+            default:
+                return false
+            }
+        }
+        return matched ? value : nil
+    }
+
+    /// Answers the pending authorization `authz` (read from `url`) for `identifier`, one the
+    /// order asked for (``orderedIdentifier(of:among:)``), and waits until it is valid.
+    private func authorize(_ url: String, _ authz: JSONValue, identifier: String, method: ACMEChallengeMethod) throws {
         guard let challenge = authz["challenges"]?.arrayValue.first(where: { $0["type"]?.stringValue == method.type }),
               let token = challenge["token"]?.stringValue, let challengeURL = challenge["url"]?.stringValue else {
             throw MTLSError(.unsupported, "the ACME server offers no \(method.type) challenge for \(identifier)")
@@ -336,7 +395,8 @@ package final class ACMEClient {
             (sub["identifier"]?["value"]?.stringValue.map { $0 + ": " } ?? "") + (sub["detail"]?.stringValue ?? "")
         } ?? []
         if !subs.isEmpty { text += " (" + subs.joined(separator: "; ") + ")" }
-        return String(text.prefix(2048))
+        // The CA's words, one clean line (they reach terminals and `renew --loop` logs).
+        return OneLine.text(String(text.prefix(2048)))
     }
 
     /// The error for a failed response: its problem document when it has one.

@@ -6,7 +6,7 @@ import Glibc
 #endif
 
 /// Answers one ACME challenge while the CA validates it, then goes away.
-package final class ChallengeResponder: @unchecked Sendable {
+final class ChallengeResponder: @unchecked Sendable {
     // @unchecked: `stopped` is atomic; the rest is set before the thread starts and only read.
     private let stopped = Atomic<Bool>(false)
     private var thread: pthread_t?
@@ -19,27 +19,20 @@ package final class ChallengeResponder: @unchecked Sendable {
         let responder = ChallengeResponder()
         switch method {
         case .http01(let address, let port):
-            let (fd, _) = try Socket.listen(address: address, port: port)
-            Socket.setNonBlocking(fd, true)
+            // The one small responder of libmtls: concurrent clients, each under a short deadline,
+            // with a cap, so silent connections to the port cannot make the CA's validation fail.
             let path = "/.well-known/acme-challenge/" + token
-            responder.thread = BackgroundThread.startJoinable(name: "mtls-acme-http") { [responder] in
-                responder.serveHTTP(fd, path: path, body: Array(keyAuthorization.utf8))
-                Glibc.close(fd)
+            let body = Array(keyAuthorization.utf8)
+            let http = try HTTPResponder(address: address, port: port, threadName: "mtls-http-01") { request in
+                guard request.method == "GET" || request.method == "HEAD", request.path == path else {
+                    return .status(404, "Not Found")
+                }
+                return HTTPAnswer(status: 200, reason: "OK", body: body)
             }
-            guard responder.thread != nil else { Glibc.close(fd); throw MTLSError(.internal, "cannot start the http-01 responder thread") }
+            responder.cleanup = { http.stop() }
         case .webroot(let directory):
-            let dir = directory + "/.well-known/acme-challenge"
-            for d in [directory + "/.well-known", dir] where mkdir(d, 0o755) != 0 && errno != EEXIST {
-                throw MTLSError(.io, "cannot create \(d): \(String(cString: strerror(errno)))")
-            }
-            let file = dir + "/" + token
-            let fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-            guard fd >= 0 else { throw MTLSError(.io, "cannot write \(file): \(String(cString: strerror(errno)))") }
-            let bytes = Array(keyAuthorization.utf8)
-            let n = write(fd, bytes, bytes.count)
-            Glibc.close(fd)
-            guard n == bytes.count else { unlink(file); throw MTLSError(.io, "cannot write \(file)") }
-            responder.cleanup = { unlink(file) }
+            let file = try WebrootFile(directory: directory, token: token, contents: Array(keyAuthorization.utf8))
+            responder.cleanup = { file.remove() }
         case .tlsALPN01(let address, let port):
             let identity = try ChallengeResponder.alpnIdentity(identifier: identifier, keyAuthorization: keyAuthorization)
             var options = TLSServerOptions(identity: identity)
@@ -76,45 +69,12 @@ package final class ChallengeResponder: @unchecked Sendable {
         cleanup = nil
     }
 
-    // MARK: http-01
-
-    /// A minimal HTTP/1.1 responder: the token's path gets the key authorization, anything
-    /// else 404. One request per connection; requests are read up to 8 KiB.
-    private func serveHTTP(_ listener: Int32, path: String, body: [UInt8]) {
-        while !stopped.load(ordering: .acquiring) {
-            guard let (fd, _) = try? Socket.accept(listener, deadline: Deadline(seconds: 0.2)) else { continue }
-            defer { Glibc.close(fd) }
-            Socket.setNonBlocking(fd, true)
-            var request: [UInt8] = []
-            let deadline = Deadline(seconds: 5)
-            while HTTPSClient.find([13, 10, 13, 10], in: request) == nil && request.count < 8192 {
-                guard (try? Socket.wait(fd, forWriting: false, deadline: deadline, what: "http-01 read")) != nil else { break }
-                var buf = [UInt8](repeating: 0, count: 2048)
-                let n = read(fd, &buf, buf.count)
-                if n <= 0 { break }
-                request += buf[..<n]
-            }
-            let line = String(decoding: request.prefix { $0 != 13 && $0 != 10 }, as: UTF8.self).split(separator: " ")
-            let found = line.count >= 2 && line[0] == "GET" && String(line[1]) == path
-            let payload = found ? body : Array("not found\n".utf8)
-            let head = "HTTP/1.1 \(found ? "200 OK" : "404 Not Found")\r\nContent-Type: text/plain\r\nContent-Length: \(payload.count)\r\nConnection: close\r\n\r\n"
-            let out = Array(head.utf8) + payload
-            var sent = 0
-            while sent < out.count {
-                let n = out[sent...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-                if n > 0 { sent += n; continue }
-                if errno == EAGAIN, (try? Socket.wait(fd, forWriting: true, deadline: deadline, what: "http-01 write")) != nil { continue }
-                break
-            }
-        }
-    }
-
     // MARK: tls-alpn-01
 
     /// The RFC 8737 certificate: self-signed, the identifier as its only SAN (DNS or IP), and
     /// the critical acmeIdentifier extension (1.3.6.1.5.5.7.1.31) holding the SHA-256 of the key
     /// authorization as an OCTET STRING — encoded by OpenSSL.
-    package static func alpnIdentity(identifier: String, keyAuthorization: String) throws -> Identity {
+    static func alpnIdentity(identifier: String, keyAuthorization: String) throws -> Identity {
         let key = try PrivateKey.generate(.ecP256)
         let digest = Encoding.sha256(Array(keyAuthorization.utf8))
         guard let octets = ASN1_OCTET_STRING_new() else { throw MTLSError(.noMemory, "out of memory") }
@@ -168,6 +128,74 @@ package final class ChallengeResponder: @unchecked Sendable {
         guard exited && code == 0 else {
             throw MTLSError(.challengeFailed, "the dns-01 hook (\(action) \(name)) failed with status \(exited ? code : 128 + (status & 0x7f))")
         }
+    }
+}
+
+/// An http-01 answer written under a web server's root, at
+/// `DIRECTORY/.well-known/acme-challenge/TOKEN`, without following any link below the root the
+/// operator named: each folder is opened from its parent's descriptor with `O_NOFOLLOW` (made
+/// 0755 when missing), and the file is created with `O_CREAT | O_EXCL | O_NOFOLLOW`, so a link
+/// or a file someone planted there (the token is the CA's choice) is refused, never written
+/// through. Removed through the same folder descriptor.
+package final class WebrootFile: @unchecked Sendable {
+    // @unchecked: set once in init; remove() is called once, by the responder's stop().
+    private let folder: Int32
+    private let name: String
+    private let path: String
+
+    package init(directory: String, token: String, contents: [UInt8]) throws {
+        let root = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard root >= 0 else { throw MTLSError(.io, "cannot open the webroot \(directory): \(String(cString: strerror(errno)))") }
+        defer { Glibc.close(root) }
+        let wellKnown = try WebrootFile.folder(root, ".well-known", path: directory + "/.well-known")
+        defer { Glibc.close(wellKnown) }
+        let dirPath = directory + "/.well-known/acme-challenge"
+        folder = try WebrootFile.folder(wellKnown, "acme-challenge", path: dirPath)
+        name = token
+        path = dirPath + "/" + token
+        let fd = openat(folder, token, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
+        guard fd >= 0 else {
+            let e = errno
+            Glibc.close(folder)
+            if e == EEXIST {
+                throw MTLSError(.io, "\(path) already exists (a file or a link someone put there): the challenge file is not written")
+            }
+            throw MTLSError(.io, "cannot create \(path): \(String(cString: strerror(e)))")
+        }
+        var written = 0
+        while written < contents.count {
+            let n = contents[written...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            if n > 0 { written += n } else if n < 0 && errno == EINTR { continue } else { break }
+        }
+        Glibc.close(fd)
+        guard written == contents.count else {
+            unlinkat(folder, token, 0)
+            Glibc.close(folder)
+            throw MTLSError(.io, "cannot write \(path)")
+        }
+    }
+
+    /// The folder `name` under the folder `parent`, made when missing, opened without following
+    /// a link.
+    private static func folder(_ parent: Int32, _ name: String, path: String) throws -> Int32 {
+        if mkdirat(parent, name, 0o755) != 0 && errno != EEXIST {
+            throw MTLSError(.io, "cannot create \(path): \(String(cString: strerror(errno)))")
+        }
+        let fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else {
+            let e = errno
+            if e == ELOOP || e == ENOTDIR {
+                throw MTLSError(.io, "\(path) is a link or not a folder: the challenge file is not written through it")
+            }
+            throw MTLSError(.io, "cannot open \(path): \(String(cString: strerror(e)))")
+        }
+        return fd
+    }
+
+    /// Removes the file (whatever now has its name in the folder) and closes the folder.
+    package func remove() {
+        unlinkat(folder, name, 0)
+        Glibc.close(folder)
     }
 }
 

@@ -10,7 +10,7 @@ import Glibc
 struct ESTClient {
     /// The EST base URL, up to and including `/.well-known/est` (or an arbitrary label path).
     let baseURL: String
-    let http: HTTPSClient
+    let http: HTTPClient
     var pollTimeout: Double = 120
 
     private var base: String { baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL }
@@ -65,7 +65,9 @@ struct ESTClient {
     }
 
     static func failure(_ r: HTTPResponse, _ what: String) -> MTLSError {
-        let text = String(decoding: r.body.prefix(512), as: UTF8.self).filter { !$0.isNewline }
+        // The server's words, one clean line: no control, separator or bidirectional character
+        // of a body reaches a terminal or a log.
+        let text = OneLine.text(utf8: r.body.prefix(512))
         switch r.status {
         case 401, 403:
             return MTLSError(.caRejected, "\(what): the EST server refused the credentials (HTTP \(r.status))\(text.isEmpty ? "" : ": " + text)")

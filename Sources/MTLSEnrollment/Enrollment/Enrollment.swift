@@ -108,8 +108,15 @@ public enum Enrollment {
         if !request.directoryAnchors.isEmpty {
             options.policy = TrustPolicy(anchors: request.directoryAnchors, anchorsOnly: true)
         }
-        let client = ACMEClient(directoryURL: request.directoryURL, accountKey: accountKey, http: HTTPSClient(options: options))
+        // Each exchange with the CA ends within the order's own time limit at most: a CA that
+        // trickles its answers cannot hold `--timeout 5` for longer.
+        let limits = HTTPClient.Limits(timeout: min(HTTPClient.defaultTimeout, request.pollTimeout))
+        let client = ACMEClient(directoryURL: request.directoryURL, accountKey: accountKey, http: HTTPClient(tls: options, limits: limits))
         client.pollTimeout = request.pollTimeout
+        if recordedKey != nil, let record = previous?.record {
+            // Renewal, or enrollment again under the label: the recorded account, not a new one.
+            try useRecordedAccount(client, record: record)
+        }
         let accountURL = try client.account(contact: request.contact, externalAccount: request.externalAccount)
 
         let key = try request.tokenURI.map { try Token.signingKey(uri: $0, pin: request.tokenPIN) } ?? PrivateKey.generate(request.keySpec ?? .ecP256)
@@ -129,13 +136,25 @@ public enum Enrollment {
         return result
     }
 
+    /// The account of an ACME record for `client` (made with the record's account key): its
+    /// recorded URL as `kid`; a record without one is looked up with `onlyReturnExisting`. No
+    /// account is made again (which a server wanting a contact or an external account binding
+    /// refuses).
+    static func useRecordedAccount(_ client: ACMEClient, record: EnrollmentRecord) throws {
+        if let url = record.account, !url.isEmpty {
+            client.useAccount(url)
+        } else {
+            try client.existingAccount()
+        }
+    }
+
     /// The ACME client for an ACME record: its directory, its anchors, its account key.
     static func acmeClient(_ record: EnrollmentRecord, accountKey: PrivateKey) -> ACMEClient {
         var options = TLSClientOptions()
         if let anchors = try? EnrollmentRecord.decode(record.directoryAnchors), !anchors.isEmpty {
             options.policy = TrustPolicy(anchors: anchors, anchorsOnly: true)
         }
-        return ACMEClient(directoryURL: record.url, accountKey: accountKey, http: HTTPSClient(options: options))
+        return ACMEClient(directoryURL: record.url, accountKey: accountKey, http: HTTPClient(tls: options))
     }
 
     /// Revokes the ACME certificate of the identity labelled `label` (RFC 8555 §7.6), with the
@@ -156,7 +175,7 @@ public enum Enrollment {
         let certificate: Certificate = record.tokenURI == nil ? try store.identity(label: label).leaf
                                                                : try store.tokenIdentity(label: label).certificate
         let client = acmeClient(record, accountKey: accountKey)
-        try client.account()
+        try useRecordedAccount(client, record: record)
         try client.revoke(certificate, reason: reason)
         return certificate
     }
@@ -179,18 +198,18 @@ public enum Enrollment {
                                       directoryAnchors: anchors, chainAnchors: anchors, enrolledAt: Date().timeIntervalSince1970)
         return try issueEST(record: record, keySpec: request.keySpec ?? .ecP256, user: request.user, password: request.password,
                             client: request.bootstrap.map { .identity($0) } ?? ClientIdentity.none, reenroll: false,
-                            tokenPIN: request.tokenPIN, store: store, label: label, policy: policy)
+                            tokenPIN: request.tokenPIN, store: store, label: label, policy: policy, timeout: request.timeout)
     }
 
     private static func issueEST(record: EnrollmentRecord, keySpec: KeySpec, user: String?, password: SecretBytes?,
                                  client: ClientIdentity, reenroll: Bool, tokenPIN: SecretBytes?, store: CredentialStore,
-                                 label: String, policy: TrustPolicy?) throws -> EnrollmentResult {
+                                 label: String, policy: TrustPolicy?, timeout: Double = ESTEnrollment.defaultTimeout) throws -> EnrollmentResult {
         guard let subject = record.identifiers.first else { throw MTLSError(.corrupt, "the EST record of \"\(label)\" has no subject") }
         var options = TLSClientOptions()
         let anchors = try EnrollmentRecord.decode(record.directoryAnchors)
         if !anchors.isEmpty { options.policy = TrustPolicy(anchors: anchors, anchorsOnly: true) }
         options.identity = client
-        let est = ESTClient(baseURL: record.url, http: HTTPSClient(options: options))
+        let est = ESTClient(baseURL: record.url, http: HTTPClient(tls: options, limits: HTTPClient.Limits(timeout: timeout)))
         let key = try record.tokenURI.map { try Token.signingKey(uri: $0, pin: tokenPIN) } ?? PrivateKey.generate(keySpec)
         let csr = try CertificateSigningRequest.make(subject: subject, key: key)
         let leaf = try est.enroll(csr, reenroll: reenroll, user: user, password: password)

@@ -44,11 +44,12 @@ public struct EnrollmentRecord: Codable, Sendable, Equatable {
     }
 
     /// The label of the record for the identity labelled `label`.
-    public static func label(for label: String) -> String { "mtls-enrollment:" + label }
+    public static func label(for label: String) -> String { StoreItemInfo.enrollmentRecordPrefix + label }
 
     /// The identity label a record label belongs to, or nil when it is not a record label.
     public static func identityLabel(ofRecord label: String) -> String? {
-        label.hasPrefix("mtls-enrollment:") ? String(label.dropFirst("mtls-enrollment:".count)) : nil
+        let prefix = StoreItemInfo.enrollmentRecordPrefix
+        return label.hasPrefix(prefix) ? String(label.dropFirst(prefix.count)) : nil
     }
 
     static let commonName = "libmtls enrollment record"
@@ -88,12 +89,6 @@ public struct EnrollmentRecord: Codable, Sendable, Equatable {
         do { return try JSONDecoder().decode(EnrollmentRecord.self, from: json) } catch {
             throw MTLSError(.corrupt, "the enrollment record is not readable: \(error)")
         }
-    }
-
-    /// Whether `certificate` is a record's carrier (never to be presented to a peer: automatic
-    /// identity selection leaves these out).
-    package static func isCarrier(_ certificate: Certificate) -> Bool {
-        certificate.commonName == commonName && certificate.subject == certificate.issuer && (try? read(carrier: certificate)) != nil
     }
 
     static func encode(_ certificates: [Certificate]) -> [String] { certificates.map { Data($0.der).base64EncodedString() } }

@@ -269,6 +269,11 @@ public struct ESTEnrollment: EnrollmentRequest {
     public var tokenPIN: SecretBytes?
     /// The purpose the issued chain is checked for: ``CertificateProfile/client`` or ``CertificateProfile/server``.
     public var profile: CertificateProfile = .client
+    /// Seconds each exchange with the server may take in all (connect, handshake, request and
+    /// the whole answer; default 30): a server that trickles its answer ends in a timeout.
+    public var timeout: Double = ESTEnrollment.defaultTimeout
+    /// The default ``timeout``.
+    public static let defaultTimeout: Double = 30
     /// How the messages of ``validate()`` name the options.
     public var optionNames: EnrollmentOptionNames = .descriptive
 

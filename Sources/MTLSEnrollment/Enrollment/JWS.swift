@@ -38,7 +38,7 @@ package indirect enum JSONOut: Sendable {
 
 extension JSONValue {
     /// Parses JSON text; ``MTLSError/Code/parse`` naming `what` when it is not JSON.
-    static func parse(_ bytes: [UInt8], _ what: String) throws -> JSONValue {
+    package static func parse(_ bytes: [UInt8], _ what: String) throws -> JSONValue {
         guard JSONValue.nestingDepth(bytes) <= JSONValue.maximumDepth else { throw MTLSError(.parse, "\(what) nests too deeply") }
         do { return try JSONDecoder().decode(JSONValue.self, from: Data(bytes)) } catch {
             throw MTLSError(.parse, "\(what) is not JSON")

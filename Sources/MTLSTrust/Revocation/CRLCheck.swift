@@ -1,9 +1,9 @@
 internal import COpenSSL
 import FoundationEssentials
 
-/// Why a CRL gives no answer for a certificate: the text of an `unknown` status.
-struct RevocationProblem: Error, CustomStringConvertible {
-    let description: String
+/// Why a CRL or an OCSP response gives no answer for a certificate: the text of an `unknown` status.
+package struct RevocationProblem: Error, CustomStringConvertible {
+    package let description: String
     /// The error code a fetch failure is reported with (``LifecycleEventKind/revocationFetchFailed``):
     /// the fetcher's (`io`, `timeout`, `limit`...) for the network, `parse` for a body that is no
     /// CRL, `untrusted` for one that does not verify.
@@ -42,9 +42,11 @@ enum RevocationEvents {
     /// by OpenSSL's CRL check (`crl_invalid`) for the leaf and leaves the status `unknown` in the
     /// revocation checks, and either way someone has to load a fresh one. The event is labelled
     /// with the file's path (the CRL's issuer for a CRL parsed from memory).
-    static func staleFiles(_ files: [RevocationList], time: Date, events: LifecycleEvents?) {
+    static func staleFiles(_ files: [RevocationList], time: Date, maxAge: TimeInterval, events: LifecycleEvents?) {
         for file in files {
-            guard let next = file.nextUpdate, next < time else { continue }
+            // Past its nextUpdate, or (without one) its thisUpdate plus the maximum age.
+            let next = file.validUntil(maxAge: maxAge)
+            guard next < time else { continue }
             let first = file.staleReported.withLock { reported -> Bool in
                 if reported == next { return false }
                 reported = next
@@ -53,11 +55,13 @@ enum RevocationEvents {
             guard first else { continue }
             let issuer = Certificate.rfc4514(X509_CRL_get_issuer(file.crl))
             let what = file.path.map { "the CRL file \($0)" } ?? "a CRL given to the policy"
-            let message = "revocation: \(what) (issuer \"\(issuer)\") is past its nextUpdate \(RevocationCheck.rfc3339(next)): "
+            let when = file.nextUpdate != nil ? "is past its nextUpdate \(RevocationCheck.rfc3339(next))"
+                : "has no nextUpdate and is older than the maximum age since \(RevocationCheck.rfc3339(next))"
+            let message = "revocation: \(what) (issuer \"\(issuer)\") \(when): "
                 + "certificates it covers get no revocation answer from it until a fresh one is loaded"
             LibraryWarnings.emit(message)
             events?.emit(LifecycleEvent(kind: .revocationFetchFailed, label: file.path ?? issuer,
-                                        error: MTLSError(.untrusted, "\(what) is stale: its nextUpdate \(RevocationCheck.rfc3339(next)) has passed"),
+                                        error: MTLSError(.untrusted, "\(what) is stale since \(RevocationCheck.rfc3339(next))"),
                                         message: message))
         }
     }
@@ -68,14 +72,13 @@ enum RevocationEvents {
 /// partitioned by reason are refused as unsupported (an `unknown` status), as is any critical
 /// extension other than the issuing distribution point, the authority key identifier and the
 /// CRL number.
-enum CRLCheck {
-    /// Clock skew tolerated on thisUpdate.
-    static let skew: TimeInterval = 300
-
+package enum CRLCheck {
     /// Throws a ``RevocationProblem`` unless `crl` is a usable CRL issued by `issuer` at `time`:
     /// issuer name, authority key identifier, signature (X509_CRL_verify with the issuer's key),
-    /// cRLSign when the issuer has a keyUsage, thisUpdate/nextUpdate, extensions understood.
-    static func verify(_ crl: OpaquePointer, issuer: Certificate, time: Date) throws {
+    /// cRLSign when the issuer has a keyUsage, extensions understood, and current at `time` under
+    /// the one freshness rule (``RevocationFreshness``, `maxAge` for a CRL without nextUpdate).
+    /// A CRL without a CRL number is used, as OpenSSL uses it (ordered by thisUpdate).
+    static func verify(_ crl: OpaquePointer, issuer: Certificate, time: Date, maxAge: TimeInterval) throws {
         defer { OpenSSLErrorQueue.clear() }
         guard X509_NAME_cmp(X509_CRL_get_issuer(crl), X509_get_subject_name(issuer.x509)) == 0 else {
             let name = Certificate.rfc4514(X509_CRL_get_issuer(crl))
@@ -120,31 +123,33 @@ enum CRLCheck {
             }
         }
         let (thisUpdate, nextUpdate) = dates(crl)
-        try checkDates(thisUpdate: thisUpdate, nextUpdate: nextUpdate, time: time)
+        try checkDates(thisUpdate: thisUpdate, nextUpdate: nextUpdate, maxAge: maxAge, time: time)
     }
 
-    /// ``verify(_:issuer:time:)`` for a CRL kept in memory: its signature and extensions are
-    /// checked once per issuer; later calls check only its dates against `time`.
-    static func verifyOnce(_ list: RevocationList, issuer: Certificate, time: Date) throws {
+    /// ``verify(_:issuer:time:maxAge:)`` for a CRL kept in memory: its signature and extensions
+    /// are checked once per issuer; later calls check only its dates against `time`.
+    static func verifyOnce(_ list: RevocationList, issuer: Certificate, time: Date, maxAge: TimeInterval) throws {
         if list.verifiedIssuers.withLock({ $0.contains(issuer.der) }) {
-            let (thisUpdate, nextUpdate) = dates(list.crl)
-            try checkDates(thisUpdate: thisUpdate, nextUpdate: nextUpdate, time: time)
+            try checkDates(thisUpdate: list.thisUpdate, nextUpdate: list.nextUpdate, maxAge: maxAge, time: time)
             return
         }
-        try verify(list.crl, issuer: issuer, time: time)
+        try verify(list.crl, issuer: issuer, time: time, maxAge: maxAge)
         list.verifiedIssuers.withLock { if $0.count < 16 { $0.append(issuer.der) } }
     }
 
-    /// Throws unless `time` falls between thisUpdate (less the clock skew) and nextUpdate.
-    static func checkDates(thisUpdate: Date, nextUpdate: Date?, time: Date) throws {
-        if thisUpdate > time.addingTimeInterval(skew) {
-            throw RevocationProblem("the CRL is not valid yet (thisUpdate \(RevocationCheck.rfc3339(thisUpdate)))")
+    /// A CRL's dates under the one freshness rule (``RevocationFreshness``).
+    static func checkDates(thisUpdate: Date, nextUpdate: Date?, maxAge: TimeInterval, time: Date) throws {
+        try RevocationFreshness.check("the CRL", thisUpdate: thisUpdate, nextUpdate: nextUpdate, maxAge: maxAge, time: time)
+    }
+
+    /// Whether `candidate` is older than `seen`, both CRLs of one issuer and scope: by CRL number
+    /// when both carry one and they differ, else by thisUpdate (a CRL without a CRL number is used,
+    /// as OpenSSL uses it, ordered by thisUpdate). An older CRL never replaces one already seen.
+    package static func isOlder(_ candidate: RevocationList, than seen: RevocationList) -> Bool {
+        if let a = candidate.number, let b = seen.number, a != b {
+            return a.count != b.count ? a.count < b.count : a.lexicographicallyPrecedes(b)
         }
-        guard let nextUpdate else { throw RevocationProblem("the CRL has no nextUpdate, so its freshness cannot be judged") }
-        if nextUpdate < time {
-            throw RevocationProblem("the CRL is stale: its nextUpdate \(RevocationCheck.rfc3339(nextUpdate)) has passed and no fresh one was found",
-                                    staleNextUpdate: nextUpdate)
-        }
+        return candidate.thisUpdate < seen.thisUpdate
     }
 
     /// thisUpdate and nextUpdate.

@@ -5,27 +5,29 @@ import Synchronization
 import Glibc
 #endif
 
-/// A CRL fetched from a distribution point, verified against an issuer, kept until its nextUpdate.
+/// A CRL fetched from a distribution point, verified against an issuer, kept while it is current
+/// (``RevocationFreshness``: until its nextUpdate, or its thisUpdate plus the maximum age).
 final class FetchedCRL: Sendable {
     /// Owns the parsed `X509_CRL` (only read after parsing).
     let list: RevocationList
     let url: String
     let fetchedAt: Date
-    let thisUpdate: Date
-    let nextUpdate: Date
+    var thisUpdate: Date { list.thisUpdate }
+    var nextUpdate: Date? { list.nextUpdate }
     /// The issuer it was verified against (its signature is checked once, when fetched or read
     /// from disk), also for refreshing it in the background.
     let issuer: Certificate
 
-    init(list: RevocationList, url: String, fetchedAt: Date, issuer: Certificate) throws {
-        let (this, next) = CRLCheck.dates(list.crl)
-        guard let next else { throw RevocationProblem("the CRL has no nextUpdate") }
+    init(list: RevocationList, url: String, fetchedAt: Date, issuer: Certificate) {
         self.list = list
         self.url = url
         self.fetchedAt = fetchedAt
-        self.thisUpdate = this
-        self.nextUpdate = next
         self.issuer = issuer
+    }
+
+    /// Until when it is current under the maximum age `maxAge`.
+    func validUntil(maxAge: TimeInterval) -> Date {
+        RevocationFreshness.validUntil(thisUpdate: thisUpdate, nextUpdate: nextUpdate, maxAge: maxAge)
     }
 }
 
@@ -96,6 +98,10 @@ package final class CRLStore: Sendable {
         /// again at the next retry is not reported again (a fresh one, or another stale one, is).
         var staleReported: [String: Date] = [:]
         var flights: [String: RevocationFlight] = [:]
+        /// Per URL and issuer, the newest CRL seen (verified) since the process started, kept through
+        /// ``clear()``: a CRL older than it (``CRLCheck/isOlder(_:than:)``) read from the cache
+        /// folder or served again is never used in its place.
+        var newest: [String: RevocationList] = [:]
         var refreshing = 0
         /// Network fetches made (for tests and benchmarks: single flight makes one per URL).
         var fetches = 0
@@ -112,7 +118,8 @@ package final class CRLStore: Sendable {
     /// Network fetches made since the process started (or the last ``clear()``).
     var fetchCount: Int { state.withLock { $0.fetches } }
 
-    /// Forgets every cached CRL and failure (the files of cache folders stay).
+    /// Forgets every cached CRL and failure (the files of cache folders stay, and so does the
+    /// newest CRL seen per URL: an older one is still never used).
     func clear() {
         state.withLock { $0.entries = [:]; $0.failures = [:]; $0.staleReported = [:]; $0.fetches = 0 }
         Self.changed()
@@ -130,7 +137,7 @@ package final class CRLStore: Sendable {
             let now = Date()
             let step: Step = state.withLock { s in
                 // The issuer compared by its DER (no digest computed on the warm path).
-                if let e = s.entries[url], e.nextUpdate > now, e.issuer.der == issuer.der { return .use(e) }
+                if let e = s.entries[url], e.validUntil(maxAge: options.maxAge) > now, e.issuer.der == issuer.der { return .use(e) }
                 if let f = s.flights[url] { return .wait(f) }
                 if let f = s.failures[url], now.timeIntervalSince(f.at) < Self.failureRetryInterval { return .fail(f.problem) }
                 let f = RevocationFlight()
@@ -141,7 +148,7 @@ package final class CRLStore: Sendable {
             case .use(let e):
                 // Verified against this issuer when it was loaded (the digest matched): only its
                 // dates depend on the evaluation time.
-                try CRLCheck.checkDates(thisUpdate: e.thisUpdate, nextUpdate: e.nextUpdate, time: time)
+                try CRLCheck.checkDates(thisUpdate: e.thisUpdate, nextUpdate: e.nextUpdate, maxAge: options.maxAge, time: time)
                 maybeRefresh(e, options: options, subject: subject, events: events)
                 return (e, "memory")
             case .fail(let problem):
@@ -199,16 +206,12 @@ package final class CRLStore: Sendable {
         dir + "/" + Encoding.hex(Encoding.sha256(Array(url.utf8))) + ".crl"
     }
 
-    /// From the cache folder when it holds a fresh CRL of this issuer, else from the network.
+    /// From the cache folder when it holds a current CRL of this issuer no older than the newest
+    /// seen, else from the network.
     private func load(url: String, issuer: Certificate, options: RevocationFetchOptions, time: Date) throws -> (FetchedCRL, String) {
-        if let dir = options.cacheDirectory {
-            let file = Self.cacheFile(dir, url)
-            if let bytes = try? FileIO.read(file, limit: options.maxBytes), let list = try? RevocationList.parseAll(bytes).first,
-               (try? CRLCheck.verify(list.crl, issuer: issuer, time: time)) != nil,
-               let e = try? FetchedCRL(list: list, url: url, fetchedAt: Self.modificationTime(file) ?? Date(), issuer: issuer),
-               e.nextUpdate > Date() {
-                return (e, "disk")
-            }
+        let dir = options.cacheDirectory.flatMap { Self.usableCacheDirectory($0) }
+        if let dir, let e = readCached(Self.cacheFile(dir, url), url: url, issuer: issuer, options: options, time: time) {
+            return (e, "disk")
         }
         state.withLock { $0.fetches += 1 }
         let body: [UInt8]
@@ -218,22 +221,60 @@ package final class CRLStore: Sendable {
         guard let list = try? RevocationList.parseAll(body).first else {
             throw RevocationProblem("\(url) did not serve a CRL (\(body.count) bytes that are neither DER nor PEM CRL)", code: .parse)
         }
-        do { try CRLCheck.verify(list.crl, issuer: issuer, time: time) } catch let p as RevocationProblem {
+        do { try CRLCheck.verify(list.crl, issuer: issuer, time: time, maxAge: options.maxAge) } catch let p as RevocationProblem {
             throw RevocationProblem("\(url): \(p.description)", code: p.code, staleNextUpdate: p.staleNextUpdate)
         }
-        let e = try FetchedCRL(list: list, url: url, fetchedAt: Date(), issuer: issuer)
-        if let dir = options.cacheDirectory {
-            // Best effort: a cache folder that cannot be written costs a refetch after a restart.
-            if FileIO.exists(dir) || mkdir(dir, 0o700) == 0 {
-                try? FileIO.writeAtomically(Self.cacheFile(dir, url), list.der, mode: 0o600)
-            }
+        if let seen = olderThanSeen(list, url: url, issuer: issuer) {
+            throw RevocationProblem("\(url): the CRL served is older than one already seen (thisUpdate \(RevocationCheck.rfc3339(seen.thisUpdate))"
+                                    + (seen.number.map { ", CRL number 0x\(Encoding.hex($0))" } ?? "") + "): a replayed CRL?")
         }
-        return (e, "network")
+        if let dir {
+            // Best effort: a cache folder that cannot be written costs a refetch after a restart.
+            try? FileIO.writeAtomically(Self.cacheFile(dir, url), list.der, mode: 0o600)
+        }
+        return (FetchedCRL(list: list, url: url, fetchedAt: Date(), issuer: issuer), "network")
+    }
+
+    /// The cache folder `dir` when it may be used (``FileIO/privateDirectory(_:what:)``: created
+    /// 0700, else the user's and writable by no one else); nil with a warning when not.
+    static func usableCacheDirectory(_ dir: String) -> String? {
+        do {
+            try FileIO.privateDirectory(dir, what: "the revocation cache folder")
+            return dir
+        } catch {
+            let m = (error as? MTLSError)?.message ?? "\(error)"
+            LibraryWarnings.emit("revocation: \(m) (CRLs are fetched and kept in memory only)")
+            return nil
+        }
+    }
+
+    /// The CRL of the cache file `file`: read only if it is a regular file (a FIFO or device is
+    /// not waited on, a symbolic link not followed), current, issued by `issuer` and no older
+    /// than the newest seen for `url`; else nil.
+    private func readCached(_ file: String, url: String, issuer: Certificate, options: RevocationFetchOptions,
+                            time: Date) -> FetchedCRL? {
+        guard let bytes = try? FileIO.readRegularFile(file, limit: options.maxBytes, followLinks: false),
+              let list = try? RevocationList.parseAll(bytes).first,
+              (try? CRLCheck.verify(list.crl, issuer: issuer, time: time, maxAge: options.maxAge)) != nil,
+              olderThanSeen(list, url: url, issuer: issuer) == nil else { return nil }
+        return FetchedCRL(list: list, url: url, fetchedAt: Self.modificationTime(file) ?? Date(), issuer: issuer)
+    }
+
+    /// The newest CRL seen for `url` when `list` is older than it (nil: `list` may be used, and
+    /// is now the newest seen).
+    private func olderThanSeen(_ list: RevocationList, url: String, issuer: Certificate) -> RevocationList? {
+        let key = url + "|" + issuer.sha256Hex
+        return state.withLock { s in
+            if let seen = s.newest[key], CRLCheck.isOlder(list, than: seen) { return seen }
+            if s.newest.count >= Self.maxEntries * 4 { s.newest.removeAll() }
+            s.newest[key] = list
+            return nil
+        }
     }
 
     private static func modificationTime(_ file: String) -> Date? {
         var st = stat()
-        guard stat(file, &st) == 0 else { return nil }
+        guard lstat(file, &st) == 0 else { return nil }
         return Date(timeIntervalSince1970: TimeInterval(st.st_mtim.tv_sec))
     }
 
@@ -241,8 +282,9 @@ package final class CRLStore: Sendable {
     /// minute), so handshakes keep finding a fresh CRL; at most ``maxRefreshes`` at once, one per
     /// URL (the flight).
     private func maybeRefresh(_ e: FetchedCRL, options: RevocationFetchOptions, subject: Certificate?, events: LifecycleEvents?) {
-        let life = e.nextUpdate.timeIntervalSince(e.thisUpdate)
-        let refreshAt = e.nextUpdate.addingTimeInterval(-max(60, life / 10))
+        let until = e.validUntil(maxAge: options.maxAge)
+        let life = until.timeIntervalSince(e.thisUpdate)
+        let refreshAt = until.addingTimeInterval(-max(60, life / 10))
         guard Date() >= refreshAt else { return }
         let url = e.url
         let start: RevocationFlight? = state.withLock { s in
@@ -281,7 +323,7 @@ package final class CRLStore: Sendable {
         var o = options
         o.cacheDirectory = nil
         let (e, _) = try load(url: url, issuer: issuer, options: o, time: Date())
-        if let dir = options.cacheDirectory, FileIO.exists(dir) {
+        if let dir = options.cacheDirectory.flatMap({ Self.usableCacheDirectory($0) }) {
             try? FileIO.writeAtomically(Self.cacheFile(dir, url), e.list.der, mode: 0o600)
         }
         return e

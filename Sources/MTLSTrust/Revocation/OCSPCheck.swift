@@ -6,8 +6,9 @@ import Synchronization
 /// over the library's HTTP client (POST, the same size and time limits as CRLs), built and checked
 /// with OpenSSL's OCSP API: the response must be successful, signed by the issuer in the built
 /// chain or by a responder it delegated to (id-kp-OCSPSigning, issued by it), carry the nonce we
-/// sent when it carries one, and be current (thisUpdate, nextUpdate) at the evaluation time.
-/// Answers are cached per responder and certificate until their nextUpdate (not cached without one).
+/// sent when it carries one, and be current at the evaluation time under the one freshness rule
+/// (``RevocationFreshness``: until its nextUpdate, or its thisUpdate plus the policy's maximum age
+/// when it has none). Answers are cached per responder and certificate while they are current.
 enum OCSPCheck {
     struct Answer {
         let status: RevocationCheck.Status
@@ -16,6 +17,11 @@ enum OCSPCheck {
         let thisUpdate: Date
         let nextUpdate: Date?
         let fetchedAt: Date
+
+        /// Until when it is current under the maximum age `maxAge` (``RevocationFreshness``).
+        func validUntil(maxAge: TimeInterval) -> Date {
+            RevocationFreshness.validUntil(thisUpdate: thisUpdate, nextUpdate: nextUpdate, maxAge: maxAge)
+        }
     }
 
     /// Cached answers by responder URL and certificate (and issuer).
@@ -30,9 +36,9 @@ enum OCSPCheck {
     /// The status a stapled response (the server's, DER) gives, checked like a fetched one; nil
     /// with the problem added to `problems`.
     static func stapled(_ stapled: [UInt8], of cert: Certificate, index: Int, issuer: Certificate, time: Date,
-                        problems: inout [String]) -> RevocationCheck? {
+                        maxAge: TimeInterval, problems: inout [String]) -> RevocationCheck? {
         do {
-            let a = try check(response: stapled, cert: cert, issuer: issuer, nonceRequest: nil, time: time)
+            let a = try check(response: stapled, cert: cert, issuer: issuer, nonceRequest: nil, time: time, maxAge: maxAge)
             if let c = record(a, cert: cert, index: index, source: "ocsp_staple", url: nil, origin: "staple") { return c }
             problems.append("the stapled OCSP response does not know the certificate (status unknown)")
         } catch {
@@ -48,21 +54,20 @@ enum OCSPCheck {
         if urls.isEmpty { problems.append("it names no OCSP responder") }
         for url in urls {
             let key = url + "|" + cert.sha256Hex + "|" + issuer.sha256Hex
-            if let a = cache.withLock({ $0[key] }), let next = a.nextUpdate, next > Date(), next >= time,
-               a.thisUpdate <= time.addingTimeInterval(CRLCheck.skew) {
+            if let a = cache.withLock({ $0[key] }), a.validUntil(maxAge: options.maxAge) > Date(),
+               (try? RevocationFreshness.check("the OCSP response", thisUpdate: a.thisUpdate, nextUpdate: a.nextUpdate,
+                                               maxAge: options.maxAge, time: time)) != nil {
                 if let c = record(a, cert: cert, index: index, source: "ocsp", url: url, origin: "memory") { return c }
                 problems.append("OCSP \(url): the responder does not know the certificate (status unknown)")
                 continue
             }
             do {
                 let a = try query(url: url, cert: cert, issuer: issuer, options: options, time: time)
-                if a.nextUpdate != nil {
-                    cache.withLock { c in
-                        if c.count >= maxEntries { c.removeAll() }
-                        c[key] = a
-                    }
-                    CRLStore.changed()
+                cache.withLock { c in
+                    if c.count >= maxEntries { c.removeAll() }
+                    c[key] = a
                 }
+                CRLStore.changed()
                 if let c = record(a, cert: cert, index: index, source: "ocsp", url: url, origin: "network") { return c }
                 problems.append("OCSP \(url): the responder does not know the certificate (status unknown)")
             } catch {
@@ -103,12 +108,13 @@ enum OCSPCheck {
             throw RevocationProblem("cannot encode the OCSP request")
         }
         let body = try HTTPFetcher.post(url, body: der, contentType: "application/ocsp-request", limits: options.limits)
-        return (try check(response: body, cert: cert, issuer: issuer, nonceRequest: req, time: time), body)
+        return (try check(response: body, cert: cert, issuer: issuer, nonceRequest: req, time: time, maxAge: options.maxAge), body)
     }
 
-    /// Checks an OCSP response (DER) for `cert` issued by `issuer` at `time`.
+    /// Checks an OCSP response (DER) for `cert` issued by `issuer` at `time`, `maxAge` bounding
+    /// one without nextUpdate.
     static func check(response: [UInt8], cert: Certificate, issuer: Certificate, nonceRequest: OpaquePointer?,
-                      time: Date) throws -> Answer {
+                      time: Date, maxAge: TimeInterval) throws -> Answer {
         defer { OpenSSLErrorQueue.clear() }
         let resp = response.withUnsafeBufferPointer { buf -> OpaquePointer? in
             var p: UnsafePointer<UInt8>? = buf.baseAddress
@@ -149,12 +155,7 @@ enum OCSPCheck {
         }
         let this = Certificate.date(thisUpd)
         let next = nextUpd.map { Certificate.date($0) }
-        if this > time.addingTimeInterval(CRLCheck.skew) {
-            throw RevocationProblem("the OCSP response is not valid yet (thisUpdate \(RevocationCheck.rfc3339(this)))")
-        }
-        if let next, next < time {
-            throw RevocationProblem("the OCSP response is stale: its nextUpdate \(RevocationCheck.rfc3339(next)) has passed")
-        }
+        try RevocationFreshness.check("the OCSP response", thisUpdate: this, nextUpdate: next, maxAge: maxAge, time: time)
         let s: RevocationCheck.Status
         switch status {
         case V_OCSP_CERTSTATUS_GOOD: s = .good

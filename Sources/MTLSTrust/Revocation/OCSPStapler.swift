@@ -9,10 +9,13 @@ import Glibc
 /// and its issuer is in the identity's chain, a background thread (`mtls-ocsp-staple`) fetches a
 /// response, checks it as a client would (``OCSPCheck``), keeps it, and fetches again in the last
 /// tenth of its life (a minute after a failure). Handshakes only read what is kept: the staple is
-/// never fetched on the handshake path. A response that is not `good` is not stapled.
+/// never fetched on the handshake path. A response that is not `good` is not stapled, and neither
+/// is one that is no longer current (``RevocationFreshness``: past its nextUpdate, or without one
+/// older than the maximum age), checked at each handshake.
 package final class OCSPStapler: Sendable {
     private final class Shared: Sendable {
-        let response = Mutex<[UInt8]?>(nil)
+        /// The response kept (DER) and until when it is current.
+        let response = Mutex<(der: [UInt8], validUntil: Date)?>(nil)
         let stopped = Atomic<Bool>(false)
         /// Fetches made (for tests).
         let fetches = Atomic<Int>(0)
@@ -48,12 +51,14 @@ package final class OCSPStapler: Sendable {
                 shared.fetches.add(1, ordering: .relaxed)
                 var failure: RevocationProblem? = nil
                 var fetched: (OCSPCheck.Answer, [UInt8])? = nil
+                var answered = false  // the responder gave a current answer (revoked, unknown)
                 do {
                     let (answer, der) = try OCSPCheck.queryWithResponse(url: url, cert: leaf, issuer: issuer, options: options,
                                                                        time: Date())
                     if answer.status == .good {
                         fetched = (answer, der)
                     } else {
+                        answered = true
                         failure = RevocationProblem("the responder answers \(answer.status) for our own certificate: nothing is stapled")
                     }
                 } catch {
@@ -61,16 +66,15 @@ package final class OCSPStapler: Sendable {
                 }
                 if let (answer, der) = fetched {
                     retry = firstRetry
-                    shared.response.withLock { $0 = der }
-                    if let next = answer.nextUpdate {
-                        let life = next.timeIntervalSince(answer.thisUpdate)
-                        wait = max(60, next.timeIntervalSinceNow - max(60, life / 10))
-                    } else {
-                        wait = 3600
-                    }
+                    let until = answer.validUntil(maxAge: options.maxAge)
+                    shared.response.withLock { $0 = (der, until) }
+                    let life = until.timeIntervalSince(answer.thisUpdate)
+                    wait = max(60, until.timeIntervalSinceNow - max(60, life / 10))
                 } else {
-                    // Keep a previous good response while it is current; drop a stale one.
-                    shared.response.withLock { $0 = nil }
+                    // Keep a previous good response while it is current (each handshake checks
+                    // that it still is) when the responder could not be asked; drop it when the
+                    // responder now answers otherwise, or when it is stale.
+                    shared.response.withLock { if let r = $0, answered || r.validUntil <= Date() { $0 = nil } }
                     wait = retry
                     retry = min(maxRetry, retry * 2)
                     if let failure, let events {
@@ -87,8 +91,13 @@ package final class OCSPStapler: Sendable {
         return started ? stapler : nil
     }
 
-    /// The current response (DER), if a good one was fetched.
-    var response: [UInt8]? { shared.response.withLock { $0 } }
+    /// The response to staple (DER): a good one fetched, while it is current.
+    var response: [UInt8]? {
+        shared.response.withLock { r in
+            guard let r, r.validUntil > Date() else { return nil }
+            return r.der
+        }
+    }
 
     /// How many fetches the background thread made.
     var fetchCount: Int { shared.fetches.load(ordering: .relaxed) }

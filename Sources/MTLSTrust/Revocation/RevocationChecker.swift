@@ -31,7 +31,7 @@ enum RevocationChecker {
                 var m = "\"\(cert.subjectSummary)\" (serial \(cert.serialHex)) is revoked"
                 if let at = c.revokedAt { m += " since \(RevocationCheck.rfc3339(at))" }
                 if let r = c.reason { m += ", reason \(r)" }
-                if let u = c.url { m += " (CRL \(u))" } else if let s = c.source { m += " (\(s))" }
+                if let u = c.url { m += " (\(c.source == "ocsp" ? "OCSP" : "CRL") \(u))" } else if let s = c.source { m += " (\(s))" }
                 reasons.append(TrustReason(code: TrustReason.Code.revoked, certIndex: i, message: m))
             case .unknown:
                 let m = "the revocation status of \"\(cert.subjectSummary)\" is unknown: \(c.error ?? "no source answered")"
@@ -69,16 +69,19 @@ enum RevocationChecker {
         var lastURL: String? = nil
         // A staple (the server's own OCSP response, client side) is looked at first.
         if let stapled, settings.sources.contains(.ocsp),
-           let c = OCSPCheck.stapled(stapled, of: cert, index: index, issuer: issuer, time: time, problems: &problems) {
+           let c = OCSPCheck.stapled(stapled, of: cert, index: index, issuer: issuer, time: time, maxAge: options.maxAge,
+                                     problems: &problems) {
             return c
         }
         for source in settings.sources {
             switch source {
             case .crl:
-                // CRLs given to the policy by hand first: no network needed.
+                // CRLs given to the policy by hand first: no network needed. Of several current
+                // ones of this issuer, the newest (CRL number, else thisUpdate) answers.
+                var newest: RevocationList? = nil
                 for file in crlFiles where CRLCheck.covers(file, cert) {
                     do {
-                        try CRLCheck.verifyOnce(file, issuer: issuer, time: time)
+                        try CRLCheck.verifyOnce(file, issuer: issuer, time: time, maxAge: options.maxAge)
                     } catch let p as RevocationProblem where p.staleNextUpdate != nil {
                         // This issuer's CRL file, past its nextUpdate, said in the status (the
                         // event is fired once per staleness by the evaluator: RevocationEvents.staleFiles).
@@ -88,9 +91,12 @@ enum RevocationChecker {
                     } catch {
                         continue  // another issuer's CRL, or one that does not verify: not this certificate's
                     }
-                    let (this, next) = CRLCheck.dates(file.crl)
+                    if let n = newest, !CRLCheck.isOlder(n, than: file) { continue }
+                    newest = file
+                }
+                if let file = newest {
                     return verdict(cert, index, in: file.crl, source: "crl_file", url: nil, fetchedAt: nil, origin: nil,
-                                   thisUpdate: this, nextUpdate: next)
+                                   thisUpdate: file.thisUpdate, nextUpdate: file.nextUpdate)
                 }
                 let urls = cert.crlDistributionPoints
                 if urls.isEmpty {

@@ -68,13 +68,25 @@ public struct RevocationFetchOptions: Hashable, Sendable {
     /// Seconds for one fetch, redirects included (default 5). A handshake that needs a fetch
     /// waits at most this long (or its own timeout, if shorter).
     public var timeout: Double
-    /// A folder for fetched CRLs (files 0600, one per URL); nil keeps them in memory only.
+    /// A folder for fetched CRLs (files 0600, one per URL); nil keeps them in memory only. It
+    /// must belong to the user and not be writable by group or others (it is created 0700); one
+    /// that is not is not used (a warning says why) and CRLs are fetched.
     public var cacheDirectory: String?
+    /// Seconds a CRL or OCSP response without a nextUpdate stays current after its thisUpdate
+    /// (default 7 days; ``RevocationFreshness``). Policy files: `"revocation": {"max_age_seconds": N}`.
+    public var maxAge: TimeInterval
 
-    public init(maxBytes: Int = 10 << 20, timeout: Double = 5, cacheDirectory: String? = nil) {
+    /// The default ``maxAge``: 7 days.
+    public static let defaultMaxAge: TimeInterval = 7 * 86400
+    /// The largest ``maxAge`` accepted: 366 days.
+    public static let maxMaxAge: TimeInterval = 366 * 86400
+
+    public init(maxBytes: Int = 10 << 20, timeout: Double = 5, cacheDirectory: String? = nil,
+                maxAge: TimeInterval = RevocationFetchOptions.defaultMaxAge) {
         self.maxBytes = maxBytes
         self.timeout = timeout
         self.cacheDirectory = cacheDirectory
+        self.maxAge = maxAge
     }
 
     /// Throws ``MTLSError/Code/invalidPolicy`` for a size or time limit that is not positive or
@@ -86,6 +98,20 @@ public struct RevocationFetchOptions: Hashable, Sendable {
         guard timeout > 0, timeout <= 600 else {
             throw MTLSError(.invalidPolicy, "the revocation time limit must be between 0 and 600 seconds (got \(timeout))")
         }
+        guard maxAge >= 1, maxAge <= Self.maxMaxAge else {
+            throw MTLSError(.invalidPolicy, "the revocation maximum age must be between 1 second and 366 days (got \(maxAge) s)")
+        }
+    }
+
+    /// Sets ``maxAge`` under the options' convention (the C ABI's
+    /// `mtls_policy_set_revocation_max_age`): `0` is the default (7 days), a negative value or one
+    /// ``validate()`` refuses is ``MTLSError/Code/invalidPolicy``.
+    public mutating func setMaxAge(seconds: Int64) throws {
+        guard seconds >= 0 else { throw MTLSError(.invalidPolicy, "the revocation maximum age must not be negative (0: the default)") }
+        var changed = self
+        changed.maxAge = seconds == 0 ? Self.defaultMaxAge : TimeInterval(seconds)
+        try changed.validate()
+        self = changed
     }
 
     /// Sets both limits under the options' convention (the C ABI's
@@ -188,7 +214,8 @@ public struct RevocationReport: Sendable, Hashable {
 
 /// The process-wide revocation cache, for front ends and tests.
 public enum RevocationCache {
-    /// Forgets every CRL cached in memory and every remembered fetch failure.
+    /// Forgets every CRL and OCSP answer cached in memory and every remembered fetch failure. What
+    /// was seen stays: a CRL older than one already seen for its URL is still never used.
     public static func clear() {
         CRLStore.shared.clear()
         OCSPCheck.clear()

@@ -40,7 +40,7 @@ package struct ChainCheck: Sendable {
         .version, .serialNumber, .names, .validityEncoding, .extensionSyntax, .authorityKeyIdentifier,
         .subjectKeyIdentifier, .basicConstraints, .leafIsNotCA, .extendedKeyUsage, .subjectAltName,
         .referenceName, .keyStrength, .signatureAlgorithm, .nameConstraints, .policyConstraints,
-        .authorityInformationAccess, .revocationLists, .commonNameConsistency, .chainDepth,
+        .authorityInformationAccess, .commonNameConsistency, .chainDepth,
     ]
 
     /// The common names of a certificate's subject, as text.
@@ -475,21 +475,6 @@ package struct ChainCheck: Sendable {
             let (present, critical) = extensionPresence(x, NID_info_access)
             return present && critical ? reason(C.aiaInvalid, i, "authority information access is critical") : nil
         }
-    }
-
-    /// CRLs that apply to the chain carry a non-critical CRL number (RFC 5280 5.2.3).
-    static let revocationLists = ChainCheck(name: "revocation_lists") { ctx in
-        var out: [TrustReason] = []
-        for crl in ctx.crls {
-            guard let index = ctx.chain.firstIndex(where: { X509_NAME_cmp(X509_CRL_get_issuer(crl.crl), X509_get_issuer_name($0)) == 0 }) else { continue }
-            let pos = X509_CRL_get_ext_by_NID(crl.crl, NID_crl_number, -1)
-            if pos < 0 {
-                out.append(reason(C.crlInvalid, index, "the CRL has no CRL number"))
-            } else if let ext = X509_CRL_get_ext(crl.crl, pos), X509_EXTENSION_get_critical(ext) != 0 {
-                out.append(reason(C.crlInvalid, index, "the CRL's CRL number is critical"))
-            }
-        }
-        return out
     }
 
     // MARK: Helpers

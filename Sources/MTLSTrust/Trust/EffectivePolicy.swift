@@ -4,7 +4,7 @@ import Synchronization
 
 /// What one connection or one call asks of an evaluation on top of the policy: anchors to add,
 /// whether only anchors are trusted, pins that must match, and the name to validate as. Front
-/// ends (C options, the CLI's `--anchor`, `--anchors-only`, `--pin`, `--verify-as`, Python
+/// ends (C options, the CLI's `--anchor`, `--system-anchors`, `--anchors-only`, `--pin`, `--verify-as`, Python
 /// keywords) pass overrides; they never write them into the policy.
 ///
 /// How they compose is ``TrustPolicy``'s business (see ``TrustPolicy/evaluate(chain:peer:purpose:at:overrides:)``):
@@ -14,23 +14,29 @@ import Synchronization
 public struct TrustOverrides: Sendable, Hashable {
     /// Anchors added to the anchors in force (the rule's own, else the policy's).
     public var anchors: [Certificate]
-    /// Whether only the anchors are trusted (nil: as the rule, else the policy, says).
-    public var anchorsOnly: Bool?
+    /// Whether the system store is trusted as well as the anchors (nil: as the rule, else the
+    /// policy, says; by default not when there are anchors).
+    public var systemAnchors: Bool?
+    /// Compatibility name of ``systemAnchors``, turned around (true: the anchors only).
+    public var anchorsOnly: Bool? {
+        get { systemAnchors.map { !$0 } } set { systemAnchors = newValue.map { !$0 } }
+    }
     /// SPKI pins; one of them must match a certificate of the built chain. Always enforced.
     public var pins: [SPKIPin]
     /// The name or IP address the certificate is validated as, over every other verify-as.
     public var verifyAs: String?
 
     /// Overrides with the given values (the defaults change nothing).
-    public init(anchors: [Certificate] = [], anchorsOnly: Bool? = nil, pins: [SPKIPin] = [], verifyAs: String? = nil) {
+    public init(anchors: [Certificate] = [], anchorsOnly: Bool? = nil, systemAnchors: Bool? = nil, pins: [SPKIPin] = [],
+                verifyAs: String? = nil) {
         self.anchors = anchors
-        self.anchorsOnly = anchorsOnly
+        self.systemAnchors = systemAnchors ?? anchorsOnly.map { !$0 }
         self.pins = pins
         self.verifyAs = verifyAs
     }
 
     /// True when the overrides change nothing.
-    public var isEmpty: Bool { anchors.isEmpty && anchorsOnly == nil && pins.isEmpty && verifyAs == nil }
+    public var isEmpty: Bool { anchors.isEmpty && systemAnchors == nil && pins.isEmpty && verifyAs == nil }
 
     /// Throws ``MTLSError/Code/invalidArgument`` for a verify-as that is empty or neither a host
     /// name nor an IP address (an empty one would silently turn the name check off).
@@ -44,7 +50,7 @@ public struct TrustOverrides: Sendable, Hashable {
     package var cacheKey: String {
         if isEmpty { return "" }
         var s = "a=" + anchors.map(\.sha256Hex).joined(separator: ",")
-        s += "|o=" + (anchorsOnly.map { $0 ? "1" : "0" } ?? "-")
+        s += "|o=" + (systemAnchors.map { $0 ? "0" : "1" } ?? "-")
         s += "|p=" + pins.map(\.description).joined(separator: ",")
         s += "|v=" + (verifyAs ?? "")
         return s
@@ -163,6 +169,13 @@ struct EffectivePolicy {
         rule?.revocation ?? settings.revocation
     }
 
+    /// The one rule of the system store, for every front end: anchors in force mean those
+    /// anchors only, unless the system store is asked for as well (`system_anchors` true); no
+    /// anchors at all mean the system store; `system_anchors` false means never the system store.
+    static func trustsSystemStore(anchors: [Certificate], systemAnchors: Bool?) -> Bool {
+        systemAnchors ?? anchors.isEmpty
+    }
+
     init(settings: TrustPolicy.Settings, rule: HostRule?, peer: TrustPeer, purpose: TrustPurpose, overrides: TrustOverrides?) {
         self.rule = rule
         self.settings = settings
@@ -176,17 +189,16 @@ struct EffectivePolicy {
         }
         self.anchors = anchors
         anchorSources = sources
-        if let only = o.anchorsOnly {
-            anchorsOnly = only
-            anchorsOnlySource = .override
-        } else if let only = rule?.anchorsOnly {
-            anchorsOnly = only
-            anchorsOnlySource = .rule
+        let system: Bool?
+        if let v = o.systemAnchors {
+            (system, anchorsOnlySource) = (v, .override)
+        } else if let v = rule?.systemAnchors {
+            (system, anchorsOnlySource) = (v, .rule)
         } else {
-            anchorsOnly = settings.anchorsOnly
-            anchorsOnlySource = .policy
+            (system, anchorsOnlySource) = (settings.systemAnchors, .policy)
         }
-        overridesTrust = !o.anchors.isEmpty || o.anchorsOnly != nil
+        anchorsOnly = !Self.trustsSystemStore(anchors: anchors, systemAnchors: system)
+        overridesTrust = !o.anchors.isEmpty || o.systemAnchors != nil
 
         // The name: the overrides' verify-as, the policy-wide verify-as, the rule's verify-as (or
         // its skip_name_check), the peer's verify-as, the host. A client is known by its address,

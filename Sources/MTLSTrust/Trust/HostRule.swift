@@ -184,8 +184,14 @@ public struct HostRule: Sendable {
     public var skipNameCheck: Bool
     /// The rule's own anchors; nil uses the policy's.
     public var anchors: [Certificate]?
-    /// Whether the rule ignores the system store; nil uses the policy's.
-    public var anchorsOnly: Bool?
+    /// Whether the system store is trusted as well as the anchors for this rule's peers; nil
+    /// uses the policy's ``TrustPolicy/systemAnchors`` (by default: the rule's own anchors, when
+    /// it has some, are the only ones).
+    public var systemAnchors: Bool?
+    /// Compatibility name of ``systemAnchors``, turned around (true: the anchors only).
+    public var anchorsOnly: Bool? {
+        get { systemAnchors.map { !$0 } } set { systemAnchors = newValue.map { !$0 } }
+    }
     /// SPKI pins; one must match a certificate of the built chain (any depth).
     public var pins: [SPKIPin]
     /// When the pins stop being valid, if ever.
@@ -201,14 +207,14 @@ public struct HostRule: Sendable {
     /// (``pinsExpire`` nil: the pins never expire). The rule takes effect when added to a policy
     /// (``TrustPolicy/addHostRule(_:)``), which validates it.
     public init(pattern: HostPattern, verifyAs: String? = nil, skipNameCheck: Bool = false,
-                anchors: [Certificate]? = nil, anchorsOnly: Bool? = nil, pins: [SPKIPin] = [],
+                anchors: [Certificate]? = nil, anchorsOnly: Bool? = nil, systemAnchors: Bool? = nil, pins: [SPKIPin] = [],
                 pinsExpire: Date? = nil, afterExpiry: PinExpiryBehavior = .stopEnforcing,
                 enforcement: PinEnforcement = .enforce) {
         self.pattern = pattern
         self.verifyAs = verifyAs
         self.skipNameCheck = skipNameCheck
         self.anchors = anchors
-        self.anchorsOnly = anchorsOnly
+        self.systemAnchors = systemAnchors ?? anchorsOnly.map { !$0 }
         self.pins = pins
         self.pinsExpire = pinsExpire
         self.afterExpiry = afterExpiry
@@ -221,8 +227,9 @@ public struct HostRule: Sendable {
     }
 
     /// Adds `anchor` to the rule's own anchors (the rule then has anchors of its own, in place of
-    /// the policy's) and sets whether they are the only ones (`anchorsOnly`).
-    public mutating func addAnchor(_ anchor: Certificate, anchorsOnly: Bool) {
+    /// the policy's) and sets whether they are the only ones (`anchorsOnly`; nil: as the
+    /// policy's ``TrustPolicy/systemAnchors`` says, by default the only ones).
+    public mutating func addAnchor(_ anchor: Certificate, anchorsOnly: Bool?) {
         anchors = (anchors ?? []) + [anchor]
         self.anchorsOnly = anchorsOnly
     }

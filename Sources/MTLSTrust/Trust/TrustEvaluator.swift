@@ -125,7 +125,7 @@ extension TrustPolicy {
         }
         let rule = Self.rule(for: peer, in: settings.hostRules)
         // A CRL file past its nextUpdate is reported (once per staleness), cached answer or not.
-        if !settings.crls.isEmpty { RevocationEvents.staleFiles(settings.crls, time: time, events: events) }
+        if !settings.crls.isEmpty { RevocationEvents.staleFiles(settings.crls, time: time, maxAge: settings.revocationFetch.maxAge, events: events) }
 
         let key = EvaluationCache.Key(chain: ders, peer: peer, overrides: overrides?.cacheKey, purpose: purpose, version: version,
                                       second: Int64(time.timeIntervalSince1970))

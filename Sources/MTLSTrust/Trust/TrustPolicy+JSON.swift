@@ -124,14 +124,14 @@ struct PolicyFileReader {
     static let policyKeys: Set<String> = [
         "version", "anchors", "anchors_only", "system_ca_file", "system_ca_dir", "purpose", "name_check",
         "min_rsa_bits", "min_ec_bits", "banned_signature_digests", "crls", "crl_check_all", "time",
-        "max_chain_depth", "hosts", "system_anchors_for_clients", "pins", "verify_as", "revocation",
+        "max_chain_depth", "hosts", "system_anchors_for_clients", "pins", "verify_as", "revocation", "system_anchors",
     ]
     static let ruleKeys: Set<String> = [
         "host", "verify_as", "skip_name_check", "anchors", "anchors_only", "pins", "pins_expire", "after_expiry",
-        "enforcement", "revocation",
+        "enforcement", "revocation", "system_anchors",
     ]
     static let revocationKeys: Set<String> = ["mode", "sources"]
-    static let policyRevocationKeys: Set<String> = ["mode", "sources", "max_bytes", "timeout_ms", "cache_dir"]
+    static let policyRevocationKeys: Set<String> = ["mode", "sources", "max_bytes", "timeout_ms", "cache_dir", "max_age_seconds"]
 
     /// `{"mode": "off"|"soft"|"hard", "sources": ["crl", "ocsp"]}` (sources default to ["crl"]).
     func revocation(_ o: [String: JSONValue], _ what: String) throws -> RevocationSettings {
@@ -146,12 +146,23 @@ struct PolicyFileReader {
         } catch let e as MTLSError { throw error("\(what): \(e.message)") }
     }
 
+    /// `"system_anchors": bool` (true: the system store as well as the anchors), or its old
+    /// spelling `"anchors_only"` turned around; both, saying opposite things, are an error.
+    func systemAnchors(_ o: [String: JSONValue], _ what: String) throws -> Bool? {
+        let system = try bool(o["system_anchors"], "system_anchors")
+        let only = try bool(o["anchors_only"], "anchors_only")
+        if let system, let only, system == only {
+            throw error("\(what) says both system_anchors \(system) and anchors_only \(only); give system_anchors only")
+        }
+        return system ?? only.map { !$0 }
+    }
+
     func read(_ root: JSONValue) throws -> TrustPolicy {
         let o = try object(root, "the policy", allowed: Self.policyKeys)
         if let v = try int(o["version"], "version"), v != 1 { throw error("unsupported version \(v) (this libmtls reads 1)") }
         let p = TrustPolicy()
         if let a = try certificates(o["anchors"], "anchors") { p.anchors = a }
-        if let b = try bool(o["anchors_only"], "anchors_only") { p.anchorsOnly = b }
+        p.systemAnchors = try systemAnchors(o, "the policy")
         if let f = try string(o["system_ca_file"], "system_ca_file") { p.systemCAFile = path(f) }
         if let d = try string(o["system_ca_dir"], "system_ca_dir") { p.systemCADirectory = path(d) }
         if let s = try string(o["purpose"], "purpose") {
@@ -191,6 +202,7 @@ struct PolicyFileReader {
             if let n = try int(r["max_bytes"], "revocation.max_bytes") { f.maxBytes = n }
             if let n = try int(r["timeout_ms"], "revocation.timeout_ms") { f.timeout = Double(n) / 1000 }
             if let d = try string(r["cache_dir"], "revocation.cache_dir") { f.cacheDirectory = path(d) }
+            if let n = try int(r["max_age_seconds"], "revocation.max_age_seconds") { f.maxAge = TimeInterval(n) }
             do { try f.validate() } catch let e as MTLSError { throw error("revocation: \(e.message)") }
             p.revocationFetch = f
         }
@@ -206,7 +218,7 @@ struct PolicyFileReader {
                 rule.verifyAs = try string(r["verify_as"], "verify_as")
                 rule.skipNameCheck = try bool(r["skip_name_check"], "skip_name_check") ?? false
                 rule.anchors = try certificates(r["anchors"], "hosts[\(i)].anchors")
-                rule.anchorsOnly = try bool(r["anchors_only"], "anchors_only")
+                rule.systemAnchors = try systemAnchors(r, "hosts[\(i)]")
                 do {
                     rule.pins = try (strings(r["pins"], "pins") ?? []).map { try SPKIPin($0) }
                 } catch let e as MTLSError { throw error("host rule \(pattern): \(e.message)") }

@@ -11,68 +11,6 @@ public enum NameCheck: String, Sendable {
     case none
 }
 
-/// A certificate revocation list read from a file, parsed once.
-/// Sendable: the `X509_CRL` is only read after parsing.
-public final class RevocationList: @unchecked Sendable {
-    let crl: OpaquePointer
-    /// The DER encoding.
-    public let der: [UInt8]
-    /// The issuing distribution point's flags (``CRLCheck/covers(_:_:)``), decoded once.
-    let idpFlags: Int32
-    /// The issuers (DER) this CRL was verified against (``CRLCheck/verifyOnce(_:issuer:time:)``):
-    /// a CRL given to a policy is verified once per issuer, not at every evaluation.
-    let verifiedIssuers = Mutex<[[UInt8]]>([])
-    /// The file this CRL was read from (``load(path:)``), nil when parsed from memory: what a
-    /// stale-CRL event names.
-    public let path: String?
-    /// The nextUpdate of this CRL last reported stale (``RevocationEvents/staleFile``): a CRL file
-    /// past its nextUpdate is reported once per staleness, not at every evaluation.
-    let staleReported = Mutex<Date?>(nil)
-    /// The CRL's nextUpdate, read once: whether it is stale is asked at every evaluation.
-    let nextUpdate: Date?
-
-    init(takingOwnership crl: OpaquePointer, path: String? = nil) throws {
-        self.crl = crl
-        self.path = path
-        nextUpdate = X509_CRL_get0_nextUpdate(crl).map { Certificate.date($0) }
-        idpFlags = mtls_ossl_X509_CRL_idp_flags(crl)
-        guard let der = derEncode({ i2d_X509_CRL(crl, $0) }) else {
-            X509_CRL_free(crl)
-            throw MTLSError.openSSL(.parse, "cannot encode CRL")
-        }
-        self.der = der
-    }
-
-    deinit { X509_CRL_free(crl) }
-
-    /// Parses every CRL in `data` (PEM `X509 CRL` blocks, or one DER CRL).
-    public static func parseAll(_ data: [UInt8]) throws -> [RevocationList] { try parseAll(data, path: nil) }
-
-    /// ``parseAll(_:)``, each CRL remembering the file `path` it came from.
-    static func parseAll(_ data: [UInt8], path: String?) throws -> [RevocationList] {
-        guard !data.isEmpty else { throw MTLSError(.parse, "empty CRL data") }
-        if Certificate.looksLikePEM(data) {
-            let bio = try MemoryBIO(copying: data)
-            var out: [RevocationList] = []
-            while let c = PEM_read_bio_X509_CRL(bio.bio, nil, nil, nil) {
-                out.append(try RevocationList(takingOwnership: c, path: path))
-            }
-            OpenSSLErrorQueue.clear()
-            guard !out.isEmpty else { throw MTLSError(.parse, "PEM input holds no X509 CRL block") }
-            return out
-        }
-        let crl = data.withUnsafeBufferPointer { buf -> OpaquePointer? in
-            var p: UnsafePointer<UInt8>? = buf.baseAddress
-            return d2i_X509_CRL(nil, &p, buf.count)
-        }
-        guard let crl else { throw MTLSError.openSSL(.parse, "not a CRL (neither PEM nor DER)") }
-        return [try RevocationList(takingOwnership: crl, path: path)]
-    }
-
-    /// Reads a file of CRLs.
-    public static func load(path: String) throws -> [RevocationList] { try parseAll(FileIO.read(path), path: path) }
-}
-
 /// A trust policy: anchors, name checking, host rules with pins, key and signature strength,
 /// CRLs and an optional fixed time. Evaluate a peer with
 /// ``evaluate(chain:host:purpose:at:)``.
@@ -84,7 +22,9 @@ public final class TrustPolicy: Sendable {
     /// The policy's settings, changed together under one lock.
     struct Settings {
         var anchors: [Certificate] = []
-        var anchorsOnly = false
+        /// Whether the system store is trusted as well as the anchors; nil: only when there are
+        /// no anchors (``EffectivePolicy/trustsSystemStore(anchors:systemAnchors:)``).
+        var systemAnchors: Bool? = nil
         var systemCAFile: String? = nil
         var systemCADirectory: String? = nil
         var purpose: TrustPurpose = .serverAuth
@@ -123,15 +63,18 @@ public final class TrustPolicy: Sendable {
     /// fetch (a handshake's, or the background refresh thread `mtls-revocation`).
     public let events = LifecycleEvents()
 
-    /// A policy with the given defaults. Anchors are added to the system store unless
-    /// `anchorsOnly` is true.
-    public init(anchors: [Certificate] = [], anchorsOnly: Bool = false, purpose: TrustPurpose = .serverAuth,
+    /// A policy with the given defaults. A policy with anchors trusts those anchors only, unless
+    /// `systemAnchors` is true (the system store too); without anchors it trusts the system store.
+    /// `anchorsOnly`, kept for compatibility, is `systemAnchors` turned around (false: the system
+    /// store too).
+    public init(anchors: [Certificate] = [], anchorsOnly: Bool? = nil, systemAnchors: Bool? = nil,
+                purpose: TrustPurpose = .serverAuth,
                 nameCheck: NameCheck = .ssl, hostRules: [HostRule] = [], minimumRSABits: Int = 2048,
                 minimumECBits: Int = 256, bannedSignatureDigests: Set<String> = ["md5", "sha1"],
                 crls: [RevocationList] = [], time: Date? = nil, maxChainDepth: Int? = nil) {
         var s = Settings()
         s.anchors = anchors
-        s.anchorsOnly = anchorsOnly
+        s.systemAnchors = systemAnchors ?? anchorsOnly.map { !$0 }
         s.purpose = purpose
         s.nameCheck = nameCheck
         s.hostRules = hostRules
@@ -160,8 +103,21 @@ public final class TrustPolicy: Sendable {
     public var anchors: [Certificate] { get { readSetting(\.anchors) } set { changeSetting { $0.anchors = newValue } } }
     /// Adds one anchor.
     public func addAnchor(_ cert: Certificate) { changeSetting { $0.anchors.append(cert) } }
-    /// True: only ``anchors`` are trusted. False: anchors are added to the system store.
-    public var anchorsOnly: Bool { get { readSetting(\.anchorsOnly) } set { changeSetting { $0.anchorsOnly = newValue } } }
+    /// Whether the system trust store is trusted as well as the anchors (JSON `system_anchors`,
+    /// C `mtls_policy_set_system_anchors`, CLI `--system-anchors`, Python `system_anchors`).
+    /// nil (the default): a policy with anchors trusts those anchors only, a policy without
+    /// anchors the system store. true: the system store too. false: never the system store.
+    /// Host rules and overrides may say otherwise for their peers (``HostRule/systemAnchors``).
+    public var systemAnchors: Bool? {
+        get { readSetting(\.systemAnchors) } set { changeSetting { $0.systemAnchors = newValue } }
+    }
+    /// Compatibility name of ``systemAnchors``, turned around. Reads true when the policy's own
+    /// evaluations (without a rule or overrides) do not use the system store; setting it sets
+    /// ``systemAnchors`` to the opposite (false: the system store too, as in 0.2).
+    public var anchorsOnly: Bool {
+        get { readSetting { !EffectivePolicy.trustsSystemStore(anchors: $0.anchors, systemAnchors: $0.systemAnchors) } }
+        set { changeSetting { $0.systemAnchors = !newValue } }
+    }
     /// A CA file used as the system store instead of OpenSSL's default (`/etc/ssl/certs`).
     public var systemCAFile: String? { get { readSetting(\.systemCAFile) } set { changeSetting { $0.systemCAFile = newValue } } }
     /// A hashed CA directory used as the system store instead of OpenSSL's default.
@@ -248,8 +204,9 @@ public final class TrustPolicy: Sendable {
             ([s.revocation] + s.hostRules.compactMap(\.revocation)).contains { $0.mode != .off && $0.sources.contains(.ocsp) }
         }
     }
-    /// Size and time limits of revocation fetches and the folder fetched CRLs are kept in.
-    /// Policy files: `"revocation": {"max_bytes": N, "timeout_ms": N, "cache_dir": "..."}`.
+    /// Size and time limits of revocation fetches, the folder fetched CRLs are kept in, and the
+    /// maximum age of an answer without nextUpdate. Policy files: `"revocation": {"max_bytes": N,
+    /// "timeout_ms": N, "cache_dir": "...", "max_age_seconds": N}`.
     public var revocationFetch: RevocationFetchOptions {
         get { readSetting(\.revocationFetch) } set { changeSetting { $0.revocationFetch = newValue } }
     }
@@ -263,7 +220,7 @@ public final class TrustPolicy: Sendable {
     public var maxChainDepth: Int? { get { readSetting(\.maxChainDepth) } set { changeSetting { $0.maxChainDepth = newValue } } }
     /// Whether client certificates (purpose clientAuth) may chain to the system trust store.
     /// Default false: a server that verifies clients trusts only the anchors it was given, even
-    /// when ``anchorsOnly`` is false, because a public CA's clientAuth certificate says nothing
+    /// when ``systemAnchors`` is true, because a public CA's clientAuth certificate says nothing
     /// about who may use a private service. Turn on only to accept public-CA client certificates.
     public var systemAnchorsForClients: Bool {
         get { readSetting(\.systemAnchorsForClients) } set { changeSetting { $0.systemAnchorsForClients = newValue } }
@@ -418,12 +375,14 @@ final class CompiledPolicy: @unchecked Sendable {
             return store
         }
         do {
-            defaultStore = try makeStore(anchors: s.anchors, anchorsOnly: s.anchorsOnly)
+            let policyOnly = !EffectivePolicy.trustsSystemStore(anchors: s.anchors, systemAnchors: s.systemAnchors)
+            defaultStore = try makeStore(anchors: s.anchors, anchorsOnly: policyOnly)
             let clientsOnlyAnchors = !s.systemAnchorsForClients
-            clientDefaultStore = clientsOnlyAnchors && !s.anchorsOnly ? try makeStore(anchors: s.anchors, anchorsOnly: true) : defaultStore
+            clientDefaultStore = clientsOnlyAnchors && !policyOnly ? try makeStore(anchors: s.anchors, anchorsOnly: true) : defaultStore
             var rs: [String: OpaquePointer] = [:], crs: [String: OpaquePointer] = [:]
-            for r in s.hostRules where r.anchors != nil || r.anchorsOnly != nil {
-                let only = r.anchorsOnly ?? s.anchorsOnly
+            for r in s.hostRules where r.anchors != nil || r.systemAnchors != nil {
+                let only = !EffectivePolicy.trustsSystemStore(anchors: r.anchors ?? s.anchors,
+                                                               systemAnchors: r.systemAnchors ?? s.systemAnchors)
                 let store = try makeStore(anchors: r.anchors ?? s.anchors, anchorsOnly: only)
                 rs[r.pattern.text] = store
                 crs[r.pattern.text] = clientsOnlyAnchors && !only ? try makeStore(anchors: r.anchors ?? s.anchors, anchorsOnly: true) : store

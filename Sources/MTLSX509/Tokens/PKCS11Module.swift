@@ -400,8 +400,10 @@ package final class PKCS11Session: @unchecked Sendable {
     }
 
     /// Generates a key pair on the token (`C_GenerateKeyPair`); returns (public, private).
+    /// `C_GenerateKeyPair`; the module's return value (CKR_OK with the new public and private
+    /// key handles), so that the caller can tell a refused template from other failures.
     func generateKeyPair(mechanism: CK_MECHANISM_TYPE, publicTemplate: [PKCS11Attribute],
-                         privateTemplate: [PKCS11Attribute]) throws -> (CK_OBJECT_HANDLE, CK_OBJECT_HANDLE) {
+                         privateTemplate: [PKCS11Attribute]) throws -> (rv: CK_RV, publicKey: CK_OBJECT_HANDLE, privateKey: CK_OBJECT_HANDLE) {
         try lock.withLock { _ in
             try PKCS11Attribute.withTemplate(publicTemplate) { pub, pubCount in
                 try PKCS11Attribute.withTemplate(privateTemplate) { priv, privCount in
@@ -409,11 +411,16 @@ package final class PKCS11Session: @unchecked Sendable {
                     var publicKey: CK_OBJECT_HANDLE = 0
                     var privateKey: CK_OBJECT_HANDLE = 0
                     let rv = f.C_GenerateKeyPair(handle, &mech, pub, pubCount, priv, privCount, &publicKey, &privateKey)
-                    guard rv == CKR_OK else { throw PKCS11.error(rv, "C_GenerateKeyPair") }
-                    return (publicKey, privateKey)
+                    return (rv, publicKey, privateKey)
                 }
             }
         }
+    }
+
+    /// The token's limits for `mechanism` (`C_GetMechanismInfo`), nil when it does not say.
+    func mechanismInfo(_ mechanism: CK_MECHANISM_TYPE) -> CK_MECHANISM_INFO? {
+        var info = CK_MECHANISM_INFO()
+        return f.C_GetMechanismInfo(slot, mechanism, &info) == CKR_OK ? info : nil
     }
 
     /// Creates an object on the token (`C_CreateObject`).

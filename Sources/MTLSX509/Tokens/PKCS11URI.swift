@@ -106,6 +106,10 @@ package final class P11KitURI {
             p11_kit_uri_free(uri)
             throw MTLSError(.badURI, "invalid PKCS#11 URI \"\(text)\": it has an attribute p11-kit does not know")
         }
+        // A URI printed before padding was trimmed (model=SW%20%20%20TPM%00...) names the token
+        // as a trimmed one does.
+        if let info = p11_kit_uri_get_token_info(uri) { info.pointee = PKCS11Text.blankPadded(info.pointee) }
+        if let info = p11_kit_uri_get_module_info(uri) { info.pointee = PKCS11Text.blankPadded(info.pointee) }
         self.uri = uri
     }
 
@@ -132,13 +136,14 @@ package final class P11KitURI {
     }
 
     func matches(token info: CK_TOKEN_INFO) -> Bool {
-        var info = info
+        var info = PKCS11Text.blankPadded(info)
         return p11_kit_uri_match_token_info(uri, &info) == 1
     }
 
     func matches(module info: CK_INFO?) -> Bool {
-        guard var info else { return true }
-        return p11_kit_uri_match_module_info(uri, &info) == 1
+        guard let info else { return true }
+        var padded = PKCS11Text.blankPadded(info)
+        return p11_kit_uri_match_module_info(uri, &padded) == 1
     }
 
     func matches(slot info: CK_SLOT_INFO) -> Bool {
@@ -159,7 +164,7 @@ package final class P11KitURI {
     static func format(token: CK_TOKEN_INFO, label: String? = nil, id: [UInt8]? = nil,
                        cls: CK_OBJECT_CLASS? = nil) throws -> String {
         let u = try P11KitURI()
-        p11_kit_uri_get_token_info(u.uri).pointee = token
+        p11_kit_uri_get_token_info(u.uri).pointee = PKCS11Text.blankPadded(token)
         if let label { u.setAttribute(CK_ATTRIBUTE_TYPE(CKA_LABEL), Array(label.utf8)) }
         if let id { u.setAttribute(CK_ATTRIBUTE_TYPE(CKA_ID), id) }
         if let cls { u.setAttribute(CK_ATTRIBUTE_TYPE(CKA_CLASS), withUnsafeBytes(of: cls) { Array($0) }) }
@@ -173,14 +178,49 @@ package final class P11KitURI {
     }
 }
 
-/// PKCS#11's fixed-size, blank-padded text fields.
+/// PKCS#11's fixed-size, blank-padded text fields. The one place their padding is trimmed: some
+/// modules pad with NULs instead of blanks (tpm2-pkcs11's model), and both paddings are
+/// trimmed, as p11-kit trims blanks.
 enum PKCS11Text {
     static func padded<T>(_ field: inout T) -> String {
         withUnsafeBytes(of: &field) { p in
             var bytes = Array(p)
-            while let last = bytes.last, last == 0x20 || last == 0 { bytes.removeLast() }
+            while let last = bytes.last, isPadding(last) { bytes.removeLast() }
             return String(decoding: bytes, as: UTF8.self)
         }
+    }
+
+    private static func isPadding(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0 }
+
+    /// The field with its trailing padding (blanks and NULs) made blanks, as PKCS#11 has it, so
+    /// that p11-kit trims it from a URI and matches it against a URI that has none. A field that
+    /// starts with a NUL stays as it is: p11-kit reads it as absent (in a URI: any value).
+    static func blankPadded<T>(_ field: T) -> T {
+        var field = field
+        withUnsafeMutableBytes(of: &field) { p in
+            guard p.count > 0, p[0] != 0 else { return }
+            var i = p.count
+            while i > 0, isPadding(p[i - 1]) { i -= 1; p[i] = 0x20 }
+        }
+        return field
+    }
+
+    /// The token's text fields (label, manufacturer, model, serial) blank-padded.
+    static func blankPadded(_ info: CK_TOKEN_INFO) -> CK_TOKEN_INFO {
+        var info = info
+        info.label = blankPadded(info.label)
+        info.manufacturerID = blankPadded(info.manufacturerID)
+        info.model = blankPadded(info.model)
+        info.serialNumber = blankPadded(info.serialNumber)
+        return info
+    }
+
+    /// The module's text fields (manufacturer, library description) blank-padded.
+    static func blankPadded(_ info: CK_INFO) -> CK_INFO {
+        var info = info
+        info.manufacturerID = blankPadded(info.manufacturerID)
+        info.libraryDescription = blankPadded(info.libraryDescription)
+        return info
     }
 }
 

@@ -97,17 +97,19 @@ extension Token {
         }
         var common: [PKCS11Attribute] = [.bool(CK_ATTRIBUTE_TYPE(CKA_TOKEN), true), .bytes(CK_ATTRIBUTE_TYPE(CKA_ID), id)]
         if let label = uri.object { common.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_LABEL), Array(label.utf8))) }
-        var publicTemplate = common + [.bool(CK_ATTRIBUTE_TYPE(CKA_VERIFY), true), .bool(CK_ATTRIBUTE_TYPE(CKA_PRIVATE), false),
-                                       .bool(CK_ATTRIBUTE_TYPE(CKA_ENCRYPT), false), .bool(CK_ATTRIBUTE_TYPE(CKA_WRAP), false)]
+        var publicTemplate = common + [.bool(CK_ATTRIBUTE_TYPE(CKA_VERIFY), true), .bool(CK_ATTRIBUTE_TYPE(CKA_PRIVATE), false)]
         let privateTemplate = common + [.bool(CK_ATTRIBUTE_TYPE(CKA_PRIVATE), true), .bool(CK_ATTRIBUTE_TYPE(CKA_SENSITIVE), true),
-                                        .bool(CK_ATTRIBUTE_TYPE(CKA_EXTRACTABLE), false), .bool(CK_ATTRIBUTE_TYPE(CKA_SIGN), true),
-                                        .bool(CK_ATTRIBUTE_TYPE(CKA_DECRYPT), false),
-                                        .bool(CK_ATTRIBUTE_TYPE(CKA_UNWRAP), false)]
+                                        .bool(CK_ATTRIBUTE_TYPE(CKA_EXTRACTABLE), false), .bool(CK_ATTRIBUTE_TYPE(CKA_SIGN), true)]
         let mechanism: CK_MECHANISM_TYPE
         switch type {
         case .rsa2048, .rsa3072:
             mechanism = CK_MECHANISM_TYPE(CKM_RSA_PKCS_KEY_PAIR_GEN)
-            publicTemplate += [.ulong(CK_ATTRIBUTE_TYPE(CKA_MODULUS_BITS), type == .rsa2048 ? 2048 : 3072),
+            let bits: CK_ULONG = type == .rsa2048 ? 2048 : 3072
+            if let info = session.mechanismInfo(mechanism), info.ulMaxKeySize > 0,
+               bits < info.ulMinKeySize || bits > info.ulMaxKeySize {
+                throw MTLSError(.unsupported, "token \"\(token.label)\" cannot generate \(type.rawValue) keys: CKA_MODULUS_BITS \(bits) is outside its \(info.ulMinKeySize)..\(info.ulMaxKeySize) (C_GetMechanismInfo)")
+            }
+            publicTemplate += [.ulong(CK_ATTRIBUTE_TYPE(CKA_MODULUS_BITS), bits),
                                .bytes(CK_ATTRIBUTE_TYPE(CKA_PUBLIC_EXPONENT), [0x01, 0x00, 0x01])]
         case .ecP256, .ecP384:
             mechanism = CK_MECHANISM_TYPE(CKM_EC_KEY_PAIR_GEN)
@@ -116,12 +118,8 @@ extension Token {
             mechanism = CK_MECHANISM_TYPE(CKM_EC_EDWARDS_KEY_PAIR_GEN)
             publicTemplate.append(.bytes(CK_ATTRIBUTE_TYPE(CKA_EC_PARAMS), ed25519Params))
         }
-        do {
-            _ = try session.generateKeyPair(mechanism: mechanism, publicTemplate: publicTemplate, privateTemplate: privateTemplate)
-        } catch let e as MTLSError where e.message.contains("0x70") || e.message.contains("0x12") {
-            // CKR_MECHANISM_INVALID (0x70), CKR_ATTRIBUTE_VALUE_INVALID (0x13) / TYPE_INVALID (0x12)
-            throw MTLSError(.unsupported, "token \"\(token.label)\" cannot generate \(type.rawValue) keys: \(e.message)")
-        }
+        try KeyTemplate.generate(session, token: token, type: type, mechanism: mechanism,
+                                 publicTemplate: publicTemplate, privateTemplate: privateTemplate)
         return try P11KitURI.format(token: info, label: uri.object, id: id, cls: CK_OBJECT_CLASS(CKO_PRIVATE_KEY))
     }
 
@@ -134,16 +132,16 @@ extension Token {
         let (session, token, info) = try openToken(uri: uri, text: text, modulePath: modulePath, readWrite: false, requireObject: true)
         try requireLogin(session, token, uri: uri, pin: pin, pinCallback: pinCallback, allowFinalTry: allowFinalTry)
         let key = try findPrivateKey(session, token: token, uri: uri)
-        let attributes = try session.attributes(key, [CK_ATTRIBUTE_TYPE(CKA_ID), CK_ATTRIBUTE_TYPE(CKA_LABEL)], guess: 256)
+        let attributes = try session.attributes(key, [CK_ATTRIBUTE_TYPE(CKA_ID), CK_ATTRIBUTE_TYPE(CKA_LABEL),
+                                                      CK_ATTRIBUTE_TYPE(CKA_ALWAYS_AUTHENTICATE)], guess: 256)
         let id = attributes[CK_ATTRIBUTE_TYPE(CKA_ID)] ?? []
         let label = attributes[CK_ATTRIBUTE_TYPE(CKA_LABEL)].map { String(decoding: $0, as: UTF8.self) }
         let publicKey = try publicKey(session, token: token, privateKey: key, id: id)
         defer { EVP_PKEY_free(publicKey) }
         let keyURI = try P11KitURI.format(token: info, label: label, id: id.isEmpty ? nil : id, cls: CK_OBJECT_CLASS(CKO_PRIVATE_KEY))
-        let context = TokenKeyContext(session: session, key: key, uri: keyURI)
-        reconnect(session, token: token, key: key, id: id, label: label,
-                  plan: PINPlan(pin: pin, callback: pinCallback, uri: uri, allowFinalTry: allowFinalTry))
-        return PrivateKey(takingOwnership: try TokenKey.make(publicKey: publicKey, context: context), tokenURI: keyURI)
+        return try tokenPrivateKey(key, attributes: attributes, keyURI: keyURI, id: id, label: label, publicKey: publicKey,
+                                   session: session, token: token,
+                                   plan: PINPlan(pin: pin, callback: pinCallback, uri: uri, allowFinalTry: allowFinalTry))
     }
 
     /// A CSR for the key the URI names, signed on the token (C_Sign).

@@ -340,11 +340,22 @@ extension Token {
             throw MTLSError.openSSL(.parse, "cannot read the public key of \"\(leaf.subjectSummary)\"")
         }
         try checkKeyType(attributes[CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)], certificateKey: publicKey, leaf: leaf)
+        return (try tokenPrivateKey(key, attributes: attributes, keyURI: keyURI, id: id, label: keyLabel, publicKey: publicKey,
+                                    session: session, token: token, plan: plan), keyLabel)
+    }
+
+    /// The one way a token key becomes a ``PrivateKey`` that signs on the token, for a handshake
+    /// as for a CSR or any other signature: its context (the context-specific login before each
+    /// signature of a `CKA_ALWAYS_AUTHENTICATE` key, with the PIN sources of `plan`; `attributes`
+    /// must hold the key's CKA_ALWAYS_AUTHENTICATE) and its reconnection after the token came
+    /// back. `publicKey` is the key's public half (not consumed).
+    static func tokenPrivateKey(_ key: CK_OBJECT_HANDLE, attributes: [CK_ATTRIBUTE_TYPE: [UInt8]], keyURI: String,
+                                id: [UInt8], label: String?, publicKey: OpaquePointer, session: PKCS11Session,
+                                token: TokenInfo, plan: PINPlan) throws -> PrivateKey {
         let context = TokenKeyContext(session: session, key: key, uri: keyURI,
                                       contextPIN: contextPIN(attributes, token: token, plan: plan))
-        reconnect(session, token: token, key: key, id: id, label: keyLabel, plan: plan)
-        let pkey = try TokenKey.make(publicKey: publicKey, context: context)
-        return (PrivateKey(takingOwnership: pkey, tokenURI: keyURI), keyLabel)
+        reconnect(session, token: token, key: key, id: id, label: label, plan: plan)
+        return PrivateKey(takingOwnership: try TokenKey.make(publicKey: publicKey, context: context), tokenURI: keyURI)
     }
 
     /// Lets the key's session come back after the token was removed and reinserted, or in a

@@ -176,7 +176,7 @@ def test_thousand_cancelled_connects_leave_no_descriptor_and_no_reader(pki, ngin
     async def attempt(delay):
         task = asyncio.ensure_future(mtls.asyncio.open_connection("127.0.0.1", nginx.port, identity=ident,
                                                                   policy=policy, resume=False))
-        await asyncio.sleep(delay)
+        await asyncio.sleep(delay)  # cancelled this far into the handshake: the time is what is tested
         task.cancel()
         try:
             _, writer = await task
@@ -434,7 +434,7 @@ def test_async_client_per_host_limit_streaming_bodies_and_timeouts(pki, nginx):
             async def body():
                 for part in (b"first,", b"second,", b"third"):
                     yield part
-                    await asyncio.sleep(0.01)
+                    await asyncio.sleep(0.01)  # a body streamed in parts over time, as tested
             r = await client.post(nginx.url + "/upload", content=body())
             assert r.status_code == 200 and r.text == "stored\n"
             assert nginx.body_log(1).strip() == "first,second,third"
@@ -532,7 +532,7 @@ def test_heartbeat_never_stalls_while_token_key_handshakes_run(pki, start_nginx,
 
         # The machine's own noise first: the same heartbeat with nothing else running.
         beat = asyncio.ensure_future(heartbeat())
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # half a second of heartbeats measured: time is what is sampled
         stop.set()
         await beat
         idle, worst[0] = worst[0], 0.0

@@ -21,7 +21,7 @@ def test_version_matches_package():
     """The library's version is the header's MTLS_VERSION_* macros (written nowhere else)."""
     header = (pathlib.Path(__file__).resolve().parents[3] / "include" / "mtls.h").read_text()
     parts = [re.search(rf"^#define MTLS_VERSION_{p} (\d+)$", header, re.M).group(1) for p in ("MAJOR", "MINOR", "PATCH")]
-    assert mtls.__version__ == ".".join(parts) == "0.2.0"
+    assert mtls.__version__ == ".".join(parts) == "0.3.0"
 
 
 def test_parse_reads_fields(tmp_path):

@@ -19,7 +19,8 @@ def _listener_options_sent(monkeypatch, pki, **kwargs):
         o = opts._obj  # ctypes.byref's target: the structure itself
         sent.update(max_handshakes_per_address=o.max_handshakes_per_address,
                     first_byte_timeout_ms=o.first_byte_timeout_ms, handshake_timeout_ms=o.handshake_timeout_ms,
-                    io_timeout_ms=o.io_timeout_ms)
+                    io_timeout_ms=o.io_timeout_ms, client_hello_timeout_ms=o.client_hello_timeout_ms,
+                    ipv6_source_prefix_length=o.ipv6_source_prefix_length)
         return real(address, port, opts, out)
 
     monkeypatch.setattr(tls.lib, "mtls_listener_new", spy)
@@ -30,15 +31,19 @@ def _listener_options_sent(monkeypatch, pki, **kwargs):
 
 def test_listener_zero_is_the_default_and_negative_no_limit_as_in_c(monkeypatch, pki):
     zero = _listener_options_sent(monkeypatch, pki, max_handshakes_per_address=0, first_byte_timeout=0,
-                                  handshake_timeout=0, io_timeout=0)
+                                  handshake_timeout=0, io_timeout=0, client_hello_timeout=0, ipv6_source_prefix_length=0)
     assert zero == dict(max_handshakes_per_address=0, first_byte_timeout_ms=0, handshake_timeout_ms=0,
-                        io_timeout_ms=0)  # C's 0: the core's default (32 handshakes, 5 s, 30 s, none)
+                        io_timeout_ms=0, client_hello_timeout_ms=0, ipv6_source_prefix_length=0)
+    # C's 0: the core's default (32 handshakes, 5 s, 30 s, none, 10 s, /64)
     none = _listener_options_sent(monkeypatch, pki, max_handshakes_per_address=-1, first_byte_timeout=-1,
-                                  handshake_timeout=float("inf"), io_timeout=-5)
+                                  handshake_timeout=float("inf"), io_timeout=-5, client_hello_timeout=-1,
+                                  ipv6_source_prefix_length=-1)
     assert none == dict(max_handshakes_per_address=-1, first_byte_timeout_ms=-1, handshake_timeout_ms=-1,
-                        io_timeout_ms=-1)
-    given = _listener_options_sent(monkeypatch, pki, max_handshakes_per_address=3, first_byte_timeout=0.25)
+                        io_timeout_ms=-1, client_hello_timeout_ms=-1, ipv6_source_prefix_length=-1)
+    given = _listener_options_sent(monkeypatch, pki, max_handshakes_per_address=3, first_byte_timeout=0.25,
+                                   client_hello_timeout=1.5, ipv6_source_prefix_length=56)
     assert given["max_handshakes_per_address"] == 3 and given["first_byte_timeout_ms"] == 250
+    assert given["client_hello_timeout_ms"] == 1500 and given["ipv6_source_prefix_length"] == 56
     assert _listener_options_sent(monkeypatch, pki)["max_handshakes_per_address"] == 0  # not given: the default
 
 

@@ -113,6 +113,41 @@ def test_httpx_get_keeps_the_connection_alive_and_streams(pki, nginx):
     assert nginx.body_log().splitlines() == ["a" * 10 + "b" * 5]
 
 
+def test_a_replaced_policy_drops_idle_pooled_connections(pki, nginx):
+    """Issue 35 item 13: after Policy.replace (mtls_policy_replace; a followed policy file's
+    reload is the same call), a kept-alive connection made under the old settings is not reused
+    by requests, httpx or the asyncio httpx transport: the next request opens a new connection,
+    judged under the policy in force; without a change the connection is kept."""
+    import asyncio
+
+    def conns(get):
+        return [fields(get().text)["conn"] for _ in range(2)]
+
+    for kind in ("requests", "httpx", "async"):
+        policy = pinned(pki)
+        if kind == "requests":
+            s = requests.Session()
+            s.mount("https://", mtls.requests.Adapter(identity=identity(pki, "client-a"), policy=policy))
+            get, close = (lambda: s.get(nginx.url + "/")), s.close
+        elif kind == "httpx":
+            c = httpx.Client(transport=mtls.httpx.Transport(identity=identity(pki, "client-a"), policy=policy))
+            get, close = (lambda: c.get(nginx.url + "/")), c.close
+        else:
+            loop = asyncio.new_event_loop()
+            ac = httpx.AsyncClient(transport=mtls.httpx.AsyncTransport(identity=identity(pki, "client-a"), policy=policy))
+            get = lambda: loop.run_until_complete(ac.get(nginx.url + "/"))  # noqa: E731
+            close = lambda: (loop.run_until_complete(ac.aclose()), loop.close())  # noqa: E731
+        try:
+            before = conns(get)
+            assert before[0] == before[1], (kind, before)  # kept alive
+            policy.replace(pinned(pki))
+            after = conns(get)
+            assert after[0] != before[1], (kind, before, after)  # dropped: a new connection
+            assert after[0] == after[1], (kind, after)  # and that one is kept
+        finally:
+            close()
+
+
 def test_httpx_refused_server_raises_trust_error(pki, nginx):
     transport = mtls.httpx.Transport(identity=identity(pki, "client-a"),
                                      policy=pinned(pki, "other-root.pem", "int-b.pem"))

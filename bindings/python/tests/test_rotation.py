@@ -2,7 +2,6 @@
 a listener following a store label replaced by another store connection, a broken replacement,
 a swapped client identity that is never resumed, counters, events, store expiry."""
 import threading
-import time
 
 import requests
 
@@ -11,6 +10,7 @@ from mtls import IdentitySource, Store
 from mtls.rotation import AnchorWatch
 
 from conftest import anchored, identity
+from waits import wait_until
 
 KDF = {"kdf_log_n": 10}  # cheap scrypt for tests
 
@@ -56,13 +56,13 @@ def test_listener_follows_a_store_label_and_keeps_the_last_good(pki, tmp_path):
     server_rsa = identity(pki, "server-rsa").leaf.sha256_hex
     assert round_trip(pki, listener.port, resume=False)[0] == server
     other.put_identity("srv", identity(pki, "server-rsa"), replace=True)
-    time.sleep(1.0)
+    wait_until(lambda: events, what="the rotation's event")
     assert round_trip(pki, listener.port, resume=False)[0] == server_rsa
     assert [e.kind for e in events] == ["identity_rotated"]
     assert events[0].sha256 == server_rsa
     # Another process deletes the row: the last good identity keeps serving, the failure is reported.
     other.delete("srv")
-    time.sleep(1.0)
+    wait_until(lambda: len(events) >= 2, what="the reload failure's event")
     assert round_trip(pki, listener.port, resume=False)[0] == server_rsa
     failed = [e for e in events if e.kind == "reload_failed"]
     assert len(failed) == 1 and failed[0].error is mtls.NotFound, events
@@ -136,7 +136,7 @@ def test_anchors_from_store_labels_follow_the_store(pki, tmp_path):
     events = []
     watch.set_event_callback(events.append)
     other.put_certificate("customer", mtls.Certificate.load(str(pki / "int-b.pem")), replace=True)
-    time.sleep(1.0)
+    wait_until(lambda: events, what="the reload's event")
     assert [e.kind for e in events] == ["policy_reloaded"]
     listener = mtls.Listener(identity(pki, "server"), client_policy=policy)
     t, seen = serve(listener, 1)

@@ -223,12 +223,50 @@ def test_client_certificates_never_chain_to_the_system_store_by_default(pki):
     text = '{"version": 1, "anchors": ["%s"], "system_ca_file": "%s"}' % (pki / "other-root.pem", pki / "root.pem")
     p = mtls.Policy.from_json(text)
     p.set_time(NOW)
+    # Issue 35 item 1: servers too are judged by the anchors only, unless system_anchors.
+    assert not p.evaluate(certs(pki, "chain.pem"), host="server.test").trusted
+    p.set_system_anchors(True)
     assert p.evaluate(certs(pki, "chain.pem"), host="server.test").trusted  # servers: the system store counts
     r = p.evaluate(certs(pki, "client-chain.pem"), purpose="client")
     assert not r.trusted and ("untrusted_root" in r.codes or "unknown_issuer" in r.codes), r.reasons
     assert any('the client anchor "Other Root"' in x.message for x in r.reasons), r.reasons
     p.set_system_anchors_for_clients(True)
     assert p.evaluate(certs(pki, "client-chain.pem"), purpose="client").trusted
+
+
+def test_policy_anchors_are_the_only_ones_unless_system_anchors(pki):
+    """Issue 35 item 1, in Python's spellings: Policy, HostRule, Overrides; root.pem plays the
+    system store (system_ca_file) and signs chain.pem."""
+    def judged(p, overrides=None):
+        return p.evaluate(certs(pki, "chain.pem"), host="server.test", overrides=overrides).trusted
+
+    def policy(**kw):
+        p = mtls.Policy.from_json('{"system_ca_file": "%s"}' % (pki / "root.pem"))
+        p.set_time(NOW)
+        for k, v in kw.items():
+            if k == "rule":
+                p.add_rule(v)
+            else:
+                getattr(p, "set_" + k)(v)
+        return p
+
+    other = mtls.Certificate.load(pki / "other-root.pem")
+    assert judged(policy())
+    p = policy()
+    p.add_anchor(other)
+    assert not judged(p)
+    p.set_system_anchors(True)
+    assert judged(p)
+    p.set_system_anchors(None)
+    assert not judged(p)
+    p.set_anchors_only(False)  # the older spelling keeps its meaning
+    assert judged(p)
+    assert not judged(policy(rule=mtls.HostRule("server.test", anchors=[other])))
+    assert judged(policy(rule=mtls.HostRule("server.test", anchors=[other], system_anchors=True)))
+    assert not judged(policy(), mtls.Overrides(anchors=[other]))
+    assert judged(policy(), mtls.Overrides(anchors=[other], system_anchors=True))
+    with pytest.raises(ValueError):
+        mtls.Policy(anchors=[other], system_anchors=True, anchors_only=True)
 
 
 def _tls_server(pki, clients):

@@ -93,8 +93,9 @@ class _TLSStream(httpcore.AsyncNetworkStream):
     def get_extra_info(self, info: str) -> Any:
         conn = self._conn
         if info == "is_readable":
-            # An idle kept-alive connection the server closed (or sent anything on) is not reused.
-            if conn._h is None:
+            # An idle kept-alive connection the server closed (or sent anything on) is not reused,
+            # nor one made under a policy that has changed since (Connection.policy_changed).
+            if conn._h is None or conn.policy_changed:
                 return True
             return bool(self._poll.poll(0))
         if info in ("client_addr", "sockname"):

@@ -13,7 +13,7 @@ from typing import List, Tuple
 
 #: The MAJOR.MINOR of include/mtls.h these bindings were written for (``make test-abi`` checks it
 #: against MTLS_VERSION_MAJOR/MINOR). A library of another major, or an older minor, is refused.
-ABI_VERSION = (0, 2)
+ABI_VERSION = (0, 3)
 #: The library's SONAME, what the system's copy is loaded by.
 SONAME = "libmtls.so.0"
 

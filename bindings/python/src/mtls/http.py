@@ -75,6 +75,13 @@ class HTTPSConnection(http.client.HTTPSConnection):
         """The mtls.Connection under the current socket (None before connect)."""
         return self.sock.connection if isinstance(self.sock, TLSSocket) else None
 
+    @property
+    def policy_changed(self) -> bool:
+        """Whether the policy that judged the server changed since the connection was made
+        (mtls.Connection.policy_changed): a pool drops such an idle connection."""
+        c = self.connection
+        return c is not None and c.policy_changed
+
 
 class HTTPSHandler(urllib.request.HTTPSHandler):
     """A ``urllib.request`` handler for https: URLs through :class:`HTTPSConnection`; takes the

@@ -111,10 +111,22 @@ class Transport(httpx.BaseTransport):
         return conn
 
     def _checkout(self, key: _Key) -> Tuple[HTTPSConnection, bool]:
+        stale: List[HTTPSConnection] = []
+        found: Optional[HTTPSConnection] = None
         with self._lock:
             idle = self._idle.get(key)
-            if idle:
-                return idle.pop(), True
+            while idle and found is None:
+                conn = idle.pop()
+                # Made under a policy that has changed since (replaced, a followed file
+                # reloaded): dropped, the next connection is judged under the policy in force.
+                if conn.policy_changed:
+                    stale.append(conn)
+                else:
+                    found = conn
+        for conn in stale:
+            conn.close()
+        if found is not None:
+            return found, True
         return self._new(key), False
 
     def _checkin(self, key: _Key, conn: HTTPSConnection) -> None:

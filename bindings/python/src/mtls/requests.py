@@ -70,6 +70,14 @@ class _MTLSHTTPConnection(HTTPConnection):
         self._has_connected_to_proxy = proxy is not None
         self.is_verified = True  # libmtls's policy judged the server, or the connection would not exist
 
+    @property
+    def is_connected(self) -> bool:
+        # urllib3 drops a pooled connection that is not connected: also one made under a policy
+        # that has changed since (replaced, a followed file reloaded; Connection.policy_changed).
+        if isinstance(self.sock, TLSSocket) and self.sock.connection.policy_changed:
+            return False
+        return bool(super().is_connected)
+
 
 class _MTLSConnectionPool(HTTPConnectionPool):
     scheme = "https"

@@ -22,7 +22,7 @@ CLIENT_AUTH = {"none": 0, "optional": 1, "require": 2}
 # The CA names of a listener's certificate request (MTLS_CA_NAMES_*); a list of certificates is "list".
 CA_NAMES = {"anchors": 0, "none": 1, "list": 2}
 CONN_OPTIONS_VERSION = 2
-LISTENER_OPTIONS_VERSION = 2
+LISTENER_OPTIONS_VERSION = 3
 
 
 class ConnOptions(ctypes.Structure):
@@ -49,7 +49,7 @@ class ConnOptions(ctypes.Structure):
 
 
 class ListenerOptions(ctypes.Structure):
-    """typedef struct mtls_listener_options (version 2)."""
+    """typedef struct mtls_listener_options (version 3)."""
     _fields_ = [
         ("version", ctypes.c_uint),
         ("client_auth", ctypes.c_int),
@@ -67,6 +67,8 @@ class ListenerOptions(ctypes.Structure):
         ("client_ca_names", ctypes.c_int),
         ("client_ca_certs", ctypes.POINTER(ctypes.c_void_p)),
         ("client_ca_cert_count", ctypes.c_size_t),
+        ("client_hello_timeout_ms", ctypes.c_int),
+        ("ipv6_source_prefix_length", ctypes.c_int),
     ]
 
 
@@ -104,6 +106,8 @@ fn("mtls_conn_alpn", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 fn("mtls_conn_tls_version", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 # int mtls_conn_resumed(const mtls_conn *conn, int *resumed)
 fn("mtls_conn_resumed", ctypes.c_int, ctypes.c_void_p, c_int_p)
+# int mtls_conn_policy_changed(const mtls_conn *conn, int *changed)
+fn("mtls_conn_policy_changed", ctypes.c_int, ctypes.c_void_p, c_int_p)
 # int mtls_conn_presented_identity(const mtls_conn *conn, mtls_identity **out)
 fn("mtls_conn_presented_identity", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 # void mtls_conn_cache_clear(void)
@@ -192,8 +196,9 @@ class ConnectOptions:
     candidates: identities to choose from by the server's CA list (instead of identity);
     policy: judges the server (None: the system trust store); verify_as: validate the server as
     this name, over the policy's and its rules' verify_as (None: as the policy says, else the
-    host); pins: SPKI pins this connection requires, always enforced; anchors / anchors_only:
-    anchors added for this connection (see Overrides) — verify_as, pins and anchors are overrides
+    host); pins: SPKI pins this connection requires, always enforced; anchors / system_anchors /
+    anchors_only: anchors added for this connection, the only ones trusted unless system_anchors
+    (see Overrides) — verify_as, pins and anchors are overrides
     libmtls composes on top of the policy for this connection only, the Policy object is never
     changed; sni: the name sent (None: the host if it is a name); alpn: protocols offered;
     min_tls/max_tls: "1.2" or "1.3" (None: the library's bounds, 1.2 to 1.3); timeouts in seconds under libmtls's one convention (None
@@ -215,6 +220,7 @@ class ConnectOptions:
     pins: Sequence[str] = ()
     anchors: Sequence[Any] = ()
     anchors_only: Optional[bool] = None
+    system_anchors: Optional[bool] = None
     #: an mtls.rotation.IdentitySource: presented instead of identity/candidates, each connection
     #: taking the identity in force when it starts (a session of another identity never resumes)
     identity_source: Optional[Any] = None
@@ -228,7 +234,7 @@ class ConnectOptions:
         # top of the policy (and of the rule its host and port select); nothing is written into
         # the policy.
         overrides, keep_overrides = Overrides(anchors=self.anchors, anchors_only=self.anchors_only, pins=self.pins,
-                                              verify_as=self.verify_as).to_c()
+                                              verify_as=self.verify_as, system_anchors=self.system_anchors).to_c()
         o.overrides = overrides
         o.sni = utf8(self.sni)
         o.alpn = utf8(",".join(self.alpn)) if self.alpn else None
@@ -386,6 +392,15 @@ class Connection(_Handle):
         return bool(out_value(ctypes.c_int, lib.mtls_conn_resumed, self._h))
 
     @property
+    def policy_changed(self) -> bool:
+        """True when the policy judging the peer changed since this connection was made
+        (Policy.replace, a followed policy file's reload, any setting): the adapters' pools drop
+        such a connection instead of reusing it. False once closed."""
+        if self._h is None:
+            return False
+        return bool(out_value(ctypes.c_int, lib.mtls_conn_policy_changed, self._h))
+
+    @property
     def presented_identity(self) -> Optional[Identity]:
         """The identity we presented (with automatic selection, the one chosen)."""
         h = out_handle(lib.mtls_conn_presented_identity, self._h)
@@ -401,8 +416,15 @@ class Listener(_Handle):
     default; negative, or inf for a timeout: no limit).
     first_byte_timeout: seconds an accepted client has to send its first byte (default 5 s);
     until then it takes no handshake slot, after it it is closed silently.
-    max_handshakes_per_address: the most clients of one address in a handshake at once (default
-    32; 0 is the default, no longer "no limit": give a negative number for no limit).
+    max_handshakes_per_address: the most clients of one source (an IPv4 address, an IPv6 /64) in a
+    handshake at once (default 32; 0 is the default, no longer "no limit": give a negative number
+    for no limit).
+    client_hello_timeout: seconds an accepted client has to send its whole ClientHello (default
+    10 s); until then it takes no handshake slot (a byte, or a part of a ClientHello, holds
+    nothing), after it it is closed silently.
+    ipv6_source_prefix_length: the leading bits of an IPv6 client address that make one source for
+    max_handshakes_per_address (default 64; 128 or negative: each address alone; above 128:
+    refused).
     client_ca_names: the CA names of the certificate request, from which clients pick their
     certificate: "anchors" (the client anchors', the default), "none" (each client presents the one
     it has; for clients that match the names wrongly, such as Erlang/OTP 25 over TLS 1.3), or a
@@ -415,7 +437,8 @@ class Listener(_Handle):
                  session_tickets: bool = True, client_overrides: Optional[Overrides] = None,
                  first_byte_timeout: Optional[float] = None, max_handshakes_per_address: Optional[int] = None,
                  identity_source: Optional[Any] = None,
-                 client_ca_names: Union[str, Sequence[Certificate]] = "anchors"):
+                 client_ca_names: Union[str, Sequence[Certificate]] = "anchors",
+                 client_hello_timeout: Optional[float] = None, ipv6_source_prefix_length: Optional[int] = None):
         if client_auth not in CLIENT_AUTH:
             raise ValueError("client_auth must be 'none', 'optional' or 'require'")
         if isinstance(client_ca_names, str) and client_ca_names not in ("anchors", "none"):
@@ -433,6 +456,8 @@ class Listener(_Handle):
         o.client_overrides = overrides
         o.first_byte_timeout_ms = _ms(first_byte_timeout)
         o.max_handshakes_per_address = _limit(max_handshakes_per_address)
+        o.client_hello_timeout_ms = _ms(client_hello_timeout)
+        o.ipv6_source_prefix_length = _limit(ipv6_source_prefix_length)
         ca_certs = None
         if isinstance(client_ca_names, str):
             o.client_ca_names = CA_NAMES[client_ca_names]

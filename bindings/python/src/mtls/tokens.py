@@ -248,8 +248,12 @@ TOKEN_KEY_TYPES = ("ec-p256", "ec-p384", "rsa-2048", "rsa-3072", "ed25519")
 
 def generate_key(uri, key_type="ec-p256", pin=None) -> str:
     """Generates a key pair on the token the URI names (object=LABEL and/or id=%XX): sensitive,
-    never extractable. Returns the private key's pkcs11: URI. `pin` as for identity_from_pkcs11."""
-    return _with_pin(pin, lambda cb: out_string(lib.mtls_token_keygen, utf8(uri), utf8(key_type), cb, None))
+    never extractable. Returns the private key's pkcs11: URI. `pin` as for identity_from_pkcs11.
+    A module that refused libmtls's usage preferences (no decrypt...) gets a key without them,
+    with a LibraryWarning naming the attributes it set anyway."""
+    uri = _with_pin(pin, lambda cb: out_string(lib.mtls_token_keygen, utf8(uri), utf8(key_type), cb, None))
+    warn_library_warnings()
+    return uri
 
 
 def make_csr(uri, subject, pin=None) -> str:

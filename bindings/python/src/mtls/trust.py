@@ -44,6 +44,10 @@ fn("mtls_policy_replace", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 fn("mtls_policy_add_anchor", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 # int mtls_policy_set_anchors_only(mtls_policy *policy, int anchors_only)
 fn("mtls_policy_set_anchors_only", ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
+# int mtls_policy_set_system_anchors(mtls_policy *policy, int system_anchors)
+fn("mtls_policy_set_system_anchors", ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
+# int mtls_policy_set_rule_system_anchors(mtls_policy *policy, const char *pattern, int system_anchors)
+fn("mtls_policy_set_rule_system_anchors", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int)
 # int mtls_policy_set_name_check(mtls_policy *policy, int enabled)
 fn("mtls_policy_set_name_check", ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
 # int mtls_policy_set_time(mtls_policy *policy, int64_t unix_time)
@@ -123,6 +127,8 @@ fn("mtls_policy_set_revocation", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ct
 fn("mtls_policy_set_rule_revocation", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int)
 # int mtls_policy_set_revocation_limits(mtls_policy *policy, size_t max_bytes, int timeout_ms)
 fn("mtls_policy_set_revocation_limits", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+# int mtls_policy_set_revocation_max_age(mtls_policy *policy, int64_t seconds)
+fn("mtls_policy_set_revocation_max_age", ctypes.c_int, ctypes.c_void_p, ctypes.c_int64)
 # int mtls_policy_set_revocation_cache_dir(mtls_policy *policy, const char *dir)
 fn("mtls_policy_set_revocation_cache_dir", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)
 # int mtls_trust_result_revocation(const mtls_trust_result *result, char **out)
@@ -253,13 +259,17 @@ class HostRule:
     verify_as: Optional[str] = None
     skip_name_check: bool = False
     anchors: Sequence[Union[Certificate, str, "os.PathLike[str]"]] = ()
-    anchors_only: bool = True
+    #: the older spelling of system_anchors, turned around (None: as system_anchors says)
+    anchors_only: Optional[bool] = None
     pins: Sequence[str] = ()
     pins_expire: Union[None, int, datetime.datetime] = None
     after_expiry: str = "stop_enforcing"
     enforcement: str = "enforce"
     # "off" | "soft" | "hard", or {"mode": ..., "sources": ["crl", "ocsp"]}; None: the policy's.
     revocation: Union[None, str, Dict[str, Any]] = None
+    #: True: the system store as well as the anchors for this rule's peers; False: never; None:
+    #: as the policy says (by default the rule's own anchors are the only ones)
+    system_anchors: Optional[bool] = None
 
     @classmethod
     def of(cls, rule: Union["HostRule", Dict[str, Any]]) -> "HostRule":
@@ -269,19 +279,36 @@ class HostRule:
 AnchorLike = Union[Certificate, str, "os.PathLike[str]", bytes]
 
 
+def _system_anchors(system_anchors: Optional[bool], anchors_only: Optional[bool]) -> Optional[bool]:
+    """The one setting from its name and its older spelling (anchors_only, turned around)."""
+    if system_anchors is not None and anchors_only is not None and bool(system_anchors) == bool(anchors_only):
+        raise ValueError("give system_anchors or anchors_only, not both saying opposite things")
+    if system_anchors is not None:
+        return bool(system_anchors)
+    return None if anchors_only is None else not anchors_only
+
+
+def _c_system_anchors(v: Optional[bool]) -> int:
+    return -1 if v is None else int(bool(v))
+
+
 @dataclass(frozen=True)
 class Overrides:
     """What one connection, listener, SSL_CTX or evaluation adds on top of a Policy (libmtls
     composes them, the Policy object is never changed): `anchors` added to those in force (the
-    host rule's own, else the policy's), `anchors_only` (None: as the rule or policy says), `pins`
-    that must match and are always enforced, `verify_as`: the name checked, over every other."""
+    host rule's own, else the policy's), `system_anchors` (True: the system store as well; False:
+    never; None: as the rule or policy says — anchors in force are then the only ones trusted;
+    `anchors_only` is its older spelling, turned around), `pins` that must match and are always
+    enforced, `verify_as`: the name checked, over every other."""
     anchors: Sequence[AnchorLike] = ()
     anchors_only: Optional[bool] = None
     pins: Sequence[str] = ()
     verify_as: Optional[str] = None
+    system_anchors: Optional[bool] = None
 
     def is_empty(self) -> bool:
-        return not self.anchors and self.anchors_only is None and not self.pins and self.verify_as is None
+        return (not self.anchors and self.anchors_only is None and self.system_anchors is None and not self.pins
+                and self.verify_as is None)
 
     def to_c(self) -> Tuple[Optional["ctypes._Pointer[TrustOverridesC]"], List[Any]]:
         """A pointer to the C structure (None when empty), and the objects it borrows from."""
@@ -295,8 +322,9 @@ class Overrides:
             arr = (ctypes.c_void_p * len(certs))(*[c._h for c in certs])
             keep.append(arr)
             o.anchors, o.anchor_count = ctypes.cast(arr, ctypes.POINTER(ctypes.c_void_p)), len(certs)
-        if self.anchors_only is not None:
-            o.anchors_only = int(bool(self.anchors_only))
+        system = _system_anchors(self.system_anchors, self.anchors_only)
+        if system is not None:
+            o.anchors_only = int(not system)
         if self.pins:
             pins = (ctypes.c_char_p * len(self.pins))(*[utf8(p) for p in self.pins])
             keep.append(pins)
@@ -333,8 +361,9 @@ class Policy(_Handle):
     """A trust policy (wraps an mtls_policy handle). Thread-safe: it may be changed or replaced
     while other threads evaluate with it.
 
-    ``Policy()`` trusts the system store. ``anchors`` (Certificates, PEM/DER bytes or file names)
-    are trusted too, and with ``anchors_only`` (the default when anchors are given) nothing else.
+    ``Policy()`` trusts the system store. A policy with ``anchors`` (Certificates, PEM/DER bytes or
+    file names) trusts those anchors only, as in every libmtls front end; ``system_anchors=True``
+    trusts the system store as well (``anchors_only=False``, the older spelling, says the same).
     ``verify_as`` and ``pins`` are the policy-wide settings of libmtls (mtls_policy_set_verify_as,
     mtls_policy_set_pins): every evaluation under this policy — with a host or without, of a
     server or of a client (a Listener's client_policy, configure_ssl_ctx, evaluate()) — validates
@@ -346,12 +375,13 @@ class Policy(_Handle):
     set_report_callback)."""
     _free = "mtls_policy_free"
 
-    def __init__(self, anchors: Iterable[AnchorLike] = (), anchors_only: bool = True,
+    def __init__(self, anchors: Iterable[AnchorLike] = (), anchors_only: Optional[bool] = None,
                  verify_as: Optional[str] = None, pins: Iterable[str] = (),
                  host_rules: Iterable[Union[HostRule, Dict[str, Any]]] = (), *, name_check: bool = True,
                  at: Union[None, int, datetime.datetime] = None, crl_files: Iterable[str] = (),
                  report: Optional[ReportCallback] = None,
-                 revocation: Union[None, str, Dict[str, Any]] = None, _handle: Optional[int] = None) -> None:
+                 revocation: Union[None, str, Dict[str, Any]] = None, system_anchors: Optional[bool] = None,
+                 _handle: Optional[int] = None) -> None:
         super().__init__(_handle if _handle is not None else out_handle(lib.mtls_policy_new))
         if verify_as is not None:
             self.verify_as = verify_as
@@ -361,8 +391,10 @@ class Policy(_Handle):
         anchors = [c for a in anchors for c in _certs(a)]
         for c in anchors:
             self.add_anchor(c)
-        if anchors and anchors_only:
-            self.set_anchors_only(True)
+        # anchors_only (older spelling) counts only with anchors, as it always did in Python.
+        system = _system_anchors(system_anchors, anchors_only if anchors else None)
+        if system is not None:
+            self.set_system_anchors(system)
         if not name_check:
             self.set_name_check(False)
         if at is not None:
@@ -394,7 +426,13 @@ class Policy(_Handle):
         check(lib.mtls_policy_add_anchor(self._h, cert._h))
 
     def set_anchors_only(self, on: bool = True) -> None:
+        """The older spelling of set_system_anchors(not on)."""
         check(lib.mtls_policy_set_anchors_only(self._h, int(on)))
+
+    def set_system_anchors(self, on: Optional[bool] = True) -> None:
+        """True: trust the system store as well as the anchors; False: never; None: the default
+        (the anchors only when there are some, else the system store)."""
+        check(lib.mtls_policy_set_system_anchors(self._h, _c_system_anchors(on)))
 
     def set_name_check(self, on: bool = True) -> None:
         check(lib.mtls_policy_set_name_check(self._h, int(on)))
@@ -427,7 +465,10 @@ class Policy(_Handle):
         self.add_host_rule(r.host, r.verify_as, r.skip_name_check)
         for a in r.anchors:
             for c in _certs(a):
-                self.add_rule_anchor(r.host, c, r.anchors_only)
+                self.add_rule_anchor(r.host, c, False)
+        system = _system_anchors(r.system_anchors, r.anchors_only)
+        if system is not None:
+            self.set_rule_system_anchors(r.host, system)
         for pin in r.pins:
             self.add_pin(r.host, pin)
         if r.pins_expire is not None:
@@ -450,19 +491,25 @@ class Policy(_Handle):
         return _REVOCATION_MODES[mode], flags
 
     def set_revocation(self, mode: str, sources: Iterable[str] = ("crl",), max_bytes: Optional[int] = None,
-                       timeout_ms: Optional[int] = None, cache_dir: "Union[None, str, os.PathLike[str]]" = None) -> None:
+                       timeout_ms: Optional[int] = None, cache_dir: "Union[None, str, os.PathLike[str]]" = None,
+                       max_age_seconds: Optional[int] = None) -> None:
         """Policy-wide revocation checking (mtls_policy_set_revocation): `mode` "off", "soft"
         (an unknown status is trusted, with a warning in the result) or "hard" (refused with
         "revocation_unknown"); a revoked certificate is always refused. `sources` in order: "crl"
         (the certificates' CRL distribution points, over http:), "ocsp". `max_bytes` and
         `timeout_ms` bound each fetch (None: 10 MiB, 5000 ms); `cache_dir` keeps fetched CRLs
-        across restarts (files 0600)."""
+        across restarts (files 0600; a folder that is not the user's, or that group or others can
+        write, is not used). `max_age_seconds`: how long a CRL or OCSP response without a
+        nextUpdate stays current after its thisUpdate (None: 7 days;
+        mtls_policy_set_revocation_max_age)."""
         m, flags = self._revocation_args(mode, sources)
         check(lib.mtls_policy_set_revocation(self._h, m, flags))
         if max_bytes is not None or timeout_ms is not None:
             check(lib.mtls_policy_set_revocation_limits(self._h, int(max_bytes or 0), int(timeout_ms or 0)))
         if cache_dir is not None:
             check(lib.mtls_policy_set_revocation_cache_dir(self._h, utf8(os.fspath(cache_dir))))
+        if max_age_seconds is not None:
+            check(lib.mtls_policy_set_revocation_max_age(self._h, int(max_age_seconds)))
 
     def set_rule_revocation(self, pattern: str, mode: str, sources: Iterable[str] = ("crl",)) -> None:
         """Revocation checking for peers under the host rule `pattern`, over the policy's."""
@@ -473,7 +520,12 @@ class Policy(_Handle):
         check(lib.mtls_policy_add_host_rule(self._h, utf8(pattern), utf8(verify_as), int(skip_name_check)))
 
     def add_rule_anchor(self, pattern: str, cert: Certificate, anchors_only: bool = True) -> None:
+        """Adds an anchor of the rule's own; anchors_only False: as the policy's system_anchors says."""
         check(lib.mtls_policy_add_rule_anchor(self._h, utf8(pattern), cert._h, int(anchors_only)))
+
+    def set_rule_system_anchors(self, pattern: str, on: Optional[bool]) -> None:
+        """The rule's own system_anchors (None: as the policy says)."""
+        check(lib.mtls_policy_set_rule_system_anchors(self._h, utf8(pattern), _c_system_anchors(on)))
 
     def add_pin(self, pattern: str, pin: str) -> None:
         check(lib.mtls_policy_add_pin(self._h, utf8(pattern), utf8(pin)))
@@ -594,6 +646,7 @@ class Policy(_Handle):
 
 
 def clear_revocation_cache() -> None:
-    """Forgets every CRL cached in memory and every remembered fetch failure
-    (mtls_revocation_cache_clear); cache folders are left as they are."""
+    """Forgets every CRL and OCSP answer cached in memory and every remembered fetch failure
+    (mtls_revocation_cache_clear); cache folders are left as they are, and a CRL older than one
+    already seen for its URL is still never used."""
     lib.mtls_revocation_cache_clear()

@@ -1,0 +1,25 @@
+import XCTest
+@testable import MTLS
+
+/// The shared client contexts (`TLSContext.sharedClient`): mtls.h promises that the contexts of
+/// the 16 most recent combinations are kept, so the 17th evicts only the least recently used one.
+extension TLSConnectionTests {
+    func testSharedClientContextsEvictTheLeastRecentlyUsedCombinationOnly() throws {
+        TLSContext.clearSharedClients()
+        defer { TLSContext.clearSharedClients() }
+        let limit = TLSContext.maxSharedContexts
+        // One combination per policy object; all hold the same anchors.
+        let options = try (0...limit).map { _ in try clientOptions(identity: nil) }
+        var first: [TLSContext] = []
+        for o in options.prefix(limit) { first.append(try TLSContext.sharedClient(o)) }
+        // Combination 0 is used again: it is now the most recent, and 1 the least recent.
+        XCTAssertTrue(try TLSContext.sharedClient(options[0]) === first[0], "a cached context is shared")
+        _ = try TLSContext.sharedClient(options[limit])  // one over the limit
+        XCTAssertTrue(TLSContext.hasSharedClient(options[0]), "the most recently used combination stays")
+        XCTAssertFalse(TLSContext.hasSharedClient(options[1]), "the least recently used combination goes")
+        for i in 2...limit {
+            XCTAssertTrue(TLSContext.hasSharedClient(options[i]), "combination \(i) stays")
+        }
+        XCTAssertTrue(try TLSContext.sharedClient(options[0]) === first[0], "its sessions with it")
+    }
+}
