@@ -180,9 +180,15 @@ clean:
 # ---- Fuzzing (fuzz/): libFuzzer targets on the C ABI, linked against a libmtls.so built with
 # AddressSanitizer and libFuzzer coverage (swiftc -sanitize=fuzzer,address; .build-fuzz). The toolchain's own clang builds
 # the targets so the sanitizer runtimes match. `make fuzz` runs each target FUZZ_SECONDS;
-# `make test-fuzz` (a stage of `make test`) runs each 20 s and replays fuzz/regressions/.
+# `make test-fuzz` (a stage of `make test`) replays fuzz/regressions/ and runs each briefly (below).
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS := pkcs12 cert policy chain store p11uri tls_client
+# The network parsers have no C ABI: their targets go through mtlsfuzz_input, which only the fuzz
+# build has (-DMTLS_FUZZ: Sources/MTLS/FuzzEntry.swift; fuzz/fuzz.map exports it). `make
+# test` gives them 10 s each (FUZZ_NET_TEST_SECONDS), the C ABI targets 20 s.
+FUZZ_ABI_TARGETS := pkcs12 cert policy chain store p11uri tls_client
+FUZZ_NET_TARGETS := http_response http_request acme renewal_info est ocsp crl
+FUZZ_TARGETS := $(FUZZ_ABI_TARGETS) $(FUZZ_NET_TARGETS)
+FUZZ_NET_TEST_SECONDS ?= 10
 FUZZ_CC ?= $(dir $(shell readlink -f $$(command -v $(SWIFT))))clang
 FUZZ_BUILD := $(CURDIR)/.build-fuzz
 FUZZ_OUT := $(OUT)/fuzz
@@ -193,7 +199,8 @@ export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 .PHONY: fuzz test-fuzz fuzz-build
 fuzz-build:
 	$(SWIFT) build -c debug --product mtls --scratch-path $(FUZZ_BUILD) \
-	  -Xswiftc -sanitize=fuzzer,address
+	  -Xswiftc -sanitize=fuzzer,address -Xswiftc -DMTLS_FUZZ \
+	  -Xlinker --version-script=$(CURDIR)/fuzz/fuzz.map
 	@ln -sf libmtls.so $(FUZZ_BUILD)/debug/libmtls.so.0 && mkdir -p $(FUZZ_OUT) && set -e; \
 	for t in $(FUZZ_TARGETS); do \
 	  $(FUZZ_CC) -fuse-ld=lld -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
@@ -203,8 +210,9 @@ fuzz-build:
 
 # Each target: the committed seeds plus what earlier runs found (out/fuzz/corpus-<t>, first
 # directory: new inputs go there), the dictionary when there is one. Log: out/fuzz/<t>.log.
+# $(call fuzz_run,SECONDS,TARGETS)
 define fuzz_run
-	@set -e; for t in $(FUZZ_TARGETS); do \
+	@set -e; for t in $(2); do \
 	  mkdir -p $(FUZZ_OUT)/corpus-$$t $(FUZZ_OUT)/artifacts-$$t; \
 	  dict=; [ -f fuzz/$$t.dict ] && dict=-dict=fuzz/$$t.dict; \
 	  echo "== fuzz_$$t for $(1) s"; \
@@ -218,14 +226,15 @@ define fuzz_run
 endef
 
 fuzz: fuzz-build
-	$(call fuzz_run,$(FUZZ_SECONDS))
+	$(call fuzz_run,$(FUZZ_SECONDS),$(FUZZ_TARGETS))
 
 test-fuzz: fuzz-build
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  [ -d fuzz/regressions/$$t ] && [ -n "$$(ls fuzz/regressions/$$t)" ] || continue; \
 	  echo "== regressions of fuzz_$$t"; (cd $(FUZZ_OUT) && ./fuzz_$$t -runs=1 $(CURDIR)/fuzz/regressions/$$t/*); \
 	done
-	$(call fuzz_run,20)
+	$(call fuzz_run,20,$(FUZZ_ABI_TARGETS))
+	$(call fuzz_run,$(FUZZ_NET_TEST_SECONDS),$(FUZZ_NET_TARGETS))
 
 # ---- Swift plugins (Plugins/MTLSNIOSSL): MTLSNIOSSL, libmtls for swift-nio-ssl (AsyncHTTPClient,
 # NIO servers). Its own package, depending on this one by path, so that SwiftNIO is never part of

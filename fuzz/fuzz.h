@@ -65,4 +65,19 @@ static mtls_policy *fz_fixed_policy(void) {
     free(pem);
     return p;
 }
+
+/* The network parsers (HTTP/1 responses and request heads, ACME JSON, renewal information, EST
+ * PKCS#7, OCSP responses, CRLs) have no C ABI: the fuzz build alone (make fuzz-build: -DMTLS_FUZZ,
+ * fuzz/fuzz.map) exports this one entry, which feeds `data` to the Swift parser named `target`
+ * (Sources/MTLS/FuzzEntry.swift); the revocation targets read their fixed issuer and leaf
+ * from `data_dir`. Returns 0, or -1 for an unknown target. Not in include/mtls.h: the shipped
+ * libmtls.so does not have it. */
+int mtlsfuzz_input(const char *target, const char *data_dir, const uint8_t *data, size_t len);
+
+/* A whole target on mtlsfuzz_input. */
+#define FZ_SWIFT_TARGET(name)                                               \
+    int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {          \
+        if (mtlsfuzz_input(name, FUZZ_DATA, data, size) != 0) abort();      \
+        return 0;                                                           \
+    }
 #endif

@@ -121,4 +121,28 @@ final class OneLineTests: XCTestCase {
         file.remove()
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: root + "/www3/.well-known/acme-challenge"), [])
     }
+
+    /// fuzz_crl: a CRL whose issuer name holds U+202E and an escape, served (over plain HTTP,
+    /// so by anyone on the path) for a certificate of another issuer. The refusal quotes the
+    /// CRL's issuer; it did so raw (the signature is not checked before the names are compared).
+    func testACRLIssuerNameIsQuotedCleanInTheRevocationProblem() throws {
+        let crlPEM = """
+-----BEGIN X509 CRL-----
+MIG1MFwCAQEwCgYIKoZIzj0EAwIwHTEbMBkGA1UEAwwSRXZpbOKArmdwai5leGUb
+WzJKFw0yNjExMjgyMjU0NDhaFw0yNjEyMjgyMjU0NDhaoA4wDDAKBgNVHRQEAwIB
+ATAKBggqhkjOPQQDAgNJADBGAiEA07Nc0OrErbmj+Aj7dQbZc2QdkYM2Yz+ksW+V
+/ErmQ8ECIQC+soW6Nb9/7GIVuc3dig07gJQvaWMmTShXTU/24l8zkg==
+-----END X509 CRL-----
+"""
+        let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let issuer = try XCTUnwrap(try Certificate.parseAll(FileIO.read(repo.appendingPathComponent("fuzz/data/ca.pem").path)).first)
+        let crl = try XCTUnwrap(try RevocationList.parseAll(Array(crlPEM.utf8)).first)
+        do {
+            try CRLCheck.verify(crl.crl, issuer: issuer, time: Date(), maxAge: RevocationFetchOptions.defaultMaxAge)
+            XCTFail("a CRL of another issuer was accepted")
+        } catch let p as RevocationProblem {
+            XCTAssertTrue(p.description.contains("Evil"), p.description)
+            XCTAssertFalse(p.description.unicodeScalars.contains(where: OneLine.isUnsafe), p.description)
+        }
+    }
 }

@@ -310,19 +310,31 @@ package final class ACMEClient {
     /// Answers the pending authorization `authz` (read from `url`) for `identifier`, one the
     /// order asked for (``orderedIdentifier(of:among:)``), and waits until it is valid.
     private func authorize(_ url: String, _ authz: JSONValue, identifier: String, method: ACMEChallengeMethod) throws {
-        guard let challenge = authz["challenges"]?.arrayValue.first(where: { $0["type"]?.stringValue == method.type }),
-              let token = challenge["token"]?.stringValue, let challengeURL = challenge["url"]?.stringValue else {
-            throw MTLSError(.unsupported, "the ACME server offers no \(method.type) challenge for \(identifier)")
-        }
-        // A token is base64url (RFC 8555 §8.1): anything else could escape a path or a header.
-        guard !token.isEmpty, token.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
-            throw MTLSError(.parse, "the ACME challenge token is not base64url")
-        }
+        let (token, challengeURL) = try ACMEClient.challenge(in: authz, method: method, identifier: identifier)
         let keyAuthorization = token + "." + (try JWS.thumbprint(accountKey))
         let responder = try ChallengeResponder.start(method, identifier: identifier, token: token, keyAuthorization: keyAuthorization)
         defer { responder.stop() }
         _ = try post(challengeURL, .object([]), what: "answering the \(method.type) challenge for \(identifier)")
         _ = try poll(url, what: "the authorization of \(identifier)", until: ["valid"], failing: ["invalid", "revoked", "deactivated", "expired"])
+    }
+
+    /// The token and URL of the `method` challenge an authorization offers; the token must be
+    /// base64url (RFC 8555 §8.1): anything else could escape a path or a header.
+    package static func challenge(in authz: JSONValue, method: ACMEChallengeMethod, identifier: String) throws -> (token: String, url: String) {
+        guard let challenge = authz["challenges"]?.arrayValue.first(where: { $0["type"]?.stringValue == method.type }),
+              let token = challenge["token"]?.stringValue, let challengeURL = challenge["url"]?.stringValue else {
+            throw MTLSError(.unsupported, "the ACME server offers no \(method.type) challenge for \(identifier)")
+        }
+        guard !token.isEmpty, token.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
+            throw MTLSError(.parse, "the ACME challenge token is not base64url")
+        }
+        return (token, challengeURL)
+    }
+
+    /// What a failed order or authorization says went wrong: its first challenge error, else its own error.
+    package static func failureDetail(_ object: JSONValue) -> String {
+        let errors = (object["challenges"]?.arrayValue.compactMap { $0["error"] } ?? []) + [object["error"]].compactMap { $0 }
+        return errors.first.map { ACMEClient.describe($0) } ?? "no detail"
     }
 
     /// POST-as-GETs `url` until its status is one of `until`; a status in `failing` throws with
@@ -336,9 +348,7 @@ package final class ACMEClient {
             let status = object["status"]?.stringValue ?? ""
             if until.contains(status) { return object }
             if failing.contains(status) {
-                let errors = (object["challenges"]?.arrayValue.compactMap { $0["error"] } ?? []) + [object["error"]].compactMap { $0 }
-                let detail = errors.first.map { ACMEClient.describe($0) } ?? "no detail"
-                throw MTLSError(.challengeFailed, "\(what) is \(status): \(detail)")
+                throw MTLSError(.challengeFailed, "\(what) is \(status): \(ACMEClient.failureDetail(object))")
             }
             guard Deadline.now() < deadline else { throw MTLSError(.timeout, "\(what) is still \(status) after \(Int(pollTimeout)) s") }
             // Retry-After wins when the server sends it; otherwise back off exponentially.
@@ -362,7 +372,11 @@ package final class ACMEClient {
     func renewalInfo(for certificate: Certificate) throws -> ACMERenewalInfo? {
         guard let base = try renewalInfoURL() else { return nil }
         let id = try ACMERenewalInfo.identifier(of: certificate)
-        let r = try http.send("GET", (base.hasSuffix("/") ? base : base + "/") + id)
+        return try ACMEClient.renewalInfo(try http.send("GET", (base.hasSuffix("/") ? base : base + "/") + id), identifier: id)
+    }
+
+    /// The renewal information in the answer `r` to the renewalInfo GET for the certificate with ARI identifier `id`.
+    package static func renewalInfo(_ r: HTTPResponse, identifier id: String) throws -> ACMERenewalInfo {
         guard r.status == 200 else { throw ACMEClient.problem(r, "reading the ACME renewal information") }
         let doc = try JSONValue.parse(r.body, "the ACME renewal information")
         guard let start = doc["suggestedWindow"]?["start"]?.stringValue.flatMap(ACMEClient.parseTime),
@@ -400,7 +414,7 @@ package final class ACMEClient {
     }
 
     /// The error for a failed response: its problem document when it has one.
-    static func problem(_ r: HTTPResponse, _ what: String) -> MTLSError {
+    package static func problem(_ r: HTTPResponse, _ what: String) -> MTLSError {
         if let doc = try? JSONValue.parse(r.body, "problem"), doc["type"] != nil || doc["detail"] != nil {
             return MTLSError(.caRejected, "\(what): the ACME server answered \(r.status) \(describe(doc))")
         }

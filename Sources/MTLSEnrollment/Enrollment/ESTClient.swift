@@ -7,7 +7,7 @@ import Glibc
 /// authentication, or a bootstrap certificate through the TLS options) and `/simplereenroll`
 /// (mutual TLS with the current identity). Responses are base64 PKCS#7 certs-only, parsed by
 /// OpenSSL; a 202 with `Retry-After` is retried within ``pollTimeout``.
-struct ESTClient {
+package struct ESTClient {
     /// The EST base URL, up to and including `/.well-known/est` (or an arbitrary label path).
     let baseURL: String
     let http: HTTPClient
@@ -52,7 +52,7 @@ struct ESTClient {
     }
 
     /// Certificates from a base64 (RFC 7030 §4.1.3) or binary PKCS#7 certs-only body.
-    static func certificates(_ body: [UInt8], _ what: String) throws -> [Certificate] {
+    package static func certificates(_ body: [UInt8], _ what: String) throws -> [Certificate] {
         // Base64 is what RFC 7030 sends; some servers send the DER itself.
         if let decoded = Data(base64Encoded: Data(body), options: .ignoreUnknownCharacters),
            let certs = try? Certificate.parseAll(Array(decoded)), !certs.isEmpty {

@@ -45,12 +45,12 @@ extension JSONValue {
         }
     }
 
-    subscript(_ key: String) -> JSONValue? {
+    package subscript(_ key: String) -> JSONValue? {
         if case .object(let o) = self { return o[key] }
         return nil
     }
 
-    var stringValue: String? {
+    package var stringValue: String? {
         if case .string(let s) = self { return s }
         return nil
     }

@@ -1,7 +1,10 @@
 internal import COpenSSL
 import FoundationEssentials
 
-/// Why a CRL or an OCSP response gives no answer for a certificate: the text of an `unknown` status.
+/// Why a CRL or an OCSP response gives no answer for a certificate: the text of an `unknown`
+/// status. Like an ``MTLSError``'s message, it is cleaned as it is made (``OneLine/text(_:)``): it
+/// quotes what a CRL or OCSP server sent (a CRL's issuer name), over plain HTTP, and reaches
+/// verdicts, events and warnings.
 package struct RevocationProblem: Error, CustomStringConvertible {
     package let description: String
     /// The error code a fetch failure is reported with (``LifecycleEventKind/revocationFetchFailed``):
@@ -12,7 +15,7 @@ package struct RevocationProblem: Error, CustomStringConvertible {
     /// staleness, not at every retry; ``CRLStore``).
     let staleNextUpdate: Date?
     init(_ d: String, code: MTLSError.Code = .untrusted, staleNextUpdate: Date? = nil) {
-        description = d
+        description = OneLine.text(d)
         self.code = code
         self.staleNextUpdate = staleNextUpdate
     }
@@ -78,7 +81,7 @@ package enum CRLCheck {
     /// cRLSign when the issuer has a keyUsage, extensions understood, and current at `time` under
     /// the one freshness rule (``RevocationFreshness``, `maxAge` for a CRL without nextUpdate).
     /// A CRL without a CRL number is used, as OpenSSL uses it (ordered by thisUpdate).
-    static func verify(_ crl: OpaquePointer, issuer: Certificate, time: Date, maxAge: TimeInterval) throws {
+    package static func verify(_ crl: OpaquePointer, issuer: Certificate, time: Date, maxAge: TimeInterval) throws {
         defer { OpenSSLErrorQueue.clear() }
         guard X509_NAME_cmp(X509_CRL_get_issuer(crl), X509_get_subject_name(issuer.x509)) == 0 else {
             let name = Certificate.rfc4514(X509_CRL_get_issuer(crl))
@@ -161,7 +164,7 @@ package enum CRLCheck {
 
     /// Whether the CRL covers `cert` (its issuing distribution point may restrict it to end
     /// entities or to CAs).
-    static func covers(_ list: RevocationList, _ cert: Certificate) -> Bool {
+    package static func covers(_ list: RevocationList, _ cert: Certificate) -> Bool {
         let idp = list.idpFlags
         guard idp > 0 else { return true }
         let isCA = cert.basicConstraints?.isCA == true
@@ -171,7 +174,7 @@ package enum CRLCheck {
     }
 
     /// `cert`'s entry in the CRL: nil when it is not listed; else when and why it was revoked.
-    static func lookup(_ crl: OpaquePointer, _ cert: Certificate) -> (date: Date, reason: String?)? {
+    package static func lookup(_ crl: OpaquePointer, _ cert: Certificate) -> (date: Date, reason: String?)? {
         var entry: OpaquePointer? = nil
         let rc = X509_CRL_get0_by_cert(crl, &entry, cert.x509)
         OpenSSLErrorQueue.clear()

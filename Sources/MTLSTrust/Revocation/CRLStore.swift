@@ -7,9 +7,9 @@ import Glibc
 
 /// A CRL fetched from a distribution point, verified against an issuer, kept while it is current
 /// (``RevocationFreshness``: until its nextUpdate, or its thisUpdate plus the maximum age).
-final class FetchedCRL: Sendable {
+package final class FetchedCRL: Sendable {
     /// Owns the parsed `X509_CRL` (only read after parsing).
-    let list: RevocationList
+    package let list: RevocationList
     let url: String
     let fetchedAt: Date
     var thisUpdate: Date { list.thisUpdate }
@@ -218,21 +218,29 @@ package final class CRLStore: Sendable {
         do { body = try HTTPFetcher.get(url, limits: options.limits) } catch let e as MTLSError {
             throw RevocationProblem(e.message, code: e.code)
         }
-        guard let list = try? RevocationList.parseAll(body).first else {
-            throw RevocationProblem("\(url) did not serve a CRL (\(body.count) bytes that are neither DER nor PEM CRL)", code: .parse)
-        }
-        do { try CRLCheck.verify(list.crl, issuer: issuer, time: time, maxAge: options.maxAge) } catch let p as RevocationProblem {
-            throw RevocationProblem("\(url): \(p.description)", code: p.code, staleNextUpdate: p.staleNextUpdate)
-        }
-        if let seen = olderThanSeen(list, url: url, issuer: issuer) {
+        let e = try Self.accept(body, url: url, issuer: issuer, time: time, maxAge: options.maxAge)
+        if let seen = olderThanSeen(e.list, url: url, issuer: issuer) {
             throw RevocationProblem("\(url): the CRL served is older than one already seen (thisUpdate \(RevocationCheck.rfc3339(seen.thisUpdate))"
                                     + (seen.number.map { ", CRL number 0x\(Encoding.hex($0))" } ?? "") + "): a replayed CRL?")
         }
         if let dir {
             // Best effort: a cache folder that cannot be written costs a refetch after a restart.
-            try? FileIO.writeAtomically(Self.cacheFile(dir, url), list.der, mode: 0o600)
+            try? FileIO.writeAtomically(Self.cacheFile(dir, url), e.list.der, mode: 0o600)
         }
-        return (FetchedCRL(list: list, url: url, fetchedAt: Date(), issuer: issuer), "network")
+        return (e, "network")
+    }
+
+    /// What `url` served, as a CRL of `issuer` usable at `time` (parsed, verified, current under
+    /// the one freshness rule). The fetch path and the fuzz target both go through it.
+    package static func accept(_ body: [UInt8], url: String, issuer: Certificate, time: Date,
+                       maxAge: TimeInterval = RevocationFetchOptions.defaultMaxAge) throws -> FetchedCRL {
+        guard let list = try? RevocationList.parseAll(body).first else {
+            throw RevocationProblem("\(url) did not serve a CRL (\(body.count) bytes that are neither DER nor PEM CRL)", code: .parse)
+        }
+        do { try CRLCheck.verify(list.crl, issuer: issuer, time: time, maxAge: maxAge) } catch let p as RevocationProblem {
+            throw RevocationProblem("\(url): \(p.description)", code: p.code, staleNextUpdate: p.staleNextUpdate)
+        }
+        return FetchedCRL(list: list, url: url, fetchedAt: Date(), issuer: issuer)
     }
 
     /// The cache folder `dir` when it may be used (``FileIO/privateDirectory(_:what:)``: created

@@ -9,9 +9,9 @@ import Synchronization
 /// sent when it carries one, and be current at the evaluation time under the one freshness rule
 /// (``RevocationFreshness``: until its nextUpdate, or its thisUpdate plus the policy's maximum age
 /// when it has none). Answers are cached per responder and certificate while they are current.
-enum OCSPCheck {
-    struct Answer {
-        let status: RevocationCheck.Status
+package enum OCSPCheck {
+    package struct Answer {
+        package let status: RevocationCheck.Status
         let revokedAt: Date?
         let reason: String?
         let thisUpdate: Date
@@ -113,7 +113,7 @@ enum OCSPCheck {
 
     /// Checks an OCSP response (DER) for `cert` issued by `issuer` at `time`, `maxAge` bounding
     /// one without nextUpdate.
-    static func check(response: [UInt8], cert: Certificate, issuer: Certificate, nonceRequest: OpaquePointer?,
+    package static func check(response: [UInt8], cert: Certificate, issuer: Certificate, nonceRequest: OpaquePointer?,
                       time: Date, maxAge: TimeInterval) throws -> Answer {
         defer { OpenSSLErrorQueue.clear() }
         let resp = response.withUnsafeBufferPointer { buf -> OpaquePointer? in

@@ -5,7 +5,7 @@ import Synchronization
 /// A certificate revocation list read from a file, parsed once.
 /// Sendable: the `X509_CRL` is only read after parsing.
 public final class RevocationList: @unchecked Sendable {
-    let crl: OpaquePointer
+    package let crl: OpaquePointer
     /// The DER encoding.
     public let der: [UInt8]
     /// The issuing distribution point's flags (``CRLCheck/covers(_:_:)``), decoded once.
