@@ -203,7 +203,7 @@ package final class HTTPResponder: Sendable {
     }
 
     /// The answer to what a client sent.
-    static func answer(_ result: HTTPRequestParser.Result, handler: (HTTPRequest) -> HTTPAnswer) -> HTTPAnswer {
+    package static func answer(_ result: HTTPRequestParser.Result, handler: (HTTPRequest) -> HTTPAnswer) -> HTTPAnswer {
         switch result {
         case .complete(let request):
             var a = handler(request)

@@ -401,7 +401,7 @@ package final class ACMEClient {
     }
 
     /// `type: detail` of a problem document (RFC 7807), subproblems appended.
-    static func describe(_ problem: JSONValue) -> String {
+    package static func describe(_ problem: JSONValue) -> String {
         let type = (problem["type"]?.stringValue ?? "").replacing("urn:ietf:params:acme:error:", with: "")
         var text = type.isEmpty ? "" : type + ": "
         text += problem["detail"]?.stringValue ?? "no detail"

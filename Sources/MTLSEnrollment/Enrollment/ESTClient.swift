@@ -64,7 +64,7 @@ package struct ESTClient {
         return certs
     }
 
-    static func failure(_ r: HTTPResponse, _ what: String) -> MTLSError {
+    package static func failure(_ r: HTTPResponse, _ what: String) -> MTLSError {
         // The server's words, one clean line: no control, separator or bidirectional character
         // of a body reaches a terminal or a log.
         let text = OneLine.text(utf8: r.body.prefix(512))

@@ -55,7 +55,7 @@ extension JSONValue {
         return nil
     }
 
-    var arrayValue: [JSONValue] {
+    package var arrayValue: [JSONValue] {
         if case .array(let a) = self { return a }
         return []
     }
