@@ -31,7 +31,8 @@ let package = Package(
         // across layers are `package`; what is `public` is the Swift API. Bottom to top:
         // base: errors, the thread starter, bytes and secrets, file IO, JSON text, TLS sides.
         .target(name: "MTLSBase", dependencies: ["COpenSSL", "CMTLSHeader"]),
-        // net: sockets and deadlines, URL authority, IP address literals, the plain HTTP/1 fetcher.
+        // net: sockets and deadlines, URL authority, host literals, the one HTTP/1 client (its
+        // https: connections are opened by the TLS layer through HTTPSConnector).
         .target(name: "MTLSNet", dependencies: ["MTLSBase"]),
         // X.509: certificates, keys, identities, PKCS#12, CSRs, CRL entries, lifecycle events (they
         // carry a certificate), the library's OpenSSL context, and PKCS#11 tokens (the context
@@ -45,7 +46,8 @@ let package = Package(
         // replaces it (store rows, files, tokens), followed policy files and store anchors, and
         // the one watcher thread. Below TLS: TLS options and the listener hold an IdentitySource.
         .target(name: "MTLSSources", dependencies: ["MTLSTrust", "COpenSSL"]),
-        // TLS: connections, listener, contexts, identity selection in the handshake.
+        // TLS: connections, listener, contexts, identity selection in the handshake, and the one
+        // HTTP responder (it serves over a TLSListener too).
         .target(name: "MTLSTLS", dependencies: ["MTLSSources", "COpenSSL"]),
         // enrollment and issuing: ACME, EST, the local CA, PKI directories.
         .target(name: "MTLSEnrollment", dependencies: ["MTLSTLS", "COpenSSL"]),
