@@ -9,7 +9,9 @@
  * takes its host and port with libcurl's URL parser, and tells libmtls with
  * mtls_ssl_ctx_set_peer: the host rules of the policy are then chosen by that host and port
  * (a rule for "127.0.0.1:8443" and its pins apply), and --verify-as only changes the name the
- * certificate is checked against.
+ * certificate is checked against. With --verify-as, CURLOPT_SSL_VERIFYHOST is set to 0:
+ * libmtls has checked the name asked for, and libcurl's own check against the URL's host would
+ * refuse it (rc=60). examples/README-curl.md gives the recipe step by step.
  *
  *   cc curl_fetch.c $(pkg-config --cflags --libs mtls libcurl) -o curl_fetch
  *   ./curl_fetch --store store.db --secret-file secret --label laptop --anchor root.pem \

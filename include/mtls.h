@@ -676,7 +676,10 @@ typedef struct mtls_store_item mtls_store_item;
 typedef struct mtls_store_options {
     unsigned int version; /* MTLS_STORE_OPTIONS_VERSION */
     int busy_timeout_ms;  /* wait for other users' locks this long, then MTLS_E_LOCKED (10000) */
-    int create;           /* create the file (0600) and its directory (0700) if missing (1) */
+    int create;           /* create the file (0600) and its directory (0700) if missing (1); a
+                           * new store is initialised in a temporary file beside it and moved
+                           * into place only once complete (an interrupted creation leaves no
+                           * file at `path`). 0: a missing store is MTLS_E_NOT_FOUND. */
     int kdf_log_n;        /* scrypt N = 2^kdf_log_n for a new store or a new secret (17) */
     int kdf_r;            /* scrypt r (8) */
     int kdf_p;            /* scrypt p (1) */
@@ -1488,9 +1491,9 @@ MTLS_EXTERN int mtls_pki_crl(const mtls_issued *ca, const char *const *revoked_s
 /* Options of mtls_enroll_acme, _est and _pki. Versioned: fill with mtls_enroll_options_init,
  * then set fields; fields are only ever added at the end, with a new version. Strings, arrays
  * and handles are borrowed for the duration of the call (the record keeps its own copies;
- * secrets are not kept). A field that does not apply to the source called must stay at its
+ * secrets are not kept, except an EST password with keep_password). A field that does not apply to the source called must stay at its
  * default, else MTLS_E_INVALID_ARGUMENT. */
-#define MTLS_ENROLL_OPTIONS_VERSION 1
+#define MTLS_ENROLL_OPTIONS_VERSION 2
 typedef struct mtls_enroll_options {
     unsigned int version;            /* MTLS_ENROLL_OPTIONS_VERSION */
     /* Every source. */
@@ -1523,6 +1526,11 @@ typedef struct mtls_enroll_options {
     const mtls_identity *bootstrap;  /* a bootstrap identity presented over TLS (NULL: none) */
     /* pki. */
     const char *ca_key_password;     /* password of the directory's CA keys (NULL: unencrypted keys); not kept */
+    /* Version 2. EST. */
+    int keep_password;               /* 1: keep `password`, sealed in the store with the enrollment record (under a key
+                                        the store seals), and send it again on re-enrollment, for servers that ask for
+                                        HTTP authentication on /simplereenroll as well as the client certificate
+                                        (RFC 7030 3.2.3); 0 (default): not kept */
 } mtls_enroll_options;
 
 /* Fill *opts with the defaults of `version` (MTLS_ENROLL_OPTIONS_VERSION): every field zero or
@@ -1538,7 +1546,9 @@ MTLS_EXTERN int mtls_enroll_acme(mtls_store *store, const char *label, const cha
 /* EST (RFC 7030; `mtls enroll est`): /simpleenroll at the base URL `url`
  * (https://host/.well-known/est) for `subject` (an RFC 4514 DN, "CN=device-1,O=Example"), with
  * opts->user and opts->password and/or opts->bootstrap (one is required); the chain from
- * /cacerts. Renewal re-enrolls over mutual TLS with the identity itself. */
+ * /cacerts. Renewal re-enrolls over mutual TLS with the identity itself, plus the password when
+ * opts->keep_password kept it; a server asking for HTTP authentication on re-enrollment when no
+ * password was kept is MTLS_E_CA_REJECTED saying so. */
 MTLS_EXTERN int mtls_enroll_est(mtls_store *store, const char *label, const char *url, const char *subject,
                                 const mtls_enroll_options *opts, mtls_cert **out);
 /* The local CA (`mtls enroll pki`): signed by the intermediate `ca_name` of the `mtls pki`
@@ -1693,7 +1703,9 @@ MTLS_EXTERN int mtls_listener_metrics(const mtls_listener *listener, char **out)
 
 /* Configures an application's SSL_CTX as mtls_ssl_ctx_configure_overrides does, presenting
  * `source`'s identity: each SSL takes the identity in force when its handshake starts. The
- * context keeps its own reference to the source. */
+ * context keeps its own reference to the source. With accepts_clients, the OCSP staple follows
+ * the identity in force, as a listener's does (fetched in the background for a new certificate
+ * once a handshake presents it; no staple until then). */
 MTLS_EXTERN int mtls_ssl_ctx_configure_source(void *ssl_ctx, mtls_identity_source *source, const mtls_policy *policy,
                                               int accepts_clients, const mtls_trust_overrides *overrides);
 

@@ -35,4 +35,15 @@ PY=${PYTHON:-python3}
 $PY - <<'PYEOF' || $PY -m pip install -q pytest cryptography requests httpx prometheus_client
 import pytest, cryptography, requests, httpx, prometheus_client  # noqa: F401
 PYEOF
+# acme2certifier (PyPI), the second ACME server of Tests/e2e/test_acme2certifier.py, in a virtual
+# environment of its own (its pyOpenSSL/josepy pins stay away from the test python); the tests
+# find it at this path (or MTLS_A2C_PYTHON).
+A2C=${MTLS_A2C_VENV:-/opt/libmtls-tests/acme2certifier}
+if ! "$A2C/bin/python" -c 'import acme2certifier.acme_srv' 2>/dev/null; then
+  echo "install-deps: installing acme2certifier into $A2C"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO $PY -m venv "$A2C"
+  $SUDO "$A2C/bin/pip" install -q acme2certifier==0.46.3
+fi
 true

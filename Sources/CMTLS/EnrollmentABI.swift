@@ -20,8 +20,9 @@ public func mtls_renew(_ store: OpaquePointer?, _ label: UnsafePointer<CChar>?, 
 
 // MARK: enrollment (issue 27): what `mtls enroll acme|est|pki` does, from C
 
-/// mtls_enroll_options has one version so far.
-private let enrollOptionsSizes = [MemoryLayout<mtls_enroll_options>.size]
+/// mtls_enroll_options: version 1 ends before keep_password; version 2 adds it.
+private let enrollOptionsSizes = [MemoryLayout<mtls_enroll_options>.offset(of: \mtls_enroll_options.keep_password)!,
+                                  MemoryLayout<mtls_enroll_options>.size]
 
 /// How the core's enrollment rules name the options for a C caller (and Python, through it):
 /// the fields of mtls_enroll_options and the MTLS_ACME_* values of its `challenge`.
@@ -43,6 +44,7 @@ private let enrollOptionNames = EnrollmentOptionNames { option in
     case .user: return "opts->user"
     case .password: return "opts->password"
     case .bootstrap: return "opts->bootstrap"
+    case .keepPassword: return "opts->keep_password"
     case .profile: return "opts->profile"
     }
 }
@@ -69,6 +71,7 @@ private struct EnrollOptions {
     var user: String?
     var password: SecretBytes?
     var bootstrap: Identity?
+    var keepPassword = false
     var caKeyPassword: SecretBytes?
 
     init(_ p: UnsafePointer<mtls_enroll_options>?, for source: Source) throws {
@@ -125,7 +128,13 @@ private struct EnrollOptions {
         user = try optionalString(o.user, "opts->user")
         password = secretBytes(o.password)
         bootstrap = try o.bootstrap.map { try handle($0, Identity.self, "opts->bootstrap") }
-        try refuse(source != .est && (user != nil || password != nil || bootstrap != nil), "user, password and bootstrap", "EST")
+        switch o.keep_password {
+        case 0: keepPassword = false
+        case 1: keepPassword = true
+        default: throw invalid("opts->keep_password \(o.keep_password) is not 0 or 1")
+        }
+        try refuse(source != .est && (user != nil || password != nil || bootstrap != nil || keepPassword),
+                   "user, password, bootstrap and keep_password", "EST")
 
         // pki
         caKeyPassword = secretBytes(o.ca_key_password)
@@ -207,6 +216,7 @@ public func mtls_enroll_est(_ store: OpaquePointer?, _ label: UnsafePointer<CCha
         request.anchors = o.anchors
         request.user = o.user
         request.password = o.password
+        request.keepPassword = o.keepPassword
         request.bootstrap = o.bootstrap
         if let p = o.profile { request.profile = p }
         putLeaf(out, try Enrollment.enrollEST(request, store: s, label: label, policy: o.policy))

@@ -47,7 +47,8 @@ public final class CredentialStore: @unchecked Sendable {
         /// How long to wait for another connection's lock before failing with
         /// ``MTLSError/Code/locked``, in milliseconds.
         public var busyTimeoutMilliseconds: Int32 = 10_000
-        /// Create the store (and its directory, mode 0700) when the file does not exist.
+        /// Create the store (and its directory, mode 0700) when the file does not exist: initialised
+        /// in a temporary file in the same folder and linked into place once complete.
         public var create = true
         /// scrypt parameters for a new store (an existing store keeps the ones in its file).
         public var kdf = StoreKDFParameters.default
@@ -81,7 +82,10 @@ public final class CredentialStore: @unchecked Sendable {
     /// Set by an open that was asked for an upgrade preview.
     private var preview: UpgradePreview?
 
-    /// Opens the store at `path`, creating it (mode 0600, directory 0700) when it does not exist.
+    /// Opens the store at `path`, creating it (mode 0600, directory 0700) when it does not exist
+    /// and `options.create` is set (``MTLSError/Code/notFound`` naming the path otherwise). A new
+    /// store is initialised in a temporary file in the same folder and appears at `path` only
+    /// once complete: an interrupted creation leaves no file at `path`.
     ///
     /// Throws ``MTLSError/Code/badSecret`` for a wrong secret (nothing is written),
     /// ``MTLSError/Code/notAStore`` for a file that is not a libmtls store,
@@ -95,11 +99,13 @@ public final class CredentialStore: @unchecked Sendable {
         try self.init(path: path, secret: secret, options: options, upgrade: nil)
     }
 
-    init(path: String, secret: StoreSecret, options: Options, upgrade: UpgradeRequest?) throws {
+    /// `initialising`: `path` is a new empty temporary file that ``prepareFile(_:secret:options:)``
+    /// initialises before linking it into place.
+    init(path: String, secret: StoreSecret, options: Options, upgrade: UpgradeRequest?, initialising: Bool = false) throws {
         guard !path.isEmpty else { throw MTLSError(.invalidArgument, "the store path is empty") }
         self.path = path
         self.options = options
-        try CredentialStore.prepareFile(path, create: options.create)
+        if !initialising { try CredentialStore.prepareFile(path, secret: secret, options: options) }
         db = try SQLiteDatabase(path: path, create: false)
         try db.setBusyTimeout(milliseconds: options.busyTimeoutMilliseconds)
         dataKey = SecretBytes([])

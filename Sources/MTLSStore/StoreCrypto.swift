@@ -78,7 +78,7 @@ public struct StoreKDFParameters: Hashable, Sendable, CustomStringConvertible {
 }
 
 /// AES-256-GCM sealing and scrypt, through OpenSSL in libmtls's own library context.
-enum StoreCrypto {
+package enum StoreCrypto {
     static let keyLength = 32
     static let nonceLength = 12
     static let tagLength = 16
@@ -130,7 +130,7 @@ enum StoreCrypto {
     nonisolated(unsafe) private static let cipher: OpaquePointer? = EVP_CIPHER_fetch(LibraryContext.shared.ctx, "AES-256-GCM", nil)
 
     /// Seals `plaintext` under `key` with AES-256-GCM and a random nonce: nonce ‖ ciphertext ‖ tag.
-    static func seal(_ plaintext: SecretBytes, key: SecretBytes, aad: [UInt8]) throws -> [UInt8] {
+    package static func seal(_ plaintext: SecretBytes, key: SecretBytes, aad: [UInt8]) throws -> [UInt8] {
         guard let cipher, let ctx = EVP_CIPHER_CTX_new() else { throw MTLSError.openSSL(.internal, "AES-256-GCM is unavailable") }
         defer { EVP_CIPHER_CTX_free(ctx) }
         let nonce = try random(nonceLength)
@@ -155,7 +155,7 @@ enum StoreCrypto {
 
     /// Opens what ``seal(_:key:aad:)`` made. Returns nil when authentication fails (wrong key,
     /// wrong associated data, or altered bytes).
-    static func open(_ sealed: [UInt8], key: SecretBytes, aad: [UInt8]) throws -> SecretBytes? {
+    package static func open(_ sealed: [UInt8], key: SecretBytes, aad: [UInt8]) throws -> SecretBytes? {
         guard sealed.count >= nonceLength + tagLength else { return nil }
         guard let cipher, let ctx = EVP_CIPHER_CTX_new() else { throw MTLSError.openSSL(.internal, "AES-256-GCM is unavailable") }
         defer { EVP_CIPHER_CTX_free(ctx) }

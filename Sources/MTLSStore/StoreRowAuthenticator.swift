@@ -7,7 +7,7 @@ import FoundationEssentials
 ///
 /// The keyed context is made once per open and duplicated per row (cheap: no key schedule and
 /// no algorithm fetch on the lookup path); freeing it clears the key.
-final class StoreRowAuthenticator: @unchecked Sendable {
+package final class StoreRowAuthenticator: @unchecked Sendable {
     // @unchecked: `template` is only read (duplicated) after init, which OpenSSL allows from
     // several threads; the store calls it with its lock held anyway.
     private let template: OpaquePointer
@@ -73,6 +73,15 @@ final class StoreRowAuthenticator: @unchecked Sendable {
             throw MTLSError.openSSL(.internal, "HMAC-SHA256 failed")
         }
         return out
+    }
+
+    /// A 32-byte key for `purpose` derived from `secret` (HMAC-SHA256(secret, purpose)), as the
+    /// row and header keys are derived from the data key: one key per purpose.
+    package static func derive(_ secret: SecretBytes, purpose: String) throws -> SecretBytes {
+        let base = try keyed(secret.withBytes { Array($0) })
+        defer { EVP_MAC_CTX_free(base) }
+        let key = try tag(base, Array(purpose.utf8))
+        return SecretBytes(consume key)
     }
 
     /// The tag of one row's fields (each length-prefixed, nil distinct from empty).

@@ -49,6 +49,9 @@ package final class TLSContextConfig {
     /// An application's server `SSL_CTX`: the OCSP staple for its own certificate (its status
     /// callback's argument), kept as long as this configuration.
     var stapler: OCSPStapler? = nil
+    /// An application's server `SSL_CTX` following an identity source: its staple follows the
+    /// source's identity (its status callback's argument), kept as long as this configuration.
+    var followingStapler: FollowingStapler? = nil
     /// A client context that asked servers for a staple and installed ``TLSContext/clientStatusCallback``:
     /// a TLS 1.2 server's staple arrives after its certificate is verified, so revocation is
     /// checked in that callback, before the handshake ends.
@@ -98,6 +101,7 @@ package final class TLSContextConfig {
     deinit {
         alpnWire?.deallocate()
         stapler?.stop()
+        followingStapler?.stop()
     }
 }
 

@@ -613,4 +613,42 @@ public final class TLSConnection {
 
     /// The alert the peer sent, if any ("certificate required").
     public var receivedAlert: String? { state.receivedAlert }
+
+    /// What the server asked of our certificate (a client connection whose server sent a
+    /// CertificateRequest), nil when it asked for none or on a server connection. Read from what
+    /// OpenSSL kept of the request, also after a failed handshake.
+    public var clientCertificateRequest: ClientCertificateRequest? {
+        guard !isServer, SSL_get_client_CA_list(ssl) != nil || SSL_get_sigalgs(ssl, -1, nil, nil, nil, nil, nil) > 0 else {
+            return nil
+        }
+        return ClientCertificateRequest(IdentitySelection.request(of: ssl))
+    }
+}
+
+/// A server's request for a client certificate, as the client saw it: the CA names it listed
+/// and the signature schemes it accepts; ``mismatch(_:at:)`` says why an identity cannot answer
+/// it, with the rule automatic selection uses.
+public struct ClientCertificateRequest: Sendable {
+    let request: IdentitySelection.Request
+
+    init(_ request: IdentitySelection.Request) { self.request = request }
+
+    /// The CA names the server listed (RFC 4514); empty when it named none (any CA).
+    public var caNames: [String] { request.caNameTexts }
+    /// The TLS names of the signature schemes it accepts ("ecdsa_secp256r1_sha256"), empty when unknown.
+    public var signatureSchemes: [String] {
+        request.signatureSchemes.sorted().map { IdentitySelection.schemeNames([$0]) }
+    }
+
+    /// Why `identity` cannot answer this request at `now` (not valid then, no clientAuth EKU, a
+    /// key the server accepts no scheme for, no certificate on its path issued by a CA the server
+    /// names), nil when it can.
+    public func mismatch(_ identity: Identity, at now: Date = Date()) -> String? {
+        mismatch(leaf: identity.leaf, chain: identity.chain, at: now)
+    }
+
+    /// The same for a certificate and its chain whose key is elsewhere (a token identity's).
+    public func mismatch(leaf: Certificate, chain: [Certificate], at now: Date = Date()) -> String? {
+        IdentitySelection.mismatch(leaf: leaf, certificates: [leaf] + chain, request, now)
+    }
 }

@@ -164,20 +164,24 @@ package final class TLSContext: @unchecked Sendable {
         let kept = SSL_CTX_get_verify_mode(ctx) & (SSL_VERIFY_FAIL_IF_NO_PEER_CERT | SSL_VERIFY_CLIENT_ONCE | SSL_VERIFY_POST_HANDSHAKE)
         // A status callback installed by an earlier configuration points at its stapler, which
         // goes with it: taken off first (an application's own callback is left alone).
-        if let previous = SSL_CTX_get_ex_data(ctx, TLSExData.ctx),
-           Unmanaged<TLSContextConfig>.fromOpaque(previous).takeUnretainedValue().stapler != nil {
-            _ = mtls_ossl_SSL_CTX_set_status_cb(ctx, nil, nil)
+        if let previous = SSL_CTX_get_ex_data(ctx, TLSExData.ctx) {
+            let earlier = Unmanaged<TLSContextConfig>.fromOpaque(previous).takeUnretainedValue()
+            if earlier.stapler != nil || earlier.followingStapler != nil { _ = mtls_ossl_SSL_CTX_set_status_cb(ctx, nil, nil) }
         }
         // A server staples OCSP for its own certificate as the listener does (fetched and
-        // refreshed in the background, never on the handshake path).
+        // refreshed in the background, never on the handshake path); following an identity
+        // source, for the identity in force (a new stapler when it changes, as a listener's).
         // Its fetch failures go to the identity source's events, else to the policy's.
-        if purpose == .clientAuth, let identity,
-           let stapler = OCSPStapler.start(for: identity, options: handle.revocationFetch,
-                                           events: identitySource?.events ?? handle.events) {
+        if purpose == .clientAuth, let identitySource {
+            config.followingStapler = FollowingStapler(source: identitySource, options: handle.revocationFetch,
+                                                       events: identitySource.events)
+        } else if purpose == .clientAuth, let identity,
+                  let stapler = OCSPStapler.start(for: identity, options: handle.revocationFetch, events: handle.events) {
             config.stapler = stapler
         }
         try install(on: ctx, config: config, identity: identity, verifyMode: SSL_VERIFY_PEER | kept, ownContext: false)
         if let stapler = config.stapler { OCSPStapler.install(stapler, on: ctx) }
+        config.followingStapler?.install(on: ctx)
         ApplicationResumption.install(on: ctx, config: config)
     }
 

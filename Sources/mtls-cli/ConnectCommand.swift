@@ -256,22 +256,8 @@ struct ConnectCommand: ParsableCommand {
         var response: [UInt8] = []
         do {
             let (host, port) = try TrustPeer.splitTarget(target)
-            var o = TLSClientOptions()
-            o.identity = try identityOptions.clientIdentity()
-            // The rule is the one for the peer reached (host and port); --verify-as only changes
-            // the name checked.
-            // --verify-as, --pin, --anchor and --anchors-only are overrides: the library composes
-            // them on top of the policy (and of the rule the host and port select).
-            o.policy = try PolicyBuilder.policy(file: policy, revocation: revocation, revocationMaxAge: revocationMaxAge)
-            o.overrides = try PolicyBuilder.overrides(anchors: anchor, anchorsOnly: anchorsOnly, systemAnchors: systemAnchors, pins: pin, verifyAs: verifyAs,
-                                                      store: identityOptions.openStore)
+            let o = try clientOptions()
             usedPolicy = o.policy
-            o.serverName = sni
-            o.alpn = alpn
-            if let tlsMin { o.minVersion = try Self.version(tlsMin) }
-            if let tlsMax { o.maxVersion = try Self.version(tlsMax) }
-            o.connectTimeout = timeout
-            o.handshakeTimeout = timeout
             let c = try TLSConnection.open(host: host, port: port, options: o)
             conn = c
             try c.handshake()
@@ -323,6 +309,26 @@ struct ConnectCommand: ParsableCommand {
             if !json { throw CLI.fail(failure) }
             throw ExitCode(1)
         }
+    }
+
+    /// The connection options the command line names (`mtls doctor` uses the same).
+    func clientOptions() throws -> TLSClientOptions {
+        var o = TLSClientOptions()
+        o.identity = try identityOptions.clientIdentity()
+        // The rule is the one for the peer reached (host and port); --verify-as only changes
+        // the name checked.
+        // --verify-as, --pin, --anchor and --anchors-only are overrides: the library composes
+        // them on top of the policy (and of the rule the host and port select).
+        o.policy = try PolicyBuilder.policy(file: policy, revocation: revocation, revocationMaxAge: revocationMaxAge)
+        o.overrides = try PolicyBuilder.overrides(anchors: anchor, anchorsOnly: anchorsOnly, systemAnchors: systemAnchors, pins: pin, verifyAs: verifyAs,
+                                                  store: identityOptions.openStore)
+        o.serverName = sni
+        o.alpn = alpn
+        if let tlsMin { o.minVersion = try Self.version(tlsMin) }
+        if let tlsMax { o.maxVersion = try Self.version(tlsMax) }
+        o.connectTimeout = timeout
+        o.handshakeTimeout = timeout
+        return o
     }
 
     /// Who failed or refused, as the library says: the connection for handshake and I/O errors,

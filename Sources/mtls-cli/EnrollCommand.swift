@@ -92,6 +92,7 @@ struct EnrollCommand: ParsableCommand {
         case .user: return "--user"
         case .password: return "--password-file"
         case .bootstrap: return "--identity"
+        case .keepPassword: return "--keep-password"
         case .profile: return "--profile"
         }
     }
@@ -184,6 +185,9 @@ struct EnrollCommand: ParsableCommand {
         @Option(name: .customLong("user"), help: "HTTP basic authentication user.") var user: String?
         @Option(name: .customLong("password-file"), help: "File holding the basic authentication password.") var passwordFile: String?
         @Option(name: .customLong("identity"), help: "A bootstrap identity (store label) presented over TLS.") var identity: String?
+        @Flag(name: .customLong("keep-password"),
+              help: "Keep the password, sealed in the store with the enrollment record, for servers that ask for it on re-enrollment too.")
+        var keepPassword = false
         @Option(name: .customLong("subject"), help: "The subject DN of the request (\"CN=device-1,O=Example\").") var subject: String
         @Option(name: .customLong("label"), help: "The store label of the identity.") var label: String
         @Option(name: .customLong("profile"), help: "client (default) or server: the purpose the issued chain is checked for.")
@@ -212,6 +216,7 @@ struct EnrollCommand: ParsableCommand {
                     request.anchors = anchorCerts
                     request.user = user
                     request.password = password
+                    request.keepPassword = keepPassword
                     request.bootstrap = try identity.map { try store.identity(label: $0) }
                     request.keySpec = spec
                     request.tokenURI = tokenURI

@@ -18,6 +18,7 @@ struct MTLSCommand: ParsableCommand {
             TokenCommand.self,
             StoreCommand.self,
             ConnectCommand.self,
+            DoctorCommand.self,
             ServeCommand.self,
             EnrollCommand.self,
             RenewCommand.self,

@@ -119,6 +119,8 @@ final class EnrollmentRulesTests: XCTestCase {
         var r = ESTEnrollment(url: "https://127.0.0.1:1/.well-known/est", subject: "CN=device-1")
         r.optionNames = marked
         refused({ try r.validate() }, naming: "give <user> and <password>, or <bootstrap>")
+        r.keepPassword = true
+        refused({ try r.validate() }, naming: "<keepPassword> needs <user> and <password>")
         r.user = "device"
         refused({ try r.validate() }, naming: "<user> and <password> go together")
         r.password = SecretBytes(Array("secret".utf8))

@@ -90,6 +90,30 @@ final class EnrollmentTests: XCTestCase {
         XCTAssertFalse(try store.expiry().contains { $0.label == "mtls-enrollment:web" })
     }
 
+    /// Issue 37: an EST password kept for re-enrollment is sealed under the record's key and bound
+    /// to its URL and user: it opens with that key only, is not in the carrier certificate in the
+    /// clear, and a record with another URL (a moved record) does not open it.
+    func testKeptESTPasswordIsSealedUnderTheRecordKey() throws {
+        var record = EnrollmentRecord(source: "est", url: "https://est.test/.well-known/est", account: "device",
+                                      identifiers: ["CN=d"], keyType: "p256", tokenURI: nil, challenge: nil, profile: "client",
+                                      directoryAnchors: [], chainAnchors: [], enrolledAt: 0)
+        XCTAssertFalse(record.keepsPassword)
+        XCTAssertNil(try record.keptPassword(recordKey: PrivateKey.generate(.ecP256)))
+        let key = try PrivateKey.generate(.ecP256)
+        try record.keep(password: SecretBytes(Array("enroll-me".utf8)), recordKey: key)
+        XCTAssertTrue(record.keepsPassword)
+        try record.keptPassword(recordKey: key)?.withBytes { XCTAssertEqual(Array($0), Array("enroll-me".utf8)) }
+        let carrier = try record.carrier(key: key)
+        XCTAssertNil(carrier.leaf.der.firstRange(of: Array("enroll-me".utf8)))
+        XCTAssertEqual(try EnrollmentRecord.read(carrier: carrier.leaf).keptPassword(recordKey: key)?.count, 9)
+        XCTAssertThrowsError(try record.keptPassword(recordKey: PrivateKey.generate(.ecP256))) {
+            XCTAssertEqual(($0 as? MTLSError)?.code, .corrupt)
+        }
+        var moved = record
+        moved.url = "https://elsewhere.test/.well-known/est"
+        XCTAssertThrowsError(try moved.keptPassword(recordKey: key)) { XCTAssertEqual(($0 as? MTLSError)?.code, .corrupt) }
+    }
+
     func testRenewalIsDueAtTwoThirdsOfTheLifetimeLessJitter() throws {
         let cert = try CertificateAuthority.newRoot(commonName: "R", validityDays: 90).leaf
         let lifetime = cert.notAfter.timeIntervalSince(cert.notBefore)

@@ -131,6 +131,21 @@ static void standalone(mtls_store *store, const char *dir) {
     CHECK(strstr(mtls_last_error(), "EST") != NULL);
     b = o; b.ca_key_password = "pw";
     CHECK_RC(mtls_enroll_acme(store, "a", url, names, 1, &b, &out), MTLS_E_INVALID_ARGUMENT);
+    /* keep_password (version 2) is EST's, 0 or 1, and needs a password */
+    b = o; b.keep_password = 1;
+    CHECK_RC(mtls_enroll_acme(store, "a", url, names, 1, &b, &out), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "keep_password") != NULL);
+    mtls_enroll_options e2;
+    CHECK_OK(mtls_enroll_options_init(&e2, MTLS_ENROLL_OPTIONS_VERSION));
+    e2.keep_password = 2;
+    CHECK_RC(mtls_enroll_est(store, "e", url, "CN=e", &e2, &out), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "0 or 1") != NULL);
+    e2.keep_password = 1;
+    CHECK_RC(mtls_enroll_est(store, "e", url, "CN=e", &e2, &out), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "opts->keep_password needs opts->user and opts->password") != NULL);
+    /* a version 1 struct (before keep_password) is still read */
+    CHECK_OK(mtls_enroll_options_init(&e2, 1));
+    CHECK(e2.version == 1);
     b = o; b.timeout_seconds = -1;
     CHECK_RC(mtls_enroll_acme(store, "a", url, names, 1, &b, &out), MTLS_E_INVALID_ARGUMENT);
     b = o; b.anchor_count = 1;  /* anchors NULL */

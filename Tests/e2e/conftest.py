@@ -11,6 +11,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "Tests", "support"))
 from ports import free_port, wait_port  # noqa: E402,F401 (the shared helpers, for the tests)
+from nginx_server import stop_process  # noqa: E402
 DEFAULT_PREFIX = os.path.join(REPO, "out", "prefix")
 
 
@@ -101,6 +102,18 @@ def run_cli(*args, check=False, input=None, timeout=60):
     """Runs the mtls CLI; returns the CompletedProcess (text mode)."""
     return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, input=input,
                           timeout=timeout, check=check)
+
+
+def stop(*procs):
+    """Stops each process a fixture started (nginx_server.stop_process: SIGTERM, SIGKILL after 10 s)."""
+    for p in procs:
+        stop_process(p)
+
+
+def store_args(d, secret):
+    """The CLI arguments of a store in `d` whose secret file holds `secret`."""
+    write_secret(d / "secret", secret + "\n")
+    return ["--store", d / "store.db", "--secret-file", d / "secret"]
 
 
 def server_pki(d, root_name):

@@ -41,7 +41,7 @@ def pki(tmp_path):
 @pytest.fixture
 def store(tmp_path):
     write_secret(tmp_path / "secret", "api secret\n")
-    with mtls.Store(tmp_path / "store.db", secret_file=tmp_path / "secret") as st:
+    with mtls.Store(tmp_path / "store.db", secret_file=tmp_path / "secret", create=True) as st:
         yield st
 
 
@@ -173,3 +173,16 @@ def test_python_enroll_est_then_reenroll_over_mutual_tls(est, store):  # noqa: F
     assert store.info("dev").leaf_sha256 == leaf.sha256_hex
     assert mtls.renew(store, "dev", force=True) is True
     assert store.info("dev").leaf_sha256 != leaf.sha256_hex
+
+
+def test_python_enroll_est_keep_password_for_a_server_asking_for_http_auth_on_reenrollment(est, store):  # noqa: F811
+    """Issue 37: keep_password=True keeps the password (sealed with the record) and renewal sends it
+    to a server that asks for HTTP authentication on /simplereenroll as well as the certificate."""
+    anchor = mtls.Certificate.load(str(est.root))
+    mtls.enroll_est(store, "plain", est.url_auth, "CN=device-py-2", user="device", password="enroll-me", anchors=[anchor])
+    with pytest.raises(mtls.CARejected, match="keep_password"):
+        mtls.renew(store, "plain", force=True)
+    leaf = mtls.enroll_est(store, "kept", est.url_auth, "CN=device-py-3", user="device", password="enroll-me",
+                           anchors=[anchor], keep_password=True)
+    assert mtls.renew(store, "kept", force=True) is True
+    assert store.info("kept").leaf_sha256 != leaf.sha256_hex

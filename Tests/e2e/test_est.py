@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from conftest import free_port, wait_port, run_cli, write_secret, require_tool
+from conftest import free_port, wait_port, run_cli, write_secret, require_tool, stop, store_args
 
 CGI = r"""#!/bin/sh
 # EST over CGI: /cacerts, /simpleenroll, /simplereenroll (nginx decides who may call which).
@@ -58,10 +58,30 @@ def est(tmp_path_factory):
     sock = d / "fcgi.sock"
     fcgi = subprocess.Popen(["fcgiwrap", "-s", f"unix:{sock}"], env=dict(os.environ, EST_DIR=str(d)),
                             stdout=subprocess.DEVNULL, stderr=open(d / "logs" / "fcgi.log", "w"))
-    port = free_port()
+    port, port_auth = free_port(), free_port()
     issued = ca / "issued" / "localhost"
     fastcgi = f"""include /etc/nginx/fastcgi_params; fastcgi_param SCRIPT_FILENAME {cgi};
       fastcgi_param SCRIPT_NAME $uri; fastcgi_param EST_DIR {d}; fastcgi_pass unix:{sock};"""
+
+    def server(listen, reenroll_auth):
+        """One EST server block; `reenroll_auth` adds HTTP authentication to /simplereenroll."""
+        auth = f'auth_basic "est"; auth_basic_user_file {d / "htpasswd"};' if reenroll_auth else ""
+        return f"""
+  server {{
+    listen 127.0.0.1:{listen} ssl;
+    ssl_certificate {issued / "chain.pem"}; ssl_certificate_key {issued / "key.pem"};
+    ssl_client_certificate {d / "chain.pem"}; ssl_verify_client optional; ssl_verify_depth 3;
+    location = /.well-known/est/cacerts {{ {fastcgi} }}
+    location = /.well-known/est/simpleenroll {{ auth_basic "est"; auth_basic_user_file {d / "htpasswd"}; {fastcgi} }}
+    location = /.well-known/est/simplereenroll {{
+      if ($ssl_client_verify != SUCCESS) {{ return 403; }}
+      {auth}
+      {fastcgi}
+    }}
+  }}"""
+
+    # port_auth: as Cisco libest's estserver by default (RFC 7030 §3.2.3), HTTP authentication on
+    # /simplereenroll as well as the client certificate.
     (d / "nginx.conf").write_text(f"""
 error_log {d}/logs/error.log;
 pid {d}/nginx.pid;
@@ -70,37 +90,24 @@ http {{
   access_log {d}/logs/access.log;
   client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;
   fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
-  server {{
-    listen 127.0.0.1:{port} ssl;
-    ssl_certificate {issued / "chain.pem"}; ssl_certificate_key {issued / "key.pem"};
-    ssl_client_certificate {d / "chain.pem"}; ssl_verify_client optional; ssl_verify_depth 3;
-    location = /.well-known/est/cacerts {{ {fastcgi} }}
-    location = /.well-known/est/simpleenroll {{ auth_basic "est"; auth_basic_user_file {d / "htpasswd"}; {fastcgi} }}
-    location = /.well-known/est/simplereenroll {{
-      if ($ssl_client_verify != SUCCESS) {{ return 403; }}
-      {fastcgi}
-    }}
-  }}
+{server(port, False)}
+{server(port_auth, True)}
 }}
 """)
     nginx = subprocess.Popen(["nginx", "-c", str(d / "nginx.conf"), "-p", str(d), "-g", "daemon off; master_process off;"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
         wait_port(port, nginx)
-        yield types.SimpleNamespace(dir=d, url=f"https://127.0.0.1:{port}/.well-known/est", root=pki / "root" / "cert.pem")
+        wait_port(port_auth, nginx)
+        yield types.SimpleNamespace(dir=d, url=f"https://127.0.0.1:{port}/.well-known/est", root=pki / "root" / "cert.pem",
+                                    url_auth=f"https://127.0.0.1:{port_auth}/.well-known/est")
     finally:
-        for p in (nginx, fcgi):
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(nginx, fcgi)
 
 
 @pytest.fixture
 def store(tmp_path):
-    write_secret(tmp_path / "secret", "est secret\n")
-    return ["--store", tmp_path / "store.db", "--secret-file", tmp_path / "secret"]
+    return store_args(tmp_path, "est secret")
 
 
 def show(store, label):
@@ -150,3 +157,30 @@ def test_est_reenroll_without_a_client_certificate_is_refused(est, store, tmp_pa
     r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", est.root, "-X", "POST",
                         "--data-binary", "x", est.url + "/simplereenroll"], capture_output=True, text=True)
     assert r.stdout == "403", r.stdout + r.stderr
+
+
+def test_est_reenroll_where_the_server_also_asks_for_http_auth_uses_the_kept_password(est, store, tmp_path):
+    """Issue 37: a server that asks for HTTP authentication on /simplereenroll as well as the
+    client certificate. With --keep-password the password is kept (sealed: it is nowhere in the
+    store file in the clear) and renewal sends it; without it, renewal says what to do."""
+    write_secret(tmp_path / "pw", "enroll-me\n")
+    base = ["enroll", "est", "--url", est.url_auth, "--anchor", est.root, "--user", "device", "--password-file", tmp_path / "pw"]
+    r = run_cli(*base, "--subject", "CN=device-4", "--label", "plain", *store, "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run_cli("renew", "plain", "--force", *store, "--json", timeout=120)
+    assert r.returncode != 0
+    out = json.loads(r.stdout)
+    assert out["error"] == "ca_rejected" and "401" in out["message"] and "--keep-password" in out["message"], out
+
+    r = run_cli(*base, "--keep-password", "--subject", "CN=device-5", "--label", "kept", *store, "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    first = json.loads(r.stdout)
+    assert b"enroll-me" not in (tmp_path / "store.db").read_bytes()
+    for _ in range(2):  # the password stays kept across renewals
+        r = run_cli("renew", "kept", "--force", *store, "--json", timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        renewed = json.loads(r.stdout)
+        assert renewed["renewed"] is True and renewed["serial"] != first["serial"]
+        first = renewed
+    assert show(store, "kept")["leaf_sha256"] == renewed["leaf_sha256"]
+

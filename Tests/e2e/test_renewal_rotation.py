@@ -76,8 +76,14 @@ def test_a_renewed_client_identity_reaches_the_next_connection(tmp_path):
             assert renewed == 1
             new = st.info("device").leaf_sha256
             assert new != old
-            deadline = time.monotonic() + 2
-            while source.current.leaf.sha256_hex != new and time.monotonic() < deadline:
+            # The identity is put in force first and the event is delivered after it (on the
+            # watcher's thread): wait for both, not just the first, or a loaded machine sees the
+            # new identity before its event.
+            def rotated():
+                return (source.current.leaf.sha256_hex == new
+                        and any(e.kind == "identity_rotated" for e in events))
+            deadline = time.monotonic() + 10
+            while not rotated() and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert source.current.leaf.sha256_hex == new
             assert [e.kind for e in events if e.kind != "expiry_warning"] == ["identity_rotated"], events

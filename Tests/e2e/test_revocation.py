@@ -503,13 +503,10 @@ def connect_to_openssl_stapling(ocsp, crt, key, ca_pem, resp, version, name):
         p.wait(10)
 
 
-@pytest.mark.parametrize("version", ["-tls1_3", "-tls1_2"])
-@pytest.mark.parametrize("revoked", [False, True])
-def test_client_checks_a_staple_from_openssl_s_server(ocsp, tmp_path, revoked, version):
-    # TLS 1.2 sends the staple after the certificate, which OpenSSL verifies first: the check
-    # waits for it (the status callback), so a good staple answers without any fetch (the
-    # responder named is dead) and a revoked one refuses.
-    # The server's certificate names a responder nothing listens on: only the staple can answer.
+def staple_files(ocsp, tmp_path, revoked):
+    """A server certificate for staple.test naming a responder nothing listens on, its key, its
+    CA and a fresh OCSP response for it (good, or revoked keyCompromise) made by `openssl ocsp`:
+    only a staple can answer for it."""
     from mtls import IssuedCertificate
     ca = IssuedCertificate.load(ocsp.ca / "cert.pem", ocsp.ca / "key.pem")
     dead = free_port()
@@ -531,6 +528,16 @@ def test_client_checks_a_staple_from_openssl_s_server(ocsp, tmp_path, revoked, v
     subprocess.run(["openssl", "ocsp", "-index", index, "-rsigner", ocsp.ca / "cert.pem", "-rkey", ocsp.ca / "key.pem",
                     "-CA", ocsp.ca / "cert.pem", "-reqin", req, "-respout", resp, "-nmin", "10"],
                    check=True, capture_output=True)
+    return crt, key, ca_pem, resp
+
+
+@pytest.mark.parametrize("version", ["-tls1_3", "-tls1_2"])
+@pytest.mark.parametrize("revoked", [False, True])
+def test_client_checks_a_staple_from_openssl_s_server(ocsp, tmp_path, revoked, version):
+    # TLS 1.2 sends the staple after the certificate, which OpenSSL verifies first: the check
+    # waits for it (the status callback), so a good staple answers without any fetch (the
+    # responder named is dead) and a revoked one refuses.
+    crt, key, ca_pem, resp = staple_files(ocsp, tmp_path, revoked)
     r, out = connect_to_openssl_stapling(ocsp, crt, key, ca_pem, resp, version, "staple.test")
     ev = out["evaluation"]
     [c] = ev["revocation"]["checks"]
@@ -664,39 +671,33 @@ def _libssl():
     return libssl
 
 
-def test_application_ssl_ctx_staples_ocsp_for_its_own_certificate(ocsp, tmp_path):
-    # An application's own SSL_CTX configured to accept clients (mtls_ssl_ctx_configure*) staples
-    # as the listener does: the staple is fetched in the background from the certificate's
-    # responder, and `openssl s_client -status` sees it.
-    import socket
-    import mtls
-    from mtls import IssuedCertificate
-    ca = IssuedCertificate.load(ocsp.ca / "cert.pem", ocsp.ca / "key.pem")
-    port = free_port()
-    server = ca.issue_server("appctx.test", dns=["appctx.test"], ocsp_url=f"http://127.0.0.1:{port}/")
-    serial = server.certificate.serial_hex.upper()
-    serial = "0" * (len(serial) % 2) + serial
-    index = tmp_path / "index.txt"
-    index.write_text(f"V\t{openssl_time(time.time() + 86400)}\t\t{serial}\tunknown\t/CN=appctx.test\n")
-    responder = start_ocsp_responder("-index", index, "-port", port, "-rsigner", ocsp.ca / "cert.pem",
-                                     "-rkey", ocsp.ca / "key.pem", "-CA", ocsp.ca / "cert.pem", "-nmin", "10")
-    libssl = _libssl()
-    ctx = libssl.SSL_CTX_new(libssl.TLS_method())
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen(4)
-    lsock.settimeout(0.2)
-    stop = threading.Event()
-    t = None
+class AppServer:
+    """An application's own server SSL_CTX (OpenSSL through ctypes) accepting on 127.0.0.1 in a
+    thread, as nginx- or Apache-style programs do, after `configure(ctx)` (libmtls configures it)."""
 
-    def serve():
-        while not stop.is_set():
+    def __init__(self, configure):
+        import socket
+        self.libssl = libssl = _libssl()
+        self.ctx = libssl.SSL_CTX_new(libssl.TLS_method())
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(4)
+        self.lsock.settimeout(0.2)
+        self.port = self.lsock.getsockname()[1]
+        self.stop_event = threading.Event()
+        configure(self.ctx)
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        libssl = self.libssl
+        while not self.stop_event.is_set():
             try:
-                conn, _ = lsock.accept()
+                conn, _ = self.lsock.accept()
             except OSError:
                 continue
             conn.setblocking(True)  # accepted from a socket with a timeout: OpenSSL needs it blocking
-            ssl = libssl.SSL_new(ctx)
+            ssl = libssl.SSL_new(self.ctx)
             try:
                 libssl.SSL_set_fd(ssl, conn.fileno())
                 if libssl.SSL_accept(ssl) == 1:
@@ -705,35 +706,97 @@ def test_application_ssl_ctx_staples_ocsp_for_its_own_certificate(ocsp, tmp_path
                 libssl.SSL_free(ssl)
                 conn.close()
 
-    try:
-        mtls.configure_ssl_ctx(ctx, server.identity, mtls.Policy(anchors=[ca.certificate]), accepts_clients=True)
-        t = threading.Thread(target=serve, daemon=True)
-        t.start()
+    def status(self, ca, *args):
+        """`openssl s_client -status` output against this server."""
+        r = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{self.port}", "-status", "-CAfile", ca, *args],
+                           input=b"", capture_output=True, timeout=20)
+        return r.stdout.decode(errors="replace")
+
+    def stapled(self, ca, serial, *args, within=20):
+        """Waits (the stapler fetches in the background) for a good staple for `serial`; the output."""
         text = ""
-        end = time.monotonic() + 20
+        end = time.monotonic() + within
         while time.monotonic() < end:
-            r = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{lsock.getsockname()[1]}",
-                                "-servername", "appctx.test", "-status", "-CAfile", ocsp.ca / "cert.pem"],
-                               input=b"", capture_output=True, timeout=20)
-            text = r.stdout.decode(errors="replace")
-            if "OCSP Response Status: successful" in text:
+            text = self.status(ca, *args)
+            if "Cert Status: good" in text and f"Serial Number: {serial}" in text:
                 break
             time.sleep(0.5)
+        return text
+
+    def close(self):
+        self.stop_event.set()
+        self.thread.join(15)
+        self.lsock.close()
+        self.libssl.SSL_CTX_free(self.ctx)
+
+
+def app_server_certificates(ocsp, tmp_path, names, port):
+    """Server certificates for `names` naming the responder on `port`, and that responder
+    (`openssl ocsp`) knowing each as good: (certificates, responder, CA)."""
+    from mtls import IssuedCertificate
+    ca = IssuedCertificate.load(ocsp.ca / "cert.pem", ocsp.ca / "key.pem")
+    servers = [ca.issue_server(n, dns=[n], ocsp_url=f"http://127.0.0.1:{port}/") for n in names]
+    lines = []
+    for n, server in zip(names, servers):
+        serial = server.certificate.serial_hex.upper()
+        lines.append(f"V\t{openssl_time(time.time() + 86400)}\t\t{'0' * (len(serial) % 2) + serial}\tunknown\t/CN={n}\n")
+    index = tmp_path / "index.txt"
+    index.write_text("".join(lines))
+    (tmp_path / "index.txt.attr").write_text("unique_subject = no\n")
+    responder = start_ocsp_responder("-index", index, "-port", port, "-rsigner", ocsp.ca / "cert.pem",
+                                     "-rkey", ocsp.ca / "key.pem", "-CA", ocsp.ca / "cert.pem", "-nmin", "10")
+    return servers, responder, ca
+
+
+def test_application_ssl_ctx_staples_ocsp_for_its_own_certificate(ocsp, tmp_path):
+    # An application's own SSL_CTX configured to accept clients (mtls_ssl_ctx_configure*) staples
+    # as the listener does: the staple is fetched in the background from the certificate's
+    # responder, and `openssl s_client -status` sees it.
+    import mtls
+    port = free_port()
+    [server], responder, ca = app_server_certificates(ocsp, tmp_path, ["appctx.test"], port)
+    app = None
+    try:
+        app = AppServer(lambda ctx: mtls.configure_ssl_ctx(ctx, server.identity, mtls.Policy(anchors=[ca.certificate]),
+                                                           accepts_clients=True))
+        serial = server.certificate.serial_hex.upper()
+        text = app.stapled(ocsp.ca / "cert.pem", serial, "-servername", "appctx.test")
         assert "OCSP Response Status: successful" in text, text
         assert "Cert Status: good" in text
         assert "appctx.test" in text
         # TLS 1.2 too.
-        r = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{lsock.getsockname()[1]}", "-tls1_2",
-                            "-status", "-CAfile", ocsp.ca / "cert.pem"], input=b"", capture_output=True, timeout=20)
-        assert "OCSP Response Status: successful" in r.stdout.decode(errors="replace"), (r.stdout + r.stderr).decode()
+        assert "OCSP Response Status: successful" in app.status(ocsp.ca / "cert.pem", "-tls1_2")
     finally:
-        stop.set()
-        if t is not None:
-            t.join(15)
-        lsock.close()
+        if app is not None:
+            app.close()
         responder.terminate()
         responder.wait(10)
-        libssl.SSL_CTX_free(ctx)
+
+
+def test_application_ssl_ctx_following_an_identity_source_staples_the_current_identity(ocsp, tmp_path):
+    """Issue 37: an application's server SSL_CTX configured with an identity source staples for
+    the identity in force, as a listener does: after the source changes to a new certificate,
+    the staple is fetched for it (before, the stapler kept the first certificate's and nothing
+    was stapled after a rotation)."""
+    import mtls
+    port = free_port()
+    (first, second), responder, ca = app_server_certificates(ocsp, tmp_path, ["rot1.test", "rot2.test"], port)
+    source = mtls.IdentitySource(first.identity)
+    app = None
+    try:
+        app = AppServer(lambda ctx: mtls.configure_ssl_ctx(ctx, None, mtls.Policy(anchors=[ca.certificate]),
+                                                           accepts_clients=True, identity_source=source))
+        for server in (first, second):
+            source.set(server.identity)
+            for version in ("-tls1_3", "-tls1_2"):
+                serial = server.certificate.serial_hex.upper()
+                text = app.stapled(ocsp.ca / "cert.pem", serial, version)
+                assert "Cert Status: good" in text and f"Serial Number: {serial}" in text, text
+    finally:
+        if app is not None:
+            app.close()
+        responder.terminate()
+        responder.wait(10)
 
 
 # ---- One freshness rule for every revocation answer (issue 35 item 5) -------------------------
@@ -1015,3 +1078,45 @@ def test_a_policy_crl_file_without_a_crl_number_is_used(pki, tmp_path, mode):
     assert "crl_invalid" not in [x["code"] for x in out["reasons"]], out
     r, out = verify(pki, "laptop", "--policy", policy)
     assert r.returncode != 0 and "revoked" in [x["code"] for x in out["reasons"]], out
+
+
+@pytest.mark.parametrize("revoked", [False, True])
+def test_application_client_ssl_ctx_uses_a_tls12_staple(ocsp, tmp_path, revoked):
+    """Issue 37: an application's own client SSL_CTX (curl-style) configured by libmtls, with a
+    hard OCSP policy, against `openssl s_server -status_file` over TLS 1.2 (the staple arrives
+    after the certificate is verified): a good fresh staple completes the handshake without the
+    responder (nothing listens there), a revoked one fails it."""
+    import ctypes
+    import socket
+    import struct
+    import mtls
+    crt, key, ca_pem, resp = staple_files(ocsp, tmp_path, revoked)
+    port = free_port()
+    p = subprocess.Popen(["openssl", "s_server", "-accept", str(port), "-cert", crt, "-key", key, "-cert_chain", ca_pem,
+                          "-status_file", resp, "-tls1_2", "-quiet"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    libssl = _libssl()
+    libssl.SSL_connect.restype, libssl.SSL_connect.argtypes = ctypes.c_int, [ctypes.c_void_p]
+    ctx = libssl.SSL_CTX_new(libssl.TLS_method())
+    try:
+        wait_port(port, p)
+        policy = mtls.Policy(anchors=[mtls.Certificate.load(str(ocsp.ca / "cert.pem"))],
+                             revocation={"mode": "hard", "sources": ["ocsp"], "timeout_ms": 3000})
+        mtls.configure_ssl_ctx(ctx, None, policy)
+        mtls.set_ssl_ctx_peer(ctx, "127.0.0.1", port, verify_as="staple.test")
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+            sock.settimeout(None)  # OpenSSL needs the descriptor blocking; a stalled server still ends:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 20, 0))
+            ssl = libssl.SSL_new(ctx)
+            try:
+                libssl.SSL_set_fd(ssl, sock.fileno())
+                rc = libssl.SSL_connect(ssl)
+                if rc == 1:
+                    libssl.SSL_shutdown(ssl)
+            finally:
+                libssl.SSL_free(ssl)
+        assert (rc == 1) == (not revoked), rc
+    finally:
+        libssl.SSL_CTX_free(ctx)
+        p.kill()
+        p.wait(10)

@@ -4,7 +4,7 @@
  * and PKCS#11 calls (load and initialise the module, find the token, open a session, log in, find
  * the certificate by CKA_ID and parse it, find the private key with the same CKA_ID, finalise),
  * in the same process, interleaved.
- *   usage: bench_tokens MODULE TOKEN_LABEL ID_BYTE PIN [ROUNDS]
+ *   usage: bench_tokens MODULE TOKEN_LABEL ID_HEX PIN [ROUNDS]
  *
  * Token signatures within handshakes: a TLS 1.3 client (an SSL_CTX configured with the token
  * identity by mtls_ssl_ctx_configure) handshakes with a libmtls listener in this process; the
@@ -12,7 +12,7 @@
  * signed content, hashing, libmtls's provider, C_SignInit + C_Sign on the token, encoding) is
  * compared with raw C_SignInit + C_Sign of the same mechanism on the same key object, through
  * its own p11-kit session, interleaved round by round.
- *   usage: bench_tokens sign MODULE TOKEN_LABEL ID_BYTE PIN DIR [ROUNDS]
+ *   usage: bench_tokens sign MODULE TOKEN_LABEL ID_HEX PIN DIR [ROUNDS]
  *   (DIR: made by scripts/softhsm-token.sh, for ca.pem, server.pem and server.key) */
 #define _POSIX_C_SOURCE 200809L
 #include <mtls.h>
@@ -41,8 +41,28 @@ static void run_mtls(const char *uri) {
     mtls_identity_free(id);
 }
 
-static CK_OBJECT_HANDLE find_one(CK_FUNCTION_LIST *f, CK_SESSION_HANDLE s, CK_OBJECT_CLASS cls, unsigned char id) {
-    CK_ATTRIBUTE t[2] = {{CKA_CLASS, &cls, sizeof cls}, {CKA_ID, &id, 1}};
+/* A CKA_ID given in hex ("01", or a TPM key's longer random id), and its URI form (%01...). */
+struct key_id {
+    unsigned char bytes[64];
+    size_t len;
+    char uri[64 * 3 + 1];
+};
+
+static struct key_id parse_id(const char *hex) {
+    struct key_id id = {{0}, 0, {0}};
+    size_t n = strlen(hex);
+    if (n == 0 || n % 2 || n / 2 > sizeof id.bytes) die("the key id (hex bytes)", 0);
+    for (size_t i = 0; i < n / 2; i++) {
+        char byte[3] = {hex[2 * i], hex[2 * i + 1], 0};
+        id.bytes[i] = (unsigned char)strtoul(byte, NULL, 16);
+        snprintf(id.uri + 3 * i, 4, "%%%02x", id.bytes[i]);
+    }
+    id.len = n / 2;
+    return id;
+}
+
+static CK_OBJECT_HANDLE find_one(CK_FUNCTION_LIST *f, CK_SESSION_HANDLE s, CK_OBJECT_CLASS cls, const struct key_id *id) {
+    CK_ATTRIBUTE t[2] = {{CKA_CLASS, &cls, sizeof cls}, {CKA_ID, (void *)id->bytes, id->len}};
     CK_OBJECT_HANDLE h = 0;
     CK_ULONG n = 0;
     CK_RV rv = f->C_FindObjectsInit(s, t, 2);
@@ -53,7 +73,7 @@ static CK_OBJECT_HANDLE find_one(CK_FUNCTION_LIST *f, CK_SESSION_HANDLE s, CK_OB
     return h;
 }
 
-static void run_raw(const char *module, const char *label, unsigned char id, const char *pin) {
+static void run_raw(const char *module, const char *label, const struct key_id *id, const char *pin) {
     CK_FUNCTION_LIST *f = p11_kit_module_load(module, 0);
     if (!f) die("p11_kit_module_load", 0);
     CK_RV rv = p11_kit_module_initialize(f);
@@ -144,14 +164,14 @@ static mtls_policy *anchored_policy(const char *dir) {
 
 static int run_sign(int argc, char **argv) {
     if (argc < 7) {
-        fprintf(stderr, "usage: bench_tokens sign MODULE TOKEN_LABEL ID_BYTE PIN DIR [ROUNDS]\n");
+        fprintf(stderr, "usage: bench_tokens sign MODULE TOKEN_LABEL ID_HEX PIN DIR [ROUNDS]\n");
         return 2;
     }
     const char *module = argv[2], *label = argv[3], *pin = argv[5], *dir = argv[6];
-    unsigned char id = (unsigned char)strtoul(argv[4], NULL, 16);
+    struct key_id kid = parse_id(argv[4]), *id = &kid;
     int rounds = argc > 7 ? atoi(argv[7]) : 101;
     char uri[4096];
-    snprintf(uri, sizeof uri, "pkcs11:token=%s;id=%%%02x?module-path=%s&pin-value=%s", label, id, module, pin);
+    snprintf(uri, sizeof uri, "pkcs11:token=%s;id=%s?module-path=%s&pin-value=%s", label, id->uri, module, pin);
     mtls_identity *identity = NULL, *server_identity = NULL;
     if (mtls_identity_from_pkcs11(uri, NULL, NULL, NULL, &identity) != MTLS_OK) die(mtls_last_error(), 0);
     char *cert = read_text(dir, "server.pem"), *server_key = read_text(dir, "server.key");
@@ -298,14 +318,14 @@ static int run_sign(int argc, char **argv) {
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "sign") == 0) return run_sign(argc, argv);
     if (argc < 5) {
-        fprintf(stderr, "usage: bench_tokens MODULE TOKEN_LABEL ID_BYTE PIN [ROUNDS]\n");
+        fprintf(stderr, "usage: bench_tokens MODULE TOKEN_LABEL ID_HEX PIN [ROUNDS]\n");
         return 2;
     }
     const char *module = argv[1], *label = argv[2], *pin = argv[4];
-    unsigned char id = (unsigned char)strtoul(argv[3], NULL, 16);
+    struct key_id kid = parse_id(argv[3]), *id = &kid;
     int rounds = argc > 5 ? atoi(argv[5]) : 41;
     char uri[2048];
-    snprintf(uri, sizeof uri, "pkcs11:token=%s;id=%%%02x?module-path=%s&pin-value=%s", label, id, module, pin);
+    snprintf(uri, sizeof uri, "pkcs11:token=%s;id=%s?module-path=%s&pin-value=%s", label, id->uri, module, pin);
     double *tm = calloc((size_t)rounds, sizeof *tm), *to = calloc((size_t)rounds, sizeof *to);
     run_mtls(uri); /* warm up both paths (dlopen, provider loading) */
     run_raw(module, label, id, pin);

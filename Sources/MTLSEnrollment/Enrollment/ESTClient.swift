@@ -42,6 +42,11 @@ package struct ESTClient {
                 usleep(UInt32((r.retryAfter(max: 60) ?? 5) * 1_000_000))
                 continue
             }
+            if r.status == 401 && reenroll && user == nil {
+                throw MTLSError(.caRejected, "\(what): the EST server asks for HTTP authentication as well as the client certificate (HTTP 401), "
+                                + "and no password was kept for it: enroll again keeping the password (mtls enroll est --keep-password; "
+                                + "C: opts->keep_password = 1; Python: keep_password=True) so that renewals can send it")
+            }
             guard r.status == 200 else { throw ESTClient.failure(r, what) }
             let certs = try ESTClient.certificates(r.body, "the \(what) answer")
             guard let leaf = certs.first(where: { $0.basicConstraints?.isCA != true }) ?? certs.first else {

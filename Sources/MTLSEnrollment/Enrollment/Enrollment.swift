@@ -197,12 +197,13 @@ public enum Enrollment {
                                       keyType: "", tokenURI: request.tokenURI, challenge: nil, profile: request.profile.rawValue,
                                       directoryAnchors: anchors, chainAnchors: anchors, enrolledAt: Date().timeIntervalSince1970)
         return try issueEST(record: record, keySpec: request.keySpec ?? .ecP256, user: request.user, password: request.password,
+                            keepPassword: request.keepPassword,
                             client: request.bootstrap.map { .identity($0) } ?? ClientIdentity.none, reenroll: false,
                             tokenPIN: request.tokenPIN, store: store, label: label, policy: policy, timeout: request.timeout)
     }
 
     private static func issueEST(record: EnrollmentRecord, keySpec: KeySpec, user: String?, password: SecretBytes?,
-                                 client: ClientIdentity, reenroll: Bool, tokenPIN: SecretBytes?, store: CredentialStore,
+                                 keepPassword: Bool, client: ClientIdentity, reenroll: Bool, tokenPIN: SecretBytes?, store: CredentialStore,
                                  label: String, policy: TrustPolicy?, timeout: Double = ESTEnrollment.defaultTimeout) throws -> EnrollmentResult {
         guard let subject = record.identifiers.first else { throw MTLSError(.corrupt, "the EST record of \"\(label)\" has no subject") }
         var options = TLSClientOptions()
@@ -221,6 +222,12 @@ public enum Enrollment {
         if r.chainAnchors.isEmpty, let top = path.last { r.chainAnchors = EnrollmentRecord.encode([top]) }
         let recordedKey = try? store.enrollmentRecordAndKey(label: label).accountKey
         let accountKey = try recordedKey ?? PrivateKey.generate(.ecP256)
+        // A re-enrollment keeps the record's sealed password as it is (same record key); an
+        // enrollment keeps it only when asked.
+        if !reenroll {
+            r.sealedPassword = nil
+            if keepPassword, let password { try r.keep(password: password, recordKey: accountKey) }
+        }
         return try install(key: key, issued: [leaf] + path, record: r, accountKey: accountKey, store: store, label: label,
                            policy: policy, tokenPIN: tokenPIN, writeToToken: true)
     }
@@ -415,7 +422,11 @@ public enum Enrollment {
             } else {
                 client = .identity(try IdentityCandidate(token: try store.tokenIdentity(label: label), pin: tokenPIN).identity())
             }
-            result = try issueEST(record: record, keySpec: keySpec, user: nil, password: nil, client: client, reenroll: true,
+            // A server that also asks for HTTP authentication (RFC 7030 §3.2.3) gets the
+            // password kept at enrollment, when it was kept.
+            let kept = try record.keptPassword(recordKey: try store.enrollmentRecordAndKey(label: label).accountKey)
+            result = try issueEST(record: record, keySpec: keySpec, user: kept == nil ? nil : record.account, password: kept,
+                                  keepPassword: kept != nil, client: client, reenroll: true,
                                   tokenPIN: tokenPIN, store: store, label: label, policy: policy)
         default:
             throw MTLSError(.unsupported, "\"\(label)\" was enrolled from \"\(record.source)\", which this libmtls cannot renew")

@@ -34,6 +34,13 @@ public struct EnrollmentRecord: Codable, Sendable, Equatable {
     /// Token identities: the keys earlier renewals replaced, with when (absent in records
     /// written before it existed). Deleted after ``RenewalOptions/deletePreviousTokenKeysAfter``.
     public var previousTokenKeys: [RetiredTokenKey]? = nil
+    /// EST: the basic-authentication password kept for re-enrollment (``ESTEnrollment/keepPassword``),
+    /// sealed (AES-256-GCM, base64) under a key derived from the record's private key — which the
+    /// store seals at rest — and bound to the EST URL and user. nil: no password kept.
+    var sealedPassword: String? = nil
+
+    /// Whether an EST password is kept with this record for re-enrollment.
+    public var keepsPassword: Bool { sealedPassword != nil }
 
     /// A token key a renewal replaced.
     public struct RetiredTokenKey: Codable, Sendable, Equatable {
@@ -89,6 +96,28 @@ public struct EnrollmentRecord: Codable, Sendable, Equatable {
         do { return try JSONDecoder().decode(EnrollmentRecord.self, from: json) } catch {
             throw MTLSError(.corrupt, "the enrollment record is not readable: \(error)")
         }
+    }
+
+    static let passwordPurpose = "libmtls-enrollment/est-password/v1"
+
+    private var passwordAAD: [UInt8] { Array((source + "\u{0}" + url + "\u{0}" + (account ?? "")).utf8) }
+
+    /// Keeps `password` in the record, sealed under a key derived from `recordKey` (the key of
+    /// the record's carrier row, which the store seals).
+    mutating func keep(password: SecretBytes, recordKey: PrivateKey) throws {
+        let key = try StoreRowAuthenticator.derive(try recordKey.pkcs8DER(), purpose: EnrollmentRecord.passwordPurpose)
+        sealedPassword = Data(try StoreCrypto.seal(password, key: key, aad: passwordAAD)).base64EncodedString()
+    }
+
+    /// The password kept with the record (nil when none is), opened with `recordKey`.
+    func keptPassword(recordKey: PrivateKey) throws -> SecretBytes? {
+        guard let sealedPassword else { return nil }
+        let key = try StoreRowAuthenticator.derive(try recordKey.pkcs8DER(), purpose: EnrollmentRecord.passwordPurpose)
+        guard let sealed = Data(base64Encoded: sealedPassword),
+              let password = try StoreCrypto.open(Array(sealed), key: key, aad: passwordAAD) else {
+            throw MTLSError(.corrupt, "the EST password kept with the enrollment record does not open")
+        }
+        return password
     }
 
     static func encode(_ certificates: [Certificate]) -> [String] { certificates.map { Data($0.der).base64EncodedString() } }

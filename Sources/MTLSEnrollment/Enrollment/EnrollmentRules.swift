@@ -39,6 +39,8 @@ public enum EnrollmentOption: String, Sendable, CaseIterable {
     case password
     /// EST: a bootstrap identity presented over TLS.
     case bootstrap
+    /// EST: keep the password, sealed with the enrollment record, for re-enrollment.
+    case keepPassword
     /// The certificate profile (server or client).
     case profile
 
@@ -61,6 +63,7 @@ public enum EnrollmentOption: String, Sendable, CaseIterable {
         case .user: return "a user"
         case .password: return "a password"
         case .bootstrap: return "a bootstrap identity"
+        case .keepPassword: return "keeping the password"
         case .profile: return "the profile"
         }
     }
@@ -261,6 +264,11 @@ public struct ESTEnrollment: EnrollmentRequest {
     public var password: SecretBytes?
     /// A bootstrap identity presented over TLS (instead of, or as well as, basic authentication).
     public var bootstrap: Identity?
+    /// Keep ``password`` for re-enrollment, for a server that asks for HTTP authentication on
+    /// `/simplereenroll` as well as the client certificate (RFC 7030 §3.2.3). It is sealed in
+    /// the store with the enrollment record (AES-256-GCM under a key derived from the record's
+    /// own private key, which the store seals); off by default, so nothing of the password stays.
+    public var keepPassword = false
     /// Type of a new key (nil: EC P-256); not with ``tokenURI``.
     public var keySpec: KeySpec?
     /// A key on a token (`pkcs11:` URI of an existing private key) instead of a new key.
@@ -286,12 +294,15 @@ public struct ESTEnrollment: EnrollmentRequest {
 
     /// Checks the request before anything is sent or made (``Enrollment/enrollEST(_:store:label:policy:)``
     /// calls it): a user and a password go together, and one of them or a bootstrap identity is
-    /// needed; no key type with a token key; a server or client profile.
+    /// needed; keeping the password needs one; no key type with a token key; a server or client profile.
     /// ``MTLSError/Code/invalidArgument`` otherwise, naming the options as ``optionNames`` spells them.
     public func validate() throws {
         let names = optionNames
         if (user == nil) != (password == nil) {
             throw MTLSError(.invalidArgument, "\(names[.user]) and \(names[.password]) go together")
+        }
+        if keepPassword && password == nil {
+            throw MTLSError(.invalidArgument, "\(names[.keepPassword]) needs \(names[.user]) and \(names[.password])")
         }
         if user == nil && bootstrap == nil {
             throw MTLSError(.invalidArgument, "give \(names[.user]) and \(names[.password]), or \(names[.bootstrap])")

@@ -114,18 +114,23 @@ package final class OCSPStapler: Sendable {
     package static func install(_ stapler: OCSPStapler, on ctx: OpaquePointer) {
         _ = mtls_ossl_SSL_CTX_set_status_cb(ctx, { ssl, arg in
             guard let ssl, let arg else { return SSL_TLSEXT_ERR_NOACK }
-            let stapler = Unmanaged<OCSPStapler>.fromOpaque(arg).takeUnretainedValue()
-            guard let presented = SSL_get_certificate(ssl), X509_cmp(presented, stapler.leaf.x509) == 0,
-                  let der = stapler.response, !der.isEmpty,
-                  let mem = mtls_ossl_OPENSSL_malloc(der.count)?.assumingMemoryBound(to: UInt8.self) else {
-                return SSL_TLSEXT_ERR_NOACK
-            }
-            der.withUnsafeBufferPointer { mem.update(from: $0.baseAddress!, count: der.count) }
-            guard mtls_ossl_SSL_set_ocsp_staple(ssl, mem, der.count) == 1 else {
-                mtls_ossl_OPENSSL_free(mem)
-                return SSL_TLSEXT_ERR_NOACK
-            }
-            return SSL_TLSEXT_ERR_OK
+            return Unmanaged<OCSPStapler>.fromOpaque(arg).takeUnretainedValue().staple(on: ssl)
         }, Unmanaged.passUnretained(stapler).toOpaque())
+    }
+
+    /// Puts the kept response on `ssl` when its handshake presents this stapler's certificate:
+    /// the status callback's answer.
+    package func staple(on ssl: OpaquePointer) -> Int32 {
+        guard let presented = SSL_get_certificate(ssl), X509_cmp(presented, leaf.x509) == 0,
+              let der = response, !der.isEmpty,
+              let mem = mtls_ossl_OPENSSL_malloc(der.count)?.assumingMemoryBound(to: UInt8.self) else {
+            return SSL_TLSEXT_ERR_NOACK
+        }
+        der.withUnsafeBufferPointer { mem.update(from: $0.baseAddress!, count: der.count) }
+        guard mtls_ossl_SSL_set_ocsp_staple(ssl, mem, der.count) == 1 else {
+            mtls_ossl_OPENSSL_free(mem)
+            return SSL_TLSEXT_ERR_NOACK
+        }
+        return SSL_TLSEXT_ERR_OK
     }
 }

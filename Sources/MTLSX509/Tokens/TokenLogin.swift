@@ -86,13 +86,24 @@ package enum TokenLogin {
             switch e.code {
             case .pinIncorrect:
                 if let key { _ = refused.withLock { $0.insert(key) } }
-                throw MTLSError(.pinIncorrect, "wrong PIN for token \"\(token.label)\" (\(origin.description)): \(e.message)")
+                throw MTLSError(.pinIncorrect, "wrong PIN for token \"\(token.label)\" (\(origin.description)): \(e.message)"
+                                + triesNotReported(freshInfo(session, fallback: token)))
             case .pinLocked:
                 throw MTLSError(.pinLocked, "the user PIN of token \"\(token.label)\" is locked: \(e.message)")
             default:
                 throw e
             }
         }
+    }
+
+    /// What a wrong-PIN error adds when the token, just after refusing a PIN, reports neither
+    /// CKF_USER_PIN_COUNT_LOW nor CKF_USER_PIN_FINAL_TRY (PKCS#11 sets the first after any wrong
+    /// PIN on a token that counts its tries; tpm2-pkcs11 never reports either, a TPM's lockout
+    /// being its own): the final-try protection cannot work there.
+    static func triesNotReported(_ token: TokenInfo) -> String {
+        guard !token.userPINCountLow, !token.userPINFinalTry, !token.userPINLocked else { return "" }
+        return "; this token does not report its PIN tries (no CKF_USER_PIN_COUNT_LOW or _FINAL_TRY, as with tpm2-pkcs11), "
+            + "so libmtls cannot hold a PIN back at a final try: check the PIN before trying again"
     }
 
     /// Forgets every refused PIN (tests; a program that knows its PIN files changed).

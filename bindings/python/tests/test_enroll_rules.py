@@ -8,7 +8,7 @@ import pytest
 import mtls
 from mtls import Store
 
-KDF = {"kdf_log_n": 10}
+KDF = {"kdf_log_n": 10, "create": True}
 ACME = "https://127.0.0.1:1/dir"
 EST = "https://127.0.0.1:1/.well-known/est"
 

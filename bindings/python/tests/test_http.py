@@ -41,7 +41,7 @@ def fields(text):
 
 @pytest.fixture
 def store(pki, tmp_path):
-    with mtls.Store(tmp_path / "store.db", secret="store secret", kdf_log_n=10) as st:
+    with mtls.Store(tmp_path / "store.db", secret="store secret", kdf_log_n=10, create=True) as st:
         st.import_pkcs12("alice", (pki / "client-a.p12").read_bytes(), "pw")
         yield st
 
@@ -204,7 +204,7 @@ def test_wrong_password_is_bad_password(pki, tmp_path):
     with pytest.raises(mtls.BadPassword):
         mtls.Identity.from_pkcs12(data, "wrong")
     assert mtls.Identity.from_pkcs12(data, "pw").leaf.subject_summary == "client-a"
-    with mtls.Store(tmp_path / "s.db", secret="s", kdf_log_n=10) as st:
+    with mtls.Store(tmp_path / "s.db", secret="s", kdf_log_n=10, create=True) as st:
         with pytest.raises(mtls.BadPassword):
             st.import_pkcs12("a", data, "wrong")
 
@@ -212,7 +212,7 @@ def test_wrong_password_is_bad_password(pki, tmp_path):
 def test_store_needs_a_secret_and_indexes_by_label(pki, tmp_path):
     with pytest.raises(mtls.InvalidArgument, match="insecure_no_secret"):
         mtls.Store(tmp_path / "s.db")
-    with mtls.Store(tmp_path / "s.db", insecure_no_secret=True, kdf_log_n=10) as st:
+    with mtls.Store(tmp_path / "s.db", insecure_no_secret=True, kdf_log_n=10, create=True) as st:
         st.import_pkcs12("alice", (pki / "client-a.p12").read_bytes(), "pw")
         st.put_certificate("root", mtls.Certificate.load(pki / "root.pem"))
         assert isinstance(st["alice"], mtls.Identity) and st["alice"].leaf.subject_summary == "client-a"

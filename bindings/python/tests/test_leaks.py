@@ -45,7 +45,7 @@ def material(pki, tmp_path_factory):
                     "-certfile", pki / "int-a.pem", "-passout", "pass:pw", "-noiter", "-nomaciter",
                     "-out", d / "fast.p12"], check=True, capture_output=True)
     key = mtls.StoreKey(b"k" * 32)  # a raw key: opening costs no scrypt
-    mtls.Store(d / "s.db", key).close()
+    mtls.Store(d / "s.db", key, create=True).close()
     return {"dir": d, "p12": (d / "fast.p12").read_bytes(), "store_key": key,
             "pem": (pki / "server.pem").read_bytes(), "chain": [mtls.Certificate.load(pki / "server.pem"),
                                                                    mtls.Certificate.load(pki / "int-a.pem")],

@@ -244,19 +244,25 @@ def test_requests_through_tinyproxy_presents_the_identity_and_keeps_one_tunnel(p
     assert len({conn_id(r.text) for r in answers}) == 1
 
 
-def test_requests_verify_false_and_cert_do_not_replace_libmtls(pki, nginx, start_tinyproxy):
+def test_requests_verify_false_and_cert_are_refused_not_ignored(pki, nginx, start_tinyproxy):
+    """requests' verify=False and cert= never replace libmtls's policy and identity: they are
+    refused (issue 38) before anything is sent, through a proxy as directly."""
     proxy = start_tinyproxy(nginx.port)
     other_client = (str(pki / "client-b.pem"), str(pki / "client-b.key"))
     proxies = {"https": proxy.url}
     with adapter_session(mtls.requests.Adapter(identity=identity(pki, "client-a"), policy=pinned(pki))) as s:
-        # requests' cert= is not presented: the adapter's identity is.
-        r = s.get(nginx.url + "/", proxies=proxies, verify=False, cert=other_client)
+        with pytest.raises(mtls.InvalidArgument, match="identity="):
+            s.get(nginx.url + "/", proxies=proxies, cert=other_client)
+        with pytest.raises(mtls.InvalidArgument, match="verify=False"):
+            s.get(nginx.url + "/", proxies=proxies, verify=False)
+        assert proxy.connects() == []
+        r = s.get(nginx.url + "/", proxies=proxies)
         assert r.status_code == 200 and r.text.startswith(f"hello {CLIENT_A_DN} "), r.text
-    # A pin the server does not match is refused through the proxy, verify=False or not.
+    # A pin the server does not match is refused through the proxy.
     with adapter_session(mtls.requests.Adapter(identity=identity(pki, "client-a"),
                                                policy=pinned(pki, "other-root.pem"))) as s:
         with pytest.raises(mtls.TrustError) as e:
-            s.get(nginx.url + "/", proxies=proxies, verify=False, cert=other_client)
+            s.get(nginx.url + "/", proxies=proxies)
     assert "pin_mismatch" in e.value.codes and not e.value.evaluation.trusted  # the evaluation, as direct
     assert proxy.connects() == [f"127.0.0.1:{nginx.port}"] * 2
 
@@ -284,8 +290,11 @@ def test_requests_through_a_proxy_uses_the_targets_host_rule(pki, nginx, start_t
 
 def test_requests_hostile_connect_proxy_is_refused_even_with_verify_false(pki, nginx, hostile):
     with adapter_session(mtls.requests.Adapter(identity=identity(pki, "client-a"), policy=pinned(pki))) as s:
-        with pytest.raises(mtls.TrustError) as e:
+        with pytest.raises(mtls.InvalidArgument):
             s.get(nginx.url + "/", proxies={"https": hostile.url}, verify=False)
+        assert hostile.targets == []  # refused before anything was sent
+        with pytest.raises(mtls.TrustError) as e:
+            s.get(nginx.url + "/", proxies={"https": hostile.url})
     assert "unknown_issuer" in e.value.codes  # the attacker's certificate, from a root nobody trusts
     assert hostile.targets == [f"127.0.0.1:{nginx.port}"]  # the tunnel was asked for, and went elsewhere
     assert hostile.served == 0  # no request reached the attacker's server

@@ -12,7 +12,7 @@ from mtls.rotation import AnchorWatch
 from conftest import anchored, identity
 from waits import wait_until
 
-KDF = {"kdf_log_n": 10}  # cheap scrypt for tests
+KDF = {"kdf_log_n": 10, "create": True}  # cheap scrypt for tests; each test makes its stores
 
 
 def serve(listener, count):

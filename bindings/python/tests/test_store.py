@@ -1,5 +1,6 @@
 import os
 import random
+import re
 import signal
 import sqlite3
 import subprocess
@@ -14,7 +15,7 @@ import mtls
 from mtls import errors
 from mtls.store import Store, StoreKey
 
-KDF = {"kdf_log_n": 10}  # cheap scrypt for tests; the default is 2^17
+KDF = {"kdf_log_n": 10, "create": True}  # cheap scrypt for tests (the default is 2^17); each test makes its stores
 
 
 def sh(cmd, cwd):
@@ -100,7 +101,7 @@ def test_errors_bad_secret_not_a_store_schema_too_new(pki, tmp_path):
     with pytest.raises(errors.NotAStore):
         Store(pki / "alice.p12", "x", **KDF)
     with pytest.raises(errors.NotFound):
-        Store(tmp_path / "missing.db", "x", create=False, **KDF)
+        Store(tmp_path / "missing.db", "x", kdf_log_n=10)
     with pytest.raises(errors.ReadOnly):
         Store("/sys/mtls-py-store.db", "x", **KDF)
     db = sqlite3.connect(path)
@@ -386,3 +387,17 @@ def test_an_older_store_is_upgraded_only_when_confirmed(tmp_path):
         assert st.info("acme-root").subject == "CN=Acme Root"
         assert st.write_counter == 1
     assert Store.upgrade_preview(path, FIXTURE_KEY) is None
+
+
+def test_a_missing_store_is_created_only_when_asked(tmp_path):
+    """Issue 38: Store(path, secret) opens an existing store; a mistyped path is NotFound naming
+    it, and nothing (file or folder) is made; create=True makes it."""
+    path = tmp_path / "typo" / "store.db"
+    with pytest.raises(errors.NotFound, match="no store at " + re.escape(str(path))):
+        Store(path, "s", kdf_log_n=10)
+    assert not (tmp_path / "typo").exists()
+    with Store(path, "s", kdf_log_n=10, create=True) as st:
+        assert st.list() == []
+    assert sorted(p.name for p in path.parent.iterdir() if not p.name.endswith(("-wal", "-shm"))) == ["store.db"]
+    with Store(path, "s", kdf_log_n=10) as st:
+        assert st.list() == []

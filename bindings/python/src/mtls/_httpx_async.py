@@ -21,11 +21,12 @@ import httpcore
 import httpx
 from httpx._transports.default import map_httpcore_exceptions
 
+from mtls._httpx_errors import ConnectFailed, as_httpx_error
 from mtls._httpx_proxy import ProxyRoutes, route_client_proxies
 from mtls._proxy import TunnelError
 from mtls._url import url_host
 from mtls.asyncio import _bare, _bounded, _connect_or_tunnel, _handshake, _off_loop, _wait_fd
-from mtls.errors import Closed, Unsupported, WantRead, WantWrite
+from mtls.errors import Closed, Error, Unsupported, WantRead, WantWrite
 from mtls.pkcs12 import Identity
 from mtls.tls import Connection, IdentityLike, resolve_identity
 from mtls.trust import Policy
@@ -147,6 +148,9 @@ class _TCPStream(httpcore.AsyncNetworkStream):
             conn = await (_handshake(self._sock, self._host, self._port, options) if t is None else
                           _bounded(_handshake(self._sock, self._host, self._port, options), t,
                                    f"TLS handshake with {peer}"))
+        except Error as e:
+            self._sock.close()
+            raise ConnectFailed(e) from None
         except BaseException:
             self._sock.close()
             raise
@@ -183,7 +187,10 @@ class _Backend(httpcore.AsyncNetworkBackend):
         # The origin's route, as handle_async_request checked it (an unusable one raised there).
         proxy = self._routes.route(httpx.URL(scheme="https", host=_bare(host), port=port))
         host = url_host(host)  # the URL's host: an RFC 6874 zone ("%25eth0") decoded
-        sock = await _connect_or_tunnel(host, port, proxy, float("inf") if t is None else t)
+        try:
+            sock = await _connect_or_tunnel(host, port, proxy, float("inf") if t is None else t)
+        except Error as e:
+            raise ConnectFailed(e) from None
         return _TCPStream(self, sock, host, port)
 
     async def connect_unix_socket(self, path: str, timeout: Optional[float] = None,
@@ -227,8 +234,10 @@ class AsyncTransport(httpx.AsyncBaseTransport):
     fewer idle than busy connections means closing and opening under load), each for
     `keepalive_expiry` seconds. Timeouts: the client's (``httpx.Timeout``: connect bounds the TCP connect and the
     handshake each, read and write each socket wait); `timeout` (seconds) applies where the
-    client gives none. Errors are :mod:`mtls.errors` classes (a refused server:
-    :class:`mtls.TrustError` with the evaluation; a timeout: :class:`mtls.Timeout`), httpx's own
+    client gives none. Failures while connecting are httpx's own exceptions and libmtls's at once, as
+    with the blocking transport: ``httpx.ConnectError`` (a refused server: also
+    :class:`mtls.TrustError` with the evaluation), ``httpx.ConnectTimeout`` (also
+    :class:`mtls.Timeout`); httpx's own
     for HTTP protocol errors.
 
     Proxies, as the blocking :class:`mtls.httpx.Transport`: `proxy` (an http:// URL or an
@@ -241,7 +250,7 @@ class AsyncTransport(httpx.AsyncBaseTransport):
     An ``https://`` or SOCKS proxy is a ValueError when given and ``httpx.ProxyError`` when it comes
     from the environment; a proxy that cannot be reached or refuses the tunnel is
     ``httpx.ProxyError`` naming its status; not reaching the proxy or its answer within the
-    connect timeout is :class:`mtls.Timeout`."""
+    connect timeout is ``httpx.ConnectTimeout`` (also :class:`mtls.Timeout`)."""
 
     def __init__(self, identity: IdentityLike = None, policy: Optional[Policy] = None,
                  verify_as: Optional[str] = None, *, store: Any = None, pin: Any = None, max_keepalive: Optional[int] = 20,
@@ -302,6 +311,10 @@ class AsyncTransport(httpx.AsyncBaseTransport):
             except TunnelError as e:
                 # httpx's own error for a proxy that could not be reached or refused the tunnel.
                 raise httpx.ProxyError(str(e), request=request) from e
+            except ConnectFailed as f:
+                raise as_httpx_error(f.error, request, connecting=True) from f.error
+            except Error as e:
+                raise as_httpx_error(e, request, connecting=False) from e
         except BaseException:
             if release is not None:
                 release()

@@ -99,7 +99,7 @@ class Renewer(_Handle):
 
 # ---- Enrollment (issue 27): what `mtls enroll acme|est|pki` does, over mtls_enroll_* ----
 
-MTLS_ENROLL_OPTIONS_VERSION = 1
+MTLS_ENROLL_OPTIONS_VERSION = 2
 # mtls_enroll_options.challenge (the header's MTLS_ACME_*).
 ACME_HTTP01, ACME_WEBROOT, ACME_TLS_ALPN01, ACME_DNS01 = 1, 2, 3, 4
 # The profile names Python takes, as the header's constants (0: the source's default). Which of
@@ -108,7 +108,7 @@ _PROFILES = {None: 0, "server": PROFILE_SERVER, "client": PROFILE_CLIENT, "inter
 
 
 class _EnrollOptions(ctypes.Structure):
-    # typedef struct mtls_enroll_options { ... } mtls_enroll_options;  (version 1)
+    # typedef struct mtls_enroll_options { ... } mtls_enroll_options;  (version 2)
     _fields_ = [
         ("version", ctypes.c_uint),
         ("key_type", ctypes.c_char_p),
@@ -134,6 +134,8 @@ class _EnrollOptions(ctypes.Structure):
         ("password", ctypes.c_char_p),
         ("bootstrap", ctypes.c_void_p),
         ("ca_key_password", ctypes.c_char_p),
+        # version 2
+        ("keep_password", ctypes.c_int),
     ]
 
 
@@ -229,14 +231,16 @@ def enroll_acme(store, label: str, directory: str, names, *, http_port: Optional
 def enroll_est(store, label: str, url: str, subject: str, *, user: Optional[str] = None,
                password: Optional[Union[str, bytes]] = None, bootstrap=None, anchors=(), profile: str = "client",
                key_type: Optional[str] = None, token_uri: Optional[str] = None, pin: Optional[Union[str, bytes]] = None,
-               policy=None):
+               policy=None, keep_password: bool = False):
     """Enrolls with the EST server at ``url`` (``https://host/.well-known/est``) for ``subject``
     (an RFC 4514 DN) with HTTP basic authentication (``user``, ``password``) and/or a
     ``bootstrap`` :class:`mtls.Identity` presented over TLS, and installs the identity in
     ``store`` under ``label`` with its record — ``mtls enroll est`` (C: ``mtls_enroll_est``).
-    Renewal (:func:`mtls.renew`) re-enrolls over mutual TLS. Returns the new leaf
-    :class:`mtls.Certificate`."""
-    o = _options(key_type, token_uri, pin, profile, (), policy, anchors, user=user, password=password, bootstrap=bootstrap)
+    Renewal (:func:`mtls.renew`) re-enrolls over mutual TLS; with ``keep_password`` the password
+    is kept, sealed in the store with the record, and sent again on re-enrollment (for servers
+    that ask for HTTP authentication there too). Returns the new leaf :class:`mtls.Certificate`."""
+    o = _options(key_type, token_uri, pin, profile, (), policy, anchors, user=user, password=password, bootstrap=bootstrap,
+                 keep_password=1 if keep_password else None)
     return _enrolled(lib.mtls_enroll_est, store._h, utf8(label), utf8(url), utf8(subject), ctypes.byref(o))
 
 

@@ -8,8 +8,9 @@ name (``mtls_error_name``), ``.message`` the library's message for this failure.
 Exceptions raised inside a Python callback that libmtls calls (a PIN callback, a trust report
 callback) cannot cross the C frames; they are stored for the thread that made the C call and
 re-raised on it when that call returns (see :func:`check`)."""
+import re
 import threading
-from typing import TYPE_CHECKING, Dict, List, Optional, Type
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Type
 
 from ._lib import lib
 
@@ -148,8 +149,11 @@ class TrustError(Error):
         return [r.code for r in self.reasons]
 
     def __str__(self) -> str:
-        if self.codes:
-            return f"{self.message} [{', '.join(self.codes)}]"
+        # The library's message often names the codes already ("[unknown_issuer, certificate 1]"):
+        # only the ones it does not name are added, so none is said twice.
+        missing = [c for c in dict.fromkeys(self.codes) if not re.search(rf"\b{re.escape(c)}\b", self.message)]
+        if missing:
+            return f"{self.message} [{', '.join(missing)}]"
         return self.message
 
 
@@ -258,8 +262,38 @@ _CLASSES: List[Type[Error]] = [
     WantWrite, Closed, NoMatchingIdentity, TokenError, PinIncorrect, PinLocked, TokenNotPresent, TokenRemoved, BadURI,
     PinRequired, TruncatedError, UpgradeRequired, CARejected, ChallengeFailed,
 ]
+#: libmtls's failures of the TLS layer itself: what the HTTP libraries call SSL errors.
+TLS_FAILURES: Tuple[Type[Error], ...] = (TrustError, HandshakeError, PeerAlert, NoMatchingIdentity, TruncatedError)
+
 #: The exception class of each C status code.
 BY_CODE: Dict[int, Type[Error]] = {c.code: c for c in _CLASSES}
+
+
+# ---- libmtls errors as an HTTP library's own exceptions
+
+_AS_HTTP: Dict[Tuple[type, type], type] = {}
+
+
+def as_http_error(e: Error, base: Type[BaseException], **init: Any) -> BaseException:
+    """`e` as an instance of a class derived from both the HTTP library's exception `base` (say
+    ``requests.exceptions.SSLError`` or ``httpx.ConnectError``) and `e`'s own class, so both the
+    HTTP library's ``except`` clauses and libmtls's catch it; it keeps ``.code``, ``.name``,
+    ``.message`` (and a :class:`TrustError`'s ``.evaluation``) and its text. `init` are the
+    keyword arguments of `base` (``request=``). The classes are made once per pair."""
+    key = (type(e), base)
+    cls = _AS_HTTP.get(key)
+    if cls is None:
+        cls = type(type(e).__name__, (base, type(e)),
+                   {"__module__": __name__, "__str__": type(e).__str__,
+                    "__doc__": f"{type(e).__name__} raised as {base.__module__}.{base.__qualname__}."})
+        _AS_HTTP[key] = cls
+    text = str(e)
+    out = cls.__new__(cls, text)
+    base.__init__(out, text, **init)  # type: ignore[misc]
+    out.__dict__.update(e.__dict__)
+    out.__cause__, out.__context__ = e.__cause__, e.__context__
+    out.__traceback__ = e.__traceback__
+    return out
 
 
 # ---- exceptions raised inside callbacks, per thread

@@ -7,8 +7,13 @@
 
 HTTP/1.1 with keep-alive: idle connections are kept per host (up to ``max_keepalive`` each) and
 reused; request bodies of unknown length go chunked; responses stream. The identity is an
-:class:`mtls.Identity`, a store label or a ``pkcs11:`` URI; ``policy`` judges the server and a
-refused one raises :class:`mtls.TrustError` with libmtls's reasons. Needs the ``httpx`` extra.
+:class:`mtls.Identity`, a store label or a ``pkcs11:`` URI; ``policy`` judges the server. Failures
+are httpx's own exceptions, so httpx users' ``except`` and retry code catch them: a refused
+server, a refused client certificate, a failed handshake or TCP connection raise
+``httpx.ConnectError``, a timeout while connecting ``httpx.ConnectTimeout`` (later
+``httpx.ReadTimeout``); each is also of libmtls's class (a refused server is an
+``mtls.TrustError`` with libmtls's reasons, ``.code`` and ``.name`` are kept). Needs the ``httpx``
+extra.
 
 Proxies: ``Transport(proxy="http://proxy:3128")`` (a URL or an ``httpx.Proxy``, with its auth and
 headers) sends every request through that proxy's CONNECT tunnel, and libmtls's TLS runs through
@@ -32,13 +37,16 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import httpx
 
+from ._httpx_errors import ConnectFailed, as_httpx_error
 from ._httpx_proxy import ProxyRoutes, route_client_proxies
 from ._proxy import HTTPProxy, TunnelError
 from ._url import url_host
+from .errors import Error
 from .http import HTTPSConnection
 from .store import Store
 from .tls import IdentityLike, resolve_identity
 from .trust import Policy
+
 
 # Idle connections are kept per (proxy or None, host, port).
 _Key = Tuple[Optional[HTTPProxy], str, int]
@@ -139,6 +147,11 @@ class Transport(httpx.BaseTransport):
 
     @staticmethod
     def _send(conn: HTTPSConnection, request: httpx.Request) -> http.client.HTTPResponse:
+        if conn.sock is None:
+            try:
+                conn.connect()
+            except Error as e:
+                raise ConnectFailed(e) from None
         target = request.url.raw_path.decode("ascii")
         conn.putrequest(request.method, target, skip_host=True, skip_accept_encoding=True)
         for name, value in request.headers.raw:
@@ -186,6 +199,10 @@ class Transport(httpx.BaseTransport):
         except TunnelError as e:
             # httpx's own error for a proxy that could not be reached or refused the tunnel.
             raise httpx.ProxyError(str(e), request=request) from e
+        except ConnectFailed as f:
+            raise as_httpx_error(f.error, request, connecting=True) from f.error
+        except Error as e:
+            raise as_httpx_error(e, request, connecting=False) from e
         return httpx.Response(
             response.status,
             headers=[(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.getheaders()],

@@ -10,9 +10,21 @@ Connections are pooled and kept alive per host (urllib3's pool; ``pool_connectio
 ``pool_maxsize`` as for ``requests.adapters.HTTPAdapter``); redirects, chunked bodies and
 streaming work as with requests' own adapter. The identity is an :class:`mtls.Identity`, a store
 label or a ``pkcs11:`` URI (opened once, shared by the pooled connections). TLS is libmtls's
-alone: the server is judged by ``policy`` (requests' ``verify=`` and ``cert=`` are not used), and a
-refused server raises :class:`mtls.TrustError` with libmtls's reasons. Needs the ``requests``
-extra (``pip install mtls[requests]``).
+alone: the server is judged by ``policy`` and the identity is the adapter's, so requests' ``cert=``
+is refused (:class:`mtls.InvalidArgument`, naming ``identity=``), as is ``verify=False``
+(libmtls never stops verifying: name what to trust in ``policy``), while ``verify=`` with a CA
+bundle path is not used and says so with an :class:`IgnoredVerifyWarning` (the policy's anchors
+decide; the bundle requests takes from ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` is not used
+either, without a warning: it is the machine's setting, not the program's). Needs the ``requests`` extra
+(``pip install mtls[requests]``).
+
+Failures are requests' own exceptions, so existing ``except`` and retry code catches them: a
+refused server, a refused client certificate or a failed handshake raise
+``requests.exceptions.SSLError``, a TCP connection that cannot be made
+``requests.exceptions.ConnectionError``, a connect or handshake timeout
+``requests.exceptions.ConnectTimeout`` (a ``requests.exceptions.Timeout``). Each is also of
+libmtls's class, with its ``.code``, ``.name`` and ``.message``: a refused server is an
+:class:`mtls.TrustError` with libmtls's reasons.
 
 Proxies: requests chooses the proxy as usual (``proxies=``, and with ``trust_env`` HTTPS_PROXY,
 ALL_PROXY and NO_PROXY). For an https:// URL through an ``http://`` proxy the adapter asks the
@@ -22,20 +34,47 @@ kept alive per proxy and target. A plain http:// URL through a proxy (when the a
 mounted for http://) is forwarded by requests as usual: no TLS is involved. An ``https://`` or
 SOCKS proxy raises ``requests.exceptions.InvalidProxyURL``; a proxy that cannot be reached or
 refuses the tunnel raises ``requests.exceptions.ProxyError`` with its status."""
+import os
+import warnings
 from typing import Any, Dict, Optional
 
 from requests.adapters import DEFAULT_POOLBLOCK, DEFAULT_POOLSIZE, DEFAULT_RETRIES, HTTPAdapter
-from requests.exceptions import InvalidProxyURL
+from requests.exceptions import ConnectionError as RequestsConnectionError
+from requests.exceptions import InvalidProxyURL, SSLError
 from urllib3.connection import HTTPConnection
 from urllib3.connectionpool import HTTPConnectionPool
-from urllib3.exceptions import ProxyError
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ProxyError
 from urllib3.poolmanager import SSL_KEYWORDS, PoolManager, ProxyManager
 
 from ._proxy import HTTPProxy, TunnelError, UnsupportedProxy, connect_via
 from ._socket import TLSSocket
+from .errors import TLS_FAILURES, Closed, ConnectError, Error, InvalidArgument, Timeout, as_http_error
 from .store import Store
 from .tls import IdentityLike, connect, resolve_identity
 from .trust import Policy
+
+
+class IgnoredVerifyWarning(UserWarning):
+    """requests' ``verify=`` named a CA bundle that :class:`Adapter` does not use: the server is
+    judged by the adapter's policy."""
+
+
+class _ConnectFailed(Exception):
+    """A libmtls failure while connecting, carried past urllib3 (which would wrap an OSError in
+    its own errors and retry) to Adapter.send, which raises it as requests' exception."""
+
+    def __init__(self, error: Error) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _as_requests_error(e: Error, request: Any) -> BaseException:
+    """A TLS failure while connecting as requests raises it (``SSLError``, and still of
+    libmtls's class); other failures as they are. (Refused connections and timeouts go through
+    urllib3's own errors, and its retries: see Adapter.send.)"""
+    if isinstance(e, TLS_FAILURES):
+        return as_http_error(e, SSLError, request=request)
+    return e
 
 
 class _MTLSHTTPConnection(HTTPConnection):
@@ -47,6 +86,18 @@ class _MTLSHTTPConnection(HTTPConnection):
         self._mtls = dict(mtls_config or {})
 
     def connect(self) -> None:
+        try:
+            self._connect()
+        except (ConnectError, Closed) as e:
+            # urllib3's own errors for these, so its Retry(connect=...) retries them as usual;
+            # Adapter.send raises the libmtls error they carry as requests' exception.
+            raise NewConnectionError(self, str(e)) from e
+        except Timeout as e:
+            raise ConnectTimeoutError(self, str(e)) from e
+        except Error as e:
+            raise _ConnectFailed(e) from None
+
+    def _connect(self) -> None:
         if self._tunnel_host:
             # urllib3's own tunnel (set_tunnel) is never asked for: the adapter's proxy pools tunnel themselves.
             raise NotImplementedError("mtls.requests.Adapter tunnels through proxies itself, not with set_tunnel")
@@ -171,11 +222,42 @@ class Adapter(HTTPAdapter):
                 block=self._pool_block, **proxy_kwargs)
         return manager
 
+    def send(self, request: Any, *args: Any, **kw: Any) -> Any:
+        """requests' send; a libmtls failure while connecting is raised as requests' own
+        exception (see the module's text)."""
+        try:
+            return super().send(request, *args, **kw)
+        except _ConnectFailed as f:
+            raise _as_requests_error(f.error, request) from f.error
+        except RequestsConnectionError as e:
+            # A refused or timed-out connection, after urllib3's retries: requests' exception
+            # (ConnectionError, ConnectTimeout) carrying libmtls's error it came from.
+            reason = getattr(e.args[0] if e.args else None, "reason", None)
+            cause = getattr(reason, "__cause__", None)
+            if isinstance(cause, Error) and not isinstance(e, Error):
+                raise as_http_error(cause, type(e), request=request) from e
+            raise
+
     def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
-        """Nothing to set up: libmtls presents the identity and judges the server."""
+        """libmtls presents the identity and judges the server: requests' ``cert=`` and
+        ``verify=False`` are refused, a ``verify=`` CA bundle is not used (a warning says so)."""
+        if cert is not None:
+            raise InvalidArgument("mtls.requests.Adapter presents its own identity: requests' cert= is not used; "
+                                  "pass identity= (a file's Identity, a store label or a pkcs11: URI) to the Adapter",
+                                  InvalidArgument.code)
+        if verify is False:
+            raise InvalidArgument("mtls.requests.Adapter always verifies the server by its policy: verify=False "
+                                  "is not honoured; name what to trust in policy= (mtls.Policy(anchors=...))",
+                                  InvalidArgument.code)
+        # requests itself sets verify= from REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE (trust_env): a
+        # setting of the machine, not of this program, which says nothing to warn about.
+        from_env = {os.environ.get("REQUESTS_CA_BUNDLE"), os.environ.get("CURL_CA_BUNDLE")} - {None, ""}
+        if verify is not True and verify is not None and verify not in from_env:
+            warnings.warn(f"verify={verify!r} is not used by mtls.requests.Adapter: the server is judged by "
+                          "the adapter's policy (mtls.Policy(anchors=...))", IgnoredVerifyWarning, stacklevel=2)
 
     def __getstate__(self) -> Dict[str, Any]:
         raise TypeError("mtls.requests.Adapter holds libmtls handles and cannot be pickled")
 
 
-__all__ = ["Adapter"]
+__all__ = ["Adapter", "IgnoredVerifyWarning"]

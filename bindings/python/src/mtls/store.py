@@ -242,12 +242,17 @@ class Store(_Handle):
     file. With none of them, opening is an error unless ``insecure_no_secret=True`` (the store
     is then protected by a public passphrase, INSECURE_NO_SECRET: anyone may open it).
     ``kdf_log_n`` sets scrypt's cost for a new store (default 17; tests may use 10).
-    ``store[label]`` is the Identity (or Certificate) stored under ``label``."""
+    ``store[label]`` is the Identity (or Certificate) stored under ``label``.
+
+    The store must exist (:class:`mtls.NotFound` naming the path otherwise, as ``sqlite3``'s
+    ``mode=rw``): a mistyped path is an error, never a new empty store. ``create=True`` creates a
+    missing store and its folder (0700); the new store is made in a temporary file beside it and
+    appears at ``path`` only once complete, so an interrupted creation leaves no file there."""
     _free = "mtls_store_close"
 
     def __init__(self, path: "Union[str, os.PathLike[str]]", secret: "Union[None, str, bytes, StoreKey]" = None, *,
                  secret_file: "Union[None, str, os.PathLike[str]]" = None,
-                 key_file: "Union[None, str, os.PathLike[str]]" = None, create: bool = True,
+                 key_file: "Union[None, str, os.PathLike[str]]" = None, create: bool = False,
                  busy_timeout_ms: Optional[int] = None, kdf_log_n: Optional[int] = None, kdf_r: Optional[int] = None,
                  kdf_p: Optional[int] = None, insecure_no_secret: bool = False) -> None:
         if secret is None and secret_file is None and key_file is None and not insecure_no_secret:

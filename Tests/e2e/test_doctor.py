@@ -1,0 +1,217 @@
+"""`mtls doctor HOST:PORT [connect's options]` (issue 38): for each broken setup the step that
+fails and the fix it names, in the text output and in --json; a working setup exits 0.
+
+Servers: `openssl s_server` on 127.0.0.1, started once for the module — one with a good server
+certificate (DNS:server.test, IP:127.0.0.1, under root -> inter; listed in revoked.crl) that
+requires a client certificate from the root, one with an expired certificate."""
+import datetime
+import json
+import subprocess
+
+import pytest
+
+from conftest import CLI, TEST_PKI, free_port, wait_port, write_secret
+
+
+def expired_server(d):
+    """A server certificate under inter (DNS:server.test, IP:127.0.0.1) that expired yesterday."""
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    issuer_cert = x509.load_pem_x509_certificate((d / "inter.pem").read_bytes())
+    issuer_key = serialization.load_pem_private_key((d / "inter.key").read_bytes(), None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "expired.server.test")]))
+            .issuer_name(issuer_cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=30)).not_valid_after(now - datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("server.test"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), True)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+            .sign(issuer_key, hashes.SHA256()))
+    (d / "expired.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (d / "expired.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                      serialization.NoEncryption()))
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    d = tmp_path_factory.mktemp("doctor-pki")
+    subprocess.run([TEST_PKI, "--trust", str(d)], check=True, capture_output=True)
+    # A client under another root: a CA the server does not name.
+    subprocess.run([TEST_PKI, "--leaf", str(d), "stranger", "p256", "stranger", "other-root"], check=True,
+                   capture_output=True)
+    expired_server(d)
+    (d / "revocation.json").write_text(json.dumps({"crls": [str(d / "revoked.crl")]}))
+    return d
+
+
+def s_server(pki, cert, key):
+    port = free_port()
+    p = subprocess.Popen(["openssl", "s_server", "-accept", f"127.0.0.1:{port}", "-cert", str(pki / cert),
+                          "-key", str(pki / key), "-cert_chain", str(pki / "inter.pem"), "-CAfile", str(pki / "root.pem"),
+                          "-Verify", "2", "-verify_return_error", "-www", "-quiet"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, p)
+    return p, port
+
+
+def mtls_serve_optional(pki):
+    """`mtls serve` asking for a client certificate without requiring one."""
+    port = free_port()
+    p = subprocess.Popen([CLI, "serve", "--address", "127.0.0.1", "--port", str(port), "--cert", str(pki / "chain.pem"),
+                          "--key", str(pki / "server.key"), "--client-anchor", str(pki / "root.pem"),
+                          "--optional-client-cert"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, p)
+    return p, port
+
+
+@pytest.fixture(scope="module")
+def servers(pki):
+    good, good_port = s_server(pki, "server.pem", "server.key")
+    old, old_port = s_server(pki, "expired.pem", "expired.key")
+    optional, optional_port = mtls_serve_optional(pki)
+    yield {"good": good_port, "expired": old_port, "optional": optional_port}
+    for p in (good, old, optional):
+        p.terminate()
+        p.wait(10)
+
+
+def doctor(*args):
+    text = subprocess.run([CLI, "doctor", *map(str, args)], capture_output=True, text=True, timeout=120)
+    js = subprocess.run([CLI, "doctor", *map(str, args), "--json"], capture_output=True, text=True, timeout=120)
+    out = json.loads(js.stdout)
+    assert js.returncode == text.returncode
+    assert {"target", "ok", "steps"} <= set(out)
+    for s in out["steps"]:
+        assert set(s) == {"name", "ok", "detail", "fix"} and (s["fix"] is None) == s["ok"], s
+    return text, out
+
+
+def failed(out, name):
+    [step] = [s for s in out["steps"] if s["name"] == name]
+    assert not step["ok"], out
+    assert not out["ok"]
+    return step
+
+
+def client(pki):
+    return ["--cert", pki / "client-chain.pem", "--key", pki / "client.key"]
+
+
+def test_a_working_setup_exits_zero(pki, servers):
+    text, out = doctor(f"127.0.0.1:{servers['good']}", "--anchor", pki / "root.pem", *client(pki))
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert out["ok"] and all(s["ok"] for s in out["steps"])
+    names = [s["name"] for s in out["steps"]]
+    assert names == ["resolve", "tcp", "tls_versions", "server_chain", "trust", "client_ca_names", "client_identity",
+                     "server_verdict"]
+    steps = {s["name"]: s for s in out["steps"]}
+    assert "TLSv1.3 and TLSv1.2" in steps["tls_versions"]["detail"]
+    assert "root" in steps["client_ca_names"]["detail"].lower()
+    assert "the connection works" in text.stdout
+
+
+def test_a_server_that_asks_but_does_not_require_works_without_an_identity(pki, servers):
+    text, out = doctor(f"127.0.0.1:{servers['optional']}", "--anchor", pki / "root.pem")
+    assert text.returncode == 0, text.stdout + text.stderr
+    steps = {s["name"]: s for s in out["steps"]}
+    assert "accepted the connection without one" in steps["client_identity"]["detail"]
+    assert steps["server_verdict"]["ok"]
+
+
+def test_wrong_name_lists_the_certificates_names_and_suggests_verify_as(pki, servers):
+    text, out = doctor(f"localhost:{servers['good']}", "--anchor", pki / "root.pem", *client(pki))
+    assert text.returncode != 0
+    step = failed(out, "trust")
+    assert "name_mismatch" in step["detail"]
+    assert "DNS:server.test" in step["fix"] and "IP:127.0.0.1" in step["fix"]
+    assert "--verify-as server.test" in step["fix"]
+    assert "--verify-as server.test" in text.stdout
+
+
+def test_no_anchor_names_the_anchor_option(pki, servers):
+    text, out = doctor(f"127.0.0.1:{servers['good']}", "--anchors-only", *client(pki))
+    assert text.returncode != 0
+    step = failed(out, "trust")
+    assert "--anchor" in step["fix"] and "issued the chain" in step["fix"]
+    assert "--anchor FILE" in text.stdout
+
+
+def test_expired_server_certificate(pki, servers):
+    text, out = doctor(f"127.0.0.1:{servers['expired']}", "--anchor", pki / "root.pem", *client(pki))
+    assert text.returncode != 0
+    step = failed(out, "trust")
+    assert "expired" in step["detail"]
+    assert "expired on" in step["fix"] and "renewed certificate" in step["fix"]
+    assert "renewed certificate" in text.stdout
+
+
+def test_revoked_server_certificate(pki, servers):
+    text, out = doctor(f"127.0.0.1:{servers['good']}", "--anchor", pki / "root.pem", "--policy",
+                       pki / "revocation.json", *client(pki))
+    assert text.returncode != 0
+    step = failed(out, "trust")
+    assert "revoked" in step["detail"]
+    assert "is revoked by its CA" in step["fix"] and "needs a new certificate" in step["fix"]
+    assert "needs a new certificate" in text.stdout
+
+
+def test_client_certificate_from_the_wrong_ca(pki, servers):
+    text, out = doctor(f"127.0.0.1:{servers['good']}", "--anchor", pki / "root.pem",
+                       "--cert", pki / "stranger.pem", "--key", pki / "stranger.key")
+    assert text.returncode != 0
+    ident = failed(out, "client_identity")
+    assert "does not fit" in ident["detail"] and "issued by a CA the server names" in ident["detail"]
+    assert "get a client certificate issued by" in ident["fix"]
+    verdict = failed(out, "server_verdict")
+    assert "unknown ca" in verdict["detail"].lower()
+    assert "does not trust the issuer" in verdict["fix"]
+    assert "get a client certificate issued by" in text.stdout
+
+
+def test_no_identity_offered_when_the_server_requires_one(pki, servers):
+    text, out = doctor(f"127.0.0.1:{servers['good']}", "--anchor", pki / "root.pem")
+    assert text.returncode != 0
+    ident = failed(out, "client_identity")
+    assert "no certificate was presented" in ident["detail"]
+    verdict = failed(out, "server_verdict")
+    assert "--identity" in verdict["fix"] and "present a client certificate" in verdict["fix"]
+    assert "present a client certificate" in text.stdout
+
+
+def test_store_identities_which_fits_and_why_the_others_do_not(pki, servers, tmp_path):
+    """No identity named, a store holding one that fits and one from another CA: doctor names the
+    one to present and says why the other does not fit."""
+    write_secret(tmp_path / "secret", "doctor store\n")
+    write_secret(tmp_path / "pw", "pw\n")
+    store = ["--store", tmp_path / "s.db", "--secret-file", tmp_path / "secret"]
+    for label, cert, key in (("good", "client-chain.pem", "client.key"), ("other", "stranger.pem", "stranger.key")):
+        subprocess.run(["openssl", "pkcs12", "-export", "-in", pki / cert, "-inkey", pki / key, "-passout", "pass:pw",
+                        "-out", tmp_path / f"{label}.p12"], check=True, capture_output=True)
+        r = subprocess.run([CLI, "store", "import", tmp_path / f"{label}.p12", "--label", label, "--password-file",
+                            tmp_path / "pw", *store, "--kdf-log-n", "10"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    text, out = doctor(f"127.0.0.1:{servers['good']}", "--anchor", pki / "root.pem", *store)
+    assert text.returncode != 0
+    ident = failed(out, "client_identity")
+    assert 'store identity "good" (CN=client.test): fits' in ident["detail"]
+    assert 'store identity "other" (CN=stranger, issuer CN=Other Root): does not fit: no certificate on its path ' \
+           'is issued by a CA the server names' in ident["detail"]
+    assert ident["fix"].startswith('present store identity "good"') and "--identity" in ident["fix"]
+
+
+def test_nothing_listening_fails_at_tcp(pki):
+    text, out = doctor(f"127.0.0.1:{free_port()}", "--anchor", pki / "root.pem")
+    assert text.returncode != 0
+    step = failed(out, "tcp")
+    assert "listens on port" in step["fix"]
