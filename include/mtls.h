@@ -420,7 +420,8 @@ MTLS_EXTERN int mtls_policy_add_rule_anchor(mtls_policy *policy, const char *pat
 /* The rule's own system_anchors (as mtls_policy_set_system_anchors; -1: as the policy says). Policy
  * files: a host rule's "system_anchors". */
 MTLS_EXTERN int mtls_policy_set_rule_system_anchors(mtls_policy *policy, const char *pattern, int system_anchors);
-/* Adds an SPKI pin "sha256/BASE64"; one pin must match a certificate of the built chain. A rule
+/* Adds an SPKI pin "sha256/BASE64" (curl's "sha256//BASE64" is read as the same pin; every pin
+ * argument and policy file takes both); one pin must match a certificate of the built chain. A rule
  * with a single pin gets a warning (no backup pin): see mtls_policy_warnings. */
 MTLS_EXTERN int mtls_policy_add_pin(mtls_policy *policy, const char *pattern, const char *pin);
 /* Pins expire at `expires` (seconds since 1970; 0: never); then MTLS_PIN_STOP_ENFORCING or

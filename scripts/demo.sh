@@ -104,7 +104,8 @@ server_view() {
     total=$(wc -l < server.log)
     server_reason=
     if [ "$total" -gt "$seen" ]; then
-        new=$(sed -n "$((seen + 1)),${total}p" server.log)
+        # Each log line starts with its RFC 3339 time; the demo shows what happened.
+        new=$(sed -n "$((seen + 1)),${total}p" server.log | sed -E 's/^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z //')
         printf '%s\n' "$new" | sed 's/^/    server: /'
         server_reason=$(printf '%s\n' "$new" | sed -n 's/^rejected client [^ ]*: //p' | tail -1)
         seen=$total

@@ -37,6 +37,10 @@ extension Identity {
         if lower.hasSuffix(".p12") || lower.hasSuffix(".pfx") || FileManager.default.fileExists(atPath: name) {
             return try PKCS12.load(path: name, password: password).requireIdentity()
         }
+        // A value written as a path (./alice, ../x, /etc/x, ~/x) is a file that is missing, never a label.
+        if name.hasPrefix("/") || name.hasPrefix("./") || name.hasPrefix("../") || name.hasPrefix("~") {
+            throw MTLSError(.notFound, "no such file: \(name) (a path, not a store label: check the path)")
+        }
         guard let store = try openStore() else {
             throw MTLSError(.invalidArgument, "\"\(name)\" is not a file, and a store label needs a store")
         }

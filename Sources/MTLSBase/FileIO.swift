@@ -188,7 +188,15 @@ public enum FileIO {
     public static func writeAtomically(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o600) throws {
         let tmp = path + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
-        guard fd >= 0 else { throw MTLSError(.io, "cannot create \(tmp): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else {
+            // Named by the file asked for and its folder, never by the temporary name.
+            let err = errno
+            let folder = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? ""
+            if err == ENOENT {
+                throw MTLSError(.io, "cannot write \(path): the folder \(folder.isEmpty ? "." : folder) does not exist (create it first)")
+            }
+            throw MTLSError(err == ENOSPC ? .diskFull : .io, "cannot write \(path): \(String(cString: strerror(err)))")
+        }
         var ok = false
         defer {
             if !ok { unlink(tmp) }
@@ -210,7 +218,7 @@ public enum FileIO {
             throw MTLSError(.io, "cannot sync \(path): \(String(cString: strerror(err)))")
         }
         close(fd)
-        guard rename(tmp, path) == 0 else { throw MTLSError(.io, "cannot rename \(tmp) to \(path): \(String(cString: strerror(errno)))") }
+        guard rename(tmp, path) == 0 else { throw MTLSError(.io, "cannot write \(path): \(String(cString: strerror(errno)))") }
         ok = true
     }
 }

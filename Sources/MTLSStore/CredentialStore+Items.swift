@@ -127,7 +127,7 @@ extension CredentialStore {
                     }
                 }
             } catch let e as MTLSError where e.code == .duplicate {
-                throw MTLSError(.duplicate, "an item of class \(current?.itemClass.name ?? "?") labelled \"\(current?.label ?? "")\" already exists (replace it to overwrite)")
+                throw MTLSError(.duplicate, "an item of class \(current?.itemClass.name ?? "?") labelled \"\(current?.label ?? "")\" already exists: pass --replace (replace in the C, Python and Swift APIs) to overwrite it, or choose another label")
             }
         }
     }

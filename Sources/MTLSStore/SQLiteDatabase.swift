@@ -23,6 +23,12 @@ final class SQLiteDatabase {
         let rc = sqlite3_open_v2(path, &handle, flags, nil)
         if rc != SQLITE_OK {
             let err = errno
+            // SQLite's own text ("unable to open database file") does not say why.
+            var st = stat()
+            if stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR {
+                sqlite3_close_v2(handle)
+                throw MTLSError(.invalidArgument, "the store \(path) is a folder, not a store file: give the path of the store file (for example \(path.hasSuffix("/") ? path : path + "/")store.db)")
+            }
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
             sqlite3_close_v2(handle)
             throw SQLiteDatabase.error(rc, "cannot open the store \(path): \(message)", errno: err)

@@ -352,6 +352,12 @@ public final class TLSConnection {
             OpenSSLErrorQueue.clear()
             return MTLSError(.handshake, "the \(peerRole) closed the connection during the TLS handshake" + (stack.isEmpty ? "" : ": " + stack.joined(separator: "; ")))
         }
+        // A client that sent an HTTP request to a TLS port: say so in words, not OpenSSL's reason text.
+        if isServer, err == SSL_ERROR_SSL,
+           [SSL_R_HTTP_REQUEST, SSL_R_HTTPS_PROXY_REQUEST].contains(OpenSSLErrorQueue.peekLastReason()) {
+            OpenSSLErrorQueue.clear()
+            return MTLSError(.handshake, "TLS handshake with \(peerAddress) failed: the client spoke plain HTTP, not TLS (use https:// or a TLS client)")
+        }
         let sent = state.sentAlert.map { " (we sent alert \"\($0)\")" } ?? ""
         return MTLSError.openSSL(.handshake, "TLS handshake with \(peerAddress) failed\(sent)")
     }

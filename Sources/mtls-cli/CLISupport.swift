@@ -97,6 +97,33 @@ enum CLI {
         try FileIO.readSecret(path, kind: .password)
     }
 
+    /// The password of a PKCS#12 file to read, the same way in every command that reads one:
+    /// `--password-file F` (its first line), else `--no-password` (none at all), else the
+    /// `MTLS_P12_PASSWORD` environment variable. With none of them: nil when `required` is
+    /// false (the file is tried with no password and the empty one), else an error naming the three.
+    static func p12Password(file: String?, noPassword: Bool, required: Bool) throws -> SecretBytes? {
+        if file != nil && noPassword { throw ValidationError("--password-file and --no-password exclude each other") }
+        if noPassword { return nil }
+        if let file {
+            do { return try readPasswordFile(file) } catch let e as MTLSError {
+                // A file problem keeps its own code (not_found, io): the password was never tried.
+                throw MTLSError(e.code, "cannot read the password file: \(e.message)")
+            }
+        }
+        if let env = ProcessInfo.processInfo.environment["MTLS_P12_PASSWORD"] { return SecretBytes(env) }
+        if required {
+            throw MTLSError(.badPassword, "a password is needed: give --password-file FILE, set MTLS_P12_PASSWORD, or say --no-password")
+        }
+        return nil
+    }
+
+    /// Refuses to write over an existing file unless `force` (`--force`).
+    static func refuseToOverwrite(_ path: String, force: Bool) throws {
+        if !force && FileManager.default.fileExists(atPath: path) {
+            throw MTLSError(.duplicate, "\(path) already exists: pass --force to overwrite it, or choose another file")
+        }
+    }
+
     /// Prints the warnings the library gave on this thread (a group-readable secret file), one
     /// `mtls: warning: ...` line each on stderr.
     static func printWarnings() {

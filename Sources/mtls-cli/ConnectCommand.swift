@@ -7,7 +7,8 @@ import MTLS
 /// client presents nothing, whatever store is set.
 struct IdentityOptions: ParsableArguments {
     @Option(help: "The identity to present: a store label, a FILE.p12, a pkcs11: URI (with --pin-file), or \"auto\" (a client chooses among the store's identities and token identities). Without it a client presents no certificate.") var identity: String?
-    @Option(help: "File with the .p12 password (first line).") var passwordFile: String?
+    @Option(help: "File with the .p12 (or encrypted --key) password (first line; default: $MTLS_P12_PASSWORD for a .p12).") var passwordFile: String?
+    @Flag(help: "The .p12 has no password (not the same as the empty password).") var noPassword = false
     @Option(help: "File with the token PIN (first line).") var pinFile: String?
     @Flag(help: "Send the PIN file's PIN even when the token says the next wrong PIN locks it.") var allowFinalTry = false
     @Option(help: "Certificate PEM file (leaf first, then its chain), with --key.") var cert: String?
@@ -72,7 +73,11 @@ struct IdentityOptions: ParsableArguments {
             throw ValidationError("--identity auto is for a client; name the identity to present")
         }
         guard let name = cert ?? identity else { return nil }
-        return try Identity.resolve(name, keyPath: key, password: try passwordFile.map(CLI.readPasswordFile),
+        // As every command that reads a .p12: --password-file, --no-password, else MTLS_P12_PASSWORD
+        // (that one for a .p12 only, never for a PEM key).
+        let password = key == nil ? try CLI.p12Password(file: passwordFile, noPassword: noPassword, required: false)
+            : try passwordFile.map(CLI.readPasswordFile)
+        return try Identity.resolve(name, keyPath: key, password: password,
                                     pin: try pinFile.map(CLI.readPINFile), allowFinalTry: allowFinalTry, openStore: openStore)
     }
 }
@@ -225,11 +230,13 @@ struct ConnectCommand: ParsableCommand {
     @Option(help: PolicyBuilder.revocationHelp) var revocation: String?
     @Option(help: PolicyBuilder.revocationMaxAgeHelp) var revocationMaxAge: Int64?
     @Option(help: "A pinned anchor (root, intermediate or the server's own certificate): a file, or a certificate stored under a label (LABEL with a store, or store:LABEL); repeatable.") var anchor: [String] = []
+    // curl's name for the same idea: a user coming from curl is taken to --anchor, not to --cert.
+    @Option(name: .customLong("cacert"), help: ArgumentHelp("curl's name of --anchor.", visibility: .hidden)) var cacert: [String] = []
     @Flag(help: "Never trust the system store (the default once anchors are given).") var anchorsOnly = false
     @Flag(help: "Trust the system store as well as the anchors (--anchor, the policy's); without it anchors are the only ones trusted.") var systemAnchors = false
     @Option(help: "Validate the server's certificate as this name instead of HOST, over the policy's and its rule's verify-as.") var verifyAs: String?
     @Option(help: "The SNI to send (default HOST when it is a name; \"\" for none).") var sni: String?
-    @Option(help: "An SPKI pin sha256/BASE64; repeatable; always enforced, on top of the policy and its host rule.") var pin: [String] = []
+    @Option(help: "An SPKI pin sha256/BASE64 (or curl's sha256//BASE64); repeatable; always enforced, on top of the policy and its host rule.") var pin: [String] = []
     @Option(help: "ALPN protocol to offer; repeatable.") var alpn: [String] = []
     @Option(help: "Lowest TLS version: 1.2 or 1.3 (default: the library's, \(TLSDefaults.minVersion)).") var tlsMin: String?
     @Option(help: "Highest TLS version: 1.2 or 1.3 (default: the library's, \(TLSDefaults.maxVersion)).") var tlsMax: String?
@@ -320,7 +327,7 @@ struct ConnectCommand: ParsableCommand {
         // --verify-as, --pin, --anchor and --anchors-only are overrides: the library composes
         // them on top of the policy (and of the rule the host and port select).
         o.policy = try PolicyBuilder.policy(file: policy, revocation: revocation, revocationMaxAge: revocationMaxAge)
-        o.overrides = try PolicyBuilder.overrides(anchors: anchor, anchorsOnly: anchorsOnly, systemAnchors: systemAnchors, pins: pin, verifyAs: verifyAs,
+        o.overrides = try PolicyBuilder.overrides(anchors: anchor + cacert, anchorsOnly: anchorsOnly, systemAnchors: systemAnchors, pins: pin, verifyAs: verifyAs,
                                                   store: identityOptions.openStore)
         o.serverName = sni
         o.alpn = alpn
@@ -360,7 +367,9 @@ struct ConnectCommand: ParsableCommand {
                 print("peer[\(i)] \(cert.subject)  sha256=\(cert.sha256Hex)")
             }
             print("evaluation: \(PolicyBuilder.summary(c.evaluation))")
-            if c.isHandshakeComplete {
+            // Only once the outcome is known: a server that refuses our certificate after the
+            // handshake (TLS 1.3) did not let us connect, and the error line says so.
+            if c.isHandshakeComplete && out["connected"] as? Bool == true {
                 let presented = c.presentedIdentity.map { ", presented \($0.leaf.subjectSummary)" } ?? ", no client certificate"
                 print("connected: \(c.tlsVersion), alpn \(c.alpn ?? "none"), \(c.isResumed ? "resumed" : "full handshake")\(presented)")
             }
@@ -398,6 +407,7 @@ struct ServeCommand: ParsableCommand {
     @Option(help: "Send the subjects of the certificates in FILE (PEM or DER, one or more) as the CA names of the certificate request, instead of the client anchors'. Trust does not change.") var caNames: String?
     @Option(help: "Seconds a client has, from its connection, to send its whole ClientHello; until then it holds no handshake slot (default: the library's, \(TLSDefaults.clientHelloTimeout.map { "\(Int($0)) s" } ?? "none"), never more than the handshake timeout; 0: the default; negative: none).") var clientHelloTimeout: Double?
     @Option(help: "Leading bits of an IPv6 client address that make one source for the per-source handshake cap (default: the library's, \(TLSDefaults.ipv6SourcePrefixLength ?? 128); 128: each address alone).") var ipv6SourcePrefixLength: Int?
+    @Flag(help: "Machine-readable output: one JSON object per line ({\"listening\": {address, port}}, then {time, event, message} per event); a failure to start is {error, message}.") var json = false
 
     func validate() throws {
         if noCaNames && caNames != nil { throw ValidationError("give --no-ca-names or --ca-names, not both") }
@@ -436,7 +446,12 @@ struct ServeCommand: ParsableCommand {
             let listener = try TLSListener(address: address, port: port, options: o)
             follow.start(listener: listener)
             CLI.printWarnings()  // before serving: a server runs until stopped
-            print("listening on \(address):\(listener.port)")
+            ServeLog.json = json
+            if json {
+                CLI.printJSON(["listening": ["address": address, "port": Int(listener.port)] as [String: Any]])
+            } else {
+                print("listening on \(address):\(listener.port)")
+            }
             // Kept for as long as the command runs (the endpoint stops when released).
             var metrics: MetricsEndpoint?
             if let metricsPort {
@@ -461,7 +476,12 @@ struct ServeCommand: ParsableCommand {
                 }
                 let host = metricsAddress.contains(":") ? "[\(metricsAddress)]" : metricsAddress
                 let access = (token == nil ? "" : " (bearer token required)") + (metricsTLS == nil ? "" : " (TLS, client certificate required)")
-                print("metrics on \(host):\(metrics?.port ?? 0)\(access)")
+                if json {
+                    CLI.printJSON(["metrics": ["address": metricsAddress, "port": Int(metrics?.port ?? 0),
+                                               "bearer_token": token != nil, "tls": metricsTLS != nil] as [String: Any]])
+                } else {
+                    print("metrics on \(host):\(metrics?.port ?? 0)\(access)")
+                }
             }
             defer { metrics?.close() }
             fflush(nil)  // all streams: Swift 6 does not let code touch the C global `stdout`
@@ -475,8 +495,7 @@ struct ServeCommand: ParsableCommand {
                 serving.wait()
                 let c = listener.counters
                 // Worded apart from the per-client "accepted"/"rejected" lines that scripts count.
-                print("counters: handshakes \(c.accepted) (resumed \(c.resumed)), refused \(c.refused.values.reduce(0, +)), open \(c.currentConnections)")
-                fflush(nil)
+                ServeLog.line("counters: handshakes \(c.accepted) (resumed \(c.resumed)), refused \(c.refused.values.reduce(0, +)), open \(c.currentConnections)")
             }
             while count.map({ served < $0 }) ?? true {
                 served += 1
@@ -485,13 +504,11 @@ struct ServeCommand: ParsableCommand {
                     conn = try listener.accept()
                 } catch let e as MTLSError {
                     // A peer's certificate fields are in messages: one line each, whatever they hold.
-                    print("rejected \(e.message) [\(e.code.name)]")
-                    fflush(nil)
+                    ServeLog.line("rejected \(e.message) [\(e.code.name)]")
                     continue
                 }
                 let subject = conn.peerCertificate?.subject ?? "(no certificate)"
-                print("accepted \(conn.peerAddress) \(conn.tlsVersion) client \(subject): \(PolicyBuilder.summary(conn.evaluation))")
-                fflush(nil)
+                ServeLog.line("accepted \(conn.peerAddress) \(conn.tlsVersion) client \(subject): \(PolicyBuilder.summary(conn.evaluation))")
                 serving.enter()
                 // The connection moves to the serving thread: this loop never touches it again
                 // (a connection is used by one thread at a time, so it is not Sendable).
@@ -502,6 +519,10 @@ struct ServeCommand: ParsableCommand {
                 }
             }
         } catch {
+            if json {
+                let name = error is ValidationError ? MTLSError.Code.invalidArgument.name : CLI.errorName(error)
+                CLI.printJSON(["error": name, "message": (error as? MTLSError)?.message ?? "\(error)"])
+            }
             throw CLI.fail(error)
         }
     }

@@ -238,9 +238,18 @@ struct EnrollCommand: ParsableCommand {
         @OptionGroup var location: StoreCommand.Location
         @Option(name: .customLong("dir"), help: "The mtls pki directory.") var dir: String
         @Option(name: .customLong("ca"), help: "The intermediate CA's name.") var ca: String
-        @Option(name: .customLong("name"), help: "The certificate's name (a DNS name or IP address for a server).") var name: String
+        // As in `mtls pki issue server|client`: a server's name is --dns or --ip, a client's --name.
+        @Option(name: .customLong("dns"), help: "A server's DNS name (as `pki issue server --dns`).") var dns: String?
+        @Option(name: .customLong("ip"), help: "A server's IP address (as `pki issue server --ip`).") var ip: String?
+        @Option(name: .customLong("name"), help: "A client's name, its CN (as `pki issue client --name`); for a server, the old way to give --dns or --ip.") var name: String?
         @Option(name: .customLong("label"), help: "The store label of the identity.") var label: String
         @Option(name: .customLong("profile"), help: "server (default) or client.") var profile: String = "server"
+
+        func validate() throws {
+            if [dns, ip, name].compactMap({ $0 }).count != 1 {
+                throw ValidationError("give the certificate's name once: --dns NAME or --ip ADDRESS for a server, --name NAME for a client")
+            }
+        }
         @Option(name: .customLong("key-type"), help: "Type of the new key (default ec-p256).") var keyType: String?
         @Option(name: .customLong("token-uri"), help: "Use this token key (pkcs11: URI) instead of a new key in the store.") var tokenURI: String?
         @Option(name: .customLong("pin-file"), help: "File holding the token's PIN.") var pinFile: String?
@@ -250,7 +259,7 @@ struct EnrollCommand: ParsableCommand {
 
         func run() throws {
             try CLI.reporting(json: json) {
-                var request = PKIEnrollment(directory: dir, caName: ca, name: name)
+                var request = PKIEnrollment(directory: dir, caName: ca, name: dns ?? ip ?? name ?? "")
                 request.optionNames = EnrollCommand.optionNames
                 request.profile = try EnrollCommand.profile(profile)
                 request.keySpec = try keyType.map { try KeySpec(issuingName: $0) }

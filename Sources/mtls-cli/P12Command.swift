@@ -2,10 +2,56 @@ import ArgumentParser
 import Foundation
 import MTLS
 
-/// `mtls p12 inspect FILE [--password-file F | --no-password] [--json]`
+/// `mtls p12 inspect FILE [--password-file F | --no-password] [--json]`,
+/// `mtls p12 create --cert F --key F [--chain F]... --out F.p12 [--password-file F | --no-password] [--legacy]`
 struct P12Command: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "p12", abstract: "Read PKCS#12 (.p12/.pfx) files.", subcommands: [Inspect.self])
+        commandName: "p12", abstract: "Read and make PKCS#12 (.p12/.pfx) files.", subcommands: [Inspect.self, Create.self])
+
+    /// `mtls p12 create`: a .p12 from a certificate, its key and its chain, with the library's
+    /// PKCS#12 writer (the one `store export` and `pki issue --p12` use).
+    struct Create: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Make a PKCS#12 file from a certificate, its private key and its chain.",
+            discussion: """
+            The password comes from --password-file (its first line), or from the MTLS_P12_PASSWORD \
+            environment variable; --no-password writes the file with the empty password (which \
+            readers open with no password too). An encrypted key is opened with --key-password-file \
+            (default: the same password). The file is written 0600 and never over an existing one \
+            without --force.
+            """)
+        @Option(help: "The certificate (PEM, DER or PKCS#7; leaf first, then any chain).") var cert: String
+        @Option(help: "Its private key (PEM, possibly encrypted).") var key: String
+        @Option(parsing: .singleValue, help: "A file of CA certificates above it (repeatable).") var chain: [String] = []
+        @Option(help: "The .p12 file to write.") var out: String
+        @Option(help: "A file whose first line is the new file's password.") var passwordFile: String?
+        @Flag(help: "Write the file with the empty password.") var noPassword = false
+        @Option(help: "A file whose first line is the password of an encrypted --key (default: the p12 password).") var keyPasswordFile: String?
+        @Flag(help: "3DES and a SHA-1 MAC, for consumers that accept nothing newer.") var legacy = false
+        @Option(help: "The friendly name (default: the certificate's name).") var friendlyName: String?
+        @Flag(help: "Overwrite --out when it exists.") var force = false
+        @Flag(help: "Machine-readable output.") var json = false
+
+        func run() throws {
+            try CLI.reporting(json: json) {
+                let password = try CLI.p12Password(file: passwordFile, noPassword: noPassword, required: true) ?? SecretBytes("")
+                try CLI.refuseToOverwrite(out, force: force)
+                let keyPassword = try keyPasswordFile.map(CLI.readPasswordFile) ?? password
+                let given = try Identity(certificatePath: cert, keyPath: key, password: keyPassword)
+                let extra = try chain.flatMap { try Certificate.load(path: $0) }
+                let identity = extra.isEmpty ? given : try Identity(privateKey: given.privateKey, leaf: given.leaf,
+                                                                    certificates: given.chain + given.extraCertificates + extra)
+                var options: PKCS12ExportOptions = legacy ? .legacy : .modern
+                options.friendlyName = friendlyName ?? identity.leaf.subjectSummary
+                try FileIO.writeAtomically(out, try PKCS12.export(identity, password: password, options: options))
+                if json {
+                    return CLI.printJSON(["out": out, "leaf_sha256": identity.leaf.sha256Hex, "subject": identity.leaf.subject,
+                                          "chain_count": identity.chain.count, "legacy": legacy])
+                }
+                print("wrote \(out): \(identity.leaf.subject) with \(identity.chain.count) chain certificate\(identity.chain.count == 1 ? "" : "s") (\(legacy ? "legacy 3DES/SHA-1" : "AES-256/SHA-256"))")
+            }
+        }
+    }
 
     struct Inspect: ParsableCommand {
         static let configuration = CommandConfiguration(
@@ -42,15 +88,7 @@ struct P12Command: ParsableCommand {
         }
 
         private func password() throws -> SecretBytes? {
-            if noPassword { return nil }
-            if let passwordFile {
-                do { return try CLI.readPasswordFile(passwordFile) } catch let e as MTLSError {
-                    // A file problem keeps its own code (not_found, io): the password was never tried.
-                    throw MTLSError(e.code, "cannot read the password file: \(e.message)")
-                }
-            }
-            if let env = ProcessInfo.processInfo.environment["MTLS_P12_PASSWORD"] { return SecretBytes(env) }
-            throw MTLSError(.badPassword, "a password is needed: give --password-file FILE, set MTLS_P12_PASSWORD, or say --no-password")
+            try CLI.p12Password(file: passwordFile, noPassword: noPassword, required: true)
         }
     }
 }

@@ -54,11 +54,19 @@ struct PKICommand: ParsableCommand {
 
     /// Options for anything that makes a key and a certificate.
     struct KeyOptions: ParsableArguments {
-        @Option(help: "Key kind: \(KeySpec.issuingNames.joined(separator: " | ")).") var key = KeySpec.issuingDefault.issuingName
+        @Option(name: .customLong("key-type"), help: "Key kind: \(KeySpec.issuingNames.joined(separator: " | ")) (default \(KeySpec.issuingDefault.issuingName)).")
+        var keyType: String?
+        // The name before 0.3.0, kept for scripts: the key type is --key-type in every command.
+        @Option(name: .customLong("key"), help: ArgumentHelp("The old name of --key-type.", visibility: .hidden))
+        var key: String?
         @Option(help: "Validity in days (default: root \(CertificateProfile.root.defaultValidityDays), intermediate \(CertificateProfile.intermediate.defaultValidityDays), server and client \(CertificateProfile.server.defaultValidityDays)).")
         var days: Int?
 
-        func spec() throws -> KeySpec { try KeySpec(issuingName: key) }
+        func validate() throws {
+            if keyType != nil && key != nil { throw ValidationError("give --key-type once (--key is its old name)") }
+        }
+
+        func spec() throws -> KeySpec { try KeySpec(issuingName: keyType ?? key ?? KeySpec.issuingDefault.issuingName) }
     }
 
     struct Init: ParsableCommand {
@@ -119,6 +127,8 @@ struct PKICommand: ParsableCommand {
             @Option(help: "Also write a PKCS#12 file with the key, the certificate and the whole chain.") var p12: String?
             @Option(help: "File with the PKCS#12 password (needed with --p12).") var passwordFile: String?
             @Flag(help: "Make the PKCS#12 file with 3DES and a SHA-1 MAC, for old consumers.") var legacy = false
+            @Flag(help: "Issue a new key and certificate for a name already issued; the old one stays in issued/<name>@<serial>/ for revocation.")
+            var reissue = false
 
             func validate() throws {
                 if p12 != nil && passwordFile == nil { throw ValidationError("--p12 needs --password-file") }
@@ -137,7 +147,8 @@ struct PKICommand: ParsableCommand {
                 let p12 = options.p12.flatMap { path in
                     p12Password.map { PKIDirectory.PKCS12Output(path: path, password: $0, scheme: options.legacy ? .legacy : .modern) }
                 }
-                let item = try pki.issue(request, caName: options.ca, keySpec: spec, keyPassword: keyPassword, p12: p12)
+                let item = try pki.issue(request, caName: options.ca, keySpec: spec, keyPassword: keyPassword, p12: p12,
+                                         reissue: options.reissue)
                 if keyPassword == nil { Common.warnUnencrypted(item.keyPath) }
                 PKIOutput.report("Issued \(request.profile.rawValue) certificate", kind: request.profile.rawValue, item: item,
                                  ca: options.ca, p12: options.p12.map { ($0, options.legacy) },
@@ -251,10 +262,15 @@ struct PKICommand: ParsableCommand {
         @Option(help: "The name the certificate was issued under.") var name: String?
         @Option(help: "The certificate file to revoke.") var cert: String?
         @Option(help: "Reason: \(Revocation.Reason.allCases.map(\.name).joined(separator: ", ")).") var reason: String?
-        @Option(help: "Days until the CRL's nextUpdate.") var crlDays = CertificateAuthority.defaultCRLValidityDays
+        // --days, as in `pki crl`: a number of days is --days in every command.
+        @Option(name: .customLong("days"), help: "Days until the new CRL's nextUpdate (default \(CertificateAuthority.defaultCRLValidityDays)).")
+        var days: Int?
+        @Option(name: .customLong("crl-days"), help: ArgumentHelp("The old name of --days.", visibility: .hidden))
+        var crlDays: Int?
 
         func validate() throws {
             if (name == nil) == (cert == nil) { throw ValidationError("give exactly one of --name or --cert") }
+            if days != nil && crlDays != nil { throw ValidationError("give --days once (--crl-days is its old name)") }
         }
 
         func run() throws {
@@ -268,7 +284,7 @@ struct PKICommand: ParsableCommand {
                 }
                 let target = try cert.map { try Certificate.load(path: $0)[0] }
                     ?? pki.issuedCertificate(caName: ca, name: name!)
-                let (path, der) = try pki.revoke(target, caName: ca, reason: reasonValue, crlValidityDays: crlDays,
+                let (path, der) = try pki.revoke(target, caName: ca, reason: reasonValue, crlValidityDays: days ?? crlDays ?? CertificateAuthority.defaultCRLValidityDays,
                                                  keyPassword: try common.keyPassword())
                 if common.json {
                     CLI.printJSON(["revoked": target.subjectSummary, "serial": target.serialHex,

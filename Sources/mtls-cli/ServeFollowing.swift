@@ -5,6 +5,26 @@ import Synchronization
 import Glibc
 #endif
 
+/// `mtls serve`'s log: one line per event, each starting with its RFC 3339 UTC time
+/// (`2026-11-28T23:10:00Z accepted ...`), written at once.
+/// With `--json`, each line is an object instead: `{"time", "event", "message"}` (`event` the
+/// line's first word: accepted, rejected, rotated, policy, reload, recovered, SIGHUP...).
+enum ServeLog {
+    /// Set once by `serve --json`, before the first line.
+    nonisolated(unsafe) static var json = false
+
+    static func line(_ text: TerminalText) {
+        let time = CLI.rfc3339(Date())
+        if json {
+            let word = text.text.prefix { $0 != " " && $0 != ":" }
+            CLI.printJSON(["time": time, "event": String(word), "message": text.text])
+        } else {
+            print("\(time) \(text)")
+        }
+        fflush(nil)  // all streams: Swift 6 does not let code touch the C global `stdout`
+    }
+}
+
 /// What `mtls serve` follows (issue 26): its identity when it is a store label, its policy file,
 /// the client anchors it takes from store labels (`--client-anchor LABEL`), and SIGHUP, which
 /// looks at the identity and the policy file at once. The library itself never installs a signal
@@ -79,10 +99,16 @@ final class ServeFollowing: @unchecked Sendable {
     /// Prints one line per event (the client policy's revocation fetch failures too) and reloads
     /// on SIGHUP.
     func start(listener: TLSListener) {
+        // After a failed reload, the next success says the server recovered (once).
+        let failing = Mutex(false)
         let report: @Sendable (LifecycleEvent) -> Void = { e in
             let what: String
+            var message = e.message
             switch e.kind {
-            case .identityRotated: what = "rotated"
+            case .identityRotated:
+                what = "rotated"
+                // The event's message starts with what happened; said once, not "rotated: identity rotated: ...".
+                if message.hasPrefix("identity rotated: ") { message.removeFirst("identity rotated: ".count) }
             case .policyReloaded: what = "policy reloaded"
             case .reloadFailed: what = "reload failed [\(e.error?.code.name ?? "error")]"
             case .expiryWarning: what = "expiry warning"
@@ -92,8 +118,12 @@ final class ServeFollowing: @unchecked Sendable {
             case .renewalFailed, .renewalNotInstalled: what = "renewal failed [\(e.error?.code.name ?? "error")]"
             case .revocationFetchFailed: what = "revocation fetch failed [\(e.error?.code.name ?? "error")]"
             }
-            print("\(what): \(e.message)")
-            fflush(nil)
+            let recovered = failing.withLock { wasFailing -> Bool in
+                defer { wasFailing = e.kind == .reloadFailed ? true : (e.kind == .identityRotated || e.kind == .policyReloaded) ? false : wasFailing }
+                return wasFailing && (e.kind == .identityRotated || e.kind == .policyReloaded)
+            }
+            ServeLog.line("\(what): \(message)")
+            if recovered { ServeLog.line("recovered: the reload that failed before now succeeded (\(what))") }
         }
         listener.events.setHandler(report)
         policyWatch?.events.setHandler(report)
@@ -102,8 +132,7 @@ final class ServeFollowing: @unchecked Sendable {
         signal(SIGHUP, SIG_IGN)
         let s = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
         s.setEventHandler { [self] in
-            print("SIGHUP: reloading")
-            fflush(nil)
+            ServeLog.line("SIGHUP: reloading")
             source?.reload()
             policyWatch?.reload()
         }

@@ -84,22 +84,45 @@ struct StoreCommand: ParsableCommand {
     }
 
     struct Import: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Import a PKCS#12 file's identity under a label.")
+        static let configuration = CommandConfiguration(
+            abstract: "Import an identity under a label: a PKCS#12 file, or a PEM certificate (with its chain) and its key.",
+            discussion: """
+                FILE is a .p12/.pfx file, or a PEM file with the certificate (leaf first, then its chain); \
+                its key is in FILE too or in --key F. The password (of the .p12, or of an encrypted PEM \
+                key) comes from --password-file, else MTLS_P12_PASSWORD; --no-password says there is none.
+                """)
         @OptionGroup var location: Location
-        @Argument(help: "The .p12 / .pfx file.") var file: String
+        @Argument(help: "The .p12 / .pfx file, or a PEM certificate file.") var file: String
         @Option(help: "The label to store it under.") var label: String
-        @Option(name: .customLong("password-file"), help: "File whose first line is the PKCS#12 password (none: no password).")
+        @Option(name: .customLong("key"), help: "The PEM private key of FILE's certificate (default: FILE itself when it is PEM).")
+        var key: String?
+        @Option(name: .customLong("password-file"), help: "File whose first line is the PKCS#12 (or encrypted key's) password (default: $MTLS_P12_PASSWORD; none: no password).")
         var passwordFile: String?
+        @Flag(help: "The file has no password (not the same as the empty password).") var noPassword = false
         @Option(name: .customLong("friendly-name"), help: "Pick this identity from a file that holds several.")
         var friendlyName: String?
         @Flag(help: "Replace an identity already stored under the label.") var replace = false
+        @Flag(help: "Machine-readable output.") var json = false
 
         func run() throws {
-            try CLI.reporting {
-                let password = try passwordFile.map(CLI.readPasswordFile)
+            try CLI.reporting(json: json) {
+                let password = try CLI.p12Password(file: passwordFile, noPassword: noPassword, required: false)
                 let data = try FileIO.read(file, limit: PKCS12.maxInputSize)
-                let identity = try location.adding { store in
-                    try store.importPKCS12(data, password: password, label: label, replace: replace, friendlyName: friendlyName)
+                let isPEM = key != nil || String(decoding: data.prefix(4096), as: UTF8.self).contains("-----BEGIN ")
+                let identity: Identity
+                if isPEM {
+                    if friendlyName != nil { throw ValidationError("--friendly-name picks an identity of a PKCS#12 file") }
+                    let pem = try Identity(certificatePath: file, keyPath: key ?? file, password: password)
+                    try location.adding { try $0.putIdentity(pem, label: label, replace: replace) }
+                    identity = pem
+                } else {
+                    identity = try location.adding { store in
+                        try store.importPKCS12(data, password: password, label: label, replace: replace, friendlyName: friendlyName)
+                    }
+                }
+                if json {
+                    return CLI.printJSON(["label": label, "subject": identity.leaf.subject, "leaf_sha256": identity.leaf.sha256Hex,
+                                          "chain_count": identity.chain.count, "replaced": replace])
                 }
                 print("imported \"\(label)\": \(identity.leaf.subject) (\(identity.leaf.sha256Hex))")
             }
@@ -112,11 +135,13 @@ struct StoreCommand: ParsableCommand {
         @Argument(help: "A DER, PEM or PKCS#7 file; its first certificate is stored.") var file: String
         @Option(help: "The label to store it under.") var label: String
         @Flag(help: "Replace a certificate already stored under the label.") var replace = false
+        @Flag(help: "Machine-readable output.") var json = false
 
         func run() throws {
-            try CLI.reporting {
+            try CLI.reporting(json: json) {
                 let cert = try Certificate.load(path: file)[0]
                 try location.adding { try $0.putCertificate(cert, label: label, replace: replace) }
+                if json { return CLI.printJSON(["label": label, "subject": cert.subject, "sha256": cert.sha256Hex]) }
                 print("stored certificate \"\(label)\": \(cert.subject) (\(cert.sha256Hex))")
             }
         }
@@ -130,9 +155,10 @@ struct StoreCommand: ParsableCommand {
         @Option(help: "The identity's certificate, with its chain after it (PEM, DER or PKCS#7); read from the token when omitted.") var cert: String?
         @Option(help: "File with the token PIN (first line), to read the identity from the token.") var pinFile: String?
         @Flag(help: "Replace a token identity already stored under the label.") var replace = false
+        @Flag(help: "Machine-readable output.") var json = false
 
         func run() throws {
-            try CLI.reporting {
+            try CLI.reporting(json: json) {
                 var certs: [Certificate]
                 if let cert {
                     certs = try Certificate.load(path: cert)
@@ -147,6 +173,10 @@ struct StoreCommand: ParsableCommand {
                 }
                 if stored.pinValueRemoved {
                     CLI.printError("warning: the URI's pin-value was not stored (a PIN is never kept in the store); use pin-source=FILE or --pin-file when connecting")
+                }
+                if json {
+                    return CLI.printJSON(["label": label, "uri": stored.storedURI, "subject": leaf.subject, "leaf_sha256": leaf.sha256Hex,
+                                          "pin_value_removed": stored.pinValueRemoved])
                 }
                 print("stored token identity \"\(label)\": \(stored.storedURI)")
             }
@@ -226,11 +256,13 @@ struct StoreCommand: ParsableCommand {
         @OptionGroup var location: Location
         @Argument(help: "The label.") var label: String
         @Option(name: .customLong("class"), help: "Only the item of this class.") var itemClass: String?
+        @Flag(help: "Machine-readable output.") var json = false
 
         func run() throws {
             let cls = try StoreCommand.itemClass(itemClass)
-            try CLI.reporting {
+            try CLI.reporting(json: json) {
                 let n = try location.open().delete(label: label, itemClass: cls)
+                if json { return CLI.printJSON(["label": label, "deleted": n]) }
                 print("deleted \(n) item\(n == 1 ? "" : "s") labelled \"\(label)\"")
             }
         }
@@ -243,15 +275,19 @@ struct StoreCommand: ParsableCommand {
         @Option(help: "The .p12 file to write (mode 0600).") var out: String
         @Option(name: .customLong("password-file"), help: "File whose first line is the new file's password.") var passwordFile: String?
         @Flag(help: "3DES and a SHA-1 MAC, for consumers that accept nothing newer.") var legacy = false
+        @Flag(help: "Overwrite --out when it exists.") var force = false
+        @Flag(help: "Machine-readable output.") var json = false
 
         func run() throws {
-            try CLI.reporting {
+            try CLI.reporting(json: json) {
                 guard let passwordFile else {
                     throw MTLSError(.invalidArgument, "--password-file is needed: an exported key is always password-protected")
                 }
+                try CLI.refuseToOverwrite(out, force: force)
                 let p12 = try location.open().exportPKCS12(
                     label: label, password: try CLI.readPasswordFile(passwordFile), options: legacy ? .legacy : .modern)
                 try FileIO.writeAtomically(out, p12)
+                if json { return CLI.printJSON(["label": label, "out": out, "legacy": legacy]) }
                 print("exported \"\(label)\" to \(out)")
             }
         }
@@ -264,6 +300,7 @@ struct StoreCommand: ParsableCommand {
         var newSecretFile: String?
         @Option(name: .customLong("new-key-file"), help: "File holding a new raw 32-byte key, instead of a passphrase.")
         var newKeyFile: String?
+        @Flag(help: "Machine-readable output.") var json = false
 
         func validate() throws {
             if (newSecretFile == nil) == (newKeyFile == nil) {
@@ -272,12 +309,13 @@ struct StoreCommand: ParsableCommand {
         }
 
         func run() throws {
-            try CLI.reporting {
+            try CLI.reporting(json: json) {
                 let store = try location.open()
                 var kdf = StoreKDFParameters.default
                 if let n = location.kdfLogN { kdf.logN = n }
                 let secret = try newKeyFile.map(StoreSecret.loadKey(path:)) ?? StoreSecret.load(path: newSecretFile ?? "")
                 try store.changeSecret(to: secret, kdf: kdf)
+                if json { return CLI.printJSON(["changed": true]) }
                 print("the store secret was changed and its data key rotated")
             }
         }

@@ -3,10 +3,10 @@ import Foundation
 import MTLS
 
 extension StoreCommand {
-    /// `mtls store check --within DAYS [--json]`: the shape of `openssl x509 -checkend`.
+    /// `mtls store check [--days DAYS] [--json]`: the shape of `openssl x509 -checkend`.
     struct Check: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Exit 1 when a certificate in the store expires within DAYS days (0 when none does).",
+            abstract: "Exit 1 when a certificate in the store expires within DAYS days (default 30; 0 when none does).",
             discussion: """
                 Every certificate counts: identities and their chains, stored certificates, token \
                 identities' certificates and chains (no private key is opened). Lists label, class, \
@@ -15,12 +15,23 @@ extension StoreCommand {
                 64 a bad argument (DAYS not a whole number of days, 0 or more).
                 """)
         @OptionGroup var location: Location
-        // Unconditional: `--within -1` is a negative count (refused as such below), not a missing value.
-        @Option(name: .customLong("within"), parsing: .unconditional, help: "Days from now (a whole number, 0 or more).") var within: Int
+        // Unconditional: `--days -1` is a negative count (refused as such below), not a missing value.
+        @Option(name: .customLong("days"), parsing: .unconditional, help: "Days from now (a whole number, 0 or more; default \(Self.defaultDays)).")
+        var days: Int?
+        // The name before 0.3.0, kept for scripts: a number of days is --days in every command.
+        @Option(name: .customLong("within"), parsing: .unconditional, help: ArgumentHelp("The old name of --days.", visibility: .hidden))
+        var oldWithin: Int?
+
+        static let defaultDays = 30
+
+        func validate() throws {
+            if days != nil && oldWithin != nil { throw ValidationError("give --days once (--within is its old name)") }
+        }
         @Flag(help: "Machine-readable output: {\"within_days\": n, \"expiring\": [{label, class, subject, sha256, position, not_after, days_left}]}.") var json = false
 
         func run() throws {
-            guard within >= 0 else { throw ValidationError("--within must be 0 or more days") }
+            let within = days ?? oldWithin ?? Self.defaultDays
+            guard within >= 0 else { throw ValidationError("\(oldWithin != nil ? "--within" : "--days") must be 0 or more days") }
             let now = Date()
             let items: [StoreExpiryItem]
             do {
@@ -53,8 +64,18 @@ extension StoreCommand {
                 mtls_certificate_not_before_seconds{...}, in seconds since 1970.
                 """)
         @OptionGroup var location: Location
+        @Flag(help: "Machine-readable output instead: [{label, class, subject, sha256, position, not_before, not_after}].") var json = false
 
         func run() throws {
+            if json {
+                let items = try CLI.reporting(json: true) { try location.open().itemCertificates() }
+                return CLI.printJSON(items.flatMap { item in
+                    item.certificates.enumerated().map { (n, c) -> [String: Any] in
+                        ["label": item.info.label, "class": item.info.itemClass.name, "subject": c.subject, "sha256": c.sha256Hex,
+                         "position": n, "not_before": CLI.rfc3339(c.notBefore), "not_after": CLI.rfc3339(c.notAfter)]
+                    }
+                })
+            }
             let text = try CLI.reporting { try location.open().prometheusMetrics() }
             print(TerminalText(lines: text), terminator: "")
         }

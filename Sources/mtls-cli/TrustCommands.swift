@@ -19,6 +19,8 @@ struct VerifyCommand: ParsableCommand {
     var policy: String?
     @Option(name: .customLong("anchor"), help: "A file of anchor certificates, or a stored certificate's label (LABEL with --store, or store:LABEL); repeatable.")
     var anchors: [String] = []
+    // curl's name for the same idea (as in `connect`): hidden, and never taken for --cert.
+    @Option(name: .customLong("cacert"), help: ArgumentHelp("curl's name of --anchor.", visibility: .hidden)) var cacert: [String] = []
     @Option(help: "A credential store holding anchors named by label (default $MTLS_STORE); must exist.")
     var store: String?
     @Option(help: "File with the store secret (default $MTLS_STORE_SECRET_FILE).")
@@ -50,7 +52,7 @@ struct VerifyCommand: ParsableCommand {
             let p = try PolicyBuilder.policy(file: policy, revocation: revocation, revocationMaxAge: revocationMaxAge)
             // The flags are overrides the library composes on top of the policy and of the rule
             // the host selects; they are never merged into the policy's rules.
-            let overrides = try PolicyBuilder.overrides(anchors: anchors, anchorsOnly: anchorsOnly, systemAnchors: systemAnchors, pins: pins,
+            let overrides = try PolicyBuilder.overrides(anchors: anchors + cacert, anchorsOnly: anchorsOnly, systemAnchors: systemAnchors, pins: pins,
                                                            verifyAs: verifyAs) {
                 try IdentityOptions.openExistingStore(path: store, secretFile: secretFile)
             }
@@ -138,12 +140,15 @@ struct LimboCommand: ParsableCommand {
         commandName: "limbo",
         abstract: "Read an x509-limbo suite (limbo.json) on stdin, write a LimboResult JSON on stdout."
     )
+    @Flag(help: "Machine-readable output (always: accepted as every command accepts it).") var json = false
 
     func run() throws {
         let input = FileHandle.standardInput.readDataToEndOfFile()
-        guard let suite = try JSONSerialization.jsonObject(with: input) as? [String: Any],
+        guard let suite = try? JSONSerialization.jsonObject(with: input) as? [String: Any],
               let cases = suite["testcases"] as? [[String: Any]] else {
-            throw CLI.fail(MTLSError(.parse, "stdin is not an x509-limbo suite"))
+            let e = MTLSError(.parse, "stdin is not an x509-limbo suite")
+            CLI.printJSON(["error": CLI.errorName(e), "message": e.message])
+            throw CLI.fail(e)
         }
         var results: [[String: Any]] = []
         for tc in cases {

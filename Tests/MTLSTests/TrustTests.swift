@@ -124,6 +124,33 @@ final class TrustTests: XCTestCase {
                     kind: .recoverableFailure, index: 0)
     }
 
+    /// Issue 38: the message says what to do next (the names the certificate has, verify-as).
+    func testNameMismatchListsTheCertificatesNamesAndVerifyAs() throws {
+        let r = try policy().evaluate(chain: certs("chain.pem"), host: "other.test")
+        let m = try XCTUnwrap(r.reasons.first { $0.code == TrustReason.Code.nameMismatch }).message
+        XCTAssertTrue(m.contains("the certificate's names: server.test"), m)
+        XCTAssertTrue(m.contains("verify-as"), m)
+    }
+
+    /// Issue 38: an unknown issuer names the anchor option.
+    func testUnknownIssuerNamesTheAnchorOption() throws {
+        let r = try policy().evaluate(chain: [cert("server.pem")], host: "server.test")
+        let m = try XCTUnwrap(r.reasons.first { $0.code == TrustReason.Code.unknownIssuer }).message
+        XCTAssertTrue(m.contains("add the CA that issued it as an anchor"), m)
+    }
+
+    /// Issue 38: curl's `sha256//BASE64` is the same pin; anything else names both forms.
+    func testCurlPinFormIsAcceptedAndBadPinsNameTheForms() throws {
+        let pin = try cert("root.pem").spkiPin
+        XCTAssertEqual(try SPKIPin("sha256//" + pin.dropFirst("sha256/".count)), try SPKIPin(pin))
+        for bad in ["pin-sha256=\"abc\"", "sha256//AAAA", "sha1/" + pin.dropFirst(7)] {
+            XCTAssertThrowsError(try SPKIPin(bad)) { e in
+                let m = (e as? MTLSError)?.message ?? ""
+                XCTAssertTrue(m.contains("sha256/BASE64") && m.contains("sha256//BASE64"), m)
+            }
+        }
+    }
+
     func testWildcardMatchesExactlyOneLabel() throws {
         let p = try policy()
         let chain = try certs("chain.pem")

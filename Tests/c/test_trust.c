@@ -233,6 +233,50 @@ TEST(name_mismatch_expiry_purpose_and_no_name) {
     mtls_policy_free(p);
 }
 
+/* The message of a reason with a code; "" when there is none (freed with the list: copied). */
+static void reason_message(const mtls_trust_result *r, const char *want, char *out, size_t size) {
+    size_t n = 0;
+    mtls_trust_reason *reasons = NULL;
+    out[0] = 0;
+    CHECK_OK(mtls_trust_result_reasons(r, &reasons, &n));
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(reasons[i].code, want) == 0) { snprintf(out, size, "%s", reasons[i].message); break; }
+    }
+    mtls_trust_reason_list_free(reasons, n);
+}
+
+/* Issue 38: the core's messages say what to do next, so C says what Python and the CLI say; a
+ * pin may be written the curl way (sha256//BASE64). */
+TEST(messages_say_what_to_do_next) {
+    mtls_policy *p = base_policy();
+    mtls_trust_result *r = NULL;
+    char m[2048];
+    CHECK_OK(mtls_evaluate(p, chain, cn, "other.test", MTLS_PURPOSE_DEFAULT, 0, &r));
+    reason_message(r, "name_mismatch", m, sizeof m);
+    CHECK(strstr(m, "the certificate's names: server.test") != NULL && strstr(m, "verify-as") != NULL);
+    mtls_trust_result_free(r);
+    mtls_policy_free(p);
+    /* Only the root as anchor and only the leaf given: the issuer is unknown. */
+    mtls_policy *pa = NULL;
+    CHECK_OK(mtls_policy_new(&pa));
+    CHECK_OK(mtls_policy_add_anchor(pa, root[0]));
+    CHECK_OK(mtls_policy_set_anchors_only(pa, 1));
+    CHECK_OK(mtls_policy_set_time(pa, now));
+    CHECK_OK(mtls_evaluate(pa, chain, 1, "server.test", MTLS_PURPOSE_SERVER, 0, &r));
+    reason_message(r, "unknown_issuer", m, sizeof m);
+    CHECK(strstr(m, "add the CA that issued it as an anchor") != NULL);
+    mtls_trust_result_free(r);
+    char curl_pin[128];
+    snprintf(curl_pin, sizeof curl_pin, "sha256//%s", inter_pin + strlen("sha256/"));
+    const char *pins[] = {curl_pin};
+    CHECK_OK(mtls_policy_set_pins(pa, pins, 1));
+    CHECK(server_trusted(pa) == 1);
+    const char *bad[] = {"sha256//AAAA"};
+    CHECK_RC(mtls_policy_set_pins(pa, bad, 1), MTLS_E_INVALID_POLICY);
+    CHECK(strstr(mtls_last_error(), "sha256/BASE64") != NULL && strstr(mtls_last_error(), "sha256//BASE64") != NULL);
+    mtls_policy_free(pa);
+}
+
 TEST(host_rules) {
     mtls_policy *p = base_policy();
     mtls_trust_result *r = NULL;
@@ -701,6 +745,7 @@ int main(void) {
     RUN(trusted_evaluation_and_result_arguments);
     RUN(evaluate_arguments_and_der_input);
     RUN(name_mismatch_expiry_purpose_and_no_name);
+    RUN(messages_say_what_to_do_next);
     RUN(host_rules);
     RUN(pins_report_only_and_expiry);
     RUN(crl_file_arguments);

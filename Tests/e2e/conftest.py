@@ -2,6 +2,7 @@
 import contextlib
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -147,3 +148,12 @@ def write_secret(path, data):
     os.fchmod(fd, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
+
+
+# `mtls serve` starts each log line with its RFC 3339 UTC time (issue 38).
+SERVE_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", re.M)
+
+
+def untimed(text):
+    """`mtls serve` output (a line or many) without the time at the start of each line."""
+    return SERVE_TIMESTAMP.sub("", text)

@@ -1,12 +1,13 @@
 """A running `mtls serve` for e2e tests: its output lines as they come, and a cheap store and PKI
 made with `mtls pki` (issue 26's serve tests)."""
 import datetime
+import os
 import queue
 import subprocess
 import threading
 import time
 
-from conftest import CLI, wait_port, write_secret
+from conftest import CLI, untimed, wait_port, write_secret
 
 FAST = ["--kdf-log-n", "10"]
 
@@ -56,18 +57,22 @@ def hostile_certificate(path, common_name, days=5, key_path=None):
 
 
 class Serve:
-    """`mtls serve ARGS` with its output lines in a queue; stop() ends it."""
+    """`mtls serve ARGS` with its output lines in a queue (without the time that starts each
+    line, unless `timed`); stop() ends it."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, timed=False, env=None):
         self.proc = subprocess.Popen([CLI, "serve", *map(str, args)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
+                                     stderr=subprocess.STDOUT, text=True,
+                                     env=None if env is None else {**os.environ, **env})
         self.lines = queue.Queue()
         self.seen = []
+        self.timed = timed
         threading.Thread(target=self._pump, daemon=True).start()
 
     def _pump(self):
         for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
+            line = line.rstrip("\n")
+            self.lines.put(line if self.timed else untimed(line))
 
     def next_lines(self, seconds):
         """Every line printed within `seconds` from now."""
@@ -81,6 +86,10 @@ class Serve:
         return out
 
     def wait_line(self, prefix, timeout=15):
+        return self.wait_for(lambda line: line.startswith(prefix), f"starting with {prefix!r}", timeout)
+
+    def wait_for(self, want, what="wanted", timeout=15):
+        """The next line for which `want(line)` holds."""
         end = time.time() + timeout
         while time.time() < end:
             try:
@@ -90,13 +99,13 @@ class Serve:
                     break
                 continue
             self.seen.append(line)
-            if line.startswith(prefix):
+            if want(line):
                 return line
-        raise AssertionError(f"no line starting with {prefix!r}; seen {self.seen!r}")
+        raise AssertionError(f"no line {what}; seen {self.seen!r}")
 
     def listening(self):
         """The TLS port (waits for it to accept)."""
-        port = int(self.wait_line("listening on ").rsplit(":", 1)[1])
+        port = int(self.wait_for(lambda line: "listening on " in line).rsplit(":", 1)[1])
         wait_port(port, self.proc)
         return port
 

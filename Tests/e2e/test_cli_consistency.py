@@ -1,17 +1,19 @@
 """Every mtls command behaves the same way: --help works, and a bad input (missing file, wrong
 password, unknown label, bad URI, bad address) gives one line on stderr and a non-zero exit."""
 import json
+import re
 
 import pytest
 
 from conftest import run_cli, write_secret
 
 COMMANDS = [
-    ["cert"], ["cert", "show"], ["p12"], ["p12", "inspect"], ["pki"], ["pki", "init"], ["pki", "intermediate"],
+    ["cert"], ["cert", "show"], ["p12"], ["p12", "inspect"], ["p12", "create"], ["pki"], ["pki", "init"], ["pki", "intermediate"],
     ["pki", "issue"], ["pki", "issue", "server"], ["pki", "issue", "client"], ["pki", "revoke"], ["pki", "crl"],
     ["pki", "list"],
     ["store"], ["store", "import"], ["store", "add-cert"], ["store", "add-token"], ["store", "list"],
-    ["store", "show"], ["store", "delete"], ["store", "export"], ["store", "change-secret"], ["verify"], ["limbo"], ["connect"], ["serve"],
+    ["store", "show"], ["store", "delete"], ["store", "export"], ["store", "change-secret"], ["store", "check"],
+    ["store", "metrics"], ["verify"], ["limbo"], ["connect"], ["serve"],
     ["token"], ["token", "list"], ["token", "objects"],
 ]
 
@@ -70,6 +72,17 @@ BAD = [
     ("p12 inspect: --password-file with --no-password", ["p12", "inspect", "{d}/c.p12", "--password-file", "{d}/pw",
                                                          "--no-password", "--json"]),
     ("token objects: URI given positionally", ["token", "objects", "pkcs11:token=x"]),
+    ("p12 create: missing key", ["p12", "create", "--cert", "{d}/pki/root/cert.pem", "--key", "{d}/missing.pem",
+                                 "--out", "{d}/new.p12", "--password-file", "{d}/pw", "--json"]),
+    ("p12 create: existing output", ["p12", "create", "--cert", "{d}/pki/root/cert.pem", "--key", "{d}/pki/root/key.pem",
+                                     "--out", "{d}/c.p12", "--password-file", "{d}/pw"]),
+    ("store export: existing output", ["store", "--store", "{d}/s.db", "--secret-file", "{d}/secret", "export", "root",
+                                       "--out", "{d}/c.p12", "--password-file", "{d}/pw", "--json"]),
+    ("store import: missing file", ["store", "--store", "{d}/s.db", "--secret-file", "{d}/secret", "import",
+                                    "{d}/missing.p12", "--label", "x", "--json"]),
+    ("store delete: unknown label", ["store", "--store", "{d}/s.db", "--secret-file", "{d}/secret", "delete", "nope", "--json"]),
+    ("store check: both --days and --within", ["store", "--store", "{d}/s.db", "--secret-file", "{d}/secret", "check",
+                                               "--days", "1", "--within", "1"]),
     ("unknown option", ["cert", "show", "{d}/junk", "--no-such-option"]),
     ("missing argument", ["cert", "show"]),
 ]
@@ -93,3 +106,58 @@ def test_help_and_version_are_unchanged():
     assert r.returncode == 0 and r.stdout.strip() and not r.stderr
     r = run_cli("pki", "issue", "server", "--help")
     assert r.returncode == 0 and "USAGE:" in r.stdout and "--dns" in r.stdout
+
+
+# ---- One name per idea across subcommands (issue 38): the same idea is spelled the same way
+# everywhere; the names before 0.3.0 still parse but are hidden from --help.
+
+def _options(command):
+    """The long options `mtls COMMAND --help` shows."""
+    r = run_cli(*command, "--help")
+    assert r.returncode == 0, r.stderr
+    return set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", r.stdout))
+
+
+def _leaves(command=()):
+    """Every command that does something (has no subcommands of its own)."""
+    r = run_cli(*command, "--help")
+    subs = re.search(r"SUBCOMMANDS:\n(.*?)(?:\n\n|\Z)", r.stdout, re.S)
+    if not subs:
+        return [list(command)]
+    names = [m.group(1) for line in subs.group(1).splitlines() if (m := re.match(r"  (\S+)", line))]
+    return [leaf for n in names if n != "help" for leaf in _leaves((*command, n))]
+
+
+LEAVES = _leaves()
+
+
+@pytest.mark.parametrize("command", LEAVES, ids=" ".join)
+def test_every_command_takes_json(command):
+    assert "--json" in _options(command)
+
+
+@pytest.mark.parametrize("command", LEAVES, ids=" ".join)
+def test_one_name_per_idea(command):
+    options = _options(command)
+    # A number of days is --days (never --within).
+    assert "--within" not in options and "--crl-days" not in options
+    # A key type is --key-type wherever one is chosen; --key is always a key file.
+    key_type_commands = {("pki", "init"), ("pki", "intermediate"), ("pki", "issue", "server"), ("pki", "issue", "client"),
+                         ("enroll", "acme"), ("enroll", "est"), ("enroll", "pki")}
+    if tuple(command) in key_type_commands:
+        assert "--key-type" in options and "--key" not in options, options
+    # A server certificate's names are --dns and --ip.
+    if tuple(command) in {("pki", "issue", "server"), ("pki", "sign", "server"), ("enroll", "pki")}:
+        assert {"--dns", "--ip"} <= options, options
+    # Where a PKCS#12 file is read or written with a password, --password-file gives it and
+    # --no-password says there is none.
+    if tuple(command) in {("p12", "inspect"), ("p12", "create"), ("store", "import"), ("connect",), ("serve",)}:
+        assert {"--password-file", "--no-password"} <= options, options
+    # Trust anchors are --anchor (curl's --cacert is a hidden alias, never shown).
+    assert "--cacert" not in options
+
+
+def test_cacert_is_not_taken_for_cert():
+    r = run_cli("connect", "127.0.0.1:1", "--cacert", "/nonexistent/ca.pem")
+    assert "--cert" not in r.stderr and "Did you mean" not in r.stderr, r.stderr
+    assert "/nonexistent/ca.pem" in r.stderr, r.stderr

@@ -238,7 +238,8 @@ def test_bad_inputs_give_one_line_and_write_nothing(tmp_path):
     # certificate behind, and an existing one is refused before anything is issued.
     write_secret(tmp_path / "p12pw", "p12-secret\n")
     fails_cleanly(d, "pki", "issue", "client", "--dir", d, "--ca", "A", "--name", "c", "--key-password-file", kp,
-                  "--p12", tmp_path / "nowhere" / "c.p12", "--password-file", tmp_path / "p12pw", expect="cannot create")
+                  "--p12", tmp_path / "nowhere" / "c.p12", "--password-file", tmp_path / "p12pw",
+                  expect=f"the folder {tmp_path / 'nowhere'} does not exist")
     (tmp_path / "taken.p12").write_bytes(b"")
     fails_cleanly(d, "pki", "issue", "client", "--dir", d, "--ca", "A", "--name", "c", "--key-password-file", kp,
                   "--p12", tmp_path / "taken.p12", "--password-file", tmp_path / "p12pw", expect="already exists")

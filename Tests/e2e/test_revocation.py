@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import free_port, run_cli, wait_port
+from conftest import free_port, run_cli, untimed, wait_port
 
 
 def ok(*args):
@@ -143,7 +143,7 @@ class Serve:
 
 def verdict_lines(out):
     # The readiness probe of wait_port is the first client, refused before any certificate.
-    return [line for line in out.splitlines() if line.startswith(("accepted", "rejected")) and "CN=" in line
+    return [line for line in untimed(out).splitlines() if line.startswith(("accepted", "rejected")) and "CN=" in line
             or line.startswith("rejected") and "revok" in line]
 
 
@@ -158,6 +158,7 @@ def test_seed_story_listener_refuses_the_revoked_laptop_and_accepts_the_others(p
     out = srv.finish()
     assert results["alice"].returncode == 0 and results["bob"].returncode == 0, (results, out)
     assert results["laptop"].returncode != 0
+    out = untimed(out)
     accepted = [line for line in out.splitlines() if line.startswith("accepted") and "CN=" in line]
     assert any("CN=alice" in line and line.endswith("trusted") for line in accepted), out
     assert any("CN=bob" in line for line in accepted), out
@@ -623,7 +624,7 @@ def test_mtls_serve_prints_its_staplers_fetch_failures(ocsp, tmp_path):
         seen = stapling_lines(srv)
     finally:
         out = srv.finish()
-    lines = [line for line in seen + out.splitlines() if "OCSP stapling" in line]
+    lines = [untimed(line) for line in seen + out.splitlines() if "OCSP stapling" in line]
     assert lines, seen + out.splitlines()
     assert lines[0].startswith("revocation fetch failed [") and url in lines[0] and "nostaple.test" in lines[0], lines
 

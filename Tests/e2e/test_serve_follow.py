@@ -7,7 +7,7 @@ import threading
 import time
 import urllib.request
 
-from conftest import CLI, free_port, wait_port, write_secret
+from conftest import CLI, free_port, untimed, wait_port, write_secret
 
 FAST = ["--kdf-log-n", "10"]
 
@@ -37,7 +37,7 @@ def test_serve_reloads_policy_and_identity_and_serves_metrics(tmp_path):
                               "--secret-file", tmp_path / "secret", "--policy", policy, "--metrics-port", str(metrics)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line.rstrip("\n")) for line in serve.stdout], daemon=True).start()
+    threading.Thread(target=lambda: [lines.put(untimed(line.rstrip("\n"))) for line in serve.stdout], daemon=True).start()
 
     def wait_line(prefix, timeout=10):
         end = time.time() + timeout
@@ -97,7 +97,7 @@ def test_serve_client_anchor_from_the_store_follows_the_store(tmp_path):
                               "--client-anchor", "customers", "--require-client-cert", "--no-session-tickets"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line.rstrip("\n")) for line in serve.stdout], daemon=True).start()
+    threading.Thread(target=lambda: [lines.put(untimed(line.rstrip("\n"))) for line in serve.stdout], daemon=True).start()
 
     def wait_line(*prefixes, timeout=10):
         end = time.time() + timeout

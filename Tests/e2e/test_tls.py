@@ -16,7 +16,7 @@ import pytest
 
 import nginx_server
 import pha_server
-from conftest import TEST_PKI, free_port, run_cli, wait_port, write_secret
+from conftest import TEST_PKI, free_port, run_cli, untimed, wait_port, write_secret
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKI_SCRIPT = os.path.join(HERE, "..", "..", "scripts", "test-pki.sh")
@@ -426,7 +426,7 @@ def server_log(p, done):
 def verdicts(log, word):
     """The server's verdict lines that start with `word` ("accepted", "rejected") and are about a
     client that got as far as presenting a certificate or refusing one (not the port probe)."""
-    return [line for line in log.splitlines() if line.startswith(word) and "closed the connection" not in line]
+    return [line for line in untimed(log).splitlines() if line.startswith(word) and "closed the connection" not in line]
 
 
 def s_client(pki, port, *args, data=b"hello\n"):

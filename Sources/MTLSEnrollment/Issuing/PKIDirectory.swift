@@ -112,8 +112,14 @@ public struct PKIDirectory: Sendable {
     /// `D/ca/<ca>/issued/<slug of the common name>/`, and with `p12` its `.p12` too
     /// (``PKCS12/exportIssued(_:password:scheme:)``), as one step: when the `.p12` cannot be
     /// made or written, the issued item is removed again, so a failure leaves neither behind.
+    ///
+    /// With `reissue`, a name already issued gets a new key and certificate: the old folder is
+    /// kept beside it as `issued/<slug>@<old serial>/` (listed by ``inventory()``, revocable with
+    /// its cert.pem), and is put back when the new one cannot be written. Without it, a name
+    /// already issued is ``MTLSError/Code/duplicate``.
     public func issue(_ request: CertificateRequest, caName: String, keySpec: KeySpec = .issuingDefault,
-                      keyPassword: SecretBytes? = nil, p12: PKCS12Output? = nil, now: Date = Date()) throws -> Item {
+                      keyPassword: SecretBytes? = nil, p12: PKCS12Output? = nil, reissue: Bool = false,
+                      now: Date = Date()) throws -> Item {
         guard request.profile == .server || request.profile == .client else {
             throw MTLSError(.invalidArgument, "only server and client certificates are issued from an intermediate")
         }
@@ -121,8 +127,9 @@ public struct PKIDirectory: Sendable {
         if let p12, Self.exists(p12.path) { throw MTLSError(.duplicate, "\(p12.path) already exists") }
         let caDir = try caPath(caName)
         let dir = caDir + "/issued/" + (try Self.slug(request.commonName))
-        guard !Self.exists(dir) else {
-            throw MTLSError(.duplicate, "\"\(request.commonName)\" was already issued by \"\(caName)\" (\(dir))")
+        let previous = Self.exists(dir)
+        guard !previous || reissue else {
+            throw MTLSError(.duplicate, "\"\(request.commonName)\" was already issued by \"\(caName)\" (\(dir)): pass --reissue (reissue in the API) for a new certificate, the old one kept for revocation")
         }
         let (ca, chain) = try loadIntermediate(caName, keyPassword: keyPassword)
         let identity = try ca.issueWithNewKey(request, keySpec: keySpec, chain: chain, now: now)
@@ -130,7 +137,22 @@ public struct PKIDirectory: Sendable {
         let issuedDir = caDir + "/issued"
         let issuedDirExisted = Self.exists(issuedDir)
         try Self.makeDirectories(issuedDir)
-        try Self.writeItem(identity, at: dir, keyPassword: keyPassword, chain: true)
+        // The certificate issued before, kept (under its serial) so it can still be listed and revoked.
+        var kept: String? = nil
+        if previous {
+            let old = try Certificate.load(path: dir + "/cert.pem")[0]
+            let keep = dir + "@" + old.serialHex
+            guard !Self.exists(keep), rename(dir, keep) == 0 else {
+                throw MTLSError(.io, "cannot keep the previous certificate of \"\(request.commonName)\" as \(keep): \(String(cString: strerror(errno)))")
+            }
+            kept = keep
+        }
+        do {
+            try Self.writeItem(identity, at: dir, keyPassword: keyPassword, chain: true)
+        } catch {
+            if let kept { _ = rename(kept, dir) }
+            throw error
+        }
         let item = Item(identity: identity, directory: dir)
         if let p12, var p12Bytes {
             defer { SecretBytes.wipe(&p12Bytes) }
@@ -140,6 +162,7 @@ public struct PKIDirectory: Sendable {
                 // No certificate on disk without the .p12 that was asked for: the folder is left
                 // as it was found.
                 discard(item)
+                if let kept { _ = rename(kept, dir) }
                 if !issuedDirExisted { _ = rmdir(issuedDir) }
                 throw error
             }

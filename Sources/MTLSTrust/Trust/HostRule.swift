@@ -6,17 +6,25 @@ public struct SPKIPin: Hashable, Sendable, CustomStringConvertible {
     /// The 32-byte digest.
     public let sha256: [UInt8]
 
-    /// Parses `sha256/BASE64`. Throws ``MTLSError/Code/invalidPolicy`` for anything else.
+    /// The forms a pin may be written in, for error messages.
+    static let acceptedForms = "write it sha256/BASE64 (as `mtls cert show` prints it) or curl's sha256//BASE64, " +
+        "BASE64 being the 44-character base64 of the SHA-256 of the certificate's SubjectPublicKeyInfo"
+
+    /// Parses `sha256/BASE64`, or curl's `sha256//BASE64` (`--pinnedpubkey`): the one pin parser
+    /// of the library, C and Python. Throws ``MTLSError/Code/invalidPolicy`` for anything else,
+    /// naming the accepted forms.
     public init(_ text: String) throws {
         let t = trimmedASCII(text)
-        guard t.lowercased().hasPrefix("sha256/") else {
-            throw MTLSError(.invalidPolicy, "pin must be written sha256/BASE64: \(text)")
+        let lower = t.lowercased()
+        let prefix = lower.hasPrefix("sha256//") ? 8 : lower.hasPrefix("sha256/") ? 7 : 0
+        guard prefix > 0 else {
+            throw MTLSError(.invalidPolicy, "pin \(text) is not a SHA-256 SPKI pin: \(Self.acceptedForms)")
         }
-        let b64 = String(t.dropFirst(7))
+        let b64 = String(t.dropFirst(prefix))
         // Exactly the 44-character base64 of 32 bytes (one trailing "="), nothing looser.
         guard b64.utf8.count == 44, b64.hasSuffix("="), !b64.dropLast().contains("="),
               let d = Data(base64Encoded: b64), d.count == 32 else {
-            throw MTLSError(.invalidPolicy, "pin is not the base64 of a 32-byte SHA-256 digest: \(text)")
+            throw MTLSError(.invalidPolicy, "pin \(text) is not the base64 of a 32-byte SHA-256 digest: \(Self.acceptedForms)")
         }
         sha256 = Array(d)
     }

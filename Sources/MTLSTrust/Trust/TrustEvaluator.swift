@@ -362,6 +362,9 @@ package struct Evaluation {
     /// is not issued under: the client anchor "Customer A", the anchors of host rule X), then in
     /// OpenSSL's.
     func inPolicyTerms(_ r: TrustReason) -> TrustReason {
+        if r.code == TrustReason.Code.nameMismatch, let leaf = chain.first {
+            return TrustReason(code: r.code, certIndex: r.certIndex, message: r.message + Self.nameMismatchHint(leaf))
+        }
         guard r.code == TrustReason.Code.untrustedRoot || r.code == TrustReason.Code.unknownIssuer else { return r }
         let anchors = anchorsInUse
         let only = !usesSystemStore
@@ -375,7 +378,25 @@ package struct Evaluation {
             if !only { what += " or a root of the system trust store" }
         }
         if let rule { what += " (host rule \(rule.pattern.text))" }
-        return TrustReason(code: r.code, certIndex: r.certIndex, message: "not issued under \(what): \(r.message)")
+        // What to do next, in words every layer shares (the CLI's --anchor, C's and Python's anchors).
+        let fix = purpose == .clientAuth
+            ? "; to accept it, add the CA that issued it as a client anchor (the client anchor option, the policy's anchors)"
+            : "; to trust it, add the CA that issued it as an anchor (the anchor option, the policy's anchors)"
+        return TrustReason(code: r.code, certIndex: r.certIndex, message: "not issued under \(what): \(r.message)\(fix)")
+    }
+
+    /// The names a certificate carries and how to accept one of them, after a name mismatch.
+    static func nameMismatchHint(_ leaf: Certificate) -> String {
+        var names = leaf.subjectAltNames.compactMap { n -> String? in
+            switch n {
+            case .dns(let v), .ip(let v): return v
+            default: return nil
+            }
+        }
+        if names.isEmpty, let cn = leaf.commonName { names = ["CN \(cn) (no subjectAltName, so no name matches)"] }
+        let shown = names.prefix(8).joined(separator: ", ") + (names.count > 8 ? ", ..." : "")
+        return "; the certificate's names: \(shown.isEmpty ? "none" : shown)" +
+            "; connect by one of them, or validate as one of its names with verify-as"
     }
 
     func isAnchor(_ c: Certificate) -> Bool {

@@ -25,7 +25,7 @@ extension PrivateKey {
         let bio = try MemoryBIO(copying: pem)
         let encrypted = PrivateKey.looksEncrypted(pem)
         if encrypted && password == nil {
-            throw MTLSError(.badPassword, "the private key is encrypted and no password was given")
+            throw MTLSError(.badPassword, "the private key is encrypted and no password was given (give it with --password-file FILE, the password argument in the C, Python and Swift APIs)")
         }
         // A fixed password (possibly empty) goes to OpenSSL through the `u` argument; with a
         // nil callback OpenSSL treats `u` as a NUL-terminated password string.

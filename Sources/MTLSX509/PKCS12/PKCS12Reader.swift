@@ -169,7 +169,7 @@ package struct PKCS12Reader {
         if let what = state.failedDecryption {
             // Nothing decrypted with this password: it is the wrong one.
             throw MTLSError(.badPassword, password == nil || password?.count == 0
-                ? "cannot decrypt \(what) without a password (the file needs one)"
+                ? "cannot decrypt \(what) without a password (the file needs one: give it with --password-file FILE, the password argument in the C, Python and Swift APIs)"
                 : "wrong password: cannot decrypt \(what)")
         }
         if state.macFailed {

@@ -47,7 +47,7 @@ def test_errors_are_typed(pki):
     data = (pki / "id.p12").read_bytes()
     with pytest.raises(errors.BadPassword):
         mtls.PKCS12.parse(data, "nope")
-    with pytest.raises(errors.BadPassword):
+    with pytest.raises(errors.BadPassword, match="--password-file"):  # the message names the fix (issue 38)
         mtls.PKCS12.parse(data, None)
     with pytest.raises(errors.Corrupt):
         mtls.PKCS12.parse(data[: len(data) // 2], "pw")

@@ -46,7 +46,7 @@ def test_import_get_list_find_delete_export(pki, tmp_path):
         with pytest.raises(errors.BadPassword):
             st.import_pkcs12("alice", (pki / "alice.p12").read_bytes(), "nope")
         st.import_pkcs12("alice", (pki / "alice.p12").read_bytes(), "pw")
-        with pytest.raises(errors.Duplicate):
+        with pytest.raises(errors.Duplicate, match="--replace"):  # the message names the fix (issue 38)
             st.import_pkcs12("alice", (pki / "bob.p12").read_bytes(), "pw")
         st.import_pkcs12("bob", (pki / "bob.p12").read_bytes(), "pw")
         ca = mtls.Certificate.load(str(pki / "ca.pem"))

@@ -115,9 +115,14 @@ def test_untrusted_server_keeps_the_evaluation(pki, server):
     start, results = server
     port = start()
     c = client(pki, port, policy=anchored(pki, "other-root.pem"), handshake=False)
-    with pytest.raises(errors.Untrusted, match="our evaluation"):
+    with pytest.raises(errors.Untrusted, match="our evaluation") as e:
         c.handshake()
     assert c.evaluation.trusted is False and c.evaluation.reasons
+    # Issue 38: each code once ("[unknown_issuer, certificate 1]", not followed by "[unknown_issuer]"),
+    # and the message says what to do next.
+    for code in e.value.codes:
+        assert str(e.value).count(code) == 1, str(e.value)
+    assert "as an anchor" in str(e.value), str(e.value)
     assert len(c.peer_chain) == 2
     c.close()
 

@@ -44,6 +44,23 @@ def test_wrong_host_is_recoverable_name_mismatch(pki):
     assert mtls.TrustReason("name_mismatch", 0, r.reasons[0].message) in r.reasons
 
 
+def test_name_mismatch_message_names_the_certificates_names_and_verify_as(pki):
+    # Issue 38: the core's message, the same in C, Python and the CLI, says what to do next.
+    r = pinned_root_policy(pki).evaluate(certs(pki, "chain.pem"), host="other.test")
+    [m] = [x.message for x in r.reasons if x.code == "name_mismatch"]
+    assert "the certificate's names: server.test" in m and "verify-as" in m, m
+
+
+def test_curl_pin_form_is_accepted(pki):
+    pin = mtls.Certificate.load(pki / "root.pem").spki_pin
+    curl_form = "sha256//" + pin[len("sha256/"):]
+    p = mtls.Policy(anchors=[mtls.Certificate.load(pki / "root.pem")], pins=[curl_form], anchors_only=True)
+    assert p.evaluate(certs(pki, "chain.pem"), host="server.test").trusted
+    with pytest.raises(errors.Error) as e:
+        mtls.Policy(pins=["sha256//AAAA"])
+    assert "sha256/BASE64" in str(e.value) and "sha256//BASE64" in str(e.value), e.value
+
+
 def test_no_host_fails_closed_unless_name_check_is_off(pki):
     p = pinned_root_policy(pki)
     r = p.evaluate(certs(pki, "chain.pem"))  # a server, a name check, and no name to check

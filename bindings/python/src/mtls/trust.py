@@ -367,7 +367,7 @@ class Policy(_Handle):
     ``verify_as`` and ``pins`` are the policy-wide settings of libmtls (mtls_policy_set_verify_as,
     mtls_policy_set_pins): every evaluation under this policy — with a host or without, of a
     server or of a client (a Listener's client_policy, configure_ssl_ctx, evaluate()) — validates
-    the certificate as ``verify_as`` and needs one of ``pins`` (``sha256/BASE64`` SPKI digests)
+    the certificate as ``verify_as`` and needs one of ``pins`` (``sha256/BASE64`` SPKI digests, or curl's ``sha256//BASE64``)
     to match a certificate of the built chain, on top of the host rule selected for the peer
     (whose anchors and pins keep applying). ``host_rules`` (HostRule or dicts with the policy
     file's keys) refine hosts one by one. A connection's own ``verify_as`` and pins are overrides
