@@ -57,7 +57,7 @@ extension CredentialStore {
         var st = stat()
         if stat(path, &st) == 0 {
             if (st.st_mode & S_IFMT) == S_IFDIR {
-                throw MTLSError(.invalidArgument, "\(path) is a directory, not a store: name the store file (for example \(path)/store.db)")
+                throw SQLiteDatabase.folderGivenAsStore(path)
             }
             guard st.st_size == 0, (st.st_mode & S_IFMT) == S_IFREG else { return false }
             guard options.create else {

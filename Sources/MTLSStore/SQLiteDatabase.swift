@@ -27,7 +27,7 @@ final class SQLiteDatabase {
             var st = stat()
             if stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR {
                 sqlite3_close_v2(handle)
-                throw MTLSError(.invalidArgument, "the store \(path) is a folder, not a store file: give the path of the store file (for example \(path.hasSuffix("/") ? path : path + "/")store.db)")
+                throw SQLiteDatabase.folderGivenAsStore(path)
             }
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
             sqlite3_close_v2(handle)
@@ -268,5 +268,13 @@ final class SQLiteDatabase {
         case int(Int64)
         case text(String)
         case blob([UInt8])
+    }
+}
+
+extension SQLiteDatabase {
+    /// The one error for a folder given where the store file is expected (the store's own check
+    /// before opening, and SQLite's refusal after it, say the same).
+    static func folderGivenAsStore(_ path: String) -> MTLSError {
+        MTLSError(.invalidArgument, "the store \(path) is a folder, not a store file: give the path of the store file (for example \(path.hasSuffix("/") ? path : path + "/")store.db)")
     }
 }

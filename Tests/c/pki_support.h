@@ -7,6 +7,16 @@
 /* The folder the PKI is in; each program sets it first. */
 static char pki[512];
 
+/* Makes the test PKI (scripts/test-pki.sh) in $MTLS_TEST_TMP/NAME (else /tmp/NAME) and points
+ * `pki` at it. */
+static inline void make_pki(const char *name) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    char cmd[1100];
+    snprintf(pki, sizeof pki, "%s/%s", tmp, name);
+    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
+    t_sh(cmd);
+}
+
 static inline char *text_file(const char *name) {
     char path[1024]; size_t len;
     snprintf(path, sizeof path, "%s/%s", pki, name);

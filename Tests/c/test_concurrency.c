@@ -64,7 +64,7 @@ static void *swapper(void *arg) {
         int rc = mtls_policy_replace(shared_policy, alts[i & 1]);
         if (rc != MTLS_OK) fail("replace", rc);
         atomic_fetch_add(&swaps, 1);
-        usleep(2000);
+        usleep(2000); /* the swap rate against the workers: time passing is the point */
     }
     return NULL;
 }
@@ -111,6 +111,31 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+/* The policies the swapper alternates: the root alone, and the root plus the server's pin. */
+static mtls_policy *alts[2];
+
+/* Workers evaluate, connect and read the shared store while a thread swaps the shared policy;
+ * two threads accept. */
+TEST(workers_while_policy_swaps) {
+    pthread_t acceptors[2], swap, workers[WORKERS];
+    for (int i = 0; i < 2; i++) CHECK(pthread_create(&acceptors[i], NULL, accept_loop, NULL) == 0);
+    CHECK(pthread_create(&swap, NULL, swapper, alts) == 0);
+    for (long i = 0; i < WORKERS; i++) CHECK(pthread_create(&workers[i], NULL, worker, (void *)i) == 0);
+    for (int i = 0; i < WORKERS; i++) pthread_join(workers[i], NULL);
+    atomic_store(&stop, 1);
+    pthread_join(swap, NULL);
+    for (int i = 0; i < 2; i++) pthread_join(acceptors[i], NULL);
+
+    printf("concurrency: %d evaluations, %d connections, %d served, %d policy swaps, %d failures\n",
+           atomic_load(&evaluated), atomic_load(&connected), atomic_load(&served), atomic_load(&swaps),
+           atomic_load(&failures));
+    CHECK(atomic_load(&failures) == 0);
+    CHECK(atomic_load(&evaluated) == WORKERS * ROUNDS);
+    CHECK(atomic_load(&connected) == WORKERS * ROUNDS);
+    CHECK(atomic_load(&served) == WORKERS * ROUNDS);
+    CHECK(atomic_load(&swaps) > 0);
+}
+
 int main(void) {
     const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
     char cmd[2048], path[1024];
@@ -142,7 +167,8 @@ int main(void) {
 
     /* Two equivalent policies: the root alone, and the root plus the server's pin. */
     shared_policy = anchored_root();
-    mtls_policy *alts[2] = { anchored_root(), anchored_root() };
+    alts[0] = anchored_root();
+    alts[1] = anchored_root();
     char *pin = NULL;
     CHECK_OK(mtls_cert_spki_pin(server_chain[0], &pin));
     CHECK_OK(mtls_policy_add_pin(alts[1], "server.test", pin));
@@ -157,23 +183,7 @@ int main(void) {
     CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &listener));
     CHECK_OK(mtls_listener_port(listener, &port));
 
-    pthread_t acceptors[2], swap, workers[WORKERS];
-    for (int i = 0; i < 2; i++) CHECK(pthread_create(&acceptors[i], NULL, accept_loop, NULL) == 0);
-    CHECK(pthread_create(&swap, NULL, swapper, alts) == 0);
-    for (long i = 0; i < WORKERS; i++) CHECK(pthread_create(&workers[i], NULL, worker, (void *)i) == 0);
-    for (int i = 0; i < WORKERS; i++) pthread_join(workers[i], NULL);
-    atomic_store(&stop, 1);
-    pthread_join(swap, NULL);
-    for (int i = 0; i < 2; i++) pthread_join(acceptors[i], NULL);
-
-    printf("concurrency: %d evaluations, %d connections, %d served, %d policy swaps, %d failures\n",
-           atomic_load(&evaluated), atomic_load(&connected), atomic_load(&served), atomic_load(&swaps),
-           atomic_load(&failures));
-    CHECK(atomic_load(&failures) == 0);
-    CHECK(atomic_load(&evaluated) == WORKERS * ROUNDS);
-    CHECK(atomic_load(&connected) == WORKERS * ROUNDS);
-    CHECK(atomic_load(&served) == WORKERS * ROUNDS);
-    CHECK(atomic_load(&swaps) > 0);
+    RUN(workers_while_policy_swaps);
 
     mtls_listener_free(listener);
     mtls_store_close(shared_store);

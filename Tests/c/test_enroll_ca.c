@@ -75,21 +75,33 @@ static void nothing_stored(mtls_store *store, const char *label) {
     CHECK(id == NULL);
 }
 
-static void standalone(mtls_store *store, const char *dir) {
-    mtls_enroll_options o;
+/* What the standalone tests share, made once in main: the store, its folder, and ACME options
+ * (HTTP-01 on port 5002) pointed at a directory URL nobody listens on. */
+static mtls_store *store;
+static char dir[512];
+static mtls_enroll_options o;
+static char url[128];
+static const char *names[] = {"svc.test"};
+
+/* The standard options of the ACME tests; `o` as enroll_options_init leaves it, then these. */
+static void acme_options(void) {
+    CHECK_OK(mtls_enroll_options_init(&o, MTLS_ENROLL_OPTIONS_VERSION));
+    snprintf(url, sizeof url, "https://127.0.0.1:%d/dir", closed_port());
+    o.challenge = MTLS_ACME_HTTP01;
+    o.port = 5002;
+}
+
+TEST(enroll_options_init) {
     CHECK_RC(mtls_enroll_options_init(NULL, MTLS_ENROLL_OPTIONS_VERSION), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_enroll_options_init(&o, 0), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_enroll_options_init(&o, MTLS_ENROLL_OPTIONS_VERSION + 1), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_enroll_options_init(&o, MTLS_ENROLL_OPTIONS_VERSION));
     CHECK(o.version == MTLS_ENROLL_OPTIONS_VERSION && o.key_type == NULL && o.challenge == 0 && o.port == 0);
+}
 
-    char url[128];
-    snprintf(url, sizeof url, "https://127.0.0.1:%d/dir", closed_port());
-    const char *names[] = {"svc.test"};
+TEST(acme_null_arguments) {
+    acme_options();
     mtls_cert *out = (mtls_cert *)&o;  /* not NULL: a failure must leave it NULL */
-    o.challenge = MTLS_ACME_HTTP01;
-    o.port = 5002;
-
     /* NULL arguments */
     CHECK_RC(mtls_enroll_acme(NULL, "a", url, names, 1, &o, &out), MTLS_E_INVALID_ARGUMENT);
     CHECK(out == NULL);
@@ -103,7 +115,11 @@ static void standalone(mtls_store *store, const char *dir) {
     CHECK(strstr(mtls_last_error(), "challenge") != NULL);
     const char *bad_name[] = {"not a name!"};
     CHECK_RC(mtls_enroll_acme(store, "a", url, bad_name, 1, &o, &out), MTLS_E_INVALID_ARGUMENT);
+}
 
+TEST(acme_options_that_do_not_go_together) {
+    acme_options();
+    mtls_cert *out = NULL;
     /* options that do not go together, or not with ACME */
     mtls_enroll_options b = o;
     b.challenge = 0;
@@ -152,12 +168,21 @@ static void standalone(mtls_store *store, const char *dir) {
     CHECK_RC(mtls_enroll_acme(store, "a", url, names, 1, &b, &out), MTLS_E_INVALID_ARGUMENT);
     b = o; b.version = 7;
     CHECK_RC(mtls_enroll_acme(store, "a", url, names, 1, &b, &out), MTLS_E_INVALID_ARGUMENT);
+}
 
+TEST(acme_nobody_listens) {
+    acme_options();
+    mtls_cert *out = (mtls_cert *)&o;  /* not NULL: a failure must leave it NULL */
     /* nobody listens at the directory */
     CHECK_RC(mtls_enroll_acme(store, "a", url, names, 1, &o, &out), MTLS_E_CONNECT);
     CHECK(out == NULL);
     nothing_stored(store, "a");
+}
 
+TEST(est_arguments_and_nobody_listens) {
+    acme_options();
+    mtls_cert *out = NULL;
+    mtls_enroll_options b;
     /* EST */
     mtls_enroll_options e;
     CHECK_OK(mtls_enroll_options_init(&e, MTLS_ENROLL_OPTIONS_VERSION));
@@ -191,7 +216,15 @@ static void standalone(mtls_store *store, const char *dir) {
     CHECK_RC(mtls_enroll_est(store, "e", est, "CN=device-1", &b, &out), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_enroll_est(store, "e", est, "CN=device-1", &e, &out), MTLS_E_CONNECT);
     nothing_stored(store, "e");
+}
 
+TEST(local_ca_not_there) {
+    acme_options();
+    mtls_cert *out = NULL;
+    mtls_enroll_options b, e;
+    CHECK_OK(mtls_enroll_options_init(&e, MTLS_ENROLL_OPTIONS_VERSION));
+    e.user = "device";
+    e.password = "secret";
     /* the local CA */
     char missing[600];
     snprintf(missing, sizeof missing, "%s/no-such-pki", dir);
@@ -207,37 +240,47 @@ static void standalone(mtls_store *store, const char *dir) {
 }
 
 /* Against pebble (external account binding required) and an `mtls pki` directory. */
-static void against_real_cas(mtls_store *store, char **argv) {
-    const char *directory = argv[1], *kid = argv[5], *key = argv[6], *pki = argv[7], *ca = argv[8];
-    mtls_cert *https_root = load_cert(argv[2]), *chain_anchor = load_cert(argv[3]);
-    mtls_enroll_options o;
-    CHECK_OK(mtls_enroll_options_init(&o, MTLS_ENROLL_OPTIONS_VERSION));
-    o.challenge = MTLS_ACME_HTTP01;
-    o.port = (uint16_t)atoi(argv[4]);
-    o.listen_address = "127.0.0.1";
-    o.anchors = &https_root;
-    o.anchor_count = 1;
-    o.chain_anchors = &chain_anchor;
-    o.chain_anchor_count = 1;
-    const char *names[] = {"c-abi.test", "127.0.0.1"};
-    mtls_cert *out = NULL;
+/* Against pebble (external account binding required) and an `mtls pki` directory: what the
+ * tests share, set up once from the arguments. The tests run in order: the ACME identity the
+ * first enrolls is the one the last revokes. */
+static const char *directory, *kid, *key, *pki, *ca;
+static mtls_cert *https_root, *chain_anchor;
+static mtls_enroll_options ro;
+static const char *real_names[] = {"c-abi.test", "127.0.0.1"};
 
+static void real_cas_setup(char **argv) {
+    directory = argv[1]; kid = argv[5]; key = argv[6]; pki = argv[7]; ca = argv[8];
+    https_root = load_cert(argv[2]);
+    chain_anchor = load_cert(argv[3]);
+    CHECK_OK(mtls_enroll_options_init(&ro, MTLS_ENROLL_OPTIONS_VERSION));
+    ro.challenge = MTLS_ACME_HTTP01;
+    ro.port = (uint16_t)atoi(argv[4]);
+    ro.listen_address = "127.0.0.1";
+    ro.anchors = &https_root;
+    ro.anchor_count = 1;
+    ro.chain_anchors = &chain_anchor;
+    ro.chain_anchor_count = 1;
+}
+
+TEST(acme_with_external_account_binding) {
+    const char **names = real_names;
+    mtls_cert *out = NULL;
     /* pebble requires the binding: a CA rejection with its detail, nothing stored */
-    CHECK_RC(mtls_enroll_acme(store, "acme", directory, names, 2, &o, &out), MTLS_E_CA_REJECTED);
+    CHECK_RC(mtls_enroll_acme(store, "acme", directory, names, 2, &ro, &out), MTLS_E_CA_REJECTED);
     CHECK(strstr(mtls_last_error(), "externalAccountRequired") != NULL);
     CHECK(out == NULL);
     nothing_stored(store, "acme");
-    o.eab_kid = kid;
-    o.eab_hmac_key = "b10lLJs8l1GPIzsLP0s6pMt8O0XVGnfTaCeROxQM0BIt2XrJMDHJZBM5NuQmQJQH";  /* another key */
-    CHECK_RC(mtls_enroll_acme(store, "acme", directory, names, 2, &o, &out), MTLS_E_CA_REJECTED);
+    ro.eab_kid = kid;
+    ro.eab_hmac_key = "b10lLJs8l1GPIzsLP0s6pMt8O0XVGnfTaCeROxQM0BIt2XrJMDHJZBM5NuQmQJQH";  /* another key */
+    CHECK_RC(mtls_enroll_acme(store, "acme", directory, names, 2, &ro, &out), MTLS_E_CA_REJECTED);
     nothing_stored(store, "acme");
     /* the CA's TLS certificate under anchors that are not its own */
-    o.eab_hmac_key = key;
-    o.anchors = &chain_anchor;
-    CHECK_RC(mtls_enroll_acme(store, "acme", directory, names, 2, &o, &out), MTLS_E_UNTRUSTED);
-    o.anchors = &https_root;
+    ro.eab_hmac_key = key;
+    ro.anchors = &chain_anchor;
+    CHECK_RC(mtls_enroll_acme(store, "acme", directory, names, 2, &ro, &out), MTLS_E_UNTRUSTED);
+    ro.anchors = &https_root;
 
-    CHECK_OK(mtls_enroll_acme(store, "acme", directory, names, 2, &o, &out));
+    CHECK_OK(mtls_enroll_acme(store, "acme", directory, names, 2, &ro, &out));
     CHECK(out != NULL);
     stored_is(store, "acme", out);
     char *first = sha256(out);
@@ -251,7 +294,11 @@ static void against_real_cas(mtls_store *store, char **argv) {
     mtls_string_free(first);
     mtls_string_free(second);
     mtls_cert_free(now);
+}
 
+TEST(local_ca_enrollment) {
+    mtls_cert *out = NULL;
+    int renewed = 0;
     /* the local CA, a client certificate; out may be NULL */
     mtls_enroll_options p;
     CHECK_OK(mtls_enroll_options_init(&p, MTLS_ENROLL_OPTIONS_VERSION));
@@ -269,7 +316,10 @@ static void against_real_cas(mtls_store *store, char **argv) {
     renewed = 0;
     CHECK_OK(mtls_renew(store, "local", 1, NULL, NULL, &renewed));
     CHECK(renewed == 1);
+}
 
+TEST(revoke_at_the_ca) {
+    mtls_cert *out = NULL;
     /* mtls_enroll_revoke: the argument checks, then the renewed ACME certificate revoked at
      * pebble (a second revocation is pebble's refusal: it knows the certificate revoked) */
     out = NULL;
@@ -290,19 +340,25 @@ static void against_real_cas(mtls_store *store, char **argv) {
     CHECK_RC(mtls_enroll_revoke(store, "acme", MTLS_REVOKE_NO_REASON, NULL, &out), MTLS_E_CA_REJECTED);
     CHECK(strstr(mtls_last_error(), "alreadyRevoked") != NULL || strstr(mtls_last_error(), "revoked") != NULL);
     CHECK(out == NULL);
-
-    mtls_cert_free(https_root);
-    mtls_cert_free(chain_anchor);
 }
 
 int main(int argc, char **argv) {
-    char dir[512];
-    mtls_store *store = t_temp_store("enroll-ca-c", PASS, sizeof PASS - 1, dir, sizeof dir);
+    store = t_temp_store("enroll-ca-c", PASS, sizeof PASS - 1, dir, sizeof dir);
 
     if (argc == 1) {
-        standalone(store, dir);
+        RUN(enroll_options_init);
+        RUN(acme_null_arguments);
+        RUN(acme_options_that_do_not_go_together);
+        RUN(acme_nobody_listens);
+        RUN(est_arguments_and_nobody_listens);
+        RUN(local_ca_not_there);
     } else if (argc == 9) {
-        against_real_cas(store, argv);
+        real_cas_setup(argv);
+        RUN(acme_with_external_account_binding);
+        RUN(local_ca_enrollment);
+        RUN(revoke_at_the_ca);
+        mtls_cert_free(https_root);
+        mtls_cert_free(chain_anchor);
     } else {
         fprintf(stderr, "usage: %s [DIRECTORY_URL HTTPS_ROOT CHAIN_ANCHOR HTTP_PORT EAB_KID EAB_KEY PKI_DIR PKI_CA]\n", argv[0]);
         return 2;

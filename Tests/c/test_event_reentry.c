@@ -101,16 +101,14 @@ static void write_file(const char *path, const char *text) {
     CHECK(rename(tmp, path) == 0);
 }
 
-int main(void) {
-    alarm(120); /* a deadlock fails the test (SIGALRM ends the program) rather than hanging it */
-    main_thread = pthread_self();
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048], path[1024], policy_path[1024];
-    snprintf(pki, sizeof pki, "%s/reentry-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
-    t_sh(cmd);
-    mtls_identity *server = identity("server", "int-a.pem"), *server_rsa = identity("server-rsa", "int-a.pem");
+/* What the tests share, made once in main: two server identities; the second store handle and
+ * the files, removed at the end. */
+static const char *tmp;
+static mtls_identity *server, *server_rsa;
+static mtls_store *other = NULL;
+static char path[1024], policy_path[1024];
 
+TEST(listener_callback_replaced_from_inside) {
     /* 1. The caller's thread; replaced from inside the call; freed with the listener. */
     mtls_listener_options lo;
     CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
@@ -127,14 +125,15 @@ int main(void) {
     mtls_listener_free(listener);
     wait_for(&second.destroyed, 1);
     CHECK(count(&second.destroyed) == 1 && count(&first.destroyed) == 1);
+}
 
+TEST(watcher_callback_clears_itself) {
     /* 2. "mtls-watch": a replacement made through another store handle; the callback clears itself. */
     mtls_store_options so;
     CHECK_OK(mtls_store_options_init(&so, MTLS_STORE_OPTIONS_VERSION));
     so.kdf_log_n = 10;
     snprintf(path, sizeof path, "%s/reentry-%d.db", tmp, (int)getpid());
     unlink(path);
-    mtls_store *other = NULL;
     CHECK_OK(mtls_store_open(path, (const uint8_t *)"secret", 6, MTLS_STORE_SECRET_PASSPHRASE, &so, &other));
     CHECK_OK(mtls_store_put_identity(other, "srv", server, 0));
     CHECK_OK(mtls_store_open(path, (const uint8_t *)"secret", 6, MTLS_STORE_SECRET_PASSPHRASE, &so, &store));
@@ -152,7 +151,9 @@ int main(void) {
     mtls_identity_source_free(source);
     wait_for(&clearing.destroyed, 1);
     CHECK(count(&clearing.destroyed) == 1 && count(&clearing.calls) == 0);
+}
 
+TEST(policy_watch_callback_replaces_itself) {
     /* 3. A followed policy file: the callback replaces itself from inside. */
     snprintf(policy_path, sizeof policy_path, "%s/reentry-%d.json", tmp, (int)getpid());
     write_file(policy_path, "{\"anchors_only\": true}");
@@ -169,6 +170,19 @@ int main(void) {
     wait_for(&policy_second.destroyed, 1);
     CHECK(count(&policy_second.destroyed) == 1 && count(&policy_first.destroyed) == 1);
     CHECK(count(&policy_first.called_after_destroy) == 0 && count(&policy_second.called_after_destroy) == 0);
+}
+
+int main(void) {
+    alarm(120); /* a deadlock fails the test (SIGALRM ends the program) rather than hanging it */
+    main_thread = pthread_self();
+    tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    make_pki("reentry-pki");
+    server = identity("server", "int-a.pem");
+    server_rsa = identity("server-rsa", "int-a.pem");
+
+    RUN(listener_callback_replaced_from_inside);
+    RUN(watcher_callback_clears_itself);
+    RUN(policy_watch_callback_replaces_itself);
 
     mtls_store_close(store);
     mtls_store_close(other);

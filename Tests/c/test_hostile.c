@@ -54,7 +54,7 @@ static void send_all(int fd, const void *p, size_t n, long long *sent) {
 static void behave(int fd, struct raw *r) {
     if (!r->from_client) drain(fd, 300);  /* a server reads the ClientHello first */
     switch (r->b) {
-    case STALL: sleep(4); break;          /* longer than the 1.5 s timeouts */
+    case STALL: sleep(4); break;          /* longer than the 1.5 s timeouts: time passing is what is tested */
     case RESET: { struct linger lg = { 1, 0 }; setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg); break; }
     case GARBAGE: { uint8_t g[4096]; for (size_t i = 0; i < sizeof g; i++) g[i] = (uint8_t)(i * 131 + 7);
         send_all(fd, g, sizeof g, &r->sent); drain(fd, 500); break; }
@@ -132,16 +132,14 @@ static mtls_policy *anchored_root(void) {
     return p;
 }
 
-int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048];
-    snprintf(pki, sizeof pki, "%s/hostile-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s >/dev/null", pki);
-    t_sh(cmd);
-    mtls_identity *client = identity("client-a-chain.pem", "client-a.key");
-    mtls_identity *server = identity("server-chain.pem", "server.key");
-    mtls_policy *policy = anchored_root();
+/* What the tests share, made once in main: the client and server identities and the policy; the
+ * listener made by listener_against_hostile_clients, which still_serving_a_good_client uses. */
+static mtls_identity *client, *server;
+static mtls_policy *policy;
+static mtls_listener *l = NULL;
+static uint16_t port;
 
+TEST(client_against_hostile_servers) {
     /* ---- a client against hostile servers */
     for (int b = STALL; b <= HUGE_CHAIN; b++) {
         struct raw r = { .b = (enum behaviour)b };
@@ -164,13 +162,14 @@ int main(void) {
         if (b == HUGE_CHAIN) { printf("  the server got %lld bytes out before the client hung up\n", r.sent); CHECK(r.sent < 100LL * 1024 * 1024); }
         close(r.lfd);
     }
+}
 
+TEST(listener_against_hostile_clients) {
     /* ---- a listener against hostile clients, then a good client */
     mtls_listener_options lo; mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION);
     lo.identity = server; lo.client_policy = policy; lo.handshake_timeout_ms = 1500; lo.io_timeout_ms = 1500;
-    mtls_listener *l = NULL;
     CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &l));
-    uint16_t port; CHECK_OK(mtls_listener_port(l, &port));
+    CHECK_OK(mtls_listener_port(l, &port));
     for (int b = STALL; b <= HUGE_CHAIN; b++) {
         struct raw r = { .b = (enum behaviour)b, .from_client = 1, .port = port };
         pthread_t t; CHECK(pthread_create(&t, NULL, raw_client, &r) == 0);
@@ -192,6 +191,9 @@ int main(void) {
          * away): on loopback that may swallow the whole 100 MB; the bound is the time above. */
         if (b == HUGE_CHAIN) printf("  the client got %lld bytes out before the listener hung up\n", r.sent);
     }
+}
+
+TEST(still_serving_a_good_client) {
     /* Still serving: a good client (from another thread: the listener handshakes inside accept). */
     struct good g = { port, client, policy, -1 };
     pthread_t t; CHECK(pthread_create(&t, NULL, good_client, &g) == 0);
@@ -200,6 +202,21 @@ int main(void) {
     mtls_conn_free(sc);
     pthread_join(t, NULL);
     CHECK_OK(g.rc);
+}
+
+int main(void) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    char cmd[2048];
+    snprintf(pki, sizeof pki, "%s/hostile-pki", tmp);
+    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s >/dev/null", pki);
+    t_sh(cmd);
+    client = identity("client-a-chain.pem", "client-a.key");
+    server = identity("server-chain.pem", "server.key");
+    policy = anchored_root();
+
+    RUN(client_against_hostile_servers);
+    RUN(listener_against_hostile_clients);
+    RUN(still_serving_a_good_client);
     mtls_listener_free(l);
     mtls_policy_free(policy); mtls_identity_free(client); mtls_identity_free(server);
     DONE();

@@ -144,29 +144,6 @@ static size_t client_hello(mtls_identity *id, mtls_policy *policy, uint8_t *out,
     return (size_t)n;
 }
 
-/* The length of the accept queue of the socket listening on 127.0.0.1:port (the rx_queue of its
- * LISTEN line in /proc/net/tcp), or -1 when it is not found. */
-static int accept_queue(uint16_t port) {
-    FILE *f = fopen("/proc/net/tcp", "r");
-    if (!f) return -1;
-    char line[512];
-    int found = -1;
-    while (fgets(line, sizeof line, f)) {
-        unsigned addr, lport, st, txq, rxq;
-        if (sscanf(line, " %*d: %8X:%4X %*8X:%*4X %2X %8X:%8X", &addr, &lport, &st, &txq, &rxq) == 5
-            && lport == port && st == 0x0A) { found = (int)rxq; break; }
-    }
-    fclose(f);
-    return found;
-}
-
-/* Waits (at most 10 s) until the listener has taken every connection off its accept queue. */
-static void wait_accepted(uint16_t port) {
-    double until = now_s() + 10;
-    while (accept_queue(port) != 0 && now_s() < until) usleep(10 * 1000);
-    CHECK(accept_queue(port) == 0);
-}
-
 /* The identities and policies of both sides. */
 struct parties { mtls_identity *server_id, *client_a; mtls_policy *server_policy, *client_policy; };
 
@@ -213,7 +190,7 @@ static void stalling_clients(const struct parties *p) {
         sent += write(stalling[i], "\x16", 1) == 1;
     }
     CHECK(sent == STALLING);
-    wait_accepted(r.port); /* every stalling connection is the listener's before the real client comes */
+    t_wait_accepted(r.port); /* every stalling connection is the listener's before the real client comes */
 
     double start_at = now_s();
     int rc = real_client(r.port, "127.0.0.1", p->client_a, p->server_policy, 5000);
@@ -279,7 +256,7 @@ static void stalled_hellos(const struct parties *p) {
         CHECK(fds[i] >= 0);
         CHECK(write(fds[i], hello, hello_len) == (ssize_t)hello_len); /* a whole ClientHello; no more */
     }
-    wait_accepted(r.port);
+    t_wait_accepted(r.port);
     double start_at = now_s();
     int rc = real_client(r.port, "127.0.0.1", p->client_a, p->server_policy, 8000);
     double served = now_s() - start_at;
@@ -305,30 +282,14 @@ static void stalled_hellos(const struct parties *p) {
     stop(&r);
 }
 
-int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048];
-    snprintf(pki, sizeof pki, "%s/tls-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
-    t_sh(cmd);
+/* What the tests share, made once in main: the identities and policies of both sides. */
+static mtls_identity *server_id, *client_a;
+static mtls_policy *server_policy, *client_policy;
+static struct parties parties;
 
-    /* Both ends of 1,000 connections live in this process. */
-    struct rlimit rl;
-    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
-    /* ...and of 2,000 stalling ones. */
-    if (rl.rlim_cur < 8192) {
-        rl.rlim_cur = rl.rlim_max < 8192 ? rl.rlim_max : 8192;
-        CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
-    }
-    CHECK(rl.rlim_cur >= 2 * STALLING + 2 * STALLED_HELLOS + 100);
-
-    mtls_identity *server_id = identity("server", "int-a.pem");
-    mtls_identity *client_a = identity("client-a", "int-a.pem");
-    mtls_policy *server_policy = anchored("root.pem");
-    mtls_policy *client_policy = anchored("int-a.pem");
-
-    /* ---- options: version 2's fields' defaults, version 1 still accepted */
+TEST(options_defaults_and_version_1) {
     mtls_listener_options lo;
+    /* ---- options: version 2's fields' defaults, version 1 still accepted */
     CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
     CHECK(lo.version == MTLS_LISTENER_OPTIONS_VERSION && lo.first_byte_timeout_ms == 5000 && lo.max_handshakes_per_address == 32);
     CHECK(lo.client_hello_timeout_ms == 10000 && lo.ipv6_source_prefix_length == 64);
@@ -352,17 +313,22 @@ int main(void) {
     mtls_listener *l1 = NULL;
     CHECK_OK(mtls_listener_new("127.0.0.1", 0, &old.v1, &l1));
     mtls_listener_free(l1);
+}
 
+TEST(silent_connections_then_real_client) {
+    mtls_listener_options lo;
+    mtls_listener *listener = NULL;
+    uint16_t port = 0;
+    struct server s;
+    memset(&s, 0, sizeof s);
+    pthread_t t;
     /* ---- 1,000 silent connections, then a real client */
     CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
     lo.identity = server_id;
     lo.client_policy = client_policy;
-    mtls_listener *listener = NULL;
     CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &listener));
-    uint16_t port = 0;
     CHECK_OK(mtls_listener_port(listener, &port));
-    struct server s = { .listener = listener };
-    pthread_t t;
+    s.listener = listener;
     CHECK(pthread_create(&t, NULL, serve, &s) == 0);
 
     static int silent[SILENT];
@@ -374,7 +340,7 @@ int main(void) {
         struct pollfd p = { .fd = silent[i], .events = POLLOUT };
         while (poll(&p, 1, 100) == 0 && now_s() < until) {}
     }
-    usleep(300 * 1000); /* let the listener accept what the kernel queued */
+    t_wait_accepted(port); /* the listener took what the kernel queued */
 
     double start = now_s();
     CHECK_OK(real_client(port, "127.0.0.1", client_a, server_policy, 5000));
@@ -389,7 +355,15 @@ int main(void) {
     __atomic_store_n(&s.stop, 1, __ATOMIC_RELEASE);
     pthread_join(t, NULL);
     mtls_listener_free(listener);
+}
 
+TEST(silent_socket_closed_after_first_byte_timeout) {
+    mtls_listener_options lo;
+    mtls_listener *listener = NULL;
+    uint16_t port = 0;
+    struct server s;
+    memset(&s, 0, sizeof s);
+    pthread_t t;
     /* ---- a silent socket is closed when its first-byte time is over, without an error */
     CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
     lo.identity = server_id;
@@ -413,7 +387,15 @@ int main(void) {
     __atomic_store_n(&s.stop, 1, __ATOMIC_RELEASE);
     pthread_join(t, NULL);
     mtls_listener_free(listener);
+}
 
+TEST(per_address_cap) {
+    mtls_listener_options lo;
+    mtls_listener *listener = NULL;
+    uint16_t port = 0;
+    struct server s;
+    memset(&s, 0, sizeof s);
+    pthread_t t;
     /* ---- per-address cap: two clients of 127.0.0.1 that stall in their handshake (after a whole
      * ClientHello: a part of one takes no slot) hold its two slots; a client of 127.0.0.2 is
      * served meanwhile; another client of 127.0.0.1 is served only after a stalled handshake
@@ -437,7 +419,7 @@ int main(void) {
         CHECK(stalled[i] >= 0);
         CHECK(write(stalled[i], hello, hello_len) == (ssize_t)hello_len); /* a ClientHello, no more */
     }
-    usleep(200 * 1000);
+    t_wait_accepted(port); /* the listener took the stalled two (and reads their ClientHellos) */
     CHECK_OK(real_client(port, "127.0.0.2", client_a, server_policy, 5000));
     wait_count(&s, 1, 5);
     CHECK(s.count == 1 && s.codes[0] == MTLS_OK);
@@ -454,11 +436,38 @@ int main(void) {
     __atomic_store_n(&s.stop, 1, __ATOMIC_RELEASE);
     pthread_join(t, NULL);
     mtls_listener_free(listener);
+}
 
-    struct parties parties = { server_id, client_a, server_policy, client_policy };
-    stalling_clients(&parties);
-    partial_hello(&parties);
-    stalled_hellos(&parties);
+TEST(stalling_clients_test) { stalling_clients(&parties); }
+TEST(partial_hello_test) { partial_hello(&parties); }
+TEST(stalled_hellos_test) { stalled_hellos(&parties); }
+
+int main(void) {
+    make_pki("tls-pki");
+
+    /* Both ends of 1,000 connections live in this process. */
+    struct rlimit rl;
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    /* ...and of 2,000 stalling ones. */
+    if (rl.rlim_cur < 8192) {
+        rl.rlim_cur = rl.rlim_max < 8192 ? rl.rlim_max : 8192;
+        CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+    }
+    CHECK(rl.rlim_cur >= 2 * STALLING + 2 * STALLED_HELLOS + 100);
+
+    server_id = identity("server", "int-a.pem");
+    client_a = identity("client-a", "int-a.pem");
+    server_policy = anchored("root.pem");
+    client_policy = anchored("int-a.pem");
+    parties = (struct parties){ server_id, client_a, server_policy, client_policy };
+
+    RUN(options_defaults_and_version_1);
+    RUN(silent_connections_then_real_client);
+    RUN(silent_socket_closed_after_first_byte_timeout);
+    RUN(per_address_cap);
+    RUN(stalling_clients_test);
+    RUN(partial_hello_test);
+    RUN(stalled_hellos_test);
 
     mtls_policy_free(server_policy);
     mtls_policy_free(client_policy);

@@ -101,36 +101,25 @@ static long rss_kb(void) {
     return kb;
 }
 
-int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048];
-    snprintf(pki, sizeof pki, "%s/load-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
-    t_sh(cmd);
-    mtls_identity *server_id = identity("server", "int-a.pem");
-    client_id = identity("client-a", "int-a.pem");
-    server_policy = anchored("root.pem");
-    mtls_policy *client_policy = anchored("int-a.pem");
+/* What the tests share, made once in main: the identities and policies, the listener and its
+ * serving thread, and the stalled client of the first test, which the last one checks. */
+static mtls_identity *server_id;
+static mtls_policy *client_policy;
+static mtls_listener *l = NULL;
+static pthread_t srv;
+static int staller = -1;
 
-    mtls_listener_options lo;
-    CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
-    lo.identity = server_id;
-    lo.client_policy = client_policy;
-    lo.handshake_timeout_ms = 30000; /* far longer than the next client waits */
-    mtls_listener *l = NULL;
-    CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &l));
-    CHECK_OK(mtls_listener_port(l, &port));
-    pthread_t srv;
-    pthread_create(&srv, NULL, serve, l);
-
+TEST(stalled_client_does_not_hold_up_the_next) {
     /* ---- a stalled client does not hold up the next one */
-    int staller = socket(AF_INET, SOCK_STREAM, 0);
+    staller = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     CHECK(connect(staller, (struct sockaddr *)&sa, sizeof sa) == 0);
-    usleep(300 * 1000); /* the listener has picked it up and is waiting for its ClientHello */
+    t_wait_accepted(port); /* the listener has picked it up and is waiting for its ClientHello */
     CHECK_OK(one_client(5000));
+}
 
+TEST(concurrent_clients_memory_flat) {
     /* ---- 64 concurrent clients, ROUNDS rounds */
     long rss_after_warmup = 0;
     for (int round = 0; round < ROUNDS; round++) {
@@ -147,7 +136,9 @@ int main(void) {
     /* flat: four more rounds of 64 handshakes may not grow the process by more than 16 MB
      * (not under a sanitizer: its allocator keeps freed memory and shadow state) */
     if (!getenv("MTLS_TEST_SANITIZER")) CHECK(rss_end - rss_after_warmup < 16 * 1024);
+}
 
+TEST(free_cuts_stalled_handshake_short) {
     atomic_store(&stop_server, 1);
     pthread_join(srv, NULL);
     /* the staller is still in its handshake (30 s timeout): free cuts it short and joins */
@@ -160,6 +151,27 @@ int main(void) {
     ssize_t got = read(staller, &byte, 1);
     CHECK(got == 0 || (got < 0 && errno == ECONNRESET)); /* closed by the listener, not timed out */
     close(staller);
+}
+
+int main(void) {
+    make_pki("load-pki");
+    server_id = identity("server", "int-a.pem");
+    client_id = identity("client-a", "int-a.pem");
+    server_policy = anchored("root.pem");
+    client_policy = anchored("int-a.pem");
+
+    mtls_listener_options lo;
+    CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
+    lo.identity = server_id;
+    lo.client_policy = client_policy;
+    lo.handshake_timeout_ms = 30000; /* far longer than the next client waits */
+    CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &l));
+    CHECK_OK(mtls_listener_port(l, &port));
+    pthread_create(&srv, NULL, serve, l);
+
+    RUN(stalled_client_does_not_hold_up_the_next);
+    RUN(concurrent_clients_memory_flat);
+    RUN(free_cuts_stalled_handshake_short);
     mtls_identity_free(server_id);
     mtls_identity_free(client_id);
     mtls_policy_free(server_policy);

@@ -27,54 +27,30 @@ static void wait_fd(mtls_conn *c, short events) {
 /* The byte at offset i of the stream the server sends. */
 static uint8_t pattern(size_t i) { return (uint8_t)((i * 7u + (i >> 12)) & 0xff); }
 
-int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048];
-    snprintf(pki, sizeof pki, "%s/nonblocking-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
-    t_sh(cmd);
-    mtls_identity *server_id = identity("server", "int-a.pem");
-    mtls_identity *client_a = identity("client-a", "int-a.pem");
-    mtls_policy *server_policy = anchored("root.pem");
-    mtls_policy *client_policy = anchored("int-a.pem");
+/* What the tests share, made once in main: the listener (300 ms I/O timeout) and both ends of one
+ * connection, which the tests use in order. */
+static mtls_identity *server_id, *client_a;
+static mtls_policy *server_policy, *client_policy;
+static mtls_listener *l = NULL;
+static mtls_conn *client = NULL, *server = NULL;
+static uint8_t buf[65536];
 
-    /* Accepted connections wait up to 300 ms in a read or write while blocking. */
-    mtls_listener_options lo;
-    CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
-    lo.identity = server_id;
-    lo.client_policy = client_policy;
-    lo.io_timeout_ms = 300;
-    mtls_listener *l = NULL;
-    CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &l));
-    uint16_t port = 0;
-    CHECK_OK(mtls_listener_port(l, &port));
-    struct acceptor acc = { .listener = l };
-    pthread_t th;
-    pthread_create(&th, NULL, accept_one, &acc);
-
-    mtls_conn_options o;
-    CHECK_OK(mtls_conn_options_init(&o, MTLS_CONN_OPTIONS_VERSION));
-    o.verify_as = "server.test";
-    o.identity = client_a;
-    o.policy = server_policy;
-    o.io_timeout_ms = 10000;
-    mtls_conn *client = NULL;
-    CHECK_OK(mtls_conn_connect("127.0.0.1", port, &o, &client));
-    pthread_join(th, NULL);
-    CHECK_OK(acc.rc);
-    mtls_conn *server = acc.conn;
-
+TEST(set_non_blocking_arguments) {
     /* Arguments. */
     CHECK_RC(mtls_conn_set_non_blocking(NULL, 1), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_conn_set_non_blocking(server, 2), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_conn_set_non_blocking(server, -1), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_conn_set_non_blocking((mtls_conn *)server_policy, 1), MTLS_E_INVALID_ARGUMENT); /* wrong handle type */
+}
 
+TEST(blocking_read_waits_out_io_timeout) {
     /* Blocking, as accepted: a read with nothing to read waits out the I/O timeout. */
-    uint8_t buf[65536];
     size_t n = 0;
     CHECK_RC(mtls_conn_read(server, buf, sizeof buf, &n), MTLS_E_TIMEOUT);
+}
 
+TEST(non_blocking_read) {
+    size_t n = 0;
     /* Non-blocking: the same read says it would wait, and a message is read once it arrives. */
     CHECK_OK(mtls_conn_set_non_blocking(server, 1));
     CHECK_RC(mtls_conn_read(server, buf, sizeof buf, &n), MTLS_E_WANT_READ);
@@ -85,7 +61,11 @@ int main(void) {
     while ((rc = mtls_conn_read(server, buf, sizeof buf, &n)) == MTLS_E_WANT_READ) wait_fd(server, POLLIN);
     CHECK_OK(rc);
     CHECK(n == 4 && memcmp(buf, "ping", 4) == 0);
+}
 
+TEST(flow_control_both_ways) {
+    size_t n = 0;
+    int rc = MTLS_OK;
     /* Flow control both ways: the server sends 8 MiB that the (now non-blocking) client reads
      * only when the server's socket is full; every WANT_WRITE is retried with the same bytes. */
     CHECK_OK(mtls_conn_set_non_blocking(client, 1));
@@ -115,7 +95,10 @@ int main(void) {
     CHECK(mismatches == 0);
     CHECK(want_write > 0); /* the socket did fill up: the writes would have waited */
     free(out);
+}
 
+TEST(back_to_blocking) {
+    size_t n = 0;
     /* Back to blocking: reads wait again (within the I/O timeout) and deliver. */
     CHECK_OK(mtls_conn_set_non_blocking(server, 0));
     CHECK_RC(mtls_conn_read(server, buf, sizeof buf, &n), MTLS_E_TIMEOUT);
@@ -123,13 +106,56 @@ int main(void) {
     CHECK(n == 4);
     CHECK_OK(mtls_conn_read(server, buf, sizeof buf, &n));
     CHECK(n == 4 && memcmp(buf, "back", 4) == 0);
+}
 
+TEST(close_notify_from_non_blocking_server) {
+    size_t n = 0;
+    int rc;
     /* close_notify from the non-blocking server ends the client's stream cleanly. */
     CHECK_OK(mtls_conn_set_non_blocking(server, 1));
     CHECK_OK(mtls_conn_shutdown(server));
     while ((rc = mtls_conn_read(client, buf, sizeof buf, &n)) == MTLS_E_WANT_READ) wait_fd(client, POLLIN);
     CHECK_OK(rc);
     CHECK(n == 0);
+}
+
+int main(void) {
+    make_pki("nonblocking-pki");
+    server_id = identity("server", "int-a.pem");
+    client_a = identity("client-a", "int-a.pem");
+    server_policy = anchored("root.pem");
+    client_policy = anchored("int-a.pem");
+
+    /* Accepted connections wait up to 300 ms in a read or write while blocking. */
+    mtls_listener_options lo;
+    CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
+    lo.identity = server_id;
+    lo.client_policy = client_policy;
+    lo.io_timeout_ms = 300;
+    CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &l));
+    uint16_t port = 0;
+    CHECK_OK(mtls_listener_port(l, &port));
+    struct acceptor acc = { .listener = l };
+    pthread_t th;
+    pthread_create(&th, NULL, accept_one, &acc);
+
+    mtls_conn_options o;
+    CHECK_OK(mtls_conn_options_init(&o, MTLS_CONN_OPTIONS_VERSION));
+    o.verify_as = "server.test";
+    o.identity = client_a;
+    o.policy = server_policy;
+    o.io_timeout_ms = 10000;
+    CHECK_OK(mtls_conn_connect("127.0.0.1", port, &o, &client));
+    pthread_join(th, NULL);
+    CHECK_OK(acc.rc);
+    server = acc.conn;
+
+    RUN(set_non_blocking_arguments);
+    RUN(blocking_read_waits_out_io_timeout);
+    RUN(non_blocking_read);
+    RUN(flow_control_both_ways);
+    RUN(back_to_blocking);
+    RUN(close_notify_from_non_blocking_server);
 
     mtls_conn_free(server);
     mtls_conn_free(client);

@@ -9,19 +9,23 @@ static void write_file(const char *path, const void *data, size_t len) {
     fclose(f);
 }
 
-int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[8192], root_pem[512], inter_pem[512], server_pem[512], client_pem[512], key_path[512], p12_path[512], crl_path[512];
-    char *s = NULL;
+/* What the tests share: the options, and the CAs and certificates each test issues for the
+ * ones after it (they run in order), their files in $MTLS_TEST_TMP, and the client's serial. */
+static const char *tmp;
+static char cmd[8192], root_pem[512], inter_pem[512], server_pem[512], client_pem[512], key_path[512], p12_path[512], crl_path[512];
+static mtls_issue_options opts;
+static mtls_issued *root = NULL, *inter = NULL, *server = NULL, *client = NULL, *loaded = NULL;
+static char *serial = NULL;
 
-    mtls_issue_options opts;
+TEST(issue_options_init) {
     CHECK_RC(mtls_issue_options_init(NULL, MTLS_ISSUE_OPTIONS_VERSION), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_issue_options_init(&opts, 999), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_issue_options_init(&opts, MTLS_ISSUE_OPTIONS_VERSION));
     CHECK(opts.version == MTLS_ISSUE_OPTIONS_VERSION && opts.key_type == NULL && opts.validity_days == 0);
+}
 
+TEST(root_ca) {
     /* root */
-    mtls_issued *root = NULL;
     CHECK_RC(mtls_pki_root(NULL, NULL, &root), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_pki_root("Root", NULL, NULL), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_pki_root("", NULL, &root), MTLS_E_INVALID_ARGUMENT);
@@ -36,9 +40,11 @@ int main(void) {
     CHECK_RC(mtls_pki_root("Root", &bad, &root), MTLS_E_INVALID_ARGUMENT);
     opts.now = 1893456000; /* 2030-01-01: a fixed clock */
     CHECK_OK(mtls_pki_root("C Root", &opts, &root));
+}
 
+TEST(intermediate_server_and_client) {
     /* intermediate, server, client */
-    mtls_issued *inter = NULL, *server = NULL, *client = NULL, *tmpi = NULL;
+    mtls_issued *tmpi = NULL;
     CHECK_RC(mtls_pki_issue(NULL, MTLS_PROFILE_INTERMEDIATE, "I", NULL, &inter), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_pki_issue(root, MTLS_PROFILE_INTERMEDIATE, NULL, NULL, &inter), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_pki_issue(root, MTLS_PROFILE_INTERMEDIATE, "I", NULL, NULL), MTLS_E_INVALID_ARGUMENT);
@@ -61,7 +67,10 @@ int main(void) {
     mtls_issue_options copts = opts;
     copts.key_type = "ed25519"; copts.validity_days = 30;
     CHECK_OK(mtls_pki_issue(inter, MTLS_PROFILE_CLIENT, "carol", &copts, &client));
+}
 
+TEST(reading_back) {
+    char *s = NULL;
     /* reading back */
     mtls_cert *cert = NULL;
     CHECK_RC(mtls_issued_cert(NULL, &cert), MTLS_E_INVALID_ARGUMENT);
@@ -82,14 +91,16 @@ int main(void) {
     CHECK_OK(mtls_cert_ekus(cert, &oids, &n)); CHECK(n == 1 && strcmp(oids[0], "1.3.6.1.5.5.7.3.2") == 0);
     mtls_string_list_free(oids, n);
     CHECK_OK(mtls_cert_validity(cert, &nb, &na)); CHECK(na - 1893456000 == 30 * 86400);
-    char *serial = NULL;
     CHECK_OK(mtls_cert_serial_hex(cert, &serial));
     mtls_cert_free(cert);
     CHECK_OK(mtls_issued_cert(inter, &cert));
     int is_ca, path_len;
     CHECK_OK(mtls_cert_basic_constraints(cert, &present, &is_ca, &path_len)); CHECK(present && is_ca && path_len == 0);
     mtls_cert_free(cert);
+}
 
+TEST(chain_pem_verified_by_openssl) {
+    char *s = NULL;
     CHECK_RC(mtls_issued_chain_pem(NULL, &s), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_issued_chain_pem(server, NULL), MTLS_E_INVALID_ARGUMENT);
     char *pem = NULL;
@@ -112,7 +123,10 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "! openssl verify -attime 1893460000 -purpose sslserver -CAfile %s -untrusted %s %s >/dev/null 2>&1",
              root_pem, inter_pem, client_pem);
     t_sh(cmd);
+}
 
+TEST(keys_pem) {
+    char *s = NULL;
     /* keys */
     CHECK_RC(mtls_issued_key_pem(NULL, NULL, &s), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_issued_key_pem(inter, NULL, NULL), MTLS_E_INVALID_ARGUMENT);
@@ -127,9 +141,10 @@ int main(void) {
     CHECK_RC(mtls_pki_load(inter_pem, key_path, "kp", &refused), MTLS_E_INVALID_ARGUMENT);
     CHECK(strstr(mtls_last_error(), "chmod 600") != NULL && refused == NULL);
     CHECK(chmod(key_path, 0600) == 0);
+}
 
+TEST(load_ca_from_files) {
     /* load a CA back from files */
-    mtls_issued *loaded = NULL;
     CHECK_RC(mtls_pki_load(NULL, key_path, "kp", &loaded), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_pki_load(inter_pem, NULL, "kp", &loaded), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_pki_load(inter_pem, key_path, "kp", NULL), MTLS_E_INVALID_ARGUMENT);
@@ -142,7 +157,9 @@ int main(void) {
     mtls_issued *dave = NULL;
     CHECK_OK(mtls_pki_issue(loaded, MTLS_PROFILE_CLIENT, "dave", &opts, &dave));
     mtls_issued_free(dave);
+}
 
+TEST(export_p12) {
     /* .p12 */
     uint8_t *p12 = NULL; size_t p12_len = 0;
     CHECK_RC(mtls_issued_export_p12(NULL, "pw", 0, &p12, &p12_len), MTLS_E_INVALID_ARGUMENT);
@@ -156,7 +173,9 @@ int main(void) {
     t_sh(cmd);
     CHECK_OK(mtls_issued_export_p12(server, "", 1, &p12, &p12_len));
     CHECK(p12_len > 0); mtls_bytes_free(p12);
+}
 
+TEST(as_identity) {
     /* as an mtls_identity */
     mtls_identity *ident = NULL;
     CHECK_RC(mtls_issued_identity(NULL, &ident), MTLS_E_INVALID_ARGUMENT);
@@ -166,7 +185,9 @@ int main(void) {
     CHECK_OK(mtls_identity_chain(ident, &chain, &chain_count)); CHECK(chain_count == 2);
     mtls_cert_list_free(chain, chain_count);
     mtls_identity_free(ident);
+}
 
+TEST(crl) {
     /* CRL */
     uint8_t *der = NULL; size_t der_len = 0;
     const char *serials[] = {serial};
@@ -187,7 +208,9 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "openssl crl -inform DER -in %s -noout -text | grep -qi '%s'", crl_path, serial);
     t_sh(cmd);
     mtls_string_free(serial);
+}
 
+TEST(revocation_sources) {
     /* revocation sources (issue 28): crl_url and ocsp_url are the issuer's, carried by what it
      * issues; a version 1 structure (no such fields) still works; non-http: URLs are refused */
     {
@@ -226,7 +249,9 @@ int main(void) {
         CHECK_OK(mtls_pki_issue(inter, MTLS_PROFILE_CLIENT, "v1", &v1, &revocable));
         mtls_issued_free(revocable);
     }
+}
 
+TEST(references) {
     /* references */
     CHECK(mtls_issued_ref(NULL) == NULL);
     CHECK(mtls_issued_ref(root) == root);
@@ -237,5 +262,22 @@ int main(void) {
     mtls_issued_free(server);
     mtls_issued_free(inter);
     mtls_issued_free(root);
+}
+
+int main(void) {
+    tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+
+    RUN(issue_options_init);
+    RUN(root_ca);
+    RUN(intermediate_server_and_client);
+    RUN(reading_back);
+    RUN(chain_pem_verified_by_openssl);
+    RUN(keys_pem);
+    RUN(load_ca_from_files);
+    RUN(export_p12);
+    RUN(as_identity);
+    RUN(crl);
+    RUN(revocation_sources);
+    RUN(references);
     DONE();
 }

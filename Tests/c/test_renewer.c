@@ -28,35 +28,17 @@ static void on_event(const mtls_event *e, void *userdata) {
 
 static void on_destroy(void *userdata) { ((struct seen *)userdata)->destroyed++; }
 
-int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char dir[512], cmd[4096], path[600], p12path[600];
-    snprintf(dir, sizeof dir, "%s/renewer-c-%d", tmp, (int)getpid());
-    snprintf(cmd, sizeof cmd,
-             "rm -rf %1$s && mkdir -p %1$s && cd %1$s && "
-             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout c.key -out c.pem "
-             "-subj '/CN=plain' -days 5 2>/dev/null && "
-             "openssl pkcs12 -export -inkey c.key -in c.pem -passout pass:pw -out c.p12",
-             dir);
-    t_sh(cmd);
-    snprintf(path, sizeof path, "%s/store.db", dir);
-    snprintf(p12path, sizeof p12path, "%s/c.p12", dir);
-    size_t p12len;
-    uint8_t *p12 = t_read_file(p12path, &p12len);
+/* What the tests share, made once in main: a store holding "plain" (a self-signed identity no CA
+ * renews), its leaf's hash, and the renewer of the second test, which the third frees. */
+static char dir[512];
+static uint8_t *p12;
+static mtls_store *store = NULL;
+static mtls_identity *id = NULL, *again = NULL;
+static char *before = NULL, *after = NULL;
+static mtls_renewer *r = NULL;
+static struct seen s = {0};
 
-    mtls_store_options o;
-    CHECK_OK(mtls_store_options_init(&o, MTLS_STORE_OPTIONS_VERSION));
-    o.kdf_log_n = 10;
-    mtls_store *store = NULL;
-    CHECK_OK(mtls_store_open(path, PASS, sizeof PASS - 1, MTLS_STORE_SECRET_PASSPHRASE, &o, &store));
-    mtls_identity *id = NULL;
-    CHECK_OK(mtls_store_import_p12(store, "plain", p12, p12len, "pw", 0, &id));
-    char *before = NULL;
-    mtls_cert *leaf = NULL;
-    CHECK_OK(mtls_identity_leaf(id, &leaf));
-    CHECK_OK(mtls_cert_sha256_hex(leaf, &before));
-    mtls_cert_free(leaf);
-
+TEST(renewer_options_and_arguments) {
     /* Options: the defaults, and versions this library does not know. */
     mtls_renewer_options ro;
     memset(&ro, 0x5a, sizeof ro);
@@ -65,18 +47,21 @@ int main(void) {
     CHECK(ro.ca_key_password == NULL && ro.delete_previous_keys_after == -1);
     CHECK_RC(mtls_renewer_options_init(&ro, 99), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_renewer_options_init(NULL, 1), MTLS_E_INVALID_ARGUMENT);
-    mtls_renewer *r = NULL;
+    mtls_renewer *bad_r = NULL;
     mtls_renewer_options bad = ro;
     bad.version = 99;
-    CHECK_RC(mtls_renewer_new(store, "plain", &bad, &r), MTLS_E_INVALID_ARGUMENT);
-    CHECK(r == NULL);
-    CHECK_RC(mtls_renewer_new(NULL, "plain", NULL, &r), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_renewer_new(store, "plain", &bad, &bad_r), MTLS_E_INVALID_ARGUMENT);
+    CHECK(bad_r == NULL);
+    CHECK_RC(mtls_renewer_new(NULL, "plain", NULL, &bad_r), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_renewer_new(store, "plain", NULL, NULL), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_renewer_run_once(NULL, 0, NULL, NULL), MTLS_E_INVALID_ARGUMENT);
+}
 
+TEST(failed_renewal_is_an_event) {
+    mtls_renewer_options ro;
+    mtls_cert *leaf = NULL;
     CHECK_OK(mtls_renewer_options_init(&ro, MTLS_RENEWER_OPTIONS_VERSION));
     CHECK_OK(mtls_renewer_new(store, "plain", &ro, &r));
-    struct seen s = {0};
     CHECK_OK(mtls_renewer_set_event_callback(r, on_event, &s, on_destroy));
     size_t renewed = 7;
     int64_t wake = 0;
@@ -93,14 +78,16 @@ int main(void) {
     CHECK_OK(mtls_renewer_run_once(r, 0, &renewed, NULL));
     CHECK(s.count == 1 && renewed == 0);
     /* The identity is as it was. */
-    mtls_identity *again = NULL;
     CHECK_OK(mtls_store_get_identity(store, "plain", &again));
-    char *after = NULL;
     CHECK_OK(mtls_identity_leaf(again, &leaf));
     CHECK_OK(mtls_cert_sha256_hex(leaf, &after));
     mtls_cert_free(leaf);
     CHECK(strcmp(before, after) == 0);
+}
 
+TEST(every_enrolled_identity_and_destroy) {
+    size_t renewed = 7;
+    int64_t wake = 0;
     /* Every enrolled identity (none here): no event. */
     mtls_renewer *all = NULL;
     CHECK_OK(mtls_renewer_new(store, NULL, NULL, &all));
@@ -116,14 +103,30 @@ int main(void) {
     mtls_renewer_free(r);
     CHECK(s.destroyed == 1);
     mtls_renewer_free(NULL);
+}
+
+int main(void) {
+    char p12path[600];
+    store = t_temp_store("renewer-c", PASS, sizeof PASS - 1, dir, sizeof dir);
+    t_self_signed(dir, "plain");
+    snprintf(p12path, sizeof p12path, "%s/c.p12", dir);
+    size_t p12len;
+    p12 = t_read_file(p12path, &p12len);
+    CHECK_OK(mtls_store_import_p12(store, "plain", p12, p12len, "pw", 0, &id));
+    mtls_cert *leaf = NULL;
+    CHECK_OK(mtls_identity_leaf(id, &leaf));
+    CHECK_OK(mtls_cert_sha256_hex(leaf, &before));
+    mtls_cert_free(leaf);
+
+    RUN(renewer_options_and_arguments);
+    RUN(failed_renewal_is_an_event);
+    RUN(every_enrolled_identity_and_destroy);
 
     mtls_string_free(before);
     mtls_string_free(after);
     mtls_identity_free(again);
     mtls_identity_free(id);
-    mtls_store_close(store);
+    t_close_temp_store(store, dir);
     free(p12);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    t_sh(cmd);
     DONE();
 }

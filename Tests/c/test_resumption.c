@@ -307,22 +307,17 @@ static mtls_identity *expiring(int profile, const char *name, int64_t not_after)
 
 /* ---------------------------------------------------------------- the tests */
 
-int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048];
-    snprintf(pki, sizeof pki, "%s/tls-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
-    t_sh(cmd);
-    signal(SIGPIPE, SIG_IGN); /* the application server's own writes to clients it refused */
+/* What the tests share, made once in main: the test PKI's identities and policies, and an
+ * openssl s_server for libcurl. */
+static const char *tmp;
+static mtls_identity *server_id, *client_a, *client_b;
+static mtls_policy *server_policy, *only_a, *only_b;
+static int sport = 0;
+static const long versions[] = { CURL_SSLVERSION_TLSv1_2 | CURL_SSLVERSION_MAX_TLSv1_2,
+                                 CURL_SSLVERSION_TLSv1_3 | CURL_SSLVERSION_MAX_TLSv1_3 };
 
-    mtls_identity *server_id = identity("server", "int-a.pem");
-    mtls_identity *client_a = identity("client-a", "int-a.pem");
-    mtls_identity *client_b = identity("client-b", "int-b.pem");
-    mtls_policy *server_policy = anchored("root.pem");
-    mtls_policy *only_a = anchored("int-a.pem");
-    mtls_policy *only_b = anchored("int-b.pem");
+TEST(application_server_policy_replaced_no_resumption) {
     int resumed = 0;
-
     /* ---- defect 3, server side: after mtls_policy_replace stops accepting customer A, a
      * customer A client does not resume (TLS 1.2 session id, TLS 1.2 ticket, TLS 1.3 ticket). */
     const struct { int max_tls; int no_tickets; const char *what; } shapes[] = {
@@ -356,7 +351,10 @@ int main(void) {
         app_server_stop(&s);
         mtls_policy_free(clients);
     }
+}
 
+TEST(application_server_per_address_rule_no_resumption) {
+    int resumed = 0;
     /* ---- defect 3, per-address client rules: a session made from 127.0.0.1 does not resume
      * from 127.0.0.2, whose rule accepts only customer B. */
     for (int v = 0; v < 2; v++) {
@@ -379,14 +377,12 @@ int main(void) {
         app_server_stop(&s);
         mtls_policy_free(clients);
     }
+}
 
+TEST(libcurl_policy_replaced_no_resumption) {
+    int resumed = 0;
     /* ---- defect 3, client side: libcurl keeps the sessions; after mtls_policy_replace makes the
      * server untrusted, the next request fails as untrusted instead of resuming. */
-    int sport = 0;
-    pid_t sserver = start_s_server(tmp, "server", &sport);
-    CHECK(curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK);
-    const long versions[] = { CURL_SSLVERSION_TLSv1_2 | CURL_SSLVERSION_MAX_TLSv1_2,
-                              CURL_SSLVERSION_TLSv1_3 | CURL_SSLVERSION_MAX_TLSv1_3 };
     for (int v = 0; v < 2; v++) {
         fprintf(stderr, "-- libcurl, TLS 1.%d, policy replaced\n", v ? 3 : 2);
         CURLSH *share = curl_share_init();
@@ -409,7 +405,10 @@ int main(void) {
         mtls_policy_free(setup.policy);
         curl_share_cleanup(share);
     }
+}
 
+TEST(expiring_pins_and_certificates_fail_closed) {
+    int resumed = 0;
     /* ---- defect 4: pins that expire and fail closed, a few seconds from now. Each place keeps a
      * session made before the expiry; after it, none resumes "trusted". */
     int64_t expiry = (int64_t)time(NULL) + 8;
@@ -506,6 +505,7 @@ int main(void) {
     CHECK((int64_t)time(NULL) < expiry); /* all of the above happened before the expiry */
 
     /* The pins and the certificates expire. */
+    /* Time passing is what is tested here: the expiry itself. */
     while ((int64_t)time(NULL) < expiry + 1) usleep(100 * 1000);
     fprintf(stderr, "-- after the pins and certificates expired\n");
 
@@ -550,7 +550,6 @@ int main(void) {
         mtls_policy_free(pinned_curl[v].policy);
         curl_share_cleanup(shares[v]);
     }
-
     app_server_stop(&s12);
     app_server_stop(&s13);
     mtls_policy_free(app_clients12);
@@ -559,6 +558,27 @@ int main(void) {
     mtls_policy_free(plain_server);
     mtls_policy_free(pinned_server);
     mtls_policy_free(listener_clients);
+}
+
+int main(void) {
+    tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    make_pki("tls-pki");
+    signal(SIGPIPE, SIG_IGN); /* the application server's own writes to clients it refused */
+
+    server_id = identity("server", "int-a.pem");
+    client_a = identity("client-a", "int-a.pem");
+    client_b = identity("client-b", "int-b.pem");
+    server_policy = anchored("root.pem");
+    only_a = anchored("int-a.pem");
+    only_b = anchored("int-b.pem");
+    pid_t sserver = start_s_server(tmp, "server", &sport);
+    CHECK(curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK);
+
+    RUN(application_server_policy_replaced_no_resumption);
+    RUN(application_server_per_address_rule_no_resumption);
+    RUN(libcurl_policy_replaced_no_resumption);
+    RUN(expiring_pins_and_certificates_fail_closed);
+
     kill(sserver, SIGTERM);
     waitpid(sserver, NULL, 0);
     curl_global_cleanup();

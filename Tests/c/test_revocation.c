@@ -42,24 +42,18 @@ static int has_code(mtls_trust_result *r, const char *code) {
     return found;
 }
 
-int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    mtls_issued *root = NULL, *inter = NULL, *alice = NULL, *laptop = NULL;
-    CHECK_OK(mtls_pki_root("C Rev Root", NULL, &root));
-    CHECK_OK(mtls_pki_issue(root, MTLS_PROFILE_INTERMEDIATE, "C Rev CA", NULL, &inter));
-    mtls_issue_options o;
-    CHECK_OK(mtls_issue_options_init(&o, MTLS_ISSUE_OPTIONS_VERSION));
-    o.crl_url = "http://127.0.0.1:9/never-served.crl"; /* port 9 (discard): nothing listens */
-    CHECK_OK(mtls_pki_issue(inter, MTLS_PROFILE_CLIENT, "alice", &o, &alice));
-    CHECK_OK(mtls_pki_issue(inter, MTLS_PROFILE_CLIENT, "laptop", &o, &laptop));
+/* What the tests share, made once in main: a root, an intermediate and two clients whose CRL URL
+ * nobody serves, a policy anchored at the intermediate (the tests change its revocation setting in
+ * order), its event counts, and laptop's serial and CRL file. */
+static const char *tmp;
+static mtls_issued *root = NULL, *inter = NULL, *alice = NULL, *laptop = NULL;
+static mtls_policy *p = NULL;
+static mtls_cert *anchor = NULL, *lc = NULL;
+static struct events ev;
+static char *serial = NULL;
+static char crl_path[512];
 
-    mtls_policy *p = NULL;
-    CHECK_OK(mtls_policy_new(&p));
-    mtls_cert *anchor = NULL;
-    CHECK_OK(mtls_issued_cert(inter, &anchor));
-    CHECK_OK(mtls_policy_add_anchor(p, anchor));
-    CHECK_OK(mtls_policy_set_anchors_only(p, 1));
-
+TEST(argument_checks) {
     /* argument checks */
     CHECK_RC(mtls_policy_set_revocation(NULL, MTLS_REVOCATION_HARD, 0), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_policy_set_revocation(p, 7, 0), MTLS_E_INVALID_ARGUMENT);
@@ -79,17 +73,24 @@ int main(void) {
     CHECK_OK(mtls_policy_set_revocation_cache_dir(p, NULL));
     CHECK_RC(mtls_trust_result_revocation(NULL, NULL), MTLS_E_INVALID_ARGUMENT);
     mtls_revocation_cache_clear();
+}
 
+TEST(off_by_default) {
+    mtls_trust_result *r;
+    char *json;
     /* off (default): no revocation report */
-    mtls_trust_result *r = eval(p, alice, inter);
-    char *json = (char *)"unset";
+    r = eval(p, alice, inter);
+    json = (char *)"unset";
     CHECK(trusted(r) == 1);
     CHECK_OK(mtls_trust_result_revocation(r, &json));
     CHECK(json == NULL);
     mtls_trust_result_free(r);
+}
 
+TEST(hard_nothing_reachable) {
+    mtls_trust_result *r;
+    char *json = NULL;
     /* hard, nothing reachable: revocation_unknown, and one event for the failed fetch */
-    struct events ev;
     memset(&ev, 0, sizeof ev);
     CHECK_RC(mtls_policy_set_event_callback(NULL, on_event, &ev, on_destroy), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_policy_set_event_callback(p, on_event, &ev, on_destroy));
@@ -105,7 +106,11 @@ int main(void) {
           && strstr(json, "never-served.crl"));
     mtls_string_free(json);
     mtls_trust_result_free(r);
+}
 
+TEST(soft_trusted_with_warning) {
+    /* Goes on from hard_nothing_reachable: its failed fetch is remembered, and its event counted. */
+    mtls_trust_result *r;
     /* soft: trusted, with a warning; the failure is remembered, so no second event */
     CHECK_OK(mtls_policy_set_revocation(p, MTLS_REVOCATION_SOFT, 0));
     r = eval(p, alice, inter);
@@ -118,16 +123,18 @@ int main(void) {
     CHECK(nw == 1 && strstr(warnings[0], "trusted anyway") != NULL);
     mtls_string_list_free(warnings, nw);
     mtls_trust_result_free(r);
+}
 
+TEST(crl_file_answers_in_every_mode) {
+    mtls_trust_result *r;
+    char *json = NULL;
+    char **warnings = NULL; size_t nw = 0;
     /* A CRL file revoking laptop answers the check without the network, in every mode. */
-    mtls_cert *lc = NULL;
-    char *serial = NULL;
     CHECK_OK(mtls_issued_cert(laptop, &lc));
     CHECK_OK(mtls_cert_serial_hex(lc, &serial));
     const char *serials[] = {serial};
     uint8_t *der = NULL; size_t der_len = 0;
     CHECK_OK(mtls_pki_crl(inter, serials, 1, 1, 0, 0, &der, &der_len));
-    char crl_path[512];
     snprintf(crl_path, sizeof crl_path, "%s/revocation.crl", tmp);
     FILE *f = fopen(crl_path, "wb");
     CHECK(f != NULL && fwrite(der, 1, der_len, f) == der_len);
@@ -145,7 +152,14 @@ int main(void) {
     CHECK_OK(mtls_trust_result_warnings(r, &warnings, &nw));
     CHECK(nw == 0 && warnings == NULL);
     mtls_trust_result_free(r);
+}
 
+TEST(newer_crl_file_answers) {
+    mtls_trust_result *r;
+    char *json = NULL;
+    const char *serials[] = {serial};
+    uint8_t *der = NULL; size_t der_len = 0;
+    FILE *f;
     /* Two CRL files of one issuer: the newer (CRL number 2, revoking laptop) answers, whatever
      * the order they were given in; the older (number 1, revoking nothing) never hides it. */
     {
@@ -177,7 +191,10 @@ int main(void) {
         mtls_trust_result_free(r);
         mtls_policy_free(two);
     }
+}
 
+TEST(host_rule_setting_wins) {
+    mtls_trust_result *r;
     /* A host rule's setting wins over the policy's for its peers. */
     mtls_policy *q = NULL;
     CHECK_OK(mtls_policy_new(&q));
@@ -196,11 +213,35 @@ int main(void) {
     mtls_trust_result_free(r);
     mtls_cert_free(certs[0]);
     mtls_cert_free(certs[1]);
+    mtls_policy_free(q);
+}
+
+int main(void) {
+    tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    CHECK_OK(mtls_pki_root("C Rev Root", NULL, &root));
+    CHECK_OK(mtls_pki_issue(root, MTLS_PROFILE_INTERMEDIATE, "C Rev CA", NULL, &inter));
+    mtls_issue_options o;
+    CHECK_OK(mtls_issue_options_init(&o, MTLS_ISSUE_OPTIONS_VERSION));
+    o.crl_url = "http://127.0.0.1:9/never-served.crl"; /* port 9 (discard): nothing listens */
+    CHECK_OK(mtls_pki_issue(inter, MTLS_PROFILE_CLIENT, "alice", &o, &alice));
+    CHECK_OK(mtls_pki_issue(inter, MTLS_PROFILE_CLIENT, "laptop", &o, &laptop));
+
+    CHECK_OK(mtls_policy_new(&p));
+    CHECK_OK(mtls_issued_cert(inter, &anchor));
+    CHECK_OK(mtls_policy_add_anchor(p, anchor));
+    CHECK_OK(mtls_policy_set_anchors_only(p, 1));
+
+    RUN(argument_checks);
+    RUN(off_by_default);
+    RUN(hard_nothing_reachable);
+    RUN(soft_trusted_with_warning);
+    RUN(crl_file_answers_in_every_mode);
+    RUN(newer_crl_file_answers);
+    RUN(host_rule_setting_wins);
 
     mtls_string_free(serial);
     mtls_cert_free(lc);
     mtls_cert_free(anchor);
-    mtls_policy_free(q);
     mtls_policy_free(p);
     mtls_issued_free(laptop);
     mtls_issued_free(alice);

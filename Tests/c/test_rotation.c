@@ -62,29 +62,17 @@ static void leaf_sha(mtls_identity *id, char *out) {
     mtls_cert_free(leaf);
 }
 
-int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048], path[1024];
-    snprintf(pki, sizeof pki, "%s/rotation-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
-    t_sh(cmd);
-    snprintf(path, sizeof path, "%s/rotation-%d.db", tmp, (int)getpid());
-    unlink(path);
+/* What the tests share, made once in main or by listener_follows_store_row (they run in order):
+ * the identities and their leaf hashes, two handles on one store, the listener presenting the
+ * followed row, and the client options. */
+static mtls_identity *server, *server_rsa, *client_a, *client_rsa;
+static char path[1024], want_server[65], want_rsa[65], want_client[65], want_client_rsa[65], got[65], seen[65];
+static mtls_store *ours = NULL, *other = NULL;
+static mtls_policy *clients, *servers;
+static mtls_listener *l = NULL;
+static mtls_conn_options o;
 
-    mtls_identity *server = identity("server", "int-a.pem"), *server_rsa = identity("server-rsa", "int-a.pem");
-    mtls_identity *client_a = identity("client-a", "int-a.pem"), *client_rsa = identity("client-a-rsa", "int-a.pem");
-    char want_server[65], want_rsa[65], want_client[65], want_client_rsa[65], got[65], seen[65];
-    leaf_sha(server, want_server); leaf_sha(server_rsa, want_rsa);
-    leaf_sha(client_a, want_client); leaf_sha(client_rsa, want_client_rsa);
-
-    mtls_store_options so;
-    CHECK_OK(mtls_store_options_init(&so, MTLS_STORE_OPTIONS_VERSION));
-    so.kdf_log_n = 10;
-    mtls_store *ours = NULL, *other = NULL;
-    CHECK_OK(mtls_store_open(path, (const uint8_t *)"secret", 6, MTLS_STORE_SECRET_PASSPHRASE, &so, &other));
-    CHECK_OK(mtls_store_put_identity(other, "srv", server, 0));
-    CHECK_OK(mtls_store_open(path, (const uint8_t *)"secret", 6, MTLS_STORE_SECRET_PASSPHRASE, &so, &ours));
-
+TEST(listener_follows_store_row) {
     mtls_watch_options wo;
     CHECK_OK(mtls_watch_options_init(&wo, MTLS_WATCH_OPTIONS_VERSION));
     CHECK(wo.warning_days == 14);
@@ -95,13 +83,12 @@ int main(void) {
 
     mtls_listener_options lo;
     CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
-    mtls_policy *clients = anchored("int-a.pem"), *servers = anchored("root.pem");
+    clients = anchored("int-a.pem");
+    servers = anchored("root.pem");
     lo.client_policy = clients;
-    mtls_listener *l = NULL;
     CHECK_OK(mtls_listener_new_with_source("127.0.0.1", 0, &lo, src, &l));
     mtls_identity_source_free(src); /* the listener keeps its own reference */
 
-    mtls_conn_options o;
     CHECK_OK(mtls_conn_options_init(&o, MTLS_CONN_OPTIONS_VERSION));
     o.verify_as = "server.test";
     o.policy = servers;
@@ -120,7 +107,9 @@ int main(void) {
     round_trip(l, &o, got, seen);
     CHECK(strcmp(got, want_server) == 0);
     CHECK(__atomic_load_n(&rotated, __ATOMIC_RELAXED) == 2);
+}
 
+TEST(client_identity_source_swapped) {
     /* A client identity source (mtls_conn_options version 2): the listener sees the swap. */
     mtls_identity_source *csrc = NULL;
     CHECK_OK(mtls_identity_source_new(client_a, &csrc));
@@ -135,7 +124,9 @@ int main(void) {
     CHECK_OK(mtls_identity_source_current(csrc, &cur));
     mtls_identity_free(cur);
     mtls_identity_source_free(csrc);
+}
 
+TEST(listener_counters_and_metrics) {
     mtls_listener_counters counters = { .version = MTLS_LISTENER_COUNTERS_VERSION };
     CHECK_OK(mtls_listener_get_counters(l, &counters));
     CHECK(counters.accepted == 5 && counters.refused == 0 && counters.resumed == 0);
@@ -153,7 +144,10 @@ int main(void) {
      * looking at the source just then (a moment). */
     for (int i = 0; i < 100 && __atomic_load_n(&destroyed, __ATOMIC_RELAXED) == 0; i++) usleep(10000);
     CHECK(__atomic_load_n(&destroyed, __ATOMIC_RELAXED) == 1);
+}
 
+TEST(expiry_as_data) {
+    char *text = NULL;
     /* Expiry as data. */
     mtls_expiry_item *items = NULL; size_t n = 0;
     CHECK_OK(mtls_store_expiry(ours, &items, &n));
@@ -168,6 +162,32 @@ int main(void) {
     CHECK_OK(mtls_store_metrics(ours, &text));
     CHECK(strstr(text, "mtls_certificate_not_after_seconds{label=\"srv\",class=\"identity\"") != NULL);
     mtls_string_free(text);
+}
+
+int main(void) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    make_pki("rotation-pki");
+    snprintf(path, sizeof path, "%s/rotation-%d.db", tmp, (int)getpid());
+    unlink(path);
+
+    server = identity("server", "int-a.pem");
+    server_rsa = identity("server-rsa", "int-a.pem");
+    client_a = identity("client-a", "int-a.pem");
+    client_rsa = identity("client-a-rsa", "int-a.pem");
+    leaf_sha(server, want_server); leaf_sha(server_rsa, want_rsa);
+    leaf_sha(client_a, want_client); leaf_sha(client_rsa, want_client_rsa);
+
+    mtls_store_options so;
+    CHECK_OK(mtls_store_options_init(&so, MTLS_STORE_OPTIONS_VERSION));
+    so.kdf_log_n = 10;
+    CHECK_OK(mtls_store_open(path, (const uint8_t *)"secret", 6, MTLS_STORE_SECRET_PASSPHRASE, &so, &other));
+    CHECK_OK(mtls_store_put_identity(other, "srv", server, 0));
+    CHECK_OK(mtls_store_open(path, (const uint8_t *)"secret", 6, MTLS_STORE_SECRET_PASSPHRASE, &so, &ours));
+
+    RUN(listener_follows_store_row);
+    RUN(client_identity_source_swapped);
+    RUN(listener_counters_and_metrics);
+    RUN(expiry_as_data);
 
     mtls_store_close(ours); mtls_store_close(other);
     mtls_identity_free(server); mtls_identity_free(server_rsa); mtls_identity_free(client_a); mtls_identity_free(client_rsa);

@@ -314,7 +314,7 @@ static void *swapper(void *arg) {
     struct hammer *h = arg;
     for (int i = 0; !__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE); i++) {
         CHECK_OK(mtls_identity_source_set(h->src, (i & 1) ? h->b : h->a));
-        usleep(700);
+        usleep(700); /* the swap rate against the handshakes: time passing is the point */
     }
     return NULL;
 }
@@ -489,7 +489,7 @@ static void *server_swapper(void *arg) {
     struct server_hammer *h = arg;
     for (int i = 0; !__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE); i++) {
         CHECK_OK(mtls_identity_source_set(h->src, (i & 1) ? h->b : h->a));
-        usleep(700);
+        usleep(700); /* the swap rate against the handshakes: time passing is the point */
     }
     return NULL;
 }
@@ -541,18 +541,18 @@ static mtls_identity *issued_identity(mtls_issued *ca, const char *name, int64_t
     return id;
 }
 
-int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048];
-    snprintf(pki, sizeof pki, "%s/rotation-client-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
-    t_sh(cmd);
-    servers = anchored("root.pem");
-    mtls_identity *client_a = identity("client-a", "int-a.pem"), *client_rsa = identity("client-a-rsa", "int-a.pem");
-    char want_a[65], want_rsa[65], cur_hex[65];
-    leaf_hex(client_a, want_a);
-    leaf_hex(client_rsa, want_rsa);
+/* What the tests share, made once in main: the test PKI's client identities, their leaf hashes
+ * and the temporary folder. The tests run in order; the swap refusals leave the expired identity
+ * and its CA for the store-replacement test, which frees them. */
+static const char *tmp;
+static mtls_identity *client_a, *client_rsa;
+static char want_a[65], want_rsa[65];
+static int64_t now;
+static mtls_issued *ca;
+static mtls_identity *expired, *future, *fresh;
 
+TEST(refused_swaps_keep_the_identity_in_force) {
+    char cur_hex[65];
     /* ---- swaps to what cannot be presented: refused, the identity in force stays, reported */
     struct events ev = { .lock = PTHREAD_MUTEX_INITIALIZER };
     mtls_identity_source *src = NULL;
@@ -575,15 +575,14 @@ int main(void) {
     free(rsa_cert); free(a_key);
 
     /* Expired and not yet valid: issued by a CA of our own at another time. */
-    int64_t now = (int64_t)time(NULL);
     mtls_issue_options ro;
     CHECK_OK(mtls_issue_options_init(&ro, MTLS_ISSUE_OPTIONS_VERSION));
     ro.now = now - 30 * 86400;
-    mtls_issued *ca = NULL;
+    ca = NULL;
     CHECK_OK(mtls_pki_root("rotation client test CA", &ro, &ca));
-    mtls_identity *expired = issued_identity(ca, "expired-client", now - 20 * 86400, 2);
-    mtls_identity *future = issued_identity(ca, "future-client", now + 10 * 86400, 30);
-    mtls_identity *fresh = issued_identity(ca, "fresh-client", now, 30);
+    expired = issued_identity(ca, "expired-client", now - 20 * 86400, 2);
+    future = issued_identity(ca, "future-client", now + 10 * 86400, 30);
+    fresh = issued_identity(ca, "fresh-client", now, 30);
     char expired_hex[65];
     leaf_hex(expired, expired_hex);
     CHECK(ev.rotated == 0 && ev.failed == 0);
@@ -609,7 +608,13 @@ int main(void) {
     CHECK_OK(mtls_identity_source_set(src, fresh));
     CHECK(ev.rotated == 1);
     mtls_identity_source_free(src);
+}
 
+/* Needs the expired identity made by refused_swaps_keep_the_identity_in_force; frees it. */
+TEST(followed_store_replaced_with_expired_identity) {
+    mtls_identity_source *src = NULL;
+    mtls_identity *cur = NULL;
+    char cur_hex[65];
     /* A source following a store label: another handle replaces the row with an expired
      * identity. A failed reload: the last good identity stays, reported once; a valid
      * replacement after it is put in force. */
@@ -655,7 +660,10 @@ int main(void) {
     }
     mtls_identity_free(expired); mtls_identity_free(future); mtls_identity_free(fresh);
     mtls_issued_free(ca);
+}
 
+TEST(application_ctx_refusing_identity_keeps_last_good) {
+    mtls_identity_source *src = NULL;
     /* ---- an application's SSL_CTX that refuses the new identity (its security level 3 wants
      * 128-bit keys: RSA-2048 is 112) keeps presenting the last good one there, and says so. A
      * server that asks for a certificate without requiring one would otherwise accept the
@@ -702,7 +710,10 @@ int main(void) {
         app_client_free(&app);
         mtls_identity_source_free(src);
     }
+}
 
+TEST(tls12_hello_request_after_swap) {
+    mtls_identity_source *src = NULL;
     /* ---- a TLS 1.2 server's HelloRequest after a swap, on an application's client SSL_CTX:
      * libmtls's check of the session at each handshake start took the session off the live
      * connection (SSL_set_session resets the SSL's method and record layer), and the next read
@@ -725,14 +736,18 @@ int main(void) {
         app_client_free(&app);
         mtls_identity_source_free(src);
     }
+}
 
+TEST(token_keys_swapped_and_followed) {
+    mtls_identity_source *src = NULL;
+    mtls_identity *cur = NULL;
     /* ---- token keys (SoftHSM2): a source swapped between keys on the token and in memory, and
      * a source following a stored token identity (its URI), on both client front ends, TLS 1.3
      * and 1.2: each handshake signs with the key of the certificate it presents. */
     {
         if (access("/usr/lib/softhsm/libsofthsm2.so", F_OK) != 0) {
             fprintf(stderr, "SoftHSM2 is not installed: run scripts/install-deps.sh\n");
-            return 1;
+            t_fail();
         }
         char dir[600], conf[700], path[700], tcmd[1400];
         snprintf(dir, sizeof dir, "%s/rotation-client-tokens-%d", tmp, (int)getpid());
@@ -817,7 +832,10 @@ int main(void) {
         snprintf(tcmd, sizeof tcmd, "rm -rf %s", dir);
         t_sh(tcmd);
     }
+}
 
+TEST(application_server_ctx_presenting_a_source) {
+    mtls_identity_source *src = NULL;
     /* ---- an application's server SSL_CTX (accepts_clients 1) presenting a source: one whose
      * security level refuses the new identity keeps the last good one and reports it; a swap
      * loop against raw OpenSSL clients resuming their sessions. */
@@ -851,14 +869,49 @@ int main(void) {
         mtls_identity_free(server_rsa);
         mtls_policy_free(clients);
     }
+}
 
-    /* ---- the hammer */
+TEST(hammer_own_client_tls13_tickets) {
     hammer("own client, TLS 1.3 tickets", client_a, client_rsa, 0, MTLS_TLS_1_3, 0);
+}
+TEST(hammer_own_client_tls12_tickets) {
     hammer("own client, TLS 1.2 tickets", client_a, client_rsa, 0, MTLS_TLS_1_2, 0);
+}
+TEST(hammer_own_client_tls12_session_ids) {
     hammer("own client, TLS 1.2 session ids", client_a, client_rsa, 0, MTLS_TLS_1_2, 1);
+}
+TEST(hammer_application_ctx_tls13_tickets) {
     hammer("application SSL_CTX, TLS 1.3 tickets", client_a, client_rsa, 1, MTLS_TLS_1_3, 0);
+}
+TEST(hammer_application_ctx_tls12_tickets) {
     hammer("application SSL_CTX, TLS 1.2 tickets", client_a, client_rsa, 1, MTLS_TLS_1_2, 0);
+}
+TEST(hammer_application_ctx_tls12_session_ids) {
     hammer("application SSL_CTX, TLS 1.2 session ids", client_a, client_rsa, 1, MTLS_TLS_1_2, 1);
+}
+
+int main(void) {
+    tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    make_pki("rotation-client-pki");
+    servers = anchored("root.pem");
+    client_a = identity("client-a", "int-a.pem");
+    client_rsa = identity("client-a-rsa", "int-a.pem");
+    leaf_hex(client_a, want_a);
+    leaf_hex(client_rsa, want_rsa);
+    now = (int64_t)time(NULL);
+
+    RUN(refused_swaps_keep_the_identity_in_force);
+    RUN(followed_store_replaced_with_expired_identity);
+    RUN(application_ctx_refusing_identity_keeps_last_good);
+    RUN(tls12_hello_request_after_swap);
+    RUN(token_keys_swapped_and_followed);
+    RUN(application_server_ctx_presenting_a_source);
+    RUN(hammer_own_client_tls13_tickets);
+    RUN(hammer_own_client_tls12_tickets);
+    RUN(hammer_own_client_tls12_session_ids);
+    RUN(hammer_application_ctx_tls13_tickets);
+    RUN(hammer_application_ctx_tls12_tickets);
+    RUN(hammer_application_ctx_tls12_session_ids);
 
     mtls_identity_free(client_a);
     mtls_identity_free(client_rsa);

@@ -29,11 +29,13 @@ static void *refuse(void *arg) {
 static int fd_of(mtls_conn *c) { int fd = -1; CHECK_OK(mtls_conn_fd(c, &fd)); return fd; }
 
 /* Waits until the server has refused us and closed its socket (its alert arrives, then its
- * close), so that the writes below meet a socket the peer has gone from. */
+ * close: POLLRDHUP, the peer's FIN, or a reset), so that the writes below meet a socket the peer
+ * has gone from. The server drains for up to 0.5 s before it closes. */
 static void wait_refused(int fd) {
     struct pollfd p = { .fd = fd, .events = POLLIN };
     CHECK(poll(&p, 1, 10000) == 1);
-    usleep(800 * 1000); /* the server drains for up to 0.5 s, then closes */
+    struct pollfd h = { .fd = fd, .events = POLLRDHUP };
+    CHECK(poll(&h, 1, 10000) == 1 && (h.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0);
 }
 
 /* Writes until the connection fails; the failure is the server's alert or "closed". */
@@ -48,7 +50,7 @@ static void write_until_refused(mtls_conn *c, int non_blocking) {
             poll(&p, 1, 1000);
             rc = MTLS_OK;
         }
-        if (rc == MTLS_OK) usleep(20 * 1000);
+        if (rc == MTLS_OK) usleep(20 * 1000); /* paced writes, until one fails (at most 200) */
     }
     if (rc != MTLS_E_PEER_ALERT && rc != MTLS_E_CLOSED)
         fprintf(stderr, "write ended with %d (%s): %s\n", rc, mtls_error_name(rc), mtls_last_error());
@@ -71,7 +73,7 @@ static void *write_to_client(void *arg) {
     for (int i = 0; i < 500 && rc == MTLS_OK; i++) {
         size_t n = 0;
         rc = mtls_conn_write(c, chunk, sizeof chunk, &n);
-        if (rc == MTLS_OK) usleep(10 * 1000);
+        if (rc == MTLS_OK) usleep(10 * 1000); /* paced writes, until the client's hang-up stops them */
     }
     w->write_code = rc;
     w->shutdown_code = mtls_conn_shutdown(c);
@@ -79,51 +81,29 @@ static void *write_to_client(void *arg) {
     return NULL;
 }
 
-int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048];
-    snprintf(pki, sizeof pki, "%s/tls-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
-    t_sh(cmd);
+/* What the tests share, made once in main: the identities and policies, the client options, and
+ * a listener that refuses the three clients of the first three tests (they run in order; the
+ * third joins it), then the listener of the fourth. */
+static mtls_identity *server_id, *client_a, *client_b;
+static mtls_policy *server_policy, *client_policy;
+static mtls_conn_options o;
+static mtls_listener_options lo;
+static mtls_listener *l = NULL;
+static uint16_t port = 0;
+static struct refuser ref;
+static pthread_t th;
 
-    /* SIGPIPE's default action ends the process: any write that raised it would kill this test. */
-    signal(SIGPIPE, SIG_DFL);
-
-    mtls_identity *server_id = identity("server", "int-a.pem");
-    mtls_identity *client_a = identity("client-a", "int-a.pem");
-    mtls_identity *client_b = identity("client-b", "int-b.pem");
-    mtls_policy *server_policy = anchored("root.pem");
-    mtls_policy *client_policy = anchored("int-a.pem");
-
-    mtls_conn_options o;
-    CHECK_OK(mtls_conn_options_init(&o, MTLS_CONN_OPTIONS_VERSION));
-    o.verify_as = "server.test";
-    o.identity = client_b; /* another customer's client: the server refuses it */
-    o.policy = server_policy;
-    o.min_tls = MTLS_TLS_1_3; /* the server judges us after our handshake is done */
-    o.handshake_timeout_ms = 10000;
-    o.io_timeout_ms = 10000;
-
-    mtls_listener_options lo;
-    CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
-    lo.identity = server_id;
-    lo.client_policy = client_policy;
-    lo.client_auth = MTLS_CLIENT_AUTH_REQUIRE;
-    mtls_listener *l = NULL;
-    CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &l));
-    uint16_t port = 0;
-    CHECK_OK(mtls_listener_port(l, &port));
-    struct refuser ref = { .listener = l, .count = 3 };
-    pthread_t th;
-    pthread_create(&th, NULL, refuse, &ref);
-
-    /* ---- blocking client writing to a server that refused it */
+TEST(blocking_client_writes_to_refusing_server) {
     mtls_conn *c = NULL;
+    /* ---- blocking client writing to a server that refused it */
     CHECK_OK(mtls_conn_connect("127.0.0.1", port, &o, &c));
     wait_refused(fd_of(c));
     write_until_refused(c, 0);
     mtls_conn_free(c);
+}
 
+TEST(non_blocking_client_writes_to_refusing_server) {
+    mtls_conn *c = NULL;
     /* ---- non-blocking client */
     o.non_blocking = 1;
     CHECK_OK(mtls_conn_connect("127.0.0.1", port, &o, &c));
@@ -138,7 +118,10 @@ int main(void) {
     write_until_refused(c, 1);
     mtls_conn_free(c);
     o.non_blocking = 0;
+}
 
+TEST(wrapped_socket_writes_to_refusing_server) {
+    mtls_conn *c = NULL;
     /* ---- a socket the application owns, wrapped */
     int sock = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
@@ -155,7 +138,10 @@ int main(void) {
     pthread_join(th, NULL);
     for (int i = 0; i < 3; i++) CHECK_RC(ref.codes[i], MTLS_E_UNTRUSTED);
     mtls_listener_free(l);
+}
 
+TEST(server_writes_to_client_that_hung_up) {
+    mtls_conn *c = NULL;
     /* ---- a server writing to a client that hung up */
     lo.client_auth = MTLS_CLIENT_AUTH_NONE;
     lo.client_policy = NULL;
@@ -165,8 +151,9 @@ int main(void) {
     pthread_create(&th, NULL, write_to_client, &w);
     o.identity = client_a;
     o.min_tls = MTLS_TLS_1_2;
-    sa.sin_port = htons(port);
-    sock = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    int sock = socket(AF_INET, SOCK_STREAM, 0);
     CHECK(connect(sock, (struct sockaddr *)&sa, sizeof sa) == 0);
     CHECK_OK(mtls_conn_wrap_fd(sock, "127.0.0.1", port, &o, &c));
     uint8_t buf[4096]; size_t n = 0;
@@ -182,11 +169,50 @@ int main(void) {
     CHECK_RC(w.write_code, MTLS_E_CLOSED);
     CHECK(w.shutdown_code == MTLS_OK || w.shutdown_code == MTLS_E_CLOSED || w.shutdown_code == MTLS_E_IO);
     mtls_listener_free(l);
+}
 
+TEST(sigpipe_disposition_left_alone) {
     /* the library left the program's SIGPIPE disposition alone */
     struct sigaction now;
     CHECK(sigaction(SIGPIPE, NULL, &now) == 0);
     CHECK(now.sa_handler == SIG_DFL);
+}
+
+int main(void) {
+    make_pki("tls-pki");
+
+    /* SIGPIPE's default action ends the process: any write that raised it would kill this test. */
+    signal(SIGPIPE, SIG_DFL);
+
+    server_id = identity("server", "int-a.pem");
+    client_a = identity("client-a", "int-a.pem");
+    client_b = identity("client-b", "int-b.pem");
+    server_policy = anchored("root.pem");
+    client_policy = anchored("int-a.pem");
+
+    CHECK_OK(mtls_conn_options_init(&o, MTLS_CONN_OPTIONS_VERSION));
+    o.verify_as = "server.test";
+    o.identity = client_b; /* another customer's client: the server refuses it */
+    o.policy = server_policy;
+    o.min_tls = MTLS_TLS_1_3; /* the server judges us after our handshake is done */
+    o.handshake_timeout_ms = 10000;
+    o.io_timeout_ms = 10000;
+
+    CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
+    lo.identity = server_id;
+    lo.client_policy = client_policy;
+    lo.client_auth = MTLS_CLIENT_AUTH_REQUIRE;
+    CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &l));
+    CHECK_OK(mtls_listener_port(l, &port));
+    ref.listener = l;
+    ref.count = 3;
+    pthread_create(&th, NULL, refuse, &ref);
+
+    RUN(blocking_client_writes_to_refusing_server);
+    RUN(non_blocking_client_writes_to_refusing_server);
+    RUN(wrapped_socket_writes_to_refusing_server);
+    RUN(server_writes_to_client_that_hung_up);
+    RUN(sigpipe_disposition_left_alone);
 
     mtls_conn_cache_clear();
     mtls_policy_free(server_policy);

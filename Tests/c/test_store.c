@@ -16,41 +16,28 @@ static mtls_store_options test_options(void) {
     return o;
 }
 
-int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char dir[512], cmd[8192], path[600], p12path[600], certpath[600], keyfile[600], sha[65];
-    snprintf(dir, sizeof dir, "%s/store-c-%d", tmp, (int)getpid());
-    snprintf(cmd, sizeof cmd,
-             "rm -rf %1$s && mkdir -p %1$s && cd %1$s && "
-             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem "
-             "-subj '/CN=C Store CA' -days 5 -addext 'basicConstraints=critical,CA:TRUE' 2>/dev/null && "
-             "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout c.key -out c.csr -subj '/CN=c-client' 2>/dev/null && "
-             "openssl x509 -req -in c.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out c.pem -days 5 2>/dev/null && "
-             "openssl pkcs12 -export -inkey c.key -in c.pem -certfile ca.pem -passout pass:pw -out c.p12 && "
-             "head -c 32 /dev/urandom > store.key && chmod 600 store.key",
-             dir);
-    t_sh(cmd);
-    snprintf(path, sizeof path, "%s/sub/store.db", dir);
-    snprintf(p12path, sizeof p12path, "%s/c.p12", dir);
-    snprintf(certpath, sizeof certpath, "%s/ca.pem", dir);
-    snprintf(keyfile, sizeof keyfile, "%s/store.key", dir);
-    size_t p12len, calen;
-    uint8_t *p12 = t_read_file(p12path, &p12len);
-    uint8_t *capem = t_read_file(certpath, &calen);
-    mtls_cert *ca = NULL;
-    CHECK_OK(mtls_cert_parse(capem, calen, &ca));
-    mtls_cert *c2 = NULL;
+/* What the tests share, made once in main: the folder with a CA, a client .p12 and a key file,
+ * and the store. The tests are the phases of one store's life and run in order: each goes on
+ * from the store (and its handle) the one before left. */
+static char dir[512], cmd[8192], path[600], p12path[600], certpath[600], keyfile[600], sha[65];
+static size_t p12len, calen, klen;
+static uint8_t *p12, *capem, *key;
+static mtls_cert *ca = NULL, *c2 = NULL;
+static mtls_store_options o;
+static mtls_store *store = NULL;
+static mtls_identity *id = NULL, *got = NULL;
 
+TEST(options_defaults) {
     /* options */
-    mtls_store_options o;
     CHECK_RC(mtls_store_options_init(NULL, MTLS_STORE_OPTIONS_VERSION), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_options_init(&o, 99), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_store_options_init(&o, MTLS_STORE_OPTIONS_VERSION));
     CHECK(o.kdf_log_n == 17 && o.kdf_r == 8 && o.kdf_p == 1 && o.create == 1 && o.busy_timeout_ms > 0);
     o = test_options();
+}
 
+TEST(open_new_store) {
     /* open: NULL arguments, bad kinds, then a new store (0600 in a 0700 directory) */
-    mtls_store *store = NULL;
     CHECK_RC(mtls_store_open(NULL, PASS, PASS_LEN, MTLS_STORE_SECRET_PASSPHRASE, &o, &store), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_open(path, NULL, 5, MTLS_STORE_SECRET_PASSPHRASE, &o, &store), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_open(path, PASS, PASS_LEN, 7, &o, &store), MTLS_E_INVALID_ARGUMENT);
@@ -67,9 +54,10 @@ int main(void) {
     CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
     snprintf(cmd, sizeof cmd, "%s/sub", dir);
     CHECK(stat(cmd, &st) == 0 && (st.st_mode & 0777) == 0700);
+}
 
+TEST(import_p12_under_a_label) {
     /* import a .p12 under a label */
-    mtls_identity *id = NULL;
     CHECK_RC(mtls_store_import_p12(NULL, "client", p12, p12len, "pw", 0, &id), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_import_p12(store, NULL, p12, p12len, "pw", 0, &id), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_import_p12(store, "client", NULL, 10, "pw", 0, &id), MTLS_E_INVALID_ARGUMENT);
@@ -79,7 +67,9 @@ int main(void) {
     CHECK(id == NULL);
     CHECK_OK(mtls_store_import_p12(store, "client", p12, p12len, "pw", 1, &id));
     CHECK(id != NULL);
+}
 
+TEST(put_identity_cert_and_token_reference) {
     /* put identity / certificate / token reference */
     CHECK_RC(mtls_store_put_identity(NULL, "copy", id, 0), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_put_identity(store, NULL, id, 0), MTLS_E_INVALID_ARGUMENT);
@@ -113,16 +103,18 @@ int main(void) {
     CHECK_RC(mtls_store_put_token_identity(store, "tok", "http://x", ca, NULL, 0, 0), MTLS_E_BAD_URI);
     CHECK_OK(mtls_store_put_token_identity(store, "tok", "pkcs11:token=t;object=k", ca, NULL, 0, 0));
     CHECK_OK(mtls_store_put_token_identity(store, "tok", "pkcs11:token=t;object=k2", ca, chain, 1, 1));
+}
 
+TEST(get_items) {
+    mtls_cert *c;
     /* get */
-    mtls_identity *got = NULL;
     CHECK_RC(mtls_store_get_identity(NULL, "client", &got), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_get_identity(store, NULL, &got), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_get_identity(store, "client", NULL), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_get_identity(store, "nobody", &got), MTLS_E_NOT_FOUND);
     CHECK_OK(mtls_store_get_identity(store, "client", &got));
     CHECK(got != NULL);
-    mtls_cert *c = NULL;
+    c = NULL;
     CHECK_RC(mtls_store_get_cert(NULL, "ca", &c), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_get_cert(store, NULL, &c), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_get_cert(store, "ca", NULL), MTLS_E_INVALID_ARGUMENT);
@@ -160,7 +152,9 @@ int main(void) {
     CHECK_OK(mtls_store_identities(store, &ids, &nids));
     CHECK(nids == 2);
     mtls_identity_list_free(ids, nids);
+}
 
+TEST(metadata_info_list_find) {
     /* metadata: info, list, find, accessors */
     mtls_store_item *item = NULL;
     CHECK_RC(mtls_store_item_info(NULL, "client", MTLS_STORE_ANY, &item), MTLS_E_INVALID_ARGUMENT);
@@ -237,7 +231,9 @@ int main(void) {
     CHECK_OK(mtls_store_find_subject(store, "CN=C Store CA", &items, &n));
     CHECK(n == 2); /* the certificate and the token reference's leaf */
     mtls_store_item_list_free(items, n);
+}
 
+TEST(export_p12) {
     /* export */
     uint8_t *out = NULL; size_t outlen = 0;
     CHECK_RC(mtls_store_export_p12(NULL, "client", "pw2", 0, &out, &outlen), MTLS_E_INVALID_ARGUMENT);
@@ -255,7 +251,9 @@ int main(void) {
     mtls_bytes_free(out);
     snprintf(cmd, sizeof cmd, "openssl pkcs12 -in %s/out.p12 -passin pass:pw2 -nokeys -info 2>&1 | grep -q 'friendlyName: client'", dir);
     t_sh(cmd);
+}
 
+TEST(delete_items) {
     /* delete */
     size_t deleted = 99;
     CHECK_RC(mtls_store_delete(NULL, "copy", MTLS_STORE_ANY, &deleted), MTLS_E_INVALID_ARGUMENT);
@@ -269,9 +267,11 @@ int main(void) {
     CHECK_OK(mtls_store_delete_class(store, MTLS_STORE_TOKEN_IDENTITY, &deleted));
     CHECK(deleted == 1);
     CHECK_OK(mtls_store_delete_class(store, MTLS_STORE_TOKEN_IDENTITY, NULL));
+}
 
+TEST(change_secret_to_key_file) {
     /* change the secret to a 32-byte key file; the old passphrase is then a bad secret */
-    size_t klen; uint8_t *key = t_read_file(keyfile, &klen);
+    key = t_read_file(keyfile, &klen);
     CHECK(klen == 32);
     CHECK_RC(mtls_store_change_secret(NULL, key, klen, MTLS_STORE_SECRET_KEY), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_store_change_secret(store, NULL, 32, MTLS_STORE_SECRET_KEY), MTLS_E_INVALID_ARGUMENT);
@@ -288,7 +288,10 @@ int main(void) {
     CHECK_RC(mtls_store_open_key_file(path, certpath, &o, &store), MTLS_E_INVALID_ARGUMENT); /* not 32 bytes */
     CHECK(strstr(mtls_last_error(), "32") != NULL);
     CHECK(chmod(certpath, 0644) == 0);
+}
 
+TEST(secret_file_modes_checked) {
+    mtls_cert *c = NULL;
     /* Secret files: a key or passphrase file that everyone can read, or others can write, is
      * refused before it is read, naming the file and the chmod that fixes it; a group-readable
      * one opens the store, with a warning for mtls_take_warnings (the library prints nothing). */
@@ -329,8 +332,11 @@ int main(void) {
     CHECK_OK(mtls_store_get_cert(store, "ca", &c));
     mtls_cert_free(c);
     mtls_store_close(store);
+}
 
-    /* locked beyond the busy timeout: another process holds the write lock */
+TEST(locked_beyond_busy_timeout) {
+    /* locked beyond the busy timeout: another process holds the write lock (for 3 s: time
+     * passing is what is tested, a busy timeout shorter and one longer than that) */
     char flag[700];
     snprintf(flag, sizeof flag, "%s/locked.flag", dir);
     snprintf(cmd, sizeof cmd,
@@ -348,7 +354,10 @@ int main(void) {
     CHECK_OK(mtls_store_open_key_file(path, keyfile, &quick, &store));
     CHECK_OK(mtls_store_put_cert(store, "ca2", ca, 0));
     mtls_store_close(store);
+}
 
+TEST(tampered_row_and_abi_edges) {
+    mtls_cert *c = NULL;
     /* an attacker's root written into the "ca" row with sqlite3: refused, naming the label */
     snprintf(cmd, sizeof cmd, "cd %1$s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
              "-keyout evil.key -out evil.pem -subj '/CN=C Store CA' -days 5 2>/dev/null && "
@@ -375,7 +384,9 @@ int main(void) {
     CHECK(strstr(mtls_last_error(), "not a live libmtls handle") != NULL);
     mtls_cert_free(c);
     mtls_store_close(store);
+}
 
+TEST(damaged_newer_and_foreign_stores) {
     /* a damaged schema version (negative) is corrupt, not a crash */
     snprintf(cmd, sizeof cmd, "sqlite3 %s 'PRAGMA user_version=-1'", path);
     t_sh(cmd);
@@ -390,6 +401,42 @@ int main(void) {
     CHECK_RC(mtls_store_open(p12path, PASS, PASS_LEN, MTLS_STORE_SECRET_PASSPHRASE, &o, &store), MTLS_E_NOT_A_STORE);
     /* read-only location */
     CHECK_RC(mtls_store_open("/sys/mtls-c-test.db", PASS, PASS_LEN, MTLS_STORE_SECRET_PASSPHRASE, &o, &store), MTLS_E_READ_ONLY);
+}
+
+int main(void) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    snprintf(dir, sizeof dir, "%s/store-c-%d", tmp, (int)getpid());
+    snprintf(cmd, sizeof cmd,
+             "rm -rf %1$s && mkdir -p %1$s && cd %1$s && "
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem "
+             "-subj '/CN=C Store CA' -days 5 -addext 'basicConstraints=critical,CA:TRUE' 2>/dev/null && "
+             "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout c.key -out c.csr -subj '/CN=c-client' 2>/dev/null && "
+             "openssl x509 -req -in c.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out c.pem -days 5 2>/dev/null && "
+             "openssl pkcs12 -export -inkey c.key -in c.pem -certfile ca.pem -passout pass:pw -out c.p12 && "
+             "head -c 32 /dev/urandom > store.key && chmod 600 store.key",
+             dir);
+    t_sh(cmd);
+    snprintf(path, sizeof path, "%s/sub/store.db", dir);
+    snprintf(p12path, sizeof p12path, "%s/c.p12", dir);
+    snprintf(certpath, sizeof certpath, "%s/ca.pem", dir);
+    snprintf(keyfile, sizeof keyfile, "%s/store.key", dir);
+    p12 = t_read_file(p12path, &p12len);
+    capem = t_read_file(certpath, &calen);
+    CHECK_OK(mtls_cert_parse(capem, calen, &ca));
+
+    RUN(options_defaults);
+    RUN(open_new_store);
+    RUN(import_p12_under_a_label);
+    RUN(put_identity_cert_and_token_reference);
+    RUN(get_items);
+    RUN(metadata_info_list_find);
+    RUN(export_p12);
+    RUN(delete_items);
+    RUN(change_secret_to_key_file);
+    RUN(secret_file_modes_checked);
+    RUN(locked_beyond_busy_timeout);
+    RUN(tampered_row_and_abi_edges);
+    RUN(damaged_newer_and_foreign_stores);
 
     /* Identity handles come from the identity section of the ABI. */
     mtls_identity_free(id);

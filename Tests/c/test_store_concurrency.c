@@ -84,24 +84,11 @@ static int child(void) {
     return atomic_load(&failures) == 0 ? 0 : 1;
 }
 
-int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char dir[512], cmd[2048], file[700];
-    snprintf(dir, sizeof dir, "%s/store-conc-%d", tmp, (int)getpid());
-    snprintf(cmd, sizeof cmd, "rm -rf %1$s && mkdir -p %1$s && scripts/test-pki.sh %1$s/pki >/dev/null", dir);
-    t_sh(cmd);
-    snprintf(path, sizeof path, "%s/store.db", dir);
-    memset(key, 0x42, sizeof key);
-    mtls_store_options_init(&opts, MTLS_STORE_OPTIONS_VERSION);
-    opts.busy_timeout_ms = 60000;
-    const char *names[2] = { "root.pem", "server-chain.pem" };
-    for (int i = 0; i < 2; i++) {
-        mtls_cert **list = NULL; size_t n = 0;
-        snprintf(file, sizeof file, "%s/pki/%s", dir, names[i]);
-        CHECK_OK(mtls_cert_list_load(file, &list, &n));
-        certs[i] = mtls_cert_ref(list[0]);
-        mtls_cert_list_free(list, n);
-    }
+/* What the tests share, made once in main: the folder, the store's path, key and options, and
+ * two certificates to write. */
+static char dir[512], cmd[2048];
+
+TEST(processes_and_threads_write_at_once) {
     /* The processes race to create the store, too. */
     pid_t pids[PROCS];
     for (int p = 0; p < PROCS; p++) {
@@ -116,7 +103,10 @@ int main(void) {
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed++;
     }
     CHECK(failed == 0);
+}
 
+/* The store processes_and_threads_write_at_once left. */
+TEST(nothing_lost) {
     /* Nothing lost: every label that was not deleted is there, and only those. */
     mtls_store *s = NULL;
     CHECK_OK(mtls_store_open(path, key, sizeof key, MTLS_STORE_SECRET_KEY, &opts, &s));
@@ -143,6 +133,29 @@ int main(void) {
     printf("write counter %llu for %llu writes\n", (unsigned long long)counter, (unsigned long long)total_writes);
     CHECK(counter == total_writes);
     mtls_store_close(s);
+}
+
+int main(void) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    char file[700];
+    snprintf(dir, sizeof dir, "%s/store-conc-%d", tmp, (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf %1$s && mkdir -p %1$s && scripts/test-pki.sh %1$s/pki >/dev/null", dir);
+    t_sh(cmd);
+    snprintf(path, sizeof path, "%s/store.db", dir);
+    memset(key, 0x42, sizeof key);
+    mtls_store_options_init(&opts, MTLS_STORE_OPTIONS_VERSION);
+    opts.busy_timeout_ms = 60000;
+    const char *names[2] = { "root.pem", "server-chain.pem" };
+    for (int i = 0; i < 2; i++) {
+        mtls_cert **list = NULL; size_t n = 0;
+        snprintf(file, sizeof file, "%s/pki/%s", dir, names[i]);
+        CHECK_OK(mtls_cert_list_load(file, &list, &n));
+        certs[i] = mtls_cert_ref(list[0]);
+        mtls_cert_list_free(list, n);
+    }
+
+    RUN(processes_and_threads_write_at_once);
+    RUN(nothing_lost);
     mtls_cert_free(certs[0]);
     mtls_cert_free(certs[1]);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -37,40 +37,17 @@ static void check_corrupt_naming(int rc, const char *label) {
     CHECK(strstr(mtls_last_error(), label) != NULL);
 }
 
-int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    snprintf(dir, sizeof dir, "%s/store-integrity-%d", tmp, (int)getpid());
-    snprintf(cmd, sizeof cmd,
-             "rm -rf %1$s && mkdir -p %1$s && cd %1$s && "
-             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem "
-             "-subj '/CN=Acme Root' -days 5 -addext 'basicConstraints=critical,CA:TRUE' 2>/dev/null && "
-             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout evil.key -out evil.pem "
-             "-subj '/CN=Evil Root' -days 5 -addext 'basicConstraints=critical,CA:TRUE' 2>/dev/null && "
-             "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout c.key -out c.csr -subj '/CN=c-client' 2>/dev/null && "
-             "openssl x509 -req -in c.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out c.pem -days 5 2>/dev/null && "
-             "openssl x509 -in evil.pem -outform DER -out evil.der",
-             dir);
-    t_sh(cmd);
-    mtls_store_options_init(&opts, MTLS_STORE_OPTIONS_VERSION);
-    opts.kdf_log_n = 10;
-    uint8_t key[32], key2[32];
-    memset(key, 0x5a, sizeof key);
-    memset(key2, 0xa5, sizeof key2);
-    char path[700], file[700];
-    mtls_cert **certs = NULL; size_t ncerts = 0;
-    snprintf(file, sizeof file, "%s/ca.pem", dir);
-    CHECK_OK(mtls_cert_list_load(file, &certs, &ncerts));
-    mtls_cert *ca = certs[0];
-    mtls_cert **ccerts = NULL; size_t nc = 0;
-    snprintf(file, sizeof file, "%s/c.pem", dir);
-    CHECK_OK(mtls_cert_list_load(file, &ccerts, &nc));
-    mtls_cert *client = ccerts[0];
-    char *keypem = NULL, *certpem = NULL;
-    { size_t l; snprintf(file, sizeof file, "%s/c.key", dir); keypem = (char *)t_read_file(file, &l); keypem[l] = 0; }
-    { size_t l; snprintf(file, sizeof file, "%s/c.pem", dir); certpem = (char *)t_read_file(file, &l); certpem[l] = 0; }
-    mtls_identity *id = NULL;
-    CHECK_OK(mtls_identity_from_pem(certpem, keypem, NULL, &id));
+/* What the tests share, made once in main: the folder with two roots and a client, its
+ * identity, and two store keys. */
+static uint8_t key[32], key2[32];
+static mtls_cert **certs = NULL, **ccerts = NULL;
+static size_t ncerts = 0, nc = 0;
+static mtls_cert *ca, *client;
+static char *keypem = NULL, *certpem = NULL;
+static mtls_identity *id = NULL;
 
+TEST(downgrade_laundering_refused) {
+    char path[700];
     /* Defect 1: downgrade laundering. Drop the tags, claim schema 2, swap the pinned anchor for
      * the attacker's root: the next open must refuse the store, not migrate it. */
     snprintf(path, sizeof path, "%s/d1.db", dir);
@@ -93,7 +70,12 @@ int main(void) {
     /* the upgrade path refuses it too: a current store's key is never vouched for again */
     mtls_store_item **items = NULL; size_t n = 0; char *confirmation = NULL;
     CHECK_RC(mtls_store_upgrade_preview(path, key, 32, MTLS_STORE_SECRET_KEY, &opts, &items, &n, &confirmation), MTLS_E_CORRUPT);
+}
 
+TEST(rolled_back_row_refused) {
+    char path[700];
+    mtls_store *s;
+    mtls_store_item **items = NULL; size_t n = 0;
     /* Defect 2: rollback. The anchor before it was replaced, with its old valid tag, written back. */
     snprintf(path, sizeof path, "%s/d2.db", dir);
     s = open_key(path, key);
@@ -120,7 +102,16 @@ int main(void) {
     CHECK_OK(mtls_store_get_cert(s, "pinned", &got));
     mtls_cert_free(got);
     mtls_store_close(s);
+}
 
+TEST(deleted_and_restored_rows_refused) {
+    /* Goes on from the d2.db rolled_back_row_refused left. */
+    char path[700];
+    snprintf(path, sizeof path, "%s/d2.db", dir);
+    mtls_store *s;
+    mtls_cert *got = NULL;
+    mtls_store_item *item = NULL;
+    mtls_store_item **items = NULL; size_t n = 0;
     /* Defect 2: deletion behind the library's back, and a deleted row put back. */
     sh("sqlite3 %s \"DELETE FROM items WHERE label = 'pinned'\"%s", path, "");
     s = open_key(path, key);
@@ -141,7 +132,11 @@ int main(void) {
     check_corrupt_naming(mtls_store_get_cert(s, "revoked", &got), "\"revoked\"");
     CHECK_RC(mtls_store_list(s, MTLS_STORE_CERTIFICATE, &items, &n), MTLS_E_CORRUPT);
     mtls_store_close(s);
+}
 
+TEST(change_secret_rotates_data_key) {
+    char path[700], file[700];
+    mtls_store *s;
     /* Defect 3: change-secret rotates the data key. The pre-rotation header rows copied back let
      * the old key open nothing written after the change, and no key written before it. */
     snprintf(path, sizeof path, "%s/d3.db", dir);
@@ -170,7 +165,12 @@ int main(void) {
     CHECK_RC(mtls_store_get_identity(s, "before", &back), MTLS_E_CORRUPT);
     CHECK(back == NULL);
     mtls_store_close(s);
+}
 
+TEST(pin_in_token_uri_never_stored) {
+    char path[700];
+    mtls_store *s;
+    mtls_cert *got = NULL;
     /* Defect 4: a PIN among the path attributes is not stored, nor given back. */
     snprintf(path, sizeof path, "%s/d4.db", dir);
     s = open_key(path, key);
@@ -184,7 +184,15 @@ int main(void) {
     mtls_cert_free(got);
     mtls_store_close(s);
     CHECK(!file_contains(path, "271828"));
+}
 
+TEST(schema_2_store_upgraded_with_confirmation) {
+    char path[700];
+    mtls_store *s;
+    mtls_store_item **items = NULL; size_t n = 0; char *confirmation = NULL;
+    mtls_cert *got = NULL;
+    mtls_identity *back = NULL;
+    char *uri = NULL;
     /* A store written by libmtls 2 (no row tags): the open names the command, the preview lists
      * what would be vouched for, the upgrade happens only with the preview's confirmation. */
     snprintf(path, sizeof path, "%s/v2.db", dir);
@@ -234,7 +242,16 @@ int main(void) {
     /* now current: nothing to vouch for */
     CHECK_OK(mtls_store_upgrade_preview(path, fixture_key, 32, MTLS_STORE_SECRET_KEY, &opts, &items, &n, &confirmation));
     CHECK(n == 0 && items == NULL && confirmation == NULL);
+}
 
+TEST(schema_3_store_upgraded_on_open) {
+    uint8_t fixture_key[32];
+    memcpy(fixture_key, "libmtls-store-fixture-key-32byte", 32);
+    char path[700];
+    mtls_store *s;
+    mtls_cert *got = NULL;
+    char *uri = NULL;
+    uint64_t c0 = 0;
     /* A schema-3 store (rows authenticated) is upgraded by any open, after every row checks. */
     snprintf(path, sizeof path, "%s/v3.db", dir);
     sh("cp Tests/fixtures/store/v3.db %s%s", path, "");
@@ -254,6 +271,44 @@ int main(void) {
     CHECK(strstr(mtls_last_error(), "acme-root") != NULL);
     sh("sqlite3 %s \"ALTER TABLE items DROP COLUMN mac; PRAGMA user_version=2\"%s", path, "");
     CHECK_RC(mtls_store_open(path, fixture_key, 32, MTLS_STORE_SECRET_KEY, &opts, &s), MTLS_E_UPGRADE_REQUIRED);
+}
+
+int main(void) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    snprintf(dir, sizeof dir, "%s/store-integrity-%d", tmp, (int)getpid());
+    snprintf(cmd, sizeof cmd,
+             "rm -rf %1$s && mkdir -p %1$s && cd %1$s && "
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem "
+             "-subj '/CN=Acme Root' -days 5 -addext 'basicConstraints=critical,CA:TRUE' 2>/dev/null && "
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout evil.key -out evil.pem "
+             "-subj '/CN=Evil Root' -days 5 -addext 'basicConstraints=critical,CA:TRUE' 2>/dev/null && "
+             "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout c.key -out c.csr -subj '/CN=c-client' 2>/dev/null && "
+             "openssl x509 -req -in c.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out c.pem -days 5 2>/dev/null && "
+             "openssl x509 -in evil.pem -outform DER -out evil.der",
+             dir);
+    t_sh(cmd);
+    mtls_store_options_init(&opts, MTLS_STORE_OPTIONS_VERSION);
+    opts.kdf_log_n = 10;
+    memset(key, 0x5a, sizeof key);
+    memset(key2, 0xa5, sizeof key2);
+    char file[700];
+    snprintf(file, sizeof file, "%s/ca.pem", dir);
+    CHECK_OK(mtls_cert_list_load(file, &certs, &ncerts));
+    ca = certs[0];
+    snprintf(file, sizeof file, "%s/c.pem", dir);
+    CHECK_OK(mtls_cert_list_load(file, &ccerts, &nc));
+    client = ccerts[0];
+    { size_t l; snprintf(file, sizeof file, "%s/c.key", dir); keypem = (char *)t_read_file(file, &l); keypem[l] = 0; }
+    { size_t l; snprintf(file, sizeof file, "%s/c.pem", dir); certpem = (char *)t_read_file(file, &l); certpem[l] = 0; }
+    CHECK_OK(mtls_identity_from_pem(certpem, keypem, NULL, &id));
+
+    RUN(downgrade_laundering_refused);
+    RUN(rolled_back_row_refused);
+    RUN(deleted_and_restored_rows_refused);
+    RUN(change_secret_rotates_data_key);
+    RUN(pin_in_token_uri_never_stored);
+    RUN(schema_2_store_upgraded_with_confirmation);
+    RUN(schema_3_store_upgraded_on_open);
 
     mtls_identity_free(id);
     mtls_cert_list_free(certs, ncerts);

@@ -87,48 +87,23 @@ static int check_all(mtls_store *s, size_t *count) {
     return rc;
 }
 
-int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char dir[512], cmd[4096], file[700], wpath[700], cpath[700], upath[700];
-    snprintf(dir, sizeof dir, "%s/store-kill-%d", tmp, (int)getpid());
-    snprintf(cmd, sizeof cmd, "rm -rf %1$s && mkdir -p %1$s && scripts/test-pki.sh %1$s/pki >/dev/null", dir);
-    t_sh(cmd);
-    mtls_store_options_init(&opts, MTLS_STORE_OPTIONS_VERSION);
-    opts.busy_timeout_ms = 60000;
-    memset(keys[0], 0x11, 32);
-    memset(keys[1], 0x22, 32);
-    memcpy(fixture_key, "libmtls-store-fixture-key-32byte", 32);
-    char *pems[2]; const char *names[2] = { "client-a-chain.pem", "client-a.key" };
-    for (int i = 0; i < 2; i++) {
-        size_t len; snprintf(file, sizeof file, "%s/pki/%s", dir, names[i]);
-        pems[i] = (char *)t_read_file(file, &len); pems[i][len] = 0;
-    }
-    CHECK_OK(mtls_identity_from_pem(pems[0], pems[1], NULL, &ident));
-    free(pems[0]); free(pems[1]);
-    CHECK_OK(mtls_identity_leaf(ident, &cert));
+/* What the tests share, made once in main: the folder, the identity, and the stores: one written
+ * to, one whose secret changes (BASE_ROWS rows, keys to re-seal), one upgraded from schema 2. */
+static char dir[512], cmd[4096], wpath[700], cpath[700], upath[700];
+static int secret_key = 0;           /* the key secret.db opens with, as far as the parent knows */
+static int committed_writes = 0, kills = 0, old_states = 0, new_states = 0;
+static size_t write_rows = BASE_ROWS; /* rows writes.db must hold at least */
 
-    /* The stores: one written to, one whose secret changes (BASE_ROWS rows, keys to re-seal). */
-    snprintf(wpath, sizeof wpath, "%s/writes.db", dir);
-    snprintf(cpath, sizeof cpath, "%s/secret.db", dir);
-    snprintf(upath, sizeof upath, "%s/upgrade.db", dir);
-    for (int p = 0; p < 2; p++) {
-        mtls_store *s = NULL;
-        CHECK_OK(rc_open(p ? cpath : wpath, keys[0], &s));
-        for (int i = 0; i < BASE_ROWS; i++) {
-            char label[32];
-            snprintf(label, sizeof label, "base-%d", i);
-            if (i % 4 == 0) CHECK_OK(mtls_store_put_identity(s, label, ident, 0));
-            else CHECK_OK(mtls_store_put_cert(s, label, cert, 0));
-        }
-        mtls_store_close(s);
-    }
-    int secret_key = 0;           /* the key secret.db opens with, as far as the parent knows */
-    int committed_writes = 0, kills = 0, old_states = 0, new_states = 0;
-    size_t write_rows = BASE_ROWS; /* rows writes.db must hold at least */
-    srand((unsigned)time(NULL) ^ (unsigned)getpid());
-
+/* The rounds of KILLS (the same rounds as when all modes ran in one loop) in which a child of
+ * `want_mode` (0 writes, 1 changes the secret, 2 upgrades) is killed, each checked after. */
+static void kill_rounds(int want_mode) {
+    int rounds = 0;
+    kills = 0;
+    corrupt_stores = lost_writes = 0;
     for (int round = 0; round < KILLS; round++) {
         int mode = round % 5 < 2 ? 0 : round % 5 < 4 ? 1 : 2;
+        if (mode != want_mode) continue;
+        rounds++;
         if (mode == 2) {
             snprintf(cmd, sizeof cmd, "cp Tests/fixtures/store/v2.db %s && rm -f %s-wal %s-shm", upath, upath, upath);
             t_sh(cmd);
@@ -151,6 +126,7 @@ int main(void) {
                     WIFEXITED(status) ? WEXITSTATUS(status) : -1);
             CHECK(0);
         }
+        /* A kill at a random moment of the child's work: time passing is the point. */
         usleep((useconds_t)(rand() % (mode == 2 ? 40000 : 25000)));
         kill(pid, SIGKILL);
         int status = 0;
@@ -224,12 +200,60 @@ int main(void) {
             }
         }
     }
-    printf("kill -9: %d kills, %d corrupt stores, %d lost of %d committed writes; secret/upgrade: %d old states, %d new\n",
-           kills, corrupt_stores, lost_writes, committed_writes, old_states, new_states);
-    CHECK(kills == KILLS);
+    printf("kill -9, mode %d: %d kills, %d corrupt stores, %d lost of %d committed writes; secret/upgrade: %d old states, %d new\n",
+           want_mode, kills, corrupt_stores, lost_writes, committed_writes, old_states, new_states);
+    CHECK(kills == rounds && rounds > 0);
     CHECK(corrupt_stores == 0);
     CHECK(lost_writes == 0);
+}
+
+TEST(writes_killed_mid_write) {
+    kill_rounds(0);
     CHECK(committed_writes > 0);
+}
+TEST(secret_change_killed_midway) { kill_rounds(1); }
+TEST(upgrade_killed_midway) { kill_rounds(2); }
+
+int main(void) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    char file[700];
+    snprintf(dir, sizeof dir, "%s/store-kill-%d", tmp, (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf %1$s && mkdir -p %1$s && scripts/test-pki.sh %1$s/pki >/dev/null", dir);
+    t_sh(cmd);
+    mtls_store_options_init(&opts, MTLS_STORE_OPTIONS_VERSION);
+    opts.busy_timeout_ms = 60000;
+    memset(keys[0], 0x11, 32);
+    memset(keys[1], 0x22, 32);
+    memcpy(fixture_key, "libmtls-store-fixture-key-32byte", 32);
+    char *pems[2]; const char *names[2] = { "client-a-chain.pem", "client-a.key" };
+    for (int i = 0; i < 2; i++) {
+        size_t len; snprintf(file, sizeof file, "%s/pki/%s", dir, names[i]);
+        pems[i] = (char *)t_read_file(file, &len); pems[i][len] = 0;
+    }
+    CHECK_OK(mtls_identity_from_pem(pems[0], pems[1], NULL, &ident));
+    free(pems[0]); free(pems[1]);
+    CHECK_OK(mtls_identity_leaf(ident, &cert));
+
+    /* The stores: one written to, one whose secret changes (BASE_ROWS rows, keys to re-seal). */
+    snprintf(wpath, sizeof wpath, "%s/writes.db", dir);
+    snprintf(cpath, sizeof cpath, "%s/secret.db", dir);
+    snprintf(upath, sizeof upath, "%s/upgrade.db", dir);
+    for (int p = 0; p < 2; p++) {
+        mtls_store *s = NULL;
+        CHECK_OK(rc_open(p ? cpath : wpath, keys[0], &s));
+        for (int i = 0; i < BASE_ROWS; i++) {
+            char label[32];
+            snprintf(label, sizeof label, "base-%d", i);
+            if (i % 4 == 0) CHECK_OK(mtls_store_put_identity(s, label, ident, 0));
+            else CHECK_OK(mtls_store_put_cert(s, label, cert, 0));
+        }
+        mtls_store_close(s);
+    }
+    srand((unsigned)time(NULL) ^ (unsigned)getpid());
+
+    RUN(writes_killed_mid_write);
+    RUN(secret_change_killed_midway);
+    RUN(upgrade_killed_midway);
     mtls_cert_free(cert);
     mtls_identity_free(ident);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -8,8 +8,8 @@
  * RUN prints "ok   name" or "FAIL name" for each test; a failed CHECK ends only its own test
  * (it returns to RUN), so the next ones still run. DONE prints "N passed, M failed" (tests) and
  * exits non-zero if any failed. A CHECK that fails outside RUN, or on a thread other than the
- * one running the test, exits the program at once (there is nothing to return to). A program
- * with no RUN counts its CHECKs instead, as before. */
+ * one running the test, or in a process the test forked, exits that program at once (there is
+ * nothing to return to). A program with no RUN counts its CHECKs instead, as before. */
 #ifndef MTLS_TEST_SUPPORT_H
 #define MTLS_TEST_SUPPORT_H
 #include <poll.h>
@@ -26,13 +26,15 @@ static int t_passed = 0;
 static int t_tests_passed = 0, t_tests_failed = 0;
 static int t_in_test = 0;
 static pthread_t t_test_thread;
+static pid_t t_test_pid;
 static jmp_buf t_test_jump;
 #define T_PASS() __atomic_fetch_add(&t_passed, 1, __ATOMIC_RELAXED)
 
-/* A failed CHECK: back to RUN when on the test's own thread, else the program ends. */
+/* A failed CHECK: back to RUN when on the test's own thread (in the test's own process: a
+ * forked child has nothing to go back to), else the program ends. */
 __attribute__((noreturn)) static inline void t_fail(void) {
     fflush(stdout);
-    if (t_in_test && pthread_equal(pthread_self(), t_test_thread)) longjmp(t_test_jump, 1);
+    if (t_in_test && pthread_equal(pthread_self(), t_test_thread) && getpid() == t_test_pid) longjmp(t_test_jump, 1);
     exit(1);
 }
 #define CHECK(cond) do { if (!(cond)) { \
@@ -48,6 +50,7 @@ __attribute__((noreturn)) static inline void t_fail(void) {
 #define RUN(name) t_run(#name, name)
 static inline void t_run(const char *name, void (*test)(void)) {
     t_test_thread = pthread_self();
+    t_test_pid = getpid();
     t_in_test = 1;
     if (setjmp(t_test_jump) == 0) {
         test();
@@ -100,6 +103,18 @@ static inline mtls_store *t_temp_store(const char *name, const uint8_t *passphra
     return store;
 }
 
+/* Writes a self-signed P-256 certificate for CN=`cn` (valid 5 days) into the folder `dir`, which
+ * exists: c.pem, c.key (not encrypted) and c.p12 (both, password "pw"). */
+static inline void t_self_signed(const char *dir, const char *cn) {
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout c.key -out c.pem "
+             "-subj '/CN=%s' -days 5 2>/dev/null && "
+             "openssl pkcs12 -export -inkey c.key -in c.pem -passout pass:pw -out c.p12",
+             dir, cn);
+    t_sh(cmd);
+}
+
 /* Closes a store made by t_temp_store and removes its folder. */
 static inline void t_close_temp_store(mtls_store *store, const char *dir) {
     char cmd[1100];
@@ -107,6 +122,29 @@ static inline void t_close_temp_store(mtls_store *store, const char *dir) {
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     t_sh(cmd);
 }
+/* The length of the accept queue of the socket listening on 127.0.0.1:port (the rx_queue of its
+ * LISTEN line in /proc/net/tcp), or -1 when it is not found. */
+static inline int t_accept_queue(uint16_t port) {
+    FILE *f = fopen("/proc/net/tcp", "r");
+    if (!f) return -1;
+    char line[512];
+    int found = -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned addr, lport, st, txq, rxq;
+        if (sscanf(line, " %*d: %8X:%4X %*8X:%*4X %2X %8X:%8X", &addr, &lport, &st, &txq, &rxq) == 5
+            && lport == port && st == 0x0A) { found = (int)rxq; break; }
+    }
+    fclose(f);
+    return found;
+}
+
+/* Waits (at most 10 s) until the listener on 127.0.0.1:port has taken every connection off its
+ * accept queue; fails the test if it never does. */
+static inline void t_wait_accepted(uint16_t port) {
+    for (int i = 0; i < 1000 && t_accept_queue(port) != 0; i++) poll(NULL, 0, 10);
+    CHECK(t_accept_queue(port) == 0);
+}
+
 /* Waits (up to `seconds`) until the file at `path` holds `needle` (a peer's log line, say);
  * fails the test if it never does. */
 static inline void t_wait_file_contains(const char *path, const char *needle, int seconds) {

@@ -59,21 +59,25 @@ static void echo_once(mtls_conn *c) {
     CHECK(n == 4 && memcmp(buf, "ping", 4) == 0);
 }
 
-int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[2048];
-    snprintf(pki, sizeof pki, "%s/tls-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
-    t_sh(cmd);
+/* What the tests share, made once in main or by options_and_listener: the test PKI's identities
+ * and policies, and the first listener (its port, options and serving thread), which the client
+ * tests after it connect to in order, until another_customers_client_refused joins it. */
+static mtls_identity *server_id, *client_a, *client_b;
+static mtls_policy *server_policy, *client_policy, *wrong;
+static mtls_conn_options o;
+static mtls_listener_options lo;
+static mtls_listener *l = NULL;
+static uint16_t port = 0;
+static struct server srv;
+static pthread_t th;
+/* OpenSSL reached through dlopen (application_ssl_ctx), also used by the tests after it. */
+static void *libssl;
+static void *(*tls_method)(void);
+static void *(*ctx_new)(const void *);
+static void (*ctx_free)(void *);
 
-    mtls_identity *server_id = identity("server", "int-a.pem");
-    mtls_identity *client_a = identity("client-a", "int-a.pem");
-    mtls_identity *client_b = identity("client-b", "int-b.pem");
-    mtls_policy *server_policy = anchored("root.pem");   /* how clients judge the server */
-    mtls_policy *client_policy = anchored("int-a.pem");  /* customer A's clients only */
-
+TEST(options_and_listener) {
     /* ---- options */
-    mtls_conn_options o;
     CHECK_RC(mtls_conn_options_init(NULL, MTLS_CONN_OPTIONS_VERSION), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_conn_options_init(&o, 99), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_conn_options_init(&o, MTLS_CONN_OPTIONS_VERSION));
@@ -85,13 +89,11 @@ int main(void) {
     o.handshake_timeout_ms = 10000;
     o.io_timeout_ms = 10000;
 
-    mtls_listener_options lo;
     CHECK_RC(mtls_listener_options_init(NULL, MTLS_LISTENER_OPTIONS_VERSION), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_listener_options_init(&lo, 7), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
     CHECK(lo.client_auth == MTLS_CLIENT_AUTH_REQUIRE);
     CHECK(lo.no_session_tickets == 0); /* tickets by default */
-    mtls_listener *l = NULL;
     CHECK_RC(mtls_listener_new("127.0.0.1", 0, &lo, &l), MTLS_E_INVALID_ARGUMENT); /* no identity */
     CHECK(l == NULL);
     lo.identity = server_id;
@@ -103,7 +105,6 @@ int main(void) {
     CHECK_RC(mtls_listener_new("127.0.0.1", 0, NULL, &l), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_listener_new("127.0.0.1", 0, &lo, NULL), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &l));
-    uint16_t port = 0;
     CHECK_RC(mtls_listener_port(NULL, &port), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_listener_port(l, NULL), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_listener_port(l, &port));
@@ -115,10 +116,12 @@ int main(void) {
 
     /* The server accepts: A (blocking), A (wrapped fd), A (non-blocking), A (automatic), then
      * refuses B (another customer's intermediate). */
-    struct server srv = { .listener = l, .count = 5 };
-    pthread_t th;
+    srv.listener = l;
+    srv.count = 5;
     pthread_create(&th, NULL, serve, &srv);
+}
 
+TEST(blocking_client) {
     /* ---- blocking client */
     mtls_conn *c = NULL;
     CHECK_RC(mtls_conn_connect(NULL, port, &o, &c), MTLS_E_INVALID_ARGUMENT);
@@ -178,7 +181,10 @@ int main(void) {
     CHECK_OK(mtls_conn_handshake(c)); /* already done */
     mtls_conn_free(c);
     mtls_conn_free(NULL);
+}
 
+TEST(caller_owned_socket) {
+    mtls_conn *c = NULL;
     /* ---- a socket the caller owns */
     int sock = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
@@ -191,7 +197,13 @@ int main(void) {
     echo_once(c);
     mtls_conn_free(c);
     CHECK(close(sock) == 0); /* still ours to close */
+}
 
+TEST(non_blocking_client) {
+    mtls_conn *c = NULL;
+    int fd = -1;
+    size_t n = 0;
+    uint8_t buf[16];
     /* ---- non-blocking */
     o.non_blocking = 1;
     CHECK_OK(mtls_conn_connect("127.0.0.1", port, &o, &c));
@@ -211,7 +223,12 @@ int main(void) {
     CHECK_OK(rc); CHECK(n == 4);
     mtls_conn_free(c);
     o.non_blocking = 0;
+}
 
+TEST(automatic_identity) {
+    mtls_conn *c = NULL;
+    mtls_identity *presented = NULL;
+    char *s = NULL;
     /* ---- automatic identity: B does not match the server's CA list, A does */
     mtls_identity *candidates[2] = { client_b, client_a };
     o.identity = NULL;
@@ -226,7 +243,12 @@ int main(void) {
     echo_once(c);
     mtls_conn_free(c);
     o.candidates = NULL; o.candidate_count = 0;
+}
 
+TEST(another_customers_client_refused) {
+    mtls_conn *c = NULL;
+    size_t n = 0;
+    uint8_t buf[16];
     /* ---- another customer's client: the server refuses it (TLS 1.3: on our first read) */
     o.identity = client_b;
     CHECK_OK(mtls_conn_connect("127.0.0.1", port, &o, &c));
@@ -245,7 +267,14 @@ int main(void) {
     CHECK_RC(srv.codes[4], MTLS_E_UNTRUSTED);
     mtls_listener_free(l);
     mtls_listener_free(NULL);
+}
 
+TEST(connect_errors) {
+    mtls_conn *c = NULL;
+    mtls_trust_result *ev = NULL;
+    int trusted = 0;
+    mtls_cert **chain = NULL;
+    size_t n = 0;
     /* ---- errors: refused, untrusted (with the evaluation after a failed handshake), options */
     CHECK_RC(mtls_conn_connect("127.0.0.1", port, &o, &c), MTLS_E_CONNECT);
     lo.client_auth = MTLS_CLIENT_AUTH_NONE;
@@ -253,7 +282,7 @@ int main(void) {
     CHECK_OK(mtls_listener_port(l, &port));
     struct server srv2 = { .listener = l, .count = 1 };
     pthread_create(&th, NULL, serve, &srv2);
-    mtls_policy *wrong = anchored("other-root.pem");
+    wrong = anchored("other-root.pem");
     o.policy = wrong;
     CHECK_RC(mtls_conn_open(NULL, port, &o, &c), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_conn_open("127.0.0.1", port, &o, NULL), MTLS_E_INVALID_ARGUMENT);
@@ -277,13 +306,15 @@ int main(void) {
     o.version = 99;
     CHECK_RC(mtls_conn_connect("127.0.0.1", port, &o, &c), MTLS_E_INVALID_ARGUMENT);
     o.version = MTLS_CONN_OPTIONS_VERSION;
+}
 
+TEST(application_ssl_ctx) {
     /* ---- bring your own SSL_CTX (OpenSSL reached through dlopen: this test links only libmtls) */
-    void *libssl = dlopen("libssl.so.3", RTLD_NOW);
+    libssl = dlopen("libssl.so.3", RTLD_NOW);
     CHECK(libssl != NULL);
-    void *(*tls_method)(void) = (void *(*)(void))dlsym(libssl, "TLS_method");
-    void *(*ctx_new)(const void *) = (void *(*)(const void *))dlsym(libssl, "SSL_CTX_new");
-    void (*ctx_free)(void *) = (void (*)(void *))dlsym(libssl, "SSL_CTX_free");
+    tls_method = (void *(*)(void))dlsym(libssl, "TLS_method");
+    ctx_new = (void *(*)(const void *))dlsym(libssl, "SSL_CTX_new");
+    ctx_free = (void (*)(void *))dlsym(libssl, "SSL_CTX_free");
     CHECK(tls_method && ctx_new && ctx_free);
     void *ctx = ctx_new(tls_method());
     CHECK(ctx != NULL);
@@ -311,7 +342,9 @@ int main(void) {
     CHECK_OK(mtls_ssl_ctx_set_peer(ctx, "127.0.0.1", 8443, "server.test"));
     CHECK_OK(mtls_ssl_ctx_set_peer(ctx, "server.test", 443, NULL)); /* replaces it */
     ctx_free(ctx);
+}
 
+TEST(one_effective_policy) {
     /* ---- one effective policy (issue 23): policy-wide pins on a listener's client policy,
        listener and connection overrides, options of version 1 and 2, SSL_CTX overrides */
     {
@@ -471,7 +504,9 @@ int main(void) {
         mtls_string_free(pin_a); mtls_string_free(pin_b); mtls_string_free(pin_root);
         mtls_cert_list_free(ca, na); mtls_cert_list_free(cb, nb); mtls_cert_list_free(cr, nr);
     }
+}
 
+TEST(report_callback_outlives_policy) {
     /* ---- a report callback lives on inside what holds its policy after mtls_policy_free: its
        userdata's destroy runs when the last holder (a listener, an SSL_CTX) goes. */
     mtls_policy *held = anchored("int-a.pem");
@@ -491,6 +526,27 @@ int main(void) {
     CHECK(report_destroyed == 0); /* the SSL_CTX still holds the policy */
     ctx_free(ctx2);
     CHECK(report_destroyed == 1);
+}
+
+int main(void) {
+    make_pki("tls-pki");
+
+    server_id = identity("server", "int-a.pem");
+    client_a = identity("client-a", "int-a.pem");
+    client_b = identity("client-b", "int-b.pem");
+    server_policy = anchored("root.pem");   /* how clients judge the server */
+    client_policy = anchored("int-a.pem");  /* customer A's clients only */
+
+    RUN(options_and_listener);
+    RUN(blocking_client);
+    RUN(caller_owned_socket);
+    RUN(non_blocking_client);
+    RUN(automatic_identity);
+    RUN(another_customers_client_refused);
+    RUN(connect_errors);
+    RUN(application_ssl_ctx);
+    RUN(one_effective_policy);
+    RUN(report_callback_outlives_policy);
 
     mtls_conn_cache_clear(); /* drops the shared contexts and their references to identities */
     mtls_policy_free(wrong);

@@ -141,21 +141,11 @@ static void byo_handshake(const char *dir, mtls_identity *identity, const char *
     mtls_cert_list_free(ca, n);
 }
 
-int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char dir[512], cmd[4096], conf[600], module[600], uri[4096];
-    /* SoftHSM2 is installed by scripts/install-deps.sh: without it this program fails, never skips. */
-    if (access("/usr/lib/softhsm/libsofthsm2.so", F_OK) != 0) {
-        fprintf(stderr, "SoftHSM2 is not installed (/usr/lib/softhsm/libsofthsm2.so): run scripts/install-deps.sh\n");
-        return 1;
-    }
-    snprintf(dir, sizeof dir, "%s/tokens-c-%d", tmp, (int)getpid());
-    snprintf(cmd, sizeof cmd, "rm -rf %s && scripts/softhsm-token.sh %s", dir, dir);
-    t_sh(cmd);
-    snprintf(conf, sizeof conf, "%s/softhsm2.conf", dir);
-    setenv("SOFTHSM2_CONF", conf, 1);
-    snprintf(module, sizeof module, "/usr/lib/softhsm/libsofthsm2.so");
+/* What the tests share, made once in main: the SoftHSM2 tokens (scripts/softhsm-token.sh) in
+ * `dir`, the module and a URI buffer. */
+static char dir[512], cmd[4096], conf[600], module[600], uri[4096];
 
+TEST(token_list_and_accessors) {
     /* ---- tokens ---- */
     mtls_token **tokens = NULL;
     size_t count = 0;
@@ -203,7 +193,12 @@ int main(void) {
     mtls_token_free(NULL);
     mtls_token_list_free(NULL, 0);
     CHECK(mtls_token_ref(NULL) == NULL);
+}
 
+TEST(token_objects) {
+    size_t count = 0;
+    mtls_token *test = NULL;
+    char *s = NULL;
     /* ---- objects ---- */
     mtls_token_object **objs = NULL;
     CHECK_RC(mtls_token_objects(module, "pkcs11:token=mtls-test", NULL, NULL, &count), MTLS_E_INVALID_ARGUMENT);
@@ -271,7 +266,9 @@ int main(void) {
     mtls_token_object_free(NULL);
     mtls_token_object_list_free(NULL, 0);
     CHECK(mtls_token_object_ref(NULL) == NULL);
+}
 
+TEST(identity_errors) {
     /* ---- identities ---- */
     mtls_identity *identity = NULL;
     CHECK_RC(mtls_identity_from_pkcs11(NULL, NULL, NULL, NULL, &identity), MTLS_E_INVALID_ARGUMENT);
@@ -293,7 +290,11 @@ int main(void) {
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-test;id=%%99?module-path=%s", module);
     CHECK_RC(mtls_identity_from_pkcs11(uri, give_pin, "1234", count_destroy, &identity), MTLS_E_NOT_FOUND);
     CHECK(identity == NULL);
+}
 
+TEST(rsa_identity_pin_from_callback) {
+    mtls_identity *identity = NULL;
+    char *s = NULL;
     /* RSA, PIN from the callback; registered modules (Debian registers SoftHSM2 with p11-kit)
        or the module path in the URI. */
     pin_calls = 0;
@@ -316,7 +317,10 @@ int main(void) {
     handshake(dir, identity, MTLS_TLS_1_2, "-tls1_2");
     handshake(dir, identity, MTLS_TLS_1_3, "-tls1_3");
     mtls_identity_free(identity);
+}
 
+TEST(open_pin_source_file_refused) {
+    mtls_identity *identity = NULL;
     /* A pin-source file everyone can read is a secret file left open: refused, naming it and the
      * chmod that fixes it, before the token sees the PIN. */
     snprintf(cmd, sizeof cmd, "cp %s/pin %s/open-pin && chmod 644 %s/open-pin", dir, dir, dir);
@@ -324,14 +328,20 @@ int main(void) {
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-test;id=%%02?module-path=%s&pin-source=file:%s/open-pin", module, dir);
     CHECK_RC(mtls_identity_from_pkcs11(uri, NULL, NULL, NULL, &identity), MTLS_E_INVALID_ARGUMENT);
     CHECK(strstr(mtls_last_error(), "open-pin") != NULL && strstr(mtls_last_error(), "chmod 600") != NULL);
+}
 
+TEST(ec_identity_pin_from_pin_source) {
+    mtls_identity *identity = NULL;
     /* EC P-256, PIN from the URI's pin-source. */
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-test;id=%%02?module-path=%s&pin-source=file:%s/pin", module, dir);
     CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, NULL, &identity));
     handshake(dir, identity, MTLS_TLS_1_2, "-tls1_2");
     handshake(dir, identity, MTLS_TLS_1_3, "-tls1_3");
     mtls_identity_free(identity);
+}
 
+TEST(ed25519_and_application_ssl_ctx) {
+    mtls_identity *identity = NULL;
     /* Ed25519 (CKM_EDDSA through libmtls's OpenSSL provider). */
     snprintf(uri, sizeof uri, "pkcs11:token=mtls-spare;object=ed-client?module-path=%s&pin-value=1234", module);
     CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, NULL, &identity));
@@ -344,7 +354,10 @@ int main(void) {
     CHECK_OK(mtls_identity_from_pkcs11(uri, NULL, NULL, NULL, &identity));
     byo_handshake(dir, identity, "-tls1_2");
     mtls_identity_free(identity);
+}
 
+TEST(always_authenticate_key) {
+    mtls_identity *identity = NULL;
     /* CKA_ALWAYS_AUTHENTICATE: a context-specific login with the callback's PIN before each
        signature (the callback is asked once to open the identity, then once per handshake). */
     pin_calls = 0;
@@ -359,10 +372,16 @@ int main(void) {
     mtls_identity_free(identity);
     mtls_conn_cache_clear(); /* cached contexts may hold the identity too */
     CHECK(destroyed == 1);
+}
 
+TEST(provider_not_in_default_context) {
     /* libmtls never loads its provider into the host program's default OpenSSL context. */
     CHECK(default_context_has_provider() == 0);
+}
 
+TEST(key_in_memory_has_no_token_uri) {
+    mtls_identity *identity = NULL;
+    char *s = NULL;
     /* A key in memory has no token URI. */
     snprintf(cmd, sizeof cmd, "%s/server.pem", dir);
     size_t cert_len = 0, key_len = 0;
@@ -377,5 +396,31 @@ int main(void) {
     mtls_identity_free(identity);
     free(cert_pem);
     free(key_pem);
+}
+
+int main(void) {
+    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
+    /* SoftHSM2 is installed by scripts/install-deps.sh: without it this program fails, never skips. */
+    if (access("/usr/lib/softhsm/libsofthsm2.so", F_OK) != 0) {
+        fprintf(stderr, "SoftHSM2 is not installed (/usr/lib/softhsm/libsofthsm2.so): run scripts/install-deps.sh\n");
+        return 1; /* before any test: nothing runs */
+    }
+    snprintf(dir, sizeof dir, "%s/tokens-c-%d", tmp, (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf %s && scripts/softhsm-token.sh %s", dir, dir);
+    t_sh(cmd);
+    snprintf(conf, sizeof conf, "%s/softhsm2.conf", dir);
+    setenv("SOFTHSM2_CONF", conf, 1);
+    snprintf(module, sizeof module, "/usr/lib/softhsm/libsofthsm2.so");
+
+    RUN(token_list_and_accessors);
+    RUN(token_objects);
+    RUN(identity_errors);
+    RUN(rsa_identity_pin_from_callback);
+    RUN(open_pin_source_file_refused);
+    RUN(ec_identity_pin_from_pin_source);
+    RUN(ed25519_and_application_ssl_ctx);
+    RUN(always_authenticate_key);
+    RUN(provider_not_in_default_context);
+    RUN(key_in_memory_has_no_token_uri);
     DONE();
 }

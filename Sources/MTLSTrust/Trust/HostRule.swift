@@ -16,7 +16,10 @@ public struct SPKIPin: Hashable, Sendable, CustomStringConvertible {
     public init(_ text: String) throws {
         let t = trimmedASCII(text)
         let lower = t.lowercased()
-        let prefix = lower.hasPrefix("sha256//") ? 8 : lower.hasPrefix("sha256/") ? 7 : 0
+        // A base64 digest may itself begin with "/": "sha256/" followed by 44 characters is
+        // libmtls's form whatever its first character; curl's form has one "/" more.
+        let count = t.utf8.count
+        let prefix = !lower.hasPrefix("sha256/") ? 0 : (lower.hasPrefix("sha256//") && count == 8 + 44) ? 8 : 7
         guard prefix > 0 else {
             throw MTLSError(.invalidPolicy, "pin \(text) is not a SHA-256 SPKI pin: \(Self.acceptedForms)")
         }
