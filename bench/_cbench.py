@@ -53,6 +53,17 @@ def throughput_row(group, name, mtls_rate, base_rate, min_fraction, unit="/s", *
                baseline=round(base_rate, 1), unit=unit, **kw)
 
 
+def stop(procs):
+    """Ends the servers a benchmark started: SIGTERM, then SIGKILL after 10 s."""
+    import subprocess
+    for pr in procs:
+        pr.terminate()
+        try:
+            pr.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pr.kill()
+
+
 def quartiles(values):
     """(median, interquartile range) of a list of numbers."""
     v = sorted(values)

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from _cbench import build, free_port, quartiles, row, wait_port
+from _cbench import build, free_port, quartiles, row, stop, wait_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -95,12 +95,7 @@ http {{ access_log off; client_body_temp_path {work}; proxy_temp_path {work}; fa
                 baseline=round(quartiles(n_rates)[0], 1), unit="req/s", baseline_name="nginx ssl_verify_client on",
                 spread=spread)
     finally:
-        for pr in procs:
-            pr.terminate()
-            try:
-                pr.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pr.kill()
+        stop(procs)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -33,6 +33,7 @@ EXPECTED = [
     ("server throughput 64 clients", "bench_server.py"),
     ("revocation", "bench_revocation.py"),
     ("renewal", "bench_renewal.py (issue 27, informational)"),
+    ("listener", "bench_listener.py (issue 40)"),
 ]
 
 

@@ -1134,7 +1134,10 @@ MTLS_EXTERN int mtls_listener_port(const mtls_listener *listener, uint16_t *port
  * rule's pins not expired: the chain is evaluated again, and mtls_conn_evaluation reports that
  * evaluation); otherwise the client gets a full handshake and a fresh evaluation. A rejected client
  * gives an error saying why (MTLS_E_UNTRUSTED with our evaluation's reasons, or no certificate
- * when one is required; MTLS_E_PEER_ALERT). Free *out with mtls_conn_free. */
+ * when one is required; MTLS_E_PEER_ALERT). An accepted connection's socket (mtls_conn_fd) is
+ * non-blocking and close-on-exec from its accept, and an idle one holds no OpenSSL read or write
+ * buffer (SSL_MODE_RELEASE_BUFFERS: they are taken again for its next record). Free *out with
+ * mtls_conn_free. */
 MTLS_EXTERN int mtls_listener_accept(mtls_listener *listener, int timeout_ms, mtls_conn **out);
 /* Stop listening and free. Accepted connections live on; clients handshaken and not accepted are
  * closed, and handshakes under way are cut short. The listener's threads (it runs each client's

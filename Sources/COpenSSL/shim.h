@@ -129,6 +129,13 @@ static inline void mtls_tsan_release(void *addr) { if (__tsan_release) __tsan_re
 #include <pthread.h>
 int pthread_setname_np(pthread_t thread, const char *name);
 static inline void mtls_set_thread_name(const char *name) { (void)pthread_setname_np(pthread_self(), name); }
+/* Accepts a client on LISTENER with its socket non-blocking and close-on-exec from the start
+ * (Linux accept4, which <sys/socket.h> declares only under _GNU_SOURCE): no fcntl per connection. */
+#include <sys/socket.h>
+int accept4(int sockfd, struct sockaddr *addr, socklen_t *addrlen, int flags);
+static inline int mtls_accept_nonblocking(int listener, struct sockaddr *addr, socklen_t *len) {
+    return accept4(listener, addr, len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+}
 /* Gives the pages the allocator holds free back to the system (glibc's malloc_trim); does
  * nothing with another C library. */
 #if defined(__GLIBC__)

@@ -394,8 +394,7 @@ package final class HTTPResponder: Sendable {
             while true {
                 let next: (Int32, String)?
                 do { next = try Socket.acceptNow(fd) } catch { return false }
-                guard let (c, _) = next else { return true }
-                Socket.setNonBlocking(c, true)
+                guard let (c, _) = next else { return true } // non-blocking already (acceptNow)
                 if clients.count >= maxClients, let oldest = clients.min(by: { $0.value.order < $1.value.order })?.key {
                     clients[oldest] = nil
                     Glibc.close(oldest)

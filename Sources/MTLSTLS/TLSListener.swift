@@ -654,18 +654,34 @@ final class ListenerCore: Sendable {
                 if !evictOldestUnready() { usleep(10_000) }
                 return
             }
-            guard let (fd, peer) = next else { return }
-            Socket.setNonBlocking(fd, true)
+            guard let (fd, peer) = next else { return } // non-blocking and close-on-exec from accept4
             let now = Deadline.now()
-            let client = WaitingClient(peer: peer, source: ListenerSource.key(peer: peer, ipv6PrefixLength: prefix),
+            var client = WaitingClient(peer: peer, source: ListenerSource.key(peer: peer, ipv6PrefixLength: prefix),
                                        firstByteDeadline: firstByte.map { now + $0 }, helloDeadline: hello.map { now + $0 },
                                        order: accepted.add(1, ordering: .relaxed).newValue)
+            // A client's ClientHello has mostly come with its connection: look at once rather than
+            // after one more poll (issue 40: a poll saved per handshake). One that sent nothing yet
+            // is watched as before.
+            switch look(at: fd, hungUp: false, before: 0, lowWater: 1) {
+            case .gone:  // connected and left without a byte: no client, counted nowhere
+                Glibc.close(fd)
+                continue
+            case .waiting(let received, let low):
+                client.received = received
+                client.lowWater = low
+            case .whole(let received):
+                client.received = received
+                client.ready = true
+            }
             let kept: Bool = state.withLock { st in
                 guard !st.closed else { return false }
                 st.waiting[fd] = client
                 return true
             }
             if !kept { Glibc.close(fd); return }
+            // A client ready for its handshake: take it now (the listening socket, level-triggered,
+            // wakes the next poll at once if more wait), rather than ask accept for one more.
+            if client.ready { return }
         }
     }
 

@@ -5,6 +5,7 @@
  * poll(), as an event loop would. */
 #define _GNU_SOURCE
 #include "pki_support.h"
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -34,6 +35,15 @@ static mtls_policy *server_policy, *client_policy;
 static mtls_listener *l = NULL;
 static mtls_conn *client = NULL, *server = NULL;
 static uint8_t buf[65536];
+
+TEST(accepted_socket_is_non_blocking_and_close_on_exec) {
+    /* The accepted socket is non-blocking and close-on-exec from its accept (mtls.h,
+     * mtls_listener_accept), whatever mode the connection is in. */
+    int sfd = -1;
+    CHECK_OK(mtls_conn_fd(server, &sfd));
+    CHECK((fcntl(sfd, F_GETFL) & O_NONBLOCK) != 0);
+    CHECK((fcntl(sfd, F_GETFD) & FD_CLOEXEC) != 0);
+}
 
 TEST(set_non_blocking_arguments) {
     /* Arguments. */
@@ -150,6 +160,7 @@ int main(void) {
     CHECK_OK(acc.rc);
     server = acc.conn;
 
+    RUN(accepted_socket_is_non_blocking_and_close_on_exec);
     RUN(set_non_blocking_arguments);
     RUN(blocking_read_waits_out_io_timeout);
     RUN(non_blocking_read);

@@ -8,6 +8,8 @@
  *       with a client certificate, one GET, the answer read; prints completed requests/s. */
 #define _GNU_SOURCE
 #include "bench_support.h"
+#define BENCH_PROG "bench_server"
+#include "bench_tls_support.h"
 #include <arpa/inet.h>
 #include <mtls.h>
 #include <netinet/in.h>
@@ -38,9 +40,7 @@ static void *serve_thread(void *arg) {
     for (;;) {
         mtls_conn *c = NULL;
         if (mtls_listener_accept(l, -1, &c) != MTLS_OK) continue;
-        uint8_t buf[1024]; size_t n = 0;
-        if (mtls_conn_read(c, buf, sizeof buf, &n) == MTLS_OK && n > 0)
-            mtls_conn_write(c, (const uint8_t *)RESPONSE, sizeof RESPONSE - 1, &n);
+        bench_mtls_answer(c, RESPONSE);
         mtls_conn_free(c);
     }
     return NULL;

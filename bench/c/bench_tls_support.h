@@ -18,6 +18,7 @@
 #include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <mtls.h>
@@ -211,6 +212,13 @@ static inline mtls_listener *bench_mtls_listener(int port, const char *chain, co
     mtls_listener *l = NULL;
     if (mtls_listener_new("127.0.0.1", (uint16_t)port, &lo, &l) != MTLS_OK) bench_die(mtls_last_error());
     return l;
+}
+
+/* Reads one request on C (up to 1 KiB) and answers it with the NUL-terminated RESPONSE. */
+static inline void bench_mtls_answer(mtls_conn *c, const char *response) {
+    uint8_t buf[1024]; size_t n = 0;
+    if (mtls_conn_read(c, buf, sizeof buf, &n) == MTLS_OK && n > 0)
+        mtls_conn_write(c, (const uint8_t *)response, strlen(response), &n);
 }
 
 /* Accepts and serves one connection on L as bench_raw_serve does. Returns 0 when the accept

@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""The listener's cost per connection outside the CPU's instructions (issue 40), two rows:
+
+- system calls per resumed server handshake: the same raw OpenSSL C client makes N resumed TLS 1.3
+  mutual-TLS handshakes (one byte each way, close) against a libmtls listener
+  (bench/c/bench_listener.c mtls-serve) and against the raw OpenSSL C server (bench_tls server);
+  each server is traced with `strace -f -c` attached (every thread) after a warm-up, so only the N
+  handshakes count. A count, not a time: independent of the machine's load. Target <= 1.0.
+- RSS growth per 1,000 idle mutual-TLS connections after their handshake and one HTTP request,
+  the libmtls listener (connections accepted and kept by the application) against nginx with
+  `ssl_verify_client on` (one worker), in the same run. Target <= 1.0 (libmtls <= nginx).
+The syscall breakdown of both servers (calls per handshake) is printed for the report."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from _cbench import build, free_port, row, stop, wait_port
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PREFIX = os.environ.get("MTLS_PREFIX", os.path.join(ROOT, "out", "bench-prefix"))
+HANDSHAKES = int(os.environ.get("MTLS_BENCH_SYSCALL_HANDSHAKES", "500"))
+IDLE = int(os.environ.get("MTLS_BENCH_IDLE_CONNECTIONS", "1000"))
+WARM = 20
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+STRACE = shutil.which("strace")
+
+
+def wait_for(cond, what, timeout=30.0):
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise SystemExit(f"bench_listener: {what} did not happen in {timeout} s")
+        time.sleep(0.01)
+
+
+def traced(pid):
+    """Every thread of `pid` has a tracer."""
+    try:
+        for t in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{t}/status") as f:
+                if not any(l.startswith("TracerPid:") and l.split()[1] != "0" for l in f):
+                    return False
+        return True
+    except OSError:
+        return False
+
+
+def parse_strace(path):
+    """{syscall: calls} and the total from an `strace -c` table."""
+    calls, total = {}, 0
+    for line in open(path):
+        parts = line.split()
+        if len(parts) < 5 or not parts[0].replace(".", "").isdigit():
+            continue
+        name = parts[-1]
+        n = int(parts[3])
+        if name == "total":
+            total = n
+        else:
+            calls[name] = n
+    return calls, total
+
+
+def count_syscalls(exe, port, server_pid, p, work, label):
+    client = subprocess.Popen([exe, "resume", str(port), str(HANDSHAKES), p("client-a.pem"), p("client-a.key"),
+                               p("int-a.pem"), p("root.pem")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert client.stdout.readline().strip() == "warm"
+    out = os.path.join(work, f"strace-{label}.txt")
+    tracer = subprocess.Popen([STRACE, "-f", "-c", "-o", out, "-p", str(server_pid)], stderr=subprocess.DEVNULL)
+    wait_for(lambda: traced(server_pid), f"strace attaching to {label}")
+    client.stdin.write("go\n")
+    client.stdin.flush()
+    resumed = int(client.stdout.readline())
+    client.wait()
+    tracer.send_signal(signal.SIGINT)
+    tracer.wait(timeout=30)
+    if resumed < HANDSHAKES * 9 // 10:
+        raise SystemExit(f"bench_listener: only {resumed} of {HANDSHAKES} handshakes resumed against {label}")
+    calls, total = parse_strace(out)
+    top = sorted(calls.items(), key=lambda kv: -kv[1])
+    print(f"syscalls per resumed TLS 1.3 server handshake, {label}: {total / HANDSHAKES:.2f}  ("
+          + ", ".join(f"{k} {v / HANDSHAKES:.2f}" for k, v in top) + ")", flush=True)
+    return total / HANDSHAKES
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise SystemExit(f"bench_listener: no VmRSS for {pid}")
+
+
+def hold(exe, port, n, p):
+    """A client holding `n` idle connections to `port`, once they are all answered."""
+    c = subprocess.Popen([exe, "hold", str(port), str(n), p("client-a.pem"), p("client-a.key"), p("int-a.pem"),
+                          p("root.pem")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = c.stdout.readline().strip()
+    if line != f"held {n}":
+        raise SystemExit(f"bench_listener: the idle client to port {port} failed ({line!r})")
+    return c
+
+
+def rss_growth(exe, port, pid, p):
+    """KiB of RSS `pid` grows by per 1,000 idle connections (after WARM warm-up connections)."""
+    warm = hold(exe, port, WARM, p)
+    before = rss_kib(pid)
+    idle = hold(exe, port, IDLE, p)
+    after = rss_kib(pid)
+    for c in (idle, warm):
+        c.stdin.close()
+        c.wait()
+    return (after - before) * 1000 / IDLE
+
+
+def main():
+    if not STRACE:
+        raise SystemExit("bench_listener: strace is missing (scripts/install-deps.sh installs it)")
+    work = tempfile.mkdtemp(prefix="mtls-bench-listener-")
+    procs = []
+    try:
+        pki = os.path.join(work, "pki")
+        subprocess.run([os.path.join(ROOT, "scripts", "test-pki.sh"), pki], check=True, capture_output=True)
+        p = lambda n: os.path.join(pki, n)  # noqa: E731
+        exe = build("bench_listener", work, PREFIX, pkgs=["openssl"], libs=["-lpthread"])
+        tls = build("bench_tls", work, PREFIX, pkgs=["openssl"])
+
+        # ---- system calls per resumed handshake
+        raw_port = free_port()
+        raw = subprocess.Popen([tls, "server", str(raw_port), p("server-chain.pem"), p("server.key"), p("root.pem")])
+        procs.append(raw)
+        mtls = subprocess.Popen([exe, "mtls-serve", p("server-chain.pem"), p("server.key"), p("root.pem")],
+                                stdout=subprocess.PIPE, text=True)
+        procs.append(mtls)
+        mtls_port = int(mtls.stdout.readline())
+        wait_port(raw_port)
+        base = count_syscalls(exe, raw_port, raw.pid, p, work, "raw OpenSSL C server")
+        ours = count_syscalls(exe, mtls_port, mtls.pid, p, work, "libmtls listener")
+        row("listener", "system calls per resumed TLS 1.3 mTLS server handshake (strace -f -c, one client)",
+            ours / base, 1.0, mtls=round(ours, 2), baseline=round(base, 2), unit="calls", baseline_name="raw OpenSSL C server")
+
+        # ---- RSS per 1,000 idle connections
+        hold_srv = subprocess.Popen([exe, "mtls-hold", p("server-chain.pem"), p("server.key"), p("root.pem")],
+                                    stdout=subprocess.PIPE, text=True)
+        procs.append(hold_srv)
+        hold_port = int(hold_srv.stdout.readline())
+        nport = free_port()
+        conf = os.path.join(work, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(f"""daemon off; worker_processes 1; worker_rlimit_nofile 8192; pid {work}/nginx.pid; error_log {work}/error.log;
+events {{ worker_connections 4096; }}
+http {{ access_log off; client_body_temp_path {work}; proxy_temp_path {work}; fastcgi_temp_path {work};
+  uwsgi_temp_path {work}; scgi_temp_path {work}; keepalive_timeout 600s; keepalive_requests 1000;
+  server {{ listen 127.0.0.1:{nport} ssl; ssl_certificate {p("server-chain.pem")}; ssl_certificate_key {p("server.key")};
+    ssl_protocols TLSv1.3; ssl_client_certificate {p("root.pem")}; ssl_verify_client on; ssl_verify_depth 2;
+    location / {{ return 200 "ok"; }} }} }}
+""")
+        nginx = subprocess.Popen([NGINX, "-c", conf, "-e", os.path.join(work, "error.log")])
+        procs.append(nginx)
+        wait_port(nport)
+
+        def nginx_worker():
+            with open(f"/proc/{nginx.pid}/task/{nginx.pid}/children") as f:
+                kids = f.read().split()
+            return int(kids[0]) if kids else None
+        wait_for(lambda: nginx_worker() is not None, "nginx's worker starting")
+        n_growth = rss_growth(exe, nport, nginx_worker(), p)
+        m_growth = rss_growth(exe, hold_port, hold_srv.pid, p)
+        print(f"RSS growth per 1,000 idle mTLS connections: nginx {n_growth:.0f} KiB, libmtls listener {m_growth:.0f} KiB",
+              flush=True)
+        row("listener", f"RSS growth per 1,000 idle mTLS connections after handshake + one request ({IDLE} held)",
+            m_growth / n_growth, 1.0, mtls=round(m_growth), baseline=round(n_growth), unit="KiB",
+            baseline_name="nginx ssl_verify_client on, 1 worker")
+    finally:
+        stop(procs)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
