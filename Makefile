@@ -198,7 +198,7 @@ clean:
 # `make test-fuzz` (a stage of `make test`) replays fuzz/regressions/ and runs each briefly (below).
 FUZZ_SECONDS ?= 600
 # The network parsers have no C ABI: their targets go through mtlsfuzz_input, which only the fuzz
-# build has (-DMTLS_FUZZ: Sources/MTLS/Support/FuzzEntry.swift; fuzz/fuzz.map exports it). `make
+# build has (-DMTLS_FUZZ: Sources/MTLS/FuzzEntry.swift; fuzz/fuzz.map exports it). `make
 # test` gives them 10 s each (FUZZ_NET_TEST_SECONDS), the C ABI targets 20 s.
 FUZZ_ABI_TARGETS := pkcs12 cert policy chain store p11uri tls_client
 FUZZ_NET_TARGETS := http_response http_request acme renewal_info est ocsp crl

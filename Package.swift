@@ -26,9 +26,38 @@ let package = Package(
         .systemLibrary(name: "CMTLSHeader"),
         // The OpenSSL 3 provider for PKCS#11 token keys (C: a provider is C dispatch tables).
         .target(name: "CMTLSProvider", linkerSettings: [.linkedLibrary("crypto")]),
+        // The Swift core, one target per layer. Each target depends only on the layers below it,
+        // so a back edge (a lower layer importing a higher one) is a build error. Internals shared
+        // across layers are `package`; what is `public` is the Swift API. Bottom to top:
+        // base: errors, the thread starter, bytes and secrets, file IO, JSON text, TLS sides.
+        .target(name: "MTLSBase", dependencies: ["COpenSSL", "CMTLSHeader"]),
+        // net: sockets and deadlines, URL authority, host literals, the one HTTP/1 client (its
+        // https: connections are opened by the TLS layer through HTTPSConnector).
+        .target(name: "MTLSNet", dependencies: ["MTLSBase"]),
+        // X.509: certificates, keys, identities, PKCS#12, CSRs, CRL entries, lifecycle events (they
+        // carry a certificate), the library's OpenSSL context, and PKCS#11 tokens (the context
+        // loads the token-key provider, keys sign through it, CSRs and token keys are made here).
+        .target(name: "MTLSX509", dependencies: ["MTLSNet", "COpenSSL", "CP11Kit", "CMTLSProvider", "CMTLSHeader"]),
+        // store: the credential store (SQLite).
+        .target(name: "MTLSStore", dependencies: ["MTLSX509", "COpenSSL", "CP11Kit", "CSQLite"]),
+        // trust: policies, evaluation, revocation (one check stage of the evaluation).
+        .target(name: "MTLSTrust", dependencies: ["MTLSStore", "COpenSSL"]),
+        // identity sources and watches: the identity a listener or client presents and what
+        // replaces it (store rows, files, tokens), followed policy files and store anchors, and
+        // the one watcher thread. Below TLS: TLS options and the listener hold an IdentitySource.
+        .target(name: "MTLSSources", dependencies: ["MTLSTrust", "COpenSSL"]),
+        // TLS: connections, listener, contexts, identity selection in the handshake, and the one
+        // HTTP responder (it serves over a TLSListener too).
+        .target(name: "MTLSTLS", dependencies: ["MTLSSources", "COpenSSL"]),
+        // enrollment and issuing: ACME, EST, the local CA, PKI directories.
+        .target(name: "MTLSEnrollment", dependencies: ["MTLSTLS", "COpenSSL"]),
+        // lifecycle: the renewer, the metrics endpoint, the Prometheus text, store expiry.
+        .target(name: "MTLSLifecycle", dependencies: ["MTLSEnrollment"]),
+        // The umbrella: identity resolution and automatic selection; re-exports every layer, so
+        // the C layer, the CLI, the tests and the swift-nio-ssl plugin `import MTLS` only.
         .target(
             name: "MTLS",
-            dependencies: ["COpenSSL", "CP11Kit", "CSQLite", "CMTLSProvider", "CMTLSHeader"]
+            dependencies: ["MTLSLifecycle"]
         ),
         .target(
             name: "CMTLS",

@@ -69,7 +69,7 @@ static mtls_policy *fz_fixed_policy(void) {
 /* The network parsers (HTTP/1 responses and request heads, ACME JSON, renewal information, EST
  * PKCS#7, OCSP responses, CRLs) have no C ABI: the fuzz build alone (make fuzz-build: -DMTLS_FUZZ,
  * fuzz/fuzz.map) exports this one entry, which feeds `data` to the Swift parser named `target`
- * (Sources/MTLS/Support/FuzzEntry.swift); the revocation targets read their fixed issuer and leaf
+ * (Sources/MTLS/FuzzEntry.swift); the revocation targets read their fixed issuer and leaf
  * from `data_dir`. Returns 0, or -1 for an unknown target. Not in include/mtls.h: the shipped
  * libmtls.so does not have it. */
 int mtlsfuzz_input(const char *target, const char *data_dir, const uint8_t *data, size_t len);

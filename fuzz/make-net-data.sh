@@ -3,7 +3,7 @@
 # acme,renewal_info,est,ocsp,crl}) and the fixed issuer and leaf the OCSP and CRL targets check
 # against (fuzz/data/rev-ca.pem, rev-leaf.pem; the CA key is thrown away). Small files only; the
 # output is committed, so this runs only when the seeds should change. The seeds' OCSP responses
-# and CRLs are valid at the targets' fixed time (2027-01-15, Sources/MTLS/Support/FuzzEntry.swift).
+# and CRLs are valid at the targets' fixed time (2027-01-15, Sources/MTLS/FuzzEntry.swift).
 set -euo pipefail
 cd "$(dirname "$0")"
 D=data; C=corpus; T=$(mktemp -d); trap 'rm -rf "$T"' EXIT

@@ -343,7 +343,7 @@ def check_constants(header, python_src, library, sources):
             problems.append(f"{module}.{attr}: {sorted(set(names) - set(key_types))} are not MTLS_KEY_TYPE_* names")
 
     # Swift: the codes are the header's macros, every one of them, and nothing retypes a macro.
-    error_swift = os.path.join(sources, "MTLS", "Support", "MTLSError.swift")
+    error_swift = os.path.join(sources, "MTLSBase", "MTLSError.swift")
     text = strip_comments(open(error_swift).read())
     used = []
     for name, init in re.findall(r"static let `?(\w+)`? = Code\(([^)]*)\)", text):

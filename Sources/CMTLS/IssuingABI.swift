@@ -1,5 +1,5 @@
 // mtls_issued and mtls_pki_*: issuing a private PKI. Argument conversion only; the profiles
-// live in Sources/MTLS/Issuing.
+// live in Sources/MTLSEnrollment/Issuing.
 import FoundationEssentials
 import MTLS
 import CMTLSHeader

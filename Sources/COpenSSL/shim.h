@@ -162,7 +162,7 @@ static inline int mtls_ossl_EVP_PKEY_CTX_set_ec_paramgen_curve_nid(EVP_PKEY_CTX 
 static inline const unsigned char *mtls_ossl_ASN1_STRING_get0_data(const ASN1_STRING *s) { return ASN1_STRING_get0_data(s); }
 static inline int mtls_ossl_X509_get_version(const X509 *x) { return (int)X509_get_version(x); }
 
-/* ---- trust evaluation (Sources/MTLS/Trust) ---- */
+/* ---- trust evaluation (Sources/MTLSTrust/Trust) ---- */
 static inline int mtls_ossl_sk_GENERAL_SUBTREE_num(const STACK_OF(GENERAL_SUBTREE) *sk) { return sk_GENERAL_SUBTREE_num(sk); }
 static inline GENERAL_SUBTREE *mtls_ossl_sk_GENERAL_SUBTREE_value(const STACK_OF(GENERAL_SUBTREE) *sk, int i) { return sk_GENERAL_SUBTREE_value(sk, i); }
 /* ---- PKCS#12 inspection (libmtls reads KDF parameters before running any KDF) ---- */
@@ -185,14 +185,14 @@ static inline const ASN1_BMPSTRING *mtls_ossl_ASN1_TYPE_bmpstring(const ASN1_TYP
 }
 
 
-/* ---- PKCS#11 token keys (Sources/MTLS/Tokens; the keys belong to Sources/CMTLSProvider) ---- */
+/* ---- PKCS#11 token keys (Sources/MTLSX509/Tokens; the keys belong to Sources/CMTLSProvider) ---- */
 /* Puts `message` on the calling thread's OpenSSL error queue (what a failed token signature
    reports to the TLS stack). */
 static inline void mtls_ossl_raise_message(const char *message) {
     ERR_raise_data(ERR_LIB_USER, ERR_R_OPERATION_FAIL, "%s", message);
 }
 
-/* ---- revocation sources (Sources/MTLS/Revocation, issue 28) ---- */
+/* ---- revocation sources (Sources/MTLSTrust/Revocation, issue 28) ---- */
 /* Appends `s` (n bytes) and a '\n' to buf (capacity cap, kept NUL-terminated) at `at`; returns
    the new length, counting what did not fit, so the caller can retry with a larger buffer. A URI
    with a byte outside printable ASCII is left out (it could not be a usable http: URL, and a

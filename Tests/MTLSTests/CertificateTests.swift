@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import MTLS
+@testable import MTLSX509
 
 final class CertificateTests: XCTestCase {
     func testParsesPEMWithEveryField() throws {

@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import MTLS
+@testable import MTLSEnrollment
 import COpenSSL
 
 /// The parts of enrollment that need no CA: JWS encoding, the tls-alpn-01 certificate, the

@@ -5,7 +5,7 @@ import XCTest
 /// The committed seeds of the network fuzz targets (fuzz/corpus/<target>, made by
 /// fuzz/make-net-data.sh) reach what they are there for: a seed the parser refuses at its first
 /// byte, or an OCSP response or CRL no longer valid at the targets' fixed time, would leave the
-/// fuzzer mutating errors only. Run through the same functions as Sources/MTLS/Support/FuzzEntry.swift.
+/// fuzzer mutating errors only. Run through the same functions as Sources/MTLS/FuzzEntry.swift.
 final class FuzzSeedTests: XCTestCase {
     static let fuzzDir = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("fuzz").path

@@ -5,6 +5,7 @@ import Synchronization
 import Glibc
 #endif
 @testable import MTLS
+@testable import MTLSTLS
 
 /// The one HTTP client, its response parser, the one responder and its request parser
 /// (issues 35, 36, 41): pure parsers that never quote the server, one deadline for a whole

@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import MTLS
+@testable import MTLSX509
 
 final class IssuingTests: XCTestCase {
     /// A fixed clock: 2030-01-01T00:00:00Z.

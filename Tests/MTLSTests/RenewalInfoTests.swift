@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import MTLS
+@testable import MTLSEnrollment
 
 /// ACME Renewal Information (RFC 9773) without a server: the certificate identifier (the RFC's
 /// own example) and the point picked in a window. Against a server: Tests/e2e/test_renewal.py.

@@ -1,6 +1,8 @@
 import Foundation
 import XCTest
 @testable import MTLS
+@testable import MTLSTLS
+@testable import MTLSTrust
 
 /// What a TLS session is bound to (``ResumptionBinding``) and how a kept session is admitted
 /// again (``ResumptionRecord``): the end-to-end proofs through every place sessions live are in
@@ -72,7 +74,7 @@ extension TLSConnectionTests {
         let policy = try self.policy(["root"])
         let peer = TrustPeer(host: "127.0.0.1", port: 8443, verifyAs: "server.test")
         let bound = ResumptionBinding(policy: policy, peer: peer, identities: [])
-        let (made, standing) = policy.evaluateStanding(chain: chain, peer: peer, purpose: .serverAuth, overrides: nil)
+        let (made, standing) = policy.verifyPeer(chain: chain, peer: peer, purpose: .serverAuth, overrides: nil)
         XCTAssertTrue(made.trusted, "\(made.reasons)")
         let window = try XCTUnwrap(standing)
         XCTAssertFalse(window.fixedTime)
@@ -105,7 +107,7 @@ extension TLSConnectionTests {
         // A fixed time: the answer holds whatever the clock says.
         let fixed = try self.policy(["root"])
         fixed.time = Date()
-        let (_, fixedStanding) = fixed.evaluateStanding(chain: chain, peer: peer, purpose: .serverAuth, overrides: nil)
+        let (_, fixedStanding) = fixed.verifyPeer(chain: chain, peer: peer, purpose: .serverAuth, overrides: nil)
         XCTAssertEqual(fixedStanding?.holds(at: Date.distantFuture), true)
     }
 }

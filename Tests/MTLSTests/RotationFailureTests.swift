@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import MTLS
+@testable import MTLSSources
 
 /// How followed store labels and policy files fail, and come back (issue 26, server side): each
 /// failure says why and is reported once, not again at every other write to the store; an

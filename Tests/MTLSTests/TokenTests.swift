@@ -4,6 +4,7 @@ import COpenSSL
 import CP11Kit
 import Synchronization
 @testable import MTLS
+@testable import MTLSX509
 
 /// SoftHSM2 tokens made once per test process by scripts/softhsm-token.sh (keys generated on
 /// the token: no software copy exists, so a signature that verifies was made by the token).

@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import MTLS
+@testable import MTLSTrust
 
 /// Trust evaluation: every policy feature and failure reason, on chains made at run time by
 /// `scripts/test-pki.sh --trust` (valid from now for 30 days), evaluated at fixed times.

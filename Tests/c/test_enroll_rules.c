@@ -1,5 +1,5 @@
 /* The rules about which enrollment options go together, through the C ABI: each one is the
- * core's (Sources/MTLS/Enrollment/EnrollmentRules.swift), and mtls_enroll_acme, _est and _pki
+ * core's (Sources/MTLSEnrollment/Enrollment/EnrollmentRules.swift), and mtls_enroll_acme, _est and _pki
  * refuse a broken rule with MTLS_E_INVALID_ARGUMENT and a message naming the mtls_enroll_options
  * fields, before the CA or the store is touched (the URLs point at a closed port, the pki
  * directory does not exist: a rule that were not checked would give MTLS_E_CONNECT or

@@ -1,0 +1,3 @@
+// The layer below, visible to every file of this target and to its clients (each layer re-exports
+// the ones below it: `import MTLSLifecycle` is the whole stack up to here).
+@_exported import MTLSEnrollment

@@ -1,0 +1,284 @@
+internal import COpenSSL
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A point in time on the monotonic clock after which an operation gives up.
+package struct Deadline {
+    private let end: Double?
+
+    /// No deadline when `seconds` is nil or not positive.
+    package init(seconds: Double?) {
+        if let seconds, seconds > 0 { end = Deadline.now() + seconds } else { end = nil }
+    }
+
+    package static func now() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+
+    /// Seconds left (nil: no deadline; 0 once expired).
+    package var remaining: Double? { end.map { max(0, $0 - Deadline.now()) } }
+
+    /// Milliseconds left for poll(2): -1 for no deadline, 0 once expired.
+    package var pollTimeout: Int32 {
+        guard let end else { return -1 }
+        let left = end - Deadline.now()
+        return left <= 0 ? 0 : Int32(min(left * 1000 + 1, Double(Int32.max)))
+    }
+}
+
+/// Plain TCP sockets under the TLS layer: resolve, connect with a timeout, listen, wait.
+package enum Socket {
+    /// Resolves `host` (a DNS name or an IPv4/IPv6 literal, with or without brackets) and connects
+    /// to the first address that answers. The socket is returned non-blocking.
+    ///
+    /// With `waitForConnection` false the first address's connect is started and the socket
+    /// returned at once, still connecting (see ``finishConnect(_:host:port:)``).
+    package static func connect(host: String, port: UInt16, deadline: Deadline, waitForConnection: Bool = true) throws -> Int32 {
+        let name = HostLiteral.unbracketed(host)
+        if let literal = IPSocketAddress(name, port: port) {
+            // An IP literal needs no resolver.
+            return try literal.withSockaddr { sa, len in
+                try connectOne(sa, len, family: literal.family, host: host, port: port, deadline: deadline,
+                               wait: waitForConnection)
+            }
+        }
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var list: UnsafeMutablePointer<addrinfo>? = nil
+        hints.ai_flags = AI_ADDRCONFIG | AI_NUMERICSERV
+        if getaddrinfo(name, String(port), &hints, &list) != 0 {
+            // AI_ADDRCONFIG hides loopback-only families on hosts without a configured address.
+            hints.ai_flags = AI_NUMERICSERV
+            let rc2 = getaddrinfo(name, String(port), &hints, &list)
+            guard rc2 == 0 else {
+                throw MTLSError(.connect, "cannot resolve \(name): \(String(cString: gai_strerror(rc2)))", side: .client)
+            }
+        }
+        defer { freeaddrinfo(list) }
+        var errors: [MTLSError] = []
+        var ai = list
+        while let a = ai {
+            defer { ai = a.pointee.ai_next }
+            do {
+                return try connectOne(a.pointee.ai_addr, a.pointee.ai_addrlen, family: a.pointee.ai_family,
+                                      host: host, port: port, deadline: deadline, wait: waitForConnection)
+            } catch let e as MTLSError {
+                errors.append(e)
+            }
+        }
+        if let timeout = errors.first(where: { $0.code == .timeout }), errors.allSatisfy({ $0.code == .timeout }) { throw timeout }
+        throw errors.first { $0.code != .timeout } ?? MTLSError(.connect, "cannot connect to \(host) port \(port): no address", side: .client)
+    }
+
+    /// Connects a new non-blocking socket to one address, within the deadline.
+    private static func connectOne(_ sa: UnsafePointer<sockaddr>, _ len: socklen_t, family: Int32, host: String,
+                                   port: UInt16, deadline: Deadline, wait: Bool) throws -> Int32 {
+        let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        guard fd >= 0 else { throw MTLSError(.connect, "socket: \(String(cString: strerror(errno)))", side: .client) }
+        setNoDelay(fd)
+        if Glibc.connect(fd, sa, len) == 0 { return fd }
+        var address: String { describe(sa, len) }
+        if errno != EINPROGRESS {
+            let e = errno
+            close(fd)
+            throw MTLSError(.connect, "cannot connect to \(host) port \(port) (\(address)): \(String(cString: strerror(e)))", side: .server)
+        }
+        if !wait { return fd }
+        var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+        var n: Int32
+        repeat { n = poll(&p, 1, deadline.pollTimeout) } while n < 0 && errno == EINTR
+        if n == 0 {
+            close(fd)
+            throw MTLSError(.timeout, "connecting to \(host) port \(port) (\(address)) timed out", side: .server)
+        }
+        var soError: Int32 = 0
+        var slen = socklen_t(MemoryLayout<Int32>.size)
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &soError, &slen)
+        if n < 0 || soError != 0 {
+            let e = n < 0 ? errno : soError
+            close(fd)
+            throw MTLSError(.connect, "cannot connect to \(host) port \(port) (\(address)): \(String(cString: strerror(e)))", side: .server)
+        }
+        return fd
+    }
+
+    /// For a socket from `connect(..., waitForConnection: false)`: false while the TCP connect
+    /// is still under way, true once it succeeded; throws ``MTLSError/Code/connect`` when it failed.
+    package static func finishConnect(_ fd: Int32, host: String, port: UInt16) throws -> Bool {
+        var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+        guard poll(&p, 1, 0) > 0 else { return false }
+        var soError: Int32 = 0
+        var len = socklen_t(MemoryLayout<Int32>.size)
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &soError, &len)
+        if soError != 0 {
+            throw MTLSError(.connect, "cannot connect to \(host) port \(port): \(String(cString: strerror(soError)))", side: .server)
+        }
+        return true
+    }
+
+    /// Binds and listens on `address` ("" or nil for every IPv4 address, "::" for IPv6) and
+    /// `port` (0 picks a free port). Returns the socket and the bound port.
+    package static func listen(address: String?, port: UInt16, backlog: Int32 = 128) throws -> (Int32, UInt16) {
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV
+        var list: UnsafeMutablePointer<addrinfo>? = nil
+        let host = (address?.isEmpty ?? true) ? "0.0.0.0" : address!
+        let rc = getaddrinfo(host, String(port), &hints, &list)
+        guard rc == 0, let a = list else {
+            throw MTLSError(.connect, "cannot resolve listen address \(host): \(String(cString: gai_strerror(rc)))")
+        }
+        defer { freeaddrinfo(list) }
+        let fd = socket(a.pointee.ai_family, a.pointee.ai_socktype | Int32(SOCK_CLOEXEC.rawValue), a.pointee.ai_protocol)
+        guard fd >= 0 else { throw MTLSError(.io, "socket: \(String(cString: strerror(errno)))") }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        guard bind(fd, a.pointee.ai_addr, a.pointee.ai_addrlen) == 0 else {
+            let e = errno; close(fd)
+            throw MTLSError(.connect, "cannot bind \(host) port \(port): \(String(cString: strerror(e)))")
+        }
+        guard Glibc.listen(fd, backlog) == 0 else {
+            let e = errno; close(fd)
+            throw MTLSError(.connect, "cannot listen on \(host) port \(port): \(String(cString: strerror(e)))")
+        }
+        var storage = sockaddr_storage()
+        var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let bound = withUnsafeMutablePointer(to: &storage) { p -> UInt16 in
+            _ = p.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+            if p.pointee.ss_family == sa_family_t(AF_INET6) {
+                return p.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) }
+            }
+            return p.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) }
+        }
+        return (fd, bound)
+    }
+
+    /// Accepts one connection, waiting up to the deadline. Returns the socket and the peer's
+    /// address as text.
+    package static func accept(_ listener: Int32, deadline: Deadline) throws -> (Int32, String) {
+        while true {
+            if let accepted = try acceptNow(listener) { return accepted }
+            try wait(listener, forWriting: false, deadline: deadline, what: "accept")
+        }
+    }
+
+    /// Accepts a client waiting on the non-blocking `listener`, or returns nil when none waits.
+    /// The socket comes non-blocking and close-on-exec (set by `accept4` itself: no `fcntl`
+    /// calls per connection) with TCP_NODELAY. Throws for anything else (EMFILE: out of file
+    /// descriptors...).
+    package static func acceptNow(_ listener: Int32) throws -> (Int32, String)? {
+        while true {
+            var storage = sockaddr_storage()
+            var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let fd = withUnsafeMutablePointer(to: &storage) { p in
+                p.withMemoryRebound(to: sockaddr.self, capacity: 1) { mtls_accept_nonblocking(listener, $0, &len) }
+            }
+            if fd >= 0 {
+                setNoDelay(fd)
+                let text = withUnsafePointer(to: &storage) { p in
+                    p.withMemoryRebound(to: sockaddr.self, capacity: 1) { describe($0, len) }
+                }
+                return (fd, text)
+            }
+            switch errno {
+            case EINTR, ECONNABORTED: continue
+            case EAGAIN: return nil
+            default: throw MTLSError(.io, "accept: \(String(cString: strerror(errno)))")
+            }
+        }
+    }
+
+    /// Waits until `fd` is readable (or writable), or throws ``MTLSError/Code/timeout``.
+    package static func wait(_ fd: Int32, forWriting: Bool, deadline: Deadline, what: String) throws {
+        var p = pollfd(fd: fd, events: Int16(forWriting ? POLLOUT : POLLIN), revents: 0)
+        while true {
+            let n = poll(&p, 1, deadline.pollTimeout)
+            if n > 0 { return }
+            if n == 0 { throw MTLSError(.timeout, "\(what) timed out") }
+            if errno != EINTR { throw MTLSError(.io, "poll: \(String(cString: strerror(errno)))") }
+        }
+    }
+
+    package static func setNonBlocking(_ fd: Int32, _ on: Bool) {
+        let flags = fcntl(fd, F_GETFL)
+        _ = fcntl(fd, F_SETFL, on ? flags | O_NONBLOCK : flags & ~O_NONBLOCK)
+    }
+
+    static func isNonBlocking(_ fd: Int32) -> Bool { (fcntl(fd, F_GETFL) & O_NONBLOCK) != 0 }
+
+    static func setNoDelay(_ fd: Int32) {
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    /// "127.0.0.1:443" or "[::1]:443".
+    static func describe(_ sa: UnsafePointer<sockaddr>?, _ len: socklen_t) -> String {
+        guard let sa else { return "?" }
+        var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
+        var serv = [CChar](repeating: 0, count: Int(NI_MAXSERV))
+        guard getnameinfo(sa, len, &host, socklen_t(host.count), &serv, socklen_t(serv.count),
+                          NI_NUMERICHOST | NI_NUMERICSERV) == 0 else { return "?" }
+        let h = String(cBuffer: host)
+        return h.contains(":") ? "[\(h)]:\(String(cBuffer: serv))" : "\(h):\(String(cBuffer: serv))"
+    }
+
+    /// "127.0.0.1:443" or "[::1]:443" for the peer a connected TCP socket reaches (`getpeername`),
+    /// or nil when `fd` is not one.
+    package static func peerDescription(_ fd: Int32) -> String? {
+        guard fd >= 0 else { return nil }
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let text: String? = withUnsafeMutablePointer(to: &storage) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                guard getpeername(fd, sa, &length) == 0,
+                      sa.pointee.sa_family == sa_family_t(AF_INET) || sa.pointee.sa_family == sa_family_t(AF_INET6) else { return nil }
+                return describe(sa, length)
+            }
+        }
+        return text == "?" ? nil : text
+    }
+
+    /// Whether the resolver takes `host` as an address without a lookup (any spelling of one:
+    /// `127.1` too, and an IPv6 address with its zone, `fe80::1%eth0`), so it is no server name
+    /// to send.
+    package static func isIPLiteral(_ host: String) -> Bool {
+        IPAddress.scoped(host) != nil
+    }
+}
+
+/// An IPv4 or IPv6 literal with a port, as a socket address (no resolver involved).
+struct IPSocketAddress {
+    private var storage = sockaddr_storage()
+    let family: Int32
+    let length: socklen_t
+
+    init?(_ text: String, port: UInt16) {
+        var v4 = sockaddr_in()
+        if inet_pton(AF_INET, text, &v4.sin_addr) == 1 {
+            v4.sin_family = sa_family_t(AF_INET)
+            v4.sin_port = port.bigEndian
+            family = AF_INET
+            length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            withUnsafeMutableBytes(of: &storage) { $0.storeBytes(of: v4, as: sockaddr_in.self) }
+            return
+        }
+        var v6 = sockaddr_in6()
+        guard inet_pton(AF_INET6, text, &v6.sin6_addr) == 1 else { return nil }
+        v6.sin6_family = sa_family_t(AF_INET6)
+        v6.sin6_port = port.bigEndian
+        family = AF_INET6
+        length = socklen_t(MemoryLayout<sockaddr_in6>.size)
+        withUnsafeMutableBytes(of: &storage) { $0.storeBytes(of: v6, as: sockaddr_in6.self) }
+    }
+
+    func withSockaddr<T>(_ body: (UnsafePointer<sockaddr>, socklen_t) throws -> T) rethrows -> T {
+        var copy = storage
+        return try withUnsafePointer(to: &copy) { p in
+            try p.withMemoryRebound(to: sockaddr.self, capacity: 1) { try body($0, length) }
+        }
+    }
+}

@@ -1,0 +1,866 @@
+internal import COpenSSL
+import Synchronization
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// This file owns the listener: its socket, the threads that accept and handshake clients
+// (ListenerCore; the threads come from BackgroundThread), and its counters. The configuration of an application's own `SSL_CTX`
+// is in SSLContextConfiguration.swift.
+
+/// A TLS server socket: listens on an address and port and accepts clients with the server's
+/// identity and its client policy. ``accept(timeout:)`` may be called from several threads.
+///
+/// Handshakes run concurrently: from the first ``accept(timeout:)`` on, the listener's threads
+/// take turns at accepting (leader and followers): the thread that accepts a client hands the
+/// accepting on to a waiting thread (or a new one) and handshakes that client itself, with no
+/// hand-off in between; a thread that finished waits, up to ``maxIdleThreads`` of them, for its
+/// next turn instead of exiting. One slow or stalled client never holds up the others (each is
+/// bounded by the handshake timeout). ``accept(timeout:)``
+/// returns handshaken clients, and throws for rejected ones, in the order they finish. At most
+/// ``maxPending`` clients are handshaking or waiting to be accepted; beyond that the kernel's
+/// backlog holds them.
+///
+/// A client takes a handshake slot and a thread only once its whole ClientHello has arrived:
+/// until then the thread holding the turn at accepting watches it with the listening socket (one
+/// `poll` over every such socket, at most ``maxWaitingForFirstByte`` of them, the oldest closed
+/// first when more come; a socket with part of a ClientHello wakes the poll only when the rest
+/// has come, `SO_RCVLOWAT`), and closes it when ``TLSServerOptions/firstByteTimeout`` is over
+/// with nothing sent (silently: it is no client), or ``TLSServerOptions/clientHelloTimeout`` with
+/// the ClientHello not whole (reported by ``accept(timeout:)`` as ``MTLSError/Code/timeout``).
+/// One source (an IPv4 address, an IPv6 /64: ``TLSServerOptions/ipv6SourcePrefixLength``) has
+/// at most ``TLSServerOptions/maxHandshakesPerAddress`` handshakes under way. When every slot
+/// (or every slot of its source) is taken and a client with a whole ClientHello waits, the
+/// handshake that has made no progress for longest (at least ``stalledAfter`` seconds) is cut
+/// short for it: it fails with ``MTLSError/Code/timeout``. So connections that send nothing, a
+/// byte, or a ClientHello and then nothing cannot keep real clients waiting.
+public final class TLSListener: Sendable {
+    /// The port listened on (the one the system picked when 0 was asked for).
+    public let port: UInt16
+    /// The listening socket.
+    public let fileDescriptor: Int32
+    let options: TLSServerOptions
+    private let core: ListenerCore
+    /// The identity each handshake presents: ``TLSServerOptions/identitySource``, else a source
+    /// made of ``TLSServerOptions/identity`` that ``setIdentity(_:)`` swaps.
+    public let identitySource: IdentitySource
+    /// Handshakes accepted, refused (by reason), resumed, and connections open. A client that
+    /// sent a part of a ClientHello and left, or was closed when its time was over, counts as
+    /// refused (``MTLSError/Code/handshake``, ``MTLSError/Code/timeout``) though it never took a
+    /// slot; one that never sent a byte counts nowhere.
+    public let counters = ListenerCounters()
+    /// The most clients handshaking or handshaken and not yet accepted at once.
+    public static let maxPending = 256
+    /// The most handshake threads kept waiting for the next client.
+    public static let maxIdleThreads = 16
+    /// The most accepted sockets waiting for their first byte or the rest of their ClientHello;
+    /// when another comes, the oldest whose ClientHello is not whole is closed.
+    public static let maxWaitingForFirstByte = 4096
+    /// Seconds without progress (no handshake message read or written) after which a handshake
+    /// under way counts as stalled: it is cut short when a client with a whole ClientHello waits
+    /// for its slot (the stalest first).
+    public static let stalledAfter: Double = 1
+    /// The most bytes of a ClientHello waited for before it takes a slot: a longer one (over
+    /// several records) goes to its handshake once this much has arrived.
+    package static let clientHelloWaitLimit = 16 * 1024 + 5 + 4
+
+    /// Listens on `address` (nil: every IPv4 address; "127.0.0.1", "::1"...) and `port` (0 for
+    /// an ephemeral port).
+    public init(address: String? = nil, port: UInt16 = 0, options: TLSServerOptions) throws {
+        identitySource = options.identitySource ?? IdentitySource(options.identity)
+        if let bits = options.ipv6SourcePrefixLength, bits > 128 {
+            throw MTLSError(.invalidArgument, "the IPv6 source prefix length must be 1 to 128 bits, not \(bits)")
+        }
+        // The first of the listener's contexts (one per identity, ListenerContexts).
+        let context = try TLSContext.server(options, identitySource: identitySource)
+        self.options = options
+        (fileDescriptor, self.port) = try Socket.listen(address: address, port: port)
+        Socket.setNonBlocking(fileDescriptor, true)
+        do {
+            core = try ListenerCore(listenFD: fileDescriptor, contexts: ListenerContexts(context, source: identitySource, options: options),
+                                    options: options, counters: counters)
+        } catch {
+            Glibc.close(fileDescriptor)
+            throw error
+        }
+    }
+
+    deinit { close() }
+
+    /// Waits for a client (up to `timeout` seconds; nil waits forever) whose handshake finished.
+    /// Throws when the client is rejected — the error says why (``MTLSError/Code/untrusted``
+    /// with our evaluation's reasons, no certificate when one is required, the client's alert) —
+    /// and ``MTLSError/Code/timeout`` when no client finished in time.
+    public func accept(timeout: Double? = nil) throws -> TLSConnection {
+        try core.next(deadline: Deadline(seconds: timeout), timeout: timeout)
+    }
+
+    /// Stops listening. Clients handshaken and not accepted are closed, handshakes under way are
+    /// cut short, and the listener's threads have ended when this returns (so a program may exit,
+    /// and OpenSSL clean up, right after it).
+    public func close() { core.close() }
+
+    /// Presents `identity` from the next handshake on; handshakes under way and connections
+    /// accepted keep the identity they started with. Reported to ``events`` as a rotation.
+    /// (When the listener follows a store label, the next change in the store replaces it again.)
+    /// Throws as ``IdentitySource/replace(with:)`` for an identity outside its validity.
+    public func setIdentity(_ identity: Identity) throws { try identitySource.replace(with: identity) }
+
+    /// The listener's lifecycle events (those of its identity source): rotations, failed
+    /// reloads, its identity within the warning window of expiry.
+    public var events: LifecycleEvents { identitySource.events }
+}
+
+/// A listener's counters, read at any time from any thread.
+public final class ListenerCounters: Sendable {
+    private let accepted_ = Atomic<UInt64>(0)
+    private let resumed_ = Atomic<UInt64>(0)
+    private let current_ = Atomic<Int64>(0)
+    private let refused_ = Mutex<[MTLSError.Code: UInt64]>([:])
+
+    /// Only a listener counts (``TLSListener/counters``): a counter of no listener means nothing.
+    init() {}
+
+    /// Handshakes that succeeded (resumed ones included).
+    public var accepted: UInt64 { accepted_.load(ordering: .relaxed) }
+    /// Handshakes that resumed a session.
+    public var resumed: UInt64 { resumed_.load(ordering: .relaxed) }
+    /// Connections accepted and not yet freed by the application.
+    public var currentConnections: Int64 { current_.load(ordering: .relaxed) }
+    /// Refused handshakes by reason: the error code they failed with (``MTLSError/Code/untrusted``,
+    /// ``MTLSError/Code/handshake``, ``MTLSError/Code/timeout``...).
+    public var refused: [MTLSError.Code: UInt64] { refused_.withLock { $0 } }
+
+    func handshakeSucceeded(resumed: Bool) {
+        accepted_.add(1, ordering: .relaxed)
+        if resumed { resumed_.add(1, ordering: .relaxed) }
+        current_.add(1, ordering: .relaxed)
+    }
+    func handshakeRefused(_ code: MTLSError.Code) {
+        refused_.withLock { $0[code, default: 0] += 1 }
+    }
+    func connectionEnded() { current_.subtract(1, ordering: .relaxed) }
+}
+
+/// The state a listener shares with its threads (they hold this, not the listener, so the
+/// listener's deinit runs when the application drops it).
+final class ListenerCore: Sendable {
+    private struct State {
+        var ready: [Finished] = []
+        /// Items of `ready` that hold a connection: with `inFlight`, what takes the slots (a
+        /// queued refusal holds nothing).
+        var queuedConnections = 0
+        var inFlight = 0
+        var started = false
+        var closed = false
+        /// A thread holds the turn at accepting, or has been handed it: true from the first
+        /// accept until that thread sees the listener closed (and closes the socket).
+        var acceptorRunning = false
+        /// Threads waiting on `workSignal` for their next turn.
+        var idleThreads = 0
+        /// Turns handed to a waiting thread (posted on `workSignal`) and not yet taken.
+        var turnsHanded = 0
+        /// The listener's threads (joinable): running ones, and those that ended on their own
+        /// and are not joined yet (joined at the next thread start, or by close).
+        var threads: [pthread_t] = []
+        var ended: [pthread_t] = []
+        /// Client sockets in a handshake. A thread removes its socket before it closes it, so
+        /// every socket here is open while the lock is held: close shuts them down, cutting
+        /// their handshakes short, and so does the eviction of a stalled one.
+        var handshaking: [Int32: Handshaking] = [:]
+        /// The thread that closes joins the others; a second close returns at once.
+        var joined = false
+        /// Accepted sockets that take no handshake slot yet: those whose ClientHello is not whole
+        /// (silent ones, and those with a part of it), watched by the thread holding the turn at
+        /// accepting, and ready ones (their ClientHello came) waiting for a slot or for their
+        /// source to be under its cap. The turn holder closes them when the listener closes.
+        var waiting: [Int32: WaitingClient] = [:]
+        /// Clients in a handshake (in `handshaking`), by source.
+        var handshakesBySource: [String: Int] = [:]
+    }
+
+    /// A handshake under way.
+    private struct Handshaking {
+        let source: String
+        let progress: HandshakeProgress
+    }
+
+    /// An accepted socket before its handshake.
+    private struct WaitingClient {
+        /// Its address as text ("127.0.0.1:40404"), and the source that the per-source cap
+        /// counts (``ListenerSource``).
+        let peer: String
+        let source: String
+        /// When it must have sent its first byte, and its whole ClientHello (``Deadline/now()``),
+        /// if ever.
+        let firstByteDeadline: Double?
+        let helloDeadline: Double?
+        /// Accepted in this order (the oldest not ready goes first when too many wait).
+        let order: UInt64
+        /// Bytes of its ClientHello seen so far.
+        var received = 0
+        /// The socket's `SO_RCVLOWAT` (1, the system's, unless a part of the ClientHello came).
+        var lowWater = 1
+        /// Its ClientHello came whole: it takes a slot as soon as one (and its source) allows.
+        var ready = false
+
+        /// When it is closed if its ClientHello is still not whole.
+        var deadline: Double? {
+            if ready { return nil }
+            let limits = received == 0 ? [firstByteDeadline, helloDeadline] : [helloDeadline]
+            return limits.compactMap { $0 }.min()
+        }
+    }
+
+    /// A finished handshake: moved from its handshake thread to the thread that accepts it.
+    private final class Finished: @unchecked Sendable {
+        // One thread touches the connection at a time: the handshake thread until it queues
+        // this, then the accepting thread that dequeues it.
+        nonisolated(unsafe) var connection: TLSConnection?
+        let error: (any Error)?
+        let holdsConnection: Bool
+        init(_ connection: TLSConnection?, _ error: (any Error)?) {
+            self.connection = connection
+            self.error = error
+            holdsConnection = connection != nil
+        }
+    }
+
+    private let listenFD: Int32
+    private let contexts: ListenerContexts
+    private let options: TLSServerOptions
+    private let counters: ListenerCounters
+    private let state = Mutex(State())
+    /// Readable while finished handshakes are queued (one byte per queued result).
+    private let wakeRead: Int32
+    private let wakeWrite: Int32
+    /// Readable when the thread holding the turn at accepting should look again: a handshake
+    /// ended (a slot, or an address under its cap, may be free) or the listener closed.
+    private let turnWakeRead: Int32
+    private let turnWakeWrite: Int32
+    private let accepted = Atomic<UInt64>(0)
+    /// Posted once for each turn at accepting handed to a waiting thread, and once for each
+    /// waiting thread when the listener closes. Allocated once, freed in deinit (no thread holds the
+    /// core then).
+    nonisolated(unsafe) private let workSignal: UnsafeMutablePointer<sem_t>
+    /// Where the thread holding the turn at accepting peeks at ClientHellos (one thread holds it
+    /// at a time; the state lock orders one holder after the next). Freed in deinit.
+    nonisolated(unsafe) private let peekBuffer: UnsafeMutableRawBufferPointer
+
+    init(listenFD: Int32, contexts: ListenerContexts, options: TLSServerOptions, counters: ListenerCounters) throws {
+        self.counters = counters
+        self.listenFD = listenFD
+        self.contexts = contexts
+        self.options = options
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { throw MTLSError(.io, "pipe: \(String(cString: strerror(errno)))") }
+        for fd in fds {
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            Socket.setNonBlocking(fd, true)
+        }
+        wakeRead = fds[0]
+        wakeWrite = fds[1]
+        guard pipe(&fds) == 0 else {
+            Glibc.close(wakeRead)
+            Glibc.close(wakeWrite)
+            throw MTLSError(.io, "pipe: \(String(cString: strerror(errno)))")
+        }
+        for fd in fds {
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            Socket.setNonBlocking(fd, true)
+        }
+        turnWakeRead = fds[0]
+        turnWakeWrite = fds[1]
+        workSignal = .allocate(capacity: 1)
+        sem_init(workSignal, 0, 0)
+        peekBuffer = .allocate(byteCount: TLSListener.clientHelloWaitLimit, alignment: 8)
+    }
+
+    deinit {
+        Glibc.close(wakeRead)
+        Glibc.close(wakeWrite)
+        Glibc.close(turnWakeRead)
+        Glibc.close(turnWakeWrite)
+        sem_destroy(workSignal)
+        workSignal.deallocate()
+        peekBuffer.deallocate()
+    }
+
+    func next(deadline: Deadline, timeout: Double?) throws -> TLSConnection {
+        try startIfNeeded()
+        while true {
+            let (item, closed): (Finished?, Bool) = state.withLock { st in
+                guard !st.ready.isEmpty else { return (nil, st.closed) }
+                let item = st.ready.removeFirst()
+                if item.holdsConnection { st.queuedConnections -= 1 }
+                return (item, st.closed)
+            }
+            if let item {
+                // What the handshake thread wrote before queueing the item happened before this.
+                mtls_tsan_acquire(Unmanaged.passUnretained(item).toOpaque())
+                var byte: UInt8 = 0
+                _ = read(wakeRead, &byte, 1)
+                if let c = item.connection { item.connection = nil; return c }
+                throw item.error ?? MTLSError(.io, "client handshake failed")
+            }
+            if closed { throw MTLSError(.io, "the listener is closed") }
+            try Socket.wait(wakeRead, forWriting: false, deadline: deadline, what: "accept")
+            // Readable. A handshake thread queues its item, then writes its byte; so a byte with
+            // no item queued belongs to an item another accepting thread already took (and whose
+            // own read came before the byte). Drain it, or the next wait would return at once,
+            // forever: a spinning accept that never reaches its deadline.
+            let stray = state.withLock { $0.ready.isEmpty && !$0.closed }
+            if stray {
+                var byte: UInt8 = 0
+                _ = read(wakeRead, &byte, 1)
+            }
+        }
+    }
+
+    func close() {
+        let (wasRunning, dropped, idle): (Bool, [Finished], Int) = state.withLock { st in
+            guard !st.closed else { return (true, [], 0) }
+            st.closed = true
+            let d = st.ready
+            st.ready = []
+            st.queuedConnections = 0
+            let idle = st.idleThreads
+            st.idleThreads = 0
+            for fd in st.handshaking.keys { _ = shutdown(fd, Int32(SHUT_RDWR)) } // open: see `handshaking`
+            return (st.acceptorRunning, d, idle)
+        }
+        for d in dropped { d.connection = nil }
+        for _ in 0..<idle { sem_post(workSignal) } // waiting threads wake, find no turn, exit
+        // The thread holding the turn closes the socket when it stops (it may be polling it now);
+        // shutdown wakes it at once and refuses new clients.
+        if wasRunning { _ = shutdown(listenFD, Int32(SHUT_RDWR)) } else { closeListenFD() }
+        var b: UInt8 = 0
+        _ = write(wakeWrite, &b, 1) // wakes accepting threads so they see `closed`
+        _ = write(turnWakeWrite, &b, 1) // and the turn holder, whatever it polls
+        // Every thread ends promptly now (no turn, no client: their sockets are shut down); wait
+        // for them, so that none is still inside OpenSSL when the program goes on (or exits).
+        let joiner: Bool = state.withLock { st in
+            guard !st.joined else { return false }
+            st.joined = true
+            return true
+        }
+        guard joiner else { return }
+        while true {
+            let threads: [pthread_t] = state.withLock { st in
+                let t = st.threads + st.ended
+                st.threads = []
+                st.ended = []
+                return t
+            }
+            if threads.isEmpty { break }
+            for t in threads where !(pthread_equal(t, pthread_self()) != 0) { pthread_join(t, nil) }
+        }
+    }
+
+    private let fdClosed = Mutex(false)
+    private func closeListenFD() {
+        fdClosed.withLock { done in
+            guard !done else { return }
+            done = true
+            Glibc.close(listenFD)
+        }
+    }
+
+    private func startIfNeeded() throws {
+        let start: Bool = state.withLock { st in
+            guard !st.started, !st.closed else { return false }
+            st.started = true
+            st.acceptorRunning = true
+            return true
+        }
+        guard start else { return }
+        if !spawnThread() {
+            state.withLock { $0.started = false; $0.acceptorRunning = false }
+            throw MTLSError(.io, "cannot start the listener thread")
+        }
+    }
+
+    /// A listener thread. It starts holding the turn at accepting; when it accepts a client it
+    /// hands the turn on (to a waiting thread, else a new one), handshakes that client, then waits
+    /// for its next turn while fewer than ``TLSListener/maxIdleThreads`` threads wait. The thread
+    /// holding the turn when the listener closes closes the socket; the others just end.
+    private func run() {
+        while true {
+            // The client comes with its slot taken (inFlight, handshaking, its address's count).
+            guard let (fd, peer, progress) = acceptNext() else {
+                state.withLock { $0.acceptorRunning = false }
+                closeListenFD()
+                return
+            }
+            let handOn: Bool = state.withLock { st in
+                guard !st.closed, st.idleThreads > 0 else { return false }
+                st.idleThreads -= 1
+                st.turnsHanded += 1
+                return true
+            }
+            // Closed meanwhile: the handshake ends at once (close shut the socket down).
+            if handOn {
+                sem_post(workSignal)
+            } else if !spawnThread() {
+                handshake(fd: fd, peer: peer, progress: progress) // no thread to spare: handshake here, keep the turn
+                continue
+            }
+            handshake(fd: fd, peer: peer, progress: progress)
+            guard waitForTurn() else {
+                endOnItsOwn()
+                return
+            }
+        }
+    }
+
+    /// Starts a listener thread holding the turn at accepting; false when none could be started
+    /// or the listener closed. Joins the threads that ended on their own since the last start.
+    private func spawnThread() -> Bool {
+        let (started, ended): (Bool, [pthread_t]) = state.withLock { st in
+            let ended = st.ended
+            st.ended = []
+            // Started under the lock, so the thread is registered before it can look itself up.
+            guard !st.closed, let t = BackgroundThread.startJoinable(name: "mtls-listener", { [self] in run() }) else { return (false, ended) }
+            st.threads.append(t)
+            return (true, ended)
+        }
+        for t in ended { pthread_join(t, nil) } // they have left the lock for good: at most a moment
+        return started
+    }
+
+    /// A thread that ends while the listener is open moves itself to `ended`, to be joined.
+    /// (Once the listener closed, the closing thread has taken it from `threads` and joins it.)
+    private func endOnItsOwn() {
+        state.withLock { st in
+            let me = pthread_self()
+            guard let i = st.threads.firstIndex(where: { pthread_equal($0, me) != 0 }) else { return }
+            st.threads.remove(at: i)
+            st.ended.append(me)
+        }
+    }
+
+    /// Waits for a turn at accepting; false when this thread should end instead (enough threads
+    /// wait already, or the listener closed and the turn, if any, was handed to another thread).
+    private func waitForTurn() -> Bool {
+        let waits: Bool = state.withLock { st in
+            guard !st.closed, st.idleThreads < TLSListener.maxIdleThreads else { return false }
+            st.idleThreads += 1
+            return true
+        }
+        guard waits else { return false }
+        while sem_wait(workSignal) != 0 && errno == EINTR {}
+        // Each post is either a turn (counted in turnsHanded) or a closing listener's wake-up;
+        // which thread takes which does not matter, only that each turn is taken once.
+        return state.withLock { st in
+            guard st.turnsHanded > 0 else { return false }
+            st.turnsHanded -= 1
+            return true
+        }
+    }
+
+    /// The accepting turn: the next client whose ClientHello has arrived and that may take a slot
+    /// (fewer than ``TLSListener/maxPending`` in flight, its source under its cap), with the slot
+    /// taken; nil when the listener closed. Meanwhile accepts new clients into `waiting`, watches
+    /// those whose ClientHello is not whole (one poll over all of them, the listening socket and
+    /// the wake pipe), closes those whose time is over, and cuts stalled handshakes short for
+    /// clients that wait for a slot.
+    private func acceptNext() -> (Int32, String, HandshakeProgress)? {
+        let perSource = options.maxHandshakesPerAddress ?? 0  // 0: no limit
+        while true {
+            let now = Deadline.now()
+            var expired: [Int32] = []
+            var fds: [pollfd] = []
+            var nearest: Double?
+            var refusals: [MTLSError] = []
+            let picked: (Int32, String, HandshakeProgress)?? = state.withLock { st in
+                if st.closed {
+                    // The turn holder owns the waiting sockets: close them on the way out.
+                    expired = Array(st.waiting.keys)
+                    st.waiting.removeAll()
+                    return .some(nil)
+                }
+                // One pass: the expired, the oldest ready client that may start, how many ready
+                // ones may start, and the sources whose ready clients wait for their cap.
+                var first: (fd: Int32, order: UInt64)?
+                var startable = 0
+                var capped: Set<String> = []
+                for (fd, w) in st.waiting {
+                    if w.ready {
+                        if perSource > 0 && st.handshakesBySource[w.source, default: 0] >= perSource {
+                            capped.insert(w.source)
+                            continue
+                        }
+                        startable += 1
+                        if first.map({ w.order < $0.order }) ?? true { first = (fd, w.order) }
+                    } else if let d = w.deadline {
+                        if now >= d {
+                            expired.append(fd)
+                            if w.received > 0 {
+                                refusals.append(MTLSError(.timeout, "client \(w.peer): its ClientHello did not arrive whole in time "
+                                                          + "(\(w.received) bytes came)"))
+                            }
+                        } else { nearest = min(nearest ?? d, d) }
+                    }
+                }
+                for fd in expired { st.waiting[fd] = nil }
+                if let first, st.inFlight + st.queuedConnections < TLSListener.maxPending, let w = st.waiting.removeValue(forKey: first.fd) {
+                    let progress = HandshakeProgress()
+                    st.inFlight += 1
+                    st.handshaking[first.fd] = Handshaking(source: w.source, progress: progress)
+                    st.handshakesBySource[w.source, default: 0] += 1
+                    return .some((first.fd, w.peer, progress))
+                }
+                // Clients wait for a slot: the stalled handshakes go first, one for each waiting
+                // client (less those already cut short and not yet ended).
+                if startable > 0 { evictStalled(&st, count: startable, source: nil, now: now) }
+                for source in capped { evictStalled(&st, count: 1, source: source, now: now) }
+                fds.append(pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0))
+                fds.append(pollfd(fd: turnWakeRead, events: Int16(POLLIN), revents: 0))
+                for (fd, w) in st.waiting where !w.ready {
+                    fds.append(pollfd(fd: fd, events: Int16(POLLIN) | ListenerCore.pollReadHangUp, revents: 0))
+                }
+                return nil
+            }
+            for fd in expired { Glibc.close(fd) }
+            // A ClientHello begun and not finished in time is a refused handshake, as it was when
+            // it took a slot (one that never sent a byte is none).
+            refuse(refusals)
+            if let picked { return picked }
+            // Wake up for the nearest deadline, and at least every 250 ms (a slot freed by the
+            // application accepting, or a handshake that now counts as stalled, is seen then).
+            let wait = min(250, nearest.map { max(0, Int32(($0 - now) * 1000) + 1) } ?? 250)
+            let n = poll(&fds, nfds_t(fds.count), wait)
+            if n < 0 {
+                if errno != EINTR { usleep(10_000) }
+                continue
+            }
+            if n == 0 { continue }
+            if fds[1].revents != 0 {
+                var buf = [UInt8](repeating: 0, count: 256)
+                while read(turnWakeRead, &buf, buf.count) > 0 {}
+            }
+            var gone: [Int32] = []
+            var left: [(fd: Int32, sentSome: Bool)] = []
+            var arrived: [(fd: Int32, received: Int, lowWater: Int, ready: Bool)] = []
+            for p in fds.dropFirst(2) where p.revents != 0 {
+                let seen = state.withLock { $0.waiting[p.fd].map { ($0.received, $0.lowWater) } }
+                guard let (before, lowWater) = seen else { continue }
+                switch look(at: p.fd, hungUp: p.revents & (ListenerCore.pollReadHangUp | Int16(POLLHUP) | Int16(POLLERR)) != 0,
+                            before: before, lowWater: lowWater) {
+                case .gone(let sentSome):
+                    gone.append(p.fd)
+                    left.append((p.fd, sentSome || before > 0))
+                case .waiting(let received, let low): arrived.append((p.fd, received, low, false))
+                case .whole(let received): arrived.append((p.fd, received, 1, true))
+                }
+            }
+            let ended: [MTLSError] = state.withLock { st in
+                for a in arrived {
+                    st.waiting[a.fd]?.received = a.received
+                    st.waiting[a.fd]?.lowWater = a.lowWater
+                    st.waiting[a.fd]?.ready = a.ready
+                }
+                return left.compactMap { l in
+                    guard let w = st.waiting.removeValue(forKey: l.fd), l.sentSome else { return nil }
+                    return MTLSError(.handshake, "client \(w.peer): the connection ended before its ClientHello was whole")
+                }
+            }
+            for fd in gone { Glibc.close(fd) } // connected and left without a whole ClientHello
+            refuse(ended)
+            if fds[0].revents != 0 { acceptWaiting() }
+        }
+    }
+
+    private enum Arrival {
+        /// Closed (or reset) before its ClientHello was whole; whether it had sent a part of it.
+        case gone(sentSome: Bool)
+        /// `received` bytes so far; the socket wakes poll when `lowWater` have come.
+        case waiting(received: Int, lowWater: Int)
+        /// The ClientHello is whole (or the bytes are no ClientHello worth waiting for: its
+        /// handshake answers them at once).
+        case whole(received: Int)
+    }
+
+    /// What has arrived on a waiting socket that poll found readable: peeks (so the handshake
+    /// still reads the ClientHello whole) and sets `SO_RCVLOWAT` to the bytes still missing, or
+    /// back to 1 once it is whole.
+    private func look(at fd: Int32, hungUp: Bool, before: Int, lowWater: Int) -> Arrival {
+        let r = recv(fd, peekBuffer.baseAddress, peekBuffer.count, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT))
+        if r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) { return .gone(sentSome: false) }
+        if r < 0 { return .waiting(received: before, lowWater: lowWater) }
+        let needed = ClientHelloArrival.bytesNeeded(UnsafeRawBufferPointer(rebasing: peekBuffer[..<r]),
+                                                    limit: TLSListener.clientHelloWaitLimit)
+        guard let needed else {
+            if lowWater > 1 { setLowWater(fd, 1) }
+            return .whole(received: r)
+        }
+        if hungUp { return .gone(sentSome: true) }  // it cannot finish a handshake it stopped sending for
+        // Readable with nothing new and no hang-up: the socket woke poll for a reason the
+        // low-water mark did not foresee. Never spin on it: its handshake takes it from here
+        // (a slot that stalls is cut short as any other stalled handshake).
+        if r <= before {
+            if lowWater > 1 { setLowWater(fd, 1) }
+            return .whole(received: r)
+        }
+        if needed != lowWater { setLowWater(fd, needed) }
+        return .waiting(received: r, lowWater: needed)
+    }
+
+    /// POLLRDHUP (Linux, <poll.h> under _GNU_SOURCE, which the importer does not see): the peer
+    /// shut its sending side down.
+    private static let pollReadHangUp: Int16 = 0x2000
+
+    private func setLowWater(_ fd: Int32, _ bytes: Int) {
+        var v = Int32(bytes)
+        _ = setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    /// Cuts short up to `count` handshakes (of `source`, or any) that have made no progress for
+    /// ``TLSListener/stalledAfter`` seconds, the stalest first, less those already cut short and
+    /// not yet ended. The socket is shut down under the lock (so it is open, see `handshaking`);
+    /// its handshake fails at once and frees the slot.
+    private func evictStalled(_ st: inout State, count: Int, source: String?, now: Double) {
+        var pending = 0
+        var candidates: [(fd: Int32, last: Double)] = []
+        for (fd, h) in st.handshaking where source == nil || h.source == source {
+            if h.progress.isEvicted { pending += 1; continue }
+            let last = h.progress.lastProgress
+            if now - last >= TLSListener.stalledAfter { candidates.append((fd, last)) }
+        }
+        let wanted = count - pending
+        guard wanted > 0, !candidates.isEmpty else { return }
+        for c in candidates.sorted(by: { $0.last < $1.last }).prefix(wanted) {
+            st.handshaking[c.fd]?.progress.evict(stalledFor: now - c.last)
+            _ = shutdown(c.fd, Int32(SHUT_RDWR))
+        }
+    }
+
+    /// Accepts every client the kernel holds into `waiting`. When too many wait (or no file
+    /// descriptor is left), the oldest whose ClientHello is not whole is closed to make room.
+    private func acceptWaiting() {
+        let firstByte = limit(options.firstByteTimeout)
+        let hello = limit(options.clientHelloTimeout)
+        let prefix = options.ipv6SourcePrefixLength ?? 128
+        while true {
+            if state.withLock({ $0.waiting.count >= TLSListener.maxWaitingForFirstByte }) { evictOldestUnready() }
+            let next: (Int32, String)?
+            do {
+                next = try Socket.acceptNow(listenFD)
+            } catch {
+                if state.withLock({ $0.closed }) { return }
+                // EMFILE and the like: a waiting socket gives its descriptor to a newcomer; with
+                // none to close, let handshakes finish.
+                if !evictOldestUnready() { usleep(10_000) }
+                return
+            }
+            guard let (fd, peer) = next else { return } // non-blocking and close-on-exec from accept4
+            let now = Deadline.now()
+            var client = WaitingClient(peer: peer, source: ListenerSource.key(peer: peer, ipv6PrefixLength: prefix),
+                                       firstByteDeadline: firstByte.map { now + $0 }, helloDeadline: hello.map { now + $0 },
+                                       order: accepted.add(1, ordering: .relaxed).newValue)
+            // A client's ClientHello has mostly come with its connection: look at once rather than
+            // after one more poll (issue 40: a poll saved per handshake). One that sent nothing yet
+            // is watched as before.
+            switch look(at: fd, hungUp: false, before: 0, lowWater: 1) {
+            case .gone:  // connected and left without a byte: no client, counted nowhere
+                Glibc.close(fd)
+                continue
+            case .waiting(let received, let low):
+                client.received = received
+                client.lowWater = low
+            case .whole(let received):
+                client.received = received
+                client.ready = true
+            }
+            let kept: Bool = state.withLock { st in
+                guard !st.closed else { return false }
+                st.waiting[fd] = client
+                return true
+            }
+            if !kept { Glibc.close(fd); return }
+            // A client ready for its handshake: take it now (the listening socket, level-triggered,
+            // wakes the next poll at once if more wait), rather than ask accept for one more.
+            if client.ready { return }
+        }
+    }
+
+    /// Counts and reports clients refused before their handshake began (a ClientHello begun and
+    /// not finished), as a failed handshake is: ``TLSListener/accept(timeout:)`` throws them, in
+    /// turn. A refusal holds no slot; beyond ``TLSListener/maxWaitingForFirstByte`` unaccepted
+    /// items, refusals are only counted (an application that does not accept cannot make them
+    /// pile up).
+    private func refuse(_ errors: [MTLSError]) {
+        guard !errors.isEmpty else { return }
+        for e in errors { counters.handshakeRefused(e.code) }
+        let queued: Int = state.withLock { st in
+            guard !st.closed else { return 0 }
+            let room = max(0, TLSListener.maxWaitingForFirstByte - st.ready.count)
+            for e in errors.prefix(room) { st.ready.append(Finished(nil, e)) }
+            return min(room, errors.count)
+        }
+        var b: UInt8 = 0
+        for _ in 0..<queued { _ = write(wakeWrite, &b, 1) }
+    }
+
+    /// Seconds a client has for its first byte or its ClientHello (`timeout`), never more than
+    /// the handshake timeout (a client cannot take longer to begin its handshake than to finish it).
+    private func limit(_ timeout: Double?) -> Double? {
+        [timeout, options.handshakeTimeout].compactMap { $0.flatMap { $0 > 0 ? $0 : nil } }.min()
+    }
+
+    /// Closes the socket accepted first among those whose ClientHello is not whole; false when
+    /// there is none.
+    @discardableResult
+    private func evictOldestUnready() -> Bool {
+        let evicted: (fd: Int32, peer: String?)? = state.withLock { st in
+            var oldest: (fd: Int32, order: UInt64)?
+            for (fd, w) in st.waiting where !w.ready && (oldest.map { w.order < $0.order } ?? true) { oldest = (fd, w.order) }
+            guard let oldest, let w = st.waiting.removeValue(forKey: oldest.fd) else { return nil }
+            return (oldest.fd, w.received > 0 ? w.peer : nil)
+        }
+        guard let (fd, peer) = evicted else { return false }
+        Glibc.close(fd)
+        if let peer {
+            refuse([MTLSError(.timeout, "client \(peer): closed before its ClientHello was whole, to make room for newer clients")])
+        }
+        return true
+    }
+
+    private func handshake(fd: Int32, peer: String, progress: HandshakeProgress) {
+        var conn: TLSConnection?
+        var failure: (any Error)?
+        do {
+            let c = try TLSConnection(serverFD: fd, peer: peer, context: contexts.current(), options: options)
+            conn = c
+            c.handshakeProgress = progress
+            try c.handshake()
+            c.handshakeProgress = nil
+        } catch {
+            failure = error
+        }
+        if failure != nil, let stalled = progress.evictedAfter {
+            failure = MTLSError(.timeout, "its handshake made no progress for \((stalled * 10).rounded() / 10) s while clients waited "
+                                + "for a handshake slot; it was cut short to serve them")
+        }
+        // Out of `handshaking` before the socket can be closed (below, or by the connection).
+        let someoneWaits: Bool = state.withLock { st in
+            guard let h = st.handshaking.removeValue(forKey: fd) else { return false }
+            let left = st.handshakesBySource[h.source, default: 1] - 1
+            st.handshakesBySource[h.source] = left > 0 ? left : nil
+            return st.waiting.values.contains { $0.ready }
+        }
+        // A client whose ClientHello came may be waiting for this slot: wake the turn holder.
+        // (One that becomes ready later is seen by the turn holder itself, after this change.)
+        if someoneWaits {
+            var wake: UInt8 = 0
+            _ = write(turnWakeWrite, &wake, 1)
+        }
+        let result: Finished
+        switch (conn, failure) {
+        case (let c?, nil):
+            counters.handshakeSucceeded(resumed: c.isResumed)
+            c.listenerCounters = counters
+            result = Finished(c, nil)
+        case (let c?, let e as MTLSError):
+            counters.handshakeRefused(e.code)
+            c.closeAfterRejecting()
+            result = Finished(nil, MTLSError(e.code, "client \(peer): \(e.message)"))
+        case (let c, let e):
+            counters.handshakeRefused((e as? MTLSError)?.code ?? .io)
+            if c == nil { Glibc.close(fd) } // else the connection closes it as it goes
+            conn = nil
+            result = Finished(nil, e ?? MTLSError(.io, "client handshake failed"))
+        }
+        mtls_tsan_release(Unmanaged.passUnretained(result).toOpaque())
+        let queued: Bool = state.withLock { st in
+            st.inFlight -= 1
+            guard !st.closed else { return false }
+            st.ready.append(result)
+            if result.holdsConnection { st.queuedConnections += 1 }
+            return true
+        }
+        if queued {
+            var b: UInt8 = 0
+            _ = write(wakeWrite, &b, 1)
+        } else {
+            result.connection = nil
+        }
+    }
+}
+
+/// One handshake under way at a listener, as the listener sees it: when its state machine last
+/// moved (``TLSConnection`` says so each time a message was read or written), and whether the
+/// listener cut it short as stalled to give its slot to a waiting client.
+final class HandshakeProgress: Sendable {
+    /// ``Deadline/now()`` of the last progress, as its bit pattern.
+    private let last = Atomic<UInt64>(Deadline.now().bitPattern)
+    /// Seconds it had been stalled when it was cut short (bit pattern; 0: not cut short).
+    private let evicted = Atomic<UInt64>(0)
+
+    func advanced() { last.store(Deadline.now().bitPattern, ordering: .relaxed) }
+    var lastProgress: Double { Double(bitPattern: last.load(ordering: .relaxed)) }
+
+    func evict(stalledFor seconds: Double) { evicted.store(max(seconds, .leastNonzeroMagnitude).bitPattern, ordering: .relaxed) }
+    var isEvicted: Bool { evicted.load(ordering: .relaxed) != 0 }
+    var evictedAfter: Double? { isEvicted ? Double(bitPattern: evicted.load(ordering: .relaxed)) : nil }
+}
+
+/// The source a listener's per-source cap counts a client under: an IPv4 address (an
+/// IPv4-mapped IPv6 address is its IPv4 address), or an IPv6 address's leading `ipv6PrefixLength`
+/// bits ("2001:db8:1:2::/64"), since one IPv6 host may use any address of its network.
+package enum ListenerSource {
+    package static func key(peer: String, ipv6PrefixLength: Int) -> String {
+        let host = TrustPeer.client(address: peer).host ?? peer
+        guard ipv6PrefixLength < 128, let bytes = IPAddress.bytes(host), bytes.count == 16 else { return host }
+        let bits = max(0, ipv6PrefixLength)
+        var masked = bytes
+        for i in 0..<16 {
+            let keep = min(8, max(0, bits - i * 8))
+            masked[i] &= keep == 8 ? 0xff : UInt8(truncatingIfNeeded: 0xff << (8 - keep))
+        }
+        return "\(IPAddress.text(masked) ?? host)/\(bits)"
+    }
+}
+
+/// How much of a ClientHello has arrived, from the first bytes a client sent (TLS records of
+/// RFC 8446 §5.1 carrying a handshake message of §4: type 1, a 24-bit length). Only framing is
+/// read, to know when to stop waiting; OpenSSL parses the message.
+package enum ClientHelloArrival {
+    /// The most a record may hold (2^14 plus the expansion TLS 1.2 allows) and the longest
+    /// ClientHello OpenSSL takes: beyond them OpenSSL refuses the bytes at once.
+    private static let maxRecord = 16384 + 2048
+    private static let maxClientHello = 131_396
+
+    /// The number of bytes that must have arrived for the ClientHello to be whole (every record
+    /// that carries a part of it), at most `limit`; nil when `prefix` holds it whole, when
+    /// `limit` bytes have arrived, or when the bytes are no ClientHello a wait would help (not a
+    /// handshake record, a length OpenSSL refuses): then the handshake reads them and answers.
+    package static func bytesNeeded(_ prefix: UnsafeRawBufferPointer, limit: Int) -> Int? {
+        if prefix.count >= limit { return nil }
+        var offset = 0          // where the current record starts
+        var header: [UInt8] = []  // the handshake message's first 4 bytes
+        var total: Int?         // its whole length, header included
+        var gathered = 0        // its bytes in the records before this one
+        while true {
+            guard prefix.count >= offset + 5 else { return min(offset + 5, limit) }
+            guard prefix[offset] == 0x16 else { return nil }
+            let length = Int(prefix[offset + 3]) << 8 | Int(prefix[offset + 4])
+            guard length > 0, length <= maxRecord else { return nil }
+            let body = offset + 5, end = body + length
+            var i = body
+            while header.count < 4, i < min(end, prefix.count) { header.append(prefix[i]); i += 1 }
+            if total == nil, header.count == 4 {
+                guard header[0] == 1 else { return nil }
+                let m = Int(header[1]) << 16 | Int(header[2]) << 8 | Int(header[3])
+                guard m <= maxClientHello else { return nil }
+                total = 4 + m
+            }
+            // OpenSSL reads a record whole before it reads what the record holds.
+            if prefix.count < end { return min(end, limit) }
+            gathered += length
+            if let total, gathered >= total { return nil }
+            offset = end
+        }
+    }
+}
