@@ -534,9 +534,8 @@ struct ServeCommand: ParsableCommand {
             if first, let text = String(bytes: data.prefix(8), encoding: .utf8),
                ["GET ", "POST ", "HEAD ", "PUT "].contains(where: { text.hasPrefix($0) }) {
                 let who = c.peerCertificate?.subjectSummary ?? "anonymous"
-                let body = "hello \(who)\n"
-                let head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n"
-                _ = try? c.write(Array((head + body).utf8))
+                // The library's one responder writes the answer's head.
+                _ = try? c.write(HTTPAnswer(status: 200, reason: "OK", body: Array("hello \(who)\n".utf8)).bytes)
                 return
             }
             first = false

@@ -118,7 +118,7 @@ final class HTTPTests: XCTestCase {
                 if stop.withLock({ $0 }) { break }
                 var byte = b
                 _ = send(c, &byte, 1, Int32(MSG_NOSIGNAL))
-                usleep(200_000)
+                usleep(200_000)  // a server trickling one byte every 0.2 s: time passing is what is tested
             }
             close(c)
         }

@@ -108,10 +108,21 @@ def trickle(server, conn, head):
         conn.sendall(bytes([b]))
 
 
+def linger(conn, limit=5.0):
+    """Keeps the connection open until the client has read the answer and closed its side (the
+    condition itself, not a fixed pause), at most `limit` seconds."""
+    conn.settimeout(limit)
+    try:
+        while conn.recv(4096):
+            pass
+    except OSError:
+        pass
+
+
 def fixed(answer):
     def send(server, conn, head):
         conn.sendall(answer)
-        time.sleep(0.2)
+        linger(conn)
     return send
 
 
@@ -231,7 +242,7 @@ def test_an_acme_url_holding_cr_lf_is_refused_and_no_header_is_injected(pki, sto
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
         else:
             conn.sendall(b"HTTP/1.1 200 OK\r\nReplay-Nonce: abc\r\nContent-Length: 0\r\n\r\n")
-        time.sleep(0.2)
+        linger(conn)
     s = Server(acme, tls_context(pki))
     try:
         r = enroll_acme(pki, store, f"https://127.0.0.1:{s.port}/dir")
@@ -293,7 +304,7 @@ def test_twelve_silent_connections_do_not_stop_the_http01_responder(pki, store):
         out = f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
         out += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
         conn.sendall(out.encode() + data)
-        time.sleep(0.1)
+        linger(conn)
 
     s = Server(acme, tls_context(pki))
     try:
@@ -411,7 +422,7 @@ def est_ca(pki, tmp_path):
             out = pkcs7(d / "cert.pem")
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/pkcs7-mime\r\nContent-Transfer-Encoding: base64\r\n"
                      b"Content-Length: %d\r\n\r\n" % len(out) + out)
-        time.sleep(0.2)
+        linger(conn)
     return state, answer
 
 
