@@ -171,6 +171,17 @@ MTLS_EXTERN int mtls_password_file_read(const char *path, char **out);
  * brackets, a malformed port or zone: MTLS_E_INVALID_ARGUMENT. *host is NULL on any error. */
 MTLS_EXTERN int mtls_url_host_port(const char *url, char **host, uint16_t *port);
 
+/* Split a host with an optional port as libmtls reads one everywhere it takes one (mtls connect
+ * HOST:PORT, mtls verify --host, host rules), so that a front end taking a host of its own reads
+ * it the same way: "host", "host:port", "[v6]", "[v6]:port", "[fe80::1%eth0]:port", or a bare IPv6
+ * literal ("::1", "fe80::1%eth0": two colons or more without brackets are all host, no port).
+ * *host receives the host without the brackets of an IPv6 literal (a zone kept as written), a new
+ * string the caller frees with mtls_string_free; *port the port, 0 when the text names none. An
+ * unclosed "[", text other than ":PORT" after "]", a port that is not 1 to 65535 in decimal
+ * digits (an empty one, "host:", included), an empty host: MTLS_E_INVALID_ARGUMENT.
+ * *host is NULL on any error. */
+MTLS_EXTERN int mtls_host_port(const char *text, char **host, uint16_t *port);
+
 /* ======================================================================================
  * Certificates. An mtls_cert is immutable and reference counted: share it across threads
  * freely; each mtls_cert_ref needs one mtls_cert_free.

@@ -55,39 +55,29 @@ public enum URLAuthority {
             authority = authority[..<end]
         }
         guard !authority.contains("@") else { throw bad("a URL with a user name cannot be a peer") }
-        var host: String
-        var portText: Substring?
-        if authority.hasPrefix("[") {
-            guard let close = authority.firstIndex(of: "]") else { throw bad("an IPv6 address without its closing bracket") }
-            host = String(authority[authority.index(after: authority.startIndex)..<close])
-            let rest = authority[authority.index(after: close)...]
-            if !rest.isEmpty {
-                guard rest.hasPrefix(":") else { throw bad("unexpected text after the IPv6 address") }
-                portText = rest.dropFirst()
+        let split: HostLiteral.Authority
+        do { split = try HostLiteral.split(authority, emptyPort: true) } catch let why as HostLiteral.Malformed {
+            switch why {
+            case .unclosedBracket: throw bad("an IPv6 address without its closing bracket")
+            case .textAfterBracket: throw bad("unexpected text after the IPv6 address")
+            case .badPort: throw bad(authority.hasPrefix(":") || authority.hasPrefix("[]") ? "a URL without a host" : "a malformed port")
             }
-            if let percent = host.firstIndex(of: "%") {
-                let address = host[..<percent]
-                var zone = Substring(host[host.index(after: percent)...])
-                if zone.hasPrefix("25"), zone.count > 2 {
-                    guard let decoded = percentDecoded(zone.dropFirst(2)) else { throw bad("a malformed percent-encoding in the IPv6 zone") }
-                    zone = Substring(decoded)
-                }
-                guard !zone.isEmpty else { throw bad("an empty IPv6 zone") }
-                host = address + "%" + zone
-            }
-        } else {
-            if let colon = authority.lastIndex(of: ":") {
-                portText = authority[authority.index(after: colon)...]
-                authority = authority[..<colon]
-            }
-            host = String(authority)
-            // "http://::1:80/" could be read several ways: RFC 3986 brackets IPv6 literals.
-            guard !host.contains(":") else { throw bad("an IPv6 address must be written in brackets ([::1]:port)") }
         }
+        var host = split.host
+        if split.bracketed, let percent = host.firstIndex(of: "%") {
+            let address = host[..<percent]
+            var zone = Substring(host[host.index(after: percent)...])
+            if zone.hasPrefix("25"), zone.count > 2 {
+                guard let decoded = percentDecoded(zone.dropFirst(2)) else { throw bad("a malformed percent-encoding in the IPv6 zone") }
+                zone = Substring(decoded)
+            }
+            guard !zone.isEmpty else { throw bad("an empty IPv6 zone") }
+            host = address + "%" + zone
+        }
+        // "http://::1:80/" could be read several ways: RFC 3986 brackets IPv6 literals.
+        guard split.bracketed || !host.contains(":") else { throw bad("an IPv6 address must be written in brackets ([::1]:port)") }
         guard !host.isEmpty else { throw bad("a URL without a host") }
-        guard let portText, !portText.isEmpty else { return (host, defaultPort, target) }
-        guard portText.allSatisfy({ $0.isASCII && $0.isNumber }), let port = UInt16(portText), port > 0 else { throw bad("a malformed port") }
-        return (host, port, target)
+        return (host, split.port ?? defaultPort, target)
     }
 
     /// The longest URL accepted, in bytes.

@@ -123,17 +123,6 @@ enum TrustJSON {
     }
 }
 
-/// Host text helpers for the CLI.
-enum PeerHostText {
-    /// `host` without a `:port` suffix.
-    static func hostOnly(_ host: String) -> String? {
-        if host.isEmpty { return nil }
-        if host.hasPrefix("[") { return host }
-        if host.filter({ $0 == ":" }).count == 1, let i = host.lastIndex(of: ":") { return String(host[..<i]) }
-        return host
-    }
-}
-
 /// `mtls limbo`: runs an x509-limbo suite through libmtls's evaluator.
 struct LimboCommand: ParsableCommand {
     static let configuration = CommandConfiguration(

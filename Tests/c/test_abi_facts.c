@@ -70,6 +70,36 @@ TEST(urls_read_by_the_core) {
         CHECK_RC(mtls_url_host_port("http://ca.test/", &host, NULL), MTLS_E_INVALID_ARGUMENT);
 }
 
+/* A host with an optional port is read by the core's one splitter (issue 36), as mtls connect
+ * HOST:PORT and host rules read it: brackets off, a bare IPv6 literal all host, port 0 when none,
+ * a malformed port or bracket refused with *host NULL. */
+TEST(hosts_split_by_the_core) {
+        static const struct { const char *text, *host; uint16_t port; } good[] = {
+            {"[::1]:443", "::1", 443}, {"::1", "::1", 0}, {"[::1]", "::1", 0},
+            {"fe80::1%eth0", "fe80::1%eth0", 0}, {"[fe80::1%eth0]:8443", "fe80::1%eth0", 8443},
+            {"server.test:8443", "server.test", 8443}, {"server.test", "server.test", 0},
+        };
+        for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+            char *host = NULL;
+            uint16_t port = 1;
+            CHECK_OK(mtls_host_port(good[i].text, &host, &port));
+            CHECK(host != NULL && strcmp(host, good[i].host) == 0 && port == good[i].port);
+            mtls_string_free(host);
+        }
+        static const char *bad[] = {"h:0", "h:65536", "h:", "h:+443", "[::1", "[::1]x", ":443", "[]", ""};
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            char *host = (char *)1;
+            uint16_t port = 0;
+            CHECK_RC(mtls_host_port(bad[i], &host, &port), MTLS_E_INVALID_ARGUMENT);
+            CHECK(host == NULL);
+        }
+        char *host = NULL;
+        uint16_t port = 0;
+        CHECK_RC(mtls_host_port(NULL, &host, &port), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_host_port("h", NULL, &port), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_host_port("h", &host, NULL), MTLS_E_INVALID_ARGUMENT);
+}
+
 TEST(option_defaults_come_from_the_core) {
     /* Defaults come from the core: what a zeroed struct would mean, spelt out. */
     mtls_conn_options o;
@@ -243,6 +273,7 @@ int main(void) {
 
     RUN(secret_files_read_by_the_core);
     RUN(urls_read_by_the_core);
+    RUN(hosts_split_by_the_core);
     RUN(option_defaults_come_from_the_core);
     RUN(counts_above_ssize_max_are_errors);
     RUN(a_list_freed_with_a_count_above_ssize_max_is_left_alone);

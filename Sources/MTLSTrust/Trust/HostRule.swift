@@ -115,26 +115,17 @@ public struct HostPattern: Hashable, Sendable, CustomStringConvertible {
                         "ambiguous host pattern \(s): write [\(head)]:\(tail) for port \(tail) of \(head)\(other) (a port after an IPv6 address goes after brackets)")
     }
 
-    /// Splits `host:port`, `[v6]:port`, `[v6]`, or a bare IPv6 literal.
+    /// Splits `host:port`, `[v6]:port`, `[v6]`, or a bare IPv6 literal with the one splitter
+    /// (``HostLiteral/split(_:emptyPort:)``); a malformed one is ``MTLSError/Code/invalidPolicy``.
     static func splitPort(_ s: String) throws -> (String, Int?) {
-        if s.hasPrefix("[") {
-            guard let close = s.firstIndex(of: "]") else { throw MTLSError(.invalidPolicy, "unterminated [ in \(s)") }
-            let host = String(s[s.index(after: s.startIndex)..<close])
-            let rest = s[s.index(after: close)...]
-            if rest.isEmpty { return (host, nil) }
-            guard rest.hasPrefix(":"), let p = Int(rest.dropFirst()), (1...65535).contains(p) else {
-                throw MTLSError(.invalidPolicy, "bad port in \(s)")
-            }
-            return (host, p)
+        do {
+            let a = try HostLiteral.split(Substring(s))
+            return (a.host, a.port.map(Int.init))
+        } catch HostLiteral.Malformed.unclosedBracket {
+            throw MTLSError(.invalidPolicy, "unterminated [ in \(s)")
+        } catch {
+            throw MTLSError(.invalidPolicy, "bad port in \(s)")
         }
-        let colons = s.filter { $0 == ":" }.count
-        if colons == 1, let i = s.lastIndex(of: ":") {
-            guard let p = Int(s[s.index(after: i)...]), (1...65535).contains(p) else {
-                throw MTLSError(.invalidPolicy, "bad port in \(s)")
-            }
-            return (String(s[..<i]), p)
-        }
-        return (s, nil)
     }
 
     /// How specific the pattern is; the highest matching one wins. Exact names and IPs beat

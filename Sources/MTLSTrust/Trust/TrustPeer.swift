@@ -44,8 +44,8 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
     /// `mtls verify --host` and ``TrustPolicy/evaluate(chain:host:purpose:at:)`` take).
     public init(hostText: String?) {
         guard let t = hostText, !t.isEmpty else { self.init(); return }
-        let (h, p) = (try? HostPattern.splitPort(t)) ?? (t, nil)
-        self.init(host: h, port: p)
+        let split = try? HostLiteral.split(Substring(t))
+        self.init(host: split?.host ?? t, port: split?.port.map(Int.init))
     }
 
     /// A peer an application names for its own `SSL` or `SSL_CTX` (``SSLContextConfiguration``'s
@@ -58,7 +58,7 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Splits a `HOST:PORT` target (`[v6]:PORT` for an IPv6 address, `[v6%zone]:PORT` with a
-    /// zone), the form `mtls connect` takes, with the host patterns' parser, or an `https://` URL
+    /// zone), the form `mtls connect` takes, with the one splitter (``HostLiteral/split(_:emptyPort:)``), or an `https://` URL
     /// (``URLAuthority/hostAndPort(https:)``). The host is kept as written (brackets removed).
     /// Throws ``MTLSError/Code/invalidArgument`` without a port (1 to 65535) or a host.
     public static func splitTarget(_ target: String) throws -> (host: String, port: UInt16) {
@@ -68,10 +68,10 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
             }
         }
         let hint = target.filter({ $0 == ":" }).count > 1 && !target.hasPrefix("[") ? " ([ADDRESS]:PORT for an IPv6 address)" : ""
-        guard let (host, port) = try? HostPattern.splitPort(target), let port, !host.isEmpty else {
+        guard let split = try? HostLiteral.split(Substring(target)), let port = split.port, !split.host.isEmpty else {
             throw MTLSError(.invalidArgument, "expected HOST:PORT, got \(target)\(hint)")
         }
-        return (host, UInt16(port))
+        return (split.host, port)
     }
 
     /// A client as a server sees it: the address it connected from selects the client's host
