@@ -25,7 +25,8 @@ from mtls._httpx_errors import ConnectFailed, as_httpx_error
 from mtls._httpx_proxy import ProxyRoutes, route_client_proxies
 from mtls._proxy import TunnelError
 from mtls._url import url_host
-from mtls.asyncio import _bare, _bounded, _connect_or_tunnel, _handshake, _off_loop, _wait_fd
+from mtls._url import endpoint, host_only
+from mtls.asyncio import _bounded, _connect_or_tunnel, _handshake, _off_loop, _wait_fd
 from mtls.errors import Closed, Error, Unsupported, WantRead, WantWrite
 from mtls.pkcs12 import Identity
 from mtls.tls import Connection, IdentityLike, resolve_identity
@@ -140,7 +141,7 @@ class _TCPStream(httpcore.AsyncNetworkStream):
         options: Dict[str, Any] = dict(b.options)
         options["identity"] = await b.identity()
         options["policy"], options["verify_as"] = b.policy, b.verify_as
-        if server_hostname and url_host(server_hostname) != _bare(self._host) and "sni" not in options:
+        if server_hostname and host_only(url_host(server_hostname)) != self._host and "sni" not in options:
             options["sni"] = server_hostname  # httpx's "sni_hostname" extension
         t = timeout if timeout is not None else b.timeout
         peer = f"{self._host}:{self._port}"
@@ -185,8 +186,9 @@ class _Backend(httpcore.AsyncNetworkBackend):
                           socket_options: Optional[Iterable[Any]] = None) -> httpcore.AsyncNetworkStream:
         t = timeout if timeout is not None else self.timeout
         # The origin's route, as handle_async_request checked it (an unusable one raised there).
-        proxy = self._routes.route(httpx.URL(scheme="https", host=_bare(host), port=port))
-        host = url_host(host)  # the URL's host: an RFC 6874 zone ("%25eth0") decoded
+        bare = host_only(host)  # brackets off, as the core reads a host
+        proxy = self._routes.route(httpx.URL(scheme="https", host=bare, port=port))
+        host, port = endpoint(url_host(host), port)  # the URL's host: an RFC 6874 zone ("%25eth0") decoded
         try:
             sock = await _connect_or_tunnel(host, port, proxy, float("inf") if t is None else t)
         except Error as e:
@@ -293,7 +295,7 @@ class AsyncTransport(httpx.AsyncBaseTransport):
         self._routes.route(request.url)  # an unusable proxy from the environment: httpx.ProxyError now
         release = None
         if self._max_per_host is not None:
-            key = (request.url.raw_host, request.url.port or 443)
+            key = (request.url.raw_host, 443 if request.url.port is None else request.url.port)
             slot = self._slots.get(key)
             if slot is None:
                 slot = self._slots[key] = asyncio.Semaphore(self._max_per_host)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Optional, Tuple
 from urllib.parse import unquote, urlsplit
 
-from ._url import url_host_port
+from ._url import bracketed, url_origin
 from .errors import Error, InvalidArgument, Timeout, WantRead, WantWrite
 from .tls import Connection, effective_timeout
 
@@ -71,7 +71,7 @@ class HTTPProxy:
         # "[fe80::1%25eth0]", decoded; a malformed port or zone refused); the user information,
         # which the core does not take in a URL, read here.
         try:
-            host, port = url_host_port(f"http://{parts.netloc.rpartition('@')[2]}/")
+            host, port = url_origin(text)
         except InvalidArgument as e:
             raise UnsupportedProxy(f"the proxy URL {_redact(parts)} is not usable: {e}") from e
         hdrs = dict(headers or {})
@@ -94,16 +94,12 @@ def _redact(parts: Any) -> str:
         port = parts.port
     except ValueError:
         port = None
-    return f"{parts.scheme}://{_authority(host, port) if port else _bracket(host)}"
-
-
-def _bracket(host: str) -> str:
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"{parts.scheme}://{_authority(host, port) if port else bracketed(host)}"
 
 
 def _authority(host: str, port: Optional[int]) -> str:
     """host:port as CONNECT and Host want it (an IPv6 literal in brackets)."""
-    return f"{_bracket(host)}:{port}"
+    return f"{bracketed(host)}:{port}"
 
 
 def connect_request(proxy: HTTPProxy, host: str, port: int) -> bytes:

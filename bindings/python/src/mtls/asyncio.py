@@ -88,6 +88,7 @@ from collections import deque
 from typing import Any, Awaitable, Callable, Deque, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from mtls._lib import lib
+from mtls._url import endpoint
 from mtls._proxy import (_MAX_REPLY, ConnectReply, HTTPProxy, TunnelError, UnsupportedProxy, closed_on_failure,
                          connect_request)
 from mtls.errors import (ConnectError, Error, Timeout, TrustError, WantRead, WantWrite, check,
@@ -182,16 +183,12 @@ async def _bounded(aw: Awaitable[_T], seconds: Optional[float], what: str,
 
 # ---- client connections
 
-def _bare(host: str) -> str:
-    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
-
-
 async def _connect_socket(host: str, port: int) -> socket.socket:
-    """A connected non-blocking TCP socket to host:port (the name resolved off the loop, each
-    address tried in turn)."""
+    """A connected non-blocking TCP socket to host:port (`host` as :func:`mtls._url.host_only`
+    gives it; the name resolved off the loop, each address tried in turn)."""
     loop = asyncio.get_running_loop()
     try:
-        infos = await loop.getaddrinfo(_bare(host), port, type=socket.SOCK_STREAM)
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as e:
         raise ConnectError(f"cannot resolve {host}: {e.strerror}", ConnectError.code) from None
     last: Optional[OSError] = None
@@ -240,7 +237,7 @@ def _start_handshake(sock: socket.socket, host: str, port: int, options: Dict[st
     """On a worker thread: the TLS connection over `sock` (making its OpenSSL context may load
     a token key) and the handshake's first step. Returns the connection and whether the next step
     waits for the socket to be writable (False: readable)."""
-    conn = Connection.wrap(sock, _bare(host), port, non_blocking=True, **options)
+    conn = Connection.wrap(sock, host, port, non_blocking=True, **options)
     try:
         return conn, _handshake_step(conn)
     except BaseException:
@@ -311,6 +308,9 @@ async def connect(host: str, port: int, *, identity: IdentityLike = None, policy
     """The handshaken non-blocking :class:`mtls.Connection` and the socket it runs on (the caller
     frees the connection, then closes the socket): what :func:`open_connection` and
     ``mtls.httpx.AsyncTransport`` build on. Arguments as :func:`open_connection`."""
+    # Read by the core as mtls connect reads them: "[::1]" is ::1; a port in the host, or one
+    # outside 1 to 65535, is refused.
+    host, port = endpoint(host, port)
     connect_timeout = options.pop("connect_timeout", None)
     handshake_timeout = options.pop("handshake_timeout", None)
     options.pop("non_blocking", None)

@@ -193,7 +193,7 @@ class Transport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         if request.url.scheme != "https":
             raise httpx.UnsupportedProtocol(f"mtls.httpx.Transport speaks https only, not {request.url.scheme}:")
-        key = (self._routes.route(request.url), url_host(request.url.host), request.url.port or 443)
+        key = (self._routes.route(request.url), url_host(request.url.host), 443 if request.url.port is None else request.url.port)
         try:
             conn, response = self._exchange(key, request)
         except TunnelError as e:

@@ -48,6 +48,7 @@ from urllib3.poolmanager import SSL_KEYWORDS, PoolManager, ProxyManager
 
 from ._proxy import HTTPProxy, TunnelError, UnsupportedProxy, connect_via
 from ._socket import TLSSocket
+from ._url import url_host
 from .errors import TLS_FAILURES, Closed, ConnectError, Error, InvalidArgument, Timeout, as_http_error
 from .store import Store
 from .tls import IdentityLike, connect, resolve_identity
@@ -108,12 +109,12 @@ class _MTLSHTTPConnection(HTTPConnection):
             options.setdefault("connect_timeout", float(t))
             options.setdefault("handshake_timeout", float(t))
         if proxy is None:
-            self.sock = TLSSocket(connect(self.host, self.port, **options))
+            self.sock = TLSSocket(connect(url_host(self.host), self.port, **options))
         else:
             # The TCP connection is the proxy's: the connect timeout bounds it and the CONNECT answer.
             timeout = options.pop("connect_timeout", None)
             try:
-                conn = connect_via(proxy, self.host, self.port, timeout=timeout, **options)
+                conn = connect_via(proxy, url_host(self.host), self.port, timeout=timeout, **options)
             except TunnelError as e:
                 # urllib3's own error for a failed proxy: requests raises it as ProxyError.
                 raise ProxyError(str(e), e) from e

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from ._lib import lib, fn, c_void_pp, c_size_p, c_int_p
+from ._url import endpoint, host_only
 from ._handle import _Handle, utf8, out_handle, out_string, out_value
 from .certificate import Certificate
 from .errors import check, Error, InvalidArgument, TrustError, TruncatedError
@@ -280,8 +281,12 @@ class Connection(_Handle):
     def connect(cls, host: str, port: int, *, handshake: bool = True, **options: Any) -> "Connection":
         """Connects and (unless non_blocking or handshake=False) runs the handshake; `options`
         are ConnectOptions' fields. With handshake=False, call handshake() yourself: a failed one
-        leaves peer_chain and evaluation readable."""
+        leaves peer_chain and evaluation readable. `host` is read as ``mtls connect`` reads one
+        (``[::1]`` is ``::1``; a bare IPv6 literal and a zone as written); a host carrying a port
+        of its own (``[::1]:443``), or a port outside 1 to 65535, raises InvalidArgument."""
         suppress = bool(options.pop("suppress_ragged_eofs", False))
+        if host:
+            host, port = endpoint(host, port)
         o, keep = ConnectOptions(**options).to_c(host)
         h = out_handle(lib.mtls_conn_connect if handshake else lib.mtls_conn_open, utf8(host), int(port),
                        ctypes.byref(o))
@@ -293,9 +298,12 @@ class Connection(_Handle):
     @classmethod
     def wrap(cls, fd: Union[int, Any], host: str, port: int = 0, **options: Any) -> "Connection":
         """TLS over a connected socket the caller owns (an int fd or a socket object); the caller
-        closes it after this connection. `options` are ConnectOptions' fields."""
+        closes it after this connection. `options` are ConnectOptions' fields; `host` is read as
+        :meth:`connect` reads it."""
         fd = fd.fileno() if hasattr(fd, "fileno") else fd
         suppress = bool(options.pop("suppress_ragged_eofs", False))
+        if host:
+            host, port = endpoint(host, port) if port else (host_only(host), port)
         o, keep = ConnectOptions(**options).to_c(host)
         h = out_handle(lib.mtls_conn_wrap_fd, int(fd), utf8(host), int(port), ctypes.byref(o))
         del keep
