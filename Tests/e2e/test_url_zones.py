@@ -14,6 +14,8 @@ import urllib.request
 import pytest
 
 import mtls
+import mtls.asyncio
+import mtls.errors
 import mtls.http
 import mtls.httpx
 import mtls.requests
@@ -94,3 +96,33 @@ def test_cli_connect_takes_a_url_with_an_rfc6874_zone(pki, v6, tmp_path):
     # accepted as Python's URL parsers accept it; an empty zone is refused.
     r = run_cli("connect", f"https://[::1%]:{v6}/", *args)
     assert r.returncode != 0
+
+
+def test_python_reads_hosts_and_ports_as_the_cli(pki, v6):
+    """Issue 36: one host:port splitter. What `mtls connect TARGET` reads, Python's front ends read
+    the same (they call the core's mtls_host_port): brackets off, a zone kept, a bare IPv6 literal
+    all host (no port: the CLI asks for [ADDRESS]:PORT), a bad port refused by both."""
+    from mtls._url import host_port
+    args = ["--identity", pki("client-a.p12"), "--password-file", pki("password.txt"), "--anchor", pki("root.pem"),
+            "--anchors-only", "--verify-as", "server.test", "--json"]
+    pol = policy(pki)
+    for target, host in ((f"[::1]:{v6}", "::1"), (f"[::1%{LO}]:{v6}", f"::1%{LO}")):
+        r = run_cli("connect", target, *args)
+        assert json.loads(r.stdout)["connected"], (target, r.stderr)
+        assert host_port(target) == (host, v6)
+        for given in (host, f"[{host}]"):
+            conn = mtls.Connection.connect(given, v6, identity=identity(pki), policy=pol)
+            conn.close()
+
+            async def via_asyncio():
+                c, sock = await mtls.asyncio.connect(given, v6, identity=identity(pki), policy=pol)
+                c.close()
+                sock.close()
+            asyncio.run(via_asyncio())
+    for target in (f"::1:{v6}", "[::1]:0", "[::1]:65536", f"[::1]:+{v6}", f"[::1:{v6}", f"[::1]x{v6}", f":{v6}"):
+        r = run_cli("connect", target, *args)
+        assert r.returncode != 0 and "expected HOST:PORT" in r.stdout + r.stderr, (target, r.stdout, r.stderr)
+        try:
+            assert host_port(target)[1] is None, target  # no port read: as the CLI, which wants one
+        except mtls.errors.InvalidArgument:
+            pass
