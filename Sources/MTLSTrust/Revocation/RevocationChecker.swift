@@ -5,19 +5,30 @@ import FoundationEssentials
 /// policy (files) and the certificate's CRL distribution points (fetched, verified against the
 /// issuer in the built chain, cached), then OCSP — until one answers.
 enum RevocationChecker {
-    /// The outcome of one evaluation's checks: the report, the reasons that refuse the peer
-    /// (`revoked`, and `revocation_unknown` under hard), and the warnings of a soft check.
+    /// The outcome of one evaluation's checks: the report, the refusals (a revoked certificate,
+    /// and an unknown status under hard), and the warnings of a soft check. Trust turns the
+    /// refusals into its reasons (``TrustResult/with(revocation:)``): revocation knows nothing of
+    /// trust's types.
     struct Outcome {
         let report: RevocationReport
-        let reasons: [TrustReason]
+        let refusals: [Refusal]
         let warnings: [String]
+    }
+
+    /// Why revocation refuses one certificate of the chain.
+    struct Refusal: Equatable {
+        enum Kind: Equatable { case revoked, unknown }
+        let kind: Kind
+        /// The certificate's index in the built chain (0: the leaf).
+        let certIndex: Int
+        let message: String
     }
 
     static func check(built: [Certificate], settings: RevocationSettings, options: RevocationFetchOptions,
                       crlFiles: [RevocationList], stapled: [UInt8]? = nil, time: Date,
                       events: LifecycleEvents? = nil) -> Outcome {
         var checks: [RevocationCheck] = []
-        var reasons: [TrustReason] = []
+        var refusals: [Refusal] = []
         var warnings: [String] = []
         // The anchor (the last certificate of a built chain) is trusted as configured: not checked.
         for i in 0..<max(0, built.count - 1) {
@@ -32,19 +43,18 @@ enum RevocationChecker {
                 if let at = c.revokedAt { m += " since \(RevocationCheck.rfc3339(at))" }
                 if let r = c.reason { m += ", reason \(r)" }
                 if let u = c.url { m += " (\(c.source == "ocsp" ? "OCSP" : "CRL") \(u))" } else if let s = c.source { m += " (\(s))" }
-                reasons.append(TrustReason(code: TrustReason.Code.revoked, certIndex: i, message: m))
+                refusals.append(Refusal(kind: .revoked, certIndex: i, message: m))
             case .unknown:
                 let m = "the revocation status of \"\(cert.subjectSummary)\" is unknown: \(c.error ?? "no source answered")"
                 if settings.mode == .hard {
-                    reasons.append(TrustReason(code: TrustReason.Code.revocationUnknown, certIndex: i,
-                                               message: m + " (revocation is hard: refused)"))
+                    refusals.append(Refusal(kind: .unknown, certIndex: i, message: m + " (revocation is hard: refused)"))
                 } else {
                     warnings.append(m + " (revocation is soft: trusted anyway)")
                 }
             }
         }
         return Outcome(report: RevocationReport(mode: settings.mode, sources: settings.sources, checks: checks),
-                       reasons: reasons, warnings: warnings)
+                       refusals: refusals, warnings: warnings)
     }
 
     /// Until when an outcome may be reused as it is (``EvaluationCache/RevocationMemo``): nil

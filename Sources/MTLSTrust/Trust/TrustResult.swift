@@ -226,11 +226,15 @@ public struct TrustResult: Sendable {
         self.warnings = warnings
     }
 
-    /// This result with revocation checking's outcome: its reasons refuse the peer (`revoked` is
-    /// fatal, as is `revocation_unknown`), its warnings are kept.
+    /// This result with revocation checking's outcome: its refusals are reasons that refuse the
+    /// peer (`revoked` is fatal, as is `revocation_unknown`), its warnings are kept.
     func with(revocation outcome: RevocationChecker.Outcome) -> TrustResult {
-        let refused = !outcome.reasons.isEmpty
-        return TrustResult(trusted: trusted && !refused, kind: refused ? .fatalFailure : kind, reasons: reasons + outcome.reasons,
+        let refusals = outcome.refusals.map {
+            TrustReason(code: $0.kind == .revoked ? TrustReason.Code.revoked : TrustReason.Code.revocationUnknown,
+                        certIndex: $0.certIndex, message: $0.message)
+        }
+        let refused = !refusals.isEmpty
+        return TrustResult(trusted: trusted && !refused, kind: refused ? .fatalFailure : kind, reasons: reasons + refusals,
                            chain: chain, matchedRule: matchedRule, matchedPin: matchedPin, provenance: provenance,
                            reportedReasons: reportedReasons, revocation: outcome.report, warnings: warnings + outcome.warnings)
     }
