@@ -583,74 +583,6 @@ MTLS_EXTERN int mtls_evaluate_with_overrides(mtls_policy *policy, mtls_cert *con
  * could be made (an invalid policy, an empty chain). Free *out with mtls_string_free. */
 MTLS_EXTERN int mtls_trust_result_provenance(const mtls_trust_result *result, char **out);
 
-/* --- Revocation (issue 28) -------------------------------------------------------------------
- * A policy (and each host rule, over it) may check the revocation of every certificate of the
- * built chain below the anchor, in every evaluation: mtls_evaluate*, and the verification inside
- * every handshake of a connection, a listener (client certificates) and a configured SSL_CTX.
- * Sources, in order: CRLs (those added with mtls_policy_add_crl_file, then the certificate's CRL
- * distribution points, fetched over http: only, verified against the issuer in the built chain
- * with OpenSSL — signature, issuer name, authority key identifier, thisUpdate/nextUpdate,
- * critical extensions; delta, indirect and reason-partitioned CRLs are unsupported — and cached
- * per URL until nextUpdate, in memory and in the cache folder; concurrent evaluations needing
- * one URL make one request; refreshed in the background before nextUpdate), then OCSP (a client
- * checks the server's stapled response first — TLS 1.3 with the certificate, TLS 1.2 in the
- * OCSP status callback libmtls installs on client contexts whose policy lists OCSP, before the
- * handshake ends; else a request with a nonce to the
- * certificate's AIA responder, answered by the issuer or a responder it delegated to with
- * id-kp-OCSPSigning, current at the evaluation time, cached while current). One freshness rule
- * holds for every CRL and OCSP response, whatever its source (file, distribution point, cache,
- * fetched, stapled, and the staple a listener sends): current until its nextUpdate; without a
- * nextUpdate, until its thisUpdate plus the maximum age (mtls_policy_set_revocation_max_age,
- * default 7 days); a thisUpdate more than 5 minutes in the future is refused. A CRL without a CRL
- * number is used (as OpenSSL does); of two CRLs of one issuer the newer (CRL number, else
- * thisUpdate) answers, and one older than a CRL already seen is never used in its place. A
- * certificate found revoked is never trusted (reason "revoked", with its date and reason); when
- * no source answers (unreachable, stale, unsupported, invalid) the status is unknown: HARD
- * refuses with reason "revocation_unknown", SOFT trusts and says so (mtls_trust_result_warnings,
- * mtls_trust_result_revocation). A handshake that needs a fetch waits for it within the fetch
- * time limit. Policy files: "revocation": {"mode": "hard", "sources": ["crl"], "max_bytes": N,
- * "timeout_ms": N, "cache_dir": "dir", "max_age_seconds": N} and per host rule {"mode": ...,
- * "sources": [...]}. */
-#define MTLS_REVOCATION_OFF 0   /* default */
-#define MTLS_REVOCATION_SOFT 1
-#define MTLS_REVOCATION_HARD 2
-/* Sources, or-ed: CRLs are consulted before OCSP. */
-#define MTLS_REVOCATION_SOURCE_CRL 1
-#define MTLS_REVOCATION_SOURCE_OCSP 2
-/* Policy-wide revocation checking: `mode` MTLS_REVOCATION_*, `sources` MTLS_REVOCATION_SOURCE_*
- * flags (0: CRL). MTLS_E_INVALID_ARGUMENT for an unknown mode or flag. */
-MTLS_EXTERN int mtls_policy_set_revocation(mtls_policy *policy, int mode, int sources);
-/* The same for the host rule `pattern` (created when missing), over the policy's setting. */
-MTLS_EXTERN int mtls_policy_set_rule_revocation(mtls_policy *policy, const char *pattern, int mode, int sources);
-/* Limits of one fetch: the largest CRL or response accepted (`max_bytes`, 0: 10 MiB) and the time
- * for the whole exchange (`timeout_ms`, 0: 5000). A larger body or a slower server is an unknown
- * status, never a hang. */
-MTLS_EXTERN int mtls_policy_set_revocation_limits(mtls_policy *policy, size_t max_bytes, int timeout_ms);
-/* How long a CRL or OCSP response without a nextUpdate stays current after its thisUpdate, in
- * seconds (0: the default, 7 days; at most 366 days). MTLS_E_INVALID_ARGUMENT for a negative or
- * too large value. */
-MTLS_EXTERN int mtls_policy_set_revocation_max_age(mtls_policy *policy, int64_t seconds);
-/* A folder where fetched CRLs are kept (made 0700 when missing; files 0600, one per URL), so a
- * restarted program does not fetch them again; NULL: memory only. The string is copied. An
- * existing folder must belong to the user and not be writable by group or others, else it is not
- * used (a library warning says why) and CRLs are fetched; cache files are read only if they are
- * regular files (not through symbolic links, never waiting on a FIFO). */
-MTLS_EXTERN int mtls_policy_set_revocation_cache_dir(mtls_policy *policy, const char *dir);
-/* What revocation checking did, as JSON: {"mode": "hard", "sources": ["crl"], "checks": [{
- * "cert_index": 0, "subject": ..., "status": "good"|"revoked"|"unknown", "source": "crl"|
- * "crl_file"|"ocsp"|"ocsp_staple"|null, "url": ..., "fetched_at": RFC 3339|null, "fetched_from":
- * "network"|"memory"|"disk"|"staple"|null, "this_update", "next_update", "revoked_at", "reason", "error"}]}; *out is NULL (with
- * MTLS_OK) when revocation was off or the chain was refused before. Free with mtls_string_free. */
-MTLS_EXTERN int mtls_trust_result_revocation(const mtls_trust_result *result, char **out);
-/* Warnings of a trusted result (a soft revocation check that found no status), a new array of
- * *count strings. Free it with mtls_string_list_free. */
-MTLS_EXTERN int mtls_trust_result_warnings(const mtls_trust_result *result, char ***out, size_t *count);
-/* Forgets every CRL and OCSP answer cached in memory and every remembered fetch failure (a failed
- * fetch is otherwise retried after 10 s). Cache folders are left as they are, and so is what was
- * seen: a CRL older than one already seen for its URL is still never used in its place.
- * Thread-safe. */
-MTLS_EXTERN void mtls_revocation_cache_clear(void);
-
 /* ======================================================================================
  * Credential store
  * ====================================================================================== */
@@ -788,22 +720,6 @@ MTLS_EXTERN int mtls_store_item_created(const mtls_store_item *item, int64_t *ou
 MTLS_EXTERN int mtls_store_item_modified(const mtls_store_item *item, int64_t *out);
 MTLS_EXTERN int mtls_store_item_chain_sha256s(const mtls_store_item *item, char ***out, size_t *count);
 
-/* ---- Renewal (issue 27) ----
- * Renews the identity labelled `label` in `store` from the enrollment record kept beside it
- * (made by `mtls enroll acme|pki`): when it is due — two thirds of its lifetime passed, less a
- * random jitter of up to 5 % — or always when `force` is non-zero. The new identity replaces the
- * old one (identity and record in one store transaction) only once its key matches and its
- * chain validates under `policy` (NULL: the anchors recorded at enrollment); until then the old
- * one stays. `pin` (NULL: none) is the token PIN for a token identity; it is not kept.
- * *renewed (may be NULL) is 1 when a new identity was installed, 0 otherwise.
- * Blocks for the whole exchange with the CA (seconds). Safe to call from any thread; calls for
- * one label should not overlap. Errors: MTLS_E_NOT_FOUND (no such identity or no record),
- * MTLS_E_CA_REJECTED (the CA's problem detail in mtls_last_error), MTLS_E_CHALLENGE_FAILED
- * (validation failed, or the new identity was not proven: nothing installed), MTLS_E_CONNECT,
- * MTLS_E_UNTRUSTED (the CA's TLS certificate), MTLS_E_TIMEOUT, MTLS_E_TOKEN... */
-MTLS_EXTERN int mtls_renew(mtls_store *store, const char *label, int force, const mtls_policy *policy,
-                           const char *pin, int *renewed);
-
 /* Delete the item labelled `label` in `item_class` (MTLS_STORE_ANY: every class).
  * MTLS_E_NOT_FOUND when nothing matched. `deleted` may be NULL. */
 MTLS_EXTERN int mtls_store_delete(mtls_store *store, const char *label, int item_class, size_t *deleted);
@@ -864,6 +780,396 @@ MTLS_EXTERN int mtls_store_upgrade(const char *path, const uint8_t *secret, size
  * right after the call. Free *out with mtls_identity_free. */
 MTLS_EXTERN int mtls_identity_resolve(const char *name, const char *key_path, const char *password,
                                       const char *pin, mtls_store *store, mtls_identity **out);
+
+/* ======================================================================================
+ * PKCS#11 tokens
+ * ====================================================================================== */
+
+/* Tokens (smart cards, USB tokens, HSMs) are reached through p11-kit: either every module
+ * registered with p11-kit (pkcs11.conf(5); pass module_path NULL) or one module file
+ * (module_path, e.g. "/usr/lib/softhsm/libsofthsm2.so"). Tokens and objects are named by
+ * RFC 7512 "pkcs11:" URIs. A module is initialised while something made from it is alive (a
+ * listing call, or a token identity) and finalised after.
+ *
+ * Errors of this section: MTLS_E_BAD_URI (syntax, unknown attribute, or a URI that matches
+ * several certificates), MTLS_E_TOKEN_NOT_PRESENT (no token matches), MTLS_E_NOT_FOUND (no such
+ * module file, certificate or key), MTLS_E_PIN_REQUIRED, MTLS_E_PIN_INCORRECT,
+ * MTLS_E_PIN_LOCKED, MTLS_E_TOKEN_REMOVED (also reported by a TLS handshake whose token went
+ * away), MTLS_E_TOKEN (anything else the module reports; mtls_last_error() has its CKR_ code).
+ *
+ * A listed token (mtls_token) and a listed certificate or key (mtls_token_object) are
+ * immutable snapshots, reference counted: share them across threads; each *_ref needs one
+ * *_free. */
+typedef struct mtls_token mtls_token;
+typedef struct mtls_token_object mtls_token_object;
+
+/* Flags of mtls_token_flags and of the PIN callback. */
+#define MTLS_TOKEN_LOGIN_REQUIRED 0x01       /* private objects need the user PIN */
+#define MTLS_TOKEN_PIN_LOCKED 0x02           /* the user PIN is locked */
+#define MTLS_TOKEN_PIN_COUNT_LOW 0x04        /* wrong PINs were entered */
+#define MTLS_TOKEN_PIN_FINAL_TRY 0x08        /* the next wrong PIN locks the token */
+#define MTLS_TOKEN_PROTECTED_AUTH_PATH 0x10  /* the token has its own PIN pad */
+#define MTLS_TOKEN_USER_PIN_INITIALIZED 0x20
+
+/* The initialised tokens present in the module at module_path (NULL: every registered module),
+ * as a new array of *count handles. Free it with mtls_token_list_free(*out, *count).
+ * Thread-safe. */
+MTLS_EXTERN int mtls_token_list(const char *module_path, mtls_token ***out, size_t *count);
+/* Free an array from mtls_token_list and every handle in it. NULL is a no-op. */
+MTLS_EXTERN void mtls_token_list_free(mtls_token **list, size_t count);
+/* Add a reference; returns `token` (NULL gives NULL). */
+MTLS_EXTERN mtls_token *mtls_token_ref(mtls_token *token);
+/* Drop a reference. NULL is a no-op. */
+MTLS_EXTERN void mtls_token_free(mtls_token *token);
+/* The token's label, RFC 7512 URI, manufacturer, model, serial number, p11-kit module name and
+ * module file. Free *out with mtls_string_free; mtls_token_module_path sets *out to NULL when
+ * p11-kit does not know the file. */
+MTLS_EXTERN int mtls_token_label(const mtls_token *token, char **out);
+MTLS_EXTERN int mtls_token_uri(const mtls_token *token, char **out);
+MTLS_EXTERN int mtls_token_manufacturer(const mtls_token *token, char **out);
+MTLS_EXTERN int mtls_token_model(const mtls_token *token, char **out);
+MTLS_EXTERN int mtls_token_serial(const mtls_token *token, char **out);
+MTLS_EXTERN int mtls_token_module_name(const mtls_token *token, char **out);
+MTLS_EXTERN int mtls_token_module_path(const mtls_token *token, char **out);
+/* The PKCS#11 slot id of the token in its module. */
+MTLS_EXTERN int mtls_token_slot(const mtls_token *token, unsigned long *slot_id);
+/* MTLS_TOKEN_* flags, as the token reported them when listed. */
+MTLS_EXTERN int mtls_token_flags(const mtls_token *token, unsigned int *flags);
+
+/* Kinds of token objects. */
+#define MTLS_TOKEN_OBJECT_CERT 1
+#define MTLS_TOKEN_OBJECT_PRIVATE_KEY 2
+#define MTLS_TOKEN_OBJECT_PUBLIC_KEY 3
+/* The certificates and keys on the tokens matching token_uri (NULL: every token) of the module
+ * at module_path (NULL: every registered module). With a `pin` (NUL-terminated; NULL for
+ * none), logs in first so private keys are listed too. Free the array with
+ * mtls_token_object_list_free(*out, *count). MTLS_E_TOKEN_NOT_PRESENT when no token matches. */
+MTLS_EXTERN int mtls_token_objects(const char *module_path, const char *token_uri, const char *pin,
+                                   mtls_token_object ***out, size_t *count);
+/* Free an array from mtls_token_objects and every handle in it. NULL is a no-op. */
+MTLS_EXTERN void mtls_token_object_list_free(mtls_token_object **list, size_t count);
+/* Add a reference; returns `object` (NULL gives NULL). */
+MTLS_EXTERN mtls_token_object *mtls_token_object_ref(mtls_token_object *object);
+/* Drop a reference. NULL is a no-op. */
+MTLS_EXTERN void mtls_token_object_free(mtls_token_object *object);
+/* *kind is an MTLS_TOKEN_OBJECT_* value. */
+MTLS_EXTERN int mtls_token_object_kind(const mtls_token_object *object, int *kind);
+/* CKA_LABEL (*out NULL when the object has none), the object's RFC 7512 URI, and its key type
+ * ("rsa2048", "p256"...; *out NULL when unknown). Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_token_object_label(const mtls_token_object *object, char **out);
+MTLS_EXTERN int mtls_token_object_uri(const mtls_token_object *object, char **out);
+MTLS_EXTERN int mtls_token_object_key_type(const mtls_token_object *object, char **out);
+/* CKA_ID (possibly empty), which ties a key to its certificate. Free *out with mtls_bytes_free. */
+MTLS_EXTERN int mtls_token_object_id(const mtls_token_object *object, uint8_t **out, size_t *len);
+/* The certificate of a certificate object: a new reference, free with mtls_cert_free.
+ * MTLS_E_NOT_FOUND for a key or an unreadable certificate. */
+MTLS_EXTERN int mtls_token_object_cert(const mtls_token_object *object, mtls_cert **out);
+/* The token the object is on: a new handle, free with mtls_token_free. */
+MTLS_EXTERN int mtls_token_object_token(const mtls_token_object *object, mtls_token **out);
+
+/* Asked for the user PIN of a token (token_label and token_uri, valid during the call; flags:
+ * MTLS_TOKEN_PIN_COUNT_LOW, MTLS_TOKEN_PIN_FINAL_TRY). Write the PIN, NUL-terminated, into
+ * `pin` (pin_size bytes; libmtls wipes the buffer afterwards) and return 0; return non-zero to
+ * give up (the call then fails with MTLS_E_PIN_REQUIRED). Called on the calling thread, during
+ * mtls_identity_from_pkcs11 only, at most once; it is not kept -- except for a key marked
+ * CKA_ALWAYS_AUTHENTICATE: then it is also called before each signature with that key (on the
+ * thread running the handshake, for the token's context-specific login), for as long as the
+ * identity lives, so `userdata` must stay valid until the identity and its connections are freed.
+ * (A PIN from the URI's pin-value/pin-source serves those logins the same way.)
+ * `destroy(userdata)`, if not NULL, runs exactly once when libmtls no longer holds the callback:
+ * before mtls_identity_from_pkcs11 returns (whatever it returns), or for such a key when the
+ * identity and its connections are freed (like every libmtls callback registration). */
+typedef int (*mtls_pin_cb)(const char *token_label, const char *token_uri, unsigned int flags, char *pin,
+                           size_t pin_size, void *userdata);
+/* The identity a pkcs11: URI names: the certificate it matches (by object= / id=, the chain from
+ * the other certificates on the token) and the private key with the same CKA_ID. The key never
+ * leaves the token: TLS handshakes with this identity sign on the token (RSA PKCS#1 v1.5,
+ * RSA-PSS, ECDSA P-256/P-384, Ed25519), with the TLS signature schemes the token has mechanisms
+ * for (CKM_RSA_PKCS, CKM_RSA_PKCS_PSS, CKM_ECDSA, CKM_EDDSA). The key is an OpenSSL 3 key of
+ * libmtls's own provider ("mtls-token"), which lives in a library context of libmtls's own: the
+ * host program's default OpenSSL context never has it loaded, and the key cannot be exported. The PIN comes from pin_cb (NULL: none asked), else the URI's pin-value or
+ * pin-source (a file); the module from the URI's module-path or module-name, else every
+ * registered module. The identity keeps a session with the token open (and the user logged in)
+ * until it and every connection using it are freed. Free *out with mtls_identity_free; share it
+ * across threads (signatures on one token are serialised).
+ * A token removed while the identity is loaded makes the next handshake fail with
+ * MTLS_E_TOKEN_REMOVED; once it is back, the next handshake opens a new session, logs in again
+ * (with the URI's pin-value or pin-source; pin_cb is not kept, so an identity whose PIN came from
+ * the callback must be made again) and works, without restarting the program. The identity also
+ * works in a fork()ed child: the first signature there initialises the module again (PKCS#11
+ * requires C_Initialize in the child) and opens the child's own session. */
+MTLS_EXTERN int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, void *userdata,
+                                          void (*destroy)(void *userdata), mtls_identity **out);
+/* The pkcs11: URI of the identity's private key when it lives on a token; *out NULL for a key in
+ * memory. Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_identity_token_uri(const mtls_identity *identity, char **out);
+
+/* Enrollment on a token (PIN as for mtls_identity_from_pkcs11: pin_cb, else the URI's pin-value
+ * or pin-source; a static PIN the token refused is not sent again until it changes, and none is
+ * sent to a token at its final try: MTLS_E_PIN_LOCKED). The PIN callback, if any, is called on
+ * the calling thread during the call only and is not kept. */
+/* Generate a key pair on the token the URI names (token=... and object=LABEL and/or id=%XX...):
+ * key_type MTLS_KEY_TYPE_EC_P256, _EC_P384, _RSA_2048, _RSA_3072 or _ED25519 (the aliases below
+ * are accepted too); the private key sensitive,
+ * never extractable, for signing, with CKA_ID from id= (random when absent) and CKA_LABEL from
+ * object=. *key_uri is the new private key's URI; free it with mtls_string_free.
+ * MTLS_E_DUPLICATE when the token has a key with that id or label; MTLS_E_UNSUPPORTED when the
+ * token cannot make that type (the message names the attribute when that can be known, such as
+ * CKA_MODULUS_BITS outside the token's range). "No encrypt, decrypt, wrap or unwrap" is only a
+ * preference: a module that refuses it (tpm2-pkcs11's keys always sign and decrypt) gets the
+ * key without it, and a warning (mtls_take_warnings) names the attributes it set anyway. */
+MTLS_EXTERN int mtls_token_keygen(const char *uri, const char *key_type, mtls_pin_cb pin_cb, void *userdata,
+                                  char **key_uri);
+/* A PKCS#10 certificate signing request for the token key the URI names, with `subject`
+ * ("CN=alice", "CN=alice,O=Example"), signed on the token (a CKA_ALWAYS_AUTHENTICATE key gets
+ * its context-specific login before the signature, as in a handshake). *csr_pem (PEM) is freed
+ * with mtls_string_free. */
+MTLS_EXTERN int mtls_token_csr(const char *uri, const char *subject, mtls_pin_cb pin_cb, void *userdata, char **csr_pem);
+/* Write `cert` onto the token beside the private key the URI names (same CKA_ID; label from the
+ * URI's object=, else the key's). MTLS_E_KEY_MISMATCH when it is not that key's certificate,
+ * MTLS_E_DUPLICATE when it is already there. *cert_uri (may be NULL) receives the certificate
+ * object's URI; free it with mtls_string_free. */
+MTLS_EXTERN int mtls_token_import_cert(const char *uri, const mtls_cert *cert, mtls_pin_cb pin_cb, void *userdata,
+                                       char **cert_uri);
+
+/* ---- Identities and policies that change; events; expiry (issue 26) ----
+ *
+ * An identity source is what a listener, client connections or a configured SSL_CTX present:
+ * fixed or swapped by the application (mtls_identity_source_new, mtls_identity_source_set), or
+ * following a store label (mtls_identity_source_follow_store). Each handshake takes the identity
+ * in force when it starts, whole (never the key of one with the certificate of another);
+ * connections in flight keep theirs. A client session made with one identity is never resumed
+ * under another.
+ *
+ * Following a store: the library's watcher thread, named "mtls-watch" (one per process, started
+ * with the first thing followed, ended when nothing is), looks at the store's change mark every
+ * 250 ms (SQLite's data_version and the connection's own changes: two integers, no row read);
+ * only when it moved is the label's row metadata read, and only when its leaf changed is the row
+ * loaded. A replacement made by another process (mtls store import --replace) is in force within
+ * a second. A replacement that fails to load (a row that fails authentication: MTLS_E_CORRUPT; a
+ * label deleted: MTLS_E_NOT_FOUND; a token that is gone) keeps the last good identity and is
+ * reported as MTLS_EVENT_RELOAD_FAILED, once: not again at every other write to the store, until
+ * a look succeeds (it is tried again at each look). Handshakes never read the store. Every
+ * event's message is one line (control characters of a label or a name in it are blanks).
+ *
+ * Events: callbacks run on the "mtls-watch" thread for what it finds, on the calling thread
+ * for mtls_identity_source_set / mtls_listener_set_identity, and on a handshake's thread for an
+ * identity its context cannot take. They must not block for long (they
+ * hold up the watcher) and must not free the object they were registered on.
+ *
+ * Thread safety: an mtls_identity_source and an mtls_policy_watch may be shared across threads
+ * and used by any number of listeners, connections and contexts at once; set, current and the
+ * event callback functions may be called from any thread. */
+typedef struct mtls_identity_source mtls_identity_source;
+typedef struct mtls_policy_watch mtls_policy_watch;
+
+#define MTLS_EVENT_IDENTITY_ROTATED 1 /* a new identity is in force */
+#define MTLS_EVENT_POLICY_RELOADED 2  /* a followed policy file's new settings are in force */
+#define MTLS_EVENT_RELOAD_FAILED 3    /* a replacement could not be loaded; the last good one stays */
+#define MTLS_EVENT_EXPIRY_WARNING 4   /* the identity presented, or an anchor of a followed policy,
+                                         expires within the warning window; from a renewer: the
+                                         identity expires before the next renewal attempt */
+/* Renewal events (issue 27), fired by a renewer: see "Renewal events" below, mtls_renewer_new. */
+#define MTLS_EVENT_RENEWAL_SCHEDULED 5   /* next_attempt: when the identity is next renewed */
+#define MTLS_EVENT_RENEWAL_SUCCEEDED 6   /* a renewed identity is proven and installed (the new certificate) */
+#define MTLS_EVENT_RENEWAL_FAILED 7      /* error_code, message: why; next_attempt: the retry (backoff) */
+#define MTLS_EVENT_RENEWAL_NOT_INSTALLED 8 /* issued but its key or chain (under the policy) does not
+                                              prove it: not installed; retried like a failure */
+
+/* One event. Every pointer is valid only during the callback. */
+typedef struct mtls_event {
+    int kind;                  /* MTLS_EVENT_* */
+    const char *label;         /* store label or policy file path; NULL for an application's swap */
+    const char *subject;       /* RFC 4514 subject of the certificate concerned, or NULL */
+    const char *sha256;        /* its lowercase hex SHA-256, or NULL */
+    int64_t not_after;         /* its notAfter (seconds since 1970), 0 when none */
+    int error_code;            /* MTLS_EVENT_RELOAD_FAILED, _RENEWAL_FAILED, _RENEWAL_NOT_INSTALLED:
+                                  the MTLS_E_* code; else 0 */
+    const char *message;       /* one line saying what happened */
+    int64_t next_attempt;      /* renewal events: when the next renewal attempt is due (seconds
+                                  since 1970); else 0. Added last: the library writes the struct,
+                                  callbacks built against the older header just do not read it. */
+} mtls_event;
+typedef void (*mtls_event_cb)(const mtls_event *event, void *userdata);
+
+#define MTLS_WATCH_OPTIONS_VERSION 1
+/* Options of a followed store label or policy file; fill with mtls_watch_options_init. */
+typedef struct mtls_watch_options {
+    unsigned int version;      /* MTLS_WATCH_OPTIONS_VERSION */
+    int warning_days;          /* MTLS_EVENT_EXPIRY_WARNING this many days before notAfter (the
+                                  identity presented; a followed policy's anchors); 0: 14 */
+    const char *token_pin;     /* a token identity's PIN (NULL: its URI's pin-value/pin-source);
+                                  copied, the caller's buffer may be wiped after the call */
+} mtls_watch_options;
+MTLS_EXTERN int mtls_watch_options_init(mtls_watch_options *opts, unsigned int version);
+
+/* A source presenting `identity` (required) until mtls_identity_source_set. It keeps its own
+ * reference to the identity. Free *out with mtls_identity_source_free. The first identity is not
+ * checked against the clock (a program starts with what it has; one within the warning window,
+ * or past it, is reported as MTLS_EVENT_EXPIRY_WARNING once a callback is set): only a
+ * replacement must be valid now (see mtls_identity_source_set). */
+MTLS_EXTERN int mtls_identity_source_new(const mtls_identity *identity, mtls_identity_source **out);
+/* A source following `label` in `store` (a stored identity, else a token identity). The identity
+ * is loaded now: a failure is returned (MTLS_E_NOT_FOUND, MTLS_E_CORRUPT, token errors). The
+ * source keeps its own reference to the store. opts may be NULL. Free with
+ * mtls_identity_source_free. */
+MTLS_EXTERN int mtls_identity_source_follow_store(mtls_store *store, const char *label, const mtls_watch_options *opts,
+                                                  mtls_identity_source **out);
+/* Puts `identity` in force for every handshake that starts from now on (a followed label's next
+ * change in the store replaces it again). Fires MTLS_EVENT_IDENTITY_ROTATED on this thread.
+ * An identity whose certificate has expired or is not valid yet is refused: MTLS_E_INVALID_ARGUMENT,
+ * the identity in force stays, MTLS_EVENT_RELOAD_FAILED fires on this thread (a store replacement
+ * like it is a failed reload too). A context whose SSLs cannot take the identity in force (an
+ * application's SSL_CTX with a security level above its key) presents the last identity it
+ * could, whole, and fires MTLS_EVENT_RELOAD_FAILED once, on the thread of that handshake. */
+MTLS_EXTERN int mtls_identity_source_set(mtls_identity_source *source, const mtls_identity *identity);
+/* The identity in force now: a new reference, free with mtls_identity_free. */
+MTLS_EXTERN int mtls_identity_source_current(const mtls_identity_source *source, mtls_identity **out);
+/* Sets (cb NULL: clears) the source's event callback. `destroy(userdata)`, if not NULL, runs once
+ * when the callback is replaced or cleared, or when the source is freed by its last holder (a
+ * listener, connection or SSL_CTX may hold it after mtls_identity_source_free). */
+MTLS_EXTERN int mtls_identity_source_set_event_callback(mtls_identity_source *source, mtls_event_cb cb, void *userdata,
+                                                        void (*destroy)(void *userdata));
+/* Drops the caller's reference; listeners, connections and SSL_CTXs that use it keep theirs.
+ * NULL is a no-op. */
+MTLS_EXTERN void mtls_identity_source_free(mtls_identity_source *source);
+
+/* A policy loaded from a JSON file and kept up to date with it: when the file changes, the new
+ * file is parsed in full and only then put in force (mtls_policy_replace semantics: sessions of
+ * the old settings are not resumed); a file that does not parse keeps the old settings and fires
+ * MTLS_EVENT_RELOAD_FAILED (once per version of the file; a file that failed is tried again at
+ * each look, so a policy written before an anchor file it names is in force once that file is
+ * there). A change is seen by the file's size, times, inode and device, and while its times are
+ * within 2 s of the last read by its bytes; the file is also read again when an anchor or CRL
+ * file it names changes (size, times, inode or device); a reload reads only a regular file (a
+ * FIFO in its place is a failed reload, not a wait). The first load's failure is returned. opts
+ * may be NULL.
+ * Free with mtls_policy_watch_free. */
+MTLS_EXTERN int mtls_policy_watch_new(const char *path, const mtls_watch_options *opts, mtls_policy_watch **out);
+/* The followed policy, to give to listeners, connections and contexts: a new reference, free
+ * with mtls_policy_free. */
+MTLS_EXTERN int mtls_policy_watch_policy(const mtls_policy_watch *watch, mtls_policy **out);
+/* Reloads now, whether or not the file looks changed (on SIGHUP, say). Returns MTLS_OK even when
+ * the file is broken: that is reported through the event callback (even when the same failure
+ * was reported before). */
+MTLS_EXTERN int mtls_policy_watch_reload(mtls_policy_watch *watch);
+MTLS_EXTERN int mtls_policy_watch_set_event_callback(mtls_policy_watch *watch, mtls_event_cb cb, void *userdata,
+                                                     void (*destroy)(void *userdata));
+/* Stops following (the policy stays valid for its holders). NULL is a no-op. */
+MTLS_EXTERN void mtls_policy_watch_free(mtls_policy_watch *watch);
+
+/* Anchors taken from store labels (stored certificates, mtls store add-cert), kept up to date
+ * in `policy`: the certificates under `labels` (count >= 1) are added to its anchors now (a
+ * failure is returned: MTLS_E_NOT_FOUND, MTLS_E_CORRUPT...), and when another process replaces
+ * one, the policy's anchors are swapped for the new ones within a second (as mtls_policy_replace:
+ * sessions judged under the old anchors are not resumed), firing MTLS_EVENT_POLICY_RELOADED; a
+ * label that fails to load keeps the anchors in force and fires MTLS_EVENT_RELOAD_FAILED once.
+ * The watch keeps its own references to policy and store. Free with mtls_anchor_watch_free
+ * (the anchors in force stay in the policy). */
+typedef struct mtls_anchor_watch mtls_anchor_watch;
+MTLS_EXTERN int mtls_policy_follow_store_anchors(mtls_policy *policy, mtls_store *store, const char *const *labels,
+                                                 size_t count, mtls_anchor_watch **out);
+MTLS_EXTERN int mtls_anchor_watch_set_event_callback(mtls_anchor_watch *watch, mtls_event_cb cb, void *userdata,
+                                                     void (*destroy)(void *userdata));
+/* Stops following. NULL is a no-op. */
+MTLS_EXTERN void mtls_anchor_watch_free(mtls_anchor_watch *watch);
+
+/* --- Revocation (issue 28) -------------------------------------------------------------------
+ * A policy (and each host rule, over it) may check the revocation of every certificate of the
+ * built chain below the anchor, in every evaluation: mtls_evaluate*, and the verification inside
+ * every handshake of a connection, a listener (client certificates) and a configured SSL_CTX.
+ * Sources, in order: CRLs (those added with mtls_policy_add_crl_file, then the certificate's CRL
+ * distribution points, fetched over http: only, verified against the issuer in the built chain
+ * with OpenSSL — signature, issuer name, authority key identifier, thisUpdate/nextUpdate,
+ * critical extensions; delta, indirect and reason-partitioned CRLs are unsupported — and cached
+ * per URL until nextUpdate, in memory and in the cache folder; concurrent evaluations needing
+ * one URL make one request; refreshed in the background before nextUpdate), then OCSP (a client
+ * checks the server's stapled response first — TLS 1.3 with the certificate, TLS 1.2 in the
+ * OCSP status callback libmtls installs on client contexts whose policy lists OCSP, before the
+ * handshake ends; else a request with a nonce to the
+ * certificate's AIA responder, answered by the issuer or a responder it delegated to with
+ * id-kp-OCSPSigning, current at the evaluation time, cached while current). One freshness rule
+ * holds for every CRL and OCSP response, whatever its source (file, distribution point, cache,
+ * fetched, stapled, and the staple a listener sends): current until its nextUpdate; without a
+ * nextUpdate, until its thisUpdate plus the maximum age (mtls_policy_set_revocation_max_age,
+ * default 7 days); a thisUpdate more than 5 minutes in the future is refused. A CRL without a CRL
+ * number is used (as OpenSSL does); of two CRLs of one issuer the newer (CRL number, else
+ * thisUpdate) answers, and one older than a CRL already seen is never used in its place. A
+ * certificate found revoked is never trusted (reason "revoked", with its date and reason); when
+ * no source answers (unreachable, stale, unsupported, invalid) the status is unknown: HARD
+ * refuses with reason "revocation_unknown", SOFT trusts and says so (mtls_trust_result_warnings,
+ * mtls_trust_result_revocation). A handshake that needs a fetch waits for it within the fetch
+ * time limit. Policy files: "revocation": {"mode": "hard", "sources": ["crl"], "max_bytes": N,
+ * "timeout_ms": N, "cache_dir": "dir", "max_age_seconds": N} and per host rule {"mode": ...,
+ * "sources": [...]}. */
+#define MTLS_REVOCATION_OFF 0   /* default */
+#define MTLS_REVOCATION_SOFT 1
+#define MTLS_REVOCATION_HARD 2
+/* Sources, or-ed: CRLs are consulted before OCSP. */
+#define MTLS_REVOCATION_SOURCE_CRL 1
+#define MTLS_REVOCATION_SOURCE_OCSP 2
+/* Policy-wide revocation checking: `mode` MTLS_REVOCATION_*, `sources` MTLS_REVOCATION_SOURCE_*
+ * flags (0: CRL). MTLS_E_INVALID_ARGUMENT for an unknown mode or flag. */
+MTLS_EXTERN int mtls_policy_set_revocation(mtls_policy *policy, int mode, int sources);
+/* The same for the host rule `pattern` (created when missing), over the policy's setting. */
+MTLS_EXTERN int mtls_policy_set_rule_revocation(mtls_policy *policy, const char *pattern, int mode, int sources);
+/* Limits of one fetch: the largest CRL or response accepted (`max_bytes`, 0: 10 MiB) and the time
+ * for the whole exchange (`timeout_ms`, 0: 5000). A larger body or a slower server is an unknown
+ * status, never a hang. */
+MTLS_EXTERN int mtls_policy_set_revocation_limits(mtls_policy *policy, size_t max_bytes, int timeout_ms);
+/* How long a CRL or OCSP response without a nextUpdate stays current after its thisUpdate, in
+ * seconds (0: the default, 7 days; at most 366 days). MTLS_E_INVALID_ARGUMENT for a negative or
+ * too large value. */
+MTLS_EXTERN int mtls_policy_set_revocation_max_age(mtls_policy *policy, int64_t seconds);
+/* A folder where fetched CRLs are kept (made 0700 when missing; files 0600, one per URL), so a
+ * restarted program does not fetch them again; NULL: memory only. The string is copied. An
+ * existing folder must belong to the user and not be writable by group or others, else it is not
+ * used (a library warning says why) and CRLs are fetched; cache files are read only if they are
+ * regular files (not through symbolic links, never waiting on a FIFO). */
+MTLS_EXTERN int mtls_policy_set_revocation_cache_dir(mtls_policy *policy, const char *dir);
+/* What revocation checking did, as JSON: {"mode": "hard", "sources": ["crl"], "checks": [{
+ * "cert_index": 0, "subject": ..., "status": "good"|"revoked"|"unknown", "source": "crl"|
+ * "crl_file"|"ocsp"|"ocsp_staple"|null, "url": ..., "fetched_at": RFC 3339|null, "fetched_from":
+ * "network"|"memory"|"disk"|"staple"|null, "this_update", "next_update", "revoked_at", "reason", "error"}]}; *out is NULL (with
+ * MTLS_OK) when revocation was off or the chain was refused before. Free with mtls_string_free. */
+MTLS_EXTERN int mtls_trust_result_revocation(const mtls_trust_result *result, char **out);
+/* Warnings of a trusted result (a soft revocation check that found no status), a new array of
+ * *count strings. Free it with mtls_string_list_free. */
+MTLS_EXTERN int mtls_trust_result_warnings(const mtls_trust_result *result, char ***out, size_t *count);
+/* Forgets every CRL and OCSP answer cached in memory and every remembered fetch failure (a failed
+ * fetch is otherwise retried after 10 s). Cache folders are left as they are, and so is what was
+ * seen: a CRL older than one already seen for its URL is still never used in its place.
+ * Thread-safe. */
+MTLS_EXTERN void mtls_revocation_cache_clear(void);
+
+/* ---- Revocation events (issue 28) ----
+ *
+ * A policy that checks revocation (see "Revocation") reports each fetch that failed through its
+ * own event callback: one event per failed fetch of a CRL or an OCSP response (a server that does
+ * not answer, a body over the size or time limit, something that is not a CRL, a CRL or response
+ * that does not verify against the issuer), made for a handshake or an evaluation, or by the
+ * background refresh of a cached CRL (which keeps the CRL in hand until its nextUpdate).
+ * Evaluations that find the failure remembered (it is retried after 10 s) fire none. The event:
+ * `label` is the URL, `subject`/`sha256`/`not_after` the certificate whose status was sought,
+ * `error_code` the MTLS_E_* code of the failure (MTLS_E_IO, MTLS_E_TIMEOUT, MTLS_E_LIMIT,
+ * MTLS_E_PARSE, MTLS_E_UNTRUSTED...), `message` names the issuer and says why. The callback runs
+ * on the thread that made the fetch (a handshake's, an mtls_evaluate caller's, or the refresh
+ * thread "mtls-revocation"): it must not block for long. A stale CRL (past its nextUpdate, and
+ * the distribution point serves no fresher one) is reported once per CRL and nextUpdate, not at
+ * each retry; its status is unknown.
+ * A server's OCSP stapler (a listener's, or an SSL_CTX configured with mtls_ssl_ctx_configure*
+ * to accept clients) reports through the listener's (its identity source's) event callback, or
+ * for an SSL_CTX without an identity source through the policy's: the same kind, once per failed
+ * fetch of the staple or answer that is not "good" (nothing is then stapled), `label` the
+ * responder's URL, `subject`/`sha256` the server's own certificate, on the thread
+ * "mtls-ocsp-staple"; after a failure the stapler retries in 5 s, doubling to a minute.
+ * Event kinds of this block are numbered from 16. */
+#define MTLS_EVENT_REVOCATION_FETCH_FAILED 16 /* a CRL or OCSP fetch failed (or a stale CRL) */
+/* Sets (cb NULL: clears) the policy's event callback. `destroy(userdata)`, if not NULL, runs once
+ * when the callback is replaced or cleared, or when the policy is freed by its last holder
+ * (connections, listeners and SSL_CTXs keep their own references). */
+MTLS_EXTERN int mtls_policy_set_event_callback(mtls_policy *policy, mtls_event_cb cb, void *userdata,
+                                               void (*destroy)(void *userdata));
 
 /* ======================================================================================
  * Connections
@@ -1157,6 +1463,33 @@ MTLS_EXTERN int mtls_listener_accept(mtls_listener *listener, int timeout_ms, mt
  * inside mtls_listener_accept on the same listener. NULL is a no-op. */
 MTLS_EXTERN void mtls_listener_free(mtls_listener *listener);
 
+/* A listener presenting `source`'s identity (opts->identity is ignored and may be NULL); the
+ * listener keeps its own reference to the source. Otherwise as mtls_listener_new. */
+MTLS_EXTERN int mtls_listener_new_with_source(const char *address, uint16_t port, const mtls_listener_options *opts,
+                                              mtls_identity_source *source, mtls_listener **out);
+/* Presents `identity` from the listener's next handshake on; handshakes under way and accepted
+ * connections keep theirs. Fires MTLS_EVENT_IDENTITY_ROTATED (on this thread). Refuses an
+ * expired or not yet valid identity as mtls_identity_source_set does. */
+MTLS_EXTERN int mtls_listener_set_identity(mtls_listener *listener, const mtls_identity *identity);
+/* The listener's event callback (its identity source's): as mtls_identity_source_set_event_callback. */
+MTLS_EXTERN int mtls_listener_set_event_callback(mtls_listener *listener, mtls_event_cb cb, void *userdata,
+                                                 void (*destroy)(void *userdata));
+
+#define MTLS_LISTENER_COUNTERS_VERSION 1
+/* A listener's counters; set `version` to MTLS_LISTENER_COUNTERS_VERSION before the call. */
+typedef struct mtls_listener_counters {
+    unsigned int version;
+    uint64_t accepted;          /* handshakes that succeeded (resumed ones included) */
+    uint64_t resumed;           /* handshakes that resumed a session */
+    uint64_t refused;           /* handshakes refused, every reason */
+    int64_t current_connections; /* accepted connections not yet freed with mtls_conn_free */
+} mtls_listener_counters;
+MTLS_EXTERN int mtls_listener_get_counters(const mtls_listener *listener, mtls_listener_counters *out);
+/* Handshakes refused with the error `code` (MTLS_E_UNTRUSTED, MTLS_E_HANDSHAKE, MTLS_E_TIMEOUT...). */
+MTLS_EXTERN int mtls_listener_refused_count(const mtls_listener *listener, int code, uint64_t *count);
+/* The listener's counters as Prometheus text. Free *out with mtls_string_free. */
+MTLS_EXTERN int mtls_listener_metrics(const mtls_listener *listener, char **out);
+
 /* Bring your own SSL_CTX: configure an OpenSSL SSL_CTX * the application owns (passed as void *,
  * e.g. from libcurl's CURLOPT_SSL_CTX_FUNCTION) to present `identity` (NULL: none) and to judge
  * peers with `policy` (NULL: system trust store) through libmtls's evaluator. accepts_clients 0:
@@ -1226,157 +1559,13 @@ MTLS_EXTERN int mtls_ssl_set_peer(void *ssl, const char *host, uint16_t port, co
  * CURLOPT_SSL_CTX_DATA). The context keeps a copy until it is freed; calling again replaces it. */
 MTLS_EXTERN int mtls_ssl_ctx_set_peer(void *ssl_ctx, const char *host, uint16_t port, const char *verify_as);
 
-
-/* ======================================================================================
- * PKCS#11 tokens
- * ====================================================================================== */
-
-/* Tokens (smart cards, USB tokens, HSMs) are reached through p11-kit: either every module
- * registered with p11-kit (pkcs11.conf(5); pass module_path NULL) or one module file
- * (module_path, e.g. "/usr/lib/softhsm/libsofthsm2.so"). Tokens and objects are named by
- * RFC 7512 "pkcs11:" URIs. A module is initialised while something made from it is alive (a
- * listing call, or a token identity) and finalised after.
- *
- * Errors of this section: MTLS_E_BAD_URI (syntax, unknown attribute, or a URI that matches
- * several certificates), MTLS_E_TOKEN_NOT_PRESENT (no token matches), MTLS_E_NOT_FOUND (no such
- * module file, certificate or key), MTLS_E_PIN_REQUIRED, MTLS_E_PIN_INCORRECT,
- * MTLS_E_PIN_LOCKED, MTLS_E_TOKEN_REMOVED (also reported by a TLS handshake whose token went
- * away), MTLS_E_TOKEN (anything else the module reports; mtls_last_error() has its CKR_ code).
- *
- * A listed token (mtls_token) and a listed certificate or key (mtls_token_object) are
- * immutable snapshots, reference counted: share them across threads; each *_ref needs one
- * *_free. */
-typedef struct mtls_token mtls_token;
-typedef struct mtls_token_object mtls_token_object;
-
-/* Flags of mtls_token_flags and of the PIN callback. */
-#define MTLS_TOKEN_LOGIN_REQUIRED 0x01       /* private objects need the user PIN */
-#define MTLS_TOKEN_PIN_LOCKED 0x02           /* the user PIN is locked */
-#define MTLS_TOKEN_PIN_COUNT_LOW 0x04        /* wrong PINs were entered */
-#define MTLS_TOKEN_PIN_FINAL_TRY 0x08        /* the next wrong PIN locks the token */
-#define MTLS_TOKEN_PROTECTED_AUTH_PATH 0x10  /* the token has its own PIN pad */
-#define MTLS_TOKEN_USER_PIN_INITIALIZED 0x20
-
-/* The initialised tokens present in the module at module_path (NULL: every registered module),
- * as a new array of *count handles. Free it with mtls_token_list_free(*out, *count).
- * Thread-safe. */
-MTLS_EXTERN int mtls_token_list(const char *module_path, mtls_token ***out, size_t *count);
-/* Free an array from mtls_token_list and every handle in it. NULL is a no-op. */
-MTLS_EXTERN void mtls_token_list_free(mtls_token **list, size_t count);
-/* Add a reference; returns `token` (NULL gives NULL). */
-MTLS_EXTERN mtls_token *mtls_token_ref(mtls_token *token);
-/* Drop a reference. NULL is a no-op. */
-MTLS_EXTERN void mtls_token_free(mtls_token *token);
-/* The token's label, RFC 7512 URI, manufacturer, model, serial number, p11-kit module name and
- * module file. Free *out with mtls_string_free; mtls_token_module_path sets *out to NULL when
- * p11-kit does not know the file. */
-MTLS_EXTERN int mtls_token_label(const mtls_token *token, char **out);
-MTLS_EXTERN int mtls_token_uri(const mtls_token *token, char **out);
-MTLS_EXTERN int mtls_token_manufacturer(const mtls_token *token, char **out);
-MTLS_EXTERN int mtls_token_model(const mtls_token *token, char **out);
-MTLS_EXTERN int mtls_token_serial(const mtls_token *token, char **out);
-MTLS_EXTERN int mtls_token_module_name(const mtls_token *token, char **out);
-MTLS_EXTERN int mtls_token_module_path(const mtls_token *token, char **out);
-/* The PKCS#11 slot id of the token in its module. */
-MTLS_EXTERN int mtls_token_slot(const mtls_token *token, unsigned long *slot_id);
-/* MTLS_TOKEN_* flags, as the token reported them when listed. */
-MTLS_EXTERN int mtls_token_flags(const mtls_token *token, unsigned int *flags);
-
-/* Kinds of token objects. */
-#define MTLS_TOKEN_OBJECT_CERT 1
-#define MTLS_TOKEN_OBJECT_PRIVATE_KEY 2
-#define MTLS_TOKEN_OBJECT_PUBLIC_KEY 3
-/* The certificates and keys on the tokens matching token_uri (NULL: every token) of the module
- * at module_path (NULL: every registered module). With a `pin` (NUL-terminated; NULL for
- * none), logs in first so private keys are listed too. Free the array with
- * mtls_token_object_list_free(*out, *count). MTLS_E_TOKEN_NOT_PRESENT when no token matches. */
-MTLS_EXTERN int mtls_token_objects(const char *module_path, const char *token_uri, const char *pin,
-                                   mtls_token_object ***out, size_t *count);
-/* Free an array from mtls_token_objects and every handle in it. NULL is a no-op. */
-MTLS_EXTERN void mtls_token_object_list_free(mtls_token_object **list, size_t count);
-/* Add a reference; returns `object` (NULL gives NULL). */
-MTLS_EXTERN mtls_token_object *mtls_token_object_ref(mtls_token_object *object);
-/* Drop a reference. NULL is a no-op. */
-MTLS_EXTERN void mtls_token_object_free(mtls_token_object *object);
-/* *kind is an MTLS_TOKEN_OBJECT_* value. */
-MTLS_EXTERN int mtls_token_object_kind(const mtls_token_object *object, int *kind);
-/* CKA_LABEL (*out NULL when the object has none), the object's RFC 7512 URI, and its key type
- * ("rsa2048", "p256"...; *out NULL when unknown). Free *out with mtls_string_free. */
-MTLS_EXTERN int mtls_token_object_label(const mtls_token_object *object, char **out);
-MTLS_EXTERN int mtls_token_object_uri(const mtls_token_object *object, char **out);
-MTLS_EXTERN int mtls_token_object_key_type(const mtls_token_object *object, char **out);
-/* CKA_ID (possibly empty), which ties a key to its certificate. Free *out with mtls_bytes_free. */
-MTLS_EXTERN int mtls_token_object_id(const mtls_token_object *object, uint8_t **out, size_t *len);
-/* The certificate of a certificate object: a new reference, free with mtls_cert_free.
- * MTLS_E_NOT_FOUND for a key or an unreadable certificate. */
-MTLS_EXTERN int mtls_token_object_cert(const mtls_token_object *object, mtls_cert **out);
-/* The token the object is on: a new handle, free with mtls_token_free. */
-MTLS_EXTERN int mtls_token_object_token(const mtls_token_object *object, mtls_token **out);
-
-/* Asked for the user PIN of a token (token_label and token_uri, valid during the call; flags:
- * MTLS_TOKEN_PIN_COUNT_LOW, MTLS_TOKEN_PIN_FINAL_TRY). Write the PIN, NUL-terminated, into
- * `pin` (pin_size bytes; libmtls wipes the buffer afterwards) and return 0; return non-zero to
- * give up (the call then fails with MTLS_E_PIN_REQUIRED). Called on the calling thread, during
- * mtls_identity_from_pkcs11 only, at most once; it is not kept -- except for a key marked
- * CKA_ALWAYS_AUTHENTICATE: then it is also called before each signature with that key (on the
- * thread running the handshake, for the token's context-specific login), for as long as the
- * identity lives, so `userdata` must stay valid until the identity and its connections are freed.
- * (A PIN from the URI's pin-value/pin-source serves those logins the same way.)
- * `destroy(userdata)`, if not NULL, runs exactly once when libmtls no longer holds the callback:
- * before mtls_identity_from_pkcs11 returns (whatever it returns), or for such a key when the
- * identity and its connections are freed (like every libmtls callback registration). */
-typedef int (*mtls_pin_cb)(const char *token_label, const char *token_uri, unsigned int flags, char *pin,
-                           size_t pin_size, void *userdata);
-/* The identity a pkcs11: URI names: the certificate it matches (by object= / id=, the chain from
- * the other certificates on the token) and the private key with the same CKA_ID. The key never
- * leaves the token: TLS handshakes with this identity sign on the token (RSA PKCS#1 v1.5,
- * RSA-PSS, ECDSA P-256/P-384, Ed25519), with the TLS signature schemes the token has mechanisms
- * for (CKM_RSA_PKCS, CKM_RSA_PKCS_PSS, CKM_ECDSA, CKM_EDDSA). The key is an OpenSSL 3 key of
- * libmtls's own provider ("mtls-token"), which lives in a library context of libmtls's own: the
- * host program's default OpenSSL context never has it loaded, and the key cannot be exported. The PIN comes from pin_cb (NULL: none asked), else the URI's pin-value or
- * pin-source (a file); the module from the URI's module-path or module-name, else every
- * registered module. The identity keeps a session with the token open (and the user logged in)
- * until it and every connection using it are freed. Free *out with mtls_identity_free; share it
- * across threads (signatures on one token are serialised).
- * A token removed while the identity is loaded makes the next handshake fail with
- * MTLS_E_TOKEN_REMOVED; once it is back, the next handshake opens a new session, logs in again
- * (with the URI's pin-value or pin-source; pin_cb is not kept, so an identity whose PIN came from
- * the callback must be made again) and works, without restarting the program. The identity also
- * works in a fork()ed child: the first signature there initialises the module again (PKCS#11
- * requires C_Initialize in the child) and opens the child's own session. */
-MTLS_EXTERN int mtls_identity_from_pkcs11(const char *uri, mtls_pin_cb pin_cb, void *userdata,
-                                          void (*destroy)(void *userdata), mtls_identity **out);
-/* The pkcs11: URI of the identity's private key when it lives on a token; *out NULL for a key in
- * memory. Free *out with mtls_string_free. */
-MTLS_EXTERN int mtls_identity_token_uri(const mtls_identity *identity, char **out);
-
-/* Enrollment on a token (PIN as for mtls_identity_from_pkcs11: pin_cb, else the URI's pin-value
- * or pin-source; a static PIN the token refused is not sent again until it changes, and none is
- * sent to a token at its final try: MTLS_E_PIN_LOCKED). The PIN callback, if any, is called on
- * the calling thread during the call only and is not kept. */
-/* Generate a key pair on the token the URI names (token=... and object=LABEL and/or id=%XX...):
- * key_type MTLS_KEY_TYPE_EC_P256, _EC_P384, _RSA_2048, _RSA_3072 or _ED25519 (the aliases below
- * are accepted too); the private key sensitive,
- * never extractable, for signing, with CKA_ID from id= (random when absent) and CKA_LABEL from
- * object=. *key_uri is the new private key's URI; free it with mtls_string_free.
- * MTLS_E_DUPLICATE when the token has a key with that id or label; MTLS_E_UNSUPPORTED when the
- * token cannot make that type (the message names the attribute when that can be known, such as
- * CKA_MODULUS_BITS outside the token's range). "No encrypt, decrypt, wrap or unwrap" is only a
- * preference: a module that refuses it (tpm2-pkcs11's keys always sign and decrypt) gets the
- * key without it, and a warning (mtls_take_warnings) names the attributes it set anyway. */
-MTLS_EXTERN int mtls_token_keygen(const char *uri, const char *key_type, mtls_pin_cb pin_cb, void *userdata,
-                                  char **key_uri);
-/* A PKCS#10 certificate signing request for the token key the URI names, with `subject`
- * ("CN=alice", "CN=alice,O=Example"), signed on the token (a CKA_ALWAYS_AUTHENTICATE key gets
- * its context-specific login before the signature, as in a handshake). *csr_pem (PEM) is freed
- * with mtls_string_free. */
-MTLS_EXTERN int mtls_token_csr(const char *uri, const char *subject, mtls_pin_cb pin_cb, void *userdata, char **csr_pem);
-/* Write `cert` onto the token beside the private key the URI names (same CKA_ID; label from the
- * URI's object=, else the key's). MTLS_E_KEY_MISMATCH when it is not that key's certificate,
- * MTLS_E_DUPLICATE when it is already there. *cert_uri (may be NULL) receives the certificate
- * object's URI; free it with mtls_string_free. */
-MTLS_EXTERN int mtls_token_import_cert(const char *uri, const mtls_cert *cert, mtls_pin_cb pin_cb, void *userdata,
-                                       char **cert_uri);
+/* Configures an application's SSL_CTX as mtls_ssl_ctx_configure_overrides does, presenting
+ * `source`'s identity: each SSL takes the identity in force when its handshake starts. The
+ * context keeps its own reference to the source. With accepts_clients, the OCSP staple follows
+ * the identity in force, as a listener's does (fetched in the background for a new certificate
+ * once a handshake presents it; no staple until then). */
+MTLS_EXTERN int mtls_ssl_ctx_configure_source(void *ssl_ctx, mtls_identity_source *source, const mtls_policy *policy,
+                                              int accepts_clients, const mtls_trust_overrides *overrides);
 
 /* ======================================================================================
  * Issuing: a private PKI
@@ -1587,182 +1776,21 @@ MTLS_EXTERN int mtls_enroll_pki(mtls_store *store, const char *label, const char
 MTLS_EXTERN int mtls_enroll_revoke(mtls_store *store, const char *label, int reason, const char *pin,
                                    mtls_cert **out);
 
-/* ---- Identities and policies that change; events; expiry (issue 26) ----
- *
- * An identity source is what a listener, client connections or a configured SSL_CTX present:
- * fixed or swapped by the application (mtls_identity_source_new, mtls_identity_source_set), or
- * following a store label (mtls_identity_source_follow_store). Each handshake takes the identity
- * in force when it starts, whole (never the key of one with the certificate of another);
- * connections in flight keep theirs. A client session made with one identity is never resumed
- * under another.
- *
- * Following a store: the library's watcher thread, named "mtls-watch" (one per process, started
- * with the first thing followed, ended when nothing is), looks at the store's change mark every
- * 250 ms (SQLite's data_version and the connection's own changes: two integers, no row read);
- * only when it moved is the label's row metadata read, and only when its leaf changed is the row
- * loaded. A replacement made by another process (mtls store import --replace) is in force within
- * a second. A replacement that fails to load (a row that fails authentication: MTLS_E_CORRUPT; a
- * label deleted: MTLS_E_NOT_FOUND; a token that is gone) keeps the last good identity and is
- * reported as MTLS_EVENT_RELOAD_FAILED, once: not again at every other write to the store, until
- * a look succeeds (it is tried again at each look). Handshakes never read the store. Every
- * event's message is one line (control characters of a label or a name in it are blanks).
- *
- * Events: callbacks run on the "mtls-watch" thread for what it finds, on the calling thread
- * for mtls_identity_source_set / mtls_listener_set_identity, and on a handshake's thread for an
- * identity its context cannot take. They must not block for long (they
- * hold up the watcher) and must not free the object they were registered on.
- *
- * Thread safety: an mtls_identity_source and an mtls_policy_watch may be shared across threads
- * and used by any number of listeners, connections and contexts at once; set, current and the
- * event callback functions may be called from any thread. */
-typedef struct mtls_identity_source mtls_identity_source;
-typedef struct mtls_policy_watch mtls_policy_watch;
-
-#define MTLS_EVENT_IDENTITY_ROTATED 1 /* a new identity is in force */
-#define MTLS_EVENT_POLICY_RELOADED 2  /* a followed policy file's new settings are in force */
-#define MTLS_EVENT_RELOAD_FAILED 3    /* a replacement could not be loaded; the last good one stays */
-#define MTLS_EVENT_EXPIRY_WARNING 4   /* the identity presented, or an anchor of a followed policy,
-                                         expires within the warning window; from a renewer: the
-                                         identity expires before the next renewal attempt */
-/* Renewal events (issue 27), fired by a renewer: see "Renewal events" below, mtls_renewer_new. */
-#define MTLS_EVENT_RENEWAL_SCHEDULED 5   /* next_attempt: when the identity is next renewed */
-#define MTLS_EVENT_RENEWAL_SUCCEEDED 6   /* a renewed identity is proven and installed (the new certificate) */
-#define MTLS_EVENT_RENEWAL_FAILED 7      /* error_code, message: why; next_attempt: the retry (backoff) */
-#define MTLS_EVENT_RENEWAL_NOT_INSTALLED 8 /* issued but its key or chain (under the policy) does not
-                                              prove it: not installed; retried like a failure */
-
-/* One event. Every pointer is valid only during the callback. */
-typedef struct mtls_event {
-    int kind;                  /* MTLS_EVENT_* */
-    const char *label;         /* store label or policy file path; NULL for an application's swap */
-    const char *subject;       /* RFC 4514 subject of the certificate concerned, or NULL */
-    const char *sha256;        /* its lowercase hex SHA-256, or NULL */
-    int64_t not_after;         /* its notAfter (seconds since 1970), 0 when none */
-    int error_code;            /* MTLS_EVENT_RELOAD_FAILED, _RENEWAL_FAILED, _RENEWAL_NOT_INSTALLED:
-                                  the MTLS_E_* code; else 0 */
-    const char *message;       /* one line saying what happened */
-    int64_t next_attempt;      /* renewal events: when the next renewal attempt is due (seconds
-                                  since 1970); else 0. Added last: the library writes the struct,
-                                  callbacks built against the older header just do not read it. */
-} mtls_event;
-typedef void (*mtls_event_cb)(const mtls_event *event, void *userdata);
-
-#define MTLS_WATCH_OPTIONS_VERSION 1
-/* Options of a followed store label or policy file; fill with mtls_watch_options_init. */
-typedef struct mtls_watch_options {
-    unsigned int version;      /* MTLS_WATCH_OPTIONS_VERSION */
-    int warning_days;          /* MTLS_EVENT_EXPIRY_WARNING this many days before notAfter (the
-                                  identity presented; a followed policy's anchors); 0: 14 */
-    const char *token_pin;     /* a token identity's PIN (NULL: its URI's pin-value/pin-source);
-                                  copied, the caller's buffer may be wiped after the call */
-} mtls_watch_options;
-MTLS_EXTERN int mtls_watch_options_init(mtls_watch_options *opts, unsigned int version);
-
-/* A source presenting `identity` (required) until mtls_identity_source_set. It keeps its own
- * reference to the identity. Free *out with mtls_identity_source_free. The first identity is not
- * checked against the clock (a program starts with what it has; one within the warning window,
- * or past it, is reported as MTLS_EVENT_EXPIRY_WARNING once a callback is set): only a
- * replacement must be valid now (see mtls_identity_source_set). */
-MTLS_EXTERN int mtls_identity_source_new(const mtls_identity *identity, mtls_identity_source **out);
-/* A source following `label` in `store` (a stored identity, else a token identity). The identity
- * is loaded now: a failure is returned (MTLS_E_NOT_FOUND, MTLS_E_CORRUPT, token errors). The
- * source keeps its own reference to the store. opts may be NULL. Free with
- * mtls_identity_source_free. */
-MTLS_EXTERN int mtls_identity_source_follow_store(mtls_store *store, const char *label, const mtls_watch_options *opts,
-                                                  mtls_identity_source **out);
-/* Puts `identity` in force for every handshake that starts from now on (a followed label's next
- * change in the store replaces it again). Fires MTLS_EVENT_IDENTITY_ROTATED on this thread.
- * An identity whose certificate has expired or is not valid yet is refused: MTLS_E_INVALID_ARGUMENT,
- * the identity in force stays, MTLS_EVENT_RELOAD_FAILED fires on this thread (a store replacement
- * like it is a failed reload too). A context whose SSLs cannot take the identity in force (an
- * application's SSL_CTX with a security level above its key) presents the last identity it
- * could, whole, and fires MTLS_EVENT_RELOAD_FAILED once, on the thread of that handshake. */
-MTLS_EXTERN int mtls_identity_source_set(mtls_identity_source *source, const mtls_identity *identity);
-/* The identity in force now: a new reference, free with mtls_identity_free. */
-MTLS_EXTERN int mtls_identity_source_current(const mtls_identity_source *source, mtls_identity **out);
-/* Sets (cb NULL: clears) the source's event callback. `destroy(userdata)`, if not NULL, runs once
- * when the callback is replaced or cleared, or when the source is freed by its last holder (a
- * listener, connection or SSL_CTX may hold it after mtls_identity_source_free). */
-MTLS_EXTERN int mtls_identity_source_set_event_callback(mtls_identity_source *source, mtls_event_cb cb, void *userdata,
-                                                        void (*destroy)(void *userdata));
-/* Drops the caller's reference; listeners, connections and SSL_CTXs that use it keep theirs.
- * NULL is a no-op. */
-MTLS_EXTERN void mtls_identity_source_free(mtls_identity_source *source);
-
-/* A listener presenting `source`'s identity (opts->identity is ignored and may be NULL); the
- * listener keeps its own reference to the source. Otherwise as mtls_listener_new. */
-MTLS_EXTERN int mtls_listener_new_with_source(const char *address, uint16_t port, const mtls_listener_options *opts,
-                                              mtls_identity_source *source, mtls_listener **out);
-/* Presents `identity` from the listener's next handshake on; handshakes under way and accepted
- * connections keep theirs. Fires MTLS_EVENT_IDENTITY_ROTATED (on this thread). Refuses an
- * expired or not yet valid identity as mtls_identity_source_set does. */
-MTLS_EXTERN int mtls_listener_set_identity(mtls_listener *listener, const mtls_identity *identity);
-/* The listener's event callback (its identity source's): as mtls_identity_source_set_event_callback. */
-MTLS_EXTERN int mtls_listener_set_event_callback(mtls_listener *listener, mtls_event_cb cb, void *userdata,
-                                                 void (*destroy)(void *userdata));
-
-#define MTLS_LISTENER_COUNTERS_VERSION 1
-/* A listener's counters; set `version` to MTLS_LISTENER_COUNTERS_VERSION before the call. */
-typedef struct mtls_listener_counters {
-    unsigned int version;
-    uint64_t accepted;          /* handshakes that succeeded (resumed ones included) */
-    uint64_t resumed;           /* handshakes that resumed a session */
-    uint64_t refused;           /* handshakes refused, every reason */
-    int64_t current_connections; /* accepted connections not yet freed with mtls_conn_free */
-} mtls_listener_counters;
-MTLS_EXTERN int mtls_listener_get_counters(const mtls_listener *listener, mtls_listener_counters *out);
-/* Handshakes refused with the error `code` (MTLS_E_UNTRUSTED, MTLS_E_HANDSHAKE, MTLS_E_TIMEOUT...). */
-MTLS_EXTERN int mtls_listener_refused_count(const mtls_listener *listener, int code, uint64_t *count);
-/* The listener's counters as Prometheus text. Free *out with mtls_string_free. */
-MTLS_EXTERN int mtls_listener_metrics(const mtls_listener *listener, char **out);
-
-/* Configures an application's SSL_CTX as mtls_ssl_ctx_configure_overrides does, presenting
- * `source`'s identity: each SSL takes the identity in force when its handshake starts. The
- * context keeps its own reference to the source. With accepts_clients, the OCSP staple follows
- * the identity in force, as a listener's does (fetched in the background for a new certificate
- * once a handshake presents it; no staple until then). */
-MTLS_EXTERN int mtls_ssl_ctx_configure_source(void *ssl_ctx, mtls_identity_source *source, const mtls_policy *policy,
-                                              int accepts_clients, const mtls_trust_overrides *overrides);
-
-/* A policy loaded from a JSON file and kept up to date with it: when the file changes, the new
- * file is parsed in full and only then put in force (mtls_policy_replace semantics: sessions of
- * the old settings are not resumed); a file that does not parse keeps the old settings and fires
- * MTLS_EVENT_RELOAD_FAILED (once per version of the file; a file that failed is tried again at
- * each look, so a policy written before an anchor file it names is in force once that file is
- * there). A change is seen by the file's size, times, inode and device, and while its times are
- * within 2 s of the last read by its bytes; the file is also read again when an anchor or CRL
- * file it names changes (size, times, inode or device); a reload reads only a regular file (a
- * FIFO in its place is a failed reload, not a wait). The first load's failure is returned. opts
- * may be NULL.
- * Free with mtls_policy_watch_free. */
-MTLS_EXTERN int mtls_policy_watch_new(const char *path, const mtls_watch_options *opts, mtls_policy_watch **out);
-/* The followed policy, to give to listeners, connections and contexts: a new reference, free
- * with mtls_policy_free. */
-MTLS_EXTERN int mtls_policy_watch_policy(const mtls_policy_watch *watch, mtls_policy **out);
-/* Reloads now, whether or not the file looks changed (on SIGHUP, say). Returns MTLS_OK even when
- * the file is broken: that is reported through the event callback (even when the same failure
- * was reported before). */
-MTLS_EXTERN int mtls_policy_watch_reload(mtls_policy_watch *watch);
-MTLS_EXTERN int mtls_policy_watch_set_event_callback(mtls_policy_watch *watch, mtls_event_cb cb, void *userdata,
-                                                     void (*destroy)(void *userdata));
-/* Stops following (the policy stays valid for its holders). NULL is a no-op. */
-MTLS_EXTERN void mtls_policy_watch_free(mtls_policy_watch *watch);
-
-/* Anchors taken from store labels (stored certificates, mtls store add-cert), kept up to date
- * in `policy`: the certificates under `labels` (count >= 1) are added to its anchors now (a
- * failure is returned: MTLS_E_NOT_FOUND, MTLS_E_CORRUPT...), and when another process replaces
- * one, the policy's anchors are swapped for the new ones within a second (as mtls_policy_replace:
- * sessions judged under the old anchors are not resumed), firing MTLS_EVENT_POLICY_RELOADED; a
- * label that fails to load keeps the anchors in force and fires MTLS_EVENT_RELOAD_FAILED once.
- * The watch keeps its own references to policy and store. Free with mtls_anchor_watch_free
- * (the anchors in force stay in the policy). */
-typedef struct mtls_anchor_watch mtls_anchor_watch;
-MTLS_EXTERN int mtls_policy_follow_store_anchors(mtls_policy *policy, mtls_store *store, const char *const *labels,
-                                                 size_t count, mtls_anchor_watch **out);
-MTLS_EXTERN int mtls_anchor_watch_set_event_callback(mtls_anchor_watch *watch, mtls_event_cb cb, void *userdata,
-                                                     void (*destroy)(void *userdata));
-/* Stops following. NULL is a no-op. */
-MTLS_EXTERN void mtls_anchor_watch_free(mtls_anchor_watch *watch);
+/* ---- Renewal (issue 27) ----
+ * Renews the identity labelled `label` in `store` from the enrollment record kept beside it
+ * (made by `mtls enroll acme|pki`): when it is due — two thirds of its lifetime passed, less a
+ * random jitter of up to 5 % — or always when `force` is non-zero. The new identity replaces the
+ * old one (identity and record in one store transaction) only once its key matches and its
+ * chain validates under `policy` (NULL: the anchors recorded at enrollment); until then the old
+ * one stays. `pin` (NULL: none) is the token PIN for a token identity; it is not kept.
+ * *renewed (may be NULL) is 1 when a new identity was installed, 0 otherwise.
+ * Blocks for the whole exchange with the CA (seconds). Safe to call from any thread; calls for
+ * one label should not overlap. Errors: MTLS_E_NOT_FOUND (no such identity or no record),
+ * MTLS_E_CA_REJECTED (the CA's problem detail in mtls_last_error), MTLS_E_CHALLENGE_FAILED
+ * (validation failed, or the new identity was not proven: nothing installed), MTLS_E_CONNECT,
+ * MTLS_E_UNTRUSTED (the CA's TLS certificate), MTLS_E_TIMEOUT, MTLS_E_TOKEN... */
+MTLS_EXTERN int mtls_renew(mtls_store *store, const char *label, int force, const mtls_policy *policy,
+                           const char *pin, int *renewed);
 
 /* ---- Renewal events: the renewer (issue 27) ----
  * A renewer renews the enrolled identities of a store (one label, or every enrolled identity
@@ -1832,35 +1860,6 @@ MTLS_EXTERN int mtls_store_earliest_expiry(mtls_store *store, int64_t *not_after
 /* The store's certificates as Prometheus text (mtls_certificate_not_after_seconds and
  * mtls_certificate_not_before_seconds per certificate). Free *out with mtls_string_free. */
 MTLS_EXTERN int mtls_store_metrics(mtls_store *store, char **out);
-
-/* ---- Revocation events (issue 28) ----
- *
- * A policy that checks revocation (see "Revocation") reports each fetch that failed through its
- * own event callback: one event per failed fetch of a CRL or an OCSP response (a server that does
- * not answer, a body over the size or time limit, something that is not a CRL, a CRL or response
- * that does not verify against the issuer), made for a handshake or an evaluation, or by the
- * background refresh of a cached CRL (which keeps the CRL in hand until its nextUpdate).
- * Evaluations that find the failure remembered (it is retried after 10 s) fire none. The event:
- * `label` is the URL, `subject`/`sha256`/`not_after` the certificate whose status was sought,
- * `error_code` the MTLS_E_* code of the failure (MTLS_E_IO, MTLS_E_TIMEOUT, MTLS_E_LIMIT,
- * MTLS_E_PARSE, MTLS_E_UNTRUSTED...), `message` names the issuer and says why. The callback runs
- * on the thread that made the fetch (a handshake's, an mtls_evaluate caller's, or the refresh
- * thread "mtls-revocation"): it must not block for long. A stale CRL (past its nextUpdate, and
- * the distribution point serves no fresher one) is reported once per CRL and nextUpdate, not at
- * each retry; its status is unknown.
- * A server's OCSP stapler (a listener's, or an SSL_CTX configured with mtls_ssl_ctx_configure*
- * to accept clients) reports through the listener's (its identity source's) event callback, or
- * for an SSL_CTX without an identity source through the policy's: the same kind, once per failed
- * fetch of the staple or answer that is not "good" (nothing is then stapled), `label` the
- * responder's URL, `subject`/`sha256` the server's own certificate, on the thread
- * "mtls-ocsp-staple"; after a failure the stapler retries in 5 s, doubling to a minute.
- * Event kinds of this block are numbered from 16. */
-#define MTLS_EVENT_REVOCATION_FETCH_FAILED 16 /* a CRL or OCSP fetch failed (or a stale CRL) */
-/* Sets (cb NULL: clears) the policy's event callback. `destroy(userdata)`, if not NULL, runs once
- * when the callback is replaced or cleared, or when the policy is freed by its last holder
- * (connections, listeners and SSL_CTXs keep their own references). */
-MTLS_EXTERN int mtls_policy_set_event_callback(mtls_policy *policy, mtls_event_cb cb, void *userdata,
-                                               void (*destroy)(void *userdata));
 
 #ifdef __cplusplus
 }
