@@ -43,6 +43,25 @@ extern "C" {
 #define MTLS_EXTERN extern
 #endif
 
+/* Contents, in this order (each section opens with a "=====" banner):
+ *   Version
+ *   Errors
+ *   Secret files, URLs and hosts
+ *   Certificates
+ *   Identities and PKCS#12
+ *   Trust policies and evaluation
+ *   Credential store
+ *   PKCS#11 tokens
+ *   Identity sources, watches and events
+ *   Revocation and OCSP stapling
+ *   Connections
+ *   Listeners
+ *   SSL_CTX integration
+ *   Issuing: a private PKI
+ *   Enrollment with a certificate authority
+ *   Renewal, expiry and metrics
+ * A type is declared before its first use, so a section may use the types of those above it. */
+
 /* ======================================================================================
  * Version
  * ====================================================================================== */
@@ -151,6 +170,10 @@ MTLS_EXTERN void mtls_string_list_free(char **list, size_t count);
 /* Free a buffer the library returned through a `uint8_t **` out-parameter; it is zeroed first.
  * NULL is a no-op. */
 MTLS_EXTERN void mtls_bytes_free(uint8_t *b);
+
+/* ======================================================================================
+ * Secret files, URLs and hosts. The core's readers, for front ends that take their own.
+ * ====================================================================================== */
 
 /* Read a password from a secret file as libmtls reads its own secret files (and OpenSSH a key):
  * refused with MTLS_E_INVALID_ARGUMENT, naming the file, when it is owned by neither the
@@ -932,6 +955,10 @@ MTLS_EXTERN int mtls_token_csr(const char *uri, const char *subject, mtls_pin_cb
 MTLS_EXTERN int mtls_token_import_cert(const char *uri, const mtls_cert *cert, mtls_pin_cb pin_cb, void *userdata,
                                        char **cert_uri);
 
+/* ======================================================================================
+ * Identity sources, watches and events
+ * ====================================================================================== */
+
 /* ---- Identities and policies that change; events; expiry (issue 26) ----
  *
  * An identity source is what a listener, client connections or a configured SSL_CTX present:
@@ -1073,6 +1100,10 @@ MTLS_EXTERN int mtls_anchor_watch_set_event_callback(mtls_anchor_watch *watch, m
                                                      void (*destroy)(void *userdata));
 /* Stops following. NULL is a no-op. */
 MTLS_EXTERN void mtls_anchor_watch_free(mtls_anchor_watch *watch);
+
+/* ======================================================================================
+ * Revocation and OCSP stapling
+ * ====================================================================================== */
 
 /* --- Revocation (issue 28) -------------------------------------------------------------------
  * A policy (and each host rule, over it) may check the revocation of every certificate of the
@@ -1342,6 +1373,10 @@ MTLS_EXTERN int mtls_conn_presented_identity(const mtls_conn *conn, mtls_identit
  * Thread-safe. */
 MTLS_EXTERN void mtls_conn_cache_clear(void);
 
+/* ======================================================================================
+ * Listeners
+ * ====================================================================================== */
+
 #define MTLS_CLIENT_AUTH_NONE 0      /* do not ask clients for a certificate */
 #define MTLS_CLIENT_AUTH_OPTIONAL 1  /* ask; accept clients without one (not untrusted ones) */
 #define MTLS_CLIENT_AUTH_REQUIRE 2   /* ask, and refuse clients without one (default) */
@@ -1489,6 +1524,10 @@ MTLS_EXTERN int mtls_listener_get_counters(const mtls_listener *listener, mtls_l
 MTLS_EXTERN int mtls_listener_refused_count(const mtls_listener *listener, int code, uint64_t *count);
 /* The listener's counters as Prometheus text. Free *out with mtls_string_free. */
 MTLS_EXTERN int mtls_listener_metrics(const mtls_listener *listener, char **out);
+
+/* ======================================================================================
+ * SSL_CTX integration. An application's own OpenSSL contexts.
+ * ====================================================================================== */
 
 /* Bring your own SSL_CTX: configure an OpenSSL SSL_CTX * the application owns (passed as void *,
  * e.g. from libcurl's CURLOPT_SSL_CTX_FUNCTION) to present `identity` (NULL: none) and to judge
@@ -1671,6 +1710,10 @@ MTLS_EXTERN int mtls_issued_identity(const mtls_issued *issued, mtls_identity **
 MTLS_EXTERN int mtls_pki_crl(const mtls_issued *ca, const char *const *revoked_serials, size_t count,
                              uint64_t number, int validity_days, int64_t now, uint8_t **der, size_t *der_len);
 
+/* ======================================================================================
+ * Enrollment with a certificate authority. ACME, EST, a local PKI.
+ * ====================================================================================== */
+
 /* ---- Enrollment with a certificate authority (issue 27) ----
  * What `mtls enroll acme|est|pki` does, from C: a new key (or a key on a token), a CSR signed by
  * it, the certificate from the CA, and the identity installed in `store` under `label` (replacing
@@ -1775,6 +1818,10 @@ MTLS_EXTERN int mtls_enroll_pki(mtls_store *store, const char *label, const char
 #define MTLS_REVOKE_NO_REASON -1
 MTLS_EXTERN int mtls_enroll_revoke(mtls_store *store, const char *label, int reason, const char *pin,
                                    mtls_cert **out);
+
+/* ======================================================================================
+ * Renewal, expiry and metrics
+ * ====================================================================================== */
 
 /* ---- Renewal (issue 27) ----
  * Renews the identity labelled `label` in `store` from the enrollment record kept beside it
