@@ -89,8 +89,9 @@ struct DoctorCommand: ParsableCommand {
 
     // MARK: steps
 
+    /// `host` as ``TrustPeer/splitTarget(_:)`` gives it: an IPv6 literal without brackets.
     func resolve(_ host: String) -> Step {
-        let bare = host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host
+        let bare = host
         if Self.isIPAddress(bare) {
             return Step(name: "resolve", ok: true, detail: "\(bare) is an IP address: nothing to resolve", fix: nil)
         }
