@@ -22,7 +22,8 @@ GOOD = [("[::1]:443", ("::1", 443)), ("::1", ("::1", None)), ("[::1]", ("::1", N
         ("fe80::1%eth0", ("fe80::1%eth0", None)), ("[fe80::1%eth0]:8443", ("fe80::1%eth0", 8443)),
         ("server.test:8443", ("server.test", 8443)), ("server.test", ("server.test", None)),
         ("::1:8443", ("::1:8443", None))]  # without brackets, two colons or more are all host
-BAD = ["h:0", "h:65536", "h:", "h:+443", "h: 443", "[::1", "[::1]x", "[::1]443", ":443", "[]", ""]
+BAD = ["h:0", "h:65536", "h:", "h:+443", "h: 443", "[::1", "[::1]x", "[::1]443", ":443", "[]", "",
+       "h\0:443"]  # C would stop at the NUL: refused before
 
 
 @pytest.mark.parametrize("text, expected", GOOD)

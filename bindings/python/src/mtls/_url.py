@@ -42,6 +42,8 @@ def host_port(text: str) -> Tuple[str, Optional[int]]:
     ``::1`` or ``fe80::1%eth0``) split by the core: the host without brackets, and the port or
     None. A malformed bracket or port (0, above 65535, not digits, empty) or an empty host raises
     :class:`mtls.errors.InvalidArgument`."""
+    if "\0" in text:  # C would read up to it: "h\0:443" would be the host "h"
+        raise InvalidArgument(f"a host holds no NUL character: {text!r}", InvalidArgument.code)
     out, port = ctypes.c_void_p(), ctypes.c_uint16()
     check(lib.mtls_host_port(text.encode("utf-8"), ctypes.byref(out), ctypes.byref(port)))
     host = take_string(out)
@@ -56,7 +58,8 @@ def host_only(host: str) -> str:
     ``server.test:443``) raises :class:`mtls.errors.InvalidArgument`: the port is given apart."""
     bare, port = host_port(host)
     if port is not None:
-        raise InvalidArgument(f"expected a host without a port (the port is given apart), got {host}")
+        raise InvalidArgument(f"expected a host without a port (the port is given apart), got {host}",
+                              InvalidArgument.code)
     return bare
 
 
