@@ -132,3 +132,18 @@ def test_connection_refuses_a_port_out_of_range(handed, port):
     with pytest.raises(InvalidArgument):
         asyncio.run(mtls.asyncio.connect("server.test", port))
     assert handed == []
+
+
+@pytest.mark.parametrize("port", [65536, 99999, -1])
+def test_listener_refuses_a_port_out_of_range(pki, port):
+    """Before, ctypes wrapped 99999 to 34463 and the listener listened there."""
+    from conftest import identity
+    with pytest.raises(InvalidArgument):
+        mtls.Listener(identity(pki, "server"), port=port)
+
+
+def test_listener_reads_its_address_as_the_core(pki):
+    from conftest import identity
+    from conftest import anchored
+    with mtls.Listener(identity(pki, "server"), address="[127.0.0.1]", client_policy=anchored(pki, "int-a.pem")) as listener:
+        assert listener.port > 0

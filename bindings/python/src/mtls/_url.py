@@ -74,6 +74,16 @@ def endpoint(host: str, port: int) -> Tuple[str, int]:
     return bare, checked
 
 
+def listen_endpoint(address: Optional[str], port: int) -> Tuple[Optional[str], int]:
+    """A listener's address (None: as the C layer reads NULL) and port (0: an ephemeral one),
+    read by the core: an IPv6 address's brackets off, a port outside 0 to 65535 refused with
+    :class:`mtls.errors.InvalidArgument` (ctypes would silently wrap 99999 to 34463)."""
+    bare = host_only(address) if address else address
+    if int(port) != 0:
+        host_port(f"{bracketed(bare or '0.0.0.0')}:{int(port)}")  # the core's port rule
+    return bare, int(port)
+
+
 def url_origin(url: str) -> Tuple[str, int]:
     """The host and port of an ``http://`` or ``https://`` URL read by the core's URL parser,
     only its authority (a long path or query is no concern here) and without its user
@@ -101,4 +111,5 @@ def url_host(host: str) -> str:
     return bare
 
 
-__all__ = ["bracketed", "endpoint", "host_only", "host_port", "url_host", "url_host_port", "url_origin"]
+__all__ = ["bracketed", "endpoint", "host_only", "host_port", "listen_endpoint", "url_host", "url_host_port",
+           "url_origin"]

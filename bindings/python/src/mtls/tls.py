@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from ._lib import lib, fn, c_void_pp, c_size_p, c_int_p
-from ._url import endpoint, host_only
+from ._url import endpoint, host_only, listen_endpoint
 from ._handle import _Handle, utf8, out_handle, out_string, out_value
 from .certificate import Certificate
 from .errors import check, Error, InvalidArgument, TrustError, TruncatedError
@@ -475,6 +475,7 @@ class Listener(_Handle):
             o.client_ca_names = CA_NAMES["list"]
             o.client_ca_certs = ctypes.cast(ca_certs, ctypes.POINTER(ctypes.c_void_p))
             o.client_ca_cert_count = len(certs)
+        address, port = listen_endpoint(address, port)
         if identity_source is not None:
             if not isinstance(identity_source, rotation.IdentitySource):
                 raise TypeError("identity_source must be an mtls.IdentitySource")
