@@ -22,6 +22,7 @@ GOOD = [("[::1]:443", ("::1", 443)), ("::1", ("::1", None)), ("[::1]", ("::1", N
         ("fe80::1%eth0", ("fe80::1%eth0", None)), ("[fe80::1%eth0]:8443", ("fe80::1%eth0", 8443)),
         ("server.test:8443", ("server.test", 8443)), ("server.test", ("server.test", None)),
         ("::1:8443", ("::1:8443", None))]  # without brackets, two colons or more are all host
+KDF = {"kdf_log_n": 10, "create": True}  # a fast store for the tests, as test_enroll_rules
 BAD = ["h:0", "h:65536", "h:", "h:+443", "h: 443", "[::1", "[::1]x", "[::1]443", ":443", "[]", "",
        "h\0:443"]  # C would stop at the NUL: refused before
 
@@ -147,3 +148,12 @@ def test_listener_reads_its_address_as_the_core(pki):
     from conftest import anchored
     with mtls.Listener(identity(pki, "server"), address="[127.0.0.1]", client_policy=anchored(pki, "int-a.pem")) as listener:
         assert listener.port > 0
+
+
+def test_acme_challenge_port_out_of_range_is_refused(tmp_path):
+    """Before, the options struct's uint16 wrapped 99999 to 34463 and the responder listened there."""
+    import mtls.enrollment
+    from mtls.store import Store
+    with Store(tmp_path / "store.db", "secret", **KDF) as store:
+        with pytest.raises(InvalidArgument, match="port"):
+            mtls.enrollment.enroll_acme(store, "l", "https://127.0.0.1:1/dir", ["a.test"], http_port=99999)

@@ -8,6 +8,7 @@ from . import _callbacks
 from . import events as _events
 from ._lib import fn, lib, c_void_pp
 from ._handle import _Handle, utf8, out_handle
+from ._url import listen_endpoint
 from .certificate import Certificate
 from .errors import check
 from .pki import PROFILE_INTERMEDIATE, PROFILE_SERVER, PROFILE_CLIENT
@@ -221,6 +222,8 @@ def enroll_acme(store, label: str, directory: str, names, *, http_port: Optional
     if isinstance(names, str):
         names = [names]
     port = http_port if http_port is not None else tls_alpn_port
+    if port is not None:  # read by the core: a port outside 0..65535 refused (the struct's uint16 would wrap it)
+        listen_address, port = listen_endpoint(listen_address, port)
     o = _options(key_type, token_uri, pin, None, chain_anchors, policy, anchors, challenge=challenge,
                  listen_address=listen_address, port=port, webroot=webroot, dns_hook=dns_hook, eab_kid=eab_kid,
                  eab_hmac_key=eab_hmac_key, contact=contact or None, timeout_seconds=timeout)
