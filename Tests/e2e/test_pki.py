@@ -259,10 +259,10 @@ def test_unencrypted_keys_are_written_with_one_warning_and_the_environment_encry
     r = run_cli("pki", "init", "--dir", d, "--name", "Root")
     assert r.returncode == 0, r.stderr
     warnings = [l for l in r.stderr.splitlines() if "warning" in l]
-    assert len(warnings) == 1 and "unencrypted" in warnings[0] and "--key-password-file" in warnings[0] \
+    assert len(warnings) == 1 and "unencrypted" in warnings[0] and "--password-file" in warnings[0] \
         and "MTLS_PKI_KEY_PASSWORD_FILE" in warnings[0] and str(d / "root" / "key.pem") in warnings[0], r.stderr
     assert "ENCRYPTED" not in (d / "root" / "key.pem").read_text()
-    # MTLS_PKI_KEY_PASSWORD_FILE is the default --key-password-file: encrypted, no warning.
+    # MTLS_PKI_KEY_PASSWORD_FILE is the default --password-file: encrypted, no warning.
     write_secret((tmp_path / "kp"), "key-pass\n")
     env = dict(os.environ, MTLS_PKI_KEY_PASSWORD_FILE=str(tmp_path / "kp"))
     e = tmp_path / "enc"
