@@ -232,8 +232,13 @@ struct DoctorCommand: ParsableCommand {
         }
         info["schemes"] = tokenSchemes
         let tls13 = main.conn?.tlsVersion == "TLSv1.3"
-        // TLS 1.3 signs with an RSA key only as RSA-PSS (RFC 8446 4.4.3); PKCS#1 v1.5 is for TLS 1.2.
-        let signable = tls13 ? tokenSchemes.filter { !$0.hasPrefix("rsa_pkcs1_") } : tokenSchemes
+        // TLS 1.3 signs with an RSA key only as RSA-PSS (RFC 8446 4.4.3), PKCS#1 v1.5 being for
+        // TLS 1.2; and binds each ECDSA scheme to one curve: the key's.
+        var signable = tls13 ? tokenSchemes.filter { !$0.hasPrefix("rsa_pkcs1_") } : tokenSchemes
+        if tls13, case .ec = id.privateKey.keyType {
+            let own = ["p256": "ecdsa_secp256r1_sha256", "p384": "ecdsa_secp384r1_sha384", "p521": "ecdsa_secp521r1_sha512"][key]
+            signable = signable.filter { $0 == own }
+        }
         guard let request = main.conn?.clientCertificateRequest else {
             return [Step(name: "token_mechanisms", ok: true,
                          detail: "the token key \(uri) (\(key)) signs with \(tokenSchemes.joined(separator: ", ")); the server asked for no client certificate",
@@ -245,7 +250,7 @@ struct DoctorCommand: ParsableCommand {
         info["usable"] = usable
         let detail = "the token key \(uri) (\(key)) signs, by its token's mechanisms, with \(tokenSchemes.isEmpty ? "nothing" : tokenSchemes.joined(separator: ", "))"
             + (server.isEmpty ? "" : "; the server accepts \(server.joined(separator: ", "))")
-            + (tls13 ? " (TLS 1.3: RSA only as RSA-PSS)" : "")
+            + (tls13 ? " (TLS 1.3: RSA only as RSA-PSS, ECDSA only with the key's curve)" : "")
         if !usable.isEmpty {
             return [Step(name: "token_mechanisms", ok: true, detail: detail + "; usable: \(usable.joined(separator: ", "))", fix: nil,
                          extra: ["token": info])]

@@ -265,12 +265,12 @@ def hsm(tmp_path_factory):
     return d
 
 
-def token_server(d):
+def token_server(d, *extra):
     """openssl s_server (TLS 1.2 and 1.3) requiring a client certificate from the token test CA."""
     port = free_port()
     p = subprocess.Popen(["openssl", "s_server", "-accept", f"127.0.0.1:{port}", "-cert", str(d / "server.pem"),
                           "-key", str(d / "server.key"), "-CAfile", str(d / "ca.pem"), "-Verify", "1",
-                          "-verify_return_error", "-www", "-quiet"],
+                          "-verify_return_error", "-www", "-quiet", *extra],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port, p)
     return p, port
@@ -310,6 +310,25 @@ def test_token_without_rsa_pss_cannot_answer_a_tls13_server_and_the_fix_says_why
     assert whole["ok"], whole
     [step13] = [s for s in whole["steps"] if s["name"] == "token_mechanisms"]
     assert step13["ok"] and step13["token"]["usable"] and all(s.startswith("rsa_pss_") for s in step13["token"]["usable"])
+
+
+@needs_softhsm
+def test_token_ec_key_on_another_curve_than_the_server_accepts(hsm):
+    """TLS 1.3 binds an ECDSA scheme to its curve: a P-256 token key cannot answer a server that
+    takes only ecdsa_secp384r1_sha384, although the token has CKM_ECDSA."""
+    p, port = token_server(hsm, "-client_sigalgs", "ecdsa_secp384r1_sha384")
+    try:
+        with softhsm_conf(hsm / "softhsm2.conf"):
+            text, out = doctor(f"127.0.0.1:{port}", "--anchor", hsm / "ca.pem", "--identity",
+                               "pkcs11:token=mtls-test;object=ec-client", "--pin-file", hsm / "pin", "--timeout", "5")
+    finally:
+        p.terminate()
+        p.wait(10)
+    assert text.returncode == 1
+    step = failed(out, "token_mechanisms")
+    assert step["token"]["key_type"] == "p256" and "ecdsa_secp256r1_sha256" in step["token"]["schemes"], step
+    assert step["token"]["server_schemes"] == ["ecdsa_secp384r1_sha384"] and step["token"]["usable"] == [], step
+    assert "ecdsa_secp384r1_sha384" in step["fix"] and "ecdsa_secp256r1_sha256" in step["fix"], step
 
 
 def test_no_token_step_for_an_identity_in_a_file(pki, servers):
