@@ -214,11 +214,14 @@ struct DoctorCommand: ParsableCommand {
         return Step(name: "tls_groups", ok: true, detail: detail, fix: nil, extra: ["groups": json])
     }
 
-    /// For an identity whose key is on a token: the signature schemes the token's mechanisms
+    /// For an identity whose key is on a token (given, or chosen by `--identity auto`): the signature schemes the token's mechanisms
     /// allow for its key against the ones the server accepts for client signatures (none in
     /// common: the token cannot sign anything the server takes). No step for other identities.
     func tokenMechanisms(_ main: Attempt, _ options: TLSClientOptions) -> [Step] {
-        guard case .identity(let id) = options.identity, let uri = id.privateKey.tokenURI else { return [] }
+        // The identity given, else the one automatic selection presented (a store's token identity).
+        let chosen: Identity?
+        if case .identity(let given) = options.identity { chosen = given } else { chosen = main.conn?.presentedIdentity }
+        guard let id = chosen, let uri = id.privateKey.tokenURI else { return [] }
         let key = id.privateKey.keyType.shortName
         var info: [String: Any] = ["uri": uri, "key_type": key]
         let tokenSchemes: [String]

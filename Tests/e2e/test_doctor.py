@@ -331,6 +331,28 @@ def test_token_ec_key_on_another_curve_than_the_server_accepts(hsm):
     assert "ecdsa_secp384r1_sha384" in step["fix"] and "ecdsa_secp256r1_sha256" in step["fix"], step
 
 
+@needs_softhsm
+def test_token_identity_chosen_from_the_store_is_checked_too(hsm, tmp_path):
+    """--identity auto: the store's token identity the selection presents gets the same check."""
+    write_secret(tmp_path / "secret", "store secret\n")
+    store = ["--store", tmp_path / "s.db", "--secret-file", tmp_path / "secret"]
+    p, port = token_server(hsm)
+    try:
+        with softhsm_conf(hsm / "no-pss.conf"):
+            r = subprocess.run([CLI, "store", *map(str, store), "add-token", "pkcs11:token=mtls-test;object=rsa-client",
+                                "--label", "tok", "--pin-file", str(hsm / "pin")], capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            text, out = doctor(f"127.0.0.1:{port}", "--anchor", hsm / "ca.pem", "--identity", "auto", *store,
+                               "--pin-file", hsm / "pin", "--timeout", "5")
+    finally:
+        p.terminate()
+        p.wait(10)
+    assert text.returncode == 1
+    step = failed(out, "token_mechanisms")
+    assert "rsa-client" in step["token"]["uri"] and step["token"]["usable"] == [], step
+    assert "CKM_RSA_PKCS_PSS" in step["fix"], step
+
+
 def test_no_token_step_for_an_identity_in_a_file(pki, servers):
     _, out = doctor(f"127.0.0.1:{servers['good']}", "--anchor", pki / "root.pem", *client(pki))
     assert "token_mechanisms" not in [s["name"] for s in out["steps"]]
