@@ -232,17 +232,17 @@ def test_bad_inputs_give_one_line_and_write_nothing(tmp_path):
     fails_cleanly(d, "pki", "issue", "server", "--dir", d, "--ca", "A", "--dns", "bad name", "--key-password-file", kp,
                   expect="not a valid DNS name")
     fails_cleanly(d, "pki", "issue", "client", "--dir", d, "--ca", "A", "--name", "c", "--key-password-file", kp,
-                  "--p12", tmp_path / "c.p12", "--password-file", tmp_path / "missing", expect="cannot open")
+                  "--p12", tmp_path / "c.p12", "--p12-password-file", tmp_path / "missing", expect="cannot open")
     assert not (tmp_path / "c.p12").exists()
     # The certificate and its .p12 are one step: a .p12 that cannot be written leaves no
     # certificate behind, and an existing one is refused before anything is issued.
     write_secret(tmp_path / "p12pw", "p12-secret\n")
     fails_cleanly(d, "pki", "issue", "client", "--dir", d, "--ca", "A", "--name", "c", "--key-password-file", kp,
-                  "--p12", tmp_path / "nowhere" / "c.p12", "--password-file", tmp_path / "p12pw",
+                  "--p12", tmp_path / "nowhere" / "c.p12", "--p12-password-file", tmp_path / "p12pw",
                   expect=f"the folder {tmp_path / 'nowhere'} does not exist")
     (tmp_path / "taken.p12").write_bytes(b"")
     fails_cleanly(d, "pki", "issue", "client", "--dir", d, "--ca", "A", "--name", "c", "--key-password-file", kp,
-                  "--p12", tmp_path / "taken.p12", "--password-file", tmp_path / "p12pw", expect="already exists")
+                  "--p12", tmp_path / "taken.p12", "--p12-password-file", tmp_path / "p12pw", expect="already exists")
     fails_cleanly(d, "pki", "revoke", "--dir", d, "--ca", "A", "--name", "ghost", "--key-password-file", kp,
                   expect="issued nothing named")
     fails_cleanly(d, "pki", "revoke", "--dir", d, "--ca", "A", "--cert", tmp_path / "missing.pem",
