@@ -214,21 +214,22 @@ struct DoctorCommand: ParsableCommand {
         return Step(name: "tls_groups", ok: true, detail: detail, fix: nil, extra: ["groups": json])
     }
 
-    /// For an identity whose key is on a token (given, or chosen by `--identity auto`): the signature schemes the token's mechanisms
-    /// allow for its key against the ones the server accepts for client signatures (none in
-    /// common: the token cannot sign anything the server takes). No step for other identities.
+    /// For an identity whose key is on a token (given, or chosen by `--identity auto`): the
+    /// signature schemes the token's mechanisms allow for its key against the ones the server
+    /// accepts for client signatures (none in common: the token cannot sign anything the server
+    /// takes). No step for other identities.
     func tokenMechanisms(_ main: Attempt, _ options: TLSClientOptions) -> [Step] {
         // The identity given, else the one automatic selection presented (a store's token identity).
         let chosen: Identity?
         if case .identity(let given) = options.identity { chosen = given } else { chosen = main.conn?.presentedIdentity }
         guard let id = chosen, let uri = id.privateKey.tokenURI else { return [] }
         let key = id.privateKey.keyType.shortName
-        var info: [String: Any] = ["uri": uri, "key_type": key]
+        // Every key present in every case: "server_schemes" null when the server asked for no certificate.
+        var info: [String: Any] = ["uri": uri, "key_type": key, "schemes": [String](), "server_schemes": NSNull(), "usable": [String]()]
         let tokenSchemes: [String]
         do {
             tokenSchemes = (try TokenKey.signatureAlgorithms(id.privateKey) ?? "").split(separator: ":").map(String.init)
         } catch {
-            info["schemes"] = [String]()
             return [Step(name: "token_mechanisms", ok: false, detail: "the token of \(uri): \(Self.message(error))",
                          fix: "use a token (or PKCS#11 module) with a signature mechanism for \(key) keys (RSA: CKM_RSA_PKCS_PSS, CKM_RSA_PKCS; EC: CKM_ECDSA; Ed25519: CKM_EDDSA)",
                          extra: ["token": info])]
@@ -243,6 +244,7 @@ struct DoctorCommand: ParsableCommand {
             signable = signable.filter { $0 == own }
         }
         guard let request = main.conn?.clientCertificateRequest else {
+            info["usable"] = signable
             return [Step(name: "token_mechanisms", ok: true,
                          detail: "the token key \(uri) (\(key)) signs with \(tokenSchemes.joined(separator: ", ")); the server asked for no client certificate",
                          fix: nil, extra: ["token": info])]

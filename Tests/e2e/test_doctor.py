@@ -294,6 +294,7 @@ def test_token_without_rsa_pss_cannot_answer_a_tls13_server_and_the_fix_says_why
     assert text.returncode == 1
     step = failed(out, "token_mechanisms")
     token = step["token"]
+    assert set(token) == {"uri", "key_type", "schemes", "server_schemes", "usable"}, token
     assert token["key_type"] == "rsa2048" and "mtls-test" in token["uri"], step
     assert token["schemes"] and all(s.startswith("rsa_pkcs1_") for s in token["schemes"]), step
     assert "rsa_pss_rsae_sha256" in token["server_schemes"] and token["usable"] == [], step
