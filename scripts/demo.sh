@@ -59,12 +59,12 @@ ok "intermediate for Customer A: pki/ca/customer-a/"
 quiet pki intermediate --dir pki --name "Customer B" || die "pki intermediate failed"
 ok "intermediate for Customer B: pki/ca/customer-b/"
 run pki issue server --dir pki --ca "Customer A" --dns "$HOST" \
-    --p12 server.p12 --password-file p12.pw || die "pki issue server failed"
+    --p12 server.p12 --p12-password-file p12.pw || die "pki issue server failed"
 ok "server certificate for $HOST only (no IP address in it), packaged in server.p12"
-quiet pki issue client --dir pki --ca "Customer A" --name alice --p12 alice.p12 --password-file p12.pw \
+quiet pki issue client --dir pki --ca "Customer A" --name alice --p12 alice.p12 --p12-password-file p12.pw \
     || die "pki issue client failed"
 ok "client certificate 'alice' from Customer A, packaged in alice.p12 (key + chain)"
-quiet pki issue client --dir pki --ca "Customer B" --name mallory --p12 mallory.p12 --password-file p12.pw \
+quiet pki issue client --dir pki --ca "Customer B" --name mallory --p12 mallory.p12 --p12-password-file p12.pw \
     || die "pki issue client failed"
 ok "client certificate 'mallory' from Customer B (for a refusal below)"
 

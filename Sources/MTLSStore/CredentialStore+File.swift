@@ -66,7 +66,7 @@ extension CredentialStore {
             return try createAtomically(path, secret: secret, options: options, replacingEmpty: true)
         }
         guard options.create else {
-            throw MTLSError(.notFound, "no store at \(path): check the path (--store, $MTLS_STORE), or create the store by importing into it")
+            throw MTLSError(.notFound, "no store at \(path): check the path (--store, $MTLS_STORE), or create the store: a first `mtls store import` creates it, as the create option does (create=True in Python, mtls_store_options.create in C)")
         }
         return try createAtomically(path, secret: secret, options: options, replacingEmpty: false)
     }

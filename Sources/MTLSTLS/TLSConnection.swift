@@ -72,6 +72,9 @@ public final class TLSConnection {
     /// runs it. Lets the caller read ``evaluation`` and ``peerChain`` when the handshake fails.
     public static func open(host: String, port: UInt16, options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
         guard !host.isEmpty else { throw MTLSError(.invalidArgument, "host must not be empty") }
+        if let unknown = options.groups?.first(where: { !TLSContext.groupIsKnown($0) }) {
+            throw MTLSError(.unsupported, "this OpenSSL has no key-exchange group \"\(unknown)\"")
+        }
         let fd = try Socket.connect(host: host, port: port, deadline: Deadline(seconds: options.connectTimeout),
                                     waitForConnection: !options.nonBlocking)
         let conn: TLSConnection
@@ -128,6 +131,12 @@ public final class TLSConnection {
             state.overrides = options.overrides.flatMap { $0.isEmpty ? nil : $0 }
             if let sni, mtls_ossl_SSL_set_tlsext_host_name(ssl, sni) != 1 {
                 throw MTLSError.openSSL(.invalidArgument, "cannot send \"\(sni)\" as the server name")
+            }
+            if let groups = options.groups {
+                let list = groups.joined(separator: ":")
+                guard !groups.isEmpty, list.withCString({ SSL_ctrl(ssl, SSL_CTRL_SET_GROUPS_LIST, 0, UnsafeMutableRawPointer(mutating: $0)) }) == 1 else {
+                    throw MTLSError.openSSL(.unsupported, "this OpenSSL refused the key-exchange groups \(list)")
+                }
             }
             if !options.alpn.isEmpty {
                 let wire = try ALPN.wire(options.alpn)
@@ -605,6 +614,14 @@ public final class TLSConnection {
 
     /// "TLSv1.2" or "TLSv1.3".
     public var tlsVersion: String { String(cString: SSL_get_version(ssl)) }
+
+    /// The key-exchange group the handshake used, in OpenSSL's name ("X25519", "secp256r1",
+    /// "ffdhe2048"), nil before one is agreed (or for a TLS 1.2 handshake without (EC)DHE).
+    package var negotiatedGroup: String? {
+        let id = Int32(truncatingIfNeeded: SSL_ctrl(ssl, SSL_CTRL_GET_NEGOTIATED_GROUP, 0, nil))
+        guard id > 0, let name = SSL_group_to_name(ssl, id) else { return nil }
+        return String(cString: name)
+    }
 
     /// The negotiated cipher suite's name.
     public var cipherSuite: String? {

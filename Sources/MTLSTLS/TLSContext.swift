@@ -40,6 +40,16 @@ package final class TLSContext: @unchecked Sendable {
         return ctx
     }
 
+    /// Whether this OpenSSL knows the key-exchange group `name` ("X25519", "P-256",
+    /// "X25519MLKEM768"): whether a context takes it as its only group.
+    package static func groupIsKnown(_ name: String) -> Bool {
+        guard !name.isEmpty, !name.contains(":"), let ctx = SSL_CTX_new_ex(LibraryContext.shared.ctx, nil, TLS_method()) else { return false }
+        defer { SSL_CTX_free(ctx) }
+        let ok = name.withCString { SSL_CTX_ctrl(ctx, SSL_CTRL_SET_GROUPS_LIST, 0, UnsafeMutableRawPointer(mutating: $0)) } == 1
+        ERR_clear_error()
+        return ok
+    }
+
     private static func setVersions(_ ctx: OpaquePointer, _ min: TLSVersion, _ max: TLSVersion) throws {
         guard min <= max else { throw MTLSError(.invalidArgument, "minimum TLS version \(min) is above the maximum \(max)") }
         func proto(_ v: TLSVersion) -> Int32 { v == .tls12 ? TLS1_2_VERSION : TLS1_3_VERSION }

@@ -154,6 +154,11 @@ public struct TLSClientOptions: Sendable {
     /// / ``MTLSError/Code/wantWrite`` instead of waiting: call again when the socket is ready. A
     /// failed TCP connect is ``MTLSError/Code/connect`` from ``TLSConnection/handshake()``.
     public var nonBlocking = false
+    /// The key-exchange groups offered, in OpenSSL's names ("X25519", "P-256", "ffdhe2048"),
+    /// instead of OpenSSL's defaults; `mtls doctor` offers one at a time to find which the server
+    /// accepts. A name this OpenSSL does not know is ``MTLSError/Code/unsupported`` before any
+    /// connection is made (``TLSContext/groupIsKnown(_:)``).
+    package var groups: [String]?
 
     /// Options with every default: no identity, a default ``TrustPolicy`` (when ``policy`` is
     /// nil), TLS 1.2 to 1.3, session resumption on.

@@ -13,13 +13,19 @@ struct DoctorCommand: ParsableCommand {
         discussion: """
             Takes connect's options (the same identity, trust policy, anchors, pins, verify-as, \
             versions and timeout) and checks, in order: the target and its name resolution, the TCP \
-            connection, the TLS versions the server accepts (1.3 and 1.2), the chain it sends and \
+            connection, the TLS versions the server accepts (1.3 and 1.2) and its key-exchange groups \
+            (X25519, P-256, P-384, P-521, X448, ffdhe*, and the hybrid post-quantum groups when this \
+            OpenSSL has them), the chain it sends and \
             why it is or is not trusted under the policy (anchors, names, extended key usage, expiry, \
             revocation, pins), the CA names the server asks client certificates from and which \
             available identity (the one given, the store's identities and token identities) fits it \
-            and why the others do not, and what the server answered to the certificate sent. \
+            and why the others do not, for a token identity whether the token's mechanisms can make a \
+            signature the server accepts (RSA-PSS or PKCS#1, the ECDSA curve), and what the server \
+            answered to the certificate sent. \
             --json prints {"target", "ok", "steps": [{"name", "ok", "detail", "fix"}]} ("fix" is \
-            null for a step that passed). Exit status 0 when the connection would work, 1 when not. \
+            null for a step that passed; tls_groups adds "groups": {"accepted", "refused", "unavailable", \
+            "negotiated"}, token_mechanisms "token": {"uri", "key_type", "schemes", "server_schemes", \
+            "usable"}). Exit status 0 when the connection would work, 1 when not. \
             (--send is accepted, as connect's, and not sent: doctor sends no data.)
             """)
 
@@ -31,8 +37,13 @@ struct DoctorCommand: ParsableCommand {
         var ok: Bool
         var detail: String
         var fix: String?
+        /// A step's own keys beside the four every step has (`tls_groups`: "groups";
+        /// `token_mechanisms`: "token").
+        var extra: [String: Any] = [:]
 
-        var json: [String: Any] { ["name": name, "ok": ok, "detail": detail, "fix": fix.map { $0 as Any } ?? NSNull()] }
+        var json: [String: Any] {
+            extra.merging(["name": name, "ok": ok, "detail": detail, "fix": fix.map { $0 as Any } ?? NSNull()]) { _, base in base }
+        }
     }
 
     /// What one real handshake showed.
@@ -81,9 +92,22 @@ struct DoctorCommand: ParsableCommand {
             return steps
         }
         steps.append(Step(name: "tcp", ok: true, detail: "connected to \(host) port \(port)", fix: nil))
-        let later = serverChain(main, options) + clientCertificate(main)
+        // The token's mechanisms after the identity step, before the server's verdict.
+        var later = serverChain(main, options) + clientCertificate(main)
+        let token = tokenMechanisms(main, options)
+        later.insert(contentsOf: token, at: later.isEmpty ? 0 : later.count - 1)
+        // A token that cannot sign what the server accepts sends no certificate: the server's
+        // refusal follows from it, and so does its fix.
+        if token.contains(where: { !$0.ok }), let last = later.indices.last, later[last].name == "server_verdict", !later[last].ok {
+            later[last].fix = "fix the token_mechanisms step first: the token could not sign anything the server accepts, so no certificate went out"
+        }
+        // OpenSSL says a group's TLS name ("secp256r1"); the probes use the names of -groups ("P-256").
+        let negotiated = main.conn?.negotiatedGroup.map { n in
+            ["secp256r1": "P-256", "secp384r1": "P-384", "secp521r1": "P-521", "x25519": "X25519", "x448": "X448"][n] ?? n
+        }
         main.conn?.close()
         steps.append(versions(host, port, options))
+        steps.append(groups(host, port, options, negotiated: negotiated))
         return steps + later
     }
 
@@ -147,6 +171,103 @@ struct DoctorCommand: ParsableCommand {
                         fix: "allow the server's version: --tls-min/--tls-max \(accepted[0] == .tls13 ? "1.3" : "1.2")")
         }
         return Step(name: "tls_versions", ok: true, detail: detail, fix: nil)
+    }
+
+    /// The key-exchange groups probed, in OpenSSL's names: the classical ones, then the hybrid
+    /// post-quantum ones of newer OpenSSL versions (3.5's ML-KEM, the draft Kyber of oqsprovider).
+    static let probedGroups = ["X25519", "P-256", "P-384", "P-521", "X448",
+                               "ffdhe2048", "ffdhe3072", "ffdhe4096", "ffdhe6144", "ffdhe8192",
+                               "X25519MLKEM768", "SecP256r1MLKEM768", "SecP384r1MLKEM1024", "X25519Kyber768Draft00"]
+
+    /// Which key-exchange groups the server accepts: a handshake offering each group alone
+    /// (presenting nothing; the server accepted the group when it sent its certificate). Groups
+    /// this OpenSSL does not have are named as such, not probed.
+    func groups(_ host: String, _ port: UInt16, _ options: TLSClientOptions, negotiated: String?) -> Step {
+        var accepted: [String] = [], refused: [String] = [], unavailable: [String] = []
+        var reasons: [String] = []
+        for g in Self.probedGroups {
+            guard TLSContext.groupIsKnown(g) else { unavailable.append(g); continue }
+            var o = options
+            o.identity = .none
+            o.identitySource = nil
+            o.groups = [g]
+            let a = attempt(host, port, o, readVerdict: false)
+            if a.conn.map({ !$0.peerChain.isEmpty }) ?? false {
+                accepted.append(g)
+            } else {
+                refused.append(g)
+                if let m = a.error?.message, !reasons.contains(m) { reasons.append(m) }
+            }
+            a.conn?.close()
+        }
+        let json: [String: Any] = ["accepted": accepted, "refused": refused, "unavailable": unavailable,
+                                   "negotiated": negotiated as Any? ?? NSNull()]
+        var detail = "accepts " + (accepted.isEmpty ? "none of the groups offered" : accepted.joined(separator: ", "))
+        if let negotiated { detail += " (the connection used \(negotiated))" }
+        if !refused.isEmpty { detail += "; refuses " + refused.joined(separator: ", ") }
+        if !unavailable.isEmpty { detail += "; not in this OpenSSL, not tried: " + unavailable.joined(separator: ", ") }
+        if accepted.isEmpty {
+            return Step(name: "tls_groups", ok: false,
+                        detail: detail + (reasons.isEmpty ? "" : " (\(reasons.joined(separator: "; ")))"),
+                        fix: "the server accepts no key-exchange group we have: configure it to accept X25519 or P-256 (OpenSSL: -groups X25519:P-256, nginx: ssl_ecdh_curve X25519:prime256v1)",
+                        extra: ["groups": json])
+        }
+        return Step(name: "tls_groups", ok: true, detail: detail, fix: nil, extra: ["groups": json])
+    }
+
+    /// For an identity whose key is on a token (given, or chosen by `--identity auto`): the
+    /// signature schemes the token's mechanisms allow for its key against the ones the server
+    /// accepts for client signatures (none in common: the token cannot sign anything the server
+    /// takes). No step for other identities.
+    func tokenMechanisms(_ main: Attempt, _ options: TLSClientOptions) -> [Step] {
+        // The identity given, else the one automatic selection presented (a store's token identity).
+        let chosen: Identity?
+        if case .identity(let given) = options.identity { chosen = given } else { chosen = main.conn?.presentedIdentity }
+        guard let id = chosen, let uri = id.privateKey.tokenURI else { return [] }
+        let key = id.privateKey.keyType.shortName
+        // Every key present in every case: "server_schemes" null when the server asked for no certificate.
+        var info: [String: Any] = ["uri": uri, "key_type": key, "schemes": [String](), "server_schemes": NSNull(), "usable": [String]()]
+        let tokenSchemes: [String]
+        do {
+            tokenSchemes = (try TokenKey.signatureAlgorithms(id.privateKey) ?? "").split(separator: ":").map(String.init)
+        } catch {
+            return [Step(name: "token_mechanisms", ok: false, detail: "the token of \(uri): \(Self.message(error))",
+                         fix: "use a token (or PKCS#11 module) with a signature mechanism for \(key) keys (RSA: CKM_RSA_PKCS_PSS, CKM_RSA_PKCS; EC: CKM_ECDSA; Ed25519: CKM_EDDSA)",
+                         extra: ["token": info])]
+        }
+        info["schemes"] = tokenSchemes
+        let tls13 = main.conn?.tlsVersion == "TLSv1.3"
+        // TLS 1.3 signs with an RSA key only as RSA-PSS (RFC 8446 4.4.3), PKCS#1 v1.5 being for
+        // TLS 1.2; and binds each ECDSA scheme to one curve: the key's.
+        var signable = tls13 ? tokenSchemes.filter { !$0.hasPrefix("rsa_pkcs1_") } : tokenSchemes
+        if tls13, case .ec = id.privateKey.keyType {
+            let own = ["p256": "ecdsa_secp256r1_sha256", "p384": "ecdsa_secp384r1_sha384", "p521": "ecdsa_secp521r1_sha512"][key]
+            signable = signable.filter { $0 == own }
+        }
+        guard let request = main.conn?.clientCertificateRequest else {
+            info["usable"] = signable
+            return [Step(name: "token_mechanisms", ok: true,
+                         detail: "the token key \(uri) (\(key)) signs with \(tokenSchemes.joined(separator: ", ")); the server asked for no client certificate",
+                         fix: nil, extra: ["token": info])]
+        }
+        let server = request.signatureSchemes
+        info["server_schemes"] = server
+        let usable = server.isEmpty ? signable : signable.filter(server.contains)
+        info["usable"] = usable
+        let detail = "the token key \(uri) (\(key)) signs, by its token's mechanisms, with \(tokenSchemes.isEmpty ? "nothing" : tokenSchemes.joined(separator: ", "))"
+            + (server.isEmpty ? "" : "; the server accepts \(server.joined(separator: ", "))")
+            + (tls13 ? " (TLS 1.3: RSA only as RSA-PSS, ECDSA only with the key's curve)" : "")
+        if !usable.isEmpty {
+            return [Step(name: "token_mechanisms", ok: true, detail: detail + "; usable: \(usable.joined(separator: ", "))", fix: nil,
+                         extra: ["token": info])]
+        }
+        var fix: String
+        if key.hasPrefix("rsa"), tls13, !tokenSchemes.contains(where: { $0.hasPrefix("rsa_pss_") }) {
+            fix = "the token has no RSA-PSS mechanism (CKM_RSA_PKCS_PSS), the only way TLS 1.3 signs with RSA: use a token or module with CKM_RSA_PKCS_PSS, an EC key on the token, or --tls-max 1.2 if the server accepts rsa_pkcs1 signatures there"
+        } else {
+            fix = "the token can make no signature the server accepts: put a key of a type the server accepts on the token (\(server.joined(separator: ", "))), or have the server accept \(signable.isEmpty ? "the token's schemes" : signable.joined(separator: ", "))"
+        }
+        return [Step(name: "token_mechanisms", ok: false, detail: detail + "; none in common", fix: fix, extra: ["token": info])]
     }
 
     /// The chain the server sent and the library's evaluation of it under the policy.

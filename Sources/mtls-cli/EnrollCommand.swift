@@ -253,7 +253,10 @@ struct EnrollCommand: ParsableCommand {
         @Option(name: .customLong("key-type"), help: "Type of the new key (default ec-p256).") var keyType: String?
         @Option(name: .customLong("token-uri"), help: "Use this token key (pkcs11: URI) instead of a new key in the store.") var tokenURI: String?
         @Option(name: .customLong("pin-file"), help: "File holding the token's PIN.") var pinFile: String?
-        @Option(name: .customLong("key-password-file"), help: "File with the password of the CA keys (default: $MTLS_PKI_KEY_PASSWORD_FILE).")
+        @Option(name: .customLong("password-file"), help: "File with the password of the CA keys (default: $MTLS_PKI_KEY_PASSWORD_FILE).")
+        var passwordFile: String?
+        // The name before 0.3.0: an encrypted key's password is --password-file in every command.
+        @Option(name: .customLong("key-password-file"), help: ArgumentHelp("The old name of --password-file.", visibility: .hidden))
         var keyPasswordFile: String?
         @Flag(help: "Machine-readable output.") var json = false
 
@@ -266,7 +269,7 @@ struct EnrollCommand: ParsableCommand {
                 request.tokenURI = tokenURI
                 try EnrollCommand.usage { try request.validate() }
                 request.tokenPIN = try pinFile.map(CLI.readPINFile)
-                request.caKeyPassword = try RenewCommand.caKeyPassword(keyPasswordFile)
+                request.caKeyPassword = try RenewCommand.caKeyPassword(passwordFile, oldName: keyPasswordFile)
                 let result = try location.adding { store in try Enrollment.enrollPKI(request, store: store, label: label) }
                 EnrollCommand.report(result, json: json)
             }
@@ -293,7 +296,10 @@ struct RenewCommand: ParsableCommand {
     @Option(name: .customLong("anchor"), help: "The renewed chain must validate to this certificate (repeatable).") var anchors: [String] = []
     @Option(name: .customLong("pin-file"), help: "File holding the token's PIN (token identities).") var pinFile: String?
     @Option(name: .customLong("interval"), help: "With --loop: seconds between checks.") var interval: Double = Renewer.defaultCheckInterval
-    @Option(name: .customLong("key-password-file"), help: "For identities enrolled from a local pki directory: the CA keys' password (default: $MTLS_PKI_KEY_PASSWORD_FILE).")
+    @Option(name: .customLong("password-file"), help: "For identities enrolled from a local pki directory: the CA keys' password (default: $MTLS_PKI_KEY_PASSWORD_FILE).")
+    var passwordFile: String?
+    // The name before 0.3.0: an encrypted key's password is --password-file in every command.
+    @Option(name: .customLong("key-password-file"), help: ArgumentHelp("The old name of --password-file.", visibility: .hidden))
     var keyPasswordFile: String?
     @Option(name: .customLong("delete-previous-keys-after"),
             help: "Token identities: delete a key replaced by a renewal this many seconds later (default: keep previous keys).")
@@ -319,7 +325,7 @@ struct RenewCommand: ParsableCommand {
                 }
             }
             let pin = try pinFile.map(CLI.readPINFile)
-            let caPassword = try RenewCommand.caKeyPassword(keyPasswordFile)
+            let caPassword = try RenewCommand.caKeyPassword(passwordFile, oldName: keyPasswordFile)
             var options = RenewalOptions()
             options.deletePreviousTokenKeysAfter = deletePreviousKeysAfter
             if !loop {
@@ -375,7 +381,11 @@ struct RenewCommand: ParsableCommand {
     }
 
     /// The local CA's key password: the file given, else `MTLS_PKI_KEY_PASSWORD_FILE` (as `mtls pki`).
-    static func caKeyPassword(_ file: String?) throws -> SecretBytes? {
+    static func caKeyPassword(_ file: String?, oldName: String? = nil) throws -> SecretBytes? {
+        if file != nil && oldName != nil {
+            throw ValidationError("give the CA keys' password once: --password-file (--key-password-file is its old name)")
+        }
+        let file = file ?? oldName
         let env = ProcessInfo.processInfo.environment["MTLS_PKI_KEY_PASSWORD_FILE"].flatMap { $0.isEmpty ? nil : $0 }
         return try (file ?? env).map(CLI.readPasswordFile)
     }

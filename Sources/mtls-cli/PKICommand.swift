@@ -19,26 +19,37 @@ struct PKICommand: ParsableCommand {
         With --crl-url (and --ocsp-url) on init and intermediate, what the CA issues
         carries the URL; `mtls pki crl --out DIR` writes every CA's CRL for a web server.
         Private keys are written 0600, encrypted (PKCS#8, AES-256) with
-        --key-password-file; the same file unlocks the CA keys later.
+        --password-file; the same file unlocks the CA keys later. A .p12 written
+        with --p12 takes its own password from --p12-password-file.
         """,
         subcommands: [Init.self, Intermediate.self, Issue.self, Sign.self, Revoke.self, CRL.self, List.self])
 
     /// Options every pki command takes.
     struct Common: ParsableArguments {
         @Option(help: "The PKI folder.") var dir: String
-        @Option(help: "File with the password that encrypts new private keys and unlocks the CA keys (default: $MTLS_PKI_KEY_PASSWORD_FILE; without either, keys are written unencrypted, 0600, with a warning).")
+        @Option(name: .customLong("password-file"), help: "File with the password that encrypts new private keys and unlocks the CA keys (default: $MTLS_PKI_KEY_PASSWORD_FILE; without either, keys are written unencrypted, 0600, with a warning).")
+        var passwordFile: String?
+        // The name before 0.3.0, kept for scripts: an encrypted key's password is --password-file
+        // in every command.
+        @Option(name: .customLong("key-password-file"), help: ArgumentHelp("The old name of --password-file.", visibility: .hidden))
         var keyPasswordFile: String?
         @Flag(help: "Machine-readable output.") var json = false
 
-        /// The key password: --key-password-file, else the file named by `MTLS_PKI_KEY_PASSWORD_FILE`.
-        func keyPassword() throws -> SecretBytes? {
+        /// The key password: --password-file (or its old name --key-password-file), else the file
+        /// named by `MTLS_PKI_KEY_PASSWORD_FILE`. With `passwordFileIsP12` (`pki issue --p12`
+        /// without --p12-password-file, the spelling before 0.3.0), --password-file is the
+        /// .p12's password and only the old name gives the key's.
+        func keyPassword(passwordFileIsP12: Bool = false) throws -> SecretBytes? {
+            if !passwordFileIsP12 && passwordFile != nil && keyPasswordFile != nil {
+                throw ValidationError("give the key password once: --password-file (--key-password-file is its old name)")
+            }
             let env = ProcessInfo.processInfo.environment["MTLS_PKI_KEY_PASSWORD_FILE"].flatMap { $0.isEmpty ? nil : $0 }
-            return try (keyPasswordFile ?? env).map(CLI.readPasswordFile)
+            return try ((passwordFileIsP12 ? nil : passwordFile) ?? keyPasswordFile ?? env).map(CLI.readPasswordFile)
         }
 
         /// Unencrypted keys are allowed (the documented command lines rely on it) but never silent.
         static func warnUnencrypted(_ keyPath: String) {
-            CLI.printError("warning: \(keyPath) is written unencrypted (0600); give --key-password-file FILE or set MTLS_PKI_KEY_PASSWORD_FILE to encrypt new keys")
+            CLI.printError("warning: \(keyPath) is written unencrypted (0600); give --password-file FILE or set MTLS_PKI_KEY_PASSWORD_FILE to encrypt new keys")
         }
     }
 
@@ -125,22 +136,38 @@ struct PKICommand: ParsableCommand {
         struct IssueOptions: ParsableArguments {
             @Option(help: "The issuing intermediate's name, e.g. \"Customer A\".") var ca: String
             @Option(help: "Also write a PKCS#12 file with the key, the certificate and the whole chain.") var p12: String?
-            @Option(help: "File with the PKCS#12 password (needed with --p12).") var passwordFile: String?
+            @Option(name: .customLong("p12-password-file"), help: "File with the PKCS#12 file's password (needed with --p12).")
+            var p12PasswordFile: String?
             @Flag(help: "Make the PKCS#12 file with 3DES and a SHA-1 MAC, for old consumers.") var legacy = false
             @Flag(help: "Issue a new key and certificate for a name already issued; the old one stays in issued/<name>@<serial>/ for revocation.")
             var reissue = false
 
             func validate() throws {
-                if p12 != nil && passwordFile == nil { throw ValidationError("--p12 needs --password-file") }
-                if p12 == nil && (passwordFile != nil || legacy) { throw ValidationError("--password-file and --legacy go with --p12") }
+                if p12 == nil && (p12PasswordFile != nil || legacy) { throw ValidationError("--p12-password-file and --legacy go with --p12") }
+            }
+
+            /// Before 0.3.0, `pki issue --p12 F --password-file P` named the .p12's password
+            /// --password-file (now the key's, as everywhere). For one release that spelling keeps
+            /// its meaning, with a warning: --p12 without --p12-password-file.
+            func passwordFileIsP12(_ common: Common) -> Bool { p12 != nil && p12PasswordFile == nil && common.passwordFile != nil }
+
+            /// The .p12's password file: --p12-password-file, else (the old spelling) --password-file.
+            func p12Password(_ common: Common) throws -> SecretBytes? {
+                guard p12 != nil else { return nil }
+                if passwordFileIsP12(common) {
+                    CLI.printError("warning: --password-file with --p12 is read as the .p12's password, as before 0.3.0; say --p12-password-file FILE for the .p12 (--password-file is the key's password, and will only be that in a later release)")
+                    return try common.passwordFile.map(CLI.readPasswordFile)
+                }
+                guard let file = p12PasswordFile else { throw ValidationError("--p12 needs --p12-password-file FILE (the .p12's password)") }
+                return try CLI.readPasswordFile(file)
             }
         }
 
         static func run(_ request: CertificateRequest, common: Common, keyOptions: KeyOptions, options: IssueOptions) throws {
             try CLI.reporting(json: common.json) {
                 let spec = try keyOptions.spec()
-                let keyPassword = try common.keyPassword()
-                let p12Password = try options.passwordFile.map(CLI.readPasswordFile)
+                let keyPassword = try common.keyPassword(passwordFileIsP12: options.passwordFileIsP12(common))
+                let p12Password = try options.p12Password(common)
                 PKIOutput.progress(spec, json: common.json)
                 let pki = PKIDirectory(path: common.dir)
                 // The certificate and its .p12 are one step of the core: both or neither.

@@ -96,12 +96,18 @@ final class ServeFollowing: @unchecked Sendable {
         }
     }
 
+    /// What a `recovered:` line names: each followed thing fails and recovers on its own.
+    enum Followed: String, Sendable {
+        case identity, policy, anchors, revocation
+    }
+
     /// Prints one line per event (the client policy's revocation fetch failures too) and reloads
-    /// on SIGHUP.
+    /// on SIGHUP. After a failed reload of one followed thing (the identity, the policy file, the
+    /// stored client anchors), its next successful reload adds one `recovered: THING ...` line:
+    /// another thing's success says nothing about it.
     func start(listener: TLSListener) {
-        // After a failed reload, the next success says the server recovered (once).
-        let failing = Mutex(false)
-        let report: @Sendable (LifecycleEvent) -> Void = { e in
+        let failing = Mutex(Set<Followed>())
+        let report: @Sendable (Followed, LifecycleEvent) -> Void = { thing, e in
             let what: String
             var message = e.message
             switch e.kind {
@@ -118,17 +124,21 @@ final class ServeFollowing: @unchecked Sendable {
             case .renewalFailed, .renewalNotInstalled: what = "renewal failed [\(e.error?.code.name ?? "error")]"
             case .revocationFetchFailed: what = "revocation fetch failed [\(e.error?.code.name ?? "error")]"
             }
-            let recovered = failing.withLock { wasFailing -> Bool in
-                defer { wasFailing = e.kind == .reloadFailed ? true : (e.kind == .identityRotated || e.kind == .policyReloaded) ? false : wasFailing }
-                return wasFailing && (e.kind == .identityRotated || e.kind == .policyReloaded)
+            let reloaded = e.kind == .identityRotated || e.kind == .policyReloaded
+            let recovered = failing.withLock { failed -> Bool in
+                if e.kind == .reloadFailed { failed.insert(thing); return false }
+                return reloaded && failed.remove(thing) != nil
             }
             ServeLog.line("\(what): \(message)")
-            if recovered { ServeLog.line("recovered: the reload that failed before now succeeded (\(what))") }
+            if recovered {
+                let name = e.label.map { " \($0)" } ?? ""
+                ServeLog.line("recovered: \(thing.rawValue)\(name): the reload that failed before now succeeded (\(what))")
+            }
         }
-        listener.events.setHandler(report)
-        policyWatch?.events.setHandler(report)
-        anchorWatch?.events.setHandler(report)
-        clientPolicy.events.setHandler(report)
+        listener.events.setHandler { report(.identity, $0) }
+        policyWatch?.events.setHandler { report(.policy, $0) }
+        anchorWatch?.events.setHandler { report(.anchors, $0) }
+        clientPolicy.events.setHandler { report(.revocation, $0) }
         signal(SIGHUP, SIG_IGN)
         let s = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
         s.setEventHandler { [self] in

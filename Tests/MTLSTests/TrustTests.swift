@@ -130,6 +130,7 @@ final class TrustTests: XCTestCase {
         let m = try XCTUnwrap(r.reasons.first { $0.code == TrustReason.Code.nameMismatch }).message
         XCTAssertTrue(m.contains("the certificate's names: server.test"), m)
         XCTAssertTrue(m.contains("verify-as"), m)
+        XCTAssertTrue(m.contains("--verify-as NAME") && m.contains("verify_as= in Python"), m)
     }
 
     /// Issue 38: an unknown issuer names the anchor option.
@@ -137,6 +138,8 @@ final class TrustTests: XCTestCase {
         let r = try policy().evaluate(chain: [cert("server.pem")], host: "server.test")
         let m = try XCTUnwrap(r.reasons.first { $0.code == TrustReason.Code.unknownIssuer }).message
         XCTAssertTrue(m.contains("add the CA that issued it as an anchor"), m)
+        // The option by its name in each front end.
+        XCTAssertTrue(m.contains("--anchor FILE") && m.contains("anchors= in Python") && m.contains("mtls_policy_add_anchor"), m)
     }
 
     /// Issue 38: curl's `sha256//BASE64` is the same pin; anything else names both forms.

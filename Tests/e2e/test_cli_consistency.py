@@ -161,3 +161,69 @@ def test_cacert_is_not_taken_for_cert():
     r = run_cli("connect", "127.0.0.1:1", "--cacert", "/nonexistent/ca.pem")
     assert "--cert" not in r.stderr and "Did you mean" not in r.stderr, r.stderr
     assert "/nonexistent/ca.pem" in r.stderr, r.stderr
+
+
+# ---- An encrypted key's password is --password-file in pki too; a .p12's is --p12-password-file.
+
+def _pki_with_encrypted_keys(d):
+    write_secret(d / "key.pw", "key pass\n")
+    write_secret(d / "p12.pw", "p12 pass\n")
+    for args in (["init", "--name", "R"], ["intermediate", "--name", "C"]):
+        r = run_cli("pki", *args, "--dir", d / "pki", "--password-file", d / "key.pw")
+        assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    assert "ENCRYPTED PRIVATE KEY" in (d / "pki" / "root" / "key.pem").read_text()
+    return d / "pki"
+
+
+def _p12_opens_with(p12, password_file):
+    return run_cli("p12", "inspect", p12, "--password-file", password_file, "--json").returncode == 0
+
+
+def test_pki_password_file_is_the_keys_and_p12_password_file_the_p12s(tmp_path):
+    pki = _pki_with_encrypted_keys(tmp_path)
+    r = run_cli("pki", "issue", "client", "--dir", pki, "--ca", "C", "--name", "new", "--password-file", tmp_path / "key.pw",
+                "--p12", tmp_path / "new.p12", "--p12-password-file", tmp_path / "p12.pw")
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr, r.stderr
+    assert "ENCRYPTED PRIVATE KEY" in (pki / "ca" / "c" / "issued" / "new" / "key.pem").read_text()
+    assert _p12_opens_with(tmp_path / "new.p12", tmp_path / "p12.pw")
+    assert not _p12_opens_with(tmp_path / "new.p12", tmp_path / "key.pw")
+    # The help shows the new names and not the old ones.
+    options = _options(["pki", "issue", "client"])
+    assert {"--password-file", "--p12-password-file"} <= options and "--key-password-file" not in options, options
+    # --p12 without a .p12 password names the option to give.
+    r = run_cli("pki", "issue", "client", "--dir", pki, "--ca", "C", "--name", "none", "--password-file", tmp_path / "key.pw",
+                "--p12", tmp_path / "none.p12")
+    assert r.returncode != 0 and "--p12-password-file" in r.stderr, r.stderr
+    # A wrong CA key password is said as one.
+    r = run_cli("pki", "issue", "client", "--dir", pki, "--ca", "C", "--name", "bad", "--password-file", tmp_path / "p12.pw")
+    assert r.returncode != 0 and "wrong key password" in r.stderr, r.stderr
+
+
+def test_pki_old_spellings_keep_their_meaning_for_a_release(tmp_path):
+    pki = _pki_with_encrypted_keys(tmp_path)
+    # --key-password-file: the old name of the key's password, hidden, no warning.
+    r = run_cli("pki", "issue", "client", "--dir", pki, "--ca", "C", "--name", "old", "--key-password-file", tmp_path / "key.pw")
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    assert "ENCRYPTED PRIVATE KEY" in (pki / "ca" / "c" / "issued" / "old" / "key.pem").read_text()
+    # --p12 F --password-file P (before 0.3.0: P is the .p12's password), with the key's password
+    # as --key-password-file: works as before, with a deprecation warning naming the new option.
+    r = run_cli("pki", "issue", "client", "--dir", pki, "--ca", "C", "--name", "legacy", "--p12", tmp_path / "legacy.p12",
+                "--password-file", tmp_path / "p12.pw", "--key-password-file", tmp_path / "key.pw")
+    assert r.returncode == 0, r.stderr
+    warnings = [l for l in r.stderr.splitlines() if "warning" in l]
+    assert len(warnings) == 1 and "--p12-password-file" in warnings[0] and ".p12" in warnings[0], r.stderr
+    assert _p12_opens_with(tmp_path / "legacy.p12", tmp_path / "p12.pw")
+    # Both names of the key's password at once: refused.
+    r = run_cli("pki", "crl", "--dir", pki, "--ca", "C", "--password-file", tmp_path / "key.pw",
+                "--key-password-file", tmp_path / "key.pw")
+    assert r.returncode != 0 and "once" in r.stderr, r.stderr
+    # The CA key password is --password-file in every pki command (crl here).
+    r = run_cli("pki", "crl", "--dir", pki, "--ca", "C", "--password-file", tmp_path / "key.pw")
+    assert r.returncode == 0, r.stderr
+
+
+def test_enroll_pki_and_renew_take_password_file_for_the_ca_keys(tmp_path):
+    for command in (["enroll", "pki"], ["renew"]):
+        options = _options(command)
+        assert "--password-file" in options and "--key-password-file" not in options, (command, options)

@@ -317,8 +317,9 @@ def test_acme_external_account_binding(tmp_path_factory, store, tmp_path):
 
 
 def test_pki_enroll_and_renew_with_encrypted_ca_keys(store, tmp_path):
-    """A pki directory whose CA keys are encrypted: the password comes from --key-password-file
-    (or MTLS_PKI_KEY_PASSWORD_FILE, as for mtls pki), at enrollment and at renewal."""
+    """A pki directory whose CA keys are encrypted: the password comes from --password-file (or
+    its old name --key-password-file, or MTLS_PKI_KEY_PASSWORD_FILE, as for mtls pki), at
+    enrollment and at renewal."""
     pki = tmp_path / "pki"
     write_secret(tmp_path / "capw", "ca password\n")
     pw = ["--key-password-file", tmp_path / "capw"]
@@ -330,6 +331,7 @@ def test_pki_enroll_and_renew_with_encrypted_ca_keys(store, tmp_path):
                 "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     first = json.loads(r.stdout)
-    r = run_cli("renew", "locked", "--force", *store, *pw, "--json")
+    # --password-file is the CA keys' password too (--key-password-file, above, its old name).
+    r = run_cli("renew", "locked", "--force", *store, "--password-file", tmp_path / "capw", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(r.stdout)["serial"] != first["serial"]

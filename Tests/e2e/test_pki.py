@@ -232,17 +232,17 @@ def test_bad_inputs_give_one_line_and_write_nothing(tmp_path):
     fails_cleanly(d, "pki", "issue", "server", "--dir", d, "--ca", "A", "--dns", "bad name", "--key-password-file", kp,
                   expect="not a valid DNS name")
     fails_cleanly(d, "pki", "issue", "client", "--dir", d, "--ca", "A", "--name", "c", "--key-password-file", kp,
-                  "--p12", tmp_path / "c.p12", "--password-file", tmp_path / "missing", expect="cannot open")
+                  "--p12", tmp_path / "c.p12", "--p12-password-file", tmp_path / "missing", expect="cannot open")
     assert not (tmp_path / "c.p12").exists()
     # The certificate and its .p12 are one step: a .p12 that cannot be written leaves no
     # certificate behind, and an existing one is refused before anything is issued.
     write_secret(tmp_path / "p12pw", "p12-secret\n")
     fails_cleanly(d, "pki", "issue", "client", "--dir", d, "--ca", "A", "--name", "c", "--key-password-file", kp,
-                  "--p12", tmp_path / "nowhere" / "c.p12", "--password-file", tmp_path / "p12pw",
+                  "--p12", tmp_path / "nowhere" / "c.p12", "--p12-password-file", tmp_path / "p12pw",
                   expect=f"the folder {tmp_path / 'nowhere'} does not exist")
     (tmp_path / "taken.p12").write_bytes(b"")
     fails_cleanly(d, "pki", "issue", "client", "--dir", d, "--ca", "A", "--name", "c", "--key-password-file", kp,
-                  "--p12", tmp_path / "taken.p12", "--password-file", tmp_path / "p12pw", expect="already exists")
+                  "--p12", tmp_path / "taken.p12", "--p12-password-file", tmp_path / "p12pw", expect="already exists")
     fails_cleanly(d, "pki", "revoke", "--dir", d, "--ca", "A", "--name", "ghost", "--key-password-file", kp,
                   expect="issued nothing named")
     fails_cleanly(d, "pki", "revoke", "--dir", d, "--ca", "A", "--cert", tmp_path / "missing.pem",
@@ -259,10 +259,10 @@ def test_unencrypted_keys_are_written_with_one_warning_and_the_environment_encry
     r = run_cli("pki", "init", "--dir", d, "--name", "Root")
     assert r.returncode == 0, r.stderr
     warnings = [l for l in r.stderr.splitlines() if "warning" in l]
-    assert len(warnings) == 1 and "unencrypted" in warnings[0] and "--key-password-file" in warnings[0] \
+    assert len(warnings) == 1 and "unencrypted" in warnings[0] and "--password-file" in warnings[0] \
         and "MTLS_PKI_KEY_PASSWORD_FILE" in warnings[0] and str(d / "root" / "key.pem") in warnings[0], r.stderr
     assert "ENCRYPTED" not in (d / "root" / "key.pem").read_text()
-    # MTLS_PKI_KEY_PASSWORD_FILE is the default --key-password-file: encrypted, no warning.
+    # MTLS_PKI_KEY_PASSWORD_FILE is the default --password-file: encrypted, no warning.
     write_secret((tmp_path / "kp"), "key-pass\n")
     env = dict(os.environ, MTLS_PKI_KEY_PASSWORD_FILE=str(tmp_path / "kp"))
     e = tmp_path / "enc"

@@ -461,7 +461,7 @@ public struct PKIDirectory: Sendable {
         let key: PrivateKey
         do { key = try PrivateKey(pem: pem, password: keyPassword) } catch let e as MTLSError where e.code == .badPassword {
             throw MTLSError(.badPassword, keyPassword == nil
-                ? "\(keyFile) is encrypted: give the key password (--key-password-file)"
+                ? "\(keyFile) is encrypted: give the key password (--password-file)"
                 : "wrong key password for \(keyFile)")
         }
         return try CertificateAuthority(certificate: cert, privateKey: key, publication: try readPublication(dir))

@@ -380,8 +380,8 @@ package struct Evaluation {
         if let rule { what += " (host rule \(rule.pattern.text))" }
         // What to do next, in words every layer shares (the CLI's --anchor, C's and Python's anchors).
         let fix = purpose == .clientAuth
-            ? "; to accept it, add the CA that issued it as a client anchor (the client anchor option, the policy's anchors)"
-            : "; to trust it, add the CA that issued it as an anchor (the anchor option, the policy's anchors)"
+            ? "; to accept it, add the CA that issued it as a client anchor (the client anchor option: --client-anchor FILE on the command line; or the client policy's anchors: anchors= in Python, mtls_policy_add_anchor in C)"
+            : "; to trust it, add the CA that issued it as an anchor (the anchor option: --anchor FILE on the command line, anchors= in Python, mtls_policy_add_anchor in C; or the policy's anchors)"
         return TrustReason(code: r.code, certIndex: r.certIndex, message: "not issued under \(what): \(r.message)\(fix)")
     }
 
@@ -396,7 +396,7 @@ package struct Evaluation {
         if names.isEmpty, let cn = leaf.commonName { names = ["CN \(cn) (no subjectAltName, so no name matches)"] }
         let shown = names.prefix(8).joined(separator: ", ") + (names.count > 8 ? ", ..." : "")
         return "; the certificate's names: \(shown.isEmpty ? "none" : shown)" +
-            "; connect by one of them, or validate as one of its names with verify-as"
+            "; connect by one of them, or validate as one of its names with verify-as (--verify-as NAME on the command line, verify_as= in Python, verify_as in C's options)"
     }
 
     func isAnchor(_ c: Certificate) -> Bool {

@@ -393,8 +393,10 @@ def test_a_missing_store_is_created_only_when_asked(tmp_path):
     """Issue 38: Store(path, secret) opens an existing store; a mistyped path is NotFound naming
     it, and nothing (file or folder) is made; create=True makes it."""
     path = tmp_path / "typo" / "store.db"
-    with pytest.raises(errors.NotFound, match="no store at " + re.escape(str(path))):
+    with pytest.raises(errors.NotFound, match="no store at " + re.escape(str(path))) as e:
         Store(path, "s", kdf_log_n=10)
+    # The message names the Python way to create it.
+    assert "create=True" in str(e.value), e.value
     assert not (tmp_path / "typo").exists()
     with Store(path, "s", kdf_log_n=10, create=True) as st:
         assert st.list() == []
