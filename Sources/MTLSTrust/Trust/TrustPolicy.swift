@@ -182,6 +182,8 @@ public final class TrustPolicy: Sendable {
         try l.add(kind, pattern)
         changeSetting { $0.allow.add(contentsOf: l) }
     }
+    /// Adds an `issuer` entry to ``allow``: peers whose built chain ends at `anchor`.
+    public func addAllow(issuer anchor: Certificate) { changeSetting { $0.allow.add(issuer: anchor) } }
 
     /// Throws ``MTLSError/Code/invalidPolicy`` for a verify-as that is empty or neither a host
     /// name nor an IP address (as for ``verifyAs``).
