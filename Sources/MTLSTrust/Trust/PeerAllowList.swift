@@ -191,26 +191,31 @@ public struct PeerAllowList: Sendable, Hashable {
         }
     }
 
-    /// Whether `segments` matches `parts` (`*` one non-empty part, `**` zero or more).
+    /// Whether `segments` matches `parts` (`*` one non-empty part, `**` zero or more), in time
+    /// proportional to their product whatever the pattern (a peer's certificate may carry a
+    /// long path; no backtracking).
     static func match(_ segments: ArraySlice<Segment>, _ parts: ArraySlice<Substring>) -> Bool {
-        guard let first = segments.first else { return parts.isEmpty }
-        switch first {
-        case .any:
-            let rest = segments.dropFirst()
-            if rest.isEmpty { return true }
-            var p = parts
-            while true {
-                if match(rest, p) { return true }
-                if p.isEmpty { return false }
-                p = p.dropFirst()
+        let segs = Array(segments), ps = Array(parts)
+        // can[j]: the segments so far match the first j parts.
+        var can = [Bool](repeating: false, count: ps.count + 1)
+        can[0] = true
+        for seg in segs {
+            var next = [Bool](repeating: false, count: ps.count + 1)
+            switch seg {
+            case .any:
+                var reached = false
+                for j in 0...ps.count {
+                    reached = reached || can[j]
+                    next[j] = reached
+                }
+            case .one:
+                for j in 0..<ps.count where can[j] && !ps[j].isEmpty { next[j + 1] = true }
+            case .literal(let l):
+                for j in 0..<ps.count where can[j] && ps[j] == l { next[j + 1] = true }
             }
-        case .one:
-            guard let part = parts.first, !part.isEmpty else { return false }
-            return match(segments.dropFirst(), parts.dropFirst())
-        case .literal(let l):
-            guard let part = parts.first, part == l else { return false }
-            return match(segments.dropFirst(), parts.dropFirst())
+            can = next
         }
+        return can[ps.count]
     }
 
     /// What a certificate offers to the entries of each kind.
@@ -222,26 +227,31 @@ public struct PeerAllowList: Sendable, Hashable {
         let spki: [UInt8]
         let anchor: [UInt8]?
         let anchorName: String?
-
-        init(leaf: Certificate, anchor: Certificate?) {
-            cn = leaf.commonName
-            ous = leaf.organizationalUnits
-            var d: [String] = [], u: [String] = []
-            for n in leaf.subjectAltNames {
-                switch n {
-                case .dns(let v): d.append(v)
-                case .uri(let v): u.append(v)
-                default: break
-                }
-            }
-            dns = d
-            uris = u
-            spki = leaf.spkiSHA256
-            self.anchor = anchor?.sha256
-            anchorName = anchor?.subjectSummary
-        }
     }
+}
 
+/// A certificate's offer: its CN, OUs, DNS and URI SANs, its key, and the anchor it chains to.
+extension PeerAllowList.Offer {
+    init(leaf: Certificate, anchor: Certificate?) {
+        cn = leaf.commonName
+        ous = leaf.organizationalUnits
+        var d: [String] = [], u: [String] = []
+        for n in leaf.subjectAltNames {
+            switch n {
+            case .dns(let v): d.append(v)
+            case .uri(let v): u.append(v)
+            default: break
+            }
+        }
+        dns = d
+        uris = u
+        spki = leaf.spkiSHA256
+        self.anchor = anchor?.sha256
+        anchorName = anchor?.subjectSummary
+    }
+}
+
+extension PeerAllowList {
     static func matches(_ e: Entry, _ o: Offer) -> Bool {
         switch (e.kind, e.matcher) {
         case (.cn, .dotted(let s, _)):
