@@ -370,9 +370,9 @@ struct DoctorCommand: ParsableCommand {
         case C.pinExpired:
             return "the policy's pins have expired: renew them in the policy"
         case C.notAllowed:
-            // The message names the list (the policy's "allow", a host rule's, or --allow-*) and
-            // what the certificate has for each kind it lists.
-            return "the server's chain is trusted but it matches no entry of an allow-list (\(reason.message)): if this is the server you meant, "
+            // The detail (the reason's message) names the list (the policy's "allow", a host
+            // rule's, or --allow-*) and what the certificate has for each kind it lists.
+            return "the server's chain is trusted but it matches no entry of the allow-list named above: if this is the server you meant, "
                 + "add one of its names to the list that refused it (--allow-uri, --allow-dns, --allow-cn, --allow-ou, --allow-spki or --allow-issuer; "
                 + "in a policy file the \"allow\" keys uri, dns, cn, ou, spki, issuer, at the top or in its host rule), else check you reached the right server"
         default:

@@ -8,17 +8,17 @@ import MTLS
 /// trusted must match any one entry of any kind; the flags are one list, given as overrides on
 /// top of the policy file's own `"allow"` (each list in force must be passed).
 struct PeerAllowOptions: ParsableArguments {
-    @Option(name: .customLong("allow-cn"), help: "Allow peers whose subject CN matches this pattern (exact, case-sensitive; * one .-separated segment, ** any number); repeatable. A peer passes with any one --allow-* entry.")
+    @Option(name: .customLong("allow-cn"), help: ArgumentHelp("Allow peers whose subject CN matches this pattern (exact, case-sensitive; * one .-separated segment, ** any number); repeatable. A peer passes with any one --allow-* entry.", valueName: "PATTERN"))
     var cn: [String] = []
-    @Option(name: .customLong("allow-ou"), help: "Allow peers with a subject OU matching this pattern (as --allow-cn); repeatable.")
+    @Option(name: .customLong("allow-ou"), help: ArgumentHelp("Allow peers with a subject OU matching this pattern (as --allow-cn); repeatable.", valueName: "PATTERN"))
     var ou: [String] = []
-    @Option(name: .customLong("allow-dns"), help: "Allow peers with a DNS SAN matching this pattern (case-insensitive; * one label, ** any number: **.example.com); repeatable.")
+    @Option(name: .customLong("allow-dns"), help: ArgumentHelp("Allow peers with a DNS SAN matching this pattern (case-insensitive; * one label, ** any number: **.example.com); repeatable.", valueName: "PATTERN"))
     var dns: [String] = []
-    @Option(name: .customLong("allow-uri"), help: "Allow peers with a URI SAN matching this pattern, e.g. a SPIFFE ID spiffe://trust-domain/ns/*/sa/** (* one path segment, ** any number; the trust domain literal); repeatable.")
+    @Option(name: .customLong("allow-uri"), help: ArgumentHelp("Allow peers with a URI SAN matching this pattern, e.g. a SPIFFE ID spiffe://trust-domain/ns/*/sa/** (* one path segment, ** any number; the trust domain literal); repeatable.", valueName: "PATTERN"))
     var uri: [String] = []
-    @Option(name: .customLong("allow-spki"), help: "Allow peers whose own key has this SPKI pin sha256/BASE64 (`mtls cert pin`); repeatable.")
+    @Option(name: .customLong("allow-spki"), help: ArgumentHelp("Allow peers whose own key has this SPKI pin sha256/BASE64 (`mtls cert pin`); repeatable.", valueName: "PIN"))
     var spki: [String] = []
-    @Option(name: .customLong("allow-issuer"), help: "Allow peers whose chain ends at this anchor: a certificate file, a stored certificate's label (LABEL with a store, or store:LABEL), or its SHA-256 fingerprint in hex; repeatable.")
+    @Option(name: .customLong("allow-issuer"), help: ArgumentHelp("Allow peers whose chain ends at this anchor: a certificate file, a stored certificate's label (LABEL with a store, or store:LABEL), or its SHA-256 fingerprint in hex; repeatable.", valueName: "FILE|LABEL|SHA256"))
     var issuer: [String] = []
 
     /// True when no flag was given.
