@@ -265,11 +265,7 @@ TEST(a_client_connection_judges_the_server_by_the_allow_list) {
 }
 
 int main(void) {
-    const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
-    char cmd[1100];
-    snprintf(pki, sizeof pki, "%s/allow-pki", tmp);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh --allow %s", pki);
-    t_sh(cmd);
+    make_pki_shape("--allow", "allow-pki");
     RUN(each_kind_accepts_one_client_and_refuses_another);
     RUN(patterns_are_checked_when_added);
     RUN(policy_file_allow);
