@@ -112,6 +112,16 @@ def test_connect_allow_uri_judges_the_server(apki):
         s.stop()
 
 
+def test_verify_judges_a_chain_offline(apki):
+    base = ["verify", "--anchor", apki / "root.pem", "--purpose", "client", "--allow-uri", "spiffe://example.org/ns/*/sa/**"]
+    assert run_cli(*base, apki / "alice-chain.pem").returncode == 0
+    r = run_cli(*base, apki / "bob-chain.pem", "--json")
+    assert r.returncode == 1
+    out = json.loads(r.stdout)
+    assert [x["code"] for x in out["reasons"]] == ["not_allowed"], out
+    assert "URI SANs [spiffe://other.org/ns/prod/sa/bob] match no --allow-uri" in out["reasons"][0]["message"]
+
+
 def test_policy_file_allow_refuses_with_the_policy_named(apki, tmp_path):
     policy = tmp_path / "clients.json"
     policy.write_text(json.dumps({"anchors": [str(apki / "root.pem")], "purpose": "client", "name_check": "none",
