@@ -663,8 +663,10 @@ MTLS_EXTERN void mtls_revocation_cache_clear(void);
  *                   fragment;
  *   MTLS_ALLOW_SPKI an SPKI pin "sha256/BASE64" of the peer's own key (the leaf; pins on any
  *                   certificate of the chain are mtls_policy_set_pins);
- *   MTLS_ALLOW_ISSUER the anchor the built chain ends at: its SHA-256 fingerprint in hex (colons
- *                   allowed) or its certificate in PEM (or mtls_policy_allow_add_issuer).
+ *   MTLS_ALLOW_ISSUER a CA certificate of the built chain: the anchor it ends at or an
+ *                   intermediate on the way (a chain of one pinned certificate offers that one):
+ *                   its SHA-256 fingerprint in hex (colons allowed) or its certificate in PEM (or
+ *                   mtls_policy_allow_add_issuer).
  * A "*" inside a segment ("a*.example"), an empty pattern, a wildcard in a URI's scheme or
  * authority, a query or fragment, a malformed pin or fingerprint: MTLS_E_INVALID_POLICY naming
  * the kind and the pattern (nothing is changed). A peer refused by a list fails its evaluation
@@ -687,7 +689,7 @@ MTLS_EXTERN int mtls_policy_allow_add(mtls_policy *policy, int kind, const char 
 /* The same for the host rule `rule` (created when missing): a list of its own, for peers under
  * that rule, on top of the policy-wide one. */
 MTLS_EXTERN int mtls_policy_rule_allow_add(mtls_policy *policy, const char *rule, int kind, const char *pattern);
-/* Adds an MTLS_ALLOW_ISSUER entry for the anchor certificate `anchor` to the host rule `rule`'s
+/* Adds an MTLS_ALLOW_ISSUER entry for the CA certificate `anchor` to the host rule `rule`'s
  * list (NULL: the policy-wide list). */
 MTLS_EXTERN int mtls_policy_allow_add_issuer(mtls_policy *policy, const char *rule, const mtls_cert *anchor);
 /* The entries of kind MTLS_ALLOW_* of the host rule `rule`'s list (NULL: the policy-wide list),

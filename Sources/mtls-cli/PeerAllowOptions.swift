@@ -18,7 +18,7 @@ struct PeerAllowOptions: ParsableArguments {
     var uri: [String] = []
     @Option(name: .customLong("allow-spki"), help: ArgumentHelp("Allow peers whose own key has this SPKI pin sha256/BASE64 (`mtls cert pin`); repeatable.", valueName: "PIN"))
     var spki: [String] = []
-    @Option(name: .customLong("allow-issuer"), help: ArgumentHelp("Allow peers whose chain ends at this anchor: a certificate file, a stored certificate's label (LABEL with a store, or store:LABEL), or its SHA-256 fingerprint in hex; repeatable.", valueName: "FILE|LABEL|SHA256"))
+    @Option(name: .customLong("allow-issuer"), help: ArgumentHelp("Allow peers whose built chain goes through or ends at this CA (an intermediate or the anchor): a certificate file, a stored certificate's label (LABEL with a store, or store:LABEL), or its SHA-256 fingerprint in hex; repeatable.", valueName: "FILE|LABEL|SHA256"))
     var issuer: [String] = []
 
     /// True when no flag was given.

@@ -19,7 +19,7 @@ final class PeerAllowListTests: XCTestCase {
 
     /// An offer with only the given names.
     func offer(cn: String? = nil, ous: [String] = [], dns: [String] = [], uris: [String] = []) -> PeerAllowList.Offer {
-        PeerAllowList.Offer(cn: cn, ous: ous, dns: dns, uris: uris, spki: [], anchor: nil, anchorName: nil)
+        PeerAllowList.Offer(cn: cn, ous: ous, dns: dns, uris: uris, spki: [], cas: [], caNames: [])
     }
 
     func allows(_ kind: PeerAllowList.Kind, _ pattern: String, _ o: PeerAllowList.Offer,
@@ -167,6 +167,20 @@ final class PeerAllowListTests: XCTestCase {
         p.addAllow(issuer: try cert("root-2"))
         XCTAssertTrue(try evaluate(p, "carol").trusted)
         assertNotAllowed(try evaluate(p, "alice"), saying: ["anchor \"Allow Root\""])
+    }
+
+    func testIssuerMatchesAnIntermediateOfTheBuiltChainToo() throws {
+        // TrustTests's PKI: root -> inter -> client (client-chain.pem = client + inter).
+        let dir = TrustTests.dir
+        let root = try Certificate.load(path: "\(dir)/root.pem")[0], inter = try Certificate.load(path: "\(dir)/inter.pem")[0]
+        let chain = try Certificate.load(path: "\(dir)/client-chain.pem")
+        let p = TrustPolicy(anchors: [root], anchorsOnly: true, purpose: .clientAuth, nameCheck: .none, time: TrustTests.now)
+        p.addAllow(issuer: inter)
+        XCTAssertTrue(p.evaluate(chain: chain, host: nil).trusted)
+        let q = TrustPolicy(anchors: [root], anchorsOnly: true, purpose: .clientAuth, nameCheck: .none, time: TrustTests.now)
+        q.addAllow(issuer: try cert("root"))
+        assertNotAllowed(q.evaluate(chain: chain, host: nil),
+                         saying: ["anchor \"\(root.subjectSummary)\"", "and intermediates [\"\(inter.subjectSummary)\"] match no --allow-issuer"])
     }
 
     func testEntriesOfDifferentKindsAreOred() throws {

@@ -26,8 +26,12 @@ import FoundationEssentials
 ///   (patterns with one are refused).
 /// - `spki`: an SPKI pin (`sha256/BASE64`, the form of ``SPKIPin``) of the peer's own key (the
 ///   leaf). Pins on any certificate of the chain are the policy's `pins`, a separate requirement.
-/// - `issuer`: the anchor the built chain ends at (its certificate's SHA-256), given as a
-///   certificate or its SHA-256 fingerprint in hex (colons allowed).
+/// - `issuer`: a CA of the built chain — the anchor it ends at or an intermediate on the way
+///   (with OpenSSL's partial chains the chain ends at the first anchor it reaches, so listing a
+///   root also covers chains through its intermediates only when they are not anchors
+///   themselves: list the CA that issued the peers) — by its certificate's SHA-256, given as a
+///   certificate or its SHA-256 fingerprint in hex (colons allowed). A chain of one certificate
+///   (a pinned leaf) offers that certificate.
 ///
 /// A refusal is reason ``TrustReason/Code/notAllowed`` naming each kind that was looked at and
 /// what the certificate had.
@@ -95,7 +99,7 @@ public struct PeerAllowList: Sendable, Hashable {
         if !entries.contains(entry) { entries.append(entry) }
     }
 
-    /// Adds an `issuer` entry: peers whose built chain ends at this anchor certificate.
+    /// Adds an `issuer` entry: peers whose built chain passes through or ends at this CA certificate.
     public mutating func add(issuer: Certificate) {
         let entry = Entry(kind: .issuer, text: issuer.sha256Hex, matcher: .digest(issuer.sha256))
         if !entries.contains(entry) { entries.append(entry) }
@@ -225,14 +229,17 @@ public struct PeerAllowList: Sendable, Hashable {
         let dns: [String]
         let uris: [String]
         let spki: [UInt8]
-        let anchor: [UInt8]?
-        let anchorName: String?
+        /// The SHA-256 of each CA certificate of the built chain (leaf excluded), anchor last.
+        let cas: [[UInt8]]
+        /// Their subjects, for messages.
+        let caNames: [String]
     }
 }
 
-/// A certificate's offer: its CN, OUs, DNS and URI SANs, its key, and the anchor it chains to.
+/// A certificate's offer: its CN, OUs, DNS and URI SANs, its key, and the CAs it chains through.
 extension PeerAllowList.Offer {
-    init(leaf: Certificate, anchor: Certificate?) {
+    /// `built`: the chain OpenSSL built, leaf first, ending at the anchor.
+    init(leaf: Certificate, built: [Certificate]) {
         cn = leaf.commonName
         ous = leaf.organizationalUnits
         var d: [String] = [], u: [String] = []
@@ -246,8 +253,9 @@ extension PeerAllowList.Offer {
         dns = d
         uris = u
         spki = leaf.spkiSHA256
-        self.anchor = anchor?.sha256
-        anchorName = anchor?.subjectSummary
+        let cas = built.count > 1 ? Array(built.dropFirst()) : built
+        self.cas = cas.map(\.sha256)
+        caNames = cas.map(\.subjectSummary)
     }
 }
 
@@ -271,20 +279,20 @@ extension PeerAllowList {
                 return match(path[...], u.path[...])
             }
         case (.spki, .digest(let d)): return o.spki == d
-        case (.issuer, .digest(let d)): return o.anchor == d
+        case (.issuer, .digest(let d)): return o.cas.contains(d)
         default: return false
         }
     }
 
     /// The first entry the peer matches, or nil.
-    func firstMatch(leaf: Certificate, anchor: Certificate?) -> Entry? {
-        let offer = Offer(leaf: leaf, anchor: anchor)
+    func firstMatch(leaf: Certificate, built: [Certificate]) -> Entry? {
+        let offer = Offer(leaf: leaf, built: built)
         return entries.first { Self.matches($0, offer) }
     }
 
     /// Why no entry matched: for each kind in the list, what the certificate had.
-    func refusal(leaf: Certificate, anchor: Certificate?, role: String, whose: String) -> String {
-        let o = Offer(leaf: leaf, anchor: anchor)
+    func refusal(leaf: Certificate, built: [Certificate], role: String, whose: String) -> String {
+        let o = Offer(leaf: leaf, built: built)
         func list(_ l: [String]) -> String { "[" + l.prefix(8).joined(separator: ", ") + (l.count > 8 ? ", ..." : "") + "]" }
         var parts: [String] = []
         for kind in Kind.allCases where entries.contains(where: { $0.kind == kind }) {
@@ -296,7 +304,9 @@ extension PeerAllowList {
             case .uri: parts.append("URI SANs \(list(o.uris)) match no \(flag)")
             case .spki: parts.append("key \(SPKIPin(certificate: leaf)) matches no \(flag)")
             case .issuer:
-                parts.append("anchor \(o.anchorName.map { "\"\($0)\"" } ?? "(none)")\(o.anchor.map { " (sha256 \(Self.hex($0)))" } ?? "") matches no \(flag)")
+                let anchor = o.cas.last.map { "anchor \"\(o.caNames.last ?? "")\" (sha256 \(Self.hex($0)))" } ?? "no anchor"
+                let between = o.caNames.dropLast().map { "\"\($0)\"" }
+                parts.append(anchor + (between.isEmpty ? " matches" : " and intermediates [\(between.joined(separator: ", "))] match") + " no \(flag)")
             }
         }
         return "\(role) certificate is not allowed by \(whose): " + parts.joined(separator: "; ")

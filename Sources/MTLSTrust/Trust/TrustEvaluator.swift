@@ -330,9 +330,9 @@ package struct Evaluation {
         // each allow-list in force on its own.
         if enforced.isEmpty, let leaf = built.first ?? chain.first {
             let role = purpose == .clientAuth ? "the client" : "the server"
-            for requirement in effective.allowRequirements where requirement.list.firstMatch(leaf: leaf, anchor: built.last) == nil {
+            for requirement in effective.allowRequirements where requirement.list.firstMatch(leaf: leaf, built: built) == nil {
                 let r = TrustReason(code: TrustReason.Code.notAllowed, certIndex: 0,
-                                    message: requirement.list.refusal(leaf: leaf, anchor: built.last, role: role, whose: requirement.whose))
+                                    message: requirement.list.refusal(leaf: leaf, built: built, role: role, whose: requirement.whose))
                 reasons.append(r)
                 enforced.append(r)
             }

@@ -397,8 +397,9 @@ class Policy(_Handle):
     ``*`` is one whole segment (a DNS label, a URI path segment, never crossing ``.`` or ``/``),
     ``**`` zero or more: ``{"uri": ["spiffe://example.org/ns/*/sa/**"]}``. DNS and a URI's scheme
     and authority are case-insensitive; CN, OU and URI paths are compared exactly. ``spki`` is a
-    pin of the peer's own key; ``issuer`` the anchor its chain ends at (a Certificate, PEM, or a
-    SHA-256 fingerprint in hex). A malformed pattern raises mtls.InvalidPolicy; a refused
+    pin of the peer's own key; ``issuer`` a CA of its built chain, the anchor or an intermediate
+    (a Certificate, PEM, or a SHA-256 fingerprint in hex). A malformed pattern raises
+    mtls.InvalidPolicy; a refused
     peer fails with reason ``not_allowed`` naming the list and what its certificate had. A host
     rule's ``allow`` is a list of its own, also required for peers under that rule."""
     _free = "mtls_policy_free"
