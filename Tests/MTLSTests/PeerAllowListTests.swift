@@ -246,6 +246,19 @@ final class PeerAllowListTests: XCTestCase {
         }
     }
 
+    func testListsThatReadAlikeHaveDifferentCacheKeys() throws {
+        // One CN holding a comma is not the two CNs it would read as.
+        XCTAssertNotEqual(try PeerAllowList([(.cn, "a,cn=b")]).cacheKey, try PeerAllowList([(.cn, "a"), (.cn, "b")]).cacheKey)
+        var one = TrustOverrides(), two = TrustOverrides()
+        try one.allow.add(.cn, "alice,cn=bob")
+        try two.allow.add(.cn, "alice")
+        try two.allow.add(.cn, "bob")
+        XCTAssertNotEqual(one.cacheKey, two.cacheKey)
+        let p = try clientPolicy()
+        XCTAssertTrue(try evaluate(p, "bob", overrides: two).trusted)
+        assertNotAllowed(try evaluate(p, "bob", overrides: one), saying: ["CN \"bob\" matches no --allow-cn"])
+    }
+
     func testAChangedListIsNotAnsweredFromTheCache() throws {
         let p = try clientPolicy()
         XCTAssertTrue(try evaluate(p, "bob").trusted)

@@ -63,8 +63,8 @@ public struct PeerAllowList: Sendable, Hashable {
     }
 
     enum Matcher: Hashable, Sendable {
-        /// `.`-separated segments; `caseless`: compared lowercased.
-        case dotted([Segment], caseless: Bool)
+        /// `.`-separated segments (DNS names are compared lowercased, CN and OU as written).
+        case dotted([Segment])
         /// `scheme://authority` lowercased, and the path's segments.
         case uri(prefix: String, path: [Segment])
         /// A SHA-256 digest (of the leaf's SPKI, or of the anchor certificate).
@@ -110,8 +110,9 @@ public struct PeerAllowList: Sendable, Hashable {
         for e in other.entries where !entries.contains(e) { entries.append(e) }
     }
 
-    /// What tells two lists apart (cache and session keys).
-    var cacheKey: String { entries.map { "\($0.kind.rawValue)=\($0.text)" }.joined(separator: ",") }
+    /// What tells two lists apart (cache and session keys): each pattern JSON-quoted, so no
+    /// pattern (a CN may hold a comma or a quote) can read as two.
+    var cacheKey: String { entries.map { "\($0.kind.rawValue)=\(JSONText.quoted($0.text))" }.joined(separator: ",") }
 
     private static func digest(_ m: Matcher) -> [UInt8] {
         if case .digest(let d) = m { return d }
@@ -142,8 +143,7 @@ public struct PeerAllowList: Sendable, Hashable {
         }
         switch kind {
         case .cn, .ou:
-            return .dotted(try segments(text.split(separator: ".", omittingEmptySubsequences: false), kind, text) { _ in true },
-                           caseless: false)
+            return .dotted(try segments(text.split(separator: ".", omittingEmptySubsequences: false), kind, text) { _ in true })
         case .dns:
             var t = text.lowercased()
             if t.hasSuffix(".") { t.removeLast() }
@@ -153,7 +153,7 @@ public struct PeerAllowList: Sendable, Hashable {
                     (c >= 0x61 && c <= 0x7a) || (c >= 0x30 && c <= 0x39) || c == 0x2d || c == 0x5f
                 }
             }
-            return .dotted(segs, caseless: true)
+            return .dotted(segs)
         case .uri:
             guard let u = URIParts(text) else {
                 throw invalid(kind, text, "a URI pattern is scheme://authority/path (spiffe://trust-domain/path)")
@@ -175,7 +175,7 @@ public struct PeerAllowList: Sendable, Hashable {
             if text.contains("-----BEGIN") {
                 do {
                     let certs = try Certificate.parseAll(Array(text.utf8))
-                    guard certs.count == 1 else { throw invalid(kind, text, "give one certificate per entry") }
+                    guard certs.count == 1 else { throw invalid(kind, "PEM", "give one certificate per entry") }
                     return .digest(certs[0].sha256)
                 } catch let e as MTLSError where e.code != .invalidPolicy { throw invalid(kind, "PEM", e.message) }
             }
@@ -262,12 +262,12 @@ extension PeerAllowList.Offer {
 extension PeerAllowList {
     static func matches(_ e: Entry, _ o: Offer) -> Bool {
         switch (e.kind, e.matcher) {
-        case (.cn, .dotted(let s, _)):
+        case (.cn, .dotted(let s)):
             guard let cn = o.cn else { return false }
             return match(s[...], cn.split(separator: ".", omittingEmptySubsequences: false)[...])
-        case (.ou, .dotted(let s, _)):
+        case (.ou, .dotted(let s)):
             return o.ous.contains { match(s[...], $0.split(separator: ".", omittingEmptySubsequences: false)[...]) }
-        case (.dns, .dotted(let s, _)):
+        case (.dns, .dotted(let s)):
             return o.dns.contains { name in
                 var n = name.lowercased()
                 if n.hasSuffix(".") { n.removeLast() }
