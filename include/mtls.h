@@ -606,6 +606,64 @@ MTLS_EXTERN int mtls_evaluate_with_overrides(mtls_policy *policy, mtls_cert *con
  * could be made (an invalid policy, an empty chain). Free *out with mtls_string_free. */
 MTLS_EXTERN int mtls_trust_result_provenance(const mtls_trust_result *result, char **out);
 
+/* --- Who may connect: allow-lists on the peer's certificate --------------------------------
+ * An allow-list restricts which peers a policy accepts once their chain is trusted: clients on
+ * a listener or an SSL_CTX configured with mtls_ssl_ctx_configure, the server on a client
+ * connection. It is judged inside the one trust decision (every mtls_evaluate*, every handshake),
+ * so every front end gets the same answer. A peer passes a list when it matches ANY ONE entry of
+ * ANY kind (entries are OR'ed, as ghostunnel's --allow-* flags). The policy-wide list, the
+ * selected host rule's list and the CLI's --allow-* flags (overrides) are each a requirement of
+ * their own: each list in force must be passed. An empty list restricts nothing.
+ * Kinds and matching:
+ *   MTLS_ALLOW_CN   the subject's common name; MTLS_ALLOW_OU any organizational unit: exact
+ *                   (case-sensitive), in "."-separated segments where "*" is one whole non-empty
+ *                   segment and "**" any number of segments (zero or more);
+ *   MTLS_ALLOW_DNS  any DNS subjectAltName, case-insensitive, "*" one whole label, "**" zero or
+ *                   more labels ("**.example.com" matches example.com and every name below it);
+ *   MTLS_ALLOW_URI  any URI subjectAltName as scheme://authority/path (SPIFFE IDs: the pattern
+ *                   spiffe://example.org/ns/NS/sa/REST with NS "*" and REST "**" matches every
+ *                   namespace and every service-account path under it). Scheme and authority
+ *                   case-insensitive and literal (a wildcard in the trust domain is refused);
+ *                   path case-sensitive, "*" one non-empty segment never crossing a slash, "**"
+ *                   zero or more segments; percent-encoding compared as written; no query or
+ *                   fragment;
+ *   MTLS_ALLOW_SPKI an SPKI pin "sha256/BASE64" of the peer's own key (the leaf; pins on any
+ *                   certificate of the chain are mtls_policy_set_pins);
+ *   MTLS_ALLOW_ISSUER a CA certificate of the built chain: the anchor it ends at or an
+ *                   intermediate on the way (a chain of one pinned certificate offers that one):
+ *                   its SHA-256 fingerprint in hex (colons allowed) or its certificate in PEM (or
+ *                   mtls_policy_allow_add_issuer).
+ * A "*" inside a segment ("a*.example"), an empty pattern, a wildcard in a URI's scheme or
+ * authority, a query or fragment, a malformed pin or fingerprint: MTLS_E_INVALID_POLICY naming
+ * the kind and the pattern (nothing is changed). A peer refused by a list fails its evaluation
+ * with reason "not_allowed" (MTLS_TRUST_FATAL_FAILURE; a handshake fails with MTLS_E_UNTRUSTED,
+ * the peer is sent a bad_certificate alert), whose message names the list and, for each kind in
+ * it, what the certificate had: 'the client certificate is not allowed by the policy's
+ * allow-list ("allow"): CN "bob" matches no --allow-cn; URI SANs [spiffe://x/y] match no
+ * --allow-uri ...'. Policy files: "allow": {"cn": [...], "ou": [...], "dns": [...], "uri": [...],
+ * "spki": [...], "issuer": [...]} at the top and in host rules (issuer entries there may also
+ * be certificate files). */
+#define MTLS_ALLOW_CN 1
+#define MTLS_ALLOW_OU 2
+#define MTLS_ALLOW_DNS 3
+#define MTLS_ALLOW_URI 4
+#define MTLS_ALLOW_SPKI 5
+#define MTLS_ALLOW_ISSUER 6
+/* Adds one entry of kind MTLS_ALLOW_* to the policy-wide allow-list. The string is copied; an
+ * entry already there is not added twice. MTLS_E_INVALID_ARGUMENT for an unknown kind. */
+MTLS_EXTERN int mtls_policy_allow_add(mtls_policy *policy, int kind, const char *pattern);
+/* The same for the host rule `rule` (created when missing): a list of its own, for peers under
+ * that rule, on top of the policy-wide one. */
+MTLS_EXTERN int mtls_policy_rule_allow_add(mtls_policy *policy, const char *rule, int kind, const char *pattern);
+/* Adds an MTLS_ALLOW_ISSUER entry for the CA certificate `anchor` to the host rule `rule`'s
+ * list (NULL: the policy-wide list). */
+MTLS_EXTERN int mtls_policy_allow_add_issuer(mtls_policy *policy, const char *rule, const mtls_cert *anchor);
+/* The entries of kind MTLS_ALLOW_* of the host rule `rule`'s list (NULL: the policy-wide list),
+ * as given (issuers as SHA-256 hex), a new array of *count strings (none when the rule does not
+ * exist). Free it with mtls_string_list_free. */
+MTLS_EXTERN int mtls_policy_allow_patterns(const mtls_policy *policy, const char *rule, int kind, char ***out,
+                                           size_t *count);
+
 /* ======================================================================================
  * Credential store
  * ====================================================================================== */

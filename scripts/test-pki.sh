@@ -28,10 +28,20 @@
 #   test-pki.sh --leaf DIR NAME [KEY [CN [ISSUER]]]   one more client leaf NAME.pem/.key/.p8
 #     (CN NAME unless given) under ISSUER.pem/.key in DIR (default int, made by --chain).
 #   test-pki.sh --root DIR NAME CN       a root CA alone: NAME.pem, NAME.key.
+#   test-pki.sh --allow DIR   the allow-list shapes (issue 39), leaves for client and server use,
+#     each NAME.pem / NAME.key / NAME-chain.pem (leaf + its root):
+#     root.pem (Allow Root) ─┬─ alice  (CN alice, OU eng, DNS:alice.svc.example,
+#                            │          URI:spiffe://example.org/ns/prod/sa/alice)
+#                            ├─ bob    (CN bob, OU ops, DNS:bob.other.example,
+#                            │          URI:spiffe://other.org/ns/prod/sa/bob)
+#                            └─ server (CN server.test, DNS:server.test, DNS:localhost, IP:127.0.0.1,
+#                                       URI:spiffe://example.org/ns/prod/sa/server)
+#     root-2.pem (Second Allow Root) ── carol (CN carol, OU eng, DNS:carol.svc.example,
+#                                       URI:spiffe://example.org/ns/dev/sa/carol/x)
 #   KEY: p256 (default), p384, rsa1024, rsa2048, rsa4096 or ed25519.
 set -euo pipefail
 mode=connection
-case "${1:-}" in --trust | --chain | --leaf | --root) mode=${1#--}; shift ;; esac
+case "${1:-}" in --trust | --chain | --leaf | --root | --allow) mode=${1#--}; shift ;; esac
 D=${1:?usage: test-pki.sh [--trust | --chain | --leaf | --root] DIR ...}
 shift
 mkdir -p "$D" && cd "$D"
@@ -306,7 +316,27 @@ keyUsage=critical,keyCertSign,cRLSign'
   rm -f ca.ext
 }
 
+allow_pki() {
+  [ -f done ] && return 0
+  allow_leaf() { # name subject san issuer
+    printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth,serverAuth\nsubjectAltName=%s\n' "$3" > "$1.body"
+    ext "$1" "$(cat "$1.body")"; rm -f "$1.body"
+    key "$1.key"; sign "$1.key" "$2" "$4.pem" "$4.key" "$1" "$1.pem"
+    cat "$1.pem" "$4.pem" > "$1-chain.pem"
+  }
+  key root.key; root root.key "/O=libmtls test/CN=Allow Root" root.pem
+  key root-2.key; root root-2.key "/O=libmtls test/CN=Second Allow Root" root-2.pem
+  allow_leaf alice "/O=libmtls test/OU=eng/CN=alice" "DNS:alice.svc.example,URI:spiffe://example.org/ns/prod/sa/alice" root
+  allow_leaf bob "/O=libmtls test/OU=ops/CN=bob" "DNS:bob.other.example,URI:spiffe://other.org/ns/prod/sa/bob" root
+  allow_leaf server "/O=libmtls test/CN=server.test" "DNS:server.test,DNS:localhost,IP:127.0.0.1,URI:spiffe://example.org/ns/prod/sa/server" root
+  allow_leaf carol "/O=libmtls test/OU=eng/CN=carol" "DNS:carol.svc.example,URI:spiffe://example.org/ns/dev/sa/carol/x" root-2
+  rm -f ./*.ext
+  chmod 600 ./*.key
+  touch done
+}
+
 case $mode in
+  allow) allow_pki ;;
   connection) connection_pki ;;
   trust) trust_pki ;;
   chain) chain_pki "$@" ;;

@@ -566,3 +566,70 @@ public func mtls_trust_result_warnings(_ r: OpaquePointer?, _ out: CStringListOu
 /// `void mtls_revocation_cache_clear(void)`
 @_cdecl("mtls_revocation_cache_clear")
 public func mtls_revocation_cache_clear() { RevocationCache.clear() }
+
+// MARK: who may connect: allow-lists on the peer's certificate
+
+/// The ``PeerAllowList/Kind`` of an `MTLS_ALLOW_*` constant.
+private func allowKind(_ kind: Int32) throws -> PeerAllowList.Kind {
+    switch kind {
+    case MTLS_ALLOW_CN: return .cn
+    case MTLS_ALLOW_OU: return .ou
+    case MTLS_ALLOW_DNS: return .dns
+    case MTLS_ALLOW_URI: return .uri
+    case MTLS_ALLOW_SPKI: return .spki
+    case MTLS_ALLOW_ISSUER: return .issuer
+    default: throw invalid("kind must be one of MTLS_ALLOW_CN, _OU, _DNS, _URI, _SPKI, _ISSUER")
+    }
+}
+
+/// `int mtls_policy_allow_add(mtls_policy *policy, int kind, const char *pattern)`
+@_cdecl("mtls_policy_allow_add")
+public func mtls_policy_allow_add(_ p: OpaquePointer?, _ kind: Int32, _ pattern: UnsafePointer<CChar>?) -> Int32 {
+    abiCall {
+        let pol = try policy(p)
+        try pol.addAllow(try allowKind(kind), try string(pattern, "pattern"))
+    }
+}
+
+/// `int mtls_policy_rule_allow_add(mtls_policy *policy, const char *rule, int kind, const char *pattern)`
+@_cdecl("mtls_policy_rule_allow_add")
+public func mtls_policy_rule_allow_add(_ p: OpaquePointer?, _ rule: UnsafePointer<CChar>?, _ kind: Int32,
+                                       _ pattern: UnsafePointer<CChar>?) -> Int32 {
+    abiCall {
+        let pol = try policy(p)
+        let k = try allowKind(kind)
+        let text = try string(pattern, "pattern")
+        try pol.updateHostRule(try string(rule, "rule")) { r in try r.allow.add(k, text) }
+    }
+}
+
+/// `int mtls_policy_allow_add_issuer(mtls_policy *policy, const char *rule, const mtls_cert *anchor)`
+@_cdecl("mtls_policy_allow_add_issuer")
+public func mtls_policy_allow_add_issuer(_ p: OpaquePointer?, _ rule: UnsafePointer<CChar>?, _ anchor: OpaquePointer?) -> Int32 {
+    abiCall {
+        let pol = try policy(p)
+        let c = try handle(anchor, Certificate.self, "anchor")
+        if let rule = try optionalString(rule, "rule") {
+            try pol.updateHostRule(rule) { r in r.allow.add(issuer: c) }
+        } else {
+            pol.addAllow(issuer: c)
+        }
+    }
+}
+
+/// `int mtls_policy_allow_patterns(const mtls_policy *policy, const char *rule, int kind, char ***out, size_t *count)`
+@_cdecl("mtls_policy_allow_patterns")
+public func mtls_policy_allow_patterns(_ p: OpaquePointer?, _ rule: UnsafePointer<CChar>?, _ kind: Int32, _ out: CStringListOut?,
+                                       _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    abiCall {
+        let pol = try policy(p)
+        let k = try allowKind(kind)
+        let r = try optionalString(rule, "rule")
+        try putStrings(out, count) {
+            if let r {
+                return pol.hostRules.first { $0.pattern.text.lowercased() == r.lowercased() }?.allow.patterns(k) ?? []
+            }
+            return pol.allow.patterns(k)
+        }
+    }
+}

@@ -137,7 +137,7 @@ extension TLSContext {
     static func x509Error(for result: TrustResult) -> Int32 {
         typealias C = TrustReason.Code
         let codes = Set(result.reasons.map(\.code))
-        if !codes.isDisjoint(with: [C.pinMismatch, C.pinExpired]) { return X509_V_ERR_CERT_REJECTED }
+        if !codes.isDisjoint(with: [C.pinMismatch, C.pinExpired, C.notAllowed]) { return X509_V_ERR_CERT_REJECTED }
         if !codes.isDisjoint(with: [C.expired, C.notYetValid]) { return X509_V_ERR_CERT_HAS_EXPIRED }
         if codes.contains(C.revoked) { return X509_V_ERR_CERT_REVOKED }
         if !codes.isDisjoint(with: [C.wrongPurpose, C.ekuMissing, C.ekuInvalid]) { return X509_V_ERR_INVALID_PURPOSE }

@@ -124,7 +124,7 @@ enum PolicyBuilder {
     /// rule says about report-only or pin expiry), `--verify-as` is the name checked. nil when no
     /// flag was given.
     static func overrides(anchors: [String], anchorsOnly: Bool, systemAnchors: Bool = false, pins: [String], verifyAs: String?,
-                          store: () throws -> CredentialStore?) throws -> TrustOverrides? {
+                          allow: PeerAllowOptions? = nil, store: () throws -> CredentialStore?) throws -> TrustOverrides? {
         if anchorsOnly && systemAnchors { throw MTLSError(.invalidArgument, "give --system-anchors or --anchors-only, not both") }
         var o = TrustOverrides()
         o.anchors = try anchorCertificates(anchors, store: store)
@@ -133,6 +133,7 @@ enum PolicyBuilder {
         o.pins = try pins.map { pin in
             do { return try SPKIPin(pin) } catch let e as MTLSError { throw MTLSError(.invalidArgument, "--pin: \(e.message)") }
         }
+        if let allow { o.allow = try allow.list(store: store) }
         if let v = verifyAs {
             o.verifyAs = v
             do { try o.validate() } catch let e as MTLSError { throw MTLSError(.invalidArgument, "--verify-as: \(e.message)") }
@@ -237,6 +238,7 @@ struct ConnectCommand: ParsableCommand {
     @Option(help: "Validate the server's certificate as this name instead of HOST, over the policy's and its rule's verify-as.") var verifyAs: String?
     @Option(help: "The SNI to send (default HOST when it is a name; \"\" for none).") var sni: String?
     @Option(help: "An SPKI pin sha256/BASE64 (or curl's sha256//BASE64); repeatable; always enforced, on top of the policy and its host rule.") var pin: [String] = []
+    @OptionGroup(title: "Which server may answer (on top of the anchors, --verify-as and --pin)") var allow: PeerAllowOptions
     @Option(help: "ALPN protocol to offer; repeatable.") var alpn: [String] = []
     @Option(help: "Lowest TLS version: 1.2 or 1.3 (default: the library's, \(TLSDefaults.minVersion)).") var tlsMin: String?
     @Option(help: "Highest TLS version: 1.2 or 1.3 (default: the library's, \(TLSDefaults.maxVersion)).") var tlsMax: String?
@@ -328,7 +330,7 @@ struct ConnectCommand: ParsableCommand {
         // them on top of the policy (and of the rule the host and port select).
         o.policy = try PolicyBuilder.policy(file: policy, revocation: revocation, revocationMaxAge: revocationMaxAge)
         o.overrides = try PolicyBuilder.overrides(anchors: anchor + cacert, anchorsOnly: anchorsOnly, systemAnchors: systemAnchors, pins: pin, verifyAs: verifyAs,
-                                                  store: identityOptions.openStore)
+                                                  allow: allow, store: identityOptions.openStore)
         o.serverName = sni
         o.alpn = alpn
         if let tlsMin { o.minVersion = try Self.version(tlsMin) }
@@ -391,6 +393,7 @@ struct ServeCommand: ParsableCommand {
     @OptionGroup var identityOptions: IdentityOptions
     @Option(help: "An anchor for client certificates (e.g. one customer's intermediate): a file, or a stored certificate's label (LABEL with a store, or store:LABEL); repeatable.") var clientAnchor: [String] = []
     @Option(help: "A trust policy JSON file for clients.") var policy: String?
+    @OptionGroup(title: "Who may connect (clients whose chain is trusted must match one entry)") var allow: PeerAllowOptions
     @Option(help: PolicyBuilder.revocationHelp) var revocation: String?
     @Option(help: PolicyBuilder.revocationMaxAgeHelp) var revocationMaxAge: Int64?
     @Flag(help: "Refuse clients without a certificate (the default with --client-anchor or --policy).") var requireClientCert = false
@@ -433,7 +436,7 @@ struct ServeCommand: ParsableCommand {
             // Anchors from files are fixed overrides; those from store labels are in the policy,
             // kept up to date by the store (ServeFollowing).
             o.clientOverrides = try PolicyBuilder.overrides(anchors: follow.fileAnchors, anchorsOnly: !clientAnchor.isEmpty, pins: [],
-                                                            verifyAs: nil, store: identityOptions.openStore)
+                                                            verifyAs: nil, allow: allow, store: identityOptions.openStore)
             if clientSystemAnchors { o.clientPolicy?.systemAnchorsForClients = true }
             o.configureAsTestServer(certificateRequired: requireClientCert, certificateOptional: optionalClientCert, clientTrustGiven: !clientAnchor.isEmpty || policy != nil)
             if noCaNames { o.clientCANames = .omitted }

@@ -379,7 +379,12 @@ struct DoctorCommand: ParsableCommand {
         switch (alert ?? "").lowercased() {
         case let a where a.contains("required"):
             fix = "present a client certificate" + (names.isEmpty ? "" : " issued by \(names)") + ": --identity LABEL|FILE.p12|pkcs11:URI, --cert/--key, or --identity auto with a store"
-        case let a where a.contains("unknown ca") || a.contains("bad certificate") || a.contains("unsupported certificate"):
+        case let a where a.contains("bad certificate"):
+            // What a libmtls server sends when its allow-list (--allow-*, the policy's "allow") names no
+            // entry of our certificate, as well as for some chain failures.
+            fix = "the server refused \(presented): either it does not trust its issuer (present one issued by " + (names.isEmpty ? "a CA the server trusts" : names)
+                + "), or its allow-list (a libmtls server's --allow-cn/-ou/-dns/-uri/-spki/-issuer, its policy's \"allow\") names none of our certificate's CN, OU, SANs, key or anchor: ask its operator to add one"
+        case let a where a.contains("unknown ca") || a.contains("unsupported certificate"):
             fix = "the server does not trust the issuer of \(presented): present one issued by " + (names.isEmpty ? "a CA the server trusts" : names) + ", or have the server trust our CA"
         case let a where a.contains("expired"):
             fix = "\(presented) has expired: renew it (mtls renew, or ask its CA)"
@@ -486,6 +491,12 @@ struct DoctorCommand: ParsableCommand {
             return "no certificate of the chain has a pinned key: update the pin (--pin, the policy's pins) to the server's new key, or find why the server's key changed"
         case C.pinExpired:
             return "the policy's pins have expired: renew them in the policy"
+        case C.notAllowed:
+            // The detail (the reason's message) names the list (the policy's "allow", a host
+            // rule's, or --allow-*) and what the certificate has for each kind it lists.
+            return "the server's chain is trusted but it matches no entry of the allow-list named above: if this is the server you meant, "
+                + "add one of its names to the list that refused it (--allow-uri, --allow-dns, --allow-cn, --allow-ou, --allow-spki or --allow-issuer; "
+                + "in a policy file the \"allow\" keys uri, dns, cn, ou, spki, issuer, at the top or in its host rule), else check you reached the right server"
         default:
             return "\(reason.code): fix the server's certificate or the policy (\(reason.message))"
         }

@@ -33,6 +33,7 @@ struct VerifyCommand: ParsableCommand {
     var verifyAs: String?
     @Option(name: .customLong("pin"), help: "An SPKI pin sha256/BASE64 (repeatable); always enforced, on top of the policy and its host rule.")
     var pins: [String] = []
+    @OptionGroup(title: "Who may connect (a trusted peer must match one entry)") var allow: PeerAllowOptions
     @Option(help: "Evaluation time, RFC 3339.")
     var at: String?
     @Option(help: PolicyBuilder.revocationHelp)
@@ -53,7 +54,7 @@ struct VerifyCommand: ParsableCommand {
             // The flags are overrides the library composes on top of the policy and of the rule
             // the host selects; they are never merged into the policy's rules.
             let overrides = try PolicyBuilder.overrides(anchors: anchors + cacert, anchorsOnly: anchorsOnly, systemAnchors: systemAnchors, pins: pins,
-                                                           verifyAs: verifyAs) {
+                                                           verifyAs: verifyAs, allow: allow) {
                 try IdentityOptions.openExistingStore(path: store, secretFile: secretFile)
             }
             usedPolicy = p

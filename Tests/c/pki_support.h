@@ -7,15 +7,19 @@
 /* The folder the PKI is in; each program sets it first. */
 static char pki[512];
 
-/* Makes the test PKI (scripts/test-pki.sh) in $MTLS_TEST_TMP/NAME (else /tmp/NAME) and points
- * `pki` at it. */
-static inline void make_pki(const char *name) {
+/* Makes a test PKI of scripts/test-pki.sh, of the shape `shape` ("": the connection PKI,
+ * "--allow": the allow-list shapes...), in $MTLS_TEST_TMP/NAME (else /tmp/NAME) and points `pki`
+ * at it. */
+static inline void make_pki_shape(const char *shape, const char *name) {
     const char *tmp = getenv("MTLS_TEST_TMP") ? getenv("MTLS_TEST_TMP") : "/tmp";
     char cmd[1100];
     snprintf(pki, sizeof pki, "%s/%s", tmp, name);
-    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s", pki);
+    snprintf(cmd, sizeof cmd, "scripts/test-pki.sh %s %s", shape, pki);
     t_sh(cmd);
 }
+
+/* The connection PKI in $MTLS_TEST_TMP/NAME. */
+static inline void make_pki(const char *name) { make_pki_shape("", name); }
 
 static inline char *text_file(const char *name) {
     char path[1024]; size_t len;

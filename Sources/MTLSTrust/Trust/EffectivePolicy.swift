@@ -25,6 +25,9 @@ public struct TrustOverrides: Sendable, Hashable {
     public var pins: [SPKIPin]
     /// The name or IP address the certificate is validated as, over every other verify-as.
     public var verifyAs: String?
+    /// An allow-list of this connection, listener or call (the CLI's `--allow-*`): a requirement
+    /// of its own, on top of the policy's and the rule's lists (see ``PeerAllowList``).
+    public var allow = PeerAllowList()
 
     /// Overrides with the given values (the defaults change nothing).
     public init(anchors: [Certificate] = [], anchorsOnly: Bool? = nil, systemAnchors: Bool? = nil, pins: [SPKIPin] = [],
@@ -36,7 +39,7 @@ public struct TrustOverrides: Sendable, Hashable {
     }
 
     /// True when the overrides change nothing.
-    public var isEmpty: Bool { anchors.isEmpty && systemAnchors == nil && pins.isEmpty && verifyAs == nil }
+    public var isEmpty: Bool { anchors.isEmpty && systemAnchors == nil && pins.isEmpty && verifyAs == nil && allow.isEmpty }
 
     /// Throws ``MTLSError/Code/invalidArgument`` for a verify-as that is empty or neither a host
     /// name nor an IP address (an empty one would silently turn the name check off).
@@ -53,6 +56,7 @@ public struct TrustOverrides: Sendable, Hashable {
         s += "|o=" + (systemAnchors.map { $0 ? "0" : "1" } ?? "-")
         s += "|p=" + pins.map(\.description).joined(separator: ",")
         s += "|v=" + (verifyAs ?? "")
+        if !allow.isEmpty { s += "|w=" + allow.cacheKey }
         return s
     }
 }
@@ -158,6 +162,8 @@ struct EffectivePolicy {
     /// Whether the name check was turned off by the policy or the rule (not just "no name given").
     let nameCheckOff: Bool
     let pinRequirements: [PinRequirement]
+    /// The allow-lists in force: the rule's, the policy's, the overrides' (each must be passed).
+    let allowRequirements: [AllowRequirement]
     /// Whether anchors or anchors-only come from the overrides (the compiled stores do not cover them).
     let overridesTrust: Bool
     /// Revocation checking in force: the rule's, else the policy's.
@@ -240,6 +246,11 @@ struct EffectivePolicy {
                                        afterExpiry: .stopEnforcing, ruleText: nil))
         }
         pinRequirements = reqs
+        var allows: [AllowRequirement] = []
+        if let rule, !rule.allow.isEmpty { allows.append(AllowRequirement(source: .rule, list: rule.allow, ruleText: rule.pattern.text)) }
+        if !settings.allow.isEmpty { allows.append(AllowRequirement(source: .policy, list: settings.allow, ruleText: nil)) }
+        if !o.allow.isEmpty { allows.append(AllowRequirement(source: .override, list: o.allow, ruleText: nil)) }
+        allowRequirements = allows
     }
 }
 

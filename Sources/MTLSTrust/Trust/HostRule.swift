@@ -204,6 +204,9 @@ public struct HostRule: Sendable {
     public var enforcement: PinEnforcement
     /// Revocation checking for peers under this rule, over the policy's (nil: the policy's).
     public var revocation: RevocationSettings? = nil
+    /// Who may connect, for peers under this rule (``PeerAllowList``): a requirement of its own,
+    /// on top of the policy's ``TrustPolicy/allow``. Empty: no restriction.
+    public var allow = PeerAllowList()
 
     /// A rule for the peers `pattern` matches; each parameter sets the property of the same name
     /// (``pinsExpire`` nil: the pins never expire). The rule takes effect when added to a policy

@@ -326,6 +326,17 @@ package struct Evaluation {
             if enforcedSet { enforced += pinReasons } else { reported += pinReasons }
             pinSets.append(TrustProvenance.PinSet(source: requirement.source, enforced: enforcedSet, matched: pin))
         }
+        // Who may connect: judged once the chain is trusted (an untrusted one is refused anyway),
+        // each allow-list in force on its own.
+        if enforced.isEmpty, let leaf = built.first ?? chain.first {
+            let role = purpose == .clientAuth ? "the client" : "the server"
+            for requirement in effective.allowRequirements where requirement.list.firstMatch(leaf: leaf, built: built) == nil {
+                let r = TrustReason(code: TrustReason.Code.notAllowed, certIndex: 0,
+                                    message: requirement.list.refusal(leaf: leaf, built: built, role: role, whose: requirement.whose))
+                reasons.append(r)
+                enforced.append(r)
+            }
+        }
         let kind: TrustResultKind
         if enforced.isEmpty { kind = .proceed }
         else if enforced.allSatisfy({ TrustReason.recoverableCodes.contains($0.code) }) { kind = .recoverableFailure }

@@ -125,10 +125,11 @@ struct PolicyFileReader {
         "version", "anchors", "anchors_only", "system_ca_file", "system_ca_dir", "purpose", "name_check",
         "min_rsa_bits", "min_ec_bits", "banned_signature_digests", "crls", "crl_check_all", "time",
         "max_chain_depth", "hosts", "system_anchors_for_clients", "pins", "verify_as", "revocation", "system_anchors",
+        "allow",
     ]
     static let ruleKeys: Set<String> = [
         "host", "verify_as", "skip_name_check", "anchors", "anchors_only", "pins", "pins_expire", "after_expiry",
-        "enforcement", "revocation", "system_anchors",
+        "enforcement", "revocation", "system_anchors", "allow",
     ]
     static let revocationKeys: Set<String> = ["mode", "sources"]
     static let policyRevocationKeys: Set<String> = ["mode", "sources", "max_bytes", "timeout_ms", "cache_dir", "max_age_seconds"]
@@ -144,6 +145,27 @@ struct PolicyFileReader {
             try r.validate()
             return r
         } catch let e as MTLSError { throw error("\(what): \(e.message)") }
+    }
+
+    /// `"allow": {"cn": [...], "ou": [...], "dns": [...], "uri": [...], "spki": [...], "issuer": [...]}`
+    /// (each a list of patterns, or one string): who may connect (``PeerAllowList``). An issuer is
+    /// the anchor's SHA-256 fingerprint in hex, its certificate in PEM, or a certificate file.
+    func allow(_ v: JSONValue, _ what: String) throws -> PeerAllowList {
+        let o = try object(v, what, allowed: Set(PeerAllowList.Kind.allCases.map(\.rawValue)))
+        var list = PeerAllowList()
+        for kind in PeerAllowList.Kind.allCases {
+            for item in try strings(o[kind.rawValue], "\(what).\(kind.rawValue)") ?? [] {
+                do {
+                    if kind == .issuer, !item.contains("-----BEGIN"), (try? PeerAllowList.compile(.issuer, item)) == nil {
+                        let certs = try Certificate.parseAll(contents(item))
+                        for c in certs { list.add(issuer: c) }
+                    } else {
+                        try list.add(kind, item)
+                    }
+                } catch let e as MTLSError { throw error("\(what).\(kind.rawValue): \(e.message)") }
+            }
+        }
+        return list
     }
 
     /// `"system_anchors": bool` (true: the system store as well as the anchors), or its old
@@ -195,6 +217,7 @@ struct PolicyFileReader {
             }
             p.verifyAs = v
         }
+        if let v = o["allow"] { p.allow = try allow(v, "allow") }
         if let v = o["revocation"] {
             let r = try object(v, "revocation", allowed: Self.policyRevocationKeys)
             p.revocation = try revocation(r, "revocation")
@@ -235,6 +258,7 @@ struct PolicyFileReader {
                     rule.revocation = try revocation(try object(v, "hosts[\(i)].revocation", allowed: Self.revocationKeys),
                                                      "hosts[\(i)].revocation")
                 }
+                if let v = r["allow"] { rule.allow = try allow(v, "hosts[\(i)].allow") }
                 do { try rule.validate() } catch let e as MTLSError { throw error("hosts[\(i)]: \(e.message)") }
                 if rules.contains(where: { $0.pattern.text.lowercased() == pattern.lowercased() }) {
                     throw error("host \(pattern) appears twice")

@@ -34,6 +34,8 @@ public final class TrustPolicy: Sendable {
         /// defaults), to every evaluation, with a host or without, client or server side.
         var pins: [SPKIPin] = []
         var verifyAs: String? = nil
+        /// Policy-wide allow-list (who may connect), on top of the selected host rule's own.
+        var allow = PeerAllowList()
         var minimumRSABits = 2048
         var minimumECBits = 256
         var bannedSignatureDigests: Set<String> = ["md5", "sha1"]
@@ -168,6 +170,20 @@ public final class TrustPolicy: Sendable {
     /// An empty or malformed name makes every evaluation fail with `invalid_policy`.
     /// Policy files: `"verify_as"`.
     public var verifyAs: String? { get { readSetting(\.verifyAs) } set { changeSetting { $0.verifyAs = newValue } } }
+
+    /// The policy-wide allow-list (who may connect; see ``PeerAllowList``): every peer this policy
+    /// judges — clients on a listener or configured SSL_CTX, the server on a client connection —
+    /// whose chain is trusted must also match one of its entries, on top of the selected host
+    /// rule's own list. Empty (the default): no restriction. Policy files: `"allow"`.
+    public var allow: PeerAllowList { get { readSetting(\.allow) } set { changeSetting { $0.allow = newValue } } }
+    /// Adds one entry to ``allow`` (validated: ``PeerAllowList/add(_:_:)``), in one change of the settings.
+    public func addAllow(_ kind: PeerAllowList.Kind, _ pattern: String) throws {
+        var l = PeerAllowList()
+        try l.add(kind, pattern)
+        changeSetting { $0.allow.add(contentsOf: l) }
+    }
+    /// Adds an `issuer` entry to ``allow``: peers whose built chain ends at `anchor`.
+    public func addAllow(issuer anchor: Certificate) { changeSetting { $0.allow.add(issuer: anchor) } }
 
     /// Throws ``MTLSError/Code/invalidPolicy`` for a verify-as that is empty or neither a host
     /// name nor an IP address (as for ``verifyAs``).

@@ -140,6 +140,11 @@ public struct TrustReason: Sendable, Hashable, CustomStringConvertible {
         /// The pins in force expired and their rule fails closed after expiry (a rule that stops
         /// enforcing at expiry gives no reason).
         public static let pinExpired = "pin_expired"
+        /// The chain is trusted but the peer matches no entry of an allow-list in force (the
+        /// policy's, its host rule's or the overrides' ``PeerAllowList``): who may connect. The
+        /// message names the list and each kind looked at (CN, OU, DNS SANs, URI SANs, key,
+        /// anchor) with what the certificate had.
+        public static let notAllowed = "not_allowed"
         /// The peer presented no certificate.
         public static let emptyChain = "empty_chain"
         /// A server was evaluated under a policy that checks names, but no name or IP to check

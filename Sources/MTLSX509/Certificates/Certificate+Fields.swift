@@ -200,6 +200,9 @@ extension Certificate {
     /// The last common name in the subject, if any.
     public var commonName: String? { Self.commonName(X509_get_subject_name(x509)) }
 
+    /// The subject's organizational unit names (OU), in order, as UTF-8 text.
+    public var organizationalUnits: [String] { Self.entries(X509_get_subject_name(x509), nid: NID_organizationalUnitName) }
+
     /// The DER of the subject name (for matching against CA lists).
     public var subjectNameDER: [UInt8] {
         derEncode { i2d_X509_NAME(X509_get_subject_name(x509), $0) } ?? []
@@ -322,23 +325,26 @@ extension Certificate {
         return String(decoding: bio.contents, as: UTF8.self)
     }
 
-    static func commonName(_ name: OpaquePointer?) -> String? {
-        guard let name else { return nil }
-        var last: String? = nil
+    static func commonName(_ name: OpaquePointer?) -> String? { entries(name, nid: NID_commonName).last }
+
+    /// The values of the entries of `name` with attribute `nid`, in order, as UTF-8 text.
+    static func entries(_ name: OpaquePointer?, nid: Int32) -> [String] {
+        guard let name else { return [] }
+        var out: [String] = []
         var idx: Int32 = -1
         while true {
-            idx = X509_NAME_get_index_by_NID(name, NID_commonName, idx)
+            idx = X509_NAME_get_index_by_NID(name, nid, idx)
             if idx < 0 { break }
             guard let entry = X509_NAME_get_entry(name, idx),
                   let data = X509_NAME_ENTRY_get_data(entry) else { continue }
             var utf8: UnsafeMutablePointer<UInt8>? = nil
             let n = ASN1_STRING_to_UTF8(&utf8, data)
             if n >= 0, let utf8 {
-                last = String(decoding: UnsafeBufferPointer(start: utf8, count: Int(n)), as: UTF8.self)
+                out.append(String(decoding: UnsafeBufferPointer(start: utf8, count: Int(n)), as: UTF8.self))
                 mtls_ossl_OPENSSL_free(utf8)
             }
         }
-        return last
+        return out
     }
 
     package static func oidText(_ obj: OpaquePointer) -> String {

@@ -23,6 +23,10 @@ REVOCATION_OFF, REVOCATION_SOFT, REVOCATION_HARD = 0, 1, 2
 REVOCATION_SOURCE_CRL, REVOCATION_SOURCE_OCSP = 1, 2
 _REVOCATION_MODES = {"off": REVOCATION_OFF, "soft": REVOCATION_SOFT, "hard": REVOCATION_HARD}
 _REVOCATION_SOURCES = {"crl": REVOCATION_SOURCE_CRL, "ocsp": REVOCATION_SOURCE_OCSP}
+# Who may connect (mtls.h, "allow-lists"): the kinds of allow-list entries.
+ALLOW_CN, ALLOW_OU, ALLOW_DNS, ALLOW_URI, ALLOW_SPKI, ALLOW_ISSUER = 1, 2, 3, 4, 5, 6
+_ALLOW_KINDS = {"cn": ALLOW_CN, "ou": ALLOW_OU, "dns": ALLOW_DNS, "uri": ALLOW_URI, "spki": ALLOW_SPKI,
+                "issuer": ALLOW_ISSUER}
 
 # typedef void (*mtls_trust_report_cb)(const char *host, const char *rule, const char *code,
 #                                      const char *message, void *userdata)
@@ -95,6 +99,15 @@ fn("mtls_policy_pins", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(c_void_pp),
 fn("mtls_policy_set_verify_as", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)
 # int mtls_policy_verify_as(const mtls_policy *policy, char **out)
 fn("mtls_policy_verify_as", ctypes.c_int, ctypes.c_void_p, c_void_pp)
+# int mtls_policy_allow_add(mtls_policy *policy, int kind, const char *pattern)
+fn("mtls_policy_allow_add", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
+# int mtls_policy_rule_allow_add(mtls_policy *policy, const char *rule, int kind, const char *pattern)
+fn("mtls_policy_rule_allow_add", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p)
+# int mtls_policy_allow_add_issuer(mtls_policy *policy, const char *rule, const mtls_cert *anchor)
+fn("mtls_policy_allow_add_issuer", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+# int mtls_policy_allow_patterns(const mtls_policy *policy, const char *rule, int kind, char ***out, size_t *count)
+fn("mtls_policy_allow_patterns", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(c_void_pp),
+   c_size_p)
 
 
 class TrustOverridesC(ctypes.Structure):
@@ -270,6 +283,9 @@ class HostRule:
     #: True: the system store as well as the anchors for this rule's peers; False: never; None:
     #: as the policy says (by default the rule's own anchors are the only ones)
     system_anchors: Optional[bool] = None
+    #: who may connect under this rule: {"cn": [...], "ou": [...], "dns": [...], "uri": [...],
+    #: "spki": [...], "issuer": [...]} (see Policy's ``allow``), on top of the policy's own list
+    allow: Optional[Dict[str, Iterable[Any]]] = None
 
     @classmethod
     def of(cls, rule: Union["HostRule", Dict[str, Any]]) -> "HostRule":
@@ -372,7 +388,20 @@ class Policy(_Handle):
     (whose anchors and pins keep applying). ``host_rules`` (HostRule or dicts with the policy
     file's keys) refine hosts one by one. A connection's own ``verify_as`` and pins are overrides
     (see Overrides): they never change this object. ``report`` is the report callback (see
-    set_report_callback)."""
+    set_report_callback).
+
+    ``allow`` says who may connect (mtls.h, "Who may connect"): a dict with any of the keys
+    ``cn``, ``ou``, ``dns``, ``uri``, ``spki``, ``issuer``, each a list of patterns (the policy
+    file's ``"allow"``). Once a peer's chain is trusted it must match ANY ONE entry of ANY kind —
+    clients on a Listener or an SSL_CTX configured with this policy, the server on a connection.
+    ``*`` is one whole segment (a DNS label, a URI path segment, never crossing ``.`` or ``/``),
+    ``**`` zero or more: ``{"uri": ["spiffe://example.org/ns/*/sa/**"]}``. DNS and a URI's scheme
+    and authority are case-insensitive; CN, OU and URI paths are compared exactly. ``spki`` is a
+    pin of the peer's own key; ``issuer`` a CA of its built chain, the anchor or an intermediate
+    (a Certificate, PEM, or a SHA-256 fingerprint in hex). A malformed pattern raises
+    mtls.InvalidPolicy; a refused
+    peer fails with reason ``not_allowed`` naming the list and what its certificate had. A host
+    rule's ``allow`` is a list of its own, also required for peers under that rule."""
     _free = "mtls_policy_free"
 
     def __init__(self, anchors: Iterable[AnchorLike] = (), anchors_only: Optional[bool] = None,
@@ -381,6 +410,7 @@ class Policy(_Handle):
                  at: Union[None, int, datetime.datetime] = None, crl_files: Iterable[str] = (),
                  report: Optional[ReportCallback] = None,
                  revocation: Union[None, str, Dict[str, Any]] = None, system_anchors: Optional[bool] = None,
+                 allow: Optional[Dict[str, Iterable[Any]]] = None,
                  _handle: Optional[int] = None) -> None:
         super().__init__(_handle if _handle is not None else out_handle(lib.mtls_policy_new))
         if verify_as is not None:
@@ -408,6 +438,43 @@ class Policy(_Handle):
         if revocation is not None:
             spec = {"mode": revocation} if isinstance(revocation, str) else dict(revocation)
             self.set_revocation(**spec)
+        if allow:
+            self._add_allow(None, allow)
+
+    def _add_allow(self, rule: Optional[str], allow: Dict[str, Iterable[Any]]) -> None:
+        unknown = sorted(set(allow) - set(_ALLOW_KINDS))
+        if unknown:
+            raise ValueError("allow keys are %s; not %s" % (", ".join(_ALLOW_KINDS), ", ".join(unknown)))
+        for kind, patterns in allow.items():
+            if isinstance(patterns, (str, bytes, Certificate)):
+                patterns = [patterns]
+            for p in patterns:
+                self.allow_add(kind, p, rule=rule)
+
+    def allow_add(self, kind: str, pattern: Any, rule: Optional[str] = None) -> None:
+        """Adds one entry to the allow-list (who may connect): `kind` "cn", "ou", "dns", "uri",
+        "spki" or "issuer" (then `pattern` may be a Certificate), to the policy-wide list or, with
+        `rule`, to that host rule's own list (mtls_policy_allow_add, mtls_policy_rule_allow_add)."""
+        if kind not in _ALLOW_KINDS:
+            raise ValueError("allow kind must be one of %s" % ", ".join(_ALLOW_KINDS))
+        if isinstance(pattern, Certificate):
+            if kind != "issuer":
+                raise ValueError("a Certificate is an allow entry only for kind 'issuer'")
+            check(lib.mtls_policy_allow_add_issuer(self._h, utf8(rule), pattern._h))
+        elif rule is not None:
+            check(lib.mtls_policy_rule_allow_add(self._h, utf8(rule), _ALLOW_KINDS[kind], utf8(pattern)))
+        else:
+            check(lib.mtls_policy_allow_add(self._h, _ALLOW_KINDS[kind], utf8(pattern)))
+
+    def allow(self, rule: Optional[str] = None) -> Dict[str, List[str]]:
+        """The allow-list as {kind: [patterns]} (only kinds with entries; issuers as SHA-256 hex):
+        the policy-wide one, or with `rule` that host rule's."""
+        out = {}
+        for kind, k in _ALLOW_KINDS.items():
+            got = take_strings(lib.mtls_policy_allow_patterns, self._h, utf8(rule), k)
+            if got:
+                out[kind] = got
+        return out
 
     @classmethod
     def _wrap(cls, handle: int) -> "Policy":
@@ -478,6 +545,8 @@ class Policy(_Handle):
         if r.revocation is not None:
             spec = {"mode": r.revocation} if isinstance(r.revocation, str) else dict(r.revocation)
             self.set_rule_revocation(r.host, **spec)
+        if r.allow:
+            self._add_allow(r.host, r.allow)
 
     @staticmethod
     def _revocation_args(mode: str, sources: Iterable[str]) -> Tuple[int, int]:
