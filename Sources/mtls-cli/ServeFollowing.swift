@@ -97,8 +97,9 @@ final class ServeFollowing: @unchecked Sendable {
     }
 
     /// Prints one line per event (the client policy's revocation fetch failures too) and reloads
-    /// on SIGHUP.
-    func start(listener: TLSListener) {
+    /// on SIGHUP. Without a listener (`mtls tunnel client`), the followed identity's own events
+    /// are printed.
+    func start(listener: TLSListener?) {
         // After a failed reload, the next success says the server recovered (once).
         let failing = Mutex(false)
         let report: @Sendable (LifecycleEvent) -> Void = { e in
@@ -125,7 +126,7 @@ final class ServeFollowing: @unchecked Sendable {
             ServeLog.line("\(what): \(message)")
             if recovered { ServeLog.line("recovered: the reload that failed before now succeeded (\(what))") }
         }
-        listener.events.setHandler(report)
+        if let listener { listener.events.setHandler(report) } else { source?.events.setHandler(report) }
         policyWatch?.events.setHandler(report)
         anchorWatch?.events.setHandler(report)
         clientPolicy.events.setHandler(report)
