@@ -89,12 +89,11 @@ final class TunnelRuntime: @unchecked Sendable {
         if let statusPort = options.statusPort {
             let connectTimeout = options.connectTimeout
             let s = try HTTPResponder(address: MetricsEndpoint.defaultAddress, port: statusPort, threadName: "mtls-tunnel-status") { [self] request in
-                let parts = request.path.split(separator: "?", maxSplits: 1).map(String.init)
-                guard parts.first == "/_status" else { return .status(404, "Not Found") }
+                guard request.path == "/_status" else { return .status(404, "Not Found") }
                 var body: [String: Any] = ["status": draining ? "draining" : "ok", "connections": open.load(ordering: .relaxed),
                                            "connections_total": total.load(ordering: .relaxed), "target": target.description]
                 var healthy = !draining
-                if parts.count == 2, parts[1].split(separator: "&").contains("check=target") {
+                if request.query.split(separator: "&").contains("check=target") {
                     let fd = try? target.connect(timeout: min(connectTimeout, 2))
                     if let fd { Glibc.close(fd) }
                     body["target_reachable"] = fd != nil
