@@ -422,3 +422,48 @@ def test_tunnel_client_to_stunnel_server(pki, backend, tmp_path):
             client.stop()
         proc.terminate()
         proc.wait(10)
+
+
+def test_store_label_rotation_under_64_concurrent_streams_breaks_none(pki, backend, tmp_path):
+    """The server's identity is a store label; another process replaces it while 64 clients
+    stream requests through both tunnels: every request succeeds, and the new certificate is
+    the one presented afterwards (the tunnel client's log names the server it reached)."""
+    secret = tmp_path / "secret"
+    write_secret(secret, "store passphrase\n")
+    store = ["--store", tmp_path / "s.db", "--secret-file", secret]
+    ok("store", *store, "--kdf-log-n", "10", "import", pki.base / "server.p12", "--label", "srv", "--password-file", pki.pw)
+    ok("pki", "issue", "server", "--dir", pki.dir, "--ca", "Customer A", "--dns", "localhost", "--ip", "127.0.0.1",
+       "--name", "server-two", "--p12", tmp_path / "two.p12", "--password-file", pki.pw)
+    server = Tunnel("server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", "--identity", "srv", *store,
+                    "--client-anchor", pki.int_a)
+    port = server.listening()
+    client, cport = start_client(pki, port)
+    stop = threading.Event()
+    failures, done = [], []
+
+    def worker(i):
+        n = 0
+        while not stop.is_set():
+            try:
+                assert get(cport, f"/w{i}/{n}") == (200, f"hello /w{i}/{n}\n")
+                done.append(1)
+            except Exception as e:  # noqa: BLE001 (every failure is reported)
+                failures.append(f"{i}/{n}: {e!r}")
+            n += 1
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(64)]
+    try:
+        for t in threads:
+            t.start()
+        wait_until(lambda: len(done) >= 64, what="64 requests through before the rotation")
+        ok("store", *store, "import", tmp_path / "two.p12", "--label", "srv", "--replace", "--password-file", pki.pw)
+        assert "server-two" in server.wait_line("rotated:")
+        before = len(done)
+        wait_until(lambda: len(done) >= before + 128, what="128 requests through after the rotation")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+        client.stop()
+        server.stop()
+    assert failures == []
+    assert any("server CN=server-two" in line for line in client.seen + list(client.lines.queue))
