@@ -6,6 +6,7 @@ other end both ways. Every server listens on 127.0.0.1, on ephemeral ports."""
 import http.server
 import json
 import os
+import pathlib
 import shutil
 import signal
 import socket
@@ -467,3 +468,27 @@ def test_store_label_rotation_under_64_concurrent_streams_breaks_none(pki, backe
         server.stop()
     assert failures == []
     assert any("server CN=server-two" in line for line in client.seen + list(client.lines.queue))
+
+
+@pytest.mark.usefixtures("softhsm_installed")
+@pytest.mark.parametrize("tls", ["1.3", "1.2"])
+def test_token_identity_in_the_tunnel_client(pki, backend, tmp_path_factory, tls):
+    """The tunnel client presents a key that never leaves a SoftHSM2 token (scripts/softhsm-token.sh),
+    its certificate read from the token."""
+    from conftest import softhsm_conf
+    d = tmp_path_factory.mktemp("hsm-tunnel")
+    subprocess.run([str(pathlib.Path(__file__).resolve().parents[2] / "scripts" / "softhsm-token.sh"), str(d)], check=True)
+    with softhsm_conf(d / "softhsm2.conf"):
+        server = Tunnel("server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", *identity(pki, "server"),
+                        "--client-anchor", d / "ca.pem")
+        port = server.listening()
+        client = Tunnel("client", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{port}",
+                        "--identity", "pkcs11:token=mtls-test;id=%02", "--pin-file", d / "pin", "--anchor", pki.root,
+                        "--tls-max", tls)
+        try:
+            cport = client.listening()
+            assert get(cport, "/token") == (200, "hello /token\n")
+            assert f"TLSv{tls}: trusted" in server.wait_for(lambda x: x.startswith("accepted ") and "TLSv" in x and "trusted" in x)
+        finally:
+            client.stop()
+            server.stop()
