@@ -1,3 +1,4 @@
+internal import COpenSSL
 import Synchronization
 import FoundationEssentials
 #if canImport(Glibc)

@@ -216,7 +216,7 @@ struct TunnelServerCommand: ParsableCommand {
         commandName: "server",
         abstract: "Accept mutual-TLS clients and forward each one's bytes to a plain TCP or UNIX-socket target.")
 
-    @Option(help: "The TLS address to listen on: HOST:PORT or [IPv6]:PORT (port 0 picks one; the first line printed says which).") var listen: String
+    @Option(help: "The TLS address to listen on: HOST:PORT or [IPv6]:PORT (port 0 picks one; the first line printed says which). Under systemd socket activation ($LISTEN_FDS) the passed socket is used instead.") var listen: String
     @Option(help: "The plaintext target: HOST:PORT, [IPv6]:PORT, unix:PATH or /PATH. Must be loopback or a UNIX socket unless --unsafe-target.") var target: String
     @Flag(help: "Allow a target that is not loopback or a UNIX socket: the plaintext then crosses a network.") var unsafeTarget = false
     @OptionGroup var identityOptions: IdentityOptions
@@ -260,7 +260,10 @@ struct TunnelServerCommand: ParsableCommand {
             if let minVersion { o.minVersion = minVersion }
             if let maxVersion { o.maxVersion = maxVersion }
             CLI.raiseOpenFileLimit()
-            let listener = try TLSListener(address: host, port: port, options: o)
+            // Under systemd socket activation, the socket it passed (fd 3) instead of --listen.
+            let activated = SystemdNotify.activatedSocket()
+            let listener = try activated.map { try TLSListener(listeningSocket: $0, options: o) }
+                ?? TLSListener(address: host, port: port, options: o)
             follow.start(listener: listener)
             CLI.printWarnings()
             let runtime = TunnelRuntime(options: operation)

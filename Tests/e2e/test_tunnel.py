@@ -492,3 +492,46 @@ def test_token_identity_in_the_tunnel_client(pki, backend, tmp_path_factory, tls
         finally:
             client.stop()
             server.stop()
+
+
+def test_systemd_socket_activation_and_notify(pki, backend, tmp_path):
+    """Started as systemd starts a `Type=notify` service with socket activation: the listening
+    socket is fd 3 ($LISTEN_FDS, $LISTEN_PID), READY=1, WATCHDOG=1 and STOPPING=1 go to the
+    datagram socket $NOTIFY_SOCKET names."""
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen(16)
+    port = listening.getsockname()[1]
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify"))
+    notify.settimeout(20)
+    fd = listening.fileno()
+    command = " ".join(f"'{a}'" for a in [CLI, "tunnel", "server", "--listen", "127.0.0.1:1", "--target",
+                                          f"127.0.0.1:{backend}", *identity(pki, "server"), "--client-anchor", pki.int_a])
+    env = {**os.environ, "LISTEN_FDS": "1", "NOTIFY_SOCKET": str(tmp_path / "notify"), "WATCHDOG_USEC": "200000"}
+    proc = subprocess.Popen(["bash", "-c", f"exec 3<&{fd}; LISTEN_PID=$$ exec {command}"], pass_fds=(fd,), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    listening.close()  # the child's copy is the one that listens
+    try:
+        seen = set()
+        while not {"READY=1", "WATCHDOG=1"} <= seen:
+            try:
+                seen.add(notify.recv(100).decode())
+            except TimeoutError:
+                proc.kill()
+                raise AssertionError(f"{seen}: {proc.communicate()[0]}")
+        client, cport = start_client(pki, port)
+        try:
+            assert get(cport, "/activated") == (200, "hello /activated\n")
+        finally:
+            client.stop()
+        proc.send_signal(signal.SIGTERM)
+        while "STOPPING=1" not in seen:
+            seen.add(notify.recv(100).decode())
+        assert proc.wait(20) == 0
+        assert f"listening on 127.0.0.1:{port}" in proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        notify.close()
