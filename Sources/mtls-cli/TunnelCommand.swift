@@ -41,6 +41,19 @@ struct TunnelOperationOptions: ParsableArguments {
     }
 }
 
+/// The trust options both ends take for their peer: the policy file and revocation.
+struct TunnelPolicyOptions: ParsableArguments {
+    @Option(help: "A trust policy JSON file for the peer (followed: a change is in force for the next connection; SIGHUP rereads it).") var policy: String?
+    @Option(help: PolicyBuilder.revocationHelp) var revocation: String?
+    @Option(help: PolicyBuilder.revocationMaxAgeHelp) var revocationMaxAge: Int64?
+
+    /// What the command follows: the identity (a store label), the policy file, the anchors from store labels.
+    func following(_ identityOptions: IdentityOptions, anchors: [String]) throws -> ServeFollowing {
+        try ServeFollowing(identityOptions: identityOptions, policyPath: policy, revocation: revocation,
+                           revocationMaxAge: revocationMaxAge, clientAnchors: anchors)
+    }
+}
+
 /// The running tunnel: its connections, the drain on SIGTERM, systemd's notifications, the
 /// status and metrics endpoints.
 final class TunnelRuntime: @unchecked Sendable {
@@ -221,9 +234,7 @@ struct TunnelServerCommand: ParsableCommand {
     @Flag(help: "Allow a target that is not loopback or a UNIX socket: the plaintext then crosses a network.") var unsafeTarget = false
     @OptionGroup var identityOptions: IdentityOptions
     @Option(help: "An anchor for client certificates: a file, or a stored certificate's label (LABEL with a store, or store:LABEL); repeatable.") var clientAnchor: [String] = []
-    @Option(help: "A trust policy JSON file for clients (followed: a change is in force for the next client; SIGHUP rereads it).") var policy: String?
-    @Option(help: PolicyBuilder.revocationHelp) var revocation: String?
-    @Option(help: PolicyBuilder.revocationMaxAgeHelp) var revocationMaxAge: Int64?
+    @OptionGroup var trust: TunnelPolicyOptions
     @Flag(help: "Also accept client certificates of the system trust store (public CAs).") var clientSystemAnchors = false
     @Flag(help: "Send the target a PROXY protocol v2 header first: the client's address and the TLS TLVs (version, cipher, the client certificate's CN, signature and key algorithm).") var proxyProtocol = false
     @Flag(help: "With --proxy-protocol: also send the whole client certificate (DER) in TLV 0xE0.") var proxyProtocolCertificate = false
@@ -241,12 +252,11 @@ struct TunnelServerCommand: ParsableCommand {
             }
             let targetAddress = try TunnelAddress(target)
             try targetAddress.requirePlaintextSafe(option: "--target", allowed: unsafeTarget, unsafeFlag: "--unsafe-target")
-            let follow = try ServeFollowing(identityOptions: identityOptions, policyPath: policy, revocation: revocation,
-                                            revocationMaxAge: revocationMaxAge, clientAnchors: clientAnchor)
+            let follow = try trust.following(identityOptions, anchors: clientAnchor)
             guard let identity = try follow.source?.current ?? identityOptions.explicitIdentity() else {
                 throw ValidationError("tunnel server needs --identity (or --cert and --key)")
             }
-            if clientAnchor.isEmpty && policy == nil && !clientSystemAnchors {
+            if clientAnchor.isEmpty && trust.policy == nil && !clientSystemAnchors {
                 throw ValidationError("tunnel server needs --client-anchor or --policy: who may connect")
             }
             var o = TLSServerOptions(identity: identity)
@@ -345,9 +355,7 @@ struct TunnelClientCommand: ParsableCommand {
     @Option(help: "The TLS server: HOST:PORT or [IPv6]:PORT.") var target: String
     @Flag(help: "Allow a listen address that is not loopback or a UNIX socket: plaintext then comes over a network.") var unsafeListen = false
     @OptionGroup var identityOptions: IdentityOptions
-    @Option(help: "A trust policy JSON file (followed: a change is in force for the next connection; SIGHUP rereads it).") var policy: String?
-    @Option(help: PolicyBuilder.revocationHelp) var revocation: String?
-    @Option(help: PolicyBuilder.revocationMaxAgeHelp) var revocationMaxAge: Int64?
+    @OptionGroup var trust: TunnelPolicyOptions
     @Option(help: "A pinned anchor for the server: a file, or a stored certificate's label (LABEL with a store, or store:LABEL); repeatable. Anchors are the only ones trusted unless --system-anchors.") var anchor: [String] = []
     @Flag(help: "Trust the system store as well as the anchors.") var systemAnchors = false
     @Option(help: "Validate the server's certificate as this name instead of HOST.") var verifyAs: String?
@@ -364,8 +372,7 @@ struct TunnelClientCommand: ParsableCommand {
             if activated == nil {
                 try listenAddress.requirePlaintextSafe(option: "--listen", allowed: unsafeListen, unsafeFlag: "--unsafe-listen")
             }
-            let follow = try ServeFollowing(identityOptions: identityOptions, policyPath: policy, revocation: revocation,
-                                            revocationMaxAge: revocationMaxAge, clientAnchors: anchor)
+            let follow = try trust.following(identityOptions, anchors: anchor)
             var o = TLSClientOptions()
             if let source = follow.source {
                 o.identitySource = source
