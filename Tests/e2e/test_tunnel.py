@@ -6,6 +6,7 @@ other end both ways. Every server listens on 127.0.0.1, on ephemeral ports."""
 import http.server
 import json
 import os
+import re
 import pathlib
 import shutil
 import signal
@@ -535,3 +536,27 @@ def test_systemd_socket_activation_and_notify(pki, backend, tmp_path):
             proc.kill()
         proc.wait(10)
         notify.close()
+
+
+def test_json_log_and_sighup_reload(pki, backend, tmp_path):
+    """--json: one object per line with an RFC 3339 time; SIGHUP rereads the policy file and the
+    tunnel goes on serving."""
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"anchors": [str(pki.int_a)]}))
+    server = Tunnel("server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", *identity(pki, "server"),
+                    "--policy", policy, "--json")
+    client = None
+    try:
+        port = json.loads(server.wait_for(lambda x: x.startswith('{"listening"')))["listening"]["port"]
+        wait_port(port, server.proc)
+        client, cport = start_client(pki, port)
+        assert get(cport, "/json") == (200, "hello /json\n")
+        event = json.loads(server.wait_for(lambda x: '"event":"accepted"' in x.replace(" ", "")))
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", event["time"]) and "CN=alice" in event["message"]
+        server.proc.send_signal(signal.SIGHUP)
+        assert json.loads(server.wait_for(lambda x: "SIGHUP" in x))["event"] == "SIGHUP"
+        assert get(cport, "/after-hup") == (200, "hello /after-hup\n")
+    finally:
+        if client:
+            client.stop()
+        server.stop()
