@@ -16,7 +16,6 @@ import ssl
 import struct
 import subprocess
 import threading
-import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
