@@ -96,6 +96,21 @@ final class ServeFollowing: @unchecked Sendable {
         }
     }
 
+    /// A server's options for `identity` with the client trust this follows: the followed
+    /// identity source, the client policy, the `--client-anchor` files as fixed overrides (those
+    /// from store labels are in the policy, kept up to date by the store) — anchors only when any
+    /// was given — and the system store for clients when `systemAnchors`.
+    func serverOptions(identity: Identity, clientAnchors: [String], systemAnchors: Bool,
+                       store: () throws -> CredentialStore?) throws -> TLSServerOptions {
+        var o = TLSServerOptions(identity: identity)
+        o.identitySource = source
+        o.clientPolicy = clientPolicy
+        o.clientOverrides = try PolicyBuilder.overrides(anchors: fileAnchors, anchorsOnly: !clientAnchors.isEmpty, pins: [],
+                                                        verifyAs: nil, store: store)
+        if systemAnchors { o.clientPolicy?.systemAnchorsForClients = true }
+        return o
+    }
+
     /// Prints one line per event (the client policy's revocation fetch failures too) and reloads
     /// on SIGHUP. Without a listener (`mtls tunnel client`), the followed identity's own events
     /// are printed.

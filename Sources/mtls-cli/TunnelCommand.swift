@@ -259,12 +259,8 @@ struct TunnelServerCommand: ParsableCommand {
             if clientAnchor.isEmpty && trust.policy == nil && !clientSystemAnchors {
                 throw ValidationError("tunnel server needs --client-anchor or --policy: who may connect")
             }
-            var o = TLSServerOptions(identity: identity)
-            o.identitySource = follow.source
-            o.clientPolicy = follow.clientPolicy
-            o.clientOverrides = try PolicyBuilder.overrides(anchors: follow.fileAnchors, anchorsOnly: !clientAnchor.isEmpty, pins: [],
-                                                            verifyAs: nil, store: identityOptions.openStore)
-            if clientSystemAnchors { o.clientPolicy?.systemAnchorsForClients = true }
+            var o = try follow.serverOptions(identity: identity, clientAnchors: clientAnchor, systemAnchors: clientSystemAnchors,
+                                             store: identityOptions.openStore)
             o.clientAuthentication = .require
             let (minVersion, maxVersion) = try operation.versions
             if let minVersion { o.minVersion = minVersion }
