@@ -27,6 +27,7 @@ struct TunnelOperationOptions: ParsableArguments {
     @Option(help: "With --metrics-port: only scrapes sending 'Authorization: Bearer <token>' with the token in FILE (first line; chmod 600) see the metrics; others get 401.") var metricsTokenFile: String?
     @Option(help: "Lowest TLS version: 1.2 or 1.3 (default: the library's, \(TLSDefaults.minVersion)).") var tlsMin: String?
     @Option(help: "Highest TLS version: 1.2 or 1.3 (default: the library's, \(TLSDefaults.maxVersion)).") var tlsMax: String?
+    @Flag(help: "Do not restrict the process with Landlock (by default, where the kernel has it, the tunnel writes files only beneath its credential store's folder and runs no program; the log says whether it was applied).") var noLandlock = false
     @Flag(help: "Machine-readable log: one JSON object per line ({\"listening\": {...}}, then {time, event, message} per event); a failure to start is {error, message}.") var json = false
 
     func validate() throws {
@@ -68,9 +69,25 @@ final class TunnelRuntime: @unchecked Sendable {
     private var status: HTTPResponder?
     private var metrics: MetricsEndpoint?
 
-    init(options: TunnelOperationOptions) {
+    /// Landlock's outcome, said once the tunnel listens.
+    private let landlock: Landlock.Outcome?
+
+    /// Restricts the process with Landlock first (unless `--no-landlock`): before any thread
+    /// starts, so that every thread is restricted. Files are written only beneath the credential
+    /// store's folder and `writable`.
+    init(options: TunnelOperationOptions, identityOptions: IdentityOptions, policy: String?, writable: [String] = []) {
         self.options = options
         ServeLog.json = options.json
+        if options.noLandlock {
+            landlock = nil
+        } else {
+            let env = ProcessInfo.processInfo.environment
+            let store = identityOptions.store ?? env["MTLS_STORE"].flatMap { $0.isEmpty ? nil : $0 } ?? CredentialStore.defaultPath(environment: env)
+            // The policy file's CRL cache folder too (read here, before the watch starts its thread).
+            let cache = policy.flatMap { try? TrustPolicy.load(path: $0).revocationFetch.cacheDirectory }
+            let folders = [URL(fileURLWithPath: store).deletingLastPathComponent().path] + writable + (cache.map { [$0] } ?? [])
+            landlock = Landlock.restrictWrites(writable: folders)
+        }
     }
 
     var draining: Bool { draining_.load(ordering: .acquiring) }
@@ -98,6 +115,11 @@ final class TunnelRuntime: @unchecked Sendable {
             CLI.printJSON(["listening": ["address": address, "port": Int(port)] as [String: Any]])
         } else {
             print("listening on \(address)\(port == 0 ? "" : ":\(port)")")
+        }
+        switch landlock {
+        case .applied(let abi)?: ServeLog.line("landlock: applied (ABI \(abi)): files are written only beneath the store's folder and the CRL cache, no program is run")
+        case .notApplied(let why)?: ServeLog.line("landlock: not applied: \(why)")
+        case nil: ServeLog.line("landlock: off (--no-landlock)")
         }
         if let statusPort = options.statusPort {
             let connectTimeout = options.connectTimeout
@@ -252,6 +274,7 @@ struct TunnelServerCommand: ParsableCommand {
             }
             let targetAddress = try TunnelAddress(target)
             try targetAddress.requirePlaintextSafe(option: "--target", allowed: unsafeTarget, unsafeFlag: "--unsafe-target")
+            let runtime = TunnelRuntime(options: operation, identityOptions: identityOptions, policy: trust.policy)
             let follow = try trust.following(identityOptions, anchors: clientAnchor)
             guard let identity = try follow.source?.current ?? identityOptions.explicitIdentity() else {
                 throw ValidationError("tunnel server needs --identity (or --cert and --key)")
@@ -272,7 +295,6 @@ struct TunnelServerCommand: ParsableCommand {
                 ?? TLSListener(address: host, port: port, options: o)
             follow.start(listener: listener)
             CLI.printWarnings()
-            let runtime = TunnelRuntime(options: operation)
             let source = listener.identitySource
             try runtime.start(address: host, port: listener.port, target: targetAddress, identity: { source.current },
                               listenerMetrics: { Prometheus.exposition(listener.counters, store: follow.store) },
@@ -368,6 +390,9 @@ struct TunnelClientCommand: ParsableCommand {
             if activated == nil {
                 try listenAddress.requirePlaintextSafe(option: "--listen", allowed: unsafeListen, unsafeFlag: "--unsafe-listen")
             }
+            var socketFolder: [String] = []
+            if case .unix(let path) = listenAddress { socketFolder = [URL(fileURLWithPath: path).deletingLastPathComponent().path] }
+            let runtime = TunnelRuntime(options: operation, identityOptions: identityOptions, policy: trust.policy, writable: socketFolder)
             let follow = try trust.following(identityOptions, anchors: anchor)
             var o = TLSClientOptions()
             if let source = follow.source {
@@ -386,7 +411,6 @@ struct TunnelClientCommand: ParsableCommand {
             let (listenFD, boundPort) = try activated.map { ($0, UInt16(0)) } ?? listenAddress.listen()
             follow.start(listener: nil)
             CLI.printWarnings()
-            let runtime = TunnelRuntime(options: operation)
             let shown: String
             switch listenAddress {
             case .tcp(let h, _): shown = h

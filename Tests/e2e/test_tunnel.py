@@ -559,3 +559,45 @@ def test_json_log_and_sighup_reload(pki, backend, tmp_path):
         if client:
             client.stop()
         server.stop()
+
+
+def kernel_has_landlock():
+    import ctypes
+    return ctypes.CDLL(None, use_errno=True).syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint(1)) >= 1
+
+
+def test_landlock_is_applied_where_the_kernel_has_it(pki, backend, tmp_path):
+    """By default the tunnel restricts itself with Landlock (no_new_privs set, writes only beneath
+    the store's folder and the policy's CRL cache) and says so; the CRL cache is still written;
+    --no-landlock leaves it off."""
+    cache = tmp_path / "crl-cache"
+    cache.mkdir()
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"anchors": [str(pki.int_a)], "revocation": {"mode": "hard", "cache_dir": str(cache)}}))
+    server = Tunnel("server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", *identity(pki, "server"),
+                    "--policy", policy)
+    client = None
+    try:
+        port = server.listening()
+        line = server.wait_line("landlock: ")
+        with open(f"/proc/{server.proc.pid}/status") as f:
+            no_new_privs = [x.split()[1] for x in f if x.startswith("NoNewPrivs:")]
+        if kernel_has_landlock():
+            assert line.startswith("landlock: applied (ABI "), line
+            assert no_new_privs == ["1"]
+        else:
+            assert line.startswith("landlock: not applied: "), line
+        client, cport = start_client(pki, port)
+        assert get(cport, "/landlocked") == (200, "hello /landlocked\n")
+        wait_until(lambda: any(cache.iterdir()), what="the CRL cached in the policy's cache_dir")
+    finally:
+        if client:
+            client.stop()
+        server.stop()
+    off = Tunnel("server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", *identity(pki, "server"),
+                 "--client-anchor", pki.int_a, "--no-landlock")
+    try:
+        off.listening()
+        assert off.wait_line("landlock: ") == "landlock: off (--no-landlock)"
+    finally:
+        off.stop()
