@@ -34,6 +34,7 @@ EXPECTED = [
     ("revocation", "bench_revocation.py"),
     ("renewal", "bench_renewal.py (issue 27, informational)"),
     ("listener", "bench_listener.py (issue 40)"),
+    ("tunnel", "bench_tunnel.py (issue 39, against stunnel)"),
 ]
 
 

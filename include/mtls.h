@@ -55,6 +55,7 @@ extern "C" {
  *   Identity sources, watches and events
  *   Revocation and OCSP stapling
  *   Connections
+ *   Tunnels: forwarding, the PROXY protocol v2 header, the plaintext rule
  *   Listeners
  *   SSL_CTX integration
  *   Issuing: a private PKI
@@ -1431,10 +1432,42 @@ MTLS_EXTERN int mtls_conn_presented_identity(const mtls_conn *conn, mtls_identit
  * Thread-safe. */
 MTLS_EXTERN void mtls_conn_cache_clear(void);
 
-/* ======================================================================================
  * Listeners
  * ====================================================================================== */
+=======
+/* ======================================================================================
+ * Tunnels: forwarding, the PROXY protocol v2 header, the plaintext rule
+ * What `mtls tunnel` is made of, for a program that puts mutual TLS in front of another.
+ * ====================================================================================== */
 
+/* Move bytes both ways between conn (its handshake finished or finishing) and the connected
+ * plaintext socket fd (TCP or UNIX) until both directions have ended, on the calling thread: one
+ * poll over both sockets, non-blocking I/O, two 16 KiB buffers. Half-close is passed through:
+ * the peer's close_notify becomes shutdown(fd, SHUT_WR) once everything before it was written,
+ * and the end of fd's data becomes close_notify; the other direction goes on until it ends too.
+ * idle_timeout_ms: nothing moved either way for that long ends the loop (MTLS_E_TIMEOUT); -1:
+ * none. MTLS_OK when both directions ended; MTLS_E_TRUNCATED when they ended but the TLS peer
+ * hung up without close_notify (passed on as the end of its data); otherwise the error that
+ * stopped it. *bytes_from_tls (TLS peer to fd) and *bytes_to_tls (fd to the TLS peer) are set in
+ * every case; either may be NULL. Neither socket is closed: mtls_conn_free and close(fd). */
+MTLS_EXTERN int mtls_conn_forward(mtls_conn *conn, int fd, int idle_timeout_ms, uint64_t *bytes_from_tls,
+                                  uint64_t *bytes_to_tls);
+/* The PROXY protocol v2 header (haproxy's proxy-protocol.txt) that tells a plaintext target who
+ * is on the other end of the accepted connection conn: command PROXY, the client's address and
+ * port as source and ours as destination (TCP4 or TCP6; UNSPEC when their families differ), and
+ * the PP2_TYPE_SSL TLV (client flags PP2_CLIENT_SSL, _CERT_CONN, _CERT_SESS; verify 0) with the
+ * sub-TLVs SSL_VERSION, SSL_CN, SSL_CIPHER, SSL_SIG_ALG and SSL_KEY_ALG ("RSA2048", "EC256");
+ * include_certificate 1 adds the client certificate's DER in TLV type 0xE0 (libmtls's own, in the
+ * range the specification leaves to applications). Write it to the target before the first byte.
+ * Free *out with mtls_bytes_free. */
+MTLS_EXTERN int mtls_conn_proxy_header(const mtls_conn *conn, int include_certificate, uint8_t **out, size_t *out_len);
+/* The plaintext rule: *is_local = 1 when plaintext to or from address stays on this machine (a
+ * loopback IP, "localhost", a UNIX socket "unix:PATH" or "/PATH"), else 0 (`mtls tunnel` then
+ * wants --unsafe-target / --unsafe-listen). address is HOST:PORT, [IPv6]:PORT, unix:PATH or an
+ * absolute path; anything else is MTLS_E_INVALID_ARGUMENT. */
+MTLS_EXTERN int mtls_address_is_local(const char *address, int *is_local);
+
+/* ===============================================================================
 #define MTLS_CLIENT_AUTH_NONE 0      /* do not ask clients for a certificate */
 #define MTLS_CLIENT_AUTH_OPTIONAL 1  /* ask; accept clients without one (not untrusted ones) */
 #define MTLS_CLIENT_AUTH_REQUIRE 2   /* ask, and refuse clients without one (default) */

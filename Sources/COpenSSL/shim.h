@@ -136,6 +136,61 @@ int accept4(int sockfd, struct sockaddr *addr, socklen_t *addrlen, int flags);
 static inline int mtls_accept_nonblocking(int listener, struct sockaddr *addr, socklen_t *len) {
     return accept4(listener, addr, len, SOCK_NONBLOCK | SOCK_CLOEXEC);
 }
+/* Landlock (Linux 5.13+): the three system calls, which glibc does not wrap. Each returns what
+ * the kernel returns (-1 with errno on failure, ENOSYS / EOPNOTSUPP where there is no Landlock). */
+#include <sys/syscall.h>
+#include <sys/prctl.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <stdint.h>
+#ifdef O_PATH
+#define MTLS_O_PATH O_PATH
+#else
+#define MTLS_O_PATH 010000000 /* Linux's O_PATH, which <fcntl.h> declares only under _GNU_SOURCE */
+#endif
+struct mtls_landlock_ruleset_attr { uint64_t handled_access_fs; };
+struct mtls_landlock_path_beneath_attr { uint64_t allowed_access; int32_t parent_fd; } __attribute__((packed));
+/* The Landlock ABI version the kernel has, or -1. */
+static inline int mtls_landlock_abi(void) {
+#ifdef SYS_landlock_create_ruleset
+    return (int)syscall(SYS_landlock_create_ruleset, NULL, 0, 1u /* LANDLOCK_CREATE_RULESET_VERSION */);
+#else
+    return -1;
+#endif
+}
+/* A new ruleset handling `handled` (a file descriptor), or -1. */
+static inline int mtls_landlock_create(uint64_t handled) {
+#ifdef SYS_landlock_create_ruleset
+    struct mtls_landlock_ruleset_attr a = { handled };
+    return (int)syscall(SYS_landlock_create_ruleset, &a, sizeof a, 0u);
+#else
+    (void)handled; return -1;
+#endif
+}
+/* Allows `access` beneath `path` (0, or -1 with errno). */
+static inline int mtls_landlock_allow(int ruleset, const char *path, uint64_t access) {
+#ifdef SYS_landlock_add_rule
+    int fd = open(path, MTLS_O_PATH | O_CLOEXEC);
+    if (fd < 0) return -1;
+    struct mtls_landlock_path_beneath_attr b = { access, fd };
+    int r = (int)syscall(SYS_landlock_add_rule, ruleset, 1 /* LANDLOCK_RULE_PATH_BENEATH */, &b, 0u);
+    close(fd);
+    return r;
+#else
+    (void)ruleset; (void)path; (void)access; return -1;
+#endif
+}
+/* no_new_privs, then the ruleset in force for this process's threads from now on (0, or -1). */
+static inline int mtls_landlock_enforce(int ruleset) {
+#ifdef SYS_landlock_restrict_self
+    int r = prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    if (r == 0) r = (int)syscall(SYS_landlock_restrict_self, ruleset, 0u);
+    close(ruleset);
+    return r;
+#else
+    (void)ruleset; return -1;
+#endif
+}
 /* Gives the pages the allocator holds free back to the system (glibc's malloc_trim); does
  * nothing with another C library. */
 #if defined(__GLIBC__)

@@ -145,16 +145,31 @@ package enum Socket {
             let e = errno; close(fd)
             throw MTLSError(.connect, "cannot listen on \(host) port \(port): \(String(cString: strerror(e)))")
         }
+        return (fd, boundPort(fd) ?? port)
+    }
+
+    /// The port a TCP socket is bound to (`getsockname`), or nil when it is no IPv4 or IPv6 socket.
+    package static func boundPort(_ fd: Int32) -> UInt16? {
         var storage = sockaddr_storage()
         var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
-        let bound = withUnsafeMutablePointer(to: &storage) { p -> UInt16 in
-            _ = p.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
-            if p.pointee.ss_family == sa_family_t(AF_INET6) {
-                return p.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) }
+        return withUnsafeMutablePointer(to: &storage) { p -> UInt16? in
+            guard p.withMemoryRebound(to: sockaddr.self, capacity: 1, { getsockname(fd, $0, &len) }) == 0 else { return nil }
+            switch Int32(p.pointee.ss_family) {
+            case AF_INET6: return p.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) }
+            case AF_INET: return p.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) }
+            default: return nil
             }
-            return p.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) }
         }
-        return (fd, bound)
+    }
+
+    /// The port of a listening TCP socket (one systemd passed), or nil when `fd` is not one.
+    package static func listeningPort(_ fd: Int32) -> UInt16? {
+        var accepting: Int32 = 0, type: Int32 = 0
+        var len = socklen_t(MemoryLayout<Int32>.size)
+        guard getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) == 0, accepting == 1 else { return nil }
+        len = socklen_t(MemoryLayout<Int32>.size)
+        guard getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0, type == Int32(SOCK_STREAM.rawValue) else { return nil }
+        return boundPort(fd)
     }
 
     /// Accepts one connection, waiting up to the deadline. Returns the socket and the peer's

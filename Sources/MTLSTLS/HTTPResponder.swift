@@ -1,3 +1,4 @@
+internal import COpenSSL
 import Synchronization
 import FoundationEssentials
 #if canImport(Glibc)
@@ -18,6 +19,8 @@ package struct HTTPRequest: Sendable, Equatable {
     package var method: String
     /// The path of the request target, without its query.
     package var path: String
+    /// The query of the request target (after `?`, before any `#`), "" when none.
+    package var query: String = ""
     /// Header names lowercased, values with their spaces trimmed, in order.
     package var headers: [HTTPHeader]
 
@@ -84,8 +87,9 @@ package enum HTTPRequestParser {
             headers.append(HTTPHeader(name: String(decoding: line[..<colon], as: UTF8.self).lowercased(),
                                       value: String(decoding: line[(colon + 1)...], as: UTF8.self).trimmedSpaces))
         }
+        let query = target.dropFirst(path.count + 1).prefix { $0 != UInt8(ascii: "#") }
         return .complete(HTTPRequest(method: String(decoding: parts[0], as: UTF8.self), path: String(decoding: path, as: UTF8.self),
-                                     headers: headers))
+                                     query: String(decoding: query, as: UTF8.self), headers: headers))
     }
 
     /// Where the head ends (the index of its blank line's CR LF CR LF), looked for within `limit` bytes.

@@ -383,7 +383,7 @@ public final class TLSConnection {
 
     // MARK: I/O
 
-    private func ensureOpen() throws {
+    func ensureOpen() throws {
         if closed { throw MTLSError(.closed, "the connection is closed") }
     }
 
@@ -516,7 +516,7 @@ public final class TLSConnection {
     }
 
     /// `cause` is errno as the failed call left it.
-    private func ioError(_ err: Int32, _ cause: Int32, _ verb: String) -> MTLSError {
+    func ioError(_ err: Int32, _ cause: Int32, _ verb: String) -> MTLSError {
         let e = ioErrorWithoutNote(err, cause, verb)
         let note = renegotiationNote
         return note.isEmpty ? e : MTLSError(e.code, e.message + note)

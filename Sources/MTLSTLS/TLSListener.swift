@@ -67,7 +67,23 @@ public final class TLSListener: Sendable {
 
     /// Listens on `address` (nil: every IPv4 address; "127.0.0.1", "::1"...) and `port` (0 for
     /// an ephemeral port).
-    public init(address: String? = nil, port: UInt16 = 0, options: TLSServerOptions) throws {
+    public convenience init(address: String? = nil, port: UInt16 = 0, options: TLSServerOptions) throws {
+        try self.init(options: options) { try Socket.listen(address: address, port: port) }
+    }
+
+    /// Serves on a TCP socket that is already listening, such as the one systemd passes under
+    /// socket activation (file descriptor 3). The listener owns it from then on (and closes it);
+    /// ``MTLSError/Code/invalidArgument`` when `fd` is not a listening TCP socket.
+    public convenience init(listeningSocket fd: Int32, options: TLSServerOptions) throws {
+        try self.init(options: options) {
+            guard let port = Socket.listeningPort(fd) else {
+                throw MTLSError(.invalidArgument, "file descriptor \(fd) is not a listening TCP socket")
+            }
+            return (fd, port)
+        }
+    }
+
+    private init(options: TLSServerOptions, listen: () throws -> (Int32, UInt16)) throws {
         identitySource = options.identitySource ?? IdentitySource(options.identity)
         if let bits = options.ipv6SourcePrefixLength, bits > 128 {
             throw MTLSError(.invalidArgument, "the IPv6 source prefix length must be 1 to 128 bits, not \(bits)")
@@ -75,7 +91,7 @@ public final class TLSListener: Sendable {
         // The first of the listener's contexts (one per identity, ListenerContexts).
         let context = try TLSContext.server(options, identitySource: identitySource)
         self.options = options
-        (fileDescriptor, self.port) = try Socket.listen(address: address, port: port)
+        (fileDescriptor, self.port) = try listen()
         Socket.setNonBlocking(fileDescriptor, true)
         do {
             core = try ListenerCore(listenFD: fileDescriptor, contexts: ListenerContexts(context, source: identitySource, options: options),

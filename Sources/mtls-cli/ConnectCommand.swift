@@ -430,14 +430,8 @@ struct ServeCommand: ParsableCommand {
             guard let identity = try follow.source?.current ?? identityOptions.explicitIdentity() else {
                 throw ValidationError("serve needs --identity (or --cert and --key)")
             }
-            var o = TLSServerOptions(identity: identity)
-            o.identitySource = follow.source
-            o.clientPolicy = follow.clientPolicy
-            // Anchors from files are fixed overrides; those from store labels are in the policy,
-            // kept up to date by the store (ServeFollowing).
-            o.clientOverrides = try PolicyBuilder.overrides(anchors: follow.fileAnchors, anchorsOnly: !clientAnchor.isEmpty, pins: [],
-                                                            verifyAs: nil, allow: allow, store: identityOptions.openStore)
-            if clientSystemAnchors { o.clientPolicy?.systemAnchorsForClients = true }
+            var o = try follow.serverOptions(identity: identity, clientAnchors: clientAnchor, systemAnchors: clientSystemAnchors, allow: allow,
+                                             store: identityOptions.openStore)
             o.configureAsTestServer(certificateRequired: requireClientCert, certificateOptional: optionalClientCert, clientTrustGiven: !clientAnchor.isEmpty || policy != nil)
             if noCaNames { o.clientCANames = .omitted }
             if let caNames { o.clientCANames = .certificates(try Certificate.load(path: caNames)) }

@@ -22,6 +22,7 @@ struct MTLSCommand: ParsableCommand {
             ServeCommand.self,
             EnrollCommand.self,
             RenewCommand.self,
+            TunnelCommand.self,
         ]
     )
 

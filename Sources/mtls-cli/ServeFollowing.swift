@@ -96,6 +96,21 @@ final class ServeFollowing: @unchecked Sendable {
         }
     }
 
+    /// A server's options for `identity` with the client trust this follows: the followed
+    /// identity source, the client policy, the `--client-anchor` files as fixed overrides (those
+    /// from store labels are in the policy, kept up to date by the store) — anchors only when any
+    /// was given — and the system store for clients when `systemAnchors`.
+    func serverOptions(identity: Identity, clientAnchors: [String], systemAnchors: Bool, allow: PeerAllowOptions,
+                       store: () throws -> CredentialStore?) throws -> TLSServerOptions {
+        var o = TLSServerOptions(identity: identity)
+        o.identitySource = source
+        o.clientPolicy = clientPolicy
+        o.clientOverrides = try PolicyBuilder.overrides(anchors: fileAnchors, anchorsOnly: !clientAnchors.isEmpty, pins: [],
+                                                        verifyAs: nil, allow: allow, store: store)
+        if systemAnchors { o.clientPolicy?.systemAnchorsForClients = true }
+        return o
+    }
+
     /// What a `recovered:` line names: each followed thing fails and recovers on its own.
     enum Followed: String, Sendable {
         case identity, policy, anchors, revocation
@@ -104,8 +119,9 @@ final class ServeFollowing: @unchecked Sendable {
     /// Prints one line per event (the client policy's revocation fetch failures too) and reloads
     /// on SIGHUP. After a failed reload of one followed thing (the identity, the policy file, the
     /// stored client anchors), its next successful reload adds one `recovered: THING ...` line:
-    /// another thing's success says nothing about it.
-    func start(listener: TLSListener) {
+    /// another thing's success says nothing about it. Without a listener (`mtls tunnel client`),
+    /// the followed identity's own events are printed.
+    func start(listener: TLSListener?) {
         let failing = Mutex(Set<Followed>())
         let report: @Sendable (Followed, LifecycleEvent) -> Void = { thing, e in
             let what: String
@@ -135,7 +151,7 @@ final class ServeFollowing: @unchecked Sendable {
                 ServeLog.line("recovered: \(thing.rawValue)\(name): the reload that failed before now succeeded (\(what))")
             }
         }
-        listener.events.setHandler { report(.identity, $0) }
+        if let listener { listener.events.setHandler { report(.identity, $0) } } else { source?.events.setHandler { report(.identity, $0) } }
         policyWatch?.events.setHandler { report(.policy, $0) }
         anchorWatch?.events.setHandler { report(.anchors, $0) }
         clientPolicy.events.setHandler { report(.revocation, $0) }

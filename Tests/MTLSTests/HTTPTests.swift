@@ -80,6 +80,7 @@ final class HTTPTests: XCTestCase {
         }
         XCTAssertEqual(r.method, "GET")
         XCTAssertEqual(r.path, "/metrics")
+        XCTAssertEqual(r.query, "x=1")
         XCTAssertEqual(r.header("authorization"), "Bearer t")
         XCTAssertEqual(HTTPRequestParser.parse(Array("GET / HTTP/1.1\r\n".utf8)), .incomplete)
         XCTAssertEqual(HTTPRequestParser.parse([UInt8](repeating: 65, count: 9000)), .tooLarge)

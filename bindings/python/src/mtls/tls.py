@@ -7,7 +7,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from ._lib import lib, fn, c_void_pp, c_size_p, c_int_p
 from ._url import endpoint, host_only, listen_endpoint
-from ._handle import _Handle, utf8, out_handle, out_string, out_value
+from ._handle import _Handle, utf8, out_bytes, out_handle, out_string, out_value
 from .certificate import Certificate
 from .errors import check, Error, InvalidArgument, TrustError, TruncatedError
 from .identity import Identity
@@ -95,6 +95,13 @@ fn("mtls_conn_shutdown", ctypes.c_int, ctypes.c_void_p)
 fn("mtls_conn_free", None, ctypes.c_void_p)
 # int mtls_conn_fd(const mtls_conn *conn, int *fd)
 fn("mtls_conn_fd", ctypes.c_int, ctypes.c_void_p, c_int_p)
+# int mtls_conn_forward(mtls_conn *conn, int fd, int idle_timeout_ms, uint64_t *bytes_from_tls, uint64_t *bytes_to_tls)
+fn("mtls_conn_forward", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
+   ctypes.POINTER(ctypes.c_uint64))
+# int mtls_conn_proxy_header(const mtls_conn *conn, int include_certificate, uint8_t **out, size_t *out_len)
+fn("mtls_conn_proxy_header", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, c_void_pp, c_size_p)
+# int mtls_address_is_local(const char *address, int *is_local)
+fn("mtls_address_is_local", ctypes.c_int, ctypes.c_char_p, c_int_p)
 # int mtls_conn_set_non_blocking(mtls_conn *conn, int non_blocking)
 fn("mtls_conn_set_non_blocking", ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
 # int mtls_conn_peer_chain(const mtls_conn *conn, mtls_cert ***out, size_t *count)
@@ -367,6 +374,25 @@ class Connection(_Handle):
     def fileno(self) -> int:
         return out_value(ctypes.c_int, lib.mtls_conn_fd, self._h)
 
+    def forward(self, fd, idle_timeout: Optional[float] = None) -> Tuple[int, int]:
+        """Moves bytes both ways between this connection and the connected plaintext socket `fd`
+        (a socket object or a file descriptor) until both directions have ended, half-close passed
+        through (mtls_conn_forward): returns (bytes from the TLS peer, bytes to it). Raises
+        mtls.Timeout after `idle_timeout` seconds with nothing moving, TruncatedError when the
+        TLS peer hung up without close_notify, the error that stopped it otherwise. Closes
+        neither socket. Releases the GIL while it runs."""
+        fd = fd.fileno() if hasattr(fd, "fileno") else fd
+        ms = -1 if idle_timeout is None else int(idle_timeout * 1000)
+        from_tls, to_tls = ctypes.c_uint64(), ctypes.c_uint64()
+        check(lib.mtls_conn_forward(self._h, fd, ms, ctypes.byref(from_tls), ctypes.byref(to_tls)))
+        return from_tls.value, to_tls.value
+
+    def proxy_header(self, include_certificate: bool = False) -> bytes:
+        """The PROXY protocol v2 header for a plaintext target (an accepted connection): the
+        client's address, and the TLS TLVs with the client certificate's CN
+        (mtls_conn_proxy_header); `include_certificate` adds its DER in TLV 0xE0."""
+        return out_bytes(lib.mtls_conn_proxy_header, self._h, int(bool(include_certificate)))
+
     def set_non_blocking(self, non_blocking: bool = True) -> None:
         """Switches to non-blocking mode (True) or back to blocking mode (False). Made for
         connections from :meth:`Listener.accept` (blocking, their reads and writes waiting within
@@ -616,3 +642,10 @@ def connect(host: str, port: int, *, identity: IdentityLike = None, policy: Opti
             conn.close()
             raise
     return conn
+
+
+def address_is_local(address: str) -> bool:
+    """The plaintext rule (mtls_address_is_local): True when plaintext to or from `address`
+    (HOST:PORT, [IPv6]:PORT, unix:PATH or /PATH) stays on this machine: a loopback IP,
+    "localhost" or a UNIX socket. InvalidArgument for anything that is not an address."""
+    return bool(out_value(ctypes.c_int, lib.mtls_address_is_local, utf8(address)))

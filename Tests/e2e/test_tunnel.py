@@ -1,0 +1,603 @@
+"""`mtls tunnel` (issue 39): curl and Python clients → `tunnel client` → `tunnel server` → a plain
+Python http.server, TLS 1.3 and 1.2; refusals (untrusted, revoked by CRL); the plaintext-address
+rule; PROXY protocol v2 read by nginx and by a decoder written here from the specification;
+half-close; the status endpoint with the backend down; SIGTERM's drain; stunnel (Debian) as the
+other end both ways. Every server listens on 127.0.0.1, on ephemeral ports."""
+import http.server
+import json
+import os
+import re
+import pathlib
+import shutil
+import signal
+import socket
+import socketserver
+import ssl
+import struct
+import subprocess
+import threading
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from conftest import CLI, free_port, require_tool, run_cli, wait_port, write_secret
+from serve_support import Serve
+from waits import wait_until
+
+
+def ok(*args):
+    r = run_cli(*args)
+    assert r.returncode == 0, f"mtls {' '.join(map(str, args))}: {r.stderr}"
+    return r
+
+
+class Tunnel(Serve):
+    """`mtls tunnel ARGS`, its log lines in a queue (Serve's reading and waiting)."""
+
+    def __init__(self, *args):  # noqa: super().__init__ would start `mtls serve`
+        import queue
+        self.proc = subprocess.Popen([CLI, "tunnel", *map(str, args)], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.lines = queue.Queue()
+        self.seen = []
+        self.timed = False
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def port_of(self, what):
+        return int(self.wait_for(lambda line: line.startswith(f"{what} on ")).rsplit(":", 1)[1])
+
+
+class Backend(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = f"hello {self.path}\n".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def serve_in_thread(server):
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+class ProxyDecoder(socketserver.BaseRequestHandler):
+    """Reads a PROXY v2 header (proxy-protocol.txt 2.2, decoded here independently of libmtls)
+    and answers with what it says as JSON."""
+
+    def handle(self):
+        def exactly(n):
+            data = b""
+            while len(data) < n:
+                chunk = self.request.recv(n - len(data))
+                if not chunk:
+                    raise EOFError
+                data += chunk
+            return data
+        head = exactly(16)
+        assert head[:12] == b"\r\n\r\n\x00\r\nQUIT\n"
+        ver_cmd, fam, length = head[12], head[13], struct.unpack("!H", head[14:16])[0]
+        body = exactly(length)
+        out = {"version": ver_cmd >> 4, "command": ver_cmd & 0xF, "family": fam}
+        if fam == 0x11:
+            src, dst, sport, dport = body[0:4], body[4:8], *struct.unpack("!HH", body[8:12])
+            out.update(src=socket.inet_ntoa(src), dst=socket.inet_ntoa(dst), sport=sport, dport=dport)
+            tlvs = body[12:]
+        else:
+            tlvs = b""
+        while tlvs:
+            t, n = tlvs[0], struct.unpack("!H", tlvs[1:3])[0]
+            value, tlvs = tlvs[3:3 + n], tlvs[3 + n:]
+            if t == 0x20:
+                out["ssl_client"], out["ssl_verify"] = value[0], struct.unpack("!I", value[1:5])[0]
+                sub = value[5:]
+                while sub:
+                    st, sn = sub[0], struct.unpack("!H", sub[1:3])[0]
+                    out[{0x21: "ssl_version", 0x22: "ssl_cn", 0x23: "ssl_cipher", 0x24: "ssl_sig_alg",
+                         0x25: "ssl_key_alg"}.get(st, hex(st))] = sub[3:3 + sn].decode()
+                    sub = sub[3 + sn:]
+            elif t == 0xE0:
+                out["cert_der_hex"] = value.hex()
+        self.request.recv(65536)  # the request itself
+        answer = json.dumps(out).encode()
+        self.request.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % len(answer) + answer)
+
+
+class Echo(socketserver.BaseRequestHandler):
+    def handle(self):
+        while True:
+            data = self.request.recv(65536)
+            if not data:
+                return
+            self.request.sendall(data)
+
+
+class Threaded(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """Root → Customer A (publishing its CRL on 127.0.0.1) → server, alice, bob (revoked);
+    Customer B → mallory. Each identity also as a .p12 (password file `pw`)."""
+    base = tmp_path_factory.mktemp("tunnel")
+    d, pw, www = base / "D", base / "pw", base / "www"
+    write_secret(pw, "p12\n")
+    crl_port = free_port()
+    url = f"http://127.0.0.1:{crl_port}"
+    ok("pki", "init", "--dir", d, "--name", "Tunnel Root", "--crl-url", f"{url}/root.crl")
+    ok("pki", "intermediate", "--dir", d, "--name", "Customer A", "--crl-url", f"{url}/customer-a.crl")
+    ok("pki", "intermediate", "--dir", d, "--name", "Customer B")
+    ok("pki", "issue", "server", "--dir", d, "--ca", "Customer A", "--dns", "localhost", "--ip", "127.0.0.1",
+       "--name", "server", "--p12", base / "server.p12", "--password-file", pw)
+    for name, ca in (("alice", "Customer A"), ("bob", "Customer A"), ("mallory", "Customer B")):
+        ok("pki", "issue", "client", "--dir", d, "--ca", ca, "--name", name, "--p12", base / f"{name}.p12",
+           "--password-file", pw)
+    ok("pki", "revoke", "--dir", d, "--ca", "Customer A", "--name", "bob", "--reason", "keyCompromise")
+    ok("pki", "crl", "--dir", d, "--out", www)
+    handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(www))  # noqa: E731
+    crl_server = serve_in_thread(Threaded(("127.0.0.1", crl_port), handler))
+
+    class P:
+        pass
+    p = P()
+    p.base, p.dir, p.pw = base, d, pw
+    p.root = d / "root" / "cert.pem"
+    p.int_a = d / "ca" / "customer-a" / "cert.pem"
+    p.issued = lambda name, ca="customer-a": d / "ca" / ca / "issued" / name
+    yield p
+    crl_server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def backend():
+    server = serve_in_thread(Threaded(("127.0.0.1", 0), Backend))
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def identity(pki, name):
+    return ["--identity", pki.base / f"{name}.p12", "--password-file", pki.pw]
+
+
+def start_server(pki, target, *extra):
+    t = Tunnel("server", "--listen", "127.0.0.1:0", "--target", target, *identity(pki, "server"),
+               "--client-anchor", pki.int_a, *extra)
+    return t, t.listening()
+
+
+def start_client(pki, server_port, name="alice", *extra):
+    t = Tunnel("client", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{server_port}", *identity(pki, name),
+               "--anchor", pki.root, *extra)
+    return t, t.listening()
+
+
+@pytest.fixture(scope="module")
+def tunnels(pki, backend):
+    """One tunnel server (revocation hard, status and metrics endpoints) and two clients (TLS 1.3, 1.2)."""
+    server, port = start_server(pki, f"127.0.0.1:{backend}", "--revocation", "hard", "--status-port", "0",
+                                "--metrics-port", "0")
+    status_port, metrics_port = server.port_of("status"), server.port_of("metrics")
+    c13, p13 = start_client(pki, port)
+    c12, p12 = start_client(pki, port, "alice", "--tls-max", "1.2")
+
+    class T:
+        pass
+    t = T()
+    t.server, t.port, t.status_port, t.metrics_port = server, port, status_port, metrics_port
+    t.client = {"1.3": p13, "1.2": p12}
+    yield t
+    for proc in (c13, c12, server):
+        proc.stop()
+
+
+def get(port, path="/", timeout=20):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
+@pytest.mark.parametrize("version", ["1.3", "1.2"])
+def test_curl_through_client_and_server_tunnels(tunnels, version):
+    r = subprocess.run(["curl", "-sS", "--max-time", "20", f"http://127.0.0.1:{tunnels.client[version]}/curl-{version}"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"hello /curl-{version}\n"
+    line = tunnels.server.wait_for(lambda x: x.startswith("accepted ") and f"TLSv{version}" in x)
+    assert "CN=alice" in line and "trusted" in line
+
+
+def test_64_concurrent_python_streams(tunnels):
+    with ThreadPoolExecutor(64) as pool:
+        results = list(pool.map(lambda i: get(tunnels.client["1.3"], f"/stream/{i}"), range(64)))
+    assert results == [(200, f"hello /stream/{i}\n") for i in range(64)]
+
+
+def test_half_closed_client_still_gets_the_answer(tunnels):
+    with socket.create_connection(("127.0.0.1", tunnels.client["1.3"]), timeout=20) as s:
+        s.sendall(b"GET /half HTTP/1.0\r\nHost: x\r\n\r\n")
+        s.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.0 200") and data.endswith(b"hello /half\n")
+
+
+@pytest.mark.parametrize("name, reason", [("bob", "revoked"), ("mallory", "unknown_issuer")])
+def test_revoked_and_untrusted_clients_are_refused(pki, tunnels, name, reason):
+    client, port = start_client(pki, tunnels.port, name)
+    try:
+        r = subprocess.run(["curl", "-sS", "--max-time", "20", f"http://127.0.0.1:{port}/"], capture_output=True, text=True)
+        assert r.returncode != 0 and "hello" not in r.stdout
+        line = tunnels.server.wait_for(lambda x: x.startswith("rejected ") and reason in x)
+        assert "[untrusted]" in line and (name == "mallory" or f'"{name}"' in line), line
+    finally:
+        client.stop()
+
+
+def test_status_and_metrics_endpoints(pki, tunnels):
+    assert get(tunnels.client["1.3"], "/m")[0] == 200
+    status, body = get(tunnels.status_port, "/_status?check=target")
+    assert status == 200
+    doc = json.loads(body)
+    assert doc["status"] == "ok" and doc["target_reachable"] is True
+    status, text = get(tunnels.metrics_port, "/metrics")
+    assert status == 200
+    assert 'mtls_tunnel_bytes_total{direction="from_tls"}' in text
+    assert "mtls_tunnel_certificate_not_after_seconds{" in text
+    assert "mtls_listener_handshakes_accepted_total" in text
+
+
+def test_backend_down_makes_status_503(pki):
+    dead = free_port()
+    server, _ = start_server(pki, f"127.0.0.1:{dead}", "--status-port", "0")
+    try:
+        status_port = server.port_of("status")
+        assert get(status_port, "/_status")[0] == 200
+        with pytest.raises(urllib.error.HTTPError) as e:
+            get(status_port, "/_status?check=target")
+        assert e.value.code == 503
+        assert json.loads(e.value.read())["target_reachable"] is False
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["server", "--listen", "127.0.0.1:0", "--target", "192.0.2.10:80"], "--unsafe-target"),
+    (["server", "--listen", "127.0.0.1:0", "--target", "db.example:5432"], "--unsafe-target"),
+    (["client", "--listen", "0.0.0.0:0", "--target", "127.0.0.1:1"], "--unsafe-listen"),
+    (["client", "--listen", "[::]:0", "--target", "127.0.0.1:1"], "--unsafe-listen"),
+])
+def test_plaintext_off_loopback_is_refused(pki, args, flag):
+    r = run_cli("tunnel", *args, *identity(pki, "server"), "--client-anchor" if args[0] == "server" else "--anchor", pki.root)
+    assert r.returncode != 0
+    assert flag in r.stderr and "plaintext" in r.stderr
+
+
+def test_unsafe_listen_allows_it(pki):
+    client = Tunnel("client", "--listen", "0.0.0.0:0", "--unsafe-listen", "--target", "127.0.0.1:1",
+                    *identity(pki, "alice"), "--anchor", pki.root)
+    try:
+        assert client.listening() > 0
+    finally:
+        client.stop()
+
+
+def test_proxy_protocol_v2_decoded_with_the_client_subject(pki):
+    decoder = serve_in_thread(Threaded(("127.0.0.1", 0), ProxyDecoder))
+    server, port = start_server(pki, f"127.0.0.1:{decoder.server_address[1]}", "--proxy-protocol",
+                                "--proxy-protocol-certificate")
+    client, cport = start_client(pki, port)
+    try:
+        status, body = get(cport, "/pp")
+        out = json.loads(body)
+        assert (out["version"], out["command"], out["family"]) == (2, 1, 0x11)
+        assert out["src"] == "127.0.0.1" and out["dst"] == "127.0.0.1" and out["dport"] == port
+        assert out["ssl_cn"] == "alice" and out["ssl_version"] == "TLSv1.3" and out["ssl_verify"] == 0
+        assert out["ssl_client"] & 0x07 == 0x07 and out["ssl_key_alg"] == "EC256"
+        assert out["ssl_cipher"] and out["ssl_sig_alg"] == "ecdsa-with-SHA256"
+        der = subprocess.run(["openssl", "x509", "-in", pki.issued("alice") / "cert.pem", "-outform", "DER"],
+                             capture_output=True, check=True).stdout
+        assert bytes.fromhex(out["cert_der_hex"]) == der
+    finally:
+        client.stop()
+        server.stop()
+        decoder.shutdown()
+
+
+def test_proxy_protocol_v2_read_by_nginx(pki, tmp_path):
+    """nginx (Debian's 1.22: `listen ... proxy_protocol`, `$proxy_protocol_addr`; its TLV
+    variables need 1.23.2) answers with the client address the header gave it."""
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    require_tool(os.path.exists(nginx), "nginx")
+    nport = free_port()
+    (tmp_path / "logs").mkdir()
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(f"""
+daemon off; worker_processes 1; pid {tmp_path}/nginx.pid; error_log {tmp_path}/logs/error.log;
+events {{ worker_connections 64; }}
+http {{
+  access_log {tmp_path}/logs/access.log;
+  client_body_temp_path {tmp_path}; proxy_temp_path {tmp_path}; fastcgi_temp_path {tmp_path};
+  uwsgi_temp_path {tmp_path}; scgi_temp_path {tmp_path};
+  server {{
+    listen 127.0.0.1:{nport} proxy_protocol;
+    location / {{ return 200 "from $proxy_protocol_addr:$proxy_protocol_port to $proxy_protocol_server_port\\n"; }}
+  }}
+}}
+""")
+    proc = subprocess.Popen([nginx, "-p", str(tmp_path), "-c", str(conf)], stderr=subprocess.PIPE)
+    server = client = None
+    try:
+        wait_port(nport, proc)
+        server, port = start_server(pki, f"127.0.0.1:{nport}", "--proxy-protocol")
+        client, cport = start_client(pki, port)
+        status, body = get(cport, "/")
+        assert status == 200
+        assert body.startswith("from 127.0.0.1:") and body.endswith(f" to {port}\n"), body
+    finally:
+        for t in (client, server):
+            if t:
+                t.stop()
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_sigterm_drains_open_connections_and_refuses_new_ones(pki):
+    echo = serve_in_thread(Threaded(("127.0.0.1", 0), Echo))
+    server, port = start_server(pki, f"127.0.0.1:{echo.server_address[1]}", "--drain-timeout", "30")
+    try:
+        ctx = ssl.create_default_context(cafile=str(pki.root))
+        ctx.load_cert_chain(str(pki.issued("alice") / "cert.pem"), str(pki.issued("alice") / "key.pem"))
+        raw = socket.create_connection(("127.0.0.1", port), timeout=20)
+        conn = ctx.wrap_socket(raw, server_hostname="localhost")
+        conn.sendall(b"ping\n")
+        assert conn.recv(100) == b"ping\n"
+        server.proc.send_signal(signal.SIGTERM)
+        server.wait_line("draining: SIGTERM")
+
+        def refused():
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                return False
+            except ConnectionRefusedError:
+                return True
+        wait_until(refused, what="new connections refused during the drain")
+        conn.sendall(b"still here\n")
+        assert conn.recv(100) == b"still here\n"
+        assert server.proc.poll() is None
+        conn.close()
+        server.wait_line("drained: every connection finished")
+        assert server.proc.wait(20) == 0
+    finally:
+        server.stop()
+        echo.shutdown()
+
+
+def stunnel(tmp_path, name, lines):
+    binary = shutil.which("stunnel4") or shutil.which("stunnel")
+    require_tool(binary, "stunnel4")
+    conf = tmp_path / f"{name}.conf"
+    conf.write_text("foreground = yes\npid =\ndebug = 4\n" + "\n".join(lines) + "\n")
+    return subprocess.Popen([binary, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def test_stunnel_client_to_tunnel_server(pki, backend, tmp_path):
+    server, port = start_server(pki, f"127.0.0.1:{backend}")
+    sport = free_port()
+    alice = pki.issued("alice")
+    proc = stunnel(tmp_path, "client", [
+        "[c]", "client = yes", f"accept = 127.0.0.1:{sport}", f"connect = 127.0.0.1:{port}",
+        f"cert = {alice / 'cert.pem'}", f"key = {alice / 'key.pem'}", f"CAfile = {pki.root}",
+        "verifyChain = yes", "checkHost = localhost"])
+    try:
+        wait_port(sport, proc)
+        assert get(sport, "/via-stunnel") == (200, "hello /via-stunnel\n")
+        assert "CN=alice" in server.wait_line("accepted ")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        server.stop()
+
+
+def test_tunnel_client_to_stunnel_server(pki, backend, tmp_path):
+    sport = free_port()
+    srv = pki.issued("server")
+    proc = stunnel(tmp_path, "server", [
+        "[s]", f"accept = 127.0.0.1:{sport}", f"connect = 127.0.0.1:{backend}",
+        f"cert = {srv / 'chain.pem'}", f"key = {srv / 'key.pem'}", f"CAfile = {pki.root}",
+        "verifyChain = yes", "requireCert = yes"])
+    client = None
+    try:
+        wait_port(sport, proc)
+        client, cport = start_client(pki, sport)
+        assert get(cport, "/to-stunnel") == (200, "hello /to-stunnel\n")
+        assert "TLSv1.3" in client.wait_line("connected ")
+    finally:
+        if client:
+            client.stop()
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_store_label_rotation_under_64_concurrent_streams_breaks_none(pki, backend, tmp_path):
+    """The server's identity is a store label; another process replaces it while 64 clients
+    stream requests through both tunnels: every request succeeds, and the new certificate is
+    the one presented afterwards (the tunnel client's log names the server it reached)."""
+    secret = tmp_path / "secret"
+    write_secret(secret, "store passphrase\n")
+    store = ["--store", tmp_path / "s.db", "--secret-file", secret]
+    ok("store", *store, "--kdf-log-n", "10", "import", pki.base / "server.p12", "--label", "srv", "--password-file", pki.pw)
+    ok("pki", "issue", "server", "--dir", pki.dir, "--ca", "Customer A", "--dns", "localhost", "--ip", "127.0.0.1",
+       "--name", "server-two", "--p12", tmp_path / "two.p12", "--password-file", pki.pw)
+    server = Tunnel("server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", "--identity", "srv", *store,
+                    "--client-anchor", pki.int_a)
+    port = server.listening()
+    client, cport = start_client(pki, port)
+    stop = threading.Event()
+    failures, done = [], []
+
+    def worker(i):
+        n = 0
+        while not stop.is_set():
+            try:
+                assert get(cport, f"/w{i}/{n}") == (200, f"hello /w{i}/{n}\n")
+                done.append(1)
+            except Exception as e:  # noqa: BLE001 (every failure is reported)
+                failures.append(f"{i}/{n}: {e!r}")
+            n += 1
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(64)]
+    try:
+        for t in threads:
+            t.start()
+        wait_until(lambda: len(done) >= 64, what="64 requests through before the rotation")
+        ok("store", *store, "import", tmp_path / "two.p12", "--label", "srv", "--replace", "--password-file", pki.pw)
+        assert "server-two" in server.wait_line("rotated:")
+        before = len(done)
+        wait_until(lambda: len(done) >= before + 128, what="128 requests through after the rotation")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+        client.stop()
+        server.stop()
+    assert failures == []
+    assert any("server CN=server-two" in line for line in client.seen + list(client.lines.queue))
+
+
+@pytest.mark.usefixtures("softhsm_installed")
+@pytest.mark.parametrize("tls", ["1.3", "1.2"])
+def test_token_identity_in_the_tunnel_client(pki, backend, tmp_path_factory, tls):
+    """The tunnel client presents a key that never leaves a SoftHSM2 token (scripts/softhsm-token.sh),
+    its certificate read from the token."""
+    from conftest import softhsm_conf
+    d = tmp_path_factory.mktemp("hsm-tunnel")
+    subprocess.run([str(pathlib.Path(__file__).resolve().parents[2] / "scripts" / "softhsm-token.sh"), str(d)], check=True)
+    with softhsm_conf(d / "softhsm2.conf"):
+        server = Tunnel("server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", *identity(pki, "server"),
+                        "--client-anchor", d / "ca.pem")
+        port = server.listening()
+        client = Tunnel("client", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{port}",
+                        "--identity", "pkcs11:token=mtls-test;id=%02", "--pin-file", d / "pin", "--anchor", pki.root,
+                        "--tls-max", tls)
+        try:
+            cport = client.listening()
+            assert get(cport, "/token") == (200, "hello /token\n")
+            assert f"TLSv{tls}: trusted" in server.wait_for(lambda x: x.startswith("accepted ") and "TLSv" in x and "trusted" in x)
+        finally:
+            client.stop()
+            server.stop()
+
+
+def test_systemd_socket_activation_and_notify(pki, backend, tmp_path):
+    """Started as systemd starts a `Type=notify` service with socket activation: the listening
+    socket is fd 3 ($LISTEN_FDS, $LISTEN_PID), READY=1, WATCHDOG=1 and STOPPING=1 go to the
+    datagram socket $NOTIFY_SOCKET names."""
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen(16)
+    port = listening.getsockname()[1]
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify"))
+    notify.settimeout(20)
+    fd = listening.fileno()
+    command = " ".join(f"'{a}'" for a in [CLI, "tunnel", "server", "--listen", "127.0.0.1:1", "--target",
+                                          f"127.0.0.1:{backend}", *identity(pki, "server"), "--client-anchor", pki.int_a])
+    env = {**os.environ, "LISTEN_FDS": "1", "NOTIFY_SOCKET": str(tmp_path / "notify"), "WATCHDOG_USEC": "200000"}
+    proc = subprocess.Popen(["bash", "-c", f"exec 3<&{fd}; LISTEN_PID=$$ exec {command}"], pass_fds=(fd,), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    listening.close()  # the child's copy is the one that listens
+    try:
+        seen = set()
+        while not {"READY=1", "WATCHDOG=1"} <= seen:
+            try:
+                seen.add(notify.recv(100).decode())
+            except TimeoutError:
+                proc.kill()
+                raise AssertionError(f"{seen}: {proc.communicate()[0]}")
+        client, cport = start_client(pki, port)
+        try:
+            assert get(cport, "/activated") == (200, "hello /activated\n")
+        finally:
+            client.stop()
+        proc.send_signal(signal.SIGTERM)
+        while "STOPPING=1" not in seen:
+            seen.add(notify.recv(100).decode())
+        assert proc.wait(20) == 0
+        assert f"listening on 127.0.0.1:{port}" in proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        notify.close()
+
+
+def test_json_log_and_sighup_reload(pki, backend, tmp_path):
+    """--json: one object per line with an RFC 3339 time; SIGHUP rereads the policy file and the
+    tunnel goes on serving."""
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"anchors": [str(pki.int_a)]}))
+    server = Tunnel("server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", *identity(pki, "server"),
+                    "--policy", policy, "--json")
+    client = None
+    try:
+        port = json.loads(server.wait_for(lambda x: x.startswith('{"listening"')))["listening"]["port"]
+        wait_port(port, server.proc)
+        client, cport = start_client(pki, port)
+        assert get(cport, "/json") == (200, "hello /json\n")
+        event = json.loads(server.wait_for(lambda x: '"event":"accepted"' in x.replace(" ", "")))
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", event["time"]) and "CN=alice" in event["message"]
+        server.proc.send_signal(signal.SIGHUP)
+        assert json.loads(server.wait_for(lambda x: "SIGHUP" in x))["event"] == "SIGHUP"
+        assert get(cport, "/after-hup") == (200, "hello /after-hup\n")
+    finally:
+        if client:
+            client.stop()
+        server.stop()
+
+
+def kernel_has_landlock():
+    import ctypes
+    return ctypes.CDLL(None, use_errno=True).syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint(1)) >= 1
+
+
+def test_landlock_is_applied_where_the_kernel_has_it(pki, backend, tmp_path):
+    """By default the tunnel restricts itself with Landlock (no_new_privs set, writes only beneath
+    the store's folder and the policy's CRL cache) and says so; the CRL cache is still written;
+    --no-landlock leaves it off."""
+    cache = tmp_path / "crl-cache"
+    cache.mkdir()
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"anchors": [str(pki.int_a)], "revocation": {"mode": "hard", "cache_dir": str(cache)}}))
+    server = Tunnel("server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", *identity(pki, "server"),
+                    "--policy", policy)
+    client = None
+    try:
+        port = server.listening()
+        line = server.wait_line("landlock: ")
+        with open(f"/proc/{server.proc.pid}/status") as f:
+            no_new_privs = [x.split()[1] for x in f if x.startswith("NoNewPrivs:")]
+        if kernel_has_landlock():
+            assert line.startswith("landlock: applied (ABI "), line
+            assert no_new_privs == ["1"]
+        else:
+            assert line.startswith("landlock: not applied: "), line
+        client, cport = start_client(pki, port)
+        assert get(cport, "/landlocked") == (200, "hello /landlocked\n")
+        wait_until(lambda: any(cache.iterdir()), what="the CRL cached in the policy's cache_dir")
+    finally:
+        if client:
+            client.stop()
+        server.stop()
+    off = Tunnel("server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", *identity(pki, "server"),
+                 "--client-anchor", pki.int_a, "--no-landlock")
+    try:
+        off.listening()
+        assert off.wait_line("landlock: ") == "landlock: off (--no-landlock)"
+    finally:
+        off.stop()
