@@ -1432,9 +1432,6 @@ MTLS_EXTERN int mtls_conn_presented_identity(const mtls_conn *conn, mtls_identit
  * Thread-safe. */
 MTLS_EXTERN void mtls_conn_cache_clear(void);
 
- * Listeners
- * ====================================================================================== */
-=======
 /* ======================================================================================
  * Tunnels: forwarding, the PROXY protocol v2 header, the plaintext rule
  * What `mtls tunnel` is made of, for a program that puts mutual TLS in front of another.
@@ -1467,7 +1464,10 @@ MTLS_EXTERN int mtls_conn_proxy_header(const mtls_conn *conn, int include_certif
  * absolute path; anything else is MTLS_E_INVALID_ARGUMENT. */
 MTLS_EXTERN int mtls_address_is_local(const char *address, int *is_local);
 
-/* ===============================================================================
+/* ======================================================================================
+ * Listeners
+ * ====================================================================================== */
+
 #define MTLS_CLIENT_AUTH_NONE 0      /* do not ask clients for a certificate */
 #define MTLS_CLIENT_AUTH_OPTIONAL 1  /* ask; accept clients without one (not untrusted ones) */
 #define MTLS_CLIENT_AUTH_REQUIRE 2   /* ask, and refuse clients without one (default) */
