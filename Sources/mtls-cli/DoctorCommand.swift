@@ -249,7 +249,7 @@ struct DoctorCommand: ParsableCommand {
             return Step(name: "server_verdict", ok: false, detail: "not reached: we refused the server's certificate (see trust)", fix: "fix the trust step first")
         }
         guard let error else {
-            return Step(name: "server_verdict", ok: true, detail: "the server accepted \(presented): the connection works (\(main.conn?.tlsVersion ?? ""))", fix: nil)
+            return Step(name: "server_verdict", ok: true, detail: "the server accepted \(presented): the connection works (\(main.conn?.tlsVersionName ?? ""))", fix: nil)
         }
         let alert = main.conn?.receivedAlert
         let said = alert.map { "the server sent the alert \"\($0)\"" } ?? "the handshake failed"

@@ -59,8 +59,8 @@ final class TLSConnectionTests: XCTestCase {
         o.identity = identity.map { .identity($0) } ?? .none
         o.policy = try policy(anchors)
         o.validationName = "server.test"
-        o.handshakeTimeout = 10
-        o.ioTimeout = 10
+        o.handshakeSeconds = 10
+        o.ioSeconds = 10
         return o
     }
 
@@ -73,7 +73,8 @@ final class TLSConnectionTests: XCTestCase {
             o.minVersion = version; o.maxVersion = version
             for round in 0..<3 {
                 let c = try TLSConnection.connect(host: "127.0.0.1", port: port, options: o)
-                XCTAssertEqual(c.tlsVersion, version.description)
+                XCTAssertEqual(c.tlsVersion, version)
+                XCTAssertEqual(c.tlsVersionName, version.description)
                 XCTAssertEqual(c.evaluation?.trusted, true)
                 XCTAssertEqual(c.peerCertificate?.commonName, "server.test")
                 try c.write(Array("GET / HTTP/1.0\r\n\r\n".utf8))
@@ -96,7 +97,7 @@ final class TLSConnectionTests: XCTestCase {
     func testConnectionSaysWhenItsPolicyChanged() throws {
         var so = TLSServerOptions(identity: try identity("server"))
         so.clientPolicy = try policy(["root"])
-        so.handshakeTimeout = 10
+        so.handshakeSeconds = 10
         let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
         let served = DispatchSemaphore(value: 0)
         DispatchQueue.global().async {
@@ -192,7 +193,7 @@ final class TLSConnectionTests: XCTestCase {
         var o = try clientOptions(identity: identity("client-a"))
         o.minVersion = .tls12; o.maxVersion = .tls12
         o.sessionResumption = false
-        o.ioTimeout = 3
+        o.ioSeconds = 3
         var c: TLSConnection?
         for _ in 0..<100 {
             if let conn = try? TLSConnection.connect(host: "127.0.0.1", port: port, options: o) { c = conn; break }
@@ -223,8 +224,8 @@ final class TLSConnectionTests: XCTestCase {
         // listener refuses it, and the connection ends with a clear error within the timeout.
         var so = TLSServerOptions(identity: try identity("server"))
         so.clientPolicy = try policy(["int-a"])
-        so.handshakeTimeout = 5
-        so.ioTimeout = 3
+        so.handshakeSeconds = 5
+        so.ioSeconds = 3
         let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
         let box = LockedBox<String>("no end")
         let served = DispatchSemaphore(value: 0)
@@ -267,7 +268,7 @@ final class TLSConnectionTests: XCTestCase {
         let (fd, silent) = try Socket.listen(address: "127.0.0.1", port: 0)
         defer { close(fd) }
         var o = TLSClientOptions()
-        o.handshakeTimeout = 0.3
+        o.handshakeSeconds = 0.3
         XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: silent, options: o)) { e in
             XCTAssertEqual((e as? MTLSError)?.code, .timeout)
         }
@@ -286,7 +287,7 @@ final class TLSConnectionTests: XCTestCase {
         so.clientAuthentication = require
         so.clientPolicy = try policy(clientAnchors)
         so.alpn = ["echo/1"]
-        so.handshakeTimeout = 10
+        so.handshakeSeconds = 10
         return try TLSListener(address: "127.0.0.1", port: 0, options: so)
     }
 
@@ -374,7 +375,7 @@ final class TLSConnectionTests: XCTestCase {
             var so = TLSServerOptions(identity: try identity("server"))
             let clientPolicy = try policy(["int-a"])
             so.clientPolicy = clientPolicy
-            so.handshakeTimeout = 10
+            so.handshakeSeconds = 10
             so.minVersion = version; so.maxVersion = version
             let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
             var o = try clientOptions(identity: identity("client-a"))
@@ -450,7 +451,7 @@ final class TLSConnectionTests: XCTestCase {
     func testListenerCANamesAreTheAnchorsOrNoneOrTheGivenList() throws {
         var so = TLSServerOptions(identity: try identity("server"))
         so.clientPolicy = try policy(["int-a"])
-        so.handshakeTimeout = 10
+        so.handshakeSeconds = 10
         var o = try clientOptions(identity: nil)
 
         // A list the caller gives (customer C's CA): customer A's identity no longer fits the request.
