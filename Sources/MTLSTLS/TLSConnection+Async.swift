@@ -15,6 +15,14 @@ import Glibc
 // - an accept stops waiting within a quarter of a second and throws `CancellationError`; no
 //   client is taken from the listener.
 
+/// How many async operations are running on library threads right now (tests wait on it to
+/// know that a call is under way before they cancel it).
+package enum AsyncOperations {
+    static let running = Atomic<Int>(0)
+    /// The number running now.
+    package static var inFlight: Int { running.load(ordering: .acquiring) }
+}
+
 /// A value handed between the awaiting task and the library thread that works on it. The task
 /// waits for the thread, so the value is never used by both at once.
 struct HandedOver<Value>: @unchecked Sendable {
@@ -62,11 +70,14 @@ final class LibraryThreadCall<Value>: Sendable {
                     return true
                 }
                 guard startNow else { continuation.resume(throwing: CancellationError()); return }
+                AsyncOperations.running.add(1, ordering: .releasing)
                 let started = BackgroundThread.start(name: "mtls-async") {
                     let outcome = Result { try body(call) }
+                    AsyncOperations.running.subtract(1, ordering: .releasing)
                     call.finish(outcome, abandon: abandon)
                 }
                 if !started {
+                    AsyncOperations.running.subtract(1, ordering: .releasing)
                     let taken = call.state.withLock { st in defer { st.continuation = nil; st.finished = true }; return st.continuation }
                     taken?.resume(throwing: MTLSError(.noMemory, "cannot start a thread for the operation"))
                 }
