@@ -69,7 +69,9 @@ check: deps
 	$(MAKE) --no-print-directory install CONFIG=debug PREFIX=$(TEST_PREFIX) DESTDIR=
 	$(MAKE) --no-print-directory test-abi test-c test-python
 
+# Every public declaration of the Swift API (Sources/MTLS*) has a /// doc comment; then the tests.
 test-swift:
+	$(PYTHON) scripts/check-swift-docs.py
 	$(SWIFT) test -c debug --skip-build
 
 # The docs site: the reference pages generated from their sources (error codes and the C API from

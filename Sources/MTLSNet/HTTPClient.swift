@@ -222,6 +222,7 @@ public enum HTTPFetcher {
         /// Seconds for the whole exchange, redirects included.
         public var timeout: Double
 
+        /// Limits of `maxBytes` bytes and `timeout` seconds.
         public init(maxBytes: Int = 10 << 20, timeout: Double = 10) {
             self.maxBytes = maxBytes
             self.timeout = timeout
