@@ -19,7 +19,7 @@ LIMBO ?= $(CURDIR)/Tests/limbo
 
 .PHONY: deb wheel print-version
 .PHONY: all deps build build-debug build-release install test test-swift test-abi test-c test-python test-e2e test-limbo bench demo clean
-.PHONY: check test-swift-plugins bench-swift-plugins docs test-docs
+.PHONY: check test-swift-plugins bench-swift-plugins docs docc test-docs
 
 all: build
 
@@ -84,8 +84,13 @@ docs:
 	mkdocs build --strict --quiet --site-dir $(OUT)/docs
 	$(PYTHON) scripts/gen-docs.py --check-links $(OUT)/docs
 
+# The Swift API's DocC catalog (Sources/MTLS/MTLS.docc) with the doc comments of the debug
+# build's modules, into out/docc/MTLS.doccarchive; a broken ``link`` fails (--warnings-as-errors).
+docc:
+	$(PYTHON) scripts/build-docc.py "$$($(SWIFT) build -c debug --show-bin-path)" $(OUT)/docc
+
 # make test runs it after the install, so the CLI reference is the built mtls's.
-test-docs: docs
+test-docs: docs docc
 
 # Debian packages (libmtls0, libmtls-dev, mtls) in out/deb/, made with debhelper's tools.
 deb: build

@@ -122,11 +122,11 @@ final class LibraryThreadCall<Value>: Sendable {
 }
 
 extension TLSConnection {
-    /// Connects and handshakes as ``connect(host:port:options:)`` does, without blocking a
+    /// Connects and handshakes as ``connect(host:port:options:)-877mc`` does, without blocking a
     /// thread of Swift's cooperative pool: the work runs on a library thread. Cancelling the
     /// task ends the wait at once with `CancellationError` (a TCP connect under way finishes on
     /// its own, within the connect time limit, and is closed; a handshake under way is cut
-    /// short). The other errors are ``connect(host:port:options:)``'s, with ``MTLSError/side``
+    /// short). The other errors are ``connect(host:port:options:)-877mc``'s, with ``MTLSError/side``
     /// and ``MTLSError/connectionFailure``.
     public static func connect(host: String, port: UInt16, options: TLSClientOptions = TLSClientOptions()) async throws -> TLSConnection {
         let opened = try await LibraryThreadCall<TLSConnection>.run(discard: { $0.value.close() }) { _ in
@@ -142,7 +142,7 @@ extension TLSConnection {
         return opened
     }
 
-    /// Runs the handshake as ``handshake()`` does, on a library thread. Cancelling the task cuts
+    /// Runs the handshake as ``handshake()-2mgoe`` does, on a library thread. Cancelling the task cuts
     /// it short: `CancellationError`, and the connection is left unusable (later calls throw
     /// ``MTLSError/Code/closed``; ``close()`` it). Not for connections in non-blocking mode,
     /// which never wait.
@@ -163,7 +163,7 @@ extension TLSConnection {
         }
     }
 
-    /// Writes all of `bytes` as ``write(_:)-([UInt8])`` does in blocking mode, on a library
+    /// Writes all of `bytes` as ``write(_:)-1rbio`` does in blocking mode, on a library
     /// thread. Cancelling the task ends the write at once: `CancellationError` (part of the bytes
     /// may have been sent), and the connection is left unusable.
     @discardableResult

@@ -7,7 +7,7 @@ import Glibc
 /// One mutual-TLS connection, client or server side, over OpenSSL's libssl.
 ///
 /// Used by one thread at a time. Blocking by default, each step bounded by the options'
-/// timeouts; in non-blocking mode, ``handshake()``, ``read(into:)`` and ``write(_:)`` throw
+/// timeouts; in non-blocking mode, ``handshake()-2mgoe``, ``read(into:)`` and ``write(_:)-1rbio`` throw
 /// ``MTLSError/Code/wantRead`` or ``MTLSError/Code/wantWrite``: wait for ``fileDescriptor`` to
 /// be readable or writable and call again.
 public final class TLSConnection {
@@ -68,14 +68,14 @@ public final class TLSConnection {
     /// Every error from the connect or the handshake says which side failed
     /// (``MTLSError/side``), and a handshake's error carries what the failed connection learnt
     /// (``MTLSError/connectionFailure``: the peer's chain, our evaluation, the alert), as
-    /// ``open(host:port:options:)`` followed by ``handshake()`` does.
+    /// ``open(host:port:options:)`` followed by ``handshake()-2mgoe`` does.
     public static func connect(host: String, port: UInt16, options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
         let conn = try open(host: host, port: port, options: options)
         if !options.nonBlocking { try conn.handshake() }
         return conn
     }
 
-    /// Connects the socket and prepares TLS without starting the handshake; ``handshake()``
+    /// Connects the socket and prepares TLS without starting the handshake; ``handshake()-2mgoe``
     /// runs it. Lets the caller read ``evaluation`` and ``peerChain`` when the handshake fails.
     public static func open(host: String, port: UInt16, options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
         guard !host.isEmpty else { throw MTLSError(.invalidArgument, "host must not be empty") }
@@ -206,7 +206,7 @@ public final class TLSConnection {
     }
 
     /// Switches the connection to non-blocking mode (`true`) or back to blocking mode: from then
-    /// on ``handshake()``, ``read(into:)``, ``write(_:)`` and ``shutdown()`` behave as in that
+    /// on ``handshake()-2mgoe``, ``read(into:)``, ``write(_:)-1rbio`` and ``shutdown()`` behave as in that
     /// mode (see the type). Made for accepted connections, which a ``TLSListener`` hands over in
     /// blocking mode, so that an event loop can drive them. The socket itself is non-blocking
     /// (O_NONBLOCK) in both modes — blocking mode waits with poll within the timeouts — so the

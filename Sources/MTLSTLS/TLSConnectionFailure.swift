@@ -1,7 +1,7 @@
 /// What a connection had learnt when its handshake, read or write failed: read from the error
-/// (``MTLSError/connectionFailure``), so a caller of ``TLSConnection/connect(host:port:options:)``,
+/// (``MTLSError/connectionFailure``), so a caller of ``TLSConnection/connect(host:port:options:)-877mc``,
 /// which gets no connection back, sees as much as one that called
-/// ``TLSConnection/open(host:port:options:)`` and ``TLSConnection/handshake()`` and kept it.
+/// ``TLSConnection/open(host:port:options:)`` and ``TLSConnection/handshake()-2mgoe`` and kept it.
 public struct TLSConnectionFailure: Sendable {
     /// The side that failed or refused (also ``MTLSError/side``).
     public let side: TLSSide?

@@ -108,7 +108,7 @@ public final class IdentityCandidate: Sendable {
 /// How a TLS client connects: names, versions, ALPN, timeouts, identity and trust.
 ///
 /// Three names are kept apart: the address connected to (the `host` given to
-/// ``TLSConnection/connect(host:port:options:)``), the SNI sent (``serverName``) and the name the
+/// ``TLSConnection/connect(host:port:options:)-877mc``), the SNI sent (``serverName``) and the name the
 /// server certificate is validated as (``validationName``).
 public struct TLSClientOptions: Sendable {
     /// SNI to send. `nil` (the default) sends the host when it is a DNS name and nothing when it
@@ -177,7 +177,7 @@ public struct TLSClientOptions: Sendable {
     /// literal with ``serverName`` and ``validationName`` set to the name, or wrap a socket you
     /// connected yourself); handshake, read and write throw ``MTLSError/Code/wantRead``
     /// / ``MTLSError/Code/wantWrite`` instead of waiting: call again when the socket is ready. A
-    /// failed TCP connect is ``MTLSError/Code/connect`` from ``TLSConnection/handshake()``.
+    /// failed TCP connect is ``MTLSError/Code/connect`` from ``TLSConnection/handshake()-2mgoe``.
     public var nonBlocking = false
 
     /// Options with every default: no identity, a default ``TrustPolicy`` (when ``policy`` is

@@ -76,7 +76,7 @@ public struct RevocationFetchOptions: Hashable, Sendable {
     /// that is not is not used (a warning says why) and CRLs are fetched.
     public var cacheDirectory: String?
     /// Seconds a CRL or OCSP response without a nextUpdate stays current after its thisUpdate
-    /// (default 7 days; ``RevocationFreshness``). Policy files: `"revocation": {"max_age_seconds": N}`.
+    /// (default 7 days; `RevocationFreshness`). Policy files: `"revocation": {"max_age_seconds": N}`.
     public var maxAge: TimeInterval
 
     /// The default ``maxAge``: 7 days.
