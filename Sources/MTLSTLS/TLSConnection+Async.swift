@@ -12,8 +12,8 @@ import Glibc
 //   ``MTLSError/Code/closed`` and ``TLSConnection/close()`` frees it as usual;
 // - a connect returns at once with `CancellationError`; the TCP connect (bounded by the connect
 //   time limit) finishes on its own thread, which closes what it made;
-// - an accept stops waiting within a quarter of a second and throws `CancellationError`; no
-//   client is taken from the listener.
+// - an accept throws `CancellationError` at once; its thread stops waiting within a quarter of a
+//   second (a client whose handshake finishes in that moment is closed).
 
 /// How many async operations are running on library threads right now (tests wait on it to
 /// know that a call is under way before they cancel it).
@@ -64,12 +64,17 @@ final class LibraryThreadCall<Value>: Sendable {
         let call = LibraryThreadCall(interruptFD: interruptFD, discard: discard)
         let result = try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HandedOver<Value>, any Error>) in
-                let startNow = call.state.withLock { st -> Bool in
-                    if st.cancelled { return false }
+                let (startNow, interrupted) = call.state.withLock { st -> (Bool, Bool) in
+                    if st.cancelled { st.finished = true; return (false, st.interrupted) }
                     st.continuation = continuation
-                    return true
+                    return (true, false)
                 }
-                guard startNow else { continuation.resume(throwing: CancellationError()); return }
+                guard startNow else {
+                    // Cancelled before the thread started; a socket shut down already is abandoned.
+                    if interrupted { abandon?() }
+                    continuation.resume(throwing: CancellationError())
+                    return
+                }
                 AsyncOperations.running.add(1, ordering: .releasing)
                 let started = BackgroundThread.start(name: "mtls-async") {
                     let outcome = Result { try body(call) }
@@ -147,6 +152,7 @@ extension TLSConnection {
     /// ``MTLSError/Code/closed``; ``close()`` it). Not for connections in non-blocking mode,
     /// which never wait.
     public func handshake() async throws {
+        try throwIfAbandoned()
         if isHandshakeComplete { return }
         try await onLibraryThread { try $0.handshake() }
     }
@@ -188,11 +194,12 @@ extension TLSConnection {
 
 extension TLSListener {
     /// Waits for a client as ``accept(timeout:)`` does, on a library thread, at most `timeLimit`.
-    /// Cancelling the task ends the wait within a quarter of a second with `CancellationError`;
-    /// no client is taken from the listener then.
+    /// Cancelling the task ends the wait at once with `CancellationError`; the thread stops
+    /// waiting within a quarter of a second (a client whose handshake finishes in that moment is
+    /// closed, as if the server had gone away).
     public func accept(timeLimit: TLSTimeLimit = .forever) async throws -> TLSConnection {
         let me = HandedOver(value: self)
-        return try await LibraryThreadCall<TLSConnection>.run { call in
+        return try await LibraryThreadCall<TLSConnection>.run(discard: { $0.value.close() }) { call in
             let deadline = Deadline(seconds: timeLimit.seconds)
             while true {
                 if call.isCancelled { throw CancellationError() }

@@ -84,9 +84,11 @@ public final class TLSConnection {
         let conn: TLSConnection
         do {
             conn = try TLSConnection(clientFD: fd, owned: true, host: host, port: port, options: options)
-        } catch let e as MTLSError {
+        } catch {
             Glibc.close(fd)
-            throw e.side == nil ? MTLSError(e, side: .client, attachment: e.attachment) : e
+            // Making the TLS side of the connection failed here: ours.
+            guard let e = error as? MTLSError, e.side == nil else { throw error }
+            throw MTLSError(e, side: .client, attachment: e.attachment)
         }
         conn.connecting = options.nonBlocking
         conn.connectPort = port

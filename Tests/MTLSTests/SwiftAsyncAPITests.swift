@@ -5,19 +5,10 @@ import XCTest
 /// Issue 38 item 9: the Swift user's API — async entry points on library threads with
 /// cancellation, `Duration` time limits, the typed TLS version, and errors that keep the side
 /// that failed and the failed connection's details. Peers: libmtls's own listener on 127.0.0.1.
-final class SwiftAsyncAPITests: XCTestCase {
+final class SwiftAsyncAPITests: XCTestCase, ConnectionPKIFiles {
     /// A connection handed to a task while this one waits for it (never used by both at once).
     struct Unchecked<Value>: @unchecked Sendable { let value: Value }
 
-    func path(_ name: String) -> String { TLSConnectionTests.pkiDir + "/" + name }
-    func cert(_ name: String) throws -> Certificate { try Certificate.load(path: path(name + ".pem"))[0] }
-    func identity(_ name: String, chain: [String] = ["int-a"]) throws -> Identity {
-        let key = try PrivateKey(pem: FileIO.read(path(name + ".key")), password: nil)
-        return try Identity(privateKey: key, leaf: cert(name), certificates: chain.map { try cert($0) })
-    }
-    func policy(_ anchors: [String]) throws -> TrustPolicy {
-        TrustPolicy(anchors: try anchors.map { try cert($0) }, anchorsOnly: true)
-    }
 
     func listener(clientAuthentication: ClientAuthentication = .require) throws -> TLSListener {
         var so = TLSServerOptions(identity: try identity("server"))

@@ -3,7 +3,7 @@ import XCTest
 @testable import MTLS
 
 /// Connections against real peers on 127.0.0.1: `openssl s_server` and libmtls's own listener.
-final class TLSConnectionTests: XCTestCase {
+final class TLSConnectionTests: XCTestCase, ConnectionPKIFiles {
     /// The connection PKI (scripts/test-pki.sh), made once, on first use.
     static let pkiDir: String = {
         let dir = NSTemporaryDirectory() + "mtls-tls-pki-\(getpid())"
@@ -16,15 +16,6 @@ final class TLSConnectionTests: XCTestCase {
         _ = pkiDir
     }
 
-    func path(_ name: String) -> String { Self.pkiDir + "/" + name }
-    func cert(_ name: String) throws -> Certificate { try Certificate.load(path: path(name + ".pem"))[0] }
-    func identity(_ name: String, chain: [String] = ["int-a"]) throws -> Identity {
-        let key = try PrivateKey(pem: FileIO.read(path(name + ".key")), password: nil)
-        return try Identity(privateKey: key, leaf: cert(name), certificates: chain.map { try cert($0) })
-    }
-    func policy(_ anchors: [String]) throws -> TrustPolicy {
-        TrustPolicy(anchors: try anchors.map { try cert($0) }, anchorsOnly: true)
-    }
 
     static func freePort() -> UInt16 {
         let (fd, port) = try! Socket.listen(address: "127.0.0.1", port: 0)
