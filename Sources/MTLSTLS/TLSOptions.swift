@@ -446,7 +446,8 @@ public enum TLSTimeLimit: Sendable, Hashable {
 
     /// The limit of a number of seconds as the options keep it (nil: no limit).
     package init(seconds: Double?) {
-        guard let seconds else { self = .forever; return }
+        // Infinite or past any Int64 of nanoseconds (292 years): no limit, not a trap.
+        guard let seconds, seconds.isFinite, seconds < 9e9 else { self = .forever; return }
         self = .after(.nanoseconds(Int64((seconds * 1e9).rounded())))
     }
 

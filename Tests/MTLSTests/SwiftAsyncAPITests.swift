@@ -243,6 +243,10 @@ final class SwiftAsyncAPITests: XCTestCase, ConnectionPKIFiles {
         XCTAssertNil(s.firstByteTimeout)
         s.ioTimeLimit = .after(.seconds(3))
         XCTAssertEqual(s.ioTimeout, 3)
+        o.connectTimeout = .infinity // the deprecated Double: no limit, read back without a trap
+        XCTAssertEqual(o.connectTimeLimit, .forever)
+        o.connectTimeout = 1e12
+        XCTAssertEqual(o.connectTimeLimit, .forever)
     }
 
     /// An expired handshake time limit, set as a Duration, stops a handshake with a silent peer.
