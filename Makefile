@@ -19,7 +19,7 @@ LIMBO ?= $(CURDIR)/Tests/limbo
 
 .PHONY: deb wheel print-version
 .PHONY: all deps build build-debug build-release install test test-swift test-abi test-c test-python test-e2e test-limbo bench demo clean
-.PHONY: check test-swift-plugins bench-swift-plugins docs test-docs
+.PHONY: check test-swift-plugins bench-swift-plugins docs docc test-docs
 
 all: build
 
@@ -69,7 +69,9 @@ check: deps
 	$(MAKE) --no-print-directory install CONFIG=debug PREFIX=$(TEST_PREFIX) DESTDIR=
 	$(MAKE) --no-print-directory test-abi test-c test-python
 
+# Every public declaration of the Swift API (Sources/MTLS*) has a /// doc comment; then the tests.
 test-swift:
+	$(PYTHON) scripts/check-swift-docs.py
 	$(SWIFT) test -c debug --skip-build
 
 # The docs site: the reference pages generated from their sources (error codes and the C API from
@@ -82,8 +84,13 @@ docs:
 	mkdocs build --strict --quiet --site-dir $(OUT)/docs
 	$(PYTHON) scripts/gen-docs.py --check-links $(OUT)/docs
 
+# The Swift API's DocC catalog (Sources/MTLS/MTLS.docc) with the doc comments of the debug
+# build's modules, into out/docc/MTLS.doccarchive; a broken ``link`` fails (--warnings-as-errors).
+docc:
+	$(PYTHON) scripts/build-docc.py "$$($(SWIFT) build -c debug --show-bin-path)" $(OUT)/docc
+
 # make test runs it after the install, so the CLI reference is the built mtls's.
-test-docs: docs
+test-docs: docs docc
 
 # Debian packages (libmtls0, libmtls-dev, mtls) in out/deb/, made with debhelper's tools.
 deb: build

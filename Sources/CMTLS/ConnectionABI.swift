@@ -96,9 +96,9 @@ private func clientOptions(_ p: UnsafePointer<mtls_conn_options>?) throws -> TLS
     o.alpn = try alpnList(c.alpn, "alpn")
     o.minVersion = try tlsVersion(c.min_tls, "min_tls")
     o.maxVersion = try tlsVersion(c.max_tls, "max_tls")
-    o.connectTimeout = seconds(c.connect_timeout_ms)
-    o.handshakeTimeout = seconds(c.handshake_timeout_ms)
-    o.ioTimeout = seconds(c.io_timeout_ms)
+    o.connectSeconds = seconds(c.connect_timeout_ms)
+    o.handshakeSeconds = seconds(c.handshake_timeout_ms)
+    o.ioSeconds = seconds(c.io_timeout_ms)
     o.nonBlocking = c.non_blocking != 0
     o.sessionResumption = c.no_session_resumption == 0
     _ = try size(c.candidate_count, "candidate_count")  // checked even when identity is set
@@ -122,9 +122,9 @@ public func mtls_conn_options_init(_ opts: UnsafeMutablePointer<mtls_conn_option
             var o = mtls_conn_options()  // NULL pointers: no names, identity, policy or overrides
             o.min_tls = tlsVersionValue(d.minVersion)
             o.max_tls = tlsVersionValue(d.maxVersion)
-            o.connect_timeout_ms = milliseconds(d.connectTimeout)
-            o.handshake_timeout_ms = milliseconds(d.handshakeTimeout)
-            o.io_timeout_ms = milliseconds(d.ioTimeout)
+            o.connect_timeout_ms = milliseconds(d.connectSeconds)
+            o.handshake_timeout_ms = milliseconds(d.handshakeSeconds)
+            o.io_timeout_ms = milliseconds(d.ioSeconds)
             o.non_blocking = d.nonBlocking ? 1 : 0
             o.no_session_resumption = d.sessionResumption ? 0 : 1
             return o
@@ -244,7 +244,7 @@ public func mtls_conn_tls_version(_ conn: OpaquePointer?, _ out: UnsafeMutablePo
         let c = try handle(conn, TLSConnection.self, "conn")
         try require(out, "out").pointee = nil
         guard c.isHandshakeComplete else { throw invalid("the handshake has not completed") }
-        try putString(c.tlsVersion, out)
+        try putString(c.tlsVersionName, out)
     }
 }
 
@@ -317,14 +317,14 @@ func serverOptions(_ opts: UnsafePointer<mtls_listener_options>?, source: Identi
             o.alpn = try alpnList(c.alpn, "opts->alpn")
             o.minVersion = try tlsVersion(c.min_tls, "min_tls")
             o.maxVersion = try tlsVersion(c.max_tls, "max_tls")
-            o.handshakeTimeout = seconds(c.handshake_timeout_ms)
-            o.ioTimeout = seconds(c.io_timeout_ms)
+            o.handshakeSeconds = seconds(c.handshake_timeout_ms)
+            o.ioSeconds = seconds(c.io_timeout_ms)
             o.sessionTickets = c.no_session_tickets == 0
             o.clientOverrides = try overridesArgument(c.client_overrides, "opts->client_overrides")
-            o.firstByteTimeout = seconds(c.first_byte_timeout_ms)
+            o.firstByteSeconds = seconds(c.first_byte_timeout_ms)
             o.maxHandshakesPerAddress = Int(c.max_handshakes_per_address)  // 0 and negative: the core's convention
             o.clientCANames = try clientCANames(c.client_ca_names, c.client_ca_certs, c.client_ca_cert_count)
-            o.clientHelloTimeout = seconds(c.client_hello_timeout_ms)
+            o.clientHelloSeconds = seconds(c.client_hello_timeout_ms)
             o.ipv6SourcePrefixLength = Int(c.ipv6_source_prefix_length)  // 0 and negative: the core's convention
             return o
 }

@@ -95,10 +95,15 @@ public enum FileIO {
     ///   one is refused;
     /// - ``privateKey``: the whole file (PEM); an empty one is refused.
     public enum SecretKind: String, Sendable {
+        /// A token PIN.
         case pin = "PIN"
+        /// A password (of a .p12, an encrypted key).
         case password = "password"
+        /// A store secret.
         case storeSecret = "store secret"
+        /// A store key file.
         case storeKey = "store key"
+        /// A private key file.
         case privateKey = "private key"
         /// A bearer token a client must present (the metrics endpoint's `--metrics-token-file`).
         case bearerToken = "bearer token"

@@ -31,12 +31,12 @@ package enum JSONText {
 /// Text meant to be one line (an event's message, an error's message, a comment in Prometheus
 /// text, a field of a command's line-per-item output): the one cleaner of text from outside (a
 /// file, a token, a peer, a CA) on its way to a terminal or a log.
-public enum OneLine {
+package enum OneLine {
     /// Whether `u` must not reach a terminal or a log raw: a control character (C0, DEL, C1 —
     /// U+009B is a CSI on many terminals —, NEL), a line or paragraph separator (U+2028,
     /// U+2029), or a bidirectional control (U+061C, U+200E, U+200F, U+202A–U+202E,
     /// U+2066–U+2069), which reorders what a terminal shows after it.
-    public static func isUnsafe(_ u: Unicode.Scalar) -> Bool {
+    package static func isUnsafe(_ u: Unicode.Scalar) -> Bool {
         switch u.value {
         case 0x00...0x1F, 0x7F...0x9F: return true  // C0, DEL, C1 (NEL is U+0085)
         case 0x2028, 0x2029: return true  // line and paragraph separators
@@ -48,14 +48,14 @@ public enum OneLine {
     /// `text` with every character ``isUnsafe(_:)`` names as a blank, so that nothing in it (a
     /// label, a certificate's common name, a CA's problem detail) can start a line of its own,
     /// move the cursor, or reverse what follows wherever it is printed.
-    public static func text(_ text: String) -> String {
+    package static func text(_ text: String) -> String {
         guard text.unicodeScalars.contains(where: isUnsafe) else { return text }
         return String(String.UnicodeScalarView(text.unicodeScalars.map { isUnsafe($0) ? " " : $0 }))
     }
 
     /// Bytes meant to be UTF-8 text (an HTTP body, a token's label) as ``text(_:)``: a sequence
     /// that is not UTF-8 becomes U+FFFD, then the rest is cleaned.
-    public static func text(utf8 bytes: some Collection<UInt8>) -> String {
+    package static func text(utf8 bytes: some Collection<UInt8>) -> String {
         text(String(decoding: bytes, as: UTF8.self))
     }
 
@@ -63,7 +63,7 @@ public enum OneLine {
     /// names written as a `\uXXXX` escape, as ``JSONText`` writes them: the same value for a
     /// JSON reader, and nothing raw for a terminal. Such characters can only stand inside a JSON
     /// string, where an escape means the same.
-    public static func escapingJSON(_ json: String) -> String {
+    package static func escapingJSON(_ json: String) -> String {
         guard json.unicodeScalars.contains(where: isUnsafe) else { return json }
         var out = ""
         for u in json.unicodeScalars {

@@ -176,14 +176,16 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
     /// The stable code.
     public let code: Code
     /// What happened, in a sentence: one line, whatever outside text it quotes (a file name, a
-    /// label, a CA's problem detail, a server's answer) — ``OneLine/text(_:)`` cleans it as it is
-    /// made, so no front end prints a control, separator or bidirectional character from it.
+    /// label, a CA's problem detail, a server's answer) — it is cleaned as it is made, so no front end prints a control, separator or bidirectional character from it.
     public let message: String
     /// Which side of a connection failed or refused, where the step that failed knows it before
     /// there is a TLS connection to ask (``TLSConnection/failureSide`` says it after): a server
     /// that cannot be reached or does not answer in time is the server's side; a name that does
     /// not resolve, or a socket that cannot be made, the client's. nil for every other error.
     public let side: TLSSide?
+    /// What a higher layer attached to the error: the TLS layer's details of the failed
+    /// connection (`MTLSError.connectionFailure`). Not part of the error's equality or hash.
+    package let attachment: (any Sendable)?
 
     /// An error with a stable code and a message saying what happened.
     public init(_ code: Code, _ message: String) {
@@ -195,6 +197,27 @@ public struct MTLSError: Error, Hashable, CustomStringConvertible, Sendable {
         self.code = code
         self.message = OneLine.text(message)
         self.side = side
+        self.attachment = nil
+    }
+
+    /// The same error with `side` and `attachment` set (the message is already one line).
+    package init(_ error: MTLSError, side: TLSSide?, attachment: (any Sendable)?) {
+        code = error.code
+        message = error.message
+        self.side = side
+        self.attachment = attachment
+    }
+
+    /// Errors are equal when their code, message and side are.
+    public static func == (a: MTLSError, b: MTLSError) -> Bool {
+        a.code == b.code && a.message == b.message && a.side == b.side
+    }
+
+    /// Hashes the code, message and side.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(code)
+        hasher.combine(message)
+        hasher.combine(side)
     }
 
     /// The message.

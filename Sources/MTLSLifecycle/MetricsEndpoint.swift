@@ -3,7 +3,7 @@ import FoundationEssentials
 
 // This file owns the Prometheus scrape endpoint (`mtls serve --metrics-port`, issue 26): what it
 // answers and who may ask. The serving itself (concurrent clients, deadlines, the cap) is the one
-// small responder of libmtls, ``HTTPResponder``.
+// small responder of libmtls, `HTTPResponder`.
 
 /// A Prometheus scrape endpoint, on the loopback address unless told otherwise: `GET /metrics`
 /// (or `/`) answers the text `body` makes, as `text/plain; version=0.0.4`; HEAD the same headers;
@@ -11,7 +11,7 @@ import FoundationEssentials
 /// ``maxRequestHead`` bytes 431. With a bearer token, a request without
 /// `Authorization: Bearer <token>` is answered 401 and sees nothing.
 ///
-/// Served by ``HTTPResponder`` on a thread of its own (`mtls-metrics`): each client has
+/// Served by `HTTPResponder` on a thread of its own (`mtls-metrics`): each client has
 /// ``requestTimeout`` seconds for its request head and as long again to take the answer; at
 /// most ``maxClients`` are open at once (the oldest is closed for a newcomer). It never touches
 /// the TLS listener it reports on.

@@ -8,7 +8,7 @@ import Glibc
 public struct RenewalAttempt: Sendable {
     /// The identity's label.
     public var label: String
-    /// What ``Enrollment/renew(store:label:force:policy:tokenPIN:externalAccount:caKeyPassword:now:)`` did, when it did not fail.
+    /// What ``Enrollment/renew(store:label:force:policy:tokenPIN:externalAccount:caKeyPassword:options:now:)`` did, when it did not fail.
     public var outcome: RenewalOutcome?
     /// Why it failed, if it did (the old identity stays).
     public var error: MTLSError?

@@ -63,7 +63,7 @@ extension CredentialStore {
 }
 
 /// The Prometheus text exposition format's rules, written once.
-public enum Prometheus {
+package enum Prometheus {
     /// A label value escaped as the exposition format wants it: backslash, double quote and
     /// line feed as `\\`, `\"` and `\n`.
     static func escape(_ value: String) -> String {
@@ -84,7 +84,7 @@ public enum Prometheus {
     }
 
     /// A listener's counters as Prometheus text.
-    public static func text(_ c: ListenerCounters) -> String {
+    package static func text(_ c: ListenerCounters) -> String {
         var out = "# HELP mtls_listener_handshakes_accepted_total Handshakes that succeeded, resumed ones included.\n"
         out += "# TYPE mtls_listener_handshakes_accepted_total counter\nmtls_listener_handshakes_accepted_total \(c.accepted)\n"
         out += "# HELP mtls_listener_handshakes_resumed_total Handshakes that resumed a session.\n"
@@ -102,7 +102,7 @@ public enum Prometheus {
     /// What `mtls serve --metrics-port` serves: the listener's counters, then, with a store, its
     /// certificates' validity. A store that cannot be read leaves one comment line saying why
     /// instead (its message on one line: a label in it cannot start a line of its own).
-    public static func exposition(_ counters: ListenerCounters, store: CredentialStore?) -> String {
+    package static func exposition(_ counters: ListenerCounters, store: CredentialStore?) -> String {
         var out = text(counters)
         guard let store else { return out }
         do {

@@ -210,7 +210,7 @@ package struct HTTPClient: Sendable {
     }
 }
 
-/// The revocation fetches (CRLs and OCSP over `http:`) through the one ``HTTPClient``: a 200's
+/// The revocation fetches (CRLs and OCSP over `http:`) through the one `HTTPClient`: a 200's
 /// body or an error, redirects (301, 302, 303, 307, 308) followed up to 3 times and only to
 /// another `http:` URL, one deadline for the whole exchange. No proxy, no TLS, no cookies, no
 /// compression.
@@ -222,6 +222,7 @@ public enum HTTPFetcher {
         /// Seconds for the whole exchange, redirects included.
         public var timeout: Double
 
+        /// Limits of `maxBytes` bytes and `timeout` seconds.
         public init(maxBytes: Int = 10 << 20, timeout: Double = 10) {
             self.maxBytes = maxBytes
             self.timeout = timeout
@@ -266,7 +267,7 @@ package protocol HTTPStream: AnyObject {
     func close()
 }
 
-/// What opens `https:` connections for ``HTTPClient``: the TLS layer's `TLSClientOptions`
+/// What opens `https:` connections for `HTTPClient`: the TLS layer's `TLSClientOptions`
 /// (connect and handshake within `deadline`, the host as the server name).
 package protocol HTTPSConnector: Sendable {
     func openHTTPStream(host: String, port: UInt16, deadline: Deadline) throws -> any HTTPStream

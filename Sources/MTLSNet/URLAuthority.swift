@@ -1,7 +1,7 @@
 import FoundationEssentials
 
 /// The one parser of the URLs libmtls connects to: `mtls connect https://...`, the ACME
-/// directory and every URL in its answers, the EST server's URL (all through ``HTTPClient``), CRL
+/// directory and every URL in its answers, the EST server's URL (all through `HTTPClient`), CRL
 /// distribution points and OCSP responders (``HTTPURL``). Each reads the host, port and zone
 /// the same way and refuses the same malformed ones with the same message.
 ///

@@ -8,7 +8,7 @@ import FoundationEssentials
 extension CredentialStore {
     /// `uri` without its PIN, and whether it had one. A PIN is never stored: when p11-kit's parser
     /// finds a `pin-value` — in the query or among the path attributes, however it is spelt —
-    /// the URI is rebuilt from p11-kit's parsed form without it (``PKCS11URI/withoutPINValue(_:)``).
+    /// the URI is rebuilt from p11-kit's parsed form without it (`PKCS11URI.withoutPINValue(_:)`).
     /// `pin-source` (a file the PIN is read from, not the PIN) stays, written where p11-kit puts
     /// it. A URI p11-kit cannot parse is returned unchanged (it is refused before it is stored).
     public static func strippingPINValue(_ uri: String) -> (uri: String, stripped: Bool) {

@@ -12,8 +12,8 @@ extension TLSClientOptions: HTTPSConnector {
         options.nonBlocking = false
         // A tiny positive value once the deadline is spent: 0 would mean the default.
         if let left = deadline.remaining {
-            options.connectTimeout = max(left, 0.001)
-            options.handshakeTimeout = max(left, 0.001)
+            options.connectSeconds = max(left, 0.001)
+            options.handshakeSeconds = max(left, 0.001)
         }
         return try TLSConnection.connect(host: host, port: port, options: options)
     }

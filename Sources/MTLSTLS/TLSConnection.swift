@@ -7,7 +7,7 @@ import Glibc
 /// One mutual-TLS connection, client or server side, over OpenSSL's libssl.
 ///
 /// Used by one thread at a time. Blocking by default, each step bounded by the options'
-/// timeouts; in non-blocking mode, ``handshake()``, ``read(into:)`` and ``write(_:)`` throw
+/// timeouts; in non-blocking mode, ``handshake()-2mgoe``, ``read(into:)`` and ``write(_:)-1rbio`` throw
 /// ``MTLSError/Code/wantRead`` or ``MTLSError/Code/wantWrite``: wait for ``fileDescriptor`` to
 /// be readable or writable and call again.
 public final class TLSConnection {
@@ -51,6 +51,9 @@ public final class TLSConnection {
     /// Non-blocking connect: the TCP connect may still be under way when the handshake starts.
     private var connecting = false
     private var connectPort: UInt16 = 0
+    /// Set when a cancelled async operation shut the socket down under a call: the connection
+    /// is in no state to go on with (a record may be half read or half written).
+    private var abandoned = false
 
     // MARK: making connections
 
@@ -62,27 +65,33 @@ public final class TLSConnection {
     /// failed; the message has its reasons and ``evaluation`` on the error's connection is not
     /// available, so they are spelled out), ``MTLSError/Code/peerAlert`` (the server refused us,
     /// with its alert), ``MTLSError/Code/noMatchingIdentity``, ``MTLSError/Code/handshake``.
+    /// Every error from the connect or the handshake says which side failed
+    /// (``MTLSError/side``), and a handshake's error carries what the failed connection learnt
+    /// (``MTLSError/connectionFailure``: the peer's chain, our evaluation, the alert), as
+    /// ``open(host:port:options:)`` followed by ``handshake()-2mgoe`` does.
     public static func connect(host: String, port: UInt16, options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
         let conn = try open(host: host, port: port, options: options)
         if !options.nonBlocking { try conn.handshake() }
         return conn
     }
 
-    /// Connects the socket and prepares TLS without starting the handshake; ``handshake()``
+    /// Connects the socket and prepares TLS without starting the handshake; ``handshake()-2mgoe``
     /// runs it. Lets the caller read ``evaluation`` and ``peerChain`` when the handshake fails.
     public static func open(host: String, port: UInt16, options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
         guard !host.isEmpty else { throw MTLSError(.invalidArgument, "host must not be empty") }
         if let unknown = options.groups?.first(where: { !TLSContext.groupIsKnown($0) }) {
             throw MTLSError(.unsupported, "this OpenSSL has no key-exchange group \"\(unknown)\"")
         }
-        let fd = try Socket.connect(host: host, port: port, deadline: Deadline(seconds: options.connectTimeout),
+        let fd = try Socket.connect(host: host, port: port, deadline: Deadline(seconds: options.connectSeconds),
                                     waitForConnection: !options.nonBlocking)
         let conn: TLSConnection
         do {
             conn = try TLSConnection(clientFD: fd, owned: true, host: host, port: port, options: options)
         } catch {
             Glibc.close(fd)
-            throw error
+            // Making the TLS side of the connection failed here: ours.
+            guard let e = error as? MTLSError, e.side == nil else { throw error }
+            throw MTLSError(e, side: .client, attachment: e.attachment)
         }
         conn.connecting = options.nonBlocking
         conn.connectPort = port
@@ -110,8 +119,8 @@ public final class TLSConnection {
         isServer = false
         peerAddress = host
         nonBlocking = options.nonBlocking
-        handshakeTimeout = options.handshakeTimeout
-        ioTimeout = options.ioTimeout
+        handshakeTimeout = options.handshakeSeconds
+        ioTimeout = options.ioSeconds
         state = TLSHandshakeState()
         state.attach(to: ssl)
         // On failure the caller closes the socket; the deinit must not close it again.
@@ -176,8 +185,8 @@ public final class TLSConnection {
         isServer = true
         peerAddress = peer
         nonBlocking = false
-        handshakeTimeout = options.handshakeTimeout
-        ioTimeout = options.ioTimeout
+        handshakeTimeout = options.handshakeSeconds
+        ioTimeout = options.ioSeconds
         state = TLSHandshakeState()
         state.attach(to: ssl)
         state.peer = TrustPeer.client(address: peer) // selects the client's rule; never a name it must carry
@@ -208,7 +217,7 @@ public final class TLSConnection {
     }
 
     /// Switches the connection to non-blocking mode (`true`) or back to blocking mode: from then
-    /// on ``handshake()``, ``read(into:)``, ``write(_:)`` and ``shutdown()`` behave as in that
+    /// on ``handshake()-2mgoe``, ``read(into:)``, ``write(_:)-1rbio`` and ``shutdown()`` behave as in that
     /// mode (see the type). Made for accepted connections, which a ``TLSListener`` hands over in
     /// blocking mode, so that an event loop can drive them. The socket itself is non-blocking
     /// (O_NONBLOCK) in both modes — blocking mode waits with poll within the timeouts — so the
@@ -233,6 +242,7 @@ public final class TLSConnection {
 
     /// Runs (or, in non-blocking mode, continues) the handshake. Does nothing once complete.
     public func handshake() throws {
+        try throwIfAbandoned()
         if isHandshakeComplete { return }
         try ensureOpen()
         if handshakeDeadline == nil { handshakeDeadline = Deadline(seconds: handshakeTimeout) }
@@ -265,15 +275,13 @@ public final class TLSConnection {
                     try Socket.wait(fileDescriptor, forWriting: writing, deadline: handshakeDeadline!, what: "TLS handshake with \(peerAddress)")
                 } catch let e as MTLSError where e.code == .timeout {
                     if let key = state.sessionKey { state.sessionCache?.remove(key) }
-                    failureSide = peerSide
-                    throw e
+                    throw failed(e, peerSide)
                 }
             default:
                 let e = handshakeError(err)
-                failureSide = side(of: e)
                 // A failed handshake must not resume later without a fresh evaluation.
                 if let key = state.sessionKey { state.sessionCache?.remove(key) }
-                throw e
+                throw failed(e, side(of: e))
             }
         }
         // A TLS 1.2 verification that left revocation for the status callback: should OpenSSL
@@ -281,15 +289,21 @@ public final class TLSConnection {
         if state.revocationAwaitingStaple {
             let config = SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), TLSExData.ctx)
             if TLSContext.clientStatusCallback(ssl, config) == 0 || state.revocationAwaitingStaple {
-                failureSide = ownSide
                 let why = state.evaluation.map { TLSConnection.describe($0) } ?? "the revocation check could not be made"
-                throw MTLSError(.untrusted, "our evaluation rejected the \(peerRole)'s certificate: \(why)")
+                throw failed(MTLSError(.untrusted, "our evaluation rejected the \(peerRole)'s certificate: \(why)"), ownSide)
             }
         }
         isHandshakeComplete = true
         // A resumed session reports the evaluation it was admitted with (its chain re-checked
         // at the policy's time when it was offered); a listener's ticket set it already.
         if !isServer, SSL_session_reused(ssl) == 1 { state.evaluation = state.resumedEvaluation }
+    }
+
+    /// Records that `side` failed and returns `error` saying so, with what this connection
+    /// learnt attached (``MTLSError/connectionFailure``).
+    private func failed(_ error: MTLSError, _ side: TLSSide) -> MTLSError {
+        failureSide = side
+        return MTLSError(error, side: side, attachment: TLSConnectionFailure(self))
     }
 
     private var peerRole: String { isServer ? "client" : "server" }
@@ -383,6 +397,21 @@ public final class TLSConnection {
 
     // MARK: I/O
 
+    /// Whether the connection is in non-blocking mode (the async operations refuse it).
+    var nonBlockingMode: Bool { nonBlocking }
+
+    /// Marks the connection unusable after a cancelled async operation cut a call short.
+    func abandon() {
+        abandoned = true
+        failureSide = ownSide
+    }
+
+    func throwIfAbandoned() throws {
+        if abandoned {
+            throw MTLSError(.closed, "the connection was abandoned when a task waiting on it was cancelled: close it", side: ownSide)
+        }
+    }
+
     func ensureOpen() throws {
         if closed { throw MTLSError(.closed, "the connection is closed") }
     }
@@ -414,20 +443,18 @@ public final class TLSConnection {
                 do {
                     try Socket.wait(fileDescriptor, forWriting: writing, deadline: deadline, what: "reading from \(peerAddress)")
                 } catch let e as MTLSError {
-                    failureSide = side(of: e)
-                    throw e
+                    throw failed(e, side(of: e))
                 }
             default:
                 // A peer that hangs up without close_notify may have been cut off mid-reply (or
                 // cut by someone between us): not the clean end of data that 0 means.
                 if state.receivedAlert == nil, Self.isUnexpectedEOF(err, cause) {
                     OpenSSLErrorQueue.clear()
-                    failureSide = peerSide
-                    throw MTLSError(.truncated, "the \(peerRole) closed the connection without close_notify: what was read may be cut short")
+                    throw failed(MTLSError(.truncated, "the \(peerRole) closed the connection without close_notify: what was read may be cut short"),
+                                 peerSide)
                 }
                 let e = ioError(err, cause, "reading from")
-                failureSide = side(of: e)
-                throw e
+                throw failed(e, side(of: e))
             }
         }
     }
@@ -444,9 +471,15 @@ public final class TLSConnection {
     /// `timeout` (seconds) overrides the options' I/O timeout for this call.
     public func read(maxLength: Int = 16384, timeout: Double? = nil) throws -> [UInt8] {
         var buf = [UInt8](repeating: 0, count: max(maxLength, 1))
-        let deadline = Deadline(seconds: timeout ?? ioTimeout)
+        let deadline = Deadline(seconds: timeout ?? ioTimeout)  // negative: no deadline
         let n = try buf.withUnsafeMutableBytes { try read(into: $0, deadline: deadline) }
         return Array(buf[0..<n])
+    }
+
+    /// Reads up to `maxLength` bytes as ``read(maxLength:timeout:)`` does, waiting at most
+    /// `timeLimit` (instead of the options' ``TLSClientOptions/ioTimeLimit``).
+    public func read(maxLength: Int = 16384, timeLimit: TLSTimeLimit) throws -> [UInt8] {
+        try read(maxLength: maxLength, timeout: timeLimit.seconds ?? -1)
     }
 
     /// Writes bytes. Blocking mode writes them all and returns the count; non-blocking mode
@@ -483,16 +516,14 @@ public final class TLSConnection {
                 do {
                     try Socket.wait(fileDescriptor, forWriting: writing, deadline: deadline, what: "writing to \(peerAddress)")
                 } catch let e as MTLSError {
-                    failureSide = side(of: e)
-                    throw e
+                    throw failed(e, side(of: e))
                 }
             default:
                 if err == SSL_ERROR_SYSCALL, state.receivedAlert == nil, cause == EPIPE || cause == ECONNRESET {
                     collectPendingAlert()
                 }
                 let e = ioError(err, cause, "writing to")
-                failureSide = side(of: e)
-                throw e
+                throw failed(e, side(of: e))
             }
         }
         return off
@@ -612,8 +643,19 @@ public final class TLSConnection {
         return String(decoding: UnsafeBufferPointer(start: p, count: Int(n)), as: UTF8.self)
     }
 
-    /// "TLSv1.2" or "TLSv1.3".
-    public var tlsVersion: String { String(cString: SSL_get_version(ssl)) }
+    /// The TLS version negotiated; nil before the handshake has agreed on one (OpenSSL's
+    /// `TLS_ANY_VERSION` until the hello messages are exchanged).
+    public var tlsVersion: TLSVersion? {
+        switch SSL_version(ssl) {
+        case TLS1_3_VERSION: return .tls13
+        case TLS1_2_VERSION: return .tls12
+        default: return nil
+        }
+    }
+
+    /// OpenSSL's name for the version negotiated ("TLSv1.2", "TLSv1.3"), what ``tlsVersion`` was
+    /// before 0.3.0.
+    public var tlsVersionName: String { String(cString: SSL_get_version(ssl)) }
 
     /// The key-exchange group the handshake used, in OpenSSL's name ("X25519", "secp256r1",
     /// "ffdhe2048"), nil before one is agreed (or for a TLS 1.2 handshake without (EC)DHE).

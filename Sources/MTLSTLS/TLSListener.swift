@@ -112,6 +112,11 @@ public final class TLSListener: Sendable {
         try core.next(deadline: Deadline(seconds: timeout), timeout: timeout)
     }
 
+    /// Waits for a client as ``accept(timeout:)`` does, at most `timeLimit`.
+    public func accept(timeLimit: TLSTimeLimit) throws -> TLSConnection {
+        try accept(timeout: timeLimit.seconds)
+    }
+
     /// Stops listening. Clients handshaken and not accepted are closed, handshakes under way are
     /// cut short, and the listener's threads have ended when this returns (so a program may exit,
     /// and OpenSSL clean up, right after it).
@@ -655,8 +660,8 @@ final class ListenerCore: Sendable {
     /// Accepts every client the kernel holds into `waiting`. When too many wait (or no file
     /// descriptor is left), the oldest whose ClientHello is not whole is closed to make room.
     private func acceptWaiting() {
-        let firstByte = limit(options.firstByteTimeout)
-        let hello = limit(options.clientHelloTimeout)
+        let firstByte = limit(options.firstByteSeconds)
+        let hello = limit(options.clientHelloSeconds)
         let prefix = options.ipv6SourcePrefixLength ?? 128
         while true {
             if state.withLock({ $0.waiting.count >= TLSListener.maxWaitingForFirstByte }) { evictOldestUnready() }
@@ -722,7 +727,7 @@ final class ListenerCore: Sendable {
     /// Seconds a client has for its first byte or its ClientHello (`timeout`), never more than
     /// the handshake timeout (a client cannot take longer to begin its handshake than to finish it).
     private func limit(_ timeout: Double?) -> Double? {
-        [timeout, options.handshakeTimeout].compactMap { $0.flatMap { $0 > 0 ? $0 : nil } }.min()
+        [timeout, options.handshakeSeconds].compactMap { $0.flatMap { $0 > 0 ? $0 : nil } }.min()
     }
 
     /// Closes the socket accepted first among those whose ClientHello is not whole; false when

@@ -108,7 +108,7 @@ public final class IdentityCandidate: Sendable {
 /// How a TLS client connects: names, versions, ALPN, timeouts, identity and trust.
 ///
 /// Three names are kept apart: the address connected to (the `host` given to
-/// ``TLSConnection/connect(host:port:options:)``), the SNI sent (``serverName``) and the name the
+/// ``TLSConnection/connect(host:port:options:)-877mc``), the SNI sent (``serverName``) and the name the
 /// server certificate is validated as (``validationName``).
 public struct TLSClientOptions: Sendable {
     /// SNI to send. `nil` (the default) sends the host when it is a DNS name and nothing when it
@@ -123,13 +123,38 @@ public struct TLSClientOptions: Sendable {
     public var minVersion: TLSVersion = TLSDefaults.minVersion
     /// Highest TLS version offered (default 1.3).
     public var maxVersion: TLSVersion = TLSDefaults.maxVersion
-    /// Seconds allowed for the TCP connect, the TLS handshake and each read or write, under
-    /// ``TLSDefaults/timeout(_:default:)``'s convention: `nil` or negative waits forever, `0` is
-    /// the default (30 s for the connect and the handshake, forever for reads and writes).
-    @TLSTimeout(default: TLSDefaults.connectTimeout) public var connectTimeout: Double?
+    /// The time allowed for the TCP connect (default 30 s). Setting `nil` restores the default;
+    /// reading gives the limit in force, never nil. See ``TLSTimeLimit``.
+    public var connectTimeLimit: TLSTimeLimit? {
+        get { TLSTimeLimit(seconds: connectSeconds) }
+        set { connectSeconds = TLSTimeLimit.seconds(newValue) }
+    }
+    /// The time allowed for the TLS handshake (default 30 s; see ``connectTimeLimit``).
+    public var handshakeTimeLimit: TLSTimeLimit? {
+        get { TLSTimeLimit(seconds: handshakeSeconds) }
+        set { handshakeSeconds = TLSTimeLimit.seconds(newValue) }
+    }
+    /// The time allowed for each read and write (default ``TLSTimeLimit/forever``; see
+    /// ``connectTimeLimit``).
+    public var ioTimeLimit: TLSTimeLimit? {
+        get { TLSTimeLimit(seconds: ioSeconds) }
+        set { ioSeconds = TLSTimeLimit.seconds(newValue) }
+    }
+    /// Seconds allowed for the TCP connect under ``TLSDefaults/timeout(_:default:)``'s
+    /// convention: `nil` or negative waits forever, `0` is the default (30 s).
+    @available(*, deprecated, renamed: "connectTimeLimit", message: "use connectTimeLimit, a TLSTimeLimit (Duration)")
+    public var connectTimeout: Double? { get { connectSeconds } set { connectSeconds = newValue } }
     /// Seconds allowed for the TLS handshake (the convention of ``connectTimeout``; default 30).
-    @TLSTimeout(default: TLSDefaults.handshakeTimeout) public var handshakeTimeout: Double?
-    @TLSTimeout(default: TLSDefaults.ioTimeout) public var ioTimeout: Double?
+    @available(*, deprecated, renamed: "handshakeTimeLimit", message: "use handshakeTimeLimit, a TLSTimeLimit (Duration)")
+    public var handshakeTimeout: Double? { get { handshakeSeconds } set { handshakeSeconds = newValue } }
+    /// Seconds allowed for each read and write (the convention of ``connectTimeout``; default:
+    /// no limit).
+    @available(*, deprecated, renamed: "ioTimeLimit", message: "use ioTimeLimit, a TLSTimeLimit (Duration)")
+    public var ioTimeout: Double? { get { ioSeconds } set { ioSeconds = newValue } }
+    /// The limits in seconds under the C convention, as the C ABI and the library read them.
+    @TLSTimeout(default: TLSDefaults.connectTimeout) package var connectSeconds: Double?
+    @TLSTimeout(default: TLSDefaults.handshakeTimeout) package var handshakeSeconds: Double?
+    @TLSTimeout(default: TLSDefaults.ioTimeout) package var ioSeconds: Double?
     /// The identity to present.
     public var identity: ClientIdentity = .none
     /// An identity that can change (swapped by the application or following a store label):
@@ -152,7 +177,7 @@ public struct TLSClientOptions: Sendable {
     /// literal with ``serverName`` and ``validationName`` set to the name, or wrap a socket you
     /// connected yourself); handshake, read and write throw ``MTLSError/Code/wantRead``
     /// / ``MTLSError/Code/wantWrite`` instead of waiting: call again when the socket is ready. A
-    /// failed TCP connect is ``MTLSError/Code/connect`` from ``TLSConnection/handshake()``.
+    /// failed TCP connect is ``MTLSError/Code/connect`` from ``TLSConnection/handshake()-2mgoe``.
     public var nonBlocking = false
     /// The key-exchange groups offered, in OpenSSL's names ("X25519", "P-256", "ffdhe2048"),
     /// instead of OpenSSL's defaults; `mtls doctor` offers one at a time to find which the server
@@ -185,7 +210,7 @@ public enum ClientAuthentication: Int, CaseIterable, Sendable {
     /// name (`.optional`: a certificate a client presents is still judged), and `.none` when
     /// nothing could trust one (asking would only have clients present certificates that are
     /// then refused).
-    public static func requested(certificateRequired: Bool, certificateOptional: Bool = false,
+    package static func requested(certificateRequired: Bool, certificateOptional: Bool = false,
                                  clientTrustGiven: Bool) -> ClientAuthentication {
         if certificateRequired { return .require }
         guard clientTrustGiven else { return .none }
@@ -246,18 +271,51 @@ public struct TLSServerOptions: Sendable {
     public var minVersion: TLSVersion = TLSDefaults.minVersion
     /// Highest TLS version accepted (default 1.3).
     public var maxVersion: TLSVersion = TLSDefaults.maxVersion
+    /// The time allowed for each accepted client's handshake (default 30 s). Setting `nil`
+    /// restores the default; reading gives the limit in force, never nil. See ``TLSTimeLimit``.
+    public var handshakeTimeLimit: TLSTimeLimit? {
+        get { TLSTimeLimit(seconds: handshakeSeconds) }
+        set { handshakeSeconds = TLSTimeLimit.seconds(newValue) }
+    }
+    /// The time allowed for each read and write on an accepted connection (default
+    /// ``TLSTimeLimit/forever``; see ``handshakeTimeLimit``).
+    public var ioTimeLimit: TLSTimeLimit? {
+        get { TLSTimeLimit(seconds: ioSeconds) }
+        set { ioSeconds = TLSTimeLimit.seconds(newValue) }
+    }
+    /// The time an accepted client has to send its first byte (default 5 s; ``TLSTimeLimit/forever``:
+    /// no limit other than ``handshakeTimeLimit``): see ``firstByteTimeout`` for what it does.
+    public var firstByteTimeLimit: TLSTimeLimit? {
+        get { TLSTimeLimit(seconds: firstByteSeconds) }
+        set { firstByteSeconds = TLSTimeLimit.seconds(newValue) }
+    }
+    /// The time an accepted client has to send its whole ClientHello (default 10 s;
+    /// ``TLSTimeLimit/forever``: no limit other than ``handshakeTimeLimit``): see
+    /// ``clientHelloTimeout`` for what it does.
+    public var clientHelloTimeLimit: TLSTimeLimit? {
+        get { TLSTimeLimit(seconds: clientHelloSeconds) }
+        set { clientHelloSeconds = TLSTimeLimit.seconds(newValue) }
+    }
     /// Seconds allowed for each accepted client's handshake (the convention of
-    /// ``TLSClientOptions/connectTimeout``; default 30).
-    @TLSTimeout(default: TLSDefaults.handshakeTimeout) public var handshakeTimeout: Double?
+    /// ``TLSDefaults/timeout(_:default:)``; default 30).
+    @available(*, deprecated, renamed: "handshakeTimeLimit", message: "use handshakeTimeLimit, a TLSTimeLimit (Duration)")
+    public var handshakeTimeout: Double? { get { handshakeSeconds } set { handshakeSeconds = newValue } }
     /// Seconds allowed for each read and write on an accepted connection (default: no limit).
-    @TLSTimeout(default: TLSDefaults.ioTimeout) public var ioTimeout: Double?
+    @available(*, deprecated, renamed: "ioTimeLimit", message: "use ioTimeLimit, a TLSTimeLimit (Duration)")
+    public var ioTimeout: Double? { get { ioSeconds } set { ioSeconds = newValue } }
+    /// The limits in seconds under the C convention, as the C ABI and the listener read them.
+    @TLSTimeout(default: TLSDefaults.handshakeTimeout) package var handshakeSeconds: Double?
+    @TLSTimeout(default: TLSDefaults.ioTimeout) package var ioSeconds: Double?
+    @TLSTimeout(default: TLSDefaults.firstByteTimeout) package var firstByteSeconds: Double?
+    @TLSTimeout(default: TLSDefaults.clientHelloTimeout) package var clientHelloSeconds: Double?
     /// Seconds an accepted client has to send its first byte (its ClientHello), under the
-    /// convention of ``TLSClientOptions/connectTimeout`` (0: the default, 5 s; nil or negative: no
-    /// limit other than ``handshakeTimeout``, which also bounds it). Until then it takes no
+    /// convention of ``TLSDefaults/timeout(_:default:)`` (0: the default, 5 s; nil or negative: no
+    /// limit other than ``handshakeTimeLimit``, which also bounds it). Until then it takes no
     /// handshake slot and no thread: one thread watches every such socket, so clients that
     /// connect and stay silent cannot hold the listener's handshakes up; when the time is over
     /// the socket is closed without a word (nothing is reported to ``TLSListener/accept(timeout:)``).
-    @TLSTimeout(default: TLSDefaults.firstByteTimeout) public var firstByteTimeout: Double?
+    @available(*, deprecated, renamed: "firstByteTimeLimit", message: "use firstByteTimeLimit, a TLSTimeLimit (Duration)")
+    public var firstByteTimeout: Double? { get { firstByteSeconds } set { firstByteSeconds = newValue } }
     /// The most clients from one source address in a handshake at once, under the convention of
     /// the timeouts (``TLSDefaults/limit(_:default:)``: 0 is the default, 32; nil or negative: no
     /// limit). More from that address wait, having sent their first byte, until one of its
@@ -265,13 +323,14 @@ public struct TLSServerOptions: Sendable {
     /// handshake slot.
     @TLSLimit(default: TLSDefaults.maxHandshakesPerAddress) public var maxHandshakesPerAddress: Int?
     /// Seconds an accepted client has, from its connection, to send its whole ClientHello, under
-    /// the convention of ``TLSClientOptions/connectTimeout`` (0: the default, 10 s; nil or
-    /// negative: no limit other than ``handshakeTimeout``, which also bounds it). Until its
+    /// the convention of ``TLSDefaults/timeout(_:default:)`` (0: the default, 10 s; nil or
+    /// negative: no limit other than ``handshakeTimeLimit``, which also bounds it). Until its
     /// ClientHello is whole a client takes no handshake slot and no thread (as before its first
     /// byte): a client that sends a byte or a part of a ClientHello and stalls is watched with the
     /// silent ones, and closed when this time is over (``TLSListener/accept(timeout:)`` throws
     /// ``MTLSError/Code/timeout`` for it, as for a handshake that timed out).
-    @TLSTimeout(default: TLSDefaults.clientHelloTimeout) public var clientHelloTimeout: Double?
+    @available(*, deprecated, renamed: "clientHelloTimeLimit", message: "use clientHelloTimeLimit, a TLSTimeLimit (Duration)")
+    public var clientHelloTimeout: Double? { get { clientHelloSeconds } set { clientHelloSeconds = newValue } }
     /// How many leading bits of an IPv6 source address make one source for
     /// ``maxHandshakesPerAddress`` (and for choosing which stalled handshake goes first), under the
     /// convention of the limits: 0 is the default, 64 (one customer's or one host's network: an
@@ -297,25 +356,25 @@ extension TLSClientOptions {
     /// (``TLSDefaults/connectTimeout`` and ``TLSDefaults/handshakeTimeout`` 30 s, reads
     /// unbounded): a person waits at a terminal for a one-shot probe, so a peer that does not
     /// answer is reported within seconds, and a reply that never ends does not hang the command.
-    public static let commandLineTimeout: Double = 10
+    package static let commandLineTimeout: Double = 10
 }
 
 extension TLSServerOptions {
     /// Seconds a small test server (`mtls serve`) allows each client's handshake and each read
     /// or write: short, because its clients are tools such as `openssl s_client -quiet`, which
     /// never closes, and the server lets go of an idle client so that `--count` can end.
-    public static let testServerTimeout: Double = 10
+    package static let testServerTimeout: Double = 10
 
     /// What a small test server (`mtls serve`) decides beyond the listener defaults: client
     /// authentication from whether a certificate is required and whether client trust was given
     /// (``ClientAuthentication/requested(certificateRequired:certificateOptional:clientTrustGiven:)``), and
     /// ``testServerTimeout`` for handshakes, reads and writes.
-    public mutating func configureAsTestServer(certificateRequired: Bool, certificateOptional: Bool = false,
+    package mutating func configureAsTestServer(certificateRequired: Bool, certificateOptional: Bool = false,
                                                clientTrustGiven: Bool) {
         clientAuthentication = .requested(certificateRequired: certificateRequired, certificateOptional: certificateOptional,
                                           clientTrustGiven: clientTrustGiven)
-        handshakeTimeout = Self.testServerTimeout
-        ioTimeout = Self.testServerTimeout
+        handshakeSeconds = Self.testServerTimeout
+        ioSeconds = Self.testServerTimeout
     }
 }
 
@@ -367,6 +426,54 @@ public enum TLSDefaults {
     static func conventional<Value: Numeric & Comparable>(_ value: Value?, default defaultValue: Value?) -> Value? {
         guard let value, value >= 0 else { return nil }
         return value == 0 ? defaultValue : value
+    }
+}
+
+/// A time limit, as the Swift API takes it: a `Duration`, or no limit. The options' `…TimeLimit`
+/// properties are `TLSTimeLimit?`, where `nil` means "the default" (what `0` means to the C ABI's
+/// `*_timeout_ms` fields and the older `Double` properties) and ``forever`` means no limit (their
+/// negative values):
+///
+/// ```swift
+/// var options = TLSClientOptions()
+/// options.handshakeTimeLimit = .after(.seconds(5))
+/// options.ioTimeLimit = .forever          // the default for reads and writes
+/// options.connectTimeLimit = nil          // back to the default, 30 s
+/// ```
+///
+/// A zero or negative duration is a limit that has already passed: the step fails with
+/// ``MTLSError/Code/timeout`` unless it can finish without waiting.
+public enum TLSTimeLimit: Sendable, Hashable {
+    /// Wait at most this long.
+    case after(Duration)
+    /// Wait as long as it takes.
+    case forever
+
+    /// The limit of a number of seconds as the options keep it (nil: no limit).
+    package init(seconds: Double?) {
+        // Infinite or past any Int64 of nanoseconds (292 years): no limit, not a trap.
+        guard let seconds, seconds.isFinite, seconds < 9e9 else { self = .forever; return }
+        self = .after(.nanoseconds(Int64((seconds * 1e9).rounded())))
+    }
+
+    /// The seconds under the C convention: 0 for the default (nil), -1 for ``forever``, and at
+    /// least a nanosecond for a duration (0 would mean the default).
+    package static func seconds(_ limit: TLSTimeLimit?) -> Double {
+        switch limit {
+        case nil: return 0
+        case .forever: return -1
+        case .after(let d):
+            let (s, atto) = d.components
+            return max(Double(s) + Double(atto) / 1e18, 1e-9)
+        }
+    }
+
+    /// The seconds of a limit given to one call (nil: no limit), for the calls that take one.
+    package var seconds: Double? {
+        switch self {
+        case .forever: return nil
+        case .after: return TLSTimeLimit.seconds(self)
+        }
     }
 }
 

@@ -277,7 +277,7 @@ struct ConnectCommand: ParsableCommand {
                 // the exchange did not complete).
                 try readReply(c, idle: timeout, into: &response)
                 out["response"] = String(decoding: response, as: UTF8.self)
-            } else if c.tlsVersion == "TLSv1.3" {
+            } else if c.tlsVersion == .tls13 {
                 // A TLS 1.3 server judges our certificate after our side of the handshake is
                 // done; give its verdict (an alert, or session tickets) a moment to arrive. No
                 // reply was asked for, so a hang-up without close_notify cuts nothing short.
@@ -305,7 +305,7 @@ struct ConnectCommand: ParsableCommand {
                 out["evaluation"] = e
             }
             if c.isHandshakeComplete {
-                out["tls_version"] = c.tlsVersion
+                out["tls_version"] = c.tlsVersionName
                 out["alpn"] = c.alpn ?? NSNull()
             }
         }
@@ -335,8 +335,8 @@ struct ConnectCommand: ParsableCommand {
         o.alpn = alpn
         if let tlsMin { o.minVersion = try Self.version(tlsMin) }
         if let tlsMax { o.maxVersion = try Self.version(tlsMax) }
-        o.connectTimeout = timeout
-        o.handshakeTimeout = timeout
+        o.connectSeconds = timeout
+        o.handshakeSeconds = timeout
         return o
     }
 
@@ -373,7 +373,7 @@ struct ConnectCommand: ParsableCommand {
             // handshake (TLS 1.3) did not let us connect, and the error line says so.
             if c.isHandshakeComplete && out["connected"] as? Bool == true {
                 let presented = c.presentedIdentity.map { ", presented \($0.leaf.subjectSummary)" } ?? ", no client certificate"
-                print("connected: \(c.tlsVersion), alpn \(c.alpn ?? "none"), \(c.isResumed ? "resumed" : "full handshake")\(presented)")
+                print("connected: \(c.tlsVersionName), alpn \(c.alpn ?? "none"), \(c.isResumed ? "resumed" : "full handshake")\(presented)")
             }
         }
         // The server's reply, line by line: its control and bidirectional characters as blanks
@@ -437,7 +437,7 @@ struct ServeCommand: ParsableCommand {
             if let caNames { o.clientCANames = .certificates(try Certificate.load(path: caNames)) }
             o.alpn = alpn
             o.sessionTickets = !noSessionTickets
-            if let clientHelloTimeout { o.clientHelloTimeout = clientHelloTimeout }
+            if let clientHelloTimeout { o.clientHelloSeconds = clientHelloTimeout }
             if let ipv6SourcePrefixLength { o.ipv6SourcePrefixLength = ipv6SourcePrefixLength }
             CLI.raiseOpenFileLimit()  // a socket per client, silent ones included
             let listener = try TLSListener(address: address, port: port, options: o)
@@ -464,8 +464,8 @@ struct ServeCommand: ParsableCommand {
                     m.clientPolicy = TrustPolicy(anchors: try metricsClientAnchor.flatMap { try Certificate.load(path: $0) }, anchorsOnly: true,
                                                  purpose: .clientAuth, nameCheck: .none)
                     m.clientAuthentication = .require
-                    m.handshakeTimeout = MetricsEndpoint.requestTimeout
-                    m.ioTimeout = MetricsEndpoint.requestTimeout
+                    m.handshakeSeconds = MetricsEndpoint.requestTimeout
+                    m.ioSeconds = MetricsEndpoint.requestTimeout
                     metricsTLS = m
                 }
                 metrics = try MetricsEndpoint(address: metricsAddress, port: metricsPort, bearerToken: token, tls: metricsTLS) {
@@ -505,7 +505,7 @@ struct ServeCommand: ParsableCommand {
                     continue
                 }
                 let subject = conn.peerCertificate?.subject ?? "(no certificate)"
-                ServeLog.line("accepted \(conn.peerAddress) \(conn.tlsVersion) client \(subject): \(PolicyBuilder.summary(conn.evaluation))")
+                ServeLog.line("accepted \(conn.peerAddress) \(conn.tlsVersionName) client \(subject): \(PolicyBuilder.summary(conn.evaluation))")
                 serving.enter()
                 // The connection moves to the serving thread: this loop never touches it again
                 // (a connection is used by one thread at a time, so it is not Sendable).

@@ -236,7 +236,7 @@ struct DoctorCommand: ParsableCommand {
                          extra: ["token": info])]
         }
         info["schemes"] = tokenSchemes
-        let tls13 = main.conn?.tlsVersion == "TLSv1.3"
+        let tls13 = main.conn?.tlsVersion == .tls13
         // TLS 1.3 signs with an RSA key only as RSA-PSS (RFC 8446 4.4.3), PKCS#1 v1.5 being for
         // TLS 1.2; and binds each ECDSA scheme to one curve: the key's.
         var signable = tls13 ? tokenSchemes.filter { !$0.hasPrefix("rsa_pkcs1_") } : tokenSchemes
@@ -371,7 +371,7 @@ struct DoctorCommand: ParsableCommand {
             return Step(name: "server_verdict", ok: false, detail: "not reached: we refused the server's certificate (see trust)", fix: "fix the trust step first")
         }
         guard let error else {
-            return Step(name: "server_verdict", ok: true, detail: "the server accepted \(presented): the connection works (\(main.conn?.tlsVersion ?? ""))", fix: nil)
+            return Step(name: "server_verdict", ok: true, detail: "the server accepted \(presented): the connection works (\(main.conn?.tlsVersionName ?? ""))", fix: nil)
         }
         let alert = main.conn?.receivedAlert
         let said = alert.map { "the server sent the alert \"\($0)\"" } ?? "the handshake failed"

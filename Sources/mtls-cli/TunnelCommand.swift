@@ -314,7 +314,7 @@ struct TunnelServerCommand: ParsableCommand {
                     continue
                 }
                 let who = "\(conn.peerAddress) \(conn.peerCertificate?.subject ?? "(no certificate)")"
-                ServeLog.line("accepted \(who) \(conn.tlsVersion): \(PolicyBuilder.summary(conn.evaluation))")
+                ServeLog.line("accepted \(who) \(conn.tlsVersionName): \(PolicyBuilder.summary(conn.evaluation))")
                 nonisolated(unsafe) let handedOver = conn
                 runtime.serve {
                     let conn = handedOver
@@ -448,7 +448,7 @@ struct TunnelClientCommand: ParsableCommand {
                         return
                     }
                     defer { conn.close() }
-                    ServeLog.line("connected \(who) → \(host):\(port) \(conn.tlsVersion) server \(conn.peerCertificate?.subject ?? "?")")
+                    ServeLog.line("connected \(who) → \(host):\(port) \(conn.tlsVersionName) server \(conn.peerCertificate?.subject ?? "?")")
                     runtime.logEnd(who, conn.forward(to: plain, idleTimeout: idle, counters: runtime.bytes))
                 }
             }

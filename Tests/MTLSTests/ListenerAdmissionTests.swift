@@ -59,7 +59,7 @@ final class ListenerAdmissionTests: XCTestCase {
     func testIPv6PrefixFollowsTheLimitsConventionAndIsChecked() throws {
         var o = TLSServerOptions(identity: try CertificateAuthority.newRoot(commonName: "Server"))
         XCTAssertEqual(o.ipv6SourcePrefixLength, 64)
-        XCTAssertEqual(o.clientHelloTimeout, 10)
+        XCTAssertEqual(o.clientHelloSeconds, 10)
         o.ipv6SourcePrefixLength = 0
         XCTAssertEqual(o.ipv6SourcePrefixLength, 64)
         o.ipv6SourcePrefixLength = 129

@@ -8,8 +8,8 @@ extension TLSConnectionTests {
     func testAcceptedConnectionSwitchesToNonBlockingAndBack() throws {
         var so = TLSServerOptions(identity: try identity("server"))
         so.clientPolicy = try policy(["int-a"])
-        so.handshakeTimeout = 10
-        so.ioTimeout = 0.3
+        so.handshakeSeconds = 10
+        so.ioSeconds = 0.3
         let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
         let accepted = LockedBox<TLSConnection?>(nil)
         let done = DispatchSemaphore(value: 0)

@@ -285,15 +285,15 @@ final class RotationFailureTests: XCTestCase {
         var so = TLSServerOptions(identity: try identity("server"))
         so.clientAuthentication = .require
         so.clientPolicy = watch.policy
-        so.handshakeTimeout = 10
+        so.handshakeSeconds = 10
         let l = try TLSListener(address: "127.0.0.1", port: 0, options: so)
         defer { l.close() }
         var o = TLSClientOptions()
         o.identity = .identity(try identity("client-a"))
         o.policy = TrustPolicy(anchors: [try cert("root")], anchorsOnly: true)
         o.validationName = "server.test"
-        o.handshakeTimeout = 10
-        o.ioTimeout = 10
+        o.handshakeSeconds = 10
+        o.ioSeconds = 10
         o.minVersion = .tls13
         let options = o
 

@@ -18,7 +18,7 @@ final class RotationTests: XCTestCase {
         var so = try so ?? TLSServerOptions(identity: identity("server"))
         so.clientAuthentication = .require
         so.clientPolicy = try policy(["int-a"])
-        so.handshakeTimeout = 10
+        so.handshakeSeconds = 10
         return try TLSListener(address: "127.0.0.1", port: 0, options: so)
     }
 
@@ -27,8 +27,8 @@ final class RotationTests: XCTestCase {
         o.identity = .identity(try identity("client-a"))
         o.policy = try policy(["root"])
         o.validationName = "server.test"
-        o.handshakeTimeout = 10
-        o.ioTimeout = 10
+        o.handshakeSeconds = 10
+        o.ioSeconds = 10
         o.sessionResumption = false
         return o
     }
@@ -350,7 +350,7 @@ final class RotationTests: XCTestCase {
         so.clientAuthentication = .require
         so.clientPolicy = TrustPolicy(anchors: [try cert("int-a"), try Certificate.load(path: SoftHSMFixture.dir + "/ca.pem")[0]],
                                       anchorsOnly: true)
-        so.handshakeTimeout = 10
+        so.handshakeSeconds = 10
         let l = try TLSListener(address: "127.0.0.1", port: 0, options: so)
         defer { l.close() }
         let source = IdentitySource(token)

@@ -3,7 +3,7 @@ import XCTest
 @testable import MTLS
 
 /// Connections against real peers on 127.0.0.1: `openssl s_server` and libmtls's own listener.
-final class TLSConnectionTests: XCTestCase {
+final class TLSConnectionTests: XCTestCase, ConnectionPKIFiles {
     /// The connection PKI (scripts/test-pki.sh), made once, on first use.
     static let pkiDir: String = {
         let dir = NSTemporaryDirectory() + "mtls-tls-pki-\(getpid())"
@@ -16,15 +16,6 @@ final class TLSConnectionTests: XCTestCase {
         _ = pkiDir
     }
 
-    func path(_ name: String) -> String { Self.pkiDir + "/" + name }
-    func cert(_ name: String) throws -> Certificate { try Certificate.load(path: path(name + ".pem"))[0] }
-    func identity(_ name: String, chain: [String] = ["int-a"]) throws -> Identity {
-        let key = try PrivateKey(pem: FileIO.read(path(name + ".key")), password: nil)
-        return try Identity(privateKey: key, leaf: cert(name), certificates: chain.map { try cert($0) })
-    }
-    func policy(_ anchors: [String]) throws -> TrustPolicy {
-        TrustPolicy(anchors: try anchors.map { try cert($0) }, anchorsOnly: true)
-    }
 
     static func freePort() -> UInt16 {
         let (fd, port) = try! Socket.listen(address: "127.0.0.1", port: 0)
@@ -59,8 +50,8 @@ final class TLSConnectionTests: XCTestCase {
         o.identity = identity.map { .identity($0) } ?? .none
         o.policy = try policy(anchors)
         o.validationName = "server.test"
-        o.handshakeTimeout = 10
-        o.ioTimeout = 10
+        o.handshakeSeconds = 10
+        o.ioSeconds = 10
         return o
     }
 
@@ -73,7 +64,8 @@ final class TLSConnectionTests: XCTestCase {
             o.minVersion = version; o.maxVersion = version
             for round in 0..<3 {
                 let c = try TLSConnection.connect(host: "127.0.0.1", port: port, options: o)
-                XCTAssertEqual(c.tlsVersion, version.description)
+                XCTAssertEqual(c.tlsVersion, version)
+                XCTAssertEqual(c.tlsVersionName, version.description)
                 XCTAssertEqual(c.evaluation?.trusted, true)
                 XCTAssertEqual(c.peerCertificate?.commonName, "server.test")
                 try c.write(Array("GET / HTTP/1.0\r\n\r\n".utf8))
@@ -96,7 +88,7 @@ final class TLSConnectionTests: XCTestCase {
     func testConnectionSaysWhenItsPolicyChanged() throws {
         var so = TLSServerOptions(identity: try identity("server"))
         so.clientPolicy = try policy(["root"])
-        so.handshakeTimeout = 10
+        so.handshakeSeconds = 10
         let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
         let served = DispatchSemaphore(value: 0)
         DispatchQueue.global().async {
@@ -192,7 +184,7 @@ final class TLSConnectionTests: XCTestCase {
         var o = try clientOptions(identity: identity("client-a"))
         o.minVersion = .tls12; o.maxVersion = .tls12
         o.sessionResumption = false
-        o.ioTimeout = 3
+        o.ioSeconds = 3
         var c: TLSConnection?
         for _ in 0..<100 {
             if let conn = try? TLSConnection.connect(host: "127.0.0.1", port: port, options: o) { c = conn; break }
@@ -223,8 +215,8 @@ final class TLSConnectionTests: XCTestCase {
         // listener refuses it, and the connection ends with a clear error within the timeout.
         var so = TLSServerOptions(identity: try identity("server"))
         so.clientPolicy = try policy(["int-a"])
-        so.handshakeTimeout = 5
-        so.ioTimeout = 3
+        so.handshakeSeconds = 5
+        so.ioSeconds = 3
         let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
         let box = LockedBox<String>("no end")
         let served = DispatchSemaphore(value: 0)
@@ -267,7 +259,7 @@ final class TLSConnectionTests: XCTestCase {
         let (fd, silent) = try Socket.listen(address: "127.0.0.1", port: 0)
         defer { close(fd) }
         var o = TLSClientOptions()
-        o.handshakeTimeout = 0.3
+        o.handshakeSeconds = 0.3
         XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: silent, options: o)) { e in
             XCTAssertEqual((e as? MTLSError)?.code, .timeout)
         }
@@ -286,7 +278,7 @@ final class TLSConnectionTests: XCTestCase {
         so.clientAuthentication = require
         so.clientPolicy = try policy(clientAnchors)
         so.alpn = ["echo/1"]
-        so.handshakeTimeout = 10
+        so.handshakeSeconds = 10
         return try TLSListener(address: "127.0.0.1", port: 0, options: so)
     }
 
@@ -374,7 +366,7 @@ final class TLSConnectionTests: XCTestCase {
             var so = TLSServerOptions(identity: try identity("server"))
             let clientPolicy = try policy(["int-a"])
             so.clientPolicy = clientPolicy
-            so.handshakeTimeout = 10
+            so.handshakeSeconds = 10
             so.minVersion = version; so.maxVersion = version
             let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
             var o = try clientOptions(identity: identity("client-a"))
@@ -450,7 +442,7 @@ final class TLSConnectionTests: XCTestCase {
     func testListenerCANamesAreTheAnchorsOrNoneOrTheGivenList() throws {
         var so = TLSServerOptions(identity: try identity("server"))
         so.clientPolicy = try policy(["int-a"])
-        so.handshakeTimeout = 10
+        so.handshakeSeconds = 10
         var o = try clientOptions(identity: nil)
 
         // A list the caller gives (customer C's CA): customer A's identity no longer fits the request.

@@ -416,7 +416,7 @@ final class TokenTests: XCTestCase {
         policy.anchorsOnly = true
         options.policy = policy
         options.sessionResumption = false
-        options.handshakeTimeout = 10
+        options.handshakeSeconds = 10
         for version in [TLSVersion.tls12, .tls13] {
             options.minVersion = version
             options.maxVersion = version

@@ -7,6 +7,7 @@ public struct ACMERenewalInfo: Sendable, Equatable {
     public var identifier: String
     /// The suggested window.
     public var windowStart: Date
+    /// The end of the suggested window.
     public var windowEnd: Date
     /// Seconds after which to ask again (the response's `Retry-After`), if given.
     public var retryAfter: Double?

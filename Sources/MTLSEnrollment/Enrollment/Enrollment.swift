@@ -64,7 +64,7 @@ public struct EnrollmentResult: Sendable {
     public var replaced: String?
 }
 
-/// What ``Enrollment/renew(store:label:force:policy:tokenPIN:now:)`` did.
+/// What ``Enrollment/renew(store:label:force:policy:tokenPIN:externalAccount:caKeyPassword:options:now:)`` did.
 public struct RenewalOutcome: Sendable {
     /// Whether a new identity was installed.
     public var renewed: Bool
@@ -361,7 +361,7 @@ public enum Enrollment {
 
     /// Renews the identity labelled `label` from its enrollment record when it is due (or
     /// always, with `force`). `caKeyPassword` unlocks a local pki directory's CA key. The previous identity stays in the store, untouched, unless the
-    /// new one is issued and proven (see ``prove``); then both are swapped in one transaction.
+    /// new one is issued and proven (see `prove`); then both are swapped in one transaction.
     public static func renew(store: CredentialStore, label: String, force: Bool = false, policy: TrustPolicy? = nil,
                              tokenPIN: SecretBytes? = nil, externalAccount: ACMEExternalAccount? = nil,
                              caKeyPassword: SecretBytes? = nil, options: RenewalOptions = RenewalOptions(),

@@ -5,7 +5,7 @@ import FoundationEssentials
 /// extension and the authorityInfoAccess OCSP entry), so that verifiers can find them.
 ///
 /// Only `http:` URLs are accepted: CRLs and OCSP responses are signed, and the checker
-/// (``RevocationChecker``) fetches over plain HTTP only, as RFC 5280 and the web do.
+/// (`RevocationChecker`) fetches over plain HTTP only, as RFC 5280 and the web do.
 public struct CAPublication: Hashable, Sendable {
     /// The URL the CA's CRL is served at (DER), e.g. `http://pki.example.com/customer-a.crl`.
     public var crlURL: String?

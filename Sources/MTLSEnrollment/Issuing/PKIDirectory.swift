@@ -91,7 +91,7 @@ public struct PKIDirectory: Sendable {
         return Item(identity: identity, directory: dir)
     }
 
-    /// A `.p12` written with an issued certificate (``issue(_:caName:keySpec:keyPassword:p12:now:)``).
+    /// A `.p12` written with an issued certificate (``issue(_:caName:keySpec:keyPassword:p12:reissue:now:)``).
     public struct PKCS12Output: Sendable {
         /// Where to write it (0600); it must not exist yet.
         public var path: String
@@ -171,7 +171,7 @@ public struct PKIDirectory: Sendable {
     }
 
     /// Signs a certificate signing request as a server or client certificate from the
-    /// intermediate `caName` (the profiles of ``issue(_:caName:keySpec:keyPassword:now:)``; the
+    /// intermediate `caName` (the profiles of ``issue(_:caName:keySpec:keyPassword:p12:reissue:now:)``; the
     /// CSR's self-signature must verify). The subject's key stays wherever it is: the folder
     /// keeps `D/ca/<ca>/issued/<slug of the common name>/cert.pem` and `chain.pem` (leaf,
     /// intermediate, root) so the certificate can be listed and revoked like the others.

@@ -23,6 +23,7 @@ public enum RevocationSource: String, Sendable, CaseIterable {
 
 /// A policy's or a host rule's revocation setting: `{"mode": ..., "sources": [...]}` in policy files.
 public struct RevocationSettings: Hashable, Sendable, CustomStringConvertible {
+    /// When revocation is checked and what an unknown status does (off, soft, hard).
     public var mode: RevocationMode
     /// Non-empty, without repetitions.
     public var sources: [RevocationSource]
@@ -30,6 +31,7 @@ public struct RevocationSettings: Hashable, Sendable, CustomStringConvertible {
     /// Off, with CRLs as the source once turned on.
     public static let off = RevocationSettings(mode: .off)
 
+    /// Settings with `mode` and `sources` (CRLs by default).
     public init(mode: RevocationMode, sources: [RevocationSource] = [.crl]) {
         self.mode = mode
         self.sources = sources
@@ -41,6 +43,7 @@ public struct RevocationSettings: Hashable, Sendable, CustomStringConvertible {
         guard Set(sources).count == sources.count else { throw MTLSError(.invalidPolicy, "revocation lists a source twice") }
     }
 
+    /// The mode and the sources: `soft (crl, ocsp)`.
     public var description: String { "\(mode.rawValue) (\(sources.map(\.rawValue).joined(separator: ", ")))" }
 
     /// Parses a mode name (`off`, `soft`, `hard`).
@@ -73,7 +76,7 @@ public struct RevocationFetchOptions: Hashable, Sendable {
     /// that is not is not used (a warning says why) and CRLs are fetched.
     public var cacheDirectory: String?
     /// Seconds a CRL or OCSP response without a nextUpdate stays current after its thisUpdate
-    /// (default 7 days; ``RevocationFreshness``). Policy files: `"revocation": {"max_age_seconds": N}`.
+    /// (default 7 days; `RevocationFreshness`). Policy files: `"revocation": {"max_age_seconds": N}`.
     public var maxAge: TimeInterval
 
     /// The default ``maxAge``: 7 days.
@@ -81,6 +84,8 @@ public struct RevocationFetchOptions: Hashable, Sendable {
     /// The largest ``maxAge`` accepted: 366 days.
     public static let maxMaxAge: TimeInterval = 366 * 86400
 
+    /// Fetch options: at most `maxBytes` bytes and `timeout` seconds per fetch, fetched CRLs kept
+    /// in `cacheDirectory` (nil: in memory only), an answer used for at most `maxAge` seconds.
     public init(maxBytes: Int = 10 << 20, timeout: Double = 5, cacheDirectory: String? = nil,
                 maxAge: TimeInterval = RevocationFetchOptions.defaultMaxAge) {
         self.maxBytes = maxBytes
@@ -136,7 +141,9 @@ public struct RevocationFetchOptions: Hashable, Sendable {
 public struct RevocationCheck: Sendable, Hashable {
     /// What was found.
     public enum Status: String, Sendable {
+        /// Not revoked.
         case good
+        /// Revoked.
         case revoked
         /// No source gave an answer (unreachable, stale, unsupported, invalid).
         case unknown
@@ -146,6 +153,7 @@ public struct RevocationCheck: Sendable, Hashable {
     public let certIndex: Int
     /// The certificate's subject, for people.
     public let subject: String
+    /// What was found.
     public let status: Status
     /// Where the answer came from: `crl` (fetched), `crl_file` (a CRL given to the policy),
     /// `ocsp`, `ocsp_staple`; nil when no source answered.
@@ -155,16 +163,20 @@ public struct RevocationCheck: Sendable, Hashable {
     /// When the CRL or response was fetched, and whether this evaluation fetched it (`network`),
     /// found it in memory (`memory`) or in the cache folder (`disk`).
     public let fetchedAt: Date?
+    /// Where the CRL or response was found: `network`, `memory` or `disk`.
     public let fetchedFrom: String?
     /// The CRL's or response's thisUpdate and nextUpdate.
     public let thisUpdate: Date?
+    /// When the CRL or response says to fetch a new one.
     public let nextUpdate: Date?
     /// For a revoked certificate: when, and why (RFC 5280 reason name), if the CRL says.
     public let revokedAt: Date?
+    /// The reason the CRL gives for the revocation (RFC 5280 name), if any.
     public let reason: String?
     /// For an unknown status: what went wrong with each source tried.
     public let error: String?
 
+    /// A check with every field (the evaluation makes them; tests and tools may too).
     public init(certIndex: Int, subject: String, status: Status, source: String? = nil, url: String? = nil,
                 fetchedAt: Date? = nil, fetchedFrom: String? = nil, thisUpdate: Date? = nil, nextUpdate: Date? = nil,
                 revokedAt: Date? = nil, reason: String? = nil, error: String? = nil) {
@@ -200,8 +212,11 @@ public struct RevocationCheck: Sendable, Hashable {
 /// What revocation checking did in one evaluation: the mode and one check per certificate below
 /// the anchor.
 public struct RevocationReport: Sendable, Hashable {
+    /// The revocation mode in force.
     public let mode: RevocationMode
+    /// The sources tried, in order.
     public let sources: [RevocationSource]
+    /// One check per certificate below the anchor, leaf first.
     public let checks: [RevocationCheck]
 
     /// `{"mode": "hard", "sources": ["crl"], "checks": [...]}`: the `revocation` key of

@@ -7,7 +7,7 @@ import Synchronization
 /// ends (C options, the CLI's `--anchor`, `--system-anchors`, `--anchors-only`, `--pin`, `--verify-as`, Python
 /// keywords) pass overrides; they never write them into the policy.
 ///
-/// How they compose is ``TrustPolicy``'s business (see ``TrustPolicy/evaluate(chain:peer:purpose:at:overrides:)``):
+/// How they compose is ``TrustPolicy``'s business (see ``TrustPolicy/evaluate(chain:peer:purpose:at:overrides:stapledOCSP:)``):
 /// the policy's defaults, then the host rule selected by the peer's host and port, then the
 /// policy-wide pins and verify-as, then these overrides. Pins given here are always enforced,
 /// whatever the rule says about report-only or pin expiry.

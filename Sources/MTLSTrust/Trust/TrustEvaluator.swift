@@ -25,8 +25,8 @@ extension TrustPolicy {
     /// ``TrustPolicy/nameCheck`` is `.ssl` is untrusted with reason `no_peer_name` (fail closed).
     ///
     /// Path building and signature checks are OpenSSL's `X509_verify_cert`; when the chain it
-    /// builds first fails, the other candidate paths are tried (``PathBuilder``), each decided by
-    /// OpenSSL. The checks OpenSSL does not make are libmtls's ``ChainCheck``s, applied to each
+    /// builds first fails, the other candidate paths are tried (`PathBuilder`), each decided by
+    /// OpenSSL. The checks OpenSSL does not make are libmtls's `ChainCheck`s, applied to each
     /// chain OpenSSL built. Never throws: every problem is a ``TrustReason``.
     /// `stapledOCSP`: the OCSP response the peer stapled (DER), checked first when the revocation
     /// sources in force include OCSP.
@@ -41,14 +41,14 @@ extension TrustPolicy {
         }
     }
 
-    /// Same as ``evaluate(chain:peer:purpose:at:overrides:)`` with the peer written as text: `host`,
+    /// Same as ``evaluate(chain:peer:purpose:at:overrides:stapledOCSP:)`` with the peer written as text: `host`,
     /// `host:port`, `[v6]:port` (see ``TrustPeer/init(hostText:)``).
     public func evaluate(chain: [Certificate], host: String?, purpose: TrustPurpose? = nil, at: Date? = nil,
                          overrides: TrustOverrides? = nil) -> TrustResult {
         evaluate(chain: chain, peer: TrustPeer(hostText: host), purpose: purpose, at: at, overrides: overrides)
     }
 
-    /// Same as ``evaluate(chain:peer:purpose:at:overrides:)`` for certificates given as DER, as they come
+    /// Same as ``evaluate(chain:peer:purpose:at:overrides:stapledOCSP:)`` for certificates given as DER, as they come
     /// off the wire. A chain evaluated recently under the same policy version (and the same
     /// overrides) is answered from the cache without being parsed at all. Throws
     /// ``MTLSError/Code/parse`` when a certificate does not parse (and is not in the cache).
@@ -268,7 +268,7 @@ package struct Evaluation {
     }
 
     /// Evaluates: OpenSSL's first chain, and when it fails, the other candidate paths
-    /// (``PathBuilder``), keeping the best failure's reasons when none is trusted.
+    /// (`PathBuilder`), keeping the best failure's reasons when none is trusted.
     func run() -> TrustResult {
         let first = attempt(untrusted: Array(chain.dropFirst()), store: store)
         if first.trusted { return first }

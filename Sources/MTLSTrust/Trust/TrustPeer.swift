@@ -41,7 +41,7 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Reads `host`, `host:port`, `[v6]:port`, `[v6]` or a bare IPv6 literal (the text form
-    /// `mtls verify --host` and ``TrustPolicy/evaluate(chain:host:purpose:at:)`` take).
+    /// `mtls verify --host` and ``TrustPolicy/evaluate(chain:host:purpose:at:overrides:)`` take).
     public init(hostText: String?) {
         guard let t = hostText, !t.isEmpty else { self.init(); return }
         let split = try? HostLiteral.split(Substring(t))

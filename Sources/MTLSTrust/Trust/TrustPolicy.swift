@@ -13,7 +13,7 @@ public enum NameCheck: String, Sendable {
 
 /// A trust policy: anchors, name checking, host rules with pins, key and signature strength,
 /// CRLs and an optional fixed time. Evaluate a peer with
-/// ``evaluate(chain:host:purpose:at:)``.
+/// ``evaluate(chain:host:purpose:at:overrides:)``.
 ///
 /// Thread safety: every property can be read and changed from any thread, also while other
 /// threads evaluate; each evaluation sees one consistent version of the policy. The parsed

@@ -178,7 +178,7 @@ public enum TrustResultKind: String, Sendable {
     case fatalFailure = "fatal_failure"
 }
 
-/// The result of ``TrustPolicy/evaluate(chain:host:purpose:at:)``.
+/// The result of ``TrustPolicy/evaluate(chain:host:purpose:at:overrides:)``.
 public struct TrustResult: Sendable {
     /// Whether the peer is trusted.
     public let trusted: Bool

@@ -6,10 +6,13 @@ import Glibc
 
 /// A subject alternative name.
 public enum SubjectAltName: Hashable, Sendable, CustomStringConvertible {
+    /// A DNS name.
     case dns(String)
     /// An IP address in its textual form (`192.0.2.1`, `2001:db8::1`).
     case ip(String)
+    /// An email address (rfc822Name).
     case email(String)
+    /// A URI.
     case uri(String)
 
     /// The name as text: `DNS:name`, `IP:address`, `email:...`, `URI:...`.
@@ -25,11 +28,17 @@ public enum SubjectAltName: Hashable, Sendable, CustomStringConvertible {
 
 /// The kind and size of a public (or private) key.
 public enum KeyType: Hashable, Sendable, CustomStringConvertible {
+    /// RSA with a modulus of `bits` bits.
     case rsa(bits: Int)
+    /// EC on the named curve (`prime256v1`...), of `bits` bits.
     case ec(curve: String, bits: Int)
+    /// Ed25519.
     case ed25519
+    /// Ed448.
     case ed448
+    /// DSA of `bits` bits.
     case dsa(bits: Int)
+    /// Another algorithm, by its OpenSSL name.
     case other(name: String, bits: Int)
 
     /// The short form used by `mtls p12 inspect --json`: `rsa2048`, `p256`, `p384`, `p521`,

@@ -41,8 +41,11 @@ public struct TokenInfo: Sendable {
 public struct TokenObject: Sendable {
     /// The object's class (CKA_CLASS).
     public enum Kind: String, Sendable {
+        /// A certificate (CKO_CERTIFICATE).
         case certificate
+        /// A private key (CKO_PRIVATE_KEY).
         case privateKey = "private-key"
+        /// A public key (CKO_PUBLIC_KEY).
         case publicKey = "public-key"
     }
     /// The object's class.

@@ -11,10 +11,15 @@ import Glibc
 public struct PKCS11URI: Sendable, CustomStringConvertible {
     /// The kinds of object a URI's `type` attribute names.
     public enum ObjectType: String, Sendable {
+        /// `type=cert`: a certificate.
         case certificate = "cert"
+        /// `type=private`: a private key.
         case privateKey = "private"
+        /// `type=public`: a public key.
         case publicKey = "public"
+        /// `type=secret-key`: a secret key.
         case secretKey = "secret-key"
+        /// `type=data`: a data object.
         case data
     }
 

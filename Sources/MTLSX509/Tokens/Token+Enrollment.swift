@@ -6,10 +6,15 @@ import FoundationEssentials
 /// Their names are ``KeySpec``'s (the header's `MTLS_KEY_TYPE_*`, aliases accepted): one
 /// spelling for a key type, whether it is made in memory or on a token.
 public enum TokenKeyType: Sendable, CaseIterable, RawRepresentable {
+    /// EC P-256.
     case ecP256
+    /// EC P-384.
     case ecP384
+    /// RSA 2048.
     case rsa2048
+    /// RSA 3072.
     case rsa3072
+    /// Ed25519.
     case ed25519
 
     /// The key kind in ``KeySpec`` terms.

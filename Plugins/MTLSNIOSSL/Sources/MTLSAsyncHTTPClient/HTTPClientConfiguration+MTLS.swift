@@ -5,7 +5,14 @@ import NIOCore
 extension HTTPClient.Configuration {
     /// An AsyncHTTPClient configuration whose connections present `tls`'s identity and whose
     /// servers libmtls alone judges (``MTLSNIOSSL/MTLSClientTLS``'s policy: host rules, pinned
-    /// anchors, pins, verify-as); the rest is AsyncHTTPClient's default.
+    /// anchors, pins, verify-as), with connection retries off; the rest is AsyncHTTPClient's
+    /// default.
+    ///
+    /// Retries off (`connectionPool.retryConnectionEstablishment = false`): a server that refuses
+    /// the connection, or that libmtls refuses, fails the request at once with its error, where
+    /// AsyncHTTPClient's default would retry with a backoff and report it only at the request's
+    /// deadline. A refusal by libmtls is a policy decision that a retry does not change. Set it
+    /// back to `true` for servers whose connections are flaky at scale.
     ///
     /// ```swift
     /// let tls = try MTLSClientTLS(identity: identity, policy: policy)
@@ -14,6 +21,7 @@ extension HTTPClient.Configuration {
     /// See ``useMTLS(_:)`` for how the decision is made and what a refused request throws.
     public init(mtls tls: MTLSClientTLS) {
         self.init(tlsConfiguration: tls.tlsConfigurationDecidedByLibmtls)
+        connectionPool.retryConnectionEstablishment = false
         useMTLS(tls)
     }
 
@@ -26,8 +34,8 @@ extension HTTPClient.Configuration {
     /// refused server fails the request with ``MTLSNIOSSL/MTLSPeerRejected``, whose
     /// `result.reasons` carry libmtls's stable codes and messages (`unknown_issuer` or
     /// `untrusted_root` for a server outside the pinned anchors, `pin_mismatch`,
-    /// `name_mismatch`...); with connection retries on (AsyncHTTPClient's default) the request
-    /// fails with it at its deadline. No request byte reaches a server before libmtls trusts it,
+    /// `name_mismatch`...); with connection retries on (AsyncHTTPClient's default, which
+    /// ``init(mtls:)`` turns off) the request fails with it only at its deadline. No request byte reaches a server before libmtls trusts it,
     /// but the handshake has completed, so the client's certificate has been presented to it.
     ///
     /// Connection initializers already set run after libmtls's (and only for a trusted server).

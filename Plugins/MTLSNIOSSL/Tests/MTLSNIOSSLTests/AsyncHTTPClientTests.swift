@@ -4,6 +4,7 @@ import MTLS
 import MTLSAsyncHTTPClient
 import MTLSNIOSSL
 import NIOCore
+import NIOPosix
 import NIOSSL
 import XCTest
 
@@ -171,6 +172,44 @@ final class AsyncHTTPClientTests: XCTestCase {
         } catch {
             assertRefusedByLibmtls(error, with: outside)
         }
+    }
+
+    /// A 127.0.0.1 port nothing listens on: bound (an ephemeral port), then closed.
+    static func closedPort() throws -> Int {
+        let channel = try ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: 0).wait()
+        let port = channel.localAddress?.port ?? 0
+        try channel.close().wait()
+        guard port > 0 else { throw MTLSError(.internal, "no ephemeral port") }
+        return port
+    }
+
+    /// Issue 38: `HTTPClient.Configuration(mtls:)` turns connection retries off, so a server
+    /// libmtls refuses, and a port that refuses the TCP connection, fail the request at once (not
+    /// at its 20 s deadline) with their own error.
+    func testConfigurationReportsRefusalsAtOnce() async throws {
+        let other = try Self.otherServer.get()
+        let tls = try MTLSClientTLS(identity: try p12Identity("client-a"), policy: try seedPolicy())
+        var configuration = HTTPClient.Configuration(mtls: tls)
+        XCTAssertFalse(configuration.connectionPool.retryConnectionEstablishment)
+        configuration.httpVersion = .http1Only
+        var started = Date()
+        do {
+            let body = try await get(configuration, port: other.port, timeout: .seconds(20))
+            XCTFail("a server outside the pinned root was trusted: \(body)")
+        } catch {
+            assertRefusedByLibmtls(error, with: [TrustReason.Code.unknownIssuer, TrustReason.Code.untrustedRoot])
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(started), 10, "libmtls's refusal should fail the request at once")
+        // A port where nothing listens: the connection is refused, and so is the request, at once.
+        let closedPort = try Self.closedPort()
+        started = Date()
+        do {
+            let body = try await get(configuration, port: Int(closedPort), timeout: .seconds(20))
+            XCTFail("a closed port answered: \(body)")
+        } catch {
+            XCTAssertFalse("\(error)".lowercased().contains("deadline"), "\(error)")
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(started), 10, "a refused connection should fail the request at once")
     }
 
     /// ``MTLSClientTLS/tlsConfiguration`` alone, without libmtls's connection verifier (a stack

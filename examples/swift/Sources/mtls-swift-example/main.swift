@@ -28,7 +28,7 @@ do {
 
     let connection = try TLSConnection.connect(host: host, port: port, options: options)
     defer { connection.close() }
-    print("connected: \(connection.tlsVersion), server: \(connection.peerCertificate?.subjectSummary ?? "?")")
+    print("connected: \(connection.tlsVersionName), server: \(connection.peerCertificate?.subjectSummary ?? "?")")
     print("evaluation: \(connection.evaluation?.trusted == true ? "trusted" : "NOT trusted")")
     _ = try connection.write(Array("GET / HTTP/1.0\r\nHost: \(args[5])\r\n\r\n".utf8))
     var reply: [UInt8] = []
