@@ -195,7 +195,7 @@ extension TLSConnection {
         case let other?: keyAlgorithm = other.shortName.uppercased()
         case nil: keyAlgorithm = nil
         }
-        return ProxyProtocolV2.TLSInfo(version: tlsVersion, cipher: cipherSuite, signatureAlgorithm: cert?.signatureAlgorithm,
+        return ProxyProtocolV2.TLSInfo(version: tlsVersionName, cipher: cipherSuite, signatureAlgorithm: cert?.signatureAlgorithm,
                                        keyAlgorithm: keyAlgorithm, commonName: cert?.commonName,
                                        certificateOnConnection: cert != nil && !isResumed, certificateInSession: cert != nil,
                                        certificateDER: includeCertificate ? cert?.der : nil)
