@@ -405,7 +405,7 @@ struct TunnelClientCommand: ParsableCommand {
             o.policy = follow.clientPolicy
             o.overrides = try PolicyBuilder.overrides(anchors: follow.fileAnchors, anchorsOnly: false, systemAnchors: systemAnchors, pins: pin,
                                                       verifyAs: verifyAs, allow: allow, store: identityOptions.openStore)
-            o.connectTimeout = operation.connectTimeout
+            o.connectSeconds = operation.connectTimeout
             let (minVersion, maxVersion) = try operation.versions
             if let minVersion { o.minVersion = minVersion }
             if let maxVersion { o.maxVersion = maxVersion }

@@ -80,7 +80,7 @@ extension TLSConnectionTests {
         let pki = self
         var so = TLSServerOptions(identity: try pki.identity("server"))
         so.clientPolicy = try pki.policy(["root"])
-        so.handshakeTimeout = 10
+        so.handshakeTimeLimit = .after(.seconds(10))
         let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
         var pair: [Int32] = [0, 0]
         XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair), 0)
