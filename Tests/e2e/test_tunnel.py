@@ -240,6 +240,45 @@ def test_revoked_and_untrusted_clients_are_refused(pki, tunnels, name, reason):
         client.stop()
 
 
+def test_tunnel_server_allow_list_admits_one_client_and_names_the_rule_refusing_another(pki, backend):
+    """--allow-cn on the tunnel server: alice (allowed) reaches the backend; a trusted client that is
+    not on the list (carol, same customer CA) is refused and the log names the flag."""
+    ok("pki", "issue", "client", "--dir", pki.dir, "--ca", "Customer A", "--name", "carol",
+       "--p12", pki.base / "carol.p12", "--password-file", pki.pw)
+    server, port = start_server(pki, f"127.0.0.1:{backend}", "--allow-cn", "alice")
+    try:
+        alice, alice_port = start_client(pki, port, "alice")
+        carol, carol_port = start_client(pki, port, "carol")
+        try:
+            assert get(alice_port, "/allowed") == (200, "hello /allowed\n")
+            r = subprocess.run(["curl", "-sS", "--max-time", "20", f"http://127.0.0.1:{carol_port}/"],
+                               capture_output=True, text=True)
+            assert r.returncode != 0 and "hello" not in r.stdout
+            line = server.wait_for(lambda x: x.startswith("rejected ") and "not_allowed" in x)
+            assert "carol" in line and "--allow-cn" in line, line
+        finally:
+            alice.stop()
+            carol.stop()
+    finally:
+        server.stop()
+
+
+def test_tunnel_client_allow_list_refuses_a_server_it_does_not_name(pki, tunnels):
+    """--allow-dns on the tunnel client: the server's certificate (DNS localhost) must match."""
+    good, good_port = start_client(pki, tunnels.port, "alice", "--allow-dns", "localhost")
+    bad, bad_port = start_client(pki, tunnels.port, "alice", "--allow-dns", "*.example.com")
+    try:
+        assert get(good_port, "/dns-ok") == (200, "hello /dns-ok\n")
+        r = subprocess.run(["curl", "-sS", "--max-time", "20", f"http://127.0.0.1:{bad_port}/"],
+                           capture_output=True, text=True)
+        assert r.returncode != 0 and "hello" not in r.stdout
+        line = bad.wait_for(lambda x: "not_allowed" in x or "not allowed" in x)
+        assert "--allow-dns" in line, line
+    finally:
+        good.stop()
+        bad.stop()
+
+
 def test_status_and_metrics_endpoints(pki, tunnels):
     assert get(tunnels.client["1.3"], "/m")[0] == 200
     status, body = get(tunnels.status_port, "/_status?check=target")
