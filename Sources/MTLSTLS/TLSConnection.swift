@@ -33,6 +33,9 @@ public final class TLSConnection {
     /// moves (a message read or written), so the listener knows which handshakes are stalled.
     var handshakeProgress: HandshakeProgress?
     private var lastHandshakeState: OSSL_HANDSHAKE_STATE?
+    /// In ``handshakeStep()``: the handshake returns when it would wait, saying for what.
+    private var stepping = false
+    private var steppedWant: HandshakeStep?
     /// Whether the handshake has finished.
     public private(set) var isHandshakeComplete = false
     /// After a failed handshake, read or write: the side that failed or refused — the peer when
@@ -249,6 +252,10 @@ public final class TLSConnection {
                     let now = SSL_get_state(ssl)
                     if now != lastHandshakeState { lastHandshakeState = now; progress.advanced() }
                 }
+                if stepping {
+                    steppedWant = writing ? .wantWrite : .wantRead
+                    return
+                }
                 if nonBlocking {
                     throw MTLSError(writing ? .wantWrite : .wantRead, "the handshake is waiting for the socket")
                 }
@@ -281,6 +288,29 @@ public final class TLSConnection {
         // A resumed session reports the evaluation it was admitted with (its chain re-checked
         // at the policy's time when it was offered); a listener's ticket set it already.
         if !isServer, SSL_session_reused(ssl) == 1 { state.evaluation = state.resumedEvaluation }
+    }
+
+    /// What a listener's handshake step waits for (``handshakeStep()``).
+    enum HandshakeStep { case done, wantRead, wantWrite }
+
+    /// One step of a listener's handshake, never waiting for the socket (issue 40: the
+    /// listener drives its handshakes with its own poll): `.done`, or what the socket must
+    /// become before the next step. Throws as ``handshake()`` does; the connection stays in
+    /// blocking mode for its application.
+    func handshakeStep() throws -> HandshakeStep {
+        stepping = true
+        steppedWant = nil
+        defer { stepping = false }
+        try handshake()
+        return steppedWant ?? .done
+    }
+
+    /// A listener's handshake whose time is over while it waited for the client: failed as a
+    /// blocking handshake's deadline fails it.
+    func handshakeTimedOut() -> MTLSError {
+        if let key = state.sessionKey { state.sessionCache?.remove(key) }
+        failureSide = peerSide
+        return MTLSError(.timeout, "TLS handshake with \(peerAddress) timed out")
     }
 
     private var peerRole: String { isServer ? "client" : "server" }
