@@ -33,9 +33,6 @@ public final class TLSConnection {
     /// moves (a message read or written), so the listener knows which handshakes are stalled.
     var handshakeProgress: HandshakeProgress?
     private var lastHandshakeState: OSSL_HANDSHAKE_STATE?
-    /// In ``handshakeStep()``: the handshake returns when it would wait, saying for what.
-    private var stepping = false
-    private var steppedWant: HandshakeStep?
     /// Whether the handshake has finished.
     public private(set) var isHandshakeComplete = false
     /// After a failed handshake, read or write: the side that failed or refused — the peer when
@@ -252,8 +249,9 @@ public final class TLSConnection {
                     let now = SSL_get_state(ssl)
                     if now != lastHandshakeState { lastHandshakeState = now; progress.advanced() }
                 }
-                if stepping {
-                    steppedWant = writing ? .wantWrite : .wantRead
+                // A listener's step (handshakeStep): return, saying what the socket must become.
+                if let progress = handshakeProgress, progress.stepping {
+                    progress.steppedWant = writing ? .wantWrite : .wantRead
                     return
                 }
                 if nonBlocking {
@@ -297,12 +295,18 @@ public final class TLSConnection {
     /// listener drives its handshakes with its own poll): `.done`, or what the socket must
     /// become before the next step. Throws as ``handshake()`` does; the connection stays in
     /// blocking mode for its application.
+    /// (The step's state lives in the listener's ``HandshakeProgress``: no stored property is
+    /// added here, so code built against this class's layout stays valid.)
     func handshakeStep() throws -> HandshakeStep {
-        stepping = true
-        steppedWant = nil
-        defer { stepping = false }
+        guard let progress = handshakeProgress else {
+            try handshake()
+            return .done
+        }
+        progress.stepping = true
+        progress.steppedWant = nil
+        defer { progress.stepping = false }
         try handshake()
-        return steppedWant ?? .done
+        return progress.steppedWant ?? .done
     }
 
     /// A listener's handshake whose time is over while it waited for the client: failed as a

@@ -959,6 +959,12 @@ final class HandshakeProgress: Sendable {
     func evict(stalledFor seconds: Double) { evicted.store(max(seconds, .leastNonzeroMagnitude).bitPattern, ordering: .relaxed) }
     var isEvicted: Bool { evicted.load(ordering: .relaxed) != 0 }
     var evictedAfter: Double? { isEvicted ? Double(bitPattern: evicted.load(ordering: .relaxed)) : nil }
+
+    /// In ``TLSConnection/handshakeStep()``: the handshake returns when it would wait, saying for
+    /// what. Only the thread stepping the handshake touches these (the listener's lock orders one
+    /// stepping thread after the next).
+    nonisolated(unsafe) var stepping = false
+    nonisolated(unsafe) var steppedWant: TLSConnection.HandshakeStep?
 }
 
 /// The source a listener's per-source cap counts a client under: an IPv4 address (an
