@@ -273,7 +273,8 @@ final class ListenerCore: Sendable {
         case work(Work)
         case timedOut
         case closed
-        /// The listener's thread leaves the turn to an accept caller.
+        /// The listener's thread leaves the turn to an accept caller, or an accept caller
+        /// leaves it for a queued item.
         case yield
     }
 
@@ -581,6 +582,9 @@ final class ListenerCore: Sendable {
                     return .closed
                 }
                 if byDriver && st.acceptWaiters > 0 { return .yield }
+                // A refusal queued (by this turn, or the listener's thread): the accept caller
+                // takes it.
+                if !byDriver && !st.ready.isEmpty { return .yield }
                 // A parked handshake whose time is over.
                 for (fd, p) in st.parked {
                     guard let d = p.deadline else { continue }
