@@ -12,18 +12,24 @@ import Glibc
 /// A TLS server socket: listens on an address and port and accepts clients with the server's
 /// identity and its client policy. ``accept(timeout:)`` may be called from several threads.
 ///
-/// Handshakes run concurrently: from the first ``accept(timeout:)`` on, the listener's threads
-/// take turns at accepting (leader and followers): the thread that accepts a client hands the
-/// accepting on to a waiting thread (or a new one) and handshakes that client itself, with no
-/// hand-off in between; a thread that finished waits, up to ``maxIdleThreads`` of them, for its
-/// next turn instead of exiting. One slow or stalled client never holds up the others (each is
-/// bounded by the handshake timeout). ``accept(timeout:)``
-/// returns handshaken clients, and throws for rejected ones, in the order they finish. At most
-/// ``maxPending`` clients are handshaking or waiting to be accepted; beyond that the kernel's
-/// backlog holds them.
+/// No hand-off per handshake (issue 40): the thread calling ``accept(timeout:)`` takes the turn
+/// when no other thread holds it: it accepts, peeks at the ClientHello and runs the handshake
+/// itself, non-blocking. A handshake that must wait for its client is parked; the turn holder
+/// watches the listening socket, the sockets without a whole ClientHello and the parked
+/// handshakes with one `poll`, and leaves the turn (to another accept caller waiting for it)
+/// with the next thing to do. While no accept call holds the turn and work is left, the
+/// listener's one thread ("mtls-handshakes", started at its first need, ended by ``close()``)
+/// holds it and queues what it finishes. So callbacks that run on a handshake's thread (policy
+/// reports and events, identity source events, a token's PIN at a signature) run, for a
+/// listener's client, inside ``accept(timeout:)`` or on "mtls-handshakes", never with a lock of
+/// the listener held, possibly on several threads at once; they must not close the listener.
+/// One slow or stalled client never holds up the others (each is bounded by the handshake
+/// timeout). ``accept(timeout:)`` returns handshaken clients, and throws for rejected ones, in
+/// the order they finish. At most ``maxPending`` clients are handshaking or waiting to be
+/// accepted; beyond that the kernel's backlog holds them.
 ///
-/// A client takes a handshake slot and a thread only once its whole ClientHello has arrived:
-/// until then the thread holding the turn at accepting watches it with the listening socket (one
+/// A client takes a handshake slot only once its whole ClientHello has arrived:
+/// until then the thread holding the turn watches it with the listening socket (one
 /// `poll` over every such socket, at most ``maxWaitingForFirstByte`` of them, the oldest closed
 /// first when more come; a socket with part of a ClientHello wakes the poll only when the rest
 /// has come, `SO_RCVLOWAT`), and closes it when ``TLSServerOptions/firstByteTimeout`` is over
@@ -52,7 +58,8 @@ public final class TLSListener: Sendable {
     public let counters = ListenerCounters()
     /// The most clients handshaking or handshaken and not yet accepted at once.
     public static let maxPending = 256
-    /// The most handshake threads kept waiting for the next client.
+    /// Unused since issue 40 (the listener has one thread of its own, and accept callers run
+    /// handshakes themselves); kept for source compatibility.
     public static let maxIdleThreads = 16
     /// The most accepted sockets waiting for their first byte or the rest of their ClientHello;
     /// when another comes, the oldest whose ClientHello is not whole is closed.
@@ -97,7 +104,7 @@ public final class TLSListener: Sendable {
     }
 
     /// Stops listening. Clients handshaken and not accepted are closed, handshakes under way are
-    /// cut short, and the listener's threads have ended when this returns (so a program may exit,
+    /// cut short, and the listener's thread has ended when this returns (so a program may exit,
     /// and OpenSSL clean up, right after it).
     public func close() { core.close() }
 
