@@ -181,6 +181,8 @@ final class ListenerCore: Sendable {
         /// The listener's thread (joined by close), and whether it waits on `driverCond`.
         var driver: pthread_t?
         var driverWaiting = false
+        /// When the turn was last left (``Deadline/now()``).
+        var turnFreeSince = 0.0
         /// Client sockets in a handshake (stepped by a thread, or parked). A socket leaves this
         /// before it is closed, so every socket here is open while the lock is held: close shuts
         /// them down, cutting their handshakes short, and so does the eviction of a stalled one.
@@ -378,7 +380,11 @@ final class ListenerCore: Sendable {
                 case .closed, .yield: continue
                 }
                 guard let result = perform(work) else { continue } // parked: the loop takes the turn again, or waits
-                if state.withLock({ $0.closed }) {
+                state.lock()
+                let closed = state.value.closed
+                handOffLocked()
+                state.unlock()
+                if closed {
                     result.connection = nil
                     continue
                 }
@@ -388,28 +394,37 @@ final class ListenerCore: Sendable {
         }
     }
 
-    /// With the lock held: when no thread holds the turn, no accept caller waits for it and work
-    /// is left (parked handshakes, waiting sockets), the listener's thread takes it (started
-    /// now if it was never needed).
+    /// After a turn was left no accept call holding it, the listener's thread takes it once it
+    /// has been free this long (seconds), or at once when work is left: so clients are accepted
+    /// and handshaken while the application is not in accept, as from its first accept on, and
+    /// an accept loop (back within this time) keeps the turn to itself.
+    static let backgroundAfter = 0.25
+
+    /// With the lock held, when no thread holds the turn and no accept caller waits for it: the
+    /// listener's thread is started if it never was; it is woken when work is left (parked
+    /// handshakes, waiting sockets), else it takes the turn after ``backgroundAfter``.
     private func handOffLocked() {
-        guard !state.value.closed, !state.value.turnHeld, state.value.acceptWaiters == 0, state.value.hasWork else { return }
+        guard !state.value.closed, !state.value.turnHeld, state.value.acceptWaiters == 0 else { return }
         if state.value.driver == nil {
             // Started under the lock: it waits for the lock before it looks at anything.
             state.value.driver = BackgroundThread.startJoinable(name: "mtls-handshakes", { [self] in driverRun() })
-        } else if state.value.driverWaiting {
+        } else if state.value.hasWork && state.value.driverWaiting {
             pthread_cond_signal(state.driverCond)
         }
     }
 
-    /// The listener's thread: holds the turn while work is left and no accept caller wants it,
-    /// and queues the handshakes it finishes (and the refusals) for the accept callers.
+    /// The listener's thread: holds the turn while no accept caller wants it and work is left or
+    /// the turn has been free for ``backgroundAfter``, and queues the handshakes it finishes
+    /// (and the refusals) for the accept callers.
     private func driverRun() {
         while true {
             state.lock()
             var go = false
             while true {
                 if state.value.closed { break }
-                if !state.value.turnHeld, state.value.acceptWaiters == 0, state.value.hasWork {
+                let now = Deadline.now()
+                let free = !state.value.turnHeld && state.value.acceptWaiters == 0
+                if free, state.value.hasWork || now - state.value.turnFreeSince >= ListenerCore.backgroundAfter {
                     state.value.turnHeld = true
                     state.value.turnByDriver = true
                     state.value.driverAsked = false
@@ -417,7 +432,9 @@ final class ListenerCore: Sendable {
                     break
                 }
                 state.value.driverWaiting = true
-                state.wait(state.driverCond, until: nil)
+                // Looks again when the turn has been free long enough (or, while it is held, a
+                // while later).
+                state.wait(state.driverCond, until: (free ? state.value.turnFreeSince : now) + ListenerCore.backgroundAfter)
                 state.value.driverWaiting = false
             }
             state.unlock()
@@ -458,6 +475,7 @@ final class ListenerCore: Sendable {
         state.value.turnHeld = false
         state.value.turnByDriver = false
         state.value.driverAsked = false
+        state.value.turnFreeSince = Deadline.now()
         if state.value.acceptWaiters > 0 {
             pthread_cond_signal(state.acceptCond)
         } else if !byDriver {

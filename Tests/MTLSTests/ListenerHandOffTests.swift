@@ -2,8 +2,8 @@ import Foundation
 import XCTest
 @testable import MTLS
 
-/// Issue 40: the thread calling accept runs its client's handshake itself — no thread is started
-/// and no connection handed from one thread to another when the client is quick.
+/// Issue 40: the thread calling accept runs its client's handshake itself — no thread per
+/// handshake, no connection handed from one thread to another when the client is quick.
 extension TLSConnectionTests {
     /// The listener threads alive in this process ("mtls-listener" before issue 40, the
     /// listener's one thread "mtls-handshakes" now).
@@ -39,8 +39,9 @@ extension TLSConnectionTests {
         XCTAssertTrue(server.isHandshakeComplete)
         try c.write(Array("ping".utf8))
         XCTAssertEqual(try server.read(), Array("ping".utf8))
-        // The accept call did it all: no listener thread was started for this client.
-        XCTAssertEqual(listenerThreads(), before)
+        // The accept call did it all: at most the listener's one thread exists (started as the
+        // accept returned, for clients that come while the application is not in accept).
+        XCTAssertLessThanOrEqual(listenerThreads(), before + 1)
         XCTAssertEqual(listener.counters.accepted, 1)
     }
 }
