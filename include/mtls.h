@@ -1142,9 +1142,11 @@ MTLS_EXTERN int mtls_listener_port(const mtls_listener *listener, uint16_t *port
  * Threads: the calling thread runs handshakes itself (no hand-off per handshake). When no other
  * call holds the turn it accepts, peeks at ClientHellos and runs the next handshake, non-blocking;
  * one that waits for its client is parked and taken up again by whichever thread holds the turn
- * when the client's bytes come. While no accept call holds the turn and handshakes or sockets are
- * waiting, the listener's one thread "mtls-handshakes" (started at its first need, ended by
- * mtls_listener_free) holds it and keeps what it finishes for the next calls. So callbacks that
+ * when the client's bytes come. When no accept call holds the turn and handshakes or sockets are
+ * waiting, or none has held it for 250 ms (the application is busy elsewhere: clients are still
+ * accepted and handshaken, as from the first mtls_listener_accept on), the listener's one thread
+ * "mtls-handshakes" (started as the first call returns, ended by mtls_listener_free) holds it
+ * and keeps what it finishes for the next calls. So callbacks that
  * run on "a handshake's thread" (a policy's report and event callbacks, an identity source's
  * events, a token's PIN callback at a signature) run, for a listener's client, on a thread inside
  * mtls_listener_accept or on "mtls-handshakes", never with a listener lock held, possibly on
