@@ -18,10 +18,10 @@ import Glibc
 /// watches the listening socket, the sockets without a whole ClientHello and the parked
 /// handshakes with one `poll`, and leaves the turn (to another accept caller waiting for it)
 /// with the next thing to do. When no accept call holds the turn and work is left, or none has
-/// held it for 250 ms (clients are still handshaken while the
-/// application is busy elsewhere), the listener's one thread ("mtls-handshakes", started as the
-/// first accept returns, ended by ``close()``) holds it and queues what it finishes. So callbacks that run on a handshake's thread (policy
-/// reports and events, identity source events, a token's PIN at a signature) run, for a
+/// held it for 250 ms (clients are still handshaken while the application is busy elsewhere),
+/// the listener's one thread ("mtls-handshakes", started as the first accept returns, ended by
+/// ``close()``) holds it and queues what it finishes. So callbacks that run on a handshake's
+/// thread (policy reports and events, identity source events, a token's PIN at a signature) run, for a
 /// listener's client, inside ``accept(timeout:)`` or on "mtls-handshakes", never with a lock of
 /// the listener held, possibly on several threads at once; they must not close the listener.
 /// One slow or stalled client never holds up the others (each is bounded by the handshake
