@@ -1580,13 +1580,27 @@ MTLS_EXTERN int mtls_listener_port(const mtls_listener *listener, uint16_t *port
  * when one is required; MTLS_E_PEER_ALERT). An accepted connection's socket (mtls_conn_fd) is
  * non-blocking and close-on-exec from its accept, and an idle one holds no OpenSSL read or write
  * buffer (SSL_MODE_RELEASE_BUFFERS: they are taken again for its next record). Free *out with
- * mtls_conn_free. */
+ * mtls_conn_free.
+ *
+ * Threads: the calling thread runs handshakes itself (no hand-off per handshake). When no other
+ * call holds the turn it accepts, peeks at ClientHellos and runs the next handshake, non-blocking;
+ * one that waits for its client is parked and taken up again by whichever thread holds the turn
+ * when the client's bytes come. When no accept call holds the turn and handshakes or sockets are
+ * waiting, or none has held it for 250 ms (the application is busy elsewhere: clients are still
+ * accepted and handshaken, as from the first mtls_listener_accept on), the listener's one thread
+ * "mtls-handshakes" (started as the first call returns, ended by mtls_listener_free) holds it
+ * and keeps what it finishes for the next calls. So callbacks that
+ * run on "a handshake's thread" (a policy's report and event callbacks, an identity source's
+ * events, a token's PIN callback at a signature) run, for a listener's client, on a thread inside
+ * mtls_listener_accept or on "mtls-handshakes", never with a listener lock held, possibly on
+ * several threads at once; they must not free the listener. A rejected client's alert is drained
+ * (at most 0.5 s) on the thread that ran its handshake. */
 MTLS_EXTERN int mtls_listener_accept(mtls_listener *listener, int timeout_ms, mtls_conn **out);
 /* Stop listening and free. Accepted connections live on; clients handshaken and not accepted are
- * closed, and handshakes under way are cut short. The listener's threads (it runs each client's
- * handshake on a thread of its own, from the first mtls_listener_accept on) have all ended when
- * this returns, so the program may exit right after it. Do not call it while another thread is
- * inside mtls_listener_accept on the same listener. NULL is a no-op. */
+ * closed, and handshakes under way are cut short. The listener's thread ("mtls-handshakes", see
+ * mtls_listener_accept) has ended when this returns, so the program may exit right after it. Do
+ * not call it while another thread is inside mtls_listener_accept on the same listener, nor from
+ * a callback running a handshake of this listener. NULL is a no-op. */
 MTLS_EXTERN void mtls_listener_free(mtls_listener *listener);
 
 /* A listener presenting `source`'s identity (opts->identity is ignored and may be NULL); the

@@ -5,9 +5,9 @@ import Glibc
 
 /// The library's threads, made one way: 512 KiB stack, named by their job for `top -H` and
 /// /proc/<pid>/task/*/comm (at most 15 characters: `mtls-revocation`, `mtls-watch`,
-/// `mtls-listener`...). Detached for work that ends on its own (CRL refresh, the lifecycle
-/// watcher, the metrics endpoint), joinable for work its owner waits for (a listener's handshake
-/// threads, the ACME challenge responders).
+/// `mtls-handshakes`...). Detached for work that ends on its own (CRL refresh, the lifecycle
+/// watcher, the metrics endpoint), joinable for work its owner waits for (a listener's
+/// thread, the ACME challenge responders).
 package enum BackgroundThread {
     private final class Body {
         let run: @Sendable () -> Void

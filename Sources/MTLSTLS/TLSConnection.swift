@@ -268,6 +268,11 @@ public final class TLSConnection {
                     let now = SSL_get_state(ssl)
                     if now != lastHandshakeState { lastHandshakeState = now; progress.advanced() }
                 }
+                // A listener's step (handshakeStep): return, saying what the socket must become.
+                if let progress = handshakeProgress, progress.stepping {
+                    progress.steppedWant = writing ? .wantWrite : .wantRead
+                    return
+                }
                 if nonBlocking {
                     throw MTLSError(writing ? .wantWrite : .wantRead, "the handshake is waiting for the socket")
                 }
@@ -304,6 +309,34 @@ public final class TLSConnection {
     private func failed(_ error: MTLSError, _ side: TLSSide) -> MTLSError {
         failureSide = side
         return MTLSError(error, side: side, attachment: TLSConnectionFailure(self))
+    }
+
+    /// What a listener's handshake step waits for (``handshakeStep()``).
+    enum HandshakeStep { case done, wantRead, wantWrite }
+
+    /// One step of a listener's handshake, never waiting for the socket (issue 40: the
+    /// listener drives its handshakes with its own poll): `.done`, or what the socket must
+    /// become before the next step. Throws as ``handshake()`` does; the connection stays in
+    /// blocking mode for its application.
+    /// (The step's state lives in the listener's ``HandshakeProgress``: no stored property is
+    /// added here, so code built against this class's layout stays valid.)
+    func handshakeStep() throws -> HandshakeStep {
+        guard let progress = handshakeProgress else {
+            try handshake()
+            return .done
+        }
+        progress.stepping = true
+        progress.steppedWant = nil
+        defer { progress.stepping = false }
+        try handshake()
+        return progress.steppedWant ?? .done
+    }
+
+    /// A listener's handshake whose time is over while it waited for the client: failed as a
+    /// blocking handshake's deadline fails it.
+    func handshakeTimedOut() -> MTLSError {
+        if let key = state.sessionKey { state.sessionCache?.remove(key) }
+        return failed(MTLSError(.timeout, "TLS handshake with \(peerAddress) timed out"), peerSide)
     }
 
     private var peerRole: String { isServer ? "client" : "server" }

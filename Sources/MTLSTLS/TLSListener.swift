@@ -12,18 +12,25 @@ import Glibc
 /// A TLS server socket: listens on an address and port and accepts clients with the server's
 /// identity and its client policy. ``accept(timeout:)`` may be called from several threads.
 ///
-/// Handshakes run concurrently: from the first ``accept(timeout:)`` on, the listener's threads
-/// take turns at accepting (leader and followers): the thread that accepts a client hands the
-/// accepting on to a waiting thread (or a new one) and handshakes that client itself, with no
-/// hand-off in between; a thread that finished waits, up to ``maxIdleThreads`` of them, for its
-/// next turn instead of exiting. One slow or stalled client never holds up the others (each is
-/// bounded by the handshake timeout). ``accept(timeout:)``
-/// returns handshaken clients, and throws for rejected ones, in the order they finish. At most
-/// ``maxPending`` clients are handshaking or waiting to be accepted; beyond that the kernel's
-/// backlog holds them.
+/// No hand-off per handshake (issue 40): the thread calling ``accept(timeout:)`` takes the turn
+/// when no other thread holds it: it accepts, peeks at the ClientHello and runs the handshake
+/// itself, non-blocking. A handshake that must wait for its client is parked; the turn holder
+/// watches the listening socket, the sockets without a whole ClientHello and the parked
+/// handshakes with one `poll`, and leaves the turn (to another accept caller waiting for it)
+/// with the next thing to do. When no accept call holds the turn and work is left, or none has
+/// held it for 250 ms (clients are still handshaken while the application is busy elsewhere),
+/// the listener's one thread ("mtls-handshakes", started as the first accept returns, ended by
+/// ``close()``) holds it and queues what it finishes. So callbacks that run on a handshake's
+/// thread (policy reports and events, identity source events, a token's PIN at a signature) run, for a
+/// listener's client, inside ``accept(timeout:)`` or on "mtls-handshakes", never with a lock of
+/// the listener held, possibly on several threads at once; they must not close the listener.
+/// One slow or stalled client never holds up the others (each is bounded by the handshake
+/// timeout). ``accept(timeout:)`` returns handshaken clients, and throws for rejected ones, in
+/// the order they finish. At most ``maxPending`` clients are handshaking or waiting to be
+/// accepted; beyond that the kernel's backlog holds them.
 ///
-/// A client takes a handshake slot and a thread only once its whole ClientHello has arrived:
-/// until then the thread holding the turn at accepting watches it with the listening socket (one
+/// A client takes a handshake slot only once its whole ClientHello has arrived:
+/// until then the thread holding the turn watches it with the listening socket (one
 /// `poll` over every such socket, at most ``maxWaitingForFirstByte`` of them, the oldest closed
 /// first when more come; a socket with part of a ClientHello wakes the poll only when the rest
 /// has come, `SO_RCVLOWAT`), and closes it when ``TLSServerOptions/firstByteTimeout`` is over
@@ -52,7 +59,8 @@ public final class TLSListener: Sendable {
     public let counters = ListenerCounters()
     /// The most clients handshaking or handshaken and not yet accepted at once.
     public static let maxPending = 256
-    /// The most handshake threads kept waiting for the next client.
+    /// Unused since issue 40 (the listener has one thread of its own, and accept callers run
+    /// handshakes themselves); kept for source compatibility.
     public static let maxIdleThreads = 16
     /// The most accepted sockets waiting for their first byte or the rest of their ClientHello;
     /// when another comes, the oldest whose ClientHello is not whole is closed.
@@ -118,7 +126,7 @@ public final class TLSListener: Sendable {
     }
 
     /// Stops listening. Clients handshaken and not accepted are closed, handshakes under way are
-    /// cut short, and the listener's threads have ended when this returns (so a program may exit,
+    /// cut short, and the listener's thread has ended when this returns (so a program may exit,
     /// and OpenSSL clean up, right after it).
     public func close() { core.close() }
 
@@ -164,51 +172,84 @@ public final class ListenerCounters: Sendable {
     func connectionEnded() { current_.subtract(1, ordering: .relaxed) }
 }
 
-/// The state a listener shares with its threads (they hold this, not the listener, so the
-/// listener's deinit runs when the application drops it).
+/// The state a listener shares with the threads that drive it (they hold this, not the listener,
+/// so the listener's deinit runs when the application drops it).
+///
+/// No hand-off per handshake (issue 40): one thread at a time holds the turn — the listening
+/// socket, the accepted sockets whose ClientHello is not whole, and the handshakes waiting for
+/// their peer (parked), watched with one poll. A thread calling accept takes the turn when no
+/// other holds it; it leaves the turn with the first thing to do (a client whose ClientHello
+/// came and that may take a slot, or a parked handshake whose socket is ready), handing the turn
+/// to another accept caller waiting for it or, when none waits and work is left, to the
+/// listener's one thread (started at its first need), and does that thing itself: the next
+/// non-blocking step of that handshake. A handshake that finishes is what that accept call
+/// returns; one that waits for its peer again is parked. The listener's thread queues what it
+/// finishes for the accept callers, who wait on a condition variable (no pipe).
 final class ListenerCore: Sendable {
-    private struct State {
+    fileprivate struct State {
         var ready: [Finished] = []
         /// Items of `ready` that hold a connection: with `inFlight`, what takes the slots (a
         /// queued refusal holds nothing).
         var queuedConnections = 0
         var inFlight = 0
-        var started = false
         var closed = false
-        /// A thread holds the turn at accepting, or has been handed it: true from the first
-        /// accept until that thread sees the listener closed (and closes the socket).
-        var acceptorRunning = false
-        /// Threads waiting on `workSignal` for their next turn.
-        var idleThreads = 0
-        /// Turns handed to a waiting thread (posted on `workSignal`) and not yet taken.
-        var turnsHanded = 0
-        /// The listener's threads (joinable): running ones, and those that ended on their own
-        /// and are not joined yet (joined at the next thread start, or by close).
-        var threads: [pthread_t] = []
-        var ended: [pthread_t] = []
-        /// Client sockets in a handshake. A thread removes its socket before it closes it, so
-        /// every socket here is open while the lock is held: close shuts them down, cutting
-        /// their handshakes short, and so does the eviction of a stalled one.
+        /// A thread holds the turn (it may be polling the listening socket now).
+        var turnHeld = false
+        /// The listener's thread holds it, and whether an accept caller asked it to leave it.
+        var turnByDriver = false
+        var driverAsked = false
+        /// Accept callers waiting on `acceptCond` for the turn or a finished handshake.
+        var acceptWaiters = 0
+        /// The listener's thread (joined by close), and whether it waits on `driverCond`.
+        var driver: pthread_t?
+        var driverWaiting = false
+        /// When the turn was last left (``Deadline/now()``).
+        var turnFreeSince = 0.0
+        /// Client sockets in a handshake (stepped by a thread, or parked). A socket leaves this
+        /// before it is closed, so every socket here is open while the lock is held: close shuts
+        /// them down, cutting their handshakes short, and so does the eviction of a stalled one.
         var handshaking: [Int32: Handshaking] = [:]
-        /// The thread that closes joins the others; a second close returns at once.
-        var joined = false
+        /// Handshakes waiting for their peer, with no thread: the turn holder polls them.
+        var parked: [Int32: Pending] = [:]
         /// Accepted sockets that take no handshake slot yet: those whose ClientHello is not whole
-        /// (silent ones, and those with a part of it), watched by the thread holding the turn at
-        /// accepting, and ready ones (their ClientHello came) waiting for a slot or for their
-        /// source to be under its cap. The turn holder closes them when the listener closes.
+        /// (silent ones, and those with a part of it), watched by the turn holder, and ready ones
+        /// (their ClientHello came) waiting for a slot or for their source to be under its cap.
         var waiting: [Int32: WaitingClient] = [:]
         /// Clients in a handshake (in `handshaking`), by source.
         var handshakesBySource: [String: Int] = [:]
+
+        /// Work no thread may be looking at: what the listener's thread is for.
+        var hasWork: Bool { !parked.isEmpty || !waiting.isEmpty }
     }
 
     /// A handshake under way.
-    private struct Handshaking {
+    fileprivate struct Handshaking {
         let source: String
         let progress: HandshakeProgress
     }
 
+    /// A handshake begun: its connection, and what its socket must become before its next step.
+    fileprivate final class Pending: @unchecked Sendable {
+        // One thread touches the connection at a time: the one stepping it, or (parked) the
+        // lock's holder, which only moves it.
+        let connection: TLSConnection
+        let fd: Int32
+        let peer: String
+        let progress: HandshakeProgress
+        /// When its handshake timeout is over (``Deadline/now()``), if ever.
+        let deadline: Double?
+        var wantsWrite = false
+        init(_ connection: TLSConnection, fd: Int32, peer: String, progress: HandshakeProgress, deadline: Double?) {
+            self.connection = connection
+            self.fd = fd
+            self.peer = peer
+            self.progress = progress
+            self.deadline = deadline
+        }
+    }
+
     /// An accepted socket before its handshake.
-    private struct WaitingClient {
+    fileprivate struct WaitingClient {
         /// Its address as text ("127.0.0.1:40404"), and the source that the per-source cap
         /// counts (``ListenerSource``).
         let peer: String
@@ -234,10 +275,11 @@ final class ListenerCore: Sendable {
         }
     }
 
-    /// A finished handshake: moved from its handshake thread to the thread that accepts it.
-    private final class Finished: @unchecked Sendable {
-        // One thread touches the connection at a time: the handshake thread until it queues
-        // this, then the accepting thread that dequeues it.
+    /// A finished handshake, or a refusal: returned by the accept call that stepped it, or
+    /// queued for the next one.
+    fileprivate final class Finished: @unchecked Sendable {
+        // One thread touches the connection at a time: the one that finished the handshake
+        // until it queues this, then the accepting thread that dequeues it.
         nonisolated(unsafe) var connection: TLSConnection?
         let error: (any Error)?
         let holdsConnection: Bool
@@ -248,25 +290,38 @@ final class ListenerCore: Sendable {
         }
     }
 
+    /// What the turn holder leaves the turn for.
+    private enum Work {
+        /// A client whose ClientHello came, with its slot taken.
+        case start(fd: Int32, peer: String, progress: HandshakeProgress)
+        /// A parked handshake whose socket is ready.
+        case step(Pending)
+        /// A parked handshake whose time is over.
+        case expired(Pending)
+    }
+
+    private enum TurnEnd {
+        case work(Work)
+        case timedOut
+        case closed
+        /// The listener's thread leaves the turn to an accept caller, or an accept caller
+        /// leaves it for a queued item.
+        case yield
+    }
+
     private let listenFD: Int32
     private let contexts: ListenerContexts
     private let options: TLSServerOptions
     private let counters: ListenerCounters
-    private let state = Mutex(State())
-    /// Readable while finished handshakes are queued (one byte per queued result).
-    private let wakeRead: Int32
-    private let wakeWrite: Int32
-    /// Readable when the thread holding the turn at accepting should look again: a handshake
-    /// ended (a slot, or an address under its cap, may be free) or the listener closed.
+    private let state = StateLock(State())
+    /// Readable when the turn holder should look again: a handshake was parked or ended (a slot,
+    /// or an address under its cap, may be free), an accept caller waits for the listener's
+    /// thread to leave the turn, or the listener closed.
     private let turnWakeRead: Int32
     private let turnWakeWrite: Int32
     private let accepted = Atomic<UInt64>(0)
-    /// Posted once for each turn at accepting handed to a waiting thread, and once for each
-    /// waiting thread when the listener closes. Allocated once, freed in deinit (no thread holds the
-    /// core then).
-    nonisolated(unsafe) private let workSignal: UnsafeMutablePointer<sem_t>
-    /// Where the thread holding the turn at accepting peeks at ClientHellos (one thread holds it
-    /// at a time; the state lock orders one holder after the next). Freed in deinit.
+    /// Where the turn holder peeks at ClientHellos (one thread holds the turn at a time; the
+    /// state lock orders one holder after the next). Freed in deinit.
     nonisolated(unsafe) private let peekBuffer: UnsafeMutableRawBufferPointer
 
     init(listenFD: Int32, contexts: ListenerContexts, options: TLSServerOptions, counters: ListenerCounters) throws {
@@ -280,103 +335,262 @@ final class ListenerCore: Sendable {
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
             Socket.setNonBlocking(fd, true)
         }
-        wakeRead = fds[0]
-        wakeWrite = fds[1]
-        guard pipe(&fds) == 0 else {
-            Glibc.close(wakeRead)
-            Glibc.close(wakeWrite)
-            throw MTLSError(.io, "pipe: \(String(cString: strerror(errno)))")
-        }
-        for fd in fds {
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-            Socket.setNonBlocking(fd, true)
-        }
         turnWakeRead = fds[0]
         turnWakeWrite = fds[1]
-        workSignal = .allocate(capacity: 1)
-        sem_init(workSignal, 0, 0)
         peekBuffer = .allocate(byteCount: TLSListener.clientHelloWaitLimit, alignment: 8)
     }
 
     deinit {
-        Glibc.close(wakeRead)
-        Glibc.close(wakeWrite)
         Glibc.close(turnWakeRead)
         Glibc.close(turnWakeWrite)
-        sem_destroy(workSignal)
-        workSignal.deallocate()
         peekBuffer.deallocate()
     }
 
+    private func wakeTurnHolder() {
+        var b: UInt8 = 0
+        _ = write(turnWakeWrite, &b, 1)
+    }
+
+    /// The next handshaken client for an accept call (or the refusal of one), as described on
+    /// the type.
     func next(deadline: Deadline, timeout: Double?) throws -> TLSConnection {
-        try startIfNeeded()
+        let end = deadline.remaining.map { Deadline.now() + $0 }
         while true {
-            let (item, closed): (Finished?, Bool) = state.withLock { st in
-                guard !st.ready.isEmpty else { return (nil, st.closed) }
-                let item = st.ready.removeFirst()
-                if item.holdsConnection { st.queuedConnections -= 1 }
-                return (item, st.closed)
+            enum Next { case item(Finished), closed, turn, timedOut }
+            state.lock()
+            var n: Next
+            while true {
+                if !state.value.ready.isEmpty {
+                    let item = state.value.ready.removeFirst()
+                    if item.holdsConnection { state.value.queuedConnections -= 1 }
+                    n = .item(item)
+                    break
+                }
+                if state.value.closed { n = .closed; break }
+                if !state.value.turnHeld {
+                    state.value.turnHeld = true
+                    state.value.turnByDriver = false
+                    n = .turn
+                    break
+                }
+                if let end, Deadline.now() >= end { n = .timedOut; break }
+                if state.value.turnByDriver && !state.value.driverAsked {
+                    state.value.driverAsked = true
+                    wakeTurnHolder()
+                }
+                state.value.acceptWaiters += 1
+                state.wait(state.acceptCond, until: end)
+                state.value.acceptWaiters -= 1
             }
-            if let item {
-                // What the handshake thread wrote before queueing the item happened before this.
+            if case .turn = n {} else { handOffLocked() }
+            state.unlock()
+            switch n {
+            case .item(let item):
+                // What the thread that finished it wrote before queueing the item happened before this.
                 mtls_tsan_acquire(Unmanaged.passUnretained(item).toOpaque())
-                var byte: UInt8 = 0
-                _ = read(wakeRead, &byte, 1)
                 if let c = item.connection { item.connection = nil; return c }
                 throw item.error ?? MTLSError(.io, "client handshake failed")
-            }
-            if closed { throw MTLSError(.io, "the listener is closed") }
-            try Socket.wait(wakeRead, forWriting: false, deadline: deadline, what: "accept")
-            // Readable. A handshake thread queues its item, then writes its byte; so a byte with
-            // no item queued belongs to an item another accepting thread already took (and whose
-            // own read came before the byte). Drain it, or the next wait would return at once,
-            // forever: a spinning accept that never reaches its deadline.
-            let stray = state.withLock { $0.ready.isEmpty && !$0.closed }
-            if stray {
-                var byte: UInt8 = 0
-                _ = read(wakeRead, &byte, 1)
+            case .closed:
+                throw MTLSError(.io, "the listener is closed")
+            case .timedOut:
+                throw MTLSError(.timeout, "accept timed out")
+            case .turn:
+                let work: Work
+                switch takeTurn(until: end, byDriver: false) {
+                case .work(let w): work = w
+                case .timedOut: throw MTLSError(.timeout, "accept timed out")
+                case .closed, .yield: continue
+                }
+                guard let result = perform(work) else { continue } // parked: the loop takes the turn again, or waits
+                state.lock()
+                let closed = state.value.closed
+                handOffLocked()
+                state.unlock()
+                if closed {
+                    result.connection = nil
+                    continue
+                }
+                if let c = result.connection { result.connection = nil; return c }
+                throw result.error ?? MTLSError(.io, "client handshake failed")
             }
         }
     }
 
+    /// After a turn was left no accept call holding it, the listener's thread takes it once it
+    /// has been free this long (seconds), or at once when work is left: so clients are accepted
+    /// and handshaken while the application is not in accept, as from its first accept on, and
+    /// an accept loop (back within this time) keeps the turn to itself.
+    static let backgroundAfter = 0.25
+
+    /// With the lock held, when no thread holds the turn and no accept caller waits for it: the
+    /// listener's thread is started if it never was; it is woken when work is left (parked
+    /// handshakes, waiting sockets), else it takes the turn after ``backgroundAfter``.
+    private func handOffLocked() {
+        guard !state.value.closed, !state.value.turnHeld, state.value.acceptWaiters == 0 else { return }
+        if state.value.driver == nil {
+            // Started under the lock: it waits for the lock before it looks at anything.
+            state.value.driver = BackgroundThread.startJoinable(name: "mtls-handshakes", { [self] in driverRun() })
+        } else if state.value.hasWork && state.value.driverWaiting {
+            pthread_cond_signal(state.driverCond)
+        }
+    }
+
+    /// The listener's thread: holds the turn while no accept caller wants it and work is left or
+    /// the turn has been free for ``backgroundAfter``, and queues the handshakes it finishes
+    /// (and the refusals) for the accept callers.
+    private func driverRun() {
+        while true {
+            state.lock()
+            var go = false
+            while true {
+                if state.value.closed { break }
+                let now = Deadline.now()
+                let free = !state.value.turnHeld && state.value.acceptWaiters == 0
+                if free, state.value.hasWork || now - state.value.turnFreeSince >= ListenerCore.backgroundAfter {
+                    state.value.turnHeld = true
+                    state.value.turnByDriver = true
+                    state.value.driverAsked = false
+                    go = true
+                    break
+                }
+                state.value.driverWaiting = true
+                // Looks again when the turn has been free long enough (or, while it is held, a
+                // while later).
+                state.wait(state.driverCond, until: (free ? state.value.turnFreeSince : now) + ListenerCore.backgroundAfter)
+                state.value.driverWaiting = false
+            }
+            state.unlock()
+            guard go else { return }
+            switch takeTurn(until: nil, byDriver: true) {
+            case .work(let work):
+                if let result = perform(work) { queue(result) }
+            case .closed:
+                return
+            case .timedOut, .yield:
+                continue
+            }
+        }
+    }
+
+    /// Queues a finished handshake for the accept callers (dropped once the listener closed).
+    private func queue(_ result: Finished) {
+        mtls_tsan_release(Unmanaged.passUnretained(result).toOpaque())
+        let queued: Bool = state.withLock { st in
+            guard !st.closed else { return false }
+            st.ready.append(result)
+            if result.holdsConnection { st.queuedConnections += 1 }
+            return true
+        }
+        if queued { signalAcceptCaller() } else { result.connection = nil }
+    }
+
+    private func signalAcceptCaller() {
+        state.lock()
+        if state.value.acceptWaiters > 0 { pthread_cond_signal(state.acceptCond) }
+        state.unlock()
+    }
+
+    /// Holds the turn (taken by the caller) until there is work or `end`, then leaves it.
+    private func takeTurn(until end: Double?, byDriver: Bool) -> TurnEnd {
+        let result = holdTurn(until: end, byDriver: byDriver)
+        state.lock()
+        state.value.turnHeld = false
+        state.value.turnByDriver = false
+        state.value.driverAsked = false
+        state.value.turnFreeSince = Deadline.now()
+        if state.value.acceptWaiters > 0 {
+            pthread_cond_signal(state.acceptCond)
+        } else if !byDriver {
+            handOffLocked()
+        }
+        state.unlock()
+        return result
+    }
+
+    /// Runs one step of a handshake: the finished handshake (or its refusal), or nil when it
+    /// waits for its peer again (parked).
+    private func perform(_ work: Work) -> Finished? {
+        let pending: Pending
+        switch work {
+        case .start(let fd, let peer, let progress):
+            let c: TLSConnection
+            do {
+                c = try TLSConnection(serverFD: fd, peer: peer, context: contexts.current(), options: options)
+            } catch {
+                return finish(nil, error, fd: fd, peer: peer, progress: progress)
+            }
+            c.handshakeProgress = progress
+            let limit = options.handshakeTimeout.flatMap { $0 > 0 ? $0 : nil }
+            pending = Pending(c, fd: fd, peer: peer, progress: progress, deadline: limit.map { Deadline.now() + $0 })
+        case .step(let p):
+            pending = p
+        case .expired(let p):
+            return finish(p.connection, p.connection.handshakeTimedOut(), fd: p.fd, peer: p.peer, progress: p.progress)
+        }
+        let c = pending.connection
+        do {
+            switch try c.handshakeStep() {
+            case .done:
+                c.handshakeProgress = nil
+                return finish(c, nil, fd: pending.fd, peer: pending.peer, progress: pending.progress)
+            case .wantRead: pending.wantsWrite = false
+            case .wantWrite: pending.wantsWrite = true
+            }
+        } catch {
+            return finish(c, error, fd: pending.fd, peer: pending.peer, progress: pending.progress)
+        }
+        let parked: Bool = state.withLock { st in
+            guard !st.closed else { return false }
+            st.parked[pending.fd] = pending
+            // The turn holder polls without it: it looks again.
+            if st.turnHeld { wakeTurnHolder() }
+            return true
+        }
+        if parked { return nil }
+        return finish(c, MTLSError(.io, "the listener is closed"), fd: pending.fd, peer: pending.peer, progress: pending.progress)
+    }
+
     func close() {
-        let (wasRunning, dropped, idle): (Bool, [Finished], Int) = state.withLock { st in
-            guard !st.closed else { return (true, [], 0) }
+        let closing: (dropped: [Finished], turnHeld: Bool, waiting: [Int32], parked: [Pending], driver: pthread_t?)? = state.withLock { st in
+            guard !st.closed else { return nil }
             st.closed = true
             let d = st.ready
             st.ready = []
             st.queuedConnections = 0
-            let idle = st.idleThreads
-            st.idleThreads = 0
             for fd in st.handshaking.keys { _ = shutdown(fd, Int32(SHUT_RDWR)) } // open: see `handshaking`
-            return (st.acceptorRunning, d, idle)
-        }
-        for d in dropped { d.connection = nil }
-        for _ in 0..<idle { sem_post(workSignal) } // waiting threads wake, find no turn, exit
-        // The thread holding the turn closes the socket when it stops (it may be polling it now);
-        // shutdown wakes it at once and refuses new clients.
-        if wasRunning { _ = shutdown(listenFD, Int32(SHUT_RDWR)) } else { closeListenFD() }
-        var b: UInt8 = 0
-        _ = write(wakeWrite, &b, 1) // wakes accepting threads so they see `closed`
-        _ = write(turnWakeWrite, &b, 1) // and the turn holder, whatever it polls
-        // Every thread ends promptly now (no turn, no client: their sockets are shut down); wait
-        // for them, so that none is still inside OpenSSL when the program goes on (or exits).
-        let joiner: Bool = state.withLock { st in
-            guard !st.joined else { return false }
-            st.joined = true
-            return true
-        }
-        guard joiner else { return }
-        while true {
-            let threads: [pthread_t] = state.withLock { st in
-                let t = st.threads + st.ended
-                st.threads = []
-                st.ended = []
-                return t
+            var waiting: [Int32] = []
+            var parked: [Pending] = []
+            // The turn holder owns the waiting sockets and the parked handshakes (it may be
+            // polling them now): it closes them as it leaves. Else they are closed here.
+            if !st.turnHeld {
+                waiting = Array(st.waiting.keys)
+                st.waiting.removeAll()
+                parked = Array(st.parked.values)
+                st.parked.removeAll()
             }
-            if threads.isEmpty { break }
-            for t in threads where !(pthread_equal(t, pthread_self()) != 0) { pthread_join(t, nil) }
+            pthread_cond_broadcast(state.acceptCond)
+            pthread_cond_broadcast(state.driverCond)
+            let driver = st.driver
+            st.driver = nil
+            return (d, st.turnHeld, waiting, parked, driver)
         }
+        guard let closing else { return }
+        for d in closing.dropped { d.connection = nil }
+        // The turn holder closes the socket when it leaves (it may be polling it now); shutdown
+        // wakes it at once and refuses new clients.
+        if closing.turnHeld {
+            _ = shutdown(listenFD, Int32(SHUT_RDWR))
+            wakeTurnHolder()
+        } else {
+            closeListenFD()
+        }
+        for fd in closing.waiting { Glibc.close(fd) }
+        for p in closing.parked {
+            _ = finish(p.connection, MTLSError(.io, "the listener is closed"), fd: p.fd, peer: p.peer, progress: p.progress)
+        }
+        // The listener's thread ends promptly now (no turn, its client sockets shut down): wait
+        // for it, so that it is not inside OpenSSL when the program goes on (or exits).
+        if let t = closing.driver, pthread_equal(t, pthread_self()) == 0 { pthread_join(t, nil) }
     }
 
     private let fdClosed = Mutex(false)
@@ -388,118 +602,44 @@ final class ListenerCore: Sendable {
         }
     }
 
-    private func startIfNeeded() throws {
-        let start: Bool = state.withLock { st in
-            guard !st.started, !st.closed else { return false }
-            st.started = true
-            st.acceptorRunning = true
-            return true
-        }
-        guard start else { return }
-        if !spawnThread() {
-            state.withLock { $0.started = false; $0.acceptorRunning = false }
-            throw MTLSError(.io, "cannot start the listener thread")
-        }
-    }
-
-    /// A listener thread. It starts holding the turn at accepting; when it accepts a client it
-    /// hands the turn on (to a waiting thread, else a new one), handshakes that client, then waits
-    /// for its next turn while fewer than ``TLSListener/maxIdleThreads`` threads wait. The thread
-    /// holding the turn when the listener closes closes the socket; the others just end.
-    private func run() {
-        while true {
-            // The client comes with its slot taken (inFlight, handshaking, its address's count).
-            guard let (fd, peer, progress) = acceptNext() else {
-                state.withLock { $0.acceptorRunning = false }
-                closeListenFD()
-                return
-            }
-            let handOn: Bool = state.withLock { st in
-                guard !st.closed, st.idleThreads > 0 else { return false }
-                st.idleThreads -= 1
-                st.turnsHanded += 1
-                return true
-            }
-            // Closed meanwhile: the handshake ends at once (close shut the socket down).
-            if handOn {
-                sem_post(workSignal)
-            } else if !spawnThread() {
-                handshake(fd: fd, peer: peer, progress: progress) // no thread to spare: handshake here, keep the turn
-                continue
-            }
-            handshake(fd: fd, peer: peer, progress: progress)
-            guard waitForTurn() else {
-                endOnItsOwn()
-                return
-            }
-        }
-    }
-
-    /// Starts a listener thread holding the turn at accepting; false when none could be started
-    /// or the listener closed. Joins the threads that ended on their own since the last start.
-    private func spawnThread() -> Bool {
-        let (started, ended): (Bool, [pthread_t]) = state.withLock { st in
-            let ended = st.ended
-            st.ended = []
-            // Started under the lock, so the thread is registered before it can look itself up.
-            guard !st.closed, let t = BackgroundThread.startJoinable(name: "mtls-listener", { [self] in run() }) else { return (false, ended) }
-            st.threads.append(t)
-            return (true, ended)
-        }
-        for t in ended { pthread_join(t, nil) } // they have left the lock for good: at most a moment
-        return started
-    }
-
-    /// A thread that ends while the listener is open moves itself to `ended`, to be joined.
-    /// (Once the listener closed, the closing thread has taken it from `threads` and joins it.)
-    private func endOnItsOwn() {
-        state.withLock { st in
-            let me = pthread_self()
-            guard let i = st.threads.firstIndex(where: { pthread_equal($0, me) != 0 }) else { return }
-            st.threads.remove(at: i)
-            st.ended.append(me)
-        }
-    }
-
-    /// Waits for a turn at accepting; false when this thread should end instead (enough threads
-    /// wait already, or the listener closed and the turn, if any, was handed to another thread).
-    private func waitForTurn() -> Bool {
-        let waits: Bool = state.withLock { st in
-            guard !st.closed, st.idleThreads < TLSListener.maxIdleThreads else { return false }
-            st.idleThreads += 1
-            return true
-        }
-        guard waits else { return false }
-        while sem_wait(workSignal) != 0 && errno == EINTR {}
-        // Each post is either a turn (counted in turnsHanded) or a closing listener's wake-up;
-        // which thread takes which does not matter, only that each turn is taken once.
-        return state.withLock { st in
-            guard st.turnsHanded > 0 else { return false }
-            st.turnsHanded -= 1
-            return true
-        }
-    }
-
-    /// The accepting turn: the next client whose ClientHello has arrived and that may take a slot
-    /// (fewer than ``TLSListener/maxPending`` in flight, its source under its cap), with the slot
-    /// taken; nil when the listener closed. Meanwhile accepts new clients into `waiting`, watches
-    /// those whose ClientHello is not whole (one poll over all of them, the listening socket and
-    /// the wake pipe), closes those whose time is over, and cuts stalled handshakes short for
-    /// clients that wait for a slot.
-    private func acceptNext() -> (Int32, String, HandshakeProgress)? {
+    /// The turn: until there is work — the oldest client whose ClientHello has arrived and that
+    /// may take a slot (fewer than ``TLSListener/maxPending`` in flight, its source under its
+    /// cap), with the slot taken, or a parked handshake whose socket is ready or whose time is
+    /// over — or `end`, or the listener closes (its waiting sockets and parked handshakes are
+    /// then closed here). Meanwhile accepts new clients into `waiting`, watches those whose
+    /// ClientHello is not whole (one poll over all of them, the parked handshakes, the listening
+    /// socket and the wake pipe), closes those whose time is over, and cuts stalled handshakes
+    /// short for clients that wait for a slot.
+    private func holdTurn(until end: Double?, byDriver: Bool) -> TurnEnd {
         let perSource = options.maxHandshakesPerAddress ?? 0  // 0: no limit
         while true {
             let now = Deadline.now()
             var expired: [Int32] = []
+            var dropped: [Pending] = []
             var fds: [pollfd] = []
+            var parkedFrom = 0
             var nearest: Double?
             var refusals: [MTLSError] = []
-            let picked: (Int32, String, HandshakeProgress)?? = state.withLock { st in
+            let picked: TurnEnd? = state.withLock { st in
                 if st.closed {
-                    // The turn holder owns the waiting sockets: close them on the way out.
                     expired = Array(st.waiting.keys)
                     st.waiting.removeAll()
-                    return .some(nil)
+                    dropped = Array(st.parked.values)
+                    st.parked.removeAll()
+                    return .closed
+                }
+                if byDriver && st.acceptWaiters > 0 { return .yield }
+                // A refusal queued (by this turn, or the listener's thread): the accept caller
+                // takes it.
+                if !byDriver && !st.ready.isEmpty { return .yield }
+                // A parked handshake whose time is over.
+                for (fd, p) in st.parked {
+                    guard let d = p.deadline else { continue }
+                    if now >= d {
+                        st.parked[fd] = nil
+                        return .work(.expired(p))
+                    }
+                    nearest = min(nearest ?? d, d)
                 }
                 // One pass: the expired, the oldest ready client that may start, how many ready
                 // ones may start, and the sources whose ready clients wait for their cap.
@@ -530,8 +670,9 @@ final class ListenerCore: Sendable {
                     st.inFlight += 1
                     st.handshaking[first.fd] = Handshaking(source: w.source, progress: progress)
                     st.handshakesBySource[w.source, default: 0] += 1
-                    return .some((first.fd, w.peer, progress))
+                    return .work(.start(fd: first.fd, peer: w.peer, progress: progress))
                 }
+                if let end, now >= end { return .timedOut }
                 // Clients wait for a slot: the stalled handshakes go first, one for each waiting
                 // client (less those already cut short and not yet ended).
                 if startable > 0 { evictStalled(&st, count: startable, source: nil, now: now) }
@@ -541,15 +682,26 @@ final class ListenerCore: Sendable {
                 for (fd, w) in st.waiting where !w.ready {
                     fds.append(pollfd(fd: fd, events: Int16(POLLIN) | ListenerCore.pollReadHangUp, revents: 0))
                 }
+                parkedFrom = fds.count
+                for (fd, p) in st.parked {
+                    fds.append(pollfd(fd: fd, events: Int16(p.wantsWrite ? POLLOUT : POLLIN), revents: 0))
+                }
                 return nil
             }
             for fd in expired { Glibc.close(fd) }
             // A ClientHello begun and not finished in time is a refused handshake, as it was when
             // it took a slot (one that never sent a byte is none).
             refuse(refusals)
+            if case .closed = picked {
+                for p in dropped {
+                    _ = finish(p.connection, MTLSError(.io, "the listener is closed"), fd: p.fd, peer: p.peer, progress: p.progress)
+                }
+                closeListenFD()
+            }
             if let picked { return picked }
             // Wake up for the nearest deadline, and at least every 250 ms (a slot freed by the
             // application accepting, or a handshake that now counts as stalled, is seen then).
+            if let end { nearest = min(nearest ?? end, end) }
             let wait = min(250, nearest.map { max(0, Int32(($0 - now) * 1000) + 1) } ?? 250)
             let n = poll(&fds, nfds_t(fds.count), wait)
             if n < 0 {
@@ -561,10 +713,16 @@ final class ListenerCore: Sendable {
                 var buf = [UInt8](repeating: 0, count: 256)
                 while read(turnWakeRead, &buf, buf.count) > 0 {}
             }
+            // A parked handshake whose socket is ready: its next step (the others stay parked;
+            // poll, level-triggered, shows them to the next turn).
+            for p in fds[parkedFrom...] where p.revents != 0 {
+                let ready: Pending? = state.withLock { $0.parked.removeValue(forKey: p.fd) }
+                if let ready { return .work(.step(ready)) }
+            }
             var gone: [Int32] = []
             var left: [(fd: Int32, sentSome: Bool)] = []
             var arrived: [(fd: Int32, received: Int, lowWater: Int, ready: Bool)] = []
-            for p in fds.dropFirst(2) where p.revents != 0 {
+            for p in fds[2..<parkedFrom] where p.revents != 0 {
                 let seen = state.withLock { $0.waiting[p.fd].map { ($0.received, $0.lowWater) } }
                 guard let (before, lowWater) = seen else { continue }
                 switch look(at: p.fd, hungUp: p.revents & (ListenerCore.pollReadHangUp | Int16(POLLHUP) | Int16(POLLERR)) != 0,
@@ -714,14 +872,12 @@ final class ListenerCore: Sendable {
     private func refuse(_ errors: [MTLSError]) {
         guard !errors.isEmpty else { return }
         for e in errors { counters.handshakeRefused(e.code) }
-        let queued: Int = state.withLock { st in
-            guard !st.closed else { return 0 }
+        state.withLock { st in
+            guard !st.closed else { return }
             let room = max(0, TLSListener.maxWaitingForFirstByte - st.ready.count)
             for e in errors.prefix(room) { st.ready.append(Finished(nil, e)) }
-            return min(room, errors.count)
+            if room > 0 && st.acceptWaiters > 0 { pthread_cond_broadcast(state.acceptCond) }
         }
-        var b: UInt8 = 0
-        for _ in 0..<queued { _ = write(wakeWrite, &b, 1) }
     }
 
     /// Seconds a client has for its first byte or its ClientHello (`timeout`), never more than
@@ -748,65 +904,94 @@ final class ListenerCore: Sendable {
         return true
     }
 
-    private func handshake(fd: Int32, peer: String, progress: HandshakeProgress) {
-        var conn: TLSConnection?
-        var failure: (any Error)?
-        do {
-            let c = try TLSConnection(serverFD: fd, peer: peer, context: contexts.current(), options: options)
-            conn = c
-            c.handshakeProgress = progress
-            try c.handshake()
-            c.handshakeProgress = nil
-        } catch {
-            failure = error
-        }
+
+    /// Ends a handshake (its slot freed) with its connection or its failure: what its accept
+    /// call returns or throws. A failed handshake's connection is closed here, after the alert.
+    private func finish(_ conn: TLSConnection?, _ error: (any Error)?, fd: Int32, peer: String, progress: HandshakeProgress) -> Finished {
+        var failure = error
         if failure != nil, let stalled = progress.evictedAfter {
             failure = MTLSError(.timeout, "its handshake made no progress for \((stalled * 10).rounded() / 10) s while clients waited "
                                 + "for a handshake slot; it was cut short to serve them")
         }
         // Out of `handshaking` before the socket can be closed (below, or by the connection).
         let someoneWaits: Bool = state.withLock { st in
+            st.inFlight -= 1
             guard let h = st.handshaking.removeValue(forKey: fd) else { return false }
             let left = st.handshakesBySource[h.source, default: 1] - 1
             st.handshakesBySource[h.source] = left > 0 ? left : nil
-            return st.waiting.values.contains { $0.ready }
+            return st.turnHeld && st.waiting.values.contains { $0.ready }
         }
         // A client whose ClientHello came may be waiting for this slot: wake the turn holder.
-        // (One that becomes ready later is seen by the turn holder itself, after this change.)
-        if someoneWaits {
-            var wake: UInt8 = 0
-            _ = write(turnWakeWrite, &wake, 1)
-        }
-        let result: Finished
+        // (With no holder, the next one sees it.)
+        if someoneWaits { wakeTurnHolder() }
         switch (conn, failure) {
         case (let c?, nil):
             counters.handshakeSucceeded(resumed: c.isResumed)
             c.listenerCounters = counters
-            result = Finished(c, nil)
+            return Finished(c, nil)
         case (let c?, let e as MTLSError):
             counters.handshakeRefused(e.code)
             c.closeAfterRejecting()
-            result = Finished(nil, MTLSError(e.code, "client \(peer): \(e.message)"))
+            return Finished(nil, MTLSError(e.code, "client \(peer): \(e.message)"))
         case (let c, let e):
             counters.handshakeRefused((e as? MTLSError)?.code ?? .io)
             if c == nil { Glibc.close(fd) } // else the connection closes it as it goes
-            conn = nil
-            result = Finished(nil, e ?? MTLSError(.io, "client handshake failed"))
+            return Finished(nil, e ?? MTLSError(.io, "client handshake failed"))
         }
-        mtls_tsan_release(Unmanaged.passUnretained(result).toOpaque())
-        let queued: Bool = state.withLock { st in
-            st.inFlight -= 1
-            guard !st.closed else { return false }
-            st.ready.append(result)
-            if result.holdsConnection { st.queuedConnections += 1 }
-            return true
+    }
+}
+
+/// A listener's state under a pthread mutex, with the condition variables its threads wait on
+/// (accept callers on `acceptCond`, the listener's thread on `driverCond`). `value` is read and
+/// written only with the lock held.
+private final class StateLock: @unchecked Sendable {
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    let acceptCond: UnsafeMutablePointer<pthread_cond_t>
+    let driverCond: UnsafeMutablePointer<pthread_cond_t>
+    var value: ListenerCore.State
+
+    init(_ value: ListenerCore.State) {
+        self.value = value
+        mutex = .allocate(capacity: 1)
+        pthread_mutex_init(mutex, nil)
+        var attr = pthread_condattr_t()
+        pthread_condattr_init(&attr)
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)
+        acceptCond = .allocate(capacity: 1)
+        driverCond = .allocate(capacity: 1)
+        pthread_cond_init(acceptCond, &attr)
+        pthread_cond_init(driverCond, &attr)
+        pthread_condattr_destroy(&attr)
+    }
+
+    deinit {
+        pthread_cond_destroy(acceptCond)
+        pthread_cond_destroy(driverCond)
+        pthread_mutex_destroy(mutex)
+        acceptCond.deallocate()
+        driverCond.deallocate()
+        mutex.deallocate()
+    }
+
+    func lock() { pthread_mutex_lock(mutex) }
+    func unlock() { pthread_mutex_unlock(mutex) }
+
+    func withLock<R>(_ body: (inout ListenerCore.State) throws -> R) rethrows -> R {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body(&value)
+    }
+
+    /// With the lock held: waits on `cond` until it is signalled, or until `end`
+    /// (``Deadline/now()``; nil: no limit). The caller checks what it waits for again.
+    func wait(_ cond: UnsafeMutablePointer<pthread_cond_t>, until end: Double?) {
+        guard let end else {
+            pthread_cond_wait(cond, mutex)
+            return
         }
-        if queued {
-            var b: UInt8 = 0
-            _ = write(wakeWrite, &b, 1)
-        } else {
-            result.connection = nil
-        }
+        let whole = end.rounded(.down)
+        var ts = timespec(tv_sec: Int(whole), tv_nsec: Int(min(999_999_999, (end - whole) * 1e9)))
+        pthread_cond_timedwait(cond, mutex, &ts)
     }
 }
 
@@ -825,6 +1010,12 @@ final class HandshakeProgress: Sendable {
     func evict(stalledFor seconds: Double) { evicted.store(max(seconds, .leastNonzeroMagnitude).bitPattern, ordering: .relaxed) }
     var isEvicted: Bool { evicted.load(ordering: .relaxed) != 0 }
     var evictedAfter: Double? { isEvicted ? Double(bitPattern: evicted.load(ordering: .relaxed)) : nil }
+
+    /// In ``TLSConnection/handshakeStep()``: the handshake returns when it would wait, saying for
+    /// what. Only the thread stepping the handshake touches these (the listener's lock orders one
+    /// stepping thread after the next).
+    nonisolated(unsafe) var stepping = false
+    nonisolated(unsafe) var steppedWant: TLSConnection.HandshakeStep?
 }
 
 /// The source a listener's per-source cap counts a client under: an IPv4 address (an

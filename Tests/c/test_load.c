@@ -84,7 +84,7 @@ static int listener_threads(void) {
         char path[300], name[64] = "";
         snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
         FILE *f = fopen(path, "r");
-        if (f && fgets(name, sizeof name, f) && strncmp(name, "mtls-listener", 13) == 0) n++;
+        if (f && fgets(name, sizeof name, f) && (strncmp(name, "mtls-listener", 13) == 0 || strncmp(name, "mtls-handshakes", 15) == 0)) n++;
         if (f) fclose(f);
     }
     if (d) closedir(d);
