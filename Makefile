@@ -59,7 +59,7 @@ test: deps
 	$(MAKE) --no-print-directory test-swift
 	$(MAKE) --no-print-directory install CONFIG=debug PREFIX=$(TEST_PREFIX) DESTDIR=
 	$(MAKE) --no-print-directory deb wheel CONFIG=debug DPKG_DEB_ARGS=-z1
-	$(MAKE) --no-print-directory test-abi test-c test-python
+	$(MAKE) --no-print-directory -j2 -Otarget test-abi test-c test-python
 	$(MAKE) --no-print-directory -j2 -Otarget test-e2e test-beside-e2e
 	$(MAKE) --no-print-directory test-swift-plugins
 
@@ -70,12 +70,13 @@ test-beside-e2e:
 	$(MAKE) --no-print-directory test-fuzz
 
 # The inner loop: one debug build, the Swift tests, then the installed library's ABI check, C
-# programs and Python tests. No e2e, no limbo, no packages: `make test` runs those.
+# programs and Python tests (the C programs beside the Python tests, which mostly wait). No e2e,
+# no limbo, no packages: `make test` runs those.
 check: deps
 	$(MAKE) --no-print-directory build-debug
 	$(MAKE) --no-print-directory test-swift
 	$(MAKE) --no-print-directory install CONFIG=debug PREFIX=$(TEST_PREFIX) DESTDIR=
-	$(MAKE) --no-print-directory test-abi test-c test-python
+	$(MAKE) --no-print-directory -j2 -Otarget test-abi test-c test-python
 
 test-swift:
 	$(SWIFT) test -c debug --skip-build
@@ -134,20 +135,19 @@ test-c:
 
 # The Python and e2e tests run in PYTEST_WORKERS worker processes (pytest-xdist); most of their
 # time is spent waiting on peers, not on the CPU. Every worker has its own temporary folder and
-# session fixtures; servers take ephemeral ports. e2e keeps each test file on one worker (--dist
-# loadfile) so that a module's servers and PKIs are made once; the Python tests' fixtures are
-# cheap, so their tests go to whichever worker is free (--dist load: test_leaks.py alone takes
-# minutes). PYTEST_WORKERS=0 runs them in one process.
+# session fixtures; servers take ephemeral ports. Each test file stays on one worker (--dist
+# loadfile), so that a module's servers and PKIs are made once. PYTEST_WORKERS=0 runs them in one
+# process.
 PYTEST_WORKERS ?= 4
-pytest_args = -q -p no:cacheprovider $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist $(1))
+PYTEST_ARGS = -q -p no:cacheprovider $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 
 test-python:
 	cd bindings/python && MTLS_LIBRARY=$(TEST_PREFIX)/lib/libmtls.so PYTHONPATH=src \
-	  $(PYTHON) -m pytest $(call pytest_args,load) tests
+	  $(PYTHON) -m pytest $(PYTEST_ARGS) tests
 
 test-e2e:
 	MTLS_OUT=$(OUT) MTLS_CLI=$(TEST_PREFIX)/bin/mtls MTLS_PREFIX=$(TEST_PREFIX) MTLS_LIBRARY=$(TEST_PREFIX)/lib/libmtls.so \
-	  PYTHONPATH=bindings/python/src $(PYTHON) -m pytest $(call pytest_args,loadfile) Tests/e2e
+	  PYTHONPATH=bindings/python/src $(PYTHON) -m pytest $(PYTEST_ARGS) Tests/e2e
 
 # x509-limbo conformance: zero false accepts and at least 203 of 208 passing; then BetterTLS's
 # name-constraints matrix (8,748 cases) and path-building suite (81 cases), rebuilt by
