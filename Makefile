@@ -51,23 +51,32 @@ install: build
 	echo "installed libmtls $(VERSION) ($(CONFIG)) into $(DESTDIR)$(PREFIX)"
 
 # One debug build serves every test stage: Swift tests, the installed C ABI, Python, e2e.
+# The e2e stage spends most of its time waiting on the peers it starts, so the stages that need
+# the CPU and time nothing (limbo, the docs site, the fuzz build and its time-boxed runs) run
+# beside it (test-beside-e2e); each stage's output is printed whole when it ends (-Otarget).
 test: deps
 	$(MAKE) --no-print-directory build-debug
 	$(MAKE) --no-print-directory test-swift
 	$(MAKE) --no-print-directory install CONFIG=debug PREFIX=$(TEST_PREFIX) DESTDIR=
 	$(MAKE) --no-print-directory deb wheel CONFIG=debug DPKG_DEB_ARGS=-z1
-	$(MAKE) --no-print-directory test-abi test-c test-limbo test-python test-e2e
-	$(MAKE) --no-print-directory test-docs
-	$(MAKE) --no-print-directory test-fuzz
+	$(MAKE) --no-print-directory -j2 -Otarget test-abi test-c test-python
+	$(MAKE) --no-print-directory -j2 -Otarget test-e2e test-beside-e2e
 	$(MAKE) --no-print-directory test-swift-plugins
 
+.PHONY: test-beside-e2e
+test-beside-e2e:
+	$(MAKE) --no-print-directory test-limbo
+	$(MAKE) --no-print-directory test-docs
+	$(MAKE) --no-print-directory test-fuzz
+
 # The inner loop: one debug build, the Swift tests, then the installed library's ABI check, C
-# programs and Python tests. No e2e, no limbo, no packages: `make test` runs those.
+# programs and Python tests (the C programs beside the Python tests, which mostly wait). No e2e,
+# no limbo, no packages: `make test` runs those.
 check: deps
 	$(MAKE) --no-print-directory build-debug
 	$(MAKE) --no-print-directory test-swift
 	$(MAKE) --no-print-directory install CONFIG=debug PREFIX=$(TEST_PREFIX) DESTDIR=
-	$(MAKE) --no-print-directory test-abi test-c test-python
+	$(MAKE) --no-print-directory -j2 -Otarget test-abi test-c test-python
 
 # Every public declaration of the Swift API (Sources/MTLS*) has a /// doc comment; then the tests.
 test-swift:
@@ -131,13 +140,21 @@ test-c:
 	done; \
 	if [ -n "$$failed" ]; then echo "test-c: failed:$$failed"; exit 1; fi
 
+# The Python and e2e tests run in PYTEST_WORKERS worker processes (pytest-xdist); most of their
+# time is spent waiting on peers, not on the CPU. Every worker has its own temporary folder and
+# session fixtures; servers take ephemeral ports. Each test file stays on one worker (--dist
+# loadfile), so that a module's servers and PKIs are made once. PYTEST_WORKERS=0 runs them in one
+# process.
+PYTEST_WORKERS ?= 4
+PYTEST_ARGS = -q -p no:cacheprovider $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+
 test-python:
 	cd bindings/python && MTLS_LIBRARY=$(TEST_PREFIX)/lib/libmtls.so PYTHONPATH=src \
-	  $(PYTHON) -m pytest -q tests
+	  $(PYTHON) -m pytest $(PYTEST_ARGS) tests
 
 test-e2e:
 	MTLS_OUT=$(OUT) MTLS_CLI=$(TEST_PREFIX)/bin/mtls MTLS_PREFIX=$(TEST_PREFIX) MTLS_LIBRARY=$(TEST_PREFIX)/lib/libmtls.so \
-	  PYTHONPATH=bindings/python/src $(PYTHON) -m pytest -q Tests/e2e
+	  PYTHONPATH=bindings/python/src $(PYTHON) -m pytest $(PYTEST_ARGS) Tests/e2e
 
 # x509-limbo conformance: zero false accepts and at least 203 of 208 passing; then BetterTLS's
 # name-constraints matrix (8,748 cases) and path-building suite (81 cases), rebuilt by
@@ -255,8 +272,13 @@ test-fuzz: fuzz-build
 	  [ -d fuzz/regressions/$$t ] && [ -n "$$(ls fuzz/regressions/$$t)" ] || continue; \
 	  echo "== regressions of fuzz_$$t"; (cd $(FUZZ_OUT) && ./fuzz_$$t -runs=1 $(CURDIR)/fuzz/regressions/$$t/*); \
 	done
-	$(call fuzz_run,20,$(FUZZ_ABI_TARGETS))
-	$(call fuzz_run,$(FUZZ_NET_TEST_SECONDS),$(FUZZ_NET_TARGETS))
+	@$(MAKE) --no-print-directory -j$(FUZZ_JOBS) --output-sync=target $(addprefix fuzz-test-,$(FUZZ_TARGETS))
+
+# `make test-fuzz` runs FUZZ_JOBS targets at a time (default 2: one a core), each for its own
+# time box, so each target gets the same seconds of a core as when they ran one after another.
+FUZZ_JOBS ?= 2
+fuzz-test-%:
+	$(call fuzz_run,$(if $(filter $*,$(FUZZ_NET_TARGETS)),$(FUZZ_NET_TEST_SECONDS),20),$*)
 
 # ---- Swift plugins (Plugins/MTLSNIOSSL): MTLSNIOSSL, libmtls for swift-nio-ssl (AsyncHTTPClient,
 # NIO servers). Its own package, depending on this one by path, so that SwiftNIO is never part of

@@ -17,6 +17,7 @@ pkgs=(
   debhelper dpkg-dev lintian help2man chrpath fakeroot binutils util-linux python3-venv
   mkdocs  # the docs site: make docs, make test-docs (mkdocs build --strict)
   stunnel4  # the other end of `mtls tunnel` in both directions, and its bench baseline (Tests/e2e/test_tunnel.py, bench/bench_tunnel.py)
+  stress-ng  # keeps the cores busy for the no-flake proof: make test green while `stress-ng --cpu 2` runs
 )
 missing=()
 for p in "${pkgs[@]}"; do
@@ -29,13 +30,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# Python test tools (PyPI): pytest, cryptography as one of the PKCS#12 producers, and requests and
+# Python test tools (PyPI): pytest, pytest-xdist (make test-python and test-e2e run their tests in
+# parallel worker processes, `-n`), cryptography as one of the PKCS#12 producers, and requests and
 # httpx (the bindings' optional HTTP extras, tested and benchmarked against nginx).
 # prometheus_client: its own text parser reads `mtls serve --metrics-port`
 # (Tests/e2e/test_serve_metrics_endpoint.py, test_cli_store_expiry.py).
 PY=${PYTHON:-python3}
-$PY - <<'PYEOF' || $PY -m pip install -q pytest cryptography requests httpx prometheus_client
-import pytest, cryptography, requests, httpx, prometheus_client  # noqa: F401
+$PY - <<'PYEOF' || $PY -m pip install -q pytest pytest-xdist cryptography requests httpx prometheus_client
+import pytest, xdist, cryptography, requests, httpx, prometheus_client  # noqa: F401
 PYEOF
 # acme2certifier (PyPI), the second ACME server of Tests/e2e/test_acme2certifier.py, in a virtual
 # environment of its own (its pyOpenSSL/josepy pins stay away from the test python); the tests
