@@ -24,7 +24,8 @@ struct P12Command: ParsableCommand {
         @Option(help: "Its private key (PEM, possibly encrypted).") var key: String
         @Option(parsing: .singleValue, help: "A file of CA certificates above it (repeatable).") var chain: [String] = []
         @Option(help: "The .p12 file to write.") var out: String
-        @Option(help: "A file whose first line is the new file's password.") var passwordFile: String?
+        @Option(name: [.customLong("password-file"), .customLong("p12-password-file")],
+                help: "A file whose first line is the new file's password (--p12-password-file: the same, as `pki issue --p12` spells it).") var passwordFile: String?
         @Flag(help: "Write the file with the empty password.") var noPassword = false
         @Option(help: "A file whose first line is the password of an encrypted --key (default: the p12 password).") var keyPasswordFile: String?
         @Flag(help: "3DES and a SHA-1 MAC, for consumers that accept nothing newer.") var legacy = false

@@ -270,6 +270,10 @@ def test_p12_create_from_certificate_key_and_chain(pki, tmp_path):
     assert seen["identities"][0]["leaf_sha256"] == made["leaf_sha256"] and seen["identities"][0]["chain_count"] == 2
     assert "--force" in fails(*args)
     ok(*args, "--force", "--legacy")
+    # the .p12's password as `pki issue --p12` names it works here too
+    again = [a if a != "--password-file" else "--p12-password-file" for a in args]
+    ok(*again, "--force")
+    assert json.loads(ok("p12", "inspect", out, "--password-file", pki / "pw", "--json").stdout)["identities"]
 
 
 def test_store_import_of_a_pem_certificate_and_key(pki, tmp_path):
