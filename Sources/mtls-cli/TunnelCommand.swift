@@ -389,9 +389,11 @@ struct TunnelClientCommand: ParsableCommand {
                 throw MTLSError(.invalidArgument, "--target: the TLS side connects over TCP (HOST:PORT)")
             }
             let activated = SystemdNotify.activatedSocket()
-            if activated == nil {
-                try listenAddress.requirePlaintextSafe(option: "--listen", allowed: unsafeListen, unsafeFlag: "--unsafe-listen")
-            }
+            // The plaintext rule judges the socket systemd passed as it judges --listen: by the
+            // address it is bound to (a socket unit may say ListenStream=0.0.0.0:8080).
+            let activatedAddress = try activated.map { try TunnelAddress.bound(listeningSocket: $0) }
+            try (activatedAddress ?? listenAddress).requirePlaintextSafe(
+                option: activated == nil ? "--listen" : "the activated socket (fd 3)", allowed: unsafeListen, unsafeFlag: "--unsafe-listen")
             var socketFolder: [String] = []
             if case .unix(let path) = listenAddress { socketFolder = [URL(fileURLWithPath: path).deletingLastPathComponent().path] }
             let runtime = TunnelRuntime(options: operation, identityOptions: identityOptions, policy: trust.policy, writable: socketFolder)
@@ -410,18 +412,21 @@ struct TunnelClientCommand: ParsableCommand {
             if let minVersion { o.minVersion = minVersion }
             if let maxVersion { o.maxVersion = maxVersion }
             CLI.raiseOpenFileLimit()
-            let (listenFD, boundPort) = try activated.map { ($0, UInt16(0)) } ?? listenAddress.listen()
+            let (listenFD, boundPort) = try activated.map { fd -> (Int32, UInt16) in
+                if case .tcp(_, let port) = activatedAddress { return (fd, port) }
+                return (fd, 0)
+            } ?? listenAddress.listen()
             follow.start(listener: nil)
             CLI.printWarnings()
             let shown: String
-            switch listenAddress {
+            switch activatedAddress ?? listenAddress {
             case .tcp(let h, _): shown = h
             case .unix(let path): shown = "unix:\(path)"
             }
             let closed = Atomic<Bool>(false)
             let source = follow.source
             let fixed = try? identityOptions.explicitIdentity()
-            try runtime.start(address: activated == nil ? shown : "fd:3", port: boundPort, target: .tcp(host: host, port: port),
+            try runtime.start(address: shown, port: boundPort, target: .tcp(host: host, port: port),
                               identity: { source?.current ?? fixed }, listenerMetrics: nil,
                               stopAccepting: { if !closed.exchange(true, ordering: .acquiringAndReleasing) { Glibc.shutdown(listenFD, Int32(SHUT_RDWR)) } })
             let idle = runtime.idleTimeout

@@ -576,6 +576,98 @@ def test_systemd_socket_activation_and_notify(pki, backend, tmp_path):
         notify.close()
 
 
+def activated(sock, *args, **popen):
+    """`mtls tunnel ARGS` started with `sock` as its socket-activated fd 3 ($LISTEN_FDS, $LISTEN_PID)."""
+    fd = sock.fileno()
+    command = " ".join(f"'{a}'" for a in [CLI, "tunnel", *map(str, args)])
+    return subprocess.Popen(["bash", "-c", f"exec 3<&{fd}; LISTEN_PID=$$ exec {command}"], pass_fds=(fd,),
+                            env={**os.environ, "LISTEN_FDS": "1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, **popen)
+
+
+def listening_line(proc):
+    """The `listening on` line an activated tunnel prints (its other lines before it skipped)."""
+    for line in proc.stdout:
+        if line.startswith("listening on "):
+            return line.strip()
+    raise AssertionError(f"exited {proc.wait()} without listening")
+
+
+def not_listening_sockets():
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))  # bound, never listen()
+    return {"udp": udp, "tcp-not-listening": tcp}
+
+
+@pytest.mark.parametrize("kind", ["udp", "tcp-not-listening"])
+@pytest.mark.parametrize("side", ["client", "server"])
+def test_activated_socket_that_does_not_listen_is_refused(pki, kind, side):
+    """fd 3 must be a listening stream socket (SO_ACCEPTCONN, SO_TYPE), on both sides."""
+    socks = not_listening_sockets()
+    try:
+        args = (["client", "--listen", "127.0.0.1:1", "--target", "127.0.0.1:1", *identity(pki, "alice"), "--anchor", pki.root]
+                if side == "client" else
+                ["server", "--listen", "127.0.0.1:1", "--target", "127.0.0.1:1", *identity(pki, "server"), "--client-anchor", pki.int_a])
+        out = activated(socks[kind], *args).communicate(timeout=60)[0]
+        assert "file descriptor 3 is not a listening" in out, out
+    finally:
+        for sock in socks.values():
+            sock.close()
+
+
+def test_activated_client_socket_off_loopback_needs_unsafe_listen(pki, tunnels):
+    """The plaintext rule judges the activated socket by its bound address: 0.0.0.0 is refused
+    without --unsafe-listen (naming it) and served with it."""
+    sock = socket.socket()
+    sock.bind(("0.0.0.0", 0))
+    sock.listen(16)
+    port = sock.getsockname()[1]
+    args = ["client", "--listen", "127.0.0.1:1", "--target", f"127.0.0.1:{tunnels.port}", *identity(pki, "alice"), "--anchor", pki.root]
+    try:
+        proc = activated(sock, *args)
+        out = proc.communicate(timeout=60)[0]
+        assert proc.returncode != 0
+        assert "the activated socket (fd 3) 0.0.0.0:" in out and "--unsafe-listen" in out and "plaintext" in out, out
+        proc = activated(sock, *args, "--unsafe-listen")
+        try:
+            assert listening_line(proc) == f"listening on 0.0.0.0:{port}"
+            assert get(port, "/activated-any") == (200, "hello /activated-any\n")
+        finally:
+            proc.terminate()
+            proc.wait(20)
+    finally:
+        sock.close()
+
+
+def test_activated_client_unix_socket_is_plaintext_safe(pki, tunnels, tmp_path):
+    path = str(tmp_path / "plain.sock")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(path)
+    sock.listen(16)
+    proc = activated(sock, "client", "--listen", "127.0.0.1:1", "--target", f"127.0.0.1:{tunnels.port}",
+                     *identity(pki, "alice"), "--anchor", pki.root)
+    try:
+        assert listening_line(proc) == f"listening on unix:{path}"
+        with socket.socket(socket.AF_UNIX) as c:
+            c.settimeout(20)
+            c.connect(path)
+            c.sendall(b"GET /over-unix HTTP/1.0\r\n\r\n")
+            answer = b""
+            while chunk := c.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.0 200") and answer.endswith(b"hello /over-unix\n")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except Exception:
+            proc.kill()
+            raise AssertionError(proc.stdout.read())
+        sock.close()
+
+
 def test_json_log_and_sighup_reload(pki, backend, tmp_path):
     """--json: one object per line with an RFC 3339 time; SIGHUP rereads the policy file and the
     tunnel goes on serving."""
