@@ -533,6 +533,48 @@ def test_token_identity_in_the_tunnel_client(pki, backend, tmp_path_factory, tls
             server.stop()
 
 
+def test_renewal_in_process_rotates_the_followed_label(pki, backend):
+    """--renew runs `mtls renew --loop` for the identity's label inside the tunnel (here forced at
+    start, --renew-force, as the local CA's certificates last days): the renewal event is logged,
+    new connections are presented the renewed certificate and the expiry metric names it."""
+    import hashlib
+    import mtls
+    write_secret(pki.base / "renew-secret", "renew secret\n")
+    # The store beside the pki folder: Landlock lets the tunnel write beneath the store's folder,
+    # where the local CA records what it issues.
+    store = ["--store", pki.base / "renew.db", "--secret-file", pki.base / "renew-secret"]
+    ok("enroll", "pki", "--dir", pki.dir, "--ca", "Customer A", "--ip", "127.0.0.1", "--label", "renewing", *store)
+    with mtls.Store(pki.base / "renew.db", secret_file=pki.base / "renew-secret") as st:
+        old = st.info("renewing").leaf_sha256
+    server = Tunnel("server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", "--identity", "renewing",
+                    *store, "--client-anchor", pki.int_a, "--metrics-port", "0", "--renew", "--renew-force")
+    try:
+        port = server.listening()
+        metrics = server.port_of("metrics")
+        assert "renewing" in server.wait_for(lambda x: "renew" in x and "renewing" in x and "fail" not in x)
+        with mtls.Store(pki.base / "renew.db", secret_file=pki.base / "renew-secret") as st:
+            new = st.info("renewing").leaf_sha256
+        assert new != old
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.load_verify_locations(pki.root)
+        ctx.load_cert_chain(pki.issued("alice") / "chain.pem", pki.issued("alice") / "key.pem")
+
+        def presented():
+            with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=20), server_hostname="127.0.0.1") as c:
+                return hashlib.sha256(c.getpeercert(binary_form=True)).hexdigest()
+        wait_until(lambda: presented() == new, timeout=20)
+        assert f'sha256="{new}"' in get(metrics, "/metrics")[1]
+    finally:
+        server.stop()
+    assert not any("renewal stopped" in line for line in server.seen)
+
+
+def test_renew_needs_a_store_label(pki, backend):
+    r = run_cli("tunnel", "server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", *identity(pki, "server"),
+                "--client-anchor", pki.int_a, "--renew")
+    assert r.returncode != 0 and "--renew needs --identity LABEL" in r.stderr, r.stderr
+
+
 def test_systemd_socket_activation_and_notify(pki, backend, tmp_path):
     """Started as systemd starts a `Type=notify` service with socket activation: the listening
     socket is fd 3 ($LISTEN_FDS, $LISTEN_PID), READY=1, WATCHDOG=1 and STOPPING=1 go to the
