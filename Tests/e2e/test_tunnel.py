@@ -3,6 +3,7 @@ Python http.server, TLS 1.3 and 1.2; refusals (untrusted, revoked by CRL); the p
 rule; PROXY protocol v2 read by nginx and by a decoder written here from the specification;
 half-close; the status endpoint with the backend down; SIGTERM's drain; stunnel (Debian) as the
 other end both ways. Every server listens on 127.0.0.1, on ephemeral ports."""
+import http.client
 import http.server
 import json
 import os
@@ -238,6 +239,58 @@ def test_revoked_and_untrusted_clients_are_refused(pki, tunnels, name, reason):
         assert "[untrusted]" in line and (name == "mallory" or f'"{name}"' in line), line
     finally:
         client.stop()
+
+
+def test_crl_revocation_under_64_open_streams_refuses_the_revoked_client_and_breaks_no_stream(pki):
+    """64 streams of alice are open (each request head half sent, so the backend holds it) while
+    dave's certificate is revoked and the CRL republished; SIGHUP drops the cached CRLs; dave's
+    next connection is refused with `revoked` named, and every one of alice's streams then
+    finishes its request."""
+    ok("pki", "issue", "client", "--dir", pki.dir, "--ca", "Customer A", "--name", "dave", "--p12", pki.base / "dave.p12",
+       "--password-file", pki.pw)
+    class Backlog(Threaded):
+        request_queue_size = 256  # 64 connections at once: socketserver's 5 would overflow
+    backend = serve_in_thread(Backlog(("127.0.0.1", 0), Backend))
+    server, port = start_server(pki, f"127.0.0.1:{backend.server_address[1]}", "--revocation", "hard")
+    alice, aport = start_client(pki, port)
+    dave, dport = start_client(pki, port, "dave")
+    streams = []
+    try:
+        assert get(dport, "/dave-before") == (200, "hello /dave-before\n")
+        for i in range(64):
+            s = socket.create_connection(("127.0.0.1", aport), timeout=30)
+            s.sendall(f"GET /held/{i} HTTP/1.0\r\nHost: x\r\n".encode())
+            streams.append(s)
+        wait_until(lambda: sum(1 for line in server.seen + list(server.lines.queue) if line.startswith("accepted ")) >= 65,
+                   what="64 streams of alice accepted")
+        ok("pki", "revoke", "--dir", pki.dir, "--ca", "Customer A", "--name", "dave", "--reason", "keyCompromise")
+        ok("pki", "crl", "--dir", pki.dir, "--out", pki.base / "www")
+        server.proc.send_signal(signal.SIGHUP)
+        server.wait_for(lambda x: x.startswith("SIGHUP"))
+
+        def dave_refused():
+            try:
+                get(dport, "/dave-after", timeout=10)
+                return False
+            except (OSError, urllib.error.URLError, http.client.HTTPException):
+                return True
+        wait_until(dave_refused, what="dave refused")
+        line = server.wait_for(lambda x: x.startswith("rejected ") and "revoked" in x)
+        assert "dave" in line and "[untrusted]" in line, line
+        for i, s in enumerate(streams):
+            s.sendall(b"\r\n")
+        for i, s in enumerate(streams):
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+            assert data.startswith(b"HTTP/1.0 200") and data.endswith(f"hello /held/{i}\n".encode()), (i, data)
+        assert get(aport, "/alice-after") == (200, "hello /alice-after\n")
+    finally:
+        for s in streams:
+            s.close()
+        for proc in (dave, alice, server):
+            proc.stop()
+        backend.shutdown()
 
 
 def test_tunnel_server_allow_list_admits_one_client_and_names_the_rule_refusing_another(pki, backend):
