@@ -628,6 +628,43 @@ def test_renew_needs_a_store_label(pki, backend):
     assert r.returncode != 0 and "--renew needs --identity LABEL" in r.stderr, r.stderr
 
 
+@pytest.fixture
+def redis(tmp_path):
+    """Debian's redis-server on 127.0.0.1, an ephemeral port, nothing saved."""
+    require_tool(shutil.which("redis-server") and shutil.which("redis-cli"), "redis-server and redis-cli (Debian redis-server)")
+    port = free_port()
+    proc = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path), "--protected-mode", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, proc)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def test_redis_cli_through_client_and_server_tunnels(pki, redis, tmp_path):
+    """A real plaintext protocol besides HTTP: redis-cli → tunnel client → tunnel server →
+    redis-server; PING, then a 1 MiB value SET and read back whole."""
+    server, port = start_server(pki, f"127.0.0.1:{redis}")
+    client, cport = start_client(pki, port)
+    try:
+        def cli(*args, stdin=None):
+            r = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(cport), *args], input=stdin,
+                               capture_output=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            return r.stdout
+        assert cli("PING") == b"PONG\n"
+        value = os.urandom(512 * 1024).hex().encode()  # 1 MiB
+        assert cli("-x", "SET", "big", stdin=value) == b"OK\n"
+        assert cli("STRLEN", "big") == b"1048576\n"
+        assert cli("--no-raw", "GET", "big") == b'"' + value + b'"\n'
+        assert "CN=alice" in server.wait_for(lambda x: x.startswith("accepted "))
+    finally:
+        client.stop()
+        server.stop()
+
+
 def test_systemd_socket_activation_and_notify(pki, backend, tmp_path):
     """Started as systemd starts a `Type=notify` service with socket activation: the listening
     socket is fd 3 ($LISTEN_FDS, $LISTEN_PID), READY=1, WATCHDOG=1 and STOPPING=1 go to the
