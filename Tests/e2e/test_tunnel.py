@@ -665,6 +665,48 @@ def test_redis_cli_through_client_and_server_tunnels(pki, redis, tmp_path):
         server.stop()
 
 
+@pytest.fixture
+def postgres():
+    """Debian's PostgreSQL: initdb into a temporary folder, started by pg_ctl on a UNIX socket in
+    that folder (no TCP), trust authentication; as the `postgres` user when the tests run as root
+    (initdb refuses root)."""
+    import glob
+    import tempfile
+    bindir = next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)), None)
+    require_tool(bindir and shutil.which("psql"), "PostgreSQL (Debian postgresql)")
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="mtls-pg-"))
+    as_user = []
+    if os.geteuid() == 0:
+        shutil.chown(folder, "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    pg_ctl = [*as_user, f"{bindir}/pg_ctl", "-D", str(folder / "data")]
+    try:
+        subprocess.run([*as_user, f"{bindir}/initdb", "-D", str(folder / "data"), "-A", "trust", "-U", "postgres", "--no-sync"],
+                       check=True, capture_output=True, timeout=120)
+        subprocess.run([*pg_ctl, "-o", f"-c listen_addresses='' -k {folder}", "-l", str(folder / "log"), "-w", "start"],
+                       check=True, capture_output=True, timeout=120)
+        yield folder / ".s.PGSQL.5432"
+    finally:
+        subprocess.run([*pg_ctl, "-m", "immediate", "-w", "stop"], capture_output=True, timeout=60)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_psql_through_the_tunnels_to_a_unix_socket_target(pki, postgres):
+    """psql → tunnel client → tunnel server → PostgreSQL's UNIX socket (the target `unix:PATH`)."""
+    server, port = start_server(pki, f"unix:{postgres}")
+    client, cport = start_client(pki, port)
+    try:
+        r = subprocess.run(["psql", f"host=127.0.0.1 port={cport} user=postgres dbname=postgres sslmode=disable",
+                            "-XAtc", "select 'through ' || 'the tunnel', current_setting('port')"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == "through the tunnel|5432\n"
+        assert "CN=alice" in server.wait_for(lambda x: x.startswith("accepted "))
+    finally:
+        client.stop()
+        server.stop()
+
+
 def test_systemd_socket_activation_and_notify(pki, backend, tmp_path):
     """Started as systemd starts a `Type=notify` service with socket activation: the listening
     socket is fd 3 ($LISTEN_FDS, $LISTEN_PID), READY=1, WATCHDOG=1 and STOPPING=1 go to the
