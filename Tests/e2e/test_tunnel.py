@@ -906,3 +906,39 @@ def test_landlock_is_applied_where_the_kernel_has_it(pki, backend, tmp_path):
         assert off.wait_line("landlock: ") == "landlock: off (--no-landlock)"
     finally:
         off.stop()
+
+
+def test_landlock_denies_a_write_outside_the_allowed_folders(pki, backend, tmp_path):
+    """Landlock really denies, with no hook: the folders the tunnel may write beneath are fixed at
+    start (the store's, the policy's CRL cache `a`). The policy file, followed, is then changed to
+    cache CRLs in `b`; the next handshake fetches the CRL and writes it there (best effort). Under
+    Landlock the write is denied and `b` stays empty although the handshake succeeded; with
+    --no-landlock the same run writes the CRL into `b`."""
+    def run(name, *extra):
+        a, b = tmp_path / f"{name}-a", tmp_path / f"{name}-b"
+        a.mkdir()
+        b.mkdir()
+        policy = tmp_path / f"{name}.json"
+        doc = {"anchors": [str(pki.int_a)], "revocation": {"mode": "hard", "cache_dir": str(a)}}
+        policy.write_text(json.dumps(doc))
+        server = Tunnel("server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", *identity(pki, "server"),
+                        "--policy", policy, *extra)
+        client = None
+        try:
+            port = server.listening()
+            doc["revocation"]["cache_dir"] = str(b)
+            policy.write_text(json.dumps(doc))
+            server.proc.send_signal(signal.SIGHUP)  # rereads the policy and drops the cached CRLs
+            server.wait_for(lambda x: x.startswith("policy reloaded"))
+            client, cport = start_client(pki, port)
+            assert get(cport, f"/{name}") == (200, f"hello /{name}\n")
+            assert "trusted" in server.wait_for(lambda x: x.startswith("accepted "))
+            return list(b.iterdir())
+        finally:
+            if client:
+                client.stop()
+            server.stop()
+
+    if kernel_has_landlock():
+        assert run("landlocked") == []
+    assert len(run("free", "--no-landlock")) == 1
