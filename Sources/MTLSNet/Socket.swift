@@ -241,7 +241,8 @@ package enum Socket {
 
     /// "127.0.0.1:443" or "[::1]:443".
     static func describe(_ sa: UnsafePointer<sockaddr>?, _ len: socklen_t) -> String {
-        guard let sa else { return "?" }
+        // A UNIX socket's peer has no address to show (getnameinfo would say "localhost:").
+        guard let sa, sa.pointee.sa_family != sa_family_t(AF_UNIX) else { return "?" }
         var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
         var serv = [CChar](repeating: 0, count: Int(NI_MAXSERV))
         guard getnameinfo(sa, len, &host, socklen_t(host.count), &serv, socklen_t(serv.count),

@@ -768,6 +768,15 @@ def listening_line(proc):
     raise AssertionError(f"exited {proc.wait()} without listening")
 
 
+def listening_line_after(proc, start):
+    """The activated tunnel's next log line that starts with `start` (after its time)."""
+    for line in proc.stdout:
+        text = line.split(" ", 1)[1] if re.match(r"\d{4}-\d\d-\d\dT", line) else line
+        if text.startswith(start):
+            return text.strip()
+    raise AssertionError(f"exited {proc.wait()} without a line {start!r}")
+
+
 def not_listening_sockets():
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     udp.bind(("127.0.0.1", 0))
@@ -833,6 +842,7 @@ def test_activated_client_unix_socket_is_plaintext_safe(pki, tunnels, tmp_path):
             while chunk := c.recv(65536):
                 answer += chunk
         assert answer.startswith(b"HTTP/1.0 200") and answer.endswith(b"hello /over-unix\n")
+        assert listening_line_after(proc, "connected ").startswith("connected local client → ")
     finally:
         proc.terminate()
         try:
