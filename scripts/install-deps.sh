@@ -16,6 +16,8 @@ pkgs=(
   swtpm swtpm-tools tpm2-tools tpm2-abrmd libtss2-tcti-tabrmd0 libtpm2-pkcs11-1 libtpm2-pkcs11-tools dbus  # a TPM 2.0 token: swtpm, its resource manager and tpm2-pkcs11 (Tests/e2e/test_tpm.py)
   debhelper dpkg-dev lintian help2man chrpath fakeroot binutils util-linux python3-venv
   mkdocs  # the docs site: make docs, make test-docs (mkdocs build --strict)
+  postgresql postgresql-client  # psql through both tunnels to PostgreSQL's UNIX socket (Tests/e2e/test_tunnel.py)
+  redis-server  # a real plaintext backend (redis-cli through both tunnels) (Tests/e2e/test_tunnel.py)
   stunnel4  # the other end of `mtls tunnel` in both directions, and its bench baseline (Tests/e2e/test_tunnel.py, bench/bench_tunnel.py)
   stress-ng  # keeps the cores busy for the no-flake proof: make test green while `stress-ng --cpu 2` runs
 )

@@ -164,12 +164,18 @@ package enum Socket {
 
     /// The port of a listening TCP socket (one systemd passed), or nil when `fd` is not one.
     package static func listeningPort(_ fd: Int32) -> UInt16? {
+        guard isListeningStream(fd) else { return nil }
+        return boundPort(fd)
+    }
+
+    /// Whether `fd` is a stream socket that listens (`SO_ACCEPTCONN` and `SO_TYPE`): what systemd
+    /// must have passed under socket activation before a server accepts on it.
+    package static func isListeningStream(_ fd: Int32) -> Bool {
         var accepting: Int32 = 0, type: Int32 = 0
         var len = socklen_t(MemoryLayout<Int32>.size)
-        guard getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) == 0, accepting == 1 else { return nil }
+        guard getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) == 0, accepting == 1 else { return false }
         len = socklen_t(MemoryLayout<Int32>.size)
-        guard getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0, type == Int32(SOCK_STREAM.rawValue) else { return nil }
-        return boundPort(fd)
+        return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == Int32(SOCK_STREAM.rawValue)
     }
 
     /// Accepts one connection, waiting up to the deadline. Returns the socket and the peer's
@@ -177,6 +183,9 @@ package enum Socket {
     package static func accept(_ listener: Int32, deadline: Deadline) throws -> (Int32, String) {
         while true {
             if let accepted = try acceptNow(listener) { return accepted }
+            // A UNIX listening socket that was shut down polls readable and accepts EAGAIN
+            // forever: without this the caller's deadline (and its drain check) never came.
+            if deadline.remaining == 0 { throw MTLSError(.timeout, "accept timed out") }
             try wait(listener, forWriting: false, deadline: deadline, what: "accept")
         }
     }
@@ -232,7 +241,8 @@ package enum Socket {
 
     /// "127.0.0.1:443" or "[::1]:443".
     static func describe(_ sa: UnsafePointer<sockaddr>?, _ len: socklen_t) -> String {
-        guard let sa else { return "?" }
+        // A UNIX socket's peer has no address to show (getnameinfo would say "localhost:").
+        guard let sa, sa.pointee.sa_family != sa_family_t(AF_UNIX) else { return "?" }
         var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
         var serv = [CChar](repeating: 0, count: Int(NI_MAXSERV))
         guard getnameinfo(sa, len, &host, socklen_t(host.count), &serv, socklen_t(serv.count),

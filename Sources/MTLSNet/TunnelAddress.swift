@@ -125,6 +125,47 @@ public enum TunnelAddress: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// The address a listening stream socket is bound to (`getsockname`), such as the one systemd
+    /// passes under socket activation, so the plaintext rule (``requirePlaintextSafe(option:allowed:unsafeFlag:)``)
+    /// judges it as it judges `--listen`. An abstract UNIX socket reads `unix:@NAME`, an unnamed one
+    /// `unix:@`. ``MTLSError/Code/invalidArgument`` when `fd` is not a listening stream socket
+    /// (a datagram socket, a socket that does not listen, a file, a closed descriptor).
+    public static func bound(listeningSocket fd: Int32) throws -> TunnelAddress {
+        guard Socket.isListeningStream(fd) else {
+            throw MTLSError(.invalidArgument, "file descriptor \(fd) is not a listening stream socket")
+        }
+        var storage = sockaddr_storage()
+        var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let address: TunnelAddress? = withUnsafeMutablePointer(to: &storage) { p in
+            guard p.withMemoryRebound(to: sockaddr.self, capacity: 1, { getsockname(fd, $0, &len) }) == 0 else { return nil }
+            switch Int32(p.pointee.ss_family) {
+            case AF_INET, AF_INET6:
+                var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
+                let rc = p.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    getnameinfo($0, len, &host, socklen_t(host.count), nil, 0, NI_NUMERICHOST)
+                }
+                guard rc == 0, let port = Socket.boundPort(fd) else { return nil }
+                return .tcp(host: String(cBuffer: host), port: port)
+            case AF_UNIX:
+                let offset = MemoryLayout<sa_family_t>.size
+                let count = max(0, min(Int(len) - offset, maxUnixPathLength + 1))
+                let raw: [UInt8] = p.withMemoryRebound(to: sockaddr_un.self, capacity: 1) { un in
+                    withUnsafeBytes(of: &un.pointee.sun_path) { Array($0.prefix(count)) }
+                }
+                if raw.first == 0 || raw.isEmpty {  // abstract or unnamed
+                    return .unix(path: "@" + String(decoding: raw.dropFirst(), as: UTF8.self))
+                }
+                return .unix(path: String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self))
+            default:
+                return nil
+            }
+        }
+        guard let address else {
+            throw MTLSError(.invalidArgument, "file descriptor \(fd) is not an IPv4, IPv6 or UNIX socket")
+        }
+        return address
+    }
+
     static func withUnixAddress<T>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T {
         var sa = sockaddr_un()
         sa.sun_family = sa_family_t(AF_UNIX)

@@ -336,16 +336,24 @@ struct RenewCommand: ParsableCommand {
             }
             // The loop prints what the library reports through its lifecycle events: the same
             // events a C or Python program receives from its renewer.
-            let renewer = Renewer(store: store, label: label, policy: trust, tokenPIN: pin, caKeyPassword: caPassword, options: options)
-            let asJSON = json
-            renewer.events.setHandler { e in
-                RenewCommand.printEvent(e, json: asJSON)
-                fflush(nil)  // a supervisor reading the pipe sees each event as it happens
-            }
+            let renewer = RenewCommand.loopRenewer(store: store, label: label, policy: trust, tokenPIN: pin, caKeyPassword: caPassword,
+                                                   options: options, json: json)
             // Each label on its own schedule (one stuck CA delays no other label); --force
             // applies to each label's first attempt only.
             try renewer.runLoop(force: force, checkInterval: interval)
         }
+    }
+
+    /// The renewer of `--loop` (and of `mtls tunnel --renew`, which runs the same loop in process),
+    /// printing each of its events as it happens.
+    static func loopRenewer(store: CredentialStore, label: String?, policy: TrustPolicy?, tokenPIN: SecretBytes?,
+                            caKeyPassword: SecretBytes?, options: RenewalOptions, json: Bool) -> Renewer {
+        let renewer = Renewer(store: store, label: label, policy: policy, tokenPIN: tokenPIN, caKeyPassword: caKeyPassword, options: options)
+        renewer.events.setHandler { e in
+            RenewCommand.printEvent(e, json: json)
+            fflush(nil)  // a supervisor reading the pipe sees each event as it happens
+        }
+        return renewer
     }
 
     /// One event of the loop: a line of text (failures on stderr), or a JSON object with

@@ -159,6 +159,9 @@ final class ServeFollowing: @unchecked Sendable {
         let s = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
         s.setEventHandler { [self] in
             ServeLog.line("SIGHUP: reloading")
+            // Revocation too: the CRLs and OCSP answers cached until their nextUpdate are
+            // dropped, so a CRL republished after a revocation is fetched for the next handshake.
+            RevocationCache.clear()
             source?.reload()
             policyWatch?.reload()
         }

@@ -42,6 +42,44 @@ struct TunnelOperationOptions: ParsableArguments {
     }
 }
 
+/// Renewal inside the tunnel (`--renew`): `mtls renew --loop` for the followed store label, run
+/// on a thread of the tunnel, so the label rotates with no second process.
+struct TunnelRenewalOptions: ParsableArguments {
+    @Flag(help: "With --identity LABEL and a store: renew the enrolled identity in this process when due (as `mtls renew --loop LABEL`: ACME, EST or the local CA, from the enrollment record); new connections present the renewed certificate.") var renew = false
+    @Flag(help: "With --renew: renew once at start, whether due or not (as `mtls renew --loop --force`).") var renewForce = false
+    @Option(help: "With --renew: seconds between checks (as `mtls renew --interval`).") var renewInterval: Double = Renewer.defaultCheckInterval
+    @Option(help: "With --renew, for an identity enrolled from a local pki directory: the CA keys' password (default: $MTLS_PKI_KEY_PASSWORD_FILE).") var renewPasswordFile: String?
+
+    func validate() throws {
+        if !renew && (renewForce || renewPasswordFile != nil) { throw ValidationError("--renew-force and --renew-password-file go with --renew") }
+        if !Renewer.checkIntervals.contains(renewInterval) {
+            throw ValidationError("--renew-interval is \(Int(Renewer.checkIntervals.lowerBound)) to \(Int(Renewer.checkIntervals.upperBound)) seconds")
+        }
+    }
+
+    /// Starts the renewal loop for the identity's label on a thread of its own, until `stop`
+    /// says the tunnel is done; nil without `--renew`. The renewed chain is checked against the
+    /// enrollment's recorded anchors, as `mtls renew` does without `--policy`/`--anchor`.
+    func start(_ identityOptions: IdentityOptions, following: ServeFollowing, json: Bool, until stop: @escaping @Sendable () -> Bool) throws {
+        guard renew else { return }
+        guard following.source != nil, let label = identityOptions.identity, let store = following.store else {
+            throw ValidationError("--renew needs --identity LABEL naming an enrolled identity of a store (--store)")
+        }
+        let pin = try identityOptions.pinFile.map(CLI.readPINFile)
+        let renewer = RenewCommand.loopRenewer(store: store, label: label, policy: nil, tokenPIN: pin,
+                                               caKeyPassword: try RenewCommand.caKeyPassword(renewPasswordFile),
+                                               options: RenewalOptions(), json: json)
+        let (force, interval) = (renewForce, renewInterval)
+        Thread.detachNewThread {
+            do {
+                try renewer.runLoop(force: force, checkInterval: interval, until: stop)
+            } catch {
+                ServeLog.line("renewal stopped: \((error as? MTLSError)?.message ?? "\(error)") [\(CLI.errorName(error))]")
+            }
+        }
+    }
+}
+
 /// The trust options both ends take for their peer: the policy file and revocation.
 struct TunnelPolicyOptions: ParsableArguments {
     @Option(help: "A trust policy JSON file for the peer (followed: a change is in force for the next connection; SIGHUP rereads it).") var policy: String?
@@ -262,6 +300,7 @@ struct TunnelServerCommand: ParsableCommand {
     @Flag(help: "Send the target a PROXY protocol v2 header first: the client's address and the TLS TLVs (version, cipher, the client certificate's CN, signature and key algorithm).") var proxyProtocol = false
     @Flag(help: "With --proxy-protocol: also send the whole client certificate (DER) in TLV 0xE0.") var proxyProtocolCertificate = false
     @OptionGroup var operation: TunnelOperationOptions
+    @OptionGroup(title: "Renewal in process") var renewal: TunnelRenewalOptions
 
     func validate() throws {
         if proxyProtocolCertificate && !proxyProtocol { throw ValidationError("--proxy-protocol-certificate goes with --proxy-protocol") }
@@ -295,6 +334,7 @@ struct TunnelServerCommand: ParsableCommand {
             let listener = try activated.map { try TLSListener(listeningSocket: $0, options: o) }
                 ?? TLSListener(address: host, port: port, options: o)
             follow.start(listener: listener)
+            try renewal.start(identityOptions, following: follow, json: operation.json, until: { runtime.draining })
             CLI.printWarnings()
             let source = listener.identitySource
             try runtime.start(address: host, port: listener.port, target: targetAddress, identity: { source.current },
@@ -381,6 +421,7 @@ struct TunnelClientCommand: ParsableCommand {
     @Option(help: "An SPKI pin sha256/BASE64 the server's chain must hold; repeatable; always enforced.") var pin: [String] = []
     @OptionGroup(title: "Which server may answer (on top of the anchors, --verify-as and --pin)") var allow: PeerAllowOptions
     @OptionGroup var operation: TunnelOperationOptions
+    @OptionGroup(title: "Renewal in process") var renewal: TunnelRenewalOptions
 
     func run() throws {
         do {
@@ -389,9 +430,11 @@ struct TunnelClientCommand: ParsableCommand {
                 throw MTLSError(.invalidArgument, "--target: the TLS side connects over TCP (HOST:PORT)")
             }
             let activated = SystemdNotify.activatedSocket()
-            if activated == nil {
-                try listenAddress.requirePlaintextSafe(option: "--listen", allowed: unsafeListen, unsafeFlag: "--unsafe-listen")
-            }
+            // The plaintext rule judges the socket systemd passed as it judges --listen: by the
+            // address it is bound to (a socket unit may say ListenStream=0.0.0.0:8080).
+            let activatedAddress = try activated.map { try TunnelAddress.bound(listeningSocket: $0) }
+            try (activatedAddress ?? listenAddress).requirePlaintextSafe(
+                option: activated == nil ? "--listen" : "the activated socket (fd 3)", allowed: unsafeListen, unsafeFlag: "--unsafe-listen")
             var socketFolder: [String] = []
             if case .unix(let path) = listenAddress { socketFolder = [URL(fileURLWithPath: path).deletingLastPathComponent().path] }
             let runtime = TunnelRuntime(options: operation, identityOptions: identityOptions, policy: trust.policy, writable: socketFolder)
@@ -410,18 +453,22 @@ struct TunnelClientCommand: ParsableCommand {
             if let minVersion { o.minVersion = minVersion }
             if let maxVersion { o.maxVersion = maxVersion }
             CLI.raiseOpenFileLimit()
-            let (listenFD, boundPort) = try activated.map { ($0, UInt16(0)) } ?? listenAddress.listen()
+            let (listenFD, boundPort) = try activated.map { fd -> (Int32, UInt16) in
+                if case .tcp(_, let port) = activatedAddress { return (fd, port) }
+                return (fd, 0)
+            } ?? listenAddress.listen()
             follow.start(listener: nil)
+            try renewal.start(identityOptions, following: follow, json: operation.json, until: { runtime.draining })
             CLI.printWarnings()
             let shown: String
-            switch listenAddress {
+            switch activatedAddress ?? listenAddress {
             case .tcp(let h, _): shown = h
             case .unix(let path): shown = "unix:\(path)"
             }
             let closed = Atomic<Bool>(false)
             let source = follow.source
             let fixed = try? identityOptions.explicitIdentity()
-            try runtime.start(address: activated == nil ? shown : "fd:3", port: boundPort, target: .tcp(host: host, port: port),
+            try runtime.start(address: shown, port: boundPort, target: .tcp(host: host, port: port),
                               identity: { source?.current ?? fixed }, listenerMetrics: nil,
                               stopAccepting: { if !closed.exchange(true, ordering: .acquiringAndReleasing) { Glibc.shutdown(listenFD, Int32(SHUT_RDWR)) } })
             let idle = runtime.idleTimeout

@@ -69,6 +69,32 @@ final class TunnelTests: XCTestCase {
             XCTAssertThrowsError(try TunnelAddress(bad), bad) { e in XCTAssertEqual((e as? MTLSError)?.code, .invalidArgument) }
         }
     }
+
+    /// What socket activation passes is judged by where it is bound: loopback and UNIX sockets
+    /// are local, the wildcard is not; a socket that does not listen, or is no stream, is refused.
+    func testBoundAddressOfAnActivatedSocket() throws {
+        let (loopback, port) = try TunnelAddress("127.0.0.1:0").listen()
+        defer { close(loopback) }
+        XCTAssertEqual(try TunnelAddress.bound(listeningSocket: loopback), .tcp(host: "127.0.0.1", port: port))
+        let (any, anyPort) = try TunnelAddress("0.0.0.0:0").listen()
+        defer { close(any) }
+        let wildcard = try TunnelAddress.bound(listeningSocket: any)
+        XCTAssertEqual(wildcard, .tcp(host: "0.0.0.0", port: anyPort))
+        XCTAssertFalse(wildcard.isLocal)
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("mtls-bound-\(getpid()).sock").path
+        let (unixFD, _) = try TunnelAddress("unix:" + path).listen()
+        defer { close(unixFD); unlink(path) }
+        XCTAssertEqual(try TunnelAddress.bound(listeningSocket: unixFD), .unix(path: path))
+        let udp = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        let idle = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(udp); close(idle) }
+        for fd in [udp, idle, -1] {
+            XCTAssertThrowsError(try TunnelAddress.bound(listeningSocket: fd), "\(fd)") { e in
+                XCTAssertEqual((e as? MTLSError)?.code, .invalidArgument)
+                XCTAssertTrue((e as? MTLSError)?.message.contains("not a listening stream socket") ?? false, "\(e)")
+            }
+        }
+    }
 }
 
 /// The forwarding loop, with the connection tests' PKI.

@@ -3,6 +3,7 @@ Python http.server, TLS 1.3 and 1.2; refusals (untrusted, revoked by CRL); the p
 rule; PROXY protocol v2 read by nginx and by a decoder written here from the specification;
 half-close; the status endpoint with the backend down; SIGTERM's drain; stunnel (Debian) as the
 other end both ways. Every server listens on 127.0.0.1, on ephemeral ports."""
+import http.client
 import http.server
 import json
 import os
@@ -120,6 +121,9 @@ class Echo(socketserver.BaseRequestHandler):
 class Threaded(socketserver.ThreadingMixIn, socketserver.TCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # 64 connections at once: socketserver's backlog of 5 overflows, and the backend then resets
+    # some of them ("Connection reset by peer" on the tunnel's plaintext side).
+    request_queue_size = 256
 
 
 @pytest.fixture(scope="module")
@@ -238,6 +242,56 @@ def test_revoked_and_untrusted_clients_are_refused(pki, tunnels, name, reason):
         assert "[untrusted]" in line and (name == "mallory" or f'"{name}"' in line), line
     finally:
         client.stop()
+
+
+def test_crl_revocation_under_64_open_streams_refuses_the_revoked_client_and_breaks_no_stream(pki):
+    """64 streams of alice are open (each request head half sent, so the backend holds it) while
+    dave's certificate is revoked and the CRL republished; SIGHUP drops the cached CRLs; dave's
+    next connection is refused with `revoked` named, and every one of alice's streams then
+    finishes its request."""
+    ok("pki", "issue", "client", "--dir", pki.dir, "--ca", "Customer A", "--name", "dave", "--p12", pki.base / "dave.p12",
+       "--password-file", pki.pw)
+    backend = serve_in_thread(Threaded(("127.0.0.1", 0), Backend))
+    server, port = start_server(pki, f"127.0.0.1:{backend.server_address[1]}", "--revocation", "hard")
+    alice, aport = start_client(pki, port)
+    dave, dport = start_client(pki, port, "dave")
+    streams = []
+    try:
+        assert get(dport, "/dave-before") == (200, "hello /dave-before\n")
+        for i in range(64):
+            s = socket.create_connection(("127.0.0.1", aport), timeout=30)
+            s.sendall(f"GET /held/{i} HTTP/1.0\r\nHost: x\r\n".encode())
+            streams.append(s)
+        wait_until(lambda: sum(1 for line in server.seen + list(server.lines.queue) if line.startswith("accepted ")) >= 65,
+                   what="64 streams of alice accepted")
+        ok("pki", "revoke", "--dir", pki.dir, "--ca", "Customer A", "--name", "dave", "--reason", "keyCompromise")
+        ok("pki", "crl", "--dir", pki.dir, "--out", pki.base / "www")
+        server.proc.send_signal(signal.SIGHUP)
+        server.wait_for(lambda x: x.startswith("SIGHUP"))
+
+        def dave_refused():
+            try:
+                get(dport, "/dave-after", timeout=10)
+                return False
+            except (OSError, urllib.error.URLError, http.client.HTTPException):
+                return True
+        wait_until(dave_refused, what="dave refused")
+        line = server.wait_for(lambda x: x.startswith("rejected ") and "revoked" in x)
+        assert "dave" in line and "[untrusted]" in line, line
+        for i, s in enumerate(streams):
+            s.sendall(b"\r\n")
+        for i, s in enumerate(streams):
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+            assert data.startswith(b"HTTP/1.0 200") and data.endswith(f"hello /held/{i}\n".encode()), (i, data)
+        assert get(aport, "/alice-after") == (200, "hello /alice-after\n")
+    finally:
+        for s in streams:
+            s.close()
+        for proc in (dave, alice, server):
+            proc.stop()
+        backend.shutdown()
 
 
 def test_tunnel_server_allow_list_admits_one_client_and_names_the_rule_refusing_another(pki, backend):
@@ -533,6 +587,127 @@ def test_token_identity_in_the_tunnel_client(pki, backend, tmp_path_factory, tls
             server.stop()
 
 
+def test_renewal_in_process_rotates_the_followed_label(pki, backend):
+    """--renew runs `mtls renew --loop` for the identity's label inside the tunnel (here forced at
+    start, --renew-force, as the local CA's certificates last days): the renewal event is logged,
+    new connections are presented the renewed certificate and the expiry metric names it."""
+    import hashlib
+    import mtls
+    write_secret(pki.base / "renew-secret", "renew secret\n")
+    # The store beside the pki folder: Landlock lets the tunnel write beneath the store's folder,
+    # where the local CA records what it issues.
+    store = ["--store", pki.base / "renew.db", "--secret-file", pki.base / "renew-secret"]
+    ok("enroll", "pki", "--dir", pki.dir, "--ca", "Customer A", "--ip", "127.0.0.1", "--label", "renewing", *store)
+    with mtls.Store(pki.base / "renew.db", secret_file=pki.base / "renew-secret") as st:
+        old = st.info("renewing").leaf_sha256
+    server = Tunnel("server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", "--identity", "renewing",
+                    *store, "--client-anchor", pki.int_a, "--metrics-port", "0", "--renew", "--renew-force")
+    try:
+        port = server.listening()
+        metrics = server.port_of("metrics")
+        assert "renewing" in server.wait_for(lambda x: "renew" in x and "renewing" in x and "fail" not in x)
+        with mtls.Store(pki.base / "renew.db", secret_file=pki.base / "renew-secret") as st:
+            new = st.info("renewing").leaf_sha256
+        assert new != old
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.load_verify_locations(pki.root)
+        ctx.load_cert_chain(pki.issued("alice") / "chain.pem", pki.issued("alice") / "key.pem")
+
+        def presented():
+            with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=20), server_hostname="127.0.0.1") as c:
+                return hashlib.sha256(c.getpeercert(binary_form=True)).hexdigest()
+        wait_until(lambda: presented() == new, timeout=20)
+        assert f'sha256="{new}"' in get(metrics, "/metrics")[1]
+    finally:
+        server.stop()
+    assert not any("renewal stopped" in line for line in server.seen)
+
+
+def test_renew_needs_a_store_label(pki, backend):
+    r = run_cli("tunnel", "server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", *identity(pki, "server"),
+                "--client-anchor", pki.int_a, "--renew")
+    assert r.returncode != 0 and "--renew needs --identity LABEL" in r.stderr, r.stderr
+
+
+@pytest.fixture
+def redis(tmp_path):
+    """Debian's redis-server on 127.0.0.1, an ephemeral port, nothing saved."""
+    require_tool(shutil.which("redis-server") and shutil.which("redis-cli"), "redis-server and redis-cli (Debian redis-server)")
+    port = free_port()
+    proc = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path), "--protected-mode", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, proc)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def test_redis_cli_through_client_and_server_tunnels(pki, redis, tmp_path):
+    """A real plaintext protocol besides HTTP: redis-cli → tunnel client → tunnel server →
+    redis-server; PING, then a 1 MiB value SET and read back whole."""
+    server, port = start_server(pki, f"127.0.0.1:{redis}")
+    client, cport = start_client(pki, port)
+    try:
+        def cli(*args, stdin=None):
+            r = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(cport), *args], input=stdin,
+                               capture_output=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            return r.stdout
+        assert cli("PING") == b"PONG\n"
+        value = os.urandom(512 * 1024).hex().encode()  # 1 MiB
+        assert cli("-x", "SET", "big", stdin=value) == b"OK\n"
+        assert cli("STRLEN", "big") == b"1048576\n"
+        assert cli("--no-raw", "GET", "big") == b'"' + value + b'"\n'
+        assert "CN=alice" in server.wait_for(lambda x: x.startswith("accepted "))
+    finally:
+        client.stop()
+        server.stop()
+
+
+@pytest.fixture
+def postgres():
+    """Debian's PostgreSQL: initdb into a temporary folder, started by pg_ctl on a UNIX socket in
+    that folder (no TCP), trust authentication; as the `postgres` user when the tests run as root
+    (initdb refuses root)."""
+    import glob
+    import tempfile
+    bindir = next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)), None)
+    require_tool(bindir and shutil.which("psql"), "PostgreSQL (Debian postgresql)")
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="mtls-pg-"))
+    as_user = []
+    if os.geteuid() == 0:
+        shutil.chown(folder, "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    pg_ctl = [*as_user, f"{bindir}/pg_ctl", "-D", str(folder / "data")]
+    try:
+        subprocess.run([*as_user, f"{bindir}/initdb", "-D", str(folder / "data"), "-A", "trust", "-U", "postgres", "--no-sync"],
+                       check=True, capture_output=True, timeout=120)
+        subprocess.run([*pg_ctl, "-o", f"-c listen_addresses='' -k {folder}", "-l", str(folder / "log"), "-w", "start"],
+                       check=True, capture_output=True, timeout=120)
+        yield folder / ".s.PGSQL.5432"
+    finally:
+        subprocess.run([*pg_ctl, "-m", "immediate", "-w", "stop"], capture_output=True, timeout=60)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_psql_through_the_tunnels_to_a_unix_socket_target(pki, postgres):
+    """psql → tunnel client → tunnel server → PostgreSQL's UNIX socket (the target `unix:PATH`)."""
+    server, port = start_server(pki, f"unix:{postgres}")
+    client, cport = start_client(pki, port)
+    try:
+        r = subprocess.run(["psql", f"host=127.0.0.1 port={cport} user=postgres dbname=postgres sslmode=disable",
+                            "-XAtc", "select 'through ' || 'the tunnel', current_setting('port')"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == "through the tunnel|5432\n"
+        assert "CN=alice" in server.wait_for(lambda x: x.startswith("accepted "))
+    finally:
+        client.stop()
+        server.stop()
+
+
 def test_systemd_socket_activation_and_notify(pki, backend, tmp_path):
     """Started as systemd starts a `Type=notify` service with socket activation: the listening
     socket is fd 3 ($LISTEN_FDS, $LISTEN_PID), READY=1, WATCHDOG=1 and STOPPING=1 go to the
@@ -574,6 +749,108 @@ def test_systemd_socket_activation_and_notify(pki, backend, tmp_path):
             proc.kill()
         proc.wait(10)
         notify.close()
+
+
+def activated(sock, *args, **popen):
+    """`mtls tunnel ARGS` started with `sock` as its socket-activated fd 3 ($LISTEN_FDS, $LISTEN_PID)."""
+    fd = sock.fileno()
+    command = " ".join(f"'{a}'" for a in [CLI, "tunnel", *map(str, args)])
+    return subprocess.Popen(["bash", "-c", f"exec 3<&{fd}; LISTEN_PID=$$ exec {command}"], pass_fds=(fd,),
+                            env={**os.environ, "LISTEN_FDS": "1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, **popen)
+
+
+def listening_line(proc):
+    """The `listening on` line an activated tunnel prints (its other lines before it skipped)."""
+    for line in proc.stdout:
+        if line.startswith("listening on "):
+            return line.strip()
+    raise AssertionError(f"exited {proc.wait()} without listening")
+
+
+def listening_line_after(proc, start):
+    """The activated tunnel's next log line that starts with `start` (after its time)."""
+    for line in proc.stdout:
+        text = line.split(" ", 1)[1] if re.match(r"\d{4}-\d\d-\d\dT", line) else line
+        if text.startswith(start):
+            return text.strip()
+    raise AssertionError(f"exited {proc.wait()} without a line {start!r}")
+
+
+def not_listening_sockets():
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))  # bound, never listen()
+    return {"udp": udp, "tcp-not-listening": tcp}
+
+
+@pytest.mark.parametrize("kind", ["udp", "tcp-not-listening"])
+@pytest.mark.parametrize("side", ["client", "server"])
+def test_activated_socket_that_does_not_listen_is_refused(pki, kind, side):
+    """fd 3 must be a listening stream socket (SO_ACCEPTCONN, SO_TYPE), on both sides."""
+    socks = not_listening_sockets()
+    try:
+        args = (["client", "--listen", "127.0.0.1:1", "--target", "127.0.0.1:1", *identity(pki, "alice"), "--anchor", pki.root]
+                if side == "client" else
+                ["server", "--listen", "127.0.0.1:1", "--target", "127.0.0.1:1", *identity(pki, "server"), "--client-anchor", pki.int_a])
+        out = activated(socks[kind], *args).communicate(timeout=60)[0]
+        assert "file descriptor 3 is not a listening" in out, out
+    finally:
+        for sock in socks.values():
+            sock.close()
+
+
+def test_activated_client_socket_off_loopback_needs_unsafe_listen(pki, tunnels):
+    """The plaintext rule judges the activated socket by its bound address: 0.0.0.0 is refused
+    without --unsafe-listen (naming it) and served with it."""
+    sock = socket.socket()
+    sock.bind(("0.0.0.0", 0))
+    sock.listen(16)
+    port = sock.getsockname()[1]
+    args = ["client", "--listen", "127.0.0.1:1", "--target", f"127.0.0.1:{tunnels.port}", *identity(pki, "alice"), "--anchor", pki.root]
+    try:
+        proc = activated(sock, *args)
+        out = proc.communicate(timeout=60)[0]
+        assert proc.returncode != 0
+        assert "the activated socket (fd 3) 0.0.0.0:" in out and "--unsafe-listen" in out and "plaintext" in out, out
+        proc = activated(sock, *args, "--unsafe-listen")
+        try:
+            assert listening_line(proc) == f"listening on 0.0.0.0:{port}"
+            assert get(port, "/activated-any") == (200, "hello /activated-any\n")
+        finally:
+            proc.terminate()
+            proc.wait(20)
+    finally:
+        sock.close()
+
+
+def test_activated_client_unix_socket_is_plaintext_safe(pki, tunnels, tmp_path):
+    path = str(tmp_path / "plain.sock")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(path)
+    sock.listen(16)
+    proc = activated(sock, "client", "--listen", "127.0.0.1:1", "--target", f"127.0.0.1:{tunnels.port}",
+                     *identity(pki, "alice"), "--anchor", pki.root)
+    try:
+        assert listening_line(proc) == f"listening on unix:{path}"
+        with socket.socket(socket.AF_UNIX) as c:
+            c.settimeout(20)
+            c.connect(path)
+            c.sendall(b"GET /over-unix HTTP/1.0\r\n\r\n")
+            answer = b""
+            while chunk := c.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.0 200") and answer.endswith(b"hello /over-unix\n")
+        assert listening_line_after(proc, "connected ").startswith("connected local client → ")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except Exception:
+            proc.kill()
+            raise AssertionError(proc.stdout.read())
+        sock.close()
 
 
 def test_json_log_and_sighup_reload(pki, backend, tmp_path):
@@ -640,3 +917,39 @@ def test_landlock_is_applied_where_the_kernel_has_it(pki, backend, tmp_path):
         assert off.wait_line("landlock: ") == "landlock: off (--no-landlock)"
     finally:
         off.stop()
+
+
+def test_landlock_denies_a_write_outside_the_allowed_folders(pki, backend, tmp_path):
+    """Landlock really denies, with no hook: the folders the tunnel may write beneath are fixed at
+    start (the store's, the policy's CRL cache `a`). The policy file, followed, is then changed to
+    cache CRLs in `b`; the next handshake fetches the CRL and writes it there (best effort). Under
+    Landlock the write is denied and `b` stays empty although the handshake succeeded; with
+    --no-landlock the same run writes the CRL into `b`."""
+    def run(name, *extra):
+        a, b = tmp_path / f"{name}-a", tmp_path / f"{name}-b"
+        a.mkdir()
+        b.mkdir()
+        policy = tmp_path / f"{name}.json"
+        doc = {"anchors": [str(pki.int_a)], "revocation": {"mode": "hard", "cache_dir": str(a)}}
+        policy.write_text(json.dumps(doc))
+        server = Tunnel("server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", *identity(pki, "server"),
+                        "--policy", policy, *extra)
+        client = None
+        try:
+            port = server.listening()
+            doc["revocation"]["cache_dir"] = str(b)
+            policy.write_text(json.dumps(doc))
+            server.proc.send_signal(signal.SIGHUP)  # rereads the policy and drops the cached CRLs
+            server.wait_for(lambda x: x.startswith("policy reloaded"))
+            client, cport = start_client(pki, port)
+            assert get(cport, f"/{name}") == (200, f"hello /{name}\n")
+            assert "trusted" in server.wait_for(lambda x: x.startswith("accepted "))
+            return list(b.iterdir())
+        finally:
+            if client:
+                client.stop()
+            server.stop()
+
+    if kernel_has_landlock():
+        assert run("landlocked") == []
+    assert len(run("free", "--no-landlock")) == 1
