@@ -11,17 +11,26 @@ import Glibc
 /// transport (TCP over IPv4 0x11, TCP over IPv6 0x21, UNIX stream 0x31, unspecified 0x00), the
 /// length of what follows (big endian), the addresses, then the TLVs.
 public enum ProxyProtocolV2 {
+    /// The 12 bytes every v2 header starts with.
     public static let signature: [UInt8] = [0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A]
 
     /// TLV types (proxy-protocol.txt 2.2.1–2.2.7).
     public enum TLVType {
+        /// PP2_TYPE_ALPN: the negotiated application protocol.
         public static let alpn: UInt8 = 0x01
+        /// PP2_TYPE_AUTHORITY: the host name the client asked for (SNI).
         public static let authority: UInt8 = 0x02
+        /// PP2_TYPE_SSL: the client's TLS connection, with the sub-TLVs below.
         public static let ssl: UInt8 = 0x20
+        /// PP2_SUBTYPE_SSL_VERSION: the TLS version's name.
         public static let sslVersion: UInt8 = 0x21
+        /// PP2_SUBTYPE_SSL_CN: the client certificate's subject common name.
         public static let sslCommonName: UInt8 = 0x22
+        /// PP2_SUBTYPE_SSL_CIPHER: the cipher suite's name.
         public static let sslCipher: UInt8 = 0x23
+        /// PP2_SUBTYPE_SSL_SIG_ALG: the client certificate's signature algorithm.
         public static let sslSignatureAlgorithm: UInt8 = 0x24
+        /// PP2_SUBTYPE_SSL_KEY_ALG: the client certificate's key algorithm.
         public static let sslKeyAlgorithm: UInt8 = 0x25
         /// libmtls's own TLV (in the range 0xE0–0xEF the specification leaves to applications):
         /// the client certificate, DER, as it was presented. Sent only when asked for.
@@ -30,8 +39,11 @@ public enum ProxyProtocolV2 {
 
     /// The `client` bit field of the PP2_TYPE_SSL TLV.
     public enum ClientFlags {
+        /// PP2_CLIENT_SSL: the client connected over TLS.
         public static let ssl: UInt8 = 0x01
+        /// PP2_CLIENT_CERT_CONN: the client presented a certificate on this connection.
         public static let certificateOnConnection: UInt8 = 0x02
+        /// PP2_CLIENT_CERT_SESS: the client presented a certificate in this session (perhaps on an earlier connection it resumed).
         public static let certificateInSession: UInt8 = 0x04
     }
 
@@ -40,8 +52,11 @@ public enum ProxyProtocolV2 {
         /// Unknown or not representable (the families of the two ends differ): the receiver
         /// uses the connection's own addresses.
         case unspecified
+        /// TCP over IPv4: 4-byte addresses, source first.
         case tcp4(source: [UInt8], sourcePort: UInt16, destination: [UInt8], destinationPort: UInt16)
+        /// TCP over IPv6: 16-byte addresses, source first.
         case tcp6(source: [UInt8], sourcePort: UInt16, destination: [UInt8], destinationPort: UInt16)
+        /// UNIX stream sockets: the two paths (at most 108 bytes each).
         case unix(source: String, destination: String)
     }
 
@@ -65,6 +80,7 @@ public enum ProxyProtocolV2 {
         /// The client certificate, DER, sent in ``TLVType/mtlsClientCertificate`` when set.
         public var certificateDER: [UInt8]?
 
+        /// What the TLV says; a client without a certificate leaves the certificate fields empty.
         public init(version: String, cipher: String? = nil, signatureAlgorithm: String? = nil, keyAlgorithm: String? = nil,
                     commonName: String? = nil, certificateOnConnection: Bool = false, certificateInSession: Bool = false,
                     certificateDER: [UInt8]? = nil) {

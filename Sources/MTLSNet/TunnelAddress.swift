@@ -8,7 +8,9 @@ import Glibc
 ///
 /// Spellings: `HOST:PORT`, `[IPv6]:PORT`, `unix:PATH`, or an absolute path (`/run/app.sock`).
 public enum TunnelAddress: Sendable, Equatable, CustomStringConvertible {
+    /// A TCP address: a host name or IP literal (without brackets) and a port.
     case tcp(host: String, port: UInt16)
+    /// A UNIX stream socket's path.
     case unix(path: String)
 
     /// The longest path a `sockaddr_un` holds (without its terminating zero).
@@ -40,6 +42,7 @@ public enum TunnelAddress: Sendable, Equatable, CustomStringConvertible {
         self = .tcp(host: host, port: port)
     }
 
+    /// The address as it is written on the command line (`HOST:PORT`, `[IPv6]:PORT`, `unix:PATH`).
     public var description: String {
         switch self {
         case .tcp(let host, let port): return host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"

@@ -4,6 +4,7 @@ import Synchronization
 public final class ForwardCounters: Sendable {
     private let fromTLS_ = Atomic<UInt64>(0)
     private let toTLS_ = Atomic<UInt64>(0)
+    /// Counters at zero.
     public init() {}
     /// Bytes read from TLS peers and written to plaintext sockets.
     public var bytesFromTLS: UInt64 { fromTLS_.load(ordering: .relaxed) }

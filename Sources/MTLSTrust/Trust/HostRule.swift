@@ -116,7 +116,7 @@ public struct HostPattern: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Splits `host:port`, `[v6]:port`, `[v6]`, or a bare IPv6 literal with the one splitter
-    /// (``HostLiteral/split(_:emptyPort:)``); a malformed one is ``MTLSError/Code/invalidPolicy``.
+    /// (`HostLiteral.split`); a malformed one is ``MTLSError/Code/invalidPolicy``.
     static func splitPort(_ s: String) throws -> (String, Int?) {
         do {
             let a = try HostLiteral.split(Substring(s))

@@ -39,6 +39,7 @@ public struct PeerAllowList: Sendable, Hashable {
     /// The kinds of entries; the raw value is the JSON key (`"allow": {"cn": [...]}`) and the
     /// CLI flag's suffix (`--allow-cn`).
     public enum Kind: String, Sendable, CaseIterable {
+        /// Subject CN, subject OU, DNS SAN, URI SAN, SPKI pin, issuing CA.
         case cn, ou, dns, uri, spki, issuer
 
         /// The CLI flag that adds entries of this kind.
@@ -47,10 +48,12 @@ public struct PeerAllowList: Sendable, Hashable {
 
     /// One entry: its kind, its text as given, and its compiled form.
     public struct Entry: Sendable, Hashable, CustomStringConvertible {
+        /// Which of the certificate's fields the entry is matched against.
         public let kind: Kind
         /// The pattern as given (for an issuer given as a certificate: its SHA-256 in hex).
         public let text: String
         let matcher: Matcher
+        /// "KIND TEXT", as refusals and provenance name the entry.
         public var description: String { "\(kind.rawValue) \(text)" }
     }
 

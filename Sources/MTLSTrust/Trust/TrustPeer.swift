@@ -58,7 +58,7 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Splits a `HOST:PORT` target (`[v6]:PORT` for an IPv6 address, `[v6%zone]:PORT` with a
-    /// zone), the form `mtls connect` takes, with the one splitter (``HostLiteral/split(_:emptyPort:)``), or an `https://` URL
+    /// zone), the form `mtls connect` takes, with the one splitter (`HostLiteral.split`), or an `https://` URL
     /// (``URLAuthority/hostAndPort(https:)``). The host is kept as written (brackets removed).
     /// Throws ``MTLSError/Code/invalidArgument`` without a port (1 to 65535) or a host.
     public static func splitTarget(_ target: String) throws -> (host: String, port: UInt16) {
