@@ -183,12 +183,22 @@ async def _bounded(aw: Awaitable[_T], seconds: Optional[float], what: str,
 
 # ---- client connections
 
+def _numeric_addresses(host: str, port: int) -> Optional[List[Any]]:
+    """getaddrinfo's answer for an IP address literal, made on the loop: with AI_NUMERICHOST the
+    resolver looks nothing up (as asyncio's own create_connection does for an address), which
+    spares a connection to an address the thread hop of loop.getaddrinfo. None for a name."""
+    try:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+    except socket.gaierror:
+        return None
+
+
 async def _connect_socket(host: str, port: int) -> socket.socket:
     """A connected non-blocking TCP socket to host:port (`host` as :func:`mtls._url.host_only`
     gives it; the name resolved off the loop, each address tried in turn)."""
     loop = asyncio.get_running_loop()
     try:
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = _numeric_addresses(host, port) or await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as e:
         raise ConnectError(f"cannot resolve {host}: {e.strerror}", ConnectError.code) from None
     last: Optional[OSError] = None
