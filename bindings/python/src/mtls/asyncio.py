@@ -23,7 +23,8 @@ made on the loop. Everything that may block runs on a worker thread of this modu
 releases the GIL during the C call, so the loop keeps running): resolving a store label or a
 ``pkcs11:`` URI (the store's KDF, a token login and its PIN callback), every step of every
 handshake, and freeing a connection (``mtls_conn_free`` may wait for a token's lock). There are
-``MTLS_ASYNCIO_THREADS`` of them (default 4); names are resolved with ``loop.getaddrinfo``. A handshake step may sign on a token (a millisecond to seconds, and a PIN callback for a
+``MTLS_ASYNCIO_THREADS`` of them (default 4); names are resolved with ``loop.getaddrinfo`` (an IP
+address needs no lookup: it is read on the loop). A handshake step may sign on a token (a millisecond to seconds, and a PIN callback for a
 key that asks for its PIN at each signature), evaluate the server's chain with a cold cache
 (path building, CRL or OCSP fetches within the policy's timeouts) or do neither; Python cannot
 tell in advance which, so all steps go to the thread. Its cost is a thread hop per step (two or
