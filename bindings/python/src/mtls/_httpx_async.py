@@ -187,7 +187,7 @@ class _Backend(httpcore.AsyncNetworkBackend):
         t = timeout if timeout is not None else self.timeout
         # The origin's route, as handle_async_request checked it (an unusable one raised there).
         bare = host_only(host)  # brackets off, as the core reads a host
-        proxy = self._routes.route(httpx.URL(scheme="https", host=bare, port=port))
+        proxy = None if self._routes.direct else self._routes.route(httpx.URL(scheme="https", host=bare, port=port))
         host, port = endpoint(url_host(host), port)  # the URL's host: an RFC 6874 zone ("%25eth0") decoded
         try:
             sock = await _connect_or_tunnel(host, port, proxy, float("inf") if t is None else t)

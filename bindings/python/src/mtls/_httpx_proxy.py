@@ -53,6 +53,9 @@ class ProxyRoutes:
             raise ValueError(f"{owner} {e}") from e
         self._owner = owner
         self._routes = environment_routes() if proxy is None and trust_env else []
+        #: True when every request goes directly (no proxy given, none from the environment):
+        #: route() is then None for any URL, and a caller may skip building the URL it asks about.
+        self.direct = self.proxy is None and not self._routes
 
     def route(self, url: httpx.URL) -> Optional[HTTPProxy]:
         """The proxy for a request to `url` (None: direct), chosen as httpx's client chooses among

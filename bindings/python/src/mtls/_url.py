@@ -13,6 +13,7 @@ the zone "25eth0". As urllib3, and as RFC 6874 section 4 advises user agents, a 
 followed by "25" is taken as the zone's delimiter (``[fe80::1%eth0]``); an empty zone or a broken
 percent-encoding is refused (:class:`mtls.errors.InvalidArgument`)."""
 import ctypes
+import functools
 from typing import Optional, Tuple
 from urllib.parse import urlsplit
 
@@ -37,6 +38,10 @@ def url_host_port(url: str) -> Tuple[str, int]:
 fn("mtls_host_port", ctypes.c_int, ctypes.c_char_p, c_void_pp, ctypes.POINTER(ctypes.c_uint16))
 
 
+# The core's reading of a text never changes, and one connection asks for it several times (the
+# adapters' origin, endpoint's host and port, Connection.wrap): the answers (not the refusals,
+# which raise each time) are remembered, so a new connection to a known host costs no C call here.
+@functools.lru_cache(maxsize=256)
 def host_port(text: str) -> Tuple[str, Optional[int]]:
     """`text` (``host``, ``host:port``, ``[v6]``, ``[v6]:port``, or a bare IPv6 literal such as
     ``::1`` or ``fe80::1%eth0``) split by the core: the host without brackets, and the port or

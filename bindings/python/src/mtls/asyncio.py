@@ -23,7 +23,8 @@ made on the loop. Everything that may block runs on a worker thread of this modu
 releases the GIL during the C call, so the loop keeps running): resolving a store label or a
 ``pkcs11:`` URI (the store's KDF, a token login and its PIN callback), every step of every
 handshake, and freeing a connection (``mtls_conn_free`` may wait for a token's lock). There are
-``MTLS_ASYNCIO_THREADS`` of them (default 4); names are resolved with ``loop.getaddrinfo``. A handshake step may sign on a token (a millisecond to seconds, and a PIN callback for a
+``MTLS_ASYNCIO_THREADS`` of them (default 4); names are resolved with ``loop.getaddrinfo`` (an IP
+address needs no lookup: it is read on the loop). A handshake step may sign on a token (a millisecond to seconds, and a PIN callback for a
 key that asks for its PIN at each signature), evaluate the server's chain with a cold cache
 (path building, CRL or OCSP fetches within the policy's timeouts) or do neither; Python cannot
 tell in advance which, so all steps go to the thread. Its cost is a thread hop per step (two or
@@ -183,12 +184,22 @@ async def _bounded(aw: Awaitable[_T], seconds: Optional[float], what: str,
 
 # ---- client connections
 
+def _numeric_addresses(host: str, port: int) -> Optional[List[Any]]:
+    """getaddrinfo's answer for an IP address literal, made on the loop: with AI_NUMERICHOST the
+    resolver looks nothing up (as asyncio's own create_connection does for an address), which
+    spares a connection to an address the thread hop of loop.getaddrinfo. None for a name."""
+    try:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+    except socket.gaierror:
+        return None
+
+
 async def _connect_socket(host: str, port: int) -> socket.socket:
     """A connected non-blocking TCP socket to host:port (`host` as :func:`mtls._url.host_only`
     gives it; the name resolved off the loop, each address tried in turn)."""
     loop = asyncio.get_running_loop()
     try:
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = _numeric_addresses(host, port) or await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as e:
         raise ConnectError(f"cannot resolve {host}: {e.strerror}", ConnectError.code) from None
     last: Optional[OSError] = None

@@ -161,11 +161,25 @@ def _limit(count: Optional[int]) -> int:
     return -1 if count < 0 else int(count)
 
 
+_initialized_options: Optional[ConnOptions] = None
+
+
+def _new_conn_options() -> ConnOptions:
+    """A ConnOptions as mtls_conn_options_init writes it. Its defaults are the core's constants
+    (TLSDefaults), so the C call is made once and each connection gets a copy of its result (a
+    call and a check fewer per connection)."""
+    global _initialized_options
+    if _initialized_options is None:
+        o = ConnOptions()
+        check(lib.mtls_conn_options_init(ctypes.byref(o), CONN_OPTIONS_VERSION))
+        _initialized_options = o
+    return ConnOptions.from_buffer_copy(_initialized_options)
+
+
 def default_timeout(field: str) -> Optional[float]:
     """The library's default, in seconds (None: no limit), of a ConnOptions `*_timeout_ms` field,
     as mtls_conn_options_init writes it: the value is the core's (TLSDefaults), not retyped here."""
-    o = ConnOptions()
-    check(lib.mtls_conn_options_init(ctypes.byref(o), CONN_OPTIONS_VERSION))
+    o = _new_conn_options()
     ms = getattr(o, field)
     return None if ms < 0 else ms / 1000
 
@@ -236,8 +250,7 @@ class ConnectOptions:
     def to_c(self, host: Optional[str]) -> Tuple[ConnOptions, List[Any]]:
         """The C structure, and the Python objects that must stay alive while a C call borrows
         their handles."""
-        o = ConnOptions()
-        check(lib.mtls_conn_options_init(ctypes.byref(o), CONN_OPTIONS_VERSION))
+        o = _new_conn_options()
         # verify_as, pins and anchors are this connection's overrides: libmtls composes them on
         # top of the policy (and of the rule its host and port select); nothing is written into
         # the policy.
