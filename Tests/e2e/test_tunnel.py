@@ -1047,3 +1047,14 @@ def test_http_client_header_refuses_content_length_with_transfer_encoding(header
             data += chunk
     assert data.startswith(b"HTTP/1.1 400 ")
     server.wait_for(lambda x: x.startswith("closed ") and "both Transfer-Encoding and Content-Length" in x)
+
+
+def test_http_client_header_closes_a_stream_that_is_not_http(header_tunnels):
+    server, cport = header_tunnels
+    with socket.create_connection(("127.0.0.1", cport), timeout=20) as s:
+        s.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 400 ")
+    server.wait_for(lambda x: x.startswith("closed ") and "not an HTTP/1.x request" in x)
