@@ -6,7 +6,8 @@ import Glibc
 
 /// How one forwarding loop ended.
 public struct ForwardResult: Sendable {
-    /// Bytes read from the TLS peer and written to the plaintext socket.
+    /// Bytes read from the TLS peer and written to the plaintext socket (with a request
+    /// rewriter: the rewritten bytes written).
     public var bytesFromTLS: UInt64 = 0
     /// Bytes read from the plaintext socket and written to the TLS peer.
     public var bytesToTLS: UInt64 = 0

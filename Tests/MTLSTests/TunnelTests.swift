@@ -157,4 +157,66 @@ extension TLSConnectionTests {
         XCTAssertEqual(counters.bytesFromTLS, 5)
         XCTAssertEqual(counters.bytesToTLS, 12)
     }
+
+    /// `forward(to:requestRewriter:)` (issue 39, --http-client-header): what reaches the plaintext
+    /// side is the rewritten request; a stream that is not HTTP gets the 400 answer and ends the
+    /// loop with the refusal.
+    func testForwardWithARequestRewriter() throws {
+        for (sent, refused) in [("GET / HTTP/1.1\r\nX-Who: forged\r\n\r\n", false), ("\u{16}\u{03}\u{01}hello", true)] {
+            let pki = self
+            var so = TLSServerOptions(identity: try pki.identity("server"))
+            so.clientPolicy = try pki.policy(["root"])
+            so.handshakeTimeLimit = .after(.seconds(10))
+            let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
+            var pair: [Int32] = [0, 0]
+            XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair), 0)
+            let (near, far) = (pair[0], pair[1])
+            defer { close(near) }
+            let outcome = LockedBox<ForwardResult?>(nil)
+            let done = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                if let c = try? listener.accept(timeout: 10) {
+                    let who = c.peerCertificate?.commonName ?? "?"
+                    let r = c.forward(to: near, idleTimeout: 10, requestRewriter: try? HTTPRequestRewriter(name: "X-Who", value: who))
+                    outcome.mutate { $0 = r }
+                    c.close()
+                }
+                done.signal()
+            }
+            Thread.detachNewThread {
+                var got: [UInt8] = []
+                var buf = [UInt8](repeating: 0, count: 1024)
+                while true {
+                    let n = read(far, &buf, buf.count)
+                    if n <= 0 { break }
+                    got += buf[0..<n]
+                }
+                let answer = Array("got:".utf8) + got
+                // After a refusal `near` is closed first: no SIGPIPE.
+                _ = answer.withUnsafeBytes { send(far, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                close(far)
+            }
+            let c = try TLSConnection.connect(host: "127.0.0.1", port: listener.port, options: try pki.clientOptions(identity: pki.identity("client-a")))
+            defer { c.close() }
+            try c.write(Array(sent.utf8))
+            if !refused { try c.shutdown() }
+            var reply: [UInt8] = []
+            while true {
+                guard let chunk = try? c.read(timeout: 10), !chunk.isEmpty else { break }
+                reply += chunk
+            }
+            XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+            let r = try XCTUnwrap(outcome.value)
+            let text = String(decoding: reply, as: UTF8.self)
+            if refused {
+                XCTAssertTrue(text.hasPrefix("HTTP/1.1 400 "), text)
+                XCTAssertEqual(r.error?.code, .parse)
+                XCTAssertEqual(r.bytesFromTLS, 0)
+            } else {
+                let cn = try pki.identity("client-a").leaf.commonName ?? ""
+                XCTAssertEqual(text, "got:GET / HTTP/1.1\r\nX-Who: \(cn)\r\n\r\n")
+                XCTAssertNil(r.error)
+            }
+        }
+    }
 }
