@@ -992,6 +992,15 @@ class HeaderEcho(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def send_and_read_to_end(port, data):
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        s.sendall(data)
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+    return got
+
+
 @pytest.fixture(scope="module")
 def header_tunnels(pki):
     echo = serve_in_thread(Threaded(("127.0.0.1", 0), HeaderEcho))
@@ -1040,21 +1049,13 @@ def test_http_client_header_passes_a_chunked_post_intact(header_tunnels):
 
 def test_http_client_header_refuses_content_length_with_transfer_encoding(header_tunnels):
     server, cport = header_tunnels
-    with socket.create_connection(("127.0.0.1", cport), timeout=20) as s:
-        s.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
-        data = b""
-        while chunk := s.recv(65536):
-            data += chunk
+    data = send_and_read_to_end(cport, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
     assert data.startswith(b"HTTP/1.1 400 ")
     server.wait_for(lambda x: x.startswith("closed ") and "both Transfer-Encoding and Content-Length" in x)
 
 
 def test_http_client_header_closes_a_stream_that_is_not_http(header_tunnels):
     server, cport = header_tunnels
-    with socket.create_connection(("127.0.0.1", cport), timeout=20) as s:
-        s.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
-        data = b""
-        while chunk := s.recv(65536):
-            data += chunk
+    data = send_and_read_to_end(cport, b"SSH-2.0-OpenSSH_9.6\r\n")
     assert data.startswith(b"HTTP/1.1 400 ")
     server.wait_for(lambda x: x.startswith("closed ") and "not an HTTP/1.x request" in x)
