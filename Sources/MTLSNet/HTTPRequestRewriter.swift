@@ -1,6 +1,7 @@
 /// Rewrites the client→target byte stream of an HTTP/1.x connection so that every request head
 /// carries one header set by the tunnel (`NAME: value`, e.g. `X-Client-Cert-Subject`) and none of
-/// that name sent by the client. Bodies pass through untouched; only their framing is parsed, to
+/// that name sent by the client (in any case, and with `_` for `-`: CGI-style backends read both
+/// as the same variable). Bodies pass through untouched; only their framing is parsed, to
 /// find where the next request head starts.
 ///
 /// Fed in pieces of any size (``feed(_:into:)``): a request head split across reads byte by byte
@@ -47,7 +48,7 @@ public struct HTTPRequestRewriter: Sendable {
         case trailers
     }
 
-    private let name: [UInt8]  // lower case
+    private let name: [UInt8]  // lower case, '_' as '-' (see isSetName)
     private let headerLine: [UInt8]
     private var state = State.head
     private var pending: [UInt8] = []  // the head, chunk-size line or trailer line being collected
@@ -62,7 +63,7 @@ public struct HTTPRequestRewriter: Sendable {
         guard !n.isEmpty, n.allSatisfy(Self.isTokenByte) else {
             throw MTLSError(.invalidArgument, "\"\(name)\" is not an HTTP header name")
         }
-        self.name = n.map(Self.lower)
+        self.name = n.map(Self.folded)
         headerLine = n + Array(": ".utf8) + Self.headerValue(value) + [13, 10]
     }
 
@@ -193,7 +194,7 @@ public struct HTTPRequestRewriter: Sendable {
                 return
             }
             let field = try Self.field(line[0..<(n - 2)])
-            if field.name != name { out += line }
+            if !isSetName(field.name) { out += line }
         default: break
         }
     }
@@ -258,7 +259,7 @@ public struct HTTPRequestRewriter: Sendable {
         for line in lines[1..<(lines.count - 1)] {
             guard !line.contains(13) else { throw Self.bad("bare CR in an HTTP request") }
             let f = try Self.field(line)
-            if f.name == name { continue }
+            if isSetName(f.name) { continue }
             switch f.name {
             case Array("content-length".utf8):
                 for v in f.value.split(separator: UInt8(ascii: ","), omittingEmptySubsequences: false) {
@@ -304,6 +305,15 @@ public struct HTTPRequestRewriter: Sendable {
     }
 
     private static func lower(_ b: UInt8) -> UInt8 { b >= 0x41 && b <= 0x5A ? b + 32 : b }
+
+    /// Lower case, and `_` as `-`: CGI, WSGI, PHP and Rack turn both into `_` (`HTTP_X_CLIENT_…`),
+    /// so a client's `X_Client_Cert_Subject` would pass for the set header there.
+    private static func folded(_ b: UInt8) -> UInt8 { b == UInt8(ascii: "_") ? UInt8(ascii: "-") : lower(b) }
+
+    /// Whether the (lower-cased) field name is the set header's, `_` and `-` alike.
+    private func isSetName(_ lowerName: [UInt8]) -> Bool {
+        lowerName.count == name.count && zip(lowerName, name).allSatisfy { Self.folded($0) == $1 }
+    }
 
     private static func hexValue(_ b: UInt8) -> UInt8? {
         switch b {

@@ -62,6 +62,19 @@ final class HTTPRequestRewriterTests: XCTestCase {
         XCTAssertFalse(out.contains("admin"))
     }
 
+    /// CGI, WSGI and PHP read `X_Client_Cert_Subject` as the same variable as the set header.
+    func testUnderscoreSpellingIsStrippedButOtherNamesStay() throws {
+        let (out, _) = try rewritten("GET / HTTP/1.1\r\nX_Client_Cert_Subject: CN=root\r\nX-Client-Cert-Subject-2: kept\r\n\r\n")
+        XCTAssertEqual(out, "GET / HTTP/1.1\r\nX-Client-Cert-Subject-2: kept\r\nX-Client-Cert-Subject: CN=alice,O=Example\r\n\r\n")
+    }
+
+    /// `Content_Length` is not Content-Length: no body is read for it.
+    func testUnderscoreContentLengthIsNotAFramingHeader() throws {
+        let (out, n) = try rewritten("GET /1 HTTP/1.1\r\nContent_Length: 5\r\n\r\nGET /2 HTTP/1.1\r\n\r\n")
+        XCTAssertEqual(n, 2)
+        XCTAssertTrue(out.hasSuffix("GET /2 HTTP/1.1\r\nX-Client-Cert-Subject: CN=alice,O=Example\r\n\r\n"))
+    }
+
     func testPipelinedRequestsWithContentLengthEachGetTheHeader() throws {
         let input = "POST /1 HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET /2 HTTP/1.1\r\nX-Client-Cert-Subject: forged\r\n\r\n"
         let (out, n) = try rewritten(input)
