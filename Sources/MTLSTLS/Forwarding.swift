@@ -6,7 +6,8 @@ import Glibc
 
 /// How one forwarding loop ended.
 public struct ForwardResult: Sendable {
-    /// Bytes read from the TLS peer and written to the plaintext socket.
+    /// Bytes read from the TLS peer and written to the plaintext socket (with a request
+    /// rewriter: the rewritten bytes written).
     public var bytesFromTLS: UInt64 = 0
     /// Bytes read from the plaintext socket and written to the TLS peer.
     public var bytesToTLS: UInt64 = 0
@@ -32,7 +33,14 @@ extension TLSConnection {
     /// it was written, and the end of `plain`'s data becomes close_notify; the other direction
     /// goes on until it ends too. `idleTimeout` (seconds; nil: none) ends the loop when nothing
     /// moved for that long. Neither socket is closed here: the caller closes both.
-    public func forward(to plain: Int32, idleTimeout: Double? = nil, counters: ForwardCounters? = nil) -> ForwardResult {
+    ///
+    /// With `requestRewriter` the TLS peer's bytes are HTTP/1.x requests and pass through it on the
+    /// way to `plain` (every request head gets its header, the peer's copies removed; see
+    /// ``HTTPRequestRewriter``). A stream it refuses ends the loop with the refusal in
+    /// ``ForwardResult/error``; if no request had been forwarded yet, the peer is sent the
+    /// refusal's 400/431/501 response first. The other direction is never parsed.
+    public func forward(to plain: Int32, idleTimeout: Double? = nil, counters: ForwardCounters? = nil,
+                        requestRewriter: HTTPRequestRewriter? = nil) -> ForwardResult {
         var result = ForwardResult()
         do { try handshake() } catch let e as MTLSError {
             result.error = e
@@ -51,6 +59,8 @@ extension TLSConnection {
             toTLS.deallocate()
         }
         var (aStart, aEnd, bStart, bEnd) = (0, 0, 0, 0)
+        var rewriter = requestRewriter
+        var rewritten: [UInt8] = []  // with a rewriter: what goes to `plain` (aStart..<aEnd)
         var tlsEnded = false, plainShut = false, plainEnded = false, tlsShut = false
         // The event the last TLS read / write (or shutdown) waits for.
         var tlsReadWait: Int16 = 0, tlsWriteWait: Int16 = 0
@@ -68,6 +78,23 @@ extension TLSConnection {
                     if r == 1 {
                         (aStart, aEnd) = (0, n)
                         progress = true
+                        if rewriter != nil {
+                            rewritten.removeAll(keepingCapacity: true)
+                            do {
+                                try rewriter?.feed(UnsafeRawBufferPointer(start: fromTLS.baseAddress, count: n), into: &rewritten)
+                            } catch {
+                                if rewriter?.requests == 0 && bStart == bEnd {
+                                    // Best effort: the connection is closed after it either way.
+                                    let response = error.response
+                                    var written = 0
+                                    _ = response.withUnsafeBytes { SSL_write_ex(ssl, $0.baseAddress, $0.count, &written) }
+                                    OpenSSLErrorQueue.clear()
+                                }
+                                result.error = error.error
+                                return result
+                            }
+                            (aStart, aEnd) = (0, rewritten.count)
+                        }
                     } else {
                         let cause = errno
                         let err = SSL_get_error(ssl, r)
@@ -91,7 +118,9 @@ extension TLSConnection {
                     }
                 }
                 if aStart < aEnd {
-                    let n = send(plain, fromTLS.baseAddress! + aStart, aEnd - aStart, Int32(MSG_NOSIGNAL))
+                    let n = rewriter == nil
+                        ? send(plain, fromTLS.baseAddress! + aStart, aEnd - aStart, Int32(MSG_NOSIGNAL))
+                        : rewritten.withUnsafeBytes { send(plain, $0.baseAddress! + aStart, aEnd - aStart, Int32(MSG_NOSIGNAL)) }
                     if n > 0 {
                         aStart += n
                         result.bytesFromTLS += UInt64(n)

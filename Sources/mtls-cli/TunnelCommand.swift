@@ -299,11 +299,32 @@ struct TunnelServerCommand: ParsableCommand {
     @Flag(help: "Also accept client certificates of the system trust store (public CAs).") var clientSystemAnchors = false
     @Flag(help: "Send the target a PROXY protocol v2 header first: the client's address and the TLS TLVs (version, cipher, the client certificate's CN, signature and key algorithm).") var proxyProtocol = false
     @Flag(help: "With --proxy-protocol: also send the whole client certificate (DER) in TLV 0xE0.") var proxyProtocolCertificate = false
+    @Option(help: "The target speaks HTTP/1.x: set this header (e.g. X-Client-Cert-Subject) on every request to the client certificate's value (--http-client-header-value), removing every header of that name the client sent. CONNECT, Upgrade and streams that are not HTTP/1.x are refused.") var httpClientHeader: String?
+    @Option(help: "With --http-client-header: subject (RFC 4514, the default), cn, uri (the URI SANs, comma-separated) or sha256 (the certificate's fingerprint, hex). Bytes outside printable ASCII and '%' are percent-encoded.") var httpClientHeaderValue: String = "subject"
     @OptionGroup var operation: TunnelOperationOptions
     @OptionGroup(title: "Renewal in process") var renewal: TunnelRenewalOptions
 
     func validate() throws {
         if proxyProtocolCertificate && !proxyProtocol { throw ValidationError("--proxy-protocol-certificate goes with --proxy-protocol") }
+        if let name = httpClientHeader {
+            guard (try? HTTPRequestRewriter(name: name, value: "")) != nil else {
+                throw ValidationError("--http-client-header: \"\(name)\" is not an HTTP header name")
+            }
+        }
+        guard ["subject", "cn", "uri", "sha256"].contains(httpClientHeaderValue) else {
+            throw ValidationError("--http-client-header-value: subject, cn, uri or sha256, not \"\(httpClientHeaderValue)\"")
+        }
+    }
+
+    /// The value --http-client-header sets for the client certificate `cert`.
+    static func clientHeaderValue(_ kind: String, _ cert: Certificate?) -> String {
+        guard let cert else { return "" }
+        switch kind {
+        case "cn": return cert.commonName ?? ""
+        case "uri": return cert.subjectAltNames.compactMap { if case .uri(let u) = $0 { u } else { nil } }.joined(separator: ",")
+        case "sha256": return cert.sha256Hex
+        default: return cert.subject
+        }
     }
 
     func run() throws {
@@ -342,6 +363,7 @@ struct TunnelServerCommand: ParsableCommand {
                               stopAccepting: { listener.close() })
             let idle = runtime.idleTimeout, connectTimeout = operation.connectTimeout
             let proxy = proxyProtocol, proxyCertificate = proxyProtocolCertificate
+            let headerName = httpClientHeader, headerValue = httpClientHeaderValue
             while !runtime.draining {
                 let conn: TLSConnection
                 do {
@@ -377,7 +399,16 @@ struct TunnelServerCommand: ParsableCommand {
                             return
                         }
                     }
-                    runtime.logEnd(who, conn.forward(to: fd, idleTimeout: idle, counters: runtime.bytes))
+                    var rewriter: HTTPRequestRewriter?
+                    if let headerName {
+                        do {
+                            rewriter = try HTTPRequestRewriter(name: headerName, value: Self.clientHeaderValue(headerValue, conn.peerCertificate))
+                        } catch {
+                            ServeLog.line("client header failed for \(who): \((error as? MTLSError)?.message ?? "\(error)")")
+                            return
+                        }
+                    }
+                    runtime.logEnd(who, conn.forward(to: fd, idleTimeout: idle, counters: runtime.bytes, requestRewriter: rewriter))
                 }
             }
             runtime.drain()

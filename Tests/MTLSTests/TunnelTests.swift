@@ -99,10 +99,12 @@ final class TunnelTests: XCTestCase {
 
 /// The forwarding loop, with the connection tests' PKI.
 extension TLSConnectionTests {
-    /// The client sends "hello" and its close_notify, then reads: the loop passes the
-    /// close_notify on as shutdown(SHUT_WR), the plaintext program answers after its input ended,
-    /// and the answer comes back before the loop ends both ways.
-    func testForwardPassesHalfCloseBothWays() throws {
+    /// One connection accepted and forwarded to a socket pair whose far end (the plaintext
+    /// program) reads to the end of its input, then answers `answerPrefix` + what it read. `client`
+    /// writes on the connecting side; then everything the TLS side gets back is read.
+    private func forwardedExchange(answerPrefix: String, counters: ForwardCounters? = nil,
+                                   rewriter: @escaping @Sendable (TLSConnection) -> HTTPRequestRewriter? = { _ in nil },
+                                   client: (TLSConnection) throws -> Void) throws -> (reply: String, result: ForwardResult) {
         let pki = self
         var so = TLSServerOptions(identity: try pki.identity("server"))
         so.clientPolicy = try pki.policy(["root"])
@@ -114,16 +116,14 @@ extension TLSConnectionTests {
         defer { close(near) }
         let outcome = LockedBox<ForwardResult?>(nil)
         let done = DispatchSemaphore(value: 0)
-        let counters = ForwardCounters()
         Thread.detachNewThread {
             if let c = try? listener.accept(timeout: 10) {
-                let r = c.forward(to: near, idleTimeout: 10, counters: counters)
+                let r = c.forward(to: near, idleTimeout: 10, counters: counters, requestRewriter: rewriter(c))
                 outcome.mutate { $0 = r }
                 c.close()
             }
             done.signal()
         }
-        // The plaintext program: reads to the end of its input, then answers.
         Thread.detachNewThread {
             var got: [UInt8] = []
             var buf = [UInt8](repeating: 0, count: 1024)
@@ -132,23 +132,33 @@ extension TLSConnectionTests {
                 if n <= 0 { break }
                 got += buf[0..<n]
             }
-            let answer = Array("answer:".utf8) + got
-            _ = answer.withUnsafeBytes { write(far, $0.baseAddress, $0.count) }
+            let answer = Array(answerPrefix.utf8) + got
+            // When the loop ended early, `near` may be closed first: no SIGPIPE.
+            _ = answer.withUnsafeBytes { send(far, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             close(far)
         }
         let c = try TLSConnection.connect(host: "127.0.0.1", port: listener.port, options: try pki.clientOptions(identity: pki.identity("client-a")))
         defer { c.close() }
-        try c.write(Array("hello".utf8))
-        try c.shutdown()
+        try client(c)
         var reply: [UInt8] = []
         while true {
-            let chunk = try c.read(timeout: 10)
-            if chunk.isEmpty { break }
+            guard let chunk = try? c.read(timeout: 10), !chunk.isEmpty else { break }
             reply += chunk
         }
-        XCTAssertEqual(String(decoding: reply, as: UTF8.self), "answer:hello")
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
-        let r = try XCTUnwrap(outcome.value)
+        return (String(decoding: reply, as: UTF8.self), try XCTUnwrap(outcome.value))
+    }
+
+    /// The client sends "hello" and its close_notify, then reads: the loop passes the
+    /// close_notify on as shutdown(SHUT_WR), the plaintext program answers after its input ended,
+    /// and the answer comes back before the loop ends both ways.
+    func testForwardPassesHalfCloseBothWays() throws {
+        let counters = ForwardCounters()
+        let (reply, r) = try forwardedExchange(answerPrefix: "answer:", counters: counters) { c in
+            try c.write(Array("hello".utf8))
+            try c.shutdown()
+        }
+        XCTAssertEqual(reply, "answer:hello")
         XCTAssertNil(r.error)
         XCTAssertFalse(r.idleTimedOut)
         XCTAssertFalse(r.truncated)
@@ -156,5 +166,28 @@ extension TLSConnectionTests {
         XCTAssertEqual(r.bytesToTLS, 12)
         XCTAssertEqual(counters.bytesFromTLS, 5)
         XCTAssertEqual(counters.bytesToTLS, 12)
+    }
+
+    /// `forward(to:requestRewriter:)` (issue 39, --http-client-header): what reaches the plaintext
+    /// side is the rewritten request; a stream that is not HTTP gets the 400 answer and ends the
+    /// loop with the refusal.
+    func testForwardWithARequestRewriter() throws {
+        let rewriter: @Sendable (TLSConnection) -> HTTPRequestRewriter? = { c in
+            try? HTTPRequestRewriter(name: "X-Who", value: c.peerCertificate?.commonName ?? "?")
+        }
+        let (reply, r) = try forwardedExchange(answerPrefix: "got:", rewriter: rewriter) { c in
+            try c.write(Array("GET / HTTP/1.1\r\nX-Who: forged\r\n\r\n".utf8))
+            try c.shutdown()
+        }
+        let cn = try identity("client-a").leaf.commonName ?? ""
+        XCTAssertEqual(reply, "got:GET / HTTP/1.1\r\nX-Who: \(cn)\r\n\r\n")
+        XCTAssertNil(r.error)
+
+        let (refusal, refused) = try forwardedExchange(answerPrefix: "got:", rewriter: rewriter) { c in
+            try c.write(Array("\u{16}\u{03}\u{01}hello".utf8))
+        }
+        XCTAssertTrue(refusal.hasPrefix("HTTP/1.1 400 "), refusal)
+        XCTAssertEqual(refused.error?.code, .parse)
+        XCTAssertEqual(refused.bytesFromTLS, 0)
     }
 }

@@ -953,3 +953,109 @@ def test_landlock_denies_a_write_outside_the_allowed_folders(pki, backend, tmp_p
     if kernel_has_landlock():
         assert run("landlocked") == []
     assert len(run("free", "--no-landlock")) == 1
+
+
+class HeaderEcho(http.server.BaseHTTPRequestHandler):
+    """Answers (keep-alive, HTTP/1.1) with JSON: every X-Client-Cert-Subject it received, the
+    client port of the connection, and the body's length and text (chunked bodies decoded here)."""
+    protocol_version = "HTTP/1.1"
+
+    def answer(self, body=b""):
+        out = json.dumps({"values": self.headers.get_all("X-Client-Cert-Subject") or [],
+                          "port": self.client_address[1], "body": body.decode(),
+                          "trailer_seen": getattr(self, "trailer", None)}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def do_GET(self):
+        self.answer()
+
+    def do_POST(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                if size == 0:
+                    break
+                body += self.rfile.read(size)
+                assert self.rfile.read(2) == b"\r\n"
+            self.trailer = []
+            while (line := self.rfile.readline()) not in (b"\r\n", b""):
+                self.trailer.append(line.decode().strip())
+        else:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.answer(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def send_and_read_to_end(port, data):
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        s.sendall(data)
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+    return got
+
+
+@pytest.fixture(scope="module")
+def header_tunnels(pki):
+    echo = serve_in_thread(Threaded(("127.0.0.1", 0), HeaderEcho))
+    server, port = start_server(pki, f"127.0.0.1:{echo.server_address[1]}", "--http-client-header", "X-Client-Cert-Subject")
+    client, cport = start_client(pki, port)
+    yield server, cport
+    client.stop()
+    server.stop()
+    echo.shutdown()
+
+
+def test_http_client_header_carries_the_subject_and_replaces_a_forged_one_on_every_keep_alive_request(header_tunnels):
+    _, cport = header_tunnels
+    conn = http.client.HTTPConnection("127.0.0.1", cport, timeout=20)
+    try:
+        conn.request("GET", "/one")
+        first = json.loads(conn.getresponse().read())
+        conn.putrequest("GET", "/two")
+        conn.putheader("X-Client-Cert-Subject", "CN=admin")
+        conn.putheader("x-client-cert-subject", "CN=root")
+        conn.endheaders()
+        second = json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+    for out in (first, second):
+        assert len(out["values"]) == 1, out
+        assert "CN=alice" in out["values"][0] and "admin" not in out["values"][0] and "root" not in out["values"][0]
+    assert first["port"] == second["port"]  # one connection to the backend: keep-alive
+
+
+def test_http_client_header_passes_a_chunked_post_intact(header_tunnels):
+    _, cport = header_tunnels
+    pieces = [b"first piece;", b"x" * 70000, b"\r\n0\r\n\r\n not an end"]
+    conn = http.client.HTTPConnection("127.0.0.1", cport, timeout=20)
+    try:
+        conn.request("POST", "/chunked", body=iter(pieces), encode_chunked=True)
+        out = json.loads(conn.getresponse().read())
+        conn.request("POST", "/plain", body=b"GET /smuggled HTTP/1.1\r\n\r\n")
+        plain = json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+    assert out["body"] == b"".join(pieces).decode()
+    assert len(out["values"]) == 1 and "CN=alice" in out["values"][0]
+    assert plain["body"] == "GET /smuggled HTTP/1.1\r\n\r\n" and len(plain["values"]) == 1
+
+
+def test_http_client_header_refuses_content_length_with_transfer_encoding(header_tunnels):
+    server, cport = header_tunnels
+    data = send_and_read_to_end(cport, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+    assert data.startswith(b"HTTP/1.1 400 ")
+    server.wait_for(lambda x: x.startswith("closed ") and "both Transfer-Encoding and Content-Length" in x)
+
+
+def test_http_client_header_closes_a_stream_that_is_not_http(header_tunnels):
+    server, cport = header_tunnels
+    data = send_and_read_to_end(cport, b"SSH-2.0-OpenSSH_9.6\r\n")
+    assert data.startswith(b"HTTP/1.1 400 ")
+    server.wait_for(lambda x: x.startswith("closed ") and "not an HTTP/1.x request" in x)
