@@ -35,7 +35,7 @@ public struct HTTPRequestRewriter: Sendable {
         /// A minimal HTTP/1.1 response for the client, with `Connection: close`.
         public var response: [UInt8] {
             let reason = status == 431 ? "Request Header Fields Too Large" : status == 501 ? "Not Implemented" : "Bad Request"
-            return Array("HTTP/1.1 \(status) \(reason)\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8)
+            return HTTPAnswer.status(status, reason).bytes
         }
     }
 

@@ -103,37 +103,6 @@ package enum HTTPRequestParser {
     }
 }
 
-/// An answer the responder sends (always `Connection: close`).
-package struct HTTPAnswer: Sendable {
-    package var status: Int
-    package var reason: String
-    package var contentType: String
-    package var extraHeaders: [(String, String)]
-    package var body: [UInt8]
-    /// A HEAD: the headers of the answer, no body.
-    package var headOnly = false
-
-    package init(status: Int, reason: String, contentType: String = "text/plain", extraHeaders: [(String, String)] = [], body: [UInt8]) {
-        self.status = status
-        self.reason = reason
-        self.contentType = contentType
-        self.extraHeaders = extraHeaders
-        self.body = body
-    }
-
-    /// A short text answer: the status and its reason as the body.
-    package static func status(_ code: Int, _ reason: String, extraHeaders: [(String, String)] = []) -> HTTPAnswer {
-        HTTPAnswer(status: code, reason: reason, extraHeaders: extraHeaders, body: Array("\(code) \(reason)\n".utf8))
-    }
-
-    package var bytes: [UInt8] {
-        var head = "HTTP/1.1 \(status) \(reason)\r\n"
-        for (name, value) in extraHeaders { head += "\(name): \(value)\r\n" }
-        head += "Content-Type: \(contentType)\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n"
-        return Array(head.utf8) + (headOnly ? [] : body)
-    }
-}
-
 /// The one small HTTP/1.x responder (see the top of this file).
 package final class HTTPResponder: Sendable {
     /// The port listened on (the one the system picked when 0 was asked for).
