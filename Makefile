@@ -122,23 +122,11 @@ test-abi:
 	$(PYTHON) scripts/check-abi.py types $(TEST_PREFIX)/include/mtls.h bindings/python/src $(TEST_PREFIX)/lib/libmtls.so Sources
 
 # C programs compiled against the installed header through pkg-config, run with no
-# LD_LIBRARY_PATH.
-# Every program runs, whatever failed before it; the failed ones are named at the end.
+# LD_LIBRARY_PATH, C_TEST_JOBS (3) at a time, each in its own temporary folder
+# (scripts/test-c.sh). Every program runs, whatever failed beside it; the failed ones are named
+# at the end.
 test-c:
-	@mkdir -p $(OUT)/c && set -e; failed=""; \
-	export PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig; \
-	for src in Tests/c/*.c; do \
-	  exe=$(OUT)/c/$$(basename $$src .c); \
-	  links=$$(sed -n '1s|^/\* test-c links: \(.*\) \*/$$|\1|p' $$src); \
-	  cc -std=c11 -Wall -Wextra -Werror -o $$exe $$src $$(pkg-config --cflags --libs mtls $$links); \
-	  echo "== $$exe"; env -u LD_LIBRARY_PATH MTLS_TEST_TMP=$(OUT)/c $$exe || failed="$$failed $$exe"; \
-	done; \
-	for src in Tests/c/*.cpp; do [ -e "$$src" ] || continue; \
-	  exe=$(OUT)/c/$$(basename $$src .cpp)-cpp; \
-	  c++ -std=c++17 -Wall -Wextra -Werror -pedantic -o $$exe $$src $$(pkg-config --cflags --libs mtls); \
-	  echo "== $$exe"; env -u LD_LIBRARY_PATH MTLS_TEST_TMP=$(OUT)/c $$exe || failed="$$failed $$exe"; \
-	done; \
-	if [ -n "$$failed" ]; then echo "test-c: failed:$$failed"; exit 1; fi
+	PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig scripts/test-c.sh $(OUT)/c
 
 # The Python and e2e tests run in PYTEST_WORKERS worker processes (pytest-xdist); most of their
 # time is spent waiting on peers, not on the CPU. Every worker has its own temporary folder and

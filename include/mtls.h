@@ -206,6 +206,14 @@ MTLS_EXTERN int mtls_url_host_port(const char *url, char **host, uint16_t *port)
  * *host is NULL on any error. */
 MTLS_EXTERN int mtls_host_port(const char *text, char **host, uint16_t *port);
 
+/* A host given apart from its port (mtls_conn_connect, mtls_conn_open and mtls_conn_wrap_fd take one)
+ * as libmtls reads it, so that a front end taking one reads it the same way: *host receives the
+ * host without the brackets of an IPv6 literal ("[::1]" is "::1"; a bare IPv6 literal or a zone kept),
+ * a new string the caller frees with mtls_string_free. A host carrying a port of its own
+ * ("server.test:443", "[::1]:443"), a malformed bracket or an empty host: MTLS_E_INVALID_ARGUMENT,
+ * as mtls_conn_connect refuses it before any name lookup. *host is NULL on any error. */
+MTLS_EXTERN int mtls_host_only(const char *text, char **host);
+
 /* ======================================================================================
  * Certificates. An mtls_cert is immutable and reference counted: share it across threads
  * freely; each mtls_cert_ref needs one mtls_cert_free.
@@ -1336,8 +1344,11 @@ typedef struct mtls_conn_options {
  * TLS 1.2 to 1.3, connect and handshake timeouts 30000 ms, io_timeout_ms -1 (no limit), session
  * resumption on, NULL pointers. */
 MTLS_EXTERN int mtls_conn_options_init(mtls_conn_options *opts, unsigned int version);
-/* Connect to host (DNS name, IPv4 or IPv6 literal) and port, and complete the handshake (unless
- * opts->non_blocking). opts may be NULL for the defaults. Free *out with mtls_conn_free.
+/* Connect to host (DNS name, IPv4 or IPv6 literal, "[v6]" in brackets or not) and port, and complete
+ * the handshake (unless opts->non_blocking). opts may be NULL for the defaults. Free *out with
+ * mtls_conn_free. A host carrying a port of its own ("server.test:443", "[::1]:443") is
+ * MTLS_E_INVALID_ARGUMENT before any lookup (mtls_host_only reads a host the same way; the same
+ * for mtls_conn_open and mtls_conn_wrap_fd's host).
  *
  * Non-blocking mode (opts->non_blocking = 1): the call returns at once, with the TCP connect
  * under way; mtls_conn_handshake, mtls_conn_read and mtls_conn_write return MTLS_E_WANT_READ /

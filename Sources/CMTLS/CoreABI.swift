@@ -125,6 +125,18 @@ public func mtls_url_host_port(_ url: UnsafePointer<CChar>?, _ host: CStringOut?
     }
 }
 
+/// `int mtls_host_only(const char *text, char **host)`: a host given apart from its port, read as
+/// `mtls_conn_connect` reads it (``HostLiteral/hostOnly(_:)``), for front ends that take one
+/// (Python's Connection.connect and asyncio).
+@_cdecl("mtls_host_only")
+public func mtls_host_only(_ text: UnsafePointer<CChar>?, _ host: CStringOut?) -> Int32 {
+    abiCall {
+        let host = try require(host, "host")
+        host.pointee = nil
+        try putString(try HostLiteral.hostOnly(try string(text, "text")), host)
+    }
+}
+
 /// `int mtls_host_port(const char *text, char **host, uint16_t *port)`: the core's one
 /// `host[:port]` splitter (``HostLiteral/split(_:emptyPort:)``, what `mtls connect HOST:PORT`,
 /// `mtls verify --host` and host rules read) for front ends that take a host of their own
@@ -135,17 +147,7 @@ public func mtls_host_port(_ text: UnsafePointer<CChar>?, _ host: CStringOut?, _
         let host = try require(host, "host")
         host.pointee = nil
         let port = try require(port, "port")
-        let text = try string(text, "text")
-        let shown = OneLine.text(text)
-        let split: HostLiteral.Authority
-        do { split = try HostLiteral.split(Substring(text)) } catch let why as HostLiteral.Malformed {
-            switch why {
-            case .unclosedBracket: throw MTLSError(.invalidArgument, "an IPv6 address without its closing bracket: \(shown)")
-            case .textAfterBracket: throw MTLSError(.invalidArgument, "unexpected text after the IPv6 address (]:PORT expected): \(shown)")
-            case .badPort: throw MTLSError(.invalidArgument, "a malformed port (1 to 65535 expected): \(shown)")
-            }
-        }
-        guard !split.host.isEmpty else { throw MTLSError(.invalidArgument, "no host in \(shown)") }
+        let split = try HostLiteral.authority(try string(text, "text"))
         try putString(split.host, host)
         port.pointee = split.port ?? 0
     }

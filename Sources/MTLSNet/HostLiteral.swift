@@ -67,6 +67,37 @@ package enum HostLiteral {
         return Authority(host: String(host), port: port, bracketed: bracketed)
     }
 
+    /// `text` split as ``split(_:emptyPort:)`` splits it, each malformed text refused with
+    /// ``MTLSError/Code/invalidArgument`` and a message naming what is wrong: the C
+    /// `mtls_host_port` and every API that takes a host apart from its port (``hostOnly(_:)``).
+    package static func authority(_ text: String) throws -> Authority {
+        let shown = OneLine.text(text)
+        let split: Authority
+        do { split = try Self.split(Substring(text)) } catch let why as Malformed {
+            switch why {
+            case .unclosedBracket: throw MTLSError(.invalidArgument, "an IPv6 address without its closing bracket: \(shown)")
+            case .textAfterBracket: throw MTLSError(.invalidArgument, "unexpected text after the IPv6 address (]:PORT expected): \(shown)")
+            case .badPort: throw MTLSError(.invalidArgument, "a malformed port (1 to 65535 expected): \(shown)")
+            }
+        }
+        guard !split.host.isEmpty else { throw MTLSError(.invalidArgument, "no host in \(shown)") }
+        return split
+    }
+
+    /// A host given apart from its port (`TLSConnection.connect(host:port:)`, C `mtls_conn_connect`,
+    /// `mtls_conn_wrap_fd`, the Python bindings' `Connection.connect` and asyncio) as libmtls reads
+    /// it: the brackets of an IPv6 literal off (`[::1]` is `::1`), a bare IPv6 literal or a zone
+    /// kept. A host that carries a port of its own (`server.test:443`, `[::1]:443`), a malformed
+    /// one or an empty one is ``MTLSError/Code/invalidArgument``: the port is given apart, and a
+    /// second port in the host would otherwise reach name resolution as part of the name.
+    package static func hostOnly(_ text: String) throws -> String {
+        let split = try authority(text)
+        guard split.port == nil else {
+            throw MTLSError(.invalidArgument, "expected a host without a port (the port is given apart), got \(OneLine.text(text))")
+        }
+        return split.host
+    }
+
     /// `text` as a port: 1 to 65535 in ASCII decimal digits only (no sign, no spaces), else nil.
     package static func port(_ text: Substring) -> UInt16? {
         guard !text.isEmpty, text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),

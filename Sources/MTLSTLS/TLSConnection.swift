@@ -79,6 +79,7 @@ public final class TLSConnection {
     /// runs it. Lets the caller read ``evaluation`` and ``peerChain`` when the handshake fails.
     public static func open(host: String, port: UInt16, options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
         guard !host.isEmpty else { throw MTLSError(.invalidArgument, "host must not be empty") }
+        _ = try HostLiteral.hostOnly(host)  // "h:443" is refused here, not by name resolution
         if let unknown = options.groups?.first(where: { !TLSContext.groupIsKnown($0) }) {
             throw MTLSError(.unsupported, "this OpenSSL has no key-exchange group \"\(unknown)\"")
         }
@@ -104,6 +105,7 @@ public final class TLSConnection {
     public static func wrap(fileDescriptor fd: Int32, host: String, port: UInt16 = 0,
                             options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
         guard fd >= 0 else { throw MTLSError(.invalidArgument, "file descriptor \(fd) is not valid") }
+        if !host.isEmpty { _ = try HostLiteral.hostOnly(host) }
         let conn = try TLSConnection(clientFD: fd, owned: false, host: host, port: port, options: options)
         if !options.nonBlocking { try conn.handshake() }
         return conn

@@ -103,4 +103,28 @@ final class HostLiteralTests: XCTestCase {
             XCTAssertThrowsError(try TrustPeer.splitTarget(bad), bad) { XCTAssertEqual(($0 as? MTLSError)?.code, .invalidArgument, bad) }
         }
     }
+
+    /// A host given apart from its port carries none: `TLSConnection.connect`/`open`/`wrap` refuse
+    /// "h:443" with invalidArgument before any lookup or connect (it used to reach getaddrinfo as
+    /// the name "h:443" and fail as a connect error).
+    func testAHostGivenApartFromItsPortCarriesNone() throws {
+        XCTAssertEqual(try HostLiteral.hostOnly("[::1]"), "::1")
+        XCTAssertEqual(try HostLiteral.hostOnly("fe80::1%eth0"), "fe80::1%eth0")
+        XCTAssertEqual(try HostLiteral.hostOnly("server.test"), "server.test")
+        for bad in ["server.test:443", "[::1]:443", "127.0.0.1:1", "[::1", "[]", ""] {
+            XCTAssertThrowsError(try HostLiteral.hostOnly(bad), bad) { XCTAssertEqual(($0 as? MTLSError)?.code, .invalidArgument, bad) }
+        }
+        for host in ["127.0.0.1:443", "[::1]:443"] {
+            XCTAssertThrowsError(try TLSConnection.connect(host: host, port: 443)) {
+                XCTAssertEqual(($0 as? MTLSError)?.code, .invalidArgument, host)
+                XCTAssertTrue(($0 as? MTLSError)?.message.contains("without a port") ?? false, "\($0)")
+            }
+        }
+        var fds: [Int32] = [0, 0]
+        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds), 0)
+        defer { close(fds[0]); close(fds[1]) }
+        XCTAssertThrowsError(try TLSConnection.wrap(fileDescriptor: fds[0], host: "server.test:443", port: 443)) {
+            XCTAssertEqual(($0 as? MTLSError)?.code, .invalidArgument)
+        }
+    }
 }

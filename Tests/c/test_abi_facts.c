@@ -100,6 +100,37 @@ TEST(hosts_split_by_the_core) {
         CHECK_RC(mtls_host_port("h", &host, NULL), MTLS_E_INVALID_ARGUMENT);
 }
 
+/* A host given apart from its port is read once, by the core: mtls_host_only and mtls_conn_connect
+ * refuse "h:443" before any name lookup (it used to reach getaddrinfo as the name "h:443"). */
+TEST(a_host_given_apart_from_its_port_carries_none) {
+        static const struct { const char *text, *host; } good[] = {
+            {"[::1]", "::1"}, {"::1", "::1"}, {"fe80::1%eth0", "fe80::1%eth0"}, {"server.test", "server.test"},
+        };
+        for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+            char *host = NULL;
+            CHECK_OK(mtls_host_only(good[i].text, &host));
+            CHECK(host != NULL && strcmp(host, good[i].host) == 0);
+            mtls_string_free(host);
+        }
+        static const char *bad[] = {"server.test:443", "[::1]:443", "127.0.0.1:1", "[::1", "[]", ""};
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            char *host = (char *)1;
+            CHECK_RC(mtls_host_only(bad[i], &host), MTLS_E_INVALID_ARGUMENT);
+            CHECK(host == NULL);
+        }
+        char *host = NULL;
+        CHECK_RC(mtls_host_only(NULL, &host), MTLS_E_INVALID_ARGUMENT);
+        CHECK_RC(mtls_host_only("h", NULL), MTLS_E_INVALID_ARGUMENT);
+        mtls_conn *conn = (mtls_conn *)1;
+        CHECK_RC(mtls_conn_connect("127.0.0.1:443", 443, NULL, &conn), MTLS_E_INVALID_ARGUMENT);
+        CHECK(conn == NULL);
+        const char *why = mtls_last_error();
+        CHECK(why != NULL && strstr(why, "without a port") != NULL);
+        conn = (mtls_conn *)1;
+        CHECK_RC(mtls_conn_open("[::1]:443", 443, NULL, &conn), MTLS_E_INVALID_ARGUMENT);
+        CHECK(conn == NULL);
+}
+
 TEST(option_defaults_come_from_the_core) {
     /* Defaults come from the core: what a zeroed struct would mean, spelt out. */
     mtls_conn_options o;
@@ -274,6 +305,7 @@ int main(void) {
     RUN(secret_files_read_by_the_core);
     RUN(urls_read_by_the_core);
     RUN(hosts_split_by_the_core);
+    RUN(a_host_given_apart_from_its_port_carries_none);
     RUN(option_defaults_come_from_the_core);
     RUN(counts_above_ssize_max_are_errors);
     RUN(a_list_freed_with_a_count_above_ssize_max_is_left_alone);

@@ -4,6 +4,7 @@ copies of their own. Each front end hands libmtls the host the core reads: brack
 IPv6 literal and a zone as written, and a host that carries a port of its own, or a bad port, is
 refused. (Tests/e2e/test_url_zones.py compares these answers with the CLI's.)"""
 import asyncio
+import ctypes
 
 import httpx
 import pytest
@@ -157,3 +158,16 @@ def test_acme_challenge_port_out_of_range_is_refused(tmp_path):
     with Store(tmp_path / "store.db", "secret", **KDF) as store:
         with pytest.raises(InvalidArgument, match="port"):
             mtls.enrollment.enroll_acme(store, "l", "https://127.0.0.1:1/dir", ["a.test"], http_port=99999)
+
+
+@pytest.mark.parametrize("given", ["[::1]:443", "127.0.0.1:443", "server.test:443"])
+def test_the_core_itself_refuses_a_host_with_a_port(given):
+    """The rule is the core's (mtls_host_only, what mtls_conn_connect applies): the C call, reached
+    without the bindings' own reading, refuses the host before any lookup, with the same message
+    host_only raises."""
+    out = ctypes.c_void_p()
+    rc = mtls.tls.lib.mtls_conn_connect(given.encode(), 443, None, ctypes.byref(out))
+    assert rc == InvalidArgument.code and not out.value
+    with pytest.raises(InvalidArgument) as refused:
+        host_only(given)
+    assert "without a port" in str(refused.value)

@@ -36,6 +36,8 @@ def url_host_port(url: str) -> Tuple[str, int]:
 
 # int mtls_host_port(const char *text, char **host, uint16_t *port)
 fn("mtls_host_port", ctypes.c_int, ctypes.c_char_p, c_void_pp, ctypes.POINTER(ctypes.c_uint16))
+# int mtls_host_only(const char *text, char **host)
+fn("mtls_host_only", ctypes.c_int, ctypes.c_char_p, c_void_pp)
 
 
 # The core's reading of a text never changes, and one connection asks for it several times (the
@@ -56,15 +58,19 @@ def host_port(text: str) -> Tuple[str, Optional[int]]:
     return host, (port.value or None)
 
 
+@functools.lru_cache(maxsize=256)
 def host_only(host: str) -> str:
     """A host given apart from its port (``Connection.connect(host, port)``, asyncio, the HTTP
-    adapters' origin) as the core reads it: brackets off (``[::1]`` is ``::1``), a bare IPv6
-    literal or a zone kept. A host that carries a port of its own (``[::1]:443``,
-    ``server.test:443``) raises :class:`mtls.errors.InvalidArgument`: the port is given apart."""
-    bare, port = host_port(host)
-    if port is not None:
-        raise InvalidArgument(f"expected a host without a port (the port is given apart), got {host}",
-                              InvalidArgument.code)
+    adapters' origin) as the core reads it (``mtls_host_only``, what ``mtls_conn_connect`` does
+    with its host): brackets off (``[::1]`` is ``::1``), a bare IPv6 literal or a zone kept. A host
+    that carries a port of its own (``[::1]:443``, ``server.test:443``) raises
+    :class:`mtls.errors.InvalidArgument`: the port is given apart."""
+    if "\0" in host:  # C would read up to it
+        raise InvalidArgument(f"a host holds no NUL character: {host!r}", InvalidArgument.code)
+    out = ctypes.c_void_p()
+    check(lib.mtls_host_only(host.encode("utf-8"), ctypes.byref(out)))
+    bare = take_string(out)
+    assert bare is not None  # the core sets it on success
     return bare
 
 
