@@ -18,6 +18,9 @@ public struct ForwardResult: Sendable {
     /// What stopped the loop early: a TLS or socket error on either side. nil when both sides
     /// ended their data (or the idle timeout).
     public var error: MTLSError?
+    /// The plaintext socket's connect, left under way for ``TLSForwarder`` (its `connectTimeout`),
+    /// failed or timed out: ``error`` says how; nothing was forwarded.
+    public var plainConnectFailed = false
 }
 
 /// One forwarded pair's state: a handshaken TLS connection and a plaintext socket, both
@@ -88,7 +91,8 @@ final class ForwardPair {
     /// Checks the deadlines at `now`; true when the pair has ended by one of them.
     func expired(now: Double) -> Bool {
         if let connectDeadline, now >= connectDeadline {
-            fail(MTLSError(.timeout, "connecting to the plaintext side: timed out"))
+            result.plainConnectFailed = true
+            fail(MTLSError(.timeout, "connecting to the plaintext side timed out"))
             return true
         }
         if let idleTimeout, connectDeadline == nil, now >= lastActivity + idleTimeout {
@@ -104,6 +108,7 @@ final class ForwardPair {
             do {
                 guard try Socket.finishConnect(plain, to: "the plaintext side") else { return .wait(tls: 0, plain: Int16(POLLOUT)) }
             } catch {
+                result.plainConnectFailed = true
                 result.error = error as? MTLSError ?? MTLSError(.connect, "\(error)")
                 return .done
             }
