@@ -147,8 +147,10 @@ final class ForwardPair {
                             return .done
                         }
                         (toPlain, toPlainStart) = (rewritten, 0)
-                    } else if !sendToPlain(read) {
-                        return .done
+                    } else {
+                        guard let sent = sendToPlain(read) else { return .done }
+                        // What the socket did not take waits in the pair's own buffer.
+                        if sent < n { (toPlain, toPlainStart) = (Array(UnsafeRawBufferPointer(rebasing: read[sent...])), 0) }
                     }
                 } else {
                     let cause = errno
@@ -173,10 +175,11 @@ final class ForwardPair {
                 }
             }
             if toPlainStart < toPlain.count {
-                let before = toPlainStart
-                let ok = toPlain.withUnsafeBytes { sendToPlain(UnsafeRawBufferPointer(rebasing: $0[before...]), pending: true) }
-                if !ok { return .done }
-                if toPlainStart != before { progress = true; moved = true }
+                let start = toPlainStart
+                guard let sent = toPlain.withUnsafeBytes({ sendToPlain(UnsafeRawBufferPointer(rebasing: $0[start...])) }) else { return .done }
+                if sent > 0 { progress = true; moved = true }
+                toPlainStart += sent
+                if toPlainStart == toPlain.count { (toPlain, toPlainStart) = ([], 0) }
             }
             if toPlainStart == toPlain.count && tlsEnded && !plainShut {
                 Glibc.shutdown(plain, Int32(SHUT_WR))
@@ -239,10 +242,8 @@ final class ForwardPair {
         return .wait(tls: tlsEvents, plain: plainEvents)
     }
 
-    /// Sends `bytes` to the plaintext socket. From the scratch buffer (`pending` false), what
-    /// the socket does not take is kept in `toPlain`; from `toPlain` itself, its start moves.
-    /// False on an error (in `result`).
-    private func sendToPlain(_ bytes: UnsafeRawBufferPointer, pending: Bool = false) -> Bool {
+    /// Sends what of `bytes` the plaintext socket takes now: how many; nil on an error (in `result`).
+    private func sendToPlain(_ bytes: UnsafeRawBufferPointer) -> Int? {
         var off = 0
         while off < bytes.count {
             let n = send(plain, bytes.baseAddress! + off, bytes.count - off, Int32(MSG_NOSIGNAL))
@@ -260,16 +261,10 @@ final class ForwardPair {
                 break
             } else {
                 result.error = MTLSError(.closed, "writing to the plaintext side: \(String(cString: strerror(errno)))")
-                return false
+                return nil
             }
         }
-        if pending {
-            toPlainStart += off
-            if toPlainStart == toPlain.count { (toPlain, toPlainStart) = ([], 0) }
-        } else if off < bytes.count {
-            (toPlain, toPlainStart) = (Array(UnsafeRawBufferPointer(rebasing: bytes[off...])), 0)
-        }
-        return true
+        return off
     }
 
     private enum Written { case wrote(Int), failed }
