@@ -196,6 +196,7 @@ def tunnels(pki, backend):
     t = T()
     t.server, t.port, t.status_port, t.metrics_port = server, port, status_port, metrics_port
     t.client = {"1.3": p13, "1.2": p12}
+    t.client_proc = {"1.3": c13, "1.2": c12}
     yield t
     for proc in (c13, c12, server):
         proc.stop()
@@ -220,6 +221,41 @@ def test_64_concurrent_python_streams(tunnels):
     with ThreadPoolExecutor(64) as pool:
         results = list(pool.map(lambda i: get(tunnels.client["1.3"], f"/stream/{i}"), range(64)))
     assert results == [(200, f"hello /stream/{i}\n") for i in range(64)]
+
+
+def threads_of(proc):
+    return len(os.listdir(f"/proc/{proc.proc.pid}/task"))
+
+
+def test_64_open_streams_add_no_thread_to_either_tunnel(tunnels):
+    """Forwarding costs no thread per connection (issue 39): with 64 streams held open through
+    tunnel client → tunnel server (each request head left unfinished, so the backend waits), neither
+    process has more threads than when idle, give or take a small constant."""
+    client = tunnels.client_proc["1.3"]
+    assert get(tunnels.client["1.3"], "/warm") == (200, "hello /warm\n")
+    status = lambda: json.loads(get(tunnels.status_port, "/_status")[1])
+    wait_until(lambda: status()["connections"] == 0, what="no connection open before the test")
+    idle = {"client": threads_of(client), "server": threads_of(tunnels.server)}
+    socks = []
+    try:
+        for i in range(64):
+            s = socket.create_connection(("127.0.0.1", tunnels.client["1.3"]), timeout=20)
+            s.sendall(f"GET /held/{i} HTTP/1.0\r\nHost: x\r\n".encode())
+            socks.append(s)
+        wait_until(lambda: status()["connections"] >= 64, what="64 streams forwarded by the server")
+        busy = {"client": threads_of(client), "server": threads_of(tunnels.server)}
+        assert busy["client"] <= idle["client"] + 4, (idle, busy)
+        assert busy["server"] <= idle["server"] + 4, (idle, busy)
+        for i, s in enumerate(socks):
+            s.sendall(b"\r\n")
+        for i, s in enumerate(socks):
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+            assert data.endswith(f"hello /held/{i}\n".encode()), data
+    finally:
+        for s in socks:
+            s.close()
 
 
 def test_half_closed_client_still_gets_the_answer(tunnels):
