@@ -36,17 +36,47 @@ static void *program(void *arg) {
     return NULL;
 }
 
-TEST(forward_and_proxy_header) {
-    mtls_identity *server_id = identity("server", "int-a.pem"), *client_a = identity("client-a", "int-a.pem");
-    mtls_policy *server_policy = anchored("root.pem"), *client_policy = anchored("int-a.pem");
+/* A listener (server, clients of int-a) and the options of a client (client-a) for it. */
+struct ends {
+    mtls_identity *server_id, *client_a;
+    mtls_policy *server_policy, *client_policy;
+    mtls_listener *listener;
+    uint16_t port;
+    mtls_conn_options client_options;
+};
+
+static void open_ends(struct ends *e) {
+    memset(e, 0, sizeof *e);
+    e->server_id = identity("server", "int-a.pem");
+    e->client_a = identity("client-a", "int-a.pem");
+    e->server_policy = anchored("root.pem");
+    e->client_policy = anchored("int-a.pem");
     mtls_listener_options lo;
     CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
-    lo.identity = server_id;
-    lo.client_policy = client_policy;
-    mtls_listener *l = NULL;
-    CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &l));
-    uint16_t port = 0;
-    CHECK_OK(mtls_listener_port(l, &port));
+    lo.identity = e->server_id;
+    lo.client_policy = e->client_policy;
+    CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &e->listener));
+    CHECK_OK(mtls_listener_port(e->listener, &e->port));
+    CHECK_OK(mtls_conn_options_init(&e->client_options, MTLS_CONN_OPTIONS_VERSION));
+    e->client_options.verify_as = "server.test";
+    e->client_options.identity = e->client_a;
+    e->client_options.policy = e->server_policy;
+    e->client_options.io_timeout_ms = 10000;
+}
+
+static void close_ends(struct ends *e) {
+    mtls_listener_free(e->listener);
+    mtls_identity_free(e->server_id);
+    mtls_identity_free(e->client_a);
+    mtls_policy_free(e->server_policy);
+    mtls_policy_free(e->client_policy);
+}
+
+TEST(forward_and_proxy_header) {
+    struct ends e;
+    open_ends(&e);
+    mtls_listener *l = e.listener;
+    uint16_t port = e.port;
     int pair[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
     struct side s = { .listener = l, .fd = pair[0] };
@@ -54,12 +84,7 @@ TEST(forward_and_proxy_header) {
     pthread_create(&st, NULL, serve, &s);
     pthread_create(&pt, NULL, program, &pair[1]);
 
-    mtls_conn_options o;
-    CHECK_OK(mtls_conn_options_init(&o, MTLS_CONN_OPTIONS_VERSION));
-    o.verify_as = "server.test";
-    o.identity = client_a;
-    o.policy = server_policy;
-    o.io_timeout_ms = 10000;
+    mtls_conn_options o = e.client_options;
     mtls_conn *c = NULL;
     CHECK_OK(mtls_conn_connect("127.0.0.1", port, &o, &c));
     size_t n = 0;
@@ -83,11 +108,7 @@ TEST(forward_and_proxy_header) {
     mtls_bytes_free(s.header);
     close(pair[0]);
     mtls_conn_free(c);
-    mtls_listener_free(l);
-    mtls_identity_free(server_id);
-    mtls_identity_free(client_a);
-    mtls_policy_free(server_policy);
-    mtls_policy_free(client_policy);
+    close_ends(&e);
 }
 
 /* The forwarder's done callbacks, counted. */
@@ -144,28 +165,17 @@ static void read_to_end(int fd, char *buf, size_t size) {
 }
 
 TEST(forwarder_many_pairs_on_one_thread) {
-    mtls_identity *server_id = identity("server", "int-a.pem"), *client_a = identity("client-a", "int-a.pem");
-    mtls_policy *server_policy = anchored("root.pem"), *client_policy = anchored("int-a.pem");
-    mtls_listener_options lo;
-    CHECK_OK(mtls_listener_options_init(&lo, MTLS_LISTENER_OPTIONS_VERSION));
-    lo.identity = server_id;
-    lo.client_policy = client_policy;
-    mtls_listener *l = NULL;
-    CHECK_OK(mtls_listener_new("127.0.0.1", 0, &lo, &l));
-    uint16_t port = 0;
-    CHECK_OK(mtls_listener_port(l, &port));
+    struct ends e;
+    open_ends(&e);
+    mtls_listener *l = e.listener;
+    uint16_t port = e.port;
     mtls_forwarder *fw = NULL;
     CHECK_RC(mtls_forwarder_new(65, &fw), MTLS_E_INVALID_ARGUMENT);
     CHECK_OK(mtls_forwarder_new(1, &fw));
     struct adder a = { .listener = l, .fw = fw, .n = PAIRS, .first = 0 };
     pthread_t at;
     pthread_create(&at, NULL, add_pairs, &a);
-    mtls_conn_options o;
-    CHECK_OK(mtls_conn_options_init(&o, MTLS_CONN_OPTIONS_VERSION));
-    o.verify_as = "server.test";
-    o.identity = client_a;
-    o.policy = server_policy;
-    o.io_timeout_ms = 10000;
+    mtls_conn_options o = e.client_options;
     mtls_conn *clients[PAIRS + 1] = {0};
     for (int i = 0; i < PAIRS; i++) CHECK_OK(mtls_conn_connect("127.0.0.1", port, &o, &clients[i]));
     pthread_join(at, NULL);
@@ -220,11 +230,7 @@ TEST(forwarder_many_pairs_on_one_thread) {
     CHECK_RC(mtls_forwarder_active(NULL, &active), MTLS_E_INVALID_ARGUMENT);
     CHECK_RC(mtls_forwarder_new(1, NULL), MTLS_E_INVALID_ARGUMENT);
     mtls_forwarder_free(NULL);
-    mtls_listener_free(l);
-    mtls_identity_free(server_id);
-    mtls_identity_free(client_a);
-    mtls_policy_free(server_policy);
-    mtls_policy_free(client_policy);
+    close_ends(&e);
 }
 
 TEST(address_rule) {
