@@ -22,7 +22,7 @@ struct TunnelCommand: ParsableCommand {
 struct TunnelOperationOptions: ParsableArguments {
     @Option(help: "Seconds a connection may pass with no byte moving either way before it is closed (0: never).") var idleTimeout: Double = 600
     @Option(help: "Seconds for connecting to the target.") var connectTimeout: Double = 10
-    @Option(help: "Threads forwarding bytes; each runs one epoll loop over its share of the connections (no thread per connection).") var forwardThreads: Int = TLSForwarder.defaultThreads
+    @Option(help: "Threads forwarding bytes; each runs one epoll loop over its share of the connections (no thread per connection). Default: one per CPU, at most 8.") var forwardThreads: Int = min(max(ProcessInfo.processInfo.activeProcessorCount, 1), 8)
     @Option(help: "On SIGTERM: seconds the open connections have to finish before the process exits; new connections are refused from the signal on.") var drainTimeout: Double = 30
     @Option(help: "Answer GET /_status on 127.0.0.1:PORT: 200 with a JSON object; with ?check=target, 503 when the target cannot be reached; 503 while draining.") var statusPort: UInt16?
     @Option(help: "Serve Prometheus metrics on 127.0.0.1:PORT: connections, handshakes, refusals by reason, bytes, the certificate's end of validity.") var metricsPort: UInt16?
