@@ -84,7 +84,7 @@ public enum TunnelAddress: Sendable, Equatable, CustomStringConvertible {
         case .tcp(let host, let port):
             return try Socket.connect(host: host, port: port, deadline: Deadline(seconds: timeout))
         case .unix:
-            let (fd, inProgress) = try startConnect()
+            let (fd, inProgress) = try startConnect(timeout: timeout)
             if inProgress {
                 do {
                     try Socket.wait(fd, forWriting: true, deadline: Deadline(seconds: timeout), what: "connecting to \(self)")
@@ -100,11 +100,14 @@ public enum TunnelAddress: Sendable, Equatable, CustomStringConvertible {
 
     /// Starts connecting without waiting: a non-blocking, close-on-exec socket the caller closes,
     /// and whether the connect is still under way (then the socket becomes writable when it
-    /// ends, and SO_ERROR says how: ``TLSForwarder`` waits for it). TCP: the name is resolved here
-    /// (blocking) and its first address is tried; `connect(timeout:)` tries every address.
-    public func startConnect() throws -> (fd: Int32, inProgress: Bool) {
+    /// ends, and SO_ERROR says how: ``TLSForwarder`` waits for it). A UNIX socket or a TCP IP
+    /// literal is never waited for. A TCP host name may resolve to several addresses, to be tried
+    /// in turn when one refuses, so it is connected here as `connect(timeout:)` does (waiting up
+    /// to `timeout` seconds) and returned connected.
+    public func startConnect(timeout: Double?) throws -> (fd: Int32, inProgress: Bool) {
         switch self {
         case .tcp(let host, let port):
+            guard Socket.isIPLiteral(HostLiteral.unbracketed(host)) else { return (try connect(timeout: timeout), false) }
             let fd = try Socket.connect(host: host, port: port, deadline: Deadline(seconds: nil), waitForConnection: false)
             do {
                 return (fd, try !Socket.finishConnect(fd, to: description))

@@ -60,7 +60,7 @@ public final class TLSForwarder: @unchecked Sendable {
     /// - `prefix`: bytes written to `plain` before any forwarded byte (a PROXY protocol v2
     ///   header); not counted in the result's byte counts.
     /// - `connectTimeout`: non-nil when `plain` is a socket whose non-blocking connect is still
-    ///   under way (``TunnelAddress/startConnect()``): the pair waits for it to become writable,
+    ///   under way (``TunnelAddress/startConnect(timeout:)``): the pair waits for it to become writable,
     ///   reads SO_ERROR, and ends with a `.connect` error (or `.timeout` after this many seconds)
     ///   if it did not connect.
     ///

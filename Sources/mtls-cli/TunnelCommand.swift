@@ -402,7 +402,7 @@ struct TunnelServerCommand: ParsableCommand {
                 // the PROXY header and the rewriter; the forwarder's thread waits for the connect.
                 let plain: Int32, connecting: Bool
                 do {
-                    (plain, connecting) = try targetAddress.startConnect()
+                    (plain, connecting) = try targetAddress.startConnect(timeout: connectTimeout)
                 } catch {
                     ServeLog.line("target unreachable for \(who): \((error as? MTLSError)?.message ?? "\(error)")")
                     conn.close()

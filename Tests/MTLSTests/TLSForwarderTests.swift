@@ -212,7 +212,7 @@ extension TLSConnectionTests {
                                                options: try clientOptions(identity: identity("client-a")))
         defer { client.close() }
         let server = try accepting.take(0)
-        let (plain, _) = try TunnelAddress.tcp(host: "127.0.0.1", port: port).startConnect()
+        let (plain, _) = try TunnelAddress.tcp(host: "127.0.0.1", port: port).startConnect(timeout: 10)
         let done = DispatchSemaphore(value: 0)
         let result = LockedBox<ForwardResult?>(nil)
         forwarder.add(server, plain: plain, prefix: Array("PREFIX|".utf8), connectTimeout: 10) { r in
@@ -229,6 +229,12 @@ extension TLSConnectionTests {
         XCTAssertNil(result.value?.error)
         XCTAssertEqual(result.value?.bytesFromTLS, 4)
 
+        // A host name is connected at once (its addresses tried in turn, as connect(timeout:)
+        // does: localhost may say ::1 first, where nothing listens).
+        let (named, namedInProgress) = try TunnelAddress.tcp(host: "localhost", port: port).startConnect(timeout: 10)
+        XCTAssertFalse(namedInProgress)
+        close(named)
+
         // Nothing listens on the closed port any more.
         let (gone, gonePort) = try TunnelAddress("127.0.0.1:0").listen()
         close(gone)
@@ -238,7 +244,7 @@ extension TLSConnectionTests {
         let failed = DispatchSemaphore(value: 0)
         let failure = LockedBox<ForwardResult?>(nil)
         do {
-            let (fd, _) = try TunnelAddress.tcp(host: "127.0.0.1", port: gonePort).startConnect()
+            let (fd, _) = try TunnelAddress.tcp(host: "127.0.0.1", port: gonePort).startConnect(timeout: 10)
             forwarder.add(try accepting.take(1), plain: fd, connectTimeout: 10) { r in
                 failure.mutate { $0 = r }
                 failed.signal()
