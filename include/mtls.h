@@ -1450,7 +1450,7 @@ MTLS_EXTERN void mtls_conn_cache_clear(void);
 
 /* Move bytes both ways between conn (its handshake finished or finishing) and the connected
  * plaintext socket fd (TCP or UNIX) until both directions have ended, on the calling thread: one
- * poll over both sockets, non-blocking I/O, two 16 KiB buffers. Half-close is passed through:
+ * poll over both sockets, non-blocking I/O, one 16 KiB buffer. Half-close is passed through:
  * the peer's close_notify becomes shutdown(fd, SHUT_WR) once everything before it was written,
  * and the end of fd's data becomes close_notify; the other direction goes on until it ends too.
  * idle_timeout_ms: nothing moved either way for that long ends the loop (MTLS_E_TIMEOUT); -1:
@@ -1460,6 +1460,35 @@ MTLS_EXTERN void mtls_conn_cache_clear(void);
  * every case; either may be NULL. Neither socket is closed: mtls_conn_free and close(fd). */
 MTLS_EXTERN int mtls_conn_forward(mtls_conn *conn, int fd, int idle_timeout_ms, uint64_t *bytes_from_tls,
                                   uint64_t *bytes_to_tls);
+/* A forwarder: what mtls_conn_forward does, for many connections on a few threads (each one
+ * epoll loop over its share of the pairs), with no thread per connection. An idle pair holds no
+ * buffer: each thread reads into one 16 KiB buffer, and a pair keeps only the bytes a short
+ * write left behind. Half-close, truncation and the idle timeout are as mtls_conn_forward's. */
+typedef struct mtls_forwarder mtls_forwarder;
+/* Called once per pair, when it ended, on a forwarder thread (mtls_last_error() there says why):
+ * status is what mtls_conn_forward would return (MTLS_OK, MTLS_E_TIMEOUT for the idle timeout,
+ * MTLS_E_TRUNCATED, or the error that stopped it; MTLS_E_CLOSED when mtls_forwarder_free cut it);
+ * both sockets are already closed. Keep it short: the thread forwards other pairs meanwhile. */
+typedef void (*mtls_forward_done_cb)(void *user, int status, uint64_t bytes_from_tls, uint64_t bytes_to_tls);
+/* Start a forwarder with threads threads (1 to 64; 0: the default, 1), named "mtls-forward".
+ * Free it with mtls_forwarder_free. */
+MTLS_EXTERN int mtls_forwarder_new(int threads, mtls_forwarder **out);
+/* Hand conn (its handshake finished or finishing: a handshake still to do runs here, blocking)
+ * and the connected plaintext socket fd to the forwarder. On MTLS_OK the forwarder owns both:
+ * conn is no longer the caller's handle (do not use or mtls_conn_free it) and fd is closed by the
+ * forwarder when the pair ends, before done(user, ...) is called (done may be NULL). A conn made by
+ * mtls_conn_wrap_fd leaves its own socket to the caller: close it in done. idle_timeout_ms: -1
+ * none. On an error (a bad argument) nothing was taken. After mtls_forwarder_free has begun, the
+ * pair ends at once with MTLS_E_CLOSED, done called on the calling thread. */
+MTLS_EXTERN int mtls_forwarder_add(mtls_forwarder *fw, mtls_conn *conn, int fd, int idle_timeout_ms,
+                                   mtls_forward_done_cb done, void *user);
+/* *active = the pairs added and not yet ended (their done not yet called). */
+MTLS_EXTERN int mtls_forwarder_active(const mtls_forwarder *fw, int *active);
+/* End every running pair (MTLS_E_CLOSED to its done, both sockets closed), wait for the threads and
+ * free the forwarder. NULL is a no-op. Do not call it from a done callback: there it cannot wait
+ * for its own thread, so it only asks the threads to stop and returns; the pairs then end on the
+ * forwarder's threads after it returned. */
+MTLS_EXTERN void mtls_forwarder_free(mtls_forwarder *fw);
 /* The PROXY protocol v2 header (haproxy's proxy-protocol.txt) that tells a plaintext target who
  * is on the other end of the accepted connection conn: command PROXY, the client's address and
  * port as source and ours as destination (TCP4 or TCP6; UNSPEC when their families differ), and

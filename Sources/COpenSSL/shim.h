@@ -136,6 +136,26 @@ int accept4(int sockfd, struct sockaddr *addr, socklen_t *addrlen, int flags);
 static inline int mtls_accept_nonblocking(int listener, struct sockaddr *addr, socklen_t *len) {
     return accept4(listener, addr, len, SOCK_NONBLOCK | SOCK_CLOEXEC);
 }
+/* epoll and eventfd for the forwarder's loops (TLSForwarder). struct epoll_event is packed on
+ * x86-64, which the Swift importer does not lay out reliably: these take and give its two fields. */
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+static inline int mtls_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
+/* op: 0 add, 1 modify, 2 delete. events: poll(2)-style POLLIN/POLLOUT bits (the same values as EPOLLIN/EPOLLOUT). */
+static inline int mtls_epoll_ctl(int ep, int op, int fd, uint32_t events, uint64_t data) {
+    struct epoll_event ev; memset(&ev, 0, sizeof ev);
+    ev.events = events; ev.data.u64 = data;
+    return epoll_ctl(ep, op == 0 ? EPOLL_CTL_ADD : op == 1 ? EPOLL_CTL_MOD : EPOLL_CTL_DEL, fd, &ev);
+}
+/* Waits up to timeout_ms (-1: for ever) and fills events[i]/data[i] for up to max events. */
+static inline int mtls_epoll_wait(int ep, uint32_t *events, uint64_t *data, int max, int timeout_ms) {
+    struct epoll_event evs[64];
+    if (max > 64) max = 64;
+    int n = epoll_wait(ep, evs, max, timeout_ms);
+    for (int i = 0; i < n; i++) { events[i] = evs[i].events; data[i] = evs[i].data.u64; }
+    return n;
+}
+static inline int mtls_eventfd(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
 /* Landlock (Linux 5.13+): the three system calls, which glibc does not wrap. Each returns what
  * the kernel returns (-1 with errno on failure, ENOSYS / EOPNOTSUPP where there is no Landlock). */
 #include <sys/syscall.h>

@@ -109,13 +109,18 @@ package enum Socket {
     /// For a socket from `connect(..., waitForConnection: false)`: false while the TCP connect
     /// is still under way, true once it succeeded; throws ``MTLSError/Code/connect`` when it failed.
     package static func finishConnect(_ fd: Int32, host: String, port: UInt16) throws -> Bool {
+        try finishConnect(fd, to: "\(host) port \(port)")
+    }
+
+    /// The same for any non-blocking connect (TCP or UNIX); `to` names the address in the error.
+    package static func finishConnect(_ fd: Int32, to: String) throws -> Bool {
         var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
         guard poll(&p, 1, 0) > 0 else { return false }
         var soError: Int32 = 0
         var len = socklen_t(MemoryLayout<Int32>.size)
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &soError, &len)
         if soError != 0 {
-            throw MTLSError(.connect, "cannot connect to \(host) port \(port): \(String(cString: strerror(soError)))", side: .server)
+            throw MTLSError(.connect, "cannot connect to \(to): \(String(cString: strerror(soError)))", side: .server)
         }
         return true
     }

@@ -82,20 +82,48 @@ public enum TunnelAddress: Sendable, Equatable, CustomStringConvertible {
     public func connect(timeout: Double?) throws -> Int32 {
         switch self {
         case .tcp(let host, let port):
-            let fd = try Socket.connect(host: host, port: port, deadline: Deadline(seconds: timeout))
-            Socket.setNonBlocking(fd, true)
+            return try Socket.connect(host: host, port: port, deadline: Deadline(seconds: timeout))
+        case .unix:
+            let (fd, inProgress) = try startConnect(timeout: timeout)
+            if inProgress {
+                do {
+                    try Socket.wait(fd, forWriting: true, deadline: Deadline(seconds: timeout), what: "connecting to \(self)")
+                    _ = try Socket.finishConnect(fd, to: description)
+                } catch {
+                    Glibc.close(fd)
+                    throw error
+                }
+            }
             return fd
+        }
+    }
+
+    /// Starts connecting without waiting: a non-blocking, close-on-exec socket the caller closes,
+    /// and whether the connect is still under way (then the socket becomes writable when it
+    /// ends, and SO_ERROR says how: ``TLSForwarder`` waits for it). A UNIX socket or a TCP IP
+    /// literal is never waited for. A TCP host name may resolve to several addresses, to be tried
+    /// in turn when one refuses, so it is connected here as `connect(timeout:)` does (waiting up
+    /// to `timeout` seconds) and returned connected.
+    public func startConnect(timeout: Double?) throws -> (fd: Int32, inProgress: Bool) {
+        switch self {
+        case .tcp(let host, let port):
+            guard Socket.isIPLiteral(HostLiteral.unbracketed(host)) else { return (try connect(timeout: timeout), false) }
+            let fd = try Socket.connect(host: host, port: port, deadline: Deadline(seconds: nil), waitForConnection: false)
+            do {
+                return (fd, try !Socket.finishConnect(fd, to: description))
+            } catch {
+                Glibc.close(fd)
+                throw error
+            }
         case .unix(let path):
-            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
             guard fd >= 0 else { throw MTLSError(.io, "socket: \(String(cString: strerror(errno)))") }
             let rc = Self.withUnixAddress(path) { Glibc.connect(fd, $0, $1) }
-            guard rc == 0 else {
-                let e = errno
-                Glibc.close(fd)
-                throw MTLSError(.connect, "cannot connect to unix:\(path): \(String(cString: strerror(e)))")
-            }
-            Socket.setNonBlocking(fd, true)
-            return fd
+            if rc == 0 { return (fd, false) }
+            let e = errno
+            if e == EINPROGRESS { return (fd, true) }
+            Glibc.close(fd)
+            throw MTLSError(.connect, "cannot connect to unix:\(path): \(String(cString: strerror(e)))")
         }
     }
 

@@ -18,15 +18,289 @@ public struct ForwardResult: Sendable {
     /// What stopped the loop early: a TLS or socket error on either side. nil when both sides
     /// ended their data (or the idle timeout).
     public var error: MTLSError?
+    /// The plaintext socket's connect, left under way for ``TLSForwarder`` (its `connectTimeout`),
+    /// failed or timed out: ``error`` says how; nothing was forwarded.
+    public var plainConnectFailed = false
+}
+
+/// One forwarded pair's state: a handshaken TLS connection and a plaintext socket, both
+/// non-blocking. The one state machine behind both ``TLSConnection/forward(to:idleTimeout:counters:requestRewriter:)``
+/// (a `poll` loop on the caller's thread) and ``TLSForwarder`` (an epoll loop over many pairs).
+///
+/// Bytes are read into a scratch buffer the driver lends to ``step(scratch:)`` (one per
+/// thread); only what a short write leaves behind is copied into the pair's own `toPlain` /
+/// `toTLS` (SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER, set on every connection, lets SSL_write be
+/// retried from that copy), so an idle pair holds no buffer. A step runs until nothing moves:
+/// after SSL_read returns data it reads again, so records OpenSSL holds decrypted or buffered
+/// are drained before the driver waits on the socket (TLS readability is waited for only
+/// after SSL_read said WANT_READ).
+final class ForwardPair {
+    let conn: TLSConnection
+    let plain: Int32
+    let counters: ForwardCounters?
+    var rewriter: HTTPRequestRewriter?
+    var result = ForwardResult()
+    /// Seconds with nothing moving before the pair ends (nil: never).
+    let idleTimeout: Double?
+    /// When something last moved (Deadline.now()).
+    var lastActivity = Deadline.now()
+    /// The plaintext socket's non-blocking connect is still under way, until this time.
+    var connectDeadline: Double?
+
+    private var toPlain: [UInt8] = [], toPlainStart = 0
+    /// Leading bytes of `toPlain` that are not forwarded data (the prefix): not counted.
+    private var uncounted = 0
+    private var toTLS: [UInt8] = [], toTLSStart = 0
+    private var tlsEnded = false, plainShut = false, plainEnded = false, tlsShut = false
+    // The event the last TLS read / write (or shutdown) waits for.
+    private var tlsReadWait: Int16 = 0, tlsWriteWait: Int16 = 0
+
+    /// What a step asks for next.
+    enum Next {
+        /// Both directions ended, or an error, the idle timeout or a failed connect: `result` says which.
+        case done
+        /// Wait for these poll(2) events on the TLS socket and the plaintext socket (0: none).
+        case wait(tls: Int16, plain: Int16)
+    }
+
+    init(conn: TLSConnection, plain: Int32, idleTimeout: Double?, counters: ForwardCounters?,
+         requestRewriter: HTTPRequestRewriter?, prefix: [UInt8] = [], connectDeadline: Double? = nil) {
+        self.conn = conn
+        self.plain = plain
+        self.idleTimeout = idleTimeout.map { max($0, 0) }
+        self.counters = counters
+        self.rewriter = requestRewriter
+        self.connectDeadline = connectDeadline
+        toPlain = prefix
+        uncounted = prefix.count
+        Socket.setNonBlocking(conn.fileDescriptor, true)
+        Socket.setNonBlocking(plain, true)
+    }
+
+    /// When the idle timeout or the connect deadline ends the pair (nil: never).
+    var deadline: Double? {
+        if let connectDeadline { return connectDeadline }
+        return idleTimeout.map { lastActivity + $0 }
+    }
+
+    /// Ends the pair from outside (the forwarder closing, a deadline passed) with `error`.
+    func fail(_ error: MTLSError) {
+        if result.error == nil { result.error = error }
+    }
+
+    /// Checks the deadlines at `now`; true when the pair has ended by one of them.
+    func expired(now: Double) -> Bool {
+        if let connectDeadline, now >= connectDeadline {
+            result.plainConnectFailed = true
+            fail(MTLSError(.timeout, "connecting to the plaintext side timed out"))
+            return true
+        }
+        if let idleTimeout, connectDeadline == nil, now >= lastActivity + idleTimeout {
+            result.idleTimedOut = true
+            return true
+        }
+        return false
+    }
+
+    /// Moves every byte that can move now, without blocking.
+    func step(scratch: UnsafeMutableRawBufferPointer) -> Next {
+        if connectDeadline != nil {
+            do {
+                guard try Socket.finishConnect(plain, to: "the plaintext side") else { return .wait(tls: 0, plain: Int16(POLLOUT)) }
+            } catch {
+                result.plainConnectFailed = true
+                result.error = error as? MTLSError ?? MTLSError(.connect, "\(error)")
+                return .done
+            }
+            connectDeadline = nil
+            lastActivity = Deadline.now()
+        }
+        let ssl = conn.ssl
+        let size = scratch.count
+        var progress = true, moved = false
+        defer { if moved { lastActivity = Deadline.now() } }
+        while progress {
+            progress = false
+            // The TLS peer to the plaintext socket.
+            if toPlainStart == toPlain.count && !tlsEnded {
+                tlsReadWait = 0
+                OpenSSLErrorQueue.clear()
+                var n = 0
+                let r = SSL_read_ex(ssl, scratch.baseAddress, size, &n)
+                if r == 1 {
+                    progress = true
+                    moved = true
+                    let read = UnsafeRawBufferPointer(start: scratch.baseAddress, count: n)
+                    if rewriter != nil {
+                        var rewritten: [UInt8] = []
+                        do {
+                            try rewriter?.feed(read, into: &rewritten)
+                        } catch {
+                            if rewriter?.requests == 0 && toTLSStart == toTLS.count {
+                                // Best effort: the connection is closed after it either way.
+                                let response = error.response
+                                var written = 0
+                                _ = response.withUnsafeBytes { SSL_write_ex(ssl, $0.baseAddress, $0.count, &written) }
+                                OpenSSLErrorQueue.clear()
+                            }
+                            result.error = error.error
+                            return .done
+                        }
+                        (toPlain, toPlainStart) = (rewritten, 0)
+                    } else {
+                        guard let sent = sendToPlain(read) else { return .done }
+                        // What the socket did not take waits in the pair's own buffer.
+                        if sent < n { (toPlain, toPlainStart) = (Array(UnsafeRawBufferPointer(rebasing: read[sent...])), 0) }
+                    }
+                } else {
+                    let cause = errno
+                    let err = SSL_get_error(ssl, r)
+                    switch err {
+                    case SSL_ERROR_ZERO_RETURN:
+                        tlsEnded = true
+                        progress = true
+                    case SSL_ERROR_WANT_READ: tlsReadWait = Int16(POLLIN)
+                    case SSL_ERROR_WANT_WRITE: tlsReadWait = Int16(POLLOUT)
+                    default:
+                        if TLSConnection.isUnexpectedEOF(err, cause) {
+                            OpenSSLErrorQueue.clear()
+                            result.truncated = true
+                            tlsEnded = true
+                            progress = true
+                        } else {
+                            result.error = conn.ioError(err, cause, "reading from")
+                            return .done
+                        }
+                    }
+                }
+            }
+            if toPlainStart < toPlain.count {
+                let start = toPlainStart
+                guard let sent = toPlain.withUnsafeBytes({ sendToPlain(UnsafeRawBufferPointer(rebasing: $0[start...])) }) else { return .done }
+                if sent > 0 { progress = true; moved = true }
+                toPlainStart += sent
+                if toPlainStart == toPlain.count { (toPlain, toPlainStart) = ([], 0) }
+            }
+            if toPlainStart == toPlain.count && tlsEnded && !plainShut {
+                Glibc.shutdown(plain, Int32(SHUT_WR))
+                plainShut = true
+                progress = true
+            }
+            // The plaintext socket to the TLS peer.
+            if toTLSStart == toTLS.count && !plainEnded {
+                let n = recv(plain, scratch.baseAddress, size, 0)
+                if n > 0 {
+                    progress = true
+                    moved = true
+                    switch writeToTLS(UnsafeRawBufferPointer(start: scratch.baseAddress, count: n)) {
+                    case .failed: return .done
+                    case .wrote(let w) where w < n:
+                        // What SSL_write did not take waits in the pair's own buffer.
+                        toTLS = Array(UnsafeRawBufferPointer(start: scratch.baseAddress! + w, count: n - w))
+                        toTLSStart = 0
+                    case .wrote: break
+                    }
+                } else if n == 0 {
+                    plainEnded = true
+                    progress = true
+                } else if errno == EINTR {
+                    progress = true
+                } else if errno != EAGAIN {
+                    result.error = MTLSError(.closed, "reading from the plaintext side: \(String(cString: strerror(errno)))")
+                    return .done
+                }
+            } else if toTLSStart < toTLS.count {
+                let start = toTLSStart
+                switch toTLS.withUnsafeBytes({ writeToTLS(UnsafeRawBufferPointer(rebasing: $0[start...])) }) {
+                case .failed: return .done
+                case .wrote(let w):
+                    if w > 0 { progress = true; moved = true }
+                    toTLSStart += w
+                    if toTLSStart == toTLS.count { (toTLS, toTLSStart) = ([], 0) }
+                }
+            }
+            if toTLSStart == toTLS.count && plainEnded && !tlsShut {
+                tlsWriteWait = 0
+                OpenSSLErrorQueue.clear()
+                let r = SSL_shutdown(ssl)
+                if r < 0 && SSL_get_error(ssl, r) == SSL_ERROR_WANT_WRITE {
+                    tlsWriteWait = Int16(POLLOUT)
+                } else {
+                    // Sent (or the connection is gone, which the read side reports).
+                    OpenSSLErrorQueue.clear()
+                    tlsShut = true
+                    progress = true
+                }
+            }
+        }
+        if tlsEnded && plainShut && plainEnded && tlsShut { return .done }
+        var tlsEvents: Int16 = 0, plainEvents: Int16 = 0
+        if toPlainStart == toPlain.count && !tlsEnded { tlsEvents |= tlsReadWait }
+        if toTLSStart < toTLS.count || (plainEnded && !tlsShut) { tlsEvents |= tlsWriteWait }
+        if toTLSStart == toTLS.count && !plainEnded { plainEvents |= Int16(POLLIN) }
+        if toPlainStart < toPlain.count { plainEvents |= Int16(POLLOUT) }
+        return .wait(tls: tlsEvents, plain: plainEvents)
+    }
+
+    /// Sends what of `bytes` the plaintext socket takes now: how many; nil on an error (in `result`).
+    private func sendToPlain(_ bytes: UnsafeRawBufferPointer) -> Int? {
+        var off = 0
+        while off < bytes.count {
+            let n = send(plain, bytes.baseAddress! + off, bytes.count - off, Int32(MSG_NOSIGNAL))
+            if n > 0 {
+                off += n
+                let counted = n - min(n, uncounted)
+                uncounted -= n - counted
+                if counted > 0 {
+                    result.bytesFromTLS += UInt64(counted)
+                    counters?.addFromTLS(counted)
+                }
+            } else if errno == EINTR {
+                continue
+            } else if errno == EAGAIN {
+                break
+            } else {
+                result.error = MTLSError(.closed, "writing to the plaintext side: \(String(cString: strerror(errno)))")
+                return nil
+            }
+        }
+        return off
+    }
+
+    private enum Written { case wrote(Int), failed }
+
+    /// One SSL_write_ex of `bytes` (a partial write may take part of them): how many it took.
+    private func writeToTLS(_ bytes: UnsafeRawBufferPointer) -> Written {
+        tlsWriteWait = 0
+        OpenSSLErrorQueue.clear()
+        var n = 0
+        let r = SSL_write_ex(conn.ssl, bytes.baseAddress, bytes.count, &n)
+        if r == 1 {
+            result.bytesToTLS += UInt64(n)
+            counters?.addToTLS(n)
+            return .wrote(n)
+        }
+        let cause = errno
+        let err = SSL_get_error(conn.ssl, r)
+        switch err {
+        case SSL_ERROR_WANT_READ: tlsWriteWait = Int16(POLLIN)
+        case SSL_ERROR_WANT_WRITE: tlsWriteWait = Int16(POLLOUT)
+        default:
+            result.error = conn.ioError(err, cause, "writing to")
+            return .failed
+        }
+        return .wrote(0)
+    }
 }
 
 extension TLSConnection {
-    /// The size of each of the two buffers: one TLS record's worth of plaintext.
+    /// The size of the scratch buffer a forwarding thread reads into: one TLS record's worth of plaintext.
     static let forwardBufferSize = 16 * 1024
 
     /// Moves bytes both ways between this (handshaken) connection and the connected plaintext
     /// socket `plain` (TCP or UNIX) until both directions have ended, on the calling thread: one
-    /// `poll` over both sockets, non-blocking I/O, two buffers allocated once.
+    /// `poll` over both sockets, non-blocking I/O. ``TLSForwarder`` runs the same state machine
+    /// for many connections on a few threads.
     ///
     /// Half-close is passed through: the TLS peer's close_notify (or a hang-up without it, marked
     /// ``ForwardResult/truncated``) becomes `shutdown(SHUT_WR)` on `plain` once everything before
@@ -49,165 +323,20 @@ extension TLSConnection {
             result.error = MTLSError(.io, "\(error)")
             return result
         }
-        Socket.setNonBlocking(fileDescriptor, true)
-        Socket.setNonBlocking(plain, true)
-        let size = Self.forwardBufferSize
-        let fromTLS = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
-        let toTLS = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
-        defer {
-            fromTLS.deallocate()
-            toTLS.deallocate()
-        }
-        var (aStart, aEnd, bStart, bEnd) = (0, 0, 0, 0)
-        var rewriter = requestRewriter
-        var rewritten: [UInt8] = []  // with a rewriter: what goes to `plain` (aStart..<aEnd)
-        var tlsEnded = false, plainShut = false, plainEnded = false, tlsShut = false
-        // The event the last TLS read / write (or shutdown) waits for.
-        var tlsReadWait: Int16 = 0, tlsWriteWait: Int16 = 0
-        let timeoutMS: Int32 = idleTimeout.map { Int32(min(max($0, 0) * 1000, Double(Int32.max))) } ?? -1
+        let pair = ForwardPair(conn: self, plain: plain, idleTimeout: idleTimeout, counters: counters, requestRewriter: requestRewriter)
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.forwardBufferSize, alignment: 16)
+        defer { scratch.deallocate() }
         while true {
-            var progress = true
-            while progress {
-                progress = false
-                // The TLS peer to the plaintext socket.
-                if aStart == aEnd && !tlsEnded {
-                    tlsReadWait = 0
-                    OpenSSLErrorQueue.clear()
-                    var n = 0
-                    let r = SSL_read_ex(ssl, fromTLS.baseAddress, size, &n)
-                    if r == 1 {
-                        (aStart, aEnd) = (0, n)
-                        progress = true
-                        if rewriter != nil {
-                            rewritten.removeAll(keepingCapacity: true)
-                            do {
-                                try rewriter?.feed(UnsafeRawBufferPointer(start: fromTLS.baseAddress, count: n), into: &rewritten)
-                            } catch {
-                                if rewriter?.requests == 0 && bStart == bEnd {
-                                    // Best effort: the connection is closed after it either way.
-                                    let response = error.response
-                                    var written = 0
-                                    _ = response.withUnsafeBytes { SSL_write_ex(ssl, $0.baseAddress, $0.count, &written) }
-                                    OpenSSLErrorQueue.clear()
-                                }
-                                result.error = error.error
-                                return result
-                            }
-                            (aStart, aEnd) = (0, rewritten.count)
-                        }
-                    } else {
-                        let cause = errno
-                        let err = SSL_get_error(ssl, r)
-                        switch err {
-                        case SSL_ERROR_ZERO_RETURN:
-                            tlsEnded = true
-                            progress = true
-                        case SSL_ERROR_WANT_READ: tlsReadWait = Int16(POLLIN)
-                        case SSL_ERROR_WANT_WRITE: tlsReadWait = Int16(POLLOUT)
-                        default:
-                            if Self.isUnexpectedEOF(err, cause) {
-                                OpenSSLErrorQueue.clear()
-                                result.truncated = true
-                                tlsEnded = true
-                                progress = true
-                            } else {
-                                result.error = ioError(err, cause, "reading from")
-                                return result
-                            }
-                        }
-                    }
-                }
-                if aStart < aEnd {
-                    let n = rewriter == nil
-                        ? send(plain, fromTLS.baseAddress! + aStart, aEnd - aStart, Int32(MSG_NOSIGNAL))
-                        : rewritten.withUnsafeBytes { send(plain, $0.baseAddress! + aStart, aEnd - aStart, Int32(MSG_NOSIGNAL)) }
-                    if n > 0 {
-                        aStart += n
-                        result.bytesFromTLS += UInt64(n)
-                        counters?.addFromTLS(n)
-                        progress = true
-                    } else if errno == EINTR {
-                        progress = true
-                    } else if errno != EAGAIN {
-                        result.error = MTLSError(.closed, "writing to the plaintext side: \(String(cString: strerror(errno)))")
-                        return result
-                    }
-                }
-                if aStart == aEnd && tlsEnded && !plainShut {
-                    Glibc.shutdown(plain, Int32(SHUT_WR))
-                    plainShut = true
-                    progress = true
-                }
-                // The plaintext socket to the TLS peer.
-                if bStart == bEnd && !plainEnded {
-                    let n = recv(plain, toTLS.baseAddress, size, 0)
-                    if n > 0 {
-                        (bStart, bEnd) = (0, n)
-                        progress = true
-                    } else if n == 0 {
-                        plainEnded = true
-                        progress = true
-                    } else if errno == EINTR {
-                        progress = true
-                    } else if errno != EAGAIN {
-                        result.error = MTLSError(.closed, "reading from the plaintext side: \(String(cString: strerror(errno)))")
-                        return result
-                    }
-                }
-                if bStart < bEnd {
-                    tlsWriteWait = 0
-                    OpenSSLErrorQueue.clear()
-                    var n = 0
-                    // Retried with the same bytes at the same address after a WANT, as OpenSSL requires.
-                    let r = SSL_write_ex(ssl, toTLS.baseAddress! + bStart, bEnd - bStart, &n)
-                    if r == 1 {
-                        bStart += n
-                        result.bytesToTLS += UInt64(n)
-                        counters?.addToTLS(n)
-                        progress = true
-                    } else {
-                        let cause = errno
-                        let err = SSL_get_error(ssl, r)
-                        switch err {
-                        case SSL_ERROR_WANT_READ: tlsWriteWait = Int16(POLLIN)
-                        case SSL_ERROR_WANT_WRITE: tlsWriteWait = Int16(POLLOUT)
-                        default:
-                            result.error = ioError(err, cause, "writing to")
-                            return result
-                        }
-                    }
-                }
-                if bStart == bEnd && plainEnded && !tlsShut {
-                    tlsWriteWait = 0
-                    OpenSSLErrorQueue.clear()
-                    let r = SSL_shutdown(ssl)
-                    if r < 0 && SSL_get_error(ssl, r) == SSL_ERROR_WANT_WRITE {
-                        tlsWriteWait = Int16(POLLOUT)
-                    } else {
-                        // Sent (or the connection is gone, which the read side reports).
-                        OpenSSLErrorQueue.clear()
-                        tlsShut = true
-                        progress = true
-                    }
-                }
-            }
-            if tlsEnded && plainShut && plainEnded && tlsShut { return result }
-            var tlsEvents: Int16 = 0, plainEvents: Int16 = 0
-            if aStart == aEnd && !tlsEnded { tlsEvents |= tlsReadWait }
-            if bStart < bEnd || (plainEnded && !tlsShut) { tlsEvents |= tlsWriteWait }
-            if bStart == bEnd && !plainEnded { plainEvents |= Int16(POLLIN) }
-            if aStart < aEnd { plainEvents |= Int16(POLLOUT) }
+            guard case .wait(let tlsEvents, let plainEvents) = pair.step(scratch: scratch) else { return pair.result }
             // A socket waited on for nothing is left out (its hang-up would wake poll for ever).
             var fds = [pollfd(fd: tlsEvents == 0 ? -1 : fileDescriptor, events: tlsEvents, revents: 0),
                        pollfd(fd: plainEvents == 0 ? -1 : plain, events: plainEvents, revents: 0)]
+            let timeoutMS = pair.deadline.map { Int32(min(max(($0 - Deadline.now()) * 1000 + 1, 0), Double(Int32.max))) } ?? -1
             let n = poll(&fds, 2, timeoutMS)
-            if n == 0 {
-                result.idleTimedOut = true
-                return result
-            }
+            if n == 0 && pair.expired(now: Deadline.now()) { return pair.result }
             if n < 0 && errno != EINTR {
-                result.error = MTLSError(.io, "poll: \(String(cString: strerror(errno)))")
-                return result
+                pair.fail(MTLSError(.io, "poll: \(String(cString: strerror(errno)))"))
+                return pair.result
             }
         }
     }

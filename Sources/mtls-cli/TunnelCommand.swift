@@ -9,7 +9,8 @@ import Glibc
 
 /// `mtls tunnel server|client`: mutual TLS in front of, and out of, programs that know nothing
 /// of it. A thin program over the library: ``TunnelAddress`` (addresses and the plaintext rule),
-/// ``ProxyProtocolV2`` (the header for the target), `TLSConnection.forward(to:)` (the bytes).
+/// ``ProxyProtocolV2`` (the header for the target), ``TLSForwarder`` (the bytes: one epoll thread
+/// for every connection, no thread per connection).
 struct TunnelCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tunnel",
@@ -21,6 +22,7 @@ struct TunnelCommand: ParsableCommand {
 struct TunnelOperationOptions: ParsableArguments {
     @Option(help: "Seconds a connection may pass with no byte moving either way before it is closed (0: never).") var idleTimeout: Double = 600
     @Option(help: "Seconds for connecting to the target.") var connectTimeout: Double = 10
+    @Option(help: "Threads forwarding bytes; each runs one epoll loop over its share of the connections (no thread per connection). Default: one per CPU, at most 8.") var forwardThreads: Int = min(max(ProcessInfo.processInfo.activeProcessorCount, 1), 8)
     @Option(help: "On SIGTERM: seconds the open connections have to finish before the process exits; new connections are refused from the signal on.") var drainTimeout: Double = 30
     @Option(help: "Answer GET /_status on 127.0.0.1:PORT: 200 with a JSON object; with ?check=target, 503 when the target cannot be reached; 503 while draining.") var statusPort: UInt16?
     @Option(help: "Serve Prometheus metrics on 127.0.0.1:PORT: connections, handshakes, refusals by reason, bytes, the certificate's end of validity.") var metricsPort: UInt16?
@@ -35,6 +37,7 @@ struct TunnelOperationOptions: ParsableArguments {
         if idleTimeout < 0 || connectTimeout <= 0 || drainTimeout < 0 {
             throw ValidationError("--idle-timeout and --drain-timeout must not be negative, --connect-timeout must be positive")
         }
+        if !(1...64).contains(forwardThreads) { throw ValidationError("--forward-threads is 1 to 64") }
     }
 
     var versions: (min: TLSVersion?, max: TLSVersion?) {
@@ -93,11 +96,12 @@ struct TunnelPolicyOptions: ParsableArguments {
     }
 }
 
-/// The running tunnel: its connections, the drain on SIGTERM, systemd's notifications, the
-/// status and metrics endpoints.
+/// The running tunnel: its connections (forwarded by one ``TLSForwarder``), the drain on
+/// SIGTERM, systemd's notifications, the status and metrics endpoints.
 final class TunnelRuntime: @unchecked Sendable {
     let options: TunnelOperationOptions
     let bytes = ForwardCounters()
+    private let forwarder: TLSForwarder
     private let open = Atomic<Int>(0)
     private let total = Atomic<UInt64>(0)
     private let draining_ = Atomic<Bool>(false)
@@ -113,7 +117,7 @@ final class TunnelRuntime: @unchecked Sendable {
     /// Restricts the process with Landlock first (unless `--no-landlock`): before any thread
     /// starts, so that every thread is restricted. Files are written only beneath the credential
     /// store's folder and `writable`.
-    init(options: TunnelOperationOptions, identityOptions: IdentityOptions, policy: String?, writable: [String] = []) {
+    init(options: TunnelOperationOptions, identityOptions: IdentityOptions, policy: String?, writable: [String] = []) throws {
         self.options = options
         ServeLog.json = options.json
         if options.noLandlock {
@@ -126,6 +130,7 @@ final class TunnelRuntime: @unchecked Sendable {
             let folders = [URL(fileURLWithPath: store).deletingLastPathComponent().path] + writable + (cache.map { [$0] } ?? [])
             landlock = Landlock.restrictWrites(writable: folders)
         }
+        forwarder = try TLSForwarder(threads: options.forwardThreads, name: "mtls-forward")
     }
 
     var draining: Bool { draining_.load(ordering: .acquiring) }
@@ -133,13 +138,28 @@ final class TunnelRuntime: @unchecked Sendable {
     /// The forwarding loop's idle timeout (nil: none).
     var idleTimeout: Double? { options.idleTimeout == 0 ? nil : options.idleTimeout }
 
-    /// Runs `body` for one connection on a thread of its own, counted until it returns.
-    func serve(_ body: @escaping @Sendable () -> Void) {
+    /// Counts work that is not a connection yet (the tunnel client's connect and handshake) in
+    /// what the drain waits for: +1 before it starts, -1 when it ended.
+    func pending(_ delta: Int) {
+        if delta > 0 { running.enter() } else { running.leave() }
+    }
+
+    /// Hands one connection and its plaintext socket to the forwarder (which closes both when
+    /// the connection ends), counted until it ends; its end is logged ("closed WHO: ...", or
+    /// "target unreachable for WHO: ..." when `connectTimeout` is given and the target's
+    /// non-blocking connect failed).
+    func forward(_ conn: TLSConnection, plain: Int32, who: String, prefix: [UInt8] = [], rewriter: HTTPRequestRewriter? = nil,
+                 connectTimeout: Double? = nil) {
         open.add(1, ordering: .relaxed)
         total.add(1, ordering: .relaxed)
         running.enter()
-        Thread.detachNewThread { [self] in
-            body()
+        forwarder.add(conn, plain: plain, idleTimeout: idleTimeout, counters: bytes, requestRewriter: rewriter, prefix: prefix,
+                      connectTimeout: connectTimeout) { [self] r in
+            if r.plainConnectFailed {
+                ServeLog.line("target unreachable for \(who): \(r.error?.message ?? "?")")
+            } else {
+                logEnd(who, r)
+            }
             open.subtract(1, ordering: .relaxed)
             running.leave()
         }
@@ -227,6 +247,7 @@ final class TunnelRuntime: @unchecked Sendable {
         let finished = running.wait(timeout: .now() + options.drainTimeout) == .success
         let left = open.load(ordering: .relaxed)
         ServeLog.line(finished ? "drained: every connection finished" : "drained: deadline reached, \(left) connections cut")
+        forwarder.close()
         status?.close()
         metrics?.close()
     }
@@ -335,7 +356,7 @@ struct TunnelServerCommand: ParsableCommand {
             }
             let targetAddress = try TunnelAddress(target)
             try targetAddress.requirePlaintextSafe(option: "--target", allowed: unsafeTarget, unsafeFlag: "--unsafe-target")
-            let runtime = TunnelRuntime(options: operation, identityOptions: identityOptions, policy: trust.policy)
+            let runtime = try TunnelRuntime(options: operation, identityOptions: identityOptions, policy: trust.policy)
             let follow = try trust.following(identityOptions, anchors: clientAnchor)
             guard let identity = try follow.source?.current ?? identityOptions.explicitIdentity() else {
                 throw ValidationError("tunnel server needs --identity (or --cert and --key)")
@@ -361,7 +382,7 @@ struct TunnelServerCommand: ParsableCommand {
             try runtime.start(address: host, port: listener.port, target: targetAddress, identity: { source.current },
                               listenerMetrics: { Prometheus.exposition(listener.counters, store: follow.store) },
                               stopAccepting: { listener.close() })
-            let idle = runtime.idleTimeout, connectTimeout = operation.connectTimeout
+            let connectTimeout = operation.connectTimeout
             let proxy = proxyProtocol, proxyCertificate = proxyProtocolCertificate
             let headerName = httpClientHeader, headerValue = httpClientHeaderValue
             while !runtime.draining {
@@ -377,39 +398,33 @@ struct TunnelServerCommand: ParsableCommand {
                 }
                 let who = "\(conn.peerAddress) \(conn.peerCertificate?.subject ?? "(no certificate)")"
                 ServeLog.line("accepted \(who) \(conn.tlsVersionName): \(PolicyBuilder.summary(conn.evaluation))")
-                nonisolated(unsafe) let handedOver = conn
-                runtime.serve {
-                    let conn = handedOver
-                    defer { conn.close() }
-                    let fd: Int32
-                    do {
-                        fd = try targetAddress.connect(timeout: connectTimeout)
-                    } catch {
-                        ServeLog.line("target unreachable for \(who): \((error as? MTLSError)?.message ?? "\(error)")")
-                        return
-                    }
-                    defer { Glibc.close(fd) }
-                    if proxy {
-                        do {
-                            let header = try ProxyProtocolV2.header(ProxyProtocolV2.addresses(ofConnection: conn.fileDescriptor),
-                                                                    tls: conn.proxyProtocolTLSInfo(includeCertificate: proxyCertificate))
-                            try Self.writeAll(fd, header, timeout: connectTimeout)
-                        } catch {
-                            ServeLog.line("proxy header failed for \(who): \((error as? MTLSError)?.message ?? "\(error)")")
-                            return
-                        }
-                    }
-                    var rewriter: HTTPRequestRewriter?
-                    if let headerName {
-                        do {
-                            rewriter = try HTTPRequestRewriter(name: headerName, value: Self.clientHeaderValue(headerValue, conn.peerCertificate))
-                        } catch {
-                            ServeLog.line("client header failed for \(who): \((error as? MTLSError)?.message ?? "\(error)")")
-                            return
-                        }
-                    }
-                    runtime.logEnd(who, conn.forward(to: fd, idleTimeout: idle, counters: runtime.bytes, requestRewriter: rewriter))
+                // On this (accepting) thread: start the target's connect without waiting and make
+                // the PROXY header and the rewriter; the forwarder's thread waits for the connect.
+                let plain: Int32, connecting: Bool
+                do {
+                    (plain, connecting) = try targetAddress.startConnect(timeout: connectTimeout)
+                } catch {
+                    ServeLog.line("target unreachable for \(who): \((error as? MTLSError)?.message ?? "\(error)")")
+                    conn.close()
+                    continue
                 }
+                var header: [UInt8] = []
+                var rewriter: HTTPRequestRewriter?
+                do {
+                    if proxy {
+                        header = try ProxyProtocolV2.header(ProxyProtocolV2.addresses(ofConnection: conn.fileDescriptor),
+                                                            tls: conn.proxyProtocolTLSInfo(includeCertificate: proxyCertificate))
+                    }
+                    if let headerName {
+                        rewriter = try HTTPRequestRewriter(name: headerName, value: Self.clientHeaderValue(headerValue, conn.peerCertificate))
+                    }
+                } catch {
+                    ServeLog.line("\(proxy && header.isEmpty ? "proxy header" : "client header") failed for \(who): \((error as? MTLSError)?.message ?? "\(error)")")
+                    conn.close()
+                    Glibc.close(plain)
+                    continue
+                }
+                runtime.forward(conn, plain: plain, who: who, prefix: header, rewriter: rewriter, connectTimeout: connecting ? connectTimeout : nil)
             }
             runtime.drain()
         } catch {
@@ -418,19 +433,6 @@ struct TunnelServerCommand: ParsableCommand {
                 CLI.printJSON(["error": name, "message": (error as? MTLSError)?.message ?? "\(error)"])
             }
             throw CLI.fail(error)
-        }
-    }
-
-    /// Writes all of `bytes` to the non-blocking socket `fd` within `timeout` seconds.
-    static func writeAll(_ fd: Int32, _ bytes: [UInt8], timeout: Double) throws {
-        let deadline = Deadline(seconds: timeout)
-        var off = 0
-        while off < bytes.count {
-            let n = bytes[off...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if n > 0 { off += n; continue }
-            if n < 0 && errno == EINTR { continue }
-            guard n < 0 && errno == EAGAIN else { throw MTLSError(.closed, "writing to the target: \(String(cString: strerror(errno)))") }
-            try Socket.wait(fd, forWriting: true, deadline: deadline, what: "writing to the target")
         }
     }
 }
@@ -453,6 +455,11 @@ struct TunnelClientCommand: ParsableCommand {
     @OptionGroup(title: "Which server may answer (on top of the anchors, --verify-as and --pin)") var allow: PeerAllowOptions
     @OptionGroup var operation: TunnelOperationOptions
     @OptionGroup(title: "Renewal in process") var renewal: TunnelRenewalOptions
+    @Option(help: "Threads opening the mutual-TLS connections (connect and handshake, which block): accepted local connections wait for one in turn; the bytes then move on the forwarding threads.") var connectThreads: Int = 4
+
+    func validate() throws {
+        if !(1...256).contains(connectThreads) { throw ValidationError("--connect-threads is 1 to 256") }
+    }
 
     func run() throws {
         do {
@@ -468,7 +475,7 @@ struct TunnelClientCommand: ParsableCommand {
                 option: activated == nil ? "--listen" : "the activated socket (fd 3)", allowed: unsafeListen, unsafeFlag: "--unsafe-listen")
             var socketFolder: [String] = []
             if case .unix(let path) = listenAddress { socketFolder = [URL(fileURLWithPath: path).deletingLastPathComponent().path] }
-            let runtime = TunnelRuntime(options: operation, identityOptions: identityOptions, policy: trust.policy, writable: socketFolder)
+            let runtime = try TunnelRuntime(options: operation, identityOptions: identityOptions, policy: trust.policy, writable: socketFolder)
             let follow = try trust.following(identityOptions, anchors: anchor)
             var o = TLSClientOptions()
             if let source = follow.source {
@@ -502,8 +509,8 @@ struct TunnelClientCommand: ParsableCommand {
             try runtime.start(address: shown, port: boundPort, target: .tcp(host: host, port: port),
                               identity: { source?.current ?? fixed }, listenerMetrics: nil,
                               stopAccepting: { if !closed.exchange(true, ordering: .acquiringAndReleasing) { Glibc.shutdown(listenFD, Int32(SHUT_RDWR)) } })
-            let idle = runtime.idleTimeout
             let options = o
+            let connecting = WorkPool(threads: connectThreads, name: "mtls-connect")
             while !runtime.draining {
                 let plain: Int32, from: String
                 do {
@@ -516,18 +523,20 @@ struct TunnelClientCommand: ParsableCommand {
                     continue
                 }
                 let who = from == "?" ? "local client" : from
-                runtime.serve {
-                    defer { Glibc.close(plain) }
+                // Counted from here, so a connect under way at SIGTERM is drained too.
+                runtime.pending(+1)
+                connecting.run {
+                    defer { runtime.pending(-1) }
                     let conn: TLSConnection
                     do {
                         conn = try TLSConnection.connect(host: host, port: port, options: options)
                     } catch {
+                        Glibc.close(plain)
                         ServeLog.line("refused \(who) → \(host):\(port): \((error as? MTLSError)?.message ?? "\(error)") [\(CLI.errorName(error))]")
                         return
                     }
-                    defer { conn.close() }
                     ServeLog.line("connected \(who) → \(host):\(port) \(conn.tlsVersionName) server \(conn.peerCertificate?.subject ?? "?")")
-                    runtime.logEnd(who, conn.forward(to: plain, idleTimeout: idle, counters: runtime.bytes))
+                    runtime.forward(conn, plain: plain, who: who)
                 }
             }
             Glibc.close(listenFD)
@@ -540,5 +549,30 @@ struct TunnelClientCommand: ParsableCommand {
             }
             throw CLI.fail(error)
         }
+    }
+}
+
+/// A fixed number of threads running queued jobs in turn (the tunnel client's blocking connects
+/// and handshakes): the thread count does not grow with the connections.
+final class WorkPool: Sendable {
+    private let jobs = Mutex<[@Sendable () -> Void]>([])
+    private let ready = DispatchSemaphore(value: 0)
+
+    /// The threads run until the process ends.
+    init(threads: Int, name: String) {
+        for _ in 0..<threads {
+            Thread.detachNewThread { [self] in
+                Thread.current.name = name
+                while true {
+                    ready.wait()
+                    if let job = jobs.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) { job() }
+                }
+            }
+        }
+    }
+
+    func run(_ job: @escaping @Sendable () -> Void) {
+        jobs.withLock { $0.append(job) }
+        ready.signal()
     }
 }

@@ -196,6 +196,7 @@ def tunnels(pki, backend):
     t = T()
     t.server, t.port, t.status_port, t.metrics_port = server, port, status_port, metrics_port
     t.client = {"1.3": p13, "1.2": p12}
+    t.client_proc = {"1.3": c13, "1.2": c12}
     yield t
     for proc in (c13, c12, server):
         proc.stop()
@@ -220,6 +221,52 @@ def test_64_concurrent_python_streams(tunnels):
     with ThreadPoolExecutor(64) as pool:
         results = list(pool.map(lambda i: get(tunnels.client["1.3"], f"/stream/{i}"), range(64)))
     assert results == [(200, f"hello /stream/{i}\n") for i in range(64)]
+
+
+def open_held_streams(port, n, streams):
+    """Opens n streams to the tunnel client on `port`, each with a request head half sent (the
+    backend holds it open), appended to `streams`."""
+    for i in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        s.sendall(f"GET /held/{i} HTTP/1.0\r\nHost: x\r\n".encode())
+        streams.append(s)
+
+
+def finish_held_streams(streams):
+    """Ends each held request head; every stream gets its whole answer."""
+    for s in streams:
+        s.sendall(b"\r\n")
+    for i, s in enumerate(streams):
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+        assert data.startswith(b"HTTP/1.0 200") and data.endswith(f"hello /held/{i}\n".encode()), (i, data)
+
+
+def threads_of(proc):
+    return len(os.listdir(f"/proc/{proc.proc.pid}/task"))
+
+
+def test_64_open_streams_add_no_thread_to_either_tunnel(tunnels):
+    """Forwarding costs no thread per connection (issue 39): with 64 streams held open through
+    tunnel client → tunnel server (each request head left unfinished, so the backend waits), neither
+    process has more threads than when idle, give or take a small constant."""
+    client = tunnels.client_proc["1.3"]
+    assert get(tunnels.client["1.3"], "/warm") == (200, "hello /warm\n")
+    status = lambda: json.loads(get(tunnels.status_port, "/_status")[1])
+    wait_until(lambda: status()["connections"] == 0, what="no connection open before the test")
+    idle = {"client": threads_of(client), "server": threads_of(tunnels.server)}
+    socks = []
+    try:
+        open_held_streams(tunnels.client["1.3"], 64, socks)
+        wait_until(lambda: status()["connections"] >= 64, what="64 streams forwarded by the server")
+        busy = {"client": threads_of(client), "server": threads_of(tunnels.server)}
+        assert busy["client"] <= idle["client"] + 4, (idle, busy)
+        assert busy["server"] <= idle["server"] + 4, (idle, busy)
+        finish_held_streams(socks)
+    finally:
+        for s in socks:
+            s.close()
 
 
 def test_half_closed_client_still_gets_the_answer(tunnels):
@@ -258,10 +305,7 @@ def test_crl_revocation_under_64_open_streams_refuses_the_revoked_client_and_bre
     streams = []
     try:
         assert get(dport, "/dave-before") == (200, "hello /dave-before\n")
-        for i in range(64):
-            s = socket.create_connection(("127.0.0.1", aport), timeout=30)
-            s.sendall(f"GET /held/{i} HTTP/1.0\r\nHost: x\r\n".encode())
-            streams.append(s)
+        open_held_streams(aport, 64, streams)
         wait_until(lambda: sum(1 for line in server.seen + list(server.lines.queue) if line.startswith("accepted ")) >= 65,
                    what="64 streams of alice accepted")
         ok("pki", "revoke", "--dir", pki.dir, "--ca", "Customer A", "--name", "dave", "--reason", "keyCompromise")
@@ -278,13 +322,7 @@ def test_crl_revocation_under_64_open_streams_refuses_the_revoked_client_and_bre
         wait_until(dave_refused, what="dave refused")
         line = server.wait_for(lambda x: x.startswith("rejected ") and "revoked" in x)
         assert "dave" in line and "[untrusted]" in line, line
-        for i, s in enumerate(streams):
-            s.sendall(b"\r\n")
-        for i, s in enumerate(streams):
-            data = b""
-            while chunk := s.recv(65536):
-                data += chunk
-            assert data.startswith(b"HTTP/1.0 200") and data.endswith(f"hello /held/{i}\n".encode()), (i, data)
+        finish_held_streams(streams)
         assert get(aport, "/alice-after") == (200, "hello /alice-after\n")
     finally:
         for s in streams:

@@ -66,3 +66,62 @@ def test_address_is_local(address, local):
 def test_address_that_is_none_is_refused():
     with pytest.raises(mtls.InvalidArgument):
         mtls.address_is_local("no-port")
+
+
+def test_forwarder_runs_many_pairs_and_closes_the_rest(pki):
+    """mtls.Forwarder: 8 pairs on one library thread, each passing its half-close both ways and
+    reporting its bytes to done; a pair still running when the forwarder closes ends with Closed."""
+    listener = mtls.Listener(identity(pki, "server"), client_policy=anchored(pki, "int-a.pem"))
+    forwarder = mtls.Forwarder(threads=1)
+    results = {}
+    ended = threading.Condition()
+
+    def done_for(i):
+        def done(error, from_tls, to_tls):
+            with ended:
+                results[i] = (error, from_tls, to_tls)
+                ended.notify_all()
+        return done
+
+    fars, detached = [], []
+
+    def accept_all():  # the listener's accepting thread hands each connection over
+        for i in range(9):
+            near, far = socket.socketpair()
+            fars.append(far)
+            forwarder.add(listener.accept(timeout=10), near, idle_timeout=20, done=done_for(i))
+            detached.append(near.fileno() == -1)  # the forwarder closes it
+    adder = threading.Thread(target=accept_all)
+    adder.start()
+    clients = [mtls.Connection.connect("127.0.0.1", listener.port, identity=identity(pki, "client-a"),
+                                       policy=anchored(pki, "root.pem"), verify_as="server.test") for _ in range(9)]
+    adder.join(20)
+    assert detached == [True] * 9
+    assert forwarder.active == 9
+    for i in range(8):
+        clients[i].write(b"hello %d" % i)
+        clients[i].shutdown()
+        got = b""
+        while chunk := fars[i].recv(1024):
+            got += chunk
+        assert got == b"hello %d" % i
+        fars[i].sendall(b"answer")
+        fars[i].shutdown(socket.SHUT_WR)
+        reply = b""
+        while chunk := clients[i].read():
+            reply += chunk
+        assert reply == b"answer"
+    with ended:
+        assert ended.wait_for(lambda: len(results) == 8, timeout=20)
+    assert all(results[i] == (None, len(b"hello %d" % i), 6) for i in range(8))
+    assert forwarder.active == 1
+    forwarder.close()
+    with ended:
+        assert ended.wait_for(lambda: len(results) == 9, timeout=20)
+    assert isinstance(results[8][0], mtls.Closed)
+    assert fars[8].recv(16) == b""  # the forwarder closed its end
+    for s in fars:
+        s.close()
+    for c in clients:
+        c.close()
+    listener.close()

@@ -27,7 +27,7 @@ from .pki import IssuedCertificate
 from .enrollment import renew, Renewer, enroll_acme, enroll_est, enroll_pki, enroll_revoke
 from .trust import Policy, HostRule, TrustResult, TrustReason, Overrides
 from .tls import (Connection, ConnectOptions, Listener, configure_ssl_ctx, set_ssl_peer, set_ssl_ctx_peer,
-                  clear_session_cache, connect, resolve_identity, address_is_local)
+                  clear_session_cache, connect, resolve_identity, address_is_local, Forwarder)
 from .tokens import Token, TokenObject, list_tokens, token_objects, identity_from_pkcs11
 from ._handle import LibraryWarning, take_warnings
 from .rotation import IdentitySource, PolicyWatch, AnchorWatch, Event
@@ -46,7 +46,7 @@ __all__ = [
     "StoreKey", "Identity", "PKCS12", "ChainCheck",
     "IssuedCertificate",
     "Policy", "HostRule", "TrustResult", "TrustReason", "Overrides", "Connection", "ConnectOptions", "Listener",
-    "configure_ssl_ctx", "set_ssl_peer", "set_ssl_ctx_peer", "clear_session_cache", "connect", "resolve_identity", "address_is_local", "Token", "TokenObject",
+    "configure_ssl_ctx", "set_ssl_peer", "set_ssl_ctx_peer", "clear_session_cache", "connect", "resolve_identity", "address_is_local", "Forwarder", "Token", "TokenObject",
     "list_tokens", "token_objects", "identity_from_pkcs11", "__version__",
     "LibraryWarning", "take_warnings",
     "IdentitySource", "PolicyWatch", "AnchorWatch", "Event", "ExpiryItem",

@@ -3,13 +3,15 @@ OpenSSL SSL_CTX the application owns. Over the C ABI's "Connections" section."""
 import ctypes
 import os
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple, Union
+import warnings
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from ._lib import lib, fn, c_void_pp, c_size_p, c_int_p
 from ._url import endpoint, host_only, listen_endpoint
 from ._handle import _Handle, utf8, out_bytes, out_handle, out_string, out_value
 from .certificate import Certificate
-from .errors import check, Error, InvalidArgument, TrustError, TruncatedError
+from .errors import BY_CODE, check, Error, InvalidArgument, TrustError, TruncatedError
+from . import _callbacks
 from .identity import Identity
 from .store import Store
 from .tokens import identity_from_pkcs11
@@ -98,6 +100,17 @@ fn("mtls_conn_fd", ctypes.c_int, ctypes.c_void_p, c_int_p)
 # int mtls_conn_forward(mtls_conn *conn, int fd, int idle_timeout_ms, uint64_t *bytes_from_tls, uint64_t *bytes_to_tls)
 fn("mtls_conn_forward", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
    ctypes.POINTER(ctypes.c_uint64))
+#: void (*mtls_forward_done_cb)(void *user, int status, uint64_t bytes_from_tls, uint64_t bytes_to_tls)
+FORWARD_DONE_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64)
+# int mtls_forwarder_new(int threads, mtls_forwarder **out)
+fn("mtls_forwarder_new", ctypes.c_int, ctypes.c_int, c_void_pp)
+# int mtls_forwarder_add(mtls_forwarder *fw, mtls_conn *conn, int fd, int idle_timeout_ms, mtls_forward_done_cb done, void *user)
+fn("mtls_forwarder_add", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, FORWARD_DONE_CB,
+   ctypes.c_void_p)
+# int mtls_forwarder_active(const mtls_forwarder *fw, int *active)
+fn("mtls_forwarder_active", ctypes.c_int, ctypes.c_void_p, c_int_p)
+# void mtls_forwarder_free(mtls_forwarder *fw)
+fn("mtls_forwarder_free", None, ctypes.c_void_p)
 # int mtls_conn_proxy_header(const mtls_conn *conn, int include_certificate, uint8_t **out, size_t *out_len)
 fn("mtls_conn_proxy_header", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, c_void_pp, c_size_p)
 # int mtls_address_is_local(const char *address, int *is_local)
@@ -662,3 +675,62 @@ def address_is_local(address: str) -> bool:
     (HOST:PORT, [IPv6]:PORT, unix:PATH or /PATH) stays on this machine: a loopback IP,
     "localhost" or a UNIX socket. InvalidArgument for anything that is not an address."""
     return bool(out_value(ctypes.c_int, lib.mtls_address_is_local, utf8(address)))
+
+
+def _forward_done(user, status, from_tls, to_tls):
+    """The one C thunk behind every Forwarder.add: on a forwarder thread, calls the pair's
+    `done(error, bytes_from_tls, bytes_to_tls)` and lets go of it."""
+    done = _callbacks.lookup(user)
+    _callbacks.release(user)
+    if done is None:
+        return
+    error = None
+    if status != 0:
+        msg = (lib.mtls_last_error() or b"").decode("utf-8", "replace") or lib.mtls_strerror(status).decode()
+        error = BY_CODE.get(status, Error)(msg, status)
+    try:
+        done(error, from_tls, to_tls)
+    except Exception as e:  # noqa: BLE001 - nothing on the forwarder thread can take it
+        warnings.warn(f"mtls.Forwarder: a done callback raised {e!r}", RuntimeWarning)
+
+
+_FORWARD_DONE = FORWARD_DONE_CB(_forward_done)
+
+
+class Forwarder(_Handle):
+    """Forwards many (Connection, plaintext socket) pairs on a few library threads, each an epoll
+    loop: what Connection.forward does, with no thread per connection (mtls_forwarder_*).
+    Half-close passes both ways, and each pair has its idle timeout.
+
+    `add` hands the connection and the socket over: the forwarder closes both when the pair ends,
+    then calls `done(error, bytes_from_tls, bytes_to_tls)` on its own thread (error None when both
+    directions ended; mtls.Timeout for the idle timeout, TruncatedError, Closed when the forwarder
+    was closed with the pair running, or the error that stopped it). `close()` ends the pairs
+    still running and waits for the threads; do not call it from `done`."""
+    _free = "mtls_forwarder_free"
+
+    def __init__(self, threads: int = 0) -> None:
+        """`threads`: 1 to 64 forwarding threads; 0 for the library's default (1)."""
+        super().__init__(out_handle(lib.mtls_forwarder_new, int(threads)))
+
+    def add(self, conn: "Connection", sock, idle_timeout: Optional[float] = None,
+            done: Optional[Callable[[Optional[Error], int, int], None]] = None) -> None:
+        """Hands `conn` (handshake done) and the connected plaintext socket `sock` (a socket
+        object, detached here, or a file descriptor) to the forwarder. `conn` is closed to the
+        caller from here on."""
+        fd = sock.fileno() if hasattr(sock, "fileno") else int(sock)
+        ms = -1 if idle_timeout is None else int(idle_timeout * 1000)
+        key = _callbacks.register(done)
+        try:
+            check(lib.mtls_forwarder_add(self._h, conn._h, fd, ms, _FORWARD_DONE, key))
+        except BaseException:
+            _callbacks.release(key)
+            raise
+        conn._h = None  # the forwarder has it now
+        if hasattr(sock, "detach"):
+            sock.detach()  # the forwarder closes the descriptor
+
+    @property
+    def active(self) -> int:
+        """Pairs added and not yet ended."""
+        return out_value(ctypes.c_int, lib.mtls_forwarder_active, self._h)
