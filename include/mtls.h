@@ -1473,8 +1473,9 @@ typedef void (*mtls_forward_done_cb)(void *user, int status, uint64_t bytes_from
 /* Start a forwarder with threads threads (1 to 64; 0: the default, 1), named "mtls-forward".
  * Free it with mtls_forwarder_free. */
 MTLS_EXTERN int mtls_forwarder_new(int threads, mtls_forwarder **out);
-/* Hand conn (its handshake finished or finishing: a handshake still to do runs here, blocking)
- * and the connected plaintext socket fd to the forwarder. On MTLS_OK the forwarder owns both:
+/* Hand conn (its handshake finished or finishing: a handshake still to do runs here, blocking; a
+ * non-blocking connection's, opts->non_blocking, is finished on the forwarder's thread without
+ * blocking it, within idle_timeout_ms) and the connected plaintext socket fd to the forwarder. On MTLS_OK the forwarder owns both:
  * conn is no longer the caller's handle (do not use or mtls_conn_free it) and fd is closed by the
  * forwarder when the pair ends, before done(user, ...) is called (done may be NULL). A conn made by
  * mtls_conn_wrap_fd leaves its own socket to the caller: close it in done. idle_timeout_ms: -1

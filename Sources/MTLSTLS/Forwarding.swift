@@ -115,6 +115,20 @@ final class ForwardPair {
             connectDeadline = nil
             lastActivity = Deadline.now()
         }
+        if !conn.isHandshakeComplete {
+            // A non-blocking connection handed over before its handshake ended (TLSForwarder).
+            do {
+                try conn.handshake()
+            } catch let e as MTLSError where e.code == .wantRead {
+                return .wait(tls: Int16(POLLIN), plain: 0)
+            } catch let e as MTLSError where e.code == .wantWrite {
+                return .wait(tls: Int16(POLLOUT), plain: 0)
+            } catch {
+                result.error = error as? MTLSError ?? MTLSError(.handshake, "\(error)")
+                return .done
+            }
+            lastActivity = Deadline.now()
+        }
         let ssl = conn.ssl
         let size = scratch.count
         var progress = true, moved = false

@@ -22,6 +22,9 @@ public final class TLSConnection {
     /// The host connected to (client) or the client's address (server).
     public let peerAddress: String
     private var nonBlocking: Bool
+    /// Whether this connection was made non-blocking (`options.nonBlocking`): its handshake and I/O
+    /// return want-read / want-write instead of waiting.
+    package var isNonBlocking: Bool { nonBlocking }
     private let handshakeTimeout: Double?
     private let ioTimeout: Double?
     private var handshakeDeadline: Deadline?

@@ -53,7 +53,8 @@ public final class TLSForwarder: @unchecked Sendable {
     /// Pairs being forwarded now (added and not yet completed).
     public var active: Int { shared.active.load(ordering: .relaxed) }
 
-    /// Hands `conn` (its handshake done; a handshake still to do is run here, blocking) and the
+    /// Hands `conn` (its handshake done; a handshake still to do is run here, blocking, or for a
+    /// non-blocking connection on the forwarding thread, without blocking) and the
     /// plaintext socket `plain` to a forwarding thread. From here on the forwarder owns both: it
     /// closes them when the pair ends and then calls `completion` on its thread.
     ///
@@ -71,8 +72,11 @@ public final class TLSForwarder: @unchecked Sendable {
                     completion: @escaping @Sendable (ForwardResult) -> Void) {
         shared.active.add(1, ordering: .relaxed)
         var failed: MTLSError?
-        do { try conn.handshake() } catch {
-            failed = error as? MTLSError ?? MTLSError(.io, "\(error)")
+        // A non-blocking connection's handshake is finished by the pair's first steps.
+        if !conn.isNonBlocking {
+            do { try conn.handshake() } catch {
+                failed = error as? MTLSError ?? MTLSError(.io, "\(error)")
+            }
         }
         let pair = ForwardPair(conn: conn, plain: plain, idleTimeout: idleTimeout, counters: counters, requestRewriter: requestRewriter,
                                prefix: prefix, connectDeadline: connectTimeout.map { Deadline.now() + max($0, 0) })

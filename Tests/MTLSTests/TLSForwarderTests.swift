@@ -279,4 +279,45 @@ extension TLSConnectionTests {
         late.client.close()
         close(late.far)
     }
+
+    /// A non-blocking connection handed over before its handshake (C `mtls_forwarder_add` of an
+    /// `opts->non_blocking` connection) has its handshake finished by the forwarding thread, without
+    /// blocking it, then forwards. Before, the pair ended at once with the want-read error.
+    func testForwarderFinishesANonBlockingConnectionsHandshake() throws {
+        let accepting = try Accepting(self)
+        defer { accepting.listener.close() }
+        let forwarder = try TLSForwarder(threads: 1)
+        defer { forwarder.close() }
+        var o = try clientOptions(identity: identity("client-a"))
+        o.nonBlocking = true
+        let client = try TLSConnection.open(host: "127.0.0.1", port: accepting.listener.port, options: o)
+        XCTAssertFalse(client.isHandshakeComplete)
+        var fds: [Int32] = [0, 0]
+        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds), 0)
+        let done = DispatchSemaphore(value: 0)
+        let result = LockedBox<ForwardResult?>(nil)
+        forwarder.add(client, plain: fds[0], idleTimeout: 20) { r in
+            result.mutate { $0 = r }
+            done.signal()
+        }
+        let server = try accepting.take(0)  // the listener finished the handshake the forwarder drove
+        defer { server.close() }
+        try server.write(Array("ping".utf8))
+        var got: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 16)
+        while got.count < 4 {
+            let n = read(fds[1], &buf, buf.count)
+            guard n > 0 else { break }
+            got += buf[0..<n]
+        }
+        XCTAssertEqual(String(decoding: got, as: UTF8.self), "ping")
+        Self.writeAll(fds[1], Array("pong".utf8))
+        shutdown(fds[1], Int32(SHUT_WR))
+        XCTAssertEqual(String(decoding: Self.readTLSToEnd(server), as: UTF8.self), "pong")
+        try server.shutdown()
+        XCTAssertEqual(done.wait(timeout: .now() + 20), .success)
+        XCTAssertNotNil(result.value)
+        XCTAssertNil(result.value?.error)
+        close(fds[1])
+    }
 }
