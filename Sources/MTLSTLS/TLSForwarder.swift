@@ -254,21 +254,32 @@ public final class TLSForwarder: @unchecked Sendable {
             case .done:
                 end(e)
             case .wait(let tls, let plain):
-                e.tlsEvents = watch(e.pair.conn.fileDescriptor, key: e.id << 1, had: e.tlsEvents, want: UInt32(UInt16(bitPattern: tls)))
-                e.plainEvents = watch(e.pair.plain, key: e.id << 1 | 1, had: e.plainEvents, want: UInt32(UInt16(bitPattern: plain)))
+                guard let t = watch(e.pair.conn.fileDescriptor, key: e.id << 1, had: e.tlsEvents, want: UInt32(UInt16(bitPattern: tls))) else {
+                    return fail(e, "the TLS socket")
+                }
+                e.tlsEvents = t
+                guard let p = watch(e.pair.plain, key: e.id << 1 | 1, had: e.plainEvents, want: UInt32(UInt16(bitPattern: plain))) else {
+                    return fail(e, "the plaintext socket")
+                }
+                e.plainEvents = p
                 if let d = e.pair.deadline { nextSweep = min(nextSweep, d) }
             }
         }
 
+        /// Ends a pair whose socket epoll refused (a file descriptor that is no socket, such as a
+        /// regular file a C caller handed over): it could never be woken.
+        private func fail(_ e: Entry, _ what: String) {
+            e.pair.fail(MTLSError(.invalidArgument, "\(what) cannot be waited on: \(String(cString: strerror(errno)))"))
+            end(e)
+        }
+
         /// Adds, changes or removes `fd` in the epoll set (level-triggered). A socket waited on
-        /// for nothing is removed, so its hang-up does not wake the loop for ever.
-        private func watch(_ fd: Int32, key: UInt64, had: UInt32, want: UInt32) -> UInt32 {
+        /// for nothing is removed, so its hang-up does not wake the loop for ever. nil when epoll
+        /// refuses the descriptor.
+        private func watch(_ fd: Int32, key: UInt64, had: UInt32, want: UInt32) -> UInt32? {
             if want == had { return had }
             let op: Int32 = had == 0 ? 0 : want == 0 ? 2 : 1
-            if mtls_epoll_ctl(ep, op, fd, want, key) != 0 {
-                // Cannot happen for an open socket; the pair then waits for its next wake-up or deadline.
-                return had
-            }
+            if mtls_epoll_ctl(ep, op, fd, want, key) != 0 { return want == 0 ? 0 : nil }
             return want
         }
 
