@@ -307,11 +307,17 @@ struct RenewCommand: ParsableCommand {
     @Flag(help: "Machine-readable output (one JSON object per renewal attempt; with --loop, one per event).") var json = false
 
     func validate() throws {
-        if let d = deletePreviousKeysAfter, !d.isFinite || d < 0 { throw ValidationError("--delete-previous-keys-after is 0 seconds or more") }
+        try Self.checkGrace(deletePreviousKeysAfter, flag: "--delete-previous-keys-after")
         if label == nil && !loop { throw ValidationError("give a LABEL (or --loop for every enrolled identity)") }
         if !Renewer.checkIntervals.contains(interval) {
             throw ValidationError("--interval is \(Int(Renewer.checkIntervals.lowerBound)) to \(Int(Renewer.checkIntervals.upperBound)) seconds")
         }
+    }
+
+    /// The grace period before a token key a renewal replaced is deleted: 0 seconds or more
+    /// (`mtls renew --delete-previous-keys-after`, `mtls tunnel --renew-delete-previous-keys-after`).
+    static func checkGrace(_ seconds: Double?, flag: String) throws {
+        if let d = seconds, !d.isFinite || d < 0 { throw ValidationError("\(flag) is 0 seconds or more") }
     }
 
     func run() throws {

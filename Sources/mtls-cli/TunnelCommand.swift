@@ -30,6 +30,7 @@ struct TunnelOperationOptions: ParsableArguments {
     @Option(help: "Lowest TLS version: 1.2 or 1.3 (default: the library's, \(TLSDefaults.minVersion)).") var tlsMin: String?
     @Option(help: "Highest TLS version: 1.2 or 1.3 (default: the library's, \(TLSDefaults.maxVersion)).") var tlsMax: String?
     @Flag(help: "Do not restrict the process with Landlock (by default, where the kernel has it, the tunnel writes files only beneath its credential store's folder and runs no program; the log says whether it was applied).") var noLandlock = false
+    @Option(help: "Under Landlock, also let the tunnel write beneath this folder (repeatable): a PKCS#11 module's own files, for a module other than SoftHSM2 and tpm2-pkcs11 (whose folders are added when a token is used).") var landlockWritable: [String] = []
     @Flag(help: "Machine-readable log: one JSON object per line ({\"listening\": {...}}, then {time, event, message} per event); a failure to start is {error, message}.") var json = false
 
     func validate() throws {
@@ -52,9 +53,14 @@ struct TunnelRenewalOptions: ParsableArguments {
     @Flag(help: "With --renew: renew once at start, whether due or not (as `mtls renew --loop --force`).") var renewForce = false
     @Option(help: "With --renew: seconds between checks (as `mtls renew --interval`).") var renewInterval: Double = Renewer.defaultCheckInterval
     @Option(help: "With --renew, for an identity enrolled from a local pki directory: the CA keys' password (default: $MTLS_PKI_KEY_PASSWORD_FILE).") var renewPasswordFile: String?
+    @Option(help: "With --renew, for a token identity: delete a key replaced by a renewal this many seconds later (as `mtls renew --delete-previous-keys-after`; default: keep previous keys).")
+    var renewDeletePreviousKeysAfter: Double?
 
     func validate() throws {
-        if !renew && (renewForce || renewPasswordFile != nil) { throw ValidationError("--renew-force and --renew-password-file go with --renew") }
+        if !renew && (renewForce || renewPasswordFile != nil || renewDeletePreviousKeysAfter != nil) {
+            throw ValidationError("--renew-force, --renew-password-file and --renew-delete-previous-keys-after go with --renew")
+        }
+        try RenewCommand.checkGrace(renewDeletePreviousKeysAfter, flag: "--renew-delete-previous-keys-after")
         if !Renewer.checkIntervals.contains(renewInterval) {
             throw ValidationError("--renew-interval is \(Int(Renewer.checkIntervals.lowerBound)) to \(Int(Renewer.checkIntervals.upperBound)) seconds")
         }
@@ -69,9 +75,11 @@ struct TunnelRenewalOptions: ParsableArguments {
             throw ValidationError("--renew needs --identity LABEL naming an enrolled identity of a store (--store)")
         }
         let pin = try identityOptions.pinFile.map(CLI.readPINFile)
+        var renewalOptions = RenewalOptions()
+        renewalOptions.deletePreviousTokenKeysAfter = renewDeletePreviousKeysAfter
         let renewer = RenewCommand.loopRenewer(store: store, label: label, policy: nil, tokenPIN: pin,
                                                caKeyPassword: try RenewCommand.caKeyPassword(renewPasswordFile),
-                                               options: RenewalOptions(), json: json)
+                                               options: renewalOptions, json: json)
         let (force, interval) = (renewForce, renewInterval)
         Thread.detachNewThread {
             do {
@@ -127,7 +135,12 @@ final class TunnelRuntime: @unchecked Sendable {
             let store = identityOptions.store ?? env["MTLS_STORE"].flatMap { $0.isEmpty ? nil : $0 } ?? CredentialStore.defaultPath(environment: env)
             // The policy file's CRL cache folder too (read here, before the watch starts its thread).
             let cache = policy.flatMap { try? TrustPolicy.load(path: $0).revocationFetch.cacheDirectory }
+            // A token key's module writes from inside this process: SoftHSM2 a renewal's new key,
+            // tpm2-pkcs11 its store's lock file on every session.
+            let usesToken = identityOptions.identity?.lowercased().hasPrefix("pkcs11:") == true || identityOptions.pinFile != nil
+            let modules = usesToken ? PKCS11ModuleState.folders(environment: env) : []
             let folders = [URL(fileURLWithPath: store).deletingLastPathComponent().path] + writable + (cache.map { [$0] } ?? [])
+                + modules + options.landlockWritable
             landlock = Landlock.restrictWrites(writable: folders)
         }
         forwarder = try TLSForwarder(threads: options.forwardThreads, name: "mtls-forward")

@@ -661,6 +661,74 @@ def test_renewal_in_process_rotates_the_followed_label(pki, backend):
     assert not any("renewal stopped" in line for line in server.seen)
 
 
+@pytest.mark.usefixtures("softhsm_installed")
+def test_renewal_in_process_of_a_token_identity_deletes_the_replaced_key_when_asked(pki, backend, tmp_path):
+    """A token identity renewed inside the tunnel (--renew, forced at start) gets a new key on the
+    token; --renew-delete-previous-keys-after 0 deletes the key it replaced, as `mtls renew
+    --delete-previous-keys-after` does (before, the tunnel had no such flag and kept every old key).
+    New connections are presented the renewed certificate, signed by the new token key.
+    The token's files are not beneath the store's folder (as /var/lib/softhsm/tokens is not): under
+    Landlock the tunnel lets SoftHSM2 write its token folder, read from SOFTHSM2_CONF, when a token
+    is used (before, the new key's files were denied and the renewal failed)."""
+    import hashlib
+    import mtls
+    from conftest import SOFTHSM_MODULE, softhsm_conf
+    d = pki.base / "token-renew"
+    d.mkdir()
+    (tmp_path / "tokens").mkdir()
+    (d / "softhsm2.conf").write_text(f"directories.tokendir = {tmp_path}/tokens\nobjectstore.backend = file\nlog.level = ERROR\n")
+    write_secret(d / "pin", "1234\n")
+    write_secret(d / "secret", "token renew secret\n")
+    store = ["--store", d / "renew.db", "--secret-file", d / "secret"]
+
+    def private_keys():
+        out = subprocess.run(["pkcs11-tool", "--module", SOFTHSM_MODULE, "--token-label", "tunnel-renew", "--login",
+                              "--pin", "1234", "--list-objects", "--type", "privkey"], capture_output=True, text=True)
+        return out.stdout.count("Private Key Object")
+    with softhsm_conf(d / "softhsm2.conf"):
+        subprocess.run(["softhsm2-util", "--init-token", "--free", "--label", "tunnel-renew", "--pin", "1234",
+                        "--so-pin", "5678"], check=True, capture_output=True)
+        uri = "pkcs11:token=tunnel-renew;object=svc;id=%01"
+        ok("token", "keygen", uri, "--type", "ec-p256", "--pin-file", d / "pin", "--module", SOFTHSM_MODULE)
+        ok("enroll", "pki", "--dir", pki.dir, "--ca", "Customer A", "--ip", "127.0.0.1", "--label", "svc",
+           "--token-uri", uri, "--pin-file", d / "pin", *store)
+        assert private_keys() == 1
+        with mtls.Store(d / "renew.db", secret_file=d / "secret") as st:
+            old = st.info("svc").leaf_sha256
+        server = Tunnel("server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", "--identity", "svc",
+                        *store, "--pin-file", d / "pin", "--client-anchor", pki.int_a, "--renew", "--renew-force",
+                        "--renew-delete-previous-keys-after", "0")
+        try:
+            port = server.listening()
+            assert "svc" in server.wait_for(lambda x: "renew" in x and "svc" in x)
+            assert any(line.startswith("landlock: applied") for line in server.seen), server.seen
+            with mtls.Store(d / "renew.db", secret_file=d / "secret") as st:
+                new = st.info("svc").leaf_sha256
+            assert new != old, server.seen
+            assert private_keys() == 1
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.load_verify_locations(pki.root)
+            ctx.load_cert_chain(pki.issued("alice") / "chain.pem", pki.issued("alice") / "key.pem")
+
+            def presented():
+                with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=20), server_hostname="127.0.0.1") as c:
+                    return hashlib.sha256(c.getpeercert(binary_form=True)).hexdigest()
+            wait_until(lambda: presented() == new, timeout=20)
+        finally:
+            server.stop()
+    # (p11-kit also loads the machine's other modules, whose own complaints may be in the log.)
+    assert not any("renewal stopped" in line or ("svc" in line and "fail" in line) for line in server.seen), server.seen
+
+
+@pytest.mark.parametrize("flags", [["--renew-delete-previous-keys-after", "60"],
+                                   ["--renew", "--renew-delete-previous-keys-after=-1"]])
+def test_renew_delete_previous_keys_after_is_checked(pki, backend, flags):
+    r = run_cli("tunnel", "server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", *identity(pki, "server"),
+                "--client-anchor", pki.int_a, *flags)
+    assert r.returncode != 0
+    assert ("0 seconds or more" if "--renew" in flags else "go with --renew") in r.stderr, r.stderr
+
+
 def test_renew_needs_a_store_label(pki, backend):
     r = run_cli("tunnel", "server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", *identity(pki, "server"),
                 "--client-anchor", pki.int_a, "--renew")
