@@ -1030,7 +1030,7 @@ def test_landlock_denies_a_write_outside_the_allowed_folders(pki, backend, tmp_p
     start (the store's, the policy's CRL cache `a`). The policy file, followed, is then changed to
     cache CRLs in `b`; the next handshake fetches the CRL and writes it there (best effort). Under
     Landlock the write is denied and `b` stays empty although the handshake succeeded; with
-    --no-landlock the same run writes the CRL into `b`."""
+    --no-landlock, or with `b` named by --landlock-writable, the same run writes the CRL into `b`."""
     def run(name, *extra):
         a, b = tmp_path / f"{name}-a", tmp_path / f"{name}-b"
         a.mkdir()
@@ -1058,6 +1058,8 @@ def test_landlock_denies_a_write_outside_the_allowed_folders(pki, backend, tmp_p
 
     if kernel_has_landlock():
         assert run("landlocked") == []
+        # --landlock-writable names one more folder: the same write is then allowed, Landlock on.
+        assert len(run("widened", "--landlock-writable", tmp_path / "widened-b")) == 1
     assert len(run("free", "--no-landlock")) == 1
 
 
