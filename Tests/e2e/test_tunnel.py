@@ -690,7 +690,8 @@ def test_renewal_in_process_of_a_token_identity_deletes_the_replaced_key_when_as
                         "--so-pin", "5678"], check=True, capture_output=True)
         uri = "pkcs11:token=tunnel-renew;object=svc;id=%01"
         ok("token", "keygen", uri, "--type", "ec-p256", "--pin-file", d / "pin", "--module", SOFTHSM_MODULE)
-        ok("enroll", "pki", "--dir", pki.dir, "--ca", "Customer A", "--ip", "127.0.0.1", "--label", "svc",
+        # A name of its own: the module's PKI is shared, and a name is issued once by a CA.
+        ok("enroll", "pki", "--dir", pki.dir, "--ca", "Customer A", "--dns", "token-renew.test", "--label", "svc",
            "--token-uri", uri, "--pin-file", d / "pin", *store)
         assert private_keys() == 1
         with mtls.Store(d / "renew.db", secret_file=d / "secret") as st:
@@ -711,7 +712,7 @@ def test_renewal_in_process_of_a_token_identity_deletes_the_replaced_key_when_as
             ctx.load_cert_chain(pki.issued("alice") / "chain.pem", pki.issued("alice") / "key.pem")
 
             def presented():
-                with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=20), server_hostname="127.0.0.1") as c:
+                with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=20), server_hostname="token-renew.test") as c:
                     return hashlib.sha256(c.getpeercert(binary_form=True)).hexdigest()
             wait_until(lambda: presented() == new, timeout=20)
         finally:
