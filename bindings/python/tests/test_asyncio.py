@@ -209,26 +209,34 @@ def test_thousand_cancelled_connects_leave_no_descriptor_and_no_reader(pki, ngin
         _, w = await mtls.asyncio.open_connection("127.0.0.1", nginx.port, identity=ident, policy=policy)
         w.close()
         await w.wait_closed()
-        # How long 50 connects at once take here: the cancels below fall within the first half of
-        # that span. A fixed span is too long where connects are faster (0 to 4 ms cancelled 95%
-        # of them before issue 40's cuts to the per-connection cost, 41% after).
-        t0 = time.monotonic()
-        for _, w in await asyncio.gather(*[mtls.asyncio.open_connection("127.0.0.1", nginx.port, identity=ident,
-                                                                        policy=policy, resume=False)
-                                           for _ in range(50)]):
-            w.close()
-            await w.wait_closed()
-        span = time.monotonic() - t0
+        # How long 50 connects at once take here, now: the cancels below fall within the first half
+        # of that span. A fixed span is too long where connects are faster (0 to 4 ms cancelled 95%
+        # of them before issue 40's cuts to the per-connection cost, 41% after), and one measured
+        # once goes stale when the load on the machine changes: it is measured again every 5
+        # batches, and batches run until 500 connects were interrupted.
+        async def measure():
+            t0 = time.monotonic()
+            for _, w in await asyncio.gather(*[mtls.asyncio.open_connection("127.0.0.1", nginx.port, identity=ident,
+                                                                            policy=policy, resume=False)
+                                               for _ in range(50)]):
+                w.close()
+                await w.wait_closed()
+            return time.monotonic() - t0
+        await measure()  # the first measure warms the workers' caches up
         before = open_fds()
         outcomes = []
-        for batch in range(20):
+        batch = 0
+        while outcomes.count("cancelled") + outcomes.count("timed out") < 500:
+            assert batch < 60, f"3,000 connects and fewer than 500 interrupted: {outcomes.count('completed')} completed first"
+            if batch % 5 == 0:
+                span = await measure()
             jobs = [attempt(rng.uniform(0, span / 2)) if i % 2 else timed_out(rng.uniform(span / 40, span / 2))
                     for i in range(50)]
             outcomes += await asyncio.gather(*jobs)
-        assert len(outcomes) == 1000
-        print(f"\n1,000 connects: {outcomes.count('cancelled')} cancelled, {outcomes.count('timed out')} timed out, "
+            batch += 1
+        print(f"\n{len(outcomes)} connects: {outcomes.count('cancelled')} cancelled, {outcomes.count('timed out')} timed out, "
               f"{outcomes.count('completed')} completed first; descriptors {before} before, {open_fds()} after")
-        assert outcomes.count("cancelled") + outcomes.count("timed out") >= 500, outcomes
+        assert outcomes.count("cancelled") > 0 and outcomes.count("timed out") > 0, outcomes
         assert registered(loop) == 0
         assert open_fds() == before, (before, open_fds())
 
