@@ -23,6 +23,7 @@ struct TunnelOperationOptions: ParsableArguments {
     @Option(help: "Seconds a connection may pass with no byte moving either way before it is closed (0: never).") var idleTimeout: Double = 600
     @Option(help: "Seconds for connecting to the target.") var connectTimeout: Double = 10
     @Option(help: "Threads forwarding bytes; each runs one epoll loop over its share of the connections (no thread per connection). Default: one per CPU, at most 8.") var forwardThreads: Int = min(max(ProcessInfo.processInfo.activeProcessorCount, 1), 8)
+    @Option(help: "Connections open at once (accepted and not yet closed; 0: no limit but the open-file limit). At the limit no new connection is accepted until one closes: they wait in the kernel's queue (and, on the server, the listener's own).") var maxConnections: Int = 0
     @Option(help: "On SIGTERM: seconds the open connections have to finish before the process exits; new connections are refused from the signal on.") var drainTimeout: Double = 30
     @Option(help: "Answer GET /_status on 127.0.0.1:PORT: 200 with a JSON object; with ?check=target, 503 when the target cannot be reached; 503 while draining.") var statusPort: UInt16?
     @Option(help: "Serve Prometheus metrics on 127.0.0.1:PORT: connections, handshakes, refusals by reason, bytes, the certificate's end of validity.") var metricsPort: UInt16?
@@ -39,6 +40,7 @@ struct TunnelOperationOptions: ParsableArguments {
             throw ValidationError("--idle-timeout and --drain-timeout must not be negative, --connect-timeout must be positive")
         }
         if !(1...64).contains(forwardThreads) { throw ValidationError("--forward-threads is 1 to 64") }
+        if maxConnections < 0 { throw ValidationError("--max-connections must not be negative") }
     }
 
     var versions: (min: TLSVersion?, max: TLSVersion?) {
@@ -114,6 +116,10 @@ final class TunnelRuntime: @unchecked Sendable {
     private let total = Atomic<UInt64>(0)
     private let draining_ = Atomic<Bool>(false)
     private let running = DispatchGroup()
+    /// Connections held against --max-connections (guarded by `room`), and whether the limit was
+    /// said to be reached since there was last room.
+    private let room = NSCondition()
+    private var held = 0, saidFull = false
     private var signalSource: DispatchSourceSignal?
     private var watchdog: DispatchSourceTimer?
     private var status: HTTPResponder?
@@ -157,6 +163,37 @@ final class TunnelRuntime: @unchecked Sendable {
         if delta > 0 { running.enter() } else { running.leave() }
     }
 
+    /// Takes room for one more connection under --max-connections (always, without a limit),
+    /// waiting up to half a second for one to close: false when there is none yet (the accepting
+    /// loop checks for a drain and asks again). Each true is given back with ``giveRoom()``, or by
+    /// ``forward(_:plain:who:prefix:rewriter:connectTimeout:)`` when the connection ends.
+    func takeRoom() -> Bool {
+        let limit = options.maxConnections
+        guard limit > 0 else { return true }
+        room.lock()
+        defer { room.unlock() }
+        if held >= limit {
+            if !saidFull {
+                saidFull = true
+                ServeLog.line("connection limit reached: \(limit) connections open, new ones wait (--max-connections)")
+            }
+            _ = room.wait(until: Date(timeIntervalSinceNow: 0.5))
+            guard held < limit else { return false }
+        }
+        held += 1
+        saidFull = false
+        return true
+    }
+
+    /// Gives back room ``takeRoom()`` took, for a connection that ended or was never made.
+    func giveRoom() {
+        guard options.maxConnections > 0 else { return }
+        room.lock()
+        held -= 1
+        room.signal()
+        room.unlock()
+    }
+
     /// Hands one connection and its plaintext socket to the forwarder (which closes both when
     /// the connection ends), counted until it ends; its end is logged ("closed WHO: ...", or
     /// "target unreachable for WHO: ..." when `connectTimeout` is given and the target's
@@ -174,6 +211,7 @@ final class TunnelRuntime: @unchecked Sendable {
                 logEnd(who, r)
             }
             open.subtract(1, ordering: .relaxed)
+            giveRoom()
             running.leave()
         }
     }
@@ -399,12 +437,15 @@ struct TunnelServerCommand: ParsableCommand {
             let proxy = proxyProtocol, proxyCertificate = proxyProtocolCertificate
             let headerName = httpClientHeader, headerValue = httpClientHeaderValue
             while !runtime.draining {
+                guard runtime.takeRoom() else { continue }
                 let conn: TLSConnection
                 do {
                     conn = try listener.accept(timeout: 0.5)
                 } catch let e as MTLSError where e.code == .timeout {
+                    runtime.giveRoom()
                     continue
                 } catch let e as MTLSError {
+                    runtime.giveRoom()
                     if runtime.draining { break }
                     ServeLog.line("rejected \(e.message) [\(e.code.name)]")
                     continue
@@ -419,6 +460,7 @@ struct TunnelServerCommand: ParsableCommand {
                 } catch {
                     ServeLog.line("target unreachable for \(who): \((error as? MTLSError)?.message ?? "\(error)")")
                     conn.close()
+                    runtime.giveRoom()
                     continue
                 }
                 var header: [UInt8] = []
@@ -435,6 +477,7 @@ struct TunnelServerCommand: ParsableCommand {
                     ServeLog.line("\(proxy && header.isEmpty ? "proxy header" : "client header") failed for \(who): \((error as? MTLSError)?.message ?? "\(error)")")
                     conn.close()
                     Glibc.close(plain)
+                    runtime.giveRoom()
                     continue
                 }
                 runtime.forward(conn, plain: plain, who: who, prefix: header, rewriter: rewriter, connectTimeout: connecting ? connectTimeout : nil)
@@ -525,12 +568,15 @@ struct TunnelClientCommand: ParsableCommand {
             let options = o
             let connecting = WorkPool(threads: connectThreads, name: "mtls-connect")
             while !runtime.draining {
+                guard runtime.takeRoom() else { continue }
                 let plain: Int32, from: String
                 do {
                     (plain, from) = try Socket.accept(listenFD, deadline: Deadline(seconds: 0.5))
                 } catch let e as MTLSError where e.code == .timeout {
+                    runtime.giveRoom()
                     continue
                 } catch let e as MTLSError {
+                    runtime.giveRoom()
                     if runtime.draining { break }
                     ServeLog.line("accept failed: \(e.message) [\(e.code.name)]")
                     continue
@@ -545,6 +591,7 @@ struct TunnelClientCommand: ParsableCommand {
                         conn = try TLSConnection.connect(host: host, port: port, options: options)
                     } catch {
                         Glibc.close(plain)
+                        runtime.giveRoom()
                         ServeLog.line("refused \(who) → \(host):\(port): \((error as? MTLSError)?.message ?? "\(error)") [\(CLI.errorName(error))]")
                         return
                     }

@@ -269,6 +269,64 @@ def test_64_open_streams_add_no_thread_to_either_tunnel(tunnels):
             s.close()
 
 
+@pytest.mark.parametrize("side", ["server", "client"])
+def test_max_connections_holds_new_connections_until_one_closes(pki, backend, side):
+    """--max-connections 2: two streams held open fill the tunnel; a third connection is not taken
+    (the limit is logged, the status says 2 open) until one of the two closes, then it is
+    forwarded and answered. Nothing is refused or lost."""
+    limited = ["--max-connections", "2", "--status-port", "0"]
+    server, port = start_server(pki, f"127.0.0.1:{backend}", *(limited if side == "server" else []))
+    client, cport = start_client(pki, port, "alice", *(limited if side == "client" else []))
+    watched = server if side == "server" else client
+    status_port = watched.port_of("status")
+    status = lambda: json.loads(get(status_port, "/_status")[1])  # noqa: E731
+    held = []
+    try:
+        # listening() made sure the client tunnel's port answers: that probe is a connection too,
+        # carried to the server and closed; it must be gone before the limit is counted.
+        watched.wait_for(lambda x: x.startswith("closed "))
+        open_held_streams(cport, 2, held)
+        wait_until(lambda: status()["connections"] == 2, what="two streams forwarded")
+        assert "2 connections open" in watched.wait_for(lambda x: x.startswith("connection limit reached"))
+        third = socket.create_connection(("127.0.0.1", cport), timeout=30)
+        third.sendall(b"GET /third HTTP/1.0\r\nHost: x\r\n\r\n")
+        if side == "server":
+            # The client tunnel's handshake with the server's listener ended: the connection is
+            # there (the client's 4th: the probe, the two held streams, this one).
+            while sum(line.startswith("connected ") for line in client.seen) < 4:
+                client.wait_for(lambda x: x.startswith("connected "))
+        else:
+            # Not accepted: it waits in the listening socket's queue (ss's Recv-Q).
+            def queued():
+                out = subprocess.run(["ss", "-Hltn", f"sport = :{cport}"], capture_output=True, text=True).stdout.split()
+                return int(out[1]) if len(out) > 1 else -1
+            wait_until(lambda: queued() == 1, what="the third connection queued, not accepted")
+        assert status()["connections"] == 2, watched.seen
+        finish_held_streams(held[:1])
+        held[0].close()
+        data = b""
+        while chunk := third.recv(65536):
+            data += chunk
+        third.close()
+        assert data.startswith(b"HTTP/1.0 200") and data.endswith(b"hello /third\n"), data
+        held[1].sendall(b"\r\n")
+        data = b""
+        while chunk := held[1].recv(65536):
+            data += chunk
+        assert data.endswith(b"hello /held/1\n"), data
+    finally:
+        for s in held:
+            s.close()
+        client.stop()
+        server.stop()
+
+
+def test_max_connections_is_checked(pki, backend):
+    r = run_cli("tunnel", "server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{backend}", *identity(pki, "server"),
+                "--client-anchor", pki.int_a, "--max-connections=-1")
+    assert r.returncode != 0 and "--max-connections must not be negative" in r.stderr, r.stderr
+
+
 def test_half_closed_client_still_gets_the_answer(tunnels):
     with socket.create_connection(("127.0.0.1", tunnels.client["1.3"]), timeout=20) as s:
         s.sendall(b"GET /half HTTP/1.0\r\nHost: x\r\n\r\n")
