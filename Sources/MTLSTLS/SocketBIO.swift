@@ -32,7 +32,11 @@ enum SocketBIO {
             guard fd >= 0 else { return 0 }
             while true {
                 let n = send(fd, data, length, Int32(MSG_NOSIGNAL))
-                if n >= 0 { written.pointee = n; return 1 }
+                if n >= 0 {
+                    written.pointee = n
+                    if let extra = SocketBIO.extra(of: bio) { extra.pointee.wrote = true }
+                    return 1
+                }
                 let e = errno
                 if e == EINTR { continue }
                 if e == EAGAIN || e == EWOULDBLOCK || e == EINPROGRESS || e == EALREADY || e == ENOTCONN {
@@ -43,26 +47,8 @@ enum SocketBIO {
             }
         })
         BIO_meth_set_read_ex(m, { bio, data, length, readBytes in
-            guard let bio, let readBytes else { return 0 }
-            SocketBIO.clearRetry(bio)
-            let fd = SocketBIO.fd(of: bio)
-            guard fd >= 0 else { return 0 }
-            while true {
-                let n = recv(fd, data, length, 0)
-                if n > 0 { readBytes.pointee = n; return 1 }
-                if n == 0 { // end of stream: no retry flag, and BIO_eof says so (as OpenSSL's socket BIO)
-                    BIO_set_flags(bio, SocketBIO.flagInEOF)
-                    readBytes.pointee = 0
-                    return 0
-                }
-                let e = errno
-                if e == EINTR { continue }
-                if e == EAGAIN || e == EWOULDBLOCK || e == EINPROGRESS || e == EALREADY || e == ENOTCONN {
-                    BIO_set_flags(bio, SocketBIO.flagRead | SocketBIO.flagShouldRetry)
-                }
-                errno = e
-                return 0
-            }
+            guard let bio, let data, let readBytes else { return 0 }
+            return SocketBIO.read(bio, data, length, readBytes)
         })
         BIO_meth_set_puts(m, { bio, text in
             guard let bio, let text else { return -1 }
@@ -124,8 +110,9 @@ enum SocketBIO {
     }
 
     /// Makes `fd` the read and write channel of `ssl` (in place of `SSL_set_fd`). The socket
-    /// stays the caller's to close.
-    static func attach(_ ssl: OpaquePointer, fd: Int32) throws {
+    /// stays the caller's to close. `prefix`: bytes already read from the socket (a listener's
+    /// ClientHello, issue 40), which OpenSSL reads first, before the socket.
+    static func attach(_ ssl: OpaquePointer, fd: Int32, prefix: [UInt8] = []) throws {
         guard let method, let bio = BIO_new(method) else {
             throw MTLSError.openSSL(.noMemory, "cannot create the socket BIO")
         }
@@ -134,7 +121,109 @@ enum SocketBIO {
             BIO_free(bio)
             throw MTLSError.openSSL(.internal, "cannot attach the socket")
         }
+        if !prefix.isEmpty {
+            guard extraIndex >= 0 else {
+                BIO_free(bio)
+                throw MTLSError.openSSL(.noMemory, "cannot create the socket BIO")
+            }
+            let extra = UnsafeMutablePointer<Extra>.allocate(capacity: 1)
+            let bytes = UnsafeMutableRawBufferPointer.allocate(byteCount: prefix.count, alignment: 1)
+            bytes.copyBytes(from: prefix)
+            extra.initialize(to: Extra(prefix: bytes))
+            guard BIO_set_ex_data(bio, extraIndex, extra) == 1 else {
+                bytes.deallocate()
+                extra.deinitialize(count: 1)
+                extra.deallocate()
+                BIO_free(bio)
+                throw MTLSError.openSSL(.noMemory, "cannot create the socket BIO")
+            }
+        }
         // SSL_set_bio takes the one reference for both directions.
         SSL_set_bio(ssl, bio, bio)
+    }
+
+    /// What a listener's socket BIO holds beyond its descriptor (issue 40), in the BIO's ex-data
+    /// (only listener handshakes have one, so other connections pay nothing): the ClientHello
+    /// bytes the listener already read, and whether a read right after a write waits for poll.
+    struct Extra {
+        /// Bytes read before OpenSSL's, served first (freed once read).
+        var prefix: UnsafeMutableRawBufferPointer?
+        var offset = 0
+        /// A read right after a write answers "retry" without a system call: the peer cannot have
+        /// answered a flight just sent, and the caller polls before the next step anyway. Only for
+        /// a listener's non-blocking handshake steps (``setWaitAfterWrite(_:_:)``).
+        var waitAfterWrite = false
+        /// Something was written since the last read.
+        var wrote = false
+    }
+
+    /// The ex-data index of ``Extra`` on BIOs (made once per process); OpenSSL frees it with
+    /// its BIO.
+    private static let extraIndex: Int32 =
+        CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_BIO, 0, nil, nil, nil, { _, ptr, _, _, _, _ in
+            guard let extra = ptr?.assumingMemoryBound(to: Extra.self) else { return }
+            extra.pointee.prefix?.deallocate()
+            extra.deinitialize(count: 1)
+            extra.deallocate()
+        })
+
+    private static func extra(of bio: OpaquePointer) -> UnsafeMutablePointer<Extra>? {
+        guard extraIndex >= 0, let p = BIO_get_ex_data(bio, extraIndex) else { return nil }
+        return p.assumingMemoryBound(to: Extra.self)
+    }
+
+    /// Turns on (or off) the answer "retry" to a read that follows a write at once, for the
+    /// BIO of `ssl` when it has ``Extra`` (a listener's handshake): the listener's step then
+    /// returns "wants read" and polls, instead of a `recv` that must fail with EAGAIN first.
+    static func setWaitAfterWrite(_ ssl: OpaquePointer, _ on: Bool) {
+        guard let bio = SSL_get_rbio(ssl), let extra = extra(of: bio) else { return }
+        extra.pointee.waitAfterWrite = on
+        extra.pointee.wrote = false
+    }
+
+    /// Reads served from the prefix first, then from the socket.
+    private static func read(_ bio: OpaquePointer, _ data: UnsafeMutablePointer<CChar>, _ length: Int,
+                             _ readBytes: UnsafeMutablePointer<Int>) -> Int32 {
+        clearRetry(bio)
+        if let extra = extra(of: bio) {
+            if let prefix = extra.pointee.prefix {
+                let n = min(length, prefix.count - extra.pointee.offset)
+                if n > 0 {
+                    UnsafeMutableRawPointer(data).copyMemory(from: prefix.baseAddress! + extra.pointee.offset, byteCount: n)
+                    extra.pointee.offset += n
+                    readBytes.pointee = n
+                }
+                if extra.pointee.offset >= prefix.count {
+                    prefix.deallocate()
+                    extra.pointee.prefix = nil
+                }
+                if n > 0 { return 1 }
+            }
+            if extra.pointee.waitAfterWrite && extra.pointee.wrote {
+                extra.pointee.wrote = false
+                BIO_set_flags(bio, flagRead | flagShouldRetry)
+                errno = EAGAIN
+                return 0
+            }
+            extra.pointee.wrote = false
+        }
+        let fd = fd(of: bio)
+        guard fd >= 0 else { return 0 }
+        while true {
+            let n = recv(fd, data, length, 0)
+            if n > 0 { readBytes.pointee = n; return 1 }
+            if n == 0 { // end of stream: no retry flag, and BIO_eof says so (as OpenSSL's socket BIO)
+                BIO_set_flags(bio, flagInEOF)
+                readBytes.pointee = 0
+                return 0
+            }
+            let e = errno
+            if e == EINTR { continue }
+            if e == EAGAIN || e == EWOULDBLOCK || e == EINPROGRESS || e == EALREADY || e == ENOTCONN {
+                BIO_set_flags(bio, flagRead | flagShouldRetry)
+            }
+            errno = e
+            return 0
+        }
     }
 }

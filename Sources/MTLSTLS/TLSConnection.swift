@@ -174,8 +174,9 @@ public final class TLSConnection {
         SSL_set_connect_state(ssl)
     }
 
-    /// The server side of an accepted socket (owned by the connection).
-    init(serverFD fd: Int32, peer: String, context: TLSContext, options: TLSServerOptions) throws {
+    /// The server side of an accepted socket (owned by the connection). `clientHello`: the bytes
+    /// a listener already read from the socket (its ClientHello), which the handshake reads first.
+    init(serverFD fd: Int32, peer: String, context: TLSContext, options: TLSServerOptions, clientHello: [UInt8] = []) throws {
         self.context = context
         policyVersionAtStart = context.config.policy.version
         guard let ssl = SSL_new(context.ctx) else { throw MTLSError.openSSL(.noMemory, "cannot create a TLS connection") }
@@ -199,7 +200,7 @@ public final class TLSConnection {
                 throw error
             }
         }
-        do { try SocketBIO.attach(ssl, fd: fd) } catch {
+        do { try SocketBIO.attach(ssl, fd: fd, prefix: clientHello) } catch {
             closed = true // the caller closes the socket
             throw error
         }
