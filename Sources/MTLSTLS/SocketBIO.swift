@@ -155,7 +155,25 @@ enum SocketBIO {
         var waitAfterWrite = false
         /// Something was written since the last read.
         var wrote = false
+        /// The read after that wait: the header of the peer's first record, and beyond it
+        /// (``answerRead``).
+        var answered = false
+        /// The connection is closing: its last read takes what has come (``setClosing(_:)``).
+        var closing = false
     }
+
+    /// What the first read of a peer's answer to a flight takes when OpenSSL asks for a record
+    /// header: the header, and the 6 bytes after it. A TLS 1.3 client (middlebox compatible, as
+    /// OpenSSL's, browsers and Go's) or a TLS 1.2 one answers with ChangeCipherSpec, a 6-byte
+    /// record, then at least one more handshake record: its header comes with this read, so the
+    /// two headers and the ChangeCipherSpec body cost one `recv` instead of three. Any other
+    /// record is at least 7 bytes long (an alert) and is read by the handshake anyway; the
+    /// extra bytes are served to OpenSSL's next reads, in order.
+    private static let answerRead = 5 + 6
+
+    /// The most the last read of a closing connection takes (its peer's close_notify is 24 to
+    /// 31 bytes): what is left is dropped with the connection.
+    private static let closingRead = 512
 
     /// The ex-data index of ``Extra`` on BIOs (made once per process); OpenSSL frees it with
     /// its BIO.
@@ -201,20 +219,58 @@ enum SocketBIO {
             }
             if extra.pointee.waitAfterWrite && extra.pointee.wrote {
                 extra.pointee.wrote = false
+                extra.pointee.answered = true
                 BIO_set_flags(bio, flagRead | flagShouldRetry)
                 errno = EAGAIN
                 return 0
             }
             extra.pointee.wrote = false
+            var wanted = length
+            if extra.pointee.closing {
+                wanted = max(length, closingRead)
+            } else if extra.pointee.answered && length == 5 {
+                wanted = answerRead
+            }
+            extra.pointee.answered = false
+            if wanted > length {
+                let fd = fd(of: bio)
+                guard fd >= 0 else { return 0 }
+                let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: wanted, alignment: 1)
+                let r = receive(bio, fd, buffer.baseAddress!, wanted)
+                guard r > 0 else {
+                    buffer.deallocate()
+                    readBytes.pointee = 0
+                    return 0
+                }
+                let n = min(r, length)
+                UnsafeMutableRawPointer(data).copyMemory(from: buffer.baseAddress!, byteCount: n)
+                readBytes.pointee = n
+                if r > n {
+                    // Served first by the next reads (the prefix was empty to come here).
+                    extra.pointee.prefix = UnsafeMutableRawBufferPointer(rebasing: buffer[..<r])
+                    extra.pointee.offset = n
+                } else {
+                    buffer.deallocate()
+                }
+                return 1
+            }
         }
         let fd = fd(of: bio)
         guard fd >= 0 else { return 0 }
+        let r = receive(bio, fd, data, length)
+        guard r > 0 else { readBytes.pointee = 0; return 0 }
+        readBytes.pointee = r
+        return 1
+    }
+
+    /// One `recv` of up to `length` bytes (again after EINTR): the count, or 0 with the BIO's
+    /// flags set as OpenSSL's socket BIO sets them (end of stream: BIO_eof; EAGAIN: retry).
+    private static func receive(_ bio: OpaquePointer, _ fd: Int32, _ data: UnsafeMutableRawPointer, _ length: Int) -> Int {
         while true {
             let n = recv(fd, data, length, 0)
-            if n > 0 { readBytes.pointee = n; return 1 }
+            if n > 0 { return n }
             if n == 0 { // end of stream: no retry flag, and BIO_eof says so (as OpenSSL's socket BIO)
                 BIO_set_flags(bio, flagInEOF)
-                readBytes.pointee = 0
                 return 0
             }
             let e = errno
@@ -225,5 +281,13 @@ enum SocketBIO {
             errno = e
             return 0
         }
+    }
+
+    /// The connection of `ssl` is closing (its last SSL_shutdown follows): when its BIO has
+    /// ``Extra`` (a listener's connection), the read for its peer's close_notify takes it whole
+    /// in one `recv`, not a header and then a body.
+    static func setClosing(_ ssl: OpaquePointer) {
+        guard let bio = SSL_get_rbio(ssl), let extra = extra(of: bio) else { return }
+        extra.pointee.closing = true
     }
 }

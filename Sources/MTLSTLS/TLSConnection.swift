@@ -618,7 +618,10 @@ public final class TLSConnection {
     /// Sends close_notify if possible and closes the socket (if the connection owns it).
     public func close() {
         guard !closed else { return }
-        if isHandshakeComplete { _ = SSL_shutdown(ssl) }
+        if isHandshakeComplete {
+            SocketBIO.setClosing(ssl)
+            _ = SSL_shutdown(ssl)
+        }
         OpenSSLErrorQueue.clear()
         closed = true
         if ownsFileDescriptor { Glibc.close(fileDescriptor) }
