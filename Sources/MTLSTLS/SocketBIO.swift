@@ -128,7 +128,7 @@ enum SocketBIO {
             }
             let extra = UnsafeMutablePointer<Extra>.allocate(capacity: 1)
             let bytes = UnsafeMutableRawBufferPointer.allocate(byteCount: prefix.count, alignment: 1)
-            bytes.copyBytes(from: prefix)
+            prefix.withUnsafeBytes { bytes.copyMemory(from: $0) }  // memcpy, in debug builds too
             extra.initialize(to: Extra(prefix: bytes))
             guard BIO_set_ex_data(bio, extraIndex, extra) == 1 else {
                 bytes.deallocate()

@@ -13,7 +13,7 @@ import Glibc
 /// identity and its client policy. ``accept(timeout:)`` may be called from several threads.
 ///
 /// No hand-off per handshake (issue 40): the thread calling ``accept(timeout:)`` takes the turn
-/// when no other thread holds it: it accepts, peeks at the ClientHello and runs the handshake
+/// when no other thread holds it: it accepts, reads the ClientHello and runs the handshake
 /// itself, non-blocking. A handshake that must wait for its client is parked; the turn holder
 /// watches the listening socket, the sockets without a whole ClientHello and the parked
 /// handshakes with one `poll`, and leaves the turn (to another accept caller waiting for it)
@@ -323,7 +323,7 @@ final class ListenerCore: Sendable {
     private let turnWakeRead: Int32
     private let turnWakeWrite: Int32
     private let accepted = Atomic<UInt64>(0)
-    /// Where the turn holder peeks at ClientHellos (one thread holds the turn at a time; the
+    /// Where the turn holder reads ClientHellos (one thread holds the turn at a time; the
     /// state lock orders one holder after the next). Freed in deinit.
     nonisolated(unsafe) private let peekBuffer: UnsafeMutableRawBufferPointer
 
@@ -785,7 +785,10 @@ final class ListenerCore: Sendable {
             return .waiting(hello: before, lowWater: lowWater)
         }
         let total = had + r
-        let hello = [UInt8](UnsafeRawBufferPointer(rebasing: peekBuffer[..<total]))
+        let hello = [UInt8](unsafeUninitializedCapacity: total) { b, n in  // memcpy, in debug builds too
+            if total > 0 { UnsafeMutableRawPointer(b.baseAddress!).copyMemory(from: peekBuffer.baseAddress!, byteCount: total) }
+            n = total
+        }
         let needed = ClientHelloArrival.bytesNeeded(UnsafeRawBufferPointer(rebasing: peekBuffer[..<total]), limit: limit)
         guard let needed else {
             if lowWater > 1 { setLowWater(fd, 1) }
