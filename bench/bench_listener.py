@@ -91,6 +91,21 @@ def count_syscalls(exe, port, server_pid, p, work, label, handshakes=HANDSHAKES)
     return total / handshakes, {k: v / handshakes for k, v in calls.items()}
 
 
+def count_both(exe, tls, p, work, procs, handshakes=HANDSHAKES):
+    """count_syscalls for the raw OpenSSL C server, then for a libmtls listener (mtls-serve),
+    started here and appended to `procs` (the caller stops them): ((total, calls), (total, calls))."""
+    raw_port = free_port()
+    raw = subprocess.Popen([tls, "server", str(raw_port), p("server-chain.pem"), p("server.key"), p("root.pem")])
+    procs.append(raw)
+    mtls = subprocess.Popen([exe, "mtls-serve", p("server-chain.pem"), p("server.key"), p("root.pem")],
+                            stdout=subprocess.PIPE, text=True)
+    procs.append(mtls)
+    mtls_port = int(mtls.stdout.readline())
+    wait_port(raw_port)
+    return (count_syscalls(exe, raw_port, raw.pid, p, work, "raw OpenSSL C server", handshakes),
+            count_syscalls(exe, mtls_port, mtls.pid, p, work, "libmtls listener", handshakes))
+
+
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -134,16 +149,7 @@ def main():
         tls = build("bench_tls", work, PREFIX, pkgs=["openssl"])
 
         # ---- system calls per resumed handshake
-        raw_port = free_port()
-        raw = subprocess.Popen([tls, "server", str(raw_port), p("server-chain.pem"), p("server.key"), p("root.pem")])
-        procs.append(raw)
-        mtls = subprocess.Popen([exe, "mtls-serve", p("server-chain.pem"), p("server.key"), p("root.pem")],
-                                stdout=subprocess.PIPE, text=True)
-        procs.append(mtls)
-        mtls_port = int(mtls.stdout.readline())
-        wait_port(raw_port)
-        base, _ = count_syscalls(exe, raw_port, raw.pid, p, work, "raw OpenSSL C server")
-        ours, _ = count_syscalls(exe, mtls_port, mtls.pid, p, work, "libmtls listener")
+        (base, _), (ours, _) = count_both(exe, tls, p, work, procs)
         row("listener", "system calls per resumed TLS 1.3 mTLS server handshake (strace -f -c, one client)",
             ours / base, 1.0, mtls=round(ours, 2), baseline=round(base, 2), unit="calls", baseline_name="raw OpenSSL C server")
 

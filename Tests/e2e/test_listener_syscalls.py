@@ -12,7 +12,7 @@ from conftest import REPO, require_tool
 
 sys.path.insert(0, os.path.join(REPO, "bench"))
 import bench_listener  # noqa: E402
-from _cbench import build, free_port, stop, wait_port  # noqa: E402
+from _cbench import build, stop  # noqa: E402
 
 HANDSHAKES = 60
 
@@ -28,18 +28,7 @@ def test_a_resumed_handshake_reads_each_byte_once_and_costs_no_more_calls_than_r
     tls = build("bench_tls", str(tmp_path), prefix, pkgs=["openssl"])
     procs = []
     try:
-        raw_port = free_port()
-        raw = subprocess.Popen([tls, "server", str(raw_port), p("server-chain.pem"), p("server.key"), p("root.pem")])
-        procs.append(raw)
-        ours = subprocess.Popen([exe, "mtls-serve", p("server-chain.pem"), p("server.key"), p("root.pem")],
-                                stdout=subprocess.PIPE, text=True)
-        procs.append(ours)
-        port = int(ours.stdout.readline())
-        wait_port(raw_port)
-        raw_total, raw_calls = bench_listener.count_syscalls(exe, raw_port, raw.pid, p, str(tmp_path), "raw",
-                                                             handshakes=HANDSHAKES)
-        total, calls = bench_listener.count_syscalls(exe, port, ours.pid, p, str(tmp_path), "libmtls",
-                                                     handshakes=HANDSHAKES)
+        (raw_total, raw_calls), (total, calls) = bench_listener.count_both(exe, tls, p, str(tmp_path), procs, HANDSHAKES)
     finally:
         stop(procs)
     raw_reads = raw_calls.get("read", 0) + raw_calls.get("recvfrom", 0)
