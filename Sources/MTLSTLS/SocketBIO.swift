@@ -18,12 +18,16 @@ enum SocketBIO {
     private static let flagShouldRetry: Int32 = 0x08
     private static let flagInEOF: Int32 = 0x800
 
-    /// The method table, made once per process (OpenSSL keeps it until the library unloads).
-    nonisolated(unsafe) private static let method: OpaquePointer? = makeMethod()
+    /// The method tables, made once per process (OpenSSL keeps them until the library unloads):
+    /// the one of every connection (its data pointer: the descriptor), and the one of a
+    /// listener's accepted connections (its data pointer: their ``Extra``, issue 40).
+    nonisolated(unsafe) private static let method: OpaquePointer? = makeMethod(type: plainType)
+    nonisolated(unsafe) private static let listenerMethod: OpaquePointer? = makeMethod(type: listenerType)
+    // Source/sinks of the descriptor family, so that SSL_get_fd and BIO_find_type find them.
+    private static let plainType = BIO_get_new_index() | Int32(BIO_TYPE_SOURCE_SINK) | Int32(BIO_TYPE_DESCRIPTOR)
+    private static let listenerType = BIO_get_new_index() | Int32(BIO_TYPE_SOURCE_SINK) | Int32(BIO_TYPE_DESCRIPTOR)
 
-    private static func makeMethod() -> OpaquePointer? {
-        // A source/sink of the descriptor family, so that SSL_get_fd and BIO_find_type find it.
-        let type = BIO_get_new_index() | Int32(BIO_TYPE_SOURCE_SINK) | Int32(BIO_TYPE_DESCRIPTOR)
+    private static func makeMethod(type: Int32) -> OpaquePointer? {
         guard let m = BIO_meth_new(type, "libmtls socket") else { return nil }
         BIO_meth_set_write_ex(m, { bio, data, length, written in
             guard let bio, let written else { return 0 }
@@ -61,7 +65,8 @@ enum SocketBIO {
             guard let bio else { return 0 }
             switch cmd {
             case BIO_C_SET_FD:
-                guard let ptr else { return 0 }
+                // A listener's BIO keeps the socket in its Extra, set once by attach.
+                guard let ptr, BIO_method_type(bio) != SocketBIO.listenerType else { return 0 }
                 let fd = ptr.load(as: Int32.self)
                 BIO_set_data(bio, UnsafeMutableRawPointer(bitPattern: Int(fd) + 1))
                 BIO_set_init(bio, 1)
@@ -92,6 +97,11 @@ enum SocketBIO {
         })
         BIO_meth_set_destroy(m, { bio in
             guard let bio else { return 0 }
+            if let extra = SocketBIO.extra(of: bio) {
+                extra.pointee.prefix?.deallocate()
+                extra.deinitialize(count: 1)
+                extra.deallocate()
+            }
             BIO_set_data(bio, nil)
             BIO_set_init(bio, 0)
             return 1
@@ -99,8 +109,10 @@ enum SocketBIO {
         return m
     }
 
-    /// The socket stored in the BIO's data pointer (fd + 1, so that descriptor 0 is not NULL).
+    /// The socket stored in the BIO's data pointer (fd + 1, so that descriptor 0 is not NULL),
+    /// or in its ``Extra``.
     private static func fd(of bio: OpaquePointer) -> Int32 {
+        if let extra = extra(of: bio) { return extra.pointee.fd }
         guard let p = BIO_get_data(bio) else { return -1 }
         return Int32(truncatingIfNeeded: Int(bitPattern: p) - 1)
     }
@@ -112,41 +124,40 @@ enum SocketBIO {
     /// Makes `fd` the read and write channel of `ssl` (in place of `SSL_set_fd`). The socket
     /// stays the caller's to close. `prefix`: bytes already read from the socket (a listener's
     /// ClientHello, issue 40), which OpenSSL reads first, before the socket.
-    static func attach(_ ssl: OpaquePointer, fd: Int32, prefix: [UInt8] = []) throws {
-        guard let method, let bio = BIO_new(method) else {
+    static func attach(_ ssl: OpaquePointer, fd: Int32, prefix: [UInt8]? = nil) throws {
+        guard let method = prefix == nil ? method : listenerMethod, let bio = BIO_new(method) else {
             throw MTLSError.openSSL(.noMemory, "cannot create the socket BIO")
         }
-        var descriptor = fd
-        guard BIO_ctrl(bio, BIO_C_SET_FD, Int(BIO_NOCLOSE), &descriptor) == 1 else {
-            BIO_free(bio)
-            throw MTLSError.openSSL(.internal, "cannot attach the socket")
-        }
-        if !prefix.isEmpty {
-            guard extraIndex >= 0 else {
-                BIO_free(bio)
-                throw MTLSError.openSSL(.noMemory, "cannot create the socket BIO")
-            }
+        if let prefix {
+            // A listener's: its Extra (freed by the method's destroy).
             let extra = UnsafeMutablePointer<Extra>.allocate(capacity: 1)
-            let bytes = UnsafeMutableRawBufferPointer.allocate(byteCount: prefix.count, alignment: 1)
-            prefix.withUnsafeBytes { bytes.copyMemory(from: $0) }  // memcpy, in debug builds too
-            extra.initialize(to: Extra(prefix: bytes))
-            guard BIO_set_ex_data(bio, extraIndex, extra) == 1 else {
-                bytes.deallocate()
-                extra.deinitialize(count: 1)
-                extra.deallocate()
+            var bytes: UnsafeMutableRawBufferPointer?
+            if !prefix.isEmpty {
+                bytes = .allocate(byteCount: prefix.count, alignment: 1)
+                prefix.withUnsafeBytes { bytes!.copyMemory(from: $0) }  // memcpy, in debug builds too
+            }
+            extra.initialize(to: Extra(fd: fd, prefix: bytes))
+            BIO_set_data(bio, extra)
+            BIO_set_init(bio, 1)
+        } else {
+            var descriptor = fd
+            guard BIO_ctrl(bio, BIO_C_SET_FD, Int(BIO_NOCLOSE), &descriptor) == 1 else {
                 BIO_free(bio)
-                throw MTLSError.openSSL(.noMemory, "cannot create the socket BIO")
+                throw MTLSError.openSSL(.internal, "cannot attach the socket")
             }
         }
         // SSL_set_bio takes the one reference for both directions.
         SSL_set_bio(ssl, bio, bio)
     }
 
-    /// What a listener's socket BIO holds beyond its descriptor (issue 40), in the BIO's ex-data
-    /// (only listener handshakes have one, so other connections pay nothing): the ClientHello
-    /// bytes the listener already read, and whether a read right after a write waits for poll.
+    /// What a listener's socket BIO holds (issue 40), its data pointer (only a listener's
+    /// connections have one, with their own method, so other connections pay nothing): its
+    /// socket, the ClientHello bytes the listener already read, and whether a read right after a
+    /// write waits for poll.
     struct Extra {
         /// Bytes read before OpenSSL's, served first (freed once read).
+        /// The socket.
+        let fd: Int32
         var prefix: UnsafeMutableRawBufferPointer?
         var offset = 0
         /// A read right after a write answers "retry" without a system call: the peer cannot have
@@ -175,18 +186,9 @@ enum SocketBIO {
     /// 31 bytes): what is left is dropped with the connection.
     private static let closingRead = 512
 
-    /// The ex-data index of ``Extra`` on BIOs (made once per process); OpenSSL frees it with
-    /// its BIO.
-    private static let extraIndex: Int32 =
-        CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_BIO, 0, nil, nil, nil, { _, ptr, _, _, _, _ in
-            guard let extra = ptr?.assumingMemoryBound(to: Extra.self) else { return }
-            extra.pointee.prefix?.deallocate()
-            extra.deinitialize(count: 1)
-            extra.deallocate()
-        })
-
+    /// The ``Extra`` of a listener's BIO (its data pointer), nil for other BIOs.
     private static func extra(of bio: OpaquePointer) -> UnsafeMutablePointer<Extra>? {
-        guard extraIndex >= 0, let p = BIO_get_ex_data(bio, extraIndex) else { return nil }
+        guard BIO_method_type(bio) == listenerType, let p = BIO_get_data(bio) else { return nil }
         return p.assumingMemoryBound(to: Extra.self)
     }
 

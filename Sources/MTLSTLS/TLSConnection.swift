@@ -174,9 +174,10 @@ public final class TLSConnection {
         SSL_set_connect_state(ssl)
     }
 
-    /// The server side of an accepted socket (owned by the connection). `clientHello`: the bytes
-    /// a listener already read from the socket (its ClientHello), which the handshake reads first.
-    init(serverFD fd: Int32, peer: String, context: TLSContext, options: TLSServerOptions, clientHello: [UInt8] = []) throws {
+    /// The server side of an accepted socket (owned by the connection). `clientHello`: for a
+    /// listener's connection, the bytes it already read from the socket (its ClientHello), which
+    /// the handshake reads first.
+    init(serverFD fd: Int32, peer: String, context: TLSContext, options: TLSServerOptions, clientHello: [UInt8]? = nil) throws {
         self.context = context
         policyVersionAtStart = context.config.policy.version
         guard let ssl = SSL_new(context.ctx) else { throw MTLSError.openSSL(.noMemory, "cannot create a TLS connection") }
