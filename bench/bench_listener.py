@@ -66,8 +66,11 @@ def parse_strace(path):
     return calls, total
 
 
-def count_syscalls(exe, port, server_pid, p, work, label):
-    client = subprocess.Popen([exe, "resume", str(port), str(HANDSHAKES), p("client-a.pem"), p("client-a.key"),
+def count_syscalls(exe, port, server_pid, p, work, label, handshakes=HANDSHAKES):
+    """System calls per resumed handshake of the server `server_pid` (every thread), and
+    {syscall: calls per handshake}; `handshakes` resumed ones are traced (also used by
+    Tests/e2e/test_listener_syscalls.py)."""
+    client = subprocess.Popen([exe, "resume", str(port), str(handshakes), p("client-a.pem"), p("client-a.key"),
                                p("int-a.pem"), p("root.pem")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert client.stdout.readline().strip() == "warm"
     out = os.path.join(work, f"strace-{label}.txt")
@@ -79,13 +82,28 @@ def count_syscalls(exe, port, server_pid, p, work, label):
     client.wait()
     tracer.send_signal(signal.SIGINT)
     tracer.wait(timeout=30)
-    if resumed < HANDSHAKES * 9 // 10:
-        raise SystemExit(f"bench_listener: only {resumed} of {HANDSHAKES} handshakes resumed against {label}")
+    if resumed < handshakes * 9 // 10:
+        raise SystemExit(f"bench_listener: only {resumed} of {handshakes} handshakes resumed against {label}")
     calls, total = parse_strace(out)
     top = sorted(calls.items(), key=lambda kv: -kv[1])
-    print(f"syscalls per resumed TLS 1.3 server handshake, {label}: {total / HANDSHAKES:.2f}  ("
-          + ", ".join(f"{k} {v / HANDSHAKES:.2f}" for k, v in top) + ")", flush=True)
-    return total / HANDSHAKES
+    print(f"syscalls per resumed TLS 1.3 server handshake, {label}: {total / handshakes:.2f}  ("
+          + ", ".join(f"{k} {v / handshakes:.2f}" for k, v in top) + ")", flush=True)
+    return total / handshakes, {k: v / handshakes for k, v in calls.items()}
+
+
+def count_both(exe, tls, p, work, procs, handshakes=HANDSHAKES):
+    """count_syscalls for the raw OpenSSL C server, then for a libmtls listener (mtls-serve),
+    started here and appended to `procs` (the caller stops them): ((total, calls), (total, calls))."""
+    raw_port = free_port()
+    raw = subprocess.Popen([tls, "server", str(raw_port), p("server-chain.pem"), p("server.key"), p("root.pem")])
+    procs.append(raw)
+    mtls = subprocess.Popen([exe, "mtls-serve", p("server-chain.pem"), p("server.key"), p("root.pem")],
+                            stdout=subprocess.PIPE, text=True)
+    procs.append(mtls)
+    mtls_port = int(mtls.stdout.readline())
+    wait_port(raw_port)
+    return (count_syscalls(exe, raw_port, raw.pid, p, work, "raw OpenSSL C server", handshakes),
+            count_syscalls(exe, mtls_port, mtls.pid, p, work, "libmtls listener", handshakes))
 
 
 def rss_kib(pid):
@@ -131,16 +149,7 @@ def main():
         tls = build("bench_tls", work, PREFIX, pkgs=["openssl"])
 
         # ---- system calls per resumed handshake
-        raw_port = free_port()
-        raw = subprocess.Popen([tls, "server", str(raw_port), p("server-chain.pem"), p("server.key"), p("root.pem")])
-        procs.append(raw)
-        mtls = subprocess.Popen([exe, "mtls-serve", p("server-chain.pem"), p("server.key"), p("root.pem")],
-                                stdout=subprocess.PIPE, text=True)
-        procs.append(mtls)
-        mtls_port = int(mtls.stdout.readline())
-        wait_port(raw_port)
-        base = count_syscalls(exe, raw_port, raw.pid, p, work, "raw OpenSSL C server")
-        ours = count_syscalls(exe, mtls_port, mtls.pid, p, work, "libmtls listener")
+        (base, _), (ours, _) = count_both(exe, tls, p, work, procs)
         row("listener", "system calls per resumed TLS 1.3 mTLS server handshake (strace -f -c, one client)",
             ours / base, 1.0, mtls=round(ours, 2), baseline=round(base, 2), unit="calls", baseline_name="raw OpenSSL C server")
 

@@ -1561,7 +1561,8 @@ typedef struct mtls_listener_options {
     int client_hello_timeout_ms;    /* time an accepted client has, from its connection, to send
                                        its whole ClientHello; until then it takes no handshake
                                        slot and no thread (a client that sends a byte, or a part
-                                       of a ClientHello, and stalls holds nothing), and after it
+                                       of a ClientHello, and stalls holds no slot or thread;
+                                       the listener keeps the bytes it sent), and after it
                                        the socket is closed and mtls_listener_accept reports the
                                        client as MTLS_E_TIMEOUT. 0: 10 s; negative: no limit;
                                        never more than handshake_timeout_ms */
@@ -1624,7 +1625,7 @@ MTLS_EXTERN int mtls_listener_port(const mtls_listener *listener, uint16_t *port
  * mtls_conn_free.
  *
  * Threads: the calling thread runs handshakes itself (no hand-off per handshake). When no other
- * call holds the turn it accepts, peeks at ClientHellos and runs the next handshake, non-blocking;
+ * call holds the turn it accepts, reads ClientHellos and runs the next handshake, non-blocking;
  * one that waits for its client is parked and taken up again by whichever thread holds the turn
  * when the client's bytes come. When no accept call holds the turn and handshakes or sockets are
  * waiting, or none has held it for 250 ms (the application is busy elsewhere: clients are still

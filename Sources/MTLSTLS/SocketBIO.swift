@@ -18,12 +18,16 @@ enum SocketBIO {
     private static let flagShouldRetry: Int32 = 0x08
     private static let flagInEOF: Int32 = 0x800
 
-    /// The method table, made once per process (OpenSSL keeps it until the library unloads).
-    nonisolated(unsafe) private static let method: OpaquePointer? = makeMethod()
+    /// The method tables, made once per process (OpenSSL keeps them until the library unloads):
+    /// the one of every connection (its data pointer: the descriptor), and the one of a
+    /// listener's accepted connections (its data pointer: their ``Extra``, issue 40).
+    nonisolated(unsafe) private static let method: OpaquePointer? = makeMethod(type: plainType)
+    nonisolated(unsafe) private static let listenerMethod: OpaquePointer? = makeMethod(type: listenerType)
+    // Source/sinks of the descriptor family, so that SSL_get_fd and BIO_find_type find them.
+    private static let plainType = BIO_get_new_index() | Int32(BIO_TYPE_SOURCE_SINK) | Int32(BIO_TYPE_DESCRIPTOR)
+    private static let listenerType = BIO_get_new_index() | Int32(BIO_TYPE_SOURCE_SINK) | Int32(BIO_TYPE_DESCRIPTOR)
 
-    private static func makeMethod() -> OpaquePointer? {
-        // A source/sink of the descriptor family, so that SSL_get_fd and BIO_find_type find it.
-        let type = BIO_get_new_index() | Int32(BIO_TYPE_SOURCE_SINK) | Int32(BIO_TYPE_DESCRIPTOR)
+    private static func makeMethod(type: Int32) -> OpaquePointer? {
         guard let m = BIO_meth_new(type, "libmtls socket") else { return nil }
         BIO_meth_set_write_ex(m, { bio, data, length, written in
             guard let bio, let written else { return 0 }
@@ -32,7 +36,11 @@ enum SocketBIO {
             guard fd >= 0 else { return 0 }
             while true {
                 let n = send(fd, data, length, Int32(MSG_NOSIGNAL))
-                if n >= 0 { written.pointee = n; return 1 }
+                if n >= 0 {
+                    written.pointee = n
+                    if let extra = SocketBIO.extra(of: bio) { extra.pointee.wrote = true }
+                    return 1
+                }
                 let e = errno
                 if e == EINTR { continue }
                 if e == EAGAIN || e == EWOULDBLOCK || e == EINPROGRESS || e == EALREADY || e == ENOTCONN {
@@ -43,26 +51,8 @@ enum SocketBIO {
             }
         })
         BIO_meth_set_read_ex(m, { bio, data, length, readBytes in
-            guard let bio, let readBytes else { return 0 }
-            SocketBIO.clearRetry(bio)
-            let fd = SocketBIO.fd(of: bio)
-            guard fd >= 0 else { return 0 }
-            while true {
-                let n = recv(fd, data, length, 0)
-                if n > 0 { readBytes.pointee = n; return 1 }
-                if n == 0 { // end of stream: no retry flag, and BIO_eof says so (as OpenSSL's socket BIO)
-                    BIO_set_flags(bio, SocketBIO.flagInEOF)
-                    readBytes.pointee = 0
-                    return 0
-                }
-                let e = errno
-                if e == EINTR { continue }
-                if e == EAGAIN || e == EWOULDBLOCK || e == EINPROGRESS || e == EALREADY || e == ENOTCONN {
-                    BIO_set_flags(bio, SocketBIO.flagRead | SocketBIO.flagShouldRetry)
-                }
-                errno = e
-                return 0
-            }
+            guard let bio, let data, let readBytes else { return 0 }
+            return SocketBIO.read(bio, data, length, readBytes)
         })
         BIO_meth_set_puts(m, { bio, text in
             guard let bio, let text else { return -1 }
@@ -75,7 +65,8 @@ enum SocketBIO {
             guard let bio else { return 0 }
             switch cmd {
             case BIO_C_SET_FD:
-                guard let ptr else { return 0 }
+                // A listener's BIO keeps the socket in its Extra, set once by attach.
+                guard let ptr, BIO_method_type(bio) != SocketBIO.listenerType else { return 0 }
                 let fd = ptr.load(as: Int32.self)
                 BIO_set_data(bio, UnsafeMutableRawPointer(bitPattern: Int(fd) + 1))
                 BIO_set_init(bio, 1)
@@ -106,6 +97,11 @@ enum SocketBIO {
         })
         BIO_meth_set_destroy(m, { bio in
             guard let bio else { return 0 }
+            if let extra = SocketBIO.extra(of: bio) {
+                extra.pointee.prefix?.deallocate()
+                extra.deinitialize(count: 1)
+                extra.deallocate()
+            }
             BIO_set_data(bio, nil)
             BIO_set_init(bio, 0)
             return 1
@@ -113,8 +109,10 @@ enum SocketBIO {
         return m
     }
 
-    /// The socket stored in the BIO's data pointer (fd + 1, so that descriptor 0 is not NULL).
+    /// The socket stored in the BIO's data pointer (fd + 1, so that descriptor 0 is not NULL),
+    /// or in its ``Extra``.
     private static func fd(of bio: OpaquePointer) -> Int32 {
+        if let extra = extra(of: bio) { return extra.pointee.fd }
         guard let p = BIO_get_data(bio) else { return -1 }
         return Int32(truncatingIfNeeded: Int(bitPattern: p) - 1)
     }
@@ -124,17 +122,174 @@ enum SocketBIO {
     }
 
     /// Makes `fd` the read and write channel of `ssl` (in place of `SSL_set_fd`). The socket
-    /// stays the caller's to close.
-    static func attach(_ ssl: OpaquePointer, fd: Int32) throws {
-        guard let method, let bio = BIO_new(method) else {
+    /// stays the caller's to close. `prefix`: bytes already read from the socket (a listener's
+    /// ClientHello, issue 40), which OpenSSL reads first, before the socket.
+    static func attach(_ ssl: OpaquePointer, fd: Int32, prefix: [UInt8]? = nil) throws {
+        guard let method = prefix == nil ? method : listenerMethod, let bio = BIO_new(method) else {
             throw MTLSError.openSSL(.noMemory, "cannot create the socket BIO")
         }
-        var descriptor = fd
-        guard BIO_ctrl(bio, BIO_C_SET_FD, Int(BIO_NOCLOSE), &descriptor) == 1 else {
-            BIO_free(bio)
-            throw MTLSError.openSSL(.internal, "cannot attach the socket")
+        if let prefix {
+            // A listener's: its Extra (freed by the method's destroy).
+            let extra = UnsafeMutablePointer<Extra>.allocate(capacity: 1)
+            var bytes: UnsafeMutableRawBufferPointer?
+            if !prefix.isEmpty {
+                bytes = .allocate(byteCount: prefix.count, alignment: 1)
+                prefix.withUnsafeBytes { bytes!.copyMemory(from: $0) }  // memcpy, in debug builds too
+            }
+            extra.initialize(to: Extra(fd: fd, prefix: bytes))
+            BIO_set_data(bio, extra)
+            BIO_set_init(bio, 1)
+        } else {
+            var descriptor = fd
+            guard BIO_ctrl(bio, BIO_C_SET_FD, Int(BIO_NOCLOSE), &descriptor) == 1 else {
+                BIO_free(bio)
+                throw MTLSError.openSSL(.internal, "cannot attach the socket")
+            }
         }
         // SSL_set_bio takes the one reference for both directions.
         SSL_set_bio(ssl, bio, bio)
+    }
+
+    /// What a listener's socket BIO holds (issue 40), its data pointer (only a listener's
+    /// connections have one, with their own method, so other connections pay nothing): its
+    /// socket, the ClientHello bytes the listener already read, and whether a read right after a
+    /// write waits for poll.
+    struct Extra {
+        /// Bytes read before OpenSSL's, served first (freed once read).
+        /// The socket.
+        let fd: Int32
+        var prefix: UnsafeMutableRawBufferPointer?
+        var offset = 0
+        /// A read right after a write answers "retry" without a system call: the peer cannot have
+        /// answered a flight just sent, and the caller polls before the next step anyway. Only for
+        /// a listener's non-blocking handshake steps (``setWaitAfterWrite(_:_:)``).
+        var waitAfterWrite = false
+        /// Something was written since the last read.
+        var wrote = false
+        /// The read after that wait: the header of the peer's first record, and beyond it
+        /// (``answerRead``).
+        var answered = false
+        /// The connection is closing: its last read takes what has come (``setClosing(_:)``).
+        var closing = false
+    }
+
+    /// What the first read of a peer's answer to a flight takes when OpenSSL asks for a record
+    /// header: the header, and the 6 bytes after it. A TLS 1.3 client (middlebox compatible, as
+    /// OpenSSL's, browsers and Go's) or a TLS 1.2 one answers with ChangeCipherSpec, a 6-byte
+    /// record, then at least one more handshake record: its header comes with this read, so the
+    /// two headers and the ChangeCipherSpec body cost one `recv` instead of three. Any other
+    /// record is at least 7 bytes long (an alert) and is read by the handshake anyway; the
+    /// extra bytes are served to OpenSSL's next reads, in order.
+    private static let answerRead = 5 + 6
+
+    /// The most the last read of a closing connection takes (its peer's close_notify is 24 to
+    /// 31 bytes): what is left is dropped with the connection.
+    private static let closingRead = 512
+
+    /// The ``Extra`` of a listener's BIO (its data pointer), nil for other BIOs.
+    private static func extra(of bio: OpaquePointer) -> UnsafeMutablePointer<Extra>? {
+        guard BIO_method_type(bio) == listenerType, let p = BIO_get_data(bio) else { return nil }
+        return p.assumingMemoryBound(to: Extra.self)
+    }
+
+    /// Turns on (or off) the answer "retry" to a read that follows a write at once, for the
+    /// BIO of `ssl` when it has ``Extra`` (a listener's handshake): the listener's step then
+    /// returns "wants read" and polls, instead of a `recv` that must fail with EAGAIN first.
+    static func setWaitAfterWrite(_ ssl: OpaquePointer, _ on: Bool) {
+        guard let bio = SSL_get_rbio(ssl), let extra = extra(of: bio) else { return }
+        extra.pointee.waitAfterWrite = on
+        extra.pointee.wrote = false
+    }
+
+    /// Reads served from the prefix first, then from the socket.
+    private static func read(_ bio: OpaquePointer, _ data: UnsafeMutablePointer<CChar>, _ length: Int,
+                             _ readBytes: UnsafeMutablePointer<Int>) -> Int32 {
+        clearRetry(bio)
+        if let extra = extra(of: bio) {
+            if let prefix = extra.pointee.prefix {
+                let n = min(length, prefix.count - extra.pointee.offset)
+                if n > 0 {
+                    UnsafeMutableRawPointer(data).copyMemory(from: prefix.baseAddress! + extra.pointee.offset, byteCount: n)
+                    extra.pointee.offset += n
+                    readBytes.pointee = n
+                }
+                if extra.pointee.offset >= prefix.count {
+                    prefix.deallocate()
+                    extra.pointee.prefix = nil
+                }
+                if n > 0 { return 1 }
+            }
+            if extra.pointee.waitAfterWrite && extra.pointee.wrote {
+                extra.pointee.wrote = false
+                extra.pointee.answered = true
+                BIO_set_flags(bio, flagRead | flagShouldRetry)
+                errno = EAGAIN
+                return 0
+            }
+            extra.pointee.wrote = false
+            var wanted = length
+            if extra.pointee.closing {
+                wanted = max(length, closingRead)
+            } else if extra.pointee.answered && length == 5 {
+                wanted = answerRead
+            }
+            extra.pointee.answered = false
+            if wanted > length {
+                let fd = fd(of: bio)
+                guard fd >= 0 else { return 0 }
+                let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: wanted, alignment: 1)
+                let r = receive(bio, fd, buffer.baseAddress!, wanted)
+                guard r > 0 else {
+                    buffer.deallocate()
+                    readBytes.pointee = 0
+                    return 0
+                }
+                let n = min(r, length)
+                UnsafeMutableRawPointer(data).copyMemory(from: buffer.baseAddress!, byteCount: n)
+                readBytes.pointee = n
+                if r > n {
+                    // Served first by the next reads (the prefix was empty to come here).
+                    extra.pointee.prefix = UnsafeMutableRawBufferPointer(rebasing: buffer[..<r])
+                    extra.pointee.offset = n
+                } else {
+                    buffer.deallocate()
+                }
+                return 1
+            }
+        }
+        let fd = fd(of: bio)
+        guard fd >= 0 else { return 0 }
+        let r = receive(bio, fd, data, length)
+        guard r > 0 else { readBytes.pointee = 0; return 0 }
+        readBytes.pointee = r
+        return 1
+    }
+
+    /// One `recv` of up to `length` bytes (again after EINTR): the count, or 0 with the BIO's
+    /// flags set as OpenSSL's socket BIO sets them (end of stream: BIO_eof; EAGAIN: retry).
+    private static func receive(_ bio: OpaquePointer, _ fd: Int32, _ data: UnsafeMutableRawPointer, _ length: Int) -> Int {
+        while true {
+            let n = recv(fd, data, length, 0)
+            if n > 0 { return n }
+            if n == 0 { // end of stream: no retry flag, and BIO_eof says so (as OpenSSL's socket BIO)
+                BIO_set_flags(bio, flagInEOF)
+                return 0
+            }
+            let e = errno
+            if e == EINTR { continue }
+            if e == EAGAIN || e == EWOULDBLOCK || e == EINPROGRESS || e == EALREADY || e == ENOTCONN {
+                BIO_set_flags(bio, flagRead | flagShouldRetry)
+            }
+            errno = e
+            return 0
+        }
+    }
+
+    /// The connection of `ssl` is closing (its last SSL_shutdown follows): when its BIO has
+    /// ``Extra`` (a listener's connection), the read for its peer's close_notify takes it whole
+    /// in one `recv`, not a header and then a body.
+    static func setClosing(_ ssl: OpaquePointer) {
+        guard let bio = SSL_get_rbio(ssl), let extra = extra(of: bio) else { return }
+        extra.pointee.closing = true
     }
 }

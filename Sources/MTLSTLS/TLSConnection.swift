@@ -179,8 +179,10 @@ public final class TLSConnection {
         SSL_set_connect_state(ssl)
     }
 
-    /// The server side of an accepted socket (owned by the connection).
-    init(serverFD fd: Int32, peer: String, context: TLSContext, options: TLSServerOptions) throws {
+    /// The server side of an accepted socket (owned by the connection). `clientHello`: for a
+    /// listener's connection, the bytes it already read from the socket (its ClientHello), which
+    /// the handshake reads first.
+    init(serverFD fd: Int32, peer: String, context: TLSContext, options: TLSServerOptions, clientHello: [UInt8]? = nil) throws {
         self.context = context
         policyVersionAtStart = context.config.policy.version
         guard let ssl = SSL_new(context.ctx) else { throw MTLSError.openSSL(.noMemory, "cannot create a TLS connection") }
@@ -204,7 +206,7 @@ public final class TLSConnection {
                 throw error
             }
         }
-        do { try SocketBIO.attach(ssl, fd: fd) } catch {
+        do { try SocketBIO.attach(ssl, fd: fd, prefix: clientHello) } catch {
             closed = true // the caller closes the socket
             throw error
         }
@@ -622,7 +624,10 @@ public final class TLSConnection {
     /// Sends close_notify if possible and closes the socket (if the connection owns it).
     public func close() {
         guard !closed else { return }
-        if isHandshakeComplete { _ = SSL_shutdown(ssl) }
+        if isHandshakeComplete {
+            SocketBIO.setClosing(ssl)
+            _ = SSL_shutdown(ssl)
+        }
         OpenSSLErrorQueue.clear()
         closed = true
         if ownsFileDescriptor { Glibc.close(fileDescriptor) }

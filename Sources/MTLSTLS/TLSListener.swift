@@ -13,7 +13,7 @@ import Glibc
 /// identity and its client policy. ``accept(timeout:)`` may be called from several threads.
 ///
 /// No hand-off per handshake (issue 40): the thread calling ``accept(timeout:)`` takes the turn
-/// when no other thread holds it: it accepts, peeks at the ClientHello and runs the handshake
+/// when no other thread holds it: it accepts, reads the ClientHello and runs the handshake
 /// itself, non-blocking. A handshake that must wait for its client is parked; the turn holder
 /// watches the listening socket, the sockets without a whole ClientHello and the parked
 /// handshakes with one `poll`, and leaves the turn (to another accept caller waiting for it)
@@ -260,9 +260,12 @@ final class ListenerCore: Sendable {
         let helloDeadline: Double?
         /// Accepted in this order (the oldest not ready goes first when too many wait).
         let order: UInt64
-        /// Bytes of its ClientHello seen so far.
-        var received = 0
-        /// The socket's `SO_RCVLOWAT` (1, the system's, unless a part of the ClientHello came).
+        /// Bytes of its ClientHello seen so far, read from the socket: its handshake reads them
+        /// first (issue 40: read once, not peeked at and read again).
+        var hello: [UInt8] = []
+        var received: Int { hello.count }
+        /// The socket's `SO_RCVLOWAT` (1, the system's, unless a part of the ClientHello came:
+        /// then the bytes still missing).
         var lowWater = 1
         /// Its ClientHello came whole: it takes a slot as soon as one (and its source) allows.
         var ready = false
@@ -293,7 +296,7 @@ final class ListenerCore: Sendable {
     /// What the turn holder leaves the turn for.
     private enum Work {
         /// A client whose ClientHello came, with its slot taken.
-        case start(fd: Int32, peer: String, progress: HandshakeProgress)
+        case start(fd: Int32, peer: String, progress: HandshakeProgress, hello: [UInt8])
         /// A parked handshake whose socket is ready.
         case step(Pending)
         /// A parked handshake whose time is over.
@@ -320,7 +323,7 @@ final class ListenerCore: Sendable {
     private let turnWakeRead: Int32
     private let turnWakeWrite: Int32
     private let accepted = Atomic<UInt64>(0)
-    /// Where the turn holder peeks at ClientHellos (one thread holds the turn at a time; the
+    /// Where the turn holder reads ClientHellos (one thread holds the turn at a time; the
     /// state lock orders one holder after the next). Freed in deinit.
     nonisolated(unsafe) private let peekBuffer: UnsafeMutableRawBufferPointer
 
@@ -512,14 +515,16 @@ final class ListenerCore: Sendable {
     private func perform(_ work: Work) -> Finished? {
         let pending: Pending
         switch work {
-        case .start(let fd, let peer, let progress):
+        case .start(let fd, let peer, let progress, let hello):
             let c: TLSConnection
             do {
-                c = try TLSConnection(serverFD: fd, peer: peer, context: contexts.current(), options: options)
+                c = try TLSConnection(serverFD: fd, peer: peer, context: contexts.current(), options: options, clientHello: hello)
             } catch {
                 return finish(nil, error, fd: fd, peer: peer, progress: progress)
             }
             c.handshakeProgress = progress
+            // Its steps poll before reading an answer to a flight they just wrote (issue 40).
+            SocketBIO.setWaitAfterWrite(c.ssl, true)
             let limit = options.handshakeTimeout.flatMap { $0 > 0 ? $0 : nil }
             pending = Pending(c, fd: fd, peer: peer, progress: progress, deadline: limit.map { Deadline.now() + $0 })
         case .step(let p):
@@ -532,6 +537,7 @@ final class ListenerCore: Sendable {
             switch try c.handshakeStep() {
             case .done:
                 c.handshakeProgress = nil
+                SocketBIO.setWaitAfterWrite(c.ssl, false)
                 return finish(c, nil, fd: pending.fd, peer: pending.peer, progress: pending.progress)
             case .wantRead: pending.wantsWrite = false
             case .wantWrite: pending.wantsWrite = true
@@ -670,7 +676,7 @@ final class ListenerCore: Sendable {
                     st.inFlight += 1
                     st.handshaking[first.fd] = Handshaking(source: w.source, progress: progress)
                     st.handshakesBySource[w.source, default: 0] += 1
-                    return .work(.start(fd: first.fd, peer: w.peer, progress: progress))
+                    return .work(.start(fd: first.fd, peer: w.peer, progress: progress, hello: w.hello))
                 }
                 if let end, now >= end { return .timedOut }
                 // Clients wait for a slot: the stalled handshakes go first, one for each waiting
@@ -721,22 +727,22 @@ final class ListenerCore: Sendable {
             }
             var gone: [Int32] = []
             var left: [(fd: Int32, sentSome: Bool)] = []
-            var arrived: [(fd: Int32, received: Int, lowWater: Int, ready: Bool)] = []
+            var arrived: [(fd: Int32, hello: [UInt8], lowWater: Int, ready: Bool)] = []
             for p in fds[2..<parkedFrom] where p.revents != 0 {
-                let seen = state.withLock { $0.waiting[p.fd].map { ($0.received, $0.lowWater) } }
+                let seen = state.withLock { $0.waiting[p.fd].map { ($0.hello, $0.lowWater) } }
                 guard let (before, lowWater) = seen else { continue }
                 switch look(at: p.fd, hungUp: p.revents & (ListenerCore.pollReadHangUp | Int16(POLLHUP) | Int16(POLLERR)) != 0,
                             before: before, lowWater: lowWater) {
                 case .gone(let sentSome):
                     gone.append(p.fd)
-                    left.append((p.fd, sentSome || before > 0))
-                case .waiting(let received, let low): arrived.append((p.fd, received, low, false))
-                case .whole(let received): arrived.append((p.fd, received, 1, true))
+                    left.append((p.fd, sentSome || !before.isEmpty))
+                case .waiting(let hello, let low): arrived.append((p.fd, hello, low, false))
+                case .whole(let hello): arrived.append((p.fd, hello, 1, true))
                 }
             }
             let ended: [MTLSError] = state.withLock { st in
                 for a in arrived {
-                    st.waiting[a.fd]?.received = a.received
+                    st.waiting[a.fd]?.hello = a.hello
                     st.waiting[a.fd]?.lowWater = a.lowWater
                     st.waiting[a.fd]?.ready = a.ready
                 }
@@ -754,36 +760,51 @@ final class ListenerCore: Sendable {
     private enum Arrival {
         /// Closed (or reset) before its ClientHello was whole; whether it had sent a part of it.
         case gone(sentSome: Bool)
-        /// `received` bytes so far; the socket wakes poll when `lowWater` have come.
-        case waiting(received: Int, lowWater: Int)
+        /// The bytes so far; the socket wakes poll when `lowWater` more have come.
+        case waiting(hello: [UInt8], lowWater: Int)
         /// The ClientHello is whole (or the bytes are no ClientHello worth waiting for: its
         /// handshake answers them at once).
-        case whole(received: Int)
+        case whole(hello: [UInt8])
     }
 
-    /// What has arrived on a waiting socket that poll found readable: peeks (so the handshake
-    /// still reads the ClientHello whole) and sets `SO_RCVLOWAT` to the bytes still missing, or
-    /// back to 1 once it is whole.
-    private func look(at fd: Int32, hungUp: Bool, before: Int, lowWater: Int) -> Arrival {
-        let r = recv(fd, peekBuffer.baseAddress, peekBuffer.count, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT))
-        if r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) { return .gone(sentSome: false) }
-        if r < 0 { return .waiting(received: before, lowWater: lowWater) }
-        let needed = ClientHelloArrival.bytesNeeded(UnsafeRawBufferPointer(rebasing: peekBuffer[..<r]),
-                                                    limit: TLSListener.clientHelloWaitLimit)
+    /// What has arrived on a waiting socket that poll found readable, after the bytes `before`
+    /// read from it already: reads them (its handshake reads them from the listener, not the
+    /// socket: one read, issue 40) and sets `SO_RCVLOWAT` to the bytes still missing, or back to
+    /// 1 once the ClientHello is whole.
+    private func look(at fd: Int32, hungUp: Bool, before: [UInt8], lowWater: Int) -> Arrival {
+        let limit = TLSListener.clientHelloWaitLimit
+        let had = min(before.count, limit)
+        if had > 0 { before.withUnsafeBytes { peekBuffer.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: had) } }
+        var r = 0
+        if had < limit {
+            r = recv(fd, peekBuffer.baseAddress! + had, limit - had, Int32(MSG_DONTWAIT))
+            if r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) { return .gone(sentSome: false) }
+        }
+        if r < 0 {
+            if hungUp { return .gone(sentSome: false) }
+            return .waiting(hello: before, lowWater: lowWater)
+        }
+        let total = had + r
+        let hello = [UInt8](unsafeUninitializedCapacity: total) { b, n in  // memcpy, in debug builds too
+            if total > 0 { UnsafeMutableRawPointer(b.baseAddress!).copyMemory(from: peekBuffer.baseAddress!, byteCount: total) }
+            n = total
+        }
+        let needed = ClientHelloArrival.bytesNeeded(UnsafeRawBufferPointer(rebasing: peekBuffer[..<total]), limit: limit)
         guard let needed else {
             if lowWater > 1 { setLowWater(fd, 1) }
-            return .whole(received: r)
+            return .whole(hello: hello)
         }
         if hungUp { return .gone(sentSome: true) }  // it cannot finish a handshake it stopped sending for
         // Readable with nothing new and no hang-up: the socket woke poll for a reason the
         // low-water mark did not foresee. Never spin on it: its handshake takes it from here
         // (a slot that stalls is cut short as any other stalled handshake).
-        if r <= before {
+        if r == 0 {
             if lowWater > 1 { setLowWater(fd, 1) }
-            return .whole(received: r)
+            return .whole(hello: hello)
         }
-        if needed != lowWater { setLowWater(fd, needed) }
-        return .waiting(received: r, lowWater: needed)
+        let missing = max(1, needed - total)
+        if missing != lowWater { setLowWater(fd, missing) }
+        return .waiting(hello: hello, lowWater: missing)
     }
 
     /// POLLRDHUP (Linux, <poll.h> under _GNU_SOURCE, which the importer does not see): the peer
@@ -841,15 +862,15 @@ final class ListenerCore: Sendable {
             // A client's ClientHello has mostly come with its connection: look at once rather than
             // after one more poll (issue 40: a poll saved per handshake). One that sent nothing yet
             // is watched as before.
-            switch look(at: fd, hungUp: false, before: 0, lowWater: 1) {
+            switch look(at: fd, hungUp: false, before: [], lowWater: 1) {
             case .gone:  // connected and left without a byte: no client, counted nowhere
                 Glibc.close(fd)
                 continue
-            case .waiting(let received, let low):
-                client.received = received
+            case .waiting(let hello, let low):
+                client.hello = hello
                 client.lowWater = low
-            case .whole(let received):
-                client.received = received
+            case .whole(let hello):
+                client.hello = hello
                 client.ready = true
             }
             let kept: Bool = state.withLock { st in
