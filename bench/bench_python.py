@@ -173,7 +173,7 @@ def leak_rows(pki, tmp):
     policy = mtls.Policy(anchors=[root])
     clients = mtls.Policy(anchors=chain[1:])  # a listener's clients: customer A's intermediate
     key = mtls.StoreKey(b"k" * 32)
-    store = mtls.Store(f"{tmp}/s.db", key)
+    store = mtls.Store(f"{tmp}/s.db", key, create=True)
     store.put_identity("alice", ident)
     issuer = mtls.IssuedCertificate.root("Bench Root")
     a, b = socket.socketpair()
