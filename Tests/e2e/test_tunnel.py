@@ -683,11 +683,20 @@ def test_token_identity_in_the_tunnel_client(pki, backend, tmp_path_factory, tls
             server.stop()
 
 
+def presented_sha256(pki, port, name):
+    """The SHA-256 of the certificate the tunnel server on `port` presents to alice asking for `name`."""
+    import hashlib
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(pki.root)
+    ctx.load_cert_chain(pki.issued("alice") / "chain.pem", pki.issued("alice") / "key.pem")
+    with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=20), server_hostname=name) as c:
+        return hashlib.sha256(c.getpeercert(binary_form=True)).hexdigest()
+
+
 def test_renewal_in_process_rotates_the_followed_label(pki, backend):
     """--renew runs `mtls renew --loop` for the identity's label inside the tunnel (here forced at
     start, --renew-force, as the local CA's certificates last days): the renewal event is logged,
     new connections are presented the renewed certificate and the expiry metric names it."""
-    import hashlib
     import mtls
     write_secret(pki.base / "renew-secret", "renew secret\n")
     # The store beside the pki folder: Landlock lets the tunnel write beneath the store's folder,
@@ -705,14 +714,7 @@ def test_renewal_in_process_rotates_the_followed_label(pki, backend):
         with mtls.Store(pki.base / "renew.db", secret_file=pki.base / "renew-secret") as st:
             new = st.info("renewing").leaf_sha256
         assert new != old
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.load_verify_locations(pki.root)
-        ctx.load_cert_chain(pki.issued("alice") / "chain.pem", pki.issued("alice") / "key.pem")
-
-        def presented():
-            with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=20), server_hostname="127.0.0.1") as c:
-                return hashlib.sha256(c.getpeercert(binary_form=True)).hexdigest()
-        wait_until(lambda: presented() == new, timeout=20)
+        wait_until(lambda: presented_sha256(pki, port, "127.0.0.1") == new, timeout=20)
         assert f'sha256="{new}"' in get(metrics, "/metrics")[1]
     finally:
         server.stop()
@@ -728,7 +730,6 @@ def test_renewal_in_process_of_a_token_identity_deletes_the_replaced_key_when_as
     The token's files are not beneath the store's folder (as /var/lib/softhsm/tokens is not): under
     Landlock the tunnel lets SoftHSM2 write its token folder, read from SOFTHSM2_CONF, when a token
     is used (before, the new key's files were denied and the renewal failed)."""
-    import hashlib
     import mtls
     from conftest import SOFTHSM_MODULE, softhsm_conf
     d = pki.base / "token-renew"
@@ -765,14 +766,7 @@ def test_renewal_in_process_of_a_token_identity_deletes_the_replaced_key_when_as
                 new = st.info("svc").leaf_sha256
             assert new != old, server.seen
             assert private_keys() == 1
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-            ctx.load_verify_locations(pki.root)
-            ctx.load_cert_chain(pki.issued("alice") / "chain.pem", pki.issued("alice") / "key.pem")
-
-            def presented():
-                with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=20), server_hostname="token-renew.test") as c:
-                    return hashlib.sha256(c.getpeercert(binary_form=True)).hexdigest()
-            wait_until(lambda: presented() == new, timeout=20)
+            wait_until(lambda: presented_sha256(pki, port, "token-renew.test") == new, timeout=20)
         finally:
             server.stop()
     # (p11-kit also loads the machine's other modules, whose own complaints may be in the log.)
