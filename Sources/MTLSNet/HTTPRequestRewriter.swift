@@ -60,7 +60,7 @@ public struct HTTPRequestRewriter: Sendable {
     /// ASCII and `%` are percent-encoded (a certificate's subject comes from the peer).
     public init(name: String, value: String) throws {
         let n = Array(name.utf8)
-        guard !n.isEmpty, n.allSatisfy(Self.isTokenByte) else {
+        guard !n.isEmpty, n.allSatisfy(HTTPRequestLine.isTokenByte) else {
             throw MTLSError(.invalidArgument, "\"\(name)\" is not an HTTP header name")
         }
         self.name = n.map(Self.folded)
@@ -210,13 +210,8 @@ public struct HTTPRequestRewriter: Sendable {
     /// A header field line (without CRLF) split into its lower-cased name and trimmed value.
     /// METHOD SP request-target SP HTTP/1.x (RFC 9112 3); CONNECT is refused.
     private static func checkRequestLine(_ requestLine: ArraySlice<UInt8>) throws(Refusal) {
-        let parts = requestLine.split(separator: 0x20, omittingEmptySubsequences: false)
-        guard parts.count == 3, !parts[0].isEmpty, parts[0].allSatisfy(isTokenByte),
-              !parts[1].isEmpty, parts[1].allSatisfy({ $0 > 0x20 && $0 != 0x7F }),
-              Array(parts[2]) == Array("HTTP/1.1".utf8) || Array(parts[2]) == Array("HTTP/1.0".utf8) else {
-            throw bad("not an HTTP/1.x request line")
-        }
-        if Array(parts[0]) == Array("CONNECT".utf8) { throw bad("CONNECT is not forwarded with a client header set", 501, .unsupported) }
+        guard let line = HTTPRequestLine.parse(requestLine) else { throw bad("not an HTTP/1.x request line") }
+        if line.method.elementsEqual("CONNECT".utf8) { throw bad("CONNECT is not forwarded with a client header set", 501, .unsupported) }
     }
 
     private static func trimmed(_ v: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
@@ -231,7 +226,7 @@ public struct HTTPRequestRewriter: Sendable {
         if first == 0x20 || first == 0x09 { throw bad("obs-fold (a header line continued on the next) is refused") }
         guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { throw bad("HTTP header line without a colon") }
         let name = line[line.startIndex..<colon]
-        guard !name.isEmpty, name.allSatisfy(isTokenByte) else { throw bad("invalid HTTP header name") }
+        guard !name.isEmpty, name.allSatisfy(HTTPRequestLine.isTokenByte) else { throw bad("invalid HTTP header name") }
         let value = line[(colon + 1)...]
         guard value.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }) else {
             throw bad("control character in an HTTP header value")
@@ -321,14 +316,6 @@ public struct HTTPRequestRewriter: Sendable {
         case 0x41...0x46: return b - 0x41 + 10
         case 0x61...0x66: return b - 0x61 + 10
         default: return nil
-        }
-    }
-
-    /// RFC 9110 tchar.
-    static func isTokenByte(_ b: UInt8) -> Bool {
-        switch b {
-        case 0x30...0x39, 0x41...0x5A, 0x61...0x7A: return true
-        default: return Array("!#$%&'*+-.^_`|~".utf8).contains(b)
         }
     }
 }

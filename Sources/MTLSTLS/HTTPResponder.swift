@@ -52,8 +52,8 @@ package enum HTTPRequestParser {
     }
 
     /// Reads the request head at the start of `bytes` (what follows it is not looked at).
-    /// `METHOD SP origin-form SP HTTP/1.x`, then header lines; a method of letters, a target of
-    /// printable ASCII that starts with "/", no bare line feed, no control character in a header.
+    /// `METHOD SP origin-form SP HTTP/1.x` (``HTTPRequestLine``, with a target that starts with
+    /// "/"), then header lines; no bare line feed, no control character in a header.
     package static func parse(_ bytes: [UInt8], maxHead: Int = 8192) -> Result {
         guard let end = headEnd(bytes, limit: maxHead + 4) else { return bytes.count > maxHead ? .tooLarge : .incomplete }
         guard end <= maxHead else { return .tooLarge }
@@ -71,13 +71,11 @@ package enum HTTPRequestParser {
             }
         }
         lines.append(bytes[start..<end])
-        let parts = lines[0].split(separator: 32, omittingEmptySubsequences: false)
-        guard parts.count == 3,
-              !parts[0].isEmpty, parts[0].count <= 32, parts[0].allSatisfy({ (65...90).contains($0) || (97...122).contains($0) }),
-              parts[1].first == UInt8(ascii: "/"), parts[1].allSatisfy({ $0 > 32 && $0 < 127 }),
-              parts[2].count == 8, parts[2].prefix(7).elementsEqual("HTTP/1.".utf8), parts[2].last.map({ (48...57).contains($0) }) == true
-        else { return .malformed }
-        let target = parts[1]
+        // The request line as the one reader (MTLSNet) reads it; here also an origin-form target.
+        guard let line = HTTPRequestLine.parse(lines[0]), line.method.count <= 32, line.target.first == UInt8(ascii: "/") else {
+            return .malformed
+        }
+        let target = line.target
         let path = target.prefix { $0 != UInt8(ascii: "?") && $0 != UInt8(ascii: "#") }
         var headers: [HTTPHeader] = []
         for line in lines.dropFirst() {
@@ -88,7 +86,7 @@ package enum HTTPRequestParser {
                                       value: String(decoding: line[(colon + 1)...], as: UTF8.self).trimmedSpaces))
         }
         let query = target.dropFirst(path.count + 1).prefix { $0 != UInt8(ascii: "#") }
-        return .complete(HTTPRequest(method: String(decoding: parts[0], as: UTF8.self), path: String(decoding: path, as: UTF8.self),
+        return .complete(HTTPRequest(method: String(decoding: line.method, as: UTF8.self), path: String(decoding: path, as: UTF8.self),
                                      query: String(decoding: query, as: UTF8.self), headers: headers))
     }
 
