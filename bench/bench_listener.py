@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The listener's cost per connection outside the CPU's instructions (issue 40), two rows:
 
-- system calls per resumed server handshake: the same raw OpenSSL C client makes N resumed TLS 1.3
+- system calls per server handshake (TLS 1.3 and 1.2, resumed and full): the same raw OpenSSL C client makes N TLS 1.3 or 1.2
   mutual-TLS handshakes (one byte each way, close) against a libmtls listener
   (bench/c/bench_listener.c mtls-serve) and against the raw OpenSSL C server (bench_tls server);
   each server is traced with `strace -f -c` attached (every thread) after a warm-up, so only the N
@@ -66,14 +66,15 @@ def parse_strace(path):
     return calls, total
 
 
-def count_syscalls(exe, port, server_pid, p, work, label, handshakes=HANDSHAKES):
-    """System calls per resumed handshake of the server `server_pid` (every thread), and
-    {syscall: calls per handshake}; `handshakes` resumed ones are traced (also used by
-    Tests/e2e/test_listener_syscalls.py)."""
+def count_syscalls(exe, port, server_pid, p, work, label, handshakes=HANDSHAKES, version=13, mode="resumed"):
+    """System calls per handshake of the server `server_pid` (every thread), and
+    {syscall: calls per handshake}; `handshakes` TLS 1.`version` handshakes, resumed or full
+    (`mode`), are traced (also used by Tests/e2e/test_listener_syscalls.py)."""
     client = subprocess.Popen([exe, "resume", str(port), str(handshakes), p("client-a.pem"), p("client-a.key"),
-                               p("int-a.pem"), p("root.pem")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                               p("int-a.pem"), p("root.pem"), str(version), mode],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert client.stdout.readline().strip() == "warm"
-    out = os.path.join(work, f"strace-{label}.txt")
+    out = os.path.join(work, f"strace-{label}-{version}-{mode}.txt")
     tracer = subprocess.Popen([STRACE, "-f", "-c", "-o", out, "-p", str(server_pid)], stderr=subprocess.DEVNULL)
     wait_for(lambda: traced(server_pid), f"strace attaching to {label}")
     client.stdin.write("go\n")
@@ -82,28 +83,29 @@ def count_syscalls(exe, port, server_pid, p, work, label, handshakes=HANDSHAKES)
     client.wait()
     tracer.send_signal(signal.SIGINT)
     tracer.wait(timeout=30)
-    if resumed < handshakes * 9 // 10:
+    if mode == "resumed" and resumed < handshakes * 9 // 10:
         raise SystemExit(f"bench_listener: only {resumed} of {handshakes} handshakes resumed against {label}")
     calls, total = parse_strace(out)
     top = sorted(calls.items(), key=lambda kv: -kv[1])
-    print(f"syscalls per resumed TLS 1.3 server handshake, {label}: {total / handshakes:.2f}  ("
+    print(f"syscalls per {mode} TLS 1.{version - 10} server handshake, {label}: {total / handshakes:.2f}  ("
           + ", ".join(f"{k} {v / handshakes:.2f}" for k, v in top) + ")", flush=True)
     return total / handshakes, {k: v / handshakes for k, v in calls.items()}
 
 
-def count_both(exe, tls, p, work, procs, handshakes=HANDSHAKES):
-    """count_syscalls for the raw OpenSSL C server, then for a libmtls listener (mtls-serve),
-    started here and appended to `procs` (the caller stops them): ((total, calls), (total, calls))."""
+def count_both(exe, tls, p, work, procs, handshakes=HANDSHAKES, version=13, mode="resumed"):
+    """count_syscalls for the raw OpenSSL C server, then for a libmtls listener (mtls-serve, TLS
+    1.`version` only), started here and appended to `procs` (the caller stops them):
+    ((total, calls), (total, calls))."""
     raw_port = free_port()
     raw = subprocess.Popen([tls, "server", str(raw_port), p("server-chain.pem"), p("server.key"), p("root.pem")])
     procs.append(raw)
-    mtls = subprocess.Popen([exe, "mtls-serve", p("server-chain.pem"), p("server.key"), p("root.pem")],
+    mtls = subprocess.Popen([exe, "mtls-serve", p("server-chain.pem"), p("server.key"), p("root.pem"), str(version)],
                             stdout=subprocess.PIPE, text=True)
     procs.append(mtls)
     mtls_port = int(mtls.stdout.readline())
     wait_port(raw_port)
-    return (count_syscalls(exe, raw_port, raw.pid, p, work, "raw OpenSSL C server", handshakes),
-            count_syscalls(exe, mtls_port, mtls.pid, p, work, "libmtls listener", handshakes))
+    return (count_syscalls(exe, raw_port, raw.pid, p, work, "raw OpenSSL C server", handshakes, version, mode),
+            count_syscalls(exe, mtls_port, mtls.pid, p, work, "libmtls listener", handshakes, version, mode))
 
 
 def rss_kib(pid):
@@ -148,10 +150,13 @@ def main():
         exe = build("bench_listener", work, PREFIX, pkgs=["openssl"], libs=["-lpthread"])
         tls = build("bench_tls", work, PREFIX, pkgs=["openssl"])
 
-        # ---- system calls per resumed handshake
-        (base, _), (ours, _) = count_both(exe, tls, p, work, procs)
-        row("listener", "system calls per resumed TLS 1.3 mTLS server handshake (strace -f -c, one client)",
-            ours / base, 1.0, mtls=round(ours, 2), baseline=round(base, 2), unit="calls", baseline_name="raw OpenSSL C server")
+        # ---- system calls per server handshake: TLS 1.3 and 1.2, resumed and full
+        for version, mode in ((13, "resumed"), (12, "resumed"), (13, "full"), (12, "full")):
+            (base, _), (ours, _) = count_both(exe, tls, p, work, procs, HANDSHAKES if mode == "resumed" else HANDSHAKES // 5,
+                                              version, mode)
+            row("listener", f"system calls per {mode} TLS 1.{version - 10} mTLS server handshake (strace -f -c, one client)",
+                ours / base, 1.0, mtls=round(ours, 2), baseline=round(base, 2), unit="calls",
+                baseline_name="raw OpenSSL C server")
 
         # ---- RSS per 1,000 idle connections
         hold_srv = subprocess.Popen([exe, "mtls-hold", p("server-chain.pem"), p("server.key"), p("root.pem")],

@@ -200,6 +200,13 @@ package enum Socket {
     /// calls per connection) with TCP_NODELAY. Throws for anything else (EMFILE: out of file
     /// descriptors...).
     package static func acceptNow(_ listener: Int32) throws -> (Int32, String)? {
+        try acceptClient(listener).map { ($0.fd, $0.peer) }
+    }
+
+    /// ``acceptNow(_:)``, with the peer's numeric host apart (as `getnameinfo` wrote it: no
+    /// brackets, an IPv6 zone kept; nil for a UNIX socket's peer), so that a listener need not
+    /// read it back out of the text (issue 40).
+    package static func acceptClient(_ listener: Int32) throws -> (fd: Int32, peer: String, host: String?)? {
         while true {
             var storage = sockaddr_storage()
             var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
@@ -208,10 +215,10 @@ package enum Socket {
             }
             if fd >= 0 {
                 setNoDelay(fd)
-                let text = withUnsafePointer(to: &storage) { p in
-                    p.withMemoryRebound(to: sockaddr.self, capacity: 1) { describe($0, len) }
+                let named = withUnsafePointer(to: &storage) { p in
+                    p.withMemoryRebound(to: sockaddr.self, capacity: 1) { numericName($0, len) }
                 }
-                return (fd, text)
+                return (fd, named.map(describe) ?? "?", named?.host)
             }
             switch errno {
             case EINTR, ECONNABORTED: continue
@@ -246,14 +253,23 @@ package enum Socket {
 
     /// "127.0.0.1:443" or "[::1]:443".
     static func describe(_ sa: UnsafePointer<sockaddr>?, _ len: socklen_t) -> String {
-        // A UNIX socket's peer has no address to show (getnameinfo would say "localhost:").
-        guard let sa, sa.pointee.sa_family != sa_family_t(AF_UNIX) else { return "?" }
+        numericName(sa, len).map(describe) ?? "?"
+    }
+
+    /// "127.0.0.1:443" or "[::1]:443" for a numeric host and service.
+    private static func describe(_ name: (host: String, service: String)) -> String {
+        name.host.contains(":") ? "[\(name.host)]:\(name.service)" : "\(name.host):\(name.service)"
+    }
+
+    /// The numeric host and service of an address (`getnameinfo`), nil for a UNIX socket's peer
+    /// (no address to show: getnameinfo would say "localhost:") or when it fails.
+    private static func numericName(_ sa: UnsafePointer<sockaddr>?, _ len: socklen_t) -> (host: String, service: String)? {
+        guard let sa, sa.pointee.sa_family != sa_family_t(AF_UNIX) else { return nil }
         var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
         var serv = [CChar](repeating: 0, count: Int(NI_MAXSERV))
         guard getnameinfo(sa, len, &host, socklen_t(host.count), &serv, socklen_t(serv.count),
-                          NI_NUMERICHOST | NI_NUMERICSERV) == 0 else { return "?" }
-        let h = String(cBuffer: host)
-        return h.contains(":") ? "[\(h)]:\(String(cBuffer: serv))" : "\(h):\(String(cBuffer: serv))"
+                          NI_NUMERICHOST | NI_NUMERICSERV) == 0 else { return nil }
+        return (String(cBuffer: host), String(cBuffer: serv))
     }
 
     /// "127.0.0.1:443" or "[::1]:443" for the peer a connected TCP socket reaches (`getpeername`),
