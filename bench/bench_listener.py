@@ -126,16 +126,49 @@ def hold(exe, port, n, p):
     return c
 
 
-def rss_growth(exe, port, pid, p):
-    """KiB of RSS `pid` grows by per 1,000 idle connections (after WARM warm-up connections)."""
+def rss_growth(exe, port, pid, p, n=None):
+    """KiB of RSS `pid` grows by per 1,000 idle connections (`n`, IDLE by default, held after
+    WARM warm-up connections)."""
+    n = n or IDLE
     warm = hold(exe, port, WARM, p)
     before = rss_kib(pid)
-    idle = hold(exe, port, IDLE, p)
+    idle = hold(exe, port, n, p)
     after = rss_kib(pid)
     for c in (idle, warm):
         c.stdin.close()
         c.wait()
-    return (after - before) * 1000 / IDLE
+    return (after - before) * 1000 / n
+
+
+def rss_both(exe, p, work, procs, idle=None):
+    """RSS growth (KiB per 1,000 idle mutual-TLS connections) of nginx (`ssl_verify_client on`,
+    one worker) and of a libmtls listener (mtls-hold), both started here and appended to `procs`
+    (the caller stops them): (nginx, libmtls). Also used by Tests/e2e/test_listener_idle_memory.py."""
+    hold_srv = subprocess.Popen([exe, "mtls-hold", p("server-chain.pem"), p("server.key"), p("root.pem")],
+                                stdout=subprocess.PIPE, text=True)
+    procs.append(hold_srv)
+    hold_port = int(hold_srv.stdout.readline())
+    nport = free_port()
+    conf = os.path.join(work, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(f"""daemon off; worker_processes 1; worker_rlimit_nofile 8192; pid {work}/nginx.pid; error_log {work}/error.log;
+events {{ worker_connections 4096; }}
+http {{ access_log off; client_body_temp_path {work}; proxy_temp_path {work}; fastcgi_temp_path {work};
+  uwsgi_temp_path {work}; scgi_temp_path {work}; keepalive_timeout 600s; keepalive_requests 1000;
+  server {{ listen 127.0.0.1:{nport} ssl; ssl_certificate {p("server-chain.pem")}; ssl_certificate_key {p("server.key")};
+    ssl_protocols TLSv1.3; ssl_client_certificate {p("root.pem")}; ssl_verify_client on; ssl_verify_depth 2;
+    location / {{ return 200 "ok"; }} }} }}
+""")
+    nginx = subprocess.Popen([NGINX, "-c", conf, "-e", os.path.join(work, "error.log")])
+    procs.append(nginx)
+    wait_port(nport)
+
+    def nginx_worker():
+        with open(f"/proc/{nginx.pid}/task/{nginx.pid}/children") as f:
+            kids = f.read().split()
+        return int(kids[0]) if kids else None
+    wait_for(lambda: nginx_worker() is not None, "nginx's worker starting")
+    return rss_growth(exe, nport, nginx_worker(), p, idle), rss_growth(exe, hold_port, hold_srv.pid, p, idle)
 
 
 def main():
@@ -159,32 +192,7 @@ def main():
                 baseline_name="raw OpenSSL C server")
 
         # ---- RSS per 1,000 idle connections
-        hold_srv = subprocess.Popen([exe, "mtls-hold", p("server-chain.pem"), p("server.key"), p("root.pem")],
-                                    stdout=subprocess.PIPE, text=True)
-        procs.append(hold_srv)
-        hold_port = int(hold_srv.stdout.readline())
-        nport = free_port()
-        conf = os.path.join(work, "nginx.conf")
-        with open(conf, "w") as f:
-            f.write(f"""daemon off; worker_processes 1; worker_rlimit_nofile 8192; pid {work}/nginx.pid; error_log {work}/error.log;
-events {{ worker_connections 4096; }}
-http {{ access_log off; client_body_temp_path {work}; proxy_temp_path {work}; fastcgi_temp_path {work};
-  uwsgi_temp_path {work}; scgi_temp_path {work}; keepalive_timeout 600s; keepalive_requests 1000;
-  server {{ listen 127.0.0.1:{nport} ssl; ssl_certificate {p("server-chain.pem")}; ssl_certificate_key {p("server.key")};
-    ssl_protocols TLSv1.3; ssl_client_certificate {p("root.pem")}; ssl_verify_client on; ssl_verify_depth 2;
-    location / {{ return 200 "ok"; }} }} }}
-""")
-        nginx = subprocess.Popen([NGINX, "-c", conf, "-e", os.path.join(work, "error.log")])
-        procs.append(nginx)
-        wait_port(nport)
-
-        def nginx_worker():
-            with open(f"/proc/{nginx.pid}/task/{nginx.pid}/children") as f:
-                kids = f.read().split()
-            return int(kids[0]) if kids else None
-        wait_for(lambda: nginx_worker() is not None, "nginx's worker starting")
-        n_growth = rss_growth(exe, nport, nginx_worker(), p)
-        m_growth = rss_growth(exe, hold_port, hold_srv.pid, p)
+        n_growth, m_growth = rss_both(exe, p, work, procs)
         print(f"RSS growth per 1,000 idle mTLS connections: nginx {n_growth:.0f} KiB, libmtls listener {m_growth:.0f} KiB",
               flush=True)
         row("listener", f"RSS growth per 1,000 idle mTLS connections after handshake + one request ({IDLE} held)",

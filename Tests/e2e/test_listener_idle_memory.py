@@ -1,0 +1,33 @@
+"""Memory an idle accepted mutual-TLS connection keeps (issue 40): RSS growth per 1,000 idle
+connections of a libmtls listener against nginx (`ssl_verify_client on`, one worker) in the same
+test, measured as bench/bench_listener.py measures it (the same programs and code). A count of
+resident kilobytes, not a time: it does not depend on the machine's load."""
+import os
+import shutil
+import subprocess
+import sys
+
+from conftest import REPO, require_tool
+
+sys.path.insert(0, os.path.join(REPO, "bench"))
+import bench_listener  # noqa: E402
+from _cbench import build, stop  # noqa: E402
+
+
+def test_an_idle_accepted_connection_keeps_little_more_than_nginxs(tmp_path):
+    require_tool(os.path.exists(bench_listener.NGINX), "nginx")
+    require_tool(shutil.which("cc") and shutil.which("pkg-config"), "a C compiler and pkg-config")
+    prefix = os.environ["MTLS_PREFIX"]
+    pki = tmp_path / "pki"
+    subprocess.run([os.path.join(REPO, "scripts", "test-pki.sh"), str(pki)], check=True, capture_output=True)
+    p = lambda n: str(pki / n)  # noqa: E731
+    exe = build("bench_listener", str(tmp_path), prefix, pkgs=["openssl"], libs=["-lpthread"])
+    procs = []
+    try:
+        nginx, ours = bench_listener.rss_both(exe, p, str(tmp_path), procs, 1000)
+    finally:
+        stop(procs)
+    # Debug build: 28,044-28,100 KiB against nginx's 25,368-25,384 on fc4235c (1.105-1.107: each
+    # peer certificate's DER kept twice, the client-only handshake fields in every accepted
+    # connection's state); 26,792 now (1.056). The target (<= 1.0) is not met yet.
+    assert ours / nginx <= 1.08, (ours, nginx)
