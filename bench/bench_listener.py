@@ -171,17 +171,23 @@ http {{ access_log off; client_body_temp_path {work}; proxy_temp_path {work}; fa
     return rss_growth(exe, nport, nginx_worker(), p, idle), rss_growth(exe, hold_port, hold_srv.pid, p, idle)
 
 
+def programs(work, prefix=PREFIX):
+    """A test PKI under `work` and the two C programs built against `prefix`: (p, exe, tls), where
+    p(name) is a PKI file, exe bench_listener and tls bench_tls (also used by the e2e tests)."""
+    pki = os.path.join(work, "pki")
+    subprocess.run([os.path.join(ROOT, "scripts", "test-pki.sh"), pki], check=True, capture_output=True)
+    exe = build("bench_listener", work, prefix, pkgs=["openssl"], libs=["-lpthread"])
+    tls = build("bench_tls", work, prefix, pkgs=["openssl"])
+    return (lambda n: os.path.join(pki, n)), exe, tls
+
+
 def main():
     if not STRACE:
         raise SystemExit("bench_listener: strace is missing (scripts/install-deps.sh installs it)")
     work = tempfile.mkdtemp(prefix="mtls-bench-listener-")
     procs = []
     try:
-        pki = os.path.join(work, "pki")
-        subprocess.run([os.path.join(ROOT, "scripts", "test-pki.sh"), pki], check=True, capture_output=True)
-        p = lambda n: os.path.join(pki, n)  # noqa: E731
-        exe = build("bench_listener", work, PREFIX, pkgs=["openssl"], libs=["-lpthread"])
-        tls = build("bench_tls", work, PREFIX, pkgs=["openssl"])
+        p, exe, tls = programs(work)
 
         # ---- system calls per server handshake: TLS 1.3 and 1.2, resumed and full
         for version, mode in ((13, "resumed"), (12, "resumed"), (13, "full"), (12, "full")):

@@ -4,24 +4,19 @@ test, measured as bench/bench_listener.py measures it (the same programs and cod
 resident kilobytes, not a time: it does not depend on the machine's load."""
 import os
 import shutil
-import subprocess
 import sys
 
 from conftest import REPO, require_tool
 
 sys.path.insert(0, os.path.join(REPO, "bench"))
 import bench_listener  # noqa: E402
-from _cbench import build, stop  # noqa: E402
+from _cbench import stop  # noqa: E402
 
 
 def test_an_idle_accepted_connection_keeps_little_more_than_nginxs(tmp_path):
     require_tool(os.path.exists(bench_listener.NGINX), "nginx")
     require_tool(shutil.which("cc") and shutil.which("pkg-config"), "a C compiler and pkg-config")
-    prefix = os.environ["MTLS_PREFIX"]
-    pki = tmp_path / "pki"
-    subprocess.run([os.path.join(REPO, "scripts", "test-pki.sh"), str(pki)], check=True, capture_output=True)
-    p = lambda n: str(pki / n)  # noqa: E731
-    exe = build("bench_listener", str(tmp_path), prefix, pkgs=["openssl"], libs=["-lpthread"])
+    p, exe, _ = bench_listener.programs(str(tmp_path), os.environ["MTLS_PREFIX"])
     procs = []
     try:
         nginx, ours = bench_listener.rss_both(exe, p, str(tmp_path), procs, 1000)
