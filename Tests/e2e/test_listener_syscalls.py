@@ -16,15 +16,20 @@ from _cbench import stop  # noqa: E402
 HANDSHAKES = 60
 
 
-def test_a_resumed_handshake_reads_each_byte_once_and_costs_no_more_calls_than_raw_openssl(tmp_path):
+def resumed_counts(tmp_path, version):
+    """((raw total, raw calls), (total, calls)) per resumed TLS 1.`version` handshake."""
     require_tool(shutil.which("strace"), "strace")
     require_tool(shutil.which("cc") and shutil.which("pkg-config"), "a C compiler and pkg-config")
     p, exe, tls = bench_listener.programs(str(tmp_path), os.environ["MTLS_PREFIX"])
     procs = []
     try:
-        (raw_total, raw_calls), (total, calls) = bench_listener.count_both(exe, tls, p, str(tmp_path), procs, HANDSHAKES)
+        return bench_listener.count_both(exe, tls, p, str(tmp_path), procs, HANDSHAKES, version, "resumed")
     finally:
         stop(procs)
+
+
+def test_a_resumed_handshake_reads_each_byte_once_and_costs_no_more_calls_than_raw_openssl(tmp_path):
+    (raw_total, raw_calls), (total, calls) = resumed_counts(tmp_path, 13)
     raw_reads = raw_calls.get("read", 0) + raw_calls.get("recvfrom", 0)
     # The ClientHello is read once (no MSG_PEEK and a second read), the client's ChangeCipherSpec
     # and the next record's header in one read, no read that must fail (EAGAIN) right after the
@@ -37,15 +42,7 @@ def test_a_resumed_handshake_reads_each_byte_once_and_costs_no_more_calls_than_r
 
 
 def test_a_resumed_tls12_handshake_costs_no_more_calls_than_raw_openssl(tmp_path):
-    require_tool(shutil.which("strace"), "strace")
-    require_tool(shutil.which("cc") and shutil.which("pkg-config"), "a C compiler and pkg-config")
-    p, exe, tls = bench_listener.programs(str(tmp_path), os.environ["MTLS_PREFIX"])
-    procs = []
-    try:
-        (raw_total, raw_calls), (total, calls) = bench_listener.count_both(exe, tls, p, str(tmp_path), procs, HANDSHAKES,
-                                                                          12, "resumed")
-    finally:
-        stop(procs)
+    (raw_total, raw_calls), (total, calls) = resumed_counts(tmp_path, 12)
     # 16 per handshake, as the raw server (the session ID or ticket, the server's flight first:
     # the ChangeCipherSpec and the next header in one read, the close_notify in one).
     assert total <= raw_total + 1, (total, calls, raw_total, raw_calls)
