@@ -124,8 +124,25 @@ package final class TLSHandshakeState {
     var presentedIdentity: Identity?
     /// What this handshake's session is bound to, fixed when the peer's chain is evaluated (the
     /// policy version read before the evaluation): sessions and tickets made from this handshake
-    /// carry it.
-    var binding: ResumptionBinding?
+    /// carry it. Kept apart (about 150 bytes), so that a listener can drop it once the handshake
+    /// is done (``handshakeDone()``).
+    var binding: ResumptionBinding? {
+        get { bindingBox?.value }
+        set { bindingBox = newValue.map(BindingBox.init) }
+    }
+    private final class BindingBox {
+        let value: ResumptionBinding
+        init(_ value: ResumptionBinding) { self.value = value }
+    }
+    private var bindingBox: BindingBox?
+
+    /// A listener's accepted connection finished its handshake: what only the handshake needed
+    /// (the binding its session and tickets were made with; they keep their own) is let go, so an
+    /// idle connection does not keep it (issue 40). The API's answers (evaluation, peer chain,
+    /// presented identity, alerts) stay.
+    func handshakeDone() {
+        bindingBox = nil
+    }
     /// The record of this handshake's trusted evaluation: made by the verification, or the one a
     /// resumed ticket was admitted with. The tickets this handshake issues carry it.
     var record: ResumptionRecord?

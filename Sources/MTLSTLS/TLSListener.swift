@@ -541,6 +541,7 @@ final class ListenerCore: Sendable {
             case .done:
                 c.handshakeProgress = nil
                 SocketBIO.setWaitAfterWrite(c.ssl, false)
+                c.state.handshakeDone()
                 return finish(c, nil, fd: pending.fd, peer: pending.peer, progress: pending.progress)
             case .wantRead: pending.wantsWrite = false
             case .wantWrite: pending.wantsWrite = true
