@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The listener's cost per connection outside the CPU's instructions (issue 40), two rows:
 
-- system calls per resumed server handshake: the same raw OpenSSL C client makes N resumed TLS 1.3
+- system calls per server handshake (TLS 1.3 and 1.2, resumed and full): the same raw OpenSSL C client makes N TLS 1.3 or 1.2
   mutual-TLS handshakes (one byte each way, close) against a libmtls listener
   (bench/c/bench_listener.c mtls-serve) and against the raw OpenSSL C server (bench_tls server);
   each server is traced with `strace -f -c` attached (every thread) after a warm-up, so only the N
@@ -66,14 +66,15 @@ def parse_strace(path):
     return calls, total
 
 
-def count_syscalls(exe, port, server_pid, p, work, label, handshakes=HANDSHAKES):
-    """System calls per resumed handshake of the server `server_pid` (every thread), and
-    {syscall: calls per handshake}; `handshakes` resumed ones are traced (also used by
-    Tests/e2e/test_listener_syscalls.py)."""
+def count_syscalls(exe, port, server_pid, p, work, label, handshakes=HANDSHAKES, version=13, mode="resumed"):
+    """System calls per handshake of the server `server_pid` (every thread), and
+    {syscall: calls per handshake}; `handshakes` TLS 1.`version` handshakes, resumed or full
+    (`mode`), are traced (also used by Tests/e2e/test_listener_syscalls.py)."""
     client = subprocess.Popen([exe, "resume", str(port), str(handshakes), p("client-a.pem"), p("client-a.key"),
-                               p("int-a.pem"), p("root.pem")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                               p("int-a.pem"), p("root.pem"), str(version), mode],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert client.stdout.readline().strip() == "warm"
-    out = os.path.join(work, f"strace-{label}.txt")
+    out = os.path.join(work, f"strace-{label}-{version}-{mode}.txt")
     tracer = subprocess.Popen([STRACE, "-f", "-c", "-o", out, "-p", str(server_pid)], stderr=subprocess.DEVNULL)
     wait_for(lambda: traced(server_pid), f"strace attaching to {label}")
     client.stdin.write("go\n")
@@ -82,28 +83,29 @@ def count_syscalls(exe, port, server_pid, p, work, label, handshakes=HANDSHAKES)
     client.wait()
     tracer.send_signal(signal.SIGINT)
     tracer.wait(timeout=30)
-    if resumed < handshakes * 9 // 10:
+    if mode == "resumed" and resumed < handshakes * 9 // 10:
         raise SystemExit(f"bench_listener: only {resumed} of {handshakes} handshakes resumed against {label}")
     calls, total = parse_strace(out)
     top = sorted(calls.items(), key=lambda kv: -kv[1])
-    print(f"syscalls per resumed TLS 1.3 server handshake, {label}: {total / handshakes:.2f}  ("
+    print(f"syscalls per {mode} TLS 1.{version - 10} server handshake, {label}: {total / handshakes:.2f}  ("
           + ", ".join(f"{k} {v / handshakes:.2f}" for k, v in top) + ")", flush=True)
     return total / handshakes, {k: v / handshakes for k, v in calls.items()}
 
 
-def count_both(exe, tls, p, work, procs, handshakes=HANDSHAKES):
-    """count_syscalls for the raw OpenSSL C server, then for a libmtls listener (mtls-serve),
-    started here and appended to `procs` (the caller stops them): ((total, calls), (total, calls))."""
+def count_both(exe, tls, p, work, procs, handshakes=HANDSHAKES, version=13, mode="resumed"):
+    """count_syscalls for the raw OpenSSL C server, then for a libmtls listener (mtls-serve, TLS
+    1.`version` only), started here and appended to `procs` (the caller stops them):
+    ((total, calls), (total, calls))."""
     raw_port = free_port()
     raw = subprocess.Popen([tls, "server", str(raw_port), p("server-chain.pem"), p("server.key"), p("root.pem")])
     procs.append(raw)
-    mtls = subprocess.Popen([exe, "mtls-serve", p("server-chain.pem"), p("server.key"), p("root.pem")],
+    mtls = subprocess.Popen([exe, "mtls-serve", p("server-chain.pem"), p("server.key"), p("root.pem"), str(version)],
                             stdout=subprocess.PIPE, text=True)
     procs.append(mtls)
     mtls_port = int(mtls.stdout.readline())
     wait_port(raw_port)
-    return (count_syscalls(exe, raw_port, raw.pid, p, work, "raw OpenSSL C server", handshakes),
-            count_syscalls(exe, mtls_port, mtls.pid, p, work, "libmtls listener", handshakes))
+    return (count_syscalls(exe, raw_port, raw.pid, p, work, "raw OpenSSL C server", handshakes, version, mode),
+            count_syscalls(exe, mtls_port, mtls.pid, p, work, "libmtls listener", handshakes, version, mode))
 
 
 def rss_kib(pid):
@@ -124,16 +126,59 @@ def hold(exe, port, n, p):
     return c
 
 
-def rss_growth(exe, port, pid, p):
-    """KiB of RSS `pid` grows by per 1,000 idle connections (after WARM warm-up connections)."""
+def rss_growth(exe, port, pid, p, n=None):
+    """KiB of RSS `pid` grows by per 1,000 idle connections (`n`, IDLE by default, held after
+    WARM warm-up connections)."""
+    n = n or IDLE
     warm = hold(exe, port, WARM, p)
     before = rss_kib(pid)
-    idle = hold(exe, port, IDLE, p)
+    idle = hold(exe, port, n, p)
     after = rss_kib(pid)
     for c in (idle, warm):
         c.stdin.close()
         c.wait()
-    return (after - before) * 1000 / IDLE
+    return (after - before) * 1000 / n
+
+
+def rss_both(exe, p, work, procs, idle=None):
+    """RSS growth (KiB per 1,000 idle mutual-TLS connections) of nginx (`ssl_verify_client on`,
+    one worker) and of a libmtls listener (mtls-hold), both started here and appended to `procs`
+    (the caller stops them): (nginx, libmtls). Also used by Tests/e2e/test_listener_idle_memory.py."""
+    hold_srv = subprocess.Popen([exe, "mtls-hold", p("server-chain.pem"), p("server.key"), p("root.pem")],
+                                stdout=subprocess.PIPE, text=True)
+    procs.append(hold_srv)
+    hold_port = int(hold_srv.stdout.readline())
+    nport = free_port()
+    conf = os.path.join(work, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(f"""daemon off; worker_processes 1; worker_rlimit_nofile 8192; pid {work}/nginx.pid; error_log {work}/error.log;
+events {{ worker_connections 4096; }}
+http {{ access_log off; client_body_temp_path {work}; proxy_temp_path {work}; fastcgi_temp_path {work};
+  uwsgi_temp_path {work}; scgi_temp_path {work}; keepalive_timeout 600s; keepalive_requests 1000;
+  server {{ listen 127.0.0.1:{nport} ssl; ssl_certificate {p("server-chain.pem")}; ssl_certificate_key {p("server.key")};
+    ssl_protocols TLSv1.3; ssl_client_certificate {p("root.pem")}; ssl_verify_client on; ssl_verify_depth 2;
+    location / {{ return 200 "ok"; }} }} }}
+""")
+    nginx = subprocess.Popen([NGINX, "-c", conf, "-e", os.path.join(work, "error.log")])
+    procs.append(nginx)
+    wait_port(nport)
+
+    def nginx_worker():
+        with open(f"/proc/{nginx.pid}/task/{nginx.pid}/children") as f:
+            kids = f.read().split()
+        return int(kids[0]) if kids else None
+    wait_for(lambda: nginx_worker() is not None, "nginx's worker starting")
+    return rss_growth(exe, nport, nginx_worker(), p, idle), rss_growth(exe, hold_port, hold_srv.pid, p, idle)
+
+
+def programs(work, prefix=PREFIX):
+    """A test PKI under `work` and the two C programs built against `prefix`: (p, exe, tls), where
+    p(name) is a PKI file, exe bench_listener and tls bench_tls (also used by the e2e tests)."""
+    pki = os.path.join(work, "pki")
+    subprocess.run([os.path.join(ROOT, "scripts", "test-pki.sh"), pki], check=True, capture_output=True)
+    exe = build("bench_listener", work, prefix, pkgs=["openssl"], libs=["-lpthread"])
+    tls = build("bench_tls", work, prefix, pkgs=["openssl"])
+    return (lambda n: os.path.join(pki, n)), exe, tls
 
 
 def main():
@@ -142,44 +187,18 @@ def main():
     work = tempfile.mkdtemp(prefix="mtls-bench-listener-")
     procs = []
     try:
-        pki = os.path.join(work, "pki")
-        subprocess.run([os.path.join(ROOT, "scripts", "test-pki.sh"), pki], check=True, capture_output=True)
-        p = lambda n: os.path.join(pki, n)  # noqa: E731
-        exe = build("bench_listener", work, PREFIX, pkgs=["openssl"], libs=["-lpthread"])
-        tls = build("bench_tls", work, PREFIX, pkgs=["openssl"])
+        p, exe, tls = programs(work)
 
-        # ---- system calls per resumed handshake
-        (base, _), (ours, _) = count_both(exe, tls, p, work, procs)
-        row("listener", "system calls per resumed TLS 1.3 mTLS server handshake (strace -f -c, one client)",
-            ours / base, 1.0, mtls=round(ours, 2), baseline=round(base, 2), unit="calls", baseline_name="raw OpenSSL C server")
+        # ---- system calls per server handshake: TLS 1.3 and 1.2, resumed and full
+        for version, mode in ((13, "resumed"), (12, "resumed"), (13, "full"), (12, "full")):
+            (base, _), (ours, _) = count_both(exe, tls, p, work, procs, HANDSHAKES if mode == "resumed" else HANDSHAKES // 5,
+                                              version, mode)
+            row("listener", f"system calls per {mode} TLS 1.{version - 10} mTLS server handshake (strace -f -c, one client)",
+                ours / base, 1.0, mtls=round(ours, 2), baseline=round(base, 2), unit="calls",
+                baseline_name="raw OpenSSL C server")
 
         # ---- RSS per 1,000 idle connections
-        hold_srv = subprocess.Popen([exe, "mtls-hold", p("server-chain.pem"), p("server.key"), p("root.pem")],
-                                    stdout=subprocess.PIPE, text=True)
-        procs.append(hold_srv)
-        hold_port = int(hold_srv.stdout.readline())
-        nport = free_port()
-        conf = os.path.join(work, "nginx.conf")
-        with open(conf, "w") as f:
-            f.write(f"""daemon off; worker_processes 1; worker_rlimit_nofile 8192; pid {work}/nginx.pid; error_log {work}/error.log;
-events {{ worker_connections 4096; }}
-http {{ access_log off; client_body_temp_path {work}; proxy_temp_path {work}; fastcgi_temp_path {work};
-  uwsgi_temp_path {work}; scgi_temp_path {work}; keepalive_timeout 600s; keepalive_requests 1000;
-  server {{ listen 127.0.0.1:{nport} ssl; ssl_certificate {p("server-chain.pem")}; ssl_certificate_key {p("server.key")};
-    ssl_protocols TLSv1.3; ssl_client_certificate {p("root.pem")}; ssl_verify_client on; ssl_verify_depth 2;
-    location / {{ return 200 "ok"; }} }} }}
-""")
-        nginx = subprocess.Popen([NGINX, "-c", conf, "-e", os.path.join(work, "error.log")])
-        procs.append(nginx)
-        wait_port(nport)
-
-        def nginx_worker():
-            with open(f"/proc/{nginx.pid}/task/{nginx.pid}/children") as f:
-                kids = f.read().split()
-            return int(kids[0]) if kids else None
-        wait_for(lambda: nginx_worker() is not None, "nginx's worker starting")
-        n_growth = rss_growth(exe, nport, nginx_worker(), p)
-        m_growth = rss_growth(exe, hold_port, hold_srv.pid, p)
+        n_growth, m_growth = rss_both(exe, p, work, procs)
         print(f"RSS growth per 1,000 idle mTLS connections: nginx {n_growth:.0f} KiB, libmtls listener {m_growth:.0f} KiB",
               flush=True)
         row("listener", f"RSS growth per 1,000 idle mTLS connections after handshake + one request ({IDLE} held)",

@@ -5,6 +5,7 @@ set -euo pipefail
 pkgs=(
   pkg-config libssl-dev openssl libp11-kit-dev p11-kit libsqlite3-dev sqlite3
   softhsm2 opensc gnutls-bin nginx-light curl libcurl4-openssl-dev strace
+  valgrind  # callgrind: instructions per handshake (bench/callgrind.sh, Tests/e2e/test_listener_instructions.py)
   python3 python3-pip ca-certificates
   publicsuffix openjdk-17-jdk-headless golang-go
   apache2-bin  # Apache httpd as a peer (Tests/e2e/test_apache.py)

@@ -200,6 +200,13 @@ package enum Socket {
     /// calls per connection) with TCP_NODELAY. Throws for anything else (EMFILE: out of file
     /// descriptors...).
     package static func acceptNow(_ listener: Int32) throws -> (Int32, String)? {
+        try acceptClient(listener).map { ($0.fd, $0.peer) }
+    }
+
+    /// ``acceptNow(_:)``, with the peer's numeric host apart (as `getnameinfo` wrote it: no
+    /// brackets, an IPv6 zone kept; nil for a UNIX socket's peer), so that a listener need not
+    /// read it back out of the text (issue 40).
+    package static func acceptClient(_ listener: Int32) throws -> (fd: Int32, peer: String, host: String?)? {
         while true {
             var storage = sockaddr_storage()
             var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
@@ -208,10 +215,10 @@ package enum Socket {
             }
             if fd >= 0 {
                 setNoDelay(fd)
-                let text = withUnsafePointer(to: &storage) { p in
-                    p.withMemoryRebound(to: sockaddr.self, capacity: 1) { describe($0, len) }
+                let named = withUnsafePointer(to: &storage) { p in
+                    p.withMemoryRebound(to: sockaddr.self, capacity: 1) { numericName($0, len) }
                 }
-                return (fd, text)
+                return (fd, named.map(describe) ?? "?", named?.host)
             }
             switch errno {
             case EINTR, ECONNABORTED: continue
@@ -246,14 +253,51 @@ package enum Socket {
 
     /// "127.0.0.1:443" or "[::1]:443".
     static func describe(_ sa: UnsafePointer<sockaddr>?, _ len: socklen_t) -> String {
-        // A UNIX socket's peer has no address to show (getnameinfo would say "localhost:").
-        guard let sa, sa.pointee.sa_family != sa_family_t(AF_UNIX) else { return "?" }
+        numericName(sa, len).map(describe) ?? "?"
+    }
+
+    /// ``numericName(_:_:)`` of an IPv4 address, or of an IPv6 address without a scope (whose
+    /// zone getnameinfo would name); nil for any other.
+    private static func plainNumericName(_ sa: UnsafePointer<sockaddr>, _ len: socklen_t) -> (host: String, service: String)? {
+        let family = Int32(sa.pointee.sa_family)
+        return withUnsafeTemporaryAllocation(of: CChar.self, capacity: Int(INET6_ADDRSTRLEN) + 1) { buf -> (String, String)? in
+            let size = socklen_t(buf.count)
+            if family == AF_INET, Int(len) >= MemoryLayout<sockaddr_in>.size {
+                return sa.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { sin in
+                    var addr = sin.pointee.sin_addr
+                    guard inet_ntop(AF_INET, &addr, buf.baseAddress, size) != nil else { return nil }
+                    return (String(cString: buf.baseAddress!), String(UInt16(bigEndian: sin.pointee.sin_port)))
+                }
+            }
+            if family == AF_INET6, Int(len) >= MemoryLayout<sockaddr_in6>.size {
+                return sa.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { sin6 in
+                    guard sin6.pointee.sin6_scope_id == 0 else { return nil }
+                    var addr = sin6.pointee.sin6_addr
+                    guard inet_ntop(AF_INET6, &addr, buf.baseAddress, size) != nil else { return nil }
+                    return (String(cString: buf.baseAddress!), String(UInt16(bigEndian: sin6.pointee.sin6_port)))
+                }
+            }
+            return nil
+        }
+    }
+
+    /// "127.0.0.1:443" or "[::1]:443" for a numeric host and service.
+    private static func describe(_ name: (host: String, service: String)) -> String {
+        name.host.contains(":") ? "[\(name.host)]:\(name.service)" : "\(name.host):\(name.service)"
+    }
+
+    /// The numeric host and service of an address (`getnameinfo`), nil for a UNIX socket's peer
+    /// (no address to show: getnameinfo would say "localhost:") or when it fails.
+    private static func numericName(_ sa: UnsafePointer<sockaddr>?, _ len: socklen_t) -> (host: String, service: String)? {
+        guard let sa, sa.pointee.sa_family != sa_family_t(AF_UNIX) else { return nil }
+        // An IPv4 address, or an IPv6 one without a zone: inet_ntop writes what getnameinfo
+        // would (NI_NUMERICHOST), without its buffers and lookups, once per accepted client.
+        if let quick = plainNumericName(sa, len) { return quick }
         var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
         var serv = [CChar](repeating: 0, count: Int(NI_MAXSERV))
         guard getnameinfo(sa, len, &host, socklen_t(host.count), &serv, socklen_t(serv.count),
-                          NI_NUMERICHOST | NI_NUMERICSERV) == 0 else { return "?" }
-        let h = String(cBuffer: host)
-        return h.contains(":") ? "[\(h)]:\(String(cBuffer: serv))" : "\(h):\(String(cBuffer: serv))"
+                          NI_NUMERICHOST | NI_NUMERICSERV) == 0 else { return nil }
+        return (String(cBuffer: host), String(cBuffer: serv))
     }
 
     /// "127.0.0.1:443" or "[::1]:443" for the peer a connected TCP socket reaches (`getpeername`),

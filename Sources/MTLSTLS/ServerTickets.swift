@@ -131,7 +131,7 @@ final class ServerTickets: Sendable {
         }
         let got = UnsafeRawBufferPointer(start: raw, count: len)
         guard let id = ticketNumber(got), let ticket = config.tickets.ticket(id),
-              ticket.appData.elementsEqual(got),
+              ticket.appData.count == len, ticket.appData.withUnsafeBytes({ CRYPTO_memcmp($0.baseAddress, raw, len) == 0 }),
               let admitted = ticket.record.admit(under: currentBinding(state, config), policy: config.policy,
                                                  peer: state.peer, purpose: .clientAuth) else {
             return SSL_TICKET_RETURN_IGNORE_RENEW

@@ -120,31 +120,94 @@ package final class TLSHandshakeState {
     var sentAlert: String?
     /// Set when we answered the peer's request to renegotiate (TLS 1.2) with no_renegotiation.
     var refusedRenegotiation = false
-    /// Set when automatic selection found no identity: the CA names the server asked for.
-    var unmatchedCANames: [String]?
-    /// With it, the signature schemes the server accepts (nil: it did not say).
-    var unmatchedSchemes: String?
-    /// Set when automatic selection chose identities but none could be loaded (a token's PIN...).
-    var selectionError: MTLSError?
     /// The identity presented (explicit or chosen automatically).
     var presentedIdentity: Identity?
-    /// Where this connection's session is cached, and under which key.
-    var sessionCache: SessionCache?
-    var sessionKey: String?
     /// What this handshake's session is bound to, fixed when the peer's chain is evaluated (the
     /// policy version read before the evaluation): sessions and tickets made from this handshake
-    /// carry it.
-    var binding: ResumptionBinding?
-    /// The evaluation a session about to be resumed was re-checked with (own clients).
-    var resumedEvaluation: TrustResult?
+    /// carry it. Kept apart (about 150 bytes), so that a listener can drop it once the handshake
+    /// is done (``handshakeDone()``).
+    var binding: ResumptionBinding? {
+        get { bindingBox?.value }
+        set { bindingBox = newValue.map(BindingBox.init) }
+    }
+    private final class BindingBox {
+        let value: ResumptionBinding
+        init(_ value: ResumptionBinding) { self.value = value }
+    }
+    private var bindingBox: BindingBox?
+
+    /// A listener's accepted connection finished its handshake: what only the handshake needed
+    /// (the binding its session and tickets were made with; they keep their own) is let go, so an
+    /// idle connection does not keep it (issue 40). The API's answers (evaluation, peer chain,
+    /// presented identity, alerts) stay.
+    func handshakeDone() {
+        bindingBox = nil
+    }
     /// The record of this handshake's trusted evaluation: made by the verification, or the one a
     /// resumed ticket was admitted with. The tickets this handshake issues carry it.
     var record: ResumptionRecord?
+    /// What a client connection's handshake (or its set-up) records, which a server's accepted
+    /// connections never need: kept apart, made at the first non-empty write, so that an idle
+    /// accepted connection does not carry it (issue 40: 8 bytes instead of about 330). Written
+    /// only while the connection is set up and during its handshake.
+    private final class ClientSide {
+        var unmatchedCANames: [String]?
+        var unmatchedSchemes: String?
+        var selectionError: MTLSError?
+        var sessionCache: SessionCache?
+        var sessionKey: String?
+        var resumedEvaluation: TrustResult?
+        var revocationAwaitingStaple = false
+        var overrides: TrustOverrides?
+    }
+    private var clientSide: ClientSide?
+    private var madeClientSide: ClientSide {
+        if let clientSide { return clientSide }
+        let made = ClientSide()
+        clientSide = made
+        return made
+    }
+
+    /// Set when automatic selection found no identity: the CA names the server asked for.
+    var unmatchedCANames: [String]? {
+        get { clientSide?.unmatchedCANames }
+        set { if newValue != nil || clientSide != nil { madeClientSide.unmatchedCANames = newValue } }
+    }
+    /// With it, the signature schemes the server accepts (nil: it did not say).
+    var unmatchedSchemes: String? {
+        get { clientSide?.unmatchedSchemes }
+        set { if newValue != nil || clientSide != nil { madeClientSide.unmatchedSchemes = newValue } }
+    }
+    /// Set when automatic selection chose identities but none could be loaded (a token's PIN...).
+    var selectionError: MTLSError? {
+        get { clientSide?.selectionError }
+        set { if newValue != nil || clientSide != nil { madeClientSide.selectionError = newValue } }
+    }
+    /// Where this connection's session is cached, and under which key.
+    var sessionCache: SessionCache? {
+        get { clientSide?.sessionCache }
+        set { if newValue != nil || clientSide != nil { madeClientSide.sessionCache = newValue } }
+    }
+    var sessionKey: String? {
+        get { clientSide?.sessionKey }
+        set { if newValue != nil || clientSide != nil { madeClientSide.sessionKey = newValue } }
+    }
+    /// The evaluation a session about to be resumed was re-checked with (own clients).
+    var resumedEvaluation: TrustResult? {
+        get { clientSide?.resumedEvaluation }
+        set { if newValue != nil || clientSide != nil { madeClientSide.resumedEvaluation = newValue } }
+    }
     /// A TLS 1.2 client's verification left the revocation check for the status callback (the
     /// server's staple comes after its certificate).
-    var revocationAwaitingStaple = false
+    var revocationAwaitingStaple: Bool {
+        get { clientSide?.revocationAwaitingStaple ?? false }
+        set { if newValue || clientSide != nil { madeClientSide.revocationAwaitingStaple = newValue } }
+    }
     /// This connection's trust overrides (a client connection's); nil: the context's.
-    var overrides: TrustOverrides?
+    var overrides: TrustOverrides? {
+        get { clientSide?.overrides }
+        set { if newValue != nil || clientSide != nil { madeClientSide.overrides = newValue } }
+    }
     /// The identity this handshake took from an ``IdentitySource`` (by leaf SHA-256), for its
     /// ``ResumptionBinding``; nil: the context's ``TLSContextConfig/bindingIdentities``.
     var bindingIdentities: [[UInt8]]?

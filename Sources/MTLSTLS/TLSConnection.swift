@@ -182,7 +182,8 @@ public final class TLSConnection {
     /// The server side of an accepted socket (owned by the connection). `clientHello`: for a
     /// listener's connection, the bytes it already read from the socket (its ClientHello), which
     /// the handshake reads first.
-    init(serverFD fd: Int32, peer: String, context: TLSContext, options: TLSServerOptions, clientHello: [UInt8]? = nil) throws {
+    init(serverFD fd: Int32, peer: String, client: TrustPeer? = nil, context: TLSContext, options: TLSServerOptions,
+         clientHello: [UInt8]? = nil) throws {
         self.context = context
         policyVersionAtStart = context.config.policy.version
         guard let ssl = SSL_new(context.ctx) else { throw MTLSError.openSSL(.noMemory, "cannot create a TLS connection") }
@@ -196,7 +197,8 @@ public final class TLSConnection {
         ioTimeout = options.ioSeconds
         state = TLSHandshakeState()
         state.attach(to: ssl)
-        state.peer = TrustPeer.client(address: peer) // selects the client's rule; never a name it must carry
+        // Selects the client's rule; never a name it must carry. A listener read it already.
+        state.peer = client ?? TrustPeer.client(address: peer)
         state.presentedIdentity = options.identity
         // The socket is non-blocking from its accept (Socket.acceptNow, accept4): blocking mode
         // waits with poll, so no fcntl here.

@@ -253,6 +253,8 @@ final class ListenerCore: Sendable {
         /// Its address as text ("127.0.0.1:40404"), and the source that the per-source cap
         /// counts (``ListenerSource``).
         let peer: String
+        /// The client as its handshake's rule is chosen for (``TrustPeer/client(numericHost:)``).
+        let client: TrustPeer
         let source: String
         /// When it must have sent its first byte, and its whole ClientHello (``Deadline/now()``),
         /// if ever.
@@ -296,7 +298,7 @@ final class ListenerCore: Sendable {
     /// What the turn holder leaves the turn for.
     private enum Work {
         /// A client whose ClientHello came, with its slot taken.
-        case start(fd: Int32, peer: String, progress: HandshakeProgress, hello: [UInt8])
+        case start(fd: Int32, peer: String, client: TrustPeer, progress: HandshakeProgress, hello: [UInt8])
         /// A parked handshake whose socket is ready.
         case step(Pending)
         /// A parked handshake whose time is over.
@@ -515,10 +517,11 @@ final class ListenerCore: Sendable {
     private func perform(_ work: Work) -> Finished? {
         let pending: Pending
         switch work {
-        case .start(let fd, let peer, let progress, let hello):
+        case .start(let fd, let peer, let client, let progress, let hello):
             let c: TLSConnection
             do {
-                c = try TLSConnection(serverFD: fd, peer: peer, context: contexts.current(), options: options, clientHello: hello)
+                c = try TLSConnection(serverFD: fd, peer: peer, client: client, context: contexts.current(), options: options,
+                                      clientHello: hello)
             } catch {
                 return finish(nil, error, fd: fd, peer: peer, progress: progress)
             }
@@ -538,6 +541,7 @@ final class ListenerCore: Sendable {
             case .done:
                 c.handshakeProgress = nil
                 SocketBIO.setWaitAfterWrite(c.ssl, false)
+                c.state.handshakeDone()
                 return finish(c, nil, fd: pending.fd, peer: pending.peer, progress: pending.progress)
             case .wantRead: pending.wantsWrite = false
             case .wantWrite: pending.wantsWrite = true
@@ -676,7 +680,7 @@ final class ListenerCore: Sendable {
                     st.inFlight += 1
                     st.handshaking[first.fd] = Handshaking(source: w.source, progress: progress)
                     st.handshakesBySource[w.source, default: 0] += 1
-                    return .work(.start(fd: first.fd, peer: w.peer, progress: progress, hello: w.hello))
+                    return .work(.start(fd: first.fd, peer: w.peer, client: w.client, progress: progress, hello: w.hello))
                 }
                 if let end, now >= end { return .timedOut }
                 // Clients wait for a slot: the stalled handshakes go first, one for each waiting
@@ -844,9 +848,9 @@ final class ListenerCore: Sendable {
         let prefix = options.ipv6SourcePrefixLength ?? 128
         while true {
             if state.withLock({ $0.waiting.count >= TLSListener.maxWaitingForFirstByte }) { evictOldestUnready() }
-            let next: (Int32, String)?
+            let next: (fd: Int32, peer: String, host: String?)?
             do {
-                next = try Socket.acceptNow(listenFD)
+                next = try Socket.acceptClient(listenFD)
             } catch {
                 if state.withLock({ $0.closed }) { return }
                 // EMFILE and the like: a waiting socket gives its descriptor to a newcomer; with
@@ -854,9 +858,12 @@ final class ListenerCore: Sendable {
                 if !evictOldestUnready() { usleep(10_000) }
                 return
             }
-            guard let (fd, peer) = next else { return } // non-blocking and close-on-exec from accept4
+            guard let (fd, peer, host) = next else { return } // non-blocking and close-on-exec from accept4
             let now = Deadline.now()
-            var client = WaitingClient(peer: peer, source: ListenerSource.key(peer: peer, ipv6PrefixLength: prefix),
+            // The peer read once: it keys the per-source cap and chooses the client's rule.
+            let peerRule = host.map { TrustPeer.client(numericHost: $0) } ?? TrustPeer.client(address: peer)
+            var client = WaitingClient(peer: peer, client: peerRule,
+                                       source: ListenerSource.key(client: peerRule, peer: peer, ipv6PrefixLength: prefix),
                                        firstByteDeadline: firstByte.map { now + $0 }, helloDeadline: hello.map { now + $0 },
                                        order: accepted.add(1, ordering: .relaxed).newValue)
             // A client's ClientHello has mostly come with its connection: look at once rather than
@@ -1044,7 +1051,13 @@ final class HandshakeProgress: Sendable {
 /// bits ("2001:db8:1:2::/64"), since one IPv6 host may use any address of its network.
 package enum ListenerSource {
     package static func key(peer: String, ipv6PrefixLength: Int) -> String {
-        let host = TrustPeer.client(address: peer).host ?? peer
+        key(client: TrustPeer.client(address: peer), peer: peer, ipv6PrefixLength: ipv6PrefixLength)
+    }
+
+    /// ``key(peer:ipv6PrefixLength:)`` for a client whose peer was read already (the listener
+    /// reads it once per connection, for this and its handshake's rule).
+    package static func key(client: TrustPeer, peer: String, ipv6PrefixLength: Int) -> String {
+        let host = client.host ?? peer
         guard ipv6PrefixLength < 128, let bytes = IPAddress.bytes(host), bytes.count == 16 else { return host }
         let bits = max(0, ipv6PrefixLength)
         var masked = bytes

@@ -1,5 +1,8 @@
 import XCTest
 @testable import MTLS
+@testable import MTLSNet
+@testable import MTLSTLS
+import MTLSTrust
 
 /// What a listener decides before a client's handshake starts (issue 35 item 8): when a
 /// ClientHello is whole (only its TLS framing is read), and which source a client counts under
@@ -54,6 +57,33 @@ final class ListenerAdmissionTests: XCTestCase {
         XCTAssertEqual(ListenerSource.key(peer: "[2001:db8:1:2:bbbb::9]:443", ipv6PrefixLength: 64), "2001:db8:1:2::/64")
         XCTAssertEqual(ListenerSource.key(peer: "[2001:db8:1:2ff::1]:443", ipv6PrefixLength: 56), "2001:db8:1:200::/56")
         XCTAssertEqual(ListenerSource.key(peer: "[2001:db8::1]:443", ipv6PrefixLength: 128), "2001:db8::1")
+    }
+
+    /// Issue 40: a listener reads an accepted client's address once, from its numeric host (no
+    /// `host:port` text written and read back per connection); the per-source key and the rule's
+    /// peer are the ones its text gave.
+    func testAnAcceptedClientsAddressReadOnceKeysAndRulesAsItsTextDid() throws {
+        for (host, text) in [("127.0.0.2", "127.0.0.2:40000"), ("::ffff:10.0.0.5", "[::ffff:10.0.0.5]:40000"),
+                             ("2001:db8:1:2:aaaa::1", "[2001:db8:1:2:aaaa::1]:443"), ("fe80::1%1", "[fe80::1%1]:443"),
+                             ("2001:DB8::1", "[2001:DB8::1]:443")] {
+            let once = TrustPeer.client(numericHost: host)
+            XCTAssertEqual(once, TrustPeer.client(address: text), host)
+            for bits in [56, 64, 128] {
+                XCTAssertEqual(ListenerSource.key(client: once, peer: text, ipv6PrefixLength: bits),
+                               ListenerSource.key(peer: text, ipv6PrefixLength: bits), "\(host)/\(bits)")
+            }
+        }
+        // A real accept: the peer's text as getnameinfo wrote it (now inet_ntop), the host apart.
+        let (listener, port) = try Socket.listen(address: "127.0.0.1", port: 0)
+        defer { close(listener) }
+        let client = try Socket.connect(host: "127.0.0.1", port: port, deadline: Deadline(seconds: 5))
+        defer { close(client) }
+        try Socket.wait(listener, forWriting: false, deadline: Deadline(seconds: 5), what: "accept")
+        let accepted = try XCTUnwrap(Socket.acceptClient(listener))
+        defer { close(accepted.fd) }
+        let clientPort = try XCTUnwrap(Socket.boundPort(client))
+        XCTAssertEqual(accepted.peer, "127.0.0.1:\(clientPort)")
+        XCTAssertEqual(accepted.host, "127.0.0.1")
     }
 
     func testIPv6PrefixFollowsTheLimitsConventionAndIsChecked() throws {

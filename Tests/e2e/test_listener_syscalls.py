@@ -5,32 +5,31 @@ on the machine's load, except for a client whose ClientHello comes after its con
 accepted (one read and one poll more), which the margins below allow for."""
 import os
 import shutil
-import subprocess
 import sys
 
 from conftest import REPO, require_tool
 
 sys.path.insert(0, os.path.join(REPO, "bench"))
 import bench_listener  # noqa: E402
-from _cbench import build, stop  # noqa: E402
+from _cbench import stop  # noqa: E402
 
 HANDSHAKES = 60
 
 
-def test_a_resumed_handshake_reads_each_byte_once_and_costs_no_more_calls_than_raw_openssl(tmp_path):
+def resumed_counts(tmp_path, version):
+    """((raw total, raw calls), (total, calls)) per resumed TLS 1.`version` handshake."""
     require_tool(shutil.which("strace"), "strace")
     require_tool(shutil.which("cc") and shutil.which("pkg-config"), "a C compiler and pkg-config")
-    prefix = os.environ["MTLS_PREFIX"]
-    pki = tmp_path / "pki"
-    subprocess.run([os.path.join(REPO, "scripts", "test-pki.sh"), str(pki)], check=True, capture_output=True)
-    p = lambda n: str(pki / n)  # noqa: E731
-    exe = build("bench_listener", str(tmp_path), prefix, pkgs=["openssl"], libs=["-lpthread"])
-    tls = build("bench_tls", str(tmp_path), prefix, pkgs=["openssl"])
+    p, exe, tls = bench_listener.programs(str(tmp_path), os.environ["MTLS_PREFIX"])
     procs = []
     try:
-        (raw_total, raw_calls), (total, calls) = bench_listener.count_both(exe, tls, p, str(tmp_path), procs, HANDSHAKES)
+        return bench_listener.count_both(exe, tls, p, str(tmp_path), procs, HANDSHAKES, version, "resumed")
     finally:
         stop(procs)
+
+
+def test_a_resumed_handshake_reads_each_byte_once_and_costs_no_more_calls_than_raw_openssl(tmp_path):
+    (raw_total, raw_calls), (total, calls) = resumed_counts(tmp_path, 13)
     raw_reads = raw_calls.get("read", 0) + raw_calls.get("recvfrom", 0)
     # The ClientHello is read once (no MSG_PEEK and a second read), the client's ChangeCipherSpec
     # and the next record's header in one read, no read that must fail (EAGAIN) right after the
@@ -39,4 +38,11 @@ def test_a_resumed_handshake_reads_each_byte_once_and_costs_no_more_calls_than_r
     assert calls.get("recvfrom", 0) <= raw_reads - 1, (calls, raw_calls)
     # In all, as many calls as the raw server (20 per handshake; 24 on 6bdd1d3): its blocking
     # accept and read wait in the call, the listener's poll waits for every socket it watches.
+    assert total <= raw_total + 1, (total, calls, raw_total, raw_calls)
+
+
+def test_a_resumed_tls12_handshake_costs_no_more_calls_than_raw_openssl(tmp_path):
+    (raw_total, raw_calls), (total, calls) = resumed_counts(tmp_path, 12)
+    # 16 per handshake, as the raw server (the session ID or ticket, the server's flight first:
+    # the ChangeCipherSpec and the next header in one read, the close_notify in one).
     assert total <= raw_total + 1, (total, calls, raw_total, raw_calls)

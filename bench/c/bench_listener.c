@@ -1,11 +1,12 @@
 /* The listener's cost per connection in the kernel and in memory (bench/bench_listener.py, issue 40).
- *   bench_listener mtls-serve CHAIN KEY ROOT
- *       a libmtls listener (TLS 1.3, clients judged against ROOT) on an ephemeral 127.0.0.1 port,
- *       printed on the first line; each connection served as bench_tls's raw server serves it
- *       (one byte each way, close).
- *   bench_listener resume PORT N CERT KEY INTER ROOT
- *       a raw OpenSSL client: 20 TLS 1.3 handshakes (the session is kept), prints "warm", waits
- *       for a line on stdin, then N resumed handshakes; prints how many resumed.
+ *   bench_listener mtls-serve CHAIN KEY ROOT [12|13]
+ *       a libmtls listener (TLS 1.3 unless 12 is given, clients judged against ROOT) on an
+ *       ephemeral 127.0.0.1 port, printed on the first line; each connection served as
+ *       bench_tls's raw server serves it (one byte each way, close).
+ *   bench_listener resume PORT N CERT KEY INTER ROOT [12|13 [resumed|full]]
+ *       a raw OpenSSL client (TLS 1.3 unless 12 is given): 20 handshakes (the session is kept),
+ *       prints "warm", waits for a line on stdin, then N handshakes, resumed unless "full" is
+ *       given; prints how many resumed.
  *   bench_listener mtls-hold CHAIN KEY ROOT
  *       a libmtls listener as mtls-serve whose connections answer one HTTP request with
  *       "HTTP/1.1 200" (keep-alive) and are then kept open, idle, until the program ends.
@@ -28,10 +29,10 @@ static void raise_fd_limit(void) {
     if (getrlimit(RLIMIT_NOFILE, &r) == 0) { r.rlim_cur = r.rlim_max; setrlimit(RLIMIT_NOFILE, &r); }
 }
 
-static mtls_listener *listen_tls13(char **argv) {
+static mtls_listener *listen_tls(char **argv, int version) {
     mtls_identity *id = NULL;
     mtls_policy *p = NULL;
-    mtls_listener *l = bench_mtls_listener(0, argv[2], argv[3], argv[4], 13, &id, &p);
+    mtls_listener *l = bench_mtls_listener(0, argv[2], argv[3], argv[4], version, &id, &p);
     uint16_t port = 0;
     mtls_listener_port(l, &port);
     printf("%u\n", port);
@@ -53,9 +54,9 @@ static void *serve_loop(void *arg) {
     return NULL;
 }
 
-static int resume(char **argv) {
+static int resume(char **argv, int version, int full) {
     int port = atoi(argv[2]), n = atoi(argv[3]);
-    SSL_CTX *ctx = bench_raw_client_ctx(13, argv[4], argv[5], argv[6], argv[7]);
+    SSL_CTX *ctx = bench_raw_client_ctx(version, argv[4], argv[5], argv[6], argv[7]);
     SSL_SESSION *s = NULL;
     for (int i = 0; i < 20; i++) bench_raw_handshake(ctx, port, 20, 1, &s);
     printf("warm\n");
@@ -63,7 +64,7 @@ static int resume(char **argv) {
     char line[16];
     if (!fgets(line, sizeof line, stdin)) return 1;
     long resumed = 0;
-    for (int i = 0; i < n; i++) resumed += bench_raw_handshake(ctx, port, 0, 1, &s);
+    for (int i = 0; i < n; i++) resumed += bench_raw_handshake(ctx, port, 0, !full, &s);
     printf("%ld\n", resumed);
     return 0;
 }
@@ -99,20 +100,21 @@ static int hold(char **argv) {
 
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
-    if (argc == 5 && strcmp(argv[1], "mtls-serve") == 0) {
-        serve_loop(listen_tls13(argv));
+    if ((argc == 5 || argc == 6) && strcmp(argv[1], "mtls-serve") == 0) {
+        serve_loop(listen_tls(argv, argc == 6 ? atoi(argv[5]) : 13));
         return 0;
     }
     if (argc == 5 && strcmp(argv[1], "mtls-hold") == 0) {
         raise_fd_limit();
-        mtls_listener *l = listen_tls13(argv);
+        mtls_listener *l = listen_tls(argv, 13);
         pthread_t t;
         pthread_create(&t, NULL, hold_loop, l);
         hold_loop(l);
         return 0;
     }
-    if (argc == 8 && strcmp(argv[1], "resume") == 0) return resume(argv);
+    if (argc >= 8 && argc <= 10 && strcmp(argv[1], "resume") == 0)
+        return resume(argv, argc >= 9 ? atoi(argv[8]) : 13, argc == 10 && strcmp(argv[9], "full") == 0);
     if (argc == 8 && strcmp(argv[1], "hold") == 0) return hold(argv);
-    fprintf(stderr, "usage: bench_listener mtls-serve|mtls-hold CHAIN KEY ROOT | resume|hold PORT N CERT KEY INTER ROOT\n");
+    fprintf(stderr, "usage: bench_listener mtls-serve|mtls-hold CHAIN KEY ROOT [12|13] | resume|hold PORT N CERT KEY INTER ROOT [12|13 [resumed|full]]\n");
     return 2;
 }

@@ -82,6 +82,15 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
         TrustPeer(host: TrustPeer(hostText: address).host)
     }
 
+    /// ``client(address:)`` for a host already apart from its port: a listener's numeric host,
+    /// as `getnameinfo` wrote it (issue 40: not written out with its port and read back per
+    /// connection). Its zone is dropped, as ``client(address:)`` drops it.
+    package static func client(numericHost: String?) -> TrustPeer {
+        var p = TrustPeer(host: numericHost)
+        p.zone = nil
+        return p
+    }
+
     /// The name to validate: ``verifyAs`` when set, else ``host``.
     public var nameToValidate: String? { verifyAs ?? host }
 

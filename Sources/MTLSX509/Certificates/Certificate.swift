@@ -1,5 +1,6 @@
 internal import COpenSSL
 import FoundationEssentials
+import Synchronization
 
 /// An X.509 certificate, immutable once parsed. Safe to share across threads.
 ///
@@ -20,8 +21,6 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
             throw MTLSError.openSSL(.parse, "cannot encode certificate")
         }
         self.der = der
-        derStorage = .allocate(capacity: der.count)
-        der.withUnsafeBufferPointer { derStorage.update(from: $0.baseAddress!, count: der.count) }
     }
 
     /// Adds a reference to `x509` and wraps it; the caller keeps its own reference.
@@ -48,8 +47,20 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
     }
 
     /// Stable pointer to the DER bytes, valid while this certificate lives (for the C ABI).
-    public var derPointer: UnsafePointer<UInt8> { UnsafePointer(derStorage) }
-    private let derStorage: UnsafeMutablePointer<UInt8>
+    /// Made at the first call: a certificate the C ABI never shows (a listener's peer chains,
+    /// issue 40) keeps its DER once, in ``der``.
+    public var derPointer: UnsafePointer<UInt8> {
+        while true {
+            if let p = derStorage.load(ordering: .acquiring) { return UnsafePointer(p) }
+            let made = UnsafeMutablePointer<UInt8>.allocate(capacity: max(1, der.count))
+            der.withUnsafeBufferPointer { if let b = $0.baseAddress { made.update(from: b, count: der.count) } }
+            if derStorage.compareExchange(expected: nil, desired: made, ordering: .acquiringAndReleasing).exchanged {
+                return UnsafePointer(made)
+            }
+            made.deallocate() // another thread made it first: the next turn loads it
+        }
+    }
+    private let derStorage = Atomic<UnsafeMutablePointer<UInt8>?>(nil)
 
     /// Returns a new reference to the `X509` for APIs that take ownership (`sk_X509_push` of an
     /// owning stack, `SSL_CTX_use_certificate`...). The caller must free it.
@@ -60,7 +71,7 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
 
     deinit {
         X509_free(x509)
-        derStorage.deallocate()
+        derStorage.load(ordering: .acquiring)?.deallocate()
     }
 
     // MARK: Parsing bundles
