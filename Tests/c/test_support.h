@@ -30,10 +30,38 @@ static pid_t t_test_pid;
 static jmp_buf t_test_jump;
 #define T_PASS() __atomic_fetch_add(&t_passed, 1, __ATOMIC_RELAXED)
 
+/* A test that must do its first part before a moment of the wall clock (a certificate or a pin
+ * that expires a few seconds from now) arms T_WINDOW: a CHECK on the test's thread that fails once
+ * that moment has passed means the machine was too slow for the window, not that the library
+ * failed, so it goes back to T_WINDOW's point, which runs the part again with a window twice as
+ * long (at most T_WINDOW_MAX seconds; then the CHECK fails as any other). The test disarms it
+ * (T_WINDOW_DONE) once the part is done: from then on every failed CHECK fails the test. */
+#include <time.h>
+#define T_WINDOW_MAX 128
+static int64_t t_window_end;
+static int t_window_armed;
+static jmp_buf t_window_jump;
+/* Arms the window: the first time *SECONDS as given, after each late failure twice as long;
+ * sets *END to now + *SECONDS. A macro, for its setjmp; *SECONDS must live outside the test's
+ * frame (a static). */
+#define T_WINDOW(seconds, end) do { \
+    if (setjmp(t_window_jump) != 0) { \
+        fprintf(stderr, "-- the machine was too slow for a %d s window: again with %d s\n", *(seconds), *(seconds) * 2); \
+        *(seconds) *= 2; } \
+    *(end) = (int64_t)time(NULL) + *(seconds); \
+    t_window_end = *(end); \
+    t_window_armed = *(seconds) < T_WINDOW_MAX; } while (0)
+#define T_WINDOW_DONE() (t_window_armed = 0)
+
 /* A failed CHECK: back to RUN when on the test's own thread (in the test's own process: a
  * forked child has nothing to go back to), else the program ends. */
 __attribute__((noreturn)) static inline void t_fail(void) {
     fflush(stdout);
+    if (t_window_armed && t_in_test && pthread_equal(pthread_self(), t_test_thread) && getpid() == t_test_pid &&
+        (int64_t)time(NULL) >= t_window_end) {
+        t_window_armed = 0;
+        longjmp(t_window_jump, 1);
+    }
     if (t_in_test && pthread_equal(pthread_self(), t_test_thread) && getpid() == t_test_pid) longjmp(t_test_jump, 1);
     exit(1);
 }
@@ -52,6 +80,7 @@ static inline void t_run(const char *name, void (*test)(void)) {
     t_test_thread = pthread_self();
     t_test_pid = getpid();
     t_in_test = 1;
+    t_window_armed = 0;
     if (setjmp(t_test_jump) == 0) {
         test();
         t_in_test = 0;

@@ -129,11 +129,11 @@ static void pair_done(void *user, int status, uint64_t from_tls, uint64_t to_tls
     pthread_mutex_unlock(&done_lock);
 }
 
-/* Waits (up to 20 s) until n done callbacks were called. */
+/* Waits (up to 120 s: a bound for a loaded machine, not a pace) until n done callbacks were called. */
 static int wait_done(int n) {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 20;
+    until.tv_sec += 120;
     pthread_mutex_lock(&done_lock);
     while (done_count < n && pthread_cond_timedwait(&done_cond, &done_lock, &until) == 0) {}
     int ok = done_count >= n;
@@ -152,7 +152,7 @@ static void *add_pairs(void *arg) {
         if ((a->rc = mtls_listener_accept(a->listener, 10000, &c)) != MTLS_OK) return NULL;
         if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp) != 0) { a->rc = -1; return NULL; }
         a->far[a->first + i] = sp[1];
-        if ((a->rc = mtls_forwarder_add(a->fw, c, sp[0], 10000, pair_done, (void *)(intptr_t)(a->first + i))) != MTLS_OK) return NULL;
+        if ((a->rc = mtls_forwarder_add(a->fw, c, sp[0], 120000, pair_done, (void *)(intptr_t)(a->first + i))) != MTLS_OK) return NULL;
     }
     return NULL;
 }
