@@ -9,7 +9,9 @@
 - RSS growth per 1,000 idle mutual-TLS connections after their handshake and one HTTP request,
   the libmtls listener (connections accepted and kept by the application) against nginx with
   `ssl_verify_client on` (one worker), in the same run. Target <= 1.0 (libmtls <= nginx).
-The syscall breakdown of both servers (calls per handshake) is printed for the report."""
+The syscall breakdown of both servers (calls per handshake) is printed for the report. An
+informational row counts the client's side the same way: libmtls's client against the raw OpenSSL
+C client, each traced whole against the raw server."""
 import os
 import shutil
 import signal
@@ -108,6 +110,38 @@ def count_both(exe, tls, p, work, procs, handshakes=HANDSHAKES, version=13, mode
             count_syscalls(exe, mtls_port, mtls.pid, p, work, "libmtls listener", handshakes, version, mode))
 
 
+def count_client_syscalls(cg, p, work, impl, version=13, mode="resumed", n1=20, n2=120):
+    """System calls per client handshake (TLS 1.`version`, resumed or full) of the raw OpenSSL C
+    client (`impl` "raw") or libmtls's (`impl` "mtls"), against the raw OpenSSL C server: the
+    client process of bench/c/bench_callgrind.c (`cg`) traced whole (`strace -f -c`) for `n1`
+    and for `n2` handshakes, the difference over `n2 - n1` (start-up and warm-up cancel out), and
+    {syscall: calls per handshake}. A count, not a time: independent of the machine's load (also
+    used by Tests/e2e/test_client_syscalls.py)."""
+    def traced_run(n):
+        port = free_port()
+        extra = 1 if mode == "resumed" else 0
+        srv = subprocess.Popen([cg, "rawserver", str(port), str(n + extra), p("server-chain.pem"), p("server.key"),
+                                p("root.pem")], stdout=subprocess.PIPE, text=True)
+        try:
+            assert srv.stdout.readline().strip() == "ready"
+            out = os.path.join(work, f"strace-client-{impl}-{version}-{mode}-{n}.txt")
+            subprocess.run([STRACE, "-f", "-c", "-o", out, cg, f"{impl}client", str(port), str(n), str(version), mode,
+                            p("client-a.pem"), p("client-a.key"), p("int-a.pem"), p("root.pem")],
+                           check=True, stdout=subprocess.DEVNULL)
+            srv.wait(timeout=60)
+        finally:
+            stop([srv])
+        return parse_strace(out)
+    (c1, t1), (c2, t2) = traced_run(n1), traced_run(n2)
+    per = {k: (c2.get(k, 0) - c1.get(k, 0)) / (n2 - n1) for k in set(c1) | set(c2)}
+    per = {k: v for k, v in per.items() if abs(v) >= 0.005}
+    total = (t2 - t1) / (n2 - n1)
+    label = "libmtls client" if impl == "mtls" else "raw OpenSSL C client"
+    print(f"syscalls per {mode} TLS 1.{version - 10} client handshake, {label}: {total:.2f}  ("
+          + ", ".join(f"{k} {v:.2f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1])) + ")", flush=True)
+    return total, per
+
+
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -171,6 +205,11 @@ http {{ access_log off; client_body_temp_path {work}; proxy_temp_path {work}; fa
     return rss_growth(exe, nport, nginx_worker(), p, idle), rss_growth(exe, hold_port, hold_srv.pid, p, idle)
 
 
+def client_program(work, prefix=PREFIX):
+    """bench/c/bench_callgrind.c built against `prefix` (its raw and libmtls clients)."""
+    return build("bench_callgrind", work, prefix, pkgs=["openssl"])
+
+
 def programs(work, prefix=PREFIX):
     """A test PKI under `work` and the two C programs built against `prefix`: (p, exe, tls), where
     p(name) is a PKI file, exe bench_listener and tls bench_tls (also used by the e2e tests)."""
@@ -196,6 +235,15 @@ def main():
             row("listener", f"system calls per {mode} TLS 1.{version - 10} mTLS server handshake (strace -f -c, one client)",
                 ours / base, 1.0, mtls=round(ours, 2), baseline=round(base, 2), unit="calls",
                 baseline_name="raw OpenSSL C server")
+
+        # ---- system calls per client handshake: libmtls's client and the raw one, resumed
+        cg = client_program(work)
+        for version in (13, 12):
+            base, _ = count_client_syscalls(cg, p, work, "raw", version)
+            ours, _ = count_client_syscalls(cg, p, work, "mtls", version)
+            row("listener", f"system calls per resumed TLS 1.{version - 10} mTLS client handshake (strace -f -c)",
+                ours / base, None, mtls=round(ours, 2), baseline=round(base, 2), unit="calls",
+                baseline_name="raw OpenSSL C client")
 
         # ---- RSS per 1,000 idle connections
         n_growth, m_growth = rss_both(exe, p, work, procs)

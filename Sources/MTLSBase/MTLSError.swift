@@ -259,5 +259,12 @@ package enum OpenSSLErrorQueue {
         ERR_GET_REASON(ERR_peek_last_error())
     }
 
-    package static func clear() { ERR_clear_error() }
+    /// Empties this thread's error queue. An empty queue (the common case: before every
+    /// `SSL_read`, `SSL_write` and handshake step) is only looked at: `ERR_clear_error` wipes
+    /// all 16 slots of the queue each time, about 850 instructions (issue 40), where a look is a
+    /// tenth of that. `ERR_peek_error` is 0 exactly when no entry is left (it drops cleared
+    /// ones), which is also all `SSL_get_error` looks at.
+    package static func clear() {
+        if ERR_peek_error() != 0 { ERR_clear_error() }
+    }
 }

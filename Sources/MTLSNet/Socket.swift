@@ -95,6 +95,9 @@ package enum Socket {
             close(fd)
             throw MTLSError(.timeout, "connecting to \(host) port \(port) (\(address)) timed out", side: .server)
         }
+        // Writable and nothing else: connected (a failed connect also raises POLLERR or POLLHUP),
+        // so the error is only asked for otherwise (issue 40: one system call less per connection).
+        if n > 0 && p.revents == Int16(POLLOUT) { return fd }
         var soError: Int32 = 0
         var slen = socklen_t(MemoryLayout<Int32>.size)
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &soError, &slen)
@@ -116,6 +119,7 @@ package enum Socket {
     package static func finishConnect(_ fd: Int32, to: String) throws -> Bool {
         var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
         guard poll(&p, 1, 0) > 0 else { return false }
+        if p.revents == Int16(POLLOUT) { return true }  // connected (as in connectOne)
         var soError: Int32 = 0
         var len = socklen_t(MemoryLayout<Int32>.size)
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &soError, &len)
@@ -228,13 +232,15 @@ package enum Socket {
         }
     }
 
-    /// Waits until `fd` is readable (or writable), or throws ``MTLSError/Code/timeout``.
-    package static func wait(_ fd: Int32, forWriting: Bool, deadline: Deadline, what: String) throws {
+    /// Waits until `fd` is readable (or writable), or throws ``MTLSError/Code/timeout``. `what`
+    /// names the wait in that error; it is only written then (issue 40: every blocking read of a
+    /// connection waits here, and the text costs more than the poll's set-up).
+    package static func wait(_ fd: Int32, forWriting: Bool, deadline: Deadline, what: @autoclosure () -> String) throws {
         var p = pollfd(fd: fd, events: Int16(forWriting ? POLLOUT : POLLIN), revents: 0)
         while true {
             let n = poll(&p, 1, deadline.pollTimeout)
             if n > 0 { return }
-            if n == 0 { throw MTLSError(.timeout, "\(what) timed out") }
+            if n == 0 { throw MTLSError(.timeout, "\(what()) timed out") }
             if errno != EINTR { throw MTLSError(.io, "poll: \(String(cString: strerror(errno)))") }
         }
     }
