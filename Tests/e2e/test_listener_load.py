@@ -21,6 +21,8 @@ Defaults: 64 clients x 160 handshakes (10,240) with a replacement every 2 s, par
 The issue's size, 64 x 10,000 (640,000): `make soak` (docs/contributing.md)."""
 import bisect
 import os
+import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -28,7 +30,7 @@ import threading
 import time
 import urllib.request
 
-from conftest import CLI, REPO, require_tool, untimed
+from conftest import CLI, REPO, free_port, require_tool, untimed
 from serve_support import der_sha256, expected, make_pki, ok, rss_kib
 from waits import wait_until
 
@@ -72,20 +74,15 @@ def logged(path, prefix):
 
 
 def test_no_connection_is_lost_under_load_with_rotations(tmp_path):
-    require_tool(subprocess.run(["pkg-config", "--version"], capture_output=True).returncode == 0, "pkg-config")
     store = make_pki(tmp_path, names=NAMES)
     d, pw = tmp_path / "D", tmp_path / "pw"
-    ok("pki", "issue", "client", "--dir", d, "--ca", "Customer A", "--name", "load", "--p12", tmp_path / "c.p12",
-       "--password-file", pw)
-    for part, flags in (("client.pem", ["-clcerts", "-nokeys"]), ("client.key", ["-nocerts", "-nodes"])):
-        subprocess.run(["openssl", "pkcs12", "-in", tmp_path / "c.p12", "-passin", "pass:p12", *flags, "-out",
-                        tmp_path / part], check=True, capture_output=True)
+    identity = client_identity(tmp_path)
     shas = {}
     for name in NAMES:
         subprocess.run(["openssl", "pkcs12", "-in", tmp_path / f"{name}.p12", "-passin", "pass:p12", "-clcerts",
                         "-nokeys", "-out", tmp_path / f"{name}.pem"], check=True, capture_output=True)
         shas[der_sha256(tmp_path / f"{name}.pem")] = name
-    clients = build("load_clients", str(tmp_path), os.environ["MTLS_PREFIX"], pkgs=["openssl"], libs=["-lpthread"])
+    clients = build_clients(tmp_path)
 
     ok(*store, "import", tmp_path / "s0.p12", "--label", "srv", "--password-file", pw)
     log = tmp_path / "serve.log"
@@ -103,9 +100,8 @@ def test_no_connection_is_lost_under_load_with_rotations(tmp_path):
         before = metrics(metrics_port)
         record = [(started, started, "s0")]
         rss = [rss_kib(serve.pid)]
-        load = subprocess.Popen([clients, str(port), str(CLIENTS), str(HANDSHAKES), tmp_path / "client.pem",
-                                 tmp_path / "client.key", d / "ca" / "customer-a" / "cert.pem", d / "root" / "cert.pem",
-                                 tmp_path / "records"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        load = subprocess.Popen([clients, str(port), str(CLIENTS), str(HANDSHAKES), *identity, tmp_path / "records"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         report = {}
         threading.Thread(target=lambda: report.update(zip(("out", "err"), load.communicate())), daemon=True).start()
         deadline = time.monotonic() + LOAD_TIMEOUT
@@ -126,7 +122,8 @@ def test_no_connection_is_lost_under_load_with_rotations(tmp_path):
         certs = {int(line.split()[1]): line.split()[2] for line in report["out"].splitlines() if line.startswith("cert ")}
         total = CLIENTS * HANDSHAKES
         summary = (f"{total} connections ({CLIENTS} clients x {HANDSHAKES}) in {finished - started:.1f} s, "
-                   f"{counts.get('resumed', 0)} resumed, {len(record) - 1} replacements, RSS KiB {rss}")
+                   f"{counts.get('resumed', 0)} resumed, {len(record) - 1} replacements; server RSS KiB: {rss[0]} before the "
+                   f"load, {rss[1]} after the first replacement, {max(rss)} at most, {rss[-1]} at the end")
         print(summary)
         print(report["err"], end="")
 
@@ -182,6 +179,64 @@ def test_no_connection_is_lost_under_load_with_rotations(tmp_path):
             load.kill()
         serve.terminate()
         serve.wait(10)
+
+
+def client_identity(work):
+    """A client certificate from make_pki's PKI in `work`, for load_clients: (certificate, its key
+    in clear, the intermediate, the root)."""
+    d = work / "D"
+    ok("pki", "issue", "client", "--dir", d, "--ca", "Customer A", "--name", "load", "--password-file", work / "pw")
+    issued = d / "ca" / "customer-a" / "issued" / "load"
+    subprocess.run(["openssl", "pkey", "-in", issued / "key.pem", "-passin", "pass:p12", "-out", work / "client.key"],
+                   check=True, capture_output=True)
+    return issued / "cert.pem", work / "client.key", d / "ca" / "customer-a" / "cert.pem", d / "root" / "cert.pem"
+
+
+def build_clients(work):
+    """bench/c/load_clients.c built in `work` against the installed libmtls; its path."""
+    require_tool(shutil.which("cc") and shutil.which("pkg-config"), "a C compiler and pkg-config")
+    return build("load_clients", str(work), os.environ["MTLS_PREFIX"], pkgs=["openssl"], libs=["-lpthread"])
+
+
+def test_the_load_client_counts_refused_and_cut_connections(tmp_path):
+    """The clients retry nothing: a refused connection and one the server cuts are each counted,
+    and the exit status says so (what the load test above relies on)."""
+    clients = build_clients(tmp_path)
+    make_pki(tmp_path, names=("s0",))
+    args = [*client_identity(tmp_path), tmp_path / "records"]
+
+    def run(port):
+        r = subprocess.run([clients, str(port), "2", "3", *args], capture_output=True, text=True, timeout=120)
+        return r.returncode, {line.split()[0]: int(line.split()[1]) for line in r.stdout.splitlines()}, r.stderr
+
+    closed = free_port()  # nothing listens there
+    rc, counts, err = run(closed)
+    assert rc == 1 and counts["refused"] == 6 and counts["handshakes"] == 0, (counts, err)
+    assert "Connection refused" in err, err
+
+    # A server that accepts each connection and closes it at once.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        done = threading.Event()
+
+        def cut():
+            s.settimeout(0.2)
+            while not done.is_set():
+                try:
+                    s.accept()[0].close()
+                except socket.timeout:
+                    pass
+
+        cutter = threading.Thread(target=cut, daemon=True)
+        cutter.start()
+        try:
+            rc, counts, err = run(s.getsockname()[1])
+        finally:
+            done.set()
+            cutter.join(10)
+    assert rc == 1 and counts["failed"] + counts["reset"] == 6 and counts["handshakes"] == 0, (counts, err)
+    assert "handshake failed" in err, err
 
 
 def load_done(proc, seconds):
