@@ -141,7 +141,8 @@ static inline SSL_CTX *bench_raw_client_ctx(int version, const char *cert, const
 }
 
 /* What bench_raw_exchange saw: whether the session was resumed, the SHA-256 of the DER of the
- * certificate the server presented (the session's, when resumed), the bytes answered; on failure
+ * certificate the server presented (the session's, when resumed; only when asked for, so that
+ * the benchmarks' raw client does no work the libmtls client does not), the bytes answered; on failure
  * the step that failed, SSL_get_error's code, errno and OpenSSL's first error as text. */
 typedef struct {
     int reused, has_peer, ssl_error, sys_errno;
@@ -155,10 +156,11 @@ typedef struct {
  * verified), write REQUEST (REQUEST_LEN bytes), then read into ANSWER (ANSWER_SIZE bytes) WANT
  * bytes, or with WANT 0 until the server closes (its close_notify; a connection cut without one
  * fails). OFFER: the session in *SESSION is offered; KEEP (or NULL): receives the newest session
- * (as libmtls's cache keeps it). Returns 1 when it all went through, else 0 (R says why). */
+ * (as libmtls's cache keeps it); PEER_SHA256: R gets the server certificate's SHA-256. Returns 1
+ * when it all went through, else 0 (R says why). */
 static inline int bench_raw_exchange(SSL_CTX *ctx, int fd, int offer, SSL_SESSION **session, SSL_SESSION **keep,
                                      const char *request, size_t request_len, char *answer, size_t answer_size,
-                                     size_t want, bench_raw_result *r) {
+                                     size_t want, int peer_sha256, bench_raw_result *r) {
     memset(r, 0, sizeof *r);
     SSL *ssl = SSL_new(ctx);
     SSL_set_fd(ssl, fd);
@@ -170,7 +172,7 @@ static inline int bench_raw_exchange(SSL_CTX *ctx, int fd, int offer, SSL_SESSIO
     r->step = "handshake";
     if ((rc = SSL_connect(ssl)) == 1) {
         r->reused = SSL_session_reused(ssl);
-        X509 *peer = SSL_get0_peer_certificate(ssl);
+        X509 *peer = peer_sha256 ? SSL_get0_peer_certificate(ssl) : NULL;
         unsigned int n = 0;
         r->has_peer = peer && X509_digest(peer, EVP_sha256(), r->peer_sha256, &n) == 1;
         r->step = "write";
@@ -205,7 +207,7 @@ static inline int bench_raw_handshake(SSL_CTX *ctx, int port, int retries, int r
     char b;
     bench_raw_result r;
     if (!bench_raw_exchange(ctx, bench_tcp_connect(port, retries), resume, session, resume ? session : NULL, "x", 1,
-                            &b, 1, 1, &r)) {
+                            &b, 1, 1, 0, &r)) {
         fprintf(stderr, BENCH_PROG ": raw handshake: %s failed: %s (errno %d)\n", r.step, r.error, r.sys_errno);
         exit(1);
     }

@@ -98,7 +98,7 @@ static void *client(void *arg) {
         char answer[4096];
         bench_raw_result r;
         int done = bench_raw_exchange(tls12 ? ctx12 : ctx13, fd, j % 4 != 0, &session, &session, REQUEST,
-                                      sizeof REQUEST - 1, answer, sizeof answer, 0, &r);
+                                      sizeof REQUEST - 1, answer, sizeof answer, 0, 1, &r);
         rec->end = now();
         if (r.has_peer) rec->cert = cert_index(r.peer_sha256);
         if (r.reused) rec->flags |= LOAD_RESUMED;
