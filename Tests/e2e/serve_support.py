@@ -1,6 +1,8 @@
 """A running `mtls serve` for e2e tests: its output lines as they come, and a cheap store and PKI
 made with `mtls pki` (issue 26's serve tests)."""
+import bisect
 import datetime
+import hashlib
 import os
 import queue
 import subprocess
@@ -116,3 +118,33 @@ class Serve:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
+
+
+def der_sha256(pem_path):
+    """The SHA-256 (hex) of the DER of the certificate in the PEM file `pem_path`."""
+    der = subprocess.run(["openssl", "x509", "-in", str(pem_path), "-outform", "DER"], capture_output=True,
+                         check=True).stdout
+    return hashlib.sha256(der).hexdigest()
+
+
+def rss_kib(pid):
+    """The resident set size of process `pid`, KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def expected(record, started, ended):
+    """The certificates a handshake that ran from `started` to `ended` may present, and whether
+    one is bound: `record` lists the replacements of a served identity, one after the other, as
+    (started, finished, name) (time.monotonic()). Allowed are the one of the last replacement
+    finished more than a second before the handshake started, and any replacement that was under
+    way in the last second before it started or while it ran."""
+    finished = [r[1] for r in record]  # in order: the replacements do not overlap
+    first_recent = bisect.bisect_right(finished, started - 1.0)  # finished after started - 1 s from here on
+    allowed = {record[first_recent - 1][2]} if first_recent else set()
+    starts = [r[0] for r in record]
+    allowed |= {r[2] for r in record[first_recent:bisect.bisect_left(starts, ended)]}
+    return allowed, first_recent > 0

@@ -16,7 +16,7 @@ import time
 import mtls
 from conftest import CLI, free_port, untimed, wait_port, write_secret
 from pebble_server import Pebble  # Tests/support: the one pebble harness
-from test_rotation_load import expected
+from serve_support import expected
 
 CLIENTS = int(os.environ.get("MTLS_RENEWAL_CLIENTS", "64"))
 RENEWALS = int(os.environ.get("MTLS_RENEWALS", "20"))

@@ -7,7 +7,6 @@ certificate, never the old one resumed.
 
 MTLS_ROTATION_CLIENTS and MTLS_ROTATIONS set the load (defaults: the issue's 64 clients and 100
 replacements)."""
-import hashlib
 import os
 import subprocess
 import threading
@@ -17,6 +16,7 @@ import pytest
 
 import mtls
 from conftest import CLI, free_port, untimed, wait_port, write_secret
+from serve_support import der_sha256, expected, rss_kib
 from waits import wait_until
 
 CLIENTS = int(os.environ.get("MTLS_ROTATION_CLIENTS", "64"))
@@ -29,12 +29,6 @@ def ok(*args):
     r = subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return r
-
-
-def der_sha256(pem_path):
-    der = subprocess.run(["openssl", "x509", "-in", str(pem_path), "-outform", "DER"], capture_output=True,
-                         check=True).stdout
-    return hashlib.sha256(der).hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -73,24 +67,6 @@ def rotate(base, pw, store_name, label, names, record):
            "--password-file", pw)
         record.append((started, time.monotonic(), name))
         time.sleep(1.5 if k % 10 == 0 else 0.1)  # the hold is what is tested (see the docstring)
-
-
-def expected(record, started, ended):
-    """The certificates a handshake that ran from `started` to `ended` may present: the one of
-    the last replacement finished more than a second before it started, and any replacement that
-    was under way in the last second before it started or while it ran."""
-    before = [r for r in record if r[1] <= started - 1.0]
-    allowed = {before[-1][2]} if before else set()
-    allowed |= {r[2] for r in record if r[0] < ended and r[1] > started - 1.0}
-    return allowed, bool(before)
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def test_server_identity_rotates_under_load(pki):

@@ -11,6 +11,7 @@
 #define MTLS_BENCH_TLS_SUPPORT_H
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
@@ -48,18 +49,30 @@ static inline char *bench_slurp(const char *path) {
     return b;
 }
 
-/* A TCP connection to 127.0.0.1:PORT with TCP_NODELAY; RETRIES more tries 0.1 s apart (for a
- * server that prints "ready" before it listens), then dies. */
-static inline int bench_tcp_connect(int port, int retries) {
+/* A TCP connection to 127.0.0.1:PORT with TCP_NODELAY, or -1 with errno saying why (a refused
+ * connection is ECONNREFUSED). */
+static inline int bench_tcp_try_connect(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    if (fd < 0) return -1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
     inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    for (int tries = 0; connect(fd, (struct sockaddr *)&sa, sizeof sa); tries++) {
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) return fd;
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+}
+
+/* bench_tcp_try_connect with RETRIES more tries 0.1 s apart (for a server that prints "ready"
+ * before it listens), then dies. */
+static inline int bench_tcp_connect(int port, int retries) {
+    for (int tries = 0;; tries++) {
+        int fd = bench_tcp_try_connect(port);
+        if (fd >= 0) return fd;
         if (tries >= retries) bench_die("connect");
         usleep(100000);
     }
-    return fd;
 }
 
 /* A listening socket on 127.0.0.1:PORT. */
@@ -127,27 +140,78 @@ static inline SSL_CTX *bench_raw_client_ctx(int version, const char *cert, const
     return ctx;
 }
 
-/* One raw handshake to 127.0.0.1:PORT (connect RETRIES as bench_tcp_connect): verify server.test,
- * write one byte, read one, close. When RESUME, offers *SESSION and keeps the newest ticket in
- * it (as libmtls's cache does). Returns 1 when the session was resumed, else 0; dies on failure. */
-static inline int bench_raw_handshake(SSL_CTX *ctx, int port, int retries, int resume, SSL_SESSION **session) {
-    int fd = bench_tcp_connect(port, retries);
+/* What bench_raw_exchange saw: whether the session was resumed, the SHA-256 of the DER of the
+ * certificate the server presented (the session's, when resumed; only when asked for, so that
+ * the benchmarks' raw client does no work the libmtls client does not), the bytes answered; on failure
+ * the step that failed, SSL_get_error's code, errno and OpenSSL's first error as text. */
+typedef struct {
+    int reused, has_peer, ssl_error, sys_errno;
+    const char *step;
+    size_t got;
+    unsigned char peer_sha256[32];
+    char error[256];
+} bench_raw_result;
+
+/* One raw client exchange on the connected socket FD, which it closes: handshake (server.test
+ * verified), write REQUEST (REQUEST_LEN bytes), then read into ANSWER (ANSWER_SIZE bytes) WANT
+ * bytes, or with WANT 0 until the server closes (its close_notify; a connection cut without one
+ * fails). OFFER: the session in *SESSION is offered; KEEP (or NULL): receives the newest session
+ * (as libmtls's cache keeps it); PEER_SHA256: R gets the server certificate's SHA-256. Returns 1
+ * when it all went through, else 0 (R says why). */
+static inline int bench_raw_exchange(SSL_CTX *ctx, int fd, int offer, SSL_SESSION **session, SSL_SESSION **keep,
+                                     const char *request, size_t request_len, char *answer, size_t answer_size,
+                                     size_t want, int peer_sha256, bench_raw_result *r) {
+    memset(r, 0, sizeof *r);
     SSL *ssl = SSL_new(ctx);
     SSL_set_fd(ssl, fd);
     SSL_set_tlsext_host_name(ssl, "server.test");
     SSL_set1_host(ssl, "server.test");
-    if (resume && *session) SSL_set_session(ssl, *session);
-    char b;
-    if (SSL_connect(ssl) != 1 || SSL_write(ssl, "x", 1) != 1 || SSL_read(ssl, &b, 1) != 1) bench_die("raw handshake");
-    int reused = SSL_session_reused(ssl);
-    if (resume) {
-        SSL_SESSION *s = SSL_get1_session(ssl);
-        if (s) { SSL_SESSION_free(*session); *session = s; }
+    if (offer && *session) SSL_set_session(ssl, *session);
+    int rc;
+    errno = 0;
+    r->step = "handshake";
+    if ((rc = SSL_connect(ssl)) == 1) {
+        r->reused = SSL_session_reused(ssl);
+        X509 *peer = peer_sha256 ? SSL_get0_peer_certificate(ssl) : NULL;
+        unsigned int n = 0;
+        r->has_peer = peer && X509_digest(peer, EVP_sha256(), r->peer_sha256, &n) == 1;
+        r->step = "write";
+        if ((rc = SSL_write(ssl, request, (int)request_len)) == (int)request_len) {
+            r->step = "read";
+            while (r->got < (want ? want : answer_size) && (rc = SSL_read(ssl, answer + r->got, (int)((want ? want : answer_size) - r->got))) > 0)
+                r->got += (size_t)rc;
+            if (want ? r->got == want : SSL_get_error(ssl, rc) == SSL_ERROR_ZERO_RETURN) r->step = NULL;
+        }
     }
-    SSL_shutdown(ssl);
+    if (r->step) {
+        r->sys_errno = errno;
+        r->ssl_error = SSL_get_error(ssl, rc);
+        unsigned long e = ERR_peek_error();
+        if (e) ERR_error_string_n(e, r->error, sizeof r->error);
+        else snprintf(r->error, sizeof r->error, "%s", r->got >= answer_size ? "answer too long" : "no OpenSSL error");
+        ERR_clear_error();
+    } else if (keep) {
+        SSL_SESSION *s = SSL_get1_session(ssl);
+        if (s) { SSL_SESSION_free(*keep); *keep = s; }
+    }
+    if (!r->step) SSL_shutdown(ssl);
     SSL_free(ssl);
     close(fd);
-    return reused;
+    return r->step == NULL;
+}
+
+/* One raw handshake to 127.0.0.1:PORT (connect RETRIES as bench_tcp_connect): verify server.test,
+ * write one byte, read one, close. When RESUME, offers *SESSION and keeps the newest ticket in
+ * it (as libmtls's cache does). Returns 1 when the session was resumed, else 0; dies on failure. */
+static inline int bench_raw_handshake(SSL_CTX *ctx, int port, int retries, int resume, SSL_SESSION **session) {
+    char b;
+    bench_raw_result r;
+    if (!bench_raw_exchange(ctx, bench_tcp_connect(port, retries), resume, session, resume ? session : NULL, "x", 1,
+                            &b, 1, 1, 0, &r)) {
+        fprintf(stderr, BENCH_PROG ": raw handshake: %s failed: %s (errno %d)\n", r.step, r.error, r.sys_errno);
+        exit(1);
+    }
+    return r.reused;
 }
 
 /* ---- libmtls */
