@@ -17,10 +17,12 @@ extension TLSContext {
         let ssl = OpaquePointer(X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()))
         let state = handshakeState(ssl, config)
         var chain: [Certificate] = []
-        if let leaf = X509_STORE_CTX_get0_cert(store), let c = try? Certificate(borrowing: leaf) { chain.append(c) }
+        // Wrapped without a DER copy: the connection keeps these for its life, and OpenSSL's
+        // session already holds the certificates (issue 40).
+        if let leaf = X509_STORE_CTX_get0_cert(store), let c = try? Certificate(sharing: leaf) { chain.append(c) }
         if let untrusted = X509_STORE_CTX_get0_untrusted(store) {
             for i in 0..<mtls_ossl_sk_X509_num(untrusted) {
-                guard let x = mtls_ossl_sk_X509_value(untrusted, i), let c = try? Certificate(borrowing: x) else { continue }
+                guard let x = mtls_ossl_sk_X509_value(untrusted, i), let c = try? Certificate(sharing: x) else { continue }
                 if chain.first != c { chain.append(c) }
             }
         }

@@ -16,14 +16,11 @@ final class ServerTickets: Sendable {
     /// How many tickets are kept; the oldest go first (their tickets then give a full handshake).
     static let capacity = 4096
 
-    /// One ticket issued: its record and the application data it carries.
-    private struct Ticket {
-        let record: ResumptionRecord
-        let appData: [UInt8]
-    }
+    /// The tickets issued: the record of each, by number. What a ticket carries is not kept: it
+    /// is made again from the number and the record's digest to be compared (issue 40).
     private struct Book: @unchecked Sendable {
         var next: UInt64 = 1
-        var entries: [UInt64: Ticket] = [:]
+        var entries: [UInt64: ResumptionRecord] = [:]
         var order: [UInt64] = []
         var head = 0
     }
@@ -36,7 +33,7 @@ final class ServerTickets: Sendable {
             let id = b.next
             b.next &+= 1
             let data = Self.appData(id: id, digest: digest)
-            b.entries[id] = Ticket(record: record, appData: data)
+            b.entries[id] = record
             b.order.append(id)
             while b.entries.count > Self.capacity, b.head < b.order.count {
                 b.entries[b.order[b.head]] = nil
@@ -47,7 +44,7 @@ final class ServerTickets: Sendable {
         }
     }
 
-    private func ticket(_ id: UInt64) -> Ticket? { book.withLock { $0.entries[id] } }
+    private func record(_ id: UInt64) -> ResumptionRecord? { book.withLock { $0.entries[id] } }
 
     /// What a ticket carries: "v2 <ticket number> <binding digest, hex>" (formatted by hand: it
     /// is made for every ticket issued).
@@ -130,15 +127,18 @@ final class ServerTickets: Sendable {
             return SSL_TICKET_RETURN_IGNORE_RENEW
         }
         let got = UnsafeRawBufferPointer(start: raw, count: len)
-        guard let id = ticketNumber(got), let ticket = config.tickets.ticket(id),
-              ticket.appData.count == len, ticket.appData.withUnsafeBytes({ CRYPTO_memcmp($0.baseAddress, raw, len) == 0 }),
-              let admitted = ticket.record.admit(under: currentBinding(state, config), policy: config.policy,
-                                                 peer: state.peer, purpose: .clientAuth) else {
+        guard let id = ticketNumber(got), let record = config.tickets.record(id), let digest = record.digest else {
+            return SSL_TICKET_RETURN_IGNORE_RENEW
+        }
+        let issued = appData(id: id, digest: digest)
+        guard issued.count == len, issued.withUnsafeBytes({ CRYPTO_memcmp($0.baseAddress, raw, len) == 0 }),
+              let admitted = record.admit(under: currentBinding(state, config), policy: config.policy,
+                                          peer: state.peer, purpose: .clientAuth) else {
             return SSL_TICKET_RETURN_IGNORE_RENEW
         }
         state.evaluation = admitted.evaluation
-        state.presentedChain = ticket.record.presentedChain
-        state.binding = ticket.record.binding
+        state.presentedChain = record.presentedChain
+        state.binding = record.binding
         state.record = admitted.record
         return status == SSL_TICKET_SUCCESS ? SSL_TICKET_RETURN_USE : SSL_TICKET_RETURN_USE_RENEW
     }
