@@ -28,11 +28,11 @@ final class ServerTickets: Sendable {
 
     /// Keeps `record` under a new number; returns what the ticket carries.
     private func keep(_ record: ResumptionRecord) -> [UInt8]? {
-        guard let digest = record.digest else { return nil }
-        return book.withLock { b in
+        guard record.hasDigest else { return nil }
+        return book.withLock { b -> [UInt8]? in
             let id = b.next
+            guard let data = record.withDigest({ Self.appData(id: id, digest: $0) }) else { return nil }
             b.next &+= 1
-            let data = Self.appData(id: id, digest: digest)
             b.entries[id] = record
             b.order.append(id)
             while b.entries.count > Self.capacity, b.head < b.order.count {
@@ -48,7 +48,7 @@ final class ServerTickets: Sendable {
 
     /// What a ticket carries: "v2 <ticket number> <binding digest, hex>" (formatted by hand: it
     /// is made for every ticket issued).
-    private static func appData(id: UInt64, digest: [UInt8]) -> [UInt8] {
+    private static func appData(id: UInt64, digest: UnsafeRawBufferPointer) -> [UInt8] {
         let hex: [UInt8] = Array("0123456789abcdef".utf8)
         var out: [UInt8] = [UInt8(ascii: "v"), UInt8(ascii: "2"), UInt8(ascii: " ")]
         out.reserveCapacity(3 + 20 + 1 + 2 * digest.count)
@@ -96,12 +96,12 @@ final class ServerTickets: Sendable {
         if let e = state.evaluation {
             guard e.trusted else { return 1 }
             // The verification's record, or the one a resumed ticket was admitted with.
-            record = state.record.flatMap { $0.digest == nil ? nil : $0 }
+            record = state.record.flatMap { $0.hasDigest ? $0 : nil }
                 ?? ResumptionRecord(binding: state.binding ?? currentBinding(state, config), presentedChain: state.presentedChain,
                                     evaluation: e, withDigest: true)
         } else {
             // No client certificate (client authentication optional or off).
-            record = state.record.flatMap { $0.digest == nil || $0.evaluation != nil ? nil : $0 }
+            record = state.record.flatMap { !$0.hasDigest || $0.evaluated != nil ? nil : $0 }
                 ?? ResumptionRecord(binding: state.binding ?? currentBinding(state, config), presentedChain: [], evaluation: nil,
                                     withDigest: true)
         }
@@ -127,16 +127,16 @@ final class ServerTickets: Sendable {
             return SSL_TICKET_RETURN_IGNORE_RENEW
         }
         let got = UnsafeRawBufferPointer(start: raw, count: len)
-        guard let id = ticketNumber(got), let record = config.tickets.record(id), let digest = record.digest else {
+        guard let id = ticketNumber(got), let record = config.tickets.record(id),
+              let issued = record.withDigest({ appData(id: id, digest: $0) }) else {
             return SSL_TICKET_RETURN_IGNORE_RENEW
         }
-        let issued = appData(id: id, digest: digest)
         guard issued.count == len, issued.withUnsafeBytes({ CRYPTO_memcmp($0.baseAddress, raw, len) == 0 }),
               let admitted = record.admit(under: currentBinding(state, config), policy: config.policy,
                                           peer: state.peer, purpose: .clientAuth) else {
             return SSL_TICKET_RETURN_IGNORE_RENEW
         }
-        state.evaluation = admitted.evaluation
+        state.evaluated = admitted.record.evaluated // admitted.evaluation, shared
         state.presentedChain = record.presentedChain
         state.binding = record.binding
         state.record = admitted.record
