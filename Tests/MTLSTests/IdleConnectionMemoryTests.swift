@@ -7,6 +7,7 @@ import Glibc
 @testable import MTLS
 @testable import MTLSTLS
 @testable import MTLSX509
+@testable import MTLSTrust
 
 /// Issue 40: what an idle accepted connection keeps on the heap, counted (not timed): the
 /// allocation sizes glibc reports (`malloc_usable_size`), independent of the machine's load.
@@ -66,5 +67,14 @@ final class IdleConnectionMemoryTests: XCTestCase {
         }
         XCTAssertEqual(pointers.withLock { $0.count }, 1)
         XCTAssertEqual(Array(UnsafeBufferPointer(start: wrapped.derPointer, count: cert.der.count)), cert.der)
+    }
+}
+
+final class TmpSizesTests: XCTestCase {
+    func testSizes() {
+        print("SIZES TrustResult", MemoryLayout<TrustResult>.size, "TrustPeer", MemoryLayout<TrustPeer>.size,
+              "Binding", MemoryLayout<ResumptionBinding>.size, "Overrides?", MemoryLayout<TrustOverrides?>.size,
+              "Standing?", MemoryLayout<EvaluationStanding?>.size, "Provenance?", MemoryLayout<TrustProvenance?>.size,
+              "Revocation?", MemoryLayout<RevocationReport?>.size, "Kind", MemoryLayout<TrustResultKind>.size)
     }
 }
