@@ -49,16 +49,22 @@ final class ServerTickets: Sendable {
     /// What a ticket carries: "v2 <ticket number> <binding digest, hex>" (formatted by hand: it
     /// is made for every ticket issued).
     private static func appData(id: UInt64, digest: UnsafeRawBufferPointer) -> [UInt8] {
-        let hex: [UInt8] = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = [UInt8(ascii: "v"), UInt8(ascii: "2"), UInt8(ascii: " ")]
-        out.reserveCapacity(3 + 20 + 1 + 2 * digest.count)
-        var digits: [UInt8] = []
-        var n = id
-        repeat { digits.append(UInt8(ascii: "0") + UInt8(n % 10)); n /= 10 } while n > 0
-        out.append(contentsOf: digits.reversed())
-        out.append(UInt8(ascii: " "))
-        for b in digest { out.append(hex[Int(b >> 4)]); out.append(hex[Int(b & 0xf)]) }
-        return out
+        // Written in place (no appends): it is made for every ticket issued, and again to compare
+        // with every ticket presented (the book keeps no copy).
+        [UInt8](unsafeUninitializedCapacity: 3 + 20 + 1 + 2 * digest.count) { out, count in
+            let hex: StaticString = "0123456789abcdef"
+            let h = hex.utf8Start
+            var n = 0
+            out[0] = UInt8(ascii: "v"); out[1] = UInt8(ascii: "2"); out[2] = UInt8(ascii: " ")
+            n = 3
+            var scale: UInt64 = 1
+            while id / scale >= 10 { scale *= 10 }
+            var rest = id
+            while scale > 0 { out[n] = UInt8(ascii: "0") + UInt8(rest / scale); n += 1; rest %= scale; scale /= 10 }
+            out[n] = UInt8(ascii: " "); n += 1
+            for b in digest { out[n] = h[Int(b >> 4)]; out[n + 1] = h[Int(b & 0xf)]; n += 2 }
+            count = n
+        }
     }
 
     /// The ticket number in what a ticket carries, if it is of this form.
