@@ -46,17 +46,15 @@ final class ServerTickets: Sendable {
 
     private func record(_ id: UInt64) -> ResumptionRecord? { book.withLock { $0.entries[id] } }
 
-    /// What a ticket carries: "v2 <ticket number> <binding digest, hex>" (formatted by hand: it
-    /// is made for every ticket issued).
+    /// What a ticket carries: "v2 <ticket number> <binding digest, hex>" (formatted by hand).
     private static func appData(id: UInt64, digest: UnsafeRawBufferPointer) -> [UInt8] {
         // Written in place (no appends): it is made for every ticket issued, and again to compare
         // with every ticket presented (the book keeps no copy).
         [UInt8](unsafeUninitializedCapacity: 3 + 20 + 1 + 2 * digest.count) { out, count in
             let hex: StaticString = "0123456789abcdef"
             let h = hex.utf8Start
-            var n = 0
             out[0] = UInt8(ascii: "v"); out[1] = UInt8(ascii: "2"); out[2] = UInt8(ascii: " ")
-            n = 3
+            var n = 3
             var scale: UInt64 = 1
             while id / scale >= 10 { scale *= 10 }
             var rest = id
