@@ -56,9 +56,10 @@ public func mtls_cert_der(_ cert: OpaquePointer?, _ data: UnsafeMutablePointer<U
     abiCall {
         let c = try handle(cert, Certificate.self, "cert")
         let data = try require(data, "data"), len = try require(len, "len")
-        // The certificate's DER array lives as long as the certificate; hand out its storage.
-        data.pointee = c.derPointer
-        len.pointee = c.der.count
+        // The certificate's C copy of its DER lives as long as the certificate; hand it out.
+        let der = c.derBuffer
+        data.pointee = der.baseAddress
+        len.pointee = der.count
     }
 }
 

@@ -17,10 +17,12 @@ extension TLSContext {
         let ssl = OpaquePointer(X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()))
         let state = handshakeState(ssl, config)
         var chain: [Certificate] = []
-        if let leaf = X509_STORE_CTX_get0_cert(store), let c = try? Certificate(borrowing: leaf) { chain.append(c) }
+        // Wrapped without a DER copy: the connection keeps these for its life, and OpenSSL's
+        // session already holds the certificates (issue 40).
+        if let leaf = X509_STORE_CTX_get0_cert(store), let c = try? Certificate(sharing: leaf) { chain.append(c) }
         if let untrusted = X509_STORE_CTX_get0_untrusted(store) {
             for i in 0..<mtls_ossl_sk_X509_num(untrusted) {
-                guard let x = mtls_ossl_sk_X509_value(untrusted, i), let c = try? Certificate(borrowing: x) else { continue }
+                guard let x = mtls_ossl_sk_X509_value(untrusted, i), let c = try? Certificate(sharing: x) else { continue }
                 if chain.first != c { chain.append(c) }
             }
         }
@@ -49,14 +51,15 @@ extension TLSContext {
             result = made.result
             standing = made.standing
         }
-        state.evaluation = result
+        let evaluated = SharedEvaluation(result)
+        state.evaluated = evaluated
         if result.trusted {
             if let ssl, let session = SSL_get_session(ssl) {
                 // The session this handshake makes (TLS 1.3 tickets are copies of it) carries
                 // its binding and the chain to re-check; on an application's server context,
                 // whose session cache OpenSSL consults alone, it also expires with its chain.
                 // A server's record also goes into the tickets it issues (ServerTickets).
-                let record = ResumptionRecord(binding: binding, presentedChain: chain, evaluation: result, standing: standing,
+                let record = ResumptionRecord(binding: binding, presentedChain: chain, evaluated: evaluated, standing: standing,
                                               withDigest: config.purpose == .clientAuth)
                 record.attach(to: session)
                 state.record = record
@@ -94,14 +97,15 @@ extension TLSContext {
         let overrides = state.overrides ?? config.overrides
         let result = config.policy.verifyPeer(chain: state.presentedChain, peer: state.peer, purpose: config.purpose,
                                               overrides: overrides, stapledOCSP: staple, withStanding: false).result
-        state.evaluation = result
+        let evaluated = SharedEvaluation(result)
+        state.evaluated = evaluated
         guard result.trusted else {
             SSL_set_verify_result(ssl, Int(x509Error(for: result)))
             return 0
         }
         // The session this handshake makes stands for the evaluation with revocation.
         if let binding = state.binding, let session = SSL_get_session(ssl) {
-            ResumptionRecord(binding: binding, presentedChain: state.presentedChain, evaluation: result).attach(to: session)
+            ResumptionRecord(binding: binding, presentedChain: state.presentedChain, evaluated: evaluated).attach(to: session)
         }
         return 1
     }

@@ -31,7 +31,19 @@ package struct ResumptionBinding: Hashable, Sendable {
     /// context they were made in (what its session id context is for).
     var context: String
     /// The overrides on top of the policy for this peer (nil: none).
-    var overrides: TrustOverrides?
+    var overrides: TrustOverrides? {
+        get { overridesBox?.value }
+        set { overridesBox = newValue.map(OverridesBox.init) }
+    }
+    /// Kept apart: most connections have none, and a binding lives as long as its session's
+    /// tickets (issue 40: 8 bytes inline instead of 48). Equal and hashed by value.
+    private var overridesBox: OverridesBox?
+    private final class OverridesBox: Hashable, Sendable {
+        let value: TrustOverrides
+        init(_ value: TrustOverrides) { self.value = value }
+        static func == (a: OverridesBox, b: OverridesBox) -> Bool { a.value == b.value }
+        func hash(into h: inout Hasher) { h.combine(value) }
+    }
 
     package init(policy: TrustPolicy, peer: TrustPeer, identities: [[UInt8]], context: String = "", overrides: TrustOverrides? = nil) {
         policyInstance = policy.instance
@@ -69,6 +81,14 @@ package struct ResumptionBinding: Hashable, Sendable {
     }
 }
 
+/// One evaluation of a peer's chain, held once by the connection that made it (its
+/// ``TLSHandshakeState``) and by the ``ResumptionRecord`` its session and tickets carry: a
+/// reference each, not a copy each (issue 40: memory per idle connection).
+package final class SharedEvaluation: Sendable {
+    package let result: TrustResult
+    package init(_ result: TrustResult) { self.result = result }
+}
+
 /// A session's binding with what is needed to re-check it before it is resumed: the chain the
 /// peer presented at the full handshake, the evaluation made then, and how long that evaluation's
 /// answer stands (``EvaluationStanding``). With the last, the re-check is a few comparisons.
@@ -77,20 +97,50 @@ package final class ResumptionRecord: Sendable {
     /// The chain the peer presented, leaf first; empty when it presented none (a client of a
     /// server that asks for a certificate without requiring one).
     let presentedChain: [Certificate]
-    let evaluation: TrustResult?
+    /// The evaluation made at the full handshake (shared with the connection that made it).
+    let evaluated: SharedEvaluation?
+    var evaluation: TrustResult? { evaluated?.result }
     /// Until when `evaluation` stands under `binding`'s policy version (nil: it must be made again).
     let standing: EvaluationStanding?
     /// The SHA-256 of `binding` (``ResumptionBinding/digest``), made once for the tickets that
-    /// carry it; nil where no ticket is issued for the record.
-    let digest: [UInt8]?
+    /// carry it, kept inline (32 bytes, no array of their own); nil where no ticket is issued
+    /// for the record.
+    private let digestWords: (UInt64, UInt64, UInt64, UInt64)?
 
-    package init(binding: ResumptionBinding, presentedChain: [Certificate], evaluation: TrustResult?,
-         standing: EvaluationStanding? = nil, withDigest: Bool = false) {
+    package convenience init(binding: ResumptionBinding, presentedChain: [Certificate], evaluation: TrustResult?,
+                             standing: EvaluationStanding? = nil, withDigest: Bool = false) {
+        self.init(binding: binding, presentedChain: presentedChain, evaluated: evaluation.map(SharedEvaluation.init),
+                  standing: standing, withDigest: withDigest)
+    }
+
+    package init(binding: ResumptionBinding, presentedChain: [Certificate], evaluated: SharedEvaluation?,
+                 standing: EvaluationStanding? = nil, withDigest: Bool = false) {
         self.binding = binding
         self.presentedChain = presentedChain
-        self.evaluation = evaluation
+        self.evaluated = evaluated
         self.standing = standing
-        digest = withDigest ? binding.digest : nil
+        var words: (UInt64, UInt64, UInt64, UInt64)? = nil
+        if withDigest {
+            let digest = binding.digest
+            var w: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+            if digest.count == MemoryLayout.size(ofValue: w) {
+                withUnsafeMutableBytes(of: &w) { dst in digest.withUnsafeBytes { dst.copyMemory(from: $0) } }
+                words = w
+            }
+        }
+        digestWords = words
+    }
+
+    /// Whether tickets can carry this record (it has the binding's digest).
+    var hasDigest: Bool { digestWords != nil }
+
+    /// The binding's digest as an array (nil: none), for tests and logs.
+    var digest: [UInt8]? { withDigest { Array($0) } }
+
+    /// Calls `body` with the binding's digest (32 bytes); nil when the record has none.
+    func withDigest<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R? {
+        guard let words = digestWords else { return nil }
+        return withUnsafeBytes(of: words) { body($0) }
     }
 
     /// What ``admit(under:policy:peer:purpose:)`` lets resume: the evaluation the resumed
@@ -98,8 +148,9 @@ package final class ResumptionRecord: Sendable {
     /// carries it — this one, or a new one with a fresh evaluation — for the tickets the
     /// resumed connection is given.
     package struct Admission {
-        package let evaluation: TrustResult?
         package let record: ResumptionRecord
+        /// The record's evaluation.
+        package var evaluation: TrustResult? { record.evaluation }
     }
 
     /// Whether the session may resume under `current` (the binding in force for the new
@@ -115,15 +166,15 @@ package final class ResumptionRecord: Sendable {
     package func admit(under current: ResumptionBinding, policy: TrustPolicy, peer: TrustPeer,
                purpose: TrustPurpose) -> Admission? {
         guard binding == current else { return nil }
-        guard let evaluation else { return Admission(evaluation: nil, record: self) }
-        if let standing, standing.holds(at: Date()) { return Admission(evaluation: evaluation, record: self) }
+        guard evaluated != nil else { return Admission(record: self) }
+        if let standing, standing.holds(at: Date()) { return Admission(record: self) }
         guard !presentedChain.isEmpty else { return nil }
         let (fresh, standing) = policy.verifyPeer(chain: presentedChain, peer: peer, purpose: purpose,
                                                   overrides: current.overrides)
         guard fresh.trusted else { return nil }
         let record = ResumptionRecord(binding: binding, presentedChain: presentedChain, evaluation: fresh,
-                                      standing: standing, withDigest: digest != nil)
-        return Admission(evaluation: fresh, record: record)
+                                      standing: standing, withDigest: hasDigest)
+        return Admission(record: record)
     }
 
     /// The latest moment (real time) until which the evaluation of this session can stay as it
@@ -230,7 +281,7 @@ enum ApplicationResumption {
         guard let session = SSL_get_session(ssl) else { return }
         if let record = ResumptionRecord.of(session),
            let admitted = record.admit(under: current, policy: config.policy, peer: state.peer, purpose: .serverAuth) {
-            state.evaluation = admitted.evaluation
+            state.evaluated = admitted.record.evaluated // admitted.evaluation, shared
             state.presentedChain = record.presentedChain
         } else {
             _ = SSL_set_session(ssl, nil)

@@ -16,14 +16,11 @@ final class ServerTickets: Sendable {
     /// How many tickets are kept; the oldest go first (their tickets then give a full handshake).
     static let capacity = 4096
 
-    /// One ticket issued: its record and the application data it carries.
-    private struct Ticket {
-        let record: ResumptionRecord
-        let appData: [UInt8]
-    }
+    /// The tickets issued: the record of each, by number. What a ticket carries is not kept: it
+    /// is made again from the number and the record's digest to be compared (issue 40).
     private struct Book: @unchecked Sendable {
         var next: UInt64 = 1
-        var entries: [UInt64: Ticket] = [:]
+        var entries: [UInt64: ResumptionRecord] = [:]
         var order: [UInt64] = []
         var head = 0
     }
@@ -31,12 +28,12 @@ final class ServerTickets: Sendable {
 
     /// Keeps `record` under a new number; returns what the ticket carries.
     private func keep(_ record: ResumptionRecord) -> [UInt8]? {
-        guard let digest = record.digest else { return nil }
-        return book.withLock { b in
+        guard record.hasDigest else { return nil }
+        return book.withLock { b -> [UInt8]? in
             let id = b.next
+            guard let data = record.withDigest({ Self.appData(id: id, digest: $0) }) else { return nil }
             b.next &+= 1
-            let data = Self.appData(id: id, digest: digest)
-            b.entries[id] = Ticket(record: record, appData: data)
+            b.entries[id] = record
             b.order.append(id)
             while b.entries.count > Self.capacity, b.head < b.order.count {
                 b.entries[b.order[b.head]] = nil
@@ -47,21 +44,25 @@ final class ServerTickets: Sendable {
         }
     }
 
-    private func ticket(_ id: UInt64) -> Ticket? { book.withLock { $0.entries[id] } }
+    private func record(_ id: UInt64) -> ResumptionRecord? { book.withLock { $0.entries[id] } }
 
-    /// What a ticket carries: "v2 <ticket number> <binding digest, hex>" (formatted by hand: it
-    /// is made for every ticket issued).
-    private static func appData(id: UInt64, digest: [UInt8]) -> [UInt8] {
-        let hex: [UInt8] = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = [UInt8(ascii: "v"), UInt8(ascii: "2"), UInt8(ascii: " ")]
-        out.reserveCapacity(3 + 20 + 1 + 2 * digest.count)
-        var digits: [UInt8] = []
-        var n = id
-        repeat { digits.append(UInt8(ascii: "0") + UInt8(n % 10)); n /= 10 } while n > 0
-        out.append(contentsOf: digits.reversed())
-        out.append(UInt8(ascii: " "))
-        for b in digest { out.append(hex[Int(b >> 4)]); out.append(hex[Int(b & 0xf)]) }
-        return out
+    /// What a ticket carries: "v2 <ticket number> <binding digest, hex>" (formatted by hand).
+    private static func appData(id: UInt64, digest: UnsafeRawBufferPointer) -> [UInt8] {
+        // Written in place (no appends): it is made for every ticket issued, and again to compare
+        // with every ticket presented (the book keeps no copy).
+        [UInt8](unsafeUninitializedCapacity: 3 + 20 + 1 + 2 * digest.count) { out, count in
+            let hex: StaticString = "0123456789abcdef"
+            let h = hex.utf8Start
+            out[0] = UInt8(ascii: "v"); out[1] = UInt8(ascii: "2"); out[2] = UInt8(ascii: " ")
+            var n = 3
+            var scale: UInt64 = 1
+            while id / scale >= 10 { scale *= 10 }
+            var rest = id
+            while scale > 0 { out[n] = UInt8(ascii: "0") + UInt8(rest / scale); n += 1; rest %= scale; scale /= 10 }
+            out[n] = UInt8(ascii: " "); n += 1
+            for b in digest { out[n] = h[Int(b >> 4)]; out[n + 1] = h[Int(b & 0xf)]; n += 2 }
+            count = n
+        }
     }
 
     /// The ticket number in what a ticket carries, if it is of this form.
@@ -99,12 +100,12 @@ final class ServerTickets: Sendable {
         if let e = state.evaluation {
             guard e.trusted else { return 1 }
             // The verification's record, or the one a resumed ticket was admitted with.
-            record = state.record.flatMap { $0.digest == nil ? nil : $0 }
+            record = state.record.flatMap { $0.hasDigest ? $0 : nil }
                 ?? ResumptionRecord(binding: state.binding ?? currentBinding(state, config), presentedChain: state.presentedChain,
                                     evaluation: e, withDigest: true)
         } else {
             // No client certificate (client authentication optional or off).
-            record = state.record.flatMap { $0.digest == nil || $0.evaluation != nil ? nil : $0 }
+            record = state.record.flatMap { !$0.hasDigest || $0.evaluated != nil ? nil : $0 }
                 ?? ResumptionRecord(binding: state.binding ?? currentBinding(state, config), presentedChain: [], evaluation: nil,
                                     withDigest: true)
         }
@@ -130,15 +131,18 @@ final class ServerTickets: Sendable {
             return SSL_TICKET_RETURN_IGNORE_RENEW
         }
         let got = UnsafeRawBufferPointer(start: raw, count: len)
-        guard let id = ticketNumber(got), let ticket = config.tickets.ticket(id),
-              ticket.appData.count == len, ticket.appData.withUnsafeBytes({ CRYPTO_memcmp($0.baseAddress, raw, len) == 0 }),
-              let admitted = ticket.record.admit(under: currentBinding(state, config), policy: config.policy,
-                                                 peer: state.peer, purpose: .clientAuth) else {
+        guard let id = ticketNumber(got), let record = config.tickets.record(id),
+              let issued = record.withDigest({ appData(id: id, digest: $0) }) else {
             return SSL_TICKET_RETURN_IGNORE_RENEW
         }
-        state.evaluation = admitted.evaluation
-        state.presentedChain = ticket.record.presentedChain
-        state.binding = ticket.record.binding
+        guard issued.count == len, issued.withUnsafeBytes({ CRYPTO_memcmp($0.baseAddress, raw, len) == 0 }),
+              let admitted = record.admit(under: currentBinding(state, config), policy: config.policy,
+                                          peer: state.peer, purpose: .clientAuth) else {
+            return SSL_TICKET_RETURN_IGNORE_RENEW
+        }
+        state.evaluated = admitted.record.evaluated // admitted.evaluation, shared
+        state.presentedChain = record.presentedChain
+        state.binding = record.binding
         state.record = admitted.record
         return status == SSL_TICKET_SUCCESS ? SSL_TICKET_RETURN_USE : SSL_TICKET_RETURN_USE_RENEW
     }

@@ -111,7 +111,13 @@ package final class TLSHandshakeState {
     /// rule and the name checked. A server's clients have no peer name.
     var peer = TrustPeer()
     /// Our evaluation of the peer's chain, from inside OpenSSL's verification.
-    package var evaluation: TrustResult?
+    package var evaluation: TrustResult? {
+        get { evaluated?.result }
+        set { evaluated = newValue.map(SharedEvaluation.init) }
+    }
+    /// ``evaluation``, held by reference: the record of this handshake's session holds the same
+    /// one (issue 40: one copy per idle connection, not two inline).
+    var evaluated: SharedEvaluation?
     /// The chain the peer presented, as our verification saw it (kept even when it failed).
     var presentedChain: [Certificate] = []
     /// The alert the peer sent us, in OpenSSL's words ("certificate required").

@@ -191,21 +191,43 @@ public struct TrustResult: Sendable {
     /// could find when it failed).
     public let chain: [Certificate]
     /// The pattern of the host rule that applied, if any.
-    public let matchedRule: String?
+    public var matchedRule: String? { details.matchedRule }
     /// The pin (`sha256/BASE64`) that matched a certificate of the built chain, if any (with
     /// several sets of pins in force, the last set's: the overrides', else the policy's, else the rule's).
-    public let matchedPin: String?
+    public var matchedPin: String? { details.matchedPin }
     /// Where each decision came from: the rule, and whether the anchors, anchors-only, the name
     /// and each set of pins came from the rule, the policy or the overrides. nil only when no
     /// evaluation could be made (an invalid policy, an empty chain).
-    public let provenance: TrustProvenance?
+    public var provenance: TrustProvenance? { details.provenance }
     /// The failures of a report-only rule that were reported and not enforced (also in ``reasons``).
-    public let reportedReasons: [TrustReason]
+    public var reportedReasons: [TrustReason] { details.reportedReasons }
     /// What revocation checking found, when the policy or rule checks revocation (nil: off).
-    public let revocation: RevocationReport?
+    public var revocation: RevocationReport? { details.revocation }
     /// Things a trusted result wants known: a soft revocation check that could not find a
     /// certificate's status ("trusted anyway").
-    public let warnings: [String]
+    public var warnings: [String] { details.warnings }
+
+    /// The fields above, kept apart and shared by every copy of this result (the evaluation
+    /// cache's, each connection's): a result is 32 bytes inline, not 160 (issue 40: an accepted
+    /// connection keeps its evaluation for its life).
+    private let details: Details
+    private final class Details: Sendable {
+        let matchedRule: String?
+        let matchedPin: String?
+        let provenance: TrustProvenance?
+        let reportedReasons: [TrustReason]
+        let revocation: RevocationReport?
+        let warnings: [String]
+        init(matchedRule: String?, matchedPin: String?, provenance: TrustProvenance?, reportedReasons: [TrustReason],
+             revocation: RevocationReport?, warnings: [String]) {
+            self.matchedRule = matchedRule
+            self.matchedPin = matchedPin
+            self.provenance = provenance
+            self.reportedReasons = reportedReasons
+            self.revocation = revocation
+            self.warnings = warnings
+        }
+    }
 
     /// The evaluator's fatal failure, found before any chain is built (a policy that does not
     /// load, no certificate, a host no rule can be chosen for): one reason, no chain.
@@ -223,12 +245,8 @@ public struct TrustResult: Sendable {
         self.kind = kind
         self.reasons = reasons
         self.chain = chain
-        self.matchedRule = matchedRule
-        self.matchedPin = matchedPin
-        self.provenance = provenance
-        self.reportedReasons = reportedReasons
-        self.revocation = revocation
-        self.warnings = warnings
+        details = Details(matchedRule: matchedRule, matchedPin: matchedPin, provenance: provenance,
+                          reportedReasons: reportedReasons, revocation: revocation, warnings: warnings)
     }
 
     /// This result with revocation checking's outcome: its refusals are reasons that refuse the

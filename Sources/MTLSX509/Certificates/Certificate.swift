@@ -10,8 +10,18 @@ import Synchronization
 public final class Certificate: @unchecked Sendable, Hashable, CustomStringConvertible {
     /// The OpenSSL object. Owned by this instance; never freed by anyone else.
     package let x509: OpaquePointer
-    /// The DER encoding, as parsed.
-    public let der: [UInt8]
+    /// The DER as parsed or encoded at wrapping; nil for a certificate wrapped with
+    /// ``init(sharing:)``, whose DER is encoded from its `X509` when asked for (issue 40).
+    private let storedDER: [UInt8]?
+
+    /// The DER encoding: as parsed, or encoded from the `X509` (for a certificate made with
+    /// ``init(sharing:)``, encoded at each call and not kept).
+    public var der: [UInt8] { storedDER ?? encodedDER() }
+
+    private func encodedDER() -> [UInt8] {
+        // An X509 that was parsed (init(sharing:) checks it encodes) re-encodes; [] is unreachable.
+        derEncode({ i2d_X509(x509, $0) }) ?? []
+    }
 
     /// Takes ownership of `x509` (one reference).
     package init(takingOwnership x509: OpaquePointer) throws {
@@ -20,13 +30,27 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
             X509_free(x509)
             throw MTLSError.openSSL(.parse, "cannot encode certificate")
         }
-        self.der = der
+        storedDER = der
     }
 
     /// Adds a reference to `x509` and wraps it; the caller keeps its own reference.
     package convenience init(borrowing x509: OpaquePointer) throws {
         X509_up_ref(x509)
         try self.init(takingOwnership: x509)
+    }
+
+    /// Adds a reference to `x509` (an `X509` OpenSSL already keeps, such as a TLS peer's
+    /// certificate, which its `SSL_SESSION` holds) and wraps it without a DER copy: ``der`` is
+    /// encoded when asked for. Equality and hashing stay those of the DER. For the certificates
+    /// a connection keeps for its life (issue 40: memory per idle connection).
+    package init(sharing x509: OpaquePointer) throws {
+        guard i2d_X509(x509, nil) > 0 else {
+            OpenSSLErrorQueue.clear()
+            throw MTLSError.openSSL(.parse, "cannot encode certificate")
+        }
+        X509_up_ref(x509)
+        self.x509 = x509
+        storedDER = nil
     }
 
     /// Parses one DER-encoded certificate. Trailing bytes are an error.
@@ -48,19 +72,35 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
 
     /// Stable pointer to the DER bytes, valid while this certificate lives (for the C ABI).
     /// Made at the first call: a certificate the C ABI never shows (a listener's peer chains,
-    /// issue 40) keeps its DER once, in ``der``.
+    /// issue 40) keeps no such copy.
     public var derPointer: UnsafePointer<UInt8> {
+        UnsafePointer((derBlock() + MemoryLayout<Int>.size).assumingMemoryBound(to: UInt8.self))
+    }
+
+    /// The DER bytes at ``derPointer`` and their count (the C ABI's `mtls_cert_der`).
+    package var derBuffer: UnsafeBufferPointer<UInt8> {
+        let block = derBlock()
+        return UnsafeBufferPointer(start: (block + MemoryLayout<Int>.size).assumingMemoryBound(to: UInt8.self),
+                                   count: block.load(as: Int.self))
+    }
+
+    /// The C ABI's copy: the DER's count (an Int), then its bytes. One copy, made at the first
+    /// call, the same every time, from any thread.
+    private func derBlock() -> UnsafeMutableRawPointer {
         while true {
-            if let p = derStorage.load(ordering: .acquiring) { return UnsafePointer(p) }
-            let made = UnsafeMutablePointer<UInt8>.allocate(capacity: max(1, der.count))
-            der.withUnsafeBufferPointer { if let b = $0.baseAddress { made.update(from: b, count: der.count) } }
-            if derStorage.compareExchange(expected: nil, desired: made, ordering: .acquiringAndReleasing).exchanged {
-                return UnsafePointer(made)
+            if let block = derStorage.load(ordering: .acquiring) { return block }
+            let bytes = der
+            let block = UnsafeMutableRawPointer.allocate(byteCount: MemoryLayout<Int>.size + max(1, bytes.count),
+                                                         alignment: MemoryLayout<Int>.alignment)
+            block.storeBytes(of: bytes.count, as: Int.self)
+            bytes.withUnsafeBytes { if let b = $0.baseAddress { (block + MemoryLayout<Int>.size).copyMemory(from: b, byteCount: $0.count) } }
+            if derStorage.compareExchange(expected: nil, desired: block, ordering: .acquiringAndReleasing).exchanged {
+                return block
             }
-            made.deallocate() // another thread made it first: the next turn loads it
+            block.deallocate() // another thread made it first: the next turn loads it
         }
     }
-    private let derStorage = Atomic<UnsafeMutablePointer<UInt8>?>(nil)
+    private let derStorage = Atomic<UnsafeMutableRawPointer?>(nil)
 
     /// Returns a new reference to the `X509` for APIs that take ownership (`sk_X509_push` of an
     /// owning stack, `SSL_CTX_use_certificate`...). The caller must free it.
@@ -181,8 +221,8 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
 
     // MARK: Hashable
 
-    /// Two certificates are equal when their DER encodings are.
-    public static func == (a: Certificate, b: Certificate) -> Bool { a.der == b.der }
+    /// Two certificates are equal when their DER encodings are (one `X509` is one encoding).
+    public static func == (a: Certificate, b: Certificate) -> Bool { a.x509 == b.x509 || a.der == b.der }
     /// Hashes the DER encoding.
     public func hash(into h: inout Hasher) { h.combine(der) }
     /// `Certificate(subject summary, sha256=first 16 hex digits)`, for logs.
