@@ -497,6 +497,93 @@ def test_a_new_connection_costs_no_repeated_reading_and_no_lookup_hop(pki, nginx
     run(main())
 
 
+def counted_thread_hops(loop):
+    """Counts what goes to a thread from `loop` from now on (run_in_executor: mtls.asyncio's
+    workers and the loop's default executor, getaddrinfo included), by the function's name."""
+    hops = []
+    real = loop.run_in_executor
+
+    def counted(executor, fn, *args):
+        hops.append(getattr(fn, "__name__", repr(fn)))
+        return real(executor, fn, *args)
+    loop.run_in_executor = counted
+    return hops
+
+
+def test_a_new_connection_with_a_key_in_memory_makes_no_thread_hop(pki, nginx, monkeypatch):
+    """Issue 40, asyncio without resumption: a handshake whose key is in memory under a policy
+    without revocation is CPU work over a socket that does not wait, as Python's ssl handshake is,
+    which runs on the loop. libmtls says so (Connection.may_block False), and the connection is
+    made, handshaken and freed on the loop: no thread hop per new connection (before: the first
+    step, the further steps and the free each went to a worker thread, about 2.9 hops). Under a
+    policy that checks revocation (a rule for another host is enough: the core does not guess which
+    rule a peer meets before its handshake), every step and the free still go to a thread."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        close = {"Connection": "close"}  # a new connection per request
+        transport = mtls.httpx.AsyncTransport(identity=identity(pki, "client-a"), policy=server_policy(pki),
+                                              resume=False, trust_env=False)
+        async with httpx.AsyncClient(transport=transport, trust_env=False) as client:
+            hops = counted_thread_hops(loop)
+            calls = counted_c_calls(monkeypatch)
+            for _ in range(5):
+                r = await client.get(nginx.url + "/", headers=close)
+                assert r.status_code == 200 and r.text.startswith("hello CN=client-a")
+            assert calls.get("mtls_conn_wrap_fd") == 5 and calls.get("mtls_conn_free") == 5, calls
+            assert hops == [], hops
+            # The same through mtls.asyncio's streams, cancelled and failed handshakes included.
+            r_, w = await mtls.asyncio.open_connection("127.0.0.1", nginx.port, identity=identity(pki, "client-a"),
+                                                       policy=server_policy(pki), resume=False)
+            assert w.get_extra_info("ssl_object")._on_loop
+            w.write(b"GET / HTTP/1.0\r\nHost: server.test\r\n\r\n")
+            await w.drain()
+            assert (await r_.read()).startswith(b"HTTP/1.1 200")
+            w.close()
+            await w.wait_closed()
+            with pytest.raises(mtls.TrustError):  # refused by our policy, on the loop
+                await mtls.asyncio.open_connection("127.0.0.1", nginx.port, identity=identity(pki, "client-a"),
+                                                   policy=server_policy(pki, "other-root.pem"), resume=False)
+            assert hops == [], hops
+
+        revocation = server_policy(pki)
+        revocation.set_rule_revocation("elsewhere.test", "soft")
+        transport = mtls.httpx.AsyncTransport(identity=identity(pki, "client-a"), policy=revocation,
+                                              resume=False, trust_env=False)
+        async with httpx.AsyncClient(transport=transport, trust_env=False) as client:
+            r = await client.get(nginx.url + "/", headers=close)
+            assert r.status_code == 200
+        # Made on the loop (the key is in memory), then every step and the free on a thread.
+        assert hops[-1] == "close" and hops.count("close") == 1, hops
+        assert hops[:-1] and set(hops[:-1]) == {"_handshake_step"}, hops
+
+    run(main())
+
+
+def test_the_core_says_which_connections_may_block(pki, nginx):
+    """mtls_conn_may_block: 0 only for a non-blocking client connection whose key is in memory
+    under a policy without revocation; a blocking connection, a policy checking revocation (asked
+    again after the policy changed) say 1. A token key's connection says 1 too
+    (test_heartbeat_never_stalls_while_token_key_handshakes_run shows its PIN callbacks off the
+    loop)."""
+    from mtls._lib import lib
+    import ctypes
+    policy = server_policy(pki)
+    with mtls.connect("127.0.0.1", nginx.port, identity=identity(pki, "client-a"), policy=policy) as conn:
+        assert conn.may_block  # blocking: each step waits for the socket
+    with socket.create_connection(("127.0.0.1", nginx.port)) as sock:
+        conn = mtls.Connection.wrap(sock, "127.0.0.1", nginx.port, identity=identity(pki, "client-a"),
+                                    policy=policy, non_blocking=True)
+        assert identity(pki, "client-a").key_in_memory
+        assert conn.may_block is False
+        policy.set_revocation("soft")  # a replaced or changed policy: asked before each step
+        assert conn.may_block is True
+        out = ctypes.c_int(7)
+        assert lib.mtls_conn_may_block(None, ctypes.byref(out)) == mtls.errors.InvalidArgument.code
+        assert lib.mtls_conn_may_block(conn._h, None) == mtls.errors.InvalidArgument.code
+        assert out.value == 7
+        conn.close()
+
+
 def test_async_client_per_host_limit_streaming_bodies_and_timeouts(pki, nginx):
     async def main():
         transport = mtls.httpx.AsyncTransport(identity=identity(pki, "client-a"), policy=server_policy(pki),
