@@ -1412,6 +1412,19 @@ MTLS_EXTERN int mtls_conn_fd(const mtls_conn *conn, int *fd);
  * token key inside the read.
  * Not thread-safe against other calls on the same connection (one thread at a time). */
 MTLS_EXTERN int mtls_conn_set_non_blocking(mtls_conn *conn, int non_blocking);
+/* Whether a handshake step (mtls_conn_handshake) or mtls_conn_free of this connection may wait
+ * for something other than its socket: *may_block 1 when the connection is blocking, is a
+ * listener's, presents (or may choose) an identity whose key is on a token (a signature, the
+ * token's lock, a PIN callback) or is loaded only when chosen (a store or token read), or is
+ * judged by a policy that checks revocation anywhere (policy-wide or in a rule: a CRL or OCSP
+ * fetch, within the fetch time limit). *may_block 0 for a non-blocking client connection with no
+ * identity, or keys in memory only, under a policy without revocation: each step is then CPU
+ * work (the chain evaluation included) over a socket that does not wait, and the free sends
+ * close_notify only if the socket takes it at once. An event loop may then run the steps and the
+ * free on its own thread, as Python's ssl module does (the Python bindings' asyncio does). The
+ * answer can change when the policy does (mtls_policy_replace, a followed file): ask before each
+ * step. Reads are not covered: see mtls_conn_connect on post-handshake requests. */
+MTLS_EXTERN int mtls_conn_may_block(const mtls_conn *conn, int *may_block);
 /* The chain the peer presented, leaf first (also after a failed handshake, when our evaluation
  * rejected it). Free with mtls_cert_list_free(*out, *count). */
 MTLS_EXTERN int mtls_conn_peer_chain(const mtls_conn *conn, mtls_cert ***out, size_t *count);

@@ -220,6 +220,12 @@ public func mtls_conn_set_non_blocking(_ conn: OpaquePointer?, _ nonBlocking: In
     }
 }
 
+/// `int mtls_conn_may_block(const mtls_conn *conn, int *may_block)`
+@_cdecl("mtls_conn_may_block")
+public func mtls_conn_may_block(_ conn: OpaquePointer?, _ mayBlock: UnsafeMutablePointer<Int32>?) -> Int32 {
+    abiCall { try require(mayBlock, "may_block").pointee = try handle(conn, TLSConnection.self, "conn").mayBlock ? 1 : 0 }
+}
+
 /// `int mtls_conn_peer_chain(const mtls_conn *conn, mtls_cert ***out, size_t *count)`
 @_cdecl("mtls_conn_peer_chain")
 public func mtls_conn_peer_chain(_ conn: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafeMutablePointer<OpaquePointer?>?>?,

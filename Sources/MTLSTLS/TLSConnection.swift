@@ -51,6 +51,32 @@ public final class TLSConnection {
     /// that keep connections alive drop an idle one for which this is true (the Python
     /// adapters do), as a new connection is judged under the policy in force.
     public var isPolicyChanged: Bool { context.config.policy.version != policyVersionAtStart }
+    /// Whether a step of this connection's handshake, or its close, may wait for something other
+    /// than its socket, the fact an event loop needs to run the steps on its own thread
+    /// (`mtls_conn_may_block`). True when: the connection is blocking (each step waits for the
+    /// socket within its timeouts); it is a listener's (its identity is not looked at); the
+    /// identity it presents, or one it may choose, has its key on a token (a signature, the
+    /// token's lock, a PIN callback) or is loaded only once chosen (a store or token read); the
+    /// policy that judges the peer checks revocation (a CRL or OCSP fetch). False for a
+    /// non-blocking client connection with no identity or keys in memory under a policy without
+    /// revocation: each step is then CPU work over a socket that does not wait (the chain
+    /// evaluation included), and closing sends close_notify only if the socket takes it now.
+    /// Read again when needed: a replaced policy may turn revocation on.
+    public var mayBlock: Bool {
+        if isServer || !nonBlocking { return true }
+        if context.config.policy.checksRevocation { return true }
+        let onToken: (Identity) -> Bool = { $0.privateKey.tokenURI != nil }
+        if context.config.identitySource != nil {
+            // The source's identity was taken when the connection was made (init).
+            return state.presentedIdentity.map(onToken) ?? true
+        }
+        switch context.config.identity {
+        case .none: return false
+        case .identity(let id): return onToken(id)
+        case .automatic(let ids): return ids.contains(where: onToken)
+        case .candidates: return true
+        }
+    }
     /// Non-blocking connect: the TCP connect may still be under way when the handshake starts.
     private var connecting = false
     private var connectPort: UInt16 = 0

@@ -1,7 +1,8 @@
 /* mtls_conn_set_non_blocking: an accepted (blocking) connection switched to non-blocking mode
  * returns MTLS_E_WANT_READ / MTLS_E_WANT_WRITE instead of waiting out the listener's I/O timeout,
  * keeps every byte across WANT_WRITE retries under flow control, and goes back to blocking mode;
- * a client connection switches the same way. Both ends are driven here from one thread with
+ * a client connection switches the same way. mtls_conn_may_block tells which of them an event
+ * loop may drive on its own thread. Both ends are driven here from one thread with
  * poll(), as an event loop would. */
 #define _GNU_SOURCE
 #include "pki_support.h"
@@ -107,6 +108,33 @@ TEST(flow_control_both_ways) {
     free(out);
 }
 
+TEST(may_block_says_which_connections_may_wait) {
+    /* mtls_conn_may_block: whether a handshake step or the free may wait for more than the socket. */
+    int mb = 7;
+    CHECK_RC(mtls_conn_may_block(NULL, &mb), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_may_block(client, NULL), MTLS_E_INVALID_ARGUMENT);
+    CHECK_RC(mtls_conn_may_block((mtls_conn *)server_policy, &mb), MTLS_E_INVALID_ARGUMENT);
+    CHECK(mb == 7);
+    /* A listener's connection: 1 (its identity is not looked at), non-blocking or not. */
+    CHECK_OK(mtls_conn_may_block(server, &mb));
+    CHECK(mb == 1);
+    /* The non-blocking client, its key in memory, under a policy without revocation: 0. */
+    CHECK_OK(mtls_conn_may_block(client, &mb));
+    CHECK(mb == 0);
+    /* Its policy now checks revocation (a fetch may come): 1, asked again; 0 once off again. */
+    CHECK_OK(mtls_policy_set_revocation(server_policy, MTLS_REVOCATION_SOFT, MTLS_REVOCATION_SOURCE_CRL));
+    CHECK_OK(mtls_conn_may_block(client, &mb));
+    CHECK(mb == 1);
+    CHECK_OK(mtls_policy_set_revocation(server_policy, MTLS_REVOCATION_OFF, MTLS_REVOCATION_SOURCE_CRL));
+    CHECK_OK(mtls_conn_may_block(client, &mb));
+    CHECK(mb == 0);
+    /* Blocking: 1 (each step waits for the socket). */
+    CHECK_OK(mtls_conn_set_non_blocking(client, 0));
+    CHECK_OK(mtls_conn_may_block(client, &mb));
+    CHECK(mb == 1);
+    CHECK_OK(mtls_conn_set_non_blocking(client, 1));
+}
+
 TEST(back_to_blocking) {
     size_t n = 0;
     /* Back to blocking: reads wait again (within the I/O timeout) and deliver. */
@@ -165,6 +193,7 @@ int main(void) {
     RUN(blocking_read_waits_out_io_timeout);
     RUN(non_blocking_read);
     RUN(flow_control_both_ways);
+    RUN(may_block_says_which_connections_may_wait);
     RUN(back_to_blocking);
     RUN(close_notify_from_non_blocking_server);
 

@@ -220,6 +220,11 @@ public final class TrustPolicy: Sendable {
             ([s.revocation] + s.hostRules.compactMap(\.revocation)).contains { $0.mode != .off && $0.sources.contains(.ocsp) }
         }
     }
+    /// Whether revocation is checked anywhere in the policy (policy-wide or in a rule): an
+    /// evaluation under it may then wait for a CRL or OCSP fetch (within the fetch time limit).
+    package var checksRevocation: Bool {
+        readSetting { s in ([s.revocation] + s.hostRules.compactMap(\.revocation)).contains { $0.mode != .off } }
+    }
     /// Size and time limits of revocation fetches, the folder fetched CRLs are kept in, and the
     /// maximum age of an answer without nextUpdate. Policy files: `"revocation": {"max_bytes": N,
     /// "timeout_ms": N, "cache_dir": "...", "max_age_seconds": N}`.

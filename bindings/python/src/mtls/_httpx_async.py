@@ -26,7 +26,7 @@ from mtls._httpx_proxy import ProxyRoutes, route_client_proxies
 from mtls._proxy import TunnelError
 from mtls._url import url_host
 from mtls._url import endpoint, host_only
-from mtls.asyncio import _bounded, _connect_or_tunnel, _handshake, _off_loop, _wait_fd
+from mtls.asyncio import _bounded, _connect_or_tunnel, _free, _handshake, _off_loop, _wait_fd
 from mtls.errors import Closed, Error, Unsupported, WantRead, WantWrite
 from mtls.pkcs12 import Identity
 from mtls.tls import Connection, IdentityLike, resolve_identity
@@ -84,7 +84,7 @@ class _TLSStream(httpcore.AsyncNetworkStream):
                 conn.shutdown()  # close_notify, when the socket takes it now
             except Exception:  # noqa: BLE001 - the server may be gone: best effort
                 pass
-            await _off_loop(conn.close)  # mtls_conn_free may wait for a token's lock
+            await _free(conn)  # off the loop when it may wait for a token's lock
         self._sock.close()
 
     async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: Optional[str] = None,

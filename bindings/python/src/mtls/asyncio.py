@@ -19,17 +19,23 @@ our policy refuses the server, :class:`mtls.PeerAlert` when the server refuses u
 
 **What runs where.** Socket readiness is waited for on the event loop (``loop.add_reader`` /
 ``add_writer`` on the connection's descriptor); reads and writes are non-blocking libmtls calls
-made on the loop. Everything that may block runs on a worker thread of this module (ctypes
-releases the GIL during the C call, so the loop keeps running): resolving a store label or a
-``pkcs11:`` URI (the store's KDF, a token login and its PIN callback), every step of every
-handshake, and freeing a connection (``mtls_conn_free`` may wait for a token's lock). There are
-``MTLS_ASYNCIO_THREADS`` of them (default 4); names are resolved with ``loop.getaddrinfo`` (an IP
-address needs no lookup: it is read on the loop). A handshake step may sign on a token (a millisecond to seconds, and a PIN callback for a
-key that asks for its PIN at each signature), evaluate the server's chain with a cold cache
-(path building, CRL or OCSP fetches within the policy's timeouts) or do neither; Python cannot
-tell in advance which, so all steps go to the thread. Its cost is a thread hop per step (two or
-three per handshake), small against the handshake itself. A PIN callback is therefore called
-on that worker thread.
+made on the loop. A handshake whose every step is CPU work over the socket runs on the loop too,
+as Python's ``ssl`` runs its handshakes: when the identity (if any) has its key in memory
+(``Identity.key_in_memory``) and libmtls says the connection cannot wait for anything but its
+socket (``Connection.may_block`` False, ``mtls_conn_may_block``: asked before each step), making
+the connection, each handshake step (the server's chain evaluated with a cold cache included)
+and freeing the connection are made on the loop, with no thread hop. Everything that may block
+runs on a worker thread of this module (ctypes releases the GIL during the C call, so the loop
+keeps running): resolving a store label or a ``pkcs11:`` URI (the store's KDF, a token login and
+its PIN callback), and, for a connection with a token key (a signature, the token's lock, a PIN
+callback), with candidates loaded only once chosen, with an identity source, or judged by a
+policy that checks revocation (a CRL or OCSP fetch within the policy's timeouts), every step of
+its handshake and its free (``mtls_conn_free`` may wait for a token's lock). Such a connection
+costs a thread hop per step (two or three per handshake), small against a token signature. A PIN
+callback is therefore called on that worker thread. There are ``MTLS_ASYNCIO_THREADS`` worker
+threads (default 4); names are resolved with ``loop.getaddrinfo`` (an IP address needs no lookup:
+it is read on the loop). Connections accepted by :func:`start_server` are freed on a worker
+thread.
 
 **The one exception: a certificate asked for after the handshake.** Reads and writes of an
 established connection are made on the loop, and a client's read processes whatever TLS message
@@ -53,7 +59,7 @@ adapters) and runs the handshake through it for the target, exactly as on a dire
 
 **Cancellation and timeouts.** A cancelled or timed-out connect leaves nothing behind: no
 descriptor registered with the loop, the socket closed, the TLS connection freed (close_notify
-once the handshake had completed). A handshake step already running on the worker thread cannot
+once the handshake had completed). A handshake step already running on a worker thread cannot
 be interrupted: the cancelled task waits for that step (bounded by ``handshake_timeout``) before it
 frees the connection and re-raises ``CancelledError``. ``writer.close()`` sends close_notify after
 the data written before it, then closes the socket.
@@ -111,9 +117,9 @@ _executor_lock = threading.Lock()
 
 
 def _workers() -> concurrent.futures.ThreadPoolExecutor:
-    """The threads that run handshakes and identity lookups, made on first use. Their number
-    (MTLS_ASYNCIO_THREADS, default 4) bounds how many handshake steps run at once; tokens
-    serialise their signatures anyway."""
+    """The threads that run the handshakes that may block and identity lookups, made on first
+    use. Their number (MTLS_ASYNCIO_THREADS, default 4) bounds how many such handshake steps run
+    at once; tokens serialise their signatures anyway."""
     global _executor
     with _executor_lock:
         if _executor is None:
@@ -260,9 +266,9 @@ _DONE = None
 
 
 def _handshake_step(conn: Connection) -> Optional[bool]:
-    """On a worker thread: one step of the handshake. None when complete; else True when it waits
-    for the socket to be writable, False for readable. Other failures raise (a TrustError carries
-    the evaluation)."""
+    """One step of the handshake (on the loop or a worker thread, see _step). None when complete;
+    else True when it waits for the socket to be writable, False for readable. Other failures
+    raise (a TrustError carries the evaluation)."""
     # The C call directly: waiting for the socket is the common outcome, and answering it without
     # making an exception keeps this thread's hold on the GIL (which the loop needs) short.
     rc = lib.mtls_conn_handshake(conn._h)
@@ -283,24 +289,59 @@ def _handshake_step(conn: Connection) -> Optional[bool]:
     return _DONE
 
 
+def _made_on_loop(options: Dict[str, Any]) -> bool:
+    """Whether making the connection cannot wait: no identity source, and every identity given
+    has its key in memory (making the OpenSSL context of a token identity may load its key)."""
+    if options.get("identity_source") is not None:
+        return False
+    given = [options.get("identity"), *(options.get("candidates") or ())]
+    return all(i is None or (isinstance(i, Identity) and i.key_in_memory) for i in given)
+
+
+async def _step(conn: Connection) -> Optional[bool]:
+    """The next handshake step: on the loop while the core says the connection cannot wait for
+    anything but its socket (mtls_conn_may_block, asked before each step: a replaced policy may
+    turn revocation on), else on a worker thread, where the connection then stays."""
+    if conn._on_loop:
+        conn._on_loop = not conn.may_block
+    if conn._on_loop:
+        return _handshake_step(conn)
+    return await _off_loop(_handshake_step, conn)
+
+
+async def _free(conn: Connection) -> None:
+    """Frees the connection: on the loop when its steps ran there (nothing to wait for; a
+    non-blocking close sends close_notify only if the socket takes it at once), else on a worker
+    thread (mtls_conn_free may wait for a token's lock)."""
+    if conn._on_loop:
+        conn.close()
+    else:
+        await _off_loop(conn.close)
+
+
 async def _handshake(sock: socket.socket, host: str, port: int, options: Dict[str, Any]) -> Connection:
-    """The whole handshake over a connected socket, its steps on a worker thread; on failure or
-    cancellation the connection is freed (the caller closes the socket)."""
-    # Every step goes to the thread, not only those of token identities: an in-memory key's
-    # step may still evaluate the server's chain with a cold cache (path building, revocation
-    # fetches), a token key may sign in any step, and a step that only waits costs a thread hop
-    # (tens of microseconds). Waiting for the socket between steps stays on the loop.
+    """The whole handshake over a connected socket; on failure or cancellation the connection is
+    freed (the caller closes the socket). With keys in memory and no revocation checking, the
+    connection is made and its steps run on the loop, as Python's ssl runs its handshakes: each
+    step is CPU work over a socket that does not wait. Otherwise (a token key, an identity loaded
+    only when chosen, an identity source, a policy that may fetch a CRL or OCSP answer) they run
+    on a worker thread. Waiting for the socket between steps is always on the loop."""
     conn: Optional[Connection] = None
     try:
-        conn, want = await _off_loop(_start_handshake, sock, host, port, options, discard=lambda r: r[0].close())
+        if _made_on_loop(options):
+            conn = Connection.wrap(sock, host, port, non_blocking=True, **options)
+            conn._on_loop = True
+            want = await _step(conn)
+        else:
+            conn, want = await _off_loop(_start_handshake, sock, host, port, options, discard=lambda r: r[0].close())
         fd = sock.fileno()
         while want is not _DONE:
             await _wait_fd(fd, want)
-            want = await _off_loop(_handshake_step, conn)
+            want = await _step(conn)
         return conn
     except BaseException:
         if conn is not None:
-            await _off_loop(conn.close)  # before the caller closes the socket it writes to
+            await _free(conn)  # before the caller closes the socket it writes to
         raise
 
 
@@ -630,11 +671,13 @@ class _TLSTransport(asyncio.Transport):
                 s.close()
             self._protocol.connection_lost(exc)
 
-        if conn is None:
+        if conn is None or conn._on_loop:
+            if conn is not None:
+                conn.close()  # nothing to wait for (see _free)
             self._loop.call_soon(release)
             return
         # mtls_conn_free may wait for a lock a token signature holds (the connection's identity
-        # and context are shared with handshakes in progress): off the loop too.
+        # and context are shared with handshakes in progress): off the loop, as its steps were.
         try:
             self._loop.run_in_executor(_workers(), conn.close).add_done_callback(release)
         except RuntimeError:  # the loop is closed (a transport collected late): free here

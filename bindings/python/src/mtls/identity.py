@@ -114,6 +114,15 @@ class Identity(_Handle):
         return out_string(lib.mtls_identity_token_uri, self._h)
 
     @property
+    def key_in_memory(self) -> bool:
+        """Whether the private key is in this process's memory (:attr:`token_uri` is None), so
+        that signing with it never waits for a token. Read once: an identity's key never moves."""
+        known = self.__dict__.get("_key_in_memory")
+        if known is None:
+            known = self.__dict__["_key_in_memory"] = self.token_uri is None
+        return known
+
+    @property
     def friendly_name(self) -> Optional[str]:
         return out_string(lib.mtls_identity_friendly_name, self._h)
 

@@ -127,6 +127,8 @@ fn("mtls_conn_alpn", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 fn("mtls_conn_tls_version", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 # int mtls_conn_resumed(const mtls_conn *conn, int *resumed)
 fn("mtls_conn_resumed", ctypes.c_int, ctypes.c_void_p, c_int_p)
+# int mtls_conn_may_block(const mtls_conn *conn, int *may_block)
+fn("mtls_conn_may_block", ctypes.c_int, ctypes.c_void_p, c_int_p)
 # int mtls_conn_policy_changed(const mtls_conn *conn, int *changed)
 fn("mtls_conn_policy_changed", ctypes.c_int, ctypes.c_void_p, c_int_p)
 # int mtls_conn_presented_identity(const mtls_conn *conn, mtls_identity **out)
@@ -309,6 +311,9 @@ class Connection(_Handle):
     carries its own length."""
     _free = "mtls_conn_free"
     suppress_ragged_eofs: bool = False
+    #: Set by mtls.asyncio while the core says this connection cannot wait for anything but its
+    #: socket (:attr:`may_block` False): its handshake steps and its close run on the event loop.
+    _on_loop: bool = False
 
     @classmethod
     def connect(cls, host: str, port: int, *, handshake: bool = True, **options: Any) -> "Connection":
@@ -450,6 +455,15 @@ class Connection(_Handle):
     @property
     def resumed(self) -> bool:
         return bool(out_value(ctypes.c_int, lib.mtls_conn_resumed, self._h))
+
+    @property
+    def may_block(self) -> bool:
+        """Whether a handshake step or the close of this connection may wait for something other
+        than its socket (mtls_conn_may_block): a blocking or a listener's connection, a key on a
+        token or loaded only when chosen, a policy that checks revocation. False for a
+        non-blocking client connection with keys in memory under a policy without revocation,
+        whose steps an event loop may run itself. Can change with the policy: ask before each step."""
+        return bool(out_value(ctypes.c_int, lib.mtls_conn_may_block, self._h))
 
     @property
     def policy_changed(self) -> bool:
