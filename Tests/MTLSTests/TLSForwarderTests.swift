@@ -97,7 +97,9 @@ extension TLSConnectionTests {
         let counters = ForwardCounters()
         var pairs: [Forwarded] = []
         let before = Self.threadCount()
-        for i in 0..<200 { pairs.append(try forwarded(forwarder, accepting, index: i, counters: counters)) }
+        // The idle timeout only ends a stuck pair: it outlasts opening all 200 (about 20 s under
+        // ThreadSanitizer on a loaded machine), or the first pairs end idle before they are used.
+        for i in 0..<200 { pairs.append(try forwarded(forwarder, accepting, index: i, idleTimeout: 300, counters: counters)) }
         XCTAssertEqual(forwarder.active, 200)
         XCTAssertLessThanOrEqual(Self.threadCount(), before + 2, "threads grew with the pairs")
         for (i, p) in pairs.enumerated() {
@@ -129,10 +131,12 @@ extension TLSConnectionTests {
         defer { accepting.listener.close() }
         let forwarder = try TLSForwarder()
         defer { forwarder.close() }
-        let p = try forwarded(forwarder, accepting, index: 0)
-        defer { p.client.close(); close(p.far) }
+        // Made before the pair is added: under ThreadSanitizer making them takes seconds, which
+        // the pair's idle timeout would count.
         let up = (0..<(4 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7) }
         let down = (0..<(4 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 13) }
+        let p = try forwarded(forwarder, accepting, index: 0)
+        defer { p.client.close(); close(p.far) }
         let sent = DispatchSemaphore(value: 0)
         let far = p.far
         Thread.detachNewThread {
