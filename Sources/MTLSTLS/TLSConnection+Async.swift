@@ -38,7 +38,7 @@ final class LibraryThreadCall<Value>: Sendable {
         /// Whether cancelling shut the socket down (the operation was then cut short).
         var interrupted = false
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
     /// The socket shut down on cancellation; nil: the caller is answered at once instead and the
     /// thread's result is given to `discard`.
     private let interruptFD: Int32?
