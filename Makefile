@@ -204,7 +204,7 @@ test-tsan: deps
 # socket as an ordering between the two threads (one sync object for all sockets), which hides
 # races in a library whose threads all do socket I/O. Not part of `make test`: it is a second
 # full build of everything; run it after changing code that threads share (docs/contributing.md).
-TSAN_SWIFT_TESTS ?= ListenerAdmissionTests|IdleConnectionMemoryTests|TLSConnectionTests|TunnelTests|SwiftAsyncAPITests|RotationTests|RotationFailureTests|ThreadStressTests
+TSAN_SWIFT_TESTS ?= ListenerAdmissionTests|IdleConnectionMemoryTests|TLSConnectionTests|TunnelTests|SwiftAsyncAPITests|RotationTests|RotationFailureTests
 TSAN_THREAD_C_TESTS ?= $(addprefix Tests/c/,test_concurrency.c test_hostile.c test_listener_flood.c test_nonblocking_accept.c \
 	test_resumption.c test_rotation.c test_rotation_client.c test_store_concurrency.c test_tls.c test_tunnel.c)
 TSAN_THREAD_OPTIONS = halt_on_error=0:io_sync=0:second_deadlock_stack=1:suppressions=$(TSAN_SUPPRESSIONS)

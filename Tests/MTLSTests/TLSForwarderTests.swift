@@ -9,7 +9,7 @@ import Glibc
 /// same state machine as `forward(to:)`, with the connection tests' PKI.
 extension TLSConnectionTests {
     /// A listener whose accepted connections arrive on `accepted` (accepted on a thread of the test).
-    private final class Accepting: @unchecked Sendable {
+    final class Accepting: @unchecked Sendable {
         let listener: TLSListener
         let accepted = LockedBox<[TLSConnection]>([])
         init(_ pki: TLSConnectionTests) throws {
@@ -29,7 +29,7 @@ extension TLSConnectionTests {
     }
 
     /// A forwarded pair: the TLS client end, the plaintext program's end of a socket pair, the result.
-    private struct Forwarded {
+    struct Forwarded {
         let client: TLSConnection
         let far: Int32
         let done = DispatchSemaphore(value: 0)
@@ -41,7 +41,7 @@ extension TLSConnectionTests {
         }
     }
 
-    private func forwarded(_ forwarder: TLSForwarder, _ accepting: Accepting, index: Int, idleTimeout: Double? = 20,
+    func forwarded(_ forwarder: TLSForwarder, _ accepting: Accepting, index: Int, idleTimeout: Double? = 20,
                            rewriter: HTTPRequestRewriter? = nil, counters: ForwardCounters? = nil) throws -> Forwarded {
         let client = try TLSConnection.connect(host: "127.0.0.1", port: accepting.listener.port,
                                                options: try clientOptions(identity: identity("client-a")))
@@ -57,7 +57,7 @@ extension TLSConnectionTests {
         return f
     }
 
-    private static func readToEnd(_ fd: Int32) -> [UInt8] {
+    static func readToEnd(_ fd: Int32) -> [UInt8] {
         var got: [UInt8] = []
         var buf = [UInt8](repeating: 0, count: 65536)
         while true {
@@ -67,7 +67,7 @@ extension TLSConnectionTests {
         }
     }
 
-    private static func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
+    static func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
         var off = 0
         while off < bytes.count {
             let n = bytes[off...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
@@ -76,7 +76,7 @@ extension TLSConnectionTests {
         }
     }
 
-    private static func readTLSToEnd(_ c: TLSConnection) -> [UInt8] {
+    static func readTLSToEnd(_ c: TLSConnection) -> [UInt8] {
         var reply: [UInt8] = []
         while let chunk = try? c.read(timeout: 20), !chunk.isEmpty { reply += chunk }
         return reply
