@@ -51,14 +51,14 @@ public final class Renewer: Sendable {
         var nextAttempt: Date = .distantPast
         var scheduledReported: Date?
     }
-    private let state = Mutex<[String: LabelState]>([:])
-    private let pass = Mutex<Void>(())
+    private let state = Locked<[String: LabelState]>([:])
+    private let pass = Locked<Void>(())
     /// Labels being renewed now (each by one thread at a time).
-    private let inFlight = Mutex<Set<String>>([])
+    private let inFlight = Locked<Set<String>>([])
     /// Events the attempts made, waiting to be delivered on the thread that runs the renewer.
-    private let pending = Mutex<[LifecycleEvent]>([])
+    private let pending = Locked<[LifecycleEvent]>([])
     /// Attempts ended, by label, waiting to be returned by ``runOnce(force:now:)``.
-    private let done = Mutex<[String: RenewalAttempt]>([:])
+    private let done = Locked<[String: RenewalAttempt]>([:])
 
     /// Renews `label` (nil: every enrolled identity) of `store`; a renewed chain must validate
     /// under `policy` (nil: the anchors recorded at enrollment). `tokenPIN` unlocks token keys,

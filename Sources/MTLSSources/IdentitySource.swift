@@ -40,7 +40,7 @@ package enum LifecycleWatcher {
     /// connections still holding the previous identity or policy to end, and a burst of
     /// changes gives back once.
     static let releaseDelay = 3
-    private static let state = Mutex(State())
+    private static let state = Locked(State())
 
     static func watch(_ item: any LifecycleWatched) {
         let start: Bool = state.withLock { st in
@@ -123,11 +123,11 @@ public final class IdentitySource: Sendable, LifecycleWatched {
         /// The leaf whose expiry was last warned about (once per identity).
         var warned: [UInt8]?
     }
-    private let current_: Mutex<Current>
+    private let current_: Locked<Current>
     private let follow: StoreFollow?
     /// Told of each new identity before the event, on the thread that put it in force (a
     /// listener makes its context for it there: see ``ListenerContexts``). Held weakly.
-    private let observers = Mutex<[WeakObserver]>([])
+    private let observers = Locked<[WeakObserver]>([])
     private struct WeakObserver { weak var item: (any IdentityObserver)? }
 
     /// What following a store needs: the store, the label and what was seen last.
@@ -135,23 +135,23 @@ public final class IdentitySource: Sendable, LifecycleWatched {
         let store: CredentialStore
         let tokenPIN: SecretBytes?
         /// The store's change mark when last looked at, and the row's ``fingerprint(_:)`` then.
-        let seen: Mutex<(mark: [Int64], leaf: String)>
+        let seen: Locked<(mark: [Int64], leaf: String)>
         /// The last failure reported (its code and message): a look that keeps failing is retried
         /// at each look (a token put back in is found) but reported once.
-        let reported = Mutex<String?>(nil)
+        let reported = Locked<String?>(nil)
         /// Held for the whole of a look (see ``IdentitySource/refresh()``).
-        let looking = Mutex(())
+        let looking = Locked(())
         init(store: CredentialStore, tokenPIN: SecretBytes?, mark: [Int64], leaf: String) {
             self.store = store
             self.tokenPIN = tokenPIN
-            seen = Mutex((mark, leaf))
+            seen = Locked((mark, leaf))
         }
     }
 
     /// A source presenting `identity` until ``replace(with:)`` says otherwise. Once an event
     /// handler is set, the watcher thread also looks at its expiry.
     public init(_ identity: Identity, warningDays: Int = LifecycleDefaults.warningDays) {
-        current_ = Mutex(Current(identity: identity))
+        current_ = Locked(Current(identity: identity))
         follow = nil
         label = nil
         self.warningDays = warningDays
@@ -166,7 +166,7 @@ public final class IdentitySource: Sendable, LifecycleWatched {
     public init(store: CredentialStore, label: String, tokenPIN: SecretBytes? = nil, warningDays: Int = LifecycleDefaults.warningDays) throws {
         let mark = try store.changeMark()
         let (identity, leaf) = try IdentitySource.load(store, label, tokenPIN)
-        current_ = Mutex(Current(identity: identity))
+        current_ = Locked(Current(identity: identity))
         follow = StoreFollow(store: store, tokenPIN: tokenPIN, mark: mark, leaf: leaf)
         self.label = label
         self.warningDays = warningDays
@@ -377,14 +377,14 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
     public let events = LifecycleEvents()
     /// Days before an anchor's notAfter from which an ``LifecycleEventKind/expiryWarning`` is reported.
     public let warningDays: Int
-    private let seen: Mutex<Seen>
+    private let seen: Locked<Seen>
     /// Held for the whole of a look or a reload.
-    private let looking = Mutex(())
+    private let looking = Locked(())
     /// What the program sets on top of the file's settings (a command line's `--revocation`),
     /// applied to every version of the file before it is put in force, so a reload never drops it.
     private let adjust: (@Sendable (TrustPolicy) throws -> Void)?
     /// The anchors already warned about (once per anchor).
-    private let warned = Mutex<Set<String>>([])
+    private let warned = Locked<Set<String>>([])
 
     package struct FileStamp: Equatable {
         var size: Int64, inode: UInt64, device: UInt64
@@ -434,7 +434,7 @@ public final class PolicyFileWatch: Sendable, LifecycleWatched {
         let (loaded, files) = try TrustPolicy.loadNamingFiles(bytes: bytes, path: path)
         try adjust?(loaded)
         policy = loaded
-        seen = Mutex(Seen(stamp: stamp, digest: Encoding.sha256(bytes), readAt: readAt,
+        seen = Locked(Seen(stamp: stamp, digest: Encoding.sha256(bytes), readAt: readAt,
                           named: PolicyFileWatch.named(files, before: [:])))
         LifecycleWatcher.watch(self)
     }
@@ -553,7 +553,7 @@ public final class StoreAnchorWatch: Sendable, LifecycleWatched {
     public let events = LifecycleEvents()
     private let store: CredentialStore
     /// The store's change mark when last looked at, the certificates in force, the last failure reported.
-    private let state: Mutex<(mark: [Int64], certificates: [Certificate], reported: String?)>
+    private let state: Locked<(mark: [Int64], certificates: [Certificate], reported: String?)>
 
     /// Adds the certificates stored under `labels` to `policy`'s anchors now (a failure throws)
     /// and follows them from now on.
@@ -566,7 +566,7 @@ public final class StoreAnchorWatch: Sendable, LifecycleWatched {
         self.policy = policy
         self.labels = labels
         self.store = store
-        state = Mutex((mark, certificates, nil))
+        state = Locked((mark, certificates, nil))
         LifecycleWatcher.watch(self)
     }
 

@@ -65,7 +65,7 @@ public final class CredentialStore: @unchecked Sendable {
     /// The file's path.
     public let path: String
     let db: SQLiteDatabase
-    let lock = Mutex<Void>(())
+    let lock = Locked<Void>(())
     var dataKey: SecretBytes
     var rowAuth: StoreRowAuthenticator?
     /// Keys the header MAC (``StoreHeader``).

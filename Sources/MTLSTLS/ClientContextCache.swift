@@ -6,7 +6,7 @@ import Synchronization
 extension TLSContext {
     // MARK: shared client contexts
 
-    private static let cacheLock = Mutex<Void>(())
+    private static let cacheLock = Locked<Void>(())
     nonisolated(unsafe) private static var clientContexts: [ContextKey: (TLSContext, [AnyObject])] = [:]
     /// The keys of `clientContexts`, least recently used first.
     nonisolated(unsafe) private static var recentUse: [ContextKey] = []

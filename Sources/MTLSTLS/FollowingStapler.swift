@@ -8,7 +8,7 @@ import Synchronization
 final class FollowingStapler: Sendable {
     /// The certificate last stapled for and its stapler (nil: it names no responder), so that
     /// a certificate without one is looked at once, not at every handshake.
-    private let current: Mutex<(leaf: Certificate, stapler: OCSPStapler?)>
+    private let current: Locked<(leaf: Certificate, stapler: OCSPStapler?)>
     private let source: IdentitySource
     private let options: RevocationFetchOptions
     private let events: LifecycleEvents?
@@ -18,7 +18,7 @@ final class FollowingStapler: Sendable {
         self.options = options
         self.events = events
         let identity = source.current
-        current = Mutex((identity.leaf, OCSPStapler.start(for: identity, options: options, events: events)))
+        current = Locked((identity.leaf, OCSPStapler.start(for: identity, options: options, events: events)))
     }
 
     /// The stapler for the certificate `ssl` presents: the running one when it is for it, else a

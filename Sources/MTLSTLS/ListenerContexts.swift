@@ -20,17 +20,17 @@ import Synchronization
 package final class ListenerContexts: Sendable, IdentityObserver {
     private let source: IdentitySource
     private let options: TLSServerOptions
-    private let context: Mutex<TLSContext>
+    private let context: Locked<TLSContext>
     /// The last identity no context could be made for: handshakes do not try again for it (each
     /// try builds a whole `SSL_CTX`), they go on from the previous context and install it on
     /// their `SSL` (or present the last good one). Another identity put in force is tried.
-    private let unusable = Mutex<Identity?>(nil)
+    private let unusable = Locked<Identity?>(nil)
 
     /// Starts with `first`, made for `source`'s identity in force now.
     package init(_ first: TLSContext, source: IdentitySource, options: TLSServerOptions) {
         self.source = source
         self.options = options
-        context = Mutex(first)
+        context = Locked(first)
         source.observe(self)
     }
 

@@ -24,7 +24,7 @@ final class ServerTickets: Sendable {
         var order: [UInt64] = []
         var head = 0
     }
-    private let book = Mutex(Book())
+    private let book = Locked(Book())
 
     /// Keeps `record` under a new number; returns what the ticket carries.
     private func keep(_ record: ResumptionRecord) -> [UInt8]? {

@@ -15,7 +15,7 @@ final class SessionCache: Sendable {
         var session: OpaquePointer
         var record: ResumptionRecord
     }
-    private let entries = Mutex<[String: Entry]>([:])
+    private let entries = Locked<[String: Entry]>([:])
 
     deinit { entries.withLock { for e in $0.values { SSL_SESSION_free(e.session) } } }
 

@@ -65,7 +65,7 @@ package final class TLSContextConfig {
     /// ``installedIdentity``), and the leaf of the last one OpenSSL refused here (its security
     /// level, its signature schemes): a refused identity is reported once, and the last good one
     /// is presented instead — never no certificate (``TLSHandshakeState/takeIdentity(from:ssl:server:config:)``).
-    let taken: Mutex<(good: Identity?, refused: [UInt8]?)>
+    let taken: Locked<(good: Identity?, refused: [UInt8]?)>
     private static let nextInstance = Atomic<UInt64>(0)
 
     init(policy: TrustPolicy, purpose: TrustPurpose, identity: ClientIdentity, serverALPN: [String],
@@ -73,7 +73,7 @@ package final class TLSContextConfig {
          overrides: TrustOverrides? = nil, identitySource: IdentitySource? = nil, installedIdentity: Identity? = nil) throws {
         self.identitySource = identitySource
         self.installedIdentity = installedIdentity
-        taken = Mutex((installedIdentity, nil))
+        taken = Locked((installedIdentity, nil))
         contextSchemesLimited = identitySource.map { ((try? TokenKey.signatureAlgorithms($0.current.privateKey)) ?? nil) != nil } ?? false
         self.policy = policy
         self.overrides = overrides.flatMap { $0.isEmpty ? nil : $0 }

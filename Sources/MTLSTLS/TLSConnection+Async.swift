@@ -1,3 +1,4 @@
+internal import COpenSSL
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -25,12 +26,19 @@ package enum AsyncOperations {
 
 /// A value handed between the awaiting task and the library thread that works on it. The task
 /// waits for the thread, so the value is never used by both at once.
-struct HandedOver<Value>: @unchecked Sendable {
-    let value: Value
+package struct HandedOver<Value>: @unchecked Sendable {
+    package let value: Value
+    package init(value: Value) { self.value = value }
 }
 
 /// One blocking call made for an async caller on a library thread, and its cancellation.
-final class LibraryThreadCall<Value>: Sendable {
+///
+/// What the thread did happens before the caller goes on: the caller is answered through a
+/// `CheckedContinuation`, an ordering ThreadSanitizer does not see on Linux (it reported a
+/// connection abandoned on the thread, then used by the caller, as a race). So every answer
+/// is announced to TSan (`answer`, a release on this call) and the caller acquires it when its
+/// wait ends (`run`); outside a TSan build both do nothing (COpenSSL/shim.h).
+package final class LibraryThreadCall<Value>: Sendable {
     private struct State {
         var continuation: CheckedContinuation<HandedOver<Value>, any Error>?
         var finished = false
@@ -38,7 +46,7 @@ final class LibraryThreadCall<Value>: Sendable {
         /// Whether cancelling shut the socket down (the operation was then cut short).
         var interrupted = false
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
     /// The socket shut down on cancellation; nil: the caller is answered at once instead and the
     /// thread's result is given to `discard`.
     private let interruptFD: Int32?
@@ -56,12 +64,13 @@ final class LibraryThreadCall<Value>: Sendable {
     /// the caller waits for `body` to return (then `abandon` runs on the thread and the caller
     /// gets `CancellationError`); without, the caller gets `CancellationError` at once and a
     /// result `body` still makes is given to `discard`.
-    static func run(interrupting interruptFD: Int32? = nil,
+    package static func run(interrupting interruptFD: Int32? = nil,
                     abandon: (@Sendable () -> Void)? = nil,
                     discard: (@Sendable (HandedOver<Value>) -> Void)? = nil,
                     _ body: @escaping @Sendable (LibraryThreadCall<Value>) throws -> HandedOver<Value>) async throws -> Value {
         try Task.checkCancellation()
         let call = LibraryThreadCall(interruptFD: interruptFD, discard: discard)
+        defer { mtls_tsan_acquire(call.token) } // what the answer's thread did happened before this
         let result = try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HandedOver<Value>, any Error>) in
                 let (startNow, interrupted) = call.state.withLock { st -> (Bool, Bool) in
@@ -72,7 +81,7 @@ final class LibraryThreadCall<Value>: Sendable {
                 guard startNow else {
                     // Cancelled before the thread started; a socket shut down already is abandoned.
                     if interrupted { abandon?() }
-                    continuation.resume(throwing: CancellationError())
+                    call.answer(continuation, .failure(CancellationError()))
                     return
                 }
                 AsyncOperations.running.add(1, ordering: .releasing)
@@ -84,7 +93,7 @@ final class LibraryThreadCall<Value>: Sendable {
                 if !started {
                     AsyncOperations.running.subtract(1, ordering: .releasing)
                     let taken = call.state.withLock { st in defer { st.continuation = nil; st.finished = true }; return st.continuation }
-                    taken?.resume(throwing: MTLSError(.noMemory, "cannot start a thread for the operation"))
+                    if let taken { call.answer(taken, .failure(MTLSError(.noMemory, "cannot start a thread for the operation"))) }
                 }
             }
         } onCancel: {
@@ -107,7 +116,16 @@ final class LibraryThreadCall<Value>: Sendable {
             defer { st.continuation = nil }
             return st.continuation
         }
-        answerNow?.resume(throwing: CancellationError())
+        if let answerNow { answer(answerNow, .failure(CancellationError())) }
+    }
+
+    /// This call's address: what the answering thread releases and the caller acquires.
+    private var token: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
+
+    /// Resumes the caller, after telling ThreadSanitizer that what this thread did comes first.
+    private func answer(_ continuation: CheckedContinuation<HandedOver<Value>, any Error>, _ outcome: Result<HandedOver<Value>, any Error>) {
+        mtls_tsan_release(token)
+        continuation.resume(with: outcome)
     }
 
     private func finish(_ outcome: Result<HandedOver<Value>, any Error>, abandon: (@Sendable () -> Void)?) {
@@ -122,7 +140,7 @@ final class LibraryThreadCall<Value>: Sendable {
             if case .success(let value) = outcome { discard?(value) }
             return
         }
-        if interrupted { continuation.resume(throwing: CancellationError()) } else { continuation.resume(with: outcome) }
+        answer(continuation, interrupted ? .failure(CancellationError()) : outcome)
     }
 }
 

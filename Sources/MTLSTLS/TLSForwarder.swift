@@ -132,8 +132,8 @@ public final class TLSForwarder: @unchecked Sendable {
         private let shared: Shared
         /// Pairs handed over and not yet taken by the thread; whether the forwarder is closing
         /// and when it cuts the pairs still running.
-        private let inbox = Mutex<(entries: [Entry], cutAt: Double?)>(([], nil))
-        private let thread = Mutex<pthread_t?>(nil)
+        private let inbox = Locked<(entries: [Entry], cutAt: Double?)>(([], nil))
+        private let thread = Locked<pthread_t?>(nil)
         private var pairs: [UInt64: Entry] = [:]
         private var nextID: UInt64 = 1
 

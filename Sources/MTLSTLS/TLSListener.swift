@@ -146,7 +146,7 @@ public final class ListenerCounters: Sendable {
     private let accepted_ = Atomic<UInt64>(0)
     private let resumed_ = Atomic<UInt64>(0)
     private let current_ = Atomic<Int64>(0)
-    private let refused_ = Mutex<[MTLSError.Code: UInt64]>([:])
+    private let refused_ = Locked<[MTLSError.Code: UInt64]>([:])
 
     /// Only a listener counts (``TLSListener/counters``): a counter of no listener means nothing.
     init() {}
@@ -603,7 +603,7 @@ final class ListenerCore: Sendable {
         if let t = closing.driver, pthread_equal(t, pthread_self()) == 0 { pthread_join(t, nil) }
     }
 
-    private let fdClosed = Mutex(false)
+    private let fdClosed = Locked(false)
     private func closeListenFD() {
         fdClosed.withLock { done in
             guard !done else { return }

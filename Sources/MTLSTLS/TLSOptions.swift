@@ -71,13 +71,13 @@ public final class IdentityCandidate: Sendable {
     public let chain: [Certificate]
     private let load: @Sendable () throws -> Identity
     /// The identity once loaded; the lock is held while loading, so it is loaded once.
-    private let loaded: Mutex<Identity?>
+    private let loaded: Locked<Identity?>
 
     /// A candidate whose identity is already loaded.
     public init(_ identity: Identity) {
         leaf = identity.leaf
         chain = identity.chain
-        loaded = Mutex(identity)
+        loaded = Locked(identity)
         load = { identity }
     }
 
@@ -87,7 +87,7 @@ public final class IdentityCandidate: Sendable {
     public init(token reference: StoreTokenReference, pin: SecretBytes? = nil, pinCallback: TokenPINCallback? = nil) {
         leaf = reference.certificate
         chain = reference.chain
-        loaded = Mutex(nil)
+        loaded = Locked(nil)
         load = { try Token.identity(reference: reference, pin: pin, pinCallback: pinCallback) }
     }
 

@@ -86,10 +86,10 @@ public struct LifecycleEvent: Sendable {
 /// library's watcher thread (`mtls-watch`) for changes it finds, and on the calling thread for a
 /// swap the application makes (``IdentitySource/replace(with:)``).
 public final class LifecycleEvents: Sendable {
-    private let handler = Mutex<(@Sendable (LifecycleEvent) -> Void)?>(nil)
+    private let handler = Locked<(@Sendable (LifecycleEvent) -> Void)?>(nil)
     /// Run once, when a handler is first set: a fixed identity source starts being watched
     /// (for its expiry) only when someone listens.
-    package let onFirstHandler = Mutex<(@Sendable () -> Void)?>(nil)
+    package let onFirstHandler = Locked<(@Sendable () -> Void)?>(nil)
 
     /// No handler: events are dropped until one is set.
     public init() {}

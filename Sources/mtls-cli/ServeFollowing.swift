@@ -76,7 +76,7 @@ final class ServeFollowing: @unchecked Sendable {
         fileAnchors = files
         // The stored anchors in force, added back to each new version of the policy file (a
         // reload replaces the policy's settings with the file's): set once the watch exists.
-        let anchorsInForce = Mutex<StoreAnchorWatch?>(nil)
+        let anchorsInForce = Locked<StoreAnchorWatch?>(nil)
         // --revocation and --revocation-max-age hold for every version of the file, not only the first one.
         policyWatch = try policyPath.map {
             try PolicyFileWatch(path: $0, adjust: { p in
@@ -122,7 +122,7 @@ final class ServeFollowing: @unchecked Sendable {
     /// another thing's success says nothing about it. Without a listener (`mtls tunnel client`),
     /// the followed identity's own events are printed.
     func start(listener: TLSListener?) {
-        let failing = Mutex(Set<Followed>())
+        let failing = Locked(Set<Followed>())
         let report: @Sendable (Followed, LifecycleEvent) -> Void = { thing, e in
             let what: String
             var message = e.message

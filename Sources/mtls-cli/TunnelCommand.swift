@@ -615,7 +615,7 @@ struct TunnelClientCommand: ParsableCommand {
 /// A fixed number of threads running queued jobs in turn (the tunnel client's blocking connects
 /// and handshakes): the thread count does not grow with the connections.
 final class WorkPool: Sendable {
-    private let jobs = Mutex<[@Sendable () -> Void]>([])
+    private let jobs = Locked<[@Sendable () -> Void]>([])
     private let ready = DispatchSemaphore(value: 0)
 
     /// The threads run until the process ends.

@@ -111,7 +111,7 @@ final class HTTPTests: XCTestCase {
     /// 200 ms never lets a single read time out, yet the request ends at the deadline.
     func testOneDeadlineBoundsATricklingServer() throws {
         let (listener, port) = try Socket.listen(address: "127.0.0.1", port: 0)
-        let stop = Mutex(false)
+        let stop = Locked(false)
         let server = Thread {
             let c = accept(listener, nil, nil)
             guard c >= 0 else { return }

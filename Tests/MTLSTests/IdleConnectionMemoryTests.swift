@@ -61,7 +61,7 @@ final class IdleConnectionMemoryTests: XCTestCase {
         _ = try TestPKI.sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout \(dir)/k.pem -out \(dir)/c.pem -subj '/CN=idle.example' -days 3")
         let cert = try XCTUnwrap(Certificate.load(path: "\(dir)/c.pem").first)
         let wrapped = try Certificate(borrowing: cert.x509)
-        let pointers = Mutex<Set<UInt>>([])
+        let pointers = Locked<Set<UInt>>([])
         DispatchQueue.concurrentPerform(iterations: 8) { _ in
             let p = UInt(bitPattern: wrapped.derPointer)
             pointers.withLock { _ = $0.insert(p) }

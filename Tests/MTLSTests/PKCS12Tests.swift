@@ -303,7 +303,7 @@ final class PKCS12Tests: XCTestCase {
         let f = try P12Fixture.make()
         let legacy = try bytes(of: f.opensslP12("-legacy", name: "legacy.p12"))
         let modern = try bytes(of: f.opensslP12("", name: "modern.p12"))
-        let failures = Mutex(0)
+        let failures = Locked(0)
         DispatchQueue.concurrentPerform(iterations: 16) { i in
             do {
                 let c = try PKCS12.parse(i % 2 == 0 ? legacy : modern, password: SecretBytes("pw"))

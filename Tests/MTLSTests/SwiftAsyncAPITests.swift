@@ -73,6 +73,32 @@ final class SwiftAsyncAPITests: XCTestCase, ConnectionPKIFiles {
     /// A read that would block forever: cancelling its task ends it at once with
     /// CancellationError, and the connection is unusable but safe (later calls throw `closed`,
     /// close() frees it).
+    /// What a library thread did before it answers happens before the awaiting caller goes on,
+    /// for ThreadSanitizer too (`make tsan`): TSan does not always see a continuation's ordering
+    /// on Linux; once it reported a connection abandoned on the thread and then used by the
+    /// caller (the test below) as a race. The answers are now announced to it; this checks the
+    /// hand-off awaited directly and through another task.
+    func testWhatTheLibraryThreadDidHappensBeforeTheCallerGoesOn() async throws {
+        final class Plain: @unchecked Sendable { var value = 0 }
+        for i in 1...20 {
+            let plain = Plain()
+            // Awaited directly, and through another task (as a cancelled read is, below).
+            let got = try await LibraryThreadCall<Int>.run { _ in
+                plain.value = i
+                return HandedOver(value: i)
+            }
+            XCTAssertEqual(plain.value, got)
+            let task = Task {
+                try await LibraryThreadCall<Int>.run { _ in
+                    plain.value = -i
+                    return HandedOver(value: -i)
+                }
+            }
+            let fromTask = try await task.value
+            XCTAssertEqual(plain.value, fromTask)
+        }
+    }
+
     func testCancelledReadReturnsPromptlyAndLeavesTheConnectionUnusable() async throws {
         let server = try listener()
         defer { server.close() }

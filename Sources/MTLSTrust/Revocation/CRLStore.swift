@@ -106,7 +106,7 @@ package final class CRLStore: Sendable {
         /// Network fetches made (for tests and benchmarks: single flight makes one per URL).
         var fetches = 0
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// Moves whenever what the cache holds changes (a CRL stored or replaced, a failure
     /// remembered, the cache cleared) or an OCSP answer is cached: an evaluation's revocation

@@ -25,7 +25,7 @@ package enum OCSPCheck {
     }
 
     /// Cached answers by responder URL and certificate (and issuer).
-    private static let cache = Mutex<[String: Answer]>([:])
+    private static let cache = Locked<[String: Answer]>([:])
     static let maxEntries = 4096
 
     static func clear() {

@@ -15,7 +15,7 @@ import Glibc
 package final class OCSPStapler: Sendable {
     private final class Shared: Sendable {
         /// The response kept (DER) and until when it is current.
-        let response = Mutex<(der: [UInt8], validUntil: Date)?>(nil)
+        let response = Locked<(der: [UInt8], validUntil: Date)?>(nil)
         let stopped = Atomic<Bool>(false)
         /// Fetches made (for tests).
         let fetches = Atomic<Int>(0)

@@ -12,13 +12,13 @@ public final class RevocationList: @unchecked Sendable {
     let idpFlags: Int32
     /// The issuers (DER) this CRL was verified against (``CRLCheck/verifyOnce(_:issuer:time:)``):
     /// a CRL given to a policy is verified once per issuer, not at every evaluation.
-    let verifiedIssuers = Mutex<[[UInt8]]>([])
+    let verifiedIssuers = Locked<[[UInt8]]>([])
     /// The file this CRL was read from (``load(path:)``), nil when parsed from memory: what a
     /// stale-CRL event names.
     public let path: String?
     /// The nextUpdate of this CRL last reported stale (``RevocationEvents/staleFile``): a CRL file
     /// past its nextUpdate is reported once per staleness, not at every evaluation.
-    let staleReported = Mutex<Date?>(nil)
+    let staleReported = Locked<Date?>(nil)
     /// The CRL's thisUpdate and nextUpdate, read once: whether it is current is asked at every
     /// evaluation (``RevocationFreshness``).
     let thisUpdate: Date

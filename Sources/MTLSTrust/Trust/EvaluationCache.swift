@@ -64,7 +64,7 @@ final class EvaluationCache: Sendable {
     /// At most this many entries; the cache is emptied when full (cheap, and simple to reason about).
     static let capacity = 4096
 
-    private let entries = Mutex<[Key: Entry]>([:])
+    private let entries = Locked<[Key: Entry]>([:])
 
     /// The cached result for `key` when the key's time is inside its window, with that window.
     /// With a revocation cache `memo` generation: the memoized result with revocation's outcome

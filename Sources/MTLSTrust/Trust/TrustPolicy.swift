@@ -52,7 +52,7 @@ public final class TrustPolicy: Sendable {
         var revocationFetch = RevocationFetchOptions()
     }
 
-    private let state: Mutex<(settings: Settings, version: UInt64, compiled: CompiledPolicy?)>
+    private let state: Locked<(settings: Settings, version: UInt64, compiled: CompiledPolicy?)>
     /// A number no other policy object of this process has, ever: what a TLS session is bound to
     /// (``ResumptionBinding``), so a session made under one policy is never taken for another's,
     /// even when the first object is freed and a new one takes its address.
@@ -87,7 +87,7 @@ public final class TrustPolicy: Sendable {
         s.time = time
         s.maxChainDepth = maxChainDepth
         s.warnings = hostRules.flatMap(\.warnings)
-        state = Mutex((s, 1, nil))
+        state = Locked((s, 1, nil))
     }
 
     // MARK: Settings
@@ -327,7 +327,7 @@ final class CompiledPolicy: @unchecked Sendable {
     private let systemCADirectory: String?
     /// Stores made for evaluations whose overrides bring anchors or anchors-only, by anchor set;
     /// bounded (see ``overrideStore(anchors:anchorsOnly:)``).
-    private let extraStores = Mutex<[String: OwnedStore]>([:])
+    private let extraStores = Locked<[String: OwnedStore]>([:])
     static let maxExtraStores = 64
 
     /// A new store with `anchors`, and the system store unless `anchorsOnly`.

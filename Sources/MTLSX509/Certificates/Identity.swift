@@ -18,7 +18,7 @@ public final class Identity: Sendable {
     /// The PKCS#12 local key id, if any.
     public let localKeyID: [UInt8]?
     /// ``chainEvaluation`` once computed.
-    let evaluationCache = Mutex<BasicChainEvaluation?>(nil)
+    let evaluationCache = Locked<BasicChainEvaluation?>(nil)
 
     /// Makes an identity; `certificates` may be in any order and may include unrelated ones.
     /// Throws ``MTLSError/Code/keyMismatch`` when the key does not belong to `leaf`.

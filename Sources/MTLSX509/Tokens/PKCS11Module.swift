@@ -151,7 +151,7 @@ package final class PKCS11Session: @unchecked Sendable {
     /// lost to a removed token or a fork (under ``lock``).
     private(set) var slot: CK_SLOT_ID
     private(set) var handle: CK_SESSION_HANDLE
-    let lock = Mutex<Void>(())
+    let lock = Locked<Void>(())
     /// How to find the token and the key again (set for token keys); nil: no reconnection.
     package var reconnection: TokenReconnection?
     /// Key handles of the first session → the same keys in the current one.
@@ -159,7 +159,7 @@ package final class PKCS11Session: @unchecked Sendable {
     /// The process the session belongs to: a fork()ed child must initialise the module again.
     private var owner = getpid()
     /// One reconnection at a time.
-    private let reconnecting = Mutex<Void>(())
+    private let reconnecting = Locked<Void>(())
 
     /// `readWrite` for sessions that create objects (key generation, certificate import).
     init(module: PKCS11Module, slot: CK_SLOT_ID, readWrite: Bool = false) throws {

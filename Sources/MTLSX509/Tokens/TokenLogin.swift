@@ -36,7 +36,7 @@ enum PINOrigin {
 /// - a locked PIN is reported without trying.
 package enum TokenLogin {
     /// Digests of (token, PIN) pairs the token refused.
-    private static let refused = Mutex<Set<[UInt8]>>([])
+    private static let refused = Locked<Set<[UInt8]>>([])
     /// A per-process salt so that the digests say nothing about the PIN outside this process.
     private static let salt: [UInt8] = {
         var s = [UInt8](repeating: 0, count: 32)
