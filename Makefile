@@ -202,9 +202,9 @@ TSAN_SUPPRESSIONS := $(CURDIR)/Tests/tsan/suppressions.txt
 TSAN_C_FLAGS = -fsanitize=thread -L$(SWIFT_LIBDIR) -ldispatch -lBlocksRuntime -Wl$(comma)-rpath$(comma)$(SWIFT_LIBDIR)
 
 test-tsan: deps
-	$(SWIFT) build -c debug --build-tests --sanitize=thread --scratch-path .build-tsan
+	$(SWIFT) build -c debug --build-tests --sanitize=thread -Xswiftc -DMTLS_TSAN --scratch-path .build-tsan
 	MTLS_TEST_SANITIZER=tsan TSAN_OPTIONS=halt_on_error=1:suppressions=$(TSAN_SUPPRESSIONS) \
-	  $(SWIFT) test -c debug --skip-build --sanitize=thread --scratch-path .build-tsan
+	  $(SWIFT) test -c debug --skip-build --sanitize=thread -Xswiftc -DMTLS_TSAN --scratch-path .build-tsan
 	$(call san_c_tests,tsan,$(TSAN_C_FLAGS),TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(TSAN_SUPPRESSIONS))
 
 # `make tsan` (issue 40): only the tests that run threads — the listener's turn, parked handshakes
@@ -227,9 +227,9 @@ TSAN_THREAD_OPTIONS = halt_on_error=0:io_sync=0:second_deadlock_stack=1:suppress
 .PHONY: tsan
 tsan: SAN_C_TESTS = $(TSAN_THREAD_C_TESTS)
 tsan: deps
-	$(SWIFT) build -c debug --build-tests --sanitize=thread --scratch-path .build-tsan
+	$(SWIFT) build -c debug --build-tests --sanitize=thread -Xswiftc -DMTLS_TSAN --scratch-path .build-tsan
 	MTLS_TEST_SANITIZER=tsan TSAN_OPTIONS=$(TSAN_THREAD_OPTIONS) \
-	  $(SWIFT) test -c debug --skip-build --sanitize=thread --scratch-path .build-tsan --filter '$(TSAN_SWIFT_TESTS)'
+	  $(SWIFT) test -c debug --skip-build --sanitize=thread -Xswiftc -DMTLS_TSAN --scratch-path .build-tsan --filter '$(TSAN_SWIFT_TESTS)'
 	$(call san_c_tests,tsan,$(TSAN_C_FLAGS),TSAN_OPTIONS=$(TSAN_THREAD_OPTIONS))
 	cd bindings/python && env -u LD_LIBRARY_PATH LD_PRELOAD="$(TSAN_RUNTIME) $(SWIFT_LIBDIR)/libdispatch.so $(SWIFT_LIBDIR)/libBlocksRuntime.so" \
 	  TSAN_OPTIONS=$(TSAN_THREAD_OPTIONS) MTLS_TEST_SANITIZER=tsan MTLS_LIBRARY=$(OUT)/tsan/lib/libmtls.so PYTHONPATH=src \

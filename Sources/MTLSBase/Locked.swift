@@ -9,8 +9,9 @@ import Synchronization
 /// too. `withLock` tells TSan "acquired" after the lock is taken and "released" before it is
 /// given back, on the Mutex's own address (it lives in place, in the object holding it), so TSan
 /// orders what Mutex orders and still reports what it does not (an access made without the lock).
-/// Outside a TSan build the two calls test a weak symbol's address (null) and do nothing
-/// (COpenSSL/shim.h, `mtls_tsan_acquire`). Same layout and API as Mutex: use it in its place.
+/// Only in a TSan build (`-DMTLS_TSAN`); elsewhere `Locked` is Mutex (below). Same layout and API
+/// as Mutex: use it in its place.
+#if MTLS_TSAN
 package struct Locked<Value: ~Copyable>: ~Copyable, @unchecked Sendable {
     @usableFromInline let mutex: Mutex<Value>
 
@@ -31,3 +32,10 @@ package struct Locked<Value: ~Copyable>: ~Copyable, @unchecked Sendable {
         }
     }
 }
+#else
+/// Outside a TSan build (`make tsan` and `make test-tsan` build with `-DMTLS_TSAN`), Mutex
+/// itself: nothing to tell TSan, and no wrapper between a caller and Mutex's inlined `withLock`
+/// (issue 40: the wrapper was not inlined across modules, and its unspecialized generic cost
+/// about 7,500 instructions per client connection, metadata lookups included).
+package typealias Locked<Value: ~Copyable> = Mutex<Value>
+#endif

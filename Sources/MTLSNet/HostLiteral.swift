@@ -8,7 +8,9 @@ package enum HostLiteral {
     /// `host` without the brackets around an IPv6 literal (`[::1]` → `::1`); anything else as it
     /// is (a name, a bare address, a lone bracket).
     package static func unbracketed(_ host: String) -> String {
-        host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        // Bytes, not characters: "[" and "]" are ASCII, and a host is read per connection (issue 40).
+        host.utf8.first == UInt8(ascii: "[") && host.utf8.last == UInt8(ascii: "]")
+            ? String(host.dropFirst().dropLast()) : host
     }
 
     /// Why a `host[:port]` text could not be split (each caller words it for its own input).
@@ -45,16 +47,19 @@ package enum HostLiteral {
     package static func split(_ text: Substring, emptyPort: Bool = false) throws -> Authority {
         var portText: Substring?
         let host: Substring
-        let bracketed = text.hasPrefix("[")
+        // The separators are ASCII bytes, looked for in the UTF-8 view (no grapheme breaking: a
+        // host is split per connection, issue 40).
+        let colonByte = UInt8(ascii: ":")
+        let bracketed = text.utf8.first == UInt8(ascii: "[")
         if bracketed {
-            guard let close = text.firstIndex(of: "]") else { throw Malformed.unclosedBracket }
+            guard let close = text.utf8.firstIndex(of: UInt8(ascii: "]")) else { throw Malformed.unclosedBracket }
             host = text[text.index(after: text.startIndex)..<close]
             let rest = text[text.index(after: close)...]
             if !rest.isEmpty {
-                guard rest.hasPrefix(":") else { throw Malformed.textAfterBracket }
+                guard rest.utf8.first == colonByte else { throw Malformed.textAfterBracket }
                 portText = rest.dropFirst()
             }
-        } else if let colon = text.firstIndex(of: ":"), text[text.index(after: colon)...].firstIndex(of: ":") == nil {
+        } else if let colon = text.utf8.firstIndex(of: colonByte), text[text.index(after: colon)...].utf8.firstIndex(of: colonByte) == nil {
             host = text[..<colon]
             portText = text[text.index(after: colon)...]
         } else {
@@ -71,7 +76,7 @@ package enum HostLiteral {
     /// ``MTLSError/Code/invalidArgument`` and a message naming what is wrong: the C
     /// `mtls_host_port` and every API that takes a host apart from its port (``hostOnly(_:)``).
     package static func authority(_ text: String) throws -> Authority {
-        let shown = OneLine.text(text)
+        var shown: String { OneLine.text(text) }  // written only for an error
         let split: Authority
         do { split = try Self.split(Substring(text)) } catch let why as Malformed {
             switch why {

@@ -36,7 +36,7 @@ package enum IPAddress {
     /// a malformed zone.
     package static func scoped(_ text: String) -> (address: [UInt8], zone: String?)? {
         let t = HostLiteral.unbracketed(text)
-        guard let percent = t.firstIndex(of: "%") else { return reached(t).map { ($0, nil) } }
+        guard let percent = t.utf8.firstIndex(of: UInt8(ascii: "%")) else { return reached(t).map { ($0, nil) } }
         let address = String(t[..<percent]), zone = String(t[t.index(after: percent)...])
         guard address.contains(":"), isValidZone(zone), let bytes = reached(address) else { return nil }
         return (bytes, zone)
