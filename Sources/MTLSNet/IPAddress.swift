@@ -7,11 +7,16 @@ import Glibc
 package enum IPAddress {
     /// Text of a 4- or 16-byte address, or nil for another length.
     package static func text(_ bytes: [UInt8]) -> String? {
-        var buf = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        let family: Int32
         switch bytes.count {
-        case 4: return bytes.withUnsafeBytes { inet_ntop(AF_INET, $0.baseAddress, &buf, socklen_t(buf.count)) }.map { _ in String(cBuffer: buf) }
-        case 16: return bytes.withUnsafeBytes { inet_ntop(AF_INET6, $0.baseAddress, &buf, socklen_t(buf.count)) }.map { _ in String(cBuffer: buf) }
+        case 4: family = AF_INET
+        case 16: family = AF_INET6
         default: return nil
+        }
+        // On the stack, not an array per call (issue 40: a client's host is normalised per connection).
+        return withUnsafeTemporaryAllocation(of: CChar.self, capacity: Int(INET6_ADDRSTRLEN)) { buf in
+            bytes.withUnsafeBytes { inet_ntop(family, $0.baseAddress, buf.baseAddress, socklen_t(buf.count)) }
+                .map { String(cString: $0) }
         }
     }
 

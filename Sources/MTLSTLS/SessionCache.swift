@@ -4,6 +4,17 @@ import Synchronization
 // This file owns the client session cache: sessions kept for resumption, each with its
 // ResumptionRecord, admitted again only under the same binding.
 
+/// What a client session is cached under: the host and port reached, the name sent (SNI), the
+/// name verified, and the overrides it was judged under (a session judged under other anchors,
+/// pins or verify-as is never resumed). Fields, not one text made per connection (issue 40).
+struct SessionKey: Hashable, Sendable {
+    let host: String
+    let port: UInt16
+    let sni: String?
+    let verifyAs: String?
+    let overrides: String?
+}
+
 /// Client sessions for resumption, keyed by host, port, names and identity; each carries its
 /// ``ResumptionRecord`` (binding, presented chain, evaluation), checked before it is offered
 /// again (a resumed handshake carries no certificate).
@@ -15,14 +26,14 @@ final class SessionCache: Sendable {
         var session: OpaquePointer
         var record: ResumptionRecord
     }
-    private let entries = Locked<[String: Entry]>([:])
+    private let entries = Locked<[SessionKey: Entry]>([:])
 
     deinit { entries.withLock { for e in $0.values { SSL_SESSION_free(e.session) } } }
 
     /// A new reference to the cached session for `key`, with the evaluation it resumes with, if
     /// its record admits it under `binding` (same policy object and version, peer and identity;
     /// the chain still trusted at the policy's time). A session that does not is dropped.
-    func lookup(_ key: String, binding: ResumptionBinding, policy: TrustPolicy, peer: TrustPeer) -> (OpaquePointer, TrustResult?)? {
+    func lookup(_ key: SessionKey, binding: ResumptionBinding, policy: TrustPolicy, peer: TrustPeer) -> (OpaquePointer, TrustResult?)? {
         let found: (OpaquePointer, ResumptionRecord)? = entries.withLock { entries in
             guard let e = entries[key] else { return nil }
             SSL_SESSION_up_ref(e.session)
@@ -38,7 +49,7 @@ final class SessionCache: Sendable {
     }
 
     /// Keeps `session` (taking the caller's reference) for `key`.
-    func store(_ key: String, _ session: OpaquePointer, _ record: ResumptionRecord) {
+    func store(_ key: SessionKey, _ session: OpaquePointer, _ record: ResumptionRecord) {
         entries.withLock { entries in
             if let old = entries[key] { SSL_SESSION_free(old.session) }
             if entries.count >= 1024 {
@@ -49,7 +60,7 @@ final class SessionCache: Sendable {
         }
     }
 
-    func remove(_ key: String) {
+    func remove(_ key: SessionKey) {
         entries.withLock { entries in
             if let old = entries.removeValue(forKey: key) { SSL_SESSION_free(old.session) }
         }
@@ -57,7 +68,7 @@ final class SessionCache: Sendable {
 
     /// Removes the entry for `key` if it still holds `session` (another thread may have stored a
     /// newer one meanwhile).
-    private func remove(_ key: String, ifStill session: OpaquePointer) {
+    private func remove(_ key: SessionKey, ifStill session: OpaquePointer) {
         entries.withLock { entries in
             guard let old = entries[key], old.session == session else { return }
             entries.removeValue(forKey: key)

@@ -161,7 +161,7 @@ package final class TLSHandshakeState {
         var unmatchedSchemes: String?
         var selectionError: MTLSError?
         var sessionCache: SessionCache?
-        var sessionKey: String?
+        var sessionKey: SessionKey?
         var resumedEvaluation: TrustResult?
         var revocationAwaitingStaple = false
         var overrides: TrustOverrides?
@@ -194,7 +194,7 @@ package final class TLSHandshakeState {
         get { clientSide?.sessionCache }
         set { if newValue != nil || clientSide != nil { madeClientSide.sessionCache = newValue } }
     }
-    var sessionKey: String? {
+    var sessionKey: SessionKey? {
         get { clientSide?.sessionKey }
         set { if newValue != nil || clientSide != nil { madeClientSide.sessionKey = newValue } }
     }

@@ -187,7 +187,8 @@ public final class TLSConnection {
             if options.sessionResumption {
                 // The overrides are part of the key: a session judged under other anchors, pins or
                 // verify-as is never resumed.
-                let key = "\(bareHost)|\(port)|\(sni ?? "")|\(options.validationName ?? "")|\(state.overrides?.cacheKey ?? "")"
+                let key = SessionKey(host: bareHost, port: port, sni: sni, verifyAs: options.validationName,
+                                     overrides: state.overrides?.cacheKey)
                 state.sessionCache = context.sessions
                 state.sessionKey = key
                 let binding = ServerTickets.currentBinding(state, context.config)

@@ -39,11 +39,12 @@ final class IdleConnectionMemoryTests: XCTestCase {
         XCTAssertNil(s.overrides)
         XCTAssertNil(s.resumedEvaluation)
         XCTAssertFalse(s.revocationAwaitingStaple)
-        s.sessionKey = "k"
+        let key = SessionKey(host: "server.test", port: 443, sni: "server.test", verifyAs: nil, overrides: nil)
+        s.sessionKey = key
         s.unmatchedSchemes = "ecdsa_secp256r1_sha256"
         s.unmatchedCANames = ["CN=a"]
         s.revocationAwaitingStaple = true
-        XCTAssertEqual(s.sessionKey, "k")
+        XCTAssertEqual(s.sessionKey, key)
         XCTAssertEqual(s.unmatchedSchemes, "ecdsa_secp256r1_sha256")
         XCTAssertEqual(s.unmatchedCANames, ["CN=a"])
         XCTAssertTrue(s.revocationAwaitingStaple)
