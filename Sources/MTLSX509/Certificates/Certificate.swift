@@ -11,11 +11,12 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
     /// The OpenSSL object. Owned by this instance; never freed by anyone else.
     package let x509: OpaquePointer
     /// The DER as parsed or encoded at wrapping; nil for a certificate wrapped with
-    /// ``init(sharing:)``, whose DER is encoded from its `X509` when asked for (issue 40).
+    /// `init(sharing:)`, whose DER is encoded from its `X509` when asked for (issue 40).
     private let storedDER: [UInt8]?
 
-    /// The DER encoding: as parsed, or encoded from the `X509` (for a certificate made with
-    /// ``init(sharing:)``, encoded at each call and not kept).
+    /// The DER encoding: as parsed, or encoded from OpenSSL's object (for a certificate that
+    /// shares it with a connection, as a listener's peer chain does: encoded at each call and not
+    /// kept).
     public var der: [UInt8] { storedDER ?? encodedDER() }
 
     private func encodedDER() -> [UInt8] {
