@@ -66,6 +66,10 @@ struct server {
     double at[512];
 };
 
+/* Signalled by a serving thread each time it records a client (wait_recorded waits on it). */
+static pthread_mutex_t recorded_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t recorded_cond = PTHREAD_COND_INITIALIZER;
+
 static void *serve(void *arg) {
     struct server *s = arg;
     while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE) && s->count < 512) {
@@ -91,7 +95,10 @@ static void *serve(void *arg) {
             mtls_conn_shutdown(c);
         }
         mtls_conn_free(c);
+        pthread_mutex_lock(&recorded_lock);
         __atomic_store_n(&s->count, i + 1, __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&recorded_cond);
+        pthread_mutex_unlock(&recorded_lock);
     }
     return NULL;
 }
@@ -122,9 +129,37 @@ static int real_client(uint16_t port, const char *source, mtls_identity *id, mtl
  * this, so the read is atomic (a plain read was a data race under ThreadSanitizer, make tsan). */
 static int recorded(struct server *s) { return __atomic_load_n(&s->count, __ATOMIC_ACQUIRE); }
 
-static void wait_count(struct server *s, int n, double seconds) {
-    double end = now_s() + seconds;
-    while (recorded(s) < n && now_s() < end) usleep(10 * 1000);
+/* Waits (at most `seconds`) until `done(s)` holds, looked at again each time the serving thread
+ * records a client: no polling pace. */
+static void wait_recorded(struct server *s, int (*done)(struct server *, int), int arg, double seconds) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)seconds;
+    pthread_mutex_lock(&recorded_lock);
+    while (!done(s, arg) && pthread_cond_timedwait(&recorded_cond, &recorded_lock, &until) == 0) {}
+    pthread_mutex_unlock(&recorded_lock);
+}
+
+static int at_least(struct server *s, int n) { return recorded(s) >= n; }
+
+static void wait_count(struct server *s, int n, double seconds) { wait_recorded(s, at_least, n, seconds); }
+
+/* The recorded results that succeeded (*ok) and that timed out (*evicted). */
+static void count_codes(struct server *s, int *ok, int *evicted) {
+    int n = recorded(s);
+    *ok = *evicted = 0;
+    for (int i = 0; i < n; i++) {
+        *ok += s->codes[i] == MTLS_OK;
+        *evicted += s->codes[i] == MTLS_E_TIMEOUT;
+    }
+}
+
+/* Among the recorded results: the real client and at least one stalled handshake cut short. */
+static int real_and_evicted(struct server *s, int unused) {
+    (void)unused;
+    int ok, evicted;
+    count_codes(s, &ok, &evicted);
+    return ok >= 1 && evicted >= 1;
 }
 
 /* A whole ClientHello of a libmtls client with `id`, as it goes on the wire: the client writes it
@@ -269,18 +304,9 @@ static void stalled_hellos(const struct parties *p) {
     CHECK_OK(rc);
     CHECK(served < 5.0); /* a stalled handshake goes after 1 s without progress */
     /* Among the results: the real client, and stalled ones cut short as timeouts. */
-    double until = now_s() + 5;
-    int ok = 0, evicted = 0;
-    while (now_s() < until) {
-        int n = recorded(&r.s);
-        ok = evicted = 0;
-        for (int i = 0; i < n; i++) {
-            ok += r.s.codes[i] == MTLS_OK;
-            evicted += r.s.codes[i] == MTLS_E_TIMEOUT;
-        }
-        if (ok >= 1 && evicted >= 1) break;
-        usleep(10 * 1000);
-    }
+    wait_recorded(&r.s, real_and_evicted, 0, 5);
+    int ok, evicted;
+    count_codes(&r.s, &ok, &evicted);
     CHECK(ok == 1 && evicted >= 1);
     for (int i = 0; i < STALLED_HELLOS; i++) close(fds[i]);
     stop(&r);
