@@ -1,5 +1,6 @@
 internal import COpenSSL
 import FoundationEssentials
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -210,7 +211,8 @@ package enum Socket {
     /// ``acceptNow(_:)``, with the peer's numeric host apart (as `getnameinfo` wrote it: no
     /// brackets, an IPv6 zone kept; nil for a UNIX socket's peer), so that a listener need not
     /// read it back out of the text (issue 40).
-    package static func acceptClient(_ listener: Int32) throws -> (fd: Int32, peer: String, host: String?)? {
+    /// `noDelay`: how the listener's accepted sockets get TCP_NODELAY (nil: set on each).
+    package static func acceptClient(_ listener: Int32, noDelay: AcceptedNoDelay? = nil) throws -> (fd: Int32, peer: String, host: String?)? {
         while true {
             var storage = sockaddr_storage()
             var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
@@ -218,7 +220,7 @@ package enum Socket {
                 p.withMemoryRebound(to: sockaddr.self, capacity: 1) { mtls_accept_nonblocking(listener, $0, &len) }
             }
             if fd >= 0 {
-                setNoDelay(fd)
+                if let noDelay { noDelay.apply(to: fd) } else { setNoDelay(fd) }
                 let named = withUnsafePointer(to: &storage) { p in
                     p.withMemoryRebound(to: sockaddr.self, capacity: 1) { numericName($0, len) }
                 }
@@ -255,6 +257,14 @@ package enum Socket {
     static func setNoDelay(_ fd: Int32) {
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    /// Whether TCP_NODELAY is on for `fd`; nil when `fd` is no TCP socket (or the call failed).
+    static func noDelay(_ fd: Int32) -> Bool? {
+        var on: Int32 = 0
+        var len = socklen_t(MemoryLayout<Int32>.size)
+        guard getsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &on, &len) == 0 else { return nil }
+        return on != 0
     }
 
     /// "127.0.0.1:443" or "[::1]:443".
@@ -359,6 +369,44 @@ struct IPSocketAddress {
         var copy = storage
         return try withUnsafePointer(to: &copy) { p in
             try p.withMemoryRebound(to: sockaddr.self, capacity: 1) { try body($0, length) }
+        }
+    }
+}
+
+/// TCP_NODELAY on a listener's accepted sockets without a system call for each (issue 40: the
+/// `setsockopt` was one call in 16 of a resumed TLS 1.2 handshake). The option is set once on
+/// the listening socket, and Linux copies a listening socket's TCP_NODELAY to every socket it
+/// accepts; the first accepted socket is asked whether it came with it, and should it not (a
+/// kernel that does not copy it), every socket gets it set as before. A listening socket that is
+/// not TCP (a UNIX socket's) makes the option moot.
+package final class AcceptedNoDelay: Sendable {
+    private static let unknown: UInt8 = 0, inherited: UInt8 = 1, perSocket: UInt8 = 2, notTCP: UInt8 = 3
+    private let how: Atomic<UInt8>
+
+    /// Turns TCP_NODELAY on for the listening socket `listener` (one the listener owns: one it
+    /// made, or one handed to it, such as systemd's).
+    package init(listener: Int32) {
+        switch Socket.noDelay(listener) {
+        case nil: how = Atomic(AcceptedNoDelay.notTCP)
+        case true?: how = Atomic(AcceptedNoDelay.unknown)
+        case false?:
+            Socket.setNoDelay(listener)
+            how = Atomic(Socket.noDelay(listener) == true ? AcceptedNoDelay.unknown : AcceptedNoDelay.perSocket)
+        }
+    }
+
+    /// Makes sure the socket `fd`, just accepted from the listener, has TCP_NODELAY.
+    package func apply(to fd: Int32) {
+        switch how.load(ordering: .relaxed) {
+        case AcceptedNoDelay.inherited, AcceptedNoDelay.notTCP: return
+        case AcceptedNoDelay.perSocket: Socket.setNoDelay(fd)
+        default:
+            if Socket.noDelay(fd) == true {
+                how.store(AcceptedNoDelay.inherited, ordering: .relaxed)
+            } else {
+                Socket.setNoDelay(fd)
+                how.store(AcceptedNoDelay.perSocket, ordering: .relaxed)
+            }
         }
     }
 }

@@ -325,6 +325,8 @@ final class ListenerCore: Sendable {
     private let turnWakeRead: Int32
     private let turnWakeWrite: Int32
     private let accepted = Atomic<UInt64>(0)
+    /// TCP_NODELAY comes with each accepted socket from the listening socket (issue 40).
+    private let noDelay: AcceptedNoDelay
     /// Where the turn holder reads ClientHellos (one thread holds the turn at a time; the
     /// state lock orders one holder after the next). Freed in deinit.
     nonisolated(unsafe) private let peekBuffer: UnsafeMutableRawBufferPointer
@@ -332,6 +334,7 @@ final class ListenerCore: Sendable {
     init(listenFD: Int32, contexts: ListenerContexts, options: TLSServerOptions, counters: ListenerCounters) throws {
         self.counters = counters
         self.listenFD = listenFD
+        noDelay = AcceptedNoDelay(listener: listenFD)
         self.contexts = contexts
         self.options = options
         var fds: [Int32] = [0, 0]
@@ -850,7 +853,7 @@ final class ListenerCore: Sendable {
             if state.withLock({ $0.waiting.count >= TLSListener.maxWaitingForFirstByte }) { evictOldestUnready() }
             let next: (fd: Int32, peer: String, host: String?)?
             do {
-                next = try Socket.acceptClient(listenFD)
+                next = try Socket.acceptClient(listenFD, noDelay: noDelay)
             } catch {
                 if state.withLock({ $0.closed }) { return }
                 // EMFILE and the like: a waiting socket gives its descriptor to a newcomer; with

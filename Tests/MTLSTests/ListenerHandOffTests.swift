@@ -44,4 +44,50 @@ extension TLSConnectionTests {
         XCTAssertLessThanOrEqual(listenerThreads(), before + 1)
         XCTAssertEqual(listener.counters.accepted, 1)
     }
+
+    /// Issue 40: an accepted socket has TCP_NODELAY without a `setsockopt` of its own (the
+    /// listening socket's is copied to it): so for a listener on an address, and for one handed a
+    /// listening socket without the option (as systemd may pass it).
+    func testAcceptedSocketsHaveNoDelay() throws {
+        var so = TLSServerOptions(identity: try identity("server"))
+        so.clientPolicy = try policy(["int-a"])
+        so.handshakeTimeout = 10
+        let options = try clientOptions(identity: identity("client-a"))
+        func noDelay(_ fd: Int32) -> Int32 {
+            var on: Int32 = -1
+            var len = socklen_t(MemoryLayout<Int32>.size)
+            XCTAssertEqual(getsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &on, &len), 0)
+            return on
+        }
+        let bare = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var sa = sockaddr_in()
+        sa.sin_family = sa_family_t(AF_INET)
+        sa.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            bind(bare, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        XCTAssertEqual(bound, 0)
+        XCTAssertEqual(listen(bare, 16), 0)
+        XCTAssertEqual(noDelay(bare), 0)
+        for listener in [try TLSListener(address: "127.0.0.1", port: 0, options: so),
+                         try TLSListener(listeningSocket: bare, options: so)] {
+            defer { listener.close() }
+            // Twice: the first accepted socket is checked, the next ones trust what it showed.
+            for _ in 0..<2 {
+                let port = listener.port
+                let client = LockedBox<Result<TLSConnection, any Error>?>(nil)
+                let connected = DispatchSemaphore(value: 0)
+                Thread.detachNewThread {
+                    client.mutate { $0 = Result { try TLSConnection.connect(host: "127.0.0.1", port: port, options: options) } }
+                    connected.signal()
+                }
+                let server = try listener.accept(timeout: 10)
+                defer { server.close() }
+                connected.wait()
+                let c = try XCTUnwrap(client.value).get()
+                defer { c.close() }
+                XCTAssertEqual(noDelay(server.fileDescriptor), 1)
+                XCTAssertEqual(noDelay(c.fileDescriptor), 1)
+            }
+        }
+    }
 }
