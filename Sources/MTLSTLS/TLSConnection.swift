@@ -163,10 +163,11 @@ public final class TLSConnection {
             if !owned { Socket.setNonBlocking(fd, true) } // our own sockets are made non-blocking
             try SocketBIO.attach(ssl, fd: fd)
             _ = mtls_ossl_SSL_set_mode(ssl, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
-            let sni: String? = options.serverName.map { $0.isEmpty ? nil : $0 } ?? (Socket.isIPLiteral(bareHost) ? nil : bareHost)
+            let kept = TrustPeer.kept(bareHost)
+            let sni: String? = options.serverName.map { $0.isEmpty ? nil : $0 } ?? (kept.isAddress ? nil : bareHost)
             // The peer reached: its host and port select the host rule; verify-as changes only
             // the name checked. Port 0 (a wrapped socket without one): only port-less rules.
-            state.peer = TrustPeer(host: bareHost, port: port == 0 ? nil : Int(port), sni: sni, verifyAs: options.validationName)
+            state.peer = TrustPeer(kept: kept, port: port == 0 ? nil : Int(port), sni: sni, verifyAs: options.validationName)
             try options.overrides?.validate()
             state.overrides = options.overrides.flatMap { $0.isEmpty ? nil : $0 }
             if let sni, mtls_ossl_SSL_set_tlsext_host_name(ssl, sni) != 1 {

@@ -430,6 +430,21 @@ final class TrustTests: XCTestCase {
         }
         XCTAssertEqual(TrustPeer(hostText: "[0:0::1]:8443"), TrustPeer(host: "::1", port: 8443))
         XCTAssertEqual(TrustPeer.client(address: "::ffff:10.0.0.5").host, "10.0.0.5")
+        // The canonical text of an IPv4 address is written by libmtls (issue 40), and is
+        // inet_ntop's: every byte value in every position.
+        for v in 0...255 {
+            for at in 0..<4 {
+                var bytes: [UInt8] = [10, 200, 7, 99]
+                bytes[at] = UInt8(v)
+                var buf = [CChar](repeating: 0, count: 16)
+                let ntop = String(cString: inet_ntop(AF_INET, bytes, &buf, 16)!)
+                XCTAssertEqual(IPAddress.text(bytes), ntop)
+                XCTAssertEqual(TrustPeer(host: ntop).host, ntop)
+            }
+        }
+        XCTAssertEqual(TrustPeer.kept("[::1]").isAddress, true)
+        XCTAssertEqual(TrustPeer.kept("server.test").isAddress, false)
+        XCTAssertEqual(TrustPeer.kept("fe80::1%eth0").zone, "eth0")
         // Names stay names, even ones made of hex digits; what the resolver would look up is not an address.
         for name in ["cafe.beef", "server.test", "127.0.0.1.", "1.2.3.4 5", "0x", "a:b"] {
             XCTAssertEqual(TrustPeer(host: name).host, name)

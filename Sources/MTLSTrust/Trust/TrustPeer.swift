@@ -28,16 +28,35 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
     /// kept apart in ``zone``); an address is kept in its canonical text; an empty host is no
     /// host, a port of 0 or less no port.
     public init(host: String? = nil, port: Int? = nil, sni: String? = nil, verifyAs: String? = nil) {
-        self.host = host.map(HostLiteral.unbracketed)
-        if self.host?.isEmpty == true { self.host = nil }
-        zone = nil
-        if let h = self.host, let scoped = IPAddress.scoped(h), let text = IPAddress.text(scoped.address) {
-            self.host = text
-            zone = scoped.zone
-        }
+        self.init(kept: TrustPeer.kept(host), port: port, sni: sni, verifyAs: verifyAs)
+    }
+
+    /// A peer whose host ``kept(_:)`` read already.
+    package init(kept: KeptHost, port: Int?, sni: String?, verifyAs: String?) {
+        host = kept.host
+        zone = kept.zone
         self.port = port.flatMap { $0 > 0 ? $0 : nil }
         self.sni = sni
         self.verifyAs = verifyAs
+    }
+
+    /// A host as a peer keeps it, and whether it is an IP address.
+    package struct KeptHost: Sendable {
+        package var host: String?
+        package var zone: String?
+        /// The host is an IPv4 or IPv6 address (a client sends no SNI for one).
+        package var isAddress: Bool
+    }
+
+    /// The one reading of a peer's host (see ``host`` and ``zone``): brackets removed, an
+    /// address in its canonical text with its zone apart, an empty host none. A client connection
+    /// reads its host once, here, for its rule and its SNI both (issue 40).
+    package static func kept(_ host: String?) -> KeptHost {
+        guard let h = host.map(HostLiteral.unbracketed), !h.isEmpty else { return KeptHost(host: nil, zone: nil, isAddress: false) }
+        if let scoped = IPAddress.scoped(h), let text = IPAddress.text(scoped.address) {
+            return KeptHost(host: text, zone: scoped.zone, isAddress: true)
+        }
+        return KeptHost(host: h, zone: nil, isAddress: false)
     }
 
     /// Reads `host`, `host:port`, `[v6]:port`, `[v6]` or a bare IPv6 literal (the text form
