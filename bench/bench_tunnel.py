@@ -9,6 +9,10 @@ Rows (cost ratios, lower is better, target <= 1.0 against stunnel):
   session reuse) straight to the server end, each sending a line and reading the answer;
 - memory per idle connection at the server end: RSS growth of the server process with
   MTLS_BENCH_TUNNEL_IDLE (default 200) connections open after their handshake and one exchange.
+The two tunnels run side by side and are measured in turn, MTLS_BENCH_TUNNEL_ROUNDS (default 5)
+rounds of the first three rows (the handshake row's MTLS_BENCH_TUNNEL_HANDSHAKE_SECONDS, default 10,
+split among them); each row is the ratio of the two medians, its spread the range of the rounds'
+ratios.
 And the tunnel's own overhead: the same one-stream and 64-stream rows against a direct
 connection to the backend (informational, no target).
 
@@ -17,6 +21,7 @@ import os
 import shutil
 import socket
 import socketserver
+import statistics
 import ssl
 import subprocess
 import sys
@@ -33,7 +38,8 @@ CLI = os.path.join(PREFIX, "bin", "mtls")
 MIB = int(os.environ.get("MTLS_BENCH_TUNNEL_MIB", "256"))
 STREAMS, STREAM_MIB = 64, 4
 IDLE = int(os.environ.get("MTLS_BENCH_TUNNEL_IDLE", "200"))
-HANDSHAKE_SECONDS = float(os.environ.get("MTLS_BENCH_TUNNEL_HANDSHAKE_SECONDS", "5"))
+HANDSHAKE_SECONDS = float(os.environ.get("MTLS_BENCH_TUNNEL_HANDSHAKE_SECONDS", "10"))
+ROUNDS = int(os.environ.get("MTLS_BENCH_TUNNEL_ROUNDS", "5"))
 STUNNEL = shutil.which("stunnel4") or shutil.which("stunnel")
 CHUNK = b"\0" * (1 << 20)
 
@@ -156,9 +162,9 @@ def client_context(p):
     return ctx
 
 
-def handshakes_per_second(p, port):
+def handshakes_per_second(p, port, seconds):
     ctx = client_context(p)
-    end = time.perf_counter() + HANDSHAKE_SECONDS
+    end = time.perf_counter() + seconds
     counts = [0] * 4
 
     def worker(i):
@@ -214,29 +220,45 @@ def main():
         backend = Threaded(("127.0.0.1", 0), Backend)
         threading.Thread(target=backend.serve_forever, daemon=True).start()
         bport = backend.server_address[1]
-        results = {}
-        for name, start in (("mtls", start_mtls), ("stunnel", start_stunnel)):
-            server, client, sport, cport = start(p, bport)
-            try:
-                results[name] = {
-                    "one": one_stream(cport),
-                    "many": many_streams(cport),
-                    "hs": handshakes_per_second(p, sport),
-                    "idle": idle_kib_per_connection(p, sport, server.pid),
-                }
-            finally:
+        # Both tunnels up at once, measured in turn round after round (the first to go alternates),
+        # so that both see the same machine; each row compares the medians (one sample of a
+        # single stream moved by 20 % between two runs on a quiet machine).
+        ends = {"mtls": start_mtls(p, bport), "stunnel": start_stunnel(p, bport)}
+        rounds = {name: {"one": [], "many": [], "hs": []} for name in ends}
+        try:
+            for r in range(ROUNDS):
+                for name in (("mtls", "stunnel") if r % 2 == 0 else ("stunnel", "mtls")):
+                    _, _, sport, cport = ends[name]
+                    rounds[name]["one"].append(one_stream(cport))
+                    rounds[name]["many"].append(many_streams(cport))
+                    rounds[name]["hs"].append(handshakes_per_second(p, sport, HANDSHAKE_SECONDS / ROUNDS))
+            idle = {name: idle_kib_per_connection(p, ends[name][2], ends[name][0].pid) for name in ends}
+        finally:
+            for server, client, _, _ in ends.values():
                 stop([client, server])
-            print(f"  {name}: one stream {results[name]['one']:.0f} MB/s, {STREAMS} streams {results[name]['many']:.0f} MB/s, "
-                  f"{results[name]['hs']:.0f} full handshakes/s, {results[name]['idle']:.1f} KiB per idle connection", flush=True)
         direct = {"one": one_stream(bport), "many": many_streams(bport)}
         backend.shutdown()
+    print("  rounds (MB/s, MB/s, handshakes/s):", {name: {k: [round(x) for x in v] for k, v in r.items()} for name, r in rounds.items()}, flush=True)
+    results = {name: {k: statistics.median(v) for k, v in rounds[name].items()} for name in rounds}
+    for name in results:
+        results[name]["idle"] = idle[name]
+        print(f"  {name}: one stream {results[name]['one']:.0f} MB/s, {STREAMS} streams {results[name]['many']:.0f} MB/s, "
+              f"{results[name]['hs']:.0f} full handshakes/s (medians of {ROUNDS} rounds), "
+              f"{results[name]['idle']:.1f} KiB per idle connection", flush=True)
     m, s = results["mtls"], results["stunnel"]
+
+    def cost(key):
+        """The cost ratio of the medians (stunnel's rate over libmtls's), and the range of the
+        rounds' own ratios as its spread."""
+        ratios = sorted(b / a for a, b in zip(rounds["mtls"][key], rounds["stunnel"][key]))
+        return s[key] / m[key], (round(ratios[-1] - ratios[0], 4) if len(ratios) > 1 else None)
+
     kw = {"baseline_name": "stunnel"}
-    row("tunnel", f"one stream, {MIB} MiB (MB/s)", s["one"] / m["one"], 1.0, mtls=round(m["one"]), baseline=round(s["one"]), unit="MB/s", **kw)
-    row("tunnel", f"{STREAMS} concurrent streams (MB/s)", s["many"] / m["many"], 1.0, mtls=round(m["many"]),
-        baseline=round(s["many"]), unit="MB/s", **kw)
-    row("tunnel", "new connections, full mTLS handshake (/s)", s["hs"] / m["hs"], 1.0, mtls=round(m["hs"]),
-        baseline=round(s["hs"]), unit="/s", **kw)
+    for key, name, unit in (("one", f"one stream, {MIB} MiB (MB/s)", "MB/s"),
+                            ("many", f"{STREAMS} concurrent streams (MB/s)", "MB/s"),
+                            ("hs", "new connections, full mTLS handshake (/s)", "/s")):
+        ratio, spread = cost(key)
+        row("tunnel", name, ratio, 1.0, mtls=round(m[key]), baseline=round(s[key]), unit=unit, spread=spread, **kw)
     row("tunnel", "memory per idle connection, server end (KiB)", max(m["idle"], 0.1) / max(s["idle"], 0.1), 1.0,
         mtls=round(m["idle"], 1), baseline=round(s["idle"], 1), unit="KiB", **kw)
     row("tunnel", "one stream vs a direct connection (MB/s)", direct["one"] / m["one"], None, mtls=round(m["one"]),
