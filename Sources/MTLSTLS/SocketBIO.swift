@@ -231,6 +231,8 @@ enum SocketBIO {
             if extra.pointee.closing {
                 wanted = max(length, closingRead)
             } else if extra.pointee.answered && length == 5 {
+                extra.pointee.answered = false
+                if let r = readFlight(bio, extra, data, length, readBytes) { return r }
                 wanted = answerRead
             }
             extra.pointee.answered = false
@@ -263,6 +265,71 @@ enum SocketBIO {
         guard r > 0 else { readBytes.pointee = 0; return 0 }
         readBytes.pointee = r
         return 1
+    }
+
+    /// The most a peer's flight is looked at in one peek (its records beyond are read as usual).
+    private static let flightPeek = 16 * 1024 + 5
+
+    /// The first read of the peer's answer to our flight, when OpenSSL asks for a record header
+    /// (issue 40): the records of that answer which have come whole, in one `recv`, sized by a
+    /// `MSG_PEEK` of what the socket holds, so that a TLS 1.2 client's second flight (certificate,
+    /// key exchange, certificate verify, ChangeCipherSpec, Finished: ten reads of headers and
+    /// bodies) costs two system calls. Only handshake bytes are taken, never what may follow them
+    /// (the application's first data stays in the socket, where a poll sees it): the plaintext
+    /// handshake records, a ChangeCipherSpec and the one record after it (Finished in TLS 1.2;
+    /// the first encrypted handshake record in TLS 1.3), stopping at an alert or at any other
+    /// record. nil when nothing whole can be taken (the caller reads as before); else the BIO's
+    /// answer, with the bytes OpenSSL did not ask for yet kept in ``Extra/prefix``.
+    private static func readFlight(_ bio: OpaquePointer, _ extra: UnsafeMutablePointer<Extra>,
+                                   _ data: UnsafeMutablePointer<CChar>, _ length: Int,
+                                   _ readBytes: UnsafeMutablePointer<Int>) -> Int32? {
+        let fd = extra.pointee.fd
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: flightPeek, alignment: 1)
+        var peeked: Int
+        repeat { peeked = recv(fd, buffer.baseAddress, buffer.count, Int32(MSG_PEEK)) } while peeked < 0 && errno == EINTR
+        let take = peeked > 0 ? flightEnd(UnsafeRawBufferPointer(rebasing: buffer[..<peeked])) : 0
+        guard take > 0 else {
+            buffer.deallocate()
+            return nil
+        }
+        // The bytes are in the socket already: this takes them all, or fails as a read would.
+        let r = receive(bio, fd, buffer.baseAddress!, take)
+        guard r > 0 else {
+            buffer.deallocate()
+            readBytes.pointee = 0
+            return 0
+        }
+        let n = min(r, length)
+        UnsafeMutableRawPointer(data).copyMemory(from: buffer.baseAddress!, byteCount: n)
+        readBytes.pointee = n
+        if r > n {
+            extra.pointee.prefix = UnsafeMutableRawBufferPointer(rebasing: buffer[..<r])
+            extra.pointee.offset = n
+        } else {
+            buffer.deallocate()
+        }
+        return 1
+    }
+
+    /// How many leading bytes of `bytes` are whole records of a handshake flight (see
+    /// ``readFlight(_:_:_:_:_:)``): handshake records, then a ChangeCipherSpec and one record
+    /// after it; an alert ends it (taken), any other record ends it (not taken). 0: none.
+    static func flightEnd(_ bytes: UnsafeRawBufferPointer) -> Int {
+        var at = 0, end = 0, afterChangeCipherSpec = false
+        while at + 5 <= bytes.count {
+            let type = bytes[at], size = Int(bytes[at + 3]) << 8 | Int(bytes[at + 4])
+            guard at + 5 + size <= bytes.count else { break }
+            if afterChangeCipherSpec { return at + 5 + size }
+            switch type {
+            case 20: afterChangeCipherSpec = true  // change_cipher_spec
+            case 21: return at + 5 + size          // alert: the peer is done
+            case 22: break                         // handshake
+            default: return end
+            }
+            at += 5 + size
+            end = at
+        }
+        return end
     }
 
     /// One `recv` of up to `length` bytes (again after EINTR): the count, or 0 with the BIO's
