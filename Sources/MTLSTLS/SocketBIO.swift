@@ -237,26 +237,7 @@ enum SocketBIO {
             }
             extra.pointee.answered = false
             if wanted > length {
-                let fd = fd(of: bio)
-                guard fd >= 0 else { return 0 }
-                let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: wanted, alignment: 1)
-                let r = receive(bio, fd, buffer.baseAddress!, wanted)
-                guard r > 0 else {
-                    buffer.deallocate()
-                    readBytes.pointee = 0
-                    return 0
-                }
-                let n = min(r, length)
-                UnsafeMutableRawPointer(data).copyMemory(from: buffer.baseAddress!, byteCount: n)
-                readBytes.pointee = n
-                if r > n {
-                    // Served first by the next reads (the prefix was empty to come here).
-                    extra.pointee.prefix = UnsafeMutableRawBufferPointer(rebasing: buffer[..<r])
-                    extra.pointee.offset = n
-                } else {
-                    buffer.deallocate()
-                }
-                return 1
+                return receiveAhead(bio, extra, .allocate(byteCount: wanted, alignment: 1), wanted, data, length, readBytes)
             }
         }
         let fd = fd(of: bio)
@@ -293,7 +274,17 @@ enum SocketBIO {
             return nil
         }
         // The bytes are in the socket already: this takes them all, or fails as a read would.
-        let r = receive(bio, fd, buffer.baseAddress!, take)
+        return receiveAhead(bio, extra, buffer, take, data, length, readBytes)
+    }
+
+    /// One `recv` of up to `wanted` bytes into `buffer` (which this takes over): the first
+    /// `length` are OpenSSL's read, the rest kept in ``Extra/prefix`` (empty to come here) for
+    /// its next reads. The BIO's answer, as ``read(_:_:_:_:)`` gives it.
+    private static func receiveAhead(_ bio: OpaquePointer, _ extra: UnsafeMutablePointer<Extra>,
+                                     _ buffer: UnsafeMutableRawBufferPointer, _ wanted: Int,
+                                     _ data: UnsafeMutablePointer<CChar>, _ length: Int,
+                                     _ readBytes: UnsafeMutablePointer<Int>) -> Int32 {
+        let r = extra.pointee.fd >= 0 ? receive(bio, extra.pointee.fd, buffer.baseAddress!, wanted) : 0
         guard r > 0 else {
             buffer.deallocate()
             readBytes.pointee = 0

@@ -15,15 +15,10 @@ extension TLSConnectionTests {
         }.count
     }
 
-    func testAcceptRunsAQuickClientsHandshakeOnItsOwnThread() throws {
-        var so = TLSServerOptions(identity: try identity("server"))
-        so.clientPolicy = try policy(["int-a"])
-        so.handshakeTimeout = 10
-        let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
-        defer { listener.close() }
-        let before = listenerThreads()
+    /// A client connecting to `listener` from a thread of its own, and the connection `accept`
+    /// gave for it: (server side, client side), both the caller's to close.
+    private func acceptConnecting(_ listener: TLSListener, options: TLSClientOptions) throws -> (TLSConnection, TLSConnection) {
         let port = listener.port
-        let options = try clientOptions(identity: identity("client-a"))
         let client = LockedBox<Result<TLSConnection, any Error>?>(nil)
         let connected = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
@@ -31,11 +26,28 @@ extension TLSConnectionTests {
             client.mutate { $0 = r }
             connected.signal()
         }
-        let server = try listener.accept(timeout: 10)
-        defer { server.close() }
+        let server: TLSConnection
+        do { server = try listener.accept(timeout: 10) } catch {
+            connected.wait()
+            try? client.value?.get().close()
+            throw error
+        }
         connected.wait()
-        let c = try XCTUnwrap(client.value).get()
-        defer { c.close() }
+        do { return (server, try XCTUnwrap(client.value).get()) } catch {
+            server.close()
+            throw error
+        }
+    }
+
+    func testAcceptRunsAQuickClientsHandshakeOnItsOwnThread() throws {
+        var so = TLSServerOptions(identity: try identity("server"))
+        so.clientPolicy = try policy(["int-a"])
+        so.handshakeTimeout = 10
+        let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
+        defer { listener.close() }
+        let before = listenerThreads()
+        let (server, c) = try acceptConnecting(listener, options: clientOptions(identity: identity("client-a")))
+        defer { server.close(); c.close() }
         XCTAssertTrue(server.isHandshakeComplete)
         try c.write(Array("ping".utf8))
         XCTAssertEqual(try server.read(), Array("ping".utf8))
@@ -73,18 +85,8 @@ extension TLSConnectionTests {
             defer { listener.close() }
             // Twice: the first accepted socket is checked, the next ones trust what it showed.
             for _ in 0..<2 {
-                let port = listener.port
-                let client = LockedBox<Result<TLSConnection, any Error>?>(nil)
-                let connected = DispatchSemaphore(value: 0)
-                Thread.detachNewThread {
-                    client.mutate { $0 = Result { try TLSConnection.connect(host: "127.0.0.1", port: port, options: options) } }
-                    connected.signal()
-                }
-                let server = try listener.accept(timeout: 10)
-                defer { server.close() }
-                connected.wait()
-                let c = try XCTUnwrap(client.value).get()
-                defer { c.close() }
+                let (server, c) = try acceptConnecting(listener, options: options)
+                defer { server.close(); c.close() }
                 XCTAssertEqual(noDelay(server.fileDescriptor), 1)
                 XCTAssertEqual(noDelay(c.fileDescriptor), 1)
             }
