@@ -124,19 +124,21 @@ enum SocketBIO {
     /// Makes `fd` the read and write channel of `ssl` (in place of `SSL_set_fd`). The socket
     /// stays the caller's to close. `prefix`: bytes already read from the socket (a listener's
     /// ClientHello, issue 40), which OpenSSL reads first, before the socket.
-    static func attach(_ ssl: OpaquePointer, fd: Int32, prefix: [UInt8]? = nil) throws {
-        guard let method = prefix == nil ? method : listenerMethod, let bio = BIO_new(method) else {
+    /// `flightReads`: a client's handshake reads each of the server's flights at once (see
+    /// ``Extra/flightReads``), until ``setFlightReads(_:_:)`` turns it off.
+    static func attach(_ ssl: OpaquePointer, fd: Int32, prefix: [UInt8]? = nil, flightReads: Bool = false) throws {
+        guard let method = prefix == nil && !flightReads ? method : listenerMethod, let bio = BIO_new(method) else {
             throw MTLSError.openSSL(.noMemory, "cannot create the socket BIO")
         }
-        if let prefix {
-            // A listener's: its Extra (freed by the method's destroy).
+        if prefix != nil || flightReads {
+            // A listener's or a handshaking client's: its Extra (freed by the method's destroy).
             let extra = UnsafeMutablePointer<Extra>.allocate(capacity: 1)
             var bytes: UnsafeMutableRawBufferPointer?
-            if !prefix.isEmpty {
+            if let prefix, !prefix.isEmpty {
                 bytes = .allocate(byteCount: prefix.count, alignment: 1)
                 prefix.withUnsafeBytes { bytes!.copyMemory(from: $0) }  // memcpy, in debug builds too
             }
-            extra.initialize(to: Extra(fd: fd, prefix: bytes))
+            extra.initialize(to: Extra(fd: fd, prefix: bytes, flightReads: flightReads))
             BIO_set_data(bio, extra)
             BIO_set_init(bio, 1)
         } else {
@@ -150,10 +152,9 @@ enum SocketBIO {
         SSL_set_bio(ssl, bio, bio)
     }
 
-    /// What a listener's socket BIO holds (issue 40), its data pointer (only a listener's
-    /// connections have one, with their own method, so other connections pay nothing): its
-    /// socket, the ClientHello bytes the listener already read, and whether a read right after a
-    /// write waits for poll.
+    /// What a listener's socket BIO holds (issue 40), its data pointer (a listener's connections
+    /// and handshaking clients have one, with their own method): its socket, the ClientHello bytes
+    /// the listener already read, and how the reads of the peer's answer to a flight are made.
     struct Extra {
         /// Bytes read before OpenSSL's, served first (freed once read).
         /// The socket.
@@ -171,6 +172,10 @@ enum SocketBIO {
         var answered = false
         /// The connection is closing: its last read takes what has come (``setClosing(_:)``).
         var closing = false
+        /// A client's handshake: the first read after each of its flights takes the server's
+        /// answering flight at once (``readFlight(_:_:_:_:_:)``), as a listener's handshake does
+        /// after ``waitAfterWrite``.
+        var flightReads = false
     }
 
     /// What the first read of a peer's answer to a flight takes when OpenSSL asks for a record
@@ -201,6 +206,14 @@ enum SocketBIO {
         extra.pointee.wrote = false
     }
 
+    /// Turns a client's flight reads off (its handshake is over: what comes now is the server's
+    /// data, read as OpenSSL asks for it).
+    static func setFlightReads(_ ssl: OpaquePointer, _ on: Bool) {
+        guard let bio = SSL_get_rbio(ssl), let extra = extra(of: bio) else { return }
+        extra.pointee.flightReads = on
+        if !on { extra.pointee.answered = false }
+    }
+
     /// Reads served from the prefix first, then from the socket.
     private static func read(_ bio: OpaquePointer, _ data: UnsafeMutablePointer<CChar>, _ length: Int,
                              _ readBytes: UnsafeMutablePointer<Int>) -> Int32 {
@@ -226,14 +239,16 @@ enum SocketBIO {
                 errno = EAGAIN
                 return 0
             }
+            if extra.pointee.flightReads && extra.pointee.wrote { extra.pointee.answered = true }
             extra.pointee.wrote = false
             var wanted = length
             if extra.pointee.closing {
                 wanted = max(length, closingRead)
             } else if extra.pointee.answered && length == 5 {
-                extra.pointee.answered = false
                 if let r = readFlight(bio, extra, data, length, readBytes) { return r }
-                wanted = answerRead
+                // A listener's first read takes the next header with a ChangeCipherSpec (see
+                // answerRead); a client's reads as OpenSSL asks.
+                if !extra.pointee.flightReads { wanted = answerRead }
             }
             extra.pointee.answered = false
             if wanted > length {
@@ -260,7 +275,9 @@ enum SocketBIO {
     /// handshake records, a ChangeCipherSpec and the one record after it (Finished in TLS 1.2;
     /// the first encrypted handshake record in TLS 1.3), stopping at an alert or at any other
     /// record. nil when nothing whole can be taken (the caller reads as before); else the BIO's
-    /// answer, with the bytes OpenSSL did not ask for yet kept in ``Extra/prefix``.
+    /// answer, with the bytes OpenSSL did not ask for yet kept in ``Extra/prefix``. When nothing
+    /// has come yet (a client reads right after its flight), "retry", and the next read looks
+    /// again.
     private static func readFlight(_ bio: OpaquePointer, _ extra: UnsafeMutablePointer<Extra>,
                                    _ data: UnsafeMutablePointer<CChar>, _ length: Int,
                                    _ readBytes: UnsafeMutablePointer<Int>) -> Int32? {
@@ -268,6 +285,14 @@ enum SocketBIO {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: flightPeek, alignment: 1)
         var peeked: Int
         repeat { peeked = recv(fd, buffer.baseAddress, buffer.count, Int32(MSG_PEEK)) } while peeked < 0 && errno == EINTR
+        if peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+            buffer.deallocate()
+            BIO_set_flags(bio, flagRead | flagShouldRetry)
+            readBytes.pointee = 0
+            errno = EAGAIN
+            return 0
+        }
+        extra.pointee.answered = false
         let take = peeked > 0 ? flightEnd(UnsafeRawBufferPointer(rebasing: buffer[..<peeked])) : 0
         guard take > 0 else {
             buffer.deallocate()

@@ -161,7 +161,7 @@ public final class TLSConnection {
                 try state.takeIdentity(from: source, ssl: ssl, server: false, config: context.config)
             } else if case .identity(let id) = options.identity { state.presentedIdentity = id }
             if !owned { Socket.setNonBlocking(fd, true) } // our own sockets are made non-blocking
-            try SocketBIO.attach(ssl, fd: fd)
+            try SocketBIO.attach(ssl, fd: fd, flightReads: true)
             _ = mtls_ossl_SSL_set_mode(ssl, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
             let kept = TrustPeer.kept(bareHost)
             let sni: String? = options.serverName.map { $0.isEmpty ? nil : $0 } ?? (kept.isAddress ? nil : bareHost)
@@ -336,6 +336,7 @@ public final class TLSConnection {
             }
         }
         isHandshakeComplete = true
+        if !isServer { SocketBIO.setFlightReads(ssl, false) }
         // A resumed session reports the evaluation it was admitted with (its chain re-checked
         // at the policy's time when it was offered); a listener's ticket set it already.
         if !isServer, SSL_session_reused(ssl) == 1 { state.evaluation = state.resumedEvaluation }
