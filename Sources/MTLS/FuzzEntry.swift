@@ -99,7 +99,7 @@ enum FuzzTargets {
             _ = request.header("authorization")
         }
         let answer = HTTPResponder.answer(result) { request in
-            HTTPAnswer(status: 200, reason: "OK", body: Array(request.path.utf8))
+            HTTPAnswer(status: 200, body: Array(request.path.utf8))
         }
         let method: String
         if case .complete(let request) = result { method = request.method } else { method = "GET" }

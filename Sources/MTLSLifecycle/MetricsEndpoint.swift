@@ -70,13 +70,13 @@ public final class MetricsEndpoint: Sendable {
     /// The answer to one request (`body` is called only for a scrape that may see it).
     package static func answer(to request: HTTPRequest, token: [UInt8]?, body: () -> String) -> HTTPAnswer {
         guard request.method == "GET" || request.method == "HEAD" else {
-            return .status(405, "Method Not Allowed", extraHeaders: [("Allow", "GET, HEAD")])
+            return .status(405, extraHeaders: [("Allow", "GET, HEAD")])
         }
-        guard request.path == "/metrics" || request.path == "/" else { return .status(404, "Not Found") }
+        guard request.path == "/metrics" || request.path == "/" else { return .status(404) }
         if let token, !MetricsEndpoint.authorized(request.header("authorization"), token: token) {
-            return .status(401, "Unauthorized", extraHeaders: [("WWW-Authenticate", "Bearer realm=\"mtls-metrics\"")])
+            return .status(401, extraHeaders: [("WWW-Authenticate", "Bearer realm=\"mtls-metrics\"")])
         }
-        return HTTPAnswer(status: 200, reason: "OK", contentType: "text/plain; version=0.0.4", body: Array(body().utf8))
+        return HTTPAnswer(status: 200, contentType: "text/plain; version=0.0.4", body: Array(body().utf8))
     }
 
     /// Whether `authorization` is `Bearer <token>` (the scheme case-insensitive), compared in constant time.

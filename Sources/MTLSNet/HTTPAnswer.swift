@@ -11,17 +11,38 @@ package struct HTTPAnswer: Sendable {
     /// A HEAD: the headers of the answer, no body.
     package var headOnly = false
 
-    package init(status: Int, reason: String, contentType: String = "text/plain", extraHeaders: [(String, String)] = [], body: [UInt8]) {
+    /// `reason` nil: the status's own (``reason(_:)``).
+    package init(status: Int, reason: String? = nil, contentType: String = "text/plain", extraHeaders: [(String, String)] = [], body: [UInt8]) {
         self.status = status
-        self.reason = reason
+        self.reason = reason ?? HTTPAnswer.reason(status)
         self.contentType = contentType
         self.extraHeaders = extraHeaders
         self.body = body
     }
 
-    /// A short text answer: the status and its reason as the body.
-    package static func status(_ code: Int, _ reason: String, extraHeaders: [(String, String)] = []) -> HTTPAnswer {
-        HTTPAnswer(status: code, reason: reason, extraHeaders: extraHeaders, body: Array("\(code) \(reason)\n".utf8))
+    /// A short text answer: the status and its reason (``reason(_:)``) as the body.
+    package static func status(_ code: Int, extraHeaders: [(String, String)] = []) -> HTTPAnswer {
+        let reason = reason(code)
+        return HTTPAnswer(status: code, reason: reason, extraHeaders: extraHeaders, body: Array("\(code) \(reason)\n".utf8))
+    }
+
+    /// The reason phrase libmtls writes for a status (RFC 9110's), the one table of them.
+    package static func reason(_ code: Int) -> String {
+        switch code {
+        case 200: return "OK"
+        case 400: return "Bad Request"
+        case 401: return "Unauthorized"
+        case 403: return "Forbidden"
+        case 404: return "Not Found"
+        case 405: return "Method Not Allowed"
+        case 413: return "Content Too Large"
+        case 431: return "Request Header Fields Too Large"
+        case 500: return "Internal Server Error"
+        case 501: return "Not Implemented"
+        case 502: return "Bad Gateway"
+        case 503: return "Service Unavailable"
+        default: return "Status \(code)"
+        }
     }
 
     package var bytes: [UInt8] {

@@ -34,8 +34,7 @@ public struct HTTPRequestRewriter: Sendable {
         public let status: Int
         /// A minimal HTTP/1.1 response for the client, with `Connection: close`.
         public var response: [UInt8] {
-            let reason = status == 431 ? "Request Header Fields Too Large" : status == 501 ? "Not Implemented" : "Bad Request"
-            return HTTPAnswer.status(status, reason).bytes
+            HTTPAnswer.status(status).bytes
         }
     }
 

@@ -180,8 +180,8 @@ package final class HTTPResponder: Sendable {
             var a = handler(request)
             if request.method == "HEAD" { a.headOnly = true }
             return a
-        case .tooLarge: return .status(431, "Request Header Fields Too Large")
-        case .incomplete, .malformed: return .status(400, "Bad Request")
+        case .tooLarge: return .status(431)
+        case .incomplete, .malformed: return .status(400)
         }
     }
 

@@ -532,7 +532,7 @@ struct ServeCommand: ParsableCommand {
                ["GET ", "POST ", "HEAD ", "PUT "].contains(where: { text.hasPrefix($0) }) {
                 let who = c.peerCertificate?.subjectSummary ?? "anonymous"
                 // The library's one responder writes the answer's head.
-                _ = try? c.write(HTTPAnswer(status: 200, reason: "OK", body: Array("hello \(who)\n".utf8)).bytes)
+                _ = try? c.write(HTTPAnswer(status: 200, body: Array("hello \(who)\n".utf8)).bytes)
                 return
             }
             first = false

@@ -233,7 +233,7 @@ final class TunnelRuntime: @unchecked Sendable {
         if let statusPort = options.statusPort {
             let connectTimeout = options.connectTimeout
             let s = try HTTPResponder(address: MetricsEndpoint.defaultAddress, port: statusPort, threadName: "mtls-tunnel-status") { [self] request in
-                guard request.path == "/_status" else { return .status(404, "Not Found") }
+                guard request.path == "/_status" else { return .status(404) }
                 var body: [String: Any] = ["status": draining ? "draining" : "ok", "connections": open.load(ordering: .relaxed),
                                            "connections_total": total.load(ordering: .relaxed), "target": target.description]
                 var healthy = !draining
@@ -244,7 +244,7 @@ final class TunnelRuntime: @unchecked Sendable {
                     healthy = healthy && fd != nil
                 }
                 let data = (try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])) ?? Data()
-                return HTTPAnswer(status: healthy ? 200 : 503, reason: healthy ? "OK" : "Service Unavailable",
+                return HTTPAnswer(status: healthy ? 200 : 503,
                                   contentType: "application/json", body: Array(data) + [0x0A])
             }
             status = s

@@ -25,9 +25,9 @@ final class ChallengeResponder: @unchecked Sendable {
             let body = Array(keyAuthorization.utf8)
             let http = try HTTPResponder(address: address, port: port, threadName: "mtls-http-01") { request in
                 guard request.method == "GET" || request.method == "HEAD", request.path == path else {
-                    return .status(404, "Not Found")
+                    return .status(404)
                 }
-                return HTTPAnswer(status: 200, reason: "OK", body: body)
+                return HTTPAnswer(status: 200, body: body)
             }
             responder.cleanup = { http.stop() }
         case .webroot(let directory):
