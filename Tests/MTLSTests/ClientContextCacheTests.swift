@@ -22,4 +22,22 @@ extension TLSConnectionTests {
         }
         XCTAssertTrue(try TLSContext.sharedClient(options[0]) === first[0], "its sessions with it")
     }
+
+    func testTheLatestSharedClientContextIsFoundAgainAndForgottenWithTheCache() throws {
+        TLSContext.clearSharedClients()
+        defer { TLSContext.clearSharedClients() }
+        var a = try clientOptions(identity: nil)
+        let first = try TLSContext.sharedClient(a)
+        XCTAssertTrue(try TLSContext.sharedClient(a) === first, "the same settings again: the same context")
+        let versions = (a.minVersion, a.maxVersion)
+        a.minVersion = .tls12
+        a.maxVersion = .tls12
+        let other = try TLSContext.sharedClient(a)
+        XCTAssertFalse(other === first, "other versions: another context, though the policy is the same")
+        (a.minVersion, a.maxVersion) = versions
+        XCTAssertTrue(try TLSContext.sharedClient(a) === first, "back to the first settings: the first context")
+        TLSContext.clearSharedClients()
+        XCTAssertFalse(TLSContext.hasSharedClient(a))
+        XCTAssertFalse(try TLSContext.sharedClient(a) === first, "a cleared cache makes a new context")
+    }
 }
