@@ -162,8 +162,9 @@ enum SocketBIO {
         var prefix: UnsafeMutableRawBufferPointer?
         var offset = 0
         /// A read right after a write answers "retry" without a system call: the peer cannot have
-        /// answered a flight just sent, and the caller polls before the next step anyway. Only for
-        /// a listener's non-blocking handshake steps (``setWaitAfterWrite(_:_:)``).
+        /// answered a flight just sent, and the caller polls before the next step anyway. For
+        /// a listener's non-blocking handshake steps and a blocking client connection
+        /// (``setWaitAfterWrite(_:_:)``).
         var waitAfterWrite = false
         /// Something was written since the last read.
         var wrote = false
@@ -176,6 +177,9 @@ enum SocketBIO {
         /// answering flight at once (``readFlight(_:_:_:_:_:)``), as a listener's handshake does
         /// after ``waitAfterWrite``.
         var flightReads = false
+        /// A client's handshake is over (``setFlightReads(_:_:)`` turned its flight reads off):
+        /// what a read after a wait takes is read as OpenSSL asks, not as a flight.
+        var handshakeOver = false
     }
 
     /// What the first read of a peer's answer to a flight takes when OpenSSL asks for a record
@@ -198,12 +202,18 @@ enum SocketBIO {
     }
 
     /// Turns on (or off) the answer "retry" to a read that follows a write at once, for the
-    /// BIO of `ssl` when it has ``Extra`` (a listener's handshake): the listener's step then
-    /// returns "wants read" and polls, instead of a `recv` that must fail with EAGAIN first.
-    static func setWaitAfterWrite(_ ssl: OpaquePointer, _ on: Bool) {
-        guard let bio = SSL_get_rbio(ssl), let extra = extra(of: bio) else { return }
+    /// BIO of `ssl` when it has ``Extra`` (a listener's handshake, a client's connection): the
+    /// caller then polls, instead of a `recv` that must fail with EAGAIN first. Only where the
+    /// wait that follows is libmtls's own or level-triggered (a blocking connection's poll, a
+    /// listener's, the forwarder's): a caller waiting for an edge would wait for data that came
+    /// already. Returns whether it was on.
+    @discardableResult
+    static func setWaitAfterWrite(_ ssl: OpaquePointer, _ on: Bool) -> Bool {
+        guard let bio = SSL_get_rbio(ssl), let extra = extra(of: bio) else { return false }
+        let was = extra.pointee.waitAfterWrite
         extra.pointee.waitAfterWrite = on
         extra.pointee.wrote = false
+        return was
     }
 
     /// Turns a client's flight reads off (its handshake is over: what comes now is the server's
@@ -211,6 +221,7 @@ enum SocketBIO {
     static func setFlightReads(_ ssl: OpaquePointer, _ on: Bool) {
         guard let bio = SSL_get_rbio(ssl), let extra = extra(of: bio) else { return }
         extra.pointee.flightReads = on
+        extra.pointee.handshakeOver = !on
         if !on { extra.pointee.answered = false }
     }
 
@@ -234,7 +245,8 @@ enum SocketBIO {
             }
             if extra.pointee.waitAfterWrite && extra.pointee.wrote {
                 extra.pointee.wrote = false
-                extra.pointee.answered = true
+                // In a handshake, what comes after the wait is the peer's flight.
+                extra.pointee.answered = !extra.pointee.handshakeOver
                 BIO_set_flags(bio, flagRead | flagShouldRetry)
                 errno = EAGAIN
                 return 0

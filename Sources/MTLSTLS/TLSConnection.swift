@@ -162,6 +162,9 @@ public final class TLSConnection {
             } else if case .identity(let id) = options.identity { state.presentedIdentity = id }
             if !owned { Socket.setNonBlocking(fd, true) } // our own sockets are made non-blocking
             try SocketBIO.attach(ssl, fd: fd, flightReads: true)
+            // Blocking mode waits with its own poll: a read right after a write (the server's
+            // answer to a flight, to a request) polls first instead of failing a recv (issue 40).
+            if !nonBlocking { SocketBIO.setWaitAfterWrite(ssl, true) }
             _ = mtls_ossl_SSL_set_mode(ssl, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
             let kept = TrustPeer.kept(bareHost)
             let sni: String? = options.serverName.map { $0.isEmpty ? nil : $0 } ?? (kept.isAddress ? nil : bareHost)
@@ -265,6 +268,8 @@ public final class TLSConnection {
         try ensureOpen()
         Socket.setNonBlocking(fileDescriptor, true)
         nonBlocking = on
+        // A non-blocking caller may wait for an edge: its reads always look at the socket.
+        if !isServer { SocketBIO.setWaitAfterWrite(ssl, !on) }
     }
 
     /// Forgets every cached TLS session and the shared OpenSSL contexts behind them (with their
@@ -604,6 +609,9 @@ public final class TLSConnection {
     /// that refuses our certificate sends its alert after our handshake ended), and the alert may
     /// still wait in the socket's receive buffer. One non-blocking read picks it up.
     private func collectPendingAlert() {
+        // This read must look at the socket, though it follows a write.
+        let waiting = SocketBIO.setWaitAfterWrite(ssl, false)
+        defer { if waiting { SocketBIO.setWaitAfterWrite(ssl, true) } }
         var byte: UInt8 = 0
         var n = 0
         OpenSSLErrorQueue.clear()
