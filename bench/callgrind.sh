@@ -7,7 +7,9 @@
 #   bench/callgrind.sh LIBDIR [N1 N2]      LIBDIR holds libmtls.so (e.g. .build/release)
 #
 # Environment: MTLS_CG_ONLY="server-13-resumed ..." to run some rows only; MTLS_CG_KEEP=DIR keeps
-# the callgrind.out files there (for callgrind_annotate --inclusive=yes).
+# the callgrind.out files there (for callgrind_annotate --inclusive=yes); MTLS_CG_LINES=1 adds the
+# distinct 64-byte lines of libmtls's code run per handshake (what its code costs when run cold:
+# bench/coldcode.sh).
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 N1=${2:-10}
@@ -31,6 +33,28 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 wait_ready() { # $1: file the server prints "ready" to
     i=0; while ! grep -q ready "$1" 2>/dev/null; do i=$((i+1)); [ $i -lt 600 ] || { echo "server not ready" >&2; exit 1; }; sleep 0.1; done
 }
+VG_LINES=
+[ "${MTLS_CG_LINES:-0}" = 1 ] && VG_LINES="--dump-instr=yes --compress-pos=no --compress-strings=no"
+# lines OUT1 OUT2 -> the distinct 64-byte lines of libmtls.so's code whose instruction counts grew
+# between the two runs (run per handshake; needs MTLS_CG_LINES=1)
+lines() {
+    python3 - "$1" "$2" <<'PY'
+import re, sys
+def run(path):
+    counts, obj = {}, None
+    for line in open(path):
+        if line.startswith("ob="):
+            obj = line[3:].strip()
+        elif obj and obj.endswith("/libmtls.so.0"):
+            m = re.match(r"(0x[0-9a-f]+) \d+ (\d+)", line)
+            if m:
+                key = int(m.group(1), 16)
+                counts[key] = counts.get(key, 0) + int(m.group(2))
+    return counts
+a, b = run(sys.argv[1]), run(sys.argv[2])
+print(len({k >> 6 for k, v in b.items() if v > a.get(k, 0)}))
+PY
+}
 total() { # $1: callgrind.out file -> total Ir
     grep '^summary:' "$1" | awk '{print $2}'
 }
@@ -45,7 +69,7 @@ measure() {
     if [ "$side" = server ]; then
         if [ "$impl" = raw ]; then sargs="rawserver $pt $((n + extra)) $P/server-chain.pem $P/server.key $P/root.pem"
         else sargs="mtlsserver $pt $((n + extra)) $P/server-chain.pem $P/server.key $P/root.pem $version"; fi
-        valgrind --tool=callgrind --callgrind-out-file="$out" $EXE $sargs >"$WORK/ready" 2>"$WORK/vg.log" &
+        valgrind --tool=callgrind $VG_LINES --callgrind-out-file="$out" $EXE $sargs >"$WORK/ready" 2>"$WORK/vg.log" &
         vg=$!
         wait_ready "$WORK/ready"
         $EXE rawclient $pt $n $client_args
@@ -54,13 +78,15 @@ measure() {
         $EXE rawserver $pt $((n + extra)) $P/server-chain.pem $P/server.key $P/root.pem >"$WORK/ready" &
         srv=$!
         wait_ready "$WORK/ready"
-        valgrind --tool=callgrind --callgrind-out-file="$out" $EXE ${impl}client $pt $n $client_args 2>"$WORK/vg.log"
+        valgrind --tool=callgrind $VG_LINES --callgrind-out-file="$out" $EXE ${impl}client $pt $n $client_args 2>"$WORK/vg.log"
         wait $srv
     fi
     total "$out"
 }
 
-printf '%-28s %12s %12s %7s\n' row "raw OpenSSL" libmtls ratio
+printf '%-28s %12s %12s %7s' row "raw OpenSSL" libmtls ratio
+[ -n "$VG_LINES" ] && printf ' %14s' "libmtls lines"
+echo
 for side in server client; do
     for version in 13 12; do
         for mode in resumed full; do
@@ -69,7 +95,9 @@ for side in server client; do
             r1=$(measure $side raw $version $mode $N1); r2=$(measure $side raw $version $mode $N2)
             m1=$(measure $side mtls $version $mode $N1); m2=$(measure $side mtls $version $mode $N2)
             raw=$(( (r2 - r1) / (N2 - N1) )); mt=$(( (m2 - m1) / (N2 - N1) ))
-            printf '%-28s %12d %12d %7s\n' "$row" $raw $mt $(awk "BEGIN{printf \"%.3f\", $mt/$raw}")
+            printf '%-28s %12d %12d %7s' "$row" $raw $mt $(awk "BEGIN{printf \"%.3f\", $mt/$raw}")
+            [ -n "$VG_LINES" ] && printf ' %14s' $(lines "$KEEP/callgrind.out.$side-mtls-$version-$mode-$N1" "$KEEP/callgrind.out.$side-mtls-$version-$mode-$N2")
+            echo
         done
     done
 done
