@@ -46,4 +46,51 @@ extension TLSConnectionTests {
         try client.write(Array("back".utf8))
         XCTAssertEqual(try server.read(), Array("back".utf8))
     }
+
+    /// A blocking client's read right after its write polls before it reads (no recv that fails
+    /// first); switched to non-blocking mode, where its caller may wait for an edge, a read right
+    /// after a write takes what has come already instead of saying it would wait.
+    func testAClientReadAfterItsWriteTakesWhatCameInNonBlockingMode() throws {
+        var so = TLSServerOptions(identity: try identity("server"))
+        so.clientPolicy = try policy(["int-a"])
+        so.handshakeSeconds = 10
+        so.ioSeconds = 10
+        let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
+        let accepted = LockedBox<TLSConnection?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            let c = try? listener.accept(timeout: 10)
+            accepted.mutate { $0 = c }
+            done.signal()
+        }
+        var o = try clientOptions(identity: identity("client-a"))
+        o.sessionResumption = false
+        let client = try TLSConnection.connect(host: "127.0.0.1", port: listener.port, options: o)
+        done.wait()
+        let server = try XCTUnwrap(accepted.value)
+        defer { server.close(); client.close() }
+        func waitReadable(_ c: TLSConnection) {
+            var p = pollfd(fd: c.fileDescriptor, events: Int16(POLLIN), revents: 0)
+            XCTAssertEqual(poll(&p, 1, 10_000), 1)
+        }
+        // Blocking: the server's answer is read after the client's own wait.
+        try client.write(Array("ping".utf8))
+        XCTAssertEqual(try server.read(), Array("ping".utf8))
+        try server.write(Array("pong".utf8))
+        XCTAssertEqual(try client.read(), Array("pong".utf8))
+        // Non-blocking: the server speaks first; its record is in the client's socket before the
+        // client writes, and the client's next read takes it.
+        try client.setNonBlocking(true)
+        try server.write(Array("first".utf8))
+        waitReadable(client)
+        try client.write(Array("then".utf8))
+        XCTAssertEqual(try client.read(), Array("first".utf8))
+        XCTAssertEqual(try server.read(), Array("then".utf8))
+        // Back to blocking: a read after a write waits for the answer again.
+        try client.setNonBlocking(false)
+        try client.write(Array("again".utf8))
+        XCTAssertEqual(try server.read(), Array("again".utf8))
+        try server.write(Array("done".utf8))
+        XCTAssertEqual(try client.read(), Array("done".utf8))
+    }
 }
