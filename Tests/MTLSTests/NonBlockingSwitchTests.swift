@@ -5,11 +5,13 @@ import XCTest
 /// TLSConnection.setNonBlocking (mtls_conn_set_non_blocking): kept apart from
 /// TLSConnectionTests.swift so that it merges without touching that file.
 extension TLSConnectionTests {
-    func testAcceptedConnectionSwitchesToNonBlockingAndBack() throws {
+    /// A listener (clients under int-a; handshakes within 10 s, I/O within `ioSeconds`) whose
+    /// accept of one client runs on a thread: `accepted()` waits for it.
+    private func listenerAcceptingOne(ioSeconds: Double) throws -> (listener: TLSListener, accepted: () throws -> TLSConnection) {
         var so = TLSServerOptions(identity: try identity("server"))
         so.clientPolicy = try policy(["int-a"])
         so.handshakeSeconds = 10
-        so.ioSeconds = 0.3
+        so.ioSeconds = ioSeconds
         let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
         let accepted = LockedBox<TLSConnection?>(nil)
         let done = DispatchSemaphore(value: 0)
@@ -18,6 +20,14 @@ extension TLSConnectionTests {
             accepted.mutate { $0 = c }
             done.signal()
         }
+        return (listener, {
+            done.wait()
+            return try XCTUnwrap(accepted.value)
+        })
+    }
+
+    func testAcceptedConnectionSwitchesToNonBlockingAndBack() throws {
+        let (listener, accepted) = try listenerAcceptingOne(ioSeconds: 0.3)
         // A client opened non-blocking and switched to blocking before its handshake: the
         // handshake waits for the TCP connect and completes in one call.
         var o = try clientOptions(identity: identity("client-a"))
@@ -27,8 +37,7 @@ extension TLSConnectionTests {
         try client.setNonBlocking(false)
         try client.handshake()
         XCTAssertTrue(client.isHandshakeComplete)
-        done.wait()
-        let server = try XCTUnwrap(accepted.value)
+        let server = try accepted()
         defer { server.close(); client.close() }
 
         // Blocking (as accepted): a read waits out the I/O timeout.
@@ -51,23 +60,11 @@ extension TLSConnectionTests {
     /// first); switched to non-blocking mode, where its caller may wait for an edge, a read right
     /// after a write takes what has come already instead of saying it would wait.
     func testAClientReadAfterItsWriteTakesWhatCameInNonBlockingMode() throws {
-        var so = TLSServerOptions(identity: try identity("server"))
-        so.clientPolicy = try policy(["int-a"])
-        so.handshakeSeconds = 10
-        so.ioSeconds = 10
-        let listener = try TLSListener(address: "127.0.0.1", port: 0, options: so)
-        let accepted = LockedBox<TLSConnection?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            let c = try? listener.accept(timeout: 10)
-            accepted.mutate { $0 = c }
-            done.signal()
-        }
+        let (listener, accepted) = try listenerAcceptingOne(ioSeconds: 10)
         var o = try clientOptions(identity: identity("client-a"))
         o.sessionResumption = false
         let client = try TLSConnection.connect(host: "127.0.0.1", port: listener.port, options: o)
-        done.wait()
-        let server = try XCTUnwrap(accepted.value)
+        let server = try accepted()
         defer { server.close(); client.close() }
         func waitReadable(_ c: TLSConnection) {
             var p = pollfd(fd: c.fileDescriptor, events: Int16(POLLIN), revents: 0)
