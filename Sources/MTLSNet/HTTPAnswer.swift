@@ -4,17 +4,16 @@
 /// An answer (always `Connection: close`).
 package struct HTTPAnswer: Sendable {
     package var status: Int
-    package var reason: String
+    /// The status's reason phrase (``reason(_:)``).
+    package var reason: String { HTTPAnswer.reason(status) }
     package var contentType: String
     package var extraHeaders: [(String, String)]
     package var body: [UInt8]
     /// A HEAD: the headers of the answer, no body.
     package var headOnly = false
 
-    /// `reason` nil: the status's own (``reason(_:)``).
-    package init(status: Int, reason: String? = nil, contentType: String = "text/plain", extraHeaders: [(String, String)] = [], body: [UInt8]) {
+    package init(status: Int, contentType: String = "text/plain", extraHeaders: [(String, String)] = [], body: [UInt8]) {
         self.status = status
-        self.reason = reason ?? HTTPAnswer.reason(status)
         self.contentType = contentType
         self.extraHeaders = extraHeaders
         self.body = body
@@ -22,8 +21,7 @@ package struct HTTPAnswer: Sendable {
 
     /// A short text answer: the status and its reason (``reason(_:)``) as the body.
     package static func status(_ code: Int, extraHeaders: [(String, String)] = []) -> HTTPAnswer {
-        let reason = reason(code)
-        return HTTPAnswer(status: code, reason: reason, extraHeaders: extraHeaders, body: Array("\(code) \(reason)\n".utf8))
+        HTTPAnswer(status: code, extraHeaders: extraHeaders, body: Array("\(code) \(reason(code))\n".utf8))
     }
 
     /// The reason phrase libmtls writes for a status (RFC 9110's), the one table of them.

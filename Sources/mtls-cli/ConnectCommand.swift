@@ -528,8 +528,9 @@ struct ServeCommand: ParsableCommand {
         defer { c.close() }
         var first = true
         while let data = try? c.read(), !data.isEmpty {  // up to one TLS record (16 KiB)
-            if first, let text = String(bytes: data.prefix(8), encoding: .utf8),
-               ["GET ", "POST ", "HEAD ", "PUT "].contains(where: { text.hasPrefix($0) }) {
+            // An HTTP request: its first line is one (the library's one reader of request lines).
+            if first, let end = data.firstIndex(of: UInt8(ascii: "\n")),
+               HTTPRequestLine.parse(data[..<end].last == UInt8(ascii: "\r") ? data[..<(end - 1)] : data[..<end]) != nil {
                 let who = c.peerCertificate?.subjectSummary ?? "anonymous"
                 // The library's one responder writes the answer's head.
                 _ = try? c.write(HTTPAnswer(status: 200, body: Array("hello \(who)\n".utf8)).bytes)

@@ -139,7 +139,7 @@ final class HTTPTests: XCTestCase {
     /// The one responder serves clients concurrently: silent clients do not hold up a real one.
     func testResponderServesARealClientBesideSilentOnes() throws {
         let responder = try HTTPResponder(address: "127.0.0.1", port: 0, threadName: "mtls-test-http") { r in
-            HTTPAnswer(status: 200, reason: "OK", body: Array(r.path.utf8))
+            HTTPAnswer(status: 200, body: Array(r.path.utf8))
         }
         defer { responder.stop() }
         var silent: [Int32] = []
