@@ -1348,7 +1348,9 @@ MTLS_EXTERN int mtls_conn_options_init(mtls_conn_options *opts, unsigned int ver
  * the handshake (unless opts->non_blocking). opts may be NULL for the defaults. Free *out with
  * mtls_conn_free. A host carrying a port of its own ("server.test:443", "[::1]:443") is
  * MTLS_E_INVALID_ARGUMENT before any lookup (mtls_host_only reads a host the same way; the same
- * for mtls_conn_open and mtls_conn_wrap_fd's host).
+ * for mtls_conn_open and mtls_conn_wrap_fd's host). The TLS side is set up before the TCP
+ * connect: options it refuses (an ALPN list, a server name, an identity source that fails) are
+ * their error with no connection made to the server.
  *
  * Non-blocking mode (opts->non_blocking = 1): the call returns at once, with the TCP connect
  * under way; mtls_conn_handshake, mtls_conn_read and mtls_conn_write return MTLS_E_WANT_READ /

@@ -15,7 +15,7 @@ public final class TLSConnection {
     let context: TLSContext
     let state: TLSHandshakeState
     /// The socket under the connection.
-    public let fileDescriptor: Int32
+    public private(set) var fileDescriptor: Int32
     private let ownsFileDescriptor: Bool
     /// True on the accepting side.
     public let isServer: Bool
@@ -112,14 +112,21 @@ public final class TLSConnection {
         if let unknown = options.groups?.first(where: { !TLSContext.groupIsKnown($0) }) {
             throw MTLSError(.unsupported, "this OpenSSL has no key-exchange group \"\(unknown)\"")
         }
-        let fd = try Socket.connect(host: host, port: port, deadline: Deadline(seconds: options.connectSeconds),
-                                    waitForConnection: !options.nonBlocking)
+        // The TLS side first (issue 40): what runs between the TCP connect and the ClientHello
+        // keeps a server that has already accepted waiting (a spin there costs the raw OpenSSL
+        // client about 1.5 times its length per resumed handshake, before the connect 1 time), and a
+        // set-up that fails (an ALPN list, a server name, an identity source) opens no connection.
         let conn: TLSConnection
         do {
-            conn = try TLSConnection(clientFD: fd, owned: true, host: host, port: port, options: options)
+            conn = try TLSConnection(clientHost: host, port: port, ownsSocket: true, options: options)
         } catch {
-            Glibc.close(fd)
             // Making the TLS side of the connection failed here: ours.
+            guard let e = error as? MTLSError, e.side == nil else { throw error }
+            throw MTLSError(e, side: .client, attachment: e.attachment)
+        }
+        let fd = try Socket.connect(host: host, port: port, deadline: Deadline(seconds: options.connectSeconds),
+                                    waitForConnection: !options.nonBlocking)
+        do { try conn.attachSocket(fd) } catch {
             guard let e = error as? MTLSError, e.side == nil else { throw error }
             throw MTLSError(e, side: .client, attachment: e.attachment)
         }
@@ -135,17 +142,20 @@ public final class TLSConnection {
                             options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
         guard fd >= 0 else { throw MTLSError(.invalidArgument, "file descriptor \(fd) is not valid") }
         if !host.isEmpty { _ = try HostLiteral.hostOnly(host) }
-        let conn = try TLSConnection(clientFD: fd, owned: false, host: host, port: port, options: options)
+        let conn = try TLSConnection(clientHost: host, port: port, ownsSocket: false, options: options)
+        Socket.setNonBlocking(fd, true)  // the caller's socket too (see above)
+        try conn.attachSocket(fd)
         if !options.nonBlocking { try conn.handshake() }
         return conn
     }
 
-    private init(clientFD fd: Int32, owned: Bool, host: String, port: UInt16, options: TLSClientOptions) throws {
+    /// The client side of a connection to `host`, without its socket yet (``attachSocket(_:)``).
+    private init(clientHost host: String, port: UInt16, ownsSocket owned: Bool, options: TLSClientOptions) throws {
         context = try TLSContext.sharedClient(options)
         policyVersionAtStart = context.config.policy.version
         guard let ssl = SSL_new(context.ctx) else { throw MTLSError.openSSL(.noMemory, "cannot create a TLS connection") }
         self.ssl = ssl
-        fileDescriptor = fd
+        fileDescriptor = -1
         ownsFileDescriptor = owned
         isServer = false
         peerAddress = host
@@ -154,17 +164,11 @@ public final class TLSConnection {
         ioTimeout = options.ioSeconds
         state = TLSHandshakeState()
         state.attach(to: ssl)
-        // On failure the caller closes the socket; the deinit must not close it again.
         do {
             let bareHost = HostLiteral.unbracketed(host)
             if let source = options.identitySource {
                 try state.takeIdentity(from: source, ssl: ssl, server: false, config: context.config)
             } else if case .identity(let id) = options.identity { state.presentedIdentity = id }
-            if !owned { Socket.setNonBlocking(fd, true) } // our own sockets are made non-blocking
-            try SocketBIO.attach(ssl, fd: fd, flightReads: true)
-            // Blocking mode waits with its own poll: a read right after a write (the server's
-            // answer to a flight, to a request) polls first instead of failing a recv (issue 40).
-            if !nonBlocking { SocketBIO.setWaitAfterWrite(ssl, true) }
             _ = mtls_ossl_SSL_set_mode(ssl, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
             let kept = TrustPeer.kept(bareHost)
             let sni: String? = options.serverName.map { $0.isEmpty ? nil : $0 } ?? (kept.isAddress ? nil : bareHost)
@@ -210,6 +214,16 @@ public final class TLSConnection {
         SSL_set_connect_state(ssl)
     }
 
+    /// A client connection's connected (or connecting) non-blocking socket, under its TLS side. An
+    /// owned socket is closed with the connection from here on, even when this fails.
+    private func attachSocket(_ fd: Int32) throws {
+        fileDescriptor = fd
+        try SocketBIO.attach(ssl, fd: fd, flightReads: true)
+        // Blocking mode waits with its own poll: a read right after a write (the server's
+        // answer to a flight, to a request) polls first instead of failing a recv (issue 40).
+        if !nonBlocking { SocketBIO.setWaitAfterWrite(ssl, true) }
+    }
+
     /// The server side of an accepted socket (owned by the connection). `clientHello`: for a
     /// listener's connection, the bytes it already read from the socket (its ClientHello), which
     /// the handshake reads first.
@@ -253,7 +267,7 @@ public final class TLSConnection {
     deinit {
         listenerCounters?.connectionEnded()
         SSL_free(ssl)
-        if ownsFileDescriptor, !closed { Glibc.close(fileDescriptor) }
+        if ownsFileDescriptor, !closed, fileDescriptor >= 0 { Glibc.close(fileDescriptor) }  // -1: never attached
     }
 
     /// Switches the connection to non-blocking mode (`true`) or back to blocking mode: from then

@@ -263,12 +263,18 @@ final class TLSConnectionTests: XCTestCase, ConnectionPKIFiles {
         XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: silent, options: o)) { e in
             XCTAssertEqual((e as? MTLSError)?.code, .timeout)
         }
-        // Bad options after the socket connected: an error, the socket closed once.
+        let timedOut = accept(fd, nil, nil)
+        XCTAssertGreaterThanOrEqual(timedOut, 0)
+        close(timedOut)
+        // Bad options: an error before any TCP connection is made (the TLS side is set up first).
         var bad = TLSClientOptions()
         bad.alpn = [""]
         XCTAssertThrowsError(try TLSConnection.connect(host: "127.0.0.1", port: silent, options: bad)) { e in
             XCTAssertEqual((e as? MTLSError)?.code, .invalidArgument)
+            XCTAssertEqual((e as? MTLSError)?.side, .client)
         }
+        var pending = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        XCTAssertEqual(poll(&pending, 1, 0), 0, "a TCP connection was made for a TLS set-up that failed")
     }
 
     // MARK: libmtls server
