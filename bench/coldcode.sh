@@ -2,7 +2,9 @@
 # What code run cold costs a client per handshake on this machine (bench/c/bench_coldcode.c): the
 # raw OpenSSL C client with and without calling LINES small functions spread as a library's code
 # is (7 per page, in 10 MiB), against the raw OpenSSL C server. Compare with the code lines
-# libmtls's client touches per handshake (bench/callgrind.sh with MTLS_CG_LINES=1).
+# libmtls's client touches per handshake (bench/callgrind.sh with MTLS_CG_LINES=1). With
+# MTLS_SPIN_US="15 30", bench/c/bench_spin.c too: what a busy wait of that many microseconds adds
+# to the raw client's handshake before its socket, after its TCP connect and after its handshake.
 #
 #   bench/coldcode.sh LIBDIR [N [LINES...]]   LIBDIR holds libmtls.so (bench_tls_support.h links it)
 set -eu
@@ -46,6 +48,8 @@ cc -O2 -std=gnu11 -Wall -Wextra -Werror -I"$ROOT/include" -o "$WORK/bench_tls" "
     -L"$LIBDIR" -Wl,-rpath,"$LIBDIR" -lmtls $(pkg-config --cflags --libs openssl)
 cc -O2 -std=gnu11 -Wall -Wextra -Werror -I"$ROOT/include" -o "$WORK/bench_coldcode" "$ROOT/bench/c/bench_coldcode.c" \
     "$WORK/cold.S" $(pkg-config --cflags --libs openssl)
+cc -O2 -std=gnu11 -Wall -Wextra -Werror -I"$ROOT/include" -o "$WORK/bench_spin" "$ROOT/bench/c/bench_spin.c" \
+    $(pkg-config --cflags --libs openssl)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$WORK/bench_tls" server "$port" "$P/server-chain.pem" "$P/server.key" "$P/root.pem" &
 srv=$!
@@ -53,4 +57,9 @@ i=0; until python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',
     i=$((i+1)); [ $i -lt 100 ] || { echo "server not ready" >&2; exit 1; }; sleep 0.1; done
 for version in 12 13; do
     "$WORK/bench_coldcode" "$port" $version "$P/client-a.pem" "$P/client-a.key" "$P/int-a.pem" "$P/root.pem" "$N" "$@"
+done
+for us in ${MTLS_SPIN_US:-}; do
+    for version in 12 13; do
+        "$WORK/bench_spin" "$port" $version "$P/client-a.pem" "$P/client-a.key" "$P/int-a.pem" "$P/root.pem" "$N" "$us"
+    done
 done

@@ -104,8 +104,9 @@ public final class TLSConnection {
         return conn
     }
 
-    /// Connects the socket and prepares TLS without starting the handshake; ``handshake()-2mgoe``
-    /// runs it. Lets the caller read ``evaluation`` and ``peerChain`` when the handshake fails.
+    /// Prepares TLS, then connects the socket, without starting the handshake;
+    /// ``handshake()-2mgoe`` runs it. Options the TLS side refuses are thrown before any TCP
+    /// connection is made. Lets the caller read ``evaluation`` and ``peerChain`` when the handshake fails.
     public static func open(host: String, port: UInt16, options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
         guard !host.isEmpty else { throw MTLSError(.invalidArgument, "host must not be empty") }
         _ = try HostLiteral.hostOnly(host)  // "h:443" is refused here, not by name resolution

@@ -152,6 +152,12 @@ typedef struct {
     char error[256];
 } bench_raw_result;
 
+/* Called, when set, in each raw exchange after the SSL object is ready on the connected socket
+ * (BENCH_AT_CONNECTED: before the ClientHello) and after a handshake that succeeded
+ * (BENCH_AT_HANDSHAKEN: before the request); bench_spin waits there. */
+enum { BENCH_AT_CONNECTED = 1, BENCH_AT_HANDSHAKEN };
+static void (*bench_raw_pause)(int where);
+
 /* One raw client exchange on the connected socket FD, which it closes: handshake (server.test
  * verified), write REQUEST (REQUEST_LEN bytes), then read into ANSWER (ANSWER_SIZE bytes) WANT
  * bytes, or with WANT 0 until the server closes (its close_notify; a connection cut without one
@@ -167,10 +173,12 @@ static inline int bench_raw_exchange(SSL_CTX *ctx, int fd, int offer, SSL_SESSIO
     SSL_set_tlsext_host_name(ssl, "server.test");
     SSL_set1_host(ssl, "server.test");
     if (offer && *session) SSL_set_session(ssl, *session);
+    if (bench_raw_pause) bench_raw_pause(BENCH_AT_CONNECTED);
     int rc;
     errno = 0;
     r->step = "handshake";
     if ((rc = SSL_connect(ssl)) == 1) {
+        if (bench_raw_pause) bench_raw_pause(BENCH_AT_HANDSHAKEN);
         r->reused = SSL_session_reused(ssl);
         X509 *peer = peer_sha256 ? SSL_get0_peer_certificate(ssl) : NULL;
         unsigned int n = 0;
