@@ -31,6 +31,7 @@ import mtls.http
 import mtls.httpx
 import mtls.requests
 from conftest import free_port, identity, require_tool, stop_process, wait_port
+from waits import wait_until
 
 CUSTOMER_A = "CN=Customer A CA,O=libmtls test"
 CLIENT_A_DN = "CN=client-a,O=libmtls test"
@@ -113,6 +114,8 @@ def start_tinyproxy(tmp_path: pathlib.Path) -> Iterator:
         proxy = Tinyproxy(d, port, proc)
         started.append(proxy)
         wait_port(port, proc)
+        # tinyproxy may open its log file after it listens: connects() reads that file.
+        wait_until(lambda: (d / "tinyproxy.log").exists(), what="tinyproxy's log file")
         return proxy
 
     yield start
