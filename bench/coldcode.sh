@@ -4,7 +4,8 @@
 # is (7 per page, in 10 MiB), against the raw OpenSSL C server. Compare with the code lines
 # libmtls's client touches per handshake (bench/callgrind.sh with MTLS_CG_LINES=1). With
 # MTLS_SPIN_US="15 30", bench/c/bench_spin.c too: what a busy wait of that many microseconds adds
-# to the raw client's handshake before its socket, after its TCP connect and after its handshake.
+# to a resumed handshake, in the raw client (before its socket, after its TCP connect, after its
+# handshake) and in the raw server (after its accept, after its handshake, after its answer).
 #
 #   bench/coldcode.sh LIBDIR [N [LINES...]]   LIBDIR holds libmtls.so (bench_tls_support.h links it)
 set -eu
@@ -61,5 +62,27 @@ done
 for us in ${MTLS_SPIN_US:-}; do
     for version in 12 13; do
         "$WORK/bench_spin" "$port" $version "$P/client-a.pem" "$P/client-a.key" "$P/int-a.pem" "$P/root.pem" "$N" "$us"
+    done
+done
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_listening() {
+    i=0; until python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$1),1)" 2>/dev/null; do
+        i=$((i+1)); [ $i -lt 100 ] || { echo "server not ready" >&2; exit 1; }; sleep 0.1; done
+}
+for us in ${MTLS_SPIN_US:-}; do
+    for version in 12 13; do
+        line="TLS 1.${version#1} resumed, $us us in the raw server:"
+        for where in 1 2 3; do
+            plain=$(free_port); waiting=$(free_port)
+            "$WORK/bench_spin" serve "$plain" "$P/server-chain.pem" "$P/server.key" "$P/root.pem" 0 0 & s1=$!
+            "$WORK/bench_spin" serve "$waiting" "$P/server-chain.pem" "$P/server.key" "$P/root.pem" $where "$us" & s2=$!
+            wait_listening "$plain"; wait_listening "$waiting"
+            set -- $("$WORK/bench_spin" servers "$plain" "$waiting" $version "$P/client-a.pem" "$P/client-a.key" \
+                "$P/int-a.pem" "$P/root.pem" "$N")
+            kill $s1 $s2; wait $s1 $s2 2>/dev/null || true
+            name=$(echo "after the accept|after the handshake|after the answer" | cut -d'|' -f$where)
+            line="$line $name +$(python3 -c "print(f'{$2 - $1:.1f} ({($2 - $1) / $us:.2f}x)')"),"
+        done
+        echo "${line%,} (handshake $1 us)"
     done
 done

@@ -100,16 +100,26 @@ static inline SSL_CTX *bench_raw_server_ctx(const char *chain, const char *key, 
     return ctx;
 }
 
+/* Called, when set, in each raw server exchange: after the accept (BENCH_AT_ACCEPTED: before
+ * the handshake), after the handshake (BENCH_AT_SERVER_HANDSHAKEN: before reading the request)
+ * and after the answer (BENCH_AT_ANSWERED: before close_notify); bench_spin waits there. */
+enum { BENCH_AT_ACCEPTED = 1, BENCH_AT_SERVER_HANDSHAKEN, BENCH_AT_ANSWERED };
+static void (*bench_raw_serve_pause)(int where);
+
 /* Serves one accepted connection FD: handshake, read one byte, answer one, close FD. Failures
  * (a client that gave up) are dropped. */
 static inline void bench_raw_serve(SSL_CTX *ctx, int fd) {
+    if (bench_raw_serve_pause) bench_raw_serve_pause(BENCH_AT_ACCEPTED);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     SSL *ssl = SSL_new(ctx);
     SSL_set_fd(ssl, fd);
     char b;
-    if (SSL_accept(ssl) == 1 && SSL_read(ssl, &b, 1) == 1) {
+    int handshaken = SSL_accept(ssl) == 1;
+    if (handshaken && bench_raw_serve_pause) bench_raw_serve_pause(BENCH_AT_SERVER_HANDSHAKEN);
+    if (handshaken && SSL_read(ssl, &b, 1) == 1) {
         SSL_write(ssl, "y", 1);
+        if (bench_raw_serve_pause) bench_raw_serve_pause(BENCH_AT_ANSWERED);
         SSL_shutdown(ssl);
     }
     ERR_clear_error();
