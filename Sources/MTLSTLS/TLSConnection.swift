@@ -106,7 +106,8 @@ public final class TLSConnection {
 
     /// Prepares TLS, then connects the socket, without starting the handshake;
     /// ``handshake()-2mgoe`` runs it. Options the TLS side refuses are thrown before any TCP
-    /// connection is made. Lets the caller read ``evaluation`` and ``peerChain`` when the handshake fails.
+    /// connection is made. Lets the caller read ``evaluation`` and ``peerChain`` when the
+    /// handshake fails.
     public static func open(host: String, port: UInt16, options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
         guard !host.isEmpty else { throw MTLSError(.invalidArgument, "host must not be empty") }
         _ = try HostLiteral.hostOnly(host)  // "h:443" is refused here, not by name resolution
@@ -117,20 +118,16 @@ public final class TLSConnection {
         // keeps a server that has already accepted waiting (a spin there costs the raw OpenSSL
         // client about 1.5 times its length per resumed handshake, before the connect 1 time), and a
         // set-up that fails (an ALPN list, a server name, an identity source) opens no connection.
-        let conn: TLSConnection
-        do {
-            conn = try TLSConnection(clientHost: host, port: port, ownsSocket: true, options: options)
-        } catch {
-            // Making the TLS side of the connection failed here: ours.
-            guard let e = error as? MTLSError, e.side == nil else { throw error }
-            throw MTLSError(e, side: .client, attachment: e.attachment)
+        // Making the TLS side of the connection failed: ours (the TCP connect's errors say theirs).
+        func ours(_ error: any Error) -> any Error {
+            guard let e = error as? MTLSError, e.side == nil else { return error }
+            return MTLSError(e, side: .client, attachment: e.attachment)
         }
+        let conn: TLSConnection
+        do { conn = try TLSConnection(clientHost: host, port: port, ownsSocket: true, options: options) } catch { throw ours(error) }
         let fd = try Socket.connect(host: host, port: port, deadline: Deadline(seconds: options.connectSeconds),
                                     waitForConnection: !options.nonBlocking)
-        do { try conn.attachSocket(fd) } catch {
-            guard let e = error as? MTLSError, e.side == nil else { throw error }
-            throw MTLSError(e, side: .client, attachment: e.attachment)
-        }
+        do { try conn.attachSocket(fd) } catch { throw ours(error) }
         conn.connecting = options.nonBlocking
         conn.connectPort = port
         return conn
@@ -144,7 +141,7 @@ public final class TLSConnection {
         guard fd >= 0 else { throw MTLSError(.invalidArgument, "file descriptor \(fd) is not valid") }
         if !host.isEmpty { _ = try HostLiteral.hostOnly(host) }
         let conn = try TLSConnection(clientHost: host, port: port, ownsSocket: false, options: options)
-        Socket.setNonBlocking(fd, true)  // the caller's socket too (see above)
+        Socket.setNonBlocking(fd, true)  // as documented above, once the TLS side is made
         try conn.attachSocket(fd)
         if !options.nonBlocking { try conn.handshake() }
         return conn

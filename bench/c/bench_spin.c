@@ -33,35 +33,21 @@ enum { NONE, BEFORE, CONNECT, AFTER, PLACES };
 static int place;
 static double us;
 
-static void spin(void) {
-    double end = bench_now() + us * 1e-6;
+static void spin(double microseconds) {
+    double end = bench_now() + microseconds * 1e-6;
     while (bench_now() < end) {
     }
 }
 
 static void pause_at(int where) {
-    if ((where == BENCH_AT_CONNECTED && place == CONNECT) || (where == BENCH_AT_HANDSHAKEN && place == AFTER)) spin();
+    if ((where == BENCH_AT_CONNECTED && place == CONNECT) || (where == BENCH_AT_HANDSHAKEN && place == AFTER)) spin(us);
 }
 
 static int serve_where;
 static double serve_us;
 
 static void serve_pause(int where) {
-    if (where == serve_where) {
-        us = serve_us;
-        spin();
-    }
-}
-
-/* A raw server (bench_tls's) waiting SERVE_US at SERVE_WHERE; runs until killed. */
-__attribute__((noreturn)) static void serve(int port, const char *chain, const char *key, const char *client_ca) {
-    SSL_CTX *ctx = bench_raw_server_ctx(chain, key, client_ca);
-    int ls = bench_tcp_listen(port);
-    bench_raw_serve_pause = serve_pause;
-    for (;;) {
-        int fd = accept(ls, NULL, NULL);
-        if (fd >= 0) bench_raw_serve(ctx, fd);
-    }
+    if (where == serve_where) spin(serve_us);
 }
 
 /* The raw client taking turns between the plain server and the waiting one. */
@@ -93,7 +79,8 @@ int main(int argc, char **argv) {
         signal(SIGPIPE, SIG_IGN);
         serve_where = atoi(argv[6]);
         serve_us = atof(argv[7]);
-        serve(atoi(argv[2]), argv[3], argv[4], argv[5]);
+        bench_raw_serve_pause = serve_pause;
+        bench_raw_server_run(atoi(argv[2]), argv[3], argv[4], argv[5]);
     }
     if (argc == 10 && strcmp(argv[1], "servers") == 0) { signal(SIGPIPE, SIG_IGN); return servers(argv); }
     if (argc < 9) { fprintf(stderr, "usage: see the comment at the top of bench/c/bench_spin.c\n"); return 2; }
@@ -111,7 +98,7 @@ int main(int argc, char **argv) {
             for (place = NONE; place < PLACES; place++)
                 for (int i = 0; i < 20; i++) {
                     double t0 = bench_now();
-                    if (place == BEFORE) spin();
+                    if (place == BEFORE) spin(us);
                     resumed += bench_raw_handshake(ctx, port, 0, 1, &session);
                     t[place] += bench_now() - t0;
                 }

@@ -39,14 +39,7 @@
 
 static int server(int port, const char *chain, const char *key, const char *client_ca) {
     signal(SIGPIPE, SIG_IGN);
-    SSL_CTX *ctx = bench_raw_server_ctx(chain, key, client_ca);
-    int ls = bench_tcp_listen(port);
-    for (;;) {
-        int fd = accept(ls, NULL, NULL);
-        if (fd < 0) continue;
-        bench_raw_serve(ctx, fd);
-    }
-    return 0;
+    bench_raw_server_run(port, chain, key, client_ca);
 }
 
 /* ---- raw OpenSSL client */

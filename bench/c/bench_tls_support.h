@@ -127,6 +127,18 @@ static inline void bench_raw_serve(SSL_CTX *ctx, int fd) {
     close(fd);
 }
 
+/* The raw OpenSSL C server on 127.0.0.1:PORT (identity CHAIN/KEY, clients verified against
+ * CLIENT_CA): serves each client as bench_raw_serve does, until killed. */
+__attribute__((noreturn)) static inline void bench_raw_server_run(int port, const char *chain, const char *key,
+                                                                 const char *client_ca) {
+    SSL_CTX *ctx = bench_raw_server_ctx(chain, key, client_ca);
+    int ls = bench_tcp_listen(port);
+    for (;;) {
+        int fd = accept(ls, NULL, NULL);
+        if (fd >= 0) bench_raw_serve(ctx, fd);
+    }
+}
+
 /* ---- raw OpenSSL C client */
 
 /* The raw client's context: TLS 1.VERSION only, identity CERT/KEY sent with INTER, the server
