@@ -1,8 +1,16 @@
 """Ports on 127.0.0.1 for the peers that tests and benchmarks start: the one copy of these helpers,
 imported by Tests/e2e, bindings/python/tests and bench."""
+import fcntl
+import os
 import random
 import socket
+import tempfile
 import time
+
+# Ports handed out by free_port, one file each, shared by every test worker and run of this user:
+# a port is not handed out again while its claim is younger than _CLAIM_SECONDS.
+_CLAIMS = os.path.join(tempfile.gettempdir(), f"mtls-test-ports-{os.getuid()}")
+_CLAIM_SECONDS = 1800
 
 
 def _ephemeral_range():
@@ -20,7 +28,9 @@ def free_port():
     kernel's ephemeral range: a port from that range (a bind to port 0, closed) can be taken by
     any connection the machine makes meanwhile as its local port (the other test workers make
     thousands), and the peer then fails to bind (`openssl ocsp` exits, gnutls-serv never listens).
-    Chosen at random, so that workers do not pick the same one."""
+    Chosen at random and claimed (see _claim): a port free now is bound later by its peer, and
+    another worker could otherwise pick it meanwhile (pebble-challtestsrv then found its port
+    taken, and the hook's requests went to the other worker's server)."""
     low, high = _ephemeral_range()
     ports = range(10000, low) if low - 10000 >= 2000 else range(high + 1, 65536)
     for _ in range(500):
@@ -30,10 +40,29 @@ def free_port():
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue  # in use (listening, or a connection's local port)
+        if _claim(port):
             return port
     with socket.socket() as s:  # every try in use: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _claim(port):
+    """Claims `port` for this worker unless another claimed it less than _CLAIM_SECONDS ago (one
+    lock serializes the workers' claims)."""
+    os.makedirs(_CLAIMS, mode=0o700, exist_ok=True)
+    path = os.path.join(_CLAIMS, str(port))
+    with open(os.path.join(_CLAIMS, "lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if time.time() - os.stat(path).st_mtime < _CLAIM_SECONDS:
+                return False
+        except FileNotFoundError:
+            pass
+        with open(path, "w"):
+            pass
+        os.utime(path)
+        return True
 
 
 def wait_port(port, proc=None, timeout=15):
