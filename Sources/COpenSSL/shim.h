@@ -116,6 +116,8 @@ static inline int mtls_ossl_sk_X509_NAME_push_dup(STACK_OF(X509_NAME) *sk, const
 }
 static inline uint64_t mtls_ossl_SSL_OP_NO_TICKET(void) { return SSL_OP_NO_TICKET; }
 static inline uint64_t mtls_ossl_SSL_OP_NO_RENEGOTIATION(void) { return SSL_OP_NO_RENEGOTIATION; }
+static inline uint64_t mtls_ossl_SSL_OP_CIPHER_SERVER_PREFERENCE(void) { return SSL_OP_CIPHER_SERVER_PREFERENCE; }
+static inline uint64_t mtls_ossl_SSL_OP_PRIORITIZE_CHACHA(void) { return SSL_OP_PRIORITIZE_CHACHA; }
 
 /* ThreadSanitizer annotations: in a TSan build the runtime defines these and a hand-off made
  * through a lock TSan cannot see (Swift's Synchronization.Mutex uses futexes directly) is made

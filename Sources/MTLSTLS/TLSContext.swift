@@ -33,11 +33,88 @@ package final class TLSContext: @unchecked Sendable {
         self.stapler = stapler
     }
 
-    private static func newContext() throws -> OpaquePointer {
+    /// A new context of libmtls's own, offering (a client) or choosing (a server) its cipher
+    /// suites as ``ownSuites(_:)`` lists them.
+    private static func newContext(server: Bool) throws -> OpaquePointer {
         guard let ctx = SSL_CTX_new_ex(LibraryContext.shared.ctx, nil, TLS_method()) else {
             throw MTLSError.openSSL(.internal, "cannot create a TLS context")
         }
+        setOwnSuites(ctx, server: server)
         return ctx
+    }
+
+    /// One cipher suite of a context's list, as ``ownSuites(_:)`` sees it.
+    package struct Suite: Equatable, Sendable {
+        package let name: String
+        /// Its key exchange and authentication (OpenSSL's NIDs: `NID_kx_any` and `NID_auth_any`
+        /// for TLS 1.3's suites).
+        package let kx: Int32, auth: Int32
+        /// 128 or 256 for AES-GCM, else 0.
+        package let aesGCMBits: Int
+
+        package init(name: String, kx: Int32, auth: Int32, aesGCMBits: Int) {
+            self.name = name; self.kx = kx; self.auth = auth; self.aesGCMBits = aesGCMBits
+        }
+
+        /// A TLS 1.3 suite (set with `SSL_CTX_set_ciphersuites`), else TLS 1.2's.
+        package var tls13: Bool { kx == NID_kx_any }
+
+        /// TLS 1.2's pre-shared-key and SRP suites: negotiated only with a PSK callback or SRP
+        /// parameters, which libmtls's contexts never have (TLS 1.3 resumption is not one of them).
+        var needsPSKOrSRP: Bool {
+            [NID_kx_psk, NID_kx_ecdhe_psk, NID_kx_dhe_psk, NID_kx_rsa_psk, NID_kx_srp].contains(kx)
+                || [NID_auth_psk, NID_auth_srp].contains(auth)
+        }
+    }
+
+    /// The suites of libmtls's own contexts, from `suites` (what OpenSSL and the system's
+    /// configuration enable, in their order):
+    /// - the same suites can be negotiated, with any peer: only those a libmtls context can never
+    ///   negotiate are left out (``Suite/needsPSKOrSRP``). OpenSSL already leaves them out of
+    ///   every ClientHello and never chooses them, but it walks the whole list when it builds each
+    ///   ClientHello, and they are half of OpenSSL 3.0's default list;
+    /// - each AES-128-GCM suite moves to just before the first AES-256-GCM suite of its protocol,
+    ///   key exchange and authentication, as Go's crypto/tls, BoringSSL and Mozilla's recommended
+    ///   configurations order them. Both give 128-bit security or more (as do the P-256 and X25519
+    ///   key exchanges); AES-128-GCM's suites hash with SHA-256, which CPUs compute in hardware
+    ///   (SHA-NI, ARMv8), where SHA-384 is software: 3 to 5 % less per resumed handshake, on each
+    ///   side (bench/REPORT.md).
+    package static func ownSuites(_ suites: [Suite]) -> [Suite] {
+        var ordered = suites.filter { !$0.needsPSKOrSRP }
+        for suite in ordered where suite.aesGCMBits == 128 {
+            guard let from = ordered.firstIndex(of: suite),
+                  let to = ordered.firstIndex(where: { $0.aesGCMBits == 256 && $0.kx == suite.kx && $0.auth == suite.auth }),
+                  to < from else { continue }
+            ordered.remove(at: from)
+            ordered.insert(suite, at: to)
+        }
+        return ordered
+    }
+
+    /// Gives a new context ``ownSuites(_:)``. A server chooses in that order
+    /// (`SSL_OP_CIPHER_SERVER_PREFERENCE`) unless the client lists ChaCha20-Poly1305 first, which
+    /// says it has no AES hardware (`SSL_OP_PRIORITIZE_CHACHA`), as Go's server does. A list
+    /// OpenSSL would not take back leaves the context's as it was: this is a preference, never a
+    /// reason to fail.
+    private static func setOwnSuites(_ ctx: OpaquePointer, server: Bool) {
+        if server {
+            _ = mtls_ossl_SSL_CTX_set_options(ctx, mtls_ossl_SSL_OP_CIPHER_SERVER_PREFERENCE() | mtls_ossl_SSL_OP_PRIORITIZE_CHACHA())
+        }
+        guard let stack = SSL_CTX_get_ciphers(ctx) else { return }
+        var suites: [Suite] = []
+        for i in 0..<OPENSSL_sk_num(stack) {
+            guard let c = OpaquePointer(OPENSSL_sk_value(stack, i)), let name = SSL_CIPHER_get_name(c) else { continue }
+            let nid = SSL_CIPHER_get_cipher_nid(c)
+            suites.append(Suite(name: String(cString: name), kx: SSL_CIPHER_get_kx_nid(c), auth: SSL_CIPHER_get_auth_nid(c),
+                                aesGCMBits: nid == NID_aes_128_gcm ? 128 : nid == NID_aes_256_gcm ? 256 : 0))
+        }
+        let own = ownSuites(suites)
+        guard own != suites else { return }
+        let tls13 = own.filter(\.tls13).map(\.name).joined(separator: ":")
+        let tls12 = own.filter { !$0.tls13 }.map(\.name).joined(separator: ":")
+        if !tls13.isEmpty { _ = SSL_CTX_set_ciphersuites(ctx, tls13) }
+        if !tls12.isEmpty { _ = SSL_CTX_set_cipher_list(ctx, tls12) }
+        ERR_clear_error()
     }
 
     /// Whether this OpenSSL knows the key-exchange group `name` ("X25519", "P-256",
@@ -59,7 +136,7 @@ package final class TLSContext: @unchecked Sendable {
 
     /// A client context for `options`.
     static func client(_ options: TLSClientOptions) throws -> TLSContext {
-        let ctx = try newContext()
+        let ctx = try newContext(server: false)
         do {
             try setVersions(ctx, options.minVersion, options.maxVersion)
             let config = try TLSContextConfig(policy: options.policySource, purpose: .serverAuth,
@@ -94,7 +171,7 @@ package final class TLSContext: @unchecked Sendable {
         try options.clientOverrides?.validate()
         // Read once: the identity put on the context, bound into its sessions and stapled for.
         let identity = identitySource?.current ?? options.identity
-        let ctx = try newContext()
+        let ctx = try newContext(server: true)
         do {
             try setVersions(ctx, options.minVersion, options.maxVersion)
             let config = try TLSContextConfig(policy: options.clientPolicySource, purpose: .clientAuth,

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import COpenSSL
 @testable import MTLS
 
 /// Connections against real peers on 127.0.0.1: `openssl s_server` and libmtls's own listener.
@@ -171,6 +172,91 @@ final class TLSConnectionTests: XCTestCase, ConnectionPKIFiles {
         p.standardError = output
         try p.run()
         return (p, input, output)
+    }
+
+    // MARK: cipher suites
+
+    /// OpenSSL 3.0's default order, as `SSL_CTX_get_ciphers` gives it (a sample of each kind).
+    func opensslDefaultSuites() -> [TLSContext.Suite] {
+        let any = (NID_kx_any, NID_auth_any), ecdsa = (NID_kx_ecdhe, NID_auth_ecdsa), rsa = (NID_kx_ecdhe, NID_auth_rsa)
+        func s(_ name: String, _ ka: (Int32, Int32), _ bits: Int = 0) -> TLSContext.Suite {
+            TLSContext.Suite(name: name, kx: ka.0, auth: ka.1, aesGCMBits: bits)
+        }
+        return [s("TLS_AES_256_GCM_SHA384", any, 256), s("TLS_CHACHA20_POLY1305_SHA256", any), s("TLS_AES_128_GCM_SHA256", any, 128),
+                s("ECDHE-ECDSA-AES256-GCM-SHA384", ecdsa, 256), s("ECDHE-RSA-AES256-GCM-SHA384", rsa, 256),
+                s("DHE-RSA-AES256-GCM-SHA384", (NID_kx_dhe, NID_auth_rsa), 256),
+                s("ECDHE-ECDSA-CHACHA20-POLY1305", ecdsa), s("ECDHE-RSA-CHACHA20-POLY1305", rsa),
+                s("ECDHE-ECDSA-AES128-GCM-SHA256", ecdsa, 128), s("ECDHE-RSA-AES128-GCM-SHA256", rsa, 128),
+                s("DHE-RSA-AES128-GCM-SHA256", (NID_kx_dhe, NID_auth_rsa), 128), s("ECDHE-ECDSA-AES256-SHA384", ecdsa),
+                s("RSA-PSK-AES256-GCM-SHA384", (NID_kx_rsa_psk, NID_auth_rsa), 256), s("DHE-PSK-AES256-GCM-SHA384", (NID_kx_dhe_psk, NID_auth_psk), 256),
+                s("AES256-GCM-SHA384", (NID_kx_rsa, NID_auth_rsa), 256), s("PSK-AES128-GCM-SHA256", (NID_kx_psk, NID_auth_psk), 128),
+                s("AES128-GCM-SHA256", (NID_kx_rsa, NID_auth_rsa), 128), s("SRP-RSA-AES-256-CBC-SHA", (NID_kx_srp, NID_auth_rsa)),
+                s("SRP-AES-128-CBC-SHA", (NID_kx_srp, NID_auth_srp)), s("AES128-SHA", (NID_kx_rsa, NID_auth_rsa))]
+    }
+
+    func testOwnSuitesKeepWhatCanBeNegotiatedAndPreferAES128GCM() {
+        let own = TLSContext.ownSuites(opensslDefaultSuites()).map(\.name)
+        XCTAssertEqual(own, ["TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256",
+                             "ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384",
+                             "ECDHE-RSA-AES128-GCM-SHA256", "ECDHE-RSA-AES256-GCM-SHA384",
+                             "DHE-RSA-AES128-GCM-SHA256", "DHE-RSA-AES256-GCM-SHA384",
+                             "ECDHE-ECDSA-CHACHA20-POLY1305", "ECDHE-RSA-CHACHA20-POLY1305", "ECDHE-ECDSA-AES256-SHA384",
+                             "AES128-GCM-SHA256", "AES256-GCM-SHA384", "AES128-SHA"])
+        // Already in that order: unchanged (the context keeps OpenSSL's list as it is).
+        let again = TLSContext.ownSuites(TLSContext.ownSuites(opensslDefaultSuites()))
+        XCTAssertEqual(again, TLSContext.ownSuites(opensslDefaultSuites()))
+        // A configuration without AES-256-GCM (or with AES-128-GCM first already) keeps its order.
+        let noAES256 = opensslDefaultSuites().filter { $0.aesGCMBits != 256 && !$0.name.contains("PSK") && !$0.name.contains("SRP") }
+        XCTAssertEqual(TLSContext.ownSuites(noAES256), noAES256)
+    }
+
+    /// libmtls's client offers AES-128-GCM first, and connects to a server that allows only
+    /// AES-256-GCM or ChaCha20 (the suites offered are OpenSSL's, in another order).
+    func testClientPrefersAES128GCMAndKeepsTheOtherSuites() throws {
+        let cases: [(TLSVersion, String, String)] = [
+            (.tls13, "", "TLS_AES_128_GCM_SHA256"),
+            (.tls13, "-ciphersuites TLS_AES_256_GCM_SHA384", "TLS_AES_256_GCM_SHA384"),
+            (.tls13, "-ciphersuites TLS_CHACHA20_POLY1305_SHA256", "TLS_CHACHA20_POLY1305_SHA256"),
+            (.tls12, "", "ECDHE-ECDSA-AES128-GCM-SHA256"),
+            (.tls12, "-cipher ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-ECDSA-AES256-GCM-SHA384"),
+            (.tls12, "-cipher ECDHE-ECDSA-AES256-SHA384", "ECDHE-ECDSA-AES256-SHA384"),
+        ]
+        for (version, only, expected) in cases {
+            let port = Self.freePort()
+            // s_server chooses in the client's order (OpenSSL's default).
+            let server = try startSServer(sserverArgs() + " " + only, port: port)
+            defer { server.terminate() }
+            var o = try clientOptions(identity: identity("client-a"))
+            o.minVersion = version; o.maxVersion = version
+            o.sessionResumption = false
+            let c = try TLSConnection.connect(host: "127.0.0.1", port: port, options: o)
+            XCTAssertEqual(c.cipherSuite, expected, "\(version) \(only)")
+            c.close()
+        }
+    }
+
+    /// libmtls's listener chooses AES-128-GCM over the client's AES-256-GCM, follows a client that
+    /// lists ChaCha20 first (no AES hardware), and takes any suite a client offers alone.
+    func testListenerChoosesAES128GCMUnlessTheClientPutsChaChaFirst() throws {
+        let listener = try startListener()
+        let cases: [(String, String)] = [
+            ("-tls1_3", "TLS_AES_128_GCM_SHA256"),
+            ("-tls1_3 -ciphersuites TLS_CHACHA20_POLY1305_SHA256:TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256", "TLS_CHACHA20_POLY1305_SHA256"),
+            ("-tls1_3 -ciphersuites TLS_AES_256_GCM_SHA384", "TLS_AES_256_GCM_SHA384"),
+            ("-tls1_2", "ECDHE-ECDSA-AES128-GCM-SHA256"),
+            ("-tls1_2 -cipher ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-ECDSA-AES256-GCM-SHA384"),
+        ]
+        for (args, expected) in cases {
+            let (cl, cin, cout) = try openssl("s_client -connect 127.0.0.1:\(listener.port) \(args) -cert \(path("client-a.pem")) " +
+                                              "-key \(path("client-a.key")) -cert_chain \(path("int-a.pem")) -CAfile \(path("root.pem"))")
+            defer { cl.terminate() }
+            let c = try listener.accept(timeout: 10)
+            XCTAssertEqual(c.cipherSuite, expected, args)
+            c.close()
+            try? cin.fileHandleForWriting.close()
+            cl.terminate(); cl.waitUntilExit()
+            _ = cout
+        }
     }
 
     func testRenegotiationIsRefusedBothWays() throws {
