@@ -5,7 +5,9 @@ started here; and the server's side: a libmtls listener (a process of its own) a
 OpenSSL C server, with the same raw OpenSSL client alternating between them in blocks of 20
 handshakes (bench/c/bench_tls.c says why). TLS 1.2 and 1.3, P-256 and RSA-2048. Each row: the
 median of ROUNDS runs (its spread: the range of their cost ratios); target: libmtls at least as
-fast as raw OpenSSL (issue 40)."""
+fast as raw OpenSSL (issue 40). Informational rows for the resumed client handshakes: the raw
+client offering libmtls's cipher suites in libmtls's order (TLSContext.ownSuites), so that both
+negotiate the same suite."""
 import os
 import socket
 import subprocess
@@ -13,7 +15,7 @@ import sys
 import tempfile
 import time
 
-from _cbench import build, free_port, throughput_row, wait_port
+from _cbench import build, free_port, row, throughput_row, wait_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -23,6 +25,22 @@ ROUNDS = int(os.environ.get("MTLS_BENCH_TLS_ROUNDS", "3"))
 TARGET = 1.0  # issue 40: every handshake row at least as fast as raw OpenSSL
 
 
+
+
+def median_round(exe, args, what, **env):
+    """Runs `bench_tls ARGS` ROUNDS times: the median round by its ratio (raw rate, libmtls rate,
+    ratio) and the spread (the range of the rounds' cost ratios, None for one round)."""
+    rounds = []
+    for _ in range(ROUNDS):
+        r = subprocess.run([exe, *args], capture_output=True, text=True, env=dict(os.environ, LD_LIBRARY_PATH="", **env))
+        if r.returncode != 0:
+            print(r.stdout, r.stderr, file=sys.stderr)
+            raise SystemExit(f"bench_tls {what} failed")
+        rounds.append(tuple(float(x) for x in r.stdout.split()))
+    rounds.sort(key=lambda t: t[2])
+    raw, mtls, ratio = rounds[len(rounds) // 2]
+    costs = [t[0] / t[1] for t in rounds]
+    return raw, mtls, ratio, round(max(costs) - min(costs), 4) if len(costs) > 1 else None
 
 
 def main():
@@ -53,26 +71,28 @@ def main():
                             ("client", [str(port)] + common, "handshake client", "libmtls", "OpenSSL C client"),
                             ("serverside", [str(port), str(mtls_port)] + common, "handshake server",
                              "libmtls listener", "OpenSSL C server")):
-                        rounds = []
-                        for _ in range(ROUNDS):
-                            r = subprocess.run([exe, side, *args], capture_output=True, text=True,
-                                               env=dict(os.environ, LD_LIBRARY_PATH=""))
-                            if r.returncode != 0:
-                                print(r.stdout, r.stderr, file=sys.stderr)
-                                raise SystemExit(f"bench_tls {side} failed: {key} TLS {version} {mode}")
-                            rounds.append(tuple(float(x) for x in r.stdout.split()))
-                        # The median round by its ratio; the spread: the range of the rounds' cost ratios.
-                        rounds.sort(key=lambda t: t[2])
-                        raw, mtls, ratio = rounds[len(rounds) // 2]
-                        costs = [t[0] / t[1] for t in rounds]
+                        raw, mtls, ratio, spread = median_round(exe, [side, *args], f"{side}: {key} TLS {version} {mode}")
                         name = f"{group} TLS 1.{version[1]} {key:8} {mode:7}"
                         rows.append((name, raw, mtls, ratio))
                         print(f"  {name}  raw OpenSSL {raw:7.0f}/s  {ours} {mtls:7.0f}/s  ratio {ratio:.2f}x"
                               + ("" if ratio >= TARGET else f"  (below {TARGET:.2f}x)"), flush=True)
                         throughput_row(group, f"TLS 1.{version[1]} {key} {mode}", mtls, raw, TARGET, unit="hs/s",
-                                       baseline_name=base, spread=round(max(costs) - min(costs), 4) if len(costs) > 1 else None)
+                                       baseline_name=base, spread=spread)
                         if ratio < TARGET:
                             below.append(name)
+                    if mode == "resumed":
+                        # Informational: the raw client offering libmtls's suites in libmtls's
+                        # order (BENCH_RAW_SUITES, bench_tls_support.h), so that the row compares
+                        # the same cipher suite: what the libmtls client's own code costs.
+                        raw, mtls, ratio, spread = median_round(exe, ["client", str(port)] + common,
+                                                                f"client, same suites: {key} TLS {version}",
+                                                                BENCH_RAW_SUITES="libmtls")
+                        print(f"  handshake client TLS 1.{version[1]} {key:8} resumed, same suites  raw OpenSSL {raw:7.0f}/s  "
+                              f"libmtls {mtls:7.0f}/s  ratio {ratio:.2f}x (informational)", flush=True)
+                        row("handshake client, same suites", f"TLS 1.{version[1]} {key} resumed", raw / mtls, None,
+                            mtls=round(mtls, 1), baseline=round(raw, 1), unit="hs/s",
+                            baseline_name="OpenSSL C client offering libmtls's suites",
+                            spread=spread)
         finally:
             for proc in [srv, *listeners]:
                 proc.terminate()

@@ -148,6 +148,15 @@ static inline SSL_CTX *bench_raw_client_ctx(int version, const char *cert, const
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
     SSL_CTX_set_min_proto_version(ctx, version == 12 ? TLS1_2_VERSION : TLS1_3_VERSION);
     SSL_CTX_set_max_proto_version(ctx, version == 12 ? TLS1_2_VERSION : TLS1_3_VERSION);
+    /* BENCH_RAW_SUITES=libmtls: the suites libmtls's contexts offer, in their order (AES-128-GCM
+     * first, no PSK or SRP suites: TLSContext.ownSuites), instead of OpenSSL's default; for
+     * bench_tls.py's informational rows, which compare the same suites. */
+    const char *suites = getenv("BENCH_RAW_SUITES");
+    if (suites && strcmp(suites, "libmtls") == 0 &&
+        (SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256") != 1 ||
+         SSL_CTX_set_cipher_list(ctx, "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-GCM-SHA256:"
+                                      "ECDHE-RSA-AES256-GCM-SHA384:DHE-RSA-AES128-GCM-SHA256:ALL:!COMPLEMENTOFDEFAULT:!eNULL:!PSK:!SRP") != 1))
+        bench_die("raw client suites");
     if (SSL_CTX_use_certificate_file(ctx, cert, SSL_FILETYPE_PEM) != 1 ||
         SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) bench_die("raw identity");
     FILE *f = fopen(inter, "r");
