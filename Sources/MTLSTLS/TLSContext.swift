@@ -114,7 +114,7 @@ package final class TLSContext: @unchecked Sendable {
         let tls12 = own.filter { !$0.tls13 }.map(\.name).joined(separator: ":")
         if !tls13.isEmpty { _ = SSL_CTX_set_ciphersuites(ctx, tls13) }
         if !tls12.isEmpty { _ = SSL_CTX_set_cipher_list(ctx, tls12) }
-        ERR_clear_error()
+        OpenSSLErrorQueue.clear()
     }
 
     /// Whether this OpenSSL knows the key-exchange group `name` ("X25519", "P-256",
