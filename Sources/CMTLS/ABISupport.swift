@@ -5,6 +5,7 @@ import CMTLSHeader
 #if canImport(Glibc)
 import Glibc
 #endif
+import Synchronization
 
 // MARK: last error (per thread)
 
@@ -152,6 +153,38 @@ func string(_ p: UnsafePointer<CChar>?, _ name: String) throws -> String {
         throw invalid("\(name) is not valid UTF-8")
     }
     return s
+}
+
+/// One argument of a call made again and again with the same text (a client's host, SNI and
+/// verify-as on every connection): the last text read is kept with its bytes, and the same bytes
+/// again give it without a new reading (issue 40: turning C strings into Swift strings ran about
+/// 30 of the 64-byte lines of code of a resumed client handshake, all cold). Bytes are compared,
+/// so the text is exactly what ``string(_:_:)`` makes of them. Not for secrets.
+final class CStringMemo: Sendable {
+    private let last = Locked<(bytes: [UInt8], text: String)?>(nil)
+
+    /// ``string(_:_:)``, from the kept text when the bytes are the last ones read.
+    func string(_ p: UnsafePointer<CChar>?, _ name: String) throws -> String {
+        let p = try require(p, name)
+        let count = strlen(p)
+        if let hit = last.withLock({ l -> String? in
+            guard let l, l.bytes.count == count,
+                  l.bytes.withUnsafeBytes({ b in b.baseAddress.map { memcmp($0, p, count) == 0 } ?? true }) else { return nil }
+            return l.text
+        }) {
+            return hit
+        }
+        let text = try CMTLS.string(p, name)
+        let bytes = Array(UnsafeRawBufferPointer(start: p, count: count))
+        last.withLock { $0 = (bytes, text) }
+        return text
+    }
+
+    /// ``optionalString(_:_:)``, as ``string(_:_:)`` above.
+    func optionalString(_ p: UnsafePointer<CChar>?, _ name: String) throws -> String? {
+        guard let p else { return nil }
+        return try string(p, name)
+    }
 }
 
 /// An optional NUL-terminated UTF-8 argument (NULL → nil), refused as ``string(_:_:)`` refuses

@@ -86,13 +86,16 @@ private func clientCANamesValue(_ names: ClientCANames) -> Int32 {
     }
 }
 
+// A client's host, SNI and verify-as, read once for the connections that repeat them.
+private let hostArgument = CStringMemo(), sniArgument = CStringMemo(), verifyAsArgument = CStringMemo()
+
 private func clientOptions(_ p: UnsafePointer<mtls_conn_options>?) throws -> TLSClientOptions {
     var o = TLSClientOptions()
     guard let p else { return o }
     let c = try readVersioned(p, zero: mtls_conn_options(), sizes: connOptionsSizes, "mtls_conn_options")
     o.overrides = try overridesArgument(c.overrides, "opts->overrides")
-    o.serverName = try optionalString(c.sni, "sni")
-    o.validationName = try optionalString(c.verify_as, "verify_as")
+    o.serverName = try sniArgument.optionalString(c.sni, "sni")
+    o.validationName = try verifyAsArgument.optionalString(c.verify_as, "verify_as")
     o.alpn = try alpnList(c.alpn, "alpn")
     o.minVersion = try tlsVersion(c.min_tls, "min_tls")
     o.maxVersion = try tlsVersion(c.max_tls, "max_tls")
@@ -137,7 +140,7 @@ public func mtls_conn_options_init(_ opts: UnsafeMutablePointer<mtls_conn_option
 public func mtls_conn_connect(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ opts: UnsafePointer<mtls_conn_options>?,
                               _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        try putHandle(out) { try TLSConnection.connect(host: try string(host, "host"), port: port, options: try clientOptions(opts)) }
+        try putHandle(out) { try TLSConnection.connect(host: try hostArgument.string(host, "host"), port: port, options: try clientOptions(opts)) }
     }
 }
 
@@ -146,7 +149,7 @@ public func mtls_conn_connect(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ o
 public func mtls_conn_open(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ opts: UnsafePointer<mtls_conn_options>?,
                            _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
-        try putHandle(out) { try TLSConnection.open(host: try string(host, "host"), port: port, options: try clientOptions(opts)) }
+        try putHandle(out) { try TLSConnection.open(host: try hostArgument.string(host, "host"), port: port, options: try clientOptions(opts)) }
     }
 }
 
@@ -156,7 +159,7 @@ public func mtls_conn_wrap_fd(_ fd: Int32, _ host: UnsafePointer<CChar>?, _ port
                               _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
     abiCall {
         try putHandle(out) {
-            try TLSConnection.wrap(fileDescriptor: fd, host: try string(host, "host"), port: port, options: try clientOptions(opts))
+            try TLSConnection.wrap(fileDescriptor: fd, host: try hostArgument.string(host, "host"), port: port, options: try clientOptions(opts))
         }
     }
 }

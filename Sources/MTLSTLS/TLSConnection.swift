@@ -110,7 +110,7 @@ public final class TLSConnection {
     /// handshake fails.
     public static func open(host: String, port: UInt16, options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
         guard !host.isEmpty else { throw MTLSError(.invalidArgument, "host must not be empty") }
-        _ = try HostLiteral.hostOnly(host)  // "h:443" is refused here, not by name resolution
+        let reading = try ClientHost.reading(host)  // "h:443" is refused here, not by name resolution
         if let unknown = options.groups?.first(where: { !TLSContext.groupIsKnown($0) }) {
             throw MTLSError(.unsupported, "this OpenSSL has no key-exchange group \"\(unknown)\"")
         }
@@ -124,7 +124,7 @@ public final class TLSConnection {
             return MTLSError(e, side: .client, attachment: e.attachment)
         }
         let conn: TLSConnection
-        do { conn = try TLSConnection(clientHost: host, port: port, ownsSocket: true, options: options) } catch { throw ours(error) }
+        do { conn = try TLSConnection(clientHost: host, reading, port: port, ownsSocket: true, options: options) } catch { throw ours(error) }
         let fd = try Socket.connect(host: host, port: port, deadline: Deadline(seconds: options.connectSeconds),
                                     waitForConnection: !options.nonBlocking)
         do { try conn.attachSocket(fd) } catch { throw ours(error) }
@@ -139,16 +139,18 @@ public final class TLSConnection {
     public static func wrap(fileDescriptor fd: Int32, host: String, port: UInt16 = 0,
                             options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
         guard fd >= 0 else { throw MTLSError(.invalidArgument, "file descriptor \(fd) is not valid") }
-        if !host.isEmpty { _ = try HostLiteral.hostOnly(host) }
-        let conn = try TLSConnection(clientHost: host, port: port, ownsSocket: false, options: options)
+        let reading = try ClientHost.reading(host)
+        let conn = try TLSConnection(clientHost: host, reading, port: port, ownsSocket: false, options: options)
         Socket.setNonBlocking(fd, true)  // as documented above, once the TLS side is made
         try conn.attachSocket(fd)
         if !options.nonBlocking { try conn.handshake() }
         return conn
     }
 
-    /// The client side of a connection to `host`, without its socket yet (``attachSocket(_:)``).
-    private init(clientHost host: String, port: UInt16, ownsSocket owned: Bool, options: TLSClientOptions) throws {
+    /// The client side of a connection to `host` (`reading`: its ``ClientHost``), without its
+    /// socket yet (``attachSocket(_:)``).
+    private init(clientHost host: String, _ reading: ClientHost, port: UInt16, ownsSocket owned: Bool,
+                 options: TLSClientOptions) throws {
         context = try TLSContext.sharedClient(options)
         policyVersionAtStart = context.config.policy.version
         guard let ssl = SSL_new(context.ctx) else { throw MTLSError.openSSL(.noMemory, "cannot create a TLS connection") }
@@ -163,12 +165,12 @@ public final class TLSConnection {
         state = TLSHandshakeState()
         state.attach(to: ssl)
         do {
-            let bareHost = HostLiteral.unbracketed(host)
+            let bareHost = reading.bare
             if let source = options.identitySource {
                 try state.takeIdentity(from: source, ssl: ssl, server: false, config: context.config)
             } else if case .identity(let id) = options.identity { state.presentedIdentity = id }
             _ = mtls_ossl_SSL_set_mode(ssl, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
-            let kept = TrustPeer.kept(bareHost)
+            let kept = reading.kept
             let sni: String? = options.serverName.map { $0.isEmpty ? nil : $0 } ?? (kept.isAddress ? nil : bareHost)
             // The peer reached: its host and port select the host rule; verify-as changes only
             // the name checked. Port 0 (a wrapped socket without one): only port-less rules.

@@ -194,6 +194,35 @@ final class TLSConnectionTests: XCTestCase, ConnectionPKIFiles {
                 s("SRP-AES-128-CBC-SHA", (NID_kx_srp, NID_auth_srp)), s("AES128-SHA", (NID_kx_rsa, NID_auth_rsa))]
     }
 
+    /// A client's host is read once and kept with its reading; the next host is compared byte
+    /// for byte, so the reading is always that of the host given (issue 40).
+    func testAClientHostIsReadByItsBytes() throws {
+        let a = try ClientHost.reading("127.1")
+        XCTAssertEqual(a.bare, "127.1")
+        XCTAssertEqual(a.kept.host, "127.0.0.1")
+        XCTAssertTrue(a.kept.isAddress)
+        let again = try ClientHost.reading("127.1")
+        XCTAssertEqual(again.kept.host, "127.0.0.1")
+        // A port is refused right after the same host without one was read.
+        XCTAssertThrowsError(try ClientHost.reading("127.1:443")) { XCTAssertEqual(($0 as? MTLSError)?.code, .invalidArgument) }
+        XCTAssertThrowsError(try ClientHost.reading("[::1")) { XCTAssertEqual(($0 as? MTLSError)?.code, .invalidArgument) }
+        let v6 = try ClientHost.reading("[fe80::1%eth0]")
+        XCTAssertEqual(v6.bare, "fe80::1%eth0")
+        XCTAssertEqual(v6.kept.host, "fe80::1")
+        XCTAssertEqual(v6.kept.zone, "eth0")
+        let name = try ClientHost.reading("server.test")
+        XCTAssertEqual(name.kept.host, "server.test")
+        XCTAssertFalse(name.kept.isAddress)
+        // Canonically equivalent (Swift's == holds) but other bytes: another host, read anew.
+        let composed = "caf\u{E9}.test", decomposed = "cafe\u{301}.test"
+        XCTAssertEqual(composed, decomposed)
+        XCTAssertEqual(Array(try ClientHost.reading(composed).bare.utf8), Array(composed.utf8))
+        XCTAssertEqual(Array(try ClientHost.reading(decomposed).bare.utf8), Array(decomposed.utf8))
+        XCTAssertEqual(Array(try ClientHost.reading(decomposed).kept.host!.utf8), Array(decomposed.utf8))
+        // No host (a wrapped socket without one).
+        XCTAssertNil(try ClientHost.reading("").kept.host)
+    }
+
     func testOwnSuitesKeepWhatCanBeNegotiatedAndPreferAES128GCM() {
         let own = TLSContext.ownSuites(opensslDefaultSuites()).map(\.name)
         XCTAssertEqual(own, ["TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256",

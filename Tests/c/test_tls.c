@@ -528,6 +528,47 @@ TEST(report_callback_outlives_policy) {
     CHECK(report_destroyed == 1);
 }
 
+TEST(arguments_read_again_by_their_bytes) {
+    /* ---- a client's host, SNI and verify-as are read again when their bytes change, even at
+       the same address (libmtls keeps the last text read with its bytes, issue 40): a host
+       rewritten in place is the new host, and bytes that became a port or stopped being UTF-8
+       are refused. A socket that listens and never accepts is enough: open does not handshake. */
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof sa;
+    CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(lfd, 16) == 0);
+    CHECK(getsockname(lfd, (struct sockaddr *)&sa, &len) == 0);
+    uint16_t lport = ntohs(sa.sin_port);
+    char host[32] = "127.0.0.1", sni[16] = "server.test", as[16] = "server.test";
+    mtls_conn_options ao = o;
+    ao.sni = sni;
+    ao.verify_as = as;
+    mtls_conn *c = NULL;
+    CHECK_OK(mtls_conn_open(host, lport, &ao, &c));
+    mtls_conn_free(c);
+    CHECK_OK(mtls_conn_open(host, lport, &ao, &c)); /* the same bytes again */
+    mtls_conn_free(c);
+    memcpy(host, "127.0.0.2", 9); /* the same length, at the same address: nothing listens there */
+    CHECK_RC(mtls_conn_open(host, lport, &ao, &c), MTLS_E_CONNECT);
+    strcpy(host, "127.0.0.1:443");
+    CHECK_RC(mtls_conn_open(host, lport, &ao, &c), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "without a port") != NULL);
+    strcpy(host, "127.0.0.1");
+    CHECK_OK(mtls_conn_open(host, lport, &ao, &c));
+    mtls_conn_free(c);
+    sni[9] = (char)0xff; /* "server.te\xffst": no longer UTF-8 */
+    CHECK_RC(mtls_conn_open(host, lport, &ao, &c), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "sni") != NULL);
+    sni[9] = 's';
+    as[3] = (char)0xc3; /* a lead byte without its continuation */
+    CHECK_RC(mtls_conn_open(host, lport, &ao, &c), MTLS_E_INVALID_ARGUMENT);
+    CHECK(strstr(mtls_last_error(), "verify_as") != NULL);
+    as[3] = 'v';
+    CHECK_OK(mtls_conn_open(host, lport, &ao, &c));
+    mtls_conn_free(c);
+    close(lfd);
+}
+
 int main(void) {
     make_pki("tls-pki");
 
@@ -544,6 +585,7 @@ int main(void) {
     RUN(automatic_identity);
     RUN(another_customers_client_refused);
     RUN(connect_errors);
+    RUN(arguments_read_again_by_their_bytes);
     RUN(application_ssl_ctx);
     RUN(one_effective_policy);
     RUN(report_callback_outlives_policy);
