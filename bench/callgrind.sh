@@ -8,8 +8,8 @@
 #
 # Environment: MTLS_CG_ONLY="server-13-resumed ..." to run some rows only; MTLS_CG_KEEP=DIR keeps
 # the callgrind.out files there (for callgrind_annotate --inclusive=yes); MTLS_CG_LINES=1 adds the
-# distinct 64-byte lines of libmtls's code run per handshake (what its code costs when run cold:
-# bench/coldcode.sh).
+# distinct 64-byte lines of libmtls's code run per handshake and the pages they are on (what its
+# code costs when run cold: bench/coldcode.sh; scripts/order-file.sh).
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 N1=${2:-10}
@@ -35,8 +35,9 @@ wait_ready() { # $1: file the server prints "ready" to
 }
 VG_LINES=
 [ "${MTLS_CG_LINES:-0}" = 1 ] && VG_LINES="--dump-instr=yes --compress-pos=no --compress-strings=no"
-# lines OUT1 OUT2 -> the distinct 64-byte lines of libmtls.so's code whose instruction counts grew
-# between the two runs (run per handshake; needs MTLS_CG_LINES=1)
+# lines OUT1 OUT2 -> LINES/PAGES: the distinct 64-byte lines of libmtls.so's code whose instruction
+# counts grew between the two runs (run per handshake; needs MTLS_CG_LINES=1), and the 4 KiB
+# pages they are on (scripts/order-file.sh lays them out together)
 lines() {
     python3 - "$1" "$2" <<'PY'
 import re, sys
@@ -52,7 +53,8 @@ def run(path):
                 counts[key] = counts.get(key, 0) + int(m.group(2))
     return counts
 a, b = run(sys.argv[1]), run(sys.argv[2])
-print(len({k >> 6 for k, v in b.items() if v > a.get(k, 0)}))
+run = [k for k, v in b.items() if v > a.get(k, 0)]
+print(f"{len({k >> 6 for k in run})}/{len({k >> 12 for k in run})}")
 PY
 }
 total() { # $1: callgrind.out file -> total Ir
@@ -85,7 +87,7 @@ measure() {
 }
 
 printf '%-28s %12s %12s %7s' row "raw OpenSSL" libmtls ratio
-[ -n "$VG_LINES" ] && printf ' %14s' "libmtls lines"
+[ -n "$VG_LINES" ] && printf ' %20s' "libmtls lines/pages"
 echo
 for side in server client; do
     for version in 13 12; do
@@ -96,7 +98,7 @@ for side in server client; do
             m1=$(measure $side mtls $version $mode $N1); m2=$(measure $side mtls $version $mode $N2)
             raw=$(( (r2 - r1) / (N2 - N1) )); mt=$(( (m2 - m1) / (N2 - N1) ))
             printf '%-28s %12d %12d %7s' "$row" $raw $mt $(awk "BEGIN{printf \"%.3f\", $mt/$raw}")
-            [ -n "$VG_LINES" ] && printf ' %14s' $(lines "$KEEP/callgrind.out.$side-mtls-$version-$mode-$N1" "$KEEP/callgrind.out.$side-mtls-$version-$mode-$N2")
+            [ -n "$VG_LINES" ] && printf ' %20s' $(lines "$KEEP/callgrind.out.$side-mtls-$version-$mode-$N1" "$KEEP/callgrind.out.$side-mtls-$version-$mode-$N2")
             echo
         done
     done
