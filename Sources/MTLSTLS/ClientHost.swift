@@ -1,3 +1,4 @@
+import Glibc
 import MTLSBase
 import MTLSNet
 import MTLSTrust
@@ -24,7 +25,7 @@ package struct ClientHost: Sendable {
     /// ``MTLSError/Code/invalidArgument`` for a host with a port or a malformed bracket.
     package static func reading(_ host: String) throws -> ClientHost {
         if let hit = last.withLock({ l -> ClientHost? in
-            guard let l, l.host.utf8.elementsEqual(host.utf8) else { return nil }
+            guard let l, sameBytes(l.host, host) else { return nil }
             return l.reading
         }) {
             return hit
@@ -34,5 +35,15 @@ package struct ClientHost: Sendable {
         let reading = ClientHost(bare: bare, kept: TrustPeer.kept(bare))
         last.withLock { $0 = (host, reading) }
         return reading
+    }
+
+    /// Whether `a` and `b` are the same UTF-8 bytes (Swift's `==` is canonical equivalence).
+    private static func sameBytes(_ a: String, _ b: String) -> Bool {
+        var a = a, b = b
+        return a.withUTF8 { x in
+            b.withUTF8 { y in
+                x.count == y.count && (x.count == 0 || x.baseAddress.flatMap { p in y.baseAddress.map { memcmp(p, $0, x.count) == 0 } } == true)
+            }
+        }
     }
 }

@@ -26,16 +26,38 @@ final class SessionCache: Sendable {
         var session: OpaquePointer
         var record: ResumptionRecord
     }
-    private let entries = Locked<[SessionKey: Entry]>([:])
+    /// The entries by key, and the one last stored or found with its key: a client that
+    /// connects to one server again and again finds its session without hashing the key (issue
+    /// 40: hashing its strings and probing the table ran ~35 of the 64-byte lines of code a
+    /// resumed client handshake ran). `last` is always the map's entry for its key, or nil: every
+    /// change to the map below keeps it so. It holds no reference of its own.
+    private struct Entries: Sendable {
+        var map: [SessionKey: Entry] = [:]
+        var last: (key: SessionKey, entry: Entry)?
 
-    deinit { entries.withLock { for e in $0.values { SSL_SESSION_free(e.session) } } }
+        mutating func find(_ key: SessionKey) -> Entry? {
+            if let last, last.key == key { return last.entry }
+            guard let e = map[key] else { return nil }
+            last = (key, e)
+            return e
+        }
+
+        /// Removes the entry for `key` (the caller frees its session).
+        mutating func removeValue(forKey key: SessionKey) -> Entry? {
+            if let l = last, l.key == key { last = nil }
+            return map.removeValue(forKey: key)
+        }
+    }
+    private let entries = Locked<Entries>(Entries())
+
+    deinit { entries.withLock { for e in $0.map.values { SSL_SESSION_free(e.session) } } }
 
     /// A new reference to the cached session for `key`, with the evaluation it resumes with, if
     /// its record admits it under `binding` (same policy object and version, peer and identity;
     /// the chain still trusted at the policy's time). A session that does not is dropped.
     func lookup(_ key: SessionKey, binding: ResumptionBinding, policy: TrustPolicy, peer: TrustPeer) -> (OpaquePointer, TrustResult?)? {
         let found: (OpaquePointer, ResumptionRecord)? = entries.withLock { entries in
-            guard let e = entries[key] else { return nil }
+            guard let e = entries.find(key) else { return nil }
             SSL_SESSION_up_ref(e.session)
             return (e.session, e.record)
         }
@@ -51,12 +73,14 @@ final class SessionCache: Sendable {
     /// Keeps `session` (taking the caller's reference) for `key`.
     func store(_ key: SessionKey, _ session: OpaquePointer, _ record: ResumptionRecord) {
         entries.withLock { entries in
-            if let old = entries[key] { SSL_SESSION_free(old.session) }
-            if entries.count >= 1024 {
-                for e in entries.values { SSL_SESSION_free(e.session) }
-                entries.removeAll()
+            if let old = entries.map[key] { SSL_SESSION_free(old.session) }
+            if entries.map.count >= 1024 {
+                for e in entries.map.values { SSL_SESSION_free(e.session) }
+                entries.map.removeAll()
             }
-            entries[key] = Entry(session: session, record: record)
+            let entry = Entry(session: session, record: record)
+            entries.map[key] = entry
+            entries.last = (key, entry)
         }
     }
 
@@ -70,8 +94,8 @@ final class SessionCache: Sendable {
     /// newer one meanwhile).
     private func remove(_ key: SessionKey, ifStill session: OpaquePointer) {
         entries.withLock { entries in
-            guard let old = entries[key], old.session == session else { return }
-            entries.removeValue(forKey: key)
+            guard let old = entries.map[key], old.session == session else { return }
+            _ = entries.removeValue(forKey: key)
             SSL_SESSION_free(old.session)
         }
     }

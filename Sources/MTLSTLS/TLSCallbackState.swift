@@ -109,7 +109,7 @@ package final class TLSContextConfig {
 package final class TLSHandshakeState {
     /// The peer as the application reached it (host, port, SNI, verify-as): selects the host
     /// rule and the name checked. A server's clients have no peer name.
-    var peer = TrustPeer()
+    var peer = TrustPeer.none
     /// Our evaluation of the peer's chain, from inside OpenSSL's verification.
     package var evaluation: TrustResult? {
         get { evaluated?.result }

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import COpenSSL
 @testable import MTLS
 @testable import MTLSTLS
 @testable import MTLSTrust
@@ -29,6 +30,57 @@ extension TLSConnectionTests {
             XCTAssertNotEqual(other, base)
             XCTAssertNotEqual(other.digest, base.digest)
         }
+    }
+
+    /// The client session cache finds the entry it holds for a key, by its last-used entry or
+    /// by its table, and never one it replaced or dropped (issue 40's fast path for the key last
+    /// stored or found).
+    func testTheSessionCacheFindsWhatItHoldsAndNothingItDropped() throws {
+        let chain = [try cert("server"), try cert("int-a")]
+        let policy = try self.policy(["root"])
+        let peer = TrustPeer(host: "127.0.0.1", port: 8443, verifyAs: "server.test")
+        let bound = ResumptionBinding(policy: policy, peer: peer, identities: [])
+        let record = ResumptionRecord(binding: bound, presentedChain: chain, evaluation: policy.evaluate(chain: chain, peer: peer, purpose: .serverAuth))
+        let cache = SessionCache()
+        let k1 = SessionKey(host: "127.0.0.1", port: 8443, sni: nil, verifyAs: "server.test", overrides: nil)
+        let k2 = SessionKey(host: "127.0.0.1", port: 9443, sni: nil, verifyAs: "server.test", overrides: nil)
+        func newSession() throws -> OpaquePointer { try XCTUnwrap(SSL_SESSION_new()) }
+        // The session found for `key` (its reference given back), nil for none.
+        func found(_ key: SessionKey, under binding: ResumptionBinding? = nil) -> OpaquePointer? {
+            guard let (s, _) = cache.lookup(key, binding: binding ?? bound, policy: policy, peer: peer) else { return nil }
+            SSL_SESSION_free(s)
+            return s
+        }
+        let s1 = try newSession(), s2 = try newSession()
+        cache.store(k1, s1, record)
+        XCTAssertEqual(found(k1), s1)
+        XCTAssertEqual(found(k1), s1)  // again: the last entry
+        cache.store(k2, s2, record)
+        XCTAssertEqual(found(k1), s1)  // from the table, now the last
+        XCTAssertEqual(found(k2), s2)
+        XCTAssertEqual(found(k1), s1)
+        cache.remove(k1)  // the last entry's key
+        XCTAssertNil(found(k1))
+        XCTAssertEqual(found(k2), s2)
+        let s3 = try newSession(), s4 = try newSession()
+        cache.store(k1, s3, record)
+        XCTAssertEqual(found(k1), s3)
+        XCTAssertEqual(found(k2), s2)  // k2 last: k1 is replaced behind it
+        cache.store(k1, s4, record)
+        XCTAssertEqual(found(k1), s4)
+        // Not admitted under another binding: dropped, by the table and by the last entry.
+        var elsewhere = peer
+        elsewhere.port = 9443
+        XCTAssertNil(found(k1, under: ResumptionBinding(policy: policy, peer: elsewhere, identities: [])))
+        XCTAssertNil(found(k1))
+        XCTAssertEqual(found(k2), s2)
+        // A full table is emptied before the next entry (1,024 entries).
+        for port in 10_000..<11_024 {
+            cache.store(SessionKey(host: "127.0.0.1", port: UInt16(port), sni: nil, verifyAs: "server.test", overrides: nil),
+                        try newSession(), record)
+        }
+        XCTAssertNil(found(k2))
+        XCTAssertNotNil(found(SessionKey(host: "127.0.0.1", port: 11_023, sni: nil, verifyAs: "server.test", overrides: nil)))
     }
 
     func testResumptionRecordIsAdmittedOnlyUnderItsBindingWhileItsChainIsTrusted() throws {

@@ -40,6 +40,9 @@ public struct TrustPeer: Hashable, Sendable, CustomStringConvertible {
         self.verifyAs = verifyAs
     }
 
+    /// No peer name: no host, port, SNI or verify-as (a server's client), made once.
+    package static let none = TrustPeer(kept: KeptHost(host: nil, zone: nil, isAddress: false), port: nil, sni: nil, verifyAs: nil)
+
     /// A host as a peer keeps it, and whether it is an IP address.
     package struct KeptHost: Sendable {
         package var host: String?
