@@ -348,7 +348,9 @@ struct IPSocketAddress {
 
     init?(_ text: String, port: UInt16) {
         var v4 = sockaddr_in()
-        if inet_pton(AF_INET, text, &v4.sin_addr) == 1 {
+        // withCString: an address is at most 15 bytes (45 for IPv6), kept inside the String;
+        // passing it as a C string argument would copy it to a new array for each connection.
+        if text.withCString({ inet_pton(AF_INET, $0, &v4.sin_addr) }) == 1 {
             v4.sin_family = sa_family_t(AF_INET)
             v4.sin_port = port.bigEndian
             family = AF_INET
@@ -357,7 +359,7 @@ struct IPSocketAddress {
             return
         }
         var v6 = sockaddr_in6()
-        guard inet_pton(AF_INET6, text, &v6.sin6_addr) == 1 else { return nil }
+        guard text.withCString({ inet_pton(AF_INET6, $0, &v6.sin6_addr) }) == 1 else { return nil }
         v6.sin6_family = sa_family_t(AF_INET6)
         v6.sin6_port = port.bigEndian
         family = AF_INET6

@@ -177,7 +177,9 @@ public final class TLSConnection {
             state.peer = TrustPeer(kept: kept, port: port == 0 ? nil : Int(port), sni: sni, verifyAs: options.validationName)
             try options.overrides?.validate()
             state.overrides = options.overrides.flatMap { $0.isEmpty ? nil : $0 }
-            if let sni, mtls_ossl_SSL_set_tlsext_host_name(ssl, sni) != 1 {
+            // withCString: a name of up to 15 bytes is kept inside the String, and passing it as
+            // a C string argument would copy it to a new array; withCString uses the stack.
+            if let sni, sni.withCString({ mtls_ossl_SSL_set_tlsext_host_name(ssl, $0) }) != 1 {
                 throw MTLSError.openSSL(.invalidArgument, "cannot send \"\(sni)\" as the server name")
             }
             if let groups = options.groups {
