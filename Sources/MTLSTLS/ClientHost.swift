@@ -1,4 +1,3 @@
-import Glibc
 import MTLSBase
 import MTLSNet
 import MTLSTrust
@@ -40,10 +39,6 @@ package struct ClientHost: Sendable {
     /// Whether `a` and `b` are the same UTF-8 bytes (Swift's `==` is canonical equivalence).
     private static func sameBytes(_ a: String, _ b: String) -> Bool {
         var a = a, b = b
-        return a.withUTF8 { x in
-            b.withUTF8 { y in
-                x.count == y.count && (x.count == 0 || x.baseAddress.flatMap { p in y.baseAddress.map { memcmp(p, $0, x.count) == 0 } } == true)
-            }
-        }
+        return a.withUTF8 { x in b.withUTF8 { y in x.count == y.count && x.elementsEqual(y) } }
     }
 }
