@@ -136,3 +136,22 @@ def test_pin_callback_exception_is_reraised_and_released(tokens):
     assert asked == ["mtls-test"] and ident.token_uri
     assert _callbacks.live_count() == base
     ident.close()  # logs out of the shared test token for the tests after this one
+
+
+def test_a_stashed_exception_is_raised_by_the_next_check_on_its_thread_only():
+    # check() after a call that succeeded skips its slow path when this thread holds nothing;
+    # it must still raise what a callback stashed during that call.
+    from mtls import errors
+    t = threading.Thread(target=errors.stash_callback_exception, args=(RuntimeError("another thread's"),))
+    t.start()
+    t.join()
+    errors.check(0)  # another thread's exception is not this thread's
+    errors.stash_callback_exception(KeyError("first"))
+    errors.stash_callback_exception(KeyError("second"))  # the first one is kept
+    with pytest.raises(KeyError, match="first"):
+        errors.check(0)
+    errors.check(0)  # taken: nothing left
+    errors.stash_callback_exception(ValueError("with a failure"))
+    with pytest.raises(ValueError, match="with a failure") as e:
+        errors.check(mtls.InvalidArgument.code)
+    assert isinstance(e.value.__cause__, mtls.InvalidArgument)

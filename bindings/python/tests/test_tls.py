@@ -284,3 +284,54 @@ def test_certificate_asked_for_after_the_handshake(pki):
     assert "error" not in seen, seen
     assert seen["during handshake"] is None and seen["after"] == "client-a", seen
     assert got == b"asked\nhello client-a\n"
+
+
+def test_reads_and_writes_take_any_buffer(pki, monkeypatch):
+    """Connection.readinto and the socket-like object http.client reads and writes through
+    (TLSSocket: recv_into, sendall) take every buffer a socket does: bytes land where the buffer
+    points, a buffer of wider items is read as its bytes, a read-only or empty one is refused or
+    reads nothing, and a write larger than one chunk is written whole."""
+    from mtls._socket import TLSSocket
+    import mtls._socket
+    import array
+    listener = mtls.Listener(identity(pki, "server"), client_policy=anchored(pki, "int-a.pem"))
+
+    def echo():
+        with listener.accept(timeout=10) as c:
+            while True:
+                data = c.read()
+                if not data:
+                    return
+                c.write(data)
+
+    t = threading.Thread(target=echo, daemon=True)
+    t.start()
+    try:
+        c = client(pki, listener.port)
+        s = TLSSocket(c)
+        buf = bytearray(b"........")
+        c.write(b"abcd")
+        assert c.readinto(memoryview(buf)[2:6]) == 4 and buf == bytearray(b"..abcd..")
+        wide = array.array("H", [0, 0, 0, 0])
+        c.write("é1234_7")  # text is written as UTF-8: 8 bytes
+        assert c.readinto(wide) == 8 and wide.tobytes() == "é1234_7".encode()
+        with pytest.raises(TypeError):
+            c.readinto(b"read-only")
+        assert c.readinto(bytearray()) == 0
+        # sendall in chunks of 3 bytes (a write larger than one chunk), from a memoryview
+        monkeypatch.setattr(mtls._socket, "_CHUNK", 3)
+        s.sendall(memoryview(bytearray(b"0123456789")))
+        s.sendall(b"abcdefg")
+        got = bytearray()
+        out = bytearray(32)
+        while len(got) < 17:
+            n = s.recv_into(out, 5)  # at most nbytes
+            assert 0 < n <= 5 and out[n:] == bytearray(32)[n:]
+            got += out[:n]
+            out[:n] = bytearray(n)
+        assert got == bytearray(b"0123456789abcdefg")
+        c.shutdown()
+        s.close()
+    finally:
+        t.join(10)
+        listener.close()

@@ -10,6 +10,10 @@ from .errors import Closed
 from .tls import Connection
 
 
+# The most one write copies out of a caller's buffer.
+_CHUNK = 1 << 20
+
+
 class TLSSocket:
     """Looks like a connected socket.socket; reads and writes go through libmtls."""
 
@@ -22,11 +26,10 @@ class TLSSocket:
 
     # reading and writing
     def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
-        view = memoryview(buffer).cast("B")
         if nbytes:
-            view = view[:nbytes]
+            buffer = memoryview(buffer).cast("B")[:nbytes]
         try:
-            return self.connection.readinto(view)
+            return self.connection.readinto(buffer)
         except Closed:
             return 0
 
@@ -40,9 +43,16 @@ class TLSSocket:
         return self.connection.write(bytes(data))
 
     def sendall(self, data: Any, flags: int = 0) -> None:
-        view = memoryview(data).cast("B")
+        if type(data) is bytes and len(data) <= _CHUNK:
+            # http.client's requests: one write, the bytes passed as they are.
+            n = self.connection.write(data)
+            if n == len(data):
+                return
+            view = memoryview(data)[n:]
+        else:
+            view = memoryview(data).cast("B")
         while len(view):
-            n = self.connection.write(bytes(view[:1 << 20]))
+            n = self.connection.write(bytes(view[:_CHUNK]))
             view = view[n:]
 
     def makefile(self, mode: str = "r", buffering: Optional[int] = None, *, encoding: Optional[str] = None,

@@ -298,20 +298,25 @@ def as_http_error(e: Error, base: Type[BaseException], **init: Any) -> BaseExcep
 
 # ---- exceptions raised inside callbacks, per thread
 
-_pending = threading.local()
+class _Pending(threading.local):
+    exc: Optional[BaseException] = None  # each thread's, until stashed: read without a lookup failing
+
+
+_pending = _Pending()
 
 
 def stash_callback_exception(e: BaseException) -> None:
     """Called by a callback thunk (on the thread libmtls called it on, which is the thread of the
     C call that triggered it): keeps the first exception until that call returns."""
-    if getattr(_pending, "exc", None) is None:
+    if _pending.exc is None:
         _pending.exc = e
 
 
 def take_callback_exception() -> Optional[BaseException]:
     """The exception a callback raised on this thread since the last check, cleared."""
-    e = getattr(_pending, "exc", None)
-    _pending.exc = None
+    e = _pending.exc
+    if e is not None:
+        _pending.exc = None
     return e
 
 
@@ -319,6 +324,8 @@ def check(rc: int) -> None:
     """After a C call: re-raises what a callback raised during it on this thread (the C error,
     if any, becomes its context), then raises the exception for a non-zero status with the
     thread's last error message."""
+    if not rc and _pending.exc is None:
+        return  # the common case (each read and write): one thread-local read
     pending = take_callback_exception()
     err = None
     if rc != 0:

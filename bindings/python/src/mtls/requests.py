@@ -252,8 +252,9 @@ class Adapter(HTTPAdapter):
                                   InvalidArgument.code)
         # requests itself sets verify= from REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE (trust_env): a
         # setting of the machine, not of this program, which says nothing to warn about.
-        from_env = {os.environ.get("REQUESTS_CA_BUNDLE"), os.environ.get("CURL_CA_BUNDLE")} - {None, ""}
-        if verify is not True and verify is not None and verify not in from_env:
+        if verify is True or verify is None:
+            return  # each request asks: the common answer reads nothing
+        if verify not in {os.environ.get("REQUESTS_CA_BUNDLE"), os.environ.get("CURL_CA_BUNDLE")} - {None, ""}:
             warnings.warn(f"verify={verify!r} is not used by mtls.requests.Adapter: the server is judged by "
                           "the adapter's policy (mtls.Policy(anchors=...))", IgnoredVerifyWarning, stacklevel=2)
 

@@ -88,9 +88,9 @@ fn("mtls_conn_wrap_fd", ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_ui
 # int mtls_conn_handshake(mtls_conn *conn)
 fn("mtls_conn_handshake", ctypes.c_int, ctypes.c_void_p)
 # int mtls_conn_read(mtls_conn *conn, uint8_t *buf, size_t len, size_t *n)
-fn("mtls_conn_read", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, c_size_p)
+_conn_read = fn("mtls_conn_read", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, c_size_p)
 # int mtls_conn_write(mtls_conn *conn, const uint8_t *buf, size_t len, size_t *n)
-fn("mtls_conn_write", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, c_size_p)
+_conn_write = fn("mtls_conn_write", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, c_size_p)
 # int mtls_conn_shutdown(mtls_conn *conn)
 fn("mtls_conn_shutdown", ctypes.c_int, ctypes.c_void_p)
 # void mtls_conn_free(mtls_conn *conn)
@@ -130,7 +130,7 @@ fn("mtls_conn_resumed", ctypes.c_int, ctypes.c_void_p, c_int_p)
 # int mtls_conn_may_block(const mtls_conn *conn, int *may_block)
 fn("mtls_conn_may_block", ctypes.c_int, ctypes.c_void_p, c_int_p)
 # int mtls_conn_policy_changed(const mtls_conn *conn, int *changed)
-fn("mtls_conn_policy_changed", ctypes.c_int, ctypes.c_void_p, c_int_p)
+_conn_policy_changed = fn("mtls_conn_policy_changed", ctypes.c_int, ctypes.c_void_p, c_int_p)
 # int mtls_conn_presented_identity(const mtls_conn *conn, mtls_identity **out)
 fn("mtls_conn_presented_identity", ctypes.c_int, ctypes.c_void_p, c_void_pp)
 # void mtls_conn_cache_clear(void)
@@ -379,14 +379,17 @@ class Connection(_Handle):
     def readinto(self, buffer: Any) -> int:
         """Reads into a writable buffer (bytearray, memoryview); returns the count, 0 when the
         peer closed the connection."""
-        view = memoryview(buffer).cast("B")
-        n = len(view)
+        # Called per read by http.client through TLSSocket: the buffer is passed by the address
+        # of its first byte (a one-byte ctypes view), not as an array type made for its length.
+        view = memoryview(buffer)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        n = view.nbytes
         if n == 0:
             return 0
-        c = (ctypes.c_char * n).from_buffer(view)
         got = ctypes.c_size_t()
         try:
-            check(lib.mtls_conn_read(self._h, c, n, ctypes.byref(got)))
+            check(_conn_read(self._h, ctypes.byref(ctypes.c_char.from_buffer(view)), n, ctypes.byref(got)))
         except TruncatedError:
             if self.suppress_ragged_eofs:
                 return 0
@@ -395,8 +398,11 @@ class Connection(_Handle):
 
     def write(self, data: bytes) -> int:
         """Writes data (all of it, unless non-blocking); returns the count written."""
-        data = utf8(data)
-        return out_value(ctypes.c_size_t, lib.mtls_conn_write, self._h, data, len(data))
+        if type(data) is not bytes:
+            data = utf8(data)
+        n = ctypes.c_size_t()
+        check(_conn_write(self._h, data, len(data), ctypes.byref(n)))
+        return n.value
 
     def shutdown(self) -> None:
         """Sends close_notify."""
@@ -472,7 +478,9 @@ class Connection(_Handle):
         such a connection instead of reusing it. False once closed."""
         if self._h is None:
             return False
-        return bool(out_value(ctypes.c_int, lib.mtls_conn_policy_changed, self._h))
+        changed = ctypes.c_int()  # asked before each reuse of a pooled connection: no helper frames
+        check(_conn_policy_changed(self._h, ctypes.byref(changed)))
+        return bool(changed.value)
 
     @property
     def presented_identity(self) -> Optional[Identity]:
