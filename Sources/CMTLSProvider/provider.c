@@ -500,7 +500,11 @@ static int token_sign(sig_ctx *c, unsigned char *sig, size_t *siglen, size_t sig
             BN_free(r); BN_free(s); ECDSA_SIG_free(es);
             return 0;
         }
-        int derlen = i2d_ECDSA_SIG(es, NULL);
+        /* r and s no longer than the group order encode within the key's maximum size: into a
+           buffer of that size (what OpenSSL gives) the encoding is written at once. Anything
+           else (a smaller buffer, a token's overlong values) is measured first. */
+        int order_bytes = (EVP_PKEY_get_bits(c->key->pub) + 7) / 8;
+        int derlen = sigsize >= size && order_bytes > 0 && len / 2 <= (size_t)order_bytes ? 1 : i2d_ECDSA_SIG(es, NULL);
         if (derlen <= 0 || (size_t)derlen > sigsize) { ECDSA_SIG_free(es); fail("signature buffer too small"); return 0; }
         unsigned char *out = sig;
         derlen = i2d_ECDSA_SIG(es, &out);

@@ -326,6 +326,34 @@ final class TokenTests: XCTestCase {
         }
     }
 
+    /// An ECDSA signature from the token is encoded into the caller's buffer: one of the key's
+    /// maximum size (what OpenSSL's own callers give) is written at once, a smaller one is
+    /// measured first and refused when the encoding does not fit, never written past.
+    func testTokenECDSASignatureFitsTheBufferOrIsRefused() throws {
+        let identity = try Token.identity(uri: "pkcs11:token=mtls-test;id=%02", modulePath: module, pin: SoftHSMFixture.pin)
+        let pkey = identity.privateKey.pkey
+        let message = Array("libmtls buffer sizes".utf8)
+        let maxSize = Int(EVP_PKEY_get_size(pkey))
+        XCTAssertEqual(maxSize, 72, "P-256: the largest DER ECDSA-Sig-Value")
+        for size in [maxSize, maxSize + 40, 16] {
+            let md = EVP_MD_CTX_new()!
+            defer { EVP_MD_CTX_free(md) }
+            XCTAssertEqual(EVP_DigestSignInit(md, nil, EVP_sha256(), nil, pkey), 1)
+            var buffer = [UInt8](repeating: 0xA5, count: size + 8)  // 8 guard bytes after the buffer
+            var len = size
+            let ok = EVP_DigestSign(md, &buffer, &len, message, message.count) == 1
+            XCTAssertEqual(Array(buffer[size...]), [UInt8](repeating: 0xA5, count: 8), "nothing written past \(size) bytes")
+            if size < 70 {
+                XCTAssertFalse(ok, "\(size) bytes cannot hold a P-256 signature")
+            } else {
+                XCTAssertTrue(ok, "\(size) bytes")
+                XCTAssertTrue((8...maxSize).contains(len), "\(len)")
+                XCTAssertTrue(try Self.verify(message, Array(buffer.prefix(len)), with: X509_get0_pubkey(identity.leaf.x509)!, padding: 0))
+            }
+            ERR_clear_error()
+        }
+    }
+
     /// One token identity shared by several threads: signatures are serialised on its session
     /// (PKCS#11 forbids concurrent use of a session) and every one verifies.
     func testConcurrentSignaturesOnOneTokenKeyAllVerify() throws {
