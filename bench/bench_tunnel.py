@@ -9,10 +9,11 @@ Rows (cost ratios, lower is better, target <= 1.0 against stunnel):
   session reuse) straight to the server end, each sending a line and reading the answer;
 - memory per idle connection at the server end: RSS growth of the server process with
   MTLS_BENCH_TUNNEL_IDLE (default 200) connections open after their handshake and one exchange.
-The two tunnels run side by side and are measured in turn, MTLS_BENCH_TUNNEL_ROUNDS (default 5)
-rounds of the first three rows (the handshake row's MTLS_BENCH_TUNNEL_HANDSHAKE_SECONDS, default 10,
-split among them); each row is the ratio of the two medians, its spread the range of the rounds'
-ratios.
+The two tunnels run side by side and are measured in turn: MTLS_BENCH_TUNNEL_ROUNDS (default 5)
+rounds of the two stream rows, then, after a short untimed warm-up of each, the handshake row's
+MTLS_BENCH_TUNNEL_HANDSHAKE_SECONDS (default 10 per tunnel) in MTLS_BENCH_TUNNEL_HANDSHAKE_ROUNDS
+(default 10) alternating slices, apart from the streams' load; each row is the ratio of the two
+medians, its spread the range of the rounds' ratios.
 And the tunnel's own overhead: the same one-stream and 64-stream rows against a direct
 connection to the backend (informational, no target).
 
@@ -40,6 +41,7 @@ STREAMS, STREAM_MIB = 64, 4
 IDLE = int(os.environ.get("MTLS_BENCH_TUNNEL_IDLE", "200"))
 HANDSHAKE_SECONDS = float(os.environ.get("MTLS_BENCH_TUNNEL_HANDSHAKE_SECONDS", "10"))
 ROUNDS = int(os.environ.get("MTLS_BENCH_TUNNEL_ROUNDS", "5"))
+HANDSHAKE_ROUNDS = int(os.environ.get("MTLS_BENCH_TUNNEL_HANDSHAKE_ROUNDS", "10"))
 STUNNEL = shutil.which("stunnel4") or shutil.which("stunnel")
 CHUNK = b"\0" * (1 << 20)
 
@@ -231,7 +233,14 @@ def main():
                     _, _, sport, cport = ends[name]
                     rounds[name]["one"].append(one_stream(cport))
                     rounds[name]["many"].append(many_streams(cport))
-                    rounds[name]["hs"].append(handshakes_per_second(p, sport, HANDSHAKE_SECONDS / ROUNDS))
+            # New connections on their own, in short alternating slices: a slice right after
+            # 256 MiB of streaming, or one long slice per round, moved this row by 25 % between
+            # rounds (its clients, Python threads, share the 2 CPUs with the tunnel).
+            for name in ends:
+                handshakes_per_second(p, ends[name][2], 0.3)
+            for r in range(HANDSHAKE_ROUNDS):
+                for name in (("mtls", "stunnel") if r % 2 == 0 else ("stunnel", "mtls")):
+                    rounds[name]["hs"].append(handshakes_per_second(p, ends[name][2], HANDSHAKE_SECONDS / HANDSHAKE_ROUNDS))
             idle = {name: idle_kib_per_connection(p, ends[name][2], ends[name][0].pid) for name in ends}
         finally:
             for server, client, _, _ in ends.values():
@@ -243,7 +252,7 @@ def main():
     for name in results:
         results[name]["idle"] = idle[name]
         print(f"  {name}: one stream {results[name]['one']:.0f} MB/s, {STREAMS} streams {results[name]['many']:.0f} MB/s, "
-              f"{results[name]['hs']:.0f} full handshakes/s (medians of {ROUNDS} rounds), "
+              f"{results[name]['hs']:.0f} full handshakes/s (medians of {ROUNDS} and {HANDSHAKE_ROUNDS} rounds), "
               f"{results[name]['idle']:.1f} KiB per idle connection", flush=True)
     m, s = results["mtls"], results["stunnel"]
 
