@@ -317,6 +317,8 @@ def test_reads_and_writes_take_any_buffer(pki, monkeypatch):
         assert c.readinto(wide) == 8 and wide.tobytes() == "é1234_7".encode()
         with pytest.raises(TypeError):
             c.readinto(b"read-only")
+        with pytest.raises((TypeError, BufferError)):
+            c.readinto(memoryview(bytearray(8))[::2])  # every other byte: not one run of memory
         assert c.readinto(bytearray()) == 0
         # sendall in chunks of 3 bytes (a write larger than one chunk), from a memoryview
         monkeypatch.setattr(mtls._socket, "_CHUNK", 3)
