@@ -64,6 +64,14 @@ def stop(procs):
             pr.kill()
 
 
+def median_by(runs, ratio):
+    """Of several runs of one measurement, the run whose `ratio(run)` is the median, and the range
+    of those ratios as its spread (None for one run)."""
+    runs = sorted(runs, key=ratio)
+    values = [ratio(r) for r in runs]
+    return runs[len(runs) // 2], (round(values[-1] - values[0], 4) if len(runs) > 1 else None)
+
+
 def quartiles(values):
     """(median, interquartile range) of a list of numbers."""
     v = sorted(values)

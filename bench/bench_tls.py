@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-from _cbench import build, free_port, row, throughput_row, wait_port
+from _cbench import build, free_port, median_by, row, throughput_row, wait_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -37,10 +37,8 @@ def median_round(exe, args, what, **env):
             print(r.stdout, r.stderr, file=sys.stderr)
             raise SystemExit(f"bench_tls {what} failed")
         rounds.append(tuple(float(x) for x in r.stdout.split()))
-    rounds.sort(key=lambda t: t[2])
-    raw, mtls, ratio = rounds[len(rounds) // 2]
-    costs = [t[0] / t[1] for t in rounds]
-    return raw, mtls, ratio, round(max(costs) - min(costs), 4) if len(costs) > 1 else None
+    (raw, mtls, ratio), spread = median_by(rounds, lambda t: t[0] / t[1])
+    return raw, mtls, ratio, spread
 
 
 def main():

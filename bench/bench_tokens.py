@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 
-from _cbench import build, row
+from _cbench import build, median_by, row
 
 TARGET = 1.25
 SIGN_TARGET = 1.10
@@ -47,9 +47,7 @@ def median_run(args, env):
     for _ in range(RUNS):
         r = subprocess.run(args, check=True, capture_output=True, text=True, env=env)
         runs.append(json.loads(r.stdout))
-    runs.sort(key=lambda res: res["ratio"])
-    ratios = [res["ratio"] for res in runs]
-    return runs[len(runs) // 2], (round(max(ratios) - min(ratios), 4) if len(runs) > 1 else None)
+    return median_by(runs, lambda res: res["ratio"])
 
 
 with tempfile.TemporaryDirectory(prefix="mtls-bench-tokens-") as tmp:

@@ -348,8 +348,8 @@ struct IPSocketAddress {
 
     init?(_ text: String, port: UInt16) {
         var v4 = sockaddr_in()
-        // withCString: an address is at most 15 bytes (45 for IPv6), kept inside the String;
-        // passing it as a C string argument would copy it to a new array for each connection.
+        // withCString: an IPv4 address (at most 15 bytes) is kept inside its String, and passing
+        // it as a C string argument would copy it to a new array for each connection.
         if text.withCString({ inet_pton(AF_INET, $0, &v4.sin_addr) }) == 1 {
             v4.sin_family = sa_family_t(AF_INET)
             v4.sin_port = port.bigEndian

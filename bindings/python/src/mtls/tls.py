@@ -400,7 +400,7 @@ class Connection(_Handle):
         """Writes data (all of it, unless non-blocking); returns the count written."""
         if type(data) is not bytes:
             data = utf8(data)
-        n = ctypes.c_size_t()
+        n = ctypes.c_size_t()  # called per request, as readinto: no helper frames
         check(_conn_write(self._h, data, len(data), ctypes.byref(n)))
         return n.value
 
