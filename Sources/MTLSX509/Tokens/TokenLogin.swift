@@ -61,10 +61,14 @@ package enum TokenLogin {
         (try? TokenInfo(module: session.module, slot: session.slot)).flatMap { $0 } ?? fallback
     }
 
-    /// Logs the user in on `session`. `pin` nil uses the token's PIN pad.
+    /// Logs the user in on `session`. `pin` nil uses the token's PIN pad. `known`: the token's
+    /// information as the caller read it just before choosing the PIN (``freshInfo(_:fallback:)``).
+    /// It is read again only after a PIN callback, which may have waited for a person while the
+    /// flags changed; a static PIN follows that read at once (one `C_GetTokenInfo` less per
+    /// login: SoftHSM2 reads the token's file for each, about 50 µs, issue 40).
     static func logIn(session: PKCS11Session, token known: TokenInfo, pin: SecretBytes?, origin: PINOrigin,
                       allowFinalTry: Bool) throws {
-        let token = freshInfo(session, fallback: known)
+        let token = origin.isStatic ? known : freshInfo(session, fallback: known)
         if token.userPINLocked {
             throw MTLSError(.pinLocked, "the user PIN of token \"\(token.label)\" is locked")
         }
