@@ -78,36 +78,104 @@ package enum Socket {
     /// Connects a new non-blocking socket to one address, within the deadline.
     private static func connectOne(_ sa: UnsafePointer<sockaddr>, _ len: socklen_t, family: Int32, host: String,
                                    port: UInt16, deadline: Deadline, wait: Bool) throws -> Int32 {
+        let (fd, connected) = try startConnect(sa, len, family: family, host: host, port: port)
+        if connected || !wait { return fd }
+        let pending = PendingConnect(fd: fd, host: host, port: port, deadline: deadline, sa, len)
+        do { try awaitConnection(pending) } catch {
+            close(fd)
+            throw error
+        }
+        return fd
+    }
+
+    /// A new non-blocking socket (TCP_NODELAY) whose connect to one address has started: whether
+    /// it is connected already. Throws, the socket closed, when the connect failed at once.
+    private static func startConnect(_ sa: UnsafePointer<sockaddr>, _ len: socklen_t, family: Int32, host: String,
+                                     port: UInt16) throws -> (fd: Int32, connected: Bool) {
         let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw MTLSError(.connect, "socket: \(String(cString: strerror(errno)))", side: .client) }
         setNoDelay(fd)
-        if Glibc.connect(fd, sa, len) == 0 { return fd }
-        var address: String { describe(sa, len) }
-        if errno != EINPROGRESS {
-            let e = errno
-            close(fd)
-            throw MTLSError(.connect, "cannot connect to \(host) port \(port) (\(address)): \(String(cString: strerror(e)))", side: .server)
+        if Glibc.connect(fd, sa, len) == 0 { return (fd, true) }
+        let e = errno
+        if e == EINPROGRESS { return (fd, false) }
+        close(fd)
+        throw connectFailed(e, host: host, port: port, address: describe(sa, len))
+    }
+
+    /// A TCP connect under way (``connectNow(host:port:deadline:)``): its socket, what it connects
+    /// to and until when it may take.
+    package struct PendingConnect {
+        package let fd: Int32
+        let host: String
+        let port: UInt16
+        let deadline: Deadline
+        /// The address connected to, kept as it was given: its text is made only for an error.
+        private var storage = sockaddr_storage()
+        private let length: socklen_t
+
+        init(fd: Int32, host: String, port: UInt16, deadline: Deadline, _ sa: UnsafePointer<sockaddr>, _ len: socklen_t) {
+            self.fd = fd
+            self.host = host
+            self.port = port
+            self.deadline = deadline
+            length = min(len, socklen_t(MemoryLayout<sockaddr_storage>.size))
+            withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: UnsafeRawBufferPointer(start: sa, count: Int(length))) }
         }
-        if !wait { return fd }
-        var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+
+        /// The address connected to, as the errors name it.
+        var address: String {
+            withUnsafePointer(to: storage) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Socket.describe($0, length) } }
+        }
+    }
+
+    /// Starts the TCP connect to `host` when it is an IP literal, without waiting for it: its
+    /// socket (the caller's), with nil for "connected already". nil when `host` is a name
+    /// (``connect(host:port:deadline:waitForConnection:)`` tries its addresses in turn, so it must
+    /// know whether each went through). The caller's first write tells: it goes through once the
+    /// connection is made, fails with EAGAIN while it is under way (then
+    /// ``awaitConnection(_:)``), and with the connect's own error (``connectFailed(_:_:)``) when it
+    /// failed. A blocking client that writes its ClientHello at once saves the poll between the
+    /// connect and that write (issue 40). Errors as ``connect(host:port:deadline:waitForConnection:)``.
+    package static func connectNow(host: String, port: UInt16, deadline: Deadline) throws -> (fd: Int32, pending: PendingConnect?)? {
+        guard let literal = IPSocketAddress(HostLiteral.unbracketed(host), port: port) else { return nil }
+        return try literal.withSockaddr { sa, len in
+            let (fd, connected) = try startConnect(sa, len, family: literal.family, host: host, port: port)
+            return (fd, connected ? nil : PendingConnect(fd: fd, host: host, port: port, deadline: deadline, sa, len))
+        }
+    }
+
+    /// Waits within its deadline for a connect under way to finish: returns once connected,
+    /// throws ``MTLSError/Code/timeout`` or ``MTLSError/Code/connect`` (the server's side). The
+    /// socket stays the caller's.
+    package static func awaitConnection(_ c: PendingConnect) throws {
+        var p = pollfd(fd: c.fd, events: Int16(POLLOUT), revents: 0)
         var n: Int32
-        repeat { n = poll(&p, 1, deadline.pollTimeout) } while n < 0 && errno == EINTR
+        repeat { n = poll(&p, 1, c.deadline.pollTimeout) } while n < 0 && errno == EINTR
         if n == 0 {
-            close(fd)
-            throw MTLSError(.timeout, "connecting to \(host) port \(port) (\(address)) timed out", side: .server)
+            throw MTLSError(.timeout, "connecting to \(c.host) port \(c.port) (\(c.address)) timed out", side: .server)
         }
         // Writable and nothing else: connected (a failed connect also raises POLLERR or POLLHUP),
         // so the error is only asked for otherwise (issue 40: one system call less per connection).
-        if n > 0 && p.revents == Int16(POLLOUT) { return fd }
+        if n > 0 && p.revents == Int16(POLLOUT) { return }
+        let e = n < 0 ? errno : pendingError(c.fd)
+        if e != 0 { throw connectFailed(e, c) }
+    }
+
+    /// The error a failed connect left on socket `fd` (SO_ERROR, which clears it), 0 for none.
+    package static func pendingError(_ fd: Int32) -> Int32 {
         var soError: Int32 = 0
         var slen = socklen_t(MemoryLayout<Int32>.size)
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &soError, &slen)
-        if n < 0 || soError != 0 {
-            let e = n < 0 ? errno : soError
-            close(fd)
-            throw MTLSError(.connect, "cannot connect to \(host) port \(port) (\(address)): \(String(cString: strerror(e)))", side: .server)
-        }
-        return fd
+        return soError
+    }
+
+    /// The one message of a TCP connect that failed with errno `e`.
+    package static func connectFailed(_ e: Int32, _ c: PendingConnect) -> MTLSError {
+        connectFailed(e, host: c.host, port: c.port, address: c.address)
+    }
+
+    private static func connectFailed(_ e: Int32, host: String, port: UInt16, address: String) -> MTLSError {
+        MTLSError(.connect, "cannot connect to \(host) port \(port) (\(address)): \(String(cString: strerror(e)))", side: .server)
     }
 
     /// For a socket from `connect(..., waitForConnection: false)`: false while the TCP connect
@@ -120,10 +188,8 @@ package enum Socket {
     package static func finishConnect(_ fd: Int32, to: String) throws -> Bool {
         var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
         guard poll(&p, 1, 0) > 0 else { return false }
-        if p.revents == Int16(POLLOUT) { return true }  // connected (as in connectOne)
-        var soError: Int32 = 0
-        var len = socklen_t(MemoryLayout<Int32>.size)
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &soError, &len)
+        if p.revents == Int16(POLLOUT) { return true }  // connected (as in awaitConnection)
+        let soError = pendingError(fd)
         if soError != 0 {
             throw MTLSError(.connect, "cannot connect to \(to): \(String(cString: strerror(soError)))", side: .server)
         }

@@ -79,6 +79,9 @@ public final class TLSConnection {
     }
     /// Non-blocking connect: the TCP connect may still be under way when the handshake starts.
     private var connecting = false
+    /// A blocking ``connect(host:port:options:)`` to an IP literal: the TCP connect is not known to
+    /// have gone through until the ClientHello's write says so (``Socket/connectNow(host:port:deadline:)``).
+    private var pendingConnect: Socket.PendingConnect?
     private var connectPort: UInt16 = 0
     /// Set when a cancelled async operation shut the socket down under a call: the connection
     /// is in no state to go on with (a record may be half read or half written).
@@ -99,7 +102,10 @@ public final class TLSConnection {
     /// (``MTLSError/connectionFailure``: the peer's chain, our evaluation, the alert), as
     /// ``open(host:port:options:)`` followed by ``handshake()-2mgoe`` does.
     public static func connect(host: String, port: UInt16, options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
-        let conn = try open(host: host, port: port, options: options)
+        // Blocking: the handshake follows at once, so the connect to an IP literal is not waited
+        // for apart: the ClientHello's write tells (one poll less per connection, issue 40). Its
+        // errors are the connect's own, as open's (open alone returns a connected socket).
+        let conn = try open(host: host, port: port, options: options, writeTellsConnect: !options.nonBlocking)
         if !options.nonBlocking { try conn.handshake() }
         return conn
     }
@@ -109,6 +115,12 @@ public final class TLSConnection {
     /// connection is made. Lets the caller read ``evaluation`` and ``peerChain`` when the
     /// handshake fails.
     public static func open(host: String, port: UInt16, options: TLSClientOptions = TLSClientOptions()) throws -> TLSConnection {
+        try open(host: host, port: port, options: options, writeTellsConnect: false)
+    }
+
+    /// ``open(host:port:options:)``; `writeTellsConnect`: for a blocking handshake that follows at
+    /// once, the TCP connect to an IP literal is started and not waited for (``pendingConnect``).
+    private static func open(host: String, port: UInt16, options: TLSClientOptions, writeTellsConnect: Bool) throws -> TLSConnection {
         guard !host.isEmpty else { throw MTLSError(.invalidArgument, "host must not be empty") }
         let reading = try ClientHost.reading(host)  // "h:443" is refused here, not by name resolution
         if let unknown = options.groups?.first(where: { !TLSContext.groupIsKnown($0) }) {
@@ -125,8 +137,14 @@ public final class TLSConnection {
         }
         let conn: TLSConnection
         do { conn = try TLSConnection(clientHost: host, reading, port: port, ownsSocket: true, options: options) } catch { throw ours(error) }
-        let fd = try Socket.connect(host: host, port: port, deadline: Deadline(seconds: options.connectSeconds),
-                                    waitForConnection: !options.nonBlocking)
+        let deadline = Deadline(seconds: options.connectSeconds)
+        let fd: Int32
+        if writeTellsConnect, let started = try Socket.connectNow(host: host, port: port, deadline: deadline) {
+            fd = started.fd
+            conn.pendingConnect = started.pending
+        } else {
+            fd = try Socket.connect(host: host, port: port, deadline: deadline, waitForConnection: !options.nonBlocking)
+        }
         do { try conn.attachSocket(fd) } catch { throw ours(error) }
         conn.connecting = options.nonBlocking
         conn.connectPort = port
@@ -316,7 +334,28 @@ public final class TLSConnection {
             OpenSSLErrorQueue.clear()
             let r = SSL_do_handshake(ssl)
             if r == 1 { break }
+            let cause = errno
             let err = SSL_get_error(ssl, r)
+            if let pending = pendingConnect {
+                // The ClientHello's write tells how the TCP connect went.
+                if err == SSL_ERROR_WANT_WRITE {
+                    // Still under way: waited for as open does, within the connect's deadline.
+                    try Socket.awaitConnection(pending)
+                } else if err == SSL_ERROR_SYSCALL {
+                    // It failed: send(2) returned the connect's error (EPIPE, or none, when the
+                    // socket holds it still: SO_ERROR says).
+                    let left = cause == 0 || cause == EPIPE ? Socket.pendingError(fileDescriptor) : 0
+                    if cause != 0 || left != 0 {
+                        OpenSSLErrorQueue.clear()
+                        throw Socket.connectFailed(left != 0 ? left : cause, pending)
+                    }
+                }
+                // Connected (the ClientHello went out, or the wait saw it): the handshake's time
+                // starts now, as after open's wait.
+                pendingConnect = nil
+                handshakeDeadline = Deadline(seconds: handshakeTimeout)
+                if err == SSL_ERROR_WANT_WRITE { continue }
+            }
             switch err {
             case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
                 let writing = err == SSL_ERROR_WANT_WRITE

@@ -392,6 +392,36 @@ final class TLSConnectionTests: XCTestCase, ConnectionPKIFiles {
         XCTAssertEqual(poll(&pending, 1, 0), 0, "a TCP connection was made for a TLS set-up that failed")
     }
 
+    func testAConnectToAnAddressEndsAsOpenWouldHaveEndedIt() throws {
+        // connect() to an IP literal does not wait for the TCP connect before the ClientHello: the
+        // ClientHello's write says how it went (issue 40). Its errors are open()'s, word for word.
+        let (closedFD, closed) = try Socket.listen(address: "127.0.0.1", port: 0)
+        close(closedFD)  // nothing listens there now: refused
+        // A listener whose accept queue is full (backlog 0, one connection waiting in it) drops
+        // the SYNs of the next: their connects stay under way.
+        let (fd, full) = try Socket.listen(address: "127.0.0.1", port: 0, backlog: 0)
+        defer { close(fd) }
+        let filler = try Socket.connect(host: "127.0.0.1", port: full, deadline: Deadline(seconds: 5))
+        defer { close(filler) }
+        var o = TLSClientOptions()
+        o.connectTimeout = 0.3
+        o.handshakeSeconds = 10
+        for (port, code, message) in [(closed, MTLSError.Code.connect, "cannot connect to 127.0.0.1 port \(closed) (127.0.0.1:\(closed)): Connection refused"),
+                                      (full, .timeout, "connecting to 127.0.0.1 port \(full) (127.0.0.1:\(full)) timed out")] {
+            for (how, attempt) in [("connect", { try TLSConnection.connect(host: "127.0.0.1", port: port, options: o) }),
+                                   ("open", { try TLSConnection.open(host: "127.0.0.1", port: port, options: o) })] {
+                let started = Date()
+                XCTAssertThrowsError(try attempt(), how) { e in
+                    XCTAssertEqual((e as? MTLSError)?.code, code, "\(how): \(e)")
+                    XCTAssertEqual((e as? MTLSError)?.side, .server, "\(how): \(e)")
+                    XCTAssertEqual((e as? MTLSError)?.message, message, how)
+                }
+                // The connect's own time limit, not the handshake's.
+                XCTAssertLessThan(Date().timeIntervalSince(started), 5, how)
+            }
+        }
+    }
+
     // MARK: libmtls server
 
     func startListener(require: ClientAuthentication = .require, clientAnchors: [String] = ["int-a"]) throws -> TLSListener {
