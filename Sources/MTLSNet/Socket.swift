@@ -80,8 +80,7 @@ package enum Socket {
                                    port: UInt16, deadline: Deadline, wait: Bool) throws -> Int32 {
         let (fd, connected) = try startConnect(sa, len, family: family, host: host, port: port)
         if connected || !wait { return fd }
-        let pending = PendingConnect(fd: fd, host: host, port: port, deadline: deadline, sa, len)
-        do { try awaitConnection(pending) } catch {
+        do { try awaitConnection(fd, host: host, port: port, deadline: deadline) { describe(sa, len) } } catch {
             close(fd)
             throw error
         }
@@ -102,63 +101,42 @@ package enum Socket {
         throw connectFailed(e, host: host, port: port, address: describe(sa, len))
     }
 
-    /// A TCP connect under way (``connectNow(host:port:deadline:)``): its socket, what it connects
-    /// to and until when it may take.
-    package struct PendingConnect {
-        package let fd: Int32
-        let host: String
-        let port: UInt16
-        let deadline: Deadline
-        /// The address connected to, kept as it was given: its text is made only for an error.
-        private var storage = sockaddr_storage()
-        private let length: socklen_t
-
-        init(fd: Int32, host: String, port: UInt16, deadline: Deadline, _ sa: UnsafePointer<sockaddr>, _ len: socklen_t) {
-            self.fd = fd
-            self.host = host
-            self.port = port
-            self.deadline = deadline
-            length = min(len, socklen_t(MemoryLayout<sockaddr_storage>.size))
-            withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: UnsafeRawBufferPointer(start: sa, count: Int(length))) }
-        }
-
-        /// The address connected to, as the errors name it.
-        var address: String {
-            withUnsafePointer(to: storage) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Socket.describe($0, length) } }
-        }
-    }
-
     /// Starts the TCP connect to `host` when it is an IP literal, without waiting for it: its
-    /// socket (the caller's), with nil for "connected already". nil when `host` is a name
+    /// socket (the caller's) and whether it is connected already. nil when `host` is a name
     /// (``connect(host:port:deadline:waitForConnection:)`` tries its addresses in turn, so it must
     /// know whether each went through). The caller's first write tells: it goes through once the
     /// connection is made, fails with EAGAIN while it is under way (then
-    /// ``awaitConnection(_:)``), and with the connect's own error (``connectFailed(_:_:)``) when it
-    /// failed. A blocking client that writes its ClientHello at once saves the poll between the
-    /// connect and that write (issue 40). Errors as ``connect(host:port:deadline:waitForConnection:)``.
-    package static func connectNow(host: String, port: UInt16, deadline: Deadline) throws -> (fd: Int32, pending: PendingConnect?)? {
+    /// ``awaitConnection(_:literal:port:deadline:)``), and with the connect's own error
+    /// (``connectFailed(_:literal:port:)``) when it failed. A blocking client that writes its
+    /// ClientHello at once saves the poll between the connect and that write (issue 40). Errors
+    /// as ``connect(host:port:deadline:waitForConnection:)``.
+    package static func connectNow(host: String, port: UInt16) throws -> (fd: Int32, connected: Bool)? {
         guard let literal = IPSocketAddress(HostLiteral.unbracketed(host), port: port) else { return nil }
-        return try literal.withSockaddr { sa, len in
-            let (fd, connected) = try startConnect(sa, len, family: literal.family, host: host, port: port)
-            return (fd, connected ? nil : PendingConnect(fd: fd, host: host, port: port, deadline: deadline, sa, len))
-        }
+        return try literal.withSockaddr { sa, len in try startConnect(sa, len, family: literal.family, host: host, port: port) }
     }
 
-    /// Waits within its deadline for a connect under way to finish: returns once connected,
-    /// throws ``MTLSError/Code/timeout`` or ``MTLSError/Code/connect`` (the server's side). The
-    /// socket stays the caller's.
-    package static func awaitConnection(_ c: PendingConnect) throws {
-        var p = pollfd(fd: c.fd, events: Int16(POLLOUT), revents: 0)
+    /// Waits within `deadline` for ``connectNow(host:port:)``'s connect to `host` to finish:
+    /// returns once connected, throws ``MTLSError/Code/timeout`` or ``MTLSError/Code/connect``
+    /// (the server's side), as ``connect(host:port:deadline:waitForConnection:)`` does. The socket
+    /// stays the caller's.
+    package static func awaitConnection(_ fd: Int32, literal host: String, port: UInt16, deadline: Deadline) throws {
+        try awaitConnection(fd, host: host, port: port, deadline: deadline) { literalAddress(host, port) }
+    }
+
+    /// The wait of a connect under way; `address` names it in an error (made only then).
+    private static func awaitConnection(_ fd: Int32, host: String, port: UInt16, deadline: Deadline,
+                                        address: () -> String) throws {
+        var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
         var n: Int32
-        repeat { n = poll(&p, 1, c.deadline.pollTimeout) } while n < 0 && errno == EINTR
+        repeat { n = poll(&p, 1, deadline.pollTimeout) } while n < 0 && errno == EINTR
         if n == 0 {
-            throw MTLSError(.timeout, "connecting to \(c.host) port \(c.port) (\(c.address)) timed out", side: .server)
+            throw MTLSError(.timeout, "connecting to \(host) port \(port) (\(address())) timed out", side: .server)
         }
         // Writable and nothing else: connected (a failed connect also raises POLLERR or POLLHUP),
         // so the error is only asked for otherwise (issue 40: one system call less per connection).
         if n > 0 && p.revents == Int16(POLLOUT) { return }
-        let e = n < 0 ? errno : pendingError(c.fd)
-        if e != 0 { throw connectFailed(e, c) }
+        let e = n < 0 ? errno : pendingError(fd)
+        if e != 0 { throw connectFailed(e, host: host, port: port, address: address()) }
     }
 
     /// The error a failed connect left on socket `fd` (SO_ERROR, which clears it), 0 for none.
@@ -169,13 +147,19 @@ package enum Socket {
         return soError
     }
 
-    /// The one message of a TCP connect that failed with errno `e`.
-    package static func connectFailed(_ e: Int32, _ c: PendingConnect) -> MTLSError {
-        connectFailed(e, host: c.host, port: c.port, address: c.address)
+    /// The error of ``connectNow(host:port:)``'s connect to `host` that failed with errno `e`.
+    package static func connectFailed(_ e: Int32, literal host: String, port: UInt16) -> MTLSError {
+        connectFailed(e, host: host, port: port, address: literalAddress(host, port))
     }
 
+    /// The one message of a TCP connect that failed with errno `e`.
     private static func connectFailed(_ e: Int32, host: String, port: UInt16, address: String) -> MTLSError {
         MTLSError(.connect, "cannot connect to \(host) port \(port) (\(address)): \(String(cString: strerror(e)))", side: .server)
+    }
+
+    /// The address an IP literal `host` names, as the connect errors write it.
+    private static func literalAddress(_ host: String, _ port: UInt16) -> String {
+        IPSocketAddress(HostLiteral.unbracketed(host), port: port).map { $0.withSockaddr { describe($0, $1) } } ?? host
     }
 
     /// For a socket from `connect(..., waitForConnection: false)`: false while the TCP connect

@@ -79,9 +79,10 @@ public final class TLSConnection {
     }
     /// Non-blocking connect: the TCP connect may still be under way when the handshake starts.
     private var connecting = false
-    /// A blocking ``connect(host:port:options:)`` to an IP literal: the TCP connect is not known to
-    /// have gone through until the ClientHello's write says so (``Socket/connectNow(host:port:deadline:)``).
-    private var pendingConnect: Socket.PendingConnect?
+    /// A blocking ``connect(host:port:options:)`` to an IP literal (`peerAddress`, `connectPort`):
+    /// the TCP connect is not known to have gone through until the ClientHello's write says so
+    /// (``Socket/connectNow(host:port:)``); until then `handshakeDeadline` is the connect's.
+    private var connectUnconfirmed = false
     private var connectPort: UInt16 = 0
     /// Set when a cancelled async operation shut the socket down under a call: the connection
     /// is in no state to go on with (a record may be half read or half written).
@@ -119,7 +120,7 @@ public final class TLSConnection {
     }
 
     /// ``open(host:port:options:)``; `writeTellsConnect`: for a blocking handshake that follows at
-    /// once, the TCP connect to an IP literal is started and not waited for (``pendingConnect``).
+    /// once, the TCP connect to an IP literal is started and not waited for (``connectUnconfirmed``).
     private static func open(host: String, port: UInt16, options: TLSClientOptions, writeTellsConnect: Bool) throws -> TLSConnection {
         guard !host.isEmpty else { throw MTLSError(.invalidArgument, "host must not be empty") }
         let reading = try ClientHost.reading(host)  // "h:443" is refused here, not by name resolution
@@ -139,9 +140,12 @@ public final class TLSConnection {
         do { conn = try TLSConnection(clientHost: host, reading, port: port, ownsSocket: true, options: options) } catch { throw ours(error) }
         let deadline = Deadline(seconds: options.connectSeconds)
         let fd: Int32
-        if writeTellsConnect, let started = try Socket.connectNow(host: host, port: port, deadline: deadline) {
+        if writeTellsConnect, let started = try Socket.connectNow(host: host, port: port) {
             fd = started.fd
-            conn.pendingConnect = started.pending
+            if !started.connected {
+                conn.connectUnconfirmed = true
+                conn.handshakeDeadline = deadline
+            }
         } else {
             fd = try Socket.connect(host: host, port: port, deadline: deadline, waitForConnection: !options.nonBlocking)
         }
@@ -336,23 +340,23 @@ public final class TLSConnection {
             if r == 1 { break }
             let cause = errno
             let err = SSL_get_error(ssl, r)
-            if let pending = pendingConnect {
+            if connectUnconfirmed {
                 // The ClientHello's write tells how the TCP connect went.
                 if err == SSL_ERROR_WANT_WRITE {
                     // Still under way: waited for as open does, within the connect's deadline.
-                    try Socket.awaitConnection(pending)
+                    try Socket.awaitConnection(fileDescriptor, literal: peerAddress, port: connectPort, deadline: handshakeDeadline!)
                 } else if err == SSL_ERROR_SYSCALL {
                     // It failed: send(2) returned the connect's error (EPIPE, or none, when the
                     // socket holds it still: SO_ERROR says).
                     let left = cause == 0 || cause == EPIPE ? Socket.pendingError(fileDescriptor) : 0
                     if cause != 0 || left != 0 {
                         OpenSSLErrorQueue.clear()
-                        throw Socket.connectFailed(left != 0 ? left : cause, pending)
+                        throw Socket.connectFailed(left != 0 ? left : cause, literal: peerAddress, port: connectPort)
                     }
                 }
                 // Connected (the ClientHello went out, or the wait saw it): the handshake's time
                 // starts now, as after open's wait.
-                pendingConnect = nil
+                connectUnconfirmed = false
                 handshakeDeadline = Deadline(seconds: handshakeTimeout)
                 if err == SSL_ERROR_WANT_WRITE { continue }
             }
