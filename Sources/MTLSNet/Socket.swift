@@ -107,7 +107,7 @@ package enum Socket {
     /// know whether each went through). The caller's first write tells: it goes through once the
     /// connection is made, fails with EAGAIN while it is under way (then
     /// ``awaitConnection(_:literal:port:deadline:)``), and with the connect's own error
-    /// (``connectFailed(_:literal:port:)``) when it failed. A blocking client that writes its
+    /// (``connectError(afterWrite:_:literal:port:)``) when it failed. A blocking client that writes its
     /// ClientHello at once saves the poll between the connect and that write (issue 40). Errors
     /// as ``connect(host:port:deadline:waitForConnection:)``.
     package static func connectNow(host: String, port: UInt16) throws -> (fd: Int32, connected: Bool)? {
@@ -140,16 +140,21 @@ package enum Socket {
     }
 
     /// The error a failed connect left on socket `fd` (SO_ERROR, which clears it), 0 for none.
-    package static func pendingError(_ fd: Int32) -> Int32 {
+    private static func pendingError(_ fd: Int32) -> Int32 {
         var soError: Int32 = 0
         var slen = socklen_t(MemoryLayout<Int32>.size)
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &soError, &slen)
         return soError
     }
 
-    /// The error of ``connectNow(host:port:)``'s connect to `host` that failed with errno `e`.
-    package static func connectFailed(_ e: Int32, literal host: String, port: UInt16) -> MTLSError {
-        connectFailed(e, host: host, port: port, address: literalAddress(host, port))
+    /// After the first write on ``connectNow(host:port:)``'s socket `fd` failed with errno `cause`:
+    /// the connect's error when the connect failed (send(2) returns it; EPIPE or no errno when the
+    /// socket still holds it, which SO_ERROR gives), nil when it did not (the write's failure is
+    /// then the caller's to report).
+    package static func connectError(afterWrite cause: Int32, _ fd: Int32, literal host: String, port: UInt16) -> MTLSError? {
+        let left = cause == 0 || cause == EPIPE ? pendingError(fd) : 0
+        guard cause != 0 || left != 0 else { return nil }
+        return connectFailed(left != 0 ? left : cause, host: host, port: port, address: literalAddress(host, port))
     }
 
     /// The one message of a TCP connect that failed with errno `e`.

@@ -345,14 +345,10 @@ public final class TLSConnection {
                 if err == SSL_ERROR_WANT_WRITE {
                     // Still under way: waited for as open does, within the connect's deadline.
                     try Socket.awaitConnection(fileDescriptor, literal: peerAddress, port: connectPort, deadline: handshakeDeadline!)
-                } else if err == SSL_ERROR_SYSCALL {
-                    // It failed: send(2) returned the connect's error (EPIPE, or none, when the
-                    // socket holds it still: SO_ERROR says).
-                    let left = cause == 0 || cause == EPIPE ? Socket.pendingError(fileDescriptor) : 0
-                    if cause != 0 || left != 0 {
-                        OpenSSLErrorQueue.clear()
-                        throw Socket.connectFailed(left != 0 ? left : cause, literal: peerAddress, port: connectPort)
-                    }
+                } else if err == SSL_ERROR_SYSCALL,
+                          let e = Socket.connectError(afterWrite: cause, fileDescriptor, literal: peerAddress, port: connectPort) {
+                    OpenSSLErrorQueue.clear()
+                    throw e
                 }
                 // Connected (the ClientHello went out, or the wait saw it): the handshake's time
                 // starts now, as after open's wait.
